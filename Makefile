@@ -1,0 +1,44 @@
+# Strata. `make run` and `make test` are the two commands a fresh machine needs.
+GO            ?= go
+BIN           := bin
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.7.0
+TOOLS         := $(CURDIR)/$(BIN)/tools
+PKGS          := ./...
+TEST_TIMEOUT  ?= 15m
+
+.PHONY: all build test lint bench run soak fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/strata ./cmd/strata
+
+# The main job. Until the node exists it plans a bundled scenario with every policy.
+run: build
+	$(BIN)/strata plan --scenario testdata/scenarios/mixed-consumer.yaml
+
+test:
+	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
+
+$(TOOLS)/staticcheck:
+	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)
+
+lint: $(TOOLS)/staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(TOOLS)/staticcheck $(PKGS)
+
+# Benchmarks of the functional core; BENCHTIME trades precision for time.
+BENCHTIME ?= 1s
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... | tee $(BIN)/bench.txt
+
+# Short fuzzing of every decoder and planner input; FUZZTIME per target.
+FUZZTIME ?= 20s
+fuzz:
+	@for spec in $$($(GO) test -list 'Fuzz.*' ./... 2>/dev/null | awk '/^ok/{pkg=$$2} /^Fuzz/{print pkg":"$$1}'); do \
+		pkg=$${spec%%:*}; fn=$${spec##*:}; echo "== $$pkg $$fn"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+
+clean:
+	rm -rf $(BIN)

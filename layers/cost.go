@@ -1,0 +1,226 @@
+package layers
+
+import (
+	"fmt"
+	"math"
+)
+
+// Node is one member as the planner sees it.
+type Node struct {
+	ID       string   `yaml:"id" json:"id"`
+	Hardware Hardware `yaml:"hardware" json:"hardware"`
+	Region   string   `yaml:"region,omitempty" json:"region,omitempty"`
+	// MaxLayers caps what the node offers (0: no cap beyond memory).
+	MaxLayers int `yaml:"max_layers,omitempty" json:"max_layers,omitempty"`
+	// Speed scales the cost model's throughput by what was measured
+	// (1 or 0: as modelled).
+	Speed float64 `yaml:"speed,omitempty" json:"speed,omitempty"`
+}
+
+// CostParams are the workload assumptions of the cost model.
+type CostParams struct {
+	// Context is the KV cache each session reserves, in tokens.
+	Context int `yaml:"context" json:"context"`
+	// MemoryReserve is the fraction of device memory left to the runtime.
+	MemoryReserve float64 `yaml:"memory_reserve" json:"memory_reserve"`
+	// MaxBatch caps a node's decode batch (0: only memory caps it).
+	MaxBatch int `yaml:"max_batch,omitempty" json:"max_batch,omitempty"`
+}
+
+// DefaultCostParams is a 2,048-token context with 10% of memory kept back.
+func DefaultCostParams() CostParams { return CostParams{Context: 2048, MemoryReserve: 0.1} }
+
+func (p CostParams) withDefaults() CostParams {
+	d := DefaultCostParams()
+	if p.Context <= 0 {
+		p.Context = d.Context
+	}
+	if !(p.MemoryReserve >= 0 && p.MemoryReserve < 1) {
+		p.MemoryReserve = d.MemoryReserve
+	}
+	if p.MaxBatch < 0 {
+		p.MaxBatch = 0
+	}
+	return p
+}
+
+// Ends says which ends of the model a stage holds: the first stage holds the
+// token embedding, the last the output head.
+type Ends uint8
+
+// The ends a stage may hold.
+const (
+	EndEmbed Ends = 1 << iota
+	EndHead
+)
+
+// EndsOf returns the ends that range r of an L-layer model holds.
+func EndsOf(r Range, layers int) Ends {
+	var e Ends
+	if r.Start == 0 {
+		e |= EndEmbed
+	}
+	if r.End == layers {
+		e |= EndHead
+	}
+	return e
+}
+
+func (m ModelSpec) endBytes(e Ends) float64 {
+	b := 0.0
+	if e&EndEmbed != 0 {
+		b += m.EmbeddingBytes()
+	}
+	if e&EndHead != 0 {
+		b += m.HeadBytes()
+	}
+	return b
+}
+
+// DecodeLayerTime is the time one decode step of batch b takes in one layer
+// when each sequence holds ctx tokens of context: a roofline over the bytes
+// read (weights once per step, each sequence's KV cache) and the FLOPs.
+func DecodeLayerTime(m ModelSpec, h Hardware, b, ctx int) float64 {
+	if b < 1 {
+		b = 1
+	}
+	bytes := m.LayerReadBytes() + float64(b)*float64(ctx)*m.KVBytesPerToken()
+	return math.Max(bytes/h.MemBandwidth, float64(b)*m.FLOPsPerToken(ctx)/h.FLOPS())
+}
+
+// PrefillLayerTime is the time a prompt of n tokens takes in one layer: the
+// weights are read once, and the work is n tokens at half the prompt's
+// length of context on average.
+func PrefillLayerTime(m ModelSpec, h Hardware, n int) float64 {
+	if n < 1 {
+		n = 1
+	}
+	bytes := m.LayerReadBytes() + float64(n)*m.KVBytesPerToken()
+	return math.Max(bytes/h.MemBandwidth, float64(n)*m.FLOPsPerToken(n/2)/h.FLOPS())
+}
+
+// headTime is the time one decode step of batch b spends in the output head.
+func headTime(m ModelSpec, h Hardware, b int) float64 {
+	return math.Max(m.HeadBytes()/h.MemBandwidth, float64(b)*m.HeadFLOPsPerToken()/h.FLOPS())
+}
+
+// Profile is a node's throughput for every layer count it can hold,
+// precomputed so that planners read it in O(1).
+type Profile struct {
+	Node Node
+	// MaxLayers is the most layers the node can hold with room for one
+	// sequence's KV cache, without either end.
+	MaxLayers int
+	tps       [4][]float64 // by Ends, then by layer count; tps[e][0] = 0
+	batch     [4][]int
+}
+
+// NewProfile computes node n's throughput table for model m.
+func NewProfile(m ModelSpec, n Node, p CostParams) Profile {
+	p = p.withDefaults()
+	pr := Profile{Node: n}
+	h := n.Hardware
+	if h.Validate() != nil {
+		return pr
+	}
+	speed := n.Speed
+	if !(speed > 0) || math.IsInf(speed, 0) {
+		speed = 1
+	}
+	usable := h.MemoryBytes * (1 - p.MemoryReserve)
+	seqBytes := float64(p.Context) * m.KVBytesPerToken() // per layer
+	w := m.LayerWeightBytes()
+	kmax := int(math.Floor(usable / (w + seqBytes)))
+	if kmax > m.Layers {
+		kmax = m.Layers
+	}
+	if n.MaxLayers > 0 && kmax > n.MaxLayers {
+		kmax = n.MaxLayers
+	}
+	if kmax < 0 {
+		kmax = 0
+	}
+	pr.MaxLayers = kmax
+	for e := Ends(0); e < 4; e++ {
+		pr.tps[e] = make([]float64, kmax+1)
+		pr.batch[e] = make([]int, kmax+1)
+		free0 := usable - m.endBytes(e)
+		for k := 1; k <= kmax; k++ {
+			free := free0 - float64(k)*w
+			if free < seqBytes*float64(k) {
+				break
+			}
+			b := int(math.Floor(free / (seqBytes * float64(k))))
+			if p.MaxBatch > 0 && b > p.MaxBatch {
+				b = p.MaxBatch
+			}
+			step := float64(k) * DecodeLayerTime(m, h, b, p.Context)
+			if e&EndHead != 0 {
+				step += headTime(m, h, b)
+			}
+			pr.tps[e][k] = speed * float64(b) / step
+			pr.batch[e][k] = b
+		}
+	}
+	return pr
+}
+
+// TPS is the node's tokens/s when it holds k layers and the given ends, at
+// the largest batch its remaining memory holds. Zero when it cannot.
+func (p Profile) TPS(k int, e Ends) float64 {
+	if k <= 0 || k > p.MaxLayers || e > 3 {
+		return 0
+	}
+	return p.tps[e][k]
+}
+
+// Batch is the decode batch behind TPS(k, e).
+func (p Profile) Batch(k int, e Ends) int {
+	if k <= 0 || k > p.MaxLayers || e > 3 {
+		return 0
+	}
+	return p.batch[e][k]
+}
+
+// Capacity is the most layers the node can hold with the given ends while
+// keeping room for at least one sequence.
+func (p Profile) Capacity(e Ends) int {
+	k := p.MaxLayers
+	for k > 0 && p.TPS(k, e) == 0 {
+		k--
+	}
+	return k
+}
+
+// BestK is the layer count that maximises k·TPS(k): the node's most
+// efficient size, ignoring ends.
+func (p Profile) BestK() int {
+	best, bk := 0.0, 0
+	for k := 1; k <= p.MaxLayers; k++ {
+		if v := float64(k) * p.TPS(k, 0); v > best {
+			best, bk = v, k
+		}
+	}
+	return bk
+}
+
+// Profiles computes the profiles of a node set, in the given order, and
+// rejects unusable or duplicate nodes.
+func Profiles(m ModelSpec, nodes []Node, p CostParams) ([]Profile, error) {
+	out := make([]Profile, len(nodes))
+	seen := make(map[string]bool, len(nodes))
+	for i, n := range nodes {
+		if n.ID == "" {
+			return nil, fmt.Errorf("%w: node %d has no id", ErrBadSpec, i)
+		}
+		if seen[n.ID] {
+			return nil, fmt.Errorf("%w: duplicate node id %q", ErrBadSpec, n.ID)
+		}
+		seen[n.ID] = true
+		if err := n.Hardware.Validate(); err != nil {
+			return nil, fmt.Errorf("node %q: %w", n.ID, err)
+		}
+		out[i] = NewProfile(m, n, p)
+	}
+	return out, nil
+}

@@ -1,0 +1,42 @@
+// Package layers is Strata's placement core: model and hardware specs, the
+// cost model, the LayerMap, the quality measures that score every placement
+// policy, and the planner that the leader runs on every churn event.
+//
+// It is pure: no I/O, no goroutines, no clocks. The same inputs always give
+// the same outputs, whatever order the nodes come in.
+//
+// # Cost model
+//
+// Decode is a roofline. One step of batch b in one layer reads the layer's
+// weights once and each sequence's KV cache, and does b tokens of FLOPs:
+//
+//	t(b) = max((W + b·ctx·kv) / membw, b·F(ctx) / flops)
+//
+// where W is the layer's weight bytes, kv its KV bytes per token, ctx the
+// context each session reserves (CostParams.Context) and F(ctx) the FLOPs
+// per token (2 per weight multiply-add plus 4·ctx·hidden for attention).
+// Prefill of n tokens reads the weights once and does n tokens of FLOPs at
+// an average context of n/2.
+//
+// A node that holds k layers keeps (1 − MemoryReserve)·memory for itself and
+// fills what its weights leave with KV cache: its batch is
+// B(k) = ⌊(usable − k·W − ends) / (k·ctx·kv)⌋, where "ends" are the token
+// embedding on the first stage and the output head on the last. Its
+// throughput is
+//
+//	tps(k) = B(k) / (k·t(B(k)) + head time if it holds the head)
+//
+// Fewer layers leave more memory for KV cache, hence larger batches, so
+// k·tps(k), the layer-tokens a node serves per second, usually peaks at a
+// small k: a planner that fills memory with layers wastes most of a GPU.
+// Decode is bound by memory bandwidth until the batch crosses the roofline's
+// ridge, so stages must be balanced by bandwidth and memory, not by TFLOPS.
+//
+// # Quality
+//
+// Flow is the max flow from layer 0 to layer L through the nodes' ranges:
+// a token that visits node i costs 1/tps_i(k_i) of its time, so Flow is the
+// least, over layers, of the summed tps of the nodes serving that layer.
+// UB and UB2 bound Flow from above for any map of the same nodes; every
+// policy is scored by the same Fleet methods.
+package layers
