@@ -23,12 +23,17 @@ type CostParams struct {
 	Context int `yaml:"context" json:"context"`
 	// MemoryReserve is the fraction of device memory left to the runtime.
 	MemoryReserve float64 `yaml:"memory_reserve" json:"memory_reserve"`
-	// MaxBatch caps a node's decode batch (0: only memory caps it).
+	// MaxBatch caps a node's decode batch (0: the default; negative: only
+	// memory caps it).
 	MaxBatch int `yaml:"max_batch,omitempty" json:"max_batch,omitempty"`
 }
 
-// DefaultCostParams is a 2,048-token context with 10% of memory kept back.
-func DefaultCostParams() CostParams { return CostParams{Context: 2048, MemoryReserve: 0.1} }
+// DefaultCostParams is a 2,048-token context, 10% of memory kept back and
+// at most 256 sequences in a batch (vLLM's default max_num_seqs): beyond
+// that a real server's scheduler, not memory, is the limit.
+func DefaultCostParams() CostParams {
+	return CostParams{Context: 2048, MemoryReserve: 0.1, MaxBatch: 256}
+}
 
 func (p CostParams) withDefaults() CostParams {
 	d := DefaultCostParams()
@@ -38,7 +43,10 @@ func (p CostParams) withDefaults() CostParams {
 	if !(p.MemoryReserve >= 0 && p.MemoryReserve < 1) {
 		p.MemoryReserve = d.MemoryReserve
 	}
-	if p.MaxBatch < 0 {
+	if p.MaxBatch == 0 {
+		p.MaxBatch = d.MaxBatch
+	}
+	if p.MaxBatch < 0 { // negative: no cap beyond memory
 		p.MaxBatch = 0
 	}
 	return p
@@ -130,6 +138,13 @@ func NewProfile(m ModelSpec, n Node, p CostParams) Profile {
 	usable := h.MemoryBytes * (1 - p.MemoryReserve)
 	seqBytes := float64(p.Context) * m.KVBytesPerToken() // per layer
 	w := m.LayerWeightBytes()
+	// A node that does not hold the whole model sends (or receives) one
+	// activation per token over its link: full duplex, so the link caps the
+	// node's rate at bandwidth ÷ activation bytes.
+	linkTPS := math.Inf(1)
+	if h.NetBandwidth > 0 {
+		linkTPS = h.NetBandwidth / m.ActivationBytesPerToken()
+	}
 	kmax := int(math.Floor(usable / (w + seqBytes)))
 	if kmax > m.Layers {
 		kmax = m.Layers
@@ -158,7 +173,11 @@ func NewProfile(m ModelSpec, n Node, p CostParams) Profile {
 			if e&EndHead != 0 {
 				step += headTime(m, h, b)
 			}
-			pr.tps[e][k] = speed * float64(b) / step
+			t := speed * float64(b) / step
+			if !(k == m.Layers && e == EndEmbed|EndHead) {
+				t = math.Min(t, linkTPS)
+			}
+			pr.tps[e][k] = t
 			pr.batch[e][k] = b
 		}
 	}
@@ -197,7 +216,7 @@ func (p Profile) Capacity(e Ends) int {
 func (p Profile) BestK() int {
 	best, bk := 0.0, 0
 	for k := 1; k <= p.MaxLayers; k++ {
-		if v := float64(k) * p.TPS(k, 0); v > best {
+		if v := float64(k) * p.TPS(k, 0); v >= best*(1-1e-9) && v > 0 {
 			best, bk = v, k
 		}
 	}
