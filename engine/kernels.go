@@ -1,0 +1,178 @@
+package engine
+
+import "math"
+
+// The portable kernels define the arithmetic order; the assembly kernels
+// (kernels_amd64.s) follow it exactly and are tested to give the same bits.
+//
+// An F32 dot product keeps 16 strided lanes (element i goes to lane i%16;
+// a tail shorter than 16 goes to lanes 0..tail-1), each adding products
+// already rounded to float32, then sums the lanes as a fixed tree:
+// l[j]+l[j+8], then +4, +2, +1. This is exactly what two 8-wide AVX
+// registers and a horizontal reduction compute, with no FMA.
+
+// dotF32 is the reference F32 dot product.
+func dotF32(a, b []float32) float32 {
+	n := len(a)
+	b = b[:n]
+	var s [16]float32
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		x := a[i : i+16 : i+16]
+		y := b[i : i+16 : i+16]
+		s[0] += float32(x[0] * y[0])
+		s[1] += float32(x[1] * y[1])
+		s[2] += float32(x[2] * y[2])
+		s[3] += float32(x[3] * y[3])
+		s[4] += float32(x[4] * y[4])
+		s[5] += float32(x[5] * y[5])
+		s[6] += float32(x[6] * y[6])
+		s[7] += float32(x[7] * y[7])
+		s[8] += float32(x[8] * y[8])
+		s[9] += float32(x[9] * y[9])
+		s[10] += float32(x[10] * y[10])
+		s[11] += float32(x[11] * y[11])
+		s[12] += float32(x[12] * y[12])
+		s[13] += float32(x[13] * y[13])
+		s[14] += float32(x[14] * y[14])
+		s[15] += float32(x[15] * y[15])
+	}
+	for j := 0; i < n; i, j = i+1, j+1 {
+		s[j] += float32(a[i] * b[i])
+	}
+	return reduce16(&s)
+}
+
+func reduce16(s *[16]float32) float32 {
+	for j := 0; j < 8; j++ {
+		s[j] += s[j+8]
+	}
+	for j := 0; j < 4; j++ {
+		s[j] += s[j+4]
+	}
+	s[0] += s[2]
+	s[1] += s[3]
+	return s[0] + s[1]
+}
+
+// A Q8_0 dot product works on blocks of 32: the products of int8 weights
+// and int8-quantised activations are summed exactly as integers in 8
+// groups of 4 (the groups that VPMADDUBSW+VPMADDWD or VPDPBUSD form);
+// each group's sum, as float32, times the block's scale product
+// float32(dw·dx), is added to one of 8 float lanes. The lanes are then
+// summed as a tree: l[m]+l[m+4], +2, +1.
+
+// dotQ8 is the reference Q8_0 dot product of one weight row (qs, ds) with
+// one quantised activation (xq, xd).
+func dotQ8(wq []int8, wd []float32, xq []int8, xd []float32) float32 {
+	var acc [8]float32
+	nb := len(wd)
+	xd = xd[:nb]
+	wq = wq[:nb*32]
+	xq = xq[:nb*32]
+	for b := 0; b < nb; b++ {
+		s := float32(wd[b] * xd[b])
+		w := wq[b*32 : b*32+32 : b*32+32]
+		x := xq[b*32 : b*32+32 : b*32+32]
+		for m := 0; m < 8; m++ {
+			p := int32(w[4*m])*int32(x[4*m]) + int32(w[4*m+1])*int32(x[4*m+1]) +
+				int32(w[4*m+2])*int32(x[4*m+2]) + int32(w[4*m+3])*int32(x[4*m+3])
+			acc[m] += float32(float32(p) * s)
+		}
+	}
+	for m := 0; m < 4; m++ {
+		acc[m] += acc[m+4]
+	}
+	acc[0] += acc[2]
+	acc[1] += acc[3]
+	return acc[0] + acc[1]
+}
+
+// quantizeQ8 quantises x (a whole number of 32-blocks) as ggml quantises
+// activations for a Q8_0 matrix product: per block, scale max|x|/127
+// rounded to f16, values rounded to nearest (halves away from zero).
+func quantizeQ8(x []float32, q []int8, d []float32) {
+	for b := range d {
+		d[b] = f16ToF32(quantizeQ8Block(x[b*32:b*32+32], q[b*32:b*32+32]))
+	}
+}
+
+// expf is e^x in float32, our own so that every machine gives the same
+// bits (the math package's Exp uses FMA where the CPU has it). Cephes'
+// expf: x = k·ln2 + r, a degree-5 polynomial for e^r, then scaling by 2^k,
+// every product rounded to float32 before it is added.
+func expf(x float32) float32 {
+	switch {
+	case x != x:
+		return x
+	case x > 88.72283:
+		return float32(math.Inf(1))
+	case x < -103.97208:
+		return 0
+	}
+	k := float32(math.Floor(float64(float32(x*1.44269504088896341)) + 0.5))
+	r := x - float32(k*0.693359375)
+	r = r - float32(k*-2.12194440e-4)
+	p := float32(1.9875691500e-4)
+	p = float32(p*r) + 1.3981999507e-3
+	p = float32(p*r) + 8.3334519073e-3
+	p = float32(p*r) + 4.1665795894e-2
+	p = float32(p*r) + 1.6666665459e-1
+	p = float32(p*r) + 5.0000001201e-1
+	rr := float32(r * r)
+	y := float32(p*rr) + r + 1
+	ki := int32(k)
+	switch {
+	case ki > 127:
+		return float32(y*2) * pow2(ki-1)
+	case ki < -126:
+		return float32(y*pow2(ki+126)) * pow2(-126)
+	}
+	return y * pow2(ki)
+}
+
+func pow2(e int32) float32 { return math.Float32frombits(uint32(e+127) << 23) }
+
+// siluMul computes silu(g)·u in place in g: SwiGLU.
+func siluMul(g, u []float32) {
+	u = u[:len(g)]
+	for i, x := range g {
+		s := x / (1 + expf(-x))
+		g[i] = s * u[i]
+	}
+}
+
+// rmsNorm writes x / sqrt(mean(x²) + eps) · w to out. The sum of squares
+// is in float64, where each square is exact, so its order alone fixes it.
+func rmsNorm(out, x, w []float32, eps float32) {
+	ss := 0.0
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	scale := float32(1 / math.Sqrt(ss/float64(len(x))+float64(eps)))
+	w = w[:len(x)]
+	out = out[:len(x)]
+	for i, v := range x {
+		out[i] = float32(v*scale) * w[i]
+	}
+}
+
+// softmax normalises s in place with a sequential sum.
+func softmax(s []float32) {
+	m := float32(math.Inf(-1))
+	for _, v := range s {
+		if v > m {
+			m = v
+		}
+	}
+	sum := float32(0)
+	for i, v := range s {
+		e := expf(v - m)
+		s[i] = e
+		sum += e
+	}
+	inv := 1 / sum
+	for i := range s {
+		s[i] *= inv
+	}
+}

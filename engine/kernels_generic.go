@@ -1,0 +1,10 @@
+//go:build !amd64
+
+package engine
+
+var (
+	dotRowsF32 = dotRowsF32Portable
+	dotRowsQ8  = dotRowsQ8Portable
+)
+
+const simdKernel = "portable Go"

@@ -1,0 +1,137 @@
+package engine
+
+import "sync"
+
+// act is a batch of n input rows of cols values for a matrix product,
+// quantised to Q8_0 on first use by a Q8_0 matrix (once for all the
+// matrices that share it, as Q, K and V do).
+type act struct {
+	f       []float32
+	n, cols int
+	q       []int8
+	d       []float32
+}
+
+func newAct(f []float32, n, cols int) *act { return &act{f: f[:n*cols], n: n, cols: cols} }
+
+func (a *act) quantized() ([]int8, []float32) {
+	if a.q == nil {
+		a.q = make([]int8, a.n*a.cols)
+		a.d = make([]float32, a.n*a.cols/32)
+		quantizeQ8(a.f, a.q, a.d)
+	}
+	return a.q, a.d
+}
+
+// matmul computes out[t*rows + r] = W[r]·x[t] for every input row t. Rows
+// of W are split across the pool's goroutines in blocks of 4, and each
+// block of W is used for every input row while it is in cache.
+func (s *Local) matmul(out []float32, w *matrix, x *act) {
+	if w.f == nil {
+		x.quantized()
+	}
+	blocks := (w.rows + 3) / 4
+	s.pool.run(func(part, parts int) {
+		lo, hi := split(blocks, part, parts)
+		r0, r1 := lo*4, hi*4
+		if r1 > w.rows {
+			r1 = w.rows
+		}
+		if r0 >= r1 {
+			return
+		}
+		if w.f != nil {
+			matmulF32(out, w, x, r0, r1)
+		} else {
+			matmulQ8(out, w, x, r0, r1)
+		}
+	})
+}
+
+func matmulF32(out []float32, w *matrix, x *act, r0, r1 int) {
+	c := w.cols
+	for r := r0; r < r1; r += 4 {
+		m := min(4, r1-r)
+		for t := 0; t < x.n; t++ {
+			xv := x.f[t*c : (t+1)*c]
+			o := out[t*w.rows+r : t*w.rows+r+m]
+			dotRowsF32(o, w.f[r*c:(r+m)*c], xv)
+		}
+	}
+}
+
+func matmulQ8(out []float32, w *matrix, x *act, r0, r1 int) {
+	c, nb := w.cols, w.cols/32
+	for r := r0; r < r1; r += 4 {
+		m := min(4, r1-r)
+		for t := 0; t < x.n; t++ {
+			o := out[t*w.rows+r : t*w.rows+r+m]
+			dotRowsQ8(o, w.q[r*c:(r+m)*c], w.d[r*nb:(r+m)*nb], x.q[t*c:(t+1)*c], x.d[t*nb:(t+1)*nb])
+		}
+	}
+}
+
+// dotRowsF32Portable writes len(out) dot products of consecutive rows of w
+// with x.
+func dotRowsF32Portable(out, w, x []float32) {
+	c := len(x)
+	for i := range out {
+		out[i] = dotF32(w[i*c:(i+1)*c], x)
+	}
+}
+
+func dotRowsQ8Portable(out []float32, wq []int8, wd []float32, xq []int8, xd []float32) {
+	c, nb := len(xq), len(xd)
+	for i := range out {
+		out[i] = dotQ8(wq[i*c:(i+1)*c], wd[i*nb:(i+1)*nb], xq, xd)
+	}
+}
+
+// pool runs a function split into parts on a fixed set of goroutines.
+type pool struct {
+	n    int
+	jobs chan poolJob
+}
+
+type poolJob struct {
+	f           func(part, parts int)
+	part, parts int
+	wg          *sync.WaitGroup
+}
+
+func newPool(n int) *pool {
+	p := &pool{n: n}
+	if n > 1 {
+		p.jobs = make(chan poolJob, n)
+		for i := 1; i < n; i++ {
+			go func() {
+				for j := range p.jobs {
+					j.f(j.part, j.parts)
+					j.wg.Done()
+				}
+			}()
+		}
+	}
+	return p
+}
+
+// run calls f(part, n) for every part, the caller doing part 0, and waits.
+func (p *pool) run(f func(part, parts int)) {
+	if p.n <= 1 {
+		f(0, 1)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(p.n - 1)
+	for i := 1; i < p.n; i++ {
+		p.jobs <- poolJob{f, i, p.n, &wg}
+	}
+	f(0, p.n)
+	wg.Wait()
+}
+
+func (p *pool) close() {
+	if p.jobs != nil {
+		close(p.jobs)
+	}
+}

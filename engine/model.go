@@ -1,0 +1,282 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+
+	"github.com/stratanet/strata/layers"
+)
+
+// HParams are a model's hyper-parameters as read from GGUF metadata.
+type HParams struct {
+	Arch     string
+	Name     string
+	Layers   int
+	Dim      int
+	Heads    int
+	KVHeads  int
+	HeadDim  int
+	FFN      int
+	Vocab    int
+	Context  int
+	RopeBase float32
+	NormEps  float32
+	// NeoxRope rotates pairs (i, i+d/2) (qwen2); otherwise consecutive pairs
+	// (2i, 2i+1), as GGUF stores llama's Q and K.
+	NeoxRope bool
+	QKVBias  bool
+}
+
+// KVDim is the width of one token's K (or V) in one layer.
+func (h HParams) KVDim() int { return h.KVHeads * h.HeadDim }
+
+// Spec returns the hyper-parameters as package layers models them, for
+// weights of the given bytes per parameter.
+func (h HParams) Spec(bytesPerParam float64) (layers.ModelSpec, error) {
+	return layers.NewModelSpec(layers.HyperParams{Name: h.Name, Layers: h.Layers, Hidden: h.Dim,
+		Heads: h.Heads, KVHeads: h.KVHeads, FFN: h.FFN, Vocab: h.Vocab, BytesPerParam: bytesPerParam, KVBytes: 4})
+}
+
+var supportedArchs = map[string]bool{"llama": true, "qwen2": true}
+
+// ReadHParams reads and checks the hyper-parameters of f.
+func ReadHParams(f *File) (HParams, error) {
+	arch, err := f.String("general.architecture")
+	if err != nil {
+		return HParams{}, err
+	}
+	if !supportedArchs[arch] {
+		return HParams{}, fmt.Errorf("%w: %q (supported: llama, qwen2)", ErrUnsupportedArch, arch)
+	}
+	h := HParams{Arch: arch, NeoxRope: arch == "qwen2", QKVBias: arch == "qwen2"}
+	h.Name, _ = f.String("general.name")
+	geti := func(key string, dst *int, def int) error {
+		n, err := f.Uint(arch + "." + key)
+		if err != nil {
+			if _, present := f.Get(arch + "." + key); present || def < 0 {
+				return err
+			}
+			n = uint64(def)
+		}
+		if n > 1<<31 {
+			return fmt.Errorf("%w: key %q = %d is too large", ErrCorrupt, arch+"."+key, n)
+		}
+		*dst = int(n)
+		return nil
+	}
+	getf := func(key string, dst *float32, def float64) error {
+		v, err := f.Float(arch + "." + key)
+		if err != nil {
+			if _, present := f.Get(arch + "." + key); present {
+				return err
+			}
+			v = def
+		}
+		*dst = float32(v)
+		return nil
+	}
+	for _, e := range []error{
+		geti("block_count", &h.Layers, -1),
+		geti("embedding_length", &h.Dim, -1),
+		geti("attention.head_count", &h.Heads, -1),
+		geti("feed_forward_length", &h.FFN, -1),
+		geti("context_length", &h.Context, 2048),
+		getf("rope.freq_base", &h.RopeBase, 10000),
+		getf("attention.layer_norm_rms_epsilon", &h.NormEps, 1e-5),
+	} {
+		if e != nil {
+			return HParams{}, e
+		}
+	}
+	if err := geti("attention.head_count_kv", &h.KVHeads, h.Heads); err != nil {
+		return HParams{}, err
+	}
+	bad := func(key string, v any) (HParams, error) {
+		return HParams{}, fmt.Errorf("%w: key %q = %v", ErrCorrupt, arch+"."+key, v)
+	}
+	switch {
+	case h.Layers <= 0 || h.Layers > 1<<16:
+		return bad("block_count", h.Layers)
+	case h.Dim <= 0:
+		return bad("embedding_length", h.Dim)
+	case h.Heads <= 0 || h.Dim%h.Heads != 0 || (h.Dim/h.Heads)%2 != 0:
+		return bad("attention.head_count", h.Heads)
+	case h.KVHeads <= 0 || h.Heads%h.KVHeads != 0:
+		return bad("attention.head_count_kv", h.KVHeads)
+	case h.FFN <= 0:
+		return bad("feed_forward_length", h.FFN)
+	case !(h.RopeBase > 0) || math.IsInf(float64(h.RopeBase), 0):
+		return bad("rope.freq_base", h.RopeBase)
+	case !(h.NormEps >= 0) || h.NormEps > 1:
+		return bad("attention.layer_norm_rms_epsilon", h.NormEps)
+	}
+	h.HeadDim = h.Dim / h.Heads
+	rd := h.HeadDim
+	if err := geti("rope.dimension_count", &rd, h.HeadDim); err != nil {
+		return HParams{}, err
+	}
+	if rd != h.HeadDim {
+		return HParams{}, fmt.Errorf("%w: %s with partial RoPE (rope.dimension_count %d, head size %d)", ErrUnsupportedArch, arch, rd, h.HeadDim)
+	}
+	if _, ok := f.Tensor("rope_freqs.weight"); ok {
+		return HParams{}, fmt.Errorf("%w: %s with RoPE frequency factors (rope_freqs.weight)", ErrUnsupportedArch, arch)
+	}
+	emb, ok := f.Tensor("token_embd.weight")
+	if !ok {
+		return HParams{}, fmt.Errorf("%w: missing tensor %q", ErrCorrupt, "token_embd.weight")
+	}
+	if len(emb.Dims) != 2 || emb.Dims[0] != uint64(h.Dim) || emb.Dims[1] > 1<<24 {
+		return HParams{}, fmt.Errorf("%w: tensor %q has dims %v, want [%d vocab]", ErrShape, emb.Name, emb.Dims, h.Dim)
+	}
+	h.Vocab = int(emb.Dims[1])
+	if v, err := f.Uint(arch + ".vocab_size"); err == nil && v != uint64(h.Vocab) {
+		return bad("vocab_size", v)
+	}
+	return h, nil
+}
+
+// matrix is a weight matrix of rows×cols, row-major, held as float32 (F32,
+// F16 and BF16 files) or as Q8_0 blocks split into int8 values and float32
+// scales.
+type matrix struct {
+	rows, cols int
+	f          []float32
+	q          []int8
+	d          []float32
+}
+
+func (m *matrix) bytes() int64 {
+	return int64(len(m.f))*4 + int64(len(m.q)) + int64(len(m.d))*4
+}
+
+// row dequantises row r into dst.
+func (m *matrix) row(r int, dst []float32) {
+	if m.f != nil {
+		copy(dst, m.f[r*m.cols:(r+1)*m.cols])
+		return
+	}
+	nb := m.cols / 32
+	for b := 0; b < nb; b++ {
+		d := m.d[r*nb+b]
+		for i := 0; i < 32; i++ {
+			dst[b*32+i] = float32(m.q[r*m.cols+b*32+i]) * d
+		}
+	}
+}
+
+// loader reads the tensors a stage needs, counting the bytes.
+type loader struct {
+	f *File
+}
+
+func (l *loader) info(name string, dims ...int) (*TensorInfo, error) {
+	t, ok := l.f.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: missing tensor %q", ErrCorrupt, name)
+	}
+	if len(t.Dims) != len(dims) {
+		return nil, fmt.Errorf("%w: tensor %q has dims %v, want %v", ErrShape, name, t.Dims, dims)
+	}
+	for i, d := range dims {
+		if t.Dims[i] != uint64(d) {
+			return nil, fmt.Errorf("%w: tensor %q has dims %v, want %v", ErrShape, name, t.Dims, dims)
+		}
+	}
+	if !t.Type.Supported() {
+		return nil, fmt.Errorf("%w: tensor %q is %s (supported: f32, f16, bf16, q8_0)", ErrUnsupportedType, name, t.Type)
+	}
+	return t, nil
+}
+
+// vector loads a 1-D tensor of n elements as float32.
+func (l *loader) vector(name string, n int) ([]float32, error) {
+	t, err := l.info(name, n)
+	if err != nil {
+		return nil, err
+	}
+	m, err := l.load(t, 1, n)
+	if err != nil {
+		return nil, err
+	}
+	if m.f == nil {
+		out := make([]float32, n)
+		m.row(0, out)
+		return out, nil
+	}
+	return m.f, nil
+}
+
+// matrix loads a 2-D tensor of rows×cols (GGUF dims [cols, rows]).
+func (l *loader) matrix(name string, rows, cols int) (*matrix, error) {
+	t, err := l.info(name, cols, rows)
+	if err != nil {
+		return nil, err
+	}
+	return l.load(t, rows, cols)
+}
+
+func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
+	b, err := l.f.readTensorBytes(t)
+	if err != nil {
+		return nil, err
+	}
+	m := &matrix{rows: rows, cols: cols}
+	n := rows * cols
+	le := binary.LittleEndian
+	switch t.Type {
+	case F32:
+		m.f = make([]float32, n)
+		for i := range m.f {
+			m.f[i] = math.Float32frombits(le.Uint32(b[4*i:]))
+		}
+	case F16:
+		m.f = make([]float32, n)
+		for i := range m.f {
+			m.f[i] = f16ToF32(le.Uint16(b[2*i:]))
+		}
+	case BF16:
+		m.f = make([]float32, n)
+		for i := range m.f {
+			m.f[i] = bf16ToF32(le.Uint16(b[2*i:]))
+		}
+	case Q8_0:
+		m.q = make([]int8, n)
+		m.d = make([]float32, n/32)
+		for blk := range m.d {
+			p := b[34*blk:]
+			m.d[blk] = f16ToF32(le.Uint16(p))
+			for i := 0; i < 32; i++ {
+				m.q[blk*32+i] = int8(p[2+i])
+			}
+		}
+	}
+	return m, nil
+}
+
+// Fingerprint identifies a model file without reading its weights in full:
+// SHA-256 of the whole header (metadata and tensor table) and of the first
+// 32 bytes of each tensor's data, so that files which differ only in their
+// weights (another seed, another fine-tune) still differ.
+func (f *File) Fingerprint() (string, error) {
+	h := sha256.New()
+	h.Write(f.headerFP[:])
+	var buf [32]byte
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		n := int64(len(buf))
+		if t.Size < n {
+			n = t.Size
+		}
+		if n <= 0 {
+			continue
+		}
+		if _, err := f.r.ReadAt(buf[:n], t.Offset); err != nil {
+			return "", fmt.Errorf("%w: tensor %q: %v", ErrCorrupt, t.Name, err)
+		}
+		h.Write(buf[:n])
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,627 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"sync"
+)
+
+// Stage runs a contiguous range of a model's layers. Both the real engine
+// (*Local) and the simulated backend (*SimStage) implement it.
+type Stage interface {
+	Info() Info
+	// NewSession reserves a KV cache of maxTokens positions.
+	NewSession(maxTokens int) (Session, error)
+	// Forward runs one step of one session: a prefill of n tokens or a
+	// decode of one go through the same code.
+	Forward(ctx context.Context, step Step) (Output, error)
+	// ForwardBatch runs steps of distinct sessions together, reading each
+	// weight once for all of them; each result is bit-identical to Forward.
+	ForwardBatch(ctx context.Context, steps []Step) ([]Output, error)
+	Close() error
+}
+
+// Session is one sequence's KV cache on one stage.
+type Session interface {
+	Len() int // positions held
+	Cap() int // positions reserved
+	// Truncate drops positions n and after, to redo or replay from n.
+	Truncate(n int) error
+	// Close frees the cache; the session cannot be used afterwards.
+	Close() error
+}
+
+// Step is the input of one session for one call.
+type Step struct {
+	Session Session
+	// Pos is the position of the first input; it must equal Session.Len().
+	Pos int
+	// Tokens feed the first stage; Hidden (n × Info().Hidden, row-major)
+	// feeds the others. Exactly one is set.
+	Tokens []int32
+	Hidden []float32
+}
+
+// N is the number of positions the step advances.
+func (s Step) N(hidden int) int {
+	if s.Tokens != nil {
+		return len(s.Tokens)
+	}
+	if hidden <= 0 {
+		return 0
+	}
+	return len(s.Hidden) / hidden
+}
+
+// Output is what one step produces.
+type Output struct {
+	// Hidden are the n × Info().Hidden output states of a stage that is
+	// not last.
+	Hidden []float32
+	// Logits are the Info().Vocab logits of the step's last position, on
+	// the last stage.
+	Logits []float32
+}
+
+// Info describes a loaded stage.
+type Info struct {
+	Name        string // general.name; ends in "-simulated" for a SimStage
+	Arch        string
+	Layers      int // layers in the whole model
+	Lo, Hi      int // this stage's range [Lo, Hi)
+	Hidden      int
+	Vocab       int
+	Context     int // the model's trained context length
+	Fingerprint string
+	Simulated   bool
+	Threads     int
+	// WeightBytes is the memory the stage's weights take.
+	WeightBytes int64
+	// KVBytesPerToken is the KV cache one position takes across the
+	// stage's layers.
+	KVBytesPerToken int64
+	HParams         HParams
+}
+
+// First reports whether the stage holds the token embedding.
+func (i Info) First() bool { return i.Lo == 0 }
+
+// Last reports whether the stage holds the output head.
+func (i Info) Last() bool { return i.Hi == i.Layers }
+
+// Option configures Open and NewSimStage.
+type Option func(*options)
+
+type options struct {
+	lo, hi   int
+	hasRange bool
+	threads  int
+	sleep    func(context.Context, float64) error
+}
+
+// WithRange loads layers [lo, hi) only (default: all).
+func WithRange(lo, hi int) Option {
+	return func(o *options) { o.lo, o.hi, o.hasRange = lo, hi, true }
+}
+
+// WithThreads sets the goroutines a step uses (default: GOMAXPROCS).
+// Results are bit-identical at any count.
+func WithThreads(n int) Option { return func(o *options) { o.threads = n } }
+
+func buildOptions(opts []Option) options {
+	o := options{}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.threads <= 0 {
+		o.threads = runtime.GOMAXPROCS(0)
+	}
+	return o
+}
+
+type layerWeights struct {
+	attnNorm, ffnNorm []float32
+	wq, wk, wv, wo    *matrix
+	bq, bk, bv        []float32
+	wGate, wUp, wDown *matrix
+}
+
+// Local is a stage that really computes its layers.
+type Local struct {
+	mu     sync.Mutex
+	info   Info
+	hp     HParams
+	embd   *matrix
+	layers []layerWeights
+	onorm  []float32
+	out    *matrix
+	tok    *Tokenizer
+	pool   *pool
+	closed bool
+}
+
+// Open loads the stage of the GGUF model at path given by the options
+// (all layers by default), reading only that stage's tensors.
+func Open(path string, opts ...Option) (*Local, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	s, err := OpenReaderAt(fh, st.Size(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// OpenReaderAt is Open on size bytes behind r. It does not keep r.
+func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
+	o := buildOptions(opts)
+	f, err := ReadFile(r, size)
+	if err != nil {
+		return nil, err
+	}
+	hp, err := ReadHParams(f)
+	if err != nil {
+		return nil, err
+	}
+	if !o.hasRange {
+		o.lo, o.hi = 0, hp.Layers
+	}
+	if o.lo < 0 || o.hi > hp.Layers || o.lo >= o.hi {
+		return nil, fmt.Errorf("%w: [%d, %d) of a %d-layer model", ErrRange, o.lo, o.hi, hp.Layers)
+	}
+	fp, err := f.Fingerprint()
+	if err != nil {
+		return nil, err
+	}
+	tok, err := NewTokenizer(f)
+	if err != nil {
+		return nil, err
+	}
+	if tok.Vocab() != hp.Vocab {
+		return nil, fmt.Errorf("%w: %d tokenizer tokens for %d embedding rows", ErrShape, tok.Vocab(), hp.Vocab)
+	}
+	s := &Local{hp: hp, tok: tok}
+	s.info = Info{Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
+		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
+		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
+	l := &loader{f: f}
+	d, kv := hp.Dim, hp.KVDim()
+	if s.info.First() {
+		if s.embd, err = l.matrix("token_embd.weight", hp.Vocab, d); err != nil {
+			return nil, err
+		}
+	}
+	for i := o.lo; i < o.hi; i++ {
+		p := fmt.Sprintf("blk.%d.", i)
+		var w layerWeights
+		steps := []func() error{
+			func() (e error) { w.attnNorm, e = l.vector(p+"attn_norm.weight", d); return },
+			func() (e error) { w.wq, e = l.matrix(p+"attn_q.weight", d, d); return },
+			func() (e error) { w.wk, e = l.matrix(p+"attn_k.weight", kv, d); return },
+			func() (e error) { w.wv, e = l.matrix(p+"attn_v.weight", kv, d); return },
+			func() (e error) { w.wo, e = l.matrix(p+"attn_output.weight", d, d); return },
+			func() (e error) { w.ffnNorm, e = l.vector(p+"ffn_norm.weight", d); return },
+			func() (e error) { w.wGate, e = l.matrix(p+"ffn_gate.weight", hp.FFN, d); return },
+			func() (e error) { w.wUp, e = l.matrix(p+"ffn_up.weight", hp.FFN, d); return },
+			func() (e error) { w.wDown, e = l.matrix(p+"ffn_down.weight", d, hp.FFN); return },
+		}
+		if hp.QKVBias {
+			steps = append(steps,
+				func() (e error) { w.bq, e = l.vector(p+"attn_q.bias", d); return },
+				func() (e error) { w.bk, e = l.vector(p+"attn_k.bias", kv); return },
+				func() (e error) { w.bv, e = l.vector(p+"attn_v.bias", kv); return })
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return nil, err
+			}
+		}
+		s.layers = append(s.layers, w)
+	}
+	if s.info.Last() {
+		if s.onorm, err = l.vector("output_norm.weight", d); err != nil {
+			return nil, err
+		}
+		if _, ok := f.Tensor("output.weight"); ok {
+			s.out, err = l.matrix("output.weight", hp.Vocab, d)
+		} else if s.embd != nil {
+			s.out = s.embd // tied head
+		} else {
+			s.out, err = l.matrix("token_embd.weight", hp.Vocab, d)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	s.info.WeightBytes = s.weightBytes()
+	s.pool = newPool(o.threads)
+	return s, nil
+}
+
+func (s *Local) weightBytes() int64 {
+	n := int64(0)
+	if s.embd != nil {
+		n += s.embd.bytes()
+	}
+	if s.out != nil && s.out != s.embd {
+		n += s.out.bytes()
+	}
+	n += int64(len(s.onorm)) * 4
+	for _, w := range s.layers {
+		for _, m := range []*matrix{w.wq, w.wk, w.wv, w.wo, w.wGate, w.wUp, w.wDown} {
+			n += m.bytes()
+		}
+		n += int64(len(w.attnNorm)+len(w.ffnNorm)+len(w.bq)+len(w.bk)+len(w.bv)) * 4
+	}
+	return n
+}
+
+// Info describes the stage.
+func (s *Local) Info() Info { return s.info }
+
+// Tokenizer is the model's tokenizer (from the file's metadata).
+func (s *Local) Tokenizer() *Tokenizer { return s.tok }
+
+// Close stops the stage's workers. Sessions die with it.
+func (s *Local) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.pool.close()
+	}
+	return nil
+}
+
+// kvSession holds one sequence's K and V for the stage's layers:
+// k[layer][pos*kvDim + head*headDim + i].
+type kvSession struct {
+	st     *Local
+	n, cap int
+	k, v   [][]float32
+	closed bool
+}
+
+// NewSession reserves a KV cache of maxTokens positions
+// (maxTokens × Info().KVBytesPerToken bytes).
+func (s *Local) NewSession(maxTokens int) (Session, error) {
+	if maxTokens <= 0 || maxTokens > 1<<24 {
+		return nil, fmt.Errorf("%w: %d positions", ErrInput, maxTokens)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	kv := s.hp.KVDim()
+	ss := &kvSession{st: s, cap: maxTokens}
+	for range s.layers {
+		ss.k = append(ss.k, make([]float32, maxTokens*kv))
+		ss.v = append(ss.v, make([]float32, maxTokens*kv))
+	}
+	return ss, nil
+}
+
+func (k *kvSession) Len() int { return k.n }
+func (k *kvSession) Cap() int { return k.cap }
+
+func (k *kvSession) Truncate(n int) error {
+	k.st.mu.Lock()
+	defer k.st.mu.Unlock()
+	if k.closed {
+		return fmt.Errorf("%w: closed", ErrSession)
+	}
+	if n < 0 || n > k.n {
+		return fmt.Errorf("%w: truncate to %d of %d positions", ErrPosition, n, k.n)
+	}
+	k.n = n
+	return nil
+}
+
+func (k *kvSession) Close() error {
+	k.st.mu.Lock()
+	defer k.st.mu.Unlock()
+	k.closed = true
+	k.k, k.v = nil, nil
+	return nil
+}
+
+// Forward runs one step; see Stage.
+func (s *Local) Forward(ctx context.Context, step Step) (Output, error) {
+	out, err := s.ForwardBatch(ctx, []Step{step})
+	if err != nil {
+		return Output{}, err
+	}
+	return out[0], nil
+}
+
+// ForwardBatch runs several sessions' steps together; see Stage.
+func (s *Local) ForwardBatch(ctx context.Context, steps []Step) ([]Output, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if len(steps) == 0 {
+		return nil, nil
+	}
+	d := s.hp.Dim
+	sess := make([]*kvSession, len(steps))
+	rows := make([]rowRef, 0, len(steps))
+	seen := map[*kvSession]bool{}
+	for i, st := range steps {
+		ks, ok := st.Session.(*kvSession)
+		if !ok || ks.st != s || ks.closed {
+			return nil, fmt.Errorf("%w: step %d: closed or from another stage", ErrSession, i)
+		}
+		if seen[ks] {
+			return nil, fmt.Errorf("%w: step %d: session twice in one batch", ErrSession, i)
+		}
+		seen[ks] = true
+		sess[i] = ks
+		if st.Pos != ks.n {
+			return nil, fmt.Errorf("%w: step %d starts at %d, session holds %d", ErrPosition, i, st.Pos, ks.n)
+		}
+		var n int
+		if s.info.First() {
+			if st.Tokens == nil || st.Hidden != nil {
+				return nil, fmt.Errorf("%w: step %d: the first stage takes tokens", ErrInput, i)
+			}
+			for _, t := range st.Tokens {
+				if t < 0 || int(t) >= s.hp.Vocab {
+					return nil, fmt.Errorf("%w: step %d: token %d outside vocabulary of %d", ErrInput, i, t, s.hp.Vocab)
+				}
+			}
+			n = len(st.Tokens)
+		} else {
+			if st.Tokens != nil || len(st.Hidden)%d != 0 {
+				return nil, fmt.Errorf("%w: step %d: %d hidden values, want a multiple of %d", ErrShape, i, len(st.Hidden), d)
+			}
+			n = len(st.Hidden) / d
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%w: step %d is empty", ErrInput, i)
+		}
+		if ks.n+n > ks.cap {
+			return nil, fmt.Errorf("%w: step %d: %d + %d positions > %d", ErrContextFull, i, ks.n, n, ks.cap)
+		}
+		for t := 0; t < n; t++ {
+			rows = append(rows, rowRef{step: i, sess: ks, pos: ks.n + t})
+		}
+	}
+	x := make([]float32, len(rows)*d)
+	r := 0
+	for _, st := range steps {
+		if s.info.First() {
+			for _, t := range st.Tokens {
+				s.embd.row(int(t), x[r*d:(r+1)*d])
+				r++
+			}
+		} else {
+			copy(x[r*d:], st.Hidden)
+			r += len(st.Hidden) / d
+		}
+	}
+	fw := newForward(s, rows)
+	for li := range s.layers {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		fw.layer(li, x)
+	}
+	outs := make([]Output, len(steps))
+	if s.info.Last() {
+		// Logits only for each step's last position.
+		last := make([]float32, len(steps)*d)
+		for i := range rows {
+			if i == len(rows)-1 || rows[i+1].step != rows[i].step {
+				rmsNorm(last[rows[i].step*d:(rows[i].step+1)*d], x[i*d:(i+1)*d], s.onorm, s.hp.NormEps)
+			}
+		}
+		logits := make([]float32, len(steps)*s.hp.Vocab)
+		s.matmul(logits, s.out, newAct(last, len(steps), d))
+		for i := range outs {
+			outs[i].Logits = logits[i*s.hp.Vocab : (i+1)*s.hp.Vocab : (i+1)*s.hp.Vocab]
+		}
+	} else {
+		r := 0
+		for i, st := range steps {
+			n := st.N(d)
+			if s.info.First() {
+				n = len(st.Tokens)
+			}
+			outs[i].Hidden = x[r*d : (r+n)*d : (r+n)*d]
+			r += n
+		}
+	}
+	for i, st := range steps {
+		if s.info.First() {
+			sess[i].n += len(st.Tokens)
+		} else {
+			sess[i].n += len(st.Hidden) / d
+		}
+	}
+	return outs, nil
+}
+
+// rowRef is one position of the batch.
+type rowRef struct {
+	step int
+	sess *kvSession
+	pos  int
+}
+
+// forward holds the scratch of one ForwardBatch call.
+type forward struct {
+	s                *Local
+	rows             []rowRef
+	xb, q, k, v, att []float32
+	gate, up         []float32
+	cos, sin         []float32 // per row, HeadDim/2 each
+}
+
+func newForward(s *Local, rows []rowRef) *forward {
+	h := s.hp
+	n := len(rows)
+	fw := &forward{s: s, rows: rows,
+		xb: make([]float32, n*h.Dim), q: make([]float32, n*h.Dim), att: make([]float32, n*h.Dim),
+		k: make([]float32, n*h.KVDim()), v: make([]float32, n*h.KVDim()),
+		gate: make([]float32, n*h.FFN), up: make([]float32, n*h.FFN)}
+	half := h.HeadDim / 2
+	fw.cos = make([]float32, n*half)
+	fw.sin = make([]float32, n*half)
+	inv := ropeFreqs(h.RopeBase, h.HeadDim)
+	for r, row := range rows {
+		for i, f := range inv {
+			// pos·f is exact in float64 (24-bit × ≤24-bit), so only
+			// Sincos rounds.
+			sn, cs := math.Sincos(float64(row.pos) * float64(f))
+			fw.cos[r*half+i] = float32(cs)
+			fw.sin[r*half+i] = float32(sn)
+		}
+	}
+	return fw
+}
+
+// ropeFreqs are base^(-2i/d), rounded to float32.
+func ropeFreqs(base float32, d int) []float32 {
+	out := make([]float32, d/2)
+	for i := range out {
+		out[i] = float32(math.Pow(float64(base), -float64(2*i)/float64(d)))
+	}
+	return out
+}
+
+func (fw *forward) layer(li int, x []float32) {
+	s, h, w := fw.s, fw.s.hp, &fw.s.layers[li]
+	n, d, kvd, hd := len(fw.rows), h.Dim, h.KVDim(), h.HeadDim
+	for r := 0; r < n; r++ {
+		rmsNorm(fw.xb[r*d:(r+1)*d], x[r*d:(r+1)*d], w.attnNorm, h.NormEps)
+	}
+	a := newAct(fw.xb, n, d)
+	s.matmul(fw.q, w.wq, a)
+	s.matmul(fw.k, w.wk, a)
+	s.matmul(fw.v, w.wv, a)
+	if w.bq != nil {
+		for r := 0; r < n; r++ {
+			addTo(fw.q[r*d:(r+1)*d], w.bq)
+			addTo(fw.k[r*kvd:(r+1)*kvd], w.bk)
+			addTo(fw.v[r*kvd:(r+1)*kvd], w.bv)
+		}
+	}
+	half := hd / 2
+	for r, row := range fw.rows {
+		cs, sn := fw.cos[r*half:(r+1)*half], fw.sin[r*half:(r+1)*half]
+		for hh := 0; hh < h.Heads; hh++ {
+			rope(fw.q[r*d+hh*hd:r*d+(hh+1)*hd], cs, sn, h.NeoxRope)
+		}
+		for hh := 0; hh < h.KVHeads; hh++ {
+			rope(fw.k[r*kvd+hh*hd:r*kvd+(hh+1)*hd], cs, sn, h.NeoxRope)
+		}
+		copy(row.sess.k[li][row.pos*kvd:(row.pos+1)*kvd], fw.k[r*kvd:(r+1)*kvd])
+		copy(row.sess.v[li][row.pos*kvd:(row.pos+1)*kvd], fw.v[r*kvd:(r+1)*kvd])
+	}
+	fw.attention(li)
+	o := fw.xb // reuse: the normed input is no longer needed
+	s.matmul(o, w.wo, newAct(fw.att, n, d))
+	addTo(x, o)
+	for r := 0; r < n; r++ {
+		rmsNorm(fw.xb[r*d:(r+1)*d], x[r*d:(r+1)*d], w.ffnNorm, h.NormEps)
+	}
+	a = newAct(fw.xb, n, d)
+	s.matmul(fw.gate, w.wGate, a)
+	s.matmul(fw.up, w.wUp, a)
+	s.pool.run(func(part, parts int) {
+		lo, hi := split(n, part, parts)
+		for r := lo; r < hi; r++ {
+			siluMul(fw.gate[r*h.FFN:(r+1)*h.FFN], fw.up[r*h.FFN:(r+1)*h.FFN])
+		}
+	})
+	s.matmul(o, w.wDown, newAct(fw.gate, n, h.FFN))
+	addTo(x, o)
+}
+
+// attention computes, for every (row, head), softmax(q·Kᵀ/√d)·V over the
+// session's positions up to the row's own. Each (row, head) is one
+// goroutine's work, with a sequential sum over positions.
+func (fw *forward) attention(li int) {
+	h := fw.s.hp
+	d, kvd, hd := h.Dim, h.KVDim(), h.HeadDim
+	group := h.Heads / h.KVHeads
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	units := len(fw.rows) * h.Heads
+	fw.s.pool.run(func(part, parts int) {
+		lo, hi := split(units, part, parts)
+		var scores []float32
+		for u := lo; u < hi; u++ {
+			r, hh := u/h.Heads, u%h.Heads
+			row := fw.rows[r]
+			kh := hh / group
+			q := fw.q[r*d+hh*hd : r*d+(hh+1)*hd]
+			kc, vc := row.sess.k[li], row.sess.v[li]
+			np := row.pos + 1
+			if cap(scores) < np {
+				scores = make([]float32, np)
+			}
+			scores = scores[:np]
+			for j := 0; j < np; j++ {
+				scores[j] = float32(dotF32(q, kc[j*kvd+kh*hd:j*kvd+(kh+1)*hd]) * scale)
+			}
+			softmax(scores)
+			out := fw.att[r*d+hh*hd : r*d+(hh+1)*hd]
+			for i := range out {
+				out[i] = 0
+			}
+			for j, p := range scores {
+				vj := vc[j*kvd+kh*hd : j*kvd+(kh+1)*hd]
+				for i := range out {
+					out[i] += float32(p * vj[i])
+				}
+			}
+		}
+	})
+}
+
+// rope rotates one head in place: consecutive pairs (2i, 2i+1), or NEOX
+// pairs (i, i+d/2).
+func rope(x, cos, sin []float32, neox bool) {
+	half := len(x) / 2
+	for i := 0; i < half; i++ {
+		a, b := 2*i, 2*i+1
+		if neox {
+			a, b = i, i+half
+		}
+		x0, x1 := x[a], x[b]
+		c, s := cos[i], sin[i]
+		x[a] = float32(x0*c) - float32(x1*s)
+		x[b] = float32(x0*s) + float32(x1*c)
+	}
+}
+
+func addTo(dst, src []float32) {
+	if len(src) == len(dst) {
+		for i := range dst {
+			dst[i] += src[i]
+		}
+		return
+	}
+	for i := range dst {
+		dst[i] += src[i%len(src)]
+	}
+}
+
+// split is part's share [lo, hi) of n items cut into parts.
+func split(n, part, parts int) (int, int) {
+	return n * part / parts, n * (part + 1) / parts
+}
