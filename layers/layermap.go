@@ -248,6 +248,9 @@ func (m *LayerMap) UnmarshalBinary(b []byte) error {
 		if n <= 0 {
 			return 0, fmt.Errorf("%w: truncated %s", ErrBadMap, what)
 		}
+		if n != len(binary.AppendUvarint(nil, v)) { // one encoding per map
+			return 0, fmt.Errorf("%w: non-canonical %s", ErrBadMap, what)
+		}
 		if v > limit {
 			return 0, fmt.Errorf("%w: %s %d exceeds %d", ErrBadMap, what, v, limit)
 		}

@@ -1,0 +1,164 @@
+package layers
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// ErrNoSafeOrder reports moves that cannot be ordered so that every layer
+// stays served at every step.
+var ErrNoSafeOrder = errors.New("layers: no order of moves keeps every layer served")
+
+// RebalanceOptions set the hysteresis and the price of moving.
+type RebalanceOptions struct {
+	// MinGain is the relative flow gain, net of migration cost, below
+	// which the swarm stays as it is (default 0.10).
+	MinGain float64
+	// CostPerModel is the gain a migration must pay for loading the
+	// equivalent of the whole model's weights once (default 0.05): moving
+	// half the model's bytes costs 2.5% of flow gain.
+	CostPerModel float64
+}
+
+func (o RebalanceOptions) withDefaults() RebalanceOptions {
+	if o.MinGain <= 0 {
+		o.MinGain = 0.10
+	}
+	if o.CostPerModel <= 0 {
+		o.CostPerModel = 0.05
+	}
+	return o
+}
+
+// Rebalance is a rebalance decision.
+type Rebalance struct {
+	Move     bool     // false: stay on the committed map
+	Reason   string   // why, in words
+	From, To LayerMap // To has epoch From.Epoch+1 when Move
+	FlowFrom float64  // flow of the committed map under measured speeds
+	FlowTo   float64  // flow of the target map
+	Bytes    float64  // weight bytes all moves load
+	Steps    [][]Move // moves in order; the moves of one step run together
+}
+
+// Rebalance decides whether to leave the committed map for a better one,
+// given measured speeds (in the fleet's Node.Speed). The target comes from
+// our search started at the committed map, so that it keeps what already
+// works; the gain must beat MinGain after paying for the bytes moved. Steps
+// are ordered make-before-break: see OrderMoves.
+func (pl Planner) Rebalance(f *Fleet, committed LayerMap, o RebalanceOptions) (Rebalance, error) {
+	o = o.withDefaults()
+	res := Rebalance{From: committed, To: committed, FlowFrom: f.Flow(committed)}
+	if committed.Layers != f.Model.Layers {
+		return res, fmt.Errorf("%w: map has %d layers, model %d", ErrBadMap, committed.Layers, f.Model.Layers)
+	}
+	local := pl
+	local.seeds = append([]LayerMap{committed}, pl.seeds...)
+	plan, err := local.Full(f, committed.Epoch+1)
+	if err != nil {
+		res.Reason = fmt.Sprintf("no better map: %v", err)
+		return res, nil
+	}
+	moves := Diff(f.Model, committed, plan.Map)
+	bytes := 0.0
+	for _, mv := range moves {
+		bytes += mv.LoadBytes
+	}
+	modelBytes := float64(f.Model.Layers) * f.Model.LayerWeightBytes()
+	gain := 0.0
+	if res.FlowFrom > 0 {
+		gain = plan.Flow/res.FlowFrom - 1
+	} else if plan.Flow > 0 && plan.Map.Covers() {
+		gain = 1 // any full map beats none
+	}
+	net := gain - o.CostPerModel*bytes/modelBytes
+	res.FlowTo, res.Bytes = plan.Flow, bytes
+	if len(moves) == 0 || net < o.MinGain {
+		res.Reason = fmt.Sprintf("gain %.1f%% less migration cost %.1f%% is below %.0f%%",
+			100*gain, 100*(gain-net), 100*o.MinGain)
+		return res, nil
+	}
+	steps, err := OrderMoves(f, committed, moves)
+	if err != nil {
+		res.Reason = err.Error()
+		return res, nil
+	}
+	res.Move, res.To, res.Steps = true, plan.Map, steps
+	res.Reason = fmt.Sprintf("gain %.1f%% for %.1f GB of weights in %d step(s)", 100*gain, bytes/1e9, len(steps))
+	return res, nil
+}
+
+// warmingRange is what a moving node keeps serving while it loads To: all
+// of From when From plus the new layers fit its capacity (make before
+// break), otherwise only the layers it keeps.
+func warmingRange(f *Fleet, mv Move) Range {
+	p, ok := f.Profile(mv.Node)
+	if !ok || mv.From.Empty() {
+		return Range{}
+	}
+	ends := EndsOf(mv.From, f.Model.Layers)
+	if !mv.To.Empty() {
+		ends |= EndsOf(mv.To, f.Model.Layers)
+	}
+	if mv.From.Len()+mv.Added() <= p.Capacity(ends) {
+		return mv.From
+	}
+	return mv.From.Intersect(mv.To)
+}
+
+// OrderMoves puts moves into steps so that, during each step and after it,
+// every layer is served by some node that is not reloading it, and no
+// node's served plus warming layers exceed its capacity. Each step takes
+// every remaining move (in node order) that keeps that true, given the
+// moves already chosen for the step. It returns ErrNoSafeOrder when some
+// moves can never be made safely.
+func OrderMoves(f *Fleet, from LayerMap, moves []Move) ([][]Move, error) {
+	cur := from
+	rest := append([]Move(nil), moves...)
+	sort.SliceStable(rest, func(i, j int) bool { return rest[i].Node < rest[j].Node })
+	var steps [][]Move
+	for len(rest) > 0 {
+		// A layer served now must stay served; one that is not (a gap being
+		// repaired) may stay unserved until a move brings it.
+		served := cur.Coverage()
+		during := append([]int(nil), served...)
+		after := cur
+		var step, wait []Move
+		for _, mv := range rest {
+			keep := warmingRange(f, mv)
+			tryDuring := append([]int(nil), during...)
+			for l := mv.From.Start; l < mv.From.End; l++ {
+				if !keep.Contains(l) {
+					tryDuring[l]--
+				}
+			}
+			tryAfter := after.Without(mv.Node)
+			if !mv.To.Empty() {
+				tryAfter = after.With(mv.Node, mv.To)
+			}
+			if keepsServed(served, tryDuring) && keepsServed(served, tryAfter.Coverage()) {
+				during, after = tryDuring, tryAfter
+				step = append(step, mv)
+			} else {
+				wait = append(wait, mv)
+			}
+		}
+		if len(step) == 0 {
+			return steps, fmt.Errorf("%w: %d move(s) left, first %s %v→%v", ErrNoSafeOrder, len(wait), wait[0].Node, wait[0].From, wait[0].To)
+		}
+		steps = append(steps, step)
+		cur, rest = after, wait
+	}
+	return steps, nil
+}
+
+// keepsServed reports whether every layer served in before is in now.
+func keepsServed(before, now []int) bool {
+	for l, c := range before {
+		if c > 0 && now[l] <= 0 {
+			return false
+		}
+	}
+	return true
+}
