@@ -1,0 +1,62 @@
+// Package routing chooses the path a request takes through the swarm: a
+// chain of hops (node, layers [from, to)) that covers the model's layers
+// [0, L) exactly, picked from the committed layers.LayerMap and the entry's
+// View of load and latency.
+//
+// It owns path selection and nothing else: the DP Router, the round-robin
+// baseline (Parallax's production policy), herding avoidance, and the
+// filters and scorers they use. It must not do I/O, start goroutines, read
+// clocks or hold global mutable state: the caller passes the map, the view
+// and the time in, and a seed for every random choice, so the same inputs
+// always give the same path. Placement, liveness detection and the cost
+// model itself belong to layers and swarm.
+//
+// # Shape
+//
+// A route is filter → score → pick. Filters (LiveFilter, PhaseFilter,
+// optionally KVFilter) drop nodes. The router then estimates each kept node
+// (Estimate: its compute for this request at its current batch, the same
+// with its queue, its link costs) and scorers turn estimates into costs,
+// each times a weight in Config.Weights: LatencyScorer, LoadScorer,
+// LocalityScorer, plus any added with WithScorer. The DP finds the cheapest
+// chain; the pick spreads requests over the near-best ones.
+//
+// # Costs
+//
+// A path's cost estimates the whole request's time in seconds: the prefill
+// plus one pass per output token. A node's compute comes from the layers
+// cost model (the decode roofline, at batch = active sessions + 1), scaled
+// by the node's measured per-layer latency EWMA when it reports one. Its
+// load is the same with the queue in the batch as well; past its batch slots
+// sessions take turns, so the time grows in proportion. A crossing between
+// hops costs half a round trip per pass, the activations over each side's
+// link, a fixed overhead, and the relay's delay and bandwidth when a side is
+// relayed. The last hop pays the output head and both end hops pay the
+// round trip to the entry. A node whose free KV cache cannot hold the
+// session is charged Config.KVPenalty; a node whose figures are older than
+// Config.StaleAfter is charged Config.StalePenalty more, and still used.
+//
+// # The DP and its speed
+//
+// The state is (layer, node): layers [0, l] done, layer l on that node. A
+// hop may leave a node at any layer of its range, so overlapping ranges
+// give turning points for free. The round trip between two nodes is the
+// only cost that depends on the pair, and taken literally it makes each
+// layer boundary O(N²). Instead, an unmeasured pair is estimated as the
+// mean round trip measured between the two nodes' regions (or
+// Config.UnknownRTT) plus, for each node, how far its worst measured link
+// exceeds that mean. The estimate separates: per boundary the DP keeps the
+// cheapest exit per region and adds the region pair's mean. It is never
+// below a measured pair, so the measured links are relaxed as explicit
+// edges, exact corrections. A boundary costs O(holders + regions² +
+// measured edges), and a view tells at most MaxRegions regions
+// apart. Each route's working memory comes from a pool.
+//
+// # Herding
+//
+// Route multiplies each node's costs by a seeded factor in [1, 1+Slack]
+// before the DP. The chosen path then costs at most (1+Slack) times the
+// best, cheaper paths are likelier, and entries that route on the same
+// stale view no longer all pick the same path. Paths returns k diverse
+// paths for callers that want fallbacks or their own pick (PickWithin).
+package routing
