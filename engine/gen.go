@@ -98,13 +98,22 @@ func GenerateFile(path string, c GenConfig) error {
 // Generate writes a random-weight model with llama.cpp's tensor names and
 // metadata keys. The same config always gives the same bytes.
 func Generate(w io.Writer, c GenConfig) error {
+	kvs, ts, err := genParts(c)
+	if err != nil {
+		return err
+	}
+	return WriteGGUF(w, kvs, ts)
+}
+
+// genParts is the metadata and tensors of a generated model.
+func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	v, err := buildVocab(c.Arch, c.Vocab)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	headDim := c.Dim / c.Heads
 	kvDim := headDim * c.KVHeads
@@ -183,7 +192,7 @@ func Generate(w io.Writer, c GenConfig) error {
 	if !c.Tied {
 		mat("output.weight", d, vv, 2/float32(math.Sqrt(float64(c.Dim))))
 	}
-	return WriteGGUF(w, kvs, ts)
+	return kvs, ts, nil
 }
 
 // randTensor is a tensor of uniform values in bias ± scale·√3 (unit variance

@@ -241,7 +241,7 @@ func (t *Tokenizer) encodeText(out []int32, text string, start bool) []int32 {
 // spm merges adjacent symbols, best-scored pair first, then spells what is
 // not a token as byte tokens.
 func (t *Tokenizer) spm(out []int32, s string) []int32 {
-	syms := mergeSymbols(s, false, func(l, r string) (float64, bool) {
+	syms := mergeSymbols(s, func(l, r string) (float64, bool) {
 		id, ok := t.ids[l+r]
 		if !ok {
 			return 0, false
@@ -269,7 +269,7 @@ func (t *Tokenizer) spm(out []int32, s string) []int32 {
 
 // bpe merges by rank within one pre-tokenized piece of mapped bytes.
 func (t *Tokenizer) bpe(out []int32, s string) []int32 {
-	syms := mergeSymbols(s, true, func(l, r string) (float64, bool) {
+	syms := mergeSymbols(s, func(l, r string) (float64, bool) {
 		rank, ok := t.ranks[l+"\x00"+r]
 		return -float64(rank), ok
 	})
@@ -292,7 +292,7 @@ func (t *Tokenizer) bpe(out []int32, s string) []int32 {
 // mergeSymbols splits s into characters and repeatedly merges the adjacent
 // pair with the highest priority (leftmost on ties) while pair says it may.
 // It uses a heap with stale entries skipped, so it is O(n log n).
-func mergeSymbols(s string, _ bool, pair func(l, r string) (float64, bool)) []string {
+func mergeSymbols(s string, pair func(l, r string) (float64, bool)) []string {
 	type sym struct{ start, end, prev, next int }
 	var syms []sym
 	for i := 0; i < len(s); {

@@ -129,20 +129,28 @@ func buildBPEVocab(words []string, n int) *vocab {
 	for b := 0; b < 256; b++ {
 		add(string(byteToRune[b]), tokNormal)
 	}
-	// Each word becomes a chain of merges, left to right, so every piece is
-	// reachable from its bytes.
+	// Each word becomes one token: BPE with the merges so far splits it
+	// into pieces, and new merges (ranked after all earlier ones, so they
+	// cannot change how earlier words split) join the pieces left to right.
+	ranks := map[string]int{}
 	for _, w := range words {
 		for _, form := range []string{" " + w, w} {
-			r := []rune(bytesToBPE([]byte(form)))
-			cur := string(r[0])
-			for _, c := range r[1:] {
-				next := cur + string(c)
+			pieces := mergeSymbols(bytesToBPE([]byte(form)), func(l, r string) (float64, bool) {
+				rank, ok := ranks[l+"\x00"+r]
+				return -float64(rank), ok
+			})
+			cur := pieces[0]
+			for _, p := range pieces[1:] {
+				next := cur + p
 				if !seen[next] {
 					if len(v.tokens) >= budget {
 						break
 					}
-					v.merges = append(v.merges, cur+" "+string(c))
 					add(next, tokNormal)
+				}
+				if _, ok := ranks[cur+"\x00"+p]; !ok {
+					ranks[cur+"\x00"+p] = len(v.merges)
+					v.merges = append(v.merges, cur+" "+p)
 				}
 				cur = next
 			}

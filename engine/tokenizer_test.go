@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func testTokenizer(t testing.TB, arch string, n int) *Tokenizer {
+	t.Helper()
+	c := DefaultGenConfig()
+	c.Arch, c.Vocab, c.Layers, c.Dim, c.FFN = arch, n, 1, 32, 32
+	b := genBytes(t, c)
+	f, err := ReadFile(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := NewTokenizer(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+var roundTripTexts = []string{
+	"", " ", "  ", "hello world", "The quick brown fox jumps over the lazy dog.",
+	"  leading and trailing  ", "tabs\tand\nnewlines\r\n\n end", "it's we'll they're I'D",
+	"numbers 12345 and 3.14159", "ünïcödé ✓ 日本語 🙂", "\x00\x01\xff\xfe invalid utf8 \xc3",
+	"<|im_start|> spelled out", "<s>[INST] x [/INST]", "a  b   c    d",
+}
+
+func TestTokenizerRoundTrip(t *testing.T) {
+	for _, arch := range []string{"llama", "qwen2"} {
+		for _, n := range []int{300, 4096} {
+			tok := testTokenizer(t, arch, n)
+			for _, s := range roundTripTexts {
+				ids := tok.Encode(s, false, false)
+				if got := tok.Decode(ids); got != s {
+					t.Errorf("%s/%d: %q -> %v -> %q", arch, n, s, ids, got)
+				}
+			}
+		}
+	}
+}
+
+func TestTokenizerWords(t *testing.T) {
+	for _, arch := range []string{"llama", "qwen2"} {
+		tok := testTokenizer(t, arch, 2000)
+		ids := tok.Encode("the people of the world", false, false)
+		if len(ids) != 5 {
+			var pieces []string
+			for _, id := range ids {
+				pieces = append(pieces, tok.Token(id))
+			}
+			t.Errorf("%s: common words took %d tokens: %q", arch, len(ids), pieces)
+		}
+	}
+}
+
+func TestTokenizerSpecials(t *testing.T) {
+	q := testTokenizer(t, "qwen2", 512)
+	msgs := []Message{{"system", "be brief"}, {"user", "hello"}}
+	ids := q.EncodeChat(msgs)
+	if q.Token(ids[0]) != "<|im_start|>" || !q.IsEnd(q.EOS()) || q.Token(q.EOS()) != "<|im_end|>" {
+		t.Errorf("chatml: %v starts with %q, eos %q", ids, q.Token(ids[0]), q.Token(q.EOS()))
+	}
+	if got := q.Decode(ids); got != "system\nbe brief\nuser\nhello\nassistant\n" {
+		t.Errorf("decode skips control tokens: %q", got)
+	}
+	if plain := q.Encode("<|im_start|>", false, false); len(plain) < 2 {
+		t.Errorf("special text without parseSpecial must be spelled out: %v", plain)
+	}
+	l := testTokenizer(t, "llama", 512)
+	ids = l.EncodeChat([]Message{{"user", "hi"}, {"assistant", "yo"}, {"user", "again"}})
+	if ids[0] != l.BOS() {
+		t.Errorf("llama chat must start with BOS: %v", ids)
+	}
+	n := 0
+	for _, id := range ids {
+		if id == l.EOS() {
+			n++
+		}
+	}
+	if n != 1 || !strings.Contains(l.ChatPrompt([]Message{{"user", "x"}}), "[INST] x [/INST]") {
+		t.Errorf("llama chat: %d EOS in %v", n, ids)
+	}
+}
+
+func TestQwen2Split(t *testing.T) {
+	cases := map[string][]string{
+		"Hello world":        {"Hello", " world"},
+		"it's 123 ok!!\n\nx": {"it", "'s", " ", "1", "2", "3", " ok", "!!\n\n", "x"},
+		"a   b":              {"a", "  ", " b"},
+		"end  ":              {"end", "  "},
+		"x \n y":             {"x", " \n", " y"},
+	}
+	for in, want := range cases {
+		if got := qwen2Split(in); strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("qwen2Split(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzTokenizer: Decode(Encode(s)) == s for any input, on both tokenizer
+// kinds, and decoding arbitrary IDs never panics.
+func FuzzTokenizer(f *testing.F) {
+	for _, s := range roundTripTexts {
+		f.Add(s)
+	}
+	spm := testTokenizer(f, "llama", 600)
+	bpe := testTokenizer(f, "qwen2", 600)
+	f.Fuzz(func(t *testing.T, s string) {
+		if got := bpe.Decode(bpe.Encode(s, false, false)); got != s {
+			t.Fatalf("bpe: %q -> %q", s, got)
+		}
+		// SentencePiece writes spaces as U+2581, so that rune cannot round trip.
+		if !strings.ContainsRune(s, '▁') {
+			if got := spm.Decode(spm.Encode(s, false, false)); got != s {
+				t.Fatalf("spm: %q -> %q", s, got)
+			}
+		}
+		spm.Encode(s, true, true)
+		bpe.Encode(s, true, true)
+		ids := make([]int32, 0, len(s))
+		for i := 0; i+1 < len(s); i += 2 {
+			ids = append(ids, int32(s[i])<<8|int32(s[i+1])-300)
+		}
+		_ = utf8.ValidString(spm.Decode(ids) + bpe.Decode(ids))
+	})
+}
