@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // Stage runs a contiguous range of a model's layers. Both the real engine
@@ -100,7 +101,7 @@ type options struct {
 	lo, hi   int
 	hasRange bool
 	threads  int
-	sleep    func(context.Context, float64) error
+	simSleep func(context.Context, time.Duration) error
 }
 
 // WithRange loads layers [lo, hi) only (default: all).

@@ -22,6 +22,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newPlanCmd())
+	root.AddCommand(newPlanCmd(), newModelCmd())
 	return root
 }

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stratanet/strata/engine"
+)
+
+func newModelCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "model", Short: "make and inspect model files"}
+	cmd.AddCommand(newModelGenCmd())
+	return cmd
+}
+
+func newModelGenCmd() *cobra.Command {
+	c := engine.DefaultGenConfig()
+	var out, dtype string
+	cmd := &cobra.Command{
+		Use:   "gen",
+		Short: "write a random-weight GGUF model (llama.cpp tensor names and keys, small real vocabulary)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return fmt.Errorf("--out is required")
+			}
+			t, err := engine.ParseDType(dtype)
+			if err != nil {
+				return err
+			}
+			c.DType = t
+			if err := engine.GenerateFile(out, c); err != nil {
+				return err
+			}
+			st, err := os.Stat(out)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, %d bytes\n",
+				out, c.Arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, dtype, st.Size())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "", "output file")
+	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama or qwen2")
+	f.IntVar(&c.Layers, "layers", c.Layers, "transformer layers")
+	f.IntVar(&c.Dim, "dim", c.Dim, "embedding width")
+	f.IntVar(&c.Heads, "heads", c.Heads, "attention heads")
+	f.IntVar(&c.KVHeads, "kv-heads", c.KVHeads, "KV heads (GQA); 0: same as --heads")
+	f.IntVar(&c.FFN, "ffn", c.FFN, "feed-forward width")
+	f.IntVar(&c.Vocab, "vocab", c.Vocab, "vocabulary size (>= 259)")
+	f.IntVar(&c.Context, "ctx", c.Context, "context length written to the metadata")
+	f.Uint64Var(&c.Seed, "seed", c.Seed, "random seed: the same flags give the same file")
+	f.Float32Var(&c.RopeBase, "rope-base", 0, "RoPE base (0: 10000 for llama, 1e6 for qwen2)")
+	f.Float32Var(&c.NormEps, "norm-eps", 0, "RMSNorm epsilon (0: 1e-5 for llama, 1e-6 for qwen2)")
+	f.StringVar(&c.Name, "name", "", "general.name (default strata-random-<arch>)")
+	f.BoolVar(&c.Tied, "tied", false, "no output.weight: the head reuses the token embedding")
+	f.StringVar(&dtype, "dtype", "f32", "weight type: f32, f16, bf16 or q8_0")
+	return cmd
+}
