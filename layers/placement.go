@@ -150,6 +150,10 @@ type insertGoal struct {
 	minFirst  bool    // rank by the new least flow first, gain second
 	slack     float64 // among layer counts within slack of the best, take the most layers
 	minLayers int     // smallest layer count allowed (a node's capacity overrides)
+	// quantize counts a node below T as T/m, m = ⌈T/t⌉: the share it has
+	// in a layer that m such nodes lift to T. It steers nodes to sizes that
+	// tile the target in whole rows instead of leaving thin remainders.
+	quantize bool
 }
 
 type candidate struct {
@@ -164,6 +168,7 @@ type insertScratch struct {
 	pre, suf, a []float64
 	q           rangeMin
 	best        []candidate
+	work        int // what is left of the local search's budget
 }
 
 // bestInsert finds the best range for node i given the other nodes' current
@@ -207,6 +212,9 @@ func (p *placement) bestInsert(i int, g insertGoal, sc *insertScratch) (Range, b
 		return math.Min(1, t/g.T)
 	}
 	gainAt := func(l int, t float64) float64 {
+		if g.quantize && g.T > 0 && t < g.T {
+			t = g.T / math.Ceil(g.T/t)
+		}
 		v := 0.0
 		if g.T > 0 && p.c[l] < g.T {
 			v += math.Min(t, g.T-p.c[l]) / g.T

@@ -15,12 +15,14 @@ var ErrNoCoverage = errors.New("layers: capacity cannot cover every layer")
 // use from many goroutines, since every call works on its own state.
 type Planner struct {
 	replication   int
+	replBudget    float64
 	stageSlack    float64
 	rtt           RTT
 	latencyTarget float64
 	seeds         []LayerMap
 	exactBudget   int
 	searchPasses  int
+	workBudget    int
 }
 
 // Option configures a Planner.
@@ -28,8 +30,20 @@ type Option func(*Planner)
 
 // WithReplication sets the replication floor: every layer on at least n
 // nodes whenever capacity allows (default 2, so one death never breaks
-// coverage). The planner lowers it only when the nodes cannot meet it.
+// coverage). The planner lowers it when the nodes cannot meet it, or when
+// meeting it costs more than the replication budget.
 func WithReplication(n int) Option { return func(p *Planner) { p.replication = max(n, 1) } }
+
+// WithReplicationBudget sets how much flow the replication floor may cost
+// (default 0.10): where holding it would cost more, or would leave less
+// flow than a seed map, the floor drops to 1 and Plan.Note says so.
+func WithReplicationBudget(x float64) Option {
+	return func(p *Planner) {
+		if x >= 0 && x <= 1 {
+			p.replBudget = x
+		}
+	}
+}
 
 // WithStageSlack lets a node take more layers (fewer stages per path) when
 // that costs at most this fraction of what the best choice gives (default
@@ -68,7 +82,8 @@ func WithExactBudget(n int) Option { return func(p *Planner) { p.exactBudget = m
 
 // NewPlanner returns a planner with the given options.
 func NewPlanner(opts ...Option) Planner {
-	p := Planner{replication: 2, stageSlack: 0.01, exactBudget: 2_000_000, searchPasses: 8}
+	p := Planner{replication: 2, replBudget: 0.10, stageSlack: 0.01, exactBudget: 2_000_000, searchPasses: 8,
+		workBudget: 60_000_000}
 	for _, o := range opts {
 		o(&p)
 	}
@@ -84,6 +99,8 @@ type Plan struct {
 	Replication int
 	// Exact is true when a complete search proved Map optimal for Flow.
 	Exact bool
+	// Note says why the plan departs from what was asked, if it does.
+	Note string
 }
 
 // Full plans a map for the whole fleet from scratch (and from any seeds).
@@ -92,11 +109,30 @@ func (pl Planner) Full(f *Fleet, epoch uint64) (Plan, error) {
 	if f == nil || f.Len() == 0 {
 		return Plan{Map: LayerMap{Epoch: epoch, Layers: layersOf(f)}}, fmt.Errorf("%w: no nodes", ErrNoCoverage)
 	}
-	best, err := pl.search(f, 0)
+	best, err := pl.search(f, pl.replication, 0)
+	note := ""
+	if err == nil && pl.replication > 1 {
+		// The floor yields where holding it costs more than the budget, or
+		// would leave less flow than a map we were seeded with.
+		seedFlow := 0.0
+		for _, s := range pl.seeds {
+			seedFlow = math.Max(seedFlow, f.Flow(s))
+		}
+		flowR := best.minFlow()
+		if flowR < (1-pl.replBudget)*f.UB2() || flowR < seedFlow*(1-eps) {
+			if one, err1 := pl.search(f, 1, 0); err1 == nil {
+				if flowR < (1-pl.replBudget)*one.minFlow() || flowR < seedFlow*(1-eps) {
+					note = fmt.Sprintf("replication %d would cost %.0f%% of flow: floor lowered to %d",
+						max(best.minCount(), 1), 100*(1-flowR/one.minFlow()), max(one.minCount(), 1))
+					best = one
+				}
+			}
+		}
+	}
 	if err == nil && pl.latencyTarget > 0 && f.PathLatency(best.layerMap(epoch), pl.rtt) > pl.latencyTarget {
 		// Fewer, longer stages: raise the smallest stage until the target holds.
 		for minK := 2; minK <= f.Model.Layers; minK *= 2 {
-			cand, cerr := pl.search(f, minK)
+			cand, cerr := pl.search(f, min(pl.replication, best.minCount()), minK)
 			if cerr != nil {
 				break
 			}
@@ -107,7 +143,7 @@ func (pl Planner) Full(f *Fleet, epoch uint64) (Plan, error) {
 		}
 	}
 	m := best.layerMap(epoch)
-	out := Plan{Map: m, Flow: f.Flow(m), Replication: m.Replication(), Exact: best.exact}
+	out := Plan{Map: m, Flow: f.Flow(m), Replication: m.Replication(), Exact: best.exact, Note: note}
 	if !m.Covers() {
 		return out, fmt.Errorf("%w: %d gap(s), first %v", ErrNoCoverage, len(m.Gaps()), m.Gaps()[0])
 	}
@@ -129,15 +165,14 @@ func layersOf(f *Fleet) int {
 // search runs the whole pipeline: target-driven construction, seeds, local
 // search, and the exact search on small instances. It returns the best
 // placement found that meets the highest replication floor achievable.
-func (pl Planner) search(f *Fleet, minLayers int) (searchResult, error) {
+func (pl Planner) search(f *Fleet, R, minLayers int) (searchResult, error) {
 	L := f.Model.Layers
 	order := pl.order(f)
 	sc := &insertScratch{}
 	// The highest floor the nodes can meet, found by construction at flow 0.
-	R := pl.replication
 	probe := newPlacement(f)
 	for ; R > 1; R-- {
-		pl.construct(probe, order, 0, R, minLayers, sc)
+		pl.construct(probe, order, insertGoal{R: R, minLayers: minLayers}, sc)
 		if probe.minCount() >= R {
 			break
 		}
@@ -157,16 +192,19 @@ func (pl Planner) search(f *Fleet, minLayers int) (searchResult, error) {
 	// Bisection on the flow target: each step builds a placement that tries
 	// to lift every layer to F.
 	cur := newPlacement(f)
-	hi := f.UB2() * (1 + 1e-6)
-	lo := 0.0
-	for it := 0; it < 40 && hi > 0 && (hi-lo) > 1e-4*hi; it++ {
-		F := (lo + hi) / 2
-		pl.construct(cur, order, F, R, minLayers, sc)
-		consider(cur)
-		if cur.minFlow() >= F*(1-1e-9) && cur.minCount() >= R {
-			lo = math.Max(F, cur.minFlow())
-		} else {
-			hi = F
+	// It runs twice: with plain gains, and with gains quantized to row
+	// shares, which finds whole-row tilings the plain one misses.
+	for _, quantize := range []bool{false, true} {
+		lo, hi := 0.0, f.UB2()*(1+1e-6)
+		for it := 0; it < 16 && hi > 0 && (hi-lo) > 2e-3*hi; it++ {
+			F := (lo + hi) / 2
+			pl.construct(cur, order, insertGoal{T: F, R: R, minLayers: minLayers, quantize: quantize}, sc)
+			consider(cur)
+			if cur.minFlow() >= F*(1-1e-9) && cur.minCount() >= R {
+				lo = math.Max(F, cur.minFlow())
+			} else {
+				hi = F
+			}
 		}
 	}
 	pl.improve(best, R, minLayers, sc)
@@ -204,11 +242,11 @@ func (pl Planner) search(f *Fleet, minLayers int) (searchResult, error) {
 }
 
 // construct places every node in order, each where it best lifts the layers
-// still short of flow F and replication R.
-func (pl Planner) construct(p *placement, order []int, F float64, R, minLayers int, sc *insertScratch) {
+// still short of the goal's flow and replication.
+func (pl Planner) construct(p *placement, order []int, g insertGoal, sc *insertScratch) {
 	p.reset()
+	g.slack = pl.stageSlack
 	for _, i := range order {
-		g := insertGoal{T: F, R: R, slack: pl.stageSlack, minLayers: minLayers}
 		if r, ok := p.bestInsert(i, g, sc); ok {
 			p.add(i, r)
 		}

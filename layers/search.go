@@ -9,13 +9,18 @@ import "math"
 // count, start), then by re-splitting pairs of neighbouring nodes over the
 // hull of their ranges, which single moves cannot reach. When the target is
 // met it is raised; when no move helps, the step shrinks.
+//
+// The search is bounded by a work budget counted in layer evaluations, not
+// by a clock, so that it stays deterministic and a 1,000-node plan stays
+// well under a second.
 func (pl Planner) improve(p *placement, R, minLayers int, sc *insertScratch) {
 	N := p.f.Len()
 	if N == 0 || p.L == 0 {
 		return
 	}
+	sc.work = pl.workBudget
 	step := 0.05
-	for step >= 0.002 {
+	for step >= 0.002 && sc.work > 0 {
 		base := p.minFlow()
 		T := base * (1 + step)
 		if base <= 0 {
@@ -25,6 +30,9 @@ func (pl Planner) improve(p *placement, R, minLayers int, sc *insertScratch) {
 		for pass := 0; pass < pl.searchPasses && !met; pass++ {
 			moved := false
 			for i := range N {
+				if sc.work <= 0 {
+					return
+				}
 				if p.deficit(T, R) <= eps {
 					met = true
 					break
@@ -34,7 +42,7 @@ func (pl Planner) improve(p *placement, R, minLayers int, sc *insertScratch) {
 				}
 			}
 			if !met && !moved {
-				moved = pl.resplitPass(p, T, R)
+				moved = pl.resplitPass(p, T, R, sc)
 			}
 			if p.deficit(T, R) <= eps {
 				met = true
@@ -69,6 +77,7 @@ func (pl Planner) reinsert(p *placement, i int, T float64, R, minLayers int, sc 
 	}
 	floor, flow0, d0 := min(R, p.minCount()), p.minFlow(), p.deficit(T, R)
 	p.remove(i)
+	sc.work -= p.L * min(p.L, p.f.Profiles[i].MaxLayers)
 	r, ok := p.bestInsert(i, insertGoal{T: T, R: R, slack: pl.stageSlack, minLayers: minLayers}, sc)
 	if ok && r != old {
 		p.add(i, r)
@@ -84,9 +93,8 @@ func (pl Planner) reinsert(p *placement, i int, T float64, R, minLayers int, sc 
 // resplitPass tries re-splits of each node on a bottleneck layer with each
 // node whose range touches or overlaps its own. It stops at the first that
 // helps.
-func (pl Planner) resplitPass(p *placement, T float64, R int) bool {
+func (pl Planner) resplitPass(p *placement, T float64, R int, sc *insertScratch) bool {
 	lo := p.minFlow()
-	budget := 4000 // pairs per pass, so that big fleets stay fast
 	for i := range p.rng {
 		ri := p.rng[i]
 		if ri.Empty() || !p.onBottleneck(ri, lo) {
@@ -97,9 +105,11 @@ func (pl Planner) resplitPass(p *placement, T float64, R int) bool {
 			if j == i || rj.Empty() || rj.Start > ri.End || rj.End < ri.Start {
 				continue
 			}
-			if budget--; budget < 0 {
+			if sc.work <= 0 {
 				return false
 			}
+			hull := max(ri.End, rj.End) - min(ri.Start, rj.Start)
+			sc.work -= p.L + 2*hull*hull*min(hull, p.f.Profiles[i].MaxLayers)
 			if pl.resplit(p, i, j, T, R) {
 				return true
 			}
