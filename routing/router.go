@@ -288,7 +288,7 @@ type scratch struct {
 	stageOf []int32  // per view node: its eligible stage, or -1
 	avoid   []bool   // per view node
 
-	view, start, end, zone []int32
+	view, start, end, zone   []int32
 	layer, visit, link, last []float64 // weighted costs as scored
 	entry                    []float64 // entry→node and node→entry round trips
 	wl, wv, wk, wt           []float64 // the DP's working copies (perturbed or penalised)
@@ -297,24 +297,25 @@ type scratch struct {
 
 	zoneMap []int32   // view zone → compact zone, -1 if unused
 	zoneCnt int       // compact zones
-	zr      []float64 // compact zone × zone: mean measured round trip, seconds
-	zn      []int32   // samples behind zr
-	zc      []float64 // zr as a cost
+	zr      []float64 // view zone × zone: mean measured round trip, seconds
+	zc      []float64 // compact zone × zone: zr as a cost
 	hx      []float64 // per stage: its excess over its region's round trips, as a cost
 
-	eoff []int32 // CSR of measured links into each stage cheaper than its zone estimate
+	eoff []int32 // CSR of the measured links into each stage
 	ej   []int32
 	ec   []float64
+	erec []edge // the same links with the boundaries they can be taken at
+	eby  []edge // erec sorted by first boundary
+	eLo  []int32
+	eact []edge // links usable at the current boundary
 
-	sOff, sIdx   []int32 // stages by start layer
-	off          []int32 // per stage: its first slot in pred
-	pred         []int32 // per (stage, layer): -1 stay, -2 start, else the stage it came from
-	f            []float64
+	sOff, sIdx   []int32   // stages by start layer
+	off          []int32   // per stage: its first slot in fh
+	fh           []float64 // per (stage, layer): the DP's value
+	x            []float64 // per stage: its exit value at the current boundary
+	eb           []float64 // per stage: its cheapest arrival over a measured link
 	zmin, inZ    []float64
-	zarg, inArg  []int32
 	active, next []int32
-	tmpF         []float64
-	tmpP         []int32
 	hopStage     []int32
 }
 
@@ -406,7 +407,6 @@ func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) er
 	}
 	r.zones(s, v, q)
 	r.entryCosts(s, v, q)
-	r.links(s, v, q)
 	return nil
 }
 
@@ -433,15 +433,16 @@ func (r *Router) rtt(x float64) float64 { return min(max(x, r.cfg.MinRTT), r.cfg
 // the cheapest exit per region and adds the region pair's term.
 //
 // The region-pair term is the mean round trip measured between the two
-// regions (UnknownRTT where nothing was measured). A node's own term is how
-// far its worst measured link exceeds its region pair's mean, so the
-// estimate of any pair is never below a measured one: the DP then relaxes
-// the measured links, kept as explicit edges, as exact corrections. A node
-// with a slow link is thus assumed slow on its unmeasured links too, which
-// is the conservative reading.
+// regions (UnknownRTT where nothing was measured), which the view keeps
+// current. A node's own term is how far its worst measured link exceeds
+// its region pair's mean, so the estimate of any pair is never below a
+// measured one: the DP then relaxes the measured links, kept as explicit
+// edges, as exact corrections. A node with a slow link is thus assumed
+// slow on its unmeasured links too, which is the conservative reading.
+// The same pass over each stage's links lays out those edges, kept only
+// where the two ranges meet at some layer boundary.
 func (r *Router) zones(s *scratch, v *View, q *reqInfo) {
-	const R = MaxRegions + 1
-	s.zoneMap = grow(s.zoneMap, R)
+	s.zoneMap = grow(s.zoneMap, zones)
 	for z := range s.zoneMap {
 		s.zoneMap[z] = -1
 	}
@@ -461,42 +462,61 @@ func (r *Router) zones(s *scratch, v *View, q *reqInfo) {
 	}
 	nz := int(n)
 	s.zoneCnt = nz
-	s.zr = grow(s.zr, nz*nz)
-	s.zn = grow(s.zn, nz*nz)
-	clear(s.zr)
-	clear(s.zn)
-	for i, ls := range v.adj {
-		zi := s.zoneMap[v.zone[i]]
-		if zi < 0 {
-			continue
-		}
-		for _, l := range ls {
-			if zj := s.zoneMap[v.zone[l.peer]]; zj >= 0 {
-				s.zr[int(zi)*nz+int(zj)] += r.rtt(l.rtt)
-				s.zn[int(zi)*nz+int(zj)]++
+	// zr covers every view zone (for the links to nodes outside the map);
+	// zc only the compact ones the DP uses.
+	s.zr = grow(s.zr, zones*zones)
+	for a := range int32(zones) {
+		for b := range int32(zones) {
+			x, ok := 0.0, false
+			if v != nil {
+				x, ok = v.regionRTT(a, b)
 			}
+			if !ok {
+				x = r.cfg.UnknownRTT
+			}
+			s.zr[a*zones+b] = r.rtt(x)
 		}
 	}
 	s.zc = grow(s.zc, nz*nz)
-	for k := range s.zr {
-		if s.zn[k] > 0 {
-			s.zr[k] /= float64(s.zn[k])
-		} else {
-			s.zr[k] = r.cfg.UnknownRTT
+	for a := range int32(zones) {
+		ca := s.zoneMap[a]
+		if ca < 0 {
+			continue
 		}
-		s.zc[k] = q.rttScale * s.zr[k]
-	}
-	s.hx = grow(s.hx, len(s.view))
-	for i, vi := range s.view {
-		h := 0.0
-		zi := int(s.zone[i]) * nz
-		for _, l := range v.adj[vi] {
-			if zj := s.zoneMap[v.zone[l.peer]]; zj >= 0 {
-				h = max(h, r.rtt(l.rtt)-s.zr[zi+int(zj)])
+		for b := range int32(zones) {
+			if cb := s.zoneMap[b]; cb >= 0 {
+				s.zc[int(ca)*nz+int(cb)] = q.rttScale * s.zr[a*zones+b]
 			}
+		}
+	}
+	S := len(s.view)
+	s.hx = grow(s.hx, S)
+	s.eoff = grow(s.eoff, S+1)
+	s.ej, s.ec, s.erec = s.ej[:0], s.ec[:0], s.erec[:0]
+	for i, vi := range s.view {
+		s.eoff[i] = int32(len(s.ej))
+		h := 0.0
+		zi := v.zone[vi] * zones
+		for _, l := range v.adj[vi] {
+			rtt := r.rtt(l.rtt)
+			h = max(h, rtt-s.zr[zi+v.zone[l.peer]])
+			j := s.stageOf[l.peer]
+			if j < 0 {
+				continue
+			}
+			// A boundary b joins j to i when j runs b-1 and i runs b.
+			lo, hi := max(s.start[j]+1, s.start[i]), min(s.end[j], s.end[i]-1)
+			if lo > hi {
+				continue
+			}
+			c := q.rttScale * rtt
+			s.ej = append(s.ej, j)
+			s.ec = append(s.ec, c)
+			s.erec = append(s.erec, edge{j: j, i: int32(i), lo: lo, hi: hi, c: c})
 		}
 		s.hx[i] = q.rttScale * h
 	}
+	s.eoff[S] = int32(len(s.ej))
 }
 
 // entryCosts charges each stage the round trips to and from the entry: a
@@ -527,34 +547,11 @@ func (r *Router) entryCosts(s *scratch, v *View, q *reqInfo) {
 	}
 }
 
-// links lays out the measured links that beat their region estimate, as
-// edges into each stage, kept only where the two ranges meet at some layer
-// boundary.
-func (r *Router) links(s *scratch, v *View, q *reqInfo) {
-	S := len(s.view)
-	s.eoff = grow(s.eoff, S+1)
-	s.ej, s.ec = s.ej[:0], s.ec[:0]
-	nz := s.zoneCnt
-	for i := range S {
-		s.eoff[i] = int32(len(s.ej))
-		for _, l := range v.adj[s.view[i]] {
-			j := s.stageOf[l.peer]
-			if j < 0 {
-				continue
-			}
-			// A boundary b joins j to i when j runs b-1 and i runs b.
-			lo, hi := max(s.start[j]+1, s.start[i]), min(s.end[j], s.end[i]-1)
-			if lo > hi {
-				continue
-			}
-			c := q.rttScale * r.rtt(l.rtt)
-			if c < s.zc[int(s.zone[j])*nz+int(s.zone[i])]+s.hx[j]+s.hx[i] {
-				s.ej = append(s.ej, j)
-				s.ec = append(s.ec, c)
-			}
-		}
-	}
-	s.eoff[S] = int32(len(s.ej))
+// edge is a measured link from stage j to stage i, usable at boundaries
+// lo..hi (j runs the layer before the boundary and i the one after it).
+type edge struct {
+	j, i, lo, hi int32
+	c            float64
 }
 
 // pairCost is the round-trip cost of a crossing from stage j to stage i.
@@ -597,20 +594,22 @@ func (s *scratch) perturb(seed uint64, slack float64) {
 	}
 }
 
-// dp finds the cheapest path over the working costs and leaves its stages
-// in s.hopStage, last hop first, with the boundary where each was entered
-// returned through s.pred. It returns the final stage, or -1.
+// dp fills the DP's table over the working costs and returns the stage
+// the cheapest path ends on, or -1.
 //
 // State (l, i): layers [0, l] are done and layer l ran on stage i. Staying
 // on i costs its layer cost; switching from j to i at a boundary costs
 // j's exit, the round trip, i's entry and visit. The cheapest switch into
 // each region comes from the cheapest exit per region plus the region
 // pair's estimate, so a boundary costs O(holders + regions²) plus the
-// measured edges, not O(holders²).
+// measured links usable there, not O(holders²). The loops keep values
+// only (min compiles to branch-free code); trace recovers the choices.
+// A stage's own exit may be the cheapest into its region, but that switch
+// never beats staying, as costs are non-negative, so it needs no care.
 func (s *scratch) dp(L int) int32 {
 	S := int32(len(s.view))
 	inf := math.Inf(1)
-	// Stages bucketed by start layer.
+	// Stages and measured links bucketed by first layer and boundary.
 	s.sOff = grow(s.sOff, L+2)
 	clear(s.sOff)
 	for i := range S {
@@ -620,132 +619,168 @@ func (s *scratch) dp(L int) int32 {
 		s.sOff[l] += s.sOff[l-1]
 	}
 	s.sIdx = grow(s.sIdx, int(S))
-	s.tmpP = grow(s.tmpP, L+1) // cursor per start layer, reused below
-	copy(s.tmpP, s.sOff[:L+1])
+	s.next = grow(s.next, L+1) // cursor per start layer
+	copy(s.next, s.sOff[:L+1])
 	for i := range S {
 		st := s.start[i]
-		s.sIdx[s.tmpP[st]] = i
-		s.tmpP[st]++
+		s.sIdx[s.next[st]] = i
+		s.next[st]++
 	}
+	s.eLo = grow(s.eLo, L+2)
+	clear(s.eLo)
+	for _, e := range s.erec {
+		s.eLo[e.lo+1]++
+	}
+	for l := 1; l <= L+1; l++ {
+		s.eLo[l] += s.eLo[l-1]
+	}
+	s.eby = grow(s.eby, len(s.erec))
+	s.next = grow(s.next, L+1)
+	copy(s.next, s.eLo[:L+1])
+	for _, e := range s.erec {
+		s.eby[s.next[e.lo]] = e
+		s.next[e.lo]++
+	}
+
 	s.off = grow(s.off, int(S))
 	total := int32(0)
 	for i := range S {
 		s.off[i] = total
 		total += s.end[i] - s.start[i]
 	}
-	s.pred = grow(s.pred, int(total))
-	s.f = grow(s.f, int(S))
-	for i := range s.f {
-		s.f[i] = inf
+	s.fh = grow(s.fh, int(total))
+	s.x, s.eb = grow(s.x, int(S)), grow(s.eb, int(S))
+	for i := range s.eb {
+		s.eb[i] = inf
 	}
 	nz := s.zoneCnt
 	s.zmin, s.inZ = grow(s.zmin, nz), grow(s.inZ, nz)
-	s.zarg, s.inArg = grow(s.zarg, nz), grow(s.inArg, nz)
+	fh, off, start, end, zone := s.fh, s.off, s.start, s.end, s.zone
+	wl, wv, wk, hx, x, eb := s.wl, s.wv, s.wk, s.hx, s.x, s.eb
 
 	s.active = s.active[:0]
 	for _, i := range s.sIdx[s.sOff[0]:s.sOff[1]] {
-		s.f[i] = s.entry[i] + s.wv[i] + s.wl[i]
-		s.pred[s.off[i]] = -2
+		fh[off[i]] = s.entry[i] + wv[i] + wl[i]
 		s.active = append(s.active, i)
 	}
+	s.eact = s.eact[:0]
 	for l := int32(1); l < int32(L); l++ {
-		// Cheapest exit per region among the holders of layer l-1.
-		for z := range nz {
-			s.zmin[z], s.zarg[z] = inf, -1
+		// Exits of the holders of layer l-1, cheapest per region.
+		zmin := s.zmin
+		for z := range zmin {
+			zmin[z] = inf
 		}
 		for _, j := range s.active {
-			x := s.f[j] + s.wk[j] + s.hx[j]
-			z := s.zone[j]
-			if x < s.zmin[z] || (x == s.zmin[z] && j < s.zarg[z]) {
-				s.zmin[z], s.zarg[z] = x, j
-			}
+			xj := fh[off[j]+l-1-start[j]] + wk[j]
+			x[j] = xj
+			zmin[zone[j]] = min(zmin[zone[j]], xj+hx[j])
 		}
-		// Cheapest arrival into each region.
 		for r := range nz {
-			best, arg := inf, int32(-1)
-			for q := range nz {
-				if s.zarg[q] < 0 {
-					continue
-				}
-				c := s.zmin[q] + s.zc[q*nz+r]
-				if c < best || (c == best && s.zarg[q] < arg) {
-					best, arg = c, s.zarg[q]
-				}
+			best := inf
+			for q, zq := range zmin {
+				best = min(best, zq+s.zc[q*nz+r])
 			}
-			s.inZ[r], s.inArg[r] = best, arg
+			s.inZ[r] = best
 		}
+		// Measured links usable at this boundary.
+		s.eact = append(s.eact, s.eby[s.eLo[l]:s.eLo[l+1]]...)
+		n := 0
+		for _, e := range s.eact {
+			eb[e.i] = min(eb[e.i], x[e.j]+e.c)
+			if e.hi > l {
+				s.eact[n] = e
+				n++
+			}
+		}
+		s.eact = s.eact[:n]
 		// The holders of layer l.
 		s.next = s.next[:0]
 		for _, i := range s.active {
-			if s.end[i] > l {
+			if end[i] > l {
 				s.next = append(s.next, i)
 			}
 		}
 		s.next = append(s.next, s.sIdx[s.sOff[l]:s.sOff[l+1]]...)
-		s.tmpF = grow(s.tmpF, len(s.next))
-		s.tmpP = grow(s.tmpP, len(s.next))
-		for k, i := range s.next {
-			best, p := inf, int32(-3)
-			if s.start[i] < l {
-				best, p = s.f[i], -1
+		for _, i := range s.next {
+			c := min(s.inZ[zone[i]]+hx[i], eb[i]) + wk[i] + wv[i]
+			eb[i] = inf
+			at := off[i] + l - start[i]
+			if start[i] < l {
+				c = min(c, fh[at-1])
 			}
-			enter := s.wk[i] + s.wv[i]
-			// If the cheapest arrival is i's own exit, no switch beats
-			// staying (costs are non-negative), so it is skipped.
-			z := s.zone[i]
-			if a := s.inArg[z]; a >= 0 && a != i {
-				if c := s.inZ[z] + enter + s.hx[i]; c < best {
-					best, p = c, a
-				}
-			}
-			for e := s.eoff[i]; e < s.eoff[i+1]; e++ {
-				j := s.ej[e]
-				if s.start[j] >= l || s.end[j] < l || s.f[j] == inf {
-					continue
-				}
-				if c := s.f[j] + s.wk[j] + s.ec[e] + enter; c < best || (c == best && p >= 0 && j < p) {
-					best, p = c, j
-				}
-			}
-			s.tmpF[k], s.tmpP[k] = best+s.wl[i], p
-		}
-		for k, i := range s.next {
-			s.f[i] = s.tmpF[k]
-			s.pred[s.off[i]+l-s.start[i]] = s.tmpP[k]
+			fh[at] = c + wl[i]
 		}
 		s.active, s.next = s.next, s.active
 	}
 	best, arg := inf, int32(-1)
 	for _, i := range s.active {
-		if c := s.f[i] + s.wt[i] + s.entry[i]; c < best || (c == best && i < arg) {
+		if c := fh[off[i]+int32(L)-1-start[i]] + s.wt[i] + s.entry[i]; c < best || (c == best && i < arg) {
 			best, arg = c, i
 		}
 	}
 	return arg
 }
 
-// trace walks the DP's predecessors back from the final stage and returns
-// the hops in order, leaving their stages in s.hopStage.
-func (s *scratch) trace(v *View, last int32, L int) []Hop {
+// solve runs the DP and traces its cheapest path.
+func (s *scratch) solve(v *View, L int) ([]Hop, bool) {
+	last := s.dp(L)
+	if last < 0 {
+		return nil, false
+	}
+	return s.trace(v, last, L)
+}
+
+// trace walks the DP's table back from the final stage and returns the
+// hops in order, leaving their stages in s.hopStage. At each layer it
+// stays on the stage if that is what gave the table's value (staying wins
+// ties), and otherwise finds the cheapest predecessor, the lowest stage on
+// ties. It reports false if the table has no way back, which a table
+// filled by dp over covered layers always has.
+func (s *scratch) trace(v *View, last int32, L int) ([]Hop, bool) {
 	s.hopStage = s.hopStage[:0]
 	var rev []Hop
 	i, l, to := last, int32(L-1), int32(L)
 	for {
-		p := s.pred[s.off[i]+l-s.start[i]]
-		if p == -1 {
+		base := s.off[i] - s.start[i]
+		for l > s.start[i] && s.fh[base+l-1]+s.wl[i] == s.fh[base+l] {
 			l--
-			continue
 		}
 		rev = append(rev, Hop{Node: v.nodes[s.view[i]].ID, From: int(l), To: int(to)})
 		s.hopStage = append(s.hopStage, i)
-		if p < 0 {
+		if l == 0 {
 			break
 		}
-		i, to, l = p, l, l-1
+		// The cheapest way in: over a region estimate from any holder of
+		// the layer before, or over a measured link.
+		best, arg := math.Inf(1), int32(-1)
+		row := s.zc[int(s.zone[i]):]
+		for j := range int32(len(s.view)) {
+			if j == i || s.start[j] >= l || s.end[j] < l {
+				continue
+			}
+			c := s.fh[s.off[j]+l-1-s.start[j]] + s.wk[j] + s.hx[j] + row[int(s.zone[j])*s.zoneCnt] + s.hx[i]
+			if c < best {
+				best, arg = c, j
+			}
+		}
+		for e := s.eoff[i]; e < s.eoff[i+1]; e++ {
+			j := s.ej[e]
+			if s.start[j] >= l || s.end[j] < l {
+				continue
+			}
+			c := s.fh[s.off[j]+l-1-s.start[j]] + s.wk[j] + s.ec[e]
+			if c < best || (c == best && j < arg) {
+				best, arg = c, j
+			}
+		}
+		if arg < 0 {
+			return nil, false
+		}
+		i, to, l = arg, l, l-1
 	}
 	slices.Reverse(rev)
 	slices.Reverse(s.hopStage)
-	return rev
+	return rev, true
 }
 
 // finish prices the path in s.hopStage with the costs as scored (no
@@ -801,11 +836,11 @@ func (r *Router) Route(m layers.LayerMap, v *View, req Request, now time.Time) (
 	}
 	s.working()
 	s.perturb(req.Seed, r.cfg.Slack)
-	last := s.dp(m.Layers)
-	if last < 0 {
+	hops, ok := s.solve(v, m.Layers)
+	if !ok {
 		return Path{}, fmt.Errorf("%w: no chain over [0,%d)", ErrNoPath, m.Layers)
 	}
-	return r.finish(s, &m, v, &q, s.trace(v, last, m.Layers)), nil
+	return r.finish(s, &m, v, &q, hops), nil
 }
 
 // Paths returns up to k diverse paths for req, cheapest first: the best
@@ -827,11 +862,11 @@ func (r *Router) Paths(m layers.LayerMap, v *View, req Request, now time.Time, k
 	s.working()
 	var out []Path
 	for len(out) < k {
-		last := s.dp(m.Layers)
-		if last < 0 {
+		hops, ok := s.solve(v, m.Layers)
+		if !ok {
 			break
 		}
-		p := r.finish(s, &m, v, &q, s.trace(v, last, m.Layers))
+		p := r.finish(s, &m, v, &q, hops)
 		if slices.ContainsFunc(out, p.Same) {
 			break // the penalties could not push it anywhere new
 		}

@@ -107,6 +107,45 @@ type View struct {
 	adj     [][]link
 	index   map[string]int32
 	regions map[string]int32 // interned regions, indices 1..MaxRegions
+
+	// Sum (in whole nanoseconds, so that the order of updates cannot
+	// change it) and count of the measured round trips per region pair,
+	// kept up to date so that routing reads region means in O(regions²)
+	// instead of walking every link.
+	rsum [zones * zones]int64
+	rcnt [zones * zones]int64
+}
+
+const zones = MaxRegions + 1
+
+// sumNanos is a round trip as counted in the region sums; capping it at
+// 1,000 s keeps any number of links from overflowing them.
+func sumNanos(rtt float64) int64 { return int64(min(rtt, 1000) * 1e9) }
+
+// count adds (sign 1) or removes (sign -1) the link i–j of round trip rtt
+// from the region sums, in both directions.
+func (v *View) count(i, j int32, rtt float64, sign int64) {
+	a, b := v.zone[i], v.zone[j]
+	ns := sumNanos(rtt) * sign
+	v.rsum[a*zones+b] += ns
+	v.rsum[b*zones+a] += ns
+	v.rcnt[a*zones+b] += sign
+	v.rcnt[b*zones+a] += sign
+}
+
+// rezone moves node i to the zone of its region, moving its links' counts.
+func (v *View) rezone(i int32) {
+	z := v.zoneOf(v.nodes[i].Region)
+	if z == v.zone[i] {
+		return
+	}
+	for _, l := range v.adj[i] {
+		v.count(i, l.peer, l.rtt, -1)
+	}
+	v.zone[i] = z
+	for _, l := range v.adj[i] {
+		v.count(i, l.peer, l.rtt, 1)
+	}
 }
 
 // NewView returns a view holding the given states. Later duplicates win.
@@ -160,7 +199,7 @@ func (v *View) Set(n NodeState) bool {
 	}
 	if i, ok := v.index[n.ID]; ok {
 		v.nodes[i] = n
-		v.zone[i] = v.zoneOf(n.Region)
+		v.rezone(i)
 		return true
 	}
 	v.index[n.ID] = int32(len(v.nodes))
@@ -189,7 +228,7 @@ func (v *View) Update(id string, f func(*NodeState)) bool {
 	n := &v.nodes[i]
 	f(n)
 	n.ID = id
-	v.zone[i] = v.zoneOf(n.Region)
+	v.rezone(i)
 	return true
 }
 
@@ -200,6 +239,7 @@ func (v *View) Remove(id string) {
 		return
 	}
 	for _, l := range v.adj[i] {
+		v.count(i, l.peer, l.rtt, -1)
 		v.adj[l.peer] = dropLink(v.adj[l.peer], i)
 	}
 	last := int32(len(v.nodes) - 1)
@@ -241,6 +281,10 @@ func (v *View) SetRTT(a, b string, rtt float64) bool {
 	if !ok1 || !ok2 || i == j || !(rtt > 0) || rtt > maxSeconds {
 		return false
 	}
+	if old, ok := v.rttIdx(i, j); ok {
+		v.count(i, j, old, -1)
+	}
+	v.count(i, j, rtt, 1)
 	v.adj[i] = putLink(v.adj[i], j, rtt)
 	v.adj[j] = putLink(v.adj[j], i, rtt)
 	return true
@@ -254,6 +298,16 @@ func putLink(ls []link, peer int32, rtt float64) []link {
 		}
 	}
 	return append(ls, link{peer, rtt})
+}
+
+// regionRTT is the mean measured round trip between two zones, in
+// seconds, and whether any was measured.
+func (v *View) regionRTT(a, b int32) (float64, bool) {
+	n := v.rcnt[a*zones+b]
+	if n <= 0 {
+		return 0, false
+	}
+	return float64(v.rsum[a*zones+b]) / float64(n) / 1e9, true
 }
 
 // RTT returns the measured round-trip time between two nodes.
@@ -284,6 +338,8 @@ func (v *View) Clone() *View {
 		adj:     make([][]link, len(v.adj)),
 		index:   make(map[string]int32, len(v.index)),
 		regions: make(map[string]int32, len(v.regions)),
+		rsum:    v.rsum,
+		rcnt:    v.rcnt,
 	}
 	for i, ls := range v.adj {
 		c.adj[i] = append([]link(nil), ls...)
