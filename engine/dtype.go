@@ -181,7 +181,9 @@ func quantizeQ8Block(x []float32, q []int8) (d uint16) {
 		id = 1 / s
 	}
 	for i, v := range x[:32] {
-		q[i] = int8(roundAway(v * id))
+		// Clamped so that no value is -128: the SIMD kernel negates
+		// activations, and -(-128) does not fit an int8.
+		q[i] = int8(max(-127, min(127, roundAway(v*id))))
 	}
 	return f32ToF16(s)
 }

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// benchShapes are the shapes of the stories15M and stories110M models
+// (llama2.c), with a 32,000-token vocabulary.
+var benchShapes = []struct {
+	name string
+	c    GenConfig
+}{
+	{"stories15M", GenConfig{Arch: "llama", Layers: 6, Dim: 288, Heads: 6, FFN: 768, Vocab: 32000, Seed: 1}},
+	{"stories110M", GenConfig{Arch: "llama", Layers: 12, Dim: 768, Heads: 12, FFN: 2048, Vocab: 32000, Seed: 1}},
+}
+
+// BenchmarkDecode reports single-session decode tokens/s at 1 and 2
+// threads, context kept between 64 and 128 positions.
+func BenchmarkDecode(b *testing.B) {
+	for _, sh := range benchShapes {
+		for _, dt := range []DType{F32, Q8_0} {
+			b.Run(fmt.Sprintf("%s-%s", sh.name, dt), func(b *testing.B) {
+				c := sh.c
+				c.DType = dt
+				path := filepath.Join(b.TempDir(), "m.gguf")
+				if err := GenerateFile(path, c); err != nil {
+					b.Fatal(err)
+				}
+				for _, threads := range []int{1, 2} {
+					b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+						benchDecode(b, path, threads)
+					})
+				}
+			})
+		}
+	}
+}
+
+func benchDecode(b *testing.B, path string, threads int) {
+	s, err := Open(path, WithThreads(threads))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ss, _ := s.NewSession(256)
+	ctx := context.Background()
+	prompt := make([]int32, 64)
+	for i := range prompt {
+		prompt[i] = int32(i*37%1000 + 3)
+	}
+	if _, err := s.Forward(ctx, Step{Session: ss, Tokens: prompt}); err != nil {
+		b.Fatal(err)
+	}
+	tok := int32(5)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if ss.Len() >= 128 {
+			ss.Truncate(64)
+		}
+		out, err := s.Forward(ctx, Step{Session: ss, Pos: ss.Len(), Tokens: []int32{tok}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tok = Sample(out.Logits, SamplingParams{}, 0, nil)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tok/s")
+}
+
+// BenchmarkKernels times one matrix-vector product of a 768×768 matrix.
+func BenchmarkKernels(b *testing.B) {
+	const n = 768
+	w, x := make([]float32, n*n), make([]float32, n)
+	for i := range w {
+		w[i] = float32(i%17) - 8
+	}
+	for i := range x {
+		x[i] = float32(i%5) - 2
+	}
+	out := make([]float32, n)
+	for _, k := range []struct {
+		name string
+		f    func(out, w, x []float32)
+	}{{"f32-portable", dotRowsF32Portable}, {"f32-" + simdKernel, dotRowsF32}} {
+		b.Run(k.name, func(b *testing.B) {
+			b.SetBytes(n * n * 4)
+			for i := 0; i < b.N; i++ {
+				for r := 0; r < n; r += 4 {
+					k.f(out[r:r+4], w[r*n:(r+4)*n], x)
+				}
+			}
+		})
+	}
+	q, d := make([]int8, n*n), make([]float32, n*n/32)
+	quantizeQ8(w, q, d)
+	xq, xd := make([]int8, n), make([]float32, n/32)
+	quantizeQ8(x, xq, xd)
+	for _, k := range []struct {
+		name string
+		f    func([]float32, []int8, []float32, []int8, []float32)
+	}{{"q8-portable", dotRowsQ8Portable}, {"q8-" + simdKernel, dotRowsQ8}} {
+		b.Run(k.name, func(b *testing.B) {
+			b.SetBytes(n * n * 34 / 32)
+			for i := 0; i < b.N; i++ {
+				for r := 0; r < n; r += 4 {
+					k.f(out[r:r+4], q[r*n:(r+4)*n], d[r*n/32:(r+4)*n/32], xq, xd)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,153 @@
+#include "textflag.h"
+
+// The kernels follow the portable order in kernels.go exactly: no FMA
+// (VMULPS rounds, then VADDPS), 16 F32 lanes in two YMM registers (8 for
+// Q8_0), then the tree l[j]+l[j+8], +4, +2, +1.
+
+// func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL eaxArg+0(FP), AX
+	MOVL ecxArg+4(FP), CX
+	CPUID
+	MOVL AX, eax+8(FP)
+	MOVL BX, ebx+12(FP)
+	MOVL CX, ecx+16(FP)
+	MOVL DX, edx+20(FP)
+	RET
+
+// func xgetbv0() (eax, edx uint32)
+TEXT ·xgetbv0(SB), NOSPLIT, $0-8
+	MOVL $0, CX
+	XGETBV
+	MOVL AX, eax+0(FP)
+	MOVL DX, edx+4(FP)
+	RET
+
+// REDUCE8 sums the 8 lanes of YMM A (low half XA) as (l0+l4 + l2+l6) +
+// (l1+l5 + l3+l7) and stores the float at OFF(DX).
+#define REDUCE8(A, XA, XT, OFF) \
+	VEXTRACTF128 $1, A, XT \
+	VADDPS       XT, XA, XA \
+	VMOVHLPS     XA, XA, XT \
+	VADDPS       XT, XA, XA \
+	VMOVSHDUP    XA, XT \
+	VADDSS       XT, XA, XA \
+	VMOVSS       XA, OFF(DX)
+
+// func dot4F32(out *float32, w *float32, x *float32, cols int)
+// out[r] = w[r*cols:(r+1)*cols]·x for r < 4; cols is a positive multiple of 16.
+TEXT ·dot4F32(SB), NOSPLIT, $0-32
+	MOVQ out+0(FP), DX
+	MOVQ w+8(FP), DI
+	MOVQ x+16(FP), SI
+	MOVQ cols+24(FP), CX
+	MOVQ CX, BX
+	SHLQ $2, BX
+	LEAQ (DI)(BX*1), R8
+	LEAQ (R8)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	SHRQ $4, CX
+	XORQ AX, AX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+f32loop:
+	VMOVUPS (SI)(AX*1), Y8
+	VMOVUPS 32(SI)(AX*1), Y9
+	VMULPS  (DI)(AX*1), Y8, Y10
+	VMULPS  32(DI)(AX*1), Y9, Y11
+	VMULPS  (R8)(AX*1), Y8, Y12
+	VMULPS  32(R8)(AX*1), Y9, Y13
+	VADDPS  Y10, Y0, Y0
+	VADDPS  Y11, Y1, Y1
+	VADDPS  Y12, Y2, Y2
+	VADDPS  Y13, Y3, Y3
+	VMULPS  (R9)(AX*1), Y8, Y10
+	VMULPS  32(R9)(AX*1), Y9, Y11
+	VMULPS  (R10)(AX*1), Y8, Y12
+	VMULPS  32(R10)(AX*1), Y9, Y13
+	VADDPS  Y10, Y4, Y4
+	VADDPS  Y11, Y5, Y5
+	VADDPS  Y12, Y6, Y6
+	VADDPS  Y13, Y7, Y7
+	ADDQ    $64, AX
+	DECQ    CX
+	JNZ     f32loop
+
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y5, Y4, Y4
+	VADDPS Y7, Y6, Y6
+	REDUCE8(Y0, X0, X8, 0)
+	REDUCE8(Y2, X2, X9, 4)
+	REDUCE8(Y4, X4, X10, 8)
+	REDUCE8(Y6, X6, X11, 12)
+	VZEROUPPER
+	RET
+
+// Q8ROW adds one row's block to accumulator ACC: int8 products summed in
+// groups of 4 (VPMADDUBSW of |w| and x·sign(w), then VPMADDWD with ones),
+// converted to float, times float32(wd·xd).
+#define Q8ROW(WQ, WD, ACC) \
+	VMOVDQU      (WQ)(AX*8), Y11 \
+	VPSIGNB      Y11, Y11, Y12 \
+	VPSIGNB      Y11, Y8, Y13 \
+	VPMADDUBSW   Y13, Y12, Y12 \
+	VPMADDWD     Y9, Y12, Y12 \
+	VCVTDQ2PS    Y12, Y12 \
+	VMULSS       (WD)(AX*1), X10, X14 \
+	VBROADCASTSS X14, Y14 \
+	VMULPS       Y14, Y12, Y12 \
+	VADDPS       Y12, ACC, ACC
+
+// func dot4Q8(out *float32, wq *int8, wd *float32, xq *int8, xd *float32, nb int)
+// 4 rows of nb Q8_0 blocks: weights nb*32 bytes apart, scales nb floats apart.
+// Activations must lie in [-127, 127].
+TEXT ·dot4Q8(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DX
+	MOVQ wq+8(FP), DI
+	MOVQ wd+16(FP), R11
+	MOVQ xq+24(FP), SI
+	MOVQ xd+32(FP), R14
+	MOVQ nb+40(FP), CX
+	MOVQ CX, BX
+	SHLQ $5, BX
+	LEAQ (DI)(BX*1), R8
+	LEAQ (R8)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	MOVQ CX, BX
+	SHLQ $2, BX
+	LEAQ (R11)(BX*1), R12
+	LEAQ (R12)(BX*1), R13
+	ADDQ R13, BX
+	VPCMPEQW Y9, Y9, Y9
+	VPSRLW   $15, Y9, Y9
+	XORQ AX, AX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+q8loop:
+	VMOVDQU (SI)(AX*8), Y8
+	VMOVSS  (R14)(AX*1), X10
+	Q8ROW(DI, R11, Y0)
+	Q8ROW(R8, R12, Y1)
+	Q8ROW(R9, R13, Y2)
+	Q8ROW(R10, BX, Y3)
+	ADDQ $4, AX
+	DECQ CX
+	JNZ  q8loop
+
+	REDUCE8(Y0, X0, X8, 0)
+	REDUCE8(Y1, X1, X8, 4)
+	REDUCE8(Y2, X2, X8, 8)
+	REDUCE8(Y3, X3, X8, 12)
+	VZEROUPPER
+	RET

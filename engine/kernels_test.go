@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"testing"
+)
+
+// TestKernelsBitIdentical: the SIMD kernels give the portable kernels'
+// bits, on awkward values (mixed magnitudes, subnormals, cancellation).
+func TestKernelsBitIdentical(t *testing.T) {
+	if !useSIMD || simdKernel == "portable Go" {
+		t.Skip("no SIMD kernel on this machine")
+	}
+	rng := uint64(99)
+	val := func() float32 {
+		u := unitFloat(&rng)
+		switch splitmix(&rng) % 8 {
+		case 0:
+			return u * 1e-39 // subnormal
+		case 1:
+			return u * 1e6
+		case 2:
+			return 0
+		}
+		return u
+	}
+	for _, cols := range []int{16, 32, 48, 64, 288, 768, 2048} {
+		for trial := 0; trial < 20; trial++ {
+			w, x := make([]float32, 4*cols), make([]float32, cols)
+			for i := range w {
+				w[i] = val()
+			}
+			for i := range x {
+				x[i] = val()
+			}
+			a, b := make([]float32, 4), make([]float32, 4)
+			dotRowsF32Portable(a, w, x)
+			dotRowsF32(b, w, x)
+			if !sameBits(a, b) {
+				t.Fatalf("f32 cols %d: portable %v, %s %v", cols, a, simdKernel, b)
+			}
+			if cols%32 != 0 {
+				continue
+			}
+			nb := cols / 32
+			wq, wd := make([]int8, 4*cols), make([]float32, 4*nb)
+			for i := range wq {
+				wq[i] = int8(splitmix(&rng))
+				if i%97 == 0 {
+					wq[i] = -128
+				}
+			}
+			for i := range wd {
+				wd[i] = f16ToF32(uint16(splitmix(&rng)) & 0x7bff)
+			}
+			xq, xd := make([]int8, cols), make([]float32, nb)
+			quantizeQ8(x, xq, xd)
+			dotRowsQ8Portable(a, wq, wd, xq, xd)
+			dotRowsQ8(b, wq, wd, xq, xd)
+			if !sameBits(a, b) {
+				t.Fatalf("q8 cols %d: portable %v, %s %v", cols, a, simdKernel, b)
+			}
+		}
+	}
+}
+
+// TestForwardSIMDEqualsPortable: whole-model logits are the same bits with
+// the SIMD kernels on and off.
+func TestForwardSIMDEqualsPortable(t *testing.T) {
+	if !useSIMD {
+		t.Skip("no SIMD kernel on this machine")
+	}
+	for _, dt := range []DType{F32, Q8_0} {
+		c := testShapes["qwen2"]
+		c.DType = dt
+		path := genModel(t, c)
+		logits := func() []float32 {
+			p := openPipeline(t, path, []int{0, c.Layers}, 2, 16)
+			p.step(t, []int32{3, 4, 5})
+			return p.step(t, []int32{6})
+		}
+		simd := logits()
+		useSIMD = false
+		portable := logits()
+		useSIMD = true
+		if !sameBits(simd, portable) {
+			t.Fatalf("%s: SIMD and portable logits differ", dt)
+		}
+	}
+}
