@@ -131,7 +131,7 @@ func (q *rangeMin) build(a []float64) {
 		prev := q.tab[j-1]
 		row := q.tab[j][:0]
 		for i := 0; i+w <= n; i++ {
-			row = append(row, math.Min(prev[i], prev[i+w/2]))
+			row = append(row, min(prev[i], prev[i+w/2]))
 		}
 		q.tab[j] = row
 	}
@@ -140,7 +140,7 @@ func (q *rangeMin) build(a []float64) {
 // min of a[s:e], e > s.
 func (q *rangeMin) min(s, e int) float64 {
 	j := bits.Len(uint(e-s)) - 1
-	return math.Min(q.tab[j][s], q.tab[j][e-(1<<j)])
+	return min(q.tab[j][s], q.tab[j][e-(1<<j)])
 }
 
 // insertGoal says what a placement of one node should maximise.
@@ -166,6 +166,7 @@ type candidate struct {
 // scratch buffers reused across insertions.
 type insertScratch struct {
 	pre, suf, a []float64
+	d, rp       []float64
 	q           rangeMin
 	best        []candidate
 	work        int // what is left of the local search's budget
@@ -188,11 +189,11 @@ func (p *placement) bestInsert(i int, g insertGoal, sc *insertScratch) (Range, b
 	inf := math.Inf(1)
 	sc.pre[0] = inf
 	for l := 0; l < L; l++ {
-		sc.pre[l+1] = math.Min(sc.pre[l], p.c[l])
+		sc.pre[l+1] = min(sc.pre[l], p.c[l])
 	}
 	sc.suf[L] = inf
 	for l := L - 1; l >= 0; l-- {
-		sc.suf[l] = math.Min(sc.suf[l+1], p.c[l])
+		sc.suf[l] = min(sc.suf[l+1], p.c[l])
 	}
 	sc.q.build(p.c)
 	if cap(sc.best) < kmax+1 {
@@ -201,30 +202,52 @@ func (p *placement) bestInsert(i int, g insertGoal, sc *insertScratch) (Range, b
 	sc.best = sc.best[:kmax+1]
 	clear(sc.best)
 
-	// A copy counts towards the floor in proportion to the flow it brings,
-	// so that weak nodes do not chase replication with long, slow ranges.
-	// With no flow target every copy counts fully. Replication 1 is
-	// implied by any flow target.
-	repW := func(t float64) float64 {
-		if g.T <= 0 {
-			return 1
+	// The flow part of a window's gain is Σ min(t, T − c_l) over its
+	// layers; the replication part counts layers below the floor. A copy
+	// counts towards the floor in proportion to the flow it brings, so that
+	// weak nodes do not chase replication with long, slow ranges; with no
+	// flow target every copy counts fully. Replication 1 is implied by any
+	// flow target.
+	T := g.T
+	useRep := g.R > 1 || T <= 0
+	sc.d = grow(sc.d, L)
+	sc.rp = grow(sc.rp, L+1)
+	sc.rp[0] = 0
+	for l := 0; l < L; l++ {
+		sc.d[l] = 0
+		if T > 0 && p.c[l] < T {
+			sc.d[l] = T - p.c[l]
 		}
-		return math.Min(1, t/g.T)
+		sc.rp[l+1] = sc.rp[l]
+		if useRep && p.n[l] < g.R {
+			sc.rp[l+1]++
+		}
 	}
-	gainAt := func(l int, t float64) float64 {
-		if g.quantize && g.T > 0 && t < g.T {
-			t = g.T / math.Ceil(g.T/t)
+	share := func(t float64) float64 { // t as counted in gains
+		if g.quantize && T > 0 && t < T {
+			return T / math.Ceil(T/t)
 		}
+		return t
+	}
+	repGain := func(t float64) float64 { // per layer below the floor
+		if !useRep {
+			return 0
+		}
+		if T <= 0 {
+			return 1 / float64(g.R)
+		}
+		return min(1, t/T) / float64(g.R)
+	}
+	windowGain := func(r Range, t float64) float64 {
+		t = share(t)
 		v := 0.0
-		if g.T > 0 && p.c[l] < g.T {
-			v += math.Min(t, g.T-p.c[l]) / g.T
-		}
-		if g.R > 1 || g.T <= 0 {
-			if p.n[l] < g.R {
-				v += repW(t) / float64(g.R)
+		if T > 0 {
+			for l := r.Start; l < r.End; l++ {
+				v += min(t, sc.d[l])
 			}
+			v /= T
 		}
-		return v
+		return v + repGain(t)*(sc.rp[r.End]-sc.rp[r.Start])
 	}
 	for k := 1; k <= kmax; k++ {
 		if k < g.minLayers && k < kmax {
@@ -234,29 +257,42 @@ func (p *placement) bestInsert(i int, g insertGoal, sc *insertScratch) (Range, b
 		if t0 <= 0 && prof.TPS(k, EndEmbed) <= 0 && prof.TPS(k, EndHead) <= 0 && prof.TPS(k, EndEmbed|EndHead) <= 0 {
 			continue
 		}
-		// Prefix sums of the gain of a middle window (no ends).
+		// Prefix sums of the flow gain of a middle window (no ends).
+		ts := share(t0)
+		rg := repGain(ts)
 		sc.a[0] = 0
-		for l := 0; l < L; l++ {
-			sc.a[l+1] = sc.a[l] + gainAt(l, t0)
+		if T > 0 {
+			for l := 0; l < L; l++ {
+				sc.a[l+1] = sc.a[l] + min(ts, sc.d[l])
+			}
+		} else {
+			clear(sc.a)
 		}
 		bc := &sc.best[k]
 		for s := 0; s+k <= L; s++ {
 			r := Range{s, s + k}
 			e := EndsOf(r, L)
-			t, gain := t0, 0.0
+			t := t0
+			var gain float64
 			if e != 0 {
 				t = prof.TPS(k, e)
-				for l := r.Start; l < r.End; l++ {
-					gain += gainAt(l, t)
-				}
+				gain = windowGain(r, t)
 			} else {
-				gain = sc.a[r.End] - sc.a[r.Start]
+				gain = rg * (sc.rp[r.End] - sc.rp[r.Start])
+				if T > 0 {
+					gain += (sc.a[r.End] - sc.a[r.Start]) / T
+				}
 			}
 			if t <= 0 {
 				continue
 			}
+			// Gain first: most windows lose on gain alone, before the
+			// costlier least-flow query.
+			if bc.ok && !g.minFirst && gain < bc.gain-eps*max(1, bc.gain) {
+				continue
+			}
 			c := candidate{r: r, gain: gain, ok: true,
-				newMin: math.Min(math.Min(sc.pre[s], sc.suf[s+k]), sc.q.min(s, s+k)+t)}
+				newMin: min(sc.pre[s], sc.suf[s+k], sc.q.min(s, s+k)+t)}
 			if !bc.ok || g.better(c, *bc) {
 				*bc = c
 			}
@@ -316,7 +352,7 @@ func (g insertGoal) within(a, b candidate) bool {
 }
 
 func cmpTol(a, b float64) int {
-	tol := eps * math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+	tol := eps * max(1, math.Abs(a), math.Abs(b))
 	switch {
 	case a > b+tol:
 		return 1

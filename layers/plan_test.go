@@ -49,7 +49,10 @@ func TestPlanPropertiesRandomFleets(t *testing.T) {
 		for _, p := range f.Profiles {
 			capacity += p.Capacity(0)
 		}
-		plan, err := NewPlanner().Full(f, 1)
+		// The floor held at any cost: the property is "whenever memory
+		// allows"; the default budget is tested on its own.
+		pl := NewPlanner(WithReplicationBudget(1))
+		plan, err := pl.Full(f, 1)
 		if capacity < L {
 			// Not enough memory anywhere near: the planner must say so.
 			if err == nil && !plan.Map.Covers() {
@@ -72,7 +75,7 @@ func TestPlanPropertiesRandomFleets(t *testing.T) {
 		// Same nodes in another order: same map.
 		perm := append([]Node(nil), nodes...)
 		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
-		again, _ := NewPlanner().Full(mustFleet(t, m, perm), 1)
+		again, _ := pl.Full(mustFleet(t, m, perm), 1)
 		if !again.Map.Equal(plan.Map) {
 			t.Fatalf("trial %d: plan depends on node order", trial)
 		}
@@ -108,6 +111,37 @@ func TestPlanNearExhaustiveOptimum(t *testing.T) {
 	if worst < 0.9 {
 		t.Errorf("heuristic alone reached only %.3f of the optimum", worst)
 	}
+}
+
+func TestReplicationBudget(t *testing.T) {
+	// 30 RTX 4070s on Llama-3-70B: two copies of every layer would need
+	// most of each card for weights and shrink its batch; the floor gives
+	// way and the plan says so. With an unlimited budget it holds.
+	m, _ := Model("llama-3-70b")
+	h, _ := Device("rtx4070")
+	var nodes []Node
+	for i := range 30 {
+		nodes = append(nodes, Node{ID: fmt.Sprintf("n%02d", i), Hardware: h})
+	}
+	f, err := NewFleet(m, nodes, DefaultCostParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cheap, err := NewPlanner().Full(f, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict, err := NewPlanner(WithReplicationBudget(1)).Full(f, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strict.Replication < 2 {
+		t.Fatalf("strict floor: replication %d", strict.Replication)
+	}
+	if cheap.Replication != 1 || cheap.Note == "" || cheap.Flow < strict.Flow*1.1 {
+		t.Fatalf("budgeted: replication %d flow %.0f (strict %.0f), note %q", cheap.Replication, cheap.Flow, strict.Flow, cheap.Note)
+	}
+	t.Logf("%s: flow %.0f vs %.0f with the floor held", cheap.Note, cheap.Flow, strict.Flow)
 }
 
 func TestPlanEdgeCases(t *testing.T) {
