@@ -142,6 +142,9 @@ func (pl Planner) Full(f *Fleet, epoch uint64) (Plan, error) {
 			}
 		}
 	}
+	if pl.rtt != nil {
+		alignRegions(best.placement)
+	}
 	m := best.layerMap(epoch)
 	out := Plan{Map: m, Flow: f.Flow(m), Replication: m.Replication(), Exact: best.exact, Note: note}
 	if !m.Covers() {
