@@ -222,3 +222,50 @@ func TestPlanTenThousandNodes(t *testing.T) {
 	checkPlan(t, f, p, 2)
 	t.Logf("10,000 nodes: flow %.0f = %.3f·UB", p.Flow, p.Flow/f.UB())
 }
+
+func TestAlignRegionsKeepsFlowAndGathersRegions(t *testing.T) {
+	m, _ := Model("llama-3-70b")
+	var nodes []Node
+	for i := range 24 {
+		h, _ := Device([]string{"rtx4090", "rtx3090"}[i%2])
+		nodes = append(nodes, Node{ID: fmt.Sprintf("n%02d", i), Hardware: h, Region: []string{"us", "eu"}[i/12]})
+	}
+	f, _ := NewFleet(m, nodes, DefaultCostParams())
+	plan, err := NewPlanner().Full(f, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPlacement(f)
+	p.load(plan.Map)
+	regionCovered := func(p *placement) int {
+		s := 0
+		for _, reg := range []string{"us", "eu"} {
+			cov := make([]bool, p.L)
+			for i, r := range p.rng {
+				if f.Profiles[i].Node.Region == reg {
+					for l := r.Start; l < r.End; l++ {
+						cov[l] = true
+					}
+				}
+			}
+			n := 0
+			for _, c := range cov {
+				if c {
+					n++
+				}
+			}
+			s += n * n
+		}
+		return s
+	}
+	before, flow := regionCovered(p), f.Flow(plan.Map)
+	alignRegions(p)
+	after := p.layerMap(1)
+	if f.Flow(after) != flow {
+		t.Fatalf("alignment changed flow: %v → %v", flow, f.Flow(after))
+	}
+	if regionCovered(p) < before {
+		t.Fatalf("alignment scattered the regions: %d → %d", before, regionCovered(p))
+	}
+	t.Logf("Σ covered² per region: %d → %d", before, regionCovered(p))
+}

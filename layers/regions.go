@@ -88,6 +88,7 @@ func alignRegions(p *placement) {
 					if score(ra, rb) > before {
 						ri, rj := p.rng[i], p.rng[j]
 						p.rng[i], p.rng[j] = rj, ri
+						p.t[i], p.t[j] = p.t[j], p.t[i]
 						improved = true
 						continue
 					}
