@@ -301,13 +301,11 @@ type scratch struct {
 	zc      []float64 // compact zone × zone: zr as a cost
 	hx      []float64 // per stage: its excess over its region's round trips, as a cost
 
-	eoff []int32 // CSR of the measured links into each stage
-	ej   []int32
-	ec   []float64
-	erec []edge // the same links with the boundaries they can be taken at
+	eoff []int32 // per stage: its first measured link into it in erec
+	erec []edge  // measured links between stages, by receiving stage
 	eby  []edge // erec sorted by first boundary
 	eLo  []int32
-	eact []edge // links usable at the current boundary
+	eact []int32 // links (indices into eby) usable at the current boundary
 
 	sOff, sIdx   []int32   // stages by start layer
 	off          []int32   // per stage: its first slot in fh
@@ -316,6 +314,8 @@ type scratch struct {
 	eb           []float64 // per stage: its cheapest arrival over a measured link
 	zmin, inZ    []float64
 	active, next []int32
+	hold         []int32 // the holders of each layer, concatenated, for trace
+	holdOff      []int32
 	hopStage     []int32
 }
 
@@ -492,9 +492,9 @@ func (r *Router) zones(s *scratch, v *View, q *reqInfo) {
 	S := len(s.view)
 	s.hx = grow(s.hx, S)
 	s.eoff = grow(s.eoff, S+1)
-	s.ej, s.ec, s.erec = s.ej[:0], s.ec[:0], s.erec[:0]
+	s.erec = s.erec[:0]
 	for i, vi := range s.view {
-		s.eoff[i] = int32(len(s.ej))
+		s.eoff[i] = int32(len(s.erec))
 		h := 0.0
 		zi := v.zone[vi] * zones
 		for _, l := range v.adj[vi] {
@@ -509,14 +509,11 @@ func (r *Router) zones(s *scratch, v *View, q *reqInfo) {
 			if lo > hi {
 				continue
 			}
-			c := q.rttScale * rtt
-			s.ej = append(s.ej, j)
-			s.ec = append(s.ec, c)
-			s.erec = append(s.erec, edge{j: j, i: int32(i), lo: lo, hi: hi, c: c})
+			s.erec = append(s.erec, edge{j: j, i: int32(i), lo: lo, hi: hi, c: q.rttScale * rtt})
 		}
 		s.hx[i] = q.rttScale * h
 	}
-	s.eoff[S] = int32(len(s.ej))
+	s.eoff[S] = int32(len(s.erec))
 }
 
 // entryCosts charges each stage the round trips to and from the entry: a
@@ -558,8 +555,8 @@ type edge struct {
 func (s *scratch) pairCost(j, i int32) float64 {
 	c := s.zc[int(s.zone[j])*s.zoneCnt+int(s.zone[i])] + s.hx[j] + s.hx[i]
 	for e := s.eoff[i]; e < s.eoff[i+1]; e++ {
-		if s.ej[e] == j {
-			c = min(c, s.ec[e])
+		if s.erec[e].j == j {
+			c = min(c, s.erec[e].c)
 		}
 	}
 	return c
@@ -656,13 +653,17 @@ func (s *scratch) dp(L int) int32 {
 	nz := s.zoneCnt
 	s.zmin, s.inZ = grow(s.zmin, nz), grow(s.inZ, nz)
 	fh, off, start, end, zone := s.fh, s.off, s.start, s.end, s.zone
-	wl, wv, wk, hx, x, eb := s.wl, s.wv, s.wk, s.hx, s.x, s.eb
+	wl, wv, wk, hx, x, eb, eby := s.wl, s.wv, s.wk, s.hx, s.x, s.eb, s.eby
 
 	s.active = s.active[:0]
 	for _, i := range s.sIdx[s.sOff[0]:s.sOff[1]] {
 		fh[off[i]] = s.entry[i] + wv[i] + wl[i]
 		s.active = append(s.active, i)
 	}
+	s.holdOff = grow(s.holdOff, L+1)
+	s.holdOff[0] = 0
+	s.hold = append(s.hold[:0], s.active...)
+	s.holdOff[1] = int32(len(s.hold))
 	s.eact = s.eact[:0]
 	for l := int32(1); l < int32(L); l++ {
 		// Exits of the holders of layer l-1, cheapest per region.
@@ -682,17 +683,23 @@ func (s *scratch) dp(L int) int32 {
 			}
 			s.inZ[r] = best
 		}
-		// Measured links usable at this boundary.
-		s.eact = append(s.eact, s.eby[s.eLo[l]:s.eLo[l+1]]...)
+		// Measured links usable at this boundary; those still usable at
+		// the next stay (written unconditionally, kept by the count, so
+		// that the loop does not branch).
+		for k := s.eLo[l]; k < s.eLo[l+1]; k++ {
+			s.eact = append(s.eact, k)
+		}
 		n := 0
-		for _, e := range s.eact {
+		eact := s.eact
+		for _, k := range eact {
+			e := &eby[k]
 			eb[e.i] = min(eb[e.i], x[e.j]+e.c)
+			eact[n] = k
 			if e.hi > l {
-				s.eact[n] = e
 				n++
 			}
 		}
-		s.eact = s.eact[:n]
+		s.eact = eact[:n]
 		// The holders of layer l.
 		s.next = s.next[:0]
 		for _, i := range s.active {
@@ -710,6 +717,8 @@ func (s *scratch) dp(L int) int32 {
 			}
 			fh[at] = c + wl[i]
 		}
+		s.hold = append(s.hold, s.next...)
+		s.holdOff[l+1] = int32(len(s.hold))
 		s.active, s.next = s.next, s.active
 	}
 	best, arg := inf, int32(-1)
@@ -754,21 +763,21 @@ func (s *scratch) trace(v *View, last int32, L int) ([]Hop, bool) {
 		// the layer before, or over a measured link.
 		best, arg := math.Inf(1), int32(-1)
 		row := s.zc[int(s.zone[i]):]
-		for j := range int32(len(s.view)) {
-			if j == i || s.start[j] >= l || s.end[j] < l {
+		for _, j := range s.hold[s.holdOff[l-1]:s.holdOff[l]] {
+			if j == i {
 				continue
 			}
 			c := s.fh[s.off[j]+l-1-s.start[j]] + s.wk[j] + s.hx[j] + row[int(s.zone[j])*s.zoneCnt] + s.hx[i]
-			if c < best {
+			if c < best || (c == best && j < arg) {
 				best, arg = c, j
 			}
 		}
 		for e := s.eoff[i]; e < s.eoff[i+1]; e++ {
-			j := s.ej[e]
+			j := s.erec[e].j
 			if s.start[j] >= l || s.end[j] < l {
 				continue
 			}
-			c := s.fh[s.off[j]+l-1-s.start[j]] + s.wk[j] + s.ec[e]
+			c := s.fh[s.off[j]+l-1-s.start[j]] + s.wk[j] + s.erec[e].c
 			if c < best || (c == best && j < arg) {
 				best, arg = c, j
 			}
