@@ -213,20 +213,10 @@ func (pl Planner) search(f *Fleet, R, minLayers int) (searchResult, error) {
 	pl.improve(best, R, minLayers, sc)
 
 	for _, s := range pl.seeds {
-		if s.Layers != L {
-			continue
+		if s.Layers == L {
+			pl.refine(cur, s, order, R, minLayers, sc)
+			consider(cur)
 		}
-		cur.load(s)
-		// Unplaced nodes join where they add the most.
-		for _, i := range order {
-			if cur.rng[i].Empty() {
-				if r, ok := cur.bestInsert(i, insertGoal{T: cur.minFlow() * 1.05, R: R, minFirst: true, slack: pl.stageSlack, minLayers: minLayers}, sc); ok {
-					cur.add(i, r)
-				}
-			}
-		}
-		pl.improve(cur, R, minLayers, sc)
-		consider(cur)
 	}
 
 	res := searchResult{placement: best}
@@ -242,6 +232,21 @@ func (pl Planner) search(f *Fleet, R, minLayers int) (searchResult, error) {
 		return res, ErrNoCoverage
 	}
 	return res, nil
+}
+
+// refine starts from map s: nodes of the fleet that s leaves out join where
+// they add the most, then local search improves the whole.
+func (pl Planner) refine(p *placement, s LayerMap, order []int, R, minLayers int, sc *insertScratch) {
+	p.load(s)
+	for _, i := range order {
+		if p.rng[i].Empty() {
+			g := insertGoal{T: p.minFlow() * 1.05, R: R, minFirst: true, slack: pl.stageSlack, minLayers: minLayers}
+			if r, ok := p.bestInsert(i, g, sc); ok {
+				p.add(i, r)
+			}
+		}
+	}
+	pl.improve(p, R, minLayers, sc)
 }
 
 // construct places every node in order, each where it best lifts the layers

@@ -53,27 +53,48 @@ func (pl Planner) Rebalance(f *Fleet, committed LayerMap, o RebalanceOptions) (R
 	if committed.Layers != f.Model.Layers {
 		return res, fmt.Errorf("%w: map has %d layers, model %d", ErrBadMap, committed.Layers, f.Model.Layers)
 	}
-	local := pl
-	local.seeds = append([]LayerMap{committed}, pl.seeds...)
-	plan, err := local.Full(f, committed.Epoch+1)
+	// Two candidates: the best map from a full search (seeded with the
+	// committed one), and the committed map improved in place, which moves
+	// less. The one with the larger gain net of migration cost wins.
+	full := pl
+	full.seeds = append([]LayerMap{committed}, pl.seeds...)
+	plan, err := full.Full(f, committed.Epoch+1)
 	if err != nil {
 		res.Reason = fmt.Sprintf("no better map: %v", err)
 		return res, nil
 	}
-	moves := Diff(f.Model, committed, plan.Map)
-	bytes := 0.0
-	for _, mv := range moves {
-		bytes += mv.LoadBytes
-	}
+	local := newPlacement(f)
+	R := max(1, min(pl.replication, plan.Replication))
+	pl.refine(local, committed, pl.order(f), R, 0, &insertScratch{})
 	modelBytes := float64(f.Model.Layers) * f.Model.LayerWeightBytes()
-	gain := 0.0
-	if res.FlowFrom > 0 {
-		gain = plan.Flow/res.FlowFrom - 1
-	} else if plan.Flow > 0 && plan.Map.Covers() {
-		gain = 1 // any full map beats none
+	type option struct {
+		m          LayerMap
+		flow, gain float64
+		net, bytes float64
+		moves      []Move
 	}
-	net := gain - o.CostPerModel*bytes/modelBytes
-	res.FlowTo, res.Bytes = plan.Flow, bytes
+	score := func(m LayerMap) option {
+		o2 := option{m: m, flow: f.Flow(m), moves: Diff(f.Model, committed, m)}
+		for _, mv := range o2.moves {
+			o2.bytes += mv.LoadBytes
+		}
+		switch {
+		case res.FlowFrom > 0:
+			o2.gain = o2.flow/res.FlowFrom - 1
+		case o2.flow > 0 && m.Covers():
+			o2.gain = 1 // any full map beats none
+		}
+		o2.net = o2.gain - o.CostPerModel*o2.bytes/modelBytes
+		return o2
+	}
+	best := score(plan.Map)
+	if lm := local.layerMap(committed.Epoch + 1); lm.Covers() && lm.Replication() >= min(R, committed.Replication()) {
+		if c := score(lm); c.net > best.net {
+			best = c
+		}
+	}
+	moves, bytes, gain, net := best.moves, best.bytes, best.gain, best.net
+	res.FlowTo, res.Bytes = best.flow, bytes
 	if len(moves) == 0 || net < o.MinGain {
 		res.Reason = fmt.Sprintf("gain %.1f%% less migration cost %.1f%% is below %.0f%%",
 			100*gain, 100*(gain-net), 100*o.MinGain)
@@ -84,7 +105,7 @@ func (pl Planner) Rebalance(f *Fleet, committed LayerMap, o RebalanceOptions) (R
 		res.Reason = err.Error()
 		return res, nil
 	}
-	res.Move, res.To, res.Steps = true, plan.Map, steps
+	res.Move, res.To, res.Steps = true, best.m, steps
 	res.Reason = fmt.Sprintf("gain %.1f%% for %.1f GB of weights in %d step(s)", 100*gain, bytes/1e9, len(steps))
 	return res, nil
 }
