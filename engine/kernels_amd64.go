@@ -5,7 +5,7 @@ package engine
 // compute in the same order, so the choice never changes a bit.
 
 //go:noescape
-func dot4F32(out *float32, w *float32, x *float32, cols int)
+func dot4F32(out *float32, w *float32, x *float32, cols, stride int)
 
 //go:noescape
 func dot4Q8(out *float32, wq *int8, wd *float32, xq *int8, xd *float32, nb int)
@@ -51,10 +51,26 @@ var simdKernel = func() string {
 func dotRowsF32(out, w, x []float32) {
 	c := len(x)
 	if useSIMD && hasAVX && len(out) == 4 && c > 0 && c%16 == 0 && len(w) >= 4*c {
-		dot4F32(&out[0], &w[0], &x[0], c)
+		dot4F32(&out[0], &w[0], &x[0], c, c)
 		return
 	}
 	dotRowsF32Portable(out, w, x)
+}
+
+// dotStridedF32 writes len(out) dot products of x with the rows of w that
+// start stride apart (attention's q·K over a KV cache).
+func dotStridedF32(out, w, x []float32, stride int) {
+	c, n := len(x), len(out)
+	i := 0
+	if useSIMD && hasAVX && c > 0 && c%16 == 0 && stride >= c {
+		for ; i+4 <= n; i += 4 {
+			_ = w[(i+3)*stride+c-1]
+			dot4F32(&out[i], &w[i*stride], &x[0], c, stride)
+		}
+	}
+	for ; i < n; i++ {
+		out[i] = dotF32(w[i*stride:i*stride+c], x)
+	}
 }
 
 func dotRowsQ8(out []float32, wq []int8, wd []float32, xq []int8, xd []float32) {

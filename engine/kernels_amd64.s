@@ -34,14 +34,15 @@ TEXT ·xgetbv0(SB), NOSPLIT, $0-8
 	VADDSS       XT, XA, XA \
 	VMOVSS       XA, OFF(DX)
 
-// func dot4F32(out *float32, w *float32, x *float32, cols int)
-// out[r] = w[r*cols:(r+1)*cols]·x for r < 4; cols is a positive multiple of 16.
-TEXT ·dot4F32(SB), NOSPLIT, $0-32
+// func dot4F32(out *float32, w *float32, x *float32, cols, stride int)
+// out[r] = w[r*stride:r*stride+cols]·x for r < 4; cols is a positive
+// multiple of 16.
+TEXT ·dot4F32(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DX
 	MOVQ w+8(FP), DI
 	MOVQ x+16(FP), SI
 	MOVQ cols+24(FP), CX
-	MOVQ CX, BX
+	MOVQ stride+32(FP), BX
 	SHLQ $2, BX
 	LEAQ (DI)(BX*1), R8
 	LEAQ (R8)(BX*1), R9

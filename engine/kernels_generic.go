@@ -9,3 +9,10 @@ var (
 )
 
 const simdKernel = "portable Go"
+
+func dotStridedF32(out, w, x []float32, stride int) {
+	c := len(x)
+	for i := range out {
+		out[i] = dotF32(w[i*stride:i*stride+c], x)
+	}
+}

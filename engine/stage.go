@@ -576,8 +576,9 @@ func (fw *forward) attention(li int) {
 				scores = make([]float32, np)
 			}
 			scores = scores[:np]
-			for j := 0; j < np; j++ {
-				scores[j] = float32(dotF32(q, kc[j*kvd+kh*hd:j*kvd+(kh+1)*hd]) * scale)
+			dotStridedF32(scores, kc[kh*hd:], q, kvd)
+			for j := range scores {
+				scores[j] = float32(scores[j] * scale)
 			}
 			softmax(scores)
 			out := fw.att[r*d+hh*hd : r*d+(hh+1)*hd]
