@@ -31,6 +31,14 @@
 // small k: a planner that fills memory with layers wastes most of a GPU.
 // Decode is bound by memory bandwidth until the batch crosses the roofline's
 // ridge, so stages must be balanced by bandwidth and memory, not by TFLOPS.
+// The batch is capped at CostParams.MaxBatch (256 by default), so k·tps(k)
+// is flat for small k and falls once memory, not the cap, sets the batch.
+//
+// Links: a node that passes activations on sends (and receives) one hidden
+// state per token, so its declared network bandwidth caps its rate at
+// bandwidth ÷ activation bytes. That is a node capacity, so the flow below
+// stays a node-capacitated max flow and Menger's formula still holds; RTT
+// does not limit throughput (pipelining hides it) but enters latency.
 //
 // # Quality
 //
@@ -38,5 +46,18 @@
 // a token that visits node i costs 1/tps_i(k_i) of its time, so Flow is the
 // least, over layers, of the summed tps of the nodes serving that layer.
 // UB and UB2 bound Flow from above for any map of the same nodes; every
-// policy is scored by the same Fleet methods.
+// policy is scored by the same Fleet methods. Both ignore that a layer is
+// served by a whole number of nodes: where one node's rate is a large share
+// of the flow (memory-tight or link-bound swarms) no map comes near them.
+//
+// # Planner
+//
+// Planner.Full bisects on a flow target, building at each step a placement
+// that lifts every layer towards it; local search then re-inserts single
+// nodes at their best (layer count, start) and re-splits neighbouring pairs;
+// seed maps (the committed map, other policies' plans) go through the same
+// search; instances of at most 6 nodes and 16 layers are solved exactly by
+// branch and bound. Planner.Join, Planner.Repair and Planner.Rebalance
+// serve the leader on churn; OrderMoves sequences a migration so that every
+// layer keeps a server that is not reloading it (make before break).
 package layers
