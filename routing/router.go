@@ -303,7 +303,7 @@ type scratch struct {
 
 	eoff []int32 // per stage: its first measured link into it in erec
 	erec []edge  // measured links between stages, by receiving stage
-	eby  []edge // erec sorted by first boundary
+	eby  []edge  // erec sorted by first boundary
 	eLo  []int32
 	eact []int32 // links (indices into eby) usable at the current boundary
 
