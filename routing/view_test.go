@@ -62,6 +62,22 @@ func TestViewBasics(t *testing.T) {
 	}
 }
 
+// checkSums recomputes the region sums from the links.
+func checkSums(t *testing.T, v *View) {
+	t.Helper()
+	var sum, cnt [zones * zones]int64
+	for i, ls := range v.adj {
+		for _, l := range ls {
+			a, b := v.zone[i], v.zone[l.peer]
+			sum[a*zones+b] += sumNanos(l.rtt)
+			cnt[a*zones+b]++
+		}
+	}
+	if sum != v.rsum || cnt != v.rcnt {
+		t.Fatal("region sums out of step with the links")
+	}
+}
+
 // Removing nodes in any order keeps every other link intact.
 func TestViewRemoveKeepsLinks(t *testing.T) {
 	v := NewView()
@@ -76,9 +92,17 @@ func TestViewRemoveKeepsLinks(t *testing.T) {
 			v.SetRTT(id(i), id(j), rtt(i, j))
 		}
 	}
+	for i := range n {
+		v.Update(id(i), func(s *NodeState) { s.Region = fmt.Sprint(i % 3) })
+	}
+	checkSums(t, v)
+	v.SetRTT(id(1), id(2), rtt(1, 2)) // a replaced sample counts once
+	v.Set(NodeState{ID: id(4), Region: "elsewhere"})
+	checkSums(t, v)
 	gone := map[int]bool{}
 	for _, k := range []int{3, 11, 0, 7, 5} {
 		v.Remove(id(k))
+		checkSums(t, v)
 		gone[k] = true
 		for i := range n {
 			for j := range n {
