@@ -33,8 +33,11 @@
 // link, a fixed overhead, and the relay's delay and bandwidth when a side is
 // relayed. The last hop pays the output head and both end hops pay the
 // round trip to the entry. A node whose free KV cache cannot hold the
-// session is charged Config.KVPenalty; a node whose figures are older than
-// Config.StaleAfter is charged Config.StalePenalty more, and still used.
+// session is charged Config.KVPenalty per pass; a node whose figures are
+// older than Config.StaleAfter is charged Config.StalePenalty more, and
+// still used. The activations on a crossing are charged at each side's
+// link in turn, an upper bound (at most twice the slower side's time) that
+// keeps the crossing separable.
 //
 // # The DP and its speed
 //

@@ -140,7 +140,7 @@ func PickWithin(paths []Path, slack float64, seed uint64) (Path, bool) {
 	for _, p := range paths {
 		sum += weight(p)
 	}
-	x := rand.New(rand.NewPCG(seed, pickStream)).Float64() * sum
+	x := unit(rand.NewPCG(seed, pickStream)) * sum
 	for _, p := range paths {
 		w := weight(p)
 		if w > 0 && x < w {
@@ -156,6 +156,10 @@ func PickWithin(paths []Path, slack float64, seed uint64) (Path, bool) {
 	}
 	return paths[0], true
 }
+
+// unit draws a float64 in [0, 1) from the top 53 bits of one PCG output,
+// without the allocation of a rand.Rand.
+func unit(p *rand.PCG) float64 { return float64(p.Uint64()>>11) / (1 << 53) }
 
 // Stream constants of the PCG draws, so that the draws for different
 // purposes under one request seed are unrelated.

@@ -581,9 +581,9 @@ func (s *scratch) perturb(seed uint64, slack float64) {
 	if slack <= 0 {
 		return
 	}
-	rng := rand.New(rand.NewPCG(seed, perturbStream))
+	pcg := rand.NewPCG(seed, perturbStream)
 	for i := range s.wl {
-		f := 1 + slack*rng.Float64()
+		f := 1 + slack*unit(pcg)
 		s.wl[i] *= f
 		s.wv[i] *= f
 		s.wk[i] *= f
@@ -747,7 +747,7 @@ func (s *scratch) solve(v *View, L int) ([]Hop, bool) {
 // filled by dp over covered layers always has.
 func (s *scratch) trace(v *View, last int32, L int) ([]Hop, bool) {
 	s.hopStage = s.hopStage[:0]
-	var rev []Hop
+	rev := make([]Hop, 0, 8)
 	i, l, to := last, int32(L-1), int32(L)
 	for {
 		base := s.off[i] - s.start[i]
