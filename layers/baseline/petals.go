@@ -403,8 +403,6 @@ func (s *pserver) place(start, L int) ppos {
 	return p
 }
 
-func (s *pserver) feasible(start, L int) bool { return s.place(start, L).start >= 0 }
-
 type petalsState struct {
 	f   *layers.Fleet
 	cfg petalsConfig
@@ -429,6 +427,9 @@ type petalsState struct {
 	diff      []int
 	bits      []uint64
 	evaluated []int
+	groups    [4][]int
+	merged    []int
+	merged2   []int
 	order     []int
 }
 
@@ -506,6 +507,54 @@ func sortOrder(t []float64, ord []int) []int {
 	return ord
 }
 
+// reorder updates ord, t's blocks in increasing order, after t fell by
+// a on old and rose by b on now. Within each of the four groups (neither,
+// old only, new only, both) every block moved by the same amount, and
+// rounding is monotone, so each group stays in order: an O(L) merge
+// replaces a sort.
+func (st *petalsState) reorder(t []float64, ord []int, old, now layers.Range) []int {
+	groups := &st.groups
+	for g := range groups {
+		groups[g] = groups[g][:0]
+	}
+	for _, b := range ord {
+		g := 0
+		if old.Contains(b) {
+			g |= 1
+		}
+		if now.Contains(b) {
+			g |= 2
+		}
+		groups[g] = append(groups[g], b)
+	}
+	merged := append(st.merged[:0], groups[0]...)
+	for g := 1; g < 4; g++ {
+		if len(groups[g]) == 0 {
+			continue
+		}
+		st.merged2 = mergeBy(t, st.merged2[:0], merged, groups[g])
+		merged, st.merged2 = st.merged2, merged
+	}
+	st.merged = merged
+	return append(ord[:0], merged...)
+}
+
+// mergeBy appends to out the merge of a and b, both in increasing t.
+func mergeBy(t []float64, out, a, b []int) []int {
+	x, y := 0, 0
+	for x < len(a) && y < len(b) {
+		if t[a[x]] <= t[b[y]] {
+			out = append(out, a[x])
+			x++
+		} else {
+			out = append(out, b[y])
+			y++
+		}
+	}
+	out = append(out, a[x:]...)
+	return append(out, b[y:]...)
+}
+
 // bestStart is Petals' _choose_best_start for server i, over the blocks'
 // throughputs t less delta on r (the server's own share when it weighs
 // itself out): the start whose window, sorted ascending, is
@@ -561,21 +610,34 @@ func (st *petalsState) bestStart(t []float64, ord []int, i int, r layers.Range, 
 	clear(diff)
 	bits := st.bits[:(k+63)/64]
 	clear(bits)
-	bump := func(r, d int) {
-		diff[r] += d
-		if diff[r] != 0 {
-			bits[r/64] |= 1 << (r % 64)
-		} else {
-			bits[r/64] &^= 1 << (r % 64)
-		}
-	}
 	bestAt := -1
 	for start := 0; start+n <= L; start++ {
-		if bestAt >= 0 && start > 0 {
-			bump(rank[start-1], -1)
-			bump(rank[start+n-1], +1)
+		if bestAt >= 0 {
+			// Slide: the block leaving counts one less, the one entering
+			// one more.
+			r := rank[start-1]
+			if diff[r]--; diff[r] != 0 {
+				bits[r>>6] |= 1 << (r & 63)
+			} else {
+				bits[r>>6] &^= 1 << (r & 63)
+			}
+			r = rank[start+n-1]
+			if diff[r]++; diff[r] != 0 {
+				bits[r>>6] |= 1 << (r & 63)
+			} else {
+				bits[r>>6] &^= 1 << (r & 63)
+			}
 		}
-		if !s.feasible(start, L) {
+		var fits bool
+		switch start {
+		case 0:
+			fits = s.first.start >= 0
+		case L - n:
+			fits = s.last.start >= 0
+		default:
+			fits = s.mid.start >= 0
+		}
+		if !fits {
 			continue
 		}
 		if bestAt < 0 {
@@ -586,7 +648,7 @@ func (st *petalsState) bestStart(t []float64, ord []int, i int, r layers.Range, 
 			if b == 0 {
 				continue
 			}
-			if r := w*64 + mbits.TrailingZeros64(b); diff[r] > 0 {
+			if r := w<<6 + mbits.TrailingZeros64(b); diff[r] > 0 {
 				// The window holds more copies of the smallest value
 				// where the two differ: it is the smaller.
 				bestAt = start
@@ -640,8 +702,9 @@ func (st *petalsState) shouldMove(ctx context.Context, i int) (move, capped bool
 			cnt[b]++
 		}
 		moves++
-		st.simOrd = sortOrder(t, st.simOrd)
+		st.simOrd = st.reorder(t, st.simOrd, old.r, sim[j].r)
 	}
+	st.simOrd = append(st.simOrd[:0], st.ord...)
 	moveTo(i, to)
 
 	order := st.order[:0]

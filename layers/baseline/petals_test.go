@@ -227,6 +227,44 @@ func TestPetalsBestStartMatchesSorting(t *testing.T) {
 	}
 }
 
+// After a move, the incremental reorder gives an order sorted by the new
+// values.
+func TestPetalsReorder(t *testing.T) {
+	f := fleetOf(t, "llama-3-70b", nodesOf(t, group{"rtx4070", 1}))
+	st := newPetalsState(f, NewPetals().cfg)
+	L := st.L
+	seed := splitmix64(11)
+	for trial := range 500 {
+		t1 := make([]float64, L)
+		for b := range t1 {
+			t1[b] = float64(seed.next()%1000) / 7
+		}
+		ord := sortOrder(t1, nil)
+		rng := func() layers.Range {
+			a := int(seed.next() % uint64(L))
+			return layers.Range{Start: a, End: a + 1 + int(seed.next()%uint64(L-a))}
+		}
+		old, now := rng(), rng()
+		a, b := float64(seed.next()%500)/3, float64(seed.next()%500)/3
+		addRange(t1, old, -a)
+		addRange(t1, now, b)
+		ord = st.reorder(t1, ord, old, now)
+		if len(ord) != L {
+			t.Fatalf("trial %d: %d blocks", trial, len(ord))
+		}
+		seen := make([]bool, L)
+		for j, x := range ord {
+			if seen[x] {
+				t.Fatalf("trial %d: block %d twice", trial, x)
+			}
+			seen[x] = true
+			if j > 0 && t1[ord[j-1]] > t1[x] {
+				t.Fatalf("trial %d: not sorted at %d", trial, j)
+			}
+		}
+	}
+}
+
 func sortFloats(x []float64) {
 	for i := 1; i < len(x); i++ {
 		for j := i; j > 0 && x[j] < x[j-1]; j-- {
