@@ -94,6 +94,14 @@ func printReport(w io.Writer, rep scenario.Report, maps bool) {
 			r.Time.Round(time.Microsecond))
 	}
 	tw.Flush()
+	for _, r := range rep.Results {
+		if r.Note != "" {
+			fmt.Fprintf(w, "  note (%s): %s\n", r.Policy, r.Note)
+		}
+		if r.Error != "" {
+			fmt.Fprintf(w, "  %s: %s\n", r.Policy, r.Error)
+		}
+	}
 	if !maps {
 		fmt.Fprintln(w)
 		return

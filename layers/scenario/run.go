@@ -17,6 +17,7 @@ type Result struct {
 	Policy  string           `json:"policy"`
 	Status  string           `json:"status"` // ok, timed out, no coverage, error
 	Error   string           `json:"error,omitempty"`
+	Note    string           `json:"note,omitempty"`
 	Map     layers.LayerMap  `json:"map"`
 	Flow    float64          `json:"flow_tps"`
 	FlowUB  float64          `json:"flow_over_ub"`
@@ -124,7 +125,7 @@ func Run(ctx context.Context, sc *Scenario, o Options) (Report, error) {
 	plan, err := layers.NewPlanner(opts...).Full(f, 1)
 	d := elapsed()
 	res := score(f, sc.RTT, Ours, plan.Map, err)
-	res.Time = d
+	res.Time, res.Note = d, plan.Note
 	rep.Results = append(rep.Results, res)
 	return rep, nil
 }

@@ -74,7 +74,7 @@ func TestPlannerAgainstBaselines(t *testing.T) {
 	counts := map[string]int{}
 	var boundMisses []string
 	for _, sc := range scs {
-		rep, err := Run(context.Background(), sc, Options{Now: time.Now, BaselineBudget: 20 * time.Second})
+		rep, err := Run(context.Background(), sc, Options{Now: time.Now, BaselineBudget: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("%s: %v", sc.Source, err)
 		}
