@@ -250,8 +250,14 @@ func (p *ParallaxPolicy) Run(ctx context.Context, f *layers.Fleet) (ParallaxResu
 	if bestK == 0 {
 		return ParallaxResult{}, fmt.Errorf("parallax: %w: no pipeline fits %s", ErrNoCapacity, f.Model.Name)
 	}
+	if d.k != bestK {
+		// The memo holds the last k searched: search the chosen one again.
+		if _, err := d.run(bestK); err != nil {
+			return ParallaxResult{}, fmt.Errorf("parallax: k=%d again: %w", bestK, err)
+		}
+		res.States += d.states()
+	}
 	pipes, err := d.backtrack(bestK)
-	res.States += d.states()
 	if err != nil {
 		return ParallaxResult{}, fmt.Errorf("parallax: k=%d backtrack: %w", bestK, err)
 	}
@@ -576,13 +582,11 @@ func (d *pxDP) solve(i int, open []int, fin int) int {
 }
 
 // backtrack rebuilds the pipelines of s*(k) by replaying the choices in
-// the search's order. Pipelines come out in the order they close, each
-// with its nodes in processing order.
+// the search's order, on the memo of run(k). Pipelines come out in the
+// order they close, each with its nodes in processing order.
 func (d *pxDP) backtrack(k int) ([][]int, error) {
 	if d.k != k || d.small == nil {
-		if _, err := d.run(k); err != nil {
-			return nil, err
-		}
+		return nil, fmt.Errorf("backtrack(%d) on the memo of k=%d", k, d.k)
 	}
 	type pipe struct {
 		r     int

@@ -68,10 +68,10 @@ func TestParallaxSearchByHand(t *testing.T) {
 	for i := len(caps) - 1; i >= 0; i-- {
 		d.suffix[i] = d.suffix[i+1] + caps[i]
 	}
-	for k, want := range map[int]int{1: 2, 2: 6} {
-		s, err := d.run(k)
-		if err != nil || s != want {
-			t.Errorf("s*(%d) = %d, %v; want %d", k, s, err, want)
+	for _, c := range []struct{ k, want int }{{1, 2}, {2, 6}} {
+		s, err := d.run(c.k)
+		if err != nil || s != c.want {
+			t.Errorf("s*(%d) = %d, %v; want %d", c.k, s, err, c.want)
 		}
 	}
 	// Node 0 opens, node 1 opens the second pipeline (joining would

@@ -244,6 +244,7 @@ func (p *PetalsPolicy) Run(ctx context.Context, f *layers.Fleet) (PetalsResult, 
 // back to an earlier one (fixed order only: then it would cycle for
 // ever), or the round bound.
 func (st *petalsState) rebalance(ctx context.Context, checkOrder []int, res *PetalsResult) error {
+	st.checkOrder = checkOrder
 	if st.cfg.seed != 0 {
 		s := splitmix64(st.cfg.seed)
 		st.rng = &s
@@ -404,7 +405,6 @@ func (s *pserver) place(start, L int) ppos {
 }
 
 type petalsState struct {
-	f   *layers.Fleet
 	cfg petalsConfig
 	L   int
 	srv []pserver
@@ -413,6 +413,8 @@ type petalsState struct {
 	cnt []int     // per-block server count of cur
 	tol float64
 	rng *splitmix64
+	// checkOrder is the order of checks, and of every simulation pass.
+	checkOrder []int
 
 	// scratch
 	sim       []ppos
@@ -435,7 +437,7 @@ type petalsState struct {
 
 func newPetalsState(f *layers.Fleet, cfg petalsConfig) *petalsState {
 	L := f.Model.Layers
-	st := &petalsState{f: f, cfg: cfg, L: L,
+	st := &petalsState{cfg: cfg, L: L,
 		srv: make([]pserver, f.Len()), cur: make([]ppos, f.Len()),
 		t: make([]float64, L), cnt: make([]int, L),
 		simT: make([]float64, L), simCnt: make([]int, L),
@@ -680,10 +682,11 @@ func (st *petalsState) shouldMove(ctx context.Context, i int) (move, capped bool
 		return false, false
 	}
 
-	// Simulate: move there, then let every server (itself included)
-	// re-choose the same way until nothing moves. Choosing reads t
-	// without changing it, so a server's choice can only change after
-	// some server moved: evaluated[j] remembers the move count then.
+	// Simulate: move there, then let every server (itself included), in
+	// the check order, re-choose the same way until nothing moves.
+	// Choosing reads t without changing it, so a server that chose to
+	// stay would choose so again until some server moves: evaluated[j]
+	// remembers the move count when it last stayed.
 	t, cnt := st.simT, st.simCnt
 	copy(t, st.t)
 	copy(cnt, st.cnt)
@@ -707,12 +710,7 @@ func (st *petalsState) shouldMove(ctx context.Context, i int) (move, capped bool
 	st.simOrd = append(st.simOrd[:0], st.ord...)
 	moveTo(i, to)
 
-	order := st.order[:0]
-	for j := range sim {
-		if sim[j].start >= 0 {
-			order = append(order, j)
-		}
-	}
+	order := append(st.order[:0], st.checkOrder...)
 	st.order = order
 	evaluated := st.evaluated
 	for j := range evaluated {
@@ -731,12 +729,12 @@ func (st *petalsState) shouldMove(ctx context.Context, i int) (move, capped bool
 			if evaluated[j] == moves || opensGap(cnt, p.r) {
 				continue
 			}
-			nj := st.bestStart(t, st.simOrd, j, p.r, p.thr*(1+eps))
-			if nj != p.start {
+			if nj := st.bestStart(t, st.simOrd, j, p.r, p.thr*(1+eps)); nj != p.start {
 				moveTo(j, nj)
 				moved = true
+			} else {
+				evaluated[j] = moves
 			}
-			evaluated[j] = moves
 		}
 		if !moved {
 			break
