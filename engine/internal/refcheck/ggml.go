@@ -1,0 +1,141 @@
+package refcheck
+
+/*
+#cgo LDFLAGS: -lm -lstdc++
+#include <stdint.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+#include <math.h>
+
+// The few ggml declarations used, as in ggml.h, gguf.h and ggml-cpu.h of
+// the ggml that the pinned ollama module vendors (its Go package compiles
+// and links ggml; the headers are not on cgo's include path).
+struct ggml_context;
+struct ggml_tensor;
+struct ggml_cgraph;
+struct gguf_context;
+struct ggml_init_params { size_t mem_size; void * mem_buffer; bool no_alloc; };
+struct gguf_init_params { bool no_alloc; struct ggml_context ** ctx; };
+enum { T_F32 = 0, T_I32 = 26 };
+extern struct gguf_context * gguf_init_from_file(const char * fname, struct gguf_init_params params);
+extern void gguf_free(struct gguf_context * ctx);
+extern struct ggml_context * ggml_init(struct ggml_init_params params);
+extern void ggml_free(struct ggml_context * ctx);
+extern struct ggml_tensor * ggml_get_tensor(struct ggml_context * ctx, const char * name);
+extern struct ggml_tensor * ggml_new_tensor_1d(struct ggml_context * ctx, int type, int64_t ne0);
+extern void * ggml_get_data(const struct ggml_tensor * tensor);
+extern float * ggml_get_data_f32(const struct ggml_tensor * tensor);
+extern struct ggml_tensor * ggml_get_rows(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+extern struct ggml_tensor * ggml_rms_norm(struct ggml_context * ctx, struct ggml_tensor * a, float eps);
+extern struct ggml_tensor * ggml_mul(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+extern struct ggml_tensor * ggml_add(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+extern struct ggml_tensor * ggml_mul_mat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+extern struct ggml_tensor * ggml_reshape_3d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2);
+extern struct ggml_tensor * ggml_permute(struct ggml_context * ctx, struct ggml_tensor * a, int axis0, int axis1, int axis2, int axis3);
+extern struct ggml_tensor * ggml_cont(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_cont_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1);
+extern struct ggml_tensor * ggml_rope_ext(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, struct ggml_tensor * c,
+	int n_dims, int mode, int n_ctx_orig, float freq_base, float freq_scale, float ext_factor, float attn_factor, float beta_fast, float beta_slow);
+extern struct ggml_tensor * ggml_scale(struct ggml_context * ctx, struct ggml_tensor * a, float s);
+extern struct ggml_tensor * ggml_diag_mask_inf(struct ggml_context * ctx, struct ggml_tensor * a, int n_past);
+extern struct ggml_tensor * ggml_soft_max_ext(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * mask, float scale, float max_bias);
+extern struct ggml_tensor * ggml_silu(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_cgraph * ggml_new_graph(struct ggml_context * ctx);
+extern void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
+extern int ggml_graph_compute_with_ctx(struct ggml_context * ctx, struct ggml_cgraph * cgraph, int n_threads);
+
+static struct ggml_tensor * W(struct ggml_context * m, const char * fmt, int l) {
+	char name[128];
+	snprintf(name, sizeof name, fmt, l);
+	return ggml_get_tensor(m, name);
+}
+
+// ref_logits runs a llama-family model the way llama.cpp's llama and qwen2
+// graphs do (RoPE mode 0 for llama, NEOX for qwen2; Q/K/V biases on qwen2)
+// and writes the last position's logits to out. It returns 0 on success.
+static int ref_logits(const char * path, const int32_t * tokens, int n, int neox, int bias, int n_layer,
+		int n_head, int n_kv, int hd, float eps, float base, float * out, int n_vocab) {
+	struct ggml_context * m = NULL;
+	struct gguf_init_params gp = { false, &m };
+	struct gguf_context * g = gguf_init_from_file(path, gp);
+	if (!g) return 1;
+	struct ggml_init_params ip = { 512u << 20, NULL, false };
+	struct ggml_context * c = ggml_init(ip);
+	struct ggml_tensor * tok = ggml_new_tensor_1d(c, T_I32, n);
+	struct ggml_tensor * pos = ggml_new_tensor_1d(c, T_I32, n);
+	for (int i = 0; i < n; i++) { ((int32_t *)ggml_get_data(tok))[i] = tokens[i]; ((int32_t *)ggml_get_data(pos))[i] = i; }
+	struct ggml_tensor * x = ggml_get_rows(c, ggml_get_tensor(m, "token_embd.weight"), tok);
+	int mode = neox ? 2 : 0;
+	for (int l = 0; l < n_layer; l++) {
+		struct ggml_tensor * cur = ggml_mul(c, ggml_rms_norm(c, x, eps), W(m, "blk.%d.attn_norm.weight", l));
+		struct ggml_tensor * q = ggml_mul_mat(c, W(m, "blk.%d.attn_q.weight", l), cur);
+		struct ggml_tensor * k = ggml_mul_mat(c, W(m, "blk.%d.attn_k.weight", l), cur);
+		struct ggml_tensor * v = ggml_mul_mat(c, W(m, "blk.%d.attn_v.weight", l), cur);
+		if (bias) {
+			q = ggml_add(c, q, W(m, "blk.%d.attn_q.bias", l));
+			k = ggml_add(c, k, W(m, "blk.%d.attn_k.bias", l));
+			v = ggml_add(c, v, W(m, "blk.%d.attn_v.bias", l));
+		}
+		q = ggml_rope_ext(c, ggml_reshape_3d(c, q, hd, n_head, n), pos, NULL, hd, mode, 0, base, 1, 0, 1, 32, 1);
+		k = ggml_rope_ext(c, ggml_reshape_3d(c, k, hd, n_kv, n), pos, NULL, hd, mode, 0, base, 1, 0, 1, 32, 1);
+		v = ggml_reshape_3d(c, v, hd, n_kv, n);
+		struct ggml_tensor * qp = ggml_cont(c, ggml_permute(c, q, 0, 2, 1, 3)); // [hd, n, n_head]
+		struct ggml_tensor * kp = ggml_cont(c, ggml_permute(c, k, 0, 2, 1, 3)); // [hd, n, n_kv]
+		struct ggml_tensor * kq = ggml_mul_mat(c, kp, qp);                      // [n(kv), n(q), n_head]
+		kq = ggml_diag_mask_inf(c, ggml_scale(c, kq, 1.0f / sqrtf((float)hd)), 0);
+		kq = ggml_soft_max_ext(c, kq, NULL, 1.0f, 0.0f);
+		struct ggml_tensor * vp = ggml_cont(c, ggml_permute(c, v, 1, 2, 0, 3)); // [n(kv), hd, n_kv]
+		struct ggml_tensor * kqv = ggml_mul_mat(c, vp, kq);                     // [hd, n, n_head]
+		cur = ggml_cont_2d(c, ggml_permute(c, kqv, 0, 2, 1, 3), hd * n_head, n);
+		x = ggml_add(c, ggml_mul_mat(c, W(m, "blk.%d.attn_output.weight", l), cur), x);
+		cur = ggml_mul(c, ggml_rms_norm(c, x, eps), W(m, "blk.%d.ffn_norm.weight", l));
+		struct ggml_tensor * gate = ggml_silu(c, ggml_mul_mat(c, W(m, "blk.%d.ffn_gate.weight", l), cur));
+		struct ggml_tensor * up = ggml_mul_mat(c, W(m, "blk.%d.ffn_up.weight", l), cur);
+		x = ggml_add(c, ggml_mul_mat(c, W(m, "blk.%d.ffn_down.weight", l), ggml_mul(c, gate, up)), x);
+	}
+	struct ggml_tensor * head = ggml_get_tensor(m, "output.weight");
+	if (!head) head = ggml_get_tensor(m, "token_embd.weight");
+	x = ggml_mul(c, ggml_rms_norm(c, x, eps), ggml_get_tensor(m, "output_norm.weight"));
+	struct ggml_tensor * logits = ggml_mul_mat(c, head, x); // [n_vocab, n]
+	struct ggml_cgraph * gf = ggml_new_graph(c);
+	ggml_build_forward_expand(gf, logits);
+	int rc = ggml_graph_compute_with_ctx(c, gf, 1);
+	if (rc == 0) memcpy(out, ggml_get_data_f32(logits) + (size_t)(n - 1) * n_vocab, sizeof(float) * n_vocab);
+	ggml_free(c);
+	ggml_free(m);
+	gguf_free(g);
+	return rc;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	_ "github.com/ollama/ollama/ml/backend/ggml/ggml/src" // compiles and links ggml
+
+	"github.com/stratanet/strata/engine"
+)
+
+// ggmlLogits is the last position's logits of the generated model c at
+// path, computed by ggml.
+func ggmlLogits(path string, c engine.GenConfig, tokens []int32) ([]float32, error) {
+	out := make([]float32, c.Vocab)
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	neox, bias := 0, 0
+	if c.Arch == "qwen2" {
+		neox, bias = 1, 1
+	}
+	rc := C.ref_logits(cpath, (*C.int32_t)(unsafe.Pointer(&tokens[0])), C.int(len(tokens)), C.int(neox), C.int(bias),
+		C.int(c.Layers), C.int(c.Heads), C.int(c.KVHeads), C.int(c.Dim/c.Heads), C.float(c.NormEps), C.float(c.RopeBase),
+		(*C.float)(unsafe.Pointer(&out[0])), C.int(c.Vocab))
+	if rc != 0 {
+		return nil, fmt.Errorf("ggml: code %d", rc)
+	}
+	return out, nil
+}
