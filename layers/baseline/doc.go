@@ -45,8 +45,9 @@
 // lexicographically smallest list, ties to the lowest i. Two equal-length
 // sorted lists compare at the smallest value one holds more often, so the
 // scan slides a count difference per value rank and costs O(L) a server.
-// Values within 1e-12 (relative) share a rank, so that rounding in running
-// sums cannot break the lowest-start rule; ε below is 10⁹ times larger.
+// Values closer than 10⁻¹²·N times the largest server throughput share a
+// rank, so that rounding in running sums cannot break the lowest-start
+// rule; that is far below the ε weighting.
 //
 // Rebalancing. Rounds of checks replace the random 0–120 s timers: every
 // server checks once a round, in the join order, or in a fresh seeded
