@@ -85,7 +85,13 @@ func TestPlannerAgainstBaselines(t *testing.T) {
 		}
 		line := []string{rep.Scenario}
 		homogeneous := len(sc.File.Nodes) == 1 && sc.File.Nodes[0].Count > 1
+		if rep.UB2 > rep.UB*(1+1e-9) {
+			t.Errorf("%s: UB2 %v above UB %v", rep.Scenario, rep.UB2, rep.UB)
+		}
 		for _, r := range rep.Results {
+			if r.Flow > rep.UB2*(1+1e-9) {
+				t.Errorf("%s: %s flow %v above UB2 %v", rep.Scenario, r.Policy, r.Flow, rep.UB2)
+			}
 			line = append(line, r.Policy+"="+strings.TrimSpace(strings.TrimRight(strings.TrimRight(ftoa(r.Flow), "0"), ".")))
 			if r.Policy == Ours || r.Status != "ok" {
 				continue
