@@ -327,3 +327,48 @@ func TestSessionErrors(t *testing.T) {
 		t.Errorf("info %+v", info)
 	}
 }
+
+// TestConcurrentSessions: goroutines stepping their own sessions on one
+// stage get the tokens a lone session gets (no session sees another's KV).
+func TestConcurrentSessions(t *testing.T) {
+	c := testShapes["llama-gqa"]
+	path := genModel(t, c)
+	s, err := Open(path, WithThreads(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	run := func(seed int32) []int32 {
+		ss, err := s.NewSession(32)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		defer ss.Close()
+		in := []int32{seed, seed + 1}
+		var out []int32
+		for i := 0; i < 10; i++ {
+			o, err := s.Forward(context.Background(), Step{Session: ss, Pos: ss.Len(), Tokens: in})
+			if err != nil {
+				t.Error(err)
+				return nil
+			}
+			tok := Sample(o.Logits, SamplingParams{}, 0, nil)
+			out, in = append(out, tok), []int32{tok}
+		}
+		return out
+	}
+	want := map[int32]string{}
+	for seed := int32(3); seed < 7; seed++ {
+		want[seed] = fmt.Sprint(run(seed))
+	}
+	done := make(chan [2]string)
+	for seed := int32(3); seed < 7; seed++ {
+		go func() { done <- [2]string{want[seed], fmt.Sprint(run(seed))} }()
+	}
+	for i := 0; i < 4; i++ {
+		if r := <-done; r[0] != r[1] {
+			t.Errorf("concurrent run %s, alone %s", r[1], r[0])
+		}
+	}
+}

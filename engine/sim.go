@@ -108,9 +108,17 @@ type simSession struct {
 	closed bool
 }
 
-func (k *simSession) Len() int { return k.n }
+func (k *simSession) Len() int {
+	k.st.mu.Lock()
+	defer k.st.mu.Unlock()
+	return k.n
+}
+
 func (k *simSession) Cap() int { return k.cap }
+
 func (k *simSession) Truncate(n int) error {
+	k.st.mu.Lock()
+	defer k.st.mu.Unlock()
 	if k.closed {
 		return fmt.Errorf("%w: closed", ErrSession)
 	}
@@ -120,7 +128,12 @@ func (k *simSession) Truncate(n int) error {
 	k.n = n
 	return nil
 }
-func (k *simSession) Close() error { k.closed = true; return nil }
+func (k *simSession) Close() error {
+	k.st.mu.Lock()
+	defer k.st.mu.Unlock()
+	k.closed = true
+	return nil
+}
 
 // NewSession reserves maxTokens positions (no memory is really taken).
 func (s *SimStage) NewSession(maxTokens int) (Session, error) {

@@ -314,7 +314,13 @@ func (s *Local) NewSession(maxTokens int) (Session, error) {
 	return ss, nil
 }
 
-func (k *kvSession) Len() int { return k.n }
+// Len takes the stage's lock, so it may wait for a running step.
+func (k *kvSession) Len() int {
+	k.st.mu.Lock()
+	defer k.st.mu.Unlock()
+	return k.n
+}
+
 func (k *kvSession) Cap() int { return k.cap }
 
 func (k *kvSession) Truncate(n int) error {
