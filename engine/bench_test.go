@@ -113,3 +113,47 @@ func BenchmarkKernels(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBatchedDecode reports tokens/s when 8 sessions decode together
+// (each weight read once per step for all of them), stories15M shape.
+func BenchmarkBatchedDecode(b *testing.B) {
+	c := benchShapes[0].c
+	path := filepath.Join(b.TempDir(), "m.gguf")
+	if err := GenerateFile(path, c); err != nil {
+		b.Fatal(err)
+	}
+	s, err := Open(path, WithThreads(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	const batch = 8
+	steps := make([]Step, batch)
+	for i := range steps {
+		ss, _ := s.NewSession(256)
+		if _, err := s.Forward(ctx, Step{Session: ss, Tokens: []int32{int32(i + 3), 10, 20, 30}}); err != nil {
+			b.Fatal(err)
+		}
+		steps[i] = Step{Session: ss, Pos: 4, Tokens: []int32{5}}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		for j := range steps {
+			if steps[j].Pos >= 128 {
+				steps[j].Session.Truncate(64)
+				steps[j].Pos = 64
+			}
+		}
+		outs, err := s.ForwardBatch(ctx, steps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j := range steps {
+			steps[j].Tokens = []int32{Sample(outs[j].Logits, SamplingParams{}, 0, nil)}
+			steps[j].Pos++
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "tok/s")
+}

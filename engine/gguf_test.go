@@ -389,3 +389,18 @@ func TestFingerprint(t *testing.T) {
 		t.Fatal("weight change not seen by the fingerprint")
 	}
 }
+
+func TestModelSpec(t *testing.T) {
+	for _, dt := range []DType{F32, Q8_0} {
+		c := GenConfig{Arch: "llama", Layers: 3, Dim: 64, Heads: 4, KVHeads: 2, FFN: 128, Vocab: 300, Seed: 1, DType: dt}
+		spec, err := ReadModelSpec(genModel(t, c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[DType]float64{F32: 4, Q8_0: 34.0 / 32}[dt]
+		// Norms stay F32, so the measured figure sits a little above.
+		if spec.Layers != 3 || spec.Hidden != 64 || spec.KVHeads != 2 || spec.BytesPerParam < want || spec.BytesPerParam > want*1.1 {
+			t.Errorf("%s: spec %+v", dt, spec.HyperParams)
+		}
+	}
+}

@@ -280,3 +280,42 @@ func (f *File) Fingerprint() (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// ModelSpec is the model in f as package layers' cost model sees it, with
+// the bytes per parameter measured from the layers' tensors (so a Q8_0
+// file plans as Q8_0) and a float32 KV cache, as this engine keeps it.
+func (f *File) ModelSpec() (layers.ModelSpec, error) {
+	hp, err := ReadHParams(f)
+	if err != nil {
+		return layers.ModelSpec{}, err
+	}
+	var bytes, params float64
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		if len(t.Name) > 4 && t.Name[:4] == "blk." && t.Size > 0 {
+			bytes += float64(t.Size)
+			params += float64(t.Elements())
+		}
+	}
+	if params == 0 {
+		return layers.ModelSpec{}, fmt.Errorf("%w: no layer tensors", ErrCorrupt)
+	}
+	spec, err := hp.Spec(bytes / params)
+	if err != nil {
+		return layers.ModelSpec{}, fmt.Errorf("%w: %v", ErrShape, err)
+	}
+	_, hasHead := f.Tensor("output.weight")
+	spec.TiedEmbedding = !hasHead
+	return spec, nil
+}
+
+// ReadModelSpec reads only the header of the GGUF file at path; see
+// File.ModelSpec.
+func ReadModelSpec(path string) (layers.ModelSpec, error) {
+	f, fh, err := OpenFile(path)
+	if err != nil {
+		return layers.ModelSpec{}, err
+	}
+	defer fh.Close()
+	return f.ModelSpec()
+}
