@@ -1,0 +1,27 @@
+// Package consensus keeps the swarm's one authoritative layer map.
+//
+// It runs hashicorp/raft over libp2p streams (/strata/raft/1) on the
+// swarm's host. Every log entry is a past-tense event (NodeJoined,
+// NodeLeft, NodeDraining, MapProposed, StageReady, MapCommitted,
+// WarmupAbandoned) and the FSM folds them into one read-only State: the
+// members and their capabilities, the committed layers.LayerMap, and the
+// pending one with each node's readiness. The fold, State.Apply, is a pure
+// function of the state and the record, so replaying the same log always
+// gives the same state, on every member.
+//
+// A bounded set of voters (3, or 5 once there are enough stable, directly
+// reachable members) runs the elections; every other member is a Raft
+// non-voter, so every member reads the committed and pending maps
+// locally.
+//
+// The leader carries out the placement policy of package layers: on a
+// join, a leave, or when a rebalance pays, it plans, appends MapProposed,
+// waits while the nodes with moves load their new ranges next to their
+// old ones (warmup), and appends MapCommitted once every stage of the
+// pending map reported StageReady. A node that misses the warmup deadline
+// is dropped and the leader plans again. The committed map changes only
+// by commits of fully loaded maps: make before break.
+//
+// consensus never loads weights: a StageLoader, which the node provides,
+// does.
+package consensus

@@ -1,0 +1,265 @@
+package consensus
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+	"github.com/stratanet/strata/layers"
+)
+
+// MaxSnapshotSize bounds an encoded state.
+const MaxSnapshotSize = 64 << 20
+
+const snapshotMagic = "SCS1"
+
+// MarshalBinary encodes the state deterministically: equal states give
+// equal bytes. Version 1 is the magic "SCS1", then the fingerprint, the
+// applied count, the last At, the members in ID order, the committed map
+// (an empty byte string when none), and a flag byte followed by the
+// pending map, its times, reason and the nodes that load with their
+// readiness, in ID order. Fields are encoded as in MarshalRecord.
+func (s State) MarshalBinary() ([]byte, error) {
+	b := []byte(snapshotMagic)
+	b = appendStr(b, s.fingerprint)
+	b = binary.AppendUvarint(b, s.applied)
+	b = binary.AppendVarint(b, unixNano(s.last))
+	ids := slices.Sorted(maps.Keys(s.members))
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		m := s.members[id]
+		b = appendStr(b, m.ID)
+		b = appendCaps(b, m.Caps)
+		b = appendStrs(b, m.Addrs)
+		b = binary.AppendVarint(b, unixNano(m.JoinedAt))
+		b = binary.AppendVarint(b, unixNano(m.LaggardUntil))
+		var flags byte
+		if m.Draining {
+			flags |= 1
+		}
+		b = append(b, flags)
+	}
+	var err error
+	if b, err = appendMap(b, s.committed); err != nil {
+		return nil, err
+	}
+	if s.pending == nil {
+		b = append(b, 0)
+	} else {
+		p := s.pending
+		b = append(b, 1)
+		if b, err = appendMap(b, p.Map); err != nil {
+			return nil, err
+		}
+		b = binary.AppendVarint(b, unixNano(p.Since))
+		b = binary.AppendVarint(b, unixNano(p.Deadline))
+		b = appendStr(b, p.Reason)
+		loads := slices.Sorted(maps.Keys(p.loads))
+		b = binary.AppendUvarint(b, uint64(len(loads)))
+		for _, id := range loads {
+			b = appendStr(b, id)
+			if p.loads[id] {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
+		}
+	}
+	if len(b) > MaxSnapshotSize {
+		return nil, fmt.Errorf("%w: state of %d bytes exceeds %d", ErrBadSnapshot, len(b), MaxSnapshotSize)
+	}
+	return b, nil
+}
+
+func appendMap(b []byte, m layers.LayerMap) ([]byte, error) {
+	if m.Layers == 0 && len(m.Stages) == 0 && m.Epoch == 0 {
+		return appendBytes(b, nil), nil
+	}
+	mb, err := m.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+	}
+	return appendBytes(b, mb), nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary wrote. Malformed input gives
+// an error wrapping ErrBadSnapshot, never a panic, and leaves s as it was.
+func (s *State) UnmarshalBinary(b []byte) error {
+	if len(b) > MaxSnapshotSize {
+		return fmt.Errorf("%w: %d bytes exceeds %d", ErrBadSnapshot, len(b), MaxSnapshotSize)
+	}
+	if len(b) < len(snapshotMagic) || string(b[:len(snapshotMagic)]) != snapshotMagic {
+		return fmt.Errorf("%w: bad magic", ErrBadSnapshot)
+	}
+	d := &decoder{b: b[len(snapshotMagic):], sentinel: ErrBadSnapshot}
+	var out State
+	out.fingerprint = d.str("fingerprint", MaxFingerprintLen)
+	out.applied = d.uvarint("applied", math.MaxUint64)
+	out.last = d.time("last")
+	n := d.count("members", MaxMembers, 8)
+	out.members = make(map[string]Member, n)
+	prev := ""
+	for range n {
+		m := Member{ID: d.id("member")}
+		m.Caps = d.caps()
+		m.Addrs = d.strs("addrs", MaxAddrs, MaxAddrLen)
+		m.JoinedAt = d.time("joined")
+		m.LaggardUntil = d.time("laggard until")
+		flags := d.u8("member flags")
+		if d.err != nil {
+			return d.err
+		}
+		if flags&^1 != 0 {
+			d.fail("unknown member flags %#x", flags)
+			return d.err
+		}
+		if m.ID <= prev {
+			d.fail("members out of order at %q", m.ID)
+			return d.err
+		}
+		prev = m.ID
+		m.Draining = flags&1 != 0
+		out.members[m.ID] = m
+	}
+	if n > 0 && out.fingerprint == "" {
+		d.fail("members without a fingerprint")
+	}
+	out.committed = d.optMap("committed map")
+	switch d.u8("pending flag") {
+	case 0:
+	case 1:
+		p := &Pending{Map: d.optMap("pending map")}
+		p.Since = d.time("since")
+		p.Deadline = d.time("deadline")
+		p.Reason = d.str("reason", MaxReasonLen)
+		k := d.count("loads", MaxMembers, 3)
+		p.loads = make(map[string]bool, k)
+		prev := ""
+		for range k {
+			id := d.id("loading node")
+			ready := d.u8("ready")
+			if d.err != nil {
+				break
+			}
+			if id <= prev || ready > 1 {
+				d.fail("bad load entry %q", id)
+				break
+			}
+			if _, ok := p.Map.Range(id); !ok {
+				d.fail("loading node %q not in the pending map", id)
+				break
+			}
+			prev = id
+			p.loads[id] = ready == 1
+		}
+		if d.err == nil && p.Map.Layers == 0 {
+			d.fail("empty pending map")
+		}
+		out.pending = p
+	default:
+		d.fail("bad pending flag")
+	}
+	d.end()
+	if d.err != nil {
+		return d.err
+	}
+	*s = out
+	return nil
+}
+
+func (d *decoder) optMap(what string) layers.LayerMap {
+	p := d.bytes(what, MaxSnapshotSize)
+	if d.err != nil || len(p) == 0 {
+		return layers.LayerMap{}
+	}
+	var m layers.LayerMap
+	if err := m.UnmarshalBinary(p); err != nil {
+		d.fail("%s: %v", what, err)
+		return layers.LayerMap{}
+	}
+	return m
+}
+
+// fsm is the raft.FSM: it holds the current State and folds each log
+// entry into it. Reads load the state atomically, without locks.
+type fsm struct {
+	state   atomic.Pointer[State]
+	index   atomic.Uint64                       // last raft index applied
+	onApply func(idx uint64, r Record, s State) // after each admitted record
+	onReset func(s State)                       // after a restore
+}
+
+func newFSM() *fsm {
+	f := &fsm{}
+	f.state.Store(&State{})
+	return f
+}
+
+func (f *fsm) current() State { return *f.state.Load() }
+
+// Apply implements raft.FSM. The response is nil or the error that
+// refused the record; a refused record leaves the state as it was.
+func (f *fsm) Apply(l *raft.Log) any {
+	f.index.Store(l.Index)
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	r, err := UnmarshalRecord(l.Data)
+	if err != nil {
+		return err
+	}
+	next, err := f.current().Apply(r)
+	if err != nil {
+		return err
+	}
+	f.state.Store(&next)
+	if f.onApply != nil {
+		f.onApply(l.Index, r, next)
+	}
+	return nil
+}
+
+// Snapshot implements raft.FSM: the state is immutable, so the snapshot
+// is the current value, encoded later by Persist.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{s: f.current()}, nil
+}
+
+// Restore implements raft.FSM.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, MaxSnapshotSize+1))
+	if err != nil {
+		return fmt.Errorf("consensus: read snapshot: %w", err)
+	}
+	var s State
+	if err := s.UnmarshalBinary(b); err != nil {
+		return err
+	}
+	f.state.Store(&s)
+	if f.onReset != nil {
+		f.onReset(s)
+	}
+	return nil
+}
+
+type fsmSnapshot struct{ s State }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	b, err := s.s.MarshalBinary()
+	if err == nil {
+		_, err = sink.Write(b)
+	}
+	if err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
