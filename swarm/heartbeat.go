@@ -1,0 +1,306 @@
+package swarm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// HeartbeatVersion is the version byte of the heartbeat schema. A decoder
+// rejects every other version: a new schema gets a new version and, if
+// peers of both must coexist, a new topic.
+const HeartbeatVersion = 1
+
+// Heartbeat schema limits. Together they bound an encoded heartbeat well
+// below MaxHeartbeatSize.
+const (
+	MaxHeartbeatSize = 4096 // bytes, checked before decoding
+	MaxRTTSamples    = 16   // RTT samples per heartbeat
+	MaxRegionLen     = 32   // bytes of the region label
+	maxIDLen         = 64   // bytes of an encoded peer ID
+)
+
+// State is the phase a node announces.
+type State uint8
+
+// The states, in the order of the schema's byte.
+const (
+	StateJoining State = iota
+	StateWarming
+	StateServing
+	StateDraining
+	numStates
+)
+
+func (s State) String() string {
+	switch s {
+	case StateJoining:
+		return "joining"
+	case StateWarming:
+		return "warming"
+	case StateServing:
+		return "serving"
+	case StateDraining:
+		return "draining"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Flags in a heartbeat.
+const (
+	// FlagRelayed: the sender is reachable only through a circuit relay.
+	FlagRelayed uint8 = 1 << iota
+	knownFlags        = FlagRelayed
+)
+
+// RTTSample is the sender's smoothed round trip to one peer.
+type RTTSample struct {
+	Peer peer.ID
+	RTT  time.Duration
+}
+
+// Status is the part of a heartbeat that the node fills in: what it
+// serves and how loaded it is. The swarm adds identity, RTTs, flags and
+// the timestamp.
+type Status struct {
+	RangeStart, RangeEnd int    // served layers [start, end); 0,0 for none
+	Epoch                uint64 // LayerMap epoch the range belongs to
+	State                State
+	QueueDepth           int
+	ActiveSessions       int
+	// FreeKV is the free KV cache in tokens; negative means not reported.
+	FreeKV int64
+	// LayerLatency is the EWMA of one layer's decode step at the current
+	// batch; zero means unknown.
+	LayerLatency time.Duration
+	// Region is a coarse location label (at most MaxRegionLen bytes).
+	Region string
+}
+
+// Heartbeat is one gossiped liveness and load report. Version 1 encodes,
+// in order, big-endian:
+//
+//	u8  version (1)
+//	u8  len, bytes   node ID (peer ID bytes, 1..64)
+//	u32 range start, u32 range end (start <= end)
+//	u64 epoch
+//	u8  state (0 joining, 1 warming, 2 serving, 3 draining)
+//	u8  flags (bit 0: relayed only; other bits must be 0)
+//	u32 queue depth, u32 active sessions
+//	i64 free KV tokens (negative: not reported)
+//	i64 per-layer latency EWMA, ns (>= 0)
+//	i64 timestamp, Unix ns
+//	u8  len, bytes   region (UTF-8, 0..32)
+//	u8  n (0..16), then n × (u8 len, bytes peer ID; u32 RTT in µs)
+//
+// Nothing may follow.
+type Heartbeat struct {
+	NodeID peer.ID
+	Status
+	Flags     uint8
+	RTTs      []RTTSample
+	Timestamp time.Time
+}
+
+// Relayed reports whether the sender says it is reachable only by relay.
+func (hb *Heartbeat) Relayed() bool { return hb.Flags&FlagRelayed != 0 }
+
+// MarshalBinary encodes hb under the version-1 schema. It fails on values
+// the schema cannot carry instead of truncating them.
+func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
+	id := []byte(hb.NodeID)
+	switch {
+	case len(id) == 0 || len(id) > maxIDLen:
+		return nil, fmt.Errorf("node ID of %d bytes: %w", len(id), ErrHeartbeatSchema)
+	case hb.RangeStart < 0 || hb.RangeEnd < hb.RangeStart || uint64(hb.RangeEnd) > math.MaxUint32:
+		return nil, fmt.Errorf("range [%d,%d): %w", hb.RangeStart, hb.RangeEnd, ErrHeartbeatSchema)
+	case hb.State >= numStates:
+		return nil, fmt.Errorf("state %d: %w", hb.State, ErrHeartbeatSchema)
+	case hb.Flags&^knownFlags != 0:
+		return nil, fmt.Errorf("flags %#x: %w", hb.Flags, ErrHeartbeatSchema)
+	case hb.QueueDepth < 0 || uint64(hb.QueueDepth) > math.MaxUint32 ||
+		hb.ActiveSessions < 0 || uint64(hb.ActiveSessions) > math.MaxUint32:
+		return nil, fmt.Errorf("queue %d / sessions %d: %w", hb.QueueDepth, hb.ActiveSessions, ErrHeartbeatSchema)
+	case hb.LayerLatency < 0:
+		return nil, fmt.Errorf("layer latency %v: %w", hb.LayerLatency, ErrHeartbeatSchema)
+	case len(hb.Region) > MaxRegionLen || !utf8.ValidString(hb.Region):
+		return nil, fmt.Errorf("region %q: %w", hb.Region, ErrHeartbeatSchema)
+	case len(hb.RTTs) > MaxRTTSamples:
+		return nil, fmt.Errorf("%d RTT samples (max %d): %w", len(hb.RTTs), MaxRTTSamples, ErrHeartbeatSchema)
+	}
+	b := make([]byte, 0, 128+len(hb.RTTs)*(maxIDLen+5))
+	b = append(b, HeartbeatVersion, byte(len(id)))
+	b = append(b, id...)
+	b = binary.BigEndian.AppendUint32(b, uint32(hb.RangeStart))
+	b = binary.BigEndian.AppendUint32(b, uint32(hb.RangeEnd))
+	b = binary.BigEndian.AppendUint64(b, hb.Epoch)
+	b = append(b, byte(hb.State), hb.Flags)
+	b = binary.BigEndian.AppendUint32(b, uint32(hb.QueueDepth))
+	b = binary.BigEndian.AppendUint32(b, uint32(hb.ActiveSessions))
+	b = binary.BigEndian.AppendUint64(b, uint64(hb.FreeKV))
+	b = binary.BigEndian.AppendUint64(b, uint64(hb.LayerLatency))
+	b = binary.BigEndian.AppendUint64(b, uint64(hb.Timestamp.UnixNano()))
+	b = append(b, byte(len(hb.Region)))
+	b = append(b, hb.Region...)
+	b = append(b, byte(len(hb.RTTs)))
+	for _, s := range hb.RTTs {
+		pid := []byte(s.Peer)
+		if len(pid) == 0 || len(pid) > maxIDLen {
+			return nil, fmt.Errorf("RTT peer ID of %d bytes: %w", len(pid), ErrHeartbeatSchema)
+		}
+		us := s.RTT.Microseconds()
+		if us < 0 || us > math.MaxUint32 {
+			return nil, fmt.Errorf("RTT %v: %w", s.RTT, ErrHeartbeatSchema)
+		}
+		b = append(b, byte(len(pid)))
+		b = append(b, pid...)
+		b = binary.BigEndian.AppendUint32(b, uint32(us))
+	}
+	if len(b) > MaxHeartbeatSize {
+		return nil, fmt.Errorf("%d bytes: %w", len(b), ErrHeartbeatSize)
+	}
+	return b, nil
+}
+
+// DecodeHeartbeat decodes a version-1 heartbeat. It never panics and
+// allocates in proportion to len(data), which it checks against
+// MaxHeartbeatSize first. Peer IDs must parse as libp2p peer IDs.
+func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
+	if len(data) > MaxHeartbeatSize {
+		return nil, fmt.Errorf("%d bytes (max %d): %w", len(data), MaxHeartbeatSize, ErrHeartbeatSize)
+	}
+	d := hbDecoder{b: data}
+	if v := d.u8(); d.err == nil && v != HeartbeatVersion {
+		return nil, fmt.Errorf("version %d (want %d): %w", v, HeartbeatVersion, ErrHeartbeatSchema)
+	}
+	hb := &Heartbeat{}
+	hb.NodeID = d.peerID("node ID")
+	hb.RangeStart = int(d.u32())
+	hb.RangeEnd = int(d.u32())
+	hb.Epoch = d.u64()
+	hb.State = State(d.u8())
+	hb.Flags = d.u8()
+	hb.QueueDepth = int(d.u32())
+	hb.ActiveSessions = int(d.u32())
+	hb.FreeKV = int64(d.u64())
+	lat := int64(d.u64())
+	ts := int64(d.u64())
+	region := d.bytes(d.u8())
+	n := d.u8()
+	if d.err == nil {
+		switch {
+		case hb.RangeEnd < hb.RangeStart:
+			d.fail("range [%d,%d)", hb.RangeStart, hb.RangeEnd)
+		case hb.State >= numStates:
+			d.fail("state %d", hb.State)
+		case hb.Flags&^knownFlags != 0:
+			d.fail("flags %#x", hb.Flags)
+		case lat < 0:
+			d.fail("layer latency %d", lat)
+		case len(region) > MaxRegionLen || !utf8.Valid(region):
+			d.fail("region %q", region)
+		case n > MaxRTTSamples:
+			d.fail("%d RTT samples (max %d)", n, MaxRTTSamples)
+		}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	hb.LayerLatency = time.Duration(lat)
+	hb.Timestamp = time.Unix(0, ts)
+	hb.Region = string(region)
+	if n > 0 {
+		hb.RTTs = make([]RTTSample, 0, n)
+	}
+	for range n {
+		id := d.peerID("RTT peer")
+		us := d.u32()
+		if d.err != nil {
+			return nil, d.err
+		}
+		hb.RTTs = append(hb.RTTs, RTTSample{Peer: id, RTT: time.Duration(us) * time.Microsecond})
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return hb, nil
+}
+
+// hbDecoder reads fields in order and remembers the first error; after
+// an error every read returns zero.
+type hbDecoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *hbDecoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("heartbeat at byte %d: %s: %w", d.off, fmt.Sprintf(format, args...), ErrHeartbeatSchema)
+	}
+}
+
+func (d *hbDecoder) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if len(d.b) < n {
+		d.fail("truncated (need %d bytes, have %d)", n, len(d.b))
+		return nil
+	}
+	p := d.b[:n]
+	d.b = d.b[n:]
+	d.off += n
+	return p
+}
+
+func (d *hbDecoder) u8() uint8 {
+	if p := d.take(1); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *hbDecoder) u32() uint32 {
+	if p := d.take(4); p != nil {
+		return binary.BigEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *hbDecoder) u64() uint64 {
+	if p := d.take(8); p != nil {
+		return binary.BigEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (d *hbDecoder) bytes(n uint8) []byte { return d.take(int(n)) }
+
+func (d *hbDecoder) peerID(what string) peer.ID {
+	n := d.u8()
+	if d.err != nil {
+		return ""
+	}
+	if n == 0 || n > maxIDLen {
+		d.fail("%s of %d bytes", what, n)
+		return ""
+	}
+	raw := d.take(int(n))
+	if d.err != nil {
+		return ""
+	}
+	id, err := peer.IDFromBytes(raw)
+	if err != nil {
+		d.fail("%s: %v", what, err)
+		return ""
+	}
+	return id
+}

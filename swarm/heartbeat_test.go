@@ -1,0 +1,170 @@
+package swarm
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+func testPeerID(t testing.TB) peer.ID {
+	t.Helper()
+	_, pk, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPublicKey(pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func sampleHeartbeat(t testing.TB) *Heartbeat {
+	a, b := testPeerID(t), testPeerID(t)
+	return &Heartbeat{
+		NodeID: a,
+		Status: Status{
+			RangeStart: 4, RangeEnd: 20, Epoch: 7, State: StateServing,
+			QueueDepth: 3, ActiveSessions: 12, FreeKV: 40960,
+			LayerLatency: 1500 * time.Microsecond, Region: "eu-west",
+		},
+		Flags:     FlagRelayed,
+		RTTs:      []RTTSample{{Peer: b, RTT: 2 * time.Millisecond}},
+		Timestamp: time.Unix(1700000000, 123456789),
+	}
+}
+
+func TestHeartbeatRoundTrip(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	data, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeHeartbeat(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Timestamp = got.Timestamp.In(hb.Timestamp.Location())
+	if !reflect.DeepEqual(got, hb) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, hb)
+	}
+	if !got.Relayed() {
+		t.Fatal("relayed flag lost")
+	}
+}
+
+func TestHeartbeatLargestFits(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	hb.Region = string(bytes.Repeat([]byte("x"), MaxRegionLen))
+	for range MaxRTTSamples - 1 {
+		hb.RTTs = append(hb.RTTs, RTTSample{Peer: testPeerID(t), RTT: time.Hour})
+	}
+	data, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > MaxHeartbeatSize/2 {
+		t.Fatalf("largest heartbeat is %d bytes", len(data))
+	}
+}
+
+func TestHeartbeatRejects(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	good, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mut := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	idLen := int(good[1])
+	stateOff := 2 + idLen + 16
+	cases := map[string]struct {
+		data []byte
+		want error
+	}{
+		"empty":     {nil, ErrHeartbeatSchema},
+		"version":   {mut(func(b []byte) []byte { b[0] = 2; return b }), ErrHeartbeatSchema},
+		"truncated": {good[:len(good)-1], ErrHeartbeatSchema},
+		"trailing":  {append(bytes.Clone(good), 0), ErrHeartbeatSchema},
+		"state":     {mut(func(b []byte) []byte { b[stateOff] = 9; return b }), ErrHeartbeatSchema},
+		"flags":     {mut(func(b []byte) []byte { b[stateOff+1] = 0x80; return b }), ErrHeartbeatSchema},
+		"bad id":    {mut(func(b []byte) []byte { b[2] ^= 0xff; return b }), ErrHeartbeatSchema},
+		"zero id":   {[]byte{1, 0}, ErrHeartbeatSchema},
+		"oversize":  {make([]byte, MaxHeartbeatSize+1), ErrHeartbeatSize},
+	}
+	for name, c := range cases {
+		if _, err := DecodeHeartbeat(c.data); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", name, err, c.want)
+		}
+	}
+
+	bad := []func(h *Heartbeat){
+		func(h *Heartbeat) { h.RangeEnd = h.RangeStart - 1 },
+		func(h *Heartbeat) { h.State = numStates },
+		func(h *Heartbeat) { h.QueueDepth = -1 },
+		func(h *Heartbeat) { h.LayerLatency = -1 },
+		func(h *Heartbeat) { h.Region = string(make([]byte, MaxRegionLen+1)) },
+		func(h *Heartbeat) { h.Region = "\xff" },
+		func(h *Heartbeat) { h.RTTs = make([]RTTSample, MaxRTTSamples+1) },
+		func(h *Heartbeat) { h.NodeID = "" },
+	}
+	for i, f := range bad {
+		h := sampleHeartbeat(t)
+		f(h)
+		if _, err := h.MarshalBinary(); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Errorf("bad heartbeat %d encoded: %v", i, err)
+		}
+	}
+}
+
+func TestCheckHeartbeat(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	data, _ := hb.MarshalBinary()
+	now := hb.Timestamp.Add(time.Second)
+	if _, err := CheckHeartbeat(hb.NodeID, data, now, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CheckHeartbeat(testPeerID(t), data, now, time.Minute); !errors.Is(err, ErrHeartbeatSender) {
+		t.Fatalf("forged sender: %v", err)
+	}
+	if _, err := CheckHeartbeat(hb.NodeID, data, now.Add(time.Hour), time.Minute); !errors.Is(err, ErrHeartbeatClock) {
+		t.Fatalf("old timestamp: %v", err)
+	}
+	if _, err := CheckHeartbeat(hb.NodeID, data, now.Add(-time.Hour), time.Minute); !errors.Is(err, ErrHeartbeatClock) {
+		t.Fatalf("future timestamp: %v", err)
+	}
+}
+
+// FuzzHeartbeatDecoder: any input decodes or fails with a schema or size
+// error, never panics, and what decodes re-encodes to the same bytes.
+func FuzzHeartbeatDecoder(f *testing.F) {
+	hb := sampleHeartbeat(f)
+	good, _ := hb.MarshalBinary()
+	f.Add(good)
+	hb.RTTs, hb.Region, hb.Flags = nil, "", 0
+	plain, _ := hb.MarshalBinary()
+	f.Add(plain)
+	f.Add([]byte{1})
+	f.Add([]byte{1, 64})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		hb, err := DecodeHeartbeat(in)
+		if err != nil {
+			if !errors.Is(err, ErrHeartbeatSchema) && !errors.Is(err, ErrHeartbeatSize) {
+				t.Fatalf("unexpected error %v", err)
+			}
+			return
+		}
+		out, err := hb.MarshalBinary()
+		if err != nil {
+			t.Fatalf("decoded heartbeat does not re-encode: %v", err)
+		}
+		if !bytes.Equal(out, in) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", in, out)
+		}
+	})
+}

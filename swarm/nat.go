@@ -1,0 +1,237 @@
+package swarm
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/client"
+	circuitproto "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/proto"
+	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
+	ma "github.com/multiformats/go-multiaddr"
+	"go.uber.org/zap"
+)
+
+// NAT traversal for home GPUs uses go-libp2p's own protocols:
+//
+//   - AutoNAT (v1 service for others, client by default) finds out whether
+//     the host is reachable, unless WithReachability forces the answer.
+//   - Circuit relay v2: every host can dial through relays; a publicly
+//     reachable host serves as a relay unless WithRelayService(false).
+//     Strata relays carry circuits without the stock 128 KiB / 2 min
+//     limits, since activations must flow through them.
+//   - DCUtR hole punching upgrades a relayed connection to a direct one
+//     where the NATs allow.
+//
+// An unreachable host keeps reservations on relays itself (relayKeeper)
+// instead of using go-libp2p's autorelay: autorelay advertises only
+// public relay addresses, so it cannot work on a LAN or on loopback, and
+// it waits for several candidates before it reserves.
+
+// relayCandidates is how many relays an unreachable host reserves on.
+const relayCandidates = 2
+
+func natOptions(c *config) []libp2p.Option {
+	opts := []libp2p.Option{libp2p.EnableRelay(), libp2p.EnableNATService()}
+	if c.relay {
+		var ropts []relayv2.Option
+		if !c.relayLimit {
+			res := relayv2.DefaultResources()
+			res.Limit = nil
+			res.BufferSize = 64 << 10
+			res.MaxCircuits = 64
+			ropts = append(ropts, relayv2.WithResources(res))
+		}
+		opts = append(opts, libp2p.EnableRelayService(ropts...))
+	}
+	if c.holePunch {
+		opts = append(opts, libp2p.EnableHolePunching())
+	}
+	if c.portMap {
+		opts = append(opts, libp2p.NATPortMap())
+	}
+	switch c.reachability() {
+	case ReachabilityPublic:
+		opts = append(opts, libp2p.ForceReachabilityPublic())
+	case ReachabilityPrivate:
+		opts = append(opts, libp2p.ForceReachabilityPrivate())
+	}
+	return opts
+}
+
+// reachability is the configured reachability; a host that listens
+// nowhere is private whatever AutoNAT would say.
+func (c *config) reachability() Reachability {
+	if c.noListen {
+		return ReachabilityPrivate
+	}
+	return c.reach
+}
+
+// IsRelayAddr reports whether a is a circuit relay address.
+func IsRelayAddr(a ma.Multiaddr) bool {
+	_, err := a.ValueForProtocol(ma.P_CIRCUIT)
+	return err == nil
+}
+
+type reservation struct {
+	relay   peer.ID
+	expires time.Time
+}
+
+// relayKeeper holds circuit v2 reservations for an unreachable host and
+// publishes the matching /p2p-circuit addresses through the host's
+// address factory.
+type relayKeeper struct {
+	h       *Host
+	private atomic.Bool // reachability is private: reservations wanted
+
+	mu      sync.Mutex
+	rsv     map[peer.ID]reservation
+	backoff map[peer.ID]time.Time
+}
+
+func newRelayKeeper(h *Host) *relayKeeper {
+	k := &relayKeeper{h: h, rsv: map[peer.ID]reservation{}, backoff: map[peer.ID]time.Time{}}
+	k.private.Store(h.cfg.reachability() == ReachabilityPrivate)
+	return k
+}
+
+// addrs returns the circuit addresses of the current reservations.
+func (k *relayKeeper) addrs() []ma.Multiaddr {
+	if k == nil {
+		return nil
+	}
+	k.mu.Lock()
+	ids := make([]peer.ID, 0, len(k.rsv))
+	for id := range k.rsv {
+		ids = append(ids, id)
+	}
+	k.mu.Unlock()
+	slices.Sort(ids)
+	var out []ma.Multiaddr
+	for _, id := range ids {
+		circuit, err := ma.NewMultiaddr("/p2p/" + id.String() + "/p2p-circuit")
+		if err != nil {
+			continue
+		}
+		for _, a := range k.relayAddrs(id) {
+			out = append(out, a.Encapsulate(circuit))
+		}
+	}
+	return out
+}
+
+// relayAddrs are the direct addresses we reach relay id on: those of our
+// live connections first, then the peerstore's.
+func (k *relayKeeper) relayAddrs(id peer.ID) []ma.Multiaddr {
+	var out []ma.Multiaddr
+	add := func(a ma.Multiaddr) {
+		if a != nil && !IsRelayAddr(a) && !slices.ContainsFunc(out, a.Equal) {
+			out = append(out, a)
+		}
+	}
+	for _, c := range k.h.h.Network().ConnsToPeer(id) {
+		add(c.RemoteMultiaddr())
+	}
+	for _, a := range k.h.h.Peerstore().Addrs(id) {
+		add(a)
+	}
+	if len(out) > 4 {
+		out = out[:4]
+	}
+	return out
+}
+
+func (k *relayKeeper) run(ctx context.Context) {
+	every := 500 * time.Millisecond
+	for {
+		if k.private.Load() {
+			if k.tend(ctx) {
+				every = 5 * time.Second
+			} else {
+				every = min(2*every, 5*time.Second)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// tend drops reservations whose relay we lost or that near expiry, and
+// reserves on new candidates until it holds relayCandidates. It reports
+// whether it holds any.
+func (k *relayKeeper) tend(ctx context.Context) bool {
+	now := time.Now()
+	k.mu.Lock()
+	for id, r := range k.rsv {
+		if k.h.h.Network().Connectedness(id) != network.Connected || now.After(r.expires.Add(-time.Minute)) {
+			delete(k.rsv, id)
+			k.h.h.ConnManager().Unprotect(id, tagRelay)
+		}
+	}
+	held := len(k.rsv)
+	k.mu.Unlock()
+
+	changed := false
+	for _, ai := range k.candidates() {
+		if held >= relayCandidates {
+			break
+		}
+		k.mu.Lock()
+		_, have := k.rsv[ai.ID]
+		until := k.backoff[ai.ID]
+		k.mu.Unlock()
+		if have || now.Before(until) {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		r, err := client.Reserve(rctx, k.h.h, ai)
+		cancel()
+		if err != nil {
+			k.h.log.Debug("relay reservation failed", zap.Stringer("relay", ai.ID), zap.Error(err))
+			k.mu.Lock()
+			k.backoff[ai.ID] = now.Add(30 * time.Second)
+			k.mu.Unlock()
+			continue
+		}
+		k.mu.Lock()
+		k.rsv[ai.ID] = reservation{relay: ai.ID, expires: r.Expiration}
+		delete(k.backoff, ai.ID)
+		k.mu.Unlock()
+		k.h.h.ConnManager().Protect(ai.ID, tagRelay)
+		k.h.log.Info("relay reservation", zap.Stringer("relay", ai.ID), zap.Time("expires", r.Expiration))
+		held++
+		changed = true
+	}
+	if changed {
+		k.h.addrsChanged()
+	}
+	return held > 0
+}
+
+// candidates: static relays if configured, else bootstrap peers, then
+// connected direct peers that speak the relay hop protocol.
+func (k *relayKeeper) candidates() []peer.AddrInfo {
+	if len(k.h.cfg.staticRel) > 0 {
+		return k.h.cfg.staticRel
+	}
+	out := slices.Clone(k.h.cfg.bootstrap)
+	for _, p := range k.h.table.Snapshot() {
+		if !p.Connected || p.Relayed || slices.ContainsFunc(out, func(ai peer.AddrInfo) bool { return ai.ID == p.ID }) {
+			continue
+		}
+		if ok, _ := k.h.h.Peerstore().SupportsProtocols(p.ID, circuitproto.ProtoIDv2Hop); len(ok) > 0 {
+			out = append(out, peer.AddrInfo{ID: p.ID})
+		}
+	}
+	return out
+}

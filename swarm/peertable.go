@@ -1,0 +1,415 @@
+package swarm
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// Liveness is the peer table's verdict on a peer.
+type Liveness uint8
+
+// The verdicts.
+const (
+	// Hint: known from discovery or a connection, never heard from.
+	Hint Liveness = iota
+	// Alive: heartbeats arrive.
+	Alive
+	// Suspect: heartbeats are late or its last connection closed.
+	Suspect
+	// Dead: silent past the dead deadline; forgotten after expiry.
+	Dead
+)
+
+func (l Liveness) String() string {
+	switch l {
+	case Hint:
+		return "hint"
+	case Alive:
+		return "alive"
+	case Suspect:
+		return "suspect"
+	case Dead:
+		return "dead"
+	}
+	return "unknown"
+}
+
+// Peer is one row of the peer table, a copy that the caller owns. The
+// Heartbeat it points to is shared and must not be modified.
+type Peer struct {
+	ID       peer.ID
+	Liveness Liveness
+	// Since is when Liveness last changed.
+	Since time.Time
+	// Heartbeat is the latest accepted heartbeat; nil if none yet.
+	Heartbeat *Heartbeat
+	// HeardAt is the local time the latest heartbeat arrived.
+	HeardAt time.Time
+	// Connected: we hold at least one connection to the peer.
+	Connected bool
+	// Relayed: the peer is reachable only through a circuit relay: its
+	// heartbeat says so, or every connection we hold to it is relayed.
+	// Routing charges its links more. (A host behind a NAT can still dial
+	// out directly: Direct tells whether our own link is direct.)
+	Relayed bool
+	// Direct: we hold a connection to the peer that is not relayed.
+	Direct bool
+	// RTT is our smoothed ping round trip to the peer; 0 if unmeasured.
+	RTT time.Duration
+	// Addrs are the addresses discovery or connections told us about.
+	Addrs []ma.Multiaddr
+	// Rejected counts the peer's rejected messages and frames.
+	Rejected Rejections
+}
+
+// Rejections counts bad input from one peer, by reason.
+type Rejections struct {
+	Oversize uint64 // heartbeat above MaxHeartbeatSize or notice above its max
+	Schema   uint64 // heartbeat that does not decode
+	Sender   uint64 // heartbeat whose node ID is not its signer
+	Clock    uint64 // heartbeat timestamp too far from our clock
+	Frame    uint64 // stream frame above the maximum, or malformed
+}
+
+// Total is the sum over reasons.
+func (r Rejections) Total() uint64 { return r.Oversize + r.Schema + r.Sender + r.Clock + r.Frame }
+
+type rejectReason uint8
+
+const (
+	rejectOversize rejectReason = iota
+	rejectSchema
+	rejectSender
+	rejectClock
+	rejectFrame
+)
+
+func (r rejectReason) String() string {
+	return [...]string{"oversize", "schema", "sender", "clock", "frame"}[r]
+}
+
+func (r *Rejections) add(why rejectReason) {
+	switch why {
+	case rejectOversize:
+		r.Oversize++
+	case rejectSchema:
+		r.Schema++
+	case rejectSender:
+		r.Sender++
+	case rejectClock:
+		r.Clock++
+	case rejectFrame:
+		r.Frame++
+	}
+}
+
+// Event is a change in the peer table.
+type Event struct {
+	Peer      peer.ID
+	From, To  Liveness
+	Forgotten bool // the row was removed (To is meaningless)
+	At        time.Time
+}
+
+// maxRejectPeers bounds the per-peer rejection counters; peers past it
+// share one counter, so that a flood of identities cannot grow memory.
+const maxRejectPeers = 4096
+
+type tableConfig struct {
+	suspectAfter, deadAfter, connGrace, forgetAfter, hintTTL time.Duration
+}
+
+type entry struct {
+	Peer
+	connRelayed bool      // every connection we hold is relayed
+	lostAt      time.Time // when the last connection closed; zero while connected
+	touched     time.Time // last hint or connection activity
+	lastTS      time.Time // timestamp of the latest accepted heartbeat
+}
+
+// PeerTable is the local view of the swarm's peers. It takes facts
+// (heartbeats, connection events, discovery hints, pings) and turns them
+// into a liveness verdict per peer. It is safe for concurrent use.
+type PeerTable struct {
+	mu       sync.Mutex
+	self     peer.ID
+	cfg      tableConfig
+	now      func() time.Time
+	peers    map[peer.ID]*entry
+	rejects  map[peer.ID]*Rejections
+	watchers map[int]chan Event
+	nextW    int
+	dropped  uint64
+}
+
+func newPeerTable(self peer.ID, cfg tableConfig, now func() time.Time) *PeerTable {
+	return &PeerTable{
+		self:     self,
+		cfg:      cfg,
+		now:      now,
+		peers:    make(map[peer.ID]*entry),
+		rejects:  make(map[peer.ID]*Rejections),
+		watchers: make(map[int]chan Event),
+	}
+}
+
+func (t *PeerTable) snapshot(e *entry) Peer {
+	p := e.Peer
+	p.Addrs = slices.Clone(e.Addrs)
+	p.Direct = e.Connected && !e.connRelayed
+	p.Relayed = e.connRelayed || (e.Heartbeat != nil && e.Heartbeat.Relayed())
+	if r := t.rejects[e.ID]; r != nil {
+		p.Rejected = *r
+	}
+	return p
+}
+
+// Get returns the row of id.
+func (t *PeerTable) Get(id peer.ID) (Peer, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.peers[id]
+	if !ok {
+		return Peer{}, false
+	}
+	return t.snapshot(e), true
+}
+
+// Snapshot returns every row, sorted by peer ID.
+func (t *PeerTable) Snapshot() []Peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]Peer, 0, len(t.peers))
+	for _, e := range t.peers {
+		out = append(out, t.snapshot(e))
+	}
+	slices.SortFunc(out, func(a, b Peer) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	return out
+}
+
+// Live returns the rows that are Alive, sorted by peer ID.
+func (t *PeerTable) Live() []Peer {
+	all := t.Snapshot()
+	out := all[:0]
+	for _, p := range all {
+		if p.Liveness == Alive {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Len is the number of rows.
+func (t *PeerTable) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.peers)
+}
+
+// Rejections returns the rejection counts of id, kept even for peers not
+// in the table.
+func (t *PeerTable) Rejections(id peer.ID) Rejections {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r := t.rejects[id]; r != nil {
+		return *r
+	}
+	return Rejections{}
+}
+
+// Watch returns a channel of table changes with room for buf events.
+// Events that find it full are dropped (and counted by DroppedEvents): a
+// slow watcher never stalls the table. Call stop to end the watch.
+func (t *PeerTable) Watch(buf int) (events <-chan Event, stop func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch := make(chan Event, max(buf, 1))
+	id := t.nextW
+	t.nextW++
+	t.watchers[id] = ch
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			t.mu.Lock()
+			delete(t.watchers, id)
+			t.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// DroppedEvents is how many events found a watcher's channel full.
+func (t *PeerTable) DroppedEvents() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dropped
+}
+
+func (t *PeerTable) emit(ev Event) {
+	for _, ch := range t.watchers {
+		select {
+		case ch <- ev:
+		default:
+			t.dropped++
+		}
+	}
+}
+
+func (t *PeerTable) setLiveness(e *entry, l Liveness, now time.Time) {
+	if e.Liveness == l {
+		return
+	}
+	t.emit(Event{Peer: e.ID, From: e.Liveness, To: l, At: now})
+	e.Liveness, e.Since = l, now
+}
+
+func (t *PeerTable) get(id peer.ID, now time.Time) *entry {
+	e := t.peers[id]
+	if e == nil {
+		e = &entry{Peer: Peer{ID: id, Liveness: Hint, Since: now}, touched: now}
+		t.peers[id] = e
+	}
+	return e
+}
+
+// heard records an accepted heartbeat. It reports false, changing
+// nothing, for a heartbeat no newer than the latest one accepted (a
+// reordered or replayed message).
+func (t *PeerTable) heard(hb *Heartbeat) bool {
+	if hb.NodeID == t.self {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if e := t.peers[hb.NodeID]; e != nil && !e.lastTS.IsZero() && !hb.Timestamp.After(e.lastTS) {
+		return false
+	}
+	e := t.get(hb.NodeID, now)
+	e.lastTS = hb.Timestamp
+	e.Heartbeat = hb
+	e.HeardAt = now
+	t.setLiveness(e, Alive, now)
+	return true
+}
+
+// hint records a peer found by discovery.
+func (t *PeerTable) hint(ai peer.AddrInfo) {
+	if ai.ID == t.self || ai.ID == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	e := t.get(ai.ID, now)
+	e.touched = now
+	for _, a := range ai.Addrs {
+		if !slices.ContainsFunc(e.Addrs, a.Equal) {
+			e.Addrs = append(e.Addrs, a)
+		}
+	}
+	if len(e.Addrs) > 16 {
+		e.Addrs = e.Addrs[len(e.Addrs)-16:]
+	}
+}
+
+// setConn records whether we hold connections to id and whether all of
+// them are relayed. Losing the last connection makes a live peer suspect
+// at once and dead after the connection grace unless it is heard again.
+func (t *PeerTable) setConn(id peer.ID, connected, relayed bool) {
+	if id == t.self {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	e := t.peers[id]
+	if e == nil {
+		if !connected {
+			return
+		}
+		e = t.get(id, now)
+	}
+	e.touched = now
+	was := e.Connected
+	e.Connected, e.connRelayed = connected, connected && relayed
+	switch {
+	case connected:
+		e.lostAt = time.Time{}
+	case was:
+		e.lostAt = now
+		if e.Liveness == Alive {
+			t.setLiveness(e, Suspect, now)
+		}
+	}
+}
+
+// observeRTT folds one ping sample into id's smoothed RTT.
+func (t *PeerTable) observeRTT(id peer.ID, sample time.Duration, alpha float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.peers[id]
+	if e == nil || sample <= 0 {
+		return
+	}
+	e.RTT = ewma(e.RTT, sample, alpha)
+}
+
+// reject counts a rejected message from id.
+func (t *PeerTable) reject(id peer.ID, why rejectReason) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.rejects[id]
+	if r == nil {
+		if len(t.rejects) >= maxRejectPeers {
+			id = ""
+			r = t.rejects[id]
+		}
+		if r == nil {
+			r = &Rejections{}
+			t.rejects[id] = r
+		}
+	}
+	r.add(why)
+}
+
+// sweep applies the deadlines: late peers become suspect, then dead, and
+// dead peers and stale hints are forgotten.
+func (t *PeerTable) sweep() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	c := t.cfg
+	for id, e := range t.peers {
+		switch e.Liveness {
+		case Alive, Suspect:
+			silent := now.Sub(e.HeardAt)
+			lost := !e.Connected && !e.lostAt.IsZero() && e.HeardAt.Before(e.lostAt) &&
+				now.Sub(e.lostAt) >= c.connGrace
+			switch {
+			case silent >= c.deadAfter || lost:
+				t.setLiveness(e, Dead, now)
+			case silent >= c.suspectAfter:
+				t.setLiveness(e, Suspect, now)
+			}
+		case Dead:
+			if now.Sub(e.Since) >= c.forgetAfter {
+				t.forget(id, e, now)
+			}
+		case Hint:
+			if !e.Connected && now.Sub(e.touched) >= c.hintTTL {
+				t.forget(id, e, now)
+			}
+		}
+	}
+}
+
+func (t *PeerTable) forget(id peer.ID, e *entry, now time.Time) {
+	delete(t.peers, id)
+	t.emit(Event{Peer: id, From: e.Liveness, Forgotten: true, At: now})
+}
