@@ -13,58 +13,63 @@ func dot4Q8(out *float32, wq *int8, wd *float32, xq *int8, xd *float32, nb int)
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func xgetbv0() (eax, edx uint32)
 
-var hasAVX, hasAVX2 = detectAVX()
+var hasAVX, hasAVX2, hasAVX512 = detectAVX()
 
 // useSIMD lets tests compare the kernels; it is never turned off otherwise.
 var useSIMD = true
 
-func detectAVX() (avx, avx2 bool) {
+func detectAVX() (avx, avx2, avx512 bool) {
 	maxID, _, _, _ := cpuid(0, 0)
 	if maxID < 1 {
-		return false, false
+		return
 	}
 	_, _, ecx, _ := cpuid(1, 0)
 	const osxsave, avxBit = 1 << 27, 1 << 28
 	if ecx&osxsave == 0 || ecx&avxBit == 0 {
-		return false, false
+		return
 	}
-	if xcr0, _ := xgetbv0(); xcr0&6 != 6 { // OS saves XMM and YMM state
-		return false, false
+	xcr0, _ := xgetbv0()
+	if xcr0&6 != 6 { // OS saves XMM and YMM state
+		return
 	}
 	if maxID < 7 {
-		return true, false
+		return true, false, false
 	}
 	_, ebx, _, _ := cpuid(7, 0)
-	return true, ebx&(1<<5) != 0
+	// AVX-512F, with the OS saving opmask and ZMM state.
+	return true, ebx&(1<<5) != 0, ebx&(1<<16) != 0 && xcr0&0xe0 == 0xe0
 }
 
 var simdKernel = func() string {
-	switch {
-	case hasAVX2:
-		return "avx2"
-	case hasAVX:
-		return "avx"
+	f32, q8 := "portable Go", "portable Go"
+	if hasAVX {
+		f32 = "avx (4 rows)"
 	}
-	return "portable Go"
+	if hasAVX512 {
+		f32 = "avx512 (8 rows)"
+	}
+	if hasAVX2 {
+		q8 = "avx2 (4 rows)"
+	}
+	return "f32 " + f32 + ", q8_0 " + q8
 }()
 
-func dotRowsF32(out, w, x []float32) {
-	c := len(x)
-	if useSIMD && hasAVX && len(out) == 4 && c > 0 && c%16 == 0 && len(w) >= 4*c {
-		dot4F32(&out[0], &w[0], &x[0], c, c)
-		return
-	}
-	dotRowsF32Portable(out, w, x)
-}
+// dotRowsF32 writes len(out) dot products of consecutive rows of w with x.
+func dotRowsF32(out, w, x []float32) { dotStridedF32(out, w, x, len(x)) }
 
 // dotStridedF32 writes len(out) dot products of x with the rows of w that
 // start stride apart (attention's q·K over a KV cache).
 func dotStridedF32(out, w, x []float32, stride int) {
 	c, n := len(x), len(out)
 	i := 0
-	if useSIMD && hasAVX && c > 0 && c%16 == 0 && stride >= c {
+	if useSIMD && hasAVX && c > 0 && c%16 == 0 && stride >= c && n > 0 {
+		_ = w[(n-1)*stride+c-1]
+		if hasAVX512 {
+			for ; i+8 <= n; i += 8 {
+				dot8F32(&out[i], &w[i*stride], &x[0], c, stride)
+			}
+		}
 		for ; i+4 <= n; i += 4 {
-			_ = w[(i+3)*stride+c-1]
 			dot4F32(&out[i], &w[i*stride], &x[0], c, stride)
 		}
 	}
@@ -74,10 +79,17 @@ func dotStridedF32(out, w, x []float32, stride int) {
 }
 
 func dotRowsQ8(out []float32, wq []int8, wd []float32, xq []int8, xd []float32) {
-	nb := len(xd)
-	if useSIMD && hasAVX2 && len(out) == 4 && nb > 0 && len(xq) >= nb*32 && len(wq) >= 4*nb*32 && len(wd) >= 4*nb {
-		dot4Q8(&out[0], &wq[0], &wd[0], &xq[0], &xd[0], nb)
-		return
+	nb, n := len(xd), len(out)
+	i := 0
+	if useSIMD && hasAVX2 && nb > 0 && len(xq) >= nb*32 && len(wq) >= n*nb*32 && len(wd) >= n*nb {
+		for ; i+4 <= n; i += 4 {
+			dot4Q8(&out[i], &wq[i*nb*32], &wd[i*nb], &xq[0], &xd[0], nb)
+		}
 	}
-	dotRowsQ8Portable(out, wq, wd, xq, xd)
+	if i < n {
+		dotRowsQ8Portable(out[i:], wq[i*nb*32:], wd[i*nb:], xq, xd)
+	}
 }
+
+//go:noescape
+func dot8F32(out *float32, w *float32, x *float32, cols, stride int)

@@ -6,9 +6,10 @@ var (
 	dotRowsF32 = dotRowsF32Portable
 	dotRowsQ8  = dotRowsQ8Portable
 	useSIMD    = false
+	hasAVX     = false
 )
 
-const simdKernel = "portable Go"
+const simdKernel = "f32 portable Go, q8_0 portable Go"
 
 func dotStridedF32(out, w, x []float32, stride int) {
 	c := len(x)

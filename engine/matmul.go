@@ -24,16 +24,16 @@ func (a *act) quantized() ([]int8, []float32) {
 }
 
 // matmul computes out[t*rows + r] = W[r]·x[t] for every input row t. Rows
-// of W are split across the pool's goroutines in blocks of 4, and each
+// of W are split across the pool's goroutines in blocks of 8, and each
 // block of W is used for every input row while it is in cache.
 func (s *Local) matmul(out []float32, w *matrix, x *act) {
 	if w.f == nil {
 		x.quantized()
 	}
-	blocks := (w.rows + 3) / 4
+	blocks := (w.rows + rowBlock - 1) / rowBlock
 	s.pool.run(func(part, parts int) {
 		lo, hi := split(blocks, part, parts)
-		r0, r1 := lo*4, hi*4
+		r0, r1 := lo*rowBlock, hi*rowBlock
 		if r1 > w.rows {
 			r1 = w.rows
 		}
@@ -48,10 +48,13 @@ func (s *Local) matmul(out []float32, w *matrix, x *act) {
 	})
 }
 
+// rowBlock is the rows one kernel call computes for each input row.
+const rowBlock = 8
+
 func matmulF32(out []float32, w *matrix, x *act, r0, r1 int) {
 	c := w.cols
-	for r := r0; r < r1; r += 4 {
-		m := min(4, r1-r)
+	for r := r0; r < r1; r += rowBlock {
+		m := min(rowBlock, r1-r)
 		for t := 0; t < x.n; t++ {
 			xv := x.f[t*c : (t+1)*c]
 			o := out[t*w.rows+r : t*w.rows+r+m]
@@ -62,8 +65,8 @@ func matmulF32(out []float32, w *matrix, x *act, r0, r1 int) {
 
 func matmulQ8(out []float32, w *matrix, x *act, r0, r1 int) {
 	c, nb := w.cols, w.cols/32
-	for r := r0; r < r1; r += 4 {
-		m := min(4, r1-r)
+	for r := r0; r < r1; r += rowBlock {
+		m := min(rowBlock, r1-r)
 		for t := 0; t < x.n; t++ {
 			o := out[t*w.rows+r : t*w.rows+r+m]
 			dotRowsQ8(o, w.q[r*c:(r+m)*c], w.d[r*nb:(r+m)*nb], x.q[t*c:(t+1)*c], x.d[t*nb:(t+1)*nb])
