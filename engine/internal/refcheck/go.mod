@@ -1,6 +1,6 @@
 module github.com/stratanet/strata/engine/internal/refcheck
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/ollama/ollama v0.17.4
