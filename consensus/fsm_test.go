@@ -237,16 +237,6 @@ func randomLog(seed uint64, n int) []Record {
 	return out
 }
 
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 func encodeState(t testing.TB, s State) []byte {
 	t.Helper()
 	b, err := s.MarshalBinary()

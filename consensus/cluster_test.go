@@ -1,0 +1,429 @@
+package consensus
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/control"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
+	"github.com/stratanet/strata/layers"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+)
+
+// Test timings: short, with margin for two shared cores.
+const (
+	testHeartbeat = 150 * time.Millisecond
+	testElection  = 150 * time.Millisecond
+	testTick      = 25 * time.Millisecond
+	testGrace     = 300 * time.Millisecond
+	testLoadDelay = 60 * time.Millisecond
+)
+
+const testFingerprint = "sha256:test-model"
+
+// testModel needs two l40s nodes to hold it: one cannot cover 80 layers.
+func testModel(t testing.TB) layers.ModelSpec {
+	t.Helper()
+	m, err := layers.Model("llama-3-70b:q8_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// gater blocks connections to and from chosen peers: a network partition.
+type gater struct {
+	mu      sync.Mutex
+	blocked map[peer.ID]bool
+}
+
+func (g *gater) block(ids ...peer.ID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.blocked == nil {
+		g.blocked = map[peer.ID]bool{}
+	}
+	for _, id := range ids {
+		g.blocked[id] = true
+	}
+}
+
+func (g *gater) heal() {
+	g.mu.Lock()
+	g.blocked = nil
+	g.mu.Unlock()
+}
+
+func (g *gater) is(p peer.ID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.blocked[p]
+}
+
+func (g *gater) InterceptPeerDial(p peer.ID) bool                 { return !g.is(p) }
+func (g *gater) InterceptAddrDial(p peer.ID, _ ma.Multiaddr) bool { return !g.is(p) }
+func (g *gater) InterceptAccept(network.ConnMultiaddrs) bool      { return true }
+func (g *gater) InterceptSecured(_ network.Direction, p peer.ID, _ network.ConnMultiaddrs) bool {
+	return !g.is(p)
+}
+func (g *gater) InterceptUpgraded(network.Conn) (bool, control.DisconnectReason) { return true, 0 }
+
+// standInLoader is the one test double: it stands in for weight loading.
+// It reports a range loaded after a delay (never, when stuck), and keeps
+// which layers the node holds, so that tests can check that a committed
+// path is really loaded.
+type standInLoader struct {
+	delay time.Duration
+	stuck atomic.Bool
+	mu    sync.Mutex
+	held  []bool
+	loads int
+}
+
+func (l *standInLoader) Load(ctx context.Context, _ uint64, r layers.Range) error {
+	if l.stuck.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(l.delay):
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(l.held) < r.End {
+		l.held = append(l.held, false)
+	}
+	for i := r.Start; i < r.End; i++ {
+		l.held[i] = true
+	}
+	l.loads++
+	return nil
+}
+
+func (l *standInLoader) Release(_ context.Context, _ uint64, keep layers.Range) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.held {
+		l.held[i] = keep.Contains(i)
+	}
+	return nil
+}
+
+func (l *standInLoader) has(r layers.Range) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.End > len(l.held) {
+		return false
+	}
+	for i := r.Start; i < r.End; i++ {
+		if !l.held[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// testNode is one member: a real libp2p host on loopback and its
+// consensus. Killing it closes both without a goodbye.
+type testNode struct {
+	t      testing.TB
+	key    crypto.PrivKey
+	port   int
+	dir    string
+	gate   *gater
+	h      host.Host
+	c      *Consensus
+	loader *standInLoader
+	dead   atomic.Bool
+	closed bool
+}
+
+type cluster struct {
+	t      testing.TB
+	nodes  []*testNode
+	speeds sync.Map // peer.ID → float64
+	opts   []Option
+	log    *zap.Logger
+}
+
+func newCluster(t testing.TB, opts ...Option) *cluster {
+	cl := &cluster{t: t, opts: opts}
+	if testing.Verbose() {
+		cl.log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	} else {
+		cl.log = zap.NewNop()
+	}
+	t.Cleanup(func() {
+		for _, n := range cl.nodes {
+			n.kill()
+		}
+	})
+	return cl
+}
+
+// addHost makes a node's host (not yet its consensus).
+func (cl *cluster) addHost(durable bool) *testNode {
+	t := cl.t
+	key, _, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &testNode{t: t, key: key, gate: &gater{}, loader: &standInLoader{delay: testLoadDelay}}
+	if durable {
+		n.dir = t.TempDir()
+	}
+	n.startHost()
+	cl.nodes = append(cl.nodes, n)
+	return n
+}
+
+func (n *testNode) startHost() {
+	t := n.t
+	h, err := libp2p.New(
+		libp2p.Identity(n.key),
+		libp2p.ListenAddrStrings(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", n.port)),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.DisableRelay(),
+		libp2p.ConnectionGater(n.gate),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.h = h
+	if n.port == 0 {
+		for _, a := range h.Addrs() {
+			if p, err := a.ValueForProtocol(ma.P_TCP); err == nil {
+				fmt.Sscan(p, &n.port)
+			}
+		}
+	}
+	n.dead.Store(false)
+	n.closed = false
+}
+
+func (n *testNode) info() peer.AddrInfo { return peer.AddrInfo{ID: n.h.ID(), Addrs: n.h.Addrs()} }
+
+func (n *testNode) id() string { return n.h.ID().String() }
+
+// start runs consensus on the node's host.
+func (cl *cluster) start(n *testNode, extra ...Option) {
+	t := cl.t
+	caps := testCaps(t)
+	opts := []Option{
+		WithHost(n.h),
+		WithLogger(cl.log.Named(shortID(n.h.ID())), hclog.Off),
+		WithModel(testModel(t), testFingerprint),
+		WithCapabilities(caps),
+		WithRaftTimeouts(testHeartbeat, testElection),
+		WithTick(testTick),
+		WithLiveness(nil, testGrace),
+		WithWarmup(3*time.Second, time.Hour),
+		WithVoters(5, 0),
+		WithRPCTimeout(2 * time.Second),
+		WithStageLoader(n.loader),
+		WithPlanner(layers.NewPlanner(layers.WithExactBudget(20_000)), layers.DefaultCostParams()),
+		WithRebalance(0, layers.RebalanceOptions{}),
+		WithSpeeds(SpeedFunc(func(id peer.ID) (float64, bool) {
+			v, ok := cl.speeds.Load(id)
+			if !ok {
+				return 0, false
+			}
+			return v.(float64), true
+		})),
+		WithDataDir(n.dir),
+	}
+	opts = append(opts, cl.opts...)
+	opts = append(opts, extra...)
+	c, err := New(context.Background(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.c = c
+}
+
+// kill closes the node's consensus and host at once: no leave, no
+// leadership transfer — the effect of kill -9 on its peers.
+func (n *testNode) kill() {
+	if n.closed {
+		return
+	}
+	n.closed = true
+	n.dead.Store(true)
+	_ = n.h.Close() // first the host: peers see the connections drop
+	if n.c != nil {
+		n.c.cancel()
+		_ = n.c.raft.Shutdown().Error()
+		n.c.wg.Wait()
+		_ = n.c.trans.Close()
+		_ = n.c.st.close()
+	}
+}
+
+func (cl *cluster) alive() []*testNode {
+	var out []*testNode
+	for _, n := range cl.nodes {
+		if !n.dead.Load() && n.c != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// leader waits for a leader that all live nodes agree on.
+func (cl *cluster) leader(timeout time.Duration) (*testNode, time.Duration) {
+	cl.t.Helper()
+	start := time.Now()
+	for time.Since(start) < timeout {
+		for _, n := range cl.alive() {
+			if n.c.IsLeader() {
+				return n, time.Since(start)
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	cl.t.Fatalf("no leader within %v", timeout)
+	return nil, 0
+}
+
+// waitAll waits until cond holds on every live node's state.
+func (cl *cluster) waitAll(what string, timeout time.Duration, cond func(State) bool) time.Duration {
+	cl.t.Helper()
+	start := time.Now()
+	for time.Since(start) < timeout {
+		ok := true
+		for _, n := range cl.alive() {
+			if !cond(n.c.State()) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, n := range cl.alive() {
+		s := n.c.State()
+		p, _ := s.Pending()
+		cl.t.Logf("%s: leader %v members %d committed %v pending %v waiting %v", shortID(n.h.ID()), n.c.IsLeader(), s.Len(), s.Committed(), p.Map, p.Waiting())
+	}
+	cl.t.Fatalf("%s: not within %v", what, timeout)
+	return 0
+}
+
+// pathExists reports whether the newest committed map any live node
+// holds has a path over [0, L) through stages whose nodes are alive and
+// hold their ranges.
+func (cl *cluster) pathExists() (bool, string) {
+	var best layers.LayerMap
+	for _, n := range cl.alive() {
+		if m := n.c.Committed(); m.Epoch > best.Epoch {
+			best = m
+		}
+	}
+	if best.Layers == 0 {
+		return false, "nothing committed"
+	}
+	usable := layers.LayerMap{Epoch: best.Epoch, Layers: best.Layers}
+	for _, s := range best.Stages {
+		for _, n := range cl.nodes {
+			if n.id() == s.Node && !n.dead.Load() && n.loader.has(s.Range) {
+				usable.Stages = append(usable.Stages, s)
+			}
+		}
+	}
+	if !usable.Covers() {
+		return false, fmt.Sprintf("epoch %d: gaps %v among loaded live stages of %v", best.Epoch, usable.Gaps(), best.Stages)
+	}
+	return true, ""
+}
+
+func placed(ids ...string) func(State) bool {
+	return func(s State) bool {
+		m := s.Committed()
+		for _, id := range ids {
+			if _, ok := m.Range(id); !ok {
+				return false
+			}
+		}
+		_, pending := s.Pending()
+		return m.Covers() && !pending
+	}
+}
+
+func TestElectionAndFailover(t *testing.T) {
+	cl := newCluster(t)
+	var ids []peer.ID
+	var boot []peer.AddrInfo
+	for range 5 {
+		n := cl.addHost(false)
+		ids = append(ids, n.h.ID())
+		boot = append(boot, n.info())
+	}
+	start := time.Now()
+	for _, n := range cl.nodes {
+		cl.start(n, WithInitialVoters(ids...), WithBootstrap(boot...))
+	}
+	leader, _ := cl.leader(5 * time.Second)
+	elected := time.Since(start)
+	t.Logf("5 members: leader %s elected %v after start (raft timeouts %v)", shortID(leader.h.ID()), elected.Round(time.Millisecond), testElection)
+	if elected > 3*time.Second {
+		t.Errorf("election took %v, bound 3s", elected)
+	}
+	all := make([]string, len(ids))
+	for i, id := range ids {
+		all[i] = id.String()
+	}
+	took := cl.waitAll("all joined and placed", 10*time.Second, placed(all...))
+	t.Logf("all 5 joined, first map planned, loaded and committed everywhere in %v", took.Round(time.Millisecond))
+	want := leader.c.Committed()
+
+	servers, err := leader.c.Servers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	voters := 0
+	for _, s := range servers {
+		if s.Voter {
+			voters++
+		}
+	}
+	if voters != 5 {
+		t.Errorf("%d voters, want 5", voters)
+	}
+
+	killed := time.Now()
+	leader.kill()
+	next, _ := cl.leader(5 * time.Second)
+	failover := time.Since(killed)
+	t.Logf("leader killed: %s leads after %v", shortID(next.h.ID()), failover.Round(time.Millisecond))
+	if failover > 3*time.Second {
+		t.Errorf("failover took %v, bound 3s", failover)
+	}
+	if got := next.c.Committed(); !got.Equal(want) && got.Epoch < want.Epoch {
+		t.Fatalf("committed map lost: had %v, new leader has %v", want, got)
+	}
+	// The new leader removes the dead one and repairs the map.
+	took = cl.waitAll("dead leader removed and repaired", 10*time.Second, func(s State) bool {
+		_, placedDead := s.Committed().Range(leader.id())
+		return !s.IsMember(leader.id()) && !placedDead && s.Committed().Covers()
+	})
+	t.Logf("dead leader removed and map repaired %v later", took.Round(time.Millisecond))
+	if ok, why := cl.pathExists(); !ok {
+		t.Fatal(why)
+	}
+}

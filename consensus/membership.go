@@ -1,0 +1,140 @@
+package consensus
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// voterCand is one Raft server or member as the voter choice sees it.
+type voterCand struct {
+	ID       string
+	Voter    bool      // a voter now
+	Eligible bool      // a member, directly reachable, alive, not draining, stable
+	JoinedAt time.Time // zero for a server that has not joined the FSM yet
+}
+
+// voterTarget is the size of the voter set for n eligible members: 5
+// once there are 5 (when allowed), 3 once there are 3, else 1. An even
+// set tolerates no more failures than the odd one below it.
+func voterTarget(n, maxVoters int) int {
+	switch {
+	case n >= 5 && maxVoters >= 5:
+		return 5
+	case n >= 3:
+		return 3
+	}
+	return 1
+}
+
+// chooseVoters returns the voter set: eligible voters are kept (the
+// leader always, then by uptime), and the longest-joined eligible
+// members fill what is missing. It is a pure function of its inputs.
+func chooseVoters(cands []voterCand, self string, maxVoters int) []string {
+	var eligible []voterCand
+	for _, c := range cands {
+		if c.Eligible || c.ID == self {
+			eligible = append(eligible, c)
+		}
+	}
+	target := voterTarget(len(eligible), maxVoters)
+	slices.SortFunc(eligible, func(a, b voterCand) int {
+		// self, then current voters, then by uptime, then by ID
+		switch {
+		case (a.ID == self) != (b.ID == self):
+			return boolFirst(a.ID == self)
+		case a.Voter != b.Voter:
+			return boolFirst(a.Voter)
+		case !a.JoinedAt.Equal(b.JoinedAt):
+			return a.JoinedAt.Compare(b.JoinedAt)
+		}
+		return cmpStr(a.ID, b.ID)
+	})
+	out := make([]string, 0, target)
+	for _, c := range eligible[:min(target, len(eligible))] {
+		out = append(out, c.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func boolFirst(a bool) int {
+	if a {
+		return -1
+	}
+	return 1
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// connLiveness is the default Liveness: a peer is alive while the host
+// holds a connection to it, and dead from the moment its last connection
+// closed (or, never seen, from when we started to look). The Raft leader
+// holds a connection to every server, so on the leader this tracks every
+// member. The swarm's peer table, with heartbeats, is the better source.
+type connLiveness struct {
+	net   network.Network
+	start time.Time
+	mu    sync.Mutex
+	lost  map[peer.ID]time.Time
+}
+
+func newConnLiveness(n network.Network) *connLiveness {
+	l := &connLiveness{net: n, start: time.Now(), lost: map[peer.ID]time.Time{}}
+	n.Notify(&network.NotifyBundle{
+		ConnectedF: func(_ network.Network, c network.Conn) {
+			l.mu.Lock()
+			delete(l.lost, c.RemotePeer())
+			l.mu.Unlock()
+		},
+		DisconnectedF: func(n network.Network, c network.Conn) {
+			p := c.RemotePeer()
+			if n.Connectedness(p) == network.Connected {
+				return
+			}
+			l.mu.Lock()
+			if len(l.lost) < 4*MaxMembers {
+				l.lost[p] = time.Now()
+			}
+			l.mu.Unlock()
+		},
+	})
+	return l
+}
+
+// DeadSince implements Liveness.
+func (l *connLiveness) DeadSince(id peer.ID) (time.Time, bool) {
+	if l.net.Connectedness(id) == network.Connected {
+		return time.Time{}, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.lost[id]; ok {
+		return t, true
+	}
+	return l.start, true
+}
+
+// parseAddrs turns advertised multiaddrs into ones the peerstore takes,
+// dropping the malformed.
+func parseAddrs(ss []string) []ma.Multiaddr {
+	out := make([]ma.Multiaddr, 0, len(ss))
+	for _, s := range ss {
+		if a, err := ma.NewMultiaddr(s); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}

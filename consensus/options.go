@@ -1,0 +1,266 @@
+package consensus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/stratanet/strata/layers"
+	"go.uber.org/zap"
+)
+
+// Default timings, for a LAN. Raft's are tuned down from hashicorp's 1 s
+// defaults: on these machines 200 ms timeouts elect a 3-node leader in
+// about 250 ms; we leave margin for loaded hosts.
+const (
+	DefaultHeartbeatTimeout = 500 * time.Millisecond
+	DefaultElectionTimeout  = 500 * time.Millisecond
+	DefaultTick             = 200 * time.Millisecond
+	DefaultDeadGrace        = 1 * time.Second
+	DefaultWarmupTimeout    = 5 * time.Minute
+	DefaultLaggardPenalty   = 10 * time.Minute
+	DefaultStableAfter      = 30 * time.Second
+	DefaultRebalanceEvery   = 10 * time.Second
+	DefaultMaxVoters        = 5
+	DefaultRPCTimeout       = 5 * time.Second
+)
+
+// ControlProtocol carries join, StageReady and drain requests to the
+// leader; any member forwards them.
+const ControlProtocol protocol.ID = "/strata/ctl/1"
+
+// Liveness is what consensus needs from the swarm's peer table: whether
+// a peer is dead, and since when. A suspect peer is not dead.
+type Liveness interface {
+	DeadSince(id peer.ID) (since time.Time, dead bool)
+}
+
+// StageLoader is what consensus needs from the node for warmup and
+// release. consensus never loads weights itself.
+type StageLoader interface {
+	// Load makes the node able to serve r for the pending map of epoch
+	// while it keeps serving what it serves now. It returns when r is
+	// loaded, or with ctx's error when the plan changed.
+	Load(ctx context.Context, epoch uint64, r layers.Range) error
+	// Release tells the node what it serves from the committed map of
+	// epoch on (an empty range: nothing), once no warmup is pending for
+	// it: it may free every other layer when the sessions on them end.
+	Release(ctx context.Context, epoch uint64, keep layers.Range) error
+}
+
+// Publisher sends the leader's commits on the map-notice topic.
+type Publisher interface {
+	PublishMap(ctx context.Context, m layers.LayerMap) error
+}
+
+// Speeds reports a node's measured speed, as heartbeats report it: the
+// factor that layers.Node.Speed takes (1: as the cost model says).
+type Speeds interface {
+	Speed(id peer.ID) (float64, bool)
+}
+
+// SpeedFunc adapts a function to Speeds.
+type SpeedFunc func(id peer.ID) (float64, bool)
+
+// Speed implements Speeds.
+func (f SpeedFunc) Speed(id peer.ID) (float64, bool) { return f(id) }
+
+type config struct {
+	host        host.Host
+	log         *zap.Logger
+	raftLevel   hclog.Level
+	dataDir     string
+	model       layers.ModelSpec
+	fingerprint string
+	caps        Capabilities
+	bootstrap   []peer.AddrInfo
+	initial     []peer.ID
+
+	heartbeat, election time.Duration
+	tick                time.Duration
+	deadGrace           time.Duration
+	warmup              time.Duration
+	laggardPenalty      time.Duration
+	stableAfter         time.Duration
+	maxVoters           int
+	rpcTimeout          time.Duration
+
+	planner        layers.Planner
+	costParams     layers.CostParams
+	rebalanceEvery time.Duration
+	rebalanceOpts  layers.RebalanceOptions
+
+	liveness  Liveness
+	loader    StageLoader
+	publisher Publisher
+	speeds    Speeds
+
+	ctlProtocol protocol.ID
+	ctlHandler  bool
+}
+
+func defaultConfig() config {
+	return config{
+		log:            zap.NewNop(),
+		raftLevel:      hclog.Warn,
+		heartbeat:      DefaultHeartbeatTimeout,
+		election:       DefaultElectionTimeout,
+		tick:           DefaultTick,
+		deadGrace:      DefaultDeadGrace,
+		warmup:         DefaultWarmupTimeout,
+		laggardPenalty: DefaultLaggardPenalty,
+		stableAfter:    DefaultStableAfter,
+		maxVoters:      DefaultMaxVoters,
+		rpcTimeout:     DefaultRPCTimeout,
+		planner:        layers.NewPlanner(),
+		costParams:     layers.DefaultCostParams(),
+		rebalanceEvery: DefaultRebalanceEvery,
+		ctlProtocol:    ControlProtocol,
+		ctlHandler:     true,
+	}
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.host == nil:
+		return fmt.Errorf("%w: no host (WithHost)", ErrConfig)
+	case c.fingerprint == "" || len(c.fingerprint) > MaxFingerprintLen:
+		return fmt.Errorf("%w: model fingerprint must be 1..%d bytes (WithModel)", ErrConfig, MaxFingerprintLen)
+	case c.model.Layers <= 0:
+		return fmt.Errorf("%w: no model (WithModel)", ErrConfig)
+	case c.caps.Hardware.Validate() != nil:
+		return fmt.Errorf("%w: capabilities: %w", ErrConfig, c.caps.Hardware.Validate())
+	case len(c.caps.Region) > MaxRegionLen || len(c.caps.Hardware.Name) > MaxHardwareNameLen:
+		return fmt.Errorf("%w: region or hardware name too long", ErrConfig)
+	case c.heartbeat < 5*time.Millisecond || c.election < 5*time.Millisecond:
+		return fmt.Errorf("%w: raft timeouts below 5 ms", ErrConfig)
+	case c.tick <= 0 || c.deadGrace < 0 || c.warmup <= 0 || c.rpcTimeout <= 0:
+		return fmt.Errorf("%w: non-positive timing", ErrConfig)
+	case c.maxVoters != 3 && c.maxVoters != 5:
+		return fmt.Errorf("%w: max voters must be 3 or 5, not %d", ErrConfig, c.maxVoters)
+	}
+	return nil
+}
+
+// Option configures New.
+type Option func(*config) error
+
+// WithHost sets the libp2p host to run on (required): the swarm's host.
+func WithHost(h host.Host) Option {
+	return func(c *config) error { c.host = h; return nil }
+}
+
+// WithLogger sets the logger (default: none). Raft logs through it at
+// raftLevel and above.
+func WithLogger(l *zap.Logger, raftLevel hclog.Level) Option {
+	return func(c *config) error {
+		if l != nil {
+			c.log = l
+		}
+		c.raftLevel = raftLevel
+		return nil
+	}
+}
+
+// WithDataDir keeps the Raft log, stable store and snapshots under
+// dir/raft. Without it they live in memory and die with the process.
+func WithDataDir(dir string) Option {
+	return func(c *config) error { c.dataDir = dir; return nil }
+}
+
+// WithModel sets the model the node serves (required): its spec for
+// planning, and its fingerprint, which must equal the swarm's.
+func WithModel(m layers.ModelSpec, fingerprint string) Option {
+	return func(c *config) error { c.model, c.fingerprint = m, fingerprint; return nil }
+}
+
+// WithCapabilities declares what this node offers (required).
+func WithCapabilities(caps Capabilities) Option {
+	return func(c *config) error { c.caps = caps; return nil }
+}
+
+// WithBootstrap names peers to send the join request to. A node with no
+// bootstrap peers and no Raft state founds a swarm.
+func WithBootstrap(peers ...peer.AddrInfo) Option {
+	return func(c *config) error { c.bootstrap = append(c.bootstrap, peers...); return nil }
+}
+
+// WithInitialVoters starts a swarm from a fixed voter set, like etcd's
+// initial cluster: every listed node must be given the same list. It
+// counts only when the data dir holds no Raft state.
+func WithInitialVoters(ids ...peer.ID) Option {
+	return func(c *config) error { c.initial = append(c.initial, ids...); return nil }
+}
+
+// WithRaftTimeouts sets Raft's heartbeat and election timeouts; the
+// leader lease is half the heartbeat timeout.
+func WithRaftTimeouts(heartbeat, election time.Duration) Option {
+	return func(c *config) error { c.heartbeat, c.election = heartbeat, election; return nil }
+}
+
+// WithTick sets how often the leader loop and the member loop look at
+// the state when nothing wakes them.
+func WithTick(d time.Duration) Option {
+	return func(c *config) error { c.tick = d; return nil }
+}
+
+// WithLiveness sets the source of peer deaths and the grace period after
+// which a dead member is removed (default: the host's connections, 1 s).
+func WithLiveness(l Liveness, grace time.Duration) Option {
+	return func(c *config) error { c.liveness, c.deadGrace = l, grace; return nil }
+}
+
+// WithWarmup sets how long nodes have to load their new ranges, and how
+// long one that missed it stays out of plans.
+func WithWarmup(deadline, laggardPenalty time.Duration) Option {
+	return func(c *config) error { c.warmup, c.laggardPenalty = deadline, laggardPenalty; return nil }
+}
+
+// WithVoters sets the largest voter set (3 or 5) and how long a member
+// must have been in the swarm to become a voter.
+func WithVoters(max int, stableAfter time.Duration) Option {
+	return func(c *config) error { c.maxVoters, c.stableAfter = max, stableAfter; return nil }
+}
+
+// WithPlanner sets the placement policy and the cost model's workload.
+func WithPlanner(p layers.Planner, params layers.CostParams) Option {
+	return func(c *config) error { c.planner, c.costParams = p, params; return nil }
+}
+
+// WithRebalance sets how often the leader asks layers whether to
+// rebalance on measured speeds (0: never), and the hysteresis.
+func WithRebalance(every time.Duration, o layers.RebalanceOptions) Option {
+	return func(c *config) error { c.rebalanceEvery, c.rebalanceOpts = every, o; return nil }
+}
+
+// WithStageLoader sets what loads ranges on this node (default: nothing
+// to load, ready at once).
+func WithStageLoader(l StageLoader) Option {
+	return func(c *config) error { c.loader = l; return nil }
+}
+
+// WithPublisher sets where the leader publishes commits.
+func WithPublisher(p Publisher) Option {
+	return func(c *config) error { c.publisher = p; return nil }
+}
+
+// WithSpeeds sets the source of measured per-node speeds for rebalancing.
+func WithSpeeds(s Speeds) Option {
+	return func(c *config) error { c.speeds = s; return nil }
+}
+
+// WithControlProtocol sets the protocol ID of control requests, and
+// whether New registers the stream handler (false: the caller routes the
+// streams to ServeControl, e.g. from a shared /strata/ctl/1 mux).
+func WithControlProtocol(id protocol.ID, register bool) Option {
+	return func(c *config) error { c.ctlProtocol, c.ctlHandler = id, register; return nil }
+}
+
+// WithRPCTimeout bounds one control call.
+func WithRPCTimeout(d time.Duration) Option {
+	return func(c *config) error { c.rpcTimeout = d; return nil }
+}

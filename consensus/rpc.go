@@ -1,0 +1,270 @@
+package consensus
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// MaxControlFrame bounds one control request or response.
+const MaxControlFrame = 64 << 10
+
+const ctlVersion = 1
+
+// A control request asks the leader to append one event about its
+// sender: NodeJoined, StageReady or NodeDraining. It is one frame (u32
+// big-endian length, then the payload):
+//
+//	u8 version (1), u8 hops (0 or 1), string origin (the asking node when
+//	forwarded, else empty), bytes record (MarshalRecord)
+//
+// and the answer is one frame: u8 code (0: done, else an errCodes index),
+// string message. A member that is not the leader forwards a request
+// once; the leader checks that the event is about the origin, and that a
+// forwarder is a member.
+func encodeRequest(origin string, hops uint8, r Record) ([]byte, error) {
+	rb, err := MarshalRecord(r)
+	if err != nil {
+		return nil, err
+	}
+	b := []byte{ctlVersion, hops}
+	b = appendStr(b, origin)
+	b = appendBytes(b, rb)
+	if len(b) > MaxControlFrame {
+		return nil, fmt.Errorf("%w: request of %d bytes", ErrBadEvent, len(b))
+	}
+	return b, nil
+}
+
+func decodeRequest(b []byte) (origin string, hops uint8, r Record, err error) {
+	d := &decoder{b: b, sentinel: ErrBadEvent}
+	if v := d.u8("version"); d.err == nil && v != ctlVersion {
+		d.fail("control version %d", v)
+	}
+	hops = d.u8("hops")
+	origin = d.str("origin", MaxIDLen)
+	rb := d.bytes("record", MaxControlFrame)
+	d.end()
+	if d.err == nil && (hops > 1 || (hops == 0) != (origin == "")) {
+		d.fail("hops %d with origin %q", hops, origin)
+	}
+	if d.err != nil {
+		return "", 0, Record{}, d.err
+	}
+	r, err = UnmarshalRecord(rb)
+	return origin, hops, r, err
+}
+
+func encodeResponse(err error) []byte {
+	if err == nil {
+		return []byte{0, 0}
+	}
+	msg := err.Error()
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	return appendStr([]byte{errCode(err)}, msg)
+}
+
+func decodeResponse(b []byte) error {
+	d := &decoder{b: b, sentinel: ErrRemote}
+	code := d.u8("code")
+	msg := d.str("message", MaxControlFrame)
+	d.end()
+	if d.err != nil {
+		return d.err
+	}
+	if code == 0 {
+		return nil
+	}
+	if int(code) >= len(errCodes) {
+		code = 1
+	}
+	return &RemoteError{Code: code, Msg: msg}
+}
+
+func writeFrame(w io.Writer, p []byte) error {
+	if len(p) > MaxControlFrame {
+		return fmt.Errorf("%w: frame of %d bytes", ErrBadEvent, len(p))
+	}
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(p)), uint32(len(p)))
+	_, err := w.Write(append(b, p...))
+	return err
+}
+
+func readFrame(r io.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxControlFrame {
+		return nil, fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrBadEvent, n, MaxControlFrame)
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ServeControl answers one control request on s. New registers it for
+// the control protocol unless WithControlProtocol says not to.
+func (c *Consensus) ServeControl(s network.Stream) {
+	defer s.Close()
+	_ = s.SetDeadline(time.Now().Add(c.cfg.rpcTimeout))
+	req, err := readFrame(s)
+	if err != nil {
+		c.log.Debugw("control request", "peer", s.Conn().RemotePeer(), "error", err)
+		_ = s.Reset()
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
+	defer cancel()
+	err = c.serveRequest(ctx, s.Conn().RemotePeer(), req)
+	if err != nil {
+		c.log.Debugw("control request refused", "peer", s.Conn().RemotePeer(), "error", err)
+	}
+	_ = writeFrame(s, encodeResponse(err))
+}
+
+func (c *Consensus) serveRequest(ctx context.Context, from peer.ID, req []byte) error {
+	origin, hops, r, err := decodeRequest(req)
+	if err != nil {
+		return err
+	}
+	node := from.String()
+	if hops > 0 {
+		if !c.fsm.current().IsMember(node) {
+			return fmt.Errorf("%w: %s forwards but is not a member", ErrForbidden, from)
+		}
+		node = origin
+	}
+	var about string
+	switch e := r.Event.(type) {
+	case NodeJoined:
+		about = e.Node
+	case StageReady:
+		about = e.Node
+	case NodeDraining:
+		about = e.Node
+	default:
+		return fmt.Errorf("%w: %s is not a request", ErrForbidden, r.Event.Kind())
+	}
+	if about != node {
+		return fmt.Errorf("%w: %s from %s is about %s", ErrForbidden, r.Event.Kind(), node, about)
+	}
+	return c.submit(ctx, node, r.Event, hops)
+}
+
+// submit hands a request to the leader: itself, or forwarded once.
+func (c *Consensus) submit(ctx context.Context, origin string, ev Event, hops uint8) error {
+	if c.IsLeader() {
+		return c.leaderRequest(ctx, ev)
+	}
+	if hops > 0 {
+		return ErrNotLeader
+	}
+	leader, ok := c.Leader()
+	if !ok || leader == c.id {
+		return ErrNoLeader
+	}
+	return c.call(ctx, leader, origin, 1, ev)
+}
+
+// call sends one control request to p and returns its answer.
+func (c *Consensus) call(ctx context.Context, p peer.ID, origin string, hops uint8, ev Event) error {
+	if origin == c.id.String() {
+		origin = ""
+	}
+	if hops > 0 && origin == "" {
+		hops = 0
+	}
+	req, err := encodeRequest(origin, hops, Record{Event: ev})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.rpcTimeout)
+	defer cancel()
+	s, err := c.h.NewStream(ctx, p, c.cfg.ctlProtocol)
+	if err != nil {
+		return fmt.Errorf("consensus: control stream to %s: %w", p, err)
+	}
+	defer s.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = s.SetDeadline(dl)
+	}
+	if err := writeFrame(s, req); err != nil {
+		_ = s.Reset()
+		return fmt.Errorf("consensus: control request to %s: %w", p, err)
+	}
+	_ = s.CloseWrite()
+	resp, err := readFrame(s)
+	if err != nil {
+		_ = s.Reset()
+		return fmt.Errorf("consensus: control answer from %s: %w", p, err)
+	}
+	return decodeResponse(resp)
+}
+
+// retryable reports whether a request may succeed if sent again later.
+func retryable(err error) bool {
+	for _, final := range []error{ErrFingerprint, ErrForbidden, ErrBadEvent, ErrRejected, ErrStale, ErrUnknownMember, ErrClosed} {
+		if errors.Is(err, final) {
+			return false
+		}
+	}
+	return true
+}
+
+// request sends ev to the leader until it is appended, refused for good,
+// or ctx ends. It tries the leader when one is known, else the bootstrap
+// peers and the members in turn.
+func (c *Consensus) request(ctx context.Context, ev Event) error {
+	var last error
+	for attempt := 0; ; attempt++ {
+		var err error
+		if c.IsLeader() {
+			err = c.leaderRequest(ctx, ev)
+		} else if leader, ok := c.Leader(); ok && leader != c.id {
+			err = c.call(ctx, leader, "", 0, ev)
+		} else if targets := c.contacts(); len(targets) > 0 {
+			err = c.call(ctx, targets[attempt%len(targets)], "", 0, ev)
+		} else {
+			err = ErrNoLeader
+		}
+		if err == nil || !retryable(err) {
+			return err
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consensus: %s: %w (last: %w)", ev.Kind(), ctx.Err(), last)
+		case <-c.ctx.Done():
+			return ErrClosed
+		case <-time.After(min(c.cfg.tick*time.Duration(1+attempt), 20*c.cfg.tick)):
+		}
+	}
+}
+
+// contacts are the peers a request may go to when no leader is known.
+func (c *Consensus) contacts() []peer.ID {
+	var out []peer.ID
+	for _, b := range c.cfg.bootstrap {
+		if b.ID != c.id {
+			out = append(out, b.ID)
+		}
+	}
+	for _, m := range c.fsm.current().Members() {
+		if id, err := peer.Decode(m.ID); err == nil && id != c.id {
+			out = append(out, id)
+		}
+	}
+	return out
+}
