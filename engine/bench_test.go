@@ -57,7 +57,7 @@ func benchDecode(b *testing.B, path string, threads int) {
 	}
 	tok := int32(5)
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuSeconds()
 	for i := 0; i < b.N; i++ {
 		if ss.Len() >= 128 {
 			ss.Truncate(64)
@@ -69,6 +69,9 @@ func benchDecode(b *testing.B, path string, threads int) {
 		tok = Sample(out.Logits, SamplingParams{}, 0, nil)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tok/s")
+	if cpu := cpuSeconds() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(b.N)/cpu, "tok/cpu-s")
+	}
 }
 
 // BenchmarkKernels times one matrix-vector product of a 768×768 matrix.

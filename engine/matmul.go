@@ -31,7 +31,7 @@ func (s *Local) matmul(out []float32, w *matrix, x *act) {
 		x.quantized()
 	}
 	blocks := (w.rows + rowBlock - 1) / rowBlock
-	s.pool.run(func(part, parts int) {
+	s.pool.runSized(w.rows*w.cols*x.n, func(part, parts int) {
 		lo, hi := split(blocks, part, parts)
 		r0, r1 := lo*rowBlock, hi*rowBlock
 		if r1 > w.rows {
@@ -116,6 +116,20 @@ func newPool(n int) *pool {
 		}
 	}
 	return p
+}
+
+// minParallelWork is the multiply-adds below which handing work to other
+// goroutines costs more than it saves. Which goroutine computes a row never
+// changes its bits, so this only moves time.
+const minParallelWork = 1 << 15
+
+// runSized is run for work multiply-adds: inline when that is little.
+func (p *pool) runSized(work int, f func(part, parts int)) {
+	if work < minParallelWork {
+		f(0, 1)
+		return
+	}
+	p.run(f)
 }
 
 // run calls f(part, n) for every part, the caller doing part 0, and waits.

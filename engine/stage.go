@@ -549,7 +549,7 @@ func (fw *forward) layer(li int, x []float32) {
 	a = newAct(fw.xb, n, d)
 	s.matmul(fw.gate, w.wGate, a)
 	s.matmul(fw.up, w.wUp, a)
-	s.pool.run(func(part, parts int) {
+	s.pool.runSized(n*h.FFN*8, func(part, parts int) {
 		lo, hi := split(n, part, parts)
 		for r := lo; r < hi; r++ {
 			siluMul(fw.gate[r*h.FFN:(r+1)*h.FFN], fw.up[r*h.FFN:(r+1)*h.FFN])
@@ -568,7 +568,11 @@ func (fw *forward) attention(li int) {
 	group := h.Heads / h.KVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	units := len(fw.rows) * h.Heads
-	fw.s.pool.run(func(part, parts int) {
+	work := 0
+	for _, r := range fw.rows {
+		work += (r.pos + 1) * h.Heads * hd * 2
+	}
+	fw.s.pool.runSized(work, func(part, parts int) {
 		lo, hi := split(units, part, parts)
 		var scores []float32
 		for u := lo; u < hi; u++ {
