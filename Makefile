@@ -17,8 +17,11 @@ build:
 run: build
 	$(BIN)/strata plan --scenario testdata/scenarios/mixed-consumer.yaml
 
+# The engine's independent reference (ggml through the ollama module, cgo)
+# lives in a nested module so that the main module does not depend on it.
 test:
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
+	cd engine/internal/refcheck && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)
@@ -31,7 +34,8 @@ lint: $(TOOLS)/staticcheck
 # Benchmarks of the functional core; BENCHTIME trades precision for time.
 BENCHTIME ?= 1s
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... | tee $(BIN)/bench.txt
+	@mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... ./swarm/... ./engine/... | tee $(BIN)/bench.txt
 
 # Short fuzzing of every decoder and planner input; FUZZTIME per target.
 FUZZTIME ?= 20s
