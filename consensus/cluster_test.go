@@ -146,7 +146,7 @@ type testNode struct {
 	dir    string
 	gate   *gater
 	h      host.Host
-	c      *Consensus
+	cp     atomic.Pointer[Consensus]
 	loader *standInLoader
 	dead   atomic.Bool
 	closed bool
@@ -252,8 +252,11 @@ func (cl *cluster) start(n *testNode, extra ...Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.c = c
+	n.cp.Store(c)
 }
+
+// c is the node's current consensus (nil before start).
+func (n *testNode) c() *Consensus { return n.cp.Load() }
 
 // kill closes the node's consensus and host at once: no leave, no
 // leadership transfer — the effect of kill -9 on its peers.
@@ -264,19 +267,15 @@ func (n *testNode) kill() {
 	n.closed = true
 	n.dead.Store(true)
 	_ = n.h.Close() // first the host: peers see the connections drop
-	if n.c != nil {
-		n.c.cancel()
-		_ = n.c.raft.Shutdown().Error()
-		n.c.wg.Wait()
-		_ = n.c.trans.Close()
-		_ = n.c.st.close()
+	if c := n.c(); c != nil {
+		c.halt()
 	}
 }
 
 func (cl *cluster) alive() []*testNode {
 	var out []*testNode
 	for _, n := range cl.nodes {
-		if !n.dead.Load() && n.c != nil {
+		if !n.dead.Load() && n.c() != nil {
 			out = append(out, n)
 		}
 	}
@@ -289,7 +288,7 @@ func (cl *cluster) leader(timeout time.Duration) (*testNode, time.Duration) {
 	start := time.Now()
 	for time.Since(start) < timeout {
 		for _, n := range cl.alive() {
-			if n.c.IsLeader() {
+			if n.c().IsLeader() {
 				return n, time.Since(start)
 			}
 		}
@@ -306,7 +305,7 @@ func (cl *cluster) waitAll(what string, timeout time.Duration, cond func(State) 
 	for time.Since(start) < timeout {
 		ok := true
 		for _, n := range cl.alive() {
-			if !cond(n.c.State()) {
+			if !cond(n.c().State()) {
 				ok = false
 				break
 			}
@@ -317,9 +316,9 @@ func (cl *cluster) waitAll(what string, timeout time.Duration, cond func(State) 
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, n := range cl.alive() {
-		s := n.c.State()
+		s := n.c().State()
 		p, _ := s.Pending()
-		cl.t.Logf("%s: leader %v members %d committed %v pending %v waiting %v", shortID(n.h.ID()), n.c.IsLeader(), s.Len(), s.Committed(), p.Map, p.Waiting())
+		cl.t.Logf("%s: leader %v members %d committed %v pending %v waiting %v", shortID(n.h.ID()), n.c().IsLeader(), s.Len(), s.Committed(), p.Map, p.Waiting())
 	}
 	cl.t.Fatalf("%s: not within %v", what, timeout)
 	return 0
@@ -331,7 +330,7 @@ func (cl *cluster) waitAll(what string, timeout time.Duration, cond func(State) 
 func (cl *cluster) pathExists() (bool, string) {
 	var best layers.LayerMap
 	for _, n := range cl.alive() {
-		if m := n.c.Committed(); m.Epoch > best.Epoch {
+		if m := n.c().Committed(); m.Epoch > best.Epoch {
 			best = m
 		}
 	}
@@ -390,9 +389,9 @@ func TestElectionAndFailover(t *testing.T) {
 	}
 	took := cl.waitAll("all joined and placed", 10*time.Second, placed(all...))
 	t.Logf("all 5 joined, first map planned, loaded and committed everywhere in %v", took.Round(time.Millisecond))
-	want := leader.c.Committed()
+	want := leader.c().Committed()
 
-	servers, err := leader.c.Servers()
+	servers, err := leader.c().Servers()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +413,7 @@ func TestElectionAndFailover(t *testing.T) {
 	if failover > 3*time.Second {
 		t.Errorf("failover took %v, bound 3s", failover)
 	}
-	if got := next.c.Committed(); !got.Equal(want) && got.Epoch < want.Epoch {
+	if got := next.c().Committed(); !got.Equal(want) && got.Epoch < want.Epoch {
 		t.Fatalf("committed map lost: had %v, new leader has %v", want, got)
 	}
 	// The new leader removes the dead one and repairs the map.
@@ -426,4 +425,21 @@ func TestElectionAndFailover(t *testing.T) {
 	if ok, why := cl.pathExists(); !ok {
 		t.Fatal(why)
 	}
+}
+
+// halt stops a member the way a crash does: no leadership transfer.
+func (c *Consensus) halt() {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		_ = c.raft.Shutdown().Error()
+		c.wg.Wait()
+		_ = c.trans.Close()
+		_ = c.st.close()
+		c.mu.Lock()
+		for id, ch := range c.watchers {
+			delete(c.watchers, id)
+			close(ch)
+		}
+		c.mu.Unlock()
+	})
 }

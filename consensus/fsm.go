@@ -269,8 +269,8 @@ func (s *State) mapProposed(at time.Time, e MapProposed) error {
 		if !ok {
 			return fmt.Errorf("%w: proposal places %s", ErrUnknownMember, st.Node)
 		}
-		if mem.Draining {
-			return fmt.Errorf("%w: proposal places draining %s", ErrRejected, st.Node)
+		if from, _ := s.committed.Range(st.Node); mem.Draining && st.Range.Intersect(from) != st.Range {
+			return fmt.Errorf("%w: proposal gives draining %s new layers", ErrRejected, st.Node)
 		}
 	}
 	p := &Pending{Map: m, Since: at, Deadline: e.Deadline, Reason: e.Reason, loads: map[string]bool{}}

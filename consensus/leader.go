@@ -32,7 +32,15 @@ type leaderState struct {
 	since         time.Time            // start of this term as leader
 	departed      map[string]time.Time // members this leader saw leave
 	lastRebalance time.Time
-	rebalanceSoon bool // the last rebalance had more steps to go
+	// goal is the map a multi-step migration heads for; each step is
+	// one proposal and commit.
+	goal *goal
+}
+
+type goal struct {
+	base   uint64 // the epoch the next step starts from
+	target layers.LayerMap
+	reason string
 }
 
 func (c *Consensus) leaderLoop() {
@@ -298,11 +306,11 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 		}
 		return c.propose(committed, plan.Map, "first map")
 	}
-	// Departed and draining nodes: repair, make before break.
+	// Nodes that left: repair at once (they serve nothing any more).
 	target := committed
 	var gone []string
 	for _, id := range committed.Nodes() {
-		if m, ok := s.Member(id); !ok || m.Draining {
+		if !s.IsMember(id) {
 			gone = append(gone, id)
 		}
 	}
@@ -314,12 +322,42 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 			if ferr != nil {
 				return false, nil // no covering map: keep the committed one
 			}
-			return c.propose(committed, plan.Map, fmt.Sprintf("re-plan without %v", gone))
+			c.lead.goal = nil
+			return c.propose(committed, plan.Map, fmt.Sprintf("re-plan after %v left", gone))
 		}
 		target = next
 	}
 	if len(gone) > 0 {
-		return c.propose(committed, target, fmt.Sprintf("repair after %v", gone))
+		c.lead.goal = nil
+		return c.propose(committed, target, fmt.Sprintf("repair after %v left", gone))
+	}
+	// A migration in steps goes on.
+	if g := c.lead.goal; g != nil {
+		c.lead.goal = nil
+		if g.base == committed.Epoch && allPlaceable(g.target, placeable) {
+			return c.stepwise(f, committed, g.target, g.reason)
+		}
+	}
+	// Draining nodes: their layers move elsewhere while they still serve.
+	var draining []string
+	for _, id := range committed.Nodes() {
+		if m, _ := s.Member(id); m.Draining {
+			draining = append(draining, id)
+		}
+	}
+	for _, id := range draining {
+		next, _, err := pl.Repair(f, target, id)
+		if err != nil {
+			plan, ferr := pl.Full(f, committed.Epoch+1)
+			if ferr != nil {
+				return false, nil // nowhere to go: the node stays until capacity comes
+			}
+			return c.stepwise(f, committed, plan.Map, fmt.Sprintf("re-plan without draining %v", draining))
+		}
+		target = next
+	}
+	if len(draining) > 0 {
+		return c.stepwise(f, committed, target, fmt.Sprintf("drain of %v", draining))
 	}
 	// New members: place each where it adds the most.
 	var joined []string
@@ -336,14 +374,14 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 		joined = append(joined, id)
 	}
 	if len(joined) > 0 {
-		return c.propose(committed, target, fmt.Sprintf("join of %v", joined))
+		return c.stepwise(f, committed, target, fmt.Sprintf("join of %v", joined))
 	}
 	// Rebalance when layers says it pays, and only on a settled swarm.
 	every := c.cfg.rebalanceEvery
-	if every <= 0 || (!c.lead.rebalanceSoon && now.Sub(c.lead.lastRebalance) < every) {
+	if every <= 0 || now.Sub(c.lead.lastRebalance) < every {
 		return false, nil
 	}
-	c.lead.lastRebalance, c.lead.rebalanceSoon = now, false
+	c.lead.lastRebalance = now
 	for _, id := range committed.Nodes() {
 		if !placeable[id] {
 			return false, nil
@@ -353,20 +391,46 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if !rb.Move || len(rb.Steps) == 0 {
+	if !rb.Move {
 		c.log.Debugw("no rebalance", "reason", rb.Reason)
 		return false, nil
 	}
-	target = committed
-	for _, mv := range rb.Steps[0] {
-		if mv.To.Empty() {
-			target = target.Without(mv.Node)
-		} else {
-			target = target.With(mv.Node, mv.To)
+	return c.stepwise(f, committed, rb.To, "rebalance: "+rb.Reason)
+}
+
+// allPlaceable reports whether every node of a map may still be placed.
+func allPlaceable(m layers.LayerMap, placeable map[string]bool) bool {
+	for _, st := range m.Stages {
+		if !placeable[st.Node] {
+			return false
 		}
 	}
-	c.lead.rebalanceSoon = len(rb.Steps) > 1
-	return c.propose(committed, target, fmt.Sprintf("rebalance step 1 of %d: %s", len(rb.Steps), rb.Reason))
+	return true
+}
+
+// stepwise moves from committed towards target in the steps that
+// layers.OrderMoves gives, so that every layer keeps a node that is not
+// reloading it and no node holds more than it can while it warms up. It
+// proposes the first step and remembers the goal for the next ones.
+func (c *Consensus) stepwise(f *layers.Fleet, committed, target layers.LayerMap, reason string) (bool, error) {
+	steps, err := layers.OrderMoves(f, committed, layers.Diff(f.Model, committed, target))
+	if err != nil {
+		c.log.Warnw("no safe order of moves; moving at once", "reason", reason, "error", err)
+		return c.propose(committed, target, reason)
+	}
+	if len(steps) <= 1 {
+		return c.propose(committed, target, reason)
+	}
+	next := committed
+	for _, mv := range steps[0] {
+		if mv.To.Empty() {
+			next = next.Without(mv.Node)
+		} else {
+			next = next.With(mv.Node, mv.To)
+		}
+	}
+	c.lead.goal = &goal{base: committed.Epoch + 1, target: target, reason: reason}
+	return c.propose(committed, next, fmt.Sprintf("%s (first of %d steps)", reason, len(steps)))
 }
 
 // propose appends MapProposed for target as the next epoch.

@@ -1,0 +1,407 @@
+package consensus
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/stratanet/strata/layers"
+)
+
+// ghostJoin is a join of a node that exists nowhere: a harmless record to
+// test whether a side of a partition can commit.
+func ghostJoin(t testing.TB) []byte {
+	_, pub, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := MarshalRecord(Record{At: time.Now(), Event: NodeJoined{Node: id.String(), Caps: testCaps(t), Fingerprint: testFingerprint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestMinorityPartitionCannotCommit(t *testing.T) {
+	cl := newCluster(t)
+	var ids []peer.ID
+	var boot []peer.AddrInfo
+	for range 5 {
+		n := cl.addHost(false)
+		ids = append(ids, n.h.ID())
+		boot = append(boot, n.info())
+	}
+	for _, n := range cl.nodes {
+		cl.start(n, WithInitialVoters(ids...), WithBootstrap(boot...))
+	}
+	leader, _ := cl.leader(5 * time.Second)
+	cl.waitAll("all members", 10*time.Second, func(s State) bool { return s.Len() == 5 })
+
+	// The old leader and one follower on one side, three on the other.
+	var minority, majority []*testNode
+	minority = append(minority, leader)
+	for _, n := range cl.nodes {
+		if n == leader {
+			continue
+		}
+		if len(minority) < 2 {
+			minority = append(minority, n)
+		} else {
+			majority = append(majority, n)
+		}
+	}
+	for _, a := range minority {
+		for _, b := range majority {
+			a.gate.block(b.h.ID())
+			b.gate.block(a.h.ID())
+		}
+	}
+	for _, a := range minority {
+		for _, b := range majority {
+			_ = a.h.Network().ClosePeer(b.h.ID())
+		}
+	}
+	cut := time.Now()
+	ghost := ghostJoin(t)
+	f := leader.c().raft.Apply(ghost, time.Second)
+	if err := f.Error(); err == nil {
+		t.Fatal("the minority's leader committed an entry")
+	} else {
+		t.Logf("minority leader's append failed as it must: %v", err)
+	}
+
+	// The majority elects a leader and commits.
+	var newLeader *testNode
+	for newLeader == nil && time.Since(cut) < 5*time.Second {
+		for _, n := range majority {
+			if n.c().IsLeader() {
+				newLeader = n
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if newLeader == nil {
+		t.Fatal("the majority elected no leader")
+	}
+	t.Logf("majority elected %s %v after the cut", shortID(newLeader.h.ID()), time.Since(cut).Round(time.Millisecond))
+	start := time.Now()
+	if err := newLeader.c().raft.Apply(ghostJoin(t), 2*time.Second).Error(); err != nil {
+		t.Fatalf("majority cannot commit: %v", err)
+	}
+	t.Logf("majority committed an entry in %v", time.Since(start).Round(time.Millisecond))
+	for _, n := range minority {
+		if n.c().IsLeader() {
+			t.Errorf("%s still leads in the minority", shortID(n.h.ID()))
+		}
+		if got := n.c().State().Len(); got != 5 {
+			t.Errorf("minority member sees %d members: something committed there", got)
+		}
+	}
+
+	// Heal: the minority catches up; what it tried to append is gone.
+	for _, n := range cl.nodes {
+		n.gate.heal()
+	}
+	for _, a := range minority {
+		for _, b := range majority {
+			a.h.Peerstore().AddAddrs(b.h.ID(), b.h.Addrs(), time.Hour)
+			_ = a.h.Connect(context.Background(), peer.AddrInfo{ID: b.h.ID(), Addrs: b.h.Addrs()})
+		}
+	}
+	want := newLeader.c().State().Applied()
+	cl.waitAll("minority caught up", 10*time.Second, func(s State) bool { return s.Applied() >= want })
+}
+
+func TestRestartFromDataDirs(t *testing.T) {
+	cl := newCluster(t)
+	a := cl.addHost(true)
+	cl.start(a)
+	b, c := cl.addHost(true), cl.addHost(true)
+	cl.start(b, WithBootstrap(a.info()))
+	cl.start(c, WithBootstrap(a.info()))
+	cl.waitAll("three placed", 10*time.Second, placed(a.id(), b.id(), c.id()))
+	cl.waitAll("three voters", 10*time.Second, func(State) bool {
+		l, _ := cl.leader(time.Second)
+		sv, err := l.c().Servers()
+		v := 0
+		for _, s := range sv {
+			if s.Voter {
+				v++
+			}
+		}
+		return err == nil && v == 3
+	})
+	// One snapshot on disk, the rest in the log.
+	if err := b.c().raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	want := a.c().Committed()
+	members := a.c().State().Len()
+
+	for _, n := range cl.nodes {
+		n.kill()
+	}
+	start := time.Now()
+	for _, n := range cl.nodes {
+		n.startHost() // same key, same port
+		cl.start(n)   // no bootstrap peers: the data dir has it all
+	}
+	l, took := cl.leader(10 * time.Second)
+	t.Logf("restarted from data dirs: %s leads after %v", shortID(l.h.ID()), took.Round(time.Millisecond))
+	cl.waitAll("committed map restored", 10*time.Second, func(s State) bool {
+		return s.Committed().Equal(want) && s.Len() == members
+	})
+	t.Logf("committed map of epoch %d restored on every member %v after the restart", want.Epoch, time.Since(start).Round(time.Millisecond))
+}
+
+func TestFingerprintRefused(t *testing.T) {
+	cl := newCluster(t)
+	a := cl.addHost(false)
+	cl.start(a)
+	cl.waitAll("founder", 5*time.Second, func(s State) bool { return s.Len() == 1 })
+	b := cl.addHost(false)
+	cl.start(b, WithBootstrap(a.info()), WithModel(testModel(t), "sha256:another-model"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := b.c().WaitJoined(ctx)
+	if !errors.Is(err, ErrFingerprint) {
+		t.Fatalf("join with another model: %v", err)
+	}
+	t.Logf("refused: %v", err)
+	if a.c().State().IsMember(b.id()) {
+		t.Fatal("refused node is a member")
+	}
+}
+
+// watchProposals records the reason of every proposal that a member saw
+// committed, by epoch.
+func watchCommits(c *Consensus) (reasons func() map[uint64]string, stop func()) {
+	ch, stopW := c.Watch(256)
+	var mu sync.Mutex
+	got := map[uint64]string{}
+	pending := map[uint64]string{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ch := range ch {
+			switch e := ch.Record.Event.(type) {
+			case MapProposed:
+				mu.Lock()
+				pending[e.Map.Epoch] = e.Reason
+				mu.Unlock()
+			case MapCommitted:
+				mu.Lock()
+				got[e.Epoch] = pending[e.Epoch]
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() map[uint64]string {
+			mu.Lock()
+			defer mu.Unlock()
+			out := map[uint64]string{}
+			for k, v := range got {
+				out[k] = v
+			}
+			return out
+		}, func() {
+			stopW()
+			<-done
+		}
+}
+
+// sampler checks continuously that a committed path exists.
+type sampler struct {
+	samples, misses atomic.Int64
+	mu              sync.Mutex
+	firstMiss       string
+	lastMiss        time.Time
+	stop            chan struct{}
+	done            chan struct{}
+}
+
+func (cl *cluster) sample() *sampler {
+	s := &sampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			ok, why := cl.pathExists()
+			s.samples.Add(1)
+			if !ok {
+				s.misses.Add(1)
+				s.mu.Lock()
+				if s.firstMiss == "" {
+					s.firstMiss = why
+				}
+				s.lastMiss = time.Now()
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sampler) end() {
+	close(s.stop)
+	<-s.done
+}
+
+// TestMakeBeforeBreak runs "3 nodes join, one rejoins after a graceful
+// leave, a rebalance, a 4th joins" while it checks, every 2 ms, that the
+// newest committed map has a path over every layer through live nodes
+// that hold their ranges. Then it kills a follower and the leader with
+// no goodbye and reports how long the path is missing.
+func TestMakeBeforeBreak(t *testing.T) {
+	cl := newCluster(t, WithRebalance(150*time.Millisecond, layers.RebalanceOptions{}))
+	a := cl.addHost(false)
+	cl.start(a)
+	b, c := cl.addHost(false), cl.addHost(false)
+	cl.start(b, WithBootstrap(a.info()))
+	cl.start(c, WithBootstrap(a.info()))
+	took := cl.waitAll("three placed", 10*time.Second, placed(a.id(), b.id(), c.id()))
+	t.Logf("3 nodes joined and placed in %v: %v", took.Round(time.Millisecond), a.c().Committed().Stages)
+	reasons, stopWatch := watchCommits(c.c())
+	defer stopWatch()
+	smp := cl.sample()
+	check := func(phase string) {
+		t.Helper()
+		if m := smp.misses.Load(); m > 0 {
+			smp.mu.Lock()
+			defer smp.mu.Unlock()
+			t.Fatalf("%s: %d of %d samples without a loaded committed path; first: %s", phase, m, smp.samples.Load(), smp.firstMiss)
+		}
+	}
+
+	// The leader leaves gracefully: its layers move first.
+	leader, _ := cl.leader(5 * time.Second)
+	others := []*testNode{}
+	for _, n := range []*testNode{a, b, c} {
+		if n != leader {
+			others = append(others, n)
+		}
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := leader.c().Leave(ctx); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	cancel()
+	t.Logf("leader %s left gracefully in %v", shortID(leader.h.ID()), time.Since(start).Round(time.Millisecond))
+	check("graceful leave")
+	cl.waitAll("leaver gone", 5*time.Second, func(s State) bool { return !s.IsMember(leader.id()) })
+	check("graceful leave")
+
+	// It rejoins.
+	start = time.Now()
+	cl.start(leader, WithBootstrap(others[0].info(), others[1].info()))
+	cl.waitAll("rejoined and placed", 10*time.Second, placed(a.id(), b.id(), c.id()))
+	t.Logf("rejoined and placed in %v", time.Since(start).Round(time.Millisecond))
+	check("rejoin")
+
+	// A node turns out slow: layers decides to rebalance.
+	slow := others[0]
+	cl.speeds.Store(slow.h.ID(), 0.25)
+	start = time.Now()
+	var rebalanced uint64
+	for rebalanced == 0 && time.Since(start) < 10*time.Second {
+		for epoch, why := range reasons() {
+			if strings.HasPrefix(why, "rebalance") && epoch > rebalanced {
+				rebalanced = epoch
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rebalanced == 0 {
+		t.Fatalf("no rebalance committed; commits: %v", reasons())
+	}
+	t.Logf("rebalance committed (epoch %d) %v after the slowdown: %s", rebalanced, time.Since(start).Round(time.Millisecond), reasons()[rebalanced])
+	cl.waitAll("settled", 10*time.Second, placed())
+	check("rebalance")
+
+	// A 4th node joins.
+	d := cl.addHost(false)
+	start = time.Now()
+	cl.start(d, WithBootstrap(a.info(), b.info(), c.info()))
+	cl.waitAll("4th placed", 10*time.Second, placed(d.id()))
+	t.Logf("4th node placed in %v: %v", time.Since(start).Round(time.Millisecond), d.c().Committed().Stages)
+	check("4th join")
+	smp.end()
+	t.Logf("no gap in %d samples over epochs up to %d; commits: %v", smp.samples.Load(), d.c().Committed().Epoch, reasons())
+
+	// kill -9: a follower, then the leader.
+	for _, victim := range []string{"follower", "leader"} {
+		l, _ := cl.leader(5 * time.Second)
+		var n *testNode
+		for _, x := range cl.alive() {
+			if (victim == "leader") == (x == l) {
+				n = x
+				break
+			}
+		}
+		smp = cl.sample()
+		killed := time.Now()
+		n.kill()
+		cl.waitAll("dead node out of the committed map", 10*time.Second, func(s State) bool {
+			_, in := s.Committed().Range(n.id())
+			_, pending := s.Pending()
+			return !in && !pending && !s.IsMember(n.id())
+		})
+		repaired := time.Since(killed)
+		smp.end()
+		gap := time.Duration(0)
+		if smp.misses.Load() > 0 {
+			gap = smp.lastMiss.Sub(killed)
+		}
+		if ok, why := cl.pathExists(); !ok {
+			t.Fatalf("after killing the %s: %s", victim, why)
+		}
+		t.Logf("kill -9 of the %s: committed path missing in %d of %d samples, back within %v; dead node repaired out after %v",
+			victim, smp.misses.Load(), smp.samples.Load(), gap.Round(time.Millisecond), repaired.Round(time.Millisecond))
+		if bound := 5 * time.Second; gap > bound {
+			t.Errorf("path back after %v, bound %v", gap, bound)
+		}
+	}
+}
+
+func TestWarmupNeverReadyIsReplanned(t *testing.T) {
+	cl := newCluster(t, WithWarmup(600*time.Millisecond, time.Hour))
+	a, b := cl.addHost(false), cl.addHost(false)
+	cl.start(a)
+	cl.start(b, WithBootstrap(a.info()))
+	cl.waitAll("two placed", 10*time.Second, placed(a.id(), b.id()))
+
+	stuck := cl.addHost(false)
+	stuck.loader.stuck.Store(true)
+	cl.start(stuck, WithBootstrap(a.info()))
+	cl.waitAll("stuck node in a warmup", 10*time.Second, func(s State) bool {
+		p, ok := s.Pending()
+		return ok && p.Loads(stuck.id())
+	})
+	proposed := time.Now()
+	d := cl.addHost(false)
+	cl.start(d, WithBootstrap(a.info()))
+	took := cl.waitAll("re-planned without the stuck node", 10*time.Second, func(s State) bool {
+		m, _ := s.Member(stuck.id())
+		return placed(d.id())(s) && !m.LaggardUntil.IsZero()
+	})
+	s := a.c().State()
+	if _, in := s.Committed().Range(stuck.id()); in {
+		t.Fatalf("the stuck node was committed: %v", s.Committed())
+	}
+	t.Logf("stuck warmup dropped at its deadline and re-planned: committed %v %v after the proposal (deadline 600ms; %v after the 4th node started)", s.Committed().Stages, time.Since(proposed).Round(time.Millisecond), took.Round(time.Millisecond))
+}
