@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
@@ -23,9 +24,9 @@ import (
 	tlssec "github.com/libp2p/go-libp2p/p2p/security/tls"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ymx "github.com/libp2p/go-yamux/v5"
 	ma "github.com/multiformats/go-multiaddr"
 	"go.uber.org/zap"
-	"sync/atomic"
 )
 
 // Host is a running Strata swarm member: a libp2p host with its DHT
@@ -100,7 +101,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		// against Noise's ~0.85 GB/s. Noise stays for peers without TLS.
 		libp2p.Security(tlssec.ID, tlssec.New),
 		libp2p.Security(noise.ID, noise.New),
-		libp2p.Muxer(yamux.ID, yamux.DefaultTransport),
+		libp2p.Muxer(yamux.ID, muxer()),
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.SwarmOpts(swarm.WithDialRanker(tcpFirstRanker)),
 		libp2p.AddrsFactory(s.addrsFactory),
@@ -222,6 +223,20 @@ func isQUIC(a ma.Multiaddr) bool {
 		}
 	}
 	return false
+}
+
+// muxer is go-libp2p's yamux with larger messages and a larger initial
+// stream window (1 MiB each instead of 64 KiB and 256 KiB). yamux grows a
+// window only when it drains within 4 RTTs, which on loopback or a fast
+// LAN (RTT of tens of µs) almost never happens, so activation streams
+// would stall on window updates every 128 KiB. The window is reserved
+// from the peer's resource scope per stream, so it stays at 1 MiB rather
+// than a whole 4 MB frame: a few streams per peer, hundreds of peers.
+func muxer() *yamux.Transport {
+	cfg := *(*ymx.Config)(yamux.DefaultTransport)
+	cfg.MaxMessageSize = 1 << 20
+	cfg.InitialStreamWindowSize = 1 << 20
+	return (*yamux.Transport)(&cfg)
 }
 
 // tcpFirstRanker dials TCP before QUIC. On loopback TCP with TLS moved

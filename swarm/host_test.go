@@ -18,7 +18,7 @@ import (
 // default) and no mDNS (never built in).
 const loopback = "/ip4/127.0.0.1/tcp/0"
 
-func newTestHost(t *testing.T, opts ...Option) *Host {
+func newTestHost(t testing.TB, opts ...Option) *Host {
 	t.Helper()
 	base := []Option{
 		WithListenAddrs(loopback),
