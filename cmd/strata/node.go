@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +29,7 @@ type swarmFlags struct {
 	swarmName  string
 	model      string
 	portMap    bool
+	reach      string
 	heartbeat  time.Duration
 	tableEvery time.Duration
 	logLevel   string
@@ -35,12 +38,13 @@ type swarmFlags struct {
 func (f *swarmFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "directory for the node's identity key and state")
-	fl.StringSliceVar(&f.listen, "listen", swarm.DefaultListenAddrs, "listen multiaddrs (QUIC ones are dropped under a swarm key)")
+	fl.StringSliceVar(&f.listen, "listen", swarm.DefaultListenAddrs, "listen multiaddrs (QUIC ones are dropped under a swarm key); \"none\": reachable only through relays")
 	fl.StringSliceVar(&f.bootstrap, "bootstrap", nil, "full multiaddrs (with /p2p/ID) of peers to join through; none founds a swarm")
 	fl.StringVar(&f.swarmKey, "swarm-key", "", "pre-shared swarm key file for a private swarm (see strata swarm-key gen)")
 	fl.BoolVar(&f.relay, "relay", true, "act as a circuit relay for unreachable peers when publicly reachable")
 	fl.StringVar(&f.swarmName, "swarm", swarm.DefaultSwarmName, "swarm name: scopes gossip topics and the rendezvous key")
 	fl.StringVar(&f.model, "model", "", "model name: scopes the rendezvous key")
+	fl.StringVar(&f.reach, "reachability", "auto", "auto (AutoNAT decides), public (serve as relay) or private (reserve relay slots)")
 	fl.BoolVar(&f.portMap, "nat-portmap", false, "ask the router for a port mapping (UPnP / NAT-PMP)")
 	fl.DurationVar(&f.heartbeat, "heartbeat", swarm.DefaultHeartbeatInterval, "heartbeat interval")
 	fl.DurationVar(&f.tableEvery, "log-peers", 5*time.Second, "how often to log the peer table (0: never)")
@@ -59,13 +63,26 @@ func (f *swarmFlags) options(log *zap.Logger) ([]swarm.Option, error) {
 	opts := []swarm.Option{
 		swarm.WithLogger(log),
 		swarm.WithDataDir(f.dataDir),
-		swarm.WithListenAddrs(f.listen...),
 		swarm.WithBootstrap(f.bootstrap...),
 		swarm.WithRelayService(f.relay),
 		swarm.WithSwarmName(f.swarmName),
 		swarm.WithModel(f.model),
 		swarm.WithNATPortMap(f.portMap),
 		swarm.WithHeartbeatInterval(f.heartbeat),
+	}
+	switch f.reach {
+	case "auto":
+	case "public":
+		opts = append(opts, swarm.WithReachability(swarm.ReachabilityPublic))
+	case "private":
+		opts = append(opts, swarm.WithReachability(swarm.ReachabilityPrivate))
+	default:
+		return nil, fmt.Errorf("--reachability %q: want auto, public or private", f.reach)
+	}
+	if len(f.listen) == 1 && f.listen[0] == "none" {
+		opts = append(opts, swarm.WithNoListen())
+	} else {
+		opts = append(opts, swarm.WithListenAddrs(f.listen...))
 	}
 	if f.swarmKey != "" {
 		psk, err := swarm.LoadSwarmKey(f.swarmKey)
@@ -134,9 +151,7 @@ func runNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, f swarmFl
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "peer ID %s\n", h.ID())
-	for _, a := range h.Addrs() {
-		fmt.Fprintf(out, "listening on %s\n", a)
-	}
+	printed := printAddrs(out, h, "")
 
 	events, stopWatch := h.Peers().Watch(256)
 	defer stopWatch()
@@ -158,9 +173,24 @@ func runNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, f swarmFl
 				log.Info("peer", zap.Stringer("peer", ev.Peer), zap.Stringer("from", ev.From), zap.Stringer("to", ev.To))
 			}
 		case <-tick:
+			printed = printAddrs(out, h, printed)
 			logPeerTable(log, h)
 		}
 	}
+}
+
+// printAddrs prints the host's full multiaddrs when they differ from the
+// last ones printed (a relayed node gets its addresses after start).
+func printAddrs(out io.Writer, h *swarm.Host, last string) string {
+	var b strings.Builder
+	for _, a := range h.Addrs() {
+		fmt.Fprintf(&b, "listening on %s\n", a)
+	}
+	if s := b.String(); s != last {
+		fmt.Fprint(out, s)
+		return s
+	}
+	return last
 }
 
 func logPeerTable(log *zap.Logger, h *swarm.Host) {
