@@ -276,9 +276,15 @@ func (h *Host) Call(ctx context.Context, to peer.ID, req []byte) ([]byte, error)
 	return nil, fmt.Errorf("call %s: response status %d: %w", to, resp[0], ErrRemote)
 }
 
+// ctxErr reports a failure caused by the context as the context's error:
+// the stream deadline set from the context can fire a moment before the
+// context itself is marked done.
 func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%w (%w)", cerr, err)
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
 	}
 	return err
 }
