@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,7 +297,7 @@ func (c *Consensus) Leave(ctx context.Context) error {
 		self := c.id.String()
 		t := time.NewTicker(c.cfg.tick)
 		defer t.Stop()
-		for err == nil && c.State().IsMember(self) && c.inConfiguration() {
+		for err == nil && c.State().IsMember(self) && c.inConfig(c.id) {
 			select {
 			case <-ctx.Done():
 				err = ctx.Err()
@@ -316,16 +315,6 @@ func (c *Consensus) Leave(ctx context.Context) error {
 		return fmt.Errorf("consensus: leave: %w", err)
 	}
 	return nil
-}
-
-func (c *Consensus) inConfiguration() bool {
-	f := c.raft.GetConfiguration()
-	if f.Error() != nil {
-		return false
-	}
-	return slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
-		return string(s.ID) == c.id.String()
-	})
 }
 
 // Close stops the member: a leader first hands leadership to another

@@ -1,8 +1,10 @@
 package consensus
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -154,6 +156,7 @@ type testNode struct {
 
 type cluster struct {
 	t      testing.TB
+	mu     sync.Mutex
 	nodes  []*testNode
 	speeds sync.Map // peer.ID → float64
 	opts   []Option
@@ -168,7 +171,7 @@ func newCluster(t testing.TB, opts ...Option) *cluster {
 		cl.log = zap.NewNop()
 	}
 	t.Cleanup(func() {
-		for _, n := range cl.nodes {
+		for _, n := range cl.all() {
 			n.kill()
 		}
 	})
@@ -187,7 +190,9 @@ func (cl *cluster) addHost(durable bool) *testNode {
 		n.dir = t.TempDir()
 	}
 	n.startHost()
+	cl.mu.Lock()
 	cl.nodes = append(cl.nodes, n)
+	cl.mu.Unlock()
 	return n
 }
 
@@ -272,9 +277,16 @@ func (n *testNode) kill() {
 	}
 }
 
+// all returns every node ever added.
+func (cl *cluster) all() []*testNode {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return append([]*testNode(nil), cl.nodes...)
+}
+
 func (cl *cluster) alive() []*testNode {
 	var out []*testNode
-	for _, n := range cl.nodes {
+	for _, n := range cl.all() {
 		if !n.dead.Load() && n.c() != nil {
 			out = append(out, n)
 		}
@@ -339,7 +351,7 @@ func (cl *cluster) pathExists() (bool, string) {
 	}
 	usable := layers.LayerMap{Epoch: best.Epoch, Layers: best.Layers}
 	for _, s := range best.Stages {
-		for _, n := range cl.nodes {
+		for _, n := range cl.all() {
 			if n.id() == s.Node && !n.dead.Load() && n.loader.has(s.Range) {
 				usable.Stages = append(usable.Stages, s)
 			}
@@ -374,7 +386,7 @@ func TestElectionAndFailover(t *testing.T) {
 		boot = append(boot, n.info())
 	}
 	start := time.Now()
-	for _, n := range cl.nodes {
+	for _, n := range cl.all() {
 		cl.start(n, WithInitialVoters(ids...), WithBootstrap(boot...))
 	}
 	leader, _ := cl.leader(5 * time.Second)
@@ -425,6 +437,26 @@ func TestElectionAndFailover(t *testing.T) {
 	if ok, why := cl.pathExists(); !ok {
 		t.Fatal(why)
 	}
+	cl.converged(5 * time.Second)
+
+	// Four members: three voters. A lost voter is replaced by the
+	// non-voter.
+	cl.waitAll("three voters", 5*time.Second, func(State) bool { return len(cl.voters(next)) == 3 })
+	var victim *testNode
+	for _, n := range cl.alive() {
+		if n != next && slices.Contains(cl.voters(next), n.id()) {
+			victim = n
+			break
+		}
+	}
+	killed = time.Now()
+	victim.kill()
+	cl.waitAll("lost voter replaced", 10*time.Second, func(State) bool {
+		v := cl.voters(next)
+		return len(v) == 3 && !slices.Contains(v, victim.id())
+	})
+	t.Logf("a killed voter was replaced by the non-voter %v later", time.Since(killed).Round(time.Millisecond))
+	cl.converged(5 * time.Second)
 }
 
 // halt stops a member the way a crash does: no leadership transfer.
@@ -442,4 +474,48 @@ func (c *Consensus) halt() {
 		}
 		c.mu.Unlock()
 	})
+}
+
+// converged waits until every live member holds the same state, byte for
+// byte: the same log folded everywhere.
+func (cl *cluster) converged(timeout time.Duration) {
+	cl.t.Helper()
+	start := time.Now()
+	for {
+		var first []byte
+		same := true
+		for _, n := range cl.alive() {
+			b, err := n.c().State().MarshalBinary()
+			if err != nil {
+				cl.t.Fatal(err)
+			}
+			if first == nil {
+				first = b
+			} else if !bytes.Equal(first, b) {
+				same = false
+			}
+		}
+		if same {
+			return
+		}
+		if time.Since(start) > timeout {
+			cl.t.Fatalf("replicas differ after %v", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (cl *cluster) voters(n *testNode) []string {
+	cl.t.Helper()
+	sv, err := n.c().Servers()
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	var out []string
+	for _, s := range sv {
+		if s.Voter {
+			out = append(out, s.ID.String())
+		}
+	}
+	return out
 }

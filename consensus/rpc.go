@@ -141,8 +141,10 @@ func (c *Consensus) serveRequest(ctx context.Context, from peer.ID, req []byte) 
 	}
 	node := from.String()
 	if hops > 0 {
-		if !c.fsm.current().IsMember(node) {
-			return fmt.Errorf("%w: %s forwards but is not a member", ErrForbidden, from)
+		// Only a member (or a Raft server not yet joined) may speak for
+		// another node. Another may become one: the asker retries.
+		if !c.fsm.current().IsMember(node) && !c.inConfig(from) {
+			return fmt.Errorf("%w: %s forwards but is not a member yet", ErrNoLeader, from)
 		}
 		node = origin
 	}
@@ -172,10 +174,24 @@ func (c *Consensus) submit(ctx context.Context, origin string, ev Event, hops ui
 		return ErrNotLeader
 	}
 	leader, ok := c.Leader()
-	if !ok || leader == c.id {
+	if !ok || leader == c.id || !c.inConfig(c.id) {
 		return ErrNoLeader
 	}
 	return c.call(ctx, leader, origin, 1, ev)
+}
+
+// inConfig reports whether p is a server in the latest Raft configuration.
+func (c *Consensus) inConfig(p peer.ID) bool {
+	f := c.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == p.String() {
+			return true
+		}
+	}
+	return false
 }
 
 // call sends one control request to p and returns its answer.

@@ -41,7 +41,7 @@ func TestMinorityPartitionCannotCommit(t *testing.T) {
 		ids = append(ids, n.h.ID())
 		boot = append(boot, n.info())
 	}
-	for _, n := range cl.nodes {
+	for _, n := range cl.all() {
 		cl.start(n, WithInitialVoters(ids...), WithBootstrap(boot...))
 	}
 	leader, _ := cl.leader(5 * time.Second)
@@ -50,7 +50,7 @@ func TestMinorityPartitionCannotCommit(t *testing.T) {
 	// The old leader and one follower on one side, three on the other.
 	var minority, majority []*testNode
 	minority = append(minority, leader)
-	for _, n := range cl.nodes {
+	for _, n := range cl.all() {
 		if n == leader {
 			continue
 		}
@@ -109,7 +109,7 @@ func TestMinorityPartitionCannotCommit(t *testing.T) {
 	}
 
 	// Heal: the minority catches up; what it tried to append is gone.
-	for _, n := range cl.nodes {
+	for _, n := range cl.all() {
 		n.gate.heal()
 	}
 	for _, a := range minority {
@@ -120,6 +120,7 @@ func TestMinorityPartitionCannotCommit(t *testing.T) {
 	}
 	want := newLeader.c().State().Applied()
 	cl.waitAll("minority caught up", 10*time.Second, func(s State) bool { return s.Applied() >= want })
+	cl.converged(10 * time.Second)
 }
 
 func TestRestartFromDataDirs(t *testing.T) {
@@ -148,11 +149,11 @@ func TestRestartFromDataDirs(t *testing.T) {
 	want := a.c().Committed()
 	members := a.c().State().Len()
 
-	for _, n := range cl.nodes {
+	for _, n := range cl.all() {
 		n.kill()
 	}
 	start := time.Now()
-	for _, n := range cl.nodes {
+	for _, n := range cl.all() {
 		n.startHost() // same key, same port
 		cl.start(n)   // no bootstrap peers: the data dir has it all
 	}

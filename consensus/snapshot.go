@@ -3,13 +3,10 @@ package consensus
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"slices"
-	"sync/atomic"
 
-	"github.com/hashicorp/raft"
 	"github.com/stratanet/strata/layers"
 )
 
@@ -184,82 +181,3 @@ func (d *decoder) optMap(what string) layers.LayerMap {
 	}
 	return m
 }
-
-// fsm is the raft.FSM: it holds the current State and folds each log
-// entry into it. Reads load the state atomically, without locks.
-type fsm struct {
-	state   atomic.Pointer[State]
-	index   atomic.Uint64                       // last raft index applied
-	onApply func(idx uint64, r Record, s State) // after each admitted record
-	onReset func(s State)                       // after a restore
-}
-
-func newFSM() *fsm {
-	f := &fsm{}
-	f.state.Store(&State{})
-	return f
-}
-
-func (f *fsm) current() State { return *f.state.Load() }
-
-// Apply implements raft.FSM. The response is nil or the error that
-// refused the record; a refused record leaves the state as it was.
-func (f *fsm) Apply(l *raft.Log) any {
-	f.index.Store(l.Index)
-	if l.Type != raft.LogCommand {
-		return nil
-	}
-	r, err := UnmarshalRecord(l.Data)
-	if err != nil {
-		return err
-	}
-	next, err := f.current().Apply(r)
-	if err != nil {
-		return err
-	}
-	f.state.Store(&next)
-	if f.onApply != nil {
-		f.onApply(l.Index, r, next)
-	}
-	return nil
-}
-
-// Snapshot implements raft.FSM: the state is immutable, so the snapshot
-// is the current value, encoded later by Persist.
-func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{s: f.current()}, nil
-}
-
-// Restore implements raft.FSM.
-func (f *fsm) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, MaxSnapshotSize+1))
-	if err != nil {
-		return fmt.Errorf("consensus: read snapshot: %w", err)
-	}
-	var s State
-	if err := s.UnmarshalBinary(b); err != nil {
-		return err
-	}
-	f.state.Store(&s)
-	if f.onReset != nil {
-		f.onReset(s)
-	}
-	return nil
-}
-
-type fsmSnapshot struct{ s State }
-
-func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	b, err := s.s.MarshalBinary()
-	if err == nil {
-		_, err = sink.Write(b)
-	}
-	if err != nil {
-		_ = sink.Cancel()
-		return err
-	}
-	return sink.Close()
-}
-
-func (s *fsmSnapshot) Release() {}
