@@ -210,6 +210,16 @@ func (pl Planner) search(f *Fleet, R, minLayers int) (searchResult, error) {
 			}
 		}
 	}
+	// Feasibility is not monotone in the target (a higher one can steer
+	// nodes into a tiling a lower one misses), so also try a few targets
+	// above the best found.
+	found := best.minFlow()
+	for _, up := range []float64{1.005, 1.01, 1.02, 1.035, 1.05, 1.08} {
+		for _, quantize := range []bool{false, true} {
+			pl.construct(cur, order, insertGoal{T: found * up, R: R, minLayers: minLayers, quantize: quantize}, sc)
+			consider(cur)
+		}
+	}
 	pl.improve(best, R, minLayers, sc)
 
 	for _, s := range pl.seeds {
