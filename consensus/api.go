@@ -176,8 +176,8 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 		return fail(fmt.Errorf("consensus: start raft: %w", err))
 	}
 	c.raft = r
-	if cfg.ctlHandler {
-		c.h.SetStreamHandler(cfg.ctlProtocol, c.ServeControl)
+	if cfg.caller == nil {
+		c.h.SetStreamHandler(ControlProtocol, c.serveControl)
 	}
 	c.wg.Add(2)
 	go c.memberLoop()
@@ -329,8 +329,8 @@ func (c *Consensus) Close() error {
 			}
 		}
 		c.cancel()
-		if c.cfg.ctlHandler {
-			c.h.RemoveStreamHandler(c.cfg.ctlProtocol)
+		if c.cfg.caller == nil {
+			c.h.RemoveStreamHandler(ControlProtocol)
 		}
 		var errs []error
 		if err := c.raft.Shutdown().Error(); err != nil {

@@ -32,6 +32,10 @@ type leaderState struct {
 	since         time.Time            // start of this term as leader
 	departed      map[string]time.Time // members this leader saw leave
 	lastRebalance time.Time
+	published     time.Time // last map notice
+	// benched are members a rebalance took out of the map: joins leave
+	// them be, so that the two policies do not undo each other.
+	benched map[string]bool
 	// goal is the map a multi-step migration heads for; each step is
 	// one proposal and commit.
 	goal *goal
@@ -59,8 +63,13 @@ func (c *Consensus) leaderLoop() {
 			continue
 		}
 		if c.lead.since.IsZero() {
-			c.lead = leaderState{since: time.Now(), departed: map[string]time.Time{}, lastRebalance: time.Now()}
+			c.lead = leaderState{since: time.Now(), departed: map[string]time.Time{}, benched: map[string]bool{}, lastRebalance: time.Now()}
 			c.log.Infow("leading", "term", c.raft.CurrentTerm())
+		}
+		if r := c.cfg.republish; r > 0 && time.Since(c.lead.published) >= r {
+			if m := c.fsm.current().Committed(); m.Layers > 0 {
+				c.publish(m)
+			}
 		}
 		for range 32 {
 			acted, err := c.leaderStep(time.Now())
@@ -135,6 +144,17 @@ func (c *Consensus) leaderStep(now time.Time) (bool, error) {
 		}
 	}
 
+	for id := range c.lead.departed {
+		if _, server := suffrage[id]; !server && !s.IsMember(id) {
+			delete(c.lead.departed, id)
+		}
+	}
+	for id := range c.lead.benched {
+		if !s.IsMember(id) {
+			delete(c.lead.benched, id)
+		}
+	}
+
 	// 3. Dead members leave.
 	for _, m := range s.Members() {
 		if m.ID != self && c.deadFor(m.ID, now) >= grace {
@@ -160,7 +180,8 @@ func (c *Consensus) leaderStep(now time.Time) (bool, error) {
 		}
 		cands = append(cands, vc)
 	}
-	want := chooseVoters(cands, self, c.cfg.maxVoters)
+	me, _ := s.Member(self)
+	want := chooseVoters(cands, self, me.Draining, c.cfg.maxVoters)
 	for _, id := range want {
 		if suffrage[id] != raft.Voter {
 			c.log.Infow("promoting voter", "peer", id)
@@ -243,16 +264,7 @@ func (c *Consensus) tendWarmup(s State, p Pending, now time.Time) (bool, error) 
 			return false, err
 		}
 		c.log.Infow("committed", "epoch", epoch, "warmup", now.Sub(p.Since).Round(time.Millisecond), "reason", p.Reason)
-		if c.cfg.publisher != nil {
-			m := p.Map
-			go func() {
-				ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
-				defer cancel()
-				if err := c.cfg.publisher.PublishMap(ctx, m); err != nil && ctx.Err() == nil {
-					c.log.Warnw("map notice", "epoch", m.Epoch, "error", err)
-				}
-			}()
-		}
+		c.publish(p.Map)
 		return true, nil
 	}
 	if !p.Deadline.IsZero() && now.After(p.Deadline) {
@@ -262,6 +274,26 @@ func (c *Consensus) tendWarmup(s State, p Pending, now time.Time) (bool, error) 
 			Reason: fmt.Sprintf("%d node(s) not ready by the deadline", len(lag))})
 	}
 	return false, nil
+}
+
+// publish gossips a committed map, off the loop.
+func (c *Consensus) publish(m layers.LayerMap) {
+	if c.cfg.publisher == nil {
+		return
+	}
+	c.lead.published = time.Now()
+	data, err := m.MarshalBinary()
+	if err != nil {
+		c.log.Warnw("map notice", "epoch", m.Epoch, "error", err)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
+		defer cancel()
+		if err := c.cfg.publisher.PublishMapNotice(ctx, data); err != nil && ctx.Err() == nil {
+			c.log.Warnw("map notice", "epoch", m.Epoch, "error", err)
+		}
+	}()
 }
 
 // fleet is the members a plan may place: not draining, not laggards, not
@@ -363,7 +395,7 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 	var joined []string
 	for _, pr := range f.Profiles {
 		id := pr.Node.ID
-		if _, in := target.Range(id); in {
+		if _, in := target.Range(id); in || c.lead.benched[id] {
 			continue
 		}
 		r, err := pl.Join(f, target, id)
@@ -394,6 +426,11 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 	if !rb.Move {
 		c.log.Debugw("no rebalance", "reason", rb.Reason)
 		return false, nil
+	}
+	for _, id := range committed.Nodes() {
+		if _, in := rb.To.Range(id); !in {
+			c.lead.benched[id] = true
+		}
 	}
 	return c.stepwise(f, committed, rb.To, "rebalance: "+rb.Reason)
 }

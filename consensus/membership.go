@@ -32,12 +32,19 @@ func voterTarget(n, maxVoters int) int {
 }
 
 // chooseVoters returns the voter set: eligible voters are kept (the
-// leader always, then by uptime), and the longest-joined eligible
-// members fill what is missing. It is a pure function of its inputs.
-func chooseVoters(cands []voterCand, self string, maxVoters int) []string {
+// leader first unless it drains, then by uptime), and the longest-joined
+// eligible members fill what is missing. It is a pure function of its
+// inputs.
+func chooseVoters(cands []voterCand, self string, selfDraining bool, maxVoters int) []string {
 	var eligible []voterCand
 	for _, c := range cands {
-		if c.Eligible || c.ID == self {
+		if c.ID == self {
+			if !selfDraining {
+				eligible = append(eligible, c)
+			}
+			continue
+		}
+		if c.Eligible {
 			eligible = append(eligible, c)
 		}
 	}

@@ -55,9 +55,13 @@ func TestChooseVoters(t *testing.T) {
 		want  []string
 	}{"lost voter replaced", lost, "a", 5, []string{"a", "c", "d"}})
 	for _, tc := range cases {
-		got := chooseVoters(tc.cands, tc.self, tc.max)
+		got := chooseVoters(tc.cands, tc.self, false, tc.max)
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	// A draining leader hands its vote on first.
+	if got := chooseVoters(cands(2), "a", true, 5); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("draining leader: got %v, want [b]", got)
 	}
 }

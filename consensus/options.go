@@ -27,11 +27,18 @@ const (
 	DefaultRebalanceEvery   = 10 * time.Second
 	DefaultMaxVoters        = 5
 	DefaultRPCTimeout       = 5 * time.Second
+	DefaultRepublish        = 5 * time.Second
 )
 
 // ControlProtocol carries join, StageReady and drain requests to the
-// leader; any member forwards them.
+// leader; any member forwards them. Its frames are the swarm's control
+// frames, so a member that calls through the swarm's /strata/ctl/1 mux
+// and one with the built-in handler understand each other.
 const ControlProtocol protocol.ID = "/strata/ctl/1"
+
+// ConnTagVoter is the connection-manager tag under which members protect
+// their connections to Raft voters (the swarm's TagVoter).
+const ConnTagVoter = "strata-voter"
 
 // Liveness is what consensus needs from the swarm's peer table: whether
 // a peer is dead, and since when. A suspect peer is not dead.
@@ -52,10 +59,25 @@ type StageLoader interface {
 	Release(ctx context.Context, epoch uint64, keep layers.Range) error
 }
 
-// Publisher sends the leader's commits on the map-notice topic.
+// Publisher gossips the leader's commits on the map-notice topic. A
+// notice is the committed map in layers.LayerMap's binary form. The
+// swarm's host is one.
 type Publisher interface {
-	PublishMap(ctx context.Context, m layers.LayerMap) error
+	PublishMapNotice(ctx context.Context, data []byte) error
 }
+
+// Caller sends one control request to a peer and returns the answer's
+// payload. The swarm's host is one: then the node routes the requests
+// for which IsControlRequest holds to HandleControl.
+type Caller interface {
+	Call(ctx context.Context, to peer.ID, req []byte) ([]byte, error)
+}
+
+// LivenessFunc adapts a function to Liveness.
+type LivenessFunc func(id peer.ID) (since time.Time, dead bool)
+
+// DeadSince implements Liveness.
+func (f LivenessFunc) DeadSince(id peer.ID) (time.Time, bool) { return f(id) }
 
 // Speeds reports a node's measured speed, as heartbeats report it: the
 // factor that layers.Node.Speed takes (1: as the cost model says).
@@ -99,8 +121,8 @@ type config struct {
 	publisher Publisher
 	speeds    Speeds
 
-	ctlProtocol protocol.ID
-	ctlHandler  bool
+	caller    Caller // nil: the built-in handler and caller on the host
+	republish time.Duration
 }
 
 func defaultConfig() config {
@@ -119,8 +141,7 @@ func defaultConfig() config {
 		planner:        layers.NewPlanner(),
 		costParams:     layers.DefaultCostParams(),
 		rebalanceEvery: DefaultRebalanceEvery,
-		ctlProtocol:    ControlProtocol,
-		ctlHandler:     true,
+		republish:      DefaultRepublish,
 	}
 }
 
@@ -243,9 +264,10 @@ func WithStageLoader(l StageLoader) Option {
 	return func(c *config) error { c.loader = l; return nil }
 }
 
-// WithPublisher sets where the leader publishes commits.
-func WithPublisher(p Publisher) Option {
-	return func(c *config) error { c.publisher = p; return nil }
+// WithPublisher sets where the leader publishes commits, and how often
+// it repeats the latest (gossip may miss a fresh mesh; 0: never).
+func WithPublisher(p Publisher, republish time.Duration) Option {
+	return func(c *config) error { c.publisher, c.republish = p, republish; return nil }
 }
 
 // WithSpeeds sets the source of measured per-node speeds for rebalancing.
@@ -253,11 +275,12 @@ func WithSpeeds(s Speeds) Option {
 	return func(c *config) error { c.speeds = s; return nil }
 }
 
-// WithControlProtocol sets the protocol ID of control requests, and
-// whether New registers the stream handler (false: the caller routes the
-// streams to ServeControl, e.g. from a shared /strata/ctl/1 mux).
-func WithControlProtocol(id protocol.ID, register bool) Option {
-	return func(c *config) error { c.ctlProtocol, c.ctlHandler = id, register; return nil }
+// WithControl sends control requests through caller (the swarm's host)
+// instead of the built-in client, and leaves the control protocol's
+// handler to the caller's owner, which passes the requests for which
+// IsControlRequest holds to HandleControl.
+func WithControl(caller Caller) Option {
+	return func(c *config) error { c.caller = caller; return nil }
 }
 
 // WithRPCTimeout bounds one control call.

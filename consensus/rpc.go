@@ -18,22 +18,32 @@ const MaxControlFrame = 64 << 10
 const ctlVersion = 1
 
 // A control request asks the leader to append one event about its
-// sender: NodeJoined, StageReady or NodeDraining. It is one frame (u32
-// big-endian length, then the payload):
+// sender: NodeJoined, StageReady or NodeDraining. Its payload is
 //
-//	u8 version (1), u8 hops (0 or 1), string origin (the asking node when
-//	forwarded, else empty), bytes record (MarshalRecord)
+//	"SC" (magic), u8 version (1), u8 hops (0 or 1), string origin (the
+//	asking node when forwarded, else empty), bytes record (MarshalRecord)
 //
-// and the answer is one frame: u8 code (0: done, else an errCodes index),
-// string message. A member that is not the leader forwards a request
-// once; the leader checks that the event is about the origin, and that a
-// forwarder is a member.
+// and the answer's payload is u8 code (0: done, else an errCodes index),
+// string message. Both travel in the swarm's control frames: a u32
+// big-endian length and the frame; an answer frame starts with the
+// swarm's status byte (0: a payload follows). A member that is not the
+// leader forwards a request once; the leader checks that the event is
+// about the origin, and that a forwarder is a member or a Raft server.
+const ctlMagic = "SC"
+
+// IsControlRequest reports whether a control request is one for
+// consensus (HandleControl), so that a shared /strata/ctl/1 mux can route
+// it.
+func IsControlRequest(req []byte) bool {
+	return len(req) >= len(ctlMagic)+1 && string(req[:len(ctlMagic)]) == ctlMagic
+}
+
 func encodeRequest(origin string, hops uint8, r Record) ([]byte, error) {
 	rb, err := MarshalRecord(r)
 	if err != nil {
 		return nil, err
 	}
-	b := []byte{ctlVersion, hops}
+	b := append([]byte(ctlMagic), ctlVersion, hops)
 	b = appendStr(b, origin)
 	b = appendBytes(b, rb)
 	if len(b) > MaxControlFrame {
@@ -43,7 +53,10 @@ func encodeRequest(origin string, hops uint8, r Record) ([]byte, error) {
 }
 
 func decodeRequest(b []byte) (origin string, hops uint8, r Record, err error) {
-	d := &decoder{b: b, sentinel: ErrBadEvent}
+	if !IsControlRequest(b) {
+		return "", 0, Record{}, fmt.Errorf("%w: not a consensus control request", ErrBadEvent)
+	}
+	d := &decoder{b: b[len(ctlMagic):], sentinel: ErrBadEvent}
 	if v := d.u8("version"); d.err == nil && v != ctlVersion {
 		d.fail("control version %d", v)
 	}
@@ -90,7 +103,7 @@ func decodeResponse(b []byte) error {
 }
 
 func writeFrame(w io.Writer, p []byte) error {
-	if len(p) > MaxControlFrame {
+	if len(p) > MaxControlFrame+1 {
 		return fmt.Errorf("%w: frame of %d bytes", ErrBadEvent, len(p))
 	}
 	b := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(p)), uint32(len(p)))
@@ -98,14 +111,14 @@ func writeFrame(w io.Writer, p []byte) error {
 	return err
 }
 
-func readFrame(r io.Reader) ([]byte, error) {
+func readFrame(r io.Reader, limit uint32) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n > MaxControlFrame {
-		return nil, fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrBadEvent, n, MaxControlFrame)
+	if n > limit {
+		return nil, fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrBadEvent, n, limit)
 	}
 	p := make([]byte, n)
 	if _, err := io.ReadFull(r, p); err != nil {
@@ -114,12 +127,22 @@ func readFrame(r io.Reader) ([]byte, error) {
 	return p, nil
 }
 
-// ServeControl answers one control request on s. New registers it for
-// the control protocol unless WithControlProtocol says not to.
-func (c *Consensus) ServeControl(s network.Stream) {
+// HandleControl answers one consensus control request from a peer. It
+// fits the swarm's control handler: the answer, refusals included, is
+// in the returned payload, and the error is always nil.
+func (c *Consensus) HandleControl(ctx context.Context, from peer.ID, req []byte) ([]byte, error) {
+	err := c.serveRequest(ctx, from, req)
+	if err != nil {
+		c.log.Debugw("control request refused", "peer", from, "error", err)
+	}
+	return encodeResponse(err), nil
+}
+
+// serveControl is the built-in handler of ControlProtocol.
+func (c *Consensus) serveControl(s network.Stream) {
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(c.cfg.rpcTimeout))
-	req, err := readFrame(s)
+	req, err := readFrame(s, MaxControlFrame)
 	if err != nil {
 		c.log.Debugw("control request", "peer", s.Conn().RemotePeer(), "error", err)
 		_ = s.Reset()
@@ -127,11 +150,8 @@ func (c *Consensus) ServeControl(s network.Stream) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
 	defer cancel()
-	err = c.serveRequest(ctx, s.Conn().RemotePeer(), req)
-	if err != nil {
-		c.log.Debugw("control request refused", "peer", s.Conn().RemotePeer(), "error", err)
-	}
-	_ = writeFrame(s, encodeResponse(err))
+	resp, _ := c.HandleControl(ctx, s.Conn().RemotePeer(), req)
+	_ = writeFrame(s, append([]byte{0}, resp...))
 }
 
 func (c *Consensus) serveRequest(ctx context.Context, from peer.ID, req []byte) error {
@@ -208,9 +228,23 @@ func (c *Consensus) call(ctx context.Context, p peer.ID, origin string, hops uin
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.rpcTimeout)
 	defer cancel()
-	s, err := c.h.NewStream(ctx, p, c.cfg.ctlProtocol)
+	var resp []byte
+	if c.cfg.caller != nil {
+		resp, err = c.cfg.caller.Call(ctx, p, req)
+	} else {
+		resp, err = c.callStream(ctx, p, req)
+	}
 	if err != nil {
-		return fmt.Errorf("consensus: control stream to %s: %w", p, err)
+		return fmt.Errorf("consensus: control call to %s: %w", p, err)
+	}
+	return decodeResponse(resp)
+}
+
+// callStream is the built-in control client: one stream per call.
+func (c *Consensus) callStream(ctx context.Context, p peer.ID, req []byte) ([]byte, error) {
+	s, err := c.h.NewStream(ctx, p, ControlProtocol)
+	if err != nil {
+		return nil, err
 	}
 	defer s.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -218,15 +252,21 @@ func (c *Consensus) call(ctx context.Context, p peer.ID, origin string, hops uin
 	}
 	if err := writeFrame(s, req); err != nil {
 		_ = s.Reset()
-		return fmt.Errorf("consensus: control request to %s: %w", p, err)
+		return nil, err
 	}
 	_ = s.CloseWrite()
-	resp, err := readFrame(s)
+	resp, err := readFrame(s, MaxControlFrame+1)
 	if err != nil {
 		_ = s.Reset()
-		return fmt.Errorf("consensus: control answer from %s: %w", p, err)
+		return nil, err
 	}
-	return decodeResponse(resp)
+	switch {
+	case len(resp) == 0:
+		return nil, fmt.Errorf("%w: empty answer", ErrRemote)
+	case resp[0] != 0:
+		return nil, &RemoteError{Code: 1, Msg: string(resp[1:])}
+	}
+	return resp[1:], nil
 }
 
 // retryable reports whether a request may succeed if sent again later.

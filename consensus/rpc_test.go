@@ -23,7 +23,7 @@ func TestControlCodec(t *testing.T) {
 			t.Fatalf("round trip: %q %d %+v %v", origin, hops, got, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, {2, 0, 0, 0}, {1, 1, 0, 0}, {1, 2, 1, 'x', 0}, {1, 0, 1, 'x', 0}} {
+	for _, bad := range [][]byte{nil, {'S', 'C', 2, 0, 0, 0}, {'S', 'C', 1, 1, 0, 0}, {'S', 'C', 1, 2, 1, 'x', 0}, {'S', 'C', 1, 0, 1, 'x', 0}, {1, 0, 0, 0}} {
 		if _, _, _, err := decodeRequest(bad); !errors.Is(err, ErrBadEvent) {
 			t.Errorf("%x: %v", bad, err)
 		}
@@ -42,11 +42,11 @@ func TestControlCodec(t *testing.T) {
 		t.Errorf("success came back as %v", err)
 	}
 	var buf bytes.Buffer
-	if err := writeFrame(&buf, make([]byte, MaxControlFrame+1)); !errors.Is(err, ErrBadEvent) {
+	if err := writeFrame(&buf, make([]byte, MaxControlFrame+2)); !errors.Is(err, ErrBadEvent) {
 		t.Errorf("oversize frame written: %v", err)
 	}
 	buf.Write([]byte{0xff, 0xff, 0xff, 0xff})
-	if _, err := readFrame(&buf); !errors.Is(err, ErrBadEvent) {
+	if _, err := readFrame(&buf, MaxControlFrame); !errors.Is(err, ErrBadEvent) {
 		t.Errorf("oversize frame read: %v", err)
 	}
 }

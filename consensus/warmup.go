@@ -30,13 +30,14 @@ type memberState struct {
 	cancel   context.CancelFunc
 	released loadKey
 	addrs    map[string][]string
+	voters   map[peer.ID]bool // protected in the connection manager
 }
 
 func (c *Consensus) memberLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.tick)
 	defer t.Stop()
-	ms := &memberState{addrs: map[string][]string{}}
+	ms := &memberState{addrs: map[string][]string{}, voters: map[peer.ID]bool{}}
 	joined := make(chan error, 1)
 	for {
 		select {
@@ -56,6 +57,7 @@ func (c *Consensus) memberLoop() {
 		}
 		s := c.fsm.current()
 		c.syncAddrs(s, ms)
+		c.protectVoters(ms)
 		c.ensureJoined(s, ms, joined)
 		c.warmup(s, ms)
 	}
@@ -64,7 +66,13 @@ func (c *Consensus) memberLoop() {
 // ensureJoined sends one join request at a time while this node is not a
 // member, unless it leaves or was refused for good.
 func (c *Consensus) ensureJoined(s State, ms *memberState, done chan<- error) {
-	if ms.joining || c.leaving.Load() || c.joinErr.Load() != nil || s.IsMember(c.id.String()) {
+	if ms.joining || c.leaving.Load() || c.joinErr.Load() != nil {
+		return
+	}
+	// A member that has not heard from a leader for long may have been
+	// removed while cut off: it asks again (a no-op for a member).
+	lost := !c.IsLeader() && time.Since(c.raft.LastContact()) > 20*c.cfg.election+c.cfg.deadGrace
+	if s.IsMember(c.id.String()) && !lost {
 		return
 	}
 	ms.joining = true
@@ -127,6 +135,30 @@ func (c *Consensus) syncAddrs(s State, ms *memberState) {
 	if err := c.st.saveAddrBook(next, prev); err != nil {
 		c.log.Warnw("address book", "error", err)
 	}
+}
+
+// protectVoters keeps the connection manager from trimming connections
+// to Raft voters.
+func (c *Consensus) protectVoters(ms *memberState) {
+	servers, err := c.Servers()
+	if err != nil {
+		return
+	}
+	now := map[peer.ID]bool{}
+	for _, s := range servers {
+		if s.Voter && s.ID != c.id {
+			now[s.ID] = true
+			if !ms.voters[s.ID] {
+				c.h.ConnManager().Protect(s.ID, ConnTagVoter)
+			}
+		}
+	}
+	for id := range ms.voters {
+		if !now[id] {
+			c.h.ConnManager().Unprotect(id, ConnTagVoter)
+		}
+	}
+	ms.voters = now
 }
 
 // warmup starts, cancels and reports this node's loads, and releases.
