@@ -352,11 +352,17 @@ func (g insertGoal) within(a, b candidate) bool {
 }
 
 func cmpTol(a, b float64) int {
-	tol := eps * max(1, math.Abs(a), math.Abs(b))
-	switch {
-	case a > b+tol:
+	// Relative tolerance on the magnitudes at hand; cheap, since this runs
+	// once per candidate window.
+	s := a + b
+	if s < 0 {
+		s = -s
+	}
+	tol := eps * (1 + s)
+	switch d := a - b; {
+	case d > tol:
 		return 1
-	case a < b-tol:
+	case d < -tol:
 		return -1
 	}
 	return 0

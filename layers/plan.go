@@ -199,7 +199,7 @@ func (pl Planner) search(f *Fleet, R, minLayers int) (searchResult, error) {
 	// shares, which finds whole-row tilings the plain one misses.
 	for _, quantize := range []bool{false, true} {
 		lo, hi := 0.0, f.UB2()*(1+1e-6)
-		for it := 0; it < 16 && hi > 0 && (hi-lo) > 2e-3*hi; it++ {
+		for it := 0; it < 16 && hi > 0 && (hi-lo) > 5e-3*hi; it++ {
 			F := (lo + hi) / 2
 			pl.construct(cur, order, insertGoal{T: F, R: R, minLayers: minLayers, quantize: quantize}, sc)
 			consider(cur)
