@@ -36,6 +36,7 @@ type leaderState struct {
 	// benched are members a rebalance took out of the map: joins leave
 	// them be, so that the two policies do not undo each other.
 	benched map[string]bool
+	noPlan  string // the fleet the last failed full plan was for
 	// goal is the map a multi-step migration heads for; each step is
 	// one proposal and commit.
 	goal *goal
@@ -332,7 +333,7 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 	committed := s.Committed()
 	pl := c.cfg.planner
 	if committed.Layers == 0 {
-		plan, err := pl.Full(f, 1)
+		plan, err := c.full(s, f, 1)
 		if err != nil {
 			return false, nil // not enough capacity yet: wait for members
 		}
@@ -350,7 +351,7 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 		next, _, err := pl.Repair(f, target, id)
 		if err != nil {
 			// Repair cannot close the gap: plan afresh on who is left.
-			plan, ferr := pl.Full(f, committed.Epoch+1)
+			plan, ferr := c.full(s, f, committed.Epoch+1)
 			if ferr != nil {
 				return false, nil // no covering map: keep the committed one
 			}
@@ -380,7 +381,7 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 	for _, id := range draining {
 		next, _, err := pl.Repair(f, target, id)
 		if err != nil {
-			plan, ferr := pl.Full(f, committed.Epoch+1)
+			plan, ferr := c.full(s, f, committed.Epoch+1)
 			if ferr != nil {
 				return false, nil // nowhere to go: the node stays until capacity comes
 			}
@@ -433,6 +434,25 @@ func (c *Consensus) plan(s State, now time.Time) (bool, error) {
 		}
 	}
 	return c.stepwise(f, committed, rb.To, "rebalance: "+rb.Reason)
+}
+
+// full plans afresh. A fleet that could not be covered is not planned
+// again until the state or the fleet changes: a full search is the
+// costly part of a step.
+func (c *Consensus) full(s State, f *layers.Fleet, epoch uint64) (layers.Plan, error) {
+	key := fmt.Sprint(s.Applied(), f.Len())
+	for _, p := range f.Profiles {
+		key += " " + p.Node.ID
+	}
+	if key == c.lead.noPlan {
+		return layers.Plan{}, fmt.Errorf("%w: unchanged since the last attempt", layers.ErrNoCoverage)
+	}
+	plan, err := c.cfg.planner.Full(f, epoch)
+	if err != nil {
+		c.lead.noPlan = key
+		c.log.Debugw("no covering plan", "members", f.Len(), "error", err)
+	}
+	return plan, err
 }
 
 // allPlaceable reports whether every node of a map may still be placed.

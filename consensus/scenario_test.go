@@ -406,3 +406,70 @@ func TestWarmupNeverReadyIsReplanned(t *testing.T) {
 	}
 	t.Logf("stuck warmup dropped at its deadline and re-planned: committed %v %v after the proposal (deadline 600ms; %v after the 4th node started)", s.Committed().Stages, time.Since(proposed).Round(time.Millisecond), took.Round(time.Millisecond))
 }
+
+// TestNewLeaderResumesWarmup kills the leader right after it proposed a
+// map; the new leader carries the same warmup to its commit.
+func TestNewLeaderResumesWarmup(t *testing.T) {
+	cl := newCluster(t, WithLiveness(nil, 3*time.Second))
+	a := cl.addHost(false)
+	cl.start(a)
+	b, c := cl.addHost(false), cl.addHost(false)
+	cl.start(b, WithBootstrap(a.info()))
+	cl.start(c, WithBootstrap(a.info()))
+	cl.waitAll("three placed", 10*time.Second, placed(a.id(), b.id(), c.id()))
+	l, _ := cl.leader(5 * time.Second)
+	cl.waitAll("three voters", 10*time.Second, func(State) bool { return len(cl.voters(l)) == 3 })
+
+	d := cl.addHost(false)
+	d.loader.delay = 1500 * time.Millisecond
+	cl.start(d, WithBootstrap(a.info()))
+	cl.waitAll("a warmup for the 4th", 10*time.Second, func(s State) bool {
+		p, ok := s.Pending()
+		return ok && p.Loads(d.id())
+	})
+	p, _ := l.c().Pending()
+	killed := time.Now()
+	l.kill()
+	cl.waitAll("the old leader's proposal committed", 10*time.Second, func(s State) bool {
+		return s.Committed().Epoch >= p.Map.Epoch
+	})
+	took := time.Since(killed)
+	var got layers.LayerMap
+	for _, n := range cl.alive() {
+		if m := n.c().Committed(); m.Epoch == p.Map.Epoch {
+			got = m
+		}
+	}
+	if !got.Equal(p.Map) {
+		t.Fatalf("new leader committed %v, the old one proposed %v", got, p.Map)
+	}
+	nl, _ := cl.leader(5 * time.Second)
+	t.Logf("new leader %s committed the old leader's warmup (epoch %d) %v after the kill (load 1.5s, grace 3s)",
+		shortID(nl.h.ID()), p.Map.Epoch, took.Round(time.Millisecond))
+}
+
+// TestCloseHandsOverLeadership: a leader that closes hands leadership to
+// another voter instead of leaving the swarm to an election.
+func TestCloseHandsOverLeadership(t *testing.T) {
+	cl := newCluster(t)
+	a := cl.addHost(false)
+	cl.start(a)
+	b, c := cl.addHost(false), cl.addHost(false)
+	cl.start(b, WithBootstrap(a.info()))
+	cl.start(c, WithBootstrap(a.info()))
+	l, _ := cl.leader(5 * time.Second)
+	cl.waitAll("three voters", 10*time.Second, func(State) bool { return len(cl.voters(l)) == 3 })
+	start := time.Now()
+	if err := l.c().Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := time.Since(start)
+	l.dead.Store(true)
+	nl, _ := cl.leader(5 * time.Second)
+	took := time.Since(start)
+	t.Logf("leader closed in %v (leadership transfer included); %s leads %v after Close began (election timeout %v)",
+		closed.Round(time.Microsecond), shortID(nl.h.ID()), took.Round(time.Microsecond), testElection)
+	if took > testElection {
+		t.Errorf("new leader after %v: no faster than an election", took)
+	}
+}
