@@ -293,6 +293,9 @@ func (c *Consensus) Leave(ctx context.Context) error {
 	if errors.Is(err, ErrStale) { // already draining
 		err = nil
 	}
+	if errors.Is(err, ErrUnknownMember) { // not a member: nothing to leave
+		return c.Close()
+	}
 	if err == nil {
 		self := c.id.String()
 		t := time.NewTicker(c.cfg.tick)

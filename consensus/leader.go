@@ -288,7 +288,9 @@ func (c *Consensus) publish(m layers.LayerMap) {
 		c.log.Warnw("map notice", "epoch", m.Epoch, "error", err)
 		return
 	}
+	c.wg.Add(1) // the leader loop holds the group open: Add is safe
 	go func() {
+		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
 		defer cancel()
 		if err := c.cfg.publisher.PublishMapNotice(ctx, data); err != nil && ctx.Err() == nil {

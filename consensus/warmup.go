@@ -77,7 +77,9 @@ func (c *Consensus) ensureJoined(s State, ms *memberState, done chan<- error) {
 	}
 	ms.joining = true
 	ev := c.joinEvent()
+	c.wg.Add(1) // the member loop holds the group open: Add is safe
 	go func() {
+		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(c.ctx, 4*c.cfg.rpcTimeout)
 		defer cancel()
 		err := c.request(ctx, ev)
@@ -178,7 +180,11 @@ func (c *Consensus) warmup(s State, ms *memberState) {
 	if want != (loadKey{}) && ms.loading != want {
 		ctx, cancel := context.WithCancel(c.ctx)
 		ms.loading, ms.cancel = want, cancel
-		go c.load(ctx, want)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.load(ctx, want)
+		}()
 	}
 	committed := s.Committed()
 	if pending || committed.Layers == 0 {
