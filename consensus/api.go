@@ -92,7 +92,7 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.live = cfg.liveness
 	if c.live == nil {
-		c.live = newConnLiveness(cfg.host.Network())
+		c.live = newConnLiveness(cfg.host)
 	}
 	if c.cfg.loader == nil {
 		c.cfg.loader = noLoad{}

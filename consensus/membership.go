@@ -1,10 +1,12 @@
 package consensus
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -86,21 +88,28 @@ func cmpStr(a, b string) int {
 	return 0
 }
 
-// connLiveness is the default Liveness: a peer is alive while the host
-// holds a connection to it, and dead from the moment its last connection
-// closed (or, never seen, from when we started to look). The Raft leader
-// holds a connection to every server, so on the leader this tracks every
-// member. The swarm's peer table, with heartbeats, is the better source.
+// connLiveness is the default Liveness, from the host's connections: a
+// peer is alive while the host holds a connection to it. When it holds
+// none, a probe dials the peer; the peer is dead from the moment its last
+// connection closed, or from the first failed probe, until a connection
+// comes back. The Raft leader holds a connection to every server, so on
+// the leader this tracks every member. The swarm's peer table, with
+// heartbeats, is the better source.
 type connLiveness struct {
-	net   network.Network
-	start time.Time
+	h     host.Host
 	mu    sync.Mutex
-	lost  map[peer.ID]time.Time
+	lost  map[peer.ID]time.Time // dead since
+	probe map[peer.ID]time.Time // last probe started
 }
 
-func newConnLiveness(n network.Network) *connLiveness {
-	l := &connLiveness{net: n, start: time.Now(), lost: map[peer.ID]time.Time{}}
-	n.Notify(&network.NotifyBundle{
+const (
+	probeEvery   = 250 * time.Millisecond
+	probeTimeout = 2 * time.Second
+)
+
+func newConnLiveness(h host.Host) *connLiveness {
+	l := &connLiveness{h: h, lost: map[peer.ID]time.Time{}, probe: map[peer.ID]time.Time{}}
+	h.Network().Notify(&network.NotifyBundle{
 		ConnectedF: func(_ network.Network, c network.Conn) {
 			l.mu.Lock()
 			delete(l.lost, c.RemotePeer())
@@ -111,27 +120,43 @@ func newConnLiveness(n network.Network) *connLiveness {
 			if n.Connectedness(p) == network.Connected {
 				return
 			}
-			l.mu.Lock()
-			if len(l.lost) < 4*MaxMembers {
-				l.lost[p] = time.Now()
-			}
-			l.mu.Unlock()
+			l.markLost(p, time.Now())
 		},
 	})
 	return l
 }
 
-// DeadSince implements Liveness.
-func (l *connLiveness) DeadSince(id peer.ID) (time.Time, bool) {
-	if l.net.Connectedness(id) == network.Connected {
-		return time.Time{}, false
-	}
+func (l *connLiveness) markLost(p peer.ID, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if t, ok := l.lost[id]; ok {
-		return t, true
+	if _, ok := l.lost[p]; !ok && len(l.lost) < 4*MaxMembers {
+		l.lost[p] = at
 	}
-	return l.start, true
+}
+
+// DeadSince implements Liveness.
+func (l *connLiveness) DeadSince(id peer.ID) (time.Time, bool) {
+	if l.h.Network().Connectedness(id) == network.Connected {
+		return time.Time{}, false
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if last, ok := l.probe[id]; !ok || now.Sub(last) >= probeEvery {
+		if len(l.probe) >= 4*MaxMembers {
+			clear(l.probe)
+		}
+		l.probe[id] = now
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+			defer cancel()
+			if err := l.h.Connect(ctx, peer.AddrInfo{ID: id}); err != nil {
+				l.markLost(id, now)
+			}
+		}()
+	}
+	t, ok := l.lost[id]
+	return t, ok
 }
 
 // parseAddrs turns advertised multiaddrs into ones the peerstore takes,

@@ -54,8 +54,10 @@ type StageLoader interface {
 	// loaded, or with ctx's error when the plan changed.
 	Load(ctx context.Context, epoch uint64, r layers.Range) error
 	// Release tells the node what it serves from the committed map of
-	// epoch on (an empty range: nothing), once no warmup is pending for
-	// it: it may free every other layer when the sessions on them end.
+	// epoch on (an empty range: nothing), once no warmup is pending: it
+	// may free every other layer when the sessions on them end. After a
+	// restart it is the first word on what to serve: a node that does
+	// not hold keep loads it.
 	Release(ctx context.Context, epoch uint64, keep layers.Range) error
 }
 

@@ -142,6 +142,7 @@ func TestRestartFromDataDirs(t *testing.T) {
 		}
 		return err == nil && v == 3
 	})
+	cl.converged(10 * time.Second)
 	// One snapshot on disk, the rest in the log.
 	if err := b.c().raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
