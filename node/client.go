@@ -1,0 +1,222 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// The in-process client API: what `strata generate --api`, tests and the
+// HTTP layer drive generations through. Every node is an entry: Generate
+// tokenizes, routes, and drives the generation on the swarm, replaying on
+// a new path when a hop fails; the caller sees tokens as they come.
+
+// Request is one generation. Exactly one of Prompt, Messages and Tokens
+// is set.
+type Request struct {
+	// Model, if set, must be the served model's name (ModelInfo.Name).
+	Model string
+	// Prompt is raw text, tokenized with the model's BOS if it wants one.
+	Prompt string
+	// Messages are a chat, rendered with the model's chat template.
+	Messages []engine.Message
+	// Tokens is a tokenized prompt.
+	Tokens []int32
+	// MaxTokens caps the generated tokens (0: the node's default, never
+	// past the context). Negative is a bad request.
+	MaxTokens int
+	// Sampling chooses tokens; Temperature 0 is greedy. Seed is used as
+	// given (0 is a seed like any other): a caller that wants a random
+	// generation picks a random seed. The same seed gives the same tokens
+	// on any path, replays included.
+	Sampling engine.SamplingParams
+	// Stop ends the generation before the first occurrence of any of
+	// these strings in the output text (which then excludes it).
+	Stop []string
+}
+
+// Finish reasons, as OpenAI names them.
+const (
+	FinishStop   = "stop"   // an end token or a stop string
+	FinishLength = "length" // MaxTokens reached
+)
+
+// Delta is what a stream delivers as tokens arrive.
+type Delta struct {
+	// Tokens are the tokens sampled since the previous delta (usually
+	// one), end tokens included.
+	Tokens []int32
+	// Text is the new output text that is safe to show: whole UTF-8
+	// characters only, and nothing that may turn out to begin a stop
+	// string (held back until it is known not to). It may be empty.
+	Text string
+}
+
+// Usage counts tokens, as OpenAI reports them.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	TotalTokens      int
+}
+
+// Result is a finished generation.
+type Result struct {
+	Text         string  // the output text, stop string excluded
+	Tokens       []int32 // every sampled token, end token included
+	FinishReason string  // FinishStop or FinishLength
+	Usage        Usage
+	// Replays counts the times a hop failed and the generation went on
+	// on a new path; ReplayLatency holds, for each, the time from noticing
+	// the failure to the next token.
+	Replays       int
+	ReplayLatency []time.Duration
+	// Paths are the paths the generation used, in order.
+	Paths []string
+	TTFT  time.Duration // to the first token
+	Total time.Duration
+}
+
+// Stream is a running generation.
+type Stream struct {
+	deltas chan Delta
+	done   chan struct{}
+	cancel context.CancelFunc
+	res    Result
+	err    error
+}
+
+// Recv returns the next delta. After the last it returns io.EOF, or the
+// error that ended the generation (ErrSessionLost, the context's error,
+// ...): a stream never just stops.
+func (s *Stream) Recv() (Delta, error) {
+	if d, ok := <-s.deltas; ok {
+		return d, nil
+	}
+	<-s.done
+	if s.err != nil {
+		return Delta{}, s.err
+	}
+	return Delta{}, io.EOF
+}
+
+// Result waits for the end of the generation and returns its outcome;
+// deltas not received are dropped.
+func (s *Stream) Result() (Result, error) {
+	go func() {
+		for range s.deltas { //nolint:revive // drain
+		}
+	}()
+	<-s.done
+	return s.res, s.err
+}
+
+// Close abandons the generation: the hops free its session.
+func (s *Stream) Close() {
+	s.cancel()
+	go func() {
+		for range s.deltas { //nolint:revive // drain
+		}
+	}()
+}
+
+// Complete runs a generation to its end.
+func (n *Node) Complete(ctx context.Context, req Request) (Result, error) {
+	s, err := n.Generate(ctx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	return s.Result()
+}
+
+// validateSampling reports parameters no sampler can use.
+func validateSampling(sp engine.SamplingParams) error {
+	bad := func(v float32) bool { return math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) }
+	switch {
+	case bad(sp.Temperature) || sp.Temperature < 0:
+		return fmt.Errorf("%w: temperature %v", ErrBadRequest, sp.Temperature)
+	case bad(sp.TopP) || sp.TopP < 0 || sp.TopP > 1:
+		return fmt.Errorf("%w: top_p %v outside [0, 1]", ErrBadRequest, sp.TopP)
+	case sp.TopK < 0 || sp.MinKeep < 0 || sp.RepeatLastN < 0:
+		return fmt.Errorf("%w: negative top_k, min_keep or repeat window", ErrBadRequest)
+	case bad(sp.RepeatPenalty) || sp.RepeatPenalty < 0:
+		return fmt.Errorf("%w: repeat penalty %v", ErrBadRequest, sp.RepeatPenalty)
+	}
+	return nil
+}
+
+// textState turns tokens into safe text deltas and finds stop strings.
+type textState struct {
+	tok     *engine.Tokenizer
+	stop    []string
+	full    []byte
+	emitted int
+	maxStop int
+}
+
+func newTextState(tok *engine.Tokenizer, stop []string) *textState {
+	t := &textState{tok: tok}
+	for _, s := range stop {
+		if s != "" {
+			t.stop = append(t.stop, s)
+			t.maxStop = max(t.maxStop, len(s))
+		}
+	}
+	return t
+}
+
+// add takes one token; it returns the new safe text and whether a stop
+// string ended the output.
+func (t *textState) add(id int32) (string, bool) {
+	if t.tok.IsEnd(id) {
+		return "", false
+	}
+	t.full = append(t.full, t.tok.Piece(id)...)
+	if len(t.stop) > 0 {
+		from := max(0, t.emitted-t.maxStop+1)
+		cut := -1
+		for _, s := range t.stop {
+			if i := bytes.Index(t.full[from:], []byte(s)); i >= 0 && (cut < 0 || from+i < cut) {
+				cut = from + i
+			}
+		}
+		if cut >= 0 {
+			t.full = t.full[:cut]
+			return t.flush(), true
+		}
+	}
+	safe := len(t.full)
+	// Hold back a tail that may begin a stop string.
+	for _, s := range t.stop {
+		for k := min(len(s)-1, safe-t.emitted); k > 0; k-- {
+			if bytes.HasSuffix(t.full[:safe], []byte(s[:k])) {
+				safe -= k
+				break
+			}
+		}
+	}
+	// Hold back an unfinished UTF-8 character.
+	for i := safe - 1; i >= t.emitted && i >= safe-utf8.UTFMax; i-- {
+		if utf8.RuneStart(t.full[i]) {
+			if !utf8.FullRune(t.full[i:safe]) {
+				safe = i
+			}
+			break
+		}
+	}
+	out := string(t.full[t.emitted:safe])
+	t.emitted = safe
+	return out, false
+}
+
+// flush returns whatever is held back.
+func (t *textState) flush() string {
+	out := string(t.full[t.emitted:])
+	t.emitted = len(t.full)
+	return out
+}

@@ -1,0 +1,44 @@
+// Package node wires one running Strata node: the engine's layers, the
+// swarm host, the consensus replica and the router, into the data plane.
+// It holds no placement or routing algorithm (those are package layers'
+// and routing's); it carries out their decisions.
+//
+// # Parts
+//
+//   - The stage service (service.go) on /strata/act/1: a step carries a
+//     session ID, the remaining hops, the positions, the input tokens and,
+//     after the first hop, the hidden states (shape and dtype checked
+//     against the model). The node runs its layers in the session's KV
+//     cache and forwards the output to the next hop; the last hop samples
+//     (the draw for position p is a function of the seed and p) and sends
+//     the token straight to the entry. The wire format is in wire.go.
+//   - The scheduler (scheduler.go): one goroutine owns the loaded layers,
+//     the KV memory and the batch slots, fed by a channel. It admits
+//     sessions by KV memory (capacity × the KV bytes of the hop's layers),
+//     keeps a bounded FIFO of sessions waiting for memory, expires idle
+//     sessions, and runs every ready step as one batch, layer by layer, so
+//     decode steps of different sessions (and hops of different ranges)
+//     share engine calls. Each layer is its own engine stage, so a hop may
+//     run any sub-range of what the node holds.
+//   - The entry role (entry.go, client.go): Generate tokenizes, routes on
+//     the committed map and the peer table (view.go), and drives prefill
+//     and decode. When a hop fails it marks the peer suspect, routes
+//     around it and replays the prompt and the tokens so far on the new
+//     path: with greedy or seeded sampling the caller gets exactly the
+//     tokens of a run without the failure. With no path at all, in-flight
+//     generations wait for the leader's repair (WithRepairWait) and new
+//     requests are refused at once with ErrNoCapacity.
+//   - Warmup (warmup.go): the node is consensus's StageLoader: it loads a
+//     proposed range beside what it serves, and after a commit releases
+//     the layers it no longer serves once their sessions end.
+//   - Capabilities (caps.go): a simulated node declares its device; a
+//     real-engine node measures one layer at start, cached in the data dir.
+//
+// # The client API
+//
+// Generate returns a Stream of Deltas (tokens and the text that is safe
+// to show) and, at the end, a Result with the finish reason, usage
+// counts and replay figures. Errors wrap the sentinels in errors.go, one
+// per HTTP status the API layer needs (ErrBadRequest, ErrUnknownModel,
+// ErrPromptTooLong, ErrNoCapacity with RetryAfter, ErrSessionLost).
+package node

@@ -1,0 +1,416 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/routing"
+)
+
+// The entry role. Each generation runs on a goroutine of its own, which
+// keeps the prompt and every token so far. An attempt opens a fresh
+// session on a routed path: a prefill of everything known, then one
+// decode step per token; the last hop sends each token straight back
+// here. When a hop fails (an error message, its peer's connection
+// closing or death in the peer table, a forwarding failure, or the step
+// timeout) the attempt ends, its hops are told to close the session, and
+// the next attempt replays the whole prefix on a path that avoids the
+// failed peer. With greedy or seeded sampling the tokens are those of a
+// run without the failure: the draw for each position is a function of
+// the seed and the position only.
+
+// event is what reaches a generation's driver.
+type event struct {
+	sid  SessionID
+	tok  *Token
+	err  *ErrorMsg
+	from peer.ID
+	down peer.ID // a peer of the path failed
+	why  string
+}
+
+// attemptReg is one attempt's entry in the registry.
+type attemptReg struct {
+	hops   []Hop
+	events chan event
+}
+
+// registry routes tokens and errors to the attempt they belong to.
+type registry struct {
+	mu   sync.Mutex
+	gens map[SessionID]*attemptReg
+}
+
+func (r *registry) add(sid SessionID, a *attemptReg) {
+	r.mu.Lock()
+	r.gens[sid] = a
+	r.mu.Unlock()
+}
+
+func (r *registry) remove(sid SessionID) {
+	r.mu.Lock()
+	delete(r.gens, sid)
+	r.mu.Unlock()
+}
+
+func (r *registry) get(sid SessionID) *attemptReg {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gens[sid]
+}
+
+func (a *attemptReg) post(ev event) {
+	select {
+	case a.events <- ev:
+	default: // the driver has what it needs to fail the attempt
+	}
+}
+
+func (a *attemptReg) uses(p peer.ID) bool {
+	for _, h := range a.hops {
+		if h.Peer == p {
+			return true
+		}
+	}
+	return false
+}
+
+// onToken accepts a token only from the attempt's last hop.
+func (r *registry) onToken(from peer.ID, t *Token) {
+	a := r.get(t.Session)
+	if a == nil || a.hops[len(a.hops)-1].Peer != from {
+		return // a stale attempt's, or forged
+	}
+	a.post(event{sid: t.Session, tok: t, from: from})
+}
+
+// onError accepts an error from any hop of the attempt.
+func (r *registry) onError(from peer.ID, e *ErrorMsg) {
+	a := r.get(e.Session)
+	if a == nil || !a.uses(from) {
+		return
+	}
+	a.post(event{sid: e.Session, err: e, from: from})
+}
+
+// peerDown fails every attempt whose path uses p.
+func (n *Node) peerDown(p peer.ID, why string) {
+	n.suspects.Store(p, time.Now())
+	n.entry.mu.Lock()
+	defer n.entry.mu.Unlock()
+	for sid, a := range n.entry.gens {
+		if a.uses(p) {
+			a.post(event{sid: sid, down: p, why: why})
+		}
+	}
+}
+
+func newSessionID() SessionID {
+	var s SessionID
+	_, _ = rand.Read(s[:])
+	return s
+}
+
+// Generate starts a generation and returns its stream. A request that
+// cannot start fails here: ErrBadRequest, ErrUnknownModel,
+// ErrPromptTooLong, or ErrNoCapacity when no full path exists now.
+func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
+	if n.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	in := n.model.info
+	if req.Model != "" && req.Model != in.Name {
+		return nil, fmt.Errorf("%w: %q (this swarm serves %q)", ErrUnknownModel, req.Model, in.Name)
+	}
+	set := 0
+	for _, b := range []bool{req.Prompt != "", len(req.Messages) > 0, len(req.Tokens) > 0} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		return nil, fmt.Errorf("%w: give exactly one of a prompt, messages and tokens", ErrBadRequest)
+	}
+	if req.MaxTokens < 0 {
+		return nil, fmt.Errorf("%w: max tokens %d", ErrBadRequest, req.MaxTokens)
+	}
+	if err := validateSampling(req.Sampling); err != nil {
+		return nil, err
+	}
+	var prompt []int32
+	switch {
+	case req.Prompt != "":
+		prompt = n.model.tok.Encode(req.Prompt, true, false)
+	case len(req.Messages) > 0:
+		prompt = n.model.tok.EncodeChat(req.Messages)
+	default:
+		prompt = slices.Clone(req.Tokens)
+		for _, t := range prompt {
+			if t < 0 || int(t) >= in.Vocab {
+				return nil, fmt.Errorf("%w: token %d outside the vocabulary of %d", ErrBadRequest, t, in.Vocab)
+			}
+		}
+	}
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadRequest)
+	}
+	maxTok := req.MaxTokens
+	if maxTok == 0 {
+		maxTok = min(n.cfg.defaultMaxTokens, in.Context-len(prompt))
+	}
+	if len(prompt)+maxTok > in.Context || maxTok <= 0 {
+		return nil, fmt.Errorf("%w: %d prompt tokens + %d to generate > %d", ErrPromptTooLong, len(prompt), max(maxTok, 1), in.Context)
+	}
+	rnd := newSessionID()
+	g := &generation{n: n, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
+		text: newTextState(n.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8])}
+	path, err := n.route(g.routeReq(nil))
+	if err != nil {
+		return nil, &retryAfter{err: fmt.Errorf("%w: %w", ErrNoCapacity, err), after: time.Second}
+	}
+	n.counters.requests.Add(1)
+	gctx, cancel := context.WithCancel(ctx)
+	s := &Stream{deltas: make(chan Delta, 16), done: make(chan struct{}), cancel: cancel}
+	g.stream = s
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer cancel()
+		res, err := g.run(gctx, path)
+		if err != nil {
+			n.counters.failed.Add(1)
+			if errors.Is(err, context.Canceled) && n.ctx.Err() != nil {
+				err = fmt.Errorf("%w: %w", ErrClosed, err)
+			}
+		}
+		s.res, s.err = res, err
+		close(s.deltas)
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// generation is one request's state at the entry.
+type generation struct {
+	n         *Node
+	prompt    []int32
+	maxTokens int
+	sp        engine.SamplingParams
+	text      *textState
+	stream    *Stream
+	seed      uint64 // for the router's choice among near-best paths
+	out       []int32
+	avoid     []string
+	res       Result
+	start     time.Time
+	failedAt  time.Time // when the last failure was noticed, until the next token
+}
+
+func (g *generation) routeReq(avoid []string) routeReq {
+	return routeReq{prompt: len(g.prompt), max: g.maxTokens, seed: g.seed + uint64(len(g.res.Paths)), avoid: avoid}
+}
+
+// attemptEnd says how an attempt ended.
+type attemptEnd struct {
+	done    bool
+	blame   []peer.ID // peers to avoid on the next attempt
+	reason  string
+	timeout bool
+}
+
+func (g *generation) run(ctx context.Context, path routing.Path) (Result, error) {
+	n := g.n
+	g.start = time.Now()
+	for {
+		end, err := g.attempt(ctx, path)
+		if err != nil {
+			return g.result(), err
+		}
+		if end.done {
+			return g.result(), nil
+		}
+		n.counters.hopFailures.Add(1)
+		g.failedAt = time.Now()
+		for _, p := range end.blame {
+			if p != n.self && !slices.Contains(g.avoid, p.String()) {
+				g.avoid = append(g.avoid, p.String())
+			}
+		}
+		if g.res.Replays >= n.cfg.maxReplays {
+			return g.result(), fmt.Errorf("%w: %d replays, last: %s", ErrSessionLost, g.res.Replays, end.reason)
+		}
+		n.log.Info("hop failed; replaying on a new path", zap.String("reason", end.reason), zap.Stringers("blame", end.blame),
+			zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
+		if path, err = g.reroute(ctx); err != nil {
+			return g.result(), err
+		}
+		g.res.Replays++
+		n.counters.replays.Add(1)
+	}
+}
+
+// reroute finds a path that avoids the failed peers, waiting for the
+// leader's repair while none exists.
+func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
+	n := g.n
+	deadline := time.Now().Add(n.cfg.repairWait)
+	waited := false
+	for {
+		p, err := n.route(g.routeReq(g.avoid))
+		if err != nil && len(g.avoid) > 0 {
+			// Peers we gave up on may be back; the view still leaves out
+			// the ones the peer table holds suspect or dead.
+			p, err = n.route(g.routeReq(nil))
+		}
+		if err == nil {
+			if waited {
+				n.log.Info("path found after waiting", zap.Duration("waited", time.Since(g.failedAt)))
+			}
+			return p, nil
+		}
+		if !errors.Is(err, routing.ErrNoPath) || time.Now().After(deadline) {
+			return routing.Path{}, fmt.Errorf("%w: no path within %v: %w", ErrSessionLost, n.cfg.repairWait, errors.Join(ErrNoCapacity, err))
+		}
+		if !waited {
+			n.log.Warn("no path; waiting for a repair", zap.Duration("up_to", n.cfg.repairWait))
+			waited = true
+		}
+		select {
+		case <-ctx.Done():
+			return routing.Path{}, ctx.Err()
+		case <-n.ctx.Done():
+			return routing.Path{}, ErrClosed
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (g *generation) result() Result {
+	r := g.res
+	r.Tokens = slices.Clone(g.out)
+	r.Text = string(g.text.full)
+	r.Usage = Usage{PromptTokens: len(g.prompt), CompletionTokens: len(g.out), TotalTokens: len(g.prompt) + len(g.out)}
+	r.Total = time.Since(g.start)
+	return r
+}
+
+// attempt drives one session on path until the generation ends or a hop
+// fails.
+func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd, error) {
+	n := g.n
+	hops, err := hopsOf(path)
+	if err != nil {
+		return attemptEnd{reason: err.Error()}, nil
+	}
+	g.res.Paths = append(g.res.Paths, path.String())
+	sid := newSessionID()
+	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
+	n.entry.add(sid, reg)
+	defer func() {
+		n.entry.remove(sid)
+		for _, h := range hops {
+			n.sendAsync(h.Peer, &Close{Session: sid})
+		}
+	}()
+	all := append(slices.Clone(g.prompt), g.out...)
+	step := &Step{Session: sid, Entry: n.self, Hops: hops, Pos: 0, Tokens: all,
+		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: n.model.hash, Sampling: g.sp}}
+	timer := time.NewTimer(n.cfg.stepTimeout)
+	defer timer.Stop()
+	for {
+		if err := n.send(ctx, hops[0].Peer, step); err != nil {
+			if ctx.Err() != nil {
+				return attemptEnd{}, ctx.Err()
+			}
+			return attemptEnd{blame: []peer.ID{hops[0].Peer}, reason: "send to the first hop: " + err.Error()}, nil
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(n.cfg.stepTimeout)
+		var tok *Token
+		for tok == nil {
+			select {
+			case <-ctx.Done():
+				return attemptEnd{}, ctx.Err()
+			case <-n.ctx.Done():
+				return attemptEnd{}, ErrClosed
+			case <-timer.C:
+				var blame []peer.ID
+				for _, h := range hops {
+					blame = append(blame, h.Peer)
+				}
+				return attemptEnd{blame: blame, timeout: true, reason: fmt.Sprintf("no token within %v", n.cfg.stepTimeout)}, nil
+			case ev := <-reg.events:
+				switch {
+				case ev.down != "":
+					return attemptEnd{blame: []peer.ID{ev.down}, reason: "peer " + shortID(ev.down) + " " + ev.why}, nil
+				case ev.err != nil:
+					at := ev.from
+					if ev.err.Peer != "" {
+						at = ev.err.Peer
+					}
+					return attemptEnd{blame: []peer.ID{at}, reason: fmt.Sprintf("%s from %s: %s", ev.err.Code, shortID(ev.from), ev.err.Text)}, nil
+				case ev.tok.Pos != len(g.prompt)+len(g.out):
+					return attemptEnd{blame: []peer.ID{ev.from}, reason: fmt.Sprintf("token for position %d, want %d", ev.tok.Pos, len(g.prompt)+len(g.out))}, nil
+				case ev.tok.Token < 0 || int(ev.tok.Token) >= n.model.info.Vocab:
+					return attemptEnd{blame: []peer.ID{ev.from}, reason: fmt.Sprintf("token %d outside the vocabulary", ev.tok.Token)}, nil
+				}
+				tok = ev.tok
+			}
+		}
+		finished, err := g.deliver(ctx, tok.Token)
+		if err != nil || finished {
+			return attemptEnd{done: err == nil}, err
+		}
+		step = &Step{Session: sid, Entry: n.self, Hops: hops, Pos: len(g.prompt) + len(g.out) - 1, Tokens: []int32{tok.Token}}
+	}
+}
+
+// deliver hands one token to the caller and reports whether the
+// generation is over.
+func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
+	n := g.n
+	now := time.Now()
+	if len(g.out) == 0 {
+		g.res.TTFT = now.Sub(g.start)
+	}
+	if !g.failedAt.IsZero() {
+		d := now.Sub(g.failedAt)
+		g.res.ReplayLatency = append(g.res.ReplayLatency, d)
+		n.counters.replayed(d)
+		n.log.Info("replay recovered", zap.Duration("replay_latency", d), zap.Int("position", len(g.prompt)+len(g.out)))
+		g.failedAt = time.Time{}
+	}
+	g.out = append(g.out, id)
+	n.counters.tokens.Add(1)
+	text, stopped := g.text.add(id)
+	switch {
+	case stopped || n.model.tok.IsEnd(id):
+		g.res.FinishReason = FinishStop
+	case len(g.out) >= g.maxTokens:
+		g.res.FinishReason = FinishLength
+	}
+	if g.res.FinishReason != "" {
+		text += g.text.flush()
+	}
+	select {
+	case g.stream.deltas <- Delta{Tokens: []int32{id}, Text: text}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return g.res.FinishReason != "", nil
+}

@@ -1,0 +1,62 @@
+package node
+
+import (
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Every error the package returns wraps one of them, so
+// callers (the HTTP layer) branch with errors.Is and map each to a status:
+//
+//	ErrBadRequest     400   ErrUnknownModel 404
+//	ErrPromptTooLong  413   ErrNoCapacity   503 (Retry-After: RetryAfter(err))
+//	ErrSessionLost    a stream that cannot continue (an error event)
+//	ErrClosed         503   ErrBadFrame     peer input only, never a caller's
+var (
+	// ErrBadRequest: the request is malformed (no prompt, bad sampling
+	// parameters, negative max tokens, tokens outside the vocabulary).
+	ErrBadRequest = errors.New("node: bad request")
+	// ErrUnknownModel: the request names a model this swarm does not serve.
+	ErrUnknownModel = errors.New("node: unknown model")
+	// ErrPromptTooLong: the prompt plus the tokens asked for exceed the
+	// model's context.
+	ErrPromptTooLong = errors.New("node: prompt beyond the model's context")
+	// ErrNoCapacity: no full path through the swarm right now (a layer has
+	// no live holder, or no map is committed yet). New requests get it at
+	// once; in-flight ones only after waiting for a repair.
+	ErrNoCapacity = errors.New("node: no capacity")
+	// ErrSessionLost: a generation that had started could not continue
+	// (no path within the repair wait, or too many replays).
+	ErrSessionLost = errors.New("node: session lost")
+	// ErrClosed: the node is shutting down.
+	ErrClosed = errors.New("node: closed")
+	// ErrBadFrame: an activation frame that does not decode or does not
+	// fit the model.
+	ErrBadFrame = errors.New("node: bad activation frame")
+	// ErrConfig: an option has an invalid value.
+	ErrConfig = errors.New("node: invalid configuration")
+	// ErrNotServing: the layers asked for are not loaded here.
+	ErrNotServing = errors.New("node: layers not served")
+)
+
+// retryAfter is an error that suggests when to try again.
+type retryAfter struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfter) Error() string { return e.err.Error() }
+func (e *retryAfter) Unwrap() error { return e.err }
+
+// RetryAfter is how long a caller refused with ErrNoCapacity should wait
+// before trying again (the HTTP layer's Retry-After), or 0.
+func RetryAfter(err error) time.Duration {
+	var r *retryAfter
+	if errors.As(err, &r) {
+		return r.after
+	}
+	if errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrClosed) {
+		return time.Second
+	}
+	return 0
+}

@@ -1,0 +1,89 @@
+package node
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Metrics are the node's counters since start, for logs, tests and the
+// metrics endpoint.
+type Metrics struct {
+	// Entry role.
+	Requests    uint64 // generations started
+	Failed      uint64 // generations that ended in an error
+	Tokens      uint64 // tokens delivered to callers
+	Replays     uint64 // hop failures the entry recovered from on a new path
+	HopFailures uint64 // failures noticed (errors, dead peers, timeouts)
+	// ReplayLatency is the last replay's time from noticing the failure to
+	// the next token; MaxReplayLatency the largest.
+	ReplayLatency    time.Duration
+	MaxReplayLatency time.Duration
+
+	// Stage service.
+	Steps        uint64 // steps run on this node's layers
+	Batches      uint64 // engine batches
+	BatchedSteps uint64 // steps that shared a batch with others
+	Rejected     uint64 // steps answered with an error
+	BadFrames    uint64 // frames that did not decode (the stream was reset)
+	Sessions     int    // sessions open on this node's layers
+	Queue        int    // sessions waiting for KV memory
+	FreeKV       int64  // KV tokens left (-1: no layers)
+	LayerLatency time.Duration
+}
+
+type counters struct {
+	requests, failed, tokens, replays, hopFailures, badFrames atomic.Uint64
+	replayLatency, maxReplayLatency                           atomic.Int64
+
+	mu      sync.Mutex
+	badFrom map[peer.ID]uint64
+}
+
+func (c *counters) replayed(d time.Duration) {
+	c.replayLatency.Store(int64(d))
+	for {
+		old := c.maxReplayLatency.Load()
+		if int64(d) <= old || c.maxReplayLatency.CompareAndSwap(old, int64(d)) {
+			return
+		}
+	}
+}
+
+// badFrame counts a bad frame from p (bounded: peers past 4096 share a
+// counter) and returns p's count.
+func (c *counters) badFrame(p peer.ID) uint64 {
+	c.badFrames.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.badFrom == nil {
+		c.badFrom = map[peer.ID]uint64{}
+	}
+	if _, ok := c.badFrom[p]; !ok && len(c.badFrom) >= 4096 {
+		p = ""
+	}
+	c.badFrom[p]++
+	return c.badFrom[p]
+}
+
+// Metrics returns the node's counters.
+func (n *Node) Metrics() Metrics {
+	c := &n.counters
+	m := Metrics{Requests: c.requests.Load(), Failed: c.failed.Load(), Tokens: c.tokens.Load(),
+		Replays: c.replays.Load(), HopFailures: c.hopFailures.Load(), BadFrames: c.badFrames.Load(),
+		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load())}
+	if st := n.sched.status.Load(); st != nil {
+		m.Steps, m.Batches, m.BatchedSteps, m.Rejected = st.Steps, st.Batches, st.BatchedSteps, st.Rejected
+		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency
+	}
+	return m
+}
+
+// BadFramesFrom is how many undecodable frames peer p sent.
+func (n *Node) BadFramesFrom(p peer.ID) uint64 {
+	n.counters.mu.Lock()
+	defer n.counters.mu.Unlock()
+	return n.counters.badFrom[p]
+}

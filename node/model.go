@@ -1,0 +1,99 @@
+package node
+
+import (
+	"fmt"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/layers"
+)
+
+// ModelInfo describes the model a node serves.
+type ModelInfo struct {
+	// Name is the model's name; a simulated model's ends in
+	// engine.SimSuffix, so that nothing it serves passes for real output.
+	Name        string
+	Fingerprint string
+	Layers      int
+	Hidden      int
+	Vocab       int
+	Context     int // positions a session may hold
+	Simulated   bool
+}
+
+// model opens the layers of the node's model: a GGUF file, or a
+// simulated model on a declared device. Each layer is its own engine
+// stage, so that a hop may run any sub-range of what the node holds (the
+// router's turning points) and warmup and release work layer by layer.
+type model struct {
+	info    ModelInfo
+	spec    layers.ModelSpec
+	hash    uint64
+	tok     *engine.Tokenizer
+	path    string          // real
+	hw      layers.Hardware // simulated
+	threads int
+}
+
+func openModel(path, simName string, simHW layers.Hardware, threads int) (*model, error) {
+	switch {
+	case path != "" && simName != "":
+		return nil, fmt.Errorf("%w: both a model file and a simulated model", ErrConfig)
+	case path != "":
+		f, fh, err := engine.OpenFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: model %s: %w", ErrConfig, path, err)
+		}
+		defer fh.Close()
+		hp, err := engine.ReadHParams(f)
+		if err != nil {
+			return nil, fmt.Errorf("%w: model %s: %w", ErrConfig, path, err)
+		}
+		spec, err := f.ModelSpec()
+		if err != nil {
+			return nil, fmt.Errorf("%w: model %s: %w", ErrConfig, path, err)
+		}
+		fp, err := f.Fingerprint()
+		if err != nil {
+			return nil, fmt.Errorf("%w: model %s: %w", ErrConfig, path, err)
+		}
+		tok, err := engine.NewTokenizer(f)
+		if err != nil {
+			return nil, fmt.Errorf("%w: model %s: %w", ErrConfig, path, err)
+		}
+		return &model{path: path, spec: spec, tok: tok, hash: ModelHash(fp), threads: threads,
+			info: ModelInfo{Name: hp.Name, Fingerprint: fp, Layers: hp.Layers, Hidden: hp.Dim, Vocab: hp.Vocab, Context: hp.Context}}, nil
+	case simName != "":
+		spec, err := layers.Model(simName)
+		if err != nil {
+			return nil, fmt.Errorf("%w: simulated model: %w", ErrConfig, err)
+		}
+		if err := simHW.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: simulated device: %w", ErrConfig, err)
+		}
+		probe, err := engine.NewSimStage(spec, simHW, engine.WithRange(0, 1))
+		if err != nil {
+			return nil, fmt.Errorf("%w: simulated model: %w", ErrConfig, err)
+		}
+		in := probe.Info()
+		probe.Close()
+		tok, err := engine.SimTokenizer(spec.Vocab)
+		if err != nil {
+			return nil, fmt.Errorf("%w: simulated tokenizer: %w", ErrConfig, err)
+		}
+		return &model{spec: spec, hw: simHW, tok: tok, hash: ModelHash(in.Fingerprint), threads: threads,
+			info: ModelInfo{Name: in.Name, Fingerprint: in.Fingerprint, Layers: spec.Layers, Hidden: spec.Hidden,
+				Vocab: spec.Vocab, Context: min(in.Context, 1<<16), Simulated: true}}, nil
+	}
+	return nil, fmt.Errorf("%w: no model (WithModelFile or WithSimModel)", ErrConfig)
+}
+
+// openLayer loads layer l as its own stage.
+func (m *model) openLayer(l int) (engine.Stage, error) {
+	if l < 0 || l >= m.info.Layers {
+		return nil, fmt.Errorf("%w: layer %d of %d", ErrNotServing, l, m.info.Layers)
+	}
+	if m.info.Simulated {
+		return engine.NewSimStage(m.spec, m.hw, engine.WithRange(l, l+1))
+	}
+	return engine.Open(m.path, engine.WithRange(l, l+1), engine.WithThreads(m.threads))
+}

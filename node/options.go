@@ -1,0 +1,231 @@
+package node
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/routing"
+	"github.com/stratanet/strata/swarm"
+)
+
+// Defaults.
+const (
+	DefaultStepTimeout   = 20 * time.Second
+	DefaultRepairWait    = 30 * time.Second
+	DefaultIdleTimeout   = 2 * time.Minute
+	DefaultQueueTimeout  = 30 * time.Second
+	DefaultMaxBatch      = 64
+	DefaultMaxQueue      = 256
+	DefaultMaxReplays    = 16
+	DefaultMaxTokens     = 256
+	DefaultStatusEvery   = 250 * time.Millisecond
+	DefaultSuspectFor    = 10 * time.Second
+	DefaultMemoryReserve = 0.10
+)
+
+type config struct {
+	log        *zap.Logger
+	dataDir    string
+	modelPath  string
+	simModel   string
+	hw         *layers.Hardware
+	maxLayers  int
+	memory     int64
+	region     string
+	threads    int
+	static     *layers.LayerMap
+	swarmOpts  []swarm.Option
+	consOpts   []consensus.Option
+	bootstrap  []peer.AddrInfo
+	routerOpts []routing.Option
+
+	stepTimeout, repairWait, idleTimeout, queueTimeout time.Duration
+	statusEvery, suspectFor                            time.Duration
+	maxBatch, maxQueue, maxReplays, defaultMaxTokens   int
+	wireF16                                            bool
+}
+
+func defaultConfig() config {
+	return config{
+		log:              zap.NewNop(),
+		stepTimeout:      DefaultStepTimeout,
+		repairWait:       DefaultRepairWait,
+		idleTimeout:      DefaultIdleTimeout,
+		queueTimeout:     DefaultQueueTimeout,
+		statusEvery:      DefaultStatusEvery,
+		suspectFor:       DefaultSuspectFor,
+		maxBatch:         DefaultMaxBatch,
+		maxQueue:         DefaultMaxQueue,
+		maxReplays:       DefaultMaxReplays,
+		defaultMaxTokens: DefaultMaxTokens,
+	}
+}
+
+func (c *config) validate() error {
+	switch {
+	case (c.modelPath == "") == (c.simModel == ""):
+		return fmt.Errorf("%w: exactly one of a model file (WithModelFile) and a simulated model (WithSimModel)", ErrConfig)
+	case c.simModel != "" && c.hw == nil:
+		return fmt.Errorf("%w: a simulated model needs a declared device (WithSimModel's hardware)", ErrConfig)
+	case c.maxLayers < 0 || c.memory < 0 || c.threads < 0:
+		return fmt.Errorf("%w: negative max layers, memory or threads", ErrConfig)
+	case c.stepTimeout <= 0 || c.repairWait < 0 || c.idleTimeout <= 0 || c.queueTimeout <= 0 || c.statusEvery <= 0 || c.suspectFor <= 0:
+		return fmt.Errorf("%w: non-positive timing", ErrConfig)
+	case c.maxBatch <= 0 || c.maxQueue < 0 || c.maxReplays < 0 || c.defaultMaxTokens <= 0:
+		return fmt.Errorf("%w: non-positive batch, queue, replay or token limit", ErrConfig)
+	case len(c.region) > swarm.MaxRegionLen:
+		return fmt.Errorf("%w: region longer than %d bytes", ErrConfig, swarm.MaxRegionLen)
+	}
+	if c.static != nil {
+		if err := c.static.Validate(); err != nil {
+			return fmt.Errorf("%w: static map: %w", ErrConfig, err)
+		}
+	}
+	return nil
+}
+
+// Option configures New.
+type Option func(*config) error
+
+// WithLogger logs through l (default: nothing). See NewLogger.
+func WithLogger(l *zap.Logger) Option {
+	return func(c *config) error {
+		if l != nil {
+			c.log = l
+		}
+		return nil
+	}
+}
+
+// WithDataDir keeps the identity key, Raft state and the measured
+// capabilities in dir. Without it everything is in memory.
+func WithDataDir(dir string) Option { return func(c *config) error { c.dataDir = dir; return nil } }
+
+// WithModelFile serves the GGUF model at path with the real engine.
+func WithModelFile(path string) Option {
+	return func(c *config) error { c.modelPath = path; return nil }
+}
+
+// WithSimModel serves a built-in model (layers.Model) with the simulated
+// engine on a declared device. Everything it serves is labelled
+// simulated.
+func WithSimModel(name string, hw layers.Hardware) Option {
+	return func(c *config) error { c.simModel, c.hw = name, &hw; return nil }
+}
+
+// WithHardware declares a real-engine node's device instead of measuring
+// it at start.
+func WithHardware(hw layers.Hardware) Option {
+	return func(c *config) error {
+		if err := hw.Validate(); err != nil {
+			return fmt.Errorf("%w: hardware: %w", ErrConfig, err)
+		}
+		c.hw = &hw
+		return nil
+	}
+}
+
+// WithMaxLayers caps the layers the node offers (0: no cap beyond
+// memory).
+func WithMaxLayers(n int) Option { return func(c *config) error { c.maxLayers = n; return nil } }
+
+// WithMemory caps the memory the node uses for weights and KV cache, in
+// bytes (0: the device's memory; for a real engine, half the machine's).
+func WithMemory(bytes int64) Option { return func(c *config) error { c.memory = bytes; return nil } }
+
+// WithRegion sets the coarse location label heartbeats announce.
+func WithRegion(r string) Option { return func(c *config) error { c.region = r; return nil } }
+
+// WithThreads sets the goroutines each engine step uses (default
+// GOMAXPROCS). Results are the same at any count.
+func WithThreads(n int) Option { return func(c *config) error { c.threads = n; return nil } }
+
+// WithStaticMap serves and routes on a fixed committed map instead of
+// running consensus: the node loads its range of m at start. For tests,
+// benchmarks and fixed deployments.
+func WithStaticMap(m layers.LayerMap) Option {
+	return func(c *config) error { c.static = &m; return nil }
+}
+
+// WithSwarmOptions passes options to the swarm host the node starts.
+func WithSwarmOptions(opts ...swarm.Option) Option {
+	return func(c *config) error { c.swarmOpts = append(c.swarmOpts, opts...); return nil }
+}
+
+// WithConsensusOptions passes options to the consensus member (timings,
+// planner); the node sets the host, model, capabilities, loader,
+// publisher, control, liveness and bootstrap itself.
+func WithConsensusOptions(opts ...consensus.Option) Option {
+	return func(c *config) error { c.consOpts = append(c.consOpts, opts...); return nil }
+}
+
+// WithBootstrap names peers to join through (for the swarm and for
+// consensus). None founds a swarm.
+func WithBootstrap(peers ...peer.AddrInfo) Option {
+	return func(c *config) error { c.bootstrap = append(c.bootstrap, peers...); return nil }
+}
+
+// WithRouterOptions passes options to the entry's router.
+func WithRouterOptions(opts ...routing.Option) Option {
+	return func(c *config) error { c.routerOpts = append(c.routerOpts, opts...); return nil }
+}
+
+// WithStepTimeout bounds how long the entry waits for one step's token
+// before it gives up on the path and replays (default 20 s). Dead hops
+// are usually noticed much sooner, from the peer table and from hops
+// that cannot forward.
+func WithStepTimeout(d time.Duration) Option {
+	return func(c *config) error { c.stepTimeout = d; return nil }
+}
+
+// WithRepairWait bounds how long an in-flight generation waits for a
+// path when none exists (default 30 s): the leader's repair time.
+func WithRepairWait(d time.Duration) Option {
+	return func(c *config) error { c.repairWait = d; return nil }
+}
+
+// WithIdleTimeout sets when a session nobody steps or closes expires on
+// a hop (default 2 min).
+func WithIdleTimeout(d time.Duration) Option {
+	return func(c *config) error { c.idleTimeout = d; return nil }
+}
+
+// WithQueue sets the admission queue: how many sessions may wait for KV
+// memory (default 256) and for how long (default 30 s).
+func WithQueue(n int, wait time.Duration) Option {
+	return func(c *config) error { c.maxQueue, c.queueTimeout = n, wait; return nil }
+}
+
+// WithMaxBatch caps the steps one engine batch runs (default 64).
+func WithMaxBatch(n int) Option { return func(c *config) error { c.maxBatch = n; return nil } }
+
+// WithMaxReplays bounds the replays of one generation (default 16).
+func WithMaxReplays(n int) Option { return func(c *config) error { c.maxReplays = n; return nil } }
+
+// WithDefaultMaxTokens sets the output cap of requests that name none
+// (default 256).
+func WithDefaultMaxTokens(n int) Option {
+	return func(c *config) error { c.defaultMaxTokens = n; return nil }
+}
+
+// WithStatusInterval sets how often the node refreshes what its
+// heartbeats announce (default 250 ms).
+func WithStatusInterval(d time.Duration) Option {
+	return func(c *config) error { c.statusEvery = d; return nil }
+}
+
+// WithSuspectFor sets how long the entry avoids a hop that failed a step
+// when nothing newer is heard from it (default 10 s).
+func WithSuspectFor(d time.Duration) Option {
+	return func(c *config) error { c.suspectFor = d; return nil }
+}
+
+// WithWireF16 sends hidden states as float16 (half the bytes; the
+// tokens then differ slightly from a single-process run). Default
+// float32, which keeps every split bit-identical.
+func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on; return nil } }

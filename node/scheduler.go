@@ -1,0 +1,624 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/layers"
+)
+
+// The scheduler is the one goroutine that owns this node's layers, KV
+// memory and batch slots. Everything else talks to it through its inbox:
+// steps and closes from the stage service, loads and releases from
+// warmup, and queries. It admits sessions by KV memory (capacity ×
+// the KV bytes of the hop's layers), keeps a bounded FIFO of sessions
+// waiting for memory, and runs every step that is ready as one batch,
+// layer by layer: at layer l the steps whose hop covers l go to the
+// engine in one ForwardBatch call, whatever session and hop range they
+// belong to. Sends go out on other goroutines (the outbox), so a slow
+// peer never stalls the loop.
+
+// outbox delivers what the scheduler produces. Its methods must not block.
+type outbox interface {
+	forward(to peer.ID, s *Step)
+	token(to peer.ID, t *Token)
+	fail(to peer.ID, e *ErrorMsg)
+}
+
+type schedConfig struct {
+	self         peer.ID
+	model        ModelInfo
+	hash         uint64
+	memBudget    int64 // bytes for weights and KV cache
+	maxBatch     int   // steps per batch
+	maxQueue     int   // sessions waiting for KV memory
+	idleTimeout  time.Duration
+	queueTimeout time.Duration
+	log          *zap.Logger
+}
+
+// Inbox messages.
+type (
+	stepIn struct {
+		from peer.ID
+		m    *Step
+		at   time.Time
+	}
+	closeIn struct {
+		from peer.ID
+		sid  SessionID
+	}
+	// loadIn hands freshly opened layers to the loop.
+	loadIn struct {
+		stages map[int]engine.Stage
+		done   chan struct{}
+	}
+	// releaseIn marks every layer outside keep for release once idle.
+	releaseIn struct {
+		keep layers.Range
+		done chan struct{}
+	}
+	heldReq struct{ reply chan []bool }
+)
+
+type layerSlot struct {
+	st        engine.Stage
+	info      engine.Info
+	refs      int
+	releasing bool
+}
+
+type hopKey struct {
+	sid  SessionID
+	from int
+}
+
+// hopSession is one session's state on this hop.
+type hopSession struct {
+	key   hopKey
+	entry peer.ID
+	to    int
+	rest  []Hop // the hops after this one
+	sess  []engine.Session
+	cap   int
+	pos   int
+	bytes int64
+	sp    engine.SamplingParams
+	hist  []int32 // input tokens, kept by the last hop for sampling
+	last  time.Time
+}
+
+// schedStatus is the loop's published summary, for heartbeats, routing
+// of the node's own entry role, and tests.
+type schedStatus struct {
+	Held         []bool // layers loaded and not being released
+	Loaded       int    // layers loaded, releasing ones included
+	Sessions     int
+	Queue        int
+	KVBudget     int64 // bytes left for KV after weights
+	KVUsed       int64
+	FreeKV       int64 // tokens over the held layers; -1 when none held
+	LayerLatency time.Duration
+	Steps        uint64
+	Batches      uint64
+	BatchedSteps uint64 // steps that ran in a batch of two or more
+	Rejected     uint64 // steps answered with an error
+}
+
+type scheduler struct {
+	cfg    schedConfig
+	out    outbox
+	in     chan any
+	status atomic.Pointer[schedStatus]
+	done   chan struct{}
+
+	// Owned by the loop.
+	slots    []*layerSlot
+	sessions map[hopKey]*hopSession
+	waiting  []*stepIn
+	deferred []*stepIn
+	kvUsed   int64
+	ewma     float64 // seconds per layer of a decode batch
+	steps    uint64
+	batches  uint64
+	batched  uint64
+	rejected uint64
+}
+
+func newScheduler(cfg schedConfig, out outbox) *scheduler {
+	if cfg.maxBatch <= 0 {
+		cfg.maxBatch = 64
+	}
+	if cfg.maxQueue < 0 {
+		cfg.maxQueue = 0
+	}
+	s := &scheduler{cfg: cfg, out: out, in: make(chan any, 1024), done: make(chan struct{}),
+		slots: make([]*layerSlot, cfg.model.Layers), sessions: map[hopKey]*hopSession{}}
+	s.publish()
+	return s
+}
+
+// submit hands a message to the loop, waiting while the inbox is full.
+func (s *scheduler) submit(ctx context.Context, m any) error {
+	select {
+	case s.in <- m:
+		return nil
+	case <-s.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// held returns which layers are loaded and not being released.
+func (s *scheduler) held(ctx context.Context) ([]bool, error) {
+	r := heldReq{reply: make(chan []bool, 1)}
+	if err := s.submit(ctx, r); err != nil {
+		return nil, err
+	}
+	select {
+	case h := <-r.reply:
+		return h, nil
+	case <-s.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *scheduler) run(ctx context.Context) {
+	defer s.shutdown()
+	tick := time.NewTicker(max(s.cfg.idleTimeout/4, 50*time.Millisecond))
+	defer tick.Stop()
+	for {
+		ready := s.deferred
+		s.deferred = nil
+		if len(ready) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-s.in:
+				s.handle(m, &ready)
+			case <-tick.C:
+				s.expire(time.Now())
+			}
+		}
+		// Whatever else has arrived joins this batch.
+	drain:
+		for len(ready) < s.cfg.maxBatch {
+			select {
+			case m := <-s.in:
+				s.handle(m, &ready)
+			default:
+				break drain
+			}
+		}
+		s.admitWaiting(&ready)
+		if len(ready) > 0 {
+			s.execute(ctx, ready)
+		}
+		s.publish()
+	}
+}
+
+func (s *scheduler) shutdown() {
+	close(s.done)
+	for _, hs := range s.sessions {
+		for _, es := range hs.sess {
+			es.Close()
+		}
+	}
+	s.sessions = nil
+	for i, sl := range s.slots {
+		if sl != nil {
+			sl.st.Close()
+			s.slots[i] = nil
+		}
+	}
+}
+
+func (s *scheduler) handle(m any, ready *[]*stepIn) {
+	switch m := m.(type) {
+	case *stepIn:
+		s.onStep(m, ready)
+	case closeIn:
+		s.onClose(m, ready)
+	case loadIn:
+		for l, st := range m.stages {
+			if sl := s.slots[l]; sl != nil {
+				sl.releasing = false
+				st.Close() // already held: keep the one sessions use
+				continue
+			}
+			s.slots[l] = &layerSlot{st: st, info: st.Info()}
+		}
+		close(m.done)
+	case releaseIn:
+		for l, sl := range s.slots {
+			if sl == nil {
+				continue
+			}
+			sl.releasing = !m.keep.Contains(l)
+			s.maybeFree(l)
+		}
+		close(m.done)
+	case heldReq:
+		m.reply <- s.heldLayers()
+	}
+}
+
+func (s *scheduler) heldLayers() []bool {
+	h := make([]bool, len(s.slots))
+	for l, sl := range s.slots {
+		h[l] = sl != nil && !sl.releasing
+	}
+	return h
+}
+
+// maybeFree closes a released layer once no session uses it.
+func (s *scheduler) maybeFree(l int) {
+	if sl := s.slots[l]; sl != nil && sl.releasing && sl.refs == 0 {
+		sl.st.Close()
+		s.slots[l] = nil
+		s.cfg.log.Info("layer released", zap.Int("layer", l))
+	}
+}
+
+func (s *scheduler) reject(in *stepIn, code ErrorCode, at peer.ID, format string, args ...any) {
+	s.rejected++
+	to := in.m.Entry
+	if to == "" {
+		to = in.from
+	}
+	s.out.fail(to, &ErrorMsg{Session: in.m.Session, Code: code, Peer: at, Text: fmt.Sprintf(format, args...)})
+}
+
+func (s *scheduler) weightBytes() int64 {
+	var w int64
+	for _, sl := range s.slots {
+		if sl != nil {
+			w += sl.info.WeightBytes
+		}
+	}
+	return w
+}
+
+func (s *scheduler) freeBytes() int64 { return s.cfg.memBudget - s.weightBytes() - s.kvUsed }
+
+func (s *scheduler) onStep(in *stepIn, ready *[]*stepIn) {
+	m := in.m
+	h := m.Hops[0]
+	key := hopKey{m.Session, h.From}
+	if m.Open == nil {
+		hs := s.sessions[key]
+		switch {
+		case hs == nil:
+			for _, w := range s.waiting {
+				if w.m.Session == m.Session && w.m.Hops[0].From == h.From {
+					s.reject(in, CodeBadFrame, "", "step for session %s before it was admitted", m.Session)
+					return
+				}
+			}
+			s.reject(in, CodeUnknownSession, "", "no session %s at layer %d", m.Session, h.From)
+		case hs.entry != m.Entry || hs.to != h.To || !sameHops(hs.rest, m.Hops[1:]):
+			s.reject(in, CodeBadFrame, "", "session %s: step off its path", m.Session)
+		case m.Pos != hs.pos:
+			s.reject(in, CodeBadFrame, "", "session %s: step at position %d, session holds %d", m.Session, m.Pos, hs.pos)
+		case m.Pos+len(m.Tokens) > hs.cap:
+			s.reject(in, CodeBadFrame, "", "session %s: %d + %d positions beyond its capacity %d", m.Session, m.Pos, len(m.Tokens), hs.cap)
+		default:
+			hs.last = in.at
+			*ready = append(*ready, in)
+		}
+		return
+	}
+	if _, dup := s.sessions[key]; dup {
+		s.reject(in, CodeDuplicate, "", "session %s is already open here", m.Session)
+		return
+	}
+	if m.Open.Model != s.cfg.hash {
+		s.reject(in, CodeWrongModel, "", "step routed for another model")
+		return
+	}
+	if m.Open.MaxTokens > s.cfg.model.Context || m.Pos+len(m.Tokens) > m.Open.MaxTokens {
+		s.reject(in, CodeBadFrame, "", "capacity %d for %d + %d positions (context %d)", m.Open.MaxTokens, m.Pos, len(m.Tokens), s.cfg.model.Context)
+		return
+	}
+	if m.Pos != 0 {
+		s.reject(in, CodeBadFrame, "", "a session opens at position 0, not %d", m.Pos)
+		return
+	}
+	need, ok := s.need(h, m.Open.MaxTokens)
+	if !ok {
+		s.reject(in, CodeNotServing, "", "layers [%d, %d) are not served here", h.From, h.To)
+		return
+	}
+	if need > s.cfg.memBudget-s.weightBytes() {
+		s.reject(in, CodeNoKV, "", "session of %d positions needs %d bytes of KV cache, more than this node has", m.Open.MaxTokens, need)
+		return
+	}
+	if len(s.waiting) > 0 || need > s.freeBytes() {
+		if len(s.waiting) >= s.cfg.maxQueue {
+			s.reject(in, CodeBusy, "", "admission queue full (%d waiting)", len(s.waiting))
+			return
+		}
+		s.waiting = append(s.waiting, in)
+		return
+	}
+	if s.open(in, need) {
+		*ready = append(*ready, in)
+	}
+}
+
+// need is the KV bytes a session of capacity positions takes on layers
+// [h.From, h.To), and whether they are all held.
+func (s *scheduler) need(h Hop, capacity int) (int64, bool) {
+	if h.To > len(s.slots) {
+		return 0, false
+	}
+	var per int64
+	for l := h.From; l < h.To; l++ {
+		sl := s.slots[l]
+		if sl == nil || sl.releasing {
+			return 0, false
+		}
+		per += sl.info.KVBytesPerToken
+	}
+	return per * int64(capacity), true
+}
+
+// open creates the session's KV caches; need was checked against memory.
+func (s *scheduler) open(in *stepIn, need int64) bool {
+	m := in.m
+	h := m.Hops[0]
+	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
+		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at}
+	for l := h.From; l < h.To; l++ {
+		es, err := s.slots[l].st.NewSession(hs.cap)
+		if err != nil {
+			for _, e := range hs.sess {
+				e.Close()
+			}
+			s.reject(in, CodeInternal, "", "open session at layer %d: %v", l, err)
+			return false
+		}
+		hs.sess = append(hs.sess, es)
+		s.slots[l].refs++
+	}
+	s.sessions[hs.key] = hs
+	s.kvUsed += need
+	return true
+}
+
+// admitWaiting opens waiting sessions, first come first served, while
+// memory allows.
+func (s *scheduler) admitWaiting(ready *[]*stepIn) {
+	for len(s.waiting) > 0 {
+		in := s.waiting[0]
+		need, ok := s.need(in.m.Hops[0], in.m.Open.MaxTokens)
+		if !ok {
+			s.waiting = s.waiting[1:]
+			s.reject(in, CodeNotServing, "", "layers [%d, %d) were released", in.m.Hops[0].From, in.m.Hops[0].To)
+			continue
+		}
+		if need > s.freeBytes() {
+			return
+		}
+		s.waiting = s.waiting[1:]
+		if s.open(in, need) {
+			*ready = append(*ready, in)
+		}
+	}
+}
+
+func (s *scheduler) onClose(c closeIn, ready *[]*stepIn) {
+	for k, hs := range s.sessions {
+		if k.sid == c.sid && hs.entry == c.from {
+			s.drop(hs)
+		}
+	}
+	kept := s.waiting[:0]
+	for _, w := range s.waiting {
+		if w.m.Session != c.sid || w.m.Entry != c.from {
+			kept = append(kept, w)
+		}
+	}
+	s.waiting = kept
+	kr := (*ready)[:0]
+	for _, w := range *ready {
+		if w.m.Session != c.sid || w.m.Entry != c.from {
+			kr = append(kr, w)
+		}
+	}
+	*ready = kr
+}
+
+// drop frees a session and any layer released meanwhile.
+func (s *scheduler) drop(hs *hopSession) {
+	if s.sessions[hs.key] != hs {
+		return
+	}
+	delete(s.sessions, hs.key)
+	for i, es := range hs.sess {
+		es.Close()
+		l := hs.key.from + i
+		if sl := s.slots[l]; sl != nil {
+			sl.refs--
+			s.maybeFree(l)
+		}
+	}
+	s.kvUsed -= hs.bytes
+}
+
+func (s *scheduler) expire(now time.Time) {
+	for _, hs := range s.sessions {
+		if now.Sub(hs.last) > s.cfg.idleTimeout {
+			s.cfg.log.Debug("session expired", zap.Stringer("session", hs.key.sid), zap.Int("from", hs.key.from))
+			s.drop(hs)
+		}
+	}
+	kept := s.waiting[:0]
+	for _, w := range s.waiting {
+		if now.Sub(w.at) > s.cfg.queueTimeout {
+			s.reject(w, CodeBusy, "", "waited %v for KV memory", now.Sub(w.at).Round(time.Millisecond))
+			continue
+		}
+		kept = append(kept, w)
+	}
+	s.waiting = kept
+}
+
+// work is one step in a batch.
+type work struct {
+	in     *stepIn
+	hs     *hopSession
+	x      []float32 // hidden states between layers
+	logits []float32
+	failed bool
+}
+
+// execute runs the ready steps as one batch, layer by layer.
+func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
+	var ws []*work
+	seen := map[hopKey]bool{}
+	lo, hi := len(s.slots), 0
+	decode := true
+	for _, in := range ready {
+		key := hopKey{in.m.Session, in.m.Hops[0].From}
+		hs := s.sessions[key]
+		if hs == nil {
+			continue // closed meanwhile
+		}
+		if seen[key] {
+			s.deferred = append(s.deferred, in) // a session runs once per batch
+			continue
+		}
+		seen[key] = true
+		ws = append(ws, &work{in: in, hs: hs, x: in.m.Hidden})
+		lo, hi = min(lo, key.from), max(hi, hs.to)
+		decode = decode && len(in.m.Tokens) == 1
+	}
+	if len(ws) == 0 {
+		return
+	}
+	start := time.Now()
+	steps := make([]engine.Step, 0, len(ws))
+	idx := make([]*work, 0, len(ws))
+	for l := lo; l < hi; l++ {
+		steps, idx = steps[:0], idx[:0]
+		for _, w := range ws {
+			if w.failed || l < w.hs.key.from || l >= w.hs.to {
+				continue
+			}
+			st := engine.Step{Session: w.hs.sess[l-w.hs.key.from], Pos: w.hs.pos}
+			if l == 0 {
+				st.Tokens = w.in.m.Tokens
+			} else {
+				st.Hidden = w.x
+			}
+			steps = append(steps, st)
+			idx = append(idx, w)
+		}
+		if len(steps) == 0 {
+			continue
+		}
+		stage := s.slots[l].st
+		outs, err := stage.ForwardBatch(ctx, steps)
+		if err != nil {
+			// Find the culprit: one step at a time. ForwardBatch checks
+			// every step before it computes, so a refused batch changed
+			// nothing.
+			outs = make([]engine.Output, len(steps))
+			for i := range steps {
+				o, err := stage.Forward(ctx, steps[i])
+				if err != nil {
+					idx[i].failed = true
+					s.reject(idx[i].in, CodeInternal, "", "layer %d: %v", l, err)
+					continue
+				}
+				outs[i] = o
+			}
+		}
+		for i, w := range idx {
+			if w.failed {
+				continue
+			}
+			if outs[i].Logits != nil {
+				w.logits = outs[i].Logits
+			} else {
+				w.x = outs[i].Hidden
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	s.batches++
+	if len(ws) > 1 {
+		s.batched += uint64(len(ws))
+	}
+	if decode && hi > lo {
+		per := elapsed.Seconds() / float64(hi-lo)
+		if s.ewma == 0 {
+			s.ewma = per
+		} else {
+			s.ewma += 0.2 * (per - s.ewma)
+		}
+	}
+	now := time.Now()
+	for _, w := range ws {
+		hs := w.hs
+		if w.failed {
+			s.drop(hs) // some layers advanced, others not: unusable
+			continue
+		}
+		s.steps++
+		m := w.in.m
+		hs.pos += len(m.Tokens)
+		hs.last = now
+		if hs.to == s.cfg.model.Layers {
+			hs.hist = append(hs.hist, m.Tokens...)
+			tok := engine.Sample(w.logits, hs.sp, hs.pos, hs.hist)
+			s.out.token(hs.entry, &Token{Session: m.Session, Pos: hs.pos, Token: tok})
+			continue
+		}
+		s.out.forward(hs.rest[0].Peer, &Step{Session: m.Session, Open: m.Open, Entry: hs.entry, Hops: hs.rest,
+			Pos: m.Pos, Tokens: m.Tokens, Hidden: w.x, Cols: s.cfg.model.Hidden})
+	}
+}
+
+func (s *scheduler) publish() {
+	st := &schedStatus{Held: s.heldLayers(), Sessions: len(s.sessions), Queue: len(s.waiting),
+		KVUsed: s.kvUsed, FreeKV: -1, LayerLatency: time.Duration(s.ewma * float64(time.Second)),
+		Steps: s.steps, Batches: s.batches, BatchedSteps: s.batched, Rejected: s.rejected}
+	st.KVBudget = s.cfg.memBudget - s.weightBytes()
+	var per int64
+	for l, sl := range s.slots {
+		if sl != nil {
+			st.Loaded++
+			if st.Held[l] {
+				per += sl.info.KVBytesPerToken
+			}
+		}
+	}
+	if per > 0 {
+		st.FreeKV = max(s.freeBytes(), 0) / per
+	}
+	s.status.Store(st)
+}
+
+func sameHops(a, b []Hop) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,179 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/zap"
+)
+
+// The stage service: frames in on /strata/act/1, decoded and checked
+// here, steps handed to the scheduler, tokens and errors to the entry
+// role; and the outbox, which sends what the scheduler produces on
+// goroutines of its own.
+
+// sendTimeout bounds one send on the activation protocol.
+const sendTimeout = 5 * time.Second
+
+// onFrame is the swarm's activation handler. A frame that does not
+// decode resets the stream (the sender is dropped) after a best-effort
+// error reply; a frame that decodes but does not fit gets an error reply
+// and the stream stays up. Other sessions are never touched.
+func (n *Node) onFrame(from peer.ID, frame []byte) error {
+	msg, err := Decode(frame)
+	if err != nil {
+		c := n.counters.badFrame(from)
+		n.log.Warn("bad activation frame; dropping the stream", zap.Stringer("peer", from), zap.Uint64("bad_frames", c), zap.Error(err))
+		n.sendAsync(from, &ErrorMsg{Code: CodeBadFrame, Text: err.Error()})
+		return err
+	}
+	switch m := msg.(type) {
+	case *Step:
+		n.onStep(from, m)
+	case *Token:
+		n.entry.onToken(from, m)
+	case *ErrorMsg:
+		n.entry.onError(from, m)
+	case *Close:
+		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		defer cancel()
+		_ = n.sched.submit(ctx, closeIn{from: from, sid: m.Session})
+	}
+	return nil
+}
+
+func (n *Node) onStep(from peer.ID, m *Step) {
+	if err := n.checkStep(m); err != nil {
+		n.counters.badFrame(from)
+		n.log.Debug("refused step", zap.Stringer("peer", from), zap.Stringer("session", m.Session), zap.Error(err))
+		to := m.Entry
+		if to == "" || len(m.Hops) == 0 {
+			to = from
+		}
+		n.sendAsync(to, &ErrorMsg{Session: m.Session, Code: CodeBadFrame, Text: err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+	defer cancel()
+	if err := n.sched.submit(ctx, &stepIn{from: from, m: m, at: time.Now()}); err != nil {
+		n.sendAsync(m.Entry, &ErrorMsg{Session: m.Session, Code: CodeBusy, Text: "scheduler inbox full"})
+	}
+}
+
+// checkStep checks a step against the model and this node: everything
+// that does not depend on session state (the scheduler checks that).
+func (n *Node) checkStep(m *Step) error {
+	in := n.model.info
+	if m.Hops[0].Peer != n.self {
+		return fmt.Errorf("%w: step for %s delivered to %s", ErrBadFrame, m.Hops[0].Peer, n.self)
+	}
+	for i, h := range m.Hops {
+		if h.To > in.Layers {
+			return fmt.Errorf("%w: hop %d [%d, %d) beyond %d layers", ErrBadFrame, i, h.From, h.To, in.Layers)
+		}
+		if i > 0 && (m.Hops[i-1].To != h.From || m.Hops[i-1].Peer == h.Peer) {
+			return fmt.Errorf("%w: hops %d and %d do not chain", ErrBadFrame, i-1, i)
+		}
+	}
+	if m.Hops[len(m.Hops)-1].To != in.Layers {
+		return fmt.Errorf("%w: the path ends at layer %d of %d", ErrBadFrame, m.Hops[len(m.Hops)-1].To, in.Layers)
+	}
+	if m.Pos+len(m.Tokens) > in.Context {
+		return fmt.Errorf("%w: positions %d + %d beyond the context of %d", ErrBadFrame, m.Pos, len(m.Tokens), in.Context)
+	}
+	for _, t := range m.Tokens {
+		if t < 0 || int(t) >= in.Vocab {
+			return fmt.Errorf("%w: token %d outside the vocabulary of %d", ErrBadFrame, t, in.Vocab)
+		}
+	}
+	if m.Hops[0].From == 0 {
+		if m.Hidden != nil {
+			return fmt.Errorf("%w: hidden states for the first layer, which takes tokens", ErrBadFrame)
+		}
+		return nil
+	}
+	if m.Hidden == nil {
+		return fmt.Errorf("%w: no hidden states for layer %d", ErrBadFrame, m.Hops[0].From)
+	}
+	if m.Cols != in.Hidden || len(m.Hidden) != len(m.Tokens)*in.Hidden {
+		return fmt.Errorf("%w: hidden states of shape %d × %d, want %d × %d", ErrBadFrame,
+			len(m.Hidden)/max(m.Cols, 1), m.Cols, len(m.Tokens), in.Hidden)
+	}
+	for _, v := range m.Hidden {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("%w: non-finite hidden state", ErrBadFrame)
+		}
+	}
+	return nil
+}
+
+// send delivers one message: to ourselves in-process, to others on the
+// activation protocol.
+func (n *Node) send(ctx context.Context, to peer.ID, m Message) error {
+	if to == n.self {
+		switch m := m.(type) {
+		case *Step:
+			n.onStep(n.self, m)
+		case *Token:
+			n.entry.onToken(n.self, m)
+		case *ErrorMsg:
+			n.entry.onError(n.self, m)
+		case *Close:
+			return n.sched.submit(ctx, closeIn{from: n.self, sid: m.Session})
+		}
+		return nil
+	}
+	if s, ok := m.(*Step); ok && s.Hidden != nil && n.cfg.wireF16 {
+		s.DType = DTypeF16
+	}
+	b, err := Encode(make([]byte, 0, frameSize(m)), m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	return n.host.SendActivation(ctx, to, b)
+}
+
+func frameSize(m Message) int {
+	if s, ok := m.(*Step); ok {
+		return 64 + len(s.Hops)*48 + 4*len(s.Tokens) + 4*len(s.Hidden) + 64
+	}
+	return 64
+}
+
+// sendAsync sends on a goroutine of its own; failures are logged.
+func (n *Node) sendAsync(to peer.ID, m Message) {
+	if to == "" {
+		return
+	}
+	if to == n.self {
+		_ = n.send(n.ctx, to, m)
+		return
+	}
+	go func() {
+		if err := n.send(n.ctx, to, m); err != nil && n.ctx.Err() == nil {
+			n.log.Debug("send failed", zap.Stringer("peer", to), zap.Error(err))
+		}
+	}()
+}
+
+// The outbox the scheduler writes to.
+
+func (n *Node) forward(to peer.ID, s *Step) {
+	go func() {
+		err := n.send(n.ctx, to, s)
+		if err == nil || n.ctx.Err() != nil {
+			return
+		}
+		n.log.Info("cannot forward to the next hop", zap.Stringer("next", to), zap.Stringer("session", s.Session), zap.Error(err))
+		_ = n.send(n.ctx, s.Entry, &ErrorMsg{Session: s.Session, Code: CodeUnreachable, Peer: to, Text: err.Error()})
+	}()
+}
+
+func (n *Node) token(to peer.ID, t *Token) { n.sendAsync(to, t) }
+
+func (n *Node) fail(to peer.ID, e *ErrorMsg) { n.sendAsync(to, e) }

@@ -1,0 +1,131 @@
+package node
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/routing"
+	"github.com/stratanet/strata/swarm"
+)
+
+// The entry's adapter from what the swarm and consensus know to what
+// routing reads: one routing.NodeState per node of the committed map,
+// and the measured round trips. No routing decision is made here.
+
+// phaseOf maps the swarm's heartbeat state to routing's phase, by name:
+// the two enums number their values differently.
+func phaseOf(s swarm.State) routing.Phase {
+	switch s {
+	case swarm.StateJoining:
+		return routing.Joining
+	case swarm.StateWarming:
+		return routing.Warming
+	case swarm.StateDraining:
+		return routing.Draining
+	}
+	return routing.Serving
+}
+
+func healthOf(l swarm.Liveness) routing.Health {
+	switch l {
+	case swarm.Suspect:
+		return routing.Suspect
+	case swarm.Dead:
+		return routing.Dead
+	}
+	return routing.Alive // alive, or a hint we are connected to and have not heard yet
+}
+
+// view builds the routing view of map m as this node sees the swarm now.
+func (n *Node) view(m layers.LayerMap, now time.Time) *routing.View {
+	v := routing.NewView()
+	caps := map[string]layers.Hardware{}
+	regions := map[string]string{}
+	if c := n.cons.Load(); c != nil {
+		for _, mem := range c.Members() {
+			caps[mem.ID] = mem.Caps.Hardware
+			regions[mem.ID] = mem.Caps.Region
+		}
+	}
+	table := n.host.Peers()
+	for _, st := range m.Stages {
+		ns := routing.NodeState{ID: st.Node, Hardware: caps[st.Node], Region: regions[st.Node]}
+		if st.Node == n.self.String() {
+			s := n.sched.status.Load()
+			ns.Phase, ns.Hardware, ns.Region = phaseOf(n.phase()), n.hw, n.cfg.region
+			ns.QueueDepth, ns.ActiveSessions, ns.FreeKV = s.Queue, s.Sessions, int(s.FreeKV)
+			ns.LayerLatency, ns.Updated = s.LayerLatency.Seconds(), now
+			v.Set(ns)
+			continue
+		}
+		ns.FreeKV = -1
+		id, err := peer.Decode(st.Node)
+		if err != nil {
+			continue
+		}
+		if row, ok := table.Get(id); ok {
+			ns.Health = healthOf(row.Liveness)
+			ns.Relayed = row.Relayed
+			if hb := row.Heartbeat; hb != nil {
+				ns.Phase = phaseOf(hb.State)
+				ns.QueueDepth, ns.ActiveSessions, ns.FreeKV = hb.QueueDepth, hb.ActiveSessions, int(hb.FreeKV)
+				ns.LayerLatency, ns.Updated = hb.LayerLatency.Seconds(), hb.Timestamp
+				if hb.Region != "" {
+					ns.Region = hb.Region
+				}
+			}
+			if t, ok := n.suspects.Load(id); ok && now.Sub(t.(time.Time)) < n.cfg.suspectFor && !row.HeardAt.After(t.(time.Time)) {
+				ns.Health = max(ns.Health, routing.Suspect)
+			}
+		} else if t, ok := n.suspects.Load(id); ok && now.Sub(t.(time.Time)) < n.cfg.suspectFor {
+			ns.Health = routing.Suspect
+		}
+		v.Set(ns)
+	}
+	for _, p := range n.host.RTTMatrix().Pairs {
+		v.SetRTT(p.A.String(), p.B.String(), p.RTT.Seconds())
+	}
+	return v
+}
+
+// routeReq is what the entry asks the router for.
+type routeReq struct {
+	prompt, max int
+	seed        uint64
+	avoid       []string
+}
+
+// route picks a path on the committed map. It fails with an error
+// wrapping routing.ErrNoPath when none exists.
+func (n *Node) route(q routeReq) (routing.Path, error) {
+	m := n.Committed()
+	if m.Layers == 0 {
+		return routing.Path{}, fmt.Errorf("%w: no committed map yet", routing.ErrNoPath)
+	}
+	now := time.Now()
+	p, err := n.router.Route(m, n.view(m, now), routing.Request{Entry: n.self.String(), PromptTokens: q.prompt,
+		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid}, now)
+	if err != nil {
+		return p, err
+	}
+	if err := p.Validate(m.Layers); err != nil {
+		return p, fmt.Errorf("%w: %w", routing.ErrNoPath, err)
+	}
+	return p, nil
+}
+
+// hopsOf turns a path into the hops a step carries.
+func hopsOf(p routing.Path) ([]Hop, error) {
+	hops := make([]Hop, len(p.Hops))
+	for i, h := range p.Hops {
+		id, err := peer.Decode(h.Node)
+		if err != nil {
+			return nil, fmt.Errorf("%w: node %q in the map is not a peer ID: %w", routing.ErrNoPath, h.Node, err)
+		}
+		hops[i] = Hop{Peer: id, From: h.From, To: h.To}
+	}
+	return hops, nil
+}

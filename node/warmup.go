@@ -1,0 +1,100 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/layers"
+)
+
+// Warmup: the node is consensus's StageLoader. Load opens the layers of
+// a proposed range that the node does not hold yet, one engine stage per
+// layer, off the scheduler's goroutine, while the node keeps serving what
+// it holds; the scheduler then takes them in. Release marks the layers
+// outside the committed range; each is closed once no session uses it.
+
+var _ interface {
+	Load(ctx context.Context, epoch uint64, r layers.Range) error
+	Release(ctx context.Context, epoch uint64, keep layers.Range) error
+} = (*Node)(nil)
+
+// Load loads range r for the map of epoch (see consensus.StageLoader).
+func (n *Node) Load(ctx context.Context, epoch uint64, r layers.Range) error {
+	if r.Start < 0 || r.End > n.model.info.Layers || r.Empty() {
+		return fmt.Errorf("%w: range %v of a %d-layer model", ErrConfig, r, n.model.info.Layers)
+	}
+	if n.cfg.maxLayers > 0 && r.Len() > n.cfg.maxLayers {
+		return fmt.Errorf("%w: range %v is more than the %d layers this node offers", ErrConfig, r, n.cfg.maxLayers)
+	}
+	n.loading.Add(1)
+	defer n.loading.Add(-1)
+	n.publishStatus()
+	defer n.publishStatus()
+	held, err := n.sched.held(ctx)
+	if err != nil {
+		return err
+	}
+	var todo []int
+	for l := r.Start; l < r.End; l++ {
+		if !held[l] {
+			todo = append(todo, l)
+		}
+	}
+	start := time.Now()
+	n.log.Info("warmup: loading", zap.Uint64("epoch", epoch), zap.Stringer("range", r), zap.Int("to_load", len(todo)),
+		zap.Int("already_held", r.Len()-len(todo)))
+	stages := map[int]engine.Stage{}
+	fail := func(err error) error {
+		for _, st := range stages {
+			st.Close()
+		}
+		return err
+	}
+	var bytes int64
+	for i, l := range todo {
+		if err := ctx.Err(); err != nil {
+			n.log.Info("warmup: cancelled", zap.Uint64("epoch", epoch), zap.Stringer("range", r))
+			return fail(err)
+		}
+		st, err := n.model.openLayer(l)
+		if err != nil {
+			return fail(fmt.Errorf("warmup: layer %d: %w", l, err))
+		}
+		stages[l] = st
+		bytes += st.Info().WeightBytes
+		n.log.Info("warmup: layer loaded", zap.Int("layer", l), zap.String("progress", fmt.Sprintf("%d/%d", i+1, len(todo))),
+			zap.Int64("bytes", bytes), zap.Duration("elapsed", time.Since(start).Round(time.Millisecond)))
+	}
+	done := make(chan struct{})
+	if err := n.sched.submit(ctx, loadIn{stages: stages, done: done}); err != nil {
+		return fail(err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err() // the loop owns the stages now
+	}
+	n.log.Info("warmup: ready", zap.Uint64("epoch", epoch), zap.Stringer("range", r), zap.Duration("took", time.Since(start).Round(time.Millisecond)))
+	return nil
+}
+
+// Release keeps only range keep from the map of epoch on; other layers
+// go once their sessions end (see consensus.StageLoader).
+func (n *Node) Release(ctx context.Context, epoch uint64, keep layers.Range) error {
+	done := make(chan struct{})
+	if err := n.sched.submit(ctx, releaseIn{keep: keep, done: done}); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	n.log.Info("serving", zap.Uint64("epoch", epoch), zap.Stringer("range", keep))
+	n.publishStatus()
+	return nil
+}

@@ -1,0 +1,633 @@
+package node
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// The activation protocol (/strata/act/1) carries four messages in the
+// swarm's length-prefixed frames. Version 1 encodes, little-endian:
+//
+//	u8  version (1)
+//	u8  kind (1 step, 2 token, 3 error, 4 close)
+//	[16] session ID
+//
+// then, by kind:
+//
+//	step:  u8 flags (bit 0: open, bit 1: hidden states follow; others 0)
+//	       u32 position of the first input
+//	       u8 len, bytes  entry peer ID (where tokens and errors go)
+//	       u8 n (1..MaxHops), n × (u8 len, bytes peer ID; u32 from; u32 to)
+//	           the remaining hops, the receiver first
+//	       if open: u32 session capacity in positions, u64 model hash,
+//	           f32 temperature, u32 top-k, f32 top-p, u32 min-keep,
+//	           u64 seed, f32 repeat penalty, u32 repeat window
+//	       u32 n (1..MaxStepTokens), n × i32  the step's input tokens
+//	       if hidden: u8 dtype (1 f32, 2 f16), u32 columns, then
+//	           n × columns values (one row per input token)
+//	token: u32 position of the sampled token, i32 token
+//	error: u8 code, u8 len, bytes peer ID at fault (may be empty),
+//	       u16 len, bytes message (UTF-8, at most MaxErrorText)
+//	close: nothing
+//
+// Nothing may follow. Every count is checked against the bytes left
+// before anything is allocated, so a decoder allocates in proportion to
+// the frame, and the frame's size is bounded by the swarm.
+
+// Wire limits.
+const (
+	wireVersion = 1
+	// MaxHops bounds the hops a step may name.
+	MaxHops = 64
+	// MaxStepTokens bounds the positions one step may advance.
+	MaxStepTokens = 1 << 20
+	// MaxErrorText bounds an error message's text.
+	MaxErrorText = 1024
+	maxPeerIDLen = 64
+)
+
+// Kind is a message type on the activation protocol.
+type Kind uint8
+
+// The message kinds.
+const (
+	KindStep  Kind = 1
+	KindToken Kind = 2
+	KindError Kind = 3
+	KindClose Kind = 4
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindStep:
+		return "step"
+	case KindToken:
+		return "token"
+	case KindError:
+		return "error"
+	case KindClose:
+		return "close"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// DType is the element type of hidden states on the wire.
+type DType uint8
+
+// The wire dtypes.
+const (
+	DTypeF32 DType = 1
+	DTypeF16 DType = 2
+)
+
+func (d DType) size() int {
+	switch d {
+	case DTypeF32:
+		return 4
+	case DTypeF16:
+		return 2
+	}
+	return 0
+}
+
+// SessionID names one attempt of one generation on every hop of its path.
+// A replay on a new path is a new session.
+type SessionID [16]byte
+
+func (s SessionID) String() string { return hex.EncodeToString(s[:6]) }
+
+// Hop is one remaining hop of a step's path: the peer runs layers
+// [From, To).
+type Hop struct {
+	Peer     peer.ID
+	From, To int
+}
+
+// Open carries what a hop needs to open a session: its capacity, the
+// model it was routed for and, for the last hop, how to sample.
+type Open struct {
+	// MaxTokens is the session's capacity in positions: the prompt plus
+	// the most tokens it may generate.
+	MaxTokens int
+	// Model is ModelHash of the fingerprint the entry routes for.
+	Model    uint64
+	Sampling engine.SamplingParams
+}
+
+// Step is one step of one session, as one hop receives it.
+type Step struct {
+	Session SessionID
+	Open    *Open // the session's first step; nil after
+	Entry   peer.ID
+	Hops    []Hop // remaining, Hops[0] the receiver
+	Pos     int
+	// Tokens are the input tokens at positions Pos.. (every hop gets them:
+	// the first embeds them, the last keeps them for sampling).
+	Tokens []int32
+	// Hidden holds len(Tokens) × Cols states for hops after the first;
+	// nil on the first hop. DType is how they travel (0: DTypeF32).
+	Hidden []float32
+	Cols   int
+	DType  DType
+}
+
+// Token is the last hop's sampled token, sent straight to the entry.
+type Token struct {
+	Session SessionID
+	Pos     int // the position the token occupies
+	Token   int32
+}
+
+// ErrorCode says why a hop failed a step.
+type ErrorCode uint8
+
+// The error codes.
+const (
+	// CodeBadFrame: the frame is malformed or does not fit the model.
+	CodeBadFrame ErrorCode = 1
+	// CodeUnknownSession: the hop holds no such session (expired, closed,
+	// never opened).
+	CodeUnknownSession ErrorCode = 2
+	// CodeBusy: the hop's admission queue is full.
+	CodeBusy ErrorCode = 3
+	// CodeNoKV: the session can never fit the hop's KV memory.
+	CodeNoKV ErrorCode = 4
+	// CodeNotServing: the hop does not hold the layers asked for.
+	CodeNotServing ErrorCode = 5
+	// CodeUnreachable: the hop could not forward to the next one (Peer).
+	CodeUnreachable ErrorCode = 6
+	// CodeWrongModel: the step was routed for another model.
+	CodeWrongModel ErrorCode = 7
+	// CodeInternal: the engine failed the step.
+	CodeInternal ErrorCode = 8
+	// CodeDuplicate: an open step for a session the hop already holds.
+	CodeDuplicate ErrorCode = 9
+	maxCode                 = CodeDuplicate
+)
+
+func (c ErrorCode) String() string {
+	switch c {
+	case CodeBadFrame:
+		return "bad frame"
+	case CodeUnknownSession:
+		return "unknown session"
+	case CodeBusy:
+		return "busy"
+	case CodeNoKV:
+		return "no KV memory"
+	case CodeNotServing:
+		return "layers not served"
+	case CodeUnreachable:
+		return "next hop unreachable"
+	case CodeWrongModel:
+		return "wrong model"
+	case CodeInternal:
+		return "internal"
+	case CodeDuplicate:
+		return "duplicate session"
+	}
+	return fmt.Sprintf("code(%d)", uint8(c))
+}
+
+// ErrorMsg is a hop's report that it failed a step, sent to the entry
+// (or, when the frame named none, to the sender).
+type ErrorMsg struct {
+	Session SessionID
+	Code    ErrorCode
+	Peer    peer.ID // the peer at fault, if not the sender
+	Text    string
+}
+
+// Close frees a session on a hop at once.
+type Close struct {
+	Session SessionID
+}
+
+// Message is one of *Step, *Token, *ErrorMsg, *Close.
+type Message interface{ kind() Kind }
+
+func (*Step) kind() Kind     { return KindStep }
+func (*Token) kind() Kind    { return KindToken }
+func (*ErrorMsg) kind() Kind { return KindError }
+func (*Close) kind() Kind    { return KindClose }
+
+const (
+	flagOpen   = 1 << 0
+	flagHidden = 1 << 1
+)
+
+// Encode appends the encoding of m to b.
+func Encode(b []byte, m Message) ([]byte, error) {
+	switch m := m.(type) {
+	case *Step:
+		return encodeStep(b, m)
+	case *Token:
+		b = header(b, KindToken, m.Session)
+		if m.Pos < 0 || m.Pos > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: token position %d", ErrBadFrame, m.Pos)
+		}
+		b = binary.LittleEndian.AppendUint32(b, uint32(m.Pos))
+		return binary.LittleEndian.AppendUint32(b, uint32(m.Token)), nil
+	case *ErrorMsg:
+		if m.Code == 0 || m.Code > maxCode {
+			return nil, fmt.Errorf("%w: error code %d", ErrBadFrame, m.Code)
+		}
+		b = header(b, KindError, m.Session)
+		b = append(b, byte(m.Code))
+		var err error
+		if b, err = appendPeer(b, m.Peer, true); err != nil {
+			return nil, err
+		}
+		t := m.Text
+		if len(t) > MaxErrorText {
+			t = t[:MaxErrorText]
+		}
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(t)))
+		return append(b, t...), nil
+	case *Close:
+		return header(b, KindClose, m.Session), nil
+	}
+	return nil, fmt.Errorf("%w: unknown message %T", ErrBadFrame, m)
+}
+
+func header(b []byte, k Kind, s SessionID) []byte {
+	b = append(b, wireVersion, byte(k))
+	return append(b, s[:]...)
+}
+
+func appendPeer(b []byte, p peer.ID, mayBeEmpty bool) ([]byte, error) {
+	if (p == "" && !mayBeEmpty) || len(p) > maxPeerIDLen {
+		return nil, fmt.Errorf("%w: peer ID of %d bytes", ErrBadFrame, len(p))
+	}
+	b = append(b, byte(len(p)))
+	return append(b, p...), nil
+}
+
+func encodeStep(b []byte, m *Step) ([]byte, error) {
+	n := len(m.Tokens)
+	switch {
+	case len(m.Hops) == 0 || len(m.Hops) > MaxHops:
+		return nil, fmt.Errorf("%w: %d hops", ErrBadFrame, len(m.Hops))
+	case n == 0 || n > MaxStepTokens:
+		return nil, fmt.Errorf("%w: %d tokens", ErrBadFrame, n)
+	case m.Pos < 0 || m.Pos > math.MaxUint32:
+		return nil, fmt.Errorf("%w: position %d", ErrBadFrame, m.Pos)
+	case m.Hidden != nil && (m.Cols <= 0 || len(m.Hidden) != n*m.Cols):
+		return nil, fmt.Errorf("%w: %d hidden values for %d tokens of %d columns", ErrBadFrame, len(m.Hidden), n, m.Cols)
+	}
+	dt := m.DType
+	if dt == 0 {
+		dt = DTypeF32
+	}
+	if m.Hidden != nil && dt.size() == 0 {
+		return nil, fmt.Errorf("%w: dtype %d", ErrBadFrame, dt)
+	}
+	b = header(b, KindStep, m.Session)
+	flags := byte(0)
+	if m.Open != nil {
+		flags |= flagOpen
+	}
+	if m.Hidden != nil {
+		flags |= flagHidden
+	}
+	b = append(b, flags)
+	b = binary.LittleEndian.AppendUint32(b, uint32(m.Pos))
+	var err error
+	if b, err = appendPeer(b, m.Entry, false); err != nil {
+		return nil, err
+	}
+	b = append(b, byte(len(m.Hops)))
+	for _, h := range m.Hops {
+		if b, err = appendPeer(b, h.Peer, false); err != nil {
+			return nil, err
+		}
+		if h.From < 0 || h.To <= h.From || h.To > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: hop [%d, %d)", ErrBadFrame, h.From, h.To)
+		}
+		b = binary.LittleEndian.AppendUint32(b, uint32(h.From))
+		b = binary.LittleEndian.AppendUint32(b, uint32(h.To))
+	}
+	if o := m.Open; o != nil {
+		sp := o.Sampling
+		if o.MaxTokens <= 0 || o.MaxTokens > math.MaxUint32 || sp.TopK < 0 || sp.MinKeep < 0 || sp.RepeatLastN < 0 ||
+			sp.TopK > math.MaxUint32 || sp.MinKeep > math.MaxUint32 || sp.RepeatLastN > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: open parameters %+v", ErrBadFrame, *o)
+		}
+		b = binary.LittleEndian.AppendUint32(b, uint32(o.MaxTokens))
+		b = binary.LittleEndian.AppendUint64(b, o.Model)
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(sp.Temperature))
+		b = binary.LittleEndian.AppendUint32(b, uint32(sp.TopK))
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(sp.TopP))
+		b = binary.LittleEndian.AppendUint32(b, uint32(sp.MinKeep))
+		b = binary.LittleEndian.AppendUint64(b, sp.Seed)
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(sp.RepeatPenalty))
+		b = binary.LittleEndian.AppendUint32(b, uint32(sp.RepeatLastN))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	for _, t := range m.Tokens {
+		b = binary.LittleEndian.AppendUint32(b, uint32(t))
+	}
+	if m.Hidden != nil {
+		b = append(b, byte(dt))
+		b = binary.LittleEndian.AppendUint32(b, uint32(m.Cols))
+		switch dt {
+		case DTypeF32:
+			for _, v := range m.Hidden {
+				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+			}
+		case DTypeF16:
+			for _, v := range m.Hidden {
+				b = binary.LittleEndian.AppendUint16(b, f32ToF16(v))
+			}
+		}
+	}
+	return b, nil
+}
+
+// decoder reads a frame; the first failure sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrBadFrame}, args...)...)
+	}
+}
+
+func (d *decoder) take(n int, what string) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b) {
+		d.fail("truncated at %s (%d bytes wanted, %d left)", what, n, len(d.b))
+		return nil
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) u8(what string) uint8 {
+	if p := d.take(1, what); p != nil {
+		return p[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16(what string) uint16 {
+	if p := d.take(2, what); p != nil {
+		return binary.LittleEndian.Uint16(p)
+	}
+	return 0
+}
+
+func (d *decoder) u32(what string) uint32 {
+	if p := d.take(4, what); p != nil {
+		return binary.LittleEndian.Uint32(p)
+	}
+	return 0
+}
+
+func (d *decoder) u64(what string) uint64 {
+	if p := d.take(8, what); p != nil {
+		return binary.LittleEndian.Uint64(p)
+	}
+	return 0
+}
+
+func (d *decoder) f32(what string) float32 { return math.Float32frombits(d.u32(what)) }
+
+func (d *decoder) peer(what string, mayBeEmpty bool) peer.ID {
+	n := int(d.u8(what))
+	if d.err != nil {
+		return ""
+	}
+	if n == 0 {
+		if !mayBeEmpty {
+			d.fail("empty %s", what)
+		}
+		return ""
+	}
+	if n > maxPeerIDLen {
+		d.fail("%s of %d bytes", what, n)
+		return ""
+	}
+	p := d.take(n, what)
+	if d.err != nil {
+		return ""
+	}
+	id, err := peer.IDFromBytes(p)
+	if err != nil {
+		d.fail("%s: %v", what, err)
+		return ""
+	}
+	return id
+}
+
+// Decode decodes one frame. It never panics, and every malformation is
+// an error wrapping ErrBadFrame. The result does not alias frame.
+func Decode(frame []byte) (Message, error) {
+	d := &decoder{b: frame}
+	if v := d.u8("version"); d.err == nil && v != wireVersion {
+		d.fail("version %d", v)
+	}
+	k := Kind(d.u8("kind"))
+	var sid SessionID
+	copy(sid[:], d.take(len(sid), "session"))
+	if d.err != nil {
+		return nil, d.err
+	}
+	var m Message
+	switch k {
+	case KindStep:
+		m = decodeStep(d, sid)
+	case KindToken:
+		t := &Token{Session: sid}
+		t.Pos = int(d.u32("position"))
+		t.Token = int32(d.u32("token"))
+		m = t
+	case KindError:
+		e := &ErrorMsg{Session: sid}
+		e.Code = ErrorCode(d.u8("code"))
+		if d.err == nil && (e.Code == 0 || e.Code > maxCode) {
+			d.fail("error code %d", e.Code)
+		}
+		e.Peer = d.peer("peer at fault", true)
+		n := int(d.u16("text length"))
+		if d.err == nil && n > MaxErrorText {
+			d.fail("error text of %d bytes", n)
+		}
+		e.Text = string(d.take(n, "text"))
+		m = e
+	case KindClose:
+		m = &Close{Session: sid}
+	default:
+		d.fail("kind %d", k)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return m, nil
+}
+
+func decodeStep(d *decoder, sid SessionID) *Step {
+	s := &Step{Session: sid}
+	flags := d.u8("flags")
+	if d.err == nil && flags&^(flagOpen|flagHidden) != 0 {
+		d.fail("flags %#x", flags)
+	}
+	s.Pos = int(d.u32("position"))
+	s.Entry = d.peer("entry", false)
+	nh := int(d.u8("hop count"))
+	if d.err == nil && (nh == 0 || nh > MaxHops) {
+		d.fail("%d hops", nh)
+	}
+	if d.err != nil {
+		return nil
+	}
+	s.Hops = make([]Hop, 0, min(nh, len(d.b)/10+1))
+	for i := 0; i < nh && d.err == nil; i++ {
+		h := Hop{Peer: d.peer("hop", false)}
+		h.From, h.To = int(d.u32("hop from")), int(d.u32("hop to"))
+		if d.err == nil && h.To <= h.From {
+			d.fail("hop %d range [%d, %d)", i, h.From, h.To)
+		}
+		s.Hops = append(s.Hops, h)
+	}
+	if flags&flagOpen != 0 {
+		o := &Open{}
+		o.MaxTokens = int(d.u32("capacity"))
+		o.Model = d.u64("model")
+		o.Sampling.Temperature = d.f32("temperature")
+		o.Sampling.TopK = int(d.u32("top-k"))
+		o.Sampling.TopP = d.f32("top-p")
+		o.Sampling.MinKeep = int(d.u32("min-keep"))
+		o.Sampling.Seed = d.u64("seed")
+		o.Sampling.RepeatPenalty = d.f32("repeat penalty")
+		o.Sampling.RepeatLastN = int(d.u32("repeat window"))
+		if d.err == nil && o.MaxTokens == 0 {
+			d.fail("zero capacity")
+		}
+		s.Open = o
+	}
+	n := int(d.u32("token count"))
+	if d.err == nil && (n == 0 || n > MaxStepTokens || n > len(d.b)/4) {
+		d.fail("%d tokens in %d bytes", n, len(d.b))
+	}
+	if d.err != nil {
+		return nil
+	}
+	raw := d.take(4*n, "tokens")
+	s.Tokens = make([]int32, n)
+	for i := range s.Tokens {
+		s.Tokens[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	if flags&flagHidden != 0 {
+		s.DType = DType(d.u8("dtype"))
+		s.Cols = int(d.u32("columns"))
+		size := s.DType.size()
+		if d.err == nil && size == 0 {
+			d.fail("dtype %d", s.DType)
+		}
+		if d.err == nil && (s.Cols == 0 || uint64(s.Cols)*uint64(n)*uint64(size) != uint64(len(d.b))) {
+			d.fail("%d bytes of hidden states for %d × %d %d-byte values", len(d.b), n, s.Cols, size)
+		}
+		if d.err != nil {
+			return nil
+		}
+		raw := d.take(len(d.b), "hidden")
+		s.Hidden = make([]float32, n*s.Cols)
+		switch s.DType {
+		case DTypeF32:
+			for i := range s.Hidden {
+				s.Hidden[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			}
+		case DTypeF16:
+			for i := range s.Hidden {
+				s.Hidden[i] = f16ToF32(binary.LittleEndian.Uint16(raw[2*i:]))
+			}
+		}
+	}
+	return s
+}
+
+// f32ToF16 rounds to the nearest half (ties to even); overflow gives
+// infinity, NaN stays NaN.
+func f32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23&0xff) - 127 + 15
+	mant := b & 0x7fffff
+	switch {
+	case b&0x7fffffff > 0x7f800000: // NaN
+		return sign | 0x7e00
+	case exp >= 31: // overflow or infinity
+		return sign | 0x7c00
+	case exp <= 0: // subnormal or zero
+		if exp < -10 {
+			return sign
+		}
+		mant |= 0x800000
+		shift := uint32(14 - exp)
+		half := uint32(1) << (shift - 1)
+		r := mant >> shift
+		rem := mant & (1<<shift - 1)
+		if rem > half || (rem == half && r&1 == 1) {
+			r++
+		}
+		return sign | uint16(r)
+	}
+	r := uint32(exp)<<10 | mant>>13
+	rem := mant & 0x1fff
+	if rem > 0x1000 || (rem == 0x1000 && r&1 == 1) {
+		r++ // may carry into the exponent, up to infinity: correct
+	}
+	return sign | uint16(r)
+}
+
+func f16ToF32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h & 0x3ff)
+	switch exp {
+	case 0:
+		if mant == 0 {
+			return math.Float32frombits(sign)
+		}
+		// subnormal: normalise
+		e := uint32(127 - 15 + 1)
+		for mant&0x400 == 0 {
+			mant <<= 1
+			e--
+		}
+		mant &= 0x3ff
+		return math.Float32frombits(sign | e<<23 | mant<<13)
+	case 31:
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// ModelHash is the 64-bit tag of a model fingerprint that open steps
+// carry, so that a hop refuses a session routed for another model.
+func ModelHash(fingerprint string) uint64 {
+	// FNV-1a: a tag, not a security measure (the fingerprint is checked
+	// when a node joins).
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(fingerprint); i++ {
+		h ^= uint64(fingerprint[i])
+		h *= 1099511628211
+	}
+	return h
+}

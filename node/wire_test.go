@@ -1,0 +1,162 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/engine"
+)
+
+func testPeer(t testing.TB, seed byte) peer.ID {
+	t.Helper()
+	key, _, err := crypto.GenerateEd25519Key(bytes.NewReader(bytes.Repeat([]byte{seed}, 64)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func sampleMessages(t testing.TB) []Message {
+	a, b, c := testPeer(t, 1), testPeer(t, 2), testPeer(t, 3)
+	sid := SessionID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	return []Message{
+		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 0, 4}, {c, 4, 8}}, Pos: 0, Tokens: []int32{1, 2, 3},
+			Open: &Open{MaxTokens: 40, Model: ModelHash("m"), Sampling: engine.SamplingParams{Temperature: 0.8, TopK: 40, TopP: 0.95, Seed: 7, RepeatPenalty: 1.1, RepeatLastN: 32}}},
+		&Step{Session: sid, Entry: a, Hops: []Hop{{c, 4, 8}}, Pos: 5, Tokens: []int32{9, 10},
+			Hidden: []float32{1, -2, 3.5, 0, 1e-3, -1e9}, Cols: 3, DType: DTypeF32},
+		&Token{Session: sid, Pos: 17, Token: 42},
+		&ErrorMsg{Session: sid, Code: CodeUnreachable, Peer: c, Text: "gone"},
+		&ErrorMsg{Session: sid, Code: CodeBusy},
+		&Close{Session: sid},
+	}
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	for _, m := range sampleMessages(t) {
+		b, err := Encode(nil, m)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Fatalf("round trip of %T:\n got %+v\nwant %+v", m, got, m)
+		}
+		// Every strict prefix is refused, never a panic.
+		for i := 0; i < len(b); i++ {
+			if _, err := Decode(b[:i]); !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("%T cut at %d of %d: %v", m, i, len(b), err)
+			}
+		}
+		if _, err := Decode(append(b, 0)); !errors.Is(err, ErrBadFrame) {
+			t.Fatalf("%T with a trailing byte: %v", m, err)
+		}
+	}
+}
+
+func TestWireF16(t *testing.T) {
+	vals := []float32{0, -0, 1, -1, 0.5, 65504, 1e-5, 6e-8, 3.14159, -2.71828, 1e6, float32(math.Inf(1))}
+	s := &Step{Session: SessionID{1}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 1, 2}}, Tokens: []int32{1},
+		Hidden: vals, Cols: len(vals), DType: DTypeF16}
+	b, err := Encode(nil, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.(*Step).Hidden
+	for i, v := range vals {
+		w := float64(v)
+		if math.IsInf(w, 0) || w > 65504 {
+			if !math.IsInf(float64(got[i]), 1) {
+				t.Fatalf("%v → %v, want +Inf", v, got[i])
+			}
+			continue
+		}
+		if d := math.Abs(float64(got[i]) - w); d > math.Abs(w)/1000+6e-8 {
+			t.Fatalf("%v → %v", v, got[i])
+		}
+	}
+	if f16ToF32(f32ToF16(float32(math.NaN()))) == f16ToF32(f32ToF16(float32(math.NaN()))) {
+		t.Fatal("NaN did not stay NaN")
+	}
+}
+
+func TestWireRejects(t *testing.T) {
+	good, err := Encode(nil, sampleMessages(t)[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string][]byte{
+		"empty":       {},
+		"version":     append([]byte{2}, good[1:]...),
+		"kind":        append([]byte{1, 9}, good[2:]...),
+		"flags":       func() []byte { b := bytes.Clone(good); b[18] |= 0x80; return b }(),
+		"hidden size": good[:len(good)-4],
+	}
+	for name, b := range cases {
+		if _, err := Decode(b); !errors.Is(err, ErrBadFrame) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Encoders refuse what decoders would refuse.
+	for _, m := range []Message{
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Tokens: []int32{1}},
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 0, 1}}},
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 2, 1}}, Tokens: []int32{1}},
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 0, 1}}, Tokens: []int32{1}, Hidden: []float32{1, 2}, Cols: 3},
+		&ErrorMsg{Code: 0},
+	} {
+		if _, err := Encode(nil, m); !errors.Is(err, ErrBadFrame) {
+			t.Errorf("encoded %+v: %v", m, err)
+		}
+	}
+}
+
+// FuzzDecode: no input panics the decoder, it allocates in proportion to
+// its input, and whatever decodes encodes back to the same bytes.
+func FuzzDecode(f *testing.F) {
+	for _, m := range sampleMessages(f) {
+		b, err := Encode(nil, m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("error %v does not wrap ErrBadFrame", err)
+			}
+			return
+		}
+		if s, ok := m.(*Step); ok && 4*len(s.Hidden)+4*len(s.Tokens) > 2*len(b)+64 {
+			t.Fatalf("decoded %d values from %d bytes", len(s.Hidden)+len(s.Tokens), len(b))
+		}
+		out, err := Encode(nil, m)
+		if err != nil {
+			t.Fatalf("re-encode %+v: %v", m, err)
+		}
+		if s, ok := m.(*Step); ok && s.DType == DTypeF16 {
+			return // NaN payloads need not survive a half round trip
+		}
+		if !bytes.Equal(out, b) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", b, out)
+		}
+	})
+}
