@@ -98,7 +98,7 @@ func TestMinorityPartitionCannotCommit(t *testing.T) {
 	if err := newLeader.c().raft.Apply(ghostJoin(t), 2*time.Second).Error(); err != nil {
 		t.Fatalf("majority cannot commit: %v", err)
 	}
-	t.Logf("majority committed an entry in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("majority committed an entry in %v", time.Since(start).Round(time.Microsecond))
 	for _, n := range minority {
 		if n.c().IsLeader() {
 			t.Errorf("%s still leads in the minority", shortID(n.h.ID()))
