@@ -76,6 +76,9 @@ type Result struct {
 	// the failure to the next token.
 	Replays       int
 	ReplayLatency []time.Duration
+	// ReplayedAt holds, for each replay, the index in Tokens of the first
+	// token the new path gave.
+	ReplayedAt []int
 	// Paths are the paths the generation used, in order.
 	Paths []string
 	TTFT  time.Duration // to the first token

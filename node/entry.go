@@ -391,6 +391,7 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 	if !g.failedAt.IsZero() {
 		d := now.Sub(g.failedAt)
 		g.res.ReplayLatency = append(g.res.ReplayLatency, d)
+		g.res.ReplayedAt = append(g.res.ReplayedAt, len(g.out))
 		n.counters.replayed(d)
 		n.log.Info("replay recovered", zap.Duration("replay_latency", d), zap.Int("position", len(g.prompt)+len(g.out)))
 		g.failedAt = time.Time{}

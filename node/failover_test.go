@@ -1,0 +1,190 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// replayBound is the longest a replay may take on loopback, from the
+// kill to the next token: the peer table notices the closed connection
+// at once, so this is a margin for two loaded cores, not an estimate.
+const replayBound = 2 * time.Second
+
+type genRun struct {
+	prompt string
+	sp     engine.SamplingParams
+	entry  *Node
+	stream *Stream
+	want   []int32
+
+	mu     sync.Mutex
+	got    []int32
+	times  []time.Time
+	count  atomic.Int32
+	err    error
+	result Result
+}
+
+func (g *genRun) recv() {
+	for {
+		d, err := g.stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				g.err = err
+			}
+			g.result, _ = g.stream.Result()
+			return
+		}
+		now := time.Now()
+		g.mu.Lock()
+		for _, id := range d.Tokens {
+			g.got = append(g.got, id)
+			g.times = append(g.times, now)
+		}
+		g.mu.Unlock()
+		g.count.Add(int32(len(d.Tokens)))
+	}
+}
+
+// timeOf is when the token at index i arrived.
+func (g *genRun) timeOf(i int) (time.Time, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i < 0 || i >= len(g.times) {
+		return time.Time{}, false
+	}
+	return g.times[i], true
+}
+
+// TestFailoverKillMiddleHop runs 8 generations through 3-hop paths and
+// hard-closes a middle hop half-way: every generation completes with
+// exactly the tokens of a run without the failure.
+func TestFailoverKillMiddleHop(t *testing.T) {
+	c := newTestCluster(t, WithMaxLayers(3))
+	var ids []peer.ID
+	for range 6 {
+		ids = append(ids, c.add().ID())
+	}
+	c.waitServing(30*time.Second, ids...)
+	m := c.all()[0].Committed()
+	t.Logf("committed map epoch %d: %v", m.Epoch, m.Stages)
+	var entries, middles []*Node
+	for _, n := range c.all() {
+		r, _ := m.Range(n.ID().String())
+		switch {
+		case r.Start == 0:
+			entries = append(entries, n)
+		case r.End < m.Layers:
+			middles = append(middles, n)
+		}
+	}
+	if len(entries) == 0 || len(middles) < 2 {
+		t.Fatalf("map %v has no entries or fewer than two middle nodes", m.Stages)
+	}
+
+	const maxTokens = 64
+	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark and stormy night"}
+	var runs []*genRun
+	for i := range 8 {
+		sp := engine.SamplingParams{}
+		if i%2 == 1 {
+			sp = engine.SamplingParams{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
+		}
+		runs = append(runs, &genRun{prompt: prompts[i%len(prompts)], sp: sp, entry: entries[i%len(entries)]})
+	}
+	for _, r := range runs {
+		r.want = reference(t, r.prompt, maxTokens, r.sp)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		s, err := r.entry.Generate(ctx, Request{Prompt: r.prompt, MaxTokens: maxTokens, Sampling: r.sp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.stream = s
+		wg.Add(1)
+		go func() { defer wg.Done(); r.recv() }()
+	}
+
+	// Half-way: every generation has a quarter of its tokens, none is done.
+	waitFor(t, 30*time.Second, "a quarter of every generation", func() bool {
+		for _, r := range runs {
+			if int(r.count.Load()) < maxTokens/4 && int(r.count.Load()) < len(r.want) {
+				return false
+			}
+		}
+		return true
+	})
+	// The victim: the middle node the most running attempts go through.
+	use := map[peer.ID]int{}
+	for _, e := range entries {
+		e.entry.mu.Lock()
+		for _, a := range e.entry.gens {
+			for _, h := range a.hops {
+				use[h.Peer]++
+			}
+		}
+		e.entry.mu.Unlock()
+	}
+	victim := middles[0]
+	for _, n := range middles {
+		if use[n.ID()] > use[victim.ID()] {
+			victim = n
+		}
+	}
+	var before []int
+	for _, r := range runs {
+		before = append(before, int(r.count.Load()))
+	}
+	killedAt := time.Now()
+	victim.Kill()
+	t.Logf("killed middle hop %s (on %d running paths) at tokens %v", shortID(victim.ID()), use[victim.ID()], before)
+	wg.Wait()
+
+	var replays int
+	var worst time.Duration
+	for i, r := range runs {
+		if r.err != nil {
+			t.Fatalf("generation %d: %v", i, r.err)
+		}
+		if !slices.Equal(r.got, r.want) {
+			t.Fatalf("generation %d (%q, %+v):\n swarm %v\nsingle %v", i, r.prompt, r.sp, r.got, r.want)
+		}
+		replays += r.result.Replays
+		if r.result.Replays == 0 {
+			continue
+		}
+		at, ok := r.timeOf(r.result.ReplayedAt[0])
+		if !ok {
+			t.Fatalf("generation %d replayed but got no token after the kill", i)
+		}
+		lat := at.Sub(killedAt)
+		worst = max(worst, lat)
+		t.Logf("generation %d: %d replay(s), paths %v; kill → next token %v (failure noticed → next token %v)",
+			i, r.result.Replays, r.result.Paths, lat.Round(time.Microsecond), r.result.ReplayLatency)
+	}
+	var counted uint64
+	for _, e := range entries {
+		counted += e.Metrics().Replays
+	}
+	if replays == 0 || counted != uint64(replays) || replays < use[victim.ID()] {
+		t.Fatalf("%d replays in results, %d in the entries' counters, %d paths used the victim", replays, counted, use[victim.ID()])
+	}
+	if worst > replayBound {
+		t.Fatalf("replay latency %v above the %v bound", worst, replayBound)
+	}
+	t.Logf("all %d generations match the single-process run; %d replays; worst replay latency (kill → next token) %v",
+		len(runs), replays, worst.Round(time.Microsecond))
+}
