@@ -1,0 +1,188 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/swarm"
+)
+
+// rogue is a bare swarm host that speaks the activation protocol badly.
+type rogue struct {
+	h       *swarm.Host
+	replies chan *ErrorMsg
+}
+
+func newRogue(t *testing.T) *rogue {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := swarm.New(ctx, swarm.WithListenAddrs("/ip4/127.0.0.1/tcp/0"), swarm.WithReachability(swarm.ReachabilityPublic),
+		swarm.WithDiscovery(false), swarm.WithHeartbeatInterval(testHeartbeat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	r := &rogue{h: h, replies: make(chan *ErrorMsg, 64)}
+	h.HandleActivations(func(_ peer.ID, frame []byte) error {
+		if m, err := Decode(frame); err == nil {
+			if e, ok := m.(*ErrorMsg); ok {
+				r.replies <- e
+			}
+		}
+		return nil
+	})
+	return r
+}
+
+func (r *rogue) send(t *testing.T, to peer.ID, frame []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.h.SendActivation(ctx, to, frame); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *rogue) expect(t *testing.T, code ErrorCode, what string) {
+	t.Helper()
+	select {
+	case e := <-r.replies:
+		if e.Code != code {
+			t.Fatalf("%s: reply %s (%s), want %s", what, e.Code, e.Text, code)
+		}
+		t.Logf("%s: %s: %s", what, e.Code, e.Text)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: no error reply", what)
+	}
+}
+
+func mustEncode(t *testing.T, m Message) []byte {
+	t.Helper()
+	b, err := Encode(nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestMalformedFrames: a peer that sends malformed frames to a hop gets
+// error replies, or its stream is dropped, while a generation through
+// that hop goes on to exactly the single-process output.
+func TestMalformedFrames(t *testing.T) {
+	c := newTestCluster(t, WithMaxLayers(4))
+	a, b := c.add(), c.add()
+	c.waitServing(20*time.Second, a.ID(), b.ID())
+	m := a.Committed()
+	rb, _ := m.Range(b.ID().String())
+	if rb.Start == 0 {
+		a, b = b, a
+		rb, _ = m.Range(b.ID().String())
+	}
+	r := newRogue(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+
+	// A generation through b runs while the rogue sends its frames.
+	const prompt, maxTokens = "Once upon a time", 96
+	sp := engine.SamplingParams{Temperature: 0.7, Seed: 3}
+	want := reference(t, prompt, maxTokens, sp)
+	s, err := a.Generate(ctx, Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	self := r.h.ID()
+	hops := []Hop{{b.ID(), rb.Start, rb.End}}
+	hid := func(rows, cols int) []float32 { return make([]float32, rows*cols) }
+	open := &Open{MaxTokens: 16, Model: ModelHash(a.Model().Fingerprint)}
+	dim := a.Model().Hidden
+
+	r.send(t, b.ID(), mustEncode(t, &Step{Session: newSessionID(), Open: open, Entry: self, Hops: hops, Tokens: []int32{1, 2},
+		Hidden: hid(2, dim-1), Cols: dim - 1}))
+	r.expect(t, CodeBadFrame, "wrong shape")
+	r.send(t, b.ID(), mustEncode(t, &Step{Session: newSessionID(), Entry: self, Hops: hops, Pos: 5, Tokens: []int32{1},
+		Hidden: hid(1, dim), Cols: dim}))
+	r.expect(t, CodeUnknownSession, "unknown session")
+	r.send(t, b.ID(), mustEncode(t, &Step{Session: newSessionID(), Open: open, Entry: self, Hops: hops, Tokens: []int32{100000},
+		Hidden: hid(1, dim), Cols: dim}))
+	r.expect(t, CodeBadFrame, "token outside the vocabulary")
+	r.send(t, b.ID(), mustEncode(t, &Step{Session: newSessionID(), Open: &Open{MaxTokens: 16, Model: 42}, Entry: self, Hops: hops,
+		Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
+	r.expect(t, CodeWrongModel, "another model")
+	r.send(t, b.ID(), mustEncode(t, &Step{Session: newSessionID(), Open: open, Entry: self, Hops: []Hop{{b.ID(), rb.Start, rb.End - 1}},
+		Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
+	r.expect(t, CodeBadFrame, "path that stops short")
+	if rb.Start > 0 {
+		r.send(t, b.ID(), mustEncode(t, &Step{Session: newSessionID(), Open: open, Entry: self, Hops: []Hop{{b.ID(), 0, rb.End}},
+			Tokens: []int32{1}}))
+		r.expect(t, CodeNotServing, "layers not held")
+	}
+	// A valid session, then a step at the wrong position.
+	sid := newSessionID()
+	r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Open: open, Entry: self, Hops: hops, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
+	time.Sleep(50 * time.Millisecond)
+	r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Entry: self, Hops: hops, Pos: 7, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
+	r.expect(t, CodeBadFrame, "wrong position")
+
+	// Undecodable frames: an error reply, then the stream is dropped.
+	good := mustEncode(t, &Step{Session: newSessionID(), Open: open, Entry: self, Hops: hops, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim})
+	badDType := slices.Clone(good)
+	badDType[len(badDType)-4*dim-5] = 7
+	r.send(t, b.ID(), badDType)
+	r.expect(t, CodeBadFrame, "unknown dtype")
+	r.send(t, b.ID(), good[:len(good)-10])
+	r.expect(t, CodeBadFrame, "truncated")
+	if n := b.BadFramesFrom(self); n < 2 {
+		t.Fatalf("%d undecodable frames counted", n)
+	}
+
+	// Oversized: the length prefix alone is refused before any allocation.
+	st, err := r.h.Libp2p().NewStream(ctx, b.ID(), swarm.ProtocolAct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], 1<<30)
+	_, _ = st.Write(hdr[:])
+	_ = st.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := st.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("oversized frame: stream not dropped (%v)", err)
+	}
+	waitFor(t, 5*time.Second, "the oversized frame counted", func() bool { return b.Host().Rejections(self).Frame > 0 })
+
+	// The generation through b was never touched.
+	var got []int32
+	for {
+		d, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Tokens...)
+	}
+	res, _ := s.Result()
+	if !slices.Equal(got, want) || res.Replays != 0 {
+		t.Fatalf("generation beside the rogue: %d replays\n swarm %v\nsingle %v", res.Replays, got, want)
+	}
+	// The rogue's good session is still there, and b still serves.
+	if got := b.Metrics().Sessions; got < 1 {
+		t.Fatalf("b holds %d sessions", got)
+	}
+	if _, err := a.Complete(ctx, Request{Prompt: prompt, MaxTokens: 8}); err != nil {
+		t.Fatal(err)
+	}
+}
