@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,3 +209,9 @@ func reference(t testing.TB, prompt string, maxTokens int, sp engine.SamplingPar
 	}
 	return out
 }
+
+var errMismatch = errors.New("tokens differ from the single-process run")
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func engineGreedy() engine.SamplingParams { return engine.SamplingParams{} }

@@ -48,6 +48,7 @@ type config struct {
 	statusEvery, suspectFor                            time.Duration
 	maxBatch, maxQueue, maxReplays, defaultMaxTokens   int
 	wireF16                                            bool
+	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
 
 func defaultConfig() config {

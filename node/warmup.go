@@ -60,6 +60,13 @@ func (n *Node) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 			n.log.Info("warmup: cancelled", zap.Uint64("epoch", epoch), zap.Stringer("range", r))
 			return fail(err)
 		}
+		if d := n.cfg.loadDelay; d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return fail(ctx.Err())
+			}
+		}
 		st, err := n.model.openLayer(l)
 		if err != nil {
 			return fail(fmt.Errorf("warmup: layer %d: %w", l, err))
