@@ -210,7 +210,8 @@ type generation struct {
 	stream    *Stream
 	seed      uint64 // for the router's choice among near-best paths
 	out       []int32
-	avoid     []string
+	avoid     []string // peers this generation gave up on
+	hard      []string // peers that can never hold it (no KV memory)
 	res       Result
 	start     time.Time
 	failedAt  time.Time // when the last failure was noticed, until the next token
@@ -222,15 +223,25 @@ func (g *generation) routeReq(avoid []string) routeReq {
 
 // attemptEnd says how an attempt ended.
 type attemptEnd struct {
-	done    bool
-	blame   []peer.ID // peers to avoid on the next attempt
-	reason  string
-	timeout bool
+	done   bool
+	kind   endKind
+	blame  []peer.ID // peers to avoid on the next attempt
+	reason string
 }
+
+type endKind uint8
+
+const (
+	endFailure endKind = iota // a hop failed: replay elsewhere
+	endBusy                   // a hop's admission queue is full: back off
+	endNoKV                   // a hop can never hold the session: avoid it for good
+)
 
 func (g *generation) run(ctx context.Context, path routing.Path) (Result, error) {
 	n := g.n
 	g.start = time.Now()
+	var busySince time.Time
+	busy := 0
 	for {
 		end, err := g.attempt(ctx, path)
 		if err != nil {
@@ -239,44 +250,78 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 		if end.done {
 			return g.result(), nil
 		}
-		n.counters.hopFailures.Add(1)
-		g.failedAt = time.Now()
 		for _, p := range end.blame {
-			if p != n.self && !slices.Contains(g.avoid, p.String()) {
+			if p == n.self {
+				continue
+			}
+			if end.kind == endNoKV && !slices.Contains(g.hard, p.String()) {
+				g.hard = append(g.hard, p.String())
+			}
+			if !slices.Contains(g.avoid, p.String()) {
 				g.avoid = append(g.avoid, p.String())
 			}
 		}
-		if g.res.Replays >= n.cfg.maxReplays {
-			return g.result(), fmt.Errorf("%w: %d replays, last: %s", ErrSessionLost, g.res.Replays, end.reason)
+		switch end.kind {
+		case endBusy:
+			// Admission, not failure: wait with backoff, within the
+			// repair wait, and try again (elsewhere if possible).
+			if busy == 0 {
+				busySince = time.Now()
+			}
+			busy++
+			if time.Since(busySince) > n.cfg.repairWait {
+				return g.result(), fmt.Errorf("%w: %w: hops busy for %v", ErrSessionLost, ErrNoCapacity, n.cfg.repairWait)
+			}
+			n.log.Debug("hop busy; backing off", zap.String("reason", end.reason), zap.Int("retry", busy))
+			select {
+			case <-ctx.Done():
+				return g.result(), ctx.Err()
+			case <-time.After(min(10*time.Millisecond<<min(busy, 7), time.Second)):
+			}
+		default:
+			n.counters.hopFailures.Add(1)
+			g.failedAt = time.Now()
+			if g.res.Replays >= n.cfg.maxReplays {
+				return g.result(), fmt.Errorf("%w: %d replays, last: %s", ErrSessionLost, g.res.Replays, end.reason)
+			}
+			n.log.Info("hop failed; replaying on a new path", zap.String("reason", end.reason), zap.Stringers("blame", end.blame),
+				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
 		}
-		n.log.Info("hop failed; replaying on a new path", zap.String("reason", end.reason), zap.Stringers("blame", end.blame),
-			zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
 		if path, err = g.reroute(ctx); err != nil {
 			return g.result(), err
 		}
-		g.res.Replays++
-		n.counters.replays.Add(1)
+		if end.kind != endBusy {
+			g.res.Replays++
+			n.counters.replays.Add(1)
+		}
 	}
 }
 
 // reroute finds a path that avoids the failed peers, waiting for the
-// leader's repair while none exists.
+// leader's repair while none exists. Peers that can never hold the
+// session are avoided for good: without them, it fails at once.
 func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
 	n := g.n
 	deadline := time.Now().Add(n.cfg.repairWait)
 	waited := false
 	for {
 		p, err := n.route(g.routeReq(g.avoid))
-		if err != nil && len(g.avoid) > 0 {
+		if err != nil && len(g.avoid) > len(g.hard) {
 			// Peers we gave up on may be back; the view still leaves out
 			// the ones the peer table holds suspect or dead.
-			p, err = n.route(g.routeReq(nil))
+			p, err = n.route(g.routeReq(g.hard))
 		}
 		if err == nil {
 			if waited {
 				n.log.Info("path found after waiting", zap.Duration("waited", time.Since(g.failedAt)))
 			}
 			return p, nil
+		}
+		if len(g.hard) > 0 {
+			if _, err2 := n.route(g.routeReq(nil)); err2 == nil {
+				return routing.Path{}, fmt.Errorf("%w: the session does not fit the KV memory of %d hop(s) with the only copies of some layers",
+					ErrNoCapacity, len(g.hard))
+			}
 		}
 		if !errors.Is(err, routing.ErrNoPath) || time.Now().After(deadline) {
 			return routing.Path{}, fmt.Errorf("%w: no path within %v: %w", ErrSessionLost, n.cfg.repairWait, errors.Join(ErrNoCapacity, err))
@@ -353,7 +398,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 				for _, h := range hops {
 					blame = append(blame, h.Peer)
 				}
-				return attemptEnd{blame: blame, timeout: true, reason: fmt.Sprintf("no token within %v", n.cfg.stepTimeout)}, nil
+				return attemptEnd{blame: blame, reason: fmt.Sprintf("no token within %v", n.cfg.stepTimeout)}, nil
 			case ev := <-reg.events:
 				switch {
 				case ev.down != "":
@@ -363,7 +408,14 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 					if ev.err.Peer != "" {
 						at = ev.err.Peer
 					}
-					return attemptEnd{blame: []peer.ID{at}, reason: fmt.Sprintf("%s from %s: %s", ev.err.Code, shortID(ev.from), ev.err.Text)}, nil
+					end := attemptEnd{blame: []peer.ID{at}, reason: fmt.Sprintf("%s from %s: %s", ev.err.Code, shortID(ev.from), ev.err.Text)}
+					switch ev.err.Code {
+					case CodeBusy:
+						end.kind = endBusy
+					case CodeNoKV:
+						end.kind = endNoKV
+					}
+					return end, nil
 				case ev.tok.Pos != len(g.prompt)+len(g.out):
 					return attemptEnd{blame: []peer.ID{ev.from}, reason: fmt.Sprintf("token for position %d, want %d", ev.tok.Pos, len(g.prompt)+len(g.out))}, nil
 				case ev.tok.Token < 0 || int(ev.tok.Token) >= n.model.info.Vocab:

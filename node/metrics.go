@@ -27,6 +27,7 @@ type Metrics struct {
 	Batches      uint64 // engine batches
 	BatchedSteps uint64 // steps that shared a batch with others
 	Rejected     uint64 // steps answered with an error
+	Waited       uint64 // sessions that waited for KV memory before they ran
 	BadFrames    uint64 // frames that did not decode (the stream was reset)
 	Sessions     int    // sessions open on this node's layers
 	Queue        int    // sessions waiting for KV memory
@@ -75,7 +76,7 @@ func (n *Node) Metrics() Metrics {
 		Replays: c.replays.Load(), HopFailures: c.hopFailures.Load(), BadFrames: c.badFrames.Load(),
 		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load())}
 	if st := n.sched.status.Load(); st != nil {
-		m.Steps, m.Batches, m.BatchedSteps, m.Rejected = st.Steps, st.Batches, st.BatchedSteps, st.Rejected
+		m.Steps, m.Batches, m.BatchedSteps, m.Rejected, m.Waited = st.Steps, st.Batches, st.BatchedSteps, st.Rejected, st.Waited
 		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency
 	}
 	return m

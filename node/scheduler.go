@@ -109,6 +109,7 @@ type schedStatus struct {
 	Batches      uint64
 	BatchedSteps uint64 // steps that ran in a batch of two or more
 	Rejected     uint64 // steps answered with an error
+	Waited       uint64 // sessions that waited for KV memory
 }
 
 type scheduler struct {
@@ -129,6 +130,7 @@ type scheduler struct {
 	batches  uint64
 	batched  uint64
 	rejected uint64
+	waited   uint64
 }
 
 func newScheduler(cfg schedConfig, out outbox) *scheduler {
@@ -349,6 +351,7 @@ func (s *scheduler) onStep(in *stepIn, ready *[]*stepIn) {
 			return
 		}
 		s.waiting = append(s.waiting, in)
+		s.waited++
 		return
 	}
 	if s.open(in, need) {
@@ -594,7 +597,7 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 func (s *scheduler) publish() {
 	st := &schedStatus{Held: s.heldLayers(), Sessions: len(s.sessions), Queue: len(s.waiting),
 		KVUsed: s.kvUsed, FreeKV: -1, LayerLatency: time.Duration(s.ewma * float64(time.Second)),
-		Steps: s.steps, Batches: s.batches, BatchedSteps: s.batched, Rejected: s.rejected}
+		Steps: s.steps, Batches: s.batches, BatchedSteps: s.batched, Rejected: s.rejected, Waited: s.waited}
 	st.KVBudget = s.cfg.memBudget - s.weightBytes()
 	var per int64
 	for l, sl := range s.slots {

@@ -1,0 +1,118 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/swarm"
+)
+
+// staticIDs makes k data dirs with identities, so that a static map can
+// name the nodes before they start.
+func staticIDs(t *testing.T, k int) ([]string, []peer.ID) {
+	var dirs []string
+	var ids []peer.ID
+	for range k {
+		dir := t.TempDir()
+		key, err := swarm.LoadOrCreateIdentity(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := peer.IDFromPrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs, ids = append(dirs, dir), append(ids, id)
+	}
+	return dirs, ids
+}
+
+// weightBytes is what layers [lo, hi) of the test model take.
+func weightBytes(t *testing.T, lo, hi int) int64 {
+	var w int64
+	for l := lo; l < hi; l++ {
+		st, err := engine.Open(testModel(t), engine.WithRange(l, l+1), engine.WithThreads(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w += st.Info().WeightBytes
+		st.Close()
+	}
+	return w
+}
+
+// TestAdmission: on a static map whose second hop has KV memory for one
+// session and a queue of one, four concurrent generations all complete
+// exactly: one runs, one waits in the queue, the others are refused as
+// busy and come back. A session that can never fit is refused at once
+// with ErrNoCapacity.
+func TestAdmission(t *testing.T) {
+	dirs, ids := staticIDs(t, 2)
+	m, err := layers.NewLayerMap(8, 1, layers.Stage{Node: ids[0].String(), Range: layers.Range{Start: 0, End: 4}},
+		layers.Stage{Node: ids[1].String(), Range: layers.Range{Start: 4, End: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prompt, maxTokens = "Once upon a time", 40
+	tok, err := engine.LoadTokenizer(testModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perToken := int64(4 * 2 * 32 * 4) // 4 layers × K and V × 32 KV dims × float32
+	session := int64(len(tok.Encode(prompt, true, false))+maxTokens) * perToken
+	mem := int64(float64(weightBytes(t, 4, 8)+session*3/2)/(1-DefaultMemoryReserve)) + 1
+
+	c := newTestCluster(t, WithStaticMap(m))
+	a := c.add(WithDataDir(dirs[0]))
+	b := c.add(WithDataDir(dirs[1]), WithMemory(mem), WithQueue(1, 10*time.Second))
+	c.waitServing(10*time.Second, a.ID(), b.ID())
+	if st := b.sched.status.Load(); st.KVBudget < session || st.KVBudget >= 2*session {
+		t.Fatalf("KV budget %d bytes for sessions of %d", st.KVBudget, session)
+	}
+
+	want := reference(t, prompt, maxTokens, greedy)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := a.Complete(ctx, Request{Prompt: prompt, MaxTokens: maxTokens})
+			if err == nil && !slices.Equal(res.Tokens, want) {
+				err = errMismatch
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("generation %d: %v", i, err)
+		}
+	}
+	mb := b.Metrics()
+	t.Logf("second hop: %d sessions waited for memory, %d steps refused (busy), %d steps, %d batches", mb.Waited, mb.Rejected, mb.Steps, mb.Batches)
+	if mb.Waited == 0 || mb.Rejected == 0 {
+		t.Fatalf("no session waited (%d) or was refused (%d)", mb.Waited, mb.Rejected)
+	}
+
+	// Too big for the only holder of layers [4, 8): refused, not retried.
+	start := time.Now()
+	_, err = a.Complete(ctx, Request{Prompt: prompt, MaxTokens: 1000})
+	if !errors.Is(err, ErrNoCapacity) || time.Since(start) > 2*time.Second {
+		t.Fatalf("oversized session: %v after %v", err, time.Since(start))
+	}
+	if got := b.Metrics().Sessions; got != 0 {
+		t.Fatalf("%d sessions left on the second hop", got)
+	}
+}

@@ -1,0 +1,39 @@
+package api
+
+import (
+	"context"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node"
+	"github.com/stratanet/strata/swarm"
+)
+
+// Backend is what the server needs from a running node. *node.Node
+// satisfies it; the interface exists so that the HTTP layer depends on a
+// small, read-mostly surface rather than on the node's internals.
+type Backend interface {
+	// Generate starts a generation (see node.Node.Generate).
+	Generate(ctx context.Context, req node.Request) (*node.Stream, error)
+	// ID is the node's peer ID.
+	ID() peer.ID
+	// Model describes the served model.
+	Model() node.ModelInfo
+	// Hardware is the device the node declared or measured.
+	Hardware() layers.Hardware
+	// Held is the range of layers the node has loaded.
+	Held() layers.Range
+	// Committed is the map the node routes on.
+	Committed() layers.LayerMap
+	// Consensus is the node's replica; nil on a static map or while
+	// starting.
+	Consensus() *consensus.Consensus
+	// Host is the node's swarm host (peer table, addresses, status).
+	Host() *swarm.Host
+	// Metrics are the node's counters.
+	Metrics() node.Metrics
+}
+
+var _ Backend = (*node.Node)(nil)

@@ -1,0 +1,44 @@
+// Package api is a node's HTTP face: the OpenAI-compatible endpoints
+// (GET /v1/models, POST /v1/completions, POST /v1/chat/completions, with
+// server-sent-event streaming), the swarm view (GET /v1/swarm), the
+// health check (GET /healthz) and Prometheus metrics (GET /metrics), an
+// optional bearer API key, and the Go client that `strata chat` uses.
+//
+// It owns request decoding and validation (OpenAI field names, ranges and
+// error JSON), the mapping of the node's sentinel errors to HTTP statuses,
+// the wire shapes of responses and stream chunks, and the metrics
+// registry of its server. It talks to the node only through Backend,
+// which *node.Node satisfies: it must not route, place layers, pick
+// peers or touch sessions on its own. Everything about where a token is
+// computed belongs to package node and, below it, layers and routing.
+//
+// # Errors
+//
+// Every error is OpenAI's JSON, {"error":{"message","type","param","code"}}:
+//
+//	status  type                   code                     when
+//	400     invalid_request_error  invalid_request          malformed JSON, a bad field, n > 1, ...
+//	401     invalid_request_error  invalid_api_key          the API key is set and the request lacks it
+//	404     invalid_request_error  model_not_found          the request names a model the swarm does not serve
+//	404     invalid_request_error  not_found                no such endpoint
+//	405     invalid_request_error  method_not_allowed       e.g. GET /v1/chat/completions
+//	413     invalid_request_error  context_length_exceeded  prompt + max_tokens beyond the model's context
+//	413     invalid_request_error  request_too_large        the body is over the server's cap
+//	503     server_error           no_capacity              no full path through the swarm now (Retry-After)
+//	503     server_error           session_lost             a generation could not continue (Retry-After)
+//	503     server_error           draining / shutting_down this node is leaving (Retry-After)
+//	500     server_error           internal_error           anything else
+//
+// A streaming request that has started (status 200 sent) and then cannot
+// continue ends with one SSE event carrying the same error JSON, with no
+// "data: [DONE]" after it: a client never mistakes a cut for an end.
+//
+// # Lifecycle
+//
+// New builds a Server; Start (or Serve) serves it. Shutdown is graceful:
+// it stops accepting connections and waits for running requests, streams
+// included, until its context ends, then cuts what is left (each stream
+// still gets its error event). Drain is the first half of a node's drain:
+// new generations get 503 with Retry-After and /healthz turns 503, while
+// the generations already running carry on; WaitIdle waits for them.
+package api
