@@ -17,7 +17,7 @@ import (
 
 // staticIDs makes k data dirs with identities, so that a static map can
 // name the nodes before they start.
-func staticIDs(t *testing.T, k int) ([]string, []peer.ID) {
+func staticIDs(t testing.TB, k int) ([]string, []peer.ID) {
 	var dirs []string
 	var ids []peer.ID
 	for range k {
@@ -36,7 +36,7 @@ func staticIDs(t *testing.T, k int) ([]string, []peer.ID) {
 }
 
 // weightBytes is what layers [lo, hi) of the test model take.
-func weightBytes(t *testing.T, lo, hi int) int64 {
+func weightBytes(t testing.TB, lo, hi int) int64 {
 	var w int64
 	for l := lo; l < hi; l++ {
 		st, err := engine.Open(testModel(t), engine.WithRange(l, l+1), engine.WithThreads(1))

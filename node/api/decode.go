@@ -1,0 +1,408 @@
+package api
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/node"
+)
+
+// Request decoding: OpenAI's bodies, with the union types it allows
+// (prompt as a string, a list of one string or token IDs; stop as a
+// string or a list; content as a string or text parts), into one
+// node.Request. Unknown fields are ignored, as OpenAI's clients send
+// fields that servers may not know; known fields that would change the
+// answer in a way this server cannot honour (n > 1, logprobs, echo,
+// tools) are refused rather than silently ignored.
+
+// Limits on what a request may carry, beyond the body cap: bounds that
+// keep a hostile request from costing more than its bytes.
+const (
+	maxStops      = 16
+	maxStopLen    = 256
+	maxMessages   = 4096
+	maxTemperature = 2
+)
+
+// genRequest is a decoded generation request.
+type genRequest struct {
+	req          node.Request
+	chat         bool
+	stream       bool
+	includeUsage bool
+}
+
+// samplingBody holds the fields both endpoints share.
+type samplingBody struct {
+	Model         string          `json:"model"`
+	MaxTokens     *int64          `json:"max_tokens"`
+	Temperature   *float64        `json:"temperature"`
+	TopP          *float64        `json:"top_p"`
+	TopK          *int64          `json:"top_k"`              // an extension (vLLM's)
+	RepeatPenalty *float64        `json:"repetition_penalty"` // an extension (vLLM's)
+	Seed          *int64          `json:"seed"`
+	Stop          json.RawMessage `json:"stop"`
+	N             *int64          `json:"n"`
+	Stream        *bool           `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage *bool `json:"include_usage"`
+	} `json:"stream_options"`
+	Logprobs json.RawMessage `json:"logprobs"`
+}
+
+type completionBody struct {
+	samplingBody
+	Prompt json.RawMessage `json:"prompt"`
+	Echo   *bool           `json:"echo"`
+	BestOf *int64          `json:"best_of"`
+	Suffix *string         `json:"suffix"`
+}
+
+type chatBody struct {
+	samplingBody
+	Messages            []chatMessage   `json:"messages"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+	Tools               json.RawMessage `json:"tools"`
+	Functions           json.RawMessage `json:"functions"`
+	ResponseFormat      *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// decodeJSON reads one JSON object from r into v. A read past the body
+// cap is ErrTooLarge (413); anything that does not decode is a 400 that
+// names the field when it can.
+func decodeJSON(r io.Reader, v any) *apiError {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return tooLarge(mb.Limit)
+		}
+		return invalid("", "reading the body: %v", err)
+	}
+	return decodeBytes(b, v)
+}
+
+func tooLarge(limit int64) *apiError {
+	msg := fmt.Sprintf("request body over the %d-byte limit", limit)
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Message: msg, Type: typeInvalid, Code: "request_too_large",
+		err: fmt.Errorf("%w: %s", ErrTooLarge, msg)}
+}
+
+func decodeBytes(b []byte, v any) *apiError {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return invalid("", "the body is empty: send a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return invalid("", "malformed JSON at byte %d: %v", se.Offset, se)
+		case errors.As(err, &te):
+			if te.Field == "" {
+				return invalid("", "the body must be a JSON object, not %s", te.Value)
+			}
+			return invalid(te.Field, "%s: expected %s, got %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return invalid("", "malformed JSON: the body ends early")
+		}
+		return invalid("", "malformed JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("", "malformed JSON: data after the object")
+	}
+	return nil
+}
+
+// jsonKind names a Go kind as a JSON user knows it.
+func jsonKind(k string) string {
+	switch {
+	case strings.HasPrefix(k, "int"), strings.HasPrefix(k, "uint"):
+		return "an integer"
+	case strings.HasPrefix(k, "float"):
+		return "a number"
+	case k == "bool":
+		return "a boolean"
+	case k == "string":
+		return "a string"
+	case k == "slice":
+		return "an array"
+	case k == "struct", k == "map":
+		return "an object"
+	}
+	return k
+}
+
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || bytes.Equal(t, []byte("null"))
+}
+
+// decodeCompletion decodes a POST /v1/completions body.
+func decodeCompletion(b []byte) (genRequest, *apiError) {
+	var body completionBody
+	if e := decodeBytes(b, &body); e != nil {
+		return genRequest{}, e
+	}
+	g := genRequest{}
+	if e := body.samplingBody.apply(&g, body.MaxTokens); e != nil {
+		return g, e
+	}
+	switch {
+	case body.Echo != nil && *body.Echo:
+		return g, invalid("echo", "echo is not supported")
+	case body.BestOf != nil && *body.BestOf != 1:
+		return g, invalid("best_of", "best_of must be 1 (got %d)", *body.BestOf)
+	case body.Suffix != nil && *body.Suffix != "":
+		return g, invalid("suffix", "suffix is not supported")
+	}
+	if e := decodePrompt(body.Prompt, &g.req); e != nil {
+		return g, e
+	}
+	return g, nil
+}
+
+// decodePrompt accepts what OpenAI's prompt may be, for one completion:
+// a string, a list of one string, a list of token IDs, or a list of one
+// list of token IDs.
+func decodePrompt(raw json.RawMessage, req *node.Request) *apiError {
+	if isNull(raw) {
+		return invalid("prompt", "prompt is required")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		if s == "" {
+			return invalid("prompt", "prompt is empty")
+		}
+		req.Prompt = s
+		return nil
+	}
+	var ss []string
+	if err := json.Unmarshal(raw, &ss); err == nil {
+		if len(ss) != 1 {
+			return invalid("prompt", "a list of %d prompts: give one (n and batches are 1 here)", len(ss))
+		}
+		if ss[0] == "" {
+			return invalid("prompt", "prompt is empty")
+		}
+		req.Prompt = ss[0]
+		return nil
+	}
+	var ids []int64
+	if err := json.Unmarshal(raw, &ids); err != nil {
+		var idss [][]int64
+		if err := json.Unmarshal(raw, &idss); err != nil {
+			return invalid("prompt", "prompt must be a string, a list of one string, or token IDs")
+		}
+		if len(idss) != 1 {
+			return invalid("prompt", "a list of %d token prompts: give one", len(idss))
+		}
+		ids = idss[0]
+	}
+	if len(ids) == 0 {
+		return invalid("prompt", "prompt has no tokens")
+	}
+	req.Tokens = make([]int32, len(ids))
+	for i, id := range ids {
+		if id < 0 || id > math.MaxInt32 {
+			return invalid("prompt", "token %d at index %d is not a token ID", id, i)
+		}
+		req.Tokens[i] = int32(id)
+	}
+	return nil
+}
+
+// decodeChat decodes a POST /v1/chat/completions body.
+func decodeChat(b []byte) (genRequest, *apiError) {
+	var body chatBody
+	if e := decodeBytes(b, &body); e != nil {
+		return genRequest{}, e
+	}
+	g := genRequest{chat: true}
+	maxTok := body.MaxTokens
+	if body.MaxCompletionTokens != nil {
+		maxTok = body.MaxCompletionTokens // the newer name wins
+	}
+	if e := body.samplingBody.apply(&g, maxTok); e != nil {
+		return g, e
+	}
+	if body.MaxCompletionTokens != nil && *body.MaxCompletionTokens < 1 {
+		return g, invalid("max_completion_tokens", "max_completion_tokens must be at least 1 (got %d)", *body.MaxCompletionTokens)
+	}
+	switch {
+	case !isNull(body.Tools) && !bytes.Equal(bytes.TrimSpace(body.Tools), []byte("[]")):
+		return g, invalid("tools", "tools are not supported")
+	case !isNull(body.Functions) && !bytes.Equal(bytes.TrimSpace(body.Functions), []byte("[]")):
+		return g, invalid("functions", "functions are not supported")
+	case body.ResponseFormat != nil && body.ResponseFormat.Type != "" && body.ResponseFormat.Type != "text":
+		return g, invalid("response_format", "response_format %q is not supported (only text)", body.ResponseFormat.Type)
+	case len(body.Messages) == 0:
+		return g, invalid("messages", "messages is required and must not be empty")
+	case len(body.Messages) > maxMessages:
+		return g, invalid("messages", "%d messages: at most %d", len(body.Messages), maxMessages)
+	}
+	msgs := make([]engine.Message, len(body.Messages))
+	for i, m := range body.Messages {
+		param := fmt.Sprintf("messages[%d]", i)
+		switch m.Role {
+		case "system", "user", "assistant":
+		case "developer": // OpenAI's newer name for system
+			m.Role = "system"
+		case "":
+			return g, invalid(param+".role", "%s.role is required", param)
+		default:
+			return g, invalid(param+".role", "%s.role %q is not supported (system, developer, user or assistant)", param, m.Role)
+		}
+		text, e := decodeContent(m.Content, param+".content")
+		if e != nil {
+			return g, e
+		}
+		msgs[i] = engine.Message{Role: m.Role, Content: text}
+	}
+	g.req.Messages = msgs
+	return g, nil
+}
+
+// decodeContent accepts a message's content: a string, null (an empty
+// turn) or a list of text parts, joined.
+func decodeContent(raw json.RawMessage, param string) (string, *apiError) {
+	if isNull(raw) {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", invalid(param, "%s must be a string or a list of text parts", param)
+	}
+	var b strings.Builder
+	for i, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", invalid(fmt.Sprintf("%s[%d]", param, i), "%s[%d]: only text parts are supported (got type %q)", param, i, p.Type)
+		}
+		b.WriteString(*p.Text)
+	}
+	return b.String(), nil
+}
+
+// apply checks the shared fields and sets them on g. maxTok is the
+// output cap the endpoint uses.
+func (s *samplingBody) apply(g *genRequest, maxTok *int64) *apiError {
+	req := &g.req
+	req.Model = s.Model
+	switch {
+	case s.N != nil && *s.N != 1:
+		return invalid("n", "n must be 1 (got %d): one choice per request", *s.N)
+	case !isNull(s.Logprobs) && !bytes.Equal(bytes.TrimSpace(s.Logprobs), []byte("false")):
+		return invalid("logprobs", "logprobs are not supported")
+	}
+	if maxTok != nil {
+		if *maxTok < 1 {
+			return invalid("max_tokens", "max_tokens must be at least 1 (got %d)", *maxTok)
+		}
+		// Past int32 it is beyond any context; the node says 413.
+		req.MaxTokens = int(min(*maxTok, math.MaxInt32))
+	}
+	sp := engine.SamplingParams{Temperature: 1} // OpenAI's default
+	if t := s.Temperature; t != nil {
+		if math.IsNaN(*t) || *t < 0 || *t > maxTemperature {
+			return invalid("temperature", "temperature must be in [0, %d] (got %v)", maxTemperature, *t)
+		}
+		sp.Temperature = float32(*t)
+	}
+	if p := s.TopP; p != nil {
+		if math.IsNaN(*p) || *p < 0 || *p > 1 {
+			return invalid("top_p", "top_p must be in [0, 1] (got %v)", *p)
+		}
+		if *p == 0 {
+			sp.Temperature = 0 // a nucleus of one token: greedy
+		} else {
+			sp.TopP = float32(*p)
+		}
+	}
+	if k := s.TopK; k != nil {
+		if *k < -1 || *k > math.MaxInt32 {
+			return invalid("top_k", "top_k must be -1, 0 (all tokens) or positive (got %d)", *k)
+		}
+		sp.TopK = int(max(*k, 0))
+	}
+	if r := s.RepeatPenalty; r != nil {
+		if math.IsNaN(*r) || *r <= 0 || *r > 10 {
+			return invalid("repetition_penalty", "repetition_penalty must be in (0, 10] (got %v)", *r)
+		}
+		sp.RepeatPenalty = float32(*r)
+	}
+	if s.Seed != nil {
+		sp.Seed = uint64(*s.Seed) // OpenAI's seeds are signed; any value is a seed
+	} else {
+		// No seed: a fresh one, as OpenAI's answers differ run to run.
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		sp.Seed = binary.LittleEndian.Uint64(b[:])
+	}
+	req.Sampling = sp
+	stop, e := decodeStop(s.Stop)
+	if e != nil {
+		return e
+	}
+	req.Stop = stop
+	if s.Stream != nil {
+		g.stream = *s.Stream
+	}
+	if s.StreamOptions != nil {
+		if !g.stream {
+			return invalid("stream_options", "stream_options is only allowed with stream: true")
+		}
+		g.includeUsage = s.StreamOptions.IncludeUsage != nil && *s.StreamOptions.IncludeUsage
+	}
+	return nil
+}
+
+// decodeStop accepts a string or a list of strings.
+func decodeStop(raw json.RawMessage) ([]string, *apiError) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var stops []string
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		stops = []string{s}
+	} else if err := json.Unmarshal(raw, &stops); err != nil {
+		return nil, invalid("stop", "stop must be a string or a list of strings")
+	}
+	if len(stops) > maxStops {
+		return nil, invalid("stop", "%d stop strings: at most %d", len(stops), maxStops)
+	}
+	out := stops[:0]
+	for _, s := range stops {
+		if len(s) > maxStopLen {
+			return nil, invalid("stop", "a stop string of %d bytes: at most %d", len(s), maxStopLen)
+		}
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
