@@ -251,6 +251,18 @@ func (n *Node) Held() layers.Range {
 	return r
 }
 
+// Ready reports whether this node can route a full path now: nil, or an
+// error wrapping ErrNoCapacity (for a health check).
+func (n *Node) Ready() error {
+	if n.ctx.Err() != nil {
+		return ErrClosed
+	}
+	if _, err := n.route(routeReq{prompt: 1, max: 1}); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoCapacity, err)
+	}
+	return nil
+}
+
 // WaitReady blocks until this node can route a full path.
 func (n *Node) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(20 * time.Millisecond)
