@@ -27,9 +27,9 @@ import (
 // Limits on what a request may carry, beyond the body cap: bounds that
 // keep a hostile request from costing more than its bytes.
 const (
-	maxStops      = 16
-	maxStopLen    = 256
-	maxMessages   = 4096
+	maxStops       = 16
+	maxStopLen     = 256
+	maxMessages    = 4096
 	maxTemperature = 2
 )
 

@@ -35,12 +35,12 @@ var (
 )
 
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec   // endpoint, code
-	tokens   *prometheus.CounterVec   // kind: prompt, completion
-	ttft     *prometheus.HistogramVec // endpoint
-	perToken *prometheus.HistogramVec // endpoint
-	inFlight prometheus.Gauge
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec   // endpoint, code
+	tokens       *prometheus.CounterVec   // kind: prompt, completion
+	ttft         *prometheus.HistogramVec // endpoint
+	perToken     *prometheus.HistogramVec // endpoint
+	inFlight     prometheus.Gauge
 	streamErrors *prometheus.CounterVec // code
 
 	leader *leaderWatch

@@ -1,0 +1,432 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/node"
+)
+
+// The OpenAI-compatible endpoints: models, completions and chat
+// completions, streamed as server-sent events or answered whole.
+
+// Wire shapes.
+type (
+	modelJSON struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+		// Strata's own fields; OpenAI clients ignore them.
+		Layers      int    `json:"layers"`
+		Context     int    `json:"context_length"`
+		Simulated   bool   `json:"simulated"`
+		Fingerprint string `json:"fingerprint"`
+	}
+	modelList struct {
+		Object string      `json:"object"`
+		Data   []modelJSON `json:"data"`
+	}
+	usageJSON struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	}
+	// strataJSON tells how a generation went through the swarm.
+	strataJSON struct {
+		Replays int      `json:"replays"`
+		Paths   []string `json:"paths,omitempty"`
+		TTFTMs  float64  `json:"ttft_ms"`
+	}
+	chatMsgJSON struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	deltaJSON struct {
+		Role    string  `json:"role,omitempty"`
+		Content *string `json:"content,omitempty"`
+	}
+	choiceJSON struct {
+		Index        int          `json:"index"`
+		Text         *string      `json:"text,omitempty"`    // completions
+		Message      *chatMsgJSON `json:"message,omitempty"` // chat
+		Delta        *deltaJSON   `json:"delta,omitempty"`   // chat chunks
+		Logprobs     any          `json:"logprobs"`
+		FinishReason *string      `json:"finish_reason"`
+	}
+	responseJSON struct {
+		ID                string       `json:"id"`
+		Object            string       `json:"object"`
+		Created           int64        `json:"created"`
+		Model             string       `json:"model"`
+		SystemFingerprint string       `json:"system_fingerprint,omitempty"`
+		Choices           []choiceJSON `json:"choices"`
+		// Usage: a whole response always has it; a chunk has it (null
+		// until the last) only with stream_options.include_usage.
+		Usage  any         `json:"usage,omitempty"`
+		Strata *strataJSON `json:"strata,omitempty"`
+	}
+)
+
+func (s *Server) modelJSON() modelJSON {
+	in := s.b.Model()
+	return modelJSON{ID: in.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "strata",
+		Layers: in.Layers, Context: in.Context, Simulated: in.Simulated, Fingerprint: in.Fingerprint}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelJSON{s.modelJSON()}})
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	m := s.modelJSON()
+	if id := r.PathValue("id"); id != m.ID {
+		writeError(w, fromError(fmt.Errorf("%w: %q (this swarm serves %q)", node.ErrUnknownModel, id, m.ID), ""))
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, fromError(err, ""))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// readBody reads a body under the server's cap: a declared length over
+// the cap is refused before a byte is read.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if r.ContentLength > s.o.maxBody {
+		return nil, tooLarge(s.o.maxBody)
+	}
+	body := http.MaxBytesReader(w, r.Body, s.o.maxBody)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return nil, tooLarge(mb.Limit)
+		}
+		return nil, invalid("", "reading the body: %v", err)
+	}
+	return b, nil
+}
+
+// generate serves a generation endpoint.
+func (s *Server) generate(endpoint string, decode func([]byte) (genRequest, *apiError)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		b, e := s.readBody(w, r)
+		if e == nil {
+			var g genRequest
+			if g, e = decode(b); e == nil {
+				e = s.run(w, r, endpoint, g)
+			}
+		}
+		if e != nil {
+			if e.Status >= 500 {
+				s.log.Warn("api request failed", zap.String("endpoint", endpoint), zap.Int("status", e.Status), zap.Error(e.err))
+			}
+			writeError(w, e)
+		}
+	}
+}
+
+// run drives one decoded generation; it returns the error response to
+// send when nothing was sent yet.
+func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g genRequest) *apiError {
+	param := "prompt"
+	if g.chat {
+		param = "messages"
+	}
+	if err := s.begin(); err != nil {
+		return fromError(err, param)
+	}
+	defer s.end()
+	// The generation ends with the request (the client went away) or with
+	// the server (Close, or a Shutdown past its deadline).
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	start := time.Now()
+	st, err := s.b.Generate(ctx, g.req)
+	if err != nil {
+		return fromError(s.why(err), param)
+	}
+	defer st.Close()
+	c := &call{s: s, endpoint: endpoint, g: g, id: newID("cmpl-"), created: time.Now().Unix(), model: s.b.Model(), start: start}
+	if g.chat {
+		c.id = newID("chatcmpl-")
+	}
+	if !g.stream {
+		return c.whole(w, st, param)
+	}
+	c.stream(ctx, w, st, param)
+	return nil
+}
+
+// why tells a generation cancelled by the server's shutdown from one
+// whose client went away.
+func (s *Server) why(err error) error {
+	if s.ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: the node is shutting down", ErrServerClosed)
+	}
+	return err
+}
+
+// call is one running generation request.
+type call struct {
+	s        *Server
+	endpoint string
+	g        genRequest
+	id       string
+	created  int64
+	model    node.ModelInfo
+	start    time.Time
+	last     time.Time // the latest token
+}
+
+// observe times a delta's tokens.
+func (c *call) observe(d node.Delta) {
+	if len(d.Tokens) == 0 {
+		return
+	}
+	now := time.Now()
+	if c.last.IsZero() {
+		c.s.m.ttft.WithLabelValues(c.endpoint).Observe(now.Sub(c.start).Seconds())
+		// The first delta may carry several tokens; they came together.
+	} else {
+		per := now.Sub(c.last).Seconds() / float64(len(d.Tokens))
+		for range d.Tokens {
+			c.s.m.perToken.WithLabelValues(c.endpoint).Observe(per)
+		}
+	}
+	c.last = now
+}
+
+func (c *call) object(chunk bool) string {
+	switch {
+	case c.g.chat && chunk:
+		return "chat.completion.chunk"
+	case c.g.chat:
+		return "chat.completion"
+	}
+	return "text_completion"
+}
+
+func (c *call) envelope(chunk bool, choices ...choiceJSON) responseJSON {
+	return responseJSON{ID: c.id, Object: c.object(chunk), Created: c.created, Model: c.model.Name,
+		SystemFingerprint: fingerprint(c.model), Choices: choices}
+}
+
+// fingerprint is OpenAI's system_fingerprint: the model's weights, which
+// together with the seed fix the output.
+func fingerprint(in node.ModelInfo) string {
+	fp := in.Fingerprint
+	if len(fp) > 16 {
+		fp = fp[len(fp)-16:]
+	}
+	return "fp_" + fp
+}
+
+func usageOf(u node.Usage) *usageJSON {
+	return &usageJSON{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+}
+
+// whole answers a non-streaming request.
+func (c *call) whole(w http.ResponseWriter, st *node.Stream, param string) *apiError {
+	for {
+		d, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fromError(c.s.why(err), param)
+		}
+		c.observe(d)
+	}
+	res, err := st.Result()
+	if err != nil {
+		return fromError(c.s.why(err), param)
+	}
+	c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
+	finish := res.FinishReason
+	choice := choiceJSON{Index: 0, FinishReason: &finish}
+	if c.g.chat {
+		choice.Message = &chatMsgJSON{Role: "assistant", Content: res.Text}
+	} else {
+		choice.Text = &res.Text
+	}
+	out := c.envelope(false, choice)
+	out.Usage = usageOf(res.Usage)
+	out.Strata = &strataJSON{Replays: res.Replays, Paths: res.Paths, TTFTMs: float64(res.TTFT.Microseconds()) / 1000}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// sse writes server-sent events and flushes each.
+type sse struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	err error
+}
+
+func (e *sse) data(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		e.err = err
+		return
+	}
+	e.raw("data: " + string(b) + "\n\n")
+}
+
+func (e *sse) raw(s string) {
+	if e.err != nil {
+		return
+	}
+	if _, e.err = io.WriteString(e.w, s); e.err == nil {
+		e.err = e.rc.Flush()
+	}
+}
+
+type recvd struct {
+	d   node.Delta
+	err error
+}
+
+// stream answers a streaming request: a chunk per delta with text, a
+// last chunk with the finish reason, the usage chunk if asked, and
+// "data: [DONE]". A generation that fails after the headers ends the
+// stream with an error event and no [DONE].
+func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Stream, param string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	out := &sse{w: w, rc: http.NewResponseController(w)}
+	var usageNull any
+	if c.g.includeUsage {
+		usageNull = json.RawMessage("null")
+	}
+	chunk := func(ch choiceJSON) responseJSON {
+		r := c.envelope(true, ch)
+		r.Usage = usageNull
+		return r
+	}
+	if c.g.chat {
+		empty := ""
+		out.data(chunk(choiceJSON{Delta: &deltaJSON{Role: "assistant", Content: &empty}}))
+	} else {
+		out.raw(": stream open\n\n") // headers out now, before the first token
+	}
+
+	// Recv blocks; a pump lets the loop also send keep-alives.
+	items := make(chan recvd)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			d, err := st.Recv()
+			select {
+			case items <- recvd{d, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	keep := time.NewTicker(c.s.o.keepAlive)
+	defer keep.Stop()
+	for out.err == nil {
+		var it recvd
+		select {
+		case it = <-items:
+		case <-keep.C:
+			out.raw(": keep-alive\n\n")
+			continue
+		}
+		if it.err != nil && !errors.Is(it.err, io.EOF) {
+			c.fail(out, fromError(c.s.why(it.err), param))
+			return
+		}
+		if it.err != nil { // io.EOF: the end
+			break
+		}
+		c.observe(it.d)
+		if it.d.Text == "" {
+			continue
+		}
+		text := it.d.Text
+		if c.g.chat {
+			out.data(chunk(choiceJSON{Delta: &deltaJSON{Content: &text}}))
+		} else {
+			out.data(chunk(choiceJSON{Text: &text}))
+		}
+	}
+	if out.err != nil {
+		c.s.log.Debug("stream write failed; the client went away", zap.Error(out.err), zap.NamedError("ctx", ctx.Err()))
+		if r, ok := w.(*recorder); ok {
+			r.status = statusClientClosed
+		}
+		return
+	}
+	res, err := st.Result()
+	if err != nil {
+		c.fail(out, fromError(c.s.why(err), param))
+		return
+	}
+	c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
+	finish := res.FinishReason
+	last := choiceJSON{FinishReason: &finish}
+	if c.g.chat {
+		last.Delta = &deltaJSON{}
+	} else {
+		empty := ""
+		last.Text = &empty
+	}
+	out.data(chunk(last))
+	if c.g.includeUsage {
+		u := c.envelope(true)
+		u.Choices = []choiceJSON{}
+		u.Usage = usageOf(res.Usage)
+		out.data(u)
+	}
+	out.raw("data: [DONE]\n\n")
+}
+
+// fail ends a started stream with an error event: a data line holding
+// OpenAI's error JSON (what OpenAI's own clients raise as an APIError),
+// and no [DONE] after it.
+func (c *call) fail(out *sse, e *apiError) {
+	c.s.m.streamErrors.WithLabelValues(e.Code).Inc()
+	if e.Status == statusClientClosed {
+		if r, ok := out.w.(*recorder); ok {
+			r.status = statusClientClosed
+		}
+		return
+	}
+	c.s.log.Warn("stream ended with an error", zap.String("id", c.id), zap.String("code", e.Code), zap.Error(e.err))
+	out.data(e.body())
+}

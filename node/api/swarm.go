@@ -1,0 +1,238 @@
+package api
+
+import (
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/swarm"
+)
+
+// The swarm view: what this node knows of the swarm, read from its
+// replica, its committed map and its peer table. It is one node's view:
+// another node may lag a heartbeat or a commit behind.
+
+type (
+	swarmJSON struct {
+		Node      string          `json:"node"` // the answering node
+		Model     modelJSON       `json:"model"`
+		Leader    *string         `json:"leader"`
+		Voters    []string        `json:"voters"`
+		Epoch     uint64          `json:"epoch"`
+		Committed layers.LayerMap `json:"committed"`
+		Pending   *pendingJSON    `json:"pending"`
+		Members   []memberJSON    `json:"members"`
+		// StaticMap: the node runs on a fixed map, without consensus.
+		StaticMap bool `json:"static_map"`
+	}
+	pendingJSON struct {
+		Map      layers.LayerMap `json:"map"`
+		Since    time.Time       `json:"since"`
+		Deadline time.Time       `json:"deadline"`
+		Reason   string          `json:"reason"`
+		Waiting  []string        `json:"waiting"` // members not ready yet
+	}
+	memberJSON struct {
+		ID         string   `json:"id"`
+		Self       bool     `json:"self"`
+		Member     bool     `json:"member"` // in the replicated state (else only seen in the peer table)
+		Voter      bool     `json:"voter"`
+		Multiaddrs []string `json:"multiaddrs"`
+		// State is what the node announces: joining, warming, serving or
+		// draining ("" when no heartbeat was heard yet).
+		State     string  `json:"state"`
+		Draining  bool    `json:"draining"`
+		Liveness  string  `json:"liveness"` // the peer table's verdict; "self" for this node
+		Connected bool    `json:"connected"`
+		Relayed   bool    `json:"relayed"`
+		RTTMs     float64 `json:"rtt_ms"`
+		// Simulated: the member serves the simulated engine. A swarm
+		// serves one model (its rendezvous is scoped by the model's
+		// fingerprint), so this is the same for every member.
+		Simulated    bool                    `json:"simulated"`
+		Capabilities *consensus.Capabilities `json:"capabilities"`
+		Committed    *layers.Range           `json:"committed_range"`
+		Pending      *layers.Range           `json:"pending_range"`
+		Load         *loadJSON               `json:"load"`
+	}
+	// loadJSON is a member's load from its latest heartbeat (this node's
+	// own: now).
+	loadJSON struct {
+		Epoch          uint64       `json:"epoch"`
+		Range          layers.Range `json:"range"`
+		QueueDepth     int          `json:"queue_depth"`
+		ActiveSessions int          `json:"active_sessions"`
+		FreeKV         int64        `json:"free_kv_tokens"`
+		LayerLatencyMs float64      `json:"layer_latency_ms"`
+		Region         string       `json:"region,omitempty"`
+		AgeMs          float64      `json:"age_ms"` // since it was heard
+	}
+)
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func rangePtr(m layers.LayerMap, id string) *layers.Range {
+	if r, ok := m.Range(id); ok {
+		return &r
+	}
+	return nil
+}
+
+func (s *Server) swarmView() swarmJSON {
+	now := time.Now()
+	self := s.b.ID()
+	model := s.b.Model()
+	committed := s.b.Committed()
+	v := swarmJSON{Node: self.String(), Model: s.modelJSON(), Epoch: committed.Epoch, Committed: committed,
+		Voters: []string{}, Members: []memberJSON{}}
+	if v.Committed.Stages == nil {
+		v.Committed.Stages = []layers.Stage{}
+	}
+	byID := map[string]*memberJSON{}
+	add := func(id string) *memberJSON {
+		if m, ok := byID[id]; ok {
+			return m
+		}
+		m := &memberJSON{ID: id, Multiaddrs: []string{}, Simulated: model.Simulated, Committed: rangePtr(committed, id)}
+		byID[id] = m
+		return m
+	}
+	var pending consensus.Pending
+	var hasPending bool
+	cons := s.b.Consensus()
+	if cons == nil {
+		v.StaticMap = true
+	} else {
+		if l, ok := cons.Leader(); ok {
+			ls := l.String()
+			v.Leader = &ls
+		}
+		if servers, err := cons.Servers(); err == nil {
+			for _, sv := range servers {
+				if sv.Voter {
+					v.Voters = append(v.Voters, sv.ID.String())
+				}
+			}
+			slices.Sort(v.Voters)
+		}
+		if pending, hasPending = cons.Pending(); hasPending {
+			v.Pending = &pendingJSON{Map: pending.Map, Since: pending.Since, Deadline: pending.Deadline, Reason: pending.Reason,
+				Waiting: append([]string{}, pending.Waiting()...)}
+		}
+		for _, mem := range cons.Members() {
+			m := add(mem.ID)
+			m.Member = true
+			m.Draining = mem.Draining
+			caps := mem.Caps
+			m.Capabilities = &caps
+			m.Multiaddrs = append(m.Multiaddrs, mem.Addrs...)
+		}
+	}
+	for _, st := range committed.Stages {
+		add(st.Node).Member = true // a static map's nodes are its members
+	}
+	for _, id := range v.Voters {
+		add(id).Voter = true
+	}
+
+	// This node, from what it announces now.
+	me := add(self.String())
+	me.Self, me.Liveness, me.Connected = true, "self", true
+	if len(me.Multiaddrs) == 0 {
+		for _, a := range s.b.Host().Addrs() {
+			me.Multiaddrs = append(me.Multiaddrs, a.String())
+		}
+	}
+	if me.Capabilities == nil {
+		me.Capabilities = &consensus.Capabilities{Hardware: s.b.Hardware()}
+	}
+	st := s.b.Host().Status()
+	me.State = st.State.String()
+	me.Load = &loadJSON{Epoch: st.Epoch, Range: s.b.Held(), QueueDepth: st.QueueDepth, ActiveSessions: st.ActiveSessions,
+		FreeKV: st.FreeKV, LayerLatencyMs: ms(st.LayerLatency), Region: st.Region}
+
+	// Everyone else, from the peer table.
+	for _, p := range s.b.Host().Peers().Snapshot() {
+		if p.ID == self {
+			continue
+		}
+		m := add(p.ID.String())
+		m.Liveness, m.Connected, m.Relayed, m.RTTMs = p.Liveness.String(), p.Connected, p.Relayed, ms(p.RTT)
+		if len(m.Multiaddrs) == 0 {
+			for _, a := range p.Addrs {
+				m.Multiaddrs = append(m.Multiaddrs, a.String())
+			}
+		}
+		if hb := p.Heartbeat; hb != nil {
+			m.State = hb.State.String()
+			m.Draining = m.Draining || hb.State == swarm.StateDraining
+			m.Load = &loadJSON{Epoch: hb.Epoch, Range: layers.Range{Start: hb.RangeStart, End: hb.RangeEnd},
+				QueueDepth: hb.QueueDepth, ActiveSessions: hb.ActiveSessions, FreeKV: hb.FreeKV,
+				LayerLatencyMs: ms(hb.LayerLatency), Region: hb.Region, AgeMs: ms(now.Sub(p.HeardAt))}
+		}
+	}
+	for id, m := range byID {
+		if m.Liveness == "" {
+			m.Liveness = "unknown" // a member this node holds no row for
+		}
+		if hasPending {
+			if r, ok := pending.Map.Range(id); ok {
+				m.Pending = &r
+			}
+		}
+		v.Members = append(v.Members, *m)
+	}
+	slices.SortFunc(v.Members, func(a, b memberJSON) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return v
+}
+
+func (s *Server) handleSwarm(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.swarmView())
+}
+
+type healthJSON struct {
+	Status     string       `json:"status"` // ok, draining or closing
+	Node       string       `json:"node"`
+	Model      string       `json:"model"`
+	Epoch      uint64       `json:"epoch"`
+	MapCovers  bool         `json:"map_covers"`
+	LayersHeld layers.Range `json:"layers_held"`
+	Peers      int          `json:"live_peers"`
+	InFlight   int          `json:"generations_in_flight"`
+}
+
+// handleHealth answers 200 while the server takes generations and 503
+// while it drains or closes. With ?ready=1 it also answers 503 until the
+// node knows a committed map covering every layer (it cannot route
+// before), for load balancers that should skip a node still joining.
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	m := s.b.Committed()
+	h := healthJSON{Status: "ok", Node: s.b.ID().String(), Model: s.b.Model().Name, Epoch: m.Epoch,
+		MapCovers: m.Layers > 0 && m.Covers(), LayersHeld: s.b.Held(), Peers: len(s.b.Host().Peers().Live()), InFlight: s.InFlight()}
+	status := http.StatusOK
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		h.Status, status = "closing", http.StatusServiceUnavailable
+	case s.draining:
+		h.Status, status = "draining", http.StatusServiceUnavailable
+	}
+	s.mu.Unlock()
+	if status == http.StatusOK && r.URL.Query().Get("ready") != "" && !h.MapCovers {
+		h.Status, status = "not_ready", http.StatusServiceUnavailable
+	}
+	if status != http.StatusOK {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, h)
+}
