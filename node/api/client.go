@@ -1,0 +1,289 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// The Go client of the API, as `strata chat` uses it: only what a
+// terminal chat needs (the models, and streamed chat completions). Any
+// OpenAI client works against the server as well.
+
+// APIError is an error response of the server, or an error event that
+// ended a stream.
+type APIError struct {
+	Status     int // 0 for an error event in a stream
+	Message    string
+	Type       string
+	Param      string
+	Code       string
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	var b strings.Builder
+	if e.Status != 0 {
+		fmt.Fprintf(&b, "%d ", e.Status)
+	}
+	if e.Code != "" {
+		fmt.Fprintf(&b, "%s: ", e.Code)
+	}
+	b.WriteString(e.Message)
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " (retry after %v)", e.RetryAfter)
+	}
+	return b.String()
+}
+
+// Client talks to one node's API.
+type Client struct {
+	base string // scheme://host[:port], without /v1
+	key  string
+	hc   *http.Client
+}
+
+// ClientOption configures NewClient.
+type ClientOption func(*Client) error
+
+// WithClientKey sends "Authorization: Bearer key".
+func WithClientKey(key string) ClientOption {
+	return func(c *Client) error { c.key = key; return nil }
+}
+
+// WithHTTPClient uses hc (default: a client without an overall timeout,
+// as a stream lasts as long as its reply).
+func WithHTTPClient(hc *http.Client) ClientOption {
+	return func(c *Client) error {
+		if hc == nil {
+			return errors.New("api client: nil http client")
+		}
+		c.hc = hc
+		return nil
+	}
+}
+
+// NewClient returns a client of the API at base: "http://host:port",
+// with or without a trailing "/v1"; "host:port" means http.
+func NewClient(base string, opts ...ClientOption) (*Client, error) {
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("api client: bad URL %q: want http(s)://host:port", base)
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
+	c := &Client{base: strings.TrimSuffix(u.String(), "/"), hc: &http.Client{}}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	return resp, nil
+}
+
+// responseError reads an error response.
+func responseError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &APIError{Status: resp.StatusCode}
+	var eb struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    *string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &eb) == nil && eb.Error.Message != "" {
+		e.Message, e.Type = eb.Error.Message, eb.Error.Type
+		if eb.Error.Param != nil {
+			e.Param = *eb.Error.Param
+		}
+		if eb.Error.Code != nil {
+			e.Code = *eb.Error.Code
+		}
+	} else {
+		e.Message = strings.TrimSpace(string(b))
+		if e.Message == "" {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
+}
+
+// Models lists the served models' IDs.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var l modelList
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return nil, fmt.Errorf("api client: models: %w", err)
+	}
+	ids := make([]string, len(l.Data))
+	for i, m := range l.Data {
+		ids[i] = m.ID
+	}
+	return ids, nil
+}
+
+// ChatRequest is a chat completion to stream. Nil fields take the
+// server's defaults.
+type ChatRequest struct {
+	Model       string
+	Messages    []engine.Message
+	MaxTokens   int // 0: the server's default
+	Temperature *float64
+	TopP        *float64
+	Seed        *int64
+	Stop        []string
+}
+
+// ChatResult is a streamed reply, whole.
+type ChatResult struct {
+	Text             string
+	FinishReason     string
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// ChatStream runs a streaming chat completion, calling onText with each
+// piece of the reply as it arrives. A stream that ends with an error
+// event returns it as an *APIError; one that ends without "[DONE]" is an
+// error too.
+func (c *Client) ChatStream(ctx context.Context, r ChatRequest, onText func(string) error) (ChatResult, error) {
+	body := map[string]any{"model": r.Model, "messages": r.Messages, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}}
+	if r.MaxTokens > 0 {
+		body["max_tokens"] = r.MaxTokens
+	}
+	if r.Temperature != nil {
+		body["temperature"] = *r.Temperature
+	}
+	if r.TopP != nil {
+		body["top_p"] = *r.TopP
+	}
+	if r.Seed != nil {
+		body["seed"] = *r.Seed
+	}
+	if len(r.Stop) > 0 {
+		body["stop"] = r.Stop
+	}
+	var res ChatResult
+	resp, err := c.do(ctx, http.MethodPost, "/v1/chat/completions", body)
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	var text strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		data, ok := strings.CutPrefix(line, "data:")
+		if !ok {
+			continue // comments (keep-alives), event names, blank separators
+		}
+		data = strings.TrimSpace(data)
+		if data == "[DONE]" {
+			res.Text = text.String()
+			return res, nil
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content *string `json:"content"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage *usageJSON `json:"usage"`
+			Error *struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Code    *string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			return res, fmt.Errorf("api client: bad stream event %.80q: %w", data, err)
+		}
+		if chunk.Error != nil {
+			e := &APIError{Message: chunk.Error.Message, Type: chunk.Error.Type}
+			if chunk.Error.Code != nil {
+				e.Code = *chunk.Error.Code
+			}
+			res.Text = text.String()
+			return res, e
+		}
+		if chunk.Usage != nil {
+			res.PromptTokens, res.CompletionTokens = chunk.Usage.PromptTokens, chunk.Usage.CompletionTokens
+		}
+		for _, ch := range chunk.Choices {
+			if ch.FinishReason != nil {
+				res.FinishReason = *ch.FinishReason
+			}
+			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
+				text.WriteString(*ch.Delta.Content)
+				if onText != nil {
+					if err := onText(*ch.Delta.Content); err != nil {
+						return res, err
+					}
+				}
+			}
+		}
+	}
+	res.Text = text.String()
+	if err := sc.Err(); err != nil {
+		return res, fmt.Errorf("api client: stream: %w", err)
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, errors.New("api client: the stream ended without [DONE]")
+}

@@ -1,0 +1,94 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// Converse is the loop of `strata chat`, apart from the terminal so that
+// tests drive it with a reader and a writer.
+
+// ConverseOptions shape a conversation.
+type ConverseOptions struct {
+	Model       string // "": the first model the server lists
+	System      string // a system message to open with
+	MaxTokens   int
+	Temperature *float64
+	Seed        *int64
+	// Prompt is written before each line read ("" for none, as when
+	// stdin is not a terminal).
+	Prompt string
+}
+
+// Converse reads user turns, one per line, from in and streams each
+// reply to out as it arrives, keeping the conversation's history. Lines
+// "/reset" (forget the history) and "/quit" are commands. A turn that
+// fails is reported on out and left out of the history, so that the
+// next line starts from where the conversation stood; Converse goes on
+// until in ends, ctx ends, or out fails.
+func Converse(ctx context.Context, c *Client, o ConverseOptions, in io.Reader, out io.Writer) error {
+	if o.Model == "" {
+		ids, err := c.Models(ctx)
+		if err != nil {
+			return fmt.Errorf("listing models: %w", err)
+		}
+		if len(ids) == 0 {
+			return errors.New("the server lists no model")
+		}
+		o.Model = ids[0]
+	}
+	var history []engine.Message
+	reset := func() {
+		history = history[:0]
+		if o.System != "" {
+			history = append(history, engine.Message{Role: "system", Content: o.System})
+		}
+	}
+	reset()
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for {
+		if o.Prompt != "" {
+			if _, err := io.WriteString(out, o.Prompt); err != nil {
+				return err
+			}
+		}
+		if !sc.Scan() {
+			return sc.Err()
+		}
+		line := strings.TrimSpace(sc.Text())
+		switch line {
+		case "":
+			continue
+		case "/quit", "/exit":
+			return nil
+		case "/reset":
+			reset()
+			fmt.Fprintln(out, "(history cleared)")
+			continue
+		}
+		turn := append(history, engine.Message{Role: "user", Content: line})
+		res, err := c.ChatStream(ctx, ChatRequest{Model: o.Model, Messages: turn, MaxTokens: o.MaxTokens,
+			Temperature: o.Temperature, Seed: o.Seed}, func(s string) error {
+			_, err := io.WriteString(out, s)
+			return err
+		})
+		if _, werr := io.WriteString(out, "\n"); werr != nil {
+			return werr
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			fmt.Fprintf(out, "error: %v\n", err)
+			continue
+		}
+		history = append(turn, engine.Message{Role: "assistant", Content: res.Text})
+	}
+}
