@@ -116,3 +116,27 @@ func TestAdmission(t *testing.T) {
 		t.Fatalf("%d sessions left on the second hop", got)
 	}
 }
+
+// TestStaticF16Wire: hidden states can travel as float16; the swarm then
+// generates (the tokens may differ from a float32 run's).
+func TestStaticF16Wire(t *testing.T) {
+	dirs, ids := staticIDs(t, 2)
+	m, err := layers.NewLayerMap(8, 1, layers.Stage{Node: ids[0].String(), Range: layers.Range{Start: 0, End: 5}},
+		layers.Stage{Node: ids[1].String(), Range: layers.Range{Start: 5, End: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCluster(t, WithStaticMap(m), WithWireF16(true))
+	a := c.add(WithDataDir(dirs[0]))
+	b := c.add(WithDataDir(dirs[1]))
+	c.waitServing(10*time.Second, a.ID(), b.ID())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := a.Complete(ctx, Request{Prompt: "Once upon a time", MaxTokens: 16})
+	if err != nil || len(res.Tokens) == 0 || res.Usage.TotalTokens != res.Usage.PromptTokens+len(res.Tokens) {
+		t.Fatalf("%v: %+v", err, res)
+	}
+	if st := b.Metrics(); st.Steps < uint64(len(res.Tokens)) {
+		t.Fatalf("second hop ran %d steps for %d tokens", st.Steps, len(res.Tokens))
+	}
+}

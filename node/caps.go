@@ -80,11 +80,16 @@ func measureHardware(ctx context.Context, m *model, memory int64, dataDir string
 		}
 		cache.Entries[key] = e
 		b, _ := json.MarshalIndent(cache, "", "  ")
-		if err := os.MkdirAll(dataDir, 0o700); err == nil {
-			tmp := path + ".tmp"
-			if err := os.WriteFile(tmp, b, 0o600); err == nil {
-				err = os.Rename(tmp, path)
-			}
+		tmp := path + ".tmp"
+		err := os.MkdirAll(dataDir, 0o700)
+		if err == nil {
+			err = os.WriteFile(tmp, b, 0o600)
+		}
+		if err == nil {
+			err = os.Rename(tmp, path)
+		}
+		if err != nil {
+			log.Warn("capabilities not cached", zap.String("file", path), zap.Error(err))
 		}
 	}
 	return e.Hardware, nil

@@ -215,3 +215,5 @@ var errMismatch = errors.New("tokens differ from the single-process run")
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func engineGreedy() engine.SamplingParams { return engine.SamplingParams{} }
+
+func isConfig(err error) bool { return errors.Is(err, ErrConfig) }

@@ -178,6 +178,11 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 	if err != nil {
 		return nil, &retryAfter{err: fmt.Errorf("%w: %w", ErrNoCapacity, err), after: time.Second}
 	}
+	n.genMu.RLock()
+	defer n.genMu.RUnlock()
+	if n.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
 	n.counters.requests.Add(1)
 	gctx, cancel := context.WithCancel(ctx)
 	s := &Stream{deltas: make(chan Delta, 16), done: make(chan struct{}), cancel: cancel}

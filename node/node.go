@@ -43,6 +43,7 @@ type Node struct {
 	notice   atomic.Pointer[layers.LayerMap]
 	counters counters
 
+	genMu     sync.RWMutex // Generate's wg.Add against Close's wg.Wait
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -290,7 +291,9 @@ func (n *Node) Close() error {
 			errs = append(errs, c.Close())
 		}
 		n.host.HandleActivations(nil)
+		n.genMu.Lock()
 		n.cancel()
+		n.genMu.Unlock()
 		errs = append(errs, n.host.Close())
 		n.wg.Wait()
 		n.closeErr = errors.Join(errs...)
@@ -304,7 +307,9 @@ func (n *Node) Close() error {
 func (n *Node) Kill() {
 	n.closeOnce.Do(func() {
 		n.host.Close()
+		n.genMu.Lock()
 		n.cancel()
+		n.genMu.Unlock()
 		if c := n.cons.Load(); c != nil {
 			c.Close()
 		}

@@ -39,10 +39,18 @@ func (n *Node) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 		return err
 	}
 	var todo []int
-	for l := r.Start; l < r.End; l++ {
-		if !held[l] {
+	keep := 0
+	for l := range held {
+		switch {
+		case r.Contains(l) && !held[l]:
 			todo = append(todo, l)
+		case !r.Contains(l) && held[l]:
+			keep++
 		}
+	}
+	if c := n.cfg.maxLayers; c > 0 && keep+r.Len() > c {
+		n.log.Warn("warmup: serving and loading more layers than this node offers until the commit",
+			zap.Int("serving_others", keep), zap.Stringer("loading", r), zap.Int("max_layers", c))
 	}
 	start := time.Now()
 	n.log.Info("warmup: loading", zap.Uint64("epoch", epoch), zap.Stringer("range", r), zap.Int("to_load", len(todo)),
