@@ -182,6 +182,16 @@ func TestFailoverKillMiddleHop(t *testing.T) {
 	if replays == 0 || counted != uint64(replays) || replays < use[victim.ID()] {
 		t.Fatalf("%d replays in results, %d in the entries' counters, %d paths used the victim", replays, counted, use[victim.ID()])
 	}
+	var batched uint64
+	for _, n := range c.all() {
+		if n != victim {
+			batched += n.Metrics().BatchedSteps
+		}
+	}
+	if batched == 0 {
+		t.Fatal("no two sessions' steps ever shared an engine batch")
+	}
+	t.Logf("%d steps ran in batches of two or more", batched)
 	if worst > replayBound {
 		t.Fatalf("replay latency %v above the %v bound", worst, replayBound)
 	}

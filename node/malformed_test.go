@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -185,4 +186,44 @@ func TestMalformedFrames(t *testing.T) {
 	if _, err := a.Complete(ctx, Request{Prompt: prompt, MaxTokens: 8}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSessionCloseAndExpiry: a session is freed at once by its entry's
+// close (and not by anyone else's), and expires on its own when nobody
+// steps or closes it.
+func TestSessionCloseAndExpiry(t *testing.T) {
+	dirs, ids := staticIDs(t, 1)
+	m, err := layers.NewLayerMap(8, 1, layers.Stage{Node: ids[0].String(), Range: layers.Range{Start: 0, End: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCluster(t, WithStaticMap(m))
+	b := c.add(WithDataDir(dirs[0]), WithIdleTimeout(400*time.Millisecond))
+	c.waitServing(10*time.Second, b.ID())
+	r, other := newRogue(t), newRogue(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, x := range []*rogue{r, other} {
+		if err := x.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(sid SessionID) {
+		r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Open: &Open{MaxTokens: 8, Model: ModelHash(b.Model().Fingerprint)},
+			Entry: r.h.ID(), Hops: []Hop{{b.ID(), 0, 8}}, Tokens: []int32{1, 2}}))
+	}
+	sessions := func() int { return b.Metrics().Sessions }
+	s1, s2 := newSessionID(), newSessionID()
+	open(s1)
+	open(s2)
+	waitFor(t, 2*time.Second, "two sessions open", func() bool { return sessions() == 2 })
+	other.send(t, b.ID(), mustEncode(t, &Close{Session: s1}))
+	time.Sleep(100 * time.Millisecond)
+	if sessions() != 2 {
+		t.Fatal("a close from a peer that is not the entry freed a session")
+	}
+	r.send(t, b.ID(), mustEncode(t, &Close{Session: s1}))
+	waitFor(t, time.Second, "the entry's close", func() bool { return sessions() == 1 })
+	took := waitFor(t, 3*time.Second, "idle expiry", func() bool { return sessions() == 0 })
+	t.Logf("idle session expired %v after the close of the other", took.Round(time.Millisecond))
 }
