@@ -386,10 +386,10 @@ type streamed struct {
 	text    string
 	finish  string
 	usage   *usageJSON
-	done    bool          // "data: [DONE]" came
-	errObj  *errorObject  // an error event came
-	chunks  int           // events with text
-	role    string        // chat: the first delta's role
+	done    bool         // "data: [DONE]" came
+	errObj  *errorObject // an error event came
+	chunks  int          // events with text
+	role    string       // chat: the first delta's role
 	objects map[string]int
 }
 

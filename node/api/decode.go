@@ -119,7 +119,10 @@ func decodeBytes(b []byte, v any) *apiError {
 			if te.Field == "" {
 				return invalid("", "the body must be a JSON object, not %s", te.Value)
 			}
-			return invalid(te.Field, "%s: expected %s, got %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+			// The path names an embedded struct by its Go name; a client
+			// knows only the JSON one.
+			field := strings.TrimPrefix(te.Field, "samplingBody.")
+			return invalid(field, "%s: expected %s, got %s", field, jsonKind(te.Type.Kind().String()), te.Value)
 		case errors.Is(err, io.ErrUnexpectedEOF):
 			return invalid("", "malformed JSON: the body ends early")
 		}
