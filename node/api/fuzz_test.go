@@ -1,0 +1,117 @@
+package api
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"testing"
+)
+
+// The request decoders take any bytes: every input gives either a
+// request the node can be handed, or a 400/413 with OpenAI's error JSON
+// and a message. Seeds are in testdata/fuzz/.
+
+func checkDecoded(t *testing.T, data []byte, g genRequest, e *apiError) {
+	if e != nil {
+		if e.Status != http.StatusBadRequest && e.Status != http.StatusRequestEntityTooLarge {
+			t.Fatalf("%q: status %d", data, e.Status)
+		}
+		if e.Message == "" || e.Type != typeInvalid || e.Code == "" {
+			t.Fatalf("%q: error %+v", data, e)
+		}
+		b, err := json.Marshal(e.body())
+		if err != nil || !json.Valid(b) {
+			t.Fatalf("%q: error body %q: %v", data, b, err)
+		}
+		return
+	}
+	r := g.req
+	set := 0
+	for _, b := range []bool{r.Prompt != "", len(r.Messages) > 0, len(r.Tokens) > 0} {
+		if b {
+			set++
+		}
+	}
+	sp := r.Sampling
+	switch {
+	case set != 1:
+		t.Fatalf("%q: %d of prompt, messages and tokens set", data, set)
+	case g.chat != (len(r.Messages) > 0):
+		t.Fatalf("%q: chat %v with %d messages", data, g.chat, len(r.Messages))
+	case r.MaxTokens < 0:
+		t.Fatalf("%q: max tokens %d", data, r.MaxTokens)
+	case math.IsNaN(float64(sp.Temperature)) || sp.Temperature < 0 || sp.Temperature > maxTemperature:
+		t.Fatalf("%q: temperature %v", data, sp.Temperature)
+	case math.IsNaN(float64(sp.TopP)) || sp.TopP < 0 || sp.TopP > 1:
+		t.Fatalf("%q: top_p %v", data, sp.TopP)
+	case sp.TopK < 0 || sp.RepeatPenalty < 0:
+		t.Fatalf("%q: sampling %+v", data, sp)
+	case len(r.Stop) > maxStops:
+		t.Fatalf("%q: %d stops", data, len(r.Stop))
+	case g.includeUsage && !g.stream:
+		t.Fatalf("%q: usage chunk without a stream", data)
+	}
+	for _, s := range r.Stop {
+		if s == "" || len(s) > maxStopLen {
+			t.Fatalf("%q: stop %q", data, s)
+		}
+	}
+	for _, m := range r.Messages {
+		switch m.Role {
+		case "system", "user", "assistant":
+		default:
+			t.Fatalf("%q: role %q", data, m.Role)
+		}
+	}
+	for _, id := range r.Tokens {
+		if id < 0 {
+			t.Fatalf("%q: token %d", data, id)
+		}
+	}
+}
+
+var fuzzSeeds = []string{
+	`{"model":"m","prompt":"Once upon a time","max_tokens":16,"temperature":0.7,"top_p":0.9,"seed":-3,"stop":["\n","."],"stream":true,"stream_options":{"include_usage":true}}`,
+	`{"prompt":[1,2,3],"n":1,"logprobs":null,"echo":false}`,
+	`{"prompt":[[1,2]],"stop":"x"}`,
+	`{"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","content":null}],"max_completion_tokens":3,"tools":[],"response_format":{"type":"text"}}`,
+	`{"messages":[{"role":"developer","content":"d"}],"top_k":-1,"repetition_penalty":1.1}`,
+	`{"messages":[{"role":"user","content":"x"}],"max_tokens":1e309}`,
+	`{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}`,
+	`{"prompt":"x","max_tokens":-1}`,
+	`{"prompt":"x","n":2}`,
+	`{"prompt":["a","b"]}`,
+	`{"prompt":[-1, 4294967296]}`,
+	`{"messages":[]}`,
+	`{"messages":`,
+	`[]`,
+	`null`,
+	`{}{}`,
+	"\xff\xfe{",
+}
+
+func FuzzDecodeCompletion(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, e := decodeCompletion(data)
+		if e == nil && g.chat {
+			t.Fatalf("%q: a completion decoded as a chat", data)
+		}
+		checkDecoded(t, data, g, e)
+	})
+}
+
+func FuzzDecodeChat(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, e := decodeChat(data)
+		if e == nil && !g.chat {
+			t.Fatalf("%q: a chat decoded as a completion", data)
+		}
+		checkDecoded(t, data, g, e)
+	})
+}
