@@ -6,15 +6,20 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test lint bench run soak fuzz clean
+.PHONY: all build test lint bench run plan fuzz clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/strata ./cmd/strata
 
-# The main job. Until the node exists it plans a bundled scenario with every policy.
+# The main job: a three-node swarm on loopback, on a generated model,
+# answering a real request and checking it against a single-process run.
 run: build
+	BIN=$(BIN)/strata bash testnet/demo.sh
+
+# The placement planner against the baselines on a bundled scenario.
+plan: build
 	$(BIN)/strata plan --scenario testdata/scenarios/mixed-consumer.yaml
 
 # The engine's independent reference (ggml through the ollama module, cgo)
