@@ -1,0 +1,183 @@
+// Package config is the configuration of `strata node`: one struct for
+// every setting a node reads at start, loaded from defaults, a YAML file,
+// STRATA_* environment variables and command-line flags, validated with
+// errors that name the bad field where the user wrote it, and turned into
+// the options of packages node, swarm and node/api.
+//
+// # Precedence
+//
+// Highest first:
+//
+//  1. flags given on the command line (--max-layers 4);
+//  2. environment variables: STRATA_ and the key in upper case
+//     (STRATA_MAX_LAYERS=4; lists comma-separated, as for flags);
+//  3. the YAML file named by --config or STRATA_CONFIG (max_layers: 4);
+//  4. the defaults.
+//
+// A setting takes the value of the highest source that gives it; lists are
+// replaced, never merged. Every key has the three spellings: key
+// "max_layers", flag "--max-layers", variable "STRATA_MAX_LAYERS".
+//
+// # Errors
+//
+// Unknown YAML keys are errors (a typo must not silently leave a default
+// in place). A bad value's error says where it came from: "--api", or
+// "STRATA_API", or "node.yaml:7: api". Every error wraps ErrInvalid.
+//
+// The package holds no node behaviour: it only reads, checks and
+// translates settings.
+package config
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/stratanet/strata/swarm"
+)
+
+// Config is every setting of a node. The yaml tag is the key; help is the
+// flag's usage.
+type Config struct {
+	// Swarm.
+	DataDir      string        `yaml:"data_dir" help:"directory for the node's identity key, Raft state and measured capabilities"`
+	Listen       []string      `yaml:"listen" help:"listen multiaddrs (QUIC ones are dropped under a swarm key); \"none\": reachable only through relays"`
+	Bootstrap    []string      `yaml:"bootstrap" help:"full multiaddrs (with /p2p/ID) of peers to join through; none founds a swarm"`
+	SwarmKey     string        `yaml:"swarm_key" help:"pre-shared swarm key file for a private swarm (see strata swarm-key gen)"`
+	Relay        bool          `yaml:"relay" help:"act as a circuit relay for unreachable peers when publicly reachable"`
+	Swarm        string        `yaml:"swarm" help:"swarm name: scopes gossip topics and the rendezvous key"`
+	Reachability string        `yaml:"reachability" help:"auto (AutoNAT decides), public (serve as relay) or private (reserve relay slots)"`
+	NATPortMap   bool          `yaml:"nat_portmap" help:"ask the router for a port mapping (UPnP / NAT-PMP)"`
+	Heartbeat    time.Duration `yaml:"heartbeat" help:"heartbeat interval"`
+
+	// What the node serves.
+	Model     string   `yaml:"model" help:"GGUF model file to serve with the real engine"`
+	SimModel  string   `yaml:"sim_model" help:"built-in model to serve SIMULATED (see strata plan's models), with --gpu"`
+	GPU       string   `yaml:"gpu" help:"device profile: required with --sim-model; with --model it declares the device instead of measuring it"`
+	Memory    ByteSize `yaml:"memory" help:"memory the node may use for weights and KV cache, such as 24GiB (0: the device's; real engine: half the machine's)"`
+	MaxLayers int      `yaml:"max_layers" help:"most layers the node offers (0: as many as memory allows)"`
+	Threads   int      `yaml:"threads" help:"goroutines per engine step (0: all cores)"`
+	Region    string   `yaml:"region" help:"coarse location label announced in heartbeats"`
+
+	// The HTTP API.
+	API        string   `yaml:"api" help:"HTTP API address, host:port (\"none\": no API)"`
+	APIKeyFile string   `yaml:"api_key_file" help:"file holding the API key; requests must then send Authorization: Bearer <key>"`
+	APIMaxBody ByteSize `yaml:"api_max_body" help:"largest request body the API accepts"`
+
+	// Logs.
+	LogLevel string        `yaml:"log_level" help:"log level: debug, info, warn, error"`
+	LogJSON  bool          `yaml:"log_json" help:"log one JSON object per line instead of human-readable lines"`
+	LogPeers time.Duration `yaml:"log_peers" help:"how often to log the peer table (0: never)"`
+}
+
+// DefaultAPI is the API address of a node that names none: loopback
+// only, so that a node does not open its API to the network unasked.
+const DefaultAPI = "127.0.0.1:8080"
+
+// Default returns the defaults.
+func Default() Config {
+	return Config{
+		DataDir:      defaultDataDir(),
+		Listen:       append([]string(nil), swarm.DefaultListenAddrs...),
+		Relay:        true,
+		Swarm:        swarm.DefaultSwarmName,
+		Reachability: "auto",
+		Heartbeat:    swarm.DefaultHeartbeatInterval,
+		API:          DefaultAPI,
+		APIMaxBody:   4 << 20,
+		LogLevel:     "info",
+		LogPeers:     5 * time.Second,
+	}
+}
+
+func defaultDataDir() string {
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".strata")
+	}
+	return ".strata"
+}
+
+// ServesModel reports whether the node serves a model; without one it
+// runs the networking only.
+func (c Config) ServesModel() bool { return c.Model != "" || c.SimModel != "" }
+
+// APIEnabled reports whether the node serves the HTTP API.
+func (c Config) APIEnabled() bool { return c.API != "" && c.API != "none" }
+
+// ByteSize is a byte count: an integer with an optional unit (B; KB, MB,
+// GB, TB in powers of 1000; KiB, MiB, GiB, TiB in powers of 1024). It is
+// a flag value and a YAML scalar (a number or such a string).
+type ByteSize int64
+
+// ParseByteSize reads a byte count such as "24GiB", "1.5GB" or "4096".
+func ParseByteSize(s string) (ByteSize, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, nil
+	}
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+		{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12}, {"b", 1}}
+	mult := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToLower(t), u.suffix) {
+			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(v) || v < 0 || v*mult > math.MaxInt64 {
+		return 0, fmt.Errorf("%q is not a byte count such as 24GiB", s)
+	}
+	return ByteSize(v * mult), nil
+}
+
+// String writes the size in the largest binary unit that divides it.
+func (b ByteSize) String() string {
+	for _, u := range []struct {
+		name string
+		size ByteSize
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && b%u.size == 0 {
+			return strconv.FormatInt(int64(b/u.size), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// Set implements pflag.Value.
+func (b *ByteSize) Set(s string) error {
+	v, err := ParseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+// Type implements pflag.Value.
+func (b *ByteSize) Type() string { return "bytes" }
+
+// UnmarshalYAML reads a number or a string with a unit.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	// A TypeError, so that the decoder reports it with its line, beside
+	// the file's other errors, rather than stopping at it.
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: want a byte count such as 24GiB", n.Line)}}
+	}
+	if err := b.Set(n.Value); err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	return nil
+}
+
+// MarshalYAML writes the String form.
+func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }

@@ -1,0 +1,153 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/api"
+	"github.com/stratanet/strata/swarm"
+)
+
+// Validate checks every setting; errors name the YAML keys. Bind's
+// loader validates too, naming each setting as its source spells it.
+func (c Config) Validate() error { return c.validate(nil) }
+
+// validate checks every setting and joins the errors; src says where
+// each key's value came from (absent: the default).
+func (c Config) validate(src map[string]*FieldError) error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		e := &FieldError{Key: key, Source: FromDefault}
+		if s, ok := src[key]; ok {
+			*e = *s
+		}
+		e.Msg = fmt.Sprintf(format, args...)
+		errs = append(errs, e)
+	}
+	// Which of two exclusive settings to blame: the one given by the
+	// higher source.
+	blame := func(a, b string) string {
+		if sa, sb := src[a], src[b]; sa == nil || (sb != nil && sb.Source > sa.Source) {
+			return b
+		}
+		return a
+	}
+
+	// Swarm.
+	if c.DataDir == "" {
+		bad("data_dir", "must not be empty")
+	}
+	if len(c.Listen) == 0 {
+		bad("listen", "give at least one multiaddr, or \"none\"")
+	} else if !(len(c.Listen) == 1 && c.Listen[0] == "none") {
+		for _, a := range c.Listen {
+			if _, err := ma.NewMultiaddr(a); err != nil {
+				bad("listen", "%q is not a multiaddr: %v", a, err)
+			}
+		}
+	}
+	for _, a := range c.Bootstrap {
+		if _, err := peer.AddrInfoFromString(a); err != nil {
+			bad("bootstrap", "%q is not a full multiaddr with /p2p/ID: %v", a, err)
+		}
+	}
+	if c.SwarmKey != "" {
+		if _, err := swarm.LoadSwarmKey(c.SwarmKey); err != nil {
+			bad("swarm_key", "%v", err)
+		}
+	}
+	if strings.TrimSpace(c.Swarm) == "" {
+		bad("swarm", "must not be empty")
+	}
+	switch c.Reachability {
+	case "auto", "public", "private":
+	default:
+		bad("reachability", "%q: want auto, public or private", c.Reachability)
+	}
+	if c.Heartbeat <= 0 {
+		bad("heartbeat", "%v: must be positive", c.Heartbeat)
+	}
+
+	// The model.
+	switch {
+	case c.Model != "" && c.SimModel != "":
+		bad(blame("model", "sim_model"), "give one of model and sim_model, not both")
+	case c.SimModel != "" && c.GPU == "":
+		bad("sim_model", "a simulated model needs a device: set gpu")
+	}
+	if c.Model != "" {
+		if fi, err := os.Stat(c.Model); err != nil {
+			bad("model", "%v", err)
+		} else if fi.IsDir() {
+			bad("model", "%s is a directory, not a GGUF file", c.Model)
+		}
+	}
+	if c.SimModel != "" {
+		if _, err := layers.Model(c.SimModel); err != nil {
+			bad("sim_model", "%v", err)
+		}
+	}
+	if c.GPU != "" {
+		if _, err := layers.Device(c.GPU); err != nil {
+			bad("gpu", "%v", err)
+		}
+	}
+	if c.Memory < 0 {
+		bad("memory", "%d: must not be negative", c.Memory)
+	}
+	if c.MaxLayers < 0 {
+		bad("max_layers", "%d: must not be negative", c.MaxLayers)
+	}
+	if c.Threads < 0 {
+		bad("threads", "%d: must not be negative", c.Threads)
+	}
+	if len(c.Region) > swarm.MaxRegionLen {
+		bad("region", "%d bytes: at most %d", len(c.Region), swarm.MaxRegionLen)
+	}
+
+	// The API.
+	if c.APIEnabled() {
+		if err := checkHostPort(c.API); err != nil {
+			bad("api", "%q: %v", c.API, err)
+		}
+	}
+	if c.APIKeyFile != "" {
+		if _, err := api.ReadKeyFile(c.APIKeyFile); err != nil {
+			bad("api_key_file", "%v", err)
+		}
+	}
+	if c.APIMaxBody <= 0 {
+		bad("api_max_body", "%d: must be positive", c.APIMaxBody)
+	}
+
+	// Logs.
+	if _, err := zapcore.ParseLevel(c.LogLevel); err != nil {
+		bad("log_level", "%q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogPeers < 0 {
+		bad("log_peers", "%v: must not be negative", c.LogPeers)
+	}
+	return errors.Join(errs...)
+}
+
+// checkHostPort accepts host:port with a numeric port (host may be
+// empty: every interface).
+func checkHostPort(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return errors.New("want host:port, such as 127.0.0.1:8080")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
+	}
+	return nil
+}
