@@ -171,6 +171,16 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 	if len(prompt)+maxTok > in.Context || maxTok <= 0 {
 		return nil, fmt.Errorf("%w: %d prompt tokens + %d to generate > %d", ErrPromptTooLong, len(prompt), max(maxTok, 1), in.Context)
 	}
+	// A replay's prefill carries everything but the last token in one
+	// frame (prefill is not chunked).
+	elem := 4
+	if n.cfg.wireF16 {
+		elem = 2
+	}
+	if frame := (len(prompt) + maxTok) * (in.Hidden*elem + 4); frame+64<<10 > n.maxFrame() {
+		return nil, fmt.Errorf("%w: a prefill of %d positions takes %d bytes, above the %d-byte activation frame limit",
+			ErrPromptTooLong, len(prompt)+maxTok, frame, n.maxFrame())
+	}
 	rnd := newSessionID()
 	g := &generation{n: n, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
 		text: newTextState(n.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8])}
@@ -469,6 +479,8 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 	case g.stream.deltas <- Delta{Tokens: []int32{id}, Text: text}:
 	case <-ctx.Done():
 		return false, ctx.Err()
+	case <-n.ctx.Done():
+		return false, ErrClosed
 	}
 	return g.res.FinishReason != "", nil
 }

@@ -203,6 +203,9 @@ func shortID(id peer.ID) string {
 	return s
 }
 
+// maxFrame is the largest activation frame peers accept.
+func (n *Node) maxFrame() int { return swarm.DefaultMaxActFrame }
+
 // ID is the node's peer ID.
 func (n *Node) ID() peer.ID { return n.self }
 

@@ -2,12 +2,15 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/swarm"
 )
 
 // The stage service: frames in on /strata/act/1, decoded and checked
@@ -26,13 +29,15 @@ func (n *Node) onFrame(from peer.ID, frame []byte) error {
 	msg, err := Decode(frame)
 	if err != nil {
 		c := n.counters.badFrame(from)
-		n.log.Warn("bad activation frame; dropping the stream", zap.Stringer("peer", from), zap.Uint64("bad_frames", c), zap.Error(err))
-		n.sendAsync(from, &ErrorMsg{Code: CodeBadFrame, Text: err.Error()})
+		if c <= maxBadReplies {
+			n.log.Warn("bad activation frame; dropping the stream", zap.Stringer("peer", from), zap.Uint64("bad_frames", c), zap.Error(err))
+			n.sendAsync(from, &ErrorMsg{Code: CodeBadFrame, Text: err.Error()})
+		}
 		return err
 	}
 	switch m := msg.(type) {
 	case *Step:
-		n.onStep(from, m)
+		return n.onStep(from, m)
 	case *Token:
 		n.entry.onToken(from, m)
 	case *ErrorMsg:
@@ -45,22 +50,30 @@ func (n *Node) onFrame(from peer.ID, frame []byte) error {
 	return nil
 }
 
-func (n *Node) onStep(from peer.ID, m *Step) {
+// maxBadReplies bounds the error replies one peer gets for bad frames:
+// past it, its streams are just dropped.
+const maxBadReplies = 64
+
+func (n *Node) onStep(from peer.ID, m *Step) error {
 	if err := n.checkStep(m); err != nil {
-		n.counters.badFrame(from)
+		c := n.counters.badFrame(from)
 		n.log.Debug("refused step", zap.Stringer("peer", from), zap.Stringer("session", m.Session), zap.Error(err))
+		if c > maxBadReplies {
+			return err // drop the stream
+		}
 		to := m.Entry
 		if to == "" || len(m.Hops) == 0 {
 			to = from
 		}
 		n.sendAsync(to, &ErrorMsg{Session: m.Session, Code: CodeBadFrame, Text: err.Error()})
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 	defer cancel()
 	if err := n.sched.submit(ctx, &stepIn{from: from, m: m, at: time.Now()}); err != nil {
 		n.sendAsync(m.Entry, &ErrorMsg{Session: m.Session, Code: CodeBusy, Text: "scheduler inbox full"})
 	}
+	return nil
 }
 
 // checkStep checks a step against the model and this node: everything
@@ -116,7 +129,7 @@ func (n *Node) send(ctx context.Context, to peer.ID, m Message) error {
 	if to == n.self {
 		switch m := m.(type) {
 		case *Step:
-			n.onStep(n.self, m)
+			return n.onStep(n.self, m)
 		case *Token:
 			n.entry.onToken(n.self, m)
 		case *ErrorMsg:
@@ -170,7 +183,11 @@ func (n *Node) forward(to peer.ID, s *Step) {
 			return
 		}
 		n.log.Info("cannot forward to the next hop", zap.Stringer("next", to), zap.Stringer("session", s.Session), zap.Error(err))
-		_ = n.send(n.ctx, s.Entry, &ErrorMsg{Session: s.Session, Code: CodeUnreachable, Peer: to, Text: err.Error()})
+		e := &ErrorMsg{Session: s.Session, Code: CodeUnreachable, Peer: to, Text: err.Error()}
+		if errors.Is(err, swarm.ErrFrameTooLarge) || errors.Is(err, ErrBadFrame) {
+			e.Code, e.Peer = CodeInternal, "" // our frame, not the next hop, is at fault
+		}
+		_ = n.send(n.ctx, s.Entry, e)
 	}()
 }
 

@@ -29,14 +29,22 @@ func phaseOf(s swarm.State) routing.Phase {
 	return routing.Serving
 }
 
-func healthOf(l swarm.Liveness) routing.Health {
-	switch l {
+// healthOf is the routing verdict on a peer table row. A peer whose
+// heartbeats are late but whose connection is up stays routable: its
+// figures are stale, which the router charges for, but refusing it would
+// turn a loaded machine or a gossip hiccup into refused requests. A peer
+// whose connection closed, or that is dead, is not routed to.
+func healthOf(p swarm.Peer) routing.Health {
+	switch p.Liveness {
 	case swarm.Suspect:
+		if p.Connected {
+			return routing.Alive
+		}
 		return routing.Suspect
 	case swarm.Dead:
 		return routing.Dead
 	}
-	return routing.Alive // alive, or a hint we are connected to and have not heard yet
+	return routing.Alive // alive, or a hint we are connected to and have not heard from yet
 }
 
 // view builds the routing view of map m as this node sees the swarm now.
@@ -67,7 +75,7 @@ func (n *Node) view(m layers.LayerMap, now time.Time) *routing.View {
 			continue
 		}
 		if row, ok := table.Get(id); ok {
-			ns.Health = healthOf(row.Liveness)
+			ns.Health = healthOf(row)
 			ns.Relayed = row.Relayed
 			if hb := row.Heartbeat; hb != nil {
 				ns.Phase = phaseOf(hb.State)
@@ -80,7 +88,9 @@ func (n *Node) view(m layers.LayerMap, now time.Time) *routing.View {
 			if t, ok := n.suspects.Load(id); ok && now.Sub(t.(time.Time)) < n.cfg.suspectFor && !row.HeardAt.After(t.(time.Time)) {
 				ns.Health = max(ns.Health, routing.Suspect)
 			}
-		} else if t, ok := n.suspects.Load(id); ok && now.Sub(t.(time.Time)) < n.cfg.suspectFor {
+		} else {
+			// Never heard of, nor connected to: the map may name it, but
+			// nothing says it runs.
 			ns.Health = routing.Suspect
 		}
 		v.Set(ns)
