@@ -227,3 +227,50 @@ func TestSessionCloseAndExpiry(t *testing.T) {
 	took := waitFor(t, 3*time.Second, "idle expiry", func() bool { return sessions() == 0 })
 	t.Logf("idle session expired %v after the close of the other", took.Round(time.Millisecond))
 }
+
+// TestReleaseAfterSessions: layers a commit no longer gives the node stay
+// loaded while a session uses them and go once it closes; new sessions
+// on them are refused meanwhile.
+func TestReleaseAfterSessions(t *testing.T) {
+	dirs, ids := staticIDs(t, 1)
+	m, err := layers.NewLayerMap(8, 1, layers.Stage{Node: ids[0].String(), Range: layers.Range{Start: 0, End: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCluster(t, WithStaticMap(m))
+	b := c.add(WithDataDir(dirs[0]))
+	c.waitServing(10*time.Second, b.ID())
+	r := newRogue(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+	open := &Open{MaxTokens: 8, Model: ModelHash(b.Model().Fingerprint)}
+	dim := b.Model().Hidden
+	sid := newSessionID()
+	r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Open: open, Entry: r.h.ID(), Hops: []Hop{{b.ID(), 4, 8}},
+		Tokens: []int32{1}, Hidden: make([]float32, dim), Cols: dim}))
+	waitFor(t, 2*time.Second, "the session", func() bool { return b.Metrics().Sessions == 1 })
+
+	if err := b.Release(ctx, 2, layers.Range{Start: 0, End: 4}); err != nil {
+		t.Fatal(err)
+	}
+	loaded := func() int { return b.sched.status.Load().Loaded }
+	if got := b.Held(); got != (layers.Range{Start: 0, End: 4}) || loaded() != 8 {
+		t.Fatalf("after the release: serving %v, %d layers loaded", got, loaded())
+	}
+	r.send(t, b.ID(), mustEncode(t, &Step{Session: newSessionID(), Open: open, Entry: r.h.ID(), Hops: []Hop{{b.ID(), 4, 8}},
+		Tokens: []int32{1}, Hidden: make([]float32, dim), Cols: dim}))
+	r.expect(t, CodeNotServing, "a new session on released layers")
+	r.send(t, b.ID(), mustEncode(t, &Close{Session: sid}))
+	waitFor(t, 2*time.Second, "the released layers freed", func() bool { return loaded() == 4 })
+
+	// And back: a warmup loads them again beside what is served.
+	if err := b.Load(ctx, 3, layers.Range{Start: 0, End: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Held(); got != (layers.Range{Start: 0, End: 8}) {
+		t.Fatalf("after the load: %v", got)
+	}
+}
