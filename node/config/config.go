@@ -24,6 +24,35 @@
 // in place). A bad value's error says where it came from: "--api", or
 // "STRATA_API", or "node.yaml:7: api". Every error wraps ErrInvalid.
 //
+// # Wiring into a command
+//
+// Bind replaces hand-written flag registration (it registers every flag
+// above, so the command must not register them again); flags that are
+// not configuration (strata node's --prompt demo) stay the command's own:
+//
+//	load := config.Bind(cmd)
+//	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+//		cfg, err := load()
+//		if err != nil {
+//			return err
+//		}
+//		log, err := cfg.Logger()
+//		...
+//		if !cfg.ServesModel() {
+//			opts, err := cfg.SwarmOptions(log) // networking only
+//			...
+//		}
+//		opts, err := cfg.NodeOptions(log)
+//		n, err := node.New(ctx, opts...)
+//		...
+//		if cfg.APIEnabled() {
+//			aopts, err := cfg.APIOptions(log)
+//			srv, err := api.New(n, aopts...)
+//			addr, err := srv.Start(cfg.API)
+//			...
+//		}
+//	}
+//
 // The package holds no node behaviour: it only reads, checks and
 // translates settings.
 package config
