@@ -55,6 +55,7 @@ func BenchmarkHops(b *testing.B) {
 	split := decodeSingle(b, []int{0, 1, 2, 3, 4, 5, 6, 7, 8}, perGen)
 	b.Run("single", func(b *testing.B) {
 		b.ReportMetric(float64(single.Nanoseconds()), "ns/token")
+		b.ReportMetric(1/single.Seconds(), "tok/s")
 		b.ReportMetric(1, "x_single")
 	})
 	// The same process with one engine stage per layer, as a node holds
@@ -103,6 +104,7 @@ func BenchmarkHops(b *testing.B) {
 			b.StopTimer()
 			perTok := decode / time.Duration(max(tokens, 1))
 			b.ReportMetric(float64(perTok.Nanoseconds()), "ns/token")
+			b.ReportMetric(1/perTok.Seconds(), "tok/s")
 			b.ReportMetric(perTok.Seconds()/single.Seconds(), "x_single")
 			b.ReportMetric((perTok-single).Seconds()*1e3/float64(hops), "ms_added/hop")
 		})

@@ -198,3 +198,79 @@ func TestFailoverKillMiddleHop(t *testing.T) {
 	t.Logf("all %d generations match the single-process run; %d replays; worst replay latency (kill → next token) %v",
 		len(runs), replays, worst.Round(time.Microsecond))
 }
+
+// TestHungHopTimeout: a hop that swallows frames but keeps its heartbeats
+// (a hung process, not a dead one) is caught by the step timeout; the
+// generation replays elsewhere and ends with the exact output.
+func TestHungHopTimeout(t *testing.T) {
+	const timeout = time.Second
+	c := newTestCluster(t, WithMaxLayers(4), WithStepTimeout(timeout))
+	var ids []peer.ID
+	for range 4 {
+		ids = append(ids, c.add().ID())
+	}
+	c.waitServing(30*time.Second, ids...)
+	m := c.all()[0].Committed()
+	var entry *Node
+	for _, n := range c.all() {
+		if r, _ := m.Range(n.ID().String()); r.Start == 0 && entry == nil {
+			entry = n
+		}
+	}
+	const prompt, maxTokens = "The quick brown fox", 32
+	sp := engine.SamplingParams{Temperature: 0.9, Seed: 77}
+	want := reference(t, prompt, maxTokens, sp)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := entry.Generate(ctx, Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int32
+	for len(got) < 4 {
+		d, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Tokens...)
+	}
+	// Hang the other hop of the running path: frames in, nothing out.
+	var hung *Node
+	entry.entry.mu.Lock()
+	for _, a := range entry.entry.gens {
+		for _, h := range a.hops {
+			if h.Peer != entry.ID() {
+				for _, n := range c.all() {
+					if n.ID() == h.Peer {
+						hung = n
+					}
+				}
+			}
+		}
+	}
+	entry.entry.mu.Unlock()
+	if hung == nil {
+		t.Fatal("no other hop on the running path")
+	}
+	hung.Host().HandleActivations(func(peer.ID, []byte) error { return nil })
+	hungAt := time.Now()
+	for {
+		d, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Tokens...)
+	}
+	res, _ := s.Result()
+	if !slices.Equal(got, want) {
+		t.Fatalf("after a hung hop:\n swarm %v\nsingle %v", got, want)
+	}
+	if res.Replays == 0 || res.ReplayLatency[0] > timeout+replayBound {
+		t.Fatalf("%d replays, latency %v", res.Replays, res.ReplayLatency)
+	}
+	t.Logf("hung hop %s: replayed after the %v step timeout; hang → finish %v, paths %v", shortID(hung.ID()), timeout,
+		time.Since(hungAt).Round(time.Millisecond), res.Paths)
+}
