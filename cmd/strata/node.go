@@ -143,8 +143,8 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 
 // parseBytes reads a byte count: an integer with an optional suffix
 // (KB, MB, GB, TB in powers of 1000; KiB, MiB, GiB, TiB in powers of 1024).
-func parseBytes(s string) (int64, error) {
-	s = strings.TrimSpace(s)
+func parseBytes(in string) (int64, error) {
+	s := strings.TrimSpace(in)
 	if s == "" {
 		return 0, nil
 	}
@@ -162,7 +162,7 @@ func parseBytes(s string) (int64, error) {
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil || v < 0 || v*mult > math.MaxInt64 {
-		return 0, fmt.Errorf("--memory %q: want a byte count such as 24GiB", s)
+		return 0, fmt.Errorf("--memory %q: want a byte count such as 24GiB", in)
 	}
 	return int64(v * mult), nil
 }
@@ -182,7 +182,7 @@ func (f *nodeFlags) options(sf swarmFlags, log *zap.Logger) ([]node.Option, erro
 	var hw layers.Hardware
 	if f.gpu != "" {
 		if hw, err = layers.Device(f.gpu); err != nil {
-			return nil, fmt.Errorf("--gpu: %w (known: %s)", err, strings.Join(layers.DeviceNames(), ", "))
+			return nil, fmt.Errorf("--gpu: %w", err)
 		}
 	}
 	switch {
