@@ -34,6 +34,19 @@
 //   - Capabilities (caps.go): a simulated node declares its device; a
 //     real-engine node measures one layer at start, cached in the data dir.
 //
+// # Noticing a failed hop
+//
+// The entry fails the current step of every generation whose path uses a
+// peer as soon as any of these says so: the peer table reports the peer's
+// last connection closed (at once) or the peer dead (heartbeats missing,
+// about 2 s at the default interval); a hop reports that it cannot
+// forward to the next one, or refuses the step; or no token arrives within
+// the step timeout (a hung hop whose heartbeats still flow). Late
+// heartbeats alone do not fail anything, and a late but connected peer
+// stays routable: stale figures cost a penalty in routing, never a
+// refusal. A refused admission (busy) backs off and retries; a session
+// that no hop of a layer can hold fails at once with ErrNoCapacity.
+//
 // # The client API
 //
 // Generate returns a Stream of Deltas (tokens and the text that is safe
