@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -462,14 +461,5 @@ func (s *sseStream) readAll(tb testing.TB, onText func(string)) streamed {
 		}
 	}
 	out.text = text.String()
-	return out
-}
-
-// ids returns the peer IDs of nodes.
-func ids(nodes ...*node.Node) []peer.ID {
-	var out []peer.ID
-	for _, n := range nodes {
-		out = append(out, n.ID())
-	}
 	return out
 }

@@ -83,21 +83,6 @@ type chatMessage struct {
 	Content json.RawMessage `json:"content"`
 }
 
-// decodeJSON reads one JSON object from r into v. A read past the body
-// cap is ErrTooLarge (413); anything that does not decode is a 400 that
-// names the field when it can.
-func decodeJSON(r io.Reader, v any) *apiError {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return tooLarge(mb.Limit)
-		}
-		return invalid("", "reading the body: %v", err)
-	}
-	return decodeBytes(b, v)
-}
-
 func tooLarge(limit int64) *apiError {
 	msg := fmt.Sprintf("request body over the %d-byte limit", limit)
 	return &apiError{Status: http.StatusRequestEntityTooLarge, Message: msg, Type: typeInvalid, Code: "request_too_large",
