@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/node"
@@ -283,4 +284,34 @@ func TestHealthz(t *testing.T) {
 	if h.Node != c.nodes[0].ID().String() || h.LayersHeld.Len() == 0 || h.Peers != 2 {
 		t.Fatalf("healthz %+v", h)
 	}
+}
+
+// TestKeepAlive: a quiet stream gets SSE comments, which clients skip.
+func TestKeepAlive(t *testing.T) {
+	c := shared.get(t)
+	s, err := New(c.nodes[0], WithKeepAlive(time.Millisecond), WithLogger(testLog()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	addr, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := openStream(t, "http://"+addr.String()+"/v1/completions", "", map[string]any{"prompt": "Hello", "max_tokens": 200, "temperature": 0, "stream": true})
+	defer st.close()
+	comments, done := 0, false
+	for st.sc.Scan() {
+		line := st.sc.Text()
+		if line == ": keep-alive" {
+			comments++
+		}
+		if line == "data: [DONE]" {
+			done = true
+		}
+	}
+	if comments == 0 || !done {
+		t.Fatalf("%d keep-alive comments, done %v", comments, done)
+	}
+	t.Logf("%d keep-alive comments in a 200-token stream at a 1 ms interval", comments)
 }

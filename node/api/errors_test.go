@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -98,6 +99,13 @@ func TestErrorStatuses(t *testing.T) {
 			t.Errorf("%s: Allow %q", tc.name, hdr.Get("Allow"))
 		}
 		t.Logf("%-32s %d %-24s %s", tc.name, status, str(e.Code), e.Message)
+	}
+	// A body of unknown length (chunked) over the cap: cut while read.
+	req, _ := http.NewRequest(http.MethodPost, c.urls[0]+chat, io.MultiReader(strings.NewReader(`{"messages":[{"role":"user","content":"`),
+		strings.NewReader(strings.Repeat("x", 5<<20)), strings.NewReader(`"}]}`)))
+	status, _, body := do(t, req)
+	if e := errorOf(t, body); status != http.StatusRequestEntityTooLarge || str(e.Code) != "request_too_large" {
+		t.Errorf("chunked 5 MB body: %d %s", status, body)
 	}
 	wg.Wait()
 	for i, r := range results {
