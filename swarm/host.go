@@ -91,6 +91,9 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 
 	hctx, cancel := context.WithCancel(context.Background())
 	s := &Host{cfg: cfg, log: log, ctx: hctx, cancel: cancel}
+	// Before libp2p.New: identify may call addrsFactory, which reads it,
+	// while New is still returning.
+	s.relays = newRelayKeeper(s)
 	s.acts = &actPool{h: s, streams: map[peer.ID]*actStream{}}
 
 	lopts := []libp2p.Option{
@@ -134,7 +137,6 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		suspectAfter: cfg.suspectAfter, deadAfter: cfg.deadAfter, connGrace: cfg.connGrace,
 		forgetAfter: cfg.forgetAfter, hintTTL: cfg.hintTTL,
 	}, time.Now)
-	s.relays = newRelayKeeper(s)
 
 	sub, err := h.EventBus().Subscribe([]any{
 		new(event.EvtPeerConnectednessChanged),
