@@ -250,6 +250,7 @@ const (
 	endFailure endKind = iota // a hop failed: replay elsewhere
 	endBusy                   // a hop's admission queue is full: back off
 	endNoKV                   // a hop can never hold the session: avoid it for good
+	endMove                   // a hop is draining: move the session at a token boundary
 )
 
 func (g *generation) run(ctx context.Context, path routing.Path) (Result, error) {
@@ -293,6 +294,9 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 				return g.result(), ctx.Err()
 			case <-time.After(min(10*time.Millisecond<<min(busy, 7), time.Second)):
 			}
+		case endMove:
+			n.log.Info("hop draining; moving the session", zap.Stringers("draining", end.blame),
+				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
 		default:
 			n.counters.hopFailures.Add(1)
 			g.failedAt = time.Now()
@@ -442,6 +446,11 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		finished, err := g.deliver(ctx, tok.Token)
 		if err != nil || finished {
 			return attemptEnd{done: err == nil}, err
+		}
+		// A token boundary: leave hops that announced draining, so that
+		// they can go without a single step failing.
+		if d := n.drainingHops(hops); len(d) > 0 {
+			return attemptEnd{kind: endMove, blame: d, reason: "draining"}, nil
 		}
 		step = &Step{Session: sid, Entry: n.self, Hops: hops, Pos: len(g.prompt) + len(g.out) - 1, Tokens: []int32{tok.Token}}
 	}

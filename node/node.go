@@ -40,6 +40,7 @@ type Node struct {
 	entry    registry
 	suspects sync.Map // peer.ID → time.Time of the last failure seen
 	loading  atomic.Int32
+	draining atomic.Bool
 	notice   atomic.Pointer[layers.LayerMap]
 	counters counters
 
@@ -352,6 +353,8 @@ func (n *Node) onMapNotice(from peer.ID, data []byte) {
 // phase is what this node announces.
 func (n *Node) phase() swarm.State {
 	switch {
+	case n.draining.Load():
+		return swarm.StateDraining
 	case n.loading.Load() > 0:
 		return swarm.StateWarming
 	case n.cfg.static != nil:

@@ -1,0 +1,124 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// TestDrainMovesSessionsWithoutFailure drains a middle hop while eight
+// generations run through the swarm: entries move their sessions off it
+// at a token boundary, the leader moves its layers first, no step fails,
+// and every generation equals the single-process run.
+func TestDrainMovesSessionsWithoutFailure(t *testing.T) {
+	c := newTestCluster(t, WithMaxLayers(3))
+	var ids []peer.ID
+	for range 6 {
+		ids = append(ids, c.add().ID())
+	}
+	c.waitServing(30*time.Second, ids...)
+	m := c.all()[0].Committed()
+	var entries, middles []*Node
+	for _, n := range c.all() {
+		r, _ := m.Range(n.ID().String())
+		switch {
+		case r.Start == 0:
+			entries = append(entries, n)
+		case r.End < m.Layers:
+			middles = append(middles, n)
+		}
+	}
+	if len(entries) == 0 || len(middles) < 2 {
+		t.Fatalf("map %v has no entries or fewer than two middle nodes", m.Stages)
+	}
+	const maxTokens = 200
+	var runs []*genRun
+	for i := range 8 {
+		sp := engine.SamplingParams{}
+		if i%2 == 1 {
+			sp = engine.SamplingParams{Temperature: 0.8, TopP: 0.9, Seed: uint64(7 + i)}
+		}
+		r := &genRun{prompt: "Once upon a time", sp: sp, entry: entries[i%len(entries)]}
+		r.want = reference(t, r.prompt, maxTokens, r.sp)
+		runs = append(runs, r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		s, err := r.entry.Generate(ctx, Request{Prompt: r.prompt, MaxTokens: maxTokens, Sampling: r.sp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.stream = s
+		wg.Add(1)
+		go func() { defer wg.Done(); r.recv() }()
+	}
+	waitFor(t, 30*time.Second, "a quarter of every generation", func() bool {
+		for _, r := range runs {
+			if int(r.count.Load()) < maxTokens/4 {
+				return false
+			}
+		}
+		return true
+	})
+	use := map[peer.ID]int{}
+	for _, e := range entries {
+		e.entry.mu.Lock()
+		for _, a := range e.entry.gens {
+			for _, h := range a.hops {
+				use[h.Peer]++
+			}
+		}
+		e.entry.mu.Unlock()
+	}
+	victim := middles[0]
+	for _, n := range middles {
+		if use[n.ID()] > use[victim.ID()] {
+			victim = n
+		}
+	}
+	if use[victim.ID()] == 0 {
+		t.Fatal("no running session goes through a middle hop: the test would check nothing")
+	}
+	start := time.Now()
+	if err := victim.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	t.Logf("drained %s in %v", shortID(victim.ID()), time.Since(start).Round(time.Millisecond))
+	wg.Wait()
+	var failures, replays uint64
+	for _, n := range c.all() {
+		failures += n.Metrics().HopFailures
+		replays += n.Metrics().Replays
+	}
+	for i, r := range runs {
+		if r.err != nil {
+			t.Fatalf("generation %d: %v", i, r.err)
+		}
+		if !slices.Equal(r.got, r.want) {
+			t.Fatalf("generation %d differs from the single-process run", i)
+		}
+	}
+	if replays < uint64(use[victim.ID()]) {
+		t.Fatalf("%d session moves, but %d sessions ran through the drained node", replays, use[victim.ID()])
+	}
+	if failures != 0 {
+		t.Fatalf("%d hop failures during a drain: sessions must move, not fail", failures)
+	}
+	for _, n := range c.all() {
+		if n == victim {
+			continue
+		}
+		if _, still := n.Committed().Range(victim.ID().String()); still {
+			t.Fatalf("the drained node is still in %s's committed map", shortID(n.ID()))
+		}
+	}
+	t.Logf("8 generations exact, %d session moves, 0 hop failures", replays)
+}
