@@ -26,7 +26,12 @@ func (n *Node) Drain(ctx context.Context) error {
 	// The leader moves this node's layers to others before it lets it go,
 	// so that entries always have somewhere to move to.
 	if c := n.cons.Load(); c != nil {
-		if err := c.Leave(ctx); err != nil {
+		if len(c.Members()) <= 1 {
+			// The last member: nobody to hand layers to, nothing to wait for.
+			if err := c.Close(); err != nil {
+				return fmt.Errorf("node: drain: %w", err)
+			}
+		} else if err := c.Leave(ctx); err != nil {
 			return fmt.Errorf("node: drain: %w", err)
 		}
 	}

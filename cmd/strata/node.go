@@ -5,222 +5,48 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/engine"
-	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node"
+	"github.com/stratanet/strata/node/api"
+	"github.com/stratanet/strata/node/config"
 	"github.com/stratanet/strata/swarm"
 )
 
-// swarmFlags are the node's networking flags. The node command adds its
-// own beside them.
-type swarmFlags struct {
-	dataDir    string
-	listen     []string
-	bootstrap  []string
-	swarmKey   string
-	relay      bool
-	swarmName  string
-	portMap    bool
-	reach      string
-	heartbeat  time.Duration
-	tableEvery time.Duration
-	logLevel   string
+// demoFlags drive one generation from the command line once the swarm
+// serves; they are a convenience, not configuration.
+type demoFlags struct {
+	prompt      string
+	maxTokens   int
+	temperature float32
+	seed        uint64
 }
 
-func (f *swarmFlags) register(cmd *cobra.Command) {
+func (d *demoFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "directory for the node's identity key and state")
-	fl.StringSliceVar(&f.listen, "listen", swarm.DefaultListenAddrs, "listen multiaddrs (QUIC ones are dropped under a swarm key); \"none\": reachable only through relays")
-	fl.StringSliceVar(&f.bootstrap, "bootstrap", nil, "full multiaddrs (with /p2p/ID) of peers to join through; none founds a swarm")
-	fl.StringVar(&f.swarmKey, "swarm-key", "", "pre-shared swarm key file for a private swarm (see strata swarm-key gen)")
-	fl.BoolVar(&f.relay, "relay", true, "act as a circuit relay for unreachable peers when publicly reachable")
-	fl.StringVar(&f.swarmName, "swarm", swarm.DefaultSwarmName, "swarm name: scopes gossip topics and the rendezvous key")
-	fl.StringVar(&f.reach, "reachability", "auto", "auto (AutoNAT decides), public (serve as relay) or private (reserve relay slots)")
-	fl.BoolVar(&f.portMap, "nat-portmap", false, "ask the router for a port mapping (UPnP / NAT-PMP)")
-	fl.DurationVar(&f.heartbeat, "heartbeat", swarm.DefaultHeartbeatInterval, "heartbeat interval")
-	fl.DurationVar(&f.tableEvery, "log-peers", 5*time.Second, "how often to log the peer table (0: never)")
-	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-}
-
-func defaultDataDir() string {
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".strata")
-	}
-	return ".strata"
-}
-
-// options turns the flags into swarm options.
-func (f *swarmFlags) options(log *zap.Logger) ([]swarm.Option, error) {
-	opts, err := f.networkOptions()
-	if err != nil {
-		return nil, err
-	}
-	return append(opts, swarm.WithLogger(log), swarm.WithDataDir(f.dataDir), swarm.WithBootstrap(f.bootstrap...)), nil
-}
-
-// networkOptions are the swarm options a node passes on to its host (it
-// sets the logger, data dir, bootstrap peers and model scope itself).
-func (f *swarmFlags) networkOptions() ([]swarm.Option, error) {
-	opts := []swarm.Option{
-		swarm.WithRelayService(f.relay),
-		swarm.WithSwarmName(f.swarmName),
-		swarm.WithNATPortMap(f.portMap),
-		swarm.WithHeartbeatInterval(f.heartbeat),
-	}
-	switch f.reach {
-	case "auto":
-	case "public":
-		opts = append(opts, swarm.WithReachability(swarm.ReachabilityPublic))
-	case "private":
-		opts = append(opts, swarm.WithReachability(swarm.ReachabilityPrivate))
-	default:
-		return nil, fmt.Errorf("--reachability %q: want auto, public or private", f.reach)
-	}
-	if len(f.listen) == 1 && f.listen[0] == "none" {
-		opts = append(opts, swarm.WithNoListen())
-	} else {
-		opts = append(opts, swarm.WithListenAddrs(f.listen...))
-	}
-	if f.swarmKey != "" {
-		psk, err := swarm.LoadSwarmKey(f.swarmKey)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, swarm.WithSwarmKey(psk))
-	}
-	return opts, nil
-}
-
-func newLogger(level string, json bool) (*zap.Logger, error) {
-	l, err := node.NewLogger(level, json)
-	if err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
-	}
-	return l, nil
-}
-
-// nodeFlags are what the node serves and how.
-type nodeFlags struct {
-	model, simModel, gpu string
-	memory               string
-	maxLayers, threads   int
-	region               string
-	logJSON              bool
-	prompt               string
-	maxTokens            int
-	temperature          float32
-	seed                 uint64
-}
-
-func (f *nodeFlags) register(cmd *cobra.Command) {
-	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "", "GGUF model file to serve with the real engine")
-	fl.StringVar(&f.simModel, "sim-model", "", "built-in model to serve SIMULATED (see strata plan's models), with --gpu")
-	fl.StringVar(&f.gpu, "gpu", "", "device profile: required with --sim-model; with --model it declares the device instead of measuring it")
-	fl.StringVar(&f.memory, "memory", "", "memory the node may use for weights and KV cache, such as 24GiB (default: the device's; real engine: half the machine's)")
-	fl.IntVar(&f.maxLayers, "max-layers", 0, "most layers the node offers (0: as many as memory allows)")
-	fl.IntVar(&f.threads, "threads", 0, "goroutines per engine step (0: all cores)")
-	fl.StringVar(&f.region, "region", "", "coarse location label announced in heartbeats")
-	fl.BoolVar(&f.logJSON, "log-json", false, "log one JSON object per line instead of human-readable lines")
-	fl.StringVar(&f.prompt, "prompt", "", "once the swarm can serve, generate from this prompt through it, print the text, and keep serving")
-	fl.IntVar(&f.maxTokens, "max-tokens", 32, "tokens to generate for --prompt")
-	fl.Float32Var(&f.temperature, "temperature", 0, "sampling temperature for --prompt (0: greedy)")
-	fl.Uint64Var(&f.seed, "seed", 0, "sampling seed for --prompt")
-}
-
-// parseBytes reads a byte count: an integer with an optional suffix
-// (KB, MB, GB, TB in powers of 1000; KiB, MiB, GiB, TiB in powers of 1024).
-func parseBytes(in string) (int64, error) {
-	s := strings.TrimSpace(in)
-	if s == "" {
-		return 0, nil
-	}
-	units := []struct {
-		suffix string
-		mult   float64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
-	mult := 1.0
-	for _, u := range units {
-		if strings.HasSuffix(strings.ToLower(s), strings.ToLower(u.suffix)) {
-			s, mult = strings.TrimSpace(s[:len(s)-len(u.suffix)]), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v < 0 || v*mult > math.MaxInt64 {
-		return 0, fmt.Errorf("--memory %q: want a byte count such as 24GiB", in)
-	}
-	return int64(v * mult), nil
-}
-
-// options turns the flags into node options.
-func (f *nodeFlags) options(sf swarmFlags, log *zap.Logger) ([]node.Option, error) {
-	if (f.model == "") == (f.simModel == "") {
-		return nil, errors.New("give one of --model FILE and --sim-model NAME")
-	}
-	opts := []node.Option{node.WithLogger(log), node.WithDataDir(sf.dataDir), node.WithMaxLayers(f.maxLayers),
-		node.WithRegion(f.region), node.WithThreads(f.threads)}
-	mem, err := parseBytes(f.memory)
-	if err != nil {
-		return nil, err
-	}
-	opts = append(opts, node.WithMemory(mem))
-	var hw layers.Hardware
-	if f.gpu != "" {
-		if hw, err = layers.Device(f.gpu); err != nil {
-			return nil, fmt.Errorf("--gpu: %w", err)
-		}
-	}
-	switch {
-	case f.simModel != "":
-		if f.gpu == "" {
-			return nil, errors.New("--sim-model needs --gpu PROFILE")
-		}
-		opts = append(opts, node.WithSimModel(f.simModel, hw))
-	default:
-		opts = append(opts, node.WithModelFile(f.model))
-		if f.gpu != "" {
-			opts = append(opts, node.WithHardware(hw))
-		}
-	}
-	var boot []peer.AddrInfo
-	for _, a := range sf.bootstrap {
-		ai, err := peer.AddrInfoFromString(a)
-		if err != nil {
-			return nil, fmt.Errorf("--bootstrap %q: %w", a, err)
-		}
-		boot = append(boot, *ai)
-	}
-	sopts, err := sf.networkOptions()
-	if err != nil {
-		return nil, err
-	}
-	return append(opts, node.WithBootstrap(boot...), node.WithSwarmOptions(sopts...)), nil
+	fl.StringVar(&d.prompt, "prompt", "", "once the swarm can serve, generate from this prompt through it, print the text, and keep serving")
+	fl.IntVar(&d.maxTokens, "max-tokens", 32, "tokens to generate for --prompt")
+	fl.Float32Var(&d.temperature, "temperature", 0, "sampling temperature for --prompt (0: greedy)")
+	fl.Uint64Var(&d.seed, "seed", 0, "sampling seed for --prompt")
 }
 
 func newNodeCmd() *cobra.Command {
-	var f swarmFlags
-	var nf nodeFlags
+	var demo demoFlags
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "run a Strata node: join (or found) a swarm and serve layers of a model",
 		Long: `node starts a swarm member: a libp2p host with a persistent identity in
 --data-dir, signed heartbeat gossip, the peer table, a Raft replica of the
-swarm's layer map, and the model's layers the leader gives it. It prints its
+swarm's layer map, the model's layers the leader gives it, and the
+OpenAI-compatible HTTP API (--api, 127.0.0.1:8080 by default). It prints its
 full multiaddrs (with /p2p/ID) at start; give one of them to other nodes as
 --bootstrap. With no --bootstrap it founds a swarm.
 
@@ -229,45 +55,64 @@ measures one layer (cached in the data dir) to declare its speed, unless --gpu
 declares a device. --sim-model serves a built-in model SIMULATED on the --gpu
 profile. --max-layers and --memory cap what the node offers.
 
+Settings come from flags, then STRATA_* environment variables (STRATA_MAX_LAYERS
+for --max-layers), then --config FILE.yaml (max_layers: ...), then defaults.
+
+SIGTERM (or Ctrl-C) drains: the API refuses new requests, the node announces
+draining, the leader moves its layers away, entries move their sessions at a
+token boundary, and the node leaves. A second signal exits at once.
+
 Without a model it runs the networking only and logs its peer table.`,
 		Example: `  strata model gen --out /tmp/m.gguf --layers 8
-  strata node --data-dir /tmp/n1 --listen /ip4/127.0.0.1/tcp/4001 --model /tmp/m.gguf --max-layers 4
-  strata node --data-dir /tmp/n2 --listen /ip4/127.0.0.1/tcp/4002 --model /tmp/m.gguf --max-layers 4 \
+  strata node --data-dir /tmp/n1 --listen /ip4/127.0.0.1/tcp/4001 --model /tmp/m.gguf --max-layers 4 --api 127.0.0.1:8081
+  strata node --data-dir /tmp/n2 --listen /ip4/127.0.0.1/tcp/4002 --model /tmp/m.gguf --max-layers 4 --api 127.0.0.1:8082 \
       --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --prompt "Once upon a time"
   strata node --sim-model llama-3-70b:q8_0 --gpu a100-80g --memory 40GiB --log-json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(f.logLevel, nf.logJSON)
-			if err != nil {
-				return err
-			}
-			defer log.Sync() //nolint:errcheck
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			if nf.model == "" && nf.simModel == "" {
-				opts, err := f.options(log)
-				if err != nil {
-					return err
-				}
-				return runNode(ctx, cmd, log, f, opts)
-			}
-			opts, err := nf.options(f, log)
-			if err != nil {
-				return err
-			}
-			return runServingNode(ctx, cmd, log, f, nf, opts)
-		},
 	}
-	f.register(cmd)
-	nf.register(cmd)
+	load := config.Bind(cmd)
+	demo.register(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := load()
+		if err != nil {
+			return err
+		}
+		log, err := cfg.Logger()
+		if err != nil {
+			return err
+		}
+		defer log.Sync() //nolint:errcheck
+		// The first signal drains; the second (see runServingNode) exits.
+		sigs := make(chan os.Signal, 2)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+		if !cfg.ServesModel() {
+			opts, err := cfg.SwarmOptions(log)
+			if err != nil {
+				return err
+			}
+			ctx, stop := context.WithCancel(cmd.Context())
+			defer stop()
+			go func() { <-sigs; stop() }()
+			return runNode(ctx, cmd, log, cfg.LogPeers, opts)
+		}
+		opts, err := cfg.NodeOptions(log)
+		if err != nil {
+			return err
+		}
+		return runServingNode(cmd, log, cfg, demo, opts, sigs)
+	}
 	return cmd
 }
 
-// runServingNode runs a node that serves a model until ctx ends.
-func runServingNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, f swarmFlags, nf nodeFlags, opts []node.Option) error {
-	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+// runServingNode runs a node that serves a model (and its API) until a
+// signal: the first drains, a second exits at once.
+func runServingNode(cmd *cobra.Command, log *zap.Logger, cfg config.Config, demo demoFlags, opts []node.Option, sigs <-chan os.Signal) error {
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Minute)
 	n, err := node.New(sctx, opts...)
-	cancel()
+	scancel()
 	if err != nil {
 		return err
 	}
@@ -281,18 +126,36 @@ func runServingNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, f 
 		fmt.Fprintf(out, "model %s, %d layers, fingerprint %s\n", info.Name, info.Layers, info.Fingerprint)
 	}
 	printed := printAddrs(out, n.Host(), "")
+	var srv *api.Server
+	if cfg.APIEnabled() {
+		aopts, err := cfg.APIOptions(log)
+		if err != nil {
+			return err
+		}
+		if srv, err = api.New(n, aopts...); err != nil {
+			return err
+		}
+		defer srv.Close()
+		addr, err := srv.Start(cfg.API)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "API on http://%s/v1\n", addr)
+	}
 	var tick <-chan time.Time
-	if f.tableEvery > 0 {
-		t := time.NewTicker(f.tableEvery)
+	if cfg.LogPeers > 0 {
+		t := time.NewTicker(cfg.LogPeers)
 		defer t.Stop()
 		tick = t.C
 	}
-	prompted := nf.prompt == ""
+	prompted := demo.prompt == ""
 	ready := time.NewTicker(200 * time.Millisecond)
 	defer ready.Stop()
 	var epoch uint64
 	for {
 		select {
+		case <-sigs:
+			return drain(log, n, srv, sigs)
 		case <-ctx.Done():
 			log.Info("shutting down")
 			return nil
@@ -304,7 +167,7 @@ func runServingNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, f 
 			}
 			if !prompted && n.Ready() == nil {
 				prompted = true
-				go promptOnce(ctx, out, log, n, nf)
+				go promptOnce(ctx, out, log, n, demo)
 			}
 		case <-tick:
 			printed = printAddrs(out, n.Host(), printed)
@@ -316,10 +179,52 @@ func runServingNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, f 
 	}
 }
 
+// drainTimeout bounds a graceful drain; a second signal cuts it short.
+const drainTimeout = 2 * time.Minute
+
+// drain takes the node out of the swarm without failing a request: the
+// API refuses new ones, the node drains (the leader moves its layers,
+// entries move their sessions), the API's own streams finish, then the
+// API and the node close. A second signal ends it at once.
+func drain(log *zap.Logger, n *node.Node, srv *api.Server, sigs <-chan os.Signal) error {
+	log.Info("draining (signal again to exit at once)")
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs:
+			log.Warn("second signal: exiting now")
+			cancel()
+			if srv != nil {
+				srv.Close()
+			}
+		case <-ctx.Done():
+		}
+	}()
+	if srv != nil {
+		srv.Drain()
+	}
+	err := n.Drain(ctx)
+	if srv != nil {
+		if werr := srv.WaitIdle(ctx); err == nil {
+			err = werr
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		srv.Shutdown(sctx) //nolint:errcheck // the node closes next either way
+		scancel()
+	}
+	if err != nil {
+		log.Warn("drain cut short", zap.Error(err))
+		return nil
+	}
+	log.Info("drained; leaving")
+	return nil
+}
+
 // promptOnce drives one generation through the swarm and prints it.
-func promptOnce(ctx context.Context, out io.Writer, log *zap.Logger, n *node.Node, nf nodeFlags) {
-	s, err := n.Generate(ctx, node.Request{Prompt: nf.prompt, MaxTokens: nf.maxTokens,
-		Sampling: engine.SamplingParams{Temperature: nf.temperature, Seed: nf.seed}})
+func promptOnce(ctx context.Context, out io.Writer, log *zap.Logger, n *node.Node, d demoFlags) {
+	s, err := n.Generate(ctx, node.Request{Prompt: d.prompt, MaxTokens: d.maxTokens,
+		Sampling: engine.SamplingParams{Temperature: d.temperature, Seed: d.seed}})
 	if err != nil {
 		log.Error("generate", zap.Error(err))
 		return
@@ -341,7 +246,7 @@ func promptOnce(ctx context.Context, out io.Writer, log *zap.Logger, n *node.Nod
 		zap.Int("replays", res.Replays), zap.Strings("paths", res.Paths))
 }
 
-func runNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, f swarmFlags, opts []swarm.Option) error {
+func runNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, logPeers time.Duration, opts []swarm.Option) error {
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	h, err := swarm.New(sctx, opts...)
 	cancel()
@@ -359,8 +264,8 @@ func runNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, f swarmFl
 	events, stopWatch := h.Peers().Watch(256)
 	defer stopWatch()
 	var tick <-chan time.Time
-	if f.tableEvery > 0 {
-		t := time.NewTicker(f.tableEvery)
+	if logPeers > 0 {
+		t := time.NewTicker(logPeers)
 		defer t.Stop()
 		tick = t.C
 	}
