@@ -40,7 +40,7 @@ lint: $(TOOLS)/staticcheck
 BENCHTIME ?= 1s
 bench:
 	@mkdir -p $(BIN)
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... ./swarm/... ./engine/... | tee $(BIN)/bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... ./swarm/... ./engine/... ./consensus/... ./node/... | tee $(BIN)/bench.txt
 
 # Short fuzzing of every decoder and planner input; FUZZTIME per target.
 FUZZTIME ?= 20s
