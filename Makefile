@@ -6,7 +6,7 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test lint bench run plan fuzz clean
+.PHONY: all build test npm-deps lint bench run plan fuzz clean
 
 all: build
 
@@ -24,9 +24,18 @@ plan: build
 
 # The engine's independent reference (ggml through the ollama module, cgo)
 # lives in a nested module so that the main module does not depend on it.
-test:
+OPENAI_CLIENT := node/api/testdata/openai-client
+
+test: npm-deps
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
 	cd engine/internal/refcheck && $(GO) test -timeout $(TEST_TIMEOUT) ./...
+
+# The official openai npm client, pinned by its lock file, for the API's
+# compatibility test (which skips, saying why, where npm is missing).
+npm-deps: $(OPENAI_CLIENT)/node_modules/openai/package.json
+$(OPENAI_CLIENT)/node_modules/openai/package.json: $(OPENAI_CLIENT)/package-lock.json
+	@if command -v npm >/dev/null; then cd $(OPENAI_CLIENT) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; \
+	else echo "npm not found: the openai client test will skip"; fi
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)
