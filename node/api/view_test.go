@@ -160,11 +160,19 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s%v = %v (present %v), want ≥ %v", check.name, check.labels, v, ok, check.min)
 		}
 	}
-	// Exactly one leader among the nodes, by their own metrics.
+	// Exactly one leader among the nodes, by their own metrics; during a
+	// handover (another test may have moved the leader) two scrapes can
+	// disagree for a moment, so look again for a while.
 	leaders := 0.0
-	for _, u := range c.urls {
-		v, _ := value(scrape(t, u), "strata_is_leader")
-		leaders += v
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		leaders = 0
+		for _, u := range c.urls {
+			v, _ := value(scrape(t, u), "strata_is_leader")
+			leaders += v
+		}
+		if leaders == 1 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if leaders != 1 {
 		t.Fatalf("%v nodes say they lead", leaders)
