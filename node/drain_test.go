@@ -23,20 +23,7 @@ func TestDrainMovesSessionsWithoutFailure(t *testing.T) {
 		ids = append(ids, c.add().ID())
 	}
 	c.waitServing(30*time.Second, ids...)
-	m := c.all()[0].Committed()
-	var entries, middles []*Node
-	for _, n := range c.all() {
-		r, _ := m.Range(n.ID().String())
-		switch {
-		case r.Start == 0:
-			entries = append(entries, n)
-		case r.End < m.Layers:
-			middles = append(middles, n)
-		}
-	}
-	if len(entries) == 0 || len(middles) < 2 {
-		t.Fatalf("map %v has no entries or fewer than two middle nodes", m.Stages)
-	}
+	entries, middles := roles(t, c)
 	const maxTokens = 200
 	var runs []*genRun
 	for i := range 8 {
@@ -68,23 +55,8 @@ func TestDrainMovesSessionsWithoutFailure(t *testing.T) {
 		}
 		return true
 	})
-	use := map[peer.ID]int{}
-	for _, e := range entries {
-		e.entry.mu.Lock()
-		for _, a := range e.entry.gens {
-			for _, h := range a.hops {
-				use[h.Peer]++
-			}
-		}
-		e.entry.mu.Unlock()
-	}
-	victim := middles[0]
-	for _, n := range middles {
-		if use[n.ID()] > use[victim.ID()] {
-			victim = n
-		}
-	}
-	if use[victim.ID()] == 0 {
+	victim, use := busiest(entries, middles)
+	if use == 0 {
 		t.Fatal("no running session goes through a middle hop: the test would check nothing")
 	}
 	start := time.Now()
@@ -106,8 +78,8 @@ func TestDrainMovesSessionsWithoutFailure(t *testing.T) {
 			t.Fatalf("generation %d differs from the single-process run", i)
 		}
 	}
-	if replays < uint64(use[victim.ID()]) {
-		t.Fatalf("%d session moves, but %d sessions ran through the drained node", replays, use[victim.ID()])
+	if replays < uint64(use) {
+		t.Fatalf("%d session moves, but %d sessions ran through the drained node", replays, use)
 	}
 	if failures != 0 {
 		t.Fatalf("%d hop failures during a drain: sessions must move, not fail", failures)

@@ -76,21 +76,7 @@ func TestFailoverKillMiddleHop(t *testing.T) {
 		ids = append(ids, c.add().ID())
 	}
 	c.waitServing(30*time.Second, ids...)
-	m := c.all()[0].Committed()
-	t.Logf("committed map epoch %d: %v", m.Epoch, m.Stages)
-	var entries, middles []*Node
-	for _, n := range c.all() {
-		r, _ := m.Range(n.ID().String())
-		switch {
-		case r.Start == 0:
-			entries = append(entries, n)
-		case r.End < m.Layers:
-			middles = append(middles, n)
-		}
-	}
-	if len(entries) == 0 || len(middles) < 2 {
-		t.Fatalf("map %v has no entries or fewer than two middle nodes", m.Stages)
-	}
+	entries, middles := roles(t, c)
 
 	const maxTokens = 64
 	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark and stormy night"}
@@ -128,29 +114,14 @@ func TestFailoverKillMiddleHop(t *testing.T) {
 		return true
 	})
 	// The victim: the middle node the most running attempts go through.
-	use := map[peer.ID]int{}
-	for _, e := range entries {
-		e.entry.mu.Lock()
-		for _, a := range e.entry.gens {
-			for _, h := range a.hops {
-				use[h.Peer]++
-			}
-		}
-		e.entry.mu.Unlock()
-	}
-	victim := middles[0]
-	for _, n := range middles {
-		if use[n.ID()] > use[victim.ID()] {
-			victim = n
-		}
-	}
+	victim, use := busiest(entries, middles)
 	var before []int
 	for _, r := range runs {
 		before = append(before, int(r.count.Load()))
 	}
 	killedAt := time.Now()
 	victim.Kill()
-	t.Logf("killed middle hop %s (on %d running paths) at tokens %v", shortID(victim.ID()), use[victim.ID()], before)
+	t.Logf("killed middle hop %s (on %d running paths) at tokens %v", shortID(victim.ID()), use, before)
 	wg.Wait()
 
 	var replays int
@@ -179,8 +150,8 @@ func TestFailoverKillMiddleHop(t *testing.T) {
 	for _, e := range entries {
 		counted += e.Metrics().Replays
 	}
-	if replays == 0 || counted != uint64(replays) || replays < use[victim.ID()] {
-		t.Fatalf("%d replays in results, %d in the entries' counters, %d paths used the victim", replays, counted, use[victim.ID()])
+	if replays == 0 || counted != uint64(replays) || replays < use {
+		t.Fatalf("%d replays in results, %d in the entries' counters, %d paths used the victim", replays, counted, use)
 	}
 	var batched uint64
 	for _, n := range c.all() {
@@ -273,4 +244,48 @@ func TestHungHopTimeout(t *testing.T) {
 	}
 	t.Logf("hung hop %s: replayed after the %v step timeout; hang → finish %v, paths %v", shortID(hung.ID()), timeout,
 		time.Since(hungAt).Round(time.Millisecond), res.Paths)
+}
+
+// roles splits the cluster by its committed map: entries hold layer 0,
+// middles hold neither end. It fails the test unless there are entries
+// and at least two middles.
+func roles(t *testing.T, c *testCluster) (entries, middles []*Node) {
+	t.Helper()
+	m := c.all()[0].Committed()
+	t.Logf("committed map epoch %d: %v", m.Epoch, m.Stages)
+	for _, n := range c.all() {
+		r, _ := m.Range(n.ID().String())
+		switch {
+		case r.Start == 0:
+			entries = append(entries, n)
+		case r.End < m.Layers:
+			middles = append(middles, n)
+		}
+	}
+	if len(entries) == 0 || len(middles) < 2 {
+		t.Fatalf("map %v has no entries or fewer than two middle nodes", m.Stages)
+	}
+	return entries, middles
+}
+
+// busiest returns the candidate the most running attempts of the entries
+// go through, and how many do.
+func busiest(entries, candidates []*Node) (*Node, int) {
+	use := map[peer.ID]int{}
+	for _, e := range entries {
+		e.entry.mu.Lock()
+		for _, a := range e.entry.gens {
+			for _, h := range a.hops {
+				use[h.Peer]++
+			}
+		}
+		e.entry.mu.Unlock()
+	}
+	best := candidates[0]
+	for _, n := range candidates {
+		if use[n.ID()] > use[best.ID()] {
+			best = n
+		}
+	}
+	return best, use[best.ID()]
 }
