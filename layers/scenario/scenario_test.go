@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"math"
 	"os"
@@ -92,7 +93,7 @@ func TestPlannerAgainstBaselines(t *testing.T) {
 			if r.Flow > rep.UB2*(1+1e-9) {
 				t.Errorf("%s: %s flow %v above UB2 %v", rep.Scenario, r.Policy, r.Flow, rep.UB2)
 			}
-			line = append(line, r.Policy+"="+strings.TrimSpace(strings.TrimRight(strings.TrimRight(ftoa(r.Flow), "0"), ".")))
+			line = append(line, fmt.Sprintf("%s=%.0f", r.Policy, r.Flow))
 			if r.Policy == Ours || r.Status != "ok" {
 				continue
 			}
@@ -112,7 +113,7 @@ func TestPlannerAgainstBaselines(t *testing.T) {
 				want, bound, name = 0.95*rep.UB, rep.UB, "UB"
 			}
 			if ours.Flow < want {
-				boundMisses = append(boundMisses, rep.Scenario+": "+ftoa(ours.Flow/bound)+"·"+name)
+				boundMisses = append(boundMisses, fmt.Sprintf("%s: %.3f·%s", rep.Scenario, ours.Flow/bound, name))
 			}
 		}
 		t.Logf("%s  UB=%.0f UB2=%.0f UB/maxtps=%.2f flow/UB=%.3f", strings.Join(line, " "), rep.UB, rep.UB2, rep.UB/rep.MaxTPS, ours.FlowUB)
@@ -127,5 +128,3 @@ func TestPlannerAgainstBaselines(t *testing.T) {
 	}
 	t.Logf("scenarios short of the bound goal (%d): %s", len(boundMisses), strings.Join(boundMisses, "; "))
 }
-
-func ftoa(v float64) string { return strings.TrimRight(strings.TrimRight(strconvF(v), "0"), ".") }
