@@ -103,34 +103,12 @@ func (s *SimStage) Close() error {
 }
 
 type simSession struct {
-	st     *SimStage
-	n, cap int
-	closed bool
+	positions
 }
 
-func (k *simSession) Len() int {
-	k.st.mu.Lock()
-	defer k.st.mu.Unlock()
-	return k.n
-}
-
-func (k *simSession) Cap() int { return k.cap }
-
-func (k *simSession) Truncate(n int) error {
-	k.st.mu.Lock()
-	defer k.st.mu.Unlock()
-	if k.closed {
-		return fmt.Errorf("%w: closed", ErrSession)
-	}
-	if n < 0 || n > k.n {
-		return fmt.Errorf("%w: truncate to %d of %d positions", ErrPosition, n, k.n)
-	}
-	k.n = n
-	return nil
-}
 func (k *simSession) Close() error {
-	k.st.mu.Lock()
-	defer k.st.mu.Unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.closed = true
 	return nil
 }
@@ -145,7 +123,7 @@ func (s *SimStage) NewSession(maxTokens int) (Session, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	return &simSession{st: s, cap: maxTokens}, nil
+	return &simSession{positions{mu: &s.mu, cap: maxTokens}}, nil
 }
 
 // Forward runs one step; see Stage.
@@ -192,7 +170,7 @@ func (s *SimStage) ForwardBatch(ctx context.Context, steps []Step) ([]Output, er
 	ctxLen := 0
 	for i, st := range steps {
 		ks, ok := st.Session.(*simSession)
-		if !ok || ks.st != s || ks.closed || seen[ks] {
+		if !ok || ks.mu != &s.mu || ks.closed || seen[ks] {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("%w: step %d: closed, foreign or repeated session", ErrSession, i)
 		}

@@ -288,10 +288,39 @@ func (s *Local) Close() error {
 // kvSession holds one sequence's K and V for the stage's layers:
 // k[layer][pos*kvDim + head*headDim + i].
 type kvSession struct {
-	st     *Local
+	positions
+	st   *Local
+	k, v [][]float32
+}
+
+// positions is the bookkeeping every backend's session shares: how many
+// positions it holds, of how many, and whether it is closed, guarded by
+// the stage's lock (so Len may wait for a running step).
+type positions struct {
+	mu     *sync.Mutex
 	n, cap int
-	k, v   [][]float32
 	closed bool
+}
+
+func (p *positions) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+func (p *positions) Cap() int { return p.cap }
+
+func (p *positions) Truncate(n int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("%w: closed", ErrSession)
+	}
+	if n < 0 || n > p.n {
+		return fmt.Errorf("%w: truncate to %d of %d positions", ErrPosition, n, p.n)
+	}
+	p.n = n
+	return nil
 }
 
 // NewSession reserves a KV cache of maxTokens positions
@@ -306,34 +335,12 @@ func (s *Local) NewSession(maxTokens int) (Session, error) {
 		return nil, ErrClosed
 	}
 	kv := s.hp.KVDim()
-	ss := &kvSession{st: s, cap: maxTokens}
+	ss := &kvSession{st: s, positions: positions{mu: &s.mu, cap: maxTokens}}
 	for range s.layers {
 		ss.k = append(ss.k, make([]float32, maxTokens*kv))
 		ss.v = append(ss.v, make([]float32, maxTokens*kv))
 	}
 	return ss, nil
-}
-
-// Len takes the stage's lock, so it may wait for a running step.
-func (k *kvSession) Len() int {
-	k.st.mu.Lock()
-	defer k.st.mu.Unlock()
-	return k.n
-}
-
-func (k *kvSession) Cap() int { return k.cap }
-
-func (k *kvSession) Truncate(n int) error {
-	k.st.mu.Lock()
-	defer k.st.mu.Unlock()
-	if k.closed {
-		return fmt.Errorf("%w: closed", ErrSession)
-	}
-	if n < 0 || n > k.n {
-		return fmt.Errorf("%w: truncate to %d of %d positions", ErrPosition, n, k.n)
-	}
-	k.n = n
-	return nil
 }
 
 func (k *kvSession) Close() error {
