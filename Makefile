@@ -6,7 +6,7 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test npm-deps lint bench run plan fuzz clean
+.PHONY: all build test npm-deps lint bench run testnet plan fuzz clean
 
 all: build
 
@@ -17,6 +17,12 @@ build:
 # answering a real request and checking it against a single-process run.
 run: build
 	BIN=$(BIN)/strata bash testnet/demo.sh
+
+# A local testnet of N nodes that keeps running (SIM=llama-3-70b for a
+# simulated model); testnet/down.sh stops it.
+N ?= 3
+testnet: build
+	BIN=$(BIN)/strata bash testnet/up.sh $(N)
 
 # The placement planner against the baselines on a bundled scenario.
 plan: build
@@ -54,9 +60,12 @@ bench:
 # Short fuzzing of every decoder and planner input; FUZZTIME per target.
 FUZZTIME ?= 20s
 fuzz:
-	@for spec in $$($(GO) test -list 'Fuzz.*' ./... 2>/dev/null | awk '/^ok/{pkg=$$2} /^Fuzz/{print pkg":"$$1}'); do \
-		pkg=$${spec%%:*}; fn=$${spec##*:}; echo "== $$pkg $$fn"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+	@for pkg in $$($(GO) list ./...); do \
+		for fn in $$($(GO) test -list 'Fuzz.*' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+			echo "== $$pkg $$fn"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# A local testnet: N `strata node` processes on loopback that keep running
+# after this script returns. Stop them with testnet/down.sh.
+#
+#   testnet/up.sh N                      # a generated model, the real engine
+#   SIM=llama-3-70b testnet/up.sh N      # a SIMULATED 70B model on a GPU mix
+#
+# Real engine: a random-weight model from `strata model gen` (LAYERS layers,
+# dimension DIM); each node offers at most MAX_LAYERS of them, so every path
+# has several hops. Simulated: each node declares a device from GPUS (taken
+# in turn); no single one holds the model, so paths have several hops too.
+#
+# Environment: BIN (bin/strata), RUN (run directory; default a new one under
+# ${TMPDIR:-/tmp}), PORT (first libp2p port, 4501), API_PORT (first API
+# port, PORT+500), LAYERS (8), DIM (128), MAX_LAYERS, SIM, GPUS, TIMEOUT
+# (seconds to wait for the swarm to serve, 120). Everything binds to
+# 127.0.0.1; logs, data dirs and the pids file live under the run directory.
+set -euo pipefail
+
+usage() { echo "usage: [SIM=MODEL] $0 N   (N nodes, 1..64)" >&2; exit 2; }
+[ $# -eq 1 ] || usage
+N=$1
+[[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 1 ] && [ "$N" -le 64 ] || usage
+
+BIN=${BIN:-bin/strata}
+PORT=${PORT:-4501}
+API_PORT=${API_PORT:-$((PORT + 500))}
+LAYERS=${LAYERS:-8}
+DIM=${DIM:-128}
+SIM=${SIM:-}
+GPUS=${GPUS:-a100-80g h100 rtx4090 rtx3090 l40s rtx5090 a100-40g rtx4090}
+TIMEOUT=${TIMEOUT:-120}
+[ -x "$BIN" ] || { echo "$BIN not found: run 'make build' first" >&2; exit 1; }
+command -v curl >/dev/null || { echo "curl is needed" >&2; exit 1; }
+
+# Paths of about max(2, N/2) hops with the real engine (each layer held
+# about twice over); a simulated node is limited by its device's memory.
+if [ -z "${MAX_LAYERS:-}" ]; then
+	if [ -n "$SIM" ]; then
+		MAX_LAYERS=0
+	elif [ "$N" -eq 1 ]; then
+		MAX_LAYERS=$LAYERS
+	else
+		hops=$((N / 2 > 2 ? N / 2 : 2))
+		MAX_LAYERS=$(((LAYERS + hops - 1) / hops))
+	fi
+fi
+
+# Refuse ports something already listens on (a connect to 127.0.0.1 only).
+in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for i in $(seq 0 $((N - 1))); do
+	for p in $((PORT + i)) $((API_PORT + i)); do
+		if in_use "$p"; then
+			echo "port $p on 127.0.0.1 is in use (another testnet? see testnet/down.sh); set PORT/API_PORT" >&2
+			exit 1
+		fi
+	done
+done
+
+RUN=${RUN:-$(mktemp -d "${TMPDIR:-/tmp}/strata-testnet.XXXXXX")}
+mkdir -p "$RUN"
+RUN=$(cd "$RUN" && pwd)
+PIDS=$RUN/pids
+[ ! -s "$PIDS" ] || { echo "$PIDS exists: that run directory is in use; stop it with testnet/down.sh $RUN" >&2; exit 1; }
+: >"$PIDS"
+
+pids=()
+ok=
+cleanup() {
+	[ -z "$ok" ] || return 0
+	if [ ${#pids[@]} -gt 0 ]; then
+		echo "stopping the ${#pids[@]} node(s) this script started: ${pids[*]}" >&2
+		# A second SIGTERM ends a node's drain at once.
+		for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+		sleep 0.3
+		for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+		wait 2>/dev/null || true
+		: >"$PIDS"
+	fi
+	echo "testnet failed; logs in $RUN" >&2
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "run directory: $RUN"
+if [ -n "$SIM" ]; then
+	echo "model: $SIM, SIMULATED (no weights, no real compute; timings from the device profiles)"
+	model_args=(--sim-model "$SIM")
+else
+	echo "model: generated, $LAYERS layers, dim $DIM, real engine; at most $MAX_LAYERS layers per node"
+	"$BIN" model gen --out "$RUN/model.gguf" --layers "$LAYERS" --dim "$DIM" --heads 4 --kv-heads 2 \
+		--ffn $((DIM * 5 / 2)) --seed 7 >"$RUN/model-gen.log" 2>&1 ||
+		{ cat "$RUN/model-gen.log" >&2; exit 1; }
+	model_args=(--model "$RUN/model.gguf" --threads 1)
+fi
+read -r -a gpus <<<"$GPUS"
+
+start() { # index [extra args...]
+	local i=$1 name="n$(($1 + 1))"
+	shift
+	local args=("${model_args[@]}")
+	[ -z "$SIM" ] || args+=(--gpu "${gpus[$((i % ${#gpus[@]}))]}")
+	# stdin from /dev/null: the node outlives this script.
+	"$BIN" node --data-dir "$RUN/$name" --listen "/ip4/127.0.0.1/tcp/$((PORT + i))" \
+		--api "127.0.0.1:$((API_PORT + i))" --max-layers "$MAX_LAYERS" --log-peers 0 "${args[@]}" "$@" \
+		</dev/null >"$RUN/$name.out" 2>"$RUN/$name.log" &
+	pids+=($!)
+	echo "$! $name" >>"$PIDS"
+}
+
+alive() { # fails, naming the node and its log, if one of ours has exited
+	local i
+	for i in "${!pids[@]}"; do
+		kill -0 "${pids[$i]}" 2>/dev/null && continue
+		echo "node n$((i + 1)) exited; the end of $RUN/n$((i + 1)).log:" >&2
+		tail -n 20 "$RUN/n$((i + 1)).log" >&2
+		return 1
+	done
+}
+
+start 0
+boot=
+for _ in $(seq 200); do
+	boot=$(grep -ho "/ip4/127.0.0.1/tcp/$PORT/p2p/[A-Za-z0-9]*" "$RUN/n1.out" "$RUN/n1.log" 2>/dev/null | head -1 || true)
+	[ -n "$boot" ] && break
+	alive
+	sleep 0.1
+done
+[ -n "$boot" ] || { echo "node n1 printed no address within 20 s; see $RUN/n1.log" >&2; exit 1; }
+echo "founder n1: $boot"
+for i in $(seq 1 $((N - 1))); do start "$i" --bootstrap "$boot"; done
+
+# Ready once every node's API says the committed map covers every layer.
+echo "waiting (up to $TIMEOUT s) for the swarm to serve ..."
+deadline=$((SECONDS + TIMEOUT))
+for i in $(seq 0 $((N - 1))); do
+	until curl -sf "http://127.0.0.1:$((API_PORT + i))/healthz?ready=1" >/dev/null 2>&1; do
+		alive
+		[ "$SECONDS" -lt "$deadline" ] || { echo "node n$((i + 1)) not ready within $TIMEOUT s" >&2; exit 1; }
+		sleep 0.2
+	done
+done
+url="http://127.0.0.1:$API_PORT"
+echo "$url" >"$RUN/api"
+ok=1
+# down.sh with no argument stops the latest run.
+echo "$RUN" >"${TMPDIR:-/tmp}/strata-testnet.last"
+
+echo
+echo "the swarm serves ($N nodes). APIs (any one serves the whole swarm):"
+for i in $(seq 0 $((N - 1))); do
+	echo "  n$((i + 1))  http://127.0.0.1:$((API_PORT + i))   pid ${pids[$i]}   log $RUN/n$((i + 1)).log"
+done
+echo
+echo "swarm map (from $url/v1/swarm):"
+swarm=$(curl -sf "$url/v1/swarm" || true)
+if command -v python3 >/dev/null; then
+	python3 -c 'import json,sys
+s=json.load(sys.stdin); m=s.get("committed") or {}
+print("  epoch", m.get("epoch"), " leader", str(s.get("leader"))[-8:])
+for st in m.get("stages", []): print("   ", st["node"][-8:], "layers [%d,%d)" % (st["start"], st["end"]))' <<<"$swarm" || echo "$swarm"
+elif command -v jq >/dev/null; then
+	jq -r '"  epoch \(.committed.epoch)  leader \(.leader[-8:])", (.committed.stages[]? | "    \(.node[-8:]) layers [\(.start),\(.end))")' <<<"$swarm" || echo "$swarm"
+else
+	echo "$swarm"
+fi
+echo
+echo "chat:   $BIN chat --api $url"
+echo "stop:   bash testnet/down.sh $RUN"
