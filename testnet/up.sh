@@ -154,13 +154,26 @@ done
 echo
 echo "swarm map (from $url/v1/swarm):"
 swarm=$(curl -sf "$url/v1/swarm" || true)
+# Each node's peer ID, to name the map's stages n1..nN.
+ids=
+for i in $(seq 0 $((N - 1))); do
+	id=$(curl -sf "http://127.0.0.1:$((API_PORT + i))/v1/swarm" | grep -o '"node": *"[^"]*"' | head -1 | cut -d'"' -f4 || true)
+	ids+="$id=n$((i + 1)) "
+done
 if command -v python3 >/dev/null; then
-	python3 -c 'import json,sys
-s=json.load(sys.stdin); m=s.get("committed") or {}
-print("  epoch", m.get("epoch"), " leader", str(s.get("leader"))[-8:])
-for st in m.get("stages", []): print("   ", st["node"][-8:], "layers [%d,%d)" % (st["start"], st["end"]))' <<<"$swarm" || echo "$swarm"
+	IDS=$ids python3 -c 'import json,os,sys
+s=json.load(sys.stdin); m=s.get("committed") or {}; md=s.get("model") or {}
+names=dict(kv.split("=", 1) for kv in os.environ["IDS"].split())
+name=lambda i: names.get(i, str(i)[-8:])
+hw={x["id"]: (x.get("capabilities") or {}).get("Hardware", {}).get("name", "") for x in s.get("members", [])}
+print("  model", md.get("id"), "(SIMULATED)" if md.get("simulated") else "", " epoch", m.get("epoch"), " leader", name(s.get("leader")))
+for st in sorted(m.get("stages", []), key=lambda st: (st["start"], st["end"])):
+    print("    %-4s layers [%d,%d)  %s" % (name(st["node"]), st["start"], st["end"], hw.get(st["node"], "")))' <<<"$swarm" || echo "$swarm"
 elif command -v jq >/dev/null; then
-	jq -r '"  epoch \(.committed.epoch)  leader \(.leader[-8:])", (.committed.stages[]? | "    \(.node[-8:]) layers [\(.start),\(.end))")' <<<"$swarm" || echo "$swarm"
+	jq -r --arg ids "$ids" '($ids | split(" ") | map(select(. != "") | split("=") | {(.[0]): .[1]}) | add // {}) as $n
+		| (reduce (.members // [])[] as $x ({}; .[$x.id] = ($x.capabilities.Hardware.name // ""))) as $hw
+		| "  model \(.model.id) \(if .model.simulated then "(SIMULATED)" else "" end)  epoch \(.committed.epoch)  leader \($n[.leader] // .leader[-8:])",
+		  (.committed.stages // [] | sort_by(.start, .end)[] | "    \($n[.node] // .node[-8:])  layers [\(.start),\(.end))  \($hw[.node])")' <<<"$swarm" || echo "$swarm"
 else
 	echo "$swarm"
 fi
