@@ -20,7 +20,7 @@ set -euo pipefail
 usage() { echo "usage: [SIM=MODEL] $0 N   (N nodes, 1..64)" >&2; exit 2; }
 [ $# -eq 1 ] || usage
 N=$1
-[[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 1 ] && [ "$N" -le 64 ] || usage
+if ! [[ $N =~ ^[0-9]+$ ]] || [ "$N" -lt 1 ] || [ "$N" -gt 64 ]; then usage; fi
 
 BIN=${BIN:-bin/strata}
 PORT=${PORT:-4501}
