@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,16 +36,7 @@ func TestDrainMovesSessionsWithoutFailure(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, r := range runs {
-		s, err := r.entry.Generate(ctx, Request{Prompt: r.prompt, MaxTokens: maxTokens, Sampling: r.sp})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.stream = s
-		wg.Add(1)
-		go func() { defer wg.Done(); r.recv() }()
-	}
+	wg := startRuns(ctx, t, runs, maxTokens)
 	waitFor(t, 30*time.Second, "a quarter of every generation", func() bool {
 		for _, r := range runs {
 			if int(r.count.Load()) < maxTokens/4 {

@@ -93,16 +93,7 @@ func TestFailoverKillMiddleHop(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, r := range runs {
-		s, err := r.entry.Generate(ctx, Request{Prompt: r.prompt, MaxTokens: maxTokens, Sampling: r.sp})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.stream = s
-		wg.Add(1)
-		go func() { defer wg.Done(); r.recv() }()
-	}
+	wg := startRuns(ctx, t, runs, maxTokens)
 
 	// Half-way: every generation has a quarter of its tokens, none is done.
 	waitFor(t, 30*time.Second, "a quarter of every generation", func() bool {
@@ -288,4 +279,21 @@ func busiest(entries, candidates []*Node) (*Node, int) {
 		}
 	}
 	return best, use[best.ID()]
+}
+
+// startRuns starts every run's generation on its entry and receives its
+// tokens in the background; the WaitGroup is done when all have ended.
+func startRuns(ctx context.Context, t *testing.T, runs []*genRun, maxTokens int) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		s, err := r.entry.Generate(ctx, Request{Prompt: r.prompt, MaxTokens: maxTokens, Sampling: r.sp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.stream = s
+		wg.Add(1)
+		go func() { defer wg.Done(); r.recv() }()
+	}
+	return &wg
 }
