@@ -17,9 +17,10 @@ import (
 	"github.com/stratanet/strata/engine"
 )
 
-// The Go client of the API, as `strata chat` uses it: only what a
-// terminal chat needs (the models, and streamed chat completions). Any
-// OpenAI client works against the server as well.
+// The Go client of the API, as `strata chat` and `strata status` use it:
+// only what they need (the models, chat completions streamed or whole,
+// the swarm view and readiness). Any OpenAI client works against the
+// server as well.
 
 // APIError is an error response of the server, or an error event that
 // ended a stream.
@@ -286,4 +287,94 @@ func (c *Client) ChatStream(ctx context.Context, r ChatRequest, onText func(stri
 		return res, ctx.Err()
 	}
 	return res, errors.New("api client: the stream ended without [DONE]")
+}
+
+// ChatReply is a whole (not streamed) chat completion, with how it went
+// through the swarm.
+type ChatReply struct {
+	ChatResult
+	Paths   []string      // the pipeline paths used, in order (more than one after a replay)
+	Replays int           // how often the generation moved to another path
+	TTFT    time.Duration // the entry node's time to first token
+}
+
+// Chat runs one chat completion and returns it whole.
+func (c *Client) Chat(ctx context.Context, r ChatRequest) (ChatReply, error) {
+	body := map[string]any{"model": r.Model, "messages": r.Messages}
+	if r.MaxTokens > 0 {
+		body["max_tokens"] = r.MaxTokens
+	}
+	if r.Temperature != nil {
+		body["temperature"] = *r.Temperature
+	}
+	if r.TopP != nil {
+		body["top_p"] = *r.TopP
+	}
+	if r.Seed != nil {
+		body["seed"] = *r.Seed
+	}
+	if len(r.Stop) > 0 {
+		body["stop"] = r.Stop
+	}
+	var out ChatReply
+	resp, err := c.do(ctx, http.MethodPost, "/v1/chat/completions", body)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	var cr struct {
+		Choices []struct {
+			Message      chatMsgJSON `json:"message"`
+			FinishReason *string     `json:"finish_reason"`
+		} `json:"choices"`
+		Usage  *usageJSON  `json:"usage"`
+		Strata *strataJSON `json:"strata"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&cr); err != nil {
+		return out, fmt.Errorf("api client: chat: %w", err)
+	}
+	if len(cr.Choices) == 0 {
+		return out, errors.New("api client: chat: a reply without choices")
+	}
+	out.Text = cr.Choices[0].Message.Content
+	if f := cr.Choices[0].FinishReason; f != nil {
+		out.FinishReason = *f
+	}
+	if u := cr.Usage; u != nil {
+		out.PromptTokens, out.CompletionTokens = u.PromptTokens, u.CompletionTokens
+	}
+	if s := cr.Strata; s != nil {
+		out.Paths, out.Replays = s.Paths, s.Replays
+		out.TTFT = time.Duration(s.TTFTMs * float64(time.Millisecond))
+	}
+	return out, nil
+}
+
+// Swarm decodes the node's view of the swarm (GET /v1/swarm) into v.
+func (c *Client) Swarm(ctx context.Context, v any) error {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/swarm", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("api client: swarm: %w", err)
+	}
+	return nil
+}
+
+// Ready reports whether the node serves and its committed map covers
+// every layer (GET /healthz?ready=1). A node that answers "not yet" is
+// not an error; one that cannot be reached is.
+func (c *Client) Ready(ctx context.Context) (bool, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/healthz?ready=1", nil)
+	if err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable {
+			return false, nil
+		}
+		return false, err
+	}
+	resp.Body.Close()
+	return true, nil
 }
