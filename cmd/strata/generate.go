@@ -21,6 +21,7 @@ func newGenerateCmd() *cobra.Command {
 		seed                  uint64
 		temperature, topP     float32
 		topK                  int
+		chat                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "generate",
@@ -51,6 +52,10 @@ completion on stdout; statistics go to stderr.`,
 			}
 			defer p.Close()
 			ids := tok.Encode(prompt, true, false)
+			if chat {
+				// As the API encodes a chat completion of one user message.
+				ids = tok.EncodeChat([]engine.Message{{Role: "user", Content: prompt}})
+			}
 			sess, err := p.NewSession(len(ids) + maxTokens)
 			if err != nil {
 				return err
@@ -84,6 +89,7 @@ completion on stdout; statistics go to stderr.`,
 	f := cmd.Flags()
 	f.StringVar(&model, "model", "", "GGUF model file")
 	f.StringVar(&prompt, "prompt", "", "prompt text")
+	f.BoolVar(&chat, "chat", false, "treat the prompt as one user message of a chat, in the model's chat format, as /v1/chat/completions does")
 	f.IntVar(&maxTokens, "max-tokens", 32, "tokens to generate")
 	f.Uint64Var(&seed, "seed", 0, "sampling seed")
 	f.Float32Var(&temperature, "temperature", 0, "sampling temperature (0: greedy)")

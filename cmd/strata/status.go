@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/api"
+)
+
+// swarmView is the part of GET /v1/swarm that `strata status` prints.
+type swarmView struct {
+	Node  string `json:"node"`
+	Model struct {
+		ID        string `json:"id"`
+		Simulated bool   `json:"simulated"`
+	} `json:"model"`
+	Leader    *string         `json:"leader"`
+	Committed layers.LayerMap `json:"committed"`
+	Pending   *struct {
+		Map    layers.LayerMap `json:"map"`
+		Reason string          `json:"reason"`
+	} `json:"pending"`
+	Members []struct {
+		ID           string `json:"id"`
+		Voter        bool   `json:"voter"`
+		State        string `json:"state"`
+		Liveness     string `json:"liveness"`
+		Relayed      bool   `json:"relayed"`
+		Capabilities *struct {
+			Hardware layers.Hardware
+		} `json:"capabilities"`
+		Load *struct {
+			QueueDepth     int `json:"queue_depth"`
+			ActiveSessions int `json:"active_sessions"`
+		} `json:"load"`
+	} `json:"members"`
+}
+
+func newStatusCmd() *cobra.Command {
+	var (
+		apiURL, keyFile string
+		wait            time.Duration
+		names           map[string]string
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "print a swarm's committed layer map and members, as one node's API sees them",
+		Long: `status asks one node's API for its view of the swarm (GET /v1/swarm) and
+prints the model, the epoch, the leader and one line per stage of the
+committed map: the node, its layers, its device, its state and its queue.
+With --wait it first waits until the node serves and its map covers every
+layer. --name ID=NAME shows a peer ID as NAME (testnet/up.sh uses n1..nN).`,
+		Example: `  strata status --api http://127.0.0.1:8080
+  strata status --api http://127.0.0.1:5001 --wait 60s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(apiURL, keyFile)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if wait > 0 {
+				if err := waitReady(ctx, c, wait); err != nil {
+					return err
+				}
+			}
+			var v swarmView
+			if err := c.Swarm(ctx, &v); err != nil {
+				return err
+			}
+			printStatus(cmd.OutOrStdout(), v, peerNamer(names))
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&apiURL, "api", "http://127.0.0.1:8080", "a node's API URL")
+	fl.StringVar(&keyFile, "api-key-file", "", "file holding the API key, if the node requires one")
+	fl.DurationVar(&wait, "wait", 0, "first wait up to this long for the swarm to serve every layer")
+	fl.StringToStringVar(&names, "name", nil, "show peer ID as a name (ID=NAME, repeatable)")
+	return cmd
+}
+
+// apiClient is the API client of the commands that talk to a node.
+func apiClient(apiURL, keyFile string) (*api.Client, error) {
+	var opts []api.ClientOption
+	if keyFile != "" {
+		key, err := api.ReadKeyFile(keyFile)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, api.WithClientKey(key))
+	}
+	return api.NewClient(apiURL, opts...)
+}
+
+// waitReady polls the node until it serves a map covering every layer.
+// Unreachable is retried too: the node may still be starting.
+func waitReady(ctx context.Context, c *api.Client, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var last error
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		ok, err := c.Ready(rctx)
+		rcancel()
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("the swarm did not serve within %v: %w", limit, last)
+			}
+			return fmt.Errorf("the swarm did not serve within %v: its map does not cover every layer yet", limit)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+var peerIDPattern = regexp.MustCompile(`12D3KooW[1-9A-HJ-NP-Za-km-z]{44}`)
+
+// peerNamer shows a peer ID by its given name, else by its last 6
+// characters (enough to tell a swarm's nodes apart on screen).
+func peerNamer(names map[string]string) func(string) string {
+	return func(id string) string {
+		if n, ok := names[id]; ok {
+			return n
+		}
+		if len(id) > 6 {
+			return "…" + id[len(id)-6:]
+		}
+		return id
+	}
+}
+
+// namePeers replaces every peer ID in s (a path, say) by its name.
+func namePeers(s string, name func(string) string) string {
+	return peerIDPattern.ReplaceAllStringFunc(s, name)
+}
+
+func printStatus(w io.Writer, v swarmView, name func(string) string) {
+	kind := "real engine"
+	if v.Model.Simulated {
+		kind = "SIMULATED"
+	}
+	leader := "none"
+	if v.Leader != nil {
+		leader = name(*v.Leader)
+	}
+	m := v.Committed
+	cover := "covers every layer"
+	if !m.Covers() {
+		cover = "DOES NOT cover every layer"
+	}
+	fmt.Fprintf(w, "model %s (%s), %d layers; epoch %d, leader %s; the map %s\n", v.Model.ID, kind, m.Layers, m.Epoch, leader, cover)
+	byID := map[string]int{}
+	for i, mem := range v.Members {
+		byID[mem.ID] = i
+	}
+	stages := slices.Clone(m.Stages)
+	slices.SortFunc(stages, func(a, b layers.Stage) int {
+		if a.Start != b.Start {
+			return a.Start - b.Start
+		}
+		return a.End - b.End
+	})
+	for _, st := range stages {
+		var extra []string
+		if i, ok := byID[st.Node]; ok {
+			mem := v.Members[i]
+			if mem.Capabilities != nil && mem.Capabilities.Hardware.Name != "" {
+				extra = append(extra, mem.Capabilities.Hardware.Name)
+			}
+			if mem.State != "" {
+				extra = append(extra, mem.State)
+			}
+			if mem.Liveness != "" && mem.Liveness != "alive" && mem.Liveness != "self" {
+				extra = append(extra, mem.Liveness)
+			}
+			if mem.Load != nil {
+				extra = append(extra, fmt.Sprintf("queue %d, %d sessions", mem.Load.QueueDepth, mem.Load.ActiveSessions))
+			}
+			if mem.Voter {
+				extra = append(extra, "voter")
+			}
+			if mem.Relayed {
+				extra = append(extra, "relayed")
+			}
+		}
+		if v.Leader != nil && st.Node == *v.Leader {
+			extra = append(extra, "leader")
+		}
+		fmt.Fprintf(w, "  %-8s layers [%d,%d)  %s\n", name(st.Node), st.Start, st.End, strings.Join(extra, ", "))
+	}
+	if p := v.Pending; p != nil {
+		fmt.Fprintf(w, "pending map (epoch %d, %s): nodes are warming up their new layers\n", p.Map.Epoch, p.Reason)
+	}
+}
