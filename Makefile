@@ -6,7 +6,7 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test npm-deps lint bench run testnet plan fuzz clean
+.PHONY: all build test npm-deps lint bench run stop testnet plan fuzz clean
 
 all: build
 
@@ -14,9 +14,13 @@ build:
 	$(GO) build -o $(BIN)/strata ./cmd/strata
 
 # The main job: a three-node swarm on loopback, on a generated model,
-# answering a real request and checking it against a single-process run.
+# answering a chat completion (checked against a single-process run) and
+# left running; `make stop` stops it.
 run: build
-	BIN=$(BIN)/strata bash testnet/demo.sh
+	BIN=$(BIN)/strata RUN=$(BIN)/run MODEL=$(BIN)/demo-model.gguf bash testnet/demo.sh
+
+stop:
+	bash testnet/down.sh $(BIN)/run
 
 # A local testnet of N nodes that keeps running (SIM=llama-3-70b for a
 # simulated model); testnet/down.sh stops it.

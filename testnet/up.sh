@@ -12,8 +12,10 @@
 #
 # Environment: BIN (bin/strata), RUN (run directory; default a new one under
 # ${TMPDIR:-/tmp}), PORT (first libp2p port, 4501), API_PORT (first API
-# port, PORT+500), LAYERS (8), DIM (128), MAX_LAYERS, SIM, GPUS, TIMEOUT
-# (seconds to wait for the swarm to serve, 120). Everything binds to
+# port, PORT+500), LAYERS (8), DIM (128), MODEL (an existing GGUF file to
+# serve instead of generating one; LAYERS must be its layer count),
+# MAX_LAYERS, SIM, GPUS, TIMEOUT (seconds to wait for the swarm to serve,
+# 120). It needs nothing but bash and the strata binary. Everything binds to
 # 127.0.0.1; logs, data dirs and the pids file live under the run directory.
 set -euo pipefail
 
@@ -31,7 +33,6 @@ SIM=${SIM:-}
 GPUS=${GPUS:-a100-80g h100 rtx4090 rtx3090 l40s rtx5090 a100-40g rtx4090}
 TIMEOUT=${TIMEOUT:-120}
 [ -x "$BIN" ] || { echo "$BIN not found: run 'make build' first" >&2; exit 1; }
-command -v curl >/dev/null || { echo "curl is needed" >&2; exit 1; }
 
 # Paths of about max(2, N/2) hops with the real engine (each layer held
 # about twice over); a simulated node is limited by its device's memory.
@@ -87,11 +88,18 @@ if [ -n "$SIM" ]; then
 	echo "model: $SIM, SIMULATED (no weights, no real compute; timings from the device profiles)"
 	model_args=(--sim-model "$SIM")
 else
-	echo "model: generated, $LAYERS layers, dim $DIM, real engine; at most $MAX_LAYERS layers per node"
-	"$BIN" model gen --out "$RUN/model.gguf" --layers "$LAYERS" --dim "$DIM" --heads 4 --kv-heads 2 \
-		--ffn $((DIM * 5 / 2)) --seed 7 >"$RUN/model-gen.log" 2>&1 ||
-		{ cat "$RUN/model-gen.log" >&2; exit 1; }
-	model_args=(--model "$RUN/model.gguf" --threads 1)
+	if [ -z "${MODEL:-}" ]; then
+		MODEL=$RUN/model.gguf
+		"$BIN" model gen --out "$MODEL" --layers "$LAYERS" --dim "$DIM" --heads 4 --kv-heads 2 \
+			--ffn $((DIM * 5 / 2)) --seed 7 >"$RUN/model-gen.log" 2>&1 ||
+			{ cat "$RUN/model-gen.log" >&2; exit 1; }
+		echo "model: generated, $LAYERS layers, dim $DIM, real engine; at most $MAX_LAYERS layers per node"
+	else
+		[ -f "$MODEL" ] || { echo "MODEL=$MODEL: no such file" >&2; exit 1; }
+		MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
+		echo "model: $MODEL ($LAYERS layers), real engine; at most $MAX_LAYERS layers per node"
+	fi
+	model_args=(--model "$MODEL" --threads 1)
 fi
 read -r -a gpus <<<"$GPUS"
 
@@ -134,14 +142,20 @@ for i in $(seq 1 $((N - 1))); do start "$i" --bootstrap "$boot"; done
 echo "waiting (up to $TIMEOUT s) for the swarm to serve ..."
 deadline=$((SECONDS + TIMEOUT))
 for i in $(seq 0 $((N - 1))); do
-	until curl -sf "http://127.0.0.1:$((API_PORT + i))/healthz?ready=1" >/dev/null 2>&1; do
+	until "$BIN" status --api "http://127.0.0.1:$((API_PORT + i))" --wait 1s >/dev/null 2>&1; do
 		alive
 		[ "$SECONDS" -lt "$deadline" ] || { echo "node n$((i + 1)) not ready within $TIMEOUT s" >&2; exit 1; }
-		sleep 0.2
 	done
 done
 url="http://127.0.0.1:$API_PORT"
 echo "$url" >"$RUN/api"
+# Each node's peer ID (from the address it printed), to show the map's
+# stages as n1..nN; RUN/names keeps them for `strata status --name`.
+: >"$RUN/names"
+for i in $(seq 0 $((N - 1))); do
+	id=$(grep -ho "/p2p/12D3KooW[A-Za-z0-9]*" "$RUN/n$((i + 1)).out" "$RUN/n$((i + 1)).log" 2>/dev/null | head -1 | cut -d/ -f3 || true)
+	[ -z "$id" ] || echo "$id=n$((i + 1))" >>"$RUN/names"
+done
 ok=1
 # down.sh with no argument stops the latest run.
 echo "$RUN" >"${TMPDIR:-/tmp}/strata-testnet.last"
@@ -152,31 +166,10 @@ for i in $(seq 0 $((N - 1))); do
 	echo "  n$((i + 1))  http://127.0.0.1:$((API_PORT + i))   pid ${pids[$i]}   log $RUN/n$((i + 1)).log"
 done
 echo
-echo "swarm map (from $url/v1/swarm):"
-swarm=$(curl -sf "$url/v1/swarm" || true)
-# Each node's peer ID, to name the map's stages n1..nN.
-ids=
-for i in $(seq 0 $((N - 1))); do
-	id=$(curl -sf "http://127.0.0.1:$((API_PORT + i))/v1/swarm" | grep -o '"node": *"[^"]*"' | head -1 | cut -d'"' -f4 || true)
-	ids+="$id=n$((i + 1)) "
-done
-if command -v python3 >/dev/null; then
-	IDS=$ids python3 -c 'import json,os,sys
-s=json.load(sys.stdin); m=s.get("committed") or {}; md=s.get("model") or {}
-names=dict(kv.split("=", 1) for kv in os.environ["IDS"].split())
-name=lambda i: names.get(i, str(i)[-8:])
-hw={x["id"]: (x.get("capabilities") or {}).get("Hardware", {}).get("name", "") for x in s.get("members", [])}
-print("  model", md.get("id"), "(SIMULATED)" if md.get("simulated") else "", " epoch", m.get("epoch"), " leader", name(s.get("leader")))
-for st in sorted(m.get("stages", []), key=lambda st: (st["start"], st["end"])):
-    print("    %-4s layers [%d,%d)  %s" % (name(st["node"]), st["start"], st["end"], hw.get(st["node"], "")))' <<<"$swarm" || echo "$swarm"
-elif command -v jq >/dev/null; then
-	jq -r --arg ids "$ids" '($ids | split(" ") | map(select(. != "") | split("=") | {(.[0]): .[1]}) | add // {}) as $n
-		| (reduce (.members // [])[] as $x ({}; .[$x.id] = ($x.capabilities.Hardware.name // ""))) as $hw
-		| "  model \(.model.id) \(if .model.simulated then "(SIMULATED)" else "" end)  epoch \(.committed.epoch)  leader \($n[.leader] // .leader[-8:])",
-		  (.committed.stages // [] | sort_by(.start, .end)[] | "    \($n[.node] // .node[-8:])  layers [\(.start),\(.end))  \($hw[.node])")' <<<"$swarm" || echo "$swarm"
-else
-	echo "$swarm"
-fi
+echo "swarm map (strata status --api $url):"
+names=()
+while read -r kv; do names+=(--name "$kv"); done <"$RUN/names"
+"$BIN" status --api "$url" "${names[@]}" | sed 's/^/  /' || true
 echo
 echo "chat:   $BIN chat --api $url"
 echo "stop:   bash testnet/down.sh $RUN"
