@@ -201,7 +201,8 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 		if v.Leader != nil && st.Node == *v.Leader {
 			extra = append(extra, "leader")
 		}
-		fmt.Fprintf(w, "  %-8s layers [%d,%d)  %s\n", name(st.Node), st.Start, st.End, strings.Join(extra, ", "))
+		line := fmt.Sprintf("  %-8s layers [%d,%d)  %s", name(st.Node), st.Start, st.End, strings.Join(extra, ", "))
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
 	if p := v.Pending; p != nil {
 		fmt.Fprintf(w, "pending map (epoch %d, %s): nodes are warming up their new layers\n", p.Map.Epoch, p.Reason)
