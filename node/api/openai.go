@@ -167,20 +167,56 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()
 	start := time.Now()
-	st, err := s.b.Generate(ctx, g.req)
-	if err != nil {
-		return fromError(s.why(err), param)
-	}
-	defer st.Close()
 	c := &call{s: s, endpoint: endpoint, g: g, id: newID("cmpl-"), created: time.Now().Unix(), model: s.b.Model(), start: start}
 	if g.chat {
 		c.id = newID("chatcmpl-")
 	}
+	st, err := s.b.Generate(ctx, g.req)
+	if err != nil {
+		e := fromError(s.why(err), param)
+		c.code = e.Code
+		c.record(node.Result{})
+		return e
+	}
+	// Deferred first so that it runs after Close: Result then returns at
+	// once, even for a generation whose client went away.
+	defer func() {
+		res, _ := st.Result()
+		c.record(res)
+	}()
+	defer st.Close()
 	if !g.stream {
-		return c.whole(w, st, param)
+		e := c.whole(w, st, param)
+		if e != nil {
+			c.code = e.Code
+		}
+		return e
 	}
 	c.stream(ctx, w, st, param)
 	return nil
+}
+
+// record adds the request to the dashboard's ring.
+func (c *call) record(res node.Result) {
+	now := time.Now()
+	q := requestJSON{ID: c.id, Time: c.start, Endpoint: c.endpoint, Stream: c.g.stream, Status: "ok",
+		Paths: [][]hopJSON{}, Replays: res.Replays, TTFTMs: ms(res.TTFT), DurationMs: ms(now.Sub(c.start)),
+		Prompt: res.Usage.PromptTokens, Tokens: res.Usage.CompletionTokens}
+	if c.code != "" {
+		q.Status = c.code
+	}
+	for _, p := range res.Paths {
+		q.Paths = append(q.Paths, parsePath(p))
+	}
+	// The decode rate: tokens after the first over the time after it.
+	first := c.start.Add(res.TTFT)
+	switch {
+	case q.Tokens > 1 && c.last.After(first):
+		q.TokensPerS = float64(q.Tokens-1) / c.last.Sub(first).Seconds()
+	case q.Tokens > 0 && c.last.After(c.start):
+		q.TokensPerS = float64(q.Tokens) / c.last.Sub(c.start).Seconds()
+	}
+	c.s.hub.addRequest(q)
 }
 
 // why tells a generation cancelled by the server's shutdown from one
@@ -202,6 +238,7 @@ type call struct {
 	model    node.ModelInfo
 	start    time.Time
 	last     time.Time // the latest token
+	code     string    // the error code it ended with; "" for none
 }
 
 // observe times a delta's tokens.
@@ -387,6 +424,7 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Strea
 	}
 	if out.err != nil {
 		c.s.log.Debug("stream write failed; the client went away", zap.Error(out.err), zap.NamedError("ctx", ctx.Err()))
+		c.code = "client_closed_request"
 		if r, ok := w.(*recorder); ok {
 			r.status = statusClientClosed
 		}
@@ -420,6 +458,7 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Strea
 // OpenAI's error JSON (what OpenAI's own clients raise as an APIError),
 // and no [DONE] after it.
 func (c *call) fail(out *sse, e *apiError) {
+	c.code = e.Code
 	c.s.m.streamErrors.WithLabelValues(e.Code).Inc()
 	if e.Status == statusClientClosed {
 		if r, ok := out.w.(*recorder); ok {

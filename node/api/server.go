@@ -169,11 +169,18 @@ type Server struct {
 	active   int
 	idle     chan struct{} // closed when active drops to 0
 	handlers sync.WaitGroup
+
+	// hub feeds the dashboard's event streams; quit closes when the
+	// server stops, so that those streams, which never end on their own,
+	// do not hold a graceful shutdown to its deadline.
+	hub      *hub
+	quit     chan struct{}
+	quitOnce sync.Once
 }
 
 // New builds the server of backend b. It starts no listener (see Start
-// and Serve) but a poller for the leader-change counter, which Close or
-// Shutdown stops.
+// and Serve) but a poller for the leader-change counter and the
+// dashboard's swarm watcher, which Close or Shutdown stop.
 func New(b Backend, opts ...Option) (*Server, error) {
 	if b == nil {
 		return nil, errors.New("api: no backend")
@@ -186,12 +193,15 @@ func New(b Backend, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{b: b, o: o, log: o.log, m: newMetrics(b), started: time.Now(), idle: make(chan struct{})}
+	s := &Server{b: b, o: o, log: o.log, m: newMetrics(b), started: time.Now(), idle: make(chan struct{}),
+		hub: newHub(), quit: make(chan struct{})}
 	close(s.idle)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.routes()
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); s.m.leader.run(s.ctx, b, o.leaderPoll) }()
+	s.bg.Add(1)
+	go func() { defer s.bg.Done(); s.watch(s.ctx) }()
 	return s, nil
 }
 
@@ -346,6 +356,7 @@ func (s *Server) markClosed() []*http.Server {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.quitOnce.Do(func() { close(s.quit) })
 	return append([]*http.Server(nil), s.srv...)
 }
 
@@ -378,12 +389,15 @@ func (s *Server) routes() http.Handler {
 	handle("/v1/completions", "completions", true, s.generate("completions", decodeCompletion), http.MethodPost)
 	handle("/v1/chat/completions", "chat_completions", true, s.generate("chat_completions", decodeChat), http.MethodPost)
 	handle("/v1/swarm", "swarm", true, s.handleSwarm, http.MethodGet)
+	handle("/v1/swarm/events", "swarm_events", true, s.handleEvents, http.MethodGet)
+	handle("/v1/swarm/activity", "swarm_activity", true, s.handleActivity, http.MethodGet)
+	// The dashboard's page and assets need no key: they hold no data, and
+	// the page asks for the key before it reads any.
+	handle("/{$}", "dashboard", false, s.handleIndex, http.MethodGet)
+	handle("/ui/{file...}", "dashboard", false, s.handleUI, http.MethodGet)
 	handle("/metrics", "metrics", true, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP, http.MethodGet)
 	handle("/healthz", "healthz", false, s.handleHealth, http.MethodGet)
-	handle("/", "other", true, func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalid, Code: "not_found",
-			Message: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path)})
-	})
+	handle("/", "other", true, notFound)
 	return mux
 }
 
@@ -440,7 +454,7 @@ func (s *Server) wrap(endpoint string, auth bool, methods []string, h http.Handl
 				Message: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
 			return
 		}
-		if auth && s.o.key != nil && !s.authorized(r) {
+		if auth && s.o.key != nil && !s.authorized(r) && (endpoint != "swarm_events" || !s.queryAuthorized(r)) {
 			writeError(rec, &apiError{Status: http.StatusUnauthorized, Type: typeInvalid, Code: "invalid_api_key",
 				Message: "missing or wrong API key: send Authorization: Bearer <key>", err: ErrUnauthorized})
 			return
