@@ -6,7 +6,7 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test npm-deps lint bench run stop testnet plan fuzz clean
+.PHONY: all build test npm-deps chromium lint bench run stop testnet plan fuzz clean
 
 all: build
 
@@ -36,9 +36,19 @@ plan: build
 # lives in a nested module so that the main module does not depend on it.
 OPENAI_CLIENT := node/api/testdata/openai-client
 
-test: npm-deps
+test: npm-deps chromium
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
 	cd engine/internal/refcheck && $(GO) test -timeout $(TEST_TIMEOUT) ./...
+
+# Debian's Chromium, for the dashboard's browser test (driven by chromedp;
+# the test skips, saying why, where no Chromium can be had).
+chromium:
+	@if command -v chromium >/dev/null || [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		{ apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 || \
+		  { apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null; }; } || \
+		echo "chromium: apt-get install failed: the dashboard browser test will skip"; \
+	else echo "chromium not found and not installable here (needs root and apt-get): the dashboard browser test will skip"; fi
 
 # The official openai npm client, pinned by its lock file, for the API's
 # compatibility test (which skips, saying why, where npm is missing).
