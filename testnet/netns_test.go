@@ -1,0 +1,349 @@
+//go:build linux
+
+package testnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// needNetAdmin skips t unless it may make namespaces.
+func needNetAdmin(t *testing.T) {
+	t.Helper()
+	if ok, why := hasNetAdmin(); !ok {
+		t.Skipf("namespace network tests need root with CAP_NET_ADMIN (%s); run: sudo go test ./testnet -run Netns", why)
+	}
+	for _, tool := range []string{"ip", "tc", "iptables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("namespace network tests need %s (apt-get install -y iproute2 iptables)", tool)
+		}
+	}
+}
+
+// nsListen listens on addr inside namespace ns.
+func nsListen(t *testing.T, ns, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	err := inNetns("/run/netns/"+ns, func() (err error) {
+		ln, err = net.Listen("tcp4", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listen %s in %s: %v", addr, ns, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// nsDial dials addr from namespace ns.
+func nsDial(ns, addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := inNetns("/run/netns/"+ns, func() (err error) {
+		c, err = net.DialTimeout("tcp4", addr, timeout)
+		return err
+	})
+	return c, err
+}
+
+// serve accepts connections until ln closes: it drains each and sends
+// the count of bytes read back, and reports each peer's address.
+func serve(ln net.Listener, peers chan<- string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		select {
+		case peers <- c.RemoteAddr().String():
+		default:
+		}
+		go func() {
+			defer c.Close()
+			n, _ := io.Copy(io.Discard, c)
+			fmt.Fprintf(c, "%d\n", n)
+		}()
+	}
+}
+
+// connectRTT is the median time of five TCP connects: one SYN / SYN-ACK
+// round trip each.
+func connectRTT(t *testing.T, ns, addr string) time.Duration {
+	t.Helper()
+	var rtts []time.Duration
+	for range 5 {
+		start := time.Now()
+		c, err := nsDial(ns, addr, 3*time.Second)
+		if err != nil {
+			t.Fatalf("dial %s from %s: %v", addr, ns, err)
+		}
+		rtts = append(rtts, time.Since(start))
+		c.Close()
+	}
+	slices.Sort(rtts)
+	return rtts[len(rtts)/2]
+}
+
+func TestNetnsLinks(t *testing.T) {
+	needNetAdmin(t)
+	tag := fmt.Sprintf("stt%d", os.Getpid()%1000)
+	spec := NetworkSpec{
+		Mode: ModeNamespaces,
+		Regions: []RegionSpec{
+			{Name: "eu", RTT: 20 * time.Millisecond},
+			{Name: "asia", RTT: 10 * time.Millisecond},
+		},
+		Links: []LinkSpec{{Between: [2]string{"eu", "asia"}, RTT: 80 * time.Millisecond}},
+	}
+	nw, err := newNamespaces(spec, WithNamespaceTag(tag), WithNamespaceLog(t.Logf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			nw.Close()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := nw.Setup(ctx, []Placement{
+		{Name: "n1", Region: "eu"},
+		{Name: "n2", Region: "eu", Rate: "20mbit"},
+		{Name: "n3", Region: "asia", NAT: true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("setup of 3 nodes (one behind NAT) took %v", time.Since(start).Round(time.Millisecond))
+	ns := func(i int) string { return nw.Namespace(i) }
+	at := func(i, port int) string { return fmt.Sprintf("%s:%d", nw.Addr(i), port) }
+
+	peers := make(chan string, 16)
+	go serve(nsListen(t, ns(0), at(0, 7000)), peers)
+	go serve(nsListen(t, ns(1), at(1, 7000)), nil)
+	// The NAT node listens on its own (private) address.
+	go serve(nsListen(t, ns(2), "192.168.100.2:7000"), nil)
+
+	// Round trips, configured against measured.
+	for _, c := range []struct {
+		from, to int
+		want     time.Duration
+	}{{1, 0, 20 * time.Millisecond}, {2, 0, 80 * time.Millisecond}, {2, 1, 80 * time.Millisecond}} {
+		got := connectRTT(t, ns(c.from), at(c.to, 7000))
+		tol := c.want*3/10 + 3*time.Millisecond
+		t.Logf("RTT n%d->n%d: configured %v, measured %v", c.from+1, c.to+1, c.want, got.Round(100*time.Microsecond))
+		if got < c.want-tol || got > c.want+tol {
+			t.Errorf("RTT n%d->n%d %v, want %v ± %v", c.from+1, c.to+1, got, c.want, tol)
+		}
+	}
+	q, dropped, acc := nw.DelayStats()
+	t.Logf("delayer: %d packets queued, %d dropped, %d released", q, dropped, acc)
+	if q == 0 {
+		t.Error("the delayer saw no packets")
+	}
+
+	// The NAT node's connections arrive from its gateway's address.
+	drain := func() {
+		for {
+			select {
+			case <-peers:
+			default:
+				return
+			}
+		}
+	}
+	drain()
+	c, err := nsDial(ns(2), at(0, 7000), 3*time.Second)
+	if err != nil {
+		t.Fatalf("NAT node cannot dial out: %v", err)
+	}
+	c.Close()
+	if p := <-peers; !strings.HasPrefix(p, nw.Addr(2).String()+":") {
+		t.Errorf("NAT node's connection came from %s, want its gateway %s", p, nw.Addr(2))
+	}
+	// ... and nobody dials in: not at the gateway's address, not at the
+	// private one.
+	for _, addr := range []string{at(2, 7000), "192.168.100.2:7000"} {
+		if c, err := nsDial(ns(0), addr, 700*time.Millisecond); err == nil {
+			c.Close()
+			t.Errorf("n1 dialled the NAT node at %s", addr)
+		}
+	}
+
+	// Access rate: n2 uploads at 20 Mbit/s.
+	rate := upload(t, ns(1), at(0, 7000), time.Second)
+	t.Logf("rate n2->n1: configured 20 Mbit/s, measured %.1f Mbit/s", rate/1e6)
+	if rate < 10e6 || rate > 24e6 {
+		t.Errorf("n2's upload %.1f Mbit/s, want about 20", rate/1e6)
+	}
+
+	// The runner reaches every API from the root namespace, the NAT
+	// node's through its gateway.
+	for _, i := range []int{0, 2} {
+		ln := nsListen(t, ns(i), nw.APIBind(i, 7001))
+		go serve(ln, nil)
+		host := strings.TrimPrefix(nw.APIURL(i, 7001), "http://")
+		c, err := net.DialTimeout("tcp4", host, 3*time.Second)
+		if err != nil {
+			t.Errorf("API of n%d at %s unreachable from the root namespace: %v", i+1, host, err)
+			continue
+		}
+		c.Close()
+	}
+
+	// Command runs inside the node's namespace.
+	out, err := nw.Command(ctx, 0, "ip", "-4", "-o", "addr", "show", "dev", "eth0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), nw.Addr(0).String()+"/") {
+		t.Errorf("Command in n1: %v: %s", err, out)
+	}
+
+	// Partition n1 from {n2, n3}, then heal.
+	if err := nw.Partition([][]int{{0}, {1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := nsDial(ns(1), at(0, 7000), 500*time.Millisecond); err == nil {
+		c.Close()
+		t.Error("n2 reached n1 across the partition")
+	}
+	if c, err := nsDial(ns(2), at(1, 7000), 3*time.Second); err != nil {
+		t.Errorf("n3 cannot reach n2 on its side of the partition: %v", err)
+	} else {
+		c.Close()
+	}
+	if err := nw.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := nsDial(ns(1), at(0, 7000), 3*time.Second); err != nil {
+		t.Errorf("n2 cannot reach n1 after Heal: %v", err)
+	} else {
+		c.Close()
+	}
+
+	// Close leaves nothing behind, and a second Close is a no-op.
+	closed = true
+	if err := errors.Join(nw.Close(), nw.Close()); err != nil {
+		t.Fatal(err)
+	}
+	assertNoLeftovers(t, tag)
+}
+
+// upload sends from ns to addr for d and returns the rate the receiver
+// counted, in bits per second.
+func upload(t *testing.T, ns, addr string, d time.Duration) float64 {
+	t.Helper()
+	c, err := nsDial(ns, addr, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 64<<10)
+	start := time.Now()
+	c.SetWriteDeadline(start.Add(d))
+	for {
+		if _, err := c.Write(buf); err != nil {
+			break
+		}
+	}
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var n int64
+	if _, err := fmt.Fscan(c, &n); err != nil {
+		t.Fatalf("reading the receiver's count: %v", err)
+	}
+	return float64(n*8) / time.Since(start).Seconds()
+}
+
+// assertNoLeftovers fails if a namespace or root link of tag exists.
+func assertNoLeftovers(t *testing.T, tag string) {
+	t.Helper()
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tag+"-") {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
+	}
+	if _, err := net.InterfaceByName(tag + "-r"); err == nil {
+		t.Errorf("root link %s-r left behind", tag)
+	}
+}
+
+func TestNetnsCleanLeftovers(t *testing.T) {
+	needNetAdmin(t)
+	tag := fmt.Sprintf("stc%d", os.Getpid()%1000)
+	spec := NetworkSpec{Regions: []RegionSpec{{Name: "eu"}}}
+	nw, err := newNamespaces(spec, WithNamespaceTag(tag))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := nw.Setup(ctx, []Placement{{Name: "a", Region: "eu"}, {Name: "b", Region: "eu", NAT: true}}); err != nil {
+		nw.Close()
+		t.Fatal(err)
+	}
+	// A run that dies without Close: its delayer goes with the process,
+	// its namespaces stay until CleanNamespaces.
+	nw.delayer.Close()
+	removed, err := CleanNamespaces(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("removed %v", removed)
+	if len(removed) != 5 { // hub, n1, g2, n2, root link
+		t.Errorf("removed %d things, want 5: %v", len(removed), removed)
+	}
+	assertNoLeftovers(t, tag)
+	if err := nw.Close(); err != nil {
+		t.Errorf("Close after the leftovers were cleaned: %v", err)
+	}
+}
+
+func TestNetnsSetupErrorCleansUp(t *testing.T) {
+	needNetAdmin(t)
+	tag := fmt.Sprintf("ste%d", os.Getpid()%1000)
+	spec := NetworkSpec{Regions: []RegionSpec{{Name: "eu"}}}
+	if _, err := newNamespaces(spec, WithNamespaceTag(tag)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A tag too long for the root veth's name (15 bytes at most): Setup
+	// fails after it made the hub, and must remove it.
+	long := tag + "abcdefghijk"
+	nw1, _ := newNamespaces(spec, WithNamespaceTag(long))
+	if err := nw1.Setup(ctx, []Placement{{Name: "a", Region: "eu"}}); err == nil {
+		nw1.Close()
+		t.Fatal("Setup made a root link named " + long + "-r")
+	} else {
+		t.Logf("Setup failed as it should: %v", err)
+	}
+	assertNoLeftovers(t, long)
+
+	nw2, _ := newNamespaces(spec, WithNamespaceTag(tag))
+	if err := nw2.Setup(ctx, []Placement{{Name: "a", Region: "eu"}, {Name: "b", Region: "eu"}, {Name: "c", Region: "eu", NAT: true}}); err != nil {
+		nw2.Close()
+		t.Fatal(err)
+	}
+	// A second network with the same tag fails at its hub, and must not
+	// remove the first's namespaces.
+	nw3, _ := newNamespaces(spec, WithNamespaceTag(tag))
+	if err := nw3.Setup(ctx, []Placement{{Name: "a", Region: "eu"}}); err == nil {
+		t.Error("a second network took a tag in use")
+	}
+	if _, err := os.Stat("/run/netns/" + tag + "-n3"); err != nil {
+		t.Errorf("the failed Setup removed another network's namespace: %v", err)
+	}
+	if err := nw2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertNoLeftovers(t, tag)
+}
