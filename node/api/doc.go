@@ -2,7 +2,8 @@
 // (GET /v1/models, POST /v1/completions, POST /v1/chat/completions, with
 // server-sent-event streaming), the swarm view (GET /v1/swarm), the
 // health check (GET /healthz) and Prometheus metrics (GET /metrics), an
-// optional bearer API key, and the Go client that `strata chat` uses.
+// optional bearer API key, the dashboard, and the Go client that
+// `strata chat` uses.
 //
 // It owns request decoding and validation (OpenAI field names, ranges and
 // error JSON), the mapping of the node's sentinel errors to HTTP statuses,
@@ -11,6 +12,27 @@
 // which *node.Node satisfies: it must not route, place layers, pick
 // peers or touch sessions on its own. Everything about where a token is
 // computed belongs to package node and, below it, layers and routing.
+//
+// # Dashboard
+//
+// GET / serves a page (web/, embedded with go:embed; plain HTML, JS and
+// CSS, no build step, nothing fetched from elsewhere) and /ui/* its
+// assets; neither needs the key, since they hold no data. The page shows
+// the coverage of the layers (committed ranges, warmup ranges, gaps, an
+// estimated tokens/s per layer from heartbeat latencies), the nodes
+// (state, liveness, load, RTT, leader, voters, relayed, SIMULATED), the
+// requests this node took with their paths drawn over the coverage, the
+// swarm's events, and a chat box that streams through
+// /v1/chat/completions. It is fed by one stream per page,
+// GET /v1/swarm/events (text/event-stream): "swarm" events carry the
+// /v1/swarm view when it changes, at most every 500 ms; "event" events
+// (joined, left, liveness, state, epoch, pending, leader) come from one
+// watcher per Server that diffs successive views; "request" events come
+// from the generation handlers. GET /v1/swarm/activity answers both
+// rings as JSON. EventSource cannot send headers, so the events endpoint,
+// and only it, also takes the key as ?key= (compared in constant time);
+// such a URL can land in logs, so put the node behind TLS where that
+// matters.
 //
 // # Errors
 //
@@ -35,7 +57,9 @@
 //
 // # Lifecycle
 //
-// New builds a Server; Start (or Serve) serves it. Shutdown is graceful:
+// New builds a Server and starts its dashboard watcher; Start (or Serve)
+// serves it. Close and Shutdown stop the watcher and end the dashboard's
+// event streams at once (they would otherwise never end). Shutdown is graceful:
 // it stops accepting connections and waits for running requests, streams
 // included, until its context ends, then cuts what is left (each stream
 // still gets its error event). Drain is the first half of a node's drain:

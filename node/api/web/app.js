@@ -82,12 +82,18 @@
   }
 
   // ---- coverage ----
+  const r0 = (m) => m.committed_range || m.pending_range;
+  // Bars fill their rows; thin rows (many nodes) keep a 1px gap.
+  const barH = (rh) => (rh >= 10 ? rh - 3 : Math.max(4, rh - 1));
+
   function renderCoverage() {
     const v = state.view;
     const svg = $("coverage");
     if (!v) return;
     const L = v.model.layers || v.committed.layers || 1;
-    const rows = v.members.filter((m) => m.committed_range || m.pending_range || m.member);
+    // Every known node gets a row, those that left too: a path may still
+    // name them, and an empty row shows that they are gone.
+    const rows = v.members;
     const width = Math.max(480, svg.clientWidth || svg.parentNode.clientWidth || 900);
     const left = 190, right = 14, plotW = width - left - right;
     const x = (l) => left + (plotW * l) / L;
@@ -100,12 +106,13 @@
 
     // Per-layer coverage and estimated throughput, from live members only.
     const covered = new Array(L).fill(0), tput = new Array(L).fill(0);
-    let anyRate = false;
+    let anyRate = false, unknown = 0;
     for (const m of v.members) {
       const r = m.committed_range;
       if (!r || m.liveness === "dead") continue;
       const rate = nodeRate(m);
       if (rate) anyRate = true;
+      else unknown++;
       for (let l = Math.max(0, r.start); l < Math.min(L, r.end); l++) {
         covered[l]++;
         tput[l] += rate || 0;
@@ -136,6 +143,7 @@
       const minT = Math.min(...tput);
       out.push(`<path class="tput" d="${d}"/>`);
       out.push(`<text class="dim" x="8" y="${chartTop + 28}">max ${fmt(maxT, 1)} · min ${fmt(minT, 1)}</text>`);
+      if (unknown) out.push(`<text class="dim" x="8" y="${chartTop + 44}">${unknown} node(s) not timed yet</text>`);
     } else {
       out.push(`<text class="dim" x="8" y="${chartTop + 28}">no layer latency reported yet</text>`);
     }
@@ -147,13 +155,14 @@
     // One row per member.
     const label = rh >= 11;
     for (const m of rows) {
-      const y = rowY.get(m.id), bh = Math.max(4, rh - 3);
+      const y = rowY.get(m.id), bh = barH(rh);
       const kind = kindOf(m);
       if (m.self) out.push(`<rect class="selfrow" x="0" y="${y - 1}" width="${width}" height="${rh}"/>`);
       if (label) {
         let tags = "";
         if (m.self) tags += " self";
         if (v.leader === m.id) tags += " ★leader";
+        if (!m.member && !r0(m)) tags += " " + m.liveness;
         out.push(`<text x="8" y="${y + bh - 2}">${esc(short(m.id))}<tspan class="dim">${esc(tags)}</tspan>` +
           (m.simulated ? '<tspan class="sim-mark"> SIM</tspan>' : "") + "</text>");
       }
@@ -175,7 +184,7 @@
       const pts = [];
       for (const h of hops) {
         if (!rowY.has(h.node)) continue;
-        const y = rowY.get(h.node) + Math.max(4, rh - 3) / 2;
+        const y = rowY.get(h.node) + barH(rh) / 2;
         pts.push([x(h.from), y], [x(h.to), y]);
       }
       if (pts.length) {
