@@ -1,0 +1,36 @@
+// Package testnet runs scenarios on a real swarm: it starts real
+// `strata node` processes on a Network (loopback, or one network
+// namespace per node with emulated wide-area links), drives client load
+// at their OpenAI-compatible APIs, carries out a timeline of events
+// (join, kill -9, graceful leave, leader kill, rejoin, partition, heal),
+// and reports what clients saw.
+//
+// A scenario file (see Scenario; testdata/testnet/*.yaml) names the
+// network, the model (one the runner generates with the engine's
+// generator, or a SIMULATED one), the nodes with their layer caps, the
+// load (concurrent clients, Poisson arrival rate, prompt and response
+// lengths, greedy requests streamed to measure time to first token and
+// per-token latency), the events and what the run must show (Expect).
+//
+// Every request is greedy, so every answer must equal the single-process
+// engine's for its prompt whatever failed on the way; Reference computes
+// those answers and the report counts mismatches. A request whose entry
+// node the runner itself stops while it is in flight goes again, once, to
+// another live node (counted as entry_retried); any other failure counts
+// as failed.
+//
+// Recovery after an event is the time from the event until both a
+// committed map polled from a live node (every ~200 ms) covers every
+// layer with stages on nodes the runner has not stopped, and a request
+// sent at or after the event has succeeded; both must happen before the
+// next event (or the end of the run) for the event to count as
+// recovered.
+//
+// The report (Report, report.md and report.json in the run directory)
+// holds requests ok/failed/retried/mismatched, TTFT and per-token p50 and
+// p99, throughput over time, recovery per event and the map epochs seen.
+//
+// The package touches nothing outside what it made: the processes it
+// started (each in its own process group, all killed when a run ends,
+// fails or is interrupted), the run directory, and the network it set up.
+package testnet

@@ -1,0 +1,314 @@
+package testnet
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is the outcome of one scenario run. Times are seconds (or
+// milliseconds where named) since the load began.
+type Report struct {
+	Scenario string  `json:"scenario"`
+	Network  string  `json:"network"`
+	RunDir   string  `json:"run_dir"`
+	Nodes    int     `json:"nodes"`
+	LoadS    float64 `json:"load_s"` // from the start of the load to its last request's end
+
+	Requests     int `json:"requests"`
+	OK           int `json:"ok"`
+	Failed       int `json:"failed"`
+	EntryRetried int `json:"entry_retried"`
+	Mismatched   int `json:"mismatched"`
+
+	TTFT     Quantiles `json:"ttft"`
+	PerToken Quantiles `json:"per_token"`
+
+	Throughput []Bucket       `json:"throughput"`
+	Events     []EventReport  `json:"events"`
+	Epochs     []EpochReport  `json:"epochs"`
+	Crashed    []string       `json:"crashed,omitempty"` // nodes that exited on their own
+	Errors     map[string]int `json:"errors,omitempty"`  // failed requests' errors, counted
+
+	Pass       bool     `json:"pass"`
+	Violations []string `json:"violations,omitempty"`
+
+	Results []result `json:"results"`
+}
+
+// Quantiles of a latency over successful requests, in milliseconds.
+type Quantiles struct {
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	N     int     `json:"n"`
+}
+
+// Bucket is the work finished in [FromS, ToS): requests that ended in it
+// and their tokens.
+type Bucket struct {
+	FromS      float64 `json:"from_s"`
+	ToS        float64 `json:"to_s"`
+	Requests   int     `json:"requests"`
+	Failed     int     `json:"failed"`
+	Tokens     int     `json:"tokens"`
+	TokensPerS float64 `json:"tokens_per_s"`
+}
+
+// EventReport is one event and the swarm's recovery from it.
+//
+// Recovery is the time from the event until both (a) a polled committed
+// map covers every layer with stages on nodes the runner has not stopped
+// (MapS), and (b) a request sent at or after the event has succeeded
+// (RequestS): RecoveryS = max(MapS, RequestS) - AtS. Both must happen
+// before the next event (or, for the last, by the end of the run);
+// otherwise the event did not recover.
+type EventReport struct {
+	AtS       float64 `json:"at_s"`
+	Action    string  `json:"action"`
+	Node      string  `json:"node,omitempty"`
+	Err       string  `json:"error,omitempty"`
+	ExitedS   float64 `json:"exited_s,omitempty"` // leave: when the process exited
+	MapS      float64 `json:"map_s"`
+	RequestS  float64 `json:"request_s"`
+	Recovered bool    `json:"recovered"`
+	RecoveryS float64 `json:"recovery_s"`
+}
+
+// EpochReport is a change of the committed map or leader as polled.
+type EpochReport struct {
+	AtS     float64  `json:"at_s"`
+	Epoch   uint64   `json:"epoch"`
+	Leader  string   `json:"leader"`
+	Covers  bool     `json:"covers"`
+	Healthy bool     `json:"healthy"`
+	Stages  []string `json:"stages"`
+}
+
+func secs(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
+func msOf(d time.Duration) float64 { return math.Round(float64(d.Microseconds())) / 1000 }
+
+func sortDurations(xs []time.Duration) { slices.Sort(xs) }
+
+func quantiles(xs []time.Duration) Quantiles {
+	return Quantiles{P50Ms: msOf(percentile(xs, 50)), P99Ms: msOf(percentile(xs, 99)), N: len(xs)}
+}
+
+// bucketWidth splits a run into about a dozen whole-second buckets.
+func bucketWidth(total time.Duration) time.Duration {
+	return max(time.Second, (total / 12).Round(time.Second))
+}
+
+// recovery finds when the swarm recovered from an event at at, looking
+// no further than until.
+func recovery(at, until time.Duration, samples []sample, results []result) (mapAt, reqAt time.Duration, ok bool) {
+	mapAt, reqAt = -1, -1
+	for _, s := range samples {
+		if s.At >= at && s.At < until && s.Healthy {
+			mapAt = s.At
+			break
+		}
+	}
+	for _, r := range results {
+		if r.OK && r.Start >= at && r.End < until && (reqAt < 0 || r.End < reqAt) {
+			reqAt = r.End
+		}
+	}
+	return mapAt, reqAt, mapAt >= 0 && reqAt >= 0
+}
+
+// buildReport scores a run; refs holds each prompt's reference text.
+func buildReport(sc *Scenario, results []result, refs []string, events []eventRun, samples []sample,
+	loadEnd time.Duration, crashed []string) *Report {
+	rep := &Report{Scenario: sc.Name, Nodes: len(sc.Nodes), LoadS: secs(loadEnd), Crashed: crashed, Requests: len(results)}
+	slices.SortFunc(results, func(a, b result) int { return a.ID - b.ID })
+	var ttft, perTok []time.Duration
+	for i := range results {
+		r := &results[i]
+		if r.Retried {
+			rep.EntryRetried++
+		}
+		if !r.OK {
+			rep.Failed++
+			if rep.Errors == nil {
+				rep.Errors = map[string]int{}
+			}
+			rep.Errors[r.Err]++
+			continue
+		}
+		rep.OK++
+		if r.Text != refs[r.Prompt] {
+			r.Mismatch = true
+			rep.Mismatched++
+		}
+		ttft = append(ttft, r.TTFT)
+		if r.Tokens > 1 {
+			perTok = append(perTok, r.PerToken)
+		}
+	}
+	rep.TTFT, rep.PerToken = quantiles(ttft), quantiles(perTok)
+	rep.Results = results
+
+	w := bucketWidth(loadEnd)
+	for from := time.Duration(0); from < loadEnd; from += w {
+		to := min(from+w, loadEnd)
+		b := Bucket{FromS: secs(from), ToS: secs(to)}
+		for _, r := range results {
+			if r.End >= from && (r.End < to || (to == loadEnd && r.End == to)) {
+				if r.OK {
+					b.Requests++
+					b.Tokens += r.Tokens
+				} else {
+					b.Failed++
+				}
+			}
+		}
+		if d := (to - from).Seconds(); d > 0 {
+			b.TokensPerS = math.Round(float64(b.Tokens)/d*10) / 10
+		}
+		rep.Throughput = append(rep.Throughput, b)
+	}
+
+	for i, e := range events {
+		until := time.Duration(math.MaxInt64)
+		if i+1 < len(events) {
+			until = events[i+1].At
+		}
+		er := EventReport{AtS: secs(e.At), Action: e.Action, Node: e.Node, Err: e.Err, MapS: -1, RequestS: -1, RecoveryS: -1}
+		if e.Exited > 0 {
+			er.ExitedS = secs(e.Exited)
+		}
+		if e.Err == "" {
+			mapAt, reqAt, ok := recovery(e.At, until, samples, results)
+			if mapAt >= 0 {
+				er.MapS = secs(mapAt)
+			}
+			if reqAt >= 0 {
+				er.RequestS = secs(reqAt)
+			}
+			if ok {
+				er.Recovered, er.RecoveryS = true, secs(max(mapAt, reqAt)-e.At)
+			}
+		}
+		rep.Events = append(rep.Events, er)
+	}
+
+	var prev *sample
+	for i := range samples {
+		s := &samples[i]
+		if prev == nil || s.Epoch != prev.Epoch || s.Leader != prev.Leader || s.Healthy != prev.Healthy {
+			rep.Epochs = append(rep.Epochs, EpochReport{AtS: secs(s.At), Epoch: s.Epoch, Leader: s.Leader, Covers: s.Covers,
+				Healthy: s.Healthy, Stages: s.Stages})
+		}
+		prev = s
+	}
+	rep.Violations = check(sc.Expect, rep)
+	rep.Pass = len(rep.Violations) == 0
+	return rep
+}
+
+// check lists how the report misses the scenario's expectations. Nodes
+// that exit on their own, and events that could not be carried out, are
+// always violations.
+func check(x Expect, rep *Report) []string {
+	var v []string
+	if x.Failed != nil && rep.Failed > *x.Failed {
+		v = append(v, fmt.Sprintf("failed %d > %d", rep.Failed, *x.Failed))
+	}
+	if x.Mismatched != nil && rep.Mismatched > *x.Mismatched {
+		v = append(v, fmt.Sprintf("mismatched %d > %d", rep.Mismatched, *x.Mismatched))
+	}
+	if x.MinOK != nil && rep.OK < *x.MinOK {
+		v = append(v, fmt.Sprintf("ok %d < %d", rep.OK, *x.MinOK))
+	}
+	for _, e := range rep.Events {
+		name := fmt.Sprintf("%s %s at %.1fs", e.Action, e.Node, e.AtS)
+		switch {
+		case e.Err != "":
+			v = append(v, fmt.Sprintf("%s could not be carried out: %s", name, e.Err))
+		case x.Recovered != nil && *x.Recovered && !e.Recovered:
+			v = append(v, name+" did not recover")
+		case x.MaxRecovery > 0 && e.Recovered && e.RecoveryS > x.MaxRecovery.Seconds():
+			v = append(v, fmt.Sprintf("%s recovered in %.1fs > %v", name, e.RecoveryS, x.MaxRecovery))
+		}
+	}
+	for _, c := range rep.Crashed {
+		v = append(v, "node "+c+" exited on its own")
+	}
+	return v
+}
+
+func fmtS(s float64) string {
+	if s < 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f", s)
+}
+
+// Markdown renders the report's tables.
+func (rep *Report) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Scenario %s (%s, %d nodes, %.1f s of load)\n\n", rep.Scenario, rep.Network, rep.Nodes, rep.LoadS)
+	b.WriteString("| requests | ok | failed | entry retried | mismatched | TTFT p50 | TTFT p99 | per-token p50 | per-token p99 |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %.0f ms | %.0f ms | %.1f ms | %.1f ms |\n\n",
+		rep.Requests, rep.OK, rep.Failed, rep.EntryRetried, rep.Mismatched,
+		rep.TTFT.P50Ms, rep.TTFT.P99Ms, rep.PerToken.P50Ms, rep.PerToken.P99Ms)
+	if len(rep.Events) > 0 {
+		b.WriteString("Recovery: from the event until a polled committed map covers every layer on live nodes AND a request sent after the event has succeeded.\n\n")
+		b.WriteString("| t (s) | event | node | map healthy (s) | first request ok (s) | recovery (s) |\n|---:|---|---|---:|---:|---:|\n")
+		for _, e := range rep.Events {
+			rec := fmtS(e.RecoveryS)
+			if e.Err != "" {
+				rec = "error: " + e.Err
+			} else if !e.Recovered {
+				rec = "NOT RECOVERED"
+			}
+			fmt.Fprintf(&b, "| %.1f | %s | %s | %s | %s | %s |\n", e.AtS, e.Action, e.Node, fmtS(e.MapS), fmtS(e.RequestS), rec)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("| t (s) | map epoch | leader | healthy | stages |\n|---:|---:|---|---|---|\n")
+	for _, e := range rep.Epochs {
+		fmt.Fprintf(&b, "| %.1f | %d | %s | %v | %s |\n", e.AtS, e.Epoch, e.Leader, e.Healthy, strings.Join(e.Stages, " "))
+	}
+	b.WriteString("\n| from (s) | to (s) | requests ok | failed | tokens | tokens/s |\n|---:|---:|---:|---:|---:|---:|\n")
+	for _, t := range rep.Throughput {
+		fmt.Fprintf(&b, "| %.0f | %.0f | %d | %d | %d | %.1f |\n", t.FromS, t.ToS, t.Requests, t.Failed, t.Tokens, t.TokensPerS)
+	}
+	if len(rep.Errors) > 0 {
+		b.WriteString("\nErrors:\n")
+		for _, k := range slices.Sorted(maps.Keys(rep.Errors)) {
+			fmt.Fprintf(&b, "- %d× %s\n", rep.Errors[k], k)
+		}
+	}
+	if len(rep.Crashed) > 0 {
+		fmt.Fprintf(&b, "\nNodes that exited on their own: %s\n", strings.Join(rep.Crashed, ", "))
+	}
+	if rep.Pass {
+		b.WriteString("\nResult: PASS\n")
+	} else {
+		fmt.Fprintf(&b, "\nResult: FAIL: %s\n", strings.Join(rep.Violations, "; "))
+	}
+	return b.String()
+}
+
+// write saves report.md and report.json in dir.
+func (rep *Report) write(dir string) error {
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(rep.Markdown()), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	j, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(j, '\n'), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,699 @@
+package testnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/layers"
+)
+
+// Option configures Run.
+type Option func(*options) error
+
+type options struct {
+	bin    string
+	runDir string
+	net    Network
+	log    io.Writer
+}
+
+// WithBinary runs the nodes from this strata binary (default: the
+// running executable).
+func WithBinary(path string) Option {
+	return func(o *options) error {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return fmt.Errorf("binary: %w", err)
+		}
+		o.bin = abs
+		return nil
+	}
+}
+
+// WithRunDir keeps the run's model, data dirs, logs and report in dir
+// (default: a new directory under the system's temporary directory).
+func WithRunDir(dir string) Option {
+	return func(o *options) error {
+		if dir == "" {
+			return errors.New("run dir: empty")
+		}
+		o.runDir = dir
+		return nil
+	}
+}
+
+// WithNetwork runs on nw instead of the network the scenario names; Run
+// still calls its Setup and Close.
+func WithNetwork(nw Network) Option {
+	return func(o *options) error { o.net = nw; return nil }
+}
+
+// WithProgress writes a line per step of the run (start, events, end).
+func WithProgress(w io.Writer) Option {
+	return func(o *options) error { o.log = w; return nil }
+}
+
+// sample is one poll of a live node's /v1/swarm.
+type sample struct {
+	At     time.Duration // since the load began
+	Node   string        // the node asked
+	Epoch  uint64
+	Leader string // node name ("" when none is known)
+	Covers bool   // the committed map covers every layer
+	// Healthy: it covers every layer on nodes the runner has not stopped.
+	Healthy bool
+	Stages  []string // "name[start,end)"
+}
+
+// eventRun is what happened at one event.
+type eventRun struct {
+	EventSpec
+	Node   string        // the node acted on (kill_leader: the leader found)
+	At     time.Duration // when it was carried out, since the load began
+	Err    string        // it could not be carried out
+	Exited time.Duration // leave: when the process exited (0: not seen)
+}
+
+// run is the state of one scenario run.
+type run struct {
+	sc      *Scenario
+	o       options
+	c       *cluster
+	hc      *http.Client
+	t0      time.Time
+	mu      sync.Mutex
+	samples []sample
+	ready   map[*proc]bool
+	next    int // round robin over entry nodes
+}
+
+func (r *run) logf(format string, args ...any) {
+	if r.o.log == nil {
+		return
+	}
+	at := ""
+	if !r.t0.IsZero() {
+		at = fmt.Sprintf("t=%5.1fs ", time.Since(r.t0).Seconds())
+	}
+	fmt.Fprintf(r.o.log, "%s%s\n", at, fmt.Sprintf(format, args...))
+}
+
+// Run runs a scenario: it starts the nodes on the scenario's network
+// (or WithNetwork's), drives the load and the events, stops every process
+// it started, and returns the report, also written as report.md and
+// report.json in the run directory. An error means the run could not be
+// carried out; a run that went but missed its expectations returns a
+// report whose Pass is false.
+func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err error) {
+	var o options
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.bin == "" {
+		if o.bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("testnet: the strata binary: %w", err)
+		}
+	}
+	if o.runDir == "" {
+		if o.runDir, err = os.MkdirTemp("", "strata-scenario-"); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(o.runDir, 0o755); err != nil {
+		return nil, err
+	}
+	if o.runDir, err = filepath.Abs(o.runDir); err != nil {
+		return nil, err
+	}
+	if o.net == nil {
+		switch sc.Network.Mode {
+		case ModeNamespaces:
+			if o.net, err = NewNamespaces(sc.Network); err != nil {
+				return nil, fmt.Errorf("testnet: network: %w", err)
+			}
+		default:
+			o.net = NewLoopback()
+		}
+	}
+	r := &run{sc: sc, o: o, hc: &http.Client{}, ready: map[*proc]bool{}}
+	r.logf("run directory %s", o.runDir)
+
+	// The model and the reference answers, before any node competes for
+	// the CPU.
+	modelArgs, modelPath, err := r.model()
+	if err != nil {
+		return nil, err
+	}
+	prompts := Prompts(sc.Load.Seed, sc.Load.Prompts, sc.Load.PromptWords)
+	refs, err := Reference(ctx, sc.Model, modelPath, sc.Nodes[0].GPU, prompts, sc.Load.Endpoint == "chat", sc.Load.MaxTokens)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: reference run: %w", err)
+	}
+
+	if r.c, err = newCluster(o.net, o.bin, o.runDir, modelArgs, sc.Nodes); err != nil {
+		return nil, err
+	}
+	var places []Placement
+	for _, n := range sc.Nodes {
+		places = append(places, Placement{Name: n.Name, Region: n.Region, NAT: n.NAT, Rate: n.Rate})
+	}
+	if err := o.net.Setup(ctx, places); err != nil {
+		o.net.Close() //nolint:errcheck // the Setup error says more
+		return nil, fmt.Errorf("testnet: network setup: %w", err)
+	}
+	defer func() {
+		r.c.stopAll()
+		if cerr := o.net.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("testnet: network close: %w", cerr)
+		}
+	}()
+
+	if err := r.startInitial(ctx); err != nil {
+		return nil, err
+	}
+	modelID, err := r.modelID(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	// The clock starts: load, polling and events.
+	r.t0 = time.Now()
+	end := r.t0.Add(sc.Duration)
+	r.logf("the swarm serves; load for %v", sc.Duration)
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	var pollWG sync.WaitGroup
+	pollWG.Go(func() { r.poll(pollCtx) })
+
+	ld := &load{spec: sc.Load, model: modelID, prompts: prompts, hc: r.hc, pick: r.pick}
+	var results []result
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		results = ld.run(ctx, r.t0, end)
+	}()
+
+	events := r.timeline(ctx)
+	<-loadDone
+	stopPoll()
+	pollWG.Wait()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("testnet: run interrupted: %w", ctx.Err())
+	}
+	loadEnd := time.Since(r.t0)
+	r.logf("load done: %d requests", len(results))
+
+	var crashed []string
+	for _, p := range r.c.procs {
+		if p.crashed() {
+			crashed = append(crashed, p.spec.Name)
+		}
+	}
+	r.mu.Lock()
+	samples := append([]sample(nil), r.samples...)
+	evs := make([]eventRun, len(events))
+	for i, e := range events {
+		evs[i] = *e
+	}
+	r.mu.Unlock()
+	rep = buildReport(sc, results, refs, evs, samples, loadEnd, crashed)
+	rep.RunDir, rep.Network = o.runDir, sc.Network.Mode
+	if err := rep.write(o.runDir); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// model writes the generated model into the run dir, or names the
+// simulated one, and returns the node flags that serve it.
+func (r *run) model() (args []string, path string, err error) {
+	m := r.sc.Model
+	if m.SimModel != "" {
+		return []string{"--sim-model", m.SimModel, "--threads", fmt.Sprint(m.Threads)}, "", nil
+	}
+	c := engine.DefaultGenConfig()
+	c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Seed = m.Layers, m.Dim, m.Heads, m.KVHeads, m.FFN, m.Seed
+	path = filepath.Join(r.o.runDir, "model.gguf")
+	if err := engine.GenerateFile(path, c); err != nil {
+		return nil, "", fmt.Errorf("testnet: model: %w", err)
+	}
+	return []string{"--model", path, "--threads", fmt.Sprint(m.Threads)}, path, nil
+}
+
+// startInitial starts the founder, then every other node that is not
+// late, and waits until each serves.
+func (r *run) startInitial(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, r.sc.ReadyTimeout)
+	defer cancel()
+	var started []*proc
+	for _, p := range r.c.procs {
+		if p.spec.Late {
+			continue
+		}
+		if err := r.c.start(rctx, p); err != nil {
+			return fmt.Errorf("testnet: %w", err)
+		}
+		r.logf("started %s: %s", p.spec.Name, p.addr)
+		started = append(started, p)
+		if len(started) > 1 {
+			// One join at a time: the leader places each node knowing the
+			// ones before, so the same scenario gives the same map.
+			if err := r.joined(rctx, started[0], p); err != nil {
+				return fmt.Errorf("testnet: %s did not join within ready_timeout %v: %w", p.spec.Name, r.sc.ReadyTimeout, err)
+			}
+		}
+	}
+	for _, p := range started {
+		if err := waitReady(rctx, r.hc, p); err != nil {
+			return fmt.Errorf("testnet: %w (within ready_timeout %v)", err, r.sc.ReadyTimeout)
+		}
+		r.setReady(p, true)
+	}
+	if err := r.settle(rctx, started); err != nil {
+		return fmt.Errorf("testnet: the swarm did not settle within ready_timeout %v: %w", r.sc.ReadyTimeout, err)
+	}
+	return nil
+}
+
+// joined waits until the founder's view shows p as a member holding a
+// committed range, or as a member for 3 s with no map change pending (the
+// leader may give it nothing).
+func (r *run) joined(ctx context.Context, founder, p *proc) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var since time.Time
+	for {
+		var v struct {
+			Pending *json.RawMessage `json:"pending"`
+			Members []struct {
+				ID        string           `json:"id"`
+				Member    bool             `json:"member"`
+				Committed *json.RawMessage `json:"committed_range"`
+			} `json:"members"`
+		}
+		if err := r.getJSON(ctx, founder.apiURL+"/v1/swarm", &v); err == nil {
+			for _, m := range v.Members {
+				if m.ID != p.peerID || !m.Member {
+					continue
+				}
+				if m.Committed != nil && string(*m.Committed) != "null" {
+					return nil
+				}
+				if v.Pending == nil || string(*v.Pending) == "null" {
+					if since.IsZero() {
+						since = time.Now()
+					} else if time.Since(since) > 3*time.Second {
+						return nil
+					}
+				} else {
+					since = time.Time{}
+				}
+			}
+		}
+		if p.crashed() {
+			return fmt.Errorf("node %s exited; see %s", p.spec.Name, p.log)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// settle waits until the swarm is done forming: no map change pending,
+// every node on the same committed epoch, and each node seeing every
+// stage holder alive and serving. A node's /healthz turns ready as soon
+// as the map covers every layer, before its peers' heartbeats say they
+// serve; the load starts only once the swarm's own routing would find a
+// path from every entry.
+func (r *run) settle(ctx context.Context, procs []*proc) error {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	why := ""
+	for {
+		why = r.unsettled(ctx, procs)
+		if why == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (%s)", ctx.Err(), why)
+		case <-tick.C:
+		}
+	}
+}
+
+// unsettled says why the swarm has not settled ("" when it has).
+func (r *run) unsettled(ctx context.Context, procs []*proc) string {
+	var epoch uint64
+	for i, p := range procs {
+		var v struct {
+			swarmView
+			Pending *json.RawMessage `json:"pending"`
+			Members []struct {
+				ID       string `json:"id"`
+				State    string `json:"state"`
+				Liveness string `json:"liveness"`
+			} `json:"members"`
+		}
+		if err := r.getJSON(ctx, p.apiURL+"/v1/swarm", &v); err != nil {
+			return err.Error()
+		}
+		if v.Pending != nil && string(*v.Pending) != "null" {
+			return p.spec.Name + " sees a pending map"
+		}
+		if i == 0 {
+			epoch = v.Committed.Epoch
+		} else if v.Committed.Epoch != epoch {
+			return fmt.Sprintf("%s is on epoch %d, %s on %d", p.spec.Name, v.Committed.Epoch, procs[0].spec.Name, epoch)
+		}
+		for _, st := range v.Committed.Stages {
+			ok := false
+			for _, m := range v.Members {
+				if m.ID == st.Node {
+					ok = (m.Liveness == "alive" || m.Liveness == "self") && (m.State == "serving" || m.State == "warming")
+				}
+			}
+			if !ok {
+				return fmt.Sprintf("%s does not see %s serving", p.spec.Name, r.nameOf(st.Node))
+			}
+		}
+	}
+	return ""
+}
+
+func (r *run) setReady(p *proc, v bool) {
+	r.mu.Lock()
+	r.ready[p] = v
+	r.mu.Unlock()
+}
+
+// pick returns the next entry node in turn: one that runs, that has
+// served since its last start, that the runner can reach, and not avoid.
+func (r *run) pick(avoid *proc) *proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.c.procs)
+	for k := range n {
+		p := r.c.procs[(r.next+k)%n]
+		if p != avoid && p.apiURL != "" && r.ready[p] && p.running() {
+			r.next = (r.next + k + 1) % n
+			return p
+		}
+	}
+	return nil
+}
+
+// modelID asks a node for the model's name, which requests must carry.
+func (r *run) modelID(ctx context.Context) (string, error) {
+	p := r.pick(nil)
+	if p == nil {
+		return "", errors.New("testnet: no node to ask for the model")
+	}
+	var v struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := r.getJSON(ctx, p.apiURL+"/v1/models", &v); err != nil {
+		return "", fmt.Errorf("testnet: models: %w", err)
+	}
+	if len(v.Data) == 0 {
+		return "", errors.New("testnet: the node lists no model")
+	}
+	return v.Data[0].ID, nil
+}
+
+func (r *run) getJSON(ctx context.Context, url string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// swarmView is the part of /v1/swarm the runner reads.
+type swarmView struct {
+	Node      string          `json:"node"`
+	Leader    *string         `json:"leader"`
+	Epoch     uint64          `json:"epoch"`
+	Committed layers.LayerMap `json:"committed"`
+}
+
+// swarm reads /v1/swarm from the first live node in scenario order, so
+// that successive polls ask the same node while it lives (nodes differ in
+// what they know, a restarted one most of all), and without moving the
+// clients' round robin.
+func (r *run) swarm(ctx context.Context) (swarmView, *proc, error) {
+	var last error = errors.New("no live node to ask")
+	for _, p := range r.c.procs {
+		r.mu.Lock()
+		ok := r.ready[p] && p.apiURL != "" && p.running()
+		r.mu.Unlock()
+		if !ok {
+			continue
+		}
+		var v swarmView
+		if err := r.getJSON(ctx, p.apiURL+"/v1/swarm", &v); err != nil {
+			last = err
+			continue
+		}
+		return v, p, nil
+	}
+	return swarmView{}, nil, last
+}
+
+func (r *run) nameOf(peerID string) string {
+	for _, p := range r.c.procs {
+		p.mu.Lock()
+		id := p.peerID
+		p.mu.Unlock()
+		if id == peerID {
+			return p.spec.Name
+		}
+	}
+	if len(peerID) > 8 {
+		return "?" + peerID[len(peerID)-8:]
+	}
+	return "?" + peerID
+}
+
+// poll records the committed map as a live node sees it, every 200 ms.
+func (r *run) poll(ctx context.Context) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if v, p, err := r.swarm(ctx); err == nil {
+			s := sample{At: time.Since(r.t0), Node: p.spec.Name, Epoch: v.Committed.Epoch, Covers: v.Committed.Covers()}
+			if v.Leader != nil {
+				s.Leader = r.nameOf(*v.Leader)
+			}
+			live := layers.LayerMap{Layers: v.Committed.Layers}
+			for _, st := range v.Committed.Stages {
+				name := r.nameOf(st.Node)
+				s.Stages = append(s.Stages, fmt.Sprintf("%s[%d,%d)", name, st.Start, st.End))
+				if q := r.c.byName(name); q != nil && q.running() {
+					live.Stages = append(live.Stages, st)
+				}
+			}
+			s.Healthy = live.Covers()
+			r.mu.Lock()
+			r.samples = append(r.samples, s)
+			r.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// timeline carries out the events at their times.
+func (r *run) timeline(ctx context.Context) []*eventRun {
+	var (
+		out     []*eventRun
+		stopped []*proc // stopped by an event and not restarted, latest last
+	)
+	for _, e := range r.sc.Events {
+		t := time.NewTimer(time.Until(r.t0.Add(e.At)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return out
+		case <-t.C:
+		}
+		ev := &eventRun{EventSpec: e, Node: e.Node, At: time.Since(r.t0)}
+		err := func() error {
+			switch e.Action {
+			case ActJoin, ActRejoin:
+				p := r.c.byName(e.Node)
+				if e.Node == "" {
+					if len(stopped) == 0 {
+						return errors.New("no stopped node to rejoin")
+					}
+					p = stopped[len(stopped)-1]
+					ev.Node = p.spec.Name
+				}
+				if p.running() {
+					return fmt.Errorf("%s is running", p.spec.Name)
+				}
+				// A leaving node may still drain; its ports and data dir
+				// are free only once it exits.
+				wctx, cancel := context.WithTimeout(ctx, drainWait)
+				err := p.waitExit(wctx)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("%s has not exited: %w", p.spec.Name, err)
+				}
+				for i, q := range stopped {
+					if q == p {
+						stopped = append(stopped[:i], stopped[i+1:]...)
+						break
+					}
+				}
+				sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				if err := r.c.start(sctx, p); err != nil {
+					return err
+				}
+				go func() {
+					rctx, cancel := context.WithTimeout(ctx, r.sc.ReadyTimeout)
+					defer cancel()
+					if waitReady(rctx, r.hc, p) == nil {
+						r.setReady(p, true)
+						r.logf("%s serves again", p.spec.Name)
+					}
+				}()
+				return nil
+			case ActKill, ActLeave, ActKillLeader:
+				p := r.c.byName(e.Node)
+				if e.Pick != "" {
+					name, err := r.choose(ctx, e.Pick)
+					if err != nil {
+						return err
+					}
+					p, ev.Node = r.c.byName(name), name
+				}
+				if e.Action == ActKillLeader {
+					v, _, err := r.swarm(ctx)
+					if err != nil {
+						return fmt.Errorf("find the leader: %w", err)
+					}
+					if v.Leader == nil {
+						return errors.New("no leader known")
+					}
+					name := r.nameOf(*v.Leader)
+					if p = r.c.byName(name); p == nil {
+						return fmt.Errorf("the leader %s is not one of this run's nodes", name)
+					}
+					ev.Node = name
+				}
+				sig := syscall.SIGKILL
+				if e.Action == ActLeave {
+					sig = syscall.SIGTERM
+				}
+				r.setReady(p, false)
+				if err := r.c.signal(p, sig); err != nil {
+					return err
+				}
+				stopped = append(stopped, p)
+				if e.Action == ActLeave {
+					go func() {
+						wctx, cancel := context.WithTimeout(ctx, drainWait)
+						defer cancel()
+						if p.waitExit(wctx) == nil {
+							r.mu.Lock()
+							ev.Exited = time.Since(r.t0)
+							r.mu.Unlock()
+							r.logf("%s exited after its drain", p.spec.Name)
+						}
+					}()
+				}
+				return nil
+			case ActPartition:
+				var groups [][]int
+				for _, g := range e.Groups {
+					var idx []int
+					for _, name := range g {
+						idx = append(idx, r.c.byName(name).i)
+					}
+					groups = append(groups, idx)
+				}
+				return r.o.net.Partition(groups)
+			case ActHeal:
+				return r.o.net.Heal()
+			}
+			return fmt.Errorf("unknown action %q", e.Action)
+		}()
+		if err != nil {
+			ev.Err = err.Error()
+			r.logf("%s %s: FAILED: %v", e.Action, ev.Node, err)
+		} else {
+			r.logf("%s %s", e.Action, ev.Node)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// choose picks a running node by its place in the committed map:
+// PickRedundant one whose every layer has another running holder,
+// PickSole one that alone holds some layer; the first in scenario order.
+func (r *run) choose(ctx context.Context, pick string) (string, error) {
+	v, _, err := r.swarm(ctx)
+	if err != nil {
+		return "", fmt.Errorf("pick %s: %w", pick, err)
+	}
+	live := layers.LayerMap{Layers: v.Committed.Layers}
+	for _, st := range v.Committed.Stages {
+		if q := r.c.byName(r.nameOf(st.Node)); q != nil && q.running() {
+			live.Stages = append(live.Stages, st)
+		}
+	}
+	for _, p := range r.c.procs {
+		if !p.running() {
+			continue
+		}
+		if _, holds := live.Range(p.peerID); !holds {
+			continue
+		}
+		rest := layers.LayerMap{Layers: live.Layers}
+		for _, st := range live.Stages {
+			if st.Node != p.peerID {
+				rest.Stages = append(rest.Stages, st)
+			}
+		}
+		if rest.Covers() == (pick == PickRedundant) {
+			return p.spec.Name, nil
+		}
+	}
+	return "", fmt.Errorf("pick %s: no such node in map epoch %d", pick, v.Committed.Epoch)
+}
+
+// drainWait bounds the wait for a leaving node to exit.
+const drainWait = 2 * time.Minute

@@ -1,0 +1,372 @@
+package testnet
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/stratanet/strata/layers"
+)
+
+// Scenario is one scenario file: the network, the model, the nodes, the
+// load, the timeline of events and what the run must show.
+type Scenario struct {
+	Name        string      `yaml:"name"`
+	Description string      `yaml:"description"`
+	Network     NetworkSpec `yaml:"network"`
+	Model       ModelSpec   `yaml:"model"`
+	Nodes       []NodeSpec  `yaml:"nodes"`
+	Load        LoadSpec    `yaml:"load"`
+	Events      []EventSpec `yaml:"events"`
+	// Duration is how long the load runs, from the moment every initial
+	// node serves; event times count from the same moment.
+	Duration time.Duration `yaml:"duration"`
+	// ReadyTimeout bounds the wait for the initial nodes to serve (60s).
+	ReadyTimeout time.Duration `yaml:"ready_timeout"`
+	Expect       Expect        `yaml:"expect"`
+}
+
+// ModelSpec is the model every node serves: a random-weight model the
+// runner generates with the engine's generator (Layers, Dim, Seed), or a
+// built-in one SIMULATED (SimModel, with a GPU on every node).
+type ModelSpec struct {
+	Layers   int    `yaml:"layers"`
+	Dim      int    `yaml:"dim"`
+	Heads    int    `yaml:"heads"`    // 4
+	KVHeads  int    `yaml:"kv_heads"` // 2
+	FFN      int    `yaml:"ffn"`      // 5/2 of Dim
+	Seed     uint64 `yaml:"seed"`
+	SimModel string `yaml:"sim_model"`
+	// Threads is each node's engine goroutines (1).
+	Threads int `yaml:"threads"`
+}
+
+// NodeSpec is one node.
+type NodeSpec struct {
+	Name      string `yaml:"name"`
+	MaxLayers int    `yaml:"max_layers"`
+	GPU       string `yaml:"gpu"`
+	Region    string `yaml:"region"`
+	NAT       bool   `yaml:"nat"`
+	Rate      string `yaml:"rate"`
+	// Late nodes start only at a join event.
+	Late bool `yaml:"late"`
+}
+
+// LoadSpec is the client load: requests arrive as a Poisson process at
+// Rate per second and are served by at most Clients concurrent clients
+// (an arrival waits for a free client).
+type LoadSpec struct {
+	Clients int     `yaml:"clients"`
+	Rate    float64 `yaml:"rate"`
+	// Prompts distinct prompts of PromptWords words each, drawn from a
+	// generator seeded with Seed; each request asks for MaxTokens tokens,
+	// greedy (temperature 0).
+	Prompts     int    `yaml:"prompts"`
+	PromptWords int    `yaml:"prompt_words"`
+	MaxTokens   int    `yaml:"max_tokens"`
+	Seed        uint64 `yaml:"seed"`
+	// Endpoint is "completions" (the default) or "chat".
+	Endpoint string `yaml:"endpoint"`
+	// Timeout bounds one request (60s).
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Event actions.
+const (
+	ActJoin       = "join"        // start a late node
+	ActKill       = "kill"        // SIGKILL a node
+	ActLeave      = "leave"       // SIGTERM a node: a graceful drain
+	ActKillLeader = "kill_leader" // SIGKILL the Raft leader
+	ActRejoin     = "rejoin"      // restart a stopped node with its data dir
+	ActPartition  = "partition"   // cut traffic between groups of nodes
+	ActHeal       = "heal"        // undo the partition
+)
+
+// Picks of EventSpec.Pick.
+const (
+	PickRedundant = "redundant"
+	PickSole      = "sole"
+)
+
+// EventSpec is one event of the timeline.
+type EventSpec struct {
+	At     time.Duration `yaml:"at"`
+	Action string        `yaml:"action"`
+	// Node names the node (join, kill, leave; rejoin defaults to the
+	// node stopped most recently and not yet restarted).
+	Node string `yaml:"node"`
+	// Pick chooses the node of a kill or leave from the committed map at
+	// the event instead of Node: "redundant" is a running node whose
+	// layers all have another running holder (its loss leaves every
+	// layer served), "sole" one that alone holds some layer.
+	Pick string `yaml:"pick"`
+	// Groups are the partition's sides, by node name.
+	Groups [][]string `yaml:"groups"`
+}
+
+// Expect is what the run must show; a nil field is not checked.
+type Expect struct {
+	Failed     *int `yaml:"failed"`     // at most this many failed requests
+	Mismatched *int `yaml:"mismatched"` // at most this many outputs differing from the reference
+	MinOK      *int `yaml:"min_ok"`     // at least this many requests succeeded
+	// Recovered: every event recovered before the next event or the end.
+	Recovered *bool `yaml:"recovered"`
+	// MaxRecovery bounds every event's recovery time.
+	MaxRecovery time.Duration `yaml:"max_recovery"`
+}
+
+// ErrScenario wraps every validation error; the message names the field.
+var ErrScenario = errors.New("invalid scenario")
+
+// LoadScenario reads and validates a scenario file.
+func LoadScenario(path string) (*Scenario, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	s, err := ParseScenario(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// ParseScenario decodes a scenario strictly (unknown keys are errors),
+// fills in defaults and validates it.
+func ParseScenario(b []byte) (*Scenario, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var s Scenario
+	if err := dec.Decode(&s); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: empty file", ErrScenario)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrScenario, err)
+	}
+	s.defaults()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func (s *Scenario) defaults() {
+	if s.Network.Mode == "" {
+		s.Network.Mode = ModeLoopback
+	}
+	if s.ReadyTimeout == 0 {
+		s.ReadyTimeout = time.Minute
+	}
+	m := &s.Model
+	if m.SimModel == "" {
+		if m.Heads == 0 {
+			m.Heads = 4
+		}
+		if m.KVHeads == 0 {
+			m.KVHeads = 2
+		}
+		if m.FFN == 0 {
+			m.FFN = m.Dim * 5 / 2
+		}
+	}
+	if m.Threads == 0 {
+		m.Threads = 1
+	}
+	l := &s.Load
+	if l.Clients == 0 {
+		l.Clients = 1
+	}
+	if l.Prompts == 0 {
+		l.Prompts = 8
+	}
+	if l.PromptWords == 0 {
+		l.PromptWords = 6
+	}
+	if l.MaxTokens == 0 {
+		l.MaxTokens = 16
+	}
+	if l.Endpoint == "" {
+		l.Endpoint = "completions"
+	}
+	if l.Timeout == 0 {
+		l.Timeout = time.Minute
+	}
+}
+
+func bad(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrScenario, field, fmt.Sprintf(format, args...))
+}
+
+// Validate checks the scenario; each error names the offending field.
+func (s *Scenario) Validate() error {
+	switch s.Network.Mode {
+	case ModeLoopback, ModeNamespaces:
+	default:
+		return bad("network.mode", "%q is neither %s nor %s", s.Network.Mode, ModeLoopback, ModeNamespaces)
+	}
+	regions := map[string]bool{}
+	for i, r := range s.Network.Regions {
+		if r.Name == "" || regions[r.Name] {
+			return bad(fmt.Sprintf("network.regions[%d].name", i), "empty or repeated %q", r.Name)
+		}
+		regions[r.Name] = true
+	}
+	m := s.Model
+	switch {
+	case m.SimModel != "" && (m.Layers != 0 || m.Dim != 0):
+		return bad("model", "give either sim_model or layers and dim, not both")
+	case m.SimModel != "":
+		if _, err := layers.Model(m.SimModel); err != nil {
+			return bad("model.sim_model", "%v", err)
+		}
+	case m.Layers < 1 || m.Layers > 256:
+		return bad("model.layers", "%d outside 1..256", m.Layers)
+	case m.Dim < 8 || m.Dim%m.Heads != 0:
+		return bad("model.dim", "%d: at least 8 and a multiple of heads (%d)", m.Dim, m.Heads)
+	}
+	if m.Threads < 0 {
+		return bad("model.threads", "negative")
+	}
+	if len(s.Nodes) == 0 {
+		return bad("nodes", "no nodes")
+	}
+	names := map[string]bool{}
+	initial := 0
+	for i, n := range s.Nodes {
+		f := fmt.Sprintf("nodes[%d]", i)
+		if n.Name == "" || names[n.Name] {
+			return bad(f+".name", "empty or repeated %q", n.Name)
+		}
+		names[n.Name] = true
+		if n.MaxLayers < 0 {
+			return bad(f+".max_layers", "negative")
+		}
+		if m.SimModel != "" {
+			if n.GPU == "" {
+				return bad(f+".gpu", "a simulated model needs a device on every node")
+			}
+			if _, err := layers.Device(n.GPU); err != nil {
+				return bad(f+".gpu", "%v", err)
+			}
+		}
+		if n.Region != "" && !regions[n.Region] {
+			return bad(f+".region", "%q is not in network.regions", n.Region)
+		}
+		if (n.NAT || n.Rate != "" || n.Region != "") && s.Network.Mode != ModeNamespaces {
+			return bad(f, "region, nat and rate need network.mode %s", ModeNamespaces)
+		}
+		if !n.Late {
+			initial++
+		}
+	}
+	if initial == 0 {
+		return bad("nodes", "every node is late: none founds the swarm")
+	}
+	if s.Nodes[0].Late {
+		return bad("nodes[0].late", "the first node founds the swarm and cannot be late")
+	}
+	l := s.Load
+	switch {
+	case l.Clients < 1:
+		return bad("load.clients", "%d: at least 1", l.Clients)
+	case l.Rate <= 0:
+		return bad("load.rate", "%v: must be positive (requests per second)", l.Rate)
+	case l.Prompts < 1:
+		return bad("load.prompts", "%d: at least 1", l.Prompts)
+	case l.PromptWords < 1:
+		return bad("load.prompt_words", "%d: at least 1", l.PromptWords)
+	case l.MaxTokens < 1:
+		return bad("load.max_tokens", "%d: at least 1", l.MaxTokens)
+	case l.Endpoint != "completions" && l.Endpoint != "chat":
+		return bad("load.endpoint", "%q is neither completions nor chat", l.Endpoint)
+	case l.Timeout < 0:
+		return bad("load.timeout", "negative")
+	}
+	if s.Duration <= 0 {
+		return bad("duration", "must be positive, such as 30s")
+	}
+	if s.ReadyTimeout < 0 {
+		return bad("ready_timeout", "negative")
+	}
+	var last time.Duration
+	for i, e := range s.Events {
+		f := fmt.Sprintf("events[%d]", i)
+		if e.At < last || e.At > s.Duration {
+			return bad(f+".at", "%v: events go in time order within the duration (%v)", e.At, s.Duration)
+		}
+		last = e.At
+		needNode := false
+		switch e.Action {
+		case ActJoin, ActKill, ActLeave:
+			needNode = true
+		case ActRejoin, ActKillLeader:
+		case ActPartition:
+			if s.Network.Mode != ModeNamespaces {
+				return bad(f+".action", "partition needs network.mode %s", ModeNamespaces)
+			}
+			if len(e.Groups) < 2 {
+				return bad(f+".groups", "a partition needs at least two groups")
+			}
+			for j, g := range e.Groups {
+				for _, name := range g {
+					if !names[name] {
+						return bad(fmt.Sprintf("%s.groups[%d]", f, j), "no node %q", name)
+					}
+				}
+			}
+		case ActHeal:
+			if s.Network.Mode != ModeNamespaces {
+				return bad(f+".action", "heal needs network.mode %s", ModeNamespaces)
+			}
+		default:
+			return bad(f+".action", "%q is not one of join, kill, leave, kill_leader, rejoin, partition, heal", e.Action)
+		}
+		switch {
+		case e.Pick != "" && e.Action != ActKill && e.Action != ActLeave:
+			return bad(f+".pick", "only kill and leave pick their node")
+		case e.Pick != "" && e.Pick != PickRedundant && e.Pick != PickSole:
+			return bad(f+".pick", "%q is neither %s nor %s", e.Pick, PickRedundant, PickSole)
+		case e.Pick != "" && e.Node != "":
+			return bad(f+".pick", "give node or pick, not both")
+		case e.Pick != "":
+			needNode = false
+		}
+		if needNode && e.Node == "" {
+			return bad(f+".node", "%s needs a node", e.Action)
+		}
+		if e.Node != "" && !names[e.Node] {
+			return bad(f+".node", "no node %q", e.Node)
+		}
+		if e.Action == ActJoin && !s.node(e.Node).Late {
+			return bad(f+".node", "%s is not late: it starts with the swarm", e.Node)
+		}
+	}
+	x := s.Expect
+	for _, c := range []struct {
+		name string
+		v    *int
+	}{{"expect.failed", x.Failed}, {"expect.mismatched", x.Mismatched}, {"expect.min_ok", x.MinOK}} {
+		if c.v != nil && *c.v < 0 {
+			return bad(c.name, "negative")
+		}
+	}
+	if x.MaxRecovery < 0 {
+		return bad("expect.max_recovery", "negative")
+	}
+	return nil
+}
+
+func (s *Scenario) node(name string) NodeSpec {
+	for _, n := range s.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return NodeSpec{}
+}
