@@ -4,12 +4,15 @@ package testnet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -54,9 +57,9 @@ func nsDial(ns, addr string, timeout time.Duration) (net.Conn, error) {
 	return c, err
 }
 
-// serve accepts connections until ln closes: it drains each and sends
+// nsServe accepts connections until ln closes: it drains each and sends
 // the count of bytes read back, and reports each peer's address.
-func serve(ln net.Listener, peers chan<- string) {
+func nsServe(ln net.Listener, peers chan<- string) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -128,10 +131,10 @@ func TestNetnsLinks(t *testing.T) {
 	at := func(i, port int) string { return fmt.Sprintf("%s:%d", nw.Addr(i), port) }
 
 	peers := make(chan string, 16)
-	go serve(nsListen(t, ns(0), at(0, 7000)), peers)
-	go serve(nsListen(t, ns(1), at(1, 7000)), nil)
+	go nsServe(nsListen(t, ns(0), at(0, 7000)), peers)
+	go nsServe(nsListen(t, ns(1), at(1, 7000)), nil)
 	// The NAT node listens on its own (private) address.
-	go serve(nsListen(t, ns(2), "192.168.100.2:7000"), nil)
+	go nsServe(nsListen(t, ns(2), "192.168.100.2:7000"), nil)
 
 	// Round trips, configured against measured.
 	for _, c := range []struct {
@@ -180,7 +183,7 @@ func TestNetnsLinks(t *testing.T) {
 	}
 
 	// Access rate: n2 uploads at 20 Mbit/s.
-	rate := upload(t, ns(1), at(0, 7000), time.Second)
+	rate := nsUpload(t, ns(1), at(0, 7000), time.Second)
 	t.Logf("rate n2->n1: configured 20 Mbit/s, measured %.1f Mbit/s", rate/1e6)
 	if rate < 10e6 || rate > 24e6 {
 		t.Errorf("n2's upload %.1f Mbit/s, want about 20", rate/1e6)
@@ -190,7 +193,7 @@ func TestNetnsLinks(t *testing.T) {
 	// node's through its gateway.
 	for _, i := range []int{0, 2} {
 		ln := nsListen(t, ns(i), nw.APIBind(i, 7001))
-		go serve(ln, nil)
+		go nsServe(ln, nil)
 		host := strings.TrimPrefix(nw.APIURL(i, 7001), "http://")
 		c, err := net.DialTimeout("tcp4", host, 3*time.Second)
 		if err != nil {
@@ -236,9 +239,9 @@ func TestNetnsLinks(t *testing.T) {
 	assertNoLeftovers(t, tag)
 }
 
-// upload sends from ns to addr for d and returns the rate the receiver
+// nsUpload sends from ns to addr for d and returns the rate the receiver
 // counted, in bits per second.
-func upload(t *testing.T, ns, addr string, d time.Duration) float64 {
+func nsUpload(t *testing.T, ns, addr string, d time.Duration) float64 {
 	t.Helper()
 	c, err := nsDial(ns, addr, 3*time.Second)
 	if err != nil {
@@ -346,4 +349,191 @@ func TestNetnsSetupErrorCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNoLeftovers(t, tag)
+}
+
+// TestNetnsSwarmNAT starts three real `strata node` processes, one behind
+// NAT, and checks that the NAT node joins. It builds the binary, so it
+// runs only with STRATA_NETNS_NODES=1.
+func TestNetnsSwarmNAT(t *testing.T) {
+	needNetAdmin(t)
+	if os.Getenv("STRATA_NETNS_NODES") == "" {
+		t.Skip("set STRATA_NETNS_NODES=1 to run three strata nodes in namespaces (builds the binary; about a minute)")
+	}
+	dir := t.TempDir()
+	bin := dir + "/strata"
+	build := exec.Command("go", "build", "-o", bin, "../cmd/strata")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	spec := NetworkSpec{
+		Mode: ModeNamespaces,
+		Regions: []RegionSpec{
+			{Name: "eu", RTT: 20 * time.Millisecond, Rate: "1gbit"},
+			{Name: "us", RTT: 20 * time.Millisecond, Rate: "100mbit"},
+		},
+		Links: []LinkSpec{{Between: [2]string{"eu", "us"}, RTT: 80 * time.Millisecond, Jitter: 4 * time.Millisecond, Loss: 0.001}},
+	}
+	nw, err := newNamespaces(spec, WithNamespaceLog(t.Logf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := nw.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := nw.Setup(ctx, []Placement{{Name: "n1", Region: "eu"}, {Name: "n2", Region: "us"}, {Name: "n3", Region: "us", NAT: true}}); err != nil {
+		t.Fatal(err)
+	}
+	var cmds []*exec.Cmd
+	t.Cleanup(func() {
+		for _, c := range cmds {
+			c.Process.Signal(os.Interrupt)
+		}
+		for _, c := range cmds {
+			done := make(chan struct{})
+			go func() { c.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				c.Process.Kill()
+			}
+		}
+	})
+	start := func(i int, boot string) {
+		args := []string{"node", "--data-dir", fmt.Sprintf("%s/n%d", dir, i+1), "--listen", nw.Listen(i, 4001),
+			"--api", nw.APIBind(i, 5001), "--sim-model", "llama-3-8b", "--gpu", "rtx4090", "--max-layers", "16", "--log-peers", "0"}
+		if boot != "" {
+			args = append(args, "--bootstrap", boot)
+		}
+		c := nw.Command(context.WithoutCancel(ctx), i, bin, args...)
+		logf, err := os.Create(fmt.Sprintf("%s/n%d.log", dir, i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Stdout, c.Stderr = logf, logf
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+		t.Cleanup(func() {
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				t.Logf("n%d's log:\n%s", i+1, nsTail(string(b), 40))
+			}
+		})
+	}
+	t0 := time.Now()
+	start(0, "")
+	want := fmt.Sprintf("/ip4/%s/tcp/4001/p2p/", nw.Addr(0))
+	var boot string
+	for boot == "" && time.Since(t0) < 30*time.Second {
+		b, _ := os.ReadFile(dir + "/n1.log")
+		boot = regexp.MustCompile(regexp.QuoteMeta(want) + `[A-Za-z0-9]+`).FindString(string(b))
+		time.Sleep(100 * time.Millisecond)
+	}
+	if boot == "" {
+		t.Fatal("n1 printed no address")
+	}
+	t.Logf("founder n1: %s", boot)
+	t1 := time.Now()
+	start(1, boot)
+	start(2, boot)
+
+	type member struct {
+		ID        string `json:"id"`
+		Member    bool   `json:"member"`
+		Connected bool   `json:"connected"`
+		Relayed   bool   `json:"relayed"`
+		RTTMs     float64
+	}
+	view := func(i int) (node string, ms []member, err error) {
+		var v struct {
+			Node    string   `json:"node"`
+			Members []member `json:"members"`
+		}
+		err = nsGetJSON(ctx, nw.APIURL(i, 5001)+"/v1/swarm", &v)
+		return v.Node, v.Members, err
+	}
+	var natID string
+	var joined time.Duration
+	var relayed bool
+	for time.Since(t1) < 90*time.Second {
+		if natID == "" {
+			natID, _, _ = view(2) // through the gateway's API forward
+		}
+		if natID != "" {
+			_, ms, _ := view(0)
+			for _, m := range ms {
+				if m.ID == natID && m.Member && m.Connected {
+					if joined == 0 {
+						joined = time.Since(t1)
+						relayed = m.Relayed
+						t.Logf("NAT node %s joined after %v: in n1's view connected, relayed=%v", natID, joined.Round(time.Millisecond), m.Relayed)
+					}
+				}
+			}
+		}
+		if joined != 0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if joined == 0 {
+		t.Fatalf("NAT node (%q) did not join within 90 s", natID)
+	}
+	// Watch a while longer: a relayed link should be upgraded by DCUtR.
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		final := map[string]string{}
+		for i := range 2 {
+			_, ms, err := view(i)
+			if err != nil {
+				continue
+			}
+			for _, m := range ms {
+				if m.ID == natID {
+					final[fmt.Sprintf("n%d", i+1)] = fmt.Sprintf("connected=%v relayed=%v", m.Connected, m.Relayed)
+				}
+			}
+		}
+		if time.Now().Add(time.Second).After(deadline) || (!relayed && len(final) == 2) {
+			t.Logf("after %v: the NAT node as n1 and n2 see it: %v", time.Since(t1).Round(time.Second), final)
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	b, _ := os.ReadFile(dir + "/n3.log")
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "relay reservation") || strings.Contains(strings.ToLower(line), "hole") {
+			t.Logf("n3: %s", line)
+		}
+	}
+	q, dropped, acc := nw.DelayStats()
+	t.Logf("delayer: %d packets queued, %d dropped, %d released", q, dropped, acc)
+}
+
+func nsTail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+func nsGetJSON(ctx context.Context, url string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }
