@@ -12,6 +12,11 @@
 // lengths, greedy requests streamed to measure time to first token and
 // per-token latency), the events and what the run must show (Expect).
 //
+// The nodes start one at a time, each once the founder sees the one
+// before placed, and the load starts once the swarm has settled (no map
+// change pending, every node on the same epoch and seeing every stage
+// holder serving); event times count from there.
+//
 // Every request is greedy, so every answer must equal the single-process
 // engine's for its prompt whatever failed on the way; Reference computes
 // those answers and the report counts mismatches. A request whose entry

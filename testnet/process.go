@@ -143,6 +143,7 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	}
 	// Its own process group, so that a kill reaches any wrapper's child too.
 	cmd.SysProcAttr.Setpgid = true
+	orphanGuard(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.spec.Name, err)
 	}

@@ -69,12 +69,15 @@ type Bucket struct {
 // before the next event (or, for the last, by the end of the run);
 // otherwise the event did not recover.
 type EventReport struct {
-	AtS       float64 `json:"at_s"`
-	Action    string  `json:"action"`
-	Node      string  `json:"node,omitempty"`
-	Err       string  `json:"error,omitempty"`
-	ExitedS   float64 `json:"exited_s,omitempty"` // leave: when the process exited
-	MapS      float64 `json:"map_s"`
+	AtS     float64 `json:"at_s"`
+	Action  string  `json:"action"`
+	Node    string  `json:"node,omitempty"`
+	Err     string  `json:"error,omitempty"`
+	ExitedS float64 `json:"exited_s,omitempty"` // leave: when the process exited
+	MapS    float64 `json:"map_s"`
+	// RepairedS (kill, leave, kill_leader): when a polled committed map
+	// first left the stopped node out (-1: not before the next event).
+	RepairedS float64 `json:"repaired_s"`
 	RequestS  float64 `json:"request_s"`
 	Recovered bool    `json:"recovered"`
 	RecoveryS float64 `json:"recovery_s"`
@@ -179,7 +182,15 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 		if i+1 < len(events) {
 			until = events[i+1].At
 		}
-		er := EventReport{AtS: secs(e.At), Action: e.Action, Node: e.Node, Err: e.Err, MapS: -1, RequestS: -1, RecoveryS: -1}
+		er := EventReport{AtS: secs(e.At), Action: e.Action, Node: e.Node, Err: e.Err, MapS: -1, RequestS: -1, RecoveryS: -1, RepairedS: -1}
+		if e.Action == ActKill || e.Action == ActLeave || e.Action == ActKillLeader {
+			for _, s := range samples {
+				if s.At >= e.At && s.At < until && !slices.ContainsFunc(s.Stages, func(st string) bool { return strings.HasPrefix(st, e.Node+"[") }) {
+					er.RepairedS = secs(s.At)
+					break
+				}
+			}
+		}
 		if e.Exited > 0 {
 			er.ExitedS = secs(e.Exited)
 		}
@@ -261,7 +272,7 @@ func (rep *Report) Markdown() string {
 		rep.TTFT.P50Ms, rep.TTFT.P99Ms, rep.PerToken.P50Ms, rep.PerToken.P99Ms)
 	if len(rep.Events) > 0 {
 		b.WriteString("Recovery: from the event until a polled committed map covers every layer on live nodes AND a request sent after the event has succeeded.\n\n")
-		b.WriteString("| t (s) | event | node | map healthy (s) | first request ok (s) | recovery (s) |\n|---:|---|---|---:|---:|---:|\n")
+		b.WriteString("| t (s) | event | node | map healthy (s) | first request ok (s) | recovery (s) | map without it (s) |\n|---:|---|---|---:|---:|---:|---:|\n")
 		for _, e := range rep.Events {
 			rec := fmtS(e.RecoveryS)
 			if e.Err != "" {
@@ -269,7 +280,7 @@ func (rep *Report) Markdown() string {
 			} else if !e.Recovered {
 				rec = "NOT RECOVERED"
 			}
-			fmt.Fprintf(&b, "| %.1f | %s | %s | %s | %s | %s |\n", e.AtS, e.Action, e.Node, fmtS(e.MapS), fmtS(e.RequestS), rec)
+			fmt.Fprintf(&b, "| %.1f | %s | %s | %s | %s | %s | %s |\n", e.AtS, e.Action, e.Node, fmtS(e.MapS), fmtS(e.RequestS), rec, fmtS(e.RepairedS))
 		}
 		b.WriteString("\n")
 	}

@@ -133,8 +133,15 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 		if o.runDir, err = os.MkdirTemp("", "strata-scenario-"); err != nil {
 			return nil, err
 		}
-	} else if err := os.MkdirAll(o.runDir, 0o755); err != nil {
-		return nil, err
+	} else {
+		// A used run dir holds old identities and Raft state: refuse it
+		// rather than delete what an earlier run left.
+		if ents, err := os.ReadDir(o.runDir); err == nil && len(ents) > 0 {
+			return nil, fmt.Errorf("testnet: run dir %s is not empty", o.runDir)
+		}
+		if err := os.MkdirAll(o.runDir, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	if o.runDir, err = filepath.Abs(o.runDir); err != nil {
 		return nil, err

@@ -147,8 +147,8 @@ func TestBuildReport(t *testing.T) {
 	}
 	samples := []sample{
 		{At: 4 * s, Epoch: 2, Leader: "a", Covers: true, Healthy: true},
-		{At: 5 * s, Epoch: 2, Leader: "a", Covers: true},
-		{At: 7 * s, Epoch: 3, Leader: "a", Covers: true, Healthy: true},
+		{At: 5 * s, Epoch: 2, Leader: "a", Covers: true, Stages: []string{"a[0,4)", "b[4,8)"}},
+		{At: 7 * s, Epoch: 3, Leader: "a", Covers: true, Healthy: true, Stages: []string{"a[0,4)", "c[4,8)"}},
 		{At: 9500 * ms, Epoch: 3, Leader: "a", Covers: true, Healthy: true},
 	}
 	rep := buildReport(sc, results, refs, events, samples, 12*s, nil)
@@ -163,7 +163,10 @@ func TestBuildReport(t *testing.T) {
 	if e := rep.Events[0]; !e.Recovered || e.RecoveryS != 2 || e.MapS != 7 || e.RequestS != 6 {
 		t.Errorf("kill: %+v", e)
 	}
-	if e := rep.Events[1]; !e.Recovered || e.RecoveryS != 2 {
+	if e := rep.Events[0]; e.RepairedS != 7 {
+		t.Errorf("kill: map without b at %v, want 7", e.RepairedS)
+	}
+	if e := rep.Events[1]; !e.Recovered || e.RecoveryS != 2 || e.RepairedS != -1 {
 		t.Errorf("rejoin: %+v", e)
 	}
 	if len(rep.Epochs) != 3 {
@@ -177,7 +180,7 @@ func TestBuildReport(t *testing.T) {
 		t.Errorf("violations %v: want failed and mismatched", rep.Violations)
 	}
 	md := rep.Markdown()
-	for _, want := range []string{"| 5 | 4 | 1 | 1 | 1 |", "| 5.0 | kill | b | 7.0 | 6.0 | 2.0 |", "Result: FAIL"} {
+	for _, want := range []string{"| 5 | 4 | 1 | 1 | 1 |", "| 5.0 | kill | b | 7.0 | 6.0 | 2.0 | 7.0 |", "Result: FAIL"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
