@@ -154,7 +154,13 @@ func newNamespaces(spec NetworkSpec, opts ...NamespaceOption) (*Namespaces, erro
 			return nil, fmt.Errorf("namespace network: region %s: %w", r.Name, err)
 		}
 	}
-	return &Namespaces{spec: spec, model: model, opts: o}, nil
+	// The API subnet is chosen now, not in Setup: a runner may ask for
+	// APIURL before Setup, and it depends only on K and the node's index.
+	k, err := nsFreeAPINet(context.Background(), os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	return &Namespaces{spec: spec, model: model, opts: o, apiNet: k}, nil
 }
 
 // Tag is the prefix of everything this run made (after Setup).
@@ -264,11 +270,13 @@ func (n *Namespaces) makeHub(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	k, err := nsFreeAPINet(ctx, n.tag)
-	if err != nil {
+	// Another run may have taken K since NewNamespaces.
+	if k, err := nsFreeAPINet(ctx, n.apiNet); err != nil {
 		return err
+	} else if k != n.apiNet {
+		return fmt.Errorf("namespace network: 10.213.%d.0/24 was taken since NewNamespaces", n.apiNet)
 	}
-	n.apiNet = k
+	k := n.apiNet
 	n.rootLink = n.ns("r")
 	if err := shRun(ctx, "ip", "link", "add", n.rootLink, "type", "veth", "peer", "name", "root", "netns", hub); err != nil {
 		n.rootLink = "" // not made: nothing of that name is ours to delete
@@ -289,7 +297,7 @@ func (n *Namespaces) makeNode(ctx context.Context, i int, p Placement, r RegionS
 		pub = pub.Next()
 	}
 	nd := nsNode{p: p, ns: n.ns(fmt.Sprintf("n%d", i+1)), pub: pub, listen: pub,
-		api: netip.AddrFrom4([4]byte{10, 213, byte(n.apiNet), byte(i + 1)})}
+		api: n.apiAddr(i)}
 	edge := nd.ns // the namespace whose eth0 is on the bridge
 	if p.NAT {
 		nd.gw = n.ns(fmt.Sprintf("g%d", i+1))
@@ -410,8 +418,8 @@ func shRun(ctx context.Context, args ...string) error {
 }
 
 // nsFreeAPINet picks K for 10.213.K.0/24 that no address or route of the
-// root namespace touches.
-func nsFreeAPINet(ctx context.Context, tag string) (int, error) {
+// root namespace touches, trying from 1+from%254 on.
+func nsFreeAPINet(ctx context.Context, from int) (int, error) {
 	var used bytes.Buffer
 	for _, args := range [][]string{{"ip", "-4", "-o", "addr", "show"}, {"ip", "-4", "route", "show", "table", "all"}} {
 		out, err := exec.CommandContext(ctx, args[0], args[1:]...).Output()
@@ -420,9 +428,8 @@ func nsFreeAPINet(ctx context.Context, tag string) (int, error) {
 		}
 		used.Write(out)
 	}
-	num, _ := strconv.Atoi(strings.TrimLeft(tag, "abcdefghijklmnopqrstuvwxyz-"))
 	for k := range 254 {
-		K := (num+k)%254 + 1
+		K := (from-1+k)%254 + 1
 		if !bytes.Contains(used.Bytes(), fmt.Appendf(nil, "10.213.%d.", K)) {
 			return K, nil
 		}
@@ -471,7 +478,7 @@ func (n *Namespaces) Command(ctx context.Context, i int, bin string, args ...str
 }
 
 // Listen is a TCP multiaddr on node i's own address (its private one
-// behind NAT).
+// behind NAT). Like APIBind, it is known only after Setup.
 func (n *Namespaces) Listen(i, port int) string {
 	nd, _ := n.node(i)
 	return fmt.Sprintf("/ip4/%s/tcp/%d", nd.listen, port)
@@ -488,13 +495,18 @@ func (n *Namespaces) APIBind(i, port int) string {
 	return net.JoinHostPort(host.String(), strconv.Itoa(port))
 }
 
-// APIURL is the API's URL from the root namespace.
+// APIURL is the API's URL from the root namespace. It may be asked
+// before Setup.
 func (n *Namespaces) APIURL(i, port int) string {
-	nd, ok := n.node(i)
-	if !ok {
+	if i < 0 || i >= nsMaxNodes {
 		return ""
 	}
-	return "http://" + net.JoinHostPort(nd.api.String(), strconv.Itoa(port))
+	return "http://" + net.JoinHostPort(n.apiAddr(i).String(), strconv.Itoa(port))
+}
+
+// apiAddr is node i's API address: on its own eth0, or its gateway's.
+func (n *Namespaces) apiAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, 213, byte(n.apiNet), byte(i + 1)})
 }
 
 // Addr is the address other nodes reach node i at (its gateway's
