@@ -439,8 +439,13 @@ func TestNetnsSwarmNAT(t *testing.T) {
 	}
 	t.Logf("founder n1: %s", boot)
 	t1 := time.Now()
-	start(1, boot)
+	// n3 (behind NAT) first; n2 joins while the direct path between n2
+	// and n3 is cut, so that n2 can reach n3 only through a relay (n1).
 	start(2, boot)
+	if err := nw.Partition([][]int{{1}, {2}}); err != nil {
+		t.Fatal(err)
+	}
+	start(1, boot)
 
 	type member struct {
 		ID        string `json:"id"`
@@ -459,7 +464,6 @@ func TestNetnsSwarmNAT(t *testing.T) {
 	}
 	var natID string
 	var joined time.Duration
-	var relayed bool
 	for time.Since(t1) < 90*time.Second {
 		if natID == "" {
 			natID, _, _ = view(2) // through the gateway's API forward
@@ -470,7 +474,6 @@ func TestNetnsSwarmNAT(t *testing.T) {
 				if m.ID == natID && m.Member && m.Connected {
 					if joined == 0 {
 						joined = time.Since(t1)
-						relayed = m.Relayed
 						t.Logf("NAT node %s joined after %v: in n1's view connected, relayed=%v", natID, joined.Round(time.Millisecond), m.Relayed)
 					}
 				}
@@ -484,30 +487,51 @@ func TestNetnsSwarmNAT(t *testing.T) {
 	if joined == 0 {
 		t.Fatalf("NAT node (%q) did not join within 90 s", natID)
 	}
-	// Watch a while longer: a relayed link should be upgraded by DCUtR.
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		final := map[string]string{}
-		for i := range 2 {
-			_, ms, err := view(i)
-			if err != nil {
-				continue
-			}
-			for _, m := range ms {
-				if m.ID == natID {
-					final[fmt.Sprintf("n%d", i+1)] = fmt.Sprintf("connected=%v relayed=%v", m.Connected, m.Relayed)
-				}
+	// n2's view of n3: while the direct path is cut, only a relayed
+	// link is possible; after Heal, DCUtR may upgrade it.
+	n2view := func() (connected, relayed, seen bool) {
+		_, ms, err := view(1)
+		if err != nil {
+			return false, false, false
+		}
+		for _, m := range ms {
+			if m.ID == natID {
+				return m.Connected, m.Relayed, true
 			}
 		}
-		if time.Now().Add(time.Second).After(deadline) || (!relayed && len(final) == 2) {
-			t.Logf("after %v: the NAT node as n1 and n2 see it: %v", time.Since(t1).Round(time.Second), final)
+		return false, false, false
+	}
+	var viaRelay bool
+	for wait := time.Now().Add(45 * time.Second); time.Now().Before(wait); time.Sleep(500 * time.Millisecond) {
+		conn, rel, _ := n2view()
+		if conn && !rel {
+			t.Errorf("n2 has a direct link to n3 across the cut")
 			break
 		}
-		time.Sleep(time.Second)
+		if conn && rel {
+			viaRelay = true
+			t.Logf("n2 reaches n3 through a relay after %v", time.Since(t1).Round(time.Millisecond))
+			break
+		}
 	}
+	if !viaRelay {
+		t.Logf("n2 made no link to n3 within 45 s while the direct path was cut (nothing needed one)")
+	}
+	if err := nw.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	healed := time.Now()
+	for wait := healed.Add(30 * time.Second); time.Now().Before(wait); time.Sleep(500 * time.Millisecond) {
+		if conn, rel, _ := n2view(); conn && !rel {
+			t.Logf("after Heal, n2 and n3 are directly connected after %v (DCUtR or a direct dial from n3)", time.Since(healed).Round(time.Millisecond))
+			break
+		}
+	}
+	conn, rel, seen := n2view()
+	t.Logf("finally n2 sees n3: seen=%v connected=%v relayed=%v", seen, conn, rel)
 	b, _ := os.ReadFile(dir + "/n3.log")
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.Contains(line, "relay reservation") || strings.Contains(strings.ToLower(line), "hole") {
+		if l := strings.ToLower(line); strings.Contains(l, "relay") || strings.Contains(l, "hole") || strings.Contains(l, "punch") {
 			t.Logf("n3: %s", line)
 		}
 	}
