@@ -6,7 +6,7 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test npm-deps chromium lint bench run stop testnet plan fuzz clean soak
+.PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak
 
 all: build
 
@@ -31,7 +31,7 @@ testnet: build
 # Every scenario of testdata/testnet through `strata testnet run`, reports
 # under bin/soak/. A scenario that needs network namespaces is skipped,
 # saying why, where there is no root (exit status 3).
-soak: build
+soak: build debs
 	@mkdir -p $(BIN)/soak; fail=0; \
 	for f in testdata/testnet/*.yaml; do \
 		name=$$(basename $$f .yaml); echo "== $$name"; \
@@ -51,19 +51,22 @@ plan: build
 # lives in a nested module so that the main module does not depend on it.
 OPENAI_CLIENT := node/api/testdata/openai-client
 
-test: npm-deps chromium
+test: npm-deps debs
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
 	cd engine/internal/refcheck && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
-# Debian's Chromium, for the dashboard's browser test (driven by chromedp;
-# the test skips, saying why, where no Chromium can be had).
-chromium:
-	@if command -v chromium >/dev/null || [ -x /usr/bin/chromium ]; then :; \
+# Debian packages the tests use: chromium (the dashboard's browser test,
+# driven by chromedp) and iptables (the namespace network's NAT, partitions
+# and delay queue). A test whose package cannot be had skips, saying why.
+DEBS := chromium iptables
+debs:
+	@missing=; for p in $(DEBS); do command -v $$p >/dev/null || [ -x /usr/sbin/$$p ] || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		{ apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 || \
-		  { apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null; }; } || \
-		echo "chromium: apt-get install failed: the dashboard browser test will skip"; \
-	else echo "chromium not found and not installable here (needs root and apt-get): the dashboard browser test will skip"; fi
+		{ apt-get install -y --no-install-recommends $$missing >/dev/null 2>&1 || \
+		  { apt-get update >/dev/null && apt-get install -y --no-install-recommends $$missing >/dev/null; }; } || \
+		echo "apt-get install$$missing failed: the tests that need them will skip"; \
+	else echo "$$missing not found and not installable here (needs root and apt-get): the tests that need them will skip"; fi
 
 # The official openai npm client, pinned by its lock file, for the API's
 # compatibility test (which skips, saying why, where npm is missing).
