@@ -23,11 +23,15 @@ const (
 	DefaultDeadGrace        = 1 * time.Second
 	DefaultWarmupTimeout    = 5 * time.Minute
 	DefaultLaggardPenalty   = 10 * time.Minute
-	DefaultStableAfter      = 30 * time.Second
-	DefaultRebalanceEvery   = 10 * time.Second
-	DefaultMaxVoters        = 5
-	DefaultRPCTimeout       = 5 * time.Second
-	DefaultRepublish        = 5 * time.Second
+	// A member becomes a voter after this long: long enough that a node
+	// which comes and goes at once does not churn the voter set, short
+	// enough that a swarm started together does not hang on its founder
+	// alone for long (killing the only voter stops every commit).
+	DefaultStableAfter    = 10 * time.Second
+	DefaultRebalanceEvery = 10 * time.Second
+	DefaultMaxVoters      = 5
+	DefaultRPCTimeout     = 5 * time.Second
+	DefaultRepublish      = 5 * time.Second
 )
 
 // ControlProtocol carries join, StageReady and drain requests to the

@@ -29,6 +29,7 @@ type memberState struct {
 	loading  loadKey
 	cancel   context.CancelFunc
 	released loadKey
+	restore  context.CancelFunc // the load of the committed range (see warmup)
 	addrs    map[string][]string
 	voters   map[peer.ID]bool // protected in the connection manager
 }
@@ -44,6 +45,9 @@ func (c *Consensus) memberLoop() {
 		case <-c.ctx.Done():
 			if ms.cancel != nil {
 				ms.cancel()
+			}
+			if ms.restore != nil {
+				ms.restore()
 			}
 			return
 		case err := <-joined:
@@ -183,7 +187,7 @@ func (c *Consensus) warmup(s State, ms *memberState) {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.load(ctx, want)
+			c.load(ctx, want, true)
 		}()
 	}
 	committed := s.Committed()
@@ -201,9 +205,28 @@ func (c *Consensus) warmup(s State, ms *memberState) {
 	if err := c.cfg.loader.Release(ctx, rel.epoch, keep); err != nil {
 		c.log.Warnw("release", "epoch", rel.epoch, "keep", keep, "error", err)
 	}
+	// A node restarted from its data dir finds itself in the committed
+	// map without its layers: it loads them again (a no-op for a node
+	// that holds them). Nothing is reported, as the map counts them
+	// already; the node announces it serves once they are in.
+	if ms.restore != nil {
+		ms.restore()
+		ms.restore = nil
+	}
+	if !keep.Empty() {
+		rctx, rcancel := context.WithCancel(c.ctx)
+		ms.restore = rcancel
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.load(rctx, rel, false)
+		}()
+	}
 }
 
-func (c *Consensus) load(ctx context.Context, k loadKey) {
+// load has the loader load k, retrying until it succeeds or ctx ends,
+// then (if ready) reports StageReady for a pending map's range.
+func (c *Consensus) load(ctx context.Context, k loadKey, ready bool) {
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		err := c.cfg.loader.Load(ctx, k.epoch, k.r)
@@ -221,6 +244,9 @@ func (c *Consensus) load(ctx context.Context, k loadKey) {
 		}
 	}
 	c.log.Debugw("loaded", "epoch", k.epoch, "range", k.r, "took", time.Since(start))
+	if !ready {
+		return
+	}
 	err := c.request(ctx, StageReady{Node: c.id.String(), Epoch: k.epoch, Range: k.r})
 	if err != nil && !errors.Is(err, ErrStale) && ctx.Err() == nil {
 		c.log.Warnw("stage ready", "epoch", k.epoch, "error", err)

@@ -239,6 +239,17 @@ func (n *Node) Committed() layers.LayerMap {
 	return m
 }
 
+// holds reports whether every layer of r is loaded.
+func (n *Node) holds(r layers.Range) bool {
+	held := n.sched.status.Load().Held
+	for l := r.Start; l < r.End; l++ {
+		if l >= len(held) || !held[l] {
+			return false
+		}
+	}
+	return true
+}
+
 // Held returns the layers this node has loaded and serves, as a range
 // (empty when none; the loaded layers are contiguous in practice, and the
 // range spans them).
@@ -355,13 +366,23 @@ func (n *Node) phase() swarm.State {
 	switch {
 	case n.draining.Load():
 		return swarm.StateDraining
-	case n.loading.Load() > 0:
-		return swarm.StateWarming
 	case n.cfg.static != nil:
 		return swarm.StateServing
 	}
-	if _, ok := n.Committed().Range(n.self.String()); ok {
+	if r, ok := n.Committed().Range(n.self.String()); ok {
+		// A node restarted from its data dir is in the committed map
+		// before it has loaded its layers again: until it has, it must
+		// not be routed to.
+		if !n.holds(r) {
+			return swarm.StateJoining
+		}
+		if n.loading.Load() > 0 {
+			return swarm.StateWarming
+		}
 		return swarm.StateServing
+	}
+	if n.loading.Load() > 0 {
+		return swarm.StateWarming
 	}
 	if c := n.cons.Load(); c != nil && c.State().IsMember(n.self.String()) && !n.Held().Empty() {
 		return swarm.StateServing

@@ -30,10 +30,6 @@ func (n *Node) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 	if n.cfg.maxLayers > 0 && r.Len() > n.cfg.maxLayers {
 		return fmt.Errorf("%w: range %v is more than the %d layers this node offers", ErrConfig, r, n.cfg.maxLayers)
 	}
-	n.loading.Add(1)
-	defer n.loading.Add(-1)
-	n.publishStatus()
-	defer n.publishStatus()
 	held, err := n.sched.held(ctx)
 	if err != nil {
 		return err
@@ -48,10 +44,17 @@ func (n *Node) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 			keep++
 		}
 	}
+	if len(todo) == 0 {
+		return nil // held already (a restore after a commit, say)
+	}
 	if c := n.cfg.maxLayers; c > 0 && keep+r.Len() > c {
 		n.log.Warn("warmup: serving and loading more layers than this node offers until the commit",
 			zap.Int("serving_others", keep), zap.Stringer("loading", r), zap.Int("max_layers", c))
 	}
+	n.loading.Add(1)
+	defer n.loading.Add(-1)
+	n.publishStatus()
+	defer n.publishStatus()
 	start := time.Now()
 	n.log.Info("warmup: loading", zap.Uint64("epoch", epoch), zap.Stringer("range", r), zap.Int("to_load", len(todo)),
 		zap.Int("already_held", r.Len()-len(todo)))
