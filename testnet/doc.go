@@ -21,8 +21,15 @@
 // engine's for its prompt whatever failed on the way; Reference computes
 // those answers and the report counts mismatches. A request whose entry
 // node the runner itself stops while it is in flight goes again, once, to
-// another live node (counted as entry_retried); any other failure counts
-// as failed.
+// another live node (counted as entry_retried). Like the official OpenAI
+// SDKs, the client also tries again after a refusal that comes before any
+// output: a 503 (such as no_capacity while the leader repairs the map
+// after a kill) or 429, waiting its Retry-After capped at 2 s, or a
+// refused connection, waiting a 0.5 s doubling backoff; at most 4 retries,
+// none starting later than 15 s after the first attempt. A request that
+// then succeeds counts as retried (and every retry in retries, with its
+// cause), and its TTFT includes the waits. An error once output has begun
+// is never retried. Any request that does not succeed counts as failed.
 //
 // Recovery after an event is the time from the event until both a
 // committed map polled from a live node (every ~200 ms) covers every
@@ -32,8 +39,9 @@
 // recovered.
 //
 // The report (Report, report.md and report.json in the run directory)
-// holds requests ok/failed/retried/mismatched, TTFT and per-token p50 and
-// p99, throughput over time, recovery per event and the map epochs seen.
+// holds requests ok/failed/entry_retried/retried/mismatched, the client's
+// retries and their causes, TTFT and per-token p50 and p99, throughput
+// over time, recovery per event and the map epochs seen.
 //
 // The package touches nothing outside what it made: the processes it
 // started (each in its own process group, all killed when a run ends,

@@ -11,8 +11,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/stratanet/strata/engine"
@@ -139,8 +141,75 @@ type result struct {
 	Text     string        `json:"text"`
 	// Retried: the runner stopped the entry node while the request was in
 	// flight, and it went again to another live node.
-	Retried  bool `json:"entry_retried"`
-	Mismatch bool `json:"mismatch"`
+	Retried bool `json:"entry_retried"`
+	// Retries: how many times the client tried again after a 503 or 429
+	// (or a refused connection) before any output, as the OpenAI SDKs do;
+	// RetryErrs are the errors that made it try again, in order.
+	Retries   int      `json:"retries"`
+	RetryErrs []string `json:"retry_errors,omitempty"`
+	Mismatch  bool     `json:"mismatch"`
+}
+
+// retryPolicy is how a client tries again after a refusal that came
+// before any output: a 503 or 429 (waiting Retry-After, capped) or a
+// refused connection (waiting a backoff).
+type retryPolicy struct {
+	Max    int           // retries at most
+	Budget time.Duration // no retry would start later than this after the first attempt
+	Cap    time.Duration // longest wait
+	Base   time.Duration // first backoff without Retry-After, doubling
+}
+
+// clientRetry follows the OpenAI SDKs (which retry 429 and 5xx, honoring
+// Retry-After, with a 0.5 s doubling backoff otherwise), bounded so that
+// a swarm that does not repair within ~15 s still shows up as failures.
+var clientRetry = retryPolicy{Max: 4, Budget: 15 * time.Second, Cap: 2 * time.Second, Base: 500 * time.Millisecond}
+
+// wait says how long to wait before retry n (0-based) after err, and
+// whether to retry at all given the time since the first attempt.
+func (rp retryPolicy) wait(err error, n int, elapsed time.Duration) (time.Duration, bool) {
+	if n >= rp.Max {
+		return 0, false
+	}
+	backoff := min(rp.Base<<n, rp.Cap)
+	var he *httpError
+	switch {
+	case errors.As(err, &he) && (he.Status == http.StatusServiceUnavailable || he.Status == http.StatusTooManyRequests):
+		if he.RetryAfter > 0 {
+			backoff = min(he.RetryAfter, rp.Cap)
+		}
+	case errors.Is(err, syscall.ECONNREFUSED):
+	default:
+		return 0, false
+	}
+	if elapsed+backoff > rp.Budget {
+		return 0, false
+	}
+	return backoff, true
+}
+
+// httpError is a non-200 answer to a request, before any output.
+type httpError struct {
+	Status     int
+	Code       string        // the OpenAI error body's code, if any
+	RetryAfter time.Duration // the Retry-After header in seconds (0: none)
+	Body       string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Body) }
+
+// retryReason is a short name for what made a client retry, for counting.
+func retryReason(err error) string {
+	var he *httpError
+	switch {
+	case errors.As(err, &he) && he.Code != "":
+		return fmt.Sprintf("HTTP %d %s", he.Status, he.Code)
+	case errors.As(err, &he):
+		return fmt.Sprintf("HTTP %d", he.Status)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	}
+	return err.Error()
 }
 
 // load drives requests at a cluster.
@@ -150,7 +219,8 @@ type load struct {
 	prompts []string
 	hc      *http.Client
 	// pick returns a live entry node other than avoid (nil: none).
-	pick func(avoid *proc) *proc
+	pick  func(avoid *proc) *proc
+	retry retryPolicy
 }
 
 // run sends requests from t0 until end, Poisson arrivals at spec.Rate,
@@ -201,16 +271,25 @@ func (l *load) run(ctx context.Context, t0, end time.Time) []result {
 	return res
 }
 
-// do runs one request, retrying once on another node when the runner
-// stopped its entry node while it was in flight: that failure is the
-// runner's doing, not the swarm's. Times count from the first attempt.
+// do runs one request. It goes again, once, to another node when the
+// runner stopped its entry node while it was in flight: that failure is
+// the runner's doing, not the swarm's (entry_retried). And like an
+// OpenAI SDK client it tries again after a 503 or 429 or a refused
+// connection, all of which come before any output, as l.retry allows
+// (retries); an error once the answer has begun is final. Times count
+// from the first attempt, so TTFT includes the waits.
 func (l *load) do(ctx context.Context, t0 time.Time, id, prompt int) result {
 	r := result{ID: id, Prompt: prompt}
 	start := time.Now()
 	r.Start = start.Sub(t0)
 	var avoid *proc
-	for attempt := 0; attempt < 2; attempt++ {
+	for {
 		p := l.pick(avoid)
+		if p == nil && avoid != nil && r.Retries > 0 {
+			// A refusal is not the runner's doing: the node that refused
+			// may serve again, the only one left or not.
+			p = l.pick(nil)
+		}
 		if p == nil {
 			r.Err = "no live entry node"
 			break
@@ -223,10 +302,25 @@ func (l *load) do(ctx context.Context, t0 time.Time, id, prompt int) result {
 			break
 		}
 		r.Err = err.Error()
-		if attempt > 0 || !p.stoppedAfter(picked) {
+		if !r.Retried && p.stoppedAfter(picked) {
+			r.Retried, avoid = true, p
+			continue
+		}
+		wait, ok := l.retry.wait(err, r.Retries, time.Since(start))
+		if !ok || ctx.Err() != nil {
 			break
 		}
-		r.Retried, avoid = true, p
+		r.Retries++
+		r.RetryErrs = append(r.RetryErrs, retryReason(err))
+		// Another entry next time, as behind a load balancer; pick falls
+		// back to this one when it is the only one.
+		avoid = p
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
 	}
 	r.End = time.Since(t0)
 	return r
@@ -259,7 +353,21 @@ func (l *load) stream(ctx context.Context, base, prompt string, start time.Time,
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))
+		he := &httpError{Status: resp.StatusCode, Body: strings.TrimSpace(string(msg))}
+		var eb struct {
+			Error struct {
+				Code any `json:"code"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(msg, &eb) == nil && eb.Error.Code != nil {
+			he.Code = fmt.Sprint(eb.Error.Code)
+		}
+		// Retry-After in whole seconds, the form the node sends; an HTTP
+		// date counts as none.
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			he.RetryAfter = time.Duration(s) * time.Second
+		}
+		return he
 	}
 	var (
 		text         strings.Builder

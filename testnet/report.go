@@ -25,7 +25,14 @@ type Report struct {
 	OK           int `json:"ok"`
 	Failed       int `json:"failed"`
 	EntryRetried int `json:"entry_retried"`
-	Mismatched   int `json:"mismatched"`
+	// Retried requests succeeded after the client tried again following
+	// a 503/429 or a refused connection before any output; Retries counts
+	// every such retry, also those of requests that failed in the end,
+	// and RetryErrors what made them.
+	Retried     int            `json:"retried"`
+	Retries     int            `json:"retries"`
+	RetryErrors map[string]int `json:"retry_errors,omitempty"`
+	Mismatched  int            `json:"mismatched"`
 
 	TTFT     Quantiles `json:"ttft"`
 	PerToken Quantiles `json:"per_token"`
@@ -135,6 +142,16 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 		r := &results[i]
 		if r.Retried {
 			rep.EntryRetried++
+		}
+		rep.Retries += r.Retries
+		for _, e := range r.RetryErrs {
+			if rep.RetryErrors == nil {
+				rep.RetryErrors = map[string]int{}
+			}
+			rep.RetryErrors[e]++
+		}
+		if r.OK && r.Retries > 0 {
+			rep.Retried++
 		}
 		if !r.OK {
 			rep.Failed++
@@ -265,11 +282,18 @@ func fmtS(s float64) string {
 func (rep *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Scenario %s (%s, %d nodes, %.1f s of load)\n\n", rep.Scenario, rep.Network, rep.Nodes, rep.LoadS)
-	b.WriteString("| requests | ok | failed | entry retried | mismatched | TTFT p50 | TTFT p99 | per-token p50 | per-token p99 |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %.0f ms | %.0f ms | %.1f ms | %.1f ms |\n\n",
-		rep.Requests, rep.OK, rep.Failed, rep.EntryRetried, rep.Mismatched,
+	b.WriteString("| requests | ok | failed | entry retried | retried ok (retries) | mismatched | TTFT p50 | TTFT p99 | per-token p50 | per-token p99 |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d (%d) | %d | %.0f ms | %.0f ms | %.1f ms | %.1f ms |\n\n",
+		rep.Requests, rep.OK, rep.Failed, rep.EntryRetried, rep.Retried, rep.Retries, rep.Mismatched,
 		rep.TTFT.P50Ms, rep.TTFT.P99Ms, rep.PerToken.P50Ms, rep.PerToken.P99Ms)
+	if len(rep.RetryErrors) > 0 {
+		b.WriteString("Client retries (a 503/429 or a refused connection before any output, retried after Retry-After as the OpenAI SDKs do; TTFT counts from the first attempt):\n")
+		for _, k := range slices.Sorted(maps.Keys(rep.RetryErrors)) {
+			fmt.Fprintf(&b, "- %d× %s\n", rep.RetryErrors[k], k)
+		}
+		b.WriteString("\n")
+	}
 	if len(rep.Events) > 0 {
 		b.WriteString("Recovery: from the event until a polled committed map covers every layer on live nodes AND a request sent after the event has succeeded.\n\n")
 		b.WriteString("| t (s) | event | node | map healthy (s) | first request ok (s) | recovery (s) | map without it (s) |\n|---:|---|---|---:|---:|---:|---:|\n")

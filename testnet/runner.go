@@ -205,7 +205,7 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	var pollWG sync.WaitGroup
 	pollWG.Go(func() { r.poll(pollCtx) })
 
-	ld := &load{spec: sc.Load, model: modelID, prompts: prompts, hc: r.hc, pick: r.pick}
+	ld := &load{spec: sc.Load, model: modelID, prompts: prompts, hc: r.hc, pick: r.pick, retry: clientRetry}
 	var results []result
 	loadDone := make(chan struct{})
 	go func() {

@@ -136,9 +136,10 @@ func TestBuildReport(t *testing.T) {
 	refs := []string{"alpha", "beta"}
 	results := []result{
 		{ID: 0, Prompt: 0, Start: 0, End: 1 * s, OK: true, TTFT: 10 * ms, PerToken: 2 * ms, Tokens: 4, Text: "alpha"},
-		{ID: 1, Prompt: 1, Start: 1 * s, End: 2 * s, OK: true, TTFT: 30 * ms, PerToken: 4 * ms, Tokens: 4, Text: "beta"},
+		{ID: 1, Prompt: 1, Start: 1 * s, End: 2 * s, OK: true, TTFT: 30 * ms, PerToken: 4 * ms, Tokens: 4, Text: "beta",
+			Retries: 2, RetryErrs: []string{"HTTP 503 no_capacity", "connection refused"}},
 		{ID: 2, Prompt: 1, Start: 5500 * ms, End: 6 * s, OK: true, TTFT: 20 * ms, PerToken: 3 * ms, Tokens: 6, Text: "BETA", Retried: true},
-		{ID: 3, Prompt: 0, Start: 6 * s, End: 7 * s, Err: "HTTP 503"},
+		{ID: 3, Prompt: 0, Start: 6 * s, End: 7 * s, Err: "HTTP 503", Retries: 1, RetryErrs: []string{"HTTP 503 no_capacity"}},
 		{ID: 4, Prompt: 0, Start: 9500 * ms, End: 11 * s, OK: true, TTFT: 40 * ms, PerToken: 5 * ms, Tokens: 2, Text: "alpha"},
 	}
 	events := []eventRun{
@@ -154,6 +155,11 @@ func TestBuildReport(t *testing.T) {
 	rep := buildReport(sc, results, refs, events, samples, 12*s, nil)
 	if rep.Requests != 5 || rep.OK != 4 || rep.Failed != 1 || rep.EntryRetried != 1 || rep.Mismatched != 1 {
 		t.Errorf("counts: %+v", rep)
+	}
+	// Retried counts requests that succeeded after a retry; Retries every
+	// retry, the failed request's too.
+	if rep.Retried != 1 || rep.Retries != 3 || rep.RetryErrors["HTTP 503 no_capacity"] != 2 || rep.RetryErrors["connection refused"] != 1 {
+		t.Errorf("retries: retried %d, retries %d, errors %v", rep.Retried, rep.Retries, rep.RetryErrors)
 	}
 	if rep.TTFT.P50Ms != 20 || rep.TTFT.P99Ms != 40 || rep.PerToken.P50Ms != 3 || rep.PerToken.P99Ms != 5 {
 		t.Errorf("quantiles: ttft %+v per-token %+v", rep.TTFT, rep.PerToken)
@@ -180,7 +186,7 @@ func TestBuildReport(t *testing.T) {
 		t.Errorf("violations %v: want failed and mismatched", rep.Violations)
 	}
 	md := rep.Markdown()
-	for _, want := range []string{"| 5 | 4 | 1 | 1 | 1 |", "| 5.0 | kill | b | 7.0 | 6.0 | 2.0 | 7.0 |", "Result: FAIL"} {
+	for _, want := range []string{"| 5 | 4 | 1 | 1 | 1 (3) | 1 |", "- 2× HTTP 503 no_capacity", "| 5.0 | kill | b | 7.0 | 6.0 | 2.0 | 7.0 |", "Result: FAIL"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
