@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -85,14 +84,11 @@ tokens per second. --wait first waits for the swarm to serve every layer.`,
 // swarm took and how fast it went.
 func askOnce(ctx context.Context, c *api.Client, o api.ConverseOptions, message string, out io.Writer, name func(string) string) error {
 	if o.Model == "" {
-		ids, err := c.Models(ctx)
+		m, err := c.FirstModel(ctx)
 		if err != nil {
-			return fmt.Errorf("listing models: %w", err)
+			return err
 		}
-		if len(ids) == 0 {
-			return errors.New("the node serves no model")
-		}
-		o.Model = ids[0]
+		o.Model = m
 	}
 	var msgs []engine.Message
 	if o.System != "" {

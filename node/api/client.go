@@ -187,21 +187,9 @@ type ChatRequest struct {
 	Stop        []string
 }
 
-// ChatResult is a streamed reply, whole.
-type ChatResult struct {
-	Text             string
-	FinishReason     string
-	PromptTokens     int
-	CompletionTokens int
-}
-
-// ChatStream runs a streaming chat completion, calling onText with each
-// piece of the reply as it arrives. A stream that ends with an error
-// event returns it as an *APIError; one that ends without "[DONE]" is an
-// error too.
-func (c *Client) ChatStream(ctx context.Context, r ChatRequest, onText func(string) error) (ChatResult, error) {
-	body := map[string]any{"model": r.Model, "messages": r.Messages, "stream": true,
-		"stream_options": map[string]any{"include_usage": true}}
+// body is the request's JSON body; unset fields are left out.
+func (r ChatRequest) body() map[string]any {
+	body := map[string]any{"model": r.Model, "messages": r.Messages}
 	if r.MaxTokens > 0 {
 		body["max_tokens"] = r.MaxTokens
 	}
@@ -217,6 +205,38 @@ func (c *Client) ChatStream(ctx context.Context, r ChatRequest, onText func(stri
 	if len(r.Stop) > 0 {
 		body["stop"] = r.Stop
 	}
+	return body
+}
+
+// FirstModel is the first model the server lists, for a client that
+// names none.
+func (c *Client) FirstModel(ctx context.Context) (string, error) {
+	ids, err := c.Models(ctx)
+	if err != nil {
+		return "", fmt.Errorf("listing models: %w", err)
+	}
+	if len(ids) == 0 {
+		return "", errors.New("the server lists no model")
+	}
+	return ids[0], nil
+}
+
+// ChatResult is a streamed reply, whole.
+type ChatResult struct {
+	Text             string
+	FinishReason     string
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// ChatStream runs a streaming chat completion, calling onText with each
+// piece of the reply as it arrives. A stream that ends with an error
+// event returns it as an *APIError; one that ends without "[DONE]" is an
+// error too.
+func (c *Client) ChatStream(ctx context.Context, r ChatRequest, onText func(string) error) (ChatResult, error) {
+	body := r.body()
+	body["stream"] = true
+	body["stream_options"] = map[string]any{"include_usage": true}
 	var res ChatResult
 	resp, err := c.do(ctx, http.MethodPost, "/v1/chat/completions", body)
 	if err != nil {
@@ -300,24 +320,8 @@ type ChatReply struct {
 
 // Chat runs one chat completion and returns it whole.
 func (c *Client) Chat(ctx context.Context, r ChatRequest) (ChatReply, error) {
-	body := map[string]any{"model": r.Model, "messages": r.Messages}
-	if r.MaxTokens > 0 {
-		body["max_tokens"] = r.MaxTokens
-	}
-	if r.Temperature != nil {
-		body["temperature"] = *r.Temperature
-	}
-	if r.TopP != nil {
-		body["top_p"] = *r.TopP
-	}
-	if r.Seed != nil {
-		body["seed"] = *r.Seed
-	}
-	if len(r.Stop) > 0 {
-		body["stop"] = r.Stop
-	}
 	var out ChatReply
-	resp, err := c.do(ctx, http.MethodPost, "/v1/chat/completions", body)
+	resp, err := c.do(ctx, http.MethodPost, "/v1/chat/completions", r.body())
 	if err != nil {
 		return out, err
 	}

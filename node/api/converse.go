@@ -3,7 +3,6 @@ package api
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -34,14 +33,11 @@ type ConverseOptions struct {
 // until in ends, ctx ends, or out fails.
 func Converse(ctx context.Context, c *Client, o ConverseOptions, in io.Reader, out io.Writer) error {
 	if o.Model == "" {
-		ids, err := c.Models(ctx)
+		m, err := c.FirstModel(ctx)
 		if err != nil {
-			return fmt.Errorf("listing models: %w", err)
+			return err
 		}
-		if len(ids) == 0 {
-			return errors.New("the server lists no model")
-		}
-		o.Model = ids[0]
+		o.Model = m
 	}
 	var history []engine.Message
 	reset := func() {
