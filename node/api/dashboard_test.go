@@ -353,6 +353,14 @@ func TestDashboardBrowser(t *testing.T) {
 	shot("1-coverage")
 
 	// 2. A chat message from the page, streamed back through the node.
+	// An observer notes the answer's length each time the page changes
+	// it: more than one length means text showed before the stream ended.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { window.__answerLengths = new Set();
+	  new MutationObserver(() => { const m = [...document.querySelectorAll(".msg.assistant")].pop();
+	    if (m && m.firstChild && m.firstChild.textContent) window.__answerLengths.add(m.firstChild.textContent.length); })
+	    .observe(document.getElementById("chat-log"), {childList: true, subtree: true, characterData: true}); return true; })()`)); err != nil {
+		t.Fatal(err)
+	}
 	if err := chromedp.Do(ctx,
 		chromedp.SetValue(chromedp.ID("chat-max"), "40"),
 		chromedp.SendKeys(chromedp.ID("chat-input"), "Hello, swarm!"),
@@ -379,7 +387,14 @@ func TestDashboardBrowser(t *testing.T) {
 	if chat.Error != "" || chat.Text == "" || chat.Deltas < 2 {
 		t.Fatalf("chat: error %q, %d deltas, text %q", chat.Error, chat.Deltas, chat.Text)
 	}
-	t.Logf("chat answer: %d deltas (seen mid-stream: %v): %q", chat.Deltas, sawPartial, chat.Text)
+	shown, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.__answerLengths.size`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown < 2 {
+		t.Fatalf("the answer was drawn in %d step(s) for %d deltas: not streamed onto the page", shown, chat.Deltas)
+	}
+	t.Logf("chat answer: %d deltas, drawn in %d steps (polled mid-stream: %v): %q", chat.Deltas, shown, sawPartial, chat.Text)
 
 	// Its request, with a path over the coverage view.
 	type reqState struct {
