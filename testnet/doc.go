@@ -32,7 +32,8 @@
 // is never retried. Any request that does not succeed counts as failed.
 //
 // Recovery after an event is the time from the event until both a
-// committed map polled from a live node (every ~200 ms) covers every
+// committed map polled from a live node (every ~200 ms, after the runner
+// carried the event out) covers every
 // layer with stages on nodes the runner has not stopped, and a request
 // sent at or after the event has succeeded; both must happen before the
 // next event (or the end of the run) for the event to count as

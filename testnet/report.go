@@ -114,12 +114,13 @@ func bucketWidth(total time.Duration) time.Duration {
 	return max(time.Second, (total / 12).Round(time.Second))
 }
 
-// recovery finds when the swarm recovered from an event at at, looking
-// no further than until.
-func recovery(at, until time.Duration, samples []sample, results []result) (mapAt, reqAt time.Duration, ok bool) {
+// recovery finds when the swarm recovered from an event at at whose
+// action took effect at done, looking no further than until: a map
+// polled between at and done still shows the node the event stops.
+func recovery(at, done, until time.Duration, samples []sample, results []result) (mapAt, reqAt time.Duration, ok bool) {
 	mapAt, reqAt = -1, -1
 	for _, s := range samples {
-		if s.At >= at && s.At < until && s.Healthy {
+		if s.At >= max(at, done) && s.At < until && s.Healthy {
 			mapAt = s.At
 			break
 		}
@@ -212,7 +213,7 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 			er.ExitedS = secs(e.Exited)
 		}
 		if e.Err == "" {
-			mapAt, reqAt, ok := recovery(e.At, until, samples, results)
+			mapAt, reqAt, ok := recovery(e.At, e.Done, until, samples, results)
 			if mapAt >= 0 {
 				er.MapS = secs(mapAt)
 			}

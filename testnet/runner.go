@@ -85,6 +85,9 @@ type eventRun struct {
 	At     time.Duration // when it was carried out, since the load began
 	Err    string        // it could not be carried out
 	Exited time.Duration // leave: when the process exited (0: not seen)
+	// Done is when the action took effect (a pick polls the map first);
+	// a map polled before it says nothing about the recovery.
+	Done time.Duration
 }
 
 // run is the state of one scenario run.
@@ -661,6 +664,7 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 			ev.Err = err.Error()
 			r.logf("%s %s: FAILED: %v", e.Action, ev.Node, err)
 		} else {
+			ev.Done = time.Since(r.t0)
 			r.logf("%s %s", e.Action, ev.Node)
 		}
 		out = append(out, ev)

@@ -192,6 +192,15 @@ func TestBuildReport(t *testing.T) {
 		}
 	}
 
+	// A healthy map polled after the kill began but before the node was
+	// stopped (the pick polls first) is not its recovery.
+	late := append([]eventRun(nil), events...)
+	late[0].Done = 7500 * ms
+	rep = buildReport(sc, results, refs, late, samples, 12*s, nil)
+	if e := rep.Events[0]; e.Recovered || e.MapS != -1 {
+		t.Errorf("kill that took effect at 7.5 s: map healthy at %v, want none before the rejoin", e.MapS)
+	}
+
 	// An event with no healthy map before the next one did not recover.
 	rep = buildReport(sc, results, refs, events, samples[:2], 12*s, []string{"c"})
 	if rep.Events[0].Recovered || rep.Pass {
