@@ -26,6 +26,7 @@ type loadKey struct {
 
 type memberState struct {
 	joining  bool
+	joined   bool // a join request of this run was accepted
 	loading  loadKey
 	cancel   context.CancelFunc
 	released loadKey
@@ -52,6 +53,7 @@ func (c *Consensus) memberLoop() {
 			return
 		case err := <-joined:
 			ms.joining = false
+			ms.joined = ms.joined || err == nil
 			if err != nil && !retryable(err) {
 				c.joinErr.Store(&err)
 				c.log.Errorw("join refused", "error", err)
@@ -74,9 +76,12 @@ func (c *Consensus) ensureJoined(s State, ms *memberState, done chan<- error) {
 		return
 	}
 	// A member that has not heard from a leader for long may have been
-	// removed while cut off: it asks again (a no-op for a member).
+	// removed while cut off: it asks again (a no-op for a member). So does
+	// one restarted from its data dir, once: its state may be stale, the
+	// leader may have removed it meanwhile, and its addresses may have
+	// changed.
 	lost := !c.IsLeader() && time.Since(c.raft.LastContact()) > 20*c.cfg.election+c.cfg.deadGrace
-	if s.IsMember(c.id.String()) && !lost {
+	if s.IsMember(c.id.String()) && !lost && ms.joined {
 		return
 	}
 	ms.joining = true

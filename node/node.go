@@ -334,13 +334,22 @@ func (n *Node) Kill() {
 }
 
 // deadSince adapts the peer table to consensus: a peer is dead when the
-// table says so.
+// table says so, unless it has opened a connection since. A node that
+// restarts asks to rejoin before its first heartbeat arrives; without
+// this the leader would take it for dead and remove it again. (A
+// connection older than the verdict proves nothing: a hung process
+// keeps its sockets open.)
 func (n *Node) deadSince(id peer.ID) (time.Time, bool) {
 	p, ok := n.host.Peers().Get(id)
-	if ok && p.Liveness == swarm.Dead {
-		return p.Since, true
+	if !ok || p.Liveness != swarm.Dead {
+		return time.Time{}, false
 	}
-	return time.Time{}, false
+	for _, c := range n.host.Libp2p().Network().ConnsToPeer(id) {
+		if c.Stat().Opened.After(p.Since) {
+			return time.Time{}, false
+		}
+	}
+	return p.Since, true
 }
 
 // onMapNotice keeps the leader's latest commit, in case our replica lags.
