@@ -64,3 +64,43 @@ func TestRestartReloadsCommittedRange(t *testing.T) {
 	}
 	t.Logf("the restarted node reloaded %v and served %v after its start; then %d requests were exact", r, reload.Round(time.Millisecond), n)
 }
+
+// TestRestartAfterRemoval: a node killed long enough for the leader to
+// remove it, then restarted from its data dir, is placed again: its
+// stale state still lists it as a member, so it must ask to rejoin, and
+// the leader must not take it for dead because its old peer-table row
+// says so. (In process this passes even without those two fixes; the
+// testnet churn scenario, with real processes, is where it failed.)
+func TestRestartAfterRemoval(t *testing.T) {
+	c := newTestCluster(t, WithMaxLayers(4))
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	a := c.add(WithDataDir(dirs[0]))
+	b := c.add(WithDataDir(dirs[1]))
+	d := c.add(WithDataDir(dirs[2]))
+	c.waitServing(20*time.Second, a.ID(), b.ID(), d.ID())
+	b.Kill()
+	waitFor(t, 15*time.Second, "the map without the killed node", func() bool {
+		_, in := a.Committed().Range(b.ID().String())
+		return !in && a.Committed().Covers()
+	})
+	removed := a.Committed().Epoch
+	start := time.Now()
+	// Slow heartbeats, as in a real deployment (1 s), so that its join
+	// request reaches the leader well before its first heartbeat does.
+	restarted := c.add(WithDataDir(dirs[1]), WithSwarmOptions(swarm.WithHeartbeatInterval(time.Second)))
+	placed := waitFor(t, 8*time.Second, "the restarted node placed again", func() bool {
+		m := a.Committed()
+		_, in := m.Range(restarted.ID().String())
+		return in && m.Epoch > removed
+	})
+	c.waitServing(10*time.Second, a.ID(), restarted.ID(), d.ID())
+	res, err := restarted.Complete(context.Background(), Request{Prompt: "Back again", MaxTokens: 8, Sampling: greedy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := reference(t, "Back again", 8, greedy); !slices.Equal(res.Tokens, want) {
+		t.Fatalf("tokens %v, want %v", res.Tokens, want)
+	}
+	t.Logf("removed at epoch %d; placed again %v after its restart (epoch %d), serving %v after", removed,
+		placed.Round(time.Millisecond), a.Committed().Epoch, time.Since(start).Round(time.Millisecond))
+}
