@@ -61,16 +61,34 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// distinctPort returns a port from next that is not in used, and adds it:
+// the kernel may hand out a port it just freed again, and two nodes of a
+// run given the same number fail at start with "address already in use".
+func distinctPort(used map[int]bool, next func() (int, error)) (int, error) {
+	for range 100 {
+		port, err := next()
+		if err != nil {
+			return 0, err
+		}
+		if !used[port] {
+			used[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("no port distinct from the run's others after 100 tries")
+}
+
 func newCluster(nw Network, bin, runDir string, modelArgs []string, nodes []NodeSpec) (*cluster, error) {
 	c := &cluster{net: nw, bin: bin, run: runDir, args: modelArgs}
+	used := map[int]bool{}
 	for i, n := range nodes {
 		p := &proc{i: i, spec: n, stopped: true, dir: filepath.Join(runDir, n.Name),
 			out: filepath.Join(runDir, n.Name+".out"), log: filepath.Join(runDir, n.Name+".log")}
 		var err error
-		if p.port, err = freePort(); err != nil {
+		if p.port, err = distinctPort(used, freePort); err != nil {
 			return nil, fmt.Errorf("port for %s: %w", n.Name, err)
 		}
-		if p.apiPort, err = freePort(); err != nil {
+		if p.apiPort, err = distinctPort(used, freePort); err != nil {
 			return nil, fmt.Errorf("API port for %s: %w", n.Name, err)
 		}
 		p.apiURL = nw.APIURL(i, p.apiPort)
