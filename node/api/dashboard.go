@@ -112,10 +112,7 @@ func (h *hub) addEvent(e dashEventJSON) {
 	defer h.mu.Unlock()
 	h.seq++
 	e.Seq = h.seq
-	h.events = append(h.events, e)
-	if len(h.events) > dashEvents {
-		h.events = slices.Delete(h.events, 0, len(h.events)-dashEvents)
-	}
+	h.events = pushRing(h.events, e, dashEvents)
 	h.changed()
 }
 
@@ -124,11 +121,18 @@ func (h *hub) addRequest(r requestJSON) {
 	defer h.mu.Unlock()
 	h.seq++
 	r.Seq = h.seq
-	h.requests = append(h.requests, r)
-	if len(h.requests) > dashRequests {
-		h.requests = slices.Delete(h.requests, 0, len(h.requests)-dashRequests)
-	}
+	h.requests = pushRing(h.requests, r, dashRequests)
 	h.changed()
+}
+
+// pushRing appends v to a history of at most limit entries, dropping the
+// oldest.
+func pushRing[T any](s []T, v T, limit int) []T {
+	s = append(s, v)
+	if len(s) > limit {
+		s = slices.Delete(s, 0, len(s)-limit)
+	}
+	return s
 }
 
 // since returns what a reader that has seen view viewSeq and items up to
