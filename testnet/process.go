@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/stratanet/strata/node/api"
 )
 
 // proc is one node of a run: its ports, data dir and logs stay the same
@@ -28,6 +29,7 @@ type proc struct {
 	out     string // stdout file (addresses)
 	log     string // stderr file (the node's log)
 	apiURL  string
+	client  *api.Client // nil when the runner cannot reach the API
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -92,6 +94,11 @@ func newCluster(nw Network, bin, runDir string, modelArgs []string, nodes []Node
 			return nil, fmt.Errorf("API port for %s: %w", n.Name, err)
 		}
 		p.apiURL = nw.APIURL(i, p.apiPort)
+		if p.apiURL != "" {
+			if p.client, err = api.NewClient(p.apiURL); err != nil {
+				return nil, fmt.Errorf("API of %s: %w", n.Name, err)
+			}
+		}
 		c.procs = append(c.procs, p)
 	}
 	return c, nil
@@ -307,19 +314,18 @@ func (c *cluster) stopAll() {
 }
 
 // waitReady waits until p's API says the committed map covers every layer.
-func waitReady(ctx context.Context, hc *http.Client, p *proc) error {
+func waitReady(ctx context.Context, p *proc) error {
+	if p.client == nil {
+		return fmt.Errorf("node %s: the runner cannot reach its API", p.spec.Name)
+	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.apiURL+"/healthz?ready=1", nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := hc.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ok, _ := p.client.Ready(rctx)
+		cancel()
+		if ok {
+			return nil
 		}
 		if p.crashed() {
 			return fmt.Errorf("node %s exited; see %s", p.spec.Name, p.log)
@@ -330,4 +336,16 @@ func waitReady(ctx context.Context, hc *http.Client, p *proc) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// swarmView reads p's view of the swarm (/v1/swarm).
+func (p *proc) swarmView(ctx context.Context) (swarmView, error) {
+	var v swarmView
+	if p.client == nil {
+		return v, fmt.Errorf("node %s: the runner cannot reach its API", p.spec.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err := p.client.Swarm(ctx, &v)
+	return v, err
 }

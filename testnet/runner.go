@@ -2,7 +2,6 @@ package testnet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -287,7 +286,7 @@ func (r *run) startInitial(ctx context.Context) error {
 		}
 	}
 	for _, p := range started {
-		if err := waitReady(rctx, r.hc, p); err != nil {
+		if err := waitReady(rctx, p); err != nil {
 			return fmt.Errorf("testnet: %w (within ready_timeout %v)", err, r.sc.ReadyTimeout)
 		}
 		r.setReady(p, true)
@@ -306,23 +305,15 @@ func (r *run) joined(ctx context.Context, founder, p *proc) error {
 	defer tick.Stop()
 	var since time.Time
 	for {
-		var v struct {
-			Pending *json.RawMessage `json:"pending"`
-			Members []struct {
-				ID        string           `json:"id"`
-				Member    bool             `json:"member"`
-				Committed *json.RawMessage `json:"committed_range"`
-			} `json:"members"`
-		}
-		if err := r.getJSON(ctx, founder.apiURL+"/v1/swarm", &v); err == nil {
+		if v, err := founder.swarmView(ctx); err == nil {
 			for _, m := range v.Members {
 				if m.ID != p.peerID || !m.Member {
 					continue
 				}
-				if m.Committed != nil && string(*m.Committed) != "null" {
+				if m.Committed != nil {
 					return nil
 				}
-				if v.Pending == nil || string(*v.Pending) == "null" {
+				if v.Pending == nil {
 					if since.IsZero() {
 						since = time.Now()
 					} else if time.Since(since) > 3*time.Second {
@@ -371,19 +362,11 @@ func (r *run) settle(ctx context.Context, procs []*proc) error {
 func (r *run) unsettled(ctx context.Context, procs []*proc) string {
 	var epoch uint64
 	for i, p := range procs {
-		var v struct {
-			swarmView
-			Pending *json.RawMessage `json:"pending"`
-			Members []struct {
-				ID       string `json:"id"`
-				State    string `json:"state"`
-				Liveness string `json:"liveness"`
-			} `json:"members"`
-		}
-		if err := r.getJSON(ctx, p.apiURL+"/v1/swarm", &v); err != nil {
+		v, err := p.swarmView(ctx)
+		if err != nil {
 			return err.Error()
 		}
-		if v.Pending != nil && string(*v.Pending) != "null" {
+		if v.Pending != nil {
 			return p.spec.Name + " sees a pending map"
 		}
 		if i == 0 {
@@ -434,36 +417,13 @@ func (r *run) modelID(ctx context.Context) (string, error) {
 	if p == nil {
 		return "", errors.New("testnet: no node to ask for the model")
 	}
-	var v struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := r.getJSON(ctx, p.apiURL+"/v1/models", &v); err != nil {
-		return "", fmt.Errorf("testnet: models: %w", err)
-	}
-	if len(v.Data) == 0 {
-		return "", errors.New("testnet: the node lists no model")
-	}
-	return v.Data[0].ID, nil
-}
-
-func (r *run) getJSON(ctx context.Context, url string, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	m, err := p.client.FirstModel(ctx)
 	if err != nil {
-		return err
+		return "", fmt.Errorf("testnet: %w", err)
 	}
-	resp, err := r.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return m, nil
 }
 
 // swarmView is the part of /v1/swarm the runner reads.
@@ -472,6 +432,14 @@ type swarmView struct {
 	Leader    *string         `json:"leader"`
 	Epoch     uint64          `json:"epoch"`
 	Committed layers.LayerMap `json:"committed"`
+	Pending   *struct{}       `json:"pending"` // nil: no map change pending
+	Members   []struct {
+		ID        string        `json:"id"`
+		Member    bool          `json:"member"`
+		State     string        `json:"state"`
+		Liveness  string        `json:"liveness"`
+		Committed *layers.Range `json:"committed_range"`
+	} `json:"members"`
 }
 
 // swarm reads /v1/swarm from the first live node in scenario order, so
@@ -487,8 +455,8 @@ func (r *run) swarm(ctx context.Context) (swarmView, *proc, error) {
 		if !ok {
 			continue
 		}
-		var v swarmView
-		if err := r.getJSON(ctx, p.apiURL+"/v1/swarm", &v); err != nil {
+		v, err := p.swarmView(ctx)
+		if err != nil {
 			last = err
 			continue
 		}
@@ -594,7 +562,7 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 				go func() {
 					rctx, cancel := context.WithTimeout(ctx, r.sc.ReadyTimeout)
 					defer cancel()
-					if waitReady(rctx, r.hc, p) == nil {
+					if waitReady(rctx, p) == nil {
 						r.setReady(p, true)
 						r.logf("%s serves again", p.spec.Name)
 					}
