@@ -20,6 +20,7 @@ type event struct {
 	seq  uint64
 	kind eventKind
 	node int32 // node index (evBatchDone, evDeliver); -1 = sink
+	gen  uint32
 	it   *iter
 	q    *query
 	fn   func()

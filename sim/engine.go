@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sort"
 )
 
@@ -49,6 +50,7 @@ type LinkSpec struct {
 	From, To  int
 	Bandwidth float64 // bytes/s
 	Latency   float64 // s
+	Jitter    float64 // s, uniform extra delay per transmission
 }
 
 // ModelWire is what a model puts on the wire.
@@ -100,7 +102,11 @@ type query struct {
 	arrival   float64
 	route     []int32 // link indices, source → … → sink
 	ranLayers []int16 // layers run on route[i]'s destination node
+	hopEnd    []int16 // layer the hop hands off at (0: the node's end)
+	resv      []int64 // KV reserved on route[i]'s destination (admission mode)
 	decodes   int
+	prior     int // output tokens delivered before a replay
+	retries   int
 	ttft      float64
 	done      bool
 	failed    bool
@@ -117,6 +123,7 @@ type iter struct {
 	issued    float64 // when the coordinator sent it
 	sentAt    float64 // when it left the previous node
 	entry     int     // layer it entered the current node at
+	stop      int     // layer it leaves the current node at
 }
 
 type node struct {
@@ -131,6 +138,11 @@ type node struct {
 	batchL int
 	kvPeak int64
 	outs   []int32 // outbound link indices
+	down   bool
+	gen    uint32  // bumped when the node dies, so its pending batch is void
+	wait   []*iter // prompts waiting for KV memory (admission mode)
+	active int     // sessions holding KV here (admission mode)
+	lat    float64 // EWMA of one layer's time, as a heartbeat reports it
 }
 
 type link struct {
@@ -154,9 +166,24 @@ type Sim struct {
 	stats   stats
 	nextID  int
 
-	// onPrompt and onDone let the feeder react to completions.
+	// onPrompt and onDone let the feeder react to completions; onLost
+	// decides what a client does with a query a failure broke (nil: it
+	// fails).
 	onPrompt func(q *query)
 	onDone   func(q *query)
+	onLost   func(q *query)
+
+	// Admission mode: a prompt reserves (input + output) × layers of KV on
+	// each hop, or waits in the node's bounded FIFO, as the stage
+	// scheduler does; otherwise KV is only accounted (Helix's model).
+	reserve  bool
+	maxQueue int
+
+	// net gives the link between two endpoints when links are made on
+	// demand (swarms); nil: only the cluster's links exist.
+	net     func(from, to int) LinkSpec
+	linkIdx map[[2]int32]int32
+	rng     *rand.Rand
 }
 
 // scheduler is how a replayed system routes: admit fixes what it can when
@@ -240,17 +267,48 @@ func (s *Sim) depart(it *iter, from int) {
 	l.freeAt = start + dur
 	it.sentAt = s.now
 	s.stats.bytesSent += size
-	s.schedule(&event{at: start + dur + l.Latency, kind: evDeliver, node: int32(l.To), it: it})
+	lat := l.Latency
+	if l.Jitter > 0 && s.rng != nil {
+		lat += l.Jitter * s.rng.Float64()
+	}
+	s.schedule(&event{at: start + dur + lat, kind: evDeliver, node: int32(l.To), it: it})
 }
 
+// fail ends a query that a failure broke: its client replays it
+// (onLost) or it counts as failed.
 func (s *Sim) fail(q *query) {
 	if q.failed || q.done {
 		return
 	}
 	q.failed = true
-	s.stats.failed++
 	s.sched.finish(s, q)
 	s.releaseKV(q)
+	if s.onLost != nil {
+		s.onLost(q)
+		return
+	}
+	s.stats.failed++
+}
+
+// linkTo returns the link from → to, made on demand where the simulation
+// has a network model.
+func (s *Sim) linkTo(from, to int) (int32, bool) {
+	k := [2]int32{int32(from), int32(to)}
+	if li, ok := s.linkIdx[k]; ok {
+		return li, true
+	}
+	if s.net == nil {
+		return -1, false
+	}
+	if s.linkIdx == nil {
+		s.linkIdx = map[[2]int32]int32{}
+	}
+	ls := s.net(from, to)
+	ls.From, ls.To = from, to
+	li := int32(len(s.links))
+	s.links = append(s.links, &link{LinkSpec: ls, alloc: ls.Bandwidth})
+	s.linkIdx[k] = li
+	return li, true
 }
 
 // deliver hands an iteration to a node's queue or to the coordinator.
@@ -260,19 +318,118 @@ func (s *Sim) deliver(it *iter, to int) {
 		return
 	}
 	n := s.nodes[to]
+	q := it.q
+	if q.failed {
+		return
+	}
+	if n.down {
+		s.fail(q)
+		return
+	}
 	l := max(it.nextLayer, n.First)
-	if l >= n.End {
+	stop := n.End
+	if h := it.hop - 1; h < len(q.hopEnd) && q.hopEnd[h] > 0 {
+		stop = int(q.hopEnd[h])
+	}
+	if l >= stop {
 		// Nothing left to run here (overlapping ranges): pass it on.
 		s.depart(it, to)
 		return
 	}
-	it.entry = l
+	it.entry, it.stop = l, stop
+	if s.reserve && it.prompt {
+		need := int64(q.input+q.output) * int64(stop-l)
+		if len(n.wait) > 0 || n.kvUsed+need > n.KVCapacity {
+			if len(n.wait) >= s.maxQueue || need > n.KVCapacity {
+				s.stats.rejected++
+				s.fail(q)
+				return
+			}
+			n.wait = append(n.wait, it)
+			return
+		}
+		s.admitAt(n, it, need)
+	}
+	s.enqueue(to, it, l)
+}
+
+func (s *Sim) admitAt(n *node, it *iter, need int64) {
+	q := it.q
+	for len(q.resv) < len(q.route) {
+		q.resv = append(q.resv, 0)
+	}
+	q.resv[it.hop-1] = need
+	n.kvUsed += need
+	n.kvPeak = max(n.kvPeak, n.kvUsed)
+	n.active++
+}
+
+func (s *Sim) enqueue(ni int, it *iter, l int) {
+	n := s.nodes[ni]
 	n.queues[l-n.First] = append(n.queues[l-n.First], it)
 	n.queued++
 	n.recv += it.tokens
 	if !n.busy {
-		s.startBatch(to)
+		s.startBatch(ni)
 	}
+}
+
+// admitWaiting opens waiting sessions, first come first served, while
+// memory allows.
+func (s *Sim) admitWaiting(ni int) {
+	n := s.nodes[ni]
+	for len(n.wait) > 0 {
+		it := n.wait[0]
+		if it.q.failed {
+			n.wait = n.wait[1:]
+			continue
+		}
+		need := int64(it.q.input+it.q.output) * int64(it.stop-it.entry)
+		if n.kvUsed+need > n.KVCapacity {
+			return
+		}
+		n.wait = n.wait[1:]
+		s.admitAt(n, it, need)
+		s.enqueue(ni, it, it.entry)
+	}
+}
+
+// kill takes a node down: everything queued or running on it is lost.
+func (s *Sim) kill(ni int) {
+	n := s.nodes[ni]
+	if n.down {
+		return
+	}
+	n.down = true
+	n.gen++
+	var lost []*query
+	for li, q := range n.queues {
+		for _, it := range q {
+			lost = append(lost, it.q)
+		}
+		n.queues[li] = nil
+	}
+	for _, it := range n.batch {
+		lost = append(lost, it.q)
+	}
+	for _, it := range n.wait {
+		lost = append(lost, it.q)
+	}
+	n.batch, n.wait, n.queued, n.busy, n.recv = nil, nil, 0, false, 0
+	n.kvUsed, n.active = 0, 0
+	for _, q := range lost {
+		s.fail(q)
+	}
+}
+
+// revive brings a node back holding [first, end), empty.
+func (s *Sim) revive(ni, first, end int) {
+	s.kill(ni)
+	n := s.nodes[ni]
+	n.down = false
+	n.First, n.End, n.cur = first, end, first
+	n.queues = make([][]*iter, end-first)
+	n.kvUsed, n.active = 0, 0
 }
 
 // startBatch picks the next layer, cyclically from the node's current one,
@@ -338,27 +495,33 @@ func (s *Sim) startBatch(ni int) {
 		n.recv = 0
 	}
 	n.busy = true
+	n.lat = 0.8*n.lat + 0.2*t
 	s.stats.batches++
 	s.stats.busy[ni] += t
-	s.schedule(&event{at: s.now + t, kind: evBatchDone, node: int32(ni)})
+	s.schedule(&event{at: s.now + t, kind: evBatchDone, node: int32(ni), gen: n.gen})
 }
 
-func (s *Sim) batchDone(ni int) {
+func (s *Sim) batchDone(ni int, gen uint32) {
 	n := s.nodes[ni]
+	if gen != n.gen {
+		return // the node died while this batch ran
+	}
 	l := n.batchL
 	for _, it := range n.batch {
 		if it.q.failed {
 			continue
 		}
-		if it.prompt {
-			n.kvUsed += int64(it.tokens)
-		} else {
-			n.kvUsed++
+		if !s.reserve {
+			if it.prompt {
+				n.kvUsed += int64(it.tokens)
+			} else {
+				n.kvUsed++
+			}
 		}
 		it.nextLayer = l + 1
-		if l+1 == n.End {
+		if l+1 == it.stop {
 			if it.prompt {
-				it.q.ranLayers[it.hop-1] = int16(n.End - it.entry)
+				it.q.ranLayers[it.hop-1] = int16(it.stop - it.entry)
 				s.sched.observe(s, it, ni)
 			}
 			s.depart(it, ni)
@@ -368,7 +531,7 @@ func (s *Sim) batchDone(ni int) {
 		}
 	}
 	n.kvPeak = max(n.kvPeak, n.kvUsed)
-	if n.kvUsed > n.KVCapacity {
+	if !s.reserve && n.kvUsed > n.KVCapacity {
 		s.stats.kvOverflow++
 	}
 	for i := range n.batch {
@@ -422,7 +585,7 @@ func (s *Sim) complete(q *query) {
 	q.done = true
 	if s.now >= s.win.Start && s.now < s.win.End {
 		s.stats.completed++
-		s.stats.goodTokens += int64(q.output)
+		s.stats.goodTokens += int64(q.prior + q.output)
 	}
 	s.sched.finish(s, q)
 	s.releaseKV(q)
@@ -434,6 +597,23 @@ func (s *Sim) complete(q *query) {
 // releaseKV frees what the query holds on every node of its route: its
 // context on every layer it ran there.
 func (s *Sim) releaseKV(q *query) {
+	if s.reserve {
+		for i, r := range q.resv {
+			if r == 0 {
+				continue
+			}
+			q.resv[i] = 0
+			to := s.links[q.route[i]].To
+			n := s.nodes[to]
+			if n.down {
+				continue
+			}
+			n.kvUsed = max(n.kvUsed-r, 0)
+			n.active = max(n.active-1, 0)
+			s.admitWaiting(to)
+		}
+		return
+	}
 	held := int64(q.input + q.decodes)
 	for i, li := range q.route {
 		to := s.links[li].To
@@ -460,7 +640,7 @@ func (s *Sim) run(until float64) {
 		case evDeliver:
 			s.deliver(e.it, int(e.node))
 		case evBatchDone:
-			s.batchDone(int(e.node))
+			s.batchDone(int(e.node), e.gen)
 		case evFeed, evCallback:
 			e.fn()
 		}
@@ -470,6 +650,7 @@ func (s *Sim) run(until float64) {
 // stats are what a run measures.
 type stats struct {
 	issued, completed, failed int
+	retried, rejected         int
 	decodeTokens              int64 // decode iterations returned in the window
 	goodTokens                int64 // output tokens of queries completed in the window
 	ttft, tpot                []float64
