@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"math"
 	"testing"
 )
@@ -92,14 +91,4 @@ func TestReplayDeterministic(t *testing.T) {
 		}
 	}
 	t.Fatal("no swarm run found")
-}
-
-func TestComparePrint(t *testing.T) {
-	for _, p := range Policies {
-		res, lm, err := ComparePolicy(context.Background(), helixDir, "single24", "llama2_70b", "A100=4;L4=8;T4=12", p, 2150, 1800)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s: %d stages decode %.1f goodput %.1f ttft50 %.2f tpot50 %.2f kvover %d failed %d", p, len(lm.Stages), res.DecodeTokS, res.GoodputTokS, res.TTFTp50, res.TPOTp50, res.KVOverflows, res.Failed)
-	}
 }

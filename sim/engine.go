@@ -331,6 +331,11 @@ func (s *Sim) deliver(it *iter, to int) {
 	if h := it.hop - 1; h < len(q.hopEnd) && q.hopEnd[h] > 0 {
 		stop = int(q.hopEnd[h])
 	}
+	if it.nextLayer < n.First || stop > n.End {
+		// Routed on a map the node has since left: the hop is gone.
+		s.fail(q)
+		return
+	}
 	if l >= stop {
 		// Nothing left to run here (overlapping ranges): pass it on.
 		s.depart(it, to)
@@ -477,7 +482,8 @@ func (s *Sim) startBatch(ni int) {
 		} else {
 			dTok = 1
 		}
-		rest = rest[1:]
+		copy(rest, rest[1:])
+		rest = rest[:len(rest)-1]
 		s.stats.overCap++
 	}
 	for i := len(rest); i < len(q); i++ {

@@ -260,7 +260,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		q := &query{input: r.Input, output: r.Output}
 		s.schedule(&event{at: r.At, kind: evCallback, fn: func() {
 			s.stats.issued++
-			w.issueRetry(q, s.now)
+			w.issueRetry(q, s.now, s.now)
 		}})
 	}
 	if w.view != nil {
@@ -642,9 +642,68 @@ func (w *world) leaderRepair(i int) {
 	if err != nil {
 		return
 	}
-	next, moves, _ := layers.NewPlanner().Repair(f, w.committed, w.spec.Nodes[i].ID)
-	w.committed = next
-	w.apply(moves)
+	next, moves, err := layers.NewPlanner().Repair(f, w.committed, w.spec.Nodes[i].ID)
+	if err == nil {
+		w.committed = next
+		w.apply(moves)
+		return
+	}
+	// Repair alone cannot close the gap: plan the members afresh, seeded
+	// with what runs, and migrate make-before-break.
+	w.leaderReplan()
+}
+
+// leaderReplan plans the live members from the committed map and runs
+// the moves in OrderMoves' steps.
+func (w *world) leaderReplan() {
+	members := w.members()
+	f, err := w.fleet(members)
+	if err != nil {
+		return
+	}
+	from := w.committed
+	for _, st := range from.Stages {
+		if j := w.idx[st.Node]; !w.known[j] {
+			from = from.Without(st.Node)
+		}
+	}
+	p, err := layers.NewPlanner(layers.WithSeeds(from)).Full(f, from.Epoch+1)
+	if err != nil && len(p.Map.Stages) == 0 {
+		return
+	}
+	moves := layers.Diff(w.model, from, p.Map)
+	steps, err := layers.OrderMoves(f, from, moves)
+	if err != nil {
+		steps = [][]layers.Move{moves} // a gap is open anyway: load everything now
+	}
+	w.committed = p.Map
+	w.runSteps(steps)
+}
+
+// runSteps runs migration steps in order, each after the previous one's
+// loads finish: make before break.
+func (w *world) runSteps(steps [][]layers.Move) {
+	var step func(k int)
+	step = func(k int) {
+		if k >= len(steps) {
+			return
+		}
+		longest := 0.0
+		for _, mv := range steps[k] {
+			j, ok := w.idx[mv.Node]
+			if !ok || !w.up[j] {
+				continue
+			}
+			if mv.To.Empty() {
+				w.stopServing(j)
+				continue
+			}
+			w.load(j, mv.To, true, false)
+			longest = math.Max(longest, mv.LoadBytes/w.spec.Timing.DiskBytesPerS)
+		}
+		w.s.schedule(&event{at: w.s.now + longest, kind: evCallback, fn: func() { step(k + 1) }})
+	}
+	step(0)
 }
 
 // leaderJoin places a member that announced itself: layers.Join.
@@ -679,27 +738,7 @@ func (w *world) leaderRebalance() {
 		return
 	}
 	w.committed = rb.To
-	var step func(k int)
-	step = func(k int) {
-		if k >= len(rb.Steps) {
-			return
-		}
-		longest := 0.0
-		for _, mv := range rb.Steps[k] {
-			j, ok := w.idx[mv.Node]
-			if !ok || !w.up[j] {
-				continue
-			}
-			if mv.To.Empty() {
-				w.stopServing(j)
-				continue
-			}
-			w.load(j, mv.To, true, false)
-			longest = math.Max(longest, mv.LoadBytes/w.spec.Timing.DiskBytesPerS)
-		}
-		w.s.schedule(&event{at: w.s.now + longest, kind: evCallback, fn: func() { step(k + 1) }})
-	}
-	step(0)
+	w.runSteps(rb.Steps)
 }
 
 func (w *world) apply(moves []layers.Move) {
@@ -1035,7 +1074,7 @@ func (w *world) lost(q *query) {
 			w.pathOK = false
 		}
 	}
-	if w.policy == "parallax" || q.retries >= 5 || s.now-q.arrival > w.spec.Timing.ClientTimeoutS {
+	if w.policy == "parallax" || q.retries >= 5 {
 		s.stats.failed++
 		return
 	}
@@ -1044,24 +1083,24 @@ func (w *world) lost(q *query) {
 	nq := &query{input: q.input + q.decodes, output: q.output - q.decodes, prior: q.prior + q.decodes,
 		retries: q.retries + 1}
 	arrival := q.arrival
-	s.schedule(&event{at: s.now + 0.05, kind: evCallback, fn: func() { w.issueRetry(nq, arrival) }})
+	s.schedule(&event{at: s.now + 0.05, kind: evCallback, fn: func() { w.issueRetry(nq, arrival, s.now) }})
 }
 
 // issueRetry starts a replayed or unroutable query, waiting for a route
 // while the client's timeout allows.
-func (w *world) issueRetry(q *query, arrival float64) {
+func (w *world) issueRetry(q *query, arrival, since float64) {
 	s := w.s
 	q.id = s.nextID
 	s.nextID++
 	q.arrival = arrival
 	if !w.admit(s, q) {
-		if s.now-arrival > w.spec.Timing.ClientTimeoutS {
+		if s.now-since > w.spec.Timing.ClientTimeoutS {
 			s.stats.failed++
 			return
 		}
 		q.route, q.ranLayers, q.hopEnd = nil, nil, nil
 		w.res.UnroutableWaitsS += 1
-		s.schedule(&event{at: s.now + 1, kind: evCallback, fn: func() { w.issueRetry(q, arrival) }})
+		s.schedule(&event{at: s.now + 1, kind: evCallback, fn: func() { w.issueRetry(q, arrival, since) }})
 		return
 	}
 	it := &iter{q: q, prompt: true, tokens: q.input, issued: s.now}
