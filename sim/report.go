@@ -20,6 +20,36 @@ func (r Report) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if r.hasSwarm() {
+		fmt.Fprintln(w, "\nchurn and control plane:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "policy\tdeaths\tjoins\tretried\tincomplete coverage s\tmoves\tGB loaded\trecoveries (lost coverage)\trecovery p50 s\trecovery max s\tevents/s\t")
+		for _, p := range r.Policies {
+			sw := p.swarm
+			if sw == nil {
+				continue
+			}
+			var lost []float64
+			for _, x := range sw.Recoveries {
+				if x > 0 {
+					lost = append(lost, x)
+				}
+			}
+			mx := 0.0
+			for _, x := range lost {
+				mx = math.Max(mx, x)
+			}
+			p50 := percentile(lost, 0.5)
+			if len(lost) == 0 {
+				p50 = 0
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%d\t%.0f\t%d of %d\t%.1f\t%.1f\t%.0f\t\n", p.Policy, sw.Deaths, sw.Joins, sw.Retried,
+				sw.IncompleteS, sw.Moves, sw.BytesLoaded/1e9, len(lost), len(sw.Recoveries), p50, mx, sw.EventsPerSec)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if len(r.Published) > 0 {
 		fmt.Fprintln(w, "\npublished (Helix's simulator) vs simulated (ours), decode tok/s:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -72,4 +102,13 @@ func (r Report) WriteSVG(w io.Writer) error {
 
 func esc(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+func (r Report) hasSwarm() bool {
+	for _, p := range r.Policies {
+		if p.swarm != nil {
+			return true
+		}
+	}
+	return false
 }

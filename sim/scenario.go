@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -19,7 +20,40 @@ type Scenario struct {
 	Seed        uint64    `yaml:"seed"`
 	Helix       *HelixRef `yaml:"helix"`
 
+	// A swarm run: machines, network, workload, churn, timings. Data is
+	// the Helix reference directory the profiles and lengths come from.
+	Data      string      `yaml:"data"`
+	Model     string      `yaml:"model"`
+	DurationS float64     `yaml:"duration_s"`
+	WarmUpS   float64     `yaml:"warmup_s"`
+	Nodes     []NodeGroup `yaml:"nodes"`
+	Network   Network     `yaml:"network"`
+	Workload  Workload    `yaml:"workload"`
+	Churn     Churn       `yaml:"churn"`
+	Timing    Timing      `yaml:"timing"`
+
 	dir string // the scenario file's directory, for relative paths
+}
+
+// NodeGroup is count machines of one kind, or a Helix cluster's machines.
+type NodeGroup struct {
+	Count  int    `yaml:"count"`
+	GPU    string `yaml:"gpu"`
+	Region string `yaml:"region"`
+	// RelayedFraction of the group is reachable only through relays.
+	RelayedFraction float64 `yaml:"relayed_fraction"`
+	JoinAtS         float64 `yaml:"join_at_s"`
+	// HelixCluster takes the machines of single24, geo24 or hetero42.
+	HelixCluster string `yaml:"helix_cluster"`
+	// Prefix names the group's machines (default: the GPU).
+	Prefix string `yaml:"prefix"`
+}
+
+// Workload is the requests: Helix's stream for a rate, or Poisson
+// arrivals with Azure conversation lengths.
+type Workload struct {
+	PoissonRatePerS float64 `yaml:"poisson_rate_per_s"`
+	HelixStreamRate float64 `yaml:"helix_stream_rate"`
 }
 
 // HelixRef replays Helix's published simulations of one setup and model.
@@ -45,19 +79,88 @@ func ParseScenario(path string, data []byte) (*Scenario, error) {
 	if sc.Name == "" {
 		return nil, fmt.Errorf("%w: %s: no name", ErrScenario, path)
 	}
-	if sc.Helix == nil {
-		return nil, fmt.Errorf("%w: %s: nothing to simulate (give a helix section)", ErrScenario, path)
+	if sc.Helix == nil && len(sc.Nodes) == 0 {
+		return nil, fmt.Errorf("%w: %s: nothing to simulate (give a helix section or nodes)", ErrScenario, path)
 	}
-	h := sc.Helix
-	if h.Dir == "" || h.Setup == "" || h.Model == "" {
-		return nil, fmt.Errorf("%w: %s: helix needs dir, setup and model", ErrScenario, path)
+	if h := sc.Helix; h != nil {
+		if h.Dir == "" || h.Setup == "" || h.Model == "" {
+			return nil, fmt.Errorf("%w: %s: helix needs dir, setup and model", ErrScenario, path)
+		}
+		for _, m := range h.Modes {
+			if m != "online" && m != "offline" {
+				return nil, fmt.Errorf("%w: %s: helix mode %q (want online or offline)", ErrScenario, path, m)
+			}
+		}
 	}
-	for _, m := range h.Modes {
-		if m != "online" && m != "offline" {
-			return nil, fmt.Errorf("%w: %s: helix mode %q (want online or offline)", ErrScenario, path, m)
+	if len(sc.Nodes) > 0 {
+		switch {
+		case sc.Data == "" || sc.Model == "":
+			return nil, fmt.Errorf("%w: %s: a swarm needs data and model", ErrScenario, path)
+		case !(sc.DurationS > 0) || sc.WarmUpS < 0 || sc.WarmUpS >= sc.DurationS:
+			return nil, fmt.Errorf("%w: %s: duration_s %g, warmup_s %g", ErrScenario, path, sc.DurationS, sc.WarmUpS)
+		case (sc.Workload.PoissonRatePerS > 0) == (sc.Workload.HelixStreamRate > 0):
+			return nil, fmt.Errorf("%w: %s: workload needs exactly one of poisson_rate_per_s and helix_stream_rate", ErrScenario, path)
+		}
+		for i, g := range sc.Nodes {
+			if g.HelixCluster == "" && (g.Count <= 0 || g.GPU == "") {
+				return nil, fmt.Errorf("%w: %s: node group %d needs count and gpu, or helix_cluster", ErrScenario, path, i)
+			}
+			if g.RelayedFraction < 0 || g.RelayedFraction > 1 {
+				return nil, fmt.Errorf("%w: %s: node group %d: relayed_fraction %g", ErrScenario, path, i, g.RelayedFraction)
+			}
 		}
 	}
 	return &sc, nil
+}
+
+func (sc *Scenario) path(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(sc.dir, p)
+}
+
+// SwarmSpec builds the swarm run the scenario describes.
+func (sc *Scenario) SwarmSpec() (SwarmSpec, error) {
+	dir := sc.path(sc.Data)
+	spec := SwarmSpec{Dir: dir, Model: sc.Model, Net: sc.Network, Timing: sc.Timing, Churn: sc.Churn,
+		Duration: sc.DurationS, WarmUpS: sc.WarmUpS, Seed: sc.Seed}
+	for gi, g := range sc.Nodes {
+		if g.HelixCluster != "" {
+			ns, err := HelixSwarmNodes(dir, g.HelixCluster)
+			if err != nil {
+				return SwarmSpec{}, err
+			}
+			spec.Nodes = append(spec.Nodes, ns...)
+			continue
+		}
+		prefix := g.Prefix
+		if prefix == "" {
+			prefix = fmt.Sprintf("g%d-%s", gi, g.GPU)
+		}
+		relayed := int(g.RelayedFraction*float64(g.Count) + 0.5)
+		for i := range g.Count {
+			// Spread the relayed machines evenly through the group.
+			r := relayed > 0 && (i*relayed)/g.Count != ((i+1)*relayed)/g.Count
+			spec.Nodes = append(spec.Nodes, SwarmNode{ID: fmt.Sprintf("%s-%d", prefix, i), GPU: g.GPU, Region: g.Region,
+				Relayed: r, JoinAt: g.JoinAtS})
+		}
+	}
+	switch {
+	case sc.Workload.HelixStreamRate > 0:
+		st, err := LoadHelixStream(dir, sc.Workload.HelixStreamRate)
+		if err != nil {
+			return SwarmSpec{}, err
+		}
+		spec.Requests = st
+	default:
+		lens, err := LoadAzureConvLengths(dir)
+		if err != nil {
+			return SwarmSpec{}, err
+		}
+		spec.Requests = Poisson(sc.Workload.PoissonRatePerS, sc.DurationS, lens, sc.Seed)
+	}
+	return spec, nil
 }
 
 // PolicyReport is one policy's figures, in the units of --json.
@@ -71,6 +174,7 @@ type PolicyReport struct {
 	Completed   int     `json:"completed"`
 	Failed      int     `json:"failed"`
 
+	swarm      *SwarmResult
 	decodeTokS float64
 	events     uint64
 	series     []float64
@@ -125,17 +229,35 @@ func policyReport(name string, parts []Result) PolicyReport {
 }
 
 // Run simulates a scenario. policies filters by name (empty: all).
-func Run(sc *Scenario, policies ...string) (Report, error) {
+func Run(ctx context.Context, sc *Scenario, policies ...string) (Report, error) {
 	rep := Report{Scenario: sc.Name}
 	want := map[string]bool{}
 	for _, p := range policies {
 		want[p] = true
 	}
-	h := sc.Helix
-	dir := h.Dir
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(sc.dir, dir)
+	if len(sc.Nodes) > 0 {
+		spec, err := sc.SwarmSpec()
+		if err != nil {
+			return Report{}, err
+		}
+		for _, p := range Policies {
+			if len(want) > 0 && !want[p] {
+				continue
+			}
+			res, err := RunSwarm(ctx, spec, p)
+			if err != nil {
+				return Report{}, fmt.Errorf("%s: %w", p, err)
+			}
+			pr := policyReport(p, []Result{res.Result})
+			pr.swarm = &res
+			rep.Policies = append(rep.Policies, pr)
+		}
 	}
+	h := sc.Helix
+	if h == nil {
+		return rep, nil
+	}
+	dir := sc.path(h.Dir)
 	if len(want) == 0 || want["helix-published"] {
 		cals, err := CalibrateHelix(dir, h.Setup, h.Model, sc.Seed)
 		if err != nil {

@@ -38,7 +38,7 @@ throughput next to ours.`,
 			if err != nil {
 				return err
 			}
-			rep, err := sim.Run(sc, policy...)
+			rep, err := sim.Run(cmd.Context(), sc, policy...)
 			if err != nil {
 				return err
 			}
@@ -65,7 +65,7 @@ throughput next to ours.`,
 		},
 	}
 	cmd.Flags().StringVar(&file, "scenario", "", "simulation scenario YAML")
-	cmd.Flags().StringArrayVar(&policy, "policy", nil, "policy to run (repeatable; default all): helix-published")
+	cmd.Flags().StringArrayVar(&policy, "policy", nil, "policy to run (repeatable; default all): strata, petals, parallax, helix-published")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&svgPath, "svg", "", "write a throughput-over-time SVG here")
 	return cmd
