@@ -560,7 +560,9 @@ func (s *Sim) receive(it *iter) {
 	in := s.now >= s.win.Start && s.now < s.win.End
 	if it.prompt {
 		q.ttft = s.now - q.arrival
-		if in {
+		// A replay's prefill is not a first token when tokens were
+		// already delivered before the failure.
+		if in && q.prior == 0 {
 			s.stats.ttft = append(s.stats.ttft, q.ttft)
 		}
 		if s.onPrompt != nil {

@@ -20,6 +20,9 @@ func (r Report) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, n := range r.notes {
+		fmt.Fprintln(w, n)
+	}
 	if r.hasSwarm() {
 		fmt.Fprintln(w, "\nchurn and control plane:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -26,6 +26,7 @@ type Scenario struct {
 	Model     string      `yaml:"model"`
 	DurationS float64     `yaml:"duration_s"`
 	WarmUpS   float64     `yaml:"warmup_s"`
+	StartS    float64     `yaml:"start_s"`
 	Nodes     []NodeGroup `yaml:"nodes"`
 	Network   Network     `yaml:"network"`
 	Workload  Workload    `yaml:"workload"`
@@ -96,7 +97,7 @@ func ParseScenario(path string, data []byte) (*Scenario, error) {
 		switch {
 		case sc.Data == "" || sc.Model == "":
 			return nil, fmt.Errorf("%w: %s: a swarm needs data and model", ErrScenario, path)
-		case !(sc.DurationS > 0) || sc.WarmUpS < 0 || sc.WarmUpS >= sc.DurationS:
+		case !(sc.DurationS > 0) || sc.WarmUpS < 0 || sc.WarmUpS >= sc.DurationS || sc.StartS < 0:
 			return nil, fmt.Errorf("%w: %s: duration_s %g, warmup_s %g", ErrScenario, path, sc.DurationS, sc.WarmUpS)
 		case (sc.Workload.PoissonRatePerS > 0) == (sc.Workload.HelixStreamRate > 0):
 			return nil, fmt.Errorf("%w: %s: workload needs exactly one of poisson_rate_per_s and helix_stream_rate", ErrScenario, path)
@@ -124,7 +125,7 @@ func (sc *Scenario) path(p string) string {
 func (sc *Scenario) SwarmSpec() (SwarmSpec, error) {
 	dir := sc.path(sc.Data)
 	spec := SwarmSpec{Dir: dir, Model: sc.Model, Net: sc.Network, Timing: sc.Timing, Churn: sc.Churn,
-		Duration: sc.DurationS, WarmUpS: sc.WarmUpS, Seed: sc.Seed}
+		Duration: sc.DurationS, WarmUpS: sc.WarmUpS, StartS: sc.StartS, Seed: sc.Seed}
 	for gi, g := range sc.Nodes {
 		if g.HelixCluster != "" {
 			ns, err := HelixSwarmNodes(dir, g.HelixCluster)
@@ -194,6 +195,8 @@ type Report struct {
 	Scenario  string         `json:"scenario"`
 	Policies  []PolicyReport `json:"policies"`
 	Published []PublishedRow `json:"published"`
+
+	notes []string
 }
 
 // policyReport folds the parts of one policy (Helix sums sub-clusters).
@@ -245,8 +248,14 @@ func Run(ctx context.Context, sc *Scenario, policies ...string) (Report, error) 
 				continue
 			}
 			res, err := RunSwarm(ctx, spec, p)
+			if errors.Is(err, context.Canceled) {
+				return Report{}, err
+			}
 			if err != nil {
-				return Report{}, fmt.Errorf("%s: %w", p, err)
+				// A policy that cannot place this swarm is a result, not a
+				// reason to drop the others.
+				rep.notes = append(rep.notes, fmt.Sprintf("%s: no run: %v", p, err))
+				continue
 			}
 			pr := policyReport(p, []Result{res.Result})
 			pr.swarm = &res

@@ -101,9 +101,12 @@ type SwarmSpec struct {
 	Timing   Timing
 	Churn    Churn
 	Requests []Request // arrivals, sorted
-	Duration float64
-	WarmUpS  float64 // measurement starts here
-	Seed     uint64
+	Duration float64   // of the workload, from StartS
+	WarmUpS  float64   // measurement starts at StartS + WarmUpS
+	// StartS is when requests start (arrival times are offsets from it),
+	// so that the initial loads are done, as Helix starts its runs.
+	StartS float64
+	Seed   uint64
 }
 
 // SwarmResult is one policy's run on a swarm.
@@ -146,6 +149,7 @@ type world struct {
 	banned  []float64 // petals clients avoid a node until this time
 
 	committed layers.LayerMap
+	all       *layers.Fleet // every machine, for per-node rates
 	rand      *rand.Rand
 
 	router   *routing.Router
@@ -227,10 +231,18 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		c.Nodes = append(c.Nodes, NodeSpec{Name: n.ID, GPU: n.GPU, First: 0, End: 1, Timer: p,
 			Caps: w.capTab[gpu][0], KVCapacity: w.kvTab[gpu][0], NICIn: 1e10, NICOut: 1e10})
 	}
+	all := make([]int, len(spec.Nodes))
+	for i := range all {
+		all[i] = i
+	}
+	if w.all, err = w.fleet(all); err != nil {
+		return SwarmResult{}, err
+	}
 	N := len(spec.Nodes)
 	w.up, w.known, w.serving = make([]bool, N), make([]bool, N), make([]bool, N)
 	w.rng, w.loading, w.banned = make([]layers.Range, N), make([]uint32, N), make([]float64, N)
-	s, err := newSim(c, w, Window{Start: spec.WarmUpS, End: spec.Duration})
+	end := spec.StartS + spec.Duration
+	s, err := newSim(c, w, Window{Start: spec.StartS + spec.WarmUpS, End: end})
 	if err != nil {
 		return SwarmResult{}, err
 	}
@@ -238,7 +250,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	s.reserve, s.maxQueue = true, 64
 	s.rng = rand.New(rand.NewPCG(spec.Seed, 0x1a7))
 	s.net = w.link
-	s.stats.series.bin = math.Max(spec.Duration/120, 1)
+	s.stats.series.bin = math.Max(end/120, 1)
 	for i := range s.nodes {
 		s.nodes[i].down = true
 	}
@@ -258,7 +270,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 			break
 		}
 		q := &query{input: r.Input, output: r.Output}
-		s.schedule(&event{at: r.At, kind: evCallback, fn: func() {
+		s.schedule(&event{at: spec.StartS + r.At, kind: evCallback, fn: func() {
 			s.stats.issued++
 			w.issueRetry(q, s.now, s.now)
 		}})
@@ -267,7 +279,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		var beat func()
 		beat = func() {
 			w.refreshView()
-			if s.now+spec.Timing.HeartbeatS <= spec.Duration {
+			if s.now+spec.Timing.HeartbeatS <= end {
 				s.schedule(&event{at: s.now + spec.Timing.HeartbeatS, kind: evCallback, fn: beat})
 			}
 		}
@@ -290,10 +302,10 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		s.schedule(&event{at: 60, kind: evCallback, fn: check})
 	}
 	t0 := time.Now()
-	s.run(spec.Duration)
+	s.run(end)
 	w.res.Wall = time.Since(t0)
 	if !w.covered {
-		w.res.IncompleteS += spec.Duration - w.incStart
+		w.res.IncompleteS += end - math.Max(w.incStart, s.win.Start)
 	}
 	w.res.Result = s.result()
 	w.res.Retried, w.res.Rejected = s.stats.retried, s.stats.rejected
@@ -489,8 +501,8 @@ func (w *world) changed() {
 	}
 	now := w.s.now
 	if ok && !w.covered {
-		if now >= w.spec.WarmUpS {
-			w.res.IncompleteS += now - math.Max(w.incStart, w.spec.WarmUpS)
+		if now >= w.s.win.Start {
+			w.res.IncompleteS += now - math.Max(w.incStart, w.s.win.Start)
 		}
 		for _, t := range w.lostAt {
 			w.res.Recoveries = append(w.res.Recoveries, now-t)
@@ -525,6 +537,7 @@ func (w *world) servingMap() layers.LayerMap {
 // scheduleChurn draws every machine's sessions and the scripted changes.
 func (w *world) scheduleChurn() {
 	ch := w.spec.Churn
+	end := w.spec.StartS + w.spec.Duration
 	r := rand.New(rand.NewPCG(w.spec.Seed, 0xc4))
 	for i, n := range w.spec.Nodes {
 		if n.JoinAt > 0 {
@@ -538,7 +551,7 @@ func (w *world) scheduleChurn() {
 		if sigma <= 0 {
 			sigma = 1
 		}
-		for t < w.spec.Duration {
+		for t < end {
 			up := ch.MedianSessionS * math.Exp(sigma*r.NormFloat64())
 			if t == n.JoinAt && n.JoinAt <= 0 {
 				// Machines up at the start are mid-session: the residual
@@ -546,7 +559,7 @@ func (w *world) scheduleChurn() {
 				up *= r.Float64()
 			}
 			t += up
-			if t >= w.spec.Duration {
+			if t >= end {
 				break
 			}
 			w.s.schedule(&event{at: t, kind: evCallback, fn: func() { w.nodeDown(i) }})
@@ -555,7 +568,7 @@ func (w *world) scheduleChurn() {
 				down = 1800 * r.ExpFloat64()
 			}
 			t += down
-			if t < w.spec.Duration {
+			if t < end {
 				w.s.schedule(&event{at: t, kind: evCallback, fn: func() { w.nodeUp(i) }})
 			}
 		}
@@ -759,10 +772,7 @@ func (w *world) apply(moves []layers.Move) {
 // loading) covering each block, from their cost-model rate.
 func (w *world) petalsThroughput(except int) []float64 {
 	t := make([]float64, w.model.Layers)
-	f, err := w.fleet(w.members())
-	if err != nil {
-		return t
-	}
+	f := w.all
 	for _, st := range w.committed.Stages {
 		j := w.idx[st.Node]
 		if j == except || !w.known[j] {
@@ -845,11 +855,7 @@ func (w *world) petalsRebalance() {
 		if start == cur.Start {
 			continue
 		}
-		f, err := w.fleet(w.members())
-		if err != nil {
-			return
-		}
-		p, _ := f.Profile(w.spec.Nodes[i].ID)
+		p, _ := w.all.Profile(w.spec.Nodes[i].ID)
 		r := layers.Range{Start: start, End: start + n}
 		v := p.TPS(n, layers.EndsOf(r, w.model.Layers))
 		for b := r.Start; b < r.End; b++ {
@@ -913,7 +919,7 @@ func (w *world) refreshView() {
 		k := max(n.End-n.First, 1)
 		w.view.Set(routing.NodeState{
 			ID: id, Health: routing.Alive, Region: w.spec.Nodes[i].Region, Relayed: w.spec.Nodes[i].Relayed,
-			Hardware: w.pnodes[i].Hardware, QueueDepth: len(n.wait), ActiveSessions: n.active,
+			Hardware: w.pnodes[i].Hardware, QueueDepth: len(n.wait) + n.queued, ActiveSessions: n.active,
 			FreeKV: int((n.KVCapacity - n.kvUsed) / int64(k)), LayerLatency: n.lat, Updated: now,
 		})
 	}
