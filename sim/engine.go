@@ -176,8 +176,9 @@ type Sim struct {
 	// Admission mode: a prompt reserves (input + output) × layers of KV on
 	// each hop, or waits in the node's bounded FIFO, as the stage
 	// scheduler does; otherwise KV is only accounted (Helix's model).
-	reserve  bool
-	maxQueue int
+	reserve      bool
+	maxQueue     int
+	queueTimeout float64 // s a prompt may wait for KV memory (0: forever)
 
 	// net gives the link between two endpoints when links are made on
 	// demand (swarms); nil: only the cluster's links exist.
@@ -351,6 +352,10 @@ func (s *Sim) deliver(it *iter, to int) {
 				return
 			}
 			n.wait = append(n.wait, it)
+			if s.queueTimeout > 0 {
+				gen := n.gen
+				s.schedule(&event{at: s.now + s.queueTimeout, kind: evCallback, fn: func() { s.expireWait(to, it, gen) }})
+			}
 			return
 		}
 		s.admitAt(n, it, need)
@@ -396,6 +401,23 @@ func (s *Sim) admitWaiting(ni int) {
 		n.wait = n.wait[1:]
 		s.admitAt(n, it, need)
 		s.enqueue(ni, it, it.entry)
+	}
+}
+
+// expireWait rejects a prompt still waiting for KV memory after the
+// queue timeout, as the stage scheduler does.
+func (s *Sim) expireWait(ni int, it *iter, gen uint32) {
+	n := s.nodes[ni]
+	if n.gen != gen {
+		return
+	}
+	for i, w := range n.wait {
+		if w == it {
+			n.wait = append(n.wait[:i], n.wait[i+1:]...)
+			s.stats.rejected++
+			s.fail(it.q)
+			return
+		}
 	}
 }
 

@@ -247,7 +247,8 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		return SwarmResult{}, err
 	}
 	w.s = s
-	s.reserve, s.maxQueue = true, 64
+	// The stage scheduler's defaults (node.DefaultMaxQueue, DefaultQueueTimeout).
+	s.reserve, s.maxQueue, s.queueTimeout = true, 256, 30
 	s.rng = rand.New(rand.NewPCG(spec.Seed, 0x1a7))
 	s.net = w.link
 	s.stats.series.bin = math.Max(end/120, 1)
@@ -1070,6 +1071,10 @@ func (w *world) hop(*Sim, *query, int) (int32, bool) { return -1, false }
 func (w *world) observe(*Sim, *iter, int)            {}
 func (w *world) finish(*Sim, *query)                 {}
 
+// maxReplays is node.DefaultMaxReplays: the entry gives a session up after
+// this many replays.
+const maxReplays = 16
+
 // lost is the client's reaction to a query a failure or a refusal broke.
 func (w *world) lost(q *query) {
 	s := w.s
@@ -1080,7 +1085,12 @@ func (w *world) lost(q *query) {
 			w.pathOK = false
 		}
 	}
-	if w.policy == "parallax" || q.retries >= 5 {
+	switch {
+	case w.policy == "parallax",
+		// Petals' replay fails once the session has generated tokens (a
+		// position assertion since v2.0, ANCHORS.md).
+		w.policy == "petals" && q.prior+q.decodes > 0,
+		q.retries >= maxReplays:
 		s.stats.failed++
 		return
 	}
