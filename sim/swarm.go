@@ -182,7 +182,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	if err != nil {
 		return SwarmResult{}, err
 	}
-	_, _, maxL, err := loadHelixNodes(spec.Dir, "single24", spec.Model)
+	maxL, err := maxLayers(spec.Dir, spec.Model)
 	if err != nil {
 		return SwarmResult{}, err
 	}
@@ -209,14 +209,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		if err != nil {
 			return SwarmResult{}, err
 		}
-		ml := maxL[strings.ToUpper(gpu[:1])+gpu[1:]]
-		if ml == 0 {
-			for k, v := range maxL {
-				if strings.EqualFold(k, gpu) {
-					ml = v
-				}
-			}
-		}
+		ml := maxL[gpu]
 		if ml == 0 {
 			return SwarmResult{}, fmt.Errorf("%w: no layer cap for %q", ErrBadData, n.GPU)
 		}
