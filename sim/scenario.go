@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -231,8 +232,9 @@ func policyReport(name string, parts []Result) PolicyReport {
 	return p
 }
 
-// Run simulates a scenario. policies filters by name (empty: all).
-func Run(ctx context.Context, sc *Scenario, policies ...string) (Report, error) {
+// Run simulates a scenario. policies filters by name (empty: all); now,
+// if not nil, times the swarm runs on the wall clock.
+func Run(ctx context.Context, sc *Scenario, now func() time.Time, policies ...string) (Report, error) {
 	rep := Report{Scenario: sc.Name}
 	want := map[string]bool{}
 	for _, p := range policies {
@@ -243,6 +245,7 @@ func Run(ctx context.Context, sc *Scenario, policies ...string) (Report, error) 
 		if err != nil {
 			return Report{}, err
 		}
+		spec.Now = now
 		for _, p := range Policies {
 			if len(want) > 0 && !want[p] {
 				continue

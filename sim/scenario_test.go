@@ -32,7 +32,7 @@ func TestReportJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Run(context.Background(), sc, "strata", "petals")
+	rep, err := Run(context.Background(), sc, nil, "strata", "petals")
 	if err != nil {
 		t.Fatal(err)
 	}

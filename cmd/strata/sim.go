@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -38,7 +39,7 @@ throughput next to ours.`,
 			if err != nil {
 				return err
 			}
-			rep, err := sim.Run(cmd.Context(), sc, policy...)
+			rep, err := sim.Run(cmd.Context(), sc, time.Now, policy...)
 			if err != nil {
 				return err
 			}
