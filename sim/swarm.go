@@ -384,11 +384,18 @@ func linkOf(c LinkClass) LinkSpec {
 
 // fleet is the planner's view of the given machines.
 func (w *world) fleet(members []int) (*layers.Fleet, error) {
-	ns := make([]layers.Node, 0, len(members))
-	for _, i := range members {
-		ns = append(ns, w.pnodes[i])
+	if w.all == nil {
+		ns := make([]layers.Node, 0, len(members))
+		for _, i := range members {
+			ns = append(ns, w.pnodes[i])
+		}
+		return layers.NewFleet(w.model, ns, layers.DefaultCostParams())
 	}
-	return layers.NewFleet(w.model, ns, layers.DefaultCostParams())
+	ids := make([]string, 0, len(members))
+	for _, i := range members {
+		ids = append(ids, w.pnodes[i].ID)
+	}
+	return w.all.Subset(ids)
 }
 
 func (w *world) members() []int {
