@@ -115,17 +115,16 @@ type SwarmSpec struct {
 // SwarmResult is one policy's run on a swarm.
 type SwarmResult struct {
 	Result
-	Policy           string
-	Retried          int
-	Rejected         int
-	IncompleteS      float64   // time with some layer unserved
-	Moves            int       // range changes, joins included
-	BytesLoaded      float64   // weights loaded after the start
-	Recoveries       []float64 // per failure: seconds until every layer was served again (0: never lost)
-	Deaths, Joins    int
-	EventsPerSec     float64 // wall-clock events per second of this run
-	Wall             time.Duration
-	UnroutableWaitsS float64
+	Policy        string
+	Retried       int
+	Rejected      int
+	IncompleteS   float64   // time with some layer unserved
+	Moves         int       // range changes, joins included
+	BytesLoaded   float64   // weights loaded after the start
+	Recoveries    []float64 // per failure: seconds until every layer was served again (0: never lost)
+	Deaths, Joins int
+	EventsPerSec  float64 // wall-clock events per second of this run
+	Wall          time.Duration
 }
 
 // world is one policy's swarm: the engine plus the control plane the
@@ -1127,7 +1126,6 @@ func (w *world) issueRetry(q *query, arrival, since float64) {
 			return
 		}
 		q.route, q.ranLayers, q.hopEnd = nil, nil, nil
-		w.res.UnroutableWaitsS += 1
 		s.schedule(&event{at: s.now + 1, kind: evCallback, fn: func() { w.issueRetry(q, arrival, since) }})
 		return
 	}
