@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -125,4 +126,33 @@ func TestBadDataFiles(t *testing.T) {
 	if _, err := parseCSV(stringsReader("a,b\n1,\"x"), "bad.csv"); !errors.Is(err, ErrBadData) {
 		t.Fatalf("err %v, want ErrBadData", err)
 	}
+}
+
+// FuzzParseScenario: any bytes give a scenario or an ErrScenario, never a
+// panic. The seeds are the shipped scenarios.
+func FuzzParseScenario(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join("..", "testdata", "sim", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no seed scenarios: %v", err)
+	}
+	for _, p := range files {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(tinySwarm))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sc, err := ParseScenario("fuzz.yaml", data)
+		if err != nil {
+			if !errors.Is(err, ErrScenario) {
+				t.Fatalf("error %v does not wrap ErrScenario", err)
+			}
+			return
+		}
+		if sc.Name == "" || (sc.Helix == nil && len(sc.Nodes) == 0) {
+			t.Fatalf("accepted an empty scenario: %+v", sc)
+		}
+	})
 }
