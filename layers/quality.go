@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"fmt"
 	"math"
 	"sort"
 )
@@ -28,6 +29,32 @@ func NewFleet(m ModelSpec, nodes []Node, p CostParams) (*Fleet, error) {
 		f.index[pr.Node.ID] = i
 	}
 	return f, nil
+}
+
+// Subset is the fleet of the given members, reusing their profiles: a
+// caller that re-plans a changing membership (a simulator, a leader) pays
+// for profiling once. An id not in f is an error.
+func (f *Fleet) Subset(ids []string) (*Fleet, error) {
+	idx := make([]int, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		i, ok := f.index[id]
+		if !ok {
+			return nil, fmt.Errorf("%w: node %q is not in the fleet", ErrBadSpec, id)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("%w: duplicate node id %q", ErrBadSpec, id)
+		}
+		seen[id] = true
+		idx = append(idx, i)
+	}
+	sort.Ints(idx) // Profiles stay sorted by ID
+	out := &Fleet{Model: f.Model, Params: f.Params, Profiles: make([]Profile, len(idx)), index: make(map[string]int, len(idx))}
+	for k, i := range idx {
+		out.Profiles[k] = f.Profiles[i]
+		out.index[f.Profiles[i].Node.ID] = k
+	}
+	return out, nil
 }
 
 // Len is the number of nodes.

@@ -1,0 +1,38 @@
+// Package sim is Strata's discrete-event simulator: it drives a swarm of
+// model-serving nodes on a virtual clock, so that placements, routing,
+// batching and churn can be measured at sizes and over durations no
+// testbed reaches.
+//
+// It owns the event loop (a priority queue keyed by (time, seq), one
+// goroutine), the node model (per-layer FIFO queues, a batcher with the
+// caps of the machine's profile, KV accounting or, for swarms, KV
+// admission as node/scheduler.go does it), the links (bandwidth, latency,
+// jitter, one transmission at a time), the clients (arrivals, iterations,
+// replays, measurement windows), the request schedulers of the replayed
+// Helix runs, and the control planes of the simulated policies. Placement
+// and routing decisions are not its own: it calls layers (Plan, Join,
+// Repair, Rebalance, OrderMoves), layers/baseline and routing. It is
+// neither that pure core nor the networked shell (node, swarm, consensus):
+// it reads its reference data from files, and must not open sockets,
+// start goroutines or read clocks, so that the same scenario and seed
+// always give the same report. A caller that wants wall-clock timings
+// passes a clock in (SwarmSpec.Now).
+//
+// # Units
+//
+// Times are seconds, sizes bytes, bandwidths bytes per second, as in
+// Helix's simulator (see testdata/sim/helix/README.md): a link Helix
+// declares as "1000 * mbps" carries 1e9 bytes/s here too. Profiled layer
+// times are read in milliseconds and converted on load.
+//
+// # Runs
+//
+// ReplayHelix runs one of Helix's published simulations (its placement,
+// links, request stream and scheduler, from results/sim_runs.csv);
+// CalibrateHelix sets our figures next to the published ones. RunSwarm
+// runs one policy (strata, petals, parallax) on a swarm with churn: the
+// policy places the machines, routes every request and reacts to deaths
+// and joins with its own detection delays and loading rules. Strata's
+// leader decisions are the world's leader* methods, in one place so that
+// they can call the consensus package's pure decision function.
+package sim

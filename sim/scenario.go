@@ -1,0 +1,293 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ErrScenario reports a simulation scenario that does not parse or validate.
+var ErrScenario = errors.New("sim: bad scenario")
+
+// Scenario is a simulation scenario as written in YAML.
+type Scenario struct {
+	Name        string    `yaml:"name"`
+	Description string    `yaml:"description"`
+	Seed        uint64    `yaml:"seed"`
+	Helix       *HelixRef `yaml:"helix"`
+
+	// A swarm run: machines, network, workload, churn, timings. Data is
+	// the Helix reference directory the profiles and lengths come from.
+	Data      string      `yaml:"data"`
+	Model     string      `yaml:"model"`
+	DurationS float64     `yaml:"duration_s"`
+	WarmUpS   float64     `yaml:"warmup_s"`
+	StartS    float64     `yaml:"start_s"`
+	Nodes     []NodeGroup `yaml:"nodes"`
+	Network   Network     `yaml:"network"`
+	Workload  Workload    `yaml:"workload"`
+	Churn     Churn       `yaml:"churn"`
+	Timing    Timing      `yaml:"timing"`
+
+	dir string // the scenario file's directory, for relative paths
+}
+
+// NodeGroup is count machines of one kind, or a Helix cluster's machines.
+type NodeGroup struct {
+	Count  int    `yaml:"count"`
+	GPU    string `yaml:"gpu"`
+	Region string `yaml:"region"`
+	// RelayedFraction of the group is reachable only through relays.
+	RelayedFraction float64 `yaml:"relayed_fraction"`
+	JoinAtS         float64 `yaml:"join_at_s"`
+	// HelixCluster takes the machines of single24, geo24 or hetero42.
+	HelixCluster string `yaml:"helix_cluster"`
+	// Prefix names the group's machines (default: the GPU).
+	Prefix string `yaml:"prefix"`
+}
+
+// Workload is the requests: Helix's stream for a rate, or Poisson
+// arrivals with Azure conversation lengths.
+type Workload struct {
+	PoissonRatePerS float64 `yaml:"poisson_rate_per_s"`
+	HelixStreamRate float64 `yaml:"helix_stream_rate"`
+}
+
+// HelixRef replays Helix's published simulations of one setup and model.
+type HelixRef struct {
+	// Dir holds the Helix reference data, relative to the scenario file.
+	Dir   string `yaml:"dir"`
+	Setup string `yaml:"setup"`
+	Model string `yaml:"model"`
+	// Modes to replay: online, offline (empty: both).
+	Modes []string `yaml:"modes"`
+}
+
+// ParseScenario reads a scenario; path names it in errors and anchors its
+// relative paths.
+func ParseScenario(path string, data []byte) (*Scenario, error) {
+	var sc Scenario
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&sc); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrScenario, path, err)
+	}
+	sc.dir = filepath.Dir(path)
+	if sc.Name == "" {
+		return nil, fmt.Errorf("%w: %s: no name", ErrScenario, path)
+	}
+	if sc.Helix == nil && len(sc.Nodes) == 0 {
+		return nil, fmt.Errorf("%w: %s: nothing to simulate (give a helix section or nodes)", ErrScenario, path)
+	}
+	if h := sc.Helix; h != nil {
+		if h.Dir == "" || h.Setup == "" || h.Model == "" {
+			return nil, fmt.Errorf("%w: %s: helix needs dir, setup and model", ErrScenario, path)
+		}
+		for _, m := range h.Modes {
+			if m != "online" && m != "offline" {
+				return nil, fmt.Errorf("%w: %s: helix mode %q (want online or offline)", ErrScenario, path, m)
+			}
+		}
+	}
+	if len(sc.Nodes) > 0 {
+		switch {
+		case sc.Data == "" || sc.Model == "":
+			return nil, fmt.Errorf("%w: %s: a swarm needs data and model", ErrScenario, path)
+		case !(sc.DurationS > 0) || sc.WarmUpS < 0 || sc.WarmUpS >= sc.DurationS || sc.StartS < 0:
+			return nil, fmt.Errorf("%w: %s: duration_s %g, warmup_s %g", ErrScenario, path, sc.DurationS, sc.WarmUpS)
+		case (sc.Workload.PoissonRatePerS > 0) == (sc.Workload.HelixStreamRate > 0):
+			return nil, fmt.Errorf("%w: %s: workload needs exactly one of poisson_rate_per_s and helix_stream_rate", ErrScenario, path)
+		}
+		for i, g := range sc.Nodes {
+			if g.HelixCluster == "" && (g.Count <= 0 || g.GPU == "") {
+				return nil, fmt.Errorf("%w: %s: node group %d needs count and gpu, or helix_cluster", ErrScenario, path, i)
+			}
+			if g.RelayedFraction < 0 || g.RelayedFraction > 1 {
+				return nil, fmt.Errorf("%w: %s: node group %d: relayed_fraction %g", ErrScenario, path, i, g.RelayedFraction)
+			}
+		}
+	}
+	return &sc, nil
+}
+
+func (sc *Scenario) path(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(sc.dir, p)
+}
+
+// SwarmSpec builds the swarm run the scenario describes.
+func (sc *Scenario) SwarmSpec() (SwarmSpec, error) {
+	dir := sc.path(sc.Data)
+	spec := SwarmSpec{Dir: dir, Model: sc.Model, Net: sc.Network, Timing: sc.Timing, Churn: sc.Churn,
+		Duration: sc.DurationS, WarmUpS: sc.WarmUpS, StartS: sc.StartS, Seed: sc.Seed}
+	for gi, g := range sc.Nodes {
+		if g.HelixCluster != "" {
+			ns, err := HelixSwarmNodes(dir, g.HelixCluster)
+			if err != nil {
+				return SwarmSpec{}, err
+			}
+			spec.Nodes = append(spec.Nodes, ns...)
+			continue
+		}
+		prefix := g.Prefix
+		if prefix == "" {
+			prefix = fmt.Sprintf("g%d-%s", gi, g.GPU)
+		}
+		relayed := int(g.RelayedFraction*float64(g.Count) + 0.5)
+		for i := range g.Count {
+			// Spread the relayed machines evenly through the group.
+			r := relayed > 0 && (i*relayed)/g.Count != ((i+1)*relayed)/g.Count
+			spec.Nodes = append(spec.Nodes, SwarmNode{ID: fmt.Sprintf("%s-%d", prefix, i), GPU: g.GPU, Region: g.Region,
+				Relayed: r, JoinAt: g.JoinAtS})
+		}
+	}
+	switch {
+	case sc.Workload.HelixStreamRate > 0:
+		st, err := LoadHelixStream(dir, sc.Workload.HelixStreamRate)
+		if err != nil {
+			return SwarmSpec{}, err
+		}
+		spec.Requests = st
+	default:
+		lens, err := LoadAzureConvLengths(dir)
+		if err != nil {
+			return SwarmSpec{}, err
+		}
+		spec.Requests = Poisson(sc.Workload.PoissonRatePerS, sc.DurationS, lens, sc.Seed)
+	}
+	return spec, nil
+}
+
+// PolicyReport is one policy's figures, in the units of --json.
+type PolicyReport struct {
+	Policy      string  `json:"policy"`
+	GoodputTokS float64 `json:"goodput_tok_s"`
+	TTFTp50ms   float64 `json:"ttft_p50_ms"`
+	TTFTp99ms   float64 `json:"ttft_p99_ms"`
+	TPOTp50ms   float64 `json:"tpot_p50_ms"`
+	TPOTp99ms   float64 `json:"tpot_p99_ms"`
+	Completed   int     `json:"completed"`
+	Failed      int     `json:"failed"`
+
+	swarm      *SwarmResult
+	decodeTokS float64
+	events     uint64
+	series     []float64
+	bin        float64
+}
+
+// PublishedRow is a paper figure next to our simulation of its placement.
+type PublishedRow struct {
+	Policy      string  `json:"policy"`
+	GoodputTokS float64 `json:"goodput_tok_s"`
+	Simulated   float64 `json:"simulated_tok_s"`
+	Source      string  `json:"source"`
+}
+
+// Report is a scenario's outcome.
+type Report struct {
+	Scenario  string         `json:"scenario"`
+	Policies  []PolicyReport `json:"policies"`
+	Published []PublishedRow `json:"published"`
+
+	notes []string
+}
+
+// policyReport folds the parts of one policy (Helix sums sub-clusters).
+func policyReport(name string, parts []Result) PolicyReport {
+	p := PolicyReport{Policy: name}
+	var ttft50, ttft99, tpot50, tpot99, w float64
+	for _, r := range parts {
+		p.GoodputTokS += r.GoodputTokS
+		p.decodeTokS += r.DecodeTokS
+		p.Completed += r.Completed
+		p.Failed += r.Failed
+		p.events += r.Events
+		// Latency of a sum of parts: weighted by decode rate (Helix merges
+		// the samples; this is close where parts are alike).
+		ttft50 += r.TTFTp50 * r.DecodeTokS
+		ttft99 = max(ttft99, r.TTFTp99)
+		tpot50 += r.TPOTp50 * r.DecodeTokS
+		tpot99 = max(tpot99, r.TPOTp99)
+		w += r.DecodeTokS
+		p.bin = r.SeriesBin
+		for i, v := range r.Series {
+			for len(p.series) <= i {
+				p.series = append(p.series, 0)
+			}
+			p.series[i] += v
+		}
+	}
+	if w > 0 {
+		p.TTFTp50ms, p.TPOTp50ms = ttft50/w*1e3, tpot50/w*1e3
+	}
+	p.TTFTp99ms, p.TPOTp99ms = ttft99*1e3, tpot99*1e3
+	return p
+}
+
+// Run simulates a scenario. policies filters by name (empty: all); now,
+// if not nil, times the swarm runs on the wall clock.
+func Run(ctx context.Context, sc *Scenario, now func() time.Time, policies ...string) (Report, error) {
+	rep := Report{Scenario: sc.Name}
+	want := map[string]bool{}
+	for _, p := range policies {
+		want[p] = true
+	}
+	if len(sc.Nodes) > 0 {
+		spec, err := sc.SwarmSpec()
+		if err != nil {
+			return Report{}, err
+		}
+		spec.Now = now
+		for _, p := range Policies {
+			if len(want) > 0 && !want[p] {
+				continue
+			}
+			res, err := RunSwarm(ctx, spec, p)
+			if errors.Is(err, context.Canceled) {
+				return Report{}, err
+			}
+			if err != nil {
+				// A policy that cannot place this swarm is a result, not a
+				// reason to drop the others.
+				rep.notes = append(rep.notes, fmt.Sprintf("%s: no run: %v", p, err))
+				continue
+			}
+			pr := policyReport(p, []Result{res.Result})
+			pr.swarm = &res
+			rep.Policies = append(rep.Policies, pr)
+		}
+	}
+	h := sc.Helix
+	if h == nil {
+		return rep, nil
+	}
+	dir := sc.path(h.Dir)
+	if len(want) == 0 || want["helix-published"] {
+		cals, err := CalibrateHelix(dir, h.Setup, h.Model, sc.Seed)
+		if err != nil {
+			return Report{}, err
+		}
+		modes := map[string]bool{}
+		for _, m := range h.Modes {
+			modes[m] = true
+		}
+		for _, c := range cals {
+			if len(modes) > 0 && !modes[c.Mode] {
+				continue
+			}
+			name := c.Method + "-" + c.Mode
+			rep.Policies = append(rep.Policies, policyReport(name, c.Parts))
+			rep.Published = append(rep.Published, PublishedRow{Policy: name, GoodputTokS: c.Published, Simulated: c.Simulated,
+				Source: "Helix ASPLOS'25 artifact, " + c.Source + " (decode tok/s of Helix's simulator)"})
+		}
+	}
+	return rep, nil
+}

@@ -1,0 +1,158 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+)
+
+func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
+
+const tinySwarm = `
+name: tiny
+seed: 3
+data: helix
+model: llama2_70b
+start_s: 30
+duration_s: 120
+nodes:
+  - helix_cluster: single24
+workload:
+  poisson_rate_per_s: 0.5
+`
+
+// TestReportJSON checks --json's schema: exactly the keys issue 21 names.
+func TestReportJSON(t *testing.T) {
+	sc, err := ParseScenario(filepath.Join("..", "testdata", "sim", "tiny.yaml"), []byte(tinySwarm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), sc, nil, "strata", "petals")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(m); !reflect.DeepEqual(got, []string{"policies", "published", "scenario"}) {
+		t.Fatalf("top-level keys %v", got)
+	}
+	pols := m["policies"].([]any)
+	if len(pols) != 2 {
+		t.Fatalf("%d policies, want 2", len(pols))
+	}
+	want := []string{"completed", "failed", "goodput_tok_s", "policy", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms"}
+	for _, p := range pols {
+		pm := p.(map[string]any)
+		if got := keys(pm); !reflect.DeepEqual(got, want) {
+			t.Fatalf("policy keys %v, want %v", got, want)
+		}
+		if pm["goodput_tok_s"].(float64) <= 0 || pm["completed"].(float64) <= 0 {
+			t.Fatalf("%v served nothing", pm["policy"])
+		}
+	}
+	b2, _ := json.Marshal(PublishedRow{})
+	var pm map[string]any
+	_ = json.Unmarshal(b2, &pm)
+	if got := keys(pm); !reflect.DeepEqual(got, []string{"goodput_tok_s", "policy", "simulated_tok_s", "source"}) {
+		t.Fatalf("published keys %v", got)
+	}
+}
+
+func keys(m map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestParseScenarioErrors(t *testing.T) {
+	for name, y := range map[string]string{
+		"not yaml":      "name: [",
+		"no name":       "seed: 1\nhelix: {dir: x, setup: s, model: m}\n",
+		"nothing":       "name: x\n",
+		"unknown field": "name: x\nbogus: 1\nhelix: {dir: x, setup: s, model: m}\n",
+		"bad mode":      "name: x\nhelix: {dir: x, setup: s, model: m, modes: [sometimes]}\n",
+		"two workloads": "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4}]\nworkload: {poisson_rate_per_s: 1, helix_stream_rate: 700}\n",
+		"no workload":   "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4}]\n",
+		"bad group":     "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 0}]\nworkload: {poisson_rate_per_s: 1}\n",
+		"bad warmup":    "name: x\ndata: d\nmodel: m\nduration_s: 10\nwarmup_s: 10\nnodes: [{count: 1, gpu: t4}]\nworkload: {poisson_rate_per_s: 1}\n",
+		"bad relayed":   "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4, relayed_fraction: 2}]\nworkload: {poisson_rate_per_s: 1}\n",
+	} {
+		if _, err := ParseScenario(name+".yaml", []byte(y)); !errors.Is(err, ErrScenario) {
+			t.Errorf("%s: err %v, want ErrScenario", name, err)
+		}
+	}
+}
+
+func TestRelayedFraction(t *testing.T) {
+	y := "name: x\ndata: helix\nmodel: llama2_70b\nduration_s: 10\nnodes: [{count: 50, gpu: t4, relayed_fraction: 0.1}]\nworkload: {poisson_rate_per_s: 1}\n"
+	sc, err := ParseScenario(filepath.Join("..", "testdata", "sim", "x.yaml"), []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := sc.SwarmSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, nd := range spec.Nodes {
+		if nd.Relayed {
+			n++
+		}
+	}
+	if n != 5 {
+		t.Fatalf("%d relayed of 50, want 5", n)
+	}
+}
+
+func TestBadDataFiles(t *testing.T) {
+	if _, err := LoadProfile(helixDir, "llama2_70b", "nope"); err == nil {
+		t.Fatal("missing profile loaded")
+	}
+	if _, err := parseCSV(stringsReader("a,b\n1,\"x"), "bad.csv"); !errors.Is(err, ErrBadData) {
+		t.Fatalf("err %v, want ErrBadData", err)
+	}
+}
+
+// FuzzParseScenario: any bytes give a scenario or an ErrScenario, never a
+// panic. The seeds are the shipped scenarios.
+func FuzzParseScenario(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join("..", "testdata", "sim", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no seed scenarios: %v", err)
+	}
+	for _, p := range files {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(tinySwarm))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sc, err := ParseScenario("fuzz.yaml", data)
+		if err != nil {
+			if !errors.Is(err, ErrScenario) {
+				t.Fatalf("error %v does not wrap ErrScenario", err)
+			}
+			return
+		}
+		if sc.Name == "" || (sc.Helix == nil && len(sc.Nodes) == 0) {
+			t.Fatalf("accepted an empty scenario: %+v", sc)
+		}
+	})
+}

@@ -1,0 +1,1134 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/layers/baseline"
+	"github.com/stratanet/strata/routing"
+)
+
+// SwarmNode is one machine of a swarm scenario.
+type SwarmNode struct {
+	ID      string
+	GPU     string // a Helix machine type: a100, l4, t4, v100, l4x2, t4x2, t4x4
+	Region  string
+	Relayed bool
+	// JoinAt is when the machine first starts (0: at the start, placed by
+	// the initial plan); later machines join through the policy's join.
+	JoinAt float64
+}
+
+// LinkClass is the network between two kinds of endpoint.
+type LinkClass struct {
+	Bandwidth float64 `yaml:"bandwidth_bytes_per_s"`
+	LatencyMS float64 `yaml:"latency_ms"`
+	JitterMS  float64 `yaml:"jitter_ms"`
+}
+
+// Network gives every pair of endpoints a link class.
+type Network struct {
+	InRegion    LinkClass `yaml:"in_region"`
+	CrossRegion LinkClass `yaml:"cross_region"`
+	// Relay applies to any link that touches a relayed node.
+	Relay LinkClass `yaml:"relay"`
+	// Entry is the link between the clients' entry and any node.
+	Entry LinkClass `yaml:"entry"`
+}
+
+// Timing holds the detection and loading figures the policies react with.
+type Timing struct {
+	// HeartbeatS and DeadAfterS are Strata's (swarm.DefaultHeartbeatInterval
+	// and its default dead-after of 4 heartbeats).
+	HeartbeatS float64 `yaml:"heartbeat_s"`
+	DeadAfterS float64 `yaml:"dead_after_s"`
+	// DiskBytesPerS is the rate a node loads layer weights at.
+	DiskBytesPerS float64 `yaml:"disk_bytes_per_s"`
+	// RebalanceS is how often Strata's leader considers a rebalance (0: never).
+	RebalanceS float64 `yaml:"rebalance_s"`
+	// ClientTimeoutS is how long a client keeps retrying a request that
+	// finds no route before it gives up.
+	ClientTimeoutS float64 `yaml:"client_timeout_s"`
+}
+
+func (t Timing) withDefaults() Timing {
+	if t.HeartbeatS <= 0 {
+		t.HeartbeatS = 0.5
+	}
+	if t.DeadAfterS <= 0 {
+		t.DeadAfterS = 4 * t.HeartbeatS
+	}
+	if t.DiskBytesPerS <= 0 {
+		t.DiskBytesPerS = 1e9
+	}
+	if t.ClientTimeoutS <= 0 {
+		t.ClientTimeoutS = 120
+	}
+	return t
+}
+
+// Churn is the machines' availability.
+type Churn struct {
+	// MedianSessionS > 0 draws every machine's up-times from a lognormal
+	// with this median and shape Sigma (heavy-tailed), and its down-times
+	// from an exponential of mean MeanDowntimeS.
+	MedianSessionS float64          `yaml:"median_session_s"`
+	Sigma          float64          `yaml:"sigma"`
+	MeanDowntimeS  float64          `yaml:"mean_downtime_s"`
+	Script         []ScriptedChange `yaml:"script"`
+}
+
+// ScriptedChange kills or starts a machine at a given time.
+type ScriptedChange struct {
+	AtS  float64 `yaml:"at_s"`
+	Kill string  `yaml:"kill"`
+	Join string  `yaml:"join"`
+}
+
+// SwarmSpec is everything a swarm run needs.
+type SwarmSpec struct {
+	Dir      string // Helix reference data (profiles)
+	Model    string // llama2_70b or llama1_30b
+	Nodes    []SwarmNode
+	Net      Network
+	Timing   Timing
+	Churn    Churn
+	Requests []Request // arrivals, sorted
+	Duration float64   // of the workload, from StartS
+	WarmUpS  float64   // measurement starts at StartS + WarmUpS
+	// StartS is when requests start (arrival times are offsets from it),
+	// so that the initial loads are done, as Helix starts its runs.
+	StartS float64
+	Seed   uint64
+	// Now, when set, times the run on the wall clock (events/s); the
+	// simulation itself never reads a clock.
+	Now func() time.Time
+}
+
+// SwarmResult is one policy's run on a swarm.
+type SwarmResult struct {
+	Result
+	Policy        string
+	Retried       int
+	Rejected      int
+	IncompleteS   float64   // time with some layer unserved
+	Moves         int       // range changes, joins included
+	BytesLoaded   float64   // weights loaded after the start
+	Recoveries    []float64 // per failure: seconds until every layer was served again (0: never lost)
+	Deaths, Joins int
+	EventsPerSec  float64 // wall-clock events per second of this run
+	Wall          time.Duration
+}
+
+// world is one policy's swarm: the engine plus the control plane the
+// policy reacts with. Strata's leader decisions are all in leader*
+// methods so they can later call the consensus package's pure function.
+type world struct {
+	s      *Sim
+	spec   SwarmSpec
+	policy string
+	model  layers.ModelSpec
+	pnodes []layers.Node // planner view of every machine
+	prof   []Profile
+	gpu    []string
+	maxL   []int
+	kvTab  map[string][]int64
+	capTab map[string][]Caps
+	idx    map[string]int
+
+	up      []bool // process running
+	known   []bool // the control plane counts it as a member
+	serving []bool // holds loaded layers and takes requests
+	rng     []layers.Range
+	loading []uint32  // load generation, to void superseded loads
+	banned  []float64 // petals clients avoid a node until this time
+
+	committed layers.LayerMap
+	all       *layers.Fleet // every machine, for per-node rates
+	rand      *rand.Rand
+
+	router   *routing.Router
+	view     *routing.View
+	epoch    time.Time
+	pathOK   bool
+	path     []routing.Hop // petals' min-latency path, recomputed on change
+	pipes    [][]routing.Hop
+	rr       int
+	servMap  layers.LayerMap
+	mapDirty bool
+
+	covered  bool
+	lostAt   []float64 // open recoveries: when coverage was lost
+	incStart float64
+	res      SwarmResult
+}
+
+func (w *world) layerBytes() float64 { return w.model.LayerWeightBytes() }
+
+// RunSwarm runs one policy on a swarm spec.
+func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, error) {
+	spec.Timing = spec.Timing.withDefaults()
+	m, err := plannerModel(spec.Model)
+	if err != nil {
+		return SwarmResult{}, err
+	}
+	wire, err := modelWire(spec.Dir, spec.Model)
+	if err != nil {
+		return SwarmResult{}, err
+	}
+	maxL, err := maxLayers(spec.Dir, spec.Model)
+	if err != nil {
+		return SwarmResult{}, err
+	}
+	w := &world{spec: spec, policy: policy, model: m, idx: map[string]int{},
+		kvTab: map[string][]int64{}, capTab: map[string][]Caps{},
+		rand:  rand.New(rand.NewPCG(spec.Seed, 0x51a)),
+		epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	w.res.Policy = policy
+	profiles := map[string]Profile{}
+	c := Cluster{Model: wire}
+	for i, n := range spec.Nodes {
+		gpu := strings.ToLower(n.GPU)
+		p, ok := profiles[gpu]
+		if !ok {
+			if p, err = LoadProfile(spec.Dir, spec.Model, gpu); err != nil {
+				return SwarmResult{}, err
+			}
+			profiles[gpu] = p
+			if err := w.loadTables(gpu); err != nil {
+				return SwarmResult{}, err
+			}
+		}
+		h, err := helixHardware(gpu)
+		if err != nil {
+			return SwarmResult{}, err
+		}
+		ml := maxL[gpu]
+		if ml == 0 {
+			return SwarmResult{}, fmt.Errorf("%w: no layer cap for %q", ErrBadData, n.GPU)
+		}
+		w.pnodes = append(w.pnodes, layers.Node{ID: n.ID, Hardware: h, Region: n.Region, MaxLayers: ml})
+		w.prof = append(w.prof, p)
+		w.gpu = append(w.gpu, gpu)
+		w.maxL = append(w.maxL, ml)
+		if _, dup := w.idx[n.ID]; dup {
+			return SwarmResult{}, fmt.Errorf("%w: node %q twice", ErrScenario, n.ID)
+		}
+		w.idx[n.ID] = i
+		c.Nodes = append(c.Nodes, NodeSpec{Name: n.ID, GPU: n.GPU, First: 0, End: 1, Timer: p,
+			Caps: w.capTab[gpu][0], KVCapacity: w.kvTab[gpu][0], NICIn: 1e10, NICOut: 1e10})
+	}
+	all := make([]int, len(spec.Nodes))
+	for i := range all {
+		all[i] = i
+	}
+	if w.all, err = w.fleet(all); err != nil {
+		return SwarmResult{}, err
+	}
+	N := len(spec.Nodes)
+	w.up, w.known, w.serving = make([]bool, N), make([]bool, N), make([]bool, N)
+	w.rng, w.loading, w.banned = make([]layers.Range, N), make([]uint32, N), make([]float64, N)
+	end := spec.StartS + spec.Duration
+	s, err := newSim(c, w, Window{Start: spec.StartS + spec.WarmUpS, End: end})
+	if err != nil {
+		return SwarmResult{}, err
+	}
+	w.s = s
+	// The stage scheduler's defaults (node.DefaultMaxQueue, DefaultQueueTimeout).
+	s.reserve, s.maxQueue, s.queueTimeout = true, 256, 30
+	s.rng = rand.New(rand.NewPCG(spec.Seed, 0x1a7))
+	s.net = w.link
+	s.stats.series.bin = math.Max(end/120, 1)
+	for i := range s.nodes {
+		s.nodes[i].down = true
+	}
+	s.onLost = w.lost
+	if policy == "strata" {
+		if w.router, err = routing.New(routing.WithModel(m)); err != nil {
+			return SwarmResult{}, err
+		}
+		w.view = routing.NewView()
+	}
+	if err := w.start(ctx); err != nil {
+		return SwarmResult{}, err
+	}
+	w.scheduleChurn()
+	for _, r := range spec.Requests {
+		if r.At > spec.Duration {
+			break
+		}
+		q := &query{input: r.Input, output: r.Output}
+		s.schedule(&event{at: spec.StartS + r.At, kind: evCallback, fn: func() {
+			s.stats.issued++
+			w.issueRetry(q, s.now, s.now)
+		}})
+	}
+	if w.view != nil {
+		var beat func()
+		beat = func() {
+			w.refreshView()
+			if s.now+spec.Timing.HeartbeatS <= end {
+				s.schedule(&event{at: s.now + spec.Timing.HeartbeatS, kind: evCallback, fn: beat})
+			}
+		}
+		beat()
+	}
+	if policy == "strata" && spec.Timing.RebalanceS > 0 {
+		var rb func()
+		rb = func() {
+			w.leaderRebalance()
+			s.schedule(&event{at: s.now + spec.Timing.RebalanceS, kind: evCallback, fn: rb})
+		}
+		s.schedule(&event{at: spec.Timing.RebalanceS, kind: evCallback, fn: rb})
+	}
+	if policy == "petals" {
+		var check func()
+		check = func() {
+			w.petalsRebalance()
+			s.schedule(&event{at: s.now + 60, kind: evCallback, fn: check})
+		}
+		s.schedule(&event{at: 60, kind: evCallback, fn: check})
+	}
+	var t0 time.Time
+	if spec.Now != nil {
+		t0 = spec.Now()
+	}
+	// Run in slices of virtual time so that a cancelled context stops it.
+	for t := s.now; t < end; {
+		if err := ctx.Err(); err != nil {
+			return SwarmResult{}, err
+		}
+		t = math.Min(t+60, end)
+		s.run(t)
+	}
+	if spec.Now != nil {
+		w.res.Wall = spec.Now().Sub(t0)
+	}
+	if !w.covered {
+		w.res.IncompleteS += end - math.Max(w.incStart, s.win.Start)
+	}
+	w.res.Result = s.result()
+	w.res.Retried, w.res.Rejected = s.stats.retried, s.stats.rejected
+	if w.res.Wall > 0 {
+		w.res.EventsPerSec = float64(s.fired) / w.res.Wall.Seconds()
+	}
+	return w.res, nil
+}
+
+func (w *world) loadTables(gpu string) error {
+	path := filepath.Join(w.spec.Dir, "profiles", w.spec.Model, gpu, "settings.csv")
+	rows, err := readCSV(path)
+	if err != nil {
+		return err
+	}
+	for k := 1; k <= len(rows); k++ {
+		c, err := LoadCaps(w.spec.Dir, w.spec.Model, gpu, k)
+		if err != nil {
+			return err
+		}
+		kv, err := kvCapacity(w.spec.Dir, w.spec.Model, gpu, k)
+		if err != nil {
+			return err
+		}
+		w.capTab[gpu] = append(w.capTab[gpu], c)
+		w.kvTab[gpu] = append(w.kvTab[gpu], kv)
+	}
+	return nil
+}
+
+// link is the network model: entry links, relays, regions.
+func (w *world) link(from, to int) LinkSpec {
+	net := w.spec.Net
+	cls := net.InRegion
+	switch {
+	case from == Source || to == Sink:
+		cls = net.Entry
+		n := max(from, to)
+		if w.spec.Nodes[n].Relayed {
+			cls = worse(cls, net.Relay)
+		}
+		return linkOf(cls)
+	case w.spec.Nodes[from].Region != w.spec.Nodes[to].Region:
+		cls = net.CrossRegion
+	}
+	if w.spec.Nodes[from].Relayed || w.spec.Nodes[to].Relayed {
+		cls = worse(cls, net.Relay)
+	}
+	return linkOf(cls)
+}
+
+func worse(a, b LinkClass) LinkClass {
+	if b.Bandwidth > 0 && (a.Bandwidth == 0 || b.Bandwidth < a.Bandwidth) {
+		a.Bandwidth = b.Bandwidth
+	}
+	a.LatencyMS += b.LatencyMS
+	a.JitterMS = math.Max(a.JitterMS, b.JitterMS)
+	return a
+}
+
+func linkOf(c LinkClass) LinkSpec {
+	bw := c.Bandwidth
+	if bw <= 0 {
+		bw = 1e9
+	}
+	return LinkSpec{Bandwidth: bw, Latency: c.LatencyMS / 1e3, Jitter: c.JitterMS / 1e3}
+}
+
+// fleet is the planner's view of the given machines.
+func (w *world) fleet(members []int) (*layers.Fleet, error) {
+	if w.all == nil {
+		ns := make([]layers.Node, 0, len(members))
+		for _, i := range members {
+			ns = append(ns, w.pnodes[i])
+		}
+		return layers.NewFleet(w.model, ns, layers.DefaultCostParams())
+	}
+	ids := make([]string, 0, len(members))
+	for _, i := range members {
+		ids = append(ids, w.pnodes[i].ID)
+	}
+	return w.all.Subset(ids)
+}
+
+func (w *world) members() []int {
+	var out []int
+	for i, k := range w.known {
+		if k {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// start places the machines that are up at time 0 with the policy's
+// planner and loads them.
+func (w *world) start(ctx context.Context) error {
+	var init []int
+	for i, n := range w.spec.Nodes {
+		if n.JoinAt <= 0 {
+			init = append(init, i)
+			w.up[i], w.known[i] = true, true
+		}
+	}
+	lm, err := w.plan(ctx, init)
+	if err != nil {
+		return err
+	}
+	w.committed = lm
+	w.covered = false
+	for _, st := range lm.Stages {
+		w.load(w.idx[st.Node], st.Range, false, true)
+	}
+	return nil
+}
+
+func (w *world) plan(ctx context.Context, members []int) (layers.LayerMap, error) {
+	f, err := w.fleet(members)
+	if err != nil {
+		return layers.LayerMap{}, err
+	}
+	switch w.policy {
+	case "strata":
+		p, err := layers.NewPlanner().Full(f, w.committed.Epoch+1)
+		return p.Map, err
+	case "petals":
+		return baseline.NewPetals(baseline.PetalsSeed(w.spec.Seed)).Plan(ctx, f)
+	case "parallax":
+		return baseline.NewParallax().Plan(ctx, f)
+	}
+	return layers.LayerMap{}, fmt.Errorf("%w: policy %q (known: %s)", ErrScenario, w.policy, strings.Join(Policies, ", "))
+}
+
+// load makes node i load range r. Make-before-break keeps it serving its
+// old range meanwhile; break-before-make (Petals, Parallax) stops it first.
+// initial loads are not counted as moves.
+func (w *world) load(i int, r layers.Range, makeBeforeBreak, initial bool) {
+	if r.Empty() || !w.up[i] {
+		return
+	}
+	added := r.Len()
+	if w.serving[i] {
+		added = r.Len() - r.Intersect(w.rng[i]).Len()
+	}
+	if !initial {
+		w.res.Moves++
+		w.res.BytesLoaded += float64(added) * w.layerBytes()
+	}
+	if !makeBeforeBreak && w.serving[i] {
+		w.stopServing(i)
+	}
+	w.loading[i]++
+	gen := w.loading[i]
+	dt := float64(added) * w.layerBytes() / w.spec.Timing.DiskBytesPerS
+	w.s.schedule(&event{at: w.s.now + dt, kind: evCallback, fn: func() {
+		if w.loading[i] != gen || !w.up[i] {
+			return
+		}
+		w.serve(i, r)
+	}})
+}
+
+func (w *world) serve(i int, r layers.Range) {
+	k := r.Len()
+	n := w.s.nodes[i]
+	tab := w.capTab[w.gpu[i]]
+	kv := w.kvTab[w.gpu[i]]
+	kk := min(k, len(tab)) - 1
+	w.s.revive(i, r.Start, r.End)
+	n.Caps, n.KVCapacity = tab[kk], kv[kk]
+	w.serving[i], w.rng[i] = true, r
+	w.changed()
+}
+
+func (w *world) stopServing(i int) {
+	if w.serving[i] {
+		w.serving[i] = false
+		w.s.kill(i)
+		w.changed()
+	}
+}
+
+// changed recomputes the serving map and coverage after any change.
+func (w *world) changed() {
+	w.mapDirty = true
+	cov := make([]int, w.model.Layers+1)
+	for i, sv := range w.serving {
+		if sv {
+			cov[w.rng[i].Start]++
+			cov[w.rng[i].End]--
+		}
+	}
+	ok, c := true, 0
+	for l := 0; l < w.model.Layers; l++ {
+		c += cov[l]
+		if c <= 0 {
+			ok = false
+			break
+		}
+	}
+	now := w.s.now
+	if ok && !w.covered {
+		if now >= w.s.win.Start {
+			w.res.IncompleteS += now - math.Max(w.incStart, w.s.win.Start)
+		}
+		for _, t := range w.lostAt {
+			w.res.Recoveries = append(w.res.Recoveries, now-t)
+		}
+		w.lostAt = w.lostAt[:0]
+	}
+	if !ok && w.covered {
+		w.incStart = now
+	}
+	w.covered = ok
+}
+
+func (w *world) servingMap() layers.LayerMap {
+	if !w.mapDirty {
+		return w.servMap
+	}
+	var st []layers.Stage
+	for i, sv := range w.serving {
+		if sv {
+			st = append(st, layers.Stage{Node: w.spec.Nodes[i].ID, Range: w.rng[i]})
+		}
+	}
+	m, err := layers.NewLayerMap(w.model.Layers, w.committed.Epoch, st...)
+	if err != nil {
+		m = layers.LayerMap{Layers: w.model.Layers}
+	}
+	w.servMap, w.mapDirty, w.pathOK = m, false, false
+	w.pipes = nil
+	return m
+}
+
+// scheduleChurn draws every machine's sessions and the scripted changes.
+func (w *world) scheduleChurn() {
+	ch := w.spec.Churn
+	end := w.spec.StartS + w.spec.Duration
+	r := rand.New(rand.NewPCG(w.spec.Seed, 0xc4))
+	for i, n := range w.spec.Nodes {
+		if n.JoinAt > 0 {
+			w.s.schedule(&event{at: n.JoinAt, kind: evCallback, fn: func() { w.nodeUp(i) }})
+		}
+		if ch.MedianSessionS <= 0 {
+			continue
+		}
+		t := n.JoinAt
+		sigma := ch.Sigma
+		if sigma <= 0 {
+			sigma = 1
+		}
+		for t < end {
+			up := ch.MedianSessionS * math.Exp(sigma*r.NormFloat64())
+			if t == n.JoinAt && n.JoinAt <= 0 {
+				// Machines up at the start are mid-session: the residual
+				// of a session seen at a random time.
+				up *= r.Float64()
+			}
+			t += up
+			if t >= end {
+				break
+			}
+			w.s.schedule(&event{at: t, kind: evCallback, fn: func() { w.nodeDown(i) }})
+			down := ch.MeanDowntimeS * r.ExpFloat64()
+			if ch.MeanDowntimeS <= 0 {
+				down = 1800 * r.ExpFloat64()
+			}
+			t += down
+			if t < end {
+				w.s.schedule(&event{at: t, kind: evCallback, fn: func() { w.nodeUp(i) }})
+			}
+		}
+	}
+	for _, sc := range ch.Script {
+		if i, ok := w.idx[sc.Kill]; ok {
+			w.s.schedule(&event{at: sc.AtS, kind: evCallback, fn: func() { w.nodeDown(i) }})
+		}
+		if i, ok := w.idx[sc.Join]; ok {
+			w.s.schedule(&event{at: sc.AtS, kind: evCallback, fn: func() { w.nodeUp(i) }})
+		}
+	}
+}
+
+// nodeDown: the process dies. Everything on it is lost now; the control
+// plane learns it after its own detection delay.
+func (w *world) nodeDown(i int) {
+	if !w.up[i] {
+		return
+	}
+	w.up[i] = false
+	w.res.Deaths++
+	wasCovered := w.covered
+	w.loading[i]++
+	w.stopServing(i)
+	if wasCovered && !w.covered {
+		w.lostAt = append(w.lostAt, w.s.now)
+	} else if wasCovered {
+		w.res.Recoveries = append(w.res.Recoveries, 0)
+	}
+	var detect float64
+	switch w.policy {
+	case "strata":
+		detect = w.spec.Timing.DeadAfterS
+	case "petals":
+		detect = 240 // DHT expiry
+	case "parallax":
+		detect = 30 + 10*w.rand.Float64() // eviction after 30 s of silence, 10 s heartbeats
+	}
+	w.s.schedule(&event{at: w.s.now + detect, kind: evCallback, fn: func() { w.detected(i) }})
+}
+
+func (w *world) detected(i int) {
+	if w.up[i] || !w.known[i] {
+		return // back already, or already removed
+	}
+	w.known[i] = false
+	switch w.policy {
+	case "strata":
+		w.leaderRepair(i)
+	case "petals":
+		// The DHT forgets it; servers' rebalance checks see the gap.
+		w.petalsRebalance()
+	case "parallax":
+		w.parallaxRebootstrap()
+	}
+}
+
+// nodeUp: the process (re)starts and announces itself.
+func (w *world) nodeUp(i int) {
+	if w.up[i] {
+		return
+	}
+	w.up[i] = true
+	w.res.Joins++
+	switch w.policy {
+	case "strata":
+		w.s.schedule(&event{at: w.s.now + w.spec.Timing.HeartbeatS, kind: evCallback, fn: func() { w.leaderJoin(i) }})
+	case "petals":
+		delay := 10 * w.rand.Float64() // Petals joiners wait 0–10 s
+		w.s.schedule(&event{at: w.s.now + delay, kind: evCallback, fn: func() { w.petalsJoin(i) }})
+	case "parallax":
+		// A joiner waits in standby for the next allocation.
+		w.known[i] = true
+	}
+}
+
+// leaderRepair is the leader's reaction to a dead member: layers.Repair,
+// then make-before-break loads of the moved nodes.
+func (w *world) leaderRepair(i int) {
+	members := append(w.members(), i)
+	f, err := w.fleet(members)
+	if err != nil {
+		return
+	}
+	next, moves, err := layers.NewPlanner().Repair(f, w.committed, w.spec.Nodes[i].ID)
+	if err == nil {
+		w.committed = next
+		w.apply(moves)
+		return
+	}
+	// Repair alone cannot close the gap: plan the members afresh, seeded
+	// with what runs, and migrate make-before-break.
+	w.leaderReplan()
+}
+
+// leaderReplan plans the live members from the committed map and runs
+// the moves in OrderMoves' steps.
+func (w *world) leaderReplan() {
+	members := w.members()
+	f, err := w.fleet(members)
+	if err != nil {
+		return
+	}
+	from := w.committed
+	for _, st := range from.Stages {
+		if j := w.idx[st.Node]; !w.known[j] {
+			from = from.Without(st.Node)
+		}
+	}
+	p, err := layers.NewPlanner(layers.WithSeeds(from)).Full(f, from.Epoch+1)
+	if err != nil && len(p.Map.Stages) == 0 {
+		return
+	}
+	moves := layers.Diff(w.model, from, p.Map)
+	steps, err := layers.OrderMoves(f, from, moves)
+	if err != nil {
+		steps = [][]layers.Move{moves} // a gap is open anyway: load everything now
+	}
+	w.committed = p.Map
+	w.runSteps(steps)
+}
+
+// runSteps runs migration steps in order, each after the previous one's
+// loads finish: make before break.
+func (w *world) runSteps(steps [][]layers.Move) {
+	var step func(k int)
+	step = func(k int) {
+		if k >= len(steps) {
+			return
+		}
+		longest := 0.0
+		for _, mv := range steps[k] {
+			j, ok := w.idx[mv.Node]
+			if !ok || !w.up[j] {
+				continue
+			}
+			if mv.To.Empty() {
+				w.stopServing(j)
+				continue
+			}
+			w.load(j, mv.To, true, false)
+			longest = math.Max(longest, mv.LoadBytes/w.spec.Timing.DiskBytesPerS)
+		}
+		w.s.schedule(&event{at: w.s.now + longest, kind: evCallback, fn: func() { step(k + 1) }})
+	}
+	step(0)
+}
+
+// leaderJoin places a member that announced itself: layers.Join.
+func (w *world) leaderJoin(i int) {
+	if !w.up[i] {
+		return
+	}
+	w.known[i] = true
+	f, err := w.fleet(w.members())
+	if err != nil {
+		return
+	}
+	id := w.spec.Nodes[i].ID
+	r, err := layers.NewPlanner().Join(f, w.committed, id)
+	if err != nil {
+		return
+	}
+	w.committed = w.committed.With(id, r)
+	w.committed.Epoch++
+	w.load(i, r, true, false)
+}
+
+// leaderRebalance asks layers.Rebalance and runs its steps in order, each
+// after the previous one's loads: make before break.
+func (w *world) leaderRebalance() {
+	f, err := w.fleet(w.members())
+	if err != nil {
+		return
+	}
+	rb, err := layers.NewPlanner().Rebalance(f, w.committed, layers.RebalanceOptions{})
+	if err != nil || !rb.Move {
+		return
+	}
+	w.committed = rb.To
+	w.runSteps(rb.Steps)
+}
+
+func (w *world) apply(moves []layers.Move) {
+	for _, mv := range moves {
+		j, ok := w.idx[mv.Node]
+		if !ok || !w.up[j] {
+			continue
+		}
+		if mv.To.Empty() {
+			w.stopServing(j)
+			continue
+		}
+		w.load(j, mv.To, true, false)
+	}
+}
+
+// petalsThroughput is t[b]: the summed throughput of the servers (loaded or
+// loading) covering each block, from their cost-model rate.
+func (w *world) petalsThroughput(except int) []float64 {
+	t := make([]float64, w.model.Layers)
+	f := w.all
+	for _, st := range w.committed.Stages {
+		j := w.idx[st.Node]
+		if j == except || !w.known[j] {
+			continue
+		}
+		p, ok := f.Profile(st.Node)
+		if !ok {
+			continue
+		}
+		v := p.TPS(st.Len(), layers.EndsOf(st.Range, w.model.Layers))
+		for b := st.Start; b < st.End; b++ {
+			t[b] += v
+		}
+	}
+	return t
+}
+
+// petalsStart is Petals' block choice for n blocks: the window whose
+// sorted throughputs are lexicographically smallest, lowest start first.
+func petalsStart(t []float64, n int) int {
+	best, bestKey := 0, []float64(nil)
+	for i := 0; i+n <= len(t); i++ {
+		key := append([]float64(nil), t[i:i+n]...)
+		sort.Float64s(key)
+		if bestKey == nil || lexLess(key, bestKey) {
+			best, bestKey = i, key
+		}
+	}
+	return best
+}
+
+func lexLess(a, b []float64) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+func (w *world) petalsJoin(i int) {
+	if !w.up[i] {
+		return
+	}
+	w.known[i] = true
+	n := min(w.maxL[i], w.model.Layers)
+	start := petalsStart(w.petalsThroughput(-1), n)
+	r := layers.Range{Start: start, End: start + n}
+	w.committed = w.committed.With(w.spec.Nodes[i].ID, r)
+	w.load(i, r, false, false)
+}
+
+// petalsRebalance is one round of Petals' rebalance check: servers in
+// random order; the first whose move lifts the swarm's minimum by more
+// than 1/0.75 leaves its span (break before make) and loads the new one.
+func (w *world) petalsRebalance() {
+	// Forget servers the DHT no longer lists.
+	for _, st := range w.committed.Stages {
+		if j := w.idx[st.Node]; !w.known[j] {
+			w.committed = w.committed.Without(st.Node)
+		}
+	}
+	order := w.members()
+	w.rand.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+	before := minOf64(w.petalsThroughput(-1))
+	for _, i := range order {
+		if !w.up[i] {
+			continue
+		}
+		cur, ok := w.committed.Range(w.spec.Nodes[i].ID)
+		if !ok {
+			continue
+		}
+		t := w.petalsThroughput(i)
+		if gap := minOf64(t[cur.Start:cur.End]); gap == 0 {
+			continue // leaving would open a gap
+		}
+		n := cur.Len()
+		start := petalsStart(t, n)
+		if start == cur.Start {
+			continue
+		}
+		p, _ := w.all.Profile(w.spec.Nodes[i].ID)
+		r := layers.Range{Start: start, End: start + n}
+		v := p.TPS(n, layers.EndsOf(r, w.model.Layers))
+		for b := r.Start; b < r.End; b++ {
+			t[b] += v
+		}
+		after := minOf64(t)
+		if after > 0 && before/after < 0.75 {
+			w.committed = w.committed.With(w.spec.Nodes[i].ID, r)
+			w.load(i, r, false, false)
+			return
+		}
+	}
+}
+
+func minOf64(t []float64) float64 {
+	m := math.Inf(1)
+	for _, v := range t {
+		m = math.Min(m, v)
+	}
+	if math.IsInf(m, 1) {
+		return 0
+	}
+	return m
+}
+
+// parallaxRebootstrap: a leave broke the pipelines; every node goes to
+// standby and the allocator places the live ones from scratch. Every node
+// whose range changes reloads, and everything in flight is lost.
+func (w *world) parallaxRebootstrap() {
+	live := w.members()
+	lm, err := w.plan(context.Background(), live)
+	if err != nil {
+		return
+	}
+	w.committed = lm
+	for i := range w.serving {
+		r, ok := lm.Range(w.spec.Nodes[i].ID)
+		if !ok {
+			w.stopServing(i)
+			continue
+		}
+		if w.serving[i] && r == w.rng[i] {
+			w.s.kill(i) // executors restart: in-flight lost
+			w.s.revive(i, r.Start, r.End)
+			continue
+		}
+		w.load(i, r, false, false)
+	}
+}
+
+// refreshView is a heartbeat: every serving node's load as the entry sees it.
+func (w *world) refreshView() {
+	now := w.epoch.Add(time.Duration(w.s.now * float64(time.Second)))
+	for i, n := range w.s.nodes {
+		id := w.spec.Nodes[i].ID
+		if !w.serving[i] {
+			w.view.Remove(id)
+			continue
+		}
+		k := max(n.End-n.First, 1)
+		w.view.Set(routing.NodeState{
+			ID: id, Health: routing.Alive, Region: w.spec.Nodes[i].Region, Relayed: w.spec.Nodes[i].Relayed,
+			Hardware: w.pnodes[i].Hardware, QueueDepth: len(n.wait) + n.queued, ActiveSessions: n.active,
+			FreeKV: int((n.KVCapacity - n.kvUsed) / int64(k)), LayerLatency: n.lat, Updated: now,
+		})
+	}
+}
+
+// The world is the engine's scheduler: it routes whole paths at admission.
+func (w *world) admit(s *Sim, q *query) bool {
+	hops, ok := w.route(q)
+	if !ok {
+		return false
+	}
+	prev := Source
+	for _, h := range hops {
+		j := w.idx[h.Node]
+		li, _ := s.linkTo(prev, j)
+		q.route = append(q.route, li)
+		q.ranLayers = append(q.ranLayers, 0)
+		q.hopEnd = append(q.hopEnd, int16(h.To))
+		prev = j
+	}
+	li, _ := s.linkTo(prev, Sink)
+	q.route = append(q.route, li)
+	q.ranLayers = append(q.ranLayers, 0)
+	q.hopEnd = append(q.hopEnd, 0)
+	return true
+}
+
+func (w *world) route(q *query) ([]routing.Hop, bool) {
+	m := w.servingMap()
+	if !w.covered {
+		return nil, false
+	}
+	switch w.policy {
+	case "strata":
+		now := w.epoch.Add(time.Duration(w.s.now * float64(time.Second)))
+		p, err := w.router.Route(m, w.view, routing.Request{PromptTokens: q.input, MaxTokens: q.output, Seed: uint64(q.id)}, now)
+		if err != nil {
+			return nil, false
+		}
+		return p.Hops, true
+	case "petals":
+		if !w.pathOK {
+			w.path = w.minLatencyPath()
+			w.pathOK = true
+		}
+		return w.path, w.path != nil
+	case "parallax":
+		if w.pipes == nil {
+			w.pipes = w.pipelines()
+		}
+		if len(w.pipes) == 0 {
+			return nil, false
+		}
+		w.rr++
+		return w.pipes[w.rr%len(w.pipes)], true
+	}
+	return nil, false
+}
+
+// minLatencyPath is Petals' client routing: least single-token latency
+// over spans (moving on only at a span's end), ignoring load; servers a
+// client saw fail are avoided while banned.
+func (w *world) minLatencyPath() []routing.Hop {
+	L := w.model.Layers
+	dist := make([]float64, L+1)
+	prev := make([]routing.Hop, L+1)
+	for i := range dist {
+		dist[i] = math.Inf(1)
+	}
+	dist[0] = 0
+	type span struct {
+		i    int
+		r    layers.Range
+		cost float64
+		lat  float64
+	}
+	var spans []span
+	for i, sv := range w.serving {
+		if !sv || w.banned[i] > w.s.now {
+			continue
+		}
+		spans = append(spans, span{i, w.rng[i], w.prof[i].LayerTime(0, 1), w.link(Source, i).Latency})
+	}
+	for l := 0; l < L; l++ {
+		if math.IsInf(dist[l], 1) {
+			continue
+		}
+		for _, sp := range spans {
+			if sp.r.Start <= l && l < sp.r.End {
+				d := dist[l] + sp.lat + float64(sp.r.End-l)*sp.cost
+				if d < dist[sp.r.End] {
+					dist[sp.r.End] = d
+					prev[sp.r.End] = routing.Hop{Node: w.spec.Nodes[sp.i].ID, From: l, To: sp.r.End}
+				}
+			}
+		}
+	}
+	if math.IsInf(dist[L], 1) {
+		return nil
+	}
+	var hops []routing.Hop
+	for l := L; l > 0; l = prev[l].From {
+		hops = append([]routing.Hop{prev[l]}, hops...)
+	}
+	return hops
+}
+
+// pipelines are Parallax's disjoint pipelines: chains of serving nodes
+// whose ranges meet exactly, from layer 0 to the last.
+func (w *world) pipelines() [][]routing.Hop {
+	byStart := map[int][]int{}
+	for i, sv := range w.serving {
+		if sv {
+			byStart[w.rng[i].Start] = append(byStart[w.rng[i].Start], i)
+		}
+	}
+	used := make([]bool, len(w.serving))
+	var out [][]routing.Hop
+	for _, head := range byStart[0] {
+		var p []routing.Hop
+		at, cur := 0, head
+		for {
+			used[cur] = true
+			r := w.rng[cur]
+			p = append(p, routing.Hop{Node: w.spec.Nodes[cur].ID, From: at, To: r.End})
+			at = r.End
+			if at == w.model.Layers {
+				out = append(out, p)
+				break
+			}
+			next := -1
+			for _, j := range byStart[at] {
+				if !used[j] {
+					next = j
+					break
+				}
+			}
+			if next < 0 {
+				break
+			}
+			cur = next
+		}
+	}
+	return out
+}
+
+func (w *world) hop(*Sim, *query, int) (int32, bool) { return -1, false }
+func (w *world) observe(*Sim, *iter, int)            {}
+func (w *world) finish(*Sim, *query)                 {}
+
+// maxReplays is node.DefaultMaxReplays: the entry gives a session up after
+// this many replays.
+const maxReplays = 16
+
+// lost is the client's reaction to a query a failure or a refusal broke.
+func (w *world) lost(q *query) {
+	s := w.s
+	// The client saw which hop failed: Petals clients ban it for a while.
+	for _, li := range q.route {
+		if to := s.links[li].To; to >= 0 && s.nodes[to].down {
+			w.banned[to] = s.now + 60
+			w.pathOK = false
+		}
+	}
+	switch {
+	case w.policy == "parallax",
+		// Petals' replay fails once the session has generated tokens (a
+		// position assertion since v2.0, ANCHORS.md).
+		w.policy == "petals" && q.prior+q.decodes > 0,
+		q.retries >= maxReplays:
+		s.stats.failed++
+		return
+	}
+	// Client replay: resend the prompt and what was generated, for the rest.
+	s.stats.retried++
+	nq := &query{input: q.input + q.decodes, output: q.output - q.decodes, prior: q.prior + q.decodes,
+		retries: q.retries + 1}
+	arrival := q.arrival
+	s.schedule(&event{at: s.now + 0.05, kind: evCallback, fn: func() { w.issueRetry(nq, arrival, s.now) }})
+}
+
+// issueRetry starts a replayed or unroutable query, waiting for a route
+// while the client's timeout allows.
+func (w *world) issueRetry(q *query, arrival, since float64) {
+	s := w.s
+	q.id = s.nextID
+	s.nextID++
+	q.arrival = arrival
+	if !w.admit(s, q) {
+		if s.now-since > w.spec.Timing.ClientTimeoutS {
+			s.stats.failed++
+			return
+		}
+		q.route, q.ranLayers, q.hopEnd = nil, nil, nil
+		s.schedule(&event{at: s.now + 1, kind: evCallback, fn: func() { w.issueRetry(q, arrival, since) }})
+		return
+	}
+	it := &iter{q: q, prompt: true, tokens: q.input, issued: s.now}
+	s.depart(it, Source)
+}
