@@ -73,8 +73,8 @@ func (c GenConfig) validate() error {
 		return bad("ffn", c.FFN)
 	case c.Vocab < minVocab:
 		return bad("vocab", c.Vocab)
-	case !c.DType.Supported():
-		return fmt.Errorf("%w: %s", ErrUnsupportedType, c.DType)
+	case c.DType != F32 && c.DType != F16 && c.DType != BF16 && c.DType != Q8_0:
+		return fmt.Errorf("%w: generate %s (gen writes f32, f16, bf16, q8_0)", ErrUnsupportedType, c.DType)
 	case c.DType == Q8_0 && (c.Dim%32 != 0 || c.FFN%32 != 0):
 		return bad("dim/ffn (Q8_0 needs multiples of 32)", fmt.Sprintf("%d/%d", c.Dim, c.FFN))
 	}
