@@ -116,3 +116,37 @@ func TestPackedDot(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeRoundTrip: our quantizers (model gen's) write blocks that
+// unpack close to their input, for every packed type.
+func TestQuantizeRoundTrip(t *testing.T) {
+	x := make([]float32, 1024)
+	s := uint64(7)
+	for i := range x {
+		x[i] = float32(int64(splitmix(&s)>>40)-1<<23) / (1 << 23)
+	}
+	// Worst error for values in ±1: about half a step of each type's grid
+	// (a whole step at the far end for the symmetric types, whose most
+	// negative level has no positive twin, as in ggml); a wrong layout
+	// gives errors near 1.
+	limit := map[DType]float64{Q4_0: 0.13, Q4_1: 0.07, Q5_0: 0.065, Q5_1: 0.035, IQ4_NL: 0.12,
+		Q4_K: 0.07, Q5_K: 0.035, Q6_K: 0.035, IQ4_XS: 0.13}
+	for typ, lim := range limit {
+		var raw []byte
+		raw = encodeRow(raw, x, typ)
+		if want, _ := rowBytes(typ, uint64(len(x))); uint64(len(raw)) != want {
+			t.Fatalf("%s: %d bytes, want %d", typ, len(raw), want)
+		}
+		got, err := Dequantize(typ, raw, len(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst := 0.0
+		for i := range x {
+			worst = math.Max(worst, math.Abs(float64(got[i]-x[i])))
+		}
+		if worst > lim {
+			t.Errorf("%s: worst error %.4f over values in ±1 (limit %.3f)", typ, worst, lim)
+		}
+	}
+}
