@@ -8,8 +8,8 @@ import (
 // DType is a ggml tensor type as GGUF stores it.
 type DType uint32
 
-// The ggml tensor types. Only F32, F16, BF16 and Q8_0 can be computed with;
-// the rest are listed so that a file holding them is read (and its other
+// The ggml tensor types. F32, F16, BF16, Q8_0 and the packed types of
+// quant.go can be computed with; the rest are listed so that a file holding them is read (and its other
 // tensors used) and the error names the type.
 const (
 	F32     DType = 0
@@ -73,7 +73,18 @@ func (t DType) String() string {
 }
 
 // Supported reports whether the engine can compute with weights of type t.
-func (t DType) Supported() bool { return t == F32 || t == F16 || t == BF16 || t == Q8_0 }
+func (t DType) Supported() bool {
+	return t == F32 || t == F16 || t == BF16 || t == Q8_0 || quantFormats[t] != nil
+}
+
+// supportedNames lists the types the engine computes with, for errors.
+func supportedNames() string {
+	s := "f32, f16, bf16, q8_0"
+	for _, t := range []DType{Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS} {
+		s += ", " + t.String()
+	}
+	return s
+}
 
 // ParseDType parses a type name such as "f32" or "q8_0".
 func ParseDType(s string) (DType, error) {

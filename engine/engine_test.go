@@ -23,6 +23,30 @@ var testShapes = map[string]GenConfig{
 	"llama-mha": {Arch: "llama", Layers: 4, Dim: 64, Heads: 4, KVHeads: 4, FFN: 160, Vocab: 300, Seed: 7},
 	"llama-gqa": {Arch: "llama", Layers: 4, Dim: 64, Heads: 8, KVHeads: 2, FFN: 96, Vocab: 512, Seed: 8},
 	"qwen2":     {Arch: "qwen2", Layers: 4, Dim: 96, Heads: 6, KVHeads: 2, FFN: 128, Vocab: 400, Seed: 9},
+	// Real files' mixes: K-quants with Q6_K layers, and (rows of 128)
+	// the row-length fallbacks to Q5_1 and Q8_0.
+	"llama-q4_k_m": {Arch: "llama", Layers: 4, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 320, Seed: 10, Mix: "q4_k_m"},
+	"qwen2-q5_k_m": {Arch: "qwen2", Layers: 4, Dim: 128, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 300, Seed: 11, Mix: "q5_k_m"},
+}
+
+// TestPackedTypesDeterministic: for every packed type, a two-stage run at
+// two goroutines gives a one-stage run's logits at one, bit for bit.
+func TestPackedTypesDeterministic(t *testing.T) {
+	for typ := range quantFormats {
+		t.Run(typ.String(), func(t *testing.T) {
+			c := GenConfig{Arch: "llama", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 300, Seed: 5, DType: typ}
+			path := genModel(t, c)
+			prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6}
+			a := openPipeline(t, path, []int{0, 2}, 1, 32)
+			b := openPipeline(t, path, []int{0, 1, 2}, 2, 32)
+			if !sameBits(a.step(t, prompt), b.step(t, prompt)) {
+				t.Fatal("split logits differ")
+			}
+			if !sameBits(a.step(t, []int32{7}), b.step(t, []int32{7})) {
+				t.Fatal("split decode logits differ")
+			}
+		})
+	}
 }
 
 // pipeline is a model split into in-process stages.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 )
 
 // GenConfig is the shape of a random-weight model.
@@ -24,7 +25,10 @@ type GenConfig struct {
 	NormEps  float32
 	Seed     uint64
 	DType    DType // type of the 2-D weights; norms and biases stay F32
-	Tied     bool  // no output.weight: the head reuses token_embd
+	// Mix, "q4_k_m" or "q5_k_m", picks each 2-D weight's type as
+	// llama.cpp does for those file types (DType is then ignored).
+	Mix  string
+	Tied bool // no output.weight: the head reuses token_embd
 }
 
 // DefaultGenConfig is a tiny llama that tests run in milliseconds.
@@ -73,10 +77,14 @@ func (c GenConfig) validate() error {
 		return bad("ffn", c.FFN)
 	case c.Vocab < minVocab:
 		return bad("vocab", c.Vocab)
-	case !c.DType.Supported():
-		return fmt.Errorf("%w: %s", ErrUnsupportedType, c.DType)
-	case c.DType == Q8_0 && (c.Dim%32 != 0 || c.FFN%32 != 0):
-		return bad("dim/ffn (Q8_0 needs multiples of 32)", fmt.Sprintf("%d/%d", c.Dim, c.FFN))
+	case c.Mix != "" && c.Mix != "q4_k_m" && c.Mix != "q5_k_m":
+		return fmt.Errorf("%w: generate mix %q (want q4_k_m or q5_k_m)", ErrUnsupportedType, c.Mix)
+	case c.Mix == "" && !c.DType.Supported():
+		return fmt.Errorf("%w: generate %s", ErrUnsupportedType, c.DType)
+	case c.Mix != "" && (c.Dim%32 != 0 || c.FFN%32 != 0):
+		return bad("dim/ffn ("+c.Mix+" needs multiples of 32)", fmt.Sprintf("%d/%d", c.Dim, c.FFN))
+	case c.Mix == "" && (c.Dim%dtypes[c.DType].block != 0 || c.FFN%dtypes[c.DType].block != 0):
+		return bad(fmt.Sprintf("dim/ffn (%s needs multiples of %d)", c.DType, dtypes[c.DType].block), fmt.Sprintf("%d/%d", c.Dim, c.FFN))
 	}
 	return nil
 }
@@ -118,7 +126,10 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 	headDim := c.Dim / c.Heads
 	kvDim := headDim * c.KVHeads
 	a := c.Arch
-	fileType := map[DType]uint32{F32: 0, F16: 1, Q8_0: 7, BF16: 32}[c.DType]
+	fileType := fileTypes[c.DType]
+	if c.Mix != "" {
+		fileType = map[string]uint32{"q4_k_m": 15, "q5_k_m": 17}[c.Mix]
+	}
 	kvs := []KV{
 		{"general.architecture", a},
 		{"general.name", c.Name},
@@ -164,7 +175,11 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 	d, f, vv := uint64(c.Dim), uint64(c.FFN), uint64(c.Vocab)
 	var ts []WriteTensor
 	mat := func(name string, cols, rows uint64, scale float32) {
-		ts = append(ts, randTensor(name, []uint64{cols, rows}, c.DType, c.Seed, scale, 0))
+		t := c.DType
+		if c.Mix != "" {
+			t = mixType(c.Mix, name, c.Layers, int(cols))
+		}
+		ts = append(ts, randTensor(name, []uint64{cols, rows}, t, c.Seed, scale, 0))
 	}
 	vec := func(name string, n uint64, scale, bias float32) {
 		ts = append(ts, randTensor(name, []uint64{n}, F32, c.Seed, scale, bias))
@@ -248,8 +263,52 @@ func encodeRow(dst []byte, row []float32, t DType) []byte {
 				dst = append(dst, byte(v))
 			}
 		}
+	default:
+		n := dtypes[t].block
+		for b := 0; b+n <= len(row); b += n {
+			dst = quantizeBlock(dst, row[b:b+n], t)
+		}
 	}
 	return dst
+}
+
+// fileTypes is general.file_type (llama.cpp's llama_ftype) for a file of
+// one weight type.
+var fileTypes = map[DType]uint32{F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0: 8, Q5_1: 9,
+	Q4_K: 14, Q5_K: 16, Q6_K: 18, IQ4_NL: 25, IQ4_XS: 30, BF16: 32}
+
+// mixType is a weight's type in a Q4_K_M or Q5_K_M file, after llama.cpp's
+// llama_tensor_get_type: the head in Q6_K; attn_v and ffn_down in Q6_K on
+// the first and last eighth of the layers and every third layer between
+// (use_more_bits), the rest in the base K type; and rows that are not whole
+// 256-blocks fall back to Q5_0/Q5_1 (base) or Q8_0 (Q6_K).
+func mixType(mix, name string, layers, cols int) DType {
+	base := Q4_K
+	if mix == "q5_k_m" {
+		base = Q5_K
+	}
+	t := base
+	var l int
+	switch {
+	case name == "output.weight":
+		t = Q6_K
+	case strings.Contains(name, "attn_v.weight") || strings.Contains(name, "ffn_down.weight"):
+		if _, err := fmt.Sscanf(name, "blk.%d.", &l); err == nil &&
+			(l < layers/8 || l >= 7*layers/8 || (l-layers/8)%3 == 2) {
+			t = Q6_K
+		}
+	}
+	if cols%256 != 0 {
+		switch t {
+		case Q6_K:
+			return Q8_0
+		case Q4_K:
+			return Q5_0
+		case Q5_K:
+			return Q5_1
+		}
+	}
+	return t
 }
 
 // splitmix is SplitMix64: a tiny, fast, well-mixed generator whose output is

@@ -10,6 +10,10 @@ type act struct {
 	n, cols int
 	q       []int8
 	d       []float32
+	sums    []float32 // per Q8_0 block, for the types with a min (Q4_1, Q5_1)
+	kq      []int8    // Q8_K: values, scales and 16-element sums
+	kd      []float32
+	kbsums  []int16
 }
 
 func newAct(f []float32, n, cols int) *act { return &act{f: f[:n*cols], n: n, cols: cols} }
@@ -23,13 +27,37 @@ func (a *act) quantized() ([]int8, []float32) {
 	return a.q, a.d
 }
 
+func (a *act) quantizedK() ([]int8, []float32, []int16) {
+	if a.kq == nil {
+		a.kq = make([]int8, a.n*a.cols)
+		a.kd = make([]float32, a.n*a.cols/256)
+		a.kbsums = make([]int16, a.n*a.cols/16)
+		quantizeQ8K(a.f, a.kq, a.kd, a.kbsums)
+	}
+	return a.kq, a.kd, a.kbsums
+}
+
+// prepare quantises the activations the way matrix w needs them, once.
+func (a *act) prepare(w *matrix) {
+	switch {
+	case w.f != nil:
+	case w.qf == nil:
+		a.quantized()
+	case w.qf.k:
+		a.quantizedK()
+	default:
+		a.quantized()
+		if a.sums == nil {
+			a.sums = q8Sums(a.q, a.d)
+		}
+	}
+}
+
 // matmul computes out[t*rows + r] = W[r]·x[t] for every input row t. Rows
 // of W are split across the pool's goroutines in blocks of 8, and each
 // block of W is used for every input row while it is in cache.
 func (s *Local) matmul(out []float32, w *matrix, x *act) {
-	if w.f == nil {
-		x.quantized()
-	}
+	x.prepare(w)
 	blocks := (w.rows + rowBlock - 1) / rowBlock
 	s.pool.runSized(w.rows*w.cols*x.n, func(part, parts int) {
 		lo, hi := split(blocks, part, parts)
@@ -40,9 +68,12 @@ func (s *Local) matmul(out []float32, w *matrix, x *act) {
 		if r0 >= r1 {
 			return
 		}
-		if w.f != nil {
+		switch {
+		case w.f != nil:
 			matmulF32(out, w, x, r0, r1)
-		} else {
+		case w.qf != nil:
+			matmulPacked(out, w, x, r0, r1)
+		default:
 			matmulQ8(out, w, x, r0, r1)
 		}
 	})
@@ -70,6 +101,24 @@ func matmulQ8(out []float32, w *matrix, x *act, r0, r1 int) {
 		for t := 0; t < x.n; t++ {
 			o := out[t*w.rows+r : t*w.rows+r+m]
 			dotRowsQ8(o, w.q[r*c:(r+m)*c], w.d[r*nb:(r+m)*nb], x.q[t*c:(t+1)*c], x.d[t*nb:(t+1)*nb])
+		}
+	}
+}
+
+// matmulPacked is matmulQ8 for the packed types: one row at a time, each
+// row's blocks against every input row while they are in cache.
+func matmulPacked(out []float32, w *matrix, x *act, r0, r1 int) {
+	f, c := w.qf, w.cols
+	nb := c / f.block
+	rb := nb * f.bytes
+	for r := r0; r < r1; r++ {
+		row := w.raw[r*rb : (r+1)*rb]
+		for t := 0; t < x.n; t++ {
+			if f.k {
+				out[t*w.rows+r] = dotRowQuant(f, row, x.kq[t*c:(t+1)*c], x.kd[t*nb:(t+1)*nb], x.kbsums[t*c/16:(t+1)*c/16], nil)
+			} else {
+				out[t*w.rows+r] = dotRowQuant(f, row, x.q[t*c:(t+1)*c], x.d[t*nb:(t+1)*nb], nil, x.sums[t*nb:(t+1)*nb])
+			}
 		}
 	}
 }

@@ -139,23 +139,33 @@ func ReadHParams(f *File) (HParams, error) {
 }
 
 // matrix is a weight matrix of rows×cols, row-major, held as float32 (F32,
-// F16 and BF16 files) or as Q8_0 blocks split into int8 values and float32
-// scales.
+// F16 and BF16 files), as Q8_0 blocks split into int8 values and float32
+// scales, or packed as the file stores it (the other quantised types).
 type matrix struct {
 	rows, cols int
 	f          []float32
 	q          []int8
 	d          []float32
+	raw        []byte
+	qf         *quantFormat
 }
 
 func (m *matrix) bytes() int64 {
-	return int64(len(m.f))*4 + int64(len(m.q)) + int64(len(m.d))*4
+	return int64(len(m.f))*4 + int64(len(m.q)) + int64(len(m.d))*4 + int64(len(m.raw))
 }
 
 // row dequantises row r into dst.
 func (m *matrix) row(r int, dst []float32) {
 	if m.f != nil {
 		copy(dst, m.f[r*m.cols:(r+1)*m.cols])
+		return
+	}
+	if m.qf != nil {
+		nb := m.cols / m.qf.block
+		row := m.raw[r*nb*m.qf.bytes:]
+		for b := 0; b < nb; b++ {
+			m.qf.dequant(dst[b*m.qf.block:(b+1)*m.qf.block], row[b*m.qf.bytes:(b+1)*m.qf.bytes])
+		}
 		return
 	}
 	nb := m.cols / 32
@@ -186,7 +196,7 @@ func (l *loader) info(name string, dims ...int) (*TensorInfo, error) {
 		}
 	}
 	if !t.Type.Supported() {
-		return nil, fmt.Errorf("%w: tensor %q is %s (supported: f32, f16, bf16, q8_0)", ErrUnsupportedType, name, t.Type)
+		return nil, fmt.Errorf("%w: tensor %q is %s (supported: %s)", ErrUnsupportedType, name, t.Type, supportedNames())
 	}
 	return t, nil
 }
@@ -225,6 +235,9 @@ func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
 	}
 	m := &matrix{rows: rows, cols: cols}
 	n := rows * cols
+	if i, ok := dtypes[t.Type]; !ok || cols%i.block != 0 {
+		return nil, fmt.Errorf("%w: tensor %q: rows of %d values are not whole %s blocks", ErrShape, t.Name, cols, t.Type)
+	}
 	le := binary.LittleEndian
 	switch t.Type {
 	case F32:
@@ -242,6 +255,8 @@ func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
 		for i := range m.f {
 			m.f[i] = bf16ToF32(le.Uint16(b[2*i:]))
 		}
+	default:
+		m.raw, m.qf = b, quantFormats[t.Type]
 	case Q8_0:
 		m.q = make([]int8, n)
 		m.d = make([]float32, n/32)

@@ -1,0 +1,120 @@
+package refcheck
+
+/*
+#include <stdint.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+// As in ggml.h of the ggml that the pinned ollama module vendors.
+struct ggml_type_traits {
+	const char * type_name;
+	int64_t blck_size;
+	int64_t blck_size_interleave;
+	size_t type_size;
+	bool is_quantized;
+	void (*to_float)(const void * x, float * y, int64_t k);
+	void (*from_float_ref)(const float * x, void * y, int64_t k);
+};
+extern const struct ggml_type_traits * ggml_get_type_traits(int type);
+extern size_t ggml_quantize_chunk(int type, const float * src, void * dst, int64_t start, int64_t nrows, int64_t n_per_row, const float * imatrix);
+
+static void to_float(int type, const void * x, float * y, int64_t k) {
+	ggml_get_type_traits(type)->to_float(x, y, k);
+}
+*/
+import "C"
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"unsafe"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// ggmlQuantize quantises rows×cols values with ggml's own quantizer (the
+// one llama-quantize uses, without an importance matrix).
+func ggmlQuantize(t engine.DType, x []float32, rows, cols int) []byte {
+	tr := C.ggml_get_type_traits(C.int(t))
+	size := int(tr.type_size) * cols / int(tr.blck_size) * rows
+	out := make([]byte, size)
+	n := C.ggml_quantize_chunk(C.int(t), (*C.float)(unsafe.Pointer(&x[0])), unsafe.Pointer(&out[0]), 0, C.int64_t(rows), C.int64_t(cols), nil)
+	if int(n) != size {
+		panic(fmt.Sprintf("ggml_quantize_chunk(%s) wrote %d bytes, want %d", t, n, size))
+	}
+	return out
+}
+
+// ggmlDequantize is ggml's to_float for type t.
+func ggmlDequantize(t engine.DType, raw []byte, n int) []float32 {
+	out := make([]float32, n)
+	C.to_float(C.int(t), unsafe.Pointer(&raw[0]), (*C.float)(unsafe.Pointer(&out[0])), C.int64_t(n))
+	return out
+}
+
+// quantizeModel rewrites the F32 model at src twice: every 2-D weight
+// quantised by ggml to the type pick chooses for it (or left F32), and the
+// same quantised weights dequantised back to F32 by ggml, the tight
+// reference for a quantised forward pass.
+func quantizeModel(src, quantPath, dequantPath string, pick func(name string, cols int) engine.DType) error {
+	f, fh, err := engine.OpenFile(src)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	var qts, dts []engine.WriteTensor
+	for _, ti := range f.Tensors {
+		raw := make([]byte, ti.Size)
+		if _, err := fh.ReadAt(raw, ti.Offset); err != nil {
+			return err
+		}
+		n := int(ti.Elements())
+		vals := make([]float32, n)
+		for i := range vals {
+			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		typ := engine.F32
+		if len(ti.Dims) == 2 {
+			typ = pick(ti.Name, int(ti.Dims[0]))
+		}
+		q, deq := raw, vals
+		if typ != engine.F32 {
+			q = ggmlQuantize(typ, vals, int(ti.Dims[1]), int(ti.Dims[0]))
+			deq = ggmlDequantize(typ, q, n)
+		}
+		qts = append(qts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: typ, Data: writeBytes(q)})
+		dts = append(dts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: engine.F32, Data: writeBytes(f32Bytes(deq))})
+	}
+	if err := writeFile(quantPath, f.KV, qts); err != nil {
+		return err
+	}
+	return writeFile(dequantPath, f.KV, dts)
+}
+
+func writeBytes(b []byte) func(io.Writer) error {
+	return func(w io.Writer) error { _, err := io.Copy(w, bytes.NewReader(b)); return err }
+}
+
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func writeFile(path string, kvs []engine.KV, ts []engine.WriteTensor) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := engine.WriteGGUF(out, kvs, ts); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// quantVector is one committed vector: blocks that ggml's quantizer wrote
+// and the values ggml's to_float unpacked from them
+// (engine/internal/refcheck writes them: STRATA_WRITE_QUANT_VECTORS=1).
+type quantVector struct {
+	typ  DType
+	raw  []byte
+	want []float32
+}
+
+func loadQuantVectors(t *testing.T) []quantVector {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "quant", "*.bin"))
+	if err != nil || len(files) < 10 {
+		t.Fatalf("quant vectors: %v (%d files)", err, len(files))
+	}
+	var out []quantVector
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ, n := DType(binary.LittleEndian.Uint32(b)), int(binary.LittleEndian.Uint32(b[4:]))
+		size, ok := rowBytes(typ, uint64(n))
+		if !ok || len(b) != 8+int(size)+4*n {
+			t.Fatalf("%s: malformed vector file", f)
+		}
+		v := quantVector{typ: typ, raw: b[8 : 8+size]}
+		for i := 0; i < n; i++ {
+			v.want = append(v.want, math.Float32frombits(binary.LittleEndian.Uint32(b[8+int(size)+4*i:])))
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// TestDequantizeVectors: unpacking is bit-exact against ggml on blocks
+// ggml quantised, for every packed type.
+func TestDequantizeVectors(t *testing.T) {
+	for _, v := range loadQuantVectors(t) {
+		got, err := Dequantize(v.typ, v.raw, len(v.want))
+		if err != nil {
+			t.Fatalf("%s: %v", v.typ, err)
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(v.want[i]) {
+				t.Fatalf("%s: value %d is %g, ggml %g", v.typ, i, got[i], v.want[i])
+			}
+		}
+	}
+}
+
+// TestPackedDot: each type's integer-sum dot product equals, up to float32
+// rounding, the float64 dot of the unpacked weights with the unpacked
+// quantised activations.
+func TestPackedDot(t *testing.T) {
+	for _, v := range loadQuantVectors(t) {
+		f := quantFormats[v.typ]
+		if f == nil {
+			continue // Q8_0 has its own kernel and tests
+		}
+		cols := 512
+		rows := len(v.want) / cols
+		x := make([]float32, cols)
+		s := uint64(v.typ)
+		for i := range x {
+			s = s*6364136223846793005 + 1442695040888963407
+			x[i] = float32(int64(s>>40)-1<<23) / (1 << 22)
+		}
+		a := newAct(x, 1, cols)
+		w := &matrix{rows: rows, cols: cols, raw: v.raw, qf: f}
+		a.prepare(w)
+		xs := make([]float64, cols)
+		if f.k {
+			for i := range xs {
+				xs[i] = float64(a.kq[i]) * float64(a.kd[i/256])
+			}
+		} else {
+			for i := range xs {
+				xs[i] = float64(a.q[i]) * float64(a.d[i/32])
+			}
+		}
+		out := make([]float32, rows)
+		matmulPacked(out, w, a, 0, rows)
+		for r := 0; r < rows; r++ {
+			ref, mag := 0.0, 0.0
+			for i := 0; i < cols; i++ {
+				w := float64(v.want[r*cols+i])
+				if a.sums != nil {
+					// The min's term uses the f16-rounded block sum, as
+					// ggml's Q8_1 does: take it out of w and add it below.
+					w -= float64(half(v.raw[(r*cols+i)/32*f.bytes+2:]))
+				}
+				ref += w * xs[i]
+				mag += math.Abs(w * xs[i])
+			}
+			if a.sums != nil {
+				for b := 0; b < cols/32; b++ {
+					t := float64(half(v.raw[(r*cols/32+b)*f.bytes+2:])) * float64(a.sums[b])
+					ref += t
+					mag += math.Abs(t)
+				}
+			}
+			if d := math.Abs(float64(out[r]) - ref); d > 1e-5*mag {
+				t.Errorf("%s row %d: dot %g, unpacked %g (|Δ| %.3g, scale %.3g)", v.typ, r, out[r], ref, d, mag)
+			}
+		}
+	}
+}
+
+// TestQuantizeRoundTrip: our quantizers (model gen's) write blocks that
+// unpack close to their input, for every packed type.
+func TestQuantizeRoundTrip(t *testing.T) {
+	x := make([]float32, 1024)
+	s := uint64(7)
+	for i := range x {
+		x[i] = float32(int64(splitmix(&s)>>40)-1<<23) / (1 << 23)
+	}
+	// Worst error for values in ±1: about half a step of each type's grid
+	// (a whole step at the far end for the symmetric types, whose most
+	// negative level has no positive twin, as in ggml); a wrong layout
+	// gives errors near 1.
+	limit := map[DType]float64{Q4_0: 0.13, Q4_1: 0.07, Q5_0: 0.065, Q5_1: 0.035, IQ4_NL: 0.12,
+		Q4_K: 0.07, Q5_K: 0.035, Q6_K: 0.035, IQ4_XS: 0.13}
+	for typ, lim := range limit {
+		var raw []byte
+		raw = encodeRow(raw, x, typ)
+		if want, _ := rowBytes(typ, uint64(len(x))); uint64(len(raw)) != want {
+			t.Fatalf("%s: %d bytes, want %d", typ, len(raw), want)
+		}
+		got, err := Dequantize(typ, raw, len(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst := 0.0
+		for i := range x {
+			worst = math.Max(worst, math.Abs(float64(got[i]-x[i])))
+		}
+		if worst > lim {
+			t.Errorf("%s: worst error %.4f over values in ±1 (limit %.3f)", typ, worst, lim)
+		}
+	}
+}
