@@ -17,7 +17,7 @@ build:
 # answering a chat completion (checked against a single-process run) and
 # left running; `make stop` stops it.
 run: build
-	BIN=$(BIN)/strata RUN=$(BIN)/run MODEL=$(BIN)/demo-model.gguf bash testnet/demo.sh
+	BIN=$(BIN)/strata RUN=$(BIN)/run MODEL=$(BIN)/demo-q4_k_m.gguf bash testnet/demo.sh
 
 stop:
 	bash testnet/down.sh $(BIN)/run
@@ -88,6 +88,7 @@ BENCHTIME ?= 1s
 bench:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... ./swarm/... ./engine/... ./consensus/... ./node/... | tee $(BIN)/bench.txt
+	cd engine/internal/refcheck && STRATA_BENCH_DIR=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench DecodeVsGGML -benchtime 5x . | tee -a $(CURDIR)/$(BIN)/bench.txt
 
 # Short fuzzing of every decoder and planner input; FUZZTIME per target.
 FUZZTIME ?= 20s

@@ -51,6 +51,19 @@
 // as ggml does: a decode reads ~3.8× fewer bytes than F32. F16 and BF16
 // weights are widened to F32 at load.
 //
+// The other quantised types (quant.go: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+// Q4_K, Q5_K, Q6_K, IQ4_XS, in llama.cpp's block layouts, so a real Q4_K_M
+// or Q5_K_M file with its row-length fallbacks loads) stay packed in
+// memory. Each product quantises its activations once, to Q8_0 (Q4_1 and
+// Q5_1 also take each block's d·Σq rounded to f16, as ggml's Q8_1 does) or
+// to Q8_K for the 256-element types. A block's dot product is an exact
+// integer sum, then one or two float32 operations, and blocks add in order
+// into one float32, so the AVX2 kernels for Q4_K and Q6_K
+// (quant_amd64.s), which only form the integer sums, give the portable
+// kernels' bits. Unpacking matches ggml's to_float bit for bit
+// (testdata/quant holds vectors ggml wrote). quantize.go holds our own
+// simple quantizers, which model gen uses to write such files.
+//
 // # Simulated backend
 //
 // A SimStage has the Stage interface but no weights: it waits as long as

@@ -111,8 +111,14 @@ func matmulPacked(out []float32, w *matrix, x *act, r0, r1 int) {
 	f, c := w.qf, w.cols
 	nb := c / f.block
 	rb := nb * f.bytes
+	fast := packedRowKernel(w.typ)
+	var scratch packedScratch
 	for r := r0; r < r1; r++ {
 		row := w.raw[r*rb : (r+1)*rb]
+		if fast != nil {
+			fast(out[r:], w.rows, row, x, c, &scratch)
+			continue
+		}
 		for t := 0; t < x.n; t++ {
 			if f.k {
 				out[t*w.rows+r] = dotRowQuant(f, row, x.kq[t*c:(t+1)*c], x.kd[t*nb:(t+1)*nb], x.kbsums[t*c/16:(t+1)*c/16], nil)

@@ -148,6 +148,7 @@ type matrix struct {
 	d          []float32
 	raw        []byte
 	qf         *quantFormat
+	typ        DType
 }
 
 func (m *matrix) bytes() int64 {
@@ -256,7 +257,7 @@ func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
 			m.f[i] = bf16ToF32(le.Uint16(b[2*i:]))
 		}
 	default:
-		m.raw, m.qf = b, quantFormats[t.Type]
+		m.raw, m.qf, m.typ = b, quantFormats[t.Type], t.Type
 	case Q8_0:
 		m.q = make([]int8, n)
 		m.d = make([]float32, n/32)

@@ -150,3 +150,35 @@ func TestQuantizeRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestPackedKernelsMatchPortable: the SIMD row kernels give the portable
+// kernels' bits, on ggml's blocks and on our own, for several activation
+// rows at once.
+func TestPackedKernelsMatchPortable(t *testing.T) {
+	for _, v := range loadQuantVectors(t) {
+		if packedRowKernel(v.typ) == nil {
+			continue
+		}
+		for _, raw := range [][]byte{v.raw, encodeRow(nil, v.want, v.typ)} {
+			cols := 512
+			rows := len(v.want) / cols
+			x := make([]float32, 3*cols)
+			s := uint64(v.typ) + 99
+			for i := range x {
+				x[i] = float32(int64(splitmix(&s)>>40)-1<<23) / (1 << 20)
+			}
+			w := &matrix{rows: rows, cols: cols, raw: raw, qf: quantFormats[v.typ], typ: v.typ}
+			a := newAct(x, 3, cols)
+			a.prepare(w)
+			fast := make([]float32, 3*rows)
+			matmulPacked(fast, w, a, 0, rows)
+			useSIMD = false
+			slow := make([]float32, 3*rows)
+			matmulPacked(slow, w, a, 0, rows)
+			useSIMD = true
+			if !sameBits(fast, slow) {
+				t.Fatalf("%s: SIMD %v, portable %v", v.typ, fast, slow)
+			}
+		}
+	}
+}

@@ -25,8 +25,8 @@ if [ -s "$RUN/pids" ]; then
 fi
 rm -rf "$RUN"
 if [ ! -f "$MODEL" ]; then
-	echo "generating a random-weight model: $MODEL"
-	"$BIN" model gen --out "$MODEL" --layers 8 --dim 128 --heads 4 --kv-heads 2 --ffn 320 --seed 7 >/dev/null
+	echo "generating a random-weight Q4_K_M model (llama.cpp's mix of Q4_K and Q6_K): $MODEL"
+	"$BIN" model gen --out "$MODEL" --layers 8 --dim 256 --heads 4 --kv-heads 2 --ffn 512 --dtype q4_k_m --seed 7 >/dev/null
 fi
 
 BIN=$BIN RUN=$RUN MODEL=$MODEL LAYERS=8 MAX_LAYERS=4 PORT=$PORT API_PORT=$API_PORT bash testnet/up.sh 3

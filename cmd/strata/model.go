@@ -26,11 +26,15 @@ func newModelGenCmd() *cobra.Command {
 			if out == "" {
 				return fmt.Errorf("--out is required")
 			}
-			t, err := engine.ParseDType(dtype)
-			if err != nil {
-				return err
+			if dtype == "q4_k_m" || dtype == "q5_k_m" {
+				c.Mix = dtype
+			} else {
+				t, err := engine.ParseDType(dtype)
+				if err != nil {
+					return err
+				}
+				c.DType = t
 			}
-			c.DType = t
 			if err := engine.GenerateFile(out, c); err != nil {
 				return err
 			}
@@ -58,6 +62,6 @@ func newModelGenCmd() *cobra.Command {
 	f.Float32Var(&c.NormEps, "norm-eps", 0, "RMSNorm epsilon (0: 1e-5 for llama, 1e-6 for qwen2)")
 	f.StringVar(&c.Name, "name", "", "general.name (default strata-random-<arch>)")
 	f.BoolVar(&c.Tied, "tied", false, "no output.weight: the head reuses the token embedding")
-	f.StringVar(&dtype, "dtype", "f32", "weight type: f32, f16, bf16 or q8_0")
+	f.StringVar(&dtype, "dtype", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k, iq4_xs, or a mix as llama.cpp quantizes files: q4_k_m, q5_k_m")
 	return cmd
 }

@@ -53,15 +53,12 @@ static struct ggml_tensor * W(struct ggml_context * m, const char * fmt, int l) 
 	return ggml_get_tensor(m, name);
 }
 
-// ref_logits runs a llama-family model the way llama.cpp's llama and qwen2
-// graphs do (RoPE mode 0 for llama, NEOX for qwen2; Q/K/V biases on qwen2)
-// and writes the last position's logits to out. It returns 0 on success.
-static int ref_logits(const char * path, const int32_t * tokens, int n, int neox, int bias, int n_layer,
-		int n_head, int n_kv, int hd, float eps, float base, float * out, int n_vocab) {
-	struct ggml_context * m = NULL;
-	struct gguf_init_params gp = { false, &m };
-	struct gguf_context * g = gguf_init_from_file(path, gp);
-	if (!g) return 1;
+// ref_forward runs a llama-family model (loaded in m) the way llama.cpp's
+// llama and qwen2 graphs do (RoPE mode 0 for llama, NEOX for qwen2; Q/K/V
+// biases on qwen2) over n tokens at positions 0..n-1 and writes the last
+// position's logits to out. It returns 0 on success.
+static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, int neox, int bias, int n_layer,
+		int n_head, int n_kv, int hd, float eps, float base, float * out, int n_vocab, int n_threads) {
 	struct ggml_init_params ip = { 512u << 20, NULL, false };
 	struct ggml_context * c = ggml_init(ip);
 	struct ggml_tensor * tok = ggml_new_tensor_1d(c, T_I32, n);
@@ -102,12 +99,21 @@ static int ref_logits(const char * path, const int32_t * tokens, int n, int neox
 	struct ggml_tensor * logits = ggml_mul_mat(c, head, x); // [n_vocab, n]
 	struct ggml_cgraph * gf = ggml_new_graph(c);
 	ggml_build_forward_expand(gf, logits);
-	int rc = ggml_graph_compute_with_ctx(c, gf, 1);
+	int rc = ggml_graph_compute_with_ctx(c, gf, n_threads);
 	if (rc == 0) memcpy(out, ggml_get_data_f32(logits) + (size_t)(n - 1) * n_vocab, sizeof(float) * n_vocab);
 	ggml_free(c);
+	return rc;
+}
+
+// ref_load reads a model file's tensors into *m; ref_free frees them.
+static struct gguf_context * ref_load(const char * path, struct ggml_context ** m) {
+	struct gguf_init_params gp = { false, m };
+	return gguf_init_from_file(path, gp);
+}
+
+static void ref_free(struct gguf_context * g, struct ggml_context * m) {
 	ggml_free(m);
 	gguf_free(g);
-	return rc;
 }
 */
 import "C"
@@ -121,21 +127,50 @@ import (
 	"github.com/stratanet/strata/engine"
 )
 
-// ggmlLogits is the last position's logits of the generated model c at
-// path, computed by ggml.
-func ggmlLogits(path string, c engine.GenConfig, tokens []int32) ([]float32, error) {
-	out := make([]float32, c.Vocab)
+// ggmlModel is a model file loaded by ggml.
+type ggmlModel struct {
+	g *C.struct_gguf_context
+	m *C.struct_ggml_context
+	c engine.GenConfig
+}
+
+func openGGML(path string, c engine.GenConfig) (*ggmlModel, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
+	var m *C.struct_ggml_context
+	g := C.ref_load(cpath, &m)
+	if g == nil {
+		return nil, fmt.Errorf("ggml: cannot load %s", path)
+	}
+	return &ggmlModel{g: g, m: m, c: c}, nil
+}
+
+func (g *ggmlModel) close() { C.ref_free(g.g, g.m) }
+
+// logits is the last position's logits of tokens at positions 0..n-1.
+func (g *ggmlModel) logits(tokens []int32, threads int) ([]float32, error) {
+	c := g.c
+	out := make([]float32, c.Vocab)
 	neox, bias := 0, 0
 	if c.Arch == "qwen2" {
 		neox, bias = 1, 1
 	}
-	rc := C.ref_logits(cpath, (*C.int32_t)(unsafe.Pointer(&tokens[0])), C.int(len(tokens)), C.int(neox), C.int(bias),
+	rc := C.ref_forward(g.m, (*C.int32_t)(unsafe.Pointer(&tokens[0])), C.int(len(tokens)), C.int(neox), C.int(bias),
 		C.int(c.Layers), C.int(c.Heads), C.int(c.KVHeads), C.int(c.Dim/c.Heads), C.float(c.NormEps), C.float(c.RopeBase),
-		(*C.float)(unsafe.Pointer(&out[0])), C.int(c.Vocab))
+		(*C.float)(unsafe.Pointer(&out[0])), C.int(c.Vocab), C.int(threads))
 	if rc != 0 {
 		return nil, fmt.Errorf("ggml: code %d", rc)
 	}
 	return out, nil
+}
+
+// ggmlLogits is the last position's logits of the generated model c at
+// path, computed by ggml.
+func ggmlLogits(path string, c engine.GenConfig, tokens []int32) ([]float32, error) {
+	g, err := openGGML(path, c)
+	if err != nil {
+		return nil, err
+	}
+	defer g.close()
+	return g.logits(tokens, 1)
 }

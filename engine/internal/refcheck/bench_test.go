@@ -1,0 +1,123 @@
+package refcheck
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// benchShapes are real models' shapes, written as Q4_K_M by model gen.
+var benchShapes = map[string]engine.GenConfig{
+	"tinyllama-1.1b": {Arch: "llama", Layers: 22, Dim: 2048, Heads: 32, KVHeads: 4, FFN: 5632, Vocab: 32000, Seed: 1, RopeBase: 10000, NormEps: 1e-5, Mix: "q4_k_m"},
+	"llama-8b":       {Arch: "llama", Layers: 32, Dim: 4096, Heads: 32, KVHeads: 8, FFN: 14336, Vocab: 128256, Seed: 1, RopeBase: 500000, NormEps: 1e-5, Mix: "q4_k_m"},
+}
+
+// benchModel writes (once, under STRATA_BENCH_DIR or the temp dir) the
+// named shape as Q4_K_M.
+func benchModel(b *testing.B, name string) (string, engine.GenConfig) {
+	c := benchShapes[name]
+	dir := os.Getenv("STRATA_BENCH_DIR")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	path := filepath.Join(dir, "strata-bench-"+name+"-q4_k_m.gguf")
+	if _, err := os.Stat(path); err != nil {
+		if err := engine.GenerateFile(path, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return path, c
+}
+
+// BenchmarkDecodeVsGGML times one decode step (one token through every
+// layer and the head, at position 0, so attention is trivial for both) of
+// the engine and of ggml's CPU backend on the same Q4_K_M file, at 1 and 2
+// threads, and reports both rates, their ratio, and the engine's weight
+// bytes read per second over a plain memory read measured in the same run.
+// The TinyLlama shape runs by default; STRATA_BENCH_8B=1 adds the 8B one.
+func BenchmarkDecodeVsGGML(b *testing.B) {
+	names := []string{"tinyllama-1.1b"}
+	if os.Getenv("STRATA_BENCH_8B") != "" {
+		names = append(names, "llama-8b")
+	}
+	bw := memoryBandwidth()
+	for _, name := range names {
+		path, c := benchModel(b, name)
+		g, err := openGGML(path, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, threads := range []int{1, 2} {
+			b.Run(name+"/threads="+string(rune('0'+threads)), func(b *testing.B) {
+				s, err := engine.Open(path, engine.WithThreads(threads))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				ctx := context.Background()
+				tok := []int32{42}
+				step := func() {
+					ss, err := s.NewSession(4)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := s.Forward(ctx, engine.Step{Session: ss, Tokens: tok}); err != nil {
+						b.Fatal(err)
+					}
+					ss.Close()
+				}
+				step()
+				if _, err := g.logits(tok, threads); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				var ours, theirs time.Duration
+				for i := 0; i < b.N; i++ {
+					t0 := time.Now()
+					step()
+					t1 := time.Now()
+					if _, err := g.logits(tok, threads); err != nil {
+						b.Fatal(err)
+					}
+					ours += t1.Sub(t0)
+					theirs += time.Since(t1)
+				}
+				n := float64(b.N)
+				b.ReportMetric(n/ours.Seconds(), "engine_tok/s")
+				b.ReportMetric(n/theirs.Seconds(), "ggml_tok/s")
+				b.ReportMetric(theirs.Seconds()/ours.Seconds(), "engine/ggml")
+				wb := float64(s.Info().WeightBytes)
+				b.ReportMetric(wb*n/ours.Seconds()/bw, "bw_fraction")
+				b.ReportMetric(bw/1e9, "mem_GB/s")
+			})
+		}
+		g.close()
+	}
+}
+
+// memoryBandwidth reads a 1 GiB buffer a few times and returns bytes/s.
+func memoryBandwidth() float64 {
+	buf := make([]uint64, 1<<27)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	best := 0.0
+	for r := 0; r < 3; r++ {
+		t0 := time.Now()
+		var s uint64
+		for i := 0; i < len(buf); i += 4 {
+			s += buf[i] ^ buf[i+1] ^ buf[i+2] ^ buf[i+3]
+		}
+		if s == 1 {
+			panic("unreachable")
+		}
+		if r := float64(len(buf)*8) / time.Since(t0).Seconds(); r > best {
+			best = r
+		}
+	}
+	return best
+}
