@@ -23,6 +23,8 @@ var testShapes = map[string]GenConfig{
 	"llama-mha": {Arch: "llama", Layers: 4, Dim: 64, Heads: 4, KVHeads: 4, FFN: 160, Vocab: 300, Seed: 7},
 	"llama-gqa": {Arch: "llama", Layers: 4, Dim: 64, Heads: 8, KVHeads: 2, FFN: 96, Vocab: 512, Seed: 8},
 	"qwen2":     {Arch: "qwen2", Layers: 4, Dim: 96, Heads: 6, KVHeads: 2, FFN: 128, Vocab: 400, Seed: 9},
+	"qwen3":     {Arch: "qwen3", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 24, FFN: 128, Vocab: 300, Seed: 12},
+	"llama3.1":  {Arch: "llama", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, FFN: 128, Vocab: 300, Seed: 13, RopeBase: 500000, RopeFreqs: true},
 	// Real files' mixes: K-quants with Q6_K layers, and (rows of 128)
 	// the row-length fallbacks to Q5_1 and Q8_0.
 	"llama-q4_k_m": {Arch: "llama", Layers: 4, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 320, Seed: 10, Mix: "q4_k_m"},

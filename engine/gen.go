@@ -12,7 +12,7 @@ import (
 
 // GenConfig is the shape of a random-weight model.
 type GenConfig struct {
-	Arch     string // "llama" or "qwen2"
+	Arch     string // "llama", "qwen2" or "qwen3"
 	Name     string // general.name; default "strata-random-<arch>"
 	Layers   int
 	Dim      int // embedding length
@@ -29,6 +29,12 @@ type GenConfig struct {
 	// llama.cpp does for those file types (DType is then ignored).
 	Mix  string
 	Tied bool // no output.weight: the head reuses token_embd
+	// HeadDim, when set, is a head size other than Dim/Heads, written as
+	// attention.key_length (as qwen3 files do).
+	HeadDim int
+	// RopeFreqs writes rope_freqs.weight with Llama 3.1's RoPE scaling
+	// (factor 8, low/high frequency factors 1 and 4, 8192 original context).
+	RopeFreqs bool
 }
 
 // DefaultGenConfig is a tiny llama that tests run in milliseconds.
@@ -46,15 +52,18 @@ func (c GenConfig) withDefaults() GenConfig {
 	}
 	if c.RopeBase == 0 {
 		c.RopeBase = 10000
-		if c.Arch == "qwen2" {
+		if c.Arch != "llama" {
 			c.RopeBase = 1000000
 		}
 	}
 	if c.NormEps == 0 {
 		c.NormEps = 1e-5
-		if c.Arch == "qwen2" {
+		if c.Arch != "llama" {
 			c.NormEps = 1e-6
 		}
+	}
+	if c.HeadDim == 0 && c.Heads > 0 {
+		c.HeadDim = c.Dim / c.Heads
 	}
 	if c.Name == "" {
 		c.Name = "strata-random-" + c.Arch
@@ -65,12 +74,14 @@ func (c GenConfig) withDefaults() GenConfig {
 func (c GenConfig) validate() error {
 	bad := func(f string, v any) error { return fmt.Errorf("%w: generate %s: %s = %v", ErrShape, c.Arch, f, v) }
 	switch {
-	case c.Arch != "llama" && c.Arch != "qwen2":
-		return fmt.Errorf("%w: %q (want llama or qwen2)", ErrUnsupportedArch, c.Arch)
+	case c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "qwen3":
+		return fmt.Errorf("%w: %q (want llama, qwen2 or qwen3)", ErrUnsupportedArch, c.Arch)
 	case c.Layers <= 0:
 		return bad("layers", c.Layers)
-	case c.Heads <= 0 || c.Dim <= 0 || c.Dim%c.Heads != 0 || (c.Dim/c.Heads)%2 != 0:
-		return bad("dim/heads", fmt.Sprintf("%d/%d", c.Dim, c.Heads))
+	case c.Heads <= 0 || c.Dim <= 0 || c.HeadDim <= 0 || c.HeadDim%2 != 0:
+		return bad("dim/heads/head-dim", fmt.Sprintf("%d/%d/%d", c.Dim, c.Heads, c.HeadDim))
+	case c.RopeFreqs && c.Arch != "llama":
+		return bad("rope-freqs", "only for llama")
 	case c.KVHeads <= 0 || c.Heads%c.KVHeads != 0:
 		return bad("kv-heads", c.KVHeads)
 	case c.FFN <= 0:
@@ -123,8 +134,9 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	headDim := c.Dim / c.Heads
+	headDim := c.HeadDim
 	kvDim := headDim * c.KVHeads
+	qDim := headDim * c.Heads
 	a := c.Arch
 	fileType := fileTypes[c.DType]
 	if c.Mix != "" {
@@ -144,6 +156,8 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		{a + ".attention.head_count_kv", uint32(c.KVHeads)},
 		{a + ".rope.freq_base", c.RopeBase},
 		{a + ".rope.dimension_count", uint32(headDim)},
+		{a + ".attention.key_length", uint32(headDim)},
+		{a + ".attention.value_length", uint32(headDim)},
 		{a + ".attention.layer_norm_rms_epsilon", c.NormEps},
 		{a + ".vocab_size", uint32(c.Vocab)},
 		{"strata.generator.seed", c.Seed},
@@ -185,19 +199,29 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		ts = append(ts, randTensor(name, []uint64{n}, F32, c.Seed, scale, bias))
 	}
 	mat("token_embd.weight", d, vv, 1)
+	if c.RopeFreqs {
+		ts = append(ts, WriteTensor{Name: "rope_freqs.weight", Dims: []uint64{uint64(headDim / 2)}, Type: F32,
+			Data: func(w io.Writer) error {
+				return binary.Write(w, binary.LittleEndian, llama3RopeFactors(c.RopeBase, headDim))
+			}})
+	}
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		s := 1 / float32(math.Sqrt(float64(c.Dim)))
 		vec(p+"attn_norm.weight", d, 0.2, 1)
-		mat(p+"attn_q.weight", d, d, s)
+		mat(p+"attn_q.weight", d, uint64(qDim), s)
 		mat(p+"attn_k.weight", d, uint64(kvDim), s)
 		mat(p+"attn_v.weight", d, uint64(kvDim), s)
+		if a == "qwen3" {
+			vec(p+"attn_q_norm.weight", uint64(headDim), 0.2, 1)
+			vec(p+"attn_k_norm.weight", uint64(headDim), 0.2, 1)
+		}
 		if a == "qwen2" {
-			vec(p+"attn_q.bias", d, 0.1, 0)
+			vec(p+"attn_q.bias", uint64(qDim), 0.1, 0)
 			vec(p+"attn_k.bias", uint64(kvDim), 0.1, 0)
 			vec(p+"attn_v.bias", uint64(kvDim), 0.1, 0)
 		}
-		mat(p+"attn_output.weight", d, d, s)
+		mat(p+"attn_output.weight", uint64(qDim), d, s)
 		vec(p+"ffn_norm.weight", d, 0.2, 1)
 		mat(p+"ffn_gate.weight", d, f, s)
 		mat(p+"ffn_up.weight", d, f, s)
@@ -328,4 +352,27 @@ var chatTemplates = map[string]string{
 	"llama": "{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}" +
 		"{% elif message['role'] == 'system' %}{{ '<<SYS>>\n' + message['content'] + '\n<</SYS>>\n\n' }}" +
 		"{% else %}{{ ' ' + message['content'] + ' ' + eos_token }}{% endif %}{% endfor %}",
+}
+
+// llama3RopeFactors are the divisors Llama 3.1's conversion writes to
+// rope_freqs.weight: 1 for short wavelengths, 8 for long ones, and a
+// smooth blend between (factor 8, low and high frequency factors 1 and 4,
+// original context 8192).
+func llama3RopeFactors(base float32, headDim int) []float32 {
+	const factor, lowFF, highFF, oldCtx = 8.0, 1.0, 4.0, 8192.0
+	out := make([]float32, headDim/2)
+	for i := range out {
+		freq := 1 / math.Pow(float64(base), float64(2*i)/float64(headDim))
+		wavelen := 2 * math.Pi / freq
+		switch {
+		case wavelen < oldCtx/highFF:
+			out[i] = 1
+		case wavelen > oldCtx/lowFF:
+			out[i] = factor
+		default:
+			smooth := (oldCtx/wavelen - lowFF) / (highFF - lowFF)
+			out[i] = float32(1 / ((1-smooth)/factor + smooth))
+		}
+	}
+	return out
 }

@@ -28,10 +28,19 @@ type HParams struct {
 	// (2i, 2i+1), as GGUF stores llama's Q and K.
 	NeoxRope bool
 	QKVBias  bool
+	// QKNorm applies an RMSNorm to each head of Q and K before RoPE (qwen3).
+	QKNorm bool
+	// RopeFactors: the file has rope_freqs.weight, per-dimension divisors
+	// of RoPE's frequencies (Llama 3.1 and later bake their scaling there).
+	RopeFactors bool
 }
 
 // KVDim is the width of one token's K (or V) in one layer.
 func (h HParams) KVDim() int { return h.KVHeads * h.HeadDim }
+
+// QDim is the width of one token's Q (and attention output) in one layer:
+// Dim, unless the file sets a head size of its own (qwen3's key_length).
+func (h HParams) QDim() int { return h.Heads * h.HeadDim }
 
 // Spec returns the hyper-parameters as package layers models them, for
 // weights of the given bytes per parameter.
@@ -40,7 +49,7 @@ func (h HParams) Spec(bytesPerParam float64) (layers.ModelSpec, error) {
 		Heads: h.Heads, KVHeads: h.KVHeads, FFN: h.FFN, Vocab: h.Vocab, BytesPerParam: bytesPerParam, KVBytes: 4})
 }
 
-var supportedArchs = map[string]bool{"llama": true, "qwen2": true}
+var supportedArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true}
 
 // ReadHParams reads and checks the hyper-parameters of f.
 func ReadHParams(f *File) (HParams, error) {
@@ -49,9 +58,15 @@ func ReadHParams(f *File) (HParams, error) {
 		return HParams{}, err
 	}
 	if !supportedArchs[arch] {
-		return HParams{}, fmt.Errorf("%w: %q (supported: llama, qwen2)", ErrUnsupportedArch, arch)
+		return HParams{}, fmt.Errorf("%w: %q (supported: llama, qwen2, qwen3)", ErrUnsupportedArch, arch)
 	}
-	h := HParams{Arch: arch, NeoxRope: arch == "qwen2", QKVBias: arch == "qwen2"}
+	h := HParams{Arch: arch, NeoxRope: arch != "llama", QKVBias: arch == "qwen2", QKNorm: arch == "qwen3"}
+	if n, err := f.Uint(arch + ".expert_count"); err == nil && n > 0 {
+		return HParams{}, fmt.Errorf("%w: %s with %d experts (mixture of experts is not supported)", ErrUnsupportedArch, arch, n)
+	}
+	if t, err := f.String(arch + ".rope.scaling.type"); err == nil && t != "none" && t != "" {
+		return HParams{}, fmt.Errorf("%w: %s with RoPE scaling %q", ErrUnsupportedArch, arch, t)
+	}
 	h.Name, _ = f.String("general.name")
 	geti := func(key string, dst *int, def int) error {
 		n, err := f.Uint(arch + "." + key)
@@ -102,7 +117,7 @@ func ReadHParams(f *File) (HParams, error) {
 		return bad("block_count", h.Layers)
 	case h.Dim <= 0:
 		return bad("embedding_length", h.Dim)
-	case h.Heads <= 0 || h.Dim%h.Heads != 0 || (h.Dim/h.Heads)%2 != 0:
+	case h.Heads <= 0 || h.Heads > h.Dim:
 		return bad("attention.head_count", h.Heads)
 	case h.KVHeads <= 0 || h.Heads%h.KVHeads != 0:
 		return bad("attention.head_count_kv", h.KVHeads)
@@ -113,7 +128,23 @@ func ReadHParams(f *File) (HParams, error) {
 	case !(h.NormEps >= 0) || h.NormEps > 1:
 		return bad("attention.layer_norm_rms_epsilon", h.NormEps)
 	}
-	h.HeadDim = h.Dim / h.Heads
+	hd := 0
+	if h.Dim%h.Heads == 0 {
+		hd = h.Dim / h.Heads
+	}
+	if err := geti("attention.key_length", &h.HeadDim, hd); err != nil {
+		return HParams{}, err
+	}
+	vl := h.HeadDim
+	if err := geti("attention.value_length", &vl, h.HeadDim); err != nil {
+		return HParams{}, err
+	}
+	switch {
+	case h.HeadDim <= 0 || h.HeadDim%2 != 0 || h.HeadDim > 1<<14:
+		return bad("attention.key_length", h.HeadDim)
+	case vl != h.HeadDim:
+		return HParams{}, fmt.Errorf("%w: %s with value length %d ≠ key length %d", ErrUnsupportedArch, arch, vl, h.HeadDim)
+	}
 	rd := h.HeadDim
 	if err := geti("rope.dimension_count", &rd, h.HeadDim); err != nil {
 		return HParams{}, err
@@ -121,9 +152,7 @@ func ReadHParams(f *File) (HParams, error) {
 	if rd != h.HeadDim {
 		return HParams{}, fmt.Errorf("%w: %s with partial RoPE (rope.dimension_count %d, head size %d)", ErrUnsupportedArch, arch, rd, h.HeadDim)
 	}
-	if _, ok := f.Tensor("rope_freqs.weight"); ok {
-		return HParams{}, fmt.Errorf("%w: %s with RoPE frequency factors (rope_freqs.weight)", ErrUnsupportedArch, arch)
-	}
+	_, h.RopeFactors = f.Tensor("rope_freqs.weight")
 	emb, ok := f.Tensor("token_embd.weight")
 	if !ok {
 		return HParams{}, fmt.Errorf("%w: missing tensor %q", ErrCorrupt, "token_embd.weight")

@@ -128,6 +128,7 @@ type layerWeights struct {
 	attnNorm, ffnNorm []float32
 	wq, wk, wv, wo    *matrix
 	bq, bk, bv        []float32
+	qNorm, kNorm      []float32 // per-head RMSNorm weights (qwen3)
 	wGate, wUp, wDown *matrix
 }
 
@@ -140,6 +141,7 @@ type Local struct {
 	layers []layerWeights
 	onorm  []float32
 	out    *matrix
+	rope   []float32 // RoPE's inverse frequencies, HeadDim/2
 	tok    *Tokenizer
 	pool   *pool
 	closed bool
@@ -197,7 +199,14 @@ func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
 		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
 	l := &loader{f: f}
-	d, kv := hp.Dim, hp.KVDim()
+	d, kv, qd := hp.Dim, hp.KVDim(), hp.QDim()
+	var factors []float32
+	if hp.RopeFactors && o.hi > o.lo {
+		if factors, err = l.vector("rope_freqs.weight", hp.HeadDim/2); err != nil {
+			return nil, err
+		}
+	}
+	s.rope = ropeFreqs(hp.RopeBase, hp.HeadDim, factors)
 	if s.info.First() {
 		if s.embd, err = l.matrix("token_embd.weight", hp.Vocab, d); err != nil {
 			return nil, err
@@ -208,10 +217,10 @@ func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
 		var w layerWeights
 		steps := []func() error{
 			func() (e error) { w.attnNorm, e = l.vector(p+"attn_norm.weight", d); return },
-			func() (e error) { w.wq, e = l.matrix(p+"attn_q.weight", d, d); return },
+			func() (e error) { w.wq, e = l.matrix(p+"attn_q.weight", qd, d); return },
 			func() (e error) { w.wk, e = l.matrix(p+"attn_k.weight", kv, d); return },
 			func() (e error) { w.wv, e = l.matrix(p+"attn_v.weight", kv, d); return },
-			func() (e error) { w.wo, e = l.matrix(p+"attn_output.weight", d, d); return },
+			func() (e error) { w.wo, e = l.matrix(p+"attn_output.weight", d, qd); return },
 			func() (e error) { w.ffnNorm, e = l.vector(p+"ffn_norm.weight", d); return },
 			func() (e error) { w.wGate, e = l.matrix(p+"ffn_gate.weight", hp.FFN, d); return },
 			func() (e error) { w.wUp, e = l.matrix(p+"ffn_up.weight", hp.FFN, d); return },
@@ -219,9 +228,14 @@ func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
 		}
 		if hp.QKVBias {
 			steps = append(steps,
-				func() (e error) { w.bq, e = l.vector(p+"attn_q.bias", d); return },
+				func() (e error) { w.bq, e = l.vector(p+"attn_q.bias", qd); return },
 				func() (e error) { w.bk, e = l.vector(p+"attn_k.bias", kv); return },
 				func() (e error) { w.bv, e = l.vector(p+"attn_v.bias", kv); return })
+		}
+		if hp.QKNorm {
+			steps = append(steps,
+				func() (e error) { w.qNorm, e = l.vector(p+"attn_q_norm.weight", hp.HeadDim); return },
+				func() (e error) { w.kNorm, e = l.vector(p+"attn_k_norm.weight", hp.HeadDim); return })
 		}
 		for _, step := range steps {
 			if err := step(); err != nil {
@@ -489,15 +503,14 @@ func newForward(s *Local, rows []rowRef) *forward {
 	h := s.hp
 	n := len(rows)
 	fw := &forward{s: s, rows: rows,
-		xb: make([]float32, n*h.Dim), q: make([]float32, n*h.Dim), att: make([]float32, n*h.Dim),
+		xb: make([]float32, n*h.Dim), q: make([]float32, n*h.QDim()), att: make([]float32, n*h.QDim()),
 		k: make([]float32, n*h.KVDim()), v: make([]float32, n*h.KVDim()),
 		gate: make([]float32, n*h.FFN), up: make([]float32, n*h.FFN)}
 	half := h.HeadDim / 2
 	fw.cos = make([]float32, n*half)
 	fw.sin = make([]float32, n*half)
-	inv := ropeFreqs(h.RopeBase, h.HeadDim)
 	for r, row := range rows {
-		for i, f := range inv {
+		for i, f := range s.rope {
 			// pos·f is exact in float64 (24-bit × ≤24-bit), so only
 			// Sincos rounds.
 			sn, cs := math.Sincos(float64(row.pos) * float64(f))
@@ -508,18 +521,24 @@ func newForward(s *Local, rows []rowRef) *forward {
 	return fw
 }
 
-// ropeFreqs are base^(-2i/d), rounded to float32.
-func ropeFreqs(base float32, d int) []float32 {
+// ropeFreqs are base^(-2i/d), divided by the file's frequency factors where
+// it has them (as ggml's rope does with rope_freqs.weight), rounded to
+// float32.
+func ropeFreqs(base float32, d int, factors []float32) []float32 {
 	out := make([]float32, d/2)
 	for i := range out {
-		out[i] = float32(math.Pow(float64(base), -float64(2*i)/float64(d)))
+		f := math.Pow(float64(base), -float64(2*i)/float64(d))
+		if factors != nil {
+			f /= float64(factors[i])
+		}
+		out[i] = float32(f)
 	}
 	return out
 }
 
 func (fw *forward) layer(li int, x []float32) {
 	s, h, w := fw.s, fw.s.hp, &fw.s.layers[li]
-	n, d, kvd, hd := len(fw.rows), h.Dim, h.KVDim(), h.HeadDim
+	n, d, kvd, qd, hd := len(fw.rows), h.Dim, h.KVDim(), h.QDim(), h.HeadDim
 	for r := 0; r < n; r++ {
 		rmsNorm(fw.xb[r*d:(r+1)*d], x[r*d:(r+1)*d], w.attnNorm, h.NormEps)
 	}
@@ -529,7 +548,7 @@ func (fw *forward) layer(li int, x []float32) {
 	s.matmul(fw.v, w.wv, a)
 	if w.bq != nil {
 		for r := 0; r < n; r++ {
-			addTo(fw.q[r*d:(r+1)*d], w.bq)
+			addTo(fw.q[r*qd:(r+1)*qd], w.bq)
 			addTo(fw.k[r*kvd:(r+1)*kvd], w.bk)
 			addTo(fw.v[r*kvd:(r+1)*kvd], w.bv)
 		}
@@ -538,17 +557,25 @@ func (fw *forward) layer(li int, x []float32) {
 	for r, row := range fw.rows {
 		cs, sn := fw.cos[r*half:(r+1)*half], fw.sin[r*half:(r+1)*half]
 		for hh := 0; hh < h.Heads; hh++ {
-			rope(fw.q[r*d+hh*hd:r*d+(hh+1)*hd], cs, sn, h.NeoxRope)
+			q := fw.q[r*qd+hh*hd : r*qd+(hh+1)*hd]
+			if w.qNorm != nil {
+				rmsNorm(q, q, w.qNorm, h.NormEps)
+			}
+			rope(q, cs, sn, h.NeoxRope)
 		}
 		for hh := 0; hh < h.KVHeads; hh++ {
-			rope(fw.k[r*kvd+hh*hd:r*kvd+(hh+1)*hd], cs, sn, h.NeoxRope)
+			k := fw.k[r*kvd+hh*hd : r*kvd+(hh+1)*hd]
+			if w.kNorm != nil {
+				rmsNorm(k, k, w.kNorm, h.NormEps)
+			}
+			rope(k, cs, sn, h.NeoxRope)
 		}
 		copy(row.sess.k[li][row.pos*kvd:(row.pos+1)*kvd], fw.k[r*kvd:(r+1)*kvd])
 		copy(row.sess.v[li][row.pos*kvd:(row.pos+1)*kvd], fw.v[r*kvd:(r+1)*kvd])
 	}
 	fw.attention(li)
 	o := fw.xb // reuse: the normed input is no longer needed
-	s.matmul(o, w.wo, newAct(fw.att, n, d))
+	s.matmul(o, w.wo, newAct(fw.att, n, qd))
 	addTo(x, o)
 	for r := 0; r < n; r++ {
 		rmsNorm(fw.xb[r*d:(r+1)*d], x[r*d:(r+1)*d], w.ffnNorm, h.NormEps)
@@ -571,7 +598,7 @@ func (fw *forward) layer(li int, x []float32) {
 // goroutine's work, with a sequential sum over positions.
 func (fw *forward) attention(li int) {
 	h := fw.s.hp
-	d, kvd, hd := h.Dim, h.KVDim(), h.HeadDim
+	d, kvd, hd := h.QDim(), h.KVDim(), h.HeadDim
 	group := h.Heads / h.KVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	units := len(fw.rows) * h.Heads

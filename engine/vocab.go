@@ -68,7 +68,7 @@ func buildVocab(arch string, n int) (*vocab, error) {
 		return nil, fmt.Errorf("%w: vocabulary of %d tokens (want >= %d)", ErrShape, n, minVocab)
 	}
 	words := strings.Fields(commonWords)
-	if arch == "qwen2" {
+	if arch != "llama" {
 		return buildBPEVocab(words, n), nil
 	}
 	return buildSPMVocab(words, n), nil

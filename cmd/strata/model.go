@@ -49,7 +49,9 @@ func newModelGenCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "output file")
-	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama or qwen2")
+	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama, qwen2 or qwen3")
+	f.IntVar(&c.HeadDim, "head-dim", 0, "head size (0: dim/heads; qwen3 files often set another)")
+	f.BoolVar(&c.RopeFreqs, "rope-freqs", false, "llama: write rope_freqs.weight with Llama 3.1's RoPE scaling")
 	f.IntVar(&c.Layers, "layers", c.Layers, "transformer layers")
 	f.IntVar(&c.Dim, "dim", c.Dim, "embedding width")
 	f.IntVar(&c.Heads, "heads", c.Heads, "attention heads")

@@ -57,7 +57,7 @@ static struct ggml_tensor * W(struct ggml_context * m, const char * fmt, int l) 
 // llama and qwen2 graphs do (RoPE mode 0 for llama, NEOX for qwen2; Q/K/V
 // biases on qwen2) over n tokens at positions 0..n-1 and writes the last
 // position's logits to out. It returns 0 on success.
-static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, int neox, int bias, int n_layer,
+static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, int neox, int bias, int qknorm, int n_layer,
 		int n_head, int n_kv, int hd, float eps, float base, float * out, int n_vocab, int n_threads) {
 	struct ggml_init_params ip = { 512u << 20, NULL, false };
 	struct ggml_context * c = ggml_init(ip);
@@ -66,6 +66,7 @@ static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, i
 	for (int i = 0; i < n; i++) { ((int32_t *)ggml_get_data(tok))[i] = tokens[i]; ((int32_t *)ggml_get_data(pos))[i] = i; }
 	struct ggml_tensor * x = ggml_get_rows(c, ggml_get_tensor(m, "token_embd.weight"), tok);
 	int mode = neox ? 2 : 0;
+	struct ggml_tensor * factors = ggml_get_tensor(m, "rope_freqs.weight"); // NULL without
 	for (int l = 0; l < n_layer; l++) {
 		struct ggml_tensor * cur = ggml_mul(c, ggml_rms_norm(c, x, eps), W(m, "blk.%d.attn_norm.weight", l));
 		struct ggml_tensor * q = ggml_mul_mat(c, W(m, "blk.%d.attn_q.weight", l), cur);
@@ -76,8 +77,14 @@ static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, i
 			k = ggml_add(c, k, W(m, "blk.%d.attn_k.bias", l));
 			v = ggml_add(c, v, W(m, "blk.%d.attn_v.bias", l));
 		}
-		q = ggml_rope_ext(c, ggml_reshape_3d(c, q, hd, n_head, n), pos, NULL, hd, mode, 0, base, 1, 0, 1, 32, 1);
-		k = ggml_rope_ext(c, ggml_reshape_3d(c, k, hd, n_kv, n), pos, NULL, hd, mode, 0, base, 1, 0, 1, 32, 1);
+		q = ggml_reshape_3d(c, q, hd, n_head, n);
+		k = ggml_reshape_3d(c, k, hd, n_kv, n);
+		if (qknorm) { // qwen3: RMSNorm over each head before RoPE
+			q = ggml_mul(c, ggml_rms_norm(c, q, eps), W(m, "blk.%d.attn_q_norm.weight", l));
+			k = ggml_mul(c, ggml_rms_norm(c, k, eps), W(m, "blk.%d.attn_k_norm.weight", l));
+		}
+		q = ggml_rope_ext(c, q, pos, factors, hd, mode, 0, base, 1, 0, 1, 32, 1);
+		k = ggml_rope_ext(c, k, pos, factors, hd, mode, 0, base, 1, 0, 1, 32, 1);
 		v = ggml_reshape_3d(c, v, hd, n_kv, n);
 		struct ggml_tensor * qp = ggml_cont(c, ggml_permute(c, q, 0, 2, 1, 3)); // [hd, n, n_head]
 		struct ggml_tensor * kp = ggml_cont(c, ggml_permute(c, k, 0, 2, 1, 3)); // [hd, n, n_kv]
@@ -151,12 +158,19 @@ func (g *ggmlModel) close() { C.ref_free(g.g, g.m) }
 func (g *ggmlModel) logits(tokens []int32, threads int) ([]float32, error) {
 	c := g.c
 	out := make([]float32, c.Vocab)
-	neox, bias := 0, 0
-	if c.Arch == "qwen2" {
+	neox, bias, qknorm := 0, 0, 0
+	switch c.Arch {
+	case "qwen2":
 		neox, bias = 1, 1
+	case "qwen3":
+		neox, qknorm = 1, 1
 	}
-	rc := C.ref_forward(g.m, (*C.int32_t)(unsafe.Pointer(&tokens[0])), C.int(len(tokens)), C.int(neox), C.int(bias),
-		C.int(c.Layers), C.int(c.Heads), C.int(c.KVHeads), C.int(c.Dim/c.Heads), C.float(c.NormEps), C.float(c.RopeBase),
+	hd := c.HeadDim
+	if hd == 0 {
+		hd = c.Dim / c.Heads
+	}
+	rc := C.ref_forward(g.m, (*C.int32_t)(unsafe.Pointer(&tokens[0])), C.int(len(tokens)), C.int(neox), C.int(bias), C.int(qknorm),
+		C.int(c.Layers), C.int(c.Heads), C.int(c.KVHeads), C.int(hd), C.float(c.NormEps), C.float(c.RopeBase),
 		(*C.float)(unsafe.Pointer(&out[0])), C.int(c.Vocab), C.int(threads))
 	if rc != 0 {
 		return nil, fmt.Errorf("ggml: code %d", rc)

@@ -13,11 +13,17 @@ var shapes = map[string]engine.GenConfig{
 	"llama-mha": {Arch: "llama", Layers: 3, Dim: 128, Heads: 4, KVHeads: 4, FFN: 256, Vocab: 512, Seed: 11, RopeBase: 10000, NormEps: 1e-5},
 	"llama-gqa": {Arch: "llama", Layers: 3, Dim: 128, Heads: 8, KVHeads: 2, FFN: 320, Vocab: 600, Seed: 12, RopeBase: 10000, NormEps: 1e-5},
 	"qwen2":     {Arch: "qwen2", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 700, Seed: 13, RopeBase: 1e6, NormEps: 1e-6},
+	// Llama 3.1's RoPE frequency factors, tied embeddings (Llama 3.2).
+	"llama3.1-rope-freqs": {Arch: "llama", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 600, Seed: 14, RopeBase: 500000, NormEps: 1e-5, RopeFreqs: true, Tied: true},
+	// qwen3: per-head Q/K RMSNorm, no biases, a head size other than Dim/Heads.
+	"qwen3": {Arch: "qwen3", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 48, FFN: 256, Vocab: 700, Seed: 15, RopeBase: 1e6, NormEps: 1e-6},
 }
 
 // TestLogitsMatchGGML: the engine's logits match ggml's within 1e-4
 // relative (max |Δ| over max |logit|) for every shape, F32 weights.
 func TestLogitsMatchGGML(t *testing.T) {
+	// Positions well past 8192/2π·4 would be needed to see every RoPE
+	// factor at work; a long prompt reaches the blended ones.
 	tokens := []int32{1, 40, 300, 7, 99, 260, 5, 120, 33, 444, 17, 2, 301, 302, 303, 500}
 	for name, c := range shapes {
 		t.Run(name, func(t *testing.T) {
