@@ -3,9 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stratanet/strata/engine"
 )
 
 // run executes the CLI in-process and returns stdout.
@@ -66,5 +71,59 @@ func TestPlanCommandErrors(t *testing.T) {
 	}
 	if !strings.Contains(out, `"policy": "strata"`) {
 		t.Fatalf("json output lacks our policy: %.200s", out)
+	}
+}
+
+// TestModelInspect: inspect reports a Q4_K_M file's types and says it runs,
+// and names the reason for a file this build cannot run.
+func TestModelInspect(t *testing.T) {
+	dir := t.TempDir()
+	good := dir + "/good.gguf"
+	if _, err := run(t, "model", "gen", "--out", good, "--dtype", "q4_k_m", "--dim", "256", "--ffn", "512", "--heads", "4", "--layers", "2"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "model", "inspect", good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"architecture llama", "q4_k ", "q6_k ", "bytes per layer", "runs on this build: yes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out)
+		}
+	}
+	// The same file claiming mixture-of-experts.
+	f, fh, err := engine.OpenFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(good)
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs := append(f.KV, engine.KV{Key: "llama.expert_count", Value: uint32(8)})
+	var ts []engine.WriteTensor
+	for _, ti := range f.Tensors {
+		data := raw[ti.Offset : ti.Offset+ti.Size]
+		ts = append(ts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type,
+			Data: func(w io.Writer) error { _, err := w.Write(data); return err }})
+	}
+	var buf bytes.Buffer
+	if err := engine.WriteGGUF(&buf, kvs, ts); err != nil {
+		t.Fatal(err)
+	}
+	moe := dir + "/moe.gguf"
+	if err := os.WriteFile(moe, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run(t, "model", "inspect", moe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "runs on this build: no") || !strings.Contains(out, "8 experts") {
+		t.Errorf("inspect of a MoE file:\n%s", out)
+	}
+	if _, err := engine.Open(moe); err == nil || !errors.Is(err, engine.ErrUnsupportedArch) {
+		t.Errorf("opening a MoE file: %v", err)
 	}
 }

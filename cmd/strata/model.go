@@ -11,7 +11,7 @@ import (
 
 func newModelCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "model", Short: "make and inspect model files"}
-	cmd.AddCommand(newModelGenCmd())
+	cmd.AddCommand(newModelGenCmd(), newModelInspectCmd())
 	return cmd
 }
 

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stratanet/strata/engine"
+)
+
+func newModelInspectCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect FILE.gguf",
+		Short: "print a model file's architecture, tensor types, bytes per layer, tokenizer and chat template, and whether this build runs it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, fh, err := engine.OpenFile(args[0])
+			if err != nil {
+				return err
+			}
+			defer fh.Close()
+			inspectModel(cmd.OutOrStdout(), f)
+			return nil
+		},
+	}
+}
+
+// inspectModel writes what a user needs to know about f before running it.
+func inspectModel(w io.Writer, f *engine.File) {
+	arch, _ := f.String("general.architecture")
+	name, _ := f.String("general.name")
+	fmt.Fprintf(w, "file: GGUF v%d, %d tensors, %d bytes\n", f.Version, len(f.Tensors), f.Size)
+	fmt.Fprintf(w, "model: %s (architecture %s)\n", name, arch)
+	hp, hpErr := engine.ReadHParams(f)
+	if hpErr == nil {
+		fmt.Fprintf(w, "  layers %d, hidden %d, heads %d (KV %d, head size %d), ffn %d, vocab %d, context %d\n",
+			hp.Layers, hp.Dim, hp.Heads, hp.KVHeads, hp.HeadDim, hp.FFN, hp.Vocab, hp.Context)
+		fmt.Fprintf(w, "  rope base %g%s, rms eps %g\n", hp.RopeBase, map[bool]string{true: " with rope_freqs factors"}[hp.RopeFactors], hp.NormEps)
+	}
+
+	type agg struct{ count, bytes int64 }
+	types := map[engine.DType]*agg{}
+	perLayer := map[int]int64{}
+	var other int64
+	var unsupported []string
+	for _, t := range f.Tensors {
+		a := types[t.Type]
+		if a == nil {
+			a = &agg{}
+			types[t.Type] = a
+		}
+		a.count++
+		a.bytes += t.Size
+		var l int
+		if _, err := fmt.Sscanf(t.Name, "blk.%d.", &l); err == nil {
+			perLayer[l] += t.Size
+		} else {
+			other += t.Size
+		}
+		if !t.Type.Supported() && len(unsupported) < 3 {
+			unsupported = append(unsupported, fmt.Sprintf("%s is %s", t.Name, t.Type))
+		}
+	}
+	fmt.Fprintln(w, "tensor types:")
+	keys := make([]engine.DType, 0, len(types))
+	for t := range types {
+		keys = append(keys, t)
+	}
+	sort.Slice(keys, func(i, j int) bool { return types[keys[i]].bytes > types[keys[j]].bytes })
+	for _, t := range keys {
+		fmt.Fprintf(w, "  %-8s %5d tensors %14d bytes\n", t, types[t].count, types[t].bytes)
+	}
+	if len(perLayer) > 0 {
+		lo, hi := int64(-1), int64(0)
+		for _, b := range perLayer {
+			if lo < 0 || b < lo {
+				lo = b
+			}
+			hi = max(hi, b)
+		}
+		fmt.Fprintf(w, "bytes per layer: %d to %d (%d layers); outside the layers (embedding, head, norms): %d\n", lo, hi, len(perLayer), other)
+	}
+	model, _ := f.String("tokenizer.ggml.model")
+	pre, _ := f.String("tokenizer.ggml.pre")
+	fmt.Fprintf(w, "tokenizer: %s, pre-tokenizer %q\n", model, pre)
+	if tmpl, err := f.String("tokenizer.chat_template"); err == nil && tmpl != "" {
+		lines := strings.Split(tmpl, "\n")
+		fmt.Fprintf(w, "chat template (%d lines):\n", len(lines))
+		for _, l := range lines[:min(len(lines), 5)] {
+			fmt.Fprintf(w, "  | %s\n", l)
+		}
+	} else {
+		fmt.Fprintln(w, "chat template: none (a generic one is used)")
+	}
+	var why []string
+	if n, err := f.Uint("split.count"); err == nil && n > 1 {
+		why = append(why, fmt.Sprintf("split GGUF of %d parts is not supported", n))
+	}
+	if hpErr != nil {
+		why = append(why, hpErr.Error())
+	}
+	why = append(why, unsupported...)
+	if len(why) == 0 {
+		fmt.Fprintln(w, "runs on this build: yes")
+		return
+	}
+	fmt.Fprintf(w, "runs on this build: no: %s\n", strings.Join(why, "; "))
+}
