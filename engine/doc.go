@@ -49,7 +49,8 @@
 // portable kernel's order, with tests that both give the same bits. Q8_0
 // weights stay quantised and meet activations quantised to Q8_0 per call,
 // as ggml does: a decode reads ~3.8× fewer bytes than F32. F16 and BF16
-// weights are widened to F32 at load.
+// weights stay half width in memory and are widened (exactly) eight rows
+// at a time into the F32 kernel, so they give an F32 file's bits.
 //
 // The other quantised types (quant.go: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
 // Q4_K, Q5_K, Q6_K, IQ4_XS, in llama.cpp's block layouts, so a real Q4_K_M

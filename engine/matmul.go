@@ -40,7 +40,7 @@ func (a *act) quantizedK() ([]int8, []float32, []int16) {
 // prepare quantises the activations the way matrix w needs them, once.
 func (a *act) prepare(w *matrix) {
 	switch {
-	case w.f != nil:
+	case w.f != nil, w.typ == F16, w.typ == BF16:
 	case w.qf == nil:
 		a.quantized()
 	case w.qf.k:
@@ -71,6 +71,8 @@ func (s *Local) matmul(out []float32, w *matrix, x *act) {
 		switch {
 		case w.f != nil:
 			matmulF32(out, w, x, r0, r1)
+		case w.typ == F16 || w.typ == BF16:
+			matmulHalf(out, w, x, r0, r1)
 		case w.qf != nil:
 			matmulPacked(out, w, x, r0, r1)
 		default:
@@ -104,6 +106,46 @@ func matmulQ8(out []float32, w *matrix, x *act, r0, r1 int) {
 		}
 	}
 }
+
+// matmulHalf is matmulF32 on F16 or BF16 weights, widened (exactly) a
+// block of rows at a time into a scratch buffer: the same products in the
+// same order, so the same bits as an F32 file of the widened values.
+func matmulHalf(out []float32, w *matrix, x *act, r0, r1 int) {
+	c := w.cols
+	buf := make([]float32, rowBlock*c)
+	for r := r0; r < r1; r += rowBlock {
+		m := min(rowBlock, r1-r)
+		for i := 0; i < m; i++ {
+			widenRow(buf[i*c:(i+1)*c], w.raw[2*(r+i)*c:], w.typ)
+		}
+		for t := 0; t < x.n; t++ {
+			dotRowsF32(out[t*w.rows+r:t*w.rows+r+m], buf[:m*c], x.f[t*c:(t+1)*c])
+		}
+	}
+}
+
+// widenRow converts len(dst) F16 or BF16 values to float32.
+func widenRow(dst []float32, raw []byte, t DType) {
+	raw = raw[:2*len(dst)]
+	if t == BF16 {
+		for i := range dst {
+			dst[i] = bf16ToF32(uint16(raw[2*i]) | uint16(raw[2*i+1])<<8)
+		}
+		return
+	}
+	for i := range dst {
+		dst[i] = f16Table[uint16(raw[2*i])|uint16(raw[2*i+1])<<8]
+	}
+}
+
+// f16Table is every half's float32 value: widening F16 weights by lookup.
+var f16Table = func() *[1 << 16]float32 {
+	var t [1 << 16]float32
+	for i := range t {
+		t[i] = f16ToF32(uint16(i))
+	}
+	return &t
+}()
 
 // matmulPacked is matmulQ8 for the packed types: one row at a time, each
 // row's blocks against every input row while they are in cache.

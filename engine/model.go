@@ -167,9 +167,9 @@ func ReadHParams(f *File) (HParams, error) {
 	return h, nil
 }
 
-// matrix is a weight matrix of rows×cols, row-major, held as float32 (F32,
-// F16 and BF16 files), as Q8_0 blocks split into int8 values and float32
-// scales, or packed as the file stores it (the other quantised types).
+// matrix is a weight matrix of rows×cols, row-major, held as float32 (F32
+// files), as Q8_0 blocks split into int8 values and float32 scales, or as
+// the file stores it (F16, BF16 and the other quantised types).
 type matrix struct {
 	rows, cols int
 	f          []float32
@@ -188,6 +188,10 @@ func (m *matrix) bytes() int64 {
 func (m *matrix) row(r int, dst []float32) {
 	if m.f != nil {
 		copy(dst, m.f[r*m.cols:(r+1)*m.cols])
+		return
+	}
+	if m.typ == F16 || m.typ == BF16 {
+		widenRow(dst[:m.cols], m.raw[2*r*m.cols:], m.typ)
 		return
 	}
 	if m.qf != nil {
@@ -275,16 +279,8 @@ func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
 		for i := range m.f {
 			m.f[i] = math.Float32frombits(le.Uint32(b[4*i:]))
 		}
-	case F16:
-		m.f = make([]float32, n)
-		for i := range m.f {
-			m.f[i] = f16ToF32(le.Uint16(b[2*i:]))
-		}
-	case BF16:
-		m.f = make([]float32, n)
-		for i := range m.f {
-			m.f[i] = bf16ToF32(le.Uint16(b[2*i:]))
-		}
+	case F16, BF16:
+		m.raw, m.typ = b, t.Type // half width in memory, widened per use
 	default:
 		m.raw, m.qf, m.typ = b, quantFormats[t.Type], t.Type
 	case Q8_0:

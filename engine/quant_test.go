@@ -2,9 +2,11 @@ package engine
 
 import (
 	"encoding/binary"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -180,5 +182,75 @@ func TestPackedKernelsMatchPortable(t *testing.T) {
 				t.Fatalf("%s: SIMD %v, portable %v", v.typ, fast, slow)
 			}
 		}
+	}
+}
+
+// TestHalfWidthBitsAndMemory: F16 and BF16 weights stay half width in
+// memory yet give the bits of an F32 file of the widened values; and a
+// stage's heap is about its tensors' bytes for every type.
+func TestHalfWidthBitsAndMemory(t *testing.T) {
+	for _, typ := range []DType{F16, BF16, Q8_0, Q4_K, Q4_0, IQ4_XS} {
+		t.Run(typ.String(), func(t *testing.T) {
+			c := GenConfig{Arch: "llama", Layers: 4, Dim: 512, Heads: 8, KVHeads: 2, FFN: 1024, Vocab: 512, Seed: 3, DType: typ}
+			path := genModel(t, c)
+			f, fh, err := OpenFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fileBytes := int64(0)
+			for _, ti := range f.Tensors {
+				fileBytes += ti.Size
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			s, err := Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			t.Logf("%s: tensors %d bytes, stage heap %d bytes (%.2f×), WeightBytes %d", typ, fileBytes, heap, float64(heap)/float64(fileBytes), s.Info().WeightBytes)
+			if float64(heap) > 1.15*float64(fileBytes) {
+				t.Errorf("a %s stage holds %d bytes for %d bytes of tensors", typ, heap, fileBytes)
+			}
+			if typ == F16 || typ == BF16 {
+				// An F32 file of the widened values gives the same bits.
+				var ts []WriteTensor
+				for _, ti := range f.Tensors {
+					raw := make([]byte, ti.Size)
+					if _, err := fh.ReadAt(raw, ti.Offset); err != nil {
+						t.Fatal(err)
+					}
+					vals, err := Dequantize(ti.Type, raw, int(ti.Elements()))
+					if err != nil {
+						t.Fatal(err)
+					}
+					b := make([]byte, 4*len(vals))
+					for i, v := range vals {
+						binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+					}
+					ts = append(ts, WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: F32, Data: func(w io.Writer) error { _, err := w.Write(b); return err }})
+				}
+				wide := filepath.Join(t.TempDir(), "wide.gguf")
+				out, err := os.Create(wide)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := WriteGGUF(out, f.KV, ts); err != nil {
+					t.Fatal(err)
+				}
+				out.Close()
+				prompt := []int32{5, 17, 99, 3}
+				a := openPipeline(t, path, []int{0, c.Layers}, 2, 16)
+				b := openPipeline(t, wide, []int{0, 2, c.Layers}, 1, 16)
+				if !sameBits(a.step(t, prompt), b.step(t, prompt)) {
+					t.Fatal("half-width weights differ from their widened F32 file")
+				}
+			}
+			fh.Close()
+			s.Close()
+		})
 	}
 }
