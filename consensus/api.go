@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 	"go.uber.org/zap"
 )
@@ -177,7 +178,7 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 	}
 	c.raft = r
 	if cfg.caller == nil {
-		c.h.SetStreamHandler(ControlProtocol, c.serveControl)
+		c.h.SetStreamHandler(proto.Ctl, c.serveControl)
 	}
 	c.wg.Add(2)
 	go c.memberLoop()
@@ -333,7 +334,7 @@ func (c *Consensus) Close() error {
 		}
 		c.cancel()
 		if c.cfg.caller == nil {
-			c.h.RemoveStreamHandler(ControlProtocol)
+			c.h.RemoveStreamHandler(proto.Ctl)
 		}
 		var errs []error
 		if err := c.raft.Shutdown().Error(); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 )
 
@@ -160,13 +161,13 @@ func (c *Consensus) protectVoters(ms *memberState) {
 		if s.Voter && s.ID != c.id {
 			now[s.ID] = true
 			if !ms.voters[s.ID] {
-				c.h.ConnManager().Protect(s.ID, ConnTagVoter)
+				c.h.ConnManager().Protect(s.ID, proto.TagVoter)
 			}
 		}
 	}
 	for id := range ms.voters {
 		if !now[id] {
-			c.h.ConnManager().Unprotect(id, ConnTagVoter)
+			c.h.ConnManager().Unprotect(id, proto.TagVoter)
 		}
 	}
 	ms.voters = now
