@@ -46,7 +46,8 @@ type Consensus struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	lead leaderState // owned by the leader loop
+	lead      LeaderState // owned by the leader loop
+	published time.Time   // the leader loop's last map notice
 }
 
 // Change is one step of the replicated state, as Watch delivers it.
