@@ -383,7 +383,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	defer func() {
 		n.entry.remove(sid)
 		for _, h := range hops {
-			n.sendAsync(h.Peer, &Close{Session: sid})
+			n.out.post(h.Peer, &Close{Session: sid}, nil)
 		}
 	}()
 	all := append(slices.Clone(g.prompt), g.out...)

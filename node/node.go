@@ -30,6 +30,7 @@ type Node struct {
 	model  *model
 	hw     layers.Hardware
 	sched  *scheduler
+	out    *fifoOutbox
 	router *routing.Router
 	self   peer.ID
 
@@ -99,9 +100,10 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, router: router, self: h.ID()}
 	n.entry.gens = map[SessionID]*attemptReg{}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.out = newOutbox(n.ctx, n.send, n.log.Named("outbox"))
 	n.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		log: n.log.Named("sched")}, n)
+		log: n.log.Named("sched")}, n.out)
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.sched.run(n.ctx) }()
 
@@ -311,6 +313,7 @@ func (n *Node) Close() error {
 		n.genMu.Unlock()
 		errs = append(errs, n.host.Close())
 		n.wg.Wait()
+		n.out.close()
 		n.closeErr = errors.Join(errs...)
 		n.log.Info("node stopped")
 	})
@@ -329,6 +332,7 @@ func (n *Node) Kill() {
 			c.Close()
 		}
 		n.wg.Wait()
+		n.out.close()
 		n.log.Info("node killed")
 	})
 }

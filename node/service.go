@@ -2,21 +2,18 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
-
-	"github.com/stratanet/strata/swarm"
 )
 
 // The stage service: frames in on /strata/act/1, decoded and checked
 // here, steps handed to the scheduler, tokens and errors to the entry
-// role; and the outbox, which sends what the scheduler produces on
-// goroutines of its own.
+// role; and the outbox (outbox.go), which sends what the scheduler and
+// the service produce, in order per peer, on senders the node joins.
 
 // sendTimeout bounds one send on the activation protocol.
 const sendTimeout = 5 * time.Second
@@ -31,7 +28,7 @@ func (n *Node) onFrame(from peer.ID, frame []byte) error {
 		c := n.counters.badFrame(from)
 		if c <= maxBadReplies {
 			n.log.Warn("bad activation frame; dropping the stream", zap.Stringer("peer", from), zap.Uint64("bad_frames", c), zap.Error(err))
-			n.sendAsync(from, &ErrorMsg{Code: CodeBadFrame, Text: err.Error()})
+			n.out.post(from, &ErrorMsg{Code: CodeBadFrame, Text: err.Error()}, nil)
 		}
 		return err
 	}
@@ -65,13 +62,13 @@ func (n *Node) onStep(from peer.ID, m *Step) error {
 		if to == "" || len(m.Hops) == 0 {
 			to = from
 		}
-		n.sendAsync(to, &ErrorMsg{Session: m.Session, Code: CodeBadFrame, Text: err.Error()})
+		n.out.post(to, &ErrorMsg{Session: m.Session, Code: CodeBadFrame, Text: err.Error()}, nil)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 	defer cancel()
 	if err := n.sched.submit(ctx, &stepIn{from: from, m: m, at: time.Now()}); err != nil {
-		n.sendAsync(m.Entry, &ErrorMsg{Session: m.Session, Code: CodeBusy, Text: "scheduler inbox full"})
+		n.out.post(m.Entry, &ErrorMsg{Session: m.Session, Code: CodeBusy, Text: "scheduler inbox full"}, nil)
 	}
 	return nil
 }
@@ -157,40 +154,3 @@ func frameSize(m Message) int {
 	}
 	return 64
 }
-
-// sendAsync sends on a goroutine of its own; failures are logged.
-func (n *Node) sendAsync(to peer.ID, m Message) {
-	if to == "" {
-		return
-	}
-	if to == n.self {
-		_ = n.send(n.ctx, to, m)
-		return
-	}
-	go func() {
-		if err := n.send(n.ctx, to, m); err != nil && n.ctx.Err() == nil {
-			n.log.Debug("send failed", zap.Stringer("peer", to), zap.Error(err))
-		}
-	}()
-}
-
-// The outbox the scheduler writes to.
-
-func (n *Node) forward(to peer.ID, s *Step) {
-	go func() {
-		err := n.send(n.ctx, to, s)
-		if err == nil || n.ctx.Err() != nil {
-			return
-		}
-		n.log.Info("cannot forward to the next hop", zap.Stringer("next", to), zap.Stringer("session", s.Session), zap.Error(err))
-		e := &ErrorMsg{Session: s.Session, Code: CodeUnreachable, Peer: to, Text: err.Error()}
-		if errors.Is(err, swarm.ErrFrameTooLarge) || errors.Is(err, ErrBadFrame) {
-			e.Code, e.Peer = CodeInternal, "" // our frame, not the next hop, is at fault
-		}
-		_ = n.send(n.ctx, s.Entry, e)
-	}()
-}
-
-func (n *Node) token(to peer.ID, t *Token) { n.sendAsync(to, t) }
-
-func (n *Node) fail(to peer.ID, e *ErrorMsg) { n.sendAsync(to, e) }
