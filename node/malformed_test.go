@@ -223,7 +223,7 @@ func TestSessionCloseAndExpiry(t *testing.T) {
 		t.Fatal("a close from a peer that is not the entry freed a session")
 	}
 	r.send(t, b.ID(), mustEncode(t, &Close{Session: s1}))
-	waitFor(t, time.Second, "the entry's close", func() bool { return sessions() == 1 })
+	waitFor(t, 5*time.Second, "the entry's close", func() bool { return sessions() == 1 })
 	took := waitFor(t, 3*time.Second, "idle expiry", func() bool { return sessions() == 0 })
 	t.Logf("idle session expired %v after the close of the other", took.Round(time.Millisecond))
 }
