@@ -44,14 +44,13 @@ type scriptCmd struct {
 	at         int // line number
 }
 
-func parseScript(t *testing.T, data string) (head []string, cmds []scriptCmd) {
+func parseScript(t *testing.T, data string) (cmds []scriptCmd) {
 	lines := strings.Split(data, "\n")
 	for i := 0; i < len(lines); i++ {
 		l := lines[i]
 		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			if len(cmds) == 0 || l != "" {
-				head = append(head, l)
-			}
+			// Comments before the first command stay on rewrite
+			// (leadingComments); later ones are kept in place.
 			if len(cmds) > 0 && strings.HasPrefix(l, "#") {
 				cmds = append(cmds, scriptCmd{line: l, at: -1})
 			}
@@ -69,7 +68,7 @@ func parseScript(t *testing.T, data string) (head []string, cmds []scriptCmd) {
 		c.want = strings.Join(out, "\n")
 		cmds = append(cmds, c)
 	}
-	return head, cmds
+	return cmds
 }
 
 func runScript(t *testing.T, path string) {
@@ -77,7 +76,7 @@ func runScript(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, cmds := parseScript(t, string(data))
+	cmds := parseScript(t, string(data))
 	w := newWorld(t)
 	var out strings.Builder
 	for i, c := range cmds {
