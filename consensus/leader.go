@@ -79,21 +79,23 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 	if !in.State.IsMember(in.Self) {
 		in.Join = c.joinEvent()
 	}
+	seen := map[string]bool{}
 	look := func(id string) {
-		if _, seen := in.DeadSince[id]; seen || id == in.Self {
+		if seen[id] {
 			return
 		}
+		seen[id] = true
 		p, err := peer.Decode(id)
 		if err != nil {
 			in.DeadSince[id] = time.Time{} // no peer: dead for ever
 			return
 		}
-		if since, dead := c.live.DeadSince(p); dead {
+		if since, dead := c.live.DeadSince(p); dead && id != in.Self {
 			in.DeadSince[id] = since
 		}
 		if c.cfg.speeds != nil {
 			if v, ok := c.cfg.speeds.Speed(p); ok {
-				in.Speeds[id] = v
+				in.Speeds[id] = v // the leader's own too
 			}
 		}
 	}
