@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 	"go.uber.org/zap"
 )
@@ -45,7 +46,8 @@ type Consensus struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	lead leaderState // owned by the leader loop
+	lead      LeaderState // owned by the leader loop
+	published time.Time   // the leader loop's last map notice
 }
 
 // Change is one step of the replicated state, as Watch delivers it.
@@ -177,7 +179,7 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 	}
 	c.raft = r
 	if cfg.caller == nil {
-		c.h.SetStreamHandler(ControlProtocol, c.serveControl)
+		c.h.SetStreamHandler(proto.Ctl, c.serveControl)
 	}
 	c.wg.Add(2)
 	go c.memberLoop()
@@ -333,7 +335,7 @@ func (c *Consensus) Close() error {
 		}
 		c.cancel()
 		if c.cfg.caller == nil {
-			c.h.RemoveStreamHandler(ControlProtocol)
+			c.h.RemoveStreamHandler(proto.Ctl)
 		}
 		var errs []error
 		if err := c.raft.Shutdown().Error(); err != nil {

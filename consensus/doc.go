@@ -22,6 +22,16 @@
 // is dropped and the leader plans again. The committed map changes only
 // by commits of fully loaded maps: make before break.
 //
+// The policies are pure functions of plain data, as the fold is.
+// Decide is the leader's: given the State, Raft's servers with their
+// suffrage, liveness, the clock and the planner (LeaderInput) and the
+// memory of the term (LeaderState), it returns one Action (Append,
+// AddNonvoter, AddVoter, RemoveServer, Demote, TransferLeadership) as
+// data; the leader loop (leader.go) only gathers the input and executes
+// the action. DecideWarmup is the member's: which range to load, which
+// load to cancel, what to release. The scripts in testdata/leader check
+// Decide without Raft; a simulator may call both directly.
+//
 // consensus never loads weights: a StageLoader, which the node provides,
 // does.
 package consensus

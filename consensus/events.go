@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/stratanet/strata/internal/codec"
 	"github.com/stratanet/strata/layers"
 )
 
@@ -223,11 +224,11 @@ func UnmarshalRecord(b []byte) (Record, error) {
 	if len(b) > MaxRecordSize {
 		return Record{}, fmt.Errorf("%w: record of %d bytes exceeds %d", ErrBadEvent, len(b), MaxRecordSize)
 	}
-	d := &decoder{b: b, sentinel: ErrBadEvent}
-	if v := d.u8("version"); d.err == nil && v != recordVersion {
+	d := newDecoder(b, ErrBadEvent)
+	if v := d.U8("version"); d.Err() == nil && v != recordVersion {
 		return Record{}, fmt.Errorf("%w: version %d (want %d)", ErrBadEvent, v, recordVersion)
 	}
-	kind := Kind(d.u8("kind"))
+	kind := Kind(d.U8("kind"))
 	at := d.time("at")
 	var ev Event
 	switch kind {
@@ -235,15 +236,15 @@ func UnmarshalRecord(b []byte) (Record, error) {
 		e := NodeJoined{Node: d.id("node")}
 		e.Caps = d.caps()
 		e.Fingerprint = d.str("fingerprint", MaxFingerprintLen)
-		if d.err == nil && e.Fingerprint == "" {
-			d.fail("empty fingerprint")
+		if d.Err() == nil && e.Fingerprint == "" {
+			d.Fail("empty fingerprint")
 		}
 		e.Addrs = d.strs("addrs", MaxAddrs, MaxAddrLen)
 		ev = e
 	case KindNodeLeft:
-		e := NodeLeft{Node: d.id("node"), Reason: LeaveReason(d.u8("reason"))}
-		if d.err == nil && e.Reason != LeftGracefully && e.Reason != LeftDead {
-			d.fail("leave reason %d", e.Reason)
+		e := NodeLeft{Node: d.id("node"), Reason: LeaveReason(d.U8("reason"))}
+		if d.Err() == nil && e.Reason != LeftGracefully && e.Reason != LeftDead {
+			d.Fail("leave reason %d", e.Reason)
 		}
 		ev = e
 	case KindNodeDraining:
@@ -254,25 +255,25 @@ func UnmarshalRecord(b []byte) (Record, error) {
 		e.Reason = d.str("reason", MaxReasonLen)
 		ev = e
 	case KindStageReady:
-		e := StageReady{Node: d.id("node"), Epoch: d.uvarint("epoch", math.MaxUint64)}
+		e := StageReady{Node: d.id("node"), Epoch: d.Uvarint("epoch", math.MaxUint64)}
 		e.Range = d.rng("range")
 		ev = e
 	case KindMapCommitted:
-		ev = MapCommitted{Epoch: d.uvarint("epoch", math.MaxUint64)}
+		ev = MapCommitted{Epoch: d.Uvarint("epoch", math.MaxUint64)}
 	case KindWarmupAbandoned:
-		e := WarmupAbandoned{Epoch: d.uvarint("epoch", math.MaxUint64)}
+		e := WarmupAbandoned{Epoch: d.Uvarint("epoch", math.MaxUint64)}
 		e.Laggards = d.ids("laggards")
 		e.Until = d.time("until")
 		e.Reason = d.str("reason", MaxReasonLen)
 		ev = e
 	default:
-		if d.err == nil {
-			d.fail("unknown kind %d", kind)
+		if d.Err() == nil {
+			d.Fail("unknown kind %d", kind)
 		}
 	}
-	d.end()
-	if d.err != nil {
-		return Record{}, d.err
+	d.End()
+	if d.Err() != nil {
+		return Record{}, d.Err()
 	}
 	return Record{At: at, Event: ev}, nil
 }
@@ -372,130 +373,52 @@ func appendCaps(b []byte, c Capabilities) []byte {
 	return append(b, flags)
 }
 
-// decoder reads the fields of a record or snapshot. The first failure
-// sticks; later reads return zero values, so a caller checks err once.
-type decoder struct {
-	b        []byte
-	err      error
-	sentinel error
+// decoder reads the fields of a record, a snapshot or a control message:
+// codec's Reader (big-endian, first failure sticks) with the domain's
+// fields on top.
+type decoder struct{ *codec.Reader }
+
+func newDecoder(b []byte, sentinel error) decoder {
+	return decoder{codec.NewReader(b, binary.BigEndian, sentinel)}
 }
 
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", d.sentinel, fmt.Sprintf(format, args...))
-	}
+func (d decoder) time(what string) time.Time { return fromUnixNano(d.Varint(what)) }
+
+func (d decoder) bytes(what string, limit uint64) []byte {
+	n := d.Uvarint(what+" length", limit)
+	return d.Take(int(n), what)
 }
 
-func (d *decoder) end() {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-}
-
-func (d *decoder) take(what string, n uint64) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail("truncated %s", what)
-		return nil
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *decoder) u8(what string) uint8 {
-	p := d.take(what, 1)
-	if p == nil {
-		return 0
-	}
-	return p[0]
-}
-
-func (d *decoder) f64(what string) float64 {
-	p := d.take(what, 8)
-	if p == nil {
-		return 0
-	}
-	return math.Float64frombits(binary.BigEndian.Uint64(p))
-}
-
-// uvarint reads a canonical uvarint of at most limit.
-func (d *decoder) uvarint(what string, limit uint64) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	switch {
-	case n <= 0:
-		d.fail("truncated %s", what)
-		return 0
-	case n != len(binary.AppendUvarint(nil, v)):
-		d.fail("non-canonical %s", what)
-		return 0
-	case v > limit:
-		d.fail("%s %d exceeds %d", what, v, limit)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint(what string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	switch {
-	case n <= 0:
-		d.fail("truncated %s", what)
-		return 0
-	case n != len(binary.AppendVarint(nil, v)):
-		d.fail("non-canonical %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) time(what string) time.Time { return fromUnixNano(d.varint(what)) }
-
-func (d *decoder) bytes(what string, limit uint64) []byte {
-	n := d.uvarint(what+" length", limit)
-	return d.take(what, n)
-}
-
-func (d *decoder) str(what string, limit int) string {
+func (d decoder) str(what string, limit int) string {
 	p := d.bytes(what, uint64(limit))
-	if d.err == nil && !utf8.Valid(p) {
-		d.fail("%s is not UTF-8", what)
+	if d.Err() == nil && !utf8.Valid(p) {
+		d.Fail("%s is not UTF-8", what)
 		return ""
 	}
 	return string(p)
 }
 
 // id reads a node ID: nonempty, bounded, UTF-8.
-func (d *decoder) id(what string) string {
+func (d decoder) id(what string) string {
 	s := d.str(what, MaxIDLen)
-	if d.err == nil && s == "" {
-		d.fail("empty %s", what)
+	if d.Err() == nil && s == "" {
+		d.Fail("empty %s", what)
 	}
 	return s
 }
 
 // count reads a list length, refusing one the rest of the input cannot
 // hold at minBytes per element.
-func (d *decoder) count(what string, limit uint64, minBytes int) int {
-	n := d.uvarint(what+" count", limit)
-	if d.err == nil && n > uint64(len(d.b)/minBytes) {
-		d.fail("%s count %d exceeds input", what, n)
+func (d decoder) count(what string, limit uint64, minBytes int) int {
+	n := d.Uvarint(what+" count", limit)
+	if d.Err() == nil && n > uint64(d.Len()/minBytes) {
+		d.Fail("%s count %d exceeds input", what, n)
 		return 0
 	}
 	return int(n)
 }
 
-func (d *decoder) strs(what string, limit, each int) []string {
+func (d decoder) strs(what string, limit, each int) []string {
 	n := d.count(what, uint64(limit), 1)
 	if n == 0 {
 		return nil
@@ -503,11 +426,11 @@ func (d *decoder) strs(what string, limit, each int) []string {
 	out := make([]string, 0, n)
 	for range n {
 		s := d.str(what, each)
-		if d.err != nil {
+		if d.Err() != nil {
 			return nil
 		}
 		if s == "" {
-			d.fail("empty entry in %s", what)
+			d.Fail("empty entry in %s", what)
 			return nil
 		}
 		out = append(out, s)
@@ -516,7 +439,7 @@ func (d *decoder) strs(what string, limit, each int) []string {
 }
 
 // ids reads a list of distinct node IDs, in any order.
-func (d *decoder) ids(what string) []string {
+func (d decoder) ids(what string) []string {
 	n := d.count(what, MaxMembers, 2)
 	if n == 0 {
 		return nil
@@ -524,11 +447,11 @@ func (d *decoder) ids(what string) []string {
 	out := make([]string, 0, n)
 	for range n {
 		s := d.id(what)
-		if d.err != nil {
+		if d.Err() != nil {
 			return nil
 		}
 		if slices.Contains(out, s) {
-			d.fail("duplicate %q in %s", s, what)
+			d.Fail("duplicate %q in %s", s, what)
 			return nil
 		}
 		out = append(out, s)
@@ -536,48 +459,52 @@ func (d *decoder) ids(what string) []string {
 	return out
 }
 
-func (d *decoder) rng(what string) layers.Range {
-	s := d.uvarint(what+" start", layers.MaxMapLayers)
-	e := d.uvarint(what+" end", layers.MaxMapLayers)
-	if d.err == nil && s >= e {
-		d.fail("empty %s [%d,%d)", what, s, e)
+func (d decoder) rng(what string) layers.Range {
+	s := d.Uvarint(what+" start", layers.MaxMapLayers)
+	e := d.Uvarint(what+" end", layers.MaxMapLayers)
+	if d.Err() == nil && s >= e {
+		d.Fail("empty %s [%d,%d)", what, s, e)
 	}
 	return layers.Range{Start: int(s), End: int(e)}
 }
 
-func (d *decoder) layerMap(what string) layers.LayerMap {
-	p := d.bytes(what, MaxRecordSize)
-	if d.err != nil {
+func (d decoder) layerMap(what string) layers.LayerMap {
+	return d.mapBytes(what, d.bytes(what, MaxRecordSize))
+}
+
+// mapBytes unmarshals a map read as bytes; an error is the decoder's.
+func (d decoder) mapBytes(what string, p []byte) layers.LayerMap {
+	if d.Err() != nil {
 		return layers.LayerMap{}
 	}
 	var m layers.LayerMap
 	if err := m.UnmarshalBinary(p); err != nil {
-		d.fail("%s: %v", what, err)
+		d.Fail("%s: %v", what, err)
 		return layers.LayerMap{}
 	}
 	return m
 }
 
-func (d *decoder) caps() Capabilities {
+func (d decoder) caps() Capabilities {
 	var c Capabilities
 	c.Hardware.Name = d.str("hardware name", MaxHardwareNameLen)
-	c.Hardware.MemoryBytes = d.f64("memory")
-	c.Hardware.MemBandwidth = d.f64("memory bandwidth")
-	c.Hardware.TFLOPS = d.f64("tflops")
-	c.Hardware.NetBandwidth = d.f64("net bandwidth")
+	c.Hardware.MemoryBytes = d.F64("memory")
+	c.Hardware.MemBandwidth = d.F64("memory bandwidth")
+	c.Hardware.TFLOPS = d.F64("tflops")
+	c.Hardware.NetBandwidth = d.F64("net bandwidth")
 	c.Region = d.str("region", MaxRegionLen)
-	c.MaxLayers = int(d.uvarint("max layers", layers.MaxMapLayers))
-	flags := d.u8("flags")
-	if d.err != nil {
+	c.MaxLayers = int(d.Uvarint("max layers", layers.MaxMapLayers))
+	flags := d.U8("flags")
+	if d.Err() != nil {
 		return Capabilities{}
 	}
 	if flags&^1 != 0 {
-		d.fail("unknown capability flags %#x", flags)
+		d.Fail("unknown capability flags %#x", flags)
 		return Capabilities{}
 	}
 	c.Relayed = flags&1 != 0
 	if err := c.Hardware.Validate(); err != nil {
-		d.fail("%v", err)
+		d.Fail("%v", err)
 		return Capabilities{}
 	}
 	return c

@@ -8,7 +8,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/stratanet/strata/layers"
 	"go.uber.org/zap"
 )
@@ -33,16 +32,6 @@ const (
 	DefaultRPCTimeout     = 5 * time.Second
 	DefaultRepublish      = 5 * time.Second
 )
-
-// ControlProtocol carries join, StageReady and drain requests to the
-// leader; any member forwards them. Its frames are the swarm's control
-// frames, so a member that calls through the swarm's /strata/ctl/1 mux
-// and one with the built-in handler understand each other.
-const ControlProtocol protocol.ID = "/strata/ctl/1"
-
-// ConnTagVoter is the connection-manager tag under which members protect
-// their connections to Raft voters (the swarm's TagVoter).
-const ConnTagVoter = "strata-voter"
 
 // Liveness is what consensus needs from the swarm's peer table: whether
 // a peer is dead, and since when. A suspect peer is not dead.

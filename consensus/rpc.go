@@ -10,6 +10,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/internal/proto"
 )
 
 // MaxControlFrame bounds one control request or response.
@@ -56,19 +58,19 @@ func decodeRequest(b []byte) (origin string, hops uint8, r Record, err error) {
 	if !IsControlRequest(b) {
 		return "", 0, Record{}, fmt.Errorf("%w: not a consensus control request", ErrBadEvent)
 	}
-	d := &decoder{b: b[len(ctlMagic):], sentinel: ErrBadEvent}
-	if v := d.u8("version"); d.err == nil && v != ctlVersion {
-		d.fail("control version %d", v)
+	d := newDecoder(b[len(ctlMagic):], ErrBadEvent)
+	if v := d.U8("version"); d.Err() == nil && v != ctlVersion {
+		d.Fail("control version %d", v)
 	}
-	hops = d.u8("hops")
+	hops = d.U8("hops")
 	origin = d.str("origin", MaxIDLen)
 	rb := d.bytes("record", MaxControlFrame)
-	d.end()
-	if d.err == nil && (hops > 1 || (hops == 0) != (origin == "")) {
-		d.fail("hops %d with origin %q", hops, origin)
+	d.End()
+	if d.Err() == nil && (hops > 1 || (hops == 0) != (origin == "")) {
+		d.Fail("hops %d with origin %q", hops, origin)
 	}
-	if d.err != nil {
-		return "", 0, Record{}, d.err
+	if d.Err() != nil {
+		return "", 0, Record{}, d.Err()
 	}
 	r, err = UnmarshalRecord(rb)
 	return origin, hops, r, err
@@ -86,12 +88,12 @@ func encodeResponse(err error) []byte {
 }
 
 func decodeResponse(b []byte) error {
-	d := &decoder{b: b, sentinel: ErrRemote}
-	code := d.u8("code")
+	d := newDecoder(b, ErrRemote)
+	code := d.U8("code")
 	msg := d.str("message", MaxControlFrame)
-	d.end()
-	if d.err != nil {
-		return d.err
+	d.End()
+	if d.Err() != nil {
+		return d.Err()
 	}
 	if code == 0 {
 		return nil
@@ -138,7 +140,7 @@ func (c *Consensus) HandleControl(ctx context.Context, from peer.ID, req []byte)
 	return encodeResponse(err), nil
 }
 
-// serveControl is the built-in handler of ControlProtocol.
+// serveControl is the built-in handler of proto.Ctl.
 func (c *Consensus) serveControl(s network.Stream) {
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(c.cfg.rpcTimeout))
@@ -242,7 +244,7 @@ func (c *Consensus) call(ctx context.Context, p peer.ID, origin string, hops uin
 
 // callStream is the built-in control client: one stream per call.
 func (c *Consensus) callStream(ctx context.Context, p peer.ID, req []byte) ([]byte, error) {
-	s, err := c.h.NewStream(ctx, p, ControlProtocol)
+	s, err := c.h.NewStream(ctx, p, proto.Ctl)
 	if err != nil {
 		return nil, err
 	}

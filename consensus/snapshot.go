@@ -93,10 +93,10 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	if len(b) < len(snapshotMagic) || string(b[:len(snapshotMagic)]) != snapshotMagic {
 		return fmt.Errorf("%w: bad magic", ErrBadSnapshot)
 	}
-	d := &decoder{b: b[len(snapshotMagic):], sentinel: ErrBadSnapshot}
+	d := newDecoder(b[len(snapshotMagic):], ErrBadSnapshot)
 	var out State
 	out.fingerprint = d.str("fingerprint", MaxFingerprintLen)
-	out.applied = d.uvarint("applied", math.MaxUint64)
+	out.applied = d.Uvarint("applied", math.MaxUint64)
 	out.last = d.time("last")
 	n := d.count("members", MaxMembers, 8)
 	out.members = make(map[string]Member, n)
@@ -107,27 +107,27 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		m.Addrs = d.strs("addrs", MaxAddrs, MaxAddrLen)
 		m.JoinedAt = d.time("joined")
 		m.LaggardUntil = d.time("laggard until")
-		flags := d.u8("member flags")
-		if d.err != nil {
-			return d.err
+		flags := d.U8("member flags")
+		if d.Err() != nil {
+			return d.Err()
 		}
 		if flags&^1 != 0 {
-			d.fail("unknown member flags %#x", flags)
-			return d.err
+			d.Fail("unknown member flags %#x", flags)
+			return d.Err()
 		}
 		if m.ID <= prev {
-			d.fail("members out of order at %q", m.ID)
-			return d.err
+			d.Fail("members out of order at %q", m.ID)
+			return d.Err()
 		}
 		prev = m.ID
 		m.Draining = flags&1 != 0
 		out.members[m.ID] = m
 	}
 	if n > 0 && out.fingerprint == "" {
-		d.fail("members without a fingerprint")
+		d.Fail("members without a fingerprint")
 	}
 	out.committed = d.optMap("committed map")
-	switch d.u8("pending flag") {
+	switch d.U8("pending flag") {
 	case 0:
 	case 1:
 		p := &Pending{Map: d.optMap("pending map")}
@@ -139,45 +139,40 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		prev := ""
 		for range k {
 			id := d.id("loading node")
-			ready := d.u8("ready")
-			if d.err != nil {
+			ready := d.U8("ready")
+			if d.Err() != nil {
 				break
 			}
 			if id <= prev || ready > 1 {
-				d.fail("bad load entry %q", id)
+				d.Fail("bad load entry %q", id)
 				break
 			}
 			if _, ok := p.Map.Range(id); !ok {
-				d.fail("loading node %q not in the pending map", id)
+				d.Fail("loading node %q not in the pending map", id)
 				break
 			}
 			prev = id
 			p.loads[id] = ready == 1
 		}
-		if d.err == nil && p.Map.Layers == 0 {
-			d.fail("empty pending map")
+		if d.Err() == nil && p.Map.Layers == 0 {
+			d.Fail("empty pending map")
 		}
 		out.pending = p
 	default:
-		d.fail("bad pending flag")
+		d.Fail("bad pending flag")
 	}
-	d.end()
-	if d.err != nil {
-		return d.err
+	d.End()
+	if d.Err() != nil {
+		return d.Err()
 	}
 	*s = out
 	return nil
 }
 
-func (d *decoder) optMap(what string) layers.LayerMap {
+func (d decoder) optMap(what string) layers.LayerMap {
 	p := d.bytes(what, MaxSnapshotSize)
-	if d.err != nil || len(p) == 0 {
-		return layers.LayerMap{}
+	if len(p) == 0 {
+		return layers.LayerMap{} // none
 	}
-	var m layers.LayerMap
-	if err := m.UnmarshalBinary(p); err != nil {
-		d.fail("%s: %v", what, err)
-		return layers.LayerMap{}
-	}
-	return m
+	return d.mapBytes(what, p)
 }

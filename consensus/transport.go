@@ -11,11 +11,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
-)
 
-// RaftProtocol is the stream protocol that carries Raft's RPCs.
-const RaftProtocol protocol.ID = "/strata/raft/1"
+	"github.com/stratanet/strata/internal/proto"
+)
 
 // streamLayer is a raft.StreamLayer over libp2p streams. A Raft server's
 // address is its peer ID in text form: libp2p finds the peer's multiaddrs
@@ -30,7 +28,7 @@ type streamLayer struct {
 
 func newStreamLayer(h host.Host) *streamLayer {
 	sl := &streamLayer{h: h, conns: make(chan net.Conn), closed: make(chan struct{})}
-	h.SetStreamHandler(RaftProtocol, sl.handle)
+	h.SetStreamHandler(proto.Raft, sl.handle)
 	return sl
 }
 
@@ -56,7 +54,7 @@ func (sl *streamLayer) Accept() (net.Conn, error) {
 // already open are closed by raft's transport.
 func (sl *streamLayer) Close() error {
 	sl.once.Do(func() {
-		sl.h.RemoveStreamHandler(RaftProtocol)
+		sl.h.RemoveStreamHandler(proto.Raft)
 		close(sl.closed)
 	})
 	return nil
@@ -78,7 +76,7 @@ func (sl *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	s, err := sl.h.NewStream(ctx, id, RaftProtocol)
+	s, err := sl.h.NewStream(ctx, id, proto.Raft)
 	if err != nil {
 		return nil, fmt.Errorf("raft dial %s: %w", id, err)
 	}

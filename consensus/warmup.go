@@ -9,6 +9,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 )
 
@@ -19,17 +20,12 @@ import (
 // reports StageReady to the leader; after a commit it has the loader
 // release what the node no longer serves.
 
-type loadKey struct {
-	epoch uint64
-	r     layers.Range
-}
-
 type memberState struct {
 	joining  bool
 	joined   bool // a join request of this run was accepted
-	loading  loadKey
+	loading  Load
 	cancel   context.CancelFunc
-	released loadKey
+	released Load
 	restore  context.CancelFunc // the load of the committed range (see warmup)
 	addrs    map[string][]string
 	voters   map[peer.ID]bool // protected in the connection manager
@@ -160,33 +156,74 @@ func (c *Consensus) protectVoters(ms *memberState) {
 		if s.Voter && s.ID != c.id {
 			now[s.ID] = true
 			if !ms.voters[s.ID] {
-				c.h.ConnManager().Protect(s.ID, ConnTagVoter)
+				c.h.ConnManager().Protect(s.ID, proto.TagVoter)
 			}
 		}
 	}
 	for id := range ms.voters {
 		if !now[id] {
-			c.h.ConnManager().Unprotect(id, ConnTagVoter)
+			c.h.ConnManager().Unprotect(id, proto.TagVoter)
 		}
 	}
 	ms.voters = now
 }
 
-// warmup starts, cancels and reports this node's loads, and releases.
-func (c *Consensus) warmup(s State, ms *memberState) {
-	self := c.id.String()
+// Load is a range of one epoch's map that a member loads or holds.
+type Load struct {
+	Epoch uint64
+	Range layers.Range
+}
+
+// WarmupStep is what a member does about its layers on seeing a state.
+// The zero value: nothing.
+type WarmupStep struct {
+	// Cancel: drop the load in progress (the pending map moved on).
+	Cancel bool
+	// Start: load this range of the pending map, then report StageReady.
+	Start Load
+	// Release: a map was committed; release every layer outside
+	// Release.Range and load Release.Range again without reporting (a
+	// no-op for a node that holds it; a node restarted from its data dir
+	// gets its layers back). An empty range: the node serves nothing.
+	Release Load
+}
+
+// DecideWarmup is the member loop's warmup policy as a pure function:
+// given the state, the load in progress and the last release, it says
+// what node self should do. Like Decide it only reads its input.
+func DecideWarmup(self string, s State, loading, released Load) WarmupStep {
+	var step WarmupStep
 	p, pending := s.Pending()
-	want := loadKey{}
+	want := Load{}
 	if pending && p.Loads(self) && !p.Ready(self) {
 		r, _ := p.Map.Range(self)
-		want = loadKey{epoch: p.Map.Epoch, r: r}
+		want = Load{Epoch: p.Map.Epoch, Range: r}
 	}
-	if ms.loading != want && ms.cancel != nil {
+	step.Cancel = loading != want && loading != Load{}
+	if want != (Load{}) && loading != want {
+		step.Start = want
+	}
+	committed := s.Committed()
+	if pending || committed.Layers == 0 {
+		return step
+	}
+	keep, _ := committed.Range(self)
+	if rel := (Load{Epoch: committed.Epoch, Range: keep}); rel != released {
+		step.Release = rel
+	}
+	return step
+}
+
+// warmup carries out DecideWarmup's step: it starts, cancels and reports
+// this node's loads, and releases.
+func (c *Consensus) warmup(s State, ms *memberState) {
+	step := DecideWarmup(c.id.String(), s, ms.loading, ms.released)
+	if step.Cancel {
 		ms.cancel()
 		ms.cancel = nil
-		ms.loading = loadKey{}
+		ms.loading = Load{}
 	}
-	if want != (loadKey{}) && ms.loading != want {
+	if want := step.Start; want != (Load{}) {
 		ctx, cancel := context.WithCancel(c.ctx)
 		ms.loading, ms.cancel = want, cancel
 		c.wg.Add(1)
@@ -195,30 +232,21 @@ func (c *Consensus) warmup(s State, ms *memberState) {
 			c.load(ctx, want, true)
 		}()
 	}
-	committed := s.Committed()
-	if pending || committed.Layers == 0 {
-		return
-	}
-	keep, _ := committed.Range(self)
-	rel := loadKey{epoch: committed.Epoch, r: keep}
-	if rel == ms.released {
+	rel := step.Release
+	if rel == (Load{}) {
 		return
 	}
 	ms.released = rel
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
 	defer cancel()
-	if err := c.cfg.loader.Release(ctx, rel.epoch, keep); err != nil {
-		c.log.Warnw("release", "epoch", rel.epoch, "keep", keep, "error", err)
+	if err := c.cfg.loader.Release(ctx, rel.Epoch, rel.Range); err != nil {
+		c.log.Warnw("release", "epoch", rel.Epoch, "keep", rel.Range, "error", err)
 	}
-	// A node restarted from its data dir finds itself in the committed
-	// map without its layers: it loads them again (a no-op for a node
-	// that holds them). Nothing is reported, as the map counts them
-	// already; the node announces it serves once they are in.
 	if ms.restore != nil {
 		ms.restore()
 		ms.restore = nil
 	}
-	if !keep.Empty() {
+	if !rel.Range.Empty() {
 		rctx, rcancel := context.WithCancel(c.ctx)
 		ms.restore = rcancel
 		c.wg.Add(1)
@@ -231,30 +259,30 @@ func (c *Consensus) warmup(s State, ms *memberState) {
 
 // load has the loader load k, retrying until it succeeds or ctx ends,
 // then (if ready) reports StageReady for a pending map's range.
-func (c *Consensus) load(ctx context.Context, k loadKey, ready bool) {
+func (c *Consensus) load(ctx context.Context, k Load, ready bool) {
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
-		err := c.cfg.loader.Load(ctx, k.epoch, k.r)
+		err := c.cfg.loader.Load(ctx, k.Epoch, k.Range)
 		if err == nil {
 			break
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		c.log.Warnw("load failed; retrying", "epoch", k.epoch, "range", k.r, "attempt", attempt, "error", err)
+		c.log.Warnw("load failed; retrying", "epoch", k.Epoch, "range", k.Range, "attempt", attempt, "error", err)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(min(time.Duration(attempt)*c.cfg.tick, 10*time.Second)):
 		}
 	}
-	c.log.Debugw("loaded", "epoch", k.epoch, "range", k.r, "took", time.Since(start))
+	c.log.Debugw("loaded", "epoch", k.Epoch, "range", k.Range, "took", time.Since(start))
 	if !ready {
 		return
 	}
-	err := c.request(ctx, StageReady{Node: c.id.String(), Epoch: k.epoch, Range: k.r})
+	err := c.request(ctx, StageReady{Node: c.id.String(), Epoch: k.Epoch, Range: k.Range})
 	if err != nil && !errors.Is(err, ErrStale) && ctx.Err() == nil {
-		c.log.Warnw("stage ready", "epoch", k.epoch, "error", err)
+		c.log.Warnw("stage ready", "epoch", k.Epoch, "error", err)
 	}
 }
 

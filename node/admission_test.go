@@ -78,7 +78,7 @@ func TestAdmission(t *testing.T) {
 	// the status may lag the load for a moment.
 	var budget int64
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		budget = b.sched.status.Load().KVBudget
+		budget = b.svc.sched.status.Load().KVBudget
 		if (budget >= session && budget < 2*session) || time.Now().After(deadline) {
 			break
 		}

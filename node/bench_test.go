@@ -110,3 +110,39 @@ func BenchmarkHops(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRefusal: how long Generate takes to refuse a request it
+// cannot serve (a bad sampling request, refused before tokenizing; a
+// generation beyond the context, refused after), against tokenizing the
+// same prompt in the same run. The tests only check that a refusal
+// waits for nothing; its latency is measured here.
+func BenchmarkRefusal(b *testing.B) {
+	n := oneNode(b)
+	tok := n.model.tok
+	const prompt = "Once upon a time there was a"
+	start := time.Now()
+	const encodes = 1000
+	for range encodes {
+		tok.Encode(prompt, true, false)
+	}
+	encode := time.Since(start) / encodes
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		req  Request
+	}{
+		{"bad-request", Request{Prompt: prompt, MaxTokens: -1}},
+		{"too-long", Request{Prompt: prompt, MaxTokens: 1 << 20}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := n.Generate(ctx, c.req); err == nil {
+					b.Fatal("accepted")
+				}
+			}
+			per := b.Elapsed() / time.Duration(b.N)
+			b.ReportMetric(float64(per.Nanoseconds()), "ns/refusal")
+			b.ReportMetric(float64(per)/float64(encode), "x_encode")
+		})
+	}
+}

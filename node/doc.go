@@ -5,15 +5,23 @@
 //
 // # Parts
 //
-//   - The stage service (service.go) on /strata/act/1: a step carries a
+//   - The stage service (stageService, service.go) on /strata/act/1,
+//     depending on a frame sender (the host) and a token sink (the entry),
+//     not on Node: a step carries a
 //     session ID, the remaining hops, the positions, the input tokens and,
 //     after the first hop, the hidden states (shape and dtype checked
 //     against the model). The node runs its layers in the session's KV
 //     cache and forwards the output to the next hop; the last hop samples
 //     (the draw for position p is a function of the seed and p) and sends
 //     the token straight to the entry. The wire format is in wire.go.
+//     What it sends goes through the outbox (outbox.go): one FIFO queue
+//     and one sender goroutine per peer, bounded, joined on Close, so
+//     frames to a peer leave in the order they were produced.
 //   - The scheduler (scheduler.go): one goroutine owns the loaded layers,
-//     the KV memory and the batch slots, fed by a channel. It admits
+//     the KV memory and the batch slots, fed by a channel of a sealed
+//     message type (inboxMsg). It writes to an outbox interface, so its
+//     unit tests run on simulated stages with a fake (scheduler_test.go).
+//     It admits
 //     sessions by KV memory (capacity × the KV bytes of the hop's layers),
 //     keeps a bounded FIFO of sessions waiting for memory, expires idle
 //     sessions, and runs every ready step as one batch, layer by layer, so
@@ -28,7 +36,7 @@
 //     tokens of a run without the failure. With no path at all, in-flight
 //     generations wait for the leader's repair (WithRepairWait) and new
 //     requests are refused at once with ErrNoCapacity.
-//   - Warmup (warmup.go): the node is consensus's StageLoader: it loads a
+//   - Warmup (warmer, warmup.go) is consensus's StageLoader: it loads a
 //     proposed range beside what it serves, and after a commit releases
 //     the layers it no longer serves once their sessions end.
 //   - Capabilities (caps.go): a simulated node declares its device; a

@@ -383,7 +383,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	defer func() {
 		n.entry.remove(sid)
 		for _, h := range hops {
-			n.sendAsync(h.Peer, &Close{Session: sid})
+			n.svc.out.post(h.Peer, &Close{Session: sid}, nil)
 		}
 	}()
 	all := append(slices.Clone(g.prompt), g.out...)
@@ -392,7 +392,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	timer := time.NewTimer(n.cfg.stepTimeout)
 	defer timer.Stop()
 	for {
-		if err := n.send(ctx, hops[0].Peer, step); err != nil {
+		if err := n.svc.send(ctx, hops[0].Peer, step); err != nil {
 			if ctx.Err() != nil {
 				return attemptEnd{}, ctx.Err()
 			}

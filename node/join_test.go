@@ -65,7 +65,8 @@ func TestJoinUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Some requests finish before the join.
+	waitFor(t, 20*time.Second, "requests before the join", func() bool { mu.Lock(); defer mu.Unlock(); return len(recs) >= 3 })
 	joinAt := time.Now()
 	n := c.add(WithMaxLayers(8), withLoadDelay(80*time.Millisecond))
 	var proposedAt, commitAt time.Time

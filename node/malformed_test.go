@@ -223,7 +223,7 @@ func TestSessionCloseAndExpiry(t *testing.T) {
 		t.Fatal("a close from a peer that is not the entry freed a session")
 	}
 	r.send(t, b.ID(), mustEncode(t, &Close{Session: s1}))
-	waitFor(t, time.Second, "the entry's close", func() bool { return sessions() == 1 })
+	waitFor(t, 5*time.Second, "the entry's close", func() bool { return sessions() == 1 })
 	took := waitFor(t, 3*time.Second, "idle expiry", func() bool { return sessions() == 0 })
 	t.Logf("idle session expired %v after the close of the other", took.Round(time.Millisecond))
 }
@@ -253,10 +253,10 @@ func TestReleaseAfterSessions(t *testing.T) {
 		Tokens: []int32{1}, Hidden: make([]float32, dim), Cols: dim}))
 	waitFor(t, 2*time.Second, "the session", func() bool { return b.Metrics().Sessions == 1 })
 
-	if err := b.Release(ctx, 2, layers.Range{Start: 0, End: 4}); err != nil {
+	if err := b.warm.Release(ctx, 2, layers.Range{Start: 0, End: 4}); err != nil {
 		t.Fatal(err)
 	}
-	loaded := func() int { return b.sched.status.Load().Loaded }
+	loaded := func() int { return b.svc.sched.status.Load().Loaded }
 	if got := b.Held(); got != (layers.Range{Start: 0, End: 4}) || loaded() != 8 {
 		t.Fatalf("after the release: serving %v, %d layers loaded", got, loaded())
 	}
@@ -267,7 +267,7 @@ func TestReleaseAfterSessions(t *testing.T) {
 	waitFor(t, 2*time.Second, "the released layers freed", func() bool { return loaded() == 4 })
 
 	// And back: a warmup loads them again beside what is served.
-	if err := b.Load(ctx, 3, layers.Range{Start: 0, End: 8}); err != nil {
+	if err := b.warm.Load(ctx, 3, layers.Range{Start: 0, End: 8}); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.Held(); got != (layers.Range{Start: 0, End: 8}) {

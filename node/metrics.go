@@ -75,7 +75,7 @@ func (n *Node) Metrics() Metrics {
 	m := Metrics{Requests: c.requests.Load(), Failed: c.failed.Load(), Tokens: c.tokens.Load(),
 		Replays: c.replays.Load(), HopFailures: c.hopFailures.Load(), BadFrames: c.badFrames.Load(),
 		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load())}
-	if st := n.sched.status.Load(); st != nil {
+	if st := n.svc.sched.status.Load(); st != nil {
 		m.Steps, m.Batches, m.BatchedSteps, m.Rejected, m.Waited = st.Steps, st.Batches, st.BatchedSteps, st.Rejected, st.Waited
 		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency
 	}

@@ -29,7 +29,8 @@ type Node struct {
 	cons   atomic.Pointer[consensus.Consensus] // nil on a static map and while starting
 	model  *model
 	hw     layers.Hardware
-	sched  *scheduler
+	svc    *stageService
+	warm   *warmer
 	router *routing.Router
 	self   peer.ID
 
@@ -99,11 +100,16 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, router: router, self: h.ID()}
 	n.entry.gens = map[SessionID]*attemptReg{}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
+	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, wireF16: cfg.wireF16, acts: h, entry: &n.entry,
+		counters: &n.counters, log: n.log}
+	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
+	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		log: n.log.Named("sched")}, n)
+		log: n.log.Named("sched")}, n.svc.out)
+	n.warm = &warmer{model: m, sched: n.svc.sched, maxLayers: cfg.maxLayers, loadDelay: cfg.loadDelay, loading: &n.loading,
+		publish: n.publishStatus, log: n.log}
 	n.wg.Add(1)
-	go func() { defer n.wg.Done(); n.sched.run(n.ctx) }()
+	go func() { defer n.wg.Done(); n.svc.sched.run(n.ctx) }()
 
 	h.HandleControl(func(ctx context.Context, from peer.ID, req []byte) ([]byte, error) {
 		if consensus.IsControlRequest(req) {
@@ -114,13 +120,13 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		}
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
-	h.HandleActivations(n.onFrame)
+	h.HandleActivations(n.svc.onFrame)
 	h.OnMapNotice(n.onMapNotice)
 	n.publishStatus()
 
 	if cfg.static != nil {
 		if r, ok := cfg.static.Range(n.self.String()); ok {
-			if err := n.Load(ctx, cfg.static.Epoch, r); err != nil {
+			if err := n.warm.Load(ctx, cfg.static.Epoch, r); err != nil {
 				n.Close()
 				return nil, err
 			}
@@ -131,7 +137,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
 			consensus.WithCapabilities(consensus.Capabilities{Hardware: hw, Region: cfg.region, MaxLayers: cfg.maxLayers}),
-			consensus.WithStageLoader(n),
+			consensus.WithStageLoader(n.warm),
 			consensus.WithPublisher(h, consensus.DefaultRepublish),
 			consensus.WithControl(h),
 			consensus.WithLiveness(consensus.LivenessFunc(n.deadSince), consensus.DefaultDeadGrace),
@@ -241,7 +247,7 @@ func (n *Node) Committed() layers.LayerMap {
 
 // holds reports whether every layer of r is loaded.
 func (n *Node) holds(r layers.Range) bool {
-	held := n.sched.status.Load().Held
+	held := n.svc.sched.status.Load().Held
 	for l := r.Start; l < r.End; l++ {
 		if l >= len(held) || !held[l] {
 			return false
@@ -254,7 +260,7 @@ func (n *Node) holds(r layers.Range) bool {
 // (empty when none; the loaded layers are contiguous in practice, and the
 // range spans them).
 func (n *Node) Held() layers.Range {
-	st := n.sched.status.Load()
+	st := n.svc.sched.status.Load()
 	r := layers.Range{}
 	for l, h := range st.Held {
 		if h {
@@ -311,6 +317,7 @@ func (n *Node) Close() error {
 		n.genMu.Unlock()
 		errs = append(errs, n.host.Close())
 		n.wg.Wait()
+		n.svc.out.close()
 		n.closeErr = errors.Join(errs...)
 		n.log.Info("node stopped")
 	})
@@ -329,6 +336,7 @@ func (n *Node) Kill() {
 			c.Close()
 		}
 		n.wg.Wait()
+		n.svc.out.close()
 		n.log.Info("node killed")
 	})
 }
@@ -400,7 +408,7 @@ func (n *Node) phase() swarm.State {
 }
 
 func (n *Node) publishStatus() {
-	st := n.sched.status.Load()
+	st := n.svc.sched.status.Load()
 	m := n.Committed()
 	r, _ := m.Range(n.self.String())
 	s := swarm.Status{RangeStart: r.Start, RangeEnd: r.End, Epoch: m.Epoch, State: n.phase(),

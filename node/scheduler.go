@@ -43,6 +43,17 @@ type schedConfig struct {
 	log          *zap.Logger
 }
 
+// inboxMsg is what the scheduler's inbox carries: *stepIn, closeIn,
+// loadIn, releaseIn or heldReq. The interface is sealed, so the loop's
+// switch is over every kind there is.
+type inboxMsg interface{ inbox() }
+
+func (*stepIn) inbox()   {}
+func (closeIn) inbox()   {}
+func (loadIn) inbox()    {}
+func (releaseIn) inbox() {}
+func (heldReq) inbox()   {}
+
 // Inbox messages.
 type (
 	stepIn struct {
@@ -115,7 +126,7 @@ type schedStatus struct {
 type scheduler struct {
 	cfg    schedConfig
 	out    outbox
-	in     chan any
+	in     chan inboxMsg
 	status atomic.Pointer[schedStatus]
 	done   chan struct{}
 
@@ -140,14 +151,14 @@ func newScheduler(cfg schedConfig, out outbox) *scheduler {
 	if cfg.maxQueue < 0 {
 		cfg.maxQueue = 0
 	}
-	s := &scheduler{cfg: cfg, out: out, in: make(chan any, 1024), done: make(chan struct{}),
+	s := &scheduler{cfg: cfg, out: out, in: make(chan inboxMsg, 1024), done: make(chan struct{}),
 		slots: make([]*layerSlot, cfg.model.Layers), sessions: map[hopKey]*hopSession{}}
 	s.publish()
 	return s
 }
 
 // submit hands a message to the loop, waiting while the inbox is full.
-func (s *scheduler) submit(ctx context.Context, m any) error {
+func (s *scheduler) submit(ctx context.Context, m inboxMsg) error {
 	select {
 	case s.in <- m:
 		return nil
@@ -225,7 +236,7 @@ func (s *scheduler) shutdown() {
 	}
 }
 
-func (s *scheduler) handle(m any, ready *[]*stepIn) {
+func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 	switch m := m.(type) {
 	case *stepIn:
 		s.onStep(m, ready)

@@ -2,21 +2,45 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
-
-	"github.com/stratanet/strata/swarm"
 )
 
-// The stage service: frames in on /strata/act/1, decoded and checked
-// here, steps handed to the scheduler, tokens and errors to the entry
-// role; and the outbox, which sends what the scheduler produces on
-// goroutines of its own.
+// stageService is the node's stage service: frames in on /strata/act/1,
+// decoded and checked here, steps handed to the scheduler, tokens and
+// errors to the entry role; and the outbox (outbox.go), which sends what
+// the scheduler and the service produce, in order per peer, on senders
+// the node joins. It depends on the swarm only for sending frames and on
+// the entry only for delivering tokens and errors.
+type stageService struct {
+	ctx      context.Context // the node's: ends with Close
+	self     peer.ID
+	info     ModelInfo
+	wireF16  bool
+	acts     actSender
+	entry    tokenSink
+	counters *counters
+	log      *zap.Logger
+
+	sched *scheduler
+	out   *fifoOutbox
+}
+
+// actSender sends activation frames (the swarm host).
+type actSender interface {
+	SendActivation(ctx context.Context, to peer.ID, frame []byte) error
+}
+
+// tokenSink takes the tokens and errors addressed to this node's entry
+// role.
+type tokenSink interface {
+	onToken(from peer.ID, t *Token)
+	onError(from peer.ID, e *ErrorMsg)
+}
 
 // sendTimeout bounds one send on the activation protocol.
 const sendTimeout = 5 * time.Second
@@ -25,13 +49,13 @@ const sendTimeout = 5 * time.Second
 // decode resets the stream (the sender is dropped) after a best-effort
 // error reply; a frame that decodes but does not fit gets an error reply
 // and the stream stays up. Other sessions are never touched.
-func (n *Node) onFrame(from peer.ID, frame []byte) error {
+func (n *stageService) onFrame(from peer.ID, frame []byte) error {
 	msg, err := Decode(frame)
 	if err != nil {
 		c := n.counters.badFrame(from)
 		if c <= maxBadReplies {
 			n.log.Warn("bad activation frame; dropping the stream", zap.Stringer("peer", from), zap.Uint64("bad_frames", c), zap.Error(err))
-			n.sendAsync(from, &ErrorMsg{Code: CodeBadFrame, Text: err.Error()})
+			n.out.post(from, &ErrorMsg{Code: CodeBadFrame, Text: err.Error()}, nil)
 		}
 		return err
 	}
@@ -54,7 +78,7 @@ func (n *Node) onFrame(from peer.ID, frame []byte) error {
 // past it, its streams are just dropped.
 const maxBadReplies = 64
 
-func (n *Node) onStep(from peer.ID, m *Step) error {
+func (n *stageService) onStep(from peer.ID, m *Step) error {
 	if err := n.checkStep(m); err != nil {
 		c := n.counters.badFrame(from)
 		n.log.Debug("refused step", zap.Stringer("peer", from), zap.Stringer("session", m.Session), zap.Error(err))
@@ -65,21 +89,21 @@ func (n *Node) onStep(from peer.ID, m *Step) error {
 		if to == "" || len(m.Hops) == 0 {
 			to = from
 		}
-		n.sendAsync(to, &ErrorMsg{Session: m.Session, Code: CodeBadFrame, Text: err.Error()})
+		n.out.post(to, &ErrorMsg{Session: m.Session, Code: CodeBadFrame, Text: err.Error()}, nil)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 	defer cancel()
 	if err := n.sched.submit(ctx, &stepIn{from: from, m: m, at: time.Now()}); err != nil {
-		n.sendAsync(m.Entry, &ErrorMsg{Session: m.Session, Code: CodeBusy, Text: "scheduler inbox full"})
+		n.out.post(m.Entry, &ErrorMsg{Session: m.Session, Code: CodeBusy, Text: "scheduler inbox full"}, nil)
 	}
 	return nil
 }
 
 // checkStep checks a step against the model and this node: everything
 // that does not depend on session state (the scheduler checks that).
-func (n *Node) checkStep(m *Step) error {
-	in := n.model.info
+func (n *stageService) checkStep(m *Step) error {
+	in := n.info
 	if m.Hops[0].Peer != n.self {
 		return fmt.Errorf("%w: step for %s delivered to %s", ErrBadFrame, m.Hops[0].Peer, n.self)
 	}
@@ -125,7 +149,7 @@ func (n *Node) checkStep(m *Step) error {
 
 // send delivers one message: to ourselves in-process, to others on the
 // activation protocol.
-func (n *Node) send(ctx context.Context, to peer.ID, m Message) error {
+func (n *stageService) send(ctx context.Context, to peer.ID, m Message) error {
 	if to == n.self {
 		switch m := m.(type) {
 		case *Step:
@@ -139,7 +163,7 @@ func (n *Node) send(ctx context.Context, to peer.ID, m Message) error {
 		}
 		return nil
 	}
-	if s, ok := m.(*Step); ok && s.Hidden != nil && n.cfg.wireF16 {
+	if s, ok := m.(*Step); ok && s.Hidden != nil && n.wireF16 {
 		s.DType = DTypeF16
 	}
 	b, err := Encode(make([]byte, 0, frameSize(m)), m)
@@ -148,7 +172,7 @@ func (n *Node) send(ctx context.Context, to peer.ID, m Message) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
-	return n.host.SendActivation(ctx, to, b)
+	return n.acts.SendActivation(ctx, to, b)
 }
 
 func frameSize(m Message) int {
@@ -157,40 +181,3 @@ func frameSize(m Message) int {
 	}
 	return 64
 }
-
-// sendAsync sends on a goroutine of its own; failures are logged.
-func (n *Node) sendAsync(to peer.ID, m Message) {
-	if to == "" {
-		return
-	}
-	if to == n.self {
-		_ = n.send(n.ctx, to, m)
-		return
-	}
-	go func() {
-		if err := n.send(n.ctx, to, m); err != nil && n.ctx.Err() == nil {
-			n.log.Debug("send failed", zap.Stringer("peer", to), zap.Error(err))
-		}
-	}()
-}
-
-// The outbox the scheduler writes to.
-
-func (n *Node) forward(to peer.ID, s *Step) {
-	go func() {
-		err := n.send(n.ctx, to, s)
-		if err == nil || n.ctx.Err() != nil {
-			return
-		}
-		n.log.Info("cannot forward to the next hop", zap.Stringer("next", to), zap.Stringer("session", s.Session), zap.Error(err))
-		e := &ErrorMsg{Session: s.Session, Code: CodeUnreachable, Peer: to, Text: err.Error()}
-		if errors.Is(err, swarm.ErrFrameTooLarge) || errors.Is(err, ErrBadFrame) {
-			e.Code, e.Peer = CodeInternal, "" // our frame, not the next hop, is at fault
-		}
-		_ = n.send(n.ctx, s.Entry, e)
-	}()
-}
-
-func (n *Node) token(to peer.ID, t *Token) { n.sendAsync(to, t) }
-
-func (n *Node) fail(to peer.ID, e *ErrorMsg) { n.sendAsync(to, e) }

@@ -62,7 +62,7 @@ func (n *Node) view(m layers.LayerMap, now time.Time) *routing.View {
 	for _, st := range m.Stages {
 		ns := routing.NodeState{ID: st.Node, Hardware: caps[st.Node], Region: regions[st.Node]}
 		if st.Node == n.self.String() {
-			s := n.sched.status.Load()
+			s := n.svc.sched.status.Load()
 			ns.Phase, ns.Hardware, ns.Region = phaseOf(n.phase()), n.hw, n.cfg.region
 			ns.QueueDepth, ns.ActiveSessions, ns.FreeKV = s.Queue, s.Sessions, int(s.FreeKV)
 			ns.LayerLatency, ns.Updated = s.LayerLatency.Seconds(), now

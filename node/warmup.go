@@ -3,32 +3,40 @@ package node
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
 )
 
-// Warmup: the node is consensus's StageLoader. Load opens the layers of
+// warmer is the node's consensus.StageLoader. Load opens the layers of
 // a proposed range that the node does not hold yet, one engine stage per
 // layer, off the scheduler's goroutine, while the node keeps serving what
 // it holds; the scheduler then takes them in. Release marks the layers
 // outside the committed range; each is closed once no session uses it.
+type warmer struct {
+	model     *model
+	sched     *scheduler
+	maxLayers int
+	loadDelay time.Duration // tests: a slow disk
+	loading   *atomic.Int32 // loads in progress, for the announced state
+	publish   func()        // announce the node's status again
+	log       *zap.Logger
+}
 
-var _ interface {
-	Load(ctx context.Context, epoch uint64, r layers.Range) error
-	Release(ctx context.Context, epoch uint64, keep layers.Range) error
-} = (*Node)(nil)
+var _ consensus.StageLoader = (*warmer)(nil)
 
 // Load loads range r for the map of epoch (see consensus.StageLoader).
-func (n *Node) Load(ctx context.Context, epoch uint64, r layers.Range) error {
+func (n *warmer) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 	if r.Start < 0 || r.End > n.model.info.Layers || r.Empty() {
 		return fmt.Errorf("%w: range %v of a %d-layer model", ErrConfig, r, n.model.info.Layers)
 	}
-	if n.cfg.maxLayers > 0 && r.Len() > n.cfg.maxLayers {
-		return fmt.Errorf("%w: range %v is more than the %d layers this node offers", ErrConfig, r, n.cfg.maxLayers)
+	if n.maxLayers > 0 && r.Len() > n.maxLayers {
+		return fmt.Errorf("%w: range %v is more than the %d layers this node offers", ErrConfig, r, n.maxLayers)
 	}
 	held, err := n.sched.held(ctx)
 	if err != nil {
@@ -47,14 +55,14 @@ func (n *Node) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 	if len(todo) == 0 {
 		return nil // held already (a restore after a commit, say)
 	}
-	if c := n.cfg.maxLayers; c > 0 && keep+r.Len() > c {
+	if c := n.maxLayers; c > 0 && keep+r.Len() > c {
 		n.log.Warn("warmup: serving and loading more layers than this node offers until the commit",
 			zap.Int("serving_others", keep), zap.Stringer("loading", r), zap.Int("max_layers", c))
 	}
 	n.loading.Add(1)
 	defer n.loading.Add(-1)
-	n.publishStatus()
-	defer n.publishStatus()
+	n.publish()
+	defer n.publish()
 	start := time.Now()
 	n.log.Info("warmup: loading", zap.Uint64("epoch", epoch), zap.Stringer("range", r), zap.Int("to_load", len(todo)),
 		zap.Int("already_held", r.Len()-len(todo)))
@@ -71,7 +79,7 @@ func (n *Node) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 			n.log.Info("warmup: cancelled", zap.Uint64("epoch", epoch), zap.Stringer("range", r))
 			return fail(err)
 		}
-		if d := n.cfg.loadDelay; d > 0 {
+		if d := n.loadDelay; d > 0 {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
@@ -102,7 +110,7 @@ func (n *Node) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 
 // Release keeps only range keep from the map of epoch on; other layers
 // go once their sessions end (see consensus.StageLoader).
-func (n *Node) Release(ctx context.Context, epoch uint64, keep layers.Range) error {
+func (n *warmer) Release(ctx context.Context, epoch uint64, keep layers.Range) error {
 	done := make(chan struct{})
 	if err := n.sched.submit(ctx, releaseIn{keep: keep, done: done}); err != nil {
 		return err
@@ -113,6 +121,6 @@ func (n *Node) Release(ctx context.Context, epoch uint64, keep layers.Range) err
 		return ctx.Err()
 	}
 	n.log.Info("serving", zap.Uint64("epoch", epoch), zap.Stringer("range", keep))
-	n.publishStatus()
+	n.publish()
 	return nil
 }

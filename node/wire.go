@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/internal/codec"
 )
 
 // The activation protocol (/strata/act/1) carries four messages in the
@@ -343,107 +344,25 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 			}
 		case DTypeF16:
 			for _, v := range m.Hidden {
-				b = binary.LittleEndian.AppendUint16(b, f32ToF16(v))
+				b = binary.LittleEndian.AppendUint16(b, engine.F32ToF16(v))
 			}
 		}
 	}
 	return b, nil
 }
 
-// decoder reads a frame; the first failure sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrBadFrame}, args...)...)
-	}
-}
-
-func (d *decoder) take(n int, what string) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n < 0 || n > len(d.b) {
-		d.fail("truncated at %s (%d bytes wanted, %d left)", what, n, len(d.b))
-		return nil
-	}
-	out := d.b[:n]
-	d.b = d.b[n:]
-	return out
-}
-
-func (d *decoder) u8(what string) uint8 {
-	if p := d.take(1, what); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *decoder) u16(what string) uint16 {
-	if p := d.take(2, what); p != nil {
-		return binary.LittleEndian.Uint16(p)
-	}
-	return 0
-}
-
-func (d *decoder) u32(what string) uint32 {
-	if p := d.take(4, what); p != nil {
-		return binary.LittleEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *decoder) u64(what string) uint64 {
-	if p := d.take(8, what); p != nil {
-		return binary.LittleEndian.Uint64(p)
-	}
-	return 0
-}
-
-func (d *decoder) f32(what string) float32 { return math.Float32frombits(d.u32(what)) }
-
-func (d *decoder) peer(what string, mayBeEmpty bool) peer.ID {
-	n := int(d.u8(what))
-	if d.err != nil {
-		return ""
-	}
-	if n == 0 {
-		if !mayBeEmpty {
-			d.fail("empty %s", what)
-		}
-		return ""
-	}
-	if n > maxPeerIDLen {
-		d.fail("%s of %d bytes", what, n)
-		return ""
-	}
-	p := d.take(n, what)
-	if d.err != nil {
-		return ""
-	}
-	id, err := peer.IDFromBytes(p)
-	if err != nil {
-		d.fail("%s: %v", what, err)
-		return ""
-	}
-	return id
-}
-
 // Decode decodes one frame. It never panics, and every malformation is
 // an error wrapping ErrBadFrame. The result does not alias frame.
 func Decode(frame []byte) (Message, error) {
-	d := &decoder{b: frame}
-	if v := d.u8("version"); d.err == nil && v != wireVersion {
-		d.fail("version %d", v)
+	d := codec.NewReader(frame, binary.LittleEndian, ErrBadFrame)
+	if v := d.U8("version"); d.Err() == nil && v != wireVersion {
+		d.Fail("version %d", v)
 	}
-	k := Kind(d.u8("kind"))
+	k := Kind(d.U8("kind"))
 	var sid SessionID
-	copy(sid[:], d.take(len(sid), "session"))
-	if d.err != nil {
-		return nil, d.err
+	copy(sid[:], d.Take(len(sid), "session"))
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	var m Message
 	switch k {
@@ -451,102 +370,100 @@ func Decode(frame []byte) (Message, error) {
 		m = decodeStep(d, sid)
 	case KindToken:
 		t := &Token{Session: sid}
-		t.Pos = int(d.u32("position"))
-		t.Token = int32(d.u32("token"))
+		t.Pos = int(d.U32("position"))
+		t.Token = int32(d.U32("token"))
 		m = t
 	case KindError:
 		e := &ErrorMsg{Session: sid}
-		e.Code = ErrorCode(d.u8("code"))
-		if d.err == nil && (e.Code == 0 || e.Code > maxCode) {
-			d.fail("error code %d", e.Code)
+		e.Code = ErrorCode(d.U8("code"))
+		if d.Err() == nil && (e.Code == 0 || e.Code > maxCode) {
+			d.Fail("error code %d", e.Code)
 		}
-		e.Peer = d.peer("peer at fault", true)
-		n := int(d.u16("text length"))
-		if d.err == nil && n > MaxErrorText {
-			d.fail("error text of %d bytes", n)
+		e.Peer = d.PeerID("peer at fault", maxPeerIDLen, true)
+		n := int(d.U16("text length"))
+		if d.Err() == nil && n > MaxErrorText {
+			d.Fail("error text of %d bytes", n)
 		}
-		e.Text = string(d.take(n, "text"))
+		e.Text = string(d.Take(n, "text"))
 		m = e
 	case KindClose:
 		m = &Close{Session: sid}
 	default:
-		d.fail("kind %d", k)
+		d.Fail("kind %d", k)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return nil, d.err
+	d.End()
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	return m, nil
 }
 
-func decodeStep(d *decoder, sid SessionID) *Step {
+func decodeStep(d *codec.Reader, sid SessionID) *Step {
 	s := &Step{Session: sid}
-	flags := d.u8("flags")
-	if d.err == nil && flags&^(flagOpen|flagHidden) != 0 {
-		d.fail("flags %#x", flags)
+	flags := d.U8("flags")
+	if d.Err() == nil && flags&^(flagOpen|flagHidden) != 0 {
+		d.Fail("flags %#x", flags)
 	}
-	s.Pos = int(d.u32("position"))
-	s.Entry = d.peer("entry", false)
-	nh := int(d.u8("hop count"))
-	if d.err == nil && (nh == 0 || nh > MaxHops) {
-		d.fail("%d hops", nh)
+	s.Pos = int(d.U32("position"))
+	s.Entry = d.PeerID("entry", maxPeerIDLen, false)
+	nh := int(d.U8("hop count"))
+	if d.Err() == nil && (nh == 0 || nh > MaxHops) {
+		d.Fail("%d hops", nh)
 	}
-	if d.err != nil {
+	if d.Err() != nil {
 		return nil
 	}
-	s.Hops = make([]Hop, 0, min(nh, len(d.b)/10+1))
-	for i := 0; i < nh && d.err == nil; i++ {
-		h := Hop{Peer: d.peer("hop", false)}
-		h.From, h.To = int(d.u32("hop from")), int(d.u32("hop to"))
-		if d.err == nil && h.To <= h.From {
-			d.fail("hop %d range [%d, %d)", i, h.From, h.To)
+	s.Hops = make([]Hop, 0, min(nh, d.Len()/10+1))
+	for i := 0; i < nh && d.Err() == nil; i++ {
+		h := Hop{Peer: d.PeerID("hop", maxPeerIDLen, false)}
+		h.From, h.To = int(d.U32("hop from")), int(d.U32("hop to"))
+		if d.Err() == nil && h.To <= h.From {
+			d.Fail("hop %d range [%d, %d)", i, h.From, h.To)
 		}
 		s.Hops = append(s.Hops, h)
 	}
 	if flags&flagOpen != 0 {
 		o := &Open{}
-		o.MaxTokens = int(d.u32("capacity"))
-		o.Model = d.u64("model")
-		o.Sampling.Temperature = d.f32("temperature")
-		o.Sampling.TopK = int(d.u32("top-k"))
-		o.Sampling.TopP = d.f32("top-p")
-		o.Sampling.MinKeep = int(d.u32("min-keep"))
-		o.Sampling.Seed = d.u64("seed")
-		o.Sampling.RepeatPenalty = d.f32("repeat penalty")
-		o.Sampling.RepeatLastN = int(d.u32("repeat window"))
-		if d.err == nil && o.MaxTokens == 0 {
-			d.fail("zero capacity")
+		o.MaxTokens = int(d.U32("capacity"))
+		o.Model = d.U64("model")
+		o.Sampling.Temperature = d.F32("temperature")
+		o.Sampling.TopK = int(d.U32("top-k"))
+		o.Sampling.TopP = d.F32("top-p")
+		o.Sampling.MinKeep = int(d.U32("min-keep"))
+		o.Sampling.Seed = d.U64("seed")
+		o.Sampling.RepeatPenalty = d.F32("repeat penalty")
+		o.Sampling.RepeatLastN = int(d.U32("repeat window"))
+		if d.Err() == nil && o.MaxTokens == 0 {
+			d.Fail("zero capacity")
 		}
 		s.Open = o
 	}
-	n := int(d.u32("token count"))
-	if d.err == nil && (n == 0 || n > MaxStepTokens || n > len(d.b)/4) {
-		d.fail("%d tokens in %d bytes", n, len(d.b))
+	n := int(d.U32("token count"))
+	if d.Err() == nil && (n == 0 || n > MaxStepTokens || n > d.Len()/4) {
+		d.Fail("%d tokens in %d bytes", n, d.Len())
 	}
-	if d.err != nil {
+	if d.Err() != nil {
 		return nil
 	}
-	raw := d.take(4*n, "tokens")
+	raw := d.Take(4*n, "tokens")
 	s.Tokens = make([]int32, n)
 	for i := range s.Tokens {
 		s.Tokens[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
 	}
 	if flags&flagHidden != 0 {
-		s.DType = DType(d.u8("dtype"))
-		s.Cols = int(d.u32("columns"))
+		s.DType = DType(d.U8("dtype"))
+		s.Cols = int(d.U32("columns"))
 		size := s.DType.size()
-		if d.err == nil && size == 0 {
-			d.fail("dtype %d", s.DType)
+		if d.Err() == nil && size == 0 {
+			d.Fail("dtype %d", s.DType)
 		}
-		if d.err == nil && (s.Cols == 0 || uint64(s.Cols)*uint64(n)*uint64(size) != uint64(len(d.b))) {
-			d.fail("%d bytes of hidden states for %d × %d %d-byte values", len(d.b), n, s.Cols, size)
+		if d.Err() == nil && (s.Cols == 0 || uint64(s.Cols)*uint64(n)*uint64(size) != uint64(d.Len())) {
+			d.Fail("%d bytes of hidden states for %d × %d %d-byte values", d.Len(), n, s.Cols, size)
 		}
-		if d.err != nil {
+		if d.Err() != nil {
 			return nil
 		}
-		raw := d.take(len(d.b), "hidden")
+		raw := d.Take(d.Len(), "hidden")
 		s.Hidden = make([]float32, n*s.Cols)
 		switch s.DType {
 		case DTypeF32:
@@ -555,68 +472,11 @@ func decodeStep(d *decoder, sid SessionID) *Step {
 			}
 		case DTypeF16:
 			for i := range s.Hidden {
-				s.Hidden[i] = f16ToF32(binary.LittleEndian.Uint16(raw[2*i:]))
+				s.Hidden[i] = engine.F16ToF32(binary.LittleEndian.Uint16(raw[2*i:]))
 			}
 		}
 	}
 	return s
-}
-
-// f32ToF16 rounds to the nearest half (ties to even); overflow gives
-// infinity, NaN stays NaN.
-func f32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int(b>>23&0xff) - 127 + 15
-	mant := b & 0x7fffff
-	switch {
-	case b&0x7fffffff > 0x7f800000: // NaN
-		return sign | 0x7e00
-	case exp >= 31: // overflow or infinity
-		return sign | 0x7c00
-	case exp <= 0: // subnormal or zero
-		if exp < -10 {
-			return sign
-		}
-		mant |= 0x800000
-		shift := uint32(14 - exp)
-		half := uint32(1) << (shift - 1)
-		r := mant >> shift
-		rem := mant & (1<<shift - 1)
-		if rem > half || (rem == half && r&1 == 1) {
-			r++
-		}
-		return sign | uint16(r)
-	}
-	r := uint32(exp)<<10 | mant>>13
-	rem := mant & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && r&1 == 1) {
-		r++ // may carry into the exponent, up to infinity: correct
-	}
-	return sign | uint16(r)
-}
-
-func f16ToF32(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h & 0x3ff)
-	switch exp {
-	case 0:
-		if mant == 0 {
-			return math.Float32frombits(sign)
-		}
-		// subnormal: normalise
-		e := uint32(127 - 15 + 1)
-		for mant&0x400 == 0 {
-			mant <<= 1
-			e--
-		}
-		mant &= 0x3ff
-		return math.Float32frombits(sign | e<<23 | mant<<13)
-	case 31:
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
 }
 
 // ModelHash is the 64-bit tag of a model fingerprint that open steps

@@ -91,7 +91,7 @@ func TestWireF16(t *testing.T) {
 			t.Fatalf("%v → %v", v, got[i])
 		}
 	}
-	if f16ToF32(f32ToF16(float32(math.NaN()))) == f16ToF32(f32ToF16(float32(math.NaN()))) {
+	if engine.F16ToF32(engine.F32ToF16(float32(math.NaN()))) == engine.F16ToF32(engine.F32ToF16(float32(math.NaN()))) {
 		t.Fatal("NaN did not stay NaN")
 	}
 }

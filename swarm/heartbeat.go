@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/internal/codec"
 )
 
 // HeartbeatVersion is the version byte of the heartbeat schema. A decoder
@@ -173,42 +175,42 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 	if len(data) > MaxHeartbeatSize {
 		return nil, fmt.Errorf("%d bytes (max %d): %w", len(data), MaxHeartbeatSize, ErrHeartbeatSize)
 	}
-	d := hbDecoder{b: data}
-	if v := d.u8(); d.err == nil && v != HeartbeatVersion {
+	d := codec.NewReader(data, binary.BigEndian, ErrHeartbeatSchema)
+	if v := d.U8("version"); d.Err() == nil && v != HeartbeatVersion {
 		return nil, fmt.Errorf("version %d (want %d): %w", v, HeartbeatVersion, ErrHeartbeatSchema)
 	}
 	hb := &Heartbeat{}
-	hb.NodeID = d.peerID("node ID")
-	hb.RangeStart = int(d.u32())
-	hb.RangeEnd = int(d.u32())
-	hb.Epoch = d.u64()
-	hb.State = State(d.u8())
-	hb.Flags = d.u8()
-	hb.QueueDepth = int(d.u32())
-	hb.ActiveSessions = int(d.u32())
-	hb.FreeKV = int64(d.u64())
-	lat := int64(d.u64())
-	ts := int64(d.u64())
-	region := d.bytes(d.u8())
-	n := d.u8()
-	if d.err == nil {
+	hb.NodeID = d.PeerID("node ID", maxIDLen, false)
+	hb.RangeStart = int(d.U32("range start"))
+	hb.RangeEnd = int(d.U32("range end"))
+	hb.Epoch = d.U64("epoch")
+	hb.State = State(d.U8("state"))
+	hb.Flags = d.U8("flags")
+	hb.QueueDepth = int(d.U32("queue depth"))
+	hb.ActiveSessions = int(d.U32("active sessions"))
+	hb.FreeKV = int64(d.U64("free KV"))
+	lat := int64(d.U64("layer latency"))
+	ts := int64(d.U64("timestamp"))
+	region := d.Take(int(d.U8("region length")), "region")
+	n := d.U8("RTT count")
+	if d.Err() == nil {
 		switch {
 		case hb.RangeEnd < hb.RangeStart:
-			d.fail("range [%d,%d)", hb.RangeStart, hb.RangeEnd)
+			d.Fail("range [%d,%d)", hb.RangeStart, hb.RangeEnd)
 		case hb.State >= numStates:
-			d.fail("state %d", hb.State)
+			d.Fail("state %d", hb.State)
 		case hb.Flags&^knownFlags != 0:
-			d.fail("flags %#x", hb.Flags)
+			d.Fail("flags %#x", hb.Flags)
 		case lat < 0:
-			d.fail("layer latency %d", lat)
+			d.Fail("layer latency %d", lat)
 		case len(region) > MaxRegionLen || !utf8.Valid(region):
-			d.fail("region %q", region)
+			d.Fail("region %q", region)
 		case n > MaxRTTSamples:
-			d.fail("%d RTT samples (max %d)", n, MaxRTTSamples)
+			d.Fail("%d RTT samples (max %d)", n, MaxRTTSamples)
 		}
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	hb.LayerLatency = time.Duration(lat)
 	hb.Timestamp = time.Unix(0, ts)
@@ -217,90 +219,16 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 		hb.RTTs = make([]RTTSample, 0, n)
 	}
 	for range n {
-		id := d.peerID("RTT peer")
-		us := d.u32()
-		if d.err != nil {
-			return nil, d.err
+		id := d.PeerID("RTT peer", maxIDLen, false)
+		us := d.U32("RTT")
+		if d.Err() != nil {
+			return nil, d.Err()
 		}
 		hb.RTTs = append(hb.RTTs, RTTSample{Peer: id, RTT: time.Duration(us) * time.Microsecond})
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	if d.err != nil {
-		return nil, d.err
+	d.End()
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	return hb, nil
-}
-
-// hbDecoder reads fields in order and remembers the first error; after
-// an error every read returns zero.
-type hbDecoder struct {
-	b   []byte
-	off int
-	err error
-}
-
-func (d *hbDecoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("heartbeat at byte %d: %s: %w", d.off, fmt.Sprintf(format, args...), ErrHeartbeatSchema)
-	}
-}
-
-func (d *hbDecoder) take(n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if len(d.b) < n {
-		d.fail("truncated (need %d bytes, have %d)", n, len(d.b))
-		return nil
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	d.off += n
-	return p
-}
-
-func (d *hbDecoder) u8() uint8 {
-	if p := d.take(1); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-func (d *hbDecoder) u32() uint32 {
-	if p := d.take(4); p != nil {
-		return binary.BigEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *hbDecoder) u64() uint64 {
-	if p := d.take(8); p != nil {
-		return binary.BigEndian.Uint64(p)
-	}
-	return 0
-}
-
-func (d *hbDecoder) bytes(n uint8) []byte { return d.take(int(n)) }
-
-func (d *hbDecoder) peerID(what string) peer.ID {
-	n := d.u8()
-	if d.err != nil {
-		return ""
-	}
-	if n == 0 || n > maxIDLen {
-		d.fail("%s of %d bytes", what, n)
-		return ""
-	}
-	raw := d.take(int(n))
-	if d.err != nil {
-		return ""
-	}
-	id, err := peer.IDFromBytes(raw)
-	if err != nil {
-		d.fail("%s: %v", what, err)
-		return ""
-	}
-	return id
 }

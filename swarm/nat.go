@@ -15,6 +15,8 @@ import (
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	ma "github.com/multiformats/go-multiaddr"
 	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/internal/proto"
 )
 
 // NAT traversal for home GPUs uses go-libp2p's own protocols:
@@ -175,7 +177,7 @@ func (k *relayKeeper) tend(ctx context.Context) bool {
 	for id, r := range k.rsv {
 		if k.h.h.Network().Connectedness(id) != network.Connected || now.After(r.expires.Add(-time.Minute)) {
 			delete(k.rsv, id)
-			k.h.h.ConnManager().Unprotect(id, tagRelay)
+			k.h.h.ConnManager().Unprotect(id, proto.TagRelay)
 		}
 	}
 	held := len(k.rsv)
@@ -207,7 +209,7 @@ func (k *relayKeeper) tend(ctx context.Context) bool {
 		k.rsv[ai.ID] = reservation{relay: ai.ID, expires: r.Expiration}
 		delete(k.backoff, ai.ID)
 		k.mu.Unlock()
-		k.h.h.ConnManager().Protect(ai.ID, tagRelay)
+		k.h.h.ConnManager().Protect(ai.ID, proto.TagRelay)
 		k.h.log.Info("relay reservation", zap.Stringer("relay", ai.ID), zap.Time("expires", r.Expiration))
 		held++
 		changed = true

@@ -10,30 +10,20 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/internal/proto"
 )
 
-// Protocol IDs: one versioned ID per purpose.
+// Protocol IDs and connection tags, as package proto defines them (the
+// one place they are written); swarm names them for its callers.
 const (
-	// ProtocolAct carries activations and token messages on one
-	// persistent stream per neighbour.
-	ProtocolAct protocol.ID = "/strata/act/1"
-	// ProtocolCtl carries control RPCs (join, StageReady, map fetch): one
-	// stream per call, one request frame, one response frame.
-	ProtocolCtl protocol.ID = "/strata/ctl/1"
-	// ProtocolRaft is reserved for the consensus package's Raft transport.
-	ProtocolRaft protocol.ID = "/strata/raft/1"
-	// ProtocolDHTPrefix gives the DHT protocol /strata/kad/1.0.0.
-	ProtocolDHTPrefix protocol.ID = "/strata"
-)
-
-// Connection manager tags that protect peers from trimming.
-const (
-	TagNeighbour = "strata-neighbour" // pipeline neighbour (set by the node)
-	TagVoter     = "strata-voter"     // Raft voter (set by consensus)
-	tagActStream = "strata-act"       // an open activation stream
-	tagRelay     = "strata-relay"     // a relay we hold a reservation on
+	ProtocolAct       = proto.Act
+	ProtocolCtl       = proto.Ctl
+	ProtocolRaft      = proto.Raft
+	ProtocolDHTPrefix = proto.DHTPrefix
+	TagNeighbour      = proto.TagNeighbour
+	TagVoter          = proto.TagVoter
 )
 
 // DefaultCallTimeout bounds a control call whose context has no deadline,
@@ -115,7 +105,7 @@ func (h *Host) resetAct(id peer.ID, a *actStream) {
 	if a.s != nil {
 		a.s.Reset()
 		a.s = nil
-		h.h.ConnManager().Unprotect(id, tagActStream)
+		h.h.ConnManager().Unprotect(id, proto.TagActStream)
 	}
 }
 
@@ -145,7 +135,7 @@ func (h *Host) SendActivation(ctx context.Context, to peer.ID, frame []byte) err
 				return fmt.Errorf("open activation stream to %s: %w", to, err)
 			}
 			a.s = s
-			h.h.ConnManager().Protect(to, tagActStream)
+			h.h.ConnManager().Protect(to, proto.TagActStream)
 		}
 		if dl, ok := ctx.Deadline(); ok {
 			_ = a.s.SetWriteDeadline(dl)

@@ -5,15 +5,15 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node"
-	"github.com/stratanet/strata/swarm"
 )
 
 // Backend is what the server needs from a running node. *node.Node
 // satisfies it; the interface exists so that the HTTP layer depends on a
-// small, read-mostly surface rather than on the node's internals.
+// small, read-mostly surface of data rather than on the node's internals
+// (its consensus replica, its host), and so that the handlers can be
+// tested on a fake.
 type Backend interface {
 	// Generate starts a generation (see node.Node.Generate).
 	Generate(ctx context.Context, req node.Request) (*node.Stream, error)
@@ -27,11 +27,9 @@ type Backend interface {
 	Held() layers.Range
 	// Committed is the map the node routes on.
 	Committed() layers.LayerMap
-	// Consensus is the node's replica; nil on a static map or while
-	// starting.
-	Consensus() *consensus.Consensus
-	// Host is the node's swarm host (peer table, addresses, status).
-	Host() *swarm.Host
+	// Swarm is the node's view of the swarm now, as data: the
+	// replicated state and the peer table.
+	Swarm() node.SwarmSnapshot
 	// Metrics are the node's counters.
 	Metrics() node.Metrics
 }

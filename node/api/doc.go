@@ -9,8 +9,11 @@
 // error JSON), the mapping of the node's sentinel errors to HTTP statuses,
 // the wire shapes of responses and stream chunks, and the metrics
 // registry of its server. It talks to the node only through Backend,
-// which *node.Node satisfies: it must not route, place layers, pick
-// peers or touch sessions on its own. Everything about where a token is
+// which *node.Node satisfies and which returns data (node.SwarmSnapshot:
+// the replicated state and the peer table; the committed map; counters),
+// never the consensus replica or the swarm host, so the handlers are
+// unit-tested on a fake (backend_test.go). It must not route, place
+// layers, pick peers or touch sessions on its own. Everything about where a token is
 // computed belongs to package node and, below it, layers and routing.
 //
 // # Dashboard

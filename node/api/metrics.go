@@ -105,8 +105,8 @@ func (l *leaderWatch) run(ctx context.Context, b Backend, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if c := b.Consensus(); c != nil {
-			l.observe(c.Leader())
+		if snap := b.Swarm(); !snap.Static {
+			l.observe(snap.Leader, snap.Leader != "")
 		}
 		select {
 		case <-ctx.Done():
@@ -187,15 +187,16 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 
 	var pending, members float64
 	leader := 0.0
-	if cons := c.b.Consensus(); cons != nil {
-		if p, ok := cons.Pending(); ok {
-			pending = float64(p.Map.Epoch)
+	snap := c.b.Swarm()
+	if !snap.Static {
+		if snap.HasPending {
+			pending = float64(snap.Pending.Map.Epoch)
 		}
-		members = float64(len(cons.Members()))
-		if cons.IsLeader() {
+		members = float64(len(snap.Members))
+		if snap.IsLeader {
 			leader = 1
 		}
-		c.leader.observe(cons.Leader())
+		c.leader.observe(snap.Leader, snap.Leader != "")
 	}
 	gauge(descPending, pending)
 	gauge(descMembers, members)
@@ -203,7 +204,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLeaderChg, c.leader.count())
 
 	by := map[swarm.Liveness]int{swarm.Hint: 0, swarm.Alive: 0, swarm.Suspect: 0, swarm.Dead: 0}
-	for _, p := range c.b.Host().Peers().Snapshot() {
+	for _, p := range snap.Peers {
 		by[p.Liveness]++
 	}
 	for l, n := range by {

@@ -99,29 +99,24 @@ func (s *Server) swarmView() swarmJSON {
 		byID[id] = m
 		return m
 	}
-	var pending consensus.Pending
-	var hasPending bool
-	cons := s.b.Consensus()
-	if cons == nil {
+	snap := s.b.Swarm()
+	pending, hasPending := snap.Pending, snap.HasPending
+	if snap.Static {
 		v.StaticMap = true
 	} else {
-		if l, ok := cons.Leader(); ok {
-			ls := l.String()
+		if snap.Leader != "" {
+			ls := snap.Leader.String()
 			v.Leader = &ls
 		}
-		if servers, err := cons.Servers(); err == nil {
-			for _, sv := range servers {
-				if sv.Voter {
-					v.Voters = append(v.Voters, sv.ID.String())
-				}
-			}
-			slices.Sort(v.Voters)
+		for _, id := range snap.Voters {
+			v.Voters = append(v.Voters, id.String())
 		}
-		if pending, hasPending = cons.Pending(); hasPending {
+		slices.Sort(v.Voters)
+		if hasPending {
 			v.Pending = &pendingJSON{Map: pending.Map, Since: pending.Since, Deadline: pending.Deadline, Reason: pending.Reason,
 				Waiting: append([]string{}, pending.Waiting()...)}
 		}
-		for _, mem := range cons.Members() {
+		for _, mem := range snap.Members {
 			m := add(mem.ID)
 			m.Member = true
 			m.Draining = mem.Draining
@@ -141,23 +136,20 @@ func (s *Server) swarmView() swarmJSON {
 	me := add(self.String())
 	me.Self, me.Liveness, me.Connected = true, "self", true
 	if len(me.Multiaddrs) == 0 {
-		for _, a := range s.b.Host().Addrs() {
+		for _, a := range snap.Addrs {
 			me.Multiaddrs = append(me.Multiaddrs, a.String())
 		}
 	}
 	if me.Capabilities == nil {
 		me.Capabilities = &consensus.Capabilities{Hardware: s.b.Hardware()}
 	}
-	st := s.b.Host().Status()
+	st := snap.Self
 	me.State = st.State.String()
 	me.Load = &loadJSON{Epoch: st.Epoch, Range: s.b.Held(), QueueDepth: st.QueueDepth, ActiveSessions: st.ActiveSessions,
 		FreeKV: st.FreeKV, LayerLatencyMs: ms(st.LayerLatency), Region: st.Region}
 
 	// Everyone else, from the peer table.
-	for _, p := range s.b.Host().Peers().Snapshot() {
-		if p.ID == self {
-			continue
-		}
+	for _, p := range snap.Peers {
 		m := add(p.ID.String())
 		m.Liveness, m.Connected, m.Relayed, m.RTTMs = p.Liveness.String(), p.Connected, p.Relayed, ms(p.RTT)
 		if len(m.Multiaddrs) == 0 {
@@ -217,8 +209,14 @@ type healthJSON struct {
 // before), for load balancers that should skip a node still joining.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	m := s.b.Committed()
+	live := 0
+	for _, p := range s.b.Swarm().Peers {
+		if p.Liveness == swarm.Alive {
+			live++
+		}
+	}
 	h := healthJSON{Status: "ok", Node: s.b.ID().String(), Model: s.b.Model().Name, Epoch: m.Epoch,
-		MapCovers: m.Layers > 0 && m.Covers(), LayersHeld: s.b.Held(), Peers: len(s.b.Host().Peers().Live()), InFlight: s.InFlight()}
+		MapCovers: m.Layers > 0 && m.Covers(), LayersHeld: s.b.Held(), Peers: live, InFlight: s.InFlight()}
 	status := http.StatusOK
 	s.mu.Lock()
 	switch {

@@ -1,0 +1,545 @@
+package consensus
+
+import (
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/stratanet/strata/layers"
+)
+
+// The leader's policy is one pure function, Decide: it reads the
+// replicated state, Raft's servers, liveness and the clock as plain data,
+// and returns at most one action as data. The leader loop (leader.go)
+// only gathers the input and carries the action out; a simulator or a
+// test calls Decide directly. Decide looks at the state and picks the
+// first thing to do, in this order:
+//
+//  1. append its own NodeJoined if it is not a member yet;
+//  2. bring Raft's configuration in line with the members: add new
+//     members as non-voters, remove departed servers;
+//  3. append NodeLeft for members dead past the grace period;
+//  4. bring the voter set in line with chooseVoters;
+//  5. tend the pending warmup: commit it when every stage is ready,
+//     abandon it when a node of it left or the deadline passed;
+//  6. let drained members go: NodeLeft once no map places them (a
+//     drained leader hands leadership over first);
+//  7. plan: the first map, a repair of departed or draining nodes,
+//     placement of new members, or a rebalance when layers says it pays.
+//
+// A new leader starts from NewLeaderState and the replicated state alone,
+// so it resumes a pending warmup where the old one left it.
+
+// RaftServer is a Raft server as the leader's decision sees it.
+type RaftServer struct {
+	ID    string
+	Voter bool // false: a non-voter
+}
+
+// LeaderConfig is the policy a leader decides by.
+type LeaderConfig struct {
+	Model      layers.ModelSpec
+	Planner    layers.Planner
+	CostParams layers.CostParams
+	// DeadGrace: how long a member may be dead before it is removed.
+	DeadGrace time.Duration
+	// StableAfter: how long a member must have been a member before it
+	// may vote.
+	StableAfter time.Duration
+	MaxVoters   int
+	// Warmup: how long a proposed map has to become ready.
+	Warmup time.Duration
+	// LaggardPenalty: how long a node that missed a warmup deadline is
+	// left out of plans.
+	LaggardPenalty time.Duration
+	// RebalanceEvery: how often to ask layers whether a rebalance pays
+	// (0: never).
+	RebalanceEvery time.Duration
+	RebalanceOpts  layers.RebalanceOptions
+}
+
+// LeaderInput is everything one decision reads.
+type LeaderInput struct {
+	Self    string     // the leader's node ID
+	Leaving bool       // the leader is leaving: it does not rejoin
+	Join    NodeJoined // the leader's own join, appended while it is no member
+	State   State
+	Servers []RaftServer // Raft's configuration
+	// DeadSince holds the peers that liveness calls dead, with the time
+	// since when. The zero time means dead for ever (an ID that is no
+	// peer ID). The leader itself is never dead.
+	DeadSince map[string]time.Time
+	// Speeds are measured speeds by node (layers.Node.Speed); absent or
+	// non-positive: none measured.
+	Speeds map[string]float64
+	Now    time.Time
+	Config LeaderConfig
+}
+
+// LeaderState is what a leader remembers between decisions within one
+// term. Decide never modifies the value it is given.
+type LeaderState struct {
+	since         time.Time            // start of this term as leader
+	departed      map[string]time.Time // members this leader saw leave
+	lastRebalance time.Time
+	// benched are members a rebalance took out of the map: joins leave
+	// them be, so that the two policies do not undo each other.
+	benched map[string]bool
+	noPlan  string // the fleet the last failed full plan was for
+	// goal is the map a multi-step migration heads for; each step is
+	// one proposal and commit.
+	goal *goal
+}
+
+type goal struct {
+	base   uint64 // the epoch the next step starts from
+	target layers.LayerMap
+	reason string
+}
+
+// NewLeaderState is the memory of a term that starts at now. Liveness
+// counts from no earlier than now: a new leader gives everyone a grace
+// period of its own.
+func NewLeaderState(now time.Time) LeaderState {
+	return LeaderState{since: now, lastRebalance: now, departed: map[string]time.Time{}, benched: map[string]bool{}}
+}
+
+// Action is what a leader decision asks the loop to do: Append,
+// AddNonvoter, AddVoter, RemoveServer, Demote or TransferLeadership.
+type Action interface {
+	fmt.Stringer
+	action()
+}
+
+// Append appends an event to the replicated log.
+type Append struct {
+	Event Event
+	Why   string // words for the log; the event says the rest
+}
+
+// AddNonvoter adds a member to Raft's configuration as a non-voter.
+type AddNonvoter struct{ ID string }
+
+// AddVoter makes a server a voter.
+type AddVoter struct{ ID string }
+
+// RemoveServer removes a departed server from Raft's configuration.
+type RemoveServer struct{ ID string }
+
+// Demote makes a voter a non-voter.
+type Demote struct{ ID string }
+
+// TransferLeadership hands leadership to another voter (a drained leader
+// does, before it leaves).
+type TransferLeadership struct{}
+
+func (Append) action()             {}
+func (AddNonvoter) action()        {}
+func (AddVoter) action()           {}
+func (RemoveServer) action()       {}
+func (Demote) action()             {}
+func (TransferLeadership) action() {}
+
+func (a Append) String() string {
+	if a.Why == "" {
+		return "append " + a.Event.Kind().String()
+	}
+	return "append " + a.Event.Kind().String() + ": " + a.Why
+}
+func (a AddNonvoter) String() string      { return "add non-voter " + a.ID }
+func (a AddVoter) String() string         { return "add voter " + a.ID }
+func (a RemoveServer) String() string     { return "remove server " + a.ID }
+func (a Demote) String() string           { return "demote " + a.ID }
+func (TransferLeadership) String() string { return "transfer leadership" }
+
+// decision is one run of Decide: the input, and the state it returns.
+type decision struct {
+	in *LeaderInput
+	st LeaderState
+}
+
+// Decide is the leader's policy: given the input and the memory of this
+// term, it returns the one action to take (nil: nothing to do now) and the
+// memory for the next decision. It is deterministic and has no side
+// effects; an error means the input admits no sane action (a planner
+// failure, a gap in a planned map), and st is still the memory to keep.
+func Decide(in LeaderInput, st LeaderState) (Action, LeaderState, error) {
+	st.departed = maps.Clone(st.departed)
+	st.benched = maps.Clone(st.benched)
+	if st.departed == nil {
+		st.departed = map[string]time.Time{}
+	}
+	if st.benched == nil {
+		st.benched = map[string]bool{}
+	}
+	d := decision{in: &in, st: st}
+	a, err := d.decide()
+	return a, d.st, err
+}
+
+// deadFor is how long a peer has been dead, counted from no earlier than
+// the start of this term.
+func (d *decision) deadFor(id string) time.Duration {
+	if id == d.in.Self {
+		return 0
+	}
+	since, dead := d.in.DeadSince[id]
+	switch {
+	case !dead:
+		return 0
+	case since.IsZero():
+		return time.Duration(1<<63 - 1)
+	case since.Before(d.st.since):
+		since = d.st.since
+	}
+	return max(d.in.Now.Sub(since), time.Nanosecond)
+}
+
+func (d *decision) decide() (Action, error) {
+	in, s, now := d.in, d.in.State, d.in.Now
+	self, grace := in.Self, in.Config.DeadGrace
+
+	// 1. The leader is a member.
+	if !s.IsMember(self) && !in.Leaving {
+		return Append{Event: in.Join, Why: "the leader joins"}, nil
+	}
+
+	// 2. Raft's configuration follows the members.
+	servers := map[string]bool{} // ID: voter
+	for _, sv := range in.Servers {
+		servers[sv.ID] = sv.Voter
+	}
+	for _, m := range s.Members() {
+		if _, ok := servers[m.ID]; !ok && m.ID != self {
+			return AddNonvoter{ID: m.ID}, nil
+		}
+	}
+	for _, sv := range in.Servers {
+		if sv.ID == self || s.IsMember(sv.ID) {
+			continue
+		}
+		if _, left := d.st.departed[sv.ID]; left || d.deadFor(sv.ID) >= grace {
+			return RemoveServer{ID: sv.ID}, nil
+		}
+	}
+	for id := range d.st.departed {
+		if _, server := servers[id]; !server && !s.IsMember(id) {
+			delete(d.st.departed, id)
+		}
+	}
+	for id := range d.st.benched {
+		if !s.IsMember(id) {
+			delete(d.st.benched, id)
+		}
+	}
+
+	// 3. Dead members leave.
+	for _, m := range s.Members() {
+		if m.ID != self && d.deadFor(m.ID) >= grace {
+			d.st.departed[m.ID] = now
+			return Append{Event: NodeLeft{Node: m.ID, Reason: LeftDead}, Why: fmt.Sprintf("dead for %v", d.deadFor(m.ID))}, nil
+		}
+	}
+
+	// 4. The voter set.
+	var cands []voterCand
+	for _, sv := range in.Servers {
+		vc := voterCand{ID: sv.ID, Voter: sv.Voter}
+		if m, ok := s.Member(sv.ID); ok {
+			vc.JoinedAt = m.JoinedAt
+			vc.Eligible = !m.Caps.Relayed && !m.Draining && now.Sub(m.JoinedAt) >= in.Config.StableAfter
+		} else {
+			vc.Eligible = vc.Voter // an initial voter that has not joined yet
+		}
+		if dead := d.deadFor(sv.ID); (vc.Voter && dead >= grace) || (!vc.Voter && dead > 0) {
+			vc.Eligible = false
+		}
+		cands = append(cands, vc)
+	}
+	me, _ := s.Member(self)
+	want := chooseVoters(cands, self, me.Draining, in.Config.MaxVoters)
+	for _, id := range want {
+		if !servers[id] {
+			return AddVoter{ID: id}, nil
+		}
+	}
+	for _, sv := range in.Servers {
+		if sv.Voter && sv.ID != self && !contains(want, sv.ID) {
+			return Demote{ID: sv.ID}, nil
+		}
+	}
+
+	// 5. The pending warmup.
+	if p, ok := s.Pending(); ok {
+		return d.tendWarmup(p), nil
+	}
+
+	// 6. Drained members go.
+	committed := s.Committed()
+	for _, m := range s.Members() {
+		if !m.Draining {
+			continue
+		}
+		if _, placed := committed.Range(m.ID); placed {
+			continue
+		}
+		if m.ID == self && d.otherVoters() {
+			return TransferLeadership{}, nil
+		}
+		d.st.departed[m.ID] = now
+		return Append{Event: NodeLeft{Node: m.ID, Reason: LeftGracefully}, Why: "drained"}, nil
+	}
+
+	// 7. Plan.
+	return d.plan()
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *decision) otherVoters() bool {
+	for _, sv := range d.in.Servers {
+		if sv.Voter && sv.ID != d.in.Self {
+			return true
+		}
+	}
+	return false
+}
+
+// tendWarmup commits the pending map once every stage is ready, or
+// abandons it when a node of it left or the deadline passed.
+func (d *decision) tendWarmup(p Pending) Action {
+	s, now := d.in.State, d.in.Now
+	epoch := p.Map.Epoch
+	for _, st := range p.Map.Stages {
+		if !s.IsMember(st.Node) {
+			return Append{Event: WarmupAbandoned{Epoch: epoch, Reason: fmt.Sprintf("%s left", st.Node)}}
+		}
+	}
+	if p.AllReady() {
+		return Append{Event: MapCommitted{Epoch: epoch}, Why: fmt.Sprintf("warmup of %v: %s", now.Sub(p.Since).Round(time.Millisecond), p.Reason)}
+	}
+	if !p.Deadline.IsZero() && now.After(p.Deadline) {
+		lag := p.Waiting()
+		return Append{Event: WarmupAbandoned{Epoch: epoch, Laggards: lag, Until: now.Add(d.in.Config.LaggardPenalty),
+			Reason: fmt.Sprintf("%d node(s) not ready by the deadline", len(lag))}}
+	}
+	return nil
+}
+
+// fleet is the members a plan may place: not draining, not laggards, not
+// dead, with their measured speeds.
+func (d *decision) fleet() (*layers.Fleet, map[string]bool, error) {
+	var nodes []layers.Node
+	ok := map[string]bool{}
+	for _, m := range d.in.State.Members() {
+		if m.Draining || d.in.Now.Before(m.LaggardUntil) || d.deadFor(m.ID) > 0 {
+			continue
+		}
+		n := layers.Node{ID: m.ID, Hardware: m.Caps.Hardware, Region: m.Caps.Region, MaxLayers: m.Caps.MaxLayers}
+		if v := d.in.Speeds[m.ID]; v > 0 {
+			n.Speed = v
+		}
+		nodes = append(nodes, n)
+		ok[m.ID] = true
+	}
+	f, err := layers.NewFleet(d.in.Config.Model, nodes, d.in.Config.CostParams)
+	return f, ok, err
+}
+
+// plan proposes the next map, if there is one to propose.
+func (d *decision) plan() (Action, error) {
+	s, now := d.in.State, d.in.Now
+	f, placeable, err := d.fleet()
+	if err != nil {
+		return nil, err
+	}
+	if f.Len() == 0 {
+		return nil, nil
+	}
+	committed := s.Committed()
+	pl := d.in.Config.Planner
+	if committed.Layers == 0 {
+		plan, err := d.full(f, 1)
+		if err != nil {
+			return nil, nil // not enough capacity yet: wait for members
+		}
+		return d.propose(committed, plan.Map, "first map")
+	}
+	// Nodes that left: repair at once (they serve nothing any more).
+	target := committed
+	var gone []string
+	for _, id := range committed.Nodes() {
+		if !s.IsMember(id) {
+			gone = append(gone, id)
+		}
+	}
+	for _, id := range gone {
+		next, _, err := pl.Repair(f, target, id)
+		if err != nil {
+			// Repair cannot close the gap: plan afresh on who is left.
+			plan, ferr := d.full(f, committed.Epoch+1)
+			if ferr != nil {
+				return nil, nil // no covering map: keep the committed one
+			}
+			d.st.goal = nil
+			return d.propose(committed, plan.Map, fmt.Sprintf("re-plan after %v left", gone))
+		}
+		target = next
+	}
+	if len(gone) > 0 {
+		d.st.goal = nil
+		return d.propose(committed, target, fmt.Sprintf("repair after %v left", gone))
+	}
+	// A migration in steps goes on.
+	if g := d.st.goal; g != nil {
+		d.st.goal = nil
+		if g.base == committed.Epoch && allPlaceable(g.target, placeable) {
+			return d.stepwise(f, committed, g.target, g.reason)
+		}
+	}
+	// Draining nodes: their layers move elsewhere while they still serve.
+	var draining []string
+	for _, id := range committed.Nodes() {
+		if m, _ := s.Member(id); m.Draining {
+			draining = append(draining, id)
+		}
+	}
+	for _, id := range draining {
+		next, _, err := pl.Repair(f, target, id)
+		if err != nil {
+			plan, ferr := d.full(f, committed.Epoch+1)
+			if ferr != nil {
+				return nil, nil // nowhere to go: the node stays until capacity comes
+			}
+			return d.stepwise(f, committed, plan.Map, fmt.Sprintf("re-plan without draining %v", draining))
+		}
+		target = next
+	}
+	if len(draining) > 0 {
+		return d.stepwise(f, committed, target, fmt.Sprintf("drain of %v", draining))
+	}
+	// New members: place each where it adds the most.
+	var joined []string
+	for _, pr := range f.Profiles {
+		id := pr.Node.ID
+		if _, in := target.Range(id); in || d.st.benched[id] {
+			continue
+		}
+		r, err := pl.Join(f, target, id)
+		if err != nil {
+			continue
+		}
+		target = target.With(id, r)
+		joined = append(joined, id)
+	}
+	if len(joined) > 0 {
+		return d.stepwise(f, committed, target, fmt.Sprintf("join of %v", joined))
+	}
+	// Rebalance when layers says it pays, and only on a settled swarm.
+	every := d.in.Config.RebalanceEvery
+	if every <= 0 || now.Sub(d.st.lastRebalance) < every {
+		return nil, nil
+	}
+	d.st.lastRebalance = now
+	for _, id := range committed.Nodes() {
+		if !placeable[id] {
+			return nil, nil
+		}
+	}
+	rb, err := pl.Rebalance(f, committed, d.in.Config.RebalanceOpts)
+	if err != nil {
+		return nil, err
+	}
+	if !rb.Move {
+		return nil, nil
+	}
+	for _, id := range committed.Nodes() {
+		if _, in := rb.To.Range(id); !in {
+			d.st.benched[id] = true
+		}
+	}
+	return d.stepwise(f, committed, rb.To, "rebalance: "+rb.Reason)
+}
+
+// full plans afresh. A fleet that could not be covered is not planned
+// again until the state or the fleet changes: a full search is the
+// costly part of a decision.
+func (d *decision) full(f *layers.Fleet, epoch uint64) (layers.Plan, error) {
+	key := fmt.Sprint(d.in.State.Applied(), f.Len())
+	for _, p := range f.Profiles {
+		key += " " + p.Node.ID
+	}
+	if key == d.st.noPlan {
+		return layers.Plan{}, fmt.Errorf("%w: unchanged since the last attempt", layers.ErrNoCoverage)
+	}
+	plan, err := d.in.Config.Planner.Full(f, epoch)
+	if err != nil {
+		d.st.noPlan = key
+	}
+	return plan, err
+}
+
+// allPlaceable reports whether every node of a map may still be placed.
+func allPlaceable(m layers.LayerMap, placeable map[string]bool) bool {
+	for _, st := range m.Stages {
+		if !placeable[st.Node] {
+			return false
+		}
+	}
+	return true
+}
+
+// stepwise moves from committed towards target in the steps that
+// layers.OrderMoves gives, so that every layer keeps a node that is not
+// reloading it and no node holds more than it can while it warms up. It
+// proposes the first step and remembers the goal for the next ones.
+func (d *decision) stepwise(f *layers.Fleet, committed, target layers.LayerMap, reason string) (Action, error) {
+	steps, err := layers.OrderMoves(f, committed, layers.Diff(f.Model, committed, target))
+	if err != nil {
+		a, perr := d.propose(committed, target, reason)
+		if app, ok := a.(Append); ok {
+			app.Why = fmt.Sprintf("no safe order of moves (%v): moving at once", err)
+			a = app
+		}
+		return a, perr
+	}
+	if len(steps) <= 1 {
+		return d.propose(committed, target, reason)
+	}
+	next := committed
+	for _, mv := range steps[0] {
+		if mv.To.Empty() {
+			next = next.Without(mv.Node)
+		} else {
+			next = next.With(mv.Node, mv.To)
+		}
+	}
+	d.st.goal = &goal{base: committed.Epoch + 1, target: target, reason: reason}
+	return d.propose(committed, next, fmt.Sprintf("%s (first of %d steps)", reason, len(steps)))
+}
+
+// propose appends MapProposed for target as the next epoch.
+func (d *decision) propose(committed, target layers.LayerMap, reason string) (Action, error) {
+	target.Epoch = committed.Epoch + 1
+	if committed.Layers != 0 && target.SameStages(committed) {
+		return nil, nil
+	}
+	if !target.Covers() {
+		return nil, fmt.Errorf("%w: planned map has gaps %v", ErrRejected, target.Gaps())
+	}
+	return Append{Event: MapProposed{Map: target, Deadline: d.in.Now.Add(d.in.Config.Warmup), Reason: truncate(reason, MaxReasonLen)}}, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,30 @@
+// Package proto is the protocol vocabulary of a Strata swarm: the libp2p
+// protocol IDs and the connection-manager tags, defined once so that swarm,
+// consensus and node cannot drift apart. It owns names only; it must not
+// grow behaviour or import anything of ours.
+package proto
+
+import "github.com/libp2p/go-libp2p/core/protocol"
+
+// Protocol IDs: one versioned ID per purpose. Changing one is a wire
+// change.
+const (
+	// Act carries activations and token messages on one persistent
+	// stream per neighbour (node/wire's messages in swarm's frames).
+	Act protocol.ID = "/strata/act/1"
+	// Ctl carries control RPCs (join, StageReady, drain, map fetch): one
+	// stream per call, one request frame, one response frame.
+	Ctl protocol.ID = "/strata/ctl/1"
+	// Raft carries hashicorp/raft's RPCs (consensus's transport).
+	Raft protocol.ID = "/strata/raft/1"
+	// DHTPrefix gives the DHT protocol /strata/kad/1.0.0.
+	DHTPrefix protocol.ID = "/strata"
+)
+
+// Connection-manager tags that protect peers from trimming.
+const (
+	TagNeighbour = "strata-neighbour" // pipeline neighbour (set by the node)
+	TagVoter     = "strata-voter"     // Raft voter (set by consensus)
+	TagActStream = "strata-act"       // an open activation stream (swarm)
+	TagRelay     = "strata-relay"     // a relay we hold a reservation on (swarm)
+)

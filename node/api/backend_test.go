@@ -1,0 +1,223 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node"
+	"github.com/stratanet/strata/swarm"
+)
+
+// fakeBackend is a Backend of plain data, for the handlers' unit tests:
+// no node, no swarm, no consensus. Real-cluster tests (cluster_test.go
+// and the others) cover the integration.
+type fakeBackend struct {
+	mu        sync.Mutex
+	id        peer.ID
+	committed layers.LayerMap
+	snap      node.SwarmSnapshot
+	genErr    error
+}
+
+func (f *fakeBackend) Generate(context.Context, node.Request) (*node.Stream, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return nil, f.genErr
+}
+func (f *fakeBackend) ID() peer.ID { return f.id }
+func (f *fakeBackend) Model() node.ModelInfo {
+	return node.ModelInfo{Name: "fake-model", Fingerprint: "sha256:fake", Layers: 8, Hidden: 64, Vocab: 512, Context: 1024}
+}
+func (f *fakeBackend) Hardware() layers.Hardware { h, _ := layers.Device("l40s"); return h }
+func (f *fakeBackend) Held() layers.Range        { return layers.Range{Start: 0, End: 4} }
+func (f *fakeBackend) Committed() layers.LayerMap {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.committed
+}
+func (f *fakeBackend) Swarm() node.SwarmSnapshot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap
+}
+func (f *fakeBackend) Metrics() node.Metrics { return node.Metrics{Requests: 7, FreeKV: -1} }
+
+func fakePeer(t *testing.T) peer.ID {
+	t.Helper()
+	_, pub, err := crypto.GenerateEd25519Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := peer.IDFromPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// newFakeSwarm: self and b serve the committed map; c is a member that
+// is dead in the peer table and loads [0, 4) for the pending map; d is
+// a peer seen only in the peer table.
+func newFakeSwarm(t *testing.T) (*fakeBackend, [4]peer.ID) {
+	var ids [4]peer.ID
+	for i := range ids {
+		ids[i] = fakePeer(t)
+	}
+	self, b, c, d := ids[0], ids[1], ids[2], ids[3]
+	committed, err := layers.NewLayerMap(8, 3, layers.Stage{Node: self.String(), Range: layers.Range{Start: 0, End: 4}},
+		layers.Stage{Node: b.String(), Range: layers.Range{Start: 4, End: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pendingMap, err := layers.NewLayerMap(8, 4, layers.Stage{Node: self.String(), Range: layers.Range{Start: 0, End: 4}},
+		layers.Stage{Node: b.String(), Range: layers.Range{Start: 4, End: 8}}, layers.Stage{Node: c.String(), Range: layers.Range{Start: 0, End: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pending map folds from the log, as every replica's does.
+	hw, _ := layers.Device("l40s")
+	caps := consensus.Capabilities{Hardware: hw, Region: "eu"}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var recs []consensus.Record
+	for _, id := range []peer.ID{self, b, c} {
+		recs = append(recs, consensus.Record{At: t0, Event: consensus.NodeJoined{Node: id.String(), Caps: caps, Fingerprint: "sha256:fake"}})
+	}
+	first := committed
+	first.Epoch = 1
+	recs = append(recs, consensus.Record{At: t0, Event: consensus.MapProposed{Map: first, Deadline: t0.Add(time.Minute), Reason: "first map"}},
+		consensus.Record{At: t0, Event: consensus.StageReady{Node: self.String(), Epoch: 1, Range: layers.Range{Start: 0, End: 4}}},
+		consensus.Record{At: t0, Event: consensus.StageReady{Node: b.String(), Epoch: 1, Range: layers.Range{Start: 4, End: 8}}},
+		consensus.Record{At: t0, Event: consensus.MapCommitted{Epoch: 1}})
+	pm := pendingMap
+	pm.Epoch = 2
+	recs = append(recs, consensus.Record{At: t0, Event: consensus.MapProposed{Map: pm, Deadline: t0.Add(time.Minute), Reason: "join of c"}})
+	st := consensus.Fold(recs...)
+	p, ok := st.Pending()
+	if !ok {
+		t.Fatal("no pending map folded")
+	}
+	f := &fakeBackend{id: self, committed: st.Committed(), snap: node.SwarmSnapshot{
+		Leader: self, IsLeader: true, Voters: []peer.ID{self, b}, Members: st.Members(), Pending: p, HasPending: true,
+		Self: swarm.Status{RangeStart: 0, RangeEnd: 4, Epoch: 1, State: swarm.StateServing, FreeKV: 100},
+		Peers: []swarm.Peer{
+			{ID: b, Liveness: swarm.Alive, Connected: true},
+			{ID: c, Liveness: swarm.Dead},
+			{ID: d, Liveness: swarm.Alive, Connected: true},
+		},
+	}}
+	return f, ids
+}
+
+func fakeServer(t *testing.T, b Backend) *httptest.Server {
+	t.Helper()
+	s, err := New(b, WithLogger(testLog()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { hs.Close(); s.Close() })
+	return hs
+}
+
+func TestSwarmViewFromBackendData(t *testing.T) {
+	f, ids := newFakeSwarm(t)
+	hs := fakeServer(t, f)
+	status, _, body := get(t, hs.URL+"/v1/swarm", "")
+	if status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	var v swarmJSON
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.StaticMap || v.Leader == nil || *v.Leader != ids[0].String() || len(v.Voters) != 2 || v.Pending == nil {
+		t.Fatalf("view: static %v leader %v voters %v pending %v", v.StaticMap, v.Leader, v.Voters, v.Pending)
+	}
+	byID := map[string]memberJSON{}
+	for _, m := range v.Members {
+		byID[m.ID] = m
+	}
+	if len(byID) != 4 {
+		t.Fatalf("%d members in the view, want 4 (three members and a peer)", len(byID))
+	}
+	self, b, c, d := byID[ids[0].String()], byID[ids[1].String()], byID[ids[2].String()], byID[ids[3].String()]
+	if !self.Self || self.Liveness != "self" || self.State != "serving" || self.Load == nil || self.Load.FreeKV != 100 {
+		t.Errorf("self: %+v", self)
+	}
+	if !b.Member || !b.Voter || b.Liveness != "alive" || b.Committed == nil || *b.Committed != (layers.Range{Start: 4, End: 8}) {
+		t.Errorf("b: %+v", b)
+	}
+	if !c.Member || c.Voter || c.Liveness != "dead" || c.Committed != nil || c.Pending == nil || *c.Pending != (layers.Range{Start: 0, End: 4}) {
+		t.Errorf("c: %+v", c)
+	}
+	if d.Member || d.Liveness != "alive" || d.Capabilities != nil {
+		t.Errorf("d: %+v", d)
+	}
+	if len(v.Pending.Waiting) != 1 || v.Pending.Waiting[0] != ids[2].String() {
+		t.Errorf("pending waits for %v, want c", v.Pending.Waiting)
+	}
+}
+
+func TestHealthAndMetricsFromBackendData(t *testing.T) {
+	f, _ := newFakeSwarm(t)
+	hs := fakeServer(t, f)
+	status, _, body := get(t, hs.URL+"/healthz?ready=1", "")
+	var h healthJSON
+	if err := json.Unmarshal(body, &h); err != nil {
+		t.Fatal(err)
+	}
+	if status != http.StatusOK || h.Peers != 2 || h.Epoch != 1 || !h.MapCovers {
+		t.Fatalf("health %d: %+v", status, h)
+	}
+	resp, err := http.Get(hs.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"strata_node_generations_total 7",
+		"strata_pending_epoch 2",
+		"strata_members 3",
+		"strata_is_leader 1",
+		`strata_peers{liveness="dead"} 1`,
+		`strata_peers{liveness="alive"} 2`,
+	} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// TestNoCapacityFromBackend: a backend that refuses for want of capacity
+// gives 503 with Retry-After, whatever the backend is.
+func TestNoCapacityFromBackend(t *testing.T) {
+	f, _ := newFakeSwarm(t)
+	f.genErr = fmt.Errorf("%w: no path", node.ErrNoCapacity)
+	hs := fakeServer(t, f)
+	resp, err := http.Post(hs.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"hi","max_tokens":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+}

@@ -1,0 +1,60 @@
+package node
+
+import (
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/swarm"
+)
+
+// SwarmSnapshot is what a node knows of its swarm at one moment, as plain
+// data: the replicated state (from consensus) and the peer table (from
+// the swarm). It is what node/api reads, so that the API depends on data
+// rather than on the consensus replica and the host.
+type SwarmSnapshot struct {
+	// Static: the node has no consensus replica (a static map, or one
+	// still starting); the replica's fields below are zero.
+	Static     bool
+	Leader     peer.ID // empty when no leader is known
+	IsLeader   bool
+	Voters     []peer.ID
+	Members    []consensus.Member
+	Pending    consensus.Pending
+	HasPending bool
+
+	// Self is what this node announces now; Addrs its listen addresses.
+	Self  swarm.Status
+	Addrs []ma.Multiaddr
+	// Peers is the peer table, this node excluded.
+	Peers []swarm.Peer
+}
+
+// Swarm returns the node's view of the swarm now.
+func (n *Node) Swarm() SwarmSnapshot {
+	s := SwarmSnapshot{Self: n.host.Status(), Addrs: n.host.Addrs()}
+	for _, p := range n.host.Peers().Snapshot() {
+		if p.ID != n.self {
+			s.Peers = append(s.Peers, p)
+		}
+	}
+	c := n.cons.Load()
+	if c == nil {
+		s.Static = true
+		return s
+	}
+	if l, ok := c.Leader(); ok {
+		s.Leader = l
+	}
+	s.IsLeader = c.IsLeader()
+	if servers, err := c.Servers(); err == nil {
+		for _, sv := range servers {
+			if sv.Voter {
+				s.Voters = append(s.Voters, sv.ID)
+			}
+		}
+	}
+	s.Members = c.Members()
+	s.Pending, s.HasPending = c.Pending()
+	return s
+}
