@@ -1,0 +1,197 @@
+package ggml
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/stratanet/strata/engine"
+)
+
+var shapes = map[string]engine.GenConfig{
+	"llama-gqa": {Arch: "llama", Layers: 3, Dim: 128, Heads: 8, KVHeads: 2, FFN: 320, Vocab: 600, Seed: 12, RopeBase: 10000, NormEps: 1e-5},
+	"qwen2":     {Arch: "qwen2", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 700, Seed: 13, RopeBase: 1e6, NormEps: 1e-6},
+	"llama-tied": {Arch: "llama", Layers: 2, Dim: 64, Heads: 4, KVHeads: 4, FFN: 160, Vocab: 512, Seed: 14, RopeBase: 10000,
+		NormEps: 1e-5, Tied: true},
+}
+
+// limits are the relative distances (max |Δ| over max |logit|) allowed
+// from engine.Local: ggml's rounding on F32/F16, and on Q8_0 its
+// activation quantization (both engines quantize activations to Q8_0, in
+// different places, about 1% apart).
+var limits = map[engine.DType]float64{engine.F32: 1e-4, engine.F16: 1e-3, engine.Q8_0: 3e-2}
+
+var prompt = []int32{1, 40, 300, 7, 99, 260, 5, 120, 33, 444, 17, 2}
+
+func gen(t *testing.T, name string, c engine.GenConfig, dt engine.DType) string {
+	t.Helper()
+	c.DType = dt
+	path := filepath.Join(t.TempDir(), name+"-"+dt.String()+".gguf")
+	if err := engine.GenerateFile(path, c); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func relDist(ref, got []float32) float64 {
+	scale, diff := 0.0, 0.0
+	for i := range ref {
+		scale = math.Max(scale, math.Abs(float64(ref[i])))
+		diff = math.Max(diff, math.Abs(float64(ref[i]-got[i])))
+	}
+	return diff / scale
+}
+
+// run feeds the prompt as one prefill and then decodes the given tokens
+// one by one through the stages in order, returning the logits after the
+// prefill and after each decode step.
+func run(t *testing.T, stages []engine.Stage, decode []int32) [][]float32 {
+	t.Helper()
+	ctx := context.Background()
+	var ss []engine.Session
+	for _, s := range stages {
+		se, err := s.NewSession(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer se.Close()
+		ss = append(ss, se)
+	}
+	pos := 0
+	step := func(tokens []int32) []float32 {
+		st := engine.Step{Tokens: tokens, Pos: pos}
+		for i, s := range stages {
+			st.Session = ss[i]
+			out, err := s.Forward(ctx, st)
+			if err != nil {
+				t.Fatalf("stage %d at %d: %v", i, pos, err)
+			}
+			if out.Logits != nil {
+				pos += len(tokens)
+				return out.Logits
+			}
+			st = engine.Step{Hidden: out.Hidden, Pos: pos}
+		}
+		t.Fatal("no stage returned logits")
+		return nil
+	}
+	all := [][]float32{step(prompt)}
+	for _, tok := range decode {
+		all = append(all, step([]int32{tok}))
+	}
+	return all
+}
+
+func open(t *testing.T, path string, opts ...Option) *Stage {
+	t.Helper()
+	s, err := Open(path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func openLocal(t *testing.T, path string, opts ...engine.Option) *engine.Local {
+	t.Helper()
+	s, err := engine.Open(path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestAgreesWithEngine: on every shape and weight type, the ggml stage's
+// logits after a prefill and after each of a few decode steps (which read
+// the KV cache) are within limits of engine.Local's, and a pipeline of a
+// ggml stage and an engine stage agrees too.
+func TestAgreesWithEngine(t *testing.T) {
+	decode := []int32{50, 51, 300, 2}
+	for name, c := range shapes {
+		for dt, limit := range limits {
+			t.Run(name+"/"+dt.String(), func(t *testing.T) {
+				path := gen(t, name, c, dt)
+				want := run(t, []engine.Stage{openLocal(t, path)}, decode)
+				got := run(t, []engine.Stage{open(t, path, WithThreads(2))}, decode)
+				split := run(t, []engine.Stage{open(t, path, WithRange(0, 1)), openLocal(t, path, engine.WithRange(1, c.Layers))}, decode)
+				for i := range want {
+					d, ds := relDist(want[i], got[i]), relDist(want[i], split[i])
+					t.Logf("step %d: relative distance %.3g (one ggml stage), %.3g (ggml then engine)", i, d, ds)
+					if !(d <= limit && ds <= limit) {
+						t.Errorf("step %d: relative distance %.3g / %.3g from engine.Local, limit %.3g", i, d, ds, limit)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestTruncateReplays: after a truncation, redoing the same steps gives
+// the same logits (the cache positions are overwritten, not appended).
+func TestTruncateReplays(t *testing.T) {
+	path := gen(t, "qwen2", shapes["qwen2"], engine.F32)
+	s := open(t, path, WithThreads(1))
+	se, err := s.NewSession(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer se.Close()
+	ctx := context.Background()
+	if _, err := s.Forward(ctx, engine.Step{Session: se, Tokens: prompt[:8]}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Forward(ctx, engine.Step{Session: se, Pos: 8, Tokens: prompt[8:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := se.Truncate(8); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Forward(ctx, engine.Step{Session: se, Pos: 8, Tokens: []int32{9, 9}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := se.Truncate(8); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Forward(ctx, engine.Step{Session: se, Pos: 8, Tokens: prompt[8:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := relDist(first.Logits, again.Logits); d != 0 {
+		t.Errorf("replay after truncate differs by %.3g relative", d)
+	}
+}
+
+// TestBadInput: bad steps get the engine's errors and change nothing.
+func TestBadInput(t *testing.T) {
+	c := shapes["llama-tied"]
+	path := gen(t, "llama-tied", c, engine.F32)
+	s := open(t, path)
+	se, _ := s.NewSession(4)
+	defer se.Close()
+	ctx := context.Background()
+	cases := []struct {
+		step engine.Step
+		err  error
+	}{
+		{engine.Step{Session: se, Tokens: []int32{1}, Pos: 1}, engine.ErrPosition},
+		{engine.Step{Session: se, Tokens: []int32{1, 2, 3, 4, 5}}, engine.ErrContextFull},
+		{engine.Step{Session: se, Tokens: []int32{int32(c.Vocab)}}, engine.ErrInput},
+		{engine.Step{Session: se, Hidden: make([]float32, c.Dim)}, engine.ErrInput},
+		{engine.Step{Session: nil, Tokens: []int32{1}}, engine.ErrSession},
+	}
+	for _, tc := range cases {
+		if _, err := s.Forward(ctx, tc.step); !errors.Is(err, tc.err) {
+			t.Errorf("%+v: error %v, want %v", tc.step, err, tc.err)
+		}
+	}
+	if se.Len() != 0 {
+		t.Errorf("session holds %d positions after failed steps", se.Len())
+	}
+	if _, err := Open(path, WithRange(1, 5)); !errors.Is(err, engine.ErrRange) {
+		t.Errorf("range beyond the model: %v, want ErrRange", err)
+	}
+}
