@@ -18,10 +18,11 @@ var shapes = map[string]engine.GenConfig{
 }
 
 // limits are the relative distances (max |Δ| over max |logit|) allowed
-// from engine.Local: ggml's rounding on F32/F16, and on Q8_0 its
-// activation quantization (both engines quantize activations to Q8_0, in
-// different places, about 1% apart).
-var limits = map[engine.DType]float64{engine.F32: 1e-4, engine.F16: 1e-3, engine.Q8_0: 3e-2}
+// from engine.Local: ggml's F32 rounding; on F16 ggml also rounds the
+// activations to F16 (measured ≈ 5e-4); on Q8_0 both engines quantize the
+// activations to Q8_0 the same way (measured ≈ 3e-7), so the limit is far
+// below the ~1% that ggml's quantized kernels keep from F32.
+var limits = map[engine.DType]float64{engine.F32: 1e-4, engine.F16: 1e-3, engine.Q8_0: 1e-3}
 
 var prompt = []int32{1, 40, 300, 7, 99, 260, 5, 120, 33, 444, 17, 2}
 
@@ -119,7 +120,7 @@ func TestAgreesWithEngine(t *testing.T) {
 				split := run(t, []engine.Stage{open(t, path, WithRange(0, 1)), openLocal(t, path, engine.WithRange(1, c.Layers))}, decode)
 				for i := range want {
 					d, ds := relDist(want[i], got[i]), relDist(want[i], split[i])
-					t.Logf("step %d: relative distance %.3g (one ggml stage), %.3g (ggml then engine)", i, d, ds)
+					t.Logf("%s step %d: relative distance %.3g (one ggml stage), %.3g (ggml then engine)", dt, i, d, ds)
 					if !(d <= limit && ds <= limit) {
 						t.Errorf("step %d: relative distance %.3g / %.3g from engine.Local, limit %.3g", i, d, ds, limit)
 					}
