@@ -1,9 +1,13 @@
 // Package ggml is a second engine backend: an engine.Stage that runs a
 // layer range of a llama or qwen2 GGUF through ggml (as vendored by the
-// pinned ollama module and compiled with cgo), on ggml's CPU device.
+// pinned ollama module and compiled with cgo). Weights, KV caches and each
+// step's graph live in a ggml backend's buffers, so the same code runs on
+// any device ggml has; this build registers the CPU device, and GPU
+// devices come from backend libraries loaded with WithLibDir (untested: no
+// GPU here).
 //
-// It owns the ggml contexts of its weights and of its sessions' KV caches,
-// and nothing else: the GGUF parsing, hyper-parameters and errors are
+// It owns the ggml backend, contexts and buffers of its weights and of its
+// sessions' KV caches, and nothing else: the GGUF parsing, hyper-parameters and errors are
 // package engine's, and it must not change engine's arithmetic. Unlike
 // engine.Local it is not bit-reproducible across thread counts, batch
 // sizes or builds (ggml's own kernels decide the summation order); it

@@ -5,6 +5,7 @@ package ggml
 #include <stdint.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 // The ggml declarations used, as in ggml.h and ggml-cpu.h of the ggml that
 // the pinned ollama module vendors (its Go package compiles and links
@@ -45,7 +46,31 @@ extern struct ggml_tensor * ggml_soft_max_ext(struct ggml_context * ctx, struct 
 extern struct ggml_tensor * ggml_silu(struct ggml_context * ctx, struct ggml_tensor * a);
 extern struct ggml_cgraph * ggml_new_graph_custom(struct ggml_context * ctx, size_t size, bool grads);
 extern void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
-extern int ggml_graph_compute_with_ctx(struct ggml_context * ctx, struct ggml_cgraph * cgraph, int n_threads);
+extern void ggml_set_input(struct ggml_tensor * tensor);
+extern void ggml_set_output(struct ggml_tensor * tensor);
+
+// ggml-backend.h, ggml-alloc.h and ggml-cpu.h: weights, caches and graphs
+// live in a backend's buffers, so that the same code runs on any device.
+typedef struct ggml_backend * ggml_backend_t;
+typedef struct ggml_backend_buffer * ggml_backend_buffer_t;
+typedef struct ggml_backend_buffer_type * ggml_backend_buffer_type_t;
+typedef struct ggml_gallocr * ggml_gallocr_t;
+enum { DEV_CPU = 0, DEV_GPU = 1, DEV_IGPU = 2 };
+extern ggml_backend_t ggml_backend_init_by_type(int type, const char * params);
+extern void ggml_backend_load_all_from_path(const char * dir_path);
+extern const char * ggml_backend_name(ggml_backend_t backend);
+extern void ggml_backend_free(ggml_backend_t backend);
+extern ggml_backend_buffer_type_t ggml_backend_get_default_buffer_type(ggml_backend_t backend);
+extern ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors(struct ggml_context * ctx, ggml_backend_t backend);
+extern void ggml_backend_buffer_free(ggml_backend_buffer_t buffer);
+extern void ggml_backend_tensor_set(struct ggml_tensor * tensor, const void * data, size_t offset, size_t size);
+extern void ggml_backend_tensor_get(const struct ggml_tensor * tensor, void * data, size_t offset, size_t size);
+extern int ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph * cgraph);
+extern ggml_gallocr_t ggml_gallocr_new(ggml_backend_buffer_type_t buft);
+extern void ggml_gallocr_free(ggml_gallocr_t galloc);
+extern bool ggml_gallocr_alloc_graph(ggml_gallocr_t galloc, struct ggml_cgraph * graph);
+extern bool ggml_backend_is_cpu(ggml_backend_t backend);
+extern void ggml_backend_cpu_set_n_threads(ggml_backend_t backend_cpu, int n_threads);
 
 static struct ggml_context * new_ctx(size_t size, bool no_alloc) {
 	struct ggml_init_params p = { size, NULL, no_alloc };
@@ -82,7 +107,27 @@ type options struct {
 	lo, hi   int
 	hasRange bool
 	threads  int
+	device   Device
+	libDir   string
 }
+
+// Device chooses where a stage computes.
+type Device int
+
+const (
+	// Auto takes a GPU where ggml has one (see WithLibDir), else the CPU.
+	Auto Device = iota
+	CPU
+	GPU
+)
+
+// WithDevice chooses the device (default Auto).
+func WithDevice(d Device) Option { return func(o *options) { o.device = d } }
+
+// WithLibDir loads ggml's backend libraries (libggml-cuda.so and the
+// like, as make build-cuda writes them) from dir before choosing the
+// device.
+func WithLibDir(dir string) Option { return func(o *options) { o.libDir = dir } }
 
 // WithRange loads layers [lo, hi) only (default: all).
 func WithRange(lo, hi int) Option {
@@ -106,8 +151,10 @@ type Stage struct {
 	mu      sync.Mutex
 	info    engine.Info
 	hp      engine.HParams
-	threads int
+	backend C.ggml_backend_t
+	galloc  C.ggml_gallocr_t // a step's graph memory, reused across steps
 	weights *C.struct_ggml_context
+	wbuf    C.ggml_backend_buffer_t
 	embd    tensor // first stage (and a tied head)
 	onorm   tensor // last stage
 	head    tensor // last stage
@@ -161,7 +208,10 @@ func load(fh *os.File, size int64, o options) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stage{hp: hp, threads: o.threads}
+	s := &Stage{hp: hp}
+	if err := s.initBackend(o); err != nil {
+		return nil, err
+	}
 	s.info = engine.Info{Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
 		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
@@ -234,12 +284,14 @@ func load(fh *os.File, size int64, o options) (*Stage, error) {
 		infos = append(infos, t)
 		total += t.Size
 	}
-	// Each tensor's data is padded to ggml's alignment inside the context.
-	memSize := uintptr(total) + uintptr(len(ws))*(uintptr(C.ggml_tensor_overhead())+64) + 1<<20
-	s.weights = C.new_ctx(C.size_t(memSize), false)
+	// The context holds the tensors' metadata; their data goes to one
+	// buffer of the backend's device.
+	s.weights = C.new_ctx(C.size_t(uintptr(len(ws))*(uintptr(C.ggml_tensor_overhead())+64)+1<<16), true)
 	if s.weights == nil {
-		return nil, fmt.Errorf("%w: cannot allocate %d bytes of weights", ErrGGML, memSize)
+		s.free()
+		return nil, fmt.Errorf("%w: cannot allocate a context", ErrGGML)
 	}
+	biggest := int64(0)
 	for i, w := range ws {
 		t := infos[i]
 		ne := make([]C.int64_t, len(t.Dims))
@@ -251,12 +303,22 @@ func load(fh *os.File, size int64, o options) (*Stage, error) {
 			s.free()
 			return nil, fmt.Errorf("%w: tensor %q: ggml's size differs from the file's %d bytes", engine.ErrCorrupt, t.Name, t.Size)
 		}
-		buf := unsafe.Slice((*byte)(C.ggml_get_data(ct)), t.Size)
-		if _, err := fh.ReadAt(buf, t.Offset); err != nil {
+		*w.dst = ct
+		biggest = max(biggest, t.Size)
+	}
+	if s.wbuf = C.ggml_backend_alloc_ctx_tensors(s.weights, s.backend); s.wbuf == nil {
+		s.free()
+		return nil, fmt.Errorf("%w: cannot allocate %d bytes of weights on %s", ErrGGML, total, s.Device())
+	}
+	buf := make([]byte, biggest)
+	for i, w := range ws {
+		t := infos[i]
+		b := buf[:t.Size]
+		if _, err := fh.ReadAt(b, t.Offset); err != nil {
 			s.free()
 			return nil, fmt.Errorf("%w: tensor %q: %v", engine.ErrCorrupt, t.Name, err)
 		}
-		*w.dst = ct
+		C.ggml_backend_tensor_set(*w.dst, unsafe.Pointer(&b[0]), 0, C.size_t(t.Size))
 		s.info.WeightBytes += t.Size
 	}
 	if s.info.Last() && s.head == nil {
@@ -265,10 +327,60 @@ func load(fh *os.File, size int64, o options) (*Stage, error) {
 	return s, nil
 }
 
+// initBackend starts the chosen device's backend and its graph allocator.
+func (s *Stage) initBackend(o options) error {
+	if o.libDir != "" {
+		dir := C.CString(o.libDir)
+		C.ggml_backend_load_all_from_path(dir)
+		C.free(unsafe.Pointer(dir))
+	}
+	switch o.device {
+	case Auto:
+		if s.backend = C.ggml_backend_init_by_type(C.DEV_GPU, nil); s.backend == nil {
+			s.backend = C.ggml_backend_init_by_type(C.DEV_CPU, nil)
+		}
+	case CPU:
+		s.backend = C.ggml_backend_init_by_type(C.DEV_CPU, nil)
+	case GPU:
+		s.backend = C.ggml_backend_init_by_type(C.DEV_GPU, nil)
+	}
+	if s.backend == nil {
+		return fmt.Errorf("%w: no ggml device of the kind asked for (%d)", ErrGGML, o.device)
+	}
+	if C.ggml_backend_is_cpu(s.backend) {
+		C.ggml_backend_cpu_set_n_threads(s.backend, C.int(o.threads))
+	}
+	if s.galloc = C.ggml_gallocr_new(C.ggml_backend_get_default_buffer_type(s.backend)); s.galloc == nil {
+		s.free()
+		return fmt.Errorf("%w: cannot make a graph allocator", ErrGGML)
+	}
+	return nil
+}
+
+// Device names the ggml backend the stage computes on ("CPU", "CUDA0"...).
+func (s *Stage) Device() string {
+	if s.backend == nil {
+		return "none"
+	}
+	return C.GoString(C.ggml_backend_name(s.backend))
+}
+
 func (s *Stage) free() {
+	if s.wbuf != nil {
+		C.ggml_backend_buffer_free(s.wbuf)
+		s.wbuf = nil
+	}
 	if s.weights != nil {
 		C.ggml_free(s.weights)
 		s.weights = nil
+	}
+	if s.galloc != nil {
+		C.ggml_gallocr_free(s.galloc)
+		s.galloc = nil
+	}
+	if s.backend != nil {
+		C.ggml_backend_free(s.backend)
+		s.backend = nil
 	}
 }
 
@@ -292,6 +404,7 @@ func (s *Stage) Close() error {
 type session struct {
 	stage  *Stage
 	ctx    *C.struct_ggml_context
+	buf    C.ggml_backend_buffer_t
 	k, v   []tensor
 	n, cap int
 }
@@ -310,11 +423,19 @@ func (p *session) Truncate(n int) error {
 func (p *session) Close() error {
 	p.stage.mu.Lock()
 	defer p.stage.mu.Unlock()
+	p.free()
+	return nil
+}
+
+func (p *session) free() {
+	if p.buf != nil {
+		C.ggml_backend_buffer_free(p.buf)
+		p.buf = nil
+	}
 	if p.ctx != nil {
 		C.ggml_free(p.ctx)
 		p.ctx = nil
 	}
-	return nil
 }
 
 // NewSession reserves a KV cache of maxTokens positions.
@@ -324,20 +445,24 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 	}
 	hd, nkv := s.hp.HeadDim, s.hp.KVHeads
 	n := len(s.layers)
-	size := uintptr(2*n)*(uintptr(hd*nkv*maxTokens)*4+uintptr(C.ggml_tensor_overhead())+64) + 1<<16
+	size := uintptr(2*n)*(uintptr(C.ggml_tensor_overhead())+64) + 1<<16
 	p := &session{stage: s, cap: maxTokens}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, engine.ErrClosed
 	}
-	p.ctx = C.new_ctx(C.size_t(size), false)
-	if p.ctx == nil {
-		return nil, fmt.Errorf("%w: cannot allocate a %d-byte KV cache", ErrGGML, size)
+	if p.ctx = C.new_ctx(C.size_t(size), true); p.ctx == nil {
+		return nil, fmt.Errorf("%w: cannot allocate a context", ErrGGML)
 	}
 	for range s.layers {
 		p.k = append(p.k, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(hd), C.int64_t(maxTokens), C.int64_t(nkv)))
 		p.v = append(p.v, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(maxTokens), C.int64_t(hd), C.int64_t(nkv)))
+	}
+	if p.buf = C.ggml_backend_alloc_ctx_tensors(p.ctx, s.backend); p.buf == nil {
+		p.free()
+		return nil, fmt.Errorf("%w: cannot allocate a KV cache of %d bytes on %s", ErrGGML,
+			int64(maxTokens)*s.info.KVBytesPerToken, s.Device())
 	}
 	return p, nil
 }
@@ -397,44 +522,33 @@ func (s *Stage) Forward(ctx context.Context, step engine.Step) (engine.Output, e
 	return out, nil
 }
 
-// computeBytes bounds the memory one step's graph takes: every
-// intermediate tensor of every layer (ggml keeps them all in the context),
-// the graph itself, and the work buffer of the matrix products.
-func (s *Stage) computeBytes(n, total, nodes int) uintptr {
-	h := s.hp
-	perLayer := n*(24*h.Dim+8*h.KVDim()+6*h.FFN) + 4*h.Heads*n*total + 6*h.KVDim()*total
-	floats := len(s.layers)*perLayer + 4*h.Dim*n + 2*h.Vocab
-	work := 4 * n * max(h.Dim, h.FFN) * (s.threads + 2)
-	return uintptr(floats)*4 + uintptr(work) + uintptr(nodes)*(uintptr(C.ggml_tensor_overhead())+64) +
-		uintptr(C.ggml_graph_overhead_custom(C.size_t(nodes), false)) + 4<<20
-}
-
 func (s *Stage) compute(p *session, step engine.Step, n int) (engine.Output, error) {
 	h := s.hp
 	pos, total := p.n, p.n+n
 	hd, nkv, nh := h.HeadDim, h.KVHeads, h.Heads
 	nodes := 64*len(s.layers) + 64
-	c := C.new_ctx(C.size_t(s.computeBytes(n, total, nodes)), false)
+	// The context holds the graph's metadata only; the allocator places
+	// its tensors in the backend's memory.
+	size := uintptr(nodes)*(uintptr(C.ggml_tensor_overhead())+64) + uintptr(C.ggml_graph_overhead_custom(C.size_t(nodes), false))
+	c := C.new_ctx(C.size_t(size), true)
 	if c == nil {
 		return engine.Output{}, fmt.Errorf("%w: cannot allocate a step's graph", ErrGGML)
 	}
 	defer C.ggml_free(c)
 	gf := C.ggml_new_graph_custom(c, C.size_t(nodes), false)
 
-	var x tensor
+	var x, input tensor
 	if step.Tokens != nil {
-		tok := C.ggml_new_tensor_1d(c, C.T_I32, C.int64_t(n))
-		copy(unsafe.Slice((*int32)(C.ggml_get_data(tok)), n), step.Tokens)
-		x = C.ggml_get_rows(c, s.embd, tok)
+		input = C.ggml_new_tensor_1d(c, C.T_I32, C.int64_t(n))
+		C.ggml_set_input(input)
+		x = C.ggml_get_rows(c, s.embd, input)
 	} else {
-		x = C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(h.Dim), C.int64_t(n))
-		copy(unsafe.Slice((*float32)(C.ggml_get_data(x)), n*h.Dim), step.Hidden)
+		input = C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(h.Dim), C.int64_t(n))
+		C.ggml_set_input(input)
+		x = input
 	}
 	positions := C.ggml_new_tensor_1d(c, C.T_I32, C.int64_t(n))
-	ps := unsafe.Slice((*int32)(C.ggml_get_data(positions)), n)
-	for i := range ps {
-		ps[i] = int32(pos + i)
-	}
+	C.ggml_set_input(positions)
 	mode := C.int(0)
 	if h.NeoxRope {
 		mode = 2
@@ -489,12 +603,31 @@ func (s *Stage) compute(p *session, step engine.Step, n int) (engine.Output, err
 		x = C.ggml_mul(c, C.ggml_rms_norm(c, x, eps), s.onorm)
 		x = C.ggml_mul_mat(c, s.head, x) // [vocab, 1]
 	}
+	C.ggml_set_output(x)
 	C.ggml_build_forward_expand(gf, x)
-	if rc := C.ggml_graph_compute_with_ctx(c, gf, C.int(s.threads)); rc != 0 {
-		return engine.Output{}, fmt.Errorf("%w: graph compute returned %d", ErrGGML, int(rc))
+	if !C.ggml_gallocr_alloc_graph(s.galloc, gf) {
+		return engine.Output{}, fmt.Errorf("%w: cannot allocate a step's graph on %s", ErrGGML, s.Device())
 	}
+	if step.Tokens != nil {
+		C.ggml_backend_tensor_set(input, unsafe.Pointer(&step.Tokens[0]), 0, C.size_t(4*n))
+	} else {
+		C.ggml_backend_tensor_set(input, unsafe.Pointer(&step.Hidden[0]), 0, C.size_t(4*n*h.Dim))
+	}
+	ps := make([]int32, n)
+	for i := range ps {
+		ps[i] = int32(pos + i)
+	}
+	C.ggml_backend_tensor_set(positions, unsafe.Pointer(&ps[0]), 0, C.size_t(4*n))
+	if rc := C.ggml_backend_graph_compute(s.backend, gf); rc != 0 {
+		return engine.Output{}, fmt.Errorf("%w: graph compute returned status %d", ErrGGML, int(rc))
+	}
+	out := make([]float32, n*h.Dim)
 	if last {
-		return engine.Output{Logits: append([]float32(nil), unsafe.Slice((*float32)(C.ggml_get_data(x)), h.Vocab)...)}, nil
+		out = make([]float32, h.Vocab)
 	}
-	return engine.Output{Hidden: append([]float32(nil), unsafe.Slice((*float32)(C.ggml_get_data(x)), n*h.Dim)...)}, nil
+	C.ggml_backend_tensor_get(x, unsafe.Pointer(&out[0]), 0, C.size_t(4*len(out)))
+	if last {
+		return engine.Output{Logits: out}, nil
+	}
+	return engine.Output{Hidden: out}, nil
 }

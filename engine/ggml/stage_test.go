@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stratanet/strata/engine"
@@ -194,5 +195,29 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := Open(path, WithRange(1, 5)); !errors.Is(err, engine.ErrRange) {
 		t.Errorf("range beyond the model: %v, want ErrRange", err)
+	}
+}
+
+// TestReadsOnlyItsTensors: a middle stage holds exactly the bytes of its
+// own layer's tensors, on the device asked for.
+func TestReadsOnlyItsTensors(t *testing.T) {
+	path := gen(t, "llama-gqa", shapes["llama-gqa"], engine.Q8_0)
+	s := open(t, path, WithRange(1, 2), WithDevice(CPU))
+	f, fh, err := engine.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	want := int64(0)
+	for _, ti := range f.Tensors {
+		if strings.HasPrefix(ti.Name, "blk.1.") {
+			want += ti.Size
+		}
+	}
+	if got := s.Info().WeightBytes; got != want || want == 0 {
+		t.Errorf("stage [1, 2) holds %d bytes of weights, its tensors take %d", got, want)
+	}
+	if d := s.Device(); d != "CPU" {
+		t.Errorf("device %q, want CPU", d)
 	}
 }
