@@ -112,9 +112,8 @@ bench-ggml:
 # ggml's GPU backends are shared libraries that ggml loads at run time,
 # built with CMake from the sources inside the pinned ollama module, for
 # one architecture by default (a full CUDA build takes about an hour on 2
-# cores). Untested here: this machine has neither nvcc nor cmake. The
-# engine/ggml stage computes on ggml's CPU device only so far; these
-# libraries are the build half of the GPU path.
+# cores); engine/ggml loads them with WithLibDir. Untested here: this
+# machine has neither nvcc nor cmake, nor a GPU.
 CUDA_ARCH ?= native
 GPU_BUILD := $(CURDIR)/$(BIN)/ggml-gpu
 ollama-src = $$(cd engine/ggml && $(GO) mod download -json github.com/ollama/ollama | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
