@@ -3,12 +3,102 @@ package ggml
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stratanet/strata/engine"
 )
+
+var (
+	benchOnce  sync.Once
+	benchFiles map[engine.DType]string
+	benchErr   error
+	benchDir   string
+)
+
+// benchFile generates benchShape in type dt once per run.
+func benchFile(b *testing.B, dt engine.DType) string {
+	b.Helper()
+	benchOnce.Do(func() {
+		benchFiles = map[engine.DType]string{}
+		for _, t := range []engine.DType{engine.F32, engine.F16, engine.Q8_0} {
+			c := benchShape
+			c.DType = t
+			benchFiles[t] = filepath.Join(benchDir, t.String()+".gguf")
+			if benchErr = engine.GenerateFile(benchFiles[t], c); benchErr != nil {
+				return
+			}
+		}
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return benchFiles[dt]
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ggml-bench")
+	if err != nil {
+		panic(err)
+	}
+	benchDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// BenchmarkPrefill: prefill tokens/s of a 512-token prompt, both engines
+// in the same run, alternated, and the ratio go/ggml.
+//
+//	cd engine/ggml && go test -run '^$' -bench Prefill -benchtime 2x
+func BenchmarkPrefill(b *testing.B) {
+	const n = 512
+	prompt := make([]int32, n)
+	for i := range prompt {
+		prompt[i] = int32(i * 37 % benchShape.Vocab)
+	}
+	for _, dt := range []engine.DType{engine.F16, engine.Q8_0} {
+		path := benchFile(b, dt)
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", dt, threads), func(b *testing.B) {
+				gs, err := Open(path, WithThreads(threads))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer gs.Close()
+				ls, err := engine.Open(path, engine.WithThreads(threads))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ls.Close()
+				var elapsed [2]time.Duration
+				b.ResetTimer()
+				for range b.N {
+					for i, s := range []engine.Stage{gs, ls} {
+						se, err := s.NewSession(n)
+						if err != nil {
+							b.Fatal(err)
+						}
+						start := time.Now()
+						if _, err := s.Forward(context.Background(), engine.Step{Session: se, Tokens: prompt}); err != nil {
+							b.Fatal(err)
+						}
+						elapsed[i] += time.Since(start)
+						se.Close()
+					}
+				}
+				g := float64(n*b.N) / elapsed[0].Seconds()
+				l := float64(n*b.N) / elapsed[1].Seconds()
+				b.ReportMetric(g, "ggml-tok/s")
+				b.ReportMetric(l, "go-tok/s")
+				b.ReportMetric(l/g, "go/ggml")
+			})
+		}
+	}
+}
 
 // benchShape is a small llama: big enough that the matrix products
 // dominate, small enough to generate and load in a second.
@@ -60,12 +150,7 @@ func (d *decoder) rate() float64 { return float64(d.pos-16) / d.elapsed.Seconds(
 //		go test -run '^$' -bench Decode -benchtime 32x
 func BenchmarkDecode(b *testing.B) {
 	for _, dt := range []engine.DType{engine.F32, engine.F16, engine.Q8_0} {
-		c := benchShape
-		c.DType = dt
-		path := filepath.Join(b.TempDir(), dt.String()+".gguf")
-		if err := engine.GenerateFile(path, c); err != nil {
-			b.Fatal(err)
-		}
+		path := benchFile(b, dt)
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/threads=%d", dt, threads), func(b *testing.B) {
 				gs, err := Open(path, WithThreads(threads))

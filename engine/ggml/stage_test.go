@@ -254,3 +254,22 @@ func TestSessionsInterleave(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitMatchesWhole: on one device and thread count, a pipeline of
+// ggml stages gives the same bits as one ggml stage (each layer's graph is
+// the same; hidden states cross in F32).
+func TestSplitMatchesWhole(t *testing.T) {
+	c := shapes["llama-gqa"]
+	for _, dt := range []engine.DType{engine.F16, engine.Q8_0} {
+		path := gen(t, "llama-gqa", c, dt)
+		decode := []int32{8, 9}
+		whole := run(t, []engine.Stage{open(t, path, WithThreads(2))}, decode)
+		split := run(t, []engine.Stage{open(t, path, WithRange(0, 1), WithThreads(2)),
+			open(t, path, WithRange(1, c.Layers), WithThreads(2))}, decode)
+		for i := range whole {
+			if d := relDist(whole[i], split[i]); d != 0 {
+				t.Errorf("%s step %d: split differs from whole by %.3g relative", dt, i, d)
+			}
+		}
+	}
+}
