@@ -99,15 +99,18 @@ test-ggml:
 build-ggml:
 	cd engine/ggml && $(GO) build ./... && $(GO) vet ./...
 	@test ! -x $(TOOLS)/staticcheck || (cd engine/ggml && $(TOOLS)/staticcheck ./...)
-# Decode tok/s of the ggml backend and of the pure-Go engine on the same
-# files, at 1 and 2 threads, with the ratio go/ggml. ollama's cgo build of
-# ggml targets baseline x86-64 (SSE2); here it is built for this CPU.
-GGML_BENCHTIME ?= 32x
-GGML_CFLAGS    ?= -O3 -march=native
+# Decode and 512-token prefill tok/s of the ggml backend and of the
+# pure-Go engine on the same files, at 1 and 2 threads, with the ratio
+# go/ggml. ollama's cgo build of ggml targets baseline x86-64 (SSE2); here
+# it is built for this CPU.
+GGML_DECODE_STEPS  ?= 32x
+GGML_PREFILL_RUNS  ?= 2x
+GGML_CFLAGS        ?= -O3 -march=native
 bench-ggml:
 	@mkdir -p $(BIN)
-	cd engine/ggml && CGO_CFLAGS="$(GGML_CFLAGS)" CGO_CXXFLAGS="$(GGML_CFLAGS)" \
-		$(GO) test -run '^$$' -bench . -benchtime $(GGML_BENCHTIME) ./... | tee $(CURDIR)/$(BIN)/bench-ggml.txt
+	cd engine/ggml && export CGO_CFLAGS="$(GGML_CFLAGS)" CGO_CXXFLAGS="$(GGML_CFLAGS)" && \
+		{ $(GO) test -run '^$$' -bench Decode -benchtime $(GGML_DECODE_STEPS) ./... && \
+		  $(GO) test -run '^$$' -bench Prefill -benchtime $(GGML_PREFILL_RUNS) ./...; } | tee $(CURDIR)/$(BIN)/bench-ggml.txt
 
 # ggml's GPU backends are shared libraries that ggml loads at run time,
 # built with CMake from the sources inside the pinned ollama module, for

@@ -24,7 +24,6 @@ extern struct ggml_tensor * ggml_new_tensor(struct ggml_context * ctx, int type,
 extern struct ggml_tensor * ggml_new_tensor_1d(struct ggml_context * ctx, int type, int64_t ne0);
 extern struct ggml_tensor * ggml_new_tensor_2d(struct ggml_context * ctx, int type, int64_t ne0, int64_t ne1);
 extern struct ggml_tensor * ggml_new_tensor_3d(struct ggml_context * ctx, int type, int64_t ne0, int64_t ne1, int64_t ne2);
-extern void * ggml_get_data(const struct ggml_tensor * tensor);
 extern struct ggml_tensor * ggml_get_rows(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 extern struct ggml_tensor * ggml_rms_norm(struct ggml_context * ctx, struct ggml_tensor * a, float eps);
 extern struct ggml_tensor * ggml_mul(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
@@ -96,7 +95,7 @@ import (
 
 // ErrGGML reports a failure inside ggml (a context it could not allocate,
 // a graph it did not compute).
-var ErrGGML = errors.New("ggml backend")
+var ErrGGML = errors.New("engine/ggml: ggml failed")
 
 type tensor = *C.struct_ggml_tensor
 
@@ -120,6 +119,18 @@ const (
 	CPU
 	GPU
 )
+
+func (d Device) String() string {
+	switch d {
+	case Auto:
+		return "auto"
+	case CPU:
+		return "CPU"
+	case GPU:
+		return "GPU"
+	}
+	return fmt.Sprintf("Device(%d)", int(d))
+}
 
 // WithDevice chooses the device (default Auto).
 func WithDevice(d Device) Option { return func(o *options) { o.device = d } }
@@ -146,7 +157,7 @@ type layer struct {
 	index             int
 }
 
-// Stage is an engine.Stage computed by ggml on the CPU.
+// Stage is an engine.Stage computed by ggml on one of its devices.
 type Stage struct {
 	mu      sync.Mutex
 	info    engine.Info
@@ -209,9 +220,6 @@ func load(fh *os.File, size int64, o options) (*Stage, error) {
 		return nil, err
 	}
 	s := &Stage{hp: hp}
-	if err := s.initBackend(o); err != nil {
-		return nil, err
-	}
 	s.info = engine.Info{Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
 		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
@@ -284,6 +292,9 @@ func load(fh *os.File, size int64, o options) (*Stage, error) {
 		infos = append(infos, t)
 		total += t.Size
 	}
+	if err := s.initBackend(o); err != nil {
+		return nil, err
+	}
 	// The context holds the tensors' metadata; their data goes to one
 	// buffer of the backend's device.
 	s.weights = C.new_ctx(C.size_t(uintptr(len(ws))*(uintptr(C.ggml_tensor_overhead())+64)+1<<16), true)
@@ -345,7 +356,7 @@ func (s *Stage) initBackend(o options) error {
 		s.backend = C.ggml_backend_init_by_type(C.DEV_GPU, nil)
 	}
 	if s.backend == nil {
-		return fmt.Errorf("%w: no ggml device of the kind asked for (%d)", ErrGGML, o.device)
+		return fmt.Errorf("%w: no %s device", ErrGGML, o.device)
 	}
 	if C.ggml_backend_is_cpu(s.backend) {
 		C.ggml_backend_cpu_set_n_threads(s.backend, C.int(o.threads))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -195,6 +196,13 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := Open(path, WithRange(1, 5)); !errors.Is(err, engine.ErrRange) {
 		t.Errorf("range beyond the model: %v, want ErrRange", err)
+	}
+	// This build registers no GPU device (Metal is built in on Apple
+	// silicon only), so asking for one is a clear error, not a crash.
+	if runtime.GOOS != "darwin" {
+		if _, err := Open(path, WithDevice(GPU)); !errors.Is(err, ErrGGML) {
+			t.Errorf("a GPU stage with no GPU device: %v, want ErrGGML", err)
+		}
 	}
 }
 
