@@ -22,9 +22,10 @@ var shapes = map[string]engine.GenConfig{
 // limits are the relative distances (max |Δ| over max |logit|) allowed
 // from engine.Local: ggml's F32 rounding; on F16 ggml also rounds the
 // activations to F16 (measured ≈ 5e-4); on Q8_0 both engines quantize the
-// activations to Q8_0 the same way (measured ≈ 3e-7), so the limit is far
-// below the ~1% that ggml's quantized kernels keep from F32.
-var limits = map[engine.DType]float64{engine.F32: 1e-4, engine.F16: 1e-3, engine.Q8_0: 1e-3}
+// activations to Q8_0, often to the same bits (≈ 3e-7 on these files) but
+// not always: on a 1024-wide file ggml-check measured 1.1-1.5% on some
+// prompts, the ~1% that ggml's quantized kernels keep from F32.
+var limits = map[engine.DType]float64{engine.F32: 1e-4, engine.F16: 1e-3, engine.Q8_0: 3e-2}
 
 var prompt = []int32{1, 40, 300, 7, 99, 260, 5, 120, 33, 444, 17, 2}
 
