@@ -478,7 +478,9 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 	return p, nil
 }
 
-// ForwardBatch runs the steps one after the other.
+// ForwardBatch runs the steps one after the other (ggml gains nothing
+// from stacking distinct sessions' rows here). A failing step stops the
+// batch; the steps before it have advanced their sessions.
 func (s *Stage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine.Output, error) {
 	outs := make([]engine.Output, len(steps))
 	for i, st := range steps {
