@@ -6,7 +6,8 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak
+.PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak \
+	test-ggml build-ggml bench-ggml build-cuda build-vulkan
 
 all: build
 
@@ -54,6 +55,7 @@ OPENAI_CLIENT := node/api/testdata/openai-client
 test: npm-deps debs
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
 	cd engine/internal/refcheck && $(GO) test -timeout $(TEST_TIMEOUT) ./...
+	cd engine/ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
 # Debian packages the tests use: chromium (the dashboard's browser test,
 # driven by chromedp) and iptables (the namespace network's NAT, partitions
@@ -89,6 +91,44 @@ bench:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... ./swarm/... ./engine/... ./consensus/... ./node/... | tee $(BIN)/bench.txt
 	cd engine/internal/refcheck && STRATA_BENCH_DIR=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench DecodeVsGGML -benchtime 5x . | tee -a $(CURDIR)/$(BIN)/bench.txt
+
+# The ggml engine backend (issue 18): a nested module built with cgo, so
+# that the default build stays pure Go. Its first build compiles ggml's CPU
+# backend (as the refcheck module does; the build cache shares it).
+test-ggml:
+	cd engine/ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
+build-ggml:
+	cd engine/ggml && $(GO) build ./... && $(GO) vet ./...
+	@test ! -x $(TOOLS)/staticcheck || (cd engine/ggml && $(TOOLS)/staticcheck ./...)
+# Decode and 512-token prefill tok/s of the ggml backend and of the
+# pure-Go engine on the same files, at 1 and 2 threads, with the ratio
+# go/ggml. ollama's cgo build of ggml targets baseline x86-64 (SSE2); here
+# it is built for this CPU.
+GGML_DECODE_STEPS  ?= 32x
+GGML_PREFILL_RUNS  ?= 2x
+GGML_CFLAGS        ?= -O3 -march=native
+bench-ggml:
+	@mkdir -p $(BIN)
+	cd engine/ggml && export CGO_CFLAGS="$(GGML_CFLAGS)" CGO_CXXFLAGS="$(GGML_CFLAGS)" && \
+		{ $(GO) test -run '^$$' -bench Decode -benchtime $(GGML_DECODE_STEPS) ./... && \
+		  $(GO) test -run '^$$' -bench Prefill -benchtime $(GGML_PREFILL_RUNS) ./...; } | tee $(CURDIR)/$(BIN)/bench-ggml.txt
+
+# ggml's GPU backends are shared libraries that ggml loads at run time,
+# built with CMake from the sources inside the pinned ollama module, for
+# one architecture by default (a full CUDA build takes about an hour on 2
+# cores); engine/ggml loads them with WithLibDir. Untested here: this
+# machine has neither nvcc nor cmake, nor a GPU.
+CUDA_ARCH ?= native
+GPU_BUILD := $(CURDIR)/$(BIN)/ggml-gpu
+ollama-src = $$(cd engine/ggml && $(GO) mod download -json github.com/ollama/ollama | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+build-cuda:
+	@command -v cmake >/dev/null && command -v nvcc >/dev/null || { echo "build-cuda needs cmake and nvcc (the CUDA toolkit)"; exit 1; }
+	cmake -S $(ollama-src) -B $(GPU_BUILD)/cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCH)
+	cmake --build $(GPU_BUILD)/cuda --target ggml-cuda -j $$(nproc)
+build-vulkan:
+	@command -v cmake >/dev/null && command -v glslc >/dev/null || { echo "build-vulkan needs cmake and glslc (the Vulkan SDK)"; exit 1; }
+	cmake -S $(ollama-src) -B $(GPU_BUILD)/vulkan -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(GPU_BUILD)/vulkan --target ggml-vulkan -j $$(nproc)
 
 # Short fuzzing of every decoder and planner input; FUZZTIME per target.
 FUZZTIME ?= 20s

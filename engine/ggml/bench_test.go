@@ -1,0 +1,182 @@
+package ggml
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stratanet/strata/engine"
+)
+
+var (
+	benchOnce  sync.Once
+	benchFiles map[engine.DType]string
+	benchErr   error
+	benchDir   string
+)
+
+// benchFile generates benchShape in type dt once per run.
+func benchFile(b *testing.B, dt engine.DType) string {
+	b.Helper()
+	benchOnce.Do(func() {
+		benchFiles = map[engine.DType]string{}
+		for _, t := range []engine.DType{engine.F32, engine.F16, engine.Q8_0} {
+			c := benchShape
+			c.DType = t
+			benchFiles[t] = filepath.Join(benchDir, t.String()+".gguf")
+			if benchErr = engine.GenerateFile(benchFiles[t], c); benchErr != nil {
+				return
+			}
+		}
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return benchFiles[dt]
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ggml-bench")
+	if err != nil {
+		panic(err)
+	}
+	benchDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// BenchmarkPrefill: prefill tokens/s of a 512-token prompt, both engines
+// in the same run, alternated, and the ratio go/ggml.
+//
+//	cd engine/ggml && go test -run '^$' -bench Prefill -benchtime 2x
+func BenchmarkPrefill(b *testing.B) {
+	const n = 512
+	prompt := make([]int32, n)
+	for i := range prompt {
+		prompt[i] = int32(i * 37 % benchShape.Vocab)
+	}
+	for _, dt := range []engine.DType{engine.F16, engine.Q8_0} {
+		path := benchFile(b, dt)
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", dt, threads), func(b *testing.B) {
+				gs, err := Open(path, WithThreads(threads))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer gs.Close()
+				ls, err := engine.Open(path, engine.WithThreads(threads))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ls.Close()
+				var elapsed [2]time.Duration
+				b.ResetTimer()
+				for range b.N {
+					for i, s := range []engine.Stage{gs, ls} {
+						se, err := s.NewSession(n)
+						if err != nil {
+							b.Fatal(err)
+						}
+						start := time.Now()
+						if _, err := s.Forward(context.Background(), engine.Step{Session: se, Tokens: prompt}); err != nil {
+							b.Fatal(err)
+						}
+						elapsed[i] += time.Since(start)
+						se.Close()
+					}
+				}
+				g := float64(n*b.N) / elapsed[0].Seconds()
+				l := float64(n*b.N) / elapsed[1].Seconds()
+				b.ReportMetric(g, "ggml-tok/s")
+				b.ReportMetric(l, "go-tok/s")
+				b.ReportMetric(l/g, "go/ggml")
+			})
+		}
+	}
+}
+
+// benchShape is a small llama: big enough that the matrix products
+// dominate, small enough to generate and load in a second.
+var benchShape = engine.GenConfig{Arch: "llama", Layers: 4, Dim: 1024, Heads: 16, KVHeads: 4, FFN: 2816, Vocab: 8192,
+	Seed: 21, RopeBase: 10000, NormEps: 1e-5}
+
+// decoder decodes one token at a time after a 16-token prompt.
+type decoder struct {
+	s       engine.Stage
+	se      engine.Session
+	pos     int
+	elapsed time.Duration
+}
+
+func newDecoder(b *testing.B, s engine.Stage, steps int) *decoder {
+	b.Helper()
+	se, err := s.NewSession(16 + steps)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prompt := make([]int32, 16)
+	for i := range prompt {
+		prompt[i] = int32(i * 37 % benchShape.Vocab)
+	}
+	if _, err := s.Forward(context.Background(), engine.Step{Session: se, Tokens: prompt}); err != nil {
+		b.Fatal(err)
+	}
+	return &decoder{s: s, se: se, pos: 16}
+}
+
+func (d *decoder) step(b *testing.B) {
+	start := time.Now()
+	if _, err := d.s.Forward(context.Background(), engine.Step{Session: d.se, Pos: d.pos, Tokens: []int32{int32(d.pos)}}); err != nil {
+		b.Fatal(err)
+	}
+	d.elapsed += time.Since(start)
+	d.pos++
+}
+
+func (d *decoder) rate() float64 { return float64(d.pos-16) / d.elapsed.Seconds() }
+
+// BenchmarkDecode: decode tokens/s of engine.Local and of this backend on
+// the same file, each measured in the same run, and their ratio
+// (go/ggml > 1 means the pure-Go engine is faster). ollama's cgo build of
+// ggml targets baseline x86-64; for a fair comparison build it for this
+// CPU, as make bench-ggml does:
+//
+//	cd engine/ggml && CGO_CFLAGS="-O3 -march=native" CGO_CXXFLAGS="-O3 -march=native" \
+//		go test -run '^$' -bench Decode -benchtime 32x
+func BenchmarkDecode(b *testing.B) {
+	for _, dt := range []engine.DType{engine.F32, engine.F16, engine.Q8_0} {
+		path := benchFile(b, dt)
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", dt, threads), func(b *testing.B) {
+				gs, err := Open(path, WithThreads(threads))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer gs.Close()
+				ls, err := engine.Open(path, engine.WithThreads(threads))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ls.Close()
+				g, l := newDecoder(b, gs, b.N), newDecoder(b, ls, b.N)
+				defer g.se.Close()
+				defer l.se.Close()
+				// Alternate the engines step by step, so that both see the
+				// same load from the rest of the machine.
+				b.ResetTimer()
+				for range b.N {
+					g.step(b)
+					l.step(b)
+				}
+				b.ReportMetric(g.rate(), "ggml-tok/s")
+				b.ReportMetric(l.rate(), "go-tok/s")
+				b.ReportMetric(l.rate()/g.rate(), "go/ggml")
+			})
+		}
+	}
+}
