@@ -18,10 +18,12 @@ type fakeWire struct {
 	block map[peer.ID]chan struct{}
 	fail  map[peer.ID]error
 	sent  chan peer.ID
+	// held receives a blocked peer's ID when its sender starts waiting.
+	held chan peer.ID
 }
 
 func newFakeWire() *fakeWire {
-	return &fakeWire{got: map[peer.ID][]Message{}, block: map[peer.ID]chan struct{}{}, fail: map[peer.ID]error{}, sent: make(chan peer.ID, 4096)}
+	return &fakeWire{got: map[peer.ID][]Message{}, block: map[peer.ID]chan struct{}{}, fail: map[peer.ID]error{}, sent: make(chan peer.ID, 4096), held: make(chan peer.ID, 4096)}
 }
 
 func (w *fakeWire) send(ctx context.Context, to peer.ID, m Message) error {
@@ -29,6 +31,7 @@ func (w *fakeWire) send(ctx context.Context, to peer.ID, m Message) error {
 	gate, err := w.block[to], w.fail[to]
 	w.mu.Unlock()
 	if gate != nil {
+		w.held <- to
 		select {
 		case <-gate:
 		case <-ctx.Done():
@@ -120,15 +123,14 @@ func TestOutboxBoundsQueue(t *testing.T) {
 	o := newTestOutbox(t, w)
 	o.max = 4
 	var failed []error
-	for range 5 { // the sender holds one; four wait
-		o.post("stuck", &Close{}, func(err error) { failed = append(failed, err) })
+	post := func() { o.post("stuck", &Close{}, func(err error) { failed = append(failed, err) }) }
+	post()
+	<-w.held // the sender holds the first; four more fit, the fifth fails
+	for range 5 {
+		post()
 	}
-	// The sender may not have taken the first yet: up to one more fails.
-	for len(failed) == 0 {
-		o.post("stuck", &Close{}, func(err error) { failed = append(failed, err) })
-	}
-	if !errors.Is(failed[0], errQueueFull) {
-		t.Fatalf("overflow: %v", failed[0])
+	if len(failed) != 1 || !errors.Is(failed[0], errQueueFull) {
+		t.Fatalf("overflow: %v", failed)
 	}
 	o.forward("stuck", &Step{Session: SessionID{3}, Entry: "entry"})
 	w.wait(t, 1)
