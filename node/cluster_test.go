@@ -23,7 +23,7 @@ import (
 // Test timings: short, with margin for two shared cores.
 const (
 	testHeartbeat = 100 * time.Millisecond
-	testRaft      = 150 * time.Millisecond
+	testRaft      = 300 * time.Millisecond
 	testTick      = 25 * time.Millisecond
 )
 
