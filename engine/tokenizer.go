@@ -3,11 +3,13 @@ package engine
 import (
 	"container/heap"
 	"fmt"
-
+	"log/slog"
 	"sort"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Tokenizer turns text into token IDs and back, from GGUF tokenizer
@@ -27,6 +29,12 @@ type Tokenizer struct {
 	unk         int32
 	addBOS      bool
 	spacePrefix bool
+	// Byte-level BPE only: the pre-tokenizer, NFC normalization first
+	// (Qwen2's tokenizer.json asks for it), and whether a piece that is a
+	// whole token skips the merges (Llama 3's ignore_merges).
+	split        func(string) []string
+	nfc          bool
+	ignoreMerges bool
 }
 
 // LoadTokenizer reads only the metadata of the GGUF file at path.
@@ -91,6 +99,9 @@ func NewTokenizer(f *File) (*Tokenizer, error) {
 	if b, present := f.Get("tokenizer.ggml.add_space_prefix"); present {
 		spacePrefix, _ = b.(bool)
 	}
+	if p, present := f.Get("tokenizer.ggml.pre"); present {
+		v.pre, _ = p.(string)
+	}
 	return newTokenizer(v, spacePrefix)
 }
 
@@ -128,6 +139,16 @@ func newTokenizer(v *vocab, spacePrefix bool) (*Tokenizer, error) {
 		default:
 			t.setID(s, int32(i))
 		}
+	}
+	if t.model == "gpt2" {
+		t.split = preSplitters[v.pre]
+		if t.split == nil {
+			// As llama.cpp: an unknown pre-tokenizer falls back to GPT-2's.
+			slog.Warn("tokenizer: unknown pre-tokenizer, using the GPT-2 default", "tokenizer.ggml.pre", v.pre)
+			t.split = preSplitters["default"]
+		}
+		t.nfc = v.pre == "qwen2"
+		t.ignoreMerges = v.pre == "llama-bpe"
 	}
 	sort.SliceStable(t.specials, func(a, b int) bool { return len(t.tokens[t.specials[a]]) > len(t.tokens[t.specials[b]]) })
 	if t.model == "gpt2" {
@@ -227,8 +248,16 @@ func (t *Tokenizer) nextSpecial(text string) (before string, id int32, after str
 
 func (t *Tokenizer) encodeText(out []int32, text string, start bool) []int32 {
 	if t.model == "gpt2" {
-		for _, piece := range qwen2Split(text) {
-			out = t.bpe(out, bytesToBPE([]byte(piece)))
+		if t.nfc {
+			text = norm.NFC.String(text)
+		}
+		for _, piece := range t.split(text) {
+			mapped := bytesToBPE([]byte(piece))
+			if id, ok := t.ids[mapped]; ok && t.ignoreMerges {
+				out = append(out, id)
+				continue
+			}
+			out = t.bpe(out, mapped)
 		}
 		return out
 	}
@@ -363,86 +392,160 @@ func (h *bigramHeap) Pop() any {
 	return x
 }
 
-// qwen2Split is the qwen2 pre-tokenizer, the regex
-// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
-// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ written out by hand
-// (Go's regexp has no lookahead). Pieces cover text exactly.
-func qwen2Split(text string) []string {
+// preSplitters are the pre-tokenizers of byte-level BPE vocabularies by
+// tokenizer.ggml.pre, as llama.cpp's llama-vocab.cpp names and defines
+// them. Each is its regex written out by hand (Go's regexp has no
+// lookahead); pieces cover the text exactly.
+var preSplitters = map[string]func(string) []string{
+	// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+	//  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+	"llama-bpe": func(s string) []string { return llama3Split(s, 3) },
+	// The same with \p{N} alone: one digit per piece.
+	"qwen2": func(s string) []string { return llama3Split(s, 1) },
+	// GPT-2's 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+	"default": func(s string) []string { return gpt2Split(s, false) },
+	"gpt2":    func(s string) []string { return gpt2Split(s, false) },
+	// SmolLM's: \p{N} first, then GPT-2's, so digits split one by one.
+	"smollm": func(s string) []string { return gpt2Split(s, true) },
+}
+
+// Character classes as the regexes of Hugging Face tokenizers see them.
+func isL(r rune) bool  { return r >= 0 && unicode.IsLetter(r) }
+func isN(r rune) bool  { return r >= 0 && unicode.IsNumber(r) }
+func isS(r rune) bool  { return r >= 0 && unicode.IsSpace(r) }
+func isNL(r rune) bool { return r == '\r' || r == '\n' }
+
+func runeAt(text string, i int) (rune, int) {
+	if i >= len(text) {
+		return -1, 0
+	}
+	return utf8.DecodeRuneInString(text[i:])
+}
+
+// contraction is the end of 's, 't, 're, 've, 'm, 'll or 'd at i (any case
+// when fold), or -1.
+func contraction(text string, i int, fold bool) int {
+	r, n := runeAt(text, i)
+	if r != '\'' {
+		return -1
+	}
+	r1, n1 := runeAt(text, i+n)
+	r2, n2 := runeAt(text, i+n+n1)
+	if fold {
+		r1, r2 = unicode.ToLower(r1), unicode.ToLower(r2)
+	}
+	switch {
+	case (r1 == 'r' && r2 == 'e') || (r1 == 'v' && r2 == 'e') || (r1 == 'l' && r2 == 'l'):
+		return i + n + n1 + n2
+	case r1 == 's' || r1 == 't' || r1 == 'm' || r1 == 'd':
+		return i + n + n1
+	}
+	return -1
+}
+
+// span is the end of the run of runes from i that are in class.
+func span(text string, i int, class func(rune) bool) int {
+	for r, n := runeAt(text, i); class(r); r, n = runeAt(text, i) {
+		i += n
+	}
+	return i
+}
+
+// spaces matches \s+(?!\S)|\s+ at i (a whitespace run): the whole run at
+// the end of text or before more whitespace, else all of it but the last
+// character, which joins the next piece. nl makes it \s*[\r\n]+ first:
+// a run that holds a newline ends after its last one.
+func spaces(text string, i int, nl bool) int {
+	e, lastNL, count := i, -1, 0
+	for r, n := runeAt(text, e); isS(r); r, n = runeAt(text, e) {
+		if isNL(r) {
+			lastNL = e + n
+		}
+		e += n
+		count++
+	}
+	switch {
+	case nl && lastNL > 0:
+		return lastNL
+	case e >= len(text) || count == 1:
+		return e
+	}
+	_, ln := utf8.DecodeLastRuneInString(text[:e])
+	return e - ln
+}
+
+func llama3Split(text string, maxDigits int) []string {
 	var out []string
-	at := func(i int) (rune, int) {
-		if i >= len(text) {
-			return -1, 0
-		}
-		return utf8.DecodeRuneInString(text[i:])
-	}
-	isL := func(r rune) bool { return r >= 0 && unicode.IsLetter(r) }
-	isN := func(r rune) bool { return r >= 0 && unicode.IsNumber(r) }
-	isS := func(r rune) bool { return r >= 0 && unicode.IsSpace(r) }
-	isNL := func(r rune) bool { return r == '\r' || r == '\n' }
-	letters := func(i int) int {
-		for r, n := at(i); isL(r); r, n = at(i) {
-			i += n
-		}
-		return i
-	}
 	for i := 0; i < len(text); {
-		r, n := at(i)
-		end := -1
-		if r == '\'' {
-			r1, n1 := at(i + n)
-			r2, n2 := at(i + n + n1)
-			l1, l2 := unicode.ToLower(r1), unicode.ToLower(r2)
-			switch {
-			case (l1 == 'r' && l2 == 'e') || (l1 == 'v' && l2 == 'e') || (l1 == 'l' && l2 == 'l'):
-				end = i + n + n1 + n2
-			case l1 == 's' || l1 == 't' || l1 == 'm' || l1 == 'd':
-				end = i + n + n1
-			}
-		}
+		r, n := runeAt(text, i)
+		end := contraction(text, i, true)
 		if end < 0 {
 			if isL(r) {
-				end = letters(i)
-			} else if r1, _ := at(i + n); !isNL(r) && !isN(r) && isL(r1) {
-				end = letters(i + n)
+				end = span(text, i, isL)
+			} else if r1, _ := runeAt(text, i+n); !isNL(r) && !isN(r) && isL(r1) {
+				end = span(text, i+n, isL)
 			}
 		}
 		if end < 0 && isN(r) {
-			end = i + n
+			end = i
+			for d := 0; d < maxDigits; d++ {
+				r, n := runeAt(text, end)
+				if !isN(r) {
+					break
+				}
+				end += n
+			}
 		}
 		if end < 0 {
 			j := i
 			if r == ' ' {
 				j += n
 			}
-			k := j
-			for r, n := at(k); r >= 0 && !isS(r) && !isL(r) && !isN(r); r, n = at(k) {
-				k += n
-			}
+			k := span(text, j, func(r rune) bool { return r >= 0 && !isS(r) && !isL(r) && !isN(r) })
 			if k > j {
-				for r, n := at(k); isNL(r); r, n = at(k) {
-					k += n
-				}
-				end = k
+				end = span(text, k, isNL)
 			}
 		}
 		if end < 0 && isS(r) {
-			e, lastNL, count := i, -1, 0
-			for r, n := at(e); isS(r); r, n = at(e) {
-				if isNL(r) {
-					lastNL = e + n
-				}
-				e += n
-				count++
+			end = spaces(text, i, true)
+		}
+		if end <= i {
+			end = i + n
+		}
+		out = append(out, text[i:end])
+		i = end
+	}
+	return out
+}
+
+func gpt2Split(text string, digitsFirst bool) []string {
+	var out []string
+	for i := 0; i < len(text); {
+		r, n := runeAt(text, i)
+		end := -1
+		if digitsFirst && isN(r) {
+			end = i + n
+		}
+		if end < 0 {
+			end = contraction(text, i, false)
+		}
+		if end < 0 {
+			j := i
+			if r == ' ' {
+				j += n
 			}
+			r1, _ := runeAt(text, j)
 			switch {
-			case lastNL > 0:
-				end = lastNL
-			case e >= len(text) || count == 1:
-				end = e
-			default: // \s+(?!\S): leave the last space to the next piece
-				_, ln := utf8.DecodeLastRuneInString(text[:e])
-				end = e - ln
+			case isL(r1):
+				end = span(text, j, isL)
+			case isN(r1) && !digitsFirst:
+				end = span(text, j, isN)
+			case r1 >= 0 && !isS(r1) && !isL(r1) && !isN(r1):
+				end = span(text, j, func(r rune) bool { return r >= 0 && !isS(r) && !isL(r) && !isN(r) })
 			}
+		}
+		if end < 0 && isS(r) {
+			end = spaces(text, i, false)
 		}
 		if end <= i {
 			end = i + n

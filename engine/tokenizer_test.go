@@ -96,7 +96,7 @@ func TestQwen2Split(t *testing.T) {
 		"x \n y":             {"x", " \n", " y"},
 	}
 	for in, want := range cases {
-		if got := qwen2Split(in); strings.Join(got, "|") != strings.Join(want, "|") {
+		if got := preSplitters["qwen2"](in); strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Errorf("qwen2Split(%q) = %q, want %q", in, got, want)
 		}
 	}
