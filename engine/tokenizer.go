@@ -26,6 +26,7 @@ type Tokenizer struct {
 	specials    []int32          // control and user-defined, longest first
 	byteTok     [256]int32       // SPM byte-fallback tokens, -1 when absent
 	bos, eos    int32
+	ends        map[int32]bool // eos, eot, eom and turn-ending control tokens
 	unk         int32
 	addBOS      bool
 	spacePrefix bool
@@ -75,10 +76,12 @@ func NewTokenizer(f *File) (*Tokenizer, error) {
 			return nil, fmt.Errorf("%w: key %q is not a string array", ErrCorrupt, "tokenizer.ggml.merges")
 		}
 	}
+	eot, eom := int32(-1), int32(-1)
 	for _, k := range []struct {
 		key string
 		dst *int32
-	}{{"tokenizer.ggml.bos_token_id", &v.bos}, {"tokenizer.ggml.eos_token_id", &v.eos}, {"tokenizer.ggml.unknown_token_id", &v.unk}} {
+	}{{"tokenizer.ggml.bos_token_id", &v.bos}, {"tokenizer.ggml.eos_token_id", &v.eos}, {"tokenizer.ggml.unknown_token_id", &v.unk},
+		{"tokenizer.ggml.eot_token_id", &eot}, {"tokenizer.ggml.eom_token_id", &eom}} {
 		if _, present := f.Get(k.key); !present {
 			continue
 		}
@@ -102,7 +105,16 @@ func NewTokenizer(f *File) (*Tokenizer, error) {
 	if p, present := f.Get("tokenizer.ggml.pre"); present {
 		v.pre, _ = p.(string)
 	}
-	return newTokenizer(v, spacePrefix)
+	t, err := newTokenizer(v, spacePrefix)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range []int32{eot, eom} {
+		if id >= 0 {
+			t.ends[id] = true
+		}
+	}
+	return t, nil
 }
 
 func newTokenizer(v *vocab, spacePrefix bool) (*Tokenizer, error) {
@@ -150,6 +162,18 @@ func newTokenizer(v *vocab, spacePrefix bool) (*Tokenizer, error) {
 		t.nfc = v.pre == "qwen2"
 		t.ignoreMerges = v.pre == "llama-bpe"
 	}
+	// Generation ends at EOS and, as in llama.cpp, at the control tokens
+	// that end a turn or a tool call in the families' templates.
+	t.ends = map[int32]bool{}
+	if t.eos >= 0 {
+		t.ends[t.eos] = true
+	}
+	for _, id := range t.specials {
+		switch t.tokens[id] {
+		case "</s>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>", "<end_of_turn>", "<EOT>":
+			t.ends[id] = true
+		}
+	}
 	sort.SliceStable(t.specials, func(a, b int) bool { return len(t.tokens[t.specials[a]]) > len(t.tokens[t.specials[b]]) })
 	if t.model == "gpt2" {
 		t.ranks = make(map[string]int, len(v.merges))
@@ -182,21 +206,9 @@ func (t *Tokenizer) BOS() int32 { return t.bos }
 // EOS is the end-of-sequence token (-1 if none).
 func (t *Tokenizer) EOS() int32 { return t.eos }
 
-// IsEnd reports whether id ends generation: EOS, or a control token that
-// ends a turn.
-func (t *Tokenizer) IsEnd(id int32) bool {
-	if id == t.eos {
-		return true
-	}
-	if id < 0 || int(id) >= len(t.tokens) || t.types[id] != tokControl {
-		return false
-	}
-	switch t.tokens[id] {
-	case "</s>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>":
-		return true
-	}
-	return false
-}
+// IsEnd reports whether id ends generation: EOS, the file's eot or eom
+// token, or a special token that ends a turn.
+func (t *Tokenizer) IsEnd(id int32) bool { return t.ends[id] }
 
 // Token is the stored text of id ("" if out of range).
 func (t *Tokenizer) Token(id int32) string {

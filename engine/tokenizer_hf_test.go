@@ -134,3 +134,32 @@ func equalIDs(a, b []int32) bool {
 	}
 	return true
 }
+
+// TestHFEndTokens: the real vocabularies end generation where their chat
+// templates end a turn, and nowhere else among their specials.
+func TestHFEndTokens(t *testing.T) {
+	cases := map[string][]string{
+		"llama2":   {"</s>"},
+		"llama3":   {"<|end_of_text|>", "<|eot_id|>"},
+		// This package's file predates 3.1's <|eom_id|> (reserved there).
+		"llama3_1": {"<|end_of_text|>", "<|eot_id|>"},
+		"qwen3":    {"<|endoftext|>", "<|im_end|>"},
+	}
+	for name, want := range cases {
+		t.Run(name, func(t *testing.T) {
+			tok := hfTestTokenizer(t, name)
+			var got []string
+			for id := range int32(tok.Vocab()) {
+				if tok.IsEnd(id) {
+					got = append(got, tok.Token(id))
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("end tokens %q, want %q", got, want)
+			}
+			if tok.BOS() >= 0 && tok.Encode("x", true, true)[0] != tok.BOS() && name != "qwen3" {
+				t.Errorf("BOS not added")
+			}
+		})
+	}
+}
