@@ -139,8 +139,8 @@ func equalIDs(a, b []int32) bool {
 // templates end a turn, and nowhere else among their specials.
 func TestHFEndTokens(t *testing.T) {
 	cases := map[string][]string{
-		"llama2":   {"</s>"},
-		"llama3":   {"<|end_of_text|>", "<|eot_id|>"},
+		"llama2": {"</s>"},
+		"llama3": {"<|end_of_text|>", "<|eot_id|>"},
 		// This package's file predates 3.1's <|eom_id|> (reserved there).
 		"llama3_1": {"<|end_of_text|>", "<|eot_id|>"},
 		"qwen3":    {"<|endoftext|>", "<|im_end|>"},
