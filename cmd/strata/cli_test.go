@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -66,5 +67,28 @@ func TestPlanCommandErrors(t *testing.T) {
 	}
 	if !strings.Contains(out, `"policy": "strata"`) {
 		t.Fatalf("json output lacks our policy: %.200s", out)
+	}
+}
+
+func TestDebugTokenize(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "m.gguf")
+	if _, err := run(t, "model", "gen", "--out", model, "--arch", "qwen2"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "debug", "tokenize", "--model", model, "--text", "<|im_start|>hello world")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int32
+	if err := json.Unmarshal([]byte(out), &ids); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	// <|im_start|> is one special token (the generated vocabulary's second
+	// to last, 510 of 512), then the words' pieces; no BOS/EOS.
+	if len(ids) < 3 || ids[0] != 510 || slices.Contains(ids[1:], 509) || slices.Contains(ids[1:], 511) {
+		t.Errorf("ids %v, want <|im_start|> (510) then word pieces only", ids)
+	}
+	if _, err := run(t, "debug", "tokenize", "--text", "x"); err == nil {
+		t.Error("no --model: want an error")
 	}
 }

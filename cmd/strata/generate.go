@@ -145,6 +145,35 @@ func newDebugCmd() *cobra.Command {
 	}
 	logits.Flags().StringVar(&model, "model", "", "GGUF model file")
 	logits.Flags().StringVar(&tokens, "tokens", "", "comma-separated token IDs")
-	debug.AddCommand(logits)
+	debug.AddCommand(logits, newDebugTokenizeCmd())
 	return debug
+}
+
+// newDebugTokenizeCmd prints a text's token IDs as Hugging Face's tokenizer
+// gives them with add_special_tokens=false: no BOS/EOS, special-token text
+// parsed as special tokens.
+func newDebugTokenizeCmd() *cobra.Command {
+	var model, text string
+	cmd := &cobra.Command{
+		Use:   "tokenize",
+		Short: "Print the token IDs of --text as one JSON array (no BOS/EOS; special-token text is parsed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" {
+				return errors.New("debug tokenize: --model is required")
+			}
+			tok, err := engine.LoadTokenizer(model)
+			if err != nil {
+				return err
+			}
+			ids := tok.Encode(text, false, true)
+			if ids == nil {
+				ids = []int32{}
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(ids)
+		},
+	}
+	cmd.Flags().StringVar(&model, "model", "", "GGUF model file")
+	cmd.Flags().StringVar(&text, "text", "", "text to tokenize")
+	return cmd
 }
