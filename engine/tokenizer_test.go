@@ -61,7 +61,10 @@ func TestTokenizerWords(t *testing.T) {
 func TestTokenizerSpecials(t *testing.T) {
 	q := testTokenizer(t, "qwen2", 512)
 	msgs := []Message{{"system", "be brief"}, {"user", "hello"}}
-	ids := q.EncodeChat(msgs)
+	ids, err := q.EncodeChat(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if q.Token(ids[0]) != "<|im_start|>" || !q.IsEnd(q.EOS()) || q.Token(q.EOS()) != "<|im_end|>" {
 		t.Errorf("chatml: %v starts with %q, eos %q", ids, q.Token(ids[0]), q.Token(q.EOS()))
 	}
@@ -72,7 +75,9 @@ func TestTokenizerSpecials(t *testing.T) {
 		t.Errorf("special text without parseSpecial must be spelled out: %v", plain)
 	}
 	l := testTokenizer(t, "llama", 512)
-	ids = l.EncodeChat([]Message{{"user", "hi"}, {"assistant", "yo"}, {"user", "again"}})
+	if ids, err = l.EncodeChat([]Message{{"user", "hi"}, {"assistant", "yo"}, {"user", "again"}}); err != nil {
+		t.Fatal(err)
+	}
 	if ids[0] != l.BOS() {
 		t.Errorf("llama chat must start with BOS: %v", ids)
 	}

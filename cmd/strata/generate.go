@@ -54,7 +54,9 @@ completion on stdout; statistics go to stderr.`,
 			ids := tok.Encode(prompt, true, false)
 			if chat {
 				// As the API encodes a chat completion of one user message.
-				ids = tok.EncodeChat([]engine.Message{{Role: "user", Content: prompt}})
+				if ids, err = tok.EncodeChat([]engine.Message{{Role: "user", Content: prompt}}); err != nil {
+					return err
+				}
 			}
 			sess, err := p.NewSession(len(ids) + maxTokens)
 			if err != nil {

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+)
+
+// chatTemplateCases are the vocabularies whose files' own templates are
+// checked, plus "date": Qwen3's vocabulary with testdata/chat/date.jinja
+// (strftime_now, trim/lstrip of blocks, raise_exception on a tool role).
+var chatTemplateVocabs = []string{"llama3", "llama3_1", "qwen3", "date"}
+
+// TestChatTemplateMatchesHFJinja renders every case of testdata/chat with
+// each model file's own tokenizer.chat_template and checks the prompt is
+// byte for byte what @huggingface/jinja renders, or that both refuse it
+// (raise_exception) with the same message.
+func TestChatTemplateMatchesHFJinja(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: Node oracle and large vocabularies")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: the @huggingface/jinja oracle cannot run")
+	}
+	if _, err := os.Stat(filepath.Join(hfOracle, "node_modules/@huggingface/jinja")); err != nil {
+		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+	}
+	files, _ := filepath.Glob("testdata/chat/*.json")
+	sort.Strings(files)
+	if len(files) == 0 {
+		t.Fatal("no cases in testdata/chat")
+	}
+	dateTpl, err := os.ReadFile("testdata/chat/date.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type job struct {
+		Template string          `json:"template"`
+		Case     json.RawMessage `json:"case"`
+		BOS      string          `json:"bos_token"`
+		EOS      string          `json:"eos_token"`
+	}
+	var jobs []job
+	var toks []*Tokenizer
+	var names []string
+	for _, v := range chatTemplateVocabs {
+		var tok *Tokenizer
+		if v == "date" {
+			tok = hfTestTokenizerWith(t, "qwen3", string(dateTpl))
+		} else {
+			tok = hfTestTokenizer(t, v)
+		}
+		if !tok.HasChatTemplate() {
+			t.Fatalf("%s: the file has no chat template", v)
+		}
+		for _, f := range files {
+			c, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs = append(jobs, job{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
+			toks = append(toks, tok)
+			names = append(names, v+"/"+filepath.Base(f))
+		}
+	}
+	in, _ := json.Marshal(jobs)
+	cmd := exec.Command(node, "render.mjs")
+	cmd.Dir = hfOracle
+	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("oracle: %v\n%s", err, stderr.String())
+	}
+	var want []struct {
+		Text  *string `json:"text"`
+		Error *string `json:"error"`
+	}
+	if err := json.Unmarshal(out, &want); err != nil || len(want) != len(jobs) {
+		t.Fatalf("oracle output (%d of %d): %v", len(want), len(jobs), err)
+	}
+	rendered, raised := 0, 0
+	for i, j := range jobs {
+		r, err := ParseChatRequest(j.Case)
+		if err != nil {
+			t.Fatal(names[i], err)
+		}
+		got, err := toks[i].RenderChat(r)
+		switch w := want[i]; {
+		case w.Error != nil:
+			if !errors.Is(err, ErrChatRejected) || err.Error() != ErrChatRejected.Error()+": "+*w.Error {
+				t.Errorf("%s: HF refuses with %q; we: %q, %v", names[i], *w.Error, got, err)
+			}
+			raised++
+		case err != nil:
+			t.Errorf("%s: %v; HF renders %q", names[i], err, *w.Text)
+		case got != *w.Text:
+			t.Errorf("%s:\n got  %q\n want %q", names[i], got, *w.Text)
+		default:
+			rendered++
+		}
+	}
+	t.Logf("%d prompts byte-identical, %d refusals alike, of %d", rendered, raised, len(jobs))
+	if raised == 0 {
+		t.Error("no case made a template raise")
+	}
+}
