@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stratanet/strata/engine"
 )
 
 // run executes the CLI in-process and returns stdout.
@@ -90,5 +93,54 @@ func TestDebugTokenize(t *testing.T) {
 	}
 	if _, err := run(t, "debug", "tokenize", "--text", "x"); err == nil {
 		t.Error("no --model: want an error")
+	}
+}
+
+func TestDebugChatTemplate(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	if _, err := run(t, "model", "gen", "--out", model, "--arch", "qwen2"); err != nil {
+		t.Fatal(err)
+	}
+	chat := "../../engine/testdata/chat/system.json"
+	out, err := run(t, "debug", "chat-template", "--model", model, "--chat", chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The generated model's template is ChatML.
+	want := "<|im_start|>system\nYou are terse.\nAnswer in one line.<|im_end|>\n<|im_start|>user\n  What is 2+2? <|im_end|>\n<|im_start|>assistant\n"
+	if out != want {
+		t.Errorf("rendered %q, want %q", out, want)
+	}
+
+	// A template that refuses the chat: the command fails with its message.
+	tpl, err := os.ReadFile("../../engine/testdata/chat/date.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := engine.DefaultGenConfig()
+	var kvs []engine.KV
+	f, fh, err := engine.OpenFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range f.KV {
+		if strings.HasPrefix(kv.Key, "tokenizer.") && kv.Key != "tokenizer.chat_template" {
+			kvs = append(kvs, kv)
+		}
+	}
+	fh.Close()
+	kvs = append(kvs, engine.KV{Key: "tokenizer.chat_template", Value: string(tpl)})
+	c.Arch, c.Tokenizer = "qwen2", kvs
+	dated := filepath.Join(dir, "dated.gguf")
+	if err := engine.GenerateFile(dated, c); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run(t, "debug", "chat-template", "--model", dated, "--chat", "../../engine/testdata/chat/multiturn.json")
+	if err != nil || !strings.HasPrefix(out, "<|endoftext|>Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024 (2024-07-26 July)\nUSER: Hi\n") {
+		t.Errorf("dated template: %q, %v", out, err)
+	}
+	if _, err := run(t, "debug", "chat-template", "--model", dated, "--chat", "../../engine/testdata/chat/raises.json"); err == nil || !strings.Contains(err.Error(), "Unknown role: developer") {
+		t.Errorf("raising template: err %v, want its message", err)
 	}
 }
