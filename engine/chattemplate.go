@@ -382,3 +382,44 @@ func jsonField(obj any, key string) any {
 	}
 	return nil
 }
+
+// chatMessages are msgs as templates read them: objects with role and
+// content, and OpenAI's tool fields where set, the arguments of a tool
+// call parsed into an object (as Hugging Face's templates expect; kept as
+// text when they are not JSON).
+func chatMessages(msgs []Message) []any {
+	out := make([]any, len(msgs))
+	for i, m := range msgs {
+		d := &exec.Dict{}
+		add := func(k string, v any) {
+			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
+		}
+		add("role", m.Role)
+		add("content", m.Content)
+		if len(m.ToolCalls) > 0 {
+			calls := make([]any, len(m.ToolCalls))
+			for j, c := range m.ToolCalls {
+				var args any = c.Function.Arguments
+				if v, err := orderedJSON([]byte(c.Function.Arguments)); err == nil {
+					args = v
+				}
+				fn := &exec.Dict{Pairs: []*exec.Pair{{Key: exec.AsValue("name"), Value: exec.AsValue(c.Function.Name)}, {Key: exec.AsValue("arguments"), Value: exec.AsValue(args)}}}
+				call := &exec.Dict{}
+				if c.ID != "" {
+					call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("id"), Value: exec.AsValue(c.ID)})
+				}
+				call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("type"), Value: exec.AsValue(c.Type)}, &exec.Pair{Key: exec.AsValue("function"), Value: exec.AsValue(fn)})
+				calls[j] = call
+			}
+			add("tool_calls", calls)
+		}
+		if m.ToolCallID != "" {
+			add("tool_call_id", m.ToolCallID)
+		}
+		if m.Name != "" {
+			add("name", m.Name)
+		}
+		out[i] = d
+	}
+	return out
+}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 )
 
@@ -111,5 +112,50 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 	t.Logf("%d prompts byte-identical, %d refusals alike, of %d", rendered, raised, len(jobs))
 	if raised == 0 {
 		t.Error("no case made a template raise")
+	}
+}
+
+// TestEncodeChatTools: a chat as the API receives it (OpenAI messages with
+// tool_calls whose arguments are JSON text, a tool result, tools) renders
+// as the dict-shaped case that TestChatTemplateMatchesHFJinja checks
+// against @huggingface/jinja.
+func TestEncodeChatTools(t *testing.T) {
+	tok := hfTestTokenizer(t, "qwen3")
+	data, err := os.ReadFile("testdata/chat/tool-call.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ParseChatRequest(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantText, err := tok.RenderChat(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Tools json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		t.Fatal(err)
+	}
+	call := ToolCall{ID: "call_1", Type: "function"}
+	call.Function.Name = "get_weather"
+	call.Function.Arguments = `{"city": "Paris", "unit": "celsius"}`
+	msgs := []Message{
+		{Role: "system", Content: "You can look up the weather."},
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", ToolCalls: []ToolCall{call}},
+		{Role: "tool", ToolCallID: "call_1", Name: "get_weather", Content: `{"temperature": 21, "sky": "clear"}`},
+	}
+	ids, err := tok.EncodeChat(msgs, raw.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalIDs(ids, tok.Encode(wantText, false, true)) {
+		t.Errorf("EncodeChat renders %q\nwant %q", tok.Decode(ids), wantText)
+	}
+	if !strings.Contains(wantText, `"arguments": {"city": "Paris", "unit": "celsius"}`) || !strings.Contains(wantText, "get_weather") {
+		t.Errorf("the tools and the call are not in the prompt: %q", wantText)
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"container/heap"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -625,10 +626,24 @@ func (t *Tokenizer) appendPiece(b []byte, id int32) []byte {
 	return append(b, strings.ReplaceAll(s, "▁", " ")...)
 }
 
-// Message is one chat turn.
+// Message is one chat turn. The tool fields are OpenAI's, for templates
+// that render tool calls and their results.
 type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Name       string     `json:"name,omitempty"`
+}
+
+// ToolCall is one function call an assistant turn made.
+type ToolCall struct {
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"` // JSON text, as OpenAI sends it
+	} `json:"function"`
 }
 
 // ChatPrompt renders messages in the model's built-in chat format (ChatML
@@ -661,10 +676,18 @@ func (t *Tokenizer) ChatPrompt(msgs []Message) string {
 // built-in format otherwise; special-token text is parsed. BOS is added
 // when the model wants it and the rendered prompt does not already begin
 // with it.
-func (t *Tokenizer) EncodeChat(msgs []Message) ([]int32, error) {
-	r := ChatRequest{Messages: make([]any, len(msgs)), AddGenerationPrompt: true, Now: time.Now()}
-	for i, m := range msgs {
-		r.Messages[i] = map[string]any{"role": m.Role, "content": m.Content}
+// tools, when not nil, is the JSON array of tools offered to the template.
+func (t *Tokenizer) EncodeChat(msgs []Message, tools json.RawMessage) ([]int32, error) {
+	r := ChatRequest{Messages: chatMessages(msgs), AddGenerationPrompt: true, Now: time.Now().UTC()}
+	if len(tools) > 0 && string(tools) != "null" {
+		v, err := orderedJSON(tools)
+		if err != nil {
+			return nil, err
+		}
+		var ok bool
+		if r.Tools, ok = v.([]any); !ok {
+			return nil, fmt.Errorf("%w: tools must be a JSON array", ErrInput)
+		}
 	}
 	prompt, err := t.RenderChat(r)
 	if err != nil {

@@ -60,8 +60,8 @@ func TestTokenizerWords(t *testing.T) {
 
 func TestTokenizerSpecials(t *testing.T) {
 	q := testTokenizer(t, "qwen2", 512)
-	msgs := []Message{{"system", "be brief"}, {"user", "hello"}}
-	ids, err := q.EncodeChat(msgs)
+	msgs := []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hello"}}
+	ids, err := q.EncodeChat(msgs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestTokenizerSpecials(t *testing.T) {
 		t.Errorf("special text without parseSpecial must be spelled out: %v", plain)
 	}
 	l := testTokenizer(t, "llama", 512)
-	if ids, err = l.EncodeChat([]Message{{"user", "hi"}, {"assistant", "yo"}, {"user", "again"}}); err != nil {
+	if ids, err = l.EncodeChat([]Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}, {Role: "user", Content: "again"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if ids[0] != l.BOS() {
@@ -87,7 +87,7 @@ func TestTokenizerSpecials(t *testing.T) {
 			n++
 		}
 	}
-	if n != 1 || !strings.Contains(l.ChatPrompt([]Message{{"user", "x"}}), "[INST] x [/INST]") {
+	if n != 1 || !strings.Contains(l.ChatPrompt([]Message{{Role: "user", Content: "x"}}), "[INST] x [/INST]") {
 		t.Errorf("llama chat: %d EOS in %v", n, ids)
 	}
 }

@@ -153,7 +153,7 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 		prompt = n.model.tok.Encode(req.Prompt, true, false)
 	case len(req.Messages) > 0:
 		var err error
-		if prompt, err = n.model.tok.EncodeChat(req.Messages); err != nil {
+		if prompt, err = n.model.tok.EncodeChat(req.Messages, req.Tools); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 	default:

@@ -94,7 +94,7 @@ func Reference(ctx context.Context, m ModelSpec, modelPath, gpu string, prompts 
 	for i, pr := range prompts {
 		var ids []int32
 		if chat {
-			if ids, err = tok.EncodeChat([]engine.Message{{Role: "user", Content: pr}}); err != nil {
+			if ids, err = tok.EncodeChat([]engine.Message{{Role: "user", Content: pr}}, nil); err != nil {
 				return nil, err
 			}
 		} else {

@@ -56,7 +56,7 @@ completion on stdout; statistics go to stderr.`,
 			ids := tok.Encode(prompt, true, false)
 			if chat {
 				// As the API encodes a chat completion of one user message.
-				if ids, err = tok.EncodeChat([]engine.Message{{Role: "user", Content: prompt}}); err != nil {
+				if ids, err = tok.EncodeChat([]engine.Message{{Role: "user", Content: prompt}}, nil); err != nil {
 					return err
 				}
 			}
