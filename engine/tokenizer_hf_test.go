@@ -21,7 +21,7 @@ const hfOracle = "testdata/hf-oracle"
 // (same tokenizer model as Llama 2: BPE with byte fallback, ▁ prefix);
 // "qwen3" is Qwen3's, whose tokenizer Qwen2.5 shares (same vocabulary,
 // merges, pre-tokenizer and NFC).
-var hfVocabs = []string{"llama2", "llama3", "llama3_1", "qwen3"}
+var hfVocabs = []string{"llama2", "llama3", "llama3_1", "qwen3", "gemma3"}
 
 // tokenizerCorpus is the tricky text the tokenizers must split as HF does.
 var tokenizerCorpus = []string{
