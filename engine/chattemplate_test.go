@@ -173,3 +173,39 @@ func TestChatTemplateKnownGap(t *testing.T) {
 		t.Errorf("Gemma 3 template: %v; if it renders now, check it against the oracle", err)
 	}
 }
+
+// FuzzChatRequest: any chat case either fails with one of our errors or
+// renders, and tojson of what it holds is valid JSON.
+func FuzzChatRequest(f *testing.F) {
+	files, _ := filepath.Glob("testdata/chat/*.json")
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"messages": [{"role": "user", "content": "\u00e9<>&'\"\\\\ \ud83d\ude00", "x": [1, 2.5, -3e-7, true, null, {}]}], "tools": [[], {"a": {"b": [{}]}}]}`))
+	tok := testTokenizer(f, "qwen2", 512)
+	tok.chat = &chatTemplate{src: "{{ messages | tojson }}\n{{ (tools or []) | tojson(indent=2) }}"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := ParseChatRequest(data)
+		if err != nil {
+			if !errors.Is(err, ErrInput) {
+				t.Fatalf("error %v does not wrap ErrInput", err)
+			}
+			return
+		}
+		out, err := tok.RenderChat(r)
+		if err != nil {
+			if !errors.Is(err, ErrChatTemplate) {
+				t.Fatalf("error %v does not wrap ErrChatTemplate", err)
+			}
+			return
+		}
+		msgs, tools, _ := strings.Cut(out, "\n")
+		if !json.Valid([]byte(msgs)) || !json.Valid([]byte(tools)) {
+			t.Fatalf("tojson gave invalid JSON: %q", out)
+		}
+	})
+}
