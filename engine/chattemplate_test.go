@@ -209,3 +209,28 @@ func FuzzChatRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestRenderChatConcurrent: the node renders chats of concurrent requests
+// with one parsed template (run under -race).
+func TestRenderChatConcurrent(t *testing.T) {
+	tok := testTokenizer(t, "qwen2", 512)
+	want, err := tok.RenderChat(ChatRequest{Messages: []any{map[string]any{"role": "user", "content": "x"}}, AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			got, err := tok.RenderChat(ChatRequest{Messages: []any{map[string]any{"role": "user", "content": "x"}}, AddGenerationPrompt: true})
+			if err == nil && got != want {
+				err = errors.New("rendered " + got)
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -32,11 +32,11 @@ type Tokenizer struct {
 	unk         int32
 	addBOS      bool
 	spacePrefix bool
+	chat        *chatTemplate // tokenizer.chat_template; nil when none
 	// Byte-level BPE only: the pre-tokenizer, NFC normalization first
 	// (Qwen2's tokenizer.json asks for it), and whether a piece that is a
 	// whole token skips the merges (Llama 3's ignore_merges).
 	split        func(string) []string
-	chat         *chatTemplate // tokenizer.chat_template; nil when none
 	nfc          bool
 	ignoreMerges bool
 }
