@@ -24,6 +24,8 @@ const hfOracle = "testdata/hf-oracle"
 var hfVocabs = []string{"llama2", "llama3", "llama3_1", "qwen3", "gemma3"}
 
 // tokenizerCorpus is the tricky text the tokenizers must split as HF does.
+// All of it is valid UTF-8: the oracle, like the API, receives JSON, where
+// invalid bytes cannot travel.
 var tokenizerCorpus = []string{
 	"", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n", "\n ", "\t\t x", "a\n\n\nb",
 	"Hello world", " Hello world", "Hello  world", "Hello   world  ", "hello\tworld\n",
@@ -37,6 +39,8 @@ var tokenizerCorpus = []string{
 	"<s>[INST] hi [/INST]</s>", "<think>\nhmm\n</think>\n\nanswer", "<|im_start|> <|im_end|>", "<|not_a_token|> <|", "<tool_call>",
 	"a\u00a0b", "zero\u200bwidth", "tab\there", "\x7f\x01\x02", "ÿþý", "~!@#$%^&*()_+`-={}|[]\\:\";'<>?,./",
 	"...!!!???", "------", "====\n\n====", "  leading and trailing  ", "MixedCASE camelCase snake_case kebab-case",
+	"١٢٣٤٥ ²³ ½ Ⅻ ๓๔", "x\u2028y\u2029z\u0085w", "\ufeffBOM", "\u3000全角スペース", "a \t\n \n\n  b", "'ll've 'RE 'Ve",
+	"\ufffd truncated", "$ 1,000,000.00 €100 ¥5", "0x1F 0b1010 1e10 ١٢3", "Ünïcödé ÅNGSTRÖM straße İstanbul",
 }
 
 // TestTokenizerMatchesHF builds GGUFs that carry the real vocabularies of
