@@ -566,6 +566,13 @@ func gpt2Split(text string, digitsFirst bool) []string {
 		}
 		if end < 0 && isS(r) {
 			end = spaces(text, i, false)
+			// SmolLM splits digits off first, so a run before a digit
+			// ends its fragment and \s+(?!\S) takes all of it.
+			if e := span(text, i, isS); digitsFirst && end < e {
+				if r, _ := runeAt(text, e); isN(r) {
+					end = e
+				}
+			}
 		}
 		if end <= i {
 			end = i + n

@@ -134,3 +134,23 @@ func FuzzTokenizer(f *testing.F) {
 		_ = utf8.ValidString(spm.Decode(ids) + bpe.Decode(ids))
 	})
 }
+
+// TestGPT2Splits checks the default and smollm pre-tokenizers, which no
+// oracle file here covers, against their llama.cpp regexes worked by hand.
+func TestGPT2Splits(t *testing.T) {
+	cases := []struct {
+		pre, in string
+		want    []string
+	}{
+		{"default", "Hello world's 12345 ok!!  x", []string{"Hello", " world", "'s", " 12345", " ok", "!!", " ", " x"}},
+		{"default", "It'S a\n\nb  ", []string{"It", "'", "S", " a", "\n", "\n", "b", "  "}},
+		{"smollm", "a 12 b", []string{"a", " ", "1", "2", " b"}},
+		{"smollm", "a  1", []string{"a", "  ", "1"}},
+		{"smollm", "x1y", []string{"x", "1", "y"}},
+	}
+	for _, c := range cases {
+		if got := preSplitters[c.pre](c.in); strings.Join(got, "|") != strings.Join(c.want, "|") {
+			t.Errorf("%s(%q) = %q, want %q", c.pre, c.in, got, c.want)
+		}
+	}
+}
