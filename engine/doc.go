@@ -42,6 +42,23 @@
 // p). LoadTokenizer reads a file's tokenizer without its weights; Pipeline
 // chains in-process stages. Errors wrap the sentinels in errors.go.
 //
+// # Tokenizers and chat templates
+//
+// Tokenizer follows the file's tokenizer.ggml.* keys as llama.cpp does:
+// SentencePiece ("llama": score-ordered merges, byte fallback, optional
+// space prefix) or byte-level BPE ("gpt2") with the pre-tokenizer named by
+// tokenizer.ggml.pre (llama-bpe, qwen2 with NFC first, default/gpt2,
+// smollm; an unknown name warns and uses gpt2's). Generation ends at EOS,
+// the eot/eom ids and the turn-ending specials. RenderChat renders the
+// file's own tokenizer.chat_template with gonja as Hugging Face's
+// apply_chat_template does (trim_blocks, lstrip_blocks, Python-style
+// tojson, strftime_now, raise_exception as ErrChatRejected); EncodeChat,
+// which the API and the commands use, tokenizes its output. A file with
+// no template gets the built-in ChatML or [INST] format. HFTokenizerKVs
+// turns a tokenizer.json into that metadata, for test models that carry
+// real vocabularies; the tests compare IDs and prompts with Hugging Face's
+// own code run in Node (testdata/hf-oracle).
+//
 // # Kernels
 //
 // Matrix products use assembly on amd64 (kernels_amd64.s): AVX-512 (8 rows

@@ -35,6 +35,10 @@ type GenConfig struct {
 	// RopeFreqs writes rope_freqs.weight with Llama 3.1's RoPE scaling
 	// (factor 8, low/high frequency factors 1 and 4, 8192 original context).
 	RopeFreqs bool
+	// Tokenizer, when set, is the tokenizer metadata to write instead of
+	// the generated vocabulary (see HFTokenizerKVs); Vocab must be its
+	// number of tokens.
+	Tokenizer []KV
 }
 
 // DefaultGenConfig is a tiny llama that tests run in milliseconds.
@@ -130,10 +134,6 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 	if err := c.validate(); err != nil {
 		return nil, nil, err
 	}
-	v, err := buildVocab(c.Arch, c.Vocab)
-	if err != nil {
-		return nil, nil, err
-	}
 	headDim := c.HeadDim
 	kvDim := headDim * c.KVHeads
 	qDim := headDim * c.Heads
@@ -161,31 +161,16 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		{a + ".attention.layer_norm_rms_epsilon", c.NormEps},
 		{a + ".vocab_size", uint32(c.Vocab)},
 		{"strata.generator.seed", c.Seed},
-		{"tokenizer.ggml.model", v.model},
 	}
-	if v.model == "gpt2" {
-		kvs = append(kvs, KV{"tokenizer.ggml.pre", "qwen2"})
+	if c.Tokenizer != nil {
+		kvs = append(kvs, c.Tokenizer...)
 	} else {
-		kvs = append(kvs, KV{"tokenizer.ggml.pre", "default"})
+		v, err := buildVocab(c.Arch, c.Vocab)
+		if err != nil {
+			return nil, nil, err
+		}
+		kvs = append(kvs, vocabKVs(v)...)
 	}
-	kvs = append(kvs, KV{"tokenizer.ggml.tokens", v.tokens})
-	if v.scores != nil {
-		kvs = append(kvs, KV{"tokenizer.ggml.scores", v.scores})
-	}
-	kvs = append(kvs, KV{"tokenizer.ggml.token_type", v.types})
-	if v.merges != nil {
-		kvs = append(kvs, KV{"tokenizer.ggml.merges", v.merges})
-	}
-	kvs = append(kvs,
-		KV{"tokenizer.ggml.bos_token_id", uint32(v.bos)},
-		KV{"tokenizer.ggml.eos_token_id", uint32(v.eos)},
-		KV{"tokenizer.ggml.add_bos_token", v.addBOS},
-		KV{"tokenizer.ggml.add_eos_token", false})
-	if v.unk >= 0 {
-		kvs = append(kvs, KV{"tokenizer.ggml.unknown_token_id", uint32(v.unk)})
-	}
-	kvs = append(kvs, KV{"tokenizer.chat_template", chatTemplates[v.model]})
-
 	d, f, vv := uint64(c.Dim), uint64(c.FFN), uint64(c.Vocab)
 	var ts []WriteTensor
 	mat := func(name string, cols, rows uint64, scale float32) {
@@ -232,6 +217,34 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		mat("output.weight", d, vv, 2/float32(math.Sqrt(float64(c.Dim))))
 	}
 	return kvs, ts, nil
+}
+
+// vocabKVs is the tokenizer metadata of a generated vocabulary.
+func vocabKVs(v *vocab) []KV {
+	kvs := []KV{{"tokenizer.ggml.model", v.model}}
+	if v.model == "gpt2" {
+		kvs = append(kvs, KV{"tokenizer.ggml.pre", "qwen2"})
+	} else {
+		kvs = append(kvs, KV{"tokenizer.ggml.pre", "default"})
+	}
+	kvs = append(kvs, KV{"tokenizer.ggml.tokens", v.tokens})
+	if v.scores != nil {
+		kvs = append(kvs, KV{"tokenizer.ggml.scores", v.scores})
+	}
+	kvs = append(kvs, KV{"tokenizer.ggml.token_type", v.types})
+	if v.merges != nil {
+		kvs = append(kvs, KV{"tokenizer.ggml.merges", v.merges})
+	}
+	kvs = append(kvs,
+		KV{"tokenizer.ggml.bos_token_id", uint32(v.bos)},
+		KV{"tokenizer.ggml.eos_token_id", uint32(v.eos)},
+		KV{"tokenizer.ggml.add_bos_token", v.addBOS},
+		KV{"tokenizer.ggml.add_eos_token", false})
+	if v.unk >= 0 {
+		kvs = append(kvs, KV{"tokenizer.ggml.unknown_token_id", uint32(v.unk)})
+	}
+	kvs = append(kvs, KV{"tokenizer.chat_template", chatTemplates[v.model]})
+	return kvs
 }
 
 // randTensor is a tensor of uniform values in bias ± scale·√3 (unit variance

@@ -2,12 +2,16 @@ package engine
 
 import (
 	"container/heap"
+	"encoding/json"
 	"fmt"
-
+	"log/slog"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Tokenizer turns text into token IDs and back, from GGUF tokenizer
@@ -24,9 +28,17 @@ type Tokenizer struct {
 	specials    []int32          // control and user-defined, longest first
 	byteTok     [256]int32       // SPM byte-fallback tokens, -1 when absent
 	bos, eos    int32
+	ends        map[int32]bool // eos, eot, eom and turn-ending control tokens
 	unk         int32
 	addBOS      bool
 	spacePrefix bool
+	chat        *chatTemplate // tokenizer.chat_template; nil when none
+	// Byte-level BPE only: the pre-tokenizer, NFC normalization first
+	// (Qwen2's tokenizer.json asks for it), and whether a piece that is a
+	// whole token skips the merges (Llama 3's ignore_merges).
+	split        func(string) []string
+	nfc          bool
+	ignoreMerges bool
 }
 
 // LoadTokenizer reads only the metadata of the GGUF file at path.
@@ -67,10 +79,12 @@ func NewTokenizer(f *File) (*Tokenizer, error) {
 			return nil, fmt.Errorf("%w: key %q is not a string array", ErrCorrupt, "tokenizer.ggml.merges")
 		}
 	}
+	eot, eom := int32(-1), int32(-1)
 	for _, k := range []struct {
 		key string
 		dst *int32
-	}{{"tokenizer.ggml.bos_token_id", &v.bos}, {"tokenizer.ggml.eos_token_id", &v.eos}, {"tokenizer.ggml.unknown_token_id", &v.unk}} {
+	}{{"tokenizer.ggml.bos_token_id", &v.bos}, {"tokenizer.ggml.eos_token_id", &v.eos}, {"tokenizer.ggml.unknown_token_id", &v.unk},
+		{"tokenizer.ggml.eot_token_id", &eot}, {"tokenizer.ggml.eom_token_id", &eom}} {
 		if _, present := f.Get(k.key); !present {
 			continue
 		}
@@ -91,7 +105,24 @@ func NewTokenizer(f *File) (*Tokenizer, error) {
 	if b, present := f.Get("tokenizer.ggml.add_space_prefix"); present {
 		spacePrefix, _ = b.(bool)
 	}
-	return newTokenizer(v, spacePrefix)
+	if p, present := f.Get("tokenizer.ggml.pre"); present {
+		v.pre, _ = p.(string)
+	}
+	t, err := newTokenizer(v, spacePrefix)
+	if err != nil {
+		return nil, err
+	}
+	if src, _ := f.Get("tokenizer.chat_template"); src != nil {
+		if s, ok := src.(string); ok && s != "" {
+			t.chat = &chatTemplate{src: s}
+		}
+	}
+	for _, id := range []int32{eot, eom} {
+		if id >= 0 {
+			t.ends[id] = true
+		}
+	}
+	return t, nil
 }
 
 func newTokenizer(v *vocab, spacePrefix bool) (*Tokenizer, error) {
@@ -129,6 +160,28 @@ func newTokenizer(v *vocab, spacePrefix bool) (*Tokenizer, error) {
 			t.setID(s, int32(i))
 		}
 	}
+	if t.model == "gpt2" {
+		t.split = preSplitters[v.pre]
+		if t.split == nil {
+			// As llama.cpp: an unknown pre-tokenizer falls back to GPT-2's.
+			slog.Warn("tokenizer: unknown pre-tokenizer, using the GPT-2 default", "tokenizer.ggml.pre", v.pre)
+			t.split = preSplitters["default"]
+		}
+		t.nfc = v.pre == "qwen2"
+		t.ignoreMerges = v.pre == "llama-bpe"
+	}
+	// Generation ends at EOS and, as in llama.cpp, at the control tokens
+	// that end a turn or a tool call in the families' templates.
+	t.ends = map[int32]bool{}
+	if t.eos >= 0 {
+		t.ends[t.eos] = true
+	}
+	for _, id := range t.specials {
+		switch t.tokens[id] {
+		case "</s>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>", "<end_of_turn>", "<EOT>":
+			t.ends[id] = true
+		}
+	}
 	sort.SliceStable(t.specials, func(a, b int) bool { return len(t.tokens[t.specials[a]]) > len(t.tokens[t.specials[b]]) })
 	if t.model == "gpt2" {
 		t.ranks = make(map[string]int, len(v.merges))
@@ -161,21 +214,9 @@ func (t *Tokenizer) BOS() int32 { return t.bos }
 // EOS is the end-of-sequence token (-1 if none).
 func (t *Tokenizer) EOS() int32 { return t.eos }
 
-// IsEnd reports whether id ends generation: EOS, or a control token that
-// ends a turn.
-func (t *Tokenizer) IsEnd(id int32) bool {
-	if id == t.eos {
-		return true
-	}
-	if id < 0 || int(id) >= len(t.tokens) || t.types[id] != tokControl {
-		return false
-	}
-	switch t.tokens[id] {
-	case "</s>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>":
-		return true
-	}
-	return false
-}
+// IsEnd reports whether id ends generation: EOS, the file's eot or eom
+// token, or a special token that ends a turn.
+func (t *Tokenizer) IsEnd(id int32) bool { return t.ends[id] }
 
 // Token is the stored text of id ("" if out of range).
 func (t *Tokenizer) Token(id int32) string {
@@ -227,8 +268,16 @@ func (t *Tokenizer) nextSpecial(text string) (before string, id int32, after str
 
 func (t *Tokenizer) encodeText(out []int32, text string, start bool) []int32 {
 	if t.model == "gpt2" {
-		for _, piece := range qwen2Split(text) {
-			out = t.bpe(out, bytesToBPE([]byte(piece)))
+		if t.nfc {
+			text = norm.NFC.String(text)
+		}
+		for _, piece := range t.split(text) {
+			mapped := bytesToBPE([]byte(piece))
+			if id, ok := t.ids[mapped]; ok && t.ignoreMerges {
+				out = append(out, id)
+				continue
+			}
+			out = t.bpe(out, mapped)
 		}
 		return out
 	}
@@ -363,85 +412,166 @@ func (h *bigramHeap) Pop() any {
 	return x
 }
 
-// qwen2Split is the qwen2 pre-tokenizer, the regex
-// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
-// ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ written out by hand
-// (Go's regexp has no lookahead). Pieces cover text exactly.
-func qwen2Split(text string) []string {
+// preSplitters are the pre-tokenizers of byte-level BPE vocabularies by
+// tokenizer.ggml.pre, as llama.cpp's llama-vocab.cpp names and defines
+// them. Each is its regex written out by hand (Go's regexp has no
+// lookahead); pieces cover the text exactly.
+var preSplitters = map[string]func(string) []string{
+	// (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+	//  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+	"llama-bpe": func(s string) []string { return llama3Split(s, 3) },
+	// The same with \p{N} alone: one digit per piece.
+	"qwen2": func(s string) []string { return llama3Split(s, 1) },
+	// GPT-2's 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+	"default": func(s string) []string { return gpt2Split(s, false) },
+	"gpt2":    func(s string) []string { return gpt2Split(s, false) },
+	// SmolLM's: \p{N} first, then GPT-2's, so digits split one by one.
+	"smollm": func(s string) []string { return gpt2Split(s, true) },
+}
+
+// Character classes as the regexes of Hugging Face tokenizers see them.
+func isL(r rune) bool  { return r >= 0 && unicode.IsLetter(r) }
+func isN(r rune) bool  { return r >= 0 && unicode.IsNumber(r) }
+func isS(r rune) bool  { return r >= 0 && unicode.IsSpace(r) }
+func isNL(r rune) bool { return r == '\r' || r == '\n' }
+
+func runeAt(text string, i int) (rune, int) {
+	if i >= len(text) {
+		return -1, 0
+	}
+	return utf8.DecodeRuneInString(text[i:])
+}
+
+// contraction is the end of 's, 't, 're, 've, 'm, 'll or 'd at i (any case
+// when fold), or -1.
+func contraction(text string, i int, fold bool) int {
+	r, n := runeAt(text, i)
+	if r != '\'' {
+		return -1
+	}
+	r1, n1 := runeAt(text, i+n)
+	r2, n2 := runeAt(text, i+n+n1)
+	if fold {
+		r1, r2 = unicode.ToLower(r1), unicode.ToLower(r2)
+	}
+	switch {
+	case (r1 == 'r' && r2 == 'e') || (r1 == 'v' && r2 == 'e') || (r1 == 'l' && r2 == 'l'):
+		return i + n + n1 + n2
+	case r1 == 's' || r1 == 't' || r1 == 'm' || r1 == 'd':
+		return i + n + n1
+	}
+	return -1
+}
+
+// span is the end of the run of runes from i that are in class.
+func span(text string, i int, class func(rune) bool) int {
+	for r, n := runeAt(text, i); class(r); r, n = runeAt(text, i) {
+		i += n
+	}
+	return i
+}
+
+// spaces matches \s+(?!\S)|\s+ at i (a whitespace run): the whole run at
+// the end of text or before more whitespace, else all of it but the last
+// character, which joins the next piece. nl makes it \s*[\r\n]+ first:
+// a run that holds a newline ends after its last one.
+func spaces(text string, i int, nl bool) int {
+	e, lastNL, count := i, -1, 0
+	for r, n := runeAt(text, e); isS(r); r, n = runeAt(text, e) {
+		if isNL(r) {
+			lastNL = e + n
+		}
+		e += n
+		count++
+	}
+	switch {
+	case nl && lastNL > 0:
+		return lastNL
+	case e >= len(text) || count == 1:
+		return e
+	}
+	_, ln := utf8.DecodeLastRuneInString(text[:e])
+	return e - ln
+}
+
+func llama3Split(text string, maxDigits int) []string {
 	var out []string
-	at := func(i int) (rune, int) {
-		if i >= len(text) {
-			return -1, 0
-		}
-		return utf8.DecodeRuneInString(text[i:])
-	}
-	isL := func(r rune) bool { return r >= 0 && unicode.IsLetter(r) }
-	isN := func(r rune) bool { return r >= 0 && unicode.IsNumber(r) }
-	isS := func(r rune) bool { return r >= 0 && unicode.IsSpace(r) }
-	isNL := func(r rune) bool { return r == '\r' || r == '\n' }
-	letters := func(i int) int {
-		for r, n := at(i); isL(r); r, n = at(i) {
-			i += n
-		}
-		return i
-	}
 	for i := 0; i < len(text); {
-		r, n := at(i)
-		end := -1
-		if r == '\'' {
-			r1, n1 := at(i + n)
-			r2, n2 := at(i + n + n1)
-			l1, l2 := unicode.ToLower(r1), unicode.ToLower(r2)
-			switch {
-			case (l1 == 'r' && l2 == 'e') || (l1 == 'v' && l2 == 'e') || (l1 == 'l' && l2 == 'l'):
-				end = i + n + n1 + n2
-			case l1 == 's' || l1 == 't' || l1 == 'm' || l1 == 'd':
-				end = i + n + n1
-			}
-		}
+		r, n := runeAt(text, i)
+		end := contraction(text, i, true)
 		if end < 0 {
 			if isL(r) {
-				end = letters(i)
-			} else if r1, _ := at(i + n); !isNL(r) && !isN(r) && isL(r1) {
-				end = letters(i + n)
+				end = span(text, i, isL)
+			} else if r1, _ := runeAt(text, i+n); !isNL(r) && !isN(r) && isL(r1) {
+				end = span(text, i+n, isL)
 			}
 		}
 		if end < 0 && isN(r) {
-			end = i + n
+			end = i
+			for d := 0; d < maxDigits; d++ {
+				r, n := runeAt(text, end)
+				if !isN(r) {
+					break
+				}
+				end += n
+			}
 		}
 		if end < 0 {
 			j := i
 			if r == ' ' {
 				j += n
 			}
-			k := j
-			for r, n := at(k); r >= 0 && !isS(r) && !isL(r) && !isN(r); r, n = at(k) {
-				k += n
-			}
+			k := span(text, j, func(r rune) bool { return r >= 0 && !isS(r) && !isL(r) && !isN(r) })
 			if k > j {
-				for r, n := at(k); isNL(r); r, n = at(k) {
-					k += n
-				}
-				end = k
+				end = span(text, k, isNL)
 			}
 		}
 		if end < 0 && isS(r) {
-			e, lastNL, count := i, -1, 0
-			for r, n := at(e); isS(r); r, n = at(e) {
-				if isNL(r) {
-					lastNL = e + n
-				}
-				e += n
-				count++
+			end = spaces(text, i, true)
+		}
+		if end <= i {
+			end = i + n
+		}
+		out = append(out, text[i:end])
+		i = end
+	}
+	return out
+}
+
+func gpt2Split(text string, digitsFirst bool) []string {
+	var out []string
+	for i := 0; i < len(text); {
+		r, n := runeAt(text, i)
+		end := -1
+		if digitsFirst && isN(r) {
+			end = i + n
+		}
+		if end < 0 {
+			end = contraction(text, i, false)
+		}
+		if end < 0 {
+			j := i
+			if r == ' ' {
+				j += n
 			}
+			r1, _ := runeAt(text, j)
 			switch {
-			case lastNL > 0:
-				end = lastNL
-			case e >= len(text) || count == 1:
-				end = e
-			default: // \s+(?!\S): leave the last space to the next piece
-				_, ln := utf8.DecodeLastRuneInString(text[:e])
-				end = e - ln
+			case isL(r1):
+				end = span(text, j, isL)
+			case isN(r1) && !digitsFirst:
+				end = span(text, j, isN)
+			case r1 >= 0 && !isS(r1) && !isL(r1) && !isN(r1):
+				end = span(text, j, func(r rune) bool { return r >= 0 && !isS(r) && !isL(r) && !isN(r) })
+			}
+		}
+		if end < 0 && isS(r) {
+			end = spaces(text, i, false)
+			// SmolLM splits digits off first, so a run before a digit
+			// ends its fragment and \s+(?!\S) takes all of it.
+			if e := span(text, i, isS); digitsFirst && end < e {
+				if r, _ := runeAt(text, e); isN(r) {
+					end = e
+				}
 			}
 		}
 		if end <= i {
@@ -503,10 +633,24 @@ func (t *Tokenizer) appendPiece(b []byte, id int32) []byte {
 	return append(b, strings.ReplaceAll(s, "▁", " ")...)
 }
 
-// Message is one chat turn.
+// Message is one chat turn. The tool fields are OpenAI's, for templates
+// that render tool calls and their results.
 type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Name       string     `json:"name,omitempty"`
+}
+
+// ToolCall is one function call an assistant turn made.
+type ToolCall struct {
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"` // JSON text, as OpenAI sends it
+	} `json:"function"`
 }
 
 // ChatPrompt renders messages in the model's built-in chat format (ChatML
@@ -534,9 +678,29 @@ func (t *Tokenizer) ChatPrompt(msgs []Message) string {
 	return b.String()
 }
 
-// EncodeChat tokenizes a chat prompt, special tokens included.
-func (t *Tokenizer) EncodeChat(msgs []Message) []int32 {
-	return t.Encode(t.ChatPrompt(msgs), true, true)
+// EncodeChat tokenizes the prompt of a chat that the assistant answers
+// next: the file's chat template when it has one (see RenderChat), the
+// built-in format otherwise; special-token text is parsed. BOS is added
+// when the model wants it and the rendered prompt does not already begin
+// with it.
+// tools, when not nil, is the JSON array of tools offered to the template.
+func (t *Tokenizer) EncodeChat(msgs []Message, tools json.RawMessage) ([]int32, error) {
+	r := ChatRequest{Messages: chatMessages(msgs), AddGenerationPrompt: true, Now: time.Now().UTC()}
+	if len(tools) > 0 && string(tools) != "null" {
+		v, err := orderedJSON(tools)
+		if err != nil {
+			return nil, err
+		}
+		var ok bool
+		if r.Tools, ok = v.([]any); !ok {
+			return nil, fmt.Errorf("%w: tools must be a JSON array", ErrInput)
+		}
+	}
+	prompt, err := t.RenderChat(r)
+	if err != nil {
+		return nil, err
+	}
+	return t.Encode(prompt, t.bos < 0 || !strings.HasPrefix(prompt, t.tokens[t.bos]), true), nil
 }
 
 // SimTokenizer is the tokenizer of a simulated model of vocab tokens: the

@@ -60,8 +60,11 @@ func TestTokenizerWords(t *testing.T) {
 
 func TestTokenizerSpecials(t *testing.T) {
 	q := testTokenizer(t, "qwen2", 512)
-	msgs := []Message{{"system", "be brief"}, {"user", "hello"}}
-	ids := q.EncodeChat(msgs)
+	msgs := []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hello"}}
+	ids, err := q.EncodeChat(msgs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if q.Token(ids[0]) != "<|im_start|>" || !q.IsEnd(q.EOS()) || q.Token(q.EOS()) != "<|im_end|>" {
 		t.Errorf("chatml: %v starts with %q, eos %q", ids, q.Token(ids[0]), q.Token(q.EOS()))
 	}
@@ -72,7 +75,9 @@ func TestTokenizerSpecials(t *testing.T) {
 		t.Errorf("special text without parseSpecial must be spelled out: %v", plain)
 	}
 	l := testTokenizer(t, "llama", 512)
-	ids = l.EncodeChat([]Message{{"user", "hi"}, {"assistant", "yo"}, {"user", "again"}})
+	if ids, err = l.EncodeChat([]Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}, {Role: "user", Content: "again"}}, nil); err != nil {
+		t.Fatal(err)
+	}
 	if ids[0] != l.BOS() {
 		t.Errorf("llama chat must start with BOS: %v", ids)
 	}
@@ -82,7 +87,7 @@ func TestTokenizerSpecials(t *testing.T) {
 			n++
 		}
 	}
-	if n != 1 || !strings.Contains(l.ChatPrompt([]Message{{"user", "x"}}), "[INST] x [/INST]") {
+	if n != 1 || !strings.Contains(l.ChatPrompt([]Message{{Role: "user", Content: "x"}}), "[INST] x [/INST]") {
 		t.Errorf("llama chat: %d EOS in %v", n, ids)
 	}
 }
@@ -96,7 +101,7 @@ func TestQwen2Split(t *testing.T) {
 		"x \n y":             {"x", " \n", " y"},
 	}
 	for in, want := range cases {
-		if got := qwen2Split(in); strings.Join(got, "|") != strings.Join(want, "|") {
+		if got := preSplitters["qwen2"](in); strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Errorf("qwen2Split(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -128,4 +133,24 @@ func FuzzTokenizer(f *testing.F) {
 		}
 		_ = utf8.ValidString(spm.Decode(ids) + bpe.Decode(ids))
 	})
+}
+
+// TestGPT2Splits checks the default and smollm pre-tokenizers, which no
+// oracle file here covers, against their llama.cpp regexes worked by hand.
+func TestGPT2Splits(t *testing.T) {
+	cases := []struct {
+		pre, in string
+		want    []string
+	}{
+		{"default", "Hello world's 12345 ok!!  x", []string{"Hello", " world", "'s", " 12345", " ok", "!!", " ", " x"}},
+		{"default", "It'S a\n\nb  ", []string{"It", "'", "S", " a", "\n", "\n", "b", "  "}},
+		{"smollm", "a 12 b", []string{"a", " ", "1", "2", " b"}},
+		{"smollm", "a  1", []string{"a", "  ", "1"}},
+		{"smollm", "x1y", []string{"x", "1", "y"}},
+	}
+	for _, c := range cases {
+		if got := preSplitters[c.pre](c.in); strings.Join(got, "|") != strings.Join(c.want, "|") {
+			t.Errorf("%s(%q) = %q, want %q", c.pre, c.in, got, c.want)
+		}
+	}
 }

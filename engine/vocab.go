@@ -46,6 +46,7 @@ language among hello model token layer swarm node stage cache prompt`
 // vocab is a tokenizer vocabulary as GGUF metadata stores it.
 type vocab struct {
 	model  string // "llama" (SentencePiece) or "gpt2" (byte-level BPE)
+	pre    string // tokenizer.ggml.pre: the gpt2 pre-tokenizer
 	tokens []string
 	scores []float32
 	types  []int32
@@ -117,7 +118,7 @@ func buildSPMVocab(words []string, n int) *vocab {
 }
 
 func buildBPEVocab(words []string, n int) *vocab {
-	v := &vocab{model: "gpt2", unk: -1}
+	v := &vocab{model: "gpt2", pre: "qwen2", unk: -1}
 	specials := []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
 	budget := n - len(specials)
 	seen := map[string]bool{}

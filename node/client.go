@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -26,6 +27,9 @@ type Request struct {
 	Prompt string
 	// Messages are a chat, rendered with the model's chat template.
 	Messages []engine.Message
+	// Tools is the JSON array of tools offered to the chat template (nil:
+	// none).
+	Tools json.RawMessage
 	// Tokens is a tokenized prompt.
 	Tokens []int32
 	// MaxTokens caps the generated tokens (0: the node's default, never

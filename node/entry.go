@@ -152,7 +152,10 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 	case req.Prompt != "":
 		prompt = n.model.tok.Encode(req.Prompt, true, false)
 	case len(req.Messages) > 0:
-		prompt = n.model.tok.EncodeChat(req.Messages)
+		var err error
+		if prompt, err = n.model.tok.EncodeChat(req.Messages, req.Tools); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
 	default:
 		prompt = slices.Clone(req.Tokens)
 		for _, t := range prompt {

@@ -94,7 +94,9 @@ func Reference(ctx context.Context, m ModelSpec, modelPath, gpu string, prompts 
 	for i, pr := range prompts {
 		var ids []int32
 		if chat {
-			ids = tok.EncodeChat([]engine.Message{{Role: "user", Content: pr}})
+			if ids, err = tok.EncodeChat([]engine.Message{{Role: "user", Content: pr}}, nil); err != nil {
+				return nil, err
+			}
 		} else {
 			ids = tok.Encode(pr, true, false)
 		}

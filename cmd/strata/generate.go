@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -54,7 +56,9 @@ completion on stdout; statistics go to stderr.`,
 			ids := tok.Encode(prompt, true, false)
 			if chat {
 				// As the API encodes a chat completion of one user message.
-				ids = tok.EncodeChat([]engine.Message{{Role: "user", Content: prompt}})
+				if ids, err = tok.EncodeChat([]engine.Message{{Role: "user", Content: prompt}}, nil); err != nil {
+					return err
+				}
 			}
 			sess, err := p.NewSession(len(ids) + maxTokens)
 			if err != nil {
@@ -145,6 +149,77 @@ func newDebugCmd() *cobra.Command {
 	}
 	logits.Flags().StringVar(&model, "model", "", "GGUF model file")
 	logits.Flags().StringVar(&tokens, "tokens", "", "comma-separated token IDs")
-	debug.AddCommand(logits)
+	debug.AddCommand(logits, newDebugTokenizeCmd(), newDebugChatTemplateCmd())
 	return debug
+}
+
+// newDebugTokenizeCmd prints a text's token IDs as Hugging Face's tokenizer
+// gives them with add_special_tokens=false: no BOS/EOS, special-token text
+// parsed as special tokens.
+func newDebugTokenizeCmd() *cobra.Command {
+	var model, text string
+	cmd := &cobra.Command{
+		Use:   "tokenize",
+		Short: "Print the token IDs of --text as one JSON array (no BOS/EOS; special-token text is parsed)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" {
+				return errors.New("debug tokenize: --model is required")
+			}
+			tok, err := engine.LoadTokenizer(model)
+			if err != nil {
+				return err
+			}
+			ids := tok.Encode(text, false, true)
+			if ids == nil {
+				ids = []int32{}
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(ids)
+		},
+	}
+	cmd.Flags().StringVar(&model, "model", "", "GGUF model file")
+	cmd.Flags().StringVar(&text, "text", "", "text to tokenize")
+	return cmd
+}
+
+// newDebugChatTemplateCmd prints the prompt the file's chat template
+// renders for a chat case, byte for byte, as the API would render it.
+func newDebugChatTemplateCmd() *cobra.Command {
+	var model, chat string
+	cmd := &cobra.Command{
+		Use:   "chat-template",
+		Short: "Print the prompt the model's chat template renders for a chat case, byte for byte",
+		Long: `chat-template renders --chat, a JSON file
+{"messages": [...], "tools": [...] or null, "add_generation_prompt": true,
+ "extra": {template variables such as enable_thinking}, "now": "2024-07-26"}
+with the file's tokenizer.chat_template ("now" pins strftime_now). A chat
+the template refuses with raise_exception exits non-zero with its message.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if model == "" || chat == "" {
+				return errors.New("debug chat-template: --model and --chat are required")
+			}
+			data, err := os.ReadFile(chat)
+			if err != nil {
+				return err
+			}
+			r, err := engine.ParseChatRequest(data)
+			if err != nil {
+				return err
+			}
+			tok, err := engine.LoadTokenizer(model)
+			if err != nil {
+				return err
+			}
+			prompt, err := tok.RenderChat(r)
+			if err != nil {
+				return err
+			}
+			_, err = io.WriteString(cmd.OutOrStdout(), prompt)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&model, "model", "", "GGUF model file")
+	cmd.Flags().StringVar(&chat, "chat", "", "chat case JSON file")
+	return cmd
 }

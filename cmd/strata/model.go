@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +20,7 @@ func newModelCmd() *cobra.Command {
 
 func newModelGenCmd() *cobra.Command {
 	c := engine.DefaultGenConfig()
-	var out, dtype string
+	var out, dtype, hfDir string
 	cmd := &cobra.Command{
 		Use:   "gen",
 		Short: "write a random-weight GGUF model (llama.cpp tensor names and keys, small real vocabulary)",
@@ -34,6 +37,19 @@ func newModelGenCmd() *cobra.Command {
 					return err
 				}
 				c.DType = t
+			}
+			if hfDir != "" {
+				tj, err := os.ReadFile(filepath.Join(hfDir, "tokenizer.json"))
+				if err != nil {
+					return err
+				}
+				cj, err := os.ReadFile(filepath.Join(hfDir, "tokenizer_config.json"))
+				if err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+				if c.Tokenizer, c.Vocab, err = engine.HFTokenizerKVs(tj, cj); err != nil {
+					return fmt.Errorf("--hf-tokenizer %s: %w", hfDir, err)
+				}
 			}
 			if err := engine.GenerateFile(out, c); err != nil {
 				return err
@@ -65,5 +81,6 @@ func newModelGenCmd() *cobra.Command {
 	f.StringVar(&c.Name, "name", "", "general.name (default strata-random-<arch>)")
 	f.BoolVar(&c.Tied, "tied", false, "no output.weight: the head reuses the token embedding")
 	f.StringVar(&dtype, "dtype", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k, iq4_xs, or a mix as llama.cpp quantizes files: q4_k_m, q5_k_m")
+	f.StringVar(&hfDir, "hf-tokenizer", "", "directory with a Hugging Face tokenizer.json (and tokenizer_config.json): use its vocabulary, special tokens and chat template instead of the generated ones (--vocab is then its size)")
 	return cmd
 }

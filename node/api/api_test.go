@@ -315,3 +315,30 @@ func TestKeepAlive(t *testing.T) {
 	}
 	t.Logf("%d keep-alive comments in a 200-token stream at a 1 ms interval", comments)
 }
+
+// TestChatToolsReachTemplate: a chat with tools, an assistant tool call and
+// a tool result is accepted, and its prompt is what the model's chat
+// template renders for those messages and tools (engine.EncodeChat).
+func TestChatToolsReachTemplate(t *testing.T) {
+	c := shared.get(t)
+	tools := `[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]`
+	call := engine.ToolCall{ID: "call_1", Type: "function"}
+	call.Function.Name, call.Function.Arguments = "get_weather", `{"city": "Paris"}`
+	msgs := []engine.Message{
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", ToolCalls: []engine.ToolCall{call}},
+		{Role: "tool", ToolCallID: "call_1", Name: "get_weather", Content: `{"temperature": 21}`},
+	}
+	r := completion(t, c.urls[0]+"/v1/chat/completions", map[string]any{"messages": msgs, "tools": json.RawMessage(tools), "max_tokens": 2, "temperature": 0})
+	tok, err := engine.LoadTokenizer(modelPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := tok.EncodeChat(msgs, json.RawMessage(tools))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Usage.(*usageJSON).PromptTokens; got != len(want) {
+		t.Errorf("prompt of %d tokens, want the template's %d", got, len(want))
+	}
+}

@@ -79,8 +79,11 @@ type chatBody struct {
 }
 
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string            `json:"role"`
+	Content    json.RawMessage   `json:"content"`
+	ToolCalls  []engine.ToolCall `json:"tool_calls"`
+	ToolCallID string            `json:"tool_call_id"`
+	Name       string            `json:"name"`
 }
 
 func tooLarge(limit int64) *apiError {
@@ -235,8 +238,8 @@ func decodeChat(b []byte) (genRequest, *apiError) {
 		return g, invalid("max_completion_tokens", "max_completion_tokens must be at least 1 (got %d)", *body.MaxCompletionTokens)
 	}
 	switch {
-	case !isNull(body.Tools) && !bytes.Equal(bytes.TrimSpace(body.Tools), []byte("[]")):
-		return g, invalid("tools", "tools are not supported")
+	case !isNull(body.Tools) && !bytes.HasPrefix(bytes.TrimSpace(body.Tools), []byte("[")):
+		return g, invalid("tools", "tools must be an array")
 	case !isNull(body.Functions) && !bytes.Equal(bytes.TrimSpace(body.Functions), []byte("[]")):
 		return g, invalid("functions", "functions are not supported")
 	case body.ResponseFormat != nil && body.ResponseFormat.Type != "" && body.ResponseFormat.Type != "text":
@@ -250,21 +253,26 @@ func decodeChat(b []byte) (genRequest, *apiError) {
 	for i, m := range body.Messages {
 		param := fmt.Sprintf("messages[%d]", i)
 		switch m.Role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		case "developer": // OpenAI's newer name for system
 			m.Role = "system"
 		case "":
 			return g, invalid(param+".role", "%s.role is required", param)
 		default:
-			return g, invalid(param+".role", "%s.role %q is not supported (system, developer, user or assistant)", param, m.Role)
+			return g, invalid(param+".role", "%s.role %q is not supported (system, developer, user, assistant or tool)", param, m.Role)
 		}
 		text, e := decodeContent(m.Content, param+".content")
 		if e != nil {
 			return g, e
 		}
-		msgs[i] = engine.Message{Role: m.Role, Content: text}
+		msgs[i] = engine.Message{Role: m.Role, Content: text, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
 	}
 	g.req.Messages = msgs
+	// The model's chat template renders the tools; parsing tool calls out
+	// of the output is not done.
+	if !isNull(body.Tools) {
+		g.req.Tools = body.Tools
+	}
 	return g, nil
 }
 

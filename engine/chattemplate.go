@@ -1,0 +1,425 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nikolalohinski/gonja/v2"
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/loaders"
+)
+
+var (
+	// ErrChatTemplate reports a tokenizer.chat_template that does not
+	// parse or fails to render.
+	ErrChatTemplate = errors.New("engine: chat template failed")
+	// ErrChatRejected reports a chat the template itself refused through
+	// raise_exception (such as roles that do not alternate); the message
+	// is the template's.
+	ErrChatRejected = errors.New("engine: chat template rejected the chat")
+)
+
+// ChatRequest is what a chat template renders: OpenAI-shaped messages
+// (role, content, and whatever else the template reads, such as
+// tool_calls), the tools offered, and template variables.
+type ChatRequest struct {
+	// Messages and Tools hold JSON values: map[string]any objects, or the
+	// key-ordered objects of ParseChatRequest, which tojson prints in
+	// their order as Python would.
+	Messages            []any
+	Tools               []any // nil: the template sees no tools variable
+	AddGenerationPrompt bool
+	Extra               map[string]any // more variables, such as enable_thinking
+	Now                 time.Time      // what strftime_now formats
+}
+
+// chatTemplate is a parsed tokenizer.chat_template.
+type chatTemplate struct {
+	once sync.Once
+	src  string
+	tpl  *exec.Template
+	err  error
+}
+
+// HasChatTemplate reports whether the file carries its own chat template.
+func (t *Tokenizer) HasChatTemplate() bool { return t.chat != nil && t.chat.src != "" }
+
+// RenderChat renders the file's tokenizer.chat_template as Hugging Face's
+// apply_chat_template does: Jinja with trim_blocks and lstrip_blocks,
+// bos_token and eos_token set to the vocabulary's, strftime_now and
+// raise_exception defined. Without a template it falls back to the
+// built-in format of ChatPrompt (role and content only).
+func (t *Tokenizer) RenderChat(r ChatRequest) (string, error) {
+	if !t.HasChatTemplate() {
+		msgs := make([]Message, len(r.Messages))
+		for i, m := range r.Messages {
+			msgs[i].Role, _ = jsonField(m, "role").(string)
+			msgs[i].Content, _ = jsonField(m, "content").(string)
+		}
+		return t.ChatPrompt(msgs), nil
+	}
+	c := t.chat
+	c.once.Do(func() {
+		cfg := config.New()
+		cfg.TrimBlocks, cfg.LeftStripBlocks = true, true
+		var loader loaders.Loader
+		if loader, c.err = loaders.NewShiftedLoader("chat_template", strings.NewReader(c.src), nil); c.err == nil {
+			c.tpl, c.err = exec.NewTemplate("chat_template", cfg, loader, chatEnvironment)
+		}
+	})
+	if c.err != nil {
+		return "", fmt.Errorf("%w: parse: %v", ErrChatTemplate, c.err)
+	}
+	var raised *string
+	vars := map[string]any{}
+	for k, v := range r.Extra {
+		vars[k] = v
+	}
+	vars["messages"] = toJinja(r.Messages)
+	vars["add_generation_prompt"] = r.AddGenerationPrompt
+	vars["bos_token"] = t.specialText(t.bos)
+	vars["eos_token"] = t.specialText(t.eos)
+	if r.Tools != nil {
+		vars["tools"] = toJinja(r.Tools)
+	}
+	now := r.Now
+	vars["strftime_now"] = func(format string) string { return strftime(now, format) }
+	vars["raise_exception"] = func(msg string) (string, error) {
+		raised = &msg
+		return "", errors.New(msg)
+	}
+	out, err := c.tpl.ExecuteToString(exec.NewContext(vars))
+	switch {
+	case raised != nil:
+		return "", fmt.Errorf("%w: %s", ErrChatRejected, *raised)
+	case err != nil:
+		return "", fmt.Errorf("%w: %v", ErrChatTemplate, err)
+	}
+	return out, nil
+}
+
+func (t *Tokenizer) specialText(id int32) string {
+	if id < 0 {
+		return ""
+	}
+	return t.tokens[id]
+}
+
+// strftime formats the directives chat templates use (C locale).
+func strftime(tm time.Time, format string) string {
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' || i+1 == len(format) {
+			b.WriteByte(format[i])
+			continue
+		}
+		i++
+		switch format[i] {
+		case 'd':
+			fmt.Fprintf(&b, "%02d", tm.Day())
+		case 'm':
+			fmt.Fprintf(&b, "%02d", int(tm.Month()))
+		case 'Y':
+			fmt.Fprintf(&b, "%d", tm.Year())
+		case 'b':
+			b.WriteString(tm.Month().String()[:3])
+		case 'B':
+			b.WriteString(tm.Month().String())
+		case 'H':
+			fmt.Fprintf(&b, "%02d", tm.Hour())
+		case 'M':
+			fmt.Fprintf(&b, "%02d", tm.Minute())
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(format[i])
+		}
+	}
+	return b.String()
+}
+
+// ParseChatRequest reads a chat as `strata debug chat-template --chat`
+// takes it: {"messages": [...], "tools": [...] or null,
+// "add_generation_prompt": bool, "extra": {...}, "now": "2024-07-26"}.
+// Without "now", strftime_now sees the current date.
+func ParseChatRequest(data []byte) (ChatRequest, error) {
+	var c struct {
+		Messages            json.RawMessage `json:"messages"`
+		Tools               json.RawMessage `json:"tools"`
+		AddGenerationPrompt bool            `json:"add_generation_prompt"`
+		Extra               map[string]any  `json:"extra"`
+		Now                 string          `json:"now"`
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&c); err != nil {
+		return ChatRequest{}, fmt.Errorf("%w: chat case: %v", ErrInput, err)
+	}
+	r := ChatRequest{AddGenerationPrompt: c.AddGenerationPrompt, Extra: c.Extra, Now: time.Now().UTC()}
+	for _, f := range []struct {
+		raw json.RawMessage
+		dst *[]any
+	}{{c.Messages, &r.Messages}, {c.Tools, &r.Tools}} {
+		if len(f.raw) == 0 || string(f.raw) == "null" {
+			continue
+		}
+		v, err := orderedJSON(f.raw)
+		if err != nil {
+			return ChatRequest{}, err
+		}
+		var ok bool
+		if *f.dst, ok = v.([]any); !ok {
+			return ChatRequest{}, fmt.Errorf("%w: chat case: messages and tools must be arrays", ErrInput)
+		}
+	}
+	if len(r.Messages) == 0 {
+		return ChatRequest{}, fmt.Errorf("%w: chat case: no messages", ErrInput)
+	}
+	if c.Now != "" {
+		var err error
+		if r.Now, err = time.Parse(time.DateOnly, c.Now); err != nil {
+			return ChatRequest{}, fmt.Errorf("%w: chat case: now %q is not YYYY-MM-DD", ErrInput, c.Now)
+		}
+	}
+	return r, nil
+}
+
+// chatEnvironment is gonja's default environment with tojson as Hugging
+// Face's: Python's json.dumps separators (", ", ": "), keys in their order,
+// non-ASCII text as is.
+var chatEnvironment = func() *exec.Environment {
+	env := *gonja.DefaultEnvironment
+	env.Filters = exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
+	if err := env.Filters.Replace("tojson", filterToJSON); err != nil {
+		panic(err)
+	}
+	return &env
+}()
+
+func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	var indent *exec.Value
+	if err := params.Take(exec.KeywordArgument("indent", exec.AsValue(nil), func(v *exec.Value) error { indent = v; return nil })); err != nil {
+		return exec.AsValue(exec.ErrInvalidCall(err))
+	}
+	pad := ""
+	if !indent.IsNil() {
+		pad = strings.Repeat(" ", indent.Integer())
+	}
+	var b strings.Builder
+	if err := writePyJSON(&b, in.Interface(), pad, "\n"); err != nil {
+		return exec.AsValue(err)
+	}
+	return exec.AsSafeValue(b.String())
+}
+
+// writePyJSON writes v as Python's json.dumps(v, ensure_ascii=False) does,
+// indented by pad per level when pad is not empty.
+func writePyJSON(b *strings.Builder, v any, pad, nl string) error {
+	open := func(c byte, n int) string {
+		b.WriteByte(c)
+		if pad != "" && n > 0 {
+			nl += pad
+			b.WriteString(nl)
+			return "," + nl
+		}
+		return ", "
+	}
+	closing := func(c byte, n int) {
+		if pad != "" && n > 0 {
+			nl = nl[:len(nl)-len(pad)]
+			b.WriteString(nl)
+		}
+		b.WriteByte(c)
+	}
+	colon := ": "
+	switch x := v.(type) {
+	case *exec.Value:
+		return writePyJSON(b, x.Interface(), pad, nl)
+	case nil:
+		b.WriteString("null")
+	case bool:
+		b.WriteString(map[bool]string{true: "true", false: "false"}[x])
+	case string:
+		var sb strings.Builder
+		e2 := json.NewEncoder(&sb)
+		e2.SetEscapeHTML(false)
+		if err := e2.Encode(x); err != nil {
+			return err
+		}
+		b.WriteString(strings.TrimSuffix(sb.String(), "\n"))
+	case int, int64, int32, float32, float64, json.Number:
+		fmt.Fprint(b, x)
+	case *exec.Dict:
+		sep := open('{', len(x.Pairs))
+		for i, p := range x.Pairs {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			if err := writePyJSON(b, p.Key.String(), pad, nl); err != nil {
+				return err
+			}
+			b.WriteString(colon)
+			if err := writePyJSON(b, p.Value, pad, nl); err != nil {
+				return err
+			}
+		}
+		closing('}', len(x.Pairs))
+	case map[string]any:
+		d := &exec.Dict{}
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(x[k])})
+		}
+		return writePyJSON(b, d, pad, nl)
+	case []any:
+		sep := open('[', len(x))
+		for i, e := range x {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			if err := writePyJSON(b, e, pad, nl); err != nil {
+				return err
+			}
+		}
+		closing(']', len(x))
+	default:
+		return fmt.Errorf("%w: tojson: cannot encode %T", ErrChatTemplate, v)
+	}
+	return nil
+}
+
+// orderedJSON decodes JSON keeping the order of object keys (as *exec.Dict)
+// and whole numbers as int, as Python's json.loads does.
+func orderedJSON(data []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var val func() (any, error)
+	val = func() (any, error) {
+		tok, err := d.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: chat case: %v", ErrInput, err)
+		}
+		switch x := tok.(type) {
+		case json.Delim:
+			if x == '[' {
+				list := []any{}
+				for d.More() {
+					e, err := val()
+					if err != nil {
+						return nil, err
+					}
+					list = append(list, e)
+				}
+				_, err := d.Token()
+				return list, err
+			}
+			dict := &exec.Dict{Pairs: []*exec.Pair{}}
+			for d.More() {
+				k, err := d.Token()
+				if err != nil {
+					return nil, fmt.Errorf("%w: chat case: %v", ErrInput, err)
+				}
+				e, err := val()
+				if err != nil {
+					return nil, err
+				}
+				dict.Pairs = append(dict.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(e)})
+			}
+			_, err := d.Token()
+			return dict, err
+		case json.Number:
+			if i, err := x.Int64(); err == nil {
+				return int(i), nil
+			}
+			f, err := x.Float64()
+			return f, err
+		}
+		return tok, nil
+	}
+	return val()
+}
+
+// toJinja turns map[string]any objects into key-sorted *exec.Dict values,
+// so that templates see one kind of object.
+func toJinja(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		d := &exec.Dict{Pairs: []*exec.Pair{}}
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(toJinja(x[k]))})
+		}
+		return d
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = toJinja(e)
+		}
+		return out
+	}
+	return v
+}
+
+// jsonField is the value of key in a JSON object of either kind (nil when
+// absent).
+func jsonField(obj any, key string) any {
+	switch x := obj.(type) {
+	case map[string]any:
+		return x[key]
+	case *exec.Dict:
+		return x.Get(exec.AsValue(key)).Interface()
+	}
+	return nil
+}
+
+// chatMessages are msgs as templates read them: objects with role and
+// content, and OpenAI's tool fields where set, the arguments of a tool
+// call parsed into an object (as Hugging Face's templates expect; kept as
+// text when they are not JSON).
+func chatMessages(msgs []Message) []any {
+	out := make([]any, len(msgs))
+	for i, m := range msgs {
+		d := &exec.Dict{}
+		add := func(k string, v any) {
+			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
+		}
+		add("role", m.Role)
+		add("content", m.Content)
+		if len(m.ToolCalls) > 0 {
+			calls := make([]any, len(m.ToolCalls))
+			for j, c := range m.ToolCalls {
+				var args any = c.Function.Arguments
+				if v, err := orderedJSON([]byte(c.Function.Arguments)); err == nil {
+					args = v
+				}
+				fn := &exec.Dict{Pairs: []*exec.Pair{{Key: exec.AsValue("name"), Value: exec.AsValue(c.Function.Name)}, {Key: exec.AsValue("arguments"), Value: exec.AsValue(args)}}}
+				call := &exec.Dict{}
+				if c.ID != "" {
+					call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("id"), Value: exec.AsValue(c.ID)})
+				}
+				call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("type"), Value: exec.AsValue(c.Type)}, &exec.Pair{Key: exec.AsValue("function"), Value: exec.AsValue(fn)})
+				calls[j] = call
+			}
+			add("tool_calls", calls)
+		}
+		if m.ToolCallID != "" {
+			add("tool_call_id", m.ToolCallID)
+		}
+		if m.Name != "" {
+			add("name", m.Name)
+		}
+		out[i] = d
+	}
+	return out
+}

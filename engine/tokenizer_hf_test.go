@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// hfOracle is the npm project with Hugging Face's tokenizers (the
+// transformers.js fork @lenml/tokenizers) and real tokenizer.json files,
+// installed by `make npm-deps`.
+const hfOracle = "testdata/hf-oracle"
+
+// hfVocabs are the vocabularies the oracle ships, by package suffix. The
+// "llama2" package's tokenizer.json is Mistral 7B's SentencePiece vocabulary
+// (same tokenizer model as Llama 2: BPE with byte fallback, ▁ prefix);
+// "qwen3" is Qwen3's, whose tokenizer Qwen2.5 shares (same vocabulary,
+// merges, pre-tokenizer and NFC).
+var hfVocabs = []string{"llama2", "llama3", "llama3_1", "qwen3", "gemma3"}
+
+// tokenizerCorpus is the tricky text the tokenizers must split as HF does.
+// All of it is valid UTF-8: the oracle, like the API, receives JSON, where
+// invalid bytes cannot travel.
+var tokenizerCorpus = []string{
+	"", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n", "\n ", "\t\t x", "a\n\n\nb",
+	"Hello world", " Hello world", "Hello  world", "Hello   world  ", "hello\tworld\n",
+	"1", "12", "123", "1234", "12345", "123456", "1234567", "3.14159", "x=1000000;", "0.000001e-10",
+	"I'm sure it's what they'd've said", "DON'T YOU'LL WE'RE", "'s 'S 'll' ''",
+	"func main() {\n\tfmt.Println(\"hi\")\n}\n", "    if (a && b) { return x->y; }", "def f(x):\n    return x**2  # square\n",
+	"<div class=\"a\">&amp;</div>", "https://example.com/a?b=c&d=e#f", "C:\\path\\to\\file.txt",
+	"emoji 😀👍🏽 👨‍👩‍👧 🇫🇷", "日本語のテキスト", "中文分词测试，标点符号。", "한국어 텍스트", "Ελληνικά και русский",
+	"مرحبا بالعالم", "हिन्दी", "café naïve résumé", "e\u0301 cafe\u0301 A\u030a", "ﬁ ligature ＡＢＣ１２３",
+	"<|im_start|>user\nhi<|im_end|>\n", "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>",
+	"<s>[INST] hi [/INST]</s>", "<think>\nhmm\n</think>\n\nanswer", "<|im_start|> <|im_end|>", "<|not_a_token|> <|", "<tool_call>",
+	"a\u00a0b", "zero\u200bwidth", "tab\there", "\x7f\x01\x02", "ÿþý", "~!@#$%^&*()_+`-={}|[]\\:\";'<>?,./",
+	"...!!!???", "------", "====\n\n====", "  leading and trailing  ", "MixedCASE camelCase snake_case kebab-case",
+	"١٢٣٤٥ ²³ ½ Ⅻ ๓๔", "x\u2028y\u2029z\u0085w", "\ufeffBOM", "\u3000全角スペース", "a \t\n \n\n  b", "'ll've 'RE 'Ve",
+	"\ufffd truncated", "$ 1,000,000.00 €100 ¥5", "0x1F 0b1010 1e10 ١٢3", "Ünïcödé ÅNGSTRÖM straße İstanbul",
+}
+
+// TestTokenizerMatchesHF builds GGUFs that carry the real vocabularies of
+// Llama 2/Mistral, Llama 3, Llama 3.1 and Qwen3 (random tiny weights) and
+// checks that our tokenizer gives Hugging Face's IDs for every corpus
+// string, special-token text parsed as special and no BOS/EOS, as
+// add_special_tokens=false does. The oracle runs in Node at test time.
+func TestTokenizerMatchesHF(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: Node oracle and large vocabularies")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: the Hugging Face tokenizer oracle cannot run")
+	}
+	if _, err := os.Stat(filepath.Join(hfOracle, "node_modules/@lenml/tokenizers")); err != nil {
+		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+	}
+	corpus, _ := json.Marshal(tokenizerCorpus)
+	cmd := exec.Command(node, append([]string{"encode.mjs"}, hfVocabs...)...)
+	cmd.Dir = hfOracle
+	cmd.Stdin = bytes.NewReader(corpus)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("oracle: %v\n%s", err, stderr.String())
+	}
+	var want map[string][][]int32
+	if err := json.Unmarshal(out, &want); err != nil {
+		t.Fatalf("oracle output: %v", err)
+	}
+	for _, name := range hfVocabs {
+		t.Run(name, func(t *testing.T) {
+			tok := hfTestTokenizer(t, name)
+			bad := 0
+			for i, s := range tokenizerCorpus {
+				got := tok.Encode(s, false, true)
+				if !equalIDs(got, want[name][i]) {
+					bad++
+					t.Errorf("%q:\n got  %v\n want %v", s, got, want[name][i])
+				}
+			}
+			t.Logf("%s: %d/%d strings match", name, len(tokenizerCorpus)-bad, len(tokenizerCorpus))
+		})
+	}
+}
+
+// hfTestTokenizer writes a tiny random-weight model with the vocabulary of
+// the oracle package tokenizer-<name> and loads its tokenizer back.
+func hfTestTokenizer(t testing.TB, name string) *Tokenizer {
+	t.Helper()
+	path := hfTestModel(t, name)
+	tok, err := LoadTokenizer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// hfTestTokenizerWith is hfTestTokenizer with another chat template.
+func hfTestTokenizerWith(t testing.TB, name, template string) *Tokenizer {
+	t.Helper()
+	tok, err := LoadTokenizer(hfTestModelWith(t, name, &template))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func hfTestModel(t testing.TB, name string) string { return hfTestModelWith(t, name, nil) }
+
+func hfTestModelWith(t testing.TB, name string, template *string) string {
+	t.Helper()
+	dir := filepath.Join(hfOracle, "node_modules/@lenml/tokenizer-"+name, "models")
+	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+	}
+	cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs, n, err := HFTokenizerKVs(tj, cj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if template != nil {
+		kvs = slices.DeleteFunc(kvs, func(kv KV) bool { return kv.Key == "tokenizer.chat_template" })
+		kvs = append(kvs, KV{"tokenizer.chat_template", *template})
+	}
+	arch := "llama"
+	if strings.HasPrefix(name, "qwen") {
+		arch = "qwen2"
+	}
+	c := GenConfig{Arch: arch, Layers: 1, Dim: 8, Heads: 2, FFN: 8, Vocab: n, Seed: 1, DType: F16, Tied: true, Tokenizer: kvs}
+	path := filepath.Join(t.TempDir(), name+".gguf")
+	if err := GenerateFile(path, c); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func equalIDs(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestHFEndTokens: the real vocabularies end generation where their chat
+// templates end a turn, and nowhere else among their specials.
+func TestHFEndTokens(t *testing.T) {
+	cases := map[string][]string{
+		"llama2": {"</s>"},
+		"llama3": {"<|end_of_text|>", "<|eot_id|>"},
+		// This package's file predates 3.1's <|eom_id|> (reserved there).
+		"llama3_1": {"<|end_of_text|>", "<|eot_id|>"},
+		"qwen3":    {"<|endoftext|>", "<|im_end|>"},
+	}
+	for name, want := range cases {
+		t.Run(name, func(t *testing.T) {
+			tok := hfTestTokenizer(t, name)
+			var got []string
+			for id := range int32(tok.Vocab()) {
+				if tok.IsEnd(id) {
+					got = append(got, tok.Token(id))
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("end tokens %q, want %q", got, want)
+			}
+			if tok.BOS() >= 0 && tok.Encode("x", true, true)[0] != tok.BOS() && name != "qwen3" {
+				t.Errorf("BOS not added")
+			}
+		})
+	}
+}
