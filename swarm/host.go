@@ -305,7 +305,7 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 			case event.EvtPeerConnectednessChanged:
 				s.refreshConn(e.Peer)
 				if e.Connectedness == network.NotConnected {
-					s.acts.drop(e.Peer)
+					s.acts.drop(e.Peer, true)
 				}
 			case event.EvtLocalReachabilityChanged:
 				if s.cfg.reachability() == ReachabilityAuto {

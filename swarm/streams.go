@@ -48,8 +48,9 @@ const (
 // actStream is the persistent activation stream to one neighbour. Its
 // mutex serialises frames onto the stream.
 type actStream struct {
-	mu sync.Mutex
-	s  network.Stream
+	mu   sync.Mutex
+	s    network.Stream
+	gone bool // dropped from the pool; a sender holding it fetches anew
 }
 
 // actPool keeps one outgoing activation stream per neighbour.
@@ -74,17 +75,30 @@ func (p *actPool) get(id peer.ID) (*actStream, error) {
 	return a, nil
 }
 
-// drop resets and forgets the stream to id, if any.
-func (p *actPool) drop(id peer.ID) {
+// drop resets and forgets the stream to id, if any. With onlyDead it
+// leaves a stream whose connection is still open: the disconnect event
+// that calls it arrives late, after a send may already have reopened the
+// stream on a new connection, and resetting that one would lose frames
+// the sender was told went out.
+func (p *actPool) drop(id peer.ID, onlyDead bool) {
 	p.mu.Lock()
 	a := p.streams[id]
-	delete(p.streams, id)
 	p.mu.Unlock()
-	if a != nil {
-		a.mu.Lock()
-		p.h.resetAct(id, a)
-		a.mu.Unlock()
+	if a == nil {
+		return
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if onlyDead && a.s != nil && !a.s.Conn().IsClosed() {
+		return
+	}
+	p.h.resetAct(id, a)
+	a.gone = true
+	p.mu.Lock()
+	if p.streams[id] == a {
+		delete(p.streams, id)
+	}
+	p.mu.Unlock()
 }
 
 func (p *actPool) closeAll() {
@@ -96,6 +110,7 @@ func (p *actPool) closeAll() {
 	for id, a := range all {
 		a.mu.Lock()
 		p.h.resetAct(id, a)
+		a.gone = true
 		a.mu.Unlock()
 	}
 }
@@ -118,11 +133,10 @@ func (h *Host) SendActivation(ctx context.Context, to peer.ID, frame []byte) err
 	if len(frame) > h.cfg.maxActFrame {
 		return fmt.Errorf("activation to %s: %d bytes (max %d): %w", to, len(frame), h.cfg.maxActFrame, ErrFrameTooLarge)
 	}
-	a, err := h.acts.get(to)
+	a, err := h.lockAct(to)
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
 	defer a.mu.Unlock()
 	var last error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -151,8 +165,23 @@ func (h *Host) SendActivation(ctx context.Context, to peer.ID, frame []byte) err
 	return fmt.Errorf("activation to %s: %w", to, last)
 }
 
+// lockAct returns the pool's live stream entry for to, locked.
+func (h *Host) lockAct(to peer.ID) (*actStream, error) {
+	for {
+		a, err := h.acts.get(to)
+		if err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		if !a.gone {
+			return a, nil
+		}
+		a.mu.Unlock()
+	}
+}
+
 // CloseActivation closes the activation stream to peer to, if open.
-func (h *Host) CloseActivation(to peer.ID) { h.acts.drop(to) }
+func (h *Host) CloseActivation(to peer.ID) { h.acts.drop(to, false) }
 
 // HandleActivations sets the receiver of activation frames (nil: refuse
 // the protocol's streams).
