@@ -203,8 +203,43 @@ var chatEnvironment = func() *exec.Environment {
 	if err := env.Filters.Replace("tojson", filterToJSON); err != nil {
 		panic(err)
 	}
+	env.Methods.Dict = orderedDictMethods(env.Methods.Dict)
 	return &env
 }()
+
+// orderedDictMethods is gonja's dict methods with keys(), values() and
+// items() in the dict's own key order, as Python's are: gonja hands
+// methods a Go map and sorts its keys, and a template that prints
+// tool.items() (Mistral's) would list the schema's fields alphabetically.
+func orderedDictMethods(def *exec.MethodSet[map[string]any]) *exec.MethodSet[map[string]any] {
+	m := map[string]exec.Method[map[string]any]{}
+	for _, name := range []string{"get", "pop", "setdefault", "update", "copy", "clear", "keys", "values", "items"} {
+		if f, ok := def.Get(name); ok {
+			m[name] = f
+		}
+	}
+	ordered := func(name string, pick func(p *exec.Pair) any) {
+		fallback := m[name]
+		m[name] = func(self map[string]any, selfValue *exec.Value, args *exec.VarArgs) (any, error) {
+			d, ok := selfValue.Interface().(*exec.Dict)
+			if !ok {
+				return fallback(self, selfValue, args)
+			}
+			if err := args.Take(); err != nil {
+				return nil, exec.ErrInvalidCall(err)
+			}
+			out := make([]any, 0, len(d.Pairs))
+			for _, p := range d.Pairs {
+				out = append(out, pick(p))
+			}
+			return out, nil
+		}
+	}
+	ordered("keys", func(p *exec.Pair) any { return p.Key })
+	ordered("values", func(p *exec.Pair) any { return p.Value })
+	ordered("items", func(p *exec.Pair) any { return []any{p.Key, p.Value} })
+	return exec.NewMethodSet(m)
+}
 
 func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {

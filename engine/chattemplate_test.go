@@ -12,13 +12,22 @@ import (
 	"testing"
 )
 
-// chatTemplateVocabs are the vocabularies whose files' own templates are
-// checked, plus "date": Qwen3's vocabulary with testdata/chat/date.jinja
+// chatTemplateFiles are the templates checked: each vocabulary's own file
+// template (template ""), and templates of testdata/chat/templates set on
+// a vocabulary of the same family (see its PROVENANCE.md), plus date.jinja
 // (strftime_now, trim/lstrip of blocks, raise_exception on a role). Gemma
 // 3's template is left out: gonja v2.9.1 cannot parse a conditional
 // expression inside parentheses, (a if c else b), so RenderChat returns
 // ErrChatTemplate for it (TestChatTemplateKnownGap).
-var chatTemplateVocabs = []string{"llama3", "llama3_1", "qwen3", "date"}
+var chatTemplateFiles = []struct{ vocab, template string }{
+	{"llama3", ""},
+	{"llama3_1", ""},
+	{"qwen3", ""},
+	{"qwen3", "date.jinja"},
+	{"llama3", "templates/meta-llama-Llama-3.2-3B-Instruct.jinja"},
+	{"llama2", "templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"},
+	{"llama2", "templates/microsoft-Phi-3.5-mini-instruct.jinja"},
+}
 
 // TestChatTemplateMatchesHFJinja renders every case of testdata/chat with
 // each model file's own tokenizer.chat_template and checks the prompt is
@@ -40,10 +49,6 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no cases in testdata/chat")
 	}
-	dateTpl, err := os.ReadFile("testdata/chat/date.jinja")
-	if err != nil {
-		t.Fatal(err)
-	}
 	type job struct {
 		Template string          `json:"template"`
 		Case     json.RawMessage `json:"case"`
@@ -53,12 +58,14 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 	var jobs []job
 	var toks []*Tokenizer
 	var names []string
-	for _, v := range chatTemplateVocabs {
-		var tok *Tokenizer
-		if v == "date" {
-			tok = hfTestTokenizerWith(t, "qwen3", string(dateTpl))
-		} else {
-			tok = hfTestTokenizer(t, v)
+	for _, v := range chatTemplateFiles {
+		tok, name := hfTestTokenizer(t, v.vocab), v.vocab
+		if v.template != "" {
+			tpl, err := os.ReadFile(filepath.Join("testdata/chat", v.template))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, name = hfTestTokenizerWith(t, v.vocab, string(tpl)), strings.TrimSuffix(filepath.Base(v.template), ".jinja")
 		}
 		if !tok.HasChatTemplate() {
 			t.Fatalf("%s: the file has no chat template", v)
@@ -70,7 +77,7 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 			}
 			jobs = append(jobs, job{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
 			toks = append(toks, tok)
-			names = append(names, v+"/"+filepath.Base(f))
+			names = append(names, name+"/"+filepath.Base(f))
 		}
 	}
 	in, _ := json.Marshal(jobs)
@@ -165,7 +172,7 @@ func TestEncodeChatTools(t *testing.T) {
 
 // TestChatTemplateKnownGap pins the one real template we know gonja cannot
 // parse (Gemma 3's), so that the error stays clear and a gonja upgrade
-// that fixes it is noticed: then move gemma3 into chatTemplateVocabs.
+// that fixes it is noticed: then add gemma3 to chatTemplateFiles.
 func TestChatTemplateKnownGap(t *testing.T) {
 	tok := hfTestTokenizer(t, "gemma3")
 	_, err := tok.RenderChat(ChatRequest{Messages: []any{map[string]any{"role": "user", "content": "Hi"}}, AddGenerationPrompt: true})
