@@ -281,8 +281,6 @@ func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
 		}
 	case F16, BF16:
 		m.raw, m.typ = b, t.Type // half width in memory, widened per use
-	default:
-		m.raw, m.qf, m.typ = b, quantFormats[t.Type], t.Type
 	case Q8_0:
 		m.q = make([]int8, n)
 		m.d = make([]float32, n/32)
@@ -293,6 +291,8 @@ func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
 				m.q[blk*32+i] = int8(p[2+i])
 			}
 		}
+	default:
+		m.raw, m.qf, m.typ = b, quantFormats[t.Type], t.Type
 	}
 	return m, nil
 }
