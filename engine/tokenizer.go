@@ -427,6 +427,8 @@ var preSplitters = map[string]func(string) []string{
 	"gpt2":    func(s string) []string { return gpt2Split(s, false) },
 	// SmolLM's: \p{N} first, then GPT-2's, so digits split one by one.
 	"smollm": func(s string) []string { return gpt2Split(s, true) },
+	// DeepSeek LLM's sequence of splits (tokenizer_seq.go).
+	"deepseek-llm": func(s string) []string { return seqSplit(deepseekLLM, s) },
 }
 
 // Character classes as the regexes of Hugging Face tokenizers see them.

@@ -147,6 +147,16 @@ func TestGPT2Splits(t *testing.T) {
 		{"smollm", "a 12 b", []string{"a", " ", "1", "2", " b"}},
 		{"smollm", "a  1", []string{"a", "  ", "1"}},
 		{"smollm", "x1y", []string{"x", "1", "y"}},
+		// DeepSeek LLM: newlines alone, then letters with one leading
+		// space, then ASCII/full-width punctuation, trailing space, CJK
+		// runs, digit runs; what no split takes stays between them. Each
+		// split re-splits every piece: ASCII letters are in the
+		// punctuation class (:-~), so "Été" falls apart at the third, and
+		// U+3000 is in the CJK range (U+0800-U+4E00) of the fifth.
+		{"deepseek-llm", "Hello world\n123 你好！", []string{"Hello", " world", "\n", "123", " ", "你好", "！"}},
+		{"deepseek-llm", "x  = f(y);\r\n\tÉté 2024ab", []string{"x", " ", " =", " f", "(", "y", ");", "\r", "\n", "\tÉ", "t", "é", " ", "2024", "ab"}},
+		{"deepseek-llm", "a\u3000b  ", []string{"a", "\u3000", "b", "  "}},
+		{"deepseek-llm", "세계 ü!?", []string{"세계", " ü", "!?"}},
 	}
 	for _, c := range cases {
 		if got := preSplitters[c.pre](c.in); strings.Join(got, "|") != strings.Join(c.want, "|") {
