@@ -639,11 +639,23 @@ func removeNetns(ctx context.Context, names []string, rootLink string) error {
 	// The root veth dies with its peer in the hub; this only catches a
 	// hub that was never made.
 	if rootLink != "" {
-		if _, err := net.InterfaceByName(rootLink); err == nil {
-			errs = append(errs, shRun(ctx, "ip", "link", "del", rootLink))
-		}
+		errs = append(errs, delLink(ctx, rootLink))
 	}
 	return errors.Join(errs...)
+}
+
+// delLink deletes a root-namespace link if it is there. A veth goes by
+// itself, a moment after its peer's namespace is deleted, so a link that
+// vanished while being deleted is not an error.
+func delLink(ctx context.Context, name string) error {
+	if _, err := net.InterfaceByName(name); err != nil {
+		return nil
+	}
+	err := shRun(ctx, "ip", "link", "del", name)
+	if _, gone := net.InterfaceByName(name); gone != nil {
+		return nil
+	}
+	return err
 }
 
 var nsTagPattern = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
@@ -675,9 +687,7 @@ func CleanNamespaces(ctx context.Context, prefix string) ([]string, error) {
 	}
 	err = removeNetns(ctx, names, "")
 	for _, l := range links {
-		if _, e := net.InterfaceByName(l); e == nil {
-			err = errors.Join(err, shRun(ctx, "ip", "link", "del", l))
-		}
+		err = errors.Join(err, delLink(ctx, l))
 	}
 	return append(names, links...), err
 }
