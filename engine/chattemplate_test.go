@@ -27,6 +27,9 @@ var chatTemplateFiles = []struct{ vocab, template string }{
 	{"llama3", "templates/meta-llama-Llama-3.2-3B-Instruct.jinja"},
 	{"llama2", "templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"},
 	{"llama2", "templates/microsoft-Phi-3.5-mini-instruct.jinja"},
+	{"llama2", "templates/meta-llama-Llama-2-13b-chat-hf.jinja"},
+	{"llama2", "templates/mistralai-Mixtral-8x7B-Instruct-v0.1.jinja"},
+	{"gemma3", "templates/google-gemma-7b-it.jinja"},
 }
 
 // TestChatTemplateMatchesHFJinja renders every case of testdata/chat with
