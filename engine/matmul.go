@@ -154,11 +154,10 @@ func matmulPacked(out []float32, w *matrix, x *act, r0, r1 int) {
 	nb := c / f.block
 	rb := nb * f.bytes
 	fast := packedRowKernel(w.typ)
-	var scratch packedScratch
 	for r := r0; r < r1; r++ {
 		row := w.raw[r*rb : (r+1)*rb]
 		if fast != nil {
-			fast(out[r:], w.rows, row, x, c, &scratch)
+			fast(out[r:], w.rows, row, x, c)
 			continue
 		}
 		for t := 0; t < x.n; t++ {

@@ -1,72 +1,195 @@
 #include "textflag.h"
 
-// Integer block sums of packed rows against Q8_K activations (AVX2). Each
-// writes, per 256-block, Σ_j sc_j · Σ_{i∈j} q_i·x_i as one int32: an exact
-// integer, so its order cannot matter and the float part stays in Go
-// (quant.go), the same for every kernel.
+// Whole-row dot products of packed rows with one quantised activation row
+// (AVX2). Per block: the scales are unpacked, the integer sums formed (exact,
+// so their order cannot matter), and the block's float part computed with
+// the portable kernel's scalar operations in its order (VMULSS, VSUBSS,
+// VADDSS; never FMA), each block added in turn into one float32. Halves are
+// widened through f16Table (tab), the portable kernels' own conversion.
+//
+// Common arguments: q the row's nb blocks; x its activations, nb*block
+// values in [-127, 127]; xd one float32 scale per activation block; tab
+// f16Table. Registers: SI q, DI x, R9 xd, R10 bsums, R11 tab, CX nb,
+// X10 the row's sum, Y15 0x0f bytes. The frame holds one block's scales
+// as int16 (0(SP)...).
 
-// HSUM8 adds the 8 int32 lanes of YA (low half XA) and stores them at (DX).
-#define HSUM8(YA, XA, XT) \
+// HSUM8 adds the 8 int32 lanes of YA (low half XA) into the 32-bit R.
+#define HSUM8(YA, XA, XT, R) \
 	VEXTRACTI128 $1, YA, XT \
 	VPADDD       XT, XA, XA \
 	VPSHUFD      $0x4e, XA, XT \
 	VPADDD       XT, XA, XA \
 	VPSHUFD      $0xb1, XA, XT \
 	VPADDD       XT, XA, XA \
-	VMOVD        XA, (DX)
+	VMOVD        XA, R
 
-// Q4KHALF: nibbles Q (unsigned, in YQ) times 32 activations at XOFF(DI),
-// weighted by the int16 scale at SOFF(R8), added into Y0.
-#define Q4KHALF(YQ, XOFF, SOFF) \
+// HALF widens the f16 at OFF(SI) into XD through the table.
+#define HALF(OFF, XD) \
+	MOVWLZX OFF(SI), AX \
+	VMOVSS  (R11)(AX*4), XD
+
+#define NIBMASK \
+	MOVL         $0x0f0f0f0f, AX \
+	VMOVD        AX, X15 \
+	VPBROADCASTD X15, Y15
+
+// KHALF: 32 unsigned values in YQ times 32 activations at XOFF(DI),
+// weighted by the int16 scale at SOFF(SP), added into Y0.
+#define KHALF(YQ, XOFF, SOFF) \
 	VPMADDUBSW   XOFF(DI), YQ, YQ \
-	VPBROADCASTW SOFF(R8), Y6 \
+	VPBROADCASTW SOFF(SP), Y6 \
 	VPMADDWD     Y6, YQ, YQ \
 	VPADDD       YQ, Y0, Y0
+
+// KSCALES unpacks the 12 scale bytes at 4(SI) of a Q4_K/Q5_K block: the 8
+// 6-bit scales to int16 at 0(SP), and the 8 6-bit mins, each times the sum
+// of its 32 activations (bsums at (R10)), added into BX.
+#define KSCALES \
+	MOVL  4(SI), AX \
+	MOVL  8(SI), BX \
+	MOVL  12(SI), DX \
+	MOVQ  AX, R12 \
+	ANDQ  $0x3f3f3f3f, R12 \
+	MOVQ  DX, R13 \
+	ANDQ  $0x0f0f0f0f, R13 \
+	MOVQ  AX, R14 \
+	SHRQ  $6, R14 \
+	ANDQ  $0x03030303, R14 \
+	SHLQ  $4, R14 \
+	ORQ   R14, R13 \
+	SHLQ  $32, R13 \
+	ORQ   R13, R12 \
+	VMOVQ R12, X1 \
+	VPMOVZXBW X1, X1 \
+	VMOVDQU X1, 0(SP) \
+	MOVQ  BX, R13 \
+	ANDQ  $0x3f3f3f3f, R13 \
+	MOVQ  DX, R14 \
+	SHRQ  $4, R14 \
+	ANDQ  $0x0f0f0f0f, R14 \
+	SHRQ  $6, BX \
+	ANDQ  $0x03030303, BX \
+	SHLQ  $4, BX \
+	ORQ   BX, R14 \
+	SHLQ  $32, R14 \
+	ORQ   R14, R13 \
+	VMOVQ R13, X2 \
+	VPUNPCKLBW X2, X2, X2 \
+	VPMOVZXBW X2, Y2 \
+	VPMADDWD (R10), Y2, Y2 \
+	HSUM8(Y2, X2, X3, BX)
+
+// KCOMBINE adds the block's d·dx·sumi − dmin·dx·summ (sumi in DX, summ in
+// BX) into X10, as combineK and dotRowQuant round it.
+#define KCOMBINE \
+	HALF(0, X3) \
+	VMULSS     (R9), X3, X3 \
+	VCVTSI2SSL DX, X4, X4 \
+	VMULSS     X4, X3, X3 \
+	HALF(2, X5) \
+	VMULSS     (R9), X5, X5 \
+	VCVTSI2SSL BX, X4, X4 \
+	VMULSS     X4, X5, X5 \
+	VSUBSS     X5, X3, X3 \
+	VADDSS     X3, X10, X10
 
 #define Q4KGROUP(G) \
 	VMOVDQU (16+32*G)(SI), Y1 \
 	VPAND   Y15, Y1, Y2 \
 	VPSRLW  $4, Y1, Y3 \
 	VPAND   Y15, Y3, Y3 \
-	Q4KHALF(Y2, 64*G, 4*G) \
-	Q4KHALF(Y3, 64*G+32, 4*G+2)
+	KHALF(Y2, 64*G, 4*G) \
+	KHALF(Y3, 64*G+32, 4*G+2)
 
-// func sumsQ4K(q *byte, x *int8, sc *int16, nb int, out *int32)
-// q: nb Q4_K blocks (144 bytes); x: nb*256 activations in [-127, 127];
-// sc: 8 int16 sub-block scales per block.
-TEXT ·sumsQ4K(SB), NOSPLIT, $0-40
+// func dotQ4KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+TEXT ·dotQ4KRow(SB), NOSPLIT, $32-52
 	MOVQ q+0(FP), SI
 	MOVQ x+8(FP), DI
-	MOVQ sc+16(FP), R8
-	MOVQ nb+24(FP), CX
-	MOVQ out+32(FP), DX
-	MOVL $0x0f0f0f0f, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	NIBMASK
+	VXORPS X10, X10, X10
 
 q4kloop:
+	KSCALES
 	VPXOR Y0, Y0, Y0
 	Q4KGROUP(0)
 	Q4KGROUP(1)
 	Q4KGROUP(2)
 	Q4KGROUP(3)
-	HSUM8(Y0, X0, X1)
+	HSUM8(Y0, X0, X1, DX)
+	KCOMBINE
 	ADDQ $144, SI
 	ADDQ $256, DI
-	ADDQ $16, R8
-	ADDQ $4, DX
+	ADDQ $4, R9
+	ADDQ $32, R10
 	DECQ CX
 	JNZ  q4kloop
 	VZEROUPPER
+	MOVSS X10, ret+48(FP)
+	RET
+
+// Q5KGROUP: as Q4KGROUP, with the fifth bits of group G from the 32 qh
+// bytes in Y14 (bit 2G for the low nibbles, 2G+1 for the high ones).
+#define Q5KGROUP(G) \
+	VMOVDQU (48+32*G)(SI), Y1 \
+	VPAND   Y15, Y1, Y2 \
+	VPSRLW  $(2*G), Y14, Y4 \
+	VPAND   Y13, Y4, Y4 \
+	VPSLLW  $4, Y4, Y4 \
+	VPOR    Y4, Y2, Y2 \
+	VPSRLW  $4, Y1, Y3 \
+	VPAND   Y15, Y3, Y3 \
+	VPSRLW  $(2*G+1), Y14, Y4 \
+	VPAND   Y13, Y4, Y4 \
+	VPSLLW  $4, Y4, Y4 \
+	VPOR    Y4, Y3, Y3 \
+	KHALF(Y2, 64*G, 4*G) \
+	KHALF(Y3, 64*G+32, 4*G+2)
+
+// func dotQ5KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+TEXT ·dotQ5KRow(SB), NOSPLIT, $32-52
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	NIBMASK
+	MOVL         $0x01010101, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	VXORPS X10, X10, X10
+
+q5kloop:
+	KSCALES
+	VMOVDQU 16(SI), Y14
+	VPXOR   Y0, Y0, Y0
+	Q5KGROUP(0)
+	Q5KGROUP(1)
+	Q5KGROUP(2)
+	Q5KGROUP(3)
+	HSUM8(Y0, X0, X1, DX)
+	KCOMBINE
+	ADDQ $176, SI
+	ADDQ $256, DI
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  q5kloop
+	VZEROUPPER
+	MOVSS X10, ret+48(FP)
 	RET
 
 // Q6KQUARTER: 32 unsigned 6-bit values in YU times 32 activations at
-// XOFF(DI); int16 scales for its two 16-element halves at SOFF(R8) and
-// SOFF+2(R8); added into Y0.
+// XOFF(DI); int16 scales for its two 16-element halves at SOFF(SP) and
+// SOFF+2(SP); added into Y0.
 #define Q6KQUARTER(YU, XOFF, SOFF) \
 	VPMADDUBSW   XOFF(DI), YU, YU \
-	VPBROADCASTW SOFF(R8), X6 \
-	VPBROADCASTW SOFF+2(R8), X7 \
+	VPBROADCASTW SOFF(SP), X6 \
+	VPBROADCASTW SOFF+2(SP), X7 \
 	VINSERTI128  $1, X7, Y6, Y6 \
 	VPMADDWD     Y6, YU, YU \
 	VPADDD       YU, Y0, Y0
@@ -97,33 +220,43 @@ q4kloop:
 	VPOR    Y5, Y4, Y4 \
 	Q6KQUARTER(Y4, 128*N+96, 16*N+12)
 
-// func sumsQ6K(q *byte, x *int8, sc *int16, nb int, out *int32)
-// q: nb Q6_K blocks (210 bytes); x: nb*256 activations in [-127, 127];
-// sc: 16 int16 scales per block. Values are taken unsigned (0..63): the
-// caller subtracts 32·Σ sc_j·bsum_j.
-TEXT ·sumsQ6K(SB), NOSPLIT, $0-40
+// func dotQ6KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+// Values are taken unsigned (0..63) and 32·Σ sc_j·bsum_j subtracted.
+TEXT ·dotQ6KRow(SB), NOSPLIT, $32-52
 	MOVQ q+0(FP), SI
 	MOVQ x+8(FP), DI
-	MOVQ sc+16(FP), R8
-	MOVQ nb+24(FP), CX
-	MOVQ out+32(FP), DX
-	MOVL $0x0f0f0f0f, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	NIBMASK
 	MOVL $0x30303030, AX
 	VMOVD AX, X14
 	VPBROADCASTD X14, Y14
+	VXORPS X10, X10, X10
 
 q6kloop:
+	VPMOVSXBW 192(SI), Y1
+	VMOVDQU   Y1, 0(SP)
+	VPMADDWD  (R10), Y1, Y1
+	HSUM8(Y1, X1, X2, BX)
 	VPXOR Y0, Y0, Y0
 	Q6KHALF(0)
 	Q6KHALF(1)
-	HSUM8(Y0, X0, X1)
+	HSUM8(Y0, X0, X1, DX)
+	SHLL $5, BX
+	SUBL BX, DX
+	HALF(208, X3)
+	VMULSS     (R9), X3, X3
+	VCVTSI2SSL DX, X4, X4
+	VMULSS     X4, X3, X3
+	VADDSS     X3, X10, X10
 	ADDQ $210, SI
 	ADDQ $256, DI
-	ADDQ $32, R8
-	ADDQ $4, DX
+	ADDQ $4, R9
+	ADDQ $32, R10
 	DECQ CX
 	JNZ  q6kloop
 	VZEROUPPER
+	MOVSS X10, ret+48(FP)
 	RET
