@@ -14,6 +14,27 @@ func dotQ5KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32
 //go:noescape
 func dotQ6KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
+//go:noescape
+func dotIQ4XSRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+
+// The 32-element types against Q8_0 activations; ms is the activation
+// blocks' f16-rounded d·Σq, read by Q4_1 and Q5_1 only.
+
+//go:noescape
+func dotQ4_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
+//go:noescape
+func dotQ4_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
+//go:noescape
+func dotQ5_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
+//go:noescape
+func dotQ5_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
+//go:noescape
+func dotIQ4NLRow(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
 // packedRowKernel returns a kernel computing one packed row's dot products
 // with every activation row, or nil where only the portable one exists.
 func packedRowKernel(t DType) func(out []float32, stride int, row []byte, x *act, cols int) {
@@ -27,6 +48,18 @@ func packedRowKernel(t DType) func(out []float32, stride int, row []byte, x *act
 		return kRowKernel(dotQ5KRow, 176)
 	case Q6_K:
 		return kRowKernel(dotQ6KRow, 210)
+	case IQ4_XS:
+		return kRowKernel(dotIQ4XSRow, 136)
+	case Q4_0:
+		return row32Kernel(dotQ4_0Row, 18)
+	case Q4_1:
+		return row32Kernel(dotQ4_1Row, 20)
+	case Q5_0:
+		return row32Kernel(dotQ5_0Row, 22)
+	case Q5_1:
+		return row32Kernel(dotQ5_1Row, 24)
+	case IQ4_NL:
+		return row32Kernel(dotIQ4NLRow, 18)
 	}
 	return nil
 }
@@ -42,6 +75,25 @@ func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, ta
 		for t := 0; t < x.n; t++ {
 			xq, xd, bs := x.kq[t*cols:(t+1)*cols], x.kd[t*nb:(t+1)*nb], x.kbsums[t*cols/16:(t+1)*cols/16]
 			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &bs[0], nb, &f16Table[0])
+		}
+	}
+}
+
+// row32Kernel adapts a 32-element row kernel to every activation row.
+func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int) func(out []float32, stride int, row []byte, x *act, cols int) {
+	return func(out []float32, stride int, row []byte, x *act, cols int) {
+		nb := cols / 32
+		if nb == 0 {
+			return
+		}
+		_ = row[nb*blockBytes-1]
+		for t := 0; t < x.n; t++ {
+			xq, xd := x.q[t*cols:(t+1)*cols], x.d[t*nb:(t+1)*nb]
+			ms := xd // not read by the types without a min
+			if x.sums != nil {
+				ms = x.sums[t*nb : (t+1)*nb]
+			}
+			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &ms[0], nb, &f16Table[0])
 		}
 	}
 }

@@ -13,6 +13,21 @@
 // X10 the row's sum, Y15 0x0f bytes. The frame holds one block's scales
 // as int16 (0(SP)...).
 
+// ROW32PROLOGUE loads a 32-element row kernel's arguments (vet reads
+// macros as part of the function above them, so this one sits here).
+#define ROW32PROLOGUE \
+	MOVQ q+0(FP), SI \
+	MOVQ x+8(FP), DI \
+	MOVQ xd+16(FP), R9 \
+	MOVQ ms+24(FP), R10 \
+	MOVQ nb+32(FP), CX \
+	MOVQ tab+40(FP), R11 \
+	NIBMASK \
+	MOVL         $0x00010001, AX \
+	VMOVD        AX, X12 \
+	VPBROADCASTD X12, Y12 \
+	VXORPS       X10, X10, X10
+
 // HSUM8 adds the 8 int32 lanes of YA (low half XA) into the 32-bit R.
 #define HSUM8(YA, XA, XT, R) \
 	VEXTRACTI128 $1, YA, XT \
@@ -260,3 +275,225 @@ q6kloop:
 	VZEROUPPER
 	MOVSS X10, ret+48(FP)
 	RET
+
+
+// iq4nlGrid is kvaluesIQ4NL, the 4-bit grid of IQ4_NL and IQ4_XS, as
+// VPSHUFB's table.
+DATA iq4nlGrid<>+0(SB)/8, $0xf6eaddcfbfad9881
+DATA iq4nlGrid<>+8(SB)/8, $0x7159453526190d01
+GLOBL iq4nlGrid<>(SB), RODATA|NOPTR, $16
+
+// bitBytes spreads a 32-bit word over 32 bytes: VPSHUFB with bitShuf puts
+// byte i/8 at byte i, and OR with bitMask leaves 0xff where bit i is set.
+DATA bitShuf<>+0(SB)/8, $0x0000000000000000
+DATA bitShuf<>+8(SB)/8, $0x0101010101010101
+DATA bitShuf<>+16(SB)/8, $0x0202020202020202
+DATA bitShuf<>+24(SB)/8, $0x0303030303030303
+GLOBL bitShuf<>(SB), RODATA|NOPTR, $32
+DATA bitMask<>+0(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA bitMask<>+8(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA bitMask<>+16(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA bitMask<>+24(SB)/8, $0x7fbfdfeff7fbfdfe
+GLOBL bitMask<>(SB), RODATA|NOPTR, $32
+
+// SIGNEDDOT: 32 signed values in YQ times the 32 activations in YX, as
+// 16 int16 pair sums in YQ (|q| · x·sign(q): VPMADDUBSW needs one unsigned
+// operand; |q|, |x| ≤ 127, so no pair sum saturates). Uses Y5.
+#define SIGNEDDOT(YQ, YX) \
+	VPSIGNB    YQ, YQ, Y5 \
+	VPSIGNB    YQ, YX, YX \
+	VPMADDUBSW YX, Y5, YQ
+
+// NIBBLES32: the 16 bytes at OFF(SI) as 32 nibbles in YQ, low nibbles
+// first (elements 0..15), then high ones (16..31). Uses Y2.
+#define NIBBLES32(OFF, YQ) \
+	VMOVDQU     OFF(SI), X1 \
+	VPSRLW      $4, X1, X2 \
+	VINSERTI128 $1, X2, Y1, YQ \
+	VPAND       Y15, YQ, YQ
+
+// IQ4XSSUB: sub-block IB of an IQ4_XS block (scales_h in R12), with
+// scale nibble SHIFT of byte SB at 4(SI), added into Y0.
+#define IQ4XSSUB(IB, SB, SHIFT) \
+	NIBBLES32(8+16*IB, Y1) \
+	VPSHUFB      Y1, Y13, Y1 \
+	VMOVDQU      (32*IB)(DI), Y3 \
+	SIGNEDDOT(Y1, Y3) \
+	MOVBLZX      (4+SB)(SI), AX \
+	SHRL         $SHIFT, AX \
+	ANDL         $15, AX \
+	MOVL         R12, BX \
+	SHRL         $(2*IB), BX \
+	ANDL         $3, BX \
+	SHLL         $4, BX \
+	ORL          BX, AX \
+	SUBL         $32, AX \
+	VMOVD        AX, X6 \
+	VPBROADCASTW X6, Y6 \
+	VPMADDWD     Y6, Y1, Y1 \
+	VPADDD       Y1, Y0, Y0
+
+// func dotIQ4XSRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+TEXT ·dotIQ4XSRow(SB), NOSPLIT, $0-52
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xd+16(FP), R9
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	NIBMASK
+	VBROADCASTI128 iq4nlGrid<>(SB), Y13
+	VXORPS X10, X10, X10
+
+iq4xsloop:
+	MOVWLZX 2(SI), R12
+	VPXOR   Y0, Y0, Y0
+	IQ4XSSUB(0, 0, 0)
+	IQ4XSSUB(1, 0, 4)
+	IQ4XSSUB(2, 1, 0)
+	IQ4XSSUB(3, 1, 4)
+	IQ4XSSUB(4, 2, 0)
+	IQ4XSSUB(5, 2, 4)
+	IQ4XSSUB(6, 3, 0)
+	IQ4XSSUB(7, 3, 4)
+	HSUM8(Y0, X0, X1, DX)
+	HALF(0, X3)
+	VMULSS     (R9), X3, X3
+	VCVTSI2SSL DX, X4, X4
+	VMULSS     X4, X3, X3
+	VADDSS     X3, X10, X10
+	ADDQ $136, SI
+	ADDQ $256, DI
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  iq4xsloop
+	VZEROUPPER
+	MOVSS X10, ret+48(FP)
+	RET
+
+// The 32-element types, against Q8_0 activations (xd one scale per 32;
+// for Q4_1 and Q5_1, ms the blocks' f16-rounded d·Σq). Each block's
+// 16 int16 pair sums in Y1 are summed (VPMADDWD by ones in Y12) into DX.
+
+#define BLOCKSUM \
+	VPMADDWD Y12, Y1, Y1 \
+	HSUM8(Y1, X1, X3, DX)
+
+// D32COMBINE adds float32(d·dx)·float32(sumi) into X10.
+#define D32COMBINE \
+	HALF(0, X3) \
+	VMULSS     (R9), X3, X3 \
+	VCVTSI2SSL DX, X4, X4 \
+	VMULSS     X4, X3, X3 \
+	VADDSS     X3, X10, X10
+
+// M32COMBINE adds float32(d·dx)·float32(sumi) + float32(m·ms) into X10.
+#define M32COMBINE \
+	HALF(0, X3) \
+	VMULSS     (R9), X3, X3 \
+	VCVTSI2SSL DX, X4, X4 \
+	VMULSS     X4, X3, X3 \
+	HALF(2, X5) \
+	VMULSS     (R10), X5, X5 \
+	VADDSS     X5, X3, X3 \
+	VADDSS     X3, X10, X10
+
+// HIGHBITS ORs bit i of the 32-bit word at OFF(SI) as 0x10 into byte i of YQ.
+#define HIGHBITS(OFF, YQ) \
+	VPBROADCASTD OFF(SI), Y2 \
+	VPSHUFB      Y14, Y2, Y2 \
+	VPOR         Y13, Y2, Y2 \
+	VPCMPEQB     Y11, Y2, Y2 \
+	VPAND        Y9, Y2, Y2 \
+	VPOR         Y2, YQ, YQ
+
+#define ROW32NEXT(BYTES, LOOP) \
+	ADDQ $BYTES, SI \
+	ADDQ $32, DI \
+	ADDQ $4, R9 \
+	ADDQ $4, R10 \
+	DECQ CX \
+	JNZ  LOOP \
+	VZEROUPPER \
+	MOVSS X10, ret+48(FP) \
+	RET
+
+// HIGHBITSCONST loads HIGHBITS' constants.
+#define HIGHBITSCONST \
+	VMOVDQU  bitShuf<>(SB), Y14 \
+	VMOVDQU  bitMask<>(SB), Y13 \
+	VPCMPEQB Y11, Y11, Y11 \
+	MOVL         $0x10101010, AX \
+	VMOVD        AX, X9 \
+	VPBROADCASTD X9, Y9
+
+// func dotQ4_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotQ4_0Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X8
+	VPBROADCASTD X8, Y8
+
+q40loop:
+	NIBBLES32(2, Y1)
+	VPSUBB  Y8, Y1, Y1
+	VMOVDQU (DI), Y3
+	SIGNEDDOT(Y1, Y3)
+	BLOCKSUM
+	D32COMBINE
+	ROW32NEXT(18, q40loop)
+
+// func dotIQ4NLRow(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotIQ4NLRow(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	VBROADCASTI128 iq4nlGrid<>(SB), Y13
+
+iq4nlloop:
+	NIBBLES32(2, Y1)
+	VPSHUFB Y1, Y13, Y1
+	VMOVDQU (DI), Y3
+	SIGNEDDOT(Y1, Y3)
+	BLOCKSUM
+	D32COMBINE
+	ROW32NEXT(18, iq4nlloop)
+
+// func dotQ5_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotQ5_0Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	HIGHBITSCONST
+	MOVL         $0x10101010, AX
+	VMOVD        AX, X8
+	VPBROADCASTD X8, Y8
+
+q50loop:
+	NIBBLES32(6, Y1)
+	HIGHBITS(2, Y1)
+	VPSUBB  Y8, Y1, Y1
+	VMOVDQU (DI), Y3
+	SIGNEDDOT(Y1, Y3)
+	BLOCKSUM
+	D32COMBINE
+	ROW32NEXT(22, q50loop)
+
+// func dotQ4_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotQ4_1Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+
+q41loop:
+	NIBBLES32(4, Y1)
+	VPMADDUBSW (DI), Y1, Y1
+	BLOCKSUM
+	M32COMBINE
+	ROW32NEXT(20, q41loop)
+
+// func dotQ5_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotQ5_1Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	HIGHBITSCONST
+
+q51loop:
+	NIBBLES32(8, Y1)
+	HIGHBITS(4, Y1)
+	VPMADDUBSW (DI), Y1, Y1
+	BLOCKSUM
+	M32COMBINE
+	ROW32NEXT(24, q51loop)
