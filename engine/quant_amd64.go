@@ -36,8 +36,8 @@ func dotQ5_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32
 func dotIQ4NLRow(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
 
 // packedRowKernel returns a kernel computing one packed row's dot products
-// with every activation row, or nil where only the portable one exists.
-func packedRowKernel(t DType) func(out []float32, stride int, row []byte, x *act, cols int) {
+// with activation rows t0 to t1, or nil where only the portable one exists.
+func packedRowKernel(t DType) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 	if !useSIMD || !hasAVX2 {
 		return nil
 	}
@@ -64,30 +64,30 @@ func packedRowKernel(t DType) func(out []float32, stride int, row []byte, x *act
 	return nil
 }
 
-// kRowKernel adapts a 256-element row kernel to every activation row.
-func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32, blockBytes int) func(out []float32, stride int, row []byte, x *act, cols int) {
-	return func(out []float32, stride int, row []byte, x *act, cols int) {
+// kRowKernel adapts a 256-element row kernel to activation rows t0 to t1.
+func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32, blockBytes int) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
+	return func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 		nb := cols / 256
 		if nb == 0 {
 			return
 		}
 		_ = row[nb*blockBytes-1]
-		for t := 0; t < x.n; t++ {
+		for t := t0; t < t1; t++ {
 			xq, xd, bs := x.kq[t*cols:(t+1)*cols], x.kd[t*nb:(t+1)*nb], x.kbsums[t*cols/16:(t+1)*cols/16]
 			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &bs[0], nb, &f16Table[0])
 		}
 	}
 }
 
-// row32Kernel adapts a 32-element row kernel to every activation row.
-func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int) func(out []float32, stride int, row []byte, x *act, cols int) {
-	return func(out []float32, stride int, row []byte, x *act, cols int) {
+// row32Kernel adapts a 32-element row kernel to activation rows t0 to t1.
+func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
+	return func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 		nb := cols / 32
 		if nb == 0 {
 			return
 		}
 		_ = row[nb*blockBytes-1]
-		for t := 0; t < x.n; t++ {
+		for t := t0; t < t1; t++ {
 			xq, xd := x.q[t*cols:(t+1)*cols], x.d[t*nb:(t+1)*nb]
 			ms := xd // not read by the types without a min
 			if x.sums != nil {

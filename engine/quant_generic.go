@@ -2,6 +2,6 @@
 
 package engine
 
-func packedRowKernel(DType) func(out []float32, stride int, row []byte, x *act, cols int) {
+func packedRowKernel(DType) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 	return nil
 }
