@@ -38,6 +38,15 @@
 	VPADDD       XT, XA, XA \
 	VMOVD        XA, R
 
+// HSUM2 adds the 8 int32 lanes of YA into RA and those of YB into RB.
+#define HSUM2(YA, YB, XA, XT, RA, RB) \
+	VPHADDD      YB, YA, YA \
+	VEXTRACTI128 $1, YA, XT \
+	VPADDD       XT, XA, XA \
+	VPHADDD      XA, XA, XA \
+	VMOVD        XA, RA \
+	VPEXTRD      $1, XA, RB
+
 // HALF widens the f16 at OFF(SI) into XD through the table.
 #define HALF(OFF, XD) \
 	MOVWLZX OFF(SI), AX \
@@ -58,7 +67,7 @@
 
 // KSCALES unpacks the 12 scale bytes at 4(SI) of a Q4_K/Q5_K block: the 8
 // 6-bit scales to int16 at 0(SP), and the 8 6-bit mins, each times the sum
-// of its 32 activations (bsums at (R10)), added into BX.
+// of its 32 activations (bsums at (R10)), in the 8 int32 lanes of Y9.
 #define KSCALES \
 	MOVL  4(SI), AX \
 	MOVL  8(SI), BX \
@@ -91,8 +100,7 @@
 	VMOVQ R13, X2 \
 	VPUNPCKLBW X2, X2, X2 \
 	VPMOVZXBW X2, Y2 \
-	VPMADDWD (R10), Y2, Y2 \
-	HSUM8(Y2, X2, X3, BX)
+	VPMADDWD (R10), Y2, Y9
 
 // KCOMBINE adds the block's d·dx·sumi − dmin·dx·summ (sumi in DX, summ in
 // BX) into X10, as combineK and dotRowQuant round it.
@@ -134,7 +142,7 @@ q4kloop:
 	Q4KGROUP(1)
 	Q4KGROUP(2)
 	Q4KGROUP(3)
-	HSUM8(Y0, X0, X1, DX)
+	HSUM2(Y0, Y9, X0, X1, DX, BX)
 	KCOMBINE
 	ADDQ $144, SI
 	ADDQ $256, DI
@@ -186,7 +194,7 @@ q5kloop:
 	Q5KGROUP(1)
 	Q5KGROUP(2)
 	Q5KGROUP(3)
-	HSUM8(Y0, X0, X1, DX)
+	HSUM2(Y0, Y9, X0, X1, DX, BX)
 	KCOMBINE
 	ADDQ $176, SI
 	ADDQ $256, DI
@@ -253,12 +261,11 @@ TEXT ·dotQ6KRow(SB), NOSPLIT, $32-52
 q6kloop:
 	VPMOVSXBW 192(SI), Y1
 	VMOVDQU   Y1, 0(SP)
-	VPMADDWD  (R10), Y1, Y1
-	HSUM8(Y1, X1, X2, BX)
+	VPMADDWD  (R10), Y1, Y8
 	VPXOR Y0, Y0, Y0
 	Q6KHALF(0)
 	Q6KHALF(1)
-	HSUM8(Y0, X0, X1, DX)
+	HSUM2(Y0, Y8, X0, X1, DX, BX)
 	SHLL $5, BX
 	SUBL BX, DX
 	HALF(208, X3)
