@@ -14,6 +14,16 @@ func dotQ5KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32
 //go:noescape
 func dotQ6KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
+// The Row2 kernels compute the same sums for two activation rows (x and
+// x+cols), sharing each block's unpacking, and store them at out and
+// out+ostride bytes.
+
+//go:noescape
+func dotQ4KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+
+//go:noescape
+func dotQ6KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+
 //go:noescape
 func dotIQ4XSRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
@@ -43,13 +53,13 @@ func packedRowKernel(t DType) func(out []float32, stride int, row []byte, x *act
 	}
 	switch t {
 	case Q4_K:
-		return kRowKernel(dotQ4KRow, 144)
+		return kRowKernel(dotQ4KRow, dotQ4KRow2, 144)
 	case Q5_K:
-		return kRowKernel(dotQ5KRow, 176)
+		return kRowKernel(dotQ5KRow, nil, 176)
 	case Q6_K:
-		return kRowKernel(dotQ6KRow, 210)
+		return kRowKernel(dotQ6KRow, dotQ6KRow2, 210)
 	case IQ4_XS:
-		return kRowKernel(dotIQ4XSRow, 136)
+		return kRowKernel(dotIQ4XSRow, nil, 136)
 	case Q4_0:
 		return row32Kernel(dotQ4_0Row, 18)
 	case Q4_1:
@@ -64,15 +74,26 @@ func packedRowKernel(t DType) func(out []float32, stride int, row []byte, x *act
 	return nil
 }
 
-// kRowKernel adapts a 256-element row kernel to activation rows t0 to t1.
-func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32, blockBytes int) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
+// kRowKernel adapts a 256-element row kernel (and its two-row twin, if
+// any) to activation rows t0 to t1.
+func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32,
+	dot2 func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int),
+	blockBytes int) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 	return func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 		nb := cols / 256
 		if nb == 0 {
 			return
 		}
 		_ = row[nb*blockBytes-1]
-		for t := t0; t < t1; t++ {
+		t := t0
+		if dot2 != nil {
+			for ; t+2 <= t1; t += 2 {
+				xq, xd, bs := x.kq[t*cols:(t+2)*cols], x.kd[t*nb:(t+2)*nb], x.kbsums[t*cols/16:(t+2)*cols/16]
+				_ = out[(t+1)*stride]
+				dot2(&row[0], &xq[0], &xd[0], &bs[0], nb, &f16Table[0], cols, &out[t*stride], 4*stride)
+			}
+		}
+		for ; t < t1; t++ {
 			xq, xd, bs := x.kq[t*cols:(t+1)*cols], x.kd[t*nb:(t+1)*nb], x.kbsums[t*cols/16:(t+1)*cols/16]
 			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &bs[0], nb, &f16Table[0])
 		}

@@ -10,7 +10,9 @@
 // Common arguments: q the row's nb blocks; x its activations, nb*block
 // values in [-127, 127]; xd one float32 scale per activation block; tab
 // f16Table. Registers: SI q, DI x, R9 xd, R10 bsums, R11 tab, CX nb,
-// X10 the row's sum, Y15 0x0f bytes. The frame holds one block's scales
+// X10 the row's sum, Y15 0x0f bytes. The Row2 kernels take two
+// activation rows, cols apart (R14 the second's x; its xd and bsums at
+// R8 = cols/64 and 8·R8 bytes on), sharing each block's unpacking. The frame holds one block's scales
 // as int16 (0(SP)...).
 
 // ROW32PROLOGUE loads a 32-element row kernel's arguments (vet reads
@@ -27,6 +29,29 @@
 	VMOVD        AX, X12 \
 	VPBROADCASTD X12, Y12 \
 	VXORPS       X10, X10, X10
+
+// ROW2PROLOGUE and ROW2STORE serve the Row2 kernels below.
+#define ROW2PROLOGUE \
+	MOVQ q+0(FP), SI \
+	MOVQ x+8(FP), DI \
+	MOVQ xd+16(FP), R9 \
+	MOVQ bsums+24(FP), R10 \
+	MOVQ nb+32(FP), CX \
+	MOVQ tab+40(FP), R11 \
+	MOVQ cols+48(FP), R14 \
+	MOVQ R14, R8 \
+	SHRQ $6, R8 \
+	ADDQ DI, R14 \
+	NIBMASK
+
+// ROW2STORE writes the sums in XA and XB to out and out+ostride.
+#define ROW2STORE(XA, XB) \
+	VZEROUPPER \
+	MOVQ  out+56(FP), AX \
+	MOVQ  ostride+64(FP), BX \
+	MOVSS XA, (AX) \
+	MOVSS XB, (AX)(BX*1) \
+	RET
 
 // HSUM8 adds the 8 int32 lanes of YA (low half XA) into the 32-bit R.
 #define HSUM8(YA, XA, XT, R) \
@@ -74,47 +99,46 @@
 	MOVL  12(SI), DX \
 	MOVQ  AX, R12 \
 	ANDQ  $0x3f3f3f3f, R12 \
+	SHRQ  $6, AX \
+	ANDQ  $0x03030303, AX \
+	SHLQ  $4, AX \
 	MOVQ  DX, R13 \
 	ANDQ  $0x0f0f0f0f, R13 \
-	MOVQ  AX, R14 \
-	SHRQ  $6, R14 \
-	ANDQ  $0x03030303, R14 \
-	SHLQ  $4, R14 \
-	ORQ   R14, R13 \
+	ORQ   AX, R13 \
 	SHLQ  $32, R13 \
 	ORQ   R13, R12 \
 	VMOVQ R12, X1 \
 	VPMOVZXBW X1, X1 \
 	VMOVDQU X1, 0(SP) \
-	MOVQ  BX, R13 \
-	ANDQ  $0x3f3f3f3f, R13 \
-	MOVQ  DX, R14 \
-	SHRQ  $4, R14 \
-	ANDQ  $0x0f0f0f0f, R14 \
+	MOVQ  BX, R12 \
+	ANDQ  $0x3f3f3f3f, R12 \
 	SHRQ  $6, BX \
 	ANDQ  $0x03030303, BX \
 	SHLQ  $4, BX \
-	ORQ   BX, R14 \
-	SHLQ  $32, R14 \
-	ORQ   R14, R13 \
-	VMOVQ R13, X2 \
+	MOVQ  DX, R13 \
+	SHRQ  $4, R13 \
+	ANDQ  $0x0f0f0f0f, R13 \
+	ORQ   BX, R13 \
+	SHLQ  $32, R13 \
+	ORQ   R13, R12 \
+	VMOVQ R12, X2 \
 	VPUNPCKLBW X2, X2, X2 \
 	VPMOVZXBW X2, Y2 \
 	VPMADDWD (R10), Y2, Y9
 
 // KCOMBINE adds the block's d·dx·sumi − dmin·dx·summ (sumi in DX, summ in
-// BX) into X10, as combineK and dotRowQuant round it.
-#define KCOMBINE \
+// BX, dx at DXM) into ACC, as combineK and dotRowQuant round it.
+#define KCOMBINE(DXM, ACC) \
 	HALF(0, X3) \
-	VMULSS     (R9), X3, X3 \
+	VMULSS     DXM, X3, X3 \
 	VCVTSI2SSL DX, X4, X4 \
 	VMULSS     X4, X3, X3 \
 	HALF(2, X5) \
-	VMULSS     (R9), X5, X5 \
+	VMULSS     DXM, X5, X5 \
 	VCVTSI2SSL BX, X4, X4 \
 	VMULSS     X4, X5, X5 \
 	VSUBSS     X5, X3, X3 \
-	VADDSS     X3, X10, X10
+	VADDSS     X3, ACC, ACC
 
 #define Q4KGROUP(G) \
 	VMOVDQU (16+32*G)(SI), Y1 \
@@ -143,7 +167,7 @@ q4kloop:
 	Q4KGROUP(2)
 	Q4KGROUP(3)
 	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE
+	KCOMBINE((R9), X10)
 	ADDQ $144, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -195,7 +219,7 @@ q5kloop:
 	Q5KGROUP(2)
 	Q5KGROUP(3)
 	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE
+	KCOMBINE((R9), X10)
 	ADDQ $176, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -504,3 +528,128 @@ q51loop:
 	BLOCKSUM
 	M32COMBINE
 	ROW32NEXT(24, q51loop)
+
+// Two activation rows at once: KHALF2 is KHALF into Y0 (first row) and Y8
+// (second, at R14).
+#define KHALF2(YQ, XOFF, SOFF) \
+	VPBROADCASTW SOFF(SP), Y6 \
+	VPMADDUBSW   XOFF(R14), YQ, Y7 \
+	VPMADDUBSW   XOFF(DI), YQ, YQ \
+	VPMADDWD     Y6, Y7, Y7 \
+	VPMADDWD     Y6, YQ, YQ \
+	VPADDD       Y7, Y8, Y8 \
+	VPADDD       YQ, Y0, Y0
+
+#define Q4KGROUP2(G) \
+	VMOVDQU (16+32*G)(SI), Y1 \
+	VPAND   Y15, Y1, Y2 \
+	VPSRLW  $4, Y1, Y3 \
+	VPAND   Y15, Y3, Y3 \
+	KHALF2(Y2, 64*G, 4*G) \
+	KHALF2(Y3, 64*G+32, 4*G+2)
+
+// func dotQ4KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+TEXT ·dotQ4KRow2(SB), NOSPLIT, $32-72
+	ROW2PROLOGUE
+	VXORPS X10, X10, X10
+	VXORPS X12, X12, X12
+
+q4k2loop:
+	KSCALES
+	VPMADDWD (R10)(R8*8), Y2, Y11
+	VPXOR Y0, Y0, Y0
+	VPXOR Y8, Y8, Y8
+	Q4KGROUP2(0)
+	Q4KGROUP2(1)
+	Q4KGROUP2(2)
+	Q4KGROUP2(3)
+	HSUM2(Y0, Y9, X0, X1, DX, BX)
+	KCOMBINE((R9), X10)
+	HSUM2(Y8, Y11, X8, X1, DX, BX)
+	KCOMBINE((R9)(R8*1), X12)
+	ADDQ $144, SI
+	ADDQ $256, DI
+	ADDQ $256, R14
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  q4k2loop
+	ROW2STORE(X10, X12)
+
+#define Q6KQUARTER2(YU, XOFF, SOFF) \
+	VPBROADCASTW SOFF(SP), X6 \
+	VPBROADCASTW SOFF+2(SP), X7 \
+	VINSERTI128  $1, X7, Y6, Y6 \
+	VPMADDUBSW   XOFF(R14), YU, Y7 \
+	VPMADDUBSW   XOFF(DI), YU, YU \
+	VPMADDWD     Y6, Y7, Y7 \
+	VPMADDWD     Y6, YU, YU \
+	VPADDD       Y7, Y9, Y9 \
+	VPADDD       YU, Y0, Y0
+
+#define Q6KHALF2(N) \
+	VMOVDQU (64*N)(SI), Y1 \
+	VMOVDQU (64*N+32)(SI), Y2 \
+	VMOVDQU (128+32*N)(SI), Y3 \
+	VPAND   Y15, Y1, Y4 \
+	VPSLLW  $4, Y3, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KQUARTER2(Y4, 128*N, 16*N) \
+	VPAND   Y15, Y2, Y4 \
+	VPSLLW  $2, Y3, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KQUARTER2(Y4, 128*N+32, 16*N+4) \
+	VPSRLW  $4, Y1, Y4 \
+	VPAND   Y15, Y4, Y4 \
+	VPAND   Y14, Y3, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KQUARTER2(Y4, 128*N+64, 16*N+8) \
+	VPSRLW  $4, Y2, Y4 \
+	VPAND   Y15, Y4, Y4 \
+	VPSRLW  $2, Y3, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KQUARTER2(Y4, 128*N+96, 16*N+12)
+
+// Q6COMBINE adds float32(d·dx)·float32(DX − 32·BX) into ACC.
+#define Q6COMBINE(DXM, ACC) \
+	SHLL $5, BX \
+	SUBL BX, DX \
+	HALF(208, X3) \
+	VMULSS     DXM, X3, X3 \
+	VCVTSI2SSL DX, X4, X4 \
+	VMULSS     X4, X3, X3 \
+	VADDSS     X3, ACC, ACC
+
+// func dotQ6KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+TEXT ·dotQ6KRow2(SB), NOSPLIT, $32-72
+	ROW2PROLOGUE
+	MOVL $0x30303030, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	VXORPS X10, X10, X10
+	VXORPS X13, X13, X13
+
+q6k2loop:
+	VPMOVSXBW 192(SI), Y1
+	VMOVDQU   Y1, 0(SP)
+	VPMADDWD  (R10), Y1, Y11
+	VPMADDWD  (R10)(R8*8), Y1, Y12
+	VPXOR Y0, Y0, Y0
+	VPXOR Y9, Y9, Y9
+	Q6KHALF2(0)
+	Q6KHALF2(1)
+	HSUM2(Y0, Y11, X0, X1, DX, BX)
+	Q6COMBINE((R9), X10)
+	HSUM2(Y9, Y12, X9, X1, DX, BX)
+	Q6COMBINE((R9)(R8*1), X13)
+	ADDQ $210, SI
+	ADDQ $256, DI
+	ADDQ $256, R14
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  q6k2loop
+	ROW2STORE(X10, X13)
