@@ -90,8 +90,10 @@
 // TestPackedKernelsMatchPortable and TestPackedKernelsRandomBlocks check
 // that on ggml's blocks, on our own and on random blocks of 1 to 11 blocks
 // per row. A product of many input rows (a prefill) is tiled: 16 weight
-// rows against 32 input rows at a time, each output still one row's dot
-// product with one input row. There is no AVX-512 packed kernel yet.
+// rows against 32 input rows at a time, and Q4_K and Q6_K rows meet two
+// input rows per call (each block unpacked once for both); each output is
+// still one row's dot product with one input row, summed as above. There
+// is no AVX-512 packed kernel yet.
 //
 // # Simulated backend
 //

@@ -1,9 +1,9 @@
 package engine
 
-// AVX2 row kernels for the K-quants (quant_amd64.s): each computes one
-// packed row's dot product with one quantised activation row in a single
-// call, blocks in order, with the portable kernel's integer sums and float
-// operations, so it gives the portable kernel's bits.
+// AVX2 row kernels for every packed type (quant_amd64.s): each computes
+// one packed row's dot product with one quantised activation row in a
+// single call, blocks in order, with the portable kernel's integer sums and
+// float operations, so it gives the portable kernel's bits.
 
 //go:noescape
 func dotQ4KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
@@ -45,40 +45,36 @@ func dotQ5_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32
 //go:noescape
 func dotIQ4NLRow(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
 
-// packedRowKernel returns a kernel computing one packed row's dot products
-// with activation rows t0 to t1, or nil where only the portable one exists.
-func packedRowKernel(t DType) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
+// rowKernel computes one packed row's dot products with activation rows t0
+// to t1 into out[t*stride].
+type rowKernel = func(out []float32, stride int, row []byte, x *act, t0, t1, cols int)
+
+var avx2RowKernels = map[DType]rowKernel{
+	Q4_K:   kRowKernel(dotQ4KRow, dotQ4KRow2, 144),
+	Q5_K:   kRowKernel(dotQ5KRow, nil, 176),
+	Q6_K:   kRowKernel(dotQ6KRow, dotQ6KRow2, 210),
+	IQ4_XS: kRowKernel(dotIQ4XSRow, nil, 136),
+	Q4_0:   row32Kernel(dotQ4_0Row, 18),
+	Q4_1:   row32Kernel(dotQ4_1Row, 20),
+	Q5_0:   row32Kernel(dotQ5_0Row, 22),
+	Q5_1:   row32Kernel(dotQ5_1Row, 24),
+	IQ4_NL: row32Kernel(dotIQ4NLRow, 18),
+}
+
+// packedRowKernel returns type t's SIMD row kernel, or nil where only the
+// portable one exists.
+func packedRowKernel(t DType) rowKernel {
 	if !useSIMD || !hasAVX2 {
 		return nil
 	}
-	switch t {
-	case Q4_K:
-		return kRowKernel(dotQ4KRow, dotQ4KRow2, 144)
-	case Q5_K:
-		return kRowKernel(dotQ5KRow, nil, 176)
-	case Q6_K:
-		return kRowKernel(dotQ6KRow, dotQ6KRow2, 210)
-	case IQ4_XS:
-		return kRowKernel(dotIQ4XSRow, nil, 136)
-	case Q4_0:
-		return row32Kernel(dotQ4_0Row, 18)
-	case Q4_1:
-		return row32Kernel(dotQ4_1Row, 20)
-	case Q5_0:
-		return row32Kernel(dotQ5_0Row, 22)
-	case Q5_1:
-		return row32Kernel(dotQ5_1Row, 24)
-	case IQ4_NL:
-		return row32Kernel(dotIQ4NLRow, 18)
-	}
-	return nil
+	return avx2RowKernels[t]
 }
 
 // kRowKernel adapts a 256-element row kernel (and its two-row twin, if
 // any) to activation rows t0 to t1.
 func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32,
 	dot2 func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int),
-	blockBytes int) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
+	blockBytes int) rowKernel {
 	return func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 		nb := cols / 256
 		if nb == 0 {
@@ -101,7 +97,7 @@ func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, ta
 }
 
 // row32Kernel adapts a 32-element row kernel to activation rows t0 to t1.
-func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
+func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int) rowKernel {
 	return func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 		nb := cols / 32
 		if nb == 0 {
