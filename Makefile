@@ -98,6 +98,7 @@ bench:
 	@mkdir -p $(BIN)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... ./swarm/... ./engine/... ./consensus/... ./node/... | tee $(BIN)/bench.txt
 	cd engine/internal/refcheck && STRATA_BENCH_DIR=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench DecodeVsGGML -benchtime 5x . | tee -a $(CURDIR)/$(BIN)/bench.txt
+	cd engine/internal/refcheck && STRATA_BENCH_DIR=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench PrefillVsGGML -benchtime 1x . | tee -a $(CURDIR)/$(BIN)/bench.txt
 
 # The ggml engine backend (issue 18): a nested module built with cgo, so
 # that the default build stays pure Go. Its first build compiles ggml's CPU

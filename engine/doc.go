@@ -76,11 +76,24 @@
 // Q5_1 also take each block's d·Σq rounded to f16, as ggml's Q8_1 does) or
 // to Q8_K for the 256-element types. A block's dot product is an exact
 // integer sum, then one or two float32 operations, and blocks add in order
-// into one float32, so the AVX2 kernels for Q4_K and Q6_K
-// (quant_amd64.s), which only form the integer sums, give the portable
-// kernels' bits. Unpacking matches ggml's to_float bit for bit
+// into one float32. Unpacking matches ggml's to_float bit for bit
 // (testdata/quant holds vectors ggml wrote). quantize.go holds our own
 // simple quantizers, which model gen uses to write such files.
+//
+// On amd64 with AVX2 every packed type has a row kernel (quant_amd64.s)
+// that computes one row's dot product with one activation row in a single
+// call: it unpacks the scales and mins, forms the integer sums (VPMADDUBSW,
+// with VPSIGNB for the signed grids and a VPSHUFB lookup for IQ4's), and
+// then does each block's float part with the portable kernel's scalar
+// operations in its order (VMULSS, VSUBSS, VADDSS, halves widened through
+// the same table; never FMA), so it gives the portable kernel's bits.
+// TestPackedKernelsMatchPortable and TestPackedKernelsRandomBlocks check
+// that on ggml's blocks, on our own and on random blocks of 1 to 11 blocks
+// per row. A product of many input rows (a prefill) is tiled: 16 weight
+// rows against 32 input rows at a time, and Q4_K and Q6_K rows meet two
+// input rows per call (each block unpacked once for both); each output is
+// still one row's dot product with one input row, summed as above. There
+// is no AVX-512 packed kernel yet.
 //
 // # Simulated backend
 //

@@ -147,25 +147,38 @@ var f16Table = func() *[1 << 16]float32 {
 	return &t
 }()
 
-// matmulPacked is matmulQ8 for the packed types: one row at a time, each
-// row's blocks against every input row while they are in cache.
+// Packed products of many input rows (a prefill) go tile by tile: a tile
+// of weight rows against a tile of input rows, both small enough to stay
+// in cache while each meets the other. Every output is still one row's dot
+// product with one input row, so tiling moves time, never bits.
+const (
+	packedRowTile = 16
+	packedTokTile = 32
+)
+
+// matmulPacked is matmulQ8 for the packed types, one row at a time.
 func matmulPacked(out []float32, w *matrix, x *act, r0, r1 int) {
 	f, c := w.qf, w.cols
 	nb := c / f.block
 	rb := nb * f.bytes
 	fast := packedRowKernel(w.typ)
-	var scratch packedScratch
-	for r := r0; r < r1; r++ {
-		row := w.raw[r*rb : (r+1)*rb]
-		if fast != nil {
-			fast(out[r:], w.rows, row, x, c, &scratch)
-			continue
-		}
-		for t := 0; t < x.n; t++ {
-			if f.k {
-				out[t*w.rows+r] = dotRowQuant(f, row, x.kq[t*c:(t+1)*c], x.kd[t*nb:(t+1)*nb], x.kbsums[t*c/16:(t+1)*c/16], nil)
-			} else {
-				out[t*w.rows+r] = dotRowQuant(f, row, x.q[t*c:(t+1)*c], x.d[t*nb:(t+1)*nb], nil, x.sums[t*nb:(t+1)*nb])
+	for rt := r0; rt < r1; rt += packedRowTile {
+		re := min(rt+packedRowTile, r1)
+		for tt := 0; tt < x.n; tt += packedTokTile {
+			te := min(tt+packedTokTile, x.n)
+			for r := rt; r < re; r++ {
+				row := w.raw[r*rb : (r+1)*rb]
+				if fast != nil {
+					fast(out[r:], w.rows, row, x, tt, te, c)
+					continue
+				}
+				for t := tt; t < te; t++ {
+					if f.k {
+						out[t*w.rows+r] = dotRowQuant(f, row, x.kq[t*c:(t+1)*c], x.kd[t*nb:(t+1)*nb], x.kbsums[t*c/16:(t+1)*c/16], nil)
+					} else {
+						out[t*w.rows+r] = dotRowQuant(f, row, x.q[t*c:(t+1)*c], x.d[t*nb:(t+1)*nb], nil, x.sums[t*nb:(t+1)*nb])
+					}
+				}
 			}
 		}
 	}

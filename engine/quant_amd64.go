@@ -1,91 +1,116 @@
 package engine
 
-// AVX2 integer block sums for the K-quants that Q4_K_M files are mostly
-// made of (quant_amd64.s). They return exactly the integers the portable
-// kernels form, so the float part, shared in Go, gives the same bits.
+// AVX2 row kernels for every packed type (quant_amd64.s): each computes
+// one packed row's dot product with one quantised activation row in a
+// single call, blocks in order, with the portable kernel's integer sums and
+// float operations, so it gives the portable kernel's bits.
 
 //go:noescape
-func sumsQ4K(q *byte, x *int8, sc *int16, nb int, out *int32)
+func dotQ4KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
 //go:noescape
-func sumsQ6K(q *byte, x *int8, sc *int16, nb int, out *int32)
+func dotQ5KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
-// packedRowKernel returns a kernel computing one packed row's dot products
-// with every activation row, or nil where only the portable one exists.
-func packedRowKernel(t DType) func(out []float32, stride int, row []byte, x *act, cols int, s *packedScratch) {
+//go:noescape
+func dotQ6KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+
+// The Row2 kernels compute the same sums for two activation rows (x and
+// x+cols), sharing each block's unpacking, and store them at out and
+// out+ostride bytes.
+
+//go:noescape
+func dotQ4KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+
+//go:noescape
+func dotQ6KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+
+//go:noescape
+func dotIQ4XSRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+
+// The 32-element types against Q8_0 activations; ms is the activation
+// blocks' f16-rounded d·Σq, read by Q4_1 and Q5_1 only.
+
+//go:noescape
+func dotQ4_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
+//go:noescape
+func dotQ4_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
+//go:noescape
+func dotQ5_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
+//go:noescape
+func dotQ5_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
+//go:noescape
+func dotIQ4NLRow(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
+// rowKernel computes one packed row's dot products with activation rows t0
+// to t1 into out[t*stride].
+type rowKernel = func(out []float32, stride int, row []byte, x *act, t0, t1, cols int)
+
+var avx2RowKernels = map[DType]rowKernel{
+	Q4_K:   kRowKernel(dotQ4KRow, dotQ4KRow2, 144),
+	Q5_K:   kRowKernel(dotQ5KRow, nil, 176),
+	Q6_K:   kRowKernel(dotQ6KRow, dotQ6KRow2, 210),
+	IQ4_XS: kRowKernel(dotIQ4XSRow, nil, 136),
+	Q4_0:   row32Kernel(dotQ4_0Row, 18),
+	Q4_1:   row32Kernel(dotQ4_1Row, 20),
+	Q5_0:   row32Kernel(dotQ5_0Row, 22),
+	Q5_1:   row32Kernel(dotQ5_1Row, 24),
+	IQ4_NL: row32Kernel(dotIQ4NLRow, 18),
+}
+
+// packedRowKernel returns type t's SIMD row kernel, or nil where only the
+// portable one exists.
+func packedRowKernel(t DType) rowKernel {
 	if !useSIMD || !hasAVX2 {
 		return nil
 	}
-	switch t {
-	case Q4_K:
-		return rowQ4KAVX2
-	case Q6_K:
-		return rowQ6KAVX2
-	}
-	return nil
+	return avx2RowKernels[t]
 }
 
-// packedScratch holds a row's unpacked scales and block sums.
-type packedScratch struct {
-	sc   []int16
-	mins []int32
-	sums []int32
-}
-
-func (s *packedScratch) grow(nb, per int) {
-	if cap(s.sc) < nb*per {
-		s.sc = make([]int16, nb*per)
-		s.mins = make([]int32, nb*per)
-		s.sums = make([]int32, nb)
-	}
-	s.sc, s.mins, s.sums = s.sc[:nb*per], s.mins[:nb*per], s.sums[:nb]
-}
-
-func rowQ4KAVX2(out []float32, stride int, row []byte, x *act, cols int, s *packedScratch) {
-	nb := cols / 256
-	s.grow(nb, 8)
-	for b := 0; b < nb; b++ {
-		scales := row[b*144+4 : b*144+16]
-		for j := 0; j < 8; j++ {
-			sc, m := scaleMinK4(j, scales)
-			s.sc[8*b+j], s.mins[8*b+j] = int16(sc), m
+// kRowKernel adapts a 256-element row kernel (and its two-row twin, if
+// any) to activation rows t0 to t1.
+func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32,
+	dot2 func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int),
+	blockBytes int) rowKernel {
+	return func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
+		nb := cols / 256
+		if nb == 0 {
+			return
 		}
-	}
-	for t := 0; t < x.n; t++ {
-		xq, xd, bs := x.kq[t*cols:(t+1)*cols], x.kd[t*nb:(t+1)*nb], x.kbsums[t*cols/16:(t+1)*cols/16]
-		sumsQ4K(&row[0], &xq[0], &s.sc[0], nb, &s.sums[0])
-		acc := float32(0)
-		for b := 0; b < nb; b++ {
-			summ := int32(0)
-			for j := 0; j < 8; j++ {
-				summ += s.mins[8*b+j] * (int32(bs[16*b+2*j]) + int32(bs[16*b+2*j+1]))
+		_ = row[nb*blockBytes-1]
+		t := t0
+		if dot2 != nil {
+			for ; t+2 <= t1; t += 2 {
+				xq, xd, bs := x.kq[t*cols:(t+2)*cols], x.kd[t*nb:(t+2)*nb], x.kbsums[t*cols/16:(t+2)*cols/16]
+				_ = out[(t+1)*stride]
+				dot2(&row[0], &xq[0], &xd[0], &bs[0], nb, &f16Table[0], cols, &out[t*stride], 4*stride)
 			}
-			blk := row[b*144:]
-			acc += combineK(half(blk), half(blk[2:]), xd[b], s.sums[b], summ)
 		}
-		out[t*stride] = acc
+		for ; t < t1; t++ {
+			xq, xd, bs := x.kq[t*cols:(t+1)*cols], x.kd[t*nb:(t+1)*nb], x.kbsums[t*cols/16:(t+1)*cols/16]
+			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &bs[0], nb, &f16Table[0])
+		}
 	}
 }
 
-func rowQ6KAVX2(out []float32, stride int, row []byte, x *act, cols int, s *packedScratch) {
-	nb := cols / 256
-	s.grow(nb, 16)
-	for b := 0; b < nb; b++ {
-		for j := 0; j < 16; j++ {
-			s.sc[16*b+j] = int16(int8(row[b*210+192+j]))
+// row32Kernel adapts a 32-element row kernel to activation rows t0 to t1.
+func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int) rowKernel {
+	return func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
+		nb := cols / 32
+		if nb == 0 {
+			return
 		}
-	}
-	for t := 0; t < x.n; t++ {
-		xq, xd, bs := x.kq[t*cols:(t+1)*cols], x.kd[t*nb:(t+1)*nb], x.kbsums[t*cols/16:(t+1)*cols/16]
-		sumsQ6K(&row[0], &xq[0], &s.sc[0], nb, &s.sums[0])
-		acc := float32(0)
-		for b := 0; b < nb; b++ {
-			off := int32(0)
-			for j := 0; j < 16; j++ {
-				off += int32(s.sc[16*b+j]) * int32(bs[16*b+j])
+		_ = row[nb*blockBytes-1]
+		for t := t0; t < t1; t++ {
+			xq, xd := x.q[t*cols:(t+1)*cols], x.d[t*nb:(t+1)*nb]
+			ms := xd // not read by the types without a min
+			if x.sums != nil {
+				ms = x.sums[t*nb : (t+1)*nb]
 			}
-			acc += float32(float32(half(row[b*210+208:])*xd[b]) * float32(s.sums[b]-32*off))
+			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &ms[0], nb, &f16Table[0])
 		}
-		out[t*stride] = acc
 	}
 }

@@ -1,72 +1,242 @@
 #include "textflag.h"
 
-// Integer block sums of packed rows against Q8_K activations (AVX2). Each
-// writes, per 256-block, Σ_j sc_j · Σ_{i∈j} q_i·x_i as one int32: an exact
-// integer, so its order cannot matter and the float part stays in Go
-// (quant.go), the same for every kernel.
+// Whole-row dot products of packed rows with one quantised activation row
+// (AVX2). Per block: the scales are unpacked, the integer sums formed (exact,
+// so their order cannot matter), and the block's float part computed with
+// the portable kernel's scalar operations in its order (VMULSS, VSUBSS,
+// VADDSS; never FMA), each block added in turn into one float32. Halves are
+// widened through f16Table (tab), the portable kernels' own conversion.
+//
+// Common arguments: q the row's nb blocks; x its activations, nb*block
+// values in [-127, 127]; xd one float32 scale per activation block; tab
+// f16Table. Registers: SI q, DI x, R9 xd, R10 bsums, R11 tab, CX nb,
+// X10 the row's sum, Y15 0x0f bytes. The Row2 kernels take two
+// activation rows, cols apart (R14 the second's x; its xd and bsums at
+// R8 = cols/64 and 8·R8 bytes on), sharing each block's unpacking. The frame holds one block's scales
+// as int16 (0(SP)...).
 
-// HSUM8 adds the 8 int32 lanes of YA (low half XA) and stores them at (DX).
-#define HSUM8(YA, XA, XT) \
+// ROW32PROLOGUE loads a 32-element row kernel's arguments (vet reads
+// macros as part of the function above them, so this one sits here).
+#define ROW32PROLOGUE \
+	MOVQ q+0(FP), SI \
+	MOVQ x+8(FP), DI \
+	MOVQ xd+16(FP), R9 \
+	MOVQ ms+24(FP), R10 \
+	MOVQ nb+32(FP), CX \
+	MOVQ tab+40(FP), R11 \
+	NIBMASK \
+	MOVL         $0x00010001, AX \
+	VMOVD        AX, X12 \
+	VPBROADCASTD X12, Y12 \
+	VXORPS       X10, X10, X10
+
+// ROW2PROLOGUE and ROW2STORE serve the Row2 kernels below.
+#define ROW2PROLOGUE \
+	MOVQ q+0(FP), SI \
+	MOVQ x+8(FP), DI \
+	MOVQ xd+16(FP), R9 \
+	MOVQ bsums+24(FP), R10 \
+	MOVQ nb+32(FP), CX \
+	MOVQ tab+40(FP), R11 \
+	MOVQ cols+48(FP), R14 \
+	MOVQ R14, R8 \
+	SHRQ $6, R8 \
+	ADDQ DI, R14 \
+	NIBMASK
+
+// ROW2STORE writes the sums in XA and XB to out and out+ostride.
+#define ROW2STORE(XA, XB) \
+	VZEROUPPER \
+	MOVQ  out+56(FP), AX \
+	MOVQ  ostride+64(FP), BX \
+	MOVSS XA, (AX) \
+	MOVSS XB, (AX)(BX*1) \
+	RET
+
+// HSUM8 adds the 8 int32 lanes of YA (low half XA) into the 32-bit R.
+#define HSUM8(YA, XA, XT, R) \
 	VEXTRACTI128 $1, YA, XT \
 	VPADDD       XT, XA, XA \
 	VPSHUFD      $0x4e, XA, XT \
 	VPADDD       XT, XA, XA \
 	VPSHUFD      $0xb1, XA, XT \
 	VPADDD       XT, XA, XA \
-	VMOVD        XA, (DX)
+	VMOVD        XA, R
 
-// Q4KHALF: nibbles Q (unsigned, in YQ) times 32 activations at XOFF(DI),
-// weighted by the int16 scale at SOFF(R8), added into Y0.
-#define Q4KHALF(YQ, XOFF, SOFF) \
+// HSUM2 adds the 8 int32 lanes of YA into RA and those of YB into RB.
+#define HSUM2(YA, YB, XA, XT, RA, RB) \
+	VPHADDD      YB, YA, YA \
+	VEXTRACTI128 $1, YA, XT \
+	VPADDD       XT, XA, XA \
+	VPHADDD      XA, XA, XA \
+	VMOVD        XA, RA \
+	VPEXTRD      $1, XA, RB
+
+// HALF widens the f16 at OFF(SI) into XD through the table.
+#define HALF(OFF, XD) \
+	MOVWLZX OFF(SI), AX \
+	VMOVSS  (R11)(AX*4), XD
+
+#define NIBMASK \
+	MOVL         $0x0f0f0f0f, AX \
+	VMOVD        AX, X15 \
+	VPBROADCASTD X15, Y15
+
+// KHALF: 32 unsigned values in YQ times 32 activations at XOFF(DI),
+// weighted by the int16 scale at SOFF(SP), added into Y0.
+#define KHALF(YQ, XOFF, SOFF) \
 	VPMADDUBSW   XOFF(DI), YQ, YQ \
-	VPBROADCASTW SOFF(R8), Y6 \
+	VPBROADCASTW SOFF(SP), Y6 \
 	VPMADDWD     Y6, YQ, YQ \
 	VPADDD       YQ, Y0, Y0
+
+// KSCALES unpacks the 12 scale bytes at 4(SI) of a Q4_K/Q5_K block: the 8
+// 6-bit scales to int16 at 0(SP), and the 8 6-bit mins, each times the sum
+// of its 32 activations (bsums at (R10)), in the 8 int32 lanes of Y9.
+#define KSCALES \
+	MOVL  4(SI), AX \
+	MOVL  8(SI), BX \
+	MOVL  12(SI), DX \
+	MOVQ  AX, R12 \
+	ANDQ  $0x3f3f3f3f, R12 \
+	SHRQ  $6, AX \
+	ANDQ  $0x03030303, AX \
+	SHLQ  $4, AX \
+	MOVQ  DX, R13 \
+	ANDQ  $0x0f0f0f0f, R13 \
+	ORQ   AX, R13 \
+	SHLQ  $32, R13 \
+	ORQ   R13, R12 \
+	VMOVQ R12, X1 \
+	VPMOVZXBW X1, X1 \
+	VMOVDQU X1, 0(SP) \
+	MOVQ  BX, R12 \
+	ANDQ  $0x3f3f3f3f, R12 \
+	SHRQ  $6, BX \
+	ANDQ  $0x03030303, BX \
+	SHLQ  $4, BX \
+	MOVQ  DX, R13 \
+	SHRQ  $4, R13 \
+	ANDQ  $0x0f0f0f0f, R13 \
+	ORQ   BX, R13 \
+	SHLQ  $32, R13 \
+	ORQ   R13, R12 \
+	VMOVQ R12, X2 \
+	VPUNPCKLBW X2, X2, X2 \
+	VPMOVZXBW X2, Y2 \
+	VPMADDWD (R10), Y2, Y9
+
+// KCOMBINE adds the block's d·dx·sumi − dmin·dx·summ (sumi in DX, summ in
+// BX, dx at DXM) into ACC, as combineK and dotRowQuant round it.
+#define KCOMBINE(DXM, ACC) \
+	HALF(0, X3) \
+	VMULSS     DXM, X3, X3 \
+	VCVTSI2SSL DX, X4, X4 \
+	VMULSS     X4, X3, X3 \
+	HALF(2, X5) \
+	VMULSS     DXM, X5, X5 \
+	VCVTSI2SSL BX, X4, X4 \
+	VMULSS     X4, X5, X5 \
+	VSUBSS     X5, X3, X3 \
+	VADDSS     X3, ACC, ACC
 
 #define Q4KGROUP(G) \
 	VMOVDQU (16+32*G)(SI), Y1 \
 	VPAND   Y15, Y1, Y2 \
 	VPSRLW  $4, Y1, Y3 \
 	VPAND   Y15, Y3, Y3 \
-	Q4KHALF(Y2, 64*G, 4*G) \
-	Q4KHALF(Y3, 64*G+32, 4*G+2)
+	KHALF(Y2, 64*G, 4*G) \
+	KHALF(Y3, 64*G+32, 4*G+2)
 
-// func sumsQ4K(q *byte, x *int8, sc *int16, nb int, out *int32)
-// q: nb Q4_K blocks (144 bytes); x: nb*256 activations in [-127, 127];
-// sc: 8 int16 sub-block scales per block.
-TEXT ·sumsQ4K(SB), NOSPLIT, $0-40
+// func dotQ4KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+TEXT ·dotQ4KRow(SB), NOSPLIT, $32-52
 	MOVQ q+0(FP), SI
 	MOVQ x+8(FP), DI
-	MOVQ sc+16(FP), R8
-	MOVQ nb+24(FP), CX
-	MOVQ out+32(FP), DX
-	MOVL $0x0f0f0f0f, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	NIBMASK
+	VXORPS X10, X10, X10
 
 q4kloop:
+	KSCALES
 	VPXOR Y0, Y0, Y0
 	Q4KGROUP(0)
 	Q4KGROUP(1)
 	Q4KGROUP(2)
 	Q4KGROUP(3)
-	HSUM8(Y0, X0, X1)
+	HSUM2(Y0, Y9, X0, X1, DX, BX)
+	KCOMBINE((R9), X10)
 	ADDQ $144, SI
 	ADDQ $256, DI
-	ADDQ $16, R8
-	ADDQ $4, DX
+	ADDQ $4, R9
+	ADDQ $32, R10
 	DECQ CX
 	JNZ  q4kloop
 	VZEROUPPER
+	MOVSS X10, ret+48(FP)
+	RET
+
+// Q5KGROUP: as Q4KGROUP, with the fifth bits of group G from the 32 qh
+// bytes in Y14 (bit 2G for the low nibbles, 2G+1 for the high ones).
+#define Q5KGROUP(G) \
+	VMOVDQU (48+32*G)(SI), Y1 \
+	VPAND   Y15, Y1, Y2 \
+	VPSRLW  $(2*G), Y14, Y4 \
+	VPAND   Y13, Y4, Y4 \
+	VPSLLW  $4, Y4, Y4 \
+	VPOR    Y4, Y2, Y2 \
+	VPSRLW  $4, Y1, Y3 \
+	VPAND   Y15, Y3, Y3 \
+	VPSRLW  $(2*G+1), Y14, Y4 \
+	VPAND   Y13, Y4, Y4 \
+	VPSLLW  $4, Y4, Y4 \
+	VPOR    Y4, Y3, Y3 \
+	KHALF(Y2, 64*G, 4*G) \
+	KHALF(Y3, 64*G+32, 4*G+2)
+
+// func dotQ5KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+TEXT ·dotQ5KRow(SB), NOSPLIT, $32-52
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	NIBMASK
+	MOVL         $0x01010101, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	VXORPS X10, X10, X10
+
+q5kloop:
+	KSCALES
+	VMOVDQU 16(SI), Y14
+	VPXOR   Y0, Y0, Y0
+	Q5KGROUP(0)
+	Q5KGROUP(1)
+	Q5KGROUP(2)
+	Q5KGROUP(3)
+	HSUM2(Y0, Y9, X0, X1, DX, BX)
+	KCOMBINE((R9), X10)
+	ADDQ $176, SI
+	ADDQ $256, DI
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  q5kloop
+	VZEROUPPER
+	MOVSS X10, ret+48(FP)
 	RET
 
 // Q6KQUARTER: 32 unsigned 6-bit values in YU times 32 activations at
-// XOFF(DI); int16 scales for its two 16-element halves at SOFF(R8) and
-// SOFF+2(R8); added into Y0.
+// XOFF(DI); int16 scales for its two 16-element halves at SOFF(SP) and
+// SOFF+2(SP); added into Y0.
 #define Q6KQUARTER(YU, XOFF, SOFF) \
 	VPMADDUBSW   XOFF(DI), YU, YU \
-	VPBROADCASTW SOFF(R8), X6 \
-	VPBROADCASTW SOFF+2(R8), X7 \
+	VPBROADCASTW SOFF(SP), X6 \
+	VPBROADCASTW SOFF+2(SP), X7 \
 	VINSERTI128  $1, X7, Y6, Y6 \
 	VPMADDWD     Y6, YU, YU \
 	VPADDD       YU, Y0, Y0
@@ -97,33 +267,389 @@ q4kloop:
 	VPOR    Y5, Y4, Y4 \
 	Q6KQUARTER(Y4, 128*N+96, 16*N+12)
 
-// func sumsQ6K(q *byte, x *int8, sc *int16, nb int, out *int32)
-// q: nb Q6_K blocks (210 bytes); x: nb*256 activations in [-127, 127];
-// sc: 16 int16 scales per block. Values are taken unsigned (0..63): the
-// caller subtracts 32·Σ sc_j·bsum_j.
-TEXT ·sumsQ6K(SB), NOSPLIT, $0-40
+// func dotQ6KRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+// Values are taken unsigned (0..63) and 32·Σ sc_j·bsum_j subtracted.
+TEXT ·dotQ6KRow(SB), NOSPLIT, $32-52
 	MOVQ q+0(FP), SI
 	MOVQ x+8(FP), DI
-	MOVQ sc+16(FP), R8
-	MOVQ nb+24(FP), CX
-	MOVQ out+32(FP), DX
-	MOVL $0x0f0f0f0f, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	NIBMASK
 	MOVL $0x30303030, AX
 	VMOVD AX, X14
 	VPBROADCASTD X14, Y14
+	VXORPS X10, X10, X10
 
 q6kloop:
+	VPMOVSXBW 192(SI), Y1
+	VMOVDQU   Y1, 0(SP)
+	VPMADDWD  (R10), Y1, Y8
 	VPXOR Y0, Y0, Y0
 	Q6KHALF(0)
 	Q6KHALF(1)
-	HSUM8(Y0, X0, X1)
+	HSUM2(Y0, Y8, X0, X1, DX, BX)
+	SHLL $5, BX
+	SUBL BX, DX
+	HALF(208, X3)
+	VMULSS     (R9), X3, X3
+	VCVTSI2SSL DX, X4, X4
+	VMULSS     X4, X3, X3
+	VADDSS     X3, X10, X10
 	ADDQ $210, SI
 	ADDQ $256, DI
-	ADDQ $32, R8
-	ADDQ $4, DX
+	ADDQ $4, R9
+	ADDQ $32, R10
 	DECQ CX
 	JNZ  q6kloop
 	VZEROUPPER
+	MOVSS X10, ret+48(FP)
 	RET
+
+
+// iq4nlGrid is kvaluesIQ4NL, the 4-bit grid of IQ4_NL and IQ4_XS, as
+// VPSHUFB's table.
+DATA iq4nlGrid<>+0(SB)/8, $0xf6eaddcfbfad9881
+DATA iq4nlGrid<>+8(SB)/8, $0x7159453526190d01
+GLOBL iq4nlGrid<>(SB), RODATA|NOPTR, $16
+
+// bitBytes spreads a 32-bit word over 32 bytes: VPSHUFB with bitShuf puts
+// byte i/8 at byte i, and OR with bitMask leaves 0xff where bit i is set.
+DATA bitShuf<>+0(SB)/8, $0x0000000000000000
+DATA bitShuf<>+8(SB)/8, $0x0101010101010101
+DATA bitShuf<>+16(SB)/8, $0x0202020202020202
+DATA bitShuf<>+24(SB)/8, $0x0303030303030303
+GLOBL bitShuf<>(SB), RODATA|NOPTR, $32
+DATA bitMask<>+0(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA bitMask<>+8(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA bitMask<>+16(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA bitMask<>+24(SB)/8, $0x7fbfdfeff7fbfdfe
+GLOBL bitMask<>(SB), RODATA|NOPTR, $32
+
+// SIGNEDDOT: 32 signed values in YQ times the 32 activations in YX, as
+// 16 int16 pair sums in YQ (|q| · x·sign(q): VPMADDUBSW needs one unsigned
+// operand; |q|, |x| ≤ 127, so no pair sum saturates). Uses Y5.
+#define SIGNEDDOT(YQ, YX) \
+	VPSIGNB    YQ, YQ, Y5 \
+	VPSIGNB    YQ, YX, YX \
+	VPMADDUBSW YX, Y5, YQ
+
+// NIBBLES32: the 16 bytes at OFF(SI) as 32 nibbles in YQ, low nibbles
+// first (elements 0..15), then high ones (16..31). Uses Y2.
+#define NIBBLES32(OFF, YQ) \
+	VMOVDQU     OFF(SI), X1 \
+	VPSRLW      $4, X1, X2 \
+	VINSERTI128 $1, X2, Y1, YQ \
+	VPAND       Y15, YQ, YQ
+
+// IQ4XSSUB: sub-block IB of an IQ4_XS block (scales_h in R12), with
+// scale nibble SHIFT of byte SB at 4(SI), added into Y0.
+#define IQ4XSSUB(IB, SB, SHIFT) \
+	NIBBLES32(8+16*IB, Y1) \
+	VPSHUFB      Y1, Y13, Y1 \
+	VMOVDQU      (32*IB)(DI), Y3 \
+	SIGNEDDOT(Y1, Y3) \
+	MOVBLZX      (4+SB)(SI), AX \
+	SHRL         $SHIFT, AX \
+	ANDL         $15, AX \
+	MOVL         R12, BX \
+	SHRL         $(2*IB), BX \
+	ANDL         $3, BX \
+	SHLL         $4, BX \
+	ORL          BX, AX \
+	SUBL         $32, AX \
+	VMOVD        AX, X6 \
+	VPBROADCASTW X6, Y6 \
+	VPMADDWD     Y6, Y1, Y1 \
+	VPADDD       Y1, Y0, Y0
+
+// func dotIQ4XSRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+TEXT ·dotIQ4XSRow(SB), NOSPLIT, $0-52
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xd+16(FP), R9
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	NIBMASK
+	VBROADCASTI128 iq4nlGrid<>(SB), Y13
+	VXORPS X10, X10, X10
+
+iq4xsloop:
+	MOVWLZX 2(SI), R12
+	VPXOR   Y0, Y0, Y0
+	IQ4XSSUB(0, 0, 0)
+	IQ4XSSUB(1, 0, 4)
+	IQ4XSSUB(2, 1, 0)
+	IQ4XSSUB(3, 1, 4)
+	IQ4XSSUB(4, 2, 0)
+	IQ4XSSUB(5, 2, 4)
+	IQ4XSSUB(6, 3, 0)
+	IQ4XSSUB(7, 3, 4)
+	HSUM8(Y0, X0, X1, DX)
+	HALF(0, X3)
+	VMULSS     (R9), X3, X3
+	VCVTSI2SSL DX, X4, X4
+	VMULSS     X4, X3, X3
+	VADDSS     X3, X10, X10
+	ADDQ $136, SI
+	ADDQ $256, DI
+	ADDQ $4, R9
+	DECQ CX
+	JNZ  iq4xsloop
+	VZEROUPPER
+	MOVSS X10, ret+48(FP)
+	RET
+
+// The 32-element types, against Q8_0 activations (xd one scale per 32;
+// for Q4_1 and Q5_1, ms the blocks' f16-rounded d·Σq). Each block's
+// 16 int16 pair sums in Y1 are summed (VPMADDWD by ones in Y12) into DX.
+
+#define BLOCKSUM \
+	VPMADDWD Y12, Y1, Y1 \
+	HSUM8(Y1, X1, X3, DX)
+
+// D32COMBINE adds float32(d·dx)·float32(sumi) into X10.
+#define D32COMBINE \
+	HALF(0, X3) \
+	VMULSS     (R9), X3, X3 \
+	VCVTSI2SSL DX, X4, X4 \
+	VMULSS     X4, X3, X3 \
+	VADDSS     X3, X10, X10
+
+// M32COMBINE adds float32(d·dx)·float32(sumi) + float32(m·ms) into X10.
+#define M32COMBINE \
+	HALF(0, X3) \
+	VMULSS     (R9), X3, X3 \
+	VCVTSI2SSL DX, X4, X4 \
+	VMULSS     X4, X3, X3 \
+	HALF(2, X5) \
+	VMULSS     (R10), X5, X5 \
+	VADDSS     X5, X3, X3 \
+	VADDSS     X3, X10, X10
+
+// HIGHBITS ORs bit i of the 32-bit word at OFF(SI) as 0x10 into byte i of YQ.
+#define HIGHBITS(OFF, YQ) \
+	VPBROADCASTD OFF(SI), Y2 \
+	VPSHUFB      Y14, Y2, Y2 \
+	VPOR         Y13, Y2, Y2 \
+	VPCMPEQB     Y11, Y2, Y2 \
+	VPAND        Y9, Y2, Y2 \
+	VPOR         Y2, YQ, YQ
+
+#define ROW32NEXT(BYTES, LOOP) \
+	ADDQ $BYTES, SI \
+	ADDQ $32, DI \
+	ADDQ $4, R9 \
+	ADDQ $4, R10 \
+	DECQ CX \
+	JNZ  LOOP \
+	VZEROUPPER \
+	MOVSS X10, ret+48(FP) \
+	RET
+
+// HIGHBITSCONST loads HIGHBITS' constants.
+#define HIGHBITSCONST \
+	VMOVDQU  bitShuf<>(SB), Y14 \
+	VMOVDQU  bitMask<>(SB), Y13 \
+	VPCMPEQB Y11, Y11, Y11 \
+	MOVL         $0x10101010, AX \
+	VMOVD        AX, X9 \
+	VPBROADCASTD X9, Y9
+
+// func dotQ4_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotQ4_0Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X8
+	VPBROADCASTD X8, Y8
+
+q40loop:
+	NIBBLES32(2, Y1)
+	VPSUBB  Y8, Y1, Y1
+	VMOVDQU (DI), Y3
+	SIGNEDDOT(Y1, Y3)
+	BLOCKSUM
+	D32COMBINE
+	ROW32NEXT(18, q40loop)
+
+// func dotIQ4NLRow(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotIQ4NLRow(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	VBROADCASTI128 iq4nlGrid<>(SB), Y13
+
+iq4nlloop:
+	NIBBLES32(2, Y1)
+	VPSHUFB Y1, Y13, Y1
+	VMOVDQU (DI), Y3
+	SIGNEDDOT(Y1, Y3)
+	BLOCKSUM
+	D32COMBINE
+	ROW32NEXT(18, iq4nlloop)
+
+// func dotQ5_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotQ5_0Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	HIGHBITSCONST
+	MOVL         $0x10101010, AX
+	VMOVD        AX, X8
+	VPBROADCASTD X8, Y8
+
+q50loop:
+	NIBBLES32(6, Y1)
+	HIGHBITS(2, Y1)
+	VPSUBB  Y8, Y1, Y1
+	VMOVDQU (DI), Y3
+	SIGNEDDOT(Y1, Y3)
+	BLOCKSUM
+	D32COMBINE
+	ROW32NEXT(22, q50loop)
+
+// func dotQ4_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotQ4_1Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+
+q41loop:
+	NIBBLES32(4, Y1)
+	VPMADDUBSW (DI), Y1, Y1
+	BLOCKSUM
+	M32COMBINE
+	ROW32NEXT(20, q41loop)
+
+// func dotQ5_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+TEXT ·dotQ5_1Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	HIGHBITSCONST
+
+q51loop:
+	NIBBLES32(8, Y1)
+	HIGHBITS(4, Y1)
+	VPMADDUBSW (DI), Y1, Y1
+	BLOCKSUM
+	M32COMBINE
+	ROW32NEXT(24, q51loop)
+
+// Two activation rows at once: KHALF2 is KHALF into Y0 (first row) and Y8
+// (second, at R14).
+#define KHALF2(YQ, XOFF, SOFF) \
+	VPBROADCASTW SOFF(SP), Y6 \
+	VPMADDUBSW   XOFF(R14), YQ, Y7 \
+	VPMADDUBSW   XOFF(DI), YQ, YQ \
+	VPMADDWD     Y6, Y7, Y7 \
+	VPMADDWD     Y6, YQ, YQ \
+	VPADDD       Y7, Y8, Y8 \
+	VPADDD       YQ, Y0, Y0
+
+#define Q4KGROUP2(G) \
+	VMOVDQU (16+32*G)(SI), Y1 \
+	VPAND   Y15, Y1, Y2 \
+	VPSRLW  $4, Y1, Y3 \
+	VPAND   Y15, Y3, Y3 \
+	KHALF2(Y2, 64*G, 4*G) \
+	KHALF2(Y3, 64*G+32, 4*G+2)
+
+// func dotQ4KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+TEXT ·dotQ4KRow2(SB), NOSPLIT, $32-72
+	ROW2PROLOGUE
+	VXORPS X10, X10, X10
+	VXORPS X12, X12, X12
+
+q4k2loop:
+	KSCALES
+	VPMADDWD (R10)(R8*8), Y2, Y11
+	VPXOR Y0, Y0, Y0
+	VPXOR Y8, Y8, Y8
+	Q4KGROUP2(0)
+	Q4KGROUP2(1)
+	Q4KGROUP2(2)
+	Q4KGROUP2(3)
+	HSUM2(Y0, Y9, X0, X1, DX, BX)
+	KCOMBINE((R9), X10)
+	HSUM2(Y8, Y11, X8, X1, DX, BX)
+	KCOMBINE((R9)(R8*1), X12)
+	ADDQ $144, SI
+	ADDQ $256, DI
+	ADDQ $256, R14
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  q4k2loop
+	ROW2STORE(X10, X12)
+
+#define Q6KQUARTER2(YU, XOFF, SOFF) \
+	VPBROADCASTW SOFF(SP), X6 \
+	VPBROADCASTW SOFF+2(SP), X7 \
+	VINSERTI128  $1, X7, Y6, Y6 \
+	VPMADDUBSW   XOFF(R14), YU, Y7 \
+	VPMADDUBSW   XOFF(DI), YU, YU \
+	VPMADDWD     Y6, Y7, Y7 \
+	VPMADDWD     Y6, YU, YU \
+	VPADDD       Y7, Y9, Y9 \
+	VPADDD       YU, Y0, Y0
+
+#define Q6KHALF2(N) \
+	VMOVDQU (64*N)(SI), Y1 \
+	VMOVDQU (64*N+32)(SI), Y2 \
+	VMOVDQU (128+32*N)(SI), Y3 \
+	VPAND   Y15, Y1, Y4 \
+	VPSLLW  $4, Y3, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KQUARTER2(Y4, 128*N, 16*N) \
+	VPAND   Y15, Y2, Y4 \
+	VPSLLW  $2, Y3, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KQUARTER2(Y4, 128*N+32, 16*N+4) \
+	VPSRLW  $4, Y1, Y4 \
+	VPAND   Y15, Y4, Y4 \
+	VPAND   Y14, Y3, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KQUARTER2(Y4, 128*N+64, 16*N+8) \
+	VPSRLW  $4, Y2, Y4 \
+	VPAND   Y15, Y4, Y4 \
+	VPSRLW  $2, Y3, Y5 \
+	VPAND   Y14, Y5, Y5 \
+	VPOR    Y5, Y4, Y4 \
+	Q6KQUARTER2(Y4, 128*N+96, 16*N+12)
+
+// Q6COMBINE adds float32(d·dx)·float32(DX − 32·BX) into ACC.
+#define Q6COMBINE(DXM, ACC) \
+	SHLL $5, BX \
+	SUBL BX, DX \
+	HALF(208, X3) \
+	VMULSS     DXM, X3, X3 \
+	VCVTSI2SSL DX, X4, X4 \
+	VMULSS     X4, X3, X3 \
+	VADDSS     X3, ACC, ACC
+
+// func dotQ6KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+TEXT ·dotQ6KRow2(SB), NOSPLIT, $32-72
+	ROW2PROLOGUE
+	MOVL $0x30303030, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	VXORPS X10, X10, X10
+	VXORPS X13, X13, X13
+
+q6k2loop:
+	VPMOVSXBW 192(SI), Y1
+	VMOVDQU   Y1, 0(SP)
+	VPMADDWD  (R10), Y1, Y11
+	VPMADDWD  (R10)(R8*8), Y1, Y12
+	VPXOR Y0, Y0, Y0
+	VPXOR Y9, Y9, Y9
+	Q6KHALF2(0)
+	Q6KHALF2(1)
+	HSUM2(Y0, Y11, X0, X1, DX, BX)
+	Q6COMBINE((R9), X10)
+	HSUM2(Y9, Y12, X9, X1, DX, BX)
+	Q6COMBINE((R9)(R8*1), X13)
+	ADDQ $210, SI
+	ADDQ $256, DI
+	ADDQ $256, R14
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  q6k2loop
+	ROW2STORE(X10, X13)

@@ -254,3 +254,54 @@ func TestHalfWidthBitsAndMemory(t *testing.T) {
 		})
 	}
 }
+
+// halfOffsets are the byte offsets of each packed type's f16 fields in a
+// block; random blocks get finite values there.
+var halfOffsets = map[DType][]int{
+	Q4_0: {0}, Q4_1: {0, 2}, Q5_0: {0}, Q5_1: {0, 2}, IQ4_NL: {0},
+	Q4_K: {0, 2}, Q5_K: {0, 2}, Q6_K: {208}, IQ4_XS: {0},
+}
+
+// TestPackedKernelsRandomBlocks: the SIMD row kernels give the portable
+// kernels' bits on random blocks (every bit pattern of the quants and
+// scales, finite halves), for row lengths of 1 to 11 blocks, several
+// activation rows at once, one of them all zero.
+func TestPackedKernelsRandomBlocks(t *testing.T) {
+	rng := uint64(5)
+	for typ, offs := range halfOffsets {
+		if packedRowKernel(typ) == nil {
+			continue
+		}
+		f := quantFormats[typ]
+		for _, nb := range []int{1, 2, 3, 5, 8, 11} {
+			cols, rows := nb*f.block, 7
+			raw := make([]byte, rows*nb*f.bytes)
+			for i := range raw {
+				raw[i] = byte(splitmix(&rng))
+			}
+			for b := 0; b < rows*nb; b++ {
+				for _, o := range offs {
+					// Exponents below the maximum: finite, subnormals included.
+					binary.LittleEndian.PutUint16(raw[b*f.bytes+o:], uint16(splitmix(&rng))&0xbbff)
+				}
+			}
+			const n = 4
+			x := make([]float32, n*cols)
+			for i := range x[:3*cols] {
+				x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
+			}
+			w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
+			a := newAct(x, n, cols)
+			a.prepare(w)
+			fast := make([]float32, n*rows)
+			matmulPacked(fast, w, a, 0, rows)
+			useSIMD = false
+			slow := make([]float32, n*rows)
+			matmulPacked(slow, w, a, 0, rows)
+			useSIMD = true
+			if !sameBits(fast, slow) {
+				t.Fatalf("%s, %d blocks: SIMD %v, portable %v", typ, nb, fast, slow)
+			}
+		}
+	}
+}

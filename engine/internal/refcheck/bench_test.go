@@ -121,3 +121,61 @@ func memoryBandwidth() float64 {
 	}
 	return best
 }
+
+// BenchmarkPrefillVsGGML times a 512-token prompt (one Forward of every
+// token, last position's logits) through the engine on the TinyLlama-shaped
+// Q4_K_M file, at 1 and 2 threads, in prompt tokens/s. The refcheck ggml is
+// a baseline x86-64 build that needs minutes for one such prompt, so its
+// side runs only with STRATA_BENCH_GGML_PREFILL=1 (then also the ratio).
+func BenchmarkPrefillVsGGML(b *testing.B) {
+	const n = 512
+	path, c := benchModel(b, "tinyllama-1.1b")
+	prompt := make([]int32, n)
+	for i := range prompt {
+		prompt[i] = int32(i * 37 % c.Vocab)
+	}
+	var g *ggmlModel
+	if os.Getenv("STRATA_BENCH_GGML_PREFILL") != "" {
+		var err error
+		if g, err = openGGML(path, c); err != nil {
+			b.Fatal(err)
+		}
+		defer g.close()
+	}
+	for _, threads := range []int{1, 2} {
+		b.Run("tinyllama-1.1b/threads="+string(rune('0'+threads)), func(b *testing.B) {
+			s, err := engine.Open(path, engine.WithThreads(threads))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			b.ResetTimer()
+			var ours, theirs time.Duration
+			for i := 0; i < b.N; i++ {
+				ss, err := s.NewSession(n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t0 := time.Now()
+				if _, err := s.Forward(ctx, engine.Step{Session: ss, Tokens: prompt}); err != nil {
+					b.Fatal(err)
+				}
+				ours += time.Since(t0)
+				ss.Close()
+				if g != nil {
+					t1 := time.Now()
+					if _, err := g.logits(prompt, threads); err != nil {
+						b.Fatal(err)
+					}
+					theirs += time.Since(t1)
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/ours.Seconds(), "engine_tok/s")
+			if g != nil {
+				b.ReportMetric(float64(n*b.N)/theirs.Seconds(), "ggml_tok/s")
+				b.ReportMetric(theirs.Seconds()/ours.Seconds(), "engine/ggml")
+			}
+		})
+	}
+}
