@@ -95,7 +95,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	// Before libp2p.New: identify may call addrsFactory, which reads it,
 	// while New is still returning.
 	s.relays = newRelayKeeper(s)
-	s.nat = newNATState(&cfg)
+	s.nat = newNATState(&cfg, log)
 	s.acts = &actPool{h: s, streams: map[peer.ID]*actStream{}}
 
 	lopts := []libp2p.Option{

@@ -87,6 +87,7 @@ func (s NATStatus) Summary() string {
 // natState tracks what NATStatus reports: the reachability events and
 // the hole punch tracer's outcomes.
 type natState struct {
+	log     *zap.Logger
 	mu      sync.Mutex
 	reach   network.Reachability
 	punches map[peer.ID]Punch
@@ -94,8 +95,8 @@ type natState struct {
 	logged  string // the last NATStatus summary logged
 }
 
-func newNATState(c *config) *natState {
-	st := &natState{punches: map[peer.ID]Punch{}, retries: map[peer.ID]int{}}
+func newNATState(c *config, log *zap.Logger) *natState {
+	st := &natState{log: log, punches: map[peer.ID]Punch{}, retries: map[peer.ID]int{}}
 	switch c.reachability() {
 	case ReachabilityPublic:
 		st.reach = network.ReachabilityPublic
@@ -127,6 +128,8 @@ func (st *natState) Trace(evt *holepunch.Event) {
 			st.retries[evt.Remote]++
 		}
 		st.punches[evt.Remote] = p
+		st.log.Info("hole punch", zap.Stringer("peer", evt.Remote), zap.Bool("ok", e.Success),
+			zap.Duration("took", e.EllapsedTime), zap.String("error", e.Error))
 	case *holepunch.DirectDialEvt:
 		// A direct dial to the peer worked before any punch was needed:
 		// whatever link we have now is not the punch's.
