@@ -28,11 +28,13 @@ type SwarmSnapshot struct {
 	Addrs []ma.Multiaddr
 	// Peers is the peer table, this node excluded.
 	Peers []swarm.Peer
+	// NAT is this node's reachability diagnosis.
+	NAT swarm.NATStatus
 }
 
 // Swarm returns the node's view of the swarm now.
 func (n *Node) Swarm() SwarmSnapshot {
-	s := SwarmSnapshot{Self: n.host.Status(), Addrs: n.host.Addrs()}
+	s := SwarmSnapshot{Self: n.host.Status(), Addrs: n.host.Addrs(), NAT: n.host.NAT()}
 	for _, p := range n.host.Peers().Snapshot() {
 		if p.ID != n.self {
 			s.Peers = append(s.Peers, p)

@@ -41,6 +41,7 @@ type Host struct {
 	gossip *gossip
 	disc   *discoverer // nil with discovery off
 	relays *relayKeeper
+	nat    *natState
 	acts   *actPool
 
 	statusMu sync.Mutex
@@ -94,6 +95,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	// Before libp2p.New: identify may call addrsFactory, which reads it,
 	// while New is still returning.
 	s.relays = newRelayKeeper(s)
+	s.nat = newNATState(&cfg, log)
 	s.acts = &actPool{h: s, streams: map[peer.ID]*actStream{}}
 
 	lopts := []libp2p.Option{
@@ -120,7 +122,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	} else {
 		lopts = append(lopts, libp2p.ListenAddrStrings(listen...))
 	}
-	lopts = append(lopts, natOptions(&cfg)...)
+	lopts = append(lopts, natOptions(&cfg, s)...)
 
 	h, err := libp2p.New(lopts...)
 	if err != nil {
@@ -311,7 +313,8 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 				if s.cfg.reachability() == ReachabilityAuto {
 					s.relays.private.Store(e.Reachability == network.ReachabilityPrivate)
 				}
-				s.log.Info("reachability", zap.Stringer("reachability", e.Reachability))
+				s.nat.setReachability(e.Reachability)
+				s.logNAT()
 			}
 		}
 	}
@@ -328,6 +331,7 @@ func (s *Host) refreshConn(id peer.ID) {
 		}
 	}
 	s.table.setConn(id, len(conns) > 0, relayed)
+	s.refreshLink(id, conns)
 }
 
 // sweep applies the liveness deadlines and refreshes connection facts

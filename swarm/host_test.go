@@ -307,8 +307,8 @@ func TestRelayedHost(t *testing.T) {
 		return ok && p.Liveness == Alive
 	})
 	p, _ := a.Peers().Get(c.ID())
-	if !p.Relayed || p.Direct {
-		t.Fatalf("relayed host: relayed %v direct %v", p.Relayed, p.Direct)
+	if !p.Relayed || p.Direct || p.Link != LinkRelayed {
+		t.Fatalf("relayed host: relayed %v direct %v link %q", p.Relayed, p.Direct, p.Link)
 	}
 	if err := a.SendActivation(ctx, c.ID(), []byte("hidden states")); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/client"
 	circuitproto "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/proto"
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
+	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	ma "github.com/multiformats/go-multiaddr"
 	"go.uber.org/zap"
 
@@ -38,10 +39,10 @@ import (
 // relayCandidates is how many relays an unreachable host reserves on.
 const relayCandidates = 2
 
-func natOptions(c *config) []libp2p.Option {
+func natOptions(c *config, s *Host) []libp2p.Option {
 	opts := []libp2p.Option{libp2p.EnableRelay(), libp2p.EnableNATService()}
 	if c.relay {
-		var ropts []relayv2.Option
+		ropts := []relayv2.Option{relayv2.WithACL(memberACL{s})}
 		if !c.relayLimit {
 			res := relayv2.DefaultResources()
 			res.Limit = nil
@@ -52,7 +53,7 @@ func natOptions(c *config) []libp2p.Option {
 		opts = append(opts, libp2p.EnableRelayService(ropts...))
 	}
 	if c.holePunch {
-		opts = append(opts, libp2p.EnableHolePunching())
+		opts = append(opts, libp2p.EnableHolePunching(holepunch.WithTracer(s.nat)))
 	}
 	if c.portMap {
 		opts = append(opts, libp2p.NATPortMap())
@@ -96,10 +97,11 @@ type relayKeeper struct {
 	mu      sync.Mutex
 	rsv     map[peer.ID]reservation
 	backoff map[peer.ID]time.Time
+	fails   map[peer.ID]int // refusals in a row, for the backoff
 }
 
 func newRelayKeeper(h *Host) *relayKeeper {
-	k := &relayKeeper{h: h, rsv: map[peer.ID]reservation{}, backoff: map[peer.ID]time.Time{}}
+	k := &relayKeeper{h: h, rsv: map[peer.ID]reservation{}, backoff: map[peer.ID]time.Time{}, fails: map[peer.ID]int{}}
 	k.private.Store(h.cfg.reachability() == ReachabilityPrivate)
 	return k
 }
@@ -153,6 +155,7 @@ func (k *relayKeeper) relayAddrs(id peer.ID) []ma.Multiaddr {
 func (k *relayKeeper) run(ctx context.Context) {
 	every := 500 * time.Millisecond
 	for {
+		k.h.logNAT()
 		if k.private.Load() {
 			if k.tend(ctx) {
 				every = 5 * time.Second
@@ -200,14 +203,18 @@ func (k *relayKeeper) tend(ctx context.Context) bool {
 		cancel()
 		if err != nil {
 			k.h.log.Debug("relay reservation failed", zap.Stringer("relay", ai.ID), zap.Error(err))
+			// A relay refuses a member it has not heard a heartbeat
+			// from yet (memberACL), so the first retries come soon.
 			k.mu.Lock()
-			k.backoff[ai.ID] = now.Add(30 * time.Second)
+			k.fails[ai.ID]++
+			k.backoff[ai.ID] = now.Add(min(time.Second<<min(k.fails[ai.ID]-1, 5), 30*time.Second))
 			k.mu.Unlock()
 			continue
 		}
 		k.mu.Lock()
 		k.rsv[ai.ID] = reservation{relay: ai.ID, expires: r.Expiration}
 		delete(k.backoff, ai.ID)
+		delete(k.fails, ai.ID)
 		k.mu.Unlock()
 		k.h.h.ConnManager().Protect(ai.ID, proto.TagRelay)
 		k.h.log.Info("relay reservation", zap.Stringer("relay", ai.ID), zap.Time("expires", r.Expiration))
@@ -236,4 +243,49 @@ func (k *relayKeeper) candidates() []peer.AddrInfo {
 		}
 	}
 	return out
+}
+
+// held returns the relays holding a reservation for us, sorted.
+func (k *relayKeeper) held() []peer.ID {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ids := make([]peer.ID, 0, len(k.rsv))
+	for id := range k.rsv {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// memberACL lets a relay serve only members of its swarm: peers whose
+// signed heartbeats on the swarm's topic it has accepted and that are
+// not dead. A stranger can neither reserve a slot nor open a circuit,
+// nor be reached through one. Under a swarm key, only key holders get
+// a connection at all, so members are key holders.
+type memberACL struct{ h *Host }
+
+func (a memberACL) member(p peer.ID) bool {
+	if a.h.table == nil { // still starting
+		return false
+	}
+	row, ok := a.h.table.Get(p)
+	return ok && row.Heartbeat != nil && row.Liveness != Dead
+}
+
+// AllowReserve implements relayv2.ACLFilter.
+func (a memberACL) AllowReserve(p peer.ID, _ ma.Multiaddr) bool {
+	ok := a.member(p)
+	if !ok {
+		a.h.log.Debug("relay: reservation refused to a non-member", zap.Stringer("peer", p))
+	}
+	return ok
+}
+
+// AllowConnect implements relayv2.ACLFilter.
+func (a memberACL) AllowConnect(src peer.ID, _ ma.Multiaddr, dest peer.ID) bool {
+	ok := a.member(src) && a.member(dest)
+	if !ok {
+		a.h.log.Debug("relay: circuit refused", zap.Stringer("src", src), zap.Stringer("dest", dest))
+	}
+	return ok
 }

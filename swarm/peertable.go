@@ -59,6 +59,8 @@ type Peer struct {
 	Relayed bool
 	// Direct: we hold a connection to the peer that is not relayed.
 	Direct bool
+	// Link is how we are connected: direct, hole-punched or relayed.
+	Link Link
 	// RTT is our smoothed ping round trip to the peer; 0 if unmeasured.
 	RTT time.Duration
 	// Addrs are the addresses discovery or connections told us about.

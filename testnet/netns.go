@@ -54,7 +54,11 @@ import (
 // NAT. A Placement with NAT gets a gateway namespace that masquerades
 // its private subnet onto the bridge and drops unsolicited packets
 // (drops rather than resets, so that simultaneous TCP opens of a hole
-// punch survive the first SYN). Nothing routes to 192.168.100.0/24 from
+// punch survive the first SYN). The gateway is of one of two kinds home
+// routers come in: endpoint-independent mapping (eim: one external port
+// per internal endpoint, the source port kept), where hole punching
+// works, or symmetric (a random external port per destination), where
+// it cannot and links stay relayed. Nothing routes to 192.168.100.0/24 from
 // the bridge: the node can dial out but cannot be dialled, except
 // through a relay or after hole punching. Its API is forwarded from the
 // gateway's 10.213.K address for the runner only.
@@ -193,6 +197,9 @@ func (n *Namespaces) Setup(ctx context.Context, nodes []Placement) (err error) {
 		if _, err := nsParseRate(p.Rate); err != nil {
 			return fmt.Errorf("namespace network: node %s: %w", p.Name, err)
 		}
+		if p.NAT != NATNone && p.NAT != NATEIM && p.NAT != NATSymmetric {
+			return fmt.Errorf("namespace network: node %s: NAT kind %q (want eim or symmetric)", p.Name, p.NAT)
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -213,7 +220,7 @@ func (n *Namespaces) Setup(ctx context.Context, nodes []Placement) (err error) {
 		}
 		n.nodes = append(n.nodes, nd)
 		regionOf[nd.pub] = p.Region
-		n.logf("namespace network %s: %s in %s at %s (nat %v, api %s)", n.tag, p.Name, nd.ns, nd.pub, p.NAT, nd.api)
+		n.logf("namespace network %s: %s in %s at %s (nat %q, api %s)", n.tag, p.Name, nd.ns, nd.pub, p.NAT, nd.api)
 	}
 	d, err := startDelayer("/run/netns/"+n.ns("hub"), nsQueue, n.model, regionOf, n.opts.seed)
 	if err != nil {
@@ -299,7 +306,7 @@ func (n *Namespaces) makeNode(ctx context.Context, i int, p Placement, r RegionS
 	nd := nsNode{p: p, ns: n.ns(fmt.Sprintf("n%d", i+1)), pub: pub, listen: pub,
 		api: n.apiAddr(i)}
 	edge := nd.ns // the namespace whose eth0 is on the bridge
-	if p.NAT {
+	if p.NAT != NATNone {
 		nd.gw = n.ns(fmt.Sprintf("g%d", i+1))
 		nd.listen = nsNATNode
 		edge = nd.gw
@@ -307,7 +314,7 @@ func (n *Namespaces) makeNode(ctx context.Context, i int, p Placement, r RegionS
 	if err := n.addNetns(ctx, edge); err != nil {
 		return nd, err
 	}
-	if p.NAT {
+	if p.NAT != NATNone {
 		if err := n.addNetns(ctx, nd.ns); err != nil {
 			return nd, err
 		}
@@ -336,7 +343,7 @@ func (n *Namespaces) makeNode(ctx context.Context, i int, p Placement, r RegionS
 			return nd, err
 		}
 	}
-	if !p.NAT {
+	if p.NAT == NATNone {
 		return nd, nil
 	}
 	gw, node := nd.gw, nd.ns
@@ -347,8 +354,10 @@ func (n *Namespaces) makeNode(ctx context.Context, i int, p Placement, r RegionS
 			[]string{"ip", "addr", "add", nsNATGateway.String() + "/24", "dev", "in0"},
 			[]string{"ip", "link", "set", "in0", "up"},
 			[]string{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
-			// Outbound connections leave with the gateway's address.
-			[]string{"iptables", "-w", "-t", "nat", "-A", "POSTROUTING", "-s", priv, "-o", "eth0", "-j", "MASQUERADE"},
+			// Outbound connections leave with the gateway's address: on
+			// the same port for every destination (eim) or on a random
+			// port per destination (symmetric).
+			append([]string{"iptables", "-w", "-t", "nat", "-A", "POSTROUTING", "-s", priv, "-o", "eth0", "-j", "MASQUERADE"}, natMapping(p.NAT)...),
 			// The runner's API requests reach the node (only from the root
 			// namespace's address: other nodes cannot use this to dial in).
 			[]string{"iptables", "-w", "-t", "nat", "-A", "PREROUTING", "-i", "eth0", "-s", fmt.Sprintf("10.213.%d.254", n.apiNet),
@@ -367,6 +376,18 @@ func (n *Namespaces) makeNode(ctx context.Context, i int, p Placement, r RegionS
 		),
 	)
 	return nd, err
+}
+
+// natMapping is the MASQUERADE options of a NAT kind. Plain MASQUERADE
+// keeps the source port unless another connection holds it, so one
+// internal endpoint maps to one external port for all destinations.
+// --random-fully draws the port at random for every new connection
+// (every new destination, for UDP), as symmetric NATs do.
+func natMapping(k NATKind) []string {
+	if k == NATSymmetric {
+		return []string{"--random-fully"}
+	}
+	return nil
 }
 
 // tbf limits dev's egress to rate. The bucket holds about 5 ms of
@@ -468,7 +489,7 @@ func (n *Namespaces) Command(ctx context.Context, i int, bin string, args ...str
 		}
 		if !has("--reachability") {
 			reach := "public"
-			if nd.p.NAT {
+			if nd.p.NAT != NATNone {
 				reach = "private"
 			}
 			args = append(args, "--reachability", reach)
@@ -489,7 +510,7 @@ func (n *Namespaces) Listen(i, port int) string {
 func (n *Namespaces) APIBind(i, port int) string {
 	nd, _ := n.node(i)
 	host := nd.api
-	if nd.p.NAT {
+	if nd.p.NAT != NATNone {
 		host = nsNATNode
 	}
 	return net.JoinHostPort(host.String(), strconv.Itoa(port))

@@ -14,9 +14,13 @@ import (
 	"os/exec"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // needNetAdmin skips t unless it may make namespaces.
@@ -122,7 +126,7 @@ func TestNetnsLinks(t *testing.T) {
 	if err := nw.Setup(ctx, []Placement{
 		{Name: "n1", Region: "eu"},
 		{Name: "n2", Region: "eu", Rate: "20mbit"},
-		{Name: "n3", Region: "asia", NAT: true},
+		{Name: "n3", Region: "asia", NAT: NATEIM},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +293,7 @@ func TestNetnsCleanLeftovers(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := nw.Setup(ctx, []Placement{{Name: "a", Region: "eu"}, {Name: "b", Region: "eu", NAT: true}}); err != nil {
+	if err := nw.Setup(ctx, []Placement{{Name: "a", Region: "eu"}, {Name: "b", Region: "eu", NAT: NATEIM}}); err != nil {
 		nw.Close()
 		t.Fatal(err)
 	}
@@ -332,7 +336,7 @@ func TestNetnsSetupErrorCleansUp(t *testing.T) {
 	assertNoLeftovers(t, long)
 
 	nw2, _ := newNamespaces(spec, WithNamespaceTag(tag))
-	if err := nw2.Setup(ctx, []Placement{{Name: "a", Region: "eu"}, {Name: "b", Region: "eu"}, {Name: "c", Region: "eu", NAT: true}}); err != nil {
+	if err := nw2.Setup(ctx, []Placement{{Name: "a", Region: "eu"}, {Name: "b", Region: "eu"}, {Name: "c", Region: "eu", NAT: NATEIM}}); err != nil {
 		nw2.Close()
 		t.Fatal(err)
 	}
@@ -384,7 +388,7 @@ func TestNetnsSwarmNAT(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := nw.Setup(ctx, []Placement{{Name: "n1", Region: "eu"}, {Name: "n2", Region: "us"}, {Name: "n3", Region: "us", NAT: true}}); err != nil {
+	if err := nw.Setup(ctx, []Placement{{Name: "n1", Region: "eu"}, {Name: "n2", Region: "us"}, {Name: "n3", Region: "us", NAT: NATEIM}}); err != nil {
 		t.Fatal(err)
 	}
 	var cmds []*exec.Cmd
@@ -560,4 +564,135 @@ func nsGetJSON(ctx context.Context, url string, v any) error {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// TestNetnsNATKinds checks that each gateway maps as its kind is named:
+// an eim gateway sends one internal endpoint out on the same external
+// port to every destination (the source port, kept), a symmetric one on
+// a different port per destination. UDP from one socket, and TCP from
+// one local port (SO_REUSEPORT), to four destinations on two nodes.
+func TestNetnsNATKinds(t *testing.T) {
+	needNetAdmin(t)
+	nw, err := newNamespaces(NetworkSpec{Regions: []RegionSpec{{Name: "eu"}}}, WithNamespaceLog(t.Logf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := nw.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := nw.Setup(ctx, []Placement{{Name: "p1", Region: "eu"}, {Name: "p2", Region: "eu"},
+		{Name: "eim", Region: "eu", NAT: NATEIM}, {Name: "sym", Region: "eu", NAT: NATSymmetric}}); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := newNamespaces(NetworkSpec{Regions: []RegionSpec{{Name: "eu"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Setup(ctx, []Placement{{Name: "x", Region: "eu", NAT: "full-cone"}}); err == nil {
+		t.Error("Setup accepted NAT kind full-cone")
+	}
+	bad.Close()
+	// Four destinations: ports 7100 and 7101 on p1 and p2. Each server
+	// reports the source address it saw.
+	seen := make(chan string, 64)
+	var dests []string
+	for i := range 2 {
+		for _, port := range []int{7100, 7101} {
+			addr := fmt.Sprintf("%s:%d", nw.Addr(i), port)
+			dests = append(dests, addr)
+			var pc net.PacketConn
+			if err := inNetns("/run/netns/"+nw.Namespace(i), func() (err error) {
+				pc, err = net.ListenPacket("udp4", addr)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pc.Close() })
+			go func() {
+				buf := make([]byte, 64)
+				for {
+					_, from, err := pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					seen <- "udp " + from.String()
+				}
+			}()
+			go nsServe(nsListen(t, nw.Namespace(i), addr), seen)
+		}
+	}
+	const localPort = 7300
+	for _, c := range []struct {
+		i    int
+		kind NATKind
+	}{{2, NATEIM}, {3, NATSymmetric}} {
+		ns, gw := nw.Namespace(c.i), nw.Addr(c.i).String()
+		for _, network := range []string{"udp", "tcp"} {
+			var ports []string
+			for _, d := range dests {
+				if err := natProbe(ns, network, localPort, d); err != nil {
+					t.Fatalf("%s probe from %s to %s: %v", network, c.kind, d, err)
+				}
+				var from string
+				select {
+				case from = <-seen:
+				case <-ctx.Done():
+					t.Fatalf("%s probe from %s to %s never arrived", network, c.kind, d)
+				}
+				host, port, _ := net.SplitHostPort(strings.TrimPrefix(from, "udp "))
+				if host != gw {
+					t.Errorf("%s probe from %s arrived from %s, want the gateway %s", network, c.kind, from, gw)
+				}
+				ports = append(ports, port)
+			}
+			distinct := len(slices.Compact(slices.Sorted(slices.Values(ports))))
+			t.Logf("%s NAT, %s from local port %d to 4 destinations: external ports %v", c.kind, network, localPort, ports)
+			switch c.kind {
+			case NATEIM:
+				if distinct != 1 || ports[0] != strconv.Itoa(localPort) {
+					t.Errorf("eim NAT mapped %s port %d to %v, want %d for every destination", network, localPort, ports, localPort)
+				}
+			case NATSymmetric:
+				if distinct < 2 {
+					t.Errorf("symmetric NAT mapped %s port %d to %v for 4 destinations, want different ports", network, localPort, ports)
+				}
+			}
+		}
+	}
+}
+
+// natProbe sends one UDP datagram, or makes one TCP connection, from
+// local port lport in namespace ns to addr. The TCP socket sets
+// SO_REUSEPORT so that the same local port can connect again at once.
+func natProbe(ns, network string, lport int, addr string) error {
+	d := net.Dialer{Timeout: 3 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = errors.Join(syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1),
+				syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1))
+		})
+		return errors.Join(err, serr)
+	}}
+	if network == "udp" {
+		d.LocalAddr = &net.UDPAddr{Port: lport}
+	} else {
+		d.LocalAddr = &net.TCPAddr{Port: lport}
+	}
+	var c net.Conn
+	if err := inNetns("/run/netns/"+ns, func() (err error) {
+		c, err = d.Dial(network+"4", addr)
+		return err
+	}); err != nil {
+		return err
+	}
+	defer c.Close()
+	if network == "udp" {
+		_, err := c.Write([]byte("probe"))
+		return err
+	}
+	return nil
 }

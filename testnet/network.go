@@ -3,8 +3,12 @@ package testnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
+	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Network places a scenario's node processes on a network: plain
@@ -36,9 +40,9 @@ type Network interface {
 // Placement is what a network needs to know about one node.
 type Placement struct {
 	Name   string
-	Region string // a region of the scenario's NetworkSpec ("" on loopback)
-	NAT    bool   // behind a masquerading NAT: reachable only through relay or hole punching
-	Rate   string // access-link rate limit such as "100mbit" ("" for the region's)
+	Region string  // a region of the scenario's NetworkSpec ("" on loopback)
+	NAT    NATKind // the gateway it sits behind ("" for none): reachable only through relay or hole punching
+	Rate   string  // access-link rate limit such as "100mbit" ("" for the region's)
 }
 
 // NetworkSpec is a scenario's network section.
@@ -83,3 +87,39 @@ var (
 	ErrUnsupported = errors.New("testnet: not supported on this network")
 	ErrNeedsRoot   = errors.New("testnet: namespaces need root (CAP_NET_ADMIN)")
 )
+
+// NATKind is the kind of home-router NAT gateway a node sits behind.
+// Both kinds drop unsolicited packets (address- and port-dependent
+// filtering); they differ in how they map ports.
+type NATKind string
+
+// The NAT kinds a scenario may name (`nat: eim`, `nat: symmetric`;
+// `nat: true` is eim).
+const (
+	NATNone NATKind = ""
+	// NATEIM maps an internal endpoint to one external port for every
+	// destination, keeping the source port where it is free
+	// (endpoint-independent mapping, Linux MASQUERADE): hole punching
+	// works through it.
+	NATEIM NATKind = "eim"
+	// NATSymmetric maps each new destination to a fresh random external
+	// port (MASQUERADE --random-fully): the port a peer observes is not
+	// the one the next peer will see, so hole punching fails and links
+	// stay relayed.
+	NATSymmetric NATKind = "symmetric"
+)
+
+// UnmarshalYAML accepts true (eim), false (none), eim and symmetric.
+func (k *NATKind) UnmarshalYAML(v *yaml.Node) error {
+	switch strings.ToLower(v.Value) {
+	case "true", "yes", "on", "eim":
+		*k = NATEIM
+	case "false", "no", "off", "none", "":
+		*k = NATNone
+	case "symmetric":
+		*k = NATSymmetric
+	default:
+		return fmt.Errorf("line %d: nat %q: want true, false, eim or symmetric", v.Line, v.Value)
+	}
+	return nil
+}

@@ -48,12 +48,12 @@ type ModelSpec struct {
 
 // NodeSpec is one node.
 type NodeSpec struct {
-	Name      string `yaml:"name"`
-	MaxLayers int    `yaml:"max_layers"`
-	GPU       string `yaml:"gpu"`
-	Region    string `yaml:"region"`
-	NAT       bool   `yaml:"nat"`
-	Rate      string `yaml:"rate"`
+	Name      string  `yaml:"name"`
+	MaxLayers int     `yaml:"max_layers"`
+	GPU       string  `yaml:"gpu"`
+	Region    string  `yaml:"region"`
+	NAT       NATKind `yaml:"nat"`
+	Rate      string  `yaml:"rate"`
 	// Late nodes start only at a join event.
 	Late bool `yaml:"late"`
 }
@@ -258,7 +258,7 @@ func (s *Scenario) Validate() error {
 		if n.Region != "" && !regions[n.Region] {
 			return bad(f+".region", "%q is not in network.regions", n.Region)
 		}
-		if (n.NAT || n.Rate != "" || n.Region != "") && s.Network.Mode != ModeNamespaces {
+		if (n.NAT != NATNone || n.Rate != "" || n.Region != "") && s.Network.Mode != ModeNamespaces {
 			return bad(f, "region, nat and rate need network.mode %s", ModeNamespaces)
 		}
 		if !n.Late {

@@ -2,6 +2,7 @@ package testnet
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,5 +219,23 @@ func TestPromptsAreSeeded(t *testing.T) {
 	}
 	if n := len(strings.Fields(a[0])); n != 5 {
 		t.Errorf("%q has %d words", a[0], n)
+	}
+}
+
+func TestScenarioNATKinds(t *testing.T) {
+	base := "name: t\nnetwork: {mode: namespaces, regions: [{name: eu}]}\nmodel: {layers: 4, dim: 32, seed: 1}\n" +
+		"load: {clients: 1, rate: 1, max_tokens: 4}\nduration: 5s\nnodes:\n  - {name: a, max_layers: 4, region: eu, nat: %s}\n"
+	for in, want := range map[string]NATKind{"true": NATEIM, "eim": NATEIM, "symmetric": NATSymmetric, "false": NATNone, "none": NATNone} {
+		s, err := ParseScenario(fmt.Appendf(nil, base, in))
+		if err != nil {
+			t.Errorf("nat: %s: %v", in, err)
+			continue
+		}
+		if got := s.Nodes[0].NAT; got != want {
+			t.Errorf("nat: %s parsed as %q, want %q", in, got, want)
+		}
+	}
+	if _, err := ParseScenario(fmt.Appendf(nil, base, "full-cone")); err == nil || !strings.Contains(err.Error(), "full-cone") {
+		t.Errorf("nat: full-cone: got %v, want an error naming it", err)
 	}
 }

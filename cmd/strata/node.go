@@ -310,6 +310,7 @@ func logPeerTable(log *zap.Logger, h *swarm.Host) {
 			zap.Stringer("liveness", p.Liveness),
 			zap.Bool("connected", p.Connected),
 			zap.Bool("relayed", p.Relayed),
+			zap.String("link", string(p.Link)),
 			zap.Duration("rtt", p.RTT),
 		}
 		if hb := p.Heartbeat; hb != nil {

@@ -28,20 +28,32 @@ type swarmView struct {
 		Map    layers.LayerMap `json:"map"`
 		Reason string          `json:"reason"`
 	} `json:"pending"`
-	Members []struct {
-		ID           string `json:"id"`
-		Voter        bool   `json:"voter"`
-		State        string `json:"state"`
-		Liveness     string `json:"liveness"`
-		Relayed      bool   `json:"relayed"`
-		Capabilities *struct {
-			Hardware layers.Hardware
-		} `json:"capabilities"`
-		Load *struct {
-			QueueDepth     int `json:"queue_depth"`
-			ActiveSessions int `json:"active_sessions"`
-		} `json:"load"`
-	} `json:"members"`
+	NAT struct {
+		Reachability string   `json:"reachability"`
+		Forced       bool     `json:"forced"`
+		Relays       []string `json:"relays"`
+		Unreachable  bool     `json:"unreachable"`
+		Advice       string   `json:"advice"`
+	} `json:"nat"`
+	Members []memberView `json:"members"`
+}
+
+// memberView is one member of swarmView.
+type memberView struct {
+	ID           string `json:"id"`
+	Self         bool   `json:"self"`
+	Link         string `json:"link"`
+	Voter        bool   `json:"voter"`
+	State        string `json:"state"`
+	Liveness     string `json:"liveness"`
+	Relayed      bool   `json:"relayed"`
+	Capabilities *struct {
+		Hardware layers.Hardware
+	} `json:"capabilities"`
+	Load *struct {
+		QueueDepth     int `json:"queue_depth"`
+		ActiveSessions int `json:"active_sessions"`
+	} `json:"load"`
 }
 
 func newStatusCmd() *cobra.Command {
@@ -194,7 +206,10 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 			if mem.Voter {
 				extra = append(extra, "voter")
 			}
-			if mem.Relayed {
+			switch {
+			case mem.Link != "" && mem.Link != "direct":
+				extra = append(extra, mem.Link)
+			case mem.Relayed:
 				extra = append(extra, "relayed")
 			}
 		}
@@ -206,5 +221,36 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 	}
 	if p := v.Pending; p != nil {
 		fmt.Fprintf(w, "pending map (epoch %d, %s): nodes are warming up their new layers\n", p.Map.Epoch, p.Reason)
+	}
+	printReachability(w, v, name)
+}
+
+// printReachability prints the answering node's reachability, the
+// relays it holds, what that means, and how it is linked to each peer.
+func printReachability(w io.Writer, v swarmView, name func(string) string) {
+	n := v.NAT
+	if n.Reachability == "" {
+		return // a node too old to report it
+	}
+	line := fmt.Sprintf("node %s: reachability %s", name(v.Node), n.Reachability)
+	if n.Forced {
+		line += " (configured)"
+	}
+	if len(n.Relays) > 0 {
+		rs := make([]string, len(n.Relays))
+		for i, r := range n.Relays {
+			rs[i] = name(r)
+		}
+		line += ", relay slots on " + strings.Join(rs, " ")
+	}
+	fmt.Fprintf(w, "%s\n  %s\n", line, n.Advice)
+	var links []string
+	for _, mem := range v.Members {
+		if !mem.Self && mem.Link != "" {
+			links = append(links, name(mem.ID)+" "+mem.Link)
+		}
+	}
+	if len(links) > 0 {
+		fmt.Fprintf(w, "links from %s: %s\n", name(v.Node), strings.Join(links, ", "))
 	}
 }

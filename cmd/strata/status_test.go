@@ -41,3 +41,20 @@ func TestPrintStatus(t *testing.T) {
 		t.Errorf("named path %q", p)
 	}
 }
+
+func TestPrintReachability(t *testing.T) {
+	v := swarmView{Node: idA}
+	v.Committed = layers.LayerMap{Epoch: 1, Layers: 4, Stages: []layers.Stage{{Node: idB, Range: layers.Range{Start: 0, End: 4}}}}
+	v.NAT.Reachability, v.NAT.Forced, v.NAT.Relays, v.NAT.Advice = "private", true, []string{idB}, "behind NAT: peers reach this node through its relays"
+	v.Members = make([]memberView, 2)
+	v.Members[0].ID, v.Members[0].Self = idA, true
+	v.Members[1].ID, v.Members[1].Link = idB, "hole-punched"
+	var out bytes.Buffer
+	printStatus(&out, v, peerNamer(map[string]string{idA: "n2", idB: "n3"}))
+	for _, want := range []string{"node n2: reachability private (configured), relay slots on n3\n  behind NAT",
+		"n3       layers [0,4)  hole-punched", "links from n2: n3 hole-punched\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}

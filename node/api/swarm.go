@@ -26,6 +26,16 @@ type (
 		Members   []memberJSON    `json:"members"`
 		// StaticMap: the node runs on a fixed map, without consensus.
 		StaticMap bool `json:"static_map"`
+		// NAT is the answering node's reachability diagnosis.
+		NAT natJSON `json:"nat"`
+	}
+	natJSON struct {
+		Reachability string   `json:"reachability"` // public, private or unknown (AutoNAT's verdict)
+		Forced       bool     `json:"forced"`       // set by configuration, not found out
+		Relays       []string `json:"relays"`       // relays holding a slot for this node
+		RelayService bool     `json:"relay_service"`
+		Unreachable  bool     `json:"unreachable"` // nobody can connect to this node
+		Advice       string   `json:"advice"`
 	}
 	pendingJSON struct {
 		Map      layers.LayerMap `json:"map"`
@@ -42,12 +52,15 @@ type (
 		Multiaddrs []string `json:"multiaddrs"`
 		// State is what the node announces: joining, warming, serving or
 		// draining ("" when no heartbeat was heard yet).
-		State     string  `json:"state"`
-		Draining  bool    `json:"draining"`
-		Liveness  string  `json:"liveness"` // the peer table's verdict; "self" for this node
-		Connected bool    `json:"connected"`
-		Relayed   bool    `json:"relayed"`
-		RTTMs     float64 `json:"rtt_ms"`
+		State     string `json:"state"`
+		Draining  bool   `json:"draining"`
+		Liveness  string `json:"liveness"` // the peer table's verdict; "self" for this node
+		Connected bool   `json:"connected"`
+		Relayed   bool   `json:"relayed"`
+		// Link is how this node is connected to the member: direct,
+		// hole-punched, relayed, or "" when not connected.
+		Link  string  `json:"link"`
+		RTTMs float64 `json:"rtt_ms"`
 		// Simulated: the member serves the simulated engine. A swarm
 		// serves one model (its rendezvous is scoped by the model's
 		// fingerprint), so this is the same for every member.
@@ -132,6 +145,13 @@ func (s *Server) swarmView() swarmJSON {
 		add(id).Voter = true
 	}
 
+	nat := snap.NAT
+	v.NAT = natJSON{Reachability: nat.Reachability, Forced: nat.Forced, Relays: []string{}, RelayService: nat.RelayService,
+		Unreachable: nat.Unreachable, Advice: nat.Advice}
+	for _, r := range nat.Relays {
+		v.NAT.Relays = append(v.NAT.Relays, r.String())
+	}
+
 	// This node, from what it announces now.
 	me := add(self.String())
 	me.Self, me.Liveness, me.Connected = true, "self", true
@@ -151,7 +171,7 @@ func (s *Server) swarmView() swarmJSON {
 	// Everyone else, from the peer table.
 	for _, p := range snap.Peers {
 		m := add(p.ID.String())
-		m.Liveness, m.Connected, m.Relayed, m.RTTMs = p.Liveness.String(), p.Connected, p.Relayed, ms(p.RTT)
+		m.Liveness, m.Connected, m.Relayed, m.Link, m.RTTMs = p.Liveness.String(), p.Connected, p.Relayed, string(p.Link), ms(p.RTT)
 		if len(m.Multiaddrs) == 0 {
 			for _, a := range p.Addrs {
 				m.Multiaddrs = append(m.Multiaddrs, a.String())

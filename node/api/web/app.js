@@ -79,6 +79,14 @@
     $("summary").textContent =
       "node " + short(v.node) + " · epoch " + v.epoch + " · leader " + (v.leader ? short(v.leader) : "none") +
       " · " + alive + "/" + v.members.filter((m) => m.member).length + " members up" + (v.static_map ? " · static map" : "");
+    // This node's reachability; the advice says what it means.
+    const nat = v.nat || {};
+    const reach = $("reach");
+    reach.hidden = !nat.reachability;
+    reach.textContent = nat.unreachable ? "UNREACHABLE" : "reachability " + nat.reachability +
+      (nat.relays && nat.relays.length ? " · relay " + nat.relays.map(short).join(" ") : "");
+    reach.title = nat.advice || "";
+    reach.className = "badge" + (nat.unreachable ? " simn" : "");
   }
 
   // ---- coverage ----
@@ -220,7 +228,8 @@
       if (m.self) tags += '<span class="badge self">self</span>';
       if (v.leader === m.id) tags += '<span class="badge leader">leader</span>';
       if (m.voter) tags += '<span class="badge voter">voter</span>';
-      if (m.relayed) tags += '<span class="badge relayed">relayed</span>';
+      if (m.link === "hole-punched") tags += '<span class="badge punched" title="direct link made by hole punching">hole-punched</span>';
+      else if (m.relayed || m.link === "relayed") tags += '<span class="badge relayed">relayed</span>';
       if (m.simulated) tags += '<span class="badge simn">SIMULATED</span>';
       if (!m.member) tags += '<span class="badge voter">not a member</span>';
       const r = m.committed_range, p = m.pending_range;
