@@ -130,7 +130,7 @@ type entry struct {
 	Peer
 	connRelayed bool      // every connection we hold is relayed
 	lostAt      time.Time // when the last connection closed; zero while connected
-	touched     time.Time // last hint or connection activity
+	touched     time.Time // first hint, or last connection activity
 	lastTS      time.Time // timestamp of the latest accepted heartbeat
 }
 
@@ -143,6 +143,7 @@ type PeerTable struct {
 	cfg      tableConfig
 	now      func() time.Time
 	peers    map[peer.ID]*entry
+	buried   map[peer.ID]time.Time // forgotten peers: hints ignored until then
 	rejects  map[peer.ID]*Rejections
 	watchers map[int]chan Event
 	nextW    int
@@ -155,6 +156,7 @@ func newPeerTable(self peer.ID, cfg tableConfig, now func() time.Time) *PeerTabl
 		cfg:      cfg,
 		now:      now,
 		peers:    make(map[peer.ID]*entry),
+		buried:   make(map[peer.ID]time.Time),
 		rejects:  make(map[peer.ID]*Rejections),
 		watchers: make(map[int]chan Event),
 	}
@@ -275,6 +277,7 @@ func (t *PeerTable) get(id peer.ID, now time.Time) *entry {
 	if e == nil {
 		e = &entry{Peer: Peer{ID: id, Liveness: Hint, Since: now}, touched: now}
 		t.peers[id] = e
+		delete(t.buried, id)
 	}
 	return e
 }
@@ -300,7 +303,10 @@ func (t *PeerTable) heard(hb *Heartbeat) bool {
 	return true
 }
 
-// hint records a peer found by discovery.
+// hint records a peer found by discovery. Discovery keeps returning a
+// dead peer for as long as its records last in the DHT (hours), so a hint
+// neither keeps an entry alive nor brings back a peer forgotten less than
+// a hint's lifetime ago: only a connection or a heartbeat does.
 func (t *PeerTable) hint(ai peer.AddrInfo) {
 	if ai.ID == t.self || ai.ID == "" {
 		return
@@ -308,8 +314,10 @@ func (t *PeerTable) hint(ai peer.AddrInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
+	if until, ok := t.buried[ai.ID]; ok && now.Before(until) {
+		return
+	}
 	e := t.get(ai.ID, now)
-	e.touched = now
 	for _, a := range ai.Addrs {
 		if !slices.ContainsFunc(e.Addrs, a.Equal) {
 			e.Addrs = append(e.Addrs, a)
@@ -387,6 +395,11 @@ func (t *PeerTable) sweep() {
 	defer t.mu.Unlock()
 	now := t.now()
 	c := t.cfg
+	for id, until := range t.buried {
+		if !now.Before(until) {
+			delete(t.buried, id)
+		}
+	}
 	for id, e := range t.peers {
 		switch e.Liveness {
 		case Alive, Suspect:
@@ -413,5 +426,6 @@ func (t *PeerTable) sweep() {
 
 func (t *PeerTable) forget(id peer.ID, e *entry, now time.Time) {
 	delete(t.peers, id)
+	t.buried[id] = now.Add(t.cfg.hintTTL)
 	t.emit(Event{Peer: id, From: e.Liveness, Forgotten: true, At: now})
 }

@@ -59,6 +59,52 @@ func TestPeerTableSilence(t *testing.T) {
 	}
 }
 
+// TestPeerTableStaleHints: discovery that keeps naming a dead peer (its
+// DHT records outlive it) neither keeps its hint alive nor brings it back
+// right after it was forgotten; a heartbeat does.
+func TestPeerTableStaleHints(t *testing.T) {
+	tab, clk := newTestTable(t)
+	id := testPeerID(t)
+	tab.heard(clk.beat(id))
+	clk.advance(3 * time.Second)
+	tab.sweep() // dead
+	for range 10 {
+		clk.advance(time.Second)
+		tab.hint(peer.AddrInfo{ID: id})
+		tab.sweep()
+	}
+	if _, ok := tab.Get(id); ok {
+		t.Fatal("a dead peer named by discovery is not forgotten")
+	}
+	clk.advance(5 * time.Second)
+	tab.hint(peer.AddrInfo{ID: id})
+	if _, ok := tab.Get(id); ok {
+		t.Fatal("a hint brought back a peer forgotten 5 s ago")
+	}
+
+	// After a hint's lifetime a hint is taken again, and expires even
+	// while discovery keeps naming the peer.
+	clk.advance(20 * time.Second)
+	tab.hint(peer.AddrInfo{ID: id})
+	if got := liveness(t, tab, id); got != Hint {
+		t.Fatalf("hint after burial: %v", got)
+	}
+	for range 20 {
+		clk.advance(time.Second)
+		tab.hint(peer.AddrInfo{ID: id})
+		tab.sweep()
+	}
+	if _, ok := tab.Get(id); ok {
+		t.Fatal("a hint refreshed by discovery alone never expires")
+	}
+
+	// A heartbeat brings it back at once.
+	tab.heard(clk.beat(id))
+	if got := liveness(t, tab, id); got != Alive {
+		t.Fatalf("heard after burial: %v", got)
+	}
+}
+
 func TestPeerTableConnectionLoss(t *testing.T) {
 	tab, clk := newTestTable(t)
 	id := testPeerID(t)
