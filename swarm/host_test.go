@@ -302,9 +302,11 @@ func TestRelayedHost(t *testing.T) {
 	if err := a.Connect(ctx, c.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "relayed host alive at a", func() bool {
+	// Heartbeats through the mesh can make c alive at a before a's own
+	// connection to it is seen: wait for both.
+	waitFor(t, 10*time.Second, "relayed host alive and connected at a", func() bool {
 		p, ok := a.Peers().Get(c.ID())
-		return ok && p.Liveness == Alive
+		return ok && p.Liveness == Alive && p.Connected && p.Link != LinkNone
 	})
 	p, _ := a.Peers().Get(c.ID())
 	if !p.Relayed || p.Direct || p.Link != LinkRelayed {
