@@ -195,3 +195,24 @@ func TestServerResourceManager(t *testing.T) {
 		t.Fatalf("fetch from a host out of memory: %v", err)
 	}
 }
+
+func FuzzRequest(f *testing.F) {
+	f.Add(encodeRequest("fp", 3)[4:])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fp, idx, err := decodeRequest(b)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error without ErrProtocol: %v", err)
+			}
+			return
+		}
+		if !bytes.Equal(encodeRequest(fp, idx)[4:], b) {
+			t.Fatal("decoded request does not re-encode to its bytes")
+		}
+		// Framed, it reads back through readRequest.
+		fp2, idx2, err := readRequest(bytes.NewReader(encodeRequest(fp, idx)))
+		if err != nil || fp2 != fp || idx2 != idx {
+			t.Fatalf("framed: %q %d %v", fp2, idx2, err)
+		}
+	})
+}
