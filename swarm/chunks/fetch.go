@@ -138,10 +138,12 @@ func (f *Fetcher) Fetch(ctx context.Context, chunks []int, holders []peer.ID, si
 	})
 	defer stop()
 	var wg sync.WaitGroup
-	for _, p := range slices.Compact(slices.Clone(holders)) {
-		if p == f.h.ID() {
+	seen := map[peer.ID]bool{f.h.ID(): true}
+	for _, p := range holders {
+		if seen[p] {
 			continue
 		}
+		seen[p] = true
 		for range f.streams {
 			r.workers[p]++
 			wg.Go(func() { r.work(p) })

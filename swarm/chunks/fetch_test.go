@@ -171,6 +171,11 @@ func TestFetchSliceBitIdentical(t *testing.T) {
 			if info := s.Info(); info.Lo != lo || info.Hi != hi || info.Fingerprint != m.Fingerprint {
 				t.Fatalf("slice stage is [%d,%d) of %s", info.Lo, info.Hi, info.Fingerprint)
 			}
+			if lo > 0 {
+				if _, err := engine.Open(out, engine.WithRange(lo-1, hi)); !errors.Is(err, engine.ErrRange) {
+					t.Fatalf("[%d,%d) of a slice of [%d,%d): %v", lo-1, hi, lo, hi, err)
+				}
+			}
 			sliced = append(sliced, s)
 			full = append(full, openStage(t, path, engine.WithRange(lo, hi)))
 		}
@@ -180,6 +185,10 @@ func TestFetchSliceBitIdentical(t *testing.T) {
 		}
 		if !sameBits(runStages(t, sliced), want) {
 			t.Fatalf("tied=%v: stages from slices differ from the full file", tied)
+		}
+		// The full file is no slice, and is left alone.
+		if _, err := FetchSlice(context.Background(), f, 0, 3, []peer.ID{a.ID()}, path); !errors.Is(err, ErrSlice) {
+			t.Fatalf("full file as a slice: %v", err)
 		}
 		// A slice of another range is not taken for this one.
 		if _, err := FetchSlice(context.Background(), f, 0, 3, []peer.ID{a.ID()}, filepath.Join(dir, "slice.gguf.0")); !errors.Is(err, ErrSlice) {
