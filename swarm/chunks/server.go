@@ -1,6 +1,7 @@
 package chunks
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
 )
 
 // ServerOption configures a Server.
@@ -37,6 +39,17 @@ func WithIdleTimeout(d time.Duration) ServerOption {
 	}
 }
 
+// WithUploadRate limits what the server sends, to all peers together, to
+// bytesPerSec (default: no limit), so that uploads leave the host's link
+// and CPU to the inference it serves. SetUploadRate changes it later.
+func WithUploadRate(bytesPerSec int64) ServerOption {
+	return func(s *Server) { s.SetUploadRate(bytesPerSec) }
+}
+
+// uploadPiece is the unit the rate limiter meters: small enough that the
+// limit holds over a fraction of a second, large enough to cost nothing.
+const uploadPiece = 64 << 10
+
 type served struct {
 	m *Manifest
 	r io.ReaderAt
@@ -51,6 +64,9 @@ type Server struct {
 	h          host.Host
 	perPeerMax int
 	idle       time.Duration
+	limiter    *rate.Limiter
+	ctx        context.Context // ends at Close, to end waits on the limiter
+	cancel     context.CancelFunc
 
 	mu      sync.Mutex
 	files   map[string]served
@@ -64,12 +80,24 @@ type Server struct {
 // NewServer registers the chunk protocol on h. Close removes it.
 func NewServer(h host.Host, opts ...ServerOption) *Server {
 	s := &Server{h: h, perPeerMax: 4, idle: 60 * time.Second, files: map[string]served{},
-		perPeer: map[peer.ID]int{}, streams: map[network.Stream]struct{}{}}
+		perPeer: map[peer.ID]int{}, streams: map[network.Stream]struct{}{},
+		limiter: rate.NewLimiter(rate.Inf, 2*uploadPiece)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
 	h.SetStreamHandler(Protocol, s.handle)
 	return s
+}
+
+// SetUploadRate sets the upload limit in bytes per second; 0 or less
+// lifts it.
+func (s *Server) SetUploadRate(bytesPerSec int64) {
+	if bytesPerSec <= 0 {
+		s.limiter.SetLimit(rate.Inf)
+		return
+	}
+	s.limiter.SetLimit(rate.Limit(bytesPerSec))
 }
 
 // ServeFile serves the file at path under m. The file's size must be the
@@ -123,6 +151,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.cancel()
 	for st := range s.streams {
 		st.Reset()
 	}
@@ -242,8 +271,22 @@ func (s *Server) answer(st network.Stream, fp string, idx int) error {
 	if _, err := st.Write(hdr[:]); err != nil {
 		return err
 	}
-	_, err := st.Write(buf)
-	return err
+	if s.limiter.Limit() == rate.Inf {
+		_, err := st.Write(buf)
+		return err
+	}
+	for len(buf) > 0 {
+		st.SetWriteDeadline(time.Now().Add(s.idle))
+		p := buf[:min(len(buf), uploadPiece)]
+		if err := s.limiter.WaitN(s.ctx, len(p)); err != nil {
+			return err
+		}
+		if _, err := st.Write(p); err != nil {
+			return err
+		}
+		buf = buf[len(p):]
+	}
+	return nil
 }
 
 func writeStatus(w io.Writer, status byte) error {

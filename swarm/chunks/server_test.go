@@ -216,3 +216,49 @@ func FuzzRequest(f *testing.F) {
 		}
 	})
 }
+
+// An upload limit holds for all peers together: two fetchers at once take
+// at least as long as their bytes at the limit (less the limiter's burst).
+// Only a lower bound on time is asserted, which load cannot break.
+func TestServerUploadRate(t *testing.T) {
+	path, m := genModel(t, sixLayers())
+	const limit = 1 << 20 // 1 MiB/s
+	srv := newHost(t)
+	s := NewServer(srv, WithUploadRate(limit))
+	defer s.Close()
+	if err := s.ServeFile(m, path); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newHost(t), newHost(t)
+	connect(t, a, srv)
+	connect(t, b, srv)
+	chunks := make([]int, 12) // 12 × 64 KiB per fetcher, 1.5 MiB in all
+	for i := range chunks {
+		chunks[i] = i + 10
+	}
+	start := time.Now()
+	errs := make(chan error, 2)
+	for _, h := range []host.Host{a, b} {
+		go func() {
+			_, err := NewFetcher(h, m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	total := 2 * m.Bytes(chunks)
+	floor := time.Duration(float64(total-2*uploadPiece) / limit * float64(time.Second))
+	if elapsed < floor {
+		t.Fatalf("%d bytes in %v: faster than %d B/s allows (%v)", total, elapsed, limit, floor)
+	}
+	t.Logf("%d bytes in %v at a limit of %d B/s", total, elapsed, limit)
+	// Lifted, it no longer waits on the limiter (nothing to assert on time).
+	s.SetUploadRate(0)
+	if _, err := NewFetcher(a, m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
