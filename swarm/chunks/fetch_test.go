@@ -324,3 +324,19 @@ func TestFetchOnlyLiar(t *testing.T) {
 		t.Fatalf("slice written: %v", err)
 	}
 }
+
+func TestFetchArgs(t *testing.T) {
+	_, m := genModel(t, sixLayers())
+	me := newHost(t)
+	f := NewFetcher(me, m)
+	nop := func(int, []byte) error { return nil }
+	if _, err := f.Fetch(context.Background(), []int{0, m.NumChunks()}, nil, nop); !errors.Is(err, ErrRange) {
+		t.Fatalf("chunk past the end: %v", err)
+	}
+	if _, err := f.Fetch(context.Background(), []int{0}, []peer.ID{me.ID()}, nop); !errors.Is(err, ErrNoHolders) {
+		t.Fatalf("no holder but ourselves: %v", err)
+	}
+	if res, err := f.Fetch(context.Background(), nil, nil, nop); err != nil || res.Chunks != 0 {
+		t.Fatalf("nothing to fetch: %v", err)
+	}
+}
