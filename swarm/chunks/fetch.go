@@ -137,15 +137,18 @@ func (f *Fetcher) Fetch(ctx context.Context, chunks []int, holders []peer.ID, si
 		r.mu.Unlock()
 	})
 	defer stop()
-	var wg sync.WaitGroup
-	seen := map[peer.ID]bool{f.h.ID(): true}
+	// Every worker is counted before any starts: the count says when a
+	// holder's last worker has gone.
+	var peers []peer.ID
 	for _, p := range holders {
-		if seen[p] {
-			continue
+		if _, dup := r.workers[p]; !dup && p != f.h.ID() {
+			r.workers[p] = f.streams
+			peers = append(peers, p)
 		}
-		seen[p] = true
+	}
+	var wg sync.WaitGroup
+	for _, p := range peers {
 		for range f.streams {
-			r.workers[p]++
 			wg.Go(func() { r.work(p) })
 		}
 	}
