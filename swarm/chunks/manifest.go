@@ -254,6 +254,17 @@ func (m *Manifest) ChunksFor(lo, hi int) ([]int, error) {
 	return out, nil
 }
 
+// RangeBytes is what a node without the file fetches to serve layers
+// [lo, hi): the bytes of ChunksFor(lo, hi). Placement can divide it by a
+// node's link rate to cost a move.
+func (m *Manifest) RangeBytes(lo, hi int) (int64, error) {
+	cs, err := m.ChunksFor(lo, hi)
+	if err != nil {
+		return 0, err
+	}
+	return m.Bytes(cs), nil
+}
+
 // Bytes is the total length of the given chunks.
 func (m *Manifest) Bytes(chunks []int) int64 {
 	var n int64

@@ -126,6 +126,9 @@ func TestChunksFor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if n, err := m.RangeBytes(lo, hi); err != nil || n != m.Bytes(cs) {
+				t.Fatalf("RangeBytes %d, %v", n, err)
+			}
 			in := map[int]bool{}
 			for _, i := range cs {
 				in[i] = true
