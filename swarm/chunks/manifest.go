@@ -7,6 +7,7 @@
 package chunks
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -236,21 +237,23 @@ func (m *Manifest) ChunksFor(lo, hi int) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	need := map[int]bool{}
+	// Tensors do not overlap (validate), so this walks each chunk about once.
+	need := make([]bool, m.NumChunks())
 	span := func(off, end int64) {
 		for i := off / m.ChunkSize; i*m.ChunkSize < end; i++ {
-			need[int(i)] = true
+			need[i] = true
 		}
 	}
 	span(0, m.DataOffset)
 	for _, t := range ts {
 		span(t.Offset, t.End())
 	}
-	out := make([]int, 0, len(need))
-	for i := range need {
-		out = append(out, i)
+	var out []int
+	for i, ok := range need {
+		if ok {
+			out = append(out, i)
+		}
 	}
-	slices.Sort(out)
 	return out, nil
 }
 
@@ -405,6 +408,15 @@ func (m *Manifest) validate() error {
 			return bad("tensor %q of a %d-layer model", t.Name, m.Layers)
 		}
 		seen[t.Name] = true
+	}
+	// Overlapping tensors would make ChunksFor's work quadratic, and no
+	// real file has them.
+	byOffset := slices.Clone(m.Tensors)
+	slices.SortFunc(byOffset, func(a, b Tensor) int { return cmp.Compare(a.Offset, b.Offset) })
+	for i := 1; i < len(byOffset); i++ {
+		if a, b := byOffset[i-1], byOffset[i]; b.Offset < a.End() {
+			return bad("tensors %q and %q overlap", a.Name, b.Name)
+		}
 	}
 	return nil
 }

@@ -89,6 +89,13 @@ func TestManifestCorrupt(t *testing.T) {
 			t.Fatalf("byte %d: %v", i, err)
 		}
 	}
+	// Overlapping tensors are refused.
+	over := *m
+	over.Tensors = append([]Tensor(nil), m.Tensors...)
+	over.Tensors[1].Offset = over.Tensors[0].Offset + 32
+	if _, err := over.MarshalBinary(); !errors.Is(err, ErrManifest) {
+		t.Fatalf("overlapping tensors: %v", err)
+	}
 	// Forged counts are refused before allocation.
 	forged := append(bytes.Clone(b[:4]), 1, 'x', 1, 1, 0x80, 0x80, 4, 1, 0xff, 0xff, 0xff, 0xff, 0x0f)
 	if err := got.UnmarshalBinary(forged); !errors.Is(err, ErrManifest) {
