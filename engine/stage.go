@@ -201,7 +201,17 @@ func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
 	l := &loader{f: f}
 	d, kv, qd := hp.Dim, hp.KVDim(), hp.QDim()
 	var factors []float32
-	if hp.RopeFactors && o.hi > o.lo {
+	switch {
+	case hp.LongRoPE:
+		// The short factors: sessions stay within the original context
+		// (see NewSession), where llama.cpp uses them too.
+		if factors, err = l.vector("rope_factors_short.weight", hp.HeadDim/2); err != nil {
+			return nil, err
+		}
+		if _, err = l.vector("rope_factors_long.weight", hp.HeadDim/2); err != nil {
+			return nil, err
+		}
+	case hp.RopeFactors:
 		if factors, err = l.vector("rope_freqs.weight", hp.HeadDim/2); err != nil {
 			return nil, err
 		}
@@ -217,14 +227,39 @@ func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
 		var w layerWeights
 		steps := []func() error{
 			func() (e error) { w.attnNorm, e = l.vector(p+"attn_norm.weight", d); return },
-			func() (e error) { w.wq, e = l.matrix(p+"attn_q.weight", qd, d); return },
-			func() (e error) { w.wk, e = l.matrix(p+"attn_k.weight", kv, d); return },
-			func() (e error) { w.wv, e = l.matrix(p+"attn_v.weight", kv, d); return },
 			func() (e error) { w.wo, e = l.matrix(p+"attn_output.weight", d, qd); return },
 			func() (e error) { w.ffnNorm, e = l.vector(p+"ffn_norm.weight", d); return },
-			func() (e error) { w.wGate, e = l.matrix(p+"ffn_gate.weight", hp.FFN, d); return },
-			func() (e error) { w.wUp, e = l.matrix(p+"ffn_up.weight", hp.FFN, d); return },
 			func() (e error) { w.wDown, e = l.matrix(p+"ffn_down.weight", d, hp.FFN); return },
+		}
+		if _, fused := f.Tensor(p + "attn_qkv.weight"); fused {
+			// phi3: Q, K and V rows in one tensor, in that order.
+			steps = append(steps, func() error {
+				m, e := l.matrix(p+"attn_qkv.weight", qd+2*kv, d)
+				if e == nil {
+					w.wq, w.wk, w.wv = m.rowsView(0, qd), m.rowsView(qd, qd+kv), m.rowsView(qd+kv, qd+2*kv)
+				}
+				return e
+			})
+		} else {
+			steps = append(steps,
+				func() (e error) { w.wq, e = l.matrix(p+"attn_q.weight", qd, d); return },
+				func() (e error) { w.wk, e = l.matrix(p+"attn_k.weight", kv, d); return },
+				func() (e error) { w.wv, e = l.matrix(p+"attn_v.weight", kv, d); return })
+		}
+		if hp.Arch == "phi3" {
+			// phi3: ffn_up holds the gate's rows, then the up rows
+			// (llama.cpp's LLM_FFN_SWIGLU on one tensor).
+			steps = append(steps, func() error {
+				m, e := l.matrix(p+"ffn_up.weight", 2*hp.FFN, d)
+				if e == nil {
+					w.wGate, w.wUp = m.rowsView(0, hp.FFN), m.rowsView(hp.FFN, 2*hp.FFN)
+				}
+				return e
+			})
+		} else {
+			steps = append(steps,
+				func() (e error) { w.wGate, e = l.matrix(p+"ffn_gate.weight", hp.FFN, d); return },
+				func() (e error) { w.wUp, e = l.matrix(p+"ffn_up.weight", hp.FFN, d); return })
 		}
 		if hp.QKVBias {
 			steps = append(steps,
@@ -347,6 +382,10 @@ func (s *Local) NewSession(maxTokens int) (Session, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
+	}
+	if s.hp.LongRoPE && maxTokens > s.hp.Context {
+		return nil, fmt.Errorf("%w: %d positions > the original context %d: the long RoPE factors (rope_factors_long.weight) are not supported",
+			ErrContextFull, maxTokens, s.hp.Context)
 	}
 	kv := s.hp.KVDim()
 	ss := &kvSession{st: s, positions: positions{mu: &s.mu, cap: maxTokens}}
@@ -516,6 +555,11 @@ func newForward(s *Local, rows []rowRef) *forward {
 			sn, cs := math.Sincos(float64(row.pos) * float64(f))
 			fw.cos[r*half+i] = float32(cs)
 			fw.sin[r*half+i] = float32(sn)
+			if m := h.RopeAttnFactor; m != 1 && m != 0 {
+				// As ggml's rope: cos and sin scaled after rounding.
+				fw.cos[r*half+i] *= m
+				fw.sin[r*half+i] *= m
+			}
 		}
 	}
 	return fw

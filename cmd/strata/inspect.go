@@ -39,6 +39,13 @@ func inspectModel(w io.Writer, f *engine.File) {
 		fmt.Fprintf(w, "  layers %d, hidden %d, heads %d (KV %d, head size %d), ffn %d, vocab %d, context %d\n",
 			hp.Layers, hp.Dim, hp.Heads, hp.KVHeads, hp.HeadDim, hp.FFN, hp.Vocab, hp.Context)
 		fmt.Fprintf(w, "  rope base %g%s, rms eps %g\n", hp.RopeBase, map[bool]string{true: " with rope_freqs factors"}[hp.RopeFactors], hp.NormEps)
+		if hp.LongRoPE {
+			fmt.Fprintf(w, "  LongRoPE: short factors, attention factor %g; context capped at the original %d of %d trained (long factors not supported)\n",
+				hp.RopeAttnFactor, hp.Context, hp.TrainContext)
+		}
+		if hp.SlidingWindow > 0 {
+			fmt.Fprintf(w, "  sliding window %d declared, not applied (full attention; llama.cpp runs phi3 without it too)\n", hp.SlidingWindow)
+		}
 	}
 
 	type agg struct{ count, bytes int64 }
