@@ -368,7 +368,8 @@ var fileTypes = map[DType]uint32{F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0
 // mixType is a weight's type in a Q4_K_M or Q5_K_M file, after llama.cpp's
 // llama_tensor_get_type: the head in Q6_K; attn_v and ffn_down in Q6_K on
 // the first and last eighth of the layers and every third layer between
-// (use_more_bits), the rest in the base K type; and rows that are not whole
+// (use_more_bits), phi3's fused attn_qkv one K type up (Q5_K, Q6_K), the
+// rest in the base K type; and rows that are not whole
 // 256-blocks fall back to Q5_0/Q5_1 (base) or Q8_0 (Q6_K).
 func mixType(mix, name string, layers, cols int) DType {
 	base := Q4_K

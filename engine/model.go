@@ -42,7 +42,7 @@ type HParams struct {
 	// RopeAttnFactor scales RoPE's cos and sin (rope.scaling.attn_factor,
 	// which LongRoPE files set); 1 when absent.
 	RopeAttnFactor float32
-	// SlidingWindow is attention.sliding_window as the file declares it.
+	// SlidingWindow is phi3's attention.sliding_window as the file declares it.
 	// It is not applied: llama.cpp disables Phi-3's sliding window too
 	// (ggml-org/llama.cpp#13676), so full attention matches its output.
 	SlidingWindow int
@@ -115,7 +115,6 @@ func ReadHParams(f *File) (HParams, error) {
 		getf("rope.freq_base", &h.RopeBase, 10000),
 		getf("attention.layer_norm_rms_epsilon", &h.NormEps, 1e-5),
 		getf("rope.scaling.attn_factor", &h.RopeAttnFactor, 1),
-		geti("attention.sliding_window", &h.SlidingWindow, 0),
 	} {
 		if e != nil {
 			return HParams{}, e
@@ -182,6 +181,9 @@ func ReadHParams(f *File) (HParams, error) {
 			return HParams{}, fmt.Errorf("%w: phi3 with only one of rope_factors_short.weight and rope_factors_long.weight", ErrCorrupt)
 		}
 		h.LongRoPE = short
+		if err := geti("attention.sliding_window", &h.SlidingWindow, 0); err != nil {
+			return HParams{}, err
+		}
 		if h.LongRoPE {
 			if err := geti("rope.scaling.original_context_length", &h.Context, h.Context); err != nil {
 				return HParams{}, err

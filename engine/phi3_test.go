@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
 	"strings"
 	"testing"
 )
@@ -202,6 +203,25 @@ func TestPhi3Chat(t *testing.T) {
 	}
 	if p := tok.ChatPrompt(msgs); p != want {
 		t.Errorf("built-in format %q, want %q", p, want)
+	}
+	// The generated template renders as Phi-3.5-mini-instruct's own.
+	real, err := os.ReadFile("testdata/chat/templates/microsoft-Phi-3.5-mini-instruct.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	realTok := *tok
+	realTok.chat = &chatTemplate{src: string(real)}
+	for _, r := range []ChatRequest{
+		{Messages: chatMessages(msgs), AddGenerationPrompt: true},
+		{Messages: chatMessages(append(msgs, Message{Role: "assistant", Content: "hi"}, Message{Role: "user", Content: "again"})), AddGenerationPrompt: true},
+		{Messages: chatMessages(append(msgs, Message{Role: "assistant", Content: "hi"}))},
+		{Messages: chatMessages([]Message{{Role: "system", Content: ""}, {Role: "user", Content: "x"}}), AddGenerationPrompt: true},
+	} {
+		a, errA := tok.RenderChat(r)
+		b, errB := realTok.RenderChat(r)
+		if errA != nil || errB != nil || a != b {
+			t.Errorf("generated template %q (%v), Phi-3.5's %q (%v)", a, errA, b, errB)
+		}
 	}
 	ids, err := tok.EncodeChat(msgs, nil)
 	if err != nil {
