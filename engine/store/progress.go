@@ -76,7 +76,7 @@ func (p *textProgress) Start(file string, total, done int64) {
 	p.start = p.now()
 	p.last = p.start
 	if p.tty {
-		p.draw()
+		p.draw(p.start)
 		return
 	}
 	msg := fmt.Sprintf("%s: downloading %s", file, sizeOrUnknown(total))
@@ -96,7 +96,7 @@ func (p *textProgress) Add(n int64) {
 	}
 	p.last = now
 	if p.tty {
-		p.draw()
+		p.draw(now)
 		return
 	}
 	fmt.Fprintf(p.w, "%s: %s\n", p.file, p.status(now))
@@ -107,7 +107,7 @@ func (p *textProgress) Finish(err error) {
 	defer p.mu.Unlock()
 	now := p.now()
 	if p.tty {
-		p.draw()
+		p.draw(now)
 		fmt.Fprintln(p.w)
 	}
 	if err != nil {
@@ -125,13 +125,13 @@ func (p *textProgress) Note(msg string) {
 }
 
 // draw redraws the bar line in place: carriage return, clear to the end.
-func (p *textProgress) draw() {
+func (p *textProgress) draw(now time.Time) {
 	var bar string
 	if p.total > 0 {
 		fill := int(int64(p.barWidth) * min(p.done, p.total) / p.total)
 		bar = "[" + strings.Repeat("=", fill) + strings.Repeat(" ", p.barWidth-fill) + "] "
 	}
-	fmt.Fprintf(p.w, "\r\x1b[K%s %s%s", p.file, bar, p.status(p.now()))
+	fmt.Fprintf(p.w, "\r\x1b[K%s %s%s", p.file, bar, p.status(now))
 }
 
 // status is "42% 420.0 MiB / 1.0 GiB, 35.2 MiB/s, ETA 17s".
