@@ -124,7 +124,7 @@ func (p *Puller) Pull(ctx context.Context, ref string) (Entry, error) {
 // PullRef is Pull for a parsed reference.
 func (p *Puller) PullRef(ctx context.Context, r Ref) (Entry, error) {
 	var files []fileSpec
-	source := r.Name()
+	var source string
 	switch r.Kind {
 	case KindURL:
 		u, err := url.Parse(r.URL)
