@@ -290,7 +290,8 @@ func (d *download) segment(ctx context.Context, i int, resp *http.Response, resu
 				continue
 			}
 		}
-		err := d.copy(i, resp.Body, buf)
+		n, err := d.copy(i, resp.Body, buf)
+		whole := err == nil && n > 0 && n == resp.ContentLength
 		resp.Body.Close()
 		resp = nil
 		d.mu.Lock()
@@ -298,6 +299,12 @@ func (d *download) segment(ctx context.Context, i int, resp *http.Response, resu
 		d.mu.Unlock()
 		if err == nil && s.Done == s.End {
 			return nil
+		}
+		if whole {
+			// The server sent all it said it would but less than asked
+			// (some cap a range's length): ask for the rest, no failure.
+			try--
+			continue
 		}
 		if err == nil {
 			err = fmt.Errorf("%w: %s: connection closed at byte %d of range %d-%d", ErrDownload, d.name, s.Done, s.Start, s.End-1)
@@ -331,21 +338,24 @@ func (d *download) wait(ctx context.Context, try int) error {
 var errWrite = errors.New("store: write failed")
 
 // copy writes body at the segment's Done offset until the segment ends or
-// the body does, advancing Done and checkpointing the state.
-func (d *download) copy(i int, body io.Reader, buf []byte) error {
+// the body does, advancing Done and checkpointing the state; it returns
+// the bytes written.
+func (d *download) copy(i int, body io.Reader, buf []byte) (int64, error) {
+	var total int64
 	for {
 		d.mu.Lock()
 		s := d.st.Segments[i]
 		d.mu.Unlock()
 		if s.Done == s.End {
-			return nil
+			return total, nil
 		}
 		want := min(int64(len(buf)), s.End-s.Done)
 		n, rerr := io.ReadFull(body, buf[:want])
 		if n > 0 {
 			if _, err := d.f.WriteAt(buf[:n], s.Done); err != nil {
-				return fmt.Errorf("%w: %s: %v", errWrite, d.partial, err)
+				return total, fmt.Errorf("%w: %s: %v", errWrite, d.partial, err)
 			}
+			total += int64(n)
 			d.mu.Lock()
 			d.st.Segments[i].Done += int64(n)
 			d.unsaved += int64(n)
@@ -354,15 +364,15 @@ func (d *download) copy(i int, body io.Reader, buf []byte) error {
 			d.p.progress.Add(int64(n))
 			if save {
 				if err := d.save(); err != nil {
-					return err
+					return total, err
 				}
 			}
 		}
 		if rerr != nil {
 			if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-				return nil // short body: the caller sees Done < End
+				return total, nil // short body: the caller sees Done < End
 			}
-			return fmt.Errorf("%w: %s: %v", ErrDownload, d.name, rerr)
+			return total, fmt.Errorf("%w: %s: %v", ErrDownload, d.name, rerr)
 		}
 	}
 }

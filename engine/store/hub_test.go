@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -37,6 +38,9 @@ type fakeHub struct {
 	cutAfter int64
 	// noRanges makes the CDN ignore Range (answering 200 with the file).
 	noRanges bool
+	// rangeCap, when > 0, shortens every range the CDN serves to at most
+	// that many bytes, as some servers do.
+	rangeCap int64
 
 	served     atomic.Int64 // body bytes the CDN sent
 	cdnGets    atomic.Int64
@@ -176,7 +180,7 @@ func (h *fakeHub) serveBlob(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet {
 		cut, h.cutAfter = h.cutAfter, 0
 	}
-	noRanges := h.noRanges
+	noRanges, rangeCap := h.noRanges, h.rangeCap
 	h.mu.Unlock()
 	if data == nil {
 		http.Error(w, "NoSuchKey", http.StatusNotFound)
@@ -184,6 +188,11 @@ func (h *fakeHub) serveBlob(w http.ResponseWriter, r *http.Request) {
 	}
 	if noRanges {
 		r.Header.Del("Range")
+	}
+	if a, b, ok := strings.Cut(strings.TrimPrefix(r.Header.Get("Range"), "bytes="), "-"); ok && rangeCap > 0 {
+		start, _ := strconv.ParseInt(a, 10, 64)
+		end, _ := strconv.ParseInt(b, 10, 64)
+		r.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", start, min(end, start+rangeCap-1)))
 	}
 	w.Header().Set("ETag", `"`+sha(data)+`"`)
 	cw := &countingWriter{ResponseWriter: w, served: &h.served, budget: cut}

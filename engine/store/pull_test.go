@@ -418,3 +418,23 @@ func TestPullNoRanges(t *testing.T) {
 		t.Fatal("file differs")
 	}
 }
+
+// A server that sends shorter ranges than asked is followed up, not
+// counted as a failure.
+func TestPullCappedRanges(t *testing.T) {
+	h := newFakeHub(t)
+	want := h.put("o/r", "m-q4_0.gguf", randomBytes(17, 3<<20+9))
+	h.rangeCap = 1 << 19
+	s := testStore(t)
+	p := testPuller(t, s, h, WithRetries(0), WithParts(2), WithParallelMin(1<<20))
+	e, err := p.Pull(context.Background(), "o/r:q4_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(readModel(t, s, e), want) {
+		t.Fatal("file differs")
+	}
+	if g := h.cdnGets.Load(); g < 7 || h.served.Load() != int64(len(want)) {
+		t.Errorf("%d GETs, %d bytes sent for %d", g, h.served.Load(), len(want))
+	}
+}
