@@ -13,8 +13,8 @@ import (
 )
 
 func newModelCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "model", Short: "make and inspect model files"}
-	cmd.AddCommand(newModelGenCmd(), newModelInspectCmd())
+	cmd := &cobra.Command{Use: "model", Short: "get, list, make and inspect model files"}
+	cmd.AddCommand(newModelGenCmd(), newModelInspectCmd(), newModelPullCmd(), newModelListCmd(), newModelRmCmd())
 	return cmd
 }
 

@@ -86,7 +86,7 @@ type Config struct {
 	Heartbeat    time.Duration `yaml:"heartbeat" help:"heartbeat interval"`
 
 	// What the node serves.
-	Model     string   `yaml:"model" help:"GGUF model file to serve with the real engine"`
+	Model     string   `yaml:"model" help:"model to serve with the real engine: a GGUF file, a model store name (strata model list) or an hf://… or https:// reference (pulled into the store if missing)"`
 	SimModel  string   `yaml:"sim_model" help:"built-in model to serve SIMULATED (see strata plan's models), with --gpu"`
 	GPU       string   `yaml:"gpu" help:"device profile: required with --sim-model; with --model it declares the device instead of measuring it"`
 	Memory    ByteSize `yaml:"memory" help:"memory the node may use for weights and KV cache, such as 24GiB (0: the device's; real engine: half the machine's)"`
