@@ -41,6 +41,9 @@ type fakeHub struct {
 	// rangeCap, when > 0, shortens every range the CDN serves to at most
 	// that many bytes, as some servers do.
 	rangeCap int64
+	// cdnStatus, when set, is the CDN's answer to every GET (an expired
+	// signature: 403).
+	cdnStatus int
 
 	served     atomic.Int64 // body bytes the CDN sent
 	cdnGets    atomic.Int64
@@ -180,8 +183,12 @@ func (h *fakeHub) serveBlob(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet {
 		cut, h.cutAfter = h.cutAfter, 0
 	}
-	noRanges, rangeCap := h.noRanges, h.rangeCap
+	noRanges, rangeCap, status := h.noRanges, h.rangeCap, h.cdnStatus
 	h.mu.Unlock()
+	if status != 0 {
+		http.Error(w, "Request has expired", status)
+		return
+	}
 	if data == nil {
 		http.Error(w, "NoSuchKey", http.StatusNotFound)
 		return

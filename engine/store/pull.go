@@ -462,6 +462,13 @@ func (p *Puller) do(ctx context.Context, method, u string, hdr http.Header) (*ht
 func (p *Puller) statusErr(resp *http.Response, what string) error {
 	switch resp.StatusCode {
 	case http.StatusUnauthorized, http.StatusForbidden:
+		if resp.Request.URL.Host != p.endpoint.Host {
+			// Not the hub: a signed CDN URL that expired, or a plain
+			// server's refusal. A new pull asks the hub for a fresh URL
+			// and resumes.
+			return fmt.Errorf("%w: %s: %s from %s: the download URL was refused (a signed URL may have expired); pull again to resume",
+				ErrUnauthorized, what, resp.Status, resp.Request.URL.Host)
+		}
 		hint := "set HF_TOKEN to a Hugging Face token that can read it (and accept the model's license on its page if it is gated)"
 		if p.token != "" {
 			hint = "the HF_TOKEN sent was refused: check that it is valid and that its account has accepted the model's license"

@@ -234,9 +234,17 @@ func TestPullUnauthorized(t *testing.T) {
 			}
 		}
 	}
+	// A CDN that refuses (an expired signature) is not the token's fault.
+	h.cdnStatus = 403
+	p := testPuller(t, s, h, WithToken("hf_right"))
+	_, err := p.Pull(context.Background(), "meta/Gated-GGUF:q4_k_m")
+	if !errors.Is(err, ErrUnauthorized) || strings.Contains(err.Error(), "HF_TOKEN") || !strings.Contains(err.Error(), "pull again") {
+		t.Errorf("CDN 403: %v", err)
+	}
+	h.cdnStatus = 0
 	// HF_TOKEN from the environment is the default.
 	t.Setenv("HF_TOKEN", "hf_right")
-	p, err := NewPuller(s, WithEndpoint(h.hub.URL))
+	p, err = NewPuller(s, WithEndpoint(h.hub.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
