@@ -506,6 +506,9 @@ func (p *Puller) fetch(ctx context.Context, f fileSpec) (fetched, []*fileLock, e
 			return fetched{Part{File: f.name, SHA256: m.sha256, Size: st.Size()}, true, m.commit}, locks, nil
 		}
 	}
+	if err := p.checkSpace(f.name, base, m.size); err != nil {
+		return fetched{}, locks, err
+	}
 	d := &download{p: p, name: f.name, url: m.url, size: m.size, partial: base + ".partial", state: base + ".state",
 		resumable: m.sha256 != ""}
 	if err := d.run(ctx); err != nil {
@@ -535,6 +538,31 @@ func (p *Puller) fetch(ctx context.Context, f fileSpec) (fetched, []*fileLock, e
 	}
 	os.Remove(d.state)
 	return fetched{Part{File: f.name, SHA256: sum, Size: size}, m.sha256 != "", m.commit}, locks, nil
+}
+
+// checkSpace refuses a download the disk cannot hold; the bytes a
+// partial file from an earlier run holds count as written.
+func (p *Puller) checkSpace(name, base string, size int64) error {
+	if size <= 0 {
+		return nil
+	}
+	free, ok := freeSpace(p.store.root)
+	if !ok {
+		return nil
+	}
+	var have int64
+	if b, err := os.ReadFile(base + ".state"); err == nil {
+		var ds dlState
+		if json.Unmarshal(b, &ds) == nil && ds.Size == size {
+			for _, s := range ds.Segments {
+				have += max(s.Done-s.Start, 0)
+			}
+		}
+	}
+	if need := size - have; need > free {
+		return fmt.Errorf("%w: %s needs %s more, %s has %s free", ErrNoSpace, name, human(need), p.store.root, human(free))
+	}
+	return nil
 }
 
 // hashFile is the sha256 and size of a file, read with ctx checked between
