@@ -466,8 +466,8 @@ func (p *Puller) statusErr(resp *http.Response, what string) error {
 			// Not the hub: a signed CDN URL that expired, or a plain
 			// server's refusal. A new pull asks the hub for a fresh URL
 			// and resumes.
-			return fmt.Errorf("%w: %s: %s from %s: the download URL was refused (a signed URL may have expired); pull again to resume",
-				ErrUnauthorized, what, resp.Status, resp.Request.URL.Host)
+			return fmt.Errorf("%w: %w: %s: %s from %s: the download URL was refused (a signed URL may have expired); pull again to resume",
+				ErrUnauthorized, errRefused, what, resp.Status, resp.Request.URL.Host)
 		}
 		hint := "set HF_TOKEN to a Hugging Face token that can read it (and accept the model's license on its page if it is gated)"
 		if p.token != "" {
@@ -511,6 +511,20 @@ func (p *Puller) fetch(ctx context.Context, f fileSpec) (fetched, []*fileLock, e
 	}
 	d := &download{p: p, name: f.name, url: m.url, size: m.size, partial: base + ".partial", state: base + ".state",
 		resumable: m.sha256 != ""}
+	if m.url != f.url {
+		// A redirect's target (a signed CDN URL) may expire during a long
+		// download: ask the hub again for the same file.
+		d.refresh = func(ctx context.Context) (string, error) {
+			m2, err := p.probe(ctx, f)
+			if err != nil {
+				return "", err
+			}
+			if m2.sha256 != m.sha256 || m2.size != m.size {
+				return "", fmt.Errorf("%w: %s changed on the server during the download", ErrDownload, f.name)
+			}
+			return m2.url, nil
+		}
+	}
 	if err := d.run(ctx); err != nil {
 		return fetched{}, locks, err
 	}

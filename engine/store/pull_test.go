@@ -446,3 +446,26 @@ func TestPullCappedRanges(t *testing.T) {
 		t.Errorf("%d GETs, %d bytes sent for %d", g, h.served.Load(), len(want))
 	}
 }
+
+// A signed CDN URL that expires during the download is renewed from the
+// hub and the download resumes within the same pull.
+func TestPullRenewsExpiredURL(t *testing.T) {
+	h := newFakeHub(t)
+	size := 2<<20 + 3
+	want := h.put("o/r", "m-q8_0.gguf", randomBytes(18, size))
+	h.cutAfter = int64(size / 2)
+	h.expireOnCut = true
+	s := testStore(t)
+	p := testPuller(t, s, h, WithRetries(1), WithParts(1))
+	e, err := p.Pull(context.Background(), "o/r:q8_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(readModel(t, s, e), want) {
+		t.Fatal("file differs")
+	}
+	// The cut GET, one refused with the old signature, one resumed.
+	if h.resolves.Load() != 2 || h.cdnGets.Load() != 3 || h.served.Load() != int64(size) {
+		t.Errorf("%d resolves, %d GETs, %d bytes sent for %d", h.resolves.Load(), h.cdnGets.Load(), h.served.Load(), size)
+	}
+}
