@@ -24,8 +24,13 @@ type download struct {
 	partial   string
 	state     string
 	resumable bool // the file's hash is known: resuming cannot mix versions unnoticed
+	// refresh, when set, asks for a fresh URL of the same file once the
+	// current one is refused (an expired signature).
+	refresh func(context.Context) (string, error)
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards st, unsaved, url
+	urlMu     sync.Mutex // serialises renewals (held over a request; mu is not)
+	refreshes int
 	st        dlState
 	f         *os.File
 	unsaved   int64
@@ -52,6 +57,40 @@ type segment struct {
 // checkpointBytes is how much a download writes between saves of its
 // state (each save syncs the partial file first).
 const checkpointBytes = 64 << 20
+
+// errRefused marks a 401/403 from a server other than the hub: a signed
+// URL that expired, which refresh may renew.
+var errRefused = errors.New("download URL refused")
+
+// maxRefreshes bounds how often one download asks for a fresh URL.
+const maxRefreshes = 8
+
+// renew replaces a refused URL with a fresh one; false when it cannot.
+func (d *download) renew(ctx context.Context, refused string) bool {
+	if d.refresh == nil {
+		return false
+	}
+	d.urlMu.Lock()
+	defer d.urlMu.Unlock()
+	d.mu.Lock()
+	current := d.url
+	d.mu.Unlock()
+	if current != refused {
+		return true // another segment renewed it already
+	}
+	if d.refreshes >= maxRefreshes {
+		return false
+	}
+	d.refreshes++
+	u, err := d.refresh(ctx)
+	if err != nil {
+		return false
+	}
+	d.mu.Lock()
+	d.url = u
+	d.mu.Unlock()
+	return true
+}
 
 // errRestart says the server's file is not the one being resumed (or the
 // server ignores ranges): start over from byte 0.
@@ -221,7 +260,10 @@ func (d *download) get(ctx context.Context, s segment, resumed bool) (*http.Resp
 	if d.st.Validator != "" && (resumed || s.Done > s.Start) {
 		hdr.Set("If-Range", d.st.Validator)
 	}
-	resp, err := d.p.do(ctx, http.MethodGet, d.url, hdr)
+	d.mu.Lock()
+	u := d.url
+	d.mu.Unlock()
+	resp, err := d.p.do(ctx, http.MethodGet, u, hdr)
 	if err != nil {
 		return nil, err
 	}
@@ -275,10 +317,17 @@ func (d *download) segment(ctx context.Context, i int, resp *http.Response, resu
 			s := d.st.Segments[i]
 			d.mu.Unlock()
 			var err error
+			d.mu.Lock()
+			u := d.url
+			d.mu.Unlock()
 			resp, err = d.get(ctx, s, resumed || try > 0)
 			if err == nil && resp.StatusCode == http.StatusOK {
 				resp.Body.Close()
 				return errRestart
+			}
+			if errors.Is(err, errRefused) && d.renew(ctx, u) {
+				try--
+				continue
 			}
 			if err != nil {
 				if !retryable(ctx, err) || try >= d.p.retries {

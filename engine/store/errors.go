@@ -23,6 +23,8 @@ var (
 	// ErrDownload reports a failed transfer (bad status, short body, a
 	// server that answered another range than asked).
 	ErrDownload = errors.New("store: download failed")
+	// ErrNoSpace reports a disk without room for a download.
+	ErrNoSpace = errors.New("store: not enough disk space")
 	// ErrCorrupt reports an unreadable index or a blob that is missing or
 	// has the wrong size.
 	ErrCorrupt = errors.New("store: corrupt store")

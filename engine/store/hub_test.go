@@ -41,6 +41,13 @@ type fakeHub struct {
 	// rangeCap, when > 0, shortens every range the CDN serves to at most
 	// that many bytes, as some servers do.
 	rangeCap int64
+	// cdnStatus, when set, is the CDN's answer to every GET (an expired
+	// signature: 403).
+	cdnStatus int
+	// expireOnCut makes a cut also expire every URL the hub signed so far
+	// (the CDN then answers 403 to them).
+	expireOnCut bool
+	generation  int
 
 	served     atomic.Int64 // body bytes the CDN sent
 	cdnGets    atomic.Int64
@@ -48,6 +55,7 @@ type fakeHub struct {
 	cdnAuth    atomic.Int64 // CDN requests that carried Authorization
 	hubAuthed  atomic.Int64 // hub requests with the right token
 	apiListing atomic.Int64
+	resolves   atomic.Int64
 }
 
 func newFakeHub(t *testing.T) *fakeHub {
@@ -137,9 +145,10 @@ func (h *fakeHub) serveResolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PathValue("owner") + "/" + r.PathValue("repo") + "/" + r.PathValue("file")
+	h.resolves.Add(1)
 	h.mu.Lock()
 	data, ok := h.files[key]
-	wrong := h.wrongHash
+	wrong, gen := h.wrongHash, h.generation
 	h.mu.Unlock()
 	if !ok || r.PathValue("rev") != "main" {
 		http.Error(w, "Entry not found", http.StatusNotFound)
@@ -154,7 +163,7 @@ func (h *fakeHub) serveResolve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Linked-Etag", `"`+published+`"`)
 	w.Header().Set("ETag", `"`+published+`"`)
 	w.Header().Set("X-Linked-Size", strconv.Itoa(len(data)))
-	w.Header().Set("Location", h.cdn.URL+"/blobs/"+sum+"?X-Amz-Signature=abc&name="+r.PathValue("file"))
+	w.Header().Set("Location", h.cdn.URL+"/blobs/"+sum+"?X-Amz-Signature="+strconv.Itoa(gen)+"&name="+r.PathValue("file"))
 	w.WriteHeader(http.StatusFound)
 }
 
@@ -180,8 +189,18 @@ func (h *fakeHub) serveBlob(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet {
 		cut, h.cutAfter = h.cutAfter, 0
 	}
-	noRanges, rangeCap := h.noRanges, h.rangeCap
+	noRanges, rangeCap, status := h.noRanges, h.rangeCap, h.cdnStatus
+	if sig := r.URL.Query().Get("X-Amz-Signature"); sig != "" && sig != strconv.Itoa(h.generation) {
+		status = http.StatusForbidden
+	}
+	if cut > 0 && h.expireOnCut {
+		h.generation++
+	}
 	h.mu.Unlock()
+	if status != 0 {
+		http.Error(w, "Request has expired", status)
+		return
+	}
 	if data == nil {
 		http.Error(w, "NoSuchKey", http.StatusNotFound)
 		return

@@ -462,6 +462,13 @@ func (p *Puller) do(ctx context.Context, method, u string, hdr http.Header) (*ht
 func (p *Puller) statusErr(resp *http.Response, what string) error {
 	switch resp.StatusCode {
 	case http.StatusUnauthorized, http.StatusForbidden:
+		if resp.Request.URL.Host != p.endpoint.Host {
+			// Not the hub: a signed CDN URL that expired, or a plain
+			// server's refusal. A new pull asks the hub for a fresh URL
+			// and resumes.
+			return fmt.Errorf("%w: %w: %s: %s from %s: the download URL was refused (a signed URL may have expired); pull again to resume",
+				ErrUnauthorized, errRefused, what, resp.Status, resp.Request.URL.Host)
+		}
 		hint := "set HF_TOKEN to a Hugging Face token that can read it (and accept the model's license on its page if it is gated)"
 		if p.token != "" {
 			hint = "the HF_TOKEN sent was refused: check that it is valid and that its account has accepted the model's license"
@@ -499,8 +506,25 @@ func (p *Puller) fetch(ctx context.Context, f fileSpec) (fetched, []*fileLock, e
 			return fetched{Part{File: f.name, SHA256: m.sha256, Size: st.Size()}, true, m.commit}, locks, nil
 		}
 	}
+	if err := p.checkSpace(f.name, base, m.size); err != nil {
+		return fetched{}, locks, err
+	}
 	d := &download{p: p, name: f.name, url: m.url, size: m.size, partial: base + ".partial", state: base + ".state",
 		resumable: m.sha256 != ""}
+	if m.url != f.url {
+		// A redirect's target (a signed CDN URL) may expire during a long
+		// download: ask the hub again for the same file.
+		d.refresh = func(ctx context.Context) (string, error) {
+			m2, err := p.probe(ctx, f)
+			if err != nil {
+				return "", err
+			}
+			if m2.sha256 != m.sha256 || m2.size != m.size {
+				return "", fmt.Errorf("%w: %s changed on the server during the download", ErrDownload, f.name)
+			}
+			return m2.url, nil
+		}
+	}
 	if err := d.run(ctx); err != nil {
 		return fetched{}, locks, err
 	}
@@ -528,6 +552,31 @@ func (p *Puller) fetch(ctx context.Context, f fileSpec) (fetched, []*fileLock, e
 	}
 	os.Remove(d.state)
 	return fetched{Part{File: f.name, SHA256: sum, Size: size}, m.sha256 != "", m.commit}, locks, nil
+}
+
+// checkSpace refuses a download the disk cannot hold; the bytes a
+// partial file from an earlier run holds count as written.
+func (p *Puller) checkSpace(name, base string, size int64) error {
+	if size <= 0 {
+		return nil
+	}
+	free, ok := freeSpace(p.store.root)
+	if !ok {
+		return nil
+	}
+	var have int64
+	if b, err := os.ReadFile(base + ".state"); err == nil {
+		var ds dlState
+		if json.Unmarshal(b, &ds) == nil && ds.Size == size {
+			for _, s := range ds.Segments {
+				have += max(s.Done-s.Start, 0)
+			}
+		}
+	}
+	if need := size - have; need > free {
+		return fmt.Errorf("%w: %s needs %s more, %s has %s free", ErrNoSpace, name, human(need), p.store.root, human(free))
+	}
+	return nil
 }
 
 // hashFile is the sha256 and size of a file, read with ctx checked between

@@ -234,9 +234,17 @@ func TestPullUnauthorized(t *testing.T) {
 			}
 		}
 	}
+	// A CDN that refuses (an expired signature) is not the token's fault.
+	h.cdnStatus = 403
+	p := testPuller(t, s, h, WithToken("hf_right"))
+	_, err := p.Pull(context.Background(), "meta/Gated-GGUF:q4_k_m")
+	if !errors.Is(err, ErrUnauthorized) || strings.Contains(err.Error(), "HF_TOKEN") || !strings.Contains(err.Error(), "pull again") {
+		t.Errorf("CDN 403: %v", err)
+	}
+	h.cdnStatus = 0
 	// HF_TOKEN from the environment is the default.
 	t.Setenv("HF_TOKEN", "hf_right")
-	p, err := NewPuller(s, WithEndpoint(h.hub.URL))
+	p, err = NewPuller(s, WithEndpoint(h.hub.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,5 +444,28 @@ func TestPullCappedRanges(t *testing.T) {
 	}
 	if g := h.cdnGets.Load(); g < 7 || h.served.Load() != int64(len(want)) {
 		t.Errorf("%d GETs, %d bytes sent for %d", g, h.served.Load(), len(want))
+	}
+}
+
+// A signed CDN URL that expires during the download is renewed from the
+// hub and the download resumes within the same pull.
+func TestPullRenewsExpiredURL(t *testing.T) {
+	h := newFakeHub(t)
+	size := 2<<20 + 3
+	want := h.put("o/r", "m-q8_0.gguf", randomBytes(18, size))
+	h.cutAfter = int64(size / 2)
+	h.expireOnCut = true
+	s := testStore(t)
+	p := testPuller(t, s, h, WithRetries(1), WithParts(1))
+	e, err := p.Pull(context.Background(), "o/r:q8_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(readModel(t, s, e), want) {
+		t.Fatal("file differs")
+	}
+	// The cut GET, one refused with the old signature, one resumed.
+	if h.resolves.Load() != 2 || h.cdnGets.Load() != 3 || h.served.Load() != int64(size) {
+		t.Errorf("%d resolves, %d GETs, %d bytes sent for %d", h.resolves.Load(), h.cdnGets.Load(), h.served.Load(), size)
 	}
 }
