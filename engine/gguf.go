@@ -561,6 +561,19 @@ func (f *File) readAt(t *TensorInfo, p []byte, off int64) error {
 	return err
 }
 
+// ReadTensor reads t's data (t.Size bytes, into p[:t.Size]) by offset from
+// the part of the model that holds it, for backends that place tensors
+// themselves.
+func (f *File) ReadTensor(t *TensorInfo, p []byte) error {
+	if int64(len(p)) < t.Size {
+		return fmt.Errorf("%w: tensor %q: %d bytes, buffer of %d", ErrShape, t.Name, t.Size, len(p))
+	}
+	if err := f.readAt(t, p[:t.Size], 0); err != nil {
+		return fmt.Errorf("%w: tensor %q: reading %d bytes at %d of part %d: %v", ErrCorrupt, t.Name, t.Size, t.Offset, t.Part+1, err)
+	}
+	return nil
+}
+
 // readTensorBytes reads a tensor's data by offset.
 func (f *File) readTensorBytes(t *TensorInfo) ([]byte, error) {
 	b := make([]byte, t.Size)
