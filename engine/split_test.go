@@ -53,7 +53,7 @@ func splitBytes(t testing.TB, c GenConfig, maxTensors int) [][]byte {
 // of its parts, gives the single file's logits bit for bit, whichever part
 // each stage of a pipeline was opened with.
 func TestSplitFile(t *testing.T) {
-	for _, shape := range []string{"llama-gqa", "qwen3", "llama-q4_k_m"} {
+	for _, shape := range []string{"llama-gqa", "qwen3", "llama-q4_k_m", "phi3-q4_k_m"} {
 		t.Run(shape, func(t *testing.T) {
 			c := testShapes[shape]
 			if c.Mix == "" {
