@@ -150,6 +150,33 @@ func mergeParts(files []*File, names []string) (*File, error) {
 	return out, nil
 }
 
+// OpenParts parses the model whose parts, in split.no order, are the files
+// at paths, whatever their names (content-addressed blobs, say); one path
+// is a single file. It keeps no file open: each part is reopened for each
+// read. A part that is missing, out of order or of another split is an
+// ErrSplitPart naming its path.
+func OpenParts(paths []string) (*File, error) {
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%w: no parts", ErrSplitPart)
+	}
+	files := make([]*File, len(paths))
+	for i, p := range paths {
+		f, err := readPart(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: part %d of %d (%s): %w", ErrSplitPart, i+1, len(paths), p, err)
+		}
+		files[i] = f
+	}
+	if len(paths) == 1 {
+		if _, count, _, err := splitKeys(files[0]); err != nil || count > 1 {
+			return mergeParts(files, paths) // the error, naming the part
+		}
+		files[0].Parts[0].Path = paths[0]
+		return files[0], nil
+	}
+	return mergeParts(files, paths)
+}
+
 // openSplit opens the other parts of the split model of which fh, at
 // path, is part no of count (already parsed as f). It parses each part's
 // header and keeps only its path: the parts are reopened for each read,

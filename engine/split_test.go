@@ -466,3 +466,52 @@ func TestTinySplitRuns(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestOpenParts: parts under names of their own (as a content-addressed
+// store keeps them) open in the order given, with the single file's
+// logits; a wrong order or a missing part is an ErrSplitPart naming it.
+func TestOpenParts(t *testing.T) {
+	c := testShapes["llama-q4_k_m"]
+	single := genModel(t, c)
+	parts := genLayout(t, c, FileLayout{SplitMaxTensors: 10})
+	var blobs []string
+	for i, p := range parts {
+		b := filepath.Join(filepath.Dir(p), fmt.Sprintf("blob-%c", 'z'-i))
+		if err := os.Rename(p, b); err != nil {
+			t.Fatal(err)
+		}
+		blobs = append(blobs, b)
+	}
+	f, err := OpenParts(blobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Parts) != len(blobs) || f.Parts[1].Path != blobs[1] {
+		t.Fatalf("parts %+v", f.Parts)
+	}
+	s, err := Load(f, WithThreads(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ss, _ := s.NewSession(8)
+	out, err := s.Forward(t.Context(), Step{Session: ss, Tokens: []int32{5, 6, 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := openPipeline(t, single, []int{0, c.Layers}, 1, 8).step(t, []int32{5, 6, 7}); !sameBits(out.Logits, want) {
+		t.Fatal("logits differ from the single file's")
+	}
+	one, err := OpenParts([]string{single})
+	if err != nil || len(one.Parts) != 1 || one.Parts[0].Path != single {
+		t.Fatalf("one file: %v, %+v", err, one)
+	}
+	for _, bad := range [][]string{{blobs[1], blobs[0], blobs[2]}, blobs[:2], {blobs[0]}, {blobs[0], blobs[1], blobs[2] + ".gone"}, nil} {
+		_, err := OpenParts(bad)
+		if !errors.Is(err, ErrSplitPart) {
+			t.Errorf("%v: %v, want ErrSplitPart", bad, err)
+		} else if len(bad) > 0 && !strings.Contains(err.Error(), "blob-") {
+			t.Errorf("%v: %v does not name the part", bad, err)
+		}
+	}
+}
