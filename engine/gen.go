@@ -129,6 +129,64 @@ func GenerateFile(path string, c GenConfig) error {
 	return f.Close()
 }
 
+// FileLayout is how a model is laid out in files.
+type FileLayout struct {
+	// Alignment is general.alignment, a power of two; 0: GGUF's default,
+	// 32 bytes.
+	Alignment uint32
+	// SplitMaxTensors, when > 0, splits the model into parts of at most
+	// that many tensors, as llama-gguf-split --split-max-tensors does.
+	SplitMaxTensors int
+}
+
+// GenerateFiles writes a random-weight model laid out as l and returns the
+// paths written: path itself, or for a split model the parts
+// SplitPath(prefix, i, n), prefix being path without its .gguf suffix.
+func GenerateFiles(path string, c GenConfig, l FileLayout) ([]string, error) {
+	kvs, ts, err := genParts(c)
+	if err != nil {
+		return nil, err
+	}
+	if l.Alignment != 0 {
+		for i := range kvs {
+			if kvs[i].Key == "general.alignment" {
+				kvs[i].Value = l.Alignment
+			}
+		}
+	}
+	if l.SplitMaxTensors <= 0 {
+		return []string{path}, writeFile(path, func(w io.Writer) error { return WriteGGUF(w, kvs, ts) })
+	}
+	prefix := strings.TrimSuffix(path, ".gguf")
+	var paths []string
+	err = WriteSplitGGUF(func(i, n int) (io.WriteCloser, error) {
+		p := SplitPath(prefix, i, n)
+		paths = append(paths, p)
+		return os.Create(p)
+	}, kvs, ts, l.SplitMaxTensors)
+	if err != nil {
+		for _, p := range paths {
+			os.Remove(p)
+		}
+		return nil, err
+	}
+	return paths, nil
+}
+
+// writeFile writes path with write, removing it if write fails.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	return f.Close()
+}
+
 // Generate writes a random-weight model with llama.cpp's tensor names and
 // metadata keys. The same config always gives the same bytes.
 func Generate(w io.Writer, c GenConfig) error {

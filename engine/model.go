@@ -66,6 +66,11 @@ var supportedArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true
 
 // ReadHParams reads and checks the hyper-parameters of f.
 func ReadHParams(f *File) (HParams, error) {
+	if no, count, _, err := splitKeys(f); err != nil {
+		return HParams{}, err
+	} else if count > len(f.Parts) {
+		return HParams{}, fmt.Errorf("%w: this is part %d of a split model of %d parts, read alone (open it with OpenFile or ReadSplit, which read all parts)", ErrSplitPart, no+1, count)
+	}
 	arch, err := f.String("general.architecture")
 	if err != nil {
 		return HParams{}, err
@@ -378,7 +383,7 @@ func (f *File) Fingerprint() (string, error) {
 		if n <= 0 {
 			continue
 		}
-		if _, err := f.r.ReadAt(buf[:n], t.Offset); err != nil {
+		if err := f.readAt(t, buf[:n], 0); err != nil {
 			return "", fmt.Errorf("%w: tensor %q: %v", ErrCorrupt, t.Name, err)
 		}
 		h.Write(buf[:n])

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -148,18 +147,15 @@ type Local struct {
 }
 
 // Open loads the stage of the GGUF model at path given by the options
-// (all layers by default), reading only that stage's tensors.
+// (all layers by default), reading only that stage's tensors. path may
+// name any part of a split model; see OpenFile.
 func Open(path string, opts ...Option) (*Local, error) {
-	fh, err := os.Open(path)
+	f, fh, err := OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
-	s, err := OpenReaderAt(fh, st.Size(), opts...)
+	s, err := Load(f, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -168,11 +164,18 @@ func Open(path string, opts ...Option) (*Local, error) {
 
 // OpenReaderAt is Open on size bytes behind r. It does not keep r.
 func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
-	o := buildOptions(opts)
 	f, err := ReadFile(r, size)
 	if err != nil {
 		return nil, err
 	}
+	return Load(f, opts...)
+}
+
+// Load loads the stage given by the options from the parsed model f (from
+// ReadFile, OpenFile or ReadSplit), reading only that stage's tensors, by
+// offset, from the parts that hold them. It does not keep f.
+func Load(f *File, opts ...Option) (*Local, error) {
+	o := buildOptions(opts)
 	hp, err := ReadHParams(f)
 	if err != nil {
 		return nil, err

@@ -32,7 +32,13 @@ func newModelInspectCmd() *cobra.Command {
 func inspectModel(w io.Writer, f *engine.File) {
 	arch, _ := f.String("general.architecture")
 	name, _ := f.String("general.name")
-	fmt.Fprintf(w, "file: GGUF v%d, %d tensors, %d bytes\n", f.Version, len(f.Tensors), f.Size)
+	fmt.Fprintf(w, "file: GGUF v%d, %d tensors, %d bytes, alignment %d\n", f.Version, len(f.Tensors), f.Size, f.Alignment)
+	if len(f.Parts) > 1 {
+		fmt.Fprintf(w, "split into %d parts:\n", len(f.Parts))
+		for i, p := range f.Parts {
+			fmt.Fprintf(w, "  %d: %s, %d tensors, %d bytes\n", i+1, p.Path, p.Tensors, p.Size)
+		}
+	}
 	fmt.Fprintf(w, "model: %s (architecture %s)\n", name, arch)
 	hp, hpErr := engine.ReadHParams(f)
 	if hpErr == nil {
@@ -103,9 +109,6 @@ func inspectModel(w io.Writer, f *engine.File) {
 		fmt.Fprintln(w, "chat template: none (a generic one is used)")
 	}
 	var why []string
-	if n, err := f.Uint("split.count"); err == nil && n > 1 {
-		why = append(why, fmt.Sprintf("split GGUF of %d parts is not supported", n))
-	}
 	if hpErr != nil {
 		why = append(why, hpErr.Error())
 	}
