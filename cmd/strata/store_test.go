@@ -107,3 +107,49 @@ func TestModelPullListRm(t *testing.T) {
 		t.Fatalf("hf:// model: %q, %v", fromHF, err)
 	}
 }
+
+// TestModelPullSplitServes: a split model pulled from the hub by its quant
+// lands as its parts side by side, and generate by the store name reads
+// all of them: the same text as the single file.
+func TestModelPullSplitServes(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"model", "gen", "--layers", "3", "--seed", "9"}
+	single := filepath.Join(dir, "one.gguf")
+	if _, err := run(t, append(args, "--out", single)...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, append(args, "--out", filepath.Join(dir, "Tiny-F32.gguf"), "--split-max-tensors", "12")...); err != nil {
+		t.Fatal(err)
+	}
+	parts, _ := filepath.Glob(filepath.Join(dir, "Tiny-F32-*-of-*.gguf"))
+	if len(parts) < 2 {
+		t.Fatalf("parts %v: want a split model", parts)
+	}
+	files := map[string][]byte{}
+	for _, p := range parts {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[filepath.Base(p)] = data
+	}
+	hub := miniHub(t, "strata/Split-GGUF", files)
+	t.Setenv("STRATA_HOME", t.TempDir())
+	t.Setenv("HF_ENDPOINT", hub.URL)
+	t.Setenv("HF_TOKEN", "")
+	if _, err := run(t, "model", "pull", "strata/Split-GGUF:f32"); err != nil {
+		t.Fatal(err)
+	}
+	gen := []string{"generate", "--prompt", "Once upon a time", "--max-tokens", "8", "--model"}
+	want, err := run(t, append(gen, single)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := run(t, append(gen, "strata/Split-GGUF:f32")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want || strings.TrimSpace(want) == "" {
+		t.Fatalf("split model from the store generated %q, the single file %q", got, want)
+	}
+}
