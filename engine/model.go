@@ -200,6 +200,21 @@ func ReadHParams(f *File) (HParams, error) {
 	}
 	emb, ok := f.Tensor("token_embd.weight")
 	if !ok {
+		// A slice of middle layers holds no embedding; its vocabulary
+		// size is then the metadata's.
+		if _, _, _, slice, err := f.SliceRange(); err != nil {
+			return HParams{}, err
+		} else if slice {
+			v, err := f.Uint(arch + ".vocab_size")
+			if err != nil {
+				return HParams{}, err
+			}
+			if v == 0 || v > 1<<24 {
+				return bad("vocab_size", v)
+			}
+			h.Vocab = int(v)
+			return h, nil
+		}
 		return HParams{}, fmt.Errorf("%w: missing tensor %q", ErrCorrupt, "token_embd.weight")
 	}
 	if len(emb.Dims) != 2 || emb.Dims[0] != uint64(h.Dim) || emb.Dims[1] > 1<<24 {

@@ -180,8 +180,18 @@ func Load(f *File, opts ...Option) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
+	slo, shi, sfp, slice, err := f.SliceRange()
+	if err != nil {
+		return nil, err
+	}
 	if !o.hasRange {
 		o.lo, o.hi = 0, hp.Layers
+		if slice {
+			o.lo, o.hi = slo, shi // a slice loads its own range by default
+		}
+	}
+	if slice && (o.lo < slo || o.hi > shi) {
+		return nil, fmt.Errorf("%w: [%d, %d) of a slice of layers [%d, %d)", ErrRange, o.lo, o.hi, slo, shi)
 	}
 	if o.lo < 0 || o.hi > hp.Layers || o.lo >= o.hi {
 		return nil, fmt.Errorf("%w: [%d, %d) of a %d-layer model", ErrRange, o.lo, o.hi, hp.Layers)
@@ -189,6 +199,9 @@ func Load(f *File, opts ...Option) (*Local, error) {
 	fp, err := f.Fingerprint()
 	if err != nil {
 		return nil, err
+	}
+	if slice {
+		fp = sfp // the model's identity, not this file's
 	}
 	tok, err := NewTokenizer(f)
 	if err != nil {

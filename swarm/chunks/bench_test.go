@@ -1,0 +1,138 @@
+package chunks
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/stratanet/strata/engine"
+)
+
+// benchPayload is the tensor data of the benchmark's file.
+const benchPayload = 64 << 20
+
+// benchFile writes a GGUF of one 64 MiB tensor of varied bytes.
+func benchFile(b *testing.B) (string, *Manifest) {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "bench.gguf")
+	fh, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kvs := []engine.KV{{Key: "general.architecture", Value: "llama"}, {Key: "llama.block_count", Value: uint32(1)}}
+	ts := []engine.WriteTensor{{Name: "blk.0.ffn_up.weight", Dims: []uint64{4096, benchPayload / 4 / 4096}, Type: engine.F32,
+		Data: func(w io.Writer) error {
+			buf := make([]byte, 1<<20)
+			for i := range buf {
+				buf[i] = byte(i*7 + i>>8)
+			}
+			for range benchPayload / len(buf) {
+				if _, err := w.Write(buf); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}}
+	if err := engine.WriteGGUF(fh, kvs, ts); err != nil {
+		b.Fatal(err)
+	}
+	fh.Close()
+	m, err := BuildFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return path, m
+}
+
+// BenchmarkChunkTransfer moves a 64 MiB file between two hosts on
+// loopback: as chunks over /strata/chunk/1 (two streams, each chunk
+// verified), and as a plain stream over raw TCP, and raw TCP hashing what
+// it reads, for the baseline. Compare the MB/s of the sub-benchmarks of
+// one run.
+func BenchmarkChunkTransfer(b *testing.B) {
+	path, m := benchFile(b)
+	all := make([]int, m.NumChunks())
+	for i := range all {
+		all[i] = i
+	}
+	b.Run("libp2p", func(b *testing.B) {
+		srv, me := newHost(b), newHost(b)
+		s := NewServer(srv)
+		defer s.Close()
+		if err := s.ServeFile(m, path); err != nil {
+			b.Fatal(err)
+		}
+		connect(b, me, srv)
+		f := NewFetcher(me, m)
+		b.SetBytes(m.FileSize)
+		for b.Loop() {
+			res, err := f.Fetch(context.Background(), all, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+			if err != nil || res.Bytes != m.FileSize {
+				b.Fatalf("%d bytes: %v", res.Bytes, err)
+			}
+		}
+		b.ReportMetric(float64(m.FileSize)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+	})
+	for _, verify := range []bool{false, true} {
+		name := "tcp"
+		if verify {
+			name = "tcp+sha256"
+		}
+		b.Run(name, func(b *testing.B) {
+			file, err := os.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer file.Close()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				var req [1]byte
+				for {
+					if _, err := io.ReadFull(c, req[:]); err != nil {
+						return
+					}
+					if _, err := io.Copy(c, io.NewSectionReader(file, 0, m.FileSize)); err != nil {
+						return
+					}
+				}
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf := make([]byte, m.ChunkSize)
+			b.SetBytes(m.FileSize)
+			for b.Loop() {
+				c.Write([]byte{1})
+				for i := range m.NumChunks() {
+					_, n := m.ChunkRange(i)
+					if _, err := io.ReadFull(c, buf[:n]); err != nil {
+						b.Fatal(err)
+					}
+					if verify && sha256.Sum256(buf[:n]) != m.Hashes[i] {
+						b.Fatal("hash mismatch")
+					}
+				}
+			}
+			b.ReportMetric(float64(m.FileSize)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			c.Close()
+			ln.Close()
+			<-done
+		})
+	}
+}
