@@ -42,7 +42,9 @@ type Host struct {
 	disc   *discoverer // nil with discovery off
 	relays *relayKeeper
 	nat    *natState
-	acts   *actPool
+	// relayMeter paces and counts relayed bytes; nil unless relaying.
+	relayMeter *relayMeter
+	acts       *actPool
 
 	statusMu sync.Mutex
 	status   Status

@@ -1,0 +1,132 @@
+package swarm
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// relayedPair starts a relay with opts, a public host a and a host c that
+// listens nowhere and so is reached only through the relay, and connects a
+// to c through it.
+func relayedPair(t testing.TB, relayOpts ...Option) (relay, a, c *Host) {
+	fast := WithHeartbeatInterval(100 * time.Millisecond)
+	relay = newTestHost(t, append([]Option{fast, WithDiscovery(false)}, relayOpts...)...)
+	a = newTestHost(t, fast, WithDiscovery(false), WithRelayService(false), bootstrapOf(relay))
+	c = newTestHost(t, fast, WithNoListen(), WithDiscovery(false), WithRelayService(false), bootstrapOf(relay))
+	waitUntil(t, 15*time.Second, "relay reservation", func() bool {
+		for _, ad := range c.Addrs() {
+			if IsRelayAddr(ad) {
+				return true
+			}
+		}
+		return false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Connect(ctx, c.AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+	return relay, a, c
+}
+
+// waitUntil is waitFor for benchmarks as well as tests.
+func waitUntil(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRelayRateCap: activations through a relay capped at 1 MiB/s take at
+// least the time the cap allows for their bytes (less one burst), and the
+// relay counts them as relayed.
+func TestRelayRateCap(t *testing.T) {
+	const capBps = 1 << 20
+	const frame, frames = 512 << 10, 6
+	relay, a, c := relayedPair(t, WithRelayRate(capBps))
+	if st := relay.RelayStats(); st.Rate != capBps {
+		t.Fatalf("relay stats %+v, want rate %d", st, capBps)
+	}
+	got := make(chan int, frames)
+	c.HandleActivations(func(_ peer.ID, f []byte) error {
+		got <- len(f)
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// One small frame first opens the stream through the relay, so that
+	// the timed part is the payload alone.
+	if err := a.SendActivation(ctx, c.ID(), []byte("open")); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != 4 {
+		t.Fatalf("first frame of %d bytes", n)
+	}
+	before := relay.RelayStats().Bytes
+	payload := make([]byte, frame)
+	start := time.Now()
+	go func() {
+		for range frames {
+			if err := a.SendActivation(ctx, c.ID(), payload); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for range frames {
+		select {
+		case n := <-got:
+			if n != frame {
+				t.Fatalf("frame of %d bytes, want %d", n, frame)
+			}
+		case <-ctx.Done():
+			t.Fatal("frames not delivered through the relay")
+		}
+	}
+	took := time.Since(start)
+	total := frame * frames
+	relayed := relay.RelayStats().Bytes - before
+	if relayed < int64(total) {
+		t.Fatalf("relay carried %d bytes of the %d sent: the frames did not go through it", relayed, total)
+	}
+	// The limiter lets one burst through at once; the rest waits for
+	// tokens. 5% margin for the limiter's clock granularity.
+	floor := time.Duration(0.95 * float64(total-relayRateBurst) / capBps * float64(time.Second))
+	t.Logf("%d bytes through a relay capped at %d B/s in %v (floor %v), %.2f MiB/s", total, capBps, took, floor,
+		float64(total)/took.Seconds()/(1<<20))
+	if took < floor {
+		t.Fatalf("%d bytes through a %d B/s relay in %v, below the cap's floor %v", total, capBps, took, floor)
+	}
+	if p, ok := a.Peers().Get(c.ID()); !ok || p.Link != LinkRelayed {
+		t.Fatalf("link to the relayed host: %+v", p)
+	}
+}
+
+func TestRelayRateOption(t *testing.T) {
+	for _, bad := range []float64{-1, math.NaN(), math.Inf(1)} {
+		if _, err := New(context.Background(), WithRelayRate(bad)); !errors.Is(err, ErrConfig) {
+			t.Errorf("relay rate %v: %v", bad, err)
+		}
+	}
+	h := newTestHost(t, WithDiscovery(false), WithRelayRate(0))
+	if st := h.RelayStats(); st.Rate != 0 {
+		t.Errorf("uncapped relay reports rate %v", st.Rate)
+	}
+	d := newTestHost(t, WithDiscovery(false))
+	if st := d.RelayStats(); st.Rate != DefaultRelayRate {
+		t.Errorf("default relay rate %v, want %d", st.Rate, DefaultRelayRate)
+	}
+	off := newTestHost(t, WithDiscovery(false), WithRelayService(false))
+	if st := off.RelayStats(); st != (RelayStats{}) {
+		t.Errorf("a host that does not relay reports %+v", st)
+	}
+}
