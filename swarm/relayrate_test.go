@@ -130,3 +130,85 @@ func TestRelayRateOption(t *testing.T) {
 		t.Errorf("a host that does not relay reports %+v", st)
 	}
 }
+
+// BenchmarkRelayOwnServing measures a relay's own activation throughput
+// to a direct peer (4 MB frames) alone, and while it relays a stream of
+// 1 MiB frames between two other members, with the relay rate capped at
+// the default 25 MiB/s and uncapped. Each loaded variant reports its
+// throughput as a fraction of the unloaded one measured in the same run:
+//
+//	go test -run '^$' -bench RelayOwnServing -benchtime 20x ./swarm/
+func BenchmarkRelayOwnServing(b *testing.B) {
+	var alone float64 // ns per frame, this run
+	for _, v := range []struct {
+		name string
+		rate float64
+		load bool
+	}{
+		{"alone", DefaultRelayRate, false},
+		{"relaying-capped-25MiB", DefaultRelayRate, true},
+		{"relaying-uncapped", 0, true},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			ns := benchOwnServing(b, v.rate, v.load)
+			if !v.load {
+				alone = ns
+			} else if alone > 0 {
+				b.ReportMetric(alone/ns, "x-alone")
+			}
+			b.ReportMetric(float64(frame4MB)/ns, "GB/s")
+		})
+	}
+}
+
+func benchOwnServing(b *testing.B, relayRate float64, load bool) float64 {
+	relay, a, c := relayedPair(b, WithRelayRate(relayRate))
+	x := newTestHost(b, WithDiscovery(false), WithRelayService(false))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := relay.Connect(ctx, x.AddrInfo()); err != nil {
+		b.Fatal(err)
+	}
+	c.HandleActivations(func(peer.ID, []byte) error { return nil })
+	if load {
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			frame := make([]byte, 1<<20)
+			for ctx.Err() == nil {
+				if err := a.SendActivation(ctx, c.ID(), frame); err != nil && ctx.Err() == nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+		waitUntil(b, 30*time.Second, "relayed load flowing", func() bool { return relay.RelayStats().Bytes > 4<<20 })
+	}
+	got := make(chan struct{}, 64)
+	x.HandleActivations(func(peer.ID, []byte) error { got <- struct{}{}; return nil })
+	payload := make([]byte, frame4MB)
+	for range 4 { // open the stream and grow the windows
+		if err := relay.SendActivation(ctx, x.ID(), payload); err != nil {
+			b.Fatal(err)
+		}
+		<-got
+	}
+	b.SetBytes(frame4MB)
+	b.ResetTimer()
+	recv := make(chan struct{})
+	go func() {
+		for range b.N {
+			<-got
+		}
+		close(recv)
+	}()
+	for range b.N {
+		if err := relay.SendActivation(ctx, x.ID(), payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-recv
+	b.StopTimer()
+	return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+}
