@@ -156,6 +156,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	}
 	h.SetStreamHandler(ProtocolAct, s.serveAct)
 	h.SetStreamHandler(ProtocolCtl, s.serveCtl)
+	h.SetStreamHandler(ProtocolBW, s.serveBW)
 
 	if cfg.discovery {
 		if s.disc, err = newDiscoverer(s); err != nil {
@@ -174,6 +175,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	s.goLoop((&rttSampler{h: h, table: s.table, every: cfg.rttInterval, n: cfg.rttPeers, log: log,
 		pinged: map[peer.ID]time.Time{}}).run)
 	s.goLoop(s.relays.run)
+	s.goLoop((&bwProber{h: s, last: map[peer.ID]time.Time{}}).run)
 	s.goLoop(s.keepBootstrap)
 	if s.disc != nil {
 		s.goLoop(s.disc.advertise)

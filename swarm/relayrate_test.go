@@ -3,6 +3,7 @@ package swarm
 import (
 	"context"
 	"errors"
+	"io"
 	"math"
 	"testing"
 	"time"
@@ -211,4 +212,57 @@ func benchOwnServing(b *testing.B, relayRate float64, load bool) float64 {
 	<-recv
 	b.StopTimer()
 	return float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+}
+
+// TestRelayedLinkMeasured: a host measures its relayed link on its own:
+// pings through the relay give the pair's round trip in the RTT matrix,
+// and bandwidth probes give the link's rate, which a relay capped at
+// 2 MiB/s keeps below what the cap allows (the probe less one burst at
+// the cap's pace). A probe of a direct link is not held to it.
+func TestRelayedLinkMeasured(t *testing.T) {
+	const capBps = 2 << 20
+	relay, a, c := relayedPair(t, WithRelayRate(capBps))
+	waitFor(t, 20*time.Second, "relayed link's bandwidth probed and round trip measured", func() bool {
+		p, ok := a.Peers().Get(c.ID())
+		_, inMatrix := a.RTTMatrix().Lookup(a.ID(), c.ID())
+		return ok && p.Bandwidth > 0 && p.Link == LinkRelayed && inMatrix
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bw, err := a.ProbeBandwidth(ctx, c.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ceiling := capBps * float64(ProbeBytes) / float64(ProbeBytes-relayRateBurst)
+	p, _ := a.Peers().Get(c.ID())
+	t.Logf("relayed link: probe %.2f MiB/s, smoothed %.2f MiB/s (cap %.0f MiB/s, ceiling %.2f), rtt %v",
+		bw/(1<<20), p.Bandwidth/(1<<20), float64(capBps)/(1<<20), ceiling/(1<<20), p.RTT)
+	// The probe's time is at least (bytes − burst)/cap, less a round
+	// trip that the subtraction may take off twice over: 10% margin.
+	if bw > 1.1*ceiling || p.Bandwidth > 1.1*ceiling {
+		t.Fatalf("relayed link measured at %.0f B/s (smoothed %.0f), above the relay's cap allows (%.0f)", bw, p.Bandwidth, ceiling)
+	}
+	direct, err := a.ProbeBandwidth(ctx, relay.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("direct link to the relay: %.2f MiB/s", direct/(1<<20))
+}
+
+func TestProbeRefusesOverlong(t *testing.T) {
+	a, b := connectPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := a.Libp2p().NewStream(ctx, b.ID(), ProtocolBW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, ProbeBytes+1)
+	_, werr := st.Write(buf)
+	_ = st.CloseWrite()
+	var ans [8]byte
+	if _, err := io.ReadFull(st, ans[:]); err == nil {
+		t.Fatalf("an overlong probe was answered (%x; write error %v)", ans, werr)
+	}
 }

@@ -17,6 +17,9 @@ const (
 	Ctl protocol.ID = "/strata/ctl/1"
 	// Raft carries hashicorp/raft's RPCs (consensus's transport).
 	Raft protocol.ID = "/strata/raft/1"
+	// BW measures a relayed link's bandwidth: the prober sends a burst
+	// of bytes, the other side counts them and answers.
+	BW protocol.ID = "/strata/bw/1"
 	// DHTPrefix gives the DHT protocol /strata/kad/1.0.0.
 	DHTPrefix protocol.ID = "/strata"
 )

@@ -61,6 +61,9 @@ type (
 		// hole-punched, relayed, or "" when not connected.
 		Link  string  `json:"link"`
 		RTTMs float64 `json:"rtt_ms"`
+		// LinkMBs is the bandwidth measured by probes on a relayed link,
+		// in MB/s; 0 when not measured.
+		LinkMBs float64 `json:"link_mb_per_s,omitempty"`
 		// Simulated: the member serves the simulated engine. A swarm
 		// serves one model (its rendezvous is scoped by the model's
 		// fingerprint), so this is the same for every member.
@@ -172,6 +175,7 @@ func (s *Server) swarmView() swarmJSON {
 	for _, p := range snap.Peers {
 		m := add(p.ID.String())
 		m.Liveness, m.Connected, m.Relayed, m.Link, m.RTTMs = p.Liveness.String(), p.Connected, p.Relayed, string(p.Link), ms(p.RTT)
+		m.LinkMBs = p.Bandwidth / 1e6
 		if len(m.Multiaddrs) == 0 {
 			for _, a := range p.Addrs {
 				m.Multiaddrs = append(m.Multiaddrs, a.String())
