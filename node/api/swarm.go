@@ -34,8 +34,15 @@ type (
 		Forced       bool     `json:"forced"`       // set by configuration, not found out
 		Relays       []string `json:"relays"`       // relays holding a slot for this node
 		RelayService bool     `json:"relay_service"`
-		Unreachable  bool     `json:"unreachable"` // nobody can connect to this node
-		Advice       string   `json:"advice"`
+		// RelayRateMBs caps what the node relays for others, MB/s (0:
+		// no cap); RelayedMB is what it relayed since start, in MB.
+		RelayRateMBs  float64 `json:"relay_rate_mb_per_s"`
+		RelayedMB     float64 `json:"relayed_mb"`
+		RelayCircuits int64   `json:"relay_circuits"`
+		// TCPOnly: no QUIC (swarm key), so hole punches try TCP alone.
+		TCPOnly     bool   `json:"tcp_only"`
+		Unreachable bool   `json:"unreachable"` // nobody can connect to this node
+		Advice      string `json:"advice"`
 	}
 	pendingJSON struct {
 		Map      layers.LayerMap `json:"map"`
@@ -150,7 +157,8 @@ func (s *Server) swarmView() swarmJSON {
 
 	nat := snap.NAT
 	v.NAT = natJSON{Reachability: nat.Reachability, Forced: nat.Forced, Relays: []string{}, RelayService: nat.RelayService,
-		Unreachable: nat.Unreachable, Advice: nat.Advice}
+		Unreachable: nat.Unreachable, Advice: nat.Advice, RelayRateMBs: nat.Relaying.Rate / 1e6,
+		RelayedMB: float64(nat.Relaying.Bytes) / 1e6, RelayCircuits: nat.Relaying.Circuits, TCPOnly: nat.TCPOnly}
 	for _, r := range nat.Relays {
 		v.NAT.Relays = append(v.NAT.Relays, r.String())
 	}
