@@ -2,6 +2,7 @@ package swarm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math"
@@ -291,12 +292,14 @@ func TestRelayedLinkMeasured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ceiling := capBps * float64(ProbeBytes) / float64(ProbeBytes-relayRateBurst)
+	// The relay paces each chunk after writing it, so the first and the
+	// last chunk (a burst each at most) pass unpaced.
+	ceiling := capBps * float64(ProbeBytes) / float64(ProbeBytes-2*relayRateBurst)
 	p, _ := a.Peers().Get(c.ID())
 	t.Logf("relayed link: probe %.2f MiB/s, smoothed %.2f MiB/s (cap %.0f MiB/s, ceiling %.2f), rtt %v",
 		bw/(1<<20), p.Bandwidth/(1<<20), float64(capBps)/(1<<20), ceiling/(1<<20), p.RTT)
-	// The probe's time is at least (bytes − burst)/cap, less a round
-	// trip that the subtraction may take off twice over: 10% margin.
+	// The probe's time is at least (bytes − 2 bursts)/cap; the round
+	// trip it subtracts was measured on an idle stream: 10% margin.
 	if bw > 1.1*ceiling || p.Bandwidth > 1.1*ceiling {
 		t.Fatalf("relayed link measured at %.0f B/s (smoothed %.0f), above the relay's cap allows (%.0f)", bw, p.Bandwidth, ceiling)
 	}
@@ -307,6 +310,8 @@ func TestRelayedLinkMeasured(t *testing.T) {
 	t.Logf("direct link to the relay: %.2f MiB/s", direct/(1<<20))
 }
 
+// TestProbeRefusesOverlong: the probe's answerer reads no more than it
+// allows and was told.
 func TestProbeRefusesOverlong(t *testing.T) {
 	a, b := connectPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -316,11 +321,51 @@ func TestProbeRefusesOverlong(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
-	buf := make([]byte, ProbeBytes+1)
-	_, werr := st.Write(buf)
-	_ = st.CloseWrite()
-	var ans [8]byte
-	if _, err := io.ReadFull(st, ans[:]); err == nil {
-		t.Fatalf("an overlong probe was answered (%x; write error %v)", ans, werr)
+	// A probe that announces more than ProbeBytes gets no answer.
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], ProbeBytes+1)
+	_, _ = st.Write(hdr[:])
+	var ready [1]byte
+	if _, err := io.ReadFull(st, ready[:]); err == nil {
+		t.Fatal("a probe announcing more than ProbeBytes was accepted")
 	}
+	// One that sends more than it announced is not believed.
+	st, err = a.Libp2p().NewStream(ctx, b.ID(), ProtocolBW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
+	binary.BigEndian.PutUint32(hdr[:], 1000)
+	if _, err := st.Write(hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(st, ready[:]); err != nil {
+		t.Fatalf("a well-formed probe header was refused: %v", err)
+	}
+	var fig [8]byte
+	binary.BigEndian.PutUint64(fig[:], math.Float64bits(1e9))
+	if _, err := st.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	var ans [8]byte
+	if _, err := io.ReadFull(st, ans[:]); err != nil || binary.BigEndian.Uint64(ans[:]) != 1000 {
+		t.Fatalf("count of a 1000-byte probe: %x, %v", ans, err)
+	}
+	_, _ = st.Write(append(fig[:], "junk"...))
+	_ = st.CloseWrite()
+	if _, err := st.Read(ans[:]); err == nil {
+		t.Fatal("the stream went on after the answer")
+	}
+	if p, _ := b.Peers().Get(a.ID()); p.Bandwidth != 0 {
+		t.Fatalf("a figure followed by junk was believed: %v", p.Bandwidth)
+	}
+	// A good one is measured on both ends.
+	bw, err := a.ProbeBandwidth(ctx, b.ID())
+	if err != nil || !(bw > 0) {
+		t.Fatalf("probe of a direct link: %v, %v", bw, err)
+	}
+	waitFor(t, 10*time.Second, "the probed end learns the figure", func() bool {
+		p, _ := b.Peers().Get(a.ID())
+		return p.Bandwidth == bw
+	})
 }
