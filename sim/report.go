@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"strings"
 	"text/tabwriter"
 )
@@ -53,6 +54,9 @@ func (r Report) WriteText(w io.Writer) error {
 			return err
 		}
 	}
+	if err := r.writeCauses(w); err != nil {
+		return err
+	}
 	if len(r.Published) > 0 {
 		fmt.Fprintln(w, "\npublished (Helix's simulator) vs simulated (ours), decode tok/s:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -101,6 +105,43 @@ func (r Report) WriteSVG(w io.Writer) error {
 	sb.WriteString("</svg>\n")
 	_, err := io.WriteString(w, sb.String())
 	return err
+}
+
+// writeCauses lists why requests failed and why attempts broke.
+func (r Report) writeCauses(w io.Writer) error {
+	any := false
+	for _, p := range r.Policies {
+		any = any || len(p.FailedByCause) > 0 || len(p.BrokenByCause) > 0
+	}
+	if !any {
+		return nil
+	}
+	fmt.Fprintln(w, "\nfailures by cause (failed for good; attempts broken, each replayed or failed):")
+	for _, p := range r.Policies {
+		if len(p.FailedByCause) == 0 && len(p.BrokenByCause) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  %s: failed %d (%d where another path existed): %s; broken: %s\n", p.Policy, p.Failed,
+			p.FailedWithPath, counts(p.FailedByCause), counts(p.BrokenByCause))
+	}
+	return nil
+}
+
+// counts prints a count map in key order.
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func esc(s string) string {

@@ -175,6 +175,17 @@ type PolicyReport struct {
 	TPOTp99ms   float64 `json:"tpot_p99_ms"`
 	Completed   int     `json:"completed"`
 	Failed      int     `json:"failed"`
+	// FailedByCause splits Failed by why (replays_exhausted,
+	// busy_too_long, no_route, not_replayed, kv_never_fits, or for
+	// Helix's replays the break itself).
+	FailedByCause map[string]int `json:"failed_by_cause"`
+	// FailedWithPath counts the failures that happened while every layer
+	// was served: losses where another path existed.
+	FailedWithPath int `json:"failed_where_path_existed"`
+	// BrokenByCause counts broken attempts (each then replayed or failed)
+	// by cause: node_died, moved, queue_full, queue_timeout,
+	// kv_never_fits, stale_route, no_hop.
+	BrokenByCause map[string]int `json:"attempts_broken_by_cause"`
 
 	swarm      *SwarmResult
 	decodeTokS float64
@@ -202,13 +213,20 @@ type Report struct {
 
 // policyReport folds the parts of one policy (Helix sums sub-clusters).
 func policyReport(name string, parts []Result) PolicyReport {
-	p := PolicyReport{Policy: name}
+	p := PolicyReport{Policy: name, FailedByCause: map[string]int{}, BrokenByCause: map[string]int{}}
 	var ttft50, ttft99, tpot50, tpot99, w float64
 	for _, r := range parts {
 		p.GoodputTokS += r.GoodputTokS
 		p.decodeTokS += r.DecodeTokS
 		p.Completed += r.Completed
 		p.Failed += r.Failed
+		p.FailedWithPath += r.FailedWithPath
+		for k, v := range r.FailedByCause {
+			p.FailedByCause[k] += v
+		}
+		for k, v := range r.BrokenByCause {
+			p.BrokenByCause[k] += v
+		}
 		p.events += r.Events
 		// Latency of a sum of parts: weighted by decode rate (Helix merges
 		// the samples; this is close where parts are alike).

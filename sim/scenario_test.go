@@ -27,7 +27,8 @@ workload:
   poisson_rate_per_s: 0.5
 `
 
-// TestReportJSON checks --json's schema: exactly the keys issue 21 names.
+// TestReportJSON checks --json's schema: the keys issue 21 names, and the
+// failure breakdown added since.
 func TestReportJSON(t *testing.T) {
 	sc, err := ParseScenario(filepath.Join("..", "testdata", "sim", "tiny.yaml"), []byte(tinySwarm))
 	if err != nil {
@@ -52,11 +53,19 @@ func TestReportJSON(t *testing.T) {
 	if len(pols) != 2 {
 		t.Fatalf("%d policies, want 2", len(pols))
 	}
-	want := []string{"completed", "failed", "goodput_tok_s", "policy", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms"}
+	want := []string{"attempts_broken_by_cause", "completed", "failed", "failed_by_cause", "failed_where_path_existed",
+		"goodput_tok_s", "policy", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms"}
 	for _, p := range pols {
 		pm := p.(map[string]any)
 		if got := keys(pm); !reflect.DeepEqual(got, want) {
 			t.Fatalf("policy keys %v, want %v", got, want)
+		}
+		sum := 0.0
+		for _, v := range pm["failed_by_cause"].(map[string]any) {
+			sum += v.(float64)
+		}
+		if sum != pm["failed"].(float64) {
+			t.Fatalf("%v: failed_by_cause sums to %g, failed is %g", pm["policy"], sum, pm["failed"])
 		}
 		if pm["goodput_tok_s"].(float64) <= 0 || pm["completed"].(float64) <= 0 {
 			t.Fatalf("%v served nothing", pm["policy"])

@@ -264,10 +264,10 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		if r.At > spec.Duration {
 			break
 		}
-		q := &query{input: r.Input, output: r.Output}
+		q := &query{input: r.Input, output: r.Output, blame: -1}
 		s.schedule(&event{at: spec.StartS + r.At, kind: evCallback, fn: func() {
 			s.stats.issued++
-			w.issueRetry(q, s.now, s.now)
+			w.issueRetry(q, s.now, s.now, spec.Timing.ClientTimeoutS)
 		}})
 	}
 	if w.view != nil {
@@ -490,7 +490,11 @@ func (w *world) serve(i int, r layers.Range) {
 func (w *world) stopServing(i int) {
 	if w.serving[i] {
 		w.serving[i] = false
-		w.s.kill(i)
+		c := causeMoved
+		if !w.up[i] {
+			c = causeDied
+		}
+		w.s.kill(i, c)
 		w.changed()
 	}
 }
@@ -911,7 +915,7 @@ func (w *world) parallaxRebootstrap() {
 			continue
 		}
 		if w.serving[i] && r == w.rng[i] {
-			w.s.kill(i) // executors restart: in-flight lost
+			w.s.kill(i, causeMoved) // executors restart: in-flight lost
 			w.s.revive(i, r.Start, r.End)
 			continue
 		}
@@ -967,7 +971,14 @@ func (w *world) route(q *query) ([]routing.Hop, bool) {
 	switch w.policy {
 	case "strata":
 		now := w.epoch.Add(time.Duration(w.s.now * float64(time.Second)))
-		p, err := w.router.Route(m, w.view, routing.Request{PromptTokens: q.input, MaxTokens: q.output, Seed: uint64(q.id)}, now)
+		req := routing.Request{PromptTokens: q.input, MaxTokens: q.output, Seed: uint64(q.id), Avoid: q.avoid}
+		p, err := w.router.Route(m, w.view, req, now)
+		if err != nil && len(q.avoid) > len(q.hard) {
+			// Hops given up on may serve again; as the entry does, fall
+			// back to avoiding only those the session can never fit.
+			req.Avoid = q.hard
+			p, err = w.router.Route(m, w.view, req, now)
+		}
 		if err != nil {
 			return nil, false
 		}
@@ -1082,11 +1093,19 @@ func (w *world) hop(*Sim, *query, int) (int32, bool) { return -1, false }
 func (w *world) observe(*Sim, *iter, int)            {}
 func (w *world) finish(*Sim, *query)                 {}
 
-// maxReplays is node.DefaultMaxReplays: the entry gives a session up after
-// this many replays.
-const maxReplays = 16
+// The real entry's limits (node.DefaultMaxReplays, node.DefaultRepairWait).
+const (
+	maxReplays = 16
+	repairWait = 30.0
+)
 
 // lost is the client's reaction to a query a failure or a refusal broke.
+// Strata's follows node/entry.go: a busy hop (admission FIFO full, or the
+// queue timeout) is backed off from and retried without spending a
+// replay, within the repair wait from the first busy answer; a draining
+// hop (a move) is left at once, counted as a replay but not checked
+// against the cap; anything else is a replay, up to the cap. Every blamed
+// hop is avoided by later routes while another path exists.
 func (w *world) lost(q *query) {
 	s := w.s
 	// The client saw which hop failed: Petals clients ban it for a while.
@@ -1096,37 +1115,101 @@ func (w *world) lost(q *query) {
 			w.pathOK = false
 		}
 	}
-	switch {
-	case w.policy == "parallax",
+	if w.policy == "parallax" ||
 		// Petals' replay fails once the session has generated tokens (a
 		// position assertion since v2.0, ANCHORS.md).
-		w.policy == "petals" && q.prior+q.decodes > 0,
-		q.retries >= maxReplays:
-		s.stats.failed++
+		w.policy == "petals" && q.prior+q.decodes > 0 {
+		w.failFor(q, FailNotReplayed)
+		return
+	}
+	c := q.cause
+	delay, counted, wait := 0.05, true, w.spec.Timing.ClientTimeoutS
+	if w.policy == "strata" {
+		wait = repairWait
+		switch {
+		case c.busy():
+			if q.busy == 0 {
+				q.busySince = s.now
+			}
+			q.busy++
+			if s.now-q.busySince > repairWait {
+				w.failFor(q, FailBusyTooLong)
+				return
+			}
+			delay = min(0.01*float64(int(1)<<min(q.busy, 7)), 1)
+			counted = false
+		case c == causeMoved:
+		case q.retries >= maxReplays:
+			w.failFor(q, FailReplaysExhausted)
+			return
+		}
+		if q.blame >= 0 {
+			id := w.spec.Nodes[q.blame].ID
+			if c == causeNoKV && !containsStr(q.hard, id) {
+				q.hard = append(q.hard, id)
+			}
+			if !containsStr(q.avoid, id) {
+				q.avoid = append(q.avoid, id)
+			}
+		}
+	} else if q.retries >= maxReplays {
+		w.failFor(q, FailReplaysExhausted)
 		return
 	}
 	// Client replay: resend the prompt and what was generated, for the rest.
 	s.stats.retried++
 	nq := &query{input: q.input + q.decodes, output: q.output - q.decodes, prior: q.prior + q.decodes,
-		retries: q.retries + 1}
+		retries: q.retries, busy: q.busy, busySince: q.busySince, avoid: q.avoid, hard: q.hard, blame: -1}
+	if counted {
+		nq.retries++
+	}
 	arrival := q.arrival
-	s.schedule(&event{at: s.now + 0.05, kind: evCallback, fn: func() { w.issueRetry(nq, arrival, s.now) }})
+	s.schedule(&event{at: s.now + delay, kind: evCallback, fn: func() { w.issueRetry(nq, arrival, s.now, wait) }})
 }
 
-// issueRetry starts a replayed or unroutable query, waiting for a route
-// while the client's timeout allows.
-func (w *world) issueRetry(q *query, arrival, since float64) {
+// failFor ends a request for good.
+func (w *world) failFor(q *query, why string) {
+	s := w.s
+	s.stats.failed++
+	s.stats.fail(why)
+	if w.covered {
+		s.stats.failedWithPath++
+	}
+}
+
+func containsStr(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// issueRetry starts a new or replayed query, waiting for a route while
+// the client's wait allows: a fresh request's client retries every
+// second (the entry answers Retry-After: 1), a replay polls as the
+// entry's reroute does.
+func (w *world) issueRetry(q *query, arrival, since, wait float64) {
 	s := w.s
 	q.id = s.nextID
 	s.nextID++
 	q.arrival = arrival
 	if !w.admit(s, q) {
-		if s.now-since > w.spec.Timing.ClientTimeoutS {
-			s.stats.failed++
+		if s.now-since > wait {
+			why := FailNoRoute
+			if len(q.hard) > 0 && w.covered {
+				why = FailNoKV
+			}
+			w.failFor(q, why)
 			return
 		}
 		q.route, q.ranLayers, q.hopEnd = nil, nil, nil
-		s.schedule(&event{at: s.now + 1, kind: evCallback, fn: func() { w.issueRetry(q, arrival, since) }})
+		poll := 1.0
+		if q.retries+q.busy > 0 {
+			poll = 0.05
+		}
+		s.schedule(&event{at: s.now + poll, kind: evCallback, fn: func() { w.issueRetry(q, arrival, since, wait) }})
 		return
 	}
 	it := &iter{q: q, prompt: true, tokens: q.input, issued: s.now}
