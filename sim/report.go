@@ -27,7 +27,7 @@ func (r Report) WriteText(w io.Writer) error {
 	if r.hasSwarm() {
 		fmt.Fprintln(w, "\nchurn and control plane:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "policy\tdeaths\tjoins\tretried\tincomplete coverage s\tmoves\tGB loaded\trecoveries (lost coverage)\trecovery p50 s\trecovery max s\tevents/s\t")
+		fmt.Fprintln(tw, "policy\tdeaths\tjoins\tretried\tincomplete coverage s\tmoves\tGB loaded\trecoveries (lost coverage)\trecovery p50 s\trecovery max s\tleader decisions\tevents/s\t")
 		for _, p := range r.Policies {
 			sw := p.swarm
 			if sw == nil {
@@ -47,8 +47,12 @@ func (r Report) WriteText(w io.Writer) error {
 			if len(lost) == 0 {
 				p50 = 0
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%d\t%.0f\t%d of %d\t%.1f\t%.1f\t%.0f\t\n", p.Policy, sw.Deaths, sw.Joins, sw.Retried,
-				sw.IncompleteS, sw.Moves, sw.BytesLoaded/1e9, len(lost), len(sw.Recoveries), p50, mx, sw.EventsPerSec)
+				dec := "-"
+			if sw.LeaderDecisions > 0 {
+				dec = fmt.Sprintf("%d (%d errors, %d stalls)", sw.LeaderDecisions, sw.LeaderErrors, sw.LeaderStalls)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%d\t%.0f\t%d of %d\t%.1f\t%.1f\t%s\t%.0f\t\n", p.Policy, sw.Deaths, sw.Joins, sw.Retried,
+				sw.IncompleteS, sw.Moves, sw.BytesLoaded/1e9, len(lost), len(sw.Recoveries), p50, mx, dec, sw.EventsPerSec)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -123,13 +123,16 @@ type SwarmResult struct {
 	BytesLoaded   float64   // weights loaded after the start
 	Recoveries    []float64 // per failure: seconds until every layer was served again (0: never lost)
 	Deaths, Joins int
-	EventsPerSec  float64 // wall-clock events per second of this run
-	Wall          time.Duration
+	// LeaderDecisions counts consensus.Decide calls (Strata),
+	// LeaderStalls rounds without a quorum, LeaderErrors decisions that
+	// returned an error.
+	LeaderDecisions, LeaderStalls, LeaderErrors int
+	EventsPerSec                                float64 // wall-clock events per second of this run
+	Wall                                        time.Duration
 }
 
 // world is one policy's swarm: the engine plus the control plane the
-// policy reacts with. Strata's leader decisions are all in leader*
-// methods so they can later call the consensus package's pure function.
+// policy reacts with (Strata's is consensus.Decide, leader.go).
 type world struct {
 	s      *Sim
 	spec   SwarmSpec
@@ -164,6 +167,7 @@ type world struct {
 	servMap  layers.LayerMap
 	mapDirty bool
 
+	lead     *leader // Strata's control plane: consensus.Decide
 	covered  bool
 	lostAt   []float64 // open recoveries: when coverage was lost
 	incStart float64
@@ -280,14 +284,6 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		}
 		beat()
 	}
-	if policy == "strata" && spec.Timing.RebalanceS > 0 {
-		var rb func()
-		rb = func() {
-			w.leaderRebalance()
-			s.schedule(&event{at: s.now + spec.Timing.RebalanceS, kind: evCallback, fn: rb})
-		}
-		s.schedule(&event{at: spec.Timing.RebalanceS, kind: evCallback, fn: rb})
-	}
 	if policy == "petals" {
 		var check func()
 		check = func() {
@@ -316,6 +312,9 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	}
 	w.res.Result = s.result()
 	w.res.Retried, w.res.Rejected = s.stats.retried, s.stats.rejected
+	if w.lead != nil {
+		w.res.LeaderDecisions, w.res.LeaderStalls, w.res.LeaderErrors = w.lead.Decisions, w.lead.Stalls, w.lead.Errors
+	}
 	if w.res.Wall > 0 {
 		w.res.EventsPerSec = float64(s.fired) / w.res.Wall.Seconds()
 	}
@@ -416,6 +415,12 @@ func (w *world) start(ctx context.Context) error {
 			init = append(init, i)
 			w.up[i], w.known[i] = true, true
 		}
+	}
+	if w.policy == "strata" {
+		// The leader's decisions place them: joins, the first map, its
+		// warmup and commit.
+		w.startLeader(init)
+		return nil
 	}
 	lm, err := w.plan(ctx, init)
 	if err != nil {
@@ -620,7 +625,11 @@ func (w *world) nodeDown(i int) {
 	var detect float64
 	switch w.policy {
 	case "strata":
-		detect = w.spec.Timing.DeadAfterS
+		if w.lead.self == i {
+			w.leaderDied()
+		}
+		w.s.schedule(&event{at: w.s.now + w.spec.Timing.DeadAfterS, kind: evCallback, fn: func() { w.peerDead(i) }})
+		return
 	case "petals":
 		detect = 240 // DHT expiry
 	case "parallax":
@@ -635,8 +644,6 @@ func (w *world) detected(i int) {
 	}
 	w.known[i] = false
 	switch w.policy {
-	case "strata":
-		w.leaderRepair(i)
 	case "petals":
 		// The DHT forgets it; servers' rebalance checks see the gap.
 		w.petalsRebalance()
@@ -654,134 +661,13 @@ func (w *world) nodeUp(i int) {
 	w.res.Joins++
 	switch w.policy {
 	case "strata":
-		w.s.schedule(&event{at: w.s.now + w.spec.Timing.HeartbeatS, kind: evCallback, fn: func() { w.leaderJoin(i) }})
+		w.s.schedule(&event{at: w.s.now + w.spec.Timing.HeartbeatS, kind: evCallback, fn: func() { w.strataUp(i) }})
 	case "petals":
 		delay := 10 * w.rand.Float64() // Petals joiners wait 0–10 s
 		w.s.schedule(&event{at: w.s.now + delay, kind: evCallback, fn: func() { w.petalsJoin(i) }})
 	case "parallax":
 		// A joiner waits in standby for the next allocation.
 		w.known[i] = true
-	}
-}
-
-// leaderRepair is the leader's reaction to a dead member: layers.Repair,
-// then make-before-break loads of the moved nodes.
-func (w *world) leaderRepair(i int) {
-	members := append(w.members(), i)
-	f, err := w.fleet(members)
-	if err != nil {
-		return
-	}
-	next, moves, err := layers.NewPlanner().Repair(f, w.committed, w.spec.Nodes[i].ID)
-	if err == nil {
-		w.committed = next
-		w.apply(moves)
-		return
-	}
-	// Repair alone cannot close the gap: plan the members afresh, seeded
-	// with what runs, and migrate make-before-break.
-	w.leaderReplan()
-}
-
-// leaderReplan plans the live members from the committed map and runs
-// the moves in OrderMoves' steps.
-func (w *world) leaderReplan() {
-	members := w.members()
-	f, err := w.fleet(members)
-	if err != nil {
-		return
-	}
-	from := w.committed
-	for _, st := range from.Stages {
-		if j := w.idx[st.Node]; !w.known[j] {
-			from = from.Without(st.Node)
-		}
-	}
-	p, err := layers.NewPlanner(layers.WithSeeds(from)).Full(f, from.Epoch+1)
-	if err != nil && len(p.Map.Stages) == 0 {
-		return
-	}
-	moves := layers.Diff(w.model, from, p.Map)
-	steps, err := layers.OrderMoves(f, from, moves)
-	if err != nil {
-		steps = [][]layers.Move{moves} // a gap is open anyway: load everything now
-	}
-	w.committed = p.Map
-	w.runSteps(steps)
-}
-
-// runSteps runs migration steps in order, each after the previous one's
-// loads finish: make before break.
-func (w *world) runSteps(steps [][]layers.Move) {
-	var step func(k int)
-	step = func(k int) {
-		if k >= len(steps) {
-			return
-		}
-		longest := 0.0
-		for _, mv := range steps[k] {
-			j, ok := w.idx[mv.Node]
-			if !ok || !w.up[j] {
-				continue
-			}
-			if mv.To.Empty() {
-				w.stopServing(j)
-				continue
-			}
-			w.load(j, mv.To, true, false)
-			longest = math.Max(longest, mv.LoadBytes/w.spec.Timing.DiskBytesPerS)
-		}
-		w.s.schedule(&event{at: w.s.now + longest, kind: evCallback, fn: func() { step(k + 1) }})
-	}
-	step(0)
-}
-
-// leaderJoin places a member that announced itself: layers.Join.
-func (w *world) leaderJoin(i int) {
-	if !w.up[i] {
-		return
-	}
-	w.known[i] = true
-	f, err := w.fleet(w.members())
-	if err != nil {
-		return
-	}
-	id := w.spec.Nodes[i].ID
-	r, err := layers.NewPlanner().Join(f, w.committed, id)
-	if err != nil {
-		return
-	}
-	w.committed = w.committed.With(id, r)
-	w.committed.Epoch++
-	w.load(i, r, true, false)
-}
-
-// leaderRebalance asks layers.Rebalance and runs its steps in order, each
-// after the previous one's loads: make before break.
-func (w *world) leaderRebalance() {
-	f, err := w.fleet(w.members())
-	if err != nil {
-		return
-	}
-	rb, err := layers.NewPlanner().Rebalance(f, w.committed, layers.RebalanceOptions{})
-	if err != nil || !rb.Move {
-		return
-	}
-	w.committed = rb.To
-	w.runSteps(rb.Steps)
-}
-
-func (w *world) apply(moves []layers.Move) {
-	for _, mv := range moves {
-		j, ok := w.idx[mv.Node]
-		if !ok || !w.up[j] {
-			continue
-		}
-		if mv.To.Empty() {
-			w.stopServing(j)
-			continue
-		}
-		w.load(j, mv.To, true, false)
 	}
 }
 
