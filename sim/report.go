@@ -47,7 +47,7 @@ func (r Report) WriteText(w io.Writer) error {
 			if len(lost) == 0 {
 				p50 = 0
 			}
-				dec := "-"
+			dec := "-"
 			if sw.LeaderDecisions > 0 {
 				dec = fmt.Sprintf("%d (%d errors, %d stalls)", sw.LeaderDecisions, sw.LeaderErrors, sw.LeaderStalls)
 			}
