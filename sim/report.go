@@ -15,8 +15,8 @@ func (r Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tdecode tok/s\tgoodput tok/s\tTTFT p50 ms\tTTFT p99 ms\tTPOT p50 ms\tTPOT p99 ms\tcompleted\tfailed\tevents\t")
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%d\t%d\t\n", p.Policy, p.decodeTokS, p.GoodputTokS,
-			p.TTFTp50ms, p.TTFTp99ms, p.TPOTp50ms, p.TPOTp99ms, p.Completed, p.Failed, p.events)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", p.Policy, p.decodeTokS, p.GoodputTokS,
+			ms(p.TTFTp50ms), ms(p.TTFTp99ms), ms(p.TPOTp50ms), ms(p.TPOTp99ms), p.Completed, p.Failed, p.events)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -109,6 +109,14 @@ func (r Report) WriteSVG(w io.Writer) error {
 	sb.WriteString("</svg>\n")
 	_, err := io.WriteString(w, sb.String())
 	return err
+}
+
+// ms prints a latency: whole milliseconds, tenths below 100 ms.
+func ms(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 // writeCauses lists why requests failed and why attempts broke.

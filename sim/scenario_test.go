@@ -98,6 +98,8 @@ func TestParseScenarioErrors(t *testing.T) {
 		"two workloads": "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4}]\nworkload: {poisson_rate_per_s: 1, helix_stream_rate: 700}\n",
 		"no workload":   "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4}]\n",
 		"bad group":     "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 0}]\nworkload: {poisson_rate_per_s: 1}\n",
+		"bad load":      "name: x\nsynthetic_model: {layers: 8, dim: 16}\nduration_s: 10\nnodes: [{name: a, gpu: cpu, max_layers: 8}]\nworkload: {testnet_load: {clients: 0, rate: 1, prompts: 1, prompt_tokens: 1, max_tokens: 1}}\n",
+		"named group":   "name: x\nsynthetic_model: {layers: 8, dim: 16}\nduration_s: 10\nnodes: [{name: a, count: 2, gpu: cpu, max_layers: 8}]\nworkload: {poisson_rate_per_s: 1}\n",
 		"bad warmup":    "name: x\ndata: d\nmodel: m\nduration_s: 10\nwarmup_s: 10\nnodes: [{count: 1, gpu: t4}]\nworkload: {poisson_rate_per_s: 1}\n",
 		"bad relayed":   "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4, relayed_fraction: 2}]\nworkload: {poisson_rate_per_s: 1}\n",
 	} {
@@ -164,4 +166,41 @@ func FuzzParseScenario(f *testing.F) {
 			t.Fatalf("accepted an empty scenario: %+v", sc)
 		}
 	})
+}
+
+// TestTestnetScenario runs the simulated twin of the testnet's steady-5:
+// every request the testnet's arrival draw makes completes, and the
+// per-token latency is the path's: three messages and eight layers.
+func TestTestnetScenario(t *testing.T) {
+	path := filepath.Join("..", "testdata", "sim", "testnet-steady-5.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ParseScenario(path, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := sc.SwarmSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Requests) == 0 || spec.Clients != sc.Workload.TestnetLoad.Clients {
+		t.Fatalf("%d requests, %d clients", len(spec.Requests), spec.Clients)
+	}
+	res, err := RunSwarm(context.Background(), spec, "strata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != len(spec.Requests) || res.Failed != 0 {
+		t.Fatalf("completed %d failed %d of %d", res.Completed, res.Failed, len(spec.Requests))
+	}
+	m := sc.SyntheticModel
+	path3 := 3*sc.Network.InRegion.LatencyMS + float64(m.Layers)*m.LayerMS
+	if got := res.TPOTp50 * 1e3; got < path3 || got > 1.2*path3 {
+		t.Fatalf("per-token p50 %.3f ms, path %.3f ms", got, path3)
+	}
+	if got := res.TTFTp50 * 1e3; got < sc.Timing.EntrySetupMS {
+		t.Fatalf("TTFT p50 %.3f ms below the entry's setup %.3f ms", got, sc.Timing.EntrySetupMS)
+	}
 }

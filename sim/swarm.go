@@ -18,7 +18,10 @@ import (
 // SwarmNode is one machine of a swarm scenario.
 type SwarmNode struct {
 	ID      string
-	GPU     string // a Helix machine type: a100, l4, t4, v100, l4x2, t4x2, t4x4
+	GPU     string // a Helix machine type: a100, l4, t4, v100, l4x2, t4x2, t4x4 (cpu: synthetic)
+	// MaxLayers caps the machine's range (synthetic models; Helix's
+	// machines take theirs from gpus.csv).
+	MaxLayers int
 	Region  string
 	Relayed bool
 	// JoinAt is when the machine first starts (0: at the start, placed by
@@ -56,6 +59,10 @@ type Timing struct {
 	// ClientTimeoutS is how long a client keeps retrying a request that
 	// finds no route before it gives up.
 	ClientTimeoutS float64 `yaml:"client_timeout_s"`
+	// EntrySetupMS is the entry's time to start an attempt before its
+	// prefill leaves: the API call, tokenizing, routing, opening the
+	// hops' sessions (what the testnet's TTFT holds beyond the path).
+	EntrySetupMS float64 `yaml:"entry_setup_ms"`
 }
 
 func (t Timing) withDefaults() Timing {
@@ -96,6 +103,12 @@ type ScriptedChange struct {
 type SwarmSpec struct {
 	Dir      string // Helix reference data (profiles)
 	Model    string // llama2_70b or llama1_30b
+	// Synthetic, when set, replaces Dir and Model: a testnet-like model
+	// with a fixed layer time.
+	Synthetic *SyntheticModel
+	// Clients, when positive, caps the requests in flight: an arrival
+	// waits for a free client, as the testnet's load does.
+	Clients int
 	Nodes    []SwarmNode
 	Net      Network
 	Timing   Timing
@@ -139,7 +152,7 @@ type world struct {
 	policy string
 	model  layers.ModelSpec
 	pnodes []layers.Node // planner view of every machine
-	prof   []Profile
+	prof   []LayerTimer
 	gpu    []string
 	maxL   []int
 	kvTab  map[string][]int64
@@ -168,6 +181,8 @@ type world struct {
 	mapDirty bool
 
 	lead     *leader // Strata's control plane: consensus.Decide
+	inflight int      // requests started and not ended
+	waiting  []*query // arrivals waiting for a free client
 	covered  bool
 	lostAt   []float64 // open recoveries: when coverage was lost
 	incStart float64
@@ -179,55 +194,14 @@ func (w *world) layerBytes() float64 { return w.model.LayerWeightBytes() }
 // RunSwarm runs one policy on a swarm spec.
 func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, error) {
 	spec.Timing = spec.Timing.withDefaults()
-	m, err := plannerModel(spec.Model)
-	if err != nil {
-		return SwarmResult{}, err
-	}
-	wire, err := modelWire(spec.Dir, spec.Model)
-	if err != nil {
-		return SwarmResult{}, err
-	}
-	maxL, err := maxLayers(spec.Dir, spec.Model)
-	if err != nil {
-		return SwarmResult{}, err
-	}
-	w := &world{spec: spec, policy: policy, model: m, idx: map[string]int{},
+	w := &world{spec: spec, policy: policy, idx: map[string]int{},
 		kvTab: map[string][]int64{}, capTab: map[string][]Caps{},
 		rand:  rand.New(rand.NewPCG(spec.Seed, 0x51a)),
 		epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	w.res.Policy = policy
-	profiles := map[string]Profile{}
-	c := Cluster{Model: wire}
-	for i, n := range spec.Nodes {
-		gpu := strings.ToLower(n.GPU)
-		p, ok := profiles[gpu]
-		if !ok {
-			if p, err = LoadProfile(spec.Dir, spec.Model, gpu); err != nil {
-				return SwarmResult{}, err
-			}
-			profiles[gpu] = p
-			if err := w.loadTables(gpu); err != nil {
-				return SwarmResult{}, err
-			}
-		}
-		h, err := helixHardware(gpu)
-		if err != nil {
-			return SwarmResult{}, err
-		}
-		ml := maxL[gpu]
-		if ml == 0 {
-			return SwarmResult{}, fmt.Errorf("%w: no layer cap for %q", ErrBadData, n.GPU)
-		}
-		w.pnodes = append(w.pnodes, layers.Node{ID: n.ID, Hardware: h, Region: n.Region, MaxLayers: ml})
-		w.prof = append(w.prof, p)
-		w.gpu = append(w.gpu, gpu)
-		w.maxL = append(w.maxL, ml)
-		if _, dup := w.idx[n.ID]; dup {
-			return SwarmResult{}, fmt.Errorf("%w: node %q twice", ErrScenario, n.ID)
-		}
-		w.idx[n.ID] = i
-		c.Nodes = append(c.Nodes, NodeSpec{Name: n.ID, GPU: n.GPU, First: 0, End: 1, Timer: p,
-			Caps: w.capTab[gpu][0], KVCapacity: w.kvTab[gpu][0], NICIn: 1e10, NICOut: 1e10})
+	c, err := w.machines()
+	if err != nil {
+		return SwarmResult{}, err
 	}
 	all := make([]int, len(spec.Nodes))
 	for i := range all {
@@ -255,7 +229,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	}
 	s.onLost = w.lost
 	if policy == "strata" {
-		if w.router, err = routing.New(routing.WithModel(m)); err != nil {
+		if w.router, err = routing.New(routing.WithModel(w.model)); err != nil {
 			return SwarmResult{}, err
 		}
 		w.view = routing.NewView()
@@ -271,9 +245,10 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		q := &query{input: r.Input, output: r.Output, blame: -1}
 		s.schedule(&event{at: spec.StartS + r.At, kind: evCallback, fn: func() {
 			s.stats.issued++
-			w.issueRetry(q, s.now, s.now, spec.Timing.ClientTimeoutS)
+			w.arrive(q)
 		}})
 	}
+	s.onDone = func(*query) { w.release() }
 	if w.view != nil {
 		var beat func()
 		beat = func() {
@@ -319,6 +294,86 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		w.res.EventsPerSec = float64(s.fired) / w.res.Wall.Seconds()
 	}
 	return w.res, nil
+}
+
+// machines builds the planner's and the engine's view of every machine,
+// from Helix's profiles or from a synthetic model.
+func (w *world) machines() (Cluster, error) {
+	spec := w.spec
+	var (
+		wire  ModelWire
+		maxL  map[string]int
+		timer LayerTimer
+		err   error
+	)
+	if sm := spec.Synthetic; sm != nil {
+		if err := sm.validate(); err != nil {
+			return Cluster{}, err
+		}
+		if w.model, err = sm.spec(); err != nil {
+			return Cluster{}, err
+		}
+		wire, timer = sm.wire(), sm.timer()
+		w.capTab["cpu"], w.kvTab["cpu"] = []Caps{sm.caps()}, []int64{1 << 40}
+	} else {
+		if w.model, err = plannerModel(spec.Model); err != nil {
+			return Cluster{}, err
+		}
+		if wire, err = modelWire(spec.Dir, spec.Model); err != nil {
+			return Cluster{}, err
+		}
+		if maxL, err = maxLayers(spec.Dir, spec.Model); err != nil {
+			return Cluster{}, err
+		}
+	}
+	profiles := map[string]Profile{}
+	c := Cluster{Model: wire}
+	for i, n := range spec.Nodes {
+		gpu := strings.ToLower(n.GPU)
+		var (
+			t  LayerTimer
+			h  layers.Hardware
+			ml int
+		)
+		if spec.Synthetic != nil {
+			if gpu != "cpu" || n.MaxLayers <= 0 {
+				return Cluster{}, fmt.Errorf("%w: node %q of a synthetic model needs gpu cpu and max_layers", ErrScenario, n.ID)
+			}
+			t, h, ml = timer, cpuHardware, min(n.MaxLayers, w.model.Layers)
+		} else {
+			p, ok := profiles[gpu]
+			if !ok {
+				if p, err = LoadProfile(spec.Dir, spec.Model, gpu); err != nil {
+					return Cluster{}, err
+				}
+				profiles[gpu] = p
+				if err := w.loadTables(gpu); err != nil {
+					return Cluster{}, err
+				}
+			}
+			if h, err = helixHardware(gpu); err != nil {
+				return Cluster{}, err
+			}
+			t, ml = p, maxL[gpu]
+			if n.MaxLayers > 0 {
+				ml = min(ml, n.MaxLayers)
+			}
+		}
+		if ml == 0 {
+			return Cluster{}, fmt.Errorf("%w: no layer cap for %q", ErrBadData, n.GPU)
+		}
+		w.pnodes = append(w.pnodes, layers.Node{ID: n.ID, Hardware: h, Region: n.Region, MaxLayers: ml})
+		w.prof = append(w.prof, t)
+		w.gpu = append(w.gpu, gpu)
+		w.maxL = append(w.maxL, ml)
+		if _, dup := w.idx[n.ID]; dup {
+			return Cluster{}, fmt.Errorf("%w: node %q twice", ErrScenario, n.ID)
+		}
+		w.idx[n.ID] = i
+		c.Nodes = append(c.Nodes, NodeSpec{Name: n.ID, GPU: n.GPU, First: 0, End: 1, Timer: t,
+			Caps: w.capTab[gpu][0], KVCapacity: w.kvTab[gpu][0], NICIn: 1e10, NICOut: 1e10})
+	}
+	return c, nil
 }
 
 func (w *world) loadTables(gpu string) error {
@@ -1053,9 +1108,31 @@ func (w *world) lost(q *query) {
 	s.schedule(&event{at: s.now + delay, kind: evCallback, fn: func() { w.issueRetry(nq, arrival, s.now, wait) }})
 }
 
+// arrive starts a request, or queues it for a free client.
+func (w *world) arrive(q *query) {
+	if w.spec.Clients > 0 && w.inflight >= w.spec.Clients {
+		w.waiting = append(w.waiting, q)
+		return
+	}
+	w.inflight++
+	// Latency counts from when a client sends it, as the testnet's does.
+	w.issueRetry(q, w.s.now, w.s.now, w.spec.Timing.ClientTimeoutS)
+}
+
+// release: a request ended; its client takes the next waiting one.
+func (w *world) release() {
+	w.inflight--
+	if len(w.waiting) > 0 {
+		q := w.waiting[0]
+		w.waiting = w.waiting[1:]
+		w.arrive(q)
+	}
+}
+
 // failFor ends a request for good.
 func (w *world) failFor(q *query, why string) {
 	s := w.s
+	defer w.release()
 	s.stats.failed++
 	s.stats.fail(why)
 	if w.covered {
@@ -1099,5 +1176,13 @@ func (w *world) issueRetry(q *query, arrival, since, wait float64) {
 		return
 	}
 	it := &iter{q: q, prompt: true, tokens: q.input, issued: s.now}
+	if d := w.spec.Timing.EntrySetupMS / 1e3; d > 0 {
+		s.schedule(&event{at: s.now + d, kind: evCallback, fn: func() {
+			if !q.failed {
+				s.depart(it, Source)
+			}
+		}})
+		return
+	}
 	s.depart(it, Source)
 }
