@@ -24,18 +24,18 @@ type Scenario struct {
 
 	// A swarm run: machines, network, workload, churn, timings. Data is
 	// the Helix reference directory the profiles and lengths come from.
-	Data      string      `yaml:"data"`
-	Model     string      `yaml:"model"`
+	Data  string `yaml:"data"`
+	Model string `yaml:"model"`
 	// SyntheticModel replaces data and model: a testnet-like model.
 	SyntheticModel *SyntheticModel `yaml:"synthetic_model"`
-	DurationS float64     `yaml:"duration_s"`
-	WarmUpS   float64     `yaml:"warmup_s"`
-	StartS    float64     `yaml:"start_s"`
-	Nodes     []NodeGroup `yaml:"nodes"`
-	Network   Network     `yaml:"network"`
-	Workload  Workload    `yaml:"workload"`
-	Churn     Churn       `yaml:"churn"`
-	Timing    Timing      `yaml:"timing"`
+	DurationS      float64         `yaml:"duration_s"`
+	WarmUpS        float64         `yaml:"warmup_s"`
+	StartS         float64         `yaml:"start_s"`
+	Nodes          []NodeGroup     `yaml:"nodes"`
+	Network        Network         `yaml:"network"`
+	Workload       Workload        `yaml:"workload"`
+	Churn          Churn           `yaml:"churn"`
+	Timing         Timing          `yaml:"timing"`
 
 	dir string // the scenario file's directory, for relative paths
 }

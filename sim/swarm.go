@@ -17,13 +17,13 @@ import (
 
 // SwarmNode is one machine of a swarm scenario.
 type SwarmNode struct {
-	ID      string
-	GPU     string // a Helix machine type: a100, l4, t4, v100, l4x2, t4x2, t4x4 (cpu: synthetic)
+	ID  string
+	GPU string // a Helix machine type: a100, l4, t4, v100, l4x2, t4x2, t4x4 (cpu: synthetic)
 	// MaxLayers caps the machine's range (synthetic models; Helix's
 	// machines take theirs from gpus.csv).
 	MaxLayers int
-	Region  string
-	Relayed bool
+	Region    string
+	Relayed   bool
 	// JoinAt is when the machine first starts (0: at the start, placed by
 	// the initial plan); later machines join through the policy's join.
 	JoinAt float64
@@ -101,14 +101,14 @@ type ScriptedChange struct {
 
 // SwarmSpec is everything a swarm run needs.
 type SwarmSpec struct {
-	Dir      string // Helix reference data (profiles)
-	Model    string // llama2_70b or llama1_30b
+	Dir   string // Helix reference data (profiles)
+	Model string // llama2_70b or llama1_30b
 	// Synthetic, when set, replaces Dir and Model: a testnet-like model
 	// with a fixed layer time.
 	Synthetic *SyntheticModel
 	// Clients, when positive, caps the requests in flight: an arrival
 	// waits for a free client, as the testnet's load does.
-	Clients int
+	Clients  int
 	Nodes    []SwarmNode
 	Net      Network
 	Timing   Timing
@@ -180,7 +180,7 @@ type world struct {
 	servMap  layers.LayerMap
 	mapDirty bool
 
-	lead     *leader // Strata's control plane: consensus.Decide
+	lead     *leader  // Strata's control plane: consensus.Decide
 	inflight int      // requests started and not ended
 	waiting  []*query // arrivals waiting for a free client
 	covered  bool
