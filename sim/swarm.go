@@ -86,10 +86,13 @@ type Churn struct {
 	// MedianSessionS > 0 draws every machine's up-times from a lognormal
 	// with this median and shape Sigma (heavy-tailed), and its down-times
 	// from an exponential of mean MeanDowntimeS.
-	MedianSessionS float64          `yaml:"median_session_s"`
-	Sigma          float64          `yaml:"sigma"`
-	MeanDowntimeS  float64          `yaml:"mean_downtime_s"`
-	Script         []ScriptedChange `yaml:"script"`
+	MedianSessionS float64 `yaml:"median_session_s"`
+	Sigma          float64 `yaml:"sigma"`
+	MeanDowntimeS  float64 `yaml:"mean_downtime_s"`
+	// StartS is when the drawn sessions start: a swarm that formed (its
+	// first map committed) before the churn began.
+	StartS float64          `yaml:"start_s"`
+	Script []ScriptedChange `yaml:"script"`
 }
 
 // ScriptedChange kills or starts a machine at a given time.
@@ -624,18 +627,20 @@ func (w *world) scheduleChurn() {
 		if ch.MedianSessionS <= 0 {
 			continue
 		}
-		t := n.JoinAt
+		t := max(n.JoinAt, ch.StartS)
 		sigma := ch.Sigma
 		if sigma <= 0 {
 			sigma = 1
 		}
+		first := true
 		for t < end {
 			up := ch.MedianSessionS * math.Exp(sigma*r.NormFloat64())
-			if t == n.JoinAt && n.JoinAt <= 0 {
+			if first && n.JoinAt <= 0 {
 				// Machines up at the start are mid-session: the residual
 				// of a session seen at a random time.
 				up *= r.Float64()
 			}
+			first = false
 			t += up
 			if t >= end {
 				break
