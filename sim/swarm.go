@@ -183,13 +183,14 @@ type world struct {
 	servMap  layers.LayerMap
 	mapDirty bool
 
-	lead     *leader  // Strata's control plane: consensus.Decide
-	inflight int      // requests started and not ended
-	waiting  []*query // arrivals waiting for a free client
-	covered  bool
-	lostAt   []float64 // open recoveries: when coverage was lost
-	incStart float64
-	res      SwarmResult
+	lead       *leader  // Strata's control plane: consensus.Decide
+	inflight   int      // requests started and not ended
+	lastReplay *query   // the last replay lost made (tests)
+	waiting    []*query // arrivals waiting for a free client
+	covered    bool
+	lostAt     []float64 // open recoveries: when coverage was lost
+	incStart   float64
+	res        SwarmResult
 }
 
 func (w *world) layerBytes() float64 { return w.model.LayerWeightBytes() }
@@ -1109,6 +1110,7 @@ func (w *world) lost(q *query) {
 	if counted {
 		nq.retries++
 	}
+	w.lastReplay = nq
 	arrival := q.arrival
 	s.schedule(&event{at: s.now + delay, kind: evCallback, fn: func() { w.issueRetry(nq, arrival, s.now, wait) }})
 }
