@@ -41,8 +41,11 @@ type leader struct {
 	self      int  // index of the leading node; -1: none
 	kicked    bool // a decision round is scheduled now
 	// prepared is the range each node has loaded for the pending map
-	// (so that a re-proposal of the same range needs no second load).
+	// (so that a re-proposal of the same range needs no second load);
+	// loadKey the load in progress, kept across a proposal that asks for
+	// the same epoch and range (consensus.DecideWarmup's rule).
 	prepared []layers.Range
+	loadKey  []consensus.Load
 	// Decisions counts decisions taken, Stalls rounds without a quorum,
 	// Errors decisions that returned an error.
 	Decisions, Stalls, Errors int
@@ -53,7 +56,8 @@ func (w *world) at() time.Time { return w.epoch.Add(time.Duration(w.s.now * floa
 // startLeader makes the first live machine that is not relayed the
 // founding voter and leader; every machine up at the start asks to join.
 func (w *world) startLeader(init []int) {
-	l := &leader{self: -1, deadSince: map[string]time.Time{}, prepared: make([]layers.Range, len(w.spec.Nodes))}
+	l := &leader{self: -1, deadSince: map[string]time.Time{}, prepared: make([]layers.Range, len(w.spec.Nodes)),
+		loadKey: make([]consensus.Load, len(w.spec.Nodes))}
 	l.cfg = consensus.LeaderConfig{Model: w.model, Planner: layers.NewPlanner(), CostParams: layers.DefaultCostParams(),
 		DeadGrace: deadGrace, StableAfter: stableAfter, MaxVoters: maxVoters, Warmup: warmupTimeout,
 		LaggardPenalty: laggardPenalty, RebalanceEvery: time.Duration(w.spec.Timing.RebalanceS * float64(time.Second))}
@@ -132,8 +136,10 @@ func (w *world) commit(e consensus.Event) (ok, down bool) {
 	case consensus.MapProposed:
 		w.warmup(e)
 	case consensus.MapCommitted:
+		w.cancelLoads()
 		w.switchTo(before.Committed(), next.Committed(), before.Committed().Layers == 0)
 	case consensus.WarmupAbandoned:
+		w.cancelLoads()
 		if !e.Until.IsZero() {
 			w.kickAt(e.Until.Sub(w.epoch).Seconds())
 		}
@@ -238,20 +244,33 @@ func (l *leader) setVoter(id string, v bool) {
 }
 
 // warmup: every node that must load new layers for the proposal loads
-// them while serving its old range, and reports ready.
+// them while serving its old range, and reports ready. As
+// consensus.DecideWarmup says, a load of the same epoch and range goes
+// on; any other load in progress is dropped.
 func (w *world) warmup(e consensus.MapProposed) {
-	p, _ := w.lead.state.Pending()
+	l := w.lead
+	p, _ := l.state.Pending()
 	w.kickAt(e.Deadline.Sub(w.epoch).Seconds() + 1e-3)
 	first := w.committed.Layers == 0
+	for i, k := range l.loadKey {
+		if k == (consensus.Load{}) {
+			continue
+		}
+		if r, _ := e.Map.Range(w.spec.Nodes[i].ID); (k != consensus.Load{Epoch: e.Map.Epoch, Range: r}) {
+			w.loading[i]++
+			l.loadKey[i] = consensus.Load{}
+		}
+	}
 	for _, st := range e.Map.Stages {
 		if !p.Loads(st.Node) || p.Ready(st.Node) {
 			continue
 		}
 		i := w.idx[st.Node]
-		if !w.up[i] {
+		want := consensus.Load{Epoch: e.Map.Epoch, Range: st.Range}
+		if !w.up[i] || l.loadKey[i] == want {
 			continue
 		}
-		have := w.lead.prepared[i]
+		have := l.prepared[i]
 		if w.serving[i] {
 			if x := w.rng[i].Intersect(st.Range); x.Len() > have.Intersect(st.Range).Len() {
 				have = x
@@ -262,15 +281,28 @@ func (w *world) warmup(e consensus.MapProposed) {
 			w.res.BytesLoaded += float64(added) * w.layerBytes()
 		}
 		w.loading[i]++
-		gen, epoch, r := w.loading[i], e.Map.Epoch, st.Range
+		l.loadKey[i] = want
+		gen := w.loading[i]
 		dt := float64(added) * w.layerBytes() / w.spec.Timing.DiskBytesPerS
 		w.s.schedule(&event{at: w.s.now + dt, kind: evCallback, fn: func() {
 			if w.loading[i] != gen || !w.up[i] {
 				return
 			}
-			w.lead.prepared[i] = r
-			w.request(consensus.StageReady{Node: w.spec.Nodes[i].ID, Epoch: epoch, Range: r}, i)
+			l.loadKey[i] = consensus.Load{}
+			l.prepared[i] = want.Range
+			w.request(consensus.StageReady{Node: w.spec.Nodes[i].ID, Epoch: want.Epoch, Range: want.Range}, i)
 		}})
+	}
+}
+
+// cancelLoads drops every warmup load in progress (the pending map
+// committed or was abandoned).
+func (w *world) cancelLoads() {
+	for i, k := range w.lead.loadKey {
+		if k != (consensus.Load{}) {
+			w.loading[i]++
+			w.lead.loadKey[i] = consensus.Load{}
+		}
 	}
 }
 
@@ -350,6 +382,7 @@ func (w *world) strataUp(i int) {
 	id := w.spec.Nodes[i].ID
 	delete(l.deadSince, id)
 	l.prepared[i] = layers.Range{} // a new process holds nothing
+	l.loadKey[i] = consensus.Load{}
 	if l.self < 0 || !w.up[l.self] {
 		w.elect()
 	}
