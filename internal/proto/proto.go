@@ -20,6 +20,9 @@ const (
 	// Chunk carries model file chunks between peers (swarm/chunks): one
 	// request and one response at a time on a stream, many in turn.
 	Chunk protocol.ID = "/strata/chunk/1"
+	// BW measures a relayed link's bandwidth: the prober sends a burst
+	// of bytes, the other side counts them and answers.
+	BW protocol.ID = "/strata/bw/1"
 	// DHTPrefix gives the DHT protocol /strata/kad/1.0.0.
 	DHTPrefix protocol.ID = "/strata"
 )
