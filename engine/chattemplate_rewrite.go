@@ -70,8 +70,8 @@ func hoistConditionals(src string) (string, bool) {
 			mark, body = body[:1], body[1:]
 		}
 		word := ""
-		if block {
-			word = strings.Fields(strings.TrimLeft(body, "-+ \t\r\n") + " ")[0]
+		if f := strings.Fields(body); block && len(f) > 0 {
+			word = strings.TrimRight(f[0], "-+")
 		}
 		if word == "raw" {
 			loc := rawEnd.FindStringIndex(src[end:])
@@ -184,7 +184,7 @@ func (h *hoister) group(s string, i int, close byte) (string, int, bool) {
 			elem.WriteString(inner)
 			elem.WriteByte(closing[c])
 			i = j
-		case c == close:
+		case close != 0 && c == close:
 			flush()
 			return out.String(), i + 1, true
 		case c == ')' || c == ']' || c == '}':
