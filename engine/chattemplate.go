@@ -69,11 +69,16 @@ func (t *Tokenizer) RenderChat(r ChatRequest) (string, error) {
 	}
 	c := t.chat
 	c.once.Do(func() {
-		cfg := config.New()
-		cfg.TrimBlocks, cfg.LeftStripBlocks = true, true
-		var loader loaders.Loader
-		if loader, c.err = loaders.NewShiftedLoader("chat_template", strings.NewReader(c.src), nil); c.err == nil {
-			c.tpl, c.err = exec.NewTemplate("chat_template", cfg, loader, chatEnvironment)
+		c.tpl, c.err = parseChatTemplate(c.src)
+		if c.err == nil {
+			return
+		}
+		// Only a template gonja refuses is rewritten (see hoistConditionals);
+		// if that fails too, the original error is the one to report.
+		if src, ok := hoistConditionals(c.src); ok && src != c.src {
+			if tpl, err := parseChatTemplate(src); err == nil {
+				c.tpl, c.err = tpl, nil
+			}
 		}
 	})
 	if c.err != nil {
@@ -105,6 +110,17 @@ func (t *Tokenizer) RenderChat(r ChatRequest) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrChatTemplate, err)
 	}
 	return out, nil
+}
+
+// parseChatTemplate parses src as Hugging Face configures Jinja.
+func parseChatTemplate(src string) (*exec.Template, error) {
+	cfg := config.New()
+	cfg.TrimBlocks, cfg.LeftStripBlocks = true, true
+	loader, err := loaders.NewShiftedLoader("chat_template", strings.NewReader(src), nil)
+	if err != nil {
+		return nil, err
+	}
+	return exec.NewTemplate("chat_template", cfg, loader, chatEnvironment)
 }
 
 func (t *Tokenizer) specialText(id int32) string {

@@ -15,21 +15,26 @@ import (
 // chatTemplateFiles are the templates checked: each vocabulary's own file
 // template (template ""), and templates of testdata/chat/templates set on
 // a vocabulary of the same family (see its PROVENANCE.md), plus date.jinja
-// (strftime_now, trim/lstrip of blocks, raise_exception on a role). Gemma
-// 3's template is left out: gonja v2.9.1 cannot parse a conditional
-// expression inside parentheses, (a if c else b), so RenderChat returns
-// ErrChatTemplate for it (TestChatTemplateKnownGap).
+// (strftime_now, trim/lstrip of blocks, raise_exception on a role) and
+// cond.jinja (conditionals in brackets, see hoistConditionals). Gemma
+// 3's own template has a conditional inside parentheses, which gonja
+// parses only once hoistConditionals has rewritten it.
 var chatTemplateFiles = []struct{ vocab, template string }{
 	{"llama3", ""},
 	{"llama3_1", ""},
 	{"qwen3", ""},
+	{"gemma3", ""},
 	{"qwen3", "date.jinja"},
+	{"qwen3", "cond.jinja"},
+	{"qwen3", "templates/Qwen-Qwen2.5-7B-Instruct.jinja"},
+	{"llama3_1", "templates/meta-llama-Llama-3.1-8B-Instruct.jinja"},
 	{"llama3", "templates/meta-llama-Llama-3.2-3B-Instruct.jinja"},
 	{"llama2", "templates/mistralai-Mistral-Nemo-Instruct-2407.jinja"},
 	{"llama2", "templates/microsoft-Phi-3.5-mini-instruct.jinja"},
 	{"llama2", "templates/meta-llama-Llama-2-13b-chat-hf.jinja"},
 	{"llama2", "templates/mistralai-Mixtral-8x7B-Instruct-v0.1.jinja"},
 	{"gemma3", "templates/google-gemma-7b-it.jinja"},
+	{"gemma3", "templates/google-gemma-2-2b-it.jinja"},
 }
 
 // TestChatTemplateMatchesHFJinja renders every case of testdata/chat with
@@ -170,17 +175,6 @@ func TestEncodeChatTools(t *testing.T) {
 	}
 	if !strings.Contains(wantText, `"arguments": {"city": "Paris", "unit": "celsius"}`) || !strings.Contains(wantText, "get_weather") {
 		t.Errorf("the tools and the call are not in the prompt: %q", wantText)
-	}
-}
-
-// TestChatTemplateKnownGap pins the one real template we know gonja cannot
-// parse (Gemma 3's), so that the error stays clear and a gonja upgrade
-// that fixes it is noticed: then add gemma3 to chatTemplateFiles.
-func TestChatTemplateKnownGap(t *testing.T) {
-	tok := hfTestTokenizer(t, "gemma3")
-	_, err := tok.RenderChat(ChatRequest{Messages: []any{map[string]any{"role": "user", "content": "Hi"}}, AddGenerationPrompt: true})
-	if !errors.Is(err, ErrChatTemplate) || !strings.Contains(err.Error(), "Unbalanced parenthesis") {
-		t.Errorf("Gemma 3 template: %v; if it renders now, check it against the oracle", err)
 	}
 }
 
