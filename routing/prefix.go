@@ -159,11 +159,16 @@ func (s *PrefixSummary) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary decodes what MarshalBinary wrote. The size must be a
 // power of two within the bounds and the data exactly that long; on error
 // the summary is left unchanged.
+// The size must be minimally encoded.
 func (s *PrefixSummary) UnmarshalBinary(b []byte) error {
 	n, k := binary.Uvarint(b)
 	switch {
 	case k <= 0:
 		return fmt.Errorf("%w: no size", ErrBadSummary)
+	case k != len(binary.AppendUvarint(nil, n)):
+		// One encoding per summary, so that equal summaries compare equal
+		// as bytes.
+		return fmt.Errorf("%w: size not minimally encoded", ErrBadSummary)
 	case n < MinSummaryBits/64 || n > MaxSummaryBits/64 || n&(n-1) != 0:
 		return fmt.Errorf("%w: %d words (want a power of two in [%d, %d])", ErrBadSummary, n, MinSummaryBits/64, MaxSummaryBits/64)
 	case uint64(len(b)-k) != 8*n:
