@@ -1,6 +1,8 @@
 package routing
 
 import (
+	"fmt"
+	"os"
 	"runtime"
 	"testing"
 )
@@ -55,3 +57,39 @@ func BenchmarkPaths4x100x80(b *testing.B) {
 		}
 	})
 }
+
+// benchProfile is benchRoute through a profile of the example config: the
+// cost of the plugins on top of the router's own. Every node holds a
+// summary of 200 cached blocks, half of them the request's 16-block prefix.
+func benchProfile(b *testing.B, name string) {
+	src, err := os.ReadFile("testdata/scheduler/example.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pol, err := mustProfiles(b, string(src)).For(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, v := swarm(b, 1000, 80, 42, 8)
+	prefix := BlockHashes(seq(0, 64*16), 64)
+	for i := range 1000 {
+		s := NewPrefixSummary(DefaultSummaryBits)
+		s.Add(BlockHashes(seq(1<<20+i*64*200, 64*200), 64)...)
+		if i%2 == 0 {
+			s.Add(prefix...)
+		}
+		v.Update(fmt.Sprintf("n%05d", i), func(n *NodeState) { n.Prefixes = s })
+	}
+	req := Request{Entry: "entry", PromptTokens: 64 * 16, MaxTokens: 256, Prefix: prefix}
+	seed := uint64(0)
+	measure(b, func() {
+		req.Seed = seed
+		seed++
+		if _, err := pol.Route(m, v, req, testNow); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func BenchmarkProfileInteractive1000x80(b *testing.B) { benchProfile(b, "interactive") }
+func BenchmarkProfileChat1000x80(b *testing.B)        { benchProfile(b, "chat") }

@@ -63,4 +63,24 @@
 // best, cheaper paths are likelier, and entries that route on the same
 // stale view no longer all pick the same path. Paths returns k diverse
 // paths for callers that want fallbacks or their own pick (PickWithin).
+// # Profiles
+//
+// An operator configures scheduling in YAML (ParseSchedulerConfig; see
+// testdata/scheduler/example.yaml) as named profiles, the shape of the
+// Gateway API Inference Extension's endpoint picker: filters, weighted
+// scorers and one picker, each named as a plugin. Filters: live, phase,
+// kv. Scorers: latency, load and locality (the estimates above, in
+// seconds), stale (the surcharge on stale figures: they still route),
+// kv-headroom and prefix-affinity (UnitScorer: a score in [0, 1] becomes a
+// surcharge of (1−score)·weight times the node's own compute time).
+// Pickers: best-of-slack (Route), weighted-random (Paths, then a draw by
+// 1/cost from the request's seed) and round-robin (FixedPipelines in
+// turn). NewProfiles builds one Router per profile; Profiles.For picks one
+// by name. DefaultSchedulerConfig routes exactly as a default Router.
+//
+// Prefix affinity reads NodeState.Prefixes, a small bloom filter of the
+// block hashes (BlockHashes: a hash chain over fixed-size token blocks) a
+// node's prefix cache holds, against Request.Prefix. The longest matched
+// prefix is damped by the node's queue, so one hot prefix does not herd
+// every request onto the path that cached it first.
 package routing

@@ -42,6 +42,9 @@ type Request struct {
 	// Avoid lists nodes this request must not use, such as the hop that
 	// just failed it.
 	Avoid []string
+	// Prefix is the prompt's block hash chain (BlockHashes), for the
+	// prefix-affinity scorer; nil when the entry did not compute it.
+	Prefix []uint64
 }
 
 // Tokens is the KV cache, in tokens, the session needs on each hop.

@@ -87,6 +87,10 @@ type NodeState struct {
 	// Updated is when the load figures were measured (the heartbeat's
 	// timestamp). The zero time means never: the figures count as stale.
 	Updated time.Time
+	// Prefixes summarises the block hashes in the node's prefix cache, from
+	// its heartbeat; nil means none reported. It is shared, not copied, by
+	// View.Clone: replace it, never change it in place.
+	Prefixes *PrefixSummary
 }
 
 // MaxRegions is how many distinct regions a view tells apart. Regions past
