@@ -175,7 +175,7 @@ func (c *testCluster) waitServing(limit time.Duration, ids ...peer.ID) {
 					return false
 				}
 			}
-			if _, err := n.route(routeReq{prompt: 1, max: 1}); err != nil {
+			if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err != nil {
 				return false
 			}
 		}

@@ -145,7 +145,7 @@ func TestMalformedFrames(t *testing.T) {
 	r.expect(t, CodeBadFrame, "unknown dtype")
 	r.send(t, b.ID(), good[:len(good)-10])
 	r.expect(t, CodeBadFrame, "truncated")
-	if n := b.BadFramesFrom(self); n < 2 {
+	if n := b.counters.badFramesFrom(self); n < 2 {
 		t.Fatalf("%d undecodable frames counted", n)
 	}
 

@@ -40,9 +40,9 @@ func TestRestartReloadsCommittedRange(t *testing.T) {
 	// It announces serving only once it holds its range again, and from
 	// then on every entry's requests are exact, through it or not.
 	reload := waitFor(t, 10*time.Second, "the restarted node serves", func() bool {
-		return restarted.phase() == swarm.StateServing
+		return restarted.ann.phase() == swarm.StateServing
 	})
-	if !restarted.holds(r) {
+	if !restarted.ann.holds(r) {
 		t.Fatalf("the restarted node announces serving without holding %v", r)
 	}
 	// The other entries route once its next heartbeat says so.
