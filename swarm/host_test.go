@@ -49,16 +49,22 @@ func isLoopback(a ma.Multiaddr) bool {
 
 func bootstrapOf(h *Host) Option { return WithBootstrapPeers(h.AddrInfo()) }
 
-// waitFor polls cond every 20 ms until it holds or limit passes, and
-// returns how long it took.
+// waitFor waits until cond holds, looking again every 20 ms, and fails
+// past limit (generous: no latency bound); it returns how long it took.
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(limit)
 	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %v", what, limit)
+		select {
+		case <-tick.C:
+		case <-deadline:
+			if !cond() {
+				t.Fatalf("%s: not within %v", what, limit)
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return time.Since(start)
 }
@@ -211,8 +217,19 @@ func TestWrongSwarmKey(t *testing.T) {
 	waitFor(t, 10*time.Second, "a and b hear each other", func() bool {
 		return livePeers(a)[b.ID()] && livePeers(b)[a.ID()]
 	})
-	// Give the outsiders a few heartbeats' time to get anything through.
-	time.Sleep(500 * time.Millisecond)
+	// Give the outsiders a few heartbeats' time to get anything through:
+	// until a and b have each heard a heartbeat the other sent five
+	// intervals after the outsiders tried.
+	after := time.Now().Add(5 * 100 * time.Millisecond)
+	waitFor(t, 10*time.Second, "five more heartbeats between a and b", func() bool {
+		for _, x := range [][2]*Host{{a, b}, {b, a}} {
+			p, ok := x[0].Peers().Get(x[1].ID())
+			if !ok || p.Heartbeat == nil || p.Heartbeat.Timestamp.Before(after) {
+				return false
+			}
+		}
+		return true
+	})
 	for _, h := range []*Host{a, b} {
 		for _, out := range []*Host{c, open} {
 			if _, ok := h.Peers().Get(out.ID()); ok {
