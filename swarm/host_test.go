@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	"go.uber.org/zap"
@@ -452,5 +453,47 @@ func TestIdentityPersisted(t *testing.T) {
 	}
 	if !a.Equals(b) {
 		t.Fatal("identity changed between loads")
+	}
+}
+
+// TestLivenessOnInjectedClock: two hosts share a fake clock. Heartbeats
+// go out as it advances, and once b is gone a's table declares it dead
+// when the clock passes the deadline: the verdict waits on the clock,
+// not on wall time.
+func TestLivenessOnInjectedClock(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	const iv = 100 * time.Millisecond
+	a := newTestHost(t, WithClock(clock), WithHeartbeatInterval(iv))
+	b := newTestHost(t, WithClock(clock), WithHeartbeatInterval(iv), bootstrapOf(a))
+	waitFor(t, 20*time.Second, "a hears b's heartbeats as the clock runs", func() bool {
+		clock.Advance(iv / 2)
+		return livePeers(a)[b.ID()]
+	})
+	events, stop := a.Peers().Watch(64)
+	defer stop()
+	heard, _ := a.Peers().Get(b.ID())
+	b.Close()
+	waitFor(t, 10*time.Second, "a sees b's connection close", func() bool {
+		p, ok := a.Peers().Get(b.ID())
+		return ok && !p.Connected
+	})
+	if p, _ := a.Peers().Get(b.ID()); p.Liveness == Dead {
+		t.Fatal("b is dead before the clock moved")
+	}
+	clock.Advance(a.table.cfg.deadAfter)
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.Peer != b.ID() || ev.To != Dead {
+				continue
+			}
+			if d := ev.At.Sub(heard.HeardAt); d < a.table.cfg.deadAfter {
+				t.Fatalf("dead %v after its last heartbeat on the clock, deadline %v", d, a.table.cfg.deadAfter)
+			}
+			return
+		case <-timeout:
+			t.Fatal("b not declared dead after the clock passed the deadline")
+		}
 	}
 }
