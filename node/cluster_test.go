@@ -25,7 +25,6 @@ const (
 	testHeartbeat = 100 * time.Millisecond
 	testRaft      = 300 * time.Millisecond
 	testTick      = 25 * time.Millisecond
-	testDeadAfter = 2 * time.Second
 )
 
 // testHW is the declared device of every test node: real-engine nodes
@@ -107,10 +106,6 @@ func baseOptions(t testing.TB) []Option {
 			swarm.WithReachability(swarm.ReachabilityPublic),
 			swarm.WithDiscovery(false),
 			swarm.WithHeartbeatInterval(testHeartbeat),
-			// A connected peer silent for 4 heartbeats is not dead on two
-			// loaded cores; one whose connection closed still is, after
-			// the grace (what the failover tests kill with).
-			swarm.WithLiveness(3*testHeartbeat, testDeadAfter, 2*testHeartbeat),
 			swarm.WithRTTSampling(200*time.Millisecond, 4),
 		),
 		WithConsensusOptions(

@@ -87,7 +87,8 @@ func TestRestartAfterRemoval(t *testing.T) {
 	start := time.Now()
 	// Slow heartbeats, as in a real deployment (1 s), so that its join
 	// request reaches the leader well before its first heartbeat does.
-	restarted := c.add(WithDataDir(dirs[1]), WithSwarmOptions(swarm.WithHeartbeatInterval(time.Second)))
+	restarted := c.add(WithDataDir(dirs[1]), WithSwarmOptions(swarm.WithHeartbeatInterval(time.Second),
+		swarm.WithLiveness(3*time.Second, 4*time.Second, 2*time.Second))) // the defaults for 1 s
 	placed := waitFor(t, 8*time.Second, "the restarted node placed again", func() bool {
 		m := a.Committed()
 		_, in := m.Range(restarted.ID().String())
