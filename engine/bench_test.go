@@ -9,13 +9,16 @@ import (
 )
 
 // benchShapes are the shapes of the stories15M and stories110M models
-// (llama2.c), with a 32,000-token vocabulary.
+// (llama2.c), with a 32,000-token vocabulary, and stories15M as phi3.
 var benchShapes = []struct {
 	name string
 	c    GenConfig
 }{
 	{"stories15M", GenConfig{Arch: "llama", Layers: 6, Dim: 288, Heads: 6, FFN: 768, Vocab: 32000, Seed: 1}},
 	{"stories110M", GenConfig{Arch: "llama", Layers: 12, Dim: 768, Heads: 12, FFN: 2048, Vocab: 32000, Seed: 1}},
+	// stories15M's shape as phi3 (fused QKV and gate+up): compare with
+	// the llama line above.
+	{"stories15M-phi3", GenConfig{Arch: "phi3", Layers: 6, Dim: 288, Heads: 6, FFN: 768, Vocab: 32000, Seed: 1}},
 }
 
 // BenchmarkDecode reports single-session decode tokens/s at 1 and 2

@@ -6,7 +6,10 @@
 // It knows nothing of peers or the network: a node hands it token IDs or
 // float32 hidden states and gets hidden states or logits back. It reads
 // only the tensors of its own layer range (plus the embedding on the first
-// stage and the output head on the last), by offset.
+// stage and the output head on the last), by offset. A model split into
+// parts as llama-gguf-split writes them (NAME-00001-of-0000N.gguf) is one
+// File (OpenFile on any part, or ReadSplit), each tensor read from the part
+// that holds it; general.alignment is honoured in reading and writing.
 //
 // # Determinism
 //

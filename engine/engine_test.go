@@ -25,6 +25,12 @@ var testShapes = map[string]GenConfig{
 	"qwen2":     {Arch: "qwen2", Layers: 4, Dim: 96, Heads: 6, KVHeads: 2, FFN: 128, Vocab: 400, Seed: 9},
 	"qwen3":     {Arch: "qwen3", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 24, FFN: 128, Vocab: 300, Seed: 12},
 	"llama3.1":  {Arch: "llama", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, FFN: 128, Vocab: 300, Seed: 13, RopeBase: 500000, RopeFreqs: true},
+	// phi3: fused attn_qkv and gate+up tensors, NEOX RoPE; Phi-3.5's
+	// LongRoPE factors and attention factor; a Q4_K_M mix (attn_qkv in
+	// Q5_K) whose ffn_down rows of 384 fall back to Q5_0 and Q8_0.
+	"phi3":            {Arch: "phi3", Layers: 4, Dim: 64, Heads: 4, KVHeads: 4, FFN: 96, Vocab: 320, Seed: 14},
+	"phi3.5-longrope": {Arch: "phi3", Layers: 4, Dim: 64, Heads: 8, KVHeads: 2, FFN: 128, Vocab: 300, Seed: 15, LongRoPE: true},
+	"phi3-q4_k_m":     {Arch: "phi3", Layers: 4, Dim: 256, Heads: 4, KVHeads: 4, FFN: 384, Vocab: 300, Seed: 16, Mix: "q4_k_m"},
 	// Real files' mixes: K-quants with Q6_K layers, and (rows of 128)
 	// the row-length fallbacks to Q5_1 and Q8_0.
 	"llama-q4_k_m": {Arch: "llama", Layers: 4, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 320, Seed: 10, Mix: "q4_k_m"},

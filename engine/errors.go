@@ -8,6 +8,9 @@ var (
 	// ErrCorrupt reports a malformed or truncated model file, or one that
 	// lacks a tensor or key the architecture needs.
 	ErrCorrupt = errors.New("engine: corrupt model file")
+	// ErrSplitPart reports a part of a split model (name-00001-of-0000N.gguf)
+	// that is missing, unreadable, or belongs to another split, naming it.
+	ErrSplitPart = errors.New("engine: bad split model part")
 	// ErrUnsupportedArch reports a general.architecture we cannot run.
 	ErrUnsupportedArch = errors.New("engine: unsupported architecture")
 	// ErrUnsupportedType reports a tensor type we cannot compute with.

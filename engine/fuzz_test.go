@@ -7,7 +7,7 @@ import (
 )
 
 // tinyModel is a complete, valid model small enough to fuzz: one layer,
-// dim 4, a 10-token vocabulary.
+// dim 4, a 10-token vocabulary (phi3: with LongRoPE factors).
 func tinyModel(arch string) ([]KV, []WriteTensor) {
 	toks := []string{"<unk>", "<s>", "</s>", "a", "b", "▁a", "ab", "▁", "c", "<0x41>"}
 	types := []int32{2, 3, 3, 1, 1, 1, 1, 1, 1, 6}
@@ -27,9 +27,18 @@ func tinyModel(arch string) ([]KV, []WriteTensor) {
 	}
 	add("token_embd.weight", 4, 10)
 	add("blk.0.attn_norm.weight", 4)
-	add("blk.0.attn_q.weight", 4, 4)
-	add("blk.0.attn_k.weight", 4, 2)
-	add("blk.0.attn_v.weight", 4, 2)
+	if arch == "phi3" {
+		// Fused Q/K/V and gate+up, LongRoPE factors (head size 2: one each).
+		kvs = append(kvs, KV{arch + ".rope.scaling.original_context_length", uint32(8)},
+			KV{arch + ".rope.scaling.attn_factor", float32(1.2)}, KV{arch + ".attention.sliding_window", uint32(7)})
+		add("rope_factors_short.weight", 1)
+		add("rope_factors_long.weight", 1)
+		add("blk.0.attn_qkv.weight", 4, 8)
+	} else {
+		add("blk.0.attn_q.weight", 4, 4)
+		add("blk.0.attn_k.weight", 4, 2)
+		add("blk.0.attn_v.weight", 4, 2)
+	}
 	if arch == "qwen2" {
 		add("blk.0.attn_q.bias", 4)
 		add("blk.0.attn_k.bias", 2)
@@ -37,8 +46,12 @@ func tinyModel(arch string) ([]KV, []WriteTensor) {
 	}
 	add("blk.0.attn_output.weight", 4, 4)
 	add("blk.0.ffn_norm.weight", 4)
-	add("blk.0.ffn_gate.weight", 4, 4)
-	add("blk.0.ffn_up.weight", 4, 4)
+	if arch == "phi3" {
+		add("blk.0.ffn_up.weight", 4, 8)
+	} else {
+		add("blk.0.ffn_gate.weight", 4, 4)
+		add("blk.0.ffn_up.weight", 4, 4)
+	}
 	add("blk.0.ffn_down.weight", 4, 4)
 	add("output_norm.weight", 4)
 	return kvs, ts
@@ -48,7 +61,7 @@ func tinyModel(arch string) ([]KV, []WriteTensor) {
 // header parses, to the whole load path: errors are fine, panics are not.
 // Seeds: testdata/fuzz/FuzzReadFile plus the tiny models below.
 func FuzzReadFile(f *testing.F) {
-	for _, arch := range []string{"llama", "qwen2"} {
+	for _, arch := range []string{"llama", "qwen2", "phi3"} {
 		var b bytes.Buffer
 		kvs, ts := tinyModel(arch)
 		if err := WriteGGUF(&b, kvs, ts); err != nil {
@@ -84,7 +97,7 @@ func FuzzReadFile(f *testing.F) {
 
 // TestTinyModelsRun keeps the fuzz seeds honest: they are valid models.
 func TestTinyModelsRun(t *testing.T) {
-	for _, arch := range []string{"llama", "qwen2"} {
+	for _, arch := range []string{"llama", "qwen2", "phi3"} {
 		var b bytes.Buffer
 		kvs, ts := tinyModel(arch)
 		if err := WriteGGUF(&b, kvs, ts); err != nil {

@@ -12,7 +12,7 @@ import (
 
 // GenConfig is the shape of a random-weight model.
 type GenConfig struct {
-	Arch     string // "llama", "qwen2" or "qwen3"
+	Arch     string // "llama", "qwen2", "qwen3" or "phi3"
 	Name     string // general.name; default "strata-random-<arch>"
 	Layers   int
 	Dim      int // embedding length
@@ -35,6 +35,11 @@ type GenConfig struct {
 	// RopeFreqs writes rope_freqs.weight with Llama 3.1's RoPE scaling
 	// (factor 8, low/high frequency factors 1 and 4, 8192 original context).
 	RopeFreqs bool
+	// LongRoPE (phi3 only) writes rope_factors_short/long.weight and
+	// rope.scaling.attn_factor as the 128k Phi-3 models and Phi-3.5 mini
+	// have them: Context becomes rope.scaling.original_context_length and
+	// context_length is 32 times it.
+	LongRoPE bool
 	// Tokenizer, when set, is the tokenizer metadata to write instead of
 	// the generated vocabulary (see HFTokenizerKVs); Vocab must be its
 	// number of tokens.
@@ -56,13 +61,13 @@ func (c GenConfig) withDefaults() GenConfig {
 	}
 	if c.RopeBase == 0 {
 		c.RopeBase = 10000
-		if c.Arch != "llama" {
+		if c.Arch != "llama" && c.Arch != "phi3" {
 			c.RopeBase = 1000000
 		}
 	}
 	if c.NormEps == 0 {
 		c.NormEps = 1e-5
-		if c.Arch != "llama" {
+		if c.Arch != "llama" && c.Arch != "phi3" {
 			c.NormEps = 1e-6
 		}
 	}
@@ -78,14 +83,20 @@ func (c GenConfig) withDefaults() GenConfig {
 func (c GenConfig) validate() error {
 	bad := func(f string, v any) error { return fmt.Errorf("%w: generate %s: %s = %v", ErrShape, c.Arch, f, v) }
 	switch {
-	case c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "qwen3":
-		return fmt.Errorf("%w: %q (want llama, qwen2 or qwen3)", ErrUnsupportedArch, c.Arch)
+	case c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "qwen3" && c.Arch != "phi3":
+		return fmt.Errorf("%w: %q (want llama, qwen2, qwen3 or phi3)", ErrUnsupportedArch, c.Arch)
 	case c.Layers <= 0:
 		return bad("layers", c.Layers)
 	case c.Heads <= 0 || c.Dim <= 0 || c.HeadDim <= 0 || c.HeadDim%2 != 0:
 		return bad("dim/heads/head-dim", fmt.Sprintf("%d/%d/%d", c.Dim, c.Heads, c.HeadDim))
 	case c.RopeFreqs && c.Arch != "llama":
 		return bad("rope-freqs", "only for llama")
+	case c.LongRoPE && c.Arch != "phi3":
+		return bad("long-rope", "only for phi3")
+	case c.Arch == "phi3" && c.HeadDim*c.Heads != c.Dim:
+		return bad("head-dim (phi3 needs heads × head size = dim)", c.HeadDim)
+	case c.Arch == "phi3" && c.Tokenizer == nil && c.Vocab < minVocab+len(phi3Specials):
+		return bad("vocab", c.Vocab)
 	case c.KVHeads <= 0 || c.Heads%c.KVHeads != 0:
 		return bad("kv-heads", c.KVHeads)
 	case c.FFN <= 0:
@@ -118,6 +129,64 @@ func GenerateFile(path string, c GenConfig) error {
 	return f.Close()
 }
 
+// FileLayout is how a model is laid out in files.
+type FileLayout struct {
+	// Alignment is general.alignment, a power of two; 0: GGUF's default,
+	// 32 bytes.
+	Alignment uint32
+	// SplitMaxTensors, when > 0, splits the model into parts of at most
+	// that many tensors, as llama-gguf-split --split-max-tensors does.
+	SplitMaxTensors int
+}
+
+// GenerateFiles writes a random-weight model laid out as l and returns the
+// paths written: path itself, or for a split model the parts
+// SplitPath(prefix, i, n), prefix being path without its .gguf suffix.
+func GenerateFiles(path string, c GenConfig, l FileLayout) ([]string, error) {
+	kvs, ts, err := genParts(c)
+	if err != nil {
+		return nil, err
+	}
+	if l.Alignment != 0 {
+		for i := range kvs {
+			if kvs[i].Key == "general.alignment" {
+				kvs[i].Value = l.Alignment
+			}
+		}
+	}
+	if l.SplitMaxTensors <= 0 {
+		return []string{path}, writeFile(path, func(w io.Writer) error { return WriteGGUF(w, kvs, ts) })
+	}
+	prefix := strings.TrimSuffix(path, ".gguf")
+	var paths []string
+	err = WriteSplitGGUF(func(i, n int) (io.WriteCloser, error) {
+		p := SplitPath(prefix, i, n)
+		paths = append(paths, p)
+		return os.Create(p)
+	}, kvs, ts, l.SplitMaxTensors)
+	if err != nil {
+		for _, p := range paths {
+			os.Remove(p)
+		}
+		return nil, err
+	}
+	return paths, nil
+}
+
+// writeFile writes path with write, removing it if write fails.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	return f.Close()
+}
+
 // Generate writes a random-weight model with llama.cpp's tensor names and
 // metadata keys. The same config always gives the same bytes.
 func Generate(w io.Writer, c GenConfig) error {
@@ -142,13 +211,17 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 	if c.Mix != "" {
 		fileType = map[string]uint32{"q4_k_m": 15, "q5_k_m": 17}[c.Mix]
 	}
+	ctxLen := c.Context
+	if c.LongRoPE {
+		ctxLen = 32 * c.Context
+	}
 	kvs := []KV{
 		{"general.architecture", a},
 		{"general.name", c.Name},
 		{"general.file_type", fileType},
 		{"general.quantization_version", uint32(2)},
 		{"general.alignment", uint32(ggufDefaultAlign)},
-		{a + ".context_length", uint32(c.Context)},
+		{a + ".context_length", uint32(ctxLen)},
 		{a + ".embedding_length", uint32(c.Dim)},
 		{a + ".block_count", uint32(c.Layers)},
 		{a + ".feed_forward_length", uint32(c.FFN)},
@@ -162,6 +235,21 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		{a + ".vocab_size", uint32(c.Vocab)},
 		{"strata.generator.seed", c.Seed},
 	}
+	if a == "phi3" {
+		// As convert_hf_to_gguf.py writes Phi-3: the original context
+		// always, the window of the 4k models (not applied; see HParams),
+		// and LongRoPE's attention factor √(1 + ln s / ln orig).
+		window := c.Context - 1 // Phi-3-mini-4k: 2047 of 4096
+		if c.LongRoPE {
+			window = 2 * ctxLen // Phi-3-mini-128k: 262144
+		}
+		kvs = append(kvs, KV{a + ".rope.scaling.original_context_length", uint32(c.Context)},
+			KV{a + ".attention.sliding_window", uint32(window)})
+		if c.LongRoPE {
+			kvs = append(kvs, KV{a + ".rope.scaling.attn_factor",
+				float32(math.Sqrt(1 + math.Log(float64(ctxLen)/float64(c.Context))/math.Log(float64(c.Context))))})
+		}
+	}
 	if c.Tokenizer != nil {
 		kvs = append(kvs, c.Tokenizer...)
 	} else {
@@ -169,7 +257,7 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		kvs = append(kvs, vocabKVs(v)...)
+		kvs = append(kvs, vocabKVs(v, chatTemplates[c.Arch])...)
 	}
 	d, f, vv := uint64(c.Dim), uint64(c.FFN), uint64(c.Vocab)
 	var ts []WriteTensor
@@ -184,6 +272,16 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		ts = append(ts, randTensor(name, []uint64{n}, F32, c.Seed, scale, bias))
 	}
 	mat("token_embd.weight", d, vv, 1)
+	if c.LongRoPE {
+		short, long := phi3RopeFactors(headDim)
+		for _, t := range []struct {
+			name string
+			v    []float32
+		}{{"rope_factors_long.weight", long}, {"rope_factors_short.weight", short}} {
+			ts = append(ts, WriteTensor{Name: t.name, Dims: []uint64{uint64(headDim / 2)}, Type: F32,
+				Data: func(w io.Writer) error { return binary.Write(w, binary.LittleEndian, t.v) }})
+		}
+	}
 	if c.RopeFreqs {
 		ts = append(ts, WriteTensor{Name: "rope_freqs.weight", Dims: []uint64{uint64(headDim / 2)}, Type: F32,
 			Data: func(w io.Writer) error {
@@ -194,9 +292,13 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		p := fmt.Sprintf("blk.%d.", l)
 		s := 1 / float32(math.Sqrt(float64(c.Dim)))
 		vec(p+"attn_norm.weight", d, 0.2, 1)
-		mat(p+"attn_q.weight", d, uint64(qDim), s)
-		mat(p+"attn_k.weight", d, uint64(kvDim), s)
-		mat(p+"attn_v.weight", d, uint64(kvDim), s)
+		if a == "phi3" {
+			mat(p+"attn_qkv.weight", d, uint64(qDim+2*kvDim), s)
+		} else {
+			mat(p+"attn_q.weight", d, uint64(qDim), s)
+			mat(p+"attn_k.weight", d, uint64(kvDim), s)
+			mat(p+"attn_v.weight", d, uint64(kvDim), s)
+		}
 		if a == "qwen3" {
 			vec(p+"attn_q_norm.weight", uint64(headDim), 0.2, 1)
 			vec(p+"attn_k_norm.weight", uint64(headDim), 0.2, 1)
@@ -208,8 +310,12 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		}
 		mat(p+"attn_output.weight", uint64(qDim), d, s)
 		vec(p+"ffn_norm.weight", d, 0.2, 1)
-		mat(p+"ffn_gate.weight", d, f, s)
-		mat(p+"ffn_up.weight", d, f, s)
+		if a == "phi3" {
+			mat(p+"ffn_up.weight", d, 2*f, s) // gate rows, then up rows
+		} else {
+			mat(p+"ffn_gate.weight", d, f, s)
+			mat(p+"ffn_up.weight", d, f, s)
+		}
 		mat(p+"ffn_down.weight", f, d, 1/float32(math.Sqrt(float64(c.FFN))))
 	}
 	vec("output_norm.weight", d, 0.2, 1)
@@ -220,7 +326,7 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 }
 
 // vocabKVs is the tokenizer metadata of a generated vocabulary.
-func vocabKVs(v *vocab) []KV {
+func vocabKVs(v *vocab, template string) []KV {
 	kvs := []KV{{"tokenizer.ggml.model", v.model}}
 	if v.model == "gpt2" {
 		kvs = append(kvs, KV{"tokenizer.ggml.pre", "qwen2"})
@@ -243,7 +349,10 @@ func vocabKVs(v *vocab) []KV {
 	if v.unk >= 0 {
 		kvs = append(kvs, KV{"tokenizer.ggml.unknown_token_id", uint32(v.unk)})
 	}
-	kvs = append(kvs, KV{"tokenizer.chat_template", chatTemplates[v.model]})
+	if template == "" {
+		template = chatTemplates[v.model]
+	}
+	kvs = append(kvs, KV{"tokenizer.chat_template", template})
 	return kvs
 }
 
@@ -317,7 +426,8 @@ var fileTypes = map[DType]uint32{F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0
 // mixType is a weight's type in a Q4_K_M or Q5_K_M file, after llama.cpp's
 // llama_tensor_get_type: the head in Q6_K; attn_v and ffn_down in Q6_K on
 // the first and last eighth of the layers and every third layer between
-// (use_more_bits), the rest in the base K type; and rows that are not whole
+// (use_more_bits), phi3's fused attn_qkv one K type up (Q5_K, Q6_K), the
+// rest in the base K type; and rows that are not whole
 // 256-blocks fall back to Q5_0/Q5_1 (base) or Q8_0 (Q6_K).
 func mixType(mix, name string, layers, cols int) DType {
 	base := Q4_K
@@ -329,6 +439,12 @@ func mixType(mix, name string, layers, cols int) DType {
 	switch {
 	case name == "output.weight":
 		t = Q6_K
+	case strings.Contains(name, "attn_qkv.weight"):
+		// phi3's fused QKV: one K-type step up, on every layer.
+		t = Q5_K
+		if mix == "q5_k_m" {
+			t = Q6_K
+		}
 	case strings.Contains(name, "attn_v.weight") || strings.Contains(name, "ffn_down.weight"):
 		if _, err := fmt.Sscanf(name, "blk.%d.", &l); err == nil &&
 			(l < layers/8 || l >= 7*layers/8 || (l-layers/8)%3 == 2) {
@@ -362,9 +478,27 @@ func splitmix(s *uint64) uint64 {
 // the same formats the built-in ChatPrompt renders.
 var chatTemplates = map[string]string{
 	"gpt2": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
+	// phi3: Phi-3.5-mini-instruct's own template.
+	"phi3": "{% for message in messages %}{% if message['role'] == 'system' and message['content'] %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}" +
+		"{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}" +
+		"{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}" +
+		"{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}",
 	"llama": "{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}" +
 		"{% elif message['role'] == 'system' %}{{ '<<SYS>>\n' + message['content'] + '\n<</SYS>>\n\n' }}" +
 		"{% else %}{{ ' ' + message['content'] + ' ' + eos_token }}{% endif %}{% endfor %}",
+}
+
+// phi3RopeFactors are LongRoPE factors of Phi-3.5 mini's shape: short ones
+// rising gently from 1, long ones steeply (only the short ones are used).
+func phi3RopeFactors(headDim int) (short, long []float32) {
+	n := headDim / 2
+	short, long = make([]float32, n), make([]float32, n)
+	for i := range short {
+		x := float64(i) / float64(max(n-1, 1))
+		short[i] = float32(1 + 2*x*x)
+		long[i] = float32(1 + 60*x*x*x)
+	}
+	return short, long
 }
 
 // llama3RopeFactors are the divisors Llama 3.1's conversion writes to

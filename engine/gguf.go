@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -55,8 +54,11 @@ type TensorInfo struct {
 	// so a weight matrix of r rows and c columns is Dims = [c, r].
 	Dims   []uint64
 	Type   DType
-	Offset int64 // absolute offset of the data in the file
+	Offset int64 // absolute offset of the data in its part's file
 	Size   int64 // bytes of data; 0 when the type's layout is unknown
+	// Part is the index in File.Parts of the file holding the data: 0 in
+	// a single file, the part's split.no in a split model.
+	Part int
 }
 
 // Elements is the number of elements.
@@ -69,23 +71,39 @@ func (t *TensorInfo) Elements() uint64 {
 }
 
 // File is a parsed GGUF header: metadata and tensor table. It reads tensor
-// data only when asked, by offset.
+// data only when asked, by offset. A split model (see ReadSplit) is one
+// File over several parts: the metadata of the first, the tensors of all.
 type File struct {
 	Version    uint32
 	KV         []KV
 	Tensors    []TensorInfo
-	Alignment  int64
-	DataOffset int64 // start of the tensor data section
-	Size       int64
+	Alignment  int64 // of the first part
+	DataOffset int64 // start of the first part's tensor data section
+	Size       int64 // bytes of all parts together
+	Parts      []Part
 
-	r        io.ReaderAt
+	readers  []io.ReaderAt // one per part
 	kv       map[string]int
 	tensors  map[string]int
 	headerFP [sha256.Size]byte
 }
 
+// Part is one file of a model. A single GGUF file is one part; a model
+// split by llama-gguf-split (name-00001-of-0000N.gguf) has N, each with
+// its own header, tensor table and data, the metadata in the first.
+type Part struct {
+	Path       string // empty when read from an io.ReaderAt
+	Size       int64
+	Alignment  int64
+	DataOffset int64
+	Tensors    int // tensors whose data this part holds
+}
+
 // OpenFile opens path and parses its GGUF header. The caller closes the
-// returned *os.File once done reading tensors.
+// returned *os.File once done reading tensors. When path is one part of a
+// split model (PREFIX-00002-of-00005.gguf), the File is the whole model:
+// OpenFile finds and parses the other parts, which it reopens for each
+// read, so the returned *os.File is still all there is to close.
 func OpenFile(path string) (*File, *os.File, error) {
 	fh, err := os.Open(path)
 	if err != nil {
@@ -97,6 +115,16 @@ func OpenFile(path string) (*File, *os.File, error) {
 		return nil, nil, err
 	}
 	f, err := ReadFile(fh, st.Size())
+	if err == nil {
+		var no, count int
+		if no, count, _, err = splitKeys(f); err == nil {
+			if count > 1 {
+				f, err = openSplit(path, fh, f, no, count)
+			} else {
+				f.Parts[0].Path = path
+			}
+		}
+	}
 	if err != nil {
 		fh.Close()
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
@@ -108,12 +136,48 @@ func OpenFile(path string) (*File, *os.File, error) {
 // checking every length against what is left of the file, so that no
 // declared size can make it allocate more than the file holds.
 type hdrReader struct {
-	br   *bufio.Reader
+	br   io.Reader
 	h    hash.Hash
 	pos  int64
 	size int64
 	buf  [8]byte
 	what string // what is being read, for errors
+}
+
+// aheadReader reads r sequentially in reads that double from 4 KiB to
+// 64 KiB, so that parsing a header reads at most about twice the header,
+// not a fixed 64 KiB of tensor data past a small one (as with the many
+// parts of a split model).
+type aheadReader struct {
+	r         io.ReaderAt
+	off, size int64
+	buf       []byte
+	pos       int
+	next      int
+}
+
+func (a *aheadReader) Read(p []byte) (int, error) {
+	if a.pos == len(a.buf) {
+		n := int(min(int64(a.next), a.size-a.off))
+		if n <= 0 {
+			return 0, io.EOF
+		}
+		a.next = min(2*a.next, 64<<10)
+		if cap(a.buf) < n {
+			a.buf = make([]byte, n)
+		}
+		a.buf = a.buf[:n]
+		if _, err := a.r.ReadAt(a.buf, a.off); err != nil && !(err == io.EOF && a.off+int64(n) == a.size) {
+			a.buf = a.buf[:0]
+			a.pos = 0
+			return 0, err
+		}
+		a.off += int64(n)
+		a.pos = 0
+	}
+	n := copy(p, a.buf[a.pos:])
+	a.pos += n
+	return n, nil
 }
 
 func (r *hdrReader) corrupt(format string, a ...any) error {
@@ -284,7 +348,7 @@ func readArray[T any](r *hdrReader, n int, next func() (T, error)) ([]T, error) 
 // behind r. It reads no tensor data. Every malformation is an ErrCorrupt
 // naming the key or tensor, never a panic.
 func ReadFile(r io.ReaderAt, size int64) (*File, error) {
-	hr := &hdrReader{br: bufio.NewReaderSize(io.NewSectionReader(r, 0, size), 64<<10), h: sha256.New(), size: size, what: "magic"}
+	hr := &hdrReader{br: &aheadReader{r: r, size: size, next: 4 << 10}, h: sha256.New(), size: size, what: "magic"}
 	magic, err := hr.u32()
 	if err != nil {
 		return nil, err
@@ -293,7 +357,7 @@ func ReadFile(r io.ReaderAt, size int64) (*File, error) {
 		return nil, fmt.Errorf("%w: not a GGUF file (magic %#08x)", ErrCorrupt, magic)
 	}
 	hr.what = "version"
-	f := &File{r: r, Size: size, kv: map[string]int{}, tensors: map[string]int{}, Alignment: ggufDefaultAlign}
+	f := &File{readers: []io.ReaderAt{r}, Size: size, kv: map[string]int{}, tensors: map[string]int{}, Alignment: ggufDefaultAlign}
 	if f.Version, err = hr.u32(); err != nil {
 		return nil, err
 	}
@@ -401,6 +465,7 @@ func ReadFile(r io.ReaderAt, size int64) (*File, error) {
 		}
 	}
 	copy(f.headerFP[:], hr.h.Sum(nil))
+	f.Parts = []Part{{Size: size, Alignment: f.Alignment, DataOffset: f.DataOffset, Tensors: len(f.Tensors)}}
 	return f, nil
 }
 
@@ -486,10 +551,33 @@ func (f *File) Float(key string) (float64, error) {
 	return 0, fmt.Errorf("%w: key %q is %T, want a float", ErrCorrupt, key, v)
 }
 
+// readAt reads len(p) bytes of t's data from off on, from the part that
+// holds them.
+func (f *File) readAt(t *TensorInfo, p []byte, off int64) error {
+	if t.Part < 0 || t.Part >= len(f.readers) {
+		return fmt.Errorf("%w: tensor %q in part %d of %d", ErrSplitPart, t.Name, t.Part+1, len(f.readers))
+	}
+	_, err := f.readers[t.Part].ReadAt(p, t.Offset+off)
+	return err
+}
+
+// ReadTensor reads t's data (t.Size bytes, into p[:t.Size]) by offset from
+// the part of the model that holds it, for backends that place tensors
+// themselves.
+func (f *File) ReadTensor(t *TensorInfo, p []byte) error {
+	if int64(len(p)) < t.Size {
+		return fmt.Errorf("%w: tensor %q: %d bytes, buffer of %d", ErrShape, t.Name, t.Size, len(p))
+	}
+	if err := f.readAt(t, p[:t.Size], 0); err != nil {
+		return fmt.Errorf("%w: tensor %q: reading %d bytes at %d of part %d: %v", ErrCorrupt, t.Name, t.Size, t.Offset, t.Part+1, err)
+	}
+	return nil
+}
+
 // readTensorBytes reads a tensor's data by offset.
 func (f *File) readTensorBytes(t *TensorInfo) ([]byte, error) {
 	b := make([]byte, t.Size)
-	if _, err := f.r.ReadAt(b, t.Offset); err != nil {
+	if err := f.readAt(t, b, 0); err != nil {
 		return nil, fmt.Errorf("%w: tensor %q: reading %d bytes at %d: %v", ErrCorrupt, t.Name, t.Size, t.Offset, err)
 	}
 	return b, nil

@@ -18,8 +18,20 @@ type WriteTensor struct {
 	Data func(w io.Writer) error
 }
 
-// WriteGGUF writes a GGUF v3 file with 32-byte alignment.
+// WriteGGUF writes a GGUF v3 file, aligned as kvs' general.alignment (a
+// uint32 power of two) says, else to GGUF's default 32 bytes.
 func WriteGGUF(w io.Writer, kvs []KV, tensors []WriteTensor) error {
+	alignment := uint64(ggufDefaultAlign)
+	for _, kv := range kvs {
+		if kv.Key != "general.alignment" {
+			continue
+		}
+		a, ok := kv.Value.(uint32)
+		if !ok || a == 0 || a&(a-1) != 0 || a > 1<<20 {
+			return fmt.Errorf("%w: metadata %q: %v (%T) is not a uint32 power of two", ErrShape, kv.Key, kv.Value, kv.Value)
+		}
+		alignment = uint64(a)
+	}
 	bw := bufio.NewWriterSize(w, 1<<20)
 	cw := &countWriter{w: bw}
 	le := binary.LittleEndian
@@ -60,12 +72,10 @@ func WriteGGUF(w io.Writer, kvs []KV, tensors []WriteTensor) error {
 		}
 		u32(uint32(t.Type))
 		u64(off)
-		off += align(sizes[i], ggufDefaultAlign)
+		off += align(sizes[i], alignment)
 	}
-	pad := func() {
-		var zero [ggufDefaultAlign]byte
-		cw.Write(zero[:align(uint64(cw.n), ggufDefaultAlign)-uint64(cw.n)])
-	}
+	zero := make([]byte, alignment)
+	pad := func() { cw.Write(zero[:align(uint64(cw.n), alignment)-uint64(cw.n)]) }
 	pad()
 	for i, t := range tensors {
 		start := cw.n
@@ -84,6 +94,46 @@ func WriteGGUF(w io.Writer, kvs []KV, tensors []WriteTensor) error {
 }
 
 func align(n, a uint64) uint64 { return (n + a - 1) / a * a }
+
+// WriteSplitGGUF writes kvs and tensors as llama-gguf-split does with
+// --split-max-tensors maxTensors: parts of at most maxTensors tensors, in
+// order, each a GGUF file with its own tensor table and data; the first
+// holds all of kvs, every part split.no, split.count and
+// split.tensors.count. create opens part i of n (see SplitPath for the
+// names); WriteSplitGGUF closes each part it wrote.
+func WriteSplitGGUF(create func(i, n int) (io.WriteCloser, error), kvs []KV, tensors []WriteTensor, maxTensors int) error {
+	if maxTensors <= 0 {
+		return fmt.Errorf("%w: split into parts of %d tensors", ErrShape, maxTensors)
+	}
+	for _, kv := range kvs {
+		if kv.Key == keySplitNo || kv.Key == keySplitCount || kv.Key == keySplitTensors {
+			return fmt.Errorf("%w: metadata %q: the model is already split", ErrShape, kv.Key)
+		}
+	}
+	n := max(1, (len(tensors)+maxTensors-1)/maxTensors)
+	if n > math.MaxUint16 {
+		return fmt.Errorf("%w: %d parts (split.count is a uint16)", ErrShape, n)
+	}
+	for i := 0; i < n; i++ {
+		var meta []KV
+		if i == 0 {
+			meta = append(meta, kvs...)
+		}
+		meta = append(meta, KV{keySplitNo, uint16(i)}, KV{keySplitCount, uint16(n)}, KV{keySplitTensors, int32(len(tensors))})
+		w, err := create(i, n)
+		if err != nil {
+			return err
+		}
+		err = WriteGGUF(w, meta, tensors[min(i*maxTensors, len(tensors)):min((i+1)*maxTensors, len(tensors))])
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("engine: split part %d of %d: %w", i+1, n, err)
+		}
+	}
+	return nil
+}
 
 type countWriter struct {
 	w   io.Writer

@@ -33,6 +33,19 @@ type HParams struct {
 	// RopeFactors: the file has rope_freqs.weight, per-dimension divisors
 	// of RoPE's frequencies (Llama 3.1 and later bake their scaling there).
 	RopeFactors bool
+	// LongRoPE: the file has rope_factors_short/long.weight (phi3's 128k
+	// models, Phi-3.5 mini). The engine uses the short factors, as
+	// llama.cpp does for a context up to the original one, and Context is
+	// then that original context (TrainContext keeps context_length).
+	LongRoPE     bool
+	TrainContext int
+	// RopeAttnFactor scales RoPE's cos and sin (rope.scaling.attn_factor,
+	// which LongRoPE files set); 1 when absent.
+	RopeAttnFactor float32
+	// SlidingWindow is phi3's attention.sliding_window as the file declares it.
+	// It is not applied: llama.cpp disables Phi-3's sliding window too
+	// (ggml-org/llama.cpp#13676), so full attention matches its output.
+	SlidingWindow int
 }
 
 // KVDim is the width of one token's K (or V) in one layer.
@@ -49,16 +62,21 @@ func (h HParams) Spec(bytesPerParam float64) (layers.ModelSpec, error) {
 		Heads: h.Heads, KVHeads: h.KVHeads, FFN: h.FFN, Vocab: h.Vocab, BytesPerParam: bytesPerParam, KVBytes: 4})
 }
 
-var supportedArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true}
+var supportedArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true, "phi3": true}
 
 // ReadHParams reads and checks the hyper-parameters of f.
 func ReadHParams(f *File) (HParams, error) {
+	if no, count, _, err := splitKeys(f); err != nil {
+		return HParams{}, err
+	} else if count > len(f.Parts) {
+		return HParams{}, fmt.Errorf("%w: this is part %d of a split model of %d parts, read alone (open it with OpenFile or ReadSplit, which read all parts)", ErrSplitPart, no+1, count)
+	}
 	arch, err := f.String("general.architecture")
 	if err != nil {
 		return HParams{}, err
 	}
 	if !supportedArchs[arch] {
-		return HParams{}, fmt.Errorf("%w: %q (supported: llama, qwen2, qwen3)", ErrUnsupportedArch, arch)
+		return HParams{}, fmt.Errorf("%w: %q (supported: llama, qwen2, qwen3, phi3)", ErrUnsupportedArch, arch)
 	}
 	h := HParams{Arch: arch, NeoxRope: arch != "llama", QKVBias: arch == "qwen2", QKNorm: arch == "qwen3"}
 	if n, err := f.Uint(arch + ".expert_count"); err == nil && n > 0 {
@@ -101,6 +119,7 @@ func ReadHParams(f *File) (HParams, error) {
 		geti("context_length", &h.Context, 2048),
 		getf("rope.freq_base", &h.RopeBase, 10000),
 		getf("attention.layer_norm_rms_epsilon", &h.NormEps, 1e-5),
+		getf("rope.scaling.attn_factor", &h.RopeAttnFactor, 1),
 	} {
 		if e != nil {
 			return HParams{}, e
@@ -127,7 +146,10 @@ func ReadHParams(f *File) (HParams, error) {
 		return bad("rope.freq_base", h.RopeBase)
 	case !(h.NormEps >= 0) || h.NormEps > 1:
 		return bad("attention.layer_norm_rms_epsilon", h.NormEps)
+	case !(h.RopeAttnFactor > 0) || h.RopeAttnFactor > 1e3:
+		return bad("rope.scaling.attn_factor", h.RopeAttnFactor)
 	}
+	h.TrainContext = h.Context
 	hd := 0
 	if h.Dim%h.Heads == 0 {
 		hd = h.Dim / h.Heads
@@ -153,8 +175,46 @@ func ReadHParams(f *File) (HParams, error) {
 		return HParams{}, fmt.Errorf("%w: %s with partial RoPE (rope.dimension_count %d, head size %d)", ErrUnsupportedArch, arch, rd, h.HeadDim)
 	}
 	_, h.RopeFactors = f.Tensor("rope_freqs.weight")
+	if arch == "phi3" {
+		// phi3's graph sizes Q and the attention output by the embedding.
+		if h.QDim() != h.Dim {
+			return HParams{}, fmt.Errorf("%w: phi3 with head size %d × %d heads ≠ embedding %d", ErrUnsupportedArch, h.HeadDim, h.Heads, h.Dim)
+		}
+		_, short := f.Tensor("rope_factors_short.weight")
+		_, long := f.Tensor("rope_factors_long.weight")
+		if short != long {
+			return HParams{}, fmt.Errorf("%w: phi3 with only one of rope_factors_short.weight and rope_factors_long.weight", ErrCorrupt)
+		}
+		h.LongRoPE = short
+		if err := geti("attention.sliding_window", &h.SlidingWindow, 0); err != nil {
+			return HParams{}, err
+		}
+		if h.LongRoPE {
+			if err := geti("rope.scaling.original_context_length", &h.Context, h.Context); err != nil {
+				return HParams{}, err
+			}
+			if h.Context <= 0 || h.Context > h.TrainContext {
+				return bad("rope.scaling.original_context_length", h.Context)
+			}
+		}
+	}
 	emb, ok := f.Tensor("token_embd.weight")
 	if !ok {
+		// A slice of middle layers holds no embedding; its vocabulary
+		// size is then the metadata's.
+		if _, _, _, slice, err := f.SliceRange(); err != nil {
+			return HParams{}, err
+		} else if slice {
+			v, err := f.Uint(arch + ".vocab_size")
+			if err != nil {
+				return HParams{}, err
+			}
+			if v == 0 || v > 1<<24 {
+				return bad("vocab_size", v)
+			}
+			h.Vocab = int(v)
+			return h, nil
+		}
 		return HParams{}, fmt.Errorf("%w: missing tensor %q", ErrCorrupt, "token_embd.weight")
 	}
 	if len(emb.Dims) != 2 || emb.Dims[0] != uint64(h.Dim) || emb.Dims[1] > 1<<24 {
@@ -209,6 +269,30 @@ func (m *matrix) row(r int, dst []float32) {
 			dst[b*32+i] = float32(m.q[r*m.cols+b*32+i]) * d
 		}
 	}
+}
+
+// rowsView is rows [lo, hi) of m, sharing m's memory: phi3's fused
+// attn_qkv and gate+up tensors become the separate matrices of the llama
+// graph without a copy, and each row's products stay those of the fused
+// matrix (rows are independent).
+func (m *matrix) rowsView(lo, hi int) *matrix {
+	v := *m
+	v.rows = hi - lo
+	c := m.cols
+	switch {
+	case m.f != nil:
+		v.f = m.f[lo*c : hi*c : hi*c]
+	case m.typ == F16 || m.typ == BF16:
+		v.raw = m.raw[2*lo*c : 2*hi*c : 2*hi*c]
+	case m.qf != nil:
+		rb := c / m.qf.block * m.qf.bytes
+		v.raw = m.raw[lo*rb : hi*rb : hi*rb]
+	default: // Q8_0
+		nb := c / 32
+		v.q = m.q[lo*c : hi*c : hi*c]
+		v.d = m.d[lo*nb : hi*nb : hi*nb]
+	}
+	return &v
 }
 
 // loader reads the tensors a stage needs, counting the bytes.
@@ -314,7 +398,7 @@ func (f *File) Fingerprint() (string, error) {
 		if n <= 0 {
 			continue
 		}
-		if _, err := f.r.ReadAt(buf[:n], t.Offset); err != nil {
+		if err := f.readAt(t, buf[:n], 0); err != nil {
 			return "", fmt.Errorf("%w: tensor %q: %v", ErrCorrupt, t.Name, err)
 		}
 		h.Write(buf[:n])

@@ -11,7 +11,12 @@ import (
 )
 
 func TestPipeline(t *testing.T) {
-	c := testShapes["qwen2"]
+	for _, name := range []string{"qwen2", "phi3.5-longrope"} {
+		t.Run(name, func(t *testing.T) { testPipeline(t, testShapes[name]) })
+	}
+}
+
+func testPipeline(t *testing.T, c GenConfig) {
 	path := genModel(t, c)
 	ctx := context.Background()
 	gen := func(cuts []int) string {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -148,18 +147,15 @@ type Local struct {
 }
 
 // Open loads the stage of the GGUF model at path given by the options
-// (all layers by default), reading only that stage's tensors.
+// (all layers by default), reading only that stage's tensors. path may
+// name any part of a split model; see OpenFile.
 func Open(path string, opts ...Option) (*Local, error) {
-	fh, err := os.Open(path)
+	f, fh, err := OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
-	s, err := OpenReaderAt(fh, st.Size(), opts...)
+	s, err := Load(f, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -168,17 +164,34 @@ func Open(path string, opts ...Option) (*Local, error) {
 
 // OpenReaderAt is Open on size bytes behind r. It does not keep r.
 func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
-	o := buildOptions(opts)
 	f, err := ReadFile(r, size)
 	if err != nil {
 		return nil, err
 	}
+	return Load(f, opts...)
+}
+
+// Load loads the stage given by the options from the parsed model f (from
+// ReadFile, OpenFile or ReadSplit), reading only that stage's tensors, by
+// offset, from the parts that hold them. It does not keep f.
+func Load(f *File, opts ...Option) (*Local, error) {
+	o := buildOptions(opts)
 	hp, err := ReadHParams(f)
+	if err != nil {
+		return nil, err
+	}
+	slo, shi, sfp, slice, err := f.SliceRange()
 	if err != nil {
 		return nil, err
 	}
 	if !o.hasRange {
 		o.lo, o.hi = 0, hp.Layers
+		if slice {
+			o.lo, o.hi = slo, shi // a slice loads its own range by default
+		}
+	}
+	if slice && (o.lo < slo || o.hi > shi) {
+		return nil, fmt.Errorf("%w: [%d, %d) of a slice of layers [%d, %d)", ErrRange, o.lo, o.hi, slo, shi)
 	}
 	if o.lo < 0 || o.hi > hp.Layers || o.lo >= o.hi {
 		return nil, fmt.Errorf("%w: [%d, %d) of a %d-layer model", ErrRange, o.lo, o.hi, hp.Layers)
@@ -186,6 +199,9 @@ func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
 	fp, err := f.Fingerprint()
 	if err != nil {
 		return nil, err
+	}
+	if slice {
+		fp = sfp // the model's identity, not this file's
 	}
 	tok, err := NewTokenizer(f)
 	if err != nil {
@@ -201,7 +217,17 @@ func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
 	l := &loader{f: f}
 	d, kv, qd := hp.Dim, hp.KVDim(), hp.QDim()
 	var factors []float32
-	if hp.RopeFactors && o.hi > o.lo {
+	switch {
+	case hp.LongRoPE:
+		// The short factors: sessions stay within the original context
+		// (see NewSession), where llama.cpp uses them too.
+		if factors, err = l.vector("rope_factors_short.weight", hp.HeadDim/2); err != nil {
+			return nil, err
+		}
+		if _, err = l.vector("rope_factors_long.weight", hp.HeadDim/2); err != nil {
+			return nil, err
+		}
+	case hp.RopeFactors:
 		if factors, err = l.vector("rope_freqs.weight", hp.HeadDim/2); err != nil {
 			return nil, err
 		}
@@ -217,14 +243,39 @@ func OpenReaderAt(r io.ReaderAt, size int64, opts ...Option) (*Local, error) {
 		var w layerWeights
 		steps := []func() error{
 			func() (e error) { w.attnNorm, e = l.vector(p+"attn_norm.weight", d); return },
-			func() (e error) { w.wq, e = l.matrix(p+"attn_q.weight", qd, d); return },
-			func() (e error) { w.wk, e = l.matrix(p+"attn_k.weight", kv, d); return },
-			func() (e error) { w.wv, e = l.matrix(p+"attn_v.weight", kv, d); return },
 			func() (e error) { w.wo, e = l.matrix(p+"attn_output.weight", d, qd); return },
 			func() (e error) { w.ffnNorm, e = l.vector(p+"ffn_norm.weight", d); return },
-			func() (e error) { w.wGate, e = l.matrix(p+"ffn_gate.weight", hp.FFN, d); return },
-			func() (e error) { w.wUp, e = l.matrix(p+"ffn_up.weight", hp.FFN, d); return },
 			func() (e error) { w.wDown, e = l.matrix(p+"ffn_down.weight", d, hp.FFN); return },
+		}
+		if _, fused := f.Tensor(p + "attn_qkv.weight"); fused {
+			// phi3: Q, K and V rows in one tensor, in that order.
+			steps = append(steps, func() error {
+				m, e := l.matrix(p+"attn_qkv.weight", qd+2*kv, d)
+				if e == nil {
+					w.wq, w.wk, w.wv = m.rowsView(0, qd), m.rowsView(qd, qd+kv), m.rowsView(qd+kv, qd+2*kv)
+				}
+				return e
+			})
+		} else {
+			steps = append(steps,
+				func() (e error) { w.wq, e = l.matrix(p+"attn_q.weight", qd, d); return },
+				func() (e error) { w.wk, e = l.matrix(p+"attn_k.weight", kv, d); return },
+				func() (e error) { w.wv, e = l.matrix(p+"attn_v.weight", kv, d); return })
+		}
+		if hp.Arch == "phi3" {
+			// phi3: ffn_up holds the gate's rows, then the up rows
+			// (llama.cpp's LLM_FFN_SWIGLU on one tensor).
+			steps = append(steps, func() error {
+				m, e := l.matrix(p+"ffn_up.weight", 2*hp.FFN, d)
+				if e == nil {
+					w.wGate, w.wUp = m.rowsView(0, hp.FFN), m.rowsView(hp.FFN, 2*hp.FFN)
+				}
+				return e
+			})
+		} else {
+			steps = append(steps,
+				func() (e error) { w.wGate, e = l.matrix(p+"ffn_gate.weight", hp.FFN, d); return },
+				func() (e error) { w.wUp, e = l.matrix(p+"ffn_up.weight", hp.FFN, d); return })
 		}
 		if hp.QKVBias {
 			steps = append(steps,
@@ -347,6 +398,10 @@ func (s *Local) NewSession(maxTokens int) (Session, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
+	}
+	if s.hp.LongRoPE && maxTokens > s.hp.Context {
+		return nil, fmt.Errorf("%w: %d positions > the original context %d: the long RoPE factors (rope_factors_long.weight) are not supported",
+			ErrContextFull, maxTokens, s.hp.Context)
 	}
 	kv := s.hp.KVDim()
 	ss := &kvSession{st: s, positions: positions{mu: &s.mu, cap: maxTokens}}
@@ -516,6 +571,11 @@ func newForward(s *Local, rows []rowRef) *forward {
 			sn, cs := math.Sincos(float64(row.pos) * float64(f))
 			fw.cos[r*half+i] = float32(cs)
 			fw.sin[r*half+i] = float32(sn)
+			if m := h.RopeAttnFactor; m != 1 && m != 0 {
+				// As ggml's rope: cos and sin scaled after rounding.
+				fw.cos[r*half+i] *= m
+				fw.sin[r*half+i] *= m
+			}
 		}
 	}
 	return fw

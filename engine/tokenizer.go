@@ -33,6 +33,9 @@ type Tokenizer struct {
 	addBOS      bool
 	spacePrefix bool
 	chat        *chatTemplate // tokenizer.chat_template; nil when none
+	// phiChat: the vocabulary has Phi-3's <|user|>, <|assistant|> and
+	// <|end|> control tokens, so the built-in format is Phi-3's.
+	phiChat bool
 	// Byte-level BPE only: the pre-tokenizer, NFC normalization first
 	// (Qwen2's tokenizer.json asks for it), and whether a piece that is a
 	// whole token skips the merges (Llama 3's ignore_merges).
@@ -176,12 +179,18 @@ func newTokenizer(v *vocab, spacePrefix bool) (*Tokenizer, error) {
 	if t.eos >= 0 {
 		t.ends[t.eos] = true
 	}
+	phi := 0
 	for _, id := range t.specials {
+		switch t.tokens[id] {
+		case "<|user|>", "<|assistant|>", "<|end|>":
+			phi++
+		}
 		switch t.tokens[id] {
 		case "</s>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>", "<end_of_turn>", "<EOT>":
 			t.ends[id] = true
 		}
 	}
+	t.phiChat = phi == 3
 	sort.SliceStable(t.specials, func(a, b int) bool { return len(t.tokens[t.specials[a]]) > len(t.tokens[t.specials[b]]) })
 	if t.model == "gpt2" {
 		t.ranks = make(map[string]int, len(v.merges))
@@ -656,10 +665,18 @@ type ToolCall struct {
 }
 
 // ChatPrompt renders messages in the model's built-in chat format (ChatML
-// for gpt2 vocabularies such as qwen2's, Llama-2's [INST] otherwise),
+// for gpt2 vocabularies such as qwen2's, Phi-3's for a vocabulary with its
+// <|user|>, <|assistant|> and <|end|> tokens, Llama-2's [INST] otherwise),
 // ending where the assistant's reply begins.
 func (t *Tokenizer) ChatPrompt(msgs []Message) string {
 	var b strings.Builder
+	if t.phiChat {
+		for _, m := range msgs {
+			b.WriteString("<|" + m.Role + "|>\n" + m.Content + "<|end|>\n")
+		}
+		b.WriteString("<|assistant|>\n")
+		return b.String()
+	}
 	if t.model == "gpt2" {
 		for _, m := range msgs {
 			b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")

@@ -69,11 +69,30 @@ func buildVocab(arch string, n int) (*vocab, error) {
 		return nil, fmt.Errorf("%w: vocabulary of %d tokens (want >= %d)", ErrShape, n, minVocab)
 	}
 	words := strings.Fields(commonWords)
-	if arch != "llama" {
-		return buildBPEVocab(words, n), nil
+	switch arch {
+	case "llama":
+		return buildSPMVocab(words, n), nil
+	case "phi3":
+		// Phi-3's vocabulary: Llama 2's SentencePiece pieces, then the
+		// chat template's control tokens; <|endoftext|> is EOS and
+		// <|end|> ends a turn.
+		if n < minVocab+len(phi3Specials) {
+			return nil, fmt.Errorf("%w: phi3 vocabulary of %d tokens (want >= %d)", ErrShape, n, minVocab+len(phi3Specials))
+		}
+		v := buildSPMVocab(words, n-len(phi3Specials))
+		v.eos = int32(len(v.tokens))
+		for _, s := range phi3Specials {
+			v.tokens = append(v.tokens, s)
+			v.types = append(v.types, tokControl)
+			v.scores = append(v.scores, 0)
+		}
+		return v, nil
 	}
-	return buildSPMVocab(words, n), nil
+	return buildBPEVocab(words, n), nil
 }
+
+// phi3Specials are Phi-3's added control tokens, in its order.
+var phi3Specials = []string{"<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"}
 
 func buildSPMVocab(words []string, n int) *vocab {
 	v := &vocab{model: "llama", bos: 1, eos: 2, unk: 0, addBOS: true}

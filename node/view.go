@@ -94,7 +94,10 @@ func (f *pathFinder) view(m layers.LayerMap, now time.Time) *routing.View {
 		}
 		if row, ok := table.Get(id); ok {
 			ns.Health = healthOf(row)
-			ns.Relayed = row.Relayed
+			// A relayed node's circuit costs what this node measured
+			// through it: its pings give the round trips (RTTMatrix),
+			// its bandwidth probes the rate.
+			ns.Relayed, ns.RelayBandwidth = row.Relayed, row.Bandwidth
 			if hb := row.Heartbeat; hb != nil {
 				ns.Phase = phaseOf(hb.State)
 				ns.QueueDepth, ns.ActiveSessions, ns.FreeKV = hb.QueueDepth, hb.ActiveSessions, int(hb.FreeKV)

@@ -62,8 +62,11 @@ type Config struct {
 	// scheduling and a stream write on each side.
 	HopOverhead float64
 	// RelayDelay is added per step to each crossing into or out of a
-	// relayed node, and RelayBandwidth (bytes/s) carries its activations:
-	// a circuit relay is a volunteer's shared uplink, not a direct path.
+	// relayed node whose round trips nobody measured (a measured one went
+	// through the relay and carries its detour), and RelayBandwidth
+	// (bytes/s) carries its activations unless the node's own
+	// NodeState.RelayBandwidth was measured: a circuit relay is a
+	// volunteer's shared uplink, not a direct path.
 	RelayDelay     float64
 	RelayBandwidth float64
 

@@ -30,8 +30,9 @@
 // load is the same with the queue in the batch as well; past its batch slots
 // sessions take turns, so the time grows in proportion. A crossing between
 // hops costs half a round trip per pass, the activations over each side's
-// link, a fixed overhead, and the relay's delay and bandwidth when a side is
-// relayed. The last hop pays the output head and both end hops pay the
+// link, a fixed overhead, and the relay's bandwidth when a side is relayed
+// (as measured, else Config.RelayBandwidth), plus Config.RelayDelay when no
+// round trip through its relay was measured. The last hop pays the output head and both end hops pay the
 // round trip to the entry. A node whose free KV cache cannot hold the
 // session is charged Config.KVPenalty per pass; a node whose figures are
 // older than Config.StaleAfter is charged Config.StalePenalty more, and

@@ -164,8 +164,9 @@ func (r *Router) reqInfo(req Request, v *View, now time.Time) reqInfo {
 	return q
 }
 
-// estimate fills e for node n serving stage st.
-func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo) {
+// estimate fills e for node n serving stage st; measured says whether
+// the view holds a measured round trip of n.
+func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo, measured bool) {
 	*e = Estimate{Node: n, Range: st.Range, Steps: int(q.steps)}
 	h := n.Hardware
 	speed := n.Speed
@@ -222,7 +223,18 @@ func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo
 		lt += q.bytes / h.NetBandwidth
 	}
 	if n.Relayed {
-		lt += q.steps*r.cfg.RelayDelay + q.bytes/r.cfg.RelayBandwidth
+		// A round trip measured to the node went through its relay and
+		// already carries the detour, in its pair costs and in the
+		// estimate of its unmeasured pairs: the fixed RelayDelay stands
+		// in only when nothing was measured.
+		if !measured {
+			lt += q.steps * r.cfg.RelayDelay
+		}
+		bw := r.cfg.RelayBandwidth
+		if b := n.RelayBandwidth; b > 0 && !math.IsInf(b, 0) {
+			bw = b
+		}
+		lt += q.bytes / bw
 	}
 	e.LinkTime = seconds(lt)
 	e.KVShort = n.FreeKV >= 0 && n.FreeKV < q.req.Tokens()
@@ -380,7 +392,7 @@ func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) er
 		if s.reason[k] != "" {
 			continue
 		}
-		r.estimate(&s.est, n, st, q)
+		r.estimate(&s.est, n, st, q, len(v.adj[vi]) > 0)
 		c, _, ok := r.score(&q.req, &s.est)
 		if !ok {
 			s.reason[k] = "unscorable"
@@ -801,7 +813,7 @@ func (r *Router) finish(s *scratch, m *layers.LayerMap, v *View, q *reqInfo, hop
 	for h, i := range s.hopStage {
 		vi := s.view[i]
 		st := layers.Stage{Node: hops[h].Node, Range: layers.Range{Start: int(s.start[i]), End: int(s.end[i])}}
-		r.estimate(&s.est, &v.nodes[vi], st, q)
+		r.estimate(&s.est, &v.nodes[vi], st, q, len(v.adj[vi]) > 0)
 		_, by, _ := r.score(&q.req, &s.est)
 		n := float64(hops[h].To - hops[h].From)
 		crossings := 0.0

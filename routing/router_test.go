@@ -722,3 +722,54 @@ func TestTenThousandNodes(t *testing.T) {
 	}
 	t.Logf("10,000 nodes: %v per route", time.Since(start)/5)
 }
+
+// TestRelayedLinkCosts: the same two nodes cost more when the second is
+// relayed, with the round trip measured through its relay and its
+// circuit's measured bandwidth; the measured figures are what count: a
+// faster measured circuit costs less, a slower one more, and the fixed
+// RelayDelay is charged only while no round trip of the node was measured.
+func TestRelayedLinkCosts(t *testing.T) {
+	r := newRouter(t, WithSlack(0))
+	m := mustMap(t, 80, stage("a", 0, 40), stage("b", 40, 80))
+	path := Path{Hops: []Hop{{"a", 0, 40}, {"b", 40, 80}}}
+	cost := func(v *View) float64 {
+		t.Helper()
+		p, err := r.Evaluate(m, v, Request{Entry: "a"}, testNow, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Cost
+	}
+	direct := NewView(fresh(t, "a", "h100"), fresh(t, "b", "h100"))
+	direct.SetRTT("a", "b", 0.002)
+	relayed := func(rtt, bw float64) *View {
+		v := direct.Clone()
+		v.Update("b", func(n *NodeState) { n.Relayed, n.RelayBandwidth = true, bw })
+		if rtt > 0 {
+			v.SetRTT("a", "b", rtt)
+		}
+		return v
+	}
+	cDirect := cost(direct)
+	// Through a relay: 30 ms measured round trip, 5 MB/s measured.
+	cRelayed := cost(relayed(0.030, 5e6))
+	if !(cRelayed > cDirect) {
+		t.Fatalf("relayed path %v, direct %v: relay costs nothing", cRelayed, cDirect)
+	}
+	// The measured round trip counts: 256 steps pay half of each of the
+	// two crossings' extra 28 ms at least.
+	if extra := cRelayed - cDirect; extra < 256*0.028/2 {
+		t.Fatalf("relayed path costs %v more, below its measured round trip's share", extra)
+	}
+	if faster, slower := cost(relayed(0.030, 50e6)), cost(relayed(0.030, 0.5e6)); !(faster < cRelayed && cRelayed < slower) {
+		t.Fatalf("measured bandwidth ignored: 50 MB/s %v, 5 MB/s %v, 0.5 MB/s %v", faster, cRelayed, slower)
+	}
+	// With nothing measured for b, the fixed delay stands in.
+	unmeasured := NewView(fresh(t, "a", "h100"), fresh(t, "b", "h100"))
+	unmeasured.Update("b", func(n *NodeState) { n.Relayed, n.RelayBandwidth = true, 5e6 })
+	plain := NewView(fresh(t, "a", "h100"), fresh(t, "b", "h100"))
+	c := DefaultConfig()
+	if extra := cost(unmeasured) - cost(plain); extra < 256*c.RelayDelay {
+		t.Fatalf("unmeasured relayed node charged %v more, want ≥ %v", extra, 256*c.RelayDelay)
+	}
+}

@@ -64,6 +64,9 @@ type NodeState struct {
 	Phase   Phase
 	Region  string // coarse location; unmeasured links are estimated per region pair
 	Relayed bool   // reachable only through a circuit relay: its links cost more
+	// RelayBandwidth is the measured bytes per second of a relayed node's
+	// circuit; 0 means unmeasured and Config.RelayBandwidth stands in.
+	RelayBandwidth float64
 
 	// Hardware is the node's declared or measured device. The zero value
 	// means unknown: the router then uses its fleet's profile or its

@@ -107,6 +107,12 @@ type query struct {
 	decodes   int
 	prior     int // output tokens delivered before a replay
 	retries   int
+	cause     cause   // why the last attempt broke
+	blame     int     // node the last attempt broke at (-1: none)
+	busy      int     // busy answers seen (the entry's backoff count)
+	busySince float64 // when the first busy answer came
+	avoid     []string
+	hard      []string // hops it can never fit, avoided for good
 	ttft      float64
 	done      bool
 	failed    bool
@@ -234,6 +240,7 @@ func (s *Sim) issue(input, output int, arrival float64) *query {
 	if !s.sched.admit(s, q) {
 		q.failed = true
 		s.stats.failed++
+		s.stats.fail(FailNoRoute)
 		return q
 	}
 	it := &iter{q: q, prompt: true, tokens: input, issued: s.now}
@@ -251,7 +258,7 @@ func (s *Sim) depart(it *iter, from int) {
 		var ok bool
 		li, ok = s.sched.hop(s, q, from)
 		if !ok {
-			s.fail(q)
+			s.fail(q, causeNoHop, -1)
 			return
 		}
 		q.route = append(q.route, li)
@@ -275,13 +282,15 @@ func (s *Sim) depart(it *iter, from int) {
 	s.schedule(&event{at: start + dur + lat, kind: evDeliver, node: int32(l.To), it: it})
 }
 
-// fail ends a query that a failure broke: its client replays it
-// (onLost) or it counts as failed.
-func (s *Sim) fail(q *query) {
+// fail ends an attempt that c broke: its client replays it (onLost) or
+// it counts as failed.
+func (s *Sim) fail(q *query, c cause, at int) {
 	if q.failed || q.done {
 		return
 	}
 	q.failed = true
+	q.cause, q.blame = c, at
+	s.stats.breaks[c]++
 	s.sched.finish(s, q)
 	s.releaseKV(q)
 	if s.onLost != nil {
@@ -289,6 +298,7 @@ func (s *Sim) fail(q *query) {
 		return
 	}
 	s.stats.failed++
+	s.stats.fail(c.String())
 }
 
 // linkTo returns the link from → to, made on demand where the simulation
@@ -324,7 +334,7 @@ func (s *Sim) deliver(it *iter, to int) {
 		return
 	}
 	if n.down {
-		s.fail(q)
+		s.fail(q, causeDied, to)
 		return
 	}
 	l := max(it.nextLayer, n.First)
@@ -334,7 +344,7 @@ func (s *Sim) deliver(it *iter, to int) {
 	}
 	if it.nextLayer < n.First || stop > n.End {
 		// Routed on a map the node has since left: the hop is gone.
-		s.fail(q)
+		s.fail(q, causeStale, to)
 		return
 	}
 	if l >= stop {
@@ -346,9 +356,14 @@ func (s *Sim) deliver(it *iter, to int) {
 	if s.reserve && it.prompt {
 		need := int64(q.input+q.output) * int64(stop-l)
 		if len(n.wait) > 0 || n.kvUsed+need > n.KVCapacity {
-			if len(n.wait) >= s.maxQueue || need > n.KVCapacity {
+			if need > n.KVCapacity {
 				s.stats.rejected++
-				s.fail(q)
+				s.fail(q, causeNoKV, to)
+				return
+			}
+			if len(n.wait) >= s.maxQueue {
+				s.stats.rejected++
+				s.fail(q, causeQueueFull, to)
 				return
 			}
 			n.wait = append(n.wait, it)
@@ -415,14 +430,15 @@ func (s *Sim) expireWait(ni int, it *iter, gen uint32) {
 		if w == it {
 			n.wait = append(n.wait[:i], n.wait[i+1:]...)
 			s.stats.rejected++
-			s.fail(it.q)
+			s.fail(it.q, causeQueueTimeout, ni)
 			return
 		}
 	}
 }
 
-// kill takes a node down: everything queued or running on it is lost.
-func (s *Sim) kill(ni int) {
+// kill takes a node down: everything queued or running on it is lost,
+// for cause c.
+func (s *Sim) kill(ni int, c cause) {
 	n := s.nodes[ni]
 	if n.down {
 		return
@@ -445,13 +461,14 @@ func (s *Sim) kill(ni int) {
 	n.batch, n.wait, n.queued, n.busy, n.recv = nil, nil, 0, false, 0
 	n.kvUsed, n.active = 0, 0
 	for _, q := range lost {
-		s.fail(q)
+		s.fail(q, c, ni)
 	}
 }
 
-// revive brings a node back holding [first, end), empty.
+// revive brings a node back holding [first, end), empty: what it held
+// before is lost as moved.
 func (s *Sim) revive(ni, first, end int) {
-	s.kill(ni)
+	s.kill(ni, causeMoved)
 	n := s.nodes[ni]
 	n.down = false
 	n.First, n.End, n.cur = first, end, first
@@ -681,14 +698,24 @@ func (s *Sim) run(until float64) {
 type stats struct {
 	issued, completed, failed int
 	retried, rejected         int
-	decodeTokens              int64 // decode iterations returned in the window
-	goodTokens                int64 // output tokens of queries completed in the window
+	breaks                    [nCauses]int   // attempts broken, by cause
+	failedBy                  map[string]int // requests failed for good, by cause
+	failedWithPath            int            // of those, failed while every layer was served
+	decodeTokens              int64          // decode iterations returned in the window
+	goodTokens                int64          // output tokens of queries completed in the window
 	ttft, tpot                []float64
 	batches                   int64
 	overCap, kvOverflow       int
 	bytesSent                 float64
 	busy                      []float64
 	series                    series
+}
+
+func (st *stats) fail(why string) {
+	if st.failedBy == nil {
+		st.failedBy = map[string]int{}
+	}
+	st.failedBy[why]++
 }
 
 // series bins decode tokens per fixed interval for the throughput plot.

@@ -254,6 +254,9 @@ type Result struct {
 	Issued         int
 	Completed      int
 	Failed         int
+	FailedByCause  map[string]int // requests failed for good, by why (the Fail* names)
+	FailedWithPath int            // of those, failed while every layer was served
+	BrokenByCause  map[string]int // attempts broken (then replayed or failed), by cause
 	Events         uint64
 	KVOverflows    int
 	OverCapBatches int
@@ -264,14 +267,24 @@ type Result struct {
 func (s *Sim) result() Result {
 	w := s.win.End - s.win.Start
 	st := s.stats
-	return Result{
+	r := Result{
 		DecodeTokS: float64(st.decodeTokens) / w, GoodputTokS: float64(st.goodTokens) / w,
 		TTFTp50: percentile(st.ttft, 0.5), TTFTp99: percentile(st.ttft, 0.99),
 		TPOTp50: percentile(st.tpot, 0.5), TPOTp99: percentile(st.tpot, 0.99),
 		Issued: st.issued, Completed: st.completed, Failed: st.failed, Events: s.fired,
+		FailedByCause: map[string]int{}, FailedWithPath: st.failedWithPath, BrokenByCause: map[string]int{},
 		KVOverflows: st.kvOverflow, OverCapBatches: st.overCap,
 		Series: st.series.counts, SeriesBin: st.series.bin,
 	}
+	for k, v := range st.failedBy {
+		r.FailedByCause[k] = v
+	}
+	for c, v := range st.breaks {
+		if v > 0 {
+			r.BrokenByCause[cause(c).String()] = v
+		}
+	}
+	return r
 }
 
 // ReplayHelix runs one of Helix's simulations with our engine.

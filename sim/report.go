@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"strings"
 	"text/tabwriter"
 )
@@ -14,8 +15,8 @@ func (r Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tdecode tok/s\tgoodput tok/s\tTTFT p50 ms\tTTFT p99 ms\tTPOT p50 ms\tTPOT p99 ms\tcompleted\tfailed\tevents\t")
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%d\t%d\t\n", p.Policy, p.decodeTokS, p.GoodputTokS,
-			p.TTFTp50ms, p.TTFTp99ms, p.TPOTp50ms, p.TPOTp99ms, p.Completed, p.Failed, p.events)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", p.Policy, p.decodeTokS, p.GoodputTokS,
+			ms(p.TTFTp50ms), ms(p.TTFTp99ms), ms(p.TPOTp50ms), ms(p.TPOTp99ms), p.Completed, p.Failed, p.events)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -26,7 +27,7 @@ func (r Report) WriteText(w io.Writer) error {
 	if r.hasSwarm() {
 		fmt.Fprintln(w, "\nchurn and control plane:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "policy\tdeaths\tjoins\tretried\tincomplete coverage s\tmoves\tGB loaded\trecoveries (lost coverage)\trecovery p50 s\trecovery max s\tevents/s\t")
+		fmt.Fprintln(tw, "policy\tdeaths\tjoins\tretried\tincomplete coverage s\tmoves\tGB loaded\trecoveries (lost coverage)\trecovery p50 s\trecovery max s\tleader decisions\tevents/s\t")
 		for _, p := range r.Policies {
 			sw := p.swarm
 			if sw == nil {
@@ -46,12 +47,19 @@ func (r Report) WriteText(w io.Writer) error {
 			if len(lost) == 0 {
 				p50 = 0
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%d\t%.0f\t%d of %d\t%.1f\t%.1f\t%.0f\t\n", p.Policy, sw.Deaths, sw.Joins, sw.Retried,
-				sw.IncompleteS, sw.Moves, sw.BytesLoaded/1e9, len(lost), len(sw.Recoveries), p50, mx, sw.EventsPerSec)
+			dec := "-"
+			if sw.LeaderDecisions > 0 {
+				dec = fmt.Sprintf("%d (%d errors, %d stalls)", sw.LeaderDecisions, sw.LeaderErrors, sw.LeaderStalls)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%d\t%.0f\t%d of %d\t%.1f\t%.1f\t%s\t%.0f\t\n", p.Policy, sw.Deaths, sw.Joins, sw.Retried,
+				sw.IncompleteS, sw.Moves, sw.BytesLoaded/1e9, len(lost), len(sw.Recoveries), p50, mx, dec, sw.EventsPerSec)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if err := r.writeCauses(w); err != nil {
+		return err
 	}
 	if len(r.Published) > 0 {
 		fmt.Fprintln(w, "\npublished (Helix's simulator) vs simulated (ours), decode tok/s:")
@@ -101,6 +109,51 @@ func (r Report) WriteSVG(w io.Writer) error {
 	sb.WriteString("</svg>\n")
 	_, err := io.WriteString(w, sb.String())
 	return err
+}
+
+// ms prints a latency: whole milliseconds, tenths below 100 ms.
+func ms(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// writeCauses lists why requests failed and why attempts broke.
+func (r Report) writeCauses(w io.Writer) error {
+	any := false
+	for _, p := range r.Policies {
+		any = any || len(p.FailedByCause) > 0 || len(p.BrokenByCause) > 0
+	}
+	if !any {
+		return nil
+	}
+	fmt.Fprintln(w, "\nfailures by cause (failed for good; attempts broken, each replayed or failed):")
+	for _, p := range r.Policies {
+		if len(p.FailedByCause) == 0 && len(p.BrokenByCause) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  %s: failed %d (%d where another path existed): %s; broken: %s\n", p.Policy, p.Failed,
+			p.FailedWithPath, counts(p.FailedByCause), counts(p.BrokenByCause))
+	}
+	return nil
+}
+
+// counts prints a count map in key order.
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func esc(s string) string {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"time"
 
@@ -23,16 +24,18 @@ type Scenario struct {
 
 	// A swarm run: machines, network, workload, churn, timings. Data is
 	// the Helix reference directory the profiles and lengths come from.
-	Data      string      `yaml:"data"`
-	Model     string      `yaml:"model"`
-	DurationS float64     `yaml:"duration_s"`
-	WarmUpS   float64     `yaml:"warmup_s"`
-	StartS    float64     `yaml:"start_s"`
-	Nodes     []NodeGroup `yaml:"nodes"`
-	Network   Network     `yaml:"network"`
-	Workload  Workload    `yaml:"workload"`
-	Churn     Churn       `yaml:"churn"`
-	Timing    Timing      `yaml:"timing"`
+	Data  string `yaml:"data"`
+	Model string `yaml:"model"`
+	// SyntheticModel replaces data and model: a testnet-like model.
+	SyntheticModel *SyntheticModel `yaml:"synthetic_model"`
+	DurationS      float64         `yaml:"duration_s"`
+	WarmUpS        float64         `yaml:"warmup_s"`
+	StartS         float64         `yaml:"start_s"`
+	Nodes          []NodeGroup     `yaml:"nodes"`
+	Network        Network         `yaml:"network"`
+	Workload       Workload        `yaml:"workload"`
+	Churn          Churn           `yaml:"churn"`
+	Timing         Timing          `yaml:"timing"`
 
 	dir string // the scenario file's directory, for relative paths
 }
@@ -49,13 +52,44 @@ type NodeGroup struct {
 	HelixCluster string `yaml:"helix_cluster"`
 	// Prefix names the group's machines (default: the GPU).
 	Prefix string `yaml:"prefix"`
+	// Name names a group of one machine.
+	Name string `yaml:"name"`
+	// MaxLayers caps the machines' ranges (required for synthetic models).
+	MaxLayers int `yaml:"max_layers"`
 }
 
 // Workload is the requests: Helix's stream for a rate, or Poisson
 // arrivals with Azure conversation lengths.
 type Workload struct {
-	PoissonRatePerS float64 `yaml:"poisson_rate_per_s"`
-	HelixStreamRate float64 `yaml:"helix_stream_rate"`
+	PoissonRatePerS float64      `yaml:"poisson_rate_per_s"`
+	HelixStreamRate float64      `yaml:"helix_stream_rate"`
+	TestnetLoad     *TestnetLoad `yaml:"testnet_load"`
+}
+
+// TestnetLoad is a testnet scenario's load section (testnet.LoadSpec):
+// Poisson arrivals at Rate, drawn exactly as testnet/load.go draws them
+// from Seed, at most Clients in flight, fixed lengths.
+type TestnetLoad struct {
+	Clients      int     `yaml:"clients"`
+	Rate         float64 `yaml:"rate"`
+	Prompts      int     `yaml:"prompts"`
+	PromptTokens int     `yaml:"prompt_tokens"`
+	MaxTokens    int     `yaml:"max_tokens"`
+	Seed         uint64  `yaml:"seed"`
+}
+
+// requests draws the arrivals over [0, duration).
+func (l TestnetLoad) requests(duration float64) []Request {
+	rng := rand.New(rand.NewPCG(l.Seed, 0xa771))
+	var out []Request
+	for t := 0.0; ; {
+		t += rng.ExpFloat64() / l.Rate
+		if t > duration {
+			return out
+		}
+		rng.IntN(l.Prompts) // the prompt's draw, to keep the stream in step
+		out = append(out, Request{At: t, Input: l.PromptTokens, Output: l.MaxTokens})
+	}
 }
 
 // HelixRef replays Helix's published simulations of one setup and model.
@@ -96,14 +130,23 @@ func ParseScenario(path string, data []byte) (*Scenario, error) {
 	}
 	if len(sc.Nodes) > 0 {
 		switch {
-		case sc.Data == "" || sc.Model == "":
-			return nil, fmt.Errorf("%w: %s: a swarm needs data and model", ErrScenario, path)
+		case (sc.Data == "" || sc.Model == "") && sc.SyntheticModel == nil:
+			return nil, fmt.Errorf("%w: %s: a swarm needs data and model, or synthetic_model", ErrScenario, path)
 		case !(sc.DurationS > 0) || sc.WarmUpS < 0 || sc.WarmUpS >= sc.DurationS || sc.StartS < 0:
 			return nil, fmt.Errorf("%w: %s: duration_s %g, warmup_s %g", ErrScenario, path, sc.DurationS, sc.WarmUpS)
-		case (sc.Workload.PoissonRatePerS > 0) == (sc.Workload.HelixStreamRate > 0):
-			return nil, fmt.Errorf("%w: %s: workload needs exactly one of poisson_rate_per_s and helix_stream_rate", ErrScenario, path)
+		case kinds(sc.Workload.PoissonRatePerS > 0, sc.Workload.HelixStreamRate > 0, sc.Workload.TestnetLoad != nil) != 1:
+			return nil, fmt.Errorf("%w: %s: workload needs exactly one of poisson_rate_per_s, helix_stream_rate and testnet_load", ErrScenario, path)
+		}
+		if l := sc.Workload.TestnetLoad; l != nil && (l.Clients <= 0 || !(l.Rate > 0) || l.Prompts <= 0 || l.PromptTokens <= 0 || l.MaxTokens <= 0) {
+			return nil, fmt.Errorf("%w: %s: testnet_load needs positive clients, rate, prompts, prompt_tokens and max_tokens", ErrScenario, path)
 		}
 		for i, g := range sc.Nodes {
+			if g.Name != "" && g.Count == 0 {
+				sc.Nodes[i].Count, g.Count = 1, 1
+			}
+			if g.Name != "" && g.Count != 1 {
+				return nil, fmt.Errorf("%w: %s: node group %d is named %q but has count %d", ErrScenario, path, i, g.Name, g.Count)
+			}
 			if g.HelixCluster == "" && (g.Count <= 0 || g.GPU == "") {
 				return nil, fmt.Errorf("%w: %s: node group %d needs count and gpu, or helix_cluster", ErrScenario, path, i)
 			}
@@ -125,7 +168,7 @@ func (sc *Scenario) path(p string) string {
 // SwarmSpec builds the swarm run the scenario describes.
 func (sc *Scenario) SwarmSpec() (SwarmSpec, error) {
 	dir := sc.path(sc.Data)
-	spec := SwarmSpec{Dir: dir, Model: sc.Model, Net: sc.Network, Timing: sc.Timing, Churn: sc.Churn,
+	spec := SwarmSpec{Dir: dir, Model: sc.Model, Synthetic: sc.SyntheticModel, Net: sc.Network, Timing: sc.Timing, Churn: sc.Churn,
 		Duration: sc.DurationS, WarmUpS: sc.WarmUpS, StartS: sc.StartS, Seed: sc.Seed}
 	for gi, g := range sc.Nodes {
 		if g.HelixCluster != "" {
@@ -144,11 +187,18 @@ func (sc *Scenario) SwarmSpec() (SwarmSpec, error) {
 		for i := range g.Count {
 			// Spread the relayed machines evenly through the group.
 			r := relayed > 0 && (i*relayed)/g.Count != ((i+1)*relayed)/g.Count
-			spec.Nodes = append(spec.Nodes, SwarmNode{ID: fmt.Sprintf("%s-%d", prefix, i), GPU: g.GPU, Region: g.Region,
-				Relayed: r, JoinAt: g.JoinAtS})
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			if g.Name != "" {
+				id = g.Name
+			}
+			spec.Nodes = append(spec.Nodes, SwarmNode{ID: id, GPU: g.GPU, Region: g.Region,
+				Relayed: r, JoinAt: g.JoinAtS, MaxLayers: g.MaxLayers})
 		}
 	}
 	switch {
+	case sc.Workload.TestnetLoad != nil:
+		spec.Requests = sc.Workload.TestnetLoad.requests(sc.DurationS)
+		spec.Clients = sc.Workload.TestnetLoad.Clients
 	case sc.Workload.HelixStreamRate > 0:
 		st, err := LoadHelixStream(dir, sc.Workload.HelixStreamRate)
 		if err != nil {
@@ -165,6 +215,16 @@ func (sc *Scenario) SwarmSpec() (SwarmSpec, error) {
 	return spec, nil
 }
 
+func kinds(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
 // PolicyReport is one policy's figures, in the units of --json.
 type PolicyReport struct {
 	Policy      string  `json:"policy"`
@@ -175,6 +235,17 @@ type PolicyReport struct {
 	TPOTp99ms   float64 `json:"tpot_p99_ms"`
 	Completed   int     `json:"completed"`
 	Failed      int     `json:"failed"`
+	// FailedByCause splits Failed by why (replays_exhausted,
+	// busy_too_long, no_route, not_replayed, kv_never_fits, or for
+	// Helix's replays the break itself).
+	FailedByCause map[string]int `json:"failed_by_cause"`
+	// FailedWithPath counts the failures that happened while every layer
+	// was served: losses where another path existed.
+	FailedWithPath int `json:"failed_where_path_existed"`
+	// BrokenByCause counts broken attempts (each then replayed or failed)
+	// by cause: node_died, moved, queue_full, queue_timeout,
+	// kv_never_fits, stale_route, no_hop.
+	BrokenByCause map[string]int `json:"attempts_broken_by_cause"`
 
 	swarm      *SwarmResult
 	decodeTokS float64
@@ -202,13 +273,20 @@ type Report struct {
 
 // policyReport folds the parts of one policy (Helix sums sub-clusters).
 func policyReport(name string, parts []Result) PolicyReport {
-	p := PolicyReport{Policy: name}
+	p := PolicyReport{Policy: name, FailedByCause: map[string]int{}, BrokenByCause: map[string]int{}}
 	var ttft50, ttft99, tpot50, tpot99, w float64
 	for _, r := range parts {
 		p.GoodputTokS += r.GoodputTokS
 		p.decodeTokS += r.DecodeTokS
 		p.Completed += r.Completed
 		p.Failed += r.Failed
+		p.FailedWithPath += r.FailedWithPath
+		for k, v := range r.FailedByCause {
+			p.FailedByCause[k] += v
+		}
+		for k, v := range r.BrokenByCause {
+			p.BrokenByCause[k] += v
+		}
 		p.events += r.Events
 		// Latency of a sum of parts: weighted by decode rate (Helix merges
 		// the samples; this is close where parts are alike).

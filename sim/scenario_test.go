@@ -27,7 +27,8 @@ workload:
   poisson_rate_per_s: 0.5
 `
 
-// TestReportJSON checks --json's schema: exactly the keys issue 21 names.
+// TestReportJSON checks --json's schema: the keys issue 21 names, and the
+// failure breakdown added since.
 func TestReportJSON(t *testing.T) {
 	sc, err := ParseScenario(filepath.Join("..", "testdata", "sim", "tiny.yaml"), []byte(tinySwarm))
 	if err != nil {
@@ -52,11 +53,19 @@ func TestReportJSON(t *testing.T) {
 	if len(pols) != 2 {
 		t.Fatalf("%d policies, want 2", len(pols))
 	}
-	want := []string{"completed", "failed", "goodput_tok_s", "policy", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms"}
+	want := []string{"attempts_broken_by_cause", "completed", "failed", "failed_by_cause", "failed_where_path_existed",
+		"goodput_tok_s", "policy", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms"}
 	for _, p := range pols {
 		pm := p.(map[string]any)
 		if got := keys(pm); !reflect.DeepEqual(got, want) {
 			t.Fatalf("policy keys %v, want %v", got, want)
+		}
+		sum := 0.0
+		for _, v := range pm["failed_by_cause"].(map[string]any) {
+			sum += v.(float64)
+		}
+		if sum != pm["failed"].(float64) {
+			t.Fatalf("%v: failed_by_cause sums to %g, failed is %g", pm["policy"], sum, pm["failed"])
 		}
 		if pm["goodput_tok_s"].(float64) <= 0 || pm["completed"].(float64) <= 0 {
 			t.Fatalf("%v served nothing", pm["policy"])
@@ -89,6 +98,8 @@ func TestParseScenarioErrors(t *testing.T) {
 		"two workloads": "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4}]\nworkload: {poisson_rate_per_s: 1, helix_stream_rate: 700}\n",
 		"no workload":   "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4}]\n",
 		"bad group":     "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 0}]\nworkload: {poisson_rate_per_s: 1}\n",
+		"bad load":      "name: x\nsynthetic_model: {layers: 8, dim: 16}\nduration_s: 10\nnodes: [{name: a, gpu: cpu, max_layers: 8}]\nworkload: {testnet_load: {clients: 0, rate: 1, prompts: 1, prompt_tokens: 1, max_tokens: 1}}\n",
+		"named group":   "name: x\nsynthetic_model: {layers: 8, dim: 16}\nduration_s: 10\nnodes: [{name: a, count: 2, gpu: cpu, max_layers: 8}]\nworkload: {poisson_rate_per_s: 1}\n",
 		"bad warmup":    "name: x\ndata: d\nmodel: m\nduration_s: 10\nwarmup_s: 10\nnodes: [{count: 1, gpu: t4}]\nworkload: {poisson_rate_per_s: 1}\n",
 		"bad relayed":   "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4, relayed_fraction: 2}]\nworkload: {poisson_rate_per_s: 1}\n",
 	} {
@@ -155,4 +166,41 @@ func FuzzParseScenario(f *testing.F) {
 			t.Fatalf("accepted an empty scenario: %+v", sc)
 		}
 	})
+}
+
+// TestTestnetScenario runs the simulated twin of the testnet's steady-5:
+// every request the testnet's arrival draw makes completes, and the
+// per-token latency is the path's: three messages and eight layers.
+func TestTestnetScenario(t *testing.T) {
+	path := filepath.Join("..", "testdata", "sim", "testnet-steady-5.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ParseScenario(path, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := sc.SwarmSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Requests) == 0 || spec.Clients != sc.Workload.TestnetLoad.Clients {
+		t.Fatalf("%d requests, %d clients", len(spec.Requests), spec.Clients)
+	}
+	res, err := RunSwarm(context.Background(), spec, "strata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != len(spec.Requests) || res.Failed != 0 {
+		t.Fatalf("completed %d failed %d of %d", res.Completed, res.Failed, len(spec.Requests))
+	}
+	m := sc.SyntheticModel
+	path3 := 3*sc.Network.InRegion.LatencyMS + float64(m.Layers)*m.LayerMS
+	if got := res.TPOTp50 * 1e3; got < path3 || got > 1.2*path3 {
+		t.Fatalf("per-token p50 %.3f ms, path %.3f ms", got, path3)
+	}
+	if got := res.TTFTp50 * 1e3; got < sc.Timing.EntrySetupMS {
+		t.Fatalf("TTFT p50 %.3f ms below the entry's setup %.3f ms", got, sc.Timing.EntrySetupMS)
+	}
 }

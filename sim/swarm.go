@@ -17,10 +17,13 @@ import (
 
 // SwarmNode is one machine of a swarm scenario.
 type SwarmNode struct {
-	ID      string
-	GPU     string // a Helix machine type: a100, l4, t4, v100, l4x2, t4x2, t4x4
-	Region  string
-	Relayed bool
+	ID  string
+	GPU string // a Helix machine type: a100, l4, t4, v100, l4x2, t4x2, t4x4 (cpu: synthetic)
+	// MaxLayers caps the machine's range (synthetic models; Helix's
+	// machines take theirs from gpus.csv).
+	MaxLayers int
+	Region    string
+	Relayed   bool
 	// JoinAt is when the machine first starts (0: at the start, placed by
 	// the initial plan); later machines join through the policy's join.
 	JoinAt float64
@@ -56,6 +59,10 @@ type Timing struct {
 	// ClientTimeoutS is how long a client keeps retrying a request that
 	// finds no route before it gives up.
 	ClientTimeoutS float64 `yaml:"client_timeout_s"`
+	// EntrySetupMS is the entry's time to start an attempt before its
+	// prefill leaves: the API call, tokenizing, routing, opening the
+	// hops' sessions (what the testnet's TTFT holds beyond the path).
+	EntrySetupMS float64 `yaml:"entry_setup_ms"`
 }
 
 func (t Timing) withDefaults() Timing {
@@ -79,10 +86,13 @@ type Churn struct {
 	// MedianSessionS > 0 draws every machine's up-times from a lognormal
 	// with this median and shape Sigma (heavy-tailed), and its down-times
 	// from an exponential of mean MeanDowntimeS.
-	MedianSessionS float64          `yaml:"median_session_s"`
-	Sigma          float64          `yaml:"sigma"`
-	MeanDowntimeS  float64          `yaml:"mean_downtime_s"`
-	Script         []ScriptedChange `yaml:"script"`
+	MedianSessionS float64 `yaml:"median_session_s"`
+	Sigma          float64 `yaml:"sigma"`
+	MeanDowntimeS  float64 `yaml:"mean_downtime_s"`
+	// StartS is when the drawn sessions start: a swarm that formed (its
+	// first map committed) before the churn began.
+	StartS float64          `yaml:"start_s"`
+	Script []ScriptedChange `yaml:"script"`
 }
 
 // ScriptedChange kills or starts a machine at a given time.
@@ -94,8 +104,14 @@ type ScriptedChange struct {
 
 // SwarmSpec is everything a swarm run needs.
 type SwarmSpec struct {
-	Dir      string // Helix reference data (profiles)
-	Model    string // llama2_70b or llama1_30b
+	Dir   string // Helix reference data (profiles)
+	Model string // llama2_70b or llama1_30b
+	// Synthetic, when set, replaces Dir and Model: a testnet-like model
+	// with a fixed layer time.
+	Synthetic *SyntheticModel
+	// Clients, when positive, caps the requests in flight: an arrival
+	// waits for a free client, as the testnet's load does.
+	Clients  int
 	Nodes    []SwarmNode
 	Net      Network
 	Timing   Timing
@@ -123,20 +139,23 @@ type SwarmResult struct {
 	BytesLoaded   float64   // weights loaded after the start
 	Recoveries    []float64 // per failure: seconds until every layer was served again (0: never lost)
 	Deaths, Joins int
-	EventsPerSec  float64 // wall-clock events per second of this run
-	Wall          time.Duration
+	// LeaderDecisions counts consensus.Decide calls (Strata),
+	// LeaderStalls rounds without a quorum, LeaderErrors decisions that
+	// returned an error.
+	LeaderDecisions, LeaderStalls, LeaderErrors int
+	EventsPerSec                                float64 // wall-clock events per second of this run
+	Wall                                        time.Duration
 }
 
 // world is one policy's swarm: the engine plus the control plane the
-// policy reacts with. Strata's leader decisions are all in leader*
-// methods so they can later call the consensus package's pure function.
+// policy reacts with (Strata's is consensus.Decide, leader.go).
 type world struct {
 	s      *Sim
 	spec   SwarmSpec
 	policy string
 	model  layers.ModelSpec
 	pnodes []layers.Node // planner view of every machine
-	prof   []Profile
+	prof   []LayerTimer
 	gpu    []string
 	maxL   []int
 	kvTab  map[string][]int64
@@ -164,10 +183,14 @@ type world struct {
 	servMap  layers.LayerMap
 	mapDirty bool
 
-	covered  bool
-	lostAt   []float64 // open recoveries: when coverage was lost
-	incStart float64
-	res      SwarmResult
+	lead       *leader  // Strata's control plane: consensus.Decide
+	inflight   int      // requests started and not ended
+	lastReplay *query   // the last replay lost made (tests)
+	waiting    []*query // arrivals waiting for a free client
+	covered    bool
+	lostAt     []float64 // open recoveries: when coverage was lost
+	incStart   float64
+	res        SwarmResult
 }
 
 func (w *world) layerBytes() float64 { return w.model.LayerWeightBytes() }
@@ -175,55 +198,14 @@ func (w *world) layerBytes() float64 { return w.model.LayerWeightBytes() }
 // RunSwarm runs one policy on a swarm spec.
 func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, error) {
 	spec.Timing = spec.Timing.withDefaults()
-	m, err := plannerModel(spec.Model)
-	if err != nil {
-		return SwarmResult{}, err
-	}
-	wire, err := modelWire(spec.Dir, spec.Model)
-	if err != nil {
-		return SwarmResult{}, err
-	}
-	maxL, err := maxLayers(spec.Dir, spec.Model)
-	if err != nil {
-		return SwarmResult{}, err
-	}
-	w := &world{spec: spec, policy: policy, model: m, idx: map[string]int{},
+	w := &world{spec: spec, policy: policy, idx: map[string]int{},
 		kvTab: map[string][]int64{}, capTab: map[string][]Caps{},
 		rand:  rand.New(rand.NewPCG(spec.Seed, 0x51a)),
 		epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	w.res.Policy = policy
-	profiles := map[string]Profile{}
-	c := Cluster{Model: wire}
-	for i, n := range spec.Nodes {
-		gpu := strings.ToLower(n.GPU)
-		p, ok := profiles[gpu]
-		if !ok {
-			if p, err = LoadProfile(spec.Dir, spec.Model, gpu); err != nil {
-				return SwarmResult{}, err
-			}
-			profiles[gpu] = p
-			if err := w.loadTables(gpu); err != nil {
-				return SwarmResult{}, err
-			}
-		}
-		h, err := helixHardware(gpu)
-		if err != nil {
-			return SwarmResult{}, err
-		}
-		ml := maxL[gpu]
-		if ml == 0 {
-			return SwarmResult{}, fmt.Errorf("%w: no layer cap for %q", ErrBadData, n.GPU)
-		}
-		w.pnodes = append(w.pnodes, layers.Node{ID: n.ID, Hardware: h, Region: n.Region, MaxLayers: ml})
-		w.prof = append(w.prof, p)
-		w.gpu = append(w.gpu, gpu)
-		w.maxL = append(w.maxL, ml)
-		if _, dup := w.idx[n.ID]; dup {
-			return SwarmResult{}, fmt.Errorf("%w: node %q twice", ErrScenario, n.ID)
-		}
-		w.idx[n.ID] = i
-		c.Nodes = append(c.Nodes, NodeSpec{Name: n.ID, GPU: n.GPU, First: 0, End: 1, Timer: p,
-			Caps: w.capTab[gpu][0], KVCapacity: w.kvTab[gpu][0], NICIn: 1e10, NICOut: 1e10})
+	c, err := w.machines()
+	if err != nil {
+		return SwarmResult{}, err
 	}
 	all := make([]int, len(spec.Nodes))
 	for i := range all {
@@ -251,7 +233,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	}
 	s.onLost = w.lost
 	if policy == "strata" {
-		if w.router, err = routing.New(routing.WithModel(m)); err != nil {
+		if w.router, err = routing.New(routing.WithModel(w.model)); err != nil {
 			return SwarmResult{}, err
 		}
 		w.view = routing.NewView()
@@ -264,12 +246,13 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		if r.At > spec.Duration {
 			break
 		}
-		q := &query{input: r.Input, output: r.Output}
+		q := &query{input: r.Input, output: r.Output, blame: -1}
 		s.schedule(&event{at: spec.StartS + r.At, kind: evCallback, fn: func() {
 			s.stats.issued++
-			w.issueRetry(q, s.now, s.now)
+			w.arrive(q)
 		}})
 	}
+	s.onDone = func(*query) { w.release() }
 	if w.view != nil {
 		var beat func()
 		beat = func() {
@@ -279,14 +262,6 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 			}
 		}
 		beat()
-	}
-	if policy == "strata" && spec.Timing.RebalanceS > 0 {
-		var rb func()
-		rb = func() {
-			w.leaderRebalance()
-			s.schedule(&event{at: s.now + spec.Timing.RebalanceS, kind: evCallback, fn: rb})
-		}
-		s.schedule(&event{at: spec.Timing.RebalanceS, kind: evCallback, fn: rb})
 	}
 	if policy == "petals" {
 		var check func()
@@ -316,10 +291,93 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	}
 	w.res.Result = s.result()
 	w.res.Retried, w.res.Rejected = s.stats.retried, s.stats.rejected
+	if w.lead != nil {
+		w.res.LeaderDecisions, w.res.LeaderStalls, w.res.LeaderErrors = w.lead.Decisions, w.lead.Stalls, w.lead.Errors
+	}
 	if w.res.Wall > 0 {
 		w.res.EventsPerSec = float64(s.fired) / w.res.Wall.Seconds()
 	}
 	return w.res, nil
+}
+
+// machines builds the planner's and the engine's view of every machine,
+// from Helix's profiles or from a synthetic model.
+func (w *world) machines() (Cluster, error) {
+	spec := w.spec
+	var (
+		wire  ModelWire
+		maxL  map[string]int
+		timer LayerTimer
+		err   error
+	)
+	if sm := spec.Synthetic; sm != nil {
+		if err := sm.validate(); err != nil {
+			return Cluster{}, err
+		}
+		if w.model, err = sm.spec(); err != nil {
+			return Cluster{}, err
+		}
+		wire, timer = sm.wire(), sm.timer()
+		w.capTab["cpu"], w.kvTab["cpu"] = []Caps{sm.caps()}, []int64{1 << 40}
+	} else {
+		if w.model, err = plannerModel(spec.Model); err != nil {
+			return Cluster{}, err
+		}
+		if wire, err = modelWire(spec.Dir, spec.Model); err != nil {
+			return Cluster{}, err
+		}
+		if maxL, err = maxLayers(spec.Dir, spec.Model); err != nil {
+			return Cluster{}, err
+		}
+	}
+	profiles := map[string]Profile{}
+	c := Cluster{Model: wire}
+	for i, n := range spec.Nodes {
+		gpu := strings.ToLower(n.GPU)
+		var (
+			t  LayerTimer
+			h  layers.Hardware
+			ml int
+		)
+		if spec.Synthetic != nil {
+			if gpu != "cpu" || n.MaxLayers <= 0 {
+				return Cluster{}, fmt.Errorf("%w: node %q of a synthetic model needs gpu cpu and max_layers", ErrScenario, n.ID)
+			}
+			t, h, ml = timer, cpuHardware, min(n.MaxLayers, w.model.Layers)
+		} else {
+			p, ok := profiles[gpu]
+			if !ok {
+				if p, err = LoadProfile(spec.Dir, spec.Model, gpu); err != nil {
+					return Cluster{}, err
+				}
+				profiles[gpu] = p
+				if err := w.loadTables(gpu); err != nil {
+					return Cluster{}, err
+				}
+			}
+			if h, err = helixHardware(gpu); err != nil {
+				return Cluster{}, err
+			}
+			t, ml = p, maxL[gpu]
+			if n.MaxLayers > 0 {
+				ml = min(ml, n.MaxLayers)
+			}
+		}
+		if ml == 0 {
+			return Cluster{}, fmt.Errorf("%w: no layer cap for %q", ErrBadData, n.GPU)
+		}
+		w.pnodes = append(w.pnodes, layers.Node{ID: n.ID, Hardware: h, Region: n.Region, MaxLayers: ml})
+		w.prof = append(w.prof, t)
+		w.gpu = append(w.gpu, gpu)
+		w.maxL = append(w.maxL, ml)
+		if _, dup := w.idx[n.ID]; dup {
+			return Cluster{}, fmt.Errorf("%w: node %q twice", ErrScenario, n.ID)
+		}
+		w.idx[n.ID] = i
+		c.Nodes = append(c.Nodes, NodeSpec{Name: n.ID, GPU: n.GPU, First: 0, End: 1, Timer: t,
+			Caps: w.capTab[gpu][0], KVCapacity: w.kvTab[gpu][0], NICIn: 1e10, NICOut: 1e10})
+	}
+	return c, nil
 }
 
 func (w *world) loadTables(gpu string) error {
@@ -417,6 +475,12 @@ func (w *world) start(ctx context.Context) error {
 			w.up[i], w.known[i] = true, true
 		}
 	}
+	if w.policy == "strata" {
+		// The leader's decisions place them: joins, the first map, its
+		// warmup and commit.
+		w.startLeader(init)
+		return nil
+	}
 	lm, err := w.plan(ctx, init)
 	if err != nil {
 		return err
@@ -490,7 +554,11 @@ func (w *world) serve(i int, r layers.Range) {
 func (w *world) stopServing(i int) {
 	if w.serving[i] {
 		w.serving[i] = false
-		w.s.kill(i)
+		c := causeMoved
+		if !w.up[i] {
+			c = causeDied
+		}
+		w.s.kill(i, c)
 		w.changed()
 	}
 }
@@ -560,18 +628,20 @@ func (w *world) scheduleChurn() {
 		if ch.MedianSessionS <= 0 {
 			continue
 		}
-		t := n.JoinAt
+		t := max(n.JoinAt, ch.StartS)
 		sigma := ch.Sigma
 		if sigma <= 0 {
 			sigma = 1
 		}
+		first := true
 		for t < end {
 			up := ch.MedianSessionS * math.Exp(sigma*r.NormFloat64())
-			if t == n.JoinAt && n.JoinAt <= 0 {
+			if first && n.JoinAt <= 0 {
 				// Machines up at the start are mid-session: the residual
 				// of a session seen at a random time.
 				up *= r.Float64()
 			}
+			first = false
 			t += up
 			if t >= end {
 				break
@@ -616,7 +686,11 @@ func (w *world) nodeDown(i int) {
 	var detect float64
 	switch w.policy {
 	case "strata":
-		detect = w.spec.Timing.DeadAfterS
+		if w.lead.self == i {
+			w.leaderDied()
+		}
+		w.s.schedule(&event{at: w.s.now + w.spec.Timing.DeadAfterS, kind: evCallback, fn: func() { w.peerDead(i) }})
+		return
 	case "petals":
 		detect = 240 // DHT expiry
 	case "parallax":
@@ -631,8 +705,6 @@ func (w *world) detected(i int) {
 	}
 	w.known[i] = false
 	switch w.policy {
-	case "strata":
-		w.leaderRepair(i)
 	case "petals":
 		// The DHT forgets it; servers' rebalance checks see the gap.
 		w.petalsRebalance()
@@ -650,134 +722,13 @@ func (w *world) nodeUp(i int) {
 	w.res.Joins++
 	switch w.policy {
 	case "strata":
-		w.s.schedule(&event{at: w.s.now + w.spec.Timing.HeartbeatS, kind: evCallback, fn: func() { w.leaderJoin(i) }})
+		w.s.schedule(&event{at: w.s.now + w.spec.Timing.HeartbeatS, kind: evCallback, fn: func() { w.strataUp(i) }})
 	case "petals":
 		delay := 10 * w.rand.Float64() // Petals joiners wait 0–10 s
 		w.s.schedule(&event{at: w.s.now + delay, kind: evCallback, fn: func() { w.petalsJoin(i) }})
 	case "parallax":
 		// A joiner waits in standby for the next allocation.
 		w.known[i] = true
-	}
-}
-
-// leaderRepair is the leader's reaction to a dead member: layers.Repair,
-// then make-before-break loads of the moved nodes.
-func (w *world) leaderRepair(i int) {
-	members := append(w.members(), i)
-	f, err := w.fleet(members)
-	if err != nil {
-		return
-	}
-	next, moves, err := layers.NewPlanner().Repair(f, w.committed, w.spec.Nodes[i].ID)
-	if err == nil {
-		w.committed = next
-		w.apply(moves)
-		return
-	}
-	// Repair alone cannot close the gap: plan the members afresh, seeded
-	// with what runs, and migrate make-before-break.
-	w.leaderReplan()
-}
-
-// leaderReplan plans the live members from the committed map and runs
-// the moves in OrderMoves' steps.
-func (w *world) leaderReplan() {
-	members := w.members()
-	f, err := w.fleet(members)
-	if err != nil {
-		return
-	}
-	from := w.committed
-	for _, st := range from.Stages {
-		if j := w.idx[st.Node]; !w.known[j] {
-			from = from.Without(st.Node)
-		}
-	}
-	p, err := layers.NewPlanner(layers.WithSeeds(from)).Full(f, from.Epoch+1)
-	if err != nil && len(p.Map.Stages) == 0 {
-		return
-	}
-	moves := layers.Diff(w.model, from, p.Map)
-	steps, err := layers.OrderMoves(f, from, moves)
-	if err != nil {
-		steps = [][]layers.Move{moves} // a gap is open anyway: load everything now
-	}
-	w.committed = p.Map
-	w.runSteps(steps)
-}
-
-// runSteps runs migration steps in order, each after the previous one's
-// loads finish: make before break.
-func (w *world) runSteps(steps [][]layers.Move) {
-	var step func(k int)
-	step = func(k int) {
-		if k >= len(steps) {
-			return
-		}
-		longest := 0.0
-		for _, mv := range steps[k] {
-			j, ok := w.idx[mv.Node]
-			if !ok || !w.up[j] {
-				continue
-			}
-			if mv.To.Empty() {
-				w.stopServing(j)
-				continue
-			}
-			w.load(j, mv.To, true, false)
-			longest = math.Max(longest, mv.LoadBytes/w.spec.Timing.DiskBytesPerS)
-		}
-		w.s.schedule(&event{at: w.s.now + longest, kind: evCallback, fn: func() { step(k + 1) }})
-	}
-	step(0)
-}
-
-// leaderJoin places a member that announced itself: layers.Join.
-func (w *world) leaderJoin(i int) {
-	if !w.up[i] {
-		return
-	}
-	w.known[i] = true
-	f, err := w.fleet(w.members())
-	if err != nil {
-		return
-	}
-	id := w.spec.Nodes[i].ID
-	r, err := layers.NewPlanner().Join(f, w.committed, id)
-	if err != nil {
-		return
-	}
-	w.committed = w.committed.With(id, r)
-	w.committed.Epoch++
-	w.load(i, r, true, false)
-}
-
-// leaderRebalance asks layers.Rebalance and runs its steps in order, each
-// after the previous one's loads: make before break.
-func (w *world) leaderRebalance() {
-	f, err := w.fleet(w.members())
-	if err != nil {
-		return
-	}
-	rb, err := layers.NewPlanner().Rebalance(f, w.committed, layers.RebalanceOptions{})
-	if err != nil || !rb.Move {
-		return
-	}
-	w.committed = rb.To
-	w.runSteps(rb.Steps)
-}
-
-func (w *world) apply(moves []layers.Move) {
-	for _, mv := range moves {
-		j, ok := w.idx[mv.Node]
-		if !ok || !w.up[j] {
-			continue
-		}
-		if mv.To.Empty() {
-			w.stopServing(j)
-			continue
-		}
-		w.load(j, mv.To, true, false)
 	}
 }
 
@@ -911,7 +862,7 @@ func (w *world) parallaxRebootstrap() {
 			continue
 		}
 		if w.serving[i] && r == w.rng[i] {
-			w.s.kill(i) // executors restart: in-flight lost
+			w.s.kill(i, causeMoved) // executors restart: in-flight lost
 			w.s.revive(i, r.Start, r.End)
 			continue
 		}
@@ -967,7 +918,14 @@ func (w *world) route(q *query) ([]routing.Hop, bool) {
 	switch w.policy {
 	case "strata":
 		now := w.epoch.Add(time.Duration(w.s.now * float64(time.Second)))
-		p, err := w.router.Route(m, w.view, routing.Request{PromptTokens: q.input, MaxTokens: q.output, Seed: uint64(q.id)}, now)
+		req := routing.Request{PromptTokens: q.input, MaxTokens: q.output, Seed: uint64(q.id), Avoid: q.avoid}
+		p, err := w.router.Route(m, w.view, req, now)
+		if err != nil && len(q.avoid) > len(q.hard) {
+			// Hops given up on may serve again; as the entry does, fall
+			// back to avoiding only those the session can never fit.
+			req.Avoid = q.hard
+			p, err = w.router.Route(m, w.view, req, now)
+		}
 		if err != nil {
 			return nil, false
 		}
@@ -1082,11 +1040,19 @@ func (w *world) hop(*Sim, *query, int) (int32, bool) { return -1, false }
 func (w *world) observe(*Sim, *iter, int)            {}
 func (w *world) finish(*Sim, *query)                 {}
 
-// maxReplays is node.DefaultMaxReplays: the entry gives a session up after
-// this many replays.
-const maxReplays = 16
+// The real entry's limits (node.DefaultMaxReplays, node.DefaultRepairWait).
+const (
+	maxReplays = 16
+	repairWait = 30.0
+)
 
 // lost is the client's reaction to a query a failure or a refusal broke.
+// Strata's follows node/entry.go: a busy hop (admission FIFO full, or the
+// queue timeout) is backed off from and retried without spending a
+// replay, within the repair wait from the first busy answer; a draining
+// hop (a move) is left at once, counted as a replay but not checked
+// against the cap; anything else is a replay, up to the cap. Every blamed
+// hop is avoided by later routes while another path exists.
 func (w *world) lost(q *query) {
 	s := w.s
 	// The client saw which hop failed: Petals clients ban it for a while.
@@ -1096,39 +1062,134 @@ func (w *world) lost(q *query) {
 			w.pathOK = false
 		}
 	}
-	switch {
-	case w.policy == "parallax",
+	if w.policy == "parallax" ||
 		// Petals' replay fails once the session has generated tokens (a
 		// position assertion since v2.0, ANCHORS.md).
-		w.policy == "petals" && q.prior+q.decodes > 0,
-		q.retries >= maxReplays:
-		s.stats.failed++
+		w.policy == "petals" && q.prior+q.decodes > 0 {
+		w.failFor(q, FailNotReplayed)
+		return
+	}
+	c := q.cause
+	delay, counted, wait := 0.05, true, w.spec.Timing.ClientTimeoutS
+	if w.policy == "strata" {
+		wait = repairWait
+		switch {
+		case c.busy():
+			if q.busy == 0 {
+				q.busySince = s.now
+			}
+			q.busy++
+			if s.now-q.busySince > repairWait {
+				w.failFor(q, FailBusyTooLong)
+				return
+			}
+			delay = min(0.01*float64(int(1)<<min(q.busy, 7)), 1)
+			counted = false
+		case c == causeMoved:
+		case q.retries >= maxReplays:
+			w.failFor(q, FailReplaysExhausted)
+			return
+		}
+		if q.blame >= 0 {
+			id := w.spec.Nodes[q.blame].ID
+			if c == causeNoKV && !containsStr(q.hard, id) {
+				q.hard = append(q.hard, id)
+			}
+			if !containsStr(q.avoid, id) {
+				q.avoid = append(q.avoid, id)
+			}
+		}
+	} else if q.retries >= maxReplays {
+		w.failFor(q, FailReplaysExhausted)
 		return
 	}
 	// Client replay: resend the prompt and what was generated, for the rest.
 	s.stats.retried++
 	nq := &query{input: q.input + q.decodes, output: q.output - q.decodes, prior: q.prior + q.decodes,
-		retries: q.retries + 1}
+		retries: q.retries, busy: q.busy, busySince: q.busySince, avoid: q.avoid, hard: q.hard, blame: -1}
+	if counted {
+		nq.retries++
+	}
+	w.lastReplay = nq
 	arrival := q.arrival
-	s.schedule(&event{at: s.now + 0.05, kind: evCallback, fn: func() { w.issueRetry(nq, arrival, s.now) }})
+	s.schedule(&event{at: s.now + delay, kind: evCallback, fn: func() { w.issueRetry(nq, arrival, s.now, wait) }})
 }
 
-// issueRetry starts a replayed or unroutable query, waiting for a route
-// while the client's timeout allows.
-func (w *world) issueRetry(q *query, arrival, since float64) {
+// arrive starts a request, or queues it for a free client.
+func (w *world) arrive(q *query) {
+	if w.spec.Clients > 0 && w.inflight >= w.spec.Clients {
+		w.waiting = append(w.waiting, q)
+		return
+	}
+	w.inflight++
+	// Latency counts from when a client sends it, as the testnet's does.
+	w.issueRetry(q, w.s.now, w.s.now, w.spec.Timing.ClientTimeoutS)
+}
+
+// release: a request ended; its client takes the next waiting one.
+func (w *world) release() {
+	w.inflight--
+	if len(w.waiting) > 0 {
+		q := w.waiting[0]
+		w.waiting = w.waiting[1:]
+		w.arrive(q)
+	}
+}
+
+// failFor ends a request for good.
+func (w *world) failFor(q *query, why string) {
+	s := w.s
+	defer w.release()
+	s.stats.failed++
+	s.stats.fail(why)
+	if w.covered {
+		s.stats.failedWithPath++
+	}
+}
+
+func containsStr(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// issueRetry starts a new or replayed query, waiting for a route while
+// the client's wait allows: a fresh request's client retries every
+// second (the entry answers Retry-After: 1), a replay polls as the
+// entry's reroute does.
+func (w *world) issueRetry(q *query, arrival, since, wait float64) {
 	s := w.s
 	q.id = s.nextID
 	s.nextID++
 	q.arrival = arrival
 	if !w.admit(s, q) {
-		if s.now-since > w.spec.Timing.ClientTimeoutS {
-			s.stats.failed++
+		if s.now-since > wait {
+			why := FailNoRoute
+			if len(q.hard) > 0 && w.covered {
+				why = FailNoKV
+			}
+			w.failFor(q, why)
 			return
 		}
 		q.route, q.ranLayers, q.hopEnd = nil, nil, nil
-		s.schedule(&event{at: s.now + 1, kind: evCallback, fn: func() { w.issueRetry(q, arrival, since) }})
+		poll := 1.0
+		if q.retries+q.busy > 0 {
+			poll = 0.05
+		}
+		s.schedule(&event{at: s.now + poll, kind: evCallback, fn: func() { w.issueRetry(q, arrival, since, wait) }})
 		return
 	}
 	it := &iter{q: q, prompt: true, tokens: q.input, issued: s.now}
+	if d := w.spec.Timing.EntrySetupMS / 1e3; d > 0 {
+		s.schedule(&event{at: s.now + d, kind: evCallback, fn: func() {
+			if !q.failed {
+				s.depart(it, Source)
+			}
+		}})
+		return
+	}
 	s.depart(it, Source)
 }

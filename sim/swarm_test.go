@@ -39,8 +39,11 @@ func TestSwarmNoLossWhenPathExists(t *testing.T) {
 	if res.Retried == 0 {
 		t.Fatal("the kill hit no request: the test proves nothing")
 	}
-	if res.Failed != 0 {
-		t.Fatalf("%d requests lost although another path existed", res.Failed)
+	if res.Failed != 0 || res.FailedWithPath != 0 {
+		t.Fatalf("%d requests lost although another path existed: %v", res.Failed, res.FailedByCause)
+	}
+	if res.BrokenByCause["node_died"] == 0 {
+		t.Fatalf("no attempt broken by the kill: %v", res.BrokenByCause)
 	}
 	if res.Completed < 400 {
 		t.Fatalf("only %d requests completed", res.Completed)
@@ -67,6 +70,13 @@ func TestSwarmDeterministic(t *testing.T) {
 		}
 		if got[0].Deaths == 0 {
 			t.Errorf("%s: no churn happened", p)
+		}
+		sum := 0
+		for _, v := range got[0].FailedByCause {
+			sum += v
+		}
+		if sum != got[0].Failed {
+			t.Errorf("%s: failed_by_cause %v sums to %d, failed is %d", p, got[0].FailedByCause, sum, got[0].Failed)
 		}
 	}
 }

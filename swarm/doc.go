@@ -37,7 +37,10 @@
 //   - NAT traversal (nat.go): AutoNAT, circuit relay v2 (public hosts
 //     relay unless told not to; an unreachable host reserves slots and
 //     advertises /p2p-circuit addresses), DCUtR hole punching. Links that
-//     go through a relay are marked in the peer table.
+//     go through a relay are marked in the peer table. A relay serves
+//     members only and paces what it carries for them (relayrate.go,
+//     WithRelayRate); relayed links are pinged through the relay and
+//     their bandwidth probed on /strata/bw/1 (bwprobe.go), for routing.
 //
 // # What it must not touch
 //
@@ -54,7 +57,9 @@
 // TCP+TLS, ~0.85 GB/s over TCP+Noise and ~0.47 GB/s over QUIC (raw TCP:
 // ~3.9 GB/s). So TLS is offered before Noise, and the dial ranker dials
 // TCP first and QUIC only 250 ms later as a fallback: the connection
-// activations ride on is TCP+TLS+yamux whenever TCP works.
+// activations ride on is TCP+TLS+yamux whenever TCP works. A host behind
+// NAT (reachability private) dials QUIC first instead: its UDP mapping is
+// the one hole punching gets through most often.
 //
 // # Errors
 //

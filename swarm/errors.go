@@ -28,6 +28,9 @@ var (
 	// ErrConfig: an option has an invalid value.
 	ErrConfig = errors.New("swarm: invalid configuration")
 
+	// ErrProbe: a bandwidth probe failed or its answer is malformed.
+	ErrProbe = errors.New("swarm: bandwidth probe failed")
+
 	// ErrClosed: the host has been closed.
 	ErrClosed = errors.New("swarm: host closed")
 	// ErrNoHandler: the remote has no handler for the protocol.

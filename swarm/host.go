@@ -42,7 +42,9 @@ type Host struct {
 	disc   *discoverer // nil with discovery off
 	relays *relayKeeper
 	nat    *natState
-	acts   *actPool
+	// relayMeter paces and counts relayed bytes; nil unless relaying.
+	relayMeter *relayMeter
+	acts       *actPool
 
 	statusMu sync.Mutex
 	status   Status
@@ -108,7 +110,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		libp2p.Security(noise.ID, noise.New),
 		libp2p.Muxer(yamux.ID, muxer()),
 		libp2p.Transport(tcp.NewTCPTransport),
-		libp2p.SwarmOpts(swarm.WithDialRanker(tcpFirstRanker)),
+		libp2p.SwarmOpts(swarm.WithDialRanker(s.dialRanker)),
 		libp2p.AddrsFactory(s.addrsFactory),
 		libp2p.UserAgent("strata"),
 	}
@@ -154,6 +156,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	}
 	h.SetStreamHandler(ProtocolAct, s.serveAct)
 	h.SetStreamHandler(ProtocolCtl, s.serveCtl)
+	h.SetStreamHandler(ProtocolBW, s.serveBW)
 
 	if cfg.discovery {
 		if s.disc, err = newDiscoverer(s); err != nil {
@@ -161,7 +164,8 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		}
 	}
 	if cfg.psk != nil {
-		log.Info("private swarm: swarm key set, TCP only (go-libp2p runs no QUIC with a pre-shared key)")
+		log.Info("private swarm: swarm key set, TCP only (go-libp2p runs no QUIC with a pre-shared key); " +
+			"behind NAT, hole punching then has TCP alone, which fewer NATs let through than QUIC")
 	}
 	s.connectBootstrap(ctx)
 
@@ -172,6 +176,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	s.goLoop((&rttSampler{h: h, table: s.table, every: cfg.rttInterval, n: cfg.rttPeers, log: log,
 		pinged: map[peer.ID]time.Time{}}).run)
 	s.goLoop(s.relays.run)
+	s.goLoop((&bwProber{h: s, last: map[peer.ID]time.Time{}}).run)
 	s.goLoop(s.keepBootstrap)
 	if s.disc != nil {
 		s.goLoop(s.disc.advertise)
@@ -243,29 +248,45 @@ func muxer() *yamux.Transport {
 	return (*yamux.Transport)(&cfg)
 }
 
-// tcpFirstRanker dials TCP before QUIC. On loopback TCP with TLS moved
-// activations at ~1.2 GB/s and QUIC at ~0.47 GB/s, so the connection that
-// activations ride on should be TCP whenever both work; QUIC is dialled
-// 250 ms later as the fallback (a UDP-only NAT mapping, say).
-func tcpFirstRanker(addrs []ma.Multiaddr) []network.AddrDelay {
+// dialRanker picks the transport dialled first. A host that others can
+// reach dials TCP first: on loopback TCP with TLS moved activations at
+// ~1.2 GB/s and QUIC at ~0.47 GB/s, so the connection that activations
+// ride on should be TCP whenever both work. A host behind NAT dials QUIC
+// first: QUIC reuses the listen port's UDP socket, so the NAT maps its
+// dials to one external port that identify reports and DCUtR punches,
+// where TCP mappings often change per connection, and home routers keep
+// UDP mappings that a punch opened more readily than TCP's simultaneous
+// open. The other transport follows 250 ms later as the fallback. (Hole
+// punches themselves dial every address at once, whatever the ranker.)
+func (s *Host) dialRanker(addrs []ma.Multiaddr) []network.AddrDelay {
+	return rankTransports(addrs, s.relays.private.Load())
+}
+
+// rankTransports dials the direct addresses of one transport (QUIC if
+// quicFirst, else TCP and the rest) before the other's, 250 ms apart.
+// Relay addresses keep go-libp2p's ranking: after every direct one.
+func rankTransports(addrs []ma.Multiaddr, quicFirst bool) []network.AddrDelay {
 	var quicAddrs, rest []ma.Multiaddr
-	direct := false
 	for _, a := range addrs {
 		if !IsRelayAddr(a) && isQUIC(a) {
 			quicAddrs = append(quicAddrs, a)
 			continue
 		}
-		if !IsRelayAddr(a) {
-			direct = true
-		}
 		rest = append(rest, a)
 	}
-	out := swarm.DefaultDialRanker(rest)
+	direct := func(as []ma.Multiaddr) bool {
+		return slices.ContainsFunc(as, func(a ma.Multiaddr) bool { return !IsRelayAddr(a) })
+	}
+	first, second := rest, quicAddrs
+	if quicFirst && len(quicAddrs) > 0 {
+		first, second = quicAddrs, rest
+	}
+	out := swarm.DefaultDialRanker(first)
 	offset := time.Duration(0)
-	if direct {
+	if direct(first) {
 		offset = 250 * time.Millisecond
 	}
-	for _, d := range swarm.DefaultDialRanker(quicAddrs) {
+	for _, d := range swarm.DefaultDialRanker(second) {
 		d.Delay += offset
 		out = append(out, d)
 	}

@@ -284,6 +284,40 @@ func TestPreferTCP(t *testing.T) {
 	}
 }
 
+// TestPreferQUICBehindNAT: a host behind NAT (reachability private)
+// dials QUIC first, the transport that hole punching gets through more
+// often, and its dials still fall back to TCP for a peer without QUIC.
+func TestPreferQUICBehindNAT(t *testing.T) {
+	both := WithListenAddrs(loopback, "/ip4/127.0.0.1/udp/0/quic-v1")
+	a := newTestHost(t, both, WithDiscovery(false))
+	tcpOnly := newTestHost(t, WithDiscovery(false))
+	b := newTestHost(t, both, WithDiscovery(false), WithReachability(ReachabilityPrivate), WithRelayService(false))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.Connect(ctx, a.AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+	conns := b.Libp2p().Network().ConnsToPeer(a.ID())
+	if len(conns) == 0 || !isQUIC(conns[0].RemoteMultiaddr()) {
+		t.Fatalf("host behind NAT connected on %v, want QUIC", conns)
+	}
+	if err := b.Connect(ctx, tcpOnly.AddrInfo()); err != nil {
+		t.Fatalf("TCP fallback: %v", err)
+	}
+	// Under a swarm key there is no QUIC at all: TCP it is.
+	k, _ := GenerateSwarmKey()
+	pa := newTestHost(t, WithSwarmKey(k), both, WithDiscovery(false))
+	pb := newTestHost(t, WithSwarmKey(k), both, WithDiscovery(false), WithReachability(ReachabilityPrivate), WithRelayService(false))
+	if err := pb.Connect(ctx, pa.AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range pb.Libp2p().Network().ConnsToPeer(pa.ID()) {
+		if isQUIC(c.RemoteMultiaddr()) {
+			t.Fatalf("QUIC connection %s under a swarm key", c.RemoteMultiaddr())
+		}
+	}
+}
+
 // TestRelayedHost: a host that listens nowhere reserves a slot on a relay
 // on loopback; a peer reaches it through the relay, sees it marked
 // relayed, and opens an activation stream and a control call to it.

@@ -27,7 +27,9 @@ import (
 //   - Circuit relay v2: every host can dial through relays; a publicly
 //     reachable host serves as a relay unless WithRelayService(false).
 //     Strata relays carry circuits without the stock 128 KiB / 2 min
-//     limits, since activations must flow through them.
+//     limits, since activations must flow through them, but at a byte
+//     rate cap for all circuits together (WithRelayRate), so that the
+//     relay's own hops keep their speed.
 //   - DCUtR hole punching upgrades a relayed connection to a direct one
 //     where the NATs allow.
 //
@@ -42,7 +44,8 @@ const relayCandidates = 2
 func natOptions(c *config, s *Host) []libp2p.Option {
 	opts := []libp2p.Option{libp2p.EnableRelay(), libp2p.EnableNATService()}
 	if c.relay {
-		ropts := []relayv2.Option{relayv2.WithACL(memberACL{s})}
+		s.relayMeter = newRelayMeter(s.ctx, c.relayRate)
+		ropts := []relayv2.Option{relayv2.WithACL(memberACL{s}), relayv2.WithMetricsTracer(s.relayMeter)}
 		if !c.relayLimit {
 			res := relayv2.DefaultResources()
 			res.Limit = nil

@@ -54,8 +54,14 @@ type NATStatus struct {
 	Relays []peer.ID
 	// RelayService: this host relays for other members.
 	RelayService bool
+	// Relaying is what the host carried for others and at what cap.
+	Relaying RelayStats
 	// HolePunching: DCUtR is on.
 	HolePunching bool
+	// TCPOnly: the host runs no QUIC (a swarm key is set: go-libp2p has
+	// no QUIC under a pre-shared key), so hole punches try TCP alone,
+	// which fewer NATs let through than UDP.
+	TCPOnly bool
 	// Unreachable: no peer can open a connection to this host (private
 	// and no relay slot); it only dials out.
 	Unreachable bool
@@ -210,6 +216,8 @@ func (s *Host) NAT() NATStatus {
 		Relays:       s.relays.held(),
 		RelayService: s.cfg.relay && reach == network.ReachabilityPublic,
 		HolePunching: s.cfg.holePunch,
+		TCPOnly:      s.cfg.psk != nil,
+		Relaying:     s.RelayStats(),
 	}
 	st.Unreachable = reach == network.ReachabilityPrivate && len(st.Relays) == 0
 	st.Advice = advice(st, s.listenPorts())
@@ -242,6 +250,9 @@ func advice(st NATStatus, ports string) string {
 		s := "behind NAT: peers reach this node through its relays"
 		if st.HolePunching {
 			s += "; links to peers behind endpoint-independent NATs upgrade to direct by hole punching, behind a symmetric NAT they stay relayed"
+			if st.TCPOnly {
+				s += "; under a swarm key hole punching has TCP only (go-libp2p runs no QUIC with a pre-shared key), which many NATs do not let through"
+			}
 		}
 		return s + ". For direct links from everyone: " + fix
 	}

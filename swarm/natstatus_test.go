@@ -65,6 +65,12 @@ func TestAdviceNamesTheFix(t *testing.T) {
 			t.Errorf("advice %q lacks %q", a, want)
 		}
 	}
+	if a := advice(NATStatus{Reachability: "private", HolePunching: true, TCPOnly: true}, "TCP port 4001"); !strings.Contains(a, "TCP only") || !strings.Contains(a, "QUIC") {
+		t.Errorf("advice under a swarm key does not say hole punching is TCP only: %q", a)
+	}
+	if a := advice(NATStatus{Reachability: "private", HolePunching: true}, "TCP port 4001"); strings.Contains(a, "TCP only") {
+		t.Errorf("advice without a swarm key says TCP only: %q", a)
+	}
 	if a := advice(NATStatus{Reachability: "public", RelayService: true}, ""); strings.Contains(a, "forward") {
 		t.Errorf("public host told to forward ports: %q", a)
 	}

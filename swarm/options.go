@@ -2,6 +2,7 @@ package swarm
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -55,8 +56,9 @@ type config struct {
 	psk        pnet.PSK
 	swarmName  string
 	model      string
-	relay      bool // act as a relay when public
-	relayLimit bool // keep the stock relay limits (128 KiB, 2 min per circuit)
+	relay      bool    // act as a relay when public
+	relayLimit bool    // keep the stock relay limits (128 KiB, 2 min per circuit)
+	relayRate  float64 // bytes/s relayed for others, all circuits; 0: no cap
 	reach      Reachability
 	staticRel  []peer.AddrInfo
 	holePunch  bool
@@ -91,6 +93,7 @@ func defaultConfig() config {
 		clock:        clockwork.NewRealClock(),
 		swarmName:    DefaultSwarmName,
 		relay:        true,
+		relayRate:    DefaultRelayRate,
 		holePunch:    true,
 		discovery:    true,
 		dhtMode:      true,
@@ -247,6 +250,20 @@ func WithRelayService(on bool) Option {
 // relay carries circuits without data or time limits.
 func WithRelayLimits(on bool) Option {
 	return func(c *config) error { c.relayLimit = on; return nil }
+}
+
+// WithRelayRate caps the bytes per second a relay carries for others,
+// all circuits and both directions together (default DefaultRelayRate,
+// 25 MiB/s), so that relaying does not starve the relay's own serving.
+// 0 removes the cap.
+func WithRelayRate(bytesPerSec float64) Option {
+	return func(c *config) error {
+		if !(bytesPerSec >= 0) || math.IsInf(bytesPerSec, 0) {
+			return fmt.Errorf("relay rate %v bytes/s: %w", bytesPerSec, ErrConfig)
+		}
+		c.relayRate = bytesPerSec
+		return nil
+	}
 }
 
 // WithReachability overrides AutoNAT's verdict.

@@ -63,6 +63,9 @@ type Peer struct {
 	Link Link
 	// RTT is our smoothed ping round trip to the peer; 0 if unmeasured.
 	RTT time.Duration
+	// Bandwidth is the smoothed bytes per second our link to the peer
+	// carried in bandwidth probes (relayed links only); 0 if unmeasured.
+	Bandwidth float64
 	// Addrs are the addresses discovery or connections told us about.
 	Addrs []ma.Multiaddr
 	// Rejected counts the peer's rejected messages and frames.
@@ -368,6 +371,21 @@ func (t *PeerTable) observeRTT(id peer.ID, sample time.Duration, alpha float64) 
 		return
 	}
 	e.RTT = ewma(e.RTT, sample, alpha)
+}
+
+// observeBandwidth folds a probe's bytes per second into id's row.
+func (t *PeerTable) observeBandwidth(id peer.ID, bw, alpha float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.peers[id]
+	if e == nil || !(bw > 0) {
+		return
+	}
+	if e.Bandwidth <= 0 {
+		e.Bandwidth = bw
+		return
+	}
+	e.Bandwidth = alpha*bw + (1-alpha)*e.Bandwidth
 }
 
 // reject counts a rejected message from id.

@@ -505,6 +505,14 @@ func (n *Namespaces) Listen(i, port int) string {
 	return fmt.Sprintf("/ip4/%s/tcp/%d", nd.listen, port)
 }
 
+// ListenQUIC is the QUIC multiaddr beside Listen, on the same port
+// number: behind NAT hole punching gets through over UDP far more often
+// than by TCP simultaneous open, so the runner's nodes listen on both.
+func (n *Namespaces) ListenQUIC(i, port int) string {
+	nd, _ := n.node(i)
+	return fmt.Sprintf("/ip4/%s/udp/%d/quic-v1", nd.listen, port)
+}
+
 // APIBind binds node i's API to its API address (its private address
 // behind NAT, which the gateway forwards to).
 func (n *Namespaces) APIBind(i, port int) string {

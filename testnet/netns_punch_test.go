@@ -195,7 +195,7 @@ type nsNodes struct {
 func (n *nsNodes) start(ctx context.Context, i int, boot string) string {
 	t := n.t
 	ip := n.nw.Listen(i, 4001)
-	quic := strings.Replace(strings.Replace(ip, "/tcp/", "/udp/", 1), "/4001", "/4001/quic-v1", 1)
+	quic := n.nw.ListenQUIC(i, 4001)
 	args := []string{"node", "--data-dir", fmt.Sprintf("%s/n%d", n.dir, i+1), "--listen", ip + "," + quic,
 		"--api", n.nw.APIBind(i, 5001), "--sim-model", "llama-3-8b", "--gpu", "rtx4090", "--max-layers", "16", "--log-peers", "0"}
 	if boot != "" {

@@ -132,7 +132,11 @@ func (c *cluster) bootstraps(except *proc) []string {
 // start starts p's process, with the running nodes as bootstrap peers
 // (none for the founder), and waits until it prints its address.
 func (c *cluster) start(ctx context.Context, p *proc) error {
-	args := []string{"node", "--data-dir", p.dir, "--listen", c.net.Listen(p.i, p.port),
+	listen := c.net.Listen(p.i, p.port)
+	if q, ok := c.net.(interface{ ListenQUIC(i, port int) string }); ok {
+		listen += "," + q.ListenQUIC(p.i, p.port)
+	}
+	args := []string{"node", "--data-dir", p.dir, "--listen", listen,
 		"--api", c.net.APIBind(p.i, p.apiPort), "--log-peers", "0", "--max-layers", strconv.Itoa(p.spec.MaxLayers)}
 	args = append(args, c.args...)
 	if p.spec.GPU != "" {

@@ -37,11 +37,14 @@ type Report struct {
 	TTFT     Quantiles `json:"ttft"`
 	PerToken Quantiles `json:"per_token"`
 
-	Throughput []Bucket       `json:"throughput"`
-	Events     []EventReport  `json:"events"`
-	Epochs     []EpochReport  `json:"epochs"`
-	Crashed    []string       `json:"crashed,omitempty"` // nodes that exited on their own
-	Errors     map[string]int `json:"errors,omitempty"`  // failed requests' errors, counted
+	Throughput []Bucket      `json:"throughput"`
+	Events     []EventReport `json:"events"`
+	Epochs     []EpochReport `json:"epochs"`
+	Crashed    []string      `json:"crashed,omitempty"` // nodes that exited on their own
+	// Reachability is each running node's diagnosis at the end of the
+	// load: AutoNAT's verdict, its relays, and how it links to each peer.
+	Reachability []NodeReach    `json:"reachability,omitempty"`
+	Errors       map[string]int `json:"errors,omitempty"` // failed requests' errors, counted
 
 	Pass       bool     `json:"pass"`
 	Violations []string `json:"violations,omitempty"`
@@ -326,12 +329,41 @@ func (rep *Report) Markdown() string {
 	if len(rep.Crashed) > 0 {
 		fmt.Fprintf(&b, "\nNodes that exited on their own: %s\n", strings.Join(rep.Crashed, ", "))
 	}
+	if len(rep.Reachability) > 0 {
+		b.WriteString("\nReachability at the end of the load:\n\n| node | reachability | relay slots on | relayed for others | links |\n|---|---|---|---:|---|\n")
+		for _, n := range rep.Reachability {
+			if n.Err != "" {
+				fmt.Fprintf(&b, "| %s | error: %s | | | |\n", n.Node, n.Err)
+				continue
+			}
+			reach := n.Reachability
+			if n.Unreachable {
+				reach += ", UNREACHABLE"
+			}
+			var links []string
+			for _, peer := range slices.Sorted(maps.Keys(n.Links)) {
+				links = append(links, peer+" "+n.Links[peer])
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %.1f MB | %s |\n", n.Node, reach, strings.Join(n.Relays, " "), n.RelayedMB, strings.Join(links, ", "))
+		}
+	}
 	if rep.Pass {
 		b.WriteString("\nResult: PASS\n")
 	} else {
 		fmt.Fprintf(&b, "\nResult: FAIL: %s\n", strings.Join(rep.Violations, "; "))
 	}
 	return b.String()
+}
+
+// NodeReach is one node's reachability diagnosis, as its /v1/swarm said.
+type NodeReach struct {
+	Node         string            `json:"node"`
+	Reachability string            `json:"reachability,omitempty"`
+	Unreachable  bool              `json:"unreachable,omitempty"`
+	Relays       []string          `json:"relays,omitempty"`     // relays holding a slot for it
+	RelayedMB    float64           `json:"relayed_mb,omitempty"` // carried for others
+	Links        map[string]string `json:"links,omitempty"`      // peer name → direct, hole-punched, relayed
+	Err          string            `json:"error,omitempty"`
 }
 
 // write saves report.md and report.json in dir.

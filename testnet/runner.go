@@ -224,6 +224,7 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	}
 	loadEnd := time.Since(r.t0)
 	r.logf("load done: %d requests", len(results))
+	reach := r.reachability(ctx)
 
 	var crashed []string
 	for _, p := range r.c.procs {
@@ -240,6 +241,7 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	r.mu.Unlock()
 	rep = buildReport(sc, results, refs, evs, samples, loadEnd, crashed)
 	rep.RunDir, rep.Network = o.runDir, sc.Network.Mode
+	rep.Reachability = reach
 	if err := rep.write(o.runDir); err != nil {
 		return rep, err
 	}
@@ -435,11 +437,53 @@ type swarmView struct {
 	Pending   *struct{}       `json:"pending"` // nil: no map change pending
 	Members   []struct {
 		ID        string        `json:"id"`
+		Self      bool          `json:"self"`
 		Member    bool          `json:"member"`
 		State     string        `json:"state"`
 		Liveness  string        `json:"liveness"`
+		Link      string        `json:"link"`
+		LinkMBs   float64       `json:"link_mb_per_s"`
 		Committed *layers.Range `json:"committed_range"`
 	} `json:"members"`
+	NAT struct {
+		Reachability string   `json:"reachability"`
+		Relays       []string `json:"relays"`
+		Unreachable  bool     `json:"unreachable"`
+		RelayedMB    float64  `json:"relayed_mb"`
+	} `json:"nat"`
+}
+
+// reachability asks every running node how it is reachable and how it is
+// linked to each peer, at the end of the load: which links hole punching
+// made direct and which stayed relayed.
+func (r *run) reachability(ctx context.Context) []NodeReach {
+	var out []NodeReach
+	for _, p := range r.c.procs {
+		if p.apiURL == "" || !p.running() {
+			continue
+		}
+		v, err := p.swarmView(ctx)
+		if err != nil {
+			out = append(out, NodeReach{Node: p.spec.Name, Err: err.Error()})
+			continue
+		}
+		nr := NodeReach{Node: p.spec.Name, Reachability: v.NAT.Reachability, Unreachable: v.NAT.Unreachable,
+			RelayedMB: v.NAT.RelayedMB, Links: map[string]string{}}
+		for _, id := range v.NAT.Relays {
+			nr.Relays = append(nr.Relays, r.nameOf(id))
+		}
+		for _, m := range v.Members {
+			if !m.Self && m.Link != "" {
+				l := m.Link
+				if m.Link == "relayed" && m.LinkMBs > 0 {
+					l += fmt.Sprintf(" %.1f MB/s", m.LinkMBs)
+				}
+				nr.Links[r.nameOf(m.ID)] = l
+			}
+		}
+		out = append(out, nr)
+	}
+	return out
 }
 
 // swarm reads /v1/swarm from the first live node in scenario order, so

@@ -239,3 +239,23 @@ func TestScenarioNATKinds(t *testing.T) {
 		t.Errorf("nat: full-cone: got %v, want an error naming it", err)
 	}
 }
+
+func TestReportReachability(t *testing.T) {
+	rep := &Report{Scenario: "nat", Reachability: []NodeReach{
+		{Node: "n1", Reachability: "public", RelayedMB: 3.25, Links: map[string]string{"n5": "direct", "n3": "direct"}},
+		{Node: "n3", Reachability: "private", Relays: []string{"n1", "n2"}, Links: map[string]string{"n4": "hole-punched", "n5": "relayed 2.5 MB/s"}},
+		{Node: "n6", Reachability: "private", Unreachable: true},
+		{Node: "n7", Err: "connection refused"},
+	}}
+	md := rep.Markdown()
+	for _, want := range []string{
+		"| n1 | public |  | 3.2 MB | n3 direct, n5 direct |",
+		"| n3 | private | n1 n2 | 0.0 MB | n4 hole-punched, n5 relayed 2.5 MB/s |",
+		"| n6 | private, UNREACHABLE |",
+		"| n7 | error: connection refused |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}

@@ -92,6 +92,20 @@ func TestModelInspect(t *testing.T) {
 			t.Errorf("inspect output lacks %q:\n%s", want, out)
 		}
 	}
+	// A Phi-3.5-shaped file: phi3, LongRoPE, Q5_K fused QKV in Q4_K_M.
+	phi := dir + "/phi3.gguf"
+	if _, err := run(t, "model", "gen", "--arch", "phi3", "--long-rope", "--out", phi, "--dtype", "q4_k_m", "--dim", "256", "--ffn", "512",
+		"--heads", "4", "--layers", "2", "--ctx", "4096"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = run(t, "model", "inspect", phi); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"architecture phi3", "context 4096", "LongRoPE", "of 131072 trained", "q5_k ", "runs on this build: yes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output of a phi3 file lacks %q:\n%s", want, out)
+		}
+	}
 	// The same file claiming mixture-of-experts.
 	f, fh, err := engine.OpenFile(good)
 	if err != nil {

@@ -37,6 +37,10 @@ completion on stdout; statistics go to stderr.`,
 			if model == "" {
 				return errors.New("generate: --model is required")
 			}
+			model, err := resolveModel(cmd, model)
+			if err != nil {
+				return fmt.Errorf("generate: --model: %w", err)
+			}
 			var cuts []int
 			if stages != "" {
 				var err error
@@ -91,7 +95,7 @@ completion on stdout; statistics go to stderr.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&model, "model", "", "GGUF model file")
+	f.StringVar(&model, "model", "", "GGUF model file, model store name or hf://… reference (pulled if missing)")
 	f.StringVar(&prompt, "prompt", "", "prompt text")
 	f.BoolVar(&chat, "chat", false, "treat the prompt as one user message of a chat, in the model's chat format, as /v1/chat/completions does")
 	f.IntVar(&maxTokens, "max-tokens", 32, "tokens to generate")

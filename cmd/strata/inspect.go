@@ -32,13 +32,26 @@ func newModelInspectCmd() *cobra.Command {
 func inspectModel(w io.Writer, f *engine.File) {
 	arch, _ := f.String("general.architecture")
 	name, _ := f.String("general.name")
-	fmt.Fprintf(w, "file: GGUF v%d, %d tensors, %d bytes\n", f.Version, len(f.Tensors), f.Size)
+	fmt.Fprintf(w, "file: GGUF v%d, %d tensors, %d bytes, alignment %d\n", f.Version, len(f.Tensors), f.Size, f.Alignment)
+	if len(f.Parts) > 1 {
+		fmt.Fprintf(w, "split into %d parts:\n", len(f.Parts))
+		for i, p := range f.Parts {
+			fmt.Fprintf(w, "  %d: %s, %d tensors, %d bytes\n", i+1, p.Path, p.Tensors, p.Size)
+		}
+	}
 	fmt.Fprintf(w, "model: %s (architecture %s)\n", name, arch)
 	hp, hpErr := engine.ReadHParams(f)
 	if hpErr == nil {
 		fmt.Fprintf(w, "  layers %d, hidden %d, heads %d (KV %d, head size %d), ffn %d, vocab %d, context %d\n",
 			hp.Layers, hp.Dim, hp.Heads, hp.KVHeads, hp.HeadDim, hp.FFN, hp.Vocab, hp.Context)
 		fmt.Fprintf(w, "  rope base %g%s, rms eps %g\n", hp.RopeBase, map[bool]string{true: " with rope_freqs factors"}[hp.RopeFactors], hp.NormEps)
+		if hp.LongRoPE {
+			fmt.Fprintf(w, "  LongRoPE: short factors, attention factor %g; context capped at the original %d of %d trained (long factors not supported)\n",
+				hp.RopeAttnFactor, hp.Context, hp.TrainContext)
+		}
+		if hp.SlidingWindow > 0 {
+			fmt.Fprintf(w, "  sliding window %d declared, not applied (full attention; llama.cpp runs phi3 without it too)\n", hp.SlidingWindow)
+		}
 	}
 
 	type agg struct{ count, bytes int64 }
@@ -96,9 +109,6 @@ func inspectModel(w io.Writer, f *engine.File) {
 		fmt.Fprintln(w, "chat template: none (a generic one is used)")
 	}
 	var why []string
-	if n, err := f.Uint("split.count"); err == nil && n > 1 {
-		why = append(why, fmt.Sprintf("split GGUF of %d parts is not supported", n))
-	}
 	if hpErr != nil {
 		why = append(why, hpErr.Error())
 	}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -13,14 +14,15 @@ import (
 )
 
 func newModelCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "model", Short: "make and inspect model files"}
-	cmd.AddCommand(newModelGenCmd(), newModelInspectCmd())
+	cmd := &cobra.Command{Use: "model", Short: "get, list, make and inspect model files"}
+	cmd.AddCommand(newModelGenCmd(), newModelInspectCmd(), newModelPullCmd(), newModelListCmd(), newModelRmCmd())
 	return cmd
 }
 
 func newModelGenCmd() *cobra.Command {
 	c := engine.DefaultGenConfig()
 	var out, dtype, hfDir string
+	var layout engine.FileLayout
 	cmd := &cobra.Command{
 		Use:   "gen",
 		Short: "write a random-weight GGUF model (llama.cpp tensor names and keys, small real vocabulary)",
@@ -51,23 +53,33 @@ func newModelGenCmd() *cobra.Command {
 					return fmt.Errorf("--hf-tokenizer %s: %w", hfDir, err)
 				}
 			}
-			if err := engine.GenerateFile(out, c); err != nil {
-				return err
-			}
-			st, err := os.Stat(out)
+			paths, err := engine.GenerateFiles(out, c, layout)
 			if err != nil {
 				return err
 			}
+			var size int64
+			for _, p := range paths {
+				st, err := os.Stat(p)
+				if err != nil {
+					return err
+				}
+				size += st.Size()
+			}
+			names := paths[0]
+			if len(paths) > 1 {
+				names = fmt.Sprintf("%s … %s (%d parts)", paths[0], filepath.Base(paths[len(paths)-1]), len(paths))
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, %d bytes\n",
-				out, c.Arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, dtype, st.Size())
+				names, c.Arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, dtype, size)
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "output file")
-	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama, qwen2 or qwen3")
+	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama, qwen2, qwen3 or phi3")
 	f.IntVar(&c.HeadDim, "head-dim", 0, "head size (0: dim/heads; qwen3 files often set another)")
 	f.BoolVar(&c.RopeFreqs, "rope-freqs", false, "llama: write rope_freqs.weight with Llama 3.1's RoPE scaling")
+	f.BoolVar(&c.LongRoPE, "long-rope", false, "phi3: write LongRoPE factors as Phi-3.5 mini has them (--ctx is then the original context, 32× it the trained one)")
 	f.IntVar(&c.Layers, "layers", c.Layers, "transformer layers")
 	f.IntVar(&c.Dim, "dim", c.Dim, "embedding width")
 	f.IntVar(&c.Heads, "heads", c.Heads, "attention heads")
@@ -76,11 +88,34 @@ func newModelGenCmd() *cobra.Command {
 	f.IntVar(&c.Vocab, "vocab", c.Vocab, "vocabulary size (>= 259)")
 	f.IntVar(&c.Context, "ctx", c.Context, "context length written to the metadata")
 	f.Uint64Var(&c.Seed, "seed", c.Seed, "random seed: the same flags give the same file")
-	f.Float32Var(&c.RopeBase, "rope-base", 0, "RoPE base (0: 10000 for llama, 1e6 for qwen2)")
-	f.Float32Var(&c.NormEps, "norm-eps", 0, "RMSNorm epsilon (0: 1e-5 for llama, 1e-6 for qwen2)")
+	f.Float32Var(&c.RopeBase, "rope-base", 0, "RoPE base (0: 10000 for llama and phi3, 1e6 for qwen2 and qwen3)")
+	f.Float32Var(&c.NormEps, "norm-eps", 0, "RMSNorm epsilon (0: 1e-5 for llama and phi3, 1e-6 for qwen2 and qwen3)")
 	f.StringVar(&c.Name, "name", "", "general.name (default strata-random-<arch>)")
 	f.BoolVar(&c.Tied, "tied", false, "no output.weight: the head reuses the token embedding")
 	f.StringVar(&dtype, "dtype", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k, iq4_xs, or a mix as llama.cpp quantizes files: q4_k_m, q5_k_m")
+	f.IntVar(&layout.SplitMaxTensors, "split-max-tensors", 0, "write a split model, as llama-gguf-split --split-max-tensors N does: parts OUT-00001-of-0000K.gguf (OUT without .gguf) of at most N tensors each")
+	f.Var(alignmentFlag{&layout.Alignment}, "alignment", "general.alignment: the tensor data alignment in bytes, a power of two (GGUF's default 32)")
 	f.StringVar(&hfDir, "hf-tokenizer", "", "directory with a Hugging Face tokenizer.json (and tokenizer_config.json): use its vocabulary, special tokens and chat template instead of the generated ones (--vocab is then its size)")
 	return cmd
 }
+
+// alignmentFlag is --alignment: a power of two up to 1 MiB.
+type alignmentFlag struct{ v *uint32 }
+
+func (a alignmentFlag) String() string {
+	if a.v == nil || *a.v == 0 {
+		return "32"
+	}
+	return strconv.FormatUint(uint64(*a.v), 10)
+}
+
+func (a alignmentFlag) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n == 0 || n&(n-1) != 0 || n > 1<<20 {
+		return fmt.Errorf("%q is not a power of two up to 1048576", s)
+	}
+	*a.v = uint32(n)
+	return nil
+}
+
+func (alignmentFlag) Type() string { return "bytes" }

@@ -50,7 +50,9 @@ OpenAI-compatible HTTP API (--api, 127.0.0.1:8080 by default). It prints its
 full multiaddrs (with /p2p/ID) at start; give one of them to other nodes as
 --bootstrap. With no --bootstrap it founds a swarm.
 
---model serves a GGUF file with the real engine: at the first start the node
+--model serves a GGUF file with the real engine (a path, a name in the model
+store, or an hf://… reference pulled into it if missing; see strata model
+pull): at the first start the node
 measures one layer (cached in the data dir) to declare its speed, unless --gpu
 declares a device. --sim-model serves a built-in model SIMULATED on the --gpu
 profile. --max-layers and --memory cap what the node offers.
@@ -76,6 +78,11 @@ Without a model it runs the networking only and logs its peer table.`,
 		cfg, err := load()
 		if err != nil {
 			return err
+		}
+		if cfg.Model != "" {
+			if cfg.Model, err = resolveModel(cmd, cfg.Model); err != nil {
+				return fmt.Errorf("--model: %w", err)
+			}
 		}
 		log, err := cfg.Logger()
 		if err != nil {

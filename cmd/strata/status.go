@@ -34,19 +34,23 @@ type swarmView struct {
 		Relays       []string `json:"relays"`
 		Unreachable  bool     `json:"unreachable"`
 		Advice       string   `json:"advice"`
+		RelayService bool     `json:"relay_service"`
+		RelayRate    float64  `json:"relay_rate_mb_per_s"`
+		RelayedMB    float64  `json:"relayed_mb"`
 	} `json:"nat"`
 	Members []memberView `json:"members"`
 }
 
 // memberView is one member of swarmView.
 type memberView struct {
-	ID           string `json:"id"`
-	Self         bool   `json:"self"`
-	Link         string `json:"link"`
-	Voter        bool   `json:"voter"`
-	State        string `json:"state"`
-	Liveness     string `json:"liveness"`
-	Relayed      bool   `json:"relayed"`
+	ID           string  `json:"id"`
+	Self         bool    `json:"self"`
+	Link         string  `json:"link"`
+	Voter        bool    `json:"voter"`
+	State        string  `json:"state"`
+	Liveness     string  `json:"liveness"`
+	Relayed      bool    `json:"relayed"`
+	LinkMBs      float64 `json:"link_mb_per_s"`
 	Capabilities *struct {
 		Hardware layers.Hardware
 	} `json:"capabilities"`
@@ -243,11 +247,22 @@ func printReachability(w io.Writer, v swarmView, name func(string) string) {
 		}
 		line += ", relay slots on " + strings.Join(rs, " ")
 	}
+	if n.RelayService {
+		rate := "no rate cap"
+		if n.RelayRate > 0 {
+			rate = fmt.Sprintf("capped at %.1f MB/s", n.RelayRate)
+		}
+		line += fmt.Sprintf(", relayed %.1f MB for others (%s)", n.RelayedMB, rate)
+	}
 	fmt.Fprintf(w, "%s\n  %s\n", line, n.Advice)
 	var links []string
 	for _, mem := range v.Members {
 		if !mem.Self && mem.Link != "" {
-			links = append(links, name(mem.ID)+" "+mem.Link)
+			l := name(mem.ID) + " " + mem.Link
+			if mem.Link == "relayed" && mem.LinkMBs > 0 {
+				l += fmt.Sprintf(" (%.1f MB/s measured)", mem.LinkMBs)
+			}
+			links = append(links, l)
 		}
 	}
 	if len(links) > 0 {

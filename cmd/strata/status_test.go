@@ -58,3 +58,19 @@ func TestPrintReachability(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintRelaying(t *testing.T) {
+	v := swarmView{Node: idA}
+	v.NAT.Reachability, v.NAT.Advice = "public", "reachable directly; relays for members behind NAT"
+	v.NAT.RelayService, v.NAT.RelayRate, v.NAT.RelayedMB = true, 26.2, 12.5
+	v.Members = make([]memberView, 2)
+	v.Members[0].ID, v.Members[0].Self = idA, true
+	v.Members[1].ID, v.Members[1].Link, v.Members[1].LinkMBs = idB, "relayed", 3.25
+	var out bytes.Buffer
+	printReachability(&out, v, peerNamer(map[string]string{idA: "n2", idB: "n3"}))
+	for _, want := range []string{"relayed 12.5 MB for others (capped at 26.2 MB/s)", "n3 relayed (3.2 MB/s measured)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}

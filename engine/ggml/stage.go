@@ -83,7 +83,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -184,27 +183,20 @@ func Open(path string, opts ...Option) (*Stage, error) {
 	if o.threads <= 0 {
 		o.threads = runtime.GOMAXPROCS(0)
 	}
-	fh, err := os.Open(path)
+	// OpenFile reads a split model's parts too, each tensor from its own.
+	f, fh, err := engine.OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
-	s, err := load(fh, st.Size(), o)
+	s, err := load(f, o)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return s, nil
 }
 
-func load(fh *os.File, size int64, o options) (*Stage, error) {
-	f, err := engine.ReadFile(fh, size)
-	if err != nil {
-		return nil, err
-	}
+func load(f *engine.File, o options) (*Stage, error) {
 	hp, err := engine.ReadHParams(f)
 	if err != nil {
 		return nil, err
@@ -325,9 +317,9 @@ func load(fh *os.File, size int64, o options) (*Stage, error) {
 	for i, w := range ws {
 		t := infos[i]
 		b := buf[:t.Size]
-		if _, err := fh.ReadAt(b, t.Offset); err != nil {
+		if err := f.ReadTensor(t, b); err != nil {
 			s.free()
-			return nil, fmt.Errorf("%w: tensor %q: %v", engine.ErrCorrupt, t.Name, err)
+			return nil, err
 		}
 		C.ggml_backend_tensor_set(*w.dst, unsafe.Pointer(&b[0]), 0, C.size_t(t.Size))
 		s.info.WeightBytes += t.Size

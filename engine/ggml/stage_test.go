@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -280,5 +281,33 @@ func TestSplitMatchesWhole(t *testing.T) {
 				t.Errorf("%s step %d: split differs from whole by %.3g relative", dt, i, d)
 			}
 		}
+	}
+}
+
+// TestSplitFile: stages opened through the parts of a split model (as
+// llama-gguf-split writes them) give the single file's bits, and a missing
+// part is engine.ErrSplitPart.
+func TestSplitFile(t *testing.T) {
+	c := shapes["llama-gqa"]
+	c.DType = engine.Q8_0
+	single := gen(t, "llama-gqa", c, engine.Q8_0)
+	parts, err := engine.GenerateFiles(filepath.Join(t.TempDir(), "m.gguf"), c, engine.FileLayout{SplitMaxTensors: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := []int32{8, 9}
+	whole := run(t, []engine.Stage{open(t, single, WithThreads(2))}, decode)
+	split := run(t, []engine.Stage{open(t, parts[len(parts)-1], WithRange(0, 1), WithThreads(2)),
+		open(t, parts[0], WithRange(1, c.Layers), WithThreads(2))}, decode)
+	for i := range whole {
+		if d := relDist(whole[i], split[i]); d != 0 {
+			t.Errorf("step %d: split file differs from the single file by %.3g relative", i, d)
+		}
+	}
+	if err := os.Remove(parts[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(parts[0]); !errors.Is(err, engine.ErrSplitPart) || !strings.Contains(err.Error(), filepath.Base(parts[1])) {
+		t.Errorf("a missing part: %v, want ErrSplitPart naming it", err)
 	}
 }

@@ -17,6 +17,12 @@ const (
 	Ctl protocol.ID = "/strata/ctl/1"
 	// Raft carries hashicorp/raft's RPCs (consensus's transport).
 	Raft protocol.ID = "/strata/raft/1"
+	// Chunk carries model file chunks between peers (swarm/chunks): one
+	// request and one response at a time on a stream, many in turn.
+	Chunk protocol.ID = "/strata/chunk/1"
+	// BW measures a relayed link's bandwidth: the prober sends a burst
+	// of bytes, the other side counts them and answers.
+	BW protocol.ID = "/strata/bw/1"
 	// DHTPrefix gives the DHT protocol /strata/kad/1.0.0.
 	DHTPrefix protocol.ID = "/strata"
 )

@@ -121,11 +121,16 @@ func startCluster(tb testing.TB, n int, extra ...node.Option) *cluster {
 }
 
 func newCluster(n int, extra ...node.Option) (*cluster, error) {
+	return newClusterEach(n, func(int) []node.Option { return extra })
+}
+
+// newClusterEach is newCluster with node i's extra options each(i).
+func newClusterEach(n int, each func(i int) []node.Option) (*cluster, error) {
 	c := &cluster{}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	for i := range n {
-		opts := nodeOptions(extra...)
+		opts := nodeOptions(each(i)...)
 		if i > 0 {
 			opts = append(opts, node.WithBootstrap(c.nodes[0].Host().AddrInfo()))
 		}

@@ -34,8 +34,15 @@ type (
 		Forced       bool     `json:"forced"`       // set by configuration, not found out
 		Relays       []string `json:"relays"`       // relays holding a slot for this node
 		RelayService bool     `json:"relay_service"`
-		Unreachable  bool     `json:"unreachable"` // nobody can connect to this node
-		Advice       string   `json:"advice"`
+		// RelayRateMBs caps what the node relays for others, MB/s (0:
+		// no cap); RelayedMB is what it relayed since start, in MB.
+		RelayRateMBs  float64 `json:"relay_rate_mb_per_s"`
+		RelayedMB     float64 `json:"relayed_mb"`
+		RelayCircuits int64   `json:"relay_circuits"`
+		// TCPOnly: no QUIC (swarm key), so hole punches try TCP alone.
+		TCPOnly     bool   `json:"tcp_only"`
+		Unreachable bool   `json:"unreachable"` // nobody can connect to this node
+		Advice      string `json:"advice"`
 	}
 	pendingJSON struct {
 		Map      layers.LayerMap `json:"map"`
@@ -61,6 +68,9 @@ type (
 		// hole-punched, relayed, or "" when not connected.
 		Link  string  `json:"link"`
 		RTTMs float64 `json:"rtt_ms"`
+		// LinkMBs is the bandwidth measured by probes on a relayed link,
+		// in MB/s; 0 when not measured.
+		LinkMBs float64 `json:"link_mb_per_s,omitempty"`
 		// Simulated: the member serves the simulated engine. A swarm
 		// serves one model (its rendezvous is scoped by the model's
 		// fingerprint), so this is the same for every member.
@@ -147,7 +157,8 @@ func (s *Server) swarmView() swarmJSON {
 
 	nat := snap.NAT
 	v.NAT = natJSON{Reachability: nat.Reachability, Forced: nat.Forced, Relays: []string{}, RelayService: nat.RelayService,
-		Unreachable: nat.Unreachable, Advice: nat.Advice}
+		Unreachable: nat.Unreachable, Advice: nat.Advice, RelayRateMBs: nat.Relaying.Rate / 1e6,
+		RelayedMB: float64(nat.Relaying.Bytes) / 1e6, RelayCircuits: nat.Relaying.Circuits, TCPOnly: nat.TCPOnly}
 	for _, r := range nat.Relays {
 		v.NAT.Relays = append(v.NAT.Relays, r.String())
 	}
@@ -172,6 +183,7 @@ func (s *Server) swarmView() swarmJSON {
 	for _, p := range snap.Peers {
 		m := add(p.ID.String())
 		m.Liveness, m.Connected, m.Relayed, m.Link, m.RTTMs = p.Liveness.String(), p.Connected, p.Relayed, string(p.Link), ms(p.RTT)
+		m.LinkMBs = p.Bandwidth / 1e6
 		if len(m.Multiaddrs) == 0 {
 			for _, a := range p.Addrs {
 				m.Multiaddrs = append(m.Multiaddrs, a.String())

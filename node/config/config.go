@@ -80,13 +80,14 @@ type Config struct {
 	Bootstrap    []string      `yaml:"bootstrap" help:"full multiaddrs (with /p2p/ID) of peers to join through; none founds a swarm"`
 	SwarmKey     string        `yaml:"swarm_key" help:"pre-shared swarm key file for a private swarm (see strata swarm-key gen)"`
 	Relay        bool          `yaml:"relay" help:"act as a circuit relay for unreachable peers when publicly reachable"`
+	RelayRate    ByteSize      `yaml:"relay_rate" help:"bytes per second a relay carries for others, all circuits together, such as 25MiB (0: no cap)"`
 	Swarm        string        `yaml:"swarm" help:"swarm name: scopes gossip topics and the rendezvous key"`
 	Reachability string        `yaml:"reachability" help:"auto (AutoNAT decides), public (serve as relay) or private (reserve relay slots)"`
 	NATPortMap   bool          `yaml:"nat_portmap" help:"ask the router for a port mapping (UPnP / NAT-PMP)"`
 	Heartbeat    time.Duration `yaml:"heartbeat" help:"heartbeat interval"`
 
 	// What the node serves.
-	Model     string   `yaml:"model" help:"GGUF model file to serve with the real engine"`
+	Model     string   `yaml:"model" help:"model to serve with the real engine: a GGUF file, a model store name (strata model list) or an hf://… or https:// reference (pulled into the store if missing)"`
 	SimModel  string   `yaml:"sim_model" help:"built-in model to serve SIMULATED (see strata plan's models), with --gpu"`
 	GPU       string   `yaml:"gpu" help:"device profile: required with --sim-model; with --model it declares the device instead of measuring it"`
 	Memory    ByteSize `yaml:"memory" help:"memory the node may use for weights and KV cache, such as 24GiB (0: the device's; real engine: half the machine's)"`
@@ -115,6 +116,7 @@ func Default() Config {
 		DataDir:      defaultDataDir(),
 		Listen:       append([]string(nil), swarm.DefaultListenAddrs...),
 		Relay:        true,
+		RelayRate:    swarm.DefaultRelayRate,
 		Swarm:        swarm.DefaultSwarmName,
 		Reachability: "auto",
 		Heartbeat:    swarm.DefaultHeartbeatInterval,

@@ -173,6 +173,12 @@ func TestValidationNamesTheField(t *testing.T) {
 	if _, err := parse(t, nil, "--api-key-file", keyFile, "--api", "none"); err != nil {
 		t.Fatal(err)
 	}
+	// A model reference that is no file is left to the model store.
+	for _, m := range []string{"Qwen/Qwen2.5-7B-Instruct-GGUF:q4_k_m", "hf://o/r/m.gguf"} {
+		if c, err := parse(t, nil, "--model", m); err != nil || c.Model != m {
+			t.Fatalf("--model %s: %+v, %v", m, c.Model, err)
+		}
+	}
 	// A flag that does not parse is cobra's error, naming the flag.
 	if _, err := parse(t, nil, "--max-layers", "many"); err == nil || !strings.Contains(err.Error(), "--max-layers") {
 		t.Fatalf("flag parse error %v", err)

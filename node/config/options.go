@@ -30,6 +30,7 @@ func (c Config) Logger() (*zap.Logger, error) {
 func (c Config) networkOptions() ([]swarm.Option, error) {
 	opts := []swarm.Option{
 		swarm.WithRelayService(c.Relay),
+		swarm.WithRelayRate(float64(c.RelayRate)),
 		swarm.WithSwarmName(c.Swarm),
 		swarm.WithNATPortMap(c.NATPortMap),
 		swarm.WithHeartbeatInterval(c.Heartbeat),

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/stratanet/strata/engine/store"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node/api"
 	"github.com/stratanet/strata/swarm"
@@ -85,8 +87,12 @@ func (c Config) validate(src map[string]*FieldError) error {
 		bad("sim_model", "a simulated model needs a device: set gpu")
 	}
 	if c.Model != "" {
+		// A model reference (store name, hf://…, URL) that is no file is
+		// resolved by the command through the model store, not here.
 		if fi, err := os.Stat(c.Model); err != nil {
-			bad("model", "%v", err)
+			if _, rerr := store.ParseRef(c.Model); rerr != nil || !errors.Is(err, fs.ErrNotExist) {
+				bad("model", "%v", err)
+			}
 		} else if fi.IsDir() {
 			bad("model", "%s is a directory, not a GGUF file", c.Model)
 		}

@@ -2,6 +2,8 @@
 // generated llama (MHA and GQA) and qwen2 models are run by llama.cpp (as
 // vendored, with ggml, by the ollama Go module, built with cgo) and by the
 // engine, and the last position's logits must agree within 1e-4 relative.
+// ggml's own gguf reader also parses the files the engine writes, split
+// parts and general.alignment included (TestSplitPartsReadByGGML).
 //
 // It is a nested module so that the main module never depends on ollama.
 // Run it with `cd engine/internal/refcheck && go test ./...` (make test

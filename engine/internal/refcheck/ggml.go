@@ -43,6 +43,11 @@ extern struct ggml_tensor * ggml_scale(struct ggml_context * ctx, struct ggml_te
 extern struct ggml_tensor * ggml_diag_mask_inf(struct ggml_context * ctx, struct ggml_tensor * a, int n_past);
 extern struct ggml_tensor * ggml_soft_max_ext(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * mask, float scale, float max_bias);
 extern struct ggml_tensor * ggml_silu(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_swiglu(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_view_3d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2,
+	size_t nb1, size_t nb2, size_t offset);
+extern int64_t gguf_find_key(const struct gguf_context * ctx, const char * key);
+extern float gguf_get_val_f32(const struct gguf_context * ctx, int64_t key_id);
 extern struct ggml_cgraph * ggml_new_graph(struct ggml_context * ctx);
 extern void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
 extern int ggml_graph_compute_with_ctx(struct ggml_context * ctx, struct ggml_cgraph * cgraph, int n_threads);
@@ -57,8 +62,11 @@ static struct ggml_tensor * W(struct ggml_context * m, const char * fmt, int l) 
 // llama and qwen2 graphs do (RoPE mode 0 for llama, NEOX for qwen2; Q/K/V
 // biases on qwen2) over n tokens at positions 0..n-1 and writes the last
 // position's logits to out. It returns 0 on success.
-static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, int neox, int bias, int qknorm, int n_layer,
-		int n_head, int n_kv, int hd, float eps, float base, float * out, int n_vocab, int n_threads) {
+// phi3 follows llama.cpp's phi3 graph instead: Q, K and V are views of one
+// attn_qkv product, RoPE takes rope_factors_short and attn_factor, Q is
+// scaled before Q·K, and ffn_up's product goes through ggml_swiglu.
+static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, int neox, int bias, int qknorm, int phi3, int n_layer,
+		int n_head, int n_kv, int hd, float eps, float base, float attn_factor, float * out, int n_vocab, int n_threads) {
 	struct ggml_init_params ip = { 512u << 20, NULL, false };
 	struct ggml_context * c = ggml_init(ip);
 	struct ggml_tensor * tok = ggml_new_tensor_1d(c, T_I32, n);
@@ -66,39 +74,56 @@ static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, i
 	for (int i = 0; i < n; i++) { ((int32_t *)ggml_get_data(tok))[i] = tokens[i]; ((int32_t *)ggml_get_data(pos))[i] = i; }
 	struct ggml_tensor * x = ggml_get_rows(c, ggml_get_tensor(m, "token_embd.weight"), tok);
 	int mode = neox ? 2 : 0;
-	struct ggml_tensor * factors = ggml_get_tensor(m, "rope_freqs.weight"); // NULL without
+	struct ggml_tensor * factors = ggml_get_tensor(m, phi3 ? "rope_factors_short.weight" : "rope_freqs.weight"); // NULL without
+	float kq_scale = 1.0f / sqrtf((float)hd);
 	for (int l = 0; l < n_layer; l++) {
 		struct ggml_tensor * cur = ggml_mul(c, ggml_rms_norm(c, x, eps), W(m, "blk.%d.attn_norm.weight", l));
-		struct ggml_tensor * q = ggml_mul_mat(c, W(m, "blk.%d.attn_q.weight", l), cur);
-		struct ggml_tensor * k = ggml_mul_mat(c, W(m, "blk.%d.attn_k.weight", l), cur);
-		struct ggml_tensor * v = ggml_mul_mat(c, W(m, "blk.%d.attn_v.weight", l), cur);
-		if (bias) {
-			q = ggml_add(c, q, W(m, "blk.%d.attn_q.bias", l));
-			k = ggml_add(c, k, W(m, "blk.%d.attn_k.bias", l));
-			v = ggml_add(c, v, W(m, "blk.%d.attn_v.bias", l));
+		struct ggml_tensor *q, *k, *v;
+		if (phi3) {
+			struct ggml_tensor * qkv = ggml_mul_mat(c, W(m, "blk.%d.attn_qkv.weight", l), cur);
+			size_t row = sizeof(float) * (size_t)(hd * (n_head + 2 * n_kv)), f = sizeof(float);
+			q = ggml_view_3d(c, qkv, hd, n_head, n, f * hd, row, 0);
+			k = ggml_view_3d(c, qkv, hd, n_kv, n, f * hd, row, f * hd * n_head);
+			v = ggml_view_3d(c, qkv, hd, n_kv, n, f * hd, row, f * hd * (n_head + n_kv));
+		} else {
+			q = ggml_mul_mat(c, W(m, "blk.%d.attn_q.weight", l), cur);
+			k = ggml_mul_mat(c, W(m, "blk.%d.attn_k.weight", l), cur);
+			v = ggml_mul_mat(c, W(m, "blk.%d.attn_v.weight", l), cur);
+			if (bias) {
+				q = ggml_add(c, q, W(m, "blk.%d.attn_q.bias", l));
+				k = ggml_add(c, k, W(m, "blk.%d.attn_k.bias", l));
+				v = ggml_add(c, v, W(m, "blk.%d.attn_v.bias", l));
+			}
+			q = ggml_reshape_3d(c, q, hd, n_head, n);
+			k = ggml_reshape_3d(c, k, hd, n_kv, n);
+			v = ggml_reshape_3d(c, v, hd, n_kv, n);
 		}
-		q = ggml_reshape_3d(c, q, hd, n_head, n);
-		k = ggml_reshape_3d(c, k, hd, n_kv, n);
 		if (qknorm) { // qwen3: RMSNorm over each head before RoPE
 			q = ggml_mul(c, ggml_rms_norm(c, q, eps), W(m, "blk.%d.attn_q_norm.weight", l));
 			k = ggml_mul(c, ggml_rms_norm(c, k, eps), W(m, "blk.%d.attn_k_norm.weight", l));
 		}
-		q = ggml_rope_ext(c, q, pos, factors, hd, mode, 0, base, 1, 0, 1, 32, 1);
-		k = ggml_rope_ext(c, k, pos, factors, hd, mode, 0, base, 1, 0, 1, 32, 1);
-		v = ggml_reshape_3d(c, v, hd, n_kv, n);
+		q = ggml_rope_ext(c, q, pos, factors, hd, mode, 0, base, 1, 0, attn_factor, 32, 1);
+		k = ggml_rope_ext(c, k, pos, factors, hd, mode, 0, base, 1, 0, attn_factor, 32, 1);
+		float s = kq_scale;
+		if (phi3) { q = ggml_scale(c, q, kq_scale); s = 1.0f; }
 		struct ggml_tensor * qp = ggml_cont(c, ggml_permute(c, q, 0, 2, 1, 3)); // [hd, n, n_head]
 		struct ggml_tensor * kp = ggml_cont(c, ggml_permute(c, k, 0, 2, 1, 3)); // [hd, n, n_kv]
 		struct ggml_tensor * kq = ggml_mul_mat(c, kp, qp);                      // [n(kv), n(q), n_head]
-		kq = ggml_diag_mask_inf(c, ggml_scale(c, kq, 1.0f / sqrtf((float)hd)), 0);
+		kq = ggml_diag_mask_inf(c, ggml_scale(c, kq, s), 0);
 		kq = ggml_soft_max_ext(c, kq, NULL, 1.0f, 0.0f);
 		struct ggml_tensor * vp = ggml_cont(c, ggml_permute(c, v, 1, 2, 0, 3)); // [n(kv), hd, n_kv]
 		struct ggml_tensor * kqv = ggml_mul_mat(c, vp, kq);                     // [hd, n, n_head]
 		cur = ggml_cont_2d(c, ggml_permute(c, kqv, 0, 2, 1, 3), hd * n_head, n);
 		x = ggml_add(c, ggml_mul_mat(c, W(m, "blk.%d.attn_output.weight", l), cur), x);
 		cur = ggml_mul(c, ggml_rms_norm(c, x, eps), W(m, "blk.%d.ffn_norm.weight", l));
-		struct ggml_tensor * gate = ggml_silu(c, ggml_mul_mat(c, W(m, "blk.%d.ffn_gate.weight", l), cur));
-		struct ggml_tensor * up = ggml_mul_mat(c, W(m, "blk.%d.ffn_up.weight", l), cur);
-		x = ggml_add(c, ggml_mul_mat(c, W(m, "blk.%d.ffn_down.weight", l), ggml_mul(c, gate, up)), x);
+		struct ggml_tensor * act;
+		if (phi3) { // gate rows then up rows: silu(first half) · second half
+			act = ggml_swiglu(c, ggml_mul_mat(c, W(m, "blk.%d.ffn_up.weight", l), cur));
+		} else {
+			struct ggml_tensor * gate = ggml_silu(c, ggml_mul_mat(c, W(m, "blk.%d.ffn_gate.weight", l), cur));
+			act = ggml_mul(c, gate, ggml_mul_mat(c, W(m, "blk.%d.ffn_up.weight", l), cur));
+		}
+		x = ggml_add(c, ggml_mul_mat(c, W(m, "blk.%d.ffn_down.weight", l), act), x);
 	}
 	struct ggml_tensor * head = ggml_get_tensor(m, "output.weight");
 	if (!head) head = ggml_get_tensor(m, "token_embd.weight");
@@ -116,6 +141,12 @@ static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, i
 static struct gguf_context * ref_load(const char * path, struct ggml_context ** m) {
 	struct gguf_init_params gp = { false, m };
 	return gguf_init_from_file(path, gp);
+}
+
+// ref_attn_factor is the file's rope.scaling.attn_factor for arch, 1 without.
+static float ref_attn_factor(struct gguf_context * g, const char * key) {
+	int64_t id = gguf_find_key(g, key);
+	return id < 0 ? 1.0f : gguf_get_val_f32(g, id);
 }
 
 static void ref_free(struct gguf_context * g, struct ggml_context * m) {
@@ -158,19 +189,24 @@ func (g *ggmlModel) close() { C.ref_free(g.g, g.m) }
 func (g *ggmlModel) logits(tokens []int32, threads int) ([]float32, error) {
 	c := g.c
 	out := make([]float32, c.Vocab)
-	neox, bias, qknorm := 0, 0, 0
+	neox, bias, qknorm, phi3 := 0, 0, 0, 0
 	switch c.Arch {
 	case "qwen2":
 		neox, bias = 1, 1
 	case "qwen3":
 		neox, qknorm = 1, 1
+	case "phi3":
+		neox, phi3 = 1, 1
 	}
+	key := C.CString(c.Arch + ".rope.scaling.attn_factor")
+	defer C.free(unsafe.Pointer(key))
+	attnFactor := C.ref_attn_factor(g.g, key)
 	hd := c.HeadDim
 	if hd == 0 {
 		hd = c.Dim / c.Heads
 	}
-	rc := C.ref_forward(g.m, (*C.int32_t)(unsafe.Pointer(&tokens[0])), C.int(len(tokens)), C.int(neox), C.int(bias), C.int(qknorm),
-		C.int(c.Layers), C.int(c.Heads), C.int(c.KVHeads), C.int(hd), C.float(c.NormEps), C.float(c.RopeBase),
+	rc := C.ref_forward(g.m, (*C.int32_t)(unsafe.Pointer(&tokens[0])), C.int(len(tokens)), C.int(neox), C.int(bias), C.int(qknorm), C.int(phi3),
+		C.int(c.Layers), C.int(c.Heads), C.int(c.KVHeads), C.int(hd), C.float(c.NormEps), C.float(c.RopeBase), attnFactor,
 		(*C.float)(unsafe.Pointer(&out[0])), C.int(c.Vocab), C.int(threads))
 	if rc != 0 {
 		return nil, fmt.Errorf("ggml: code %d", rc)

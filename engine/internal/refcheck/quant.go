@@ -67,9 +67,10 @@ func quantizeModel(src, quantPath, dequantPath string, pick func(name string, co
 	}
 	defer fh.Close()
 	var qts, dts []engine.WriteTensor
-	for _, ti := range f.Tensors {
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
 		raw := make([]byte, ti.Size)
-		if _, err := fh.ReadAt(raw, ti.Offset); err != nil {
+		if err := f.ReadTensor(ti, raw); err != nil {
 			return err
 		}
 		n := int(ti.Elements())

@@ -91,11 +91,15 @@ func fallback(t engine.DType, cols int) engine.DType {
 }
 
 // q4KM follows llama.cpp's Q4_K_M choices for a small model: the head,
-// attn_v and ffn_down in Q6_K, the rest Q4_K, with row-length fallbacks.
+// attn_v and ffn_down in Q6_K, phi3's attn_qkv in Q5_K, the rest Q4_K,
+// with row-length fallbacks.
 func q4KM(name string, cols int) engine.DType {
 	t := engine.Q4_K
 	if name == "output.weight" || strings.Contains(name, "attn_v") || strings.Contains(name, "ffn_down") {
 		t = engine.Q6_K
+	}
+	if strings.Contains(name, "attn_qkv") {
+		t = engine.Q5_K
 	}
 	return fallback(t, cols)
 }
@@ -114,6 +118,9 @@ func TestQuantizedLogits(t *testing.T) {
 		"qwen2-256":     {Arch: "qwen2", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, FFN: 768, Vocab: 640, Seed: 22, RopeBase: 1e6, NormEps: 1e-6},
 		// Rows of 128 and 320: every K type falls back as llama.cpp does.
 		"llama-fallback": {Arch: "llama", Layers: 2, Dim: 128, Heads: 4, KVHeads: 2, FFN: 320, Vocab: 512, Seed: 23, RopeBase: 10000, NormEps: 1e-5},
+		// phi3's fused attn_qkv and gate+up, quantised whole as
+		// llama.cpp does; LongRoPE factors stay F32.
+		"phi3-256": {Arch: "phi3", Layers: 2, Dim: 256, Heads: 4, KVHeads: 4, FFN: 512, Vocab: 512, Seed: 24, RopeBase: 10000, NormEps: 1e-5, LongRoPE: true},
 	}
 	type mix struct {
 		name string

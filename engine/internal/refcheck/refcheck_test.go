@@ -17,6 +17,10 @@ var shapes = map[string]engine.GenConfig{
 	"llama3.1-rope-freqs": {Arch: "llama", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 600, Seed: 14, RopeBase: 500000, NormEps: 1e-5, RopeFreqs: true, Tied: true},
 	// qwen3: per-head Q/K RMSNorm, no biases, a head size other than Dim/Heads.
 	"qwen3": {Arch: "qwen3", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 48, FFN: 256, Vocab: 700, Seed: 15, RopeBase: 1e6, NormEps: 1e-6},
+	// phi3: fused attn_qkv and gate+up (Phi-3 mini), and Phi-3.5 mini's
+	// LongRoPE short factors with its attention factor, with GQA.
+	"phi3":            {Arch: "phi3", Layers: 3, Dim: 128, Heads: 4, KVHeads: 4, FFN: 256, Vocab: 600, Seed: 16, RopeBase: 10000, NormEps: 1e-5},
+	"phi3.5-longrope": {Arch: "phi3", Layers: 3, Dim: 128, Heads: 8, KVHeads: 2, FFN: 320, Vocab: 600, Seed: 17, RopeBase: 10000, NormEps: 1e-5, LongRoPE: true},
 }
 
 // TestLogitsMatchGGML: the engine's logits match ggml's within 1e-4

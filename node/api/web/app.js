@@ -84,7 +84,8 @@
     const reach = $("reach");
     reach.hidden = !nat.reachability;
     reach.textContent = nat.unreachable ? "UNREACHABLE" : "reachability " + nat.reachability +
-      (nat.relays && nat.relays.length ? " · relay " + nat.relays.map(short).join(" ") : "");
+      (nat.relays && nat.relays.length ? " · relay " + nat.relays.map(short).join(" ") : "") +
+      (nat.relay_service ? " · relays for members" + (nat.relay_rate_mb_per_s > 0 ? " ≤ " + nat.relay_rate_mb_per_s.toFixed(1) + " MB/s" : "") : "");
     reach.title = nat.advice || "";
     reach.className = "badge" + (nat.unreachable ? " simn" : "");
   }
@@ -229,7 +230,8 @@
       if (v.leader === m.id) tags += '<span class="badge leader">leader</span>';
       if (m.voter) tags += '<span class="badge voter">voter</span>';
       if (m.link === "hole-punched") tags += '<span class="badge punched" title="direct link made by hole punching">hole-punched</span>';
-      else if (m.relayed || m.link === "relayed") tags += '<span class="badge relayed">relayed</span>';
+      else if (m.relayed || m.link === "relayed") tags += '<span class="badge relayed"' +
+        (m.link_mb_per_s > 0 ? ' title="link measured at ' + m.link_mb_per_s.toFixed(1) + ' MB/s"' : "") + '>relayed</span>';
       if (m.simulated) tags += '<span class="badge simn">SIMULATED</span>';
       if (!m.member) tags += '<span class="badge voter">not a member</span>';
       const r = m.committed_range, p = m.pending_range;

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stratanet/strata/engine/store"
+)
+
+const storeHelp = `Models go to the local store, $STRATA_HOME/models (default: strata/models
+under the user cache directory, ~/.cache on Linux): each file once, named by
+its sha256, and an index of names. HF_TOKEN is sent to the hub (not to its
+CDN) for gated or private repositories; HF_ENDPOINT names a hub mirror.`
+
+// resolveModel turns a --model value (a file, a store name, hf://… or an
+// https:// URL) into the file to open, pulling hf:// and URL references
+// the store lacks, with progress on stderr. strata node and strata
+// generate both go through it.
+func resolveModel(cmd *cobra.Command, model string) (string, error) {
+	return store.Resolve(cmd.Context(), model, "", store.WithProgress(store.NewProgress(cmd.ErrOrStderr())))
+}
+
+func openStore() (*store.Store, error) {
+	dir, err := store.DefaultDir()
+	if err != nil {
+		return nil, err
+	}
+	return store.Open(dir)
+}
+
+func newModelPullCmd() *cobra.Command {
+	var parts int
+	var revision string
+	cmd := &cobra.Command{
+		Use:   "pull REF",
+		Short: "download a model into the local store (resumable, sha256-checked)",
+		Long: `pull downloads a GGUF model from the Hugging Face hub or a URL into the local
+store and names it REF. REF is one of:
+
+  OWNER/REPO:QUANT             the repository's file with that quant in its name
+                               (case-insensitive; a split model: all its parts)
+  hf://OWNER/REPO              the repository's only GGUF model
+  hf://OWNER/REPO/FILE.gguf    that file (a split model's part: all its parts)
+  https://HOST/PATH/FILE.gguf  a plain URL
+
+A broken download resumes where it stopped, within the pull and at the next
+pull; big files come in parallel ranges (--parts). The file's sha256 must be
+the one the hub publishes; a mismatch removes the partial file.
+
+` + storeHelp,
+		Example: `  strata model pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m
+  strata model pull hf://bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q4_K_M.gguf
+  strata node --model Qwen/Qwen2.5-0.5B-Instruct-GGUF:q4_k_m`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := openStore()
+			if err != nil {
+				return err
+			}
+			p, err := store.NewPuller(s, store.WithParts(parts), store.WithRevision(revision),
+				store.WithProgress(store.NewProgress(cmd.ErrOrStderr())))
+			if err != nil {
+				return err
+			}
+			e, err := p.Pull(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			path, err := s.Path(e)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\t%s\n", e.Name, human(e.Size()), path)
+			if !e.Verified {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: the server published no sha256 for %s; the file is unchecked\n", e.Name)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&parts, "parts", 4, "parallel ranged connections per big file (1: one stream)")
+	cmd.Flags().StringVar(&revision, "revision", "main", "hub revision: branch, tag or commit")
+	return cmd
+}
+
+func newModelListCmd() *cobra.Command {
+	var paths bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "list the models in the local store",
+		Long:  "list prints the store's models: name, size, files, when pulled.\n\n" + storeHelp,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := openStore()
+			if err != nil {
+				return err
+			}
+			list, err := s.List()
+			if err != nil {
+				return err
+			}
+			if len(list) == 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "no models in %s (strata model pull REF adds one)\n", s.Dir())
+				return nil
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			last := "PATH"
+			if !paths {
+				last = "SOURCE"
+			}
+			fmt.Fprintf(tw, "NAME\tSIZE\tFILES\tPULLED\t%s\n", last)
+			for _, e := range list {
+				col := e.Source
+				if paths {
+					if col, err = s.Path(e); err != nil {
+						col = "broken: " + err.Error()
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Name, human(e.Size()), len(e.Parts), e.Pulled.Local().Format(time.DateTime), col)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&paths, "paths", false, "print each model's local file instead of its source")
+	return cmd
+}
+
+func newModelRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME...",
+		Short: "remove models from the local store (their files too, unless another name uses them)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := openStore()
+			if err != nil {
+				return err
+			}
+			for _, n := range args {
+				e, err := s.Remove(cmd.Context(), n)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s)\n", e.Name, human(e.Size()))
+			}
+			return nil
+		},
+	}
+}
+
+// human prints a byte count with a binary unit.
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}

@@ -1,0 +1,205 @@
+package swarm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/internal/proto"
+)
+
+// ProtocolBW is the bandwidth probe of relayed links.
+const ProtocolBW = proto.BW
+
+// Bandwidth probes. A relayed link's bandwidth is the relay's uplink and
+// rate cap shared by its circuits, which no configuration knows, so the
+// host measures it: it sends ProbeBytes through the link and times the
+// answer. Routing then charges the link's activations at that rate. The
+// probe costs ProbeBytes per relayed peer every probeEvery, a fraction of
+// a second on a 10 Mbit/s uplink.
+const (
+	// ProbeBytes is the size of one probe: large against the relay's
+	// 64 KiB burst and buffers, so that their head start counts little.
+	ProbeBytes = 512 << 10
+	probeEvery = time.Minute
+	bwAlpha    = 0.5 // weight of a new probe in the smoothed bandwidth
+)
+
+// The probe protocol: the prober writes the probe's size (u32, at most
+// ProbeBytes) and the other side answers one byte, a round trip on the
+// same path that the transfer's time is corrected by; then the prober
+// writes the bytes, the other side answers with the count it read (u64),
+// and the prober tells it the bytes per second it found (u64) and closes.
+// Only one end of a link probes (the one with the lower peer ID, see
+// bwProber), so that two probes do not share the link and each halve
+// the other's figure; the other end learns the figure from the last
+// message. All big-endian.
+
+// maxBandwidth bounds a reported figure (bytes/s): 100 GB/s.
+const maxBandwidth = 100e9
+
+// serveBW answers a probe. It reads the announced size, at most
+// ProbeBytes, and the figure; anything else resets the stream.
+func (s *Host) serveBW(st network.Stream) {
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(30 * time.Second))
+	from := st.Conn().RemotePeer()
+	refuse := func(why string, err error) {
+		s.log.Debug("bandwidth probe refused", zap.Stringer("peer", from), zap.String("why", why), zap.Error(err))
+		_ = st.Reset()
+	}
+	var hdr [4]byte
+	if _, err := io.ReadFull(st, hdr[:]); err != nil {
+		refuse("header", err)
+		return
+	}
+	size := int64(binary.BigEndian.Uint32(hdr[:]))
+	if size == 0 || size > ProbeBytes {
+		refuse(fmt.Sprintf("size %d", size), nil)
+		return
+	}
+	if _, err := st.Write([]byte{1}); err != nil {
+		refuse("ready", err)
+		return
+	}
+	n, err := io.CopyN(io.Discard, st, size)
+	if err != nil {
+		refuse("payload", err)
+		return
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(n))
+	if _, err := st.Write(b[:]); err != nil {
+		refuse("count", err)
+		return
+	}
+	if _, err := io.ReadFull(st, b[:]); err != nil {
+		refuse("figure", err)
+		return
+	}
+	if k, _ := st.Read(hdr[:1]); k != 0 {
+		refuse("bytes after the figure", nil)
+		return
+	}
+	if bw := math.Float64frombits(binary.BigEndian.Uint64(b[:])); bw > 0 && bw <= maxBandwidth {
+		s.table.observeBandwidth(from, bw, bwAlpha)
+	}
+}
+
+// ProbeBandwidth measures the bytes per second our link to p carries:
+// after one round trip on the probe stream it sends ProbeBytes and waits
+// for p's count of them. The time from the first byte to the answer, less
+// that round trip (the first byte's way there and the answer's way back),
+// is the transfer's. The result is folded into p's row (Peer.Bandwidth),
+// told to p, and returned.
+func (s *Host) ProbeBandwidth(ctx context.Context, p peer.ID) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := s.h.NewStream(network.WithAllowLimitedConn(ctx, "bandwidth probe"), p, ProtocolBW)
+	if err != nil {
+		return 0, fmt.Errorf("%w: open stream to %s: %w", ErrProbe, p, err)
+	}
+	defer st.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = st.SetDeadline(dl)
+	}
+	fail := func(what string, err error) (float64, error) {
+		_ = st.Reset()
+		return 0, fmt.Errorf("%w: %s %s: %w", ErrProbe, what, p, err)
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], ProbeBytes)
+	t0 := time.Now()
+	if _, err := st.Write(hdr[:]); err != nil {
+		return fail("send to", err)
+	}
+	var ready [1]byte
+	if _, err := io.ReadFull(st, ready[:]); err != nil {
+		return fail("first answer from", err)
+	}
+	start := time.Now()
+	rtt := start.Sub(t0)
+	buf := make([]byte, 64<<10)
+	for sent := 0; sent < ProbeBytes; sent += len(buf) {
+		if _, err := st.Write(buf[:min(len(buf), ProbeBytes-sent)]); err != nil {
+			return fail("send to", err)
+		}
+	}
+	var b [8]byte
+	if _, err := io.ReadFull(st, b[:]); err != nil {
+		return fail("answer from", err)
+	}
+	took := time.Since(start)
+	if n := binary.BigEndian.Uint64(b[:]); n != ProbeBytes {
+		_ = st.Reset()
+		return 0, fmt.Errorf("%w: %s counted %d of %d bytes", ErrProbe, p, n, ProbeBytes)
+	}
+	// A round trip that queued behind other traffic must not make the
+	// figure absurd: the transfer takes at least half the time.
+	xfer := max(took-rtt, took/2)
+	bw := min(float64(ProbeBytes)/xfer.Seconds(), maxBandwidth)
+	binary.BigEndian.PutUint64(b[:], math.Float64bits(bw))
+	if _, err := st.Write(b[:]); err != nil {
+		return fail("send the figure to", err)
+	}
+	if err := st.CloseWrite(); err != nil {
+		return fail("close write to", err)
+	}
+	s.table.observeBandwidth(p, bw, bwAlpha)
+	return bw, nil
+}
+
+// bwProber probes the relayed peers whose ID is above ours, each at
+// most once per probeEvery, one at a time.
+type bwProber struct {
+	h    *Host
+	mu   sync.Mutex
+	last map[peer.ID]time.Time
+}
+
+func (b *bwProber) run(ctx context.Context) {
+	t := time.NewTicker(max(b.h.cfg.rttInterval, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var due []peer.ID
+		b.mu.Lock()
+		for id := range b.last {
+			if row, ok := b.h.table.Get(id); !ok || row.Link != LinkRelayed {
+				delete(b.last, id)
+			}
+		}
+		for _, p := range b.h.table.Snapshot() {
+			// The end with the lower ID probes and tells the other.
+			if p.Link == LinkRelayed && p.Liveness != Dead && b.h.ID() < p.ID && now.Sub(b.last[p.ID]) >= probeEvery {
+				due = append(due, p.ID)
+			}
+		}
+		slices.Sort(due)
+		for _, id := range due {
+			b.last[id] = now
+		}
+		b.mu.Unlock()
+		for _, id := range due {
+			if bw, err := b.h.ProbeBandwidth(ctx, id); err != nil {
+				b.h.log.Debug("bandwidth probe", zap.Stringer("peer", id), zap.Error(err))
+			} else {
+				b.h.log.Debug("bandwidth probe", zap.Stringer("peer", id), zap.Float64("mb_per_s", bw/1e6))
+			}
+		}
+	}
+}

@@ -1,0 +1,295 @@
+package chunks
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
+)
+
+// ServerOption configures a Server.
+type ServerOption func(*Server)
+
+// WithStreamsPerPeer bounds the chunk streams one peer may have open at
+// once (default 4); a stream above the bound is answered "busy".
+func WithStreamsPerPeer(n int) ServerOption {
+	return func(s *Server) {
+		if n > 0 {
+			s.perPeerMax = n
+		}
+	}
+}
+
+// WithIdleTimeout closes a stream that sends no request for d, and bounds
+// the time to write one chunk (default 60 s).
+func WithIdleTimeout(d time.Duration) ServerOption {
+	return func(s *Server) {
+		if d > 0 {
+			s.idle = d
+		}
+	}
+}
+
+// WithUploadRate limits what the server sends, to all peers together, to
+// bytesPerSec (default: no limit), so that uploads leave the host's link
+// and CPU to the inference it serves. SetUploadRate changes it later.
+func WithUploadRate(bytesPerSec int64) ServerOption {
+	return func(s *Server) { s.SetUploadRate(bytesPerSec) }
+}
+
+// uploadPiece is the unit the rate limiter meters: small enough that the
+// limit holds over a fraction of a second, large enough to cost nothing.
+const uploadPiece = 64 << 10
+
+type served struct {
+	m *Manifest
+	r io.ReaderAt
+	c io.Closer
+}
+
+// Server serves the chunks of the files it holds on Protocol. Memory for
+// each chunk in flight is reserved from the stream's resource scope, so
+// the host's resource manager bounds what chunk uploads may hold, per
+// peer and in all.
+type Server struct {
+	h          host.Host
+	perPeerMax int
+	idle       time.Duration
+	limiter    *rate.Limiter
+	ctx        context.Context // ends at Close, to end waits on the limiter
+	cancel     context.CancelFunc
+
+	mu      sync.Mutex
+	files   map[string]served
+	perPeer map[peer.ID]int
+	streams map[network.Stream]struct{}
+	closed  bool
+	wg      sync.WaitGroup
+	bufs    sync.Pool
+}
+
+// NewServer registers the chunk protocol on h. Close removes it.
+func NewServer(h host.Host, opts ...ServerOption) *Server {
+	s := &Server{h: h, perPeerMax: 4, idle: 60 * time.Second, files: map[string]served{},
+		perPeer: map[peer.ID]int{}, streams: map[network.Stream]struct{}{},
+		limiter: rate.NewLimiter(rate.Inf, 2*uploadPiece)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	for _, o := range opts {
+		o(s)
+	}
+	h.SetStreamHandler(Protocol, s.handle)
+	return s
+}
+
+// SetUploadRate sets the upload limit in bytes per second; 0 or less
+// lifts it.
+func (s *Server) SetUploadRate(bytesPerSec int64) {
+	if bytesPerSec <= 0 {
+		s.limiter.SetLimit(rate.Inf)
+		return
+	}
+	s.limiter.SetLimit(rate.Limit(bytesPerSec))
+}
+
+// ServeFile serves the file at path under m. The file's size must be the
+// manifest's; its content is trusted (the manifest was built from it, or
+// it was assembled from verified chunks).
+func (s *Server) ServeFile(m *Manifest, path string) error {
+	fh, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	st, err := fh.Stat()
+	if err == nil && st.Size() != m.FileSize {
+		err = fmt.Errorf("%w: %s has %d bytes, the manifest %d", ErrManifest, path, st.Size(), m.FileSize)
+	}
+	if err == nil {
+		err = s.serve(m, fh, fh)
+	}
+	if err != nil {
+		fh.Close()
+	}
+	return err
+}
+
+// ServeReaderAt serves m's chunks read from r, which must hold the
+// manifest's FileSize bytes. The server does not close r.
+func (s *Server) ServeReaderAt(m *Manifest, r io.ReaderAt) error { return s.serve(m, r, nil) }
+
+func (s *Server) serve(m *Manifest, r io.ReaderAt, c io.Closer) error {
+	if err := m.validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if old, ok := s.files[m.Fingerprint]; ok && old.c != nil {
+		old.c.Close()
+	}
+	s.files[m.Fingerprint] = served{m: m, r: r, c: c}
+	return nil
+}
+
+// Close stops serving: it removes the handler, resets the streams being
+// served, waits for their handlers to return and closes the files.
+func (s *Server) Close() error {
+	s.h.RemoveStreamHandler(Protocol)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.cancel()
+	for st := range s.streams {
+		st.Reset()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.files {
+		if f.c != nil {
+			f.c.Close()
+		}
+	}
+	s.files = nil
+	return nil
+}
+
+// enter registers a stream; it fails once the server is closed, and
+// answers busy above the per-peer bound.
+func (s *Server) enter(st network.Stream, p peer.ID) (ok, busy bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, false
+	}
+	s.wg.Add(1)
+	s.streams[st] = struct{}{}
+	if s.perPeer[p] >= s.perPeerMax {
+		return true, true
+	}
+	s.perPeer[p]++
+	return true, false
+}
+
+func (s *Server) leave(st network.Stream, p peer.ID, counted bool) {
+	s.mu.Lock()
+	delete(s.streams, st)
+	if counted {
+		if s.perPeer[p]--; s.perPeer[p] <= 0 {
+			delete(s.perPeer, p)
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+func (s *Server) lookup(fp string) (served, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.files[fp]
+	return f, ok
+}
+
+func (s *Server) handle(st network.Stream) {
+	p := st.Conn().RemotePeer()
+	ok, busy := s.enter(st, p)
+	if !ok {
+		st.Reset()
+		return
+	}
+	defer s.leave(st, p, !busy)
+	if busy {
+		st.SetWriteDeadline(time.Now().Add(s.idle))
+		st.Write([]byte{statusBusy})
+		st.Close()
+		return
+	}
+	if err := st.Scope().SetService(ServiceName); err != nil {
+		st.Reset()
+		return
+	}
+	for {
+		st.SetReadDeadline(time.Now().Add(s.idle))
+		fp, idx, err := readRequest(st)
+		if errors.Is(err, io.EOF) {
+			st.Close()
+			return
+		}
+		if err != nil {
+			st.Reset() // out of step, or forged: nothing more from this stream
+			return
+		}
+		st.SetWriteDeadline(time.Now().Add(s.idle))
+		if err := s.answer(st, fp, idx); err != nil {
+			st.Reset()
+			return
+		}
+	}
+}
+
+// answer writes one response.
+func (s *Server) answer(st network.Stream, fp string, idx int) error {
+	f, ok := s.lookup(fp)
+	switch {
+	case !ok:
+		return writeStatus(st, statusUnknown)
+	case idx >= f.m.NumChunks():
+		return writeStatus(st, statusNoChunk)
+	}
+	off, n := f.m.ChunkRange(idx)
+	if err := st.Scope().ReserveMemory(int(n), network.ReservationPriorityMedium); err != nil {
+		return writeStatus(st, statusBusy)
+	}
+	defer st.Scope().ReleaseMemory(int(n))
+	bp, _ := s.bufs.Get().(*[]byte)
+	if bp == nil || int64(cap(*bp)) < n {
+		b := make([]byte, n)
+		bp = &b
+	}
+	defer s.bufs.Put(bp)
+	buf := (*bp)[:n]
+	if _, err := f.r.ReadAt(buf, off); err != nil {
+		return writeStatus(st, statusFailed)
+	}
+	var hdr [5]byte
+	hdr[0] = statusOK
+	binary.BigEndian.PutUint32(hdr[1:], uint32(n))
+	if _, err := st.Write(hdr[:]); err != nil {
+		return err
+	}
+	if s.limiter.Limit() == rate.Inf {
+		_, err := st.Write(buf)
+		return err
+	}
+	for len(buf) > 0 {
+		st.SetWriteDeadline(time.Now().Add(s.idle))
+		p := buf[:min(len(buf), uploadPiece)]
+		if err := s.limiter.WaitN(s.ctx, len(p)); err != nil {
+			return err
+		}
+		if _, err := st.Write(p); err != nil {
+			return err
+		}
+		buf = buf[len(p):]
+	}
+	return nil
+}
+
+func writeStatus(w io.Writer, status byte) error {
+	_, err := w.Write([]byte{status})
+	return err
+}

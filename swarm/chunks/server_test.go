@@ -1,0 +1,264 @@
+package chunks
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+)
+
+func openChunkStream(t *testing.T, from, to host.Host) network.Stream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := from.NewStream(ctx, to.ID(), Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Reset() })
+	s.SetDeadline(time.Now().Add(60 * time.Second))
+	return s
+}
+
+// status sends a request and reads the status byte; for StatusOK it reads
+// the chunk too.
+func request(t *testing.T, s network.Stream, fp string, idx int) (byte, []byte) {
+	t.Helper()
+	if _, err := s.Write(encodeRequest(fp, idx)); err != nil {
+		t.Fatal(err)
+	}
+	var st [1]byte
+	if _, err := io.ReadFull(s, st[:]); err != nil {
+		t.Fatal(err)
+	}
+	if st[0] != statusOK {
+		return st[0], nil
+	}
+	var n [4]byte
+	if _, err := io.ReadFull(s, n[:]); err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, binary.BigEndian.Uint32(n[:]))
+	if _, err := io.ReadFull(s, data); err != nil {
+		t.Fatal(err)
+	}
+	return st[0], data
+}
+
+// reads until the stream fails or ends, and says whether any byte came.
+func drained(s network.Stream) (gotData bool, err error) {
+	var b [1]byte
+	n, err := s.Read(b[:])
+	return n > 0, err
+}
+
+func TestServerRequests(t *testing.T) {
+	path, m := genModel(t, sixLayers())
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newHost(t)
+	s := NewServer(srv)
+	defer s.Close()
+	if err := s.ServeFile(m, path); err != nil {
+		t.Fatal(err)
+	}
+	// A file of another size than the manifest's is refused.
+	short := filepath.Join(t.TempDir(), "short.gguf")
+	os.WriteFile(short, file[:len(file)-1], 0o644)
+	if err := s.ServeFile(m, short); !errors.Is(err, ErrManifest) {
+		t.Fatalf("short file served: %v", err)
+	}
+	me := newHost(t)
+	connect(t, me, srv)
+
+	st := openChunkStream(t, me, srv)
+	for _, i := range []int{0, 7, m.NumChunks() - 1} {
+		code, data := request(t, st, m.Fingerprint, i)
+		off, n := m.ChunkRange(i)
+		if code != statusOK || !bytes.Equal(data, file[off:off+n]) {
+			t.Fatalf("chunk %d: status %d, %d bytes", i, code, len(data))
+		}
+	}
+	if code, _ := request(t, st, m.Fingerprint, m.NumChunks()); code != statusNoChunk {
+		t.Fatalf("chunk past the end: status %d", code)
+	}
+	if code, _ := request(t, st, "another-model", 0); code != statusUnknown {
+		t.Fatalf("unknown model: status %d", code)
+	}
+
+	// A frame declaring a huge request, and a malformed one, end the stream
+	// without an answer.
+	for name, frame := range map[string][]byte{
+		"oversized": {0x40, 0, 0, 0, 1, 2, 3},
+		"empty fp":  {0, 0, 0, 2, 0, 0},
+		"trailing":  append(encodeRequest("fp", 1), 0),
+		"truncated": {0, 0, 0, 9, 1, 'x'},
+	} {
+		if name == "trailing" {
+			binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
+		}
+		st := openChunkStream(t, me, srv)
+		st.Write(frame)
+		if name == "truncated" {
+			st.CloseWrite()
+		}
+		if got, err := drained(st); got || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s request: data %v, err %v", name, got, err)
+		}
+	}
+	// The server still serves.
+	if code, _ := request(t, openChunkStream(t, me, srv), m.Fingerprint, 1); code != statusOK {
+		t.Fatalf("after bad requests: status %d", code)
+	}
+}
+
+// A peer gets at most the bound of streams; one more is answered busy,
+// and a slot freed is a stream served again.
+func TestServerStreamsPerPeer(t *testing.T) {
+	path, m := genModel(t, sixLayers())
+	srv := newHost(t)
+	s := NewServer(srv, WithStreamsPerPeer(2))
+	defer s.Close()
+	if err := s.ServeFile(m, path); err != nil {
+		t.Fatal(err)
+	}
+	me := newHost(t)
+	connect(t, me, srv)
+	a, b := openChunkStream(t, me, srv), openChunkStream(t, me, srv)
+	for _, st := range []network.Stream{a, b} {
+		if code, _ := request(t, st, m.Fingerprint, 0); code != statusOK {
+			t.Fatalf("status %d", code)
+		}
+	}
+	c := openChunkStream(t, me, srv)
+	if code, _ := request(t, c, m.Fingerprint, 0); code != statusBusy {
+		t.Fatalf("third stream: status %d, want busy", code)
+	}
+	if _, err := drained(c); !errors.Is(err, io.EOF) {
+		t.Fatalf("busy stream not closed: %v", err)
+	}
+	a.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, _ := request(t, openChunkStream(t, me, srv), m.Fingerprint, 0)
+		if code == statusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a freed slot is not served again")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A host whose resource manager grants the chunk service less memory than
+// a chunk answers busy, and a fetch from it fails with ErrUnavailable.
+func TestServerResourceManager(t *testing.T) {
+	path, m := genModel(t, sixLayers())
+	limits := rcmgr.DefaultLimits
+	libp2p.SetDefaultServiceLimits(&limits)
+	limits.AddServiceLimit(ServiceName, rcmgr.BaseLimit{Streams: 64, StreamsInbound: 64, StreamsOutbound: 64, Memory: testChunk / 2}, rcmgr.BaseLimitIncrease{})
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.ResourceManager(rm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	s := NewServer(srv)
+	defer s.Close()
+	if err := s.ServeFile(m, path); err != nil {
+		t.Fatal(err)
+	}
+	me := newHost(t)
+	connect(t, me, srv)
+	if code, _ := request(t, openChunkStream(t, me, srv), m.Fingerprint, 0); code != statusBusy {
+		t.Fatalf("status %d, want busy", code)
+	}
+	_, err = NewFetcher(me, m).Fetch(context.Background(), []int{0, 1, 2}, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+	if !errors.Is(err, ErrNoHolders) || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("fetch from a host out of memory: %v", err)
+	}
+}
+
+func FuzzRequest(f *testing.F) {
+	f.Add(encodeRequest("fp", 3)[4:])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fp, idx, err := decodeRequest(b)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error without ErrProtocol: %v", err)
+			}
+			return
+		}
+		if !bytes.Equal(encodeRequest(fp, idx)[4:], b) {
+			t.Fatal("decoded request does not re-encode to its bytes")
+		}
+		// Framed, it reads back through readRequest.
+		fp2, idx2, err := readRequest(bytes.NewReader(encodeRequest(fp, idx)))
+		if err != nil || fp2 != fp || idx2 != idx {
+			t.Fatalf("framed: %q %d %v", fp2, idx2, err)
+		}
+	})
+}
+
+// An upload limit holds for all peers together: two fetchers at once take
+// at least as long as their bytes at the limit (less the limiter's burst).
+// Only a lower bound on time is asserted, which load cannot break.
+func TestServerUploadRate(t *testing.T) {
+	path, m := genModel(t, sixLayers())
+	const limit = 1 << 20 // 1 MiB/s
+	srv := newHost(t)
+	s := NewServer(srv, WithUploadRate(limit))
+	defer s.Close()
+	if err := s.ServeFile(m, path); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newHost(t), newHost(t)
+	connect(t, a, srv)
+	connect(t, b, srv)
+	chunks := make([]int, 12) // 12 × 64 KiB per fetcher, 1.5 MiB in all
+	for i := range chunks {
+		chunks[i] = i + 10
+	}
+	start := time.Now()
+	errs := make(chan error, 2)
+	for _, h := range []host.Host{a, b} {
+		go func() {
+			_, err := NewFetcher(h, m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	total := 2 * m.Bytes(chunks)
+	floor := time.Duration(float64(total-2*uploadPiece) / limit * float64(time.Second))
+	if elapsed < floor {
+		t.Fatalf("%d bytes in %v: faster than %d B/s allows (%v)", total, elapsed, limit, floor)
+	}
+	t.Logf("%d bytes in %v at a limit of %d B/s", total, elapsed, limit)
+	// Lifted, it no longer waits on the limiter (nothing to assert on time).
+	s.SetUploadRate(0)
+	if _, err := NewFetcher(a, m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}

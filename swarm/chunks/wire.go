@@ -1,0 +1,87 @@
+package chunks
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/stratanet/strata/internal/codec"
+	"github.com/stratanet/strata/internal/proto"
+)
+
+// Protocol is the chunk transfer protocol. A stream carries requests and
+// responses in turn: the client writes a request frame (swarm's framing: a
+// 4-byte big-endian length and the payload: the model's fingerprint as a
+// u8 length and bytes, and the chunk index as a uvarint), and the server
+// answers with a status byte and, for StatusOK, the chunk as one frame.
+// The client closes its side when it has no more requests.
+const Protocol = proto.Chunk
+
+// ServiceName is the resource manager service that chunk streams are
+// accounted to.
+const ServiceName = "strata.chunks"
+
+// maxRequest bounds a request frame: a fingerprint and an index.
+const maxRequest = 1 + maxFingerprint + binary.MaxVarintLen64
+
+// Response status bytes.
+const (
+	statusOK      byte = 0
+	statusUnknown byte = 1 // model not held
+	statusNoChunk byte = 2 // index out of range
+	statusBusy    byte = 3 // too many streams or no memory: try later
+	statusFailed  byte = 4 // the server could not read its file
+)
+
+func statusText(s byte) string {
+	switch s {
+	case statusUnknown:
+		return "model not held"
+	case statusNoChunk:
+		return "no such chunk"
+	case statusBusy:
+		return "busy"
+	case statusFailed:
+		return "server failed to read the chunk"
+	}
+	return fmt.Sprintf("status %d", s)
+}
+
+func encodeRequest(fingerprint string, index int) []byte {
+	b := make([]byte, 4, 4+maxRequest)
+	b = append(b, byte(len(fingerprint)))
+	b = append(b, fingerprint...)
+	b = binary.AppendUvarint(b, uint64(index))
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	return b
+}
+
+func decodeRequest(p []byte) (string, int, error) {
+	r := codec.NewReader(p, binary.LittleEndian, ErrProtocol)
+	n := r.U8("fingerprint length")
+	if r.Err() == nil && (n == 0 || int(n) > maxFingerprint) {
+		r.Fail("fingerprint of %d bytes", n)
+	}
+	fp := string(r.Take(int(n), "fingerprint"))
+	idx := r.Uvarint("chunk index", 1<<31)
+	r.End()
+	return fp, int(idx), r.Err()
+}
+
+// readRequest reads one request frame; io.EOF is a clean end between
+// requests.
+func readRequest(rd io.Reader) (string, int, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(rd, hdr[:]); err != nil {
+		return "", 0, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > maxRequest {
+		return "", 0, fmt.Errorf("%w: request frame of %d bytes (max %d)", ErrProtocol, n, maxRequest)
+	}
+	var buf [maxRequest]byte
+	if _, err := io.ReadFull(rd, buf[:n]); err != nil {
+		return "", 0, fmt.Errorf("%w: truncated request: %w", ErrProtocol, err)
+	}
+	return decodeRequest(buf[:n])
+}
