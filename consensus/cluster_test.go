@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/control"
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -294,38 +295,119 @@ func (cl *cluster) alive() []*testNode {
 	return out
 }
 
-// leader waits for a leader that all live nodes agree on.
+// await waits until cond holds and fails past timeout (generous: no
+// latency bound); it returns how long it took.
+func (cl *cluster) await(what string, timeout time.Duration, cond func() bool) time.Duration {
+	cl.t.Helper()
+	took, ok := cl.until(timeout, cond)
+	if !ok {
+		cl.t.Fatalf("%s: not within %v", what, timeout)
+	}
+	return took
+}
+
+// until waits until cond holds or timeout passes, looking again whenever
+// a live node's state changes (Watch) or its Raft role or leader changes
+// (an observer). Nodes started meanwhile are watched from the next
+// change on; a backstop tick covers what neither announces.
+func (cl *cluster) until(timeout time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	watched := map[*Consensus]bool{}
+	watch := func() {
+		for _, n := range cl.alive() {
+			c := n.c()
+			if watched[c] {
+				continue
+			}
+			watched[c] = true
+			changes, stop := c.Watch(64)
+			obs := make(chan raft.Observation, 64)
+			o := raft.NewObserver(obs, false, func(o *raft.Observation) bool {
+				switch o.Data.(type) {
+				case raft.RaftState, raft.LeaderObservation:
+					return true
+				}
+				return false
+			})
+			c.raft.RegisterObserver(o)
+			done := make(chan struct{})
+			go func() {
+				for {
+					select {
+					case _, ok := <-changes:
+						if !ok {
+							return
+						}
+					case <-obs:
+					case <-done:
+						return
+					}
+					poke()
+				}
+			}()
+			stops = append(stops, func() { c.raft.DeregisterObserver(o); stop(); close(done) })
+		}
+	}
+	backstop := time.NewTicker(100 * time.Millisecond)
+	defer backstop.Stop()
+	deadline := time.After(timeout)
+	for {
+		watch()
+		if cond() {
+			return time.Since(start), true
+		}
+		select {
+		case <-wake:
+		case <-backstop.C:
+		case <-deadline:
+			return time.Since(start), cond()
+		}
+	}
+}
+
+// leader waits for a leader among the live nodes.
 func (cl *cluster) leader(timeout time.Duration) (*testNode, time.Duration) {
 	cl.t.Helper()
-	start := time.Now()
-	for time.Since(start) < timeout {
+	var l *testNode
+	took := cl.await("a leader", timeout, func() bool {
 		for _, n := range cl.alive() {
 			if n.c().IsLeader() {
-				return n, time.Since(start)
+				l = n
+				return true
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	cl.t.Fatalf("no leader within %v", timeout)
-	return nil, 0
+		return false
+	})
+	return l, took
 }
 
 // waitAll waits until cond holds on every live node's state.
 func (cl *cluster) waitAll(what string, timeout time.Duration, cond func(State) bool) time.Duration {
 	cl.t.Helper()
-	start := time.Now()
-	for time.Since(start) < timeout {
-		ok := true
+	all := func() bool {
 		for _, n := range cl.alive() {
 			if !cond(n.c().State()) {
-				ok = false
-				break
+				return false
 			}
 		}
-		if ok {
-			return time.Since(start)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return true
+	}
+	took, ok := cl.until(timeout, all)
+	if ok {
+		return took
 	}
 	for _, n := range cl.alive() {
 		s := n.c().State()
@@ -333,7 +415,7 @@ func (cl *cluster) waitAll(what string, timeout time.Duration, cond func(State) 
 		cl.t.Logf("%s: leader %v members %d committed %v pending %v waiting %v", shortID(n.h.ID()), n.c().IsLeader(), s.Len(), s.Committed(), p.Map, p.Waiting())
 	}
 	cl.t.Fatalf("%s: not within %v", what, timeout)
-	return 0
+	return took
 }
 
 // pathExists reports whether the newest committed map any live node
@@ -480,10 +562,8 @@ func (c *Consensus) halt() {
 // byte: the same log folded everywhere.
 func (cl *cluster) converged(timeout time.Duration) {
 	cl.t.Helper()
-	start := time.Now()
-	for {
+	cl.await("replicas the same", timeout, func() bool {
 		var first []byte
-		same := true
 		for _, n := range cl.alive() {
 			b, err := n.c().State().MarshalBinary()
 			if err != nil {
@@ -492,17 +572,11 @@ func (cl *cluster) converged(timeout time.Duration) {
 			if first == nil {
 				first = b
 			} else if !bytes.Equal(first, b) {
-				same = false
+				return false
 			}
 		}
-		if same {
-			return
-		}
-		if time.Since(start) > timeout {
-			cl.t.Fatalf("replicas differ after %v", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return true
+	})
 }
 
 func (cl *cluster) voters(n *testNode) []string {

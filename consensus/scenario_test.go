@@ -82,15 +82,15 @@ func TestMinorityPartitionCannotCommit(t *testing.T) {
 
 	// The majority elects a leader and commits.
 	var newLeader *testNode
-	for newLeader == nil && time.Since(cut) < 5*time.Second {
+	if _, ok := cl.until(5*time.Second, func() bool {
 		for _, n := range majority {
 			if n.c().IsLeader() {
 				newLeader = n
+				return true
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	if newLeader == nil {
+		return false
+	}); !ok {
 		t.Fatal("the majority elected no leader")
 	}
 	t.Logf("majority elected %s %v after the cut", shortID(newLeader.h.ID()), time.Since(cut).Round(time.Millisecond))
@@ -320,15 +320,14 @@ func TestMakeBeforeBreak(t *testing.T) {
 	cl.speeds.Store(slow.h.ID(), 0.25)
 	start = time.Now()
 	var rebalanced uint64
-	for rebalanced == 0 && time.Since(start) < 10*time.Second {
+	if _, ok := cl.until(10*time.Second, func() bool {
 		for epoch, why := range reasons() {
 			if strings.HasPrefix(why, "rebalance") && epoch > rebalanced {
 				rebalanced = epoch
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if rebalanced == 0 {
+		return rebalanced != 0
+	}); !ok {
 		t.Fatalf("no rebalance committed; commits: %v", reasons())
 	}
 	t.Logf("rebalance committed (epoch %d) %v after the slowdown: %s", rebalanced, time.Since(start).Round(time.Millisecond), reasons()[rebalanced])

@@ -74,16 +74,13 @@ func TestAdmission(t *testing.T) {
 	a := c.add(WithDataDir(dirs[0]))
 	b := c.add(WithDataDir(dirs[1]), WithMemory(mem), WithQueue(1, 10*time.Second))
 	c.waitServing(10*time.Second, a.ID(), b.ID())
-	// The budget is what the memory cap leaves once the layers are in;
-	// the status may lag the load for a moment.
-	var budget int64
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		budget = b.svc.sched.status.Load().KVBudget
-		if (budget >= session && budget < 2*session) || time.Now().After(deadline) {
-			break
-		}
+	// The budget is what the memory cap leaves once the layers are in
+	// (they are: b routes).
+	st, err := b.svc.sched.sync(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if budget < session || budget >= 2*session {
+	if budget := st.KVBudget; budget < session || budget >= 2*session {
 		t.Fatalf("KV budget %d bytes for sessions of %d", budget, session)
 	}
 

@@ -5,6 +5,11 @@
 //
 // # Parts
 //
+// Node (node.go) is the composition root and nothing more: New builds the
+// parts below, connects their seams (plain funcs and small interfaces),
+// starts their goroutines and joins them on Close. Each role is a type of
+// its own, testable without the others:
+//
 //   - The stage service (stageService, service.go) on /strata/act/1,
 //     depending on a frame sender (the host) and a token sink (the entry),
 //     not on Node: a step carries a
@@ -27,20 +32,42 @@
 //     sessions, and runs every ready step as one batch, layer by layer, so
 //     decode steps of different sessions (and hops of different ranges)
 //     share engine calls. Each layer is its own engine stage, so a hop may
-//     run any sub-range of what the node holds.
-//   - The entry role (entry.go, client.go): Generate tokenizes, routes on
-//     the committed map and the peer table (view.go), and drives prefill
-//     and decode. When a hop fails it marks the peer suspect, routes
+//     run any sub-range of what the node holds. Its status is published
+//     before a load or release is reported done, and sync returns it as
+//     of everything submitted before.
+//   - The entry (entry, entry.go, client.go): Generate tokenizes, routes
+//     and drives prefill and decode. It depends on a route function, a
+//     send function, a post function for closes, a draining check and
+//     peer-down events (entryDeps), not on Node, so its unit tests
+//     (entry_test.go) run it on a fake clock with in-process fake hops.
+//     When a hop fails it marks the peer suspect, routes
 //     around it and replays the prompt and the tokens so far on the new
 //     path: with greedy or seeded sampling the caller gets exactly the
 //     tokens of a run without the failure. With no path at all, in-flight
 //     generations wait for the leader's repair (WithRepairWait) and new
 //     requests are refused at once with ErrNoCapacity.
+//   - The path finder (pathFinder, view.go) builds the routing view from
+//     the committed map, the peer table and the members' capabilities, and
+//     asks the router; no routing decision is made here.
+//   - The announcer (announcer, status.go) knows the node's own standing:
+//     the committed map it routes on, the layers it holds, its phase, and
+//     the status its heartbeats carry. status.go also holds the liveness
+//     adapter consensus reads and the peer-table watcher that feeds the
+//     entry's peer-down events.
 //   - Warmup (warmer, warmup.go) is consensus's StageLoader: it loads a
 //     proposed range beside what it serves, and after a commit releases
 //     the layers it no longer serves once their sessions end.
 //   - Capabilities (caps.go): a simulated node declares its device; a
 //     real-engine node measures one layer at start, cached in the data dir.
+//
+// # Time
+//
+// The entry's step timeout, busy backoff and repair wait, the
+// scheduler's idle and queue expiry, and the status interval run on the
+// clock of WithClock (github.com/jonboulle/clockwork; the wall clock by
+// default), so tests advance a fake clock instead of sleeping. Routing
+// and the peer table stay on the wall clock, which heartbeat times are
+// compared with.
 //
 // # Noticing a failed hop
 //

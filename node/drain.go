@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/stratanet/strata/swarm"
 )
 
 // Drain takes the node out of the swarm without failing a step. It
@@ -18,11 +14,11 @@ import (
 // session is left on its layers. The node serves whatever still reaches
 // it until then. A second call is a no-op.
 func (n *Node) Drain(ctx context.Context) error {
-	if !n.draining.CompareAndSwap(false, true) {
+	if !n.ann.draining.CompareAndSwap(false, true) {
 		return nil
 	}
 	n.log.Info("draining")
-	n.publishStatus()
+	n.ann.publish()
 	// The leader moves this node's layers to others before it lets it go,
 	// so that entries always have somewhere to move to.
 	if c := n.cons.Load(); c != nil {
@@ -48,24 +44,4 @@ func (n *Node) Drain(ctx context.Context) error {
 	}
 	n.log.Info("drained")
 	return nil
-}
-
-// Draining reports whether Drain has begun.
-func (n *Node) Draining() bool { return n.draining.Load() }
-
-// drainingHops returns the hops of a path that announced draining.
-func (n *Node) drainingHops(hops []Hop) []peer.ID {
-	var out []peer.ID
-	for _, h := range hops {
-		if h.Peer == n.self {
-			if n.draining.Load() {
-				out = append(out, h.Peer)
-			}
-			continue
-		}
-		if p, ok := n.host.Peers().Get(h.Peer); ok && p.Heartbeat != nil && p.Heartbeat.State == swarm.StateDraining {
-			out = append(out, h.Peer)
-		}
-	}
-	return out
 }

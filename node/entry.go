@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
@@ -103,12 +104,94 @@ func (r *registry) onError(from peer.ID, e *ErrorMsg) {
 	a.post(event{sid: e.Session, err: e, from: from})
 }
 
+// Timings of the entry's waits that are not configured.
+const (
+	repairPoll = 50 * time.Millisecond // how often a generation with no path looks again
+)
+
+// busyBackoff is the wait before the retry-th attempt on busy hops:
+// doubling from 20 ms, at most a second.
+func busyBackoff(retry int) time.Duration {
+	return min(10*time.Millisecond<<min(retry, 7), time.Second)
+}
+
+// entryConfig is what the entry role is told at start.
+type entryConfig struct {
+	self                         peer.ID
+	model                        *model // info, tokenizer and hash; no layers are opened here
+	stepTimeout, repairWait      time.Duration
+	maxReplays, defaultMaxTokens int
+	wireF16                      bool
+	maxFrame                     int // the largest activation frame peers accept
+	clock                        clockwork.Clock
+	log                          *zap.Logger
+}
+
+// entryDeps are the entry's seams to the rest of the node: it routes,
+// sends and hears of failed peers through these, and knows nothing else
+// of the node, so that its tests run with a fake clock and no libp2p.
+type entryDeps struct {
+	// route picks a path on the committed map (ErrNoPath when none).
+	route func(routeReq) (routing.Path, error)
+	// send delivers a step to the first hop now (the node's own stage
+	// service included); an error fails the attempt.
+	send func(ctx context.Context, to peer.ID, m Message) error
+	// post queues a message that nobody waits for (a session's close).
+	post func(to peer.ID, m Message)
+	// draining returns the hops that announced draining.
+	draining func(hops []Hop) []peer.ID
+	// suspect tells the router that p failed a step just now.
+	suspect func(p peer.ID)
+}
+
+// entry is the entry role: it starts generations, drives each on a
+// goroutine of its own that it joins on close, and routes the tokens,
+// errors and peer failures it hears to the attempts they concern.
+type entry struct {
+	cfg entryConfig
+	entryDeps
+	counters *counters
+
+	ctx    context.Context // ends with close
+	cancel context.CancelFunc
+	mu     sync.RWMutex // generate's wg.Add against close's wg.Wait
+	wg     sync.WaitGroup
+	reg    registry
+}
+
+func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
+	if cfg.clock == nil {
+		cfg.clock = clockwork.NewRealClock()
+	}
+	if cfg.log == nil {
+		cfg.log = zap.NewNop()
+	}
+	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	return e
+}
+
+// stop ends every generation (their callers get ErrClosed) and refuses
+// new ones; wait joins them.
+func (e *entry) stop() {
+	e.mu.Lock()
+	e.cancel()
+	e.mu.Unlock()
+}
+
+func (e *entry) wait() { e.wg.Wait() }
+
+func (e *entry) onToken(from peer.ID, t *Token)    { e.reg.onToken(from, t) }
+func (e *entry) onError(from peer.ID, m *ErrorMsg) { e.reg.onError(from, m) }
+
 // peerDown fails every attempt whose path uses p.
-func (n *Node) peerDown(p peer.ID, why string) {
-	n.suspects.Store(p, time.Now())
-	n.entry.mu.Lock()
-	defer n.entry.mu.Unlock()
-	for sid, a := range n.entry.gens {
+func (e *entry) peerDown(p peer.ID, why string) {
+	if e.suspect != nil {
+		e.suspect(p)
+	}
+	e.reg.mu.Lock()
+	defer e.reg.mu.Unlock()
+	for sid, a := range e.reg.gens {
 		if a.uses(p) {
 			a.post(event{sid: sid, down: p, why: why})
 		}
@@ -121,14 +204,12 @@ func newSessionID() SessionID {
 	return s
 }
 
-// Generate starts a generation and returns its stream. A request that
-// cannot start fails here: ErrBadRequest, ErrUnknownModel,
-// ErrPromptTooLong, or ErrNoCapacity when no full path exists now.
-func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
-	if n.ctx.Err() != nil {
+// generate starts a generation (see Node.Generate).
+func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
+	if e.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	in := n.model.info
+	in := e.cfg.model.info
 	if req.Model != "" && req.Model != in.Name {
 		return nil, fmt.Errorf("%w: %q (this swarm serves %q)", ErrUnknownModel, req.Model, in.Name)
 	}
@@ -150,10 +231,10 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 	var prompt []int32
 	switch {
 	case req.Prompt != "":
-		prompt = n.model.tok.Encode(req.Prompt, true, false)
+		prompt = e.cfg.model.tok.Encode(req.Prompt, true, false)
 	case len(req.Messages) > 0:
 		var err error
-		if prompt, err = n.model.tok.EncodeChat(req.Messages, req.Tools); err != nil {
+		if prompt, err = e.cfg.model.tok.EncodeChat(req.Messages, req.Tools); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 	default:
@@ -169,7 +250,7 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 	maxTok := req.MaxTokens
 	if maxTok == 0 {
-		maxTok = min(n.cfg.defaultMaxTokens, in.Context-len(prompt))
+		maxTok = min(e.cfg.defaultMaxTokens, in.Context-len(prompt))
 	}
 	if len(prompt)+maxTok > in.Context || maxTok <= 0 {
 		return nil, fmt.Errorf("%w: %d prompt tokens + %d to generate > %d", ErrPromptTooLong, len(prompt), max(maxTok, 1), in.Context)
@@ -177,37 +258,37 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 	// A replay's prefill carries everything but the last token in one
 	// frame (prefill is not chunked).
 	elem := 4
-	if n.cfg.wireF16 {
+	if e.cfg.wireF16 {
 		elem = 2
 	}
-	if frame := (len(prompt) + maxTok) * (in.Hidden*elem + 4); frame+64<<10 > n.maxFrame() {
+	if frame := (len(prompt) + maxTok) * (in.Hidden*elem + 4); frame+64<<10 > e.cfg.maxFrame {
 		return nil, fmt.Errorf("%w: a prefill of %d positions takes %d bytes, above the %d-byte activation frame limit",
-			ErrPromptTooLong, len(prompt)+maxTok, frame, n.maxFrame())
+			ErrPromptTooLong, len(prompt)+maxTok, frame, e.cfg.maxFrame)
 	}
 	rnd := newSessionID()
-	g := &generation{n: n, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
-		text: newTextState(n.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8])}
-	path, err := n.route(g.routeReq(nil))
+	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
+		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8])}
+	path, err := e.route(g.routeReq(nil))
 	if err != nil {
 		return nil, &retryAfter{err: fmt.Errorf("%w: %w", ErrNoCapacity, err), after: time.Second}
 	}
-	n.genMu.RLock()
-	defer n.genMu.RUnlock()
-	if n.ctx.Err() != nil {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
-	n.counters.requests.Add(1)
+	e.counters.requests.Add(1)
 	gctx, cancel := context.WithCancel(ctx)
 	s := &Stream{deltas: make(chan Delta, 16), done: make(chan struct{}), cancel: cancel}
 	g.stream = s
-	n.wg.Add(1)
+	e.wg.Add(1)
 	go func() {
-		defer n.wg.Done()
+		defer e.wg.Done()
 		defer cancel()
 		res, err := g.run(gctx, path)
 		if err != nil {
-			n.counters.failed.Add(1)
-			if errors.Is(err, context.Canceled) && n.ctx.Err() != nil {
+			e.counters.failed.Add(1)
+			if errors.Is(err, context.Canceled) && e.ctx.Err() != nil {
 				err = fmt.Errorf("%w: %w", ErrClosed, err)
 			}
 		}
@@ -220,7 +301,7 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 
 // generation is one request's state at the entry.
 type generation struct {
-	n         *Node
+	e         *entry // not the node: the entry role only
 	prompt    []int32
 	maxTokens int
 	sp        engine.SamplingParams
@@ -257,8 +338,8 @@ const (
 )
 
 func (g *generation) run(ctx context.Context, path routing.Path) (Result, error) {
-	n := g.n
-	g.start = time.Now()
+	e := g.e
+	g.start = e.cfg.clock.Now()
 	var busySince time.Time
 	busy := 0
 	for {
@@ -270,7 +351,7 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 			return g.result(), nil
 		}
 		for _, p := range end.blame {
-			if p == n.self {
+			if p == e.cfg.self {
 				continue
 			}
 			if end.kind == endNoKV && !slices.Contains(g.hard, p.String()) {
@@ -285,28 +366,28 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 			// Admission, not failure: wait with backoff, within the
 			// repair wait, and try again (elsewhere if possible).
 			if busy == 0 {
-				busySince = time.Now()
+				busySince = e.cfg.clock.Now()
 			}
 			busy++
-			if time.Since(busySince) > n.cfg.repairWait {
-				return g.result(), fmt.Errorf("%w: %w: hops busy for %v", ErrSessionLost, ErrNoCapacity, n.cfg.repairWait)
+			if e.cfg.clock.Since(busySince) > e.cfg.repairWait {
+				return g.result(), fmt.Errorf("%w: %w: hops busy for %v", ErrSessionLost, ErrNoCapacity, e.cfg.repairWait)
 			}
-			n.log.Debug("hop busy; backing off", zap.String("reason", end.reason), zap.Int("retry", busy))
+			e.cfg.log.Debug("hop busy; backing off", zap.String("reason", end.reason), zap.Int("retry", busy))
 			select {
 			case <-ctx.Done():
 				return g.result(), ctx.Err()
-			case <-time.After(min(10*time.Millisecond<<min(busy, 7), time.Second)):
+			case <-e.cfg.clock.After(busyBackoff(busy)):
 			}
 		case endMove:
-			n.log.Info("hop draining; moving the session", zap.Stringers("draining", end.blame),
+			e.cfg.log.Info("hop draining; moving the session", zap.Stringers("draining", end.blame),
 				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
 		default:
-			n.counters.hopFailures.Add(1)
-			g.failedAt = time.Now()
-			if g.res.Replays >= n.cfg.maxReplays {
+			e.counters.hopFailures.Add(1)
+			g.failedAt = e.cfg.clock.Now()
+			if g.res.Replays >= e.cfg.maxReplays {
 				return g.result(), fmt.Errorf("%w: %d replays, last: %s", ErrSessionLost, g.res.Replays, end.reason)
 			}
-			n.log.Info("hop failed; replaying on a new path", zap.String("reason", end.reason), zap.Stringers("blame", end.blame),
+			e.cfg.log.Info("hop failed; replaying on a new path", zap.String("reason", end.reason), zap.Stringers("blame", end.blame),
 				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
 		}
 		if path, err = g.reroute(ctx); err != nil {
@@ -314,7 +395,7 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 		}
 		if end.kind != endBusy {
 			g.res.Replays++
-			n.counters.replays.Add(1)
+			e.counters.replays.Add(1)
 		}
 	}
 }
@@ -323,41 +404,41 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 // leader's repair while none exists. Peers that can never hold the
 // session are avoided for good: without them, it fails at once.
 func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
-	n := g.n
-	deadline := time.Now().Add(n.cfg.repairWait)
+	e := g.e
+	deadline := e.cfg.clock.Now().Add(e.cfg.repairWait)
 	waited := false
 	for {
-		p, err := n.route(g.routeReq(g.avoid))
+		p, err := e.route(g.routeReq(g.avoid))
 		if err != nil && len(g.avoid) > len(g.hard) {
 			// Peers we gave up on may be back; the view still leaves out
 			// the ones the peer table holds suspect or dead.
-			p, err = n.route(g.routeReq(g.hard))
+			p, err = e.route(g.routeReq(g.hard))
 		}
 		if err == nil {
 			if waited {
-				n.log.Info("path found after waiting", zap.Duration("waited", time.Since(g.failedAt)))
+				e.cfg.log.Info("path found after waiting", zap.Duration("waited", e.cfg.clock.Since(g.failedAt)))
 			}
 			return p, nil
 		}
 		if len(g.hard) > 0 {
-			if _, err2 := n.route(g.routeReq(nil)); err2 == nil {
+			if _, err2 := e.route(g.routeReq(nil)); err2 == nil {
 				return routing.Path{}, fmt.Errorf("%w: the session does not fit the KV memory of %d hop(s) with the only copies of some layers",
 					ErrNoCapacity, len(g.hard))
 			}
 		}
-		if !errors.Is(err, routing.ErrNoPath) || time.Now().After(deadline) {
-			return routing.Path{}, fmt.Errorf("%w: no path within %v: %w", ErrSessionLost, n.cfg.repairWait, errors.Join(ErrNoCapacity, err))
+		if !errors.Is(err, routing.ErrNoPath) || e.cfg.clock.Now().After(deadline) {
+			return routing.Path{}, fmt.Errorf("%w: no path within %v: %w", ErrSessionLost, e.cfg.repairWait, errors.Join(ErrNoCapacity, err))
 		}
 		if !waited {
-			n.log.Warn("no path; waiting for a repair", zap.Duration("up_to", n.cfg.repairWait))
+			e.cfg.log.Warn("no path; waiting for a repair", zap.Duration("up_to", e.cfg.repairWait))
 			waited = true
 		}
 		select {
 		case <-ctx.Done():
 			return routing.Path{}, ctx.Err()
-		case <-n.ctx.Done():
+		case <-e.ctx.Done():
 			return routing.Path{}, ErrClosed
-		case <-time.After(50 * time.Millisecond):
+		case <-e.cfg.clock.After(repairPoll):
 		}
 	}
 }
@@ -367,14 +448,14 @@ func (g *generation) result() Result {
 	r.Tokens = slices.Clone(g.out)
 	r.Text = string(g.text.full)
 	r.Usage = Usage{PromptTokens: len(g.prompt), CompletionTokens: len(g.out), TotalTokens: len(g.prompt) + len(g.out)}
-	r.Total = time.Since(g.start)
+	r.Total = g.e.cfg.clock.Since(g.start)
 	return r
 }
 
 // attempt drives one session on path until the generation ends or a hop
 // fails.
 func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd, error) {
-	n := g.n
+	e := g.e
 	hops, err := hopsOf(path)
 	if err != nil {
 		return attemptEnd{reason: err.Error()}, nil
@@ -382,45 +463,48 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	g.res.Paths = append(g.res.Paths, path.String())
 	sid := newSessionID()
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
-	n.entry.add(sid, reg)
+	e.reg.add(sid, reg)
 	defer func() {
-		n.entry.remove(sid)
+		e.reg.remove(sid)
 		for _, h := range hops {
-			n.svc.out.post(h.Peer, &Close{Session: sid}, nil)
+			e.post(h.Peer, &Close{Session: sid})
 		}
 	}()
 	all := append(slices.Clone(g.prompt), g.out...)
-	step := &Step{Session: sid, Entry: n.self, Hops: hops, Pos: 0, Tokens: all,
-		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: n.model.hash, Sampling: g.sp}}
-	timer := time.NewTimer(n.cfg.stepTimeout)
+	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: all,
+		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp}}
+	timer := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
 	defer timer.Stop()
 	for {
-		if err := n.svc.send(ctx, hops[0].Peer, step); err != nil {
+		// The step's time starts before its send, so that a send that
+		// hangs counts too, and a fake clock's test that saw the send
+		// knows the timer is set.
+		if !timer.Stop() {
+			select {
+			case <-timer.Chan():
+			default:
+			}
+		}
+		timer.Reset(e.cfg.stepTimeout)
+		if err := e.send(ctx, hops[0].Peer, step); err != nil {
 			if ctx.Err() != nil {
 				return attemptEnd{}, ctx.Err()
 			}
 			return attemptEnd{blame: []peer.ID{hops[0].Peer}, reason: "send to the first hop: " + err.Error()}, nil
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(n.cfg.stepTimeout)
 		var tok *Token
 		for tok == nil {
 			select {
 			case <-ctx.Done():
 				return attemptEnd{}, ctx.Err()
-			case <-n.ctx.Done():
+			case <-e.ctx.Done():
 				return attemptEnd{}, ErrClosed
-			case <-timer.C:
+			case <-timer.Chan():
 				var blame []peer.ID
 				for _, h := range hops {
 					blame = append(blame, h.Peer)
 				}
-				return attemptEnd{blame: blame, reason: fmt.Sprintf("no token within %v", n.cfg.stepTimeout)}, nil
+				return attemptEnd{blame: blame, reason: fmt.Sprintf("no token within %v", e.cfg.stepTimeout)}, nil
 			case ev := <-reg.events:
 				switch {
 				case ev.down != "":
@@ -440,7 +524,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 					return end, nil
 				case ev.tok.Pos != len(g.prompt)+len(g.out):
 					return attemptEnd{blame: []peer.ID{ev.from}, reason: fmt.Sprintf("token for position %d, want %d", ev.tok.Pos, len(g.prompt)+len(g.out))}, nil
-				case ev.tok.Token < 0 || int(ev.tok.Token) >= n.model.info.Vocab:
+				case ev.tok.Token < 0 || int(ev.tok.Token) >= e.cfg.model.info.Vocab:
 					return attemptEnd{blame: []peer.ID{ev.from}, reason: fmt.Sprintf("token %d outside the vocabulary", ev.tok.Token)}, nil
 				}
 				tok = ev.tok
@@ -452,18 +536,18 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		}
 		// A token boundary: leave hops that announced draining, so that
 		// they can go without a single step failing.
-		if d := n.drainingHops(hops); len(d) > 0 {
+		if d := e.draining(hops); len(d) > 0 {
 			return attemptEnd{kind: endMove, blame: d, reason: "draining"}, nil
 		}
-		step = &Step{Session: sid, Entry: n.self, Hops: hops, Pos: len(g.prompt) + len(g.out) - 1, Tokens: []int32{tok.Token}}
+		step = &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: len(g.prompt) + len(g.out) - 1, Tokens: []int32{tok.Token}}
 	}
 }
 
 // deliver hands one token to the caller and reports whether the
 // generation is over.
 func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
-	n := g.n
-	now := time.Now()
+	e := g.e
+	now := e.cfg.clock.Now()
 	if len(g.out) == 0 {
 		g.res.TTFT = now.Sub(g.start)
 	}
@@ -471,15 +555,15 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 		d := now.Sub(g.failedAt)
 		g.res.ReplayLatency = append(g.res.ReplayLatency, d)
 		g.res.ReplayedAt = append(g.res.ReplayedAt, len(g.out))
-		n.counters.replayed(d)
-		n.log.Info("replay recovered", zap.Duration("replay_latency", d), zap.Int("position", len(g.prompt)+len(g.out)))
+		e.counters.replayed(d)
+		e.cfg.log.Info("replay recovered", zap.Duration("replay_latency", d), zap.Int("position", len(g.prompt)+len(g.out)))
 		g.failedAt = time.Time{}
 	}
 	g.out = append(g.out, id)
-	n.counters.tokens.Add(1)
+	e.counters.tokens.Add(1)
 	text, stopped := g.text.add(id)
 	switch {
-	case stopped || n.model.tok.IsEnd(id):
+	case stopped || e.cfg.model.tok.IsEnd(id):
 		g.res.FinishReason = FinishStop
 	case len(g.out) >= g.maxTokens:
 		g.res.FinishReason = FinishLength
@@ -491,7 +575,7 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 	case g.stream.deltas <- Delta{Tokens: []int32{id}, Text: text}:
 	case <-ctx.Done():
 		return false, ctx.Err()
-	case <-n.ctx.Done():
+	case <-e.ctx.Done():
 		return false, ErrClosed
 	}
 	return g.res.FinishReason != "", nil

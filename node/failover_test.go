@@ -198,8 +198,8 @@ func TestHungHopTimeout(t *testing.T) {
 	}
 	// Hang the other hop of the running path: frames in, nothing out.
 	var hung *Node
-	entry.entry.mu.Lock()
-	for _, a := range entry.entry.gens {
+	entry.entry.reg.mu.Lock()
+	for _, a := range entry.entry.reg.gens {
 		for _, h := range a.hops {
 			if h.Peer != entry.ID() {
 				for _, n := range c.all() {
@@ -210,7 +210,7 @@ func TestHungHopTimeout(t *testing.T) {
 			}
 		}
 	}
-	entry.entry.mu.Unlock()
+	entry.entry.reg.mu.Unlock()
 	if hung == nil {
 		t.Fatal("no other hop on the running path")
 	}
@@ -264,13 +264,13 @@ func roles(t *testing.T, c *testCluster) (entries, middles []*Node) {
 func busiest(entries, candidates []*Node) (*Node, int) {
 	use := map[peer.ID]int{}
 	for _, e := range entries {
-		e.entry.mu.Lock()
-		for _, a := range e.entry.gens {
+		e.entry.reg.mu.Lock()
+		for _, a := range e.entry.reg.gens {
 			for _, h := range a.hops {
 				use[h.Peer]++
 			}
 		}
-		e.entry.mu.Unlock()
+		e.entry.reg.mu.Unlock()
 	}
 	best := candidates[0]
 	for _, n := range candidates {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/engine"
@@ -21,6 +22,7 @@ import (
 type rogue struct {
 	h       *swarm.Host
 	replies chan *ErrorMsg
+	tokens  chan *Token
 }
 
 func newRogue(t *testing.T) *rogue {
@@ -32,11 +34,17 @@ func newRogue(t *testing.T) *rogue {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	r := &rogue{h: h, replies: make(chan *ErrorMsg, 64)}
+	r := &rogue{h: h, replies: make(chan *ErrorMsg, 64), tokens: make(chan *Token, 64)}
 	h.HandleActivations(func(_ peer.ID, frame []byte) error {
 		if m, err := Decode(frame); err == nil {
-			if e, ok := m.(*ErrorMsg); ok {
-				r.replies <- e
+			switch m := m.(type) {
+			case *ErrorMsg:
+				r.replies <- m
+			case *Token:
+				select {
+				case r.tokens <- m:
+				default:
+				}
 			}
 		}
 		return nil
@@ -50,6 +58,23 @@ func (r *rogue) send(t *testing.T, to peer.ID, frame []byte) {
 	defer cancel()
 	if err := r.h.SendActivation(ctx, to, frame); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// token waits for a token of session sid.
+func (r *rogue) token(t *testing.T, sid SessionID, what string) *Token {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case tok := <-r.tokens:
+			if tok.Session == sid {
+				return tok
+			}
+		case <-timeout:
+			t.Fatalf("%s: no token", what)
+			return nil
+		}
 	}
 }
 
@@ -133,7 +158,7 @@ func TestMalformedFrames(t *testing.T) {
 	// A valid session, then a step at the wrong position.
 	sid := newSessionID()
 	r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Open: open, Entry: self, Hops: hops, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
-	time.Sleep(50 * time.Millisecond)
+	r.token(t, sid, "the valid session's first token") // b is the last hop
 	r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Entry: self, Hops: hops, Pos: 7, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
 	r.expect(t, CodeBadFrame, "wrong position")
 
@@ -145,7 +170,7 @@ func TestMalformedFrames(t *testing.T) {
 	r.expect(t, CodeBadFrame, "unknown dtype")
 	r.send(t, b.ID(), good[:len(good)-10])
 	r.expect(t, CodeBadFrame, "truncated")
-	if n := b.BadFramesFrom(self); n < 2 {
+	if n := b.counters.badFramesFrom(self); n < 2 {
 		t.Fatalf("%d undecodable frames counted", n)
 	}
 
@@ -198,7 +223,9 @@ func TestSessionCloseAndExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newTestCluster(t, WithStaticMap(m))
-	b := c.add(WithDataDir(dirs[0]), WithIdleTimeout(400*time.Millisecond))
+	clock := clockwork.NewFakeClockAt(time.Now())
+	const idle = 400 * time.Millisecond
+	b := c.add(WithDataDir(dirs[0]), WithIdleTimeout(idle), WithClock(clock))
 	c.waitServing(10*time.Second, b.ID())
 	r, other := newRogue(t), newRogue(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -218,14 +245,18 @@ func TestSessionCloseAndExpiry(t *testing.T) {
 	open(s2)
 	waitFor(t, 2*time.Second, "two sessions open", func() bool { return sessions() == 2 })
 	other.send(t, b.ID(), mustEncode(t, &Close{Session: s1}))
-	time.Sleep(100 * time.Millisecond)
-	if sessions() != 2 {
-		t.Fatal("a close from a peer that is not the entry freed a session")
+	// A step of other's that b refuses: once other hears the refusal,
+	// b has handled the close sent before it on the same stream.
+	other.send(t, b.ID(), mustEncode(t, &Step{Session: newSessionID(), Entry: other.h.ID(), Hops: []Hop{{b.ID(), 0, 8}}, Pos: 2, Tokens: []int32{1}}))
+	other.expect(t, CodeUnknownSession, "a step after the close")
+	if st, err := b.svc.sched.sync(ctx); err != nil || st.Sessions != 2 {
+		t.Fatalf("a close from a peer that is not the entry freed a session (%v)", err)
 	}
 	r.send(t, b.ID(), mustEncode(t, &Close{Session: s1}))
 	waitFor(t, 5*time.Second, "the entry's close", func() bool { return sessions() == 1 })
-	took := waitFor(t, 3*time.Second, "idle expiry", func() bool { return sessions() == 0 })
-	t.Logf("idle session expired %v after the close of the other", took.Round(time.Millisecond))
+	// The idle timeout passes on b's clock: the other session expires.
+	clock.Advance(idle + idle/4)
+	waitFor(t, 5*time.Second, "idle expiry", func() bool { return sessions() == 0 })
 }
 
 // TestReleaseAfterSessions: layers a commit no longer gives the node stay

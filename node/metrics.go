@@ -82,9 +82,9 @@ func (n *Node) Metrics() Metrics {
 	return m
 }
 
-// BadFramesFrom is how many undecodable frames peer p sent.
-func (n *Node) BadFramesFrom(p peer.ID) uint64 {
-	n.counters.mu.Lock()
-	defer n.counters.mu.Unlock()
-	return n.counters.badFrom[p]
+// badFramesFrom is how many undecodable frames peer p sent.
+func (c *counters) badFramesFrom(p peer.ID) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.badFrom[p]
 }

@@ -22,30 +22,33 @@ import (
 // Node is one running Strata node: a swarm host, its consensus replica
 // (unless it runs on a static map), the layers it serves with their
 // scheduler, and the entry role that drives generations.
+//
+// Node itself is wiring: it builds the parts below, connects their seams
+// and joins their goroutines on Close. Each role is a type of its own:
+// the stage service with its scheduler and outbox (service.go,
+// scheduler.go, outbox.go), the entry (entry.go), the path finder
+// (view.go), the announcer of the node's own status (status.go), warmup
+// (warmup.go, consensus's StageLoader) and the liveness adapter.
 type Node struct {
-	cfg    config
-	log    *zap.Logger
-	host   *swarm.Host
-	cons   atomic.Pointer[consensus.Consensus] // nil on a static map and while starting
-	model  *model
-	hw     layers.Hardware
-	svc    *stageService
-	warm   *warmer
-	router *routing.Router
-	self   peer.ID
+	cfg   config
+	log   *zap.Logger
+	host  *swarm.Host
+	cons  atomic.Pointer[consensus.Consensus] // nil on a static map and while starting
+	model *model
+	hw    layers.Hardware
+	self  peer.ID
+
+	svc   *stageService
+	warm  *warmer
+	ann   *announcer
+	paths *pathFinder
+	entry *entry
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	entry    registry
-	suspects sync.Map // peer.ID → time.Time of the last failure seen
-	loading  atomic.Int32
-	draining atomic.Bool
-	notice   atomic.Pointer[layers.LayerMap]
-	counters counters
-
-	genMu     sync.RWMutex // Generate's wg.Add against Close's wg.Wait
+	counters  counters
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -97,17 +100,31 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, router: router, self: h.ID()}
-	n.entry.gens = map[SessionID]*attemptReg{}
+	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, self: h.ID()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, wireF16: cfg.wireF16, acts: h, entry: &n.entry,
-		counters: &n.counters, log: n.log}
+	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, wireF16: cfg.wireF16, acts: h,
+		counters: &n.counters, clock: cfg.clock, log: n.log}
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		log: n.log.Named("sched")}, n.svc.out)
-	n.warm = &warmer{model: m, sched: n.svc.sched, maxLayers: cfg.maxLayers, loadDelay: cfg.loadDelay, loading: &n.loading,
-		publish: n.publishStatus, log: n.log}
+		clock: cfg.clock, log: n.log.Named("sched")}, n.svc.out)
+	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
+		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
+	n.paths = &pathFinder{self: n.self, router: router, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
+		suspectFor: cfg.suspectFor, members: func() []consensus.Member {
+			if c := n.cons.Load(); c != nil {
+				return c.Members()
+			}
+			return nil
+		}}
+	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
+		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,
+		maxFrame: swarm.DefaultMaxActFrame, clock: cfg.clock, log: n.log},
+		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
+			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }}, &n.counters)
+	n.svc.entry = n.entry
+	n.warm = &warmer{model: m, sched: n.svc.sched, maxLayers: cfg.maxLayers, loadDelay: cfg.loadDelay, loading: &n.ann.loading,
+		publish: n.ann.publish, log: n.log}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.svc.sched.run(n.ctx) }()
 
@@ -121,8 +138,8 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
 	h.HandleActivations(n.svc.onFrame)
-	h.OnMapNotice(n.onMapNotice)
-	n.publishStatus()
+	h.OnMapNotice(n.ann.onMapNotice)
+	n.ann.publish()
 
 	if cfg.static != nil {
 		if r, ok := cfg.static.Range(n.self.String()); ok {
@@ -140,7 +157,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 			consensus.WithStageLoader(n.warm),
 			consensus.WithPublisher(h, consensus.DefaultRepublish),
 			consensus.WithControl(h),
-			consensus.WithLiveness(consensus.LivenessFunc(n.deadSince), consensus.DefaultDeadGrace),
+			consensus.WithLiveness(consensus.LivenessFunc(liveness{h}.deadSince), consensus.DefaultDeadGrace),
 		}
 		if cfg.dataDir != "" {
 			copts = append(copts, consensus.WithDataDir(cfg.dataDir))
@@ -156,8 +173,8 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		n.cons.Store(c)
 	}
 	n.wg.Add(2)
-	go n.statusLoop()
-	go n.watchPeers()
+	go func() { defer n.wg.Done(); n.ann.loop(n.ctx) }()
+	go func() { defer n.wg.Done(); watchPeers(n.ctx, h.Peers(), n.entry.peerDown) }()
 	n.log.Info("node started", zap.String("model", m.info.Name), zap.Bool("simulated", m.info.Simulated),
 		zap.Int("layers", m.info.Layers), zap.String("hardware", hw.Name), zap.Int("max_layers", cfg.maxLayers),
 		zap.Int64("memory", int64(hw.MemoryBytes)), zap.Bool("static_map", cfg.static != nil))
@@ -210,9 +227,6 @@ func shortID(id peer.ID) string {
 	return s
 }
 
-// maxFrame is the largest activation frame peers accept.
-func (n *Node) maxFrame() int { return swarm.DefaultMaxActFrame }
-
 // ID is the node's peer ID.
 func (n *Node) ID() peer.ID { return n.self }
 
@@ -225,52 +239,21 @@ func (n *Node) Consensus() *consensus.Consensus { return n.cons.Load() }
 // Model describes the model the node serves.
 func (n *Node) Model() ModelInfo { return n.model.info }
 
-// Hardware is what the node declared or measured.
-func (n *Node) Hardware() layers.Hardware { return n.hw }
-
 // Committed is the map the entry routes on: the static map, or the
 // latest committed one this node knows of (its replica, or a newer map
 // notice from the leader).
-func (n *Node) Committed() layers.LayerMap {
-	if n.cfg.static != nil {
-		return *n.cfg.static
-	}
-	var m layers.LayerMap
-	if c := n.cons.Load(); c != nil {
-		m = c.Committed()
-	}
-	if nm := n.notice.Load(); nm != nil && nm.Epoch > m.Epoch {
-		return *nm
-	}
-	return m
-}
-
-// holds reports whether every layer of r is loaded.
-func (n *Node) holds(r layers.Range) bool {
-	held := n.svc.sched.status.Load().Held
-	for l := r.Start; l < r.End; l++ {
-		if l >= len(held) || !held[l] {
-			return false
-		}
-	}
-	return true
-}
+func (n *Node) Committed() layers.LayerMap { return n.ann.committed() }
 
 // Held returns the layers this node has loaded and serves, as a range
 // (empty when none; the loaded layers are contiguous in practice, and the
 // range spans them).
-func (n *Node) Held() layers.Range {
-	st := n.svc.sched.status.Load()
-	r := layers.Range{}
-	for l, h := range st.Held {
-		if h {
-			if r.Empty() {
-				r.Start = l
-			}
-			r.End = l + 1
-		}
-	}
-	return r
+func (n *Node) Held() layers.Range { return n.ann.held() }
+
+// Generate starts a generation and returns its stream. A request that
+// cannot start fails here: ErrBadRequest, ErrUnknownModel,
+// ErrPromptTooLong, or ErrNoCapacity when no full path exists now.
+func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
+	return n.entry.generate(ctx, req)
 }
 
 // Ready reports whether this node can route a full path now: nil, or an
@@ -279,18 +262,20 @@ func (n *Node) Ready() error {
 	if n.ctx.Err() != nil {
 		return ErrClosed
 	}
-	if _, err := n.route(routeReq{prompt: 1, max: 1}); err != nil {
+	if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoCapacity, err)
 	}
 	return nil
 }
 
-// WaitReady blocks until this node can route a full path.
+// WaitReady blocks until this node can route a full path. Routing reads
+// the peer table and the committed map, which change without an event
+// the node could wait on as one, so it looks again every 20 ms.
 func (n *Node) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if _, err := n.route(routeReq{prompt: 1, max: 1}); err == nil {
+		if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err == nil {
 			return nil
 		}
 		select {
@@ -312,10 +297,10 @@ func (n *Node) Close() error {
 			errs = append(errs, c.Close())
 		}
 		n.host.HandleActivations(nil)
-		n.genMu.Lock()
+		n.entry.stop()
 		n.cancel()
-		n.genMu.Unlock()
 		errs = append(errs, n.host.Close())
+		n.entry.wait()
 		n.wg.Wait()
 		n.svc.out.close()
 		n.closeErr = errors.Join(errs...)
@@ -329,133 +314,14 @@ func (n *Node) Close() error {
 func (n *Node) Kill() {
 	n.closeOnce.Do(func() {
 		n.host.Close()
-		n.genMu.Lock()
+		n.entry.stop()
 		n.cancel()
-		n.genMu.Unlock()
 		if c := n.cons.Load(); c != nil {
 			c.Close()
 		}
+		n.entry.wait()
 		n.wg.Wait()
 		n.svc.out.close()
 		n.log.Info("node killed")
 	})
-}
-
-// deadSince adapts the peer table to consensus: a peer is dead when the
-// table says so, unless it has opened a connection since. A node that
-// restarts asks to rejoin before its first heartbeat arrives; without
-// this the leader would take it for dead and remove it again. (A
-// connection older than the verdict proves nothing: a hung process
-// keeps its sockets open.)
-func (n *Node) deadSince(id peer.ID) (time.Time, bool) {
-	p, ok := n.host.Peers().Get(id)
-	if !ok || p.Liveness != swarm.Dead {
-		return time.Time{}, false
-	}
-	for _, c := range n.host.Libp2p().Network().ConnsToPeer(id) {
-		if c.Stat().Opened.After(p.Since) {
-			return time.Time{}, false
-		}
-	}
-	return p.Since, true
-}
-
-// onMapNotice keeps the leader's latest commit, in case our replica lags.
-func (n *Node) onMapNotice(from peer.ID, data []byte) {
-	c := n.cons.Load()
-	if c == nil {
-		return
-	}
-	if leader, ok := c.Leader(); !ok || leader != from {
-		return
-	}
-	var m layers.LayerMap
-	if err := m.UnmarshalBinary(data); err != nil || m.Layers != n.model.info.Layers {
-		return
-	}
-	if old := n.notice.Load(); old == nil || m.Epoch > old.Epoch {
-		n.notice.Store(&m)
-	}
-}
-
-// phase is what this node announces.
-func (n *Node) phase() swarm.State {
-	switch {
-	case n.draining.Load():
-		return swarm.StateDraining
-	case n.cfg.static != nil:
-		return swarm.StateServing
-	}
-	if r, ok := n.Committed().Range(n.self.String()); ok {
-		// A node restarted from its data dir is in the committed map
-		// before it has loaded its layers again: until it has, it must
-		// not be routed to.
-		if !n.holds(r) {
-			return swarm.StateJoining
-		}
-		if n.loading.Load() > 0 {
-			return swarm.StateWarming
-		}
-		return swarm.StateServing
-	}
-	if n.loading.Load() > 0 {
-		return swarm.StateWarming
-	}
-	if c := n.cons.Load(); c != nil && c.State().IsMember(n.self.String()) && !n.Held().Empty() {
-		return swarm.StateServing
-	}
-	return swarm.StateJoining
-}
-
-func (n *Node) publishStatus() {
-	st := n.svc.sched.status.Load()
-	m := n.Committed()
-	r, _ := m.Range(n.self.String())
-	s := swarm.Status{RangeStart: r.Start, RangeEnd: r.End, Epoch: m.Epoch, State: n.phase(),
-		QueueDepth: st.Queue, ActiveSessions: st.Sessions, FreeKV: st.FreeKV, LayerLatency: st.LayerLatency, Region: n.cfg.region}
-	if err := n.host.SetStatus(s); err != nil {
-		n.log.Warn("status", zap.Error(err))
-	}
-}
-
-func (n *Node) statusLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(n.cfg.statusEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-			n.publishStatus()
-		}
-	}
-}
-
-// watchPeers turns the peer table's verdicts into failures of the
-// generations that use the peer: a peer whose last connection closed, or
-// that is dead, fails their current step at once.
-func (n *Node) watchPeers() {
-	defer n.wg.Done()
-	events, stop := n.host.Peers().Watch(1024)
-	defer stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case ev, ok := <-events:
-			if !ok {
-				return
-			}
-			if ev.Forgotten || (ev.To != swarm.Dead && ev.To != swarm.Suspect) {
-				continue
-			}
-			if ev.To == swarm.Suspect {
-				if p, ok := n.host.Peers().Get(ev.Peer); !ok || p.Connected {
-					continue // only late: a slow peer is not a dead one
-				}
-			}
-			n.peerDown(ev.Peer, ev.To.String())
-		}
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
@@ -48,12 +49,14 @@ type config struct {
 	statusEvery, suspectFor                            time.Duration
 	maxBatch, maxQueue, maxReplays, defaultMaxTokens   int
 	wireF16                                            bool
+	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
 
 func defaultConfig() config {
 	return config{
 		log:              zap.NewNop(),
+		clock:            clockwork.NewRealClock(),
 		stepTimeout:      DefaultStepTimeout,
 		repairWait:       DefaultRepairWait,
 		idleTimeout:      DefaultIdleTimeout,
@@ -230,3 +233,18 @@ func WithSuspectFor(d time.Duration) Option {
 // tokens then differ slightly from a single-process run). Default
 // float32, which keeps every split bit-identical.
 func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on; return nil } }
+
+// WithClock sets the clock of the node's timeouts: the entry's step
+// timeout, busy backoff and repair wait, the scheduler's idle and queue
+// expiry, and the status interval (default the wall clock). Tests pass a
+// fake one and advance it. Routing and the peer table keep the wall
+// clock: heartbeat times are compared with it.
+func WithClock(c clockwork.Clock) Option {
+	return func(cfg *config) error {
+		if c == nil {
+			return fmt.Errorf("%w: nil clock", ErrConfig)
+		}
+		cfg.clock = c
+		return nil
+	}
+}

@@ -41,7 +41,7 @@ func TestWaitForRepair(t *testing.T) {
 	killedAt := time.Now()
 	b.Kill()
 	waitFor(t, 5*time.Second, "no path", func() bool {
-		_, err := a.route(routeReq{prompt: 1, max: 1})
+		_, err := a.paths.route(routeReq{prompt: 1, max: 1})
 		return err != nil
 	})
 	// Refused at once: even a context that has ended gets the refusal,

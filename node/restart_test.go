@@ -40,9 +40,9 @@ func TestRestartReloadsCommittedRange(t *testing.T) {
 	// It announces serving only once it holds its range again, and from
 	// then on every entry's requests are exact, through it or not.
 	reload := waitFor(t, 10*time.Second, "the restarted node serves", func() bool {
-		return restarted.phase() == swarm.StateServing
+		return restarted.ann.phase() == swarm.StateServing
 	})
-	if !restarted.holds(r) {
+	if !restarted.ann.holds(r) {
 		t.Fatalf("the restarted node announces serving without holding %v", r)
 	}
 	// The other entries route once its next heartbeat says so.
@@ -87,7 +87,8 @@ func TestRestartAfterRemoval(t *testing.T) {
 	start := time.Now()
 	// Slow heartbeats, as in a real deployment (1 s), so that its join
 	// request reaches the leader well before its first heartbeat does.
-	restarted := c.add(WithDataDir(dirs[1]), WithSwarmOptions(swarm.WithHeartbeatInterval(time.Second)))
+	restarted := c.add(WithDataDir(dirs[1]), WithSwarmOptions(swarm.WithHeartbeatInterval(time.Second),
+		swarm.WithLiveness(3*time.Second, 4*time.Second, 2*time.Second))) // the defaults for 1 s
 	placed := waitFor(t, 8*time.Second, "the restarted node placed again", func() bool {
 		m := a.Committed()
 		_, in := m.Range(restarted.ID().String())

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
@@ -40,11 +41,12 @@ type schedConfig struct {
 	maxQueue     int   // sessions waiting for KV memory
 	idleTimeout  time.Duration
 	queueTimeout time.Duration
+	clock        clockwork.Clock // expiry and session ages; nil: the wall clock
 	log          *zap.Logger
 }
 
 // inboxMsg is what the scheduler's inbox carries: *stepIn, closeIn,
-// loadIn, releaseIn or heldReq. The interface is sealed, so the loop's
+// loadIn, releaseIn or statusReq. The interface is sealed, so the loop's
 // switch is over every kind there is.
 type inboxMsg interface{ inbox() }
 
@@ -52,7 +54,7 @@ func (*stepIn) inbox()   {}
 func (closeIn) inbox()   {}
 func (loadIn) inbox()    {}
 func (releaseIn) inbox() {}
-func (heldReq) inbox()   {}
+func (statusReq) inbox() {}
 
 // Inbox messages.
 type (
@@ -75,7 +77,9 @@ type (
 		keep layers.Range
 		done chan struct{}
 	}
-	heldReq struct{ reply chan []bool }
+	// statusReq asks for the loop's status once everything submitted
+	// before it is handled.
+	statusReq struct{ reply chan *schedStatus }
 )
 
 type layerSlot struct {
@@ -151,6 +155,9 @@ func newScheduler(cfg schedConfig, out outbox) *scheduler {
 	if cfg.maxQueue < 0 {
 		cfg.maxQueue = 0
 	}
+	if cfg.clock == nil {
+		cfg.clock = clockwork.NewRealClock()
+	}
 	s := &scheduler{cfg: cfg, out: out, in: make(chan inboxMsg, 1024), done: make(chan struct{}),
 		slots: make([]*layerSlot, cfg.model.Layers), sessions: map[hopKey]*hopSession{}}
 	s.publish()
@@ -171,13 +178,23 @@ func (s *scheduler) submit(ctx context.Context, m inboxMsg) error {
 
 // held returns which layers are loaded and not being released.
 func (s *scheduler) held(ctx context.Context) ([]bool, error) {
-	r := heldReq{reply: make(chan []bool, 1)}
+	st, err := s.sync(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.Held, nil
+}
+
+// sync returns the loop's status as of now: everything submitted before
+// the call has been handled, and the status it returns is published.
+func (s *scheduler) sync(ctx context.Context) (*schedStatus, error) {
+	r := statusReq{reply: make(chan *schedStatus, 1)}
 	if err := s.submit(ctx, r); err != nil {
 		return nil, err
 	}
 	select {
-	case h := <-r.reply:
-		return h, nil
+	case st := <-r.reply:
+		return st, nil
 	case <-s.done:
 		return nil, ErrClosed
 	case <-ctx.Done():
@@ -187,7 +204,7 @@ func (s *scheduler) held(ctx context.Context) ([]bool, error) {
 
 func (s *scheduler) run(ctx context.Context) {
 	defer s.shutdown()
-	tick := time.NewTicker(max(s.cfg.idleTimeout/4, 50*time.Millisecond))
+	tick := s.cfg.clock.NewTicker(max(s.cfg.idleTimeout/4, 50*time.Millisecond))
 	defer tick.Stop()
 	for {
 		ready := s.deferred
@@ -198,8 +215,8 @@ func (s *scheduler) run(ctx context.Context) {
 				return
 			case m := <-s.in:
 				s.handle(m, &ready)
-			case <-tick.C:
-				s.expire(time.Now())
+			case <-tick.Chan():
+				s.expire(s.cfg.clock.Now())
 			}
 		}
 		// Whatever else has arrived joins this batch.
@@ -251,6 +268,9 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 			}
 			s.slots[l] = &layerSlot{st: st, info: st.Info()}
 		}
+		// Published before the warmer hears it is done: it announces
+		// the node's status next, from this.
+		s.publish()
 		close(m.done)
 	case releaseIn:
 		for l, sl := range s.slots {
@@ -260,9 +280,11 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 			sl.releasing = !m.keep.Contains(l)
 			s.maybeFree(l)
 		}
+		s.publish()
 		close(m.done)
-	case heldReq:
-		m.reply <- s.heldLayers()
+	case statusReq:
+		s.publish()
+		m.reply <- s.status.Load()
 	}
 }
 
@@ -583,7 +605,7 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			s.ewma += 0.2 * (per - s.ewma)
 		}
 	}
-	now := time.Now()
+	now := s.cfg.clock.Now()
 	for _, w := range ws {
 		hs := w.hs
 		if w.failed {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 )
@@ -24,6 +25,7 @@ type stageService struct {
 	acts     actSender
 	entry    tokenSink
 	counters *counters
+	clock    clockwork.Clock // stamps steps for the scheduler's expiry
 	log      *zap.Logger
 
 	sched *scheduler
@@ -94,7 +96,7 @@ func (n *stageService) onStep(from peer.ID, m *Step) error {
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 	defer cancel()
-	if err := n.sched.submit(ctx, &stepIn{from: from, m: m, at: time.Now()}); err != nil {
+	if err := n.sched.submit(ctx, &stepIn{from: from, m: m, at: n.clock.Now()}); err != nil {
 		n.out.post(m.Entry, &ErrorMsg{Session: m.Session, Code: CodeBusy, Text: "scheduler inbox full"}, nil)
 	}
 	return nil

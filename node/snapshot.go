@@ -5,6 +5,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -23,9 +24,11 @@ type SwarmSnapshot struct {
 	Pending    consensus.Pending
 	HasPending bool
 
-	// Self is what this node announces now; Addrs its listen addresses.
-	Self  swarm.Status
-	Addrs []ma.Multiaddr
+	// Self is what this node announces now; Hardware the device it
+	// declared or measured; Addrs its listen addresses.
+	Self     swarm.Status
+	Hardware layers.Hardware
+	Addrs    []ma.Multiaddr
 	// Peers is the peer table, this node excluded.
 	Peers []swarm.Peer
 	// NAT is this node's reachability diagnosis.
@@ -34,7 +37,7 @@ type SwarmSnapshot struct {
 
 // Swarm returns the node's view of the swarm now.
 func (n *Node) Swarm() SwarmSnapshot {
-	s := SwarmSnapshot{Self: n.host.Status(), Addrs: n.host.Addrs(), NAT: n.host.NAT()}
+	s := SwarmSnapshot{Self: n.host.Status(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.NAT()}
 	for _, p := range n.host.Peers().Snapshot() {
 		if p.ID != n.self {
 			s.Peers = append(s.Peers, p)

@@ -2,10 +2,12 @@ package node
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
@@ -47,26 +49,42 @@ func healthOf(p swarm.Peer) routing.Health {
 	return routing.Alive // alive, or a hint we are connected to and have not heard from yet
 }
 
+// pathFinder routes for the entry: it builds the routing view of the
+// committed map from the peer table, the members' declared capabilities
+// and this node's own status, and asks the router. Its times are the
+// wall clock's, as the peer table's are (heartbeat and failure times are
+// compared with them).
+type pathFinder struct {
+	self       peer.ID
+	router     *routing.Router
+	host       *swarm.Host
+	committed  func() layers.LayerMap
+	members    func() []consensus.Member // nil without consensus
+	selfState  func(now time.Time) routing.NodeState
+	suspectFor time.Duration
+	suspects   sync.Map // peer.ID → time.Time of the last failure seen
+}
+
+// suspect records that p failed a step now: routing avoids it for
+// suspectFor unless it is heard from again.
+func (f *pathFinder) suspect(p peer.ID) { f.suspects.Store(p, time.Now()) }
+
 // view builds the routing view of map m as this node sees the swarm now.
-func (n *Node) view(m layers.LayerMap, now time.Time) *routing.View {
+func (f *pathFinder) view(m layers.LayerMap, now time.Time) *routing.View {
 	v := routing.NewView()
 	caps := map[string]layers.Hardware{}
 	regions := map[string]string{}
-	if c := n.cons.Load(); c != nil {
-		for _, mem := range c.Members() {
+	if f.members != nil {
+		for _, mem := range f.members() {
 			caps[mem.ID] = mem.Caps.Hardware
 			regions[mem.ID] = mem.Caps.Region
 		}
 	}
-	table := n.host.Peers()
+	table := f.host.Peers()
 	for _, st := range m.Stages {
 		ns := routing.NodeState{ID: st.Node, Hardware: caps[st.Node], Region: regions[st.Node]}
-		if st.Node == n.self.String() {
-			s := n.svc.sched.status.Load()
-			ns.Phase, ns.Hardware, ns.Region = phaseOf(n.phase()), n.hw, n.cfg.region
-			ns.QueueDepth, ns.ActiveSessions, ns.FreeKV = s.Queue, s.Sessions, int(s.FreeKV)
-			ns.LayerLatency, ns.Updated = s.LayerLatency.Seconds(), now
-			v.Set(ns)
+		if st.Node == f.self.String() {
+			v.Set(f.selfState(now))
 			continue
 		}
 		ns.FreeKV = -1
@@ -88,7 +106,7 @@ func (n *Node) view(m layers.LayerMap, now time.Time) *routing.View {
 					ns.Region = hb.Region
 				}
 			}
-			if t, ok := n.suspects.Load(id); ok && now.Sub(t.(time.Time)) < n.cfg.suspectFor && !row.HeardAt.After(t.(time.Time)) {
+			if t, ok := f.suspects.Load(id); ok && now.Sub(t.(time.Time)) < f.suspectFor && !row.HeardAt.After(t.(time.Time)) {
 				ns.Health = max(ns.Health, routing.Suspect)
 			}
 		} else {
@@ -98,7 +116,7 @@ func (n *Node) view(m layers.LayerMap, now time.Time) *routing.View {
 		}
 		v.Set(ns)
 	}
-	for _, p := range n.host.RTTMatrix().Pairs {
+	for _, p := range f.host.RTTMatrix().Pairs {
 		v.SetRTT(p.A.String(), p.B.String(), p.RTT.Seconds())
 	}
 	return v
@@ -113,13 +131,13 @@ type routeReq struct {
 
 // route picks a path on the committed map. It fails with an error
 // wrapping routing.ErrNoPath when none exists.
-func (n *Node) route(q routeReq) (routing.Path, error) {
-	m := n.Committed()
+func (f *pathFinder) route(q routeReq) (routing.Path, error) {
+	m := f.committed()
 	if m.Layers == 0 {
 		return routing.Path{}, fmt.Errorf("%w: no committed map yet", routing.ErrNoPath)
 	}
 	now := time.Now()
-	p, err := n.router.Route(m, n.view(m, now), routing.Request{Entry: n.self.String(), PromptTokens: q.prompt,
+	p, err := f.router.Route(m, f.view(m, now), routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
 		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid}, now)
 	if err != nil {
 		return p, err

@@ -100,7 +100,7 @@ func newGossip(ctx context.Context, h *Host) (*gossip, error) {
 
 func (g *gossip) validateHeartbeat(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	origin := msg.GetFrom()
-	hb, err := CheckHeartbeat(origin, msg.Data, time.Now(), g.h.cfg.maxSkew)
+	hb, err := CheckHeartbeat(origin, msg.Data, g.h.cfg.clock.Now(), g.h.cfg.maxSkew)
 	if err != nil {
 		why := reasonOf(err)
 		g.h.table.reject(origin, why)
@@ -155,13 +155,13 @@ func (g *gossip) readMaps(ctx context.Context) {
 // that hosts started together do not beat in lockstep.
 func (g *gossip) publishHeartbeats(ctx context.Context) {
 	iv := g.h.cfg.hbInterval
-	t := time.NewTimer(0)
+	t := g.h.cfg.clock.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		if err := g.publishHeartbeat(ctx); err != nil && ctx.Err() == nil {
 			g.h.log.Warn("heartbeat not sent", zap.Error(err))
@@ -172,7 +172,7 @@ func (g *gossip) publishHeartbeats(ctx context.Context) {
 }
 
 func (g *gossip) heartbeat() *Heartbeat {
-	hb := &Heartbeat{NodeID: g.h.h.ID(), Status: g.h.Status(), Timestamp: time.Now()}
+	hb := &Heartbeat{NodeID: g.h.h.ID(), Status: g.h.Status(), Timestamp: g.h.cfg.clock.Now()}
 	if g.h.relayedOnly() {
 		hb.Flags |= FlagRelayed
 	}

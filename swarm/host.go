@@ -140,7 +140,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	s.table = newPeerTable(h.ID(), tableConfig{
 		suspectAfter: cfg.suspectAfter, deadAfter: cfg.deadAfter, connGrace: cfg.connGrace,
 		forgetAfter: cfg.forgetAfter, hintTTL: cfg.hintTTL,
-	}, time.Now)
+	}, cfg.clock.Now)
 
 	sub, err := h.EventBus().Subscribe([]any{
 		new(event.EvtPeerConnectednessChanged),
@@ -358,14 +358,14 @@ func (s *Host) refreshConn(id peer.ID) {
 // sweep applies the liveness deadlines and refreshes connection facts
 // (a hole punch adds a direct connection without a connectedness event).
 func (s *Host) sweep(ctx context.Context) {
-	t := time.NewTicker(max(s.cfg.hbInterval/5, 5*time.Millisecond))
+	t := s.cfg.clock.NewTicker(max(s.cfg.hbInterval/5, 5*time.Millisecond))
 	defer t.Stop()
 	n := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		if n++; n%5 == 0 {
 			for _, p := range s.table.Snapshot() {
@@ -401,18 +401,18 @@ func (s *Host) keepBootstrap(ctx context.Context) {
 	}
 	wait := map[peer.ID]time.Duration{}
 	next := map[peer.ID]time.Time{}
-	t := time.NewTicker(time.Second)
+	t := s.cfg.clock.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 		if len(s.table.Live()) >= 2 {
 			continue
 		}
-		now := time.Now()
+		now := s.cfg.clock.Now()
 		for _, ai := range s.cfg.bootstrap {
 			if ai.ID == s.h.ID() || s.h.Network().Connectedness(ai.ID) == network.Connected || now.Before(next[ai.ID]) {
 				continue
@@ -491,7 +491,7 @@ func (s *Host) Connect(ctx context.Context, ai peer.AddrInfo) error {
 // checked against the schema now, so a bad one fails here and not in the
 // heartbeat loop.
 func (s *Host) SetStatus(st Status) error {
-	probe := Heartbeat{NodeID: s.h.ID(), Status: st, Timestamp: time.Now()}
+	probe := Heartbeat{NodeID: s.h.ID(), Status: st, Timestamp: s.cfg.clock.Now()}
 	if _, err := probe.MarshalBinary(); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 	"go.uber.org/zap"
@@ -49,16 +50,22 @@ func isLoopback(a ma.Multiaddr) bool {
 
 func bootstrapOf(h *Host) Option { return WithBootstrapPeers(h.AddrInfo()) }
 
-// waitFor polls cond every 20 ms until it holds or limit passes, and
-// returns how long it took.
+// waitFor waits until cond holds, looking again every 20 ms, and fails
+// past limit (generous: no latency bound); it returns how long it took.
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(limit)
 	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %v", what, limit)
+		select {
+		case <-tick.C:
+		case <-deadline:
+			if !cond() {
+				t.Fatalf("%s: not within %v", what, limit)
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return time.Since(start)
 }
@@ -211,8 +218,19 @@ func TestWrongSwarmKey(t *testing.T) {
 	waitFor(t, 10*time.Second, "a and b hear each other", func() bool {
 		return livePeers(a)[b.ID()] && livePeers(b)[a.ID()]
 	})
-	// Give the outsiders a few heartbeats' time to get anything through.
-	time.Sleep(500 * time.Millisecond)
+	// Give the outsiders a few heartbeats' time to get anything through:
+	// until a and b have each heard a heartbeat the other sent five
+	// intervals after the outsiders tried.
+	after := time.Now().Add(5 * 100 * time.Millisecond)
+	waitFor(t, 10*time.Second, "five more heartbeats between a and b", func() bool {
+		for _, x := range [][2]*Host{{a, b}, {b, a}} {
+			p, ok := x[0].Peers().Get(x[1].ID())
+			if !ok || p.Heartbeat == nil || p.Heartbeat.Timestamp.Before(after) {
+				return false
+			}
+		}
+		return true
+	})
 	for _, h := range []*Host{a, b} {
 		for _, out := range []*Host{c, open} {
 			if _, ok := h.Peers().Get(out.ID()); ok {
@@ -469,5 +487,47 @@ func TestIdentityPersisted(t *testing.T) {
 	}
 	if !a.Equals(b) {
 		t.Fatal("identity changed between loads")
+	}
+}
+
+// TestLivenessOnInjectedClock: two hosts share a fake clock. Heartbeats
+// go out as it advances, and once b is gone a's table declares it dead
+// when the clock passes the deadline: the verdict waits on the clock,
+// not on wall time.
+func TestLivenessOnInjectedClock(t *testing.T) {
+	clock := clockwork.NewFakeClockAt(time.Now())
+	const iv = 100 * time.Millisecond
+	a := newTestHost(t, WithClock(clock), WithHeartbeatInterval(iv))
+	b := newTestHost(t, WithClock(clock), WithHeartbeatInterval(iv), bootstrapOf(a))
+	waitFor(t, 20*time.Second, "a hears b's heartbeats as the clock runs", func() bool {
+		clock.Advance(iv / 2)
+		return livePeers(a)[b.ID()]
+	})
+	events, stop := a.Peers().Watch(64)
+	defer stop()
+	heard, _ := a.Peers().Get(b.ID())
+	b.Close()
+	waitFor(t, 10*time.Second, "a sees b's connection close", func() bool {
+		p, ok := a.Peers().Get(b.ID())
+		return ok && !p.Connected
+	})
+	if p, _ := a.Peers().Get(b.ID()); p.Liveness == Dead {
+		t.Fatal("b is dead before the clock moved")
+	}
+	clock.Advance(a.table.cfg.deadAfter)
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.Peer != b.ID() || ev.To != Dead {
+				continue
+			}
+			if d := ev.At.Sub(heard.HeardAt); d < a.table.cfg.deadAfter {
+				t.Fatalf("dead %v after its last heartbeat on the clock, deadline %v", d, a.table.cfg.deadAfter)
+			}
+			return
+		case <-timeout:
+			t.Fatal("b not declared dead after the clock passed the deadline")
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
 	ma "github.com/multiformats/go-multiaddr"
@@ -47,6 +48,7 @@ const (
 
 type config struct {
 	log        *zap.Logger
+	clock      clockwork.Clock
 	dataDir    string
 	listen     []string
 	noListen   bool
@@ -88,6 +90,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		log:          zap.NewNop(),
+		clock:        clockwork.NewRealClock(),
 		swarmName:    DefaultSwarmName,
 		relay:        true,
 		relayRate:    DefaultRelayRate,
@@ -349,4 +352,19 @@ func WithMaxFrames(act, ctl int) Option {
 // WithConnLimits sets the connection manager's watermarks (default 64/256).
 func WithConnLimits(low, high int) Option {
 	return func(c *config) error { c.connLow, c.connHigh = low, high; return nil }
+}
+
+// WithClock sets the clock of the host's liveness loops: heartbeat
+// sending and timestamps, the check of received heartbeats' skew, the
+// peer table's deadlines and its sweep, and bootstrap redials (default
+// the wall clock). Hosts that talk to each other must share one: tests
+// pass one fake clock to all of them and advance it.
+func WithClock(c clockwork.Clock) Option {
+	return func(cfg *config) error {
+		if c == nil {
+			return fmt.Errorf("%w: nil clock", ErrConfig)
+		}
+		cfg.clock = c
+		return nil
+	}
 }

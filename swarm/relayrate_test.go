@@ -40,12 +40,17 @@ func relayedPair(t testing.TB, relayOpts ...Option) (relay, a, c *Host) {
 // waitUntil is waitFor for benchmarks as well as tests.
 func waitUntil(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(limit)
 	for !cond() {
-		if time.Since(start) > limit {
-			t.Fatalf("%s: not within %v", what, limit)
+		select {
+		case <-tick.C:
+		case <-deadline:
+			if !cond() {
+				t.Fatalf("%s: not within %v", what, limit)
+			}
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

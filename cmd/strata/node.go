@@ -128,7 +128,7 @@ func runServingNode(cmd *cobra.Command, log *zap.Logger, cfg config.Config, demo
 	info := n.Model()
 	fmt.Fprintf(out, "peer ID %s\n", n.ID())
 	if info.Simulated {
-		fmt.Fprintf(out, "model %s (SIMULATED on %s), %d layers\n", info.Name, n.Hardware().Name, info.Layers)
+		fmt.Fprintf(out, "model %s (SIMULATED on %s), %d layers\n", info.Name, n.Swarm().Hardware.Name, info.Layers)
 	} else {
 		fmt.Fprintf(out, "model %s, %d layers, fingerprint %s\n", info.Name, info.Layers, info.Fingerprint)
 	}

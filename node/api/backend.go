@@ -21,8 +21,6 @@ type Backend interface {
 	ID() peer.ID
 	// Model describes the served model.
 	Model() node.ModelInfo
-	// Hardware is the device the node declared or measured.
-	Hardware() layers.Hardware
 	// Held is the range of layers the node has loaded.
 	Held() layers.Range
 	// Committed is the map the node routes on.

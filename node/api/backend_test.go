@@ -41,8 +41,7 @@ func (f *fakeBackend) ID() peer.ID { return f.id }
 func (f *fakeBackend) Model() node.ModelInfo {
 	return node.ModelInfo{Name: "fake-model", Fingerprint: "sha256:fake", Layers: 8, Hidden: 64, Vocab: 512, Context: 1024}
 }
-func (f *fakeBackend) Hardware() layers.Hardware { h, _ := layers.Device("l40s"); return h }
-func (f *fakeBackend) Held() layers.Range        { return layers.Range{Start: 0, End: 4} }
+func (f *fakeBackend) Held() layers.Range { return layers.Range{Start: 0, End: 4} }
 func (f *fakeBackend) Committed() layers.LayerMap {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -288,17 +288,20 @@ func TestDashboardBrowser(t *testing.T) {
 	// waitFor runs check until it says done.
 	waitFor := func(what string, limit time.Duration, check func() (bool, error)) {
 		t.Helper()
-		deadline := time.Now().Add(limit)
+		deadline := time.After(limit)
+		tick := time.NewTicker(100 * time.Millisecond) // the page refreshes on its own timers
+		defer tick.Stop()
 		for {
 			done, err := check()
 			if err == nil && done {
 				return
 			}
-			if time.Now().After(deadline) {
+			select {
+			case <-tick.C:
+			case <-deadline:
 				shot("timeout")
 				t.Fatalf("waiting %v for %s: last error %v", limit, what, err)
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	var cov coverage

@@ -172,7 +172,7 @@ func (s *Server) swarmView() swarmJSON {
 		}
 	}
 	if me.Capabilities == nil {
-		me.Capabilities = &consensus.Capabilities{Hardware: s.b.Hardware()}
+		me.Capabilities = &consensus.Capabilities{Hardware: snap.Hardware}
 	}
 	st := snap.Self
 	me.State = st.State.String()

@@ -164,14 +164,23 @@ func TestMetrics(t *testing.T) {
 	// handover (another test may have moved the leader) two scrapes can
 	// disagree for a moment, so look again for a while.
 	leaders := 0.0
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	deadline := time.After(5 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+scrapes:
+	for {
 		leaders = 0
 		for _, u := range c.urls {
 			v, _ := value(scrape(t, u), "strata_is_leader")
 			leaders += v
 		}
-		if leaders == 1 || time.Now().After(deadline) {
+		if leaders == 1 {
 			break
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			break scrapes
 		}
 	}
 	if leaders != 1 {

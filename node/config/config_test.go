@@ -264,8 +264,8 @@ log_level: warn
 		t.Fatalf("without the key: %d %s", status, body)
 	}
 	status, body := get("sk-config-test")
-	if status != http.StatusOK || !strings.Contains(body, `"simulated":true`) || n.Hardware().Name != "rtx4090" {
-		t.Fatalf("with the key: %d %s (hardware %s)", status, body, n.Hardware().Name)
+	if status != http.StatusOK || !strings.Contains(body, `"simulated":true`) || n.Swarm().Hardware.Name != "rtx4090" {
+		t.Fatalf("with the key: %d %s (hardware %s)", status, body, n.Swarm().Hardware.Name)
 	}
 	t.Logf("node %s serving %s on %s", n.ID(), n.Model().Name, addr)
 }
