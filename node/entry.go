@@ -343,12 +343,19 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 	var busySince time.Time
 	busy := 0
 	for {
+		produced := len(g.out)
 		end, err := g.attempt(ctx, path)
 		if err != nil {
 			return g.result(), err
 		}
 		if end.done {
 			return g.result(), nil
+		}
+		if len(g.out) > produced || end.kind != endBusy {
+			// The busy wait bounds one run of refusals, not the session:
+			// an attempt that made progress or ended otherwise starts
+			// the count again.
+			busy = 0
 		}
 		for _, p := range end.blame {
 			if p == e.cfg.self {

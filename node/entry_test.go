@@ -350,3 +350,49 @@ func TestEntryStopEndsGenerations(t *testing.T) {
 		t.Fatalf("new generation: %v, want ErrClosed", err)
 	}
 }
+
+// TestEntryBusyCountsPerRun: the busy wait bounds one run of refusals, not
+// the session: a hop failure between two busy answers starts it again, so
+// a session refused once early is not lost to a second refusal later than
+// the repair wait.
+func TestEntryBusyCountsPerRun(t *testing.T) {
+	r := newEntryRig(t, 2)
+	r.e.cfg.repairWait = 5 * time.Second // shorter than the step timeout
+	a, b := r.peers[0], r.peers[1]
+	r.busy[a], r.hang[b] = 2, true
+	s := r.generate(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	refused := func(p peer.ID) {
+		t.Helper()
+		if got := r.nextSend(); got != p {
+			t.Fatalf("step to %s, want %s", got, p)
+		}
+		r.attemptEnded(p)
+		if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatalf("no backoff wait: %v", err)
+		}
+		r.clock.Advance(busyBackoff(1))
+	}
+	refused(a) // the retry goes elsewhere: b takes the step and hangs
+	if got := r.nextSend(); got != b {
+		t.Fatalf("retry to %s, want %s", got, b)
+	}
+	if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatalf("no step timer: %v", err)
+	}
+	r.clock.Advance(r.e.cfg.stepTimeout)
+	r.attemptEnded(b)
+	refused(a) // the replay is refused again, 20 s after the first refusal
+	if got := r.nextSend(); got != a {
+		t.Fatalf("retry to %s, want %s", got, a)
+	}
+	res, err := s.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.wantTokens(res, 3, 2)
+	if res.Replays != 1 {
+		t.Fatalf("%d replays, want 1", res.Replays)
+	}
+}
