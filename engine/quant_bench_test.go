@@ -5,7 +5,7 @@ import "testing"
 // BenchmarkPackedMatVec is one decode-sized matrix-vector product per type
 // (5632×2048, TinyLlama's ffn_up), in MB/s of packed weights read, by the
 // SIMD kernel and (…/portable, the baseline of the same run) by the
-// portable one. Activation quantisation is included, as in a decode step.
+// portable one; where the CPU has AVX-512BW, …/avx2 is the AVX2 kernel. Activation quantisation is included, as in a decode step.
 func BenchmarkPackedMatVec(b *testing.B) {
 	const rows, cols = 5632, 2048
 	src := make([]float32, cols)
@@ -20,14 +20,14 @@ func BenchmarkPackedMatVec(b *testing.B) {
 		}
 		w := &matrix{rows: rows, cols: cols, raw: raw, qf: quantFormats[typ], typ: typ}
 		out := make([]float32, rows)
-		for _, simd := range []bool{true, false} {
-			name := typ.String()
-			if !simd {
-				name += "/portable"
-			}
-			b.Run(name, func(b *testing.B) {
-				useSIMD = simd
-				defer func() { useSIMD = true }()
+		paths := []string{"", "/portable"}
+		if hasAVX512Kernel(typ) {
+			paths = []string{"", "/avx2", "/portable"}
+		}
+		for _, path := range paths {
+			b.Run(typ.String()+path, func(b *testing.B) {
+				useSIMD, useAVX512 = path != "/portable", path == ""
+				defer func() { useSIMD, useAVX512 = true, true }()
 				b.SetBytes(int64(len(raw)))
 				for b.Loop() {
 					a := newAct(src, 1, cols)

@@ -157,6 +157,23 @@ func TestQuantizeRoundTrip(t *testing.T) {
 // kernels' bits, on ggml's blocks and on our own, for several activation
 // rows at once.
 func TestPackedKernelsMatchPortable(t *testing.T) {
+	forEachPackedPath(t, testPackedKernelsMatchPortable)
+}
+
+// forEachPackedPath runs test once per SIMD path of this CPU's packed
+// kernels: AVX-512BW where it has it, and always AVX2 (or portable).
+func forEachPackedPath(t *testing.T, test func(*testing.T)) {
+	t.Run("avx2", func(t *testing.T) {
+		useAVX512 = false
+		defer func() { useAVX512 = true }()
+		test(t)
+	})
+	if hasAVX512Kernel(Q4_K) {
+		t.Run("avx512", test)
+	}
+}
+
+func testPackedKernelsMatchPortable(t *testing.T) {
 	for _, v := range loadQuantVectors(t) {
 		if packedRowKernel(v.typ) == nil {
 			continue
@@ -267,6 +284,10 @@ var halfOffsets = map[DType][]int{
 // scales, finite halves), for row lengths of 1 to 11 blocks, several
 // activation rows at once, one of them all zero.
 func TestPackedKernelsRandomBlocks(t *testing.T) {
+	forEachPackedPath(t, testPackedKernelsRandomBlocks)
+}
+
+func testPackedKernelsRandomBlocks(t *testing.T) {
 	rng := uint64(5)
 	for typ, offs := range halfOffsets {
 		if packedRowKernel(typ) == nil {
@@ -301,6 +322,73 @@ func TestPackedKernelsRandomBlocks(t *testing.T) {
 			useSIMD = true
 			if !sameBits(fast, slow) {
 				t.Fatalf("%s, %d blocks: SIMD %v, portable %v", typ, nb, fast, slow)
+			}
+		}
+	}
+}
+
+// TestPackedKernelsExtremes: the SIMD row kernels give the portable
+// kernels' bits where the integer sums are largest: blocks of all-ones or
+// all-zero bits (largest quants, scales and mins, or the most negative
+// Q6_K scale) against activations quantised to ±127 everywhere, with
+// alternating signs, or zero, for 1 to 11 blocks and 1 to 3 activation
+// rows (the one- and two-row kernels).
+func TestPackedKernelsExtremes(t *testing.T) {
+	forEachPackedPath(t, testPackedKernelsExtremes)
+}
+
+func testPackedKernelsExtremes(t *testing.T) {
+	rng := uint64(11)
+	fills := []func(i int) byte{
+		func(int) byte { return 0xff },
+		func(int) byte { return 0 },
+		func(i int) byte { return byte(0x80 >> (i % 2 * 7)) }, // 0x80 and 0x01: Q6_K scale −128
+		func(int) byte { return byte(splitmix(&rng)) },
+	}
+	acts := []func(i int) float32{
+		func(int) float32 { return 1e30 },
+		func(int) float32 { return -3 },
+		func(i int) float32 { return float32(1 - 2*(i%2)) },
+		func(i int) float32 { return float32(1 - 2*(i/16%2)) },
+		func(int) float32 { return 0 },
+	}
+	for typ, offs := range halfOffsets {
+		if packedRowKernel(typ) == nil {
+			continue
+		}
+		f := quantFormats[typ]
+		for _, nb := range []int{1, 2, 11} {
+			cols, rows := nb*f.block, len(fills)
+			raw := make([]byte, rows*nb*f.bytes)
+			for r, fill := range fills {
+				for i := range raw[r*nb*f.bytes : (r+1)*nb*f.bytes] {
+					raw[r*nb*f.bytes+i] = fill(i)
+				}
+			}
+			for b := 0; b < rows*nb; b++ {
+				for _, o := range offs {
+					binary.LittleEndian.PutUint16(raw[b*f.bytes+o:], 0x7bff) // largest finite half
+				}
+			}
+			for n := 1; n <= 3; n++ {
+				for ai := range acts {
+					x := make([]float32, n*cols)
+					for i := range x {
+						x[i] = acts[(ai+i/cols)%len(acts)](i)
+					}
+					w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
+					a := newAct(x, n, cols)
+					a.prepare(w)
+					fast := make([]float32, n*rows)
+					matmulPacked(fast, w, a, 0, rows)
+					useSIMD = false
+					slow := make([]float32, n*rows)
+					matmulPacked(slow, w, a, 0, rows)
+					useSIMD = true
+					if !sameBits(fast, slow) {
+						t.Fatalf("%s, %d blocks, %d rows, activations %d: SIMD %v, portable %v", typ, nb, n, ai, fast, slow)
+					}
+				}
 			}
 		}
 	}
