@@ -24,14 +24,17 @@ func dotQ4KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float3
 //go:noescape
 func dotQ6KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
 
-// The AVX-512BW twins of dotQ4KRow, dotQ4KRow2, dotQ6KRow and dotQ6KRow2
-// (same arguments, same bits), used when the CPU has AVX-512BW.
+// The AVX-512BW twins of dotQ4KRow, dotQ4KRow2, dotQ5KRow, dotQ6KRow and
+// dotQ6KRow2 (same arguments, same bits), used when the CPU has AVX-512BW.
 
 //go:noescape
 func dotQ4KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
 //go:noescape
 func dotQ4KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+
+//go:noescape
+func dotQ5KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
 //go:noescape
 func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
@@ -79,6 +82,7 @@ var avx2RowKernels = map[DType]rowKernel{
 // avx512RowKernels replace avx2RowKernels where the CPU has AVX-512BW.
 var avx512RowKernels = map[DType]rowKernel{
 	Q4_K: kRowKernel(dotQ4KRow512, dotQ4KRow2512, 144),
+	Q5_K: kRowKernel(dotQ5KRow512, nil, 176),
 	Q6_K: kRowKernel(dotQ6KRow512, dotQ6KRow2512, 210),
 }
 

@@ -987,3 +987,68 @@ zq6k2loop:
 	DECQ CX
 	JNZ  zq6k2loop
 	ROW2STORE(X10, X13)
+
+// Z5KGROUP: as Z4KGROUP, with the fifth bits of group G from the 32 qh
+// bytes broadcast in Z14, shifted right by 2G (Z14 >>= 2 after each
+// group): bit 0 for the low nibbles, bit 1 for the high ones, moved to
+// 0x10 by the shift counts in Z21 and masked by Z13.
+#define Z5KGROUP(G, ZP) \
+	VBROADCASTI64X4 (48+32*G)(SI), Z2 \
+	VPSRLVQ         Z20, Z2, Z2 \
+	VPANDQ          Z15, Z2, Z2 \
+	VPSLLVQ         Z21, Z14, Z4 \
+	VPANDQ          Z13, Z4, Z4 \
+	VPORQ           Z4, Z2, Z2 \
+	VPSRLQ          $2, Z14, Z14 \
+	VPERMW          Z1, ZP, Z3 \
+	VPMADDUBSW      (64*G)(DI), Z2, Z2 \
+	VPMADDWD        Z3, Z2, Z2 \
+	VPADDD          Z2, Z0, Z0
+
+// func dotQ5KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+TEXT ·dotQ5KRow512(SB), NOSPLIT, $32-52
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	ZNIBMASK
+	ZPERMS(q4kPerm<>)
+	VMOVDQU64    shift0and4<>(SB), Z20
+	VMOVDQU64    shift4and3<>(SB), Z21
+	MOVL         $0x10101010, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Z13
+	VXORPS       X10, X10, X10
+
+zq5kloop:
+	KSCALES
+	VBROADCASTI64X4 16(SI), Z14
+	VPXORD          Z0, Z0, Z0
+	Z5KGROUP(0, Z16)
+	Z5KGROUP(1, Z17)
+	Z5KGROUP(2, Z18)
+	Z5KGROUP(3, Z19)
+	ZFOLD(Z0, Y0)
+	HSUM2(Y0, Y9, X0, X1, DX, BX)
+	KCOMBINE((R9), X10)
+	ADDQ $176, SI
+	ADDQ $256, DI
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  zq5kloop
+	VZEROUPPER
+	MOVSS X10, ret+48(FP)
+	RET
+
+DATA shift4and3<>+0(SB)/8, $4
+DATA shift4and3<>+8(SB)/8, $4
+DATA shift4and3<>+16(SB)/8, $4
+DATA shift4and3<>+24(SB)/8, $4
+DATA shift4and3<>+32(SB)/8, $3
+DATA shift4and3<>+40(SB)/8, $3
+DATA shift4and3<>+48(SB)/8, $3
+DATA shift4and3<>+56(SB)/8, $3
+GLOBL shift4and3<>(SB), RODATA|NOPTR, $64
