@@ -95,16 +95,14 @@
 // still one row's dot product with one input row, summed as above.
 //
 // Where the CPU has AVX-512BW, Q4_K and Q6_K (most of a Q4_K_M file's
-// bytes, one- and two-row) and Q5_K (one-row) use 512-bit twins of those
-// kernels: a zmm holds
-// 64 values of a block in its activations' order (a broadcast 32-byte load
-// and a per-half shift for Q4_K's nibbles, Q5_K's and Q6_K's high bits
-// likewise) and
-// VPERMW spreads the block's scales over the pair sums. The integer sums
-// are the same and the float part is the same scalar code, so the bits are
-// too; the tests run on both paths (useAVX512 switches the AVX2 one back
-// on) and TestPackedKernelsExtremes adds the largest sums. The other packed
-// types use AVX2 on such a CPU.
+// bytes; one- and two-row) and Q5_K (one-row) use 512-bit twins of those
+// kernels: a zmm holds 64 values of a block in its activations' order (a
+// broadcast 32-byte load and a per-half shift for Q4_K's nibbles, Q5_K's
+// and Q6_K's high bits likewise) and VPERMW spreads the block's scales
+// over the pair sums. The integer sums are the same and the float part is
+// the same scalar code, so the bits are too; the tests run on both paths
+// (useAVX512 switches the AVX2 one back on) and TestPackedKernelsExtremes
+// adds the largest sums. The other packed types use AVX2 on such a CPU.
 //
 // # Simulated backend
 //
