@@ -5,7 +5,9 @@ import "testing"
 // BenchmarkPackedMatVec is one decode-sized matrix-vector product per type
 // (5632×2048, TinyLlama's ffn_up), in MB/s of packed weights read, by the
 // SIMD kernel and (…/portable, the baseline of the same run) by the
-// portable one; where the CPU has AVX-512BW, …/avx2 is the AVX2 kernel. Activation quantisation is included, as in a decode step.
+// portable one; where the CPU has AVX-512BW, …/avx2 is the AVX2 kernel.
+// MB/cpu-s divides by the process's CPU time instead, steadier than wall
+// time on a loaded machine. Activation quantisation is included, as in a decode step.
 func BenchmarkPackedMatVec(b *testing.B) {
 	const rows, cols = 5632, 2048
 	src := make([]float32, cols)
@@ -29,10 +31,14 @@ func BenchmarkPackedMatVec(b *testing.B) {
 				useSIMD, useAVX512 = path != "/portable", path == ""
 				defer func() { useSIMD, useAVX512 = true, true }()
 				b.SetBytes(int64(len(raw)))
+				cpu0 := cpuSeconds()
 				for b.Loop() {
 					a := newAct(src, 1, cols)
 					a.prepare(w)
 					matmulPacked(out, w, a, 0, rows)
+				}
+				if cpu := cpuSeconds() - cpu0; cpu > 0 {
+					b.ReportMetric(float64(len(raw))*float64(b.N)/cpu/1e6, "MB/cpu-s")
 				}
 			})
 		}
