@@ -1,6 +1,9 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // BenchmarkPackedMatVec is one decode-sized matrix-vector product per type
 // (5632×2048, TinyLlama's ffn_up), in MB/s of packed weights read, by the
@@ -42,5 +45,48 @@ func BenchmarkPackedMatVec(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkPackedKernelPaths compares the AVX-512BW and AVX2 kernels of
+// each type that has both on the same 5632×2048 matrix-vector product,
+// alternating them every iteration and keeping each one's fastest run: on
+// a loaded machine the minimum is the least disturbed figure. It reports
+// both in MB/s of packed weights and their ratio.
+func BenchmarkPackedKernelPaths(b *testing.B) {
+	const rows, cols = 5632, 2048
+	src := make([]float32, cols)
+	s := uint64(1)
+	for i := range src {
+		src[i] = float32(int64(splitmix(&s)>>40)-1<<23) / (1 << 23)
+	}
+	for _, typ := range []DType{Q4_K, Q5_K, Q6_K, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL} {
+		if !hasAVX512Kernel(typ) {
+			continue
+		}
+		var raw []byte
+		for r := 0; r < rows; r++ {
+			raw = encodeRow(raw, src, typ)
+		}
+		w := &matrix{rows: rows, cols: cols, raw: raw, qf: quantFormats[typ], typ: typ}
+		out := make([]float32, rows)
+		a := newAct(src, 1, cols)
+		a.prepare(w)
+		b.Run(typ.String(), func(b *testing.B) {
+			defer func() { useAVX512 = true }()
+			best := [2]time.Duration{time.Hour, time.Hour}
+			for b.Loop() {
+				for p := range best {
+					useAVX512 = p == 0
+					t0 := time.Now()
+					matmulPacked(out, w, a, 0, rows)
+					best[p] = min(best[p], time.Since(t0))
+				}
+			}
+			mbs := func(d time.Duration) float64 { return float64(len(raw)) / d.Seconds() / 1e6 }
+			b.ReportMetric(mbs(best[0]), "avx512_MB/s")
+			b.ReportMetric(mbs(best[1]), "avx2_MB/s")
+			b.ReportMetric(float64(best[1])/float64(best[0]), "avx512/avx2")
+		})
 	}
 }
