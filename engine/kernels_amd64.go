@@ -42,9 +42,11 @@ func detectAVX() (avx, avx2, avx512, avx512bw bool) {
 	}
 	_, ebx, _, _ := cpuid(7, 0)
 	// AVX-512F, with the OS saving opmask and ZMM state; BW adds the byte
-	// and word instructions the packed kernels use.
+	// and word instructions the packed kernels use, which also take F16C
+	// (on every AVX-512 CPU, checked all the same).
 	avx512 = ebx&(1<<16) != 0 && xcr0&0xe0 == 0xe0
-	return true, ebx&(1<<5) != 0, avx512, avx512 && ebx&(1<<30) != 0
+	const f16c = 1 << 29
+	return true, ebx&(1<<5) != 0, avx512, avx512 && ebx&(1<<30) != 0 && ecx&f16c != 0
 }
 
 var simdKernel = func() string {

@@ -766,6 +766,40 @@ DATA shift0and2<>+48(SB)/8, $2
 DATA shift0and2<>+56(SB)/8, $2
 GLOBL shift0and2<>(SB), RODATA|NOPTR, $64
 
+// HSUM2V is HSUM2 leaving the two sums in lanes 0 and 1 of XA.
+#define HSUM2V(YA, YB, XA, XT) \
+	VPHADDD      YB, YA, YA \
+	VEXTRACTI128 $1, YA, XT \
+	VPADDD       XT, XA, XA \
+	VPHADDD      XA, XA, XA
+
+// ZKCOMBINE is KCOMBINE for sumi and summ in lanes 0 and 1 of XS, both
+// halves widened at once by VCVTPH2PS (exact, as the table is: the AVX-512
+// kernels run only where F16C is) instead of two lookups in the 256 KiB
+// table, which miss the L1 cache. Lane by lane the operations and their
+// operand order are KCOMBINE's, so are the bits.
+#define ZKCOMBINE(XS, DXM, ACC) \
+	VCVTDQ2PS    XS, X4 \
+	VCVTPH2PS    (SI), X3 \
+	VBROADCASTSS DXM, X5 \
+	VMULPS       X5, X3, X3 \
+	VMULPS       X4, X3, X3 \
+	VMOVSHDUP    X3, X5 \
+	VSUBSS       X5, X3, X3 \
+	VADDSS       X3, ACC, ACC
+
+// ZQ6COMBINE is Q6COMBINE with the half widened by VCVTPH2PS.
+#define ZQ6COMBINE(DXM, ACC) \
+	SHLL       $5, BX \
+	SUBL       BX, DX \
+	MOVWLZX    208(SI), AX \
+	VMOVD      AX, X3 \
+	VCVTPH2PS  X3, X3 \
+	VMULSS     DXM, X3, X3 \
+	VCVTSI2SSL DX, X4, X4 \
+	VMULSS     X4, X3, X3 \
+	VADDSS     X3, ACC, ACC
+
 #define ZNIBMASK \
 	MOVL         $0x0f0f0f0f, AX \
 	VMOVD        AX, X15 \
@@ -819,8 +853,8 @@ zq4kloop:
 	Z4KGROUP(2, Z18)
 	Z4KGROUP(3, Z19)
 	ZFOLD(Z0, Y0)
-	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE((R9), X10)
+	HSUM2V(Y0, Y9, X0, X1)
+	ZKCOMBINE(X0, (R9), X10)
 	ADDQ $144, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -860,10 +894,10 @@ zq4k2loop:
 	Z4KGROUP2(3, Z19)
 	ZFOLD(Z0, Y0)
 	ZFOLD(Z8, Y8)
-	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE((R9), X10)
-	HSUM2(Y8, Y11, X8, X1, DX, BX)
-	KCOMBINE((R9)(R8*1), X12)
+	HSUM2V(Y0, Y9, X0, X1)
+	ZKCOMBINE(X0, (R9), X10)
+	HSUM2V(Y8, Y11, X8, X1)
+	ZKCOMBINE(X8, (R9)(R8*1), X12)
 	ADDQ $144, SI
 	ADDQ $256, DI
 	ADDQ $256, R14
@@ -933,7 +967,7 @@ zq6kloop:
 	Z6KHALF(1, Z18, Z19)
 	ZFOLD(Z0, Y0)
 	HSUM2(Y0, Y8, X0, X1, DX, BX)
-	Q6COMBINE((R9), X10)
+	ZQ6COMBINE((R9), X10)
 	ADDQ $210, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -976,9 +1010,9 @@ zq6k2loop:
 	ZFOLD(Z0, Y0)
 	ZFOLD(Z9, Y9)
 	HSUM2(Y0, Y11, X0, X1, DX, BX)
-	Q6COMBINE((R9), X10)
+	ZQ6COMBINE((R9), X10)
 	HSUM2(Y9, Y12, X9, X1, DX, BX)
-	Q6COMBINE((R9)(R8*1), X13)
+	ZQ6COMBINE((R9)(R8*1), X13)
 	ADDQ $210, SI
 	ADDQ $256, DI
 	ADDQ $256, R14
@@ -1031,8 +1065,8 @@ zq5kloop:
 	Z5KGROUP(2, Z18)
 	Z5KGROUP(3, Z19)
 	ZFOLD(Z0, Y0)
-	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE((R9), X10)
+	HSUM2V(Y0, Y9, X0, X1)
+	ZKCOMBINE(X0, (R9), X10)
 	ADDQ $176, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
