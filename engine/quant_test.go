@@ -332,7 +332,7 @@ func testPackedKernelsRandomBlocks(t *testing.T) {
 // all-zero bits (largest quants, scales and mins, or the most negative
 // Q6_K scale) against activations quantised to ±127 everywhere, with
 // alternating signs, or zero, for 1 to 11 blocks and 1 to 3 activation
-// rows (the one- and two-row kernels).
+// rows (the one- and two-row kernels), with extreme halves.
 func TestPackedKernelsExtremes(t *testing.T) {
 	forEachPackedPath(t, testPackedKernelsExtremes)
 }
@@ -352,6 +352,11 @@ func testPackedKernelsExtremes(t *testing.T) {
 		func(i int) float32 { return float32(1 - 2*(i/16%2)) },
 		func(int) float32 { return 0 },
 	}
+	// The largest finite half, the smallest subnormal, then ±infinity and
+	// a signalling NaN for the K-quants, whose kernels give the portable
+	// NaN's bits too (the others' AVX2 kernels do not, yet).
+	halves := []uint16{0x7bff, 0x0001, 0x7c00, 0xfc00, 0x7d01}
+	nonFinite := map[DType]bool{Q4_K: true, Q5_K: true, Q6_K: true}
 	for typ, offs := range halfOffsets {
 		if packedRowKernel(typ) == nil {
 			continue
@@ -367,7 +372,11 @@ func testPackedKernelsExtremes(t *testing.T) {
 			}
 			for b := 0; b < rows*nb; b++ {
 				for _, o := range offs {
-					binary.LittleEndian.PutUint16(raw[b*f.bytes+o:], 0x7bff) // largest finite half
+					h := halves[(b+o)%len(halves)]
+					if !nonFinite[typ] {
+						h = halves[(b+o)%2]
+					}
+					binary.LittleEndian.PutUint16(raw[b*f.bytes+o:], h)
 				}
 			}
 			for n := 1; n <= 3; n++ {
