@@ -99,10 +99,14 @@
 // kernels: a zmm holds 64 values of a block in its activations' order (a
 // broadcast 32-byte load and a per-half shift for Q4_K's nibbles, Q5_K's
 // and Q6_K's high bits likewise) and VPERMW spreads the block's scales
-// over the pair sums. The integer sums are the same and the float part is
-// the same scalar code, so the bits are too; the tests run on both paths
-// (useAVX512 switches the AVX2 one back on) and TestPackedKernelsExtremes
-// adds the largest sums. The other packed types use AVX2 on such a CPU.
+// over the pair sums. The integer sums are the same, and the float part
+// does the same float32 operations in the same order (the two halves of a
+// Q4_K/Q5_K block widened together by VCVTPH2PS, exact like the table,
+// and its two products in one VMULPS), so the bits are too; the tests run
+// on both paths (useAVX512 switches the AVX2 one back on), and
+// TestPackedKernelsExtremes adds the largest sums and non-finite halves.
+// The other packed types use AVX2 on such a CPU. BenchmarkPackedKernelPaths
+// and BenchmarkDecodeKernelPaths compare the two paths.
 //
 // # Simulated backend
 //
