@@ -87,12 +87,12 @@ var avx512RowKernels = map[DType]rowKernel{
 }
 
 // hasAVX512Kernel reports whether packedRowKernel(t) is an AVX-512 kernel.
-func hasAVX512Kernel(t DType) bool { return hasAVX512BW && avx512RowKernels[t] != nil }
+func hasAVX512Kernel(t DType) bool { return hasAVX512BW && hasF16C && avx512RowKernels[t] != nil }
 
 // packedRowKernel returns type t's SIMD row kernel, or nil where only the
 // portable one exists.
 func packedRowKernel(t DType) rowKernel {
-	if !useSIMD || !hasAVX2 {
+	if !useSIMD || !hasAVX2 || !hasF16C {
 		return nil
 	}
 	if hasAVX512BW && useAVX512 {

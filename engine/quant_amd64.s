@@ -3,9 +3,11 @@
 // Whole-row dot products of packed rows with one quantised activation row
 // (AVX2). Per block: the scales are unpacked, the integer sums formed (exact,
 // so their order cannot matter), and the block's float part computed with
-// the portable kernel's scalar operations in its order (VMULSS, VSUBSS,
-// VADDSS; never FMA), each block added in turn into one float32. Halves are
-// widened through f16Table (tab), the portable kernels' own conversion.
+// the portable kernel's float32 operations in its order (VMULSS, VSUBSS,
+// VADDSS, or their packed forms lane by lane; never FMA), each block added
+// in turn into one float32. Halves are widened through f16Table (tab), the
+// portable kernels' own conversion, or by VCVTPH2PS (K-quants), which
+// gives the same values.
 //
 // Common arguments: q the row's nb blocks; x its activations, nb*block
 // values in [-127, 127]; xd one float32 scale per activation block; tab
@@ -126,18 +128,40 @@
 	VPMOVZXBW X2, Y2 \
 	VPMADDWD (R10), Y2, Y9
 
-// KCOMBINE adds the block's d·dx·sumi − dmin·dx·summ (sumi in DX, summ in
-// BX, dx at DXM) into ACC, as combineK and dotRowQuant round it.
-#define KCOMBINE(DXM, ACC) \
-	HALF(0, X3) \
+// HSUM2V is HSUM2 leaving the two sums in lanes 0 and 1 of XA.
+#define HSUM2V(YA, YB, XA, XT) \
+	VPHADDD      YB, YA, YA \
+	VEXTRACTI128 $1, YA, XT \
+	VPADDD       XT, XA, XA \
+	VPHADDD      XA, XA, XA
+
+// KCOMBINE adds a Q4_K/Q5_K block's d·dx·sumi − dmin·dx·summ (sumi and
+// summ in lanes 0 and 1 of XS, dx at DXM) into ACC, rounded as combineK
+// and dotRowQuant round it: lane by lane the same float32 operations in
+// the same operand order, so the same bits. VCVTPH2PS widens d and dmin
+// together, exactly as f16Table does (the kernels run only where F16C
+// is), without two lookups in that 256 KiB table, which miss the L1 cache.
+#define KCOMBINE(XS, DXM, ACC) \
+	VCVTDQ2PS    XS, X4 \
+	VCVTPH2PS    (SI), X3 \
+	VBROADCASTSS DXM, X5 \
+	VMULPS       X5, X3, X3 \
+	VMULPS       X4, X3, X3 \
+	VMOVSHDUP    X3, X5 \
+	VSUBSS       X5, X3, X3 \
+	VADDSS       X3, ACC, ACC
+
+// Q6COMBINE adds float32(d·dx)·float32(DX − 32·BX) into ACC, the half
+// widened as in KCOMBINE.
+#define Q6COMBINE(DXM, ACC) \
+	SHLL       $5, BX \
+	SUBL       BX, DX \
+	MOVWLZX    208(SI), AX \
+	VMOVD      AX, X3 \
+	VCVTPH2PS  X3, X3 \
 	VMULSS     DXM, X3, X3 \
 	VCVTSI2SSL DX, X4, X4 \
 	VMULSS     X4, X3, X3 \
-	HALF(2, X5) \
-	VMULSS     DXM, X5, X5 \
-	VCVTSI2SSL BX, X4, X4 \
-	VMULSS     X4, X5, X5 \
-	VSUBSS     X5, X3, X3 \
 	VADDSS     X3, ACC, ACC
 
 #define Q4KGROUP(G) \
@@ -166,8 +190,8 @@ q4kloop:
 	Q4KGROUP(1)
 	Q4KGROUP(2)
 	Q4KGROUP(3)
-	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE((R9), X10)
+	HSUM2V(Y0, Y9, X0, X1)
+	KCOMBINE(X0, (R9), X10)
 	ADDQ $144, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -218,8 +242,8 @@ q5kloop:
 	Q5KGROUP(1)
 	Q5KGROUP(2)
 	Q5KGROUP(3)
-	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE((R9), X10)
+	HSUM2V(Y0, Y9, X0, X1)
+	KCOMBINE(X0, (R9), X10)
 	ADDQ $176, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -290,13 +314,7 @@ q6kloop:
 	Q6KHALF(0)
 	Q6KHALF(1)
 	HSUM2(Y0, Y8, X0, X1, DX, BX)
-	SHLL $5, BX
-	SUBL BX, DX
-	HALF(208, X3)
-	VMULSS     (R9), X3, X3
-	VCVTSI2SSL DX, X4, X4
-	VMULSS     X4, X3, X3
-	VADDSS     X3, X10, X10
+	Q6COMBINE((R9), X10)
 	ADDQ $210, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -563,10 +581,10 @@ q4k2loop:
 	Q4KGROUP2(1)
 	Q4KGROUP2(2)
 	Q4KGROUP2(3)
-	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE((R9), X10)
-	HSUM2(Y8, Y11, X8, X1, DX, BX)
-	KCOMBINE((R9)(R8*1), X12)
+	HSUM2V(Y0, Y9, X0, X1)
+	KCOMBINE(X0, (R9), X10)
+	HSUM2V(Y8, Y11, X8, X1)
+	KCOMBINE(X8, (R9)(R8*1), X12)
 	ADDQ $144, SI
 	ADDQ $256, DI
 	ADDQ $256, R14
@@ -613,16 +631,6 @@ q4k2loop:
 	VPOR    Y5, Y4, Y4 \
 	Q6KQUARTER2(Y4, 128*N+96, 16*N+12)
 
-// Q6COMBINE adds float32(d·dx)·float32(DX − 32·BX) into ACC.
-#define Q6COMBINE(DXM, ACC) \
-	SHLL $5, BX \
-	SUBL BX, DX \
-	HALF(208, X3) \
-	VMULSS     DXM, X3, X3 \
-	VCVTSI2SSL DX, X4, X4 \
-	VMULSS     X4, X3, X3 \
-	VADDSS     X3, ACC, ACC
-
 // func dotQ6KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
 TEXT ·dotQ6KRow2(SB), NOSPLIT, $32-72
 	ROW2PROLOGUE
@@ -654,13 +662,13 @@ q6k2loop:
 	JNZ  q6k2loop
 	ROW2STORE(X10, X13)
 
-// --- AVX-512BW (512-bit) Q4_K and Q6_K row kernels ---
+// --- AVX-512BW (512-bit) Q4_K, Q5_K and Q6_K row kernels ---
 //
 // The same integer sums as the AVX2 kernels, 64 values per instruction:
 // a zmm holds one 64-element group (Q4_K) or quarter (Q6_K) of a block,
 // laid out as its activations are, and VPERMW spreads the block's scales
 // over the VPMADDUBSW pair sums. The float part is KCOMBINE/Q6COMBINE, so
-// the bits are the portable kernels'. Extra registers: Z15 0x0f bytes,
+// the bits are the portable kernels'. Q5_K follows Q4_K. Extra registers: Z15 0x0f bytes,
 // Z16–Z19 VPERMW indices, Z20/Z21 shift counts.
 
 // q4kPerm: VPERMW indices spreading a Q4_K block's 8 int16 scales over
@@ -766,40 +774,6 @@ DATA shift0and2<>+48(SB)/8, $2
 DATA shift0and2<>+56(SB)/8, $2
 GLOBL shift0and2<>(SB), RODATA|NOPTR, $64
 
-// HSUM2V is HSUM2 leaving the two sums in lanes 0 and 1 of XA.
-#define HSUM2V(YA, YB, XA, XT) \
-	VPHADDD      YB, YA, YA \
-	VEXTRACTI128 $1, YA, XT \
-	VPADDD       XT, XA, XA \
-	VPHADDD      XA, XA, XA
-
-// ZKCOMBINE is KCOMBINE for sumi and summ in lanes 0 and 1 of XS, both
-// halves widened at once by VCVTPH2PS (exact, as the table is: the AVX-512
-// kernels run only where F16C is) instead of two lookups in the 256 KiB
-// table, which miss the L1 cache. Lane by lane the operations and their
-// operand order are KCOMBINE's, so are the bits.
-#define ZKCOMBINE(XS, DXM, ACC) \
-	VCVTDQ2PS    XS, X4 \
-	VCVTPH2PS    (SI), X3 \
-	VBROADCASTSS DXM, X5 \
-	VMULPS       X5, X3, X3 \
-	VMULPS       X4, X3, X3 \
-	VMOVSHDUP    X3, X5 \
-	VSUBSS       X5, X3, X3 \
-	VADDSS       X3, ACC, ACC
-
-// ZQ6COMBINE is Q6COMBINE with the half widened by VCVTPH2PS.
-#define ZQ6COMBINE(DXM, ACC) \
-	SHLL       $5, BX \
-	SUBL       BX, DX \
-	MOVWLZX    208(SI), AX \
-	VMOVD      AX, X3 \
-	VCVTPH2PS  X3, X3 \
-	VMULSS     DXM, X3, X3 \
-	VCVTSI2SSL DX, X4, X4 \
-	VMULSS     X4, X3, X3 \
-	VADDSS     X3, ACC, ACC
-
 #define ZNIBMASK \
 	MOVL         $0x0f0f0f0f, AX \
 	VMOVD        AX, X15 \
@@ -854,7 +828,7 @@ zq4kloop:
 	Z4KGROUP(3, Z19)
 	ZFOLD(Z0, Y0)
 	HSUM2V(Y0, Y9, X0, X1)
-	ZKCOMBINE(X0, (R9), X10)
+	KCOMBINE(X0, (R9), X10)
 	ADDQ $144, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -895,9 +869,9 @@ zq4k2loop:
 	ZFOLD(Z0, Y0)
 	ZFOLD(Z8, Y8)
 	HSUM2V(Y0, Y9, X0, X1)
-	ZKCOMBINE(X0, (R9), X10)
+	KCOMBINE(X0, (R9), X10)
 	HSUM2V(Y8, Y11, X8, X1)
-	ZKCOMBINE(X8, (R9)(R8*1), X12)
+	KCOMBINE(X8, (R9)(R8*1), X12)
 	ADDQ $144, SI
 	ADDQ $256, DI
 	ADDQ $256, R14
@@ -967,7 +941,7 @@ zq6kloop:
 	Z6KHALF(1, Z18, Z19)
 	ZFOLD(Z0, Y0)
 	HSUM2(Y0, Y8, X0, X1, DX, BX)
-	ZQ6COMBINE((R9), X10)
+	Q6COMBINE((R9), X10)
 	ADDQ $210, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -1010,9 +984,9 @@ zq6k2loop:
 	ZFOLD(Z0, Y0)
 	ZFOLD(Z9, Y9)
 	HSUM2(Y0, Y11, X0, X1, DX, BX)
-	ZQ6COMBINE((R9), X10)
+	Q6COMBINE((R9), X10)
 	HSUM2(Y9, Y12, X9, X1, DX, BX)
-	ZQ6COMBINE((R9)(R8*1), X13)
+	Q6COMBINE((R9)(R8*1), X13)
 	ADDQ $210, SI
 	ADDQ $256, DI
 	ADDQ $256, R14
@@ -1066,7 +1040,7 @@ zq5kloop:
 	Z5KGROUP(3, Z19)
 	ZFOLD(Z0, Y0)
 	HSUM2V(Y0, Y9, X0, X1)
-	ZKCOMBINE(X0, (R9), X10)
+	KCOMBINE(X0, (R9), X10)
 	ADDQ $176, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
