@@ -281,8 +281,8 @@ var halfOffsets = map[DType][]int{
 
 // TestPackedKernelsRandomBlocks: the SIMD row kernels give the portable
 // kernels' bits on random blocks (every bit pattern of the quants and
-// scales, finite halves), for row lengths of 1 to 11 blocks, several
-// activation rows at once, one of them all zero.
+// scales, finite halves), for row lengths of 1 to 11 blocks, one
+// activation row or several at once, one of them all zero.
 func TestPackedKernelsRandomBlocks(t *testing.T) {
 	forEachPackedPath(t, testPackedKernelsRandomBlocks)
 }
@@ -306,22 +306,24 @@ func testPackedKernelsRandomBlocks(t *testing.T) {
 					binary.LittleEndian.PutUint16(raw[b*f.bytes+o:], uint16(splitmix(&rng))&0xbbff)
 				}
 			}
-			const n = 4
-			x := make([]float32, n*cols)
-			for i := range x[:3*cols] {
-				x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
-			}
-			w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
-			a := newAct(x, n, cols)
-			a.prepare(w)
-			fast := make([]float32, n*rows)
-			matmulPacked(fast, w, a, 0, rows)
-			useSIMD = false
-			slow := make([]float32, n*rows)
-			matmulPacked(slow, w, a, 0, rows)
-			useSIMD = true
-			if !sameBits(fast, slow) {
-				t.Fatalf("%s, %d blocks: SIMD %v, portable %v", typ, nb, fast, slow)
+			// One activation row (a decode) and four, the last all zero.
+			for _, n := range []int{1, 4} {
+				x := make([]float32, n*cols)
+				for i := range x[:min(n, 3)*cols] {
+					x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
+				}
+				w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
+				a := newAct(x, n, cols)
+				a.prepare(w)
+				fast := make([]float32, n*rows)
+				matmulPacked(fast, w, a, 0, rows)
+				useSIMD = false
+				slow := make([]float32, n*rows)
+				matmulPacked(slow, w, a, 0, rows)
+				useSIMD = true
+				if !sameBits(fast, slow) {
+					t.Fatalf("%s, %d blocks, %d activation rows: SIMD %v, portable %v", typ, nb, n, fast, slow)
+				}
 			}
 		}
 	}
