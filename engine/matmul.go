@@ -161,14 +161,6 @@ func matmulPacked(out []float32, w *matrix, x *act, r0, r1 int) {
 	f, c := w.qf, w.cols
 	nb := c / f.block
 	rb := nb * f.bytes
-	if x.n == 1 && r0 < r1 {
-		// A decode: one call for all the rows, whose outputs are
-		// independent, so the bits are those of one call per row.
-		if rows := packedRowsKernel(w.typ); rows != nil {
-			rows(out[r0:r1], w.raw[r0*rb:r1*rb], x, c)
-			return
-		}
-	}
 	fast := packedRowKernel(w.typ)
 	for rt := r0; rt < r1; rt += packedRowTile {
 		re := min(rt+packedRowTile, r1)

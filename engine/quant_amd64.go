@@ -42,16 +42,6 @@ func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *floa
 //go:noescape
 func dotQ6KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
 
-// The Rows kernels run dotQ4KRow512 or dotQ6KRow512 over rows
-// consecutive rows against one activation row (a decode), storing the sums
-// ostride bytes apart: one call per tile of rows instead of one per row.
-
-//go:noescape
-func dotQ4KRows512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, rows int, out *float32, ostride int)
-
-//go:noescape
-func dotQ6KRows512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, rows int, out *float32, ostride int)
-
 //go:noescape
 func dotIQ4XSRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
@@ -94,37 +84,6 @@ var avx512RowKernels = map[DType]rowKernel{
 	Q4_K: kRowKernel(dotQ4KRow512, dotQ4KRow2512, 144),
 	Q5_K: kRowKernel(dotQ5KRow512, nil, 176),
 	Q6_K: kRowKernel(dotQ6KRow512, dotQ6KRow2512, 210),
-}
-
-// rowsKernel computes len(out) consecutive packed rows' dot products with
-// activation row 0 into out.
-type rowsKernel = func(out []float32, raw []byte, x *act, cols int)
-
-var avx512RowsKernels = map[DType]rowsKernel{
-	Q4_K: kRowsKernel(dotQ4KRows512, 144),
-	Q6_K: kRowsKernel(dotQ6KRows512, 210),
-}
-
-// packedRowsKernel returns type t's many-row kernel for a single
-// activation row, or nil where there is none.
-func packedRowsKernel(t DType) rowsKernel {
-	if !useSIMD || !hasAVX2 || !hasF16C || !hasAVX512BW || !useAVX512 {
-		return nil
-	}
-	return avx512RowsKernels[t]
-}
-
-// kRowsKernel adapts a 256-element Rows kernel.
-func kRowsKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, rows int, out *float32, ostride int), blockBytes int) rowsKernel {
-	return func(out []float32, raw []byte, x *act, cols int) {
-		nb := cols / 256
-		if nb == 0 || len(out) == 0 {
-			return
-		}
-		_ = raw[len(out)*nb*blockBytes-1]
-		xq, xd, bs := x.kq[:cols], x.kd[:nb], x.kbsums[:cols/16]
-		dot(&raw[0], &xq[0], &xd[0], &bs[0], nb, &f16Table[0], len(out), &out[0], 4)
-	}
 }
 
 // hasAVX512Kernel reports whether packedRowKernel(t) is an AVX-512 kernel.

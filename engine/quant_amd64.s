@@ -839,52 +839,6 @@ zq4kloop:
 	MOVSS X10, ret+48(FP)
 	RET
 
-// func dotQ4KRows512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, rows int, out *float32, ostride int)
-// dotQ4KRow512 for rows consecutive rows (a decode), their sums stored
-// ostride bytes apart from out.
-TEXT ·dotQ4KRows512(SB), NOSPLIT, $32-72
-	MOVQ q+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xd+16(FP), R9
-	MOVQ bsums+24(FP), R10
-	MOVQ nb+32(FP), CX
-	MOVQ tab+40(FP), R11
-	ZNIBMASK
-	ZPERMS(q4kPerm<>)
-	VMOVDQU64 shift0and4<>(SB), Z20
-	MOVQ rows+48(FP), R8
-	MOVQ out+56(FP), R14
-
-rzq4klooprows:
-	MOVQ x+8(FP), DI
-	MOVQ xd+16(FP), R9
-	MOVQ bsums+24(FP), R10
-	MOVQ nb+32(FP), CX
-	VXORPS X10, X10, X10
-
-rzq4kloop:
-	KSCALES
-	VPXORD Z0, Z0, Z0
-	Z4KGROUP(0, Z16)
-	Z4KGROUP(1, Z17)
-	Z4KGROUP(2, Z18)
-	Z4KGROUP(3, Z19)
-	ZFOLD(Z0, Y0)
-	HSUM2V(Y0, Y9, X0, X1)
-	KCOMBINE(X0, (R9), X10)
-	ADDQ $144, SI
-	ADDQ $256, DI
-	ADDQ $4, R9
-	ADDQ $32, R10
-	DECQ CX
-	JNZ  rzq4kloop
-	VMOVSS X10, (R14)
-	ADDQ   ostride+64(FP), R14
-	DECQ   R8
-	JNZ    rzq4klooprows
-	VZEROUPPER
-	RET
-
 #define Z4KGROUP2(G, ZP) \
 	Z4KQUANTS(G, ZP) \
 	VPMADDUBSW (64*G)(DI), Z2, Z4 \
@@ -996,50 +950,6 @@ zq6kloop:
 	JNZ  zq6kloop
 	VZEROUPPER
 	MOVSS X10, ret+48(FP)
-	RET
-
-// func dotQ6KRows512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, rows int, out *float32, ostride int)
-// dotQ6KRow512 for rows consecutive rows (a decode), their sums stored
-// ostride bytes apart from out.
-// As dotQ6KRow: values unsigned (0..63), 32·Σ sc_j·bsum_j subtracted.
-TEXT ·dotQ6KRows512(SB), NOSPLIT, $0-72
-	MOVQ q+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xd+16(FP), R9
-	MOVQ bsums+24(FP), R10
-	MOVQ nb+32(FP), CX
-	MOVQ tab+40(FP), R11
-	Z6KCONSTS
-	MOVQ rows+48(FP), R8
-	MOVQ out+56(FP), R14
-
-rzq6klooprows:
-	MOVQ x+8(FP), DI
-	MOVQ xd+16(FP), R9
-	MOVQ bsums+24(FP), R10
-	MOVQ nb+32(FP), CX
-	VXORPS X10, X10, X10
-
-rzq6kloop:
-	VPMOVSXBW 192(SI), Y1
-	VPMADDWD  (R10), Y1, Y8
-	VPXORD    Z0, Z0, Z0
-	Z6KHALF(0, Z16, Z17)
-	Z6KHALF(1, Z18, Z19)
-	ZFOLD(Z0, Y0)
-	HSUM2(Y0, Y8, X0, X1, DX, BX)
-	Q6COMBINE((R9), X10)
-	ADDQ $210, SI
-	ADDQ $256, DI
-	ADDQ $4, R9
-	ADDQ $32, R10
-	DECQ CX
-	JNZ  rzq6kloop
-	VMOVSS X10, (R14)
-	ADDQ   ostride+64(FP), R14
-	DECQ   R8
-	JNZ    rzq6klooprows
-	VZEROUPPER
 	RET
 
 #define Z6KQUARTER2(ZU, XOFF, ZP) \

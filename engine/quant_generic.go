@@ -7,5 +7,3 @@ func packedRowKernel(DType) func(out []float32, stride int, row []byte, x *act, 
 }
 
 func hasAVX512Kernel(DType) bool { return false }
-
-func packedRowsKernel(DType) func(out []float32, raw []byte, x *act, cols int) { return nil }
