@@ -95,8 +95,21 @@
 // per row. A product of many input rows (a prefill) is tiled: 16 weight
 // rows against 32 input rows at a time, and Q4_K and Q6_K rows meet two
 // input rows per call (each block unpacked once for both); each output is
-// still one row's dot product with one input row, summed as above. There
-// is no AVX-512 packed kernel yet.
+// still one row's dot product with one input row, summed as above.
+//
+// Where the CPU has AVX-512BW, Q4_K and Q6_K (most of a Q4_K_M file's
+// bytes; one- and two-row) and Q5_K (one-row) use 512-bit twins of those
+// kernels: a zmm holds 64 values of a block in its activations' order (a
+// broadcast 32-byte load and a per-half shift for Q4_K's nibbles, Q5_K's
+// and Q6_K's high bits likewise) and VPERMW spreads the block's scales
+// over the pair sums. The integer sums are the same, and the float part
+// does the same float32 operations in the same order (the two halves of a
+// Q4_K/Q5_K block widened together by VCVTPH2PS, exact like the table,
+// and its two products in one VMULPS), so the bits are too; the tests run
+// on both paths (useAVX512 switches the AVX2 one back on), and
+// TestPackedKernelsExtremes adds the largest sums and non-finite halves.
+// The other packed types use AVX2 on such a CPU. BenchmarkPackedKernelPaths
+// and BenchmarkDecodeKernelPaths compare the two paths.
 //
 // # Simulated backend
 //

@@ -13,12 +13,27 @@ func dot4Q8(out *float32, wq *int8, wd *float32, xq *int8, xd *float32, nb int)
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func xgetbv0() (eax, edx uint32)
 
-var hasAVX, hasAVX2, hasAVX512 = detectAVX()
+var hasAVX, hasAVX2, hasAVX512, hasAVX512BW = detectAVX()
+
+// hasF16C: the packed kernels widen halves with VCVTPH2PS (every AVX2 CPU
+// has it; checked all the same).
+var hasF16C = func() bool {
+	if maxID, _, _, _ := cpuid(0, 0); maxID < 1 {
+		return false
+	}
+	_, _, ecx, _ := cpuid(1, 0)
+	return ecx&(1<<29) != 0
+}()
 
 // useSIMD lets tests compare the kernels; it is never turned off otherwise.
 var useSIMD = true
 
-func detectAVX() (avx, avx2, avx512 bool) {
+// useAVX512 lets tests and benchmarks run the AVX2 packed kernels on a CPU
+// with AVX-512BW, so that both stay tested; it is never turned off
+// otherwise.
+var useAVX512 = true
+
+func detectAVX() (avx, avx2, avx512, avx512bw bool) {
 	maxID, _, _, _ := cpuid(0, 0)
 	if maxID < 1 {
 		return
@@ -33,11 +48,13 @@ func detectAVX() (avx, avx2, avx512 bool) {
 		return
 	}
 	if maxID < 7 {
-		return true, false, false
+		return true, false, false, false
 	}
 	_, ebx, _, _ := cpuid(7, 0)
-	// AVX-512F, with the OS saving opmask and ZMM state.
-	return true, ebx&(1<<5) != 0, ebx&(1<<16) != 0 && xcr0&0xe0 == 0xe0
+	// AVX-512F, with the OS saving opmask and ZMM state; BW adds the byte
+	// and word instructions the packed kernels use.
+	avx512 = ebx&(1<<16) != 0 && xcr0&0xe0 == 0xe0
+	return true, ebx&(1<<5) != 0, avx512, avx512 && ebx&(1<<30) != 0
 }
 
 var simdKernel = func() string {

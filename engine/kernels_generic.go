@@ -7,6 +7,7 @@ var (
 	dotRowsQ8  = dotRowsQ8Portable
 	useSIMD    = false
 	hasAVX     = false
+	useAVX512  = false
 )
 
 const simdKernel = "f32 portable Go, q8_0 portable Go"

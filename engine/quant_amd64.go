@@ -24,6 +24,24 @@ func dotQ4KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float3
 //go:noescape
 func dotQ6KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
 
+// The AVX-512BW twins of dotQ4KRow, dotQ4KRow2, dotQ5KRow, dotQ6KRow and
+// dotQ6KRow2 (same arguments, same bits), used when the CPU has AVX-512BW.
+
+//go:noescape
+func dotQ4KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+
+//go:noescape
+func dotQ4KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+
+//go:noescape
+func dotQ5KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+
+//go:noescape
+func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+
+//go:noescape
+func dotQ6KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+
 //go:noescape
 func dotIQ4XSRow(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
@@ -61,11 +79,26 @@ var avx2RowKernels = map[DType]rowKernel{
 	IQ4_NL: row32Kernel(dotIQ4NLRow, 18),
 }
 
+// avx512RowKernels replace avx2RowKernels where the CPU has AVX-512BW.
+var avx512RowKernels = map[DType]rowKernel{
+	Q4_K: kRowKernel(dotQ4KRow512, dotQ4KRow2512, 144),
+	Q5_K: kRowKernel(dotQ5KRow512, nil, 176),
+	Q6_K: kRowKernel(dotQ6KRow512, dotQ6KRow2512, 210),
+}
+
+// hasAVX512Kernel reports whether packedRowKernel(t) is an AVX-512 kernel.
+func hasAVX512Kernel(t DType) bool { return hasAVX512BW && hasF16C && avx512RowKernels[t] != nil }
+
 // packedRowKernel returns type t's SIMD row kernel, or nil where only the
 // portable one exists.
 func packedRowKernel(t DType) rowKernel {
-	if !useSIMD || !hasAVX2 {
+	if !useSIMD || !hasAVX2 || !hasF16C {
 		return nil
+	}
+	if hasAVX512BW && useAVX512 {
+		if k := avx512RowKernels[t]; k != nil {
+			return k
+		}
 	}
 	return avx2RowKernels[t]
 }

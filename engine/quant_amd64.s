@@ -3,9 +3,11 @@
 // Whole-row dot products of packed rows with one quantised activation row
 // (AVX2). Per block: the scales are unpacked, the integer sums formed (exact,
 // so their order cannot matter), and the block's float part computed with
-// the portable kernel's scalar operations in its order (VMULSS, VSUBSS,
-// VADDSS; never FMA), each block added in turn into one float32. Halves are
-// widened through f16Table (tab), the portable kernels' own conversion.
+// the portable kernel's float32 operations in its order (VMULSS, VSUBSS,
+// VADDSS, or their packed forms lane by lane; never FMA), each block added
+// in turn into one float32. Halves are widened through f16Table (tab), the
+// portable kernels' own conversion, or by VCVTPH2PS (K-quants), which
+// gives the same values.
 //
 // Common arguments: q the row's nb blocks; x its activations, nb*block
 // values in [-127, 127]; xd one float32 scale per activation block; tab
@@ -126,18 +128,40 @@
 	VPMOVZXBW X2, Y2 \
 	VPMADDWD (R10), Y2, Y9
 
-// KCOMBINE adds the block's d·dx·sumi − dmin·dx·summ (sumi in DX, summ in
-// BX, dx at DXM) into ACC, as combineK and dotRowQuant round it.
-#define KCOMBINE(DXM, ACC) \
-	HALF(0, X3) \
+// HSUM2V is HSUM2 leaving the two sums in lanes 0 and 1 of XA.
+#define HSUM2V(YA, YB, XA, XT) \
+	VPHADDD      YB, YA, YA \
+	VEXTRACTI128 $1, YA, XT \
+	VPADDD       XT, XA, XA \
+	VPHADDD      XA, XA, XA
+
+// KCOMBINE adds a Q4_K/Q5_K block's d·dx·sumi − dmin·dx·summ (sumi and
+// summ in lanes 0 and 1 of XS, dx at DXM) into ACC, rounded as combineK
+// and dotRowQuant round it: lane by lane the same float32 operations in
+// the same operand order, so the same bits. VCVTPH2PS widens d and dmin
+// together, exactly as f16Table does (the kernels run only where F16C
+// is), without two lookups in that 256 KiB table, which miss the L1 cache.
+#define KCOMBINE(XS, DXM, ACC) \
+	VCVTDQ2PS    XS, X4 \
+	VCVTPH2PS    (SI), X3 \
+	VBROADCASTSS DXM, X5 \
+	VMULPS       X5, X3, X3 \
+	VMULPS       X4, X3, X3 \
+	VMOVSHDUP    X3, X5 \
+	VSUBSS       X5, X3, X3 \
+	VADDSS       X3, ACC, ACC
+
+// Q6COMBINE adds float32(d·dx)·float32(DX − 32·BX) into ACC, the half
+// widened as in KCOMBINE.
+#define Q6COMBINE(DXM, ACC) \
+	SHLL       $5, BX \
+	SUBL       BX, DX \
+	MOVWLZX    208(SI), AX \
+	VMOVD      AX, X3 \
+	VCVTPH2PS  X3, X3 \
 	VMULSS     DXM, X3, X3 \
 	VCVTSI2SSL DX, X4, X4 \
 	VMULSS     X4, X3, X3 \
-	HALF(2, X5) \
-	VMULSS     DXM, X5, X5 \
-	VCVTSI2SSL BX, X4, X4 \
-	VMULSS     X4, X5, X5 \
-	VSUBSS     X5, X3, X3 \
 	VADDSS     X3, ACC, ACC
 
 #define Q4KGROUP(G) \
@@ -166,8 +190,8 @@ q4kloop:
 	Q4KGROUP(1)
 	Q4KGROUP(2)
 	Q4KGROUP(3)
-	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE((R9), X10)
+	HSUM2V(Y0, Y9, X0, X1)
+	KCOMBINE(X0, (R9), X10)
 	ADDQ $144, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -218,8 +242,8 @@ q5kloop:
 	Q5KGROUP(1)
 	Q5KGROUP(2)
 	Q5KGROUP(3)
-	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE((R9), X10)
+	HSUM2V(Y0, Y9, X0, X1)
+	KCOMBINE(X0, (R9), X10)
 	ADDQ $176, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -290,13 +314,7 @@ q6kloop:
 	Q6KHALF(0)
 	Q6KHALF(1)
 	HSUM2(Y0, Y8, X0, X1, DX, BX)
-	SHLL $5, BX
-	SUBL BX, DX
-	HALF(208, X3)
-	VMULSS     (R9), X3, X3
-	VCVTSI2SSL DX, X4, X4
-	VMULSS     X4, X3, X3
-	VADDSS     X3, X10, X10
+	Q6COMBINE((R9), X10)
 	ADDQ $210, SI
 	ADDQ $256, DI
 	ADDQ $4, R9
@@ -563,10 +581,10 @@ q4k2loop:
 	Q4KGROUP2(1)
 	Q4KGROUP2(2)
 	Q4KGROUP2(3)
-	HSUM2(Y0, Y9, X0, X1, DX, BX)
-	KCOMBINE((R9), X10)
-	HSUM2(Y8, Y11, X8, X1, DX, BX)
-	KCOMBINE((R9)(R8*1), X12)
+	HSUM2V(Y0, Y9, X0, X1)
+	KCOMBINE(X0, (R9), X10)
+	HSUM2V(Y8, Y11, X8, X1)
+	KCOMBINE(X8, (R9)(R8*1), X12)
 	ADDQ $144, SI
 	ADDQ $256, DI
 	ADDQ $256, R14
@@ -613,16 +631,6 @@ q4k2loop:
 	VPOR    Y5, Y4, Y4 \
 	Q6KQUARTER2(Y4, 128*N+96, 16*N+12)
 
-// Q6COMBINE adds float32(d·dx)·float32(DX − 32·BX) into ACC.
-#define Q6COMBINE(DXM, ACC) \
-	SHLL $5, BX \
-	SUBL BX, DX \
-	HALF(208, X3) \
-	VMULSS     DXM, X3, X3 \
-	VCVTSI2SSL DX, X4, X4 \
-	VMULSS     X4, X3, X3 \
-	VADDSS     X3, ACC, ACC
-
 // func dotQ6KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
 TEXT ·dotQ6KRow2(SB), NOSPLIT, $32-72
 	ROW2PROLOGUE
@@ -653,3 +661,402 @@ q6k2loop:
 	DECQ CX
 	JNZ  q6k2loop
 	ROW2STORE(X10, X13)
+
+// --- AVX-512BW (512-bit) Q4_K, Q5_K and Q6_K row kernels ---
+//
+// The same integer sums as the AVX2 kernels, 64 values per instruction:
+// a zmm holds one 64-element group (Q4_K) or quarter (Q6_K) of a block,
+// laid out as its activations are, and VPERMW spreads the block's scales
+// over the VPMADDUBSW pair sums. The float part is KCOMBINE/Q6COMBINE, so
+// the bits are the portable kernels'. Q5_K follows Q4_K. Extra registers: Z15 0x0f bytes,
+// Z16–Z19 VPERMW indices, Z20/Z21 shift counts.
+
+// q4kPerm: VPERMW indices spreading a Q4_K block's 8 int16 scales over
+// its four 64-element groups (group G at 64·G bytes): 16 words of
+// scale 2G, then 16 of scale 2G+1, one per VPMADDUBSW pair sum.
+DATA q4kPerm<>+0(SB)/8, $0x0000000000000000
+DATA q4kPerm<>+8(SB)/8, $0x0000000000000000
+DATA q4kPerm<>+16(SB)/8, $0x0000000000000000
+DATA q4kPerm<>+24(SB)/8, $0x0000000000000000
+DATA q4kPerm<>+32(SB)/8, $0x0001000100010001
+DATA q4kPerm<>+40(SB)/8, $0x0001000100010001
+DATA q4kPerm<>+48(SB)/8, $0x0001000100010001
+DATA q4kPerm<>+56(SB)/8, $0x0001000100010001
+DATA q4kPerm<>+64(SB)/8, $0x0002000200020002
+DATA q4kPerm<>+72(SB)/8, $0x0002000200020002
+DATA q4kPerm<>+80(SB)/8, $0x0002000200020002
+DATA q4kPerm<>+88(SB)/8, $0x0002000200020002
+DATA q4kPerm<>+96(SB)/8, $0x0003000300030003
+DATA q4kPerm<>+104(SB)/8, $0x0003000300030003
+DATA q4kPerm<>+112(SB)/8, $0x0003000300030003
+DATA q4kPerm<>+120(SB)/8, $0x0003000300030003
+DATA q4kPerm<>+128(SB)/8, $0x0004000400040004
+DATA q4kPerm<>+136(SB)/8, $0x0004000400040004
+DATA q4kPerm<>+144(SB)/8, $0x0004000400040004
+DATA q4kPerm<>+152(SB)/8, $0x0004000400040004
+DATA q4kPerm<>+160(SB)/8, $0x0005000500050005
+DATA q4kPerm<>+168(SB)/8, $0x0005000500050005
+DATA q4kPerm<>+176(SB)/8, $0x0005000500050005
+DATA q4kPerm<>+184(SB)/8, $0x0005000500050005
+DATA q4kPerm<>+192(SB)/8, $0x0006000600060006
+DATA q4kPerm<>+200(SB)/8, $0x0006000600060006
+DATA q4kPerm<>+208(SB)/8, $0x0006000600060006
+DATA q4kPerm<>+216(SB)/8, $0x0006000600060006
+DATA q4kPerm<>+224(SB)/8, $0x0007000700070007
+DATA q4kPerm<>+232(SB)/8, $0x0007000700070007
+DATA q4kPerm<>+240(SB)/8, $0x0007000700070007
+DATA q4kPerm<>+248(SB)/8, $0x0007000700070007
+GLOBL q4kPerm<>(SB), RODATA|NOPTR, $256
+
+// q6kPerm: the same for Q6_K's 16 scales, one per 16 elements: quarter
+// M (64 elements) takes scales 4M to 4M+3, 8 words each.
+DATA q6kPerm<>+0(SB)/8, $0x0000000000000000
+DATA q6kPerm<>+8(SB)/8, $0x0000000000000000
+DATA q6kPerm<>+16(SB)/8, $0x0001000100010001
+DATA q6kPerm<>+24(SB)/8, $0x0001000100010001
+DATA q6kPerm<>+32(SB)/8, $0x0002000200020002
+DATA q6kPerm<>+40(SB)/8, $0x0002000200020002
+DATA q6kPerm<>+48(SB)/8, $0x0003000300030003
+DATA q6kPerm<>+56(SB)/8, $0x0003000300030003
+DATA q6kPerm<>+64(SB)/8, $0x0004000400040004
+DATA q6kPerm<>+72(SB)/8, $0x0004000400040004
+DATA q6kPerm<>+80(SB)/8, $0x0005000500050005
+DATA q6kPerm<>+88(SB)/8, $0x0005000500050005
+DATA q6kPerm<>+96(SB)/8, $0x0006000600060006
+DATA q6kPerm<>+104(SB)/8, $0x0006000600060006
+DATA q6kPerm<>+112(SB)/8, $0x0007000700070007
+DATA q6kPerm<>+120(SB)/8, $0x0007000700070007
+DATA q6kPerm<>+128(SB)/8, $0x0008000800080008
+DATA q6kPerm<>+136(SB)/8, $0x0008000800080008
+DATA q6kPerm<>+144(SB)/8, $0x0009000900090009
+DATA q6kPerm<>+152(SB)/8, $0x0009000900090009
+DATA q6kPerm<>+160(SB)/8, $0x000a000a000a000a
+DATA q6kPerm<>+168(SB)/8, $0x000a000a000a000a
+DATA q6kPerm<>+176(SB)/8, $0x000b000b000b000b
+DATA q6kPerm<>+184(SB)/8, $0x000b000b000b000b
+DATA q6kPerm<>+192(SB)/8, $0x000c000c000c000c
+DATA q6kPerm<>+200(SB)/8, $0x000c000c000c000c
+DATA q6kPerm<>+208(SB)/8, $0x000d000d000d000d
+DATA q6kPerm<>+216(SB)/8, $0x000d000d000d000d
+DATA q6kPerm<>+224(SB)/8, $0x000e000e000e000e
+DATA q6kPerm<>+232(SB)/8, $0x000e000e000e000e
+DATA q6kPerm<>+240(SB)/8, $0x000f000f000f000f
+DATA q6kPerm<>+248(SB)/8, $0x000f000f000f000f
+GLOBL q6kPerm<>(SB), RODATA|NOPTR, $256
+
+// Per-qword shift counts: the low 256 bits by the first, the high 256
+// bits by the second (a broadcast 32 bytes serves both halves).
+DATA shift0and4<>+0(SB)/8, $0
+DATA shift0and4<>+8(SB)/8, $0
+DATA shift0and4<>+16(SB)/8, $0
+DATA shift0and4<>+24(SB)/8, $0
+DATA shift0and4<>+32(SB)/8, $4
+DATA shift0and4<>+40(SB)/8, $4
+DATA shift0and4<>+48(SB)/8, $4
+DATA shift0and4<>+56(SB)/8, $4
+GLOBL shift0and4<>(SB), RODATA|NOPTR, $64
+DATA shift4and2<>+0(SB)/8, $4
+DATA shift4and2<>+8(SB)/8, $4
+DATA shift4and2<>+16(SB)/8, $4
+DATA shift4and2<>+24(SB)/8, $4
+DATA shift4and2<>+32(SB)/8, $2
+DATA shift4and2<>+40(SB)/8, $2
+DATA shift4and2<>+48(SB)/8, $2
+DATA shift4and2<>+56(SB)/8, $2
+GLOBL shift4and2<>(SB), RODATA|NOPTR, $64
+DATA shift0and2<>+0(SB)/8, $0
+DATA shift0and2<>+8(SB)/8, $0
+DATA shift0and2<>+16(SB)/8, $0
+DATA shift0and2<>+24(SB)/8, $0
+DATA shift0and2<>+32(SB)/8, $2
+DATA shift0and2<>+40(SB)/8, $2
+DATA shift0and2<>+48(SB)/8, $2
+DATA shift0and2<>+56(SB)/8, $2
+GLOBL shift0and2<>(SB), RODATA|NOPTR, $64
+
+#define ZNIBMASK \
+	MOVL         $0x0f0f0f0f, AX \
+	VMOVD        AX, X15 \
+	VPBROADCASTD X15, Z15
+
+// ZPERMS loads the four VPERMW index vectors at TAB into Z16–Z19.
+#define ZPERMS(TAB) \
+	VMOVDQU64 TAB+0(SB), Z16 \
+	VMOVDQU64 TAB+64(SB), Z17 \
+	VMOVDQU64 TAB+128(SB), Z18 \
+	VMOVDQU64 TAB+192(SB), Z19
+
+// ZFOLD adds the high 256 bits of ZA into its low half YA (uses Y3).
+#define ZFOLD(ZA, YA) \
+	VEXTRACTI64X4 $1, ZA, Y3 \
+	VPADDD        Y3, YA, YA
+
+// Z4KQUANTS: group G's 64 unsigned nibbles into Z2 (the 32 bytes
+// broadcast to both halves, the high half shifted to its high nibbles)
+// and its scales, one per pair sum, into Z3.
+#define Z4KQUANTS(G, ZP) \
+	VBROADCASTI64X4 (16+32*G)(SI), Z2 \
+	VPSRLVQ         Z20, Z2, Z2 \
+	VPANDQ          Z15, Z2, Z2 \
+	VPERMW          Z1, ZP, Z3
+
+#define Z4KGROUP(G, ZP) \
+	Z4KQUANTS(G, ZP) \
+	VPMADDUBSW (64*G)(DI), Z2, Z2 \
+	VPMADDWD   Z3, Z2, Z2 \
+	VPADDD     Z2, Z0, Z0
+
+// func dotQ4KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+TEXT ·dotQ4KRow512(SB), NOSPLIT, $32-52
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	ZNIBMASK
+	ZPERMS(q4kPerm<>)
+	VMOVDQU64 shift0and4<>(SB), Z20
+	VXORPS X10, X10, X10
+
+zq4kloop:
+	KSCALES
+	VPXORD Z0, Z0, Z0
+	Z4KGROUP(0, Z16)
+	Z4KGROUP(1, Z17)
+	Z4KGROUP(2, Z18)
+	Z4KGROUP(3, Z19)
+	ZFOLD(Z0, Y0)
+	HSUM2V(Y0, Y9, X0, X1)
+	KCOMBINE(X0, (R9), X10)
+	ADDQ $144, SI
+	ADDQ $256, DI
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  zq4kloop
+	VZEROUPPER
+	MOVSS X10, ret+48(FP)
+	RET
+
+#define Z4KGROUP2(G, ZP) \
+	Z4KQUANTS(G, ZP) \
+	VPMADDUBSW (64*G)(DI), Z2, Z4 \
+	VPMADDUBSW (64*G)(R14), Z2, Z5 \
+	VPMADDWD   Z3, Z4, Z4 \
+	VPMADDWD   Z3, Z5, Z5 \
+	VPADDD     Z4, Z0, Z0 \
+	VPADDD     Z5, Z8, Z8
+
+// func dotQ4KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+TEXT ·dotQ4KRow2512(SB), NOSPLIT, $32-72
+	ROW2PROLOGUE
+	ZNIBMASK
+	ZPERMS(q4kPerm<>)
+	VMOVDQU64 shift0and4<>(SB), Z20
+	VXORPS X10, X10, X10
+	VXORPS X12, X12, X12
+
+zq4k2loop:
+	KSCALES
+	VPMADDWD (R10)(R8*8), Y2, Y11
+	VPXORD Z0, Z0, Z0
+	VPXORD Z8, Z8, Z8
+	Z4KGROUP2(0, Z16)
+	Z4KGROUP2(1, Z17)
+	Z4KGROUP2(2, Z18)
+	Z4KGROUP2(3, Z19)
+	ZFOLD(Z0, Y0)
+	ZFOLD(Z8, Y8)
+	HSUM2V(Y0, Y9, X0, X1)
+	KCOMBINE(X0, (R9), X10)
+	HSUM2V(Y8, Y11, X8, X1)
+	KCOMBINE(X8, (R9)(R8*1), X12)
+	ADDQ $144, SI
+	ADDQ $256, DI
+	ADDQ $256, R14
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  zq4k2loop
+	ROW2STORE(X10, X12)
+
+// Z6KQUANTS: quarters 2N and 2N+1 of a Q6_K block as unsigned 6-bit
+// values in Z4 and Z5: the 64 ql bytes at 64·N give the low nibbles of
+// quarter 2N and the high nibbles of 2N+1; the 32 qh bytes, broadcast to
+// both halves, give the two high bits of each (bits 0–1 and 2–3 for
+// quarter 2N, 4–5 and 6–7 for 2N+1), shifted into 0x30.
+#define Z6KQUANTS(N) \
+	VMOVDQU64       (64*N)(SI), Z2 \
+	VBROADCASTI64X4 (128+32*N)(SI), Z3 \
+	VPANDQ          Z15, Z2, Z4 \
+	VPSLLVQ         Z20, Z3, Z6 \
+	VPANDQ          Z14, Z6, Z6 \
+	VPORQ           Z6, Z4, Z4 \
+	VPSRLQ          $4, Z2, Z5 \
+	VPANDQ          Z15, Z5, Z5 \
+	VPSRLVQ         Z21, Z3, Z6 \
+	VPANDQ          Z14, Z6, Z6 \
+	VPORQ           Z6, Z5, Z5
+
+// Z6KQUARTER: the 64 values in ZU times the activations at XOFF(DI),
+// weighted by their scales (VPERMW with indices ZP), added into Z0.
+#define Z6KQUARTER(ZU, XOFF, ZP) \
+	VPMADDUBSW XOFF(DI), ZU, ZU \
+	VPERMW     Z1, ZP, Z6 \
+	VPMADDWD   Z6, ZU, ZU \
+	VPADDD     ZU, Z0, Z0
+
+#define Z6KHALF(N, ZPA, ZPB) \
+	Z6KQUANTS(N) \
+	Z6KQUARTER(Z4, 128*N, ZPA) \
+	Z6KQUARTER(Z5, 128*N+64, ZPB)
+
+#define Z6KCONSTS \
+	ZNIBMASK \
+	MOVL         $0x30303030, AX \
+	VMOVD        AX, X14 \
+	VPBROADCASTD X14, Z14 \
+	ZPERMS(q6kPerm<>) \
+	VMOVDQU64    shift4and2<>(SB), Z20 \
+	VMOVDQU64    shift0and2<>(SB), Z21
+
+// func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+// As dotQ6KRow: values unsigned (0..63), 32·Σ sc_j·bsum_j subtracted.
+TEXT ·dotQ6KRow512(SB), NOSPLIT, $0-52
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	Z6KCONSTS
+	VXORPS X10, X10, X10
+
+zq6kloop:
+	VPMOVSXBW 192(SI), Y1
+	VPMADDWD  (R10), Y1, Y8
+	VPXORD    Z0, Z0, Z0
+	Z6KHALF(0, Z16, Z17)
+	Z6KHALF(1, Z18, Z19)
+	ZFOLD(Z0, Y0)
+	HSUM2(Y0, Y8, X0, X1, DX, BX)
+	Q6COMBINE((R9), X10)
+	ADDQ $210, SI
+	ADDQ $256, DI
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  zq6kloop
+	VZEROUPPER
+	MOVSS X10, ret+48(FP)
+	RET
+
+#define Z6KQUARTER2(ZU, XOFF, ZP) \
+	VPERMW     Z1, ZP, Z6 \
+	VPMADDUBSW XOFF(R14), ZU, Z7 \
+	VPMADDUBSW XOFF(DI), ZU, ZU \
+	VPMADDWD   Z6, Z7, Z7 \
+	VPMADDWD   Z6, ZU, ZU \
+	VPADDD     Z7, Z9, Z9 \
+	VPADDD     ZU, Z0, Z0
+
+#define Z6KHALF2(N, ZPA, ZPB) \
+	Z6KQUANTS(N) \
+	Z6KQUARTER2(Z4, 128*N, ZPA) \
+	Z6KQUARTER2(Z5, 128*N+64, ZPB)
+
+// func dotQ6KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
+TEXT ·dotQ6KRow2512(SB), NOSPLIT, $0-72
+	ROW2PROLOGUE
+	Z6KCONSTS
+	VXORPS X10, X10, X10
+	VXORPS X13, X13, X13
+
+zq6k2loop:
+	VPMOVSXBW 192(SI), Y1
+	VPMADDWD  (R10), Y1, Y11
+	VPMADDWD  (R10)(R8*8), Y1, Y12
+	VPXORD    Z0, Z0, Z0
+	VPXORD    Z9, Z9, Z9
+	Z6KHALF2(0, Z16, Z17)
+	Z6KHALF2(1, Z18, Z19)
+	ZFOLD(Z0, Y0)
+	ZFOLD(Z9, Y9)
+	HSUM2(Y0, Y11, X0, X1, DX, BX)
+	Q6COMBINE((R9), X10)
+	HSUM2(Y9, Y12, X9, X1, DX, BX)
+	Q6COMBINE((R9)(R8*1), X13)
+	ADDQ $210, SI
+	ADDQ $256, DI
+	ADDQ $256, R14
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  zq6k2loop
+	ROW2STORE(X10, X13)
+
+// Z5KGROUP: as Z4KGROUP, with the fifth bits of group G from the 32 qh
+// bytes broadcast in Z14, shifted right by 2G (Z14 >>= 2 after each
+// group): bit 0 for the low nibbles, bit 1 for the high ones, moved to
+// 0x10 by the shift counts in Z21 and masked by Z13.
+#define Z5KGROUP(G, ZP) \
+	VBROADCASTI64X4 (48+32*G)(SI), Z2 \
+	VPSRLVQ         Z20, Z2, Z2 \
+	VPANDQ          Z15, Z2, Z2 \
+	VPSLLVQ         Z21, Z14, Z4 \
+	VPANDQ          Z13, Z4, Z4 \
+	VPORQ           Z4, Z2, Z2 \
+	VPSRLQ          $2, Z14, Z14 \
+	VPERMW          Z1, ZP, Z3 \
+	VPMADDUBSW      (64*G)(DI), Z2, Z2 \
+	VPMADDWD        Z3, Z2, Z2 \
+	VPADDD          Z2, Z0, Z0
+
+// func dotQ5KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+TEXT ·dotQ5KRow512(SB), NOSPLIT, $32-52
+	MOVQ q+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xd+16(FP), R9
+	MOVQ bsums+24(FP), R10
+	MOVQ nb+32(FP), CX
+	MOVQ tab+40(FP), R11
+	ZNIBMASK
+	ZPERMS(q4kPerm<>)
+	VMOVDQU64    shift0and4<>(SB), Z20
+	VMOVDQU64    shift4and3<>(SB), Z21
+	MOVL         $0x10101010, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Z13
+	VXORPS       X10, X10, X10
+
+zq5kloop:
+	KSCALES
+	VBROADCASTI64X4 16(SI), Z14
+	VPXORD          Z0, Z0, Z0
+	Z5KGROUP(0, Z16)
+	Z5KGROUP(1, Z17)
+	Z5KGROUP(2, Z18)
+	Z5KGROUP(3, Z19)
+	ZFOLD(Z0, Y0)
+	HSUM2V(Y0, Y9, X0, X1)
+	KCOMBINE(X0, (R9), X10)
+	ADDQ $176, SI
+	ADDQ $256, DI
+	ADDQ $4, R9
+	ADDQ $32, R10
+	DECQ CX
+	JNZ  zq5kloop
+	VZEROUPPER
+	MOVSS X10, ret+48(FP)
+	RET
+
+DATA shift4and3<>+0(SB)/8, $4
+DATA shift4and3<>+8(SB)/8, $4
+DATA shift4and3<>+16(SB)/8, $4
+DATA shift4and3<>+24(SB)/8, $4
+DATA shift4and3<>+32(SB)/8, $3
+DATA shift4and3<>+40(SB)/8, $3
+DATA shift4and3<>+48(SB)/8, $3
+DATA shift4and3<>+56(SB)/8, $3
+GLOBL shift4and3<>(SB), RODATA|NOPTR, $64

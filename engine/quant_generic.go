@@ -5,3 +5,5 @@ package engine
 func packedRowKernel(DType) func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 	return nil
 }
+
+func hasAVX512Kernel(DType) bool { return false }

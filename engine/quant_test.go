@@ -157,6 +157,23 @@ func TestQuantizeRoundTrip(t *testing.T) {
 // kernels' bits, on ggml's blocks and on our own, for several activation
 // rows at once.
 func TestPackedKernelsMatchPortable(t *testing.T) {
+	forEachPackedPath(t, testPackedKernelsMatchPortable)
+}
+
+// forEachPackedPath runs test once per SIMD path of this CPU's packed
+// kernels: AVX-512BW where it has it, and always AVX2 (or portable).
+func forEachPackedPath(t *testing.T, test func(*testing.T)) {
+	t.Run("avx2", func(t *testing.T) {
+		useAVX512 = false
+		defer func() { useAVX512 = true }()
+		test(t)
+	})
+	if hasAVX512Kernel(Q4_K) {
+		t.Run("avx512", test)
+	}
+}
+
+func testPackedKernelsMatchPortable(t *testing.T) {
 	for _, v := range loadQuantVectors(t) {
 		if packedRowKernel(v.typ) == nil {
 			continue
@@ -264,9 +281,13 @@ var halfOffsets = map[DType][]int{
 
 // TestPackedKernelsRandomBlocks: the SIMD row kernels give the portable
 // kernels' bits on random blocks (every bit pattern of the quants and
-// scales, finite halves), for row lengths of 1 to 11 blocks, several
-// activation rows at once, one of them all zero.
+// scales, finite halves), for row lengths of 1 to 11 blocks, one
+// activation row or several at once, one of them all zero.
 func TestPackedKernelsRandomBlocks(t *testing.T) {
+	forEachPackedPath(t, testPackedKernelsRandomBlocks)
+}
+
+func testPackedKernelsRandomBlocks(t *testing.T) {
 	rng := uint64(5)
 	for typ, offs := range halfOffsets {
 		if packedRowKernel(typ) == nil {
@@ -285,22 +306,100 @@ func TestPackedKernelsRandomBlocks(t *testing.T) {
 					binary.LittleEndian.PutUint16(raw[b*f.bytes+o:], uint16(splitmix(&rng))&0xbbff)
 				}
 			}
-			const n = 4
-			x := make([]float32, n*cols)
-			for i := range x[:3*cols] {
-				x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
+			// One activation row (a decode) and four, the last all zero.
+			for _, n := range []int{1, 4} {
+				x := make([]float32, n*cols)
+				for i := range x[:min(n, 3)*cols] {
+					x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
+				}
+				w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
+				a := newAct(x, n, cols)
+				a.prepare(w)
+				fast := make([]float32, n*rows)
+				matmulPacked(fast, w, a, 0, rows)
+				useSIMD = false
+				slow := make([]float32, n*rows)
+				matmulPacked(slow, w, a, 0, rows)
+				useSIMD = true
+				if !sameBits(fast, slow) {
+					t.Fatalf("%s, %d blocks, %d activation rows: SIMD %v, portable %v", typ, nb, n, fast, slow)
+				}
 			}
-			w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
-			a := newAct(x, n, cols)
-			a.prepare(w)
-			fast := make([]float32, n*rows)
-			matmulPacked(fast, w, a, 0, rows)
-			useSIMD = false
-			slow := make([]float32, n*rows)
-			matmulPacked(slow, w, a, 0, rows)
-			useSIMD = true
-			if !sameBits(fast, slow) {
-				t.Fatalf("%s, %d blocks: SIMD %v, portable %v", typ, nb, fast, slow)
+		}
+	}
+}
+
+// TestPackedKernelsExtremes: the SIMD row kernels give the portable
+// kernels' bits where the integer sums are largest: blocks of all-ones or
+// all-zero bits (largest quants, scales and mins, or the most negative
+// Q6_K scale) against activations quantised to ±127 everywhere, with
+// alternating signs, or zero, for 1 to 11 blocks and 1 to 3 activation
+// rows (the one- and two-row kernels), with extreme halves.
+func TestPackedKernelsExtremes(t *testing.T) {
+	forEachPackedPath(t, testPackedKernelsExtremes)
+}
+
+func testPackedKernelsExtremes(t *testing.T) {
+	rng := uint64(11)
+	fills := []func(i int) byte{
+		func(int) byte { return 0xff },
+		func(int) byte { return 0 },
+		func(i int) byte { return byte(0x80 >> (i % 2 * 7)) }, // 0x80 and 0x01: Q6_K scale −128
+		func(int) byte { return byte(splitmix(&rng)) },
+	}
+	acts := []func(i int) float32{
+		func(int) float32 { return 1e30 },
+		func(int) float32 { return -3 },
+		func(i int) float32 { return float32(1 - 2*(i%2)) },
+		func(i int) float32 { return float32(1 - 2*(i/16%2)) },
+		func(int) float32 { return 0 },
+	}
+	// The largest finite half, the smallest subnormal, then ±infinity and
+	// a signalling NaN for the K-quants, whose kernels give the portable
+	// NaN's bits too (the others' AVX2 kernels do not, yet).
+	halves := []uint16{0x7bff, 0x0001, 0x7c00, 0xfc00, 0x7d01}
+	nonFinite := map[DType]bool{Q4_K: true, Q5_K: true, Q6_K: true}
+	for typ, offs := range halfOffsets {
+		if packedRowKernel(typ) == nil {
+			continue
+		}
+		f := quantFormats[typ]
+		for _, nb := range []int{1, 2, 11} {
+			cols, rows := nb*f.block, len(fills)
+			raw := make([]byte, rows*nb*f.bytes)
+			for r, fill := range fills {
+				for i := range raw[r*nb*f.bytes : (r+1)*nb*f.bytes] {
+					raw[r*nb*f.bytes+i] = fill(i)
+				}
+			}
+			for b := 0; b < rows*nb; b++ {
+				for _, o := range offs {
+					h := halves[(b+o)%len(halves)]
+					if !nonFinite[typ] {
+						h = halves[(b+o)%2]
+					}
+					binary.LittleEndian.PutUint16(raw[b*f.bytes+o:], h)
+				}
+			}
+			for n := 1; n <= 3; n++ {
+				for ai := range acts {
+					x := make([]float32, n*cols)
+					for i := range x {
+						x[i] = acts[(ai+i/cols)%len(acts)](i)
+					}
+					w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
+					a := newAct(x, n, cols)
+					a.prepare(w)
+					fast := make([]float32, n*rows)
+					matmulPacked(fast, w, a, 0, rows)
+					useSIMD = false
+					slow := make([]float32, n*rows)
+					matmulPacked(slow, w, a, 0, rows)
+					useSIMD = true
+					if !sameBits(fast, slow) {
+						t.Fatalf("%s, %d blocks, %d rows, activations %d: SIMD %v, portable %v", typ, nb, n, ai, fast, slow)
+					}
+				}
 			}
 		}
 	}
