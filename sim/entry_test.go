@@ -37,6 +37,15 @@ func TestEntryReplayRules(t *testing.T) {
 			t.Fatalf("busy past the repair wait: replay %+v, failed %v", again, w.s.stats.failedBy)
 		}
 	})
+	t.Run("progress starts the busy wait again", func(t *testing.T) {
+		w := newWorld()
+		q := &query{input: 10, output: 5}
+		nq := brk(w, q, causeQueueTimeout, 100)
+		nq.decodes = 2 // the retry was admitted and made progress
+		if again := brk(w, nq, causeQueueFull, 100+repairWait+1); again == nil || again.busy != 1 {
+			t.Fatalf("busy again after progress: replay %+v, failed %v", again, w.s.stats.failedBy)
+		}
+	})
 	t.Run("death spends a replay up to the cap", func(t *testing.T) {
 		w := newWorld()
 		q := &query{retries: maxReplays - 1}

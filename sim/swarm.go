@@ -1073,6 +1073,9 @@ func (w *world) lost(q *query) {
 	delay, counted, wait := 0.05, true, w.spec.Timing.ClientTimeoutS
 	if w.policy == "strata" {
 		wait = repairWait
+		if q.decodes > 0 || !c.busy() {
+			q.busy = 0 // as node/entry.go: the wait bounds one run of refusals
+		}
 		switch {
 		case c.busy():
 			if q.busy == 0 {
