@@ -19,17 +19,36 @@ import (
 // capabilities, range and load.
 func TestSwarmView(t *testing.T) {
 	c := shared.get(t)
+	// A member's state comes from its heartbeats, so a swarm that just
+	// committed its map may still show a member joining for up to one
+	// heartbeat: read the views until every member reads serving.
 	var views []swarmJSON
-	for _, u := range c.urls {
-		status, _, body := get(t, u+"/v1/swarm", "")
-		if status != http.StatusOK {
-			t.Fatalf("swarm: %d %s", status, body)
+	serving := func() bool {
+		views = views[:0]
+		for _, u := range c.urls {
+			status, _, body := get(t, u+"/v1/swarm", "")
+			if status != http.StatusOK {
+				t.Fatalf("swarm: %d %s", status, body)
+			}
+			var v swarmJSON
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatal(err)
+			}
+			views = append(views, v)
 		}
-		var v swarmJSON
-		if err := json.Unmarshal(body, &v); err != nil {
-			t.Fatal(err)
+		for _, v := range views {
+			for _, m := range v.Members {
+				if m.State != "serving" {
+					return false
+				}
+			}
 		}
-		views = append(views, v)
+		return true
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(20 * time.Second); !serving() && time.Now().Before(deadline); {
+		<-tick.C
 	}
 	for i, v := range views {
 		if v.Node != c.nodes[i].ID().String() || v.StaticMap || v.Leader == nil || v.Epoch == 0 || !v.Committed.Covers() {
