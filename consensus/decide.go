@@ -331,7 +331,8 @@ const repairedMark = " (pending repaired after "
 // large swarm a machine leaves every few seconds; dropping the whole
 // warmup on each leave meant no map ever committed. It returns nil,
 // leaving the warmup to tendWarmup (which drops it), when no node left,
-// the deadline passed, or the repaired map cannot cover the layers.
+// the deadline passed, the repaired map cannot cover the layers, or it
+// is the committed map (the departed nodes held the only moves).
 func (d *decision) repairPending(p Pending) Action {
 	s, now := d.in.State, d.in.Now
 	var gone []string
@@ -358,7 +359,7 @@ func (d *decision) repairPending(p Pending) Action {
 	target.Epoch = p.Map.Epoch
 	committed := s.Committed()
 	if !target.Covers() || (committed.Layers != 0 && target.SameStages(committed)) {
-		// Nothing left to warm up, or nothing to warm up into: drop it.
+		// A gap, or the committed map again (nothing to warm up): drop it.
 		return nil
 	}
 	base, _, _ := strings.Cut(p.Reason, repairedMark)
