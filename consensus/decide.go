@@ -3,6 +3,7 @@ package consensus
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/stratanet/strata/layers"
@@ -20,8 +21,11 @@ import (
 //     members as non-voters, remove departed servers;
 //  3. append NodeLeft for members dead past the grace period;
 //  4. bring the voter set in line with chooseVoters;
-//  5. tend the pending warmup: commit it when every stage is ready,
-//     abandon it when a node of it left or the deadline passed;
+//  5. tend the pending warmup: when a node of it left, propose it again
+//     repaired without that node (same epoch and deadline, so the
+//     nodes already ready stay ready); commit it when every stage is
+//     ready; abandon it when it cannot be repaired or the deadline
+//     passed;
 //  6. let drained members go: NodeLeft once no map places them (a
 //     drained leader hands leadership over first);
 //  7. plan: the first map, a repair of departed or draining nodes,
@@ -271,6 +275,9 @@ func (d *decision) decide() (Action, error) {
 
 	// 5. The pending warmup.
 	if p, ok := s.Pending(); ok {
+		if a := d.repairPending(p); a != nil {
+			return a, nil
+		}
 		return d.tendWarmup(p), nil
 	}
 
@@ -310,6 +317,59 @@ func (d *decision) otherVoters() bool {
 		}
 	}
 	return false
+}
+
+// repairedMark ends the reason of a repaired pending map; a later repair
+// replaces it rather than nesting it.
+const repairedMark = " (pending repaired after "
+
+// repairPending mends the pending map when nodes of it left: the layers
+// they were to serve go to the nodes of the fleet that take them for the
+// fewest loaded layers (layers.Repair), and the result is proposed again
+// as the same epoch with the same deadline. The fold keeps a node ready
+// when its range did not change, so the loads already done count. In a
+// large swarm a machine leaves every few seconds; dropping the whole
+// warmup on each leave meant no map ever committed. It returns nil,
+// leaving the warmup to tendWarmup (which drops it), when no node left,
+// the deadline passed, the repaired map cannot cover the layers, or it
+// is the committed map (the departed nodes held the only moves).
+func (d *decision) repairPending(p Pending) Action {
+	s, now := d.in.State, d.in.Now
+	var gone []string
+	for _, st := range p.Map.Stages {
+		if !s.IsMember(st.Node) {
+			gone = append(gone, st.Node)
+		}
+	}
+	if len(gone) == 0 || (!p.Deadline.IsZero() && now.After(p.Deadline)) {
+		return nil
+	}
+	f, _, err := d.fleet()
+	if err != nil {
+		return nil
+	}
+	target := p.Map
+	for _, id := range gone {
+		next, _, err := d.in.Config.Planner.Repair(f, target, id)
+		if err != nil {
+			return nil
+		}
+		target = next
+	}
+	target.Epoch = p.Map.Epoch
+	committed := s.Committed()
+	if !target.Covers() || (committed.Layers != 0 && target.SameStages(committed)) {
+		// A gap, or the committed map again (nothing to warm up): drop it.
+		return nil
+	}
+	base, _, _ := strings.Cut(p.Reason, repairedMark)
+	reason := fmt.Sprintf("%s%s%v left)", base, repairedMark, gone)
+	if len(reason) > MaxReasonLen {
+		// Keep the news (who left) rather than the start of the old reason.
+		reason = fmt.Sprintf("pending repaired after %v left", gone)
+	}
+	return Append{Event: MapProposed{Map: target, Deadline: p.Deadline, Reason: truncate(reason, MaxReasonLen)},
+		Why: fmt.Sprintf("%v left the pending map", gone)}
 }
 
 // tendWarmup commits the pending map once every stage is ready, or
