@@ -43,6 +43,10 @@ type Request struct {
 	// Stop ends the generation before the first occurrence of any of
 	// these strings in the output text (which then excludes it).
 	Stop []string
+	// Profile names the scheduling profile that routes the request (""
+	// is the configured default). An unknown name is ErrBadRequest
+	// wrapping routing.ErrUnknownProfile.
+	Profile string
 }
 
 // Finish reasons, as OpenAI names them.

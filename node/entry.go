@@ -267,8 +267,11 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
-		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8])}
+		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile}
 	path, err := e.route(g.routeReq(nil))
+	if errors.Is(err, routing.ErrUnknownProfile) {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
 	if err != nil {
 		return nil, &retryAfter{err: fmt.Errorf("%w: %w", ErrNoCapacity, err), after: time.Second}
 	}
@@ -308,6 +311,7 @@ type generation struct {
 	text      *textState
 	stream    *Stream
 	seed      uint64 // for the router's choice among near-best paths
+	profile   string // the scheduling profile, "" for the default
 	out       []int32
 	avoid     []string // peers this generation gave up on
 	hard      []string // peers that can never hold it (no KV memory)
@@ -317,7 +321,8 @@ type generation struct {
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
-	return routeReq{prompt: len(g.prompt), max: g.maxTokens, seed: g.seed + uint64(len(g.res.Paths)), avoid: avoid}
+	return routeReq{prompt: len(g.prompt), max: g.maxTokens, seed: g.seed + uint64(len(g.res.Paths)), avoid: avoid,
+		profile: g.profile}
 }
 
 // attemptEnd says how an attempt ended.

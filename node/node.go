@@ -84,9 +84,9 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		return nil, err
 	}
 	budget := int64(hw.MemoryBytes * (1 - DefaultMemoryReserve))
-	router, err := routing.New(append([]routing.Option{routing.WithModel(m.spec)}, cfg.routerOpts...)...)
+	profiles, err := routing.NewProfiles(cfg.sched, append([]routing.Option{routing.WithModel(m.spec)}, cfg.routerOpts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: router: %w", ErrConfig, err)
+		return nil, fmt.Errorf("%w: scheduler: %w", ErrConfig, err)
 	}
 
 	sopts := []swarm.Option{swarm.WithLogger(log.Named("swarm")), swarm.WithModel(modelScope(m.info))}
@@ -110,7 +110,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		clock: cfg.clock, log: n.log.Named("sched")}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
-	n.paths = &pathFinder{self: n.self, router: router, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
+	n.paths = &pathFinder{self: n.self, profiles: profiles, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
 		suspectFor: cfg.suspectFor, members: func() []consensus.Member {
 			if c := n.cons.Load(); c != nil {
 				return c.Members()
@@ -243,6 +243,10 @@ func (n *Node) Model() ModelInfo { return n.model.info }
 // latest committed one this node knows of (its replica, or a newer map
 // notice from the leader).
 func (n *Node) Committed() layers.LayerMap { return n.ann.committed() }
+
+// Scheduler returns the entry's scheduling profiles: the effective
+// configuration (Config) and the policy of each profile.
+func (n *Node) Scheduler() *routing.Profiles { return n.paths.profiles }
 
 // Held returns the layers this node has loaded and serves, as a range
 // (empty when none; the loaded layers are contiguous in practice, and the

@@ -44,6 +44,7 @@ type config struct {
 	consOpts   []consensus.Option
 	bootstrap  []peer.AddrInfo
 	routerOpts []routing.Option
+	sched      routing.SchedulerConfig
 
 	stepTimeout, repairWait, idleTimeout, queueTimeout time.Duration
 	statusEvery, suspectFor                            time.Duration
@@ -67,6 +68,7 @@ func defaultConfig() config {
 		maxQueue:         DefaultMaxQueue,
 		maxReplays:       DefaultMaxReplays,
 		defaultMaxTokens: DefaultMaxTokens,
+		sched:            routing.DefaultSchedulerConfig(),
 	}
 }
 
@@ -174,9 +176,20 @@ func WithBootstrap(peers ...peer.AddrInfo) Option {
 	return func(c *config) error { c.bootstrap = append(c.bootstrap, peers...); return nil }
 }
 
-// WithRouterOptions passes options to the entry's router.
+// WithRouterOptions passes options to the entry's router: every
+// scheduling profile's router starts from them, and the profile then sets
+// the weights, filters, stale penalty and slack its plugins name.
 func WithRouterOptions(opts ...routing.Option) Option {
 	return func(c *config) error { c.routerOpts = append(c.routerOpts, opts...); return nil }
+}
+
+// WithSchedulerConfig sets the entry's scheduling profiles (default:
+// routing.DefaultSchedulerConfig, one profile that routes as the plain
+// router does). A request picks one by name (Request.Profile). An invalid
+// configuration fails New with an error wrapping ErrConfig that names the
+// field.
+func WithSchedulerConfig(cfg routing.SchedulerConfig) Option {
+	return func(c *config) error { c.sched = cfg; return nil }
 }
 
 // WithStepTimeout bounds how long the entry waits for one step's token

@@ -56,7 +56,7 @@ func healthOf(p swarm.Peer) routing.Health {
 // compared with them).
 type pathFinder struct {
 	self       peer.ID
-	router     *routing.Router
+	profiles   *routing.Profiles
 	host       *swarm.Host
 	committed  func() layers.LayerMap
 	members    func() []consensus.Member // nil without consensus
@@ -127,17 +127,23 @@ type routeReq struct {
 	prompt, max int
 	seed        uint64
 	avoid       []string
+	profile     string // "" is the default profile
 }
 
-// route picks a path on the committed map. It fails with an error
-// wrapping routing.ErrNoPath when none exists.
+// route picks a path on the committed map with the request's profile. It
+// fails with an error wrapping routing.ErrNoPath when none exists, or
+// routing.ErrUnknownProfile when the profile does not.
 func (f *pathFinder) route(q routeReq) (routing.Path, error) {
+	pol, err := f.profiles.For(q.profile)
+	if err != nil {
+		return routing.Path{}, err
+	}
 	m := f.committed()
 	if m.Layers == 0 {
 		return routing.Path{}, fmt.Errorf("%w: no committed map yet", routing.ErrNoPath)
 	}
 	now := time.Now()
-	p, err := f.router.Route(m, f.view(m, now), routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
+	p, err := pol.Route(m, f.view(m, now), routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
 		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid}, now)
 	if err != nil {
 		return p, err

@@ -18,6 +18,7 @@ import (
 func newChatCmd() *cobra.Command {
 	var (
 		apiURL, keyFile, model, system, message string
+		profile                                 string
 		maxTokens                               int
 		temperature                             float64
 		seed                                    int64
@@ -43,7 +44,7 @@ tokens per second. --wait first waits for the swarm to serve every layer.`,
 			if err != nil {
 				return err
 			}
-			o := api.ConverseOptions{Model: model, System: system, MaxTokens: maxTokens, Temperature: &temperature}
+			o := api.ConverseOptions{Model: model, System: system, MaxTokens: maxTokens, Temperature: &temperature, Profile: profile}
 			if cmd.Flags().Changed("seed") {
 				o.Seed = &seed
 			}
@@ -75,6 +76,7 @@ tokens per second. --wait first waits for the swarm to serve every layer.`,
 	fl.Float64Var(&temperature, "temperature", 1, "sampling temperature, 0 to 2 (0: greedy)")
 	fl.Int64Var(&seed, "seed", 0, "sampling seed, for reproducible replies (unset: a fresh one per reply)")
 	fl.StringVar(&message, "message", "", "ask this one message, print the answer with its path and speed, and exit")
+	fl.StringVar(&profile, "profile", "", "scheduling profile the node routes the replies with (default: the node's default)")
 	fl.DurationVar(&wait, "wait", 0, "first wait up to this long for the swarm to serve every layer")
 	fl.StringToStringVar(&names, "name", nil, "with --message, show peer ID as a name in the path (ID=NAME, repeatable)")
 	return cmd
@@ -96,7 +98,8 @@ func askOnce(ctx context.Context, c *api.Client, o api.ConverseOptions, message 
 	}
 	msgs = append(msgs, engine.Message{Role: "user", Content: message})
 	start := time.Now()
-	r, err := c.Chat(ctx, api.ChatRequest{Model: o.Model, Messages: msgs, MaxTokens: o.MaxTokens, Temperature: o.Temperature, Seed: o.Seed})
+	r, err := c.Chat(ctx, api.ChatRequest{Model: o.Model, Messages: msgs, MaxTokens: o.MaxTokens, Temperature: o.Temperature, Seed: o.Seed,
+		Profile: o.Profile})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node"
+	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -30,6 +31,7 @@ type fakeBackend struct {
 	committed layers.LayerMap
 	snap      node.SwarmSnapshot
 	genErr    error
+	sched     *routing.Profiles // nil: routing.DefaultSchedulerConfig
 }
 
 func (f *fakeBackend) Generate(context.Context, node.Request) (*node.Stream, error) {
@@ -53,6 +55,27 @@ func (f *fakeBackend) Swarm() node.SwarmSnapshot {
 	return f.snap
 }
 func (f *fakeBackend) Metrics() node.Metrics { return node.Metrics{Requests: 7, FreeKV: -1} }
+func (f *fakeBackend) Scheduler() *routing.Profiles {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sched == nil {
+		ps, err := fakeProfiles(routing.DefaultSchedulerConfig())
+		if err != nil {
+			panic(err) // the default configuration is valid
+		}
+		f.sched = ps
+	}
+	return f.sched
+}
+
+// fakeProfiles builds cfg's profiles for a built-in model.
+func fakeProfiles(cfg routing.SchedulerConfig) (*routing.Profiles, error) {
+	m, err := layers.Model("llama-3-8b")
+	if err != nil {
+		return nil, err
+	}
+	return routing.NewProfiles(cfg, routing.WithModel(m))
+}
 
 func fakePeer(t *testing.T) peer.ID {
 	t.Helper()

@@ -185,6 +185,7 @@ type ChatRequest struct {
 	TopP        *float64
 	Seed        *int64
 	Stop        []string
+	Profile     string // the scheduling profile ("": the node's default)
 }
 
 // body is the request's JSON body; unset fields are left out.
@@ -204,6 +205,9 @@ func (r ChatRequest) body() map[string]any {
 	}
 	if len(r.Stop) > 0 {
 		body["stop"] = r.Stop
+	}
+	if r.Profile != "" {
+		body["profile"] = r.Profile
 	}
 	return body
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,17 @@ func TestClientWhole(t *testing.T) {
 	dead, _ := NewClient("http://127.0.0.1:1")
 	if _, err := dead.Ready(ctx); err == nil {
 		t.Fatal("an unreachable node reads as an answer")
+	}
+	// The request's profile travels: the default by name answers the
+	// same, an unknown one is the server's unknown_profile.
+	req.Profile = c.nodes[1].Scheduler().Config().Default
+	if named, err := cl.Chat(ctx, req); err != nil || named.Text != whole.Text {
+		t.Fatalf("profile %q: %+v, %v; without: %q", req.Profile, named, err, whole.Text)
+	}
+	req.Profile = "nope"
+	var ae *APIError
+	if _, err := cl.ChatStream(ctx, req, nil); !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "unknown_profile" {
+		t.Fatalf("unknown profile: %v", err)
 	}
 	t.Logf("%d tokens via %v, TTFT %v: %q", whole.CompletionTokens, whole.Paths, whole.TTFT, whole.Text)
 }

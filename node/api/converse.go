@@ -20,6 +20,7 @@ type ConverseOptions struct {
 	MaxTokens   int
 	Temperature *float64
 	Seed        *int64
+	Profile     string // the scheduling profile ("": the node's default)
 	// Prompt is written before each line read ("" for none, as when
 	// stdin is not a terminal).
 	Prompt string
@@ -71,7 +72,7 @@ func Converse(ctx context.Context, c *Client, o ConverseOptions, in io.Reader, o
 		}
 		turn := append(history, engine.Message{Role: "user", Content: line})
 		res, err := c.ChatStream(ctx, ChatRequest{Model: o.Model, Messages: turn, MaxTokens: o.MaxTokens,
-			Temperature: o.Temperature, Seed: o.Seed}, func(s string) error {
+			Temperature: o.Temperature, Seed: o.Seed, Profile: o.Profile}, func(s string) error {
 			_, err := io.WriteString(out, s)
 			return err
 		})

@@ -57,6 +57,9 @@ type samplingBody struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
 	Logprobs json.RawMessage `json:"logprobs"`
+	// Profile names the scheduling profile (an extension; the header
+	// X-Strata-Profile says the same, and the body wins).
+	Profile *string `json:"profile"`
 }
 
 type completionBody struct {
@@ -314,6 +317,12 @@ func (s *samplingBody) apply(g *genRequest, maxTok *int64) *apiError {
 	case !isNull(s.Logprobs) && !bytes.Equal(bytes.TrimSpace(s.Logprobs), []byte("false")):
 		return invalid("logprobs", "logprobs are not supported")
 	}
+	if s.Profile != nil {
+		if e := checkProfile(*s.Profile); e != nil {
+			return e
+		}
+		req.Profile = *s.Profile
+	}
 	if maxTok != nil {
 		if *maxTok < 1 {
 			return invalid("max_tokens", "max_tokens must be at least 1 (got %d)", *maxTok)
@@ -401,4 +410,21 @@ func decodeStop(raw json.RawMessage) ([]string, *apiError) {
 		}
 	}
 	return out, nil
+}
+
+// ProfileHeader names a request's scheduling profile when its body does
+// not.
+const ProfileHeader = "X-Strata-Profile"
+
+// maxProfileLen bounds a profile name before the node looks it up, so
+// that an error message never echoes a huge one.
+const maxProfileLen = 256
+
+// checkProfile refuses a profile name no configuration can hold; whether
+// the node has it is the node's answer (unknown_profile).
+func checkProfile(name string) *apiError {
+	if len(name) > maxProfileLen {
+		return invalid("profile", "profile is %d bytes: at most %d", len(name), maxProfileLen)
+	}
+	return nil
 }

@@ -37,12 +37,21 @@
 // such a URL can land in logs, so put the node behind TLS where that
 // matters.
 //
+// # Scheduling profiles
+//
+// A generation request picks the node's scheduling profile (see
+// routing.SchedulerConfig) by the body field "profile" or the header
+// X-Strata-Profile; the body wins, and neither means the configured
+// default. GET /v1/swarm/scheduler shows the effective configuration and
+// the filter, scorer and picker names a configuration may use.
+//
 // # Errors
 //
 // Every error is OpenAI's JSON, {"error":{"message","type","param","code"}}:
 //
 //	status  type                   code                     when
 //	400     invalid_request_error  invalid_request          malformed JSON, a bad field, n > 1, ...
+//	400     invalid_request_error  unknown_profile          the request names a scheduling profile the node lacks
 //	401     invalid_request_error  invalid_api_key          the API key is set and the request lacks it
 //	404     invalid_request_error  model_not_found          the request names a model the swarm does not serve
 //	404     invalid_request_error  not_found                no such endpoint

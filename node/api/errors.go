@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stratanet/strata/node"
+	"github.com/stratanet/strata/routing"
 )
 
 // Sentinel errors of the package. Server-side errors wrap them; the HTTP
@@ -107,6 +108,9 @@ func fromError(err error, param string) *apiError {
 	case errors.Is(err, ErrServerClosed), errors.Is(err, node.ErrClosed):
 		e.Status, e.Type, e.Code = http.StatusServiceUnavailable, typeServer, "shutting_down"
 		e.RetryAfter = time.Second
+	// An unknown profile is a bad request too: its own code goes first.
+	case errors.Is(err, routing.ErrUnknownProfile):
+		e.Status, e.Type, e.Param, e.Code = http.StatusBadRequest, typeInvalid, "profile", "unknown_profile"
 	case errors.Is(err, node.ErrBadRequest):
 		e.Status, e.Type, e.Code = http.StatusBadRequest, typeInvalid, "invalid_request"
 	case errors.Is(err, node.ErrUnknownModel):

@@ -157,6 +157,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	if g.chat {
 		param = "messages"
 	}
+	if g.req.Profile == "" {
+		g.req.Profile = r.Header.Get(ProfileHeader)
+		if e := checkProfile(g.req.Profile); e != nil {
+			return e
+		}
+	}
 	if err := s.begin(); err != nil {
 		return fromError(err, param)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -265,4 +266,23 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, status, h)
+}
+
+// schedulerJSON is GET /v1/swarm/scheduler: the effective scheduling
+// configuration, defaults filled in, and the plugin names a configuration
+// may use.
+type schedulerJSON struct {
+	routing.SchedulerConfig
+	Filters []string `json:"filters"`
+	Scorers []string `json:"scorers"`
+	Pickers []string `json:"pickers"`
+}
+
+func (s *Server) handleScheduler(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, schedulerJSON{
+		SchedulerConfig: s.b.Scheduler().Config(),
+		Filters:         routing.FilterPlugins(),
+		Scorers:         routing.ScorerPlugins(),
+		Pickers:         []string{routing.PickBestOfSlack, routing.PickWeightedRandom, routing.PickRoundRobin},
+	})
 }

@@ -94,6 +94,9 @@ type Config struct {
 	MaxLayers int      `yaml:"max_layers" help:"most layers the node offers (0: as many as memory allows)"`
 	Threads   int      `yaml:"threads" help:"goroutines per engine step (0: all cores)"`
 	Region    string   `yaml:"region" help:"coarse location label announced in heartbeats"`
+	// SchedulerConfig is a YAML file of routing profiles (see
+	// routing.SchedulerConfig); empty: one default profile.
+	SchedulerConfig string `yaml:"scheduler_config" help:"YAML file of scheduling profiles (filters, weighted scorers, picker) a request picks by name; empty: one default profile"`
 
 	// The HTTP API.
 	API        string   `yaml:"api" help:"HTTP API address, host:port (\"none\": no API)"`

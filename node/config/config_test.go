@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -114,6 +116,7 @@ log_json: true
 // as its source spells it, with the file's line.
 func TestValidationNamesTheField(t *testing.T) {
 	keyFile := writeFile(t, "key", "  sk-test  \n")
+	badSched := writeFile(t, "sched.yaml", "default: a\nprofiles:\n  - name: a\n    scorers: [{name: latency, weight: -1}]\n")
 	emptyKey := writeFile(t, "empty-key", "\n")
 	for _, tc := range []struct {
 		name string
@@ -147,6 +150,10 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"bad log level", "log_level: loud\n", nil, nil, []string{"node.yaml:1: log_level: \"loud\""}},
 		{"long region", "", nil, []string{"--region", strings.Repeat("x", 40)}, []string{"--region: 40 bytes"}},
 		{"zero heartbeat", "heartbeat: 0s\n", nil, nil, []string{"node.yaml:1: heartbeat: 0s: must be positive"}},
+		{"bad scheduler config", "", nil, []string{"--scheduler-config", badSched},
+			[]string{"--scheduler-config:", "profiles[0].scorers[0].weight"}},
+		{"missing scheduler config", "scheduler_config: /nonexistent/sched.yaml\n", nil, nil,
+			[]string{"node.yaml:1: scheduler_config:", "/nonexistent/sched.yaml"}},
 		{"api port", "", nil, []string{"--api", "127.0.0.1:99999"}, []string{"--api: \"127.0.0.1:99999\": port"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,6 +178,15 @@ func TestValidationNamesTheField(t *testing.T) {
 	}
 	// A good key file, and API off, pass.
 	if _, err := parse(t, nil, "--api-key-file", keyFile, "--api", "none"); err != nil {
+		t.Fatal(err)
+	}
+	// The example scheduling configuration passes, and becomes a node
+	// option.
+	c, err := parse(t, nil, "--scheduler-config", "../../routing/testdata/scheduler/example.yaml", "--sim-model", "llama-3-8b", "--gpu", "t4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.NodeOptions(zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
 	// A model reference that is no file is left to the model store.

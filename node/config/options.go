@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
@@ -9,6 +11,7 @@ import (
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/node/api"
+	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -96,6 +99,13 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 			opts = append(opts, node.WithHardware(hw))
 		}
 	}
+	if c.SchedulerConfig != "" {
+		sc, err := LoadSchedulerConfig(c.SchedulerConfig)
+		if err != nil {
+			return nil, &FieldError{Key: "scheduler_config", Msg: err.Error()}
+		}
+		opts = append(opts, node.WithSchedulerConfig(sc))
+	}
 	boot := make([]peer.AddrInfo, 0, len(c.Bootstrap))
 	for _, a := range c.Bootstrap {
 		ai, err := peer.AddrInfoFromString(a)
@@ -122,4 +132,24 @@ func (c Config) APIOptions(log *zap.Logger) ([]api.Option, error) {
 		opts = append(opts, api.WithAPIKey(key))
 	}
 	return opts, nil
+}
+
+// LoadSchedulerConfig reads and validates a scheduling configuration file
+// (routing.ParseSchedulerConfig); its errors name the file and the field.
+func LoadSchedulerConfig(path string) (routing.SchedulerConfig, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return routing.SchedulerConfig{}, err
+	}
+	defer f.Close()
+	// One byte past the cap, so that the parser sees the file is too big.
+	data, err := io.ReadAll(io.LimitReader(f, routing.MaxConfigBytes+1))
+	if err != nil {
+		return routing.SchedulerConfig{}, fmt.Errorf("%s: %w", path, err)
+	}
+	sc, err := routing.ParseSchedulerConfig(data)
+	if err != nil {
+		return routing.SchedulerConfig{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return sc, nil
 }

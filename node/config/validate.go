@@ -120,6 +120,12 @@ func (c Config) validate(src map[string]*FieldError) error {
 		bad("region", "%d bytes: at most %d", len(c.Region), swarm.MaxRegionLen)
 	}
 
+	if c.SchedulerConfig != "" {
+		if _, err := LoadSchedulerConfig(c.SchedulerConfig); err != nil {
+			bad("scheduler_config", "%v", err)
+		}
+	}
+
 	// The API.
 	if c.APIEnabled() {
 		if err := checkHostPort(c.API); err != nil {
