@@ -118,6 +118,8 @@ func TestQuantizedLogits(t *testing.T) {
 		"qwen2-256":     {Arch: "qwen2", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, FFN: 768, Vocab: 640, Seed: 22, RopeBase: 1e6, NormEps: 1e-6},
 		// Rows of 128 and 320: every K type falls back as llama.cpp does.
 		"llama-fallback": {Arch: "llama", Layers: 2, Dim: 128, Heads: 4, KVHeads: 2, FFN: 320, Vocab: 512, Seed: 23, RopeBase: 10000, NormEps: 1e-5},
+		// qwen3's per-head Q/K norms, with a head size (128) of its own.
+		"qwen3-256": {Arch: "qwen3", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 128, FFN: 768, Vocab: 640, Seed: 25, RopeBase: 1e6, NormEps: 1e-6},
 		// phi3's fused attn_qkv and gate+up, quantised whole as
 		// llama.cpp does; LongRoPE factors stay F32.
 		"phi3-256": {Arch: "phi3", Layers: 2, Dim: 256, Heads: 4, KVHeads: 4, FFN: 512, Vocab: 512, Seed: 24, RopeBase: 10000, NormEps: 1e-5, LongRoPE: true},
