@@ -41,10 +41,11 @@ type Consensus struct {
 	nextW    int
 	book     addrBook
 
-	leaving   atomic.Bool
-	joinErr   atomic.Pointer[error] // a join refused for good
-	closeOnce sync.Once
-	closeErr  error
+	leaving    atomic.Bool
+	joinErr    atomic.Pointer[error] // a join refused for good
+	closeOnce  sync.Once
+	handedOver bool // Close transferred leadership (for tests)
+	closeErr   error
 
 	lead      LeaderState // owned by the leader loop
 	published time.Time   // the leader loop's last map notice
@@ -329,9 +330,11 @@ func (c *Consensus) Close() error {
 	c.closeOnce.Do(func() {
 		if c.IsLeader() {
 			f := c.raft.LeadershipTransfer()
-			if err := f.Error(); err != nil && !errors.Is(err, raft.ErrNotLeader) {
+			err := f.Error()
+			if err != nil && !errors.Is(err, raft.ErrNotLeader) {
 				c.log.Debugw("leadership transfer", "error", err)
 			}
+			c.handedOver = err == nil
 		}
 		c.cancel()
 		if c.cfg.caller == nil {
