@@ -246,7 +246,6 @@ func (n *Node) Committed() layers.LayerMap { return n.ann.committed() }
 
 // Scheduler returns the entry's scheduling profiles: the effective
 // configuration (Config) and the policy of each profile.
-func (n *Node) Scheduler() *routing.Profiles { return n.paths.profiles }
 
 // Held returns the layers this node has loaded and serves, as a range
 // (empty when none; the loaded layers are contiguous in practice, and the

@@ -34,7 +34,7 @@ profiles:
 	}
 	c.waitServing(30*time.Second, ids...)
 	n := c.all()[0]
-	if got := n.Scheduler().Config(); got.Default != "fast" || len(got.Profiles) != 2 {
+	if got := n.Swarm().Scheduler; got.Default != "fast" || len(got.Profiles) != 2 {
 		t.Fatalf("effective config %+v", got)
 	}
 	pipes := routing.FixedPipelines(n.Committed())
@@ -44,7 +44,7 @@ profiles:
 	}
 	// Round robin skips pipelines its filters refuse: wait until this
 	// node has heard from both (a heartbeat says the other is serving).
-	rr, err := n.Scheduler().Profile("rr")
+	rr, err := n.paths.profiles.Profile("rr")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -28,7 +29,9 @@ type SwarmSnapshot struct {
 	// declared or measured; Addrs its listen addresses.
 	Self     swarm.Status
 	Hardware layers.Hardware
-	Addrs    []ma.Multiaddr
+	// Scheduler is the entry's effective scheduling configuration.
+	Scheduler routing.SchedulerConfig
+	Addrs     []ma.Multiaddr
 	// Peers is the peer table, this node excluded.
 	Peers []swarm.Peer
 	// NAT is this node's reachability diagnosis.
@@ -37,7 +40,8 @@ type SwarmSnapshot struct {
 
 // Swarm returns the node's view of the swarm now.
 func (n *Node) Swarm() SwarmSnapshot {
-	s := SwarmSnapshot{Self: n.host.Status(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.NAT()}
+	s := SwarmSnapshot{Self: n.host.Status(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.NAT(),
+		Scheduler: n.paths.profiles.Config()}
 	for _, p := range n.host.Peers().Snapshot() {
 		if p.ID != n.self {
 			s.Peers = append(s.Peers, p)

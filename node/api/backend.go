@@ -7,7 +7,6 @@ import (
 
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node"
-	"github.com/stratanet/strata/routing"
 )
 
 // Backend is what the server needs from a running node. *node.Node
@@ -31,8 +30,6 @@ type Backend interface {
 	Swarm() node.SwarmSnapshot
 	// Metrics are the node's counters.
 	Metrics() node.Metrics
-	// Scheduler is the entry's scheduling profiles.
-	Scheduler() *routing.Profiles
 }
 
 var _ Backend = (*node.Node)(nil)

@@ -31,7 +31,6 @@ type fakeBackend struct {
 	committed layers.LayerMap
 	snap      node.SwarmSnapshot
 	genErr    error
-	sched     *routing.Profiles // nil: routing.DefaultSchedulerConfig
 }
 
 func (f *fakeBackend) Generate(context.Context, node.Request) (*node.Stream, error) {
@@ -55,18 +54,6 @@ func (f *fakeBackend) Swarm() node.SwarmSnapshot {
 	return f.snap
 }
 func (f *fakeBackend) Metrics() node.Metrics { return node.Metrics{Requests: 7, FreeKV: -1} }
-func (f *fakeBackend) Scheduler() *routing.Profiles {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.sched == nil {
-		ps, err := fakeProfiles(routing.DefaultSchedulerConfig())
-		if err != nil {
-			panic(err) // the default configuration is valid
-		}
-		f.sched = ps
-	}
-	return f.sched
-}
 
 // fakeProfiles builds cfg's profiles for a built-in model.
 func fakeProfiles(cfg routing.SchedulerConfig) (*routing.Profiles, error) {

@@ -60,7 +60,7 @@ func TestClientWhole(t *testing.T) {
 	}
 	// The request's profile travels: the default by name answers the
 	// same, an unknown one is the server's unknown_profile.
-	req.Profile = c.nodes[1].Scheduler().Config().Default
+	req.Profile = c.nodes[1].Swarm().Scheduler.Default
 	if named, err := cl.Chat(ctx, req); err != nil || named.Text != whole.Text {
 		t.Fatalf("profile %q: %+v, %v; without: %q", req.Profile, named, err, whole.Text)
 	}

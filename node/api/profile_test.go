@@ -37,7 +37,7 @@ func postProfile(t *testing.T, url, header string, body map[string]any) (int, []
 // unknown_profile in OpenAI's error shape, on both endpoints.
 func TestRequestProfile(t *testing.T) {
 	c := shared.get(t)
-	def := c.nodes[0].Scheduler().Config().Default
+	def := c.nodes[0].Swarm().Scheduler.Default
 	u := c.urls[0]
 	comp := func(extra map[string]any) map[string]any {
 		m := map[string]any{"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0}
@@ -117,14 +117,14 @@ func TestSchedulerEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := newFakeSwarm(t)
-	f.sched = ps
+	f.snap.Scheduler = ps.Config()
 	hs := fakeServer(t, f)
 	for _, tc := range []struct {
 		url  string
 		want routing.SchedulerConfig
 	}{
 		{hs.URL, ps.Config()},
-		{shared.get(t).urls[1], shared.get(t).nodes[1].Scheduler().Config()},
+		{shared.get(t).urls[1], shared.get(t).nodes[1].Swarm().Scheduler},
 	} {
 		status, _, body := get(t, tc.url+"/v1/swarm/scheduler", "")
 		if status != http.StatusOK {

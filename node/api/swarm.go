@@ -280,7 +280,7 @@ type schedulerJSON struct {
 
 func (s *Server) handleScheduler(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, schedulerJSON{
-		SchedulerConfig: s.b.Scheduler().Config(),
+		SchedulerConfig: s.b.Swarm().Scheduler,
 		Filters:         routing.FilterPlugins(),
 		Scorers:         routing.ScorerPlugins(),
 		Pickers:         []string{routing.PickBestOfSlack, routing.PickWeightedRandom, routing.PickRoundRobin},
