@@ -73,7 +73,7 @@ the one the hub publishes; a mismatch removes the partial file.
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\t%s\n", e.Name, human(e.Size()), path)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\t%s\n", e.Name, store.HumanBytes(e.Size()), path)
 			if !e.Verified {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: the server published no sha256 for %s; the file is unchecked\n", e.Name)
 			}
@@ -118,7 +118,7 @@ func newModelListCmd() *cobra.Command {
 						col = "broken: " + err.Error()
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Name, human(e.Size()), len(e.Parts), e.Pulled.Local().Format(time.DateTime), col)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Name, store.HumanBytes(e.Size()), len(e.Parts), e.Pulled.Local().Format(time.DateTime), col)
 			}
 			return tw.Flush()
 		},
@@ -142,23 +142,9 @@ func newModelRmCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s)\n", e.Name, human(e.Size()))
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s)\n", e.Name, store.HumanBytes(e.Size()))
 			}
 			return nil
 		},
 	}
-}
-
-// human prints a byte count with a binary unit.
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }

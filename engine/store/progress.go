@@ -81,7 +81,7 @@ func (p *textProgress) Start(file string, total, done int64) {
 	}
 	msg := fmt.Sprintf("%s: downloading %s", file, sizeOrUnknown(total))
 	if done > 0 {
-		msg += fmt.Sprintf(", resuming at %s", human(done))
+		msg += fmt.Sprintf(", resuming at %s", HumanBytes(done))
 	}
 	fmt.Fprintln(p.w, msg)
 }
@@ -111,11 +111,11 @@ func (p *textProgress) Finish(err error) {
 		fmt.Fprintln(p.w)
 	}
 	if err != nil {
-		fmt.Fprintf(p.w, "%s: failed after %s: %v\n", p.file, human(p.done), err)
+		fmt.Fprintf(p.w, "%s: failed after %s: %v\n", p.file, HumanBytes(p.done), err)
 		return
 	}
 	el := now.Sub(p.start)
-	fmt.Fprintf(p.w, "%s: done, %s in %s (%s/s)\n", p.file, human(p.done-p.startDone), el.Round(time.Second), human(int64(rate(p.done-p.startDone, el))))
+	fmt.Fprintf(p.w, "%s: done, %s in %s (%s/s)\n", p.file, HumanBytes(p.done-p.startDone), el.Round(time.Second), HumanBytes(int64(rate(p.done-p.startDone, el))))
 }
 
 func (p *textProgress) Note(msg string) {
@@ -140,11 +140,11 @@ func (p *textProgress) status(now time.Time) string {
 	r := rate(p.done-p.startDone, el)
 	var b strings.Builder
 	if p.total > 0 {
-		fmt.Fprintf(&b, "%3d%% %s / %s", 100*min(p.done, p.total)/p.total, human(p.done), human(p.total))
+		fmt.Fprintf(&b, "%3d%% %s / %s", 100*min(p.done, p.total)/p.total, HumanBytes(p.done), HumanBytes(p.total))
 	} else {
-		b.WriteString(human(p.done))
+		b.WriteString(HumanBytes(p.done))
 	}
-	fmt.Fprintf(&b, ", %s/s", human(int64(r)))
+	fmt.Fprintf(&b, ", %s/s", HumanBytes(int64(r)))
 	if p.total > 0 {
 		if r > 0 {
 			eta := time.Duration(float64(p.total-p.done) / r * float64(time.Second))
@@ -167,11 +167,11 @@ func sizeOrUnknown(n int64) string {
 	if n < 0 {
 		return "unknown size"
 	}
-	return human(n)
+	return HumanBytes(n)
 }
 
-// human prints a byte count with a binary unit.
-func human(n int64) string {
+// HumanBytes prints a byte count with a binary unit (1.5 GiB).
+func HumanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

@@ -73,8 +73,8 @@ func TestProgressPlainLines(t *testing.T) {
 
 func TestHuman(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536 << 20: "1.5 GiB", 3 << 40: "3.0 TiB"} {
-		if got := human(n); got != want {
-			t.Errorf("human(%d) = %q, want %q", n, got, want)
+		if got := HumanBytes(n); got != want {
+			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

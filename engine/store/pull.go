@@ -574,7 +574,7 @@ func (p *Puller) checkSpace(name, base string, size int64) error {
 		}
 	}
 	if need := size - have; need > free {
-		return fmt.Errorf("%w: %s needs %s more, %s has %s free", ErrNoSpace, name, human(need), p.store.root, human(free))
+		return fmt.Errorf("%w: %s needs %s more, %s has %s free", ErrNoSpace, name, HumanBytes(need), p.store.root, HumanBytes(free))
 	}
 	return nil
 }
