@@ -4,9 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/stratanet/strata/engine/internal/membench"
 )
 
 // BenchmarkPackedMatVec is one decode-sized matrix-vector product per type
@@ -145,7 +146,7 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 				buf[i] = uint64(i)
 			}
 			step()
-			readBytes := readMemory(buf, threads)
+			readBytes := membench.Read(buf, threads)
 			best := [3]time.Duration{time.Hour, time.Hour, time.Hour}
 			for b.Loop() {
 				for p := range 2 {
@@ -153,7 +154,7 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 					best[p] = min(best[p], step())
 				}
 				t0 := time.Now()
-				readMemory(buf, threads)
+				membench.Read(buf, threads)
 				best[2] = min(best[2], time.Since(t0))
 			}
 			bw := float64(readBytes) / best[2].Seconds()
@@ -165,39 +166,4 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 			b.ReportMetric(bw/1e9, "mem_GB/s")
 		})
 	}
-}
-
-// readSink keeps readMemory's sums live.
-var readSink uint64
-
-// readMemory reads buf once, split in threads parts read at once, with
-// eight independent sums so that the loads, not the adds, bound it, and
-// returns the bytes read.
-func readMemory(buf []uint64, threads int) int {
-	sums := make([]uint64, threads)
-	var wg sync.WaitGroup
-	part := len(buf) / threads &^ 7
-	for t := range threads {
-		p := buf[t*part : (t+1)*part]
-		wg.Go(func() {
-			var s0, s1, s2, s3, s4, s5, s6, s7 uint64
-			for i := 0; i+8 <= len(p); i += 8 {
-				q := p[i : i+8 : i+8]
-				s0 += q[0]
-				s1 += q[1]
-				s2 += q[2]
-				s3 += q[3]
-				s4 += q[4]
-				s5 += q[5]
-				s6 += q[6]
-				s7 += q[7]
-			}
-			sums[t] = s0 ^ s1 ^ s2 ^ s3 ^ s4 ^ s5 ^ s6 ^ s7
-		})
-	}
-	wg.Wait()
-	for _, s := range sums {
-		readSink ^= s
-	}
-	return 8 * part * threads
 }

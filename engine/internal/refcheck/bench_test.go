@@ -4,11 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/internal/membench"
 )
 
 // benchShapes are real models' shapes, written as Q4_K_M by model gen.
@@ -82,7 +82,7 @@ func BenchmarkDecodeVsGGML(b *testing.B) {
 				if _, err := g.logits(tok, threads); err != nil {
 					b.Fatal(err)
 				}
-				readBytes := readMemory(buf, threads)
+				readBytes := membench.Read(buf, threads)
 				b.ResetTimer()
 				var ours, theirs, reads time.Duration
 				best := [3]time.Duration{time.Hour, time.Hour, time.Hour}
@@ -94,7 +94,7 @@ func BenchmarkDecodeVsGGML(b *testing.B) {
 						b.Fatal(err)
 					}
 					t2 := time.Now()
-					readMemory(buf, threads)
+					membench.Read(buf, threads)
 					t3 := time.Now()
 					ours += t1.Sub(t0)
 					theirs += t2.Sub(t1)
@@ -120,41 +120,6 @@ func BenchmarkDecodeVsGGML(b *testing.B) {
 		}
 		g.close()
 	}
-}
-
-// readSink keeps readMemory's sums live.
-var readSink uint64
-
-// readMemory reads buf once, split in threads parts read at once, with
-// eight independent sums so that the loads, not the adds, bound it, and
-// returns the bytes read.
-func readMemory(buf []uint64, threads int) int {
-	sums := make([]uint64, threads)
-	var wg sync.WaitGroup
-	part := len(buf) / threads &^ 7
-	for t := range threads {
-		p := buf[t*part : (t+1)*part]
-		wg.Go(func() {
-			var s0, s1, s2, s3, s4, s5, s6, s7 uint64
-			for i := 0; i+8 <= len(p); i += 8 {
-				q := p[i : i+8 : i+8]
-				s0 += q[0]
-				s1 += q[1]
-				s2 += q[2]
-				s3 += q[3]
-				s4 += q[4]
-				s5 += q[5]
-				s6 += q[6]
-				s7 += q[7]
-			}
-			sums[t] = s0 ^ s1 ^ s2 ^ s3 ^ s4 ^ s5 ^ s6 ^ s7
-		})
-	}
-	wg.Wait()
-	for _, s := range sums {
-		readSink ^= s
-	}
-	return 8 * part * threads
 }
 
 // BenchmarkPrefillVsGGML times a 512-token prompt (one Forward of every
