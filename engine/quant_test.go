@@ -187,15 +187,7 @@ func testPackedKernelsMatchPortable(t *testing.T) {
 				x[i] = float32(int64(splitmix(&s)>>40)-1<<23) / (1 << 20)
 			}
 			w := &matrix{rows: rows, cols: cols, raw: raw, qf: quantFormats[v.typ], typ: v.typ}
-			a := newAct(x, 3, cols)
-			a.prepare(w)
-			fast := make([]float32, 3*rows)
-			matmulPacked(fast, w, a, 0, rows)
-			useSIMD = false
-			slow := make([]float32, 3*rows)
-			matmulPacked(slow, w, a, 0, rows)
-			useSIMD = true
-			if !sameBits(fast, slow) {
+			if fast, slow := simdAndPortable(w, x, 3); !sameBits(fast, slow) {
 				t.Fatalf("%s: SIMD %v, portable %v", v.typ, fast, slow)
 			}
 		}
@@ -313,15 +305,7 @@ func testPackedKernelsRandomBlocks(t *testing.T) {
 					x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
 				}
 				w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
-				a := newAct(x, n, cols)
-				a.prepare(w)
-				fast := make([]float32, n*rows)
-				matmulPacked(fast, w, a, 0, rows)
-				useSIMD = false
-				slow := make([]float32, n*rows)
-				matmulPacked(slow, w, a, 0, rows)
-				useSIMD = true
-				if !sameBits(fast, slow) {
+				if fast, slow := simdAndPortable(w, x, n); !sameBits(fast, slow) {
 					t.Fatalf("%s, %d blocks, %d activation rows: SIMD %v, portable %v", typ, nb, n, fast, slow)
 				}
 			}
@@ -388,19 +372,25 @@ func testPackedKernelsExtremes(t *testing.T) {
 						x[i] = acts[(ai+i/cols)%len(acts)](i)
 					}
 					w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
-					a := newAct(x, n, cols)
-					a.prepare(w)
-					fast := make([]float32, n*rows)
-					matmulPacked(fast, w, a, 0, rows)
-					useSIMD = false
-					slow := make([]float32, n*rows)
-					matmulPacked(slow, w, a, 0, rows)
-					useSIMD = true
-					if !sameBits(fast, slow) {
+					if fast, slow := simdAndPortable(w, x, n); !sameBits(fast, slow) {
 						t.Fatalf("%s, %d blocks, %d rows, activations %d: SIMD %v, portable %v", typ, nb, n, ai, fast, slow)
 					}
 				}
 			}
 		}
 	}
+}
+
+// simdAndPortable multiplies the packed matrix w by n activation rows x
+// with the SIMD kernels and with the portable ones.
+func simdAndPortable(w *matrix, x []float32, n int) (simd, portable []float32) {
+	a := newAct(x, n, w.cols)
+	a.prepare(w)
+	simd = make([]float32, n*w.rows)
+	matmulPacked(simd, w, a, 0, w.rows)
+	useSIMD = false
+	defer func() { useSIMD = true }()
+	portable = make([]float32, n*w.rows)
+	matmulPacked(portable, w, a, 0, w.rows)
+	return simd, portable
 }

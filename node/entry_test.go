@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap/zaptest"
 
@@ -41,19 +40,6 @@ type entryRig struct {
 	seen    map[peer.ID][]Step // steps each hop took
 }
 
-func testPeerID(t *testing.T) peer.ID {
-	t.Helper()
-	_, pub, err := crypto.GenerateEd25519Key(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := peer.IDFromPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 func newEntryRig(t *testing.T, npeers int) *entryRig {
 	t.Helper()
 	m, err := openModel(testModel(t), "", testHW, 1)
@@ -62,10 +48,10 @@ func newEntryRig(t *testing.T, npeers int) *entryRig {
 	}
 	r := &entryRig{t: t, clock: clockwork.NewFakeClock(), vocab: m.info.Vocab, hang: map[peer.ID]bool{}, busy: map[peer.ID]int{},
 		sent: make(chan peer.ID, 64), closes: make(chan peer.ID, 64), seen: map[peer.ID][]Step{}}
-	for range npeers {
-		r.peers = append(r.peers, testPeerID(t))
+	for i := range npeers {
+		r.peers = append(r.peers, testPeer(t, byte(10+i)))
 	}
-	r.e = newEntry(entryConfig{self: testPeerID(t), model: m, stepTimeout: 20 * time.Second, repairWait: 30 * time.Second,
+	r.e = newEntry(entryConfig{self: testPeer(t, 9), model: m, stepTimeout: 20 * time.Second, repairWait: 30 * time.Second,
 		maxReplays: 4, defaultMaxTokens: 8, maxFrame: 1 << 24, clock: r.clock, log: zaptest.NewLogger(t)},
 		entryDeps{route: r.route, send: r.send, draining: func([]Hop) []peer.ID { return nil },
 			post: func(to peer.ID, m Message) {

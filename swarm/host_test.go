@@ -52,7 +52,7 @@ func bootstrapOf(h *Host) Option { return WithBootstrapPeers(h.AddrInfo()) }
 
 // waitFor waits until cond holds, looking again every 20 ms, and fails
 // past limit (generous: no latency bound); it returns how long it took.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	tick := time.NewTicker(20 * time.Millisecond)

@@ -21,7 +21,7 @@ func relayedPair(t testing.TB, relayOpts ...Option) (relay, a, c *Host) {
 	relay = newTestHost(t, append([]Option{fast, WithDiscovery(false)}, relayOpts...)...)
 	a = newTestHost(t, fast, WithDiscovery(false), WithRelayService(false), bootstrapOf(relay))
 	c = newTestHost(t, fast, WithNoListen(), WithDiscovery(false), WithRelayService(false), bootstrapOf(relay))
-	waitUntil(t, 15*time.Second, "relay reservation", func() bool {
+	waitFor(t, 15*time.Second, "relay reservation", func() bool {
 		for _, ad := range c.Addrs() {
 			if IsRelayAddr(ad) {
 				return true
@@ -35,23 +35,6 @@ func relayedPair(t testing.TB, relayOpts ...Option) (relay, a, c *Host) {
 		t.Fatal(err)
 	}
 	return relay, a, c
-}
-
-// waitUntil is waitFor for benchmarks as well as tests.
-func waitUntil(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(limit)
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			if !cond() {
-				t.Fatalf("%s: not within %v", what, limit)
-			}
-		}
-	}
 }
 
 // TestRelayRateCap: activations through a relay capped at 1 MiB/s take at
@@ -252,7 +235,7 @@ func benchOwnServing(b *testing.B, relayRate float64) {
 	}
 	send(4) // open the stream and grow the windows
 	g.set(true)
-	waitUntil(b, 30*time.Second, "relayed load flowing", func() bool { return relay.RelayStats().Bytes > 4<<20 })
+	waitFor(b, 30*time.Second, "relayed load flowing", func() bool { return relay.RelayStats().Bytes > 4<<20 })
 
 	const round = 5
 	var alone, loaded time.Duration
@@ -266,7 +249,7 @@ func benchOwnServing(b *testing.B, relayRate float64) {
 		alone += send(n)
 		g.set(true)
 		from := relay.RelayStats().Bytes
-		waitUntil(b, 30*time.Second, "relayed load flowing", func() bool { return relay.RelayStats().Bytes > from+1<<20 })
+		waitFor(b, 30*time.Second, "relayed load flowing", func() bool { return relay.RelayStats().Bytes > from+1<<20 })
 		from = relay.RelayStats().Bytes
 		b.StartTimer()
 		loaded += send(n)
