@@ -117,7 +117,8 @@ func apiClient(apiURL, keyFile string) (*api.Client, error) {
 	return api.NewClient(apiURL, opts...)
 }
 
-// waitReady polls the node until it serves a map covering every layer.
+// waitReady polls the node until it can route a full path (its map
+// covers every layer and it has heard from the hops).
 // Unreachable is retried too: the node may still be starting.
 func waitReady(ctx context.Context, c *api.Client, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
@@ -138,7 +139,7 @@ func waitReady(ctx context.Context, c *api.Client, limit time.Duration) error {
 			if last != nil {
 				return fmt.Errorf("the swarm did not serve within %v: %w", limit, last)
 			}
-			return fmt.Errorf("the swarm did not serve within %v: its map does not cover every layer yet", limit)
+			return fmt.Errorf("the swarm did not serve within %v: it cannot route a full path yet", limit)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

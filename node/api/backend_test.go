@@ -188,7 +188,7 @@ func TestHealthAndMetricsFromBackendData(t *testing.T) {
 	if err := json.Unmarshal(body, &h); err != nil {
 		t.Fatal(err)
 	}
-	if status != http.StatusOK || h.Peers != 2 || h.Epoch != 1 || !h.MapCovers {
+	if status != http.StatusOK || h.Peers != 2 || h.Epoch != 1 || !h.MapCovers || !h.Routable {
 		t.Fatalf("health %d: %+v", status, h)
 	}
 	resp, err := http.Get(hs.URL + "/metrics")
@@ -211,6 +211,35 @@ func TestHealthAndMetricsFromBackendData(t *testing.T) {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestNotReadyUntilRoutable: a map that covers every layer is not
+// enough: until the node's own view routes a full path, ?ready=1 says
+// 503 with the reason, while the plain health check stays 200.
+func TestNotReadyUntilRoutable(t *testing.T) {
+	f, _ := newFakeSwarm(t)
+	f.mu.Lock()
+	f.snap.RouteErr = fmt.Errorf("%w: routing: no path: layer 4 has no live holder", node.ErrNoCapacity)
+	f.mu.Unlock()
+	hs := fakeServer(t, f)
+	status, hdr, body := get(t, hs.URL+"/healthz?ready=1", "")
+	var h healthJSON
+	if err := json.Unmarshal(body, &h); err != nil {
+		t.Fatal(err)
+	}
+	if status != http.StatusServiceUnavailable || h.Status != "not_ready" || !h.MapCovers || h.Routable ||
+		!strings.Contains(h.NotReady, "no live holder") || hdr.Get("Retry-After") == "" {
+		t.Fatalf("ready %d %v: %s", status, hdr, body)
+	}
+	if status, _, body := get(t, hs.URL+"/healthz", ""); status != http.StatusOK {
+		t.Fatalf("health %d: %s", status, body)
+	}
+	f.mu.Lock()
+	f.snap.RouteErr = nil
+	f.mu.Unlock()
+	if status, _, body := get(t, hs.URL+"/healthz?ready=1", ""); status != http.StatusOK {
+		t.Fatalf("ready once routable: %d %s", status, body)
 	}
 }
 
