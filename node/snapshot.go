@@ -35,7 +35,7 @@ type SwarmSnapshot struct {
 	// answer), nil when it can: readiness means routable, not merely a
 	// map that covers every layer.
 	RouteErr error
-	Addrs     []ma.Multiaddr
+	Addrs    []ma.Multiaddr
 	// Peers is the peer table, this node excluded.
 	Peers []swarm.Peer
 	// NAT is this node's reachability diagnosis.
