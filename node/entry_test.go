@@ -30,12 +30,12 @@ type entryRig struct {
 	vocab int
 
 	mu      sync.Mutex
-	hang    map[peer.ID]bool   // takes steps and never answers
-	busy    map[peer.ID]int    // answers this many opens with CodeBusy
-	noPath  bool               // routing finds nothing
-	dead    map[peer.ID]bool   // routing leaves these out
+	hang    map[peer.ID]bool // takes steps and never answers
+	busy    map[peer.ID]int  // answers this many opens with CodeBusy
+	noPath  bool             // routing finds nothing
+	dead    map[peer.ID]bool // routing leaves these out
 	kvs     map[peer.ID]kvReport
-	chg     chan struct{} // closed by bump: routing's inputs changed
+	chg     chan struct{}      // closed by bump: routing's inputs changed
 	closed  []peer.ID          // hops told to close a session
 	suspect []peer.ID          // peers reported to routing
 	sent    chan peer.ID       // every step's first hop, as it is sent
