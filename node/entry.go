@@ -122,7 +122,9 @@ type entryConfig struct {
 	stepTimeout, repairWait      time.Duration
 	maxReplays, defaultMaxTokens int
 	wireF16                      bool
-	maxFrame                     int // the largest activation frame peers accept
+	maxFrame                     int           // the largest activation frame peers accept
+	queueMax                     int           // requests the admission queue holds
+	queueTimeout                 time.Duration // a queued request's default deadline
 	clock                        clockwork.Clock
 	log                          *zap.Logger
 }
@@ -142,6 +144,12 @@ type entryDeps struct {
 	draining func(hops []Hop) []peer.ID
 	// suspect tells the router that p failed a step just now.
 	suspect func(p peer.ID)
+	// kv is what a node of the map last reported of its KV cache (nil:
+	// nothing known, admission by path only).
+	kv func(node string) kvReport
+	// changed returns a channel closed at the next change of what
+	// routing reads (a heartbeat, a liveness verdict); nil: none.
+	changed func() <-chan struct{}
 }
 
 // entry is the entry role: it starts generations, drives each on a
@@ -157,6 +165,7 @@ type entry struct {
 	mu     sync.RWMutex // generate's wg.Add against close's wg.Wait
 	wg     sync.WaitGroup
 	reg    registry
+	adm    *admitter
 }
 
 func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
@@ -166,10 +175,22 @@ func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
 	if cfg.log == nil {
 		cfg.log = zap.NewNop()
 	}
-	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}}
+	if cfg.queueMax <= 0 {
+		cfg.queueMax = DefaultEntryQueueMax
+	}
+	if cfg.queueTimeout <= 0 {
+		cfg.queueTimeout = DefaultQueueTimeout
+	}
+	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}, adm: newAdmitter()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.admitLoop() }()
 	return e
 }
+
+// capacityChanged is a hint from the node that routing's inputs changed
+// (its own status, a map notice): the queue looks again.
+func (e *entry) capacityChanged() { e.adm.poke() }
 
 // stop ends every generation (their callers get ErrClosed) and refuses
 // new ones; wait joins them.
@@ -268,16 +289,24 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
 		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile}
-	path, err := e.route(g.routeReq(nil))
+	wait := req.QueueTimeout
+	if wait == 0 {
+		wait = e.cfg.queueTimeout
+	}
+	path, resv, err := e.admit(ctx, g, wait)
 	if errors.Is(err, routing.ErrUnknownProfile) {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	if err != nil {
+		if errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
+			return nil, err
+		}
 		return nil, &retryAfter{err: fmt.Errorf("%w: %w", ErrNoCapacity, err), after: time.Second}
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.ctx.Err() != nil {
+		e.adm.release(resv)
 		return nil, ErrClosed
 	}
 	e.counters.requests.Add(1)
@@ -288,6 +317,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	go func() {
 		defer e.wg.Done()
 		defer cancel()
+		defer e.adm.release(resv)
 		res, err := g.run(gctx, path)
 		if err != nil {
 			e.counters.failed.Add(1)

@@ -119,10 +119,20 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		}}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,
-		maxFrame: swarm.DefaultMaxActFrame, clock: cfg.clock, log: n.log},
+		maxFrame: swarm.DefaultMaxActFrame, queueMax: cfg.entryQueueMax, queueTimeout: cfg.entryQueueTimeout,
+		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
-			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }}, &n.counters)
+			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed},
+		&n.counters)
 	n.svc.entry = n.entry
+	n.ann.changed = n.entry.capacityChanged
+	n.paths.selfKV = func() kvReport {
+		st := n.svc.sched.status.Load()
+		if st == nil {
+			return kvReport{free: -1}
+		}
+		return kvReport{free: int(st.FreeKV), sessions: st.Sessions + st.Queue, mark: st}
+	}
 	n.warm = &warmer{model: m, sched: n.svc.sched, maxLayers: cfg.maxLayers, loadDelay: cfg.loadDelay, loading: &n.ann.loading,
 		publish: n.ann.publish, log: n.log}
 	n.wg.Add(1)

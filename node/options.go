@@ -22,6 +22,7 @@ const (
 	DefaultQueueTimeout  = 30 * time.Second
 	DefaultMaxBatch      = 64
 	DefaultMaxQueue      = 256
+	DefaultEntryQueueMax = 1024
 	DefaultMaxReplays    = 16
 	DefaultMaxTokens     = 256
 	DefaultStatusEvery   = 250 * time.Millisecond
@@ -49,6 +50,8 @@ type config struct {
 	stepTimeout, repairWait, idleTimeout, queueTimeout time.Duration
 	statusEvery, suspectFor                            time.Duration
 	maxBatch, maxQueue, maxReplays, defaultMaxTokens   int
+	entryQueueMax                                      int
+	entryQueueTimeout                                  time.Duration
 	wireF16                                            bool
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
@@ -56,19 +59,21 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		log:              zap.NewNop(),
-		clock:            clockwork.NewRealClock(),
-		stepTimeout:      DefaultStepTimeout,
-		repairWait:       DefaultRepairWait,
-		idleTimeout:      DefaultIdleTimeout,
-		queueTimeout:     DefaultQueueTimeout,
-		statusEvery:      DefaultStatusEvery,
-		suspectFor:       DefaultSuspectFor,
-		maxBatch:         DefaultMaxBatch,
-		maxQueue:         DefaultMaxQueue,
-		maxReplays:       DefaultMaxReplays,
-		defaultMaxTokens: DefaultMaxTokens,
-		sched:            routing.DefaultSchedulerConfig(),
+		log:               zap.NewNop(),
+		clock:             clockwork.NewRealClock(),
+		stepTimeout:       DefaultStepTimeout,
+		repairWait:        DefaultRepairWait,
+		idleTimeout:       DefaultIdleTimeout,
+		queueTimeout:      DefaultQueueTimeout,
+		statusEvery:       DefaultStatusEvery,
+		suspectFor:        DefaultSuspectFor,
+		maxBatch:          DefaultMaxBatch,
+		maxQueue:          DefaultMaxQueue,
+		entryQueueMax:     DefaultEntryQueueMax,
+		entryQueueTimeout: DefaultQueueTimeout,
+		maxReplays:        DefaultMaxReplays,
+		defaultMaxTokens:  DefaultMaxTokens,
+		sched:             routing.DefaultSchedulerConfig(),
 	}
 }
 
@@ -82,6 +87,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: negative max layers, memory or threads", ErrConfig)
 	case c.stepTimeout <= 0 || c.repairWait < 0 || c.idleTimeout <= 0 || c.queueTimeout <= 0 || c.statusEvery <= 0 || c.suspectFor <= 0:
 		return fmt.Errorf("%w: non-positive timing", ErrConfig)
+	case c.entryQueueMax <= 0 || c.entryQueueTimeout <= 0:
+		return fmt.Errorf("%w: non-positive entry queue bound or timeout", ErrConfig)
 	case c.maxBatch <= 0 || c.maxQueue < 0 || c.maxReplays < 0 || c.defaultMaxTokens <= 0:
 		return fmt.Errorf("%w: non-positive batch, queue, replay or token limit", ErrConfig)
 	case len(c.region) > swarm.MaxRegionLen:
@@ -216,6 +223,14 @@ func WithIdleTimeout(d time.Duration) Option {
 // memory (default 256) and for how long (default 30 s).
 func WithQueue(n int, wait time.Duration) Option {
 	return func(c *config) error { c.maxQueue, c.queueTimeout = n, wait; return nil }
+}
+
+// WithEntryQueue sets the entry's admission queue: how many requests may
+// wait for a path with KV room (default 1024) and for how long by default
+// (30 s; a request may ask for another deadline). Past either, a request
+// is refused with ErrNoCapacity and a Retry-After.
+func WithEntryQueue(n int, wait time.Duration) Option {
+	return func(c *config) error { c.entryQueueMax, c.entryQueueTimeout = n, wait; return nil }
 }
 
 // WithMaxBatch caps the steps one engine batch runs (default 64).

@@ -72,8 +72,8 @@ func newStatusCmd() *cobra.Command {
 		Long: `status asks one node's API for its view of the swarm (GET /v1/swarm) and
 prints the model, the epoch, the leader and one line per stage of the
 committed map: the node, its layers, its device, its state and its queue.
-With --wait it first waits until the node serves and its map covers every
-layer. --name ID=NAME shows a peer ID as NAME (testnet/up.sh uses n1..nN).`,
+With --wait it first waits until the node can route a full path (its map
+covers every layer and its hops are heard from and serve). --name ID=NAME shows a peer ID as NAME (testnet/up.sh uses n1..nN).`,
 		Example: `  strata status --api http://127.0.0.1:8080
   strata status --api http://127.0.0.1:5001 --wait 60s`,
 		Args: cobra.NoArgs,
@@ -117,7 +117,8 @@ func apiClient(apiURL, keyFile string) (*api.Client, error) {
 	return api.NewClient(apiURL, opts...)
 }
 
-// waitReady polls the node until it serves a map covering every layer.
+// waitReady polls the node until it can route a full path (its map
+// covers every layer and it has heard from the hops).
 // Unreachable is retried too: the node may still be starting.
 func waitReady(ctx context.Context, c *api.Client, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
@@ -138,7 +139,7 @@ func waitReady(ctx context.Context, c *api.Client, limit time.Duration) error {
 			if last != nil {
 				return fmt.Errorf("the swarm did not serve within %v: %w", limit, last)
 			}
-			return fmt.Errorf("the swarm did not serve within %v: its map does not cover every layer yet", limit)
+			return fmt.Errorf("the swarm did not serve within %v: it cannot route a full path yet", limit)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -68,6 +68,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -97,6 +98,9 @@ type Config struct {
 	// SchedulerConfig is a YAML file of routing profiles (see
 	// routing.SchedulerConfig); empty: one default profile.
 	SchedulerConfig string `yaml:"scheduler_config" help:"YAML file of scheduling profiles (filters, weighted scorers, picker) a request picks by name; empty: one default profile"`
+	// The entry's admission queue.
+	QueueTimeout time.Duration `yaml:"queue_timeout" help:"how long a request may wait in this entry's queue for a path with KV room before a 503 (a request's queue_timeout overrides it)"`
+	QueueMax     int           `yaml:"queue_max" help:"requests this entry's queue holds; past it a request gets 503 at once"`
 
 	// The HTTP API.
 	API        string   `yaml:"api" help:"HTTP API address, host:port (\"none\": no API)"`
@@ -123,6 +127,8 @@ func Default() Config {
 		Swarm:        swarm.DefaultSwarmName,
 		Reachability: "auto",
 		Heartbeat:    swarm.DefaultHeartbeatInterval,
+		QueueTimeout: node.DefaultQueueTimeout,
+		QueueMax:     node.DefaultEntryQueueMax,
 		API:          DefaultAPI,
 		APIMaxBody:   4 << 20,
 		LogLevel:     "info",

@@ -113,6 +113,12 @@ func (c Config) validate(src map[string]*FieldError) error {
 	if c.MaxLayers < 0 {
 		bad("max_layers", "%d: must not be negative", c.MaxLayers)
 	}
+	if c.QueueTimeout <= 0 {
+		bad("queue_timeout", "%v: must be positive", c.QueueTimeout)
+	}
+	if c.QueueMax <= 0 {
+		bad("queue_max", "%d: must be positive", c.QueueMax)
+	}
 	if c.Threads < 0 {
 		bad("threads", "%d: must not be negative", c.Threads)
 	}
