@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/routing"
 )
@@ -122,7 +123,8 @@ type entryConfig struct {
 	stepTimeout, repairWait      time.Duration
 	maxReplays, defaultMaxTokens int
 	wireF16                      bool
-	maxFrame                     int // the largest activation frame peers accept
+	maxFrame                     int     // the largest activation frame peers accept
+	verifyRate                   float64 // share of token boundaries spot-checked (verify.go)
 	clock                        clockwork.Clock
 	log                          *zap.Logger
 }
@@ -142,6 +144,11 @@ type entryDeps struct {
 	draining func(hops []Hop) []peer.ID
 	// suspect tells the router that p failed a step just now.
 	suspect func(p peer.ID)
+	// holders lists the peers that serve layers [from, to) on the
+	// committed map (verify.go); nil: no spot checks.
+	holders func(from, to int) []peer.ID
+	// report hands fault evidence to the leader.
+	report func(ctx context.Context, ev consensus.Evidence) error
 }
 
 // entry is the entry role: it starts generations, drives each on a
@@ -157,6 +164,8 @@ type entry struct {
 	mu     sync.RWMutex // generate's wg.Add against close's wg.Wait
 	wg     sync.WaitGroup
 	reg    registry
+	rcpt   receipts       // receipts awaited by spot checks
+	vc     verifyCounters // spot-check counts
 }
 
 func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
@@ -318,6 +327,10 @@ type generation struct {
 	res       Result
 	start     time.Time
 	failedAt  time.Time // when the last failure was noticed, until the next token
+	// verifiedOut counts the tokens of out up to the last spot check
+	// that passed; sent holds what was delivered before a rewind to it.
+	verifiedOut int
+	sent        []int32
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
@@ -340,6 +353,7 @@ const (
 	endBusy                   // a hop's admission queue is full: back off
 	endNoKV                   // a hop can never hold the session: avoid it for good
 	endMove                   // a hop is draining: move the session at a token boundary
+	endFault                  // a hop failed a spot check: replay from the last verified point
 )
 
 func (g *generation) run(ctx context.Context, path routing.Path) (Result, error) {
@@ -394,6 +408,9 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 			e.cfg.log.Info("hop draining; moving the session", zap.Stringers("draining", end.blame),
 				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
 		default:
+			if end.kind == endFault {
+				g.rewind()
+			}
 			e.counters.hopFailures.Add(1)
 			g.failedAt = e.cfg.clock.Now()
 			if g.res.Replays >= e.cfg.maxReplays {
@@ -546,6 +563,14 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		if err != nil || finished {
 			return attemptEnd{done: err == nil}, err
 		}
+		if len(g.out) > len(g.sent) && e.shouldAudit() {
+			if end := g.audit(ctx, sid, hops); end != nil {
+				if ctx.Err() != nil {
+					return attemptEnd{}, ctx.Err()
+				}
+				return *end, nil
+			}
+		}
 		// A token boundary: leave hops that announced draining, so that
 		// they can go without a single step failing.
 		if d := e.draining(hops); len(d) > 0 {
@@ -570,6 +595,16 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 		e.counters.replayed(d)
 		e.cfg.log.Info("replay recovered", zap.Duration("replay_latency", d), zap.Int("position", len(g.prompt)+len(g.out)))
 		g.failedAt = time.Time{}
+	}
+	if n := len(g.out); n < len(g.sent) {
+		// Redoing tokens already sent after a fault: they stand if the
+		// replay agrees, and the generation ends flagged if not.
+		if g.sent[n] != id {
+			return false, fmt.Errorf("%w: token %d (position %d) was %d, the replay without the faulty node gives %d",
+				ErrWrongTokens, n, len(g.prompt)+n, g.sent[n], id)
+		}
+		g.out = append(g.out, id)
+		return false, nil
 	}
 	g.out = append(g.out, id)
 	e.counters.tokens.Add(1)
