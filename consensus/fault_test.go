@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"testing"
@@ -131,5 +132,79 @@ func TestNodeFaultedEvictsAndBans(t *testing.T) {
 	}
 	if got, banned := r.Banned(liar.id.String(), t0.Add(10*time.Second)); !banned || !got.Equal(until) {
 		t.Fatalf("ban after a snapshot: %v %v", got, banned)
+	}
+}
+
+// TestFaultReportOnCluster: on a real 4-member cluster, an accusation
+// whose receipt carries a signature over other bytes is refused by the
+// leader (the accuser is not believed, nothing is appended); genuine
+// evidence evicts the accused, the map is repaired without it, and its
+// rejoin is refused while the ban lasts.
+func TestFaultReportOnCluster(t *testing.T) {
+	cl := newCluster(t, WithBanDuration(time.Hour))
+	var ids []peer.ID
+	var boot []peer.AddrInfo
+	for range 4 {
+		n := cl.addHost(false)
+		ids = append(ids, n.h.ID())
+		boot = append(boot, n.info())
+	}
+	for _, n := range cl.all() {
+		cl.start(n, WithInitialVoters(ids[:3]...), WithBootstrap(boot...))
+	}
+	leader, _ := cl.leader(10 * time.Second)
+	var all []string
+	for _, id := range ids {
+		all = append(all, id.String())
+	}
+	cl.waitAll("all joined and placed", 20*time.Second, placed(all...))
+	// The accused is not the leader (a leader is not evicted by its own
+	// log here); the accuser is another follower, so the request is
+	// forwarded.
+	var others []*testNode
+	for _, n := range cl.all() {
+		if n != leader {
+			others = append(others, n)
+		}
+	}
+	accused, accuser, witness := others[0], others[1], leader
+	sig := func(n *testNode) signer { return signer{id: n.h.ID(), key: n.key} }
+
+	forged := Evidence{Receipts: [3]Receipt{sig(accused).receipt(t, "in", "right"), sig(accuser).receipt(t, "in", "right"),
+		sig(witness).receipt(t, "in", "right")}}
+	// The accused's honest signature, pasted onto a claim it never made.
+	forged.Receipts[0].OutLast[0] ^= 1
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	before := leader.c().State().Applied()
+	err := accuser.c().request(ctx, NodeFaulted{Node: accused.id(), Accuser: accuser.id(), Evidence: forged})
+	if !errors.Is(err, ErrBadEvidence) {
+		t.Fatalf("forged evidence: %v, want ErrBadEvidence", err)
+	}
+	if err := accuser.c().ReportFault(ctx, forged); !errors.Is(err, ErrBadEvidence) {
+		t.Fatalf("forged evidence through ReportFault: %v", err)
+	}
+	if s := leader.c().State(); !s.IsMember(accused.id()) || len(s.Bans()) != 0 || s.Applied() != before {
+		t.Fatalf("forged evidence changed the state: member %v bans %v applied %d→%d", s.IsMember(accused.id()), s.Bans(), before, s.Applied())
+	}
+
+	good := Evidence{Receipts: [3]Receipt{sig(accused).receipt(t, "in", "wrong"), sig(accuser).receipt(t, "in", "right"),
+		sig(witness).receipt(t, "in", "right")}}
+	if err := accuser.c().ReportFault(ctx, good); err != nil {
+		t.Fatalf("genuine evidence: %v", err)
+	}
+	var rest []string
+	for _, n := range cl.all() {
+		if n != accused {
+			rest = append(rest, n.id())
+		}
+	}
+	cl.waitAll("evicted and the map repaired", 20*time.Second, func(s State) bool {
+		_, banned := s.Banned(accused.id(), time.Now())
+		_, placedStill := s.Committed().Range(accused.id())
+		return banned && !s.IsMember(accused.id()) && !placedStill && placed(rest...)(s)
+	})
+	if err := accused.c().request(ctx, accused.c().joinEvent()); !errors.Is(err, ErrBanned) {
+		t.Fatalf("rejoin while banned: %v, want ErrBanned", err)
 	}
 }
