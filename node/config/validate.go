@@ -113,6 +113,9 @@ func (c Config) validate(src map[string]*FieldError) error {
 	if c.MaxLayers < 0 {
 		bad("max_layers", "%d: must not be negative", c.MaxLayers)
 	}
+	if !(c.VerifyRate >= 0 && c.VerifyRate <= 1) {
+		bad("verify_rate", "%v: must be between 0 and 1", c.VerifyRate)
+	}
 	if c.Threads < 0 {
 		bad("threads", "%d: must not be negative", c.Threads)
 	}
