@@ -327,10 +327,11 @@ type generation struct {
 	res       Result
 	start     time.Time
 	failedAt  time.Time // when the last failure was noticed, until the next token
-	// verifiedOut counts the tokens of out up to the last spot check
-	// that passed; sent holds what was delivered before a rewind to it.
-	verifiedOut int
-	sent        []int32
+	// safe counts, per peer that served an attempt, the leading tokens
+	// of out that depend on no unverified output of it; sent holds what
+	// was delivered before a rewind (verify.go).
+	safe map[peer.ID]int
+	sent []int32
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
@@ -409,7 +410,7 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
 		default:
 			if end.kind == endFault {
-				g.rewind()
+				g.rewind(end.blame[0])
 			}
 			e.counters.hopFailures.Add(1)
 			g.failedAt = e.cfg.clock.Now()
@@ -499,6 +500,8 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 			e.post(h.Peer, &Close{Session: sid})
 		}
 	}()
+	start := len(g.out)
+	g.used(hops)
 	all := append(slices.Clone(g.prompt), g.out...)
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: all,
 		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp}}
@@ -564,7 +567,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 			return attemptEnd{done: err == nil}, err
 		}
 		if len(g.out) > len(g.sent) && e.shouldAudit() {
-			if end := g.audit(ctx, sid, hops); end != nil {
+			if end := g.audit(ctx, sid, hops, start); end != nil {
 				if ctx.Err() != nil {
 					return attemptEnd{}, ctx.Err()
 				}

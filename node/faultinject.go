@@ -25,6 +25,9 @@ const (
 	FaultStale
 	// FaultSlow answers correctly but Delay late.
 	FaultSlow
+	// FaultNegate negates the last row: a gross error that changes the
+	// tokens downstream.
+	FaultNegate
 )
 
 // FaultSpec configures the injector.
@@ -37,7 +40,7 @@ type FaultSpec struct {
 // WithFaultInjection makes the node corrupt its outputs (test builds).
 func WithFaultInjection(f FaultSpec) Option {
 	return func(c *config) error {
-		if f.Every <= 0 || f.Mode < FaultFlip || f.Mode > FaultSlow {
+		if f.Every <= 0 || f.Mode < FaultFlip || f.Mode > FaultNegate {
 			return fmt.Errorf("%w: fault spec %+v", ErrConfig, f)
 		}
 		c.fault = &injector{spec: f}
@@ -77,5 +80,10 @@ func (j *injector) corrupt(w *work, last bool) {
 		}
 	case FaultSlow:
 		time.Sleep(j.spec.Delay)
+	case FaultNegate:
+		row := out[len(out)-min(len(out), len(out)/max(len(w.in.m.Tokens), 1)):]
+		for i := range row {
+			row[i] = -row[i]
+		}
 	}
 }

@@ -206,10 +206,11 @@ func (e *entry) shouldAudit() bool {
 // errInconclusive: a check that proves nothing either way.
 var errInconclusive = errors.New("check inconclusive")
 
-// audit spot-checks one hop of the attempt's path at a token boundary.
+// audit spot-checks one hop of the attempt's path at a token boundary;
+// the attempt started at start tokens.
 // It returns an attempt end when the attempt must stop (a hop proven or
 // suspected faulty), nil otherwise.
-func (g *generation) audit(ctx context.Context, sid SessionID, hops []Hop) *attemptEnd {
+func (g *generation) audit(ctx context.Context, sid SessionID, hops []Hop, start int) *attemptEnd {
 	e := g.e
 	// The hops with a second holder; the entry does not check itself.
 	var cand []int
@@ -257,7 +258,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, hops []Hop) *atte
 	if rv.SameOutput(rx) {
 		e.vc.verified.Add(1)
 		e.vc.positions.Add(uint64(rx.Positions))
-		g.verifiedOut = max(g.verifiedOut, rx.Positions-len(g.prompt))
+		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
 	e.vc.mismatches.Add(1)
@@ -276,7 +277,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, hops []Hop) *atte
 		case rw.SameOutput(rx):
 			// The checker lied; the session's hop was right.
 			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}})
-			g.verifiedOut = max(g.verifiedOut, rx.Positions-len(g.prompt))
+			g.verified(x.Peer, rx.Positions, start)
 			return nil
 		}
 		break // three answers: nothing to prove
@@ -384,14 +385,40 @@ func (e *entry) fault(ctx context.Context, ev consensus.Evidence) {
 	e.vc.reported.Add(1)
 }
 
-// rewind takes the generation back to its last verified point after a
-// fault: the tokens after it are produced again, and compared with the
-// ones already sent (deliver).
-func (g *generation) rewind() {
+// used notes that the attempt starting now, at len(g.out) tokens, runs
+// on hops: tokens from here on depend on their outputs.
+func (g *generation) used(hops []Hop) {
+	if g.safe == nil {
+		g.safe = map[peer.ID]int{}
+	}
+	for _, h := range hops {
+		if s, ok := g.safe[h.Peer]; !ok || s > len(g.out) {
+			g.safe[h.Peer] = len(g.out)
+		}
+	}
+}
+
+// verified records that p's outputs at positions [0, positions) of the
+// attempt that started at start tokens passed a check. The tokens they
+// fed are then safe from p, if those before the attempt already were:
+// the check covers this attempt's session only.
+func (g *generation) verified(p peer.ID, positions, start int) {
+	if s, ok := g.safe[p]; ok && s >= start {
+		g.safe[p] = max(s, positions-len(g.prompt)+1)
+	}
+}
+
+// rewind takes the generation back to the last point up to which no
+// token depends on an unverified output of the faulty peer: the tokens
+// after it are produced again, and compared with the ones already sent
+// (deliver).
+func (g *generation) rewind(faulty peer.ID) {
 	if len(g.sent) < len(g.out) {
 		g.sent = slices.Clone(g.out)
 	}
-	g.out = g.out[:min(max(g.verifiedOut, 0), len(g.out))]
+	if s, ok := g.safe[faulty]; ok {
+		g.out = g.out[:min(max(s, 0), len(g.out))]
+	}
 }
 
 // receiptSigner signs receipts with the host key; nil without one.

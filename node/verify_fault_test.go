@@ -15,8 +15,17 @@ import (
 // bans it on the signed evidence, the map is repaired without it, and
 // every generation after that is the single-process run's.
 func TestVerifyEvictsFaultyNode(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		mode FaultMode
+	}{{"flip", FaultFlip}, {"stale", FaultStale}, {"negate", FaultNegate}} {
+		t.Run(mode.name, func(t *testing.T) { testVerifyEvicts(t, mode.mode) })
+	}
+}
+
+func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	const faultyAt = 5
-	_, nodes := verifyCluster(t, 6, map[int][]Option{faultyAt: {WithFaultInjection(FaultSpec{Every: 50, Mode: FaultFlip})}})
+	_, nodes := verifyCluster(t, 6, map[int][]Option{faultyAt: {WithFaultInjection(FaultSpec{Every: 50, Mode: mode})}})
 	faulty := nodes[faultyAt]
 	fid := faulty.ID().String()
 	m := nodes[0].Committed()
