@@ -153,7 +153,13 @@ func FuzzUnmarshalState(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded state does not encode: %v", err)
 		}
-		if !bytes.Equal(again, b) {
+		want := b
+		if string(b[:4]) == snapshotMagicV1 {
+			// A v1 snapshot reads as a v2 one with no bans.
+			want = append([]byte(snapshotMagic), b[4:]...)
+			want = append(want, 0)
+		}
+		if !bytes.Equal(again, want) {
 			t.Fatalf("re-encoding differs")
 		}
 	})

@@ -76,7 +76,7 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 			RebalanceEvery: c.cfg.rebalanceEvery, RebalanceOpts: c.cfg.rebalanceOpts,
 		},
 	}
-	if !in.State.IsMember(in.Self) {
+	if _, banned := in.State.Banned(in.Self, now); !in.State.IsMember(in.Self) && !banned {
 		in.Join = c.joinEvent()
 	}
 	seen := map[string]bool{}
@@ -229,6 +229,8 @@ func (c *Consensus) leaderRequest(_ context.Context, ev Event) error {
 		err := c.apply(e)
 		kick(c.kickL)
 		return err
+	case NodeFaulted:
+		return c.faultReport(e)
 	}
 	return fmt.Errorf("%w: %s is not a request", ErrForbidden, ev.Kind())
 }

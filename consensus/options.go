@@ -31,6 +31,9 @@ const (
 	DefaultMaxVoters      = 5
 	DefaultRPCTimeout     = 5 * time.Second
 	DefaultRepublish      = 5 * time.Second
+	// DefaultBanDuration is how long a node evicted for a proven fault
+	// may not rejoin.
+	DefaultBanDuration = 24 * time.Hour
 )
 
 // Liveness is what consensus needs from the swarm's peer table: whether
@@ -116,6 +119,8 @@ type config struct {
 	publisher Publisher
 	speeds    Speeds
 
+	banFor time.Duration // how long a faulted node stays banned
+
 	caller    Caller // nil: the built-in handler and caller on the host
 	republish time.Duration
 }
@@ -137,6 +142,7 @@ func defaultConfig() config {
 		costParams:     layers.DefaultCostParams(),
 		rebalanceEvery: DefaultRebalanceEvery,
 		republish:      DefaultRepublish,
+		banFor:         DefaultBanDuration,
 	}
 }
 
@@ -154,7 +160,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: region or hardware name too long", ErrConfig)
 	case c.heartbeat < 5*time.Millisecond || c.election < 5*time.Millisecond:
 		return fmt.Errorf("%w: raft timeouts below 5 ms", ErrConfig)
-	case c.tick <= 0 || c.deadGrace < 0 || c.warmup <= 0 || c.rpcTimeout <= 0:
+	case c.tick <= 0 || c.deadGrace < 0 || c.warmup <= 0 || c.rpcTimeout <= 0 || c.banFor <= 0:
 		return fmt.Errorf("%w: non-positive timing", ErrConfig)
 	case c.maxVoters != 3 && c.maxVoters != 5:
 		return fmt.Errorf("%w: max voters must be 3 or 5, not %d", ErrConfig, c.maxVoters)
@@ -276,6 +282,13 @@ func WithSpeeds(s Speeds) Option {
 // IsControlRequest holds to HandleControl.
 func WithControl(caller Caller) Option {
 	return func(c *config) error { c.caller = caller; return nil }
+}
+
+// WithBanDuration sets how long a node evicted for a proven fault stays
+// banned (DefaultBanDuration). The leader that appends the eviction
+// decides it.
+func WithBanDuration(d time.Duration) Option {
+	return func(c *config) error { c.banFor = d; return nil }
 }
 
 // WithRPCTimeout bounds one control call.

@@ -107,7 +107,8 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		clock: cfg.clock, log: n.log.Named("sched")}, n.svc.out)
+		clock: cfg.clock, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
+		fault: cfg.fault}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
 	n.paths = &pathFinder{self: n.self, profiles: profiles, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
@@ -120,9 +121,11 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,
 		maxFrame: swarm.DefaultMaxActFrame, queueMax: cfg.entryQueueMax, queueTimeout: cfg.entryQueueTimeout,
-		clock: cfg.clock, log: n.log},
+		verifyRate: cfg.verifyRate,
+		clock:      cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
-			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed},
+			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
+			holders: n.holders, report: n.reportFault},
 		&n.counters)
 	n.svc.entry = n.entry
 	n.ann.changed = n.entry.capacityChanged

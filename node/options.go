@@ -53,6 +53,8 @@ type config struct {
 	entryQueueMax                                      int
 	entryQueueTimeout                                  time.Duration
 	wireF16                                            bool
+	verifyRate                                         float64
+	fault                                              outputFault // test-only (faultinject.go)
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
@@ -74,6 +76,7 @@ func defaultConfig() config {
 		maxReplays:        DefaultMaxReplays,
 		defaultMaxTokens:  DefaultMaxTokens,
 		sched:             routing.DefaultSchedulerConfig(),
+		verifyRate:        DefaultVerifyRate,
 	}
 }
 
@@ -91,6 +94,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: non-positive entry queue bound or timeout", ErrConfig)
 	case c.maxBatch <= 0 || c.maxQueue < 0 || c.maxReplays < 0 || c.defaultMaxTokens <= 0:
 		return fmt.Errorf("%w: non-positive batch, queue, replay or token limit", ErrConfig)
+	case !(c.verifyRate >= 0 && c.verifyRate <= 1):
+		return fmt.Errorf("%w: verify rate %v outside [0, 1]", ErrConfig, c.verifyRate)
 	case len(c.region) > swarm.MaxRegionLen:
 		return fmt.Errorf("%w: region longer than %d bytes", ErrConfig, swarm.MaxRegionLen)
 	}
@@ -261,6 +266,12 @@ func WithSuspectFor(d time.Duration) Option {
 // tokens then differ slightly from a single-process run). Default
 // float32, which keeps every split bit-identical.
 func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on; return nil } }
+
+// WithVerifyRate sets the share of token boundaries at which this
+// node's entry spot-checks one hop of a generation's path against a
+// second holder (default DefaultVerifyRate; 0 turns checks off). See
+// docs/trust.md.
+func WithVerifyRate(r float64) Option { return func(c *config) error { c.verifyRate = r; return nil } }
 
 // WithClock sets the clock of the node's timeouts: the entry's step
 // timeout, busy backoff and repair wait, the scheduler's idle and queue

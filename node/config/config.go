@@ -95,6 +95,8 @@ type Config struct {
 	MaxLayers int      `yaml:"max_layers" help:"most layers the node offers (0: as many as memory allows)"`
 	Threads   int      `yaml:"threads" help:"goroutines per engine step (0: all cores)"`
 	Region    string   `yaml:"region" help:"coarse location label announced in heartbeats"`
+	// VerifyRate is the entry's spot-check rate (docs/trust.md).
+	VerifyRate float64 `yaml:"verify_rate" help:"share of token boundaries at which this node's entry re-checks one hop on a second holder of its layers, 0 to 1 (0: off)"`
 	// SchedulerConfig is a YAML file of routing profiles (see
 	// routing.SchedulerConfig); empty: one default profile.
 	SchedulerConfig string `yaml:"scheduler_config" help:"YAML file of scheduling profiles (filters, weighted scorers, picker) a request picks by name; empty: one default profile"`
@@ -133,6 +135,7 @@ func Default() Config {
 		APIMaxBody:   4 << 20,
 		LogLevel:     "info",
 		LogPeers:     5 * time.Second,
+		VerifyRate:   node.DefaultVerifyRate,
 	}
 }
 
