@@ -16,7 +16,8 @@ import (
 // test calls Decide directly. Decide looks at the state and picks the
 // first thing to do, in this order:
 //
-//  1. append its own NodeJoined if it is not a member yet;
+//  1. append its own NodeJoined if it is not a member yet, then the
+//     model's manifest if it holds the file and the state has none;
 //  2. bring Raft's configuration in line with the members: add new
 //     members as non-voters, remove departed servers;
 //  3. append NodeLeft for members dead past the grace period;
@@ -67,8 +68,11 @@ type LeaderInput struct {
 	Self    string     // the leader's node ID
 	Leaving bool       // the leader is leaving: it does not rejoin
 	Join    NodeJoined // the leader's own join, appended while it is no member
-	State   State
-	Servers []RaftServer // Raft's configuration
+	// Manifest is the leader's own manifest, when it holds the model's
+	// file (empty otherwise); appended while the state has none.
+	Manifest ManifestPublished
+	State    State
+	Servers  []RaftServer // Raft's configuration
 	// DeadSince holds the peers that liveness calls dead, with the time
 	// since when. The zero time means dead for ever (an ID that is no
 	// peer ID). The leader itself is never dead.
@@ -206,6 +210,11 @@ func (d *decision) decide() (Action, error) {
 	// 1. The leader is a member.
 	if !s.IsMember(self) && !in.Leaving {
 		return Append{Event: in.Join, Why: "the leader joins"}, nil
+	}
+	// 1b. The swarm learns its model's manifest from a leader that holds
+	// the file: the founder, unless it had none.
+	if len(in.Manifest.Manifest) > 0 && s.manifest == nil && in.Manifest.Fingerprint == s.Fingerprint() {
+		return Append{Event: in.Manifest, Why: "the leader publishes the model's manifest"}, nil
 	}
 
 	// 2. Raft's configuration follows the members.

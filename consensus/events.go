@@ -71,6 +71,8 @@ func (k Kind) String() string {
 		return "MapCommitted"
 	case KindWarmupAbandoned:
 		return "WarmupAbandoned"
+	case KindManifestPublished:
+		return "ManifestPublished"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -266,6 +268,8 @@ func UnmarshalRecord(b []byte) (Record, error) {
 		e.Until = d.time("until")
 		e.Reason = d.str("reason", MaxReasonLen)
 		ev = e
+	case KindManifestPublished:
+		ev = decodeManifestPublished(d)
 	default:
 		if d.Err() == nil {
 			d.Fail("unknown kind %d", kind)

@@ -92,6 +92,7 @@ type State struct {
 	pending     *Pending
 	applied     uint64    // records folded in (refused ones do not count)
 	last        time.Time // At of the last record folded in
+	manifest    []byte    // the model's manifest (manifest.go); nil: none
 }
 
 // Fingerprint is the swarm's model fingerprint ("" before the first join).
@@ -170,6 +171,8 @@ func (s State) Apply(r Record) (State, error) {
 		err = next.mapCommitted(e)
 	case WarmupAbandoned:
 		err = next.warmupAbandoned(e)
+	case ManifestPublished:
+		err = next.manifestPublished(e)
 	case nil:
 		err = fmt.Errorf("%w: no event", ErrRejected)
 	default:

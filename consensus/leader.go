@@ -79,6 +79,9 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 	if !in.State.IsMember(in.Self) {
 		in.Join = c.joinEvent()
 	}
+	if len(c.cfg.manifest) > 0 {
+		in.Manifest = ManifestPublished{Fingerprint: c.cfg.fingerprint, Manifest: c.cfg.manifest}
+	}
 	seen := map[string]bool{}
 	look := func(id string) {
 		if seen[id] {

@@ -93,6 +93,7 @@ type config struct {
 	dataDir     string
 	model       layers.ModelSpec
 	fingerprint string
+	manifest    []byte
 	caps        Capabilities
 	bootstrap   []peer.AddrInfo
 	initial     []peer.ID
@@ -192,6 +193,20 @@ func WithDataDir(dir string) Option {
 // planning, and its fingerprint, which must equal the swarm's.
 func WithModel(m layers.ModelSpec, fingerprint string) Option {
 	return func(c *config) error { c.model, c.fingerprint = m, fingerprint; return nil }
+}
+
+// WithManifest gives the encoded manifest of the model file this node
+// holds (package chunks' Manifest.MarshalBinary). While it leads a swarm
+// whose state has no manifest, the member publishes it, so that nodes
+// without the file can fetch their layers.
+func WithManifest(data []byte) Option {
+	return func(c *config) error {
+		if len(data) > MaxManifestLen {
+			return fmt.Errorf("%w: manifest of %d bytes exceeds %d", ErrConfig, len(data), MaxManifestLen)
+		}
+		c.manifest = data
+		return nil
+	}
 }
 
 // WithCapabilities declares what this node offers (required).

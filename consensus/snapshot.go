@@ -20,7 +20,8 @@ const snapshotMagic = "SCS1"
 // applied count, the last At, the members in ID order, the committed map
 // (an empty byte string when none), and a flag byte followed by the
 // pending map, its times, reason and the nodes that load with their
-// readiness, in ID order. Fields are encoded as in MarshalRecord.
+// readiness, in ID order, and, when published, the manifest as a byte
+// string (manifest.go). Fields are encoded as in MarshalRecord.
 func (s State) MarshalBinary() ([]byte, error) {
 	b := []byte(snapshotMagic)
 	b = appendStr(b, s.fingerprint)
@@ -67,6 +68,7 @@ func (s State) MarshalBinary() ([]byte, error) {
 			}
 		}
 	}
+	b = appendManifest(b, s)
 	if len(b) > MaxSnapshotSize {
 		return nil, fmt.Errorf("%w: state of %d bytes exceeds %d", ErrBadSnapshot, len(b), MaxSnapshotSize)
 	}
@@ -161,6 +163,7 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	default:
 		d.Fail("bad pending flag")
 	}
+	decodeManifest(d, &out)
 	d.End()
 	if d.Err() != nil {
 		return d.Err()
