@@ -133,7 +133,10 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}
 		var err error
 		if man, m.manifest, err = fileManifest(m.path, m.info.Fingerprint, cfg.dataDir, size, log); err != nil {
-			return nil, fmt.Errorf("%w: model %s: %w", ErrConfig, m.path, err)
+			// Serving still works; only peers cannot fetch from here (a
+			// split model's parts, say: a manifest describes one file).
+			log.Warn("the model's chunks are not served to peers", zap.String("model", m.path), zap.Error(err))
+			man, m.manifest = nil, nil
 		}
 	}
 	hw, err := nodeHardware(ctx, &cfg, m, log)
