@@ -68,11 +68,8 @@ type LeaderInput struct {
 	Self    string     // the leader's node ID
 	Leaving bool       // the leader is leaving: it does not rejoin
 	Join    NodeJoined // the leader's own join, appended while it is no member
-	// Manifest is the leader's own manifest, when it holds the model's
-	// file (empty otherwise); appended while the state has none.
-	Manifest ManifestPublished
-	State    State
-	Servers  []RaftServer // Raft's configuration
+	State   State
+	Servers []RaftServer // Raft's configuration
 	// DeadSince holds the peers that liveness calls dead, with the time
 	// since when. The zero time means dead for ever (an ID that is no
 	// peer ID). The leader itself is never dead.
@@ -82,6 +79,14 @@ type LeaderInput struct {
 	Speeds map[string]float64
 	Now    time.Time
 	Config LeaderConfig
+
+	// Manifest is the leader's own manifest, when it holds the model's
+	// file (empty otherwise); appended while the state has none.
+	Manifest ManifestPublished
+	// FetchRates are the fetch rates (bytes/s) of the members that have
+	// no model file and fetch their layers from peers
+	// (layers.RebalanceOptions.FetchRates).
+	FetchRates map[string]float64
 }
 
 // LeaderState is what a leader remembers between decisions within one
@@ -522,7 +527,11 @@ func (d *decision) plan() (Action, error) {
 			return nil, nil
 		}
 	}
-	rb, err := pl.Rebalance(f, committed, d.in.Config.RebalanceOpts)
+	ro := d.in.Config.RebalanceOpts
+	if len(d.in.FetchRates) > 0 {
+		ro.FetchRates = d.in.FetchRates
+	}
+	rb, err := pl.Rebalance(f, committed, ro)
 	if err != nil {
 		return nil, err
 	}

@@ -101,6 +101,14 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 				in.Speeds[id] = v // the leader's own too
 			}
 		}
+		if c.cfg.fetch != nil {
+			if v, ok := c.cfg.fetch.FetchRate(p); ok && v > 0 {
+				if in.FetchRates == nil {
+					in.FetchRates = map[string]float64{}
+				}
+				in.FetchRates[id] = v
+			}
+		}
 	}
 	for _, sv := range cf.Configuration().Servers {
 		in.Servers = append(in.Servers, RaftServer{ID: string(sv.ID), Voter: sv.Suffrage == raft.Voter})

@@ -86,6 +86,18 @@ type SpeedFunc func(id peer.ID) (float64, bool)
 // Speed implements Speeds.
 func (f SpeedFunc) Speed(id peer.ID) (float64, bool) { return f(id) }
 
+// FetchRates reports the rate (bytes/s) at which a node that has no
+// model file fetches weights from peers; false for a node with the file.
+type FetchRates interface {
+	FetchRate(id peer.ID) (float64, bool)
+}
+
+// FetchRateFunc adapts a function to FetchRates.
+type FetchRateFunc func(id peer.ID) (float64, bool)
+
+// FetchRate implements FetchRates.
+func (f FetchRateFunc) FetchRate(id peer.ID) (float64, bool) { return f(id) }
+
 type config struct {
 	host        host.Host
 	log         *zap.Logger
@@ -116,6 +128,7 @@ type config struct {
 	loader    StageLoader
 	publisher Publisher
 	speeds    Speeds
+	fetch     FetchRates
 
 	caller    Caller // nil: the built-in handler and caller on the host
 	republish time.Duration
@@ -283,6 +296,12 @@ func WithPublisher(p Publisher, republish time.Duration) Option {
 // WithSpeeds sets the source of measured per-node speeds for rebalancing.
 func WithSpeeds(s Speeds) Option {
 	return func(c *config) error { c.speeds = s; return nil }
+}
+
+// WithFetchRates sets the source of members' fetch rates: a rebalance
+// then pays for the time its moves take to fetch weights from peers.
+func WithFetchRates(r FetchRates) Option {
+	return func(c *config) error { c.fetch = r; return nil }
 }
 
 // WithControl sends control requests through caller (the swarm's host)

@@ -3,9 +3,11 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -38,7 +40,101 @@ import (
 // encoded manifest.
 const manifestReqMagic = "SMF1"
 
-const holdsFile = 1
+// rateReqMagic starts a node control request for its fetch rate. The
+// answer is a flags byte (bit 1: the node has no file and fetches from
+// peers) and the rate in bytes/s it measured on its last fetch (float64
+// bits, big-endian; 0: none yet).
+const rateReqMagic = "SMR1"
+
+const (
+	holdsFile = 1
+	fetches   = 2
+)
+
+func isRateRequest(req []byte) bool { return string(req) == rateReqMagic }
+
+func (n *Node) answerRate() []byte {
+	b := make([]byte, 9)
+	if f := n.model.fetch; f != nil {
+		b[0] = fetches
+		binary.BigEndian.PutUint64(b[1:], math.Float64bits(f.rate()))
+	}
+	return b
+}
+
+// askRate asks p for its fetch rate: ok is false for a node with the file
+// or one that has measured none.
+func askRate(ctx context.Context, h *swarm.Host, p peer.ID) (float64, bool, error) {
+	resp, err := h.Call(ctx, p, []byte(rateReqMagic))
+	if err != nil {
+		return 0, false, err
+	}
+	if len(resp) != 9 {
+		return 0, false, fmt.Errorf("%w: rate answer of %d bytes", ErrBadFrame, len(resp))
+	}
+	r := math.Float64frombits(binary.BigEndian.Uint64(resp[1:]))
+	if resp[0]&fetches == 0 || !(r > 0) || math.IsInf(r, 0) {
+		return 0, false, nil
+	}
+	return r, true, nil
+}
+
+// fetchRates is what the leader knows of its members' fetch rates,
+// refreshed by pollRates; consensus reads it at every decision.
+type fetchRates struct {
+	mu sync.Mutex
+	m  map[peer.ID]float64
+}
+
+func (r *fetchRates) FetchRate(p peer.ID) (float64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.m[p]
+	return v, ok
+}
+
+// pollRates asks every member for its fetch rate while this node leads,
+// every interval, until ctx ends.
+func (n *Node) pollRates(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := n.cons.Load()
+		if c == nil || !c.IsLeader() {
+			continue
+		}
+		m := map[peer.ID]float64{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, mem := range c.Members() {
+			p, err := peer.Decode(mem.ID)
+			if err != nil || p == n.self {
+				continue
+			}
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, every)
+				defer cancel()
+				if r, ok, err := askRate(cctx, n.host, p); err == nil && ok {
+					mu.Lock()
+					m[p] = r
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if f := n.model.fetch; f != nil && f.rate() > 0 {
+			m[n.self] = f.rate()
+		}
+		n.rates.mu.Lock()
+		n.rates.m = m
+		n.rates.mu.Unlock()
+	}
+}
 
 func isManifestRequest(req []byte) bool {
 	return len(req) >= len(manifestReqMagic) && string(req[:len(manifestReqMagic)]) == manifestReqMagic
@@ -198,9 +294,20 @@ type fetchState struct {
 
 	shape engine.HParams // the model's, for a stand-in to measure on
 
-	done, total atomic.Int64 // the fetch in progress (total 0: none)
-	fetched     atomic.Int64 // bytes fetched over the node's life
-	dropped     atomic.Int64 // holders dropped (lying, stalling) over its life
+	done, total atomic.Int64  // the fetch in progress (total 0: none)
+	fetched     atomic.Int64  // bytes fetched over the node's life
+	dropped     atomic.Int64  // holders dropped (lying, stalling) over its life
+	rateBits    atomic.Uint64 // bytes/s of the last fetch, as float64 bits
+}
+
+func (f *fetchState) rate() float64 { return math.Float64frombits(f.rateBits.Load()) }
+
+// measured records a fetch's rate; a fetch of less than a chunk says
+// little, so it is left out.
+func (f *fetchState) measured(bytes int64, took time.Duration) {
+	if bytes >= f.man.ChunkSize && took > 0 {
+		f.rateBits.Store(math.Float64bits(float64(bytes) / took.Seconds()))
+	}
 }
 
 // FetchProgress is a node's fetch of weights from peers.
@@ -378,6 +485,7 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (string, error) 
 		return "", fmt.Errorf("fetch of %v: %w", r, err)
 	}
 	took := time.Since(start)
+	f.measured(res.Bytes, took)
 	f.log.Info("fetch: slice ready", zap.Stringer("range", r), zap.Int64("fetched", res.Bytes),
 		zap.Int("dropped", len(res.Dropped)), zap.Duration("took", took.Round(time.Millisecond)),
 		zap.Float64("mb_per_s", float64(res.Bytes)/1e6/max(took.Seconds(), 1e-9)))
@@ -496,6 +604,7 @@ func (f *fetchState) header(ctx context.Context) (*os.File, error) {
 		holders := f.holders(ctx)
 		if len(holders) > 0 {
 			fe := f.fetcher()
+			start := time.Now()
 			res, err := fe.Fetch(ctx, missing, holders, func(i int, data []byte) error {
 				off, _ := f.man.ChunkRange(i)
 				_, err := fh.WriteAt(data, off)
@@ -503,6 +612,7 @@ func (f *fetchState) header(ctx context.Context) (*os.File, error) {
 			})
 			f.fetched.Add(res.Bytes)
 			if err == nil {
+				f.measured(res.Bytes, time.Since(start))
 				err = fh.Sync()
 			}
 			if err == nil {

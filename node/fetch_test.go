@@ -117,6 +117,24 @@ func TestJoinByModelIDFetchesRange(t *testing.T) {
 	}
 	checkExact(t, c.all()...)
 
+	// The leader learns the joiners' fetch rates, which a rebalance pays
+	// for; the founder, with its file, has none.
+	leader := founder
+	for _, n := range c.all() {
+		if n.Consensus().IsLeader() {
+			leader = n
+		}
+	}
+	waitFor(t, 20*time.Second, "the leader knows every joiner's fetch rate", func() bool {
+		for _, j := range joiners {
+			if r, ok := leader.rates.FetchRate(j.ID()); !ok || r <= 0 {
+				return false
+			}
+		}
+		_, ok := leader.rates.FetchRate(founder.ID())
+		return !ok
+	})
+
 	// A joiner restarted from its data dir loads its slice from disk.
 	j := joiners[1]
 	r, _ := committed.Range(j.ID().String())

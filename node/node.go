@@ -43,6 +43,7 @@ type Node struct {
 
 	chunks    *chunks.Server // the file's chunks, served to peers (fetch.go); nil: none
 	chunkFile *os.File       // what chunks reads, when a test wraps it
+	rates     fetchRates     // members' fetch rates, while leading
 
 	svc   *stageService
 	warm  *warmer
@@ -196,6 +197,9 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		if isManifestRequest(req) {
 			return n.answerManifest(req)
 		}
+		if isRateRequest(req) {
+			return n.answerRate(), nil
+		}
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
 	h.HandleActivations(n.svc.onFrame)
@@ -215,6 +219,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
 			consensus.WithManifest(m.manifest),
+			consensus.WithFetchRates(&n.rates),
 			consensus.WithCapabilities(consensus.Capabilities{Hardware: hw, Region: cfg.region, MaxLayers: cfg.maxLayers}),
 			consensus.WithStageLoader(n.warm),
 			consensus.WithPublisher(h, consensus.DefaultRepublish),
@@ -233,6 +238,10 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			return n, err
 		}
 		n.cons.Store(c)
+	}
+	if cfg.static == nil {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
 	}
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.ann.loop(n.ctx) }()
