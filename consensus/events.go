@@ -73,6 +73,8 @@ func (k Kind) String() string {
 		return "WarmupAbandoned"
 	case KindNodeFaulted:
 		return "NodeFaulted"
+	case KindManifestPublished:
+		return "ManifestPublished"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -270,6 +272,8 @@ func UnmarshalRecord(b []byte) (Record, error) {
 		ev = e
 	case KindNodeFaulted:
 		ev = decodeNodeFaulted(d)
+	case KindManifestPublished:
+		ev = decodeManifestPublished(d)
 	default:
 		if d.Err() == nil {
 			d.Fail("unknown kind %d", kind)

@@ -93,6 +93,7 @@ type State struct {
 	bans        map[string]time.Time // evicted for a fault, until (fault.go)
 	applied     uint64               // records folded in (refused ones do not count)
 	last        time.Time            // At of the last record folded in
+	manifest    []byte               // the model's manifest (manifest.go); nil: none
 }
 
 // Fingerprint is the swarm's model fingerprint ("" before the first join).
@@ -173,6 +174,8 @@ func (s State) Apply(r Record) (State, error) {
 		err = next.warmupAbandoned(e)
 	case NodeFaulted:
 		err = next.nodeFaulted(r.At, e)
+	case ManifestPublished:
+		err = next.manifestPublished(e)
 	case nil:
 		err = fmt.Errorf("%w: no event", ErrRejected)
 	default:

@@ -89,6 +89,18 @@ type SpeedFunc func(id peer.ID) (float64, bool)
 // Speed implements Speeds.
 func (f SpeedFunc) Speed(id peer.ID) (float64, bool) { return f(id) }
 
+// FetchRates reports the rate (bytes/s) at which a node that has no
+// model file fetches weights from peers; false for a node with the file.
+type FetchRates interface {
+	FetchRate(id peer.ID) (float64, bool)
+}
+
+// FetchRateFunc adapts a function to FetchRates.
+type FetchRateFunc func(id peer.ID) (float64, bool)
+
+// FetchRate implements FetchRates.
+func (f FetchRateFunc) FetchRate(id peer.ID) (float64, bool) { return f(id) }
+
 type config struct {
 	host        host.Host
 	log         *zap.Logger
@@ -96,6 +108,7 @@ type config struct {
 	dataDir     string
 	model       layers.ModelSpec
 	fingerprint string
+	manifest    []byte
 	caps        Capabilities
 	bootstrap   []peer.AddrInfo
 	initial     []peer.ID
@@ -118,6 +131,7 @@ type config struct {
 	loader    StageLoader
 	publisher Publisher
 	speeds    Speeds
+	fetch     FetchRates
 
 	banFor time.Duration // how long a faulted node stays banned
 
@@ -200,6 +214,20 @@ func WithModel(m layers.ModelSpec, fingerprint string) Option {
 	return func(c *config) error { c.model, c.fingerprint = m, fingerprint; return nil }
 }
 
+// WithManifest gives the encoded manifest of the model file this node
+// holds (package chunks' Manifest.MarshalBinary). While it leads a swarm
+// whose state has no manifest, the member publishes it, so that nodes
+// without the file can fetch their layers.
+func WithManifest(data []byte) Option {
+	return func(c *config) error {
+		if len(data) > MaxManifestLen {
+			return fmt.Errorf("%w: manifest of %d bytes exceeds %d", ErrConfig, len(data), MaxManifestLen)
+		}
+		c.manifest = data
+		return nil
+	}
+}
+
 // WithCapabilities declares what this node offers (required).
 func WithCapabilities(caps Capabilities) Option {
 	return func(c *config) error { c.caps = caps; return nil }
@@ -274,6 +302,12 @@ func WithPublisher(p Publisher, republish time.Duration) Option {
 // WithSpeeds sets the source of measured per-node speeds for rebalancing.
 func WithSpeeds(s Speeds) Option {
 	return func(c *config) error { c.speeds = s; return nil }
+}
+
+// WithFetchRates sets the source of members' fetch rates: a rebalance
+// then pays for the time its moves take to fetch weights from peers.
+func WithFetchRates(r FetchRates) Option {
+	return func(c *config) error { c.fetch = r; return nil }
 }
 
 // WithControl sends control requests through caller (the swarm's host)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -12,6 +13,7 @@ import (
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
+	"github.com/stratanet/strata/swarm/chunks"
 )
 
 // Defaults.
@@ -35,17 +37,23 @@ type config struct {
 	dataDir    string
 	modelPath  string
 	simModel   string
-	hw         *layers.Hardware
-	maxLayers  int
-	memory     int64
-	region     string
-	threads    int
-	static     *layers.LayerMap
-	swarmOpts  []swarm.Option
-	consOpts   []consensus.Option
-	bootstrap  []peer.AddrInfo
-	routerOpts []routing.Option
-	sched      routing.SchedulerConfig
+	modelID    string // fetch.go: join by fingerprint, fetch layers from peers
+	uploadRate int64  // chunk uploads, bytes/s (0: no limit)
+	chunkSize  int64  // of the manifest built from the file
+	noChunks   bool   // do not serve the file's chunks
+	// chunkReader wraps the file the chunk server reads (tests: a liar).
+	chunkReader func(io.ReaderAt) io.ReaderAt
+	hw          *layers.Hardware
+	maxLayers   int
+	memory      int64
+	region      string
+	threads     int
+	static      *layers.LayerMap
+	swarmOpts   []swarm.Option
+	consOpts    []consensus.Option
+	bootstrap   []peer.AddrInfo
+	routerOpts  []routing.Option
+	sched       routing.SchedulerConfig
 
 	stepTimeout, repairWait, idleTimeout, queueTimeout time.Duration
 	statusEvery, suspectFor                            time.Duration
@@ -57,6 +65,13 @@ type config struct {
 	fault                                              outputFault // test-only (faultinject.go)
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func defaultConfig() config {
@@ -82,8 +97,14 @@ func defaultConfig() config {
 
 func (c *config) validate() error {
 	switch {
-	case (c.modelPath == "") == (c.simModel == ""):
-		return fmt.Errorf("%w: exactly one of a model file (WithModelFile) and a simulated model (WithSimModel)", ErrConfig)
+	case btoi(c.modelPath != "")+btoi(c.simModel != "")+btoi(c.modelID != "") != 1:
+		return fmt.Errorf("%w: exactly one of a model file (WithModelFile), a model ID (WithModelID) and a simulated model (WithSimModel)", ErrConfig)
+	case c.modelID != "" && (c.dataDir == "" || c.static != nil):
+		return fmt.Errorf("%w: a node that fetches its layers (WithModelID) needs a data dir and consensus (no static map)", ErrConfig)
+	case c.chunkSize != 0 && (c.chunkSize < chunks.MinChunkSize || c.chunkSize > chunks.MaxChunkSize):
+		return fmt.Errorf("%w: chunk size %d outside [%d, %d]", ErrConfig, c.chunkSize, chunks.MinChunkSize, chunks.MaxChunkSize)
+	case c.uploadRate < 0:
+		return fmt.Errorf("%w: negative upload rate", ErrConfig)
 	case c.simModel != "" && c.hw == nil:
 		return fmt.Errorf("%w: a simulated model needs a declared device (WithSimModel's hardware)", ErrConfig)
 	case c.maxLayers < 0 || c.memory < 0 || c.threads < 0:
@@ -128,6 +149,31 @@ func WithDataDir(dir string) Option { return func(c *config) error { c.dataDir =
 func WithModelFile(path string) Option {
 	return func(c *config) error { c.modelPath = path; return nil }
 }
+
+// WithModelID joins the swarm serving the model with this fingerprint
+// without its file: the node learns the model's manifest from its
+// bootstrap peers, and on each placement fetches the tensors of its range
+// from the peers that hold the file into a GGUF slice under the data dir
+// (which WithModelID requires), then loads it. A restart finds the slice
+// and fetches nothing.
+func WithModelID(fingerprint string) Option {
+	return func(c *config) error { c.modelID = fingerprint; return nil }
+}
+
+// WithUploadRate limits what the node sends to peers fetching the
+// model's chunks from it, to bytesPerSec in all (default 0: no limit),
+// so that uploads leave the link to the inference it serves.
+func WithUploadRate(bytesPerSec int64) Option {
+	return func(c *config) error { c.uploadRate = bytesPerSec; return nil }
+}
+
+// WithChunkSize sets the chunk size of the manifest a node with the
+// model file builds (default chunks.DefaultChunkSize).
+func WithChunkSize(n int64) Option { return func(c *config) error { c.chunkSize = n; return nil } }
+
+// WithoutChunkServer: a node with the model file does not serve its
+// chunks to peers, nor publish its manifest.
+func WithoutChunkServer() Option { return func(c *config) error { c.noChunks = true; return nil } }
 
 // WithSimModel serves a built-in model (layers.Model) with the simulated
 // engine on a declared device. Everything it serves is labelled
