@@ -107,7 +107,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		clock: cfg.clock, log: n.log.Named("sched")}, n.svc.out)
+		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched")}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
 	n.paths = &pathFinder{self: n.self, profiles: profiles, host: h, committed: n.ann.committed, selfState: n.ann.selfState,

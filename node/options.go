@@ -50,6 +50,7 @@ type config struct {
 	statusEvery, suspectFor                            time.Duration
 	maxBatch, maxQueue, maxReplays, defaultMaxTokens   int
 	wireF16                                            bool
+	noPrefixCache                                      bool
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
@@ -246,6 +247,15 @@ func WithSuspectFor(d time.Duration) Option {
 // tokens then differ slightly from a single-process run). Default
 // float32, which keeps every split bit-identical.
 func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on; return nil } }
+
+// WithPrefixCache keeps the KV of finished sessions on each stage, in the
+// memory sessions leave free, so that a session over the same first
+// blocks of tokens (a chat's next turn) resumes from them, and gossips a
+// summary of them for prefix-aware routing. Default on; the outputs are
+// those of a cold run either way.
+func WithPrefixCache(on bool) Option {
+	return func(c *config) error { c.noPrefixCache = !on; return nil }
+}
 
 // WithClock sets the clock of the node's timeouts: the entry's step
 // timeout, busy backoff and repair wait, the scheduler's idle and queue

@@ -127,7 +127,8 @@ type routeReq struct {
 	prompt, max int
 	seed        uint64
 	avoid       []string
-	profile     string // "" is the default profile
+	profile     string   // "" is the default profile
+	prefix      []uint64 // block hashes of the tokens so far, for prefix affinity
 }
 
 // route picks a path on the committed map with the request's profile. It
@@ -144,7 +145,7 @@ func (f *pathFinder) route(q routeReq) (routing.Path, error) {
 	}
 	now := time.Now()
 	p, err := pol.Route(m, f.view(m, now), routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
-		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid}, now)
+		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid, Prefix: q.prefix}, now)
 	if err != nil {
 		return p, err
 	}
