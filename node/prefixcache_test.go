@@ -1,10 +1,12 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/routing"
 )
 
 // realChain is a path of schedulers on the real engine, hop i holding
@@ -261,5 +264,138 @@ func TestPrefixCacheYieldsToAdmission(t *testing.T) {
 	r.deliver(releaseIn{keep: layers.Range{Start: 0, End: 16}, done: done})
 	if st := r.s.status.Load(); st.PrefixEntries != 0 || st.Prefixes != nil || st.Loaded != 16 {
 		t.Fatalf("after release: %d entries, %d layers loaded", st.PrefixEntries, st.Loaded)
+	}
+}
+
+// chatConfig routes by estimated time and prefix affinity ("chat"), or
+// round-robin ("baseline"). It leaves out locality: on loopback with a
+// tiny model, round trips would outweigh the compute that the affinity
+// scales (the example config's "chat" keeps it, for real models).
+func chatConfig(t testing.TB) routing.SchedulerConfig {
+	t.Helper()
+	cfg, err := routing.ParseSchedulerConfig([]byte(`
+default: chat
+profiles:
+  - name: chat
+    scorers:
+      - {name: latency, weight: 1}
+      - {name: load, weight: 1}
+      - {name: prefix-affinity, weight: 8}
+  - name: baseline
+    picker: round-robin
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// referenceTokens generates from prompt tokens with the single-process
+// pipeline.
+func referenceTokens(t testing.TB, prompt []int32, maxTokens int, sp engine.SamplingParams) []int32 {
+	t.Helper()
+	p, err := engine.OpenPipeline(testModel(t), nil, engine.WithThreads(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	s, err := p.NewSession(len(prompt) + maxTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tok, err := engine.LoadTokenizer(testModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.Generate(context.Background(), prompt, maxTokens, sp, tok.IsEnd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestPrefixAffinityRoutesTurnTwo: on four real nodes (two copies of each
+// half of the model, so two equal paths and more), heartbeats carry each
+// node's prefix summary, and the "chat" profile sends a chat's second
+// turn to the hops that hold the first, which resume from their caches;
+// the tokens are those of a single-process run.
+func TestPrefixAffinityRoutesTurnTwo(t *testing.T) {
+	// A declared device slow enough that compute, which the affinity
+	// scales, outweighs loopback round trips (the test model is tiny).
+	slow := layers.Hardware{Name: "slow-cpu", MemoryBytes: 1 << 30, MemBandwidth: 2e7, TFLOPS: 2e-4}
+	c := newTestCluster(t, WithMaxLayers(4), WithSchedulerConfig(chatConfig(t)), WithHardware(slow))
+	var ids []peer.ID
+	for range 4 {
+		ids = append(ids, c.add().ID())
+	}
+	c.waitServing(30*time.Second, ids...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nodes := c.all()
+	rng := rand.New(rand.NewPCG(5, 6))
+	sp := engine.SamplingParams{Temperature: 0.9, Seed: 21}
+	// Turn 1 goes round-robin ("baseline"), so that the rounds' first
+	// turns take different paths; turn 2 must follow each.
+	entry := nodes[0]
+	waitFor(t, 20*time.Second, "every node serving in the entry's view", func() bool {
+		v := entry.paths.view(entry.Committed(), time.Now())
+		for _, n := range nodes {
+			if ns, ok := v.Node(n.ID().String()); !ok || ns.Phase != routing.Serving || ns.Health != routing.Alive {
+				return false
+			}
+		}
+		return true
+	})
+	var firsts []string
+	for round := range 2 {
+		turn1 := randomTokens(rng, 3*prefixBlock+7, entry.model.info.Vocab)
+		res1, err := entry.Complete(ctx, Request{Tokens: turn1, MaxTokens: 6, Sampling: sp, Profile: "baseline"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 55 + 5 positions fed: three whole blocks cached, which are all of
+		// turn 2's whole blocks.
+		turn2 := slices.Concat(turn1, res1.Tokens, randomTokens(rng, 2, entry.model.info.Vocab))
+		hashes := routing.BlockHashes(turn2, prefixBlock)
+		path1 := res1.Paths[0]
+		if slices.Contains(firsts, path1) {
+			t.Fatalf("round-robin sent both first turns via %s", path1)
+		}
+		firsts = append(firsts, path1)
+		// Wait until the entry's view shows the first turn's hops holding
+		// its blocks: their heartbeats carry the summaries.
+		waitFor(t, 20*time.Second, "prefix summaries in the entry's view", func() bool {
+			v := entry.paths.view(entry.Committed(), time.Now())
+			held := 0
+			for _, n := range nodes {
+				if ns, ok := v.Node(n.ID().String()); ok && strings.Contains(path1, n.ID().String()) &&
+					ns.Prefixes.Match(hashes) >= 3 {
+					held++
+				}
+			}
+			return held == strings.Count(path1, "→")+1
+		})
+		before := map[peer.ID]uint64{}
+		for _, n := range nodes {
+			before[n.ID()] = n.Metrics().PrefixHits
+		}
+		res2, err := entry.Complete(ctx, Request{Tokens: turn2, MaxTokens: 6, Sampling: sp, Profile: "chat"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res2.Paths) != 1 || res2.Paths[0] != path1 {
+			t.Fatalf("round %d: turn 2 went %v, turn 1 %s", round, res2.Paths, path1)
+		}
+		for _, n := range nodes {
+			hit := n.Metrics().PrefixHits > before[n.ID()]
+			if on := strings.Contains(path1, n.ID().String()); hit != on {
+				t.Fatalf("round %d: node %s on the path %v, resumed %v", round, shortID(n.ID()), on, hit)
+			}
+		}
+		if want := referenceTokens(t, turn2, 6, sp); !slices.Equal(res2.Tokens, want) {
+			t.Fatalf("round %d: turn 2 %v, single process %v", round, res2.Tokens, want)
+		}
+		t.Logf("round %d: both turns via %s", round, path1)
 	}
 }

@@ -105,6 +105,14 @@ func (f *pathFinder) view(m layers.LayerMap, now time.Time) *routing.View {
 				if hb.Region != "" {
 					ns.Region = hb.Region
 				}
+				if hb.Prefixes != "" {
+					// A summary that does not decode is no summary: the
+					// node is routed as if its cache were empty.
+					ps := &routing.PrefixSummary{}
+					if ps.UnmarshalBinary([]byte(hb.Prefixes)) == nil {
+						ns.Prefixes = ps
+					}
+				}
 			}
 			if t, ok := f.suspects.Load(id); ok && now.Sub(t.(time.Time)) < f.suspectFor && !row.HeardAt.After(t.(time.Time)) {
 				ns.Health = max(ns.Health, routing.Suspect)
