@@ -362,11 +362,12 @@ type generation struct {
 	// was delivered before a rewind (verify.go).
 	safe map[peer.ID]int
 	sent []int32
+	cold bool // a hop missed a prefix another resumed: no prefix cache from now on
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
 	return routeReq{prompt: len(g.prompt), max: g.maxTokens, seed: g.seed + uint64(len(g.res.Paths)), avoid: avoid,
-		profile: g.profile}
+		profile: g.profile, prefix: routing.BlockHashes(append(slices.Clone(g.prompt), g.out...), prefixBlock)}
 }
 
 // attemptEnd says how an attempt ended.
@@ -380,11 +381,12 @@ type attemptEnd struct {
 type endKind uint8
 
 const (
-	endFailure endKind = iota // a hop failed: replay elsewhere
-	endBusy                   // a hop's admission queue is full: back off
-	endNoKV                   // a hop can never hold the session: avoid it for good
-	endMove                   // a hop is draining: move the session at a token boundary
-	endFault                  // a hop failed a spot check: replay from the last verified point
+	endFailure    endKind = iota // a hop failed: replay elsewhere
+	endBusy                      // a hop's admission queue is full: back off
+	endNoKV                      // a hop can never hold the session: avoid it for good
+	endMove                      // a hop is draining: move the session at a token boundary
+	endFault                     // a hop failed a spot check: replay from the last verified point
+	endPrefixMiss                // hops' prefix caches disagreed: replay cold
 )
 
 func (g *generation) run(ctx context.Context, path routing.Path) (Result, error) {
@@ -435,6 +437,9 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 				return g.result(), ctx.Err()
 			case <-e.cfg.clock.After(busyBackoff(busy)):
 			}
+		case endPrefixMiss:
+			g.cold = true
+			e.cfg.log.Debug("prefix cache miss on a later hop; replaying cold", zap.String("reason", end.reason))
 		case endMove:
 			e.cfg.log.Info("hop draining; moving the session", zap.Stringers("draining", end.blame),
 				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
@@ -534,7 +539,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	g.used(hops)
 	all := append(slices.Clone(g.prompt), g.out...)
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: all,
-		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp}}
+		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp, Cold: g.cold}}
 	timer := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
 	defer timer.Stop()
 	for {
@@ -582,6 +587,8 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 						end.kind = endBusy
 					case CodeNoKV:
 						end.kind = endNoKV
+					case CodePrefixMiss:
+						end.kind, end.blame = endPrefixMiss, nil
 					}
 					return end, nil
 				case ev.tok.Pos != len(g.prompt)+len(g.out):

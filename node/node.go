@@ -157,7 +157,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		clock: cfg.clock, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
+		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
 		fault: cfg.fault}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}

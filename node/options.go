@@ -63,6 +63,7 @@ type config struct {
 	wireF16                                            bool
 	verifyRate                                         float64
 	fault                                              outputFault // test-only (faultinject.go)
+	noPrefixCache                                      bool
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
@@ -318,6 +319,15 @@ func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on
 // second holder (default DefaultVerifyRate; 0 turns checks off). See
 // docs/trust.md.
 func WithVerifyRate(r float64) Option { return func(c *config) error { c.verifyRate = r; return nil } }
+
+// WithPrefixCache keeps the KV of finished sessions on each stage, in the
+// memory sessions leave free, so that a session over the same first
+// blocks of tokens (a chat's next turn) resumes from them, and gossips a
+// summary of them for prefix-aware routing. Default on; the outputs are
+// those of a cold run either way.
+func WithPrefixCache(on bool) Option {
+	return func(c *config) error { c.noPrefixCache = !on; return nil }
+}
 
 // WithClock sets the clock of the node's timeouts: the entry's step
 // timeout, busy backoff and repair wait, the scheduler's idle and queue

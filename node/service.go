@@ -135,6 +135,9 @@ func (n *stageService) checkStep(m *Step) error {
 			return fmt.Errorf("%w: token %d outside the vocabulary of %d", ErrBadFrame, t, in.Vocab)
 		}
 	}
+	if m.Skip < 0 || m.Skip >= len(m.Tokens) || (m.Skip > 0 && (m.Open == nil || m.Hops[0].From == 0)) {
+		return fmt.Errorf("%w: skip %d of %d tokens", ErrBadFrame, m.Skip, len(m.Tokens))
+	}
 	if m.Hops[0].From == 0 {
 		if m.Hidden != nil {
 			return fmt.Errorf("%w: hidden states for the first layer, which takes tokens", ErrBadFrame)
@@ -144,9 +147,9 @@ func (n *stageService) checkStep(m *Step) error {
 	if m.Hidden == nil {
 		return fmt.Errorf("%w: no hidden states for layer %d", ErrBadFrame, m.Hops[0].From)
 	}
-	if m.Cols != in.Hidden || len(m.Hidden) != len(m.Tokens)*in.Hidden {
+	if m.Cols != in.Hidden || len(m.Hidden) != (len(m.Tokens)-m.Skip)*in.Hidden {
 		return fmt.Errorf("%w: hidden states of shape %d × %d, want %d × %d", ErrBadFrame,
-			len(m.Hidden)/max(m.Cols, 1), m.Cols, len(m.Tokens), in.Hidden)
+			len(m.Hidden)/max(m.Cols, 1), m.Cols, len(m.Tokens)-m.Skip, in.Hidden)
 	}
 	for _, v := range m.Hidden {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {

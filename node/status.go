@@ -120,6 +120,11 @@ func (a *announcer) publish() {
 	r, _ := m.Range(a.self.String())
 	s := swarm.Status{RangeStart: r.Start, RangeEnd: r.End, Epoch: m.Epoch, State: a.phase(),
 		QueueDepth: st.Queue, ActiveSessions: st.Sessions, FreeKV: st.FreeKV, LayerLatency: st.LayerLatency, Region: a.region}
+	if st.Prefixes != nil {
+		if b, err := st.Prefixes.MarshalBinary(); err == nil && len(b) <= swarm.MaxPrefixLen {
+			s.Prefixes = string(b)
+		}
+	}
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))
 	}
@@ -147,7 +152,7 @@ func (a *announcer) selfState(now time.Time) routing.NodeState {
 	s := a.sched.status.Load()
 	return routing.NodeState{ID: a.self.String(), Phase: phaseOf(a.phase()), Hardware: a.hw, Region: a.region,
 		QueueDepth: s.Queue, ActiveSessions: s.Sessions, FreeKV: int(s.FreeKV),
-		LayerLatency: s.LayerLatency.Seconds(), Updated: now}
+		LayerLatency: s.LayerLatency.Seconds(), Updated: now, Prefixes: s.Prefixes}
 }
 
 // onMapNotice keeps the leader's latest commit, in case our replica lags.

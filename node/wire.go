@@ -23,7 +23,8 @@ import (
 // then, by kind:
 //
 //	step:  u8 flags (bit 0: open, bit 1: hidden states follow, bit 2:
-//	           a check session (verify.go); others 0)
+//	           a check session (verify.go), bit 3: skip follows, bit 4: cold;
+//	           others 0; bits 3 and 4 only with open)
 //	       u32 position of the first input
 //	       u8 len, bytes  entry peer ID (where tokens and errors go)
 //	       u8 n (1..MaxHops), n × (u8 len, bytes peer ID; u32 from; u32 to)
@@ -31,9 +32,11 @@ import (
 //	       if open: u32 session capacity in positions, u64 model hash,
 //	           f32 temperature, u32 top-k, f32 top-p, u32 min-keep,
 //	           u64 seed, f32 repeat penalty, u32 repeat window
+//	       if skip: u32 positions skipped (1..n-1)
 //	       u32 n (1..MaxStepTokens), n × i32  the step's input tokens
 //	       if hidden: u8 dtype (1 f32, 2 f16), u32 columns, then
-//	           n × columns values (one row per input token)
+//	           (n − skip) × columns values (one row per input token
+//	           after the skipped ones)
 //	token: u32 position of the sampled token, i32 token
 //	error: u8 code, u8 len, bytes peer ID at fault (may be empty),
 //	       u16 len, bytes message (UTF-8, at most MaxErrorText)
@@ -131,6 +134,9 @@ type Open struct {
 	// Model is ModelHash of the fingerprint the entry routes for.
 	Model    uint64
 	Sampling engine.SamplingParams
+	// Cold forbids resuming from a prefix cache: the entry's retry after
+	// a hop answered CodePrefixMiss.
+	Cold bool
 }
 
 // Step is one step of one session, as one hop receives it.
@@ -143,8 +149,12 @@ type Step struct {
 	// Tokens are the input tokens at positions Pos.. (every hop gets them:
 	// the first embeds them, the last keeps them for sampling).
 	Tokens []int32
-	// Hidden holds len(Tokens) × Cols states for hops after the first;
-	// nil on the first hop. DType is how they travel (0: DTypeF32).
+	// Skip, on an open step after the first hop, is how many of Tokens
+	// the previous hop resumed from its prefix cache: Hidden starts at
+	// Tokens[Skip], and the receiver must hold them cached too.
+	Skip int
+	// Hidden holds (len(Tokens) − Skip) × Cols states for hops after the
+	// first; nil on the first hop. DType is how they travel (0: DTypeF32).
 	Hidden []float32
 	Cols   int
 	DType  DType
@@ -185,7 +195,10 @@ const (
 	CodeInternal ErrorCode = 8
 	// CodeDuplicate: an open step for a session the hop already holds.
 	CodeDuplicate ErrorCode = 9
-	maxCode                 = CodeDuplicate
+	// CodePrefixMiss: the previous hop resumed a prefix from its cache
+	// that this hop no longer holds; the entry retries cold.
+	CodePrefixMiss ErrorCode = 10
+	maxCode                  = CodePrefixMiss
 )
 
 func (c ErrorCode) String() string {
@@ -208,6 +221,8 @@ func (c ErrorCode) String() string {
 		return "internal"
 	case CodeDuplicate:
 		return "duplicate session"
+	case CodePrefixMiss:
+		return "prefix cache miss"
 	}
 	return fmt.Sprintf("code(%d)", uint8(c))
 }
@@ -253,6 +268,8 @@ const (
 	flagOpen   = 1 << 0
 	flagHidden = 1 << 1
 	flagCheck  = 1 << 2
+	flagSkip   = 1 << 3
+	flagCold   = 1 << 4
 )
 
 // Encode appends the encoding of m to b.
@@ -325,8 +342,10 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d tokens", ErrBadFrame, n)
 	case m.Pos < 0 || m.Pos > math.MaxUint32:
 		return nil, fmt.Errorf("%w: position %d", ErrBadFrame, m.Pos)
-	case m.Hidden != nil && (m.Cols <= 0 || len(m.Hidden) != n*m.Cols):
-		return nil, fmt.Errorf("%w: %d hidden values for %d tokens of %d columns", ErrBadFrame, len(m.Hidden), n, m.Cols)
+	case m.Skip != 0 && (m.Open == nil || m.Skip < 0 || m.Skip >= n):
+		return nil, fmt.Errorf("%w: skip %d of %d tokens", ErrBadFrame, m.Skip, n)
+	case m.Hidden != nil && (m.Cols <= 0 || len(m.Hidden) != (n-m.Skip)*m.Cols):
+		return nil, fmt.Errorf("%w: %d hidden values for %d tokens of %d columns", ErrBadFrame, len(m.Hidden), n-m.Skip, m.Cols)
 	}
 	dt := m.DType
 	if dt == 0 {
@@ -345,6 +364,12 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	}
 	if m.Check {
 		flags |= flagCheck
+	}
+	if m.Skip != 0 {
+		flags |= flagSkip
+	}
+	if m.Open != nil && m.Open.Cold {
+		flags |= flagCold
 	}
 	b = append(b, flags)
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.Pos))
@@ -378,6 +403,9 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		b = binary.LittleEndian.AppendUint64(b, sp.Seed)
 		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(sp.RepeatPenalty))
 		b = binary.LittleEndian.AppendUint32(b, uint32(sp.RepeatLastN))
+	}
+	if m.Skip != 0 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(m.Skip))
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(n))
 	for _, t := range m.Tokens {
@@ -465,7 +493,8 @@ func Decode(frame []byte) (Message, error) {
 func decodeStep(d *codec.Reader, sid SessionID) *Step {
 	s := &Step{Session: sid}
 	flags := d.U8("flags")
-	if d.Err() == nil && flags&^(flagOpen|flagHidden|flagCheck) != 0 {
+	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold) != 0 ||
+		flags&flagOpen == 0 && flags&(flagSkip|flagCold) != 0) {
 		d.Fail("flags %#x", flags)
 	}
 	s.Check = flags&flagCheck != 0
@@ -501,11 +530,18 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 		if d.Err() == nil && o.MaxTokens == 0 {
 			d.Fail("zero capacity")
 		}
+		o.Cold = flags&flagCold != 0
 		s.Open = o
+	}
+	if flags&flagSkip != 0 {
+		s.Skip = int(d.U32("skip"))
 	}
 	n := int(d.U32("token count"))
 	if d.Err() == nil && (n == 0 || n > MaxStepTokens || n > d.Len()/4) {
 		d.Fail("%d tokens in %d bytes", n, d.Len())
+	}
+	if d.Err() == nil && flags&flagSkip != 0 && (s.Skip == 0 || s.Skip >= n) {
+		d.Fail("skip %d of %d tokens", s.Skip, n)
 	}
 	if d.Err() != nil {
 		return nil
@@ -522,14 +558,15 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 		if d.Err() == nil && size == 0 {
 			d.Fail("dtype %d", s.DType)
 		}
-		if d.Err() == nil && (s.Cols == 0 || uint64(s.Cols)*uint64(n)*uint64(size) != uint64(d.Len())) {
-			d.Fail("%d bytes of hidden states for %d × %d %d-byte values", d.Len(), n, s.Cols, size)
+		rows := n - s.Skip
+		if d.Err() == nil && (s.Cols == 0 || uint64(s.Cols)*uint64(rows)*uint64(size) != uint64(d.Len())) {
+			d.Fail("%d bytes of hidden states for %d × %d %d-byte values", d.Len(), rows, s.Cols, size)
 		}
 		if d.Err() != nil {
 			return nil
 		}
 		raw := d.Take(d.Len(), "hidden")
-		s.Hidden = make([]float32, n*s.Cols)
+		s.Hidden = make([]float32, rows*s.Cols)
 		switch s.DType {
 		case DTypeF32:
 			for i := range s.Hidden {
