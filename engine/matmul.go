@@ -1,7 +1,5 @@
 package engine
 
-import "sync"
-
 // act is a batch of n input rows of cols values for a matrix product,
 // quantised to Q8_0 on first use by a Q8_0 matrix (once for all the
 // matrices that share it, as Q, K and V do).
@@ -54,20 +52,18 @@ func (a *act) prepare(w *matrix) {
 }
 
 // matmul computes out[t*rows + r] = W[r]·x[t] for every input row t. Rows
-// of W are split across the pool's goroutines in blocks of 8, and each
+// of W go to the pool's goroutines in chunks of 8-row blocks, and each
 // block of W is used for every input row while it is in cache.
 func (s *Local) matmul(out []float32, w *matrix, x *act) {
 	x.prepare(w)
 	blocks := (w.rows + rowBlock - 1) / rowBlock
-	s.pool.runSized(w.rows*w.cols*x.n, func(part, parts int) {
-		lo, hi := split(blocks, part, parts)
-		r0, r1 := lo*rowBlock, hi*rowBlock
-		if r1 > w.rows {
-			r1 = w.rows
-		}
-		if r0 >= r1 {
-			return
-		}
+	// About 64 KiB of weights per chunk: long enough that claiming it is
+	// noise, short enough to balance. An even count keeps the packed
+	// kernels' 16-row tiles whole.
+	blockBytes := max(1, int(w.bytes())/max(1, w.rows)*rowBlock)
+	grain := (s.pool.grainFor(blocks, (64<<10)/blockBytes) + 1) &^ 1
+	s.pool.forRange(blocks, grain, w.rows*w.cols*x.n, func(lo, hi int) {
+		r0, r1 := lo*rowBlock, min(hi*rowBlock, w.rows)
 		switch {
 		case w.f != nil:
 			matmulF32(out, w, x, r0, r1)
@@ -197,68 +193,5 @@ func dotRowsQ8Portable(out []float32, wq []int8, wd []float32, xq []int8, xd []f
 	c, nb := len(xq), len(xd)
 	for i := range out {
 		out[i] = dotQ8(wq[i*c:(i+1)*c], wd[i*nb:(i+1)*nb], xq, xd)
-	}
-}
-
-// pool runs a function split into parts on a fixed set of goroutines.
-type pool struct {
-	n    int
-	jobs chan poolJob
-}
-
-type poolJob struct {
-	f           func(part, parts int)
-	part, parts int
-	wg          *sync.WaitGroup
-}
-
-func newPool(n int) *pool {
-	p := &pool{n: n}
-	if n > 1 {
-		p.jobs = make(chan poolJob, n)
-		for i := 1; i < n; i++ {
-			go func() {
-				for j := range p.jobs {
-					j.f(j.part, j.parts)
-					j.wg.Done()
-				}
-			}()
-		}
-	}
-	return p
-}
-
-// minParallelWork is the multiply-adds below which handing work to other
-// goroutines costs more than it saves. Which goroutine computes a row never
-// changes its bits, so this only moves time.
-const minParallelWork = 1 << 15
-
-// runSized is run for work multiply-adds: inline when that is little.
-func (p *pool) runSized(work int, f func(part, parts int)) {
-	if work < minParallelWork {
-		f(0, 1)
-		return
-	}
-	p.run(f)
-}
-
-// run calls f(part, n) for every part, the caller doing part 0, and waits.
-func (p *pool) run(f func(part, parts int)) {
-	if p.n <= 1 {
-		f(0, 1)
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Add(p.n - 1)
-	for i := 1; i < p.n; i++ {
-		p.jobs <- poolJob{f, i, p.n, &wg}
-	}
-	f(0, p.n)
-	wg.Wait()
-}
-
-func (p *pool) close() {
-	if p.jobs != nil {
-		close(p.jobs)
 	}
 }
