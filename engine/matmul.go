@@ -16,35 +16,51 @@ type act struct {
 
 func newAct(f []float32, n, cols int) *act { return &act{f: f[:n*cols], n: n, cols: cols} }
 
-func (a *act) quantized() ([]int8, []float32) {
+func (a *act) quantized(p *pool) ([]int8, []float32) {
 	if a.q == nil {
 		a.q = make([]int8, a.n*a.cols)
 		a.d = make([]float32, a.n*a.cols/32)
-		quantizeQ8(a.f, a.q, a.d)
+		// Blocks are quantised independently, so they can be split.
+		nb := len(a.d)
+		p.forRange(nb, p.grainFor(nb, 32), len(a.q)*quantWork, func(lo, hi int) {
+			quantizeQ8(a.f[32*lo:32*hi], a.q[32*lo:32*hi], a.d[lo:hi])
+		})
 	}
 	return a.q, a.d
 }
 
-func (a *act) quantizedK() ([]int8, []float32, []int16) {
+func (a *act) quantizedK(p *pool) ([]int8, []float32, []int16) {
 	if a.kq == nil {
 		a.kq = make([]int8, a.n*a.cols)
 		a.kd = make([]float32, a.n*a.cols/256)
 		a.kbsums = make([]int16, a.n*a.cols/16)
-		quantizeQ8K(a.f, a.kq, a.kd, a.kbsums)
+		nb := len(a.kd)
+		p.forRange(nb, p.grainFor(nb, 4), len(a.kq)*quantWork, func(lo, hi int) {
+			quantizeQ8K(a.f[256*lo:256*hi], a.kq[256*lo:256*hi], a.kd[lo:hi], a.kbsums[16*lo:16*hi])
+		})
 	}
 	return a.kq, a.kd, a.kbsums
 }
 
+// quantWork weighs quantising one activation against one multiply-add of
+// a matrix product (both in forRange's work units): a decode step's 2048
+// activations are worth splitting once workers are awake.
+const quantWork = 16
+
 // prepare quantises the activations the way matrix w needs them, once.
-func (a *act) prepare(w *matrix) {
+func (a *act) prepare(w *matrix) { a.prepareOn(nil, w) }
+
+// prepareOn is prepare with the quantisation spread over pool p (nil: the
+// calling goroutine alone).
+func (a *act) prepareOn(p *pool, w *matrix) {
 	switch {
 	case w.f != nil, w.typ == F16, w.typ == BF16:
 	case w.qf == nil:
-		a.quantized()
+		a.quantized(p)
 	case w.qf.k:
-		a.quantizedK()
+		a.quantizedK(p)
 	default:
-		a.quantized()
+		a.quantized(p)
 		if a.sums == nil {
 			a.sums = q8Sums(a.q, a.d)
 		}
@@ -55,7 +71,7 @@ func (a *act) prepare(w *matrix) {
 // of W go to the pool's goroutines in chunks of 8-row blocks, and each
 // block of W is used for every input row while it is in cache.
 func (s *Local) matmul(out []float32, w *matrix, x *act) {
-	x.prepare(w)
+	x.prepareOn(s.pool, w)
 	blocks := (w.rows + rowBlock - 1) / rowBlock
 	// About 64 KiB of weights per chunk: long enough that claiming it is
 	// noise, short enough to balance. An even count keeps the packed

@@ -127,13 +127,14 @@ const minParallelWork = 1 << 15
 
 // forRange calls f on consecutive ranges [lo, hi) covering [0, n), each of
 // at most grain items, spread over the pool, and returns when all are
-// done. work (multiply-adds or the like) below minParallelWork runs inline.
+// done. work (multiply-adds or the like) below minParallelWork runs inline,
+// as does everything on a nil pool.
 func (p *pool) forRange(n, grain, work int, f func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
 	grain = max(grain, 1)
-	if p.n <= 1 || work < minParallelWork || n <= grain {
+	if p == nil || p.n <= 1 || work < minParallelWork || n <= grain {
 		f(0, n)
 		return
 	}
@@ -163,6 +164,9 @@ func (p *pool) forRange(n, grain, work int, f func(lo, hi int)) {
 // target items, but at least 4 chunks per goroutine so that a descheduled
 // thread's share can be taken over.
 func (p *pool) grainFor(n, target int) int {
+	if p == nil {
+		return max(1, n)
+	}
 	return max(1, min(target, n/(4*p.n)))
 }
 

@@ -99,10 +99,11 @@ func TestPoolCloseJoinsWorkers(t *testing.T) {
 
 // TestMatmulThreadsSameBits multiplies every packed type's matrix by a
 // decode row and a prefill batch on pools of 1 to 5 goroutines (so chunks
-// of every size land on every goroutine) and wants the same bits as the
-// portable kernel row by row.
+// of every size land on every goroutine, the activations' quantisation
+// split too) and wants the same bits as the portable kernel row by row on
+// activations quantised by one goroutine.
 func TestMatmulThreadsSameBits(t *testing.T) {
-	const rows, cols, n = 203, 512, 3
+	const rows, cols, n = 203, 2048, 3
 	src := make([]float32, n*cols)
 	s := uint64(9)
 	for i := range src {
