@@ -638,7 +638,14 @@ func (s *Sim) startBatch(ni int) {
 		n.recv = 0
 	}
 	n.busy = true
-	n.lat = 0.8*n.lat + 0.2*t
+	if pTok == 0 {
+		// As node/scheduler.go's heartbeat figure: decode batches only.
+		if n.lat == 0 {
+			n.lat = t
+		} else {
+			n.lat += 0.2 * (t - n.lat)
+		}
+	}
 	s.stats.batches++
 	s.stats.busy[ni] += t
 	s.schedule(&event{at: s.now + t, kind: evBatchDone, node: int32(ni), gen: n.gen})

@@ -921,7 +921,7 @@ func (w *world) refreshView() {
 		k := max(n.held, 1)
 		w.view.Set(routing.NodeState{
 			ID: id, Health: routing.Alive, Region: w.spec.Nodes[i].Region, Relayed: w.spec.Nodes[i].Relayed,
-			Hardware: w.pnodes[i].Hardware, QueueDepth: len(n.wait) + n.queued, ActiveSessions: n.active,
+			Hardware: w.pnodes[i].Hardware, QueueDepth: len(n.wait), ActiveSessions: n.active,
 			FreeKV: int((n.KVCapacity - n.kvUsed) / int64(k)), LayerLatency: n.lat, Updated: now,
 		})
 	}
@@ -949,6 +949,8 @@ func (w *world) admit(s *Sim, q *query) bool {
 	return true
 }
 
+var diagRoute func(w *world, p routing.Path)
+
 func (w *world) route(q *query) ([]routing.Hop, bool) {
 	m := w.servingMap()
 	if !w.covered {
@@ -967,6 +969,9 @@ func (w *world) route(q *query) ([]routing.Hop, bool) {
 		}
 		if err != nil {
 			return nil, false
+		}
+		if diagRoute != nil {
+			diagRoute(w, p)
 		}
 		return p.Hops, true
 	case "petals":
