@@ -909,7 +909,8 @@ func (w *world) parallaxRebootstrap() {
 	}
 }
 
-// refreshView is a heartbeat: every serving node's load as the entry sees it.
+// refreshView is a heartbeat: every serving node's load as the entry sees
+// it, the figures a real node sends (node/status.go).
 func (w *world) refreshView() {
 	now := w.epoch.Add(time.Duration(w.s.now * float64(time.Second)))
 	for i, n := range w.s.nodes {
@@ -949,8 +950,6 @@ func (w *world) admit(s *Sim, q *query) bool {
 	return true
 }
 
-var diagRoute func(w *world, p routing.Path)
-
 func (w *world) route(q *query) ([]routing.Hop, bool) {
 	m := w.servingMap()
 	if !w.covered {
@@ -969,9 +968,6 @@ func (w *world) route(q *query) ([]routing.Hop, bool) {
 		}
 		if err != nil {
 			return nil, false
-		}
-		if diagRoute != nil {
-			diagRoute(w, p)
 		}
 		return p.Hops, true
 	case "petals":
