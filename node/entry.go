@@ -294,6 +294,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 		wait = e.cfg.queueTimeout
 	}
 	path, resv, err := e.admit(ctx, g, wait)
+	g.resv = resv
 	if errors.Is(err, routing.ErrUnknownProfile) {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
@@ -347,7 +348,8 @@ type generation struct {
 	hard      []string // peers that can never hold it (no KV memory)
 	res       Result
 	start     time.Time
-	failedAt  time.Time // when the last failure was noticed, until the next token
+	failedAt  time.Time      // when the last failure was noticed, until the next token
+	resv      []*reservation // the KV its admission reserved
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
@@ -592,6 +594,7 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 	now := e.cfg.clock.Now()
 	if len(g.out) == 0 {
 		g.res.TTFT = now.Sub(g.start)
+		e.adm.opened(g.resv, e.kv) // the hops' next reports count the session
 	}
 	if !g.failedAt.IsZero() {
 		d := now.Sub(g.failedAt)

@@ -126,6 +126,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		&n.counters)
 	n.svc.entry = n.entry
 	n.ann.changed = n.entry.capacityChanged
+	n.ann.queue = func() (int, time.Duration) { return n.entry.adm.queued(cfg.clock.Now()) }
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
 		if st == nil {

@@ -34,6 +34,9 @@ type announcer struct {
 	// changed tells the entry's queue that what routing reads may have
 	// changed (this node's status, the map); nil until wired.
 	changed func()
+	// queue is the entry queue's length and oldest wait (the load
+	// table's fields); nil until wired.
+	queue func() (int, time.Duration)
 
 	notice   atomic.Pointer[layers.LayerMap]
 	loading  atomic.Int32 // warmups in progress
@@ -120,6 +123,9 @@ func (a *announcer) publish() {
 	r, _ := m.Range(a.self.String())
 	s := swarm.Status{RangeStart: r.Start, RangeEnd: r.End, Epoch: m.Epoch, State: a.phase(),
 		QueueDepth: st.Queue, ActiveSessions: st.Sessions, FreeKV: st.FreeKV, LayerLatency: st.LayerLatency, Region: a.region}
+	if a.queue != nil {
+		s.EntryQueue, s.EntryWait = a.queue()
+	}
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))
 	}
