@@ -55,13 +55,27 @@ type kvReport struct {
 
 // reservation is KV this entry admitted onto a node that the node's
 // report did not count yet. Until the session has opened there (the
-// first token came back) no report can count it; after, the first report
-// newer than the one current then does.
+// first token came back) no report can count it. After, the second
+// report newer than the one current then does: the first may have been
+// on its way, written before the session opened.
 type reservation struct {
 	node   string
 	need   int  // tokens
 	opened bool // the session is open on the node
 	mark   any  // once opened: the report current then
+	next   any  // the first newer report seen, nil until then
+}
+
+// countedBy reports whether rep counts r's session.
+func (r *reservation) countedBy(rep kvReport) bool {
+	switch {
+	case !r.opened || rep.mark == r.mark:
+		return false
+	case r.next == nil:
+		r.next = rep.mark
+		return false
+	}
+	return rep.mark != r.next
 }
 
 // waiter is one queued request.
@@ -210,7 +224,7 @@ func (a *admitter) fitsLocked(node string, rep kvReport, need int) bool {
 	kept := l[:0]
 	held := 0
 	for _, r := range l {
-		if !r.opened || r.mark == rep.mark {
+		if !r.countedBy(rep) {
 			kept = append(kept, r)
 			held += r.need
 		}
