@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/config"
 )
 
 // Scenario is one scenario file: the network, the model, the nodes, the
@@ -50,6 +51,9 @@ type ModelSpec struct {
 type NodeSpec struct {
 	Name      string  `yaml:"name"`
 	MaxLayers int     `yaml:"max_layers"`
+	// Memory caps the node's weights and KV cache (--memory), such as
+	// 4MiB: a small cap makes KV room, and the entry's queue, matter.
+	Memory string `yaml:"memory"`
 	GPU       string  `yaml:"gpu"`
 	Region    string  `yaml:"region"`
 	NAT       NATKind `yaml:"nat"`
@@ -285,6 +289,11 @@ func (s *Scenario) Validate() error {
 		names[n.Name] = true
 		if n.MaxLayers < 0 {
 			return bad(f+".max_layers", "negative")
+		}
+		if n.Memory != "" {
+			if b, err := config.ParseByteSize(n.Memory); err != nil || b <= 0 {
+				return bad(f+".memory", "%q: a positive byte count such as 4MiB", n.Memory)
+			}
 		}
 		if m.SimModel != "" {
 			if n.GPU == "" {
