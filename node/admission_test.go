@@ -150,3 +150,81 @@ func TestStaticF16Wire(t *testing.T) {
 		t.Fatalf("second hop ran %d steps for %d tokens", st.Steps, len(res.Tokens))
 	}
 }
+
+// TestEntryQueueOnSwarm: on a static map whose second hop has KV memory
+// for one session, a second request waits in the entry's queue while the
+// first holds the hop (its caller does not read it, so it pauses with its
+// session open), the entry's heartbeats carry the queue (the load table,
+// seen in the hop's peer table), and once the first ends the second runs
+// to the single-process tokens.
+func TestEntryQueueOnSwarm(t *testing.T) {
+	dirs, ids := staticIDs(t, 2)
+	m, err := layers.NewLayerMap(8, 1, layers.Stage{Node: ids[0].String(), Range: layers.Range{Start: 0, End: 4}},
+		layers.Stage{Node: ids[1].String(), Range: layers.Range{Start: 4, End: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prompt, maxTokens = "Once upon a time", 40
+	tok, err := engine.LoadTokenizer(testModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perToken := int64(4 * 2 * 32 * 4) // 4 layers × K and V × 32 KV dims × float32
+	session := int64(len(tok.Encode(prompt, true, false))+maxTokens) * perToken
+	mem := int64(float64(weightBytes(t, 4, 8)+session*3/2)/(1-DefaultMemoryReserve)) + 1
+
+	c := newTestCluster(t, WithStaticMap(m))
+	a := c.add(WithDataDir(dirs[0]))
+	b := c.add(WithDataDir(dirs[1]), WithMemory(mem))
+	c.waitServing(10*time.Second, a.ID(), b.ID())
+	// Until the entry hears the hop's KV figure it admits on the path
+	// alone (a missing figure means keep serving).
+	waitFor(t, 10*time.Second, "the entry hears the hop's free KV", func() bool { return a.paths.kv(b.ID().String()).free >= 0 })
+	want := reference(t, prompt, maxTokens, greedy)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	first, err := a.Generate(ctx, Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: greedy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the first session open on the hop", func() bool { return b.Metrics().Sessions == 1 })
+	second := make(chan error, 1)
+	go func() {
+		res, err := a.Complete(ctx, Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: greedy})
+		if err == nil && !slices.Equal(res.Tokens, want) {
+			err = errMismatch
+		}
+		second <- err
+	}()
+	waitFor(t, 10*time.Second, "the second request queued at the entry", func() bool { return a.Metrics().EntryQueue == 1 })
+	waitFor(t, 10*time.Second, "the hop hears of the entry's queue", func() bool {
+		p, ok := b.Host().Peers().Get(a.ID())
+		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 1 && p.Heartbeat.EntryWait > 0
+	})
+	if b.Metrics().Sessions != 1 {
+		t.Fatalf("%d sessions on the hop while one waits at the entry", b.Metrics().Sessions)
+	}
+	var got []int32
+	for {
+		d, err := first.Recv()
+		if err != nil {
+			break
+		}
+		got = append(got, d.Tokens...)
+	}
+	if _, err := first.Result(); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("first: %v, tokens equal %v", err, slices.Equal(got, want))
+	}
+	if err := <-second; err != nil {
+		t.Fatalf("second: %v", err)
+	}
+	ma := a.Metrics()
+	if ma.EntryQueued != 1 || ma.EntryRefused != 0 || ma.QueueWait.Count != 2 || ma.EntryQueue != 0 {
+		t.Fatalf("entry metrics: %d queued, %d refused, %d waits, %d queued now", ma.EntryQueued, ma.EntryRefused, ma.QueueWait.Count, ma.EntryQueue)
+	}
+	waitFor(t, 10*time.Second, "the load table empties", func() bool {
+		p, ok := b.Host().Peers().Get(a.ID())
+		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 0
+	})
+}

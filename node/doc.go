@@ -40,6 +40,11 @@
 //     send function, a post function for closes, a draining check and
 //     peer-down events (entryDeps), not on Node, so its unit tests
 //     (entry_test.go) run it on a fake clock with in-process fake hops.
+//     A request with no path with KV room waits in the entry's
+//     admission queue (queue.go: FIFO, a deadline, a bound; KV counted
+//     in blocks against the hops' reports less its own reservations),
+//     woken by the peer table's changes, the node's status and its own
+//     generations' ends.
 //     When a hop fails it marks the peer suspect, routes
 //     around it and replays the prompt and the tokens so far on the new
 //     path: with greedy or seeded sampling the caller gets exactly the

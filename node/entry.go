@@ -303,6 +303,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 		wait = e.cfg.queueTimeout
 	}
 	path, resv, err := e.admit(ctx, g, wait)
+	g.resv = resv
 	if errors.Is(err, routing.ErrUnknownProfile) {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
@@ -362,7 +363,8 @@ type generation struct {
 	// was delivered before a rewind (verify.go).
 	safe map[peer.ID]int
 	sent []int32
-	cold bool // a hop missed a prefix another resumed: no prefix cache from now on
+	cold bool           // a hop missed a prefix another resumed: no prefix cache from now on
+	resv []*reservation // the KV its admission reserved
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
@@ -627,6 +629,7 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 	now := e.cfg.clock.Now()
 	if len(g.out) == 0 {
 		g.res.TTFT = now.Sub(g.start)
+		e.adm.opened(g.resv, e.kv) // the hops' next reports count the session
 	}
 	if !g.failedAt.IsZero() {
 		d := now.Sub(g.failedAt)

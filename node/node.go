@@ -179,6 +179,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		&n.counters)
 	n.svc.entry = n.entry
 	n.ann.changed = n.entry.capacityChanged
+	n.ann.queue = func() (int, time.Duration) { return n.entry.adm.queued(cfg.clock.Now()) }
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
 		if st == nil {
@@ -346,8 +347,11 @@ func (n *Node) Committed() layers.LayerMap { return n.ann.committed() }
 func (n *Node) Held() layers.Range { return n.ann.held() }
 
 // Generate starts a generation and returns its stream. A request that
-// cannot start fails here: ErrBadRequest, ErrUnknownModel,
-// ErrPromptTooLong, or ErrNoCapacity when no full path exists now.
+// finds no path with KV room waits in the entry's queue (Request.
+// QueueTimeout, WithEntryQueue) and Generate returns once it is admitted.
+// A request that cannot start fails here: ErrBadRequest, ErrUnknownModel,
+// ErrPromptTooLong, or ErrNoCapacity (wrapping ErrQueueTimeout or
+// ErrQueueFull) when it could not be admitted.
 func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 	return n.entry.generate(ctx, req)
 }

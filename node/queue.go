@@ -54,11 +54,28 @@ type kvReport struct {
 }
 
 // reservation is KV this entry admitted onto a node that the node's
-// report did not count yet.
+// report did not count yet. Until the session has opened there (the
+// first token came back) no report can count it. After, the second
+// report newer than the one current then does: the first may have been
+// on its way, written before the session opened.
 type reservation struct {
-	node string
-	need int // tokens
-	mark any // the report it was made against
+	node   string
+	need   int  // tokens
+	opened bool // the session is open on the node
+	mark   any  // once opened: the report current then
+	next   any  // the first newer report seen, nil until then
+}
+
+// countedBy reports whether rep counts r's session.
+func (r *reservation) countedBy(rep kvReport) bool {
+	switch {
+	case !r.opened || rep.mark == r.mark:
+		return false
+	case r.next == nil:
+		r.next = rep.mark
+		return false
+	}
+	return rep.mark != r.next
 }
 
 // waiter is one queued request.
@@ -107,6 +124,24 @@ func (a *admitter) queued(now time.Time) (n int, oldest time.Duration) {
 		oldest = now.Sub(a.q[0].since)
 	}
 	return len(a.q), oldest
+}
+
+// opened re-bases a generation's reservations once its session is open
+// on every hop (its first token came back): the next report of each node
+// counts it.
+func (a *admitter) opened(rs []*reservation, kv func(string) kvReport) {
+	if len(rs) == 0 || kv == nil {
+		return
+	}
+	marks := make([]any, len(rs))
+	for i, r := range rs {
+		marks[i] = kv(r.node).mark
+	}
+	a.mu.Lock()
+	for i, r := range rs {
+		r.opened, r.mark = true, marks[i]
+	}
+	a.mu.Unlock()
 }
 
 // release gives back a generation's reservations.
@@ -168,7 +203,7 @@ func (e *entry) tryLocked(w *waiter) (admission, error) {
 				if reps[i].free < 0 {
 					continue
 				}
-				r := &reservation{node: h.Node, need: w.need, mark: reps[i].mark}
+				r := &reservation{node: h.Node, need: w.need}
 				a.resv[h.Node] = append(a.resv[h.Node], r)
 				adm.resv = append(adm.resv, r)
 			}
@@ -180,8 +215,8 @@ func (e *entry) tryLocked(w *waiter) (admission, error) {
 }
 
 // fitsLocked reports whether node has room for need tokens: its report,
-// less this entry's reservations made since. Reservations made against
-// an older report are dropped here (the report counts them). A node that
+// less this entry's reservations it does not count yet. Reservations
+// that a newer report counts are dropped here. A node that
 // runs nothing is always given the request: its stage says whether it
 // can ever hold it (CodeNoKV), which a wait would not change.
 func (a *admitter) fitsLocked(node string, rep kvReport, need int) bool {
@@ -189,7 +224,7 @@ func (a *admitter) fitsLocked(node string, rep kvReport, need int) bool {
 	kept := l[:0]
 	held := 0
 	for _, r := range l {
-		if r.mark == rep.mark {
+		if !r.countedBy(rep) {
 			kept = append(kept, r)
 			held += r.need
 		}

@@ -157,10 +157,9 @@ func TestQueueFull(t *testing.T) {
 }
 
 // TestQueueFIFO: with room for one session at a time, queued requests are
-// admitted in arrival order, one per report with room (the reservation
-// of the one admitted keeps the next waiting until a report counts it).
-// The hop takes the steps and never answers, so that the sessions
-// admitted hold their room.
+// admitted in arrival order, one per report with room for one more (the
+// reservations of those admitted hold their room). The hop takes the
+// steps and never answers, so that no session ends.
 func TestQueueFIFO(t *testing.T) {
 	r := newEntryRig(t, 1)
 	a := r.peers[0]
@@ -173,7 +172,9 @@ func TestQueueFIFO(t *testing.T) {
 	}
 	room := kvBlocks(3, 4) * kvBlock
 	for i := range 3 {
-		r.report(a, room, 1)
+		// Room for one more each time: the sessions admitted before hold
+		// their reservations (they never open: the hop does not answer).
+		r.report(a, room*(i+1), 1)
 		g := recvGen(t, out)
 		if g.err != nil || g.tag != i {
 			t.Fatalf("admitted request %d (err %v), want %d", g.tag, g.err, i)

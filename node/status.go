@@ -34,6 +34,9 @@ type announcer struct {
 	// changed tells the entry's queue that what routing reads may have
 	// changed (this node's status, the map); nil until wired.
 	changed func()
+	// queue is the entry queue's length and oldest wait (the load
+	// table's fields); nil until wired.
+	queue func() (int, time.Duration)
 
 	notice   atomic.Pointer[layers.LayerMap]
 	loading  atomic.Int32 // warmups in progress
@@ -124,6 +127,9 @@ func (a *announcer) publish() {
 		if b, err := st.Prefixes.MarshalBinary(); err == nil && len(b) <= swarm.MaxPrefixLen {
 			s.Prefixes = string(b)
 		}
+	}
+	if a.queue != nil {
+		s.EntryQueue, s.EntryWait = a.queue()
 	}
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))

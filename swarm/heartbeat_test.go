@@ -76,6 +76,53 @@ func TestHeartbeatLargestFits(t *testing.T) {
 	}
 }
 
+// TestHeartbeatLoadTable: the entry's queue fields travel as version 2,
+// and only when set: an idle entry's heartbeat stays version 1, which
+// peers that read only version 1 accept. A version 2 heartbeat with an
+// empty load table is not the canonical encoding and is refused.
+func TestHeartbeatLoadTable(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	idle, err := hb.MarshalBinary()
+	if err != nil || idle[0] != 1 {
+		t.Fatalf("idle heartbeat: version %d, %v", idle[0], err)
+	}
+	hb.EntryQueue, hb.EntryWait = 12, 2500*time.Millisecond
+	loaded, err := hb.MarshalBinary()
+	if err != nil || loaded[0] != 2 || len(loaded) != len(idle)+12 {
+		t.Fatalf("loaded heartbeat: version %d, %d bytes (idle %d), %v", loaded[0], len(loaded), len(idle), err)
+	}
+	got, err := DecodeHeartbeat(loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, hb) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, hb)
+	}
+	if !bytes.Equal(loaded[:len(idle)][1:], idle[1:]) {
+		t.Fatal("version 2 does not start with version 1's fields")
+	}
+	empty := append(bytes.Clone(idle), make([]byte, 12)...)
+	empty[0] = 2
+	if _, err := DecodeHeartbeat(empty); !errors.Is(err, ErrHeartbeatSchema) {
+		t.Fatalf("version 2 with an empty load table: %v", err)
+	}
+	neg := bytes.Clone(loaded)
+	neg[len(neg)-8] = 0x80
+	if _, err := DecodeHeartbeat(neg); !errors.Is(err, ErrHeartbeatSchema) {
+		t.Fatalf("negative wait: %v", err)
+	}
+	for _, f := range []func(h *Heartbeat){
+		func(h *Heartbeat) { h.EntryQueue = -1 },
+		func(h *Heartbeat) { h.EntryWait = -time.Second },
+	} {
+		h := sampleHeartbeat(t)
+		f(h)
+		if _, err := h.MarshalBinary(); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Fatalf("bad load table encoded: %v", err)
+		}
+	}
+}
+
 func TestHeartbeatRejects(t *testing.T) {
 	hb := sampleHeartbeat(t)
 	good, err := hb.MarshalBinary()
@@ -96,7 +143,8 @@ func TestHeartbeatRejects(t *testing.T) {
 		want error
 	}{
 		"empty":     {nil, ErrHeartbeatSchema},
-		"version":   {mut(func(b []byte) []byte { b[0] = 2; return b }), ErrHeartbeatSchema},
+		"version":   {mut(func(b []byte) []byte { b[0] = 3; return b }), ErrHeartbeatSchema},
+		"v2 short":  {mut(func(b []byte) []byte { b[0] = 2; return b }), ErrHeartbeatSchema},
 		"truncated": {good[:len(good)-1], ErrHeartbeatSchema},
 		"trailing":  {append(bytes.Clone(good), 0), ErrHeartbeatSchema},
 		"state":     {mut(func(b []byte) []byte { b[stateOff] = 9; return b }), ErrHeartbeatSchema},
@@ -165,6 +213,10 @@ func FuzzHeartbeatDecoder(f *testing.F) {
 	hb.RTTs, hb.Region, hb.Flags = nil, "", 0
 	plain, _ := hb.MarshalBinary()
 	f.Add(plain)
+	hb.EntryQueue, hb.EntryWait = 7, 1500*time.Millisecond
+	loaded, _ := hb.MarshalBinary()
+	f.Add(loaded)
+	f.Add(append(bytes.Clone(plain[:len(plain):len(plain)]), make([]byte, 12)...)) // version byte 1 with v2's tail
 	f.Add([]byte{1})
 	f.Add([]byte{1, 64})
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -150,6 +150,9 @@ type result struct {
 	Retries   int      `json:"retries"`
 	RetryErrs []string `json:"retry_errors,omitempty"`
 	Mismatch  bool     `json:"mismatch"`
+	// QueueWait is how long the answering entry held the request in its
+	// admission queue (its X-Strata-Queue-Wait header).
+	QueueWait time.Duration `json:"queue_wait_ns"`
 }
 
 // retryPolicy is how a client tries again after a refusal that came
@@ -220,8 +223,10 @@ type load struct {
 	model   string
 	prompts []string
 	hc      *http.Client
-	// pick returns a live entry node other than avoid (nil: none).
+	// pick returns a live entry node other than avoid (nil: none);
+	// named the live node of that name (nil: none).
 	pick  func(avoid *proc) *proc
+	named func(name string) *proc
 	retry retryPolicy
 }
 
@@ -230,7 +235,10 @@ type load struct {
 // returns every result once the last in-flight one ends.
 func (l *load) run(ctx context.Context, t0, end time.Time) []result {
 	rng := rand.New(rand.NewPCG(l.spec.Seed, 0xa771))
-	type job struct{ id, prompt int }
+	type job struct {
+		id, prompt int
+		hot        bool
+	}
 	jobs := make(chan job)
 	var (
 		mu  sync.Mutex
@@ -240,7 +248,7 @@ func (l *load) run(ctx context.Context, t0, end time.Time) []result {
 	for range l.spec.Clients {
 		wg.Go(func() {
 			for j := range jobs {
-				r := l.do(ctx, t0, j.id, j.prompt)
+				r := l.do(ctx, t0, j.id, j.prompt, j.hot)
 				mu.Lock()
 				res = append(res, r)
 				mu.Unlock()
@@ -249,11 +257,12 @@ func (l *load) run(ctx context.Context, t0, end time.Time) []result {
 	}
 	next := t0
 	for id := 0; ; id++ {
-		next = next.Add(time.Duration(rng.ExpFloat64() / l.spec.Rate * float64(time.Second)))
+		next = next.Add(time.Duration(rng.ExpFloat64() / l.spec.rateAt(next.Sub(t0)) * float64(time.Second)))
 		if next.After(end) {
 			break
 		}
 		prompt := rng.IntN(len(l.prompts))
+		hot := l.spec.Hot != "" && rng.Float64() < l.spec.HotShare
 		t := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
@@ -264,7 +273,7 @@ func (l *load) run(ctx context.Context, t0, end time.Time) []result {
 			break
 		}
 		select {
-		case jobs <- job{id, prompt}:
+		case jobs <- job{id, prompt, hot}:
 		case <-ctx.Done():
 		}
 	}
@@ -280,13 +289,26 @@ func (l *load) run(ctx context.Context, t0, end time.Time) []result {
 // connection, all of which come before any output, as l.retry allows
 // (retries); an error once the answer has begun is final. Times count
 // from the first attempt, so TTFT includes the waits.
-func (l *load) do(ctx context.Context, t0 time.Time, id, prompt int) result {
+func (l *load) do(ctx context.Context, t0 time.Time, id, prompt int, hot bool) result {
 	r := result{ID: id, Prompt: prompt}
 	start := time.Now()
 	r.Start = start.Sub(t0)
 	var avoid *proc
-	for {
-		p := l.pick(avoid)
+	for first := true; ; first = false {
+		var p *proc
+		if first && l.spec.Hot != "" && l.named != nil {
+			// A skewed load: the hot node for its share, the others in
+			// turn for the rest (the hot one when it is the only one).
+			h := l.named(l.spec.Hot)
+			if hot {
+				p = h
+			} else if h != nil {
+				p = l.pick(h)
+			}
+		}
+		if p == nil {
+			p = l.pick(avoid)
+		}
 		if p == nil && avoid != nil && r.Retries > 0 {
 			// A refusal is not the runner's doing: the node that refused
 			// may serve again, the only one left or not.
@@ -335,6 +357,9 @@ func (l *load) stream(ctx context.Context, base, prompt string, start time.Time,
 	defer cancel()
 	body := map[string]any{"model": l.model, "max_tokens": l.spec.MaxTokens, "temperature": 0, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}}
+	if l.spec.QueueTimeout > 0 {
+		body["queue_timeout"] = l.spec.QueueTimeout.Seconds()
+	}
 	path := "/v1/completions"
 	if l.spec.Endpoint == "chat" {
 		path = "/v1/chat/completions"
@@ -370,6 +395,9 @@ func (l *load) stream(ctx context.Context, base, prompt string, start time.Time,
 			he.RetryAfter = time.Duration(s) * time.Second
 		}
 		return he
+	}
+	if s, err := strconv.ParseFloat(resp.Header.Get("X-Strata-Queue-Wait"), 64); err == nil && s >= 0 {
+		r.QueueWait = time.Duration(s * float64(time.Second))
 	}
 	var (
 		text         strings.Builder

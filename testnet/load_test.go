@@ -85,7 +85,7 @@ func TestLoadRetries503(t *testing.T) {
 	srv, calls := sseServer(t, []int{http.StatusServiceUnavailable}, "1", []string{"a", "b"}, false)
 	l := testLoad(clientRetry, srv.URL)
 	t0 := time.Now()
-	r := l.do(context.Background(), t0, 0, 0)
+	r := l.do(context.Background(), t0, 0, 0, false)
 	if !r.OK || r.Text != "ab" || r.Tokens != 2 {
 		t.Fatalf("want ok with %q: %+v", "ab", r)
 	}
@@ -107,7 +107,7 @@ func TestLoadRetriesAreBounded(t *testing.T) {
 	srv, calls := sseServer(t, []int{503, 503, 503, 503, 503, 503}, "30", []string{"a"}, false)
 	rp := retryPolicy{Max: 3, Budget: 10 * time.Second, Cap: 20 * time.Millisecond, Base: 5 * time.Millisecond}
 	start := time.Now()
-	r := testLoad(rp, srv.URL).do(context.Background(), start, 0, 0)
+	r := testLoad(rp, srv.URL).do(context.Background(), start, 0, 0, false)
 	if r.OK || r.Retries != 3 || calls.Load() != 4 || !strings.HasPrefix(r.Err, "HTTP 503") {
 		t.Errorf("want a failure after 3 retries (4 calls): ok %v, retries %d, calls %d, err %q", r.OK, r.Retries, calls.Load(), r.Err)
 	}
@@ -118,7 +118,7 @@ func TestLoadRetriesAreBounded(t *testing.T) {
 	// The time budget stops retries too: no retry would start after it.
 	srv2, calls2 := sseServer(t, []int{503, 503, 503, 503}, "", []string{"a"}, false)
 	rp = retryPolicy{Max: 10, Budget: 150 * time.Millisecond, Cap: 100 * time.Millisecond, Base: 100 * time.Millisecond}
-	r = testLoad(rp, srv2.URL).do(context.Background(), time.Now(), 0, 0)
+	r = testLoad(rp, srv2.URL).do(context.Background(), time.Now(), 0, 0, false)
 	if r.OK || r.Retries != 1 || calls2.Load() != 2 {
 		t.Errorf("budget: ok %v, retries %d, calls %d; want 1 retry within 150 ms", r.OK, r.Retries, calls2.Load())
 	}
@@ -128,12 +128,12 @@ func TestLoadRetriesAreBounded(t *testing.T) {
 // retried.
 func TestLoadNoRetryAfterOutput(t *testing.T) {
 	srv, calls := sseServer(t, nil, "", []string{"a", "b"}, true)
-	r := testLoad(clientRetry, srv.URL).do(context.Background(), time.Now(), 0, 0)
+	r := testLoad(clientRetry, srv.URL).do(context.Background(), time.Now(), 0, 0, false)
 	if r.OK || r.Retries != 0 || calls.Load() != 1 || !strings.Contains(r.Err, "session lost") {
 		t.Errorf("an error after output: ok %v, retries %d, calls %d, err %q; want one failed call", r.OK, r.Retries, calls.Load(), r.Err)
 	}
 	srv2, calls2 := sseServer(t, []int{http.StatusInternalServerError}, "1", []string{"a"}, false)
-	r = testLoad(clientRetry, srv2.URL).do(context.Background(), time.Now(), 0, 0)
+	r = testLoad(clientRetry, srv2.URL).do(context.Background(), time.Now(), 0, 0, false)
 	if r.OK || r.Retries != 0 || calls2.Load() != 1 {
 		t.Errorf("a 500: ok %v, retries %d, calls %d; want one failed call", r.OK, r.Retries, calls2.Load())
 	}
@@ -150,7 +150,7 @@ func TestLoadRetriesRefusedConnection(t *testing.T) {
 	ln.Close()
 	srv, _ := sseServer(t, nil, "", []string{"x"}, false)
 	rp := retryPolicy{Max: 4, Budget: 5 * time.Second, Cap: 50 * time.Millisecond, Base: 10 * time.Millisecond}
-	r := testLoad(rp, dead, srv.URL).do(context.Background(), time.Now(), 0, 0)
+	r := testLoad(rp, dead, srv.URL).do(context.Background(), time.Now(), 0, 0, false)
 	if !r.OK || r.Retries != 1 || r.Entry != "n2" || len(r.RetryErrs) != 1 || r.RetryErrs[0] != "connection refused" {
 		t.Errorf("want ok on n2 after one retry for a refused connection: %+v", r)
 	}

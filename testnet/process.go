@@ -145,6 +145,9 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	if p.spec.Region != "" {
 		args = append(args, "--region", p.spec.Region)
 	}
+	if p.spec.Memory != "" {
+		args = append(args, "--memory", p.spec.Memory)
+	}
 	if b := c.bootstraps(p); len(b) > 0 {
 		args = append(args, "--bootstrap", strings.Join(b, ","))
 	}

@@ -36,6 +36,13 @@ type Report struct {
 
 	TTFT     Quantiles `json:"ttft"`
 	PerToken Quantiles `json:"per_token"`
+	// QueueWait is the wait for admission in the entries' queues, over
+	// answered requests; Entries splits the requests by their entry.
+	QueueWait Quantiles     `json:"queue_wait"`
+	Entries   []EntryReport `json:"entries"`
+	// GoodputTokensPerS is the tokens of successful requests per second
+	// of load.
+	GoodputTokensPerS float64 `json:"goodput_tokens_per_s"`
 
 	Throughput []Bucket      `json:"throughput"`
 	Events     []EventReport `json:"events"`
@@ -57,6 +64,18 @@ type Quantiles struct {
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
 	N     int     `json:"n"`
+}
+
+// EntryReport is one entry node's share of the requests (by the entry of
+// their last attempt).
+type EntryReport struct {
+	Entry     string    `json:"entry"`
+	Requests  int       `json:"requests"`
+	OK        int       `json:"ok"`
+	Failed    int       `json:"failed"`
+	Tokens    int       `json:"tokens"`
+	QueueWait Quantiles `json:"queue_wait"`
+	TTFT      Quantiles `json:"ttft"`
 }
 
 // Bucket is the work finished in [FromS, ToS): requests that ended in it
@@ -141,9 +160,31 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 	loadEnd time.Duration, crashed []string) *Report {
 	rep := &Report{Scenario: sc.Name, Nodes: len(sc.Nodes), LoadS: secs(loadEnd), Crashed: crashed, Requests: len(results)}
 	slices.SortFunc(results, func(a, b result) int { return a.ID - b.ID })
-	var ttft, perTok []time.Duration
+	var ttft, perTok, waits []time.Duration
+	type entryAcc struct {
+		rep         EntryReport
+		waits, ttft []time.Duration
+	}
+	byEntry := map[string]*entryAcc{}
+	tokens := 0
 	for i := range results {
 		r := &results[i]
+		acc := byEntry[r.Entry]
+		if acc == nil {
+			acc = &entryAcc{rep: EntryReport{Entry: r.Entry}}
+			byEntry[r.Entry] = acc
+		}
+		acc.rep.Requests++
+		if r.OK {
+			acc.rep.OK++
+			acc.rep.Tokens += r.Tokens
+			acc.waits = append(acc.waits, r.QueueWait)
+			acc.ttft = append(acc.ttft, r.TTFT)
+			waits = append(waits, r.QueueWait)
+			tokens += r.Tokens
+		} else {
+			acc.rep.Failed++
+		}
 		if r.Retried {
 			rep.EntryRetried++
 		}
@@ -176,6 +217,15 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 		}
 	}
 	rep.TTFT, rep.PerToken = quantiles(ttft), quantiles(perTok)
+	rep.QueueWait = quantiles(waits)
+	for _, name := range slices.Sorted(maps.Keys(byEntry)) {
+		acc := byEntry[name]
+		acc.rep.QueueWait, acc.rep.TTFT = quantiles(acc.waits), quantiles(acc.ttft)
+		rep.Entries = append(rep.Entries, acc.rep)
+	}
+	if loadEnd > 0 {
+		rep.GoodputTokensPerS = math.Round(float64(tokens)/loadEnd.Seconds()*10) / 10
+	}
 	rep.Results = results
 
 	w := bucketWidth(loadEnd)
@@ -239,7 +289,7 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 		}
 		prev = s
 	}
-	rep.Violations = check(sc.Expect, rep)
+	rep.Violations = check(sc, rep)
 	rep.Pass = len(rep.Violations) == 0
 	return rep
 }
@@ -247,8 +297,24 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 // check lists how the report misses the scenario's expectations. Nodes
 // that exit on their own, and events that could not be carried out, are
 // always violations.
-func check(x Expect, rep *Report) []string {
+func check(sc *Scenario, rep *Report) []string {
+	x := sc.Expect
 	var v []string
+	if x.MaxWaitRatio > 0 {
+		hot, others := -1.0, 0.0
+		for _, e := range rep.Entries {
+			p99 := max(e.QueueWait.P99Ms, msOf(x.MinWait))
+			if e.Entry == sc.Load.Hot {
+				hot = e.QueueWait.P99Ms
+			} else {
+				others = max(others, p99)
+			}
+		}
+		if hot >= 0 && others > 0 && hot > x.MaxWaitRatio*others {
+			v = append(v, fmt.Sprintf("hot entry %s queue wait p99 %.0f ms > %.1f × the others' %.0f ms",
+				sc.Load.Hot, hot, x.MaxWaitRatio, others))
+		}
+	}
 	if x.Failed != nil && rep.Failed > *x.Failed {
 		v = append(v, fmt.Sprintf("failed %d > %d", rep.Failed, *x.Failed))
 	}
@@ -291,6 +357,15 @@ func (rep *Report) Markdown() string {
 	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d (%d) | %d | %.0f ms | %.0f ms | %.1f ms | %.1f ms |\n\n",
 		rep.Requests, rep.OK, rep.Failed, rep.EntryRetried, rep.Retried, rep.Retries, rep.Mismatched,
 		rep.TTFT.P50Ms, rep.TTFT.P99Ms, rep.PerToken.P50Ms, rep.PerToken.P99Ms)
+	if len(rep.Entries) > 1 || rep.QueueWait.P99Ms > 0 {
+		fmt.Fprintf(&b, "Goodput %.1f tokens/s. Queue wait (admission at the entry) by entry:\n\n", rep.GoodputTokensPerS)
+		b.WriteString("| entry | requests | ok | failed | tokens | queue wait p50 | queue wait p99 | TTFT p50 | TTFT p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, e := range rep.Entries {
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms |\n", e.Entry, e.Requests, e.OK, e.Failed, e.Tokens,
+				e.QueueWait.P50Ms, e.QueueWait.P99Ms, e.TTFT.P50Ms, e.TTFT.P99Ms)
+		}
+		b.WriteString("\n")
+	}
 	if len(rep.RetryErrors) > 0 {
 		b.WriteString("Client retries (a 503/429 or a refused connection before any output, retried after Retry-After as the OpenAI SDKs do; TTFT counts from the first attempt):\n")
 		for _, k := range slices.Sorted(maps.Keys(rep.RetryErrors)) {

@@ -207,7 +207,7 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	var pollWG sync.WaitGroup
 	pollWG.Go(func() { r.poll(pollCtx) })
 
-	ld := &load{spec: sc.Load, model: modelID, prompts: prompts, hc: r.hc, pick: r.pick, retry: clientRetry}
+	ld := &load{spec: sc.Load, model: modelID, prompts: prompts, hc: r.hc, pick: r.pick, named: r.named, retry: clientRetry}
 	var results []result
 	loadDone := make(chan struct{})
 	go func() {
@@ -407,6 +407,19 @@ func (r *run) pick(avoid *proc) *proc {
 		p := r.c.procs[(r.next+k)%n]
 		if p != avoid && p.apiURL != "" && r.ready[p] && p.running() {
 			r.next = (r.next + k + 1) % n
+			return p
+		}
+	}
+	return nil
+}
+
+// named returns the node of that name when it could be picked now (it
+// runs, has served since its last start and can be reached), else nil.
+func (r *run) named(name string) *proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.c.procs {
+		if p.spec.Name == name && p.apiURL != "" && r.ready[p] && p.running() {
 			return p
 		}
 	}

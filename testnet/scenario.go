@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/config"
 )
 
 // Scenario is one scenario file: the network, the model, the nodes, the
@@ -50,6 +51,9 @@ type ModelSpec struct {
 type NodeSpec struct {
 	Name      string  `yaml:"name"`
 	MaxLayers int     `yaml:"max_layers"`
+	// Memory caps the node's weights and KV cache (--memory), such as
+	// 4MiB: a small cap makes KV room, and the entry's queue, matter.
+	Memory string `yaml:"memory"`
 	GPU       string  `yaml:"gpu"`
 	Region    string  `yaml:"region"`
 	NAT       NATKind `yaml:"nat"`
@@ -75,6 +79,39 @@ type LoadSpec struct {
 	Endpoint string `yaml:"endpoint"`
 	// Timeout bounds one request (60s).
 	Timeout time.Duration `yaml:"timeout"`
+	// Phases change the arrival rate over the run: each holds its rate
+	// for its duration, in order from the start of the load; past the
+	// last, its rate holds. None: Rate throughout.
+	Phases []PhaseSpec `yaml:"phases"`
+	// Hot names a node that gets HotShare of the requests as their entry
+	// (the others share the rest in turn): a skewed load, as behind a
+	// load balancer that prefers one node.
+	Hot      string  `yaml:"hot"`
+	HotShare float64 `yaml:"hot_share"`
+	// QueueTimeout is each request's queue_timeout (0: the node's
+	// default).
+	QueueTimeout time.Duration `yaml:"queue_timeout"`
+}
+
+// PhaseSpec is one phase of the load: Rate requests per second for For.
+type PhaseSpec struct {
+	For  time.Duration `yaml:"for"`
+	Rate float64       `yaml:"rate"`
+}
+
+// rateAt is the arrival rate at t since the load began.
+func (l LoadSpec) rateAt(t time.Duration) float64 {
+	var end time.Duration
+	for _, p := range l.Phases {
+		end += p.For
+		if t < end {
+			return p.Rate
+		}
+	}
+	if n := len(l.Phases); n > 0 {
+		return l.Phases[n-1].Rate
+	}
+	return l.Rate
 }
 
 // Event actions.
@@ -119,6 +156,12 @@ type Expect struct {
 	Recovered *bool `yaml:"recovered"`
 	// MaxRecovery bounds every event's recovery time.
 	MaxRecovery time.Duration `yaml:"max_recovery"`
+	// MaxWaitRatio bounds the hot entry's p99 queue wait by this many
+	// times the largest p99 of the other entries (each taken as at least
+	// MinWait, so that idle entries' near-zero waits do not make any wait
+	// a violation).
+	MaxWaitRatio float64       `yaml:"max_wait_ratio"`
+	MinWait      time.Duration `yaml:"min_wait"`
 }
 
 // ErrScenario wraps every validation error; the message names the field.
@@ -247,6 +290,11 @@ func (s *Scenario) Validate() error {
 		if n.MaxLayers < 0 {
 			return bad(f+".max_layers", "negative")
 		}
+		if n.Memory != "" {
+			if b, err := config.ParseByteSize(n.Memory); err != nil || b <= 0 {
+				return bad(f+".memory", "%q: a positive byte count such as 4MiB", n.Memory)
+			}
+		}
 		if m.SimModel != "" {
 			if n.GPU == "" {
 				return bad(f+".gpu", "a simulated model needs a device on every node")
@@ -275,8 +323,8 @@ func (s *Scenario) Validate() error {
 	switch {
 	case l.Clients < 1:
 		return bad("load.clients", "%d: at least 1", l.Clients)
-	case l.Rate <= 0:
-		return bad("load.rate", "%v: must be positive (requests per second)", l.Rate)
+	case l.Rate < 0 || (l.Rate == 0 && len(l.Phases) == 0):
+		return bad("load.rate", "%v: must be positive (requests per second), or give load.phases", l.Rate)
 	case l.Prompts < 1:
 		return bad("load.prompts", "%d: at least 1", l.Prompts)
 	case l.PromptWords < 1:
@@ -287,6 +335,19 @@ func (s *Scenario) Validate() error {
 		return bad("load.endpoint", "%q is neither completions nor chat", l.Endpoint)
 	case l.Timeout < 0:
 		return bad("load.timeout", "negative")
+	case l.QueueTimeout < 0:
+		return bad("load.queue_timeout", "negative")
+	case l.Hot != "" && !names[l.Hot]:
+		return bad("load.hot", "no node %q", l.Hot)
+	case l.Hot != "" && (l.HotShare <= 0 || l.HotShare > 1):
+		return bad("load.hot_share", "%v: in (0, 1]", l.HotShare)
+	case l.Hot == "" && l.HotShare != 0:
+		return bad("load.hot_share", "needs load.hot")
+	}
+	for i, p := range l.Phases {
+		if p.For <= 0 || p.Rate <= 0 {
+			return bad(fmt.Sprintf("load.phases[%d]", i), "for and rate must be positive")
+		}
 	}
 	if s.Duration <= 0 {
 		return bad("duration", "must be positive, such as 30s")
@@ -358,6 +419,12 @@ func (s *Scenario) Validate() error {
 	}
 	if x.MaxRecovery < 0 {
 		return bad("expect.max_recovery", "negative")
+	}
+	if x.MaxWaitRatio < 0 || x.MinWait < 0 {
+		return bad("expect.max_wait_ratio", "negative ratio or min_wait")
+	}
+	if x.MaxWaitRatio > 0 && l.Hot == "" {
+		return bad("expect.max_wait_ratio", "compares the hot entry with the others: needs load.hot")
 	}
 	return nil
 }

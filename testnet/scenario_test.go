@@ -63,6 +63,12 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{"failed: 0|failed: -1", "expect.failed"},
 		{"name: t|name: t\nnetwork: {mode: cloud}", "network.mode"},
 		{"- {name: a, max_layers: 2}|- {name: a, max_layers: 2, region: eu}", "nodes[0].region"},
+		{"max_tokens: 8}|max_tokens: 8, hot: zz, hot_share: 0.9}", "load.hot"},
+		{"- {name: a, max_layers: 2}|- {name: a, max_layers: 2, memory: lots}", "nodes[0].memory"},
+		{"max_tokens: 8}|max_tokens: 8, hot: a, hot_share: 1.5}", "load.hot_share"},
+		{"max_tokens: 8}|max_tokens: 8, hot_share: 0.5}", "load.hot_share"},
+		{"max_tokens: 8}|max_tokens: 8, phases: [{for: 0s, rate: 2}]}", "load.phases[0]"},
+		{"max_recovery: 10s}|max_recovery: 10s, max_wait_ratio: 1.5}", "expect.max_wait_ratio"},
 	} {
 		old, repl, _ := strings.Cut(c.edit, "|")
 		if !strings.Contains(goodScenario, old) {
@@ -257,5 +263,48 @@ func TestReportReachability(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// TestReportEntries: requests split by entry with their queue waits, the
+// goodput, and the hot entry's p99 wait checked against the others'.
+func TestReportEntries(t *testing.T) {
+	ms := time.Millisecond
+	sc, err := ParseScenario([]byte(strings.Replace(strings.Replace(goodScenario, "max_tokens: 8}",
+		"max_tokens: 8, hot: a, hot_share: 0.9, phases: [{for: 5s, rate: 3}, {for: 5s, rate: 1}]}", 1),
+		"max_recovery: 10s}", "max_recovery: 10s, max_wait_ratio: 1.5, min_wait: 100ms}", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Load.rateAt(time.Second) != 3 || sc.Load.rateAt(7*time.Second) != 1 || sc.Load.rateAt(time.Minute) != 1 {
+		t.Fatalf("rates %v %v %v", sc.Load.rateAt(time.Second), sc.Load.rateAt(7*time.Second), sc.Load.rateAt(time.Minute))
+	}
+	refs := []string{"x"}
+	var results []result
+	for i := range 10 {
+		results = append(results, result{ID: i, Entry: "a", OK: true, Text: "x", Tokens: 4, End: time.Second, QueueWait: time.Duration(i+1) * 100 * ms})
+	}
+	results = append(results, result{ID: 10, Entry: "b", OK: true, Text: "x", Tokens: 4, End: time.Second, QueueWait: 50 * ms},
+		result{ID: 11, Entry: "b", Err: "HTTP 503", End: time.Second})
+	rep := buildReport(sc, results, refs, nil, nil, 4*time.Second, nil)
+	if len(rep.Entries) != 2 || rep.Entries[0].Entry != "a" || rep.Entries[0].OK != 10 || rep.Entries[1].Failed != 1 {
+		t.Fatalf("entries %+v", rep.Entries)
+	}
+	if a := rep.Entries[0].QueueWait; a.P50Ms != 500 || a.P99Ms != 1000 || a.N != 10 {
+		t.Fatalf("a's waits %+v", a)
+	}
+	if rep.GoodputTokensPerS != 11 || rep.QueueWait.N != 11 {
+		t.Fatalf("goodput %v, waits %+v", rep.GoodputTokensPerS, rep.QueueWait)
+	}
+	// a's p99 (1 s) against b's (50 ms, taken as the 100 ms floor): over 1.5×.
+	if !strings.Contains(strings.Join(rep.Violations, ";"), "hot entry a queue wait p99 1000 ms > 1.5 × the others' 100 ms") {
+		t.Fatalf("violations %v", rep.Violations)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| a | 10 | 10 | 0 | 40 | 500 ms | 1000 ms |") || !strings.Contains(md, "Goodput 11.0 tokens/s") {
+		t.Fatalf("markdown:\n%s", md)
+	}
+	sc.Expect.MaxWaitRatio = 20
+	if rep := buildReport(sc, results, refs, nil, nil, 4*time.Second, nil); strings.Contains(strings.Join(rep.Violations, ";"), "hot entry") {
+		t.Fatalf("violations %v with a ratio of 20", rep.Violations)
 	}
 }

@@ -433,6 +433,10 @@ const ProfileHeader = "X-Strata-Profile"
 // body does not say (queue_timeout).
 const QueueTimeoutHeader = "X-Strata-Queue-Timeout"
 
+// QueueWaitHeader on a response is how long its request waited for
+// admission (the entry's queue), in seconds.
+const QueueWaitHeader = "X-Strata-Queue-Wait"
+
 // maxQueueTimeout bounds what a request may ask to wait.
 const maxQueueTimeout = 3600.0
 

@@ -45,6 +45,17 @@
 // default. GET /v1/swarm/scheduler shows the effective configuration and
 // the filter, scorer and picker names a configuration may use.
 //
+// # Queueing
+//
+// A request that finds no path with KV room waits in the entry's queue
+// (FIFO) for up to its "queue_timeout" in seconds (body field, or the
+// header X-Strata-Queue-Timeout; 0 means do not wait; default the node's
+// --queue-timeout, 30 s) and is answered 503 no_capacity with Retry-After
+// only when that passes or the queue is full (--queue-max). An answered
+// request's X-Strata-Queue-Wait header says how long it waited, in
+// seconds. /healthz?ready=1 answers 200 only once this node can route a
+// full path.
+//
 // # Errors
 //
 // Every error is OpenAI's JSON, {"error":{"message","type","param","code"}}:
@@ -58,7 +69,7 @@
 //	405     invalid_request_error  method_not_allowed       e.g. GET /v1/chat/completions
 //	413     invalid_request_error  context_length_exceeded  prompt + max_tokens beyond the model's context
 //	413     invalid_request_error  request_too_large        the body is over the server's cap
-//	503     server_error           no_capacity              no full path through the swarm now (Retry-After)
+//	503     server_error           no_capacity              no path with room within the queue timeout, or the queue is full (Retry-After)
 //	503     server_error           session_lost             a generation could not continue (Retry-After)
 //	503     server_error           draining / shutting_down this node is leaving (Retry-After)
 //	500     server_error           internal_error           anything else

@@ -196,6 +196,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 		c.record(node.Result{})
 		return e
 	}
+	// Generate returns once the request is admitted: its time is the
+	// wait in the entry's queue (and the tokenizing, which is small).
+	w.Header().Set(QueueWaitHeader, strconv.FormatFloat(time.Since(start).Seconds(), 'f', 3, 64))
 	// Deferred first so that it runs after Close: Result then returns at
 	// once, even for a generation whose client went away.
 	defer func() {

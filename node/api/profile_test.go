@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -148,5 +149,28 @@ func TestSchedulerEndpoint(t *testing.T) {
 	status, _, _ := post(t, hs.URL+"/v1/swarm/scheduler", "", "{}")
 	if status != http.StatusMethodNotAllowed {
 		t.Fatalf("POST: %d", status)
+	}
+}
+
+// TestQueueWaitHeader: an answered request says how long it waited for
+// admission, in seconds; asking not to queue on a swarm with room makes
+// no difference.
+func TestQueueWaitHeader(t *testing.T) {
+	c := shared.get(t)
+	for _, body := range []string{`{"prompt":"Once upon a time","max_tokens":2,"temperature":0}`,
+		`{"prompt":"Once upon a time","max_tokens":2,"temperature":0,"queue_timeout":0}`} {
+		req, err := http.NewRequest(http.MethodPost, c.urls[0]+"/v1/completions", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		status, hdr, raw := do(t, req)
+		if status != http.StatusOK {
+			t.Fatalf("%s: %d %s", body, status, raw)
+		}
+		w, err := strconv.ParseFloat(hdr.Get(QueueWaitHeader), 64)
+		if err != nil || w < 0 || w > 60 {
+			t.Fatalf("%s: %s %q (%v)", body, QueueWaitHeader, hdr.Get(QueueWaitHeader), err)
+		}
 	}
 }

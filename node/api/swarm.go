@@ -106,6 +106,11 @@ type (
 		LayerLatencyMs float64      `json:"layer_latency_ms"`
 		Region         string       `json:"region,omitempty"`
 		AgeMs          float64      `json:"age_ms"` // since it was heard
+		// EntryQueue is how many requests wait in the member's entry
+		// queue for a path with room, EntryWaitMs how long the oldest
+		// has: the swarm's load table.
+		EntryQueue  int     `json:"entry_queue"`
+		EntryWaitMs float64 `json:"entry_wait_ms"`
 	}
 )
 
@@ -195,7 +200,8 @@ func (s *Server) swarmView() swarmJSON {
 		me.Fetch = &fetchJSON{DoneBytes: f.Done, TotalBytes: f.Total, FetchedBytes: f.Fetched, HoldersDropped: f.Dropped}
 	}
 	me.Load = &loadJSON{Epoch: st.Epoch, Range: s.b.Held(), QueueDepth: st.QueueDepth, ActiveSessions: st.ActiveSessions,
-		FreeKV: st.FreeKV, LayerLatencyMs: ms(st.LayerLatency), Region: st.Region}
+		FreeKV: st.FreeKV, LayerLatencyMs: ms(st.LayerLatency), Region: st.Region,
+		EntryQueue: st.EntryQueue, EntryWaitMs: ms(st.EntryWait)}
 
 	// Everyone else, from the peer table.
 	for _, p := range snap.Peers {
@@ -212,7 +218,8 @@ func (s *Server) swarmView() swarmJSON {
 			m.Draining = m.Draining || hb.State == swarm.StateDraining
 			m.Load = &loadJSON{Epoch: hb.Epoch, Range: layers.Range{Start: hb.RangeStart, End: hb.RangeEnd},
 				QueueDepth: hb.QueueDepth, ActiveSessions: hb.ActiveSessions, FreeKV: hb.FreeKV,
-				LayerLatencyMs: ms(hb.LayerLatency), Region: hb.Region, AgeMs: ms(now.Sub(p.HeardAt))}
+				LayerLatencyMs: ms(hb.LayerLatency), Region: hb.Region, AgeMs: ms(now.Sub(p.HeardAt)),
+				EntryQueue: hb.EntryQueue, EntryWaitMs: ms(hb.EntryWait)}
 		}
 	}
 	for id, m := range byID {

@@ -242,7 +242,9 @@
       rows.push(`<tr data-node="${esc(m.id)}" data-liveness="${esc(m.liveness)}" data-state="${esc(m.state)}">` +
         `<td class="id" title="${esc(m.id)}">${esc(short(m.id))} ${tags}</td><td>${dev}</td>` +
         `<td class="st-${esc(st)}">${esc(st)}</td><td class="live">${esc(m.liveness)}</td><td>${layers}</td>` +
-        `<td class="num">${ld ? ld.queue_depth : "–"}</td><td class="num">${ld ? ld.active_sessions : "–"}</td>` +
+        `<td class="num">${ld ? ld.queue_depth : "–"}</td>` +
+        `<td class="num">${ld ? (ld.entry_queue ? ld.entry_queue + " (" + fmt(ld.entry_wait_ms / 1000, 1) + " s)" : "0") : "–"}</td>` +
+        `<td class="num">${ld ? ld.active_sessions : "–"}</td>` +
         `<td class="num">${ld && ld.free_kv_tokens >= 0 ? ld.free_kv_tokens.toLocaleString() : "–"}</td>` +
         `<td class="num">${fmt(nodeRate(m), 1)}</td><td class="num">${m.self ? "–" : fmt(m.rtt_ms, 2)}</td>` +
         `<td class="num">${ld && !m.self ? fmt(ld.age_ms / 1000, 1) + " s" : "–"}</td></tr>`);
