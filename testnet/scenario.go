@@ -56,6 +56,11 @@ type NodeSpec struct {
 	Rate      string  `yaml:"rate"`
 	// Late nodes start only at a join event.
 	Late bool `yaml:"late"`
+	// VerifyRate is the node's spot-check rate as an entry (nil: the
+	// node's default); Fault makes it lie, "MODE:EVERY" such as
+	// "flip:50" (faults.go; needs a binary built with -tags faultinject).
+	VerifyRate *float64 `yaml:"verify_rate"`
+	Fault      string   `yaml:"fault"`
 }
 
 // LoadSpec is the client load: requests arrive as a Poisson process at
@@ -119,6 +124,14 @@ type Expect struct {
 	Recovered *bool `yaml:"recovered"`
 	// MaxRecovery bounds every event's recovery time.
 	MaxRecovery time.Duration `yaml:"max_recovery"`
+	// Evicted: every faulty node was evicted (left out of a polled
+	// committed map). MismatchedAfterEviction bounds the outputs that
+	// differ from the reference among requests started after the last
+	// eviction; MaxEviction bounds each eviction's time from the start of
+	// the load.
+	Evicted                 *bool         `yaml:"evicted"`
+	MismatchedAfterEviction *int          `yaml:"mismatched_after_eviction"`
+	MaxEviction             time.Duration `yaml:"max_eviction"`
 }
 
 // ErrScenario wraps every validation error; the message names the field.
@@ -260,6 +273,9 @@ func (s *Scenario) Validate() error {
 		}
 		if (n.NAT != NATNone || n.Rate != "" || n.Region != "") && s.Network.Mode != ModeNamespaces {
 			return bad(f, "region, nat and rate need network.mode %s", ModeNamespaces)
+		}
+		if err := validateTrust(f, n); err != nil {
+			return err
 		}
 		if !n.Late {
 			initial++
