@@ -27,6 +27,7 @@ func sampleRecords(t testing.TB) []Record {
 		rec(7, MapCommitted{Epoch: 3}),
 		rec(8, WarmupAbandoned{Epoch: 3, Laggards: []string{"b", "a"}, Until: t0.Add(time.Hour), Reason: "deadline"}),
 		{Event: MapCommitted{Epoch: 1}}, // zero time
+		rec(9, sampleFault(t)),
 	}
 }
 
