@@ -21,6 +21,8 @@ type Metrics struct {
 	// the next token; MaxReplayLatency the largest.
 	ReplayLatency    time.Duration
 	MaxReplayLatency time.Duration
+	// Verify counts the entry's spot checks (verify.go).
+	Verify VerifyStats
 
 	// Stage service.
 	Steps        uint64 // steps run on this node's layers
@@ -74,7 +76,8 @@ func (n *Node) Metrics() Metrics {
 	c := &n.counters
 	m := Metrics{Requests: c.requests.Load(), Failed: c.failed.Load(), Tokens: c.tokens.Load(),
 		Replays: c.replays.Load(), HopFailures: c.hopFailures.Load(), BadFrames: c.badFrames.Load(),
-		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load())}
+		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load()),
+		Verify: n.entry.vc.stats()}
 	if st := n.svc.sched.status.Load(); st != nil {
 		m.Steps, m.Batches, m.BatchedSteps, m.Rejected, m.Waited = st.Steps, st.Batches, st.BatchedSteps, st.Rejected, st.Waited
 		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency

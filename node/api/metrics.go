@@ -143,6 +143,8 @@ var (
 	descPeers        = desc("peers", "Rows of the peer table by liveness.", "liveness")
 	descLeader       = desc("is_leader", "1 when this node leads consensus.")
 	descLeaderChg    = desc("leader_changes_total", "Leader changes this node observed.")
+	descChecks       = desc("verify_checks_total", "Spot checks this node's entry ran, by result: verified, inconclusive, mismatch (outputs differed), unresolved (no third holder settled a mismatch).", "result")
+	descFaults       = desc("verify_faults_reported_total", "Faults this node's entry proved to the leader with signed evidence.")
 )
 
 // nodeCollector reads the node at scrape time.
@@ -154,7 +156,8 @@ type nodeCollector struct {
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGenerations, descGenFailed, descNodeTokens, descHopFailures, descReplays,
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
-		descFreeKV, descLayerLatency, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg} {
+		descFreeKV, descLayerLatency, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
+		descChecks, descFaults} {
 		ch <- d
 	}
 }
@@ -172,6 +175,14 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descNodeTokens, m.Tokens)
 	counter(descHopFailures, m.HopFailures)
 	counter(descReplays, m.Replays)
+	for _, r := range []struct {
+		result string
+		n      uint64
+	}{{"verified", m.Verify.Verified}, {"inconclusive", m.Verify.Inconclusive}, {"mismatch", m.Verify.Mismatches},
+		{"unresolved", m.Verify.Unresolved}} {
+		ch <- prometheus.MustNewConstMetric(descChecks, prometheus.CounterValue, float64(r.n), r.result)
+	}
+	counter(descFaults, m.Verify.Reported)
 	gauge(descReplayMax, m.MaxReplayLatency.Seconds())
 	counter(descSteps, m.Steps)
 	counter(descBatches, m.Batches)
