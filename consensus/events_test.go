@@ -28,6 +28,7 @@ func sampleRecords(t testing.TB) []Record {
 		rec(8, WarmupAbandoned{Epoch: 3, Laggards: []string{"b", "a"}, Until: t0.Add(time.Hour), Reason: "deadline"}),
 		{Event: MapCommitted{Epoch: 1}}, // zero time
 		rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("manifest bytes")}),
+		rec(10, sampleFault(t)),
 	}
 }
 

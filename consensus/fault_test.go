@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -207,4 +208,22 @@ func TestFaultReportOnCluster(t *testing.T) {
 	if err := accused.c().request(ctx, accused.c().joinEvent()); !errors.Is(err, ErrBanned) {
 		t.Fatalf("rejoin while banned: %v, want ErrBanned", err)
 	}
+}
+
+// sampleFault is a NodeFaulted with real signatures, from fixed keys.
+func sampleFault(t testing.TB) NodeFaulted {
+	var s [3]signer
+	for i := range s {
+		k, _, err := crypto.GenerateEd25519Key(bytes.NewReader(bytes.Repeat([]byte{byte(i + 1)}, 64)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := peer.IDFromPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s[i] = signer{id, k}
+	}
+	ev := Evidence{Receipts: [3]Receipt{s[0].receipt(t, "in", "wrong"), s[1].receipt(t, "in", "right"), s[2].receipt(t, "in", "right")}}
+	return NodeFaulted{Node: s[0].id.String(), Accuser: s[1].id.String(), Until: t0.Add(time.Hour), Evidence: ev}
 }

@@ -64,6 +64,14 @@
 //     the layers it no longer serves once their sessions end.
 //   - Capabilities (caps.go): a simulated node declares its device; a
 //     real-engine node measures one layer at start, cached in the data dir.
+//   - Spot checks (verify.go, docs/trust.md): every hop keeps SHA-256
+//     chains over the rows it took and gave per session and signs them
+//     as a receipt on request; at a share of token boundaries
+//     (WithVerifyRate) the entry re-runs the session so far as one
+//     stateless prefill on a second holder of a hop's layers, settles a
+//     mismatch with a third, and reports signed evidence to the leader,
+//     who evicts and bans the liar. The fault injector that tests lie
+//     with (faultinject.go) exists only under the faultinject build tag.
 //
 // # Time
 //

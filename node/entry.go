@@ -606,7 +606,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 			return attemptEnd{done: err == nil}, err
 		}
 		if len(g.out) > len(g.sent) && e.shouldAudit() {
-			if end := g.audit(ctx, sid, hops, start); end != nil {
+			if end := g.audit(ctx, sid, reg, start); end != nil {
 				if ctx.Err() != nil {
 					return attemptEnd{}, ctx.Err()
 				}

@@ -29,6 +29,8 @@ type Metrics struct {
 	EntryQueued      uint64
 	EntryRefused     uint64
 	QueueWait        WaitHistogram
+	// Verify counts the entry's spot checks (verify.go).
+	Verify VerifyStats
 
 	// Stage service.
 	Steps        uint64 // steps run on this node's layers
@@ -88,7 +90,8 @@ func (n *Node) Metrics() Metrics {
 	c := &n.counters
 	m := Metrics{Requests: c.requests.Load(), Failed: c.failed.Load(), Tokens: c.tokens.Load(),
 		Replays: c.replays.Load(), HopFailures: c.hopFailures.Load(), BadFrames: c.badFrames.Load(),
-		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load())}
+		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load()),
+		Verify: n.entry.vc.stats()}
 	m.EntryQueue, m.EntryQueueOldest = n.entry.adm.queued(n.cfg.clock.Now())
 	m.EntryQueued, m.EntryRefused = n.entry.adm.queuedN.Load(), n.entry.adm.refusedN.Load()
 	m.QueueWait = n.entry.adm.waits.snapshot()

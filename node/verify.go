@@ -203,14 +203,19 @@ func (e *entry) shouldAudit() bool {
 	return r > 0 && e.holders != nil && (r >= 1 || rand.Float64() < r)
 }
 
-// errInconclusive: a check that proves nothing either way.
-var errInconclusive = errors.New("check inconclusive")
+// errInconclusive: a check that proves nothing either way;
+// errAttemptFailing: one cut short because the session's attempt fails.
+var (
+	errInconclusive   = errors.New("check inconclusive")
+	errAttemptFailing = fmt.Errorf("%w: the session's attempt is failing", errInconclusive)
+)
 
 // audit spot-checks one hop of the attempt's path at a token boundary;
 // the attempt started at start tokens.
 // It returns an attempt end when the attempt must stop (a hop proven or
 // suspected faulty), nil otherwise.
-func (g *generation) audit(ctx context.Context, sid SessionID, hops []Hop, start int) *attemptEnd {
+func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg, start int) *attemptEnd {
+	hops := areg.hops
 	e := g.e
 	// The hops with a second holder; the entry does not check itself.
 	var cand []int
@@ -225,7 +230,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, hops []Hop, start
 	e.vc.audits.Add(1)
 	i := cand[rand.IntN(len(cand))]
 	x := hops[i]
-	rx, err := e.askReceipt(ctx, sid, x)
+	rx, err := e.askReceipt(ctx, sid, x, areg)
 	if err != nil {
 		e.vc.inconclusive.Add(1)
 		e.cfg.log.Debug("spot check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
@@ -242,12 +247,15 @@ func (g *generation) audit(ctx context.Context, sid SessionID, hops []Hop, start
 	var rv consensus.Receipt
 	v := -1
 	for k, p := range alts {
-		if rv, err = e.checkRun(ctx, g, hops[:i], Hop{Peer: p, From: x.From, To: x.To}, tokens, rx); err == nil {
+		if rv, err = e.checkRun(ctx, g, hops[:i], Hop{Peer: p, From: x.From, To: x.To}, tokens, rx, areg); err == nil {
 			v = k
 			break
 		}
 		if ctx.Err() != nil {
 			return &attemptEnd{}
+		}
+		if errors.Is(err, errAttemptFailing) {
+			return nil
 		}
 	}
 	if v < 0 {
@@ -265,7 +273,10 @@ func (g *generation) audit(ctx context.Context, sid SessionID, hops []Hop, start
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	for _, p := range alts[v+1:] {
-		rw, err := e.checkRun(ctx, g, hops[:i], Hop{Peer: p, From: x.From, To: x.To}, tokens, rx)
+		rw, err := e.checkRun(ctx, g, hops[:i], Hop{Peer: p, From: x.From, To: x.To}, tokens, rx, areg)
+		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
+			return nil // the attempt ends on its own event; nobody is blamed
+		}
 		if err != nil {
 			continue
 		}
@@ -304,8 +315,10 @@ func (g *generation) checkers(hops []Hop, i int) []peer.ID {
 	return out
 }
 
-// askReceipt asks hop h for its receipt of the session.
-func (e *entry) askReceipt(ctx context.Context, sid SessionID, h Hop) (consensus.Receipt, error) {
+// askReceipt asks hop h for its receipt of the session. An event of the
+// session's attempt (a failed peer) ends the wait at once and is left
+// for the attempt.
+func (e *entry) askReceipt(ctx context.Context, sid SessionID, h Hop, areg *attemptReg) (consensus.Receipt, error) {
 	ch, done := e.rcpt.wait(receiptKey{sid, h.From}, h.Peer)
 	defer done()
 	if err := e.send(ctx, h.Peer, &Audit{Session: sid, From: h.From}); err != nil {
@@ -316,6 +329,9 @@ func (e *entry) askReceipt(ctx context.Context, sid SessionID, h Hop) (consensus
 	select {
 	case r := <-ch:
 		return r, nil
+	case ev := <-areg.events:
+		areg.post(ev)
+		return consensus.Receipt{}, errAttemptFailing
 	case <-t.Chan():
 		return consensus.Receipt{}, fmt.Errorf("%w: no receipt within %v", errInconclusive, e.cfg.stepTimeout)
 	case <-ctx.Done():
@@ -327,7 +343,9 @@ func (e *entry) askReceipt(ctx context.Context, sid SessionID, h Hop) (consensus
 
 // checkRun runs a check session: tokens through the upstream hops and
 // v, whose receipt it returns when it covers the same input as want's.
-func (e *entry) checkRun(ctx context.Context, g *generation, upstream []Hop, v Hop, tokens []int32, want consensus.Receipt) (consensus.Receipt, error) {
+// Like askReceipt, it gives way to an event of the session's attempt.
+func (e *entry) checkRun(ctx context.Context, g *generation, upstream []Hop, v Hop, tokens []int32, want consensus.Receipt,
+	areg *attemptReg) (consensus.Receipt, error) {
 	sid := newSessionID()
 	hops := append(slices.Clone(upstream), v)
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
@@ -359,6 +377,9 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream []Hop, v H
 			why = ev.err.Text
 		}
 		return consensus.Receipt{}, fmt.Errorf("%w: %s", errInconclusive, why)
+	case ev := <-areg.events:
+		areg.post(ev)
+		return consensus.Receipt{}, errAttemptFailing
 	case <-t.Chan():
 		return consensus.Receipt{}, fmt.Errorf("%w: no answer within %v", errInconclusive, e.cfg.stepTimeout)
 	case <-ctx.Done():

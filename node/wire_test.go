@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 )
 
@@ -43,6 +44,11 @@ func sampleMessages(t testing.TB) []Message {
 		&ErrorMsg{Session: sid, Code: CodeUnreachable, Peer: c, Text: "gone"},
 		&ErrorMsg{Session: sid, Code: CodeBusy},
 		&Close{Session: sid},
+		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 0, 4}}, Pos: 0, Tokens: []int32{1, 2, 3}, Check: true,
+			Open: &Open{MaxTokens: 3, Model: ModelHash("m")}},
+		&Audit{Session: sid, From: 4},
+		&ReceiptMsg{Session: sid, Receipt: consensus.Receipt{Signer: b, Session: sid, Model: ModelHash("m"), From: 4, To: 8,
+			Positions: 12, InChain: [32]byte{1}, OutChain: [32]byte{2}, OutLast: [32]byte{3}, Sig: bytes.Repeat([]byte{7}, 64)}},
 	}
 }
 

@@ -151,6 +151,9 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	if b := c.bootstraps(p); len(b) > 0 {
 		args = append(args, "--bootstrap", strings.Join(b, ","))
 	}
+	if r := p.spec.VerifyRate; r != nil {
+		args = append(args, "--verify-rate", strconv.FormatFloat(*r, 'g', -1, 64))
+	}
 	// Append: a restart keeps the earlier run's output for the post-mortem.
 	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
 	stdout, err := os.OpenFile(p.out, flags, 0o644)
@@ -170,6 +173,12 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	// context is not the node's lifetime.
 	cmd := c.net.Command(context.WithoutCancel(ctx), p.i, c.bin, args...)
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = stdout, stderr, nil
+	if p.spec.Fault != "" {
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, faultEnv+"="+p.spec.Fault)
+	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}

@@ -56,6 +56,10 @@ type Report struct {
 	Pass       bool     `json:"pass"`
 	Violations []string `json:"violations,omitempty"`
 
+	// Trust is the spot-check outcome (faults.go); nil when no node of
+	// the scenario lies or sets a verify rate.
+	Trust *TrustReport `json:"trust,omitempty"`
+
 	Results []result `json:"results"`
 }
 
@@ -289,7 +293,8 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 		}
 		prev = s
 	}
-	rep.Violations = check(sc, rep)
+	rep.Trust = trustReport(sc, results, samples)
+	rep.Violations = append(check(sc, rep), checkTrust(sc.Expect, rep)...)
 	rep.Pass = len(rep.Violations) == 0
 	return rep
 }
@@ -421,6 +426,9 @@ func (rep *Report) Markdown() string {
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %.1f MB | %s |\n", n.Node, reach, strings.Join(n.Relays, " "), n.RelayedMB, strings.Join(links, ", "))
 		}
+	}
+	if rep.Trust != nil {
+		rep.Trust.markdown(&b)
 	}
 	if rep.Pass {
 		b.WriteString("\nResult: PASS\n")

@@ -49,17 +49,22 @@ type ModelSpec struct {
 
 // NodeSpec is one node.
 type NodeSpec struct {
-	Name      string  `yaml:"name"`
-	MaxLayers int     `yaml:"max_layers"`
+	Name      string `yaml:"name"`
+	MaxLayers int    `yaml:"max_layers"`
 	// Memory caps the node's weights and KV cache (--memory), such as
 	// 4MiB: a small cap makes KV room, and the entry's queue, matter.
-	Memory string `yaml:"memory"`
-	GPU       string  `yaml:"gpu"`
-	Region    string  `yaml:"region"`
-	NAT       NATKind `yaml:"nat"`
-	Rate      string  `yaml:"rate"`
+	Memory string  `yaml:"memory"`
+	GPU    string  `yaml:"gpu"`
+	Region string  `yaml:"region"`
+	NAT    NATKind `yaml:"nat"`
+	Rate   string  `yaml:"rate"`
 	// Late nodes start only at a join event.
 	Late bool `yaml:"late"`
+	// VerifyRate is the node's spot-check rate as an entry (nil: the
+	// node's default); Fault makes it lie, "MODE:EVERY" such as
+	// "flip:50" (faults.go; needs a binary built with -tags faultinject).
+	VerifyRate *float64 `yaml:"verify_rate"`
+	Fault      string   `yaml:"fault"`
 }
 
 // LoadSpec is the client load: requests arrive as a Poisson process at
@@ -162,6 +167,14 @@ type Expect struct {
 	// a violation).
 	MaxWaitRatio float64       `yaml:"max_wait_ratio"`
 	MinWait      time.Duration `yaml:"min_wait"`
+	// Evicted: every faulty node was evicted (left out of a polled
+	// committed map). MismatchedAfterEviction bounds the outputs that
+	// differ from the reference among requests started after the last
+	// eviction; MaxEviction bounds each eviction's time from the start of
+	// the load.
+	Evicted                 *bool         `yaml:"evicted"`
+	MismatchedAfterEviction *int          `yaml:"mismatched_after_eviction"`
+	MaxEviction             time.Duration `yaml:"max_eviction"`
 }
 
 // ErrScenario wraps every validation error; the message names the field.
@@ -308,6 +321,9 @@ func (s *Scenario) Validate() error {
 		}
 		if (n.NAT != NATNone || n.Rate != "" || n.Region != "") && s.Network.Mode != ModeNamespaces {
 			return bad(f, "region, nat and rate need network.mode %s", ModeNamespaces)
+		}
+		if err := validateTrust(f, n); err != nil {
+			return err
 		}
 		if !n.Late {
 			initial++

@@ -112,7 +112,11 @@ Without a model it runs the networking only and logs its peer table.`,
 		if err != nil {
 			return err
 		}
-		return runServingNode(cmd, log, cfg, demo, opts, sigs)
+		fault, err := faultOptions()
+		if err != nil {
+			return err
+		}
+		return runServingNode(cmd, log, cfg, demo, append(opts, fault...), sigs)
 	}
 	return cmd
 }
@@ -342,3 +346,6 @@ func logPeerTable(log *zap.Logger, h *swarm.Host) {
 		log.Info("  peer", fields...)
 	}
 }
+
+// faultEnv names the test builds' fault injection (fault_faultinject.go).
+const faultEnv = "STRATA_FAULT_INJECT"

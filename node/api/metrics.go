@@ -152,6 +152,8 @@ var (
 	descEntryQueued  = desc("entry_queued_total", "Requests that waited in the entry's queue.")
 	descEntryRefused = desc("entry_queue_refused_total", "Requests refused by the entry's queue (deadline passed or queue full).")
 	descQueueWait    = desc("entry_queue_wait_seconds", "Time admitted requests waited in the entry's queue.")
+	descChecks       = desc("verify_checks_total", "Spot checks this node's entry ran, by result: verified, inconclusive, mismatch (outputs differed), unresolved (no third holder settled a mismatch).", "result")
+	descFaults       = desc("verify_faults_reported_total", "Faults this node's entry proved to the leader with signed evidence.")
 )
 
 // nodeCollector reads the node at scrape time.
@@ -164,7 +166,8 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGenerations, descGenFailed, descNodeTokens, descHopFailures, descReplays,
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
 		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
-		descEntryQueue, descEntryOldest, descEntryQueued, descEntryRefused, descQueueWait} {
+		descEntryQueue, descEntryOldest, descEntryQueued, descEntryRefused, descQueueWait,
+		descChecks, descFaults} {
 		ch <- d
 	}
 }
@@ -182,6 +185,14 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descNodeTokens, m.Tokens)
 	counter(descHopFailures, m.HopFailures)
 	counter(descReplays, m.Replays)
+	for _, r := range []struct {
+		result string
+		n      uint64
+	}{{"verified", m.Verify.Verified}, {"inconclusive", m.Verify.Inconclusive}, {"mismatch", m.Verify.Mismatches},
+		{"unresolved", m.Verify.Unresolved}} {
+		ch <- prometheus.MustNewConstMetric(descChecks, prometheus.CounterValue, float64(r.n), r.result)
+	}
+	counter(descFaults, m.Verify.Reported)
 	gauge(descReplayMax, m.MaxReplayLatency.Seconds())
 	counter(descSteps, m.Steps)
 	counter(descBatches, m.Batches)
