@@ -56,6 +56,12 @@ type NodeSpec struct {
 	Rate      string  `yaml:"rate"`
 	// Late nodes start only at a join event.
 	Late bool `yaml:"late"`
+	// Fetch: the node has no model file; it joins with the model's
+	// fingerprint (--model-id) and fetches its layers from peers.
+	Fetch bool `yaml:"fetch"`
+	// UploadRate caps what a node with the file sends to fetching peers
+	// (--upload-rate, such as 20MiB).
+	UploadRate string `yaml:"upload_rate"`
 }
 
 // LoadSpec is the client load: requests arrive as a Poisson process at
@@ -261,9 +267,15 @@ func (s *Scenario) Validate() error {
 		if (n.NAT != NATNone || n.Rate != "" || n.Region != "") && s.Network.Mode != ModeNamespaces {
 			return bad(f, "region, nat and rate need network.mode %s", ModeNamespaces)
 		}
+		if n.Fetch && m.SimModel != "" {
+			return bad(f+".fetch", "a simulated model has no weights to fetch")
+		}
 		if !n.Late {
 			initial++
 		}
+	}
+	if s.Nodes[0].Fetch {
+		return bad("nodes[0].fetch", "the first node founds the swarm: it must hold the model file")
 	}
 	if initial == 0 {
 		return bad("nodes", "every node is late: none founds the swarm")
