@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,46 +38,63 @@ import (
 // manifestReqMagic starts a node control request for the manifest of
 // the model whose fingerprint follows. The answer is a flags byte (bit 0:
 // the answerer holds the whole file and serves its chunks) and the
-// encoded manifest.
+// encoded manifest: what a joiner learns the model from.
 const manifestReqMagic = "SMF1"
 
-// rateReqMagic starts a node control request for its fetch rate. The
-// answer is a flags byte (bit 1: the node has no file and fetches from
-// peers) and the rate in bytes/s it measured on its last fetch (float64
-// bits, big-endian; 0: none yet).
-const rateReqMagic = "SMR1"
+// infoReqMagic starts a node control request for what it holds of the
+// model. The answer (infoLen bytes) is a flags byte (bit 0: it holds the
+// whole file and serves its chunks; bit 1: it has no file and fetches
+// from peers), the rate in bytes/s it measured on its last fetch (float64
+// bits, big-endian; 0: none yet) and the SHA-256 of the manifest it holds
+// or serves under (zero: none).
+const infoReqMagic = "SMI1"
 
 const (
 	holdsFile = 1
 	fetches   = 2
+	infoLen   = 1 + 8 + sha256.Size
 )
 
-func isRateRequest(req []byte) bool { return string(req) == rateReqMagic }
+func isInfoRequest(req []byte) bool { return string(req) == infoReqMagic }
 
-func (n *Node) answerRate() []byte {
-	b := make([]byte, 9)
-	if f := n.model.fetch; f != nil {
+// nodeInfo is one node's answer to an info request.
+type nodeInfo struct {
+	holds, fetches bool
+	rate           float64
+	manifest       [sha256.Size]byte
+}
+
+func (n *Node) answerInfo() []byte {
+	b := make([]byte, infoLen)
+	switch {
+	case n.model.fetch != nil:
 		b[0] = fetches
-		binary.BigEndian.PutUint64(b[1:], math.Float64bits(f.rate()))
+		binary.BigEndian.PutUint64(b[1:], math.Float64bits(n.model.fetch.rate()))
+	case n.chunks != nil:
+		b[0] = holdsFile
+	}
+	if n.model.manifest != nil {
+		id := sha256.Sum256(n.model.manifest)
+		copy(b[9:], id[:])
 	}
 	return b
 }
 
-// askRate asks p for its fetch rate: ok is false for a node with the file
-// or one that has measured none.
-func askRate(ctx context.Context, h *swarm.Host, p peer.ID) (float64, bool, error) {
-	resp, err := h.Call(ctx, p, []byte(rateReqMagic))
+func askInfo(ctx context.Context, h *swarm.Host, p peer.ID) (nodeInfo, error) {
+	resp, err := h.Call(ctx, p, []byte(infoReqMagic))
 	if err != nil {
-		return 0, false, err
+		return nodeInfo{}, err
 	}
-	if len(resp) != 9 {
-		return 0, false, fmt.Errorf("%w: rate answer of %d bytes", ErrBadFrame, len(resp))
+	if len(resp) != infoLen {
+		return nodeInfo{}, fmt.Errorf("%w: info answer of %d bytes", ErrBadFrame, len(resp))
 	}
-	r := math.Float64frombits(binary.BigEndian.Uint64(resp[1:]))
-	if resp[0]&fetches == 0 || !(r > 0) || math.IsInf(r, 0) {
-		return 0, false, nil
+	in := nodeInfo{holds: resp[0]&holdsFile != 0, fetches: resp[0]&fetches != 0,
+		rate: math.Float64frombits(binary.BigEndian.Uint64(resp[1:]))}
+	copy(in.manifest[:], resp[9:])
+	if !(in.rate >= 0) || math.IsInf(in.rate, 0) {
+		in.rate = 0
 	}
-	return r, true, nil
+	return in, nil
 }
 
 // fetchRates is what the leader knows of its members' fetch rates,
@@ -119,9 +137,9 @@ func (n *Node) pollRates(ctx context.Context, every time.Duration) {
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, every)
 				defer cancel()
-				if r, ok, err := askRate(cctx, n.host, p); err == nil && ok {
+				if in, err := askInfo(cctx, n.host, p); err == nil && in.fetches && in.rate > 0 {
 					mu.Lock()
-					m[p] = r
+					m[p] = in.rate
 					mu.Unlock()
 				}
 			})
@@ -360,14 +378,15 @@ func (f *fetchState) candidates() []peer.ID {
 // file's chunks under the same manifest.
 func (f *fetchState) holders(ctx context.Context) []peer.ID {
 	cands := f.candidates()
+	want := sha256.Sum256(f.data)
 	ok := make([]bool, len(cands))
 	var wg sync.WaitGroup
 	for i, p := range cands {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, f.stall)
 			defer cancel()
-			a, err := askManifest(cctx, f.host, p, f.man.Fingerprint)
-			ok[i] = err == nil && a.holds && bytes.Equal(a.data, f.data)
+			in, err := askInfo(cctx, f.host, p)
+			ok[i] = err == nil && in.holds && in.manifest == want
 		})
 	}
 	wg.Wait()

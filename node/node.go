@@ -197,8 +197,8 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		if isManifestRequest(req) {
 			return n.answerManifest(req)
 		}
-		if isRateRequest(req) {
-			return n.answerRate(), nil
+		if isInfoRequest(req) {
+			return n.answerInfo(), nil
 		}
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
