@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
 )
@@ -21,11 +23,22 @@ import (
 // idle (x_idle; the goal is at most 1.10 under a cap) and the MB/s the
 // peer got.
 func BenchmarkUploaderLatency(b *testing.B) {
-	const perTurn, maxTokens = 4, 24
+	const perTurn, maxTokens = 2, 16
+	// A model wider than the tests' (256 wide, about 20 MB), so that a
+	// token costs compute as a real one does and not only hand-offs.
+	cfg := engine.DefaultGenConfig()
+	cfg.Layers, cfg.Dim, cfg.FFN, cfg.Seed = 8, 256, 640, 9
+	path := filepath.Join(b.TempDir(), "wide.gguf")
+	if err := engine.GenerateFile(path, cfg); err != nil {
+		b.Fatal(err)
+	}
 	c := newTestCluster(b, WithChunkSize(chunks.MinChunkSize), WithLogger(nil))
-	n := c.add()
+	n := c.add(WithModelFile(path))
 	c.waitServing(30*time.Second, n.ID())
-	man := testManifest(b)
+	man, err := chunks.BuildFile(path, chunks.WithChunkSize(chunks.MinChunkSize))
+	if err != nil {
+		b.Fatal(err)
+	}
 	all := make([]int, man.NumChunks())
 	for i := range all {
 		all[i] = i
