@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -312,6 +313,9 @@ type fetchState struct {
 
 	shape engine.HParams // the model's, for a stand-in to measure on
 
+	mu    sync.Mutex
+	inUse map[string]int // slices being fetched or loaded, by path
+
 	done, total atomic.Int64  // the fetch in progress (total 0: none)
 	fetched     atomic.Int64  // bytes fetched over the node's life
 	dropped     atomic.Int64  // holders dropped (lying, stalling) over its life
@@ -455,10 +459,53 @@ func (f *fetchState) slicePath(r layers.Range) string {
 	return fpFile(f.dir, f.man.Fingerprint, fmt.Sprintf("-%d-%d.gguf", r.Start, r.End))
 }
 
+// use marks the slice at path in use (by +1) or no longer (by -1), so
+// that prune leaves it.
+func (f *fetchState) use(path string, by int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.inUse == nil {
+		f.inUse = map[string]int{}
+	}
+	if f.inUse[path] += by; f.inUse[path] <= 0 {
+		delete(f.inUse, path)
+	}
+}
+
+// prune removes the slices (and unfinished parts) of ranges other than
+// keep that no fetch or load uses: once the node serves keep, a restart
+// needs only its slice. Layers loaded from a removed slice stay readable
+// (the open file outlives its name).
+func (f *fetchState) prune(keep layers.Range) {
+	matches, err := filepath.Glob(fpFile(f.dir, f.man.Fingerprint, "-*-*.gguf*"))
+	if err != nil {
+		return
+	}
+	kp := f.slicePath(keep)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range matches {
+		base := strings.TrimSuffix(p, chunks.PartSuffix)
+		if !strings.HasSuffix(base, ".gguf") || base == kp || f.inUse[base] > 0 {
+			continue // a slice being written, the one kept, or one in use
+		}
+		if err := os.Remove(p); err == nil {
+			f.log.Info("fetch: slice no longer needed, removed", zap.String("file", p))
+		}
+	}
+}
+
 // slice makes the slice of r on disk, fetching what it lacks, and
-// returns its path.
-func (f *fetchState) slice(ctx context.Context, r layers.Range) (string, error) {
-	path := f.slicePath(r)
+// returns its path, marked in use (see use): the caller unmarks it once
+// it loaded from it.
+func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, err error) {
+	path = f.slicePath(r)
+	f.use(path, 1)
+	defer func() {
+		if err != nil {
+			f.use(path, -1)
+		}
+	}()
 	switch err := chunks.CheckSlice(f.man, r.Start, r.End, path); {
 	case err == nil:
 		return path, nil // fetched before (a restart)
