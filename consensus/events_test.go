@@ -143,6 +143,12 @@ func FuzzUnmarshalState(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	withManifest := Fold(sampleRecords(f)[1], rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("manifest")}))
+	if b, err := withManifest.MarshalBinary(); err != nil || withManifest.Manifest() == nil {
+		f.Fatalf("state with a manifest: %v", err)
+	} else {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s State
 		if err := s.UnmarshalBinary(b); err != nil {

@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -126,7 +127,10 @@ func TestMinorityPartitionCannotCommit(t *testing.T) {
 func TestRestartFromDataDirs(t *testing.T) {
 	cl := newCluster(t)
 	a := cl.addHost(true)
-	cl.start(a)
+	// The founder holds the file: its manifest is committed, and must
+	// come back from the snapshot.
+	manifest := []byte("the founder's manifest")
+	cl.start(a, WithManifest(manifest))
 	b, c := cl.addHost(true), cl.addHost(true)
 	cl.start(b, WithBootstrap(a.info()))
 	cl.start(c, WithBootstrap(a.info()))
@@ -142,6 +146,7 @@ func TestRestartFromDataDirs(t *testing.T) {
 		}
 		return err == nil && v == 3
 	})
+	cl.waitAll("the manifest replicated", 10*time.Second, func(s State) bool { return bytes.Equal(s.Manifest(), manifest) })
 	cl.converged(10 * time.Second)
 	// One snapshot on disk, the rest in the log.
 	if err := b.c().raft.Snapshot().Error(); err != nil {
@@ -161,7 +166,7 @@ func TestRestartFromDataDirs(t *testing.T) {
 	l, took := cl.leader(10 * time.Second)
 	t.Logf("restarted from data dirs: %s leads after %v", shortID(l.h.ID()), took.Round(time.Millisecond))
 	cl.waitAll("committed map restored", 10*time.Second, func(s State) bool {
-		return s.Committed().Equal(want) && s.Len() == members
+		return s.Committed().Equal(want) && s.Len() == members && bytes.Equal(s.Manifest(), manifest)
 	})
 	t.Logf("committed map of epoch %d restored on every member %v after the restart", want.Epoch, time.Since(start).Round(time.Millisecond))
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,46 +39,63 @@ import (
 // manifestReqMagic starts a node control request for the manifest of
 // the model whose fingerprint follows. The answer is a flags byte (bit 0:
 // the answerer holds the whole file and serves its chunks) and the
-// encoded manifest.
+// encoded manifest: what a joiner learns the model from.
 const manifestReqMagic = "SMF1"
 
-// rateReqMagic starts a node control request for its fetch rate. The
-// answer is a flags byte (bit 1: the node has no file and fetches from
-// peers) and the rate in bytes/s it measured on its last fetch (float64
-// bits, big-endian; 0: none yet).
-const rateReqMagic = "SMR1"
+// infoReqMagic starts a node control request for what it holds of the
+// model. The answer (infoLen bytes) is a flags byte (bit 0: it holds the
+// whole file and serves its chunks; bit 1: it has no file and fetches
+// from peers), the rate in bytes/s it measured on its last fetch (float64
+// bits, big-endian; 0: none yet) and the SHA-256 of the manifest it holds
+// or serves under (zero: none).
+const infoReqMagic = "SMI1"
 
 const (
 	holdsFile = 1
 	fetches   = 2
+	infoLen   = 1 + 8 + sha256.Size
 )
 
-func isRateRequest(req []byte) bool { return string(req) == rateReqMagic }
+func isInfoRequest(req []byte) bool { return string(req) == infoReqMagic }
 
-func (n *Node) answerRate() []byte {
-	b := make([]byte, 9)
-	if f := n.model.fetch; f != nil {
+// nodeInfo is one node's answer to an info request.
+type nodeInfo struct {
+	holds, fetches bool
+	rate           float64
+	manifest       [sha256.Size]byte
+}
+
+func (n *Node) answerInfo() []byte {
+	b := make([]byte, infoLen)
+	switch {
+	case n.model.fetch != nil:
 		b[0] = fetches
-		binary.BigEndian.PutUint64(b[1:], math.Float64bits(f.rate()))
+		binary.BigEndian.PutUint64(b[1:], math.Float64bits(n.model.fetch.rate()))
+	case n.chunks != nil:
+		b[0] = holdsFile
+	}
+	if n.model.manifest != nil {
+		id := sha256.Sum256(n.model.manifest)
+		copy(b[9:], id[:])
 	}
 	return b
 }
 
-// askRate asks p for its fetch rate: ok is false for a node with the file
-// or one that has measured none.
-func askRate(ctx context.Context, h *swarm.Host, p peer.ID) (float64, bool, error) {
-	resp, err := h.Call(ctx, p, []byte(rateReqMagic))
+func askInfo(ctx context.Context, h *swarm.Host, p peer.ID) (nodeInfo, error) {
+	resp, err := h.Call(ctx, p, []byte(infoReqMagic))
 	if err != nil {
-		return 0, false, err
+		return nodeInfo{}, err
 	}
-	if len(resp) != 9 {
-		return 0, false, fmt.Errorf("%w: rate answer of %d bytes", ErrBadFrame, len(resp))
+	if len(resp) != infoLen {
+		return nodeInfo{}, fmt.Errorf("%w: info answer of %d bytes", ErrBadFrame, len(resp))
 	}
-	r := math.Float64frombits(binary.BigEndian.Uint64(resp[1:]))
-	if resp[0]&fetches == 0 || !(r > 0) || math.IsInf(r, 0) {
-		return 0, false, nil
+	in := nodeInfo{holds: resp[0]&holdsFile != 0, fetches: resp[0]&fetches != 0,
+		rate: math.Float64frombits(binary.BigEndian.Uint64(resp[1:]))}
+	copy(in.manifest[:], resp[9:])
+	if !(in.rate >= 0) || math.IsInf(in.rate, 0) {
+		in.rate = 0
 	}
-	return r, true, nil
+	return in, nil
 }
 
 // fetchRates is what the leader knows of its members' fetch rates,
@@ -119,9 +138,9 @@ func (n *Node) pollRates(ctx context.Context, every time.Duration) {
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, every)
 				defer cancel()
-				if r, ok, err := askRate(cctx, n.host, p); err == nil && ok {
+				if in, err := askInfo(cctx, n.host, p); err == nil && in.fetches && in.rate > 0 {
 					mu.Lock()
-					m[p] = r
+					m[p] = in.rate
 					mu.Unlock()
 				}
 			})
@@ -294,6 +313,9 @@ type fetchState struct {
 
 	shape engine.HParams // the model's, for a stand-in to measure on
 
+	mu    sync.Mutex
+	inUse map[string]int // slices being fetched or loaded, by path
+
 	done, total atomic.Int64  // the fetch in progress (total 0: none)
 	fetched     atomic.Int64  // bytes fetched over the node's life
 	dropped     atomic.Int64  // holders dropped (lying, stalling) over its life
@@ -360,14 +382,15 @@ func (f *fetchState) candidates() []peer.ID {
 // file's chunks under the same manifest.
 func (f *fetchState) holders(ctx context.Context) []peer.ID {
 	cands := f.candidates()
+	want := sha256.Sum256(f.data)
 	ok := make([]bool, len(cands))
 	var wg sync.WaitGroup
 	for i, p := range cands {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, f.stall)
 			defer cancel()
-			a, err := askManifest(cctx, f.host, p, f.man.Fingerprint)
-			ok[i] = err == nil && a.holds && bytes.Equal(a.data, f.data)
+			in, err := askInfo(cctx, f.host, p)
+			ok[i] = err == nil && in.holds && in.manifest == want
 		})
 	}
 	wg.Wait()
@@ -436,10 +459,53 @@ func (f *fetchState) slicePath(r layers.Range) string {
 	return fpFile(f.dir, f.man.Fingerprint, fmt.Sprintf("-%d-%d.gguf", r.Start, r.End))
 }
 
+// use marks the slice at path in use (by +1) or no longer (by -1), so
+// that prune leaves it.
+func (f *fetchState) use(path string, by int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.inUse == nil {
+		f.inUse = map[string]int{}
+	}
+	if f.inUse[path] += by; f.inUse[path] <= 0 {
+		delete(f.inUse, path)
+	}
+}
+
+// prune removes the slices (and unfinished parts) of ranges other than
+// keep that no fetch or load uses: once the node serves keep, a restart
+// needs only its slice. Layers loaded from a removed slice stay readable
+// (the open file outlives its name).
+func (f *fetchState) prune(keep layers.Range) {
+	matches, err := filepath.Glob(fpFile(f.dir, f.man.Fingerprint, "-*-*.gguf*"))
+	if err != nil {
+		return
+	}
+	kp := f.slicePath(keep)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range matches {
+		base := strings.TrimSuffix(p, chunks.PartSuffix)
+		if !strings.HasSuffix(base, ".gguf") || base == kp || f.inUse[base] > 0 {
+			continue // a slice being written, the one kept, or one in use
+		}
+		if err := os.Remove(p); err == nil {
+			f.log.Info("fetch: slice no longer needed, removed", zap.String("file", p))
+		}
+	}
+}
+
 // slice makes the slice of r on disk, fetching what it lacks, and
-// returns its path.
-func (f *fetchState) slice(ctx context.Context, r layers.Range) (string, error) {
-	path := f.slicePath(r)
+// returns its path, marked in use (see use): the caller unmarks it once
+// it loaded from it.
+func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, err error) {
+	path = f.slicePath(r)
+	f.use(path, 1)
+	defer func() {
+		if err != nil {
+			f.use(path, -1)
+		}
+	}()
 	switch err := chunks.CheckSlice(f.man, r.Start, r.End, path); {
 	case err == nil:
 		return path, nil // fetched before (a restart)

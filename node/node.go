@@ -211,8 +211,8 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		if isManifestRequest(req) {
 			return n.answerManifest(req)
 		}
-		if isRateRequest(req) {
-			return n.answerRate(), nil
+		if isInfoRequest(req) {
+			return n.answerInfo(), nil
 		}
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
@@ -232,7 +232,6 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			consensus.WithHost(h.Libp2p()),
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
-			consensus.WithManifest(m.manifest),
 			consensus.WithFetchRates(&n.rates),
 			consensus.WithCapabilities(consensus.Capabilities{Hardware: hw, Region: cfg.region, MaxLayers: cfg.maxLayers}),
 			consensus.WithStageLoader(n.warm),
@@ -242,6 +241,11 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}
 		if cfg.dataDir != "" {
 			copts = append(copts, consensus.WithDataDir(cfg.dataDir))
+		}
+		if m.fetch == nil {
+			// Only a node that built the manifest from its file publishes
+			// it; one that fetched it from a peer does not vouch for it.
+			copts = append(copts, consensus.WithManifest(m.manifest))
 		}
 		if len(cfg.bootstrap) > 0 {
 			copts = append(copts, consensus.WithBootstrap(cfg.bootstrap...))

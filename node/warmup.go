@@ -80,6 +80,7 @@ func (n *warmer) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 		if err != nil {
 			return fail(fmt.Errorf("warmup: %w", err))
 		}
+		defer f.use(path, -1)
 		open = func(l int) (engine.Stage, error) { return n.model.openFrom(path, l) }
 	}
 	var bytes int64
@@ -131,5 +132,8 @@ func (n *warmer) Release(ctx context.Context, epoch uint64, keep layers.Range) e
 	}
 	n.log.Info("serving", zap.Uint64("epoch", epoch), zap.Stringer("range", keep))
 	n.publish()
+	if f := n.model.fetch; f != nil && !keep.Empty() {
+		f.prune(keep)
+	}
 	return nil
 }

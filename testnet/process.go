@@ -44,11 +44,13 @@ type proc struct {
 
 // cluster starts and stops the node processes of one run.
 type cluster struct {
-	net   Network
-	bin   string
-	run   string // run directory
-	args  []string
-	procs []*proc
+	net  Network
+	bin  string
+	run  string // run directory
+	args []string
+	// fetchArgs replace args for nodes that fetch their layers.
+	fetchArgs []string
+	procs     []*proc
 }
 
 // freePort asks the kernel for an unused TCP port on 127.0.0.1. Both
@@ -138,7 +140,14 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	}
 	args := []string{"node", "--data-dir", p.dir, "--listen", listen,
 		"--api", c.net.APIBind(p.i, p.apiPort), "--log-peers", "0", "--max-layers", strconv.Itoa(p.spec.MaxLayers)}
-	args = append(args, c.args...)
+	if p.spec.Fetch {
+		args = append(args, c.fetchArgs...)
+	} else {
+		args = append(args, c.args...)
+	}
+	if p.spec.UploadRate != "" {
+		args = append(args, "--upload-rate", p.spec.UploadRate)
+	}
 	if p.spec.GPU != "" {
 		args = append(args, "--gpu", p.spec.GPU)
 	}

@@ -114,6 +114,13 @@ type EventReport struct {
 	RequestS  float64 `json:"request_s"`
 	Recovered bool    `json:"recovered"`
 	RecoveryS float64 `json:"recovery_s"`
+	// ServeS (join, rejoin): from the event until a polled committed map
+	// places the node (-1: not before the next event). For a node that
+	// fetches its layers (Fetch) it includes the fetch over its link
+	// (Rate: its rate limit, "" for none).
+	ServeS float64 `json:"serve_s"`
+	Fetch  bool    `json:"fetch,omitempty"`
+	Rate   string  `json:"rate,omitempty"`
 }
 
 // EpochReport is a change of the committed map or leader as polled.
@@ -269,6 +276,20 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 		if e.Exited > 0 {
 			er.ExitedS = secs(e.Exited)
 		}
+		er.ServeS = -1
+		if e.Action == ActJoin || e.Action == ActRejoin {
+			for _, n := range sc.Nodes {
+				if n.Name == e.Node {
+					er.Fetch, er.Rate = n.Fetch, n.Rate
+				}
+			}
+			for _, s := range samples {
+				if s.At >= e.At && s.At < until && slices.ContainsFunc(s.Stages, func(st string) bool { return strings.HasPrefix(st, e.Node+"[") }) {
+					er.ServeS = secs(s.At - e.At)
+					break
+				}
+			}
+		}
 		if e.Err == "" {
 			mapAt, reqAt, ok := recovery(e.At, e.Done, until, samples, results)
 			if mapAt >= 0 {
@@ -391,6 +412,28 @@ func (rep *Report) Markdown() string {
 			fmt.Fprintf(&b, "| %.1f | %s | %s | %s | %s | %s | %s |\n", e.AtS, e.Action, e.Node, fmtS(e.MapS), fmtS(e.RequestS), rec, fmtS(e.RepairedS))
 		}
 		b.WriteString("\n")
+		joins := false
+		for _, e := range rep.Events {
+			joins = joins || e.ServeS >= 0
+		}
+		if joins {
+			b.WriteString("Time to serve: from a join until a polled committed map places the node (a node without the file fetches its layers first, over its link).\n\n")
+			b.WriteString("| t (s) | node | weights | link rate | serves after (s) |\n|---:|---|---|---|---:|\n")
+			for _, e := range rep.Events {
+				if e.ServeS < 0 && e.Action != ActJoin && e.Action != ActRejoin {
+					continue
+				}
+				w, rate := "own file", e.Rate
+				if e.Fetch {
+					w = "fetched from peers"
+				}
+				if rate == "" {
+					rate = "unlimited"
+				}
+				fmt.Fprintf(&b, "| %.1f | %s | %s | %s | %s |\n", e.AtS, e.Node, w, rate, fmtS(e.ServeS))
+			}
+			b.WriteString("\n")
+		}
 	}
 	b.WriteString("| t (s) | map epoch | leader | healthy | stages |\n|---:|---:|---|---|---|\n")
 	for _, e := range rep.Epochs {

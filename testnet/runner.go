@@ -176,6 +176,11 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	if r.c, err = newCluster(o.net, o.bin, o.runDir, modelArgs, sc.Nodes); err != nil {
 		return nil, err
 	}
+	if modelPath != "" {
+		if r.c.fetchArgs, err = fetchArgs(modelPath, sc.Model.Threads); err != nil {
+			return nil, err
+		}
+	}
 	var places []Placement
 	for _, n := range sc.Nodes {
 		places = append(places, Placement{Name: n.Name, Region: n.Region, NAT: n.NAT, Rate: n.Rate})
@@ -262,6 +267,21 @@ func (r *run) model() (args []string, path string, err error) {
 		return nil, "", fmt.Errorf("testnet: model: %w", err)
 	}
 	return []string{"--model", path, "--threads", fmt.Sprint(m.Threads)}, path, nil
+}
+
+// fetchArgs are the node flags of a node without the model file: the
+// model's fingerprint, which it joins with.
+func fetchArgs(path string, threads int) ([]string, error) {
+	f, fh, err := engine.OpenFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: model: %w", err)
+	}
+	defer fh.Close()
+	fp, err := f.Fingerprint()
+	if err != nil {
+		return nil, fmt.Errorf("testnet: model: %w", err)
+	}
+	return []string{"--model-id", fp, "--threads", fmt.Sprint(threads)}, nil
 }
 
 // startInitial starts the founder, then every other node that is not

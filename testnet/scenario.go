@@ -65,6 +65,12 @@ type NodeSpec struct {
 	// "flip:50" (faults.go; needs a binary built with -tags faultinject).
 	VerifyRate *float64 `yaml:"verify_rate"`
 	Fault      string   `yaml:"fault"`
+	// Fetch: the node has no model file; it joins with the model's
+	// fingerprint (--model-id) and fetches its layers from peers.
+	Fetch bool `yaml:"fetch"`
+	// UploadRate caps what a node with the file sends to fetching peers
+	// (--upload-rate, such as 20MiB).
+	UploadRate string `yaml:"upload_rate"`
 }
 
 // LoadSpec is the client load: requests arrive as a Poisson process at
@@ -325,9 +331,15 @@ func (s *Scenario) Validate() error {
 		if err := validateTrust(f, n); err != nil {
 			return err
 		}
+		if n.Fetch && m.SimModel != "" {
+			return bad(f+".fetch", "a simulated model has no weights to fetch")
+		}
 		if !n.Late {
 			initial++
 		}
+	}
+	if s.Nodes[0].Fetch {
+		return bad("nodes[0].fetch", "the first node founds the swarm: it must hold the model file")
 	}
 	if initial == 0 {
 		return bad("nodes", "every node is late: none founds the swarm")

@@ -40,6 +40,9 @@ func inspectModel(w io.Writer, f *engine.File) {
 		}
 	}
 	fmt.Fprintf(w, "model: %s (architecture %s)\n", name, arch)
+	if fp, err := f.Fingerprint(); err == nil {
+		fmt.Fprintf(w, "  fingerprint %s (a node without the file joins with it: strata node --model-id)\n", fp)
+	}
 	hp, hpErr := engine.ReadHParams(f)
 	if hpErr == nil {
 		fmt.Fprintf(w, "  layers %d, hidden %d, heads %d (KV %d, head size %d), ffn %d, vocab %d, context %d\n",

@@ -239,9 +239,12 @@
       if (p && (!r || p.start !== r.start || p.end !== r.end)) layers += ` → [${p.start},${p.end})`;
       const ld = m.load;
       const st = m.state || "–";
+      // A node without the model file fetching its layers from peers.
+      const fe = m.fetch && m.fetch.total_bytes > 0 ?
+        ` <span class="muted" title="fetching its layers from peers">fetching ${fmt(100 * m.fetch.done_bytes / m.fetch.total_bytes, 0)}%</span>` : "";
       rows.push(`<tr data-node="${esc(m.id)}" data-liveness="${esc(m.liveness)}" data-state="${esc(m.state)}">` +
         `<td class="id" title="${esc(m.id)}">${esc(short(m.id))} ${tags}</td><td>${dev}</td>` +
-        `<td class="st-${esc(st)}">${esc(st)}</td><td class="live">${esc(m.liveness)}</td><td>${layers}</td>` +
+        `<td class="st-${esc(st)}">${esc(st)}${fe}</td><td class="live">${esc(m.liveness)}</td><td>${layers}</td>` +
         `<td class="num">${ld ? ld.queue_depth : "–"}</td>` +
         `<td class="num">${ld ? (ld.entry_queue ? ld.entry_queue + " (" + fmt(ld.entry_wait_ms / 1000, 1) + " s)" : "0") : "–"}</td>` +
         `<td class="num">${ld ? ld.active_sessions : "–"}</td>` +
