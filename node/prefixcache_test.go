@@ -399,3 +399,25 @@ func TestPrefixAffinityRoutesTurnTwo(t *testing.T) {
 		t.Logf("round %d: both turns via %s", round, path1)
 	}
 }
+
+// TestSchedulerStaleDeferredStep: two steps of one session at the same
+// position in one batch (a duplicate frame): the first runs, the second,
+// now behind the session, is refused rather than run at an offset.
+func TestSchedulerStaleDeferredStep(t *testing.T) {
+	r := newSchedRig(t, 0, 32, 40<<30)
+	hops := []Hop{{Peer: schedSelf, From: 0, To: 32}}
+	r.deliver(r.open(SessionID{1}, hops, []int32{1, 2, 3}, 64))
+	r.out.take(t)
+	a := &stepIn{from: schedEntry, at: r.t0, m: &Step{Session: SessionID{1}, Entry: schedEntry, Hops: hops, Pos: 3, Tokens: []int32{4, 5, 6, 7}}}
+	b := &stepIn{from: schedEntry, at: r.t0, m: &Step{Session: SessionID{1}, Entry: schedEntry, Hops: hops, Pos: 3, Tokens: []int32{4}}}
+	r.deliver(a, b)
+	if got := r.out.take(t); got.kind != "token" || got.m.(*Token).Pos != 7 {
+		t.Fatalf("first step: %s %+v", got.kind, got.m)
+	}
+	ready := r.s.deferred
+	r.s.deferred = nil
+	r.s.execute(context.Background(), ready)
+	if got := r.out.take(t); got.kind != "fail" || got.m.(*ErrorMsg).Code != CodeBadFrame {
+		t.Fatalf("stale deferred step: %s %+v", got.kind, got.m)
+	}
+}

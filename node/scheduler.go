@@ -607,6 +607,13 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			s.deferred = append(s.deferred, in) // a session runs once per batch
 			continue
 		}
+		// Only an open step starts past its position (what it resumed
+		// from the prefix cache); a step deferred behind another of its
+		// session's may now be stale.
+		if off := hs.pos - in.m.Pos; off != 0 && (in.m.Open == nil || off < 0 || off >= len(in.m.Tokens)) {
+			s.reject(in, CodeBadFrame, "", "session %s: step at position %d, session holds %d", in.m.Session, in.m.Pos, hs.pos)
+			continue
+		}
 		seen[key] = true
 		ws = append(ws, &work{in: in, hs: hs, x: in.m.Hidden})
 		lo, hi = min(lo, key.from), max(hi, hs.to)
