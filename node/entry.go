@@ -142,6 +142,9 @@ type entryDeps struct {
 	draining func(hops []Hop) []peer.ID
 	// suspect tells the router that p failed a step just now.
 	suspect func(p peer.ID)
+	// profileName resolves a request's profile ("" the default) to the
+	// name of the one that routes it; nil: as given.
+	profileName func(string) string
 }
 
 // entry is the entry role: it starts generations, drives each on a
@@ -268,6 +271,10 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
 		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile}
+	g.res.Profile = req.Profile
+	if e.profileName != nil {
+		g.res.Profile = e.profileName(req.Profile)
+	}
 	path, err := e.route(g.routeReq(nil))
 	if errors.Is(err, routing.ErrUnknownProfile) {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -478,6 +485,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		return attemptEnd{reason: err.Error()}, nil
 	}
 	g.res.Paths = append(g.res.Paths, path.String())
+	g.res.Scores = append(g.res.Scores, PathScore{Cost: path.Cost, Terms: path.Terms})
 	sid := newSessionID()
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
 	e.reg.add(sid, reg)

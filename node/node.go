@@ -121,7 +121,13 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,
 		maxFrame: swarm.DefaultMaxActFrame, clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
-			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }}, &n.counters)
+			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) },
+			profileName: func(p string) string {
+				if pr, err := profiles.Profile(p); err == nil {
+					return pr.Name()
+				}
+				return p
+			}}, &n.counters)
 	n.svc.entry = n.entry
 	n.warm = &warmer{model: m, sched: n.svc.sched, maxLayers: cfg.maxLayers, loadDelay: cfg.loadDelay, loading: &n.ann.loading,
 		publish: n.ann.publish, log: n.log}
