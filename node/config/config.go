@@ -97,6 +97,7 @@ type Config struct {
 	// SchedulerConfig is a YAML file of routing profiles (see
 	// routing.SchedulerConfig); empty: one default profile.
 	SchedulerConfig string `yaml:"scheduler_config" help:"YAML file of scheduling profiles (filters, weighted scorers, picker) a request picks by name; empty: one default profile"`
+	PrefixCache     bool   `yaml:"prefix_cache" help:"keep finished sessions' KV in the memory sessions leave free, so that a chat's next turn resumes from it (outputs unchanged)"`
 
 	// The HTTP API.
 	API        string   `yaml:"api" help:"HTTP API address, host:port (\"none\": no API)"`
@@ -127,6 +128,7 @@ func Default() Config {
 		APIMaxBody:   4 << 20,
 		LogLevel:     "info",
 		LogPeers:     5 * time.Second,
+		PrefixCache:  true,
 	}
 }
 

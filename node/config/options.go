@@ -79,7 +79,7 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 		return nil, &FieldError{Key: "model", Msg: "give one of model (a GGUF file) and sim_model"}
 	}
 	opts := []node.Option{node.WithLogger(log), node.WithDataDir(c.DataDir), node.WithMaxLayers(c.MaxLayers),
-		node.WithRegion(c.Region), node.WithThreads(c.Threads), node.WithMemory(int64(c.Memory))}
+		node.WithRegion(c.Region), node.WithThreads(c.Threads), node.WithMemory(int64(c.Memory)), node.WithPrefixCache(c.PrefixCache)}
 	var hw layers.Hardware
 	if c.GPU != "" {
 		var err error
