@@ -457,14 +457,17 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	for l := h.From; l < h.To; l++ {
 		var es engine.Session
 		var err error
-		if hit != nil && hs.pos > 0 {
-			es, err = s.slots[l].st.(engine.PrefixStage).NewSessionFrom(hit.sess[l-hit.from], hs.pos, hs.cap)
+		if ps, ok := s.slots[l].st.(engine.PrefixStage); ok && hit != nil && hs.pos > 0 {
+			es, err = ps.NewSessionFrom(hit.sess[l-hit.from], hs.pos, hs.cap)
+		} else if hs.pos > 0 {
+			err = fmt.Errorf("%w: the stage cannot resume a prefix", engine.ErrSession)
 		} else {
 			es, err = s.slots[l].st.NewSession(hs.cap)
 		}
 		if err != nil {
-			for _, e := range hs.sess {
+			for i, e := range hs.sess {
 				e.Close()
+				s.slots[h.From+i].refs--
 			}
 			s.reject(in, CodeInternal, "", "open session at layer %d: %v", l, err)
 			return false
