@@ -19,6 +19,10 @@ import (
 // (routing.BlockHashes) with: every node must use the same.
 const prefixBlock = 16
 
+// maxSummaryBits bounds the summary a heartbeat carries
+// (swarm.MaxPrefixLen bytes).
+const maxSummaryBits = 8192
+
 // prefixEntry is one cached sequence's KV over layers [from, to).
 type prefixEntry struct {
 	from, to int
@@ -177,7 +181,13 @@ func (c *prefixCache) changed() {
 		c.summary = nil
 		return
 	}
-	s := routing.NewPrefixSummary(routing.DefaultSummaryBits)
+	// About 16 bits per block (a few percent false positives at 3
+	// probes), within what a heartbeat carries.
+	n := 0
+	for _, e := range c.entries {
+		n += len(e.hashes)
+	}
+	s := routing.NewPrefixSummary(min(max(routing.DefaultSummaryBits, 16*n), maxSummaryBits))
 	for _, e := range c.entries {
 		s.Add(e.hashes...)
 	}

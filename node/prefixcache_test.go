@@ -16,6 +16,7 @@ import (
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
+	"github.com/stratanet/strata/swarm"
 )
 
 // realChain is a path of schedulers on the real engine, hop i holding
@@ -419,5 +420,37 @@ func TestSchedulerStaleDeferredStep(t *testing.T) {
 	r.s.execute(context.Background(), ready)
 	if got := r.out.take(t); got.kind != "fail" || got.m.(*ErrorMsg).Code != CodeBadFrame {
 		t.Fatalf("stale deferred step: %s %+v", got.kind, got.m)
+	}
+}
+
+// TestPrefixSummarySize: the summary grows with the blocks cached, up to
+// what a heartbeat carries, and holds every cached block.
+func TestPrefixSummarySize(t *testing.T) {
+	c := &prefixCache{}
+	rng := rand.New(rand.NewPCG(9, 9))
+	var all [][]uint64
+	for range 40 {
+		toks := randomTokens(rng, 20*prefixBlock, 1000)
+		e := &prefixEntry{from: 0, to: 1, tokens: toks, hashes: routing.BlockHashes(toks, prefixBlock)}
+		c.entries = append(c.entries, e)
+		all = append(all, e.hashes)
+	}
+	c.changed()
+	b, err := c.summary.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.summary.Bits() != maxSummaryBits || len(b) > swarm.MaxPrefixLen {
+		t.Fatalf("800 blocks: a summary of %d bits, %d bytes encoded", c.summary.Bits(), len(b))
+	}
+	for _, h := range all {
+		if c.summary.Match(h) != len(h) {
+			t.Fatal("a cached block is missing from the summary")
+		}
+	}
+	c.entries = c.entries[:1]
+	c.changed()
+	if c.summary.Bits() != routing.DefaultSummaryBits {
+		t.Fatalf("20 blocks: %d bits", c.summary.Bits())
 	}
 }
