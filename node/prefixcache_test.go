@@ -269,9 +269,11 @@ func TestPrefixCacheYieldsToAdmission(t *testing.T) {
 }
 
 // chatConfig routes by estimated time and prefix affinity ("chat"), or
-// round-robin ("baseline"). It leaves out locality: on loopback with a
-// tiny model, round trips would outweigh the compute that the affinity
-// scales (the example config's "chat" keeps it, for real models).
+// round-robin ("baseline"). It leaves out locality, and weighs the
+// affinity heavily: the affinity scales a node's estimated compute, which
+// for a tiny model is microseconds, so that loopback round trips and the
+// noise of measured layer latencies on a loaded machine would otherwise
+// decide (the example config's "chat" is for real models).
 func chatConfig(t testing.TB) routing.SchedulerConfig {
 	t.Helper()
 	cfg, err := routing.ParseSchedulerConfig([]byte(`
@@ -281,7 +283,7 @@ profiles:
     scorers:
       - {name: latency, weight: 1}
       - {name: load, weight: 1}
-      - {name: prefix-affinity, weight: 8}
+      - {name: prefix-affinity, weight: 1000}
   - name: baseline
     picker: round-robin
 `))
@@ -322,15 +324,26 @@ func referenceTokens(t testing.TB, prompt []int32, maxTokens int, sp engine.Samp
 // turn to the hops that hold the first, which resume from their caches;
 // the tokens are those of a single-process run.
 func TestPrefixAffinityRoutesTurnTwo(t *testing.T) {
-	// A declared device slow enough that compute, which the affinity
+	// A static map of two copies of each half, so two equal paths and two
+	// more, and an entry that holds no layers (so that no hop is local).
+	// The declared device is slow enough that compute, which the affinity
 	// scales, outweighs loopback round trips (the test model is tiny).
-	slow := layers.Hardware{Name: "slow-cpu", MemoryBytes: 1 << 30, MemBandwidth: 2e7, TFLOPS: 2e-4}
-	c := newTestCluster(t, WithMaxLayers(4), WithSchedulerConfig(chatConfig(t)), WithHardware(slow))
-	var ids []peer.ID
-	for range 4 {
-		ids = append(ids, c.add().ID())
+	dirs, ids := staticIDs(t, 5)
+	var stages []layers.Stage
+	for i, r := range []layers.Range{{Start: 0, End: 4}, {Start: 0, End: 4}, {Start: 4, End: 8}, {Start: 4, End: 8}} {
+		stages = append(stages, layers.Stage{Node: ids[i+1].String(), Range: r})
 	}
-	c.waitServing(30*time.Second, ids...)
+	m, err := layers.NewLayerMap(8, 1, stages...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := layers.Hardware{Name: "slow-cpu", MemoryBytes: 1 << 30, MemBandwidth: 2e7, TFLOPS: 2e-4}
+	c := newTestCluster(t, WithStaticMap(m), WithSchedulerConfig(chatConfig(t)), WithHardware(slow),
+		WithStepTimeout(30*time.Second)) // a loaded machine must not turn a slow step into a replay
+	for i := range 5 {
+		c.add(WithDataDir(dirs[i]))
+	}
+	c.waitServing(30*time.Second, ids[1:]...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	nodes := c.all()
@@ -341,7 +354,7 @@ func TestPrefixAffinityRoutesTurnTwo(t *testing.T) {
 	entry := nodes[0]
 	waitFor(t, 20*time.Second, "every node serving in the entry's view", func() bool {
 		v := entry.paths.view(entry.Committed(), time.Now())
-		for _, n := range nodes {
+		for _, n := range nodes[1:] {
 			if ns, ok := v.Node(n.ID().String()); !ok || ns.Phase != routing.Serving || ns.Health != routing.Alive {
 				return false
 			}
@@ -386,6 +399,21 @@ func TestPrefixAffinityRoutesTurnTwo(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(res2.Paths) != 1 || res2.Paths[0] != path1 {
+			// What the router sees now, to tell a routing fault from noise.
+			now := time.Now()
+			v := entry.paths.view(entry.Committed(), now)
+			for _, n := range nodes[1:] {
+				ns, _ := v.Node(n.ID().String())
+				t.Logf("node %s: health %v phase %v queue %d sessions %d latency %.2e match %d/%d updated %v ago",
+					shortID(n.ID()), ns.Health, ns.Phase, ns.QueueDepth, ns.ActiveSessions, ns.LayerLatency,
+					ns.Prefixes.Match(hashes), len(hashes), now.Sub(ns.Updated))
+			}
+			pr, _ := entry.paths.profiles.Profile("chat")
+			paths, _ := pr.Router().Paths(entry.Committed(), v, routing.Request{Entry: entry.ID().String(),
+				PromptTokens: len(turn2), MaxTokens: 6, Prefix: hashes}, now, 4)
+			for _, p := range paths {
+				t.Logf("candidate %s: cost %.3e %+v", p, p.Cost, p.Terms)
+			}
 			t.Fatalf("round %d: turn 2 went %v, turn 1 %s", round, res2.Paths, path1)
 		}
 		for _, n := range nodes {
