@@ -53,12 +53,7 @@ func (c *prefixCache) lookup(from, to int, tokens []int32, limit int) (*prefixEn
 		if e.from > from || e.to < to {
 			continue
 		}
-		n := 0
-		for n+prefixBlock <= min(len(e.tokens), len(tokens), limit) &&
-			slices.Equal(e.tokens[n:n+prefixBlock], tokens[n:n+prefixBlock]) {
-			n += prefixBlock
-		}
-		if n > bestN {
+		if n := sharedBlocks(e.tokens, tokens, limit); n > bestN {
 			best, bestN = e, n
 		}
 	}
@@ -67,6 +62,16 @@ func (c *prefixCache) lookup(from, to int, tokens []int32, limit int) (*prefixEn
 		best.used = c.clock
 	}
 	return best, bestN
+}
+
+// sharedBlocks is how many positions a and b share in whole leading
+// blocks, at most limit.
+func sharedBlocks(a, b []int32, limit int) int {
+	n := 0
+	for n+prefixBlock <= min(len(a), len(b), limit) && slices.Equal(a[n:n+prefixBlock], b[n:n+prefixBlock]) {
+		n += prefixBlock
+	}
+	return n
 }
 
 // add caches the first whole blocks of a finished session's positions

@@ -100,6 +100,12 @@ var prefixSampling = engine.SamplingParams{Temperature: 0.8, Seed: 3, RepeatPena
 func (c *realChain) generate(sid SessionID, prompt []int32, n int, cold bool) ([]int32, []*Step, *ErrorMsg) {
 	c.t.Helper()
 	defer c.close(sid)
+	return c.run(sid, prompt, n, cold)
+}
+
+// run is generate without the close: the session stays open.
+func (c *realChain) run(sid SessionID, prompt []int32, n int, cold bool) ([]int32, []*Step, *ErrorMsg) {
+	c.t.Helper()
 	tok, em, first := c.step(&Step{Session: sid, Entry: schedEntry, Hops: c.hops, Tokens: prompt,
 		Open: &Open{MaxTokens: len(prompt) + n, Model: c.rigs[0].s.cfg.hash, Sampling: prefixSampling, Cold: cold}})
 	if em != nil {
@@ -213,6 +219,39 @@ func TestPrefixCacheResumesBitIdentical(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPrefixFromLiveSession: a turn whose previous turn's session is
+// still open on the hops (its close not arrived yet) resumes from that
+// session's positions, bit-identical to a cold run, on every hop.
+func TestPrefixFromLiveSession(t *testing.T) {
+	cuts := []int{0, 3, 8}
+	warm, cold := newRealChain(t, cuts, true), newRealChain(t, cuts, false)
+	vocab := warm.rigs[0].info.Vocab
+	rng := rand.New(rand.NewPCG(11, 12))
+	turn1 := randomTokens(rng, 2*prefixBlock+3, vocab)
+	out1, _, em := warm.run(SessionID{1}, turn1, 4, false)
+	if em != nil {
+		t.Fatal(em.Text)
+	}
+	turn2 := slices.Concat(turn1, out1, randomTokens(rng, 5, vocab))
+	got, fwd, em := warm.generate(SessionID{2}, turn2, 6, false)
+	if em != nil {
+		t.Fatalf("%s: %s", em.Code, em.Text)
+	}
+	want, _, _ := cold.generate(SessionID{2}, turn2, 6, false)
+	if !slices.Equal(got, want) {
+		t.Fatalf("resumed from a live session: %v, cold %v", got, want)
+	}
+	if fwd[0].Skip != 2*prefixBlock {
+		t.Fatalf("skip %d, want %d", fwd[0].Skip, 2*prefixBlock)
+	}
+	for i, r := range warm.rigs {
+		if st := r.s.status.Load(); st.PrefixHits != 1 {
+			t.Fatalf("hop %d: %d hits", i, st.PrefixHits)
+		}
+	}
+	warm.close(SessionID{1})
 }
 
 // TestPrefixCacheYieldsToAdmission: the cache lives in the memory sessions
