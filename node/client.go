@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/routing"
 )
 
 // The in-process client API: what `strata generate --api`, tests and the
@@ -93,8 +94,19 @@ type Result struct {
 	ReplayedAt []int
 	// Paths are the paths the generation used, in order.
 	Paths []string
-	TTFT  time.Duration // to the first token
-	Total time.Duration
+	// Scores are, for each of Paths, the router's score of the path as it
+	// won: its estimated cost in seconds and that cost's split.
+	Scores []PathScore
+	// Profile is the scheduling profile that routed the generation.
+	Profile string
+	TTFT    time.Duration // to the first token
+	Total   time.Duration
+}
+
+// PathScore is a routed path's winning score.
+type PathScore struct {
+	Cost  float64
+	Terms routing.Breakdown
 }
 
 // Stream is a running generation.

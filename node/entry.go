@@ -157,6 +157,9 @@ type entryDeps struct {
 	holders func(from, to int) []peer.ID
 	// report hands fault evidence to the leader.
 	report func(ctx context.Context, ev consensus.Evidence) error
+	// profileName resolves a request's profile ("" the default) to the
+	// name of the one that routes it; nil: as given.
+	profileName func(string) string
 }
 
 // entry is the entry role: it starts generations, drives each on a
@@ -298,6 +301,10 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
 		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile}
+	g.res.Profile = req.Profile
+	if e.profileName != nil {
+		g.res.Profile = e.profileName(req.Profile)
+	}
 	wait := req.QueueTimeout
 	if wait == 0 {
 		wait = e.cfg.queueTimeout
@@ -528,6 +535,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		return attemptEnd{reason: err.Error()}, nil
 	}
 	g.res.Paths = append(g.res.Paths, path.String())
+	g.res.Scores = append(g.res.Scores, PathScore{Cost: path.Cost, Terms: path.Terms})
 	sid := newSessionID()
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
 	e.reg.add(sid, reg)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/swarm"
 )
 
 // chatModel is a model wide enough that a prefill's compute, not the
@@ -41,8 +42,10 @@ func chatSwarm(b *testing.B, model string, cache bool) []*Node {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Long prefills on a shared machine delay heartbeats: the liveness
+	// bounds are generous, so that a slow turn is not a dead peer.
 	c := newTestCluster(b, WithStaticMap(m), WithLogger(nil), WithModelFile(model), WithPrefixCache(cache),
-		WithStepTimeout(60*time.Second))
+		WithStepTimeout(60*time.Second), WithSwarmOptions(swarm.WithLiveness(10*time.Second, 30*time.Second, 30*time.Second)))
 	var nodes []*Node
 	for i := range 3 {
 		nodes = append(nodes, c.add(WithDataDir(dirs[i])))

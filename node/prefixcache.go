@@ -19,6 +19,10 @@ import (
 // (routing.BlockHashes) with: every node must use the same.
 const prefixBlock = 16
 
+// maxSummaryBits bounds the summary a heartbeat carries
+// (swarm.MaxPrefixLen bytes).
+const maxSummaryBits = 8192
+
 // prefixEntry is one cached sequence's KV over layers [from, to).
 type prefixEntry struct {
 	from, to int
@@ -49,12 +53,7 @@ func (c *prefixCache) lookup(from, to int, tokens []int32, limit int) (*prefixEn
 		if e.from > from || e.to < to {
 			continue
 		}
-		n := 0
-		for n+prefixBlock <= min(len(e.tokens), len(tokens), limit) &&
-			slices.Equal(e.tokens[n:n+prefixBlock], tokens[n:n+prefixBlock]) {
-			n += prefixBlock
-		}
-		if n > bestN {
+		if n := sharedBlocks(e.tokens, tokens, limit); n > bestN {
 			best, bestN = e, n
 		}
 	}
@@ -63,6 +62,16 @@ func (c *prefixCache) lookup(from, to int, tokens []int32, limit int) (*prefixEn
 		best.used = c.clock
 	}
 	return best, bestN
+}
+
+// sharedBlocks is how many positions a and b share in whole leading
+// blocks, at most limit.
+func sharedBlocks(a, b []int32, limit int) int {
+	n := 0
+	for n+prefixBlock <= min(len(a), len(b), limit) && slices.Equal(a[n:n+prefixBlock], b[n:n+prefixBlock]) {
+		n += prefixBlock
+	}
+	return n
 }
 
 // add caches the first whole blocks of a finished session's positions
@@ -177,7 +186,13 @@ func (c *prefixCache) changed() {
 		c.summary = nil
 		return
 	}
-	s := routing.NewPrefixSummary(routing.DefaultSummaryBits)
+	// About 16 bits per block (a few percent false positives at 3
+	// probes), within what a heartbeat carries.
+	n := 0
+	for _, e := range c.entries {
+		n += len(e.hashes)
+	}
+	s := routing.NewPrefixSummary(min(max(routing.DefaultSummaryBits, 16*n), maxSummaryBits))
 	for _, e := range c.entries {
 		s.Add(e.hashes...)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
+	"github.com/stratanet/strata/swarm"
 )
 
 // realChain is a path of schedulers on the real engine, hop i holding
@@ -99,6 +100,12 @@ var prefixSampling = engine.SamplingParams{Temperature: 0.8, Seed: 3, RepeatPena
 func (c *realChain) generate(sid SessionID, prompt []int32, n int, cold bool) ([]int32, []*Step, *ErrorMsg) {
 	c.t.Helper()
 	defer c.close(sid)
+	return c.run(sid, prompt, n, cold)
+}
+
+// run is generate without the close: the session stays open.
+func (c *realChain) run(sid SessionID, prompt []int32, n int, cold bool) ([]int32, []*Step, *ErrorMsg) {
+	c.t.Helper()
 	tok, em, first := c.step(&Step{Session: sid, Entry: schedEntry, Hops: c.hops, Tokens: prompt,
 		Open: &Open{MaxTokens: len(prompt) + n, Model: c.rigs[0].s.cfg.hash, Sampling: prefixSampling, Cold: cold}})
 	if em != nil {
@@ -214,6 +221,39 @@ func TestPrefixCacheResumesBitIdentical(t *testing.T) {
 	}
 }
 
+// TestPrefixFromLiveSession: a turn whose previous turn's session is
+// still open on the hops (its close not arrived yet) resumes from that
+// session's positions, bit-identical to a cold run, on every hop.
+func TestPrefixFromLiveSession(t *testing.T) {
+	cuts := []int{0, 3, 8}
+	warm, cold := newRealChain(t, cuts, true), newRealChain(t, cuts, false)
+	vocab := warm.rigs[0].info.Vocab
+	rng := rand.New(rand.NewPCG(11, 12))
+	turn1 := randomTokens(rng, 2*prefixBlock+3, vocab)
+	out1, _, em := warm.run(SessionID{1}, turn1, 4, false)
+	if em != nil {
+		t.Fatal(em.Text)
+	}
+	turn2 := slices.Concat(turn1, out1, randomTokens(rng, 5, vocab))
+	got, fwd, em := warm.generate(SessionID{2}, turn2, 6, false)
+	if em != nil {
+		t.Fatalf("%s: %s", em.Code, em.Text)
+	}
+	want, _, _ := cold.generate(SessionID{2}, turn2, 6, false)
+	if !slices.Equal(got, want) {
+		t.Fatalf("resumed from a live session: %v, cold %v", got, want)
+	}
+	if fwd[0].Skip != 2*prefixBlock {
+		t.Fatalf("skip %d, want %d", fwd[0].Skip, 2*prefixBlock)
+	}
+	for i, r := range warm.rigs {
+		if st := r.s.status.Load(); st.PrefixHits != 1 {
+			t.Fatalf("hop %d: %d hits", i, st.PrefixHits)
+		}
+	}
+	warm.close(SessionID{1})
+}
+
 // TestPrefixCacheYieldsToAdmission: the cache lives in the memory sessions
 // leave: a session that needs it is admitted at once and the cache
 // evicted, never queued or refused because of it; released layers take
@@ -268,9 +308,11 @@ func TestPrefixCacheYieldsToAdmission(t *testing.T) {
 }
 
 // chatConfig routes by estimated time and prefix affinity ("chat"), or
-// round-robin ("baseline"). It leaves out locality: on loopback with a
-// tiny model, round trips would outweigh the compute that the affinity
-// scales (the example config's "chat" keeps it, for real models).
+// round-robin ("baseline"). It leaves out locality, and weighs the
+// affinity heavily: the affinity scales a node's estimated compute, which
+// for a tiny model is microseconds, so that loopback round trips and the
+// noise of measured layer latencies on a loaded machine would otherwise
+// decide (the example config's "chat" is for real models).
 func chatConfig(t testing.TB) routing.SchedulerConfig {
 	t.Helper()
 	cfg, err := routing.ParseSchedulerConfig([]byte(`
@@ -280,7 +322,7 @@ profiles:
     scorers:
       - {name: latency, weight: 1}
       - {name: load, weight: 1}
-      - {name: prefix-affinity, weight: 8}
+      - {name: prefix-affinity, weight: 1000}
   - name: baseline
     picker: round-robin
 `))
@@ -321,15 +363,26 @@ func referenceTokens(t testing.TB, prompt []int32, maxTokens int, sp engine.Samp
 // turn to the hops that hold the first, which resume from their caches;
 // the tokens are those of a single-process run.
 func TestPrefixAffinityRoutesTurnTwo(t *testing.T) {
-	// A declared device slow enough that compute, which the affinity
+	// A static map of two copies of each half, so two equal paths and two
+	// more, and an entry that holds no layers (so that no hop is local).
+	// The declared device is slow enough that compute, which the affinity
 	// scales, outweighs loopback round trips (the test model is tiny).
-	slow := layers.Hardware{Name: "slow-cpu", MemoryBytes: 1 << 30, MemBandwidth: 2e7, TFLOPS: 2e-4}
-	c := newTestCluster(t, WithMaxLayers(4), WithSchedulerConfig(chatConfig(t)), WithHardware(slow))
-	var ids []peer.ID
-	for range 4 {
-		ids = append(ids, c.add().ID())
+	dirs, ids := staticIDs(t, 5)
+	var stages []layers.Stage
+	for i, r := range []layers.Range{{Start: 0, End: 4}, {Start: 0, End: 4}, {Start: 4, End: 8}, {Start: 4, End: 8}} {
+		stages = append(stages, layers.Stage{Node: ids[i+1].String(), Range: r})
 	}
-	c.waitServing(30*time.Second, ids...)
+	m, err := layers.NewLayerMap(8, 1, stages...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := layers.Hardware{Name: "slow-cpu", MemoryBytes: 1 << 30, MemBandwidth: 2e7, TFLOPS: 2e-4}
+	c := newTestCluster(t, WithStaticMap(m), WithSchedulerConfig(chatConfig(t)), WithHardware(slow),
+		WithStepTimeout(30*time.Second)) // a loaded machine must not turn a slow step into a replay
+	for i := range 5 {
+		c.add(WithDataDir(dirs[i]))
+	}
+	c.waitServing(30*time.Second, ids[1:]...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	nodes := c.all()
@@ -340,7 +393,7 @@ func TestPrefixAffinityRoutesTurnTwo(t *testing.T) {
 	entry := nodes[0]
 	waitFor(t, 20*time.Second, "every node serving in the entry's view", func() bool {
 		v := entry.paths.view(entry.Committed(), time.Now())
-		for _, n := range nodes {
+		for _, n := range nodes[1:] {
 			if ns, ok := v.Node(n.ID().String()); !ok || ns.Phase != routing.Serving || ns.Health != routing.Alive {
 				return false
 			}
@@ -385,6 +438,21 @@ func TestPrefixAffinityRoutesTurnTwo(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(res2.Paths) != 1 || res2.Paths[0] != path1 {
+			// What the router sees now, to tell a routing fault from noise.
+			now := time.Now()
+			v := entry.paths.view(entry.Committed(), now)
+			for _, n := range nodes[1:] {
+				ns, _ := v.Node(n.ID().String())
+				t.Logf("node %s: health %v phase %v queue %d sessions %d latency %.2e match %d/%d updated %v ago",
+					shortID(n.ID()), ns.Health, ns.Phase, ns.QueueDepth, ns.ActiveSessions, ns.LayerLatency,
+					ns.Prefixes.Match(hashes), len(hashes), now.Sub(ns.Updated))
+			}
+			pr, _ := entry.paths.profiles.Profile("chat")
+			paths, _ := pr.Router().Paths(entry.Committed(), v, routing.Request{Entry: entry.ID().String(),
+				PromptTokens: len(turn2), MaxTokens: 6, Prefix: hashes}, now, 4)
+			for _, p := range paths {
+				t.Logf("candidate %s: cost %.3e %+v", p, p.Cost, p.Terms)
+			}
 			t.Fatalf("round %d: turn 2 went %v, turn 1 %s", round, res2.Paths, path1)
 		}
 		for _, n := range nodes {
@@ -397,5 +465,59 @@ func TestPrefixAffinityRoutesTurnTwo(t *testing.T) {
 			t.Fatalf("round %d: turn 2 %v, single process %v", round, res2.Tokens, want)
 		}
 		t.Logf("round %d: both turns via %s", round, path1)
+	}
+}
+
+// TestSchedulerStaleDeferredStep: two steps of one session at the same
+// position in one batch (a duplicate frame): the first runs, the second,
+// now behind the session, is refused rather than run at an offset.
+func TestSchedulerStaleDeferredStep(t *testing.T) {
+	r := newSchedRig(t, 0, 32, 40<<30)
+	hops := []Hop{{Peer: schedSelf, From: 0, To: 32}}
+	r.deliver(r.open(SessionID{1}, hops, []int32{1, 2, 3}, 64))
+	r.out.take(t)
+	a := &stepIn{from: schedEntry, at: r.t0, m: &Step{Session: SessionID{1}, Entry: schedEntry, Hops: hops, Pos: 3, Tokens: []int32{4, 5, 6, 7}}}
+	b := &stepIn{from: schedEntry, at: r.t0, m: &Step{Session: SessionID{1}, Entry: schedEntry, Hops: hops, Pos: 3, Tokens: []int32{4}}}
+	r.deliver(a, b)
+	if got := r.out.take(t); got.kind != "token" || got.m.(*Token).Pos != 7 {
+		t.Fatalf("first step: %s %+v", got.kind, got.m)
+	}
+	ready := r.s.deferred
+	r.s.deferred = nil
+	r.s.execute(context.Background(), ready)
+	if got := r.out.take(t); got.kind != "fail" || got.m.(*ErrorMsg).Code != CodeBadFrame {
+		t.Fatalf("stale deferred step: %s %+v", got.kind, got.m)
+	}
+}
+
+// TestPrefixSummarySize: the summary grows with the blocks cached, up to
+// what a heartbeat carries, and holds every cached block.
+func TestPrefixSummarySize(t *testing.T) {
+	c := &prefixCache{}
+	rng := rand.New(rand.NewPCG(9, 9))
+	var all [][]uint64
+	for range 40 {
+		toks := randomTokens(rng, 20*prefixBlock, 1000)
+		e := &prefixEntry{from: 0, to: 1, tokens: toks, hashes: routing.BlockHashes(toks, prefixBlock)}
+		c.entries = append(c.entries, e)
+		all = append(all, e.hashes)
+	}
+	c.changed()
+	b, err := c.summary.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.summary.Bits() != maxSummaryBits || len(b) > swarm.MaxPrefixLen {
+		t.Fatalf("800 blocks: a summary of %d bits, %d bytes encoded", c.summary.Bits(), len(b))
+	}
+	for _, h := range all {
+		if c.summary.Match(h) != len(h) {
+			t.Fatal("a cached block is missing from the summary")
+		}
+	}
+	c.entries = c.entries[:1]
+	c.changed()
+	if c.summary.Bits() != routing.DefaultSummaryBits {
+		t.Fatalf("20 blocks: %d bits", c.summary.Bits())
 	}
 }

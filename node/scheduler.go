@@ -456,16 +456,31 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check}
 	// Resume from the prefix cache: the first hop from its longest match
 	// (leaving one position to compute), a later hop from where the one
-	// before it resumed, which it must hold too.
-	var hit *prefixEntry
+	// before it resumed, which it must hold too. A live session over the
+	// same layers counts as cached: the previous turn's, whose close may
+	// reach this hop after the next turn's first step, or another
+	// conversation's with the same opening.
+	var src []engine.Session // per layer from srcFrom
+	srcFrom := 0
 	if s.cache != nil && !m.Open.Cold {
 		limit := len(m.Tokens) - 1
 		if h.From > 0 {
 			limit = m.Skip
 		}
 		e, n := s.cache.lookup(h.From, h.To, m.Tokens, limit)
+		if e != nil {
+			src, srcFrom = e.sess, e.from
+		}
+		for _, o := range s.sessions {
+			if o.key.from > h.From || o.to < h.To {
+				continue
+			}
+			if k := sharedBlocks(o.hist, m.Tokens, limit); k > n {
+				n, src, srcFrom = k, o.sess, o.key.from
+			}
+		}
 		if h.From == 0 || n == m.Skip {
-			hit, hs.pos = e, n
+			hs.pos = n
 		}
 	}
 	if h.From > 0 && hs.pos != m.Skip {
@@ -475,14 +490,17 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	for l := h.From; l < h.To; l++ {
 		var es engine.Session
 		var err error
-		if hit != nil && hs.pos > 0 {
-			es, err = s.slots[l].st.(engine.PrefixStage).NewSessionFrom(hit.sess[l-hit.from], hs.pos, hs.cap)
+		if ps, ok := s.slots[l].st.(engine.PrefixStage); ok && hs.pos > 0 {
+			es, err = ps.NewSessionFrom(src[l-srcFrom], hs.pos, hs.cap)
+		} else if hs.pos > 0 {
+			err = fmt.Errorf("%w: the stage cannot resume a prefix", engine.ErrSession)
 		} else {
 			es, err = s.slots[l].st.NewSession(hs.cap)
 		}
 		if err != nil {
-			for _, e := range hs.sess {
+			for i, e := range hs.sess {
 				e.Close()
+				s.slots[h.From+i].refs--
 			}
 			s.reject(in, CodeInternal, "", "open session at layer %d: %v", l, err)
 			return false
@@ -623,6 +641,13 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 		}
 		if seen[key] {
 			s.deferred = append(s.deferred, in) // a session runs once per batch
+			continue
+		}
+		// Only an open step starts past its position (what it resumed
+		// from the prefix cache); a step deferred behind another of its
+		// session's may now be stale.
+		if off := hs.pos - in.m.Pos; off != 0 && (in.m.Open == nil || off < 0 || off >= len(in.m.Tokens)) {
+			s.reject(in, CodeBadFrame, "", "session %s: step at position %d, session holds %d", in.m.Session, in.m.Pos, hs.pos)
 			continue
 		}
 		seen[key] = true

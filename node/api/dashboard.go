@@ -62,6 +62,16 @@ type hopJSON struct {
 	To   int    `json:"to"`
 }
 
+// scoreJSON is a path's score as it won its route: the estimated
+// seconds of the request and their split (routing.Breakdown).
+type scoreJSON struct {
+	Cost     float64 `json:"cost_s"`
+	Latency  float64 `json:"latency_s"`
+	Load     float64 `json:"load_s"`
+	Locality float64 `json:"locality_s"`
+	Other    float64 `json:"other_s"` // scorers such as prefix affinity
+}
+
 // requestJSON is one generation request as the dashboard shows it.
 type requestJSON struct {
 	Seq        uint64      `json:"seq"`
@@ -71,6 +81,8 @@ type requestJSON struct {
 	Stream     bool        `json:"stream"`
 	Status     string      `json:"status"` // "ok" or the error code
 	Paths      [][]hopJSON `json:"paths"`  // in order: a replay adds one
+	Scores     []scoreJSON `json:"scores"` // each path's winning score
+	Profile    string      `json:"profile"`
 	Replays    int         `json:"replays"`
 	TTFTMs     float64     `json:"ttft_ms"`
 	DurationMs float64     `json:"duration_ms"`

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -537,4 +538,29 @@ func (s *sseStream) nextNamed() (name, data string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// TestDashboardRequestScores: the dashboard's request log names the
+// profile that routed each request and its path's winning score.
+func TestDashboardRequestScores(t *testing.T) {
+	c := shared.get(t)
+	u := c.urls[0]
+	completion(t, u+"/v1/completions", map[string]any{"prompt": "Once upon a time", "max_tokens": 4})
+	status, _, body := get(t, u+"/v1/swarm/activity", "")
+	if status != http.StatusOK {
+		t.Fatalf("activity: %d %s", status, body)
+	}
+	var a activityJSON
+	if err := json.Unmarshal(body, &a); err != nil || len(a.Requests) == 0 {
+		t.Fatalf("activity %s: %v", body, err)
+	}
+	q := a.Requests[len(a.Requests)-1]
+	want := c.nodes[0].Swarm().Scheduler.Default
+	if q.Profile != want || len(q.Scores) != len(q.Paths) || len(q.Scores) == 0 {
+		t.Fatalf("request: profile %q (want %q), %d scores for %d paths", q.Profile, want, len(q.Scores), len(q.Paths))
+	}
+	s := q.Scores[0]
+	if !(s.Cost > 0) || math.Abs(s.Latency+s.Load+s.Locality+s.Other-s.Cost) > 1e-9*s.Cost+1e-12 {
+		t.Fatalf("score %+v: not a positive cost split into its terms", s)
+	}
 }

@@ -229,6 +229,11 @@ func (c *call) record(res node.Result) {
 	for _, p := range res.Paths {
 		q.Paths = append(q.Paths, parsePath(p))
 	}
+	q.Profile, q.Scores = res.Profile, []scoreJSON{}
+	for _, s := range res.Scores {
+		q.Scores = append(q.Scores, scoreJSON{Cost: s.Cost, Latency: s.Terms.Latency, Load: s.Terms.Load,
+			Locality: s.Terms.Locality, Other: s.Terms.Other})
+	}
 	// The decode rate: tokens after the first over the time after it.
 	first := c.start.Add(res.TTFT)
 	switch {

@@ -192,6 +192,13 @@ func TestValidationNamesTheField(t *testing.T) {
 	if _, err := c.NodeOptions(zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
+	// The prefix cache is on unless turned off.
+	if !c.PrefixCache {
+		t.Fatal("prefix cache off by default")
+	}
+	if c, err := parse(t, nil, "--prefix-cache=false"); err != nil || c.PrefixCache {
+		t.Fatalf("--prefix-cache=false: %v, %v", c.PrefixCache, err)
+	}
 	// A model reference that is no file is left to the model store.
 	for _, m := range []string{"Qwen/Qwen2.5-7B-Instruct-GGUF:q4_k_m", "hf://o/r/m.gguf"} {
 		if c, err := parse(t, nil, "--model", m); err != nil || c.Model != m {

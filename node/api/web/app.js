@@ -271,6 +271,16 @@
     return hops.map((h) => `${short(h.node)}[${h.from},${h.to})`).join(" → ");
   }
 
+  // scoreText is the winning score of a request's last path: its
+  // estimated seconds, then their split (other: scorers such as prefix
+  // affinity).
+  function scoreText(q) {
+    const s = q.scores && q.scores.length ? q.scores[q.scores.length - 1] : null;
+    if (!s) return ["–", ""];
+    const split = `latency ${fmt(s.latency_s, 3)} · load ${fmt(s.load_s, 3)} · locality ${fmt(s.locality_s, 3)} · other ${fmt(s.other_s, 3)}`;
+    return [fmt(s.cost_s, 3), split];
+  }
+
   function renderRequests() {
     const sel = selectedRequest();
     const rows = [];
@@ -278,10 +288,12 @@
       const q = state.requests[i];
       const ok = q.status === "ok";
       const paths = q.paths.map(pathText).join("<br>replayed: ");
+      const [score, split] = scoreText(q);
       rows.push(`<tr data-request="${esc(q.id)}" data-status="${esc(q.status)}" class="${sel && sel.id === q.id ? "sel" : ""}">` +
         `<td>${clock(q.time)}</td><td class="${ok ? "good" : "bad"}">${esc(q.status)}</td>` +
         `<td class="num">${fmt(q.ttft_ms, 0)}</td><td class="num">${fmt(q.tokens_per_s, 1)}</td>` +
         `<td class="num">${q.completion_tokens}</td><td class="num ${q.replays ? "bad" : ""}">${q.replays}</td>` +
+        `<td>${esc(q.profile || "–")}</td><td class="num" title="${esc(split)}">${score}</td>` +
         `<td class="path">${paths ? esc(paths).replace(/&lt;br&gt;/g, "<br>") : "–"}</td></tr>`);
     }
     $("requests").tBodies[0].innerHTML = rows.join("");
