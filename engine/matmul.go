@@ -71,20 +71,50 @@ func (a *act) prepareOn(p *pool, w *matrix) {
 // of W go to the pool's goroutines in chunks of 8-row blocks, and each
 // block of W is used for every input row while it is in cache.
 func (s *Local) matmul(out []float32, w *matrix, x *act) {
-	x.prepareOn(s.pool, w)
-	blocks := (w.rows + rowBlock - 1) / rowBlock
-	grain := s.pool.matmulGrain(blocks, int(w.bytes())*x.n)
-	s.pool.forRange(blocks, grain, w.rows*w.cols*x.n, func(lo, hi int) {
-		r0, r1 := lo*rowBlock, min(hi*rowBlock, w.rows)
-		switch {
-		case w.f != nil:
-			matmulF32(out, w, x, r0, r1)
-		case w.typ == F16 || w.typ == BF16:
-			matmulHalf(out, w, x, r0, r1)
-		case w.qf != nil:
-			matmulPacked(out, w, x, r0, r1)
-		default:
-			matmulQ8(out, w, x, r0, r1)
+	s.matmuls(x, product{out, w})
+}
+
+// product is one matrix product of a matmuls call: out = W·x.
+type product struct {
+	out []float32
+	w   *matrix
+}
+
+// matmuls computes several products of the same activations (Q, K and V;
+// gate and up) in one pool loop: one hand-off instead of several, and the
+// small matrices' chunks fill the gaps the large ones leave at the end.
+// Each chunk is rows of one matrix, so every output is still computed as
+// matmul alone computes it.
+func (s *Local) matmuls(x *act, ps ...product) {
+	type chunk struct {
+		p      int
+		lo, hi int // 8-row blocks
+	}
+	var chunks []chunk
+	work := 0
+	for i, p := range ps {
+		x.prepareOn(s.pool, p.w)
+		blocks := (p.w.rows + rowBlock - 1) / rowBlock
+		grain := s.pool.matmulGrain(blocks, int(p.w.bytes())*x.n)
+		for lo := 0; lo < blocks; lo += grain {
+			chunks = append(chunks, chunk{i, lo, min(lo+grain, blocks)})
+		}
+		work += p.w.rows * p.w.cols * x.n
+	}
+	s.pool.forRange(len(chunks), 1, work, func(lo, hi int) {
+		for _, c := range chunks[lo:hi] {
+			out, w := ps[c.p].out, ps[c.p].w
+			r0, r1 := c.lo*rowBlock, min(c.hi*rowBlock, w.rows)
+			switch {
+			case w.f != nil:
+				matmulF32(out, w, x, r0, r1)
+			case w.typ == F16 || w.typ == BF16:
+				matmulHalf(out, w, x, r0, r1)
+			case w.qf != nil:
+				matmulPacked(out, w, x, r0, r1)
+			default:
+				matmulQ8(out, w, x, r0, r1)
+			}
 		}
 	})
 }
