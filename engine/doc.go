@@ -20,8 +20,10 @@
 // make this hold:
 //
 //   - every output element is computed by one goroutine with one kernel;
-//     work is split across goroutines by output rows (or attention heads),
-//     never along a summed dimension;
+//     work is split across goroutines by output rows (or attention heads,
+//     SwiGLU elements, activation blocks to quantise), never along a summed
+//     dimension; the pool's goroutines claim chunks of those items at run
+//     time, so which goroutine computes an element varies, never its bits;
 //   - every sum has a fixed order: 16 strided lanes (8 for Q8_0 blocks)
 //     then a fixed tree, the same in the portable Go kernel and in the
 //     assembly one;

@@ -143,3 +143,49 @@ func TestMatmulThreadsSameBits(t *testing.T) {
 		}
 	}
 }
+
+// TestMatmulsSameBits computes three products of one activation batch
+// (matrices of different types and heights, as Q, K and V can be) in one
+// matmuls call on pools of 2 and 3 goroutines and wants each one's bits
+// from matmul alone on one goroutine.
+func TestMatmulsSameBits(t *testing.T) {
+	const cols, n = 2048, 2
+	src := make([]float32, n*cols)
+	s := uint64(11)
+	for i := range src {
+		src[i] = float32(int64(splitmix(&s)>>40)-1<<23) / (1 << 23)
+	}
+	var ws []*matrix
+	for i, spec := range []struct {
+		typ  DType
+		rows int
+	}{{Q4_K, 1000}, {Q6_K, 136}, {Q5_0, 72}} {
+		var raw []byte
+		for r := 0; r < spec.rows; r++ {
+			raw = encodeRow(raw, src[((r+i)%n)*cols:((r+i)%n+1)*cols], spec.typ)
+		}
+		ws = append(ws, &matrix{rows: spec.rows, cols: cols, raw: raw, qf: quantFormats[spec.typ], typ: spec.typ})
+	}
+	one := &Local{pool: newPool(1)}
+	defer one.pool.close()
+	var want [][]float32
+	for _, w := range ws {
+		o := make([]float32, n*w.rows)
+		one.matmul(o, w, newAct(src, n, cols))
+		want = append(want, o)
+	}
+	for _, threads := range []int{2, 3} {
+		st := &Local{pool: newPool(threads)}
+		var ps []product
+		for _, w := range ws {
+			ps = append(ps, product{make([]float32, n*w.rows), w})
+		}
+		st.matmuls(newAct(src, n, cols), ps...)
+		st.pool.close()
+		for i, p := range ps {
+			if !sameBits(p.out, want[i]) {
+				t.Fatalf("%d threads: product %d (%v) differs from matmul alone", threads, i, p.w.typ)
+			}
+		}
+	}
+}

@@ -141,10 +141,7 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 				return time.Since(t0)
 			}
 			wb := s.Info().WeightBytes
-			buf := make([]uint64, wb/8)
-			for i := range buf {
-				buf[i] = uint64(i)
-			}
+			buf := membench.Buffer(wb)
 			step()
 			readBytes := membench.Read(buf, threads)
 			best := [3]time.Duration{time.Hour, time.Hour, time.Hour}

@@ -603,9 +603,7 @@ func (fw *forward) layer(li int, x []float32) {
 		rmsNorm(fw.xb[r*d:(r+1)*d], x[r*d:(r+1)*d], w.attnNorm, h.NormEps)
 	}
 	a := newAct(fw.xb, n, d)
-	s.matmul(fw.q, w.wq, a)
-	s.matmul(fw.k, w.wk, a)
-	s.matmul(fw.v, w.wv, a)
+	s.matmuls(a, product{fw.q, w.wq}, product{fw.k, w.wk}, product{fw.v, w.wv})
 	if w.bq != nil {
 		for r := 0; r < n; r++ {
 			addTo(fw.q[r*qd:(r+1)*qd], w.bq)
@@ -641,8 +639,7 @@ func (fw *forward) layer(li int, x []float32) {
 		rmsNorm(fw.xb[r*d:(r+1)*d], x[r*d:(r+1)*d], w.ffnNorm, h.NormEps)
 	}
 	a = newAct(fw.xb, n, d)
-	s.matmul(fw.gate, w.wGate, a)
-	s.matmul(fw.up, w.wUp, a)
+	s.matmuls(a, product{fw.gate, w.wGate}, product{fw.up, w.wUp})
 	// Element by element: each value's bits are its own, so the split is
 	// free, and a decode step's one row is split too.
 	s.pool.forRange(n*h.FFN, 1024, n*h.FFN*8, func(lo, hi int) {
