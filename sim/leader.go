@@ -323,18 +323,14 @@ func (w *world) switchTo(from, to layers.LayerMap, first bool) {
 		}
 		if !in {
 			if w.serving[i] && w.up[i] {
-				w.stopServing(i)
+				w.leaveMap(i)
 			}
 			continue
 		}
 		if w.up[i] {
 			w.loading[i]++
 			w.lead.prepared[i] = layers.Range{}
-			if w.serving[i] {
-				w.reassign(i, r)
-			} else {
-				w.serve(i, r)
-			}
+			w.reassign(i, r) // a fresh node, or one still finishing sessions of a range it left
 		}
 	}
 }

@@ -63,3 +63,30 @@ func TestReassignKeepsSessions(t *testing.T) {
 		t.Fatalf("after the old sessions: span [%d,%d), %d held, %d range calls, kv %d", n.First, n.End, n.held, ranges, n.kvUsed)
 	}
 }
+
+// TestReleaseKeepsSessions: a node the map drops finishes what it holds
+// and takes nothing new.
+func TestReleaseKeepsSessions(t *testing.T) {
+	c := Cluster{Model: ModelWire{Layers: 4, TokenBytes: 2, ActivationBytes: 16},
+		Nodes: []NodeSpec{{Name: "a", First: 0, End: 4, Timer: constTimer(1e-3), KVCapacity: 1 << 20,
+			Caps: Caps{PromptMaxRequests: 4, PromptMaxTokens: 1000, DecodeMaxTokens: 100, DecodeMaxContext: 1 << 20}}}}
+	s, err := newSim(c, throughNode{hopEnd: 4}, Window{Start: 0, End: 1e9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.reserve, s.maxQueue = true, 8
+	s.net = func(int, int) LinkSpec { return LinkSpec{Bandwidth: 1e9, Latency: 1e-4} }
+	s.issue(10, 50, 0)
+	s.issue(10, 50, 0)
+	s.run(0.05)
+	s.reassign(0, 0, 0)
+	late := s.issue(10, 5, s.now)
+	s.run(1e3)
+	n := s.nodes[0]
+	if s.stats.completed != 2 || !late.failed || late.cause != causeStale {
+		t.Fatalf("%d completed (want 2), new session failed %v cause %v", s.stats.completed, late.failed, late.cause)
+	}
+	if n.End != n.First || n.held != 0 || n.active != 0 {
+		t.Fatalf("after: span [%d,%d), %d held, %d active", n.First, n.End, n.held, n.active)
+	}
+}

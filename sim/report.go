@@ -61,6 +61,9 @@ func (r Report) WriteText(w io.Writer) error {
 	if err := r.writeCauses(w); err != nil {
 		return err
 	}
+	if err := r.writeUse(w); err != nil {
+		return err
+	}
 	if len(r.Published) > 0 {
 		fmt.Fprintln(w, "\npublished (Helix's simulator) vs simulated (ours), decode tok/s:")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -167,4 +170,24 @@ func (r Report) hasSwarm() bool {
 		}
 	}
 	return false
+}
+
+// writeUse lists each swarm policy's machine use by machine type.
+func (r Report) writeUse(w io.Writer) error {
+	if !r.hasSwarm() {
+		return nil
+	}
+	fmt.Fprintln(w, "\nmachine use by type (busy: share of the run computing; KV: peak reserved / capacity):")
+	for _, p := range r.Policies {
+		if len(p.UseByGPU) == 0 {
+			continue
+		}
+		parts := make([]string, 0, len(p.UseByGPU))
+		for _, u := range p.UseByGPU {
+			parts = append(parts, fmt.Sprintf("%s ×%d (%d serving) busy %.2f mean %.2f max, KV %.2f",
+				u.GPU, u.Nodes, u.Serving, u.BusyMean, u.BusyMax, u.KVPeakMean))
+		}
+		fmt.Fprintf(w, "  %s: %s\n", p.Policy, strings.Join(parts, "; "))
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -246,12 +247,56 @@ type PolicyReport struct {
 	// by cause: node_died, moved, queue_full, queue_timeout,
 	// kv_never_fits, stale_route, no_hop.
 	BrokenByCause map[string]int `json:"attempts_broken_by_cause"`
+	// UseByGPU is the machines' use per machine type (swarm runs): where
+	// the bottleneck is.
+	UseByGPU []GPUUse `json:"use_by_gpu,omitempty"`
 
 	swarm      *SwarmResult
 	decodeTokS float64
 	events     uint64
 	series     []float64
 	bin        float64
+}
+
+// GPUUse sums up the machines of one type over a run.
+type GPUUse struct {
+	GPU     string `json:"gpu"`
+	Nodes   int    `json:"nodes"`
+	Serving int    `json:"serving_at_end"`
+	// BusyMean and BusyMax are the share of the run's time the machines
+	// computed; KVPeakMean their mean peak KV reservation over capacity.
+	BusyMean   float64 `json:"busy_mean"`
+	BusyMax    float64 `json:"busy_max"`
+	KVPeakMean float64 `json:"kv_peak_mean"`
+}
+
+func useByGPU(ns []NodeUsage) []GPUUse {
+	by := map[string]*GPUUse{}
+	var order []string
+	for _, n := range ns {
+		u := by[n.GPU]
+		if u == nil {
+			u = &GPUUse{GPU: n.GPU}
+			by[n.GPU] = u
+			order = append(order, n.GPU)
+		}
+		u.Nodes++
+		if !n.Range.Empty() {
+			u.Serving++
+		}
+		u.BusyMean += n.Busy
+		u.BusyMax = max(u.BusyMax, n.Busy)
+		u.KVPeakMean += n.KVPeak
+	}
+	sort.Strings(order)
+	out := make([]GPUUse, 0, len(order))
+	for _, g := range order {
+		u := by[g]
+		u.BusyMean /= float64(u.Nodes)
+		u.KVPeakMean /= float64(u.Nodes)
+		out = append(out, *u)
+	}
+	return out
 }
 
 // PublishedRow is a paper figure next to our simulation of its placement.
@@ -340,6 +385,7 @@ func Run(ctx context.Context, sc *Scenario, now func() time.Time, policies ...st
 			}
 			pr := policyReport(p, []Result{res.Result})
 			pr.swarm = &res
+			pr.UseByGPU = useByGPU(res.Nodes)
 			rep.Policies = append(rep.Policies, pr)
 		}
 	}

@@ -54,7 +54,7 @@ func TestReportJSON(t *testing.T) {
 		t.Fatalf("%d policies, want 2", len(pols))
 	}
 	want := []string{"attempts_broken_by_cause", "completed", "failed", "failed_by_cause", "failed_where_path_existed",
-		"goodput_tok_s", "policy", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms"}
+		"goodput_tok_s", "policy", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "use_by_gpu"}
 	for _, p := range pols {
 		pm := p.(map[string]any)
 		if got := keys(pm); !reflect.DeepEqual(got, want) {

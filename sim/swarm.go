@@ -579,6 +579,15 @@ func (w *world) reassign(i int, r layers.Range) {
 	w.changed()
 }
 
+// leaveMap takes a live node out of the map the way a committed map does:
+// it takes no new session, and those it holds go on to their end.
+func (w *world) leaveMap(i int) {
+	w.s.reassign(i, 0, 0)
+	w.setCaps(i)
+	w.serving[i], w.rng[i] = false, layers.Range{}
+	w.changed()
+}
+
 // setCaps sets a node's batch caps and KV memory for the layers it holds
 // (Helix's tables stop at the most a machine may hold: layers still in
 // use past that get the last row).
@@ -717,6 +726,7 @@ func (w *world) nodeDown(i int) {
 	wasCovered := w.covered
 	w.loading[i]++
 	w.stopServing(i)
+	w.s.kill(i, causeDied) // sessions it still held after leaving the map
 	if wasCovered && !w.covered {
 		w.lostAt = append(w.lostAt, w.s.now)
 	} else if wasCovered {
