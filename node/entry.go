@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/routing"
 )
@@ -122,7 +123,10 @@ type entryConfig struct {
 	stepTimeout, repairWait      time.Duration
 	maxReplays, defaultMaxTokens int
 	wireF16                      bool
-	maxFrame                     int // the largest activation frame peers accept
+	maxFrame                     int           // the largest activation frame peers accept
+	queueMax                     int           // requests the admission queue holds
+	queueTimeout                 time.Duration // a queued request's default deadline
+	verifyRate                   float64       // share of token boundaries spot-checked (verify.go)
 	clock                        clockwork.Clock
 	log                          *zap.Logger
 }
@@ -142,6 +146,17 @@ type entryDeps struct {
 	draining func(hops []Hop) []peer.ID
 	// suspect tells the router that p failed a step just now.
 	suspect func(p peer.ID)
+	// kv is what a node of the map last reported of its KV cache (nil:
+	// nothing known, admission by path only).
+	kv func(node string) kvReport
+	// changed returns a channel closed at the next change of what
+	// routing reads (a heartbeat, a liveness verdict); nil: none.
+	changed func() <-chan struct{}
+	// holders lists the peers that serve layers [from, to) on the
+	// committed map (verify.go); nil: no spot checks.
+	holders func(from, to int) []peer.ID
+	// report hands fault evidence to the leader.
+	report func(ctx context.Context, ev consensus.Evidence) error
 	// profileName resolves a request's profile ("" the default) to the
 	// name of the one that routes it; nil: as given.
 	profileName func(string) string
@@ -160,6 +175,9 @@ type entry struct {
 	mu     sync.RWMutex // generate's wg.Add against close's wg.Wait
 	wg     sync.WaitGroup
 	reg    registry
+	adm    *admitter
+	rcpt   receipts       // receipts awaited by spot checks
+	vc     verifyCounters // spot-check counts
 }
 
 func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
@@ -169,10 +187,22 @@ func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
 	if cfg.log == nil {
 		cfg.log = zap.NewNop()
 	}
-	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}}
+	if cfg.queueMax <= 0 {
+		cfg.queueMax = DefaultEntryQueueMax
+	}
+	if cfg.queueTimeout <= 0 {
+		cfg.queueTimeout = DefaultQueueTimeout
+	}
+	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}, adm: newAdmitter()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.admitLoop() }()
 	return e
 }
+
+// capacityChanged is a hint from the node that routing's inputs changed
+// (its own status, a map notice): the queue looks again.
+func (e *entry) capacityChanged() { e.adm.poke() }
 
 // stop ends every generation (their callers get ErrClosed) and refuses
 // new ones; wait joins them.
@@ -275,16 +305,24 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	if e.profileName != nil {
 		g.res.Profile = e.profileName(req.Profile)
 	}
-	path, err := e.route(g.routeReq(nil))
+	wait := req.QueueTimeout
+	if wait == 0 {
+		wait = e.cfg.queueTimeout
+	}
+	path, resv, err := e.admit(ctx, g, wait)
 	if errors.Is(err, routing.ErrUnknownProfile) {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	if err != nil {
+		if errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
+			return nil, err
+		}
 		return nil, &retryAfter{err: fmt.Errorf("%w: %w", ErrNoCapacity, err), after: time.Second}
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.ctx.Err() != nil {
+		e.adm.release(resv)
 		return nil, ErrClosed
 	}
 	e.counters.requests.Add(1)
@@ -295,6 +333,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	go func() {
 		defer e.wg.Done()
 		defer cancel()
+		defer e.adm.release(resv)
 		res, err := g.run(gctx, path)
 		if err != nil {
 			e.counters.failed.Add(1)
@@ -325,7 +364,12 @@ type generation struct {
 	res       Result
 	start     time.Time
 	failedAt  time.Time // when the last failure was noticed, until the next token
-	cold      bool      // a hop missed a prefix another resumed: no prefix cache from now on
+	// safe counts, per peer that served an attempt, the leading tokens
+	// of out that depend on no unverified output of it; sent holds what
+	// was delivered before a rewind (verify.go).
+	safe map[peer.ID]int
+	sent []int32
+	cold bool // a hop missed a prefix another resumed: no prefix cache from now on
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
@@ -348,6 +392,7 @@ const (
 	endBusy                      // a hop's admission queue is full: back off
 	endNoKV                      // a hop can never hold the session: avoid it for good
 	endMove                      // a hop is draining: move the session at a token boundary
+	endFault                     // a hop failed a spot check: replay from the last verified point
 	endPrefixMiss                // hops' prefix caches disagreed: replay cold
 )
 
@@ -406,6 +451,9 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 			e.cfg.log.Info("hop draining; moving the session", zap.Stringers("draining", end.blame),
 				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
 		default:
+			if end.kind == endFault {
+				g.rewind(end.blame[0])
+			}
 			e.counters.hopFailures.Add(1)
 			g.failedAt = e.cfg.clock.Now()
 			if g.res.Replays >= e.cfg.maxReplays {
@@ -495,6 +543,8 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 			e.post(h.Peer, &Close{Session: sid})
 		}
 	}()
+	start := len(g.out)
+	g.used(hops)
 	all := append(slices.Clone(g.prompt), g.out...)
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: all,
 		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp, Cold: g.cold}}
@@ -561,6 +611,14 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		if err != nil || finished {
 			return attemptEnd{done: err == nil}, err
 		}
+		if len(g.out) > len(g.sent) && e.shouldAudit() {
+			if end := g.audit(ctx, sid, hops, start); end != nil {
+				if ctx.Err() != nil {
+					return attemptEnd{}, ctx.Err()
+				}
+				return *end, nil
+			}
+		}
 		// A token boundary: leave hops that announced draining, so that
 		// they can go without a single step failing.
 		if d := e.draining(hops); len(d) > 0 {
@@ -585,6 +643,16 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 		e.counters.replayed(d)
 		e.cfg.log.Info("replay recovered", zap.Duration("replay_latency", d), zap.Int("position", len(g.prompt)+len(g.out)))
 		g.failedAt = time.Time{}
+	}
+	if n := len(g.out); n < len(g.sent) {
+		// Redoing tokens already sent after a fault: they stand if the
+		// replay agrees, and the generation ends flagged if not.
+		if g.sent[n] != id {
+			return false, fmt.Errorf("%w: token %d (position %d) was %d, the replay without the faulty node gives %d",
+				ErrWrongTokens, n, len(g.prompt)+n, g.sent[n], id)
+		}
+		g.out = append(g.out, id)
+		return false, nil
 	}
 	g.out = append(g.out, id)
 	e.counters.tokens.Add(1)

@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
@@ -31,6 +32,7 @@ type outbox interface {
 	forward(to peer.ID, s *Step)
 	token(to peer.ID, t *Token)
 	fail(to peer.ID, e *ErrorMsg)
+	receipt(to peer.ID, r *ReceiptMsg)
 }
 
 type schedConfig struct {
@@ -45,6 +47,12 @@ type schedConfig struct {
 	clock        clockwork.Clock // expiry and session ages; nil: the wall clock
 	prefixCache  bool            // keep finished sessions' KV for reuse (prefixcache.go)
 	log          *zap.Logger
+	// sign signs this node's receipts (verify.go); nil: audits and check
+	// sessions get no answer.
+	sign func(*consensus.Receipt) error
+	// fault corrupts outputs: the test-only fault injector (nil in
+	// release builds and by default).
+	fault outputFault
 }
 
 // inboxMsg is what the scheduler's inbox carries: *stepIn, closeIn,
@@ -57,6 +65,7 @@ func (closeIn) inbox()   {}
 func (loadIn) inbox()    {}
 func (releaseIn) inbox() {}
 func (statusReq) inbox() {}
+func (auditIn) inbox()   {}
 
 // Inbox messages.
 type (
@@ -82,6 +91,11 @@ type (
 	// statusReq asks for the loop's status once everything submitted
 	// before it is handled.
 	statusReq struct{ reply chan *schedStatus }
+	// auditIn asks for a session's receipt.
+	auditIn struct {
+		from peer.ID
+		m    *Audit
+	}
 )
 
 type layerSlot struct {
@@ -109,6 +123,8 @@ type hopSession struct {
 	sp    engine.SamplingParams
 	hist  []int32 // input tokens: the last hop samples with them, every hop caches by them
 	last  time.Time
+	chain chains // what this hop took and gave, for receipts (verify.go)
+	check bool   // a check session
 }
 
 // schedStatus is the loop's published summary, for heartbeats, routing
@@ -306,6 +322,8 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 	case statusReq:
 		s.publish()
 		m.reply <- s.status.Load()
+	case auditIn:
+		s.onAudit(m)
 	}
 }
 
@@ -435,7 +453,7 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	m := in.m
 	h := m.Hops[0]
 	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
-		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at}
+		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check}
 	// Resume from the prefix cache: the first hop from its longest match
 	// (leaving one position to compute), a later hop from where the one
 	// before it resumed, which it must hold too. A live session over the
@@ -716,13 +734,24 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 		hs.hist = append(hs.hist, m.Tokens[skip:]...)
 		hs.pos = m.Pos + len(m.Tokens)
 		hs.last = now
-		if hs.to == s.cfg.model.Layers {
+		last := hs.to == s.cfg.model.Layers
+		if s.cfg.fault != nil {
+			s.cfg.fault.corrupt(w, last)
+		}
+		hs.chain.add(w.in.m, w.x, w.logits, last)
+		if hs.check && len(hs.rest) == 0 {
+			// The check hop of a check session: its receipt is the answer.
+			s.sendReceipt(hs)
+			s.drop(hs, false)
+			continue
+		}
+		if last {
 			tok := engine.Sample(w.logits, hs.sp, hs.pos, hs.hist)
 			s.out.token(hs.entry, &Token{Session: m.Session, Pos: hs.pos, Token: tok})
 			continue
 		}
 		s.out.forward(hs.rest[0].Peer, &Step{Session: m.Session, Open: m.Open, Entry: hs.entry, Hops: hs.rest,
-			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: w.x, Cols: s.cfg.model.Hidden})
+			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: w.x, Cols: s.cfg.model.Hidden, Check: hs.check})
 	}
 }
 

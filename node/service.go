@@ -42,6 +42,7 @@ type actSender interface {
 type tokenSink interface {
 	onToken(from peer.ID, t *Token)
 	onError(from peer.ID, e *ErrorMsg)
+	onReceipt(from peer.ID, r *ReceiptMsg)
 }
 
 // sendTimeout bounds one send on the activation protocol.
@@ -72,6 +73,12 @@ func (n *stageService) onFrame(from peer.ID, frame []byte) error {
 		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 		defer cancel()
 		_ = n.sched.submit(ctx, closeIn{from: from, sid: m.Session})
+	case *Audit:
+		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		defer cancel()
+		_ = n.sched.submit(ctx, auditIn{from: from, m: m})
+	case *ReceiptMsg:
+		n.entry.onReceipt(from, m)
 	}
 	return nil
 }
@@ -117,7 +124,7 @@ func (n *stageService) checkStep(m *Step) error {
 			return fmt.Errorf("%w: hops %d and %d do not chain", ErrBadFrame, i-1, i)
 		}
 	}
-	if m.Hops[len(m.Hops)-1].To != in.Layers {
+	if m.Hops[len(m.Hops)-1].To != in.Layers && !m.Check {
 		return fmt.Errorf("%w: the path ends at layer %d of %d", ErrBadFrame, m.Hops[len(m.Hops)-1].To, in.Layers)
 	}
 	if m.Pos+len(m.Tokens) > in.Context {
@@ -165,6 +172,10 @@ func (n *stageService) send(ctx context.Context, to peer.ID, m Message) error {
 			n.entry.onError(n.self, m)
 		case *Close:
 			return n.sched.submit(ctx, closeIn{from: n.self, sid: m.Session})
+		case *Audit:
+			return n.sched.submit(ctx, auditIn{from: n.self, m: m})
+		case *ReceiptMsg:
+			n.entry.onReceipt(n.self, m)
 		}
 		return nil
 	}

@@ -31,6 +31,9 @@ type announcer struct {
 	clock  clockwork.Clock
 	every  time.Duration
 	log    *zap.Logger
+	// changed tells the entry's queue that what routing reads may have
+	// changed (this node's status, the map); nil until wired.
+	changed func()
 
 	notice   atomic.Pointer[layers.LayerMap]
 	loading  atomic.Int32 // warmups in progress
@@ -125,6 +128,9 @@ func (a *announcer) publish() {
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))
 	}
+	if a.changed != nil {
+		a.changed()
+	}
 }
 
 // loop publishes every interval until ctx ends.
@@ -164,6 +170,9 @@ func (a *announcer) onMapNotice(from peer.ID, data []byte) {
 	}
 	if old := a.notice.Load(); old == nil || m.Epoch > old.Epoch {
 		a.notice.Store(&m)
+		if a.changed != nil {
+			a.changed()
+		}
 	}
 }
 

@@ -62,7 +62,29 @@ type pathFinder struct {
 	members    func() []consensus.Member // nil without consensus
 	selfState  func(now time.Time) routing.NodeState
 	suspectFor time.Duration
-	suspects   sync.Map // peer.ID → time.Time of the last failure seen
+	suspects   sync.Map        // peer.ID → time.Time of the last failure seen
+	selfKV     func() kvReport // this node's own KV report
+}
+
+// kv is what node last reported of its KV cache: its latest heartbeat's
+// figures (this node's own status for itself), free unknown when none.
+func (f *pathFinder) kv(node string) kvReport {
+	if node == f.self.String() {
+		if f.selfKV != nil {
+			return f.selfKV()
+		}
+		return kvReport{free: -1}
+	}
+	id, err := peer.Decode(node)
+	if err != nil {
+		return kvReport{free: -1}
+	}
+	row, ok := f.host.Peers().Get(id)
+	if !ok || row.Heartbeat == nil {
+		return kvReport{free: -1}
+	}
+	hb := row.Heartbeat
+	return kvReport{free: int(hb.FreeKV), sessions: hb.ActiveSessions + hb.QueueDepth, mark: hb}
 }
 
 // suspect records that p failed a step now: routing avoids it for

@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/internal/codec"
 )
@@ -16,13 +17,14 @@ import (
 // swarm's length-prefixed frames. Version 1 encodes, little-endian:
 //
 //	u8  version (1)
-//	u8  kind (1 step, 2 token, 3 error, 4 close)
+//	u8  kind (1 step, 2 token, 3 error, 4 close, 5 audit, 6 receipt)
 //	[16] session ID
 //
 // then, by kind:
 //
-//	step:  u8 flags (bit 0: open, bit 1: hidden states follow, bit 2: skip
-//	           follows, bit 3: cold; others 0; bits 2 and 3 only with open)
+//	step:  u8 flags (bit 0: open, bit 1: hidden states follow, bit 2:
+//	           a check session (verify.go), bit 3: skip follows, bit 4: cold;
+//	           others 0; bits 3 and 4 only with open)
 //	       u32 position of the first input
 //	       u8 len, bytes  entry peer ID (where tokens and errors go)
 //	       u8 n (1..MaxHops), n × (u8 len, bytes peer ID; u32 from; u32 to)
@@ -39,6 +41,8 @@ import (
 //	error: u8 code, u8 len, bytes peer ID at fault (may be empty),
 //	       u16 len, bytes message (UTF-8, at most MaxErrorText)
 //	close: nothing
+//	audit: u32 first layer of the hop asked for its receipt
+//	receipt: u16 len, bytes  a signed consensus.Receipt
 //
 // Nothing may follow. Every count is checked against the bytes left
 // before anything is allocated, so a decoder allocates in proportion to
@@ -65,6 +69,10 @@ const (
 	KindToken Kind = 2
 	KindError Kind = 3
 	KindClose Kind = 4
+	// KindAudit asks a hop for its signed receipt of a session.
+	KindAudit Kind = 5
+	// KindReceipt carries a hop's signed receipt to the entry.
+	KindReceipt Kind = 6
 )
 
 func (k Kind) String() string {
@@ -77,6 +85,10 @@ func (k Kind) String() string {
 		return "error"
 	case KindClose:
 		return "close"
+	case KindAudit:
+		return "audit"
+	case KindReceipt:
+		return "receipt"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -146,6 +158,10 @@ type Step struct {
 	Hidden []float32
 	Cols   int
 	DType  DType
+	// Check marks a check session (verify.go): its last hop answers the
+	// entry with a signed receipt instead of forwarding or sampling, so
+	// its path may end before the last layer.
+	Check bool
 }
 
 // Token is the last hop's sampled token, sent straight to the entry.
@@ -225,19 +241,35 @@ type Close struct {
 	Session SessionID
 }
 
-// Message is one of *Step, *Token, *ErrorMsg, *Close.
+// Audit asks the hop of a session that starts at layer From for its
+// signed receipt; only the session's entry may ask.
+type Audit struct {
+	Session SessionID
+	From    int
+}
+
+// ReceiptMsg carries a hop's signed receipt (verify.go) to the entry.
+type ReceiptMsg struct {
+	Session SessionID
+	Receipt consensus.Receipt
+}
+
+// Message is one of *Step, *Token, *ErrorMsg, *Close, *Audit, *ReceiptMsg.
 type Message interface{ kind() Kind }
 
-func (*Step) kind() Kind     { return KindStep }
-func (*Token) kind() Kind    { return KindToken }
-func (*ErrorMsg) kind() Kind { return KindError }
-func (*Close) kind() Kind    { return KindClose }
+func (*Step) kind() Kind       { return KindStep }
+func (*Token) kind() Kind      { return KindToken }
+func (*ErrorMsg) kind() Kind   { return KindError }
+func (*Close) kind() Kind      { return KindClose }
+func (*Audit) kind() Kind      { return KindAudit }
+func (*ReceiptMsg) kind() Kind { return KindReceipt }
 
 const (
 	flagOpen   = 1 << 0
 	flagHidden = 1 << 1
-	flagSkip   = 1 << 2
-	flagCold   = 1 << 3
+	flagCheck  = 1 << 2
+	flagSkip   = 1 << 3
+	flagCold   = 1 << 4
 )
 
 // Encode appends the encoding of m to b.
@@ -270,6 +302,20 @@ func Encode(b []byte, m Message) ([]byte, error) {
 		return append(b, t...), nil
 	case *Close:
 		return header(b, KindClose, m.Session), nil
+	case *Audit:
+		if m.From < 0 || m.From > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: audit of layer %d", ErrBadFrame, m.From)
+		}
+		b = header(b, KindAudit, m.Session)
+		return binary.LittleEndian.AppendUint32(b, uint32(m.From)), nil
+	case *ReceiptMsg:
+		rb, err := m.Receipt.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+		}
+		b = header(b, KindReceipt, m.Session)
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(rb)))
+		return append(b, rb...), nil
 	}
 	return nil, fmt.Errorf("%w: unknown message %T", ErrBadFrame, m)
 }
@@ -315,6 +361,9 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	}
 	if m.Hidden != nil {
 		flags |= flagHidden
+	}
+	if m.Check {
+		flags |= flagCheck
 	}
 	if m.Skip != 0 {
 		flags |= flagSkip
@@ -416,6 +465,21 @@ func Decode(frame []byte) (Message, error) {
 		m = e
 	case KindClose:
 		m = &Close{Session: sid}
+	case KindAudit:
+		m = &Audit{Session: sid, From: int(d.U32("audited layer"))}
+	case KindReceipt:
+		r := &ReceiptMsg{Session: sid}
+		n := int(d.U16("receipt length"))
+		if d.Err() == nil && n > consensus.MaxReceiptSize {
+			d.Fail("receipt of %d bytes", n)
+		}
+		raw := d.Take(n, "receipt")
+		if d.Err() == nil {
+			if err := r.Receipt.UnmarshalBinary(raw); err != nil {
+				d.Fail("receipt: %v", err)
+			}
+		}
+		m = r
 	default:
 		d.Fail("kind %d", k)
 	}
@@ -429,10 +493,11 @@ func Decode(frame []byte) (Message, error) {
 func decodeStep(d *codec.Reader, sid SessionID) *Step {
 	s := &Step{Session: sid}
 	flags := d.U8("flags")
-	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagSkip|flagCold) != 0 ||
+	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold) != 0 ||
 		flags&flagOpen == 0 && flags&(flagSkip|flagCold) != 0) {
 		d.Fail("flags %#x", flags)
 	}
+	s.Check = flags&flagCheck != 0
 	s.Pos = int(d.U32("position"))
 	s.Entry = d.PeerID("entry", maxPeerIDLen, false)
 	nh := int(d.U8("hop count"))

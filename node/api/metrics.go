@@ -147,6 +147,11 @@ var (
 	descPeers        = desc("peers", "Rows of the peer table by liveness.", "liveness")
 	descLeader       = desc("is_leader", "1 when this node leads consensus.")
 	descLeaderChg    = desc("leader_changes_total", "Leader changes this node observed.")
+	descEntryQueue   = desc("entry_queue_length", "Requests waiting in this entry's admission queue for a path with KV room.")
+	descEntryOldest  = desc("entry_queue_oldest_seconds", "How long the oldest request in the entry's queue has waited.")
+	descEntryQueued  = desc("entry_queued_total", "Requests that waited in the entry's queue.")
+	descEntryRefused = desc("entry_queue_refused_total", "Requests refused by the entry's queue (deadline passed or queue full).")
+	descQueueWait    = desc("entry_queue_wait_seconds", "Time admitted requests waited in the entry's queue.")
 )
 
 // nodeCollector reads the node at scrape time.
@@ -158,7 +163,8 @@ type nodeCollector struct {
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGenerations, descGenFailed, descNodeTokens, descHopFailures, descReplays,
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
-		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg} {
+		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
+		descEntryQueue, descEntryOldest, descEntryQueued, descEntryRefused, descQueueWait} {
 		ch <- d
 	}
 }
@@ -191,6 +197,15 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPrefixEvict, m.PrefixEvictions)
 	gauge(descPrefixBytes, float64(m.PrefixBytes))
 	gauge(descHeld, float64(c.b.Held().Len()))
+	gauge(descEntryQueue, float64(m.EntryQueue))
+	gauge(descEntryOldest, m.EntryQueueOldest.Seconds())
+	counter(descEntryQueued, m.EntryQueued)
+	counter(descEntryRefused, m.EntryRefused)
+	buckets := make(map[float64]uint64, len(m.QueueWait.Bounds))
+	for i, b := range m.QueueWait.Bounds {
+		buckets[b] = m.QueueWait.Counts[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(descQueueWait, m.QueueWait.Count, m.QueueWait.Sum.Seconds(), buckets)
 	gauge(descEpoch, float64(c.b.Committed().Epoch))
 
 	var pending, members float64
