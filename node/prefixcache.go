@@ -29,6 +29,7 @@ type prefixEntry struct {
 	tokens   []int32  // whole blocks
 	hashes   []uint64 // routing.BlockHashes of tokens
 	sess     []engine.Session
+	marks    []chainMark // the receipt chains' states per block (verify.go)
 	bytes    int64
 	used     uint64 // LRU clock
 }
@@ -78,7 +79,7 @@ func sharedBlocks(a, b []int32, limit int) int {
 // (tokens, one per position) over layers [from, to): sess are its
 // sessions, one per layer, which add closes. A cached sequence that the
 // new one extends is dropped; one that already covers it is kept instead.
-func (c *prefixCache) add(from, to int, tokens []int32, sess []engine.Session, stages []engine.Stage, perToken int64) {
+func (c *prefixCache) add(from, to int, tokens []int32, marks []chainMark, sess []engine.Session, stages []engine.Stage, perToken int64) {
 	defer func() {
 		for _, es := range sess {
 			es.Close()
@@ -104,8 +105,11 @@ func (c *prefixCache) add(from, to int, tokens []int32, sess []engine.Session, s
 			i--
 		}
 	}
+	if len(marks) < n/prefixBlock {
+		return // no receipt chains to resume with
+	}
 	e := &prefixEntry{from: from, to: to, tokens: slices.Clone(tokens), hashes: routing.BlockHashes(tokens, prefixBlock),
-		bytes: perToken * int64(n)}
+		marks: slices.Clone(marks[:n/prefixBlock]), bytes: perToken * int64(n)}
 	for i, es := range sess {
 		ps, ok := stages[i].(engine.PrefixStage)
 		if !ok {

@@ -161,11 +161,23 @@ func TestPrefixCacheResumesBitIdentical(t *testing.T) {
 			check := func(turn int, prompt []int32, hits uint64, reused int) {
 				t.Helper()
 				sid := SessionID{byte(turn)}
-				got, gotFwd, em := warm.generate(sid, prompt, 8, false)
+				got, gotFwd, em := warm.run(sid, prompt, 8, false)
 				if em != nil {
 					t.Fatalf("turn %d: %s: %s", turn, em.Code, em.Text)
 				}
-				want, wantFwd, _ := cold.generate(sid, prompt, 8, false)
+				want, wantFwd, _ := cold.run(sid, prompt, 8, false)
+				// Every hop's receipt chains are a cold run's: a spot check
+				// compares them (verify.go).
+				for i := range warm.rigs {
+					w := warm.rigs[i].s.sessions[hopKey{sid, warm.hops[i].From}]
+					c := cold.rigs[i].s.sessions[hopKey{sid, cold.hops[i].From}]
+					if w.chain.pos != c.chain.pos || !slices.Equal(w.chain.in.Sum(nil), c.chain.in.Sum(nil)) ||
+						!slices.Equal(w.chain.out.Sum(nil), c.chain.out.Sum(nil)) || w.chain.outLast != c.chain.outLast {
+						t.Fatalf("turn %d hop %d: receipt chains differ from a cold run's", turn, i)
+					}
+				}
+				warm.close(sid)
+				cold.close(sid)
 				if !slices.Equal(got, want) {
 					t.Fatalf("turn %d: %v, cold %v", turn, got, want)
 				}

@@ -461,6 +461,7 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	// reach this hop after the next turn's first step, or another
 	// conversation's with the same opening.
 	var src []engine.Session // per layer from srcFrom
+	var srcMarks []chainMark // its receipt chains' states (verify.go)
 	srcFrom := 0
 	if s.cache != nil && !m.Open.Cold {
 		limit := len(m.Tokens) - 1
@@ -469,18 +470,19 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 		}
 		e, n := s.cache.lookup(h.From, h.To, m.Tokens, limit)
 		if e != nil {
-			src, srcFrom = e.sess, e.from
+			src, srcMarks, srcFrom = e.sess, e.marks, e.from
 		}
 		for _, o := range s.sessions {
 			if o.key.from > h.From || o.to < h.To {
 				continue
 			}
 			if k := sharedBlocks(o.hist, m.Tokens, limit); k > n {
-				n, src, srcFrom = k, o.sess, o.key.from
+				n, src, srcMarks, srcFrom = k, o.sess, o.chain.marks, o.key.from
 			}
 		}
-		if h.From == 0 || n == m.Skip {
-			hs.pos = n
+		// The receipt chains go on from the source's, as a cold run's.
+		if c, ok := chainsAt(srcMarks, n); ok && (h.From == 0 || n == m.Skip) {
+			hs.pos, hs.chain = n, c
 		}
 	}
 	if h.From > 0 && hs.pos != m.Skip {
@@ -581,7 +583,7 @@ func (s *scheduler) drop(hs *hopSession, keep bool) {
 			}
 		}
 		if len(stages) == len(hs.sess) {
-			s.cache.add(hs.key.from, hs.to, hs.hist, hs.sess, stages, per)
+			s.cache.add(hs.key.from, hs.to, hs.hist, hs.chain.marks, hs.sess, stages, per)
 			hs.sess = nil // add closed them
 		}
 	}
@@ -738,7 +740,7 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 		if s.cfg.fault != nil {
 			s.cfg.fault.corrupt(w, last)
 		}
-		hs.chain.add(w.in.m, w.x, w.logits, last)
+		hs.chain.add(w.in.m, skip, w.x, w.logits, last)
 		if hs.check && len(hs.rest) == 0 {
 			// The check hop of a check session: its receipt is the answer.
 			s.sendReceipt(hs)

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/sha256"
+	"encoding"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -48,35 +49,81 @@ var ErrWrongTokens = errors.New("node: tokens already sent were wrong (a faulty 
 // spot-checks one hop.
 const DefaultVerifyRate = 0.01
 
-// chains is one hop session's record of what it took and gave.
+// chains is one hop session's record of what it took and gave. It keeps
+// the hashes' states at every whole block of positions, so that a session
+// resumed from a prefix (prefixcache.go) continues the very chains a cold
+// run would have: its receipts stay comparable with a check session's.
 type chains struct {
 	in, out hash.Hash
 	outLast [32]byte
-	rows    []byte // scratch
+	rows    []byte      // scratch
+	pos     int         // rows folded
+	marks   []chainMark // marks[i]: the states after (i+1)·prefixBlock rows
 }
+
+// chainMark is the chains' hash states at a block boundary.
+type chainMark struct{ in, out []byte }
 
 func newChains() chains { return chains{in: sha256.New(), out: sha256.New()} }
 
-// add folds one step: its input rows and the outputs that go out.
-func (c *chains) add(m *Step, x, logits []float32, last bool) {
+// chainsAt continues marks' chains at position n (a whole number of
+// blocks they cover); false when they do not.
+func chainsAt(marks []chainMark, n int) (chains, bool) {
+	c := newChains()
+	if n == 0 {
+		return c, true
+	}
+	if n%prefixBlock != 0 || n/prefixBlock > len(marks) {
+		return c, false
+	}
+	m := marks[n/prefixBlock-1]
+	if c.in.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.in) != nil ||
+		c.out.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.out) != nil {
+		return c, false
+	}
+	c.pos, c.marks = n, slices.Clone(marks[:n/prefixBlock])
+	return c, true
+}
+
+// add folds one step: its input rows after the skip positions resumed
+// from a prefix, and the outputs that go out.
+func (c *chains) add(m *Step, skip int, x, logits []float32, last bool) {
+	var in []byte
 	if m.Hidden == nil {
-		c.rows = c.rows[:0]
-		for _, t := range m.Tokens {
-			c.rows = binary.LittleEndian.AppendUint32(c.rows, uint32(t))
+		for _, t := range m.Tokens[skip:] {
+			in = binary.LittleEndian.AppendUint32(in, uint32(t))
 		}
-		c.in.Write(c.rows)
 	} else {
-		c.in.Write(c.floats(m.Hidden))
+		in = slices.Clone(c.floats(m.Hidden))
+	}
+	var out []byte
+	if !last {
+		out = slices.Clone(c.floats(x))
+	}
+	n := len(m.Tokens) - skip
+	if n <= 0 {
+		return
+	}
+	inRow, outRow := len(in)/n, len(out)/n
+	for done := 0; done < n; {
+		k := min(n-done, prefixBlock-c.pos%prefixBlock)
+		c.in.Write(in[done*inRow : (done+k)*inRow])
+		if !last {
+			c.out.Write(out[done*outRow : (done+k)*outRow])
+		}
+		done += k
+		c.pos += k
+		if c.pos%prefixBlock == 0 && c.pos/prefixBlock == len(c.marks)+1 {
+			mi, _ := c.in.(encoding.BinaryMarshaler).MarshalBinary()
+			mo, _ := c.out.(encoding.BinaryMarshaler).MarshalBinary()
+			c.marks = append(c.marks, chainMark{in: mi, out: mo})
+		}
 	}
 	if last {
 		c.outLast = sha256.Sum256(c.floats(logits))
 		return
 	}
-	b := c.floats(x)
-	c.out.Write(b)
-	if n := len(m.Tokens); n > 0 {
-		c.outLast = sha256.Sum256(b[len(b)-len(b)/n:])
-	}
+	c.outLast = sha256.Sum256(out[len(out)-outRow:])
 }
 
 func (c *chains) floats(v []float32) []byte {
@@ -358,8 +405,9 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream []Hop, v H
 			e.post(h.Peer, &Close{Session: sid})
 		}
 	}()
+	// Cold: the checker computes every position, whatever it caches.
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Tokens: tokens, Check: true,
-		Open: &Open{MaxTokens: len(tokens), Model: e.cfg.model.hash, Sampling: g.sp}}
+		Open: &Open{MaxTokens: len(tokens), Model: e.cfg.model.hash, Sampling: g.sp, Cold: true}}
 	if err := e.send(ctx, hops[0].Peer, step); err != nil {
 		return consensus.Receipt{}, fmt.Errorf("%w: %w", errInconclusive, err)
 	}
