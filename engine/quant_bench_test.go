@@ -143,7 +143,10 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 				return time.Since(t0)
 			}
 			wb := s.Info().WeightBytes
-			buf := membench.Buffer(wb)
+			buf := make([]uint64, wb/8)
+			for i := range buf {
+				buf[i] = uint64(i)
+			}
 			step()
 			readBytes := membench.Read(buf, threads)
 			best := [3]time.Duration{time.Hour, time.Hour, time.Hour}
