@@ -100,8 +100,7 @@ func BenchmarkPackedKernelPaths(b *testing.B) {
 // 0 through every layer and the head) of a TinyLlama-shaped Q4_K_M file
 // with the AVX-512 and with the AVX2 packed kernels, alternating, at 1 and
 // 2 threads, and a read of as many bytes as the weights from a buffer of
-// that size (on huge pages where the system has them, as the weights are)
-// by as many goroutines, keeping each one's fastest run (the least
+// that size by as many goroutines, keeping each one's fastest run (the least
 // disturbed on a loaded machine; on a machine shared with other work, run
 // it under chrt -f 10 for figures near an idle machine's). It reports both rates, their
 // ratio, and each path's weight bytes per second over that read's. The
