@@ -577,7 +577,6 @@ func (f *File) ReadTensor(t *TensorInfo, p []byte) error {
 // readTensorBytes reads a tensor's data by offset.
 func (f *File) readTensorBytes(t *TensorInfo) ([]byte, error) {
 	b := make([]byte, t.Size)
-	adviseHugePages(b) // before the read, whose page faults then take them
 	if err := f.readAt(t, b, 0); err != nil {
 		return nil, fmt.Errorf("%w: tensor %q: reading %d bytes at %d: %v", ErrCorrupt, t.Name, t.Size, t.Offset, err)
 	}

@@ -100,8 +100,9 @@ func BenchmarkPackedKernelPaths(b *testing.B) {
 // 0 through every layer and the head) of a TinyLlama-shaped Q4_K_M file
 // with the AVX-512 and with the AVX2 packed kernels, alternating, at 1 and
 // 2 threads, and a read of as many bytes as the weights from a buffer of
-// that size by as many goroutines, keeping each one's fastest run (the
-// least disturbed on a loaded machine). It reports both rates, their
+// that size by as many goroutines, keeping each one's fastest run (the least
+// disturbed on a loaded machine; on a machine shared with other work, run
+// it under chrt -f 10 for figures near an idle machine's). It reports both rates, their
 // ratio, and each path's weight bytes per second over that read's. The
 // file is written once under STRATA_BENCH_DIR (or the temp dir), with the
 // name refcheck's BenchmarkDecodeVsGGML gives the same shape.
@@ -141,7 +142,10 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 				return time.Since(t0)
 			}
 			wb := s.Info().WeightBytes
-			buf := membench.Buffer(wb)
+			buf := make([]uint64, wb/8)
+			for i := range buf {
+				buf[i] = uint64(i)
+			}
 			step()
 			readBytes := membench.Read(buf, threads)
 			best := [3]time.Duration{time.Hour, time.Hour, time.Hour}

@@ -9,18 +9,6 @@ import "sync"
 // Sink keeps Read's sums live (exported so that no tool calls it unused).
 var Sink uint64
 
-// Buffer returns a filled buffer of n bytes (rounded down to 8) to Read,
-// on huge pages where the system gives them, as the engine's weights are:
-// the read it is set against should be the best the machine does.
-func Buffer(n int64) []uint64 {
-	buf := make([]uint64, n/8)
-	adviseHugePages(buf)
-	for i := range buf {
-		buf[i] = uint64(i)
-	}
-	return buf
-}
-
 // Read reads buf once, split in threads parts read at once, with eight
 // independent sums so that the loads, not the adds, bound it, and returns
 // the bytes read.

@@ -74,7 +74,10 @@ func BenchmarkDecodeVsGGML(b *testing.B) {
 					ss.Close()
 				}
 				wb := s.Info().WeightBytes
-				buf := membench.Buffer(wb)
+				buf := make([]uint64, wb/8)
+				for i := range buf {
+					buf[i] = uint64(i)
+				}
 				step()
 				if _, err := g.logits(tok, threads); err != nil {
 					b.Fatal(err)
