@@ -41,6 +41,12 @@ type Metrics struct {
 	Queue        int    // sessions waiting for KV memory
 	FreeKV       int64  // KV tokens left (-1: no layers)
 	LayerLatency time.Duration
+
+	// Prefix cache.
+	PrefixHits      uint64 // sessions resumed from cached prefixes
+	PrefixTokens    uint64 // positions those sessions did not recompute
+	PrefixEvictions uint64 // cached prefixes evicted for memory
+	PrefixBytes     int64  // memory the cache holds (free for sessions on demand)
 }
 
 type counters struct {
@@ -89,6 +95,7 @@ func (n *Node) Metrics() Metrics {
 	if st := n.svc.sched.status.Load(); st != nil {
 		m.Steps, m.Batches, m.BatchedSteps, m.Rejected, m.Waited = st.Steps, st.Batches, st.BatchedSteps, st.Rejected, st.Waited
 		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency
+		m.PrefixHits, m.PrefixTokens, m.PrefixEvictions, m.PrefixBytes = st.PrefixHits, st.PrefixTokens, st.PrefixEvictions, st.PrefixBytes
 	}
 	return m
 }

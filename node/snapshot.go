@@ -40,12 +40,16 @@ type SwarmSnapshot struct {
 	Peers []swarm.Peer
 	// NAT is this node's reachability diagnosis.
 	NAT swarm.NATStatus
+	// Fetch is this node's fetch of weights from peers (zero for a node
+	// with the model file).
+	Fetch FetchProgress
 }
 
 // Swarm returns the node's view of the swarm now.
 func (n *Node) Swarm() SwarmSnapshot {
 	s := SwarmSnapshot{Self: n.host.Status(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.NAT(),
-		Scheduler: n.paths.profiles.Config(), RouteErr: n.Ready()}
+		Scheduler: n.paths.profiles.Config(), RouteErr: n.Ready(),
+		Fetch: n.FetchProgress()}
 	for _, p := range n.host.Peers().Snapshot() {
 		if p.ID != n.self {
 			s.Peers = append(s.Peers, p)

@@ -126,6 +126,11 @@ func (a *announcer) publish() {
 	if a.queue != nil {
 		s.EntryQueue, s.EntryWait = a.queue()
 	}
+	if st.Prefixes != nil {
+		if b, err := st.Prefixes.MarshalBinary(); err == nil && len(b) <= swarm.MaxPrefixLen {
+			s.Prefixes = string(b)
+		}
+	}
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))
 	}
@@ -153,7 +158,7 @@ func (a *announcer) selfState(now time.Time) routing.NodeState {
 	s := a.sched.status.Load()
 	return routing.NodeState{ID: a.self.String(), Phase: phaseOf(a.phase()), Hardware: a.hw, Region: a.region,
 		QueueDepth: s.Queue, ActiveSessions: s.Sessions, FreeKV: int(s.FreeKV),
-		LayerLatency: s.LayerLatency.Seconds(), Updated: now}
+		LayerLatency: s.LayerLatency.Seconds(), Updated: now, Prefixes: s.Prefixes}
 }
 
 // onMapNotice keeps the leader's latest commit, in case our replica lags.

@@ -127,6 +127,14 @@ func (f *pathFinder) view(m layers.LayerMap, now time.Time) *routing.View {
 				if hb.Region != "" {
 					ns.Region = hb.Region
 				}
+				if hb.Prefixes != "" {
+					// A summary that does not decode is no summary: the
+					// node is routed as if its cache were empty.
+					ps := &routing.PrefixSummary{}
+					if ps.UnmarshalBinary([]byte(hb.Prefixes)) == nil {
+						ns.Prefixes = ps
+					}
+				}
 			}
 			if t, ok := f.suspects.Load(id); ok && now.Sub(t.(time.Time)) < f.suspectFor && !row.HeardAt.After(t.(time.Time)) {
 				ns.Health = max(ns.Health, routing.Suspect)
@@ -149,7 +157,8 @@ type routeReq struct {
 	prompt, max int
 	seed        uint64
 	avoid       []string
-	profile     string // "" is the default profile
+	profile     string   // "" is the default profile
+	prefix      []uint64 // block hashes of the tokens so far, for prefix affinity
 }
 
 // route picks a path on the committed map with the request's profile. It
@@ -166,7 +175,7 @@ func (f *pathFinder) route(q routeReq) (routing.Path, error) {
 	}
 	now := time.Now()
 	p, err := pol.Route(m, f.view(m, now), routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
-		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid}, now)
+		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid, Prefix: q.prefix}, now)
 	if err != nil {
 		return p, err
 	}

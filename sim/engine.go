@@ -100,10 +100,11 @@ type query struct {
 	input     int
 	output    int
 	arrival   float64
-	route     []int32 // link indices, source → … → sink
-	ranLayers []int16 // layers run on route[i]'s destination node
-	hopEnd    []int16 // layer the hop hands off at (0: the node's end)
-	resv      []int64 // KV reserved on route[i]'s destination (admission mode)
+	route     []int32  // link indices, source → … → sink
+	ranLayers []int16  // layers run on route[i]'s destination node
+	hopEnd    []int16  // layer the hop hands off at (0: the node's end)
+	resv      []int64  // KV reserved on route[i]'s destination (admission mode)
+	resvGen   []uint32 // the destination's range generation when it admitted the session
 	decodes   int
 	prior     int // output tokens delivered before a replay
 	retries   int
@@ -149,6 +150,15 @@ type node struct {
 	wait   []*iter // prompts waiting for KV memory (admission mode)
 	active int     // sessions holding KV here (admission mode)
 	lat    float64 // EWMA of one layer's time, as a heartbeat reports it
+	// [accFirst, accEnd) is the range new sessions are admitted to; the
+	// node's span [First, End) also holds the layers a range change
+	// released while sessions admitted before it (legacy of them) still
+	// use them, as node/scheduler.go keeps a released layer until no
+	// session uses it. rangeGen counts range changes.
+	accFirst, accEnd int
+	legacy           int
+	rangeGen         uint32
+	held             int // layers loaded: the accepted ones and those still in use
 }
 
 type link struct {
@@ -178,6 +188,9 @@ type Sim struct {
 	onPrompt func(q *query)
 	onDone   func(q *query)
 	onLost   func(q *query)
+	// onRange hears that a node's held layers changed (reassign's
+	// released layers were closed).
+	onRange func(ni int)
 
 	// Admission mode: a prompt reserves (input + output) × layers of KV on
 	// each hop, or waits in the node's bounded FIFO, as the stage
@@ -210,7 +223,8 @@ func newSim(c Cluster, sch scheduler, w Window) (*Sim, error) {
 	s := &Sim{cluster: c, sched: sch, win: w}
 	s.stats.busy = make([]float64, len(c.Nodes))
 	for _, ns := range c.Nodes {
-		n := &node{NodeSpec: ns, queues: make([][]*iter, ns.End-ns.First), cur: ns.First}
+		n := &node{NodeSpec: ns, queues: make([][]*iter, ns.End-ns.First), cur: ns.First,
+			accFirst: ns.First, accEnd: ns.End, held: ns.End - ns.First}
 		s.nodes = append(s.nodes, n)
 	}
 	for i, ls := range c.Links {
@@ -342,8 +356,10 @@ func (s *Sim) deliver(it *iter, to int) {
 	if h := it.hop - 1; h < len(q.hopEnd) && q.hopEnd[h] > 0 {
 		stop = int(q.hopEnd[h])
 	}
-	if it.nextLayer < n.First || stop > n.End {
-		// Routed on a map the node has since left: the hop is gone.
+	if it.nextLayer < n.First || stop > n.End ||
+		it.prompt && (it.nextLayer < n.accFirst || stop > n.accEnd) {
+		// Routed on a map the node has since left: the hop is gone (a
+		// new session is refused on layers the node released).
 		s.fail(q, causeStale, to)
 		return
 	}
@@ -383,7 +399,11 @@ func (s *Sim) admitAt(n *node, it *iter, need int64) {
 	for len(q.resv) < len(q.route) {
 		q.resv = append(q.resv, 0)
 	}
+	for len(q.resvGen) < len(q.route) {
+		q.resvGen = append(q.resvGen, 0)
+	}
 	q.resv[it.hop-1] = need
+	q.resvGen[it.hop-1] = n.rangeGen
 	n.kvUsed += need
 	n.kvPeak = max(n.kvPeak, n.kvUsed)
 	n.active++
@@ -459,7 +479,7 @@ func (s *Sim) kill(ni int, c cause) {
 		lost = append(lost, it.q)
 	}
 	n.batch, n.wait, n.queued, n.busy, n.recv = nil, nil, 0, false, 0
-	n.kvUsed, n.active = 0, 0
+	n.kvUsed, n.active, n.legacy = 0, 0, 0
 	for _, q := range lost {
 		s.fail(q, c, ni)
 	}
@@ -472,8 +492,83 @@ func (s *Sim) revive(ni, first, end int) {
 	n := s.nodes[ni]
 	n.down = false
 	n.First, n.End, n.cur = first, end, first
+	n.accFirst, n.accEnd, n.held = first, end, end-first
 	n.queues = make([][]*iter, end-first)
 	n.kvUsed, n.active = 0, 0
+}
+
+// reassign gives a live node a new range without breaking its sessions,
+// as a committed map does on a real node (node/warmup.go's Release): new
+// sessions are admitted to [first, end) at once; sessions already open go
+// on, on the layers they hold, which stay loaded until the last of them
+// ends; a prompt still waiting for memory on a released layer is refused.
+func (s *Sim) reassign(ni, first, end int) {
+	n := s.nodes[ni]
+	if n.down || n.active == 0 {
+		s.revive(ni, first, end)
+		return
+	}
+	added := (end - first) - max(0, min(end, n.accEnd)-max(first, n.accFirst))
+	n.held += added
+	n.accFirst, n.accEnd = first, end
+	n.rangeGen++
+	n.legacy = n.active
+	s.respan(n, min(n.First, first), max(n.End, end))
+	keep := n.wait[:0]
+	var refused []*iter
+	for _, it := range n.wait {
+		if it.entry < first || it.stop > end {
+			refused = append(refused, it)
+		} else {
+			keep = append(keep, it)
+		}
+	}
+	n.wait = keep
+	for _, it := range refused {
+		s.stats.rejected++
+		s.fail(it.q, causeStale, ni)
+	}
+}
+
+// respan re-indexes a node's per-layer queues to the span [first, end),
+// which must hold every non-empty queue.
+func (s *Sim) respan(n *node, first, end int) {
+	if first == n.First && end == n.End {
+		return
+	}
+	qs := make([][]*iter, end-first)
+	for l := n.First; l < n.End; l++ {
+		if l >= first && l < end {
+			qs[l-first] = n.queues[l-n.First]
+		}
+	}
+	n.queues, n.First, n.End = qs, first, end
+	if n.cur < first || n.cur >= end {
+		n.cur = first
+	}
+}
+
+// released drops a node's span to the accepted range once no session
+// admitted before its last range change is left.
+func (s *Sim) released(ni int) {
+	n := s.nodes[ni]
+	n.legacy--
+	if n.legacy > 0 {
+		return
+	}
+	n.legacy = 0
+	// What is left queued on a released layer belongs to sessions that
+	// ended (their iterations are skipped when run): drop it.
+	for l := n.First; l < n.End; l++ {
+		if l < n.accFirst || l >= n.accEnd {
+			n.queued -= len(n.queues[l-n.First])
+		}
+	}
+	s.respan(n, n.accFirst, n.accEnd)
+	n.held = n.accEnd - n.accFirst
+	if s.onRange != nil {
+		s.onRange(ni)
+	}
 }
 
 // startBatch picks the next layer, cyclically from the node's current one,
@@ -483,6 +578,9 @@ func (s *Sim) startBatch(ni int) {
 	if n.queued == 0 {
 		n.busy = false
 		return
+	}
+	if n.cur < n.First || n.cur >= n.End {
+		n.cur = n.First // the span shrank under a batch of a released layer
 	}
 	L := n.End - n.First
 	li := n.cur - n.First
@@ -540,7 +638,14 @@ func (s *Sim) startBatch(ni int) {
 		n.recv = 0
 	}
 	n.busy = true
-	n.lat = 0.8*n.lat + 0.2*t
+	if pTok == 0 {
+		// As node/scheduler.go's heartbeat figure: decode batches only.
+		if n.lat == 0 {
+			n.lat = t
+		} else {
+			n.lat += 0.2 * (t - n.lat)
+		}
+	}
 	s.stats.batches++
 	s.stats.busy[ni] += t
 	s.schedule(&event{at: s.now + t, kind: evBatchDone, node: int32(ni), gen: n.gen})
@@ -657,6 +762,9 @@ func (s *Sim) releaseKV(q *query) {
 			}
 			n.kvUsed = max(n.kvUsed-r, 0)
 			n.active = max(n.active-1, 0)
+			if n.legacy > 0 && i < len(q.resvGen) && q.resvGen[i] != n.rangeGen {
+				s.released(to)
+			}
 			s.admitWaiting(to)
 		}
 		return

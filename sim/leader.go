@@ -330,7 +330,11 @@ func (w *world) switchTo(from, to layers.LayerMap, first bool) {
 		if w.up[i] {
 			w.loading[i]++
 			w.lead.prepared[i] = layers.Range{}
-			w.serve(i, r)
+			if w.serving[i] {
+				w.reassign(i, r)
+			} else {
+				w.serve(i, r)
+			}
 		}
 	}
 }

@@ -145,6 +145,19 @@ type SwarmResult struct {
 	LeaderDecisions, LeaderStalls, LeaderErrors int
 	EventsPerSec                                float64 // wall-clock events per second of this run
 	Wall                                        time.Duration
+	// Nodes is each machine's use over the run, for finding a bottleneck.
+	Nodes []NodeUsage
+}
+
+// NodeUsage is one machine's share of a run.
+type NodeUsage struct {
+	ID, GPU string
+	// Range is what it served at the end (empty: not serving).
+	Range layers.Range
+	// Busy is the fraction of the run's time its GPU computed.
+	Busy float64
+	// KVPeak is its peak KV reservation over its capacity at the end.
+	KVPeak float64
 }
 
 // world is one policy's swarm: the engine plus the control plane the
@@ -232,6 +245,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		s.nodes[i].down = true
 	}
 	s.onLost = w.lost
+	s.onRange = w.setCaps
 	if policy == "strata" {
 		if w.router, err = routing.New(routing.WithModel(w.model)); err != nil {
 			return SwarmResult{}, err
@@ -293,6 +307,16 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	w.res.Retried, w.res.Rejected = s.stats.retried, s.stats.rejected
 	if w.lead != nil {
 		w.res.LeaderDecisions, w.res.LeaderStalls, w.res.LeaderErrors = w.lead.Decisions, w.lead.Stalls, w.lead.Errors
+	}
+	for i, n := range s.nodes {
+		u := NodeUsage{ID: w.spec.Nodes[i].ID, GPU: w.gpu[i], Busy: s.stats.busy[i] / end}
+		if w.serving[i] {
+			u.Range = w.rng[i]
+		}
+		if n.KVCapacity > 0 {
+			u.KVPeak = float64(n.kvPeak) / float64(n.KVCapacity)
+		}
+		w.res.Nodes = append(w.res.Nodes, u)
 	}
 	if w.res.Wall > 0 {
 		w.res.EventsPerSec = float64(s.fired) / w.res.Wall.Seconds()
@@ -540,15 +564,30 @@ func (w *world) load(i int, r layers.Range, makeBeforeBreak, initial bool) {
 }
 
 func (w *world) serve(i int, r layers.Range) {
-	k := r.Len()
+	w.s.revive(i, r.Start, r.End)
+	w.setCaps(i)
+	w.serving[i], w.rng[i] = true, r
+	w.changed()
+}
+
+// reassign moves a serving node to range r the way a committed map does:
+// its open sessions go on (sim.reassign).
+func (w *world) reassign(i int, r layers.Range) {
+	w.s.reassign(i, r.Start, r.End)
+	w.setCaps(i)
+	w.serving[i], w.rng[i] = true, r
+	w.changed()
+}
+
+// setCaps sets a node's batch caps and KV memory for the layers it holds
+// (Helix's tables stop at the most a machine may hold: layers still in
+// use past that get the last row).
+func (w *world) setCaps(i int) {
 	n := w.s.nodes[i]
 	tab := w.capTab[w.gpu[i]]
 	kv := w.kvTab[w.gpu[i]]
-	kk := min(k, len(tab)) - 1
-	w.s.revive(i, r.Start, r.End)
+	kk := min(max(n.held, 1), len(tab)) - 1
 	n.Caps, n.KVCapacity = tab[kk], kv[kk]
-	w.serving[i], w.rng[i] = true, r
-	w.changed()
 }
 
 func (w *world) stopServing(i int) {
@@ -870,7 +909,8 @@ func (w *world) parallaxRebootstrap() {
 	}
 }
 
-// refreshView is a heartbeat: every serving node's load as the entry sees it.
+// refreshView is a heartbeat: every serving node's load as the entry sees
+// it, the figures a real node sends (node/status.go).
 func (w *world) refreshView() {
 	now := w.epoch.Add(time.Duration(w.s.now * float64(time.Second)))
 	for i, n := range w.s.nodes {
@@ -879,10 +919,10 @@ func (w *world) refreshView() {
 			w.view.Remove(id)
 			continue
 		}
-		k := max(n.End-n.First, 1)
+		k := max(n.held, 1)
 		w.view.Set(routing.NodeState{
 			ID: id, Health: routing.Alive, Region: w.spec.Nodes[i].Region, Relayed: w.spec.Nodes[i].Relayed,
-			Hardware: w.pnodes[i].Hardware, QueueDepth: len(n.wait) + n.queued, ActiveSessions: n.active,
+			Hardware: w.pnodes[i].Hardware, QueueDepth: len(n.wait), ActiveSessions: n.active,
 			FreeKV: int((n.KVCapacity - n.kvUsed) / int64(k)), LayerLatency: n.lat, Updated: now,
 		})
 	}

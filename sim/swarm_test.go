@@ -27,7 +27,7 @@ func single24Spec(t testing.TB, rate, dur float64) SwarmSpec {
 // none is lost.
 func TestSwarmNoLossWhenPathExists(t *testing.T) {
 	spec := single24Spec(t, 0.7, 900)
-	spec.Churn.Script = []ScriptedChange{{AtS: 400, Kill: "n2"}}
+	spec.Churn.Script = []ScriptedChange{{AtS: 400, Kill: "n1"}}
 	res, err := RunSwarm(context.Background(), spec, "strata")
 	if err != nil {
 		t.Fatal(err)

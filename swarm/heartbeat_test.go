@@ -33,6 +33,7 @@ func sampleHeartbeat(t testing.TB) *Heartbeat {
 			RangeStart: 4, RangeEnd: 20, Epoch: 7, State: StateServing,
 			QueueDepth: 3, ActiveSessions: 12, FreeKV: 40960,
 			LayerLatency: 1500 * time.Microsecond, Region: "eu-west",
+			Prefixes: "\x01\xaa\x00\x00\x00\x00\x00\x00\x80",
 		},
 		Flags:     FlagRelayed,
 		RTTs:      []RTTSample{{Peer: b, RTT: 2 * time.Millisecond}},
@@ -62,6 +63,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 func TestHeartbeatLargestFits(t *testing.T) {
 	hb := sampleHeartbeat(t)
 	hb.Region = string(bytes.Repeat([]byte("x"), MaxRegionLen))
+	hb.Prefixes = string(make([]byte, MaxPrefixLen))
 	for range MaxRTTSamples - 1 {
 		hb.RTTs = append(hb.RTTs, RTTSample{Peer: testPeerID(t), RTT: time.Hour})
 	}
@@ -74,20 +76,19 @@ func TestHeartbeatLargestFits(t *testing.T) {
 	}
 }
 
-// TestHeartbeatLoadTable: the entry's queue fields travel as version 2,
-// and only when set: an idle entry's heartbeat stays version 1, which
-// peers that read only version 1 accept. A version 2 heartbeat with an
-// empty load table is not the canonical encoding and is refused.
+// TestHeartbeatLoadTable: the entry's queue travels in section 2, only
+// while the queue is not empty: an idle entry's heartbeat has no such
+// section. An empty or malformed section is refused.
 func TestHeartbeatLoadTable(t *testing.T) {
 	hb := sampleHeartbeat(t)
 	idle, err := hb.MarshalBinary()
-	if err != nil || idle[0] != 1 {
-		t.Fatalf("idle heartbeat: version %d, %v", idle[0], err)
+	if err != nil {
+		t.Fatal(err)
 	}
 	hb.EntryQueue, hb.EntryWait = 12, 2500*time.Millisecond
 	loaded, err := hb.MarshalBinary()
-	if err != nil || loaded[0] != 2 || len(loaded) != len(idle)+12 {
-		t.Fatalf("loaded heartbeat: version %d, %d bytes (idle %d), %v", loaded[0], len(loaded), len(idle), err)
+	if err != nil || len(loaded) != len(idle)+15 || !bytes.Equal(loaded[:len(idle)], idle) {
+		t.Fatalf("loaded heartbeat: %d bytes (idle %d), %v", len(loaded), len(idle), err)
 	}
 	got, err := DecodeHeartbeat(loaded)
 	if err != nil {
@@ -96,18 +97,15 @@ func TestHeartbeatLoadTable(t *testing.T) {
 	if !reflect.DeepEqual(got, hb) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, hb)
 	}
-	if !bytes.Equal(loaded[:len(idle)][1:], idle[1:]) {
-		t.Fatal("version 2 does not start with version 1's fields")
-	}
-	empty := append(bytes.Clone(idle), make([]byte, 12)...)
-	empty[0] = 2
-	if _, err := DecodeHeartbeat(empty); !errors.Is(err, ErrHeartbeatSchema) {
-		t.Fatalf("version 2 with an empty load table: %v", err)
-	}
+	empty := append(bytes.Clone(idle), 2, 0, 12)
+	empty = append(empty, make([]byte, 12)...)
+	short := append(bytes.Clone(idle), 2, 0, 4, 0, 0, 0, 1)
 	neg := bytes.Clone(loaded)
 	neg[len(neg)-8] = 0x80
-	if _, err := DecodeHeartbeat(neg); !errors.Is(err, ErrHeartbeatSchema) {
-		t.Fatalf("negative wait: %v", err)
+	for name, data := range map[string][]byte{"empty": empty, "short": short, "negative wait": neg} {
+		if _, err := DecodeHeartbeat(data); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Errorf("%s section: %v", name, err)
+		}
 	}
 	for _, f := range []func(h *Heartbeat){
 		func(h *Heartbeat) { h.EntryQueue = -1 },
@@ -128,6 +126,12 @@ func TestHeartbeatRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	mut := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	noPrefix := sampleHeartbeat(t)
+	noPrefix.Prefixes = ""
+	plain, err := noPrefix.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
 	idLen := int(good[1])
 	stateOff := 2 + idLen + 16
 	cases := map[string]struct {
@@ -136,7 +140,6 @@ func TestHeartbeatRejects(t *testing.T) {
 	}{
 		"empty":     {nil, ErrHeartbeatSchema},
 		"version":   {mut(func(b []byte) []byte { b[0] = 3; return b }), ErrHeartbeatSchema},
-		"v2 short":  {mut(func(b []byte) []byte { b[0] = 2; return b }), ErrHeartbeatSchema},
 		"truncated": {good[:len(good)-1], ErrHeartbeatSchema},
 		"trailing":  {append(bytes.Clone(good), 0), ErrHeartbeatSchema},
 		"state":     {mut(func(b []byte) []byte { b[stateOff] = 9; return b }), ErrHeartbeatSchema},
@@ -144,6 +147,13 @@ func TestHeartbeatRejects(t *testing.T) {
 		"bad id":    {mut(func(b []byte) []byte { b[2] ^= 0xff; return b }), ErrHeartbeatSchema},
 		"zero id":   {[]byte{1, 0}, ErrHeartbeatSchema},
 		"oversize":  {make([]byte, MaxHeartbeatSize+1), ErrHeartbeatSize},
+		// Optional sections: known tags only, ascending, once, non-empty.
+		"unknown section":  {append(bytes.Clone(good), 9, 0, 1, 0), ErrHeartbeatSchema},
+		"repeated section": {append(bytes.Clone(good), sectionPrefixes, 0, 1, 0), ErrHeartbeatSchema},
+		"empty section":    {append(bytes.Clone(plain), sectionPrefixes, 0, 0), ErrHeartbeatSchema},
+		"section overrun":  {append(bytes.Clone(plain), sectionPrefixes, 0, 9, 1), ErrHeartbeatSchema},
+		"oversize section": {append(append(bytes.Clone(plain), sectionPrefixes, byte((MaxPrefixLen+1)>>8), byte((MaxPrefixLen+1)&0xff)),
+			make([]byte, MaxPrefixLen+1)...), ErrHeartbeatSchema},
 	}
 	for name, c := range cases {
 		if _, err := DecodeHeartbeat(c.data); !errors.Is(err, c.want) {
@@ -160,6 +170,7 @@ func TestHeartbeatRejects(t *testing.T) {
 		func(h *Heartbeat) { h.Region = "\xff" },
 		func(h *Heartbeat) { h.RTTs = make([]RTTSample, MaxRTTSamples+1) },
 		func(h *Heartbeat) { h.NodeID = "" },
+		func(h *Heartbeat) { h.Prefixes = string(make([]byte, MaxPrefixLen+1)) },
 	}
 	for i, f := range bad {
 		h := sampleHeartbeat(t)
@@ -200,7 +211,7 @@ func FuzzHeartbeatDecoder(f *testing.F) {
 	hb.EntryQueue, hb.EntryWait = 7, 1500*time.Millisecond
 	loaded, _ := hb.MarshalBinary()
 	f.Add(loaded)
-	f.Add(append(bytes.Clone(plain[:len(plain):len(plain)]), make([]byte, 12)...)) // version byte 1 with v2's tail
+	f.Add(append(bytes.Clone(plain), 2, 0, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)) // an empty queue section
 	f.Add([]byte{1})
 	f.Add([]byte{1, 64})
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -49,15 +49,15 @@ type ModelSpec struct {
 
 // NodeSpec is one node.
 type NodeSpec struct {
-	Name      string  `yaml:"name"`
-	MaxLayers int     `yaml:"max_layers"`
+	Name      string `yaml:"name"`
+	MaxLayers int    `yaml:"max_layers"`
 	// Memory caps the node's weights and KV cache (--memory), such as
 	// 4MiB: a small cap makes KV room, and the entry's queue, matter.
-	Memory string `yaml:"memory"`
-	GPU       string  `yaml:"gpu"`
-	Region    string  `yaml:"region"`
-	NAT       NATKind `yaml:"nat"`
-	Rate      string  `yaml:"rate"`
+	Memory string  `yaml:"memory"`
+	GPU    string  `yaml:"gpu"`
+	Region string  `yaml:"region"`
+	NAT    NATKind `yaml:"nat"`
+	Rate   string  `yaml:"rate"`
 	// Late nodes start only at a join event.
 	Late bool `yaml:"late"`
 }

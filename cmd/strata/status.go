@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stratanet/strata/engine/store"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node/api"
 )
@@ -58,6 +59,11 @@ type memberView struct {
 		QueueDepth     int `json:"queue_depth"`
 		ActiveSessions int `json:"active_sessions"`
 	} `json:"load"`
+	Fetch *struct {
+		Done    int64 `json:"done_bytes"`
+		Total   int64 `json:"total_bytes"`
+		Fetched int64 `json:"fetched_bytes"`
+	} `json:"fetch"`
 }
 
 func newStatusCmd() *cobra.Command {
@@ -226,6 +232,12 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 	}
 	if p := v.Pending; p != nil {
 		fmt.Fprintf(w, "pending map (epoch %d, %s): nodes are warming up their new layers\n", p.Map.Epoch, p.Reason)
+	}
+	for _, mem := range v.Members {
+		if f := mem.Fetch; f != nil && f.Total > 0 {
+			fmt.Fprintf(w, "  %-8s fetching its layers from peers: %s of %s (%.0f%%)\n", name(mem.ID),
+				store.HumanBytes(f.Done), store.HumanBytes(f.Total), 100*float64(f.Done)/float64(f.Total))
+		}
 	}
 	printReachability(w, v, name)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
 )
@@ -80,6 +81,19 @@ type (
 		Committed    *layers.Range           `json:"committed_range"`
 		Pending      *layers.Range           `json:"pending_range"`
 		Load         *loadJSON               `json:"load"`
+		// Fetch is the answering node's fetch of weights from peers
+		// (only for itself, and only when it has no model file).
+		Fetch *fetchJSON `json:"fetch,omitempty"`
+	}
+	fetchJSON struct {
+		// DoneBytes of TotalBytes: the fetch in progress (TotalBytes 0:
+		// none).
+		DoneBytes  int64 `json:"done_bytes"`
+		TotalBytes int64 `json:"total_bytes"`
+		// FetchedBytes since the node started; HoldersDropped: holders
+		// dropped for a bad chunk or a stall.
+		FetchedBytes   int64 `json:"fetched_bytes"`
+		HoldersDropped int64 `json:"holders_dropped"`
 	}
 	// loadJSON is a member's load from its latest heartbeat (this node's
 	// own: now).
@@ -182,6 +196,9 @@ func (s *Server) swarmView() swarmJSON {
 	}
 	st := snap.Self
 	me.State = st.State.String()
+	if f := snap.Fetch; f != (node.FetchProgress{}) {
+		me.Fetch = &fetchJSON{DoneBytes: f.Done, TotalBytes: f.Total, FetchedBytes: f.Fetched, HoldersDropped: f.Dropped}
+	}
 	me.Load = &loadJSON{Epoch: st.Epoch, Range: s.b.Held(), QueueDepth: st.QueueDepth, ActiveSessions: st.ActiveSessions,
 		FreeKV: st.FreeKV, LayerLatencyMs: ms(st.LayerLatency), Region: st.Region,
 		EntryQueue: st.EntryQueue, EntryWaitMs: ms(st.EntryWait)}
