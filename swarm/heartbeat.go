@@ -12,17 +12,10 @@ import (
 	"github.com/stratanet/strata/internal/codec"
 )
 
-// HeartbeatVersion is the newest version byte of the heartbeat schema. A
-// decoder reads versions 1 and 2 and rejects every other: a new schema
-// gets a new version and, if peers of both must coexist, a new topic.
-//
-// Version 2 is version 1 followed by the entry's load-table fields. A
-// heartbeat is encoded as version 1 whenever those are zero (an entry
-// with nothing queued, most of the time), so that a peer that reads only
-// version 1 still hears every idle node; a decoder rejects a version-2
-// heartbeat whose load-table fields are zero, which keeps one encoding
-// per heartbeat.
-const HeartbeatVersion = 2
+// HeartbeatVersion is the version byte of the heartbeat schema. A decoder
+// rejects every other version: a new schema gets a new version and, if
+// peers of both must coexist, a new topic.
+const HeartbeatVersion = 1
 
 // Heartbeat schema limits. Together they bound an encoded heartbeat well
 // below MaxHeartbeatSize.
@@ -63,6 +56,7 @@ func (s State) String() string {
 // Section tags of a heartbeat's optional part.
 const (
 	sectionPrefixes uint8 = 1
+	sectionQueue    uint8 = 2
 )
 
 // Flags in a heartbeat.
@@ -100,7 +94,7 @@ type Status struct {
 	Prefixes string
 	// EntryQueue is how many requests wait in the node's entry queue for
 	// a path with room, and EntryWait how long the oldest has waited:
-	// the swarm's load table (version 2).
+	// the swarm's load table (section 2, sent while either is non-zero).
 	EntryQueue int
 	EntryWait  time.Duration
 }
@@ -121,16 +115,12 @@ type Status struct {
 //	u8  len, bytes   region (UTF-8, 0..32)
 //	u8  n (0..16), then n × (u8 len, bytes peer ID; u32 RTT in µs)
 //
-// Version 2 (the version byte 2) adds, after the RTTs:
-//
-//	u32 entry queue length
-//	i64 the oldest queued request's wait, ns (>= 0; not both zero)
-//
-// Either version then has optional sections, each u8 tag, u16 len, len
-// bytes (1..), in ascending tag order, each at most once; unknown tags are
-// refused:
+// then optional sections, each u8 tag, u16 len, len bytes (1..), in
+// ascending tag order, each at most once; unknown tags are refused:
 //
 //	tag 1: prefix summary (Status.Prefixes, 1..MaxPrefixLen bytes)
+//	tag 2: entry queue: u32 length, i64 the oldest's wait in ns (>= 0;
+//	       not both zero: an empty queue sends no section)
 //
 // Nothing else may follow. Sections leave older heartbeats decodable and
 // let fields be added without reordering the fixed part.
@@ -145,9 +135,8 @@ type Heartbeat struct {
 // Relayed reports whether the sender says it is reachable only by relay.
 func (hb *Heartbeat) Relayed() bool { return hb.Flags&FlagRelayed != 0 }
 
-// MarshalBinary encodes hb, as version 1 when its load-table fields are
-// zero and as version 2 otherwise. It fails on values the schema cannot
-// carry instead of truncating them.
+// MarshalBinary encodes hb under the version-1 schema. It fails on values
+// the schema cannot carry instead of truncating them.
 func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 	id := []byte(hb.NodeID)
 	switch {
@@ -164,21 +153,17 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		return nil, fmt.Errorf("queue %d / sessions %d: %w", hb.QueueDepth, hb.ActiveSessions, ErrHeartbeatSchema)
 	case hb.LayerLatency < 0:
 		return nil, fmt.Errorf("layer latency %v: %w", hb.LayerLatency, ErrHeartbeatSchema)
-	case hb.EntryQueue < 0 || uint64(hb.EntryQueue) > math.MaxUint32 || hb.EntryWait < 0:
-		return nil, fmt.Errorf("entry queue %d / wait %v: %w", hb.EntryQueue, hb.EntryWait, ErrHeartbeatSchema)
 	case len(hb.Region) > MaxRegionLen || !utf8.ValidString(hb.Region):
 		return nil, fmt.Errorf("region %q: %w", hb.Region, ErrHeartbeatSchema)
 	case len(hb.RTTs) > MaxRTTSamples:
 		return nil, fmt.Errorf("%d RTT samples (max %d): %w", len(hb.RTTs), MaxRTTSamples, ErrHeartbeatSchema)
 	case len(hb.Prefixes) > MaxPrefixLen:
 		return nil, fmt.Errorf("prefix summary of %d bytes (max %d): %w", len(hb.Prefixes), MaxPrefixLen, ErrHeartbeatSchema)
+	case hb.EntryQueue < 0 || uint64(hb.EntryQueue) > math.MaxUint32 || hb.EntryWait < 0:
+		return nil, fmt.Errorf("entry queue %d / wait %v: %w", hb.EntryQueue, hb.EntryWait, ErrHeartbeatSchema)
 	}
-	v := byte(1)
-	if hb.EntryQueue != 0 || hb.EntryWait != 0 {
-		v = 2
-	}
-	b := make([]byte, 0, 140+len(hb.RTTs)*(maxIDLen+5))
-	b = append(b, v, byte(len(id)))
+	b := make([]byte, 0, 128+len(hb.RTTs)*(maxIDLen+5))
+	b = append(b, HeartbeatVersion, byte(len(id)))
 	b = append(b, id...)
 	b = binary.BigEndian.AppendUint32(b, uint32(hb.RangeStart))
 	b = binary.BigEndian.AppendUint32(b, uint32(hb.RangeEnd))
@@ -205,14 +190,16 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		b = append(b, pid...)
 		b = binary.BigEndian.AppendUint32(b, uint32(us))
 	}
-	if v == 2 {
-		b = binary.BigEndian.AppendUint32(b, uint32(hb.EntryQueue))
-		b = binary.BigEndian.AppendUint64(b, uint64(hb.EntryWait))
-	}
 	if len(hb.Prefixes) > 0 {
 		b = append(b, sectionPrefixes)
 		b = binary.BigEndian.AppendUint16(b, uint16(len(hb.Prefixes)))
 		b = append(b, hb.Prefixes...)
+	}
+	if hb.EntryQueue != 0 || hb.EntryWait != 0 {
+		b = append(b, sectionQueue)
+		b = binary.BigEndian.AppendUint16(b, 12)
+		b = binary.BigEndian.AppendUint32(b, uint32(hb.EntryQueue))
+		b = binary.BigEndian.AppendUint64(b, uint64(hb.EntryWait))
 	}
 	if len(b) > MaxHeartbeatSize {
 		return nil, fmt.Errorf("%d bytes: %w", len(b), ErrHeartbeatSize)
@@ -220,7 +207,7 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 	return b, nil
 }
 
-// DecodeHeartbeat decodes a version-1 or version-2 heartbeat. It never panics and
+// DecodeHeartbeat decodes a version-1 heartbeat. It never panics and
 // allocates in proportion to len(data), which it checks against
 // MaxHeartbeatSize first. Peer IDs must parse as libp2p peer IDs.
 func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
@@ -228,9 +215,8 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 		return nil, fmt.Errorf("%d bytes (max %d): %w", len(data), MaxHeartbeatSize, ErrHeartbeatSize)
 	}
 	d := codec.NewReader(data, binary.BigEndian, ErrHeartbeatSchema)
-	v := d.U8("version")
-	if d.Err() == nil && v != 1 && v != 2 {
-		return nil, fmt.Errorf("version %d (want 1 or %d): %w", v, HeartbeatVersion, ErrHeartbeatSchema)
+	if v := d.U8("version"); d.Err() == nil && v != HeartbeatVersion {
+		return nil, fmt.Errorf("version %d (want %d): %w", v, HeartbeatVersion, ErrHeartbeatSchema)
 	}
 	hb := &Heartbeat{}
 	hb.NodeID = d.PeerID("node ID", maxIDLen, false)
@@ -279,19 +265,6 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 		}
 		hb.RTTs = append(hb.RTTs, RTTSample{Peer: id, RTT: time.Duration(us) * time.Microsecond})
 	}
-	if v == 2 {
-		hb.EntryQueue = int(d.U32("entry queue"))
-		wait := int64(d.U64("entry wait"))
-		if d.Err() == nil {
-			switch {
-			case wait < 0:
-				d.Fail("entry wait %d", wait)
-			case hb.EntryQueue == 0 && wait == 0:
-				d.Fail("version 2 with an empty load table (version 1 carries it)")
-			}
-		}
-		hb.EntryWait = time.Duration(wait)
-	}
 	last := uint8(0)
 	for d.Err() == nil && d.Len() > 0 {
 		tag := d.U8("section tag")
@@ -309,6 +282,18 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 			d.Fail("prefix summary of %d bytes (max %d)", n, MaxPrefixLen)
 		case tag == sectionPrefixes:
 			hb.Prefixes = string(body)
+		case tag == sectionQueue && n != 12:
+			d.Fail("entry queue section of %d bytes (want 12)", n)
+		case tag == sectionQueue:
+			q := binary.BigEndian.Uint32(body)
+			w := int64(binary.BigEndian.Uint64(body[4:]))
+			switch {
+			case w < 0:
+				d.Fail("entry wait %d", w)
+			case q == 0 && w == 0:
+				d.Fail("an empty entry queue section (none is sent)")
+			}
+			hb.EntryQueue, hb.EntryWait = int(q), time.Duration(w)
 		default:
 			d.Fail("unknown section %d", tag)
 		}

@@ -76,21 +76,20 @@ func TestHeartbeatLargestFits(t *testing.T) {
 	}
 }
 
-// TestHeartbeatLoadTable: the entry's queue fields travel as version 2,
-// and only when set: an idle entry's heartbeat stays version 1, which
-// peers that read only version 1 accept. A version 2 heartbeat with an
-// empty load table is not the canonical encoding and is refused.
+// TestHeartbeatLoadTable: the entry's queue travels in section 2, only
+// while the queue is not empty: an idle entry's heartbeat has no such
+// section. An empty or malformed section is refused.
 func TestHeartbeatLoadTable(t *testing.T) {
 	hb := sampleHeartbeat(t)
 	hb.Prefixes = "" // the load table's bytes sit just before the sections
 	idle, err := hb.MarshalBinary()
-	if err != nil || idle[0] != 1 {
-		t.Fatalf("idle heartbeat: version %d, %v", idle[0], err)
+	if err != nil {
+		t.Fatal(err)
 	}
 	hb.EntryQueue, hb.EntryWait = 12, 2500*time.Millisecond
 	loaded, err := hb.MarshalBinary()
-	if err != nil || loaded[0] != 2 || len(loaded) != len(idle)+12 {
-		t.Fatalf("loaded heartbeat: version %d, %d bytes (idle %d), %v", loaded[0], len(loaded), len(idle), err)
+	if err != nil || len(loaded) != len(idle)+15 || !bytes.Equal(loaded[:len(idle)], idle) {
+		t.Fatalf("loaded heartbeat: %d bytes (idle %d), %v", len(loaded), len(idle), err)
 	}
 	got, err := DecodeHeartbeat(loaded)
 	if err != nil {
@@ -99,18 +98,15 @@ func TestHeartbeatLoadTable(t *testing.T) {
 	if !reflect.DeepEqual(got, hb) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, hb)
 	}
-	if !bytes.Equal(loaded[:len(idle)][1:], idle[1:]) {
-		t.Fatal("version 2 does not start with version 1's fields")
-	}
-	empty := append(bytes.Clone(idle), make([]byte, 12)...)
-	empty[0] = 2
-	if _, err := DecodeHeartbeat(empty); !errors.Is(err, ErrHeartbeatSchema) {
-		t.Fatalf("version 2 with an empty load table: %v", err)
-	}
+	empty := append(bytes.Clone(idle), 2, 0, 12)
+	empty = append(empty, make([]byte, 12)...)
+	short := append(bytes.Clone(idle), 2, 0, 4, 0, 0, 0, 1)
 	neg := bytes.Clone(loaded)
 	neg[len(neg)-8] = 0x80
-	if _, err := DecodeHeartbeat(neg); !errors.Is(err, ErrHeartbeatSchema) {
-		t.Fatalf("negative wait: %v", err)
+	for name, data := range map[string][]byte{"empty": empty, "short": short, "negative wait": neg} {
+		if _, err := DecodeHeartbeat(data); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Errorf("%s section: %v", name, err)
+		}
 	}
 	for _, f := range []func(h *Heartbeat){
 		func(h *Heartbeat) { h.EntryQueue = -1 },
@@ -145,7 +141,6 @@ func TestHeartbeatRejects(t *testing.T) {
 	}{
 		"empty":     {nil, ErrHeartbeatSchema},
 		"version":   {mut(func(b []byte) []byte { b[0] = 3; return b }), ErrHeartbeatSchema},
-		"v2 short":  {mut(func(b []byte) []byte { b[0] = 2; return b }), ErrHeartbeatSchema},
 		"truncated": {good[:len(good)-1], ErrHeartbeatSchema},
 		"trailing":  {append(bytes.Clone(good), 0), ErrHeartbeatSchema},
 		"state":     {mut(func(b []byte) []byte { b[stateOff] = 9; return b }), ErrHeartbeatSchema},
@@ -217,7 +212,7 @@ func FuzzHeartbeatDecoder(f *testing.F) {
 	hb.EntryQueue, hb.EntryWait = 7, 1500*time.Millisecond
 	loaded, _ := hb.MarshalBinary()
 	f.Add(loaded)
-	f.Add(append(bytes.Clone(plain[:len(plain):len(plain)]), make([]byte, 12)...)) // version byte 1 with v2's tail
+	f.Add(append(bytes.Clone(plain), 2, 0, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)) // an empty queue section
 	f.Add([]byte{1})
 	f.Add([]byte{1, 64})
 	f.Fuzz(func(t *testing.T, in []byte) {
