@@ -164,6 +164,7 @@ type entry struct {
 	mu     sync.RWMutex // generate's wg.Add against close's wg.Wait
 	wg     sync.WaitGroup
 	reg    registry
+	checks registry       // spot checks' check sessions (verify.go), apart from generations
 	rcpt   receipts       // receipts awaited by spot checks
 	vc     verifyCounters // spot-check counts
 }
@@ -175,7 +176,8 @@ func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
 	if cfg.log == nil {
 		cfg.log = zap.NewNop()
 	}
-	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}}
+	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}},
+		checks: registry{gens: map[SessionID]*attemptReg{}}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	return e
 }
@@ -191,19 +193,21 @@ func (e *entry) stop() {
 func (e *entry) wait() { e.wg.Wait() }
 
 func (e *entry) onToken(from peer.ID, t *Token)    { e.reg.onToken(from, t) }
-func (e *entry) onError(from peer.ID, m *ErrorMsg) { e.reg.onError(from, m) }
+func (e *entry) onError(from peer.ID, m *ErrorMsg) { e.reg.onError(from, m); e.checks.onError(from, m) }
 
 // peerDown fails every attempt whose path uses p.
 func (e *entry) peerDown(p peer.ID, why string) {
 	if e.suspect != nil {
 		e.suspect(p)
 	}
-	e.reg.mu.Lock()
-	defer e.reg.mu.Unlock()
-	for sid, a := range e.reg.gens {
-		if a.uses(p) {
-			a.post(event{sid: sid, down: p, why: why})
+	for _, r := range []*registry{&e.reg, &e.checks} {
+		r.mu.Lock()
+		for sid, a := range r.gens {
+			if a.uses(p) {
+				a.post(event{sid: sid, down: p, why: why})
+			}
 		}
+		r.mu.Unlock()
 	}
 }
 

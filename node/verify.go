@@ -362,12 +362,12 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 	sid := newSessionID()
 	hops := append(slices.Clone(upstream), links...)
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
-	e.reg.add(sid, reg)
+	e.checks.add(sid, reg)
 	last := links[len(links)-1]
 	ch, done := e.rcpt.wait(receiptKey{sid, last.From}, last.Peer)
 	defer func() {
 		done()
-		e.reg.remove(sid)
+		e.checks.remove(sid)
 		for _, h := range hops {
 			e.post(h.Peer, &Close{Session: sid})
 		}
