@@ -28,17 +28,31 @@ func TestVerifyEvictsFaultyNode(t *testing.T) {
 
 func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	const faultyAt = 5
-	_, nodes := verifyCluster(t, 6, map[int][]Option{faultyAt: {WithFaultInjection(FaultSpec{Every: 50, Mode: mode})}})
+	var nodes []*Node
+	// The planner decides the map: a swarm where the faulty node's range
+	// has no third holder to settle a mismatch could never evict it, so
+	// such a draw is replaced by a fresh swarm (rare; at most twice).
+	for try := 0; ; try++ {
+		_, nodes = verifyCluster(t, 6, map[int][]Option{faultyAt: {WithFaultInjection(FaultSpec{Every: 50, Mode: mode})}})
+		m := nodes[0].Committed()
+		fr, ok := m.Range(nodes[faultyAt].ID().String())
+		if !ok {
+			t.Fatalf("faulty node not placed: %v", m.Stages)
+		}
+		h := len(nodes[0].holders(fr.Start, fr.End))
+		if h >= 3 {
+			break
+		}
+		if try == 2 {
+			t.Fatalf("three swarms where the faulty node's range %v had %d holders (map %v)", fr, h, m.Stages)
+		}
+		t.Logf("the faulty node's range %v has %d holders; a fresh swarm", fr, h)
+		for _, n := range nodes {
+			n.Close()
+		}
+	}
 	faulty := nodes[faultyAt]
 	fid := faulty.ID().String()
-	m := nodes[0].Committed()
-	fr, ok := m.Range(fid)
-	if !ok {
-		t.Fatalf("faulty node not placed: %v", m.Stages)
-	}
-	if h := len(nodes[0].holders(fr.Start, fr.End)); h < 3 {
-		t.Fatalf("the faulty node's range %v has %d holders; a tie-break needs 3 (map %v)", fr, h, m.Stages)
-	}
 	honest := nodes[:faultyAt]
 	const maxTokens = 16
 	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark and stormy night"}
