@@ -181,26 +181,58 @@ func (d decoder) receipt() Receipt {
 
 // Evidence accuses Receipts[0]'s signer: Receipts[1] and [2], from two
 // other holders, were fed the same input and agree with each other and
-// not with it.
+// not with it. The second witness may be a chain of holders that
+// together cover the accused's layers (when no single third holder
+// exists): Chain holds its earlier links in layer order, each fed what
+// the one before emitted, and Receipts[2] is its last.
 type Evidence struct {
 	Receipts [3]Receipt
+	Chain    []Receipt
 }
+
+// MaxChain bounds the earlier links of a chained witness.
+const MaxChain = 3
 
 // Check verifies the evidence and returns the accused. It is a pure
 // function of the evidence (signatures included), so every member that
 // folds a NodeFaulted record reaches the same verdict.
 func (e Evidence) Check() (peer.ID, error) {
 	rs := e.Receipts
-	if rs[0].Signer == rs[1].Signer || rs[0].Signer == rs[2].Signer || rs[1].Signer == rs[2].Signer {
-		return "", fmt.Errorf("%w: the three receipts need three distinct signers", ErrBadEvidence)
+	if len(e.Chain) > MaxChain {
+		return "", fmt.Errorf("%w: a witness chain of %d links", ErrBadEvidence, len(e.Chain)+1)
 	}
-	for i, r := range rs {
+	all := append(append([]Receipt(nil), rs[:]...), e.Chain...)
+	for i, r := range all {
+		for _, o := range all[:i] {
+			if o.Signer == r.Signer {
+				return "", fmt.Errorf("%w: %s signs twice; the accused and the witnesses must be distinct", ErrBadEvidence, r.Signer)
+			}
+		}
 		if err := r.Verify(); err != nil {
 			return "", fmt.Errorf("receipt %d: %w", i, err)
 		}
-		if i > 0 && !r.SameInput(rs[0]) {
-			return "", fmt.Errorf("%w: receipt %d covers other work than the accused's", ErrBadEvidence, i)
+	}
+	if !rs[1].SameInput(rs[0]) {
+		return "", fmt.Errorf("%w: receipt 1 covers other work than the accused's", ErrBadEvidence)
+	}
+	// The second witness, link by link: it starts where the accused
+	// started, on the same input, each link takes what the one before it
+	// gave, and it ends where the accused ended.
+	links := append(append([]Receipt(nil), e.Chain...), rs[2])
+	a := rs[0]
+	for k, l := range links {
+		ok := l.Model == a.Model && l.Positions == a.Positions
+		if k == 0 {
+			ok = ok && l.From == a.From && l.InChain == a.InChain
+		} else {
+			ok = ok && l.From == links[k-1].To && l.InChain == links[k-1].OutChain
 		}
+		if !ok {
+			return "", fmt.Errorf("%w: witness link %d does not continue the accused's input", ErrBadEvidence, k)
+		}
+	}
+	if rs[2].To != a.To {
+		return "", fmt.Errorf("%w: the second witness ends at layer %d, the accused at %d", ErrBadEvidence, rs[2].To, a.To)
 	}
 	if !rs[1].SameOutput(rs[2]) {
 		return "", fmt.Errorf("%w: the witnesses disagree with each other", ErrBadEvidence)
@@ -231,12 +263,19 @@ func (e NodeFaulted) appendTo(b []byte) []byte {
 	b = appendStr(b, e.Node)
 	b = appendStr(b, e.Accuser)
 	b = binary.AppendVarint(b, unixNano(e.Until))
-	for _, r := range e.Evidence.Receipts {
+	appendReceipt := func(b []byte, r Receipt) []byte {
 		rb, err := r.MarshalBinary()
 		if err != nil {
 			rb = nil // an empty receipt fails to decode: MarshalRecord reports it
 		}
-		b = appendBytes(b, rb)
+		return appendBytes(b, rb)
+	}
+	for _, r := range e.Evidence.Receipts {
+		b = appendReceipt(b, r)
+	}
+	b = binary.AppendUvarint(b, uint64(len(e.Evidence.Chain)))
+	for _, r := range e.Evidence.Chain {
+		b = appendReceipt(b, r)
 	}
 	return b
 }
@@ -244,15 +283,29 @@ func (e NodeFaulted) appendTo(b []byte) []byte {
 func decodeNodeFaulted(d decoder) NodeFaulted {
 	e := NodeFaulted{Node: d.id("node"), Accuser: d.id("accuser")}
 	e.Until = d.time("until")
-	for i := range e.Evidence.Receipts {
+	receipt := func(r *Receipt) bool {
 		rb := d.bytes("receipt", MaxReceiptSize)
 		if d.Err() != nil {
+			return false
+		}
+		if err := r.UnmarshalBinary(rb); err != nil {
+			d.Fail("receipt: %v", err)
+			return false
+		}
+		return true
+	}
+	for i := range e.Evidence.Receipts {
+		if !receipt(&e.Evidence.Receipts[i]) {
 			return e
 		}
-		if err := e.Evidence.Receipts[i].UnmarshalBinary(rb); err != nil {
-			d.Fail("receipt %d: %v", i, err)
+	}
+	n := d.Uvarint("witness chain", MaxChain)
+	for range n {
+		var r Receipt
+		if !receipt(&r) {
 			return e
 		}
+		e.Evidence.Chain = append(e.Evidence.Chain, r)
 	}
 	return e
 }

@@ -227,3 +227,42 @@ func sampleFault(t testing.TB) NodeFaulted {
 	ev := Evidence{Receipts: [3]Receipt{s[0].receipt(t, "in", "wrong"), s[1].receipt(t, "in", "right"), s[2].receipt(t, "in", "right")}}
 	return NodeFaulted{Node: s[0].id.String(), Accuser: s[1].id.String(), Until: t0.Add(time.Hour), Evidence: ev}
 }
+
+// TestEvidenceChainedWitness: when no single third holder exists, two
+// holders that together cover the accused's layers can witness, each
+// fed what the one before emitted.
+func TestEvidenceChainedWitness(t *testing.T) {
+	liar, v, w1, w2 := newSigner(t), newSigner(t), newSigner(t), newSigner(t)
+	h := func(s string) [32]byte { return sha256.Sum256([]byte(s)) }
+	link := func(s signer, from, to int, in, out string) Receipt {
+		r := Receipt{Signer: s.id, Model: 7, From: from, To: to, Positions: 40, InChain: h(in), OutChain: h(out), OutLast: h(out + "last")}
+		if err := r.Sign(s.key); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	good := Evidence{Receipts: [3]Receipt{link(liar, 2, 6, "in", "wrong"), link(v, 2, 6, "in", "right"), link(w2, 4, 6, "mid", "right")},
+		Chain: []Receipt{link(w1, 2, 4, "in", "mid")}}
+	if got, err := good.Check(); err != nil || got != liar.id {
+		t.Fatalf("chained witness: accused %v, %v", got, err)
+	}
+	raw, err := MarshalRecord(rec(3, NodeFaulted{Node: liar.id.String(), Accuser: v.id.String(), Until: t0.Add(time.Hour), Evidence: good}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := UnmarshalRecord(raw); err != nil || len(back.Event.(NodeFaulted).Evidence.Chain) != 1 {
+		t.Fatalf("round trip of a chained witness: %v", err)
+	}
+	cases := map[string]Evidence{
+		"broken chain":     {Receipts: good.Receipts, Chain: []Receipt{link(w1, 2, 4, "in", "other")}},
+		"gap in layers":    {Receipts: good.Receipts, Chain: []Receipt{link(w1, 2, 3, "in", "mid")}},
+		"other input":      {Receipts: good.Receipts, Chain: []Receipt{link(w1, 2, 4, "in2", "mid")}},
+		"short of the end": {Receipts: [3]Receipt{good.Receipts[0], good.Receipts[1], link(w2, 4, 5, "mid", "right")}, Chain: good.Chain},
+		"link signs twice": {Receipts: good.Receipts, Chain: []Receipt{link(v, 2, 4, "in", "mid")}},
+	}
+	for name, ev := range cases {
+		if _, err := ev.Check(); !errors.Is(err, ErrBadEvidence) {
+			t.Errorf("%s: %v, want ErrBadEvidence", name, err)
+		}
+	}
+}

@@ -176,6 +176,7 @@ type entry struct {
 	wg     sync.WaitGroup
 	reg    registry
 	adm    *admitter
+	checks registry       // spot checks' check sessions (verify.go), apart from generations
 	rcpt   receipts       // receipts awaited by spot checks
 	vc     verifyCounters // spot-check counts
 }
@@ -193,7 +194,8 @@ func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
 	if cfg.queueTimeout <= 0 {
 		cfg.queueTimeout = DefaultQueueTimeout
 	}
-	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}, adm: newAdmitter()}
+	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}, adm: newAdmitter(),
+		checks: registry{gens: map[SessionID]*attemptReg{}}}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.admitLoop() }()
@@ -215,19 +217,21 @@ func (e *entry) stop() {
 func (e *entry) wait() { e.wg.Wait() }
 
 func (e *entry) onToken(from peer.ID, t *Token)    { e.reg.onToken(from, t) }
-func (e *entry) onError(from peer.ID, m *ErrorMsg) { e.reg.onError(from, m) }
+func (e *entry) onError(from peer.ID, m *ErrorMsg) { e.reg.onError(from, m); e.checks.onError(from, m) }
 
 // peerDown fails every attempt whose path uses p.
 func (e *entry) peerDown(p peer.ID, why string) {
 	if e.suspect != nil {
 		e.suspect(p)
 	}
-	e.reg.mu.Lock()
-	defer e.reg.mu.Unlock()
-	for sid, a := range e.reg.gens {
-		if a.uses(p) {
-			a.post(event{sid: sid, down: p, why: why})
+	for _, r := range []*registry{&e.reg, &e.checks} {
+		r.mu.Lock()
+		for sid, a := range r.gens {
+			if a.uses(p) {
+				a.post(event{sid: sid, down: p, why: why})
+			}
 		}
+		r.mu.Unlock()
 	}
 }
 

@@ -294,8 +294,9 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	var rv consensus.Receipt
 	v := -1
 	for k, p := range alts {
-		if rv, err = e.checkRun(ctx, g, hops[:i], Hop{Peer: p, From: x.From, To: x.To}, tokens, rx, areg); err == nil {
-			v = k
+		var rvs []consensus.Receipt
+		if rvs, err = e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg); err == nil {
+			rv, v = rvs[0], k
 			break
 		}
 		if ctx.Err() != nil {
@@ -319,22 +320,32 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	e.vc.mismatches.Add(1)
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
+	// Third holders: single ones first, then a chain of two that covers
+	// the layers together (a range held by two nodes only).
+	var thirds [][]Hop
 	for _, p := range alts[v+1:] {
-		rw, err := e.checkRun(ctx, g, hops[:i], Hop{Peer: p, From: x.From, To: x.To}, tokens, rx, areg)
+		thirds = append(thirds, []Hop{{Peer: p, From: x.From, To: x.To}})
+	}
+	if ch := g.chainWitness(hops, i, alts[v]); ch != nil {
+		thirds = append(thirds, ch)
+	}
+	for _, links := range thirds {
+		rws, err := e.checkRun(ctx, g, hops[:i], links, tokens, rx, areg)
 		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
 			return nil // the attempt ends on its own event; nobody is blamed
 		}
 		if err != nil {
 			continue
 		}
+		rw, chain := rws[len(rws)-1], rws[:len(rws)-1]
 		switch {
 		case rw.SameOutput(rv):
-			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rx, rv, rw}})
+			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rx, rv, rw}, Chain: chain})
 			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
 				reason: fmt.Sprintf("hop %s failed a spot check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
 		case rw.SameOutput(rx):
 			// The checker lied; the session's hop was right.
-			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}})
+			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}, Chain: chain})
 			g.verified(x.Peer, rx.Positions, start)
 			return nil
 		}
@@ -389,18 +400,21 @@ func (e *entry) askReceipt(ctx context.Context, sid SessionID, h Hop, areg *atte
 }
 
 // checkRun runs a check session: tokens through the upstream hops and
-// v, whose receipt it returns when it covers the same input as want's.
+// the links (one holder of the checked layers, or a chain that covers
+// them), and returns the links' receipts when they cover the same input
+// as want's. The last link answers at once; the others are asked after.
 // Like askReceipt, it gives way to an event of the session's attempt.
-func (e *entry) checkRun(ctx context.Context, g *generation, upstream []Hop, v Hop, tokens []int32, want consensus.Receipt,
-	areg *attemptReg) (consensus.Receipt, error) {
+func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []Hop, tokens []int32, want consensus.Receipt,
+	areg *attemptReg) ([]consensus.Receipt, error) {
 	sid := newSessionID()
-	hops := append(slices.Clone(upstream), v)
+	hops := append(slices.Clone(upstream), links...)
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
-	e.reg.add(sid, reg)
-	ch, done := e.rcpt.wait(receiptKey{sid, v.From}, v.Peer)
+	e.checks.add(sid, reg)
+	last := links[len(links)-1]
+	ch, done := e.rcpt.wait(receiptKey{sid, last.From}, last.Peer)
 	defer func() {
 		done()
-		e.reg.remove(sid)
+		e.checks.remove(sid)
 		for _, h := range hops {
 			e.post(h.Peer, &Close{Session: sid})
 		}
@@ -409,32 +423,74 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream []Hop, v H
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Tokens: tokens, Check: true,
 		Open: &Open{MaxTokens: len(tokens), Model: e.cfg.model.hash, Sampling: g.sp, Cold: true}}
 	if err := e.send(ctx, hops[0].Peer, step); err != nil {
-		return consensus.Receipt{}, fmt.Errorf("%w: %w", errInconclusive, err)
+		return nil, fmt.Errorf("%w: %w", errInconclusive, err)
 	}
 	t := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
 	defer t.Stop()
+	var r consensus.Receipt
 	select {
-	case r := <-ch:
-		if !r.SameInput(want) {
-			return r, fmt.Errorf("%w: the checker was fed other input", errInconclusive)
-		}
-		return r, nil
+	case r = <-ch:
 	case ev := <-reg.events:
 		why := ev.why
 		if ev.err != nil {
 			why = ev.err.Text
 		}
-		return consensus.Receipt{}, fmt.Errorf("%w: %s", errInconclusive, why)
+		return nil, fmt.Errorf("%w: %s", errInconclusive, why)
 	case ev := <-areg.events:
 		areg.post(ev)
-		return consensus.Receipt{}, errAttemptFailing
+		return nil, errAttemptFailing
 	case <-t.Chan():
-		return consensus.Receipt{}, fmt.Errorf("%w: no answer within %v", errInconclusive, e.cfg.stepTimeout)
+		return nil, fmt.Errorf("%w: no answer within %v", errInconclusive, e.cfg.stepTimeout)
 	case <-ctx.Done():
-		return consensus.Receipt{}, ctx.Err()
+		return nil, ctx.Err()
 	case <-e.ctx.Done():
-		return consensus.Receipt{}, ErrClosed
+		return nil, ErrClosed
 	}
+	out := make([]consensus.Receipt, 0, len(links))
+	for _, l := range links[:len(links)-1] {
+		// The earlier links still hold the check session: ask them.
+		rl, err := e.askReceipt(ctx, sid, l, areg)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rl)
+	}
+	out = append(out, r)
+	first := out[0]
+	if first.Model != want.Model || first.From != want.From || first.Positions != want.Positions ||
+		first.InChain != want.InChain || r.To != want.To {
+		return nil, fmt.Errorf("%w: the checker was fed other input", errInconclusive)
+	}
+	for k := 1; k < len(out); k++ {
+		if out[k].InChain != out[k-1].OutChain || out[k].Positions != want.Positions {
+			return nil, fmt.Errorf("%w: the links of a chained checker disagree on what passed between them", errInconclusive)
+		}
+	}
+	return out, nil
+}
+
+// chainWitness finds two holders that together serve hop i's layers,
+// neither of them the hop, the checker, nor avoided, and the first not
+// the hop before (hops must alternate): a third opinion where no single
+// third holder exists. Nil when there is none.
+func (g *generation) chainWitness(hops []Hop, i int, checker peer.ID) []Hop {
+	h := hops[i]
+	bad := func(p peer.ID) bool {
+		return p == h.Peer || p == checker || slices.Contains(g.avoid, p.String())
+	}
+	for c := h.From + 1; c < h.To; c++ {
+		for _, p1 := range g.e.holders(h.From, c) {
+			if bad(p1) || (i > 0 && hops[i-1].Peer == p1) {
+				continue
+			}
+			for _, p2 := range g.e.holders(c, h.To) {
+				if !bad(p2) && p2 != p1 {
+					return []Hop{{Peer: p1, From: h.From, To: c}, {Peer: p2, From: c, To: h.To}}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // fault reports proven evidence to the leader.

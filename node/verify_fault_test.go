@@ -8,6 +8,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/layers"
 )
 
 // TestVerifyEvictsFaultyNode: one node of six corrupts 1 output in 50;
@@ -25,17 +28,31 @@ func TestVerifyEvictsFaultyNode(t *testing.T) {
 
 func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	const faultyAt = 5
-	_, nodes := verifyCluster(t, 6, map[int][]Option{faultyAt: {WithFaultInjection(FaultSpec{Every: 50, Mode: mode})}})
+	var nodes []*Node
+	// The planner decides the map: a swarm where the faulty node's range
+	// has no third holder to settle a mismatch could never evict it, so
+	// such a draw is replaced by a fresh swarm (rare; at most twice).
+	for try := 0; ; try++ {
+		_, nodes = verifyCluster(t, 6, map[int][]Option{faultyAt: {WithFaultInjection(FaultSpec{Every: 50, Mode: mode})}})
+		m := nodes[0].Committed()
+		fr, ok := m.Range(nodes[faultyAt].ID().String())
+		if !ok {
+			t.Fatalf("faulty node not placed: %v", m.Stages)
+		}
+		h := len(nodes[0].holders(fr.Start, fr.End))
+		if h >= 3 {
+			break
+		}
+		if try == 2 {
+			t.Fatalf("three swarms where the faulty node's range %v had %d holders (map %v)", fr, h, m.Stages)
+		}
+		t.Logf("the faulty node's range %v has %d holders; a fresh swarm", fr, h)
+		for _, n := range nodes {
+			n.Close()
+		}
+	}
 	faulty := nodes[faultyAt]
 	fid := faulty.ID().String()
-	m := nodes[0].Committed()
-	fr, ok := m.Range(fid)
-	if !ok {
-		t.Fatalf("faulty node not placed: %v", m.Stages)
-	}
-	if h := len(nodes[0].holders(fr.Start, fr.End)); h < 3 {
-		t.Fatalf("the faulty node's range %v has %d holders; a tie-break needs 3 (map %v)", fr, h, m.Stages)
-	}
 	honest := nodes[:faultyAt]
 	const maxTokens = 16
 	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark and stormy night"}
@@ -123,4 +140,58 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	if total.Reported == 0 {
 		t.Fatalf("evicted with no report: %+v", total)
 	}
+}
+
+// TestVerifyChainedWitness: the faulty node shares its whole range with
+// one other node only, so no single third holder can settle a mismatch
+// of its hop; two nodes that split the range between them do, and the
+// evidence (a chained second witness) accuses the faulty node and passes
+// the leader's check. Static map, evidence captured at the entry.
+func TestVerifyChainedWitness(t *testing.T) {
+	dirs, ids := staticIDs(t, 5)
+	stage := func(i, from, to int) layers.Stage {
+		return layers.Stage{Node: ids[i].String(), Range: layers.Range{Start: from, End: to}}
+	}
+	// ids[0]: the entry (no layers); 1: faulty [0,8); 2: [0,8); 3: [0,4); 4: [4,8).
+	m, err := layers.NewLayerMap(8, 1, stage(1, 0, 8), stage(2, 0, 8), stage(3, 0, 4), stage(4, 4, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCluster(t, WithStaticMap(m), WithVerifyRate(1))
+	var nodes []*Node
+	for i := range ids {
+		var extra []Option
+		if i == 1 {
+			extra = append(extra, WithFaultInjection(FaultSpec{Every: 1, Mode: FaultNegate}))
+		}
+		nodes = append(nodes, c.add(append(extra, WithDataDir(dirs[i]))...))
+	}
+	c.waitServing(30*time.Second, ids[1:]...)
+	entry := nodes[0]
+	reports := make(chan consensus.Evidence, 16)
+	entry.entry.report = func(_ context.Context, ev consensus.Evidence) error {
+		reports <- ev
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var chained bool
+	for i := 0; !chained; i++ {
+		if ctx.Err() != nil {
+			t.Fatalf("no chained evidence after %d generations: %+v", i, entry.VerifyStats())
+		}
+		_, _ = generate(ctx, t, entry, "Once upon a time", 8)
+		for len(reports) > 0 {
+			ev := <-reports
+			accused, err := ev.Check()
+			if err != nil {
+				t.Fatalf("evidence refused: %v", err)
+			}
+			if accused != ids[1] {
+				t.Fatalf("evidence accuses %s, not the faulty node", shortID(accused))
+			}
+			chained = chained || len(ev.Chain) > 0
+		}
+	}
+	t.Logf("spot checks: %+v", entry.VerifyStats())
 }
