@@ -16,7 +16,8 @@ import (
 // test calls Decide directly. Decide looks at the state and picks the
 // first thing to do, in this order:
 //
-//  1. append its own NodeJoined if it is not a member yet;
+//  1. append its own NodeJoined if it is not a member yet, then the
+//     model's manifest if it holds the file and the state has none;
 //  2. bring Raft's configuration in line with the members: add new
 //     members as non-voters, remove departed servers;
 //  3. append NodeLeft for members dead past the grace period;
@@ -78,6 +79,14 @@ type LeaderInput struct {
 	Speeds map[string]float64
 	Now    time.Time
 	Config LeaderConfig
+
+	// Manifest is the leader's own manifest, when it holds the model's
+	// file (empty otherwise); appended while the state has none.
+	Manifest ManifestPublished
+	// FetchRates are the fetch rates (bytes/s) of the members that have
+	// no model file and fetch their layers from peers
+	// (layers.RebalanceOptions.FetchRates).
+	FetchRates map[string]float64
 }
 
 // LeaderState is what a leader remembers between decisions within one
@@ -206,6 +215,11 @@ func (d *decision) decide() (Action, error) {
 	// 1. The leader is a member.
 	if !s.IsMember(self) && !in.Leaving {
 		return Append{Event: in.Join, Why: "the leader joins"}, nil
+	}
+	// 1b. The swarm learns its model's manifest from a leader that holds
+	// the file: the founder, unless it had none.
+	if len(in.Manifest.Manifest) > 0 && s.manifest == nil && in.Manifest.Fingerprint == s.Fingerprint() {
+		return Append{Event: in.Manifest, Why: "the leader publishes the model's manifest"}, nil
 	}
 
 	// 2. Raft's configuration follows the members.
@@ -513,7 +527,11 @@ func (d *decision) plan() (Action, error) {
 			return nil, nil
 		}
 	}
-	rb, err := pl.Rebalance(f, committed, d.in.Config.RebalanceOpts)
+	ro := d.in.Config.RebalanceOpts
+	if len(d.in.FetchRates) > 0 {
+		ro.FetchRates = d.in.FetchRates
+	}
+	rb, err := pl.Rebalance(f, committed, ro)
 	if err != nil {
 		return nil, err
 	}

@@ -185,6 +185,15 @@ func (w *world) do(line string) string {
 	case "leaving":
 		w.in.Leaving = true
 		return ""
+	case "manifest":
+		// manifest TEXT [fp=X]: the leader holds the file, whose
+		// manifest encodes as TEXT (fingerprint: the joins', or X).
+		fp := testFingerprint
+		if len(args) > 1 {
+			fp = strings.TrimPrefix(args[1], "fp=")
+		}
+		w.in.Manifest = ManifestPublished{Fingerprint: fp, Manifest: []byte(args[0])}
+		return ""
 	case "term":
 		// A new term: this node leads from now with empty memory.
 		w.fresh = true
@@ -405,6 +414,8 @@ func describeEvent(ev Event) string {
 		return fmt.Sprintf("MapCommitted epoch %d", e.Epoch)
 	case WarmupAbandoned:
 		return fmt.Sprintf("WarmupAbandoned epoch %d laggards %v (%s)", e.Epoch, e.Laggards, e.Reason)
+	case ManifestPublished:
+		return fmt.Sprintf("ManifestPublished %q", e.Manifest)
 	}
 	return ev.Kind().String()
 }
@@ -448,6 +459,9 @@ func (w *world) describeState() string {
 	out = append(out, "committed: "+describeMap(s.Committed()))
 	if p, ok := s.Pending(); ok {
 		out = append(out, fmt.Sprintf("pending: %s waiting %v", describeMap(p.Map), p.Waiting()))
+	}
+	if m := s.Manifest(); m != nil {
+		out = append(out, fmt.Sprintf("manifest: %q", m))
 	}
 	return strings.Join(out, "\n")
 }

@@ -71,6 +71,10 @@ func (k Kind) String() string {
 		return "MapCommitted"
 	case KindWarmupAbandoned:
 		return "WarmupAbandoned"
+	case KindNodeFaulted:
+		return "NodeFaulted"
+	case KindManifestPublished:
+		return "ManifestPublished"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -266,6 +270,10 @@ func UnmarshalRecord(b []byte) (Record, error) {
 		e.Until = d.time("until")
 		e.Reason = d.str("reason", MaxReasonLen)
 		ev = e
+	case KindNodeFaulted:
+		ev = decodeNodeFaulted(d)
+	case KindManifestPublished:
+		ev = decodeManifestPublished(d)
 	default:
 		if d.Err() == nil {
 			d.Fail("unknown kind %d", kind)

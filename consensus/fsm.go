@@ -90,8 +90,10 @@ type State struct {
 	members     map[string]Member
 	committed   layers.LayerMap // Layers == 0: nothing committed yet
 	pending     *Pending
-	applied     uint64    // records folded in (refused ones do not count)
-	last        time.Time // At of the last record folded in
+	bans        map[string]time.Time // evicted for a fault, until (fault.go)
+	applied     uint64               // records folded in (refused ones do not count)
+	last        time.Time            // At of the last record folded in
+	manifest    []byte               // the model's manifest (manifest.go); nil: none
 }
 
 // Fingerprint is the swarm's model fingerprint ("" before the first join).
@@ -170,6 +172,10 @@ func (s State) Apply(r Record) (State, error) {
 		err = next.mapCommitted(e)
 	case WarmupAbandoned:
 		err = next.warmupAbandoned(e)
+	case NodeFaulted:
+		err = next.nodeFaulted(r.At, e)
+	case ManifestPublished:
+		err = next.manifestPublished(e)
 	case nil:
 		err = fmt.Errorf("%w: no event", ErrRejected)
 	default:
@@ -215,6 +221,9 @@ func (s *State) nodeJoined(at time.Time, e NodeJoined) error {
 		return fmt.Errorf("%w: %d addresses", ErrRejected, len(e.Addrs))
 	case e.Caps.Hardware.Validate() != nil:
 		return fmt.Errorf("%w: %v", ErrRejected, e.Caps.Hardware.Validate())
+	}
+	if until, banned := s.Banned(e.Node, at); banned {
+		return fmt.Errorf("%w: %s until %v", ErrBanned, e.Node, until)
 	}
 	m, rejoin := s.members[e.Node]
 	if !rejoin {

@@ -76,8 +76,11 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 			RebalanceEvery: c.cfg.rebalanceEvery, RebalanceOpts: c.cfg.rebalanceOpts,
 		},
 	}
-	if !in.State.IsMember(in.Self) {
+	if _, banned := in.State.Banned(in.Self, now); !in.State.IsMember(in.Self) && !banned {
 		in.Join = c.joinEvent()
+	}
+	if len(c.cfg.manifest) > 0 {
+		in.Manifest = ManifestPublished{Fingerprint: c.cfg.fingerprint, Manifest: c.cfg.manifest}
 	}
 	seen := map[string]bool{}
 	look := func(id string) {
@@ -96,6 +99,14 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 		if c.cfg.speeds != nil {
 			if v, ok := c.cfg.speeds.Speed(p); ok {
 				in.Speeds[id] = v // the leader's own too
+			}
+		}
+		if c.cfg.fetch != nil {
+			if v, ok := c.cfg.fetch.FetchRate(p); ok && v > 0 {
+				if in.FetchRates == nil {
+					in.FetchRates = map[string]float64{}
+				}
+				in.FetchRates[id] = v
 			}
 		}
 	}
@@ -229,6 +240,8 @@ func (c *Consensus) leaderRequest(_ context.Context, ev Event) error {
 		err := c.apply(e)
 		kick(c.kickL)
 		return err
+	case NodeFaulted:
+		return c.faultReport(e)
 	}
 	return fmt.Errorf("%w: %s is not a request", ErrForbidden, ev.Kind())
 }

@@ -31,6 +31,9 @@ const (
 	DefaultMaxVoters      = 5
 	DefaultRPCTimeout     = 5 * time.Second
 	DefaultRepublish      = 5 * time.Second
+	// DefaultBanDuration is how long a node evicted for a proven fault
+	// may not rejoin.
+	DefaultBanDuration = 24 * time.Hour
 )
 
 // Liveness is what consensus needs from the swarm's peer table: whether
@@ -86,6 +89,18 @@ type SpeedFunc func(id peer.ID) (float64, bool)
 // Speed implements Speeds.
 func (f SpeedFunc) Speed(id peer.ID) (float64, bool) { return f(id) }
 
+// FetchRates reports the rate (bytes/s) at which a node that has no
+// model file fetches weights from peers; false for a node with the file.
+type FetchRates interface {
+	FetchRate(id peer.ID) (float64, bool)
+}
+
+// FetchRateFunc adapts a function to FetchRates.
+type FetchRateFunc func(id peer.ID) (float64, bool)
+
+// FetchRate implements FetchRates.
+func (f FetchRateFunc) FetchRate(id peer.ID) (float64, bool) { return f(id) }
+
 type config struct {
 	host        host.Host
 	log         *zap.Logger
@@ -93,6 +108,7 @@ type config struct {
 	dataDir     string
 	model       layers.ModelSpec
 	fingerprint string
+	manifest    []byte
 	caps        Capabilities
 	bootstrap   []peer.AddrInfo
 	initial     []peer.ID
@@ -115,6 +131,9 @@ type config struct {
 	loader    StageLoader
 	publisher Publisher
 	speeds    Speeds
+	fetch     FetchRates
+
+	banFor time.Duration // how long a faulted node stays banned
 
 	caller    Caller // nil: the built-in handler and caller on the host
 	republish time.Duration
@@ -137,6 +156,7 @@ func defaultConfig() config {
 		costParams:     layers.DefaultCostParams(),
 		rebalanceEvery: DefaultRebalanceEvery,
 		republish:      DefaultRepublish,
+		banFor:         DefaultBanDuration,
 	}
 }
 
@@ -154,7 +174,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: region or hardware name too long", ErrConfig)
 	case c.heartbeat < 5*time.Millisecond || c.election < 5*time.Millisecond:
 		return fmt.Errorf("%w: raft timeouts below 5 ms", ErrConfig)
-	case c.tick <= 0 || c.deadGrace < 0 || c.warmup <= 0 || c.rpcTimeout <= 0:
+	case c.tick <= 0 || c.deadGrace < 0 || c.warmup <= 0 || c.rpcTimeout <= 0 || c.banFor <= 0:
 		return fmt.Errorf("%w: non-positive timing", ErrConfig)
 	case c.maxVoters != 3 && c.maxVoters != 5:
 		return fmt.Errorf("%w: max voters must be 3 or 5, not %d", ErrConfig, c.maxVoters)
@@ -192,6 +212,20 @@ func WithDataDir(dir string) Option {
 // planning, and its fingerprint, which must equal the swarm's.
 func WithModel(m layers.ModelSpec, fingerprint string) Option {
 	return func(c *config) error { c.model, c.fingerprint = m, fingerprint; return nil }
+}
+
+// WithManifest gives the encoded manifest of the model file this node
+// holds (package chunks' Manifest.MarshalBinary). While it leads a swarm
+// whose state has no manifest, the member publishes it, so that nodes
+// without the file can fetch their layers.
+func WithManifest(data []byte) Option {
+	return func(c *config) error {
+		if len(data) > MaxManifestLen {
+			return fmt.Errorf("%w: manifest of %d bytes exceeds %d", ErrConfig, len(data), MaxManifestLen)
+		}
+		c.manifest = data
+		return nil
+	}
 }
 
 // WithCapabilities declares what this node offers (required).
@@ -270,12 +304,25 @@ func WithSpeeds(s Speeds) Option {
 	return func(c *config) error { c.speeds = s; return nil }
 }
 
+// WithFetchRates sets the source of members' fetch rates: a rebalance
+// then pays for the time its moves take to fetch weights from peers.
+func WithFetchRates(r FetchRates) Option {
+	return func(c *config) error { c.fetch = r; return nil }
+}
+
 // WithControl sends control requests through caller (the swarm's host)
 // instead of the built-in client, and leaves the control protocol's
 // handler to the caller's owner, which passes the requests for which
 // IsControlRequest holds to HandleControl.
 func WithControl(caller Caller) Option {
 	return func(c *config) error { c.caller = caller; return nil }
+}
+
+// WithBanDuration sets how long a node evicted for a proven fault stays
+// banned (DefaultBanDuration). The leader that appends the eviction
+// decides it.
+func WithBanDuration(d time.Duration) Option {
+	return func(c *config) error { c.banFor = d; return nil }
 }
 
 // WithRPCTimeout bounds one control call.

@@ -13,14 +13,20 @@ import (
 // MaxSnapshotSize bounds an encoded state.
 const MaxSnapshotSize = 64 << 20
 
-const snapshotMagic = "SCS1"
+// snapshotMagic is written; snapshotMagicV1 (no ban list) is still read.
+const (
+	snapshotMagic   = "SCS2"
+	snapshotMagicV1 = "SCS1"
+)
 
 // MarshalBinary encodes the state deterministically: equal states give
 // equal bytes. Version 1 is the magic "SCS1", then the fingerprint, the
 // applied count, the last At, the members in ID order, the committed map
 // (an empty byte string when none), and a flag byte followed by the
 // pending map, its times, reason and the nodes that load with their
-// readiness, in ID order. Fields are encoded as in MarshalRecord.
+// readiness, in ID order, then (since "SCS2") the bans in ID order and, when
+// published, the manifest as a byte string (manifest.go). Fields are encoded
+// as in MarshalRecord.
 func (s State) MarshalBinary() ([]byte, error) {
 	b := []byte(snapshotMagic)
 	b = appendStr(b, s.fingerprint)
@@ -67,6 +73,8 @@ func (s State) MarshalBinary() ([]byte, error) {
 			}
 		}
 	}
+	b = appendBans(b, s.bans)
+	b = appendManifest(b, s)
 	if len(b) > MaxSnapshotSize {
 		return nil, fmt.Errorf("%w: state of %d bytes exceeds %d", ErrBadSnapshot, len(b), MaxSnapshotSize)
 	}
@@ -90,9 +98,10 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	if len(b) > MaxSnapshotSize {
 		return fmt.Errorf("%w: %d bytes exceeds %d", ErrBadSnapshot, len(b), MaxSnapshotSize)
 	}
-	if len(b) < len(snapshotMagic) || string(b[:len(snapshotMagic)]) != snapshotMagic {
+	if len(b) < len(snapshotMagic) || (string(b[:len(snapshotMagic)]) != snapshotMagic && string(b[:len(snapshotMagic)]) != snapshotMagicV1) {
 		return fmt.Errorf("%w: bad magic", ErrBadSnapshot)
 	}
+	v1 := string(b[:len(snapshotMagic)]) == snapshotMagicV1
 	d := newDecoder(b[len(snapshotMagic):], ErrBadSnapshot)
 	var out State
 	out.fingerprint = d.str("fingerprint", MaxFingerprintLen)
@@ -160,6 +169,10 @@ func (s *State) UnmarshalBinary(b []byte) error {
 		out.pending = p
 	default:
 		d.Fail("bad pending flag")
+	}
+	if !v1 {
+		out.bans = d.bans()
+		decodeManifest(d, &out)
 	}
 	d.End()
 	if d.Err() != nil {

@@ -1,7 +1,5 @@
 package engine
 
-import "sync"
-
 // act is a batch of n input rows of cols values for a matrix product,
 // quantised to Q8_0 on first use by a Q8_0 matrix (once for all the
 // matrices that share it, as Q, K and V do).
@@ -18,35 +16,51 @@ type act struct {
 
 func newAct(f []float32, n, cols int) *act { return &act{f: f[:n*cols], n: n, cols: cols} }
 
-func (a *act) quantized() ([]int8, []float32) {
+func (a *act) quantized(p *pool) ([]int8, []float32) {
 	if a.q == nil {
 		a.q = make([]int8, a.n*a.cols)
 		a.d = make([]float32, a.n*a.cols/32)
-		quantizeQ8(a.f, a.q, a.d)
+		// Blocks are quantised independently, so they can be split.
+		nb := len(a.d)
+		p.forRange(nb, p.grainFor(nb, 32), len(a.q)*quantWork, func(lo, hi int) {
+			quantizeQ8(a.f[32*lo:32*hi], a.q[32*lo:32*hi], a.d[lo:hi])
+		})
 	}
 	return a.q, a.d
 }
 
-func (a *act) quantizedK() ([]int8, []float32, []int16) {
+func (a *act) quantizedK(p *pool) ([]int8, []float32, []int16) {
 	if a.kq == nil {
 		a.kq = make([]int8, a.n*a.cols)
 		a.kd = make([]float32, a.n*a.cols/256)
 		a.kbsums = make([]int16, a.n*a.cols/16)
-		quantizeQ8K(a.f, a.kq, a.kd, a.kbsums)
+		nb := len(a.kd)
+		p.forRange(nb, p.grainFor(nb, 4), len(a.kq)*quantWork, func(lo, hi int) {
+			quantizeQ8K(a.f[256*lo:256*hi], a.kq[256*lo:256*hi], a.kd[lo:hi], a.kbsums[16*lo:16*hi])
+		})
 	}
 	return a.kq, a.kd, a.kbsums
 }
 
+// quantWork weighs quantising one activation against one multiply-add of
+// a matrix product (both in forRange's work units): a decode step's 2048
+// activations are worth splitting once workers are awake.
+const quantWork = 16
+
 // prepare quantises the activations the way matrix w needs them, once.
-func (a *act) prepare(w *matrix) {
+func (a *act) prepare(w *matrix) { a.prepareOn(nil, w) }
+
+// prepareOn is prepare with the quantisation spread over pool p (nil: the
+// calling goroutine alone).
+func (a *act) prepareOn(p *pool, w *matrix) {
 	switch {
 	case w.f != nil, w.typ == F16, w.typ == BF16:
 	case w.qf == nil:
-		a.quantized()
+		a.quantized(p)
 	case w.qf.k:
-		a.quantizedK()
+		a.quantizedK(p)
 	default:
-		a.quantized()
+		a.quantized(p)
 		if a.sums == nil {
 			a.sums = q8Sums(a.q, a.d)
 		}
@@ -54,20 +68,18 @@ func (a *act) prepare(w *matrix) {
 }
 
 // matmul computes out[t*rows + r] = W[r]·x[t] for every input row t. Rows
-// of W are split across the pool's goroutines in blocks of 8, and each
+// of W go to the pool's goroutines in chunks of 8-row blocks, and each
 // block of W is used for every input row while it is in cache.
 func (s *Local) matmul(out []float32, w *matrix, x *act) {
-	x.prepare(w)
+	x.prepareOn(s.pool, w)
 	blocks := (w.rows + rowBlock - 1) / rowBlock
-	s.pool.runSized(w.rows*w.cols*x.n, func(part, parts int) {
-		lo, hi := split(blocks, part, parts)
-		r0, r1 := lo*rowBlock, hi*rowBlock
-		if r1 > w.rows {
-			r1 = w.rows
-		}
-		if r0 >= r1 {
-			return
-		}
+	// About 64 KiB of weights per chunk: long enough that claiming it is
+	// noise, short enough to balance. An even count keeps the packed
+	// kernels' 16-row tiles whole.
+	blockBytes := max(1, int(w.bytes())/max(1, w.rows)*rowBlock)
+	grain := (s.pool.grainFor(blocks, (64<<10)/blockBytes) + 1) &^ 1
+	s.pool.forRange(blocks, grain, w.rows*w.cols*x.n, func(lo, hi int) {
+		r0, r1 := lo*rowBlock, min(hi*rowBlock, w.rows)
 		switch {
 		case w.f != nil:
 			matmulF32(out, w, x, r0, r1)
@@ -197,68 +209,5 @@ func dotRowsQ8Portable(out []float32, wq []int8, wd []float32, xq []int8, xd []f
 	c, nb := len(xq), len(xd)
 	for i := range out {
 		out[i] = dotQ8(wq[i*c:(i+1)*c], wd[i*nb:(i+1)*nb], xq, xd)
-	}
-}
-
-// pool runs a function split into parts on a fixed set of goroutines.
-type pool struct {
-	n    int
-	jobs chan poolJob
-}
-
-type poolJob struct {
-	f           func(part, parts int)
-	part, parts int
-	wg          *sync.WaitGroup
-}
-
-func newPool(n int) *pool {
-	p := &pool{n: n}
-	if n > 1 {
-		p.jobs = make(chan poolJob, n)
-		for i := 1; i < n; i++ {
-			go func() {
-				for j := range p.jobs {
-					j.f(j.part, j.parts)
-					j.wg.Done()
-				}
-			}()
-		}
-	}
-	return p
-}
-
-// minParallelWork is the multiply-adds below which handing work to other
-// goroutines costs more than it saves. Which goroutine computes a row never
-// changes its bits, so this only moves time.
-const minParallelWork = 1 << 15
-
-// runSized is run for work multiply-adds: inline when that is little.
-func (p *pool) runSized(work int, f func(part, parts int)) {
-	if work < minParallelWork {
-		f(0, 1)
-		return
-	}
-	p.run(f)
-}
-
-// run calls f(part, n) for every part, the caller doing part 0, and waits.
-func (p *pool) run(f func(part, parts int)) {
-	if p.n <= 1 {
-		f(0, 1)
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Add(p.n - 1)
-	for i := 1; i < p.n; i++ {
-		p.jobs <- poolJob{f, i, p.n, &wg}
-	}
-	f(0, p.n)
-	wg.Wait()
-}
-
-func (p *pool) close() {
-	if p.jobs != nil {
-		close(p.jobs)
 	}
 }

@@ -643,11 +643,10 @@ func (fw *forward) layer(li int, x []float32) {
 	a = newAct(fw.xb, n, d)
 	s.matmul(fw.gate, w.wGate, a)
 	s.matmul(fw.up, w.wUp, a)
-	s.pool.runSized(n*h.FFN*8, func(part, parts int) {
-		lo, hi := split(n, part, parts)
-		for r := lo; r < hi; r++ {
-			siluMul(fw.gate[r*h.FFN:(r+1)*h.FFN], fw.up[r*h.FFN:(r+1)*h.FFN])
-		}
+	// Element by element: each value's bits are its own, so the split is
+	// free, and a decode step's one row is split too.
+	s.pool.forRange(n*h.FFN, 1024, n*h.FFN*8, func(lo, hi int) {
+		siluMul(fw.gate[lo:hi], fw.up[lo:hi])
 	})
 	s.matmul(o, w.wDown, newAct(fw.gate, n, h.FFN))
 	addTo(x, o)
@@ -666,8 +665,7 @@ func (fw *forward) attention(li int) {
 	for _, r := range fw.rows {
 		work += (r.pos + 1) * h.Heads * hd * 2
 	}
-	fw.s.pool.runSized(work, func(part, parts int) {
-		lo, hi := split(units, part, parts)
+	fw.s.pool.forRange(units, fw.s.pool.grainFor(units, 16), work, func(lo, hi int) {
 		var scores []float32
 		for u := lo; u < hi; u++ {
 			r, hh := u/h.Heads, u%h.Heads
@@ -725,9 +723,4 @@ func addTo(dst, src []float32) {
 	for i := range dst {
 		dst[i] += src[i%len(src)]
 	}
-}
-
-// split is part's share [lo, hi) of n items cut into parts.
-func split(n, part, parts int) (int, int) {
-	return n * part / parts, n * (part + 1) / parts
 }

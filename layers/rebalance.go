@@ -19,6 +19,15 @@ type RebalanceOptions struct {
 	// equivalent of the whole model's weights once (default 0.05): moving
 	// half the model's bytes costs 2.5% of flow gain.
 	CostPerModel float64
+	// FetchRates holds, for each node that has no model file and fetches
+	// the weights it loads from peers, the rate it fetches at (bytes/s,
+	// measured by the node). A node absent here loads from its own file.
+	FetchRates map[string]float64
+	// CostPerFetchMinute is the gain a migration must pay for each minute
+	// its slowest fetch takes (LoadBytes ÷ the node's fetch rate; moves
+	// fetch in parallel), since the moved layers serve only after it
+	// (default 0.02).
+	CostPerFetchMinute float64
 }
 
 func (o RebalanceOptions) withDefaults() RebalanceOptions {
@@ -27,6 +36,9 @@ func (o RebalanceOptions) withDefaults() RebalanceOptions {
 	}
 	if o.CostPerModel <= 0 {
 		o.CostPerModel = 0.05
+	}
+	if o.CostPerFetchMinute <= 0 {
+		o.CostPerFetchMinute = 0.02
 	}
 	return o
 }
@@ -39,7 +51,10 @@ type Rebalance struct {
 	FlowFrom float64  // flow of the committed map under measured speeds
 	FlowTo   float64  // flow of the target map
 	Bytes    float64  // weight bytes all moves load
-	Steps    [][]Move // moves in order; the moves of one step run together
+	// FetchSeconds is the longest fetch of a move's bytes from peers by a
+	// node without the file (0: every moving node has the file).
+	FetchSeconds float64
+	Steps        [][]Move // moves in order; the moves of one step run together
 }
 
 // Rebalance decides whether to leave the committed map for a better one,
@@ -71,12 +86,14 @@ func (pl Planner) Rebalance(f *Fleet, committed LayerMap, o RebalanceOptions) (R
 		m          LayerMap
 		flow, gain float64
 		net, bytes float64
+		fetch      float64 // seconds
 		moves      []Move
 	}
 	score := func(m LayerMap) option {
 		o2 := option{m: m, flow: f.Flow(m), moves: Diff(f.Model, committed, m)}
 		for _, mv := range o2.moves {
 			o2.bytes += mv.LoadBytes
+			o2.fetch = max(o2.fetch, FetchSeconds(mv, o.FetchRates))
 		}
 		switch {
 		case res.FlowFrom > 0:
@@ -84,7 +101,7 @@ func (pl Planner) Rebalance(f *Fleet, committed LayerMap, o RebalanceOptions) (R
 		case o2.flow > 0 && m.Covers():
 			o2.gain = 1 // any full map beats none
 		}
-		o2.net = o2.gain - o.CostPerModel*o2.bytes/modelBytes
+		o2.net = o2.gain - o.CostPerModel*o2.bytes/modelBytes - o.CostPerFetchMinute*o2.fetch/60
 		return o2
 	}
 	best := score(plan.Map)
@@ -94,7 +111,7 @@ func (pl Planner) Rebalance(f *Fleet, committed LayerMap, o RebalanceOptions) (R
 		}
 	}
 	moves, bytes, gain, net := best.moves, best.bytes, best.gain, best.net
-	res.FlowTo, res.Bytes = best.flow, bytes
+	res.FlowTo, res.Bytes, res.FetchSeconds = best.flow, bytes, best.fetch
 	if len(moves) == 0 || net < o.MinGain {
 		res.Reason = fmt.Sprintf("gain %.1f%% less migration cost %.1f%% is below %.0f%%",
 			100*gain, 100*(gain-net), 100*o.MinGain)
@@ -107,7 +124,21 @@ func (pl Planner) Rebalance(f *Fleet, committed LayerMap, o RebalanceOptions) (R
 	}
 	res.Move, res.To, res.Steps = true, best.m, steps
 	res.Reason = fmt.Sprintf("gain %.1f%% for %.1f GB of weights in %d step(s)", 100*gain, bytes/1e9, len(steps))
+	if best.fetch > 0 {
+		res.Reason += fmt.Sprintf(", %.0f s fetching from peers", best.fetch)
+	}
 	return res, nil
+}
+
+// FetchSeconds is how long the move's node takes to fetch what it loads
+// from peers at its rate in rates (bytes/s); 0 when it is not in rates
+// (it loads from its own file).
+func FetchSeconds(mv Move, rates map[string]float64) float64 {
+	r, ok := rates[mv.Node]
+	if !ok || !(r > 0) || mv.LoadBytes <= 0 {
+		return 0
+	}
+	return mv.LoadBytes / r
 }
 
 // warmingRange is what a moving node keeps serving while it loads To: all

@@ -47,6 +47,10 @@ type Request struct {
 	// is the configured default). An unknown name is ErrBadRequest
 	// wrapping routing.ErrUnknownProfile.
 	Profile string
+	// QueueTimeout is how long the request may wait in the entry's
+	// admission queue for a path with KV room: 0 for the node's default
+	// (WithEntryQueue), negative not to wait at all.
+	QueueTimeout time.Duration
 }
 
 // Finish reasons, as OpenAI names them.

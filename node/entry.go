@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/routing"
 )
@@ -122,7 +123,10 @@ type entryConfig struct {
 	stepTimeout, repairWait      time.Duration
 	maxReplays, defaultMaxTokens int
 	wireF16                      bool
-	maxFrame                     int // the largest activation frame peers accept
+	maxFrame                     int           // the largest activation frame peers accept
+	queueMax                     int           // requests the admission queue holds
+	queueTimeout                 time.Duration // a queued request's default deadline
+	verifyRate                   float64       // share of token boundaries spot-checked (verify.go)
 	clock                        clockwork.Clock
 	log                          *zap.Logger
 }
@@ -142,6 +146,17 @@ type entryDeps struct {
 	draining func(hops []Hop) []peer.ID
 	// suspect tells the router that p failed a step just now.
 	suspect func(p peer.ID)
+	// kv is what a node of the map last reported of its KV cache (nil:
+	// nothing known, admission by path only).
+	kv func(node string) kvReport
+	// changed returns a channel closed at the next change of what
+	// routing reads (a heartbeat, a liveness verdict); nil: none.
+	changed func() <-chan struct{}
+	// holders lists the peers that serve layers [from, to) on the
+	// committed map (verify.go); nil: no spot checks.
+	holders func(from, to int) []peer.ID
+	// report hands fault evidence to the leader.
+	report func(ctx context.Context, ev consensus.Evidence) error
 }
 
 // entry is the entry role: it starts generations, drives each on a
@@ -157,6 +172,9 @@ type entry struct {
 	mu     sync.RWMutex // generate's wg.Add against close's wg.Wait
 	wg     sync.WaitGroup
 	reg    registry
+	adm    *admitter
+	rcpt   receipts       // receipts awaited by spot checks
+	vc     verifyCounters // spot-check counts
 }
 
 func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
@@ -166,10 +184,22 @@ func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
 	if cfg.log == nil {
 		cfg.log = zap.NewNop()
 	}
-	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}}
+	if cfg.queueMax <= 0 {
+		cfg.queueMax = DefaultEntryQueueMax
+	}
+	if cfg.queueTimeout <= 0 {
+		cfg.queueTimeout = DefaultQueueTimeout
+	}
+	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}, adm: newAdmitter()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.admitLoop() }()
 	return e
 }
+
+// capacityChanged is a hint from the node that routing's inputs changed
+// (its own status, a map notice): the queue looks again.
+func (e *entry) capacityChanged() { e.adm.poke() }
 
 // stop ends every generation (their callers get ErrClosed) and refuses
 // new ones; wait joins them.
@@ -268,16 +298,24 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
 		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile}
-	path, err := e.route(g.routeReq(nil))
+	wait := req.QueueTimeout
+	if wait == 0 {
+		wait = e.cfg.queueTimeout
+	}
+	path, resv, err := e.admit(ctx, g, wait)
 	if errors.Is(err, routing.ErrUnknownProfile) {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	if err != nil {
+		if errors.Is(err, ErrNoCapacity) || errors.Is(err, ErrClosed) || ctx.Err() != nil {
+			return nil, err
+		}
 		return nil, &retryAfter{err: fmt.Errorf("%w: %w", ErrNoCapacity, err), after: time.Second}
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.ctx.Err() != nil {
+		e.adm.release(resv)
 		return nil, ErrClosed
 	}
 	e.counters.requests.Add(1)
@@ -288,6 +326,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	go func() {
 		defer e.wg.Done()
 		defer cancel()
+		defer e.adm.release(resv)
 		res, err := g.run(gctx, path)
 		if err != nil {
 			e.counters.failed.Add(1)
@@ -318,11 +357,17 @@ type generation struct {
 	res       Result
 	start     time.Time
 	failedAt  time.Time // when the last failure was noticed, until the next token
+	// safe counts, per peer that served an attempt, the leading tokens
+	// of out that depend on no unverified output of it; sent holds what
+	// was delivered before a rewind (verify.go).
+	safe map[peer.ID]int
+	sent []int32
+	cold bool // a hop missed a prefix another resumed: no prefix cache from now on
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
 	return routeReq{prompt: len(g.prompt), max: g.maxTokens, seed: g.seed + uint64(len(g.res.Paths)), avoid: avoid,
-		profile: g.profile}
+		profile: g.profile, prefix: routing.BlockHashes(append(slices.Clone(g.prompt), g.out...), prefixBlock)}
 }
 
 // attemptEnd says how an attempt ended.
@@ -336,10 +381,12 @@ type attemptEnd struct {
 type endKind uint8
 
 const (
-	endFailure endKind = iota // a hop failed: replay elsewhere
-	endBusy                   // a hop's admission queue is full: back off
-	endNoKV                   // a hop can never hold the session: avoid it for good
-	endMove                   // a hop is draining: move the session at a token boundary
+	endFailure    endKind = iota // a hop failed: replay elsewhere
+	endBusy                      // a hop's admission queue is full: back off
+	endNoKV                      // a hop can never hold the session: avoid it for good
+	endMove                      // a hop is draining: move the session at a token boundary
+	endFault                     // a hop failed a spot check: replay from the last verified point
+	endPrefixMiss                // hops' prefix caches disagreed: replay cold
 )
 
 func (g *generation) run(ctx context.Context, path routing.Path) (Result, error) {
@@ -390,10 +437,16 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 				return g.result(), ctx.Err()
 			case <-e.cfg.clock.After(busyBackoff(busy)):
 			}
+		case endPrefixMiss:
+			g.cold = true
+			e.cfg.log.Debug("prefix cache miss on a later hop; replaying cold", zap.String("reason", end.reason))
 		case endMove:
 			e.cfg.log.Info("hop draining; moving the session", zap.Stringers("draining", end.blame),
 				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
 		default:
+			if end.kind == endFault {
+				g.rewind(end.blame[0])
+			}
 			e.counters.hopFailures.Add(1)
 			g.failedAt = e.cfg.clock.Now()
 			if g.res.Replays >= e.cfg.maxReplays {
@@ -482,9 +535,11 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 			e.post(h.Peer, &Close{Session: sid})
 		}
 	}()
+	start := len(g.out)
+	g.used(hops)
 	all := append(slices.Clone(g.prompt), g.out...)
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: all,
-		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp}}
+		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp, Cold: g.cold}}
 	timer := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
 	defer timer.Stop()
 	for {
@@ -532,6 +587,8 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 						end.kind = endBusy
 					case CodeNoKV:
 						end.kind = endNoKV
+					case CodePrefixMiss:
+						end.kind, end.blame = endPrefixMiss, nil
 					}
 					return end, nil
 				case ev.tok.Pos != len(g.prompt)+len(g.out):
@@ -545,6 +602,14 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		finished, err := g.deliver(ctx, tok.Token)
 		if err != nil || finished {
 			return attemptEnd{done: err == nil}, err
+		}
+		if len(g.out) > len(g.sent) && e.shouldAudit() {
+			if end := g.audit(ctx, sid, hops, start); end != nil {
+				if ctx.Err() != nil {
+					return attemptEnd{}, ctx.Err()
+				}
+				return *end, nil
+			}
 		}
 		// A token boundary: leave hops that announced draining, so that
 		// they can go without a single step failing.
@@ -570,6 +635,16 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 		e.counters.replayed(d)
 		e.cfg.log.Info("replay recovered", zap.Duration("replay_latency", d), zap.Int("position", len(g.prompt)+len(g.out)))
 		g.failedAt = time.Time{}
+	}
+	if n := len(g.out); n < len(g.sent) {
+		// Redoing tokens already sent after a fault: they stand if the
+		// replay agrees, and the generation ends flagged if not.
+		if g.sent[n] != id {
+			return false, fmt.Errorf("%w: token %d (position %d) was %d, the replay without the faulty node gives %d",
+				ErrWrongTokens, n, len(g.prompt)+n, g.sent[n], id)
+		}
+		g.out = append(g.out, id)
+		return false, nil
 	}
 	g.out = append(g.out, id)
 	e.counters.tokens.Add(1)

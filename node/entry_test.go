@@ -30,9 +30,12 @@ type entryRig struct {
 	vocab int
 
 	mu      sync.Mutex
-	hang    map[peer.ID]bool   // takes steps and never answers
-	busy    map[peer.ID]int    // answers this many opens with CodeBusy
-	noPath  bool               // routing finds nothing
+	hang    map[peer.ID]bool // takes steps and never answers
+	busy    map[peer.ID]int  // answers this many opens with CodeBusy
+	noPath  bool             // routing finds nothing
+	dead    map[peer.ID]bool // routing leaves these out
+	kvs     map[peer.ID]kvReport
+	chg     chan struct{}      // closed by bump: routing's inputs changed
 	closed  []peer.ID          // hops told to close a session
 	suspect []peer.ID          // peers reported to routing
 	sent    chan peer.ID       // every step's first hop, as it is sent
@@ -47,7 +50,8 @@ func newEntryRig(t *testing.T, npeers int) *entryRig {
 		t.Fatal(err)
 	}
 	r := &entryRig{t: t, clock: clockwork.NewFakeClock(), vocab: m.info.Vocab, hang: map[peer.ID]bool{}, busy: map[peer.ID]int{},
-		sent: make(chan peer.ID, 64), closes: make(chan peer.ID, 64), seen: map[peer.ID][]Step{}}
+		sent: make(chan peer.ID, 64), closes: make(chan peer.ID, 64), seen: map[peer.ID][]Step{},
+		dead: map[peer.ID]bool{}, kvs: map[peer.ID]kvReport{}, chg: make(chan struct{})}
 	for i := range npeers {
 		r.peers = append(r.peers, testPeer(t, byte(10+i)))
 	}
@@ -62,7 +66,9 @@ func newEntryRig(t *testing.T, npeers int) *entryRig {
 					r.closes <- to
 				}
 			},
-			suspect: func(p peer.ID) { r.mu.Lock(); r.suspect = append(r.suspect, p); r.mu.Unlock() }},
+			suspect: func(p peer.ID) { r.mu.Lock(); r.suspect = append(r.suspect, p); r.mu.Unlock() },
+			kv:      r.kv,
+			changed: func() <-chan struct{} { r.mu.Lock(); defer r.mu.Unlock(); return r.chg }},
 		&counters{})
 	t.Cleanup(func() { r.e.stop(); r.e.wait() })
 	return r
@@ -76,11 +82,40 @@ func (r *entryRig) route(q routeReq) (routing.Path, error) {
 		return routing.Path{}, fmt.Errorf("%w: test", routing.ErrNoPath)
 	}
 	for _, p := range r.peers {
-		if !slices.Contains(q.avoid, p.String()) {
+		if !slices.Contains(q.avoid, p.String()) && !r.dead[p] {
 			return routing.Path{Hops: []routing.Hop{{Node: p.String(), From: 0, To: 8}}}, nil
 		}
 	}
 	return routing.Path{}, fmt.Errorf("%w: every peer avoided", routing.ErrNoPath)
+}
+
+// kv is the fake hops' KV reports: unknown unless the test set one.
+func (r *entryRig) kv(node string) kvReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, rep := range r.kvs {
+		if p.String() == node {
+			return rep
+		}
+	}
+	return kvReport{free: -1}
+}
+
+// report sets p's KV report (a new one: a fresh mark) and tells the
+// entry's queue, as a heartbeat would.
+func (r *entryRig) report(p peer.ID, free, sessions int) {
+	r.mu.Lock()
+	r.kvs[p] = kvReport{free: free, sessions: sessions, mark: new(int)}
+	r.mu.Unlock()
+	r.bump()
+}
+
+// bump closes the changed channel, as the peer table does on a change.
+func (r *entryRig) bump() {
+	r.mu.Lock()
+	close(r.chg)
+	r.chg = make(chan struct{})
+	r.mu.Unlock()
 }
 
 // send is the fake hop: it answers a step with the token that follows

@@ -21,10 +21,19 @@ var (
 	// ErrPromptTooLong: the prompt plus the tokens asked for exceed the
 	// model's context.
 	ErrPromptTooLong = errors.New("node: prompt beyond the model's context")
-	// ErrNoCapacity: no full path through the swarm right now (a layer has
-	// no live holder, or no map is committed yet). New requests get it at
-	// once; in-flight ones only after waiting for a repair.
+	// ErrNoCapacity: no full path with room through the swarm (a layer
+	// has no live holder, no map is committed yet, or the KV caches are
+	// full). New requests get it only after waiting in the entry's queue
+	// until their deadline, or at once when the queue is full; in-flight
+	// ones after waiting for a repair.
 	ErrNoCapacity = errors.New("node: no capacity")
+	// ErrQueueFull: the entry's admission queue is at its bound; it comes
+	// wrapped with ErrNoCapacity (503).
+	ErrQueueFull = errors.New("node: admission queue full")
+	// ErrQueueTimeout: a request waited in the entry's queue until its
+	// deadline with no path with room; it comes wrapped with
+	// ErrNoCapacity (503).
+	ErrQueueTimeout = errors.New("node: queue deadline passed")
 	// ErrSessionLost: a generation that had started could not continue
 	// (no path within the repair wait, or too many replays).
 	ErrSessionLost = errors.New("node: session lost")

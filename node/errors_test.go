@@ -61,8 +61,10 @@ func TestGenerateErrors(t *testing.T) {
 	}
 }
 
-// TestNoCapacityAndClose: a node with no full path refuses at once with
-// ErrNoCapacity and a retry hint; closing a node whose caller stopped
+// TestNoCapacityAndClose: a node with no full path refuses a request that
+// asks not to queue at once, with ErrNoCapacity and a retry hint; a
+// request that queues waits and runs once the missing holder joins;
+// closing a node whose caller stopped
 // reading a stream does not hang, and the stream ends with an error.
 func TestNoCapacityAndClose(t *testing.T) {
 	dirs, ids := staticIDs(t, 2)
@@ -76,12 +78,29 @@ func TestNoCapacityAndClose(t *testing.T) {
 	if err := a.Ready(); !errors.Is(err, ErrNoCapacity) {
 		t.Fatalf("ready with half the layers: %v", err)
 	}
-	_, err = a.Generate(context.Background(), Request{Prompt: "a"})
+	_, err = a.Generate(context.Background(), Request{Prompt: "a", QueueTimeout: -1})
 	if !errors.Is(err, ErrNoCapacity) || RetryAfter(err) <= 0 {
 		t.Fatalf("%v (retry after %v)", err, RetryAfter(err))
 	}
+	queued := make(chan error, 1)
+	go func() {
+		res, err := a.Complete(context.Background(), Request{Prompt: "a", MaxTokens: 3, QueueTimeout: time.Minute})
+		if err == nil && len(res.Tokens) == 0 {
+			err = errors.New("no tokens")
+		}
+		queued <- err
+	}()
+	waitFor(t, 10*time.Second, "the request queued", func() bool { return a.Metrics().EntryQueue == 1 })
 	b := c.add(WithDataDir(dirs[1]))
 	c.waitServing(10*time.Second, a.ID(), b.ID())
+	select {
+	case err := <-queued:
+		if err != nil {
+			t.Fatalf("the queued request: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the queued request did not run once the swarm could route")
+	}
 	s, err := a.Generate(context.Background(), Request{Prompt: "a", MaxTokens: 500})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,14 @@ type Metrics struct {
 	// the next token; MaxReplayLatency the largest.
 	ReplayLatency    time.Duration
 	MaxReplayLatency time.Duration
+	// The entry's admission queue: requests waiting now and how long the
+	// oldest has; requests that had to wait, and that were refused
+	// (deadline passed or queue full); the waits of admitted requests.
+	EntryQueue       int
+	EntryQueueOldest time.Duration
+	EntryQueued      uint64
+	EntryRefused     uint64
+	QueueWait        WaitHistogram
 
 	// Stage service.
 	Steps        uint64 // steps run on this node's layers
@@ -33,6 +41,12 @@ type Metrics struct {
 	Queue        int    // sessions waiting for KV memory
 	FreeKV       int64  // KV tokens left (-1: no layers)
 	LayerLatency time.Duration
+
+	// Prefix cache.
+	PrefixHits      uint64 // sessions resumed from cached prefixes
+	PrefixTokens    uint64 // positions those sessions did not recompute
+	PrefixEvictions uint64 // cached prefixes evicted for memory
+	PrefixBytes     int64  // memory the cache holds (free for sessions on demand)
 }
 
 type counters struct {
@@ -75,9 +89,13 @@ func (n *Node) Metrics() Metrics {
 	m := Metrics{Requests: c.requests.Load(), Failed: c.failed.Load(), Tokens: c.tokens.Load(),
 		Replays: c.replays.Load(), HopFailures: c.hopFailures.Load(), BadFrames: c.badFrames.Load(),
 		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load())}
+	m.EntryQueue, m.EntryQueueOldest = n.entry.adm.queued(n.cfg.clock.Now())
+	m.EntryQueued, m.EntryRefused = n.entry.adm.queuedN.Load(), n.entry.adm.refusedN.Load()
+	m.QueueWait = n.entry.adm.waits.snapshot()
 	if st := n.svc.sched.status.Load(); st != nil {
 		m.Steps, m.Batches, m.BatchedSteps, m.Rejected, m.Waited = st.Steps, st.Batches, st.BatchedSteps, st.Rejected, st.Waited
 		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency
+		m.PrefixHits, m.PrefixTokens, m.PrefixEvictions, m.PrefixBytes = st.PrefixHits, st.PrefixTokens, st.PrefixEvictions, st.PrefixBytes
 	}
 	return m
 }

@@ -32,6 +32,12 @@ type model struct {
 	path    string          // real
 	hw      layers.Hardware // simulated
 	threads int
+
+	// manifest is the encoded chunk manifest of the file (nil: a
+	// simulated model, or a file node that does not serve chunks).
+	manifest []byte
+	// fetch: the node holds no file and fetches slices from peers.
+	fetch *fetchState
 }
 
 func openModel(path, simName string, simHW layers.Hardware, threads int) (*model, error) {
@@ -95,5 +101,13 @@ func (m *model) openLayer(l int) (engine.Stage, error) {
 	if m.info.Simulated {
 		return engine.NewSimStage(m.spec, m.hw, engine.WithRange(l, l+1))
 	}
-	return engine.Open(m.path, engine.WithRange(l, l+1), engine.WithThreads(m.threads))
+	if m.fetch != nil {
+		return nil, fmt.Errorf("%w: layer %d: no file (a fetched slice holds it)", ErrNotServing, l)
+	}
+	return m.openFrom(m.path, l)
+}
+
+// openFrom loads layer l from the file (or slice) at path.
+func (m *model) openFrom(path string, l int) (engine.Stage, error) {
+	return engine.Open(path, engine.WithRange(l, l+1), engine.WithThreads(m.threads))
 }

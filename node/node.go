@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
+	"github.com/stratanet/strata/swarm/chunks"
 )
 
 // Node is one running Strata node: a swarm host, its consensus replica
@@ -37,6 +40,10 @@ type Node struct {
 	model *model
 	hw    layers.Hardware
 	self  peer.ID
+
+	chunks    *chunks.Server // the file's chunks, served to peers (fetch.go); nil: none
+	chunkFile *os.File       // what chunks reads, when a test wraps it
+	rates     fetchRates     // members' fetch rates, while leading
 
 	svc   *stageService
 	warm  *warmer
@@ -72,12 +79,66 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	if cfg.simModel != "" {
 		simHW = *cfg.hw
 	}
-	m, err := openModel(cfg.modelPath, cfg.simModel, simHW, cfg.threads)
+	var m *model
+	scope := ModelInfo{Fingerprint: cfg.modelID}
+	if cfg.modelID == "" {
+		var err error
+		if m, err = openModel(cfg.modelPath, cfg.simModel, simHW, cfg.threads); err != nil {
+			return nil, err
+		}
+		if cfg.static != nil && cfg.static.Layers != m.info.Layers {
+			return nil, fmt.Errorf("%w: static map of %d layers for a %d-layer model", ErrConfig, cfg.static.Layers, m.info.Layers)
+		}
+		scope = m.info
+	}
+
+	sopts := []swarm.Option{swarm.WithLogger(log.Named("swarm")), swarm.WithModel(modelScope(scope))}
+	if cfg.dataDir != "" {
+		sopts = append(sopts, swarm.WithDataDir(cfg.dataDir))
+	}
+	if len(cfg.bootstrap) > 0 {
+		sopts = append(sopts, swarm.WithBootstrapPeers(cfg.bootstrap...))
+	}
+	h, err := swarm.New(ctx, append(sopts, cfg.swarmOpts...)...)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.static != nil && cfg.static.Layers != m.info.Layers {
-		return nil, fmt.Errorf("%w: static map of %d layers for a %d-layer model", ErrConfig, cfg.static.Layers, m.info.Layers)
+	n, err := start(ctx, cfg, h, m)
+	if err != nil {
+		if n == nil { // else n.Close closed the host
+			h.Close()
+		}
+		return nil, err
+	}
+	return n, nil
+}
+
+// start builds the node on its host: the model (fetched from peers for a
+// node with a model ID only), the roles, and consensus.
+func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, error) {
+	log := cfg.log
+	var cons atomic.Pointer[consensus.Consensus]
+	if m == nil {
+		var err error
+		m, err = openRemote(ctx, h, cfg.modelID, filepath.Join(cfg.dataDir, "models"), cfg.bootstrap, cfg.threads, &cons,
+			log.With(zap.String("node", shortID(h.ID()))))
+		if err != nil {
+			return nil, err
+		}
+	}
+	var man *chunks.Manifest
+	if m.path != "" && !cfg.noChunks && cfg.static == nil {
+		size := cfg.chunkSize
+		if size == 0 {
+			size = chunks.DefaultChunkSize
+		}
+		var err error
+		if man, m.manifest, err = fileManifest(m.path, m.info.Fingerprint, cfg.dataDir, size, log); err != nil {
+			// Serving still works; only peers cannot fetch from here (a
+			// split model's parts, say: a manifest describes one file).
+			log.Warn("the model's chunks are not served to peers", zap.String("model", m.path), zap.Error(err))
+			man, m.manifest = nil, nil
+		}
 	}
 	hw, err := nodeHardware(ctx, &cfg, m, log)
 	if err != nil {
@@ -89,17 +150,6 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		return nil, fmt.Errorf("%w: scheduler: %w", ErrConfig, err)
 	}
 
-	sopts := []swarm.Option{swarm.WithLogger(log.Named("swarm")), swarm.WithModel(modelScope(m.info))}
-	if cfg.dataDir != "" {
-		sopts = append(sopts, swarm.WithDataDir(cfg.dataDir))
-	}
-	if len(cfg.bootstrap) > 0 {
-		sopts = append(sopts, swarm.WithBootstrapPeers(cfg.bootstrap...))
-	}
-	h, err := swarm.New(ctx, append(sopts, cfg.swarmOpts...)...)
-	if err != nil {
-		return nil, err
-	}
 	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, self: h.ID()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, wireF16: cfg.wireF16, acts: h,
@@ -107,7 +157,8 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		clock: cfg.clock, log: n.log.Named("sched")}, n.svc.out)
+		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
+		fault: cfg.fault}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
 	n.paths = &pathFinder{self: n.self, profiles: profiles, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
@@ -119,12 +170,33 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		}}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,
-		maxFrame: swarm.DefaultMaxActFrame, clock: cfg.clock, log: n.log},
+		maxFrame: swarm.DefaultMaxActFrame, queueMax: cfg.entryQueueMax, queueTimeout: cfg.entryQueueTimeout,
+		verifyRate: cfg.verifyRate,
+		clock:      cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
-			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }}, &n.counters)
+			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
+			holders: n.holders, report: n.reportFault},
+		&n.counters)
 	n.svc.entry = n.entry
+	n.ann.changed = n.entry.capacityChanged
+	n.paths.selfKV = func() kvReport {
+		st := n.svc.sched.status.Load()
+		if st == nil {
+			return kvReport{free: -1}
+		}
+		return kvReport{free: int(st.FreeKV), sessions: st.Sessions + st.Queue, mark: st}
+	}
 	n.warm = &warmer{model: m, sched: n.svc.sched, maxLayers: cfg.maxLayers, loadDelay: cfg.loadDelay, loading: &n.ann.loading,
 		publish: n.ann.publish, log: n.log}
+	if m.fetch != nil {
+		m.fetch.cons = &n.cons // before anything reads it: consensus starts below
+	}
+	if man != nil {
+		if err := n.serveChunks(man); err != nil {
+			n.Close()
+			return n, fmt.Errorf("%w: serving the model's chunks: %w", ErrConfig, err)
+		}
+	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.svc.sched.run(n.ctx) }()
 
@@ -134,6 +206,12 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 				return c.HandleControl(ctx, from, req)
 			}
 			return nil, fmt.Errorf("%w: no consensus here", ErrNotServing)
+		}
+		if isManifestRequest(req) {
+			return n.answerManifest(req)
+		}
+		if isRateRequest(req) {
+			return n.answerRate(), nil
 		}
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
@@ -145,7 +223,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		if r, ok := cfg.static.Range(n.self.String()); ok {
 			if err := n.warm.Load(ctx, cfg.static.Epoch, r); err != nil {
 				n.Close()
-				return nil, err
+				return n, err
 			}
 		}
 	} else {
@@ -153,6 +231,8 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 			consensus.WithHost(h.Libp2p()),
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
+			consensus.WithManifest(m.manifest),
+			consensus.WithFetchRates(&n.rates),
 			consensus.WithCapabilities(consensus.Capabilities{Hardware: hw, Region: cfg.region, MaxLayers: cfg.maxLayers}),
 			consensus.WithStageLoader(n.warm),
 			consensus.WithPublisher(h, consensus.DefaultRepublish),
@@ -168,9 +248,13 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		c, err := consensus.New(ctx, append(copts, cfg.consOpts...)...)
 		if err != nil {
 			n.Close()
-			return nil, err
+			return n, err
 		}
 		n.cons.Store(c)
+	}
+	if cfg.static == nil {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
 	}
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.ann.loop(n.ctx) }()
@@ -193,8 +277,17 @@ func nodeHardware(ctx context.Context, cfg *config, m *model, log *zap.Logger) (
 		if cfg.memory > 0 {
 			mem = cfg.memory
 		}
+		bench := m
+		if m.fetch != nil {
+			// No weights yet: measure on a generated stand-in of the
+			// model's shape.
+			var err error
+			if bench, err = m.fetch.standIn(cfg.threads); err != nil {
+				return hw, err
+			}
+		}
 		var err error
-		if hw, err = measureHardware(ctx, m, mem, cfg.dataDir, log); err != nil {
+		if hw, err = measureHardware(ctx, bench, mem, cfg.dataDir, log); err != nil {
 			return hw, err
 		}
 	}
@@ -302,6 +395,7 @@ func (n *Node) Close() error {
 		n.host.HandleActivations(nil)
 		n.entry.stop()
 		n.cancel()
+		n.closeChunks()
 		errs = append(errs, n.host.Close())
 		n.entry.wait()
 		n.wg.Wait()
@@ -319,6 +413,7 @@ func (n *Node) Kill() {
 		n.host.Close()
 		n.entry.stop()
 		n.cancel()
+		n.closeChunks()
 		if c := n.cons.Load(); c != nil {
 			c.Close()
 		}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -12,6 +13,7 @@ import (
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
+	"github.com/stratanet/strata/swarm/chunks"
 )
 
 // Defaults.
@@ -22,6 +24,7 @@ const (
 	DefaultQueueTimeout  = 30 * time.Second
 	DefaultMaxBatch      = 64
 	DefaultMaxQueue      = 256
+	DefaultEntryQueueMax = 1024
 	DefaultMaxReplays    = 16
 	DefaultMaxTokens     = 256
 	DefaultStatusEvery   = 250 * time.Millisecond
@@ -34,56 +37,87 @@ type config struct {
 	dataDir    string
 	modelPath  string
 	simModel   string
-	hw         *layers.Hardware
-	maxLayers  int
-	memory     int64
-	region     string
-	threads    int
-	static     *layers.LayerMap
-	swarmOpts  []swarm.Option
-	consOpts   []consensus.Option
-	bootstrap  []peer.AddrInfo
-	routerOpts []routing.Option
-	sched      routing.SchedulerConfig
+	modelID    string // fetch.go: join by fingerprint, fetch layers from peers
+	uploadRate int64  // chunk uploads, bytes/s (0: no limit)
+	chunkSize  int64  // of the manifest built from the file
+	noChunks   bool   // do not serve the file's chunks
+	// chunkReader wraps the file the chunk server reads (tests: a liar).
+	chunkReader func(io.ReaderAt) io.ReaderAt
+	hw          *layers.Hardware
+	maxLayers   int
+	memory      int64
+	region      string
+	threads     int
+	static      *layers.LayerMap
+	swarmOpts   []swarm.Option
+	consOpts    []consensus.Option
+	bootstrap   []peer.AddrInfo
+	routerOpts  []routing.Option
+	sched       routing.SchedulerConfig
 
 	stepTimeout, repairWait, idleTimeout, queueTimeout time.Duration
 	statusEvery, suspectFor                            time.Duration
 	maxBatch, maxQueue, maxReplays, defaultMaxTokens   int
+	entryQueueMax                                      int
+	entryQueueTimeout                                  time.Duration
 	wireF16                                            bool
+	verifyRate                                         float64
+	fault                                              outputFault // test-only (faultinject.go)
+	noPrefixCache                                      bool
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func defaultConfig() config {
 	return config{
-		log:              zap.NewNop(),
-		clock:            clockwork.NewRealClock(),
-		stepTimeout:      DefaultStepTimeout,
-		repairWait:       DefaultRepairWait,
-		idleTimeout:      DefaultIdleTimeout,
-		queueTimeout:     DefaultQueueTimeout,
-		statusEvery:      DefaultStatusEvery,
-		suspectFor:       DefaultSuspectFor,
-		maxBatch:         DefaultMaxBatch,
-		maxQueue:         DefaultMaxQueue,
-		maxReplays:       DefaultMaxReplays,
-		defaultMaxTokens: DefaultMaxTokens,
-		sched:            routing.DefaultSchedulerConfig(),
+		log:               zap.NewNop(),
+		clock:             clockwork.NewRealClock(),
+		stepTimeout:       DefaultStepTimeout,
+		repairWait:        DefaultRepairWait,
+		idleTimeout:       DefaultIdleTimeout,
+		queueTimeout:      DefaultQueueTimeout,
+		statusEvery:       DefaultStatusEvery,
+		suspectFor:        DefaultSuspectFor,
+		maxBatch:          DefaultMaxBatch,
+		maxQueue:          DefaultMaxQueue,
+		entryQueueMax:     DefaultEntryQueueMax,
+		entryQueueTimeout: DefaultQueueTimeout,
+		maxReplays:        DefaultMaxReplays,
+		defaultMaxTokens:  DefaultMaxTokens,
+		sched:             routing.DefaultSchedulerConfig(),
+		verifyRate:        DefaultVerifyRate,
 	}
 }
 
 func (c *config) validate() error {
 	switch {
-	case (c.modelPath == "") == (c.simModel == ""):
-		return fmt.Errorf("%w: exactly one of a model file (WithModelFile) and a simulated model (WithSimModel)", ErrConfig)
+	case btoi(c.modelPath != "")+btoi(c.simModel != "")+btoi(c.modelID != "") != 1:
+		return fmt.Errorf("%w: exactly one of a model file (WithModelFile), a model ID (WithModelID) and a simulated model (WithSimModel)", ErrConfig)
+	case c.modelID != "" && (c.dataDir == "" || c.static != nil):
+		return fmt.Errorf("%w: a node that fetches its layers (WithModelID) needs a data dir and consensus (no static map)", ErrConfig)
+	case c.chunkSize != 0 && (c.chunkSize < chunks.MinChunkSize || c.chunkSize > chunks.MaxChunkSize):
+		return fmt.Errorf("%w: chunk size %d outside [%d, %d]", ErrConfig, c.chunkSize, chunks.MinChunkSize, chunks.MaxChunkSize)
+	case c.uploadRate < 0:
+		return fmt.Errorf("%w: negative upload rate", ErrConfig)
 	case c.simModel != "" && c.hw == nil:
 		return fmt.Errorf("%w: a simulated model needs a declared device (WithSimModel's hardware)", ErrConfig)
 	case c.maxLayers < 0 || c.memory < 0 || c.threads < 0:
 		return fmt.Errorf("%w: negative max layers, memory or threads", ErrConfig)
 	case c.stepTimeout <= 0 || c.repairWait < 0 || c.idleTimeout <= 0 || c.queueTimeout <= 0 || c.statusEvery <= 0 || c.suspectFor <= 0:
 		return fmt.Errorf("%w: non-positive timing", ErrConfig)
+	case c.entryQueueMax <= 0 || c.entryQueueTimeout <= 0:
+		return fmt.Errorf("%w: non-positive entry queue bound or timeout", ErrConfig)
 	case c.maxBatch <= 0 || c.maxQueue < 0 || c.maxReplays < 0 || c.defaultMaxTokens <= 0:
 		return fmt.Errorf("%w: non-positive batch, queue, replay or token limit", ErrConfig)
+	case !(c.verifyRate >= 0 && c.verifyRate <= 1):
+		return fmt.Errorf("%w: verify rate %v outside [0, 1]", ErrConfig, c.verifyRate)
 	case len(c.region) > swarm.MaxRegionLen:
 		return fmt.Errorf("%w: region longer than %d bytes", ErrConfig, swarm.MaxRegionLen)
 	}
@@ -116,6 +150,31 @@ func WithDataDir(dir string) Option { return func(c *config) error { c.dataDir =
 func WithModelFile(path string) Option {
 	return func(c *config) error { c.modelPath = path; return nil }
 }
+
+// WithModelID joins the swarm serving the model with this fingerprint
+// without its file: the node learns the model's manifest from its
+// bootstrap peers, and on each placement fetches the tensors of its range
+// from the peers that hold the file into a GGUF slice under the data dir
+// (which WithModelID requires), then loads it. A restart finds the slice
+// and fetches nothing.
+func WithModelID(fingerprint string) Option {
+	return func(c *config) error { c.modelID = fingerprint; return nil }
+}
+
+// WithUploadRate limits what the node sends to peers fetching the
+// model's chunks from it, to bytesPerSec in all (default 0: no limit),
+// so that uploads leave the link to the inference it serves.
+func WithUploadRate(bytesPerSec int64) Option {
+	return func(c *config) error { c.uploadRate = bytesPerSec; return nil }
+}
+
+// WithChunkSize sets the chunk size of the manifest a node with the
+// model file builds (default chunks.DefaultChunkSize).
+func WithChunkSize(n int64) Option { return func(c *config) error { c.chunkSize = n; return nil } }
+
+// WithoutChunkServer: a node with the model file does not serve its
+// chunks to peers, nor publish its manifest.
+func WithoutChunkServer() Option { return func(c *config) error { c.noChunks = true; return nil } }
 
 // WithSimModel serves a built-in model (layers.Model) with the simulated
 // engine on a declared device. Everything it serves is labelled
@@ -218,6 +277,14 @@ func WithQueue(n int, wait time.Duration) Option {
 	return func(c *config) error { c.maxQueue, c.queueTimeout = n, wait; return nil }
 }
 
+// WithEntryQueue sets the entry's admission queue: how many requests may
+// wait for a path with KV room (default 1024) and for how long by default
+// (30 s; a request may ask for another deadline). Past either, a request
+// is refused with ErrNoCapacity and a Retry-After.
+func WithEntryQueue(n int, wait time.Duration) Option {
+	return func(c *config) error { c.entryQueueMax, c.entryQueueTimeout = n, wait; return nil }
+}
+
 // WithMaxBatch caps the steps one engine batch runs (default 64).
 func WithMaxBatch(n int) Option { return func(c *config) error { c.maxBatch = n; return nil } }
 
@@ -246,6 +313,21 @@ func WithSuspectFor(d time.Duration) Option {
 // tokens then differ slightly from a single-process run). Default
 // float32, which keeps every split bit-identical.
 func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on; return nil } }
+
+// WithVerifyRate sets the share of token boundaries at which this
+// node's entry spot-checks one hop of a generation's path against a
+// second holder (default DefaultVerifyRate; 0 turns checks off). See
+// docs/trust.md.
+func WithVerifyRate(r float64) Option { return func(c *config) error { c.verifyRate = r; return nil } }
+
+// WithPrefixCache keeps the KV of finished sessions on each stage, in the
+// memory sessions leave free, so that a session over the same first
+// blocks of tokens (a chat's next turn) resumes from them, and gossips a
+// summary of them for prefix-aware routing. Default on; the outputs are
+// those of a cold run either way.
+func WithPrefixCache(on bool) Option {
+	return func(c *config) error { c.noPrefixCache = !on; return nil }
+}
 
 // WithClock sets the clock of the node's timeouts: the entry's step
 // timeout, busy backoff and repair wait, the scheduler's idle and queue

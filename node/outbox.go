@@ -137,3 +137,5 @@ func (o *fifoOutbox) forward(to peer.ID, s *Step) {
 func (o *fifoOutbox) token(to peer.ID, t *Token) { o.post(to, t, nil) }
 
 func (o *fifoOutbox) fail(to peer.ID, e *ErrorMsg) { o.post(to, e, nil) }
+
+func (o *fifoOutbox) receipt(to peer.ID, r *ReceiptMsg) { o.post(to, r, nil) }

@@ -9,7 +9,7 @@ import (
 )
 
 // TestWaitForRepair: the only holder of half the layers dies mid-
-// generation. New requests are refused at once with ErrNoCapacity; the
+// generation. New requests that ask not to queue are refused at once with ErrNoCapacity; the
 // running generation waits, and once a new node joins and the leader's
 // repair is committed it goes on to exactly the single-process output.
 func TestWaitForRepair(t *testing.T) {
@@ -48,7 +48,7 @@ func TestWaitForRepair(t *testing.T) {
 	// not a wait.
 	ended, end := context.WithCancel(ctx)
 	end()
-	if _, err := a.Generate(ended, Request{Prompt: prompt, MaxTokens: 4}); !errors.Is(err, ErrNoCapacity) || RetryAfter(err) <= 0 {
+	if _, err := a.Generate(ended, Request{Prompt: prompt, MaxTokens: 4, QueueTimeout: -1}); !errors.Is(err, ErrNoCapacity) || RetryAfter(err) <= 0 {
 		t.Fatalf("a new request with no path: %v (retry after %v)", err, RetryAfter(err))
 	}
 	done := make(chan error, 1)

@@ -10,8 +10,10 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/routing"
 )
 
 // The scheduler is the one goroutine that owns this node's layers, KV
@@ -30,6 +32,7 @@ type outbox interface {
 	forward(to peer.ID, s *Step)
 	token(to peer.ID, t *Token)
 	fail(to peer.ID, e *ErrorMsg)
+	receipt(to peer.ID, r *ReceiptMsg)
 }
 
 type schedConfig struct {
@@ -42,7 +45,14 @@ type schedConfig struct {
 	idleTimeout  time.Duration
 	queueTimeout time.Duration
 	clock        clockwork.Clock // expiry and session ages; nil: the wall clock
+	prefixCache  bool            // keep finished sessions' KV for reuse (prefixcache.go)
 	log          *zap.Logger
+	// sign signs this node's receipts (verify.go); nil: audits and check
+	// sessions get no answer.
+	sign func(*consensus.Receipt) error
+	// fault corrupts outputs: the test-only fault injector (nil in
+	// release builds and by default).
+	fault outputFault
 }
 
 // inboxMsg is what the scheduler's inbox carries: *stepIn, closeIn,
@@ -55,6 +65,7 @@ func (closeIn) inbox()   {}
 func (loadIn) inbox()    {}
 func (releaseIn) inbox() {}
 func (statusReq) inbox() {}
+func (auditIn) inbox()   {}
 
 // Inbox messages.
 type (
@@ -80,6 +91,11 @@ type (
 	// statusReq asks for the loop's status once everything submitted
 	// before it is handled.
 	statusReq struct{ reply chan *schedStatus }
+	// auditIn asks for a session's receipt.
+	auditIn struct {
+		from peer.ID
+		m    *Audit
+	}
 )
 
 type layerSlot struct {
@@ -105,8 +121,10 @@ type hopSession struct {
 	pos   int
 	bytes int64
 	sp    engine.SamplingParams
-	hist  []int32 // input tokens, kept by the last hop for sampling
+	hist  []int32 // input tokens: the last hop samples with them, every hop caches by them
 	last  time.Time
+	chain chains // what this hop took and gave, for receipts (verify.go)
+	check bool   // a check session
 }
 
 // schedStatus is the loop's published summary, for heartbeats, routing
@@ -125,6 +143,13 @@ type schedStatus struct {
 	BatchedSteps uint64 // steps that ran in a batch of two or more
 	Rejected     uint64 // steps answered with an error
 	Waited       uint64 // sessions that waited for KV memory
+	// The prefix cache: sessions resumed from it, positions they did not
+	// recompute, its size, and its summary for heartbeats (nil: empty).
+	PrefixHits, PrefixTokens uint64
+	PrefixEntries            int
+	PrefixBytes              int64
+	PrefixEvictions          uint64
+	Prefixes                 *routing.PrefixSummary
 }
 
 type scheduler struct {
@@ -146,6 +171,7 @@ type scheduler struct {
 	batched  uint64
 	rejected uint64
 	waited   uint64
+	cache    *prefixCache // nil: no prefix cache
 }
 
 func newScheduler(cfg schedConfig, out outbox) *scheduler {
@@ -160,6 +186,9 @@ func newScheduler(cfg schedConfig, out outbox) *scheduler {
 	}
 	s := &scheduler{cfg: cfg, out: out, in: make(chan inboxMsg, 1024), done: make(chan struct{}),
 		slots: make([]*layerSlot, cfg.model.Layers), sessions: map[hopKey]*hopSession{}}
+	if cfg.prefixCache {
+		s.cache = &prefixCache{}
+	}
 	s.publish()
 	return s
 }
@@ -239,6 +268,9 @@ func (s *scheduler) run(ctx context.Context) {
 
 func (s *scheduler) shutdown() {
 	close(s.done)
+	if s.cache != nil {
+		s.cache.close()
+	}
 	for _, hs := range s.sessions {
 		for _, es := range hs.sess {
 			es.Close()
@@ -278,6 +310,11 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 				continue
 			}
 			sl.releasing = !m.keep.Contains(l)
+		}
+		if s.cache != nil {
+			s.cache.dropLayers(func(l int) bool { return s.slots[l] != nil && s.slots[l].releasing })
+		}
+		for l := range s.slots {
 			s.maybeFree(l)
 		}
 		s.publish()
@@ -285,6 +322,8 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 	case statusReq:
 		s.publish()
 		m.reply <- s.status.Load()
+	case auditIn:
+		s.onAudit(m)
 	}
 }
 
@@ -414,9 +453,33 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	m := in.m
 	h := m.Hops[0]
 	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
-		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at}
+		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check}
+	// Resume from the prefix cache: the first hop from its longest match
+	// (leaving one position to compute), a later hop from where the one
+	// before it resumed, which it must hold too.
+	var hit *prefixEntry
+	if s.cache != nil && !m.Open.Cold {
+		limit := len(m.Tokens) - 1
+		if h.From > 0 {
+			limit = m.Skip
+		}
+		e, n := s.cache.lookup(h.From, h.To, m.Tokens, limit)
+		if h.From == 0 || n == m.Skip {
+			hit, hs.pos = e, n
+		}
+	}
+	if h.From > 0 && hs.pos != m.Skip {
+		s.reject(in, CodePrefixMiss, "", "session %s resumed %d positions this hop does not hold", m.Session, m.Skip)
+		return false
+	}
 	for l := h.From; l < h.To; l++ {
-		es, err := s.slots[l].st.NewSession(hs.cap)
+		var es engine.Session
+		var err error
+		if hit != nil && hs.pos > 0 {
+			es, err = s.slots[l].st.(engine.PrefixStage).NewSessionFrom(hit.sess[l-hit.from], hs.pos, hs.cap)
+		} else {
+			es, err = s.slots[l].st.NewSession(hs.cap)
+		}
 		if err != nil {
 			for _, e := range hs.sess {
 				e.Close()
@@ -429,6 +492,14 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	}
 	s.sessions[hs.key] = hs
 	s.kvUsed += need
+	if hs.pos > 0 {
+		s.cache.hits++
+		s.cache.reused += uint64(hs.pos)
+		hs.hist = append(hs.hist, m.Tokens[:hs.pos]...)
+	}
+	if s.cache != nil {
+		s.cache.trim(s.freeBytes()) // the cache lives in what sessions leave
+	}
 	return true
 }
 
@@ -456,7 +527,7 @@ func (s *scheduler) admitWaiting(ready *[]*stepIn) {
 func (s *scheduler) onClose(c closeIn, ready *[]*stepIn) {
 	for k, hs := range s.sessions {
 		if k.sid == c.sid && hs.entry == c.from {
-			s.drop(hs)
+			s.drop(hs, true)
 		}
 	}
 	kept := s.waiting[:0]
@@ -475,28 +546,47 @@ func (s *scheduler) onClose(c closeIn, ready *[]*stepIn) {
 	*ready = kr
 }
 
-// drop frees a session and any layer released meanwhile.
-func (s *scheduler) drop(hs *hopSession) {
+// drop frees a session and any layer released meanwhile. A session that
+// ended normally (keep) goes to the prefix cache if its layers stay.
+func (s *scheduler) drop(hs *hopSession, keep bool) {
 	if s.sessions[hs.key] != hs {
 		return
 	}
 	delete(s.sessions, hs.key)
-	for i, es := range hs.sess {
+	if keep && s.cache != nil && len(hs.hist) == hs.pos {
+		stages := make([]engine.Stage, 0, len(hs.sess))
+		var per int64
+		for l := hs.key.from; l < hs.to; l++ {
+			if sl := s.slots[l]; sl != nil && !sl.releasing {
+				stages = append(stages, sl.st)
+				per += sl.info.KVBytesPerToken
+			}
+		}
+		if len(stages) == len(hs.sess) {
+			s.cache.add(hs.key.from, hs.to, hs.hist, hs.sess, stages, per)
+			hs.sess = nil // add closed them
+		}
+	}
+	for _, es := range hs.sess {
 		es.Close()
-		l := hs.key.from + i
+	}
+	for l := hs.key.from; l < hs.to; l++ {
 		if sl := s.slots[l]; sl != nil {
 			sl.refs--
 			s.maybeFree(l)
 		}
 	}
 	s.kvUsed -= hs.bytes
+	if s.cache != nil {
+		s.cache.trim(s.freeBytes())
+	}
 }
 
 func (s *scheduler) expire(now time.Time) {
 	for _, hs := range s.sessions {
 		if now.Sub(hs.last) > s.cfg.idleTimeout {
 			s.cfg.log.Debug("session expired", zap.Stringer("session", hs.key.sid), zap.Int("from", hs.key.from))
-			s.drop(hs)
+			s.drop(hs, true)
 		}
 	}
 	kept := s.waiting[:0]
@@ -554,7 +644,8 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			}
 			st := engine.Step{Session: w.hs.sess[l-w.hs.key.from], Pos: w.hs.pos}
 			if l == 0 {
-				st.Tokens = w.in.m.Tokens
+				// Past what the session resumed from the prefix cache.
+				st.Tokens = w.in.m.Tokens[w.hs.pos-w.in.m.Pos:]
 			} else {
 				st.Hidden = w.x
 			}
@@ -609,21 +700,33 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 	for _, w := range ws {
 		hs := w.hs
 		if w.failed {
-			s.drop(hs) // some layers advanced, others not: unusable
+			s.drop(hs, false) // some layers advanced, others not: unusable
 			continue
 		}
 		s.steps++
 		m := w.in.m
-		hs.pos += len(m.Tokens)
+		skip := hs.pos - m.Pos // positions resumed from the prefix cache
+		hs.hist = append(hs.hist, m.Tokens[skip:]...)
+		hs.pos = m.Pos + len(m.Tokens)
 		hs.last = now
-		if hs.to == s.cfg.model.Layers {
-			hs.hist = append(hs.hist, m.Tokens...)
+		last := hs.to == s.cfg.model.Layers
+		if s.cfg.fault != nil {
+			s.cfg.fault.corrupt(w, last)
+		}
+		hs.chain.add(w.in.m, w.x, w.logits, last)
+		if hs.check && len(hs.rest) == 0 {
+			// The check hop of a check session: its receipt is the answer.
+			s.sendReceipt(hs)
+			s.drop(hs, false)
+			continue
+		}
+		if last {
 			tok := engine.Sample(w.logits, hs.sp, hs.pos, hs.hist)
 			s.out.token(hs.entry, &Token{Session: m.Session, Pos: hs.pos, Token: tok})
 			continue
 		}
 		s.out.forward(hs.rest[0].Peer, &Step{Session: m.Session, Open: m.Open, Entry: hs.entry, Hops: hs.rest,
-			Pos: m.Pos, Tokens: m.Tokens, Hidden: w.x, Cols: s.cfg.model.Hidden})
+			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: w.x, Cols: s.cfg.model.Hidden, Check: hs.check})
 	}
 }
 
@@ -631,6 +734,10 @@ func (s *scheduler) publish() {
 	st := &schedStatus{Held: s.heldLayers(), Sessions: len(s.sessions), Queue: len(s.waiting),
 		KVUsed: s.kvUsed, FreeKV: -1, LayerLatency: time.Duration(s.ewma * float64(time.Second)),
 		Steps: s.steps, Batches: s.batches, BatchedSteps: s.batched, Rejected: s.rejected, Waited: s.waited}
+	if c := s.cache; c != nil {
+		st.PrefixHits, st.PrefixTokens, st.PrefixEntries, st.PrefixBytes = c.hits, c.reused, len(c.entries), c.bytes
+		st.PrefixEvictions, st.Prefixes = c.evicted, c.summary
+	}
 	st.KVBudget = s.cfg.memBudget - s.weightBytes()
 	var per int64
 	for l, sl := range s.slots {

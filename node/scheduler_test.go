@@ -28,6 +28,9 @@ type fakeOutbox struct{ sent []sent }
 func (f *fakeOutbox) forward(to peer.ID, s *Step)  { f.sent = append(f.sent, sent{"forward", to, s}) }
 func (f *fakeOutbox) token(to peer.ID, t *Token)   { f.sent = append(f.sent, sent{"token", to, t}) }
 func (f *fakeOutbox) fail(to peer.ID, e *ErrorMsg) { f.sent = append(f.sent, sent{"fail", to, e}) }
+func (f *fakeOutbox) receipt(to peer.ID, r *ReceiptMsg) {
+	f.sent = append(f.sent, sent{"receipt", to, r})
+}
 
 func (f *fakeOutbox) take(t *testing.T) sent {
 	t.Helper()

@@ -42,6 +42,7 @@ type actSender interface {
 type tokenSink interface {
 	onToken(from peer.ID, t *Token)
 	onError(from peer.ID, e *ErrorMsg)
+	onReceipt(from peer.ID, r *ReceiptMsg)
 }
 
 // sendTimeout bounds one send on the activation protocol.
@@ -72,6 +73,12 @@ func (n *stageService) onFrame(from peer.ID, frame []byte) error {
 		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 		defer cancel()
 		_ = n.sched.submit(ctx, closeIn{from: from, sid: m.Session})
+	case *Audit:
+		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		defer cancel()
+		_ = n.sched.submit(ctx, auditIn{from: from, m: m})
+	case *ReceiptMsg:
+		n.entry.onReceipt(from, m)
 	}
 	return nil
 }
@@ -117,7 +124,7 @@ func (n *stageService) checkStep(m *Step) error {
 			return fmt.Errorf("%w: hops %d and %d do not chain", ErrBadFrame, i-1, i)
 		}
 	}
-	if m.Hops[len(m.Hops)-1].To != in.Layers {
+	if m.Hops[len(m.Hops)-1].To != in.Layers && !m.Check {
 		return fmt.Errorf("%w: the path ends at layer %d of %d", ErrBadFrame, m.Hops[len(m.Hops)-1].To, in.Layers)
 	}
 	if m.Pos+len(m.Tokens) > in.Context {
@@ -128,6 +135,9 @@ func (n *stageService) checkStep(m *Step) error {
 			return fmt.Errorf("%w: token %d outside the vocabulary of %d", ErrBadFrame, t, in.Vocab)
 		}
 	}
+	if m.Skip < 0 || m.Skip >= len(m.Tokens) || (m.Skip > 0 && (m.Open == nil || m.Hops[0].From == 0)) {
+		return fmt.Errorf("%w: skip %d of %d tokens", ErrBadFrame, m.Skip, len(m.Tokens))
+	}
 	if m.Hops[0].From == 0 {
 		if m.Hidden != nil {
 			return fmt.Errorf("%w: hidden states for the first layer, which takes tokens", ErrBadFrame)
@@ -137,9 +147,9 @@ func (n *stageService) checkStep(m *Step) error {
 	if m.Hidden == nil {
 		return fmt.Errorf("%w: no hidden states for layer %d", ErrBadFrame, m.Hops[0].From)
 	}
-	if m.Cols != in.Hidden || len(m.Hidden) != len(m.Tokens)*in.Hidden {
+	if m.Cols != in.Hidden || len(m.Hidden) != (len(m.Tokens)-m.Skip)*in.Hidden {
 		return fmt.Errorf("%w: hidden states of shape %d × %d, want %d × %d", ErrBadFrame,
-			len(m.Hidden)/max(m.Cols, 1), m.Cols, len(m.Tokens), in.Hidden)
+			len(m.Hidden)/max(m.Cols, 1), m.Cols, len(m.Tokens)-m.Skip, in.Hidden)
 	}
 	for _, v := range m.Hidden {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
@@ -162,6 +172,10 @@ func (n *stageService) send(ctx context.Context, to peer.ID, m Message) error {
 			n.entry.onError(n.self, m)
 		case *Close:
 			return n.sched.submit(ctx, closeIn{from: n.self, sid: m.Session})
+		case *Audit:
+			return n.sched.submit(ctx, auditIn{from: n.self, m: m})
+		case *ReceiptMsg:
+			n.entry.onReceipt(n.self, m)
 		}
 		return nil
 	}

@@ -31,17 +31,25 @@ type SwarmSnapshot struct {
 	Hardware layers.Hardware
 	// Scheduler is the entry's effective scheduling configuration.
 	Scheduler routing.SchedulerConfig
-	Addrs     []ma.Multiaddr
+	// RouteErr is why this node cannot route a full path now (Ready's
+	// answer), nil when it can: readiness means routable, not merely a
+	// map that covers every layer.
+	RouteErr error
+	Addrs    []ma.Multiaddr
 	// Peers is the peer table, this node excluded.
 	Peers []swarm.Peer
 	// NAT is this node's reachability diagnosis.
 	NAT swarm.NATStatus
+	// Fetch is this node's fetch of weights from peers (zero for a node
+	// with the model file).
+	Fetch FetchProgress
 }
 
 // Swarm returns the node's view of the swarm now.
 func (n *Node) Swarm() SwarmSnapshot {
 	s := SwarmSnapshot{Self: n.host.Status(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.NAT(),
-		Scheduler: n.paths.profiles.Config()}
+		Scheduler: n.paths.profiles.Config(), RouteErr: n.Ready(),
+		Fetch: n.FetchProgress()}
 	for _, p := range n.host.Peers().Snapshot() {
 		if p.ID != n.self {
 			s.Peers = append(s.Peers, p)

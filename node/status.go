@@ -31,6 +31,9 @@ type announcer struct {
 	clock  clockwork.Clock
 	every  time.Duration
 	log    *zap.Logger
+	// changed tells the entry's queue that what routing reads may have
+	// changed (this node's status, the map); nil until wired.
+	changed func()
 
 	notice   atomic.Pointer[layers.LayerMap]
 	loading  atomic.Int32 // warmups in progress
@@ -117,8 +120,16 @@ func (a *announcer) publish() {
 	r, _ := m.Range(a.self.String())
 	s := swarm.Status{RangeStart: r.Start, RangeEnd: r.End, Epoch: m.Epoch, State: a.phase(),
 		QueueDepth: st.Queue, ActiveSessions: st.Sessions, FreeKV: st.FreeKV, LayerLatency: st.LayerLatency, Region: a.region}
+	if st.Prefixes != nil {
+		if b, err := st.Prefixes.MarshalBinary(); err == nil && len(b) <= swarm.MaxPrefixLen {
+			s.Prefixes = string(b)
+		}
+	}
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))
+	}
+	if a.changed != nil {
+		a.changed()
 	}
 }
 
@@ -141,7 +152,7 @@ func (a *announcer) selfState(now time.Time) routing.NodeState {
 	s := a.sched.status.Load()
 	return routing.NodeState{ID: a.self.String(), Phase: phaseOf(a.phase()), Hardware: a.hw, Region: a.region,
 		QueueDepth: s.Queue, ActiveSessions: s.Sessions, FreeKV: int(s.FreeKV),
-		LayerLatency: s.LayerLatency.Seconds(), Updated: now}
+		LayerLatency: s.LayerLatency.Seconds(), Updated: now, Prefixes: s.Prefixes}
 }
 
 // onMapNotice keeps the leader's latest commit, in case our replica lags.
@@ -159,6 +170,9 @@ func (a *announcer) onMapNotice(from peer.ID, data []byte) {
 	}
 	if old := a.notice.Load(); old == nil || m.Epoch > old.Epoch {
 		a.notice.Store(&m)
+		if a.changed != nil {
+			a.changed()
+		}
 	}
 }
 

@@ -62,7 +62,29 @@ type pathFinder struct {
 	members    func() []consensus.Member // nil without consensus
 	selfState  func(now time.Time) routing.NodeState
 	suspectFor time.Duration
-	suspects   sync.Map // peer.ID → time.Time of the last failure seen
+	suspects   sync.Map        // peer.ID → time.Time of the last failure seen
+	selfKV     func() kvReport // this node's own KV report
+}
+
+// kv is what node last reported of its KV cache: its latest heartbeat's
+// figures (this node's own status for itself), free unknown when none.
+func (f *pathFinder) kv(node string) kvReport {
+	if node == f.self.String() {
+		if f.selfKV != nil {
+			return f.selfKV()
+		}
+		return kvReport{free: -1}
+	}
+	id, err := peer.Decode(node)
+	if err != nil {
+		return kvReport{free: -1}
+	}
+	row, ok := f.host.Peers().Get(id)
+	if !ok || row.Heartbeat == nil {
+		return kvReport{free: -1}
+	}
+	hb := row.Heartbeat
+	return kvReport{free: int(hb.FreeKV), sessions: hb.ActiveSessions + hb.QueueDepth, mark: hb}
 }
 
 // suspect records that p failed a step now: routing avoids it for
@@ -105,6 +127,14 @@ func (f *pathFinder) view(m layers.LayerMap, now time.Time) *routing.View {
 				if hb.Region != "" {
 					ns.Region = hb.Region
 				}
+				if hb.Prefixes != "" {
+					// A summary that does not decode is no summary: the
+					// node is routed as if its cache were empty.
+					ps := &routing.PrefixSummary{}
+					if ps.UnmarshalBinary([]byte(hb.Prefixes)) == nil {
+						ns.Prefixes = ps
+					}
+				}
 			}
 			if t, ok := f.suspects.Load(id); ok && now.Sub(t.(time.Time)) < f.suspectFor && !row.HeardAt.After(t.(time.Time)) {
 				ns.Health = max(ns.Health, routing.Suspect)
@@ -127,7 +157,8 @@ type routeReq struct {
 	prompt, max int
 	seed        uint64
 	avoid       []string
-	profile     string // "" is the default profile
+	profile     string   // "" is the default profile
+	prefix      []uint64 // block hashes of the tokens so far, for prefix affinity
 }
 
 // route picks a path on the committed map with the request's profile. It
@@ -144,7 +175,7 @@ func (f *pathFinder) route(q routeReq) (routing.Path, error) {
 	}
 	now := time.Now()
 	p, err := pol.Route(m, f.view(m, now), routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
-		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid}, now)
+		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid, Prefix: q.prefix}, now)
 	if err != nil {
 		return p, err
 	}

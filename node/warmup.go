@@ -73,6 +73,15 @@ func (n *warmer) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 		}
 		return err
 	}
+	open := n.model.openLayer
+	if f := n.model.fetch; f != nil {
+		// The range's tensors come from peers, into a slice file first.
+		path, err := f.slice(ctx, r)
+		if err != nil {
+			return fail(fmt.Errorf("warmup: %w", err))
+		}
+		open = func(l int) (engine.Stage, error) { return n.model.openFrom(path, l) }
+	}
 	var bytes int64
 	for i, l := range todo {
 		if err := ctx.Err(); err != nil {
@@ -86,7 +95,7 @@ func (n *warmer) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 				return fail(ctx.Err())
 			}
 		}
-		st, err := n.model.openLayer(l)
+		st, err := open(l)
 		if err != nil {
 			return fail(fmt.Errorf("warmup: layer %d: %w", l, err))
 		}

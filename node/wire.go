@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/internal/codec"
 )
@@ -16,12 +17,14 @@ import (
 // swarm's length-prefixed frames. Version 1 encodes, little-endian:
 //
 //	u8  version (1)
-//	u8  kind (1 step, 2 token, 3 error, 4 close)
+//	u8  kind (1 step, 2 token, 3 error, 4 close, 5 audit, 6 receipt)
 //	[16] session ID
 //
 // then, by kind:
 //
-//	step:  u8 flags (bit 0: open, bit 1: hidden states follow; others 0)
+//	step:  u8 flags (bit 0: open, bit 1: hidden states follow, bit 2:
+//	           a check session (verify.go), bit 3: skip follows, bit 4: cold;
+//	           others 0; bits 3 and 4 only with open)
 //	       u32 position of the first input
 //	       u8 len, bytes  entry peer ID (where tokens and errors go)
 //	       u8 n (1..MaxHops), n × (u8 len, bytes peer ID; u32 from; u32 to)
@@ -29,13 +32,17 @@ import (
 //	       if open: u32 session capacity in positions, u64 model hash,
 //	           f32 temperature, u32 top-k, f32 top-p, u32 min-keep,
 //	           u64 seed, f32 repeat penalty, u32 repeat window
+//	       if skip: u32 positions skipped (1..n-1)
 //	       u32 n (1..MaxStepTokens), n × i32  the step's input tokens
 //	       if hidden: u8 dtype (1 f32, 2 f16), u32 columns, then
-//	           n × columns values (one row per input token)
+//	           (n − skip) × columns values (one row per input token
+//	           after the skipped ones)
 //	token: u32 position of the sampled token, i32 token
 //	error: u8 code, u8 len, bytes peer ID at fault (may be empty),
 //	       u16 len, bytes message (UTF-8, at most MaxErrorText)
 //	close: nothing
+//	audit: u32 first layer of the hop asked for its receipt
+//	receipt: u16 len, bytes  a signed consensus.Receipt
 //
 // Nothing may follow. Every count is checked against the bytes left
 // before anything is allocated, so a decoder allocates in proportion to
@@ -62,6 +69,10 @@ const (
 	KindToken Kind = 2
 	KindError Kind = 3
 	KindClose Kind = 4
+	// KindAudit asks a hop for its signed receipt of a session.
+	KindAudit Kind = 5
+	// KindReceipt carries a hop's signed receipt to the entry.
+	KindReceipt Kind = 6
 )
 
 func (k Kind) String() string {
@@ -74,6 +85,10 @@ func (k Kind) String() string {
 		return "error"
 	case KindClose:
 		return "close"
+	case KindAudit:
+		return "audit"
+	case KindReceipt:
+		return "receipt"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -119,6 +134,9 @@ type Open struct {
 	// Model is ModelHash of the fingerprint the entry routes for.
 	Model    uint64
 	Sampling engine.SamplingParams
+	// Cold forbids resuming from a prefix cache: the entry's retry after
+	// a hop answered CodePrefixMiss.
+	Cold bool
 }
 
 // Step is one step of one session, as one hop receives it.
@@ -131,11 +149,19 @@ type Step struct {
 	// Tokens are the input tokens at positions Pos.. (every hop gets them:
 	// the first embeds them, the last keeps them for sampling).
 	Tokens []int32
-	// Hidden holds len(Tokens) × Cols states for hops after the first;
-	// nil on the first hop. DType is how they travel (0: DTypeF32).
+	// Skip, on an open step after the first hop, is how many of Tokens
+	// the previous hop resumed from its prefix cache: Hidden starts at
+	// Tokens[Skip], and the receiver must hold them cached too.
+	Skip int
+	// Hidden holds (len(Tokens) − Skip) × Cols states for hops after the
+	// first; nil on the first hop. DType is how they travel (0: DTypeF32).
 	Hidden []float32
 	Cols   int
 	DType  DType
+	// Check marks a check session (verify.go): its last hop answers the
+	// entry with a signed receipt instead of forwarding or sampling, so
+	// its path may end before the last layer.
+	Check bool
 }
 
 // Token is the last hop's sampled token, sent straight to the entry.
@@ -169,7 +195,10 @@ const (
 	CodeInternal ErrorCode = 8
 	// CodeDuplicate: an open step for a session the hop already holds.
 	CodeDuplicate ErrorCode = 9
-	maxCode                 = CodeDuplicate
+	// CodePrefixMiss: the previous hop resumed a prefix from its cache
+	// that this hop no longer holds; the entry retries cold.
+	CodePrefixMiss ErrorCode = 10
+	maxCode                  = CodePrefixMiss
 )
 
 func (c ErrorCode) String() string {
@@ -192,6 +221,8 @@ func (c ErrorCode) String() string {
 		return "internal"
 	case CodeDuplicate:
 		return "duplicate session"
+	case CodePrefixMiss:
+		return "prefix cache miss"
 	}
 	return fmt.Sprintf("code(%d)", uint8(c))
 }
@@ -210,17 +241,35 @@ type Close struct {
 	Session SessionID
 }
 
-// Message is one of *Step, *Token, *ErrorMsg, *Close.
+// Audit asks the hop of a session that starts at layer From for its
+// signed receipt; only the session's entry may ask.
+type Audit struct {
+	Session SessionID
+	From    int
+}
+
+// ReceiptMsg carries a hop's signed receipt (verify.go) to the entry.
+type ReceiptMsg struct {
+	Session SessionID
+	Receipt consensus.Receipt
+}
+
+// Message is one of *Step, *Token, *ErrorMsg, *Close, *Audit, *ReceiptMsg.
 type Message interface{ kind() Kind }
 
-func (*Step) kind() Kind     { return KindStep }
-func (*Token) kind() Kind    { return KindToken }
-func (*ErrorMsg) kind() Kind { return KindError }
-func (*Close) kind() Kind    { return KindClose }
+func (*Step) kind() Kind       { return KindStep }
+func (*Token) kind() Kind      { return KindToken }
+func (*ErrorMsg) kind() Kind   { return KindError }
+func (*Close) kind() Kind      { return KindClose }
+func (*Audit) kind() Kind      { return KindAudit }
+func (*ReceiptMsg) kind() Kind { return KindReceipt }
 
 const (
 	flagOpen   = 1 << 0
 	flagHidden = 1 << 1
+	flagCheck  = 1 << 2
+	flagSkip   = 1 << 3
+	flagCold   = 1 << 4
 )
 
 // Encode appends the encoding of m to b.
@@ -253,6 +302,20 @@ func Encode(b []byte, m Message) ([]byte, error) {
 		return append(b, t...), nil
 	case *Close:
 		return header(b, KindClose, m.Session), nil
+	case *Audit:
+		if m.From < 0 || m.From > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: audit of layer %d", ErrBadFrame, m.From)
+		}
+		b = header(b, KindAudit, m.Session)
+		return binary.LittleEndian.AppendUint32(b, uint32(m.From)), nil
+	case *ReceiptMsg:
+		rb, err := m.Receipt.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+		}
+		b = header(b, KindReceipt, m.Session)
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(rb)))
+		return append(b, rb...), nil
 	}
 	return nil, fmt.Errorf("%w: unknown message %T", ErrBadFrame, m)
 }
@@ -279,8 +342,10 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d tokens", ErrBadFrame, n)
 	case m.Pos < 0 || m.Pos > math.MaxUint32:
 		return nil, fmt.Errorf("%w: position %d", ErrBadFrame, m.Pos)
-	case m.Hidden != nil && (m.Cols <= 0 || len(m.Hidden) != n*m.Cols):
-		return nil, fmt.Errorf("%w: %d hidden values for %d tokens of %d columns", ErrBadFrame, len(m.Hidden), n, m.Cols)
+	case m.Skip != 0 && (m.Open == nil || m.Skip < 0 || m.Skip >= n):
+		return nil, fmt.Errorf("%w: skip %d of %d tokens", ErrBadFrame, m.Skip, n)
+	case m.Hidden != nil && (m.Cols <= 0 || len(m.Hidden) != (n-m.Skip)*m.Cols):
+		return nil, fmt.Errorf("%w: %d hidden values for %d tokens of %d columns", ErrBadFrame, len(m.Hidden), n-m.Skip, m.Cols)
 	}
 	dt := m.DType
 	if dt == 0 {
@@ -296,6 +361,15 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	}
 	if m.Hidden != nil {
 		flags |= flagHidden
+	}
+	if m.Check {
+		flags |= flagCheck
+	}
+	if m.Skip != 0 {
+		flags |= flagSkip
+	}
+	if m.Open != nil && m.Open.Cold {
+		flags |= flagCold
 	}
 	b = append(b, flags)
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.Pos))
@@ -329,6 +403,9 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		b = binary.LittleEndian.AppendUint64(b, sp.Seed)
 		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(sp.RepeatPenalty))
 		b = binary.LittleEndian.AppendUint32(b, uint32(sp.RepeatLastN))
+	}
+	if m.Skip != 0 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(m.Skip))
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(n))
 	for _, t := range m.Tokens {
@@ -388,6 +465,21 @@ func Decode(frame []byte) (Message, error) {
 		m = e
 	case KindClose:
 		m = &Close{Session: sid}
+	case KindAudit:
+		m = &Audit{Session: sid, From: int(d.U32("audited layer"))}
+	case KindReceipt:
+		r := &ReceiptMsg{Session: sid}
+		n := int(d.U16("receipt length"))
+		if d.Err() == nil && n > consensus.MaxReceiptSize {
+			d.Fail("receipt of %d bytes", n)
+		}
+		raw := d.Take(n, "receipt")
+		if d.Err() == nil {
+			if err := r.Receipt.UnmarshalBinary(raw); err != nil {
+				d.Fail("receipt: %v", err)
+			}
+		}
+		m = r
 	default:
 		d.Fail("kind %d", k)
 	}
@@ -401,9 +493,11 @@ func Decode(frame []byte) (Message, error) {
 func decodeStep(d *codec.Reader, sid SessionID) *Step {
 	s := &Step{Session: sid}
 	flags := d.U8("flags")
-	if d.Err() == nil && flags&^(flagOpen|flagHidden) != 0 {
+	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold) != 0 ||
+		flags&flagOpen == 0 && flags&(flagSkip|flagCold) != 0) {
 		d.Fail("flags %#x", flags)
 	}
+	s.Check = flags&flagCheck != 0
 	s.Pos = int(d.U32("position"))
 	s.Entry = d.PeerID("entry", maxPeerIDLen, false)
 	nh := int(d.U8("hop count"))
@@ -436,11 +530,18 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 		if d.Err() == nil && o.MaxTokens == 0 {
 			d.Fail("zero capacity")
 		}
+		o.Cold = flags&flagCold != 0
 		s.Open = o
+	}
+	if flags&flagSkip != 0 {
+		s.Skip = int(d.U32("skip"))
 	}
 	n := int(d.U32("token count"))
 	if d.Err() == nil && (n == 0 || n > MaxStepTokens || n > d.Len()/4) {
 		d.Fail("%d tokens in %d bytes", n, d.Len())
+	}
+	if d.Err() == nil && flags&flagSkip != 0 && (s.Skip == 0 || s.Skip >= n) {
+		d.Fail("skip %d of %d tokens", s.Skip, n)
 	}
 	if d.Err() != nil {
 		return nil
@@ -457,14 +558,15 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 		if d.Err() == nil && size == 0 {
 			d.Fail("dtype %d", s.DType)
 		}
-		if d.Err() == nil && (s.Cols == 0 || uint64(s.Cols)*uint64(n)*uint64(size) != uint64(d.Len())) {
-			d.Fail("%d bytes of hidden states for %d × %d %d-byte values", d.Len(), n, s.Cols, size)
+		rows := n - s.Skip
+		if d.Err() == nil && (s.Cols == 0 || uint64(s.Cols)*uint64(rows)*uint64(size) != uint64(d.Len())) {
+			d.Fail("%d bytes of hidden states for %d × %d %d-byte values", d.Len(), rows, s.Cols, size)
 		}
 		if d.Err() != nil {
 			return nil
 		}
 		raw := d.Take(d.Len(), "hidden")
-		s.Hidden = make([]float32, n*s.Cols)
+		s.Hidden = make([]float32, rows*s.Cols)
 		switch s.DType {
 		case DTypeF32:
 			for i := range s.Hidden {

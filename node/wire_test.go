@@ -34,6 +34,11 @@ func sampleMessages(t testing.TB) []Message {
 			Open: &Open{MaxTokens: 40, Model: ModelHash("m"), Sampling: engine.SamplingParams{Temperature: 0.8, TopK: 40, TopP: 0.95, Seed: 7, RepeatPenalty: 1.1, RepeatLastN: 32}}},
 		&Step{Session: sid, Entry: a, Hops: []Hop{{c, 4, 8}}, Pos: 5, Tokens: []int32{9, 10},
 			Hidden: []float32{1, -2, 3.5, 0, 1e-3, -1e9}, Cols: 3, DType: DTypeF32},
+		// A resumed prefill: the sender skipped two cached positions.
+		&Step{Session: sid, Entry: a, Hops: []Hop{{c, 4, 8}}, Pos: 0, Tokens: []int32{1, 2, 3}, Skip: 2,
+			Open: &Open{MaxTokens: 40, Model: ModelHash("m"), Cold: false}, Hidden: []float32{1, 2, 3}, Cols: 3, DType: DTypeF32},
+		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 0, 8}}, Pos: 0, Tokens: []int32{1, 2, 3},
+			Open: &Open{MaxTokens: 40, Model: ModelHash("m"), Cold: true}},
 		&Token{Session: sid, Pos: 17, Token: 42},
 		&ErrorMsg{Session: sid, Code: CodeUnreachable, Peer: c, Text: "gone"},
 		&ErrorMsg{Session: sid, Code: CodeBusy},
@@ -107,6 +112,9 @@ func TestWireRejects(t *testing.T) {
 		"kind":        append([]byte{1, 9}, good[2:]...),
 		"flags":       func() []byte { b := bytes.Clone(good); b[18] |= 0x80; return b }(),
 		"hidden size": good[:len(good)-4],
+		// Skip and cold belong to open steps only.
+		"skip without open": func() []byte { b := bytes.Clone(good); b[18] |= flagSkip; return b }(),
+		"cold without open": func() []byte { b := bytes.Clone(good); b[18] |= flagCold; return b }(),
 	}
 	for name, b := range cases {
 		if _, err := Decode(b); !errors.Is(err, ErrBadFrame) {
@@ -120,6 +128,9 @@ func TestWireRejects(t *testing.T) {
 		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 2, 1}}, Tokens: []int32{1}},
 		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 0, 1}}, Tokens: []int32{1}, Hidden: []float32{1, 2}, Cols: 3},
 		&ErrorMsg{Code: 0},
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 0, 1}}, Tokens: []int32{1, 2}, Skip: 1},
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 0, 1}}, Tokens: []int32{1, 2}, Skip: 2,
+			Open: &Open{MaxTokens: 4}},
 	} {
 		if _, err := Encode(nil, m); !errors.Is(err, ErrBadFrame) {
 			t.Errorf("encoded %+v: %v", m, err)

@@ -23,6 +23,7 @@ const (
 	MaxHeartbeatSize = 4096 // bytes, checked before decoding
 	MaxRTTSamples    = 16   // RTT samples per heartbeat
 	MaxRegionLen     = 32   // bytes of the region label
+	MaxPrefixLen     = 1040 // bytes of an encoded prefix summary (8192 bits and its size)
 	maxIDLen         = 64   // bytes of an encoded peer ID
 )
 
@@ -51,6 +52,11 @@ func (s State) String() string {
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
+
+// Section tags of a heartbeat's optional part.
+const (
+	sectionPrefixes uint8 = 1
+)
 
 // Flags in a heartbeat.
 const (
@@ -81,6 +87,10 @@ type Status struct {
 	LayerLatency time.Duration
 	// Region is a coarse location label (at most MaxRegionLen bytes).
 	Region string
+	// Prefixes is the node's prefix cache summary as routing encodes it
+	// (routing.PrefixSummary.MarshalBinary), opaque here; "": none (at
+	// most MaxPrefixLen bytes). A string keeps Status comparable.
+	Prefixes string
 }
 
 // Heartbeat is one gossiped liveness and load report. Version 1 encodes,
@@ -99,7 +109,13 @@ type Status struct {
 //	u8  len, bytes   region (UTF-8, 0..32)
 //	u8  n (0..16), then n × (u8 len, bytes peer ID; u32 RTT in µs)
 //
-// Nothing may follow.
+// then optional sections, each u8 tag, u16 len, len bytes (1..), in
+// ascending tag order, each at most once; unknown tags are refused:
+//
+//	tag 1: prefix summary (Status.Prefixes, 1..MaxPrefixLen bytes)
+//
+// Nothing else may follow. Sections leave older heartbeats decodable and
+// let fields be added without reordering the fixed part.
 type Heartbeat struct {
 	NodeID peer.ID
 	Status
@@ -133,6 +149,8 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		return nil, fmt.Errorf("region %q: %w", hb.Region, ErrHeartbeatSchema)
 	case len(hb.RTTs) > MaxRTTSamples:
 		return nil, fmt.Errorf("%d RTT samples (max %d): %w", len(hb.RTTs), MaxRTTSamples, ErrHeartbeatSchema)
+	case len(hb.Prefixes) > MaxPrefixLen:
+		return nil, fmt.Errorf("prefix summary of %d bytes (max %d): %w", len(hb.Prefixes), MaxPrefixLen, ErrHeartbeatSchema)
 	}
 	b := make([]byte, 0, 128+len(hb.RTTs)*(maxIDLen+5))
 	b = append(b, HeartbeatVersion, byte(len(id)))
@@ -161,6 +179,11 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		b = append(b, byte(len(pid)))
 		b = append(b, pid...)
 		b = binary.BigEndian.AppendUint32(b, uint32(us))
+	}
+	if len(hb.Prefixes) > 0 {
+		b = append(b, sectionPrefixes)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(hb.Prefixes)))
+		b = append(b, hb.Prefixes...)
 	}
 	if len(b) > MaxHeartbeatSize {
 		return nil, fmt.Errorf("%d bytes: %w", len(b), ErrHeartbeatSize)
@@ -225,6 +248,28 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 			return nil, d.Err()
 		}
 		hb.RTTs = append(hb.RTTs, RTTSample{Peer: id, RTT: time.Duration(us) * time.Microsecond})
+	}
+	last := uint8(0)
+	for d.Err() == nil && d.Len() > 0 {
+		tag := d.U8("section tag")
+		n := int(d.U16("section length"))
+		body := d.Take(n, "section")
+		if d.Err() != nil {
+			return nil, d.Err()
+		}
+		switch {
+		case tag <= last:
+			d.Fail("section %d after section %d", tag, last)
+		case n == 0:
+			d.Fail("empty section %d", tag)
+		case tag == sectionPrefixes && n > MaxPrefixLen:
+			d.Fail("prefix summary of %d bytes (max %d)", n, MaxPrefixLen)
+		case tag == sectionPrefixes:
+			hb.Prefixes = string(body)
+		default:
+			d.Fail("unknown section %d", tag)
+		}
+		last = tag
 	}
 	d.End()
 	if d.Err() != nil {

@@ -33,6 +33,7 @@ func sampleHeartbeat(t testing.TB) *Heartbeat {
 			RangeStart: 4, RangeEnd: 20, Epoch: 7, State: StateServing,
 			QueueDepth: 3, ActiveSessions: 12, FreeKV: 40960,
 			LayerLatency: 1500 * time.Microsecond, Region: "eu-west",
+			Prefixes: "\x01\xaa\x00\x00\x00\x00\x00\x00\x80",
 		},
 		Flags:     FlagRelayed,
 		RTTs:      []RTTSample{{Peer: b, RTT: 2 * time.Millisecond}},
@@ -62,6 +63,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 func TestHeartbeatLargestFits(t *testing.T) {
 	hb := sampleHeartbeat(t)
 	hb.Region = string(bytes.Repeat([]byte("x"), MaxRegionLen))
+	hb.Prefixes = string(make([]byte, MaxPrefixLen))
 	for range MaxRTTSamples - 1 {
 		hb.RTTs = append(hb.RTTs, RTTSample{Peer: testPeerID(t), RTT: time.Hour})
 	}
@@ -81,6 +83,12 @@ func TestHeartbeatRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	mut := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	noPrefix := sampleHeartbeat(t)
+	noPrefix.Prefixes = ""
+	plain, err := noPrefix.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
 	idLen := int(good[1])
 	stateOff := 2 + idLen + 16
 	cases := map[string]struct {
@@ -96,6 +104,13 @@ func TestHeartbeatRejects(t *testing.T) {
 		"bad id":    {mut(func(b []byte) []byte { b[2] ^= 0xff; return b }), ErrHeartbeatSchema},
 		"zero id":   {[]byte{1, 0}, ErrHeartbeatSchema},
 		"oversize":  {make([]byte, MaxHeartbeatSize+1), ErrHeartbeatSize},
+		// Optional sections: known tags only, ascending, once, non-empty.
+		"unknown section":  {append(bytes.Clone(good), 9, 0, 1, 0), ErrHeartbeatSchema},
+		"repeated section": {append(bytes.Clone(good), sectionPrefixes, 0, 1, 0), ErrHeartbeatSchema},
+		"empty section":    {append(bytes.Clone(plain), sectionPrefixes, 0, 0), ErrHeartbeatSchema},
+		"section overrun":  {append(bytes.Clone(plain), sectionPrefixes, 0, 9, 1), ErrHeartbeatSchema},
+		"oversize section": {append(append(bytes.Clone(plain), sectionPrefixes, byte((MaxPrefixLen+1)>>8), byte((MaxPrefixLen+1)&0xff)),
+			make([]byte, MaxPrefixLen+1)...), ErrHeartbeatSchema},
 	}
 	for name, c := range cases {
 		if _, err := DecodeHeartbeat(c.data); !errors.Is(err, c.want) {
@@ -112,6 +127,7 @@ func TestHeartbeatRejects(t *testing.T) {
 		func(h *Heartbeat) { h.Region = "\xff" },
 		func(h *Heartbeat) { h.RTTs = make([]RTTSample, MaxRTTSamples+1) },
 		func(h *Heartbeat) { h.NodeID = "" },
+		func(h *Heartbeat) { h.Prefixes = string(make([]byte, MaxPrefixLen+1)) },
 	}
 	for i, f := range bad {
 		h := sampleHeartbeat(t)

@@ -151,6 +151,7 @@ type PeerTable struct {
 	watchers map[int]chan Event
 	nextW    int
 	dropped  uint64
+	changed  chan struct{} // closed at the next change; nil until asked for
 }
 
 func newPeerTable(self peer.ID, cfg tableConfig, now func() time.Time) *PeerTable {
@@ -250,6 +251,28 @@ func (t *PeerTable) Watch(buf int) (events <-chan Event, stop func()) {
 	}
 }
 
+// Changed returns a channel that is closed at the table's next change: an
+// accepted heartbeat, a liveness verdict, a connection opened or closed,
+// a row forgotten. Unlike Watch it never drops anything and carries no
+// detail: it is for waiters that look at the table again on any change
+// (the entry's admission queue waits on it for KV room).
+func (t *PeerTable) Changed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.changed == nil {
+		t.changed = make(chan struct{})
+	}
+	return t.changed
+}
+
+// bump wakes the Changed waiters; t.mu is held.
+func (t *PeerTable) bump() {
+	if t.changed != nil {
+		close(t.changed)
+		t.changed = nil
+	}
+}
+
 // DroppedEvents is how many events found a watcher's channel full.
 func (t *PeerTable) DroppedEvents() uint64 {
 	t.mu.Lock()
@@ -258,6 +281,7 @@ func (t *PeerTable) DroppedEvents() uint64 {
 }
 
 func (t *PeerTable) emit(ev Event) {
+	t.bump()
 	for _, ch := range t.watchers {
 		select {
 		case ch <- ev:
@@ -302,6 +326,7 @@ func (t *PeerTable) heard(hb *Heartbeat) bool {
 	e.lastTS = hb.Timestamp
 	e.Heartbeat = hb
 	e.HeardAt = now
+	t.bump()
 	t.setLiveness(e, Alive, now)
 	return true
 }
@@ -351,6 +376,9 @@ func (t *PeerTable) setConn(id peer.ID, connected, relayed bool) {
 	e.touched = now
 	was := e.Connected
 	e.Connected, e.connRelayed = connected, connected && relayed
+	if was != connected {
+		t.bump()
+	}
 	switch {
 	case connected:
 		e.lostAt = time.Time{}

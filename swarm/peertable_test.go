@@ -228,3 +228,43 @@ func TestRTTMatrix(t *testing.T) {
 		t.Fatalf("pairs %v", m.Pairs)
 	}
 }
+
+// TestPeerTableChanged: Changed's channel closes on an accepted heartbeat,
+// a liveness verdict and a connection change, and not on a replayed
+// heartbeat.
+func TestPeerTableChanged(t *testing.T) {
+	tab, clk := newTestTable(t)
+	id := testPeerID(t)
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	ch := tab.Changed()
+	if closed(ch) {
+		t.Fatal("closed before any change")
+	}
+	hb := clk.beat(id)
+	tab.heard(hb)
+	if !closed(ch) {
+		t.Fatal("a heartbeat did not close it")
+	}
+	ch = tab.Changed()
+	tab.heard(hb) // a replay: rejected, no change
+	if closed(ch) {
+		t.Fatal("a replayed heartbeat closed it")
+	}
+	tab.setConn(id, true, false)
+	if !closed(ch) {
+		t.Fatal("a connection did not close it")
+	}
+	ch = tab.Changed()
+	clk.advance(1600 * time.Millisecond)
+	tab.sweep()
+	if !closed(ch) || liveness(t, tab, id) == Alive {
+		t.Fatal("a liveness verdict did not close it")
+	}
+}

@@ -54,7 +54,12 @@ full multiaddrs (with /p2p/ID) at start; give one of them to other nodes as
 store, or an hf://… reference pulled into it if missing; see strata model
 pull): at the first start the node
 measures one layer (cached in the data dir) to declare its speed, unless --gpu
-declares a device. --sim-model serves a built-in model SIMULATED on the --gpu
+declares a device. --model-id FINGERPRINT joins with the model's identity
+only (strata model inspect prints it; the founder's log too): the node learns
+the model from its --bootstrap peers, and fetches the layers it is placed on
+from peers that hold the file, checked chunk by chunk, into a slice under
+--data-dir (a restart fetches nothing). --upload-rate caps what a node with
+the file sends to such peers. --sim-model serves a built-in model SIMULATED on the --gpu
 profile. --max-layers and --memory cap what the node offers.
 
 Settings come from flags, then STRATA_* environment variables (STRATA_MAX_LAYERS

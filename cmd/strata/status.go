@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/stratanet/strata/engine/store"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node/api"
 )
@@ -58,6 +59,11 @@ type memberView struct {
 		QueueDepth     int `json:"queue_depth"`
 		ActiveSessions int `json:"active_sessions"`
 	} `json:"load"`
+	Fetch *struct {
+		Done    int64 `json:"done_bytes"`
+		Total   int64 `json:"total_bytes"`
+		Fetched int64 `json:"fetched_bytes"`
+	} `json:"fetch"`
 }
 
 func newStatusCmd() *cobra.Command {
@@ -72,8 +78,8 @@ func newStatusCmd() *cobra.Command {
 		Long: `status asks one node's API for its view of the swarm (GET /v1/swarm) and
 prints the model, the epoch, the leader and one line per stage of the
 committed map: the node, its layers, its device, its state and its queue.
-With --wait it first waits until the node serves and its map covers every
-layer. --name ID=NAME shows a peer ID as NAME (testnet/up.sh uses n1..nN).`,
+With --wait it first waits until the node can route a full path (its map
+covers every layer and its hops are heard from and serve). --name ID=NAME shows a peer ID as NAME (testnet/up.sh uses n1..nN).`,
 		Example: `  strata status --api http://127.0.0.1:8080
   strata status --api http://127.0.0.1:5001 --wait 60s`,
 		Args: cobra.NoArgs,
@@ -117,7 +123,8 @@ func apiClient(apiURL, keyFile string) (*api.Client, error) {
 	return api.NewClient(apiURL, opts...)
 }
 
-// waitReady polls the node until it serves a map covering every layer.
+// waitReady polls the node until it can route a full path (its map
+// covers every layer and it has heard from the hops).
 // Unreachable is retried too: the node may still be starting.
 func waitReady(ctx context.Context, c *api.Client, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
@@ -138,7 +145,7 @@ func waitReady(ctx context.Context, c *api.Client, limit time.Duration) error {
 			if last != nil {
 				return fmt.Errorf("the swarm did not serve within %v: %w", limit, last)
 			}
-			return fmt.Errorf("the swarm did not serve within %v: its map does not cover every layer yet", limit)
+			return fmt.Errorf("the swarm did not serve within %v: it cannot route a full path yet", limit)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -225,6 +232,12 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 	}
 	if p := v.Pending; p != nil {
 		fmt.Fprintf(w, "pending map (epoch %d, %s): nodes are warming up their new layers\n", p.Map.Epoch, p.Reason)
+	}
+	for _, mem := range v.Members {
+		if f := mem.Fetch; f != nil && f.Total > 0 {
+			fmt.Fprintf(w, "  %-8s fetching its layers from peers: %s of %s (%.0f%%)\n", name(mem.ID),
+				store.HumanBytes(f.Done), store.HumanBytes(f.Total), 100*float64(f.Done)/float64(f.Total))
+		}
 	}
 	printReachability(w, v, name)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -72,5 +73,24 @@ func TestPrintRelaying(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestPrintFetchProgress: the answering node's fetch of weights, as GET
+// /v1/swarm reports it, is one line of status.
+func TestPrintFetchProgress(t *testing.T) {
+	var v swarmView
+	if err := json.Unmarshal([]byte(`{"committed":{"epoch":1,"layers":8,"stages":[]},"members":[
+		{"id":"`+idA+`","self":true,"fetch":{"done_bytes":3000000,"total_bytes":12000000,"fetched_bytes":4000000}},
+		{"id":"`+idB+`"}]}`), &v); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	printStatus(&out, v, peerNamer(map[string]string{idA: "n1"}))
+	if want := "n1       fetching its layers from peers: 2.9 MiB of 11.4 MiB (25%)"; !strings.Contains(out.String(), want) {
+		t.Fatalf("status lacks %q:\n%s", want, out.String())
+	}
+	if strings.Count(out.String(), "fetching") != 1 {
+		t.Fatalf("a member without a fetch printed one:\n%s", out.String())
 	}
 }

@@ -278,7 +278,7 @@ func TestHealthz(t *testing.T) {
 	c := shared.get(t)
 	status, _, body := get(t, c.urls[0]+"/healthz?ready=1", "")
 	var h healthJSON
-	if err := json.Unmarshal(body, &h); err != nil || status != http.StatusOK || h.Status != "ok" || !h.MapCovers || h.Epoch == 0 {
+	if err := json.Unmarshal(body, &h); err != nil || status != http.StatusOK || h.Status != "ok" || !h.MapCovers || !h.Routable || h.Epoch == 0 {
 		t.Fatalf("healthz: %d %s", status, body)
 	}
 	if h.Node != c.nodes[0].ID().String() || h.LayersHeld.Len() == 0 || h.Peers != 2 {

@@ -31,11 +31,13 @@ type fakeBackend struct {
 	committed layers.LayerMap
 	snap      node.SwarmSnapshot
 	genErr    error
+	lastReq   node.Request
 }
 
-func (f *fakeBackend) Generate(context.Context, node.Request) (*node.Stream, error) {
+func (f *fakeBackend) Generate(_ context.Context, req node.Request) (*node.Stream, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lastReq = req
 	return nil, f.genErr
 }
 func (f *fakeBackend) ID() peer.ID { return f.id }
@@ -188,7 +190,7 @@ func TestHealthAndMetricsFromBackendData(t *testing.T) {
 	if err := json.Unmarshal(body, &h); err != nil {
 		t.Fatal(err)
 	}
-	if status != http.StatusOK || h.Peers != 2 || h.Epoch != 1 || !h.MapCovers {
+	if status != http.StatusOK || h.Peers != 2 || h.Epoch != 1 || !h.MapCovers || !h.Routable {
 		t.Fatalf("health %d: %+v", status, h)
 	}
 	resp, err := http.Get(hs.URL + "/metrics")
@@ -207,9 +209,92 @@ func TestHealthAndMetricsFromBackendData(t *testing.T) {
 		"strata_is_leader 1",
 		`strata_peers{liveness="dead"} 1`,
 		`strata_peers{liveness="alive"} 2`,
+		"strata_entry_queue_length 0",
+		"strata_entry_queue_wait_seconds_count 0",
 	} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// TestNotReadyUntilRoutable: a map that covers every layer is not
+// enough: until the node's own view routes a full path, ?ready=1 says
+// 503 with the reason, while the plain health check stays 200.
+func TestNotReadyUntilRoutable(t *testing.T) {
+	f, _ := newFakeSwarm(t)
+	f.mu.Lock()
+	f.snap.RouteErr = fmt.Errorf("%w: routing: no path: layer 4 has no live holder", node.ErrNoCapacity)
+	f.mu.Unlock()
+	hs := fakeServer(t, f)
+	status, hdr, body := get(t, hs.URL+"/healthz?ready=1", "")
+	var h healthJSON
+	if err := json.Unmarshal(body, &h); err != nil {
+		t.Fatal(err)
+	}
+	if status != http.StatusServiceUnavailable || h.Status != "not_ready" || !h.MapCovers || h.Routable ||
+		!strings.Contains(h.NotReady, "no live holder") || hdr.Get("Retry-After") == "" {
+		t.Fatalf("ready %d %v: %s", status, hdr, body)
+	}
+	if status, _, body := get(t, hs.URL+"/healthz", ""); status != http.StatusOK {
+		t.Fatalf("health %d: %s", status, body)
+	}
+	f.mu.Lock()
+	f.snap.RouteErr = nil
+	f.mu.Unlock()
+	if status, _, body := get(t, hs.URL+"/healthz?ready=1", ""); status != http.StatusOK {
+		t.Fatalf("ready once routable: %d %s", status, body)
+	}
+}
+
+// TestQueueTimeoutField: queue_timeout (body, seconds) or the
+// X-Strata-Queue-Timeout header reaches the node as Request.QueueTimeout,
+// 0 as "do not wait" (negative); the body wins; bad values are 400s
+// naming the parameter.
+func TestQueueTimeoutField(t *testing.T) {
+	f, _ := newFakeSwarm(t)
+	f.genErr = fmt.Errorf("%w: test", node.ErrNoCapacity)
+	hs := fakeServer(t, f)
+	for _, tc := range []struct {
+		body, header string
+		status       int
+		want         time.Duration
+	}{
+		{`{"prompt":"hi","max_tokens":4}`, "", http.StatusServiceUnavailable, 0},
+		{`{"prompt":"hi","max_tokens":4,"queue_timeout":2.5}`, "", http.StatusServiceUnavailable, 2500 * time.Millisecond},
+		{`{"prompt":"hi","max_tokens":4,"queue_timeout":0}`, "", http.StatusServiceUnavailable, -1},
+		{`{"prompt":"hi","max_tokens":4}`, "1", http.StatusServiceUnavailable, time.Second},
+		{`{"prompt":"hi","max_tokens":4,"queue_timeout":3}`, "1", http.StatusServiceUnavailable, 3 * time.Second},
+		{`{"prompt":"hi","max_tokens":4,"queue_timeout":-1}`, "", http.StatusBadRequest, 0},
+		{`{"prompt":"hi","max_tokens":4,"queue_timeout":1e9}`, "", http.StatusBadRequest, 0},
+		{`{"prompt":"hi","max_tokens":4}`, "soon", http.StatusBadRequest, 0},
+	} {
+		f.mu.Lock()
+		f.lastReq = node.Request{QueueTimeout: 42}
+		f.mu.Unlock()
+		req, err := http.NewRequest(http.MethodPost, hs.URL+"/v1/completions", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if tc.header != "" {
+			req.Header.Set(QueueTimeoutHeader, tc.header)
+		}
+		status, _, raw := do(t, req)
+		if status != tc.status {
+			t.Fatalf("%s (header %q): %d %s", tc.body, tc.header, status, raw)
+		}
+		f.mu.Lock()
+		got := f.lastReq.QueueTimeout
+		f.mu.Unlock()
+		if tc.status == http.StatusBadRequest {
+			if e := errorOf(t, raw); str(e.Param) != "queue_timeout" || got != 42 {
+				t.Fatalf("%s (header %q): %s, node asked %v", tc.body, tc.header, raw, got)
+			}
+			continue
+		}
+		if got != tc.want {
+			t.Fatalf("%s (header %q): queue timeout %v, want %v", tc.body, tc.header, got, tc.want)
 		}
 	}
 }

@@ -371,8 +371,8 @@ func (c *Client) Swarm(ctx context.Context, v any) error {
 	return nil
 }
 
-// Ready reports whether the node serves and its committed map covers
-// every layer (GET /healthz?ready=1). A node that answers "not yet" is
+// Ready reports whether the node serves and can route a full path on its
+// own view now (GET /healthz?ready=1). A node that answers "not yet" is
 // not an error; one that cannot be reached is.
 func (c *Client) Ready(ctx context.Context) (bool, error) {
 	resp, err := c.do(ctx, http.MethodGet, "/healthz?ready=1", nil)

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/node"
@@ -60,6 +61,11 @@ type samplingBody struct {
 	// Profile names the scheduling profile (an extension; the header
 	// X-Strata-Profile says the same, and the body wins).
 	Profile *string `json:"profile"`
+	// QueueTimeout is how many seconds the request may wait in the
+	// entry's queue for capacity (an extension; 0: do not wait; absent:
+	// the node's --queue-timeout; the header X-Strata-Queue-Timeout says
+	// the same, and the body wins).
+	QueueTimeout *float64 `json:"queue_timeout"`
 }
 
 type completionBody struct {
@@ -323,6 +329,13 @@ func (s *samplingBody) apply(g *genRequest, maxTok *int64) *apiError {
 		}
 		req.Profile = *s.Profile
 	}
+	if s.QueueTimeout != nil {
+		d, e := queueTimeout(*s.QueueTimeout)
+		if e != nil {
+			return e
+		}
+		req.QueueTimeout = d
+	}
 	if maxTok != nil {
 		if *maxTok < 1 {
 			return invalid("max_tokens", "max_tokens must be at least 1 (got %d)", *maxTok)
@@ -415,6 +428,26 @@ func decodeStop(raw json.RawMessage) ([]string, *apiError) {
 // ProfileHeader names a request's scheduling profile when its body does
 // not.
 const ProfileHeader = "X-Strata-Profile"
+
+// QueueTimeoutHeader is a request's queue timeout in seconds when its
+// body does not say (queue_timeout).
+const QueueTimeoutHeader = "X-Strata-Queue-Timeout"
+
+// maxQueueTimeout bounds what a request may ask to wait.
+const maxQueueTimeout = 3600.0
+
+// queueTimeout turns a queue_timeout in seconds into the node's
+// Request.QueueTimeout: 0 is "do not wait", which the node spells
+// negative.
+func queueTimeout(secs float64) (time.Duration, *apiError) {
+	if math.IsNaN(secs) || secs < 0 || secs > maxQueueTimeout {
+		return 0, invalid("queue_timeout", "queue_timeout must be between 0 and %g seconds (got %g)", maxQueueTimeout, secs)
+	}
+	if secs == 0 {
+		return -1, nil
+	}
+	return max(time.Duration(secs*float64(time.Second)), time.Millisecond), nil
+}
 
 // maxProfileLen bounds a profile name before the node looks it up, so
 // that an error message never echoes a huge one.

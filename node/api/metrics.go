@@ -136,6 +136,10 @@ var (
 	descQueue        = desc("queue_depth", "Sessions waiting for KV memory on this node.")
 	descFreeKV       = desc("kv_free_tokens", "KV cache left on this node, in tokens (-1: no layers loaded).")
 	descLayerLatency = desc("layer_latency_seconds", "EWMA of one layer's decode step on this node.")
+	descPrefixHits   = desc("prefix_hits_total", "Sessions this node's stages resumed from cached prefixes.")
+	descPrefixTokens = desc("prefix_reused_tokens_total", "Positions resumed from cached prefixes instead of recomputed.")
+	descPrefixEvict  = desc("prefix_evictions_total", "Cached prefixes evicted to make room for sessions.")
+	descPrefixBytes  = desc("prefix_cache_bytes", "Memory the prefix cache holds (yielded to sessions on demand).")
 	descHeld         = desc("layers_held", "Layers this node has loaded.")
 	descEpoch        = desc("epoch", "Epoch of the committed layer map this node routes on.")
 	descPending      = desc("pending_epoch", "Epoch of the map in warmup (0: none).")
@@ -143,6 +147,11 @@ var (
 	descPeers        = desc("peers", "Rows of the peer table by liveness.", "liveness")
 	descLeader       = desc("is_leader", "1 when this node leads consensus.")
 	descLeaderChg    = desc("leader_changes_total", "Leader changes this node observed.")
+	descEntryQueue   = desc("entry_queue_length", "Requests waiting in this entry's admission queue for a path with KV room.")
+	descEntryOldest  = desc("entry_queue_oldest_seconds", "How long the oldest request in the entry's queue has waited.")
+	descEntryQueued  = desc("entry_queued_total", "Requests that waited in the entry's queue.")
+	descEntryRefused = desc("entry_queue_refused_total", "Requests refused by the entry's queue (deadline passed or queue full).")
+	descQueueWait    = desc("entry_queue_wait_seconds", "Time admitted requests waited in the entry's queue.")
 )
 
 // nodeCollector reads the node at scrape time.
@@ -154,7 +163,8 @@ type nodeCollector struct {
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGenerations, descGenFailed, descNodeTokens, descHopFailures, descReplays,
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
-		descFreeKV, descLayerLatency, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg} {
+		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
+		descEntryQueue, descEntryOldest, descEntryQueued, descEntryRefused, descQueueWait} {
 		ch <- d
 	}
 }
@@ -182,7 +192,20 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descQueue, float64(m.Queue))
 	gauge(descFreeKV, float64(m.FreeKV))
 	gauge(descLayerLatency, m.LayerLatency.Seconds())
+	counter(descPrefixHits, m.PrefixHits)
+	counter(descPrefixTokens, m.PrefixTokens)
+	counter(descPrefixEvict, m.PrefixEvictions)
+	gauge(descPrefixBytes, float64(m.PrefixBytes))
 	gauge(descHeld, float64(c.b.Held().Len()))
+	gauge(descEntryQueue, float64(m.EntryQueue))
+	gauge(descEntryOldest, m.EntryQueueOldest.Seconds())
+	counter(descEntryQueued, m.EntryQueued)
+	counter(descEntryRefused, m.EntryRefused)
+	buckets := make(map[float64]uint64, len(m.QueueWait.Bounds))
+	for i, b := range m.QueueWait.Bounds {
+		buckets[b] = m.QueueWait.Counts[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(descQueueWait, m.QueueWait.Count, m.QueueWait.Sum.Seconds(), buckets)
 	gauge(descEpoch, float64(c.b.Committed().Epoch))
 
 	var pending, members float64

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -162,6 +163,17 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 		if e := checkProfile(g.req.Profile); e != nil {
 			return e
 		}
+	}
+	if h := r.Header.Get(QueueTimeoutHeader); h != "" && g.req.QueueTimeout == 0 {
+		secs, err := strconv.ParseFloat(h, 64)
+		if err != nil {
+			return invalid("queue_timeout", "%s: %q is not a number of seconds", QueueTimeoutHeader, h)
+		}
+		d, e := queueTimeout(secs)
+		if e != nil {
+			return e
+		}
+		g.req.QueueTimeout = d
 	}
 	if err := s.begin(); err != nil {
 		return fromError(err, param)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
 )
@@ -80,6 +81,19 @@ type (
 		Committed    *layers.Range           `json:"committed_range"`
 		Pending      *layers.Range           `json:"pending_range"`
 		Load         *loadJSON               `json:"load"`
+		// Fetch is the answering node's fetch of weights from peers
+		// (only for itself, and only when it has no model file).
+		Fetch *fetchJSON `json:"fetch,omitempty"`
+	}
+	fetchJSON struct {
+		// DoneBytes of TotalBytes: the fetch in progress (TotalBytes 0:
+		// none).
+		DoneBytes  int64 `json:"done_bytes"`
+		TotalBytes int64 `json:"total_bytes"`
+		// FetchedBytes since the node started; HoldersDropped: holders
+		// dropped for a bad chunk or a stall.
+		FetchedBytes   int64 `json:"fetched_bytes"`
+		HoldersDropped int64 `json:"holders_dropped"`
 	}
 	// loadJSON is a member's load from its latest heartbeat (this node's
 	// own: now).
@@ -177,6 +191,9 @@ func (s *Server) swarmView() swarmJSON {
 	}
 	st := snap.Self
 	me.State = st.State.String()
+	if f := snap.Fetch; f != (node.FetchProgress{}) {
+		me.Fetch = &fetchJSON{DoneBytes: f.Done, TotalBytes: f.Total, FetchedBytes: f.Fetched, HoldersDropped: f.Dropped}
+	}
 	me.Load = &loadJSON{Epoch: st.Epoch, Range: s.b.Held(), QueueDepth: st.QueueDepth, ActiveSessions: st.ActiveSessions,
 		FreeKV: st.FreeKV, LayerLatencyMs: ms(st.LayerLatency), Region: st.Region}
 
@@ -231,6 +248,8 @@ type healthJSON struct {
 	Model      string       `json:"model"`
 	Epoch      uint64       `json:"epoch"`
 	MapCovers  bool         `json:"map_covers"`
+	Routable   bool         `json:"routable"`
+	NotReady   string       `json:"not_ready,omitempty"` // why ?ready=1 says no
 	LayersHeld layers.Range `json:"layers_held"`
 	Peers      int          `json:"live_peers"`
 	InFlight   int          `json:"generations_in_flight"`
@@ -238,18 +257,23 @@ type healthJSON struct {
 
 // handleHealth answers 200 while the server takes generations and 503
 // while it drains or closes. With ?ready=1 it also answers 503 until the
-// node knows a committed map covering every layer (it cannot route
-// before), for load balancers that should skip a node still joining.
+// node can route a full path on its own view (a committed map covering
+// every layer, whose hops it has heard from and that serve), for load
+// balancers that should skip a node still joining and for `strata status
+// --wait`: a map that covers every layer is not enough, since the hops of
+// a fresh map may not have sent this node a heartbeat yet, and a request
+// then found no path.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	m := s.b.Committed()
+	snap := s.b.Swarm()
 	live := 0
-	for _, p := range s.b.Swarm().Peers {
+	for _, p := range snap.Peers {
 		if p.Liveness == swarm.Alive {
 			live++
 		}
 	}
 	h := healthJSON{Status: "ok", Node: s.b.ID().String(), Model: s.b.Model().Name, Epoch: m.Epoch,
-		MapCovers: m.Layers > 0 && m.Covers(), LayersHeld: s.b.Held(), Peers: live, InFlight: s.InFlight()}
+		MapCovers: m.Layers > 0 && m.Covers(), Routable: snap.RouteErr == nil, LayersHeld: s.b.Held(), Peers: live, InFlight: s.InFlight()}
 	status := http.StatusOK
 	s.mu.Lock()
 	switch {
@@ -259,8 +283,12 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		h.Status, status = "draining", http.StatusServiceUnavailable
 	}
 	s.mu.Unlock()
-	if status == http.StatusOK && r.URL.Query().Get("ready") != "" && !h.MapCovers {
+	if status == http.StatusOK && r.URL.Query().Get("ready") != "" && (!h.MapCovers || !h.Routable) {
 		h.Status, status = "not_ready", http.StatusServiceUnavailable
+		h.NotReady = "the committed map does not cover every layer"
+		if snap.RouteErr != nil {
+			h.NotReady = snap.RouteErr.Error()
+		}
 	}
 	if status != http.StatusOK {
 		w.Header().Set("Retry-After", "1")

@@ -68,6 +68,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -94,9 +95,19 @@ type Config struct {
 	MaxLayers int      `yaml:"max_layers" help:"most layers the node offers (0: as many as memory allows)"`
 	Threads   int      `yaml:"threads" help:"goroutines per engine step (0: all cores)"`
 	Region    string   `yaml:"region" help:"coarse location label announced in heartbeats"`
+	// VerifyRate is the entry's spot-check rate (docs/trust.md).
+	VerifyRate float64 `yaml:"verify_rate" help:"share of token boundaries at which this node's entry re-checks one hop on a second holder of its layers, 0 to 1 (0: off)"`
+
+	// Weights from peers: ModelID joins without the file; UploadRate caps
+	// what a node with the file sends to peers fetching from it.
+	ModelID    string   `yaml:"model_id" help:"fingerprint of the swarm's model, to join without its file: the node fetches the layers it is placed on from peers that hold the file (needs bootstrap)"`
+	UploadRate ByteSize `yaml:"upload_rate" help:"bytes per second the node sends to peers fetching the model's chunks from it, such as 50MiB (0: no cap)"`
 	// SchedulerConfig is a YAML file of routing profiles (see
 	// routing.SchedulerConfig); empty: one default profile.
 	SchedulerConfig string `yaml:"scheduler_config" help:"YAML file of scheduling profiles (filters, weighted scorers, picker) a request picks by name; empty: one default profile"`
+	// The entry's admission queue.
+	QueueTimeout time.Duration `yaml:"queue_timeout" help:"how long a request may wait in this entry's queue for a path with KV room before a 503 (a request's queue_timeout overrides it)"`
+	QueueMax     int           `yaml:"queue_max" help:"requests this entry's queue holds; past it a request gets 503 at once"`
 
 	// The HTTP API.
 	API        string   `yaml:"api" help:"HTTP API address, host:port (\"none\": no API)"`
@@ -123,10 +134,13 @@ func Default() Config {
 		Swarm:        swarm.DefaultSwarmName,
 		Reachability: "auto",
 		Heartbeat:    swarm.DefaultHeartbeatInterval,
+		QueueTimeout: node.DefaultQueueTimeout,
+		QueueMax:     node.DefaultEntryQueueMax,
 		API:          DefaultAPI,
 		APIMaxBody:   4 << 20,
 		LogLevel:     "info",
 		LogPeers:     5 * time.Second,
+		VerifyRate:   node.DefaultVerifyRate,
 	}
 }
 
@@ -139,7 +153,7 @@ func defaultDataDir() string {
 
 // ServesModel reports whether the node serves a model; without one it
 // runs the networking only.
-func (c Config) ServesModel() bool { return c.Model != "" || c.SimModel != "" }
+func (c Config) ServesModel() bool { return c.Model != "" || c.SimModel != "" || c.ModelID != "" }
 
 // APIEnabled reports whether the node serves the HTTP API.
 func (c Config) APIEnabled() bool { return c.API != "" && c.API != "none" }

@@ -155,6 +155,9 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"missing scheduler config", "scheduler_config: /nonexistent/sched.yaml\n", nil, nil,
 			[]string{"node.yaml:1: scheduler_config:", "/nonexistent/sched.yaml"}},
 		{"api port", "", nil, []string{"--api", "127.0.0.1:99999"}, []string{"--api: \"127.0.0.1:99999\": port"}},
+		{"model_id without bootstrap", "", nil, []string{"--model-id", "abc123"}, []string{"--model-id: a node without the model file learns the model from peers"}},
+		{"model_id and sim_model", "", nil, []string{"--model-id", "abc123", "--sim-model", "llama-3-8b", "--gpu", "t4"}, []string{"--model-id: give one of model, model_id and sim_model"}},
+		{"bad upload rate", "upload_rate: -1\n", nil, nil, []string{"node.yaml:1: upload_rate:", "byte count"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args

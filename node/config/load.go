@@ -113,6 +113,8 @@ func bind(fs *pflag.FlagSet, c *Config) {
 			fs.BoolVar(p, name, *p, f.help)
 		case *int:
 			fs.IntVar(p, name, *p, f.help)
+		case *float64:
+			fs.Float64Var(p, name, *p, f.help)
 		case *time.Duration:
 			fs.DurationVar(p, name, *p, f.help)
 		case *ByteSize:

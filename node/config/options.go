@@ -76,10 +76,12 @@ func (c Config) SwarmOptions(log *zap.Logger) ([]swarm.Option, error) {
 // model.
 func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 	if !c.ServesModel() {
-		return nil, &FieldError{Key: "model", Msg: "give one of model (a GGUF file) and sim_model"}
+		return nil, &FieldError{Key: "model", Msg: "give one of model (a GGUF file), model_id and sim_model"}
 	}
 	opts := []node.Option{node.WithLogger(log), node.WithDataDir(c.DataDir), node.WithMaxLayers(c.MaxLayers),
-		node.WithRegion(c.Region), node.WithThreads(c.Threads), node.WithMemory(int64(c.Memory))}
+		node.WithRegion(c.Region), node.WithThreads(c.Threads), node.WithMemory(int64(c.Memory)),
+		node.WithEntryQueue(c.QueueMax, c.QueueTimeout), node.WithVerifyRate(c.VerifyRate),
+		node.WithUploadRate(int64(c.UploadRate))}
 	var hw layers.Hardware
 	if c.GPU != "" {
 		var err error
@@ -93,6 +95,11 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 			return nil, &FieldError{Key: "sim_model", Msg: "a simulated model needs a device: set gpu"}
 		}
 		opts = append(opts, node.WithSimModel(c.SimModel, hw))
+	case c.ModelID != "":
+		opts = append(opts, node.WithModelID(c.ModelID))
+		if c.GPU != "" {
+			opts = append(opts, node.WithHardware(hw))
+		}
 	default:
 		opts = append(opts, node.WithModelFile(c.Model))
 		if c.GPU != "" {

@@ -85,6 +85,15 @@ func (c Config) validate(src map[string]*FieldError) error {
 		bad(blame("model", "sim_model"), "give one of model and sim_model, not both")
 	case c.SimModel != "" && c.GPU == "":
 		bad("sim_model", "a simulated model needs a device: set gpu")
+	case c.ModelID != "" && (c.Model != "" || c.SimModel != ""):
+		bad("model_id", "give one of model, model_id and sim_model")
+	case c.ModelID != "" && len(c.Bootstrap) == 0:
+		bad("model_id", "a node without the model file learns the model from peers: set bootstrap")
+	case len(c.ModelID) > 128 || strings.ContainsAny(c.ModelID, " /\\"):
+		bad("model_id", "%q is not a model fingerprint (strata model inspect prints it)", c.ModelID)
+	}
+	if c.UploadRate < 0 {
+		bad("upload_rate", "%d: must not be negative", c.UploadRate)
 	}
 	if c.Model != "" {
 		// A model reference (store name, hf://…, URL) that is no file is
@@ -112,6 +121,15 @@ func (c Config) validate(src map[string]*FieldError) error {
 	}
 	if c.MaxLayers < 0 {
 		bad("max_layers", "%d: must not be negative", c.MaxLayers)
+	}
+	if c.QueueTimeout <= 0 {
+		bad("queue_timeout", "%v: must be positive", c.QueueTimeout)
+	}
+	if c.QueueMax <= 0 {
+		bad("queue_max", "%d: must be positive", c.QueueMax)
+	}
+	if !(c.VerifyRate >= 0 && c.VerifyRate <= 1) {
+		bad("verify_rate", "%v: must be between 0 and 1", c.VerifyRate)
 	}
 	if c.Threads < 0 {
 		bad("threads", "%d: must not be negative", c.Threads)

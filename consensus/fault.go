@@ -1,0 +1,372 @@
+package consensus
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Faults: a member that computed a wrong answer is evicted on evidence
+// that the leader (and every member folding the log) checks itself. The
+// evidence is three signed receipts from three distinct holders of the
+// same layer range for the same input history: the accused's, and two
+// that agree with each other and not with it. A receipt is a holder's
+// signed claim "fed this input history, layers [From, To) produced these
+// outputs"; the engine is bit-deterministic, so two honest holders can
+// never sign different outputs for the same input chain. Nobody can make
+// an honest node sign a wrong claim, and nobody can sign for another
+// node, so the evidence cannot be forged against an honest node unless
+// two of the three signers collude.
+
+// ErrBadEvidence: fault evidence that does not prove a fault (a bad
+// signature, receipts that do not match, no majority). The accuser is
+// not believed.
+var ErrBadEvidence = errors.New("consensus: fault evidence does not prove a fault")
+
+// ErrBanned: the node was evicted for a fault and may not rejoin yet.
+var ErrBanned = errors.New("consensus: node is banned")
+
+// receiptDomain separates receipt signatures from anything else a host
+// key signs.
+const receiptDomain = "strata/receipt/1\x00"
+
+// MaxReceiptSize bounds one encoded receipt (a signature included).
+const MaxReceiptSize = 1024
+
+// Receipt is a holder's signed claim about its work for one session:
+// fed InChain (a running SHA-256 over every input row it took: token IDs
+// on the first layer, hidden states after), its layers produced OutChain
+// (a running SHA-256 over every hidden-state row it emitted; the empty
+// hash on the last layer, which emits logits) and OutLast (SHA-256 of
+// the output of the last position: the hidden row, or the logits on the
+// last layer).
+type Receipt struct {
+	Signer    peer.ID
+	Session   [16]byte
+	Model     uint64
+	From, To  int
+	Positions int // rows folded into the chains
+	InChain   [32]byte
+	OutChain  [32]byte
+	OutLast   [32]byte
+	Sig       []byte
+}
+
+// signedBytes is what the signature covers: everything but itself.
+func (r Receipt) signedBytes() []byte {
+	b := append([]byte(receiptDomain), r.Signer...)
+	b = append(b, 0)
+	b = append(b, r.Session[:]...)
+	b = binary.BigEndian.AppendUint64(b, r.Model)
+	b = binary.BigEndian.AppendUint32(b, uint32(r.From))
+	b = binary.BigEndian.AppendUint32(b, uint32(r.To))
+	b = binary.BigEndian.AppendUint32(b, uint32(r.Positions))
+	b = append(b, r.InChain[:]...)
+	b = append(b, r.OutChain[:]...)
+	return append(b, r.OutLast[:]...)
+}
+
+// Sign signs r with the signer's host key; r.Signer must be its peer ID.
+func (r *Receipt) Sign(key crypto.PrivKey) error {
+	if !r.Signer.MatchesPrivateKey(key) {
+		return fmt.Errorf("%w: key is not %s's", ErrBadEvidence, r.Signer)
+	}
+	sig, err := key.Sign(r.signedBytes())
+	if err != nil {
+		return err
+	}
+	r.Sig = sig
+	return nil
+}
+
+// Verify checks the signature against the public key the signer's peer
+// ID embeds (Ed25519 and other inlined keys; hashed RSA IDs cannot be
+// checked and are refused).
+func (r Receipt) Verify() error {
+	pub, err := r.Signer.ExtractPublicKey()
+	if err != nil {
+		return fmt.Errorf("%w: no public key in %s: %w", ErrBadEvidence, r.Signer, err)
+	}
+	ok, err := pub.Verify(r.signedBytes(), r.Sig)
+	if err != nil || !ok {
+		return fmt.Errorf("%w: bad signature by %s", ErrBadEvidence, r.Signer)
+	}
+	return nil
+}
+
+// SameInput reports whether two receipts cover the same work: the same
+// model, range, positions and input chain.
+func (r Receipt) SameInput(o Receipt) bool {
+	return r.Model == o.Model && r.From == o.From && r.To == o.To && r.Positions == o.Positions && r.InChain == o.InChain
+}
+
+// SameOutput reports whether two receipts claim the same outputs.
+func (r Receipt) SameOutput(o Receipt) bool {
+	return r.OutChain == o.OutChain && r.OutLast == o.OutLast
+}
+
+// MarshalBinary encodes a receipt: a length-prefixed signer, the
+// session, then the numbers as uvarints, the three hashes and the
+// length-prefixed signature.
+func (r Receipt) MarshalBinary() ([]byte, error) {
+	if r.From < 0 || r.To <= r.From || r.Positions <= 0 || r.Positions > math.MaxUint32 || r.To > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: receipt range [%d, %d) over %d positions", ErrBadEvent, r.From, r.To, r.Positions)
+	}
+	b := appendStr(nil, string(r.Signer))
+	b = append(b, r.Session[:]...)
+	b = binary.AppendUvarint(b, r.Model)
+	b = binary.AppendUvarint(b, uint64(r.From))
+	b = binary.AppendUvarint(b, uint64(r.To))
+	b = binary.AppendUvarint(b, uint64(r.Positions))
+	b = append(b, r.InChain[:]...)
+	b = append(b, r.OutChain[:]...)
+	b = append(b, r.OutLast[:]...)
+	b = appendBytes(b, r.Sig)
+	if len(b) > MaxReceiptSize {
+		return nil, fmt.Errorf("%w: receipt of %d bytes", ErrBadEvent, len(b))
+	}
+	return b, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary wrote; malformed input
+// gives an error wrapping ErrBadEvent.
+func (r *Receipt) UnmarshalBinary(b []byte) error {
+	if len(b) > MaxReceiptSize {
+		return fmt.Errorf("%w: receipt of %d bytes", ErrBadEvent, len(b))
+	}
+	d := newDecoder(b, ErrBadEvent)
+	out := d.receipt()
+	d.End()
+	if d.Err() != nil {
+		return d.Err()
+	}
+	*r = out
+	return nil
+}
+
+func (d decoder) receipt() Receipt {
+	var r Receipt
+	id := d.bytes("signer", 64)
+	if d.Err() == nil {
+		p, err := peer.IDFromBytes(id)
+		if err != nil {
+			d.Fail("signer: %v", err)
+			return r
+		}
+		r.Signer = p
+	}
+	copy(r.Session[:], d.Take(16, "session"))
+	r.Model = d.Uvarint("model", math.MaxUint64)
+	r.From = int(d.Uvarint("from", math.MaxUint32))
+	r.To = int(d.Uvarint("to", math.MaxUint32))
+	r.Positions = int(d.Uvarint("positions", math.MaxUint32))
+	copy(r.InChain[:], d.Take(32, "input chain"))
+	copy(r.OutChain[:], d.Take(32, "output chain"))
+	copy(r.OutLast[:], d.Take(32, "last output"))
+	r.Sig = bytes.Clone(d.bytes("signature", 512))
+	if d.Err() == nil && (r.To <= r.From || r.Positions == 0) {
+		d.Fail("receipt range [%d, %d) over %d positions", r.From, r.To, r.Positions)
+	}
+	return r
+}
+
+// Evidence accuses Receipts[0]'s signer: Receipts[1] and [2], from two
+// other holders, were fed the same input and agree with each other and
+// not with it.
+type Evidence struct {
+	Receipts [3]Receipt
+}
+
+// Check verifies the evidence and returns the accused. It is a pure
+// function of the evidence (signatures included), so every member that
+// folds a NodeFaulted record reaches the same verdict.
+func (e Evidence) Check() (peer.ID, error) {
+	rs := e.Receipts
+	if rs[0].Signer == rs[1].Signer || rs[0].Signer == rs[2].Signer || rs[1].Signer == rs[2].Signer {
+		return "", fmt.Errorf("%w: the three receipts need three distinct signers", ErrBadEvidence)
+	}
+	for i, r := range rs {
+		if err := r.Verify(); err != nil {
+			return "", fmt.Errorf("receipt %d: %w", i, err)
+		}
+		if i > 0 && !r.SameInput(rs[0]) {
+			return "", fmt.Errorf("%w: receipt %d covers other work than the accused's", ErrBadEvidence, i)
+		}
+	}
+	if !rs[1].SameOutput(rs[2]) {
+		return "", fmt.Errorf("%w: the witnesses disagree with each other", ErrBadEvidence)
+	}
+	if rs[0].SameOutput(rs[1]) {
+		return "", fmt.Errorf("%w: the accused agrees with the witnesses", ErrBadEvidence)
+	}
+	return rs[0].Signer, nil
+}
+
+// NodeFaulted: a member was proven to compute wrong answers. It is
+// removed from the members (the leader repairs the map as after a death)
+// and may not rejoin before Until.
+type NodeFaulted struct {
+	Node     string
+	Accuser  string
+	Until    time.Time
+	Evidence Evidence
+}
+
+// KindNodeFaulted is NodeFaulted's kind.
+const KindNodeFaulted Kind = 8
+
+// Kind implements Event.
+func (NodeFaulted) Kind() Kind { return KindNodeFaulted }
+
+func (e NodeFaulted) appendTo(b []byte) []byte {
+	b = appendStr(b, e.Node)
+	b = appendStr(b, e.Accuser)
+	b = binary.AppendVarint(b, unixNano(e.Until))
+	for _, r := range e.Evidence.Receipts {
+		rb, err := r.MarshalBinary()
+		if err != nil {
+			rb = nil // an empty receipt fails to decode: MarshalRecord reports it
+		}
+		b = appendBytes(b, rb)
+	}
+	return b
+}
+
+func decodeNodeFaulted(d decoder) NodeFaulted {
+	e := NodeFaulted{Node: d.id("node"), Accuser: d.id("accuser")}
+	e.Until = d.time("until")
+	for i := range e.Evidence.Receipts {
+		rb := d.bytes("receipt", MaxReceiptSize)
+		if d.Err() != nil {
+			return e
+		}
+		if err := e.Evidence.Receipts[i].UnmarshalBinary(rb); err != nil {
+			d.Fail("receipt %d: %v", i, err)
+			return e
+		}
+	}
+	return e
+}
+
+// Banned reports whether node is banned at t, and until when.
+func (s State) Banned(node string, t time.Time) (time.Time, bool) {
+	until, ok := s.bans[node]
+	return until, ok && t.Before(until)
+}
+
+// Bans returns every ban, expired ones included, by node ID.
+func (s State) Bans() map[string]time.Time { return maps.Clone(s.bans) }
+
+func (s *State) nodeFaulted(at time.Time, e NodeFaulted) error {
+	accused, err := e.Evidence.Check()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrRejected, err)
+	}
+	if accused.String() != e.Node {
+		return fmt.Errorf("%w: the evidence accuses %s, not %s", ErrRejected, accused, e.Node)
+	}
+	if e.Accuser == e.Node {
+		return fmt.Errorf("%w: %s accuses itself", ErrRejected, e.Node)
+	}
+	if until, banned := s.Banned(e.Node, at); banned && !e.Until.After(until) {
+		return fmt.Errorf("%w: %s is already banned until %v", ErrStale, e.Node, until)
+	}
+	bans := maps.Clone(s.bans)
+	if bans == nil {
+		bans = map[string]time.Time{}
+	}
+	// Expired bans are dropped here, so that the list stays bounded by
+	// the faults of one ban period.
+	for id, until := range bans {
+		if !at.Before(until) {
+			delete(bans, id)
+		}
+	}
+	bans[e.Node] = e.Until
+	s.bans = bans
+	if _, ok := s.members[e.Node]; ok {
+		ms := maps.Clone(s.members)
+		delete(ms, e.Node)
+		s.members = ms
+	}
+	return nil
+}
+
+func appendBans(b []byte, bans map[string]time.Time) []byte {
+	ids := slices.Sorted(maps.Keys(bans))
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = appendStr(b, id)
+		b = binary.AppendVarint(b, unixNano(bans[id]))
+	}
+	return b
+}
+
+func (d decoder) bans() map[string]time.Time {
+	n := d.count("bans", MaxMembers, 3)
+	if n == 0 {
+		return nil
+	}
+	out := make(map[string]time.Time, n)
+	prev := ""
+	for range n {
+		id := d.id("banned node")
+		until := d.time("banned until")
+		if d.Err() != nil {
+			return nil
+		}
+		if id <= prev {
+			d.Fail("bans out of order at %q", id)
+			return nil
+		}
+		prev = id
+		out[id] = until
+	}
+	return out
+}
+
+// faultReport handles a member's accusation on the leader: the evidence
+// is checked here before anything is appended, so forged evidence costs
+// one refusal and no log entry.
+func (c *Consensus) faultReport(e NodeFaulted) error {
+	accused, err := e.Evidence.Check()
+	if err != nil {
+		c.log.Warnw("fault report refused", "accuser", e.Accuser, "accused", e.Node, "error", err)
+		return err
+	}
+	if accused.String() != e.Node {
+		return fmt.Errorf("%w: the evidence accuses %s, not %s", ErrBadEvidence, accused, e.Node)
+	}
+	now := time.Now()
+	if _, banned := c.fsm.current().Banned(e.Node, now); banned {
+		return nil // another entry proved it first
+	}
+	e.Until = now.Add(c.cfg.banFor)
+	if err := c.apply(e); err != nil {
+		return err
+	}
+	c.log.Warnw("node evicted for a fault", "node", e.Node, "accuser", e.Accuser, "until", e.Until)
+	kick(c.kickL)
+	return nil
+}
+
+// ReportFault accuses the signer of ev.Receipts[0] of a wrong answer.
+// The leader checks the evidence and, when it proves the fault, appends
+// NodeFaulted: the node leaves the map (a repair follows) and is banned.
+// Refused evidence gives an error wrapping ErrBadEvidence.
+func (c *Consensus) ReportFault(ctx context.Context, ev Evidence) error {
+	accused, err := ev.Check()
+	if err != nil {
+		return err
+	}
+	return c.request(ctx, NodeFaulted{Node: accused.String(), Accuser: c.id.String(), Evidence: ev})
+}

@@ -1,0 +1,89 @@
+//go:build faultinject
+
+package node
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// The fault injector: test builds only (go test -tags faultinject), so
+// that no release binary can be told to lie. A node built with it
+// corrupts every Every-th output it computes, as a buggy or malicious
+// volunteer would, and signs what it sends like an honest node.
+
+// FaultMode is how an injected fault corrupts an output.
+type FaultMode uint8
+
+// The fault modes.
+const (
+	// FaultFlip flips the top mantissa bit of one value of the last row:
+	// a silent error of up to 50% in one number.
+	FaultFlip FaultMode = iota + 1
+	// FaultStale sends the previous output of the same shape again.
+	FaultStale
+	// FaultSlow answers correctly but Delay late.
+	FaultSlow
+	// FaultNegate negates the last row: a gross error that changes the
+	// tokens downstream.
+	FaultNegate
+)
+
+// FaultSpec configures the injector.
+type FaultSpec struct {
+	Every int // corrupt one output in Every (1: all)
+	Mode  FaultMode
+	Delay time.Duration // FaultSlow
+}
+
+// WithFaultInjection makes the node corrupt its outputs (test builds).
+func WithFaultInjection(f FaultSpec) Option {
+	return func(c *config) error {
+		if f.Every <= 0 || f.Mode < FaultFlip || f.Mode > FaultNegate {
+			return fmt.Errorf("%w: fault spec %+v", ErrConfig, f)
+		}
+		c.fault = &injector{spec: f}
+		return nil
+	}
+}
+
+// injector runs on the scheduler's loop only.
+type injector struct {
+	spec     FaultSpec
+	n        int
+	injected int
+	prev     []float32
+}
+
+func (j *injector) corrupt(w *work, last bool) {
+	out := w.x
+	if last {
+		out = w.logits
+	}
+	j.n++
+	hit := j.n%j.spec.Every == 0
+	defer func() { j.prev = append(j.prev[:0], out...) }()
+	if !hit || len(out) == 0 {
+		return
+	}
+	j.injected++
+	switch j.spec.Mode {
+	case FaultFlip:
+		k := len(out) - 1 - (j.n*7919)%min(len(out), 64)
+		out[k] = math.Float32frombits(math.Float32bits(out[k]) ^ 1<<22)
+	case FaultStale:
+		if len(j.prev) == len(out) {
+			copy(out, j.prev)
+		} else {
+			out[len(out)-1] = -out[len(out)-1] + 1
+		}
+	case FaultSlow:
+		time.Sleep(j.spec.Delay)
+	case FaultNegate:
+		row := out[len(out)-min(len(out), len(out)/max(len(w.in.m.Tokens), 1)):]
+		for i := range row {
+			row[i] = -row[i]
+		}
+	}
+}

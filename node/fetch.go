@@ -1,0 +1,653 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/swarm"
+	"github.com/stratanet/strata/swarm/chunks"
+)
+
+// Layers from peers. A node that holds the model file builds the file's
+// manifest (cached in its data dir), serves the file's chunks on
+// /strata/chunk/1 and hands the manifest to consensus, which commits it
+// when the node leads. A node started with the model's fingerprint only
+// (WithModelID) asks its bootstrap peers for the manifest, fetches the
+// file's header chunks to learn the model, joins, and on each warmup
+// fetches the chunks of its range from the holders into a GGUF slice in
+// its data dir, which it then loads like a file. A restart finds the
+// manifest, the header and the slice on disk and fetches nothing.
+
+// manifestReqMagic starts a node control request for the manifest of
+// the model whose fingerprint follows. The answer is a flags byte (bit 0:
+// the answerer holds the whole file and serves its chunks) and the
+// encoded manifest.
+const manifestReqMagic = "SMF1"
+
+// rateReqMagic starts a node control request for its fetch rate. The
+// answer is a flags byte (bit 1: the node has no file and fetches from
+// peers) and the rate in bytes/s it measured on its last fetch (float64
+// bits, big-endian; 0: none yet).
+const rateReqMagic = "SMR1"
+
+const (
+	holdsFile = 1
+	fetches   = 2
+)
+
+func isRateRequest(req []byte) bool { return string(req) == rateReqMagic }
+
+func (n *Node) answerRate() []byte {
+	b := make([]byte, 9)
+	if f := n.model.fetch; f != nil {
+		b[0] = fetches
+		binary.BigEndian.PutUint64(b[1:], math.Float64bits(f.rate()))
+	}
+	return b
+}
+
+// askRate asks p for its fetch rate: ok is false for a node with the file
+// or one that has measured none.
+func askRate(ctx context.Context, h *swarm.Host, p peer.ID) (float64, bool, error) {
+	resp, err := h.Call(ctx, p, []byte(rateReqMagic))
+	if err != nil {
+		return 0, false, err
+	}
+	if len(resp) != 9 {
+		return 0, false, fmt.Errorf("%w: rate answer of %d bytes", ErrBadFrame, len(resp))
+	}
+	r := math.Float64frombits(binary.BigEndian.Uint64(resp[1:]))
+	if resp[0]&fetches == 0 || !(r > 0) || math.IsInf(r, 0) {
+		return 0, false, nil
+	}
+	return r, true, nil
+}
+
+// fetchRates is what the leader knows of its members' fetch rates,
+// refreshed by pollRates; consensus reads it at every decision.
+type fetchRates struct {
+	mu sync.Mutex
+	m  map[peer.ID]float64
+}
+
+func (r *fetchRates) FetchRate(p peer.ID) (float64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.m[p]
+	return v, ok
+}
+
+// pollRates asks every member for its fetch rate while this node leads,
+// every interval, until ctx ends.
+func (n *Node) pollRates(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := n.cons.Load()
+		if c == nil || !c.IsLeader() {
+			continue
+		}
+		m := map[peer.ID]float64{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, mem := range c.Members() {
+			p, err := peer.Decode(mem.ID)
+			if err != nil || p == n.self {
+				continue
+			}
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, every)
+				defer cancel()
+				if r, ok, err := askRate(cctx, n.host, p); err == nil && ok {
+					mu.Lock()
+					m[p] = r
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if f := n.model.fetch; f != nil && f.rate() > 0 {
+			m[n.self] = f.rate()
+		}
+		n.rates.mu.Lock()
+		n.rates.m = m
+		n.rates.mu.Unlock()
+	}
+}
+
+func isManifestRequest(req []byte) bool {
+	return len(req) >= len(manifestReqMagic) && string(req[:len(manifestReqMagic)]) == manifestReqMagic
+}
+
+// answerManifest answers a manifest request: from the file this node
+// holds, else from its replica of the swarm's state.
+func (n *Node) answerManifest(req []byte) ([]byte, error) {
+	fp := string(req[len(manifestReqMagic):])
+	if fp != n.model.info.Fingerprint {
+		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, n.model.info.Fingerprint)
+	}
+	data := n.model.manifest
+	if data == nil {
+		if c := n.cons.Load(); c != nil {
+			data = c.State().Manifest()
+		}
+	}
+	if data == nil {
+		return nil, fmt.Errorf("%w: no manifest of the model here yet", ErrNotServing)
+	}
+	var flags byte
+	if n.chunks != nil {
+		flags |= holdsFile
+	}
+	return append([]byte{flags}, data...), nil
+}
+
+// manifestAnswer is one peer's answer to a manifest request.
+type manifestAnswer struct {
+	holds bool
+	data  []byte
+}
+
+func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (manifestAnswer, error) {
+	resp, err := h.Call(ctx, p, append([]byte(manifestReqMagic), fp...))
+	if err != nil {
+		return manifestAnswer{}, err
+	}
+	if len(resp) < 2 {
+		return manifestAnswer{}, fmt.Errorf("%w: manifest answer of %d bytes", ErrBadFrame, len(resp))
+	}
+	return manifestAnswer{holds: resp[0]&holdsFile != 0, data: resp[1:]}, nil
+}
+
+// decodeManifest decodes a manifest and checks that it is the model's.
+func decodeManifest(data []byte, fp string) (*chunks.Manifest, error) {
+	var m chunks.Manifest
+	if err := m.UnmarshalBinary(data); err != nil {
+		return nil, err
+	}
+	if m.Fingerprint != fp {
+		return nil, fmt.Errorf("%w: manifest of model %.16s, want %.16s", ErrConfig, m.Fingerprint, fp)
+	}
+	return &m, nil
+}
+
+// fpFile names a file of the model in a directory.
+func fpFile(dir, fp, suffix string) string {
+	short := fp
+	if len(short) > 16 {
+		short = short[:16]
+	}
+	return filepath.Join(dir, short+suffix)
+}
+
+// writeAtomic writes a file through a temporary one renamed into place.
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// fileManifest is the manifest of the model file at path, read from the
+// cache in dir when it is there for the same file, else built (one read
+// of the whole file) and cached.
+func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chunks.Manifest, []byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	cache := ""
+	if dir != "" {
+		cache = fpFile(filepath.Join(dir, "models"), fp, fmt.Sprintf("-%d.manifest", chunkSize))
+		if b, err := os.ReadFile(cache); err == nil {
+			if m, err := decodeManifest(b, fp); err == nil && m.FileSize == st.Size() && m.ChunkSize == chunkSize {
+				return m, b, nil
+			}
+			log.Warn("manifest cache does not match the file; building it again", zap.String("file", cache))
+		}
+	}
+	start := time.Now()
+	m, err := chunks.BuildFile(path, chunks.WithChunkSize(chunkSize))
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Fingerprint != fp {
+		return nil, nil, fmt.Errorf("%w: %s changed while it was read", ErrConfig, path)
+	}
+	b, err := m.MarshalBinary()
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("manifest built", zap.String("file", path), zap.Int("chunks", m.NumChunks()),
+		zap.Int("bytes", len(b)), zap.Duration("took", time.Since(start).Round(time.Millisecond)))
+	if len(b) > consensus.MaxManifestLen {
+		return nil, nil, fmt.Errorf("%w: the manifest of %s is %d bytes, above %d: use larger chunks", ErrConfig, path, len(b), consensus.MaxManifestLen)
+	}
+	if cache != "" {
+		if err := writeAtomic(cache, b); err != nil {
+			log.Warn("manifest cache not written", zap.Error(err))
+		}
+	}
+	return m, b, nil
+}
+
+// serveChunks starts the chunk server of a node that holds the file.
+func (n *Node) serveChunks(man *chunks.Manifest) error {
+	n.chunks = chunks.NewServer(n.host.Libp2p(), chunks.WithUploadRate(n.cfg.uploadRate))
+	if n.cfg.chunkReader == nil {
+		return n.chunks.ServeFile(man, n.model.path)
+	}
+	fh, err := os.Open(n.model.path)
+	if err != nil {
+		return err
+	}
+	n.chunkFile = fh
+	return n.chunks.ServeReaderAt(man, n.cfg.chunkReader(fh))
+}
+
+func (n *Node) closeChunks() {
+	if n.chunks != nil {
+		n.chunks.Close()
+	}
+	if n.chunkFile != nil {
+		n.chunkFile.Close()
+	}
+}
+
+// fetchState is a node's fetch of weights from peers: the manifest, the
+// directory its files go to, and progress.
+type fetchState struct {
+	man   *chunks.Manifest
+	data  []byte // man encoded, as the swarm's state must hold it
+	dir   string
+	host  *swarm.Host
+	self  peer.ID
+	boot  []peer.AddrInfo
+	cons  *atomic.Pointer[consensus.Consensus]
+	stall time.Duration
+	log   *zap.Logger
+
+	shape engine.HParams // the model's, for a stand-in to measure on
+
+	done, total atomic.Int64  // the fetch in progress (total 0: none)
+	fetched     atomic.Int64  // bytes fetched over the node's life
+	dropped     atomic.Int64  // holders dropped (lying, stalling) over its life
+	rateBits    atomic.Uint64 // bytes/s of the last fetch, as float64 bits
+}
+
+func (f *fetchState) rate() float64 { return math.Float64frombits(f.rateBits.Load()) }
+
+// measured records a fetch's rate; a fetch of less than a chunk says
+// little, so it is left out.
+func (f *fetchState) measured(bytes int64, took time.Duration) {
+	if bytes >= f.man.ChunkSize && took > 0 {
+		f.rateBits.Store(math.Float64bits(float64(bytes) / took.Seconds()))
+	}
+}
+
+// FetchProgress is a node's fetch of weights from peers.
+type FetchProgress struct {
+	// Done and Total are the bytes of the fetch in progress (Total 0:
+	// none in progress).
+	Done, Total int64
+	// Fetched is every byte this node fetched since it started.
+	Fetched int64
+	// Dropped counts the holders dropped (a bad chunk, a stall) since it
+	// started.
+	Dropped int64
+}
+
+// FetchProgress reports the node's fetch of weights from peers (zero for
+// a node that holds the model file).
+func (n *Node) FetchProgress() FetchProgress {
+	f := n.model.fetch
+	if f == nil {
+		return FetchProgress{}
+	}
+	return FetchProgress{Done: f.done.Load(), Total: f.total.Load(), Fetched: f.fetched.Load(), Dropped: f.dropped.Load()}
+}
+
+// candidates are the peers that may hold the file: the members and the
+// bootstrap peers.
+func (f *fetchState) candidates() []peer.ID {
+	seen := map[peer.ID]bool{f.self: true}
+	var out []peer.ID
+	add := func(p peer.ID) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, b := range f.boot {
+		add(b.ID)
+	}
+	if c := f.cons.Load(); c != nil {
+		for _, m := range c.Members() {
+			if p, err := peer.Decode(m.ID); err == nil {
+				add(p)
+			}
+		}
+	}
+	return out
+}
+
+// holders asks the candidates, in parallel, which of them serve the
+// file's chunks under the same manifest.
+func (f *fetchState) holders(ctx context.Context) []peer.ID {
+	cands := f.candidates()
+	ok := make([]bool, len(cands))
+	var wg sync.WaitGroup
+	for i, p := range cands {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, f.stall)
+			defer cancel()
+			a, err := askManifest(cctx, f.host, p, f.man.Fingerprint)
+			ok[i] = err == nil && a.holds && bytes.Equal(a.data, f.data)
+		})
+	}
+	wg.Wait()
+	var out []peer.ID
+	for i, p := range cands {
+		if ok[i] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// fetcher gets the manifest's chunks, dropping (and counting) holders
+// that lie or stall.
+func (f *fetchState) fetcher(opts ...chunks.FetchOption) *chunks.Fetcher {
+	return chunks.NewFetcher(f.host.Libp2p(), f.man, append([]chunks.FetchOption{chunks.WithStallTimeout(f.stall),
+		chunks.WithOnDrop(func(p peer.ID, err error) {
+			f.dropped.Add(1)
+			f.log.Warn("fetch: holder dropped", zap.String("peer", shortID(p)), zap.Error(err))
+		})}, opts...)...)
+}
+
+// headerChunks is the chunks that hold the file's header.
+func (f *fetchState) headerChunks() []int {
+	var out []int
+	for i := 0; int64(i)*f.man.ChunkSize < f.man.DataOffset; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// seedPart starts the part file of a slice with the header chunks
+// fetched at start, so that they are not fetched again.
+func (f *fetchState) seedPart(part string) error {
+	if _, err := os.Stat(part); !errors.Is(err, os.ErrNotExist) {
+		return err // nil: a fetch cut short left it; FetchSlice resumes it
+	}
+	hdr, err := os.Open(fpFile(f.dir, f.man.Fingerprint, ".header"))
+	if err != nil {
+		return err
+	}
+	defer hdr.Close()
+	out, err := os.OpenFile(part, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, f.man.ChunkSize)
+	for _, i := range f.headerChunks() {
+		off, n := f.man.ChunkRange(i)
+		if _, err := hdr.ReadAt(buf[:n], off); err != nil {
+			break
+		}
+		if !f.man.Verify(i, buf[:n]) {
+			continue
+		}
+		if _, err := out.WriteAt(buf[:n], off); err != nil {
+			out.Close()
+			return err
+		}
+	}
+	return out.Close()
+}
+
+// slicePath is where the slice of r goes.
+func (f *fetchState) slicePath(r layers.Range) string {
+	return fpFile(f.dir, f.man.Fingerprint, fmt.Sprintf("-%d-%d.gguf", r.Start, r.End))
+}
+
+// slice makes the slice of r on disk, fetching what it lacks, and
+// returns its path.
+func (f *fetchState) slice(ctx context.Context, r layers.Range) (string, error) {
+	path := f.slicePath(r)
+	switch err := chunks.CheckSlice(f.man, r.Start, r.End, path); {
+	case err == nil:
+		return path, nil // fetched before (a restart)
+	case !errors.Is(err, os.ErrNotExist):
+		f.log.Warn("fetch: slice on disk is not the one needed; fetching it again", zap.String("file", path), zap.Error(err))
+		if err := os.Remove(path); err != nil {
+			return "", err
+		}
+	}
+	if c := f.cons.Load(); c != nil {
+		if sm := c.State().Manifest(); sm != nil && !bytes.Equal(sm, f.data) {
+			return "", fmt.Errorf("%w: the swarm's manifest is not the one this node fetched", ErrConfig)
+		}
+	}
+	want, err := f.man.RangeBytes(r.Start, r.End)
+	if err != nil {
+		return "", err
+	}
+	var holders []peer.ID
+	for {
+		if holders = f.holders(ctx); len(holders) > 0 {
+			break
+		}
+		f.log.Info("fetch: no holder of the model file answers yet", zap.Stringer("range", r))
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	if err := f.seedPart(path + chunks.PartSuffix); err != nil {
+		f.log.Warn("fetch: header chunks not reused", zap.Error(err))
+	}
+	f.done.Store(0)
+	f.total.Store(want)
+	defer f.total.Store(0)
+	start := time.Now()
+	f.log.Info("fetch: fetching", zap.Stringer("range", r), zap.Int64("bytes", want), zap.Int("holders", len(holders)))
+	fe := f.fetcher(chunks.WithProgress(func(done, total int64) { f.done.Store(done); f.total.Store(total) }))
+	res, err := chunks.FetchSlice(ctx, fe, r.Start, r.End, holders, path)
+	f.fetched.Add(res.Bytes)
+	if err != nil {
+		return "", fmt.Errorf("fetch of %v: %w", r, err)
+	}
+	took := time.Since(start)
+	f.measured(res.Bytes, took)
+	f.log.Info("fetch: slice ready", zap.Stringer("range", r), zap.Int64("fetched", res.Bytes),
+		zap.Int("dropped", len(res.Dropped)), zap.Duration("took", took.Round(time.Millisecond)),
+		zap.Float64("mb_per_s", float64(res.Bytes)/1e6/max(took.Seconds(), 1e-9)))
+	return path, nil
+}
+
+// openRemote opens the model the node knows by fingerprint only: it gets
+// the manifest (from disk, else from the bootstrap peers) and the file's
+// header chunks (from disk, else from holders), and learns the model from
+// the header.
+func openRemote(ctx context.Context, h *swarm.Host, fp, dir string, boot []peer.AddrInfo, threads int,
+	cons *atomic.Pointer[consensus.Consensus], log *zap.Logger) (*model, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	f := &fetchState{dir: dir, host: h, self: h.ID(), boot: boot, cons: cons, stall: 10 * time.Second, log: log}
+	manPath := fpFile(dir, fp, ".manifest")
+	if b, err := os.ReadFile(manPath); err == nil {
+		if m, err := decodeManifest(b, fp); err == nil {
+			f.man, f.data = m, b
+		} else {
+			log.Warn("fetch: manifest on disk unreadable; asking peers", zap.String("file", manPath), zap.Error(err))
+		}
+	}
+	for f.man == nil {
+		var errs []error
+		for _, b := range boot {
+			if b.ID == h.ID() {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, f.stall)
+			if len(b.Addrs) > 0 {
+				_ = h.Libp2p().Connect(cctx, b)
+			}
+			a, err := askManifest(cctx, h, b.ID, fp)
+			cancel()
+			if err == nil {
+				var m *chunks.Manifest
+				if m, err = decodeManifest(a.data, fp); err == nil {
+					f.man, f.data = m, a.data
+					break
+				}
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", shortID(b.ID), err))
+		}
+		if f.man != nil {
+			break
+		}
+		if len(boot) == 0 {
+			return nil, fmt.Errorf("%w: a node without the model file needs bootstrap peers to learn the model from", ErrConfig)
+		}
+		log.Info("fetch: waiting for a peer that knows the model's manifest", zap.Error(errors.Join(errs...)))
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: no manifest of model %.16s: %w", ErrConfig, fp, errors.Join(append(errs, ctx.Err())...))
+		case <-time.After(time.Second):
+		}
+	}
+	if err := writeAtomic(manPath, f.data); err != nil {
+		return nil, err
+	}
+	hdr, err := f.header(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer hdr.Close()
+	ef, err := engine.ReadFile(hdr, f.man.FileSize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: header of model %.16s: %w", ErrConfig, fp, err)
+	}
+	hp, err := engine.ReadHParams(ef)
+	if err != nil {
+		return nil, fmt.Errorf("%w: model %.16s: %w", ErrConfig, fp, err)
+	}
+	spec, err := ef.ModelSpec()
+	if err != nil {
+		return nil, fmt.Errorf("%w: model %.16s: %w", ErrConfig, fp, err)
+	}
+	tok, err := engine.NewTokenizer(ef)
+	if err != nil {
+		return nil, fmt.Errorf("%w: model %.16s: %w", ErrConfig, fp, err)
+	}
+	f.shape = hp
+	return &model{spec: spec, tok: tok, hash: ModelHash(fp), threads: threads, fetch: f, manifest: f.data,
+		info: ModelInfo{Name: hp.Name, Fingerprint: fp, Layers: hp.Layers, Hidden: hp.Dim, Vocab: hp.Vocab, Context: hp.Context}}, nil
+}
+
+// header returns the file's header chunks, verified, in a sparse file of
+// the file's size: from disk, else fetched from the holders.
+func (f *fetchState) header(ctx context.Context) (*os.File, error) {
+	path := fpFile(f.dir, f.man.Fingerprint, ".header")
+	fh, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := fh.Truncate(f.man.FileSize); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	var missing []int
+	buf := make([]byte, f.man.ChunkSize)
+	for _, i := range f.headerChunks() {
+		off, n := f.man.ChunkRange(i)
+		if _, err := fh.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+			fh.Close()
+			return nil, err
+		}
+		if !f.man.Verify(i, buf[:n]) {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return fh, nil
+	}
+	for {
+		holders := f.holders(ctx)
+		if len(holders) > 0 {
+			fe := f.fetcher()
+			start := time.Now()
+			res, err := fe.Fetch(ctx, missing, holders, func(i int, data []byte) error {
+				off, _ := f.man.ChunkRange(i)
+				_, err := fh.WriteAt(data, off)
+				return err
+			})
+			f.fetched.Add(res.Bytes)
+			if err == nil {
+				f.measured(res.Bytes, time.Since(start))
+				err = fh.Sync()
+			}
+			if err == nil {
+				return fh, nil
+			}
+			f.log.Warn("fetch: header", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			fh.Close()
+			return nil, fmt.Errorf("%w: header of model %.16s not fetched: %w", ErrConfig, f.man.Fingerprint, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// standIn is a generated two-layer model of the model's shape (F32, a
+// small vocabulary), on which a node without weights measures its
+// hardware.
+func (f *fetchState) standIn(threads int) (*model, error) {
+	hp := f.shape
+	c := engine.DefaultGenConfig()
+	if hp.Arch == "llama" || hp.Arch == "qwen2" || hp.Arch == "qwen3" || hp.Arch == "phi3" {
+		c.Arch = hp.Arch
+	}
+	c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN = 2, hp.Dim, hp.Heads, hp.KVHeads, hp.FFN
+	path := fpFile(f.dir, f.man.Fingerprint, "-standin.gguf")
+	if _, err := os.Stat(path); err != nil {
+		tmp := path + ".tmp"
+		if err := engine.GenerateFile(tmp, c); err != nil {
+			return nil, fmt.Errorf("%w: stand-in model to measure on: %w", ErrConfig, err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return nil, err
+		}
+	}
+	return openModel(path, "", layers.Hardware{}, threads)
+}

@@ -1,0 +1,372 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stratanet/strata/routing"
+)
+
+// The entry's admission queue. A request that finds no path with KV room
+// for it (or no path at all, while the map settles or a layer is being
+// repaired) waits here, first in first out, instead of being refused. It
+// is admitted when capacity frees: a hop's report shows room, a session
+// of this entry ends, the map or a peer's liveness changes. It is refused
+// (ErrNoCapacity, with a Retry-After) only when its deadline passes or the
+// queue is at its bound.
+//
+// Admission counts KV as FastDeploy does, in blocks: ceil(prompt/block)
+// for the prompt plus the blocks reserved for the output, here all of it
+// (ceil(max tokens/block)), since a stage reserves a session's whole
+// capacity when it opens. A hop's room is what its last report said,
+// less what this entry admitted onto it since that report: the
+// reservation is dropped once a newer report arrives (which counts the
+// session) or the generation ends. The stage's own admission stays the
+// authority; this keeps the entry from sending work that the stages
+// would only park or refuse.
+//
+// One goroutine owns the admission decisions (admitLoop); waiters only
+// enqueue, wait on their own channel, and take themselves out on their
+// deadline or cancellation, under the same mutex, so that a request is
+// either admitted once or refused once, never both.
+
+// kvBlock is the KV block size, in tokens, that admission counts in.
+const kvBlock = 16
+
+// kvBlocks is a session's KV need in blocks: ceil(prompt/block) +
+// ceil(output/block).
+func kvBlocks(prompt, output int) int {
+	return (prompt+kvBlock-1)/kvBlock + (output+kvBlock-1)/kvBlock
+}
+
+// kvReport is what a node last reported of its KV cache.
+type kvReport struct {
+	free     int // tokens; negative when unknown (admit: the stage decides)
+	sessions int // sessions open there
+	// mark identifies the report (a heartbeat, a status): reservations
+	// made against it are subtracted until a newer one arrives.
+	mark any
+}
+
+// reservation is KV this entry admitted onto a node that the node's
+// report did not count yet.
+type reservation struct {
+	node string
+	need int // tokens
+	mark any // the report it was made against
+}
+
+// waiter is one queued request.
+type waiter struct {
+	req   routeReq
+	need  int // KV tokens
+	since time.Time
+	done  chan admission // buffered: the loop never blocks on it
+}
+
+// admission is the queue's answer to a waiter.
+type admission struct {
+	path routing.Path
+	resv []*reservation
+	err  error // the request cannot be routed at all (a bad profile)
+}
+
+// admitter is the entry's queue and its reservations.
+type admitter struct {
+	mu    sync.Mutex
+	q     []*waiter
+	resv  map[string][]*reservation
+	kick  chan struct{} // buffered 1: something worth another look happened
+	waits waitHist
+	// queuedN counts requests that had to wait; refusedN those refused
+	// (deadline or bound).
+	queuedN, refusedN atomic.Uint64
+}
+
+func newAdmitter() *admitter {
+	return &admitter{resv: map[string][]*reservation{}, kick: make(chan struct{}, 1)}
+}
+
+func (a *admitter) poke() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// queued returns the queue's length and how long its head has waited.
+func (a *admitter) queued(now time.Time) (n int, oldest time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.q) > 0 {
+		oldest = now.Sub(a.q[0].since)
+	}
+	return len(a.q), oldest
+}
+
+// release gives back a generation's reservations.
+func (a *admitter) release(rs []*reservation) {
+	if len(rs) == 0 {
+		return
+	}
+	a.mu.Lock()
+	for _, r := range rs {
+		l := a.resv[r.node]
+		if i := slices.Index(l, r); i >= 0 {
+			l = slices.Delete(l, i, i+1)
+		}
+		if len(l) == 0 {
+			delete(a.resv, r.node)
+		} else {
+			a.resv[r.node] = l
+		}
+	}
+	a.mu.Unlock()
+	a.poke()
+}
+
+// errNoRoom: a path exists, but none has KV room for the request now.
+var errNoRoom = errors.New("no path has KV room")
+
+// tryLocked routes w and reserves its KV on the path's hops, or says why
+// it cannot now. A path whose hop lacks room is tried again without that
+// hop, so that a request goes where room is rather than wait for one
+// node. a.mu is held.
+func (e *entry) tryLocked(w *waiter) (admission, error) {
+	a := e.adm
+	var avoid []string
+	for range 8 {
+		q := w.req
+		q.avoid = append(slices.Clone(q.avoid), avoid...)
+		path, err := e.route(q)
+		if err != nil {
+			if len(avoid) > 0 && errors.Is(err, routing.ErrNoPath) {
+				return admission{}, fmt.Errorf("%w: hop(s) %v full", errNoRoom, len(avoid))
+			}
+			return admission{}, err
+		}
+		short := ""
+		reps := make([]kvReport, len(path.Hops))
+		for i, h := range path.Hops {
+			reps[i] = kvReport{free: -1}
+			if e.kv != nil {
+				reps[i] = e.kv(h.Node)
+			}
+			if !a.fitsLocked(h.Node, reps[i], w.need) {
+				short = h.Node
+				break
+			}
+		}
+		if short == "" {
+			adm := admission{path: path}
+			for i, h := range path.Hops {
+				if reps[i].free < 0 {
+					continue
+				}
+				r := &reservation{node: h.Node, need: w.need, mark: reps[i].mark}
+				a.resv[h.Node] = append(a.resv[h.Node], r)
+				adm.resv = append(adm.resv, r)
+			}
+			return adm, nil
+		}
+		avoid = append(avoid, short)
+	}
+	return admission{}, errNoRoom
+}
+
+// fitsLocked reports whether node has room for need tokens: its report,
+// less this entry's reservations made since. Reservations made against
+// an older report are dropped here (the report counts them). A node that
+// runs nothing is always given the request: its stage says whether it
+// can ever hold it (CodeNoKV), which a wait would not change.
+func (a *admitter) fitsLocked(node string, rep kvReport, need int) bool {
+	l := a.resv[node]
+	kept := l[:0]
+	held := 0
+	for _, r := range l {
+		if r.mark == rep.mark {
+			kept = append(kept, r)
+			held += r.need
+		}
+	}
+	if len(kept) == 0 {
+		delete(a.resv, node)
+	} else {
+		a.resv[node] = kept
+	}
+	if rep.free < 0 {
+		return true
+	}
+	if rep.sessions == 0 && len(kept) == 0 {
+		return true
+	}
+	return rep.free-held >= need
+}
+
+// admitLoop owns admission: whenever something changed, it admits from
+// the head of the queue while the head fits. A head that does not fit
+// stays at the head (FIFO: later requests do not overtake it).
+func (e *entry) admitLoop() {
+	a := e.adm
+	for {
+		var changed <-chan struct{}
+		if e.changed != nil {
+			changed = e.changed() // before looking: a change during the look wakes us
+		}
+		a.mu.Lock()
+		for len(a.q) > 0 {
+			w := a.q[0]
+			adm, err := e.tryLocked(w)
+			if err != nil && (errors.Is(err, errNoRoom) || errors.Is(err, routing.ErrNoPath)) {
+				break
+			}
+			adm.err = err
+			a.q = a.q[1:]
+			w.done <- adm
+		}
+		a.mu.Unlock()
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-a.kick:
+		case <-changed:
+		}
+	}
+}
+
+// admit returns a path with KV room for g, queueing g until there is one
+// within its queue timeout. The reservations it returns are given back
+// with release when the generation ends.
+func (e *entry) admit(ctx context.Context, g *generation, timeout time.Duration) (routing.Path, []*reservation, error) {
+	a := e.adm
+	now := e.cfg.clock.Now()
+	w := &waiter{req: g.routeReq(nil), need: kvBlocks(len(g.prompt), g.maxTokens) * kvBlock, since: now,
+		done: make(chan admission, 1)}
+	a.mu.Lock()
+	if len(a.q) == 0 {
+		// Nobody ahead: admit at once when it fits.
+		adm, err := e.tryLocked(w)
+		if err == nil || !(errors.Is(err, errNoRoom) || errors.Is(err, routing.ErrNoPath)) {
+			a.mu.Unlock()
+			if err == nil {
+				a.waits.observe(0)
+			}
+			return adm.path, adm.resv, err
+		}
+		if timeout < 0 {
+			a.mu.Unlock()
+			return routing.Path{}, nil, &retryAfter{err: fmt.Errorf("%w: %w (the request asked not to queue)", ErrNoCapacity, err), after: time.Second}
+		}
+	}
+	if timeout < 0 {
+		n := len(a.q)
+		a.mu.Unlock()
+		return routing.Path{}, nil, &retryAfter{err: fmt.Errorf("%w: %d request(s) queued ahead (the request asked not to queue)", ErrNoCapacity, n),
+			after: e.retryHint(now)}
+	}
+	if len(a.q) >= e.cfg.queueMax {
+		n := len(a.q)
+		a.mu.Unlock()
+		a.refusedN.Add(1)
+		return routing.Path{}, nil, &retryAfter{err: fmt.Errorf("%w: %w (%d waiting)", ErrNoCapacity, ErrQueueFull, n), after: e.retryHint(now)}
+	}
+	a.q = append(a.q, w)
+	a.mu.Unlock()
+	a.queuedN.Add(1)
+	a.poke()
+
+	timer := e.cfg.clock.NewTimer(timeout)
+	defer timer.Stop()
+	var why error
+	select {
+	case adm := <-w.done:
+		a.waits.observe(e.cfg.clock.Since(now))
+		return adm.path, adm.resv, adm.err
+	case <-timer.Chan():
+		why = &retryAfter{err: fmt.Errorf("%w: %w: queued %v with no path with KV room", ErrNoCapacity, ErrQueueTimeout, timeout),
+			after: e.retryHint(e.cfg.clock.Now())}
+		a.refusedN.Add(1)
+	case <-ctx.Done():
+		why = ctx.Err()
+	case <-e.ctx.Done():
+		why = ErrClosed
+	}
+	a.mu.Lock()
+	if i := slices.Index(a.q, w); i >= 0 {
+		a.q = slices.Delete(a.q, i, i+1)
+		a.mu.Unlock()
+		a.poke() // the head may have changed
+		return routing.Path{}, nil, why
+	}
+	a.mu.Unlock()
+	// Admitted just as it gave up: the admission stands only for a
+	// caller still waiting; otherwise its reservations go back.
+	adm := <-w.done
+	if ctx.Err() != nil || e.ctx.Err() != nil {
+		a.release(adm.resv)
+		return routing.Path{}, nil, why
+	}
+	a.waits.observe(e.cfg.clock.Since(now))
+	return adm.path, adm.resv, adm.err
+}
+
+// retryHint is the Retry-After of a refusal: how long the head of the
+// queue has waited (the queue drains at about that pace), within [1 s,
+// the queue timeout].
+func (e *entry) retryHint(now time.Time) time.Duration {
+	_, oldest := e.adm.queued(now)
+	return min(max(oldest.Round(time.Second), time.Second), max(e.cfg.queueTimeout, time.Second))
+}
+
+// waitBounds are the queue wait histogram's upper bounds, in seconds.
+var waitBounds = []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// waitHist counts queue waits (admitted requests only).
+type waitHist struct {
+	mu     sync.Mutex
+	counts [13]uint64 // per bound, then +Inf
+	sum    time.Duration
+	n      uint64
+}
+
+func (h *waitHist) observe(d time.Duration) {
+	s := d.Seconds()
+	i := len(waitBounds)
+	for j, b := range waitBounds {
+		if s <= b {
+			i = j
+			break
+		}
+	}
+	h.mu.Lock()
+	h.counts[i]++
+	h.sum += d
+	h.n++
+	h.mu.Unlock()
+}
+
+// WaitHistogram is a histogram of queue waits: Counts[i] requests waited
+// at most Bounds[i] seconds (cumulative, as Prometheus has it).
+type WaitHistogram struct {
+	Bounds []float64
+	Counts []uint64
+	Sum    time.Duration
+	Count  uint64
+}
+
+func (h *waitHist) snapshot() WaitHistogram {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := WaitHistogram{Bounds: slices.Clone(waitBounds), Counts: make([]uint64, len(waitBounds)), Sum: h.sum, Count: h.n}
+	var c uint64
+	for i := range waitBounds {
+		c += h.counts[i]
+		out.Counts[i] = c
+	}
+	return out
+}

@@ -1,0 +1,455 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/consensus"
+)
+
+// Spot checks (see docs/trust.md). Every hop keeps, per session, two
+// running SHA-256 chains: over every input row it took (token IDs on the
+// first layer, hidden states after) and over every hidden row it emitted,
+// plus the hash of its last output (the logits on the last layer). The
+// engine is bit-deterministic and a prefill of n positions equals n
+// decode steps, so any holder of the same layers, fed the same inputs
+// from position 0 in one stateless prefill, must end with the same
+// chains. At a token boundary, with probability verify-rate, the entry
+// asks one hop X of the path for its signed receipt, then runs a check
+// session: the session's tokens so far through the same upstream hops
+// and a second holder V of X's layers, whose signed receipt comes back
+// instead of a token. Same input chain and same outputs: X's work so far
+// is verified. Different outputs: a third holder W breaks the tie, and
+// the three signed receipts go to the leader as evidence against the odd
+// one out (consensus.Evidence), who is evicted and banned. The session
+// replays without it from the last verified point; tokens already sent
+// are compared with the replay's, and a difference ends the generation
+// with ErrWrongTokens rather than leaving wrong text standing.
+
+// ErrWrongTokens: tokens already delivered were computed by a node later
+// proven faulty, and the replay without it produced different ones.
+var ErrWrongTokens = errors.New("node: tokens already sent were wrong (a faulty node was evicted)")
+
+// DefaultVerifyRate is the share of token boundaries at which an entry
+// spot-checks one hop.
+const DefaultVerifyRate = 0.01
+
+// chains is one hop session's record of what it took and gave.
+type chains struct {
+	in, out hash.Hash
+	outLast [32]byte
+	rows    []byte // scratch
+}
+
+func newChains() chains { return chains{in: sha256.New(), out: sha256.New()} }
+
+// add folds one step: its input rows and the outputs that go out.
+func (c *chains) add(m *Step, x, logits []float32, last bool) {
+	if m.Hidden == nil {
+		c.rows = c.rows[:0]
+		for _, t := range m.Tokens {
+			c.rows = binary.LittleEndian.AppendUint32(c.rows, uint32(t))
+		}
+		c.in.Write(c.rows)
+	} else {
+		c.in.Write(c.floats(m.Hidden))
+	}
+	if last {
+		c.outLast = sha256.Sum256(c.floats(logits))
+		return
+	}
+	b := c.floats(x)
+	c.out.Write(b)
+	if n := len(m.Tokens); n > 0 {
+		c.outLast = sha256.Sum256(b[len(b)-len(b)/n:])
+	}
+}
+
+func (c *chains) floats(v []float32) []byte {
+	c.rows = c.rows[:0]
+	for _, f := range v {
+		c.rows = binary.LittleEndian.AppendUint32(c.rows, math.Float32bits(f))
+	}
+	return c.rows
+}
+
+// outputFault corrupts a step's outputs: the test-only fault injector
+// (faultinject.go, build tag faultinject).
+type outputFault interface {
+	corrupt(w *work, last bool)
+}
+
+// receiptOf is hs's receipt as of now, signed.
+func (s *scheduler) receiptOf(hs *hopSession) (*ReceiptMsg, bool) {
+	if s.cfg.sign == nil || hs.pos == 0 {
+		return nil, false
+	}
+	r := consensus.Receipt{Signer: s.cfg.self, Session: hs.key.sid, Model: s.cfg.hash, From: hs.key.from, To: hs.to,
+		Positions: hs.pos, OutLast: hs.chain.outLast}
+	hs.chain.in.Sum(r.InChain[:0])
+	hs.chain.out.Sum(r.OutChain[:0])
+	if err := s.cfg.sign(&r); err != nil {
+		s.cfg.log.Warn("cannot sign a receipt", zap.Error(err))
+		return nil, false
+	}
+	return &ReceiptMsg{Session: hs.key.sid, Receipt: r}, true
+}
+
+func (s *scheduler) sendReceipt(hs *hopSession) {
+	if r, ok := s.receiptOf(hs); ok {
+		s.out.receipt(hs.entry, r)
+	}
+}
+
+// onAudit answers the session's entry, and only it, with a receipt.
+func (s *scheduler) onAudit(a auditIn) {
+	hs := s.sessions[hopKey{a.m.Session, a.m.From}]
+	if hs == nil || hs.entry != a.from {
+		s.cfg.log.Debug("audit of no session of the asker's", zap.Stringer("session", a.m.Session), zap.Stringer("from", a.from))
+		return
+	}
+	s.sendReceipt(hs)
+}
+
+// VerifyStats are an entry's spot-check counts.
+type VerifyStats struct {
+	Audits       uint64 // spot checks started
+	Verified     uint64 // checks whose outputs agreed
+	Positions    uint64 // positions covered by the agreeing checks
+	Inconclusive uint64 // no receipt, no check answer, or other inputs
+	Mismatches   uint64 // checks whose outputs differed
+	Reported     uint64 // faults reported to the leader and accepted
+	Unresolved   uint64 // mismatches no third holder could settle
+}
+
+type verifyCounters struct {
+	audits, verified, positions, inconclusive, mismatches, reported, unresolved atomic.Uint64
+}
+
+func (c *verifyCounters) stats() VerifyStats {
+	return VerifyStats{Audits: c.audits.Load(), Verified: c.verified.Load(), Positions: c.positions.Load(),
+		Inconclusive: c.inconclusive.Load(), Mismatches: c.mismatches.Load(), Reported: c.reported.Load(),
+		Unresolved: c.unresolved.Load()}
+}
+
+// receiptKey names the receipt an entry waits for.
+type receiptKey struct {
+	sid  SessionID
+	from int
+}
+
+type receiptWait struct {
+	signer peer.ID
+	ch     chan consensus.Receipt
+}
+
+// receipts routes receipts to the checks waiting for them.
+type receipts struct {
+	mu    sync.Mutex
+	waits map[receiptKey]receiptWait
+}
+
+func (r *receipts) wait(k receiptKey, signer peer.ID) (<-chan consensus.Receipt, func()) {
+	ch := make(chan consensus.Receipt, 1)
+	r.mu.Lock()
+	if r.waits == nil {
+		r.waits = map[receiptKey]receiptWait{}
+	}
+	r.waits[k] = receiptWait{signer: signer, ch: ch}
+	r.mu.Unlock()
+	return ch, func() {
+		r.mu.Lock()
+		delete(r.waits, k)
+		r.mu.Unlock()
+	}
+}
+
+// onReceipt takes a receipt that its signer sent itself (the stream is
+// authenticated), for a check that waits for that signer's.
+func (e *entry) onReceipt(from peer.ID, m *ReceiptMsg) {
+	r := m.Receipt
+	if r.Signer != from || r.Session != m.Session {
+		return
+	}
+	e.rcpt.mu.Lock()
+	w, ok := e.rcpt.waits[receiptKey{m.Session, r.From}]
+	e.rcpt.mu.Unlock()
+	if !ok || w.signer != from || r.Verify() != nil {
+		return
+	}
+	select {
+	case w.ch <- r:
+	default:
+	}
+}
+
+// shouldAudit draws whether this token boundary gets a spot check.
+func (e *entry) shouldAudit() bool {
+	r := e.cfg.verifyRate
+	return r > 0 && e.holders != nil && (r >= 1 || rand.Float64() < r)
+}
+
+// errInconclusive: a check that proves nothing either way.
+var errInconclusive = errors.New("check inconclusive")
+
+// audit spot-checks one hop of the attempt's path at a token boundary;
+// the attempt started at start tokens.
+// It returns an attempt end when the attempt must stop (a hop proven or
+// suspected faulty), nil otherwise.
+func (g *generation) audit(ctx context.Context, sid SessionID, hops []Hop, start int) *attemptEnd {
+	e := g.e
+	// The hops with a second holder; the entry does not check itself.
+	var cand []int
+	for i, h := range hops {
+		if h.Peer != e.cfg.self && len(g.checkers(hops, i)) > 0 {
+			cand = append(cand, i)
+		}
+	}
+	if len(cand) == 0 {
+		return nil
+	}
+	e.vc.audits.Add(1)
+	i := cand[rand.IntN(len(cand))]
+	x := hops[i]
+	rx, err := e.askReceipt(ctx, sid, x)
+	if err != nil {
+		e.vc.inconclusive.Add(1)
+		e.cfg.log.Debug("spot check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
+		return nil
+	}
+	all := append(slices.Clone(g.prompt), g.out...)
+	if rx.Positions > len(all) || rx.From != x.From || rx.To != x.To {
+		e.vc.inconclusive.Add(1)
+		return nil
+	}
+	tokens := all[:rx.Positions]
+	alts := g.checkers(hops, i)
+	rand.Shuffle(len(alts), func(a, b int) { alts[a], alts[b] = alts[b], alts[a] })
+	var rv consensus.Receipt
+	v := -1
+	for k, p := range alts {
+		if rv, err = e.checkRun(ctx, g, hops[:i], Hop{Peer: p, From: x.From, To: x.To}, tokens, rx); err == nil {
+			v = k
+			break
+		}
+		if ctx.Err() != nil {
+			return &attemptEnd{}
+		}
+	}
+	if v < 0 {
+		e.vc.inconclusive.Add(1)
+		e.cfg.log.Debug("spot check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
+		return nil
+	}
+	if rv.SameOutput(rx) {
+		e.vc.verified.Add(1)
+		e.vc.positions.Add(uint64(rx.Positions))
+		g.verified(x.Peer, rx.Positions, start)
+		return nil
+	}
+	e.vc.mismatches.Add(1)
+	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
+		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
+	for _, p := range alts[v+1:] {
+		rw, err := e.checkRun(ctx, g, hops[:i], Hop{Peer: p, From: x.From, To: x.To}, tokens, rx)
+		if err != nil {
+			continue
+		}
+		switch {
+		case rw.SameOutput(rv):
+			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rx, rv, rw}})
+			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
+				reason: fmt.Sprintf("hop %s failed a spot check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
+		case rw.SameOutput(rx):
+			// The checker lied; the session's hop was right.
+			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}})
+			g.verified(x.Peer, rx.Positions, start)
+			return nil
+		}
+		break // three answers: nothing to prove
+	}
+	// No majority: replay without either, and prove nothing.
+	e.vc.unresolved.Add(1)
+	return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
+		reason: fmt.Sprintf("hop %s and checker %s disagree on layers [%d, %d), no third holder settled it", shortID(x.Peer),
+			shortID(alts[v]), x.From, x.To)}
+}
+
+// checkers are the holders that can check hop i: they serve its layers
+// and are neither it, the hop before it (hops must alternate) nor
+// avoided by this generation.
+func (g *generation) checkers(hops []Hop, i int) []peer.ID {
+	h := hops[i]
+	var out []peer.ID
+	for _, p := range g.e.holders(h.From, h.To) {
+		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.avoid, p.String()) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// askReceipt asks hop h for its receipt of the session.
+func (e *entry) askReceipt(ctx context.Context, sid SessionID, h Hop) (consensus.Receipt, error) {
+	ch, done := e.rcpt.wait(receiptKey{sid, h.From}, h.Peer)
+	defer done()
+	if err := e.send(ctx, h.Peer, &Audit{Session: sid, From: h.From}); err != nil {
+		return consensus.Receipt{}, err
+	}
+	t := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-t.Chan():
+		return consensus.Receipt{}, fmt.Errorf("%w: no receipt within %v", errInconclusive, e.cfg.stepTimeout)
+	case <-ctx.Done():
+		return consensus.Receipt{}, ctx.Err()
+	case <-e.ctx.Done():
+		return consensus.Receipt{}, ErrClosed
+	}
+}
+
+// checkRun runs a check session: tokens through the upstream hops and
+// v, whose receipt it returns when it covers the same input as want's.
+func (e *entry) checkRun(ctx context.Context, g *generation, upstream []Hop, v Hop, tokens []int32, want consensus.Receipt) (consensus.Receipt, error) {
+	sid := newSessionID()
+	hops := append(slices.Clone(upstream), v)
+	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
+	e.reg.add(sid, reg)
+	ch, done := e.rcpt.wait(receiptKey{sid, v.From}, v.Peer)
+	defer func() {
+		done()
+		e.reg.remove(sid)
+		for _, h := range hops {
+			e.post(h.Peer, &Close{Session: sid})
+		}
+	}()
+	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Tokens: tokens, Check: true,
+		Open: &Open{MaxTokens: len(tokens), Model: e.cfg.model.hash, Sampling: g.sp}}
+	if err := e.send(ctx, hops[0].Peer, step); err != nil {
+		return consensus.Receipt{}, fmt.Errorf("%w: %w", errInconclusive, err)
+	}
+	t := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		if !r.SameInput(want) {
+			return r, fmt.Errorf("%w: the checker was fed other input", errInconclusive)
+		}
+		return r, nil
+	case ev := <-reg.events:
+		why := ev.why
+		if ev.err != nil {
+			why = ev.err.Text
+		}
+		return consensus.Receipt{}, fmt.Errorf("%w: %s", errInconclusive, why)
+	case <-t.Chan():
+		return consensus.Receipt{}, fmt.Errorf("%w: no answer within %v", errInconclusive, e.cfg.stepTimeout)
+	case <-ctx.Done():
+		return consensus.Receipt{}, ctx.Err()
+	case <-e.ctx.Done():
+		return consensus.Receipt{}, ErrClosed
+	}
+}
+
+// fault reports proven evidence to the leader.
+func (e *entry) fault(ctx context.Context, ev consensus.Evidence) {
+	accused := ev.Receipts[0].Signer
+	e.cfg.log.Warn("spot check: reporting a faulty node", zap.Stringer("node", accused),
+		zap.Stringer("witness1", ev.Receipts[1].Signer), zap.Stringer("witness2", ev.Receipts[2].Signer))
+	if e.report == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := e.report(ctx, ev); err != nil {
+		e.cfg.log.Warn("fault report refused", zap.Stringer("node", accused), zap.Error(err))
+		return
+	}
+	e.vc.reported.Add(1)
+}
+
+// used notes that the attempt starting now, at len(g.out) tokens, runs
+// on hops: tokens from here on depend on their outputs.
+func (g *generation) used(hops []Hop) {
+	if g.safe == nil {
+		g.safe = map[peer.ID]int{}
+	}
+	for _, h := range hops {
+		if s, ok := g.safe[h.Peer]; !ok || s > len(g.out) {
+			g.safe[h.Peer] = len(g.out)
+		}
+	}
+}
+
+// verified records that p's outputs at positions [0, positions) of the
+// attempt that started at start tokens passed a check. The tokens they
+// fed are then safe from p, if those before the attempt already were:
+// the check covers this attempt's session only.
+func (g *generation) verified(p peer.ID, positions, start int) {
+	if s, ok := g.safe[p]; ok && s >= start {
+		g.safe[p] = max(s, positions-len(g.prompt)+1)
+	}
+}
+
+// rewind takes the generation back to the last point up to which no
+// token depends on an unverified output of the faulty peer: the tokens
+// after it are produced again, and compared with the ones already sent
+// (deliver).
+func (g *generation) rewind(faulty peer.ID) {
+	if len(g.sent) < len(g.out) {
+		g.sent = slices.Clone(g.out)
+	}
+	if s, ok := g.safe[faulty]; ok {
+		g.out = g.out[:min(max(s, 0), len(g.out))]
+	}
+}
+
+// receiptSigner signs receipts with the host key; nil without one.
+func receiptSigner(key crypto.PrivKey) func(*consensus.Receipt) error {
+	if key == nil {
+		return nil
+	}
+	return func(r *consensus.Receipt) error { return r.Sign(key) }
+}
+
+// holders lists the peers whose committed range covers [from, to).
+func (n *Node) holders(from, to int) []peer.ID {
+	var out []peer.ID
+	for _, st := range n.Committed().Stages {
+		if st.Range.Start <= from && to <= st.Range.End {
+			if p, err := peer.Decode(st.Node); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// reportFault hands evidence to the leader through consensus.
+func (n *Node) reportFault(ctx context.Context, ev consensus.Evidence) error {
+	c := n.cons.Load()
+	if c == nil {
+		return fmt.Errorf("%w: no consensus (static map): cannot report a fault", ErrNotServing)
+	}
+	return c.ReportFault(ctx, ev)
+}
+
+// VerifyStats returns this node's entry spot-check counts.
+func (n *Node) VerifyStats() VerifyStats { return n.entry.vc.stats() }

@@ -1,0 +1,166 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/consensus"
+)
+
+// verifyCluster starts n nodes of at most 4 layers each (so every range
+// of the 8-layer model has 2+ holders) that spot-check every token
+// boundary; extra options go to the node at index i.
+func verifyCluster(t *testing.T, n int, extra map[int][]Option) (*testCluster, []*Node) {
+	t.Helper()
+	c := newTestCluster(t, WithMaxLayers(4), WithVerifyRate(1),
+		WithConsensusOptions(consensus.WithBanDuration(time.Hour)))
+	var nodes []*Node
+	var ids []peer.ID
+	for i := range n {
+		nd := c.add(extra[i]...)
+		nodes = append(nodes, nd)
+		ids = append(ids, nd.ID())
+	}
+	c.waitServing(60*time.Second, ids...)
+	t.Logf("map: %v", nodes[0].Committed().Stages)
+	return c, nodes
+}
+
+// generate runs one greedy generation and returns its tokens and error.
+func generate(ctx context.Context, t *testing.T, entry *Node, prompt string, maxTokens int) ([]int32, error) {
+	t.Helper()
+	s, err := entry.Generate(ctx, Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: engineGreedy()})
+	if err != nil {
+		return nil, err
+	}
+	var got []int32
+	for {
+		d, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return got, nil
+		}
+		if err != nil {
+			return got, err
+		}
+		got = append(got, d.Tokens...)
+	}
+}
+
+// TestVerifyHonestSwarm: with no faulty node, every token boundary
+// spot-checked, the checks pass, nobody is reported, and the tokens are
+// the single-process run's; on three fresh swarms.
+func TestVerifyHonestSwarm(t *testing.T) {
+	for i := range 3 {
+		t.Run(fmt.Sprintf("swarm-%d", i), testVerifyHonest)
+	}
+}
+
+func testVerifyHonest(t *testing.T) {
+	_, nodes := verifyCluster(t, 5, nil)
+	const maxTokens = 12
+	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground"}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for i, p := range prompts {
+		want := reference(t, p, maxTokens, engineGreedy())
+		got, err := generate(ctx, t, nodes[i%len(nodes)], p, maxTokens)
+		if err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%q: %v, want %v: %v", p, got, want, errMismatch)
+		}
+	}
+	var total VerifyStats
+	for _, n := range nodes {
+		s := n.VerifyStats()
+		total.Audits += s.Audits
+		total.Verified += s.Verified
+		total.Mismatches += s.Mismatches
+		total.Reported += s.Reported
+		total.Inconclusive += s.Inconclusive
+		total.Unresolved += s.Unresolved
+	}
+	t.Logf("spot checks: %+v", total)
+	if total.Verified == 0 {
+		t.Fatalf("no spot check passed: %+v", total)
+	}
+	if total.Mismatches != 0 || total.Reported != 0 || total.Unresolved != 0 {
+		t.Fatalf("an honest swarm had mismatches: %+v", total)
+	}
+	for _, n := range nodes {
+		if st := n.Consensus().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
+			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
+		}
+	}
+}
+
+// TestRewindFlagsWrongTokens: after a fault, the generation goes back to
+// the last point that depends on no unverified output of the faulty
+// peer; redone tokens that agree are not sent again, and one that
+// differs ends the generation with ErrWrongTokens.
+func TestRewindFlagsWrongTokens(t *testing.T) {
+	r := newEntryRig(t, 1)
+	e := r.e
+	x, y, z := r.peers[0], testPeer(t, 50), testPeer(t, 51)
+	g := &generation{e: e, prompt: []int32{5, 6, 7}, maxTokens: 8, text: newTextState(e.cfg.model.tok, nil),
+		stream: &Stream{deltas: make(chan Delta, 16), done: make(chan struct{})}}
+	ctx := context.Background()
+	deliver := func(ids ...int32) error {
+		for _, id := range ids {
+			if _, err := g.deliver(ctx, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	g.used([]Hop{{Peer: x}, {Peer: y}}) // an attempt from the start
+	if err := deliver(100, 101); err != nil {
+		t.Fatal(err)
+	}
+	// x passes a check at the boundary after 2 tokens: it processed
+	// positions [0, 4), which fed both.
+	g.verified(x, len(g.prompt)+len(g.out)-1, 0)
+	if err := deliver(102, 103); err != nil {
+		t.Fatal(err)
+	}
+	if g.safe[x] != 2 || g.safe[y] != 0 {
+		t.Fatalf("safe %v, want x 2 and y 0", g.safe)
+	}
+	// A second attempt from 4 tokens on z and x: a pass of z there does
+	// not vouch for the tokens of the first attempt, which z never saw,
+	// nor do they need it.
+	g.used([]Hop{{Peer: z}, {Peer: x}})
+	g.verified(z, len(g.prompt)+len(g.out)-1, 4)
+	if g.safe[z] != 4 || g.safe[x] != 2 {
+		t.Fatalf("safe %v, want z 4 and x 2", g.safe)
+	}
+
+	g.rewind(x)
+	if len(g.out) != 2 || len(g.sent) != 4 {
+		t.Fatalf("after the rewind: out %v sent %v", g.out, g.sent)
+	}
+	drained := len(g.stream.deltas)
+	if err := deliver(102, 103); err != nil {
+		t.Fatalf("redone tokens that agree: %v", err)
+	}
+	if len(g.stream.deltas) != drained {
+		t.Fatal("redone tokens were sent again")
+	}
+
+	g.rewind(y) // never verified: back to the start
+	if len(g.out) != 0 {
+		t.Fatalf("rewind of a never-verified peer kept %v", g.out)
+	}
+	err := deliver(100, 999)
+	if !errors.Is(err, ErrWrongTokens) {
+		t.Fatalf("a redone token that differs: %v, want ErrWrongTokens", err)
+	}
+}
