@@ -55,6 +55,7 @@ HF_ORACLE     := engine/testdata/hf-oracle
 
 test: npm-deps debs
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) test -tags faultinject -timeout $(TEST_TIMEOUT) -run 'Verify|Rewind|Audit|Fault' ./node
 	cd engine/internal/refcheck && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 	cd engine/ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
