@@ -22,10 +22,10 @@ type PluginCall struct {
 // tests).
 //
 // Each route reports, once per plugin, the time that plugin took over the
-// whole route: a filter or scorer is called once per candidate stage, and
-// timing each call separately would swamp the calls themselves. The
-// picker's time is the rest of the route after filtering and scoring (the
-// DP and the pick). Observe is called from the routing goroutine and must
+// whole route: a filter or scorer is called once per candidate stage, so
+// one in observeEvery of its calls is timed and the sum scaled (a clock
+// read costs more than most plugins' calls). The picker's time is the
+// rest of the route after filtering and scoring (the DP and the pick). Observe is called from the routing goroutine and must
 // be safe for concurrent use when the router is.
 type Observer interface {
 	// Mark reads the observer's monotonic clock.
@@ -43,21 +43,45 @@ func WithObserver(o Observer) Option {
 	}
 }
 
-// spentScorers is the scorers' part of s.spent, or nil when nothing is
-// observed.
-func (r *Router) spentScorers(s *scratch) []time.Duration {
+// observeEvery samples plugin calls: each plugin's first call in a route
+// and every observeEvery-th after it are timed, and the route's total is
+// scaled up from them. Timing every call of a 1000-stage map would read
+// the clock tens of thousands of times per route.
+const observeEvery = 8
+
+// observed is s when the route is observed, else nil.
+func (r *Router) observed(s *scratch) *scratch {
 	if r.obs == nil {
 		return nil
 	}
-	return s.spent[len(r.filters):]
+	return s
 }
 
-// startObserve resets the per-plugin times of s for a route.
+// begin counts a call of plugin i and, if it is sampled, starts its timer.
+func (r *Router) begin(s *scratch, i int) (time.Duration, bool) {
+	c := s.calls[i]
+	s.calls[i]++
+	if c%observeEvery != 0 {
+		return 0, false
+	}
+	return r.obs.Mark(), true
+}
+
+// end stops the timer of a sampled call of plugin i.
+func (r *Router) end(s *scratch, i int, t0 time.Duration) {
+	s.spent[i] += r.obs.Mark() - t0
+	s.timed[i]++
+}
+
+// startObserve resets the per-plugin figures of s for a route.
 func (r *Router) startObserve(s *scratch) {
 	if r.obs == nil {
 		return
 	}
-	s.spent = grow(s.spent, len(r.filters)+len(r.scorers))
+	n := len(r.filters) + len(r.scorers)
+	s.calls, s.timed, s.spent = grow(s.calls, n), grow(s.timed, n), grow(s.spent, n)
+	clear(s.calls)
+	clear(s.timed)
 	clear(s.spent)
 }
 
@@ -67,37 +91,36 @@ func (r *Router) pickStart(s *scratch) {
 	if r.obs == nil {
 		return
 	}
-	s.pickAt, s.pickSpent = r.obs.Mark(), sum(s.spent)
+	s.pickAt = r.obs.Mark()
+}
+
+// total is plugin i's estimated time in the route: its sampled calls'
+// time scaled to all its calls.
+func (s *scratch) total(i int) time.Duration {
+	if s.timed[i] == 0 {
+		return 0
+	}
+	return time.Duration(float64(s.spent[i]) * float64(s.calls[i]) / float64(s.timed[i]))
 }
 
 // report tells the observer what each plugin took in this route; picked
-// says whether the route got as far as the picker.
+// says whether the route got as far as the picker, whose time includes
+// pricing the chosen hops.
 func (r *Router) report(s *scratch, picked bool) {
 	if r.obs == nil {
 		return
 	}
 	end := r.obs.Mark()
 	for i, f := range r.filters {
-		r.obs.Observe(PluginCall{Profile: r.profile, Plugin: f.Name(), Kind: KindFilter}, s.spent[i])
+		r.obs.Observe(PluginCall{Profile: r.profile, Plugin: f.Name(), Kind: KindFilter}, s.total(i))
 	}
 	for j, ws := range r.scorers {
 		if ws.w == 0 {
 			continue
 		}
-		r.obs.Observe(PluginCall{Profile: r.profile, Plugin: ws.s.Name(), Kind: KindScorer}, s.spent[len(r.filters)+j])
+		r.obs.Observe(PluginCall{Profile: r.profile, Plugin: ws.s.Name(), Kind: KindScorer}, s.total(len(r.filters)+j))
 	}
 	if picked {
-		// Scoring the chosen hops again (finish) is the scorers' time, not
-		// the picker's.
-		d := end - s.pickAt - (sum(s.spent) - s.pickSpent)
-		r.obs.Observe(PluginCall{Profile: r.profile, Plugin: r.picker, Kind: KindPicker}, max(d, 0))
+		r.obs.Observe(PluginCall{Profile: r.profile, Plugin: r.picker, Kind: KindPicker}, max(end-s.pickAt, 0))
 	}
-}
-
-func sum(ds []time.Duration) time.Duration {
-	var t time.Duration
-	for _, d := range ds {
-		t += d
-	}
-	return t
 }

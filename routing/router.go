@@ -259,20 +259,21 @@ func seconds(x float64) float64 {
 // by kind (the stale surcharge counted as load), and false when a scorer
 // made the node unusable (NaN or +Inf).
 //
-// spent, when not nil, accumulates each scorer's time (observe.go).
-func (r *Router) score(req *Request, e *Estimate, spent []time.Duration) (NodeCost, [kinds]NodeCost, bool) {
+// o, when not nil, is the route being observed (observe.go).
+func (r *Router) score(req *Request, e *Estimate, o *scratch) (NodeCost, [kinds]NodeCost, bool) {
 	var by [kinds]NodeCost
 	for j, ws := range r.scorers {
 		if ws.w == 0 {
 			continue
 		}
 		var t0 time.Duration
-		if spent != nil {
-			t0 = r.obs.Mark()
+		timed := false
+		if o != nil {
+			t0, timed = r.begin(o, len(r.filters)+j)
 		}
 		c := ws.s.Score(req, e)
-		if spent != nil {
-			spent[j] += r.obs.Mark() - t0
+		if timed {
+			r.end(o, len(r.filters)+j, t0)
 		}
 		parts := [4]float64{c.Layer, c.Visit, c.Link, c.Last}
 		for k, x := range parts {
@@ -310,8 +311,11 @@ func (r *Router) score(req *Request, e *Estimate, spent []time.Duration) (NodeCo
 type scratch struct {
 	est Estimate
 
-	spent             []time.Duration // per filter, then per scorer: time in this route
-	pickAt, pickSpent time.Duration   // Mark and sum(spent) when the picker began
+	// Per filter, then per scorer (observe.go): calls in this route, the
+	// sampled calls and their time; when the picker began.
+	calls, timed []int32
+	spent        []time.Duration
+	pickAt       time.Duration
 
 	reason  []string // per map stage: why it is not eligible ("" if it is)
 	stageOf []int32  // per view node: its eligible stage, or -1
@@ -403,12 +407,13 @@ func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) er
 		n := &v.nodes[vi]
 		for fi, f := range r.filters {
 			var t0 time.Duration
+			timed := false
 			if r.obs != nil {
-				t0 = r.obs.Mark()
+				t0, timed = r.begin(s, fi)
 			}
 			keep := f.Keep(&q.req, n, q.now)
-			if r.obs != nil {
-				s.spent[fi] += r.obs.Mark() - t0
+			if timed {
+				r.end(s, fi, t0)
 			}
 			if !keep {
 				s.reason[k] = f.Name()
@@ -419,7 +424,7 @@ func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) er
 			continue
 		}
 		r.estimate(&s.est, n, st, q, len(v.adj[vi]) > 0)
-		c, _, ok := r.score(&q.req, &s.est, r.spentScorers(s))
+		c, _, ok := r.score(&q.req, &s.est, r.observed(s))
 		if !ok {
 			s.reason[k] = "unscorable"
 			continue
@@ -840,7 +845,7 @@ func (r *Router) finish(s *scratch, m *layers.LayerMap, v *View, q *reqInfo, hop
 		vi := s.view[i]
 		st := layers.Stage{Node: hops[h].Node, Range: layers.Range{Start: int(s.start[i]), End: int(s.end[i])}}
 		r.estimate(&s.est, &v.nodes[vi], st, q, len(v.adj[vi]) > 0)
-		_, by, _ := r.score(&q.req, &s.est, r.spentScorers(s))
+		_, by, _ := r.score(&q.req, &s.est, nil) // the picker's time
 		n := float64(hops[h].To - hops[h].From)
 		crossings := 0.0
 		if h > 0 {
