@@ -317,6 +317,8 @@ type scratch struct {
 	spent        []time.Duration
 	pickAt       time.Duration
 
+	minLayer float64 // the fastest eligible stage's LayerTime, for Scores.Latency
+
 	reason  []string // per map stage: why it is not eligible ("" if it is)
 	stageOf []int32  // per view node: its eligible stage, or -1
 	avoid   []bool   // per view node
@@ -367,6 +369,7 @@ func (r *Router) put(s *scratch) { s.est = Estimate{}; r.pool.Put(s) }
 // some layer has no eligible holder.
 func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) error {
 	r.startObserve(s)
+	s.minLayer = math.Inf(1)
 	if err := m.Validate(); err != nil {
 		return fmt.Errorf("routing: %w", err)
 	}
@@ -429,6 +432,7 @@ func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) er
 			s.reason[k] = "unscorable"
 			continue
 		}
+		s.minLayer = min(s.minLayer, s.est.LayerTime)
 		s.stageOf[vi] = int32(len(s.view))
 		s.view = append(s.view, vi)
 		s.start = append(s.start, int32(st.Start))
@@ -840,6 +844,7 @@ func (s *scratch) trace(v *View, last int32, L int) ([]Hop, bool) {
 func (r *Router) finish(s *scratch, m *layers.LayerMap, v *View, q *reqInfo, hops []Hop) Path {
 	p := Path{Hops: hops, Epoch: m.Epoch}
 	var t [kinds]float64
+	var u unitSums
 	t[kindLocality] += s.entry[s.hopStage[0]] + s.entry[s.hopStage[len(s.hopStage)-1]]
 	for h, i := range s.hopStage {
 		vi := s.view[i]
@@ -847,6 +852,7 @@ func (r *Router) finish(s *scratch, m *layers.LayerMap, v *View, q *reqInfo, hop
 		r.estimate(&s.est, &v.nodes[vi], st, q, len(v.adj[vi]) > 0)
 		_, by, _ := r.score(&q.req, &s.est, nil) // the picker's time
 		n := float64(hops[h].To - hops[h].From)
+		u.add(&q.req, &s.est, n, s.minLayer, h == len(s.hopStage)-1)
 		crossings := 0.0
 		if h > 0 {
 			crossings++
@@ -863,6 +869,7 @@ func (r *Router) finish(s *scratch, m *layers.LayerMap, v *View, q *reqInfo, hop
 		}
 	}
 	p.Terms = Breakdown{Latency: t[kindLatency], Load: t[kindLoad], Locality: t[kindLocality], Other: t[kindOther]}
+	p.Terms.Scores = u.scores(t[kindLocality], r.cfg.Weights.Locality)
 	p.Cost = t[kindLatency] + t[kindLoad] + t[kindLocality] + t[kindOther]
 	return p
 }
