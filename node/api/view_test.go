@@ -21,7 +21,8 @@ func TestSwarmView(t *testing.T) {
 	c := shared.get(t)
 	// A member's state comes from its heartbeats, so a swarm that just
 	// committed its map may still show a member joining for up to one
-	// heartbeat: read the views until every member reads serving.
+	// heartbeat: read the views until every member reads serving and
+	// every view names the leader.
 	var views []swarmJSON
 	serving := func() bool {
 		views = views[:0]
@@ -37,6 +38,11 @@ func TestSwarmView(t *testing.T) {
 			views = append(views, v)
 		}
 		for _, v := range views {
+			// The leader is polled (WithLeaderPoll): a view may not name
+			// it yet right after the swarm forms.
+			if v.Leader == nil {
+				return false
+			}
 			for _, m := range v.Members {
 				if m.State != "serving" {
 					return false
