@@ -817,19 +817,17 @@ GLOBL shift0and2<>(SB), RODATA|NOPTR, $64
 	VPMADDWD        Z3, Z2, Z2 \
 	VPADDD          Z2, ACC, ACC
 
-// func dotQ4KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+// func dotQ4KRows512(q *byte, rowBytes int, x *int8, xd *float32, bsums *int16, nb int, rows int, out *float32)
+// The dot products of rows ≥ 1 consecutive rows (rowBytes apart) with one
+// activation row, into out[0…rows-1]: one call per matrix slice instead of
+// one per row, and the constants loaded once.
 // Two blocks per iteration: both blocks' scales unpacked at once by
 // shuffles (one block per 128-bit lane), their min sums in one zmm, and
 // the four sums reduced together; the float part, per block in order, is
 // KCOMBINE's operations lane by lane. An odd last block takes the
 // one-block path.
-TEXT ·dotQ4KRow512(SB), NOSPLIT, $32-52
-	MOVQ q+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xd+16(FP), R9
-	MOVQ bsums+24(FP), R10
-	MOVQ nb+32(FP), CX
-	MOVQ tab+40(FP), R11
+TEXT ·dotQ4KRows512(SB), NOSPLIT, $32-64
+	MOVQ q+0(FP), R11
 	ZNIBMASK
 	VMOVDQU64 shift0and4<>(SB), Z20
 	VMOVDQU64 q4kScaleB<>+0(SB), Z21
@@ -844,6 +842,13 @@ TEXT ·dotQ4KRow512(SB), NOSPLIT, $32-52
 	MOVL         $0x30303030, AX
 	VMOVD        AX, X30
 	VPBROADCASTD X30, Y30
+
+zq4krow:
+	MOVQ   R11, SI
+	MOVQ   x+16(FP), DI
+	MOVQ   xd+24(FP), R9
+	MOVQ   bsums+32(FP), R10
+	MOVQ   nb+40(FP), CX
 	VXORPS X10, X10, X10
 	MOVQ CX, R8
 	SHRQ $1, CX
@@ -927,8 +932,14 @@ zq4ktail:
 	KCOMBINE(X0, (R9), X10)
 
 zq4kdone:
+	MOVQ  out+56(FP), AX
+	MOVSS X10, (AX)
+	ADDQ  $4, AX
+	MOVQ  AX, out+56(FP)
+	ADDQ  rowBytes+8(FP), R11
+	DECQ  rows+48(FP)
+	JNZ   zq4krow
 	VZEROUPPER
-	MOVSS X10, ret+48(FP)
 	RET
 
 #define Z4KGROUP2(G, ZP) \
