@@ -46,8 +46,17 @@ func dotQ4KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *flo
 //go:noescape
 func dotQ5KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
+// dotQ6KRows512 is dotQ4KRows512 for Q6_K.
+//
 //go:noescape
-func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+func dotQ6KRows512(q *byte, rowBytes int, x *int8, xd *float32, bsums *int16, nb int, rows int, out *float32)
+
+// dotQ6KRow512 is dotQ6KRows512 for one row.
+func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, _ *float32) float32 {
+	var out float32
+	dotQ6KRows512(q, 0, x, xd, bsums, nb, 1, &out)
+	return out
+}
 
 //go:noescape
 func dotQ6KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
@@ -116,23 +125,32 @@ func packedRowKernel(t DType) rowKernel {
 // packedRowsKernel returns a kernel computing every row of a packed
 // matrix slice (rows, len(out) of them) against one activation row in one
 // call, or nil where type t has none: the per-row call and constant loads
-// are a tenth of a wide Q4_K row's time. Its sums are the row kernel's.
+// are a tenth of a wide Q4_K row's time (Q4_K and Q6_K). Its sums are the row kernel's.
 func packedRowsKernel(t DType) func(out []float32, rows []byte, x *act, cols int) {
-	if t != Q4_K || !useSIMD || !hasAVX2 || !hasF16C || !hasAVX512BW || !useAVX512 {
+	if !useSIMD || !hasAVX2 || !hasF16C || !hasAVX512BW || !useAVX512 {
 		return nil
 	}
-	return q4kRows512
+	switch t {
+	case Q4_K:
+		return kRowsKernel(dotQ4KRows512, 144)
+	case Q6_K:
+		return kRowsKernel(dotQ6KRows512, 210)
+	}
+	return nil
 }
 
-func q4kRows512(out []float32, rows []byte, x *act, cols int) {
-	nb := cols / 256
-	if nb == 0 || len(out) == 0 {
-		return
+// kRowsKernel adapts a many-row kernel to a matrix slice.
+func kRowsKernel(dot func(q *byte, rowBytes int, x *int8, xd *float32, bsums *int16, nb int, rows int, out *float32), blockBytes int) func(out []float32, rows []byte, x *act, cols int) {
+	return func(out []float32, rows []byte, x *act, cols int) {
+		nb := cols / 256
+		if nb == 0 || len(out) == 0 {
+			return
+		}
+		rb := nb * blockBytes
+		_ = rows[len(out)*rb-1]
+		xq, xd, bs := x.kq[:cols], x.kd[:nb], x.kbsums[:cols/16]
+		dot(&rows[0], rb, &xq[0], &xd[0], &bs[0], nb, len(out), &out[0])
 	}
-	rb := nb * 144
-	_ = rows[len(out)*rb-1]
-	xq, xd, bs := x.kq[:cols], x.kd[:nb], x.kbsums[:cols/16]
-	dotQ4KRows512(&rows[0], rb, &xq[0], &xd[0], &bs[0], nb, len(out), &out[0])
 }
 
 // kRowKernel adapts a 256-element row kernel (and its two-row twin, if

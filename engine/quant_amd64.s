@@ -1024,16 +1024,20 @@ zq4k2loop:
 	VMOVDQU64    shift4and2<>(SB), Z20 \
 	VMOVDQU64    shift0and2<>(SB), Z21
 
-// func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
-// As dotQ6KRow: values unsigned (0..63), 32·Σ sc_j·bsum_j subtracted.
-TEXT ·dotQ6KRow512(SB), NOSPLIT, $0-52
-	MOVQ q+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xd+16(FP), R9
-	MOVQ bsums+24(FP), R10
-	MOVQ nb+32(FP), CX
-	MOVQ tab+40(FP), R11
+// func dotQ6KRows512(q *byte, rowBytes int, x *int8, xd *float32, bsums *int16, nb int, rows int, out *float32)
+// As dotQ6KRow, for rows ≥ 1 consecutive rows (rowBytes apart) into
+// out[0…rows-1] (as dotQ4KRows512): values unsigned (0..63),
+// 32·Σ sc_j·bsum_j subtracted.
+TEXT ·dotQ6KRows512(SB), NOSPLIT, $0-64
+	MOVQ q+0(FP), R11
 	Z6KCONSTS
+
+zq6krow:
+	MOVQ   R11, SI
+	MOVQ   x+16(FP), DI
+	MOVQ   xd+24(FP), R9
+	MOVQ   bsums+32(FP), R10
+	MOVQ   nb+40(FP), CX
 	VXORPS X10, X10, X10
 
 zq6kloop:
@@ -1051,8 +1055,14 @@ zq6kloop:
 	ADDQ $32, R10
 	DECQ CX
 	JNZ  zq6kloop
+	MOVQ  out+56(FP), AX
+	MOVSS X10, (AX)
+	ADDQ  $4, AX
+	MOVQ  AX, out+56(FP)
+	ADDQ  rowBytes+8(FP), R11
+	DECQ  rows+48(FP)
+	JNZ   zq6krow
 	VZEROUPPER
-	MOVSS X10, ret+48(FP)
 	RET
 
 #define Z6KQUARTER2(ZU, XOFF, ZP) \
