@@ -124,19 +124,20 @@ func packedRowKernel(t DType) rowKernel {
 
 // packedRowsKernel returns a kernel computing every row of a packed
 // matrix slice (rows, len(out) of them) against one activation row in one
-// call, or nil where type t has none: the per-row call and constant loads
-// are a tenth of a wide Q4_K row's time (Q4_K and Q6_K). Its sums are the row kernel's.
+// call, or nil where type t has none (all but Q4_K and Q6_K): the per-row
+// call and constant loads cost about a tenth of a 2048-wide Q4_K row. Its
+// sums are the row kernel's, so its bits too.
 func packedRowsKernel(t DType) func(out []float32, rows []byte, x *act, cols int) {
 	if !useSIMD || !hasAVX2 || !hasF16C || !hasAVX512BW || !useAVX512 {
 		return nil
 	}
-	switch t {
-	case Q4_K:
-		return kRowsKernel(dotQ4KRows512, 144)
-	case Q6_K:
-		return kRowsKernel(dotQ6KRows512, 210)
-	}
-	return nil
+	return avx512RowsKernels[t]
+}
+
+// avx512RowsKernels are built once: packedRowsKernel runs per matrix call.
+var avx512RowsKernels = map[DType]func(out []float32, rows []byte, x *act, cols int){
+	Q4_K: kRowsKernel(dotQ4KRows512, 144),
+	Q6_K: kRowsKernel(dotQ6KRows512, 210),
 }
 
 // kRowsKernel adapts a many-row kernel to a matrix slice.
