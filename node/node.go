@@ -197,6 +197,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		publish: n.ann.publish, log: n.log}
 	if m.fetch != nil {
 		m.fetch.cons = &n.cons // before anything reads it: consensus starts below
+		m.fetch.uploadRate = cfg.uploadRate
 	}
 	if man != nil {
 		if err := n.serveChunks(man); err != nil {
