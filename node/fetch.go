@@ -167,10 +167,11 @@ func isManifestRequest(req []byte) bool {
 }
 
 // answerManifest answers a manifest request: from the file this node
-// holds, else from its replica of the swarm's state.
+// holds, else from its replica of the swarm's state. An empty fingerprint
+// asks for the manifest of whatever model this node serves (SwarmModel).
 func (n *Node) answerManifest(req []byte) ([]byte, error) {
 	fp := string(req[len(manifestReqMagic):])
-	if fp != n.model.info.Fingerprint {
+	if fp != "" && fp != n.model.info.Fingerprint {
 		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, n.model.info.Fingerprint)
 	}
 	data := n.model.manifest
@@ -206,16 +207,60 @@ func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (mani
 	return manifestAnswer{holds: resp[0]&holdsFile != 0, data: resp[1:]}, nil
 }
 
-// decodeManifest decodes a manifest and checks that it is the model's.
+// decodeManifest decodes a manifest and checks that it is the model's
+// (fp "": any model's).
 func decodeManifest(data []byte, fp string) (*chunks.Manifest, error) {
 	var m chunks.Manifest
 	if err := m.UnmarshalBinary(data); err != nil {
 		return nil, err
 	}
-	if m.Fingerprint != fp {
+	if fp != "" && m.Fingerprint != fp {
 		return nil, fmt.Errorf("%w: manifest of model %.16s, want %.16s", ErrConfig, m.Fingerprint, fp)
 	}
 	return &m, nil
+}
+
+// SwarmModel asks the bootstrap peers, from a throwaway host, which model
+// their swarm serves, and returns its fingerprint: what a node started
+// with a model name it does not hold joins with (WithModelID). Every peer
+// that answers must name the same model.
+func SwarmModel(ctx context.Context, boot []peer.AddrInfo, opts ...swarm.Option) (string, error) {
+	if len(boot) == 0 {
+		return "", fmt.Errorf("%w: no bootstrap peers to ask for the swarm's model", ErrConfig)
+	}
+	h, err := swarm.New(ctx, append([]swarm.Option{swarm.WithListenAddrs("/ip4/127.0.0.1/tcp/0"),
+		swarm.WithDiscovery(false), swarm.WithRelayService(false)}, opts...)...)
+	if err != nil {
+		return "", err
+	}
+	defer h.Close()
+	fp := ""
+	var errs []error
+	for _, b := range boot {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := h.Libp2p().Connect(cctx, b)
+		var a manifestAnswer
+		if err == nil {
+			a, err = askManifest(cctx, h, b.ID, "")
+		}
+		cancel()
+		var m *chunks.Manifest
+		if err == nil {
+			m, err = decodeManifest(a.data, "")
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", shortID(b.ID), err))
+		case fp == "":
+			fp = m.Fingerprint
+		case m.Fingerprint != fp:
+			return "", fmt.Errorf("%w: bootstrap peers serve different models (%.16s, %.16s): name one with --model-id", ErrConfig, fp, m.Fingerprint)
+		}
+	}
+	if fp == "" {
+		return "", fmt.Errorf("%w: no bootstrap peer told the swarm's model: %w", ErrConfig, errors.Join(errs...))
+	}
+	return fp, nil
 }
 
 // fpFile names a file of the model in a directory.

@@ -121,3 +121,22 @@ func TestFetchFromSliceHolderAndMove(t *testing.T) {
 		t.Fatal("the newcomer does not serve its slice in turn")
 	}
 }
+
+// SwarmModel learns the swarm's model from a bootstrap peer, which a
+// joiner by name then joins with; no peer is a config error.
+func TestSwarmModel(t *testing.T) {
+	c := newTestCluster(t, WithChunkSize(chunks.MinChunkSize))
+	founder := c.add(WithDataDir(t.TempDir()))
+	c.waitServing(30*time.Second, founder.ID())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fp, err := SwarmModel(ctx, []peer.AddrInfo{founder.Host().AddrInfo()})
+	if err != nil || fp != founder.Model().Fingerprint || fp == "" {
+		t.Fatalf("swarm model %q, %v; the founder serves %q", fp, err, founder.Model().Fingerprint)
+	}
+	j := c.add(func(c *config) error { c.modelPath, c.modelID, c.dataDir = "", fp, t.TempDir(); return nil })
+	c.waitServing(60*time.Second, founder.ID(), j.ID())
+	if _, err := SwarmModel(ctx, nil); !isConfig(err) {
+		t.Fatalf("no bootstrap peers: %v", err)
+	}
+}
