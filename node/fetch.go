@@ -850,3 +850,36 @@ func (f *fetchState) standIn(threads int) (*model, error) {
 	}
 	return openModel(path, "", layers.Hardware{}, threads)
 }
+
+// SliceFile is a slice of a model that a node fetched, in its data dir.
+type SliceFile struct {
+	Lo, Hi int // layers [Lo, Hi)
+	Path   string
+	Size   int64
+}
+
+// Slices lists the finished slices of model fp under a node's data dir
+// (where a node that joined without the file keeps what it fetched).
+func Slices(dataDir, fp string) ([]SliceFile, error) {
+	dir := filepath.Join(dataDir, "models")
+	matches, err := filepath.Glob(fpFile(dir, fp, "-*-*.gguf"))
+	if err != nil {
+		return nil, err
+	}
+	prefix := filepath.Base(fpFile(dir, fp, ""))
+	var out []SliceFile
+	for _, p := range matches {
+		var s SliceFile
+		rest := strings.TrimPrefix(filepath.Base(p), prefix)
+		if n, err := fmt.Sscanf(rest, "-%d-%d.gguf", &s.Lo, &s.Hi); err != nil || n != 2 || fmt.Sprintf("-%d-%d.gguf", s.Lo, s.Hi) != rest {
+			continue
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		s.Path, s.Size = p, st.Size()
+		out = append(out, s)
+	}
+	return out, nil
+}
