@@ -370,6 +370,12 @@ type fetchState struct {
 
 	uploadRate int64 // bytes/s for serving slice chunks (0: no limit)
 
+	// progressed republishes the node's status, whose heartbeats carry
+	// the fetch's progress to every node; nil: none. Called at most every
+	// progressEvery.
+	progressed func()
+	lastNote   atomic.Int64 // unix ns of the last progressed call
+
 	mu     sync.Mutex
 	inUse  map[string]int // slices being fetched or loaded, by path
 	srv    *chunks.Server // serves the chunks of the last slice made; nil: none yet
@@ -392,6 +398,21 @@ func (f *fetchState) measured(bytes int64, took time.Duration) {
 	if bytes >= f.man.ChunkSize && took > 0 {
 		f.rateBits.Store(math.Float64bits(float64(bytes) / took.Seconds()))
 	}
+}
+
+// progressEvery bounds how often a fetch republishes the node's status.
+const progressEvery = 250 * time.Millisecond
+
+// noteProgress republishes the status, at most every progressEvery.
+func (f *fetchState) noteProgress() {
+	if f.progressed == nil {
+		return
+	}
+	now, last := time.Now().UnixNano(), f.lastNote.Load()
+	if now-last < int64(progressEvery) || !f.lastNote.CompareAndSwap(last, now) {
+		return
+	}
+	f.progressed()
 }
 
 // FetchProgress is a node's fetch of weights from peers.
@@ -676,7 +697,11 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, er
 	defer f.total.Store(0)
 	start := time.Now()
 	f.log.Info("fetch: fetching", zap.Stringer("range", r), zap.Int64("bytes", want), zap.Int("holders", len(holders)))
-	fe := f.fetcher(chunks.WithProgress(func(done, total int64) { f.done.Store(done); f.total.Store(total) }))
+	fe := f.fetcher(chunks.WithProgress(func(done, total int64) {
+		f.done.Store(done)
+		f.total.Store(total)
+		f.noteProgress()
+	}))
 	res, err := chunks.FetchSlice(ctx, fe, r.Start, r.End, holders, path)
 	f.fetched.Add(res.Bytes)
 	if err != nil {

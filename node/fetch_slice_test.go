@@ -140,3 +140,34 @@ func TestSwarmModel(t *testing.T) {
 		t.Fatalf("no bootstrap peers: %v", err)
 	}
 }
+
+// A joiner's fetch progress reaches the other nodes in its heartbeats:
+// the founder sees it while the joiner fetches (uploads capped so that
+// the fetch lasts), and no more once it serves.
+func TestFetchProgressInHeartbeats(t *testing.T) {
+	c := newTestCluster(t, WithMaxLayers(4), WithChunkSize(chunks.MinChunkSize))
+	founder := c.add(WithDataDir(t.TempDir()), WithUploadRate(100_000))
+	j := c.add(byModelID(t, t.TempDir()))
+	seen := func() (done, total int64) {
+		for _, p := range founder.Swarm().Peers {
+			if p.ID == j.ID() && p.Heartbeat != nil {
+				return p.Heartbeat.FetchDone, p.Heartbeat.FetchTotal
+			}
+		}
+		return 0, 0
+	}
+	var done, total int64
+	waitFor(t, 60*time.Second, "the founder hears the joiner's fetch progress", func() bool {
+		done, total = seen()
+		return total > 0
+	})
+	t.Logf("the founder sees the joiner at %d of %d bytes", done, total)
+	if done > total {
+		t.Fatalf("progress %d of %d", done, total)
+	}
+	c.waitServing(60*time.Second, founder.ID(), j.ID())
+	waitFor(t, 30*time.Second, "the progress clears once the joiner serves", func() bool {
+		_, total := seen()
+		return total == 0
+	})
+}

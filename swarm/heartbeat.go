@@ -63,6 +63,7 @@ func (s State) String() string {
 // Section tags of a heartbeat's optional part.
 const (
 	sectionPrefixes uint8 = 1
+	sectionFetch    uint8 = 2
 )
 
 // Flags in a heartbeat.
@@ -103,6 +104,10 @@ type Status struct {
 	// the swarm's load table (version 2).
 	EntryQueue int
 	EntryWait  time.Duration
+	// FetchDone of FetchTotal bytes: the node's fetch of weights from
+	// peers in progress (FetchTotal 0: none), so that every node's view
+	// of the swarm shows who is still fetching.
+	FetchDone, FetchTotal int64
 }
 
 // Heartbeat is one gossiped liveness and load report. Version 1 encodes,
@@ -131,6 +136,8 @@ type Status struct {
 // refused:
 //
 //	tag 1: prefix summary (Status.Prefixes, 1..MaxPrefixLen bytes)
+//	tag 2: fetch progress: u64 bytes done, u64 bytes in all (16 bytes;
+//	       0 <= done <= all, all > 0); only while a fetch is in progress
 //
 // Nothing else may follow. Sections leave older heartbeats decodable and
 // let fields be added without reordering the fixed part.
@@ -172,6 +179,8 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		return nil, fmt.Errorf("%d RTT samples (max %d): %w", len(hb.RTTs), MaxRTTSamples, ErrHeartbeatSchema)
 	case len(hb.Prefixes) > MaxPrefixLen:
 		return nil, fmt.Errorf("prefix summary of %d bytes (max %d): %w", len(hb.Prefixes), MaxPrefixLen, ErrHeartbeatSchema)
+	case hb.FetchTotal < 0 || hb.FetchDone < 0 || hb.FetchDone > hb.FetchTotal:
+		return nil, fmt.Errorf("fetch progress %d of %d: %w", hb.FetchDone, hb.FetchTotal, ErrHeartbeatSchema)
 	}
 	v := byte(1)
 	if hb.EntryQueue != 0 || hb.EntryWait != 0 {
@@ -213,6 +222,12 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		b = append(b, sectionPrefixes)
 		b = binary.BigEndian.AppendUint16(b, uint16(len(hb.Prefixes)))
 		b = append(b, hb.Prefixes...)
+	}
+	if hb.FetchTotal > 0 {
+		b = append(b, sectionFetch)
+		b = binary.BigEndian.AppendUint16(b, 16)
+		b = binary.BigEndian.AppendUint64(b, uint64(hb.FetchDone))
+		b = binary.BigEndian.AppendUint64(b, uint64(hb.FetchTotal))
 	}
 	if len(b) > MaxHeartbeatSize {
 		return nil, fmt.Errorf("%d bytes: %w", len(b), ErrHeartbeatSize)
@@ -309,6 +324,14 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 			d.Fail("prefix summary of %d bytes (max %d)", n, MaxPrefixLen)
 		case tag == sectionPrefixes:
 			hb.Prefixes = string(body)
+		case tag == sectionFetch && n != 16:
+			d.Fail("fetch progress of %d bytes (want 16)", n)
+		case tag == sectionFetch:
+			done, total := int64(binary.BigEndian.Uint64(body)), int64(binary.BigEndian.Uint64(body[8:]))
+			if total <= 0 || done < 0 || done > total {
+				d.Fail("fetch progress %d of %d", done, total)
+			}
+			hb.FetchDone, hb.FetchTotal = done, total
 		default:
 			d.Fail("unknown section %d", tag)
 		}
