@@ -47,13 +47,16 @@ const manifestReqMagic = "SMF1"
 // whole file and serves its chunks; bit 1: it has no file and fetches
 // from peers), the rate in bytes/s it measured on its last fetch (float64
 // bits, big-endian; 0: none yet) and the SHA-256 of the manifest it holds
-// or serves under (zero: none).
+// or serves under (zero: none). Bit 2 of the flags: it serves the chunks
+// of the slice it fetched (see chunks.SliceReader); a fetcher asks it
+// first and the file's holders for what it lacks.
 const infoReqMagic = "SMI1"
 
 const (
-	holdsFile = 1
-	fetches   = 2
-	infoLen   = 1 + 8 + sha256.Size
+	holdsFile  = 1
+	fetches    = 2
+	holdsSlice = 4
+	infoLen    = 1 + 8 + sha256.Size
 )
 
 func isInfoRequest(req []byte) bool { return string(req) == infoReqMagic }
@@ -61,6 +64,7 @@ func isInfoRequest(req []byte) bool { return string(req) == infoReqMagic }
 // nodeInfo is one node's answer to an info request.
 type nodeInfo struct {
 	holds, fetches bool
+	slice          bool // serves the chunks of a slice
 	rate           float64
 	manifest       [sha256.Size]byte
 }
@@ -70,6 +74,9 @@ func (n *Node) answerInfo() []byte {
 	switch {
 	case n.model.fetch != nil:
 		b[0] = fetches
+		if n.model.fetch.serving.Load() {
+			b[0] |= holdsSlice
+		}
 		binary.BigEndian.PutUint64(b[1:], math.Float64bits(n.model.fetch.rate()))
 	case n.chunks != nil:
 		b[0] = holdsFile
@@ -89,7 +96,7 @@ func askInfo(ctx context.Context, h *swarm.Host, p peer.ID) (nodeInfo, error) {
 	if len(resp) != infoLen {
 		return nodeInfo{}, fmt.Errorf("%w: info answer of %d bytes", ErrBadFrame, len(resp))
 	}
-	in := nodeInfo{holds: resp[0]&holdsFile != 0, fetches: resp[0]&fetches != 0,
+	in := nodeInfo{holds: resp[0]&holdsFile != 0, fetches: resp[0]&fetches != 0, slice: resp[0]&holdsSlice != 0,
 		rate: math.Float64frombits(binary.BigEndian.Uint64(resp[1:]))}
 	copy(in.manifest[:], resp[9:])
 	if !(in.rate >= 0) || math.IsInf(in.rate, 0) {
@@ -160,10 +167,11 @@ func isManifestRequest(req []byte) bool {
 }
 
 // answerManifest answers a manifest request: from the file this node
-// holds, else from its replica of the swarm's state.
+// holds, else from its replica of the swarm's state. An empty fingerprint
+// asks for the manifest of whatever model this node serves (SwarmModel).
 func (n *Node) answerManifest(req []byte) ([]byte, error) {
 	fp := string(req[len(manifestReqMagic):])
-	if fp != n.model.info.Fingerprint {
+	if fp != "" && fp != n.model.info.Fingerprint {
 		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, n.model.info.Fingerprint)
 	}
 	data := n.model.manifest
@@ -199,16 +207,60 @@ func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (mani
 	return manifestAnswer{holds: resp[0]&holdsFile != 0, data: resp[1:]}, nil
 }
 
-// decodeManifest decodes a manifest and checks that it is the model's.
+// decodeManifest decodes a manifest and checks that it is the model's
+// (fp "": any model's).
 func decodeManifest(data []byte, fp string) (*chunks.Manifest, error) {
 	var m chunks.Manifest
 	if err := m.UnmarshalBinary(data); err != nil {
 		return nil, err
 	}
-	if m.Fingerprint != fp {
+	if fp != "" && m.Fingerprint != fp {
 		return nil, fmt.Errorf("%w: manifest of model %.16s, want %.16s", ErrConfig, m.Fingerprint, fp)
 	}
 	return &m, nil
+}
+
+// SwarmModel asks the bootstrap peers, from a throwaway host, which model
+// their swarm serves, and returns its fingerprint: what a node started
+// with a model name it does not hold joins with (WithModelID). Every peer
+// that answers must name the same model.
+func SwarmModel(ctx context.Context, boot []peer.AddrInfo, opts ...swarm.Option) (string, error) {
+	if len(boot) == 0 {
+		return "", fmt.Errorf("%w: no bootstrap peers to ask for the swarm's model", ErrConfig)
+	}
+	h, err := swarm.New(ctx, append([]swarm.Option{swarm.WithListenAddrs("/ip4/127.0.0.1/tcp/0"),
+		swarm.WithDiscovery(false), swarm.WithRelayService(false)}, opts...)...)
+	if err != nil {
+		return "", err
+	}
+	defer h.Close()
+	fp := ""
+	var errs []error
+	for _, b := range boot {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := h.Libp2p().Connect(cctx, b)
+		var a manifestAnswer
+		if err == nil {
+			a, err = askManifest(cctx, h, b.ID, "")
+		}
+		cancel()
+		var m *chunks.Manifest
+		if err == nil {
+			m, err = decodeManifest(a.data, "")
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", shortID(b.ID), err))
+		case fp == "":
+			fp = m.Fingerprint
+		case m.Fingerprint != fp:
+			return "", fmt.Errorf("%w: bootstrap peers serve different models (%.16s, %.16s): name one with --model-id", ErrConfig, fp, m.Fingerprint)
+		}
+	}
+	if fp == "" {
+		return "", fmt.Errorf("%w: no bootstrap peer told the swarm's model: %w", ErrConfig, errors.Join(errs...))
+	}
+	return fp, nil
 }
 
 // fpFile names a file of the model in a directory.
@@ -293,6 +345,9 @@ func (n *Node) closeChunks() {
 	if n.chunks != nil {
 		n.chunks.Close()
 	}
+	if f := n.model.fetch; f != nil {
+		f.closeServer()
+	}
 	if n.chunkFile != nil {
 		n.chunkFile.Close()
 	}
@@ -313,11 +368,24 @@ type fetchState struct {
 
 	shape engine.HParams // the model's, for a stand-in to measure on
 
-	mu    sync.Mutex
-	inUse map[string]int // slices being fetched or loaded, by path
+	uploadRate int64 // bytes/s for serving slice chunks (0: no limit)
+
+	// progressed republishes the node's status, whose heartbeats carry
+	// the fetch's progress to every node; nil: none. Called at most every
+	// progressEvery.
+	progressed func()
+	lastNote   atomic.Int64 // unix ns of the last progressed call
+
+	mu     sync.Mutex
+	inUse  map[string]int // slices being fetched or loaded, by path
+	srv    *chunks.Server // serves the chunks of the last slice made; nil: none yet
+	closed bool
+	// serving is whether srv serves a slice (answered in info requests).
+	serving atomic.Bool
 
 	done, total atomic.Int64  // the fetch in progress (total 0: none)
 	fetched     atomic.Int64  // bytes fetched over the node's life
+	reused      atomic.Int64  // bytes copied from older slices instead
 	dropped     atomic.Int64  // holders dropped (lying, stalling) over its life
 	rateBits    atomic.Uint64 // bytes/s of the last fetch, as float64 bits
 }
@@ -330,6 +398,21 @@ func (f *fetchState) measured(bytes int64, took time.Duration) {
 	if bytes >= f.man.ChunkSize && took > 0 {
 		f.rateBits.Store(math.Float64bits(float64(bytes) / took.Seconds()))
 	}
+}
+
+// progressEvery bounds how often a fetch republishes the node's status.
+const progressEvery = 250 * time.Millisecond
+
+// noteProgress republishes the status, at most every progressEvery.
+func (f *fetchState) noteProgress() {
+	if f.progressed == nil {
+		return
+	}
+	now, last := time.Now().UnixNano(), f.lastNote.Load()
+	if now-last < int64(progressEvery) || !f.lastNote.CompareAndSwap(last, now) {
+		return
+	}
+	f.progressed()
 }
 
 // FetchProgress is a node's fetch of weights from peers.
@@ -379,24 +462,83 @@ func (f *fetchState) candidates() []peer.ID {
 }
 
 // holders asks the candidates, in parallel, which of them serve the
-// file's chunks under the same manifest.
+// file's chunks, or a slice's, under the same manifest. Slice holders come
+// first: they spare the file's holders, and lack the rest anyway.
 func (f *fetchState) holders(ctx context.Context) []peer.ID {
 	cands := f.candidates()
 	want := sha256.Sum256(f.data)
-	ok := make([]bool, len(cands))
+	kind := make([]int, len(cands)) // 0: none, 1: a slice, 2: the file
 	var wg sync.WaitGroup
 	for i, p := range cands {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, f.stall)
 			defer cancel()
 			in, err := askInfo(cctx, f.host, p)
-			ok[i] = err == nil && in.holds && in.manifest == want
+			switch {
+			case err != nil || in.manifest != want:
+			case in.holds:
+				kind[i] = 2
+			case in.slice:
+				kind[i] = 1
+			}
 		})
 	}
 	wg.Wait()
 	var out []peer.ID
-	for i, p := range cands {
-		if ok[i] {
+	for _, k := range []int{1, 2} {
+		for i, p := range cands {
+			if kind[i] == k {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// serveSlice serves the chunks of the slice at path from now on, in place
+// of the last one.
+func (f *fetchState) serveSlice(path string) {
+	sl, err := chunks.OpenSlice(f.man, path)
+	if err != nil {
+		f.log.Warn("fetch: slice not served to peers", zap.String("file", path), zap.Error(err))
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		sl.Close()
+		return
+	}
+	if f.srv == nil {
+		f.srv = chunks.NewServer(f.host.Libp2p(), chunks.WithUploadRate(f.uploadRate))
+	}
+	if err := f.srv.ServeSlice(sl); err != nil {
+		sl.Close()
+		f.log.Warn("fetch: slice not served to peers", zap.String("file", path), zap.Error(err))
+		return
+	}
+	f.serving.Store(true)
+	lo, hi := sl.Range()
+	f.log.Info("fetch: serving the slice's chunks to peers", zap.Int("lo", lo), zap.Int("hi", hi), zap.Int("chunks", len(sl.Chunks())))
+}
+
+func (f *fetchState) closeServer() {
+	f.mu.Lock()
+	srv := f.srv
+	f.closed = true
+	f.mu.Unlock()
+	f.serving.Store(false)
+	if srv != nil {
+		srv.Close()
+	}
+}
+
+// oldSlices is the complete slices of other ranges on disk.
+func (f *fetchState) oldSlices(r layers.Range) []string {
+	matches, _ := filepath.Glob(fpFile(f.dir, f.man.Fingerprint, "-*-*.gguf"))
+	var out []string
+	for _, p := range matches {
+		if p != f.slicePath(r) {
 			out = append(out, p)
 		}
 	}
@@ -485,7 +627,7 @@ func (f *fetchState) prune(keep layers.Range) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range matches {
-		base := strings.TrimSuffix(p, chunks.PartSuffix)
+		base := strings.TrimSuffix(strings.TrimSuffix(p, chunks.PartSuffix), chunks.EdgesSuffix)
 		if !strings.HasSuffix(base, ".gguf") || base == kp || f.inUse[base] > 0 {
 			continue // a slice being written, the one kept, or one in use
 		}
@@ -508,6 +650,7 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, er
 	}()
 	switch err := chunks.CheckSlice(f.man, r.Start, r.End, path); {
 	case err == nil:
+		f.serveSlice(path)
 		return path, nil // fetched before (a restart)
 	case !errors.Is(err, os.ErrNotExist):
 		f.log.Warn("fetch: slice on disk is not the one needed; fetching it again", zap.String("file", path), zap.Error(err))
@@ -539,12 +682,26 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, er
 	if err := f.seedPart(path + chunks.PartSuffix); err != nil {
 		f.log.Warn("fetch: header chunks not reused", zap.Error(err))
 	}
+	// A node moved to a new range has the chunks the two ranges share.
+	f.mu.Lock() // prune holds it: the old slices stay while they are read
+	reused, err := chunks.ReuseSlices(f.man, r.Start, r.End, path, f.oldSlices(r))
+	f.mu.Unlock()
+	if err != nil {
+		f.log.Warn("fetch: chunks of older slices not reused", zap.Error(err))
+	} else if reused > 0 {
+		f.reused.Add(reused)
+		f.log.Info("fetch: chunks reused from older slices", zap.Stringer("range", r), zap.Int64("bytes", reused))
+	}
 	f.done.Store(0)
 	f.total.Store(want)
 	defer f.total.Store(0)
 	start := time.Now()
 	f.log.Info("fetch: fetching", zap.Stringer("range", r), zap.Int64("bytes", want), zap.Int("holders", len(holders)))
-	fe := f.fetcher(chunks.WithProgress(func(done, total int64) { f.done.Store(done); f.total.Store(total) }))
+	fe := f.fetcher(chunks.WithProgress(func(done, total int64) {
+		f.done.Store(done)
+		f.total.Store(total)
+		f.noteProgress()
+	}))
 	res, err := chunks.FetchSlice(ctx, fe, r.Start, r.End, holders, path)
 	f.fetched.Add(res.Bytes)
 	if err != nil {
@@ -552,6 +709,7 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, er
 	}
 	took := time.Since(start)
 	f.measured(res.Bytes, took)
+	f.serveSlice(path)
 	f.log.Info("fetch: slice ready", zap.Stringer("range", r), zap.Int64("fetched", res.Bytes),
 		zap.Int("dropped", len(res.Dropped)), zap.Duration("took", took.Round(time.Millisecond)),
 		zap.Float64("mb_per_s", float64(res.Bytes)/1e6/max(took.Seconds(), 1e-9)))
@@ -716,4 +874,37 @@ func (f *fetchState) standIn(threads int) (*model, error) {
 		}
 	}
 	return openModel(path, "", layers.Hardware{}, threads)
+}
+
+// SliceFile is a slice of a model that a node fetched, in its data dir.
+type SliceFile struct {
+	Lo, Hi int // layers [Lo, Hi)
+	Path   string
+	Size   int64
+}
+
+// Slices lists the finished slices of model fp under a node's data dir
+// (where a node that joined without the file keeps what it fetched).
+func Slices(dataDir, fp string) ([]SliceFile, error) {
+	dir := filepath.Join(dataDir, "models")
+	matches, err := filepath.Glob(fpFile(dir, fp, "-*-*.gguf"))
+	if err != nil {
+		return nil, err
+	}
+	prefix := filepath.Base(fpFile(dir, fp, ""))
+	var out []SliceFile
+	for _, p := range matches {
+		var s SliceFile
+		rest := strings.TrimPrefix(filepath.Base(p), prefix)
+		if n, err := fmt.Sscanf(rest, "-%d-%d.gguf", &s.Lo, &s.Hi); err != nil || n != 2 || fmt.Sprintf("-%d-%d.gguf", s.Lo, s.Hi) != rest {
+			continue
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		s.Path, s.Size = p, st.Size()
+		out = append(out, s)
+	}
+	return out, nil
 }

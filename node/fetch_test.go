@@ -250,6 +250,8 @@ func TestPruneSlices(t *testing.T) {
 		f.slicePath(r(0, 4)):                        true, // kept
 		f.slicePath(r(4, 8)):                        false,
 		f.slicePath(r(2, 6)) + chunks.PartSuffix:    false,
+		f.slicePath(r(4, 8)) + chunks.EdgesSuffix:   false,
+		f.slicePath(r(0, 4)) + chunks.EdgesSuffix:   true, // the kept slice's
 		f.slicePath(r(0, 2)):                        true, // in use
 		f.slicePath(r(0, 8)) + ".tmp123":            true, // being written
 		fpFile(dir, f.man.Fingerprint, ".header"):   true,

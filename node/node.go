@@ -198,6 +198,10 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		publish: n.ann.publish, log: n.log}
 	if m.fetch != nil {
 		m.fetch.cons = &n.cons // before anything reads it: consensus starts below
+		m.fetch.uploadRate = cfg.uploadRate
+		f := m.fetch
+		n.ann.fetch = func() (int64, int64) { return f.done.Load(), f.total.Load() }
+		f.progressed = n.ann.publish
 	}
 	if man != nil {
 		if err := n.serveChunks(man); err != nil {

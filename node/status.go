@@ -37,6 +37,9 @@ type announcer struct {
 	// queue is the entry queue's length and oldest wait (the load
 	// table's fields); nil until wired.
 	queue func() (int, time.Duration)
+	// fetch is the node's fetch of weights in progress (fetch.go); nil:
+	// it holds the file.
+	fetch func() (done, total int64)
 
 	notice   atomic.Pointer[layers.LayerMap]
 	loading  atomic.Int32 // warmups in progress
@@ -130,6 +133,11 @@ func (a *announcer) publish() {
 	}
 	if a.queue != nil {
 		s.EntryQueue, s.EntryWait = a.queue()
+	}
+	if a.fetch != nil {
+		if done, total := a.fetch(); total > 0 {
+			s.FetchDone, s.FetchTotal = min(done, total), total
+		}
 	}
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))

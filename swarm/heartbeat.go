@@ -57,6 +57,7 @@ func (s State) String() string {
 const (
 	sectionPrefixes uint8 = 1
 	sectionQueue    uint8 = 2
+	sectionFetch    uint8 = 3
 )
 
 // Flags in a heartbeat.
@@ -97,6 +98,10 @@ type Status struct {
 	// the swarm's load table (section 2, sent while either is non-zero).
 	EntryQueue int
 	EntryWait  time.Duration
+	// FetchDone of FetchTotal bytes: the node's fetch of weights from
+	// peers in progress (FetchTotal 0: none), so that every node's view
+	// of the swarm shows who is still fetching.
+	FetchDone, FetchTotal int64
 }
 
 // Heartbeat is one gossiped liveness and load report. Version 1 encodes,
@@ -121,6 +126,8 @@ type Status struct {
 //	tag 1: prefix summary (Status.Prefixes, 1..MaxPrefixLen bytes)
 //	tag 2: entry queue: u32 length, i64 the oldest's wait in ns (>= 0;
 //	       not both zero: an empty queue sends no section)
+//	tag 3: fetch progress: u64 bytes done, u64 bytes in all (16 bytes;
+//	       0 <= done <= all, all > 0); only while a fetch is in progress
 //
 // Nothing else may follow. Sections leave older heartbeats decodable and
 // let fields be added without reordering the fixed part.
@@ -161,6 +168,8 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		return nil, fmt.Errorf("prefix summary of %d bytes (max %d): %w", len(hb.Prefixes), MaxPrefixLen, ErrHeartbeatSchema)
 	case hb.EntryQueue < 0 || uint64(hb.EntryQueue) > math.MaxUint32 || hb.EntryWait < 0:
 		return nil, fmt.Errorf("entry queue %d / wait %v: %w", hb.EntryQueue, hb.EntryWait, ErrHeartbeatSchema)
+	case hb.FetchTotal < 0 || hb.FetchDone < 0 || hb.FetchDone > hb.FetchTotal:
+		return nil, fmt.Errorf("fetch progress %d of %d: %w", hb.FetchDone, hb.FetchTotal, ErrHeartbeatSchema)
 	}
 	b := make([]byte, 0, 128+len(hb.RTTs)*(maxIDLen+5))
 	b = append(b, HeartbeatVersion, byte(len(id)))
@@ -200,6 +209,12 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		b = binary.BigEndian.AppendUint16(b, 12)
 		b = binary.BigEndian.AppendUint32(b, uint32(hb.EntryQueue))
 		b = binary.BigEndian.AppendUint64(b, uint64(hb.EntryWait))
+	}
+	if hb.FetchTotal > 0 {
+		b = append(b, sectionFetch)
+		b = binary.BigEndian.AppendUint16(b, 16)
+		b = binary.BigEndian.AppendUint64(b, uint64(hb.FetchDone))
+		b = binary.BigEndian.AppendUint64(b, uint64(hb.FetchTotal))
 	}
 	if len(b) > MaxHeartbeatSize {
 		return nil, fmt.Errorf("%d bytes: %w", len(b), ErrHeartbeatSize)
@@ -294,6 +309,14 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 				d.Fail("an empty entry queue section (none is sent)")
 			}
 			hb.EntryQueue, hb.EntryWait = int(q), time.Duration(w)
+		case tag == sectionFetch && n != 16:
+			d.Fail("fetch progress of %d bytes (want 16)", n)
+		case tag == sectionFetch:
+			done, total := int64(binary.BigEndian.Uint64(body)), int64(binary.BigEndian.Uint64(body[8:]))
+			if total <= 0 || done < 0 || done > total {
+				d.Fail("fetch progress %d of %d", done, total)
+			}
+			hb.FetchDone, hb.FetchTotal = done, total
 		default:
 			d.Fail("unknown section %d", tag)
 		}

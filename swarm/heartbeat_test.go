@@ -3,6 +3,7 @@ package swarm
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -231,4 +232,49 @@ func FuzzHeartbeatDecoder(f *testing.F) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", in, out)
 		}
 	})
+}
+
+// The fetch progress section round-trips, goes out only while a fetch is
+// in progress, and is checked: 16 bytes, done within a positive total.
+func TestHeartbeatFetchSection(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	plain, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb.FetchDone, hb.FetchTotal = 3<<20, 40<<20
+	data, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != len(plain)+3+16 {
+		t.Fatalf("%d bytes with the fetch section, %d without", len(data), len(plain))
+	}
+	got, err := DecodeHeartbeat(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.FetchDone != hb.FetchDone || got.FetchTotal != hb.FetchTotal || got.Prefixes != hb.Prefixes {
+		t.Fatalf("fetch %d of %d (prefixes %q), want %d of %d", got.FetchDone, got.FetchTotal, got.Prefixes, hb.FetchDone, hb.FetchTotal)
+	}
+	section := func(done, total uint64, n uint16) []byte {
+		b := append(bytes.Clone(plain), sectionFetch)
+		b = binary.BigEndian.AppendUint16(b, n)
+		b = binary.BigEndian.AppendUint64(b, done)
+		return binary.BigEndian.AppendUint64(b, total)[:len(plain)+3+int(min(n, 16))]
+	}
+	for name, b := range map[string][]byte{
+		"done > total": section(5, 4, 16),
+		"total 0":      section(0, 0, 16),
+		"negative":     section(1<<63, 1<<63, 16),
+		"short":        section(1, 2, 8),
+	} {
+		if _, err := DecodeHeartbeat(b); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	hb.FetchDone = hb.FetchTotal + 1
+	if _, err := hb.MarshalBinary(); !errors.Is(err, ErrHeartbeatSchema) {
+		t.Fatalf("done past total encoded: %v", err)
+	}
 }

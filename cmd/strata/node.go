@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/store"
 	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/node/api"
 	"github.com/stratanet/strata/node/config"
@@ -52,7 +54,10 @@ full multiaddrs (with /p2p/ID) at start; give one of them to other nodes as
 
 --model serves a GGUF file with the real engine (a path, a name in the model
 store, or an hf://… reference pulled into it if missing; see strata model
-pull): at the first start the node
+pull). A store name (OWNER/REPO:QUANT) the store lacks, with --bootstrap,
+joins the model the bootstrap peers serve by its identity, as --model-id
+does; the store notes the name's fingerprint (a later join checks it) and
+strata model list shows the slices fetched. At the first start the node
 measures one layer (cached in the data dir) to declare its speed, unless --gpu
 declares a device. --model-id FINGERPRINT joins with the model's identity
 only (strata model inspect prints it; the founder's log too): the node learns
@@ -84,16 +89,29 @@ Without a model it runs the networking only and logs its peer table.`,
 		if err != nil {
 			return err
 		}
-		if cfg.Model != "" {
-			if cfg.Model, err = resolveModel(cmd, cfg.Model); err != nil {
-				return fmt.Errorf("--model: %w", err)
-			}
-		}
 		log, err := cfg.Logger()
 		if err != nil {
 			return err
 		}
 		defer log.Sync() //nolint:errcheck
+		if cfg.Model != "" {
+			path, err := resolveModel(cmd, cfg.Model)
+			switch {
+			case err == nil:
+				cfg.Model = path
+			case errors.Is(err, store.ErrNotFound) && joinableName(cfg.Model) && len(cfg.Bootstrap) > 0:
+				// Not held: join by the model's identity and fetch the layers.
+				fp, jerr := joinByName(cmd, cfg, log)
+				if jerr != nil {
+					return fmt.Errorf("--model %s: not in the model store, and joining by it failed: %w", cfg.Model, jerr)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s is not in the model store: joining the swarm's model %.16s and fetching the layers placed here into %s\n",
+					cfg.Model, fp, filepath.Join(cfg.DataDir, "models"))
+				cfg.Model, cfg.ModelID = "", fp
+			default:
+				return fmt.Errorf("--model: %w", err)
+			}
+		}
 		// The first signal drains; the second (see runServingNode) exits.
 		sigs := make(chan os.Signal, 2)
 		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)

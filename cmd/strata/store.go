@@ -1,13 +1,22 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/engine/store"
+	"github.com/stratanet/strata/node"
+	"github.com/stratanet/strata/node/config"
+	"github.com/stratanet/strata/swarm"
 )
 
 const storeHelp = `Models go to the local store, $STRATA_HOME/models (default: strata/models
@@ -101,9 +110,16 @@ func newModelListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if len(list) == 0 {
+			remote, err := s.ListRemote()
+			if err != nil {
+				return err
+			}
+			if len(list) == 0 && len(remote) == 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "no models in %s (strata model pull REF adds one)\n", s.Dir())
 				return nil
+			}
+			if len(list) == 0 {
+				return listRemote(cmd, remote)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			last := "PATH"
@@ -120,7 +136,11 @@ func newModelListCmd() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Name, store.HumanBytes(e.Size()), len(e.Parts), e.Pulled.Local().Format(time.DateTime), col)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil || len(remote) == 0 {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return listRemote(cmd, remote)
 		},
 	}
 	cmd.Flags().BoolVar(&paths, "paths", false, "print each model's local file instead of its source")
@@ -139,6 +159,13 @@ func newModelRmCmd() *cobra.Command {
 			}
 			for _, n := range args {
 				e, err := s.Remove(cmd.Context(), n)
+				if errors.Is(err, store.ErrNotFound) {
+					r, rerr := s.ForgetRemote(cmd.Context(), n)
+					if rerr == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "forgot %s (its slices stay in %s)\n", r.Name, r.Dir)
+						continue
+					}
+				}
 				if err != nil {
 					return err
 				}
@@ -147,4 +174,86 @@ func newModelRmCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// listRemote prints the models nodes joined by name without their file,
+// with the slices they fetched (partial ranges).
+func listRemote(cmd *cobra.Command, remote []store.Remote) error {
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "JOINED WITHOUT THE FILE\tFINGERPRINT\tSLICES (PARTIAL RANGES)\tSIZE\tDATA DIR\n")
+	for _, r := range remote {
+		sl, _ := node.Slices(r.Dir, r.Fingerprint)
+		var ranges []string
+		var size int64
+		for _, s := range sl {
+			ranges = append(ranges, fmt.Sprintf("[%d,%d)", s.Lo, s.Hi))
+			size += s.Size
+		}
+		col := strings.Join(ranges, " ")
+		if col == "" {
+			col = "none yet"
+		}
+		fp := r.Fingerprint
+		if len(fp) > 16 {
+			fp = fp[:16]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, fp, col, store.HumanBytes(size), r.Dir)
+	}
+	return tw.Flush()
+}
+
+// joinableName reports whether a --model value the store lacks names a
+// model a node may join without its file: a store name (OWNER/REPO:QUANT,
+// hf://…), not a URL or a path.
+func joinableName(model string) bool {
+	if _, err := store.ParseRef(model); err != nil {
+		return false
+	}
+	l := strings.ToLower(model)
+	return !strings.HasPrefix(l, "http://") && !strings.HasPrefix(l, "https://")
+}
+
+// joinByName learns the fingerprint of the model the bootstrap peers
+// serve, checks it against the one the store noted for the name at an
+// earlier join, and notes it (with the data dir the slices go to).
+func joinByName(cmd *cobra.Command, cfg config.Config, log *zap.Logger) (string, error) {
+	opts, err := cfg.SwarmOptions(log.Named("probe"))
+	if err != nil {
+		return "", err
+	}
+	// A throwaway host: no identity of the node's, no port of its own.
+	opts = append(opts, swarm.WithDataDir(""), swarm.WithListenAddrs("/ip4/127.0.0.1/tcp/0"), swarm.WithDiscovery(false),
+		swarm.WithRelayService(false))
+	boot := make([]peer.AddrInfo, 0, len(cfg.Bootstrap))
+	for _, a := range cfg.Bootstrap {
+		ai, err := peer.AddrInfoFromString(a)
+		if err != nil {
+			return "", fmt.Errorf("bootstrap %q: %w", a, err)
+		}
+		boot = append(boot, *ai)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+	defer cancel()
+	fp, err := node.SwarmModel(ctx, boot, opts...)
+	if err != nil {
+		return "", err
+	}
+	s, err := openStore()
+	if err != nil {
+		return "", err
+	}
+	switch r, err := s.LookupRemote(cfg.Model); {
+	case err == nil && r.Fingerprint != fp:
+		return "", fmt.Errorf("the swarm serves model %.16s, but %s was model %.16s when this store last joined it: name the model with --model-id, or strata model rm %s", fp, r.Name, r.Fingerprint, r.Name)
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return "", err
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return "", err
+	}
+	if err := s.NoteRemote(cmd.Context(), store.Remote{Name: cfg.Model, Fingerprint: fp, Dir: dir}); err != nil {
+		return "", err
+	}
+	return fp, nil
 }

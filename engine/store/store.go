@@ -70,6 +70,9 @@ func (e Entry) Size() int64 {
 type index struct {
 	Version int     `json:"version"`
 	Models  []Entry `json:"models"`
+	// Remote is the models a node joined by name without their file
+	// (see Remote).
+	Remote []Remote `json:"remote,omitempty"`
 }
 
 // DefaultDir is the store's directory: $STRATA_HOME/models, or

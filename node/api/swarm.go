@@ -81,8 +81,9 @@ type (
 		Committed    *layers.Range           `json:"committed_range"`
 		Pending      *layers.Range           `json:"pending_range"`
 		Load         *loadJSON               `json:"load"`
-		// Fetch is the answering node's fetch of weights from peers
-		// (only for itself, and only when it has no model file).
+		// Fetch is a member's fetch of weights from peers: the answering
+		// node's own in full; another's, from its heartbeats, only while
+		// it fetches (done and total bytes).
 		Fetch *fetchJSON `json:"fetch,omitempty"`
 	}
 	fetchJSON struct {
@@ -220,6 +221,9 @@ func (s *Server) swarmView() swarmJSON {
 				QueueDepth: hb.QueueDepth, ActiveSessions: hb.ActiveSessions, FreeKV: hb.FreeKV,
 				LayerLatencyMs: ms(hb.LayerLatency), Region: hb.Region, AgeMs: ms(now.Sub(p.HeardAt)),
 				EntryQueue: hb.EntryQueue, EntryWaitMs: ms(hb.EntryWait)}
+			if hb.FetchTotal > 0 {
+				m.Fetch = &fetchJSON{DoneBytes: hb.FetchDone, TotalBytes: hb.FetchTotal}
+			}
 		}
 	}
 	for id, m := range byID {

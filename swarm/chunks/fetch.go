@@ -100,6 +100,8 @@ type run struct {
 	left    int // chunks not yet delivered
 	workers map[peer.ID]int
 	dropped map[peer.ID]error
+	lacks   map[peer.ID]map[int]bool // chunks a holder said it has not (a slice holder)
+	flying  map[int]int              // chunks in flight, by index
 	res     Result
 	err     error // first sink error
 	open    map[network.Stream]struct{}
@@ -122,6 +124,7 @@ func (f *Fetcher) Fetch(ctx context.Context, chunks []int, holders []peer.ID, si
 	}
 	r := &run{f: f, ctx: ctx, sink: sink, total: f.m.Bytes(chunks), queue: chunks, left: len(chunks),
 		workers: map[peer.ID]int{}, dropped: map[peer.ID]error{}, open: map[network.Stream]struct{}{},
+		lacks: map[peer.ID]map[int]bool{}, flying: map[int]int{},
 		res: Result{PerPeer: map[peer.ID]int64{}, Dropped: map[peer.ID]error{}}}
 	r.cond = sync.NewCond(&r.mu)
 	if len(chunks) == 0 {
@@ -180,19 +183,54 @@ func (r *run) take(p peer.ID) (int, bool) {
 		if r.left == 0 || r.err != nil || r.ctx.Err() != nil || r.dropped[p] != nil {
 			return 0, false
 		}
-		if len(r.queue) > 0 {
-			i := r.queue[0]
-			r.queue = r.queue[1:]
-			return i, true
+		lacks := r.lacks[p]
+		for k, i := range r.queue {
+			if !lacks[i] {
+				r.queue = append(r.queue[:k], r.queue[k+1:]...)
+				r.flying[i]++
+				return i, true
+			}
 		}
-		// In flight elsewhere: wait, in case it comes back.
+		// A chunk in flight elsewhere may come back; if p has none of
+		// those either, it has nothing more to give.
+		wait := false
+		for i := range r.flying {
+			if !lacks[i] {
+				wait = true
+				break
+			}
+		}
+		if !wait {
+			return 0, false
+		}
 		r.cond.Wait()
+	}
+}
+
+// lack puts chunk i back, noting that p does not hold it.
+func (r *run) lack(p peer.ID, i int) {
+	r.mu.Lock()
+	r.land(i)
+	r.queue = append(r.queue, i)
+	if r.lacks[p] == nil {
+		r.lacks[p] = map[int]bool{}
+	}
+	r.lacks[p][i] = true
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+// land notes that chunk i is no longer in flight (r.mu held).
+func (r *run) land(i int) {
+	if r.flying[i]--; r.flying[i] <= 0 {
+		delete(r.flying, i)
 	}
 }
 
 // fail puts chunk i back; with drop, the holder is dropped for err.
 func (r *run) fail(p peer.ID, i int, err error, drop bool) {
 	r.mu.Lock()
+	r.land(i)
 	r.queue = append(r.queue, i)
 	r.workers[p]--
 	first := false
@@ -207,8 +245,9 @@ func (r *run) fail(p peer.ID, i int, err error, drop bool) {
 	}
 }
 
-func (r *run) done(p peer.ID, n int64, sinkErr error) {
+func (r *run) done(p peer.ID, i int, n int64, sinkErr error) {
 	r.mu.Lock()
+	r.land(i)
 	if sinkErr != nil {
 		if r.err == nil {
 			r.err = sinkErr
@@ -275,6 +314,10 @@ func (r *run) work(p peer.ID) {
 		if err == nil && !r.f.m.Verify(i, data) {
 			err = fmt.Errorf("%w: chunk %d", ErrBadChunk, i)
 		}
+		if errors.Is(err, errLacks) && r.ctx.Err() == nil {
+			r.lack(p, i) // a slice holder: the stream goes on with another chunk
+			continue
+		}
 		if err != nil {
 			if r.ctx.Err() != nil {
 				err = r.ctx.Err()
@@ -283,7 +326,7 @@ func (r *run) work(p peer.ID) {
 			r.fail(p, i, err, !errors.Is(err, errBusy))
 			return
 		}
-		r.done(p, n, r.sink(i, data))
+		r.done(p, i, n, r.sink(i, data))
 	}
 }
 
@@ -307,6 +350,10 @@ func (r *run) openStream(p peer.ID) (network.Stream, error) {
 // errBusy marks a busy answer (wrapped in ErrUnavailable).
 var errBusy = errors.New("busy")
 
+// errLacks marks a "no such chunk" answer (wrapped in ErrUnavailable):
+// the holder serves a slice without this chunk.
+var errLacks = errors.New("holder lacks the chunk")
+
 // get requests chunk i on st and reads it into data, which has the
 // chunk's length: a response of any other length is a protocol error.
 func (f *Fetcher) get(st network.Stream, i int, data []byte) error {
@@ -322,7 +369,9 @@ func (f *Fetcher) get(st network.Stream, i int, data []byte) error {
 	case statusOK:
 	case statusBusy:
 		return fmt.Errorf("%w: %w", ErrUnavailable, errBusy)
-	case statusUnknown, statusNoChunk, statusFailed:
+	case statusNoChunk:
+		return fmt.Errorf("%w: chunk %d: %w", ErrUnavailable, i, errLacks)
+	case statusUnknown, statusFailed:
 		return fmt.Errorf("%w: chunk %d: %s", ErrUnavailable, i, statusText(hdr[0]))
 	default:
 		return fmt.Errorf("%w: status %d", ErrProtocol, hdr[0])

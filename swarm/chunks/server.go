@@ -51,9 +51,10 @@ func WithUploadRate(bytesPerSec int64) ServerOption {
 const uploadPiece = 64 << 10
 
 type served struct {
-	m *Manifest
-	r io.ReaderAt
-	c io.Closer
+	m  *Manifest
+	r  io.ReaderAt
+	c  io.Closer
+	sl *SliceReader // non-nil: only the chunks of a slice, rebuilt and checked
 }
 
 // Server serves the chunks of the files it holds on Protocol. Memory for
@@ -125,7 +126,20 @@ func (s *Server) ServeFile(m *Manifest, path string) error {
 // manifest's FileSize bytes. The server does not close r.
 func (s *Server) ServeReaderAt(m *Manifest, r io.ReaderAt) error { return s.serve(m, r, nil) }
 
+// ServeSlice serves the chunks that the slice sl holds, in place of
+// whatever was served of its model; a request for another chunk of the
+// model is answered "no such chunk", which a Fetcher takes as "ask
+// another holder". The server closes sl when it is replaced or closed.
+func (s *Server) ServeSlice(sl *SliceReader) error {
+	return s.serveAs(served{m: sl.m, c: sl, sl: sl})
+}
+
 func (s *Server) serve(m *Manifest, r io.ReaderAt, c io.Closer) error {
+	return s.serveAs(served{m: m, r: r, c: c})
+}
+
+func (s *Server) serveAs(f served) error {
+	m := f.m
 	if err := m.validate(); err != nil {
 		return err
 	}
@@ -137,7 +151,7 @@ func (s *Server) serve(m *Manifest, r io.ReaderAt, c io.Closer) error {
 	if old, ok := s.files[m.Fingerprint]; ok && old.c != nil {
 		old.c.Close()
 	}
-	s.files[m.Fingerprint] = served{m: m, r: r, c: c}
+	s.files[m.Fingerprint] = f
 	return nil
 }
 
@@ -247,7 +261,7 @@ func (s *Server) answer(st network.Stream, fp string, idx int) error {
 	switch {
 	case !ok:
 		return writeStatus(st, statusUnknown)
-	case idx >= f.m.NumChunks():
+	case idx >= f.m.NumChunks(), f.sl != nil && !f.sl.Has(idx):
 		return writeStatus(st, statusNoChunk)
 	}
 	off, n := f.m.ChunkRange(idx)
@@ -262,7 +276,11 @@ func (s *Server) answer(st network.Stream, fp string, idx int) error {
 	}
 	defer s.bufs.Put(bp)
 	buf := (*bp)[:n]
-	if _, err := f.r.ReadAt(buf, off); err != nil {
+	if f.sl != nil {
+		if err := f.sl.ReadChunk(idx, buf); err != nil {
+			return writeStatus(st, statusNoChunk)
+		}
+	} else if _, err := f.r.ReadAt(buf, off); err != nil {
 		return writeStatus(st, statusFailed)
 	}
 	var hdr [5]byte

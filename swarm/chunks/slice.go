@@ -64,6 +64,10 @@ func FetchSlice(ctx context.Context, f *Fetcher, lo, hi int, holders []peer.ID, 
 	if err := writeSlice(m, lo, hi, want, part, path); err != nil {
 		return res, err
 	}
+	// Without its edge chunks a slice could serve only its inner chunks.
+	if err := writeEdges(m, lo, hi, part, path); err != nil {
+		return res, err
+	}
 	part.Close()
 	return res, os.Remove(path + PartSuffix)
 }
