@@ -106,6 +106,9 @@ type admitter struct {
 	// queuedN counts requests that had to wait; refusedN those refused
 	// (deadline or bound).
 	queuedN, refusedN atomic.Uint64
+	// hold makes every path look full (tests: a queue that only a thief
+	// can drain, while the stages stay real).
+	hold atomic.Bool
 }
 
 func newAdmitter() *admitter {
@@ -177,6 +180,9 @@ var errNoRoom = errors.New("no path has KV room")
 // node. a.mu is held.
 func (e *entry) tryLocked(w *waiter) (admission, error) {
 	a := e.adm
+	if a.hold.Load() {
+		return admission{}, errNoRoom
+	}
 	var avoid []string
 	for range 8 {
 		q := w.req
