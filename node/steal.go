@@ -210,6 +210,9 @@ func (g *generation) runStolen(ctx context.Context, st *stolen) (done bool, err 
 	}
 	g.res.Paths = append(g.res.Paths, "stolen by "+shortID(st.from))
 	for {
+		// A thief that is alive but stuck: its own generation fails a
+		// step within the step timeout, and waits a repair at most.
+		_ = st.s.SetReadDeadline(e.cfg.clock.Now().Add(e.cfg.stepTimeout + e.cfg.repairWait))
 		m, rerr := readSteal(st.s)
 		if ctx.Err() != nil {
 			return true, ctx.Err()
