@@ -283,17 +283,11 @@ func (e *entry) admitLoop() {
 	}
 }
 
-// admit returns a path with KV room for g, queueing g until there is one
-// within its queue timeout. The reservations it returns are given back
-// with release when the generation ends.
-func (e *entry) admit(ctx context.Context, g *generation, timeout time.Duration) (routing.Path, []*reservation, error) {
-	adm := e.admitAt(ctx, g, timeout, false)
-	return adm.path, adm.resv, adm.err
-}
-
-// admitAt is admit that also returns a thief's taking of the request;
-// head puts it at the head of the queue (a request that a thief gave
-// back), ahead of those that came after it.
+// admitAt returns a path with KV room for g, queueing g until there is
+// one within its queue timeout, or the thief that took g from the queue
+// (steal.go). The reservations it returns are given back with release
+// when the generation ends. head puts g at the head of the queue (a
+// request that a thief gave back), ahead of those that came after it.
 func (e *entry) admitAt(ctx context.Context, g *generation, timeout time.Duration, head bool) admission {
 	path, resv, st, err := e.admitW(ctx, g, timeout, head)
 	return admission{path: path, resv: resv, stolen: st, err: err}
