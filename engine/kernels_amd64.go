@@ -52,9 +52,10 @@ func detectAVX() (avx, avx2, avx512, avx512bw bool) {
 	}
 	_, ebx, _, _ := cpuid(7, 0)
 	// AVX-512F, with the OS saving opmask and ZMM state; BW adds the byte
-	// and word instructions the packed kernels use.
+	// and word instructions the packed kernels use, VL their EVEX forms on
+	// ymm registers (Y16–Y31), which the Q4_K kernel's scale unpack uses.
 	avx512 = ebx&(1<<16) != 0 && xcr0&0xe0 == 0xe0
-	return true, ebx&(1<<5) != 0, avx512, avx512 && ebx&(1<<30) != 0
+	return true, ebx&(1<<5) != 0, avx512, avx512 && ebx&(1<<30) != 0 && ebx&(1<<31) != 0
 }
 
 var simdKernel = func() string {

@@ -222,6 +222,11 @@ func matmulPacked(out []float32, w *matrix, x *act, r0, r1 int) {
 	f, c := w.qf, w.cols
 	nb := c / f.block
 	rb := nb * f.bytes
+	if rk := packedRowsKernel(w.typ); rk != nil && x.n == 1 && r1 > r0 {
+		// Decode: one activation row, so no tiling to do.
+		rk(out[r0:r1], w.raw[r0*rb:r1*rb], x, c)
+		return
+	}
 	fast := packedRowKernel(w.typ)
 	for rt := r0; rt < r1; rt += packedRowTile {
 		re := min(rt+packedRowTile, r1)

@@ -27,8 +27,18 @@ func dotQ6KRow2(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float3
 // The AVX-512BW twins of dotQ4KRow, dotQ4KRow2, dotQ5KRow, dotQ6KRow and
 // dotQ6KRow2 (same arguments, same bits), used when the CPU has AVX-512BW.
 
+// dotQ4KRows512 computes rows ≥ 1 consecutive Q4_K rows (rowBytes apart)
+// against one activation row into out[0…rows-1], as dotQ4KRow512 each.
+//
 //go:noescape
-func dotQ4KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+func dotQ4KRows512(q *byte, rowBytes int, x *int8, xd *float32, bsums *int16, nb int, rows int, out *float32)
+
+// dotQ4KRow512 is dotQ4KRows512 for one row.
+func dotQ4KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, _ *float32) float32 {
+	var out float32
+	dotQ4KRows512(q, 0, x, xd, bsums, nb, 1, &out)
+	return out
+}
 
 //go:noescape
 func dotQ4KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
@@ -36,8 +46,17 @@ func dotQ4KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *flo
 //go:noescape
 func dotQ5KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
 
+// dotQ6KRows512 is dotQ4KRows512 for Q6_K.
+//
 //go:noescape
-func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
+func dotQ6KRows512(q *byte, rowBytes int, x *int8, xd *float32, bsums *int16, nb int, rows int, out *float32)
+
+// dotQ6KRow512 is dotQ6KRows512 for one row.
+func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, _ *float32) float32 {
+	var out float32
+	dotQ6KRows512(q, 0, x, xd, bsums, nb, 1, &out)
+	return out
+}
 
 //go:noescape
 func dotQ6KRow2512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32, cols int, out *float32, ostride int)
@@ -101,6 +120,38 @@ func packedRowKernel(t DType) rowKernel {
 		}
 	}
 	return avx2RowKernels[t]
+}
+
+// packedRowsKernel returns a kernel computing every row of a packed
+// matrix slice (rows, len(out) of them) against one activation row in one
+// call, or nil where type t has none (all but Q4_K and Q6_K): the per-row
+// call and constant loads cost about a tenth of a 2048-wide Q4_K row. Its
+// sums are the row kernel's, so its bits too.
+func packedRowsKernel(t DType) func(out []float32, rows []byte, x *act, cols int) {
+	if !useSIMD || !hasAVX2 || !hasF16C || !hasAVX512BW || !useAVX512 {
+		return nil
+	}
+	return avx512RowsKernels[t]
+}
+
+// avx512RowsKernels are built once: packedRowsKernel runs per matrix call.
+var avx512RowsKernels = map[DType]func(out []float32, rows []byte, x *act, cols int){
+	Q4_K: kRowsKernel(dotQ4KRows512, 144),
+	Q6_K: kRowsKernel(dotQ6KRows512, 210),
+}
+
+// kRowsKernel adapts a many-row kernel to a matrix slice.
+func kRowsKernel(dot func(q *byte, rowBytes int, x *int8, xd *float32, bsums *int16, nb int, rows int, out *float32), blockBytes int) func(out []float32, rows []byte, x *act, cols int) {
+	return func(out []float32, rows []byte, x *act, cols int) {
+		nb := cols / 256
+		if nb == 0 || len(out) == 0 {
+			return
+		}
+		rb := nb * blockBytes
+		_ = rows[len(out)*rb-1]
+		xq, xd, bs := x.kq[:cols], x.kd[:nb], x.kbsums[:cols/16]
+		dot(&rows[0], rb, &xq[0], &xd[0], &bs[0], nb, len(out), &out[0])
+	}
 }
 
 // kRowKernel adapts a 256-element row kernel (and its two-row twin, if

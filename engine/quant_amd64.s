@@ -806,37 +806,140 @@ GLOBL shift0and2<>(SB), RODATA|NOPTR, $64
 	VPMADDWD   Z3, Z2, Z2 \
 	VPADDD     Z2, Z0, Z0
 
-// func dotQ4KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
-TEXT ·dotQ4KRow512(SB), NOSPLIT, $32-52
-	MOVQ q+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xd+16(FP), R9
-	MOVQ bsums+24(FP), R10
-	MOVQ nb+32(FP), CX
-	MOVQ tab+40(FP), R11
-	ZNIBMASK
-	ZPERMS(q4kPerm<>)
-	VMOVDQU64 shift0and4<>(SB), Z20
-	VXORPS X10, X10, X10
+// Z4KGRPB: group G of the block at SOFF(SI) (activations at XOFF(DI)),
+// its scales spread by VPSHUFB (indices ZP) from ZSC, added into ACC.
+#define Z4KGRPB(G, ZP, ZSC, SOFF, XOFF, ACC) \
+	VBROADCASTI64X4 (SOFF+16+32*G)(SI), Z2 \
+	VPSRLVQ         Z20, Z2, Z2 \
+	VPANDQ          Z15, Z2, Z2 \
+	VPSHUFB         ZP, ZSC, Z3 \
+	VPMADDUBSW      (XOFF+64*G)(DI), Z2, Z2 \
+	VPMADDWD        Z3, Z2, Z2 \
+	VPADDD          Z2, ACC, ACC
 
-zq4kloop:
+// func dotQ4KRows512(q *byte, rowBytes int, x *int8, xd *float32, bsums *int16, nb int, rows int, out *float32)
+// The dot products of rows ≥ 1 consecutive rows (rowBytes apart) with one
+// activation row, into out[0…rows-1]: one call per matrix slice instead of
+// one per row, and the constants loaded once.
+// Two blocks per iteration: both blocks' scales unpacked at once by
+// shuffles (one block per 128-bit lane), their min sums in one zmm, and
+// the four sums reduced together; the float part, per block in order, is
+// KCOMBINE's operations lane by lane. An odd last block takes the
+// one-block path.
+TEXT ·dotQ4KRows512(SB), NOSPLIT, $32-64
+	MOVQ q+0(FP), R11
+	ZNIBMASK
+	VMOVDQU64 shift0and4<>(SB), Z20
+	VMOVDQU64 q4kScaleB<>+0(SB), Z21
+	VMOVDQU64 q4kScaleB<>+64(SB), Z22
+	VMOVDQU64 q4kScaleB<>+128(SB), Z23
+	VMOVDQU64 q4kScaleB<>+192(SB), Z24
+	VMOVDQU64 q4kUnpackLo<>(SB), Y25
+	VMOVDQU64 q4kUnpackHi<>(SB), Y26
+	VMOVDQU64 q4kUnpackShift<>(SB), Y27
+	VMOVDQU64 q4kUnpackMask<>(SB), Y28
+	VMOVDQU64 q4kMinDup<>(SB), Y29
+	MOVL         $0x30303030, AX
+	VMOVD        AX, X30
+	VPBROADCASTD X30, Y30
+
+zq4krow:
+	MOVQ   R11, SI
+	MOVQ   x+16(FP), DI
+	MOVQ   xd+24(FP), R9
+	MOVQ   bsums+32(FP), R10
+	MOVQ   nb+40(FP), CX
+	VXORPS X10, X10, X10
+	MOVQ CX, R8
+	SHRQ $1, CX
+	JZ   zq4ktail
+
+zq4kpair:
+	// Scales and mins of blocks A (SI) and B (SI+144).
+	VMOVDQU      4(SI), X1
+	VINSERTI128  $1, 148(SI), Y1, Y1
+	VPSHUFB      Y25, Y1, Y2
+	VPSRLVD      Y27, Y2, Y2
+	VPANDD       Y28, Y2, Y2
+	VPSHUFB      Y26, Y1, Y3
+	VPSRLW       $2, Y3, Y3
+	VPANDD       Y30, Y3, Y3
+	VPOR         Y3, Y2, Y2
+	VPSHUFB      Y29, Y2, Y3
+	VPMOVZXBW    Y3, Z3
+	VPMADDWD     (R10), Z3, Z9
+	VPMOVZXBW    X2, Y4
+	VSHUFI32X4   $0, Z4, Z4, Z4
+	VEXTRACTI128 $1, Y2, X5
+	VPMOVZXBW    X5, Y5
+	VSHUFI32X4   $0, Z5, Z5, Z5
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z8, Z8, Z8
+	Z4KGRPB(0, Z21, Z4, 0, 0, Z0)
+	Z4KGRPB(0, Z21, Z5, 144, 256, Z8)
+	Z4KGRPB(1, Z22, Z4, 0, 0, Z0)
+	Z4KGRPB(1, Z22, Z5, 144, 256, Z8)
+	Z4KGRPB(2, Z23, Z4, 0, 0, Z0)
+	Z4KGRPB(2, Z23, Z5, 144, 256, Z8)
+	Z4KGRPB(3, Z24, Z4, 0, 0, Z0)
+	Z4KGRPB(3, Z24, Z5, 144, 256, Z8)
+	// Reduce to [sumi A, summ A, sumi B, summ B] in X4.
+	VEXTRACTI64X4 $1, Z0, Y6
+	VPADDD        Y6, Y0, Y0
+	VEXTRACTI64X4 $1, Z8, Y6
+	VPADDD        Y6, Y8, Y8
+	VINSERTI64X4  $1, Y8, Z0, Z0
+	VPUNPCKLQDQ   Z9, Z0, Z6
+	VPUNPCKHQDQ   Z9, Z0, Z7
+	VPADDD        Z7, Z6, Z6
+	VSHUFI64X2    $0xb1, Z6, Z6, Z7
+	VPADDD        Z7, Z6, Z6
+	VEXTRACTI32X4 $2, Z6, X7
+	VPHADDD       X7, X6, X4
+	// KCOMBINE for A then B.
+	VCVTDQ2PS    X4, X4
+	VMOVD        (SI), X3
+	VPINSRD      $1, 144(SI), X3, X3
+	VCVTPH2PS    X3, X3
+	VMOVQ        (R9), X5
+	VUNPCKLPS    X5, X5, X5
+	VMULPS       X5, X3, X3
+	VMULPS       X4, X3, X3
+	VMOVSHDUP    X3, X5
+	VSUBPS       X5, X3, X3
+	VADDSS       X3, X10, X10
+	VMOVHLPS     X3, X3, X5
+	VADDSS       X5, X10, X10
+	ADDQ $288, SI
+	ADDQ $512, DI
+	ADDQ $8, R9
+	ADDQ $64, R10
+	DECQ CX
+	JNZ  zq4kpair
+
+zq4ktail:
+	TESTQ $1, R8
+	JZ    zq4kdone
 	KSCALES
-	VPXORD Z0, Z0, Z0
-	Z4KGROUP(0, Z16)
-	Z4KGROUP(1, Z17)
-	Z4KGROUP(2, Z18)
-	Z4KGROUP(3, Z19)
+	VSHUFI32X4 $0, Z1, Z1, Z4
+	VPXORD     Z0, Z0, Z0
+	Z4KGRPB(0, Z21, Z4, 0, 0, Z0)
+	Z4KGRPB(1, Z22, Z4, 0, 0, Z0)
+	Z4KGRPB(2, Z23, Z4, 0, 0, Z0)
+	Z4KGRPB(3, Z24, Z4, 0, 0, Z0)
 	ZFOLD(Z0, Y0)
 	HSUM2V(Y0, Y9, X0, X1)
 	KCOMBINE(X0, (R9), X10)
-	ADDQ $144, SI
-	ADDQ $256, DI
-	ADDQ $4, R9
-	ADDQ $32, R10
-	DECQ CX
-	JNZ  zq4kloop
+
+zq4kdone:
+	MOVQ  out+56(FP), AX
+	MOVSS X10, (AX)
+	ADDQ  $4, AX
+	MOVQ  AX, out+56(FP)
+	ADDQ  rowBytes+8(FP), R11
+	DECQ  rows+48(FP)
+	JNZ   zq4krow
 	VZEROUPPER
-	MOVSS X10, ret+48(FP)
 	RET
 
 #define Z4KGROUP2(G, ZP) \
@@ -921,16 +1024,20 @@ zq4k2loop:
 	VMOVDQU64    shift4and2<>(SB), Z20 \
 	VMOVDQU64    shift0and2<>(SB), Z21
 
-// func dotQ6KRow512(q *byte, x *int8, xd *float32, bsums *int16, nb int, tab *float32) float32
-// As dotQ6KRow: values unsigned (0..63), 32·Σ sc_j·bsum_j subtracted.
-TEXT ·dotQ6KRow512(SB), NOSPLIT, $0-52
-	MOVQ q+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xd+16(FP), R9
-	MOVQ bsums+24(FP), R10
-	MOVQ nb+32(FP), CX
-	MOVQ tab+40(FP), R11
+// func dotQ6KRows512(q *byte, rowBytes int, x *int8, xd *float32, bsums *int16, nb int, rows int, out *float32)
+// As dotQ6KRow, for rows ≥ 1 consecutive rows (rowBytes apart) into
+// out[0…rows-1] (as dotQ4KRows512): values unsigned (0..63),
+// 32·Σ sc_j·bsum_j subtracted.
+TEXT ·dotQ6KRows512(SB), NOSPLIT, $0-64
+	MOVQ q+0(FP), R11
 	Z6KCONSTS
+
+zq6krow:
+	MOVQ   R11, SI
+	MOVQ   x+16(FP), DI
+	MOVQ   xd+24(FP), R9
+	MOVQ   bsums+32(FP), R10
+	MOVQ   nb+40(FP), CX
 	VXORPS X10, X10, X10
 
 zq6kloop:
@@ -948,8 +1055,14 @@ zq6kloop:
 	ADDQ $32, R10
 	DECQ CX
 	JNZ  zq6kloop
+	MOVQ  out+56(FP), AX
+	MOVSS X10, (AX)
+	ADDQ  $4, AX
+	MOVQ  AX, out+56(FP)
+	ADDQ  rowBytes+8(FP), R11
+	DECQ  rows+48(FP)
+	JNZ   zq6krow
 	VZEROUPPER
-	MOVSS X10, ret+48(FP)
 	RET
 
 #define Z6KQUARTER2(ZU, XOFF, ZP) \
@@ -1060,3 +1173,74 @@ DATA shift4and3<>+40(SB)/8, $3
 DATA shift4and3<>+48(SB)/8, $3
 DATA shift4and3<>+56(SB)/8, $3
 GLOBL shift4and3<>(SB), RODATA|NOPTR, $64
+
+// --- Two-block AVX-512BW Q4_K kernel constants ---
+
+// q4kScaleB: VPSHUFB indices spreading a block's 8 int16 scales, broadcast
+// to every 128-bit lane, over its four 64-element groups (as q4kPerm).
+DATA q4kScaleB<>+0(SB)/8, $0x0100010001000100
+DATA q4kScaleB<>+8(SB)/8, $0x0100010001000100
+DATA q4kScaleB<>+16(SB)/8, $0x0100010001000100
+DATA q4kScaleB<>+24(SB)/8, $0x0100010001000100
+DATA q4kScaleB<>+32(SB)/8, $0x0302030203020302
+DATA q4kScaleB<>+40(SB)/8, $0x0302030203020302
+DATA q4kScaleB<>+48(SB)/8, $0x0302030203020302
+DATA q4kScaleB<>+56(SB)/8, $0x0302030203020302
+DATA q4kScaleB<>+64(SB)/8, $0x0504050405040504
+DATA q4kScaleB<>+72(SB)/8, $0x0504050405040504
+DATA q4kScaleB<>+80(SB)/8, $0x0504050405040504
+DATA q4kScaleB<>+88(SB)/8, $0x0504050405040504
+DATA q4kScaleB<>+96(SB)/8, $0x0706070607060706
+DATA q4kScaleB<>+104(SB)/8, $0x0706070607060706
+DATA q4kScaleB<>+112(SB)/8, $0x0706070607060706
+DATA q4kScaleB<>+120(SB)/8, $0x0706070607060706
+DATA q4kScaleB<>+128(SB)/8, $0x0908090809080908
+DATA q4kScaleB<>+136(SB)/8, $0x0908090809080908
+DATA q4kScaleB<>+144(SB)/8, $0x0908090809080908
+DATA q4kScaleB<>+152(SB)/8, $0x0908090809080908
+DATA q4kScaleB<>+160(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kScaleB<>+168(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kScaleB<>+176(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kScaleB<>+184(SB)/8, $0x0b0a0b0a0b0a0b0a
+DATA q4kScaleB<>+192(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kScaleB<>+200(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kScaleB<>+208(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kScaleB<>+216(SB)/8, $0x0d0c0d0c0d0c0d0c
+DATA q4kScaleB<>+224(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kScaleB<>+232(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kScaleB<>+240(SB)/8, $0x0f0e0f0e0f0e0f0e
+DATA q4kScaleB<>+248(SB)/8, $0x0f0e0f0e0f0e0f0e
+GLOBL q4kScaleB<>(SB), RODATA|NOPTR, $256
+
+// q4kUnpack*: the 12 scale bytes b0…b11 (loaded from 4(SI), one block per
+// 128-bit lane) become [sc0…sc7, m0…m7]: the low bits by q4kUnpackLo
+// (b0–3, b8–11, b4–7, b8–11; the last dword shifted right by 4), masked by
+// q4kUnpackMask; the top two bits of sc4–7 and m4–7 from b0–3 and b4–7
+// (q4kUnpackHi), moved to 0x30.
+DATA q4kUnpackLo<>+0(SB)/8, $0x0b0a090803020100
+DATA q4kUnpackLo<>+8(SB)/8, $0x0b0a090807060504
+DATA q4kUnpackLo<>+16(SB)/8, $0x0b0a090803020100
+DATA q4kUnpackLo<>+24(SB)/8, $0x0b0a090807060504
+GLOBL q4kUnpackLo<>(SB), RODATA|NOPTR, $32
+DATA q4kUnpackHi<>+0(SB)/8, $0x0302010080808080
+DATA q4kUnpackHi<>+8(SB)/8, $0x0706050480808080
+DATA q4kUnpackHi<>+16(SB)/8, $0x0302010080808080
+DATA q4kUnpackHi<>+24(SB)/8, $0x0706050480808080
+GLOBL q4kUnpackHi<>(SB), RODATA|NOPTR, $32
+DATA q4kUnpackShift<>+0(SB)/8, $0x0000000000000000
+DATA q4kUnpackShift<>+8(SB)/8, $0x0000000400000000
+DATA q4kUnpackShift<>+16(SB)/8, $0x0000000000000000
+DATA q4kUnpackShift<>+24(SB)/8, $0x0000000400000000
+GLOBL q4kUnpackShift<>(SB), RODATA|NOPTR, $32
+DATA q4kUnpackMask<>+0(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kUnpackMask<>+8(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kUnpackMask<>+16(SB)/8, $0x0f0f0f0f3f3f3f3f
+DATA q4kUnpackMask<>+24(SB)/8, $0x0f0f0f0f3f3f3f3f
+GLOBL q4kUnpackMask<>(SB), RODATA|NOPTR, $32
+
+// q4kMinDup: each of the 8 mins (bytes 8–15) twice, one per bsum.
+DATA q4kMinDup<>+0(SB)/8, $0x0b0b0a0a09090808
+DATA q4kMinDup<>+8(SB)/8, $0x0f0f0e0e0d0d0c0c
+DATA q4kMinDup<>+16(SB)/8, $0x0b0b0a0a09090808
+DATA q4kMinDup<>+24(SB)/8, $0x0f0f0e0e0d0d0c0c
+GLOBL q4kMinDup<>(SB), RODATA|NOPTR, $32

@@ -7,3 +7,5 @@ func packedRowKernel(DType) func(out []float32, stride int, row []byte, x *act, 
 }
 
 func hasAVX512Kernel(DType) bool { return false }
+
+func packedRowsKernel(DType) func(out []float32, rows []byte, x *act, cols int) { return nil }

@@ -394,3 +394,46 @@ func simdAndPortable(w *matrix, x []float32, n int) (simd, portable []float32) {
 	matmulPacked(portable, w, a, 0, w.rows)
 	return simd, portable
 }
+
+// TestPackedRowsKernelSlices: the many-row decode kernels (Q4_K and Q6_K
+// on AVX-512) give the portable bits on any slice of rows, as the worker
+// pool cuts a matrix, one row, an odd count or the rest, with an odd and
+// an even block count.
+func TestPackedRowsKernelSlices(t *testing.T) {
+	rng := uint64(9)
+	for _, typ := range []DType{Q4_K, Q6_K} {
+		f := quantFormats[typ]
+		for _, nb := range []int{3, 4} {
+			cols, rows := nb*f.block, 37
+			src := make([]float32, cols)
+			var raw []byte
+			for r := 0; r < rows; r++ {
+				for i := range src {
+					src[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 20)
+				}
+				raw = encodeRow(raw, src, typ)
+			}
+			w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
+			x := make([]float32, cols)
+			for i := range x {
+				x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
+			}
+			a := newAct(x, 1, cols)
+			a.prepare(w)
+			got := make([]float32, rows)
+			for _, cut := range [][2]int{{0, 5}, {5, 6}, {6, 17}, {17, rows}} {
+				matmulPacked(got, w, a, cut[0], cut[1])
+			}
+			useSIMD = false
+			want := make([]float32, rows)
+			matmulPacked(want, w, a, 0, rows)
+			useSIMD = true
+			if !sameBits(got, want) {
+				t.Fatalf("%s, %d blocks: sliced SIMD %v, portable %v", typ, nb, got, want)
+			}
+			if got[rows-1] == 0 {
+				t.Fatalf("%s: last row not computed", typ)
+			}
+		}
+	}
+}

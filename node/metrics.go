@@ -32,6 +32,9 @@ type Metrics struct {
 	// Work stealing (steal.go): requests this entry took from a loaded
 	// peer's queue and drove, and requests peers took from its queue.
 	Stolen, StolenFrom uint64
+	// SchedulerPlugins is each scheduler plugin's time per route, by
+	// profile, plugin and kind (filter, scorer, picker).
+	SchedulerPlugins []PluginHistogram
 	// Verify counts the entry's spot checks (verify.go).
 	Verify VerifyStats
 
@@ -99,6 +102,9 @@ func (n *Node) Metrics() Metrics {
 	m.EntryQueue, m.EntryQueueOldest = n.entry.adm.queued(n.cfg.clock.Now())
 	m.EntryQueued, m.EntryRefused = n.entry.adm.queuedN.Load(), n.entry.adm.refusedN.Load()
 	m.QueueWait = n.entry.adm.waits.snapshot()
+	if n.paths != nil && n.paths.timer != nil {
+		m.SchedulerPlugins = n.paths.timer.snapshot()
+	}
 	if st := n.svc.sched.status.Load(); st != nil {
 		m.Steps, m.Batches, m.BatchedSteps, m.Rejected, m.Waited = st.Steps, st.Batches, st.BatchedSteps, st.Rejected, st.Waited
 		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency

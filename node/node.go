@@ -147,7 +147,8 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		return nil, err
 	}
 	budget := int64(hw.MemoryBytes * (1 - DefaultMemoryReserve))
-	profiles, err := routing.NewProfiles(cfg.sched, append([]routing.Option{routing.WithModel(m.spec)}, cfg.routerOpts...)...)
+	timer := newPluginTimer(cfg.clock)
+	profiles, err := routing.NewProfiles(cfg.sched, append([]routing.Option{routing.WithModel(m.spec), routing.WithObserver(timer)}, cfg.routerOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: scheduler: %w", ErrConfig, err)
 	}
@@ -163,7 +164,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		fault: cfg.fault}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
-	n.paths = &pathFinder{self: n.self, profiles: profiles, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
+	n.paths = &pathFinder{self: n.self, profiles: profiles, timer: timer, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
 		suspectFor: cfg.suspectFor, members: func() []consensus.Member {
 			if c := n.cons.Load(); c != nil {
 				return c.Members()

@@ -88,6 +88,31 @@ profiles:
 	if _, err := n.Complete(ctx, Request{Prompt: prompt, MaxTokens: maxTokens, Profile: "fast"}); err != nil {
 		t.Fatalf("named default profile: %v", err)
 	}
+	// Every route reported each plugin of its profile to the node's
+	// per-plugin histograms, and nothing else.
+	hists := map[routing.PluginCall]PluginHistogram{}
+	for _, h := range n.Metrics().SchedulerPlugins {
+		hists[h.PluginCall] = h
+	}
+	for _, w := range []routing.PluginCall{
+		{Profile: "rr", Plugin: routing.PickRoundRobin, Kind: routing.KindPicker},
+		{Profile: "rr", Plugin: "live", Kind: routing.KindFilter},
+		{Profile: "fast", Plugin: "latency", Kind: routing.KindScorer},
+		{Profile: "fast", Plugin: "load", Kind: routing.KindScorer},
+		{Profile: "fast", Plugin: routing.PickBestOfSlack, Kind: routing.KindPicker},
+	} {
+		h, ok := hists[w]
+		atLeast := uint64(1)
+		if w.Profile == "rr" {
+			atLeast = uint64(2 * len(pipes))
+		}
+		if !ok || h.Count < atLeast || h.Counts[len(h.Counts)-1] > h.Count {
+			t.Errorf("plugin histogram %+v: %+v (present %v), want at least %d routes", w, h, ok, atLeast)
+		}
+	}
+	if _, ok := hists[routing.PluginCall{Profile: "fast", Plugin: "locality", Kind: routing.KindScorer}]; ok {
+		t.Errorf("the fast profile's unused locality scorer was timed")
+	}
 	_, err = n.Complete(ctx, Request{Prompt: prompt, MaxTokens: maxTokens, Profile: "nope"})
 	if !errors.Is(err, ErrBadRequest) || !errors.Is(err, routing.ErrUnknownProfile) {
 		t.Fatalf("unknown profile: %v, want ErrBadRequest wrapping routing.ErrUnknownProfile", err)

@@ -57,6 +57,7 @@ func healthOf(p swarm.Peer) routing.Health {
 type pathFinder struct {
 	self       peer.ID
 	profiles   *routing.Profiles
+	timer      *pluginTimer // the profiles' observer: per-plugin latency
 	host       *swarm.Host
 	committed  func() layers.LayerMap
 	members    func() []consensus.Member // nil without consensus

@@ -61,12 +61,20 @@ func BenchmarkPaths4x100x80(b *testing.B) {
 // benchProfile is benchRoute through a profile of the example config: the
 // cost of the plugins on top of the router's own. Every node holds a
 // summary of 200 cached blocks, half of them the request's 16-block prefix.
-func benchProfile(b *testing.B, name string) {
+func benchProfile(b *testing.B, name string, opts ...Option) {
 	src, err := os.ReadFile("testdata/scheduler/example.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
-	pol, err := mustProfiles(b, string(src)).For(name)
+	c, err := ParseSchedulerConfig(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ps, err := NewProfiles(c, append([]Option{WithModel(mustModel(b, "llama-3-70b"))}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pol, err := ps.For(name)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,3 +101,12 @@ func benchProfile(b *testing.B, name string) {
 
 func BenchmarkProfileInteractive1000x80(b *testing.B) { benchProfile(b, "interactive") }
 func BenchmarkProfileChat1000x80(b *testing.B)        { benchProfile(b, "chat") }
+
+// The same with per-plugin timing on the wall clock, as a node runs it:
+// the cost of WithObserver against BenchmarkProfile*1000x80.
+func BenchmarkProfileInteractive1000x80Observed(b *testing.B) {
+	benchProfile(b, "interactive", WithObserver(newWallObserver()))
+}
+func BenchmarkProfileChat1000x80Observed(b *testing.B) {
+	benchProfile(b, "chat", WithObserver(newWallObserver()))
+}

@@ -9,7 +9,9 @@
 // clocks or hold global mutable state: the caller passes the map, the view
 // and the time in, and a seed for every random choice, so the same inputs
 // always give the same path. Placement, liveness detection and the cost
-// model itself belong to layers and swarm.
+// model itself belong to layers and swarm. Per-plugin timing goes through
+// an Observer the caller injects (WithObserver), whose clock is the
+// caller's; without one no clock is read.
 //
 // # Shape
 //

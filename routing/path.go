@@ -29,6 +29,33 @@ type Breakdown struct {
 	Load     float64 // queueing, full KV caches and the surcharge on stale figures
 	Locality float64 // round trips, activation transfers, relays, hop overheads
 	Other    float64 // scorers added with WithScorer
+	// Scores are the same path rated in [0, 1] per scorer, for people;
+	// they are reported alongside the costs and steer nothing.
+	Scores Scores
+}
+
+// Scores rate a path in [0, 1], 1 best, on each built-in scorer's terms,
+// as the Gateway API Inference Extension's scorers do: what a dashboard
+// can compare across models and swarms, where the costs are seconds.
+// Per-hop scores are averaged over the layers each hop runs. They are
+// computed for every path, whether or not its profile weights the scorer.
+type Scores struct {
+	// Latency: the fastest eligible node's layer time for the request over
+	// each hop's (1: every hop is as fast as the fastest node).
+	Latency float64 `json:"latency"`
+	// Load: each hop's compute over its compute plus the queue ahead of
+	// it, 0 on a hop whose free KV cache cannot hold the session.
+	Load float64 `json:"load"`
+	// Locality: the path's compute over its compute plus its network time
+	// (round trips, transfers, relays, hop overheads); 1 when the profile
+	// does not weigh locality, as its network time is then unknown.
+	Locality float64 `json:"locality"`
+	// Stale: the share of layers on nodes whose figures are fresh.
+	Stale float64 `json:"stale"`
+	// KVHeadroom and PrefixAffinity are those scorers' own unit scores
+	// (KVHeadroomScorer, PrefixAffinityScorer with its default damping).
+	KVHeadroom     float64 `json:"kv_headroom"`
+	PrefixAffinity float64 `json:"prefix_affinity"`
 }
 
 // Path is the chain of hops a request takes; the hops cover [0, L) exactly,

@@ -136,3 +136,54 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // finiteWeight reports whether w is usable as a scorer weight.
 func finiteWeight(w float64) bool { return w > 0 && !math.IsInf(w, 0) && w <= maxSeconds }
+
+// unitSums adds up a path's per-hop unit scores (Scores), weighted by
+// the layers each hop runs.
+type unitSums struct {
+	layers, latency, load, fresh, kv, prefix float64
+	compute                                  float64 // seconds, unweighted
+}
+
+// ratio is a/b in [0, 1]: 1 when b is not positive (nothing to compare).
+func ratio(a, b float64) float64 {
+	if !(b > 0) {
+		return 1
+	}
+	x := a / b
+	if !(x >= 0) {
+		return 0
+	}
+	return min(x, 1)
+}
+
+func (u *unitSums) add(req *Request, e *Estimate, n, minLayer float64, last bool) {
+	u.layers += n
+	u.latency += n * ratio(minLayer, e.LayerTime)
+	if !e.KVShort {
+		u.load += n * ratio(e.LayerTime, e.LoadedTime)
+	}
+	if !e.Stale {
+		u.fresh += n
+	}
+	u.kv += n * KVHeadroomScorer{}.Unit(req, e)
+	u.prefix += n * PrefixAffinityScorer{}.Unit(req, e)
+	u.compute += n * e.LayerTime
+	if last {
+		u.compute += e.HeadTime
+	}
+}
+
+// scores averages the sums; locality is the path's weighted locality cost
+// and w its weight, from which its network seconds are recovered.
+func (u *unitSums) scores(locality, w float64) Scores {
+	if !(u.layers > 0) {
+		return Scores{}
+	}
+	clamp := func(x float64) float64 { return min(max(x/u.layers, 0), 1) }
+	s := Scores{Latency: clamp(u.latency), Load: clamp(u.load), Stale: clamp(u.fresh),
+		KVHeadroom: clamp(u.kv), PrefixAffinity: clamp(u.prefix), Locality: 1}
+	if w > 0 {
+		s.Locality = ratio(u.compute, u.compute+locality/w)
+	}
+	return s
+}

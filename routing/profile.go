@@ -157,6 +157,7 @@ func profileOption(spec ProfileSpec) Option {
 			r.filters = append(r.filters, filterPlugins[f]())
 		}
 		r.extra = append(r.extra[:len(r.extra):len(r.extra)], b.extra...)
+		r.profile, r.picker = spec.Name, spec.Picker
 		return nil
 	}
 }

@@ -47,6 +47,11 @@ type Router struct {
 	extra   []weighted
 	scorers []weighted
 
+	// Per-plugin timing (observe.go): nil obs reads no clock.
+	obs     Observer
+	profile string // the profile's name, for the observer
+	picker  string // the picker's name, for the observer
+
 	// The cost model's per-layer constants, computed once (see dec).
 	ctx                       int
 	maxBatch                  int // 0: no cap
@@ -62,7 +67,7 @@ var _ Policy = (*Router)(nil)
 // other option has a default (DefaultConfig, DefaultFilters,
 // layers.DefaultCostParams).
 func New(opts ...Option) (*Router, error) {
-	r := &Router{params: layers.DefaultCostParams(), cfg: DefaultConfig(), filters: DefaultFilters()}
+	r := &Router{params: layers.DefaultCostParams(), cfg: DefaultConfig(), filters: DefaultFilters(), picker: PickBestOfSlack}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -253,13 +258,23 @@ func seconds(x float64) float64 {
 // score runs the scorers over e. It returns the weighted total, its split
 // by kind (the stale surcharge counted as load), and false when a scorer
 // made the node unusable (NaN or +Inf).
-func (r *Router) score(req *Request, e *Estimate) (NodeCost, [kinds]NodeCost, bool) {
+//
+// o, when not nil, is the route being observed (observe.go).
+func (r *Router) score(req *Request, e *Estimate, o *scratch) (NodeCost, [kinds]NodeCost, bool) {
 	var by [kinds]NodeCost
-	for _, ws := range r.scorers {
+	for j, ws := range r.scorers {
 		if ws.w == 0 {
 			continue
 		}
+		var t0 time.Duration
+		timed := false
+		if o != nil {
+			t0, timed = r.begin(o, len(r.filters)+j)
+		}
 		c := ws.s.Score(req, e)
+		if timed {
+			r.end(o, len(r.filters)+j, t0)
+		}
 		parts := [4]float64{c.Layer, c.Visit, c.Link, c.Last}
 		for k, x := range parts {
 			if math.IsNaN(x) || math.IsInf(x, 1) {
@@ -295,6 +310,14 @@ func (r *Router) score(req *Request, e *Estimate) (NodeCost, [kinds]NodeCost, bo
 // Stage-indexed slices describe the eligible stages in map order.
 type scratch struct {
 	est Estimate
+
+	// Per filter, then per scorer (observe.go): calls in this route, the
+	// sampled calls and their time; when the picker began.
+	calls, timed []int32
+	spent        []time.Duration
+	pickAt       time.Duration
+
+	minLayer float64 // the fastest eligible stage's LayerTime, for Scores.Latency
 
 	reason  []string // per map stage: why it is not eligible ("" if it is)
 	stageOf []int32  // per view node: its eligible stage, or -1
@@ -345,6 +368,8 @@ func (r *Router) put(s *scratch) { s.est = Estimate{}; r.pool.Put(s) }
 // everything the DP reads. It fails with ErrNoPath, naming the layer, when
 // some layer has no eligible holder.
 func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) error {
+	r.startObserve(s)
+	s.minLayer = math.Inf(1)
 	if err := m.Validate(); err != nil {
 		return fmt.Errorf("routing: %w", err)
 	}
@@ -383,8 +408,17 @@ func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) er
 			continue
 		}
 		n := &v.nodes[vi]
-		for _, f := range r.filters {
-			if !f.Keep(&q.req, n, q.now) {
+		for fi, f := range r.filters {
+			var t0 time.Duration
+			timed := false
+			if r.obs != nil {
+				t0, timed = r.begin(s, fi)
+			}
+			keep := f.Keep(&q.req, n, q.now)
+			if timed {
+				r.end(s, fi, t0)
+			}
+			if !keep {
 				s.reason[k] = f.Name()
 				break
 			}
@@ -393,11 +427,12 @@ func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) er
 			continue
 		}
 		r.estimate(&s.est, n, st, q, len(v.adj[vi]) > 0)
-		c, _, ok := r.score(&q.req, &s.est)
+		c, _, ok := r.score(&q.req, &s.est, r.observed(s))
 		if !ok {
 			s.reason[k] = "unscorable"
 			continue
 		}
+		s.minLayer = min(s.minLayer, s.est.LayerTime)
 		s.stageOf[vi] = int32(len(s.view))
 		s.view = append(s.view, vi)
 		s.start = append(s.start, int32(st.Start))
@@ -809,13 +844,15 @@ func (s *scratch) trace(v *View, last int32, L int) ([]Hop, bool) {
 func (r *Router) finish(s *scratch, m *layers.LayerMap, v *View, q *reqInfo, hops []Hop) Path {
 	p := Path{Hops: hops, Epoch: m.Epoch}
 	var t [kinds]float64
+	var u unitSums
 	t[kindLocality] += s.entry[s.hopStage[0]] + s.entry[s.hopStage[len(s.hopStage)-1]]
 	for h, i := range s.hopStage {
 		vi := s.view[i]
 		st := layers.Stage{Node: hops[h].Node, Range: layers.Range{Start: int(s.start[i]), End: int(s.end[i])}}
 		r.estimate(&s.est, &v.nodes[vi], st, q, len(v.adj[vi]) > 0)
-		_, by, _ := r.score(&q.req, &s.est)
+		_, by, _ := r.score(&q.req, &s.est, nil) // the picker's time
 		n := float64(hops[h].To - hops[h].From)
+		u.add(&q.req, &s.est, n, s.minLayer, h == len(s.hopStage)-1)
 		crossings := 0.0
 		if h > 0 {
 			crossings++
@@ -832,6 +869,7 @@ func (r *Router) finish(s *scratch, m *layers.LayerMap, v *View, q *reqInfo, hop
 		}
 	}
 	p.Terms = Breakdown{Latency: t[kindLatency], Load: t[kindLoad], Locality: t[kindLocality], Other: t[kindOther]}
+	p.Terms.Scores = u.scores(t[kindLocality], r.cfg.Weights.Locality)
 	p.Cost = t[kindLatency] + t[kindLoad] + t[kindLocality] + t[kindOther]
 	return p
 }
@@ -853,15 +891,20 @@ func (r *Router) Route(m layers.LayerMap, v *View, req Request, now time.Time) (
 	defer r.put(s)
 	q := r.reqInfo(req, v, now)
 	if err := r.prepare(s, &m, v, &q); err != nil {
+		r.report(s, false)
 		return Path{}, err
 	}
+	r.pickStart(s)
 	s.working()
 	s.perturb(req.Seed, r.cfg.Slack)
 	hops, ok := s.solve(v, m.Layers)
 	if !ok {
+		r.report(s, true)
 		return Path{}, fmt.Errorf("%w: no chain over [0,%d)", ErrNoPath, m.Layers)
 	}
-	return r.finish(s, &m, v, &q, hops), nil
+	p := r.finish(s, &m, v, &q, hops)
+	r.report(s, true)
+	return p, nil
 }
 
 // Paths returns up to k diverse paths for req, cheapest first: the best
@@ -878,8 +921,10 @@ func (r *Router) Paths(m layers.LayerMap, v *View, req Request, now time.Time, k
 	defer r.put(s)
 	q := r.reqInfo(req, v, now)
 	if err := r.prepare(s, &m, v, &q); err != nil {
+		r.report(s, false)
 		return nil, err
 	}
+	r.pickStart(s)
 	s.working()
 	var out []Path
 	for len(out) < k {
@@ -897,6 +942,7 @@ func (r *Router) Paths(m layers.LayerMap, v *View, req Request, now time.Time, k
 			s.wv[i] += charge
 		}
 	}
+	r.report(s, true)
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: no chain over [0,%d)", ErrNoPath, m.Layers)
 	}
@@ -923,8 +969,10 @@ func (r *Router) Evaluate(m layers.LayerMap, v *View, req Request, now time.Time
 	defer r.put(s)
 	q := r.reqInfo(req, v, now)
 	if err := r.prepare(s, &m, v, &q); err != nil {
+		r.report(s, false)
 		return Path{}, err
 	}
+	r.pickStart(s)
 	s.hopStage = s.hopStage[:0]
 	for _, h := range p.Hops {
 		vi, ok := v.lookup(h.Node)
@@ -933,12 +981,16 @@ func (r *Router) Evaluate(m layers.LayerMap, v *View, req Request, now time.Time
 			i = s.stageOf[vi]
 		}
 		if i < 0 {
+			r.report(s, true)
 			return Path{}, fmt.Errorf("%w: hop %v: node is not eligible", ErrNoPath, h)
 		}
 		if int(s.start[i]) > h.From || int(s.end[i]) < h.To {
+			r.report(s, true)
 			return Path{}, fmt.Errorf("%w: hop %v: node serves [%d,%d)", ErrBadPath, h, s.start[i], s.end[i])
 		}
 		s.hopStage = append(s.hopStage, i)
 	}
-	return r.finish(s, &m, v, &q, slices.Clone(p.Hops)), nil
+	out := r.finish(s, &m, v, &q, slices.Clone(p.Hops))
+	r.report(s, true)
+	return out, nil
 }

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stratanet/strata/routing"
 )
 
 // The dashboard: a static page (web/, embedded) served at "/" and
@@ -70,6 +72,8 @@ type scoreJSON struct {
 	Load     float64 `json:"load_s"`
 	Locality float64 `json:"locality_s"`
 	Other    float64 `json:"other_s"` // scorers such as prefix affinity
+	// Unit rates the path in [0, 1] per built-in scorer, 1 best.
+	Unit routing.Scores `json:"unit"`
 }
 
 // requestJSON is one generation request as the dashboard shows it.

@@ -563,4 +563,18 @@ func TestDashboardRequestScores(t *testing.T) {
 	if !(s.Cost > 0) || math.Abs(s.Latency+s.Load+s.Locality+s.Other-s.Cost) > 1e-9*s.Cost+1e-12 {
 		t.Fatalf("score %+v: not a positive cost split into its terms", s)
 	}
+	// The unit scores are in [0, 1]; the winning path's latency score is
+	// the fastest eligible node's share of its hops' time, so above 0.
+	us := s.Unit
+	for _, x := range []float64{us.Latency, us.Load, us.Locality, us.Stale, us.KVHeadroom, us.PrefixAffinity} {
+		if !(x >= 0 && x <= 1) {
+			t.Fatalf("unit scores %+v outside [0, 1]", us)
+		}
+	}
+	if !(us.Latency > 0) {
+		t.Fatalf("unit scores %+v: latency 0 on a path that ran", us)
+	}
+	if !strings.Contains(string(body), `"unit":{"latency":`) {
+		t.Fatalf("activity lacks the unit scores: %s", body)
+	}
 }

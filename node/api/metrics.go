@@ -154,6 +154,7 @@ var (
 	descEntryQueued  = desc("entry_queued_total", "Requests that waited in the entry's queue.")
 	descEntryRefused = desc("entry_queue_refused_total", "Requests refused by the entry's queue (deadline passed or queue full).")
 	descQueueWait    = desc("entry_queue_wait_seconds", "Time admitted requests waited in the entry's queue.")
+	descPlugin       = desc("scheduler_plugin_seconds", "Time one scheduler plugin took in one route, by profile, plugin and kind (filter, scorer, picker).", "profile", "plugin", "kind")
 	descChecks       = desc("verify_checks_total", "Spot checks this node's entry ran, by result: verified, inconclusive, mismatch (outputs differed), unresolved (no third holder settled a mismatch).", "result")
 	descFaults       = desc("verify_faults_reported_total", "Faults this node's entry proved to the leader with signed evidence.")
 )
@@ -168,7 +169,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGenerations, descGenFailed, descNodeTokens, descHopFailures, descReplays,
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
 		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
-		descEntryQueue, descEntryOldest, descEntryQueued, descStolen, descStolenFrom, descEntryRefused, descQueueWait,
+		descEntryQueue, descEntryOldest, descEntryQueued, descStolen, descStolenFrom, descEntryRefused, descQueueWait, descPlugin,
 		descChecks, descFaults} {
 		ch <- d
 	}
@@ -221,6 +222,13 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		buckets[b] = m.QueueWait.Counts[i]
 	}
 	ch <- prometheus.MustNewConstHistogram(descQueueWait, m.QueueWait.Count, m.QueueWait.Sum.Seconds(), buckets)
+	for _, h := range m.SchedulerPlugins {
+		b := make(map[float64]uint64, len(h.Bounds))
+		for i, x := range h.Bounds {
+			b[x] = h.Counts[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(descPlugin, h.Count, h.Sum.Seconds(), b, h.Profile, h.Plugin, h.Kind)
+	}
 	gauge(descEpoch, float64(c.b.Committed().Epoch))
 
 	var pending, members float64

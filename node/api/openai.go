@@ -232,7 +232,7 @@ func (c *call) record(res node.Result) {
 	q.Profile, q.Scores = res.Profile, []scoreJSON{}
 	for _, s := range res.Scores {
 		q.Scores = append(q.Scores, scoreJSON{Cost: s.Cost, Latency: s.Terms.Latency, Load: s.Terms.Load,
-			Locality: s.Terms.Locality, Other: s.Terms.Other})
+			Locality: s.Terms.Locality, Other: s.Terms.Other, Unit: s.Terms.Scores})
 	}
 	// The decode rate: tokens after the first over the time after it.
 	first := c.start.Add(res.TTFT)

@@ -21,7 +21,8 @@ func TestSwarmView(t *testing.T) {
 	c := shared.get(t)
 	// A member's state comes from its heartbeats, so a swarm that just
 	// committed its map may still show a member joining for up to one
-	// heartbeat: read the views until every member reads serving.
+	// heartbeat: read the views until every member reads serving and
+	// every view names the leader.
 	var views []swarmJSON
 	serving := func() bool {
 		views = views[:0]
@@ -37,6 +38,11 @@ func TestSwarmView(t *testing.T) {
 			views = append(views, v)
 		}
 		for _, v := range views {
+			// The leader is polled (WithLeaderPoll): a view may not name
+			// it yet right after the swarm forms.
+			if v.Leader == nil {
+				return false
+			}
 			for _, m := range v.Members {
 				if m.State != "serving" {
 					return false
@@ -167,6 +173,9 @@ func TestMetrics(t *testing.T) {
 		{"strata_verify_checks_total", []string{"result", "mismatch"}, 0},
 		{"strata_verify_faults_reported_total", nil, 0},
 		{"strata_queue_depth", nil, 0},
+		{"strata_scheduler_plugin_seconds", []string{"profile", "default", "plugin", "latency", "kind", "scorer"}, 2},
+		{"strata_scheduler_plugin_seconds", []string{"profile", "default", "plugin", "live", "kind", "filter"}, 2},
+		{"strata_scheduler_plugin_seconds", []string{"profile", "default", "plugin", "best-of-slack", "kind", "picker"}, 2},
 		{"strata_kv_free_tokens", nil, 1},
 		{"strata_stage_sessions", nil, 0},
 		{"strata_layers_held", nil, 4},

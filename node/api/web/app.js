@@ -273,11 +273,16 @@
 
   // scoreText is the winning score of a request's last path: its
   // estimated seconds, then their split (other: scorers such as prefix
-  // affinity).
+  // affinity), then the path's [0, 1] score per scorer (1 best).
   function scoreText(q) {
     const s = q.scores && q.scores.length ? q.scores[q.scores.length - 1] : null;
     if (!s) return ["–", ""];
-    const split = `latency ${fmt(s.latency_s, 3)} · load ${fmt(s.load_s, 3)} · locality ${fmt(s.locality_s, 3)} · other ${fmt(s.other_s, 3)}`;
+    let split = `latency ${fmt(s.latency_s, 3)} · load ${fmt(s.load_s, 3)} · locality ${fmt(s.locality_s, 3)} · other ${fmt(s.other_s, 3)}`;
+    const u = s.unit;
+    if (u) {
+      split += ` | scores: latency ${fmt(u.latency, 2)} · load ${fmt(u.load, 2)} · locality ${fmt(u.locality, 2)}` +
+        ` · fresh ${fmt(u.stale, 2)} · kv ${fmt(u.kv_headroom, 2)} · prefix ${fmt(u.prefix_affinity, 2)}`;
+    }
     return [fmt(s.cost_s, 3), split];
   }
 
