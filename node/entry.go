@@ -313,7 +313,8 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	if wait == 0 {
 		wait = e.cfg.queueTimeout
 	}
-	path, resv, err := e.admit(ctx, g, wait)
+	first := e.admitAt(ctx, g, wait, false)
+	resv, err := first.resv, first.err
 	g.resv = resv
 	if errors.Is(err, routing.ErrUnknownProfile) {
 		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -328,6 +329,9 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	defer e.mu.RUnlock()
 	if e.ctx.Err() != nil {
 		e.adm.release(resv)
+		if first.stolen != nil {
+			_ = first.stolen.s.Reset()
+		}
 		return nil, ErrClosed
 	}
 	e.counters.requests.Add(1)
@@ -338,8 +342,8 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	go func() {
 		defer e.wg.Done()
 		defer cancel()
-		defer e.adm.release(resv)
-		res, err := g.run(gctx, path)
+		defer func() { e.adm.release(g.resv) }()
+		res, err := g.runAdmitted(gctx, first, wait)
 		if err != nil {
 			e.counters.failed.Add(1)
 			if errors.Is(err, context.Canceled) && e.ctx.Err() != nil {
@@ -351,6 +355,26 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 		close(s.done)
 	}()
 	return s, nil
+}
+
+// runAdmitted runs g from its admission: on the path it was given, or
+// through the thief that took it; a thief's stream that broke sends it
+// back to the head of the queue (steal.go), whence it runs here or is
+// stolen again.
+func (g *generation) runAdmitted(ctx context.Context, adm admission, wait time.Duration) (Result, error) {
+	e := g.e
+	for adm.stolen != nil {
+		done, err := g.runStolen(ctx, adm.stolen)
+		if done {
+			return g.result(), err
+		}
+		adm = e.admitAt(ctx, g, wait, true)
+		g.resv = adm.resv
+		if adm.err != nil {
+			return g.result(), fmt.Errorf("%w: after a thief gave the request back: %w", ErrSessionLost, adm.err)
+		}
+	}
+	return g.run(ctx, adm.path)
 }
 
 // generation is one request's state at the entry.
@@ -404,7 +428,9 @@ const (
 
 func (g *generation) run(ctx context.Context, path routing.Path) (Result, error) {
 	e := g.e
-	g.start = e.cfg.clock.Now()
+	if g.start.IsZero() { // a stolen request's start stands
+		g.start = e.cfg.clock.Now()
+	}
 	var busySince time.Time
 	busy := 0
 	for {

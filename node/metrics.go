@@ -29,6 +29,9 @@ type Metrics struct {
 	EntryQueued      uint64
 	EntryRefused     uint64
 	QueueWait        WaitHistogram
+	// Work stealing (steal.go): requests this entry took from a loaded
+	// peer's queue and drove, and requests peers took from its queue.
+	Stolen, StolenFrom uint64
 	// SchedulerPlugins is each scheduler plugin's time per route, by
 	// profile, plugin and kind (filter, scorer, picker).
 	SchedulerPlugins []PluginHistogram
@@ -57,6 +60,7 @@ type Metrics struct {
 type counters struct {
 	requests, failed, tokens, replays, hopFailures, badFrames atomic.Uint64
 	replayLatency, maxReplayLatency                           atomic.Int64
+	stolen, stolenFrom                                        atomic.Uint64
 
 	mu      sync.Mutex
 	badFrom map[peer.ID]uint64
@@ -94,7 +98,7 @@ func (n *Node) Metrics() Metrics {
 	m := Metrics{Requests: c.requests.Load(), Failed: c.failed.Load(), Tokens: c.tokens.Load(),
 		Replays: c.replays.Load(), HopFailures: c.hopFailures.Load(), BadFrames: c.badFrames.Load(),
 		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load()),
-		Verify: n.entry.vc.stats()}
+		Verify: n.entry.vc.stats(), Stolen: c.stolen.Load(), StolenFrom: c.stolenFrom.Load()}
 	m.EntryQueue, m.EntryQueueOldest = n.entry.adm.queued(n.cfg.clock.Now())
 	m.EntryQueued, m.EntryRefused = n.entry.adm.queuedN.Load(), n.entry.adm.refusedN.Load()
 	m.QueueWait = n.entry.adm.waits.snapshot()

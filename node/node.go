@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/pbnjay/memory"
 	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
@@ -228,6 +230,14 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
 	h.HandleActivations(n.svc.onFrame)
+	h.Libp2p().SetStreamHandler(proto.Steal, n.entry.serveSteal)
+	if cfg.steal {
+		open := func(ctx context.Context, p peer.ID) (network.Stream, error) {
+			return h.Libp2p().NewStream(ctx, p, proto.Steal)
+		}
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.entry.stealLoop(h.Peers(), open, DefaultStealAfter) }()
+	}
 	h.OnMapNotice(n.ann.onMapNotice)
 	n.ann.publish()
 

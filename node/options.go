@@ -62,6 +62,7 @@ type config struct {
 	entryQueueTimeout                                  time.Duration
 	wireF16                                            bool
 	verifyRate                                         float64
+	steal                                              bool
 	fault                                              outputFault // test-only (faultinject.go)
 	noPrefixCache                                      bool
 	clock                                              clockwork.Clock
@@ -313,6 +314,14 @@ func WithSuspectFor(d time.Duration) Option {
 // tokens then differ slightly from a single-process run). Default
 // float32, which keeps every split bit-identical.
 func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on; return nil } }
+
+// WithStealing turns work stealing between entries on or off (default
+// off): with it, this entry, when it has spare path capacity, takes
+// requests that waited in a peer entry's queue at least
+// DefaultStealAfter, drives them and streams the tokens back through
+// that entry. An entry hands its own queued requests to thieves
+// whatever this option says.
+func WithStealing(on bool) Option { return func(c *config) error { c.steal = on; return nil } }
 
 // WithVerifyRate sets the share of token boundaries at which this
 // node's entry spot-checks one hop of a generation's path against a

@@ -81,7 +81,8 @@ func (r *reservation) countedBy(rep kvReport) bool {
 // waiter is one queued request.
 type waiter struct {
 	req   routeReq
-	need  int // KV tokens
+	g     *generation // nil for a probe; a thief may take it (steal.go)
+	need  int         // KV tokens
 	since time.Time
 	done  chan admission // buffered: the loop never blocks on it
 }
@@ -91,6 +92,8 @@ type admission struct {
 	path routing.Path
 	resv []*reservation
 	err  error // the request cannot be routed at all (a bad profile)
+	// stolen: a thief took the request and drives it (steal.go).
+	stolen *stolen
 }
 
 // admitter is the entry's queue and its reservations.
@@ -103,6 +106,9 @@ type admitter struct {
 	// queuedN counts requests that had to wait; refusedN those refused
 	// (deadline or bound).
 	queuedN, refusedN atomic.Uint64
+	// hold makes every path look full (tests: a queue that only a thief
+	// can drain, while the stages stay real).
+	hold atomic.Bool
 }
 
 func newAdmitter() *admitter {
@@ -174,6 +180,9 @@ var errNoRoom = errors.New("no path has KV room")
 // node. a.mu is held.
 func (e *entry) tryLocked(w *waiter) (admission, error) {
 	a := e.adm
+	if a.hold.Load() {
+		return admission{}, errNoRoom
+	}
 	var avoid []string
 	for range 8 {
 		q := w.req
@@ -274,16 +283,23 @@ func (e *entry) admitLoop() {
 	}
 }
 
-// admit returns a path with KV room for g, queueing g until there is one
-// within its queue timeout. The reservations it returns are given back
-// with release when the generation ends.
-func (e *entry) admit(ctx context.Context, g *generation, timeout time.Duration) (routing.Path, []*reservation, error) {
+// admitAt returns a path with KV room for g, queueing g until there is
+// one within its queue timeout, or the thief that took g from the queue
+// (steal.go). The reservations it returns are given back with release
+// when the generation ends. head puts g at the head of the queue (a
+// request that a thief gave back), ahead of those that came after it.
+func (e *entry) admitAt(ctx context.Context, g *generation, timeout time.Duration, head bool) admission {
+	path, resv, st, err := e.admitW(ctx, g, timeout, head)
+	return admission{path: path, resv: resv, stolen: st, err: err}
+}
+
+func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration, head bool) (routing.Path, []*reservation, *stolen, error) {
 	a := e.adm
 	now := e.cfg.clock.Now()
-	w := &waiter{req: g.routeReq(nil), need: kvBlocks(len(g.prompt), g.maxTokens) * kvBlock, since: now,
+	w := &waiter{req: g.routeReq(nil), g: g, need: kvBlocks(len(g.prompt)+len(g.out), g.maxTokens-len(g.out)) * kvBlock, since: now,
 		done: make(chan admission, 1)}
 	a.mu.Lock()
-	if len(a.q) == 0 {
+	if len(a.q) == 0 || head {
 		// Nobody ahead: admit at once when it fits.
 		adm, err := e.tryLocked(w)
 		if err == nil || !(errors.Is(err, errNoRoom) || errors.Is(err, routing.ErrNoPath)) {
@@ -291,26 +307,30 @@ func (e *entry) admit(ctx context.Context, g *generation, timeout time.Duration)
 			if err == nil {
 				a.waits.observe(0)
 			}
-			return adm.path, adm.resv, err
+			return adm.path, adm.resv, nil, err
 		}
 		if timeout < 0 {
 			a.mu.Unlock()
-			return routing.Path{}, nil, &retryAfter{err: fmt.Errorf("%w: %w (the request asked not to queue)", ErrNoCapacity, err), after: time.Second}
+			return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (the request asked not to queue)", ErrNoCapacity, err), after: time.Second}
 		}
 	}
 	if timeout < 0 {
 		n := len(a.q)
 		a.mu.Unlock()
-		return routing.Path{}, nil, &retryAfter{err: fmt.Errorf("%w: %d request(s) queued ahead (the request asked not to queue)", ErrNoCapacity, n),
+		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %d request(s) queued ahead (the request asked not to queue)", ErrNoCapacity, n),
 			after: e.retryHint(now)}
 	}
-	if len(a.q) >= e.cfg.queueMax {
+	if !head && len(a.q) >= e.cfg.queueMax {
 		n := len(a.q)
 		a.mu.Unlock()
 		a.refusedN.Add(1)
-		return routing.Path{}, nil, &retryAfter{err: fmt.Errorf("%w: %w (%d waiting)", ErrNoCapacity, ErrQueueFull, n), after: e.retryHint(now)}
+		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (%d waiting)", ErrNoCapacity, ErrQueueFull, n), after: e.retryHint(now)}
 	}
-	a.q = append(a.q, w)
+	if head {
+		a.q = slices.Insert(a.q, 0, w)
+	} else {
+		a.q = append(a.q, w)
+	}
 	a.mu.Unlock()
 	a.queuedN.Add(1)
 	a.poke()
@@ -321,7 +341,7 @@ func (e *entry) admit(ctx context.Context, g *generation, timeout time.Duration)
 	select {
 	case adm := <-w.done:
 		a.waits.observe(e.cfg.clock.Since(now))
-		return adm.path, adm.resv, adm.err
+		return adm.path, adm.resv, adm.stolen, adm.err
 	case <-timer.Chan():
 		why = &retryAfter{err: fmt.Errorf("%w: %w: queued %v with no path with KV room", ErrNoCapacity, ErrQueueTimeout, timeout),
 			after: e.retryHint(e.cfg.clock.Now())}
@@ -336,7 +356,7 @@ func (e *entry) admit(ctx context.Context, g *generation, timeout time.Duration)
 		a.q = slices.Delete(a.q, i, i+1)
 		a.mu.Unlock()
 		a.poke() // the head may have changed
-		return routing.Path{}, nil, why
+		return routing.Path{}, nil, nil, why
 	}
 	a.mu.Unlock()
 	// Admitted just as it gave up: the admission stands only for a
@@ -344,10 +364,13 @@ func (e *entry) admit(ctx context.Context, g *generation, timeout time.Duration)
 	adm := <-w.done
 	if ctx.Err() != nil || e.ctx.Err() != nil {
 		a.release(adm.resv)
-		return routing.Path{}, nil, why
+		if adm.stolen != nil {
+			_ = adm.stolen.s.Reset() // the thief stops
+		}
+		return routing.Path{}, nil, nil, why
 	}
 	a.waits.observe(e.cfg.clock.Since(now))
-	return adm.path, adm.resv, adm.err
+	return adm.path, adm.resv, adm.stolen, adm.err
 }
 
 // retryHint is the Retry-After of a refusal: how long the head of the

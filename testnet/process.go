@@ -160,6 +160,9 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	if b := c.bootstraps(p); len(b) > 0 {
 		args = append(args, "--bootstrap", strings.Join(b, ","))
 	}
+	if p.spec.Steal {
+		args = append(args, "--steal")
+	}
 	if r := p.spec.VerifyRate; r != nil {
 		args = append(args, "--verify-rate", strconv.FormatFloat(*r, 'g', -1, 64))
 	}

@@ -43,6 +43,9 @@ type Report struct {
 	// GoodputTokensPerS is the tokens of successful requests per second
 	// of load.
 	GoodputTokensPerS float64 `json:"goodput_tokens_per_s"`
+	// Stolen is how many requests a thief entry took from another's
+	// queue and drove (work stealing), summed over the nodes.
+	Stolen int `json:"stolen"`
 
 	Throughput []Bucket      `json:"throughput"`
 	Events     []EventReport `json:"events"`
@@ -384,7 +387,7 @@ func (rep *Report) Markdown() string {
 		rep.Requests, rep.OK, rep.Failed, rep.EntryRetried, rep.Retried, rep.Retries, rep.Mismatched,
 		rep.TTFT.P50Ms, rep.TTFT.P99Ms, rep.PerToken.P50Ms, rep.PerToken.P99Ms)
 	if len(rep.Entries) > 1 || rep.QueueWait.P99Ms > 0 {
-		fmt.Fprintf(&b, "Goodput %.1f tokens/s. Queue wait (admission at the entry) by entry:\n\n", rep.GoodputTokensPerS)
+		fmt.Fprintf(&b, "Goodput %.1f tokens/s; %d request(s) stolen. Queue wait (admission at the entry) by entry:\n\n", rep.GoodputTokensPerS, rep.Stolen)
 		b.WriteString("| entry | requests | ok | failed | tokens | queue wait p50 | queue wait p99 | TTFT p50 | TTFT p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, e := range rep.Entries {
 			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.0f ms | %.0f ms | %.0f ms | %.0f ms |\n", e.Entry, e.Requests, e.OK, e.Failed, e.Tokens,
@@ -488,8 +491,12 @@ type NodeReach struct {
 	Unreachable  bool              `json:"unreachable,omitempty"`
 	Relays       []string          `json:"relays,omitempty"`     // relays holding a slot for it
 	RelayedMB    float64           `json:"relayed_mb,omitempty"` // carried for others
-	Links        map[string]string `json:"links,omitempty"`      // peer name → direct, hole-punched, relayed
-	Err          string            `json:"error,omitempty"`
+	Links        map[string]string `json:"links,omitempty"`
+	// Stolen and StolenFrom: requests the node's entry took from peers'
+	// queues (work stealing), and requests peers took from its queue.
+	Stolen     int    `json:"stolen,omitempty"`
+	StolenFrom int    `json:"stolen_from,omitempty"` // peer name → direct, hole-punched, relayed
+	Err        string `json:"error,omitempty"`
 }
 
 // write saves report.md and report.json in dir.

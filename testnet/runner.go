@@ -247,6 +247,9 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	rep = buildReport(sc, results, refs, evs, samples, loadEnd, crashed)
 	rep.RunDir, rep.Network = o.runDir, sc.Network.Mode
 	rep.Reachability = reach
+	for _, nr := range reach {
+		rep.Stolen += nr.Stolen
+	}
 	if err := rep.write(o.runDir); err != nil {
 		return rep, err
 	}
@@ -477,6 +480,10 @@ type swarmView struct {
 		Link      string        `json:"link"`
 		LinkMBs   float64       `json:"link_mb_per_s"`
 		Committed *layers.Range `json:"committed_range"`
+		Load      *struct {
+			Stolen     int `json:"stolen"`
+			StolenFrom int `json:"stolen_from"`
+		} `json:"load"`
 	} `json:"members"`
 	NAT struct {
 		Reachability string   `json:"reachability"`
@@ -506,6 +513,9 @@ func (r *run) reachability(ctx context.Context) []NodeReach {
 			nr.Relays = append(nr.Relays, r.nameOf(id))
 		}
 		for _, m := range v.Members {
+			if m.Self && m.Load != nil {
+				nr.Stolen, nr.StolenFrom = m.Load.Stolen, m.Load.StolenFrom
+			}
 			if !m.Self && m.Link != "" {
 				l := m.Link
 				if m.Link == "relayed" && m.LinkMBs > 0 {

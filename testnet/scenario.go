@@ -71,6 +71,8 @@ type NodeSpec struct {
 	// UploadRate caps what a node with the file sends to fetching peers
 	// (--upload-rate, such as 20MiB).
 	UploadRate string `yaml:"upload_rate"`
+	// Steal turns the node's work stealing on (--steal).
+	Steal bool `yaml:"steal"`
 }
 
 // LoadSpec is the client load: requests arrive as a Poisson process at

@@ -23,6 +23,10 @@ const (
 	// BW measures a relayed link's bandwidth: the prober sends a burst
 	// of bytes, the other side counts them and answers.
 	BW protocol.ID = "/strata/bw/1"
+	// Steal hands a queued request from a loaded entry to an idle one
+	// and carries its tokens back (node/steal.go): one request per
+	// stream.
+	Steal protocol.ID = "/strata/steal/1"
 	// DHTPrefix gives the DHT protocol /strata/kad/1.0.0.
 	DHTPrefix protocol.ID = "/strata"
 )

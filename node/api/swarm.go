@@ -112,6 +112,10 @@ type (
 		// has: the swarm's load table.
 		EntryQueue  int     `json:"entry_queue"`
 		EntryWaitMs float64 `json:"entry_wait_ms"`
+		// Stolen and StolenFrom count work stealing (this node only):
+		// requests it took from peers' queues, and peers took from its.
+		Stolen     uint64 `json:"stolen,omitempty"`
+		StolenFrom uint64 `json:"stolen_from,omitempty"`
 	}
 )
 
@@ -203,6 +207,9 @@ func (s *Server) swarmView() swarmJSON {
 	me.Load = &loadJSON{Epoch: st.Epoch, Range: s.b.Held(), QueueDepth: st.QueueDepth, ActiveSessions: st.ActiveSessions,
 		FreeKV: st.FreeKV, LayerLatencyMs: ms(st.LayerLatency), Region: st.Region,
 		EntryQueue: st.EntryQueue, EntryWaitMs: ms(st.EntryWait)}
+	if m := s.b.Metrics(); m.Stolen != 0 || m.StolenFrom != 0 {
+		me.Load.Stolen, me.Load.StolenFrom = m.Stolen, m.StolenFrom
+	}
 
 	// Everyone else, from the peer table.
 	for _, p := range snap.Peers {

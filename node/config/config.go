@@ -108,6 +108,7 @@ type Config struct {
 	// The entry's admission queue.
 	QueueTimeout time.Duration `yaml:"queue_timeout" help:"how long a request may wait in this entry's queue for a path with KV room before a 503 (a request's queue_timeout overrides it)"`
 	QueueMax     int           `yaml:"queue_max" help:"requests this entry's queue holds; past it a request gets 503 at once"`
+	Steal        bool          `yaml:"steal" help:"steal requests queued at a loaded peer's entry when this node's entry has spare path capacity; the tokens go back to the client through that entry"`
 	PrefixCache  bool          `yaml:"prefix_cache" help:"keep finished sessions' KV in the memory sessions leave free, so that a chat's next turn resumes from it (outputs unchanged)"`
 
 	// The HTTP API.

@@ -199,6 +199,13 @@ func TestValidationNamesTheField(t *testing.T) {
 	if c, err := parse(t, nil, "--prefix-cache=false"); err != nil || c.PrefixCache {
 		t.Fatalf("--prefix-cache=false: %v, %v", c.PrefixCache, err)
 	}
+	// Work stealing is off unless turned on.
+	if c.Steal {
+		t.Fatal("stealing on by default")
+	}
+	if c, err := parse(t, nil, "--steal"); err != nil || !c.Steal {
+		t.Fatalf("--steal: %v, %v", c.Steal, err)
+	}
 	// A model reference that is no file is left to the model store.
 	for _, m := range []string{"Qwen/Qwen2.5-7B-Instruct-GGUF:q4_k_m", "hf://o/r/m.gguf"} {
 		if c, err := parse(t, nil, "--model", m); err != nil || c.Model != m {
