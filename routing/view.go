@@ -80,8 +80,9 @@ type NodeState struct {
 	// FreeKV is the KV cache left, in tokens. Zero means full; a negative
 	// value means the node did not report it.
 	FreeKV int
-	// LayerLatency is the heartbeat's EWMA of one layer's decode step at the
-	// node's current batch, in seconds. Zero or invalid means unknown: the
+	// LayerLatency is the heartbeat's EWMA of one layer's time over every
+	// batch the node ran, prefills included, in seconds: what a step
+	// arriving now waits behind, so it carries prefill load. Zero or invalid means unknown: the
 	// router then uses the cost model.
 	LayerLatency float64
 	// Updated is when the load figures were measured (the heartbeat's

@@ -83,8 +83,8 @@ type Status struct {
 	ActiveSessions       int
 	// FreeKV is the free KV cache in tokens; negative means not reported.
 	FreeKV int64
-	// LayerLatency is the EWMA of one layer's decode step at the current
-	// batch; zero means unknown.
+	// LayerLatency is the EWMA of one layer's time over every batch the
+	// node ran, prefills included; zero means unknown.
 	LayerLatency time.Duration
 	// Region is a coarse location label (at most MaxRegionLen bytes).
 	Region string
