@@ -75,8 +75,13 @@ type NodeState struct {
 	// Speed scales modelled throughput by what was measured (0: as modelled).
 	Speed float64
 
-	QueueDepth     int // requests waiting for a batch slot
-	ActiveSessions int // sessions in the decode batch
+	// QueueDepth is the sessions the node has accepted that wait for KV
+	// memory before they join its batch (node/scheduler.go's FIFO, sent in
+	// the heartbeat). The node admits them before any new session, so a
+	// new one there waits behind them; the router counts them in the
+	// batch it expects (Estimate.Batch).
+	QueueDepth     int
+	ActiveSessions int // sessions holding KV on the node (in its batch)
 	// FreeKV is the KV cache left, in tokens. Zero means full; a negative
 	// value means the node did not report it.
 	FreeKV int
