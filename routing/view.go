@@ -78,8 +78,9 @@ type NodeState struct {
 	// QueueDepth is the sessions the node has accepted that wait for KV
 	// memory before they join its batch (node/scheduler.go's FIFO, sent in
 	// the heartbeat). The node admits them before any new session, so a
-	// new one there waits behind them; the router counts them in the
-	// batch it expects (Estimate.Batch).
+	// new one there waits behind them: the router charges such a node as
+	// short of KV (Estimate.KVShort) and counts them in the batch it
+	// expects (Estimate.Batch).
 	QueueDepth     int
 	ActiveSessions int // sessions holding KV on the node (in its batch)
 	// FreeKV is the KV cache left, in tokens. Zero means full; a negative
