@@ -165,7 +165,7 @@ type scheduler struct {
 	waiting  []*stepIn
 	deferred []*stepIn
 	kvUsed   int64
-	ewma     float64 // seconds per layer of a decode batch
+	ewma     float64 // seconds per layer of a batch, prefills included
 	steps    uint64
 	batches  uint64
 	batched  uint64
@@ -634,7 +634,6 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 	var ws []*work
 	seen := map[hopKey]bool{}
 	lo, hi := len(s.slots), 0
-	decode := true
 	for _, in := range ready {
 		key := hopKey{in.m.Session, in.m.Hops[0].From}
 		hs := s.sessions[key]
@@ -655,7 +654,6 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 		seen[key] = true
 		ws = append(ws, &work{in: in, hs: hs, x: in.m.Hidden})
 		lo, hi = min(lo, key.from), max(hi, hs.to)
-		decode = decode && len(in.m.Tokens) == 1
 	}
 	if len(ws) == 0 {
 		return
@@ -715,7 +713,12 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 	if len(ws) > 1 {
 		s.batched += uint64(len(ws))
 	}
-	if decode && hi > lo {
+	// Every batch counts, prefills included: the figure is what a step
+	// arriving now waits behind, and the router compares it with its
+	// modelled decode time to see load. Decode batches alone hid prefill
+	// work, so routes herded onto the fastest machines (issue 21; sim:
+	// volunteer-1000).
+	if hi > lo {
 		per := elapsed.Seconds() / float64(hi-lo)
 		if s.ewma == 0 {
 			s.ewma = per

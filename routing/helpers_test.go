@@ -107,7 +107,7 @@ func swarm(t testing.TB, n, L int, seed uint64, regions int) (layers.LayerMap, *
 			ns.Region = fmt.Sprintf("r%d", rng.IntN(regions))
 		}
 		ns.ActiveSessions = rng.IntN(64)
-		ns.QueueDepth = rng.IntN(8)
+		ns.QueueDepth = max(rng.IntN(8)-6, 0) // sessions waiting for KV: rare
 		ns.FreeKV = rng.IntN(1 << 16)
 		if rng.IntN(2) == 0 {
 			ns.LayerLatency = 1e-4 + rng.Float64()*1e-3

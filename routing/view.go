@@ -75,13 +75,20 @@ type NodeState struct {
 	// Speed scales modelled throughput by what was measured (0: as modelled).
 	Speed float64
 
-	QueueDepth     int // requests waiting for a batch slot
-	ActiveSessions int // sessions in the decode batch
+	// QueueDepth is the sessions the node has accepted that wait for KV
+	// memory before they join its batch (node/scheduler.go's FIFO, sent in
+	// the heartbeat). The node admits them before any new session, so a
+	// new one there waits behind them: the router charges such a node as
+	// short of KV (Estimate.KVShort) and counts them in the batch it
+	// expects (Estimate.Batch).
+	QueueDepth     int
+	ActiveSessions int // sessions holding KV on the node (in its batch)
 	// FreeKV is the KV cache left, in tokens. Zero means full; a negative
 	// value means the node did not report it.
 	FreeKV int
-	// LayerLatency is the heartbeat's EWMA of one layer's decode step at the
-	// node's current batch, in seconds. Zero or invalid means unknown: the
+	// LayerLatency is the heartbeat's EWMA of one layer's time over every
+	// batch the node ran, prefills included, in seconds: what a step
+	// arriving now waits behind, so it carries prefill load. Zero or invalid means unknown: the
 	// router then uses the cost model.
 	LayerLatency float64
 	// Updated is when the load figures were measured (the heartbeat's

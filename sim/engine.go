@@ -638,13 +638,12 @@ func (s *Sim) startBatch(ni int) {
 		n.recv = 0
 	}
 	n.busy = true
-	if pTok == 0 {
-		// As node/scheduler.go's heartbeat figure: decode batches only.
-		if n.lat == 0 {
-			n.lat = t
-		} else {
-			n.lat += 0.2 * (t - n.lat)
-		}
+	// As node/scheduler.go's heartbeat figure: every batch, prefills
+	// included.
+	if n.lat == 0 {
+		n.lat = t
+	} else {
+		n.lat += 0.2 * (t - n.lat)
 	}
 	s.stats.batches++
 	s.stats.busy[ni] += t

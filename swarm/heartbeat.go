@@ -80,12 +80,15 @@ type Status struct {
 	RangeStart, RangeEnd int    // served layers [start, end); 0,0 for none
 	Epoch                uint64 // LayerMap epoch the range belongs to
 	State                State
-	QueueDepth           int
-	ActiveSessions       int
+	// QueueDepth is the sessions accepted that wait for KV memory before
+	// they join the batch (admitted first, in order); ActiveSessions the
+	// sessions holding KV. routing.NodeState carries both as they are.
+	QueueDepth     int
+	ActiveSessions int
 	// FreeKV is the free KV cache in tokens; negative means not reported.
 	FreeKV int64
-	// LayerLatency is the EWMA of one layer's decode step at the current
-	// batch; zero means unknown.
+	// LayerLatency is the EWMA of one layer's time over every batch the
+	// node ran, prefills included; zero means unknown.
 	LayerLatency time.Duration
 	// Region is a coarse location label (at most MaxRegionLen bytes).
 	Region string
