@@ -623,7 +623,12 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 					}
 					end := attemptEnd{blame: []peer.ID{at}, reason: fmt.Sprintf("%s from %s: %s", ev.err.Code, shortID(ev.from), ev.err.Text)}
 					switch ev.err.Code {
-					case CodeBusy:
+					case CodeBusy, CodeNotServing:
+						// Not serving: the hop is still loading its range (a
+						// queued request admitted as it joins) or released it
+						// for a newer map; like a full queue, back off and
+						// route again within the repair wait instead of
+						// burning replays in a tight loop.
 						end.kind = endBusy
 					case CodeNoKV:
 						end.kind = endNoKV
