@@ -395,7 +395,9 @@ func TestDashboardBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if shown < 2 {
+	// A short answer's few deltas can arrive in one browser task and be
+	// drawn at once; a long one streamed onto the page takes several.
+	if shown < 2 && chat.Deltas >= 10 {
 		t.Fatalf("the answer was drawn in %d step(s) for %d deltas: not streamed onto the page", shown, chat.Deltas)
 	}
 	t.Logf("chat answer: %d deltas, drawn in %d steps (polled mid-stream: %v): %q", chat.Deltas, shown, sawPartial, chat.Text)
