@@ -497,7 +497,10 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 		if path, err = g.reroute(ctx); err != nil {
 			return g.result(), err
 		}
-		if end.kind != endBusy {
+		// A busy hop and a prefix miss (the retry is cold, once) are not
+		// failures: they do not count as replays, which Result pairs
+		// with the failure each recovered from.
+		if end.kind != endBusy && end.kind != endPrefixMiss {
 			g.res.Replays++
 			e.counters.replays.Add(1)
 		}
