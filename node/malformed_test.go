@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
 	"os"
 	"slices"
 	"testing"
@@ -189,16 +188,9 @@ func TestMalformedFrames(t *testing.T) {
 	waitFor(t, 5*time.Second, "the oversized frame counted", func() bool { return b.Host().Rejections(self).Frame > 0 })
 
 	// The generation through b was never touched.
-	var got []int32
-	for {
-		d, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, d.Tokens...)
+	got, err := recvAll(s)
+	if err != nil {
+		t.Fatal(err)
 	}
 	res, _ := s.Result()
 	if !slices.Equal(got, want) || res.Replays != 0 {

@@ -40,6 +40,12 @@ func generate(ctx context.Context, t *testing.T, entry *Node, prompt string, max
 	if err != nil {
 		return nil, err
 	}
+	return recvAll(s)
+}
+
+// recvAll reads a stream to its end: the tokens, and the error that
+// ended it (nil at io.EOF).
+func recvAll(s *Stream) ([]int32, error) {
 	var got []int32
 	for {
 		d, err := s.Recv()
@@ -192,16 +198,9 @@ func TestAuditGivesWayToPeerDown(t *testing.T) {
 		t.Fatal("no audit")
 	}
 	r.e.peerDown(r.peers[0], "test: gone")
-	var got []int32
-	for {
-		d, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, d.Tokens...)
+	got, err := recvAll(s)
+	if err != nil {
+		t.Fatal(err)
 	}
 	res, err := s.Result()
 	if err != nil {
