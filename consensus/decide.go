@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"strings"
@@ -81,8 +82,12 @@ type LeaderInput struct {
 	Config LeaderConfig
 
 	// Manifest is the leader's own manifest, when it holds the model's
-	// file (empty otherwise); appended while the state has none.
+	// file (empty otherwise); appended while the state has none, in one
+	// record when it fits MaxManifestLen, else in parts.
 	Manifest ManifestPublished
+	// ManifestParts is Manifest split by SplitManifest, when it is larger
+	// than one record (nil: Decide splits it itself).
+	ManifestParts []ManifestPart
 	// FetchRates are the fetch rates (bytes/s) of the members that have
 	// no model file and fetch their layers from peers
 	// (layers.RebalanceOptions.FetchRates).
@@ -218,8 +223,8 @@ func (d *decision) decide() (Action, error) {
 	}
 	// 1b. The swarm learns its model's manifest from a leader that holds
 	// the file: the founder, unless it had none.
-	if len(in.Manifest.Manifest) > 0 && s.manifest == nil && in.Manifest.Fingerprint == s.Fingerprint() {
-		return Append{Event: in.Manifest, Why: "the leader publishes the model's manifest"}, nil
+	if a := d.publishManifest(); a != nil {
+		return a, nil
 	}
 
 	// 2. Raft's configuration follows the members.
@@ -620,4 +625,38 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// publishManifest appends the leader's manifest while the state has none:
+// whole when it fits a record, else its first part the state lacks, one
+// part a decision, so that a new leader with the same manifest goes on
+// where the last one stopped. A publication of another manifest under way
+// is left be: the first one stays, as with whole manifests.
+func (d *decision) publishManifest() Action {
+	m, s := d.in.Manifest, d.in.State
+	if len(m.Manifest) == 0 || s.manifest != nil || m.Fingerprint != s.Fingerprint() {
+		return nil
+	}
+	if len(m.Manifest) <= MaxManifestLen {
+		if s.parts != nil && s.parts.digest != sha256.Sum256(m.Manifest) {
+			return nil
+		}
+		return Append{Event: m, Why: "the leader publishes the model's manifest"}
+	}
+	parts := d.in.ManifestParts
+	if parts == nil {
+		var err error
+		if parts, err = SplitManifest(m.Fingerprint, m.Manifest); err != nil {
+			return nil
+		}
+	}
+	if s.parts != nil && (s.parts.digest != parts[0].Digest || s.parts.total != len(parts)) {
+		return nil
+	}
+	for _, p := range parts {
+		if !s.HasManifestPart(p.Digest, p.Index) {
+			return Append{Event: p, Why: fmt.Sprintf("the leader publishes the model's manifest, part %d of %d", p.Index+1, p.Total)}
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"reflect"
@@ -29,6 +30,7 @@ func sampleRecords(t testing.TB) []Record {
 		{Event: MapCommitted{Epoch: 1}}, // zero time
 		rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("manifest bytes")}),
 		rec(10, sampleFault(t)),
+		rec(11, ManifestPart{Fingerprint: "fp", Digest: sha256.Sum256([]byte("whole")), Index: 1, Total: 3, Bytes: []byte("part")}),
 	}
 }
 
@@ -146,6 +148,12 @@ func FuzzUnmarshalState(f *testing.F) {
 	withManifest := Fold(sampleRecords(f)[1], rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("manifest")}))
 	if b, err := withManifest.MarshalBinary(); err != nil || withManifest.Manifest() == nil {
 		f.Fatalf("state with a manifest: %v", err)
+	} else {
+		f.Add(b)
+	}
+	midParts := Fold(sampleRecords(f)[1], rec(9, ManifestPart{Fingerprint: "fp", Digest: sha256.Sum256([]byte("whole")), Index: 1, Total: 3, Bytes: []byte("part")}))
+	if b, err := midParts.MarshalBinary(); err != nil {
+		f.Fatalf("state with manifest parts: %v", err)
 	} else {
 		f.Add(b)
 	}

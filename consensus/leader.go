@@ -81,6 +81,7 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 	}
 	if len(c.cfg.manifest) > 0 {
 		in.Manifest = ManifestPublished{Fingerprint: c.cfg.fingerprint, Manifest: c.cfg.manifest}
+		in.ManifestParts = c.cfg.manifestParts
 	}
 	seen := map[string]bool{}
 	look := func(id string) {

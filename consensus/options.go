@@ -109,9 +109,12 @@ type config struct {
 	model       layers.ModelSpec
 	fingerprint string
 	manifest    []byte
-	caps        Capabilities
-	bootstrap   []peer.AddrInfo
-	initial     []peer.ID
+	// manifestParts: the manifest split for publication when it does not
+	// fit one record (validate does it once, not every leader step).
+	manifestParts []ManifestPart
+	caps          Capabilities
+	bootstrap     []peer.AddrInfo
+	initial       []peer.ID
 
 	heartbeat, election time.Duration
 	tick                time.Duration
@@ -179,6 +182,13 @@ func (c *config) validate() error {
 	case c.maxVoters != 3 && c.maxVoters != 5:
 		return fmt.Errorf("%w: max voters must be 3 or 5, not %d", ErrConfig, c.maxVoters)
 	}
+	if len(c.manifest) > MaxManifestLen {
+		parts, err := SplitManifest(c.fingerprint, c.manifest)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		c.manifestParts = parts
+	}
 	return nil
 }
 
@@ -217,11 +227,12 @@ func WithModel(m layers.ModelSpec, fingerprint string) Option {
 // WithManifest gives the encoded manifest of the model file this node
 // holds (package chunks' Manifest.MarshalBinary). While it leads a swarm
 // whose state has no manifest, the member publishes it, so that nodes
-// without the file can fetch their layers.
+// without the file can fetch their layers: in one record when it fits
+// (MaxManifestLen), else in parts (up to MaxManifestSize).
 func WithManifest(data []byte) Option {
 	return func(c *config) error {
-		if len(data) > MaxManifestLen {
-			return fmt.Errorf("%w: manifest of %d bytes exceeds %d", ErrConfig, len(data), MaxManifestLen)
+		if len(data) > MaxManifestSize {
+			return fmt.Errorf("%w: manifest of %d bytes exceeds %d", ErrConfig, len(data), MaxManifestSize)
 		}
 		c.manifest = data
 		return nil

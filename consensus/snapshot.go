@@ -24,9 +24,9 @@ const (
 // applied count, the last At, the members in ID order, the committed map
 // (an empty byte string when none), and a flag byte followed by the
 // pending map, its times, reason and the nodes that load with their
-// readiness, in ID order, then (since "SCS2") the bans in ID order and, when
-// published, the manifest as a byte string (manifest.go). Fields are encoded
-// as in MarshalRecord.
+// readiness, in ID order, then (since "SCS2") the bans in ID order and the
+// manifest section: absent, the manifest as a byte string, or the parts of
+// one under way (manifest.go). Fields are encoded as in MarshalRecord.
 func (s State) MarshalBinary() ([]byte, error) {
 	b := []byte(snapshotMagic)
 	b = appendStr(b, s.fingerprint)
