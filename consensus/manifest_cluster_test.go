@@ -76,8 +76,10 @@ func TestClusterManifestInParts(t *testing.T) {
 
 	// b writes a snapshot (the manifest is larger than any record) and
 	// comes back from its data dir alone.
-	if err := b.c().raft.Snapshot().Error(); err != nil {
-		t.Fatal(err)
+	// (Raft refuses while a configuration change is being applied.)
+	var snapErr error
+	if _, ok := cl.until(30*time.Second, func() bool { snapErr = b.c().raft.Snapshot().Error(); return snapErr == nil }); !ok {
+		t.Fatalf("b takes no snapshot: %v", snapErr)
 	}
 	b.kill()
 	b.startHost()

@@ -39,8 +39,20 @@ import (
 // manifestReqMagic starts a node control request for the manifest of
 // the model whose fingerprint follows. The answer is a flags byte (bit 0:
 // the answerer holds the whole file and serves its chunks) and the
-// encoded manifest: what a joiner learns the model from.
-const manifestReqMagic = "SMF1"
+// encoded manifest: what a joiner learns the model from. A manifest
+// larger than manifestPage (it outgrows a control frame) is answered in
+// pages: flag bit 3 (manifestPaged) is set, a uvarint of the manifest's
+// whole length follows the flags, then its first manifestPage bytes; the
+// asker gets the rest with manifestPageMagic requests, a uvarint offset
+// then the fingerprint, answered alike from that offset.
+const (
+	manifestReqMagic  = "SMF1"
+	manifestPageMagic = "SMP1"
+	manifestPaged     = 8
+	// manifestPage is the most manifest bytes one answer carries: well
+	// inside the default control frame (swarm.DefaultMaxCtlFrame).
+	manifestPage = 1 << 20
+)
 
 // infoReqMagic starts a node control request for what it holds of the
 // model. The answer (infoLen bytes) is a flags byte (bit 0: it holds the
@@ -163,14 +175,28 @@ func (n *Node) pollRates(ctx context.Context, every time.Duration) {
 }
 
 func isManifestRequest(req []byte) bool {
-	return len(req) >= len(manifestReqMagic) && string(req[:len(manifestReqMagic)]) == manifestReqMagic
+	return hasMagic(req, manifestReqMagic) || hasMagic(req, manifestPageMagic)
 }
 
-// answerManifest answers a manifest request: from the file this node
-// holds, else from its replica of the swarm's state. An empty fingerprint
-// asks for the manifest of whatever model this node serves (SwarmModel).
+func hasMagic(req []byte, magic string) bool {
+	return len(req) >= len(magic) && string(req[:len(magic)]) == magic
+}
+
+// answerManifest answers a manifest request (or one for a page of it):
+// from the file this node holds, else from its replica of the swarm's
+// state. An empty fingerprint asks for the manifest of whatever model this
+// node serves (SwarmModel).
 func (n *Node) answerManifest(req []byte) ([]byte, error) {
-	fp := string(req[len(manifestReqMagic):])
+	var off uint64
+	rest := req[len(manifestReqMagic):]
+	if hasMagic(req, manifestPageMagic) {
+		v, k := binary.Uvarint(rest)
+		if k <= 0 {
+			return nil, fmt.Errorf("%w: manifest page request without an offset", ErrBadFrame)
+		}
+		off, rest = v, rest[k:]
+	}
+	fp := string(rest)
 	if fp != "" && fp != n.model.info.Fingerprint {
 		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, n.model.info.Fingerprint)
 	}
@@ -187,7 +213,15 @@ func (n *Node) answerManifest(req []byte) ([]byte, error) {
 	if n.chunks != nil {
 		flags |= holdsFile
 	}
-	return append([]byte{flags}, data...), nil
+	if len(data) <= manifestPage && !hasMagic(req, manifestPageMagic) {
+		return append([]byte{flags}, data...), nil // as before pages
+	}
+	if off >= uint64(len(data)) {
+		return nil, fmt.Errorf("%w: manifest page at %d of a %d-byte manifest", ErrBadFrame, off, len(data))
+	}
+	page := data[off:min(uint64(len(data)), off+manifestPage)]
+	b := binary.AppendUvarint([]byte{flags | manifestPaged}, uint64(len(data)))
+	return append(b, page...), nil
 }
 
 // manifestAnswer is one peer's answer to a manifest request.
@@ -196,6 +230,8 @@ type manifestAnswer struct {
 	data  []byte
 }
 
+// askManifest gets the manifest of model fp ("": whatever model p serves)
+// from p, page by page when it is larger than one answer.
 func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (manifestAnswer, error) {
 	resp, err := h.Call(ctx, p, append([]byte(manifestReqMagic), fp...))
 	if err != nil {
@@ -204,7 +240,50 @@ func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (mani
 	if len(resp) < 2 {
 		return manifestAnswer{}, fmt.Errorf("%w: manifest answer of %d bytes", ErrBadFrame, len(resp))
 	}
-	return manifestAnswer{holds: resp[0]&holdsFile != 0, data: resp[1:]}, nil
+	a := manifestAnswer{holds: resp[0]&holdsFile != 0}
+	if resp[0]&manifestPaged == 0 {
+		a.data = resp[1:]
+		return a, nil
+	}
+	var total uint64
+	for {
+		t, page, err := manifestPageOf(resp)
+		switch {
+		case err != nil:
+			return manifestAnswer{}, err
+		case a.data == nil && (t <= manifestPage || t > consensus.MaxManifestSize):
+			return manifestAnswer{}, fmt.Errorf("%w: manifest of %d bytes in pages (want %d..%d)", ErrBadFrame, t, manifestPage+1, consensus.MaxManifestSize)
+		case a.data == nil:
+			total = t
+			a.data = make([]byte, 0, total)
+		case t != total:
+			return manifestAnswer{}, fmt.Errorf("%w: manifest of %d bytes became %d between pages", ErrBadFrame, total, t)
+		}
+		if len(page) > int(total)-len(a.data) {
+			return manifestAnswer{}, fmt.Errorf("%w: manifest page of %d bytes past its end", ErrBadFrame, len(page))
+		}
+		a.data = append(a.data, page...)
+		if len(a.data) == int(total) {
+			return a, nil
+		}
+		req := binary.AppendUvarint([]byte(manifestPageMagic), uint64(len(a.data)))
+		if resp, err = h.Call(ctx, p, append(req, fp...)); err != nil {
+			return manifestAnswer{}, err
+		}
+	}
+}
+
+// manifestPageOf splits a paged manifest answer into the whole length
+// and the page.
+func manifestPageOf(resp []byte) (total uint64, page []byte, err error) {
+	if len(resp) < 2 || resp[0]&manifestPaged == 0 {
+		return 0, nil, fmt.Errorf("%w: manifest page answer of %d bytes", ErrBadFrame, len(resp))
+	}
+	total, k := binary.Uvarint(resp[1:])
+	if k <= 0 || len(resp) == 1+k {
+		return 0, nil, fmt.Errorf("%w: manifest page answer without a length or bytes", ErrBadFrame)
+	}
+	return total, resp[1+k:], nil
 }
 
 // decodeManifest decodes a manifest and checks that it is the model's
@@ -316,8 +395,8 @@ func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chun
 	}
 	log.Info("manifest built", zap.String("file", path), zap.Int("chunks", m.NumChunks()),
 		zap.Int("bytes", len(b)), zap.Duration("took", time.Since(start).Round(time.Millisecond)))
-	if len(b) > consensus.MaxManifestLen {
-		return nil, nil, fmt.Errorf("%w: the manifest of %s is %d bytes, above %d: use larger chunks", ErrConfig, path, len(b), consensus.MaxManifestLen)
+	if len(b) > consensus.MaxManifestSize {
+		return nil, nil, fmt.Errorf("%w: the manifest of %s is %d bytes, above %d: use larger chunks", ErrConfig, path, len(b), consensus.MaxManifestSize)
 	}
 	if cache != "" {
 		if err := writeAtomic(cache, b); err != nil {
