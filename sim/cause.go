@@ -12,10 +12,11 @@ const (
 	causeNoKV               // the session can never fit a hop's KV memory
 	causeStale              // routed on a map the hop has since left
 	causeNoHop              // no next hop (replays of Helix's schedulers)
+	causePrefixMiss         // a later hop lacked the prefix the first hop resumed
 	nCauses
 )
 
-var causeNames = [nCauses]string{"none", "node_died", "moved", "queue_full", "queue_timeout", "kv_never_fits", "stale_route", "no_hop"}
+var causeNames = [nCauses]string{"none", "node_died", "moved", "queue_full", "queue_timeout", "kv_never_fits", "stale_route", "no_hop", "prefix_miss"}
 
 func (c cause) String() string {
 	if c < nCauses {
@@ -43,4 +44,7 @@ const (
 	FailNotReplayed = "not_replayed"
 	// FailNoKV: every path has a hop the session can never fit.
 	FailNoKV = "kv_never_fits"
+	// FailQueueRefused: the entry's admission queue refused the request
+	// (its deadline passed with no path with KV room, or it was full).
+	FailQueueRefused = "entry_queue_refused"
 )

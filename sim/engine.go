@@ -114,9 +114,20 @@ type query struct {
 	busySince float64 // when the first busy answer came
 	avoid     []string
 	hard      []string // hops it can never fit, avoided for good
-	ttft      float64
-	done      bool
-	failed    bool
+	// The prefix cache (prefix.go): gid names the request across its
+	// replays; cold turns the cache off for it after a prefix miss; skip
+	// is what this attempt resumed on its first hop; hopFrom is the layer
+	// each hop of route starts at.
+	gid     int
+	cold    bool
+	skip    int
+	hopFrom []int16
+	// eresv is the KV the entry's admission queue reserved (entryq.go),
+	// held until the request ends.
+	eresv  []*kvResv
+	ttft   float64
+	done   bool
+	failed bool
 }
 
 // iter is one iteration of a query in flight.
@@ -159,6 +170,10 @@ type node struct {
 	legacy           int
 	rangeGen         uint32
 	held             int // layers loaded: the accepted ones and those still in use
+	// pc is the prefix cache, least recently used first (prefix.go);
+	// pcCost its size in KV units.
+	pc     []pcEntry
+	pcCost int64
 }
 
 type link struct {
@@ -196,6 +211,7 @@ type Sim struct {
 	// each hop, or waits in the node's bounded FIFO, as the stage
 	// scheduler does; otherwise KV is only accounted (Helix's model).
 	reserve      bool
+	prefix       bool // stages keep finished sessions' KV (prefix.go)
 	maxQueue     int
 	queueTimeout float64 // s a prompt may wait for KV memory (0: forever)
 
@@ -389,6 +405,10 @@ func (s *Sim) deliver(it *iter, to int) {
 			}
 			return
 		}
+		if !s.resume(to, it) {
+			s.fail(q, causePrefixMiss, to)
+			return
+		}
 		s.admitAt(n, it, need)
 	}
 	s.enqueue(to, it, l)
@@ -407,6 +427,9 @@ func (s *Sim) admitAt(n *node, it *iter, need int64) {
 	n.kvUsed += need
 	n.kvPeak = max(n.kvPeak, n.kvUsed)
 	n.active++
+	if s.prefix {
+		s.trimCache(n) // the cache lives in what sessions leave
+	}
 }
 
 func (s *Sim) enqueue(ni int, it *iter, l int) {
@@ -434,6 +457,10 @@ func (s *Sim) admitWaiting(ni int) {
 			return
 		}
 		n.wait = n.wait[1:]
+		if !s.resume(ni, it) {
+			s.fail(it.q, causePrefixMiss, ni)
+			continue
+		}
 		s.admitAt(n, it, need)
 		s.enqueue(ni, it, it.entry)
 	}
@@ -480,6 +507,7 @@ func (s *Sim) kill(ni int, c cause) {
 	}
 	n.batch, n.wait, n.queued, n.busy, n.recv = nil, nil, 0, false, 0
 	n.kvUsed, n.active, n.legacy = 0, 0, 0
+	n.pc, n.pcCost = nil, 0 // the cache dies with the process or the range
 	for _, q := range lost {
 		s.fail(q, c, ni)
 	}
@@ -566,6 +594,7 @@ func (s *Sim) released(ni int) {
 	}
 	s.respan(n, n.accFirst, n.accEnd)
 	n.held = n.accEnd - n.accFirst
+	n.dropReleased()
 	if s.onRange != nil {
 		s.onRange(ni)
 	}
@@ -702,6 +731,9 @@ func (s *Sim) receive(it *iter) {
 	}
 	in := s.now >= s.win.Start && s.now < s.win.End
 	if it.prompt {
+		if q.skip > 0 {
+			s.stats.prefixResumed++
+		}
 		q.ttft = s.now - q.arrival
 		// A replay's prefill is not a first token when tokens were
 		// already delivered before the failure.
@@ -761,6 +793,10 @@ func (s *Sim) releaseKV(q *query) {
 			}
 			n.kvUsed = max(n.kvUsed-r, 0)
 			n.active = max(n.active-1, 0)
+			if s.prefix {
+				s.cacheSession(q, i, n)
+				s.trimCache(n)
+			}
 			if n.legacy > 0 && i < len(q.resvGen) && q.resvGen[i] != n.rangeGen {
 				s.released(to)
 			}
@@ -813,9 +849,15 @@ type stats struct {
 	ttft, tpot                []float64
 	batches                   int64
 	overCap, kvOverflow       int
-	bytesSent                 float64
-	busy                      []float64
-	series                    series
+	// The prefix cache: hops that resumed, positions they skipped, later
+	// hops that missed, entries evicted for memory.
+	prefixHits, prefixMisses int
+	prefixResumed            int // prefills that came back resumed on every hop
+	prefixReused             int64
+	prefixEvicted            int
+	bytesSent                float64
+	busy                     []float64
+	series                   series
 }
 
 func (st *stats) fail(why string) {

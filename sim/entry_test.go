@@ -65,3 +65,16 @@ func TestEntryReplayRules(t *testing.T) {
 		}
 	})
 }
+
+// TestEntryPrefixMiss: a later hop's prefix miss is not a failure (no
+// replay spent, no hop blamed) and the request goes on cold.
+func TestEntryPrefixMiss(t *testing.T) {
+	w := &world{s: &Sim{}, policy: "strata", covered: true,
+		spec: SwarmSpec{Nodes: []SwarmNode{{ID: "a"}, {ID: "b"}}, Timing: Timing{}.withDefaults()}}
+	q := &query{retries: maxReplays, input: 40, output: 5, gid: 3, cause: causePrefixMiss, blame: 1}
+	w.lost(q)
+	nq := w.lastReplay
+	if nq == nil || !nq.cold || nq.retries != maxReplays || len(nq.avoid) != 0 || nq.gid != 3 {
+		t.Fatalf("prefix miss at the replay cap: replay %+v, failed %v", nq, w.s.stats.failedBy)
+	}
+}

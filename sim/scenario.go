@@ -250,12 +250,37 @@ type PolicyReport struct {
 	// UseByGPU is the machines' use per machine type (swarm runs): where
 	// the bottleneck is.
 	UseByGPU []GPUUse `json:"use_by_gpu,omitempty"`
+	// EntryQueue and PrefixCache are the strata policy's entry admission
+	// queue and stage prefix cache (swarm runs).
+	EntryQueue  *EntryQueueUse  `json:"entry_queue,omitempty"`
+	PrefixCache *PrefixCacheUse `json:"prefix_cache,omitempty"`
 
 	swarm      *SwarmResult
 	decodeTokS float64
 	events     uint64
 	series     []float64
 	bin        float64
+}
+
+// EntryQueueUse is what the entry's admission queue did: requests that
+// waited in it, were refused (deadline or bound), and the admitted
+// requests' waits.
+type EntryQueueUse struct {
+	Queued    int     `json:"queued"`
+	Refused   int     `json:"refused"`
+	WaitP50ms float64 `json:"wait_p50_ms"`
+	WaitP99ms float64 `json:"wait_p99_ms"`
+}
+
+// PrefixCacheUse is what the stages' prefix cache did: hops that resumed
+// a session, positions they did not recompute, later hops that missed
+// the first hop's prefix (each a cold replay), entries evicted.
+type PrefixCacheUse struct {
+	Hits      int   `json:"hits"`
+	Reused    int64 `json:"reused_positions"`
+	Misses    int   `json:"misses"`
+	Resumed   int   `json:"attempts_resumed"`
+	Evictions int   `json:"evictions"`
 }
 
 // GPUUse sums up the machines of one type over a run.
@@ -386,6 +411,12 @@ func Run(ctx context.Context, sc *Scenario, now func() time.Time, policies ...st
 			pr := policyReport(p, []Result{res.Result})
 			pr.swarm = &res
 			pr.UseByGPU = useByGPU(res.Nodes)
+			if p == "strata" {
+				pr.EntryQueue = &EntryQueueUse{Queued: res.EntryQueued, Refused: res.EntryRefused,
+					WaitP50ms: res.EntryWaitP50 * 1e3, WaitP99ms: res.EntryWaitP99 * 1e3}
+				pr.PrefixCache = &PrefixCacheUse{Hits: res.PrefixHits, Reused: res.PrefixReused, Misses: res.PrefixMisses,
+					Resumed: res.PrefixResumed, Evictions: res.PrefixEvicted}
+			}
 			rep.Policies = append(rep.Policies, pr)
 		}
 	}

@@ -147,6 +147,16 @@ type SwarmResult struct {
 	Wall                                        time.Duration
 	// Nodes is each machine's use over the run, for finding a bottleneck.
 	Nodes []NodeUsage
+	// The stages' prefix cache (strata): sessions that resumed, the
+	// positions they skipped, later hops that missed (each a cold
+	// replay), entries evicted for memory.
+	PrefixHits, PrefixMisses, PrefixEvicted int
+	PrefixResumed                           int // attempts whose prefill resumed on every hop
+	PrefixReused                            int64
+	// The entry's admission queue (strata): requests that waited, were
+	// refused, and the admitted requests' wait p50 and p99 in seconds.
+	EntryQueued, EntryRefused  int
+	EntryWaitP50, EntryWaitP99 float64
 }
 
 // NodeUsage is one machine's share of a run.
@@ -196,7 +206,9 @@ type world struct {
 	servMap  layers.LayerMap
 	mapDirty bool
 
-	lead       *leader  // Strata's control plane: consensus.Decide
+	lead       *leader     // Strata's control plane: consensus.Decide
+	eq         *entryQueue // Strata's entry admission queue (entryq.go)
+	nextGID    int
 	inflight   int      // requests started and not ended
 	lastReplay *query   // the last replay lost made (tests)
 	waiting    []*query // arrivals waiting for a free client
@@ -251,6 +263,16 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 			return SwarmResult{}, err
 		}
 		w.view = routing.NewView()
+		// The real entry's admission queue and the stages' prefix cache
+		// (node/queue.go, node/prefixcache.go); Petals' and Parallax's
+		// clients and servers have neither (ANCHORS.md).
+		w.eq = newEntryQueue(N)
+		s.prefix = true
+		s.onPrompt = func(q *query) {
+			if q.prior == 0 {
+				w.eq.opened(q.eresv) // the first token: the hops' next reports count it
+			}
+		}
 	}
 	if err := w.start(ctx); err != nil {
 		return SwarmResult{}, err
@@ -266,7 +288,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 			w.arrive(q)
 		}})
 	}
-	s.onDone = func(*query) { w.release() }
+	s.onDone = w.release
 	if w.view != nil {
 		var beat func()
 		beat = func() {
@@ -305,6 +327,15 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	}
 	w.res.Result = s.result()
 	w.res.Retried, w.res.Rejected = s.stats.retried, s.stats.rejected
+	w.res.PrefixHits, w.res.PrefixMisses, w.res.PrefixReused, w.res.PrefixEvicted =
+		s.stats.prefixHits, s.stats.prefixMisses, s.stats.prefixReused, s.stats.prefixEvicted
+	w.res.PrefixResumed = s.stats.prefixResumed
+	if eq := w.eq; eq != nil {
+		w.res.EntryQueued, w.res.EntryRefused = eq.queued, eq.refused
+		if len(eq.waits) > 0 {
+			w.res.EntryWaitP50, w.res.EntryWaitP99 = percentile(eq.waits, 0.5), percentile(eq.waits, 0.99)
+		}
+	}
 	if w.lead != nil {
 		w.res.LeaderDecisions, w.res.LeaderStalls, w.res.LeaderErrors = w.lead.Decisions, w.lead.Stalls, w.lead.Errors
 	}
@@ -643,6 +674,7 @@ func (w *world) changed() {
 		w.incStart = now
 	}
 	w.covered = ok
+	w.poke() // the entry's queue looks again
 }
 
 func (w *world) servingMap() layers.LayerMap {
@@ -930,11 +962,19 @@ func (w *world) refreshView() {
 			continue
 		}
 		k := max(n.held, 1)
+		free := int((n.KVCapacity - n.kvUsed) / int64(k))
 		w.view.Set(routing.NodeState{
 			ID: id, Health: routing.Alive, Region: w.spec.Nodes[i].Region, Relayed: w.spec.Nodes[i].Relayed,
 			Hardware: w.pnodes[i].Hardware, QueueDepth: len(n.wait), ActiveSessions: n.active,
-			FreeKV: int((n.KVCapacity - n.kvUsed) / int64(k)), LayerLatency: n.lat, Updated: now,
+			FreeKV: free, LayerLatency: n.lat, Updated: now,
 		})
+		if w.eq != nil {
+			w.eq.report(i, kvRep{free: free, sessions: n.active + len(n.wait)})
+		}
+	}
+	if w.eq != nil {
+		w.eq.beat++
+		w.poke()
 	}
 }
 
@@ -944,6 +984,13 @@ func (w *world) admit(s *Sim, q *query) bool {
 	if !ok {
 		return false
 	}
+	w.setRoute(q, hops)
+	return true
+}
+
+// setRoute lays q's route along hops.
+func (w *world) setRoute(q *query, hops []routing.Hop) {
+	s := w.s
 	prev := Source
 	for _, h := range hops {
 		j := w.idx[h.Node]
@@ -951,16 +998,22 @@ func (w *world) admit(s *Sim, q *query) bool {
 		q.route = append(q.route, li)
 		q.ranLayers = append(q.ranLayers, 0)
 		q.hopEnd = append(q.hopEnd, int16(h.To))
+		q.hopFrom = append(q.hopFrom, int16(h.From))
 		prev = j
 	}
 	li, _ := s.linkTo(prev, Sink)
 	q.route = append(q.route, li)
 	q.ranLayers = append(q.ranLayers, 0)
 	q.hopEnd = append(q.hopEnd, 0)
-	return true
+	q.hopFrom = append(q.hopFrom, 0)
 }
 
-func (w *world) route(q *query) ([]routing.Hop, bool) {
+// route is the policy's path for q: Strata's avoids q's given-up hops,
+// or where that finds none, as the entry's reroute does, only the hops
+// it can never fit.
+func (w *world) route(q *query) ([]routing.Hop, bool) { return w.routeAvoid(q, q.avoid, true) }
+
+func (w *world) routeAvoid(q *query, avoid []string, fallback bool) ([]routing.Hop, bool) {
 	m := w.servingMap()
 	if !w.covered {
 		return nil, false
@@ -968,9 +1021,9 @@ func (w *world) route(q *query) ([]routing.Hop, bool) {
 	switch w.policy {
 	case "strata":
 		now := w.epoch.Add(time.Duration(w.s.now * float64(time.Second)))
-		req := routing.Request{PromptTokens: q.input, MaxTokens: q.output, Seed: uint64(q.id), Avoid: q.avoid}
+		req := routing.Request{PromptTokens: q.input, MaxTokens: q.output, Seed: uint64(q.id), Avoid: avoid}
 		p, err := w.router.Route(m, w.view, req, now)
-		if err != nil && len(q.avoid) > len(q.hard) {
+		if err != nil && fallback && len(avoid) > len(q.hard) {
 			// Hops given up on may serve again; as the entry does, fall
 			// back to avoiding only those the session can never fit.
 			req.Avoid = q.hard
@@ -1139,6 +1192,11 @@ func (w *world) lost(q *query) {
 			delay = min(0.01*float64(int(1)<<min(q.busy, 7)), 1)
 			counted = false
 		case c == causeMoved:
+		case c == causePrefixMiss:
+			// Not a failure: the entry replays at once, cold, and the
+			// hop is not blamed (node/entry.go's endPrefixMiss).
+			delay, counted = 0, false
+			q.cold, q.blame = true, -1
 		case q.retries >= maxReplays:
 			w.failFor(q, FailReplaysExhausted)
 			return
@@ -1159,7 +1217,8 @@ func (w *world) lost(q *query) {
 	// Client replay: resend the prompt and what was generated, for the rest.
 	s.stats.retried++
 	nq := &query{input: q.input + q.decodes, output: q.output - q.decodes, prior: q.prior + q.decodes,
-		retries: q.retries, busy: q.busy, busySince: q.busySince, avoid: q.avoid, hard: q.hard, blame: -1}
+		retries: q.retries, busy: q.busy, busySince: q.busySince, avoid: q.avoid, hard: q.hard, blame: -1,
+		gid: q.gid, cold: q.cold, eresv: q.eresv}
 	if counted {
 		nq.retries++
 	}
@@ -1175,12 +1234,28 @@ func (w *world) arrive(q *query) {
 		return
 	}
 	w.inflight++
+	q.gid = w.nextGID
+	w.nextGID++
+	if w.eq != nil {
+		// The entry queues it for a path with KV room (node/queue.go).
+		q.id = w.s.nextID
+		w.s.nextID++
+		q.arrival = w.s.now
+		w.enter(q)
+		return
+	}
 	// Latency counts from when a client sends it, as the testnet's does.
 	w.issueRetry(q, w.s.now, w.s.now, w.spec.Timing.ClientTimeoutS)
 }
 
-// release: a request ended; its client takes the next waiting one.
-func (w *world) release() {
+// release: a request ended; its client takes the next waiting one, and
+// the entry's reservations for it go back.
+func (w *world) release(q *query) {
+	if w.eq != nil && len(q.eresv) > 0 {
+		w.eq.release(q.eresv)
+		q.eresv = nil
+		w.poke()
+	}
 	w.inflight--
 	if len(w.waiting) > 0 {
 		q := w.waiting[0]
@@ -1192,7 +1267,7 @@ func (w *world) release() {
 // failFor ends a request for good.
 func (w *world) failFor(q *query, why string) {
 	s := w.s
-	defer w.release()
+	defer w.release(q)
 	s.stats.failed++
 	s.stats.fail(why)
 	if w.covered {
@@ -1235,6 +1310,18 @@ func (w *world) issueRetry(q *query, arrival, since, wait float64) {
 		s.schedule(&event{at: s.now + poll, kind: evCallback, fn: func() { w.issueRetry(q, arrival, since, wait) }})
 		return
 	}
+	w.send(q)
+}
+
+// launch starts a request the entry's queue admitted on hops.
+func (w *world) launch(q *query, hops []routing.Hop) {
+	w.setRoute(q, hops)
+	w.send(q)
+}
+
+// send starts a routed attempt's prefill, after the entry's setup time.
+func (w *world) send(q *query) {
+	s := w.s
 	it := &iter{q: q, prompt: true, tokens: q.input, issued: s.now}
 	if d := w.spec.Timing.EntrySetupMS / 1e3; d > 0 {
 		s.schedule(&event{at: s.now + d, kind: evCallback, fn: func() {
