@@ -25,10 +25,10 @@ type uploadGovernor struct {
 	servers  func() []*chunks.Server // those serving now (the file's, a slice's)
 	sessions func() int              // sessions open on this node's layers
 	log      *zap.Logger
-
-	mu  sync.Mutex
-	ctl *uploadControl
-	dec uploadDecision // the last decision, for metrics
+	mu       sync.Mutex
+	off      bool // see setOff
+	ctl      *uploadControl
+	dec      uploadDecision // the last decision, for metrics
 }
 
 func newUploadGovernor(clock clockwork.Clock, hardCap int64, servers func() []*chunks.Server, sessions func() int, log *zap.Logger) *uploadGovernor {
@@ -44,8 +44,10 @@ func (g *uploadGovernor) batch(elapsed time.Duration, layers, tokens int) {
 	}
 	now := g.clock.Now()
 	g.mu.Lock()
-	g.ctl.observe(now, elapsed/time.Duration(layers), tokens)
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	if !g.off {
+		g.ctl.observe(now, elapsed/time.Duration(layers), tokens)
+	}
 }
 
 // run decides every tick until ctx ends, then lifts any pause (the
@@ -77,16 +79,35 @@ func (g *uploadGovernor) tick() {
 	sessions := g.sessions()
 	now := g.clock.Now()
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.off {
+		return
+	}
 	d := g.ctl.tick(now, sent, sessions)
-	old := g.dec
+	if d.Limit != g.dec.Limit {
+		g.log.Debug("upload limit", zap.Int64("bytes_per_s", d.Limit), zap.Int("sessions", sessions))
+	}
 	g.dec = d
-	g.mu.Unlock()
 	for _, s := range srvs {
 		s.SetUploadRate(d.Limit)
 		s.SetPaused(d.Pause)
 	}
-	if d.Limit != old.Limit {
-		g.log.Debug("upload limit", zap.Int64("bytes_per_s", d.Limit), zap.Int("sessions", sessions))
+}
+
+// setOff turns the governor off (it leaves the servers to whoever sets
+// them, and hears nothing) or on again; once it returns, no decision of
+// the governor's is applied until it is on, and then its last one is at
+// once. Benchmarks compare fixed
+// limits on the same node with it.
+func (g *uploadGovernor) setOff(off bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.off = off
+	if !off { // its last decision holds again at once, not from the next tick
+		for _, s := range g.servers() {
+			s.SetUploadRate(g.dec.Limit)
+			s.SetPaused(g.dec.Pause)
+		}
 	}
 }
 

@@ -68,13 +68,14 @@ func TestUploadAdaptiveWhileServing(t *testing.T) {
 		all[i] = i
 	}
 	before := gens.Load()
-	var got int64
+	var fetched atomic.Int64 // the sink runs on the fetcher's goroutines
 	if _, err := f.fetcher().Fetch(ctx, all, []peer.ID{n.ID()}, func(_ int, data []byte) error {
-		got += int64(len(data))
+		fetched.Add(int64(len(data)))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
+	got := fetched.Load()
 	if got != f.man.FileSize {
 		t.Fatalf("fetched %d bytes of %d", got, f.man.FileSize)
 	}
