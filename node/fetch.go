@@ -420,6 +420,23 @@ func (n *Node) serveChunks(man *chunks.Manifest) error {
 	return n.chunks.ServeReaderAt(man, n.cfg.chunkReader(fh))
 }
 
+// chunkServers are the chunk servers running now: the file's, and the
+// fetched slice's.
+func (n *Node) chunkServers() []*chunks.Server {
+	var out []*chunks.Server
+	if n.chunks != nil {
+		out = append(out, n.chunks)
+	}
+	if f := n.model.fetch; f != nil {
+		f.mu.Lock()
+		if f.srv != nil && !f.closed {
+			out = append(out, f.srv)
+		}
+		f.mu.Unlock()
+	}
+	return out
+}
+
 func (n *Node) closeChunks() {
 	if n.chunks != nil {
 		n.chunks.Close()

@@ -26,33 +26,39 @@ import (
 )
 
 // BenchmarkUploaderLatency: the per-token latency of a node serving the
-// whole model while a peer fetches the model's chunks from it in a loop,
-// with no upload cap and with caps, against the same node idle. The modes
-// take turns within each iteration, so that drift of the machine's load
-// falls on all of them alike. Reported per mode: ns/token, the ratio to
-// idle (x_idle; the goal is at most 1.10 under a cap) and the MB/s the
-// peer got. The uploader's CPU time per token (this process's, from
-// getrusage: generation plus serving chunks) is reported too, as
-// <mode>_cpu_ms/token.
+// whole model while a peer fetches the model's chunks from it in a loop:
+// under the adaptive upload limit (the default), with no limit and at a
+// fixed 5 MB/s, against the same node idle. Each iteration is one
+// alternation: every mode gets a turn of generations (STRATA_UPLOAD_TURN,
+// default 1.5 s), in an order rotated per alternation so that drift of
+// the machine's load falls on all of them alike. Reported per mode, as
+// the median and range over the alternations: wall ns/token, the
+// uploader's CPU ms/token (this process's, from getrusage: generation
+// plus serving chunks), each as a ratio to the idle turn of the same
+// alternation (x_idle; the goal is at most 1.10), and the MB/s the peer
+// got. The load average is logged before and after.
 //
 // With STRATA_FETCH_PROCESS=1 the fetching peer runs in a child process
-// (this test binary again, see TestFetchHelperProcess), so that on a
-// machine with cores to spare its hashing and copying do not compete with
-// the uploader's goroutines in one Go runtime: what is left is the cost of
-// uploading itself.
+// (this test binary again, see TestFetchHelperProcess), so that its
+// hashing and copying are not in this process's CPU time nor its Go
+// runtime; STRATA_FETCH_WRAP prefixes the child's command (such as
+// "taskset -c 1 chrt -o 0" when the benchmark runs under
+// "taskset -c 0 chrt -f 10").
 //
-// Figures on the 2-core shared dev VM (Nov 26, three runs, -benchtime
-// 3x/4x, one with the fetcher in-process): wall ns/token swings 3x between
-// runs (idle 2.9 to 17.8 ms/token) under the other jobs' load, so x_idle
-// says nothing there. CPU per token is steadier: idle 1.5-2.1 ms, capped
-// at 5 MB/s 0.73-1.04x idle, at 20 MB/s 0.85-1.51x, uncapped 1.26-2.2x
-// (35-151 MB/s). Only the 5 MB/s cap stayed within 1.10x in every run;
-// that is too few runs on too noisy a machine to make it the default, so
-// the default stays "no limit" (operators set --upload-rate) until a
-// dedicated machine measures it.
+// Figures: see README ("Weights from peers"). On a shared 2-core VM the
+// wall time swings with other jobs' load; the CPU time and the paired
+// ratios are steadier.
 func BenchmarkUploaderLatency(b *testing.B) {
 	separate := os.Getenv("STRATA_FETCH_PROCESS") == "1"
-	const perTurn, maxTokens = 2, 16
+	turn := 1500 * time.Millisecond
+	if v := os.Getenv("STRATA_UPLOAD_TURN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		turn = d
+	}
+	const maxTokens = 16
 	// A model wider than the tests' (256 wide, about 20 MB), so that a
 	// token costs compute as a real one does and not only hand-offs.
 	cfg := engine.DefaultGenConfig()
@@ -64,6 +70,9 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	c := newTestCluster(b, WithChunkSize(chunks.MinChunkSize), WithLogger(nil))
 	n := c.add(WithModelFile(path))
 	c.waitServing(30*time.Second, n.ID())
+	if n.upload == nil {
+		b.Fatal("no adaptive upload limit")
+	}
 	man, err := chunks.BuildFile(path, chunks.WithChunkSize(chunks.MinChunkSize))
 	if err != nil {
 		b.Fatal(err)
@@ -72,7 +81,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	for i := range all {
 		all[i] = i
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	h, err := swarm.New(ctx, swarm.WithListenAddrs("/ip4/127.0.0.1/tcp/0"), swarm.WithDiscovery(false))
 	if err != nil {
@@ -92,21 +101,26 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	for range 20 { // warm-up
 		gen()
 	}
+	type result struct{ wall, cpu, mbps float64 } // ms/token, ms/token, MB/s
 	type mode struct {
-		name   string
-		fetch  bool
-		rate   int64
-		took   time.Duration
-		tokens int
-		bytes  int64
-		cpu    time.Duration
+		name     string
+		fetch    bool
+		adaptive bool
+		rate     int64
+		res      []result
 	}
-	modes := []*mode{{name: "idle"}, {name: "uncapped", fetch: true}, {name: "cap20MBps", fetch: true, rate: 20e6},
-		{name: "cap5MBps", fetch: true, rate: 5e6}}
+	modes := []*mode{{name: "idle"}, {name: "adaptive", fetch: true, adaptive: true},
+		{name: "uncapped", fetch: true}, {name: "cap5MBps", fetch: true, rate: 5e6}}
+	b.Logf("load average before: %s", loadAvg())
 	b.ResetTimer()
-	for range b.N {
-		for _, m := range modes {
-			n.chunks.SetUploadRate(m.rate)
+	for i := range b.N {
+		for j := range modes {
+			m := modes[(i+j)%len(modes)]
+			n.upload.setOff(!m.adaptive)
+			if !m.adaptive {
+				n.chunks.SetPaused(false)
+				n.chunks.SetUploadRate(m.rate)
+			}
 			fctx, stop := context.WithCancel(ctx)
 			var got atomic.Int64
 			var wg sync.WaitGroup
@@ -124,32 +138,64 @@ func BenchmarkUploaderLatency(b *testing.B) {
 					}
 				})
 			}
-			start, cpu0 := time.Now(), cpuTime()
-			for range perTurn {
-				m.tokens += gen()
+			start, cpu0, tokens := time.Now(), cpuTime(), 0
+			for tokens == 0 || time.Since(start) < turn {
+				tokens += gen()
 			}
-			m.took += time.Since(start)
-			m.cpu += cpuTime() - cpu0
+			took, cpu := time.Since(start), cpuTime()-cpu0
 			stop()
 			wg.Wait()
-			m.bytes += got.Load()
+			bytes := got.Load()
 			if child != nil {
-				m.bytes += child.stop(b)
+				bytes += child.stop(b)
 			}
+			m.res = append(m.res, result{wall: took.Seconds() * 1e3 / float64(tokens),
+				cpu: cpu.Seconds() * 1e3 / float64(tokens), mbps: float64(bytes) / 1e6 / took.Seconds()})
 		}
 	}
 	b.StopTimer()
-	n.chunks.SetUploadRate(0)
-	idle := modes[0].took.Seconds() / float64(max(modes[0].tokens, 1))
+	n.upload.setOff(false)
+	b.Logf("load average after: %s", loadAvg())
+	idle := modes[0].res
 	for _, m := range modes {
-		per := m.took.Seconds() / float64(max(m.tokens, 1))
-		b.ReportMetric(per*1e9, m.name+"_ns/token")
-		b.ReportMetric(m.cpu.Seconds()*1e3/float64(max(m.tokens, 1)), m.name+"_cpu_ms/token")
-		if m.fetch {
-			b.ReportMetric(per/idle, m.name+"_x_idle")
-			b.ReportMetric(float64(m.bytes)/1e6/m.took.Seconds(), m.name+"_MB/s")
+		wall, cpu, mbps, xw, xc := make([]float64, 0, b.N), make([]float64, 0, b.N), make([]float64, 0, b.N),
+			make([]float64, 0, b.N), make([]float64, 0, b.N)
+		for k, r := range m.res {
+			wall, cpu, mbps = append(wall, r.wall), append(cpu, r.cpu), append(mbps, r.mbps)
+			xw, xc = append(xw, r.wall/idle[k].wall), append(xc, r.cpu/idle[k].cpu)
 		}
+		b.ReportMetric(median(wall)*1e6, m.name+"_ns/token")
+		b.ReportMetric(median(cpu), m.name+"_cpu_ms/token")
+		line := fmt.Sprintf("%-9s wall %s ms/token, cpu %s ms/token", m.name, spread(wall), spread(cpu))
+		if m.fetch {
+			b.ReportMetric(median(xw), m.name+"_x_idle")
+			b.ReportMetric(median(xc), m.name+"_cpu_x_idle")
+			b.ReportMetric(median(mbps), m.name+"_MB/s")
+			line += fmt.Sprintf(", x idle wall %s cpu %s, %s MB/s", spread(xw), spread(xc), spread(mbps))
+		}
+		b.Log(line)
 	}
+	limit, _, probes := n.upload.state()
+	b.Logf("adaptive: limit at the end %d B/s, %d probes, over %d alternations of %v turns", limit, probes, b.N, turn)
+}
+
+// spread is "median [min, max]" of xs (reordered).
+func spread(xs []float64) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	med := median(xs)
+	return fmt.Sprintf("%.3g [%.3g, %.3g]", med, xs[0], xs[len(xs)-1])
+}
+
+// loadAvg is /proc/loadavg's first three fields ("?" where there is none).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // cpuTime is this process's user and system CPU time so far.
@@ -175,7 +221,8 @@ func startFetchChild(b *testing.B, model string, ai peer.AddrInfo) *fetchChild {
 	if err != nil || len(addrs) == 0 {
 		b.Fatal(addrs, err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFetchHelperProcess$", "-test.count=1")
+	args := append(strings.Fields(os.Getenv("STRATA_FETCH_WRAP")), os.Args[0], "-test.run=^TestFetchHelperProcess$", "-test.count=1")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "STRATA_FETCH_HELPER="+model+"|"+addrs[0].String())
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

@@ -55,6 +55,13 @@ type Metrics struct {
 	PrefixTokens    uint64 // positions those sessions did not recompute
 	PrefixEvictions uint64 // cached prefixes evicted for memory
 	PrefixBytes     int64  // memory the cache holds (free for sessions on demand)
+
+	// Uploads to peers fetching the model's chunks: bytes sent, the
+	// limit in force now (bytes/s; 0: none) and the adaptive limit's
+	// probes (short pauses to time idle steps; WithAdaptiveUpload).
+	Uploaded     int64
+	UploadLimit  int64
+	UploadProbes uint64
 }
 
 type counters struct {
@@ -109,6 +116,14 @@ func (n *Node) Metrics() Metrics {
 		m.Steps, m.Batches, m.BatchedSteps, m.Rejected, m.Waited = st.Steps, st.Batches, st.BatchedSteps, st.Rejected, st.Waited
 		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency
 		m.PrefixHits, m.PrefixTokens, m.PrefixEvictions, m.PrefixBytes = st.PrefixHits, st.PrefixTokens, st.PrefixEvictions, st.PrefixBytes
+	}
+	for _, s := range n.chunkServers() {
+		m.Uploaded += s.Sent()
+	}
+	if n.upload != nil {
+		m.UploadLimit, _, m.UploadProbes = n.upload.state()
+	} else {
+		m.UploadLimit = n.cfg.uploadRate
 	}
 	return m
 }

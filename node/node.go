@@ -43,9 +43,10 @@ type Node struct {
 	hw    layers.Hardware
 	self  peer.ID
 
-	chunks    *chunks.Server // the file's chunks, served to peers (fetch.go); nil: none
-	chunkFile *os.File       // what chunks reads, when a test wraps it
-	rates     fetchRates     // members' fetch rates, while leading
+	chunks    *chunks.Server  // the file's chunks, served to peers (fetch.go); nil: none
+	chunkFile *os.File        // what chunks reads, when a test wraps it
+	rates     fetchRates      // members' fetch rates, while leading
+	upload    *uploadGovernor // the adaptive upload limit; nil: off, or nothing to serve
 
 	svc   *stageService
 	warm  *warmer
@@ -158,10 +159,20 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, wireF16: cfg.wireF16, acts: h,
 		counters: &n.counters, clock: cfg.clock, log: n.log}
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
+	var batchDone func(time.Duration, int, int)
+	if cfg.uploadAdaptive && (man != nil || m.fetch != nil) {
+		n.upload = newUploadGovernor(cfg.clock, cfg.uploadRate, n.chunkServers, func() int {
+			if st := n.svc.sched.status.Load(); st != nil {
+				return st.Sessions
+			}
+			return 0
+		}, n.log.Named("upload"))
+		batchDone = n.upload.batch
+	}
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
 		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
-		fault: cfg.fault}, n.svc.out)
+		fault: cfg.fault, batchDone: batchDone}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
 	n.paths = &pathFinder{self: n.self, profiles: profiles, timer: timer, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
@@ -213,6 +224,10 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.svc.sched.run(n.ctx) }()
+	if n.upload != nil {
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); n.upload.run(n.ctx) }()
+	}
 
 	h.HandleControl(func(ctx context.Context, from peer.ID, req []byte) ([]byte, error) {
 		if consensus.IsControlRequest(req) {

@@ -39,8 +39,11 @@ type config struct {
 	simModel   string
 	modelID    string // fetch.go: join by fingerprint, fetch layers from peers
 	uploadRate int64  // chunk uploads, bytes/s (0: no limit)
-	chunkSize  int64  // of the manifest built from the file
-	noChunks   bool   // do not serve the file's chunks
+	// uploadAdaptive limits uploads further while the node serves
+	// (upload.go).
+	uploadAdaptive bool
+	chunkSize      int64 // of the manifest built from the file
+	noChunks       bool  // do not serve the file's chunks
 	// chunkReader wraps the file the chunk server reads (tests: a liar).
 	chunkReader func(io.ReaderAt) io.ReaderAt
 	hw          *layers.Hardware
@@ -94,6 +97,7 @@ func defaultConfig() config {
 		defaultMaxTokens:  DefaultMaxTokens,
 		sched:             routing.DefaultSchedulerConfig(),
 		verifyRate:        DefaultVerifyRate,
+		uploadAdaptive:    true,
 	}
 }
 
@@ -167,6 +171,17 @@ func WithModelID(fingerprint string) Option {
 // so that uploads leave the link to the inference it serves.
 func WithUploadRate(bytesPerSec int64) Option {
 	return func(c *config) error { c.uploadRate = bytesPerSec; return nil }
+}
+
+// WithAdaptiveUpload turns the adaptive upload limit on (the default) or
+// off. While the node serves inference it times its engine batches with
+// uploads running against an idle baseline (kept by pausing uploads for
+// a moment now and then) and cuts the upload limit when they run more
+// than 10% slower, raising it slowly otherwise; it never goes below
+// 1 MB/s, nor above WithUploadRate's cap. A node serving nothing uploads
+// at the cap.
+func WithAdaptiveUpload(on bool) Option {
+	return func(c *config) error { c.uploadAdaptive = on; return nil }
 }
 
 // WithChunkSize sets the chunk size of the manifest a node with the

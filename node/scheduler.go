@@ -53,6 +53,9 @@ type schedConfig struct {
 	// fault corrupts outputs: the test-only fault injector (nil in
 	// release builds and by default).
 	fault outputFault
+	// batchDone hears of each engine batch: its wall time, the layers it
+	// ran and its tokens (the adaptive upload limit, upload.go); nil: none.
+	batchDone func(elapsed time.Duration, layers, tokens int)
 }
 
 // inboxMsg is what the scheduler's inbox carries: *stepIn, closeIn,
@@ -709,6 +712,13 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 		}
 	}
 	elapsed := time.Since(start)
+	if s.cfg.batchDone != nil && hi > lo {
+		tokens := 0
+		for _, w := range ws {
+			tokens += len(w.in.m.Tokens)
+		}
+		s.cfg.batchDone(elapsed, hi-lo, tokens)
+	}
 	s.batches++
 	if len(ws) > 1 {
 		s.batched += uint64(len(ws))

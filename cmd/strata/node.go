@@ -64,7 +64,9 @@ only (strata model inspect prints it; the founder's log too): the node learns
 the model from its --bootstrap peers, and fetches the layers it is placed on
 from peers that hold the file, checked chunk by chunk, into a slice under
 --data-dir (a restart fetches nothing). --upload-rate caps what a node with
-the file sends to such peers. --sim-model serves a built-in model SIMULATED on the --gpu
+the file sends to such peers; while it serves, the node also lowers that rate
+itself so that its own steps stay within 10% of their idle time
+(--upload-adaptive=false turns this off). --sim-model serves a built-in model SIMULATED on the --gpu
 profile. --max-layers and --memory cap what the node offers.
 
 Settings come from flags, then STRATA_* environment variables (STRATA_MAX_LAYERS

@@ -99,9 +99,13 @@ type Config struct {
 	VerifyRate float64 `yaml:"verify_rate" help:"share of token boundaries at which this node's entry re-checks one hop on a second holder of its layers, 0 to 1 (0: off)"`
 
 	// Weights from peers: ModelID joins without the file; UploadRate caps
-	// what a node with the file sends to peers fetching from it.
+	// what a node with the file (or a fetched slice) sends to peers
+	// fetching from it.
 	ModelID    string   `yaml:"model_id" help:"fingerprint of the swarm's model, to join without its file: the node fetches the layers it is placed on from peers that hold the file (needs bootstrap)"`
 	UploadRate ByteSize `yaml:"upload_rate" help:"bytes per second the node sends to peers fetching the model's chunks from it, such as 50MiB (0: no cap)"`
+	// UploadAdaptive lowers uploads below UploadRate while the node's
+	// inference runs slower than idle with them (node.WithAdaptiveUpload).
+	UploadAdaptive bool `yaml:"upload_adaptive" help:"while serving, limit uploads to fetching peers so that the node's step time stays within 10% of its idle figure (floor 1 MB/s; upload_rate stays the cap)"`
 	// SchedulerConfig is a YAML file of routing profiles (see
 	// routing.SchedulerConfig); empty: one default profile.
 	SchedulerConfig string `yaml:"scheduler_config" help:"YAML file of scheduling profiles (filters, weighted scorers, picker) a request picks by name; empty: one default profile"`
@@ -129,21 +133,22 @@ const DefaultAPI = "127.0.0.1:8080"
 // Default returns the defaults.
 func Default() Config {
 	return Config{
-		DataDir:      defaultDataDir(),
-		Listen:       append([]string(nil), swarm.DefaultListenAddrs...),
-		Relay:        true,
-		RelayRate:    swarm.DefaultRelayRate,
-		Swarm:        swarm.DefaultSwarmName,
-		Reachability: "auto",
-		Heartbeat:    swarm.DefaultHeartbeatInterval,
-		QueueTimeout: node.DefaultQueueTimeout,
-		QueueMax:     node.DefaultEntryQueueMax,
-		API:          DefaultAPI,
-		APIMaxBody:   4 << 20,
-		LogLevel:     "info",
-		LogPeers:     5 * time.Second,
-		VerifyRate:   node.DefaultVerifyRate,
-		PrefixCache:  true,
+		DataDir:        defaultDataDir(),
+		Listen:         append([]string(nil), swarm.DefaultListenAddrs...),
+		Relay:          true,
+		RelayRate:      swarm.DefaultRelayRate,
+		Swarm:          swarm.DefaultSwarmName,
+		Reachability:   "auto",
+		Heartbeat:      swarm.DefaultHeartbeatInterval,
+		QueueTimeout:   node.DefaultQueueTimeout,
+		QueueMax:       node.DefaultEntryQueueMax,
+		API:            DefaultAPI,
+		APIMaxBody:     4 << 20,
+		LogLevel:       "info",
+		LogPeers:       5 * time.Second,
+		VerifyRate:     node.DefaultVerifyRate,
+		PrefixCache:    true,
+		UploadAdaptive: true,
 	}
 }
 

@@ -199,6 +199,13 @@ func TestValidationNamesTheField(t *testing.T) {
 	if c, err := parse(t, nil, "--prefix-cache=false"); err != nil || c.PrefixCache {
 		t.Fatalf("--prefix-cache=false: %v, %v", c.PrefixCache, err)
 	}
+	// The adaptive upload limit is on unless turned off.
+	if !c.UploadAdaptive {
+		t.Fatal("adaptive upload limit off by default")
+	}
+	if c, err := parse(t, nil, "--upload-adaptive=false"); err != nil || c.UploadAdaptive {
+		t.Fatalf("--upload-adaptive=false: %v, %v", c.UploadAdaptive, err)
+	}
 	// Work stealing is off unless turned on.
 	if c.Steal {
 		t.Fatal("stealing on by default")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -68,6 +69,10 @@ type Server struct {
 	limiter    *rate.Limiter
 	ctx        context.Context // ends at Close, to end waits on the limiter
 	cancel     context.CancelFunc
+	sent       atomic.Int64 // chunk bytes written, over the server's life
+
+	pauseMu sync.Mutex
+	resume  chan struct{} // non-nil while paused; closed on resuming
 
 	mu      sync.Mutex
 	files   map[string]served
@@ -100,6 +105,34 @@ func (s *Server) SetUploadRate(bytesPerSec int64) {
 	}
 	s.limiter.SetLimit(rate.Limit(bytesPerSec))
 }
+
+// SetPaused holds uploads (true) or lets them go on (false). A paused
+// server finishes the 64 KiB piece it is writing and sends nothing more
+// until it resumes; requests still queue, so a short pause costs a
+// fetcher time, not errors (its stall timeout is tens of seconds). The
+// node pauses uploads briefly to measure its inference with none running.
+func (s *Server) SetPaused(p bool) {
+	s.pauseMu.Lock()
+	defer s.pauseMu.Unlock()
+	switch {
+	case p && s.resume == nil:
+		s.resume = make(chan struct{})
+	case !p && s.resume != nil:
+		close(s.resume)
+		s.resume = nil
+	}
+}
+
+// paused returns the channel that closes when a pause ends; nil: not
+// paused.
+func (s *Server) paused() chan struct{} {
+	s.pauseMu.Lock()
+	defer s.pauseMu.Unlock()
+	return s.resume
+}
+
+// Sent is the bytes of chunk data the server has written to fetchers.
+func (s *Server) Sent() int64 { return s.sent.Load() }
 
 // ServeFile serves the file at path under m. The file's size must be the
 // manifest's; its content is trusted (the manifest was built from it, or
@@ -289,17 +322,27 @@ func (s *Server) answer(st network.Stream, fp string, idx int) error {
 	if _, err := st.Write(hdr[:]); err != nil {
 		return err
 	}
-	if s.limiter.Limit() == rate.Inf {
-		_, err := st.Write(buf)
+	if s.limiter.Limit() == rate.Inf && s.paused() == nil {
+		n, err := st.Write(buf)
+		s.sent.Add(int64(n))
 		return err
 	}
 	for len(buf) > 0 {
+		if ch := s.paused(); ch != nil {
+			select {
+			case <-ch:
+			case <-s.ctx.Done():
+				return s.ctx.Err()
+			}
+		}
 		st.SetWriteDeadline(time.Now().Add(s.idle))
 		p := buf[:min(len(buf), uploadPiece)]
 		if err := s.limiter.WaitN(s.ctx, len(p)); err != nil {
 			return err
 		}
-		if _, err := st.Write(p); err != nil {
+		n, err := st.Write(p)
+		s.sent.Add(int64(n))
+		if err != nil {
 			return err
 		}
 		buf = buf[len(p):]

@@ -267,3 +267,75 @@ func TestServerUploadRate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// readSignal reports each read on a channel before doing it.
+type readSignal struct {
+	r    io.ReaderAt
+	read chan<- struct{}
+}
+
+func (r readSignal) ReadAt(p []byte, off int64) (int, error) {
+	select {
+	case r.read <- struct{}{}:
+	default:
+	}
+	return r.r.ReadAt(p, off)
+}
+
+// A paused server reads a requested chunk but sends none of it until it
+// resumes; then the fetch completes and Sent counts every byte. Pausing
+// an unlimited server takes effect too (it writes in pieces then).
+func TestServerPause(t *testing.T) {
+	path, m := genModel(t, sixLayers())
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	srv, cli := newHost(t), newHost(t)
+	s := NewServer(srv)
+	defer s.Close()
+	read := make(chan struct{}, 1)
+	if err := s.ServeReaderAt(m, readSignal{r: fh, read: read}); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, cli, srv)
+	want := []int{3, 4, 5}
+	s.SetPaused(true)
+	s.SetPaused(true) // twice is once
+	done := make(chan error, 1)
+	go func() {
+		_, err := NewFetcher(cli, m).Fetch(context.Background(), want, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+		done <- err
+	}()
+	select {
+	case <-read:
+	case err := <-done:
+		t.Fatalf("fetch ended before the server read a chunk: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no chunk requested in 30 s")
+	}
+	// Nothing may arrive while paused. Waiting a while can only miss a
+	// bug on a slow machine, never fail a correct server.
+	select {
+	case err := <-done:
+		t.Fatalf("fetch completed while the server was paused (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if n := s.Sent(); n != 0 {
+		t.Fatalf("sent %d bytes while paused", n)
+	}
+	s.SetPaused(false)
+	s.SetPaused(false)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("fetch did not complete in 60 s after resuming")
+	}
+	if got, total := s.Sent(), m.Bytes(want); got != total {
+		t.Fatalf("Sent() = %d, fetched %d", got, total)
+	}
+}

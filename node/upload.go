@@ -1,0 +1,120 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/swarm/chunks"
+)
+
+// uploadEvery is how often the adaptive upload limit decides.
+const uploadEvery = 200 * time.Millisecond
+
+// uploadGovernor runs the adaptive upload limit (uploadControl) on the
+// node's clock: the scheduler reports each engine batch, and every tick
+// the governor sums the bytes the chunk servers sent, asks the
+// controller, and sets the servers' limit and pause. The hard cap
+// (WithUploadRate) is the controller's ceiling.
+type uploadGovernor struct {
+	clock    clockwork.Clock
+	every    time.Duration
+	servers  func() []*chunks.Server // those serving now (the file's, a slice's)
+	sessions func() int              // sessions open on this node's layers
+	log      *zap.Logger
+	mu       sync.Mutex
+	off      bool // see setOff
+	ctl      *uploadControl
+	dec      uploadDecision // the last decision, for metrics
+}
+
+func newUploadGovernor(clock clockwork.Clock, hardCap int64, servers func() []*chunks.Server, sessions func() int, log *zap.Logger) *uploadGovernor {
+	return &uploadGovernor{clock: clock, every: uploadEvery, servers: servers, sessions: sessions, log: log,
+		ctl: newUploadControl(defaultUploadParams(), hardCap), dec: uploadDecision{Limit: max(hardCap, 0)}}
+}
+
+// batch records an engine batch of the scheduler's: its wall time, the
+// layers it ran and its tokens. Called from the scheduler's goroutine.
+func (g *uploadGovernor) batch(elapsed time.Duration, layers, tokens int) {
+	if layers <= 0 {
+		return
+	}
+	now := g.clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.off {
+		g.ctl.observe(now, elapsed/time.Duration(layers), tokens)
+	}
+}
+
+// run decides every tick until ctx ends, then lifts any pause (the
+// servers are closing anyway, but a pause must not outlive the governor).
+func (g *uploadGovernor) run(ctx context.Context) {
+	t := g.clock.NewTicker(g.every)
+	defer t.Stop()
+	defer func() {
+		for _, s := range g.servers() {
+			s.SetPaused(false)
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+			g.tick()
+		}
+	}
+}
+
+func (g *uploadGovernor) tick() {
+	srvs := g.servers()
+	var sent int64
+	for _, s := range srvs {
+		sent += s.Sent()
+	}
+	sessions := g.sessions()
+	now := g.clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.off {
+		return
+	}
+	d := g.ctl.tick(now, sent, sessions)
+	if d.Limit != g.dec.Limit {
+		g.log.Debug("upload limit", zap.Int64("bytes_per_s", d.Limit), zap.Int("sessions", sessions))
+	}
+	g.dec = d
+	for _, s := range srvs {
+		s.SetUploadRate(d.Limit)
+		s.SetPaused(d.Pause)
+	}
+}
+
+// setOff turns the governor off (it leaves the servers to whoever sets
+// them, and hears nothing) or on again; once it returns, no decision of
+// the governor's is applied until it is on, and then its last one is at
+// once. Benchmarks compare fixed
+// limits on the same node with it.
+func (g *uploadGovernor) setOff(off bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.off = off
+	if !off { // its last decision holds again at once, not from the next tick
+		for _, s := range g.servers() {
+			s.SetUploadRate(g.dec.Limit)
+			s.SetPaused(g.dec.Pause)
+		}
+	}
+}
+
+// state is the limit in force (0: none), whether uploads are paused, and
+// the probes so far.
+func (g *uploadGovernor) state() (limit int64, paused bool, probes uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dec.Limit, g.dec.Pause, g.ctl.probes
+}
