@@ -127,6 +127,7 @@ type entryConfig struct {
 	queueMax                     int           // requests the admission queue holds
 	queueTimeout                 time.Duration // a queued request's default deadline
 	verifyRate                   float64       // share of token boundaries spot-checked (verify.go)
+	fair                         fairConfig    // swarm-wide oldest-first admission (fair.go)
 	clock                        clockwork.Clock
 	log                          *zap.Logger
 }
@@ -157,6 +158,9 @@ type entryDeps struct {
 	holders func(from, to int) []peer.ID
 	// report hands fault evidence to the leader.
 	report func(ctx context.Context, ev consensus.Evidence) error
+	// heads is the load table: peer entries' queue heads (fair.go);
+	// nil: no fair admission.
+	heads func() []peerHead
 	// profileName resolves a request's profile ("" the default) to the
 	// name of the one that routes it; nil: as given.
 	profileName func(string) string
