@@ -308,7 +308,8 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
-		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile}
+		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile,
+		stolen: req.stolen}
 	g.res.Profile = req.Profile
 	if e.profileName != nil {
 		g.res.Profile = e.profileName(req.Profile)
@@ -404,6 +405,9 @@ type generation struct {
 	sent []int32
 	cold bool           // a hop missed a prefix another resumed: no prefix cache from now on
 	resv []*reservation // the KV its admission reserved
+	// stolen: handed over by a loaded entry; admitted ahead of this
+	// entry's queue, never held or queued (steal.go).
+	stolen bool
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {

@@ -68,9 +68,13 @@ type fairConfig struct {
 	step, stall time.Duration
 }
 
-// newFairConfig is fair admission tuned to a heartbeat interval.
-func newFairConfig(on bool, beat time.Duration) fairConfig {
-	return fairConfig{on: on, slack: beat / 2, step: beat, stall: DefaultFairStallBeats * beat}
+// newFairConfig is fair admission tuned to a heartbeat interval; stall
+// 0 is the default bound.
+func newFairConfig(on bool, beat, stall time.Duration) fairConfig {
+	if stall <= 0 {
+		stall = DefaultFairStallBeats * beat
+	}
+	return fairConfig{on: on, slack: beat / 2, step: beat, stall: stall}
 }
 
 // stallRec is the first sighting of a peer head that caused a hold,

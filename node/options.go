@@ -64,7 +64,8 @@ type config struct {
 	verifyRate                                         float64
 	steal                                              bool
 	noFair                                             bool
-	fault                                              outputFault // test-only (faultinject.go)
+	fairStall                                          time.Duration // tests: the stall bound (0: the default)
+	fault                                              outputFault   // test-only (faultinject.go)
 	noPrefixCache                                      bool
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded

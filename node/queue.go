@@ -375,9 +375,9 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 		done: make(chan admission, 1), deadline: now.Add(timeout),
 		// One that cannot wait, and one a thief gave back (judged oldest
 		// once already), are not held for peers.
-		noHold: timeout < 0 || head}
+		noHold: timeout < 0 || head || g.stolen}
 	a.mu.Lock()
-	if len(a.q) == 0 || head {
+	if len(a.q) == 0 || head || g.stolen {
 		// Nobody ahead: admit at once when it fits, and no older request
 		// waits at a peer entry.
 		adm, _, err := e.tryFairLocked(w, now)

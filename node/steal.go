@@ -281,7 +281,7 @@ func (e *entry) steal(ctx context.Context, open func(context.Context, peer.ID) (
 	_ = s.SetDeadline(time.Time{})
 	h := m.Hand
 	gen, err := e.generate(ctx, Request{Tokens: h.Tokens, MaxTokens: h.MaxTokens, Sampling: h.Sampling, Stop: h.Stop,
-		Profile: h.Profile, QueueTimeout: -1})
+		Profile: h.Profile, QueueTimeout: -1, stolen: true})
 	if err != nil {
 		// Refused here (no room after all): it goes back to the head of
 		// the victim's queue, and this peer is not asked again until its
