@@ -52,6 +52,11 @@ type Request struct {
 	// admission queue for a path with KV room: 0 for the node's default
 	// (WithEntryQueue), negative not to wait at all.
 	QueueTimeout time.Duration
+
+	// stolen: a request handed over by a loaded entry (steal.go). It is
+	// tried at once, ahead of this entry's own queue, and never queued:
+	// the victim judged it the oldest.
+	stolen bool
 }
 
 // Finish reasons, as OpenAI names them.

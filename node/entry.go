@@ -127,6 +127,7 @@ type entryConfig struct {
 	queueMax                     int           // requests the admission queue holds
 	queueTimeout                 time.Duration // a queued request's default deadline
 	verifyRate                   float64       // share of token boundaries spot-checked (verify.go)
+	fair                         fairConfig    // swarm-wide oldest-first admission (fair.go)
 	clock                        clockwork.Clock
 	log                          *zap.Logger
 }
@@ -157,6 +158,9 @@ type entryDeps struct {
 	holders func(from, to int) []peer.ID
 	// report hands fault evidence to the leader.
 	report func(ctx context.Context, ev consensus.Evidence) error
+	// heads is the load table: peer entries' queue heads (fair.go);
+	// nil: no fair admission.
+	heads func() []peerHead
 	// profileName resolves a request's profile ("" the default) to the
 	// name of the one that routes it; nil: as given.
 	profileName func(string) string
@@ -304,7 +308,8 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
-		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile}
+		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile,
+		stolen: req.stolen}
 	g.res.Profile = req.Profile
 	if e.profileName != nil {
 		g.res.Profile = e.profileName(req.Profile)
@@ -400,6 +405,9 @@ type generation struct {
 	sent []int32
 	cold bool           // a hop missed a prefix another resumed: no prefix cache from now on
 	resv []*reservation // the KV its admission reserved
+	// stolen: handed over by a loaded entry; admitted ahead of this
+	// entry's queue, never held or queued (steal.go).
+	stolen bool
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {

@@ -41,9 +41,17 @@ type entryRig struct {
 	sent    chan peer.ID       // every step's first hop, as it is sent
 	closes  chan peer.ID       // every close, as it is posted (an attempt's last act)
 	seen    map[peer.ID][]Step // steps each hop took
+	heads   []peerHead         // the load table (fair admission), as setHeads left it
 }
 
 func newEntryRig(t *testing.T, npeers int) *entryRig {
+	t.Helper()
+	return newEntryRigWith(t, npeers, nil)
+}
+
+// newEntryRigWith is newEntryRig with cfg changed by with (nil: none)
+// before the entry starts.
+func newEntryRigWith(t *testing.T, npeers int, with func(*entryConfig)) *entryRig {
 	t.Helper()
 	m, err := openModel(testModel(t), "", testHW, 1)
 	if err != nil {
@@ -55,9 +63,13 @@ func newEntryRig(t *testing.T, npeers int) *entryRig {
 	for i := range npeers {
 		r.peers = append(r.peers, testPeer(t, byte(10+i)))
 	}
-	r.e = newEntry(entryConfig{self: testPeer(t, 9), model: m, stepTimeout: 20 * time.Second, repairWait: 30 * time.Second,
-		maxReplays: 4, defaultMaxTokens: 8, maxFrame: 1 << 24, clock: r.clock, log: zaptest.NewLogger(t)},
-		entryDeps{route: r.route, send: r.send, draining: func([]Hop) []peer.ID { return nil },
+	cfg := entryConfig{self: testPeer(t, 9), model: m, stepTimeout: 20 * time.Second, repairWait: 30 * time.Second,
+		maxReplays: 4, defaultMaxTokens: 8, maxFrame: 1 << 24, clock: r.clock, log: zaptest.NewLogger(t)}
+	if with != nil {
+		with(&cfg)
+	}
+	r.e = newEntry(cfg,
+		entryDeps{heads: func() []peerHead { r.mu.Lock(); defer r.mu.Unlock(); return slices.Clone(r.heads) }, route: r.route, send: r.send, draining: func([]Hop) []peer.ID { return nil },
 			post: func(to peer.ID, m Message) {
 				if _, ok := m.(*Close); ok {
 					r.mu.Lock()

@@ -185,11 +185,12 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,
 		maxFrame: swarm.DefaultMaxActFrame, queueMax: cfg.entryQueueMax, queueTimeout: cfg.entryQueueTimeout,
-		verifyRate: cfg.verifyRate,
-		clock:      cfg.clock, log: n.log},
+		verifyRate: cfg.verifyRate, fair: newFairConfig(!cfg.noFair, h.HeartbeatInterval(), cfg.fairStall),
+		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
 			holders: n.holders, report: n.reportFault,
+			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.HeartbeatInterval()) },
 			profileName: func(p string) string {
 				if pr, err := profiles.Profile(p); err == nil {
 					return pr.Name()

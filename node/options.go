@@ -66,7 +66,9 @@ type config struct {
 	wireF16                                            bool
 	verifyRate                                         float64
 	steal                                              bool
-	fault                                              outputFault // test-only (faultinject.go)
+	noFair                                             bool
+	fairStall                                          time.Duration // tests: the stall bound (0: the default)
+	fault                                              outputFault   // test-only (faultinject.go)
 	noPrefixCache                                      bool
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
@@ -337,6 +339,13 @@ func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on
 // that entry. An entry hands its own queued requests to thieves
 // whatever this option says.
 func WithStealing(on bool) Option { return func(c *config) error { c.steal = on; return nil } }
+
+// WithFairAdmission turns swarm-wide oldest-first admission on or off
+// (default on): with it, this entry holds back its own queue head, a
+// new request included, while the load table shows a peer entry whose
+// head was queued earlier, so that room freed anywhere goes to the
+// oldest request in the swarm (see fair.go for the bounds on a hold).
+func WithFairAdmission(on bool) Option { return func(c *config) error { c.noFair = !on; return nil } }
 
 // WithVerifyRate sets the share of token boundaries at which this
 // node's entry spot-checks one hop of a generation's path against a

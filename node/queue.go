@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/stratanet/strata/routing"
 )
 
@@ -85,6 +88,11 @@ type waiter struct {
 	need  int         // KV tokens
 	since time.Time
 	done  chan admission // buffered: the loop never blocks on it
+	// deadline is when its queue timeout ends; noHold exempts it from
+	// fair admission (fair.go).
+	deadline time.Time
+	noHold   bool
+	held     bool // fair admission held it back at least once
 }
 
 // admission is the queue's answer to a waiter.
@@ -109,10 +117,14 @@ type admitter struct {
 	// hold makes every path look full (tests: a queue that only a thief
 	// can drain, while the stages stay real).
 	hold atomic.Bool
+	// stall: per peer, the head that fair admission last deferred to
+	// (fair.go); heldN counts requests it held back at least once.
+	stall map[peer.ID]*stallRec
+	heldN atomic.Uint64
 }
 
 func newAdmitter() *admitter {
-	return &admitter{resv: map[string][]*reservation{}, kick: make(chan struct{}, 1)}
+	return &admitter{resv: map[string][]*reservation{}, kick: make(chan struct{}, 1), stall: map[peer.ID]*stallRec{}}
 }
 
 func (a *admitter) poke() {
@@ -169,6 +181,42 @@ func (a *admitter) release(rs []*reservation) {
 	}
 	a.mu.Unlock()
 	a.poke()
+}
+
+// unreserveLocked gives back reservations that were never used (a probe,
+// a head held back). a.mu is held.
+func (a *admitter) unreserveLocked(rs []*reservation) {
+	for _, r := range rs {
+		l := a.resv[r.node]
+		if i := slices.Index(l, r); i >= 0 {
+			l = slices.Delete(l, i, i+1)
+		}
+		if len(l) == 0 {
+			delete(a.resv, r.node)
+		} else {
+			a.resv[r.node] = l
+		}
+	}
+}
+
+// tryFairLocked is tryLocked under fair admission: a head that fits is
+// held back (errHeld, its reservations given back) while an older peer
+// head waits; wake is when to look again. a.mu is held.
+func (e *entry) tryFairLocked(w *waiter, now time.Time) (adm admission, wake time.Time, err error) {
+	adm, err = e.tryLocked(w)
+	if err != nil {
+		return adm, time.Time{}, err
+	}
+	hold, wake := e.olderPeerLocked(w, now)
+	if !hold {
+		return adm, time.Time{}, nil
+	}
+	e.adm.unreserveLocked(adm.resv)
+	if !w.held {
+		w.held = true
+		e.adm.heldN.Add(1)
+	}
+	return admission{}, wake, errHeld
 }
 
 // errNoRoom: a path exists, but none has KV room for the request now.
@@ -252,9 +300,21 @@ func (a *admitter) fitsLocked(node string, rep kvReport, need int) bool {
 	return rep.free-held >= need
 }
 
+// errHeld: the request fits, but fair admission holds it back for an
+// older request at a peer entry (fair.go).
+var errHeld = errors.New("held back for an older request at a peer entry")
+
+// waitable reports whether err leaves a request in the queue.
+func waitable(err error) bool {
+	return errors.Is(err, errNoRoom) || errors.Is(err, routing.ErrNoPath) || errors.Is(err, errHeld)
+}
+
 // admitLoop owns admission: whenever something changed, it admits from
 // the head of the queue while the head fits. A head that does not fit
-// stays at the head (FIFO: later requests do not overtake it).
+// stays at the head (FIFO: later requests do not overtake it); so does
+// one that fair admission holds back, which is looked at again on the
+// next change or when the hold can end (a peer row turning stale, the
+// stall bound, the head's own deadline), whichever comes first.
 func (e *entry) admitLoop() {
 	a := e.adm
 	for {
@@ -262,11 +322,14 @@ func (e *entry) admitLoop() {
 		if e.changed != nil {
 			changed = e.changed() // before looking: a change during the look wakes us
 		}
+		var wake time.Time
+		now := e.cfg.clock.Now()
 		a.mu.Lock()
 		for len(a.q) > 0 {
 			w := a.q[0]
-			adm, err := e.tryLocked(w)
-			if err != nil && (errors.Is(err, errNoRoom) || errors.Is(err, routing.ErrNoPath)) {
+			adm, at, err := e.tryFairLocked(w, now)
+			if err != nil && waitable(err) {
+				wake = at
 				break
 			}
 			adm.err = err
@@ -274,11 +337,23 @@ func (e *entry) admitLoop() {
 			w.done <- adm
 		}
 		a.mu.Unlock()
+		var tick <-chan time.Time
+		var timer clockwork.Timer
+		if !wake.IsZero() {
+			timer = e.cfg.clock.NewTimer(max(wake.Sub(now), time.Millisecond))
+			tick = timer.Chan()
+		}
 		select {
 		case <-e.ctx.Done():
-			return
 		case <-a.kick:
 		case <-changed:
+		case <-tick:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if e.ctx.Err() != nil {
+			return
 		}
 	}
 }
@@ -297,12 +372,16 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 	a := e.adm
 	now := e.cfg.clock.Now()
 	w := &waiter{req: g.routeReq(nil), g: g, need: kvBlocks(len(g.prompt)+len(g.out), g.maxTokens-len(g.out)) * kvBlock, since: now,
-		done: make(chan admission, 1)}
+		done: make(chan admission, 1), deadline: now.Add(timeout),
+		// One that cannot wait, and one a thief gave back (judged oldest
+		// once already), are not held for peers.
+		noHold: timeout < 0 || head || g.stolen}
 	a.mu.Lock()
-	if len(a.q) == 0 || head {
-		// Nobody ahead: admit at once when it fits.
-		adm, err := e.tryLocked(w)
-		if err == nil || !(errors.Is(err, errNoRoom) || errors.Is(err, routing.ErrNoPath)) {
+	if len(a.q) == 0 || head || g.stolen {
+		// Nobody ahead: admit at once when it fits, and no older request
+		// waits at a peer entry.
+		adm, _, err := e.tryFairLocked(w, now)
+		if err == nil || !waitable(err) {
 			a.mu.Unlock()
 			if err == nil {
 				a.waits.observe(0)

@@ -76,6 +76,10 @@ type stealMsg struct {
 	Hand  *handover `json:"hand,omitempty"`
 	Token int32     `json:"token,omitempty"`
 	Err   string    `json:"err,omitempty"`
+	// MinWait (an ask's, in ns): hand over a head only if it waited at
+	// least this long. A thief with a queue of its own sends its head's
+	// wait, so that it never takes a younger request than its own.
+	MinWait time.Duration `json:"min_wait,omitempty"`
 }
 
 // decodeSteal parses and checks one frame.
@@ -83,6 +87,9 @@ func decodeSteal(b []byte) (stealMsg, error) {
 	var m stealMsg
 	if err := json.Unmarshal(b, &m); err != nil {
 		return stealMsg{}, fmt.Errorf("%w: %w", ErrBadSteal, err)
+	}
+	if m.MinWait < 0 || (m.MinWait != 0 && m.Kind != stealAsk) {
+		return stealMsg{}, fmt.Errorf("%w: min wait %v on a %q frame", ErrBadSteal, m.MinWait, m.Kind)
 	}
 	switch m.Kind {
 	case stealAsk, stealNone, stealDone, stealFail:
@@ -160,7 +167,7 @@ func (e *entry) serveSteal(s network.Stream) {
 	}
 	var w *waiter
 	if e.ctx.Err() == nil {
-		w = e.adm.takeHead(e.cfg.clock.Now(), 0)
+		w = e.adm.takeHead(e.cfg.clock.Now(), m.MinWait)
 	}
 	if w == nil {
 		_ = writeSteal(s, stealMsg{Kind: stealNone})
@@ -254,7 +261,7 @@ func (g *generation) runStolen(ctx context.Context, st *stolen) (done bool, err 
 // steal is the thief's side of one handover: it asks p for work and, if
 // handed a request, admits and drives it, streaming the tokens back.
 // It reports whether it got one.
-func (e *entry) steal(ctx context.Context, open func(context.Context, peer.ID) (network.Stream, error), p peer.ID) bool {
+func (e *entry) steal(ctx context.Context, open func(context.Context, peer.ID) (network.Stream, error), p peer.ID, minWait time.Duration) bool {
 	actx, cancel := context.WithTimeout(ctx, e.cfg.stepTimeout)
 	s, err := open(actx, p)
 	cancel()
@@ -262,7 +269,7 @@ func (e *entry) steal(ctx context.Context, open func(context.Context, peer.ID) (
 		return false
 	}
 	_ = s.SetDeadline(e.cfg.clock.Now().Add(e.cfg.stepTimeout))
-	if err := writeSteal(s, stealMsg{Kind: stealAsk}); err != nil {
+	if err := writeSteal(s, stealMsg{Kind: stealAsk, MinWait: minWait}); err != nil {
 		_ = s.Reset()
 		return false
 	}
@@ -274,7 +281,7 @@ func (e *entry) steal(ctx context.Context, open func(context.Context, peer.ID) (
 	_ = s.SetDeadline(time.Time{})
 	h := m.Hand
 	gen, err := e.generate(ctx, Request{Tokens: h.Tokens, MaxTokens: h.MaxTokens, Sampling: h.Sampling, Stop: h.Stop,
-		Profile: h.Profile, QueueTimeout: -1})
+		Profile: h.Profile, QueueTimeout: -1, stolen: true})
 	if err != nil {
 		// Refused here (no room after all): it goes back to the head of
 		// the victim's queue, and this peer is not asked again until its
@@ -324,30 +331,28 @@ func (e *entry) steal(ctx context.Context, open func(context.Context, peer.ID) (
 	return true
 }
 
-// spare reports whether this entry could take a stolen request now: its
-// queue is empty and a path has room for a typical session.
-func (e *entry) spare() bool {
+// spare reports whether this entry could take a stolen request now: a
+// path has room for a typical session, and its queue is empty or, with
+// fair admission, its head is held back (for an older peer head, which
+// the caller steals only if older than ours). ours is our head's
+// enqueue instant, zero when the queue is empty.
+func (e *entry) spare() (ok bool, ours time.Time) {
 	a := e.adm
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.q) > 0 {
-		return false
+		if !e.cfg.fair.on || !a.q[0].held {
+			return false, time.Time{}
+		}
+		ours = a.q[0].since
 	}
 	w := &waiter{req: routeReq{prompt: stealProbe, max: stealProbe}, need: kvBlocks(stealProbe, stealProbe) * kvBlock}
 	adm, err := e.tryLocked(w)
 	if err != nil {
-		return false
+		return false, time.Time{}
 	}
-	for _, r := range adm.resv { // a probe only: give the room back
-		l := a.resv[r.node]
-		if i := slices.Index(l, r); i >= 0 {
-			a.resv[r.node] = slices.Delete(l, i, i+1)
-		}
-		if len(a.resv[r.node]) == 0 {
-			delete(a.resv, r.node)
-		}
-	}
-	return true
+	a.unreserveLocked(adm.resv) // a probe only: give the room back
+	return true, ours
 }
 
 // stealProbe is the prompt and output size, in tokens, of the session
@@ -357,7 +362,10 @@ const stealProbe = 64
 // stealLoop is the thief: on each change of the peer table (a heartbeat)
 // it looks for the peer whose queue head waited longest, past the
 // threshold, and asks it for work while it has spare capacity. A peer
-// that had nothing is not asked again before its next heartbeat.
+// that had nothing is not asked again before its next heartbeat. With
+// fair admission and a queue of its own (held back), it steals only a
+// head older than its own by the slack, so that stealing and holding
+// agree on who goes first.
 func (e *entry) stealLoop(peers *swarm.PeerTable, open func(context.Context, peer.ID) (network.Stream, error), after time.Duration) {
 	asked := map[peer.ID]*swarm.Heartbeat{}
 	for {
@@ -374,13 +382,33 @@ func (e *entry) stealLoop(peers *swarm.PeerTable, open func(context.Context, pee
 					best, bestWait = p.ID, hb.EntryWait
 				}
 			}
-			if best == "" || !e.spare() {
+			if best == "" {
 				break
+			}
+			ok, ours := e.spare()
+			if !ok {
+				break
+			}
+			if !ours.IsZero() {
+				best = ""
+				if e.heads != nil {
+					best = oldestPeerHead(e.heads(), e.cfg.self, e.cfg.clock.Now(), ours, e.cfg.fair.slack, func(id peer.ID) bool {
+						p, ok := peers.Get(id)
+						return !ok || p.Heartbeat == nil || p.Heartbeat.EntryWait < after || asked[id] == p.Heartbeat
+					})
+				}
+				if best == "" {
+					break
+				}
 			}
 			if pp, ok := peers.Get(best); ok {
 				asked[best] = pp.Heartbeat
 			}
-			if !e.steal(e.ctx, open, best) {
+			var minWait time.Duration
+			if !ours.IsZero() {
+				minWait = max(e.cfg.clock.Since(ours)+e.cfg.fair.slack, time.Nanosecond)
+			}
+			if !e.steal(e.ctx, open, best, minWait) {
 				continue
 			}
 			delete(asked, best) // it had work: it may have more

@@ -460,6 +460,10 @@ func (s *Host) Libp2p() host.Host { return s.h }
 // Peers is the peer table.
 func (s *Host) Peers() *PeerTable { return s.table }
 
+// HeartbeatInterval is the heartbeat period: load-table rows older than
+// a few of it are stale.
+func (s *Host) HeartbeatInterval() time.Duration { return s.cfg.hbInterval }
+
 // Addrs returns the host's full multiaddrs, each ending in /p2p/<id>.
 func (s *Host) Addrs() []ma.Multiaddr {
 	var out []ma.Multiaddr

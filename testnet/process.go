@@ -163,6 +163,9 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	if p.spec.Steal {
 		args = append(args, "--steal")
 	}
+	if f := p.spec.FairAdmission; f != nil {
+		args = append(args, "--fair-admission="+strconv.FormatBool(*f))
+	}
 	if r := p.spec.VerifyRate; r != nil {
 		args = append(args, "--verify-rate", strconv.FormatFloat(*r, 'g', -1, 64))
 	}

@@ -73,6 +73,9 @@ type NodeSpec struct {
 	UploadRate string `yaml:"upload_rate"`
 	// Steal turns the node's work stealing on (--steal).
 	Steal bool `yaml:"steal"`
+	// FairAdmission: nil leaves the node's default (on); false turns
+	// swarm-wide oldest-first admission off (--fair-admission=false).
+	FairAdmission *bool `yaml:"fair_admission"`
 }
 
 // LoadSpec is the client load: requests arrive as a Poisson process at

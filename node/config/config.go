@@ -110,10 +110,11 @@ type Config struct {
 	// routing.SchedulerConfig); empty: one default profile.
 	SchedulerConfig string `yaml:"scheduler_config" help:"YAML file of scheduling profiles (filters, weighted scorers, picker) a request picks by name; empty: one default profile"`
 	// The entry's admission queue.
-	QueueTimeout time.Duration `yaml:"queue_timeout" help:"how long a request may wait in this entry's queue for a path with KV room before a 503 (a request's queue_timeout overrides it)"`
-	QueueMax     int           `yaml:"queue_max" help:"requests this entry's queue holds; past it a request gets 503 at once"`
-	Steal        bool          `yaml:"steal" help:"steal requests queued at a loaded peer's entry when this node's entry has spare path capacity; the tokens go back to the client through that entry"`
-	PrefixCache  bool          `yaml:"prefix_cache" help:"keep finished sessions' KV in the memory sessions leave free, so that a chat's next turn resumes from it (outputs unchanged)"`
+	QueueTimeout  time.Duration `yaml:"queue_timeout" help:"how long a request may wait in this entry's queue for a path with KV room before a 503 (a request's queue_timeout overrides it)"`
+	QueueMax      int           `yaml:"queue_max" help:"requests this entry's queue holds; past it a request gets 503 at once"`
+	Steal         bool          `yaml:"steal" help:"steal requests queued at a loaded peer's entry when this node's entry has spare path capacity; the tokens go back to the client through that entry"`
+	FairAdmission bool          `yaml:"fair_admission" help:"swarm-wide oldest-first admission: hold this entry's queued and new requests while a peer entry's queue head, by the load table, was queued earlier"`
+	PrefixCache   bool          `yaml:"prefix_cache" help:"keep finished sessions' KV in the memory sessions leave free, so that a chat's next turn resumes from it (outputs unchanged)"`
 
 	// The HTTP API.
 	API        string   `yaml:"api" help:"HTTP API address, host:port (\"none\": no API)"`
@@ -149,6 +150,7 @@ func Default() Config {
 		VerifyRate:     node.DefaultVerifyRate,
 		PrefixCache:    true,
 		UploadAdaptive: true,
+		FairAdmission:  true,
 	}
 }
 

@@ -82,7 +82,7 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 		node.WithRegion(c.Region), node.WithThreads(c.Threads), node.WithMemory(int64(c.Memory)),
 		node.WithEntryQueue(c.QueueMax, c.QueueTimeout), node.WithVerifyRate(c.VerifyRate),
 		node.WithUploadRate(int64(c.UploadRate)), node.WithAdaptiveUpload(c.UploadAdaptive),
-		node.WithPrefixCache(c.PrefixCache), node.WithStealing(c.Steal)}
+		node.WithPrefixCache(c.PrefixCache), node.WithStealing(c.Steal), node.WithFairAdmission(c.FairAdmission)}
 	var hw layers.Hardware
 	if c.GPU != "" {
 		var err error
