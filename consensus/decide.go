@@ -83,6 +83,9 @@ type LeaderInput struct {
 	// Manifest is the leader's own manifest, when it holds the model's
 	// file (empty otherwise); appended while the state has none.
 	Manifest ManifestPublished
+	// SwarmConfig is the leader's own swarm configuration (nil: none),
+	// appended while the state has none (swarmconfig.go).
+	SwarmConfig *SwarmConfigSet
 	// FetchRates are the fetch rates (bytes/s) of the members that have
 	// no model file and fetch their layers from peers
 	// (layers.RebalanceOptions.FetchRates).
@@ -220,6 +223,11 @@ func (d *decision) decide() (Action, error) {
 	// the file: the founder, unless it had none.
 	if len(in.Manifest.Manifest) > 0 && s.manifest == nil && in.Manifest.Fingerprint == s.Fingerprint() {
 		return Append{Event: in.Manifest, Why: "the leader publishes the model's manifest"}, nil
+	}
+	// 1c. The swarm gets its configuration from the first leader that has
+	// one: the founder.
+	if in.SwarmConfig != nil && !s.hasConfig {
+		return Append{Event: *in.SwarmConfig, Why: "the leader sets the swarm's configuration"}, nil
 	}
 
 	// 2. Raft's configuration follows the members.

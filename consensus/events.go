@@ -75,6 +75,8 @@ func (k Kind) String() string {
 		return "NodeFaulted"
 	case KindManifestPublished:
 		return "ManifestPublished"
+	case KindSwarmConfigSet:
+		return "SwarmConfigSet"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -274,6 +276,8 @@ func UnmarshalRecord(b []byte) (Record, error) {
 		ev = decodeNodeFaulted(d)
 	case KindManifestPublished:
 		ev = decodeManifestPublished(d)
+	case KindSwarmConfigSet:
+		ev = decodeSwarmConfigSet(d)
 	default:
 		if d.Err() == nil {
 			d.Fail("unknown kind %d", kind)

@@ -29,6 +29,7 @@ func sampleRecords(t testing.TB) []Record {
 		{Event: MapCommitted{Epoch: 1}}, // zero time
 		rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("manifest bytes")}),
 		rec(10, sampleFault(t)),
+		rec(11, SwarmConfigSet{VerifyRate: 0.05}),
 	}
 }
 
@@ -147,6 +148,15 @@ func FuzzUnmarshalState(f *testing.F) {
 	if b, err := withManifest.MarshalBinary(); err != nil || withManifest.Manifest() == nil {
 		f.Fatalf("state with a manifest: %v", err)
 	} else {
+		f.Add(b)
+	}
+	// The swarm's configuration, with and without a manifest before it.
+	for _, st := range []State{Fold(sampleRecords(f)[1], rec(9, SwarmConfigSet{VerifyRate: 0.05})),
+		Fold(sampleRecords(f)[1], rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("m")}), rec(10, SwarmConfigSet{VerifyRate: 1}))} {
+		b, err := st.MarshalBinary()
+		if err != nil {
+			f.Fatal(err)
+		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

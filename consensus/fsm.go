@@ -94,6 +94,9 @@ type State struct {
 	applied     uint64               // records folded in (refused ones do not count)
 	last        time.Time            // At of the last record folded in
 	manifest    []byte               // the model's manifest (manifest.go); nil: none
+	// The swarm's configuration (swarmconfig.go); hasConfig: set.
+	verifyRate float64
+	hasConfig  bool
 }
 
 // Fingerprint is the swarm's model fingerprint ("" before the first join).
@@ -176,6 +179,8 @@ func (s State) Apply(r Record) (State, error) {
 		err = next.nodeFaulted(r.At, e)
 	case ManifestPublished:
 		err = next.manifestPublished(e)
+	case SwarmConfigSet:
+		err = next.swarmConfigSet(e)
 	case nil:
 		err = fmt.Errorf("%w: no event", ErrRejected)
 	default:

@@ -82,6 +82,9 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 	if len(c.cfg.manifest) > 0 {
 		in.Manifest = ManifestPublished{Fingerprint: c.cfg.fingerprint, Manifest: c.cfg.manifest}
 	}
+	if c.cfg.hasVerifyRate {
+		in.SwarmConfig = &SwarmConfigSet{VerifyRate: c.cfg.verifyRate}
+	}
 	seen := map[string]bool{}
 	look := func(id string) {
 		if seen[id] {

@@ -67,9 +67,14 @@ func (s *State) manifestPublished(e ManifestPublished) error {
 	return nil
 }
 
-// appendManifest ends a snapshot with the manifest, when there is one.
+// appendManifest ends a snapshot with the manifest, when there is one,
+// or an empty byte string in its place when sections follow
+// (swarmconfig.go).
 func appendManifest(b []byte, s State) []byte {
 	if s.manifest == nil {
+		if s.hasConfig {
+			return appendBytes(b, nil)
+		}
 		return b
 	}
 	return appendBytes(b, s.manifest)
@@ -82,6 +87,9 @@ func decodeManifest(d decoder, s *State) {
 		return
 	}
 	m := d.bytes("manifest", MaxManifestLen)
+	if d.Err() == nil && len(m) == 0 && d.Len() > 0 {
+		return // no manifest, and sections follow
+	}
 	if d.Err() == nil && (len(m) == 0 || s.fingerprint == "") {
 		d.Fail("empty manifest, or one without a fingerprint")
 	}

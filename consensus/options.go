@@ -109,9 +109,12 @@ type config struct {
 	model       layers.ModelSpec
 	fingerprint string
 	manifest    []byte
-	caps        Capabilities
-	bootstrap   []peer.AddrInfo
-	initial     []peer.ID
+	// verifyRate is appended while the state has no rate (swarmconfig.go).
+	verifyRate    float64
+	hasVerifyRate bool
+	caps          Capabilities
+	bootstrap     []peer.AddrInfo
+	initial       []peer.ID
 
 	heartbeat, election time.Duration
 	tick                time.Duration

@@ -25,8 +25,9 @@ const (
 // (an empty byte string when none), and a flag byte followed by the
 // pending map, its times, reason and the nodes that load with their
 // readiness, in ID order, then (since "SCS2") the bans in ID order and, when
-// published, the manifest as a byte string (manifest.go). Fields are encoded
-// as in MarshalRecord.
+// published, the manifest as a byte string (manifest.go), then the
+// trailing sections, such as the swarm's configuration (swarmconfig.go).
+// Fields are encoded as in MarshalRecord.
 func (s State) MarshalBinary() ([]byte, error) {
 	b := []byte(snapshotMagic)
 	b = appendStr(b, s.fingerprint)
@@ -75,6 +76,7 @@ func (s State) MarshalBinary() ([]byte, error) {
 	}
 	b = appendBans(b, s.bans)
 	b = appendManifest(b, s)
+	b = appendSections(b, s)
 	if len(b) > MaxSnapshotSize {
 		return nil, fmt.Errorf("%w: state of %d bytes exceeds %d", ErrBadSnapshot, len(b), MaxSnapshotSize)
 	}
@@ -173,6 +175,7 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	if !v1 {
 		out.bans = d.bans()
 		decodeManifest(d, &out)
+		decodeSections(d, &out)
 	}
 	d.End()
 	if d.Err() != nil {
