@@ -88,6 +88,9 @@ type LeaderInput struct {
 	// ManifestParts is Manifest split by SplitManifest, when it is larger
 	// than one record (nil: Decide splits it itself).
 	ManifestParts []ManifestPart
+	// SwarmConfig is the leader's own swarm configuration (nil: none),
+	// appended while the state has none (swarmconfig.go).
+	SwarmConfig *SwarmConfigSet
 	// FetchRates are the fetch rates (bytes/s) of the members that have
 	// no model file and fetch their layers from peers
 	// (layers.RebalanceOptions.FetchRates).
@@ -225,6 +228,11 @@ func (d *decision) decide() (Action, error) {
 	// the file: the founder, unless it had none.
 	if a := d.publishManifest(); a != nil {
 		return a, nil
+	}
+	// 1c. The swarm gets its configuration from the first leader that has
+	// one: the founder.
+	if in.SwarmConfig != nil && !s.hasConfig {
+		return Append{Event: *in.SwarmConfig, Why: "the leader sets the swarm's configuration"}, nil
 	}
 
 	// 2. Raft's configuration follows the members.

@@ -77,6 +77,8 @@ func (k Kind) String() string {
 		return "ManifestPublished"
 	case KindManifestPart:
 		return "ManifestPart"
+	case KindSwarmConfigSet:
+		return "SwarmConfigSet"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -278,6 +280,8 @@ func UnmarshalRecord(b []byte) (Record, error) {
 		ev = decodeManifestPublished(d)
 	case KindManifestPart:
 		ev = decodeManifestPart(d)
+	case KindSwarmConfigSet:
+		ev = decodeSwarmConfigSet(d)
 	default:
 		if d.Err() == nil {
 			d.Fail("unknown kind %d", kind)

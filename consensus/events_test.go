@@ -31,6 +31,7 @@ func sampleRecords(t testing.TB) []Record {
 		rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("manifest bytes")}),
 		rec(10, sampleFault(t)),
 		rec(11, ManifestPart{Fingerprint: "fp", Digest: sha256.Sum256([]byte("whole")), Index: 1, Total: 3, Bytes: []byte("part")}),
+		rec(12, SwarmConfigSet{VerifyRate: 0.05}),
 	}
 }
 
@@ -155,6 +156,15 @@ func FuzzUnmarshalState(f *testing.F) {
 	if b, err := midParts.MarshalBinary(); err != nil {
 		f.Fatalf("state with manifest parts: %v", err)
 	} else {
+		f.Add(b)
+	}
+	// The swarm's configuration, with and without a manifest before it.
+	for _, st := range []State{Fold(sampleRecords(f)[1], rec(9, SwarmConfigSet{VerifyRate: 0.05})),
+		Fold(sampleRecords(f)[1], rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("m")}), rec(10, SwarmConfigSet{VerifyRate: 1}))} {
+		b, err := st.MarshalBinary()
+		if err != nil {
+			f.Fatal(err)
+		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

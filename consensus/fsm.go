@@ -95,6 +95,9 @@ type State struct {
 	last        time.Time            // At of the last record folded in
 	manifest    []byte               // the model's manifest (manifest.go); nil: none
 	parts       *manifestParts       // a manifest's parts so far, while it has none
+	// The swarm's configuration (swarmconfig.go); hasConfig: set.
+	verifyRate float64
+	hasConfig  bool
 }
 
 // Fingerprint is the swarm's model fingerprint ("" before the first join).
@@ -179,6 +182,8 @@ func (s State) Apply(r Record) (State, error) {
 		err = next.manifestPublished(e)
 	case ManifestPart:
 		err = next.manifestPart(e)
+	case SwarmConfigSet:
+		err = next.swarmConfigSet(e)
 	case nil:
 		err = fmt.Errorf("%w: no event", ErrRejected)
 	default:

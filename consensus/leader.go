@@ -83,6 +83,9 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 		in.Manifest = ManifestPublished{Fingerprint: c.cfg.fingerprint, Manifest: c.cfg.manifest}
 		in.ManifestParts = c.cfg.manifestParts
 	}
+	if c.cfg.hasVerifyRate {
+		in.SwarmConfig = &SwarmConfigSet{VerifyRate: c.cfg.verifyRate}
+	}
 	seen := map[string]bool{}
 	look := func(id string) {
 		if seen[id] {

@@ -259,7 +259,7 @@ func (s *State) manifestPart(e ManifestPart) error {
 }
 
 // The snapshot's manifest section is absent (no manifest, nothing under
-// way), the manifest as a byte string (as before parts existed), or, while
+// way; an empty byte string when trailing sections follow), the manifest as a byte string (as before parts existed), or, while
 // a publication in parts is under way, partsTag in place of a length,
 // then the digest, the total, the count of parts in, and each part in
 // index order as its index and a byte string. partsTag is a length no
@@ -282,6 +282,9 @@ func appendManifest(b []byte, s State) []byte {
 			b = binary.AppendUvarint(b, uint64(i))
 			b = appendBytes(b, p.got[i])
 		}
+	case s.hasConfig:
+		// Sections follow: an empty byte string stands for no manifest.
+		b = appendBytes(b, nil)
 	}
 	return b
 }
@@ -300,6 +303,8 @@ func decodeManifest(d decoder, s *State) {
 	case d.Err() != nil:
 	case n == partsTag:
 		s.parts = decodeParts(d)
+	case n == 0 && d.Len() > 0:
+		// No manifest, and sections follow (swarmconfig.go).
 	case n == 0 || n > MaxManifestSize:
 		d.Fail("manifest of %d bytes (want 1..%d)", n, MaxManifestSize)
 	default:

@@ -112,6 +112,9 @@ type config struct {
 	// manifestParts: the manifest split for publication when it does not
 	// fit one record (validate does it once, not every leader step).
 	manifestParts []ManifestPart
+	// verifyRate is appended while the state has no rate (swarmconfig.go).
+	verifyRate    float64
+	hasVerifyRate bool
 	caps          Capabilities
 	bootstrap     []peer.AddrInfo
 	initial       []peer.ID

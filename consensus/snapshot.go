@@ -24,9 +24,11 @@ const (
 // applied count, the last At, the members in ID order, the committed map
 // (an empty byte string when none), and a flag byte followed by the
 // pending map, its times, reason and the nodes that load with their
-// readiness, in ID order, then (since "SCS2") the bans in ID order and the
+// readiness, in ID order, then (since "SCS2") the bans in ID order, the
 // manifest section: absent, the manifest as a byte string, or the parts of
-// one under way (manifest.go). Fields are encoded as in MarshalRecord.
+// one under way (manifest.go), or an empty byte string when neither but
+// sections follow, then the trailing sections, such as the swarm's
+// configuration (swarmconfig.go). Fields are encoded as in MarshalRecord.
 func (s State) MarshalBinary() ([]byte, error) {
 	b := []byte(snapshotMagic)
 	b = appendStr(b, s.fingerprint)
@@ -75,6 +77,7 @@ func (s State) MarshalBinary() ([]byte, error) {
 	}
 	b = appendBans(b, s.bans)
 	b = appendManifest(b, s)
+	b = appendSections(b, s)
 	if len(b) > MaxSnapshotSize {
 		return nil, fmt.Errorf("%w: state of %d bytes exceeds %d", ErrBadSnapshot, len(b), MaxSnapshotSize)
 	}
@@ -173,6 +176,7 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	if !v1 {
 		out.bans = d.bans()
 		decodeManifest(d, &out)
+		decodeSections(d, &out)
 	}
 	d.End()
 	if d.Err() != nil {

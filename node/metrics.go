@@ -105,7 +105,7 @@ func (n *Node) Metrics() Metrics {
 	m := Metrics{Requests: c.requests.Load(), Failed: c.failed.Load(), Tokens: c.tokens.Load(),
 		Replays: c.replays.Load(), HopFailures: c.hopFailures.Load(), BadFrames: c.badFrames.Load(),
 		ReplayLatency: time.Duration(c.replayLatency.Load()), MaxReplayLatency: time.Duration(c.maxReplayLatency.Load()),
-		Verify: n.entry.vc.stats(), Stolen: c.stolen.Load(), StolenFrom: c.stolenFrom.Load()}
+		Verify: n.entry.verifyStats(), Stolen: c.stolen.Load(), StolenFrom: c.stolenFrom.Load()}
 	m.EntryQueue, m.EntryQueueOldest = n.entry.adm.queued(n.cfg.clock.Now())
 	m.EntryQueued, m.EntryRefused = n.entry.adm.queuedN.Load(), n.entry.adm.refusedN.Load()
 	m.QueueWait = n.entry.adm.waits.snapshot()

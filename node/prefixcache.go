@@ -44,14 +44,17 @@ type prefixCache struct {
 	evicted uint64
 }
 
-// lookup finds the entry covering layers [from, to) that shares the most
+// lookup finds the entry over layers [from, to) that shares the most
 // whole leading blocks with tokens, at most limit positions, and how many
-// positions it shares.
+// positions it shares. Only the same range will do, though a wider one
+// holds the KV: its receipt chains hash the inputs and outputs of its own
+// range, and a session resumed with them would sign chains that no cold
+// run of [from, to) gives, so an honest hop would fail its spot checks.
 func (c *prefixCache) lookup(from, to int, tokens []int32, limit int) (*prefixEntry, int) {
 	var best *prefixEntry
 	bestN := 0
 	for _, e := range c.entries {
-		if e.from > from || e.to < to {
+		if e.from != from || e.to != to {
 			continue
 		}
 		if n := sharedBlocks(e.tokens, tokens, limit); n > bestN {

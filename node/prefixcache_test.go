@@ -233,6 +233,51 @@ func TestPrefixCacheResumesBitIdentical(t *testing.T) {
 	}
 }
 
+// TestPrefixWiderRangeNotResumed: a node that cached (or still holds) a
+// session over a wide range and is then a hop over part of it computes
+// the part cold: a resume would carry the wide range's receipt chains,
+// which hash other outputs than a cold run of the part, and a spot check
+// of the honest hop would then find a mismatch (it did, in the testnet's
+// honest-verify scenario, before lookup asked for the same range).
+func TestPrefixWiderRangeNotResumed(t *testing.T) {
+	wide, cold := newRealChain(t, []int{0, 8}, true), newRealChain(t, []int{0, 3, 8}, false)
+	rng := rand.New(rand.NewPCG(21, 22))
+	prompt := randomTokens(rng, 2*prefixBlock+5, wide.rigs[0].info.Vocab)
+	if _, _, em := wide.run(SessionID{1}, prompt, 3, false); em != nil {
+		t.Fatal(em.Text)
+	}
+	if _, _, em := wide.generate(SessionID{2}, prompt, 3, false); em != nil {
+		t.Fatal(em.Text) // cached on close; session 1 stays live
+	}
+	// The wide node as the first hop of [0, 3): it forwards, so the
+	// part's outputs are what its chains hash.
+	r := wide.rigs[0]
+	part := []Hop{{Peer: wide.hops[0].Peer, From: 0, To: 3}, cold.hops[1]}
+	sid := SessionID{3}
+	r.deliver(&stepIn{from: schedEntry, at: r.t0, m: &Step{Session: sid, Entry: schedEntry, Hops: part, Tokens: prompt,
+		Open: &Open{MaxTokens: len(prompt) + 1, Model: r.s.cfg.hash, Sampling: prefixSampling}}})
+	got := r.out.take(t)
+	fwd, ok := got.m.(*Step)
+	if !ok {
+		t.Fatalf("the wide node did not forward: %s %+v", got.kind, got.m)
+	}
+	if fwd.Skip != 0 {
+		t.Fatalf("resumed %d positions from a wider range", fwd.Skip)
+	}
+	c := cold.rigs[0]
+	c.deliver(&stepIn{from: schedEntry, at: c.t0, m: &Step{Session: sid, Entry: schedEntry, Hops: cold.hops, Tokens: prompt,
+		Open: &Open{MaxTokens: len(prompt) + 1, Model: c.s.cfg.hash, Sampling: prefixSampling, Cold: true}}})
+	c.out.take(t)
+	w, k := r.s.sessions[hopKey{sid, 0}], c.s.sessions[hopKey{sid, 0}]
+	if w == nil || k == nil {
+		t.Fatal("no hop session")
+	}
+	if w.chain.pos != k.chain.pos || !slices.Equal(w.chain.in.Sum(nil), k.chain.in.Sum(nil)) ||
+		!slices.Equal(w.chain.out.Sum(nil), k.chain.out.Sum(nil)) || w.chain.outLast != k.chain.outLast {
+		t.Fatal("the part's receipt chains differ from a cold run's")
+	}
+}
+
 // TestPrefixFromLiveSession: a turn whose previous turn's session is
 // still open on the hops (its close not arrived yet) resumes from that
 // session's positions, bit-identical to a cold run, on every hop.

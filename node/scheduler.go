@@ -476,7 +476,7 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 			src, srcMarks, srcFrom = e.sess, e.marks, e.from
 		}
 		for _, o := range s.sessions {
-			if o.key.from > h.From || o.to < h.To {
+			if o.key.from != h.From || o.to != h.To { // the same range only, as lookup
 				continue
 			}
 			if k := sharedBlocks(o.hist, m.Tokens, limit); k > n {

@@ -174,6 +174,8 @@ func (s *scheduler) onAudit(a auditIn) {
 
 // VerifyStats are an entry's spot-check counts.
 type VerifyStats struct {
+	// Rate is the share of token boundaries the entry checks now.
+	Rate         float64
 	Audits       uint64 // spot checks started
 	Verified     uint64 // checks whose outputs agreed
 	Positions    uint64 // positions covered by the agreeing checks
@@ -181,16 +183,71 @@ type VerifyStats struct {
 	Mismatches   uint64 // checks whose outputs differed
 	Reported     uint64 // faults reported to the leader and accepted
 	Unresolved   uint64 // mismatches no third holder could settle
+	// Checked is the positions covered by conclusive checks (agreeing or
+	// not): the steps verified.
+	Checked uint64
+	// FirstMismatch is when a check first found different outputs (zero:
+	// never), and CheckedAtFirstMismatch the positions Checked held then,
+	// that check's included: the steps verified until detection.
+	FirstMismatch          time.Time
+	CheckedAtFirstMismatch uint64
+	// Log is every conclusive check up to the first mismatch, in order
+	// (at most maxCheckLog): the raw record from which a swarm-wide
+	// "steps until detection" is summed over entries.
+	Log []CheckRecord
 }
 
+// CheckRecord is one conclusive spot check.
+type CheckRecord struct {
+	At        time.Time
+	Positions int
+	Mismatch  bool
+}
+
+// maxCheckLog bounds VerifyStats.Log: a swarm with no liar checks
+// forever, and past a few thousand checks the log says nothing new.
+const maxCheckLog = 4096
+
 type verifyCounters struct {
-	audits, verified, positions, inconclusive, mismatches, reported, unresolved atomic.Uint64
+	audits, verified, positions, inconclusive, mismatches, reported, unresolved, checked atomic.Uint64
+
+	mu            sync.Mutex
+	firstMismatch time.Time
+	checkedAt     uint64
+	log           []CheckRecord
+}
+
+// conclusive counts a check of positions that agreed or, mismatch, did
+// not, at now.
+func (c *verifyCounters) conclusive(now time.Time, positions int, mismatch bool) {
+	if mismatch {
+		c.mismatches.Add(1)
+	} else {
+		c.verified.Add(1)
+		c.positions.Add(uint64(positions))
+	}
+	n := c.checked.Add(uint64(positions))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.firstMismatch.IsZero() {
+		return
+	}
+	if len(c.log) < maxCheckLog {
+		c.log = append(c.log, CheckRecord{At: now, Positions: positions, Mismatch: mismatch})
+	}
+	if mismatch {
+		c.firstMismatch, c.checkedAt = now, n
+	}
 }
 
 func (c *verifyCounters) stats() VerifyStats {
-	return VerifyStats{Audits: c.audits.Load(), Verified: c.verified.Load(), Positions: c.positions.Load(),
+	s := VerifyStats{Audits: c.audits.Load(), Verified: c.verified.Load(), Positions: c.positions.Load(),
 		Inconclusive: c.inconclusive.Load(), Mismatches: c.mismatches.Load(), Reported: c.reported.Load(),
-		Unresolved: c.unresolved.Load()}
+		Unresolved: c.unresolved.Load(), Checked: c.checked.Load()}
+	c.mu.Lock()
+	s.FirstMismatch, s.CheckedAtFirstMismatch, s.Log = c.firstMismatch, c.checkedAt, slices.Clone(c.log)
+	c.mu.Unlock()
+	return s
 }
 
 // receiptKey names the receipt an entry waits for.
@@ -312,12 +369,11 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	if rv.SameOutput(rx) {
-		e.vc.verified.Add(1)
-		e.vc.positions.Add(uint64(rx.Positions))
+		e.vc.conclusive(e.cfg.clock.Now(), rx.Positions, false)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.mismatches.Add(1)
+	e.vc.conclusive(e.cfg.clock.Now(), rx.Positions, true)
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	// Third holders: single ones first, then a chain of two that covers
@@ -577,4 +633,10 @@ func (n *Node) reportFault(ctx context.Context, ev consensus.Evidence) error {
 }
 
 // VerifyStats returns this node's entry spot-check counts.
-func (n *Node) VerifyStats() VerifyStats { return n.entry.vc.stats() }
+func (n *Node) VerifyStats() VerifyStats { return n.entry.verifyStats() }
+
+func (e *entry) verifyStats() VerifyStats {
+	s := e.vc.stats()
+	s.Rate = e.cfg.verifyRate
+	return s
+}

@@ -140,6 +140,27 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	if total.Reported == 0 {
 		t.Fatalf("evicted with no report: %+v", total)
 	}
+	// Detection: some entry saw a first mismatch, the last record of its
+	// log, which sums to the steps it had checked then.
+	found := false
+	for _, n := range honest {
+		s := n.VerifyStats()
+		if s.FirstMismatch.IsZero() {
+			continue
+		}
+		found = true
+		sum := 0
+		for _, c := range s.Log {
+			sum += c.Positions
+		}
+		if last := s.Log[len(s.Log)-1]; !last.Mismatch || !last.At.Equal(s.FirstMismatch) || uint64(sum) != s.CheckedAtFirstMismatch ||
+			s.CheckedAtFirstMismatch > s.Checked {
+			t.Fatalf("detection counters: %+v", s)
+		}
+	}
+	if !found {
+		t.Fatal("evicted, but no entry recorded a first mismatch")
+	}
 }
 
 // TestVerifyChainedWitness: the faulty node shares its whole range with

@@ -102,6 +102,18 @@ func testVerifyHonest(t *testing.T) {
 	if total.Mismatches != 0 || total.Reported != 0 || total.Unresolved != 0 {
 		t.Fatalf("an honest swarm had mismatches: %+v", total)
 	}
+	// With no mismatch, every conclusive check is in the log and the
+	// steps checked are the positions verified.
+	for _, n := range nodes {
+		s := n.VerifyStats()
+		sum := 0
+		for _, c := range s.Log {
+			sum += c.Positions
+		}
+		if !s.FirstMismatch.IsZero() || s.Checked != s.Positions || uint64(len(s.Log)) != s.Verified || uint64(sum) != s.Checked {
+			t.Fatalf("detection counters of an honest swarm: %+v", s)
+		}
+	}
 	for _, n := range nodes {
 		if st := n.Consensus().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
 			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())

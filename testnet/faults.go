@@ -47,9 +47,162 @@ type TrustReport struct {
 	MismatchedBefore int `json:"mismatched_before"`
 	MismatchedAfter  int `json:"mismatched_after"`
 	Flagged          int `json:"flagged"`
+	// Detection is the first spot check that found different outputs,
+	// on any entry (nil: none did).
+	Detection *Detection `json:"detection,omitempty"`
+	// WrongTokens counts delivered tokens that differ from the oracle's
+	// token at the same position, by when they reached the client:
+	// before the detection, between it and the last eviction, after it.
+	// FlaggedTokens of them were in streams the entry then ended with its
+	// wrong-tokens error. TokensCompared is every delivered token.
+	WrongTokens    WrongTokens `json:"wrong_tokens"`
+	TokensCompared int         `json:"tokens_compared"`
+	// Entries are each node's spot checks as its /v1/swarm/verify said at
+	// the end of the load; Reported sums their accepted fault reports
+	// (NodeFaulted records).
+	Entries  []NodeVerify `json:"entries,omitempty"`
+	Reported uint64       `json:"reported"`
+	// Left names the nodes that some polled committed map placed and a
+	// later one did not, with no event to stop them: evictions.
+	Left []string `json:"left,omitempty"`
 	// ByRate groups the successful requests by their entry's verify
 	// rate: the cost of checking, measured in the same run.
 	ByRate []RateReport `json:"by_rate,omitempty"`
+}
+
+// Detection is the swarm's first spot-check mismatch.
+type Detection struct {
+	// AtS is its time since the load began; By the entry that found it.
+	AtS float64 `json:"at_s"`
+	By  string  `json:"by"`
+	// Steps are the positions covered by every entry's conclusive checks
+	// from the start of the load up to and including it (the steps
+	// verified until detection), in Checks checks.
+	Steps  int `json:"steps"`
+	Checks int `json:"checks"`
+	// Partial: some entry's log could not be read or was cut at its cap,
+	// so Steps is a lower bound.
+	Partial bool `json:"partial,omitempty"`
+}
+
+// WrongTokens are delivered tokens that differ from the oracle's.
+type WrongTokens struct {
+	BeforeDetection int `json:"before_detection"`
+	BeforeEviction  int `json:"before_eviction"` // after the detection
+	AfterEviction   int `json:"after_eviction"`
+	Flagged         int `json:"flagged"`
+	Requests        int `json:"requests"` // requests with at least one
+}
+
+// NodeVerify is one node's spot checks as an entry.
+type NodeVerify struct {
+	Node         string  `json:"node"`
+	Err          string  `json:"error,omitempty"`
+	Rate         float64 `json:"rate"`
+	Checks       uint64  `json:"checks"`
+	Verified     uint64  `json:"verified"`
+	Mismatches   uint64  `json:"mismatches"`
+	Inconclusive uint64  `json:"inconclusive"`
+	Unresolved   uint64  `json:"unresolved"`
+	Reported     uint64  `json:"reported"`
+	StepsChecked uint64  `json:"steps_checked"`
+	// FirstMismatchS is the node's first mismatch since the load began
+	// (-1: none).
+	FirstMismatchS float64 `json:"first_mismatch_s"`
+	log            []checkAt
+	logFull        bool
+}
+
+// checkAt is one conclusive check of a node's log.
+type checkAt struct {
+	At        time.Duration // since the load began
+	Positions int
+	Mismatch  bool
+}
+
+// verifyView is the part of /v1/swarm/verify the runner reads.
+type verifyView struct {
+	Rate                 float64    `json:"rate"`
+	Checks               uint64     `json:"checks"`
+	Verified             uint64     `json:"verified"`
+	Mismatches           uint64     `json:"mismatches"`
+	Inconclusive         uint64     `json:"inconclusive"`
+	Unresolved           uint64     `json:"unresolved"`
+	Reported             uint64     `json:"reported"`
+	StepsChecked         uint64     `json:"steps_checked"`
+	FirstMismatch        *time.Time `json:"first_mismatch"`
+	StepsAtFirstMismatch uint64     `json:"steps_at_first_mismatch"`
+	Log                  []struct {
+		At        time.Time `json:"at"`
+		Positions int       `json:"positions"`
+		Mismatch  bool      `json:"mismatch"`
+	} `json:"log"`
+}
+
+// maxNodeCheckLog is the node's cap on its check log (node.maxCheckLog).
+const maxNodeCheckLog = 4096
+
+// nodeVerify turns a node's view into its report, times from t0.
+func nodeVerify(name string, v verifyView, t0 time.Time) NodeVerify {
+	nv := NodeVerify{Node: name, Rate: v.Rate, Checks: v.Checks, Verified: v.Verified, Mismatches: v.Mismatches,
+		Inconclusive: v.Inconclusive, Unresolved: v.Unresolved, Reported: v.Reported, StepsChecked: v.StepsChecked,
+		FirstMismatchS: -1, logFull: len(v.Log) >= maxNodeCheckLog}
+	if v.FirstMismatch != nil {
+		nv.FirstMismatchS = secs(v.FirstMismatch.Sub(t0))
+	}
+	for _, c := range v.Log {
+		nv.log = append(nv.log, checkAt{At: c.At.Sub(t0), Positions: c.Positions, Mismatch: c.Mismatch})
+	}
+	return nv
+}
+
+// detection finds the first mismatch over the entries' logs and sums the
+// steps every entry checked up to it.
+func detection(entries []NodeVerify) *Detection {
+	var first *checkAt
+	by := ""
+	for _, e := range entries {
+		for i := range e.log {
+			if c := &e.log[i]; c.Mismatch && (first == nil || c.At < first.At) {
+				first, by = c, e.Node
+			}
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	d := &Detection{AtS: secs(first.At), By: by}
+	for _, e := range entries {
+		if e.Err != "" {
+			d.Partial = true
+			continue
+		}
+		covered := false
+		for _, c := range e.log {
+			if c.At <= first.At {
+				d.Steps += c.Positions
+				d.Checks++
+			} else {
+				covered = true
+			}
+		}
+		// A full log that ends before the detection may have lost checks.
+		if e.logFull && !covered && e.FirstMismatchS < 0 {
+			d.Partial = true
+		}
+	}
+	return d
+}
+
+// wrongTokens compares a request's delivered tokens with the oracle's.
+func wrongTokens(r *result, ref []int32) {
+	r.WrongTokens, r.wrong = 0, make([]bool, len(r.TokenIDs))
+	for i, id := range r.TokenIDs {
+		if i >= len(ref) || ref[i] != id {
+			r.WrongTokens++
+			r.wrong[i] = true
+		}
+	}
 }
 
 // FaultyReport is one lying node: EvictedS is when a polled committed map
@@ -79,15 +232,18 @@ func rateName(n NodeSpec) string {
 	return strconv.FormatFloat(*n.VerifyRate, 'g', -1, 64)
 }
 
-func trustReport(sc *Scenario, results []result, samples []sample) *TrustReport {
-	used := false
+func trustReport(sc *Scenario, results []result, samples []sample, events []eventRun, entries []NodeVerify) *TrustReport {
+	used := sc.VerifyRate != nil
 	for _, n := range sc.Nodes {
 		used = used || n.Fault != "" || n.VerifyRate != nil
 	}
 	if !used {
 		return nil
 	}
-	t := &TrustReport{}
+	t := &TrustReport{Entries: entries, Detection: detection(entries), Left: leftMap(samples, events)}
+	for _, e := range entries {
+		t.Reported += e.Reported
+	}
 	last := time.Duration(-1)
 	for _, n := range sc.Nodes {
 		if n.Fault == "" {
@@ -110,9 +266,26 @@ func trustReport(sc *Scenario, results []result, samples []sample) *TrustReport 
 		}
 		t.Faulty = append(t.Faulty, f)
 	}
+	detected := time.Duration(math.MaxInt64)
+	if t.Detection != nil {
+		detected = time.Duration(t.Detection.AtS * float64(time.Second))
+	}
 	for _, r := range results {
-		if !r.OK && strings.Contains(r.Err, "were wrong") {
+		flagged := !r.OK && strings.Contains(r.Err, "were wrong")
+		if flagged {
 			t.Flagged++
+		}
+		t.TokensCompared += len(r.TokenIDs)
+		if r.WrongTokens > 0 {
+			t.WrongTokens.Requests++
+		}
+		if flagged {
+			t.WrongTokens.Flagged += r.WrongTokens
+		}
+		if r.WrongTokens > 0 {
+			// Which tokens were wrong is known again from the IDs; the
+			// report only needs when each came.
+			t.WrongTokens.add(r, detected, last)
 		}
 		if !r.Mismatch {
 			continue
@@ -155,6 +328,59 @@ func trustReport(sc *Scenario, results []result, samples []sample) *TrustReport 
 	return t
 }
 
+// add files r's wrong tokens by their arrival: before detected, before
+// evicted (the last eviction; negative: none), or after it.
+func (w *WrongTokens) add(r result, detected, evicted time.Duration) {
+	for i, at := range r.tokenAt {
+		if i >= len(r.wrong) || !r.wrong[i] {
+			continue
+		}
+		switch {
+		case at < detected:
+			w.BeforeDetection++
+		case evicted < 0 || at < evicted:
+			w.BeforeEviction++
+		default:
+			w.AfterEviction++
+		}
+	}
+}
+
+// leftMap names the nodes that a polled map placed and a later one left
+// out, with no event that stopped them.
+func leftMap(samples []sample, events []eventRun) []string {
+	stopped := map[string]bool{}
+	for _, e := range events {
+		stopped[e.Node] = true
+	}
+	placed := map[string]bool{}
+	var left []string
+	for _, s := range samples {
+		now := map[string]bool{}
+		for _, st := range s.Stages {
+			name, _, _ := strings.Cut(st, "[")
+			now[name] = true
+		}
+		for name := range placed {
+			if !now[name] && !stopped[name] && !slices.Contains(left, name) {
+				left = append(left, name)
+			}
+		}
+		for name := range now {
+			placed[name] = true
+		}
+	}
+	slices.Sort(left)
+	return left
+}
+
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
+}
+
 func checkTrust(x Expect, rep *Report) []string {
 	t := rep.Trust
 	if t == nil {
@@ -172,6 +398,36 @@ func checkTrust(x Expect, rep *Report) []string {
 	if x.MismatchedAfterEviction != nil && t.MismatchedAfter > *x.MismatchedAfterEviction {
 		v = append(v, fmt.Sprintf("mismatched after eviction %d > %d", t.MismatchedAfter, *x.MismatchedAfterEviction))
 	}
+	if x.Evicted != nil && !*x.Evicted {
+		if len(t.Left) > 0 {
+			v = append(v, "node(s) left the map with no event: "+strings.Join(t.Left, ", "))
+		}
+		if t.Reported > 0 {
+			v = append(v, fmt.Sprintf("%d fault(s) reported (NodeFaulted)", t.Reported))
+		}
+	}
+	if x.MaxMismatches != nil {
+		var n uint64
+		for _, e := range t.Entries {
+			n += e.Mismatches
+		}
+		if n > uint64(*x.MaxMismatches) {
+			v = append(v, fmt.Sprintf("spot-check mismatches %d > %d", n, *x.MaxMismatches))
+		}
+	}
+	d := t.Detection
+	if (x.MaxDetectionSteps != nil || x.MaxDetection > 0) && d == nil {
+		v = append(v, "no spot check found a mismatch")
+	}
+	if d != nil && x.MaxDetectionSteps != nil && d.Steps > *x.MaxDetectionSteps {
+		v = append(v, fmt.Sprintf("detection after %d verified steps > %d", d.Steps, *x.MaxDetectionSteps))
+	}
+	if d != nil && x.MaxDetection > 0 && d.AtS > x.MaxDetection.Seconds() {
+		v = append(v, fmt.Sprintf("detection at %.1fs > %v", d.AtS, x.MaxDetection))
+	}
+	if x.MaxWrongTokensAfterEviction != nil && t.WrongTokens.AfterEviction > *x.MaxWrongTokensAfterEviction {
+		v = append(v, fmt.Sprintf("wrong tokens after eviction %d > %d", t.WrongTokens.AfterEviction, *x.MaxWrongTokensAfterEviction))
+	}
 	return v
 }
 
@@ -184,6 +440,42 @@ func (t *TrustReport) markdown(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "\nMismatched outputs before the eviction: %d; after: %d; requests flagged wrong by their entry: %d.\n\n",
 			t.MismatchedBefore, t.MismatchedAfter, t.Flagged)
+	}
+	if d := t.Detection; d != nil {
+		partial := ""
+		if d.Partial {
+			partial = " (a lower bound: some entry's log is missing or cut)"
+		}
+		fmt.Fprintf(b, "Detection: the first mismatch at %.1f s, found by %s, after %d verified steps in %d conclusive checks over all entries%s.\n",
+			d.AtS, d.By, d.Steps, d.Checks, partial)
+		for _, f := range t.Faulty {
+			if f.EvictedS >= 0 {
+				fmt.Fprintf(b, "Eviction of %s: %.1f s (%.1f s after the detection).\n", f.Node, f.EvictedS, f.EvictedS-d.AtS)
+			}
+		}
+		b.WriteString("\n")
+	} else {
+		b.WriteString("Detection: no spot check found a mismatch.\n\n")
+	}
+	w := t.WrongTokens
+	fmt.Fprintf(b, "Wrong tokens (each delivered token against the oracle's at its position, %d compared): %d before the detection, %d between it and the eviction, %d after; %d of them in streams the entry flagged; %d request(s) with any.\n",
+		t.TokensCompared, w.BeforeDetection, w.BeforeEviction, w.AfterEviction, w.Flagged, w.Requests)
+	fmt.Fprintf(b, "Faults reported and accepted (NodeFaulted): %d. Nodes that left the map with no event: %s.\n\n", t.Reported, orNone(t.Left))
+	if len(t.Entries) > 0 {
+		b.WriteString("| entry | rate | checks | verified | mismatches | inconclusive | unresolved | reported | steps checked | first mismatch |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, e := range t.Entries {
+			if e.Err != "" {
+				fmt.Fprintf(b, "| %s | error: %s | | | | | | | | |\n", e.Node, e.Err)
+				continue
+			}
+			first := "—"
+			if e.FirstMismatchS >= 0 {
+				first = fmt.Sprintf("%.1f s", e.FirstMismatchS)
+			}
+			fmt.Fprintf(b, "| %s | %g | %d | %d | %d | %d | %d | %d | %d | %s |\n", e.Node, e.Rate, e.Checks, e.Verified, e.Mismatches,
+				e.Inconclusive, e.Unresolved, e.Reported, e.StepsChecked, first)
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString("| verify rate | entries | ok | per-token p50 | per-token p99 | speed vs rate 0 |\n|---|---|---:|---:|---:|---:|\n")
 	for _, r := range t.ByRate {

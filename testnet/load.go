@@ -49,12 +49,19 @@ func Prompts(seed uint64, n, nWords int) []string {
 	return out
 }
 
+// RefAnswer is the oracle's answer to one prompt: its text as the API
+// carries it, and its tokens, end token included.
+type RefAnswer struct {
+	Text   string
+	Tokens []int32
+}
+
 // Reference computes, for every prompt, the greedy completion of a
 // single-process run of the model on this machine's engine: what every
-// swarm answer must equal, whatever failed on the way. modelPath is the
+// swarm answer must equal, whatever failed on the way, text and tokens. modelPath is the
 // generated model file; for a simulated model it is "" and gpu names the
 // device profile (it only sets the simulated timing, which is skipped).
-func Reference(ctx context.Context, m ModelSpec, modelPath, gpu string, prompts []string, chat bool, maxTokens int) ([]string, error) {
+func Reference(ctx context.Context, m ModelSpec, modelPath, gpu string, prompts []string, chat bool, maxTokens int) ([]RefAnswer, error) {
 	var (
 		p   *engine.Pipeline
 		tok *engine.Tokenizer
@@ -90,7 +97,7 @@ func Reference(ctx context.Context, m ModelSpec, modelPath, gpu string, prompts 
 		}
 	}
 	defer p.Close()
-	out := make([]string, len(prompts))
+	out := make([]RefAnswer, len(prompts))
 	for i, pr := range prompts {
 		var ids []int32
 		if chat {
@@ -105,7 +112,7 @@ func Reference(ctx context.Context, m ModelSpec, modelPath, gpu string, prompts 
 			return nil, err
 		}
 		var b []byte
-		_, err = sess.Generate(ctx, ids, maxTokens, engine.SamplingParams{}, tok.IsEnd, func(id int32) {
+		toks, err := sess.Generate(ctx, ids, maxTokens, engine.SamplingParams{}, tok.IsEnd, func(id int32) {
 			if !tok.IsEnd(id) {
 				b = append(b, tok.Piece(id)...)
 			}
@@ -114,7 +121,7 @@ func Reference(ctx context.Context, m ModelSpec, modelPath, gpu string, prompts 
 		if err != nil {
 			return nil, fmt.Errorf("reference for prompt %d: %w", i, err)
 		}
-		out[i] = wireText(b)
+		out[i] = RefAnswer{Text: wireText(b), Tokens: toks}
 	}
 	return out, nil
 }
@@ -150,6 +157,14 @@ type result struct {
 	Retries   int      `json:"retries"`
 	RetryErrs []string `json:"retry_errors,omitempty"`
 	Mismatch  bool     `json:"mismatch"`
+	// TokenIDs are the tokens the last attempt delivered (return_token_ids),
+	// a failed one's too; tokenAt is when each came, since the load began.
+	// WrongTokens counts those that differ from the reference's token at
+	// the same position (or lie past its end).
+	TokenIDs    []int32 `json:"token_ids,omitempty"`
+	tokenAt     []time.Duration
+	wrong       []bool
+	WrongTokens int `json:"wrong_tokens,omitempty"`
 	// QueueWait is how long the answering entry held the request in its
 	// admission queue (its X-Strata-Queue-Wait header).
 	QueueWait time.Duration `json:"queue_wait_ns"`
@@ -356,7 +371,8 @@ func (l *load) stream(ctx context.Context, base, prompt string, start time.Time,
 	ctx, cancel := context.WithTimeout(ctx, l.spec.Timeout)
 	defer cancel()
 	body := map[string]any{"model": l.model, "max_tokens": l.spec.MaxTokens, "temperature": 0, "stream": true,
-		"stream_options": map[string]any{"include_usage": true}}
+		"stream_options": map[string]any{"include_usage": true}, "return_token_ids": true}
+	r.TokenIDs, r.tokenAt = nil, nil
 	if l.spec.QueueTimeout > 0 {
 		body["queue_timeout"] = l.spec.QueueTimeout.Seconds()
 	}
@@ -418,8 +434,9 @@ func (l *load) stream(ctx context.Context, base, prompt string, start time.Time,
 		}
 		var ch struct {
 			Choices []struct {
-				Text  *string `json:"text"`
-				Delta *struct {
+				TokenIDs []int32 `json:"token_ids"`
+				Text     *string `json:"text"`
+				Delta    *struct {
 					Content *string `json:"content"`
 				} `json:"delta"`
 			} `json:"choices"`
@@ -441,6 +458,13 @@ func (l *load) stream(ctx context.Context, base, prompt string, start time.Time,
 			toks = ch.Usage.CompletionTokens
 		}
 		for _, c := range ch.Choices {
+			if len(c.TokenIDs) > 0 {
+				at := r.Start + time.Since(start)
+				for _, id := range c.TokenIDs {
+					r.TokenIDs = append(r.TokenIDs, id)
+					r.tokenAt = append(r.tokenAt, at)
+				}
+			}
 			var s string
 			switch {
 			case c.Text != nil:

@@ -170,8 +170,8 @@ func recovery(at, done, until time.Duration, samples []sample, results []result)
 }
 
 // buildReport scores a run; refs holds each prompt's reference text.
-func buildReport(sc *Scenario, results []result, refs []string, events []eventRun, samples []sample,
-	loadEnd time.Duration, crashed []string) *Report {
+func buildReport(sc *Scenario, results []result, refs []RefAnswer, events []eventRun, samples []sample,
+	loadEnd time.Duration, crashed []string, verify []NodeVerify) *Report {
 	rep := &Report{Scenario: sc.Name, Nodes: len(sc.Nodes), LoadS: secs(loadEnd), Crashed: crashed, Requests: len(results)}
 	slices.SortFunc(results, func(a, b result) int { return a.ID - b.ID })
 	var ttft, perTok, waits []time.Duration
@@ -202,6 +202,7 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 		if r.Retried {
 			rep.EntryRetried++
 		}
+		wrongTokens(r, refs[r.Prompt].Tokens)
 		rep.Retries += r.Retries
 		for _, e := range r.RetryErrs {
 			if rep.RetryErrors == nil {
@@ -221,7 +222,7 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 			continue
 		}
 		rep.OK++
-		if r.Text != refs[r.Prompt] {
+		if r.Text != refs[r.Prompt].Text {
 			r.Mismatch = true
 			rep.Mismatched++
 		}
@@ -317,7 +318,7 @@ func buildReport(sc *Scenario, results []result, refs []string, events []eventRu
 		}
 		prev = s
 	}
-	rep.Trust = trustReport(sc, results, samples)
+	rep.Trust = trustReport(sc, results, samples, events, verify)
 	rep.Violations = append(check(sc, rep), checkTrust(sc.Expect, rep)...)
 	rep.Pass = len(rep.Violations) == 0
 	return rep

@@ -230,6 +230,7 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	loadEnd := time.Since(r.t0)
 	r.logf("load done: %d requests", len(results))
 	reach := r.reachability(ctx)
+	verify := r.verifyStats(ctx)
 
 	var crashed []string
 	for _, p := range r.c.procs {
@@ -244,7 +245,7 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 		evs[i] = *e
 	}
 	r.mu.Unlock()
-	rep = buildReport(sc, results, refs, evs, samples, loadEnd, crashed)
+	rep = buildReport(sc, results, refs, evs, samples, loadEnd, crashed, verify)
 	rep.RunDir, rep.Network = o.runDir, sc.Network.Mode
 	rep.Reachability = reach
 	for _, nr := range reach {
@@ -525,6 +526,37 @@ func (r *run) reachability(ctx context.Context) []NodeReach {
 			}
 		}
 		out = append(out, nr)
+	}
+	return out
+}
+
+// verifyStats asks every running node for its entry's spot checks, at
+// the end of the load (nil when the scenario neither checks nor lies).
+func (r *run) verifyStats(ctx context.Context) []NodeVerify {
+	used := r.sc.VerifyRate != nil
+	for _, n := range r.sc.Nodes {
+		used = used || n.Fault != "" || n.VerifyRate != nil
+	}
+	if !used {
+		return nil
+	}
+	var out []NodeVerify
+	for _, p := range r.c.procs {
+		if p.apiURL == "" || !p.running() {
+			continue
+		}
+		var v verifyView
+		err := errors.New("the runner cannot reach its API")
+		if p.client != nil {
+			vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = p.client.Verify(vctx, &v)
+			cancel()
+		}
+		if err != nil {
+			out = append(out, NodeVerify{Node: p.spec.Name, Err: err.Error(), FirstMismatchS: -1})
+			continue
+		}
+		out = append(out, nodeVerify(p.spec.Name, v, r.t0))
 	}
 	return out
 }

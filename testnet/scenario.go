@@ -24,6 +24,10 @@ type Scenario struct {
 	Nodes       []NodeSpec  `yaml:"nodes"`
 	Load        LoadSpec    `yaml:"load"`
 	Events      []EventSpec `yaml:"events"`
+	// VerifyRate is the swarm's spot-check rate, replicated: the founder
+	// commits it (--swarm-verify-rate), and every entry without its own
+	// verify_rate follows it (nil: the founder's default).
+	VerifyRate *float64 `yaml:"verify_rate"`
 	// Duration is how long the load runs, from the moment every initial
 	// node serves; event times count from the same moment.
 	Duration time.Duration `yaml:"duration"`
@@ -186,6 +190,18 @@ type Expect struct {
 	Evicted                 *bool         `yaml:"evicted"`
 	MismatchedAfterEviction *int          `yaml:"mismatched_after_eviction"`
 	MaxEviction             time.Duration `yaml:"max_eviction"`
+	// Evicted false: no node left the map without an event, and no entry
+	// had a fault accepted (an honest swarm). MaxMismatches bounds the
+	// spot-check mismatches over all entries.
+	MaxMismatches *int `yaml:"max_mismatches"`
+	// MaxDetectionSteps bounds the steps every entry verified until the
+	// first mismatch, MaxDetection its time from the start of the load;
+	// either needs a mismatch to be found.
+	MaxDetectionSteps *int          `yaml:"max_detection_steps"`
+	MaxDetection      time.Duration `yaml:"max_detection"`
+	// MaxWrongTokensAfterEviction bounds the delivered tokens that differ
+	// from the oracle's and reached the client after the last eviction.
+	MaxWrongTokensAfterEviction *int `yaml:"max_wrong_tokens_after_eviction"`
 }
 
 // ErrScenario wraps every validation error; the message names the field.
@@ -302,6 +318,9 @@ func (s *Scenario) Validate() error {
 	}
 	if len(s.Nodes) == 0 {
 		return bad("nodes", "no nodes")
+	}
+	if r := s.VerifyRate; r != nil && !(*r >= 0 && *r <= 1) {
+		return bad("verify_rate", "%v outside [0, 1]", *r)
 	}
 	names := map[string]bool{}
 	initial := 0
@@ -445,13 +464,18 @@ func (s *Scenario) Validate() error {
 	for _, c := range []struct {
 		name string
 		v    *int
-	}{{"expect.failed", x.Failed}, {"expect.mismatched", x.Mismatched}, {"expect.min_ok", x.MinOK}} {
+	}{{"expect.failed", x.Failed}, {"expect.mismatched", x.Mismatched}, {"expect.min_ok", x.MinOK},
+		{"expect.mismatched_after_eviction", x.MismatchedAfterEviction}, {"expect.max_mismatches", x.MaxMismatches},
+		{"expect.max_detection_steps", x.MaxDetectionSteps}, {"expect.max_wrong_tokens_after_eviction", x.MaxWrongTokensAfterEviction}} {
 		if c.v != nil && *c.v < 0 {
 			return bad(c.name, "negative")
 		}
 	}
 	if x.MaxRecovery < 0 {
 		return bad("expect.max_recovery", "negative")
+	}
+	if x.MaxDetection < 0 || x.MaxEviction < 0 {
+		return bad("expect.max_detection", "negative max_detection or max_eviction")
 	}
 	if x.MaxWaitRatio < 0 || x.MinWait < 0 {
 		return bad("expect.max_wait_ratio", "negative ratio or min_wait")

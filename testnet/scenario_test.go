@@ -140,7 +140,7 @@ func TestBuildReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refs := []string{"alpha", "beta"}
+	refs := []RefAnswer{{Text: "alpha"}, {Text: "beta"}}
 	results := []result{
 		{ID: 0, Prompt: 0, Start: 0, End: 1 * s, OK: true, TTFT: 10 * ms, PerToken: 2 * ms, Tokens: 4, Text: "alpha"},
 		{ID: 1, Prompt: 1, Start: 1 * s, End: 2 * s, OK: true, TTFT: 30 * ms, PerToken: 4 * ms, Tokens: 4, Text: "beta",
@@ -159,7 +159,7 @@ func TestBuildReport(t *testing.T) {
 		{At: 7 * s, Epoch: 3, Leader: "a", Covers: true, Healthy: true, Stages: []string{"a[0,4)", "c[4,8)"}},
 		{At: 9500 * ms, Epoch: 3, Leader: "a", Covers: true, Healthy: true},
 	}
-	rep := buildReport(sc, results, refs, events, samples, 12*s, nil)
+	rep := buildReport(sc, results, refs, events, samples, 12*s, nil, nil)
 	if rep.Requests != 5 || rep.OK != 4 || rep.Failed != 1 || rep.EntryRetried != 1 || rep.Mismatched != 1 {
 		t.Errorf("counts: %+v", rep)
 	}
@@ -203,13 +203,13 @@ func TestBuildReport(t *testing.T) {
 	// stopped (the pick polls first) is not its recovery.
 	late := append([]eventRun(nil), events...)
 	late[0].Done = 7500 * ms
-	rep = buildReport(sc, results, refs, late, samples, 12*s, nil)
+	rep = buildReport(sc, results, refs, late, samples, 12*s, nil, nil)
 	if e := rep.Events[0]; e.Recovered || e.MapS != -1 {
 		t.Errorf("kill that took effect at 7.5 s: map healthy at %v, want none before the rejoin", e.MapS)
 	}
 
 	// An event with no healthy map before the next one did not recover.
-	rep = buildReport(sc, results, refs, events, samples[:2], 12*s, []string{"c"})
+	rep = buildReport(sc, results, refs, events, samples[:2], 12*s, []string{"c"}, nil)
 	if rep.Events[0].Recovered || rep.Pass {
 		t.Errorf("kill recovered without a healthy map: %+v", rep.Events[0])
 	}
@@ -279,14 +279,14 @@ func TestReportEntries(t *testing.T) {
 	if sc.Load.rateAt(time.Second) != 3 || sc.Load.rateAt(7*time.Second) != 1 || sc.Load.rateAt(time.Minute) != 1 {
 		t.Fatalf("rates %v %v %v", sc.Load.rateAt(time.Second), sc.Load.rateAt(7*time.Second), sc.Load.rateAt(time.Minute))
 	}
-	refs := []string{"x"}
+	refs := []RefAnswer{{Text: "x"}}
 	var results []result
 	for i := range 10 {
 		results = append(results, result{ID: i, Entry: "a", OK: true, Text: "x", Tokens: 4, End: time.Second, QueueWait: time.Duration(i+1) * 100 * ms})
 	}
 	results = append(results, result{ID: 10, Entry: "b", OK: true, Text: "x", Tokens: 4, End: time.Second, QueueWait: 50 * ms},
 		result{ID: 11, Entry: "b", Err: "HTTP 503", End: time.Second})
-	rep := buildReport(sc, results, refs, nil, nil, 4*time.Second, nil)
+	rep := buildReport(sc, results, refs, nil, nil, 4*time.Second, nil, nil)
 	if len(rep.Entries) != 2 || rep.Entries[0].Entry != "a" || rep.Entries[0].OK != 10 || rep.Entries[1].Failed != 1 {
 		t.Fatalf("entries %+v", rep.Entries)
 	}
@@ -304,7 +304,7 @@ func TestReportEntries(t *testing.T) {
 		t.Fatalf("markdown:\n%s", md)
 	}
 	sc.Expect.MaxWaitRatio = 20
-	if rep := buildReport(sc, results, refs, nil, nil, 4*time.Second, nil); strings.Contains(strings.Join(rep.Violations, ";"), "hot entry") {
+	if rep := buildReport(sc, results, refs, nil, nil, 4*time.Second, nil, nil); strings.Contains(strings.Join(rep.Violations, ";"), "hot entry") {
 		t.Fatalf("violations %v with a ratio of 20", rep.Violations)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -115,6 +116,20 @@ func TestCompletions(t *testing.T) {
 			if s.usage != nil {
 				t.Fatalf("usage in a stream that did not ask for it")
 			}
+			if s.ids != nil || r.Choices[0].TokenIDs != nil {
+				t.Fatalf("token IDs nobody asked for")
+			}
+		}
+		// return_token_ids: the sampled tokens, streamed or whole.
+		withIDs := withStream(req, true)
+		withIDs["return_token_ids"] = true
+		s := openStream(t, c.urls[1]+"/v1/completions", "", withIDs).readAll(t, nil)
+		if !slices.Equal(s.ids, want.Tokens) || s.text != wantText {
+			t.Fatalf("stream token_ids %v %q, in-process %v %q", s.ids, s.text, want.Tokens, wantText)
+		}
+		withIDs["stream"] = false
+		if r := completion(t, c.urls[2]+"/v1/completions", withIDs); !slices.Equal(r.Choices[0].TokenIDs, want.Tokens) {
+			t.Fatalf("token_ids %v, in-process %v", r.Choices[0].TokenIDs, want.Tokens)
 		}
 		t.Logf("%v: %d tokens, %q", sp, len(want.Tokens), wantText)
 	}

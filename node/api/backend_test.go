@@ -32,6 +32,7 @@ type fakeBackend struct {
 	snap      node.SwarmSnapshot
 	genErr    error
 	lastReq   node.Request
+	verify    node.VerifyStats
 }
 
 func (f *fakeBackend) Generate(_ context.Context, req node.Request) (*node.Stream, error) {
@@ -55,7 +56,11 @@ func (f *fakeBackend) Swarm() node.SwarmSnapshot {
 	defer f.mu.Unlock()
 	return f.snap
 }
-func (f *fakeBackend) Metrics() node.Metrics { return node.Metrics{Requests: 7, FreeKV: -1} }
+func (f *fakeBackend) Metrics() node.Metrics {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return node.Metrics{Requests: 7, FreeKV: -1, Verify: f.verify}
+}
 
 // fakeProfiles builds cfg's profiles for a built-in model.
 func fakeProfiles(cfg routing.SchedulerConfig) (*routing.Profiles, error) {

@@ -371,6 +371,20 @@ func (c *Client) Swarm(ctx context.Context, v any) error {
 	return nil
 }
 
+// Verify decodes the node's spot-check counters and check log (GET
+// /v1/swarm/verify) into v.
+func (c *Client) Verify(ctx context.Context, v any) error {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/swarm/verify", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("api client: verify: %w", err)
+	}
+	return nil
+}
+
 // Ready reports whether the node serves and can route a full path on its
 // own view now (GET /healthz?ready=1). A node that answers "not yet" is
 // not an error; one that cannot be reached is.

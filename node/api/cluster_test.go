@@ -395,6 +395,7 @@ type streamed struct {
 	chunks  int          // events with text
 	role    string       // chat: the first delta's role
 	objects map[string]int
+	ids     []int32 // token_ids of every chunk, in order
 }
 
 // readAll reads a stream to its end and checks each event's shape.
@@ -425,6 +426,7 @@ func (s *sseStream) readAll(tb testing.TB, onText func(string)) streamed {
 					Content *string `json:"content"`
 				} `json:"delta"`
 				FinishReason *string `json:"finish_reason"`
+				TokenIDs     []int32 `json:"token_ids"`
 			} `json:"choices"`
 			Usage *usageJSON   `json:"usage"`
 			Error *errorObject `json:"error"`
@@ -441,6 +443,7 @@ func (s *sseStream) readAll(tb testing.TB, onText func(string)) streamed {
 			out.usage = chunk.Usage
 		}
 		for _, c := range chunk.Choices {
+			out.ids = append(out.ids, c.TokenIDs...)
 			var piece string
 			if c.Text != nil {
 				piece = *c.Text

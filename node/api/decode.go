@@ -40,6 +40,9 @@ type genRequest struct {
 	chat         bool
 	stream       bool
 	includeUsage bool
+	// tokenIDs: the answer carries each choice's sampled token IDs
+	// (return_token_ids, vLLM's extension).
+	tokenIDs bool
 }
 
 // samplingBody holds the fields both endpoints share.
@@ -66,6 +69,10 @@ type samplingBody struct {
 	// the node's --queue-timeout; the header X-Strata-Queue-Timeout says
 	// the same, and the body wins).
 	QueueTimeout *float64 `json:"queue_timeout"`
+	// ReturnTokenIDs adds the sampled token IDs to each choice and
+	// chunk (token_ids), as vLLM's extension does: a client can compare
+	// an answer with a reference token by token.
+	ReturnTokenIDs *bool `json:"return_token_ids"`
 }
 
 type completionBody struct {
@@ -395,6 +402,7 @@ func (s *samplingBody) apply(g *genRequest, maxTok *int64) *apiError {
 		}
 		g.includeUsage = s.StreamOptions.IncludeUsage != nil && *s.StreamOptions.IncludeUsage
 	}
+	g.tokenIDs = s.ReturnTokenIDs != nil && *s.ReturnTokenIDs
 	return nil
 }
 

@@ -157,6 +157,9 @@ var (
 	descPlugin       = desc("scheduler_plugin_seconds", "Time one scheduler plugin took in one route, by profile, plugin and kind (filter, scorer, picker).", "profile", "plugin", "kind")
 	descChecks       = desc("verify_checks_total", "Spot checks this node's entry ran, by result: verified, inconclusive, mismatch (outputs differed), unresolved (no third holder settled a mismatch).", "result")
 	descFaults       = desc("verify_faults_reported_total", "Faults this node's entry proved to the leader with signed evidence.")
+	descChecked      = desc("verify_steps_checked_total", "Positions covered by this entry's conclusive spot checks (agreeing or not): the steps verified.")
+	descFirstMiss    = desc("verify_first_mismatch_timestamp_seconds", "When this entry's spot checks first found different outputs (Unix seconds; 0: never).")
+	descVerifyRate   = desc("verify_rate", "Share of token boundaries this entry spot-checks now.")
 )
 
 // nodeCollector reads the node at scrape time.
@@ -170,7 +173,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
 		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
 		descEntryQueue, descEntryOldest, descEntryQueued, descStolen, descStolenFrom, descEntryRefused, descQueueWait, descPlugin,
-		descChecks, descFaults} {
+		descChecks, descFaults, descChecked, descFirstMiss, descVerifyRate} {
 		ch <- d
 	}
 }
@@ -196,6 +199,13 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descChecks, prometheus.CounterValue, float64(r.n), r.result)
 	}
 	counter(descFaults, m.Verify.Reported)
+	counter(descChecked, m.Verify.Checked)
+	first := 0.0
+	if !m.Verify.FirstMismatch.IsZero() {
+		first = float64(m.Verify.FirstMismatch.UnixNano()) / 1e9
+	}
+	gauge(descFirstMiss, first)
+	gauge(descVerifyRate, m.Verify.Rate)
 	gauge(descReplayMax, m.MaxReplayLatency.Seconds())
 	counter(descSteps, m.Steps)
 	counter(descBatches, m.Batches)

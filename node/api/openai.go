@@ -63,6 +63,9 @@ type (
 		Delta        *deltaJSON   `json:"delta,omitempty"`   // chat chunks
 		Logprobs     any          `json:"logprobs"`
 		FinishReason *string      `json:"finish_reason"`
+		// TokenIDs are the tokens sampled for this choice or chunk, end
+		// token included (return_token_ids).
+		TokenIDs []int32 `json:"token_ids,omitempty"`
 	}
 	responseJSON struct {
 		ID                string       `json:"id"`
@@ -333,6 +336,9 @@ func (c *call) whole(w http.ResponseWriter, st *node.Stream, param string) *apiE
 	c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
 	finish := res.FinishReason
 	choice := choiceJSON{Index: 0, FinishReason: &finish}
+	if c.g.tokenIDs {
+		choice.TokenIDs = res.Tokens
+	}
 	if c.g.chat {
 		choice.Message = &chatMsgJSON{Role: "assistant", Content: res.Text}
 	} else {
@@ -438,15 +444,22 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Strea
 			break
 		}
 		c.observe(it.d)
-		if it.d.Text == "" {
+		// A delta with no text yet (part of a character, or held back
+		// for a stop string) has a chunk only when token IDs are asked.
+		if it.d.Text == "" && (!c.g.tokenIDs || len(it.d.Tokens) == 0) {
 			continue
 		}
 		text := it.d.Text
-		if c.g.chat {
-			out.data(chunk(choiceJSON{Delta: &deltaJSON{Content: &text}}))
-		} else {
-			out.data(chunk(choiceJSON{Text: &text}))
+		ch := choiceJSON{}
+		if c.g.tokenIDs {
+			ch.TokenIDs = it.d.Tokens
 		}
+		if c.g.chat {
+			ch.Delta = &deltaJSON{Content: &text}
+		} else {
+			ch.Text = &text
+		}
+		out.data(chunk(ch))
 	}
 	if out.err != nil {
 		c.s.log.Debug("stream write failed; the client went away", zap.Error(out.err), zap.NamedError("ctx", ctx.Err()))

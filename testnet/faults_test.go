@@ -1,0 +1,124 @@
+package testnet
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const trustScenario = `
+name: trust
+model: {layers: 4, dim: 32, seed: 1}
+nodes:
+  - {name: a, max_layers: 3, verify_rate: 0.05}
+  - {name: b, max_layers: 3, fault: "flip:50"}
+  - {name: c, max_layers: 3}
+load: {clients: 2, rate: 1, max_tokens: 4}
+duration: 20s
+expect: {evicted: true, max_detection_steps: 200, max_detection: 5s, max_wrong_tokens_after_eviction: 0, mismatched_after_eviction: 0}
+`
+
+// TestTrustReport: detection is the earliest mismatch over every entry's
+// log, its steps sum every entry's checks up to it, wrong tokens are
+// counted token by token against the oracle and filed by arrival, and
+// the expectations judge them.
+func TestTrustReport(t *testing.T) {
+	s, ms := time.Second, time.Millisecond
+	sc, err := ParseScenario([]byte(trustScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 26, 2, 0, 0, 0, time.UTC)
+	view := func(first time.Duration, log ...checkAt) verifyView {
+		var v verifyView
+		for _, c := range log {
+			v.Log = append(v.Log, struct {
+				At        time.Time `json:"at"`
+				Positions int       `json:"positions"`
+				Mismatch  bool      `json:"mismatch"`
+			}{t0.Add(c.At), c.Positions, c.Mismatch})
+			v.Checks++
+			v.StepsChecked += uint64(c.Positions)
+		}
+		if first > 0 {
+			f := t0.Add(first)
+			v.FirstMismatch = &f
+			v.Mismatches = 1
+		}
+		return v
+	}
+	entries := []NodeVerify{
+		// a finds the liar at 3 s; c checked twice before that and once
+		// after, and finds it again at 4 s (not the first).
+		nodeVerify("a", view(3*s, checkAt{1 * s, 30, false}, checkAt{2 * s, 40, false}, checkAt{3 * s, 40, true}), t0),
+		nodeVerify("c", view(4*s, checkAt{1500 * ms, 20, false}, checkAt{2500 * ms, 25, false}, checkAt{3500 * ms, 50, false},
+			checkAt{4 * s, 60, true}), t0),
+	}
+	entries[0].Reported = 1
+	refs := []RefAnswer{{Text: "w", Tokens: []int32{1, 2, 3, 4}}}
+	results := []result{
+		// Wrong at positions 1 (before detection) and 3 (after it, before
+		// the eviction at 5 s); position 2 is right.
+		{ID: 0, Entry: "a", Start: 0, End: 4 * s, OK: true, Tokens: 4, Text: "x", TokenIDs: []int32{1, 9, 3, 9},
+			tokenAt: []time.Duration{1 * s, 2 * s, 3 * s, 4 * s}},
+		// Flagged by its entry: its two wrong tokens came after the
+		// eviction.
+		{ID: 1, Entry: "c", Start: 5 * s, End: 6 * s, Err: "node: tokens already sent were wrong", TokenIDs: []int32{1, 2, 7, 7, 7},
+			tokenAt: []time.Duration{5 * s, 5 * s, 6 * s, 6 * s, 6 * s}},
+		{ID: 2, Entry: "a", Start: 6 * s, End: 7 * s, OK: true, Tokens: 4, Text: "w", TokenIDs: []int32{1, 2, 3, 4},
+			tokenAt: []time.Duration{7 * s, 7 * s, 7 * s, 7 * s}},
+	}
+	samples := []sample{
+		{At: 1 * s, Stages: []string{"a[0,3)", "b[1,4)", "c[0,3)"}},
+		{At: 5 * s, Stages: []string{"a[0,3)", "c[1,4)"}},
+	}
+	rep := buildReport(sc, results, refs, nil, samples, 8*s, nil, entries)
+	tr := rep.Trust
+	d := tr.Detection
+	if d == nil || d.AtS != 3 || d.By != "a" || d.Steps != 30+40+40+20+25 || d.Checks != 5 || d.Partial {
+		t.Fatalf("detection %+v", d)
+	}
+	w := tr.WrongTokens
+	if w != (WrongTokens{BeforeDetection: 1, BeforeEviction: 1, AfterEviction: 3, Flagged: 3, Requests: 2}) || tr.TokensCompared != 13 {
+		t.Fatalf("wrong tokens %+v of %d", w, tr.TokensCompared)
+	}
+	if len(tr.Faulty) != 1 || tr.Faulty[0].EvictedS != 5 || !slices.Equal(tr.Left, []string{"b"}) || tr.Reported != 1 {
+		t.Fatalf("faulty %+v left %v reported %d", tr.Faulty, tr.Left, tr.Reported)
+	}
+	// The only violation: 3 wrong tokens after the eviction.
+	if len(rep.Violations) != 1 || !strings.Contains(rep.Violations[0], "wrong tokens after eviction 3 > 0") {
+		t.Fatalf("violations %v", rep.Violations)
+	}
+	md := rep.Markdown()
+	for _, want := range []string{"after 155 verified steps in 5 conclusive checks", "1 before the detection, 1 between it and the eviction, 3 after",
+		"Eviction of b: 5.0 s (2.0 s after the detection)"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+
+	// Tighter goals fail, each by name.
+	x := &sc.Expect
+	steps := 100
+	x.MaxDetectionSteps, x.MaxDetection = &steps, 2*s
+	v := strings.Join(checkTrust(*x, rep), "; ")
+	for _, want := range []string{"detection after 155 verified steps > 100", "detection at 3.0s > 2s"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("violations %q lack %q", v, want)
+		}
+	}
+	// An honest expectation fails on the eviction and the report.
+	no, zero := false, 0
+	v = strings.Join(checkTrust(Expect{Evicted: &no, MaxMismatches: &zero}, rep), "; ")
+	for _, want := range []string{"left the map with no event: b", "1 fault(s) reported", "spot-check mismatches 2 > 0"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("honest violations %q lack %q", v, want)
+		}
+	}
+	// No detection at all, when the goals ask for one.
+	rep = buildReport(sc, results[2:], refs, nil, samples[:1], 8*s, nil, []NodeVerify{nodeVerify("a", view(0, checkAt{1 * s, 30, false}), t0)})
+	if rep.Trust.Detection != nil || !strings.Contains(strings.Join(rep.Violations, ";"), "no spot check found a mismatch") {
+		t.Fatalf("no detection: %+v %v", rep.Trust.Detection, rep.Violations)
+	}
+}
