@@ -65,6 +65,7 @@ type config struct {
 	steal                                              bool
 	fault                                              outputFault // test-only (faultinject.go)
 	noPrefixCache                                      bool
+	unsignedFrames                                     bool // sigframe.go
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
@@ -322,6 +323,15 @@ func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on
 // that entry. An entry hands its own queued requests to thieves
 // whatever this option says.
 func WithStealing(on bool) Option { return func(c *config) error { c.steal = on; return nil } }
+
+// WithSignedFrames turns signed hops on or off (default on): every
+// float32 frame of hidden states this node sends carries its signature
+// over what it sent, and frames it receives must carry a valid one
+// (docs/trust.md). Every node of a swarm must agree: a node with it on
+// refuses the unsigned frames of one with it off.
+func WithSignedFrames(on bool) Option {
+	return func(c *config) error { c.unsignedFrames = !on; return nil }
+}
 
 // WithVerifyRate sets the share of token boundaries at which this
 // node's entry spot-checks one hop of a generation's path against a
