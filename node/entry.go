@@ -123,6 +123,7 @@ type entryConfig struct {
 	stepTimeout, repairWait      time.Duration
 	maxReplays, defaultMaxTokens int
 	wireF16                      bool
+	signedFrames                 bool          // hops sign their frames: audits take frame receipts (sigframe.go)
 	maxFrame                     int           // the largest activation frame peers accept
 	queueMax                     int           // requests the admission queue holds
 	queueTimeout                 time.Duration // a queued request's default deadline

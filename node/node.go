@@ -172,7 +172,8 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
 		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
-		fault: cfg.fault, batchDone: batchDone}, n.svc.out)
+		fault: cfg.fault, batchDone: batchDone, signFrames: !cfg.unsignedFrames, wireF16: cfg.wireF16,
+		badFrame: func(p peer.ID) { n.counters.badFrame(p) }}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
 	n.paths = &pathFinder{self: n.self, profiles: profiles, timer: timer, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
@@ -184,7 +185,8 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,
-		maxFrame: swarm.DefaultMaxActFrame, queueMax: cfg.entryQueueMax, queueTimeout: cfg.entryQueueTimeout,
+		signedFrames: !cfg.unsignedFrames && !cfg.wireF16,
+		maxFrame:     swarm.DefaultMaxActFrame, queueMax: cfg.entryQueueMax, queueTimeout: cfg.entryQueueTimeout,
 		verifyRate: cfg.verifyRate, fair: newFairConfig(!cfg.noFair, h.HeartbeatInterval(), cfg.fairStall),
 		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,

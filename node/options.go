@@ -70,6 +70,7 @@ type config struct {
 	fairStall                                          time.Duration // tests: the stall bound (0: the default)
 	fault                                              outputFault   // test-only (faultinject.go)
 	noPrefixCache                                      bool
+	unsignedFrames                                     bool // sigframe.go
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
@@ -346,6 +347,15 @@ func WithStealing(on bool) Option { return func(c *config) error { c.steal = on;
 // head was queued earlier, so that room freed anywhere goes to the
 // oldest request in the swarm (see fair.go for the bounds on a hold).
 func WithFairAdmission(on bool) Option { return func(c *config) error { c.noFair = !on; return nil } }
+
+// WithSignedFrames turns signed hops on or off (default on): every
+// float32 frame of hidden states this node sends carries its signature
+// over what it sent, and frames it receives must carry a valid one
+// (docs/trust.md). Every node of a swarm must agree: a node with it on
+// refuses the unsigned frames of one with it off.
+func WithSignedFrames(on bool) Option {
+	return func(c *config) error { c.unsignedFrames = !on; return nil }
+}
 
 // WithVerifyRate sets the share of token boundaries at which this
 // node's entry spot-checks one hop of a generation's path against a

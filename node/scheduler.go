@@ -50,6 +50,13 @@ type schedConfig struct {
 	// sign signs this node's receipts (verify.go); nil: audits and check
 	// sessions get no answer.
 	sign func(*consensus.Receipt) error
+	// signFrames: sign the hidden states this hop sends and require
+	// signed ones (sigframe.go); the initial value of scheduler.signFrames.
+	signFrames bool
+	// wireF16: hidden states leave as float16, which are not signed.
+	wireF16 bool
+	// badFrame counts a refused frame against its sender (nil: none).
+	badFrame func(peer.ID)
 	// fault corrupts outputs: the test-only fault injector (nil in
 	// release builds and by default).
 	fault outputFault
@@ -69,6 +76,8 @@ func (loadIn) inbox()    {}
 func (releaseIn) inbox() {}
 func (statusReq) inbox() {}
 func (auditIn) inbox()   {}
+
+// upAuditIn's inbox() is in sigframe.go.
 
 // Inbox messages.
 type (
@@ -128,6 +137,9 @@ type hopSession struct {
 	last  time.Time
 	chain chains // what this hop took and gave, for receipts (verify.go)
 	check bool   // a check session
+	// up is the receipt the upstream hop signed over its last frame
+	// (sigframe.go); zero until a signed frame arrives.
+	up consensus.Receipt
 }
 
 // schedStatus is the loop's published summary, for heartbeats, routing
@@ -161,6 +173,9 @@ type scheduler struct {
 	in     chan inboxMsg
 	status atomic.Pointer[schedStatus]
 	done   chan struct{}
+	// signFrames: see schedConfig.signFrames (atomic: benchmarks switch
+	// it between rounds).
+	signFrames atomic.Bool
 
 	// Owned by the loop.
 	slots    []*layerSlot
@@ -192,6 +207,7 @@ func newScheduler(cfg schedConfig, out outbox) *scheduler {
 	if cfg.prefixCache {
 		s.cache = &prefixCache{}
 	}
+	s.signFrames.Store(cfg.signFrames)
 	s.publish()
 	return s
 }
@@ -327,6 +343,8 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 		m.reply <- s.status.Load()
 	case auditIn:
 		s.onAudit(m)
+	case upAuditIn:
+		s.onUpAudit(m)
 	}
 }
 
@@ -654,6 +672,16 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			s.reject(in, CodeBadFrame, "", "session %s: step at position %d, session holds %d", in.m.Session, in.m.Pos, hs.pos)
 			continue
 		}
+		if err := s.checkFrame(in, hs); err != nil {
+			// The sender's fault, like a corrupt frame: refused before
+			// anything is computed, and reported against it.
+			if s.cfg.badFrame != nil {
+				s.cfg.badFrame(in.from)
+			}
+			s.cfg.log.Warn("refused a frame", zap.Stringer("peer", in.from), zap.Stringer("session", in.m.Session), zap.Error(err))
+			s.reject(in, CodeBadFrame, in.from, "%v", err)
+			continue
+		}
 		seen[key] = true
 		ws = append(ws, &work{in: in, hs: hs, x: in.m.Hidden})
 		lo, hi = min(lo, key.from), max(hi, hs.to)
@@ -750,8 +778,12 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 		hs.pos = m.Pos + len(m.Tokens)
 		hs.last = now
 		last := hs.to == s.cfg.model.Layers
+		var lie *sentLie
 		if s.cfg.fault != nil {
 			s.cfg.fault.corrupt(w, last)
+			if f, ok := s.cfg.fault.(sendFault); ok && !last {
+				lie = f.lieSent(w, hs)
+			}
 		}
 		hs.chain.add(w.in.m, skip, w.x, w.logits, last)
 		if hs.check && len(hs.rest) == 0 {
@@ -765,8 +797,16 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			s.out.token(hs.entry, &Token{Session: m.Session, Pos: hs.pos, Token: tok})
 			continue
 		}
+		var sig *FrameSig
+		if s.signing() {
+			sig = s.signFrame(hs, lie)
+		}
+		sent := w.x
+		if lie != nil {
+			sent = lie.rows
+		}
 		s.out.forward(hs.rest[0].Peer, &Step{Session: m.Session, Open: m.Open, Entry: hs.entry, Hops: hs.rest,
-			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: w.x, Cols: s.cfg.model.Hidden, Check: hs.check})
+			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: sent, Cols: s.cfg.model.Hidden, Check: hs.check, Sig: sig})
 	}
 }
 

@@ -77,6 +77,10 @@ func (n *stageService) onFrame(from peer.ID, frame []byte) error {
 		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
 		defer cancel()
 		_ = n.sched.submit(ctx, auditIn{from: from, m: m})
+	case *UpAudit:
+		ctx, cancel := context.WithTimeout(n.ctx, time.Second)
+		defer cancel()
+		_ = n.sched.submit(ctx, upAuditIn{from: from, m: m})
 	case *ReceiptMsg:
 		n.entry.onReceipt(from, m)
 	}
@@ -174,6 +178,8 @@ func (n *stageService) send(ctx context.Context, to peer.ID, m Message) error {
 			return n.sched.submit(ctx, closeIn{from: n.self, sid: m.Session})
 		case *Audit:
 			return n.sched.submit(ctx, auditIn{from: n.self, m: m})
+		case *UpAudit:
+			return n.sched.submit(ctx, upAuditIn{from: n.self, m: m})
 		case *ReceiptMsg:
 			n.entry.onReceipt(n.self, m)
 		}

@@ -258,6 +258,7 @@ type receiptKey struct {
 
 type receiptWait struct {
 	signer peer.ID
+	via    peer.ID // the hop that relays the signer's frame receipt (sigframe.go); "" for none
 	ch     chan consensus.Receipt
 }
 
@@ -267,13 +268,13 @@ type receipts struct {
 	waits map[receiptKey]receiptWait
 }
 
-func (r *receipts) wait(k receiptKey, signer peer.ID) (<-chan consensus.Receipt, func()) {
+func (r *receipts) wait(k receiptKey, signer, via peer.ID) (<-chan consensus.Receipt, func()) {
 	ch := make(chan consensus.Receipt, 1)
 	r.mu.Lock()
 	if r.waits == nil {
 		r.waits = map[receiptKey]receiptWait{}
 	}
-	r.waits[k] = receiptWait{signer: signer, ch: ch}
+	r.waits[k] = receiptWait{signer: signer, via: via, ch: ch}
 	r.mu.Unlock()
 	return ch, func() {
 		r.mu.Lock()
@@ -283,16 +284,17 @@ func (r *receipts) wait(k receiptKey, signer peer.ID) (<-chan consensus.Receipt,
 }
 
 // onReceipt takes a receipt that its signer sent itself (the stream is
-// authenticated), for a check that waits for that signer's.
+// authenticated), or that the hop after it relays (a frame receipt,
+// sigframe.go), for a check that waits for that signer's.
 func (e *entry) onReceipt(from peer.ID, m *ReceiptMsg) {
 	r := m.Receipt
-	if r.Signer != from || r.Session != m.Session {
+	if r.Session != m.Session {
 		return
 	}
 	e.rcpt.mu.Lock()
 	w, ok := e.rcpt.waits[receiptKey{m.Session, r.From}]
 	e.rcpt.mu.Unlock()
-	if !ok || w.signer != from || r.Verify() != nil {
+	if !ok || w.signer != r.Signer || (from != w.signer && (w.via == "" || from != w.via)) || r.Verify() != nil {
 		return
 	}
 	select {
@@ -334,7 +336,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	e.vc.audits.Add(1)
 	i := cand[rand.IntN(len(cand))]
 	x := hops[i]
-	rx, err := e.askReceipt(ctx, sid, x, areg)
+	rx, err := e.askSent(ctx, sid, hops, i, areg)
 	if err != nil {
 		e.vc.inconclusive.Add(1)
 		e.cfg.log.Debug("spot check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
@@ -433,9 +435,19 @@ func (g *generation) checkers(hops []Hop, i int) []peer.ID {
 // session's attempt (a failed peer) ends the wait at once and is left
 // for the attempt.
 func (e *entry) askReceipt(ctx context.Context, sid SessionID, h Hop, areg *attemptReg) (consensus.Receipt, error) {
-	ch, done := e.rcpt.wait(receiptKey{sid, h.From}, h.Peer)
+	return e.askVia(ctx, sid, h, "", &Audit{Session: sid, From: h.From}, areg)
+}
+
+// askVia sends ask to via (to h itself when via is "") and waits for h's
+// receipt from either.
+func (e *entry) askVia(ctx context.Context, sid SessionID, h Hop, via peer.ID, ask Message, areg *attemptReg) (consensus.Receipt, error) {
+	ch, done := e.rcpt.wait(receiptKey{sid, h.From}, h.Peer, via)
 	defer done()
-	if err := e.send(ctx, h.Peer, &Audit{Session: sid, From: h.From}); err != nil {
+	to := h.Peer
+	if via != "" {
+		to = via
+	}
+	if err := e.send(ctx, to, ask); err != nil {
 		return consensus.Receipt{}, err
 	}
 	t := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
@@ -467,7 +479,7 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
 	e.checks.add(sid, reg)
 	last := links[len(links)-1]
-	ch, done := e.rcpt.wait(receiptKey{sid, last.From}, last.Peer)
+	ch, done := e.rcpt.wait(receiptKey{sid, last.From}, last.Peer, "")
 	defer func() {
 		done()
 		e.checks.remove(sid)

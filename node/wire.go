@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -17,14 +18,16 @@ import (
 // swarm's length-prefixed frames. Version 1 encodes, little-endian:
 //
 //	u8  version (1)
-//	u8  kind (1 step, 2 token, 3 error, 4 close, 5 audit, 6 receipt)
+//	u8  kind (1 step, 2 token, 3 error, 4 close, 5 audit, 6 receipt,
+//	          7 upstream audit)
 //	[16] session ID
 //
 // then, by kind:
 //
 //	step:  u8 flags (bit 0: open, bit 1: hidden states follow, bit 2:
-//	           a check session (verify.go), bit 3: skip follows, bit 4: cold;
-//	           others 0; bits 3 and 4 only with open)
+//	           a check session (verify.go), bit 3: skip follows, bit 4: cold,
+//	           bit 5: signed; others 0; bits 3 and 4 only with open, bit 5
+//	           only with bit 1)
 //	       u32 position of the first input
 //	       u8 len, bytes  entry peer ID (where tokens and errors go)
 //	       u8 n (1..MaxHops), n × (u8 len, bytes peer ID; u32 from; u32 to)
@@ -33,6 +36,9 @@ import (
 //	           f32 temperature, u32 top-k, f32 top-p, u32 min-keep,
 //	           u64 seed, f32 repeat penalty, u32 repeat window
 //	       if skip: u32 positions skipped (1..n-1)
+//	       if signed: u32 the sender's first layer (below the receiver's),
+//	           [32] the sender's input chain, u8 len (1..), bytes the
+//	           sender's signature (FrameSig)
 //	       u32 n (1..MaxStepTokens), n × i32  the step's input tokens
 //	       if hidden: u8 dtype (1 f32, 2 f16), u32 columns, then
 //	           (n − skip) × columns values (one row per input token
@@ -43,6 +49,8 @@ import (
 //	close: nothing
 //	audit: u32 first layer of the hop asked for its receipt
 //	receipt: u16 len, bytes  a signed consensus.Receipt
+//	upstream audit: u32 first layer of the hop asked for what its
+//	       upstream signed
 //
 // Nothing may follow. Every count is checked against the bytes left
 // before anything is allocated, so a decoder allocates in proportion to
@@ -73,6 +81,9 @@ const (
 	KindAudit Kind = 5
 	// KindReceipt carries a hop's signed receipt to the entry.
 	KindReceipt Kind = 6
+	// KindUpAudit asks a hop for the receipt its upstream hop signed
+	// over the frames it sent (FrameSig).
+	KindUpAudit Kind = 7
 )
 
 func (k Kind) String() string {
@@ -89,6 +100,8 @@ func (k Kind) String() string {
 		return "audit"
 	case KindReceipt:
 		return "receipt"
+	case KindUpAudit:
+		return "upstream audit"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -162,7 +175,27 @@ type Step struct {
 	// entry with a signed receipt instead of forwarding or sampling, so
 	// its path may end before the last layer.
 	Check bool
+	// Sig binds the hidden states to the hop that sent them (nil:
+	// unsigned; only with Hidden).
+	Sig *FrameSig
 }
+
+// FrameSig is a sending hop's signature over what it sent (verify.go):
+// the consensus.Receipt it would sign for the session after this step,
+// with the output chain and last output of the rows on the wire. The
+// receiver rebuilds that receipt from the frame and its own input chain
+// (signer: the stream's authenticated peer; layers [From, its own
+// first); positions: the step's end), so the frame carries only what the
+// receiver cannot know.
+type FrameSig struct {
+	From    int      // the sender's first layer
+	InChain [32]byte // the sender's input chain after this step
+	Sig     []byte
+}
+
+// maxFrameSig bounds a frame signature (Ed25519: 64 bytes, ECDSA and
+// secp256k1 about 72).
+const maxFrameSig = 255
 
 // Token is the last hop's sampled token, sent straight to the entry.
 type Token struct {
@@ -248,13 +281,23 @@ type Audit struct {
 	From    int
 }
 
+// UpAudit asks the hop of a session that starts at layer From for the
+// receipt its upstream signed over the last frame it sent (FrameSig),
+// answered as a ReceiptMsg signed by the upstream; only the session's
+// entry may ask.
+type UpAudit struct {
+	Session SessionID
+	From    int
+}
+
 // ReceiptMsg carries a hop's signed receipt (verify.go) to the entry.
 type ReceiptMsg struct {
 	Session SessionID
 	Receipt consensus.Receipt
 }
 
-// Message is one of *Step, *Token, *ErrorMsg, *Close, *Audit, *ReceiptMsg.
+// Message is one of *Step, *Token, *ErrorMsg, *Close, *Audit, *ReceiptMsg,
+// *UpAudit.
 type Message interface{ kind() Kind }
 
 func (*Step) kind() Kind       { return KindStep }
@@ -263,6 +306,7 @@ func (*ErrorMsg) kind() Kind   { return KindError }
 func (*Close) kind() Kind      { return KindClose }
 func (*Audit) kind() Kind      { return KindAudit }
 func (*ReceiptMsg) kind() Kind { return KindReceipt }
+func (*UpAudit) kind() Kind    { return KindUpAudit }
 
 const (
 	flagOpen   = 1 << 0
@@ -270,6 +314,7 @@ const (
 	flagCheck  = 1 << 2
 	flagSkip   = 1 << 3
 	flagCold   = 1 << 4
+	flagSigned = 1 << 5
 )
 
 // Encode appends the encoding of m to b.
@@ -307,6 +352,12 @@ func Encode(b []byte, m Message) ([]byte, error) {
 			return nil, fmt.Errorf("%w: audit of layer %d", ErrBadFrame, m.From)
 		}
 		b = header(b, KindAudit, m.Session)
+		return binary.LittleEndian.AppendUint32(b, uint32(m.From)), nil
+	case *UpAudit:
+		if m.From <= 0 || m.From > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: upstream audit of layer %d", ErrBadFrame, m.From)
+		}
+		b = header(b, KindUpAudit, m.Session)
 		return binary.LittleEndian.AppendUint32(b, uint32(m.From)), nil
 	case *ReceiptMsg:
 		rb, err := m.Receipt.MarshalBinary()
@@ -346,6 +397,9 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		return nil, fmt.Errorf("%w: skip %d of %d tokens", ErrBadFrame, m.Skip, n)
 	case m.Hidden != nil && (m.Cols <= 0 || len(m.Hidden) != (n-m.Skip)*m.Cols):
 		return nil, fmt.Errorf("%w: %d hidden values for %d tokens of %d columns", ErrBadFrame, len(m.Hidden), n-m.Skip, m.Cols)
+	case m.Sig != nil && (m.Hidden == nil || m.Sig.From < 0 || m.Sig.From >= m.Hops[0].From ||
+		len(m.Sig.Sig) == 0 || len(m.Sig.Sig) > maxFrameSig):
+		return nil, fmt.Errorf("%w: frame signature from layer %d of %d bytes", ErrBadFrame, m.Sig.From, len(m.Sig.Sig))
 	}
 	dt := m.DType
 	if dt == 0 {
@@ -370,6 +424,9 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	}
 	if m.Open != nil && m.Open.Cold {
 		flags |= flagCold
+	}
+	if m.Sig != nil {
+		flags |= flagSigned
 	}
 	b = append(b, flags)
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.Pos))
@@ -406,6 +463,12 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	}
 	if m.Skip != 0 {
 		b = binary.LittleEndian.AppendUint32(b, uint32(m.Skip))
+	}
+	if g := m.Sig; g != nil {
+		b = binary.LittleEndian.AppendUint32(b, uint32(g.From))
+		b = append(b, g.InChain[:]...)
+		b = append(b, byte(len(g.Sig)))
+		b = append(b, g.Sig...)
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(n))
 	for _, t := range m.Tokens {
@@ -467,6 +530,12 @@ func Decode(frame []byte) (Message, error) {
 		m = &Close{Session: sid}
 	case KindAudit:
 		m = &Audit{Session: sid, From: int(d.U32("audited layer"))}
+	case KindUpAudit:
+		u := &UpAudit{Session: sid, From: int(d.U32("audited layer"))}
+		if d.Err() == nil && u.From == 0 {
+			d.Fail("upstream audit of layer 0, which has no upstream hop")
+		}
+		m = u
 	case KindReceipt:
 		r := &ReceiptMsg{Session: sid}
 		n := int(d.U16("receipt length"))
@@ -493,8 +562,9 @@ func Decode(frame []byte) (Message, error) {
 func decodeStep(d *codec.Reader, sid SessionID) *Step {
 	s := &Step{Session: sid}
 	flags := d.U8("flags")
-	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold) != 0 ||
-		flags&flagOpen == 0 && flags&(flagSkip|flagCold) != 0) {
+	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold|flagSigned) != 0 ||
+		flags&flagOpen == 0 && flags&(flagSkip|flagCold) != 0 ||
+		flags&flagHidden == 0 && flags&flagSigned != 0) {
 		d.Fail("flags %#x", flags)
 	}
 	s.Check = flags&flagCheck != 0
@@ -535,6 +605,16 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 	}
 	if flags&flagSkip != 0 {
 		s.Skip = int(d.U32("skip"))
+	}
+	if flags&flagSigned != 0 {
+		g := &FrameSig{From: int(d.U32("signer's layer"))}
+		copy(g.InChain[:], d.Take(len(g.InChain), "signer's input chain"))
+		n := int(d.U8("signature length"))
+		if d.Err() == nil && (n == 0 || g.From >= s.Hops[0].From) {
+			d.Fail("signature of %d bytes from layer %d", n, g.From)
+		}
+		g.Sig = slices.Clone(d.Take(n, "signature"))
+		s.Sig = g
 	}
 	n := int(d.U32("token count"))
 	if d.Err() == nil && (n == 0 || n > MaxStepTokens || n > d.Len()/4) {

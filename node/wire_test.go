@@ -47,6 +47,10 @@ func sampleMessages(t testing.TB) []Message {
 		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 0, 4}}, Pos: 0, Tokens: []int32{1, 2, 3}, Check: true,
 			Open: &Open{MaxTokens: 3, Model: ModelHash("m")}},
 		&Audit{Session: sid, From: 4},
+		// A signed frame (sigframe.go) and the entry's ask for its receipt.
+		&Step{Session: sid, Entry: a, Hops: []Hop{{c, 4, 8}}, Pos: 5, Tokens: []int32{9}, Hidden: []float32{1, -2, 3.5},
+			Cols: 3, DType: DTypeF32, Sig: &FrameSig{From: 1, InChain: [32]byte{9, 8, 7}, Sig: bytes.Repeat([]byte{5}, 64)}},
+		&UpAudit{Session: sid, From: 4},
 		&ReceiptMsg{Session: sid, Receipt: consensus.Receipt{Signer: b, Session: sid, Model: ModelHash("m"), From: 4, To: 8,
 			Positions: 12, InChain: [32]byte{1}, OutChain: [32]byte{2}, OutLast: [32]byte{3}, Sig: bytes.Repeat([]byte{7}, 64)}},
 	}
@@ -121,6 +125,23 @@ func TestWireRejects(t *testing.T) {
 		// Skip and cold belong to open steps only.
 		"skip without open": func() []byte { b := bytes.Clone(good); b[18] |= flagSkip; return b }(),
 		"cold without open": func() []byte { b := bytes.Clone(good); b[18] |= flagCold; return b }(),
+		// A signature belongs to frames of hidden states only, from a
+		// layer below the receiver's, and is never empty.
+		"signed without hidden": func() []byte {
+			m := *sampleMessages(t)[0].(*Step)
+			m.Sig = &FrameSig{Sig: []byte{1}}
+			m.Open = nil
+			b, err := Encode(nil, &m)
+			if err == nil {
+				t.Fatal("encoded a signed step without hidden states")
+			}
+			b, _ = Encode(nil, sampleMessages(t)[0])
+			b[18] = flagSigned
+			return b
+		}(),
+		"signature from the receiver's layer": signedWith(t, func(b []byte, at int) { b[at] = 4 }),
+		"empty signature":                     signedWith(t, func(b []byte, at int) { b[at+4+32] = 0 }),
+		"upstream audit of layer 0":           func() []byte { b, _ := Encode(nil, &UpAudit{From: 1}); b[18] = 0; return b }(),
 	}
 	for name, b := range cases {
 		if _, err := Decode(b); !errors.Is(err, ErrBadFrame) {
@@ -137,6 +158,11 @@ func TestWireRejects(t *testing.T) {
 		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 0, 1}}, Tokens: []int32{1, 2}, Skip: 1},
 		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 0, 1}}, Tokens: []int32{1, 2}, Skip: 2,
 			Open: &Open{MaxTokens: 4}},
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 4, 8}}, Tokens: []int32{1}, Hidden: []float32{1},
+			Cols: 1, Sig: &FrameSig{From: 4, Sig: []byte{1}}},
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 4, 8}}, Tokens: []int32{1}, Hidden: []float32{1},
+			Cols: 1, Sig: &FrameSig{From: 0}},
+		&UpAudit{From: 0},
 	} {
 		if _, err := Encode(nil, m); !errors.Is(err, ErrBadFrame) {
 			t.Errorf("encoded %+v: %v", m, err)
@@ -176,4 +202,27 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", b, out)
 		}
 	})
+}
+
+// signedWith encodes the sample signed frame and lets edit change it;
+// at is the offset of its signature block.
+func signedWith(t *testing.T, edit func(b []byte, at int)) []byte {
+	t.Helper()
+	var m *Step
+	for _, s := range sampleMessages(t) {
+		if s, ok := s.(*Step); ok && s.Sig != nil {
+			m = s
+		}
+	}
+	b, err := Encode(nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// header 18, flags 1, position 4, entry 1+len, hops 1 + (1+len+8).
+	at := 18 + 1 + 4 + 1 + len(m.Entry) + 1 + 1 + len(m.Hops[0].Peer) + 8
+	if got := int(b[at]); got != m.Sig.From {
+		t.Fatalf("signature block not at %d", at)
+	}
+	edit(b, at)
+	return b
 }
