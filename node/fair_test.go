@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stratanet/strata/internal/proto"
+	"github.com/stratanet/strata/swarm"
 )
 
 // Swarm-wide oldest-first admission (fair.go): the queue logic on the
@@ -57,14 +58,15 @@ func (r *entryRig) finish(g queuedGen, prompt, max int) {
 }
 
 // TestFairHoldsForOlderPeerHead: with room on the path, a new request
-// (and one behind it, not counted as held: FIFO keeps it) waits while a peer entry's head is older; a
-// request that asked not to queue is not held; both run once the older
-// head is gone from the table.
+// (and one behind it, not counted as held: FIFO keeps it) waits while a
+// peer entry's head is older; a request that asked not to queue is not
+// held; the head runs once the peer's queue is shorter than ours, the
+// next once the older head is gone from the table.
 func TestFairHoldsForOlderPeerHead(t *testing.T) {
 	r := newFairRig(t)
 	x := testPeer(t, 50)
 	now := r.clock.Now()
-	r.setHeads(peerHead{id: x, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
+	r.setHeads(peerHead{id: x, n: 100, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
 	s, err := r.e.generate(context.Background(), Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4, QueueTimeout: -1})
 	if err != nil {
 		t.Fatalf("a request that asked not to queue: %v", err)
@@ -80,10 +82,18 @@ func TestFairHoldsForOlderPeerHead(t *testing.T) {
 		t.Fatalf("%d requests held back, want the head only", h)
 	}
 
+	// The peer's queue is now shorter than ours: it is not waited for,
+	// until ours is as short.
+	r.setHeads(peerHead{id: x, n: 1, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
+	r.finish(recvGen(t, out), 3, 4)
+	r.waitQueued(1)
+	noGen(t, out)
 	r.setHeads() // the peer's head left its queue
 	r.finish(recvGen(t, out), 3, 4)
-	r.finish(recvGen(t, out), 3, 4)
 	r.waitQueued(0)
+	if h := r.held(); h != 2 {
+		t.Fatalf("%d held", h)
+	}
 }
 
 // TestFairIgnoresStaleRows: a stale row, or a peer head older by no more
@@ -93,8 +103,8 @@ func TestFairIgnoresStaleRows(t *testing.T) {
 	r := newFairRig(t)
 	x, y := testPeer(t, 50), testPeer(t, 51)
 	now := r.clock.Now()
-	r.setHeads(peerHead{id: x, enq: now.Add(-5 * time.Second), until: now},
-		peerHead{id: y, enq: now.Add(-fairBeat / 4), until: now.Add(time.Hour)})
+	r.setHeads(peerHead{id: x, n: 100, enq: now.Add(-5 * time.Second), until: now},
+		peerHead{id: y, n: 100, enq: now.Add(-fairBeat / 4), until: now.Add(time.Hour)})
 	s, err := r.e.generate(context.Background(), Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4, QueueTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +114,7 @@ func TestFairIgnoresStaleRows(t *testing.T) {
 		t.Fatalf("%d held for a stale row or a head within the slack", h)
 	}
 
-	r.setHeads(peerHead{id: x, enq: now.Add(-5 * time.Second), until: now.Add(time.Second)})
+	r.setHeads(peerHead{id: x, n: 100, enq: now.Add(-5 * time.Second), until: now.Add(time.Second)})
 	out := make(chan queuedGen, 1)
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4, QueueTimeout: 10 * time.Second}, 0, out)
 	r.waitQueued(1)
@@ -125,7 +135,7 @@ func TestFairStallBound(t *testing.T) {
 	r := newFairRig(t)
 	x := testPeer(t, 50)
 	t0 := r.clock.Now()
-	r.setHeads(peerHead{id: x, enq: t0.Add(-2 * time.Second), until: t0.Add(time.Hour)})
+	r.setHeads(peerHead{id: x, n: 100, enq: t0.Add(-2 * time.Second), until: t0.Add(time.Hour)})
 	out := make(chan queuedGen, 2)
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4}, 0, out)
 	r.waitQueued(1)
@@ -140,13 +150,13 @@ func TestFairStallBound(t *testing.T) {
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4}, 1, out)
 	r.finish(recvGen(t, out), 3, 4)
 	moved := t0.Add(-2 * time.Second).Add(2 * fairBeat)
-	r.setHeads(peerHead{id: x, enq: moved, until: t1.Add(time.Hour)})
+	r.setHeads(peerHead{id: x, n: 100, enq: moved, until: t1.Add(time.Hour)})
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4}, 2, out)
 	r.waitQueued(1)
 	r.blockTimers(2)
 	r.clock.Advance(fairStall / 2)
 	moved = moved.Add(2 * fairBeat)
-	r.setHeads(peerHead{id: x, enq: moved, until: t1.Add(time.Hour)})
+	r.setHeads(peerHead{id: x, n: 100, enq: moved, until: t1.Add(time.Hour)})
 	waitFor(t, 30*time.Second, "the hold restarted by the moved head", func() bool {
 		r.e.adm.mu.Lock()
 		defer r.e.adm.mu.Unlock()
@@ -165,7 +175,7 @@ func TestFairStallBound(t *testing.T) {
 func TestFairDeadlineBound(t *testing.T) {
 	r := newFairRig(t)
 	now := r.clock.Now()
-	r.setHeads(peerHead{id: testPeer(t, 50), enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
+	r.setHeads(peerHead{id: testPeer(t, 50), n: 100, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
 	out := make(chan queuedGen, 1)
 	const timeout = 3 * time.Second
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4, QueueTimeout: timeout}, 0, out)
@@ -188,7 +198,11 @@ func TestFairDeadlineBound(t *testing.T) {
 func TestFairOnSwarm(t *testing.T) {
 	const prompt, maxTokens = "Once upon a time", 12
 	noStall := func(c *config) error { c.fairStall = time.Hour; return nil }
-	ns := stealSwarm(t, nil, []Option{noStall}, []Option{WithFairAdmission(false)})
+	// B's rows turn stale after 3 of its heartbeat intervals: longer
+	// than the test's own, so that a late heartbeat from A on a loaded
+	// machine does not end the hold.
+	ns := stealSwarm(t, nil, []Option{noStall, WithSwarmOptions(swarm.WithHeartbeatInterval(4 * testHeartbeat))},
+		[]Option{WithFairAdmission(false)})
 	a, b, c := ns[0], ns[1], ns[2]
 	a.entry.adm.hold.Store(true)
 	want := reference(t, prompt, maxTokens, greedy)
@@ -232,6 +246,11 @@ func TestFairOnSwarm(t *testing.T) {
 		t.Fatalf("C queued %d, held %d", mc.EntryQueued, c.entry.adm.heldN.Load())
 	}
 
+	// A's head older than B's slack (half its interval) by far.
+	waitFor(t, 10*time.Second, "A's head a second old in B's load table", func() bool {
+		p, ok := b.Host().Peers().Get(a.ID())
+		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 1 && p.Heartbeat.EntryWait >= time.Second
+	})
 	berr := make(chan error, 1)
 	go func() {
 		res, err := b.Complete(ctx, Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: greedy, QueueTimeout: time.Hour})
@@ -240,7 +259,14 @@ func TestFairOnSwarm(t *testing.T) {
 		}
 		berr <- err
 	}()
-	waitFor(t, 10*time.Second, "B holds its request", func() bool { return b.Metrics().EntryQueue == 1 && b.entry.adm.heldN.Load() == 1 })
+	waitFor(t, 10*time.Second, "B holds its request", func() bool {
+		select {
+		case err := <-berr:
+			t.Fatalf("B's request ran at once while A's older head waited: %v", err)
+		default:
+		}
+		return b.Metrics().EntryQueue == 1 && b.entry.adm.heldN.Load() == 1
+	})
 	// Three more heartbeats from A, and B still holds it.
 	for range 3 {
 		p, _ := b.Host().Peers().Get(a.ID())

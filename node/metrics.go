@@ -32,6 +32,9 @@ type Metrics struct {
 	// Work stealing (steal.go): requests this entry took from a loaded
 	// peer's queue and drove, and requests peers took from its queue.
 	Stolen, StolenFrom uint64
+	// EntryHeld counts requests that fair admission held back at least
+	// once for an older request at a peer entry (fair.go).
+	EntryHeld uint64
 	// SchedulerPlugins is each scheduler plugin's time per route, by
 	// profile, plugin and kind (filter, scorer, picker).
 	SchedulerPlugins []PluginHistogram
@@ -109,6 +112,7 @@ func (n *Node) Metrics() Metrics {
 	m.EntryQueue, m.EntryQueueOldest = n.entry.adm.queued(n.cfg.clock.Now())
 	m.EntryQueued, m.EntryRefused = n.entry.adm.queuedN.Load(), n.entry.adm.refusedN.Load()
 	m.QueueWait = n.entry.adm.waits.snapshot()
+	m.EntryHeld = n.entry.adm.heldN.Load()
 	if n.paths != nil && n.paths.timer != nil {
 		m.SchedulerPlugins = n.paths.timer.snapshot()
 	}

@@ -150,6 +150,7 @@ var (
 	descEntryQueue   = desc("entry_queue_length", "Requests waiting in this entry's admission queue for a path with KV room.")
 	descEntryOldest  = desc("entry_queue_oldest_seconds", "How long the oldest request in the entry's queue has waited.")
 	descStolen       = desc("entry_stolen_total", "Requests this entry took from a loaded peer's queue and drove (work stealing).")
+	descEntryHeld    = desc("entry_fair_held_total", "Requests this entry held back for an older request queued at a peer entry (fair admission).")
 	descStolenFrom   = desc("entry_stolen_from_total", "Requests peers took from this entry's queue (work stealing).")
 	descEntryQueued  = desc("entry_queued_total", "Requests that waited in the entry's queue.")
 	descEntryRefused = desc("entry_queue_refused_total", "Requests refused by the entry's queue (deadline passed or queue full).")
@@ -172,7 +173,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGenerations, descGenFailed, descNodeTokens, descHopFailures, descReplays,
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
 		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
-		descEntryQueue, descEntryOldest, descEntryQueued, descStolen, descStolenFrom, descEntryRefused, descQueueWait, descPlugin,
+		descEntryQueue, descEntryOldest, descEntryQueued, descStolen, descStolenFrom, descEntryHeld, descEntryRefused, descQueueWait, descPlugin,
 		descChecks, descFaults, descChecked, descFirstMiss, descVerifyRate} {
 		ch <- d
 	}
@@ -226,6 +227,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descEntryQueued, m.EntryQueued)
 	counter(descStolen, m.Stolen)
 	counter(descStolenFrom, m.StolenFrom)
+	counter(descEntryHeld, m.EntryHeld)
 	counter(descEntryRefused, m.EntryRefused)
 	buckets := make(map[float64]uint64, len(m.QueueWait.Bounds))
 	for i, b := range m.QueueWait.Bounds {
