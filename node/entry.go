@@ -157,6 +157,9 @@ type entryDeps struct {
 	holders func(from, to int) []peer.ID
 	// report hands fault evidence to the leader.
 	report func(ctx context.Context, ev consensus.Evidence) error
+	// swarmRate is the swarm's replicated verify rate (false: none; nil:
+	// no consensus).
+	swarmRate func() (float64, bool)
 	// profileName resolves a request's profile ("" the default) to the
 	// name of the one that routes it; nil: as given.
 	profileName func(string) string

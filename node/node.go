@@ -178,7 +178,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		clock:      cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
-			holders: n.holders, report: n.reportFault,
+			holders: n.holders, report: n.reportFault, swarmRate: n.swarmVerifyRate,
 			profileName: func(p string) string {
 				if pr, err := profiles.Profile(p); err == nil {
 					return pr.Name()
@@ -271,6 +271,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		if len(cfg.bootstrap) > 0 {
 			copts = append(copts, consensus.WithBootstrap(cfg.bootstrap...))
 		}
+		copts = append(copts, consensus.WithVerifyRate(cfg.swarmVerifyRate))
 		c, err := consensus.New(ctx, append(copts, cfg.consOpts...)...)
 		if err != nil {
 			n.Close()

@@ -174,8 +174,11 @@ func (s *scheduler) onAudit(a auditIn) {
 
 // VerifyStats are an entry's spot-check counts.
 type VerifyStats struct {
-	// Rate is the share of token boundaries the entry checks now.
+	// Rate is the share of token boundaries the entry checks now; the
+	// swarm's replicated rate is SwarmRate, when HasSwarmRate.
 	Rate         float64
+	SwarmRate    float64
+	HasSwarmRate bool
 	Audits       uint64 // spot checks started
 	Verified     uint64 // checks whose outputs agreed
 	Positions    uint64 // positions covered by the agreeing checks
@@ -301,9 +304,23 @@ func (e *entry) onReceipt(from peer.ID, m *ReceiptMsg) {
 	}
 }
 
+// verifyRate is the entry's rate now: its own when set (an explicit
+// --verify-rate), else the swarm's replicated one, else the default.
+func (e *entry) verifyRate() float64 {
+	if e.cfg.verifyRate >= 0 {
+		return e.cfg.verifyRate
+	}
+	if e.swarmRate != nil {
+		if r, ok := e.swarmRate(); ok {
+			return r
+		}
+	}
+	return DefaultVerifyRate
+}
+
 // shouldAudit draws whether this token boundary gets a spot check.
 func (e *entry) shouldAudit() bool {
-	r := e.cfg.verifyRate
+	r := e.verifyRate()
 	return r > 0 && e.holders != nil && (r >= 1 || rand.Float64() < r)
 }
 
@@ -637,6 +654,28 @@ func (n *Node) VerifyStats() VerifyStats { return n.entry.verifyStats() }
 
 func (e *entry) verifyStats() VerifyStats {
 	s := e.vc.stats()
-	s.Rate = e.cfg.verifyRate
+	s.Rate = e.verifyRate()
+	if e.swarmRate != nil {
+		s.SwarmRate, s.HasSwarmRate = e.swarmRate()
+	}
 	return s
+}
+
+// swarmVerifyRate is the replicated rate (false: none, or no consensus).
+func (n *Node) swarmVerifyRate() (float64, bool) {
+	if c := n.cons.Load(); c != nil {
+		return c.State().VerifyRate()
+	}
+	return 0, false
+}
+
+// SetSwarmVerifyRate sets the swarm's replicated verify rate. Only the
+// leader may (consensus.ErrNotLeader elsewhere, ErrNotServing on a static
+// map); entries without their own rate follow it.
+func (n *Node) SetSwarmVerifyRate(ctx context.Context, r float64) error {
+	c := n.cons.Load()
+	if c == nil {
+		return fmt.Errorf("%w: no consensus (static map): no swarm rate to set", ErrNotServing)
+	}
+	return c.SetVerifyRate(ctx, r)
 }

@@ -225,11 +225,15 @@ type RateReport struct {
 	XRate0 float64 `json:"x_rate0"`
 }
 
-func rateName(n NodeSpec) string {
-	if n.VerifyRate == nil {
-		return "default"
+// rateName is the rate n's entry checks at: its own, else the swarm's.
+func rateName(sc *Scenario, n NodeSpec) string {
+	switch {
+	case n.VerifyRate != nil:
+		return strconv.FormatFloat(*n.VerifyRate, 'g', -1, 64)
+	case sc.VerifyRate != nil:
+		return strconv.FormatFloat(*sc.VerifyRate, 'g', -1, 64)
 	}
-	return strconv.FormatFloat(*n.VerifyRate, 'g', -1, 64)
+	return "default"
 }
 
 func trustReport(sc *Scenario, results []result, samples []sample, events []eventRun, entries []NodeVerify) *TrustReport {
@@ -299,7 +303,7 @@ func trustReport(sc *Scenario, results []result, samples []sample, events []even
 	}
 	groups := map[string][]string{}
 	for _, n := range sc.Nodes {
-		groups[rateName(n)] = append(groups[rateName(n)], n.Name)
+		groups[rateName(sc, n)] = append(groups[rateName(sc, n)], n.Name)
 	}
 	var base float64
 	for _, rate := range slices.Sorted(maps.Keys(groups)) {

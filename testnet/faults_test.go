@@ -122,3 +122,34 @@ func TestTrustReport(t *testing.T) {
 		t.Fatalf("no detection: %+v %v", rep.Trust.Detection, rep.Violations)
 	}
 }
+
+// TestTrustScenarioErrors: the trust keys are checked, each error naming
+// its field.
+func TestTrustScenarioErrors(t *testing.T) {
+	for _, c := range []struct{ edit, field string }{
+		{"duration: 20s|duration: 20s\nverify_rate: 1.5", "verify_rate"},
+		{"max_detection_steps: 200|max_detection_steps: -1", "expect.max_detection_steps"},
+		{"max_wrong_tokens_after_eviction: 0|max_wrong_tokens_after_eviction: -2", "expect.max_wrong_tokens_after_eviction"},
+		{"max_detection: 5s|max_detection: -5s", "expect.max_detection"},
+		{"evicted: true|evicted: true, max_mismatches: -1", "expect.max_mismatches"},
+	} {
+		from, to, _ := strings.Cut(c.edit, "|")
+		if !strings.Contains(trustScenario, from) {
+			t.Fatalf("edit %q matches nothing", from)
+		}
+		_, err := ParseScenario([]byte(strings.Replace(trustScenario, from, to, 1)))
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: %v, want an error naming %s", c.edit, err, c.field)
+		}
+	}
+	sc, err := ParseScenario([]byte(strings.Replace(trustScenario, "duration: 20s", "duration: 20s\nverify_rate: 0.05", 1)))
+	if err != nil || sc.VerifyRate == nil || *sc.VerifyRate != 0.05 {
+		t.Fatalf("scenario verify_rate: %v", err)
+	}
+	if got := rateName(sc, sc.Nodes[0]); got != "0.05" {
+		t.Errorf("own rate %q", got)
+	}
+	if got := rateName(sc, sc.Nodes[2]); got != "0.05" {
+		t.Errorf("the swarm's rate %q", got)
+	}
+}

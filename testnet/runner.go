@@ -176,6 +176,7 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	if r.c, err = newCluster(o.net, o.bin, o.runDir, modelArgs, sc.Nodes); err != nil {
 		return nil, err
 	}
+	r.c.swarmRate = sc.VerifyRate
 	if modelPath != "" {
 		if r.c.fetchArgs, err = fetchArgs(modelPath, sc.Model.Threads); err != nil {
 			return nil, err
