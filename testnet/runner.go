@@ -557,7 +557,7 @@ func (r *run) verifyStats(ctx context.Context) []NodeVerify {
 			out = append(out, NodeVerify{Node: p.spec.Name, Err: err.Error(), FirstMismatchS: -1})
 			continue
 		}
-		out = append(out, nodeVerify(p.spec.Name, v, r.t0))
+		out = append(out, nodeVerify(p.spec.Name, v, r.t0, r.nameOf))
 	}
 	return out
 }

@@ -44,6 +44,7 @@ type (
 	}
 	checkJSON struct {
 		At        time.Time `json:"at"`
+		Hop       string    `json:"hop"` // the peer whose work was checked
 		Positions int       `json:"positions"`
 		Mismatch  bool      `json:"mismatch,omitempty"`
 	}
@@ -64,7 +65,7 @@ func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
 		out.FirstMismatch = &t
 	}
 	for _, c := range v.Log {
-		out.Log = append(out.Log, checkJSON{At: c.At, Positions: c.Positions, Mismatch: c.Mismatch})
+		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Positions: c.Positions, Mismatch: c.Mismatch})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
