@@ -162,6 +162,9 @@ type entryDeps struct {
 	// heads is the load table: peer entries' queue heads (fair.go);
 	// nil: no fair admission.
 	heads func() []peerHead
+	// swarmRate is the swarm's replicated verify rate (false: none; nil:
+	// no consensus).
+	swarmRate func() (float64, bool)
 	// profileName resolves a request's profile ("" the default) to the
 	// name of the one that routes it; nil: as given.
 	profileName func(string) string

@@ -191,7 +191,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
-			holders: n.holders, report: n.reportFault,
+			holders: n.holders, report: n.reportFault, swarmRate: n.swarmVerifyRate,
 			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.HeartbeatInterval()) },
 			profileName: func(p string) string {
 				if pr, err := profiles.Profile(p); err == nil {
@@ -289,6 +289,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		if len(cfg.bootstrap) > 0 {
 			copts = append(copts, consensus.WithBootstrap(cfg.bootstrap...))
 		}
+		copts = append(copts, consensus.WithVerifyRate(cfg.swarmVerifyRate))
 		c, err := consensus.New(ctx, append(copts, cfg.consOpts...)...)
 		if err != nil {
 			n.Close()

@@ -64,7 +64,8 @@ type config struct {
 	entryQueueMax                                      int
 	entryQueueTimeout                                  time.Duration
 	wireF16                                            bool
-	verifyRate                                         float64
+	verifyRate                                         float64 // -1: the swarm's
+	swarmVerifyRate                                    float64
 	steal                                              bool
 	noFair                                             bool
 	fairStall                                          time.Duration // tests: the stall bound (0: the default)
@@ -99,7 +100,8 @@ func defaultConfig() config {
 		maxReplays:        DefaultMaxReplays,
 		defaultMaxTokens:  DefaultMaxTokens,
 		sched:             routing.DefaultSchedulerConfig(),
-		verifyRate:        DefaultVerifyRate,
+		verifyRate:        -1,
+		swarmVerifyRate:   DefaultVerifyRate,
 		uploadAdaptive:    true,
 	}
 }
@@ -124,8 +126,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: non-positive entry queue bound or timeout", ErrConfig)
 	case c.maxBatch <= 0 || c.maxQueue < 0 || c.maxReplays < 0 || c.defaultMaxTokens <= 0:
 		return fmt.Errorf("%w: non-positive batch, queue, replay or token limit", ErrConfig)
-	case !(c.verifyRate >= 0 && c.verifyRate <= 1):
+	case !(c.verifyRate >= 0 && c.verifyRate <= 1) && c.verifyRate != -1:
 		return fmt.Errorf("%w: verify rate %v outside [0, 1]", ErrConfig, c.verifyRate)
+	case !(c.swarmVerifyRate >= 0 && c.swarmVerifyRate <= 1):
+		return fmt.Errorf("%w: swarm verify rate %v outside [0, 1]", ErrConfig, c.swarmVerifyRate)
 	case len(c.region) > swarm.MaxRegionLen:
 		return fmt.Errorf("%w: region longer than %d bytes", ErrConfig, swarm.MaxRegionLen)
 	}
@@ -359,9 +363,19 @@ func WithSignedFrames(on bool) Option {
 
 // WithVerifyRate sets the share of token boundaries at which this
 // node's entry spot-checks one hop of a generation's path against a
-// second holder (default DefaultVerifyRate; 0 turns checks off). See
+// second holder (0 turns checks off), overriding the swarm's replicated
+// rate. Without it (or with -1) the entry follows the swarm's rate, and
+// DefaultVerifyRate while the swarm has none (a static map). See
 // docs/trust.md.
 func WithVerifyRate(r float64) Option { return func(c *config) error { c.verifyRate = r; return nil } }
+
+// WithSwarmVerifyRate is the verify rate this node gives the swarm when
+// it founds one (the leader commits it while the replicated state has
+// none; default DefaultVerifyRate). Change it later with
+// Node.SetSwarmVerifyRate on the leader.
+func WithSwarmVerifyRate(r float64) Option {
+	return func(c *config) error { c.swarmVerifyRate = r; return nil }
+}
 
 // WithPrefixCache keeps the KV of finished sessions on each stage, in the
 // memory sessions leave free, so that a session over the same first

@@ -174,8 +174,11 @@ func (s *scheduler) onAudit(a auditIn) {
 
 // VerifyStats are an entry's spot-check counts.
 type VerifyStats struct {
-	// Rate is the share of token boundaries the entry checks now.
+	// Rate is the share of token boundaries the entry checks now; the
+	// swarm's replicated rate is SwarmRate, when HasSwarmRate.
 	Rate         float64
+	SwarmRate    float64
+	HasSwarmRate bool
 	Audits       uint64 // spot checks started
 	Verified     uint64 // checks whose outputs agreed
 	Positions    uint64 // positions covered by the agreeing checks
@@ -197,9 +200,10 @@ type VerifyStats struct {
 	Log []CheckRecord
 }
 
-// CheckRecord is one conclusive spot check.
+// CheckRecord is one conclusive spot check of Hop's work.
 type CheckRecord struct {
 	At        time.Time
+	Hop       peer.ID
 	Positions int
 	Mismatch  bool
 }
@@ -217,9 +221,9 @@ type verifyCounters struct {
 	log           []CheckRecord
 }
 
-// conclusive counts a check of positions that agreed or, mismatch, did
-// not, at now.
-func (c *verifyCounters) conclusive(now time.Time, positions int, mismatch bool) {
+// conclusive counts a check of hop's positions that agreed or, mismatch,
+// did not, at now.
+func (c *verifyCounters) conclusive(now time.Time, hop peer.ID, positions int, mismatch bool) {
 	if mismatch {
 		c.mismatches.Add(1)
 	} else {
@@ -233,7 +237,7 @@ func (c *verifyCounters) conclusive(now time.Time, positions int, mismatch bool)
 		return
 	}
 	if len(c.log) < maxCheckLog {
-		c.log = append(c.log, CheckRecord{At: now, Positions: positions, Mismatch: mismatch})
+		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Positions: positions, Mismatch: mismatch})
 	}
 	if mismatch {
 		c.firstMismatch, c.checkedAt = now, n
@@ -303,9 +307,23 @@ func (e *entry) onReceipt(from peer.ID, m *ReceiptMsg) {
 	}
 }
 
+// verifyRate is the entry's rate now: its own when set (an explicit
+// --verify-rate), else the swarm's replicated one, else the default.
+func (e *entry) verifyRate() float64 {
+	if e.cfg.verifyRate >= 0 {
+		return e.cfg.verifyRate
+	}
+	if e.swarmRate != nil {
+		if r, ok := e.swarmRate(); ok {
+			return r
+		}
+	}
+	return DefaultVerifyRate
+}
+
 // shouldAudit draws whether this token boundary gets a spot check.
 func (e *entry) shouldAudit() bool {
-	r := e.cfg.verifyRate
+	r := e.verifyRate()
 	return r > 0 && e.holders != nil && (r >= 1 || rand.Float64() < r)
 }
 
@@ -371,11 +389,11 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), rx.Positions, false)
+		e.vc.conclusive(e.cfg.clock.Now(), x.Peer, rx.Positions, false)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), rx.Positions, true)
+	e.vc.conclusive(e.cfg.clock.Now(), x.Peer, rx.Positions, true)
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	// Third holders: single ones first, then a chain of two that covers
@@ -649,6 +667,28 @@ func (n *Node) VerifyStats() VerifyStats { return n.entry.verifyStats() }
 
 func (e *entry) verifyStats() VerifyStats {
 	s := e.vc.stats()
-	s.Rate = e.cfg.verifyRate
+	s.Rate = e.verifyRate()
+	if e.swarmRate != nil {
+		s.SwarmRate, s.HasSwarmRate = e.swarmRate()
+	}
 	return s
+}
+
+// swarmVerifyRate is the replicated rate (false: none, or no consensus).
+func (n *Node) swarmVerifyRate() (float64, bool) {
+	if c := n.cons.Load(); c != nil {
+		return c.State().VerifyRate()
+	}
+	return 0, false
+}
+
+// SetSwarmVerifyRate sets the swarm's replicated verify rate. Only the
+// leader may (consensus.ErrNotLeader elsewhere, ErrNotServing on a static
+// map); entries without their own rate follow it.
+func (n *Node) SetSwarmVerifyRate(ctx context.Context, r float64) error {
+	c := n.cons.Load()
+	if c == nil {
+		return fmt.Errorf("%w: no consensus (static map): no swarm rate to set", ErrNotServing)
+	}
+	return c.SetVerifyRate(ctx, r)
 }

@@ -229,3 +229,63 @@ func TestAuditGivesWayToPeerDown(t *testing.T) {
 		t.Fatalf("spot checks: %+v", st)
 	}
 }
+
+// TestVerifyRateReplicated: entries without a rate of their own follow
+// the swarm's replicated rate, the founder's at first and the leader's
+// change later; an entry given its own rate keeps it.
+func TestVerifyRateReplicated(t *testing.T) {
+	c := newTestCluster(t, WithMaxLayers(4))
+	founder := c.add(WithSwarmVerifyRate(0))
+	follower := c.add(WithSwarmVerifyRate(0.9)) // not the founder: not the swarm's
+	own := c.add(WithVerifyRate(0))
+	fourth := c.add() // every range on two nodes, so every hop can be checked
+	c.waitServing(60*time.Second, founder.ID(), follower.ID(), own.ID(), fourth.ID())
+	rateIs := func(n *Node, want float64) bool {
+		s := n.VerifyStats()
+		return s.HasSwarmRate && s.Rate == want
+	}
+	waitFor(t, 30*time.Second, "the founder's rate everywhere", func() bool {
+		return rateIs(founder, 0) && rateIs(follower, 0) && rateIs(own, 0)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const prompt, maxTokens = "The swarm checks itself", 8
+	want := reference(t, prompt, maxTokens, engineGreedy())
+	for _, n := range []*Node{founder, follower, own} {
+		if got, err := generate(ctx, t, n, prompt, maxTokens); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("%v %v, want %v", got, err, want)
+		}
+		if s := n.VerifyStats(); s.Audits != 0 {
+			t.Fatalf("checks at rate 0: %+v", s)
+		}
+	}
+
+	var leader *Node
+	for _, n := range []*Node{founder, follower, own} {
+		if err := n.SetSwarmVerifyRate(ctx, 1); err == nil {
+			leader = n
+		} else if !errors.Is(err, consensus.ErrNotLeader) {
+			t.Fatalf("a follower's set: %v", err)
+		}
+	}
+	if leader == nil {
+		t.Fatal("no node could set the rate")
+	}
+	if err := leader.SetSwarmVerifyRate(ctx, 2); !errors.Is(err, consensus.ErrRejected) {
+		t.Fatalf("rate 2: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the new rate", func() bool {
+		s := own.VerifyStats()
+		return rateIs(founder, 1) && rateIs(follower, 1) && s.SwarmRate == 1 && s.Rate == 0
+	})
+	for i := range 4 {
+		for _, n := range []*Node{founder, follower, own} {
+			if got, err := generate(ctx, t, n, fmt.Sprintf("%s %d", prompt, i), maxTokens); err != nil || len(got) == 0 {
+				t.Fatalf("generation: %v", err)
+			}
+		}
+	}
+	if a, b, o := founder.VerifyStats(), follower.VerifyStats(), own.VerifyStats(); a.Audits == 0 || b.Audits == 0 || o.Audits != 0 {
+		t.Fatalf("checks at rate 1: founder %d, follower %d; own rate 0: %d", a.Audits, b.Audits, o.Audits)
+	}
+}

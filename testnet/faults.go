@@ -80,6 +80,10 @@ type Detection struct {
 	// verified until detection), in Checks checks.
 	Steps  int `json:"steps"`
 	Checks int `json:"checks"`
+	// FaultySteps and FaultyChecks are the part of them that checked a
+	// faulty node's work (the checks that could have found it).
+	FaultySteps  int `json:"faulty_steps"`
+	FaultyChecks int `json:"faulty_checks"`
 	// Partial: some entry's log could not be read or was cut at its cap,
 	// so Steps is a lower bound.
 	Partial bool `json:"partial,omitempty"`
@@ -116,6 +120,7 @@ type NodeVerify struct {
 // checkAt is one conclusive check of a node's log.
 type checkAt struct {
 	At        time.Duration // since the load began
+	Hop       string        // the checked node's name
 	Positions int
 	Mismatch  bool
 }
@@ -134,6 +139,7 @@ type verifyView struct {
 	StepsAtFirstMismatch uint64     `json:"steps_at_first_mismatch"`
 	Log                  []struct {
 		At        time.Time `json:"at"`
+		Hop       string    `json:"hop"`
 		Positions int       `json:"positions"`
 		Mismatch  bool      `json:"mismatch"`
 	} `json:"log"`
@@ -142,8 +148,9 @@ type verifyView struct {
 // maxNodeCheckLog is the node's cap on its check log (node.maxCheckLog).
 const maxNodeCheckLog = 4096
 
-// nodeVerify turns a node's view into its report, times from t0.
-func nodeVerify(name string, v verifyView, t0 time.Time) NodeVerify {
+// nodeVerify turns a node's view into its report, times from t0 and
+// peers named by nameOf.
+func nodeVerify(name string, v verifyView, t0 time.Time, nameOf func(peerID string) string) NodeVerify {
 	nv := NodeVerify{Node: name, Rate: v.Rate, Checks: v.Checks, Verified: v.Verified, Mismatches: v.Mismatches,
 		Inconclusive: v.Inconclusive, Unresolved: v.Unresolved, Reported: v.Reported, StepsChecked: v.StepsChecked,
 		FirstMismatchS: -1, logFull: len(v.Log) >= maxNodeCheckLog}
@@ -151,14 +158,14 @@ func nodeVerify(name string, v verifyView, t0 time.Time) NodeVerify {
 		nv.FirstMismatchS = secs(v.FirstMismatch.Sub(t0))
 	}
 	for _, c := range v.Log {
-		nv.log = append(nv.log, checkAt{At: c.At.Sub(t0), Positions: c.Positions, Mismatch: c.Mismatch})
+		nv.log = append(nv.log, checkAt{At: c.At.Sub(t0), Hop: nameOf(c.Hop), Positions: c.Positions, Mismatch: c.Mismatch})
 	}
 	return nv
 }
 
 // detection finds the first mismatch over the entries' logs and sums the
-// steps every entry checked up to it.
-func detection(entries []NodeVerify) *Detection {
+// steps every entry checked up to it, and those of faulty nodes' work.
+func detection(entries []NodeVerify, faulty []string) *Detection {
 	var first *checkAt
 	by := ""
 	for _, e := range entries {
@@ -182,6 +189,10 @@ func detection(entries []NodeVerify) *Detection {
 			if c.At <= first.At {
 				d.Steps += c.Positions
 				d.Checks++
+				if slices.Contains(faulty, c.Hop) {
+					d.FaultySteps += c.Positions
+					d.FaultyChecks++
+				}
 			} else {
 				covered = true
 			}
@@ -225,11 +236,15 @@ type RateReport struct {
 	XRate0 float64 `json:"x_rate0"`
 }
 
-func rateName(n NodeSpec) string {
-	if n.VerifyRate == nil {
-		return "default"
+// rateName is the rate n's entry checks at: its own, else the swarm's.
+func rateName(sc *Scenario, n NodeSpec) string {
+	switch {
+	case n.VerifyRate != nil:
+		return strconv.FormatFloat(*n.VerifyRate, 'g', -1, 64)
+	case sc.VerifyRate != nil:
+		return strconv.FormatFloat(*sc.VerifyRate, 'g', -1, 64)
 	}
-	return strconv.FormatFloat(*n.VerifyRate, 'g', -1, 64)
+	return "default"
 }
 
 func trustReport(sc *Scenario, results []result, samples []sample, events []eventRun, entries []NodeVerify) *TrustReport {
@@ -240,7 +255,13 @@ func trustReport(sc *Scenario, results []result, samples []sample, events []even
 	if !used {
 		return nil
 	}
-	t := &TrustReport{Entries: entries, Detection: detection(entries), Left: leftMap(samples, events)}
+	var faulty []string
+	for _, n := range sc.Nodes {
+		if n.Fault != "" {
+			faulty = append(faulty, n.Name)
+		}
+	}
+	t := &TrustReport{Entries: entries, Detection: detection(entries, faulty), Left: leftMap(samples, events)}
 	for _, e := range entries {
 		t.Reported += e.Reported
 	}
@@ -299,7 +320,7 @@ func trustReport(sc *Scenario, results []result, samples []sample, events []even
 	}
 	groups := map[string][]string{}
 	for _, n := range sc.Nodes {
-		groups[rateName(n)] = append(groups[rateName(n)], n.Name)
+		groups[rateName(sc, n)] = append(groups[rateName(sc, n)], n.Name)
 	}
 	var base float64
 	for _, rate := range slices.Sorted(maps.Keys(groups)) {
@@ -446,8 +467,12 @@ func (t *TrustReport) markdown(b *strings.Builder) {
 		if d.Partial {
 			partial = " (a lower bound: some entry's log is missing or cut)"
 		}
-		fmt.Fprintf(b, "Detection: the first mismatch at %.1f s, found by %s, after %d verified steps in %d conclusive checks over all entries%s.\n",
+		fmt.Fprintf(b, "Detection: the first mismatch at %.1f s, found by %s, after %d verified steps in %d conclusive checks over all entries%s",
 			d.AtS, d.By, d.Steps, d.Checks, partial)
+		if len(t.Faulty) > 0 {
+			fmt.Fprintf(b, "; %d of those steps, in %d checks, were of a faulty node's work", d.FaultySteps, d.FaultyChecks)
+		}
+		b.WriteString(".\n")
 		for _, f := range t.Faulty {
 			if f.EvictedS >= 0 {
 				fmt.Fprintf(b, "Eviction of %s: %.1f s (%.1f s after the detection).\n", f.Node, f.EvictedS, f.EvictedS-d.AtS)

@@ -30,14 +30,16 @@ func TestTrustReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 11, 26, 2, 0, 0, 0, time.UTC)
+	name := func(id string) string { return strings.TrimPrefix(id, "id-") }
 	view := func(first time.Duration, log ...checkAt) verifyView {
 		var v verifyView
 		for _, c := range log {
 			v.Log = append(v.Log, struct {
 				At        time.Time `json:"at"`
+				Hop       string    `json:"hop"`
 				Positions int       `json:"positions"`
 				Mismatch  bool      `json:"mismatch"`
-			}{t0.Add(c.At), c.Positions, c.Mismatch})
+			}{t0.Add(c.At), "id-" + c.Hop, c.Positions, c.Mismatch})
 			v.Checks++
 			v.StepsChecked += uint64(c.Positions)
 		}
@@ -51,11 +53,14 @@ func TestTrustReport(t *testing.T) {
 	entries := []NodeVerify{
 		// a finds the liar at 3 s; c checked twice before that and once
 		// after, and finds it again at 4 s (not the first).
-		nodeVerify("a", view(3*s, checkAt{1 * s, 30, false}, checkAt{2 * s, 40, false}, checkAt{3 * s, 40, true}), t0),
-		nodeVerify("c", view(4*s, checkAt{1500 * ms, 20, false}, checkAt{2500 * ms, 25, false}, checkAt{3500 * ms, 50, false},
-			checkAt{4 * s, 60, true}), t0),
+		nodeVerify("a", view(3*s, checkAt{1 * s, "c", 30, false}, checkAt{2 * s, "b", 40, false}, checkAt{3 * s, "b", 40, true}), t0, name),
+		nodeVerify("c", view(4*s, checkAt{1500 * ms, "a", 20, false}, checkAt{2500 * ms, "b", 25, false}, checkAt{3500 * ms, "b", 50, false},
+			checkAt{4 * s, "b", 60, true}), t0, name),
 	}
 	entries[0].Reported = 1
+	if entries[1].log[1].Hop != "b" {
+		t.Fatalf("hop names: %+v", entries[1].log)
+	}
 	refs := []RefAnswer{{Text: "w", Tokens: []int32{1, 2, 3, 4}}}
 	results := []result{
 		// Wrong at positions 1 (before detection) and 3 (after it, before
@@ -76,7 +81,8 @@ func TestTrustReport(t *testing.T) {
 	rep := buildReport(sc, results, refs, nil, samples, 8*s, nil, entries)
 	tr := rep.Trust
 	d := tr.Detection
-	if d == nil || d.AtS != 3 || d.By != "a" || d.Steps != 30+40+40+20+25 || d.Checks != 5 || d.Partial {
+	if d == nil || d.AtS != 3 || d.By != "a" || d.Steps != 30+40+40+20+25 || d.Checks != 5 || d.Partial ||
+		d.FaultySteps != 40+40+25 || d.FaultyChecks != 3 {
 		t.Fatalf("detection %+v", d)
 	}
 	w := tr.WrongTokens
@@ -91,7 +97,7 @@ func TestTrustReport(t *testing.T) {
 		t.Fatalf("violations %v", rep.Violations)
 	}
 	md := rep.Markdown()
-	for _, want := range []string{"after 155 verified steps in 5 conclusive checks", "1 before the detection, 1 between it and the eviction, 3 after",
+	for _, want := range []string{"after 155 verified steps in 5 conclusive checks over all entries; 105 of those steps, in 3 checks, were of a faulty node's work", "1 before the detection, 1 between it and the eviction, 3 after",
 		"Eviction of b: 5.0 s (2.0 s after the detection)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
@@ -117,8 +123,39 @@ func TestTrustReport(t *testing.T) {
 		}
 	}
 	// No detection at all, when the goals ask for one.
-	rep = buildReport(sc, results[2:], refs, nil, samples[:1], 8*s, nil, []NodeVerify{nodeVerify("a", view(0, checkAt{1 * s, 30, false}), t0)})
+	rep = buildReport(sc, results[2:], refs, nil, samples[:1], 8*s, nil, []NodeVerify{nodeVerify("a", view(0, checkAt{1 * s, "c", 30, false}), t0, name)})
 	if rep.Trust.Detection != nil || !strings.Contains(strings.Join(rep.Violations, ";"), "no spot check found a mismatch") {
 		t.Fatalf("no detection: %+v %v", rep.Trust.Detection, rep.Violations)
+	}
+}
+
+// TestTrustScenarioErrors: the trust keys are checked, each error naming
+// its field.
+func TestTrustScenarioErrors(t *testing.T) {
+	for _, c := range []struct{ edit, field string }{
+		{"duration: 20s|duration: 20s\nverify_rate: 1.5", "verify_rate"},
+		{"max_detection_steps: 200|max_detection_steps: -1", "expect.max_detection_steps"},
+		{"max_wrong_tokens_after_eviction: 0|max_wrong_tokens_after_eviction: -2", "expect.max_wrong_tokens_after_eviction"},
+		{"max_detection: 5s|max_detection: -5s", "expect.max_detection"},
+		{"evicted: true|evicted: true, max_mismatches: -1", "expect.max_mismatches"},
+	} {
+		from, to, _ := strings.Cut(c.edit, "|")
+		if !strings.Contains(trustScenario, from) {
+			t.Fatalf("edit %q matches nothing", from)
+		}
+		_, err := ParseScenario([]byte(strings.Replace(trustScenario, from, to, 1)))
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: %v, want an error naming %s", c.edit, err, c.field)
+		}
+	}
+	sc, err := ParseScenario([]byte(strings.Replace(trustScenario, "duration: 20s", "duration: 20s\nverify_rate: 0.05", 1)))
+	if err != nil || sc.VerifyRate == nil || *sc.VerifyRate != 0.05 {
+		t.Fatalf("scenario verify_rate: %v", err)
+	}
+	if got := rateName(sc, sc.Nodes[0]); got != "0.05" {
+		t.Errorf("own rate %q", got)
+	}
+	if got := rateName(sc, sc.Nodes[2]); got != "0.05" {
+		t.Errorf("the swarm's rate %q", got)
 	}
 }

@@ -51,6 +51,9 @@ type cluster struct {
 	// fetchArgs replace args for nodes that fetch their layers.
 	fetchArgs []string
 	procs     []*proc
+	// swarmRate is the scenario's replicated verify rate, given to every
+	// node (the founder's is the one committed); nil: the default.
+	swarmRate *float64
 }
 
 // freePort asks the kernel for an unused TCP port on 127.0.0.1. Both
@@ -168,6 +171,9 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	}
 	if r := p.spec.VerifyRate; r != nil {
 		args = append(args, "--verify-rate", strconv.FormatFloat(*r, 'g', -1, 64))
+	}
+	if r := c.swarmRate; r != nil {
+		args = append(args, "--swarm-verify-rate", strconv.FormatFloat(*r, 'g', -1, 64))
 	}
 	// Append: a restart keeps the earlier run's output for the post-mortem.
 	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND

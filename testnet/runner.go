@@ -176,6 +176,7 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	if r.c, err = newCluster(o.net, o.bin, o.runDir, modelArgs, sc.Nodes); err != nil {
 		return nil, err
 	}
+	r.c.swarmRate = sc.VerifyRate
 	if modelPath != "" {
 		if r.c.fetchArgs, err = fetchArgs(modelPath, sc.Model.Threads); err != nil {
 			return nil, err
@@ -556,7 +557,7 @@ func (r *run) verifyStats(ctx context.Context) []NodeVerify {
 			out = append(out, NodeVerify{Node: p.spec.Name, Err: err.Error(), FirstMismatchS: -1})
 			continue
 		}
-		out = append(out, nodeVerify(p.spec.Name, v, r.t0))
+		out = append(out, nodeVerify(p.spec.Name, v, r.t0, r.nameOf))
 	}
 	return out
 }

@@ -22,6 +22,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newPlanCmd(), newModelCmd(), newNodeCmd(), newSwarmKeyCmd(), newGenerateCmd(), newDebugCmd(), newChatCmd(), newStatusCmd(), newTestnetCmd(), newSimCmd())
+	root.AddCommand(newPlanCmd(), newModelCmd(), newNodeCmd(), newSwarmKeyCmd(), newGenerateCmd(), newDebugCmd(), newChatCmd(), newStatusCmd(), newSwarmCmd(), newTestnetCmd(), newSimCmd())
 	return root
 }

@@ -385,6 +385,18 @@ func (c *Client) Verify(ctx context.Context, v any) error {
 	return nil
 }
 
+// SetSwarmVerifyRate sets the swarm's replicated verify rate (POST
+// /v1/swarm/config). Only the leader's API can: another node's answers
+// an APIError of status 409 (code not_leader) that names the leader.
+func (c *Client) SetSwarmVerifyRate(ctx context.Context, r float64) error {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/swarm/config", map[string]float64{"verify_rate": r})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // Ready reports whether the node serves and can route a full path on its
 // own view now (GET /healthz?ready=1). A node that answers "not yet" is
 // not an error; one that cannot be reached is.

@@ -393,6 +393,7 @@ func (s *Server) routes() http.Handler {
 	handle("/v1/swarm/activity", "swarm_activity", true, s.handleActivity, http.MethodGet)
 	handle("/v1/swarm/scheduler", "swarm_scheduler", true, s.handleScheduler, http.MethodGet)
 	handle("/v1/swarm/verify", "swarm_verify", true, s.handleVerify, http.MethodGet)
+	handle("/v1/swarm/config", "swarm_config", true, s.handleSwarmConfig, http.MethodPost)
 	// The dashboard's page and assets need no key: they hold no data, and
 	// the page asks for the key before it reads any.
 	handle("/{$}", "dashboard", false, s.handleIndex, http.MethodGet)

@@ -1,8 +1,13 @@
 package api
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/stratanet/strata/consensus"
 )
 
 // The entry's spot checks (docs/trust.md), for operators and for the
@@ -13,6 +18,9 @@ type (
 	verifyJSON struct {
 		Node string  `json:"node"`
 		Rate float64 `json:"rate"` // share of token boundaries checked now
+		// SwarmRate is the swarm's replicated rate (null: none set), which
+		// Rate follows unless the node was given its own.
+		SwarmRate *float64 `json:"swarm_rate"`
 		// Checks were started; Verified agreed; Mismatches differed;
 		// Inconclusive proved nothing; Unresolved mismatches found no
 		// third holder; Reported faults the leader accepted.
@@ -36,6 +44,7 @@ type (
 	}
 	checkJSON struct {
 		At        time.Time `json:"at"`
+		Hop       string    `json:"hop"` // the peer whose work was checked
 		Positions int       `json:"positions"`
 		Mismatch  bool      `json:"mismatch,omitempty"`
 	}
@@ -47,12 +56,74 @@ func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
 		Mismatches: v.Mismatches, Inconclusive: v.Inconclusive, Unresolved: v.Unresolved, Reported: v.Reported,
 		PositionsVerified: v.Positions, StepsChecked: v.Checked, StepsAtFirstMismatch: v.CheckedAtFirstMismatch,
 		Log: make([]checkJSON, 0, len(v.Log))}
+	if v.HasSwarmRate {
+		r := v.SwarmRate
+		out.SwarmRate = &r
+	}
 	if !v.FirstMismatch.IsZero() {
 		t := v.FirstMismatch
 		out.FirstMismatch = &t
 	}
 	for _, c := range v.Log {
-		out.Log = append(out.Log, checkJSON{At: c.At, Positions: c.Positions, Mismatch: c.Mismatch})
+		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Positions: c.Positions, Mismatch: c.Mismatch})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// swarmConfigSetter is a backend that can change the swarm's replicated
+// configuration (node.Node, on the leader).
+type swarmConfigSetter interface {
+	SetSwarmVerifyRate(ctx context.Context, r float64) error
+}
+
+// swarmConfigJSON is the body of POST /v1/swarm/config: the settings to
+// change (absent: unchanged).
+type swarmConfigJSON struct {
+	VerifyRate *float64 `json:"verify_rate"`
+}
+
+// handleSwarmConfig changes the swarm's replicated configuration. Only
+// the leader appends it: another node answers 409 naming the leader, so
+// that the operator asks it instead.
+func (s *Server) handleSwarmConfig(w http.ResponseWriter, r *http.Request) {
+	b, e := s.readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	var body swarmConfigJSON
+	if e := decodeBytes(b, &body); e != nil {
+		writeError(w, e)
+		return
+	}
+	if body.VerifyRate == nil {
+		writeError(w, invalid("verify_rate", "nothing to set: give verify_rate"))
+		return
+	}
+	if v := *body.VerifyRate; !(v >= 0 && v <= 1) {
+		writeError(w, invalid("verify_rate", "%v: must be between 0 and 1", v))
+		return
+	}
+	set, ok := s.b.(swarmConfigSetter)
+	if !ok {
+		writeError(w, &apiError{Status: http.StatusNotImplemented, Message: "this node cannot change the swarm's configuration",
+			Type: typeServer, Code: "not_supported"})
+		return
+	}
+	if err := set.SetSwarmVerifyRate(r.Context(), *body.VerifyRate); err != nil {
+		switch {
+		case errors.Is(err, consensus.ErrNotLeader):
+			msg := "this node is not the leader: send it to the leader"
+			if l := s.b.Swarm().Leader; l != "" {
+				msg = fmt.Sprintf("this node is not the leader: send it to the leader, %s", l)
+			}
+			writeError(w, &apiError{Status: http.StatusConflict, Message: msg, Type: typeInvalid, Code: "not_leader", err: err})
+		case errors.Is(err, consensus.ErrRejected):
+			writeError(w, invalid("verify_rate", "%s", message(err)))
+		default:
+			writeError(w, fromError(err, ""))
+		}
+		return
+	}
+	writeJSON(w, http.StatusOK, swarmConfigJSON{VerifyRate: body.VerifyRate})
 }

@@ -1,11 +1,15 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/node"
 )
 
@@ -30,7 +34,7 @@ func TestVerifyView(t *testing.T) {
 	f.mu.Lock()
 	f.verify = node.VerifyStats{Rate: 0.05, Audits: 4, Verified: 2, Positions: 70, Mismatches: 1, Inconclusive: 1,
 		Checked: 110, FirstMismatch: t0.Add(2 * time.Second), CheckedAtFirstMismatch: 110,
-		Log: []node.CheckRecord{{At: t0, Positions: 30}, {At: t0.Add(time.Second), Positions: 40},
+		Log: []node.CheckRecord{{At: t0, Positions: 30}, {At: t0.Add(time.Second), Hop: ids[1], Positions: 40},
 			{At: t0.Add(2 * time.Second), Positions: 40, Mismatch: true}}}
 	f.mu.Unlock()
 	if _, _, body = get(t, hs.URL+"/v1/swarm/verify", ""); json.Unmarshal(body, &v) != nil {
@@ -43,7 +47,57 @@ func TestVerifyView(t *testing.T) {
 	if v.FirstMismatch == nil || !v.FirstMismatch.Equal(t0.Add(2*time.Second)) {
 		t.Errorf("first mismatch %v", v.FirstMismatch)
 	}
-	if len(v.Log) != 3 || !v.Log[2].Mismatch || v.Log[0].Mismatch || v.Log[1].Positions != 40 || !v.Log[1].At.Equal(t0.Add(time.Second)) {
+	if len(v.Log) != 3 || !v.Log[2].Mismatch || v.Log[0].Mismatch || v.Log[1].Positions != 40 || !v.Log[1].At.Equal(t0.Add(time.Second)) ||
+		v.Log[1].Hop != ids[1].String() {
 		t.Errorf("log %+v", v.Log)
+	}
+}
+
+// setterBackend can change the swarm's rate, as the leader or not.
+type setterBackend struct {
+	*fakeBackend
+	err error
+	got []float64
+}
+
+func (b *setterBackend) SetSwarmVerifyRate(_ context.Context, r float64) error {
+	b.got = append(b.got, r)
+	return b.err
+}
+
+// TestSwarmConfigEndpoint: POST /v1/swarm/config sets the swarm's rate
+// through the node; bad rates are refused before it, a node that is not
+// the leader answers 409 naming the leader, and a backend that cannot set
+// it 501.
+func TestSwarmConfigEndpoint(t *testing.T) {
+	f, ids := newFakeSwarm(t)
+	sb := &setterBackend{fakeBackend: f}
+	hs := fakeServer(t, sb)
+	u := hs.URL + "/v1/swarm/config"
+	if status, _, body := post(t, u, "", map[string]any{"verify_rate": 0.05}); status != http.StatusOK || !strings.Contains(string(body), `"verify_rate":0.05`) {
+		t.Fatalf("set: %d %s", status, body)
+	}
+	for _, bad := range []string{`{"verify_rate": 1.5}`, `{"verify_rate": -0.1}`, `{}`, `{"verify_rate": "x"}`} {
+		if status, _, body := post(t, u, "", bad); status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s", bad, status, body)
+		}
+	}
+	if len(sb.got) != 1 || sb.got[0] != 0.05 {
+		t.Fatalf("rates set: %v", sb.got)
+	}
+	sb.err = fmt.Errorf("consensus: %w", consensus.ErrNotLeader)
+	status, _, body := post(t, u, "", map[string]any{"verify_rate": 0})
+	if status != http.StatusConflict || !strings.Contains(string(body), "not_leader") || !strings.Contains(string(body), ids[0].String()) {
+		t.Fatalf("not the leader: %d %s", status, body)
+	}
+	sb.err = fmt.Errorf("%w: verify rate 2 outside [0, 1]", consensus.ErrRejected)
+	if status, _, body = post(t, u, "", map[string]any{"verify_rate": 1}); status != http.StatusBadRequest {
+		t.Fatalf("rejected: %d %s", status, body)
+	}
+	if status, _, body = post(t, fakeServer(t, f).URL+"/v1/swarm/config", "", map[string]any{"verify_rate": 0.1}); status != http.StatusNotImplemented {
+		t.Fatalf("no setter: %d %s", status, body)
+	}
+	if status, _, _ = get(t, u, ""); status != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %d", status)
 	}
 }

@@ -95,8 +95,11 @@ type Config struct {
 	MaxLayers int      `yaml:"max_layers" help:"most layers the node offers (0: as many as memory allows)"`
 	Threads   int      `yaml:"threads" help:"goroutines per engine step (0: all cores)"`
 	Region    string   `yaml:"region" help:"coarse location label announced in heartbeats"`
-	// VerifyRate is the entry's spot-check rate (docs/trust.md).
-	VerifyRate float64 `yaml:"verify_rate" help:"share of token boundaries at which this node's entry re-checks one hop on a second holder of its layers, 0 to 1 (0: off)"`
+	// VerifyRate is the entry's own spot-check rate, overriding the
+	// swarm's (-1: follow the swarm's); SwarmVerifyRate the rate a
+	// founder gives the swarm (docs/trust.md).
+	VerifyRate      float64 `yaml:"verify_rate" help:"this node's own spot-check rate, overriding the swarm's: the share of token boundaries at which its entry re-checks one hop on a second holder of its layers, 0 to 1 (0: off; -1: follow the swarm's replicated rate)"`
+	SwarmVerifyRate float64 `yaml:"swarm_verify_rate" help:"the verify rate this node commits to the swarm's replicated config when it founds the swarm, 0 to 1 (change it later with strata swarm set verify-rate)"`
 
 	// Weights from peers: ModelID joins without the file; UploadRate caps
 	// what a node with the file (or a fetched slice) sends to peers
@@ -134,23 +137,24 @@ const DefaultAPI = "127.0.0.1:8080"
 // Default returns the defaults.
 func Default() Config {
 	return Config{
-		DataDir:        defaultDataDir(),
-		Listen:         append([]string(nil), swarm.DefaultListenAddrs...),
-		Relay:          true,
-		RelayRate:      swarm.DefaultRelayRate,
-		Swarm:          swarm.DefaultSwarmName,
-		Reachability:   "auto",
-		Heartbeat:      swarm.DefaultHeartbeatInterval,
-		QueueTimeout:   node.DefaultQueueTimeout,
-		QueueMax:       node.DefaultEntryQueueMax,
-		API:            DefaultAPI,
-		APIMaxBody:     4 << 20,
-		LogLevel:       "info",
-		LogPeers:       5 * time.Second,
-		VerifyRate:     node.DefaultVerifyRate,
-		PrefixCache:    true,
-		UploadAdaptive: true,
-		FairAdmission:  true,
+		DataDir:         defaultDataDir(),
+		Listen:          append([]string(nil), swarm.DefaultListenAddrs...),
+		Relay:           true,
+		RelayRate:       swarm.DefaultRelayRate,
+		Swarm:           swarm.DefaultSwarmName,
+		Reachability:    "auto",
+		Heartbeat:       swarm.DefaultHeartbeatInterval,
+		QueueTimeout:    node.DefaultQueueTimeout,
+		QueueMax:        node.DefaultEntryQueueMax,
+		API:             DefaultAPI,
+		APIMaxBody:      4 << 20,
+		LogLevel:        "info",
+		LogPeers:        5 * time.Second,
+		VerifyRate:      -1,
+		SwarmVerifyRate: node.DefaultVerifyRate,
+		PrefixCache:     true,
+		UploadAdaptive:  true,
+		FairAdmission:   true,
 	}
 }
 

@@ -128,8 +128,11 @@ func (c Config) validate(src map[string]*FieldError) error {
 	if c.QueueMax <= 0 {
 		bad("queue_max", "%d: must be positive", c.QueueMax)
 	}
-	if !(c.VerifyRate >= 0 && c.VerifyRate <= 1) {
-		bad("verify_rate", "%v: must be between 0 and 1", c.VerifyRate)
+	if !(c.VerifyRate >= 0 && c.VerifyRate <= 1) && c.VerifyRate != -1 {
+		bad("verify_rate", "%v: must be between 0 and 1 (or -1: the swarm's)", c.VerifyRate)
+	}
+	if !(c.SwarmVerifyRate >= 0 && c.SwarmVerifyRate <= 1) {
+		bad("swarm_verify_rate", "%v: must be between 0 and 1", c.SwarmVerifyRate)
 	}
 	if c.Threads < 0 {
 		bad("threads", "%d: must not be negative", c.Threads)

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestSwarmSetVerifyRate: the command posts the rate to the node's
+// /v1/swarm/config, refuses a bad one before any request, and reports a
+// node that is not the leader.
+func TestSwarmSetVerifyRate(t *testing.T) {
+	var got []string
+	leader := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, r.Method+" "+r.URL.Path+" "+string(b))
+		w.Header().Set("Content-Type", "application/json")
+		if !leader {
+			w.WriteHeader(http.StatusConflict)
+			json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": "this node is not the leader: send it to the leader, 12D3KooWX",
+				"type": "invalid_request_error", "code": "not_leader"}})
+			return
+		}
+		w.Write(b)
+	}))
+	defer srv.Close()
+	out, err := run(t, "swarm", "set", "verify-rate", "0.05", "--api", srv.URL)
+	if err != nil || !strings.Contains(out, "set to 0.05") {
+		t.Fatalf("%q %v", out, err)
+	}
+	if len(got) != 1 || got[0] != `POST /v1/swarm/config {"verify_rate":0.05}` {
+		t.Fatalf("requests %q", got)
+	}
+	for _, bad := range []string{"1.5", "-1", "x"} {
+		if _, err := run(t, "swarm", "set", "verify-rate", bad, "--api", srv.URL); err == nil {
+			t.Errorf("rate %s accepted", bad)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("a bad rate reached the node: %q", got)
+	}
+	leader = false
+	if _, err := run(t, "swarm", "set", "verify-rate", "0", "--api", srv.URL); err == nil || !strings.Contains(err.Error(), "12D3KooWX") {
+		t.Fatalf("not the leader: %v", err)
+	}
+}
