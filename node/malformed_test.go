@@ -19,7 +19,7 @@ import (
 
 // rogue is a bare swarm host that speaks the activation protocol badly.
 type rogue struct {
-	h       *swarm.Host
+	h        *swarm.Host
 	replies  chan *ErrorMsg
 	tokens   chan *Token
 	receipts chan *ReceiptMsg
