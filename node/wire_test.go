@@ -127,7 +127,7 @@ func TestWireRejects(t *testing.T) {
 		"cold without open": func() []byte { b := bytes.Clone(good); b[18] |= flagCold; return b }(),
 		// A signature belongs to frames of hidden states only, from a
 		// layer below the receiver's, and is never empty.
-		"signed without hidden": func() []byte { b := mustEncode(t, sampleMessages(t)[0]); b[18] |= flagSigned; return b }(),
+		"signed without hidden":               func() []byte { b := mustEncode(t, sampleMessages(t)[0]); b[18] |= flagSigned; return b }(),
 		"signature from the receiver's layer": signedWith(t, func(b []byte, at int) { b[at] = 4 }),
 		"empty signature":                     signedWith(t, func(b []byte, at int) { b[at+4+32] = 0 }),
 		"upstream audit of layer 0":           func() []byte { b, _ := Encode(nil, &UpAudit{From: 1}); b[18] = 0; return b }(),
