@@ -70,8 +70,12 @@
 //     (WithVerifyRate) the entry re-runs the session so far as one
 //     stateless prefill on a second holder of a hop's layers, settles a
 //     mismatch with a third, and reports signed evidence to the leader,
-//     who evicts and bans the liar. The fault injector that tests lie
-//     with (faultinject.go) exists only under the faultinject build tag.
+//     who evicts and bans the liar. Signed hops (sigframe.go): every
+//     float32 frame of hidden states carries its sender's receipt
+//     signature over the rows sent, checked on arrival, and a check takes
+//     a hop's receipt from the next hop, so evidence rests on what was
+//     sent. The fault injector that tests lie with (faultinject.go)
+//     exists only under the faultinject build tag.
 //
 // # Time
 //

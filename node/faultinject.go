@@ -3,8 +3,11 @@
 package node
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -28,6 +31,11 @@ const (
 	// FaultNegate negates the last row: a gross error that changes the
 	// tokens downstream.
 	FaultNegate
+	// FaultSendFlip computes, records and signs receipts honestly, but
+	// flips a bit of the last row it sends (signing the frame over the
+	// rows it sends, or the next hop would refuse it): a node that signs
+	// one thing and sends another (sigframe.go).
+	FaultSendFlip
 )
 
 // FaultSpec configures the injector.
@@ -40,10 +48,10 @@ type FaultSpec struct {
 // WithFaultInjection makes the node corrupt its outputs (test builds).
 func WithFaultInjection(f FaultSpec) Option {
 	return func(c *config) error {
-		if f.Every <= 0 || f.Mode < FaultFlip || f.Mode > FaultNegate {
+		if f.Every <= 0 || f.Mode < FaultFlip || f.Mode > FaultSendFlip {
 			return fmt.Errorf("%w: fault spec %+v", ErrConfig, f)
 		}
-		c.fault = &injector{spec: f}
+		c.fault = &injector{spec: f, sent: map[hopKey]hash.Hash{}}
 		return nil
 	}
 }
@@ -54,9 +62,50 @@ type injector struct {
 	n        int
 	injected int
 	prev     []float32
+	// sent: the chains over what FaultSendFlip sent, per session it
+	// lied in (it must go on signing the corrupted history).
+	sent map[hopKey]hash.Hash
+}
+
+func (j *injector) lieSent(w *work, hs *hopSession) *sentLie {
+	if j.spec.Mode != FaultSendFlip || len(w.x) == 0 {
+		return nil
+	}
+	j.n++
+	hit := j.n%j.spec.Every == 0
+	sh := j.sent[hs.key]
+	if !hit && sh == nil {
+		return nil
+	}
+	if sh == nil {
+		// The history sent so far is what was computed: go on from it.
+		c, err := hs.chain.out.(hash.Cloner).Clone()
+		if err != nil {
+			return nil
+		}
+		sh = c
+		j.sent[hs.key] = sh
+	}
+	rows := slices.Clone(w.x)
+	if hit {
+		j.injected++
+		k := len(rows) - 1 - (j.n*7919)%min(len(rows), 64)
+		rows[k] = math.Float32frombits(math.Float32bits(rows[k]) ^ 1<<22)
+	}
+	b := make([]byte, 0, 4*len(rows))
+	for _, v := range rows {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	sh.Write(b)
+	lie := &sentLie{rows: rows}
+	sh.Sum(lie.chain[:0])
+	return lie
 }
 
 func (j *injector) corrupt(w *work, last bool) {
+	if j.spec.Mode == FaultSendFlip {
+		return // lieSent
+	}
 	out := w.x
 	if last {
 		out = w.logits

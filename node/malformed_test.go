@@ -19,9 +19,10 @@ import (
 
 // rogue is a bare swarm host that speaks the activation protocol badly.
 type rogue struct {
-	h       *swarm.Host
-	replies chan *ErrorMsg
-	tokens  chan *Token
+	h        *swarm.Host
+	replies  chan *ErrorMsg
+	tokens   chan *Token
+	receipts chan *ReceiptMsg
 }
 
 func newRogue(t *testing.T) *rogue {
@@ -33,7 +34,7 @@ func newRogue(t *testing.T) *rogue {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	r := &rogue{h: h, replies: make(chan *ErrorMsg, 64), tokens: make(chan *Token, 64)}
+	r := &rogue{h: h, replies: make(chan *ErrorMsg, 64), tokens: make(chan *Token, 64), receipts: make(chan *ReceiptMsg, 8)}
 	h.HandleActivations(func(_ peer.ID, frame []byte) error {
 		if m, err := Decode(frame); err == nil {
 			switch m := m.(type) {
@@ -42,6 +43,11 @@ func newRogue(t *testing.T) *rogue {
 			case *Token:
 				select {
 				case r.tokens <- m:
+				default:
+				}
+			case *ReceiptMsg:
+				select {
+				case r.receipts <- m:
 				default:
 				}
 			}
@@ -156,7 +162,8 @@ func TestMalformedFrames(t *testing.T) {
 	}
 	// A valid session, then a step at the wrong position.
 	sid := newSessionID()
-	r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Open: open, Entry: self, Hops: hops, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
+	fs := newFrameSigner(r.h.Libp2p(), open.Model, 0) // signed hops: an unsigned frame is refused
+	r.send(t, b.ID(), mustEncode(t, fs.sign(t, &Step{Session: sid, Open: open, Entry: self, Hops: hops, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim})))
 	r.token(t, sid, "the valid session's first token") // b is the last hop
 	r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Entry: self, Hops: hops, Pos: 7, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
 	r.expect(t, CodeBadFrame, "wrong position")

@@ -47,8 +47,8 @@ var (
 // sentLie is what a faulty hop sends instead of what it computed, and
 // its own chains over it (the fault injector's; see sendFault).
 type sentLie struct {
-	rows        []float32
-	chain, last [32]byte
+	rows  []float32
+	chain [32]byte // the output chain over everything sent so far
 }
 
 // sendFault makes a hop send rows other than those it computed and
@@ -70,7 +70,8 @@ func (s *scheduler) signFrame(hs *hopSession, lie *sentLie) *FrameSig {
 	hs.chain.in.Sum(r.InChain[:0])
 	hs.chain.out.Sum(r.OutChain[:0])
 	if lie != nil {
-		r.OutChain, r.OutLast = lie.chain, lie.last
+		r.OutChain = lie.chain
+		r.OutLast = sha256.Sum256(hs.chain.floats(lie.rows[len(lie.rows)-s.cfg.model.Hidden:]))
 	}
 	if err := s.cfg.sign(&r); err != nil {
 		s.cfg.log.Warn("cannot sign a frame", zap.Error(err))
@@ -105,8 +106,8 @@ func (s *scheduler) checkFrame(in *stepIn, hs *hopSession) error {
 	c.Write(rows)
 	c.Sum(r.OutChain[:0])
 	r.OutLast = sha256.Sum256(rows[len(rows)-4*m.Cols:])
-	if err := r.Verify(); err != nil {
-		return fmt.Errorf("%w: %s at position %d: %w", ErrFrameSignature, shortID(in.from), m.Pos, err)
+	if r.Verify() != nil {
+		return fmt.Errorf("%w: sender %s, positions %d..%d", ErrFrameSignature, shortID(in.from), m.Pos, r.Positions)
 	}
 	hs.up = r
 	return nil

@@ -21,7 +21,7 @@ func TestVerifyEvictsFaultyNode(t *testing.T) {
 	for _, mode := range []struct {
 		name string
 		mode FaultMode
-	}{{"flip", FaultFlip}, {"stale", FaultStale}, {"negate", FaultNegate}} {
+	}{{"flip", FaultFlip}, {"stale", FaultStale}, {"negate", FaultNegate}, {"sendflip", FaultSendFlip}} {
 		t.Run(mode.name, func(t *testing.T) { testVerifyEvicts(t, mode.mode) })
 	}
 }
@@ -40,13 +40,16 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 			t.Fatalf("faulty node not placed: %v", m.Stages)
 		}
 		h := len(nodes[0].holders(fr.Start, fr.End))
-		if h >= 3 {
+		// A node that lies only in what it sends must send hidden
+		// states: its range may not end at the last layer.
+		sends := mode != FaultSendFlip || fr.End < m.Layers
+		if h >= 3 && sends {
 			break
 		}
-		if try == 2 {
-			t.Fatalf("three swarms where the faulty node's range %v had %d holders (map %v)", fr, h, m.Stages)
+		if try == 4 {
+			t.Fatalf("five swarms where the faulty node's range %v had %d holders or sent no hidden states (map %v)", fr, h, m.Stages)
 		}
-		t.Logf("the faulty node's range %v has %d holders; a fresh swarm", fr, h)
+		t.Logf("the faulty node's range %v has %d holders (sends hidden states: %v); a fresh swarm", fr, h, sends)
 		for _, n := range nodes {
 			n.Close()
 		}
@@ -215,4 +218,101 @@ func TestVerifyChainedWitness(t *testing.T) {
 		}
 	}
 	t.Logf("spot checks: %+v", entry.VerifyStats())
+}
+
+// TestVerifyCatchesSendLiar: a hop that computes right, signs right
+// receipts when audited, but sends a corrupted copy of its rows (signing
+// each frame over what it sends, or the next hop would refuse it). With
+// signed hops the spot check takes its receipt from the next hop, over
+// what it sent: the check finds the mismatch and the evidence built
+// from the signed frame accuses it and passes the leader's check. With
+// signing off, the same swarm verifies the liar (its own receipts are
+// right) and nobody is accused: the gap signed hops close.
+func TestVerifyCatchesSendLiar(t *testing.T) {
+	for _, signed := range []bool{true, false} {
+		name := "signed"
+		if !signed {
+			name = "unsigned"
+		}
+		t.Run(name, func(t *testing.T) { testSendLiar(t, signed) })
+	}
+}
+
+func testSendLiar(t *testing.T, signed bool) {
+	dirs, ids := staticIDs(t, 5)
+	stage := func(i, from, to int) layers.Stage {
+		return layers.Stage{Node: ids[i].String(), Range: layers.Range{Start: from, End: to}}
+	}
+	// ids[0]: the entry (no layers); 1: the liar [0,4); 2, 3: [0,4); 4: [4,8),
+	// so every check is of a [0,4) hop, whose frames go to 4.
+	m, err := layers.NewLayerMap(8, 1, stage(1, 0, 4), stage(2, 0, 4), stage(3, 0, 4), stage(4, 4, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCluster(t, WithStaticMap(m), WithVerifyRate(1), WithSignedFrames(signed))
+	var nodes []*Node
+	for i := range ids {
+		var extra []Option
+		if i == 1 {
+			extra = append(extra, WithFaultInjection(FaultSpec{Every: 1, Mode: FaultSendFlip}))
+		}
+		nodes = append(nodes, c.add(append(extra, WithDataDir(dirs[i]))...))
+	}
+	c.waitServing(30*time.Second, ids[1:]...)
+	entry := nodes[0]
+	reports := make(chan consensus.Evidence, 16)
+	entry.entry.report = func(_ context.Context, ev consensus.Evidence) error {
+		reports <- ev
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	injected := func() int {
+		if _, err := nodes[1].svc.sched.sync(ctx); err != nil { // orders the read after the loop's writes
+			t.Fatal(err)
+		}
+		return nodes[1].cfg.fault.(*injector).injected
+	}
+	if !signed {
+		// Until the liar has lied on paths that were checked: every
+		// check of a [0,4) hop on its path is a check of it.
+		for i := 0; injected() < 20 || i < 6; i++ {
+			if ctx.Err() != nil {
+				t.Fatalf("the liar lied %d times in %d generations", injected(), i)
+			}
+			_, _ = generate(ctx, t, entry, "Once upon a time", 8)
+		}
+		st := entry.VerifyStats()
+		t.Logf("unsigned: the liar lied %d times; spot checks: %+v", injected(), st)
+		if len(reports) > 0 || st.Mismatches > 0 || st.Verified == 0 {
+			t.Fatalf("unsigned frames: %d reports, %+v; want the liar verified and nobody accused", len(reports), st)
+		}
+		return
+	}
+	for i := 0; ; i++ {
+		if ctx.Err() != nil {
+			t.Fatalf("no evidence after %d generations (%d lies): %+v", i, injected(), entry.VerifyStats())
+		}
+		_, _ = generate(ctx, t, entry, "Once upon a time", 8)
+		if len(reports) == 0 {
+			continue
+		}
+		ev := <-reports
+		accused, err := ev.Check()
+		if err != nil {
+			t.Fatalf("evidence refused: %v", err)
+		}
+		if accused != ids[1] {
+			t.Fatalf("evidence accuses %s, not the liar", shortID(accused))
+		}
+		// The accused's receipt is its signature over what it sent (its
+		// own audit receipts are right: see the unsigned run).
+		rx := ev.Receipts[0]
+		if rx.From != 0 || rx.To != 4 {
+			t.Fatalf("accused receipt of layers [%d, %d)", rx.From, rx.To)
+		}
+		t.Logf("evidence after %d generations (%d lies): accused %s over %d positions; spot checks %+v",
+			i+1, injected(), shortID(accused), rx.Positions, entry.VerifyStats())
+		return
+	}
 }
