@@ -36,7 +36,7 @@ import (
 // uploader's CPU ms/token (this process's, from getrusage: generation
 // plus serving chunks), each as a ratio to the idle turn of the same
 // alternation (x_idle; the goal is at most 1.10), and the MB/s the peer
-// got. The load average is logged before and after.
+// got. The load average is printed before and after.
 //
 // With STRATA_FETCH_PROCESS=1 the fetching peer runs in a child process
 // (this test binary again, see TestFetchHelperProcess), so that its
@@ -111,7 +111,9 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	}
 	modes := []*mode{{name: "idle"}, {name: "adaptive", fetch: true, adaptive: true},
 		{name: "uncapped", fetch: true}, {name: "cap5MBps", fetch: true, rate: 5e6}}
-	b.Logf("load average before: %s", loadAvg())
+	// The summary goes to stdout: the testing package keeps only the
+	// first lines of a benchmark's log.
+	fmt.Printf("uploader-latency: load average before %s\n", loadAvg())
 	b.ResetTimer()
 	for i := range b.N {
 		for j := range modes {
@@ -155,7 +157,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	}
 	b.StopTimer()
 	n.upload.setOff(false)
-	b.Logf("load average after: %s", loadAvg())
+	fmt.Printf("uploader-latency: load average after %s\n", loadAvg())
 	idle := modes[0].res
 	for _, m := range modes {
 		wall, cpu, mbps, xw, xc := make([]float64, 0, b.N), make([]float64, 0, b.N), make([]float64, 0, b.N),
@@ -173,10 +175,10 @@ func BenchmarkUploaderLatency(b *testing.B) {
 			b.ReportMetric(median(mbps), m.name+"_MB/s")
 			line += fmt.Sprintf(", x idle wall %s cpu %s, %s MB/s", spread(xw), spread(xc), spread(mbps))
 		}
-		b.Log(line)
+		fmt.Println("uploader-latency:", line)
 	}
 	limit, _, probes := n.upload.state()
-	b.Logf("adaptive: limit at the end %d B/s, %d probes, over %d alternations of %v turns", limit, probes, b.N, turn)
+	fmt.Printf("uploader-latency: adaptive limit at the end %d B/s, %d probes; %d alternations of %v turns\n", limit, probes, b.N, turn)
 }
 
 // spread is "median [min, max]" of xs (reordered).
