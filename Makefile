@@ -95,11 +95,14 @@ lint: $(TOOLS)/staticcheck
 
 # Benchmarks of the functional core; BENCHTIME trades precision for time.
 # ./node/... includes BenchmarkPrefixCacheChat: a 4-turn chat through a
-# 3-node swarm, TTFT and prefill positions with the prefix cache and without.
+# 3-node swarm, TTFT and prefill positions with the prefix cache and without;
+# and BenchmarkUploaderLatency: a node's token time while a peer (a child
+# process) fetches the model from it, idle, adaptive, uncapped and capped
+# (one alternation at BENCHTIME 1s; -benchtime 40x to bound a 10% effect).
 BENCHTIME ?= 1s
 bench:
 	@mkdir -p $(BIN)
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... ./swarm/... ./engine/... ./consensus/... ./node/... | tee $(BIN)/bench.txt
+	STRATA_FETCH_PROCESS=1 $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./layers/... ./routing/... ./swarm/... ./engine/... ./consensus/... ./node/... | tee $(BIN)/bench.txt
 	cd engine/internal/refcheck && STRATA_BENCH_DIR=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench DecodeVsGGML -benchtime 5x . | tee -a $(CURDIR)/$(BIN)/bench.txt
 	cd engine/internal/refcheck && STRATA_BENCH_DIR=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench PrefillVsGGML -benchtime 1x . | tee -a $(CURDIR)/$(BIN)/bench.txt
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,7 @@ import (
 // BenchmarkUploaderLatency: the per-token latency of a node serving the
 // whole model while a peer fetches the model's chunks from it in a loop:
 // under the adaptive upload limit (the default), with no limit and at a
-// fixed 5 MB/s, against the same node idle. Each iteration is one
+// fixed 5 MB/s, against the same node idle (and idle again, the noise). Each iteration is one
 // alternation: every mode gets a turn of generations (STRATA_UPLOAD_TURN,
 // default 1.5 s), in an order rotated per alternation so that drift of
 // the machine's load falls on all of them alike. Reported per mode, as
@@ -36,7 +37,7 @@ import (
 // uploader's CPU ms/token (this process's, from getrusage: generation
 // plus serving chunks), each as a ratio to the idle turn of the same
 // alternation (x_idle; the goal is at most 1.10), and the MB/s the peer
-// got. The load average is logged before and after.
+// got. The load average is printed before and after.
 //
 // With STRATA_FETCH_PROCESS=1 the fetching peer runs in a child process
 // (this test binary again, see TestFetchHelperProcess), so that its
@@ -101,6 +102,11 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	for range 20 { // warm-up
 		gen()
 	}
+	var child *fetchChild
+	if separate {
+		child = startFetchChild(b, path, n.Host().AddrInfo())
+		defer child.close(b)
+	}
 	type result struct{ wall, cpu, mbps float64 } // ms/token, ms/token, MB/s
 	type mode struct {
 		name     string
@@ -109,9 +115,13 @@ func BenchmarkUploaderLatency(b *testing.B) {
 		rate     int64
 		res      []result
 	}
-	modes := []*mode{{name: "idle"}, {name: "adaptive", fetch: true, adaptive: true},
+	// idle2 is a second idle turn, judged against the first as the
+	// others are: its ratio is the method's noise (an A/A test).
+	modes := []*mode{{name: "idle"}, {name: "idle2"}, {name: "adaptive", fetch: true, adaptive: true},
 		{name: "uncapped", fetch: true}, {name: "cap5MBps", fetch: true, rate: 5e6}}
-	b.Logf("load average before: %s", loadAvg())
+	// The summary goes to stdout: the testing package keeps only the
+	// first lines of a benchmark's log.
+	fmt.Printf("uploader-latency: load average before %s\n", loadAvg())
 	b.ResetTimer()
 	for i := range b.N {
 		for j := range modes {
@@ -124,9 +134,8 @@ func BenchmarkUploaderLatency(b *testing.B) {
 			fctx, stop := context.WithCancel(ctx)
 			var got atomic.Int64
 			var wg sync.WaitGroup
-			var child *fetchChild
-			if m.fetch && separate {
-				child = startFetchChild(b, path, n.Host().AddrInfo())
+			if m.fetch && child != nil {
+				child.start(b)
 			} else if m.fetch {
 				f := chunks.NewFetcher(h.Libp2p(), man)
 				wg.Go(func() {
@@ -146,7 +155,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 			stop()
 			wg.Wait()
 			bytes := got.Load()
-			if child != nil {
+			if m.fetch && child != nil {
 				bytes += child.stop(b)
 			}
 			m.res = append(m.res, result{wall: took.Seconds() * 1e3 / float64(tokens),
@@ -155,7 +164,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	}
 	b.StopTimer()
 	n.upload.setOff(false)
-	b.Logf("load average after: %s", loadAvg())
+	fmt.Printf("uploader-latency: load average after %s\n", loadAvg())
 	idle := modes[0].res
 	for _, m := range modes {
 		wall, cpu, mbps, xw, xc := make([]float64, 0, b.N), make([]float64, 0, b.N), make([]float64, 0, b.N),
@@ -167,25 +176,53 @@ func BenchmarkUploaderLatency(b *testing.B) {
 		b.ReportMetric(median(wall)*1e6, m.name+"_ns/token")
 		b.ReportMetric(median(cpu), m.name+"_cpu_ms/token")
 		line := fmt.Sprintf("%-9s wall %s ms/token, cpu %s ms/token", m.name, spread(wall), spread(cpu))
-		if m.fetch {
+		if m.name != "idle" {
 			b.ReportMetric(median(xw), m.name+"_x_idle")
 			b.ReportMetric(median(xc), m.name+"_cpu_x_idle")
-			b.ReportMetric(median(mbps), m.name+"_MB/s")
-			line += fmt.Sprintf(", x idle wall %s cpu %s, %s MB/s", spread(xw), spread(xc), spread(mbps))
+			line += fmt.Sprintf(", x idle wall %s cpu %s", spread(xw), spread(xc))
 		}
-		b.Log(line)
+		if m.fetch {
+			b.ReportMetric(median(mbps), m.name+"_MB/s")
+			line += fmt.Sprintf(", %s MB/s", spread(mbps))
+		}
+		fmt.Println("uploader-latency:", line)
 	}
 	limit, _, probes := n.upload.state()
-	b.Logf("adaptive: limit at the end %d B/s, %d probes, over %d alternations of %v turns", limit, probes, b.N, turn)
+	fmt.Printf("uploader-latency: adaptive limit at the end %d B/s, %d probes; %d alternations of %v turns\n", limit, probes, b.N, turn)
 }
 
-// spread is "median [min, max]" of xs (reordered).
+// spread is "median [min, max]" of xs (reordered), and the median's 95%
+// confidence interval where there are enough samples for one.
 func spread(xs []float64) string {
 	if len(xs) == 0 {
 		return "-"
 	}
 	med := median(xs)
-	return fmt.Sprintf("%.3g [%.3g, %.3g]", med, xs[0], xs[len(xs)-1])
+	out := fmt.Sprintf("%.3g [%.3g, %.3g]", med, xs[0], xs[len(xs)-1])
+	if lo, hi, ok := medianCI(xs); ok {
+		out += fmt.Sprintf(" (CI95 %.3g-%.3g)", lo, hi)
+	}
+	return out
+}
+
+// medianCI is a distribution-free 95% confidence interval of the median
+// of the sorted xs: the k-th smallest and k-th largest, for the largest k
+// with P(Binomial(n, 1/2) < k) <= 2.5%. None for fewer than 6 samples.
+func medianCI(xs []float64) (lo, hi float64, ok bool) {
+	n := len(xs)
+	k, p, cum := 0, math.Pow(0.5, float64(n)), 0.0 // p: P(B = j)
+	for j := 0; j < n; j++ {
+		if cum+p > 0.025 {
+			break
+		}
+		cum += p
+		k = j + 1
+		p *= float64(n-j) / float64(j+1)
+	}
+	if k == 0 {
+		return 0, 0, false
+	}
+	return xs[k-1], xs[n-k], true
 }
 
 // loadAvg is /proc/loadavg's first three fields ("?" where there is none).
@@ -207,14 +244,16 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// fetchChild is a fetching peer in a child process.
+// fetchChild is a fetching peer in a child process, connected and idle
+// between turns: start and stop are lines on its stdin, so that a turn
+// does not pay for a process start.
 type fetchChild struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Scanner
 }
 
-// startFetchChild starts the child and waits until it fetches.
+// startFetchChild starts the child and waits until it is connected.
 func startFetchChild(b *testing.B, model string, ai peer.AddrInfo) *fetchChild {
 	b.Helper()
 	addrs, err := peer.AddrInfoToP2pAddrs(&ai)
@@ -237,37 +276,68 @@ func startFetchChild(b *testing.B, model string, ai peer.AddrInfo) *fetchChild {
 		b.Fatal(err)
 	}
 	c := &fetchChild{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
-	for c.out.Scan() {
-		if c.out.Text() == "fetching" {
-			return c
-		}
+	if _, ok := c.await("ready"); !ok {
+		cmd.Process.Kill()
+		cmd.Wait()
+		b.Fatalf("fetch child did not start: %v", c.out.Err())
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
-	b.Fatalf("fetch child did not start: %v", c.out.Err())
-	return nil
+	return c
 }
 
-// stop ends the child and returns the bytes it fetched since "fetching".
-func (c *fetchChild) stop(b *testing.B) int64 {
-	b.Helper()
-	c.stdin.Close()
-	var n int64
+// await reads the child's lines up to one starting with prefix, and
+// returns its rest.
+func (c *fetchChild) await(prefix string) (string, bool) {
 	for c.out.Scan() {
-		if v, ok := strings.CutPrefix(c.out.Text(), "bytes "); ok {
-			n, _ = strconv.ParseInt(v, 10, 64)
+		if v, ok := strings.CutPrefix(c.out.Text(), prefix); ok {
+			return strings.TrimSpace(v), true
 		}
 	}
-	if err := c.cmd.Wait(); err != nil {
+	return "", false
+}
+
+func (c *fetchChild) send(b *testing.B, line string) {
+	b.Helper()
+	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
 		b.Fatalf("fetch child: %v", err)
+	}
+}
+
+// start has the child fetch, and returns once it does.
+func (c *fetchChild) start(b *testing.B) {
+	b.Helper()
+	c.send(b, "go")
+	if _, ok := c.await("fetching"); !ok {
+		b.Fatalf("fetch child: no answer to go: %v", c.out.Err())
+	}
+}
+
+// stop has the child stop, and returns the bytes it fetched since start.
+func (c *fetchChild) stop(b *testing.B) int64 {
+	b.Helper()
+	c.send(b, "stop")
+	v, ok := c.await("bytes ")
+	n, err := strconv.ParseInt(v, 10, 64)
+	if !ok || err != nil {
+		b.Fatalf("fetch child: no byte count (%q, %v)", v, err)
 	}
 	return n
 }
 
+// close ends the child.
+func (c *fetchChild) close(b *testing.B) {
+	c.stdin.Close()
+	for c.out.Scan() {
+	}
+	if err := c.cmd.Wait(); err != nil {
+		b.Errorf("fetch child: %v", err)
+	}
+}
+
 // TestFetchHelperProcess is the fetching peer of BenchmarkUploaderLatency
-// in a child process; it does nothing in a normal test run. It fetches
-// every chunk of the model from the node in a loop until its stdin
-// closes, then prints the bytes it got.
+// in a child process; it does nothing in a normal test run. Connected, it
+// prints "ready"; on each "go" line on stdin it fetches every chunk of
+// the model from the node in a loop ("fetching"), until a "stop" line,
+// then prints the bytes it got; stdin's end ends it.
 func TestFetchHelperProcess(t *testing.T) {
 	env := os.Getenv("STRATA_FETCH_HELPER")
 	if env == "" {
@@ -296,15 +366,29 @@ func TestFetchHelperProcess(t *testing.T) {
 	if err := h.Libp2p().Connect(ctx, *ai); err != nil {
 		t.Fatal(err)
 	}
-	go func() { io.Copy(io.Discard, os.Stdin); cancel() }() //nolint:errcheck // EOF ends it
-	var got atomic.Int64
 	f := chunks.NewFetcher(h.Libp2p(), man)
-	fmt.Println("fetching")
-	for ctx.Err() == nil {
-		f.Fetch(ctx, all, []peer.ID{ai.ID}, func(_ int, data []byte) error { //nolint:errcheck // ends with ctx
-			got.Add(int64(len(data)))
-			return nil
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() != "go" {
+			continue
+		}
+		fctx, stop := context.WithCancel(ctx)
+		var got atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for fctx.Err() == nil {
+				f.Fetch(fctx, all, []peer.ID{ai.ID}, func(_ int, data []byte) error { //nolint:errcheck // ends with fctx
+					got.Add(int64(len(data)))
+					return nil
+				})
+			}
 		})
+		fmt.Println("fetching")
+		for in.Scan() && in.Text() != "stop" {
+		}
+		stop()
+		wg.Wait()
+		fmt.Printf("bytes %d\n", got.Load())
 	}
-	fmt.Printf("bytes %d\n", got.Load())
 }

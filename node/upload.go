@@ -25,10 +25,12 @@ type uploadGovernor struct {
 	servers  func() []*chunks.Server // those serving now (the file's, a slice's)
 	sessions func() int              // sessions open on this node's layers
 	log      *zap.Logger
-	mu       sync.Mutex
-	off      bool // see setOff
-	ctl      *uploadControl
-	dec      uploadDecision // the last decision, for metrics
+
+	mu   sync.Mutex
+	off  bool             // see setOff
+	srvs []*chunks.Server // as of the last tick
+	ctl  *uploadControl
+	dec  uploadDecision // the last decision, for metrics
 }
 
 func newUploadGovernor(clock clockwork.Clock, hardCap int64, servers func() []*chunks.Server, sessions func() int, log *zap.Logger) *uploadGovernor {
@@ -45,8 +47,15 @@ func (g *uploadGovernor) batch(elapsed time.Duration, layers, tokens int) {
 	now := g.clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.off {
-		g.ctl.observe(now, elapsed/time.Duration(layers), tokens)
+	if g.off {
+		return
+	}
+	g.ctl.observe(now, elapsed/time.Duration(layers), tokens)
+	if !g.ctl.serving {
+		// Serving begins: the limit applies from this batch on, not from
+		// the next tick (uploads would run unlimited meanwhile). The
+		// servers are the last tick's.
+		g.applyLocked(g.ctl.tick(now, sentBy(g.srvs), g.sessions()))
 	}
 }
 
@@ -71,24 +80,36 @@ func (g *uploadGovernor) run(ctx context.Context) {
 }
 
 func (g *uploadGovernor) tick() {
+	// The server list and the counters are read before g.mu: the list
+	// takes the fetch state's lock, which a slice copy holds for long,
+	// and the scheduler's goroutine takes g.mu.
 	srvs := g.servers()
-	var sent int64
-	for _, s := range srvs {
-		sent += s.Sent()
-	}
+	sent := sentBy(srvs)
 	sessions := g.sessions()
 	now := g.clock.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.off {
-		return
+	g.srvs = srvs
+	if !g.off {
+		g.applyLocked(g.ctl.tick(now, sent, sessions))
 	}
-	d := g.ctl.tick(now, sent, sessions)
+}
+
+func sentBy(srvs []*chunks.Server) int64 {
+	var n int64
+	for _, s := range srvs {
+		n += s.Sent()
+	}
+	return n
+}
+
+// applyLocked sets the servers' limit and pause; g.mu held.
+func (g *uploadGovernor) applyLocked(d uploadDecision) {
 	if d.Limit != g.dec.Limit {
-		g.log.Debug("upload limit", zap.Int64("bytes_per_s", d.Limit), zap.Int("sessions", sessions))
+		g.log.Debug("upload limit", zap.Int64("bytes_per_s", d.Limit))
 	}
 	g.dec = d
-	for _, s := range srvs {
+	for _, s := range g.srvs {
 		s.SetUploadRate(d.Limit)
 		s.SetPaused(d.Pause)
 	}
@@ -97,17 +118,15 @@ func (g *uploadGovernor) tick() {
 // setOff turns the governor off (it leaves the servers to whoever sets
 // them, and hears nothing) or on again; once it returns, no decision of
 // the governor's is applied until it is on, and then its last one is at
-// once. Benchmarks compare fixed
-// limits on the same node with it.
+// once. Benchmarks compare fixed limits on the same node with it.
 func (g *uploadGovernor) setOff(off bool) {
+	srvs := g.servers()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.off = off
-	if !off { // its last decision holds again at once, not from the next tick
-		for _, s := range g.servers() {
-			s.SetUploadRate(g.dec.Limit)
-			s.SetPaused(g.dec.Pause)
-		}
+	if !off {
+		g.srvs = srvs
+		g.applyLocked(g.dec)
 	}
 }
 
