@@ -8,8 +8,11 @@
 // caps of the machine's profile, KV accounting or, for swarms, KV
 // admission as node/scheduler.go does it), the links (bandwidth, latency,
 // jitter, one transmission at a time), the clients (arrivals, iterations,
-// replays, measurement windows), the request schedulers of the replayed
-// Helix runs, and the control planes of the simulated policies. Placement
+// replays, measurement windows), for the strata policy the entry's
+// admission queue (entryq.go, node/queue.go's rules) and the stages'
+// prefix cache (prefix.go, node/scheduler.go's), the request schedulers
+// of the replayed Helix runs, and the control planes of the simulated
+// policies. Placement
 // and routing decisions are not its own: it calls layers (Plan, Join,
 // Repair, Rebalance, OrderMoves), layers/baseline and routing. It is
 // neither that pure core nor the networked shell (node, swarm, consensus):

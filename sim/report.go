@@ -61,6 +61,12 @@ func (r Report) WriteText(w io.Writer) error {
 	if err := r.writeCauses(w); err != nil {
 		return err
 	}
+	for _, p := range r.Policies {
+		if eq, pc := p.EntryQueue, p.PrefixCache; eq != nil && pc != nil {
+			fmt.Fprintf(w, "\n%s: entry queue: %d waited, %d refused, wait p50 %s ms p99 %s ms; prefix cache: %d hop resumes (%d positions), %d misses, %d attempts resumed on every hop, %d evictions\n",
+				p.Policy, eq.Queued, eq.Refused, ms(eq.WaitP50ms), ms(eq.WaitP99ms), pc.Hits, pc.Reused, pc.Misses, pc.Resumed, pc.Evictions)
+		}
+	}
 	if err := r.writeUse(w); err != nil {
 		return err
 	}
