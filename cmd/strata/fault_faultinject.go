@@ -24,10 +24,11 @@ func faultOptions() ([]node.Option, error) {
 	if err != nil || n <= 0 {
 		return nil, fmt.Errorf("%s=%q: want MODE:EVERY, such as flip:50", faultEnv, v)
 	}
-	modes := map[string]node.FaultMode{"flip": node.FaultFlip, "stale": node.FaultStale, "negate": node.FaultNegate}
+	modes := map[string]node.FaultMode{"flip": node.FaultFlip, "stale": node.FaultStale, "negate": node.FaultNegate,
+		"sendflip": node.FaultSendFlip}
 	m, ok := modes[mode]
 	if !ok {
-		return nil, fmt.Errorf("%s=%q: mode is one of flip, stale, negate", faultEnv, v)
+		return nil, fmt.Errorf("%s=%q: mode is one of flip, stale, negate, sendflip", faultEnv, v)
 	}
 	return []node.Option{node.WithFaultInjection(node.FaultSpec{Every: n, Mode: m})}, nil
 }
