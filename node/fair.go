@@ -23,18 +23,18 @@ import (
 // left), so two entries never both hold for each other.
 //
 // Only a peer whose queue is at least as long as ours is waited for.
-// A hold idles the room until the older peer takes it, which that peer
-// learns of through the load table, up to a heartbeat late, and so does
-// the holder of the peer's admission. The entry that drains most of the
-// swarm's backlog (the longest queue) would idle the swarm so for each
-// request of every short queue (in the overload scenario, goodput fell
-// to about half); instead it goes on admitting, and a short queue's
-// head, once the oldest, takes room as soon as it sees some, like any
-// head without fair admission.
+// A hold idles room until the older peer takes it, and both learn of
+// each other's admissions through the load table, up to a heartbeat
+// late. The entry that drains most of the swarm's backlog (the longest
+// queue) would so idle the swarm for each request of every short queue
+// (the symmetric rule lost goodput on overload.yaml); instead it goes on
+// admitting, and a short queue's head, once the oldest, takes room as
+// soon as it sees some, like any head without fair admission.
 //
 // Rows that cannot be trusted are ignored: peers not alive, rows with no
 // heartbeat within three intervals (when the peer table turns a peer
 // suspect), queues reported empty.
+//
 // Liveness:
 //   - a request is never held within fairMargin of its own deadline;
 //   - a request that asked not to queue, one handed over by a thief, and
@@ -47,10 +47,9 @@ import (
 //     is ignored until it moves. So a peer head that never fits (a big
 //     request) delays this entry's requests by at most the stall bound.
 //
-// A head is held only when it fits now (the check runs after a path
-// with room was found and its reservation is given back), so holding
-// never keeps room idle that no older request could use for longer
-// than the bound.
+// The check runs only for a head that fits now (its reservation is
+// given back when it is held), so the stall bound starts at a moment
+// this entry could have run it.
 
 // Defaults of fair admission, in heartbeat intervals where it matters.
 const (

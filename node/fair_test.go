@@ -296,3 +296,45 @@ func TestFairOnSwarm(t *testing.T) {
 		t.Fatalf("B: %d queued now, %d queued, %d refused", mb.EntryQueue, mb.EntryQueued, mb.EntryRefused)
 	}
 }
+
+// TestFairStealsOlderHead: B, with stealing on and its own request held
+// for A's older head, steals that head (not a younger one: its ask
+// carries its own head's wait), drives it, and then runs its own.
+func TestFairStealsOlderHead(t *testing.T) {
+	const prompt, maxTokens = "Once upon a time", 12
+	noStall := func(c *config) error { c.fairStall = time.Hour; return nil }
+	ns := stealSwarm(t, nil, []Option{noStall, WithStealing(true), WithSwarmOptions(swarm.WithHeartbeatInterval(4 * testHeartbeat))})
+	a, b := ns[0], ns[1]
+	a.entry.adm.hold.Store(true)
+	b.entry.adm.hold.Store(true) // B's own head waits until the test lets it
+	want := reference(t, prompt, maxTokens, greedy)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	run := func(n *Node, out chan<- error) {
+		res, err := n.Complete(ctx, Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: greedy, QueueTimeout: time.Hour})
+		if err == nil && !slices.Equal(res.Tokens, want) {
+			err = errMismatch
+		}
+		out <- err
+	}
+	aerr, berr := make(chan error, 1), make(chan error, 1)
+	go run(a, aerr)
+	waitFor(t, 10*time.Second, "A's head a second old in B's load table", func() bool {
+		p, ok := b.Host().Peers().Get(a.ID())
+		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 1 && p.Heartbeat.EntryWait >= time.Second
+	})
+	go run(b, berr)
+	waitFor(t, 10*time.Second, "B's request queued", func() bool { return b.Metrics().EntryQueue == 1 })
+	b.entry.adm.hold.Store(false) // B has room now: it holds its head for A's, and steals A's
+	b.entry.adm.poke()
+	if err := <-aerr; err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	if err := <-berr; err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	ma, mb := a.Metrics(), b.Metrics()
+	if ma.StolenFrom != 1 || mb.Stolen != 1 || mb.EntryHeld != 1 || mb.EntryQueue != 0 || ma.EntryQueue != 0 {
+		t.Fatalf("stolen from A %d, by B %d; B held %d; queues A %d, B %d", ma.StolenFrom, mb.Stolen, mb.EntryHeld, ma.EntryQueue, mb.EntryQueue)
+	}
+}
