@@ -220,9 +220,18 @@ func (d *decision) decide() (Action, error) {
 	in, s, now := d.in, d.in.State, d.in.Now
 	self, grace := in.Self, in.Config.DeadGrace
 
-	// 1. The leader is a member.
+	// 1. The leader is a member. One evicted for a fault cannot rejoin
+	// until its ban ends, and a node proven to lie must not lead: it hands
+	// over to another voter, which repairs the map without it. (Before,
+	// it appended an empty join for ever and the map kept it.)
 	if !s.IsMember(self) && !in.Leaving {
-		return Append{Event: in.Join, Why: "the leader joins"}, nil
+		if _, banned := s.Banned(self, now); !banned {
+			return Append{Event: in.Join, Why: "the leader joins"}, nil
+		}
+		if d.otherVoters() {
+			return TransferLeadership{}, nil
+		}
+		// The only voter: nobody else can lead; it goes on as one leaving.
 	}
 	// 1b. The swarm learns its model's manifest from a leader that holds
 	// the file: the founder, unless it had none.
