@@ -157,6 +157,9 @@ var (
 	descPlugin       = desc("scheduler_plugin_seconds", "Time one scheduler plugin took in one route, by profile, plugin and kind (filter, scorer, picker).", "profile", "plugin", "kind")
 	descChecks       = desc("verify_checks_total", "Spot checks this node's entry ran, by result: verified, inconclusive, mismatch (outputs differed), unresolved (no third holder settled a mismatch).", "result")
 	descFaults       = desc("verify_faults_reported_total", "Faults this node's entry proved to the leader with signed evidence.")
+	descUploaded     = desc("upload_bytes_total", "Bytes of model chunks this node sent to peers fetching from it.")
+	descUploadLimit  = desc("upload_limit_bytes_per_second", "Upload limit in force now: the adaptive limit while serving, else --upload-rate (0: none).")
+	descUploadProbes = desc("upload_probes_total", "Short upload pauses the adaptive limit took to time idle steps.")
 )
 
 // nodeCollector reads the node at scrape time.
@@ -170,7 +173,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
 		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
 		descEntryQueue, descEntryOldest, descEntryQueued, descStolen, descStolenFrom, descEntryRefused, descQueueWait, descPlugin,
-		descChecks, descFaults} {
+		descChecks, descFaults, descUploaded, descUploadLimit, descUploadProbes} {
 		ch <- d
 	}
 }
@@ -217,6 +220,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descStolen, m.Stolen)
 	counter(descStolenFrom, m.StolenFrom)
 	counter(descEntryRefused, m.EntryRefused)
+	counter(descUploaded, uint64(max(m.Uploaded, 0)))
+	gauge(descUploadLimit, float64(m.UploadLimit))
+	counter(descUploadProbes, m.UploadProbes)
 	buckets := make(map[float64]uint64, len(m.QueueWait.Bounds))
 	for i, b := range m.QueueWait.Bounds {
 		buckets[b] = m.QueueWait.Counts[i]
