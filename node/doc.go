@@ -64,6 +64,16 @@
 //     the layers it no longer serves once their sessions end.
 //   - Capabilities (caps.go): a simulated node declares its device; a
 //     real-engine node measures one layer at start, cached in the data dir.
+//   - The adaptive upload limit (upload.go, uploadctl.go): a node that
+//     serves the model's chunks to fetching peers times its engine
+//     batches (per layer, by batch size class) with uploads running
+//     against an EWMA baseline of batches with none, and sets the chunk
+//     servers' limit AIMD-style: halved when the median is over 1.10×
+//     the baseline, raised 1 MB/s per second otherwise; 1 MB/s floor,
+//     WithUploadRate the ceiling, no limit but that cap while it serves
+//     nothing. A stale or missing baseline is measured again by pausing
+//     uploads for at most 0.6 s (at most every 5 s). The controller
+//     (uploadControl) is pure; the governor runs it on the node's clock.
 //   - Spot checks (verify.go, docs/trust.md): every hop keeps SHA-256
 //     chains over the rows it took and gave per session and signs them
 //     as a receipt on request; at a share of token boundaries

@@ -1,9 +1,17 @@
 package node
 
 import (
+	"context"
 	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/swarm/chunks"
 )
 
 // ctlTick is one tick of the adaptive upload limit's controller: what
@@ -136,4 +144,39 @@ func TestUploadControlBounds(t *testing.T) {
 	if d := c.tick(now, 1e9, 1); d.Limit != math.MaxInt64 || d.Pause {
 		t.Fatalf("huge limit: %+v", d)
 	}
+}
+
+// The governor on a fake node clock: a batch starts the limit at once
+// (not at the next tick); ticks lift it once nothing was served for Busy,
+// and an open session alone sets it again. run returns when its context
+// ends.
+func TestUploadGovernorClock(t *testing.T) {
+	clk := clockwork.NewFakeClock()
+	var sessions atomic.Int64
+	g := newUploadGovernor(clk, 0, func() []*chunks.Server { return nil }, func() int { return int(sessions.Load()) }, zap.NewNop())
+	limit := func() int64 { l, _, _ := g.state(); return l }
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { g.run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	if l := limit(); l != 0 {
+		t.Fatalf("limit %d before serving", l)
+	}
+	start := defaultUploadParams().Start
+	g.batch(8*time.Millisecond, 8, 1)
+	if l := limit(); l != int64(start) {
+		t.Fatalf("limit %d after a batch, want %v at once", l, start)
+	}
+	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer bcancel()
+	if err := clk.BlockUntilContext(bctx, 1); err != nil { // the governor's ticker
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second)
+	waitFor(t, 30*time.Second, "no limit past Busy with nothing served", func() bool { return limit() == 0 })
+	sessions.Store(1)
+	waitFor(t, 30*time.Second, "a limit again with a session open", func() bool {
+		clk.Advance(uploadEvery) // the next tick, if the last was taken
+		return limit() == int64(start)
+	})
 }

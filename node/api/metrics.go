@@ -161,6 +161,9 @@ var (
 	descChecked      = desc("verify_steps_checked_total", "Positions covered by this entry's conclusive spot checks (agreeing or not): the steps verified.")
 	descFirstMiss    = desc("verify_first_mismatch_timestamp_seconds", "When this entry's spot checks first found different outputs (Unix seconds; 0: never).")
 	descVerifyRate   = desc("verify_rate", "Share of token boundaries this entry spot-checks now.")
+	descUploaded     = desc("upload_bytes_total", "Bytes of model chunks this node sent to peers fetching from it.")
+	descUploadLimit  = desc("upload_limit_bytes_per_second", "Upload limit in force now: the adaptive limit while serving, else --upload-rate (0: none).")
+	descUploadProbes = desc("upload_probes_total", "Short upload pauses the adaptive limit took to time idle steps.")
 )
 
 // nodeCollector reads the node at scrape time.
@@ -174,7 +177,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
 		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
 		descEntryQueue, descEntryOldest, descEntryQueued, descStolen, descStolenFrom, descEntryHeld, descEntryRefused, descQueueWait, descPlugin,
-		descChecks, descFaults, descChecked, descFirstMiss, descVerifyRate} {
+		descChecks, descFaults, descChecked, descFirstMiss, descVerifyRate, descUploaded, descUploadLimit, descUploadProbes} {
 		ch <- d
 	}
 }
@@ -229,6 +232,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descStolenFrom, m.StolenFrom)
 	counter(descEntryHeld, m.EntryHeld)
 	counter(descEntryRefused, m.EntryRefused)
+	counter(descUploaded, uint64(max(m.Uploaded, 0)))
+	gauge(descUploadLimit, float64(m.UploadLimit))
+	counter(descUploadProbes, m.UploadProbes)
 	buckets := make(map[float64]uint64, len(m.QueueWait.Bounds))
 	for i, b := range m.QueueWait.Bounds {
 		buckets[b] = m.QueueWait.Counts[i]
