@@ -8,8 +8,9 @@ import "github.com/stratanet/strata/routing"
 // report, a release or a map change makes room; it is refused when its
 // deadline passes or the queue is at its bound. A hop's room is its last
 // heartbeat's free KV less what this entry admitted onto it since: a
-// reservation counts until the second report after the session opened
-// (its first token), or until the request ends. Replays do not pass
+// reservation counts until a report newer than the first newer one the
+// entry looked at after the session opened (its first token), or until
+// the request ends. Replays do not pass
 // through it: the real entry reroutes them directly (node/entry.go).
 
 // The real entry's bounds (node.DefaultEntryQueueMax, DefaultQueueTimeout).
@@ -25,6 +26,21 @@ type kvResv struct {
 	need     int // tokens
 	opened   bool
 	openBeat int // the report current when the session opened
+	next     int // the first newer report a look saw (0: none yet)
+}
+
+// countedBy reports whether the report of beat counts r's session: one
+// newer than the first newer report a look saw, since that one may have
+// been on its way before the session opened (node/queue.go).
+func (r *kvResv) countedBy(beat int) bool {
+	switch {
+	case !r.opened || beat == r.openBeat:
+		return false
+	case r.next == 0:
+		r.next = beat
+		return false
+	}
+	return beat != r.next
 }
 
 // kvRep is a node's last heartbeat figures, as the entry reads them.
@@ -74,7 +90,7 @@ func (eq *entryQueue) fits(i, need int) bool {
 	kept := l[:0]
 	held := 0
 	for _, r := range l {
-		if !(r.opened && eq.beat >= r.openBeat+2) {
+		if !r.countedBy(eq.beat) {
 			kept = append(kept, r)
 			held += r.need
 		}

@@ -30,13 +30,16 @@ func TestEntryQueueRoom(t *testing.T) {
 		t.Fatal("a reservation of 60 leaves room for 40, not 50")
 	}
 	eq.opened([]*kvResv{r})
-	eq.beat++
+	eq.beat += 3 // reports nobody looked at do not count
 	if eq.fits(0, 50) {
-		t.Fatal("the first report after the session opened may predate it: the reservation still counts")
+		t.Fatal("the first report a look sees after the session opened may predate it: the reservation still counts")
+	}
+	if eq.fits(0, 50) {
+		t.Fatal("the same report again: the reservation still counts")
 	}
 	eq.beat++
 	if !eq.fits(0, 50) || len(eq.resv[0]) != 0 {
-		t.Fatalf("the second report counts the session: reservation kept %v", eq.resv[0])
+		t.Fatalf("a newer report counts the session: reservation kept %v", eq.resv[0])
 	}
 	r2 := &kvResv{node: 1, need: 10}
 	eq.resv[1] = []*kvResv{r2}
