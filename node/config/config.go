@@ -133,21 +133,22 @@ const DefaultAPI = "127.0.0.1:8080"
 // Default returns the defaults.
 func Default() Config {
 	return Config{
-		DataDir:        defaultDataDir(),
-		Listen:         append([]string(nil), swarm.DefaultListenAddrs...),
-		Relay:          true,
-		RelayRate:      swarm.DefaultRelayRate,
-		Swarm:          swarm.DefaultSwarmName,
-		Reachability:   "auto",
-		Heartbeat:      swarm.DefaultHeartbeatInterval,
-		QueueTimeout:   node.DefaultQueueTimeout,
-		QueueMax:       node.DefaultEntryQueueMax,
-		API:            DefaultAPI,
-		APIMaxBody:     4 << 20,
-		LogLevel:       "info",
-		LogPeers:       5 * time.Second,
-		VerifyRate:     node.DefaultVerifyRate,
-		PrefixCache:    true,
+		DataDir:      defaultDataDir(),
+		Listen:       append([]string(nil), swarm.DefaultListenAddrs...),
+		Relay:        true,
+		RelayRate:    swarm.DefaultRelayRate,
+		Swarm:        swarm.DefaultSwarmName,
+		Reachability: "auto",
+		Heartbeat:    swarm.DefaultHeartbeatInterval,
+		QueueTimeout: node.DefaultQueueTimeout,
+		QueueMax:     node.DefaultEntryQueueMax,
+		API:          DefaultAPI,
+		APIMaxBody:   4 << 20,
+		LogLevel:     "info",
+		LogPeers:     5 * time.Second,
+		VerifyRate:   node.DefaultVerifyRate,
+		PrefixCache:  true,
+
 		UploadAdaptive: true,
 	}
 }
