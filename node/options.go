@@ -39,11 +39,8 @@ type config struct {
 	simModel   string
 	modelID    string // fetch.go: join by fingerprint, fetch layers from peers
 	uploadRate int64  // chunk uploads, bytes/s (0: no limit)
-	// uploadAdaptive limits uploads further while the node serves
-	// (upload.go).
-	uploadAdaptive bool
-	chunkSize      int64 // of the manifest built from the file
-	noChunks       bool  // do not serve the file's chunks
+	chunkSize  int64  // of the manifest built from the file
+	noChunks   bool   // do not serve the file's chunks
 	// chunkReader wraps the file the chunk server reads (tests: a liar).
 	chunkReader func(io.ReaderAt) io.ReaderAt
 	hw          *layers.Hardware
@@ -72,6 +69,7 @@ type config struct {
 	fault                                              outputFault   // test-only (faultinject.go)
 	noPrefixCache                                      bool
 	unsignedFrames                                     bool // sigframe.go
+	uploadAdaptive                                     bool // limit uploads further while serving (upload.go)
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
