@@ -22,14 +22,16 @@ import (
 // estimate can only be late (the wait was measured before the heartbeat
 // left), so two entries never both hold for each other.
 //
-// Only a peer whose queue is at least as long as ours is waited for.
+// Only a peer whose queue is longer than ours is waited for.
 // A hold idles room until the older peer takes it, and both learn of
 // each other's admissions through the load table, up to a heartbeat
 // late. The entry that drains most of the swarm's backlog (the longest
 // queue) would so idle the swarm for each request of every short queue
 // (the symmetric rule lost goodput on overload.yaml); instead it goes on
 // admitting, and a short queue's head, once the oldest, takes room as
-// soon as it sees some, like any head without fair admission.
+// soon as it sees some, like any head without fair admission. Queues
+// of equal length (short ones, near capacity) do not wait for each
+// other either: each hold there would cost a table lag of idle room.
 //
 // Rows that cannot be trusted are ignored: peers not alive, rows with no
 // heartbeat within three intervals (when the peer table turns a peer
@@ -130,7 +132,7 @@ func (e *entry) olderPeerLocked(w *waiter, now time.Time) (hold bool, wake time.
 			continue
 		}
 		seen[h.id] = true
-		if h.n < ours || !h.enq.Before(w.since.Add(-f.slack)) {
+		if h.n <= ours || !h.enq.Before(w.since.Add(-f.slack)) {
 			continue
 		}
 		r := a.stall[h.id]

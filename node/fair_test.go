@@ -60,8 +60,8 @@ func (r *entryRig) finish(g queuedGen, prompt, max int) {
 // TestFairHoldsForOlderPeerHead: with room on the path, a new request
 // (and one behind it, not counted as held: FIFO keeps it) waits while a
 // peer entry's head is older; a request that asked not to queue is not
-// held; the head runs once the peer's queue is shorter than ours, the
-// next once the older head is gone from the table.
+// held; both run once the peer's queue is no longer than ours. A new
+// request held so runs once the older head is gone from the table.
 func TestFairHoldsForOlderPeerHead(t *testing.T) {
 	r := newFairRig(t)
 	x := testPeer(t, 50)
@@ -82,15 +82,18 @@ func TestFairHoldsForOlderPeerHead(t *testing.T) {
 		t.Fatalf("%d requests held back, want the head only", h)
 	}
 
-	// The peer's queue is now shorter than ours: it is not waited for,
-	// until ours is as short.
+	// The peer's queue is now no longer than ours: it is not waited for.
 	r.setHeads(peerHead{id: x, n: 1, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
 	r.finish(recvGen(t, out), 3, 4)
+	r.finish(recvGen(t, out), 3, 4)
+	r.waitQueued(0)
+
+	r.setHeads(peerHead{id: x, n: 2, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
+	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4}, 2, out)
 	r.waitQueued(1)
 	noGen(t, out)
 	r.setHeads() // the peer's head left its queue
 	r.finish(recvGen(t, out), 3, 4)
-	r.waitQueued(0)
 	if h := r.held(); h != 2 {
 		t.Fatalf("%d held", h)
 	}
@@ -210,15 +213,17 @@ func TestFairOnSwarm(t *testing.T) {
 	defer cancel()
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
-	aerr := make(chan error, 1)
-	go func() {
-		_, err := a.Complete(actx, Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: greedy})
-		aerr <- err
-	}()
-	waitFor(t, 10*time.Second, "A's head in B's and C's load tables", func() bool {
+	aerr := make(chan error, 2)
+	for range 2 { // a queue longer than B's will be
+		go func() {
+			_, err := a.Complete(actx, Request{Prompt: prompt, MaxTokens: maxTokens, Sampling: greedy})
+			aerr <- err
+		}()
+	}
+	waitFor(t, 10*time.Second, "A's queue in B's and C's load tables", func() bool {
 		for _, n := range []*Node{b, c} {
 			p, ok := n.Host().Peers().Get(a.ID())
-			if !ok || p.Heartbeat == nil || p.Heartbeat.EntryQueue != 1 {
+			if !ok || p.Heartbeat == nil || p.Heartbeat.EntryQueue != 2 {
 				return false
 			}
 		}
@@ -249,7 +254,7 @@ func TestFairOnSwarm(t *testing.T) {
 	// A's head older than B's slack (half its interval) by far.
 	waitFor(t, 10*time.Second, "A's head a second old in B's load table", func() bool {
 		p, ok := b.Host().Peers().Get(a.ID())
-		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 1 && p.Heartbeat.EntryWait >= time.Second
+		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 2 && p.Heartbeat.EntryWait >= time.Second
 	})
 	berr := make(chan error, 1)
 	go func() {
@@ -285,9 +290,11 @@ func TestFairOnSwarm(t *testing.T) {
 		t.Fatalf("B's queue %d", mb.EntryQueue)
 	}
 
-	acancel() // A's head leaves A's queue
-	if err := <-aerr; err == nil {
-		t.Fatal("A's cancelled request succeeded")
+	acancel() // A's requests leave A's queue
+	for range 2 {
+		if err := <-aerr; err == nil {
+			t.Fatal("A's cancelled request succeeded")
+		}
 	}
 	if err := <-berr; err != nil {
 		t.Fatalf("B: %v", err)
@@ -298,8 +305,10 @@ func TestFairOnSwarm(t *testing.T) {
 }
 
 // TestFairStealsOlderHead: B, with stealing on and its own request held
-// for A's older head, steals that head (not a younger one: its ask
-// carries its own head's wait), drives it, and then runs its own.
+// for A's older head (A's queue is longer), steals that head (its ask
+// carries its own head's wait, so it would not take a younger one) and
+// drives it; it runs its own and, with its queue empty, steals A's
+// other request too (A's own paths look full).
 func TestFairStealsOlderHead(t *testing.T) {
 	const prompt, maxTokens = "Once upon a time", 12
 	noStall := func(c *config) error { c.fairStall = time.Hour; return nil }
@@ -317,24 +326,27 @@ func TestFairStealsOlderHead(t *testing.T) {
 		}
 		out <- err
 	}
-	aerr, berr := make(chan error, 1), make(chan error, 1)
+	aerr, berr := make(chan error, 2), make(chan error, 1)
 	go run(a, aerr)
+	go run(a, aerr) // a queue longer than B's will be
 	waitFor(t, 10*time.Second, "A's head a second old in B's load table", func() bool {
 		p, ok := b.Host().Peers().Get(a.ID())
-		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 1 && p.Heartbeat.EntryWait >= time.Second
+		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 2 && p.Heartbeat.EntryWait >= time.Second
 	})
 	go run(b, berr)
 	waitFor(t, 10*time.Second, "B's request queued", func() bool { return b.Metrics().EntryQueue == 1 })
 	b.entry.adm.hold.Store(false) // B has room now: it holds its head for A's, and steals A's
 	b.entry.adm.poke()
-	if err := <-aerr; err != nil {
-		t.Fatalf("A: %v", err)
+	for range 2 {
+		if err := <-aerr; err != nil {
+			t.Fatalf("A: %v", err)
+		}
 	}
 	if err := <-berr; err != nil {
 		t.Fatalf("B: %v", err)
 	}
 	ma, mb := a.Metrics(), b.Metrics()
-	if ma.StolenFrom != 1 || mb.Stolen != 1 || mb.EntryHeld != 1 || mb.EntryQueue != 0 || ma.EntryQueue != 0 {
+	if ma.StolenFrom != 2 || mb.Stolen != 2 || mb.EntryHeld != 1 || mb.EntryQueue != 0 || ma.EntryQueue != 0 {
 		t.Fatalf("stolen from A %d, by B %d; B held %d; queues A %d, B %d", ma.StolenFrom, mb.Stolen, mb.EntryHeld, ma.EntryQueue, mb.EntryQueue)
 	}
 }

@@ -159,5 +159,8 @@ func FuzzDecodeSteal(f *testing.F) {
 		if m.Kind == stealHand && (m.Hand == nil || len(m.Hand.Tokens) == 0 || m.Hand.MaxTokens <= 0) {
 			t.Fatalf("accepted a bad handover %+v", m.Hand)
 		}
+		if m.MinWait < 0 || (m.MinWait != 0 && m.Kind != stealAsk) {
+			t.Fatalf("accepted min wait %v on a %q frame", m.MinWait, m.Kind)
+		}
 	})
 }
