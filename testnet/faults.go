@@ -75,17 +75,19 @@ type Detection struct {
 	// AtS is its time since the load began; By the entry that found it.
 	AtS float64 `json:"at_s"`
 	By  string  `json:"by"`
-	// Steps are the positions covered by every entry's conclusive checks
-	// from the start of the load up to and including it (the steps
-	// verified until detection), in Checks checks.
-	Steps  int `json:"steps"`
-	Checks int `json:"checks"`
-	// FaultySteps and FaultyChecks are the part of them that checked a
-	// faulty node's work (the checks that could have found it).
+	// FaultySteps are the positions of a faulty node's work that every
+	// entry's conclusive checks covered from the start of the load up to
+	// and including it, in FaultyChecks checks: the verified steps until
+	// detection that the goal (expect.max_detection_steps) bounds, since
+	// only checks of the liar's work can find it.
 	FaultySteps  int `json:"faulty_steps"`
 	FaultyChecks int `json:"faulty_checks"`
+	// Steps and Checks are the same over every hop's work, honest ones
+	// included: what checking cost the whole swarm until the detection.
+	Steps  int `json:"steps"`
+	Checks int `json:"checks"`
 	// Partial: some entry's log could not be read or was cut at its cap,
-	// so Steps is a lower bound.
+	// so the step counts are lower bounds.
 	Partial bool `json:"partial,omitempty"`
 }
 
@@ -440,8 +442,16 @@ func checkTrust(x Expect, rep *Report) []string {
 	if (x.MaxDetectionSteps != nil || x.MaxDetection > 0) && d == nil {
 		v = append(v, "no spot check found a mismatch")
 	}
-	if d != nil && x.MaxDetectionSteps != nil && d.Steps > *x.MaxDetectionSteps {
-		v = append(v, fmt.Sprintf("detection after %d verified steps > %d", d.Steps, *x.MaxDetectionSteps))
+	if d != nil && x.MaxDetectionSteps != nil {
+		// The goal is about the liar's work; a scenario with no faulty
+		// node has no liar figure, so all hops' steps stand in.
+		n, of := d.FaultySteps, "of the faulty node's work"
+		if len(t.Faulty) == 0 {
+			n, of = d.Steps, "over all hops"
+		}
+		if n > *x.MaxDetectionSteps {
+			v = append(v, fmt.Sprintf("detection after %d verified steps %s > %d", n, of, *x.MaxDetectionSteps))
+		}
 	}
 	if d != nil && x.MaxDetection > 0 && d.AtS > x.MaxDetection.Seconds() {
 		v = append(v, fmt.Sprintf("detection at %.1fs > %v", d.AtS, x.MaxDetection))
@@ -467,12 +477,13 @@ func (t *TrustReport) markdown(b *strings.Builder) {
 		if d.Partial {
 			partial = " (a lower bound: some entry's log is missing or cut)"
 		}
-		fmt.Fprintf(b, "Detection: the first mismatch at %.1f s, found by %s, after %d verified steps in %d conclusive checks over all entries%s",
-			d.AtS, d.By, d.Steps, d.Checks, partial)
+		fmt.Fprintf(b, "Detection: the first mismatch at %.1f s, found by %s", d.AtS, d.By)
 		if len(t.Faulty) > 0 {
-			fmt.Fprintf(b, "; %d of those steps, in %d checks, were of a faulty node's work", d.FaultySteps, d.FaultyChecks)
+			fmt.Fprintf(b, ", after %d verified steps of the faulty node's work (in %d checks of it); all hops: %d steps in %d conclusive checks over all entries%s.\n",
+				d.FaultySteps, d.FaultyChecks, d.Steps, d.Checks, partial)
+		} else {
+			fmt.Fprintf(b, ", after %d verified steps in %d conclusive checks over all entries (all hops)%s.\n", d.Steps, d.Checks, partial)
 		}
-		b.WriteString(".\n")
 		for _, f := range t.Faulty {
 			if f.EvictedS >= 0 {
 				fmt.Fprintf(b, "Eviction of %s: %.1f s (%.1f s after the detection).\n", f.Node, f.EvictedS, f.EvictedS-d.AtS)

@@ -97,19 +97,25 @@ func TestTrustReport(t *testing.T) {
 		t.Fatalf("violations %v", rep.Violations)
 	}
 	md := rep.Markdown()
-	for _, want := range []string{"after 155 verified steps in 5 conclusive checks over all entries; 105 of those steps, in 3 checks, were of a faulty node's work", "1 before the detection, 1 between it and the eviction, 3 after",
+	for _, want := range []string{"after 105 verified steps of the faulty node's work (in 3 checks of it); all hops: 155 steps in 5 conclusive checks over all entries", "1 before the detection, 1 between it and the eviction, 3 after",
 		"Eviction of b: 5.0 s (2.0 s after the detection)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
 	}
 
-	// Tighter goals fail, each by name.
+	// Tighter goals fail, each by name. The steps goal bounds the liar's
+	// figure (105), not all hops' (155): 120 passes, 100 does not.
 	x := &sc.Expect
-	steps := 100
-	x.MaxDetectionSteps, x.MaxDetection = &steps, 2*s
+	steps := 120
+	x.MaxDetectionSteps = &steps
+	if v := checkTrust(*x, rep); len(v) != 1 || !strings.Contains(v[0], "wrong tokens after eviction") {
+		t.Fatalf("a goal of 120 steps judged on all hops' 155: %v", v)
+	}
+	steps = 100
+	x.MaxDetection = 2 * s
 	v := strings.Join(checkTrust(*x, rep), "; ")
-	for _, want := range []string{"detection after 155 verified steps > 100", "detection at 3.0s > 2s"} {
+	for _, want := range []string{"detection after 105 verified steps of the faulty node's work > 100", "detection at 3.0s > 2s"} {
 		if !strings.Contains(v, want) {
 			t.Errorf("violations %q lack %q", v, want)
 		}
