@@ -200,10 +200,13 @@ type VerifyStats struct {
 	Log []CheckRecord
 }
 
-// CheckRecord is one conclusive spot check of Hop's work.
+// CheckRecord is one conclusive spot check of Hop's work, compared with
+// Checker's answer: a check covers the checker's work on those positions
+// too (a lying checker is caught by the third holder).
 type CheckRecord struct {
 	At        time.Time
 	Hop       peer.ID
+	Checker   peer.ID
 	Positions int
 	Mismatch  bool
 }
@@ -221,9 +224,9 @@ type verifyCounters struct {
 	log           []CheckRecord
 }
 
-// conclusive counts a check of hop's positions that agreed or, mismatch,
-// did not, at now.
-func (c *verifyCounters) conclusive(now time.Time, hop peer.ID, positions int, mismatch bool) {
+// conclusive counts a check of hop's positions against checker's that
+// agreed or, mismatch, did not, at now.
+func (c *verifyCounters) conclusive(now time.Time, hop, checker peer.ID, positions int, mismatch bool) {
 	if mismatch {
 		c.mismatches.Add(1)
 	} else {
@@ -237,7 +240,7 @@ func (c *verifyCounters) conclusive(now time.Time, hop peer.ID, positions int, m
 		return
 	}
 	if len(c.log) < maxCheckLog {
-		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Positions: positions, Mismatch: mismatch})
+		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Positions: positions, Mismatch: mismatch})
 	}
 	if mismatch {
 		c.firstMismatch, c.checkedAt = now, n
@@ -389,12 +392,12 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), x.Peer, rx.Positions, false)
+		e.vc.conclusive(e.cfg.clock.Now(), x.Peer, alts[v], rx.Positions, false)
 		e.work.passed(x.Peer)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), x.Peer, rx.Positions, true)
+	e.vc.conclusive(e.cfg.clock.Now(), x.Peer, alts[v], rx.Positions, true)
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	// Third holders: single ones first, then a chain of two that covers

@@ -75,8 +75,9 @@ type Detection struct {
 	// AtS is its time since the load began; By the entry that found it.
 	AtS float64 `json:"at_s"`
 	By  string  `json:"by"`
-	// FaultySteps are the positions of a faulty node's work that every
-	// entry's conclusive checks covered from the start of the load up to
+	// FaultySteps are the positions of a faulty node's work (as the
+	// checked hop or as the checker) that every entry's conclusive checks
+	// covered from the start of the load up to
 	// and including it, in FaultyChecks checks: the verified steps until
 	// detection that the goal (expect.max_detection_steps) bounds, since
 	// only checks of the liar's work can find it.
@@ -123,6 +124,7 @@ type NodeVerify struct {
 type checkAt struct {
 	At        time.Duration // since the load began
 	Hop       string        // the checked node's name
+	Checker   string        // the name of the holder it was compared with
 	Positions int
 	Mismatch  bool
 }
@@ -142,6 +144,7 @@ type verifyView struct {
 	Log                  []struct {
 		At        time.Time `json:"at"`
 		Hop       string    `json:"hop"`
+		Checker   string    `json:"checker"`
 		Positions int       `json:"positions"`
 		Mismatch  bool      `json:"mismatch"`
 	} `json:"log"`
@@ -160,7 +163,7 @@ func nodeVerify(name string, v verifyView, t0 time.Time, nameOf func(peerID stri
 		nv.FirstMismatchS = secs(v.FirstMismatch.Sub(t0))
 	}
 	for _, c := range v.Log {
-		nv.log = append(nv.log, checkAt{At: c.At.Sub(t0), Hop: nameOf(c.Hop), Positions: c.Positions, Mismatch: c.Mismatch})
+		nv.log = append(nv.log, checkAt{At: c.At.Sub(t0), Hop: nameOf(c.Hop), Checker: nameOf(c.Checker), Positions: c.Positions, Mismatch: c.Mismatch})
 	}
 	return nv
 }
@@ -191,7 +194,9 @@ func detection(entries []NodeVerify, faulty []string) *Detection {
 			if c.At <= first.At {
 				d.Steps += c.Positions
 				d.Checks++
-				if slices.Contains(faulty, c.Hop) {
+				// The liar's work is covered whether it was the checked
+				// hop or the checker (found then by the third holder).
+				if slices.Contains(faulty, c.Hop) || slices.Contains(faulty, c.Checker) {
 					d.FaultySteps += c.Positions
 					d.FaultyChecks++
 				}
