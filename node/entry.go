@@ -187,6 +187,7 @@ type entry struct {
 	checks registry       // spot checks' check sessions (verify.go), apart from generations
 	rcpt   receipts       // receipts awaited by spot checks
 	vc     verifyCounters // spot-check counts
+	work   unverifiedWork // per peer, steps served since its last check passed
 }
 
 func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
@@ -659,6 +660,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 				tok = ev.tok
 			}
 		}
+		e.work.served(hops, len(step.Tokens))
 		finished, err := g.deliver(ctx, tok.Token)
 		if err != nil || finished {
 			return attemptEnd{done: err == nil}, err

@@ -200,10 +200,13 @@ type VerifyStats struct {
 	Log []CheckRecord
 }
 
-// CheckRecord is one conclusive spot check of Hop's work.
+// CheckRecord is one conclusive spot check of Hop's work, compared with
+// Checker's answer: a check covers the checker's work on those positions
+// too (a lying checker is caught by the third holder).
 type CheckRecord struct {
 	At        time.Time
 	Hop       peer.ID
+	Checker   peer.ID
 	Positions int
 	Mismatch  bool
 }
@@ -221,9 +224,9 @@ type verifyCounters struct {
 	log           []CheckRecord
 }
 
-// conclusive counts a check of hop's positions that agreed or, mismatch,
-// did not, at now.
-func (c *verifyCounters) conclusive(now time.Time, hop peer.ID, positions int, mismatch bool) {
+// conclusive counts a check of hop's positions against checker's that
+// agreed or, mismatch, did not, at now.
+func (c *verifyCounters) conclusive(now time.Time, hop, checker peer.ID, positions int, mismatch bool) {
 	if mismatch {
 		c.mismatches.Add(1)
 	} else {
@@ -237,7 +240,7 @@ func (c *verifyCounters) conclusive(now time.Time, hop peer.ID, positions int, m
 		return
 	}
 	if len(c.log) < maxCheckLog {
-		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Positions: positions, Mismatch: mismatch})
+		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Positions: positions, Mismatch: mismatch})
 	}
 	if mismatch {
 		c.firstMismatch, c.checkedAt = now, n
@@ -352,7 +355,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	e.vc.audits.Add(1)
-	i := cand[rand.IntN(len(cand))]
+	i := pickAudit(hops, cand, e.work.unverified, rand.IntN)
 	x := hops[i]
 	rx, err := e.askSent(ctx, sid, hops, i, areg)
 	if err != nil {
@@ -389,11 +392,12 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), x.Peer, rx.Positions, false)
+		e.vc.conclusive(e.cfg.clock.Now(), x.Peer, alts[v], rx.Positions, false)
+		e.work.passed(x.Peer)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), x.Peer, rx.Positions, true)
+	e.vc.conclusive(e.cfg.clock.Now(), x.Peer, alts[v], rx.Positions, true)
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	// Third holders: single ones first, then a chain of two that covers
@@ -422,6 +426,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		case rw.SameOutput(rx):
 			// The checker lied; the session's hop was right.
 			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}, Chain: chain})
+			e.work.passed(x.Peer)
 			g.verified(x.Peer, rx.Positions, start)
 			return nil
 		}
@@ -432,6 +437,59 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
 		reason: fmt.Sprintf("hop %s and checker %s disagree on layers [%d, %d), no third holder settled it", shortID(x.Peer),
 			shortID(alts[v]), x.From, x.To)}
+}
+
+// pickAudit chooses which of the candidate hops (indexes into hops) a
+// spot check takes: the one whose peer has the most work unverified by
+// this entry, ties drawn by intn. A uniform draw would keep checking the
+// peers that most paths cross and leave a rarely routed liar unchecked;
+// this way the peer nobody checked lately comes first. intn(n) returns a
+// number in [0, n).
+func pickAudit(hops []Hop, cand []int, unverified func(peer.ID) int, intn func(int) int) int {
+	var best []int
+	most := -1
+	for _, i := range cand {
+		switch u := unverified(hops[i].Peer); {
+		case u > most:
+			best, most = append(best[:0], i), u
+		case u == most:
+			best = append(best, i)
+		}
+	}
+	return best[intn(len(best))]
+}
+
+// unverifiedWork counts, per peer, the steps it served for this entry's
+// generations since a spot check of this entry last found its work
+// right: what a check of it now would newly cover.
+type unverifiedWork struct {
+	mu    sync.Mutex
+	steps map[peer.ID]int
+}
+
+// served adds n steps for every hop of a path that just produced a token.
+func (w *unverifiedWork) served(hops []Hop, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.steps == nil {
+		w.steps = map[peer.ID]int{}
+	}
+	for _, h := range hops {
+		w.steps[h.Peer] += n
+	}
+}
+
+// passed: a check found p's work right; its count starts again.
+func (w *unverifiedWork) passed(p peer.ID) {
+	w.mu.Lock()
+	delete(w.steps, p)
+	w.mu.Unlock()
+}
+
+func (w *unverifiedWork) unverified(p peer.ID) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.steps[p]
 }
 
 // checkers are the holders that can check hop i: they serve its layers

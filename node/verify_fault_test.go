@@ -156,7 +156,7 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 		for _, c := range s.Log {
 			sum += c.Positions
 		}
-		if last := s.Log[len(s.Log)-1]; !last.Mismatch || last.Hop == "" || !last.At.Equal(s.FirstMismatch) || uint64(sum) != s.CheckedAtFirstMismatch ||
+		if last := s.Log[len(s.Log)-1]; !last.Mismatch || last.Hop == "" || last.Checker == "" || last.Checker == last.Hop || !last.At.Equal(s.FirstMismatch) || uint64(sum) != s.CheckedAtFirstMismatch ||
 			s.CheckedAtFirstMismatch > s.Checked {
 			t.Fatalf("detection counters: %+v", s)
 		}

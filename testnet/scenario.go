@@ -194,9 +194,10 @@ type Expect struct {
 	// had a fault accepted (an honest swarm). MaxMismatches bounds the
 	// spot-check mismatches over all entries.
 	MaxMismatches *int `yaml:"max_mismatches"`
-	// MaxDetectionSteps bounds the steps every entry verified until the
-	// first mismatch, MaxDetection its time from the start of the load;
-	// either needs a mismatch to be found.
+	// MaxDetectionSteps bounds the steps of the faulty node's work that
+	// every entry verified until the first mismatch (of all hops' work
+	// when no node is faulty), MaxDetection its time from the start of
+	// the load; either needs a mismatch to be found.
 	MaxDetectionSteps *int          `yaml:"max_detection_steps"`
 	MaxDetection      time.Duration `yaml:"max_detection"`
 	// MaxWrongTokensAfterEviction bounds the delivered tokens that differ
