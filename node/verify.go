@@ -207,6 +207,7 @@ type CheckRecord struct {
 	At        time.Time
 	Hop       peer.ID
 	Checker   peer.ID
+	Session   SessionID // positions re-checked in one session are the same steps
 	Positions int
 	Mismatch  bool
 }
@@ -226,7 +227,7 @@ type verifyCounters struct {
 
 // conclusive counts a check of hop's positions against checker's that
 // agreed or, mismatch, did not, at now.
-func (c *verifyCounters) conclusive(now time.Time, hop, checker peer.ID, positions int, mismatch bool) {
+func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions int, mismatch bool) {
 	if mismatch {
 		c.mismatches.Add(1)
 	} else {
@@ -240,7 +241,7 @@ func (c *verifyCounters) conclusive(now time.Time, hop, checker peer.ID, positio
 		return
 	}
 	if len(c.log) < maxCheckLog {
-		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Positions: positions, Mismatch: mismatch})
+		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Mismatch: mismatch})
 	}
 	if mismatch {
 		c.firstMismatch, c.checkedAt = now, n
@@ -392,12 +393,12 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), x.Peer, alts[v], rx.Positions, false)
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, false)
 		e.work.passed(x.Peer)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), x.Peer, alts[v], rx.Positions, true)
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, true)
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	// Third holders: single ones first, then a chain of two that covers

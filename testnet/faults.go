@@ -77,7 +77,7 @@ type Detection struct {
 	By  string  `json:"by"`
 	// FaultySteps are the positions of a faulty node's work (as the
 	// checked hop or as the checker) that every entry's conclusive checks
-	// covered from the start of the load up to
+	// covered, each counted once per session and role, from the start of the load up to
 	// and including it, in FaultyChecks checks: the verified steps until
 	// detection that the goal (expect.max_detection_steps) bounds, since
 	// only checks of the liar's work can find it.
@@ -125,6 +125,7 @@ type checkAt struct {
 	At        time.Duration // since the load began
 	Hop       string        // the checked node's name
 	Checker   string        // the name of the holder it was compared with
+	Session   string        // the checked session ("": unknown)
 	Positions int
 	Mismatch  bool
 }
@@ -145,6 +146,7 @@ type verifyView struct {
 		At        time.Time `json:"at"`
 		Hop       string    `json:"hop"`
 		Checker   string    `json:"checker"`
+		Session   string    `json:"session"`
 		Positions int       `json:"positions"`
 		Mismatch  bool      `json:"mismatch"`
 	} `json:"log"`
@@ -163,7 +165,8 @@ func nodeVerify(name string, v verifyView, t0 time.Time, nameOf func(peerID stri
 		nv.FirstMismatchS = secs(v.FirstMismatch.Sub(t0))
 	}
 	for _, c := range v.Log {
-		nv.log = append(nv.log, checkAt{At: c.At.Sub(t0), Hop: nameOf(c.Hop), Checker: nameOf(c.Checker), Positions: c.Positions, Mismatch: c.Mismatch})
+		nv.log = append(nv.log, checkAt{At: c.At.Sub(t0), Hop: nameOf(c.Hop), Checker: nameOf(c.Checker), Session: c.Session,
+			Positions: c.Positions, Mismatch: c.Mismatch})
 	}
 	return nv
 }
@@ -190,16 +193,33 @@ func detection(entries []NodeVerify, faulty []string) *Detection {
 			continue
 		}
 		covered := false
-		for _, c := range e.log {
+		// A check covers a session's positions from its start, so a later
+		// check of the same session by the same entry verifies only the
+		// positions past the earlier one's: the liar's steps count each
+		// position of its work once per session and role.
+		seen := map[[2]string]int{}
+		for i, c := range e.log {
 			if c.At <= first.At {
 				d.Steps += c.Positions
 				d.Checks++
 				// The liar's work is covered whether it was the checked
 				// hop or the checker (found then by the third holder).
-				if slices.Contains(faulty, c.Hop) || slices.Contains(faulty, c.Checker) {
-					d.FaultySteps += c.Positions
-					d.FaultyChecks++
+				role := ""
+				switch {
+				case slices.Contains(faulty, c.Hop):
+					role = "hop"
+				case slices.Contains(faulty, c.Checker):
+					role = "checker"
+				default:
+					continue
 				}
+				k := [2]string{c.Session, role}
+				if c.Session == "" {
+					k[0] = fmt.Sprint("#", i) // unknown session: its own
+				}
+				d.FaultySteps += max(c.Positions-seen[k], 0)
+				seen[k] = max(seen[k], c.Positions)
+				d.FaultyChecks++
 			} else {
 				covered = true
 			}

@@ -38,9 +38,10 @@ func TestTrustReport(t *testing.T) {
 				At        time.Time `json:"at"`
 				Hop       string    `json:"hop"`
 				Checker   string    `json:"checker"`
+				Session   string    `json:"session"`
 				Positions int       `json:"positions"`
 				Mismatch  bool      `json:"mismatch"`
-			}{t0.Add(c.At), "id-" + c.Hop, "id-" + c.Checker, c.Positions, c.Mismatch})
+			}{t0.Add(c.At), "id-" + c.Hop, "id-" + c.Checker, c.Session, c.Positions, c.Mismatch})
 			v.Checks++
 			v.StepsChecked += uint64(c.Positions)
 		}
@@ -52,12 +53,15 @@ func TestTrustReport(t *testing.T) {
 		return v
 	}
 	entries := []NodeVerify{
-		// a finds the liar at 3 s; c checked twice before that (once of a,
+		// a finds the liar at 3 s, after checking b's work in session s1
+		// twice (the second check re-covers positions the first did: no
+		// new steps of b's); c checked twice before that (once of a,
 		// against the liar b's answer) and once after, and finds it again
 		// at 4 s (not the first).
-		nodeVerify("a", view(3*s, checkAt{1 * s, "c", "a", 30, false}, checkAt{2 * s, "b", "c", 40, false}, checkAt{3 * s, "b", "c", 40, true}), t0, name),
-		nodeVerify("c", view(4*s, checkAt{1500 * ms, "a", "b", 20, false}, checkAt{2500 * ms, "b", "c", 25, false}, checkAt{3500 * ms, "b", "c", 50, false},
-			checkAt{4 * s, "b", "c", 60, true}), t0, name),
+		nodeVerify("a", view(3*s, checkAt{1 * s, "c", "a", "", 30, false}, checkAt{2 * s, "b", "c", "s1", 40, false},
+			checkAt{2500 * ms, "b", "c", "s1", 30, false}, checkAt{3 * s, "b", "c", "", 40, true}), t0, name),
+		nodeVerify("c", view(4*s, checkAt{1500 * ms, "a", "b", "", 20, false}, checkAt{2500 * ms, "b", "c", "", 25, false}, checkAt{3500 * ms, "b", "c", "", 50, false},
+			checkAt{4 * s, "b", "c", "", 60, true}), t0, name),
 	}
 	entries[0].Reported = 1
 	if entries[1].log[1].Hop != "b" {
@@ -83,8 +87,8 @@ func TestTrustReport(t *testing.T) {
 	rep := buildReport(sc, results, refs, nil, samples, 8*s, nil, entries)
 	tr := rep.Trust
 	d := tr.Detection
-	if d == nil || d.AtS != 3 || d.By != "a" || d.Steps != 30+40+40+20+25 || d.Checks != 5 || d.Partial ||
-		d.FaultySteps != 40+40+20+25 || d.FaultyChecks != 4 {
+	if d == nil || d.AtS != 3 || d.By != "a" || d.Steps != 30+40+30+40+20+25 || d.Checks != 6 || d.Partial ||
+		d.FaultySteps != 40+40+20+25 || d.FaultyChecks != 5 {
 		t.Fatalf("detection %+v", d)
 	}
 	w := tr.WrongTokens
@@ -99,7 +103,7 @@ func TestTrustReport(t *testing.T) {
 		t.Fatalf("violations %v", rep.Violations)
 	}
 	md := rep.Markdown()
-	for _, want := range []string{"after 125 verified steps of the faulty node's work (in 4 checks of it); all hops: 155 steps in 5 conclusive checks over all entries", "1 before the detection, 1 between it and the eviction, 3 after",
+	for _, want := range []string{"after 125 verified steps of the faulty node's work (in 5 checks of it); all hops: 185 steps in 6 conclusive checks over all entries", "1 before the detection, 1 between it and the eviction, 3 after",
 		"Eviction of b: 5.0 s (2.0 s after the detection)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
@@ -108,12 +112,12 @@ func TestTrustReport(t *testing.T) {
 
 	// Tighter goals fail, each by name. The steps goal bounds the liar's
 	// figure (125, b's work as the hop or the checker), not all hops'
-	// (155): 130 passes, 100 does not.
+	// (185): 130 passes, 100 does not.
 	x := &sc.Expect
 	steps := 130
 	x.MaxDetectionSteps = &steps
 	if v := checkTrust(*x, rep); len(v) != 1 || !strings.Contains(v[0], "wrong tokens after eviction") {
-		t.Fatalf("a goal of 130 steps judged on all hops' 155: %v", v)
+		t.Fatalf("a goal of 130 steps judged on all hops' 185: %v", v)
 	}
 	steps = 100
 	x.MaxDetection = 2 * s
@@ -132,7 +136,7 @@ func TestTrustReport(t *testing.T) {
 		}
 	}
 	// No detection at all, when the goals ask for one.
-	rep = buildReport(sc, results[2:], refs, nil, samples[:1], 8*s, nil, []NodeVerify{nodeVerify("a", view(0, checkAt{1 * s, "c", "a", 30, false}), t0, name)})
+	rep = buildReport(sc, results[2:], refs, nil, samples[:1], 8*s, nil, []NodeVerify{nodeVerify("a", view(0, checkAt{1 * s, "c", "a", "", 30, false}), t0, name)})
 	if rep.Trust.Detection != nil || !strings.Contains(strings.Join(rep.Violations, ";"), "no spot check found a mismatch") {
 		t.Fatalf("no detection: %+v %v", rep.Trust.Detection, rep.Violations)
 	}

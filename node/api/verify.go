@@ -46,6 +46,7 @@ type (
 		At        time.Time `json:"at"`
 		Hop       string    `json:"hop"`     // the peer whose work was checked
 		Checker   string    `json:"checker"` // the holder it was compared with
+		Session   string    `json:"session"` // the checked session
 		Positions int       `json:"positions"`
 		Mismatch  bool      `json:"mismatch,omitempty"`
 	}
@@ -66,7 +67,7 @@ func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
 		out.FirstMismatch = &t
 	}
 	for _, c := range v.Log {
-		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Positions: c.Positions, Mismatch: c.Mismatch})
+		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Session: c.Session.String(), Positions: c.Positions, Mismatch: c.Mismatch})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
