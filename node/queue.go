@@ -168,23 +168,13 @@ func (a *admitter) release(rs []*reservation) {
 		return
 	}
 	a.mu.Lock()
-	for _, r := range rs {
-		l := a.resv[r.node]
-		if i := slices.Index(l, r); i >= 0 {
-			l = slices.Delete(l, i, i+1)
-		}
-		if len(l) == 0 {
-			delete(a.resv, r.node)
-		} else {
-			a.resv[r.node] = l
-		}
-	}
+	a.unreserveLocked(rs)
 	a.mu.Unlock()
 	a.poke()
 }
 
-// unreserveLocked gives back reservations that were never used (a probe,
-// a head held back). a.mu is held.
+// unreserveLocked gives back reservations: a generation's at its end, or
+// ones never used (a probe, a head held back). a.mu is held.
 func (a *admitter) unreserveLocked(rs []*reservation) {
 	for _, r := range rs {
 		l := a.resv[r.node]
