@@ -209,7 +209,11 @@ type CheckRecord struct {
 	Checker   peer.ID
 	Session   SessionID // positions re-checked in one session are the same steps
 	Positions int
-	Mismatch  bool
+	// Steps are the forward steps of the checked hop's work that the
+	// check covered: the prompt's prefill and each decode step after it
+	// (a fault injector's "1 output in N" counts these).
+	Steps    int
+	Mismatch bool
 }
 
 // maxCheckLog bounds VerifyStats.Log: a swarm with no liar checks
@@ -227,7 +231,7 @@ type verifyCounters struct {
 
 // conclusive counts a check of hop's positions against checker's that
 // agreed or, mismatch, did not, at now.
-func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions int, mismatch bool) {
+func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions, steps int, mismatch bool) {
 	if mismatch {
 		c.mismatches.Add(1)
 	} else {
@@ -241,7 +245,7 @@ func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker p
 		return
 	}
 	if len(c.log) < maxCheckLog {
-		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Mismatch: mismatch})
+		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Steps: steps, Mismatch: mismatch})
 	}
 	if mismatch {
 		c.firstMismatch, c.checkedAt = now, n
@@ -370,6 +374,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	tokens := all[:rx.Positions]
+	steps := max(rx.Positions-len(g.prompt), 0) + 1 // the prefill, then one per decode step
 	alts := g.checkers(hops, i)
 	rand.Shuffle(len(alts), func(a, b int) { alts[a], alts[b] = alts[b], alts[a] })
 	var rv consensus.Receipt
@@ -393,12 +398,12 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, false)
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false)
 		e.work.passed(x.Peer)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, true)
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true)
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	// Third holders: single ones first, then a chain of two that covers

@@ -75,9 +75,10 @@ type Detection struct {
 	// AtS is its time since the load began; By the entry that found it.
 	AtS float64 `json:"at_s"`
 	By  string  `json:"by"`
-	// FaultySteps are the positions of a faulty node's work (as the
-	// checked hop or as the checker) that every entry's conclusive checks
-	// covered, each counted once per session and role, from the start of the load up to
+	// FaultySteps are the forward steps of a faulty node's work (the
+	// prefill and each decode step; positions in an older node's log), as
+	// the checked hop or as the checker, that every entry's conclusive
+	// checks covered, each counted once per session and role, from the start of the load up to
 	// and including it, in FaultyChecks checks: the verified steps until
 	// detection that the goal (expect.max_detection_steps) bounds, since
 	// only checks of the liar's work can find it.
@@ -128,6 +129,7 @@ type checkAt struct {
 	Session   string        // the checked session ("": unknown)
 	Positions int
 	Mismatch  bool
+	Steps     int // forward steps covered (0: an older node's log; positions count)
 }
 
 // verifyView is the part of /v1/swarm/verify the runner reads.
@@ -149,6 +151,7 @@ type verifyView struct {
 		Session   string    `json:"session"`
 		Positions int       `json:"positions"`
 		Mismatch  bool      `json:"mismatch"`
+		Steps     int       `json:"steps"`
 	} `json:"log"`
 }
 
@@ -166,7 +169,7 @@ func nodeVerify(name string, v verifyView, t0 time.Time, nameOf func(peerID stri
 	}
 	for _, c := range v.Log {
 		nv.log = append(nv.log, checkAt{At: c.At.Sub(t0), Hop: nameOf(c.Hop), Checker: nameOf(c.Checker), Session: c.Session,
-			Positions: c.Positions, Mismatch: c.Mismatch})
+			Positions: c.Positions, Mismatch: c.Mismatch, Steps: c.Steps})
 	}
 	return nv
 }
@@ -200,7 +203,11 @@ func detection(entries []NodeVerify, faulty []string) *Detection {
 		seen := map[[2]string]int{}
 		for i, c := range e.log {
 			if c.At <= first.At {
-				d.Steps += c.Positions
+				n := c.Positions
+				if c.Steps > 0 {
+					n = c.Steps
+				}
+				d.Steps += n
 				d.Checks++
 				// The liar's work is covered whether it was the checked
 				// hop or the checker (found then by the third holder).
@@ -217,8 +224,8 @@ func detection(entries []NodeVerify, faulty []string) *Detection {
 				if c.Session == "" {
 					k[0] = fmt.Sprint("#", i) // unknown session: its own
 				}
-				d.FaultySteps += max(c.Positions-seen[k], 0)
-				seen[k] = max(seen[k], c.Positions)
+				d.FaultySteps += max(n-seen[k], 0)
+				seen[k] = max(seen[k], n)
 				d.FaultyChecks++
 			} else {
 				covered = true

@@ -41,7 +41,8 @@ func TestTrustReport(t *testing.T) {
 				Session   string    `json:"session"`
 				Positions int       `json:"positions"`
 				Mismatch  bool      `json:"mismatch"`
-			}{t0.Add(c.At), "id-" + c.Hop, "id-" + c.Checker, c.Session, c.Positions, c.Mismatch})
+				Steps     int       `json:"steps"`
+			}{t0.Add(c.At), "id-" + c.Hop, "id-" + c.Checker, c.Session, c.Positions, c.Mismatch, c.Steps})
 			v.Checks++
 			v.StepsChecked += uint64(c.Positions)
 		}
@@ -58,10 +59,10 @@ func TestTrustReport(t *testing.T) {
 		// new steps of b's); c checked twice before that (once of a,
 		// against the liar b's answer) and once after, and finds it again
 		// at 4 s (not the first).
-		nodeVerify("a", view(3*s, checkAt{1 * s, "c", "a", "", 30, false}, checkAt{2 * s, "b", "c", "s1", 40, false},
-			checkAt{2500 * ms, "b", "c", "s1", 30, false}, checkAt{3 * s, "b", "c", "", 40, true}), t0, name),
-		nodeVerify("c", view(4*s, checkAt{1500 * ms, "a", "b", "", 20, false}, checkAt{2500 * ms, "b", "c", "", 25, false}, checkAt{3500 * ms, "b", "c", "", 50, false},
-			checkAt{4 * s, "b", "c", "", 60, true}), t0, name),
+		nodeVerify("a", view(3*s, checkAt{1 * s, "c", "a", "", 30, false, 0}, checkAt{2 * s, "b", "c", "s1", 40, false, 0},
+			checkAt{2500 * ms, "b", "c", "s1", 30, false, 0}, checkAt{3 * s, "b", "c", "", 40, true, 0}), t0, name),
+		nodeVerify("c", view(4*s, checkAt{1500 * ms, "a", "b", "", 20, false, 0}, checkAt{2500 * ms, "b", "c", "", 25, false, 0}, checkAt{3500 * ms, "b", "c", "", 50, false, 0},
+			checkAt{4 * s, "b", "c", "", 60, true, 0}), t0, name),
 	}
 	entries[0].Reported = 1
 	if entries[1].log[1].Hop != "b" {
@@ -136,7 +137,7 @@ func TestTrustReport(t *testing.T) {
 		}
 	}
 	// No detection at all, when the goals ask for one.
-	rep = buildReport(sc, results[2:], refs, nil, samples[:1], 8*s, nil, []NodeVerify{nodeVerify("a", view(0, checkAt{1 * s, "c", "a", "", 30, false}), t0, name)})
+	rep = buildReport(sc, results[2:], refs, nil, samples[:1], 8*s, nil, []NodeVerify{nodeVerify("a", view(0, checkAt{1 * s, "c", "a", "", 30, false, 0}), t0, name)})
 	if rep.Trust.Detection != nil || !strings.Contains(strings.Join(rep.Violations, ";"), "no spot check found a mismatch") {
 		t.Fatalf("no detection: %+v %v", rep.Trust.Detection, rep.Violations)
 	}

@@ -48,6 +48,7 @@ type (
 		Checker   string    `json:"checker"` // the holder it was compared with
 		Session   string    `json:"session"` // the checked session
 		Positions int       `json:"positions"`
+		Steps     int       `json:"steps"` // forward steps covered: the prefill and each decode step
 		Mismatch  bool      `json:"mismatch,omitempty"`
 	}
 )
@@ -67,7 +68,7 @@ func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
 		out.FirstMismatch = &t
 	}
 	for _, c := range v.Log {
-		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Session: c.Session.String(), Positions: c.Positions, Mismatch: c.Mismatch})
+		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Session: c.Session.String(), Positions: c.Positions, Steps: c.Steps, Mismatch: c.Mismatch})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
