@@ -75,10 +75,11 @@ type Detection struct {
 	// AtS is its time since the load began; By the entry that found it.
 	AtS float64 `json:"at_s"`
 	By  string  `json:"by"`
-	// FaultySteps are the forward steps of a faulty node's work (the
-	// prefill and each decode step; positions in an older node's log), as
-	// the checked hop or as the checker, that every entry's conclusive
-	// checks covered, each counted once per session and role, from the start of the load up to
+	// FaultySteps are the forward steps of a faulty node's work that
+	// every entry's conclusive checks covered: as the checked hop, the
+	// session's prefill and each decode step, counted once per session
+	// (positions in an older node's log); as the checker, the one cold
+	// prefill it ran for the check, from the start of the load up to
 	// and including it, in FaultyChecks checks: the verified steps until
 	// detection that the goal (expect.max_detection_steps) bounds, since
 	// only checks of the liar's work can find it.
@@ -220,13 +221,19 @@ func detection(entries []NodeVerify, faulty []string) *Detection {
 				default:
 					continue
 				}
+				d.FaultyChecks++
+				if role == "checker" && c.Steps > 0 {
+					// A checker runs the session so far as one cold
+					// prefill: one forward step of its own, new each time.
+					d.FaultySteps++
+					continue
+				}
 				k := [2]string{c.Session, role}
 				if c.Session == "" {
 					k[0] = fmt.Sprint("#", i) // unknown session: its own
 				}
 				d.FaultySteps += max(n-seen[k], 0)
 				seen[k] = max(seen[k], n)
-				d.FaultyChecks++
 			} else {
 				covered = true
 			}

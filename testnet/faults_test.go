@@ -173,3 +173,21 @@ func TestTrustScenarioErrors(t *testing.T) {
 		t.Errorf("the swarm's rate %q", got)
 	}
 }
+
+// TestDetectionSteps: with forward steps in the log, the liar's steps
+// count each step of a session it served once however often the session
+// is checked, and one step for each cold prefill it ran as the checker.
+func TestDetectionSteps(t *testing.T) {
+	s := time.Second
+	e := NodeVerify{Node: "a", log: []checkAt{
+		{At: 1 * s, Hop: "b", Checker: "c", Session: "s1", Positions: 40, Steps: 10},
+		{At: 2 * s, Hop: "b", Checker: "c", Session: "s1", Positions: 45, Steps: 15}, // 5 new steps of s1
+		{At: 3 * s, Hop: "c", Checker: "b", Session: "s2", Positions: 60, Steps: 30}, // b's one cold prefill
+		{At: 4 * s, Hop: "b", Checker: "c", Session: "s3", Positions: 20, Steps: 4, Mismatch: true},
+		{At: 5 * s, Hop: "b", Checker: "c", Session: "s4", Positions: 20, Steps: 4}, // after the detection
+	}}
+	d := detection([]NodeVerify{e}, []string{"b"})
+	if d == nil || d.AtS != 4 || d.FaultySteps != 10+5+1+4 || d.FaultyChecks != 4 || d.Steps != 10+15+30+4 || d.Checks != 4 {
+		t.Fatalf("detection %+v", d)
+	}
+}
