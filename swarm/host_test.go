@@ -321,6 +321,17 @@ func TestPreferQUICBehindNAT(t *testing.T) {
 // TestRelayedHost: a host that listens nowhere reserves a slot on a relay
 // on loopback; a peer reaches it through the relay, sees it marked
 // relayed, and opens an activation stream and a control call to it.
+// waitMemberAt waits until relay has accepted p's heartbeat: it opens
+// circuits between members only (memberACL), so a dial through it made
+// before then is refused with PERMISSION_DENIED.
+func waitMemberAt(t testing.TB, relay, p *Host) {
+	t.Helper()
+	waitFor(t, 15*time.Second, "member at the relay", func() bool {
+		row, ok := relay.Peers().Get(p.ID())
+		return ok && row.Heartbeat != nil && row.Liveness == Alive
+	})
+}
+
 func TestRelayedHost(t *testing.T) {
 	fast := WithHeartbeatInterval(100 * time.Millisecond)
 	relay := newTestHost(t, fast)
@@ -349,6 +360,7 @@ func TestRelayedHost(t *testing.T) {
 			t.Fatalf("unreachable host advertises %s", ad)
 		}
 	}
+	waitMemberAt(t, relay, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.Connect(ctx, c.AddrInfo()); err != nil {

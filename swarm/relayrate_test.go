@@ -29,6 +29,7 @@ func relayedPair(t testing.TB, relayOpts ...Option) (relay, a, c *Host) {
 		}
 		return false
 	})
+	waitMemberAt(t, relay, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.Connect(ctx, c.AddrInfo()); err != nil {
