@@ -152,6 +152,7 @@ type layer struct {
 	attnNorm, ffnNorm tensor
 	wq, wk, wv, wo    tensor
 	bq, bk, bv        tensor
+	qNorm, kNorm      tensor // per-head RMSNorm weights (qwen3)
 	wGate, wUp, wDown tensor
 	index             int
 }
@@ -201,6 +202,14 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The block below is llama's, with qwen2's biases and qwen3's per-head
+	// Q/K norms; anything else engine reads would be computed wrongly here.
+	switch {
+	case hp.Arch != "llama" && hp.Arch != "qwen2" && hp.Arch != "qwen3":
+		return nil, fmt.Errorf("%w: %s on the ggml backend (it runs llama, qwen2 and qwen3)", engine.ErrUnsupportedArch, hp.Arch)
+	case hp.RopeFactors || hp.LongRoPE:
+		return nil, fmt.Errorf("%w: RoPE frequency factors on the ggml backend", engine.ErrUnsupportedArch)
+	}
 	if !o.hasRange {
 		o.lo, o.hi = 0, hp.Layers
 	}
@@ -230,7 +239,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 		}
 		ws = append(ws, want{name, u, dst})
 	}
-	d, kv := hp.Dim, hp.KVDim()
+	d, kv, qd := hp.Dim, hp.KVDim(), hp.QDim()
 	if s.info.First() {
 		add("token_embd.weight", &s.embd, d, hp.Vocab)
 	}
@@ -240,18 +249,22 @@ func load(f *engine.File, o options) (*Stage, error) {
 		w.index = o.lo + i
 		p := fmt.Sprintf("blk.%d.", w.index)
 		add(p+"attn_norm.weight", &w.attnNorm, d)
-		add(p+"attn_q.weight", &w.wq, d, d)
+		add(p+"attn_q.weight", &w.wq, d, qd)
 		add(p+"attn_k.weight", &w.wk, d, kv)
 		add(p+"attn_v.weight", &w.wv, d, kv)
-		add(p+"attn_output.weight", &w.wo, d, d)
+		add(p+"attn_output.weight", &w.wo, qd, d)
 		add(p+"ffn_norm.weight", &w.ffnNorm, d)
 		add(p+"ffn_gate.weight", &w.wGate, d, hp.FFN)
 		add(p+"ffn_up.weight", &w.wUp, d, hp.FFN)
 		add(p+"ffn_down.weight", &w.wDown, hp.FFN, d)
 		if hp.QKVBias {
-			add(p+"attn_q.bias", &w.bq, d)
+			add(p+"attn_q.bias", &w.bq, qd)
 			add(p+"attn_k.bias", &w.bk, kv)
 			add(p+"attn_v.bias", &w.bv, kv)
+		}
+		if hp.QKNorm {
+			add(p+"attn_q_norm.weight", &w.qNorm, hp.HeadDim)
+			add(p+"attn_k_norm.weight", &w.kNorm, hp.HeadDim)
 		}
 	}
 	if s.info.Last() {
@@ -558,12 +571,18 @@ func (s *Stage) compute(p *session, step engine.Step, n int) (engine.Output, err
 	if h.NeoxRope {
 		mode = 2
 	}
-	rope := func(t tensor, heads int) tensor {
-		t = C.ggml_reshape_3d(c, t, C.int64_t(hd), C.int64_t(heads), C.int64_t(n))
-		return C.ggml_rope_ext(c, t, positions, nil, C.int(hd), mode, 0, C.float(h.RopeBase), 1, 0, 1, 32, 1)
-	}
 	const f4 = 4
 	eps := C.float(h.NormEps)
+	// rope rotates each head of t ([heads*hd, n]), after qwen3's per-head
+	// RMSNorm (rms_norm works along ne0, one head's hd values, and the
+	// [hd] weight broadcasts over heads and rows), as engine does.
+	rope := func(t tensor, heads int, norm tensor) tensor {
+		t = C.ggml_reshape_3d(c, t, C.int64_t(hd), C.int64_t(heads), C.int64_t(n))
+		if norm != nil {
+			t = C.ggml_mul(c, C.ggml_rms_norm(c, t, eps), norm)
+		}
+		return C.ggml_rope_ext(c, t, positions, nil, C.int(hd), mode, 0, C.float(h.RopeBase), 1, 0, 1, 32, 1)
+	}
 	for i := range s.layers {
 		w := &s.layers[i]
 		cur := C.ggml_mul(c, C.ggml_rms_norm(c, x, eps), w.attnNorm)
@@ -575,7 +594,7 @@ func (s *Stage) compute(p *session, step engine.Step, n int) (engine.Output, err
 			k = C.ggml_add(c, k, w.bk)
 			v = C.ggml_add(c, v, w.bv)
 		}
-		q, k = rope(q, nh), rope(k, nkv)
+		q, k = rope(q, nh, w.qNorm), rope(k, nkv, w.kNorm)
 		v = C.ggml_reshape_3d(c, v, C.int64_t(hd), C.int64_t(nkv), C.int64_t(n))
 		// Store the new positions in the cache before attention reads it:
 		// ggml computes nodes in the order they enter the graph.
