@@ -334,6 +334,14 @@ func TestBadInput(t *testing.T) {
 	if _, err := Open(path, WithRange(1, 5)); !errors.Is(err, engine.ErrRange) {
 		t.Errorf("range beyond the model: %v, want ErrRange", err)
 	}
+	// What the block does not compute is refused, not computed wrongly.
+	phi3 := engine.GenConfig{Arch: "phi3", Layers: 1, Dim: 64, Heads: 4, FFN: 128, Vocab: 600, Seed: 3}
+	ropeFreqs := engine.GenConfig{Arch: "llama", Layers: 1, Dim: 64, Heads: 4, FFN: 128, Vocab: 512, Seed: 3, RopeFreqs: true}
+	for name, c := range map[string]engine.GenConfig{"phi3": phi3, "rope-freqs": ropeFreqs} {
+		if _, err := Open(gen(t, name, c, engine.F32)); !errors.Is(err, engine.ErrUnsupportedArch) {
+			t.Errorf("%s: %v, want ErrUnsupportedArch", name, err)
+		}
+	}
 	// This build registers no GPU device (Metal is built in on Apple
 	// silicon only), so asking for one is a clear error, not a crash.
 	if runtime.GOOS != "darwin" {
