@@ -8,11 +8,15 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/stratanet/strata/engine"
@@ -27,8 +31,10 @@ func main() {
 	promptLen := flag.Int("prompt", 128, "prompt tokens")
 	decode := flag.Int("decode", 32, "tokens to decode")
 	compare := flag.Bool("compare", true, "compare the prompt's logits with the pure-Go engine's")
+	ref := flag.Bool("ref", false, "also measure both engines' distance from the file's weights dequantized to F32 "+
+		"(written to a temporary file as large as the model in F32), and the bound that gives")
 	flag.Parse()
-	if err := run(*model, *device, *libDir, *threads, *promptLen, *decode, *compare); err != nil {
+	if err := run(*model, *device, *libDir, *threads, *promptLen, *decode, *compare, *ref); err != nil {
 		fmt.Fprintln(os.Stderr, "ggml-check:", err)
 		os.Exit(1)
 	}
@@ -36,7 +42,7 @@ func main() {
 
 var errUsage = errors.New("usage")
 
-func run(model, device, libDir string, threads, promptLen, decode int, compare bool) error {
+func run(model, device, libDir string, threads, promptLen, decode int, compare, ref bool) error {
 	if model == "" || promptLen <= 0 || decode < 0 {
 		return fmt.Errorf("%w: -model FILE, -prompt > 0, -decode >= 0", errUsage)
 	}
@@ -85,31 +91,115 @@ func run(model, device, libDir string, threads, promptLen, decode int, compare b
 	if decode > 0 {
 		fmt.Printf("decode: %d tokens, %.1f tok/s\n", decode, float64(decode)/time.Since(start).Seconds())
 	}
-	if !compare {
+	if !compare && !ref {
 		return nil
 	}
-	ls, err := engine.Open(model, engine.WithThreads(threads))
+	local, err := localLogits(ctx, model, threads, prompt)
 	if err != nil {
 		return err
+	}
+	diff, rel := distance(local, first)
+	fmt.Printf("logits vs the pure-Go engine: max |Δ| %.3g, relative %.3g, same argmax %v\n",
+		diff, rel, argmax(local) == argmax(first))
+	if !ref {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "ggml-check")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	refPath := filepath.Join(dir, "f32.gguf")
+	if err := writeDequantized(model, refPath); err != nil {
+		return err
+	}
+	want, err := localLogits(ctx, refPath, threads, prompt)
+	if err != nil {
+		return err
+	}
+	_, dRef := distance(want, first)
+	_, dGo := distance(want, local)
+	// Both engines quantize the activations the same way, each landing
+	// about dRef from the F32 result, so they should be within the two
+	// errors added (the rule engine/ggml's tests assert).
+	bound := math.Max(2*dRef, 1e-3)
+	fmt.Printf("vs the dequantized-F32 reference: ggml %.3g, pure-Go %.3g; ggml vs pure-Go %.3g within max(2×%.3g, 1e-3) = %.3g: %v\n",
+		dRef, dGo, rel, dRef, bound, rel <= bound)
+	return nil
+}
+
+// localLogits runs the prompt through the pure-Go engine.
+func localLogits(ctx context.Context, path string, threads int, prompt []int32) ([]float32, error) {
+	ls, err := engine.Open(path, engine.WithThreads(threads))
+	if err != nil {
+		return nil, err
 	}
 	defer ls.Close()
-	lse, err := ls.NewSession(promptLen)
+	se, err := ls.NewSession(len(prompt))
+	if err != nil {
+		return nil, err
+	}
+	defer se.Close()
+	out, err := ls.Forward(ctx, engine.Step{Session: se, Tokens: prompt})
+	if err != nil {
+		return nil, err
+	}
+	return out.Logits, nil
+}
+
+// distance is max |ref - got| and that over max |ref|.
+func distance(ref, got []float32) (diff, rel float64) {
+	scale := 0.0
+	for i := range ref {
+		scale = math.Max(scale, math.Abs(float64(ref[i])))
+		diff = math.Max(diff, math.Abs(float64(ref[i]-got[i])))
+	}
+	return diff, diff / scale
+}
+
+// writeDequantized writes the model at path (split or not) to out as one
+// file with every tensor unpacked to F32: the same weights, with no
+// quantized kernel.
+func writeDequantized(path, out string) error {
+	f, fh, err := engine.OpenFile(path)
 	if err != nil {
 		return err
 	}
-	defer lse.Close()
-	ref, err := ls.Forward(ctx, engine.Step{Session: lse, Tokens: prompt})
+	defer fh.Close()
+	var kvs []engine.KV
+	for _, kv := range f.KV {
+		switch {
+		case kv.Key == "general.file_type":
+			kv.Value = uint32(0) // all F32
+		case strings.HasPrefix(kv.Key, "split."):
+			continue // one file now
+		}
+		kvs = append(kvs, kv)
+	}
+	var ts []engine.WriteTensor
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		ts = append(ts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: engine.F32, Data: func(w io.Writer) error {
+			raw := make([]byte, ti.Size)
+			if err := f.ReadTensor(ti, raw); err != nil {
+				return err
+			}
+			vals, err := engine.Dequantize(ti.Type, raw, int(ti.Elements()))
+			if err != nil {
+				return fmt.Errorf("%s: %w", ti.Name, err)
+			}
+			return binary.Write(w, binary.LittleEndian, vals)
+		}})
+	}
+	fo, err := os.Create(out)
 	if err != nil {
 		return err
 	}
-	scale, diff := 0.0, 0.0
-	for i := range ref.Logits {
-		scale = math.Max(scale, math.Abs(float64(ref.Logits[i])))
-		diff = math.Max(diff, math.Abs(float64(ref.Logits[i]-first[i])))
+	if err := engine.WriteGGUF(fo, kvs, ts); err != nil {
+		fo.Close()
+		return err
 	}
-	fmt.Printf("logits vs the pure-Go engine: max |Δ| %.3g, relative %.3g, same argmax %v\n",
-		diff, diff/scale, argmax(ref.Logits) == argmax(first))
-	return nil
+	return fo.Close()
 }
 
 func argmax(x []float32) int32 {

@@ -15,7 +15,7 @@ func TestRun(t *testing.T) {
 	if err := engine.GenerateFile(path, c); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(path, "cpu", "", 1, 9, 3, true); err != nil {
+	if err := run(path, "cpu", "", 1, 9, 3, true, false); err != nil {
 		t.Fatal(err)
 	}
 	// qwen3 in Q4_K_M (Q4_K and Q6_K weights: 256 wide).
@@ -24,13 +24,13 @@ func TestRun(t *testing.T) {
 		HeadDim: 128, FFN: 512, Vocab: 600, Seed: 5, Mix: "q4_k_m"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(q3, "cpu", "", 1, 9, 3, true); err != nil {
+	if err := run(q3, "cpu", "", 1, 9, 3, true, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(path, "tpu", "", 1, 9, 3, true); !errors.Is(err, errUsage) {
+	if err := run(path, "tpu", "", 1, 9, 3, true, false); !errors.Is(err, errUsage) {
 		t.Errorf("-device tpu: %v, want a usage error", err)
 	}
-	if err := run("", "cpu", "", 1, 9, 3, true); !errors.Is(err, errUsage) {
+	if err := run("", "cpu", "", 1, 9, 3, true, false); !errors.Is(err, errUsage) {
 		t.Errorf("no -model: %v, want a usage error", err)
 	}
 }
