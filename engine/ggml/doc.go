@@ -1,6 +1,6 @@
 // Package ggml is a second engine backend: an engine.Stage that runs a
-// layer range of a llama or qwen2 GGUF through ggml (as vendored by the
-// pinned ollama module and compiled with cgo). Weights, KV caches and each
+// layer range of a llama, qwen2 or qwen3 GGUF through ggml (as vendored by
+// the pinned ollama module and compiled with cgo). Weights, KV caches and each
 // step's graph live in a ggml backend's buffers, so the same code runs on
 // any device ggml has; this build registers the CPU device, and GPU
 // devices come from backend libraries loaded with WithLibDir (untested: no
@@ -11,8 +11,9 @@
 // package engine's, and it must not change engine's arithmetic. Unlike
 // engine.Local it is not bit-reproducible across thread counts, batch
 // sizes or builds (ggml's own kernels decide the summation order); it
-// agrees with engine.Local within ggml's rounding on F32/F16 and within
-// ggml's activation quantization on quantized weights (see the tests).
+// agrees with engine.Local within ggml's rounding on F32/F16 and, on
+// quantized weights, within twice the distance ggml's own kernels keep
+// from the same weights dequantized to F32 (see the tests).
 //
 // A stage reads only its own tensors, by offset, from the file.
 //
