@@ -216,10 +216,12 @@ func TestAgreesWithEngine(t *testing.T) {
 //     activations (to Q8_0, or Q8_K for the K-quants), the weights being
 //     the same bits in both.
 //   - Both engines quantize the same activations by the same rule, each
-//     landing about dRef from ref; where their F32 inputs differ in the last
-//     bits, a value may round to the other neighbour. Their distance from
-//     each other is then at most the two errors added: 2·dRef (and 1e-3, the
-//     F16 limit, as a floor when both give the same bits but dRef is tiny).
+//     landing about dRef from ref (dRef must be within twice engine's own
+//     distance dGo, so that a fault in ggml cannot loosen the bound).
+//     Where their F32 inputs differ in the last bits, a value may round to
+//     the other neighbour; their distance from each other is then at most
+//     the two errors added: 2·dRef (and 1e-3, the F16 limit, as a floor
+//     when both give the same bits but dRef is tiny).
 //
 // A pipeline of a ggml first stage and an engine stage is held to the same.
 func TestQuantizedAgreesWithEngine(t *testing.T) {
@@ -252,6 +254,12 @@ func TestQuantizedAgreesWithEngine(t *testing.T) {
 				}
 				dRef = math.Max(dRef, relDist(ref[i], got[i]))
 				dGo = math.Max(dGo, relDist(ref[i], want[i]))
+			}
+			// The bound grows with dRef, so a ggml fault that inflated dRef
+			// would loosen it: ggml's quantized kernels must lose about what
+			// engine's do (the same rule on the same weights), within 2×.
+			if !(dRef <= 2*dGo) {
+				t.Errorf("ggml is %.3g from the dequantized-F32 reference, engine %.3g: more than twice", dRef, dGo)
 			}
 			bound := math.Max(2*dRef, 1e-3)
 			t.Logf("%s: from the dequantized-F32 reference: ggml %.3g, engine %.3g; bound %.3g", c.kind, dRef, dGo, bound)
