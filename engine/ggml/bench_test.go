@@ -14,21 +14,28 @@ import (
 
 var (
 	benchOnce  sync.Once
-	benchFiles map[engine.DType]string
+	benchFiles map[string]string
 	benchErr   error
 	benchDir   string
 )
 
-// benchFile generates benchShape in type dt once per run.
-func benchFile(b *testing.B, dt engine.DType) string {
+// benchTypes are the weight types benchmarked: one type, or llama.cpp's
+// q4_k_m mix (Q4_K and Q6_K), what most published GGUFs are.
+var benchTypes = map[string]engine.GenConfig{
+	"f32": {DType: engine.F32}, "f16": {DType: engine.F16}, "q8_0": {DType: engine.Q8_0}, "q4_k_m": {Mix: "q4_k_m"},
+}
+
+// benchFile generates benchShape in each of benchTypes once per run and
+// returns the file of the one named.
+func benchFile(b *testing.B, name string) string {
 	b.Helper()
 	benchOnce.Do(func() {
-		benchFiles = map[engine.DType]string{}
-		for _, t := range []engine.DType{engine.F32, engine.F16, engine.Q8_0} {
+		benchFiles = map[string]string{}
+		for n, t := range benchTypes {
 			c := benchShape
-			c.DType = t
-			benchFiles[t] = filepath.Join(benchDir, t.String()+".gguf")
-			if benchErr = engine.GenerateFile(benchFiles[t], c); benchErr != nil {
+			c.DType, c.Mix = t.DType, t.Mix
+			benchFiles[n] = filepath.Join(benchDir, n+".gguf")
+			if benchErr = engine.GenerateFile(benchFiles[n], c); benchErr != nil {
 				return
 			}
 		}
@@ -36,7 +43,7 @@ func benchFile(b *testing.B, dt engine.DType) string {
 	if benchErr != nil {
 		b.Fatal(benchErr)
 	}
-	return benchFiles[dt]
+	return benchFiles[name]
 }
 
 func TestMain(m *testing.M) {
@@ -60,7 +67,7 @@ func BenchmarkPrefill(b *testing.B) {
 	for i := range prompt {
 		prompt[i] = int32(i * 37 % benchShape.Vocab)
 	}
-	for _, dt := range []engine.DType{engine.F16, engine.Q8_0} {
+	for _, dt := range []string{"f16", "q8_0", "q4_k_m"} {
 		path := benchFile(b, dt)
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/threads=%d", dt, threads), func(b *testing.B) {
@@ -149,7 +156,7 @@ func (d *decoder) rate() float64 { return float64(d.pos-16) / d.elapsed.Seconds(
 //	cd engine/ggml && CGO_CFLAGS="-O3 -march=native" CGO_CXXFLAGS="-O3 -march=native" \
 //		go test -run '^$' -bench Decode -benchtime 32x
 func BenchmarkDecode(b *testing.B) {
-	for _, dt := range []engine.DType{engine.F32, engine.F16, engine.Q8_0} {
+	for _, dt := range []string{"f32", "f16", "q8_0", "q4_k_m"} {
 		path := benchFile(b, dt)
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/threads=%d", dt, threads), func(b *testing.B) {
