@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // run executes the CLI in-process and returns stdout.
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := newRoot()
+	root := NewRoot()
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
