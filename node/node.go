@@ -196,7 +196,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
-			holders: n.holders, report: n.reportFault, swarmRate: n.swarmVerifyRate,
+			holders: n.holders, isReproducible: n.reproducible, report: n.reportFault, swarmRate: n.swarmVerifyRate,
 			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.HeartbeatInterval()) },
 			profileName: func(p string) string {
 				if pr, err := profiles.Profile(p); err == nil {
