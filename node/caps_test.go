@@ -64,6 +64,7 @@ func TestConfigErrors(t *testing.T) {
 		"engine, no open":  {WithModelFile(testModel(t)), WithEngine(Engine{Name: "x"})},
 		"engine, no name":  {WithModelFile(testModel(t)), WithEngine(Engine{Open: openGo})},
 		"engine for sim":   {WithSimModel("llama-3-8b", testHW), WithEngine(Engine{Name: "x", Open: openGo})},
+		"engine named go":  {WithModelFile(testModel(t)), WithEngine(Engine{Name: "go", Open: openGo})},
 	} {
 		if _, err := New(ctx, opts...); err == nil || !isConfig(err) {
 			t.Errorf("%s: %v", name, err)

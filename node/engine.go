@@ -37,6 +37,8 @@ func WithEngine(e Engine) Option {
 			return fmt.Errorf("%w: engine %q without an Open", ErrConfig, e.Name)
 		case e.Name == "" || len(e.Name) > swarm.MaxEngineLen || !utf8.ValidString(e.Name):
 			return fmt.Errorf("%w: engine name %q (1..%d bytes of UTF-8)", ErrConfig, e.Name, swarm.MaxEngineLen)
+		case e.Name == engine.EngineGo || e.Name == engine.EngineSim:
+			return fmt.Errorf("%w: engine name %q is the built-in engine's", ErrConfig, e.Name)
 		case e.Memory < 0:
 			return fmt.Errorf("%w: engine %q with negative memory", ErrConfig, e.Name)
 		}
