@@ -111,8 +111,12 @@ bench:
 # backend (as the refcheck module does; the build cache shares it).
 test-ggml:
 	cd engine/ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
+# bin/strata-ggml: strata with the ggml engine (strata node --engine
+# ggml|auto); it needs cgo and a C toolchain. GPU backends come from
+# make build-cuda / build-vulkan (--ggml-lib-dir); macOS has Metal built in.
 build-ggml:
-	cd engine/ggml && $(GO) build ./... && $(GO) vet ./...
+	@mkdir -p $(BIN)
+	cd engine/ggml && $(GO) build ./... && $(GO) vet ./... && $(GO) build -o $(CURDIR)/$(BIN)/strata-ggml ./cmd/strata
 	@test ! -x $(TOOLS)/staticcheck || (cd engine/ggml && $(TOOLS)/staticcheck ./...)
 # Decode and 512-token prefill tok/s of the ggml backend and of the
 # pure-Go engine on the same files, at 1 and 2 threads, with the ratio

@@ -59,7 +59,7 @@ func NewSimStage(spec layers.ModelSpec, hw layers.Hardware, opts ...Option) (*Si
 	}
 	k := o.hi - o.lo
 	h := sha256.Sum256([]byte(fmt.Sprintf("strata simulated model %+v", spec.HyperParams)))
-	s.info = Info{Name: spec.Name + SimSuffix, Arch: "simulated", Layers: spec.Layers, Lo: o.lo, Hi: o.hi,
+	s.info = Info{Engine: EngineSim, Name: spec.Name + SimSuffix, Arch: "simulated", Layers: spec.Layers, Lo: o.lo, Hi: o.hi,
 		Hidden: spec.Hidden, Vocab: spec.Vocab, Context: 1 << 20, Simulated: true, Threads: 1,
 		Fingerprint:     "simulated-" + hex.EncodeToString(h[:16]),
 		WeightBytes:     int64(float64(k) * spec.LayerWeightBytes()),

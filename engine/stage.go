@@ -67,6 +67,12 @@ type Output struct {
 	Logits []float32
 }
 
+// The engines of this module, as Info.Engine names them.
+const (
+	EngineGo  = "go"
+	EngineSim = "sim"
+)
+
 // Info describes a loaded stage.
 type Info struct {
 	Name        string // general.name; ends in "-simulated" for a SimStage
@@ -78,7 +84,11 @@ type Info struct {
 	Context     int // the model's trained context length
 	Fingerprint string
 	Simulated   bool
-	Threads     int
+	// Engine names the backend that computes the stage: "go" (Local),
+	// "sim" (SimStage), or another backend's label such as "ggml-CPU" or
+	// "ggml-CUDA0". Only "go" is bit-reproducible across machines.
+	Engine  string
+	Threads int
 	// WeightBytes is the memory the stage's weights take.
 	WeightBytes int64
 	// KVBytesPerToken is the KV cache one position takes across the
@@ -211,7 +221,7 @@ func Load(f *File, opts ...Option) (*Local, error) {
 		return nil, fmt.Errorf("%w: %d tokenizer tokens for %d embedding rows", ErrShape, tok.Vocab(), hp.Vocab)
 	}
 	s := &Local{hp: hp, tok: tok}
-	s.info = Info{Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
+	s.info = Info{Engine: EngineGo, Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
 		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
 	l := &loader{f: f}

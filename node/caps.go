@@ -37,11 +37,17 @@ type capsMeasured struct {
 	PrefillLayer time.Duration `json:"prefill_layer_64_ns"`
 }
 
-// capsKey names a measurement: the same model on the same machine and
-// thread count gives the same figures.
+// capsKey names a measurement: the same model on the same machine,
+// engine and thread count gives the same figures. The pure-Go engine's
+// key has no engine part, so that its figures cached before engines were
+// named stay valid.
 func capsKey(m *model) string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s|%s/%s|cpus=%d|threads=%d|%s", m.info.Fingerprint, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), m.threads, host)
+	k := fmt.Sprintf("%s|%s/%s|cpus=%d|threads=%d|%s", m.info.Fingerprint, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), m.threads, host)
+	if e := m.engineName(); e != engine.EngineGo {
+		k += "|engine=" + e
+	}
+	return k
 }
 
 // measureHardware returns this machine's figures for model m, from the
@@ -155,7 +161,7 @@ func benchmarkLayer(ctx context.Context, m *model, memory int64) (capsMeasured, 
 	dec = max(dec, time.Nanosecond)
 	w := m.spec.LayerWeightBytes()
 	hw := layers.Hardware{
-		Name:         fmt.Sprintf("measured-%s-%dt", runtime.GOARCH, max(m.threads, runtime.GOMAXPROCS(0))),
+		Name:         measuredName(m),
 		MemoryBytes:  float64(memory),
 		MemBandwidth: w / dec.Seconds(),
 		TFLOPS:       float64(prefill) * m.spec.FLOPsPerToken(prefill/2) / pre.Seconds() / 1e12,
@@ -164,4 +170,13 @@ func benchmarkLayer(ctx context.Context, m *model, memory int64) (capsMeasured, 
 		return capsMeasured{}, fmt.Errorf("%w: measured hardware: %w", ErrConfig, err)
 	}
 	return capsMeasured{Hardware: hw, MeasuredAt: time.Now().UTC(), DecodeLayer: dec, PrefillLayer: pre}, nil
+}
+
+// measuredName names measured hardware: the architecture and threads on
+// the pure-Go engine, the engine (and so its device) on another.
+func measuredName(m *model) string {
+	if e := m.engineName(); e != engine.EngineGo {
+		return "measured-" + e
+	}
+	return fmt.Sprintf("measured-%s-%dt", runtime.GOARCH, max(m.threads, runtime.GOMAXPROCS(0)))
 }

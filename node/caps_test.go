@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/engine"
 )
 
 // TestCapabilitiesCached: a real-engine node with no declared device
@@ -59,9 +61,76 @@ func TestConfigErrors(t *testing.T) {
 		"negative layers":  {WithModelFile(testModel(t)), WithHardware(testHW), WithMaxLayers(-1)},
 		"zero timeout":     {WithModelFile(testModel(t)), WithHardware(testHW), WithStepTimeout(0)},
 		"long region name": {WithModelFile(testModel(t)), WithHardware(testHW), WithRegion(string(make([]byte, 40)))},
+		"engine, no open":  {WithModelFile(testModel(t)), WithEngine(Engine{Name: "x"})},
+		"engine, no name":  {WithModelFile(testModel(t)), WithEngine(Engine{Open: openGo})},
+		"engine for sim":   {WithSimModel("llama-3-8b", testHW), WithEngine(Engine{Name: "x", Open: openGo})},
+		"engine named go":  {WithModelFile(testModel(t)), WithEngine(Engine{Name: "go", Open: openGo})},
 	} {
 		if _, err := New(ctx, opts...); err == nil || !isConfig(err) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// openGo is an Engine.Open on the pure-Go engine.
+func openGo(path string, lo, hi, threads int) (engine.Stage, error) {
+	return engine.Open(path, engine.WithRange(lo, hi), engine.WithThreads(threads))
+}
+
+// TestCapabilitiesPerEngine: a node on another engine measures through
+// that engine's stages, names it in its hardware, declares the engine's
+// memory, and neither reuses the pure-Go engine's cached figures nor
+// leaves its own for the pure-Go engine.
+func TestCapabilitiesPerEngine(t *testing.T) {
+	m, err := openModel(testModel(t), "", testHW, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ctx := context.Background()
+	goHW, err := measureHardware(ctx, m, 1<<30, dir, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := 0
+	other, err := openModel(testModel(t), "", testHW, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.eng = &Engine{Name: "other-dev0", Open: func(path string, lo, hi, threads int) (engine.Stage, error) {
+		opened++
+		return openGo(path, lo, hi, threads)
+	}}
+	if capsKey(other) == capsKey(m) {
+		t.Fatalf("one cache key %q for two engines", capsKey(m))
+	}
+	hw, err := measureHardware(ctx, other, 1<<30, dir, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opened != 1 || hw.Name != "measured-other-dev0" || hw.Name == goHW.Name {
+		t.Fatalf("measured %q through %d opens of the engine (go: %q)", hw.Name, opened, goHW.Name)
+	}
+	again, err := measureHardware(ctx, m, 1<<30, dir, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Name != goHW.Name || again.MemBandwidth != goHW.MemBandwidth {
+		t.Fatalf("the go engine read %+v from the cache, measured %+v", again, goHW)
+	}
+	if _, err := measureHardware(ctx, other, 1<<30, dir, zap.NewNop()); err != nil || opened != 1 {
+		t.Fatalf("the engine's figures were not cached: %d opens, %v", opened, err)
+	}
+
+	// The engine's memory is what the node declares, under a memory cap.
+	other.eng.Memory = 3 << 30
+	cfg := defaultConfig()
+	cfg.dataDir = dir
+	if hw, err = nodeHardware(ctx, &cfg, other, zap.NewNop()); err != nil || hw.MemoryBytes != 3<<30 {
+		t.Fatalf("declared %v bytes (%v), want the engine's", hw.MemoryBytes, err)
+	}
+	cfg.memory = 1 << 30
+	if hw, err = nodeHardware(ctx, &cfg, other, zap.NewNop()); err != nil || hw.MemoryBytes != 1<<30 {
+		t.Fatalf("declared %v bytes (%v) under a 1 GiB cap", hw.MemoryBytes, err)
 	}
 }

@@ -32,7 +32,9 @@
 //     sessions, and runs every ready step as one batch, layer by layer, so
 //     decode steps of different sessions (and hops of different ranges)
 //     share engine calls. Each layer is its own engine stage, so a hop may
-//     run any sub-range of what the node holds. Its status is published
+//     run any sub-range of what the node holds. The stages are the
+//     pure-Go engine's, or another backend's (WithEngine, engine.go: ggml
+//     from its own module), whose name the heartbeats carry. Its status is published
 //     before a load or release is reported done, and sync returns it as
 //     of everything submitted before.
 //   - The entry (entry, entry.go, client.go): Generate tokenizes, routes
@@ -63,7 +65,8 @@
 //     proposed range beside what it serves, and after a commit releases
 //     the layers it no longer serves once their sessions end.
 //   - Capabilities (caps.go): a simulated node declares its device; a
-//     real-engine node measures one layer at start, cached in the data dir.
+//     real-engine node measures one layer at start, through its engine,
+//     cached in the data dir per engine.
 //   - The adaptive upload limit (upload.go, uploadctl.go): a node that
 //     serves the model's chunks to fetching peers times its engine
 //     batches (per layer, by batch size class) with uploads running

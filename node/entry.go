@@ -157,6 +157,12 @@ type entryDeps struct {
 	// holders lists the peers that serve layers [from, to) on the
 	// committed map (verify.go); nil: no spot checks.
 	holders func(from, to int) []peer.ID
+	// reproducible reports whether a peer computes bit-reproducibly (the
+	// pure-Go engine), which a spot check's hop, its upstream and its
+	// checkers must: another engine's outputs differ in the last bits
+	// between a session and a check of it, which would read as a lie.
+	// nil: every peer.
+	isReproducible func(p peer.ID) bool
 	// report hands fault evidence to the leader.
 	report func(ctx context.Context, ev consensus.Evidence) error
 	// heads is the load table: peer entries' queue heads (fair.go);

@@ -32,6 +32,7 @@ type model struct {
 	path    string          // real
 	hw      layers.Hardware // simulated
 	threads int
+	eng     *Engine // nil: the pure-Go engine
 
 	// manifest is the encoded chunk manifest of the file (nil: a
 	// simulated model, or a file node that does not serve chunks).
@@ -109,5 +110,8 @@ func (m *model) openLayer(l int) (engine.Stage, error) {
 
 // openFrom loads layer l from the file (or slice) at path.
 func (m *model) openFrom(path string, l int) (engine.Stage, error) {
+	if m.eng != nil {
+		return m.eng.Open(path, l, l+1, m.threads)
+	}
 	return engine.Open(path, engine.WithRange(l, l+1), engine.WithThreads(m.threads))
 }

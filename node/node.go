@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
@@ -129,6 +130,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			return nil, err
 		}
 	}
+	m.eng = cfg.engine
 	var man *chunks.Manifest
 	if m.path != "" && !cfg.noChunks && cfg.static == nil {
 		size := cfg.chunkSize
@@ -176,6 +178,9 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		badFrame: func(p peer.ID) { n.counters.badFrame(p) }}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
+	if e := m.engineName(); e != engine.EngineGo && e != engine.EngineSim {
+		n.ann.engine = e
+	}
 	n.paths = &pathFinder{self: n.self, profiles: profiles, timer: timer, host: h, committed: n.ann.committed, selfState: n.ann.selfState,
 		suspectFor: cfg.suspectFor, members: func() []consensus.Member {
 			if c := n.cons.Load(); c != nil {
@@ -191,7 +196,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
-			holders: n.holders, report: n.reportFault, swarmRate: n.swarmVerifyRate,
+			holders: n.holders, isReproducible: n.reproducible, report: n.reportFault, swarmRate: n.swarmVerifyRate,
 			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.HeartbeatInterval()) },
 			profileName: func(p string) string {
 				if pr, err := profiles.Profile(p); err == nil {
@@ -319,6 +324,9 @@ func nodeHardware(ctx context.Context, cfg *config, m *model, log *zap.Logger) (
 		hw = *cfg.hw
 	} else {
 		mem := int64(memory.TotalMemory() / 2)
+		if m.eng != nil && m.eng.Memory > 0 {
+			mem = m.eng.Memory // the device's, where the layers live
+		}
 		if cfg.memory > 0 {
 			mem = cfg.memory
 		}
@@ -330,6 +338,7 @@ func nodeHardware(ctx context.Context, cfg *config, m *model, log *zap.Logger) (
 			if bench, err = m.fetch.standIn(cfg.threads); err != nil {
 				return hw, err
 			}
+			bench.eng = m.eng
 		}
 		var err error
 		if hw, err = measureHardware(ctx, bench, mem, cfg.dataDir, log); err != nil {

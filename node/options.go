@@ -48,6 +48,7 @@ type config struct {
 	memory      int64
 	region      string
 	threads     int
+	engine      *Engine // nil: the pure-Go engine
 	static      *layers.LayerMap
 	swarmOpts   []swarm.Option
 	consOpts    []consensus.Option
@@ -128,6 +129,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: verify rate %v outside [0, 1]", ErrConfig, c.verifyRate)
 	case !(c.swarmVerifyRate >= 0 && c.swarmVerifyRate <= 1):
 		return fmt.Errorf("%w: swarm verify rate %v outside [0, 1]", ErrConfig, c.swarmVerifyRate)
+	case c.engine != nil && c.simModel != "":
+		return fmt.Errorf("%w: an engine (WithEngine) for a simulated model", ErrConfig)
 	case len(c.region) > swarm.MaxRegionLen:
 		return fmt.Errorf("%w: region longer than %d bytes", ErrConfig, swarm.MaxRegionLen)
 	}

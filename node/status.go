@@ -24,6 +24,8 @@ type announcer struct {
 	layers int // the model's
 	hw     layers.Hardware
 	region string
+	// engine is the heartbeats' engine label: "" for the pure-Go engine.
+	engine string
 	static *layers.LayerMap
 	cons   *atomic.Pointer[consensus.Consensus]
 	sched  *scheduler
@@ -125,7 +127,8 @@ func (a *announcer) publish() {
 	m := a.committed()
 	r, _ := m.Range(a.self.String())
 	s := swarm.Status{RangeStart: r.Start, RangeEnd: r.End, Epoch: m.Epoch, State: a.phase(),
-		QueueDepth: st.Queue, ActiveSessions: st.Sessions, FreeKV: st.FreeKV, LayerLatency: st.LayerLatency, Region: a.region}
+		QueueDepth: st.Queue, ActiveSessions: st.Sessions, FreeKV: st.FreeKV, LayerLatency: st.LayerLatency, Region: a.region,
+		Engine: a.engine}
 	if st.Prefixes != nil {
 		if b, err := st.Prefixes.MarshalBinary(); err == nil && len(b) <= swarm.MaxPrefixLen {
 			s.Prefixes = string(b)

@@ -350,8 +350,13 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	hops := areg.hops
 	e := g.e
 	// The hops with a second holder; the entry does not check itself.
+	// Only a bit-reproducible hop, fed by bit-reproducible hops, can be
+	// checked: the check session reruns its upstream cold.
 	var cand []int
 	for i, h := range hops {
+		if !e.reproducible(h.Peer) {
+			break
+		}
 		if h.Peer != e.cfg.self && len(g.checkers(hops, i)) > 0 {
 			cand = append(cand, i)
 		}
@@ -445,6 +450,12 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 			shortID(alts[v]), x.From, x.To)}
 }
 
+// reproducible: whether p's outputs can be compared bit for bit (see
+// entryDeps.isReproducible).
+func (e *entry) reproducible(p peer.ID) bool {
+	return e.isReproducible == nil || e.isReproducible(p)
+}
+
 // pickAudit chooses which of the candidate hops (indexes into hops) a
 // spot check takes: the one whose peer has the most work unverified by
 // this entry, ties drawn by intn. A uniform draw would keep checking the
@@ -505,7 +516,7 @@ func (g *generation) checkers(hops []Hop, i int) []peer.ID {
 	h := hops[i]
 	var out []peer.ID
 	for _, p := range g.e.holders(h.From, h.To) {
-		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.avoid, p.String()) {
+		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.avoid, p.String()) || !g.e.reproducible(p) {
 			continue
 		}
 		out = append(out, p)
@@ -626,7 +637,7 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 func (g *generation) chainWitness(hops []Hop, i int, checker peer.ID) []Hop {
 	h := hops[i]
 	bad := func(p peer.ID) bool {
-		return p == h.Peer || p == checker || slices.Contains(g.avoid, p.String())
+		return p == h.Peer || p == checker || slices.Contains(g.avoid, p.String()) || !g.e.reproducible(p)
 	}
 	for c := h.From + 1; c < h.To; c++ {
 		for _, p1 := range g.e.holders(h.From, c) {
@@ -702,6 +713,18 @@ func receiptSigner(key crypto.PrivKey) func(*consensus.Receipt) error {
 		return nil
 	}
 	return func(r *consensus.Receipt) error { return r.Sign(key) }
+}
+
+// reproducible reports whether p computes on the bit-reproducible
+// pure-Go engine: this node by its own engine, a peer by its latest
+// heartbeat (which names any other engine). A peer not heard yet is not
+// taken for one.
+func (n *Node) reproducible(p peer.ID) bool {
+	if p == n.self {
+		return n.ann.engine == ""
+	}
+	pr, ok := n.host.Peers().Get(p)
+	return ok && pr.Heartbeat != nil && pr.Heartbeat.Engine == ""
 }
 
 // holders lists the peers whose committed range covers [from, to).

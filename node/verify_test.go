@@ -289,3 +289,38 @@ func TestVerifyRateReplicated(t *testing.T) {
 		t.Fatalf("checks at rate 1: founder %d, follower %d; own rate 0: %d", a.Audits, b.Audits, o.Audits)
 	}
 }
+
+// TestVerifySkipsOtherEngines: a node on an engine other than the
+// bit-reproducible go engine (its heartbeats name it) is neither
+// spot-checked nor asked to check: ggml's last bits differ between a
+// session and a cold check of it, which would read as a lie. The go nodes
+// still check each other. (The engine here is the go engine under
+// another name, so that only the name can keep it out.)
+func TestVerifySkipsOtherEngines(t *testing.T) {
+	other := WithEngine(Engine{Name: "other-test", Open: openGo})
+	_, nodes := verifyCluster(t, 4, map[int][]Option{1: {other}})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for i, p := range []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark night"} {
+		if _, err := generate(ctx, t, nodes[i%len(nodes)], p, 8); err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+	}
+	odd := nodes[1].ID()
+	verified := uint64(0)
+	for _, n := range nodes {
+		s := n.VerifyStats()
+		verified += s.Verified
+		for _, c := range s.Log {
+			if c.Hop == odd || c.Checker == odd {
+				t.Fatalf("a check of %s by %s: the other engine's node took part", c.Hop, c.Checker)
+			}
+		}
+		if s.Mismatches != 0 || s.Reported != 0 {
+			t.Fatalf("mismatches in a swarm of honest nodes: %+v", s)
+		}
+	}
+	if verified == 0 {
+		t.Fatal("the go nodes checked nothing")
+	}
+}

@@ -23,6 +23,7 @@ const (
 	MaxHeartbeatSize = 4096 // bytes, checked before decoding
 	MaxRTTSamples    = 16   // RTT samples per heartbeat
 	MaxRegionLen     = 32   // bytes of the region label
+	MaxEngineLen     = 32   // bytes of the engine label
 	MaxPrefixLen     = 1040 // bytes of an encoded prefix summary (8192 bits and its size)
 	maxIDLen         = 64   // bytes of an encoded peer ID
 )
@@ -58,6 +59,7 @@ const (
 	sectionPrefixes uint8 = 1
 	sectionQueue    uint8 = 2
 	sectionFetch    uint8 = 3
+	sectionEngine   uint8 = 4
 )
 
 // Flags in a heartbeat.
@@ -105,6 +107,12 @@ type Status struct {
 	// peers in progress (FetchTotal 0: none), so that every node's view
 	// of the swarm shows who is still fetching.
 	FetchDone, FetchTotal int64
+	// Engine names the backend that computes the node's layers when it
+	// is not the pure-Go engine (e.g. "ggml-CUDA0"; at most MaxEngineLen
+	// bytes); "": the pure-Go engine (or a simulated one), which sends no
+	// section, so that a swarm of pure-Go nodes gossips what it did
+	// before engines were named.
+	Engine string
 }
 
 // Heartbeat is one gossiped liveness and load report. Version 1 encodes,
@@ -131,6 +139,8 @@ type Status struct {
 //	       not both zero: an empty queue sends no section)
 //	tag 3: fetch progress: u64 bytes done, u64 bytes in all (16 bytes;
 //	       0 <= done <= all, all > 0); only while a fetch is in progress
+//	tag 4: engine: the label of a backend other than the pure-Go
+//	       engine (Status.Engine, UTF-8, 1..MaxEngineLen bytes)
 //
 // Nothing else may follow. Sections leave older heartbeats decodable and
 // let fields be added without reordering the fixed part.
@@ -173,6 +183,8 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		return nil, fmt.Errorf("entry queue %d / wait %v: %w", hb.EntryQueue, hb.EntryWait, ErrHeartbeatSchema)
 	case hb.FetchTotal < 0 || hb.FetchDone < 0 || hb.FetchDone > hb.FetchTotal:
 		return nil, fmt.Errorf("fetch progress %d of %d: %w", hb.FetchDone, hb.FetchTotal, ErrHeartbeatSchema)
+	case len(hb.Engine) > MaxEngineLen || !utf8.ValidString(hb.Engine):
+		return nil, fmt.Errorf("engine %q: %w", hb.Engine, ErrHeartbeatSchema)
 	}
 	b := make([]byte, 0, 128+len(hb.RTTs)*(maxIDLen+5))
 	b = append(b, HeartbeatVersion, byte(len(id)))
@@ -218,6 +230,11 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		b = binary.BigEndian.AppendUint16(b, 16)
 		b = binary.BigEndian.AppendUint64(b, uint64(hb.FetchDone))
 		b = binary.BigEndian.AppendUint64(b, uint64(hb.FetchTotal))
+	}
+	if hb.Engine != "" {
+		b = append(b, sectionEngine)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(hb.Engine)))
+		b = append(b, hb.Engine...)
 	}
 	if len(b) > MaxHeartbeatSize {
 		return nil, fmt.Errorf("%d bytes: %w", len(b), ErrHeartbeatSize)
@@ -320,6 +337,10 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 				d.Fail("fetch progress %d of %d", done, total)
 			}
 			hb.FetchDone, hb.FetchTotal = done, total
+		case tag == sectionEngine && (n > MaxEngineLen || !utf8.Valid(body)):
+			d.Fail("engine %q", body)
+		case tag == sectionEngine:
+			hb.Engine = string(body)
 		default:
 			d.Fail("unknown section %d", tag)
 		}

@@ -213,6 +213,10 @@ func FuzzHeartbeatDecoder(f *testing.F) {
 	hb.EntryQueue, hb.EntryWait = 7, 1500*time.Millisecond
 	loaded, _ := hb.MarshalBinary()
 	f.Add(loaded)
+	hb.Engine = "ggml-CUDA0"
+	engined, _ := hb.MarshalBinary()
+	f.Add(engined)
+	hb.Engine = ""
 	f.Add(append(bytes.Clone(plain), 2, 0, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)) // an empty queue section
 	f.Add([]byte{1})
 	f.Add([]byte{1, 64})
@@ -276,5 +280,50 @@ func TestHeartbeatFetchSection(t *testing.T) {
 	hb.FetchDone = hb.FetchTotal + 1
 	if _, err := hb.MarshalBinary(); !errors.Is(err, ErrHeartbeatSchema) {
 		t.Fatalf("done past total encoded: %v", err)
+	}
+}
+
+// The engine section round-trips, is absent for the pure-Go engine (so
+// that such a node's heartbeat is what it was before engines were named)
+// and is checked: 1..MaxEngineLen bytes of UTF-8.
+func TestHeartbeatEngineSection(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	hb.FetchDone, hb.FetchTotal = 1, 2
+	plain, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb.Engine = "ggml-CPU"
+	data, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != len(plain)+3+len(hb.Engine) || !bytes.Equal(data[:len(plain)], plain) {
+		t.Fatalf("%d bytes with the engine section, %d without", len(data), len(plain))
+	}
+	got, err := DecodeHeartbeat(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Engine != hb.Engine || got.FetchTotal != hb.FetchTotal {
+		t.Fatalf("engine %q (fetch total %d), want %q", got.Engine, got.FetchTotal, hb.Engine)
+	}
+	section := func(label []byte) []byte {
+		b := append(bytes.Clone(plain), sectionEngine)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(label)))
+		return append(b, label...)
+	}
+	for name, b := range map[string][]byte{
+		"empty":    section(nil),
+		"too long": section(bytes.Repeat([]byte("g"), MaxEngineLen+1)),
+		"not utf8": section([]byte{0xff, 0xfe}),
+	} {
+		if _, err := DecodeHeartbeat(b); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	hb.Engine = string(bytes.Repeat([]byte("g"), MaxEngineLen+1))
+	if _, err := hb.MarshalBinary(); !errors.Is(err, ErrHeartbeatSchema) {
+		t.Fatalf("an over-long engine encoded: %v", err)
 	}
 }

@@ -166,6 +166,9 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	if p.spec.Steal {
 		args = append(args, "--steal")
 	}
+	if p.spec.Engine != "" {
+		args = append(args, "--engine", p.spec.Engine)
+	}
 	if f := p.spec.FairAdmission; f != nil {
 		args = append(args, "--fair-admission="+strconv.FormatBool(*f))
 	}

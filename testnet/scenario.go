@@ -77,6 +77,10 @@ type NodeSpec struct {
 	UploadRate string `yaml:"upload_rate"`
 	// Steal turns the node's work stealing on (--steal).
 	Steal bool `yaml:"steal"`
+	// Engine computes the node's layers (--engine): go, ggml or auto;
+	// "": the binary's default (go). ggml needs a binary built with make
+	// build-ggml (testnet run --bin bin/strata-ggml).
+	Engine string `yaml:"engine"`
 	// FairAdmission: nil leaves the node's default (on); false turns
 	// swarm-wide oldest-first admission off (--fair-admission=false).
 	FairAdmission *bool `yaml:"fair_admission"`
@@ -355,6 +359,14 @@ func (s *Scenario) Validate() error {
 		}
 		if err := validateTrust(f, n); err != nil {
 			return err
+		}
+		switch n.Engine {
+		case "", "go", "ggml", "auto":
+		default:
+			return bad(f+".engine", "%q: go, ggml or auto", n.Engine)
+		}
+		if n.Engine != "" && m.SimModel != "" {
+			return bad(f+".engine", "a simulated model has no engine to choose")
 		}
 		if n.Fetch && m.SimModel != "" {
 			return bad(f+".fetch", "a simulated model has no weights to fetch")

@@ -21,4 +21,10 @@
 // stay pure Go, needing no C toolchain and no dependency on ollama. Build
 // and test it with `make test-ggml` (or `cd engine/ggml && go test ./...`);
 // the first build compiles ggml, which takes a while.
+//
+// A node computes with it through node.WithEngine: Opener opens its
+// stages, Probe names the device they compute on (and a GPU's memory),
+// and LoadLibDir loads GPU backend libraries once per process. cmd/strata
+// is the strata CLI with it registered (`strata node --engine
+// ggml|auto`; make build-ggml writes bin/strata-ggml).
 package ggml

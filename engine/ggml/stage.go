@@ -300,6 +300,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err := s.initBackend(o); err != nil {
 		return nil, err
 	}
+	s.info.Engine = "ggml-" + s.Device()
 	// The context holds the tensors' metadata; their data goes to one
 	// buffer of the backend's device.
 	s.weights = C.new_ctx(C.size_t(uintptr(len(ws))*(uintptr(C.ggml_tensor_overhead())+64)+1<<16), true)

@@ -23,7 +23,8 @@
 // assets; neither needs the key, since they hold no data. The page shows
 // the coverage of the layers (committed ranges, warmup ranges, gaps, an
 // estimated tokens/s per layer from heartbeat latencies), the nodes
-// (state, liveness, load, RTT, leader, voters, relayed, SIMULATED), the
+// (state, liveness, load, RTT, leader, voters, relayed, SIMULATED, the
+// engine computing each node's layers), the
 // requests this node took with their paths drawn over the coverage, the
 // swarm's events, and a chat box that streams through
 // /v1/chat/completions. It is fed by one stream per page,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/routing"
@@ -76,7 +77,12 @@ type (
 		// Simulated: the member serves the simulated engine. A swarm
 		// serves one model (its rendezvous is scoped by the model's
 		// fingerprint), so this is the same for every member.
-		Simulated    bool                    `json:"simulated"`
+		Simulated bool `json:"simulated"`
+		// Engine computes the member's layers: "go" (the pure-Go,
+		// bit-reproducible engine), "sim", or another backend with its
+		// device, e.g. "ggml-CUDA0", which is not bit-reproducible
+		// across devices or batch sizes; "" until a heartbeat is heard.
+		Engine       string                  `json:"engine"`
 		Capabilities *consensus.Capabilities `json:"capabilities"`
 		Committed    *layers.Range           `json:"committed_range"`
 		Pending      *layers.Range           `json:"pending_range"`
@@ -201,6 +207,7 @@ func (s *Server) swarmView() swarmJSON {
 	}
 	st := snap.Self
 	me.State = st.State.String()
+	me.Engine = engineLabel(st.Engine, model.Simulated)
 	if f := snap.Fetch; f != (node.FetchProgress{}) {
 		me.Fetch = &fetchJSON{DoneBytes: f.Done, TotalBytes: f.Total, FetchedBytes: f.Fetched, HoldersDropped: f.Dropped}
 	}
@@ -223,6 +230,7 @@ func (s *Server) swarmView() swarmJSON {
 		}
 		if hb := p.Heartbeat; hb != nil {
 			m.State = hb.State.String()
+			m.Engine = engineLabel(hb.Engine, model.Simulated)
 			m.Draining = m.Draining || hb.State == swarm.StateDraining
 			m.Load = &loadJSON{Epoch: hb.Epoch, Range: layers.Range{Start: hb.RangeStart, End: hb.RangeEnd},
 				QueueDepth: hb.QueueDepth, ActiveSessions: hb.ActiveSessions, FreeKV: hb.FreeKV,
@@ -331,4 +339,16 @@ func (s *Server) handleScheduler(w http.ResponseWriter, _ *http.Request) {
 		Scorers:         routing.ScorerPlugins(),
 		Pickers:         []string{routing.PickBestOfSlack, routing.PickWeightedRandom, routing.PickRoundRobin},
 	})
+}
+
+// engineLabel is a member's engine from its heartbeat, which names only
+// a backend other than the pure-Go engine.
+func engineLabel(hb string, simulated bool) string {
+	switch {
+	case hb != "":
+		return hb
+	case simulated:
+		return engine.EngineSim
+	}
+	return engine.EngineGo
 }

@@ -75,7 +75,8 @@ func TestSwarmView(t *testing.T) {
 				want = "self"
 			}
 			if !m.Member || !m.Voter || m.Liveness != want || m.State != "serving" || len(m.Multiaddrs) == 0 ||
-				m.Capabilities == nil || m.Capabilities.Hardware.Name != testHW.Name || m.Committed == nil || m.Load == nil {
+				m.Capabilities == nil || m.Capabilities.Hardware.Name != testHW.Name || m.Committed == nil || m.Load == nil ||
+				m.Engine != "go" {
 				t.Fatalf("view %d member %+v", i, m)
 			}
 			if m.Load.Range != *m.Committed || m.Load.Epoch == 0 || m.Load.Epoch > v.Epoch || m.Load.FreeKV <= 0 {

@@ -94,7 +94,13 @@ type Config struct {
 	Memory    ByteSize `yaml:"memory" help:"memory the node may use for weights and KV cache, such as 24GiB (0: the device's; real engine: half the machine's)"`
 	MaxLayers int      `yaml:"max_layers" help:"most layers the node offers (0: as many as memory allows)"`
 	Threads   int      `yaml:"threads" help:"goroutines per engine step (0: all cores)"`
-	Region    string   `yaml:"region" help:"coarse location label announced in heartbeats"`
+	// Engine computes the layers: "go" (the pure-Go engine, the default
+	// and the reference), "ggml" or "auto" (ggml where this binary has it
+	// and a GPU is present, else go); only a ggml build (make build-ggml)
+	// has ggml.
+	Engine     string `yaml:"engine" help:"engine computing the layers: go (pure Go, bit-reproducible), ggml (GPU if found, else CPU; only in binaries built with make build-ggml) or auto (ggml where this binary has it and finds a GPU, else go)"`
+	GGMLLibDir string `yaml:"ggml_lib_dir" help:"directory of ggml's GPU backend libraries (libggml-cuda.so and the like, as make build-cuda writes them) for the ggml engine; empty: the CPU, and Metal where built in"`
+	Region     string `yaml:"region" help:"coarse location label announced in heartbeats"`
 	// VerifyRate is the entry's own spot-check rate, overriding the
 	// swarm's (-1: follow the swarm's); SwarmVerifyRate the rate a
 	// founder gives the swarm (docs/trust.md).
@@ -149,6 +155,7 @@ func Default() Config {
 		API:             DefaultAPI,
 		APIMaxBody:      4 << 20,
 		LogLevel:        "info",
+		Engine:          "go",
 		LogPeers:        5 * time.Second,
 		VerifyRate:      -1,
 		SwarmVerifyRate: node.DefaultVerifyRate,

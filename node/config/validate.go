@@ -134,6 +134,17 @@ func (c Config) validate(src map[string]*FieldError) error {
 	if !(c.SwarmVerifyRate >= 0 && c.SwarmVerifyRate <= 1) {
 		bad("swarm_verify_rate", "%v: must be between 0 and 1", c.SwarmVerifyRate)
 	}
+	switch c.Engine {
+	case "go", "ggml", "auto":
+	default:
+		bad("engine", "%q: go, ggml or auto", c.Engine)
+	}
+	if c.GGMLLibDir != "" && c.Engine == "go" {
+		bad("ggml_lib_dir", "set, but the engine is go: give engine ggml or auto")
+	}
+	if c.Engine != "go" && c.SimModel != "" {
+		bad("engine", "%s for a simulated model: a simulated node has no engine to choose", c.Engine)
+	}
 	if c.Threads < 0 {
 		bad("threads", "%d: must not be negative", c.Threads)
 	}

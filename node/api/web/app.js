@@ -225,6 +225,9 @@
     for (const m of v.members) {
       const hw = m.capabilities && m.capabilities.Hardware;
       const dev = hw ? `${esc(hw.name)} <span class="muted">${fmt(hw.memory_bytes / 2 ** 30, 0)} GiB · ${fmt(hw.tflops, 1)} TF</span>` : "–";
+      // The engine computing its layers: only "go" is bit-reproducible.
+      const eng = m.engine ? ` <span class="badge engine${m.engine === "go" ? "" : " nondet"}" title="engine computing its layers` +
+        (m.engine === "go" || m.engine === "sim" ? "" : " (not bit-reproducible across devices or batch sizes)") + `">${esc(m.engine)}</span>` : "";
       let tags = "";
       if (m.self) tags += '<span class="badge self">self</span>';
       if (v.leader === m.id) tags += '<span class="badge leader">leader</span>';
@@ -243,7 +246,7 @@
       const fe = m.fetch && m.fetch.total_bytes > 0 ?
         ` <span class="muted" title="fetching its layers from peers">fetching ${fmt(100 * m.fetch.done_bytes / m.fetch.total_bytes, 0)}%</span>` : "";
       rows.push(`<tr data-node="${esc(m.id)}" data-liveness="${esc(m.liveness)}" data-state="${esc(m.state)}">` +
-        `<td class="id" title="${esc(m.id)}">${esc(short(m.id))} ${tags}</td><td>${dev}</td>` +
+        `<td class="id" title="${esc(m.id)}">${esc(short(m.id))} ${tags}</td><td>${dev}${eng}</td>` +
         `<td class="st-${esc(st)}">${esc(st)}${fe}</td><td class="live">${esc(m.liveness)}</td><td>${layers}</td>` +
         `<td class="num">${ld ? ld.queue_depth : "–"}</td>` +
         `<td class="num">${ld ? (ld.entry_queue ? ld.entry_queue + " (" + fmt(ld.entry_wait_ms / 1000, 1) + " s)" : "0") : "–"}</td>` +

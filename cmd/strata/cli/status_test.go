@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -20,11 +20,13 @@ func TestPrintStatus(t *testing.T) {
 	v.Model.ID = "m"
 	v.Committed = layers.LayerMap{Epoch: 3, Layers: 8, Stages: []layers.Stage{
 		{Node: idB, Range: layers.Range{Start: 4, End: 8}}, {Node: idA, Range: layers.Range{Start: 0, End: 4}}}}
+	v.Members = []memberView{{ID: idB, Engine: "ggml-CUDA0", State: "serving"}}
 	name := peerNamer(map[string]string{idA: "n1"})
 	var out bytes.Buffer
 	printStatus(&out, v, name)
 	got := out.String()
-	for _, want := range []string{"epoch 3, leader n1; the map covers every layer", "n1       layers [0,4)  leader", "…2xkYXJ  layers [4,8)\n"} {
+	for _, want := range []string{"epoch 3, leader n1; the map covers every layer", "n1       layers [0,4)  leader",
+		"…2xkYXJ  layers [4,8)  engine ggml-CUDA0, serving\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("status lacks %q:\n%s", want, got)
 		}

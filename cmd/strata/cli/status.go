@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -52,6 +52,7 @@ type memberView struct {
 	Liveness     string  `json:"liveness"`
 	Relayed      bool    `json:"relayed"`
 	LinkMBs      float64 `json:"link_mb_per_s"`
+	Engine       string  `json:"engine"`
 	Capabilities *struct {
 		Hardware layers.Hardware
 	} `json:"capabilities"`
@@ -204,6 +205,10 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 			mem := v.Members[i]
 			if mem.Capabilities != nil && mem.Capabilities.Hardware.Name != "" {
 				extra = append(extra, mem.Capabilities.Hardware.Name)
+			}
+			if mem.Engine != "" {
+				// Only the go engine is bit-reproducible across hosts.
+				extra = append(extra, "engine "+mem.Engine)
 			}
 			if mem.State != "" {
 				extra = append(extra, mem.State)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -131,6 +131,18 @@ Without a model it runs the networking only and logs its peer table.`,
 		opts, err := cfg.NodeOptions(log)
 		if err != nil {
 			return err
+		}
+		if cfg.SimModel == "" {
+			eng, err := nodeEngine(cfg.Engine, cfg.GGMLLibDir)
+			if err != nil {
+				return err
+			}
+			if eng != nil {
+				opts = append(opts, node.WithEngine(*eng))
+				log.Info("engine", zap.String("engine", eng.Name), zap.Int64("device_memory", eng.Memory))
+			} else {
+				log.Info("engine", zap.String("engine", "go"))
+			}
 		}
 		fault, err := faultOptions()
 		if err != nil {

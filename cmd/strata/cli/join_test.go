@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -53,7 +53,7 @@ func TestNodeJoinsByStoreName(t *testing.T) {
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	go func() {
-		root := newRoot()
+		root := NewRoot()
 		root.SetOut(&out)
 		root.SetErr(&out)
 		root.SetArgs(args)

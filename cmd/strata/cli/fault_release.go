@@ -1,6 +1,6 @@
 //go:build !faultinject
 
-package main
+package cli
 
 import (
 	"fmt"

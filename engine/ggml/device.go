@@ -1,0 +1,93 @@
+package ggml
+
+/*
+#include <stddef.h>
+#include <stdlib.h>
+
+// ggml-backend.h: the devices ggml registered (the CPU, built in; GPUs
+// from backend libraries loaded from a directory, or Metal built in).
+typedef struct ggml_backend_device * ggml_backend_dev_t;
+enum { DEVT_CPU = 0, DEVT_GPU = 1 };
+extern ggml_backend_dev_t ggml_backend_dev_by_type(int type);
+extern const char * ggml_backend_dev_name(ggml_backend_dev_t device);
+extern void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total);
+extern void ggml_backend_load_all_from_path(const char * dir_path);
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// DeviceInfo is the device a stage computes on.
+type DeviceInfo struct {
+	// Name is ggml's name of the device: "CPU", "CUDA0", "Metal"...
+	Name string
+	// Memory is the device's own memory in bytes; 0 for the CPU, whose
+	// memory is the host's.
+	Memory int64
+}
+
+// Engine is the label engine.Info.Engine gives a stage on this device.
+func (d DeviceInfo) Engine() string { return "ggml-" + d.Name }
+
+var libDirs sync.Map // dir → struct{}: loaded
+
+// LoadLibDir loads ggml's backend libraries (libggml-cuda.so and the
+// like) from dir, once per process however often it is called: ggml
+// registers a library's devices again on every load. Stages opened after
+// it find its devices without WithLibDir.
+func LoadLibDir(dir string) {
+	if dir == "" {
+		return
+	}
+	if _, done := libDirs.LoadOrStore(dir, struct{}{}); done {
+		return
+	}
+	cdir := C.CString(dir)
+	defer C.free(unsafe.Pointer(cdir))
+	C.ggml_backend_load_all_from_path(cdir)
+}
+
+// Probe reports the device a stage opened WithDevice(d) would compute on
+// (load GPU libraries with LoadLibDir first).
+func Probe(d Device) (DeviceInfo, error) {
+	var dev C.ggml_backend_dev_t
+	switch d {
+	case Auto:
+		if dev = C.ggml_backend_dev_by_type(C.DEVT_GPU); dev == nil {
+			dev = C.ggml_backend_dev_by_type(C.DEVT_CPU)
+		}
+	case CPU:
+		dev = C.ggml_backend_dev_by_type(C.DEVT_CPU)
+	case GPU:
+		dev = C.ggml_backend_dev_by_type(C.DEVT_GPU)
+	}
+	if dev == nil {
+		return DeviceInfo{}, fmt.Errorf("%w: no %s device", ErrGGML, d)
+	}
+	info := DeviceInfo{Name: C.GoString(C.ggml_backend_dev_name(dev))}
+	if d != CPU && info.Name != "CPU" {
+		var free, total C.size_t
+		C.ggml_backend_dev_memory(dev, &free, &total)
+		info.Memory = int64(total)
+	}
+	return info, nil
+}
+
+// Opener opens stages on device d, as node.Engine's Open wants them: one
+// layer range of a GGUF file at a time, with threads CPU threads (0:
+// GOMAXPROCS).
+func Opener(d Device) func(path string, lo, hi, threads int) (engine.Stage, error) {
+	return func(path string, lo, hi, threads int) (engine.Stage, error) {
+		s, err := Open(path, WithRange(lo, hi), WithThreads(threads), WithDevice(d))
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+}
