@@ -30,8 +30,10 @@ import (
 //     passed;
 //  6. let drained members go: NodeLeft once no map places them (a
 //     drained leader hands leadership over first);
-//  7. plan: the first map, a repair of departed or draining nodes,
-//     placement of new members, or a rebalance when layers says it pays.
+//  7. plan: the first map, a repair of departed or draining nodes (a
+//     repair of departed ones rebalanced at once when layers says that
+//     pays), placement of new members, or a rebalance when layers says
+//     it pays.
 //
 // A new leader starts from NewLeaderState and the replicated state alone,
 // so it resumes a pending warmup where the old one left it.
@@ -491,7 +493,17 @@ func (d *decision) plan() (Action, error) {
 	}
 	if len(gone) > 0 {
 		d.st.goal = nil
-		return d.propose(committed, target, fmt.Sprintf("repair after %v left", gone))
+		reason := fmt.Sprintf("repair after %v left", gone)
+		// A repair loads the fewest layers, and may leave the node that
+		// took the gap as a thin bottleneck of the whole swarm. When the
+		// repair costs that much flow, ask layers whether a rebalance of
+		// the repaired map pays (the same gain-net-of-migration rule as
+		// the periodic one) and take its map instead: the layers of the
+		// gap are unserved until the new map commits either way.
+		if rb, err := pl.Rebalance(f, target, d.in.Config.RebalanceOpts); err == nil && rb.Move {
+			return d.propose(committed, rb.To, reason+", rebalanced: "+rb.Reason)
+		}
+		return d.propose(committed, target, reason)
 	}
 	// A migration in steps goes on.
 	if g := d.st.goal; g != nil {

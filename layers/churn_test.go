@@ -3,6 +3,7 @@ package layers
 import (
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -215,4 +216,64 @@ func TestOrderMovesRefusesAnUnsafeSwap(t *testing.T) {
 	if _, err := OrderMoves(f, from, Diff(m, from, to)); !errors.Is(err, ErrNoSafeOrder) {
 		t.Fatalf("want ErrNoSafeOrder, got %v", err)
 	}
+}
+
+// TestRebalanceBoundSkipsOnlyHopelessSearches checks the shortcut that
+// skips the search when UB2 rules out a gain of MinGain: where it fires,
+// the full search finds nothing that pays either, and a map far below the
+// bound is still searched.
+func TestRebalanceBoundSkipsOnlyHopelessSearches(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	skipped, searched := 0, 0
+	for trial := 0; trial < 12; trial++ {
+		m := smallModel(t, 10+rng.IntN(30))
+		nodes := randomNodes(rng, 6+rng.IntN(10))
+		f := mustFleet(t, m, nodes)
+		pl := NewPlanner()
+		plan, err := pl.Full(f, 1)
+		if err != nil {
+			continue
+		}
+		for _, cur := range []LayerMap{plan.Map, thinned(f, plan.Map)} {
+			rb, err := pl.Rebalance(f, cur, RebalanceOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bound := f.UB2() < 1.10*f.Flow(cur)
+			if !bound {
+				searched++
+				continue
+			}
+			skipped++
+			if !strings.HasPrefix(rb.Reason, "no map can gain") {
+				t.Fatalf("trial %d: searched although UB2 %.1f < 1.1 × flow %.1f: %s", trial, f.UB2(), f.Flow(cur), rb.Reason)
+			}
+			if rb.Move {
+				t.Fatalf("trial %d: moved although UB2 %.1f < 1.1 × flow %.1f", trial, f.UB2(), f.Flow(cur))
+			}
+			// The search it skipped: no map of these nodes gains 10%.
+			if best, err := pl.Full(f, 2); err == nil && best.Flow > 1.10*f.Flow(cur) {
+				t.Fatalf("trial %d: skipped a search that finds %.1f over %.1f", trial, best.Flow, f.Flow(cur))
+			}
+		}
+	}
+	if skipped == 0 || searched == 0 {
+		t.Fatalf("cases: %d skipped, %d searched; want both", skipped, searched)
+	}
+}
+
+// thinned is m with its first node's range cut to one layer where the
+// others still cover the rest, or m when none can be cut: a map well
+// below the bound.
+func thinned(f *Fleet, m LayerMap) LayerMap {
+	for _, st := range m.Stages {
+		if st.Range.Len() < 2 {
+			continue
+		}
+		cut := m.With(st.Node, Range{Start: st.Range.Start, End: st.Range.Start + 1})
+		if cut.Covers() {
+			return cut
+		}
+	}
+	return m
 }

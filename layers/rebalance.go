@@ -68,6 +68,14 @@ func (pl Planner) Rebalance(f *Fleet, committed LayerMap, o RebalanceOptions) (R
 	if committed.Layers != f.Model.Layers {
 		return res, fmt.Errorf("%w: map has %d layers, model %d", ErrBadMap, committed.Layers, f.Model.Layers)
 	}
+	// No map of these nodes has more flow than UB2: when even that would
+	// not gain MinGain, no search can find a move that pays (the leader
+	// asks after every repair, so this spares a full search per leave).
+	if ub := f.UB2(); res.FlowFrom > 0 && ub*(1+1e-9) < res.FlowFrom*(1+o.MinGain) {
+		res.Reason = fmt.Sprintf("no map can gain %.0f%%: the bound is %.1f%% above the committed flow",
+			100*o.MinGain, 100*(ub/res.FlowFrom-1))
+		return res, nil
+	}
 	// Two candidates: the best map from a full search (seeded with the
 	// committed one), and the committed map improved in place, which moves
 	// less. The one with the larger gain net of migration cost wins.
