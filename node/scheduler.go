@@ -815,7 +815,8 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			sent = lie.rows
 		}
 		s.out.forward(hs.rest[0].Peer, &Step{Session: m.Session, Open: m.Open, Entry: hs.entry, Hops: hs.rest,
-			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: sent, Cols: s.cfg.model.Hidden, Check: hs.check, Sig: sig})
+			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: sent, Cols: s.cfg.model.Hidden, Check: hs.check,
+			Logits: m.Logits && m.Open != nil, Sig: sig})
 	}
 }
 

@@ -230,6 +230,9 @@ type CheckRecord struct {
 	// (a fault injector's "1 output in N" counts these).
 	Steps    int
 	Mismatch bool
+	// Tolerance: a check of a last hop on another engine by its logits,
+	// not its hashes; it covers the last position only.
+	Tolerance bool
 }
 
 // maxCheckLog bounds VerifyStats.Log: a swarm with no liar checks
@@ -250,7 +253,7 @@ type verifyCounters struct {
 
 // conclusive counts a check of hop's positions against checker's that
 // agreed or, mismatch, did not, at now.
-func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions, steps int, mismatch bool) {
+func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions, steps int, mismatch, tol bool) {
 	if mismatch {
 		c.mismatches.Add(1)
 	} else {
@@ -264,7 +267,8 @@ func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker p
 		return
 	}
 	if len(c.log) < maxCheckLog {
-		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Steps: steps, Mismatch: mismatch})
+		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Steps: steps, Mismatch: mismatch,
+			Tolerance: tol})
 	}
 	if mismatch {
 		c.firstMismatch, c.checkedAt = now, n
@@ -448,12 +452,12 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false)
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, false)
 		e.work.passed(x.Peer)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true)
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, false)
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	// Third holders: single ones first, then a chain of two that covers
@@ -554,12 +558,12 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 	}
 	rel, _ := rx.Logits.Compare(rv.Logits, consensus.LogitsTolerance)
 	if rx.Logits.Agrees(rv.Logits, consensus.LogitsTolerance) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false)
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, true)
 		e.vc.toleranceSeen(rel, false)
 		e.work.passed(x.Peer)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true)
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, true)
 	e.vc.toleranceSeen(rel, true)
 	e.cfg.log.Warn("tolerance check: logits differ; asking a third holder", zap.Stringer("hop", x.Peer),
 		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rx.Positions))
