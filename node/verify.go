@@ -790,6 +790,12 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 			r.Logits == nil || want.Logits == nil || r.Logits.Tokens != want.Logits.Tokens {
 			return nil, fmt.Errorf("%w: the checker's logits are missing or follow other tokens", errInconclusive)
 		}
+		// Bit-reproducible upstream hops must feed the checker what they
+		// fed the hop: otherwise one of them erred in the session or in the
+		// check, and the difference would be blamed on the hop.
+		if !slices.ContainsFunc(upstream, func(h Hop) bool { return !e.reproducible(h.Peer) }) && r.InChain != want.InChain {
+			return nil, fmt.Errorf("%w: the checker was fed other input", errInconclusive)
+		}
 		return out, nil
 	}
 	if first.Model != want.Model || first.From != want.From || first.Positions != want.Positions ||
