@@ -41,6 +41,11 @@ import (
 // replays without it from the last verified point; tokens already sent
 // are compared with the replay's, and a difference ends the generation
 // with ErrWrongTokens rather than leaving wrong text standing.
+//
+// A last hop on an engine that is not bit-reproducible (ggml) is checked
+// by tolerance instead (tolAudit): its receipt carries a signed summary
+// of its last logits row, compared with a checker's within
+// consensus.LogitsTolerance. Such nodes mid-pipeline stay unchecked.
 
 // ErrWrongTokens: tokens already delivered were computed by a node later
 // proven faulty, and the replay without it produced different ones.
