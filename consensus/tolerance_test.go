@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"math"
@@ -194,4 +195,71 @@ func sampleToleranceFault(t testing.TB) NodeFaulted {
 		s[i] = signer{id, k}
 	}
 	return NodeFaulted{Node: s[0].id.String(), Accuser: s[1].id.String(), Until: t0.Add(time.Hour), Evidence: toleranceEvidence(t, s)}
+}
+
+// TestToleranceReportOnCluster: on a real 4-member cluster the leader
+// re-checks the numbers of tolerance evidence: logits within the
+// tolerance, sent straight to the leader as a NodeFaulted request, are
+// refused (the accuser is not believed, nothing is appended); genuine
+// tolerance evidence evicts the accused with the shorter ban.
+func TestToleranceReportOnCluster(t *testing.T) {
+	cl := newCluster(t, WithBanDuration(time.Hour))
+	var ids []peer.ID
+	var boot []peer.AddrInfo
+	for range 4 {
+		n := cl.addHost(false)
+		ids = append(ids, n.h.ID())
+		boot = append(boot, n.info())
+	}
+	for _, n := range cl.all() {
+		cl.start(n, WithInitialVoters(ids[:3]...), WithBootstrap(boot...))
+	}
+	leader, _ := cl.leader(10 * time.Second)
+	var all []string
+	for _, id := range ids {
+		all = append(all, id.String())
+	}
+	cl.waitAll("all joined and placed", 20*time.Second, placed(all...))
+	var others []*testNode
+	for _, n := range cl.all() {
+		if n != leader {
+			others = append(others, n)
+		}
+	}
+	accused, accuser, witness := others[0], others[1], leader
+	sig := func(n *testNode) signer { return signer{id: n.h.ID(), key: n.key} }
+	toks := []int32{5, 6, 7, 8}
+
+	forged := Evidence{Tolerance: true, Receipts: [3]Receipt{
+		sig(accused).tolReceipt(t, "ggml-test", toks, row(1000, 17, 0.04)),
+		sig(accuser).tolReceipt(t, "go", toks, row(1000, 17, 0)),
+		sig(witness).tolReceipt(t, "go", toks, row(1000, 17, 0)),
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	before := leader.c().State().Applied()
+	err := accuser.c().request(ctx, NodeFaulted{Node: accused.id(), Accuser: accuser.id(), Evidence: forged})
+	if !errors.Is(err, ErrBadEvidence) {
+		t.Fatalf("tolerance evidence within the tolerance: %v, want ErrBadEvidence", err)
+	}
+	if s := leader.c().State(); !s.IsMember(accused.id()) || len(s.Bans()) != 0 || s.Applied() != before {
+		t.Fatalf("refused evidence changed the state: member %v bans %v applied %d→%d", s.IsMember(accused.id()), s.Bans(), before, s.Applied())
+	}
+
+	lie := row(1000, 17, 0)
+	lie[40] = 20
+	good := forged
+	good.Receipts[0] = sig(accused).tolReceipt(t, "ggml-test", toks, lie)
+	start := time.Now()
+	if err := accuser.c().ReportFault(ctx, good); err != nil {
+		t.Fatalf("genuine tolerance evidence: %v", err)
+	}
+	cl.waitAll("evicted", 20*time.Second, func(s State) bool {
+		_, banned := s.Banned(accused.id(), time.Now())
+		return banned && !s.IsMember(accused.id())
+	})
+	until, _ := leader.c().State().Banned(accused.id(), time.Now())
+	if d := until.Sub(start); d > time.Hour/ToleranceBanDivisor+30*time.Second || d <= 0 {
+		t.Fatalf("tolerance ban of %v, want about %v", d, time.Hour/ToleranceBanDivisor)
+	}
 }
