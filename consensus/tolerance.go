@@ -136,6 +136,9 @@ func finite(f float32) bool { return !math.IsNaN(float64(f)) && !math.IsInf(floa
 // An entry only one side names is bounded on the other by that side's
 // lowest listed logit, so only its excess over that bound counts.
 func (l *Logits) Compare(o *Logits, tol float64) (rel float64, argmaxOff bool) {
+	if len(l.Top) == 0 || len(o.Top) == 0 {
+		return math.Inf(1), true // nothing to compare: never an agreement
+	}
 	scale := float64(min(l.MaxAbs, o.MaxAbs))
 	delta := 0.0
 	one := func(a, b *Logits) {
