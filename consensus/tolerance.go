@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 )
@@ -105,6 +106,9 @@ func SummarizeLogits(row []float32, k int) ([]TopLogit, float32) {
 
 // valid checks a decoded or received summary's shape.
 func (l *Logits) valid() error {
+	if len(l.Engine) > maxEngineLen || !utf8.ValidString(l.Engine) {
+		return fmt.Errorf("engine label of %d bytes (at most %d of UTF-8)", len(l.Engine), maxEngineLen)
+	}
 	if len(l.Top) == 0 || len(l.Top) > LogitsTop {
 		return fmt.Errorf("%d top logits (1..%d)", len(l.Top), LogitsTop)
 	}
