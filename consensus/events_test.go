@@ -32,6 +32,7 @@ func sampleRecords(t testing.TB) []Record {
 		rec(10, sampleFault(t)),
 		rec(11, ManifestPart{Fingerprint: "fp", Digest: sha256.Sum256([]byte("whole")), Index: 1, Total: 3, Bytes: []byte("part")}),
 		rec(12, SwarmConfigSet{VerifyRate: 0.05}),
+		rec(13, sampleToleranceFault(t)),
 	}
 }
 

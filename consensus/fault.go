@@ -58,7 +58,10 @@ type Receipt struct {
 	InChain   [32]byte
 	OutChain  [32]byte
 	OutLast   [32]byte
-	Sig       []byte
+	// Logits, on a last stage's receipt when asked for (tolerance.go):
+	// the last logits row summarised, signed with the rest. Nil otherwise.
+	Logits *Logits
+	Sig    []byte
 }
 
 // signedBytes is what the signature covers: everything but itself.
@@ -72,7 +75,14 @@ func (r Receipt) signedBytes() []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(r.Positions))
 	b = append(b, r.InChain[:]...)
 	b = append(b, r.OutChain[:]...)
-	return append(b, r.OutLast[:]...)
+	b = append(b, r.OutLast[:]...)
+	if r.Logits != nil {
+		// After the fixed-size fields, so a receipt without logits signs
+		// the very bytes it signed before they existed.
+		b = append(b, 1)
+		b = appendLogits(b, r.Logits)
+	}
+	return b
 }
 
 // Sign signs r with the signer's host key; r.Signer must be its peer ID.
@@ -116,7 +126,8 @@ func (r Receipt) SameOutput(o Receipt) bool {
 
 // MarshalBinary encodes a receipt: a length-prefixed signer, the
 // session, then the numbers as uvarints, the three hashes and the
-// length-prefixed signature.
+// length-prefixed signature; then, only when it has logits, a byte 1
+// and the logits summary (older receipts end at the signature).
 func (r Receipt) MarshalBinary() ([]byte, error) {
 	if r.From < 0 || r.To <= r.From || r.Positions <= 0 || r.Positions > math.MaxUint32 || r.To > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: receipt range [%d, %d) over %d positions", ErrBadEvent, r.From, r.To, r.Positions)
@@ -131,6 +142,13 @@ func (r Receipt) MarshalBinary() ([]byte, error) {
 	b = append(b, r.OutChain[:]...)
 	b = append(b, r.OutLast[:]...)
 	b = appendBytes(b, r.Sig)
+	if r.Logits != nil {
+		if err := r.Logits.valid(); err != nil {
+			return nil, fmt.Errorf("%w: receipt logits: %v", ErrBadEvent, err)
+		}
+		b = append(b, 1)
+		b = appendLogits(b, r.Logits)
+	}
 	if len(b) > MaxReceiptSize {
 		return nil, fmt.Errorf("%w: receipt of %d bytes", ErrBadEvent, len(b))
 	}
@@ -173,6 +191,12 @@ func (d decoder) receipt() Receipt {
 	copy(r.OutChain[:], d.Take(32, "output chain"))
 	copy(r.OutLast[:], d.Take(32, "last output"))
 	r.Sig = bytes.Clone(d.bytes("signature", 512))
+	if d.Err() == nil && d.Len() > 0 {
+		if tag := d.U8("receipt section"); tag != 1 && d.Err() == nil {
+			d.Fail("receipt section %d", tag)
+		}
+		r.Logits = d.logits()
+	}
 	if d.Err() == nil && (r.To <= r.From || r.Positions == 0) {
 		d.Fail("receipt range [%d, %d) over %d positions", r.From, r.To, r.Positions)
 	}
@@ -185,9 +209,14 @@ func (d decoder) receipt() Receipt {
 // together cover the accused's layers (when no single third holder
 // exists): Chain holds its earlier links in layer order, each fed what
 // the one before emitted, and Receipts[2] is its last.
+//
+// Tolerance marks evidence of the tolerance kind (tolerance.go): the
+// receipts' logits, not their hashes, disagree beyond LogitsTolerance;
+// a judgement that bans for a shorter time.
 type Evidence struct {
-	Receipts [3]Receipt
-	Chain    []Receipt
+	Receipts  [3]Receipt
+	Chain     []Receipt
+	Tolerance bool
 }
 
 // MaxChain bounds the earlier links of a chained witness.
@@ -197,6 +226,9 @@ const MaxChain = 3
 // function of the evidence (signatures included), so every member that
 // folds a NodeFaulted record reaches the same verdict.
 func (e Evidence) Check() (peer.ID, error) {
+	if e.Tolerance {
+		return e.checkTolerance()
+	}
 	rs := e.Receipts
 	if len(e.Chain) > MaxChain {
 		return "", fmt.Errorf("%w: a witness chain of %d links", ErrBadEvidence, len(e.Chain)+1)
@@ -273,12 +305,22 @@ func (e NodeFaulted) appendTo(b []byte) []byte {
 	for _, r := range e.Evidence.Receipts {
 		b = appendReceipt(b, r)
 	}
-	b = binary.AppendUvarint(b, uint64(len(e.Evidence.Chain)))
+	n := uint64(len(e.Evidence.Chain))
+	if e.Evidence.Tolerance {
+		// Tolerance evidence has no chain: its count field says the kind,
+		// and exact evidence encodes as before.
+		n = evidenceTolerance
+	}
+	b = binary.AppendUvarint(b, n)
 	for _, r := range e.Evidence.Chain {
 		b = appendReceipt(b, r)
 	}
 	return b
 }
+
+// evidenceTolerance, in the witness chain's count field, marks evidence
+// of the tolerance kind (which has no chain).
+const evidenceTolerance = 64
 
 func decodeNodeFaulted(d decoder) NodeFaulted {
 	e := NodeFaulted{Node: d.id("node"), Accuser: d.id("accuser")}
@@ -299,7 +341,13 @@ func decodeNodeFaulted(d decoder) NodeFaulted {
 			return e
 		}
 	}
-	n := d.Uvarint("witness chain", MaxChain)
+	n := d.Uvarint("witness chain", evidenceTolerance)
+	switch {
+	case n == evidenceTolerance:
+		e.Evidence.Tolerance, n = true, 0
+	case n > MaxChain && d.Err() == nil:
+		d.Fail("witness chain of %d links", n)
+	}
 	for range n {
 		var r Receipt
 		if !receipt(&r) {
@@ -403,7 +451,11 @@ func (c *Consensus) faultReport(e NodeFaulted) error {
 	if _, banned := c.fsm.current().Banned(e.Node, now); banned {
 		return nil // another entry proved it first
 	}
-	e.Until = now.Add(c.cfg.banFor)
+	ban := c.cfg.banFor
+	if e.Evidence.Tolerance {
+		ban /= ToleranceBanDivisor
+	}
+	e.Until = now.Add(ban)
 	if err := c.apply(e); err != nil {
 		return err
 	}

@@ -175,7 +175,8 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
 		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
 		fault: cfg.fault, batchDone: batchDone, signFrames: !cfg.unsignedFrames, wireF16: cfg.wireF16,
-		badFrame: func(p peer.ID) { n.counters.badFrame(p) }}, n.svc.out)
+		badFrame: func(p peer.ID) { n.counters.badFrame(p) }, tolerant: m.engineName() != engine.EngineGo && m.engineName() != engine.EngineSim,
+		engine: m.engineName()}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
 		sched: n.svc.sched, host: h, clock: cfg.clock, every: cfg.statusEvery, log: n.log}
 	if e := m.engineName(); e != engine.EngineGo && e != engine.EngineSim {

@@ -60,6 +60,10 @@ type schedConfig struct {
 	// fault corrupts outputs: the test-only fault injector (nil in
 	// release builds and by default).
 	fault outputFault
+	// tolerant: this node's engine is not bit-reproducible, so its
+	// last-layer receipts always carry their logits (a tolerance check).
+	tolerant bool
+	engine   string // the engine's label, which tolerance receipts name
 	// batchDone hears of each engine batch: its wall time, the layers it
 	// ran and its tokens (the adaptive upload limit, upload.go); nil: none.
 	batchDone func(elapsed time.Duration, layers, tokens int)
@@ -124,19 +128,20 @@ type hopKey struct {
 
 // hopSession is one session's state on this hop.
 type hopSession struct {
-	key   hopKey
-	entry peer.ID
-	to    int
-	rest  []Hop // the hops after this one
-	sess  []engine.Session
-	cap   int
-	pos   int
-	bytes int64
-	sp    engine.SamplingParams
-	hist  []int32 // input tokens: the last hop samples with them, every hop caches by them
-	last  time.Time
-	chain chains // what this hop took and gave, for receipts (verify.go)
-	check bool   // a check session
+	key    hopKey
+	entry  peer.ID
+	to     int
+	rest   []Hop // the hops after this one
+	sess   []engine.Session
+	cap    int
+	pos    int
+	bytes  int64
+	sp     engine.SamplingParams
+	hist   []int32 // input tokens: the last hop samples with them, every hop caches by them
+	last   time.Time
+	chain  chains // what this hop took and gave, for receipts (verify.go)
+	check  bool   // a check session
+	logits bool   // its receipt carries the last logits row's summary (Step.Logits)
 	// up is the receipt the upstream hop signed over its last frame
 	// (sigframe.go); zero until a signed frame arrives.
 	up consensus.Receipt
@@ -474,7 +479,8 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	m := in.m
 	h := m.Hops[0]
 	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
-		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check}
+		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check,
+		logits: m.Check && m.Logits || s.cfg.tolerant}
 	// Resume from the prefix cache: the first hop from its longest match
 	// (leaving one position to compute), a later hop from where the one
 	// before it resumed, which it must hold too. A live session over the
@@ -786,6 +792,9 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			}
 		}
 		hs.chain.add(w.in.m, skip, w.x, w.logits, last)
+		if last && hs.logits {
+			hs.chain.top, hs.chain.maxAbs = consensus.SummarizeLogits(w.logits, consensus.LogitsTop)
+		}
 		if hs.check && len(hs.rest) == 0 {
 			// The check hop of a check session: its receipt is the answer.
 			s.sendReceipt(hs)
@@ -806,7 +815,8 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			sent = lie.rows
 		}
 		s.out.forward(hs.rest[0].Peer, &Step{Session: m.Session, Open: m.Open, Entry: hs.entry, Hops: hs.rest,
-			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: sent, Cols: s.cfg.model.Hidden, Check: hs.check, Sig: sig})
+			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: sent, Cols: s.cfg.model.Hidden, Check: hs.check,
+			Logits: m.Logits && m.Open != nil, Sig: sig})
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/engine"
 )
 
 // Spot checks (see docs/trust.md). Every hop keeps, per session, two
@@ -40,6 +41,11 @@ import (
 // replays without it from the last verified point; tokens already sent
 // are compared with the replay's, and a difference ends the generation
 // with ErrWrongTokens rather than leaving wrong text standing.
+//
+// A last hop on an engine that is not bit-reproducible (ggml) is checked
+// by tolerance instead (tolAudit): its receipt carries a signed summary
+// of its last logits row, compared with a checker's within
+// consensus.LogitsTolerance. Such nodes mid-pipeline stay unchecked.
 
 // ErrWrongTokens: tokens already delivered were computed by a node later
 // proven faulty, and the replay without it produced different ones.
@@ -56,9 +62,13 @@ const DefaultVerifyRate = 0.01
 type chains struct {
 	in, out hash.Hash
 	outLast [32]byte
-	rows    []byte      // scratch
-	pos     int         // rows folded
-	marks   []chainMark // marks[i]: the states after (i+1)·prefixBlock rows
+	// top and maxAbs summarise the last logits row, on a last hop whose
+	// receipts carry it (a tolerance check); nil otherwise.
+	top    []consensus.TopLogit
+	maxAbs float32
+	rows   []byte      // scratch
+	pos    int         // rows folded
+	marks  []chainMark // marks[i]: the states after (i+1)·prefixBlock rows
 }
 
 // chainMark is the chains' hash states at a block boundary.
@@ -149,6 +159,10 @@ func (s *scheduler) receiptOf(hs *hopSession) (*ReceiptMsg, bool) {
 		Positions: hs.pos, OutLast: hs.chain.outLast}
 	hs.chain.in.Sum(r.InChain[:0])
 	hs.chain.out.Sum(r.OutChain[:0])
+	if hs.logits && hs.to == s.cfg.model.Layers && len(hs.chain.top) > 0 && len(hs.hist) == hs.pos {
+		r.Logits = &consensus.Logits{Engine: s.cfg.engine, Tokens: consensus.TokenHash(hs.hist), MaxAbs: hs.chain.maxAbs,
+			Top: slices.Clone(hs.chain.top)}
+	}
 	if err := s.cfg.sign(&r); err != nil {
 		s.cfg.log.Warn("cannot sign a receipt", zap.Error(err))
 		return nil, false
@@ -186,6 +200,13 @@ type VerifyStats struct {
 	Mismatches   uint64 // checks whose outputs differed
 	Reported     uint64 // faults reported to the leader and accepted
 	Unresolved   uint64 // mismatches no third holder could settle
+	// Tolerance counts the conclusive tolerance checks (of last hops on
+	// other engines, by their logits), ToleranceMismatches those beyond
+	// consensus.LogitsTolerance, and MaxAgreeingDelta the largest relative
+	// difference (max |Δlogit| / max |logit|) among the agreeing ones.
+	Tolerance           uint64
+	ToleranceMismatches uint64
+	MaxAgreeingDelta    float64
 	// Checked is the positions covered by conclusive checks (agreeing or
 	// not): the steps verified.
 	Checked uint64
@@ -214,6 +235,9 @@ type CheckRecord struct {
 	// (a fault injector's "1 output in N" counts these).
 	Steps    int
 	Mismatch bool
+	// Tolerance: a check of a last hop on another engine by its logits,
+	// not its hashes; it covers the last position only.
+	Tolerance bool
 }
 
 // maxCheckLog bounds VerifyStats.Log: a swarm with no liar checks
@@ -224,6 +248,9 @@ type verifyCounters struct {
 	audits, verified, positions, inconclusive, mismatches, reported, unresolved, checked atomic.Uint64
 
 	mu            sync.Mutex
+	tolerance     uint64
+	tolMismatches uint64
+	maxAgreeing   float64
 	firstMismatch time.Time
 	checkedAt     uint64
 	log           []CheckRecord
@@ -231,7 +258,7 @@ type verifyCounters struct {
 
 // conclusive counts a check of hop's positions against checker's that
 // agreed or, mismatch, did not, at now.
-func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions, steps int, mismatch bool) {
+func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions, steps int, mismatch, tol bool) {
 	if mismatch {
 		c.mismatches.Add(1)
 	} else {
@@ -245,10 +272,24 @@ func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker p
 		return
 	}
 	if len(c.log) < maxCheckLog {
-		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Steps: steps, Mismatch: mismatch})
+		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Steps: steps, Mismatch: mismatch,
+			Tolerance: tol})
 	}
 	if mismatch {
 		c.firstMismatch, c.checkedAt = now, n
+	}
+}
+
+// toleranceSeen counts a conclusive tolerance check whose relative
+// difference was rel.
+func (c *verifyCounters) toleranceSeen(rel float64, mismatch bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tolerance++
+	if mismatch {
+		c.tolMismatches++
+	} else {
+		c.maxAgreeing = max(c.maxAgreeing, rel)
 	}
 }
 
@@ -258,6 +299,7 @@ func (c *verifyCounters) stats() VerifyStats {
 		Unresolved: c.unresolved.Load(), Checked: c.checked.Load()}
 	c.mu.Lock()
 	s.FirstMismatch, s.CheckedAtFirstMismatch, s.Log = c.firstMismatch, c.checkedAt, slices.Clone(c.log)
+	s.Tolerance, s.ToleranceMismatches, s.MaxAgreeingDelta = c.tolerance, c.tolMismatches, c.maxAgreeing
 	c.mu.Unlock()
 	return s
 }
@@ -361,11 +403,23 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 			cand = append(cand, i)
 		}
 	}
+	// A last hop on another engine is checked by tolerance on its logits
+	// (tolerance.go in consensus), whatever engines feed it.
+	tol := len(hops) - 1
+	if x := hops[tol]; x.Peer == e.cfg.self || x.To != e.cfg.model.info.Layers || e.reproducible(x.Peer) ||
+		len(g.tolCheckers(hops, tol)) == 0 {
+		tol = -1
+	} else {
+		cand = append(cand, tol)
+	}
 	if len(cand) == 0 {
 		return nil
 	}
 	e.vc.audits.Add(1)
 	i := pickAudit(hops, cand, e.work.unverified, rand.IntN)
+	if i == tol {
+		return g.tolAudit(ctx, sid, areg, i)
+	}
 	x := hops[i]
 	rx, err := e.askSent(ctx, sid, hops, i, areg)
 	if err != nil {
@@ -386,7 +440,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	v := -1
 	for k, p := range alts {
 		var rvs []consensus.Receipt
-		if rvs, err = e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg); err == nil {
+		if rvs, err = e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg, false); err == nil {
 			rv, v = rvs[0], k
 			break
 		}
@@ -403,12 +457,12 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		return nil
 	}
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false)
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, false)
 		e.work.passed(x.Peer)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true)
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, false)
 	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
 		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	// Third holders: single ones first, then a chain of two that covers
@@ -421,7 +475,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		thirds = append(thirds, ch)
 	}
 	for _, links := range thirds {
-		rws, err := e.checkRun(ctx, g, hops[:i], links, tokens, rx, areg)
+		rws, err := e.checkRun(ctx, g, hops[:i], links, tokens, rx, areg, false)
 		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
 			return nil // the attempt ends on its own event; nobody is blamed
 		}
@@ -448,6 +502,119 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
 		reason: fmt.Sprintf("hop %s and checker %s disagree on layers [%d, %d), no third holder settled it", shortID(x.Peer),
 			shortID(alts[v]), x.From, x.To)}
+}
+
+// tolAudit checks the last hop i, on an engine that is not
+// bit-reproducible, by tolerance: its receipt carries a summary of its
+// last logits row, a holder V of its layers (any engine) computes the
+// same position from the same tokens in a check session, and the two
+// must agree within consensus.LogitsTolerance. On a disagreement a
+// third holder W settles it; if W sides with V, the receipts go to the
+// leader as tolerance evidence (a shorter ban). An agreeing check vouches
+// for the last position's logits only, not for the session's earlier
+// work, so it marks no token safe for a replay.
+func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptReg, i int) *attemptEnd {
+	e := g.e
+	hops := areg.hops
+	x := hops[i]
+	rx, err := e.askSent(ctx, sid, hops, i, areg)
+	if err != nil {
+		e.vc.inconclusive.Add(1)
+		e.cfg.log.Debug("tolerance check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
+		return nil
+	}
+	all := append(slices.Clone(g.prompt), g.out...)
+	if rx.Logits == nil || rx.Positions > len(all) || rx.From != x.From || rx.To != x.To ||
+		rx.Logits.Tokens != consensus.TokenHash(all[:rx.Positions]) {
+		// No logits, or logits of tokens this entry did not send: nothing
+		// comparable (an upstream may have altered the tokens it relayed).
+		e.vc.inconclusive.Add(1)
+		return nil
+	}
+	tokens := all[:rx.Positions]
+	steps := max(rx.Positions-len(g.prompt), 0) + 1
+	alts := g.tolCheckers(hops, i)
+	rand.Shuffle(len(alts), func(a, b int) { alts[a], alts[b] = alts[b], alts[a] })
+	run := func(p peer.ID) (consensus.Receipt, error) {
+		rs, err := e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg, true)
+		if err != nil {
+			return consensus.Receipt{}, err
+		}
+		return rs[0], nil
+	}
+	var rv consensus.Receipt
+	v := -1
+	for k, p := range alts {
+		if rv, err = run(p); err == nil {
+			v = k
+			break
+		}
+		if ctx.Err() != nil {
+			return &attemptEnd{}
+		}
+		if errors.Is(err, errAttemptFailing) {
+			return nil
+		}
+	}
+	if v < 0 {
+		e.vc.inconclusive.Add(1)
+		e.cfg.log.Debug("tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
+		return nil
+	}
+	rel, _ := rx.Logits.Compare(rv.Logits, consensus.LogitsTolerance)
+	if rx.Logits.Agrees(rv.Logits, consensus.LogitsTolerance) {
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, true)
+		e.vc.toleranceSeen(rel, false)
+		e.work.passed(x.Peer)
+		return nil
+	}
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, true)
+	e.vc.toleranceSeen(rel, true)
+	e.cfg.log.Warn("tolerance check: logits differ; asking a third holder", zap.Stringer("hop", x.Peer),
+		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rx.Positions))
+	for _, p := range alts[v+1:] {
+		rw, err := run(p)
+		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			continue
+		}
+		wv, wx := rw.Logits.Agrees(rv.Logits, consensus.LogitsTolerance), rw.Logits.Agrees(rx.Logits, consensus.LogitsTolerance)
+		switch {
+		case wv && !wx:
+			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rx, rv, rw}, Tolerance: true})
+			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
+				reason: fmt.Sprintf("hop %s failed a tolerance check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
+		case wx && !wv:
+			// The checker was off. A go checker is never accused by a
+			// tolerance verdict (the leader would refuse it anyway).
+			if rv.Logits.Engine != engine.EngineGo {
+				e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}, Tolerance: true})
+			}
+			e.work.passed(x.Peer)
+			return nil
+		}
+		break
+	}
+	e.vc.unresolved.Add(1)
+	return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
+		reason: fmt.Sprintf("hop %s and checker %s disagree on the logits of layers [%d, %d), no third holder settled it",
+			shortID(x.Peer), shortID(alts[v]), x.From, x.To)}
+}
+
+// tolCheckers are the holders that can check last hop i by tolerance:
+// any engine, but neither the hop, the hop before it, nor avoided.
+func (g *generation) tolCheckers(hops []Hop, i int) []peer.ID {
+	h := hops[i]
+	var out []peer.ID
+	for _, p := range g.e.holders(h.From, h.To) {
+		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.avoid, p.String()) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // reproducible: whether p's outputs can be compared bit for bit (see
@@ -565,8 +732,13 @@ func (e *entry) askVia(ctx context.Context, sid SessionID, h Hop, via peer.ID, a
 // them), and returns the links' receipts when they cover the same input
 // as want's. The last link answers at once; the others are asked after.
 // Like askReceipt, it gives way to an event of the session's attempt.
+//
+// With tol (a tolerance check of a last hop, one link), the last link is
+// asked for its logits, and what must match is the token history, not
+// the input chain: the upstream hops may be on engines whose rows differ
+// in the last bits between the session and the check.
 func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []Hop, tokens []int32, want consensus.Receipt,
-	areg *attemptReg) ([]consensus.Receipt, error) {
+	areg *attemptReg, tol bool) ([]consensus.Receipt, error) {
 	sid := newSessionID()
 	hops := append(slices.Clone(upstream), links...)
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
@@ -581,7 +753,7 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 		}
 	}()
 	// Cold: the checker computes every position, whatever it caches.
-	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Tokens: tokens, Check: true,
+	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Tokens: tokens, Check: true, Logits: tol,
 		Open: &Open{MaxTokens: len(tokens), Model: e.cfg.model.hash, Sampling: g.sp, Cold: true}}
 	if err := e.send(ctx, hops[0].Peer, step); err != nil {
 		return nil, fmt.Errorf("%w: %w", errInconclusive, err)
@@ -618,6 +790,19 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 	}
 	out = append(out, r)
 	first := out[0]
+	if tol {
+		if r.Model != want.Model || r.From != want.From || r.To != want.To || r.Positions != want.Positions ||
+			r.Logits == nil || want.Logits == nil || r.Logits.Tokens != want.Logits.Tokens {
+			return nil, fmt.Errorf("%w: the checker's logits are missing or follow other tokens", errInconclusive)
+		}
+		// Bit-reproducible upstream hops must feed the checker what they
+		// fed the hop: otherwise one of them erred in the session or in the
+		// check, and the difference would be blamed on the hop.
+		if !slices.ContainsFunc(upstream, func(h Hop) bool { return !e.reproducible(h.Peer) }) && r.InChain != want.InChain {
+			return nil, fmt.Errorf("%w: the checker was fed other input", errInconclusive)
+		}
+		return out, nil
+	}
 	if first.Model != want.Model || first.From != want.From || first.Positions != want.Positions ||
 		first.InChain != want.InChain || r.To != want.To {
 		return nil, fmt.Errorf("%w: the checker was fed other input", errInconclusive)

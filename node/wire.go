@@ -26,8 +26,10 @@ import (
 //
 //	step:  u8 flags (bit 0: open, bit 1: hidden states follow, bit 2:
 //	           a check session (verify.go), bit 3: skip follows, bit 4: cold,
-//	           bit 5: signed; others 0; bits 3 and 4 only with open, bit 5
-//	           only with bit 1)
+//	           bit 5: signed, bit 6: logits (a check session whose last
+//	           hop puts its logits summary in its receipt); others 0;
+//	           bits 3 and 4 only with open, bit 5 only with bit 1, bit 6
+//	           only with bits 0 and 2)
 //	       u32 position of the first input
 //	       u8 len, bytes  entry peer ID (where tokens and errors go)
 //	       u8 n (1..MaxHops), n × (u8 len, bytes peer ID; u32 from; u32 to)
@@ -175,6 +177,10 @@ type Step struct {
 	// entry with a signed receipt instead of forwarding or sampling, so
 	// its path may end before the last layer.
 	Check bool
+	// Logits, on the open step of a check session, asks its last hop, if
+	// it holds the model's last layer, for the summary of its last logits
+	// row in its receipt (a tolerance check, verify.go).
+	Logits bool
 	// Sig binds the hidden states to the hop that sent them (nil:
 	// unsigned; only with Hidden).
 	Sig *FrameSig
@@ -315,6 +321,7 @@ const (
 	flagSkip   = 1 << 3
 	flagCold   = 1 << 4
 	flagSigned = 1 << 5
+	flagLogits = 1 << 6
 )
 
 // Encode appends the encoding of m to b.
@@ -397,6 +404,8 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		return nil, fmt.Errorf("%w: skip %d of %d tokens", ErrBadFrame, m.Skip, n)
 	case m.Hidden != nil && (m.Cols <= 0 || len(m.Hidden) != (n-m.Skip)*m.Cols):
 		return nil, fmt.Errorf("%w: %d hidden values for %d tokens of %d columns", ErrBadFrame, len(m.Hidden), n-m.Skip, m.Cols)
+	case m.Logits && (m.Open == nil || !m.Check):
+		return nil, fmt.Errorf("%w: logits asked of a step that opens no check session", ErrBadFrame)
 	case m.Sig != nil && (m.Hidden == nil || m.Sig.From < 0 || m.Sig.From >= m.Hops[0].From ||
 		len(m.Sig.Sig) == 0 || len(m.Sig.Sig) > maxFrameSig):
 		return nil, fmt.Errorf("%w: frame signature from layer %d of %d bytes", ErrBadFrame, m.Sig.From, len(m.Sig.Sig))
@@ -427,6 +436,9 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	}
 	if m.Sig != nil {
 		flags |= flagSigned
+	}
+	if m.Logits {
+		flags |= flagLogits
 	}
 	b = append(b, flags)
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.Pos))
@@ -562,12 +574,14 @@ func Decode(frame []byte) (Message, error) {
 func decodeStep(d *codec.Reader, sid SessionID) *Step {
 	s := &Step{Session: sid}
 	flags := d.U8("flags")
-	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold|flagSigned) != 0 ||
+	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold|flagSigned|flagLogits) != 0 ||
 		flags&flagOpen == 0 && flags&(flagSkip|flagCold) != 0 ||
-		flags&flagHidden == 0 && flags&flagSigned != 0) {
+		flags&flagHidden == 0 && flags&flagSigned != 0 ||
+		flags&flagLogits != 0 && flags&(flagOpen|flagCheck) != flagOpen|flagCheck) {
 		d.Fail("flags %#x", flags)
 	}
 	s.Check = flags&flagCheck != 0
+	s.Logits = flags&flagLogits != 0
 	s.Pos = int(d.U32("position"))
 	s.Entry = d.PeerID("entry", maxPeerIDLen, false)
 	nh := int(d.U8("hop count"))

@@ -46,6 +46,9 @@ func sampleMessages(t testing.TB) []Message {
 		&Close{Session: sid},
 		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 0, 4}}, Pos: 0, Tokens: []int32{1, 2, 3}, Check: true,
 			Open: &Open{MaxTokens: 3, Model: ModelHash("m")}},
+		// A tolerance check session: its last hop answers with logits.
+		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 4, 8}}, Pos: 0, Tokens: []int32{1, 2, 3}, Check: true, Logits: true,
+			Open: &Open{MaxTokens: 3, Model: ModelHash("m"), Cold: true}},
 		&Audit{Session: sid, From: 4},
 		// A signed frame (sigframe.go) and the entry's ask for its receipt.
 		&Step{Session: sid, Entry: a, Hops: []Hop{{c, 4, 8}}, Pos: 5, Tokens: []int32{9}, Hidden: []float32{1, -2, 3.5},
@@ -53,6 +56,11 @@ func sampleMessages(t testing.TB) []Message {
 		&UpAudit{Session: sid, From: 4},
 		&ReceiptMsg{Session: sid, Receipt: consensus.Receipt{Signer: b, Session: sid, Model: ModelHash("m"), From: 4, To: 8,
 			Positions: 12, InChain: [32]byte{1}, OutChain: [32]byte{2}, OutLast: [32]byte{3}, Sig: bytes.Repeat([]byte{7}, 64)}},
+		// A last hop's receipt with its logits (a tolerance check).
+		&ReceiptMsg{Session: sid, Receipt: consensus.Receipt{Signer: b, Session: sid, Model: ModelHash("m"), From: 4, To: 8,
+			Positions: 12, InChain: [32]byte{1}, OutLast: [32]byte{3}, Sig: bytes.Repeat([]byte{7}, 64),
+			Logits: &consensus.Logits{Engine: "ggml-CUDA0", Tokens: [32]byte{4}, MaxAbs: 9,
+				Top: []consensus.TopLogit{{ID: 17, Logit: 9}, {ID: 3, Logit: 2.5}}}}},
 	}
 }
 

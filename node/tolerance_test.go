@@ -1,0 +1,249 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/engine"
+)
+
+// perturbStage is a test double for a non-deterministic engine (ggml on
+// a GPU), not a mock of the forward pass: the real go engine computes,
+// and its outputs are then moved by random noise, as summation order and
+// quantised activations move another backend's. hidden is the relative
+// noise on hidden rows, logits the noise on each logit as a share of max
+// |logit|; lie, when set, also moves the argmax: the runner-up is lifted
+// above the top by half of max |logit| (a node returning other logits).
+type perturbStage struct {
+	engine.Stage
+	hidden, logits float32
+	lie            bool
+	mu             sync.Mutex
+	rng            *rand.Rand
+}
+
+func perturbEngine(name string, hidden, logits float32, lie bool) Option {
+	return WithEngine(Engine{Name: name, Open: func(path string, lo, hi, threads int) (engine.Stage, error) {
+		st, err := openGo(path, lo, hi, threads)
+		if err != nil {
+			return nil, err
+		}
+		return &perturbStage{Stage: st, hidden: hidden, logits: logits, lie: lie,
+			rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}, nil
+	}})
+}
+
+func (p *perturbStage) Forward(ctx context.Context, s engine.Step) (engine.Output, error) {
+	out, err := p.Stage.Forward(ctx, s)
+	if err == nil {
+		p.perturb(&out)
+	}
+	return out, err
+}
+
+func (p *perturbStage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine.Output, error) {
+	outs, err := p.Stage.ForwardBatch(ctx, steps)
+	if err == nil {
+		for i := range outs {
+			p.perturb(&outs[i])
+		}
+	}
+	return outs, err
+}
+
+func (p *perturbStage) perturb(o *engine.Output) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := func() float32 { return 2*p.rng.Float32() - 1 }
+	for i := range o.Hidden {
+		o.Hidden[i] *= 1 + p.hidden*u()
+	}
+	if len(o.Logits) == 0 {
+		return
+	}
+	_, maxAbs := consensus.SummarizeLogits(o.Logits, 1)
+	for i := range o.Logits {
+		o.Logits[i] += p.logits * maxAbs * u()
+	}
+	if p.lie {
+		top, m := consensus.SummarizeLogits(o.Logits, 2)
+		o.Logits[top[1].ID] = top[0].Logit + m/2
+	}
+}
+
+// TestToleranceHonestPerturbed: last hops on a non-deterministic engine
+// (the go engine's outputs plus noise: 1e-3 relative on hidden rows, ±2%
+// of max |logit| on logits, several times ggml's measured error is not
+// needed to pass) are checked by tolerance at every token boundary, and
+// none is ever faulted; no exact check involves them. Every node but the
+// first is perturbed, so checkers and upstream hops are too.
+func TestToleranceHonestPerturbed(t *testing.T) {
+	noisy := perturbEngine("noisy-test", 1e-3, 0.02, false)
+	_, nodes := verifyCluster(t, 5, map[int][]Option{1: {noisy}, 2: {noisy}, 3: {noisy}, 4: {noisy}})
+	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
+		for _, n := range nodes {
+			for _, o := range nodes[1:] {
+				if n != o && n.reproducible(o.ID()) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
+	defer cancel()
+	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark night"}
+	var total VerifyStats
+	for i := 0; i < 16; i++ {
+		if _, err := generate(ctx, t, nodes[i%len(nodes)], prompts[i%len(prompts)], 12); err != nil {
+			t.Fatalf("generation %d: %v", i, err)
+		}
+	}
+	noisyIDs := map[string]bool{}
+	for _, n := range nodes[1:] {
+		noisyIDs[n.ID().String()] = true
+	}
+	m := nodes[0].Committed()
+	for _, n := range nodes {
+		s := n.VerifyStats()
+		total.Tolerance += s.Tolerance
+		total.ToleranceMismatches += s.ToleranceMismatches
+		total.Reported += s.Reported
+		total.Unresolved += s.Unresolved
+		total.Verified += s.Verified
+		total.MaxAgreeingDelta = max(total.MaxAgreeingDelta, s.MaxAgreeingDelta)
+		for _, c := range s.Log {
+			if !c.Tolerance && (noisyIDs[c.Hop.String()] || noisyIDs[c.Checker.String()]) {
+				t.Fatalf("an exact check of %s by %s: a node on another engine took part", c.Hop, c.Checker)
+			}
+			if r, _ := m.Range(c.Hop.String()); c.Tolerance && r.End != m.Layers {
+				t.Fatalf("a tolerance check of %s, range %v, not a last hop", c.Hop, r)
+			}
+		}
+	}
+	t.Logf("tolerance checks: %d, beyond the tolerance: %d, largest agreeing max|Δ|/max|logit|: %.4f (tolerance %.2f); unresolved %d, reported %d",
+		total.Tolerance, total.ToleranceMismatches, total.MaxAgreeingDelta, consensus.LogitsTolerance, total.Unresolved, total.Reported)
+	if total.Tolerance == 0 {
+		t.Fatalf("no tolerance check ran (map %v)", m.Stages)
+	}
+	if total.ToleranceMismatches != 0 || total.Reported != 0 || total.Unresolved != 0 {
+		t.Fatalf("an honest perturbed swarm had mismatches: %+v", total)
+	}
+	for _, n := range nodes {
+		if st := n.Consensus().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
+			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
+		}
+	}
+}
+
+// TestToleranceCatchesLiar: a last hop on another engine that moves the
+// argmax of its logits is found by a tolerance check, a third holder
+// sides with the checker, the leader takes the tolerance evidence and
+// evicts it with the shorter ban (the cluster's hour / 24), and the
+// generations after that are the single-process run's.
+func TestToleranceCatchesLiar(t *testing.T) {
+	const liarAt = 5
+	liarOpt := perturbEngine("liar-test", 1e-3, 0.02, true)
+	var nodes []*Node
+	for try := 0; ; try++ {
+		_, nodes = verifyCluster(t, 6, map[int][]Option{liarAt: {liarOpt}})
+		m := nodes[0].Committed()
+		fr, ok := m.Range(nodes[liarAt].ID().String())
+		if !ok {
+			t.Fatalf("liar not placed: %v", m.Stages)
+		}
+		if fr.End == m.Layers && len(nodes[0].holders(fr.Start, fr.End)) >= 3 {
+			break
+		}
+		if try == 5 {
+			t.Fatalf("six swarms where the liar's range %v was not a last one with 3 holders (map %v)", fr, m.Stages)
+		}
+		t.Logf("the liar's range %v: not a last range with 3 holders; a fresh swarm", fr)
+		for _, n := range nodes {
+			n.Close()
+		}
+	}
+	liar := nodes[liarAt]
+	lid := liar.ID().String()
+	honest := nodes[:liarAt]
+	waitFor(t, 60*time.Second, "heartbeats naming the liar's engine", func() bool {
+		for _, n := range honest {
+			if n.reproducible(liar.ID()) {
+				return false
+			}
+		}
+		return true
+	})
+	const maxTokens = 12
+	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark and stormy night"}
+	want := map[string][]int32{}
+	for _, p := range prompts {
+		want[p] = reference(t, p, maxTokens, engineGreedy())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
+	defer cancel()
+	banned := func() (time.Time, bool) { return honest[0].Consensus().State().Banned(lid, time.Now()) }
+	start := time.Now()
+	gens, flagged := 0, 0
+	for i := 0; ; i++ {
+		if _, ok := banned(); ok {
+			break
+		}
+		if ctx.Err() != nil {
+			s := honest[0].VerifyStats()
+			s.Log = nil
+			t.Fatalf("not evicted after %d generations: %+v", gens, s)
+		}
+		_, err := generate(ctx, t, honest[i%len(honest)], prompts[i%len(prompts)], maxTokens)
+		gens++
+		switch {
+		case errors.Is(err, ErrWrongTokens):
+			flagged++
+		case err != nil:
+			t.Logf("generation %d: %v", i, err)
+		}
+	}
+	until, _ := banned()
+	var reported, mism uint64
+	for _, n := range honest {
+		s := n.VerifyStats()
+		reported += s.Reported
+		mism += s.ToleranceMismatches
+	}
+	t.Logf("liar evicted after %d generations, %v; tolerance mismatches %d, reports accepted %d, generations flagged %d, banned until now+%v",
+		gens, time.Since(start).Round(time.Millisecond), mism, reported, flagged, time.Until(until).Round(time.Second))
+	if reported == 0 || mism == 0 {
+		t.Fatalf("evicted without a tolerance report: reported %d, mismatches %d", reported, mism)
+	}
+	// The tolerance kind bans for an hour / 24, not the hour of a proof.
+	if d := time.Until(until); d > time.Hour/consensus.ToleranceBanDivisor+time.Minute {
+		t.Fatalf("banned for %v: not the tolerance kind's shorter ban", d)
+	}
+	waitFor(t, 60*time.Second, "a map without the liar", func() bool {
+		for _, n := range honest {
+			if _, ok := n.Committed().Range(lid); ok {
+				return false
+			}
+			if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range 4 {
+		p := prompts[i%len(prompts)]
+		got, err := generate(ctx, t, honest[i%len(honest)], p, maxTokens)
+		if err != nil {
+			t.Fatalf("after eviction, %q: %v", p, err)
+		}
+		if !slices.Equal(got, want[p]) {
+			t.Fatalf("after eviction, %q: %v, want %v", p, got, want[p])
+		}
+	}
+}
