@@ -173,7 +173,7 @@ func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) t
 // and every node can route.
 func (c *testCluster) waitServing(limit time.Duration, ids ...peer.ID) {
 	c.t.Helper()
-	waitFor(c.t, limit, "a committed map placing every node", func() bool {
+	waitFor(c.t, limit, "a committed map placing every node, each heard by every node", func() bool {
 		for _, n := range c.all() {
 			if n.ctx.Err() != nil {
 				continue
@@ -186,6 +186,13 @@ func (c *testCluster) waitServing(limit time.Duration, ids ...peer.ID) {
 			}
 			if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err != nil {
 				return false
+			}
+			// Spot checks take a peer for the go engine only once its
+			// heartbeat says so (Node.reproducible).
+			for _, id := range ids {
+				if p, ok := n.host.Peers().Get(id); id != n.self && (!ok || p.Heartbeat == nil) {
+					return false
+				}
 			}
 		}
 		return true
