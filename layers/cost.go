@@ -26,7 +26,21 @@ type CostParams struct {
 	// MaxBatch caps a node's decode batch (0: the default; negative: only
 	// memory caps it).
 	MaxBatch int `yaml:"max_batch,omitempty" json:"max_batch,omitempty"`
+	// SessionTokens is the workload's mean tokens per session, prompt plus
+	// output (0: off). When set, a node's rate is also capped by what its
+	// KV memory holds: the sessions of that length that fit beside its
+	// layers (at most MaxBatch), each giving one token per the time a path
+	// of the whole model at this node's per-layer time takes. A stage keeps
+	// a session's cache for the path's whole time per token, not only for
+	// its own step, so the compute rate alone overstates what memory-bound
+	// and slow stages serve. DefaultSessionTokens is a sensible value for a
+	// caller that has seen no traffic.
+	SessionTokens int `yaml:"session_tokens,omitempty" json:"session_tokens,omitempty"`
 }
+
+// DefaultSessionTokens is a ~760-token prompt and a ~230-token answer: the
+// means of the Azure conversation trace that Helix evaluates on.
+const DefaultSessionTokens = 1000
 
 // DefaultCostParams is a 2,048-token context, 10% of memory kept back and
 // at most 256 sequences in a batch (vLLM's default max_num_seqs): beyond
@@ -49,7 +63,24 @@ func (p CostParams) withDefaults() CostParams {
 	if p.MaxBatch < 0 { // negative: no cap beyond memory
 		p.MaxBatch = 0
 	}
+	if p.SessionTokens < 0 {
+		p.SessionTokens = 0
+	}
 	return p
+}
+
+// kvRate is the KV-bound rate of a node with k layers and free bytes left
+// beside them (p.SessionTokens > 0): the sessions of the mean length that
+// fit (at least one, at most MaxBatch), over the time per token of a path
+// of m.Layers layers at this node's decode time for that batch.
+func (p CostParams) kvRate(m ModelSpec, h Hardware, free float64, k int, speed float64) float64 {
+	n := int(math.Floor(free / (float64(p.SessionTokens) * m.KVBytesPerToken() * float64(k))))
+	if p.MaxBatch > 0 && n > p.MaxBatch {
+		n = p.MaxBatch
+	}
+	n = max(n, 1)
+	perToken := float64(m.Layers) * DecodeLayerTime(m, h, n, p.SessionTokens)
+	return speed * float64(n) / perToken
 }
 
 // Ends says which ends of the model a stage holds: the first stage holds the
@@ -174,6 +205,9 @@ func NewProfile(m ModelSpec, n Node, p CostParams) Profile {
 				step += headTime(m, h, b)
 			}
 			t := speed * float64(b) / step
+			if p.SessionTokens > 0 {
+				t = math.Min(t, p.kvRate(m, h, free, k, speed))
+			}
 			if !(k == m.Layers && e == EndEmbed|EndHead) {
 				t = math.Min(t, linkTPS)
 			}

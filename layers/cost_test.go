@@ -158,3 +158,61 @@ func TestProfileCapacityRespectsMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestKVCapBoundsRate checks the KV-bound rate: never above the compute
+// rate, equal to sessions ÷ a whole path's time where memory binds, lower
+// for longer sessions, and lower for a node with the same compute but less
+// memory; off, the profile is the compute one.
+func TestKVCapBoundsRate(t *testing.T) {
+	m, err := Model("llama-3-70b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a100, _ := Device("a100-40g")
+	small := a100
+	small.MemoryBytes = 24 * GiB
+	base := DefaultCostParams()
+	kv := base
+	kv.SessionTokens = 1000
+	longer := kv
+	longer.SessionTokens = 4000
+	for _, h := range []Hardware{a100, small} {
+		n := Node{ID: "n", Hardware: h}
+		off, on, long := NewProfile(m, n, base), NewProfile(m, n, kv), NewProfile(m, n, longer)
+		if off.MaxLayers != on.MaxLayers || on.MaxLayers == 0 {
+			t.Fatalf("%s: MaxLayers %d off, %d on", h.Name, off.MaxLayers, on.MaxLayers)
+		}
+		for k := 1; k <= on.MaxLayers; k++ {
+			for e := Ends(0); e < 4; e++ {
+				c, v, l := off.TPS(k, e), on.TPS(k, e), long.TPS(k, e)
+				if c == 0 {
+					if v != 0 {
+						t.Errorf("%s k=%d e=%d: %v with the KV cap where compute gives 0", h.Name, k, e, v)
+					}
+					continue
+				}
+				if !(v > 0 && v <= c*(1+1e-12)) {
+					t.Errorf("%s k=%d e=%d: KV-capped %v, compute %v", h.Name, k, e, v, c)
+				}
+				if l > v*(1+1e-12) {
+					t.Errorf("%s k=%d e=%d: 4,000-token sessions %v > 1,000-token %v", h.Name, k, e, l, v)
+				}
+			}
+		}
+		// Where memory, not MaxBatch, binds: sessions ÷ (L × layer time).
+		k := on.MaxLayers
+		free := h.MemoryBytes*(1-base.MemoryReserve) - float64(k)*m.LayerWeightBytes()
+		sess := int(math.Floor(free / (1000 * m.KVBytesPerToken() * float64(k))))
+		if sess < 1 || sess >= base.MaxBatch {
+			t.Fatalf("%s: %d sessions at k=%d: not a memory-bound case", h.Name, sess, k)
+		}
+		want := float64(sess) / (float64(m.Layers) * DecodeLayerTime(m, h, sess, 1000))
+		if got := on.TPS(k, 0); !near(got, want, 1e-9) {
+			t.Errorf("%s k=%d: TPS %v, want %v sessions over a path's time = %v", h.Name, k, got, sess, want)
+		}
+	}
+	big, little := NewProfile(m, Node{ID: "a", Hardware: a100}, kv), NewProfile(m, Node{ID: "b", Hardware: small}, kv)
+	if k := little.MaxLayers; !(little.TPS(k, 0) < big.TPS(k, 0)) {
+		t.Errorf("k=%d: 24 GiB node %v not below 40 GiB node %v", k, little.TPS(k, 0), big.TPS(k, 0))
+	}
+}

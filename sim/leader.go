@@ -58,7 +58,7 @@ func (w *world) at() time.Time { return w.epoch.Add(time.Duration(w.s.now * floa
 func (w *world) startLeader(init []int) {
 	l := &leader{self: -1, deadSince: map[string]time.Time{}, prepared: make([]layers.Range, len(w.spec.Nodes)),
 		loadKey: make([]consensus.Load, len(w.spec.Nodes))}
-	l.cfg = consensus.LeaderConfig{Model: w.model, Planner: layers.NewPlanner(), CostParams: layers.DefaultCostParams(),
+	l.cfg = consensus.LeaderConfig{Model: w.model, Planner: layers.NewPlanner(), CostParams: w.costParams(),
 		DeadGrace: deadGrace, StableAfter: stableAfter, MaxVoters: maxVoters, Warmup: warmupTimeout,
 		LaggardPenalty: laggardPenalty, RebalanceEvery: time.Duration(w.spec.Timing.RebalanceS * float64(time.Second))}
 	w.lead = l

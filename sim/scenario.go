@@ -37,6 +37,10 @@ type Scenario struct {
 	Workload       Workload        `yaml:"workload"`
 	Churn          Churn           `yaml:"churn"`
 	Timing         Timing          `yaml:"timing"`
+	// KVObjective makes Strata's planner cap each node's rate by the
+	// sessions of the workload's mean length its KV memory holds
+	// (layers.CostParams.SessionTokens); `strata sim --kv-objective` sets it.
+	KVObjective bool `yaml:"kv_objective"`
 
 	dir string // the scenario file's directory, for relative paths
 }
@@ -170,7 +174,7 @@ func (sc *Scenario) path(p string) string {
 func (sc *Scenario) SwarmSpec() (SwarmSpec, error) {
 	dir := sc.path(sc.Data)
 	spec := SwarmSpec{Dir: dir, Model: sc.Model, Synthetic: sc.SyntheticModel, Net: sc.Network, Timing: sc.Timing, Churn: sc.Churn,
-		Duration: sc.DurationS, WarmUpS: sc.WarmUpS, StartS: sc.StartS, Seed: sc.Seed}
+		Duration: sc.DurationS, WarmUpS: sc.WarmUpS, StartS: sc.StartS, Seed: sc.Seed, KVObjective: sc.KVObjective}
 	for gi, g := range sc.Nodes {
 		if g.HelixCluster != "" {
 			ns, err := HelixSwarmNodes(dir, g.HelixCluster)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -208,5 +209,41 @@ func TestTestnetScenario(t *testing.T) {
 	}
 	if got := res.TTFTp50 * 1e3; got < sc.Timing.EntrySetupMS {
 		t.Fatalf("TTFT p50 %.3f ms below the entry's setup %.3f ms", got, sc.Timing.EntrySetupMS)
+	}
+}
+
+// TestKVObjectiveOption: kv_objective reaches the spec, and only Strata's
+// planner gets the requests' mean length; the baselines keep the plain
+// cost model.
+func TestKVObjectiveOption(t *testing.T) {
+	sc, err := ParseScenario(filepath.Join("..", "testdata", "sim", "tiny.yaml"), []byte(tinySwarm+"kv_objective: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := sc.SwarmSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !spec.KVObjective || len(spec.Requests) == 0 {
+		t.Fatalf("KVObjective %v, %d requests", spec.KVObjective, len(spec.Requests))
+	}
+	sum := 0
+	for _, r := range spec.Requests {
+		sum += r.Input + r.Output
+	}
+	mean := float64(sum) / float64(len(spec.Requests))
+	for _, pol := range []string{"strata", "petals", "parallax"} {
+		got := (&world{spec: spec, policy: pol}).costParams().SessionTokens
+		want := 0
+		if pol == "strata" {
+			want = int(math.Round(mean))
+		}
+		if got != want || (pol == "strata" && got <= 0) {
+			t.Errorf("%s: SessionTokens %d, want %d", pol, got, want)
+		}
+	}
+	spec.KVObjective = false
+	if got := (&world{spec: spec, policy: "strata"}).costParams().SessionTokens; got != 0 {
+		t.Errorf("option off: SessionTokens %d", got)
 	}
 }

@@ -123,6 +123,9 @@ type SwarmSpec struct {
 	// so that the initial loads are done, as Helix starts its runs.
 	StartS float64
 	Seed   uint64
+	// KVObjective: Strata plans with the KV cap at the requests' mean
+	// length (Scenario.KVObjective).
+	KVObjective bool
 	// Now, when set, times the run on the wall clock (events/s); the
 	// simulation itself never reads a clock.
 	Now func() time.Time
@@ -494,6 +497,30 @@ func linkOf(c LinkClass) LinkSpec {
 	return LinkSpec{Bandwidth: bw, Latency: c.LatencyMS / 1e3, Jitter: c.JitterMS / 1e3}
 }
 
+// costParams is the cost model the policy plans with. With KVObjective,
+// Strata's caps each node by the sessions its KV memory holds at the
+// requests' mean length; the baselines keep the plain model their
+// policies describe.
+func (w *world) costParams() layers.CostParams {
+	p := layers.DefaultCostParams()
+	if w.policy == "strata" && w.spec.KVObjective {
+		p.SessionTokens = meanSessionTokens(w.spec.Requests)
+	}
+	return p
+}
+
+// meanSessionTokens is the requests' mean prompt plus output (0: none).
+func meanSessionTokens(rs []Request) int {
+	if len(rs) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, r := range rs {
+		sum += float64(r.Input + r.Output)
+	}
+	return int(math.Round(sum / float64(len(rs))))
+}
+
 // fleet is the planner's view of the given machines.
 func (w *world) fleet(members []int) (*layers.Fleet, error) {
 	if w.all == nil {
@@ -501,7 +528,7 @@ func (w *world) fleet(members []int) (*layers.Fleet, error) {
 		for _, i := range members {
 			ns = append(ns, w.pnodes[i])
 		}
-		return layers.NewFleet(w.model, ns, layers.DefaultCostParams())
+		return layers.NewFleet(w.model, ns, w.costParams())
 	}
 	ids := make([]string, 0, len(members))
 	for _, i := range members {

@@ -17,6 +17,7 @@ func newSimCmd() *cobra.Command {
 		policy  []string
 		asJSON  bool
 		svgPath string
+		kvObj   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -38,6 +39,9 @@ throughput next to ours.`,
 			sc, err := sim.ParseScenario(file, data)
 			if err != nil {
 				return err
+			}
+			if kvObj {
+				sc.KVObjective = true
 			}
 			rep, err := sim.Run(cmd.Context(), sc, time.Now, policy...)
 			if err != nil {
@@ -68,6 +72,7 @@ throughput next to ours.`,
 	cmd.Flags().StringVar(&file, "scenario", "", "simulation scenario YAML")
 	cmd.Flags().StringArrayVar(&policy, "policy", nil, "policy to run (repeatable; default all): strata, petals, parallax, helix-published")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&kvObj, "kv-objective", false, "Strata plans with each node capped by the sessions its KV memory holds at the workload's mean length")
 	cmd.Flags().StringVar(&svgPath, "svg", "", "write a throughput-over-time SVG here")
 	return cmd
 }
