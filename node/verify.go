@@ -436,25 +436,19 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	steps := max(rx.Positions-len(g.prompt), 0) + 1 // the prefill, then one per decode step
 	alts := g.checkers(hops, i)
 	rand.Shuffle(len(alts), func(a, b int) { alts[a], alts[b] = alts[b], alts[a] })
-	var rv consensus.Receipt
-	v := -1
-	for k, p := range alts {
-		var rvs []consensus.Receipt
-		if rvs, err = e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg, false); err == nil {
-			rv, v = rvs[0], k
-			break
+	rv, v, end, err := e.firstCheck(ctx, alts, func(p peer.ID) (consensus.Receipt, error) {
+		rs, err := e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg, false)
+		if err != nil {
+			return consensus.Receipt{}, err
 		}
-		if ctx.Err() != nil {
-			return &attemptEnd{}
-		}
-		if errors.Is(err, errAttemptFailing) {
-			return nil
-		}
-	}
+		return rs[0], nil
+	})
 	if v < 0 {
-		e.vc.inconclusive.Add(1)
-		e.cfg.log.Debug("spot check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
-		return nil
+		if end == nil && !errors.Is(err, errAttemptFailing) {
+			e.vc.inconclusive.Add(1)
+			e.cfg.log.Debug("spot check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
+		}
+		return end
 	}
 	if rv.SameOutput(rx) {
 		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, false)
@@ -504,6 +498,25 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 			shortID(alts[v]), x.From, x.To)}
 }
 
+// firstCheck runs a check on each of alts in turn until one answers: its
+// receipt and index. v < 0 when none did: end is set when ctx ended the
+// generation; err is the last failure (errAttemptFailing: the session's
+// own path is failing, so the check says nothing of the hop).
+func (e *entry) firstCheck(ctx context.Context, alts []peer.ID, run func(peer.ID) (consensus.Receipt, error)) (rv consensus.Receipt, v int, end *attemptEnd, err error) {
+	for k, p := range alts {
+		if rv, err = run(p); err == nil {
+			return rv, k, nil, nil
+		}
+		if ctx.Err() != nil {
+			return rv, -1, &attemptEnd{}, err
+		}
+		if errors.Is(err, errAttemptFailing) {
+			break
+		}
+	}
+	return rv, -1, nil, err
+}
+
 // tolAudit checks the last hop i, on an engine that is not
 // bit-reproducible, by tolerance: its receipt carries a summary of its
 // last logits row, a holder V of its layers (any engine) computes the
@@ -542,24 +555,13 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 		}
 		return rs[0], nil
 	}
-	var rv consensus.Receipt
-	v := -1
-	for k, p := range alts {
-		if rv, err = run(p); err == nil {
-			v = k
-			break
-		}
-		if ctx.Err() != nil {
-			return &attemptEnd{}
-		}
-		if errors.Is(err, errAttemptFailing) {
-			return nil
-		}
-	}
+	rv, v, end, err := e.firstCheck(ctx, alts, run)
 	if v < 0 {
-		e.vc.inconclusive.Add(1)
-		e.cfg.log.Debug("tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
-		return nil
+		if end == nil && !errors.Is(err, errAttemptFailing) {
+			e.vc.inconclusive.Add(1)
+			e.cfg.log.Debug("tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
+		}
+		return end
 	}
 	rel, _ := rx.Logits.Compare(rv.Logits, consensus.LogitsTolerance)
 	if rx.Logits.Agrees(rv.Logits, consensus.LogitsTolerance) {
