@@ -161,6 +161,8 @@ var (
 	descChecked      = desc("verify_steps_checked_total", "Positions covered by this entry's conclusive spot checks (agreeing or not): the steps verified.")
 	descFirstMiss    = desc("verify_first_mismatch_timestamp_seconds", "When this entry's spot checks first found different outputs (Unix seconds; 0: never).")
 	descVerifyRate   = desc("verify_rate", "Share of token boundaries this entry spot-checks now.")
+	descTolChecks    = desc("verify_tolerance_checks_total", "Conclusive spot checks of last hops on engines that are not bit-reproducible, by their logits, by result: agreed, mismatch (beyond the tolerance).", "result")
+	descTolDelta     = desc("verify_tolerance_max_agreeing_delta", "Largest relative logit difference (max |delta| / max |logit|) of a tolerance check that agreed.")
 	descUploaded     = desc("upload_bytes_total", "Bytes of model chunks this node sent to peers fetching from it.")
 	descUploadLimit  = desc("upload_limit_bytes_per_second", "Upload limit in force now: the adaptive limit while serving, else --upload-rate (0: none).")
 	descUploadProbes = desc("upload_probes_total", "Short upload pauses the adaptive limit took to time idle steps.")
@@ -177,7 +179,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
 		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
 		descEntryQueue, descEntryOldest, descEntryQueued, descStolen, descStolenFrom, descEntryHeld, descEntryRefused, descQueueWait, descPlugin,
-		descChecks, descFaults, descChecked, descFirstMiss, descVerifyRate, descUploaded, descUploadLimit, descUploadProbes} {
+		descChecks, descFaults, descChecked, descFirstMiss, descVerifyRate, descTolChecks, descTolDelta, descUploaded, descUploadLimit, descUploadProbes} {
 		ch <- d
 	}
 }
@@ -210,6 +212,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descFirstMiss, first)
 	gauge(descVerifyRate, m.Verify.Rate)
+	ch <- prometheus.MustNewConstMetric(descTolChecks, prometheus.CounterValue, float64(m.Verify.Tolerance-m.Verify.ToleranceMismatches), "agreed")
+	ch <- prometheus.MustNewConstMetric(descTolChecks, prometheus.CounterValue, float64(m.Verify.ToleranceMismatches), "mismatch")
+	gauge(descTolDelta, m.Verify.MaxAgreeingDelta)
 	gauge(descReplayMax, m.MaxReplayLatency.Seconds())
 	counter(descSteps, m.Steps)
 	counter(descBatches, m.Batches)

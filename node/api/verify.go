@@ -34,6 +34,14 @@ type (
 		// by conclusive ones (agreeing or not).
 		PositionsVerified uint64 `json:"positions_verified"`
 		StepsChecked      uint64 `json:"steps_checked"`
+		// Tolerance checks are of last hops on engines that are not
+		// bit-reproducible, by their logits (counted in Checks too):
+		// ToleranceChecks were conclusive, ToleranceMismatches beyond
+		// the tolerance, MaxAgreeingDelta the largest relative
+		// difference of an agreeing one (how close honest nodes come).
+		ToleranceChecks     uint64  `json:"tolerance_checks"`
+		ToleranceMismatches uint64  `json:"tolerance_mismatches"`
+		MaxAgreeingDelta    float64 `json:"max_agreeing_delta"`
 		// FirstMismatch is when a check first found different outputs
 		// (null: never); StepsChecked held StepsAtFirstMismatch then.
 		FirstMismatch        *time.Time `json:"first_mismatch"`
@@ -50,6 +58,7 @@ type (
 		Positions int       `json:"positions"`
 		Steps     int       `json:"steps"` // forward steps covered: the prefill and each decode step
 		Mismatch  bool      `json:"mismatch,omitempty"`
+		Tolerance bool      `json:"tolerance,omitempty"` // by logits, within a tolerance
 	}
 )
 
@@ -58,6 +67,7 @@ func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
 	out := verifyJSON{Node: s.b.ID().String(), Rate: v.Rate, Checks: v.Audits, Verified: v.Verified,
 		Mismatches: v.Mismatches, Inconclusive: v.Inconclusive, Unresolved: v.Unresolved, Reported: v.Reported,
 		PositionsVerified: v.Positions, StepsChecked: v.Checked, StepsAtFirstMismatch: v.CheckedAtFirstMismatch,
+		ToleranceChecks: v.Tolerance, ToleranceMismatches: v.ToleranceMismatches, MaxAgreeingDelta: v.MaxAgreeingDelta,
 		Log: make([]checkJSON, 0, len(v.Log))}
 	if v.HasSwarmRate {
 		r := v.SwarmRate
@@ -68,7 +78,7 @@ func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
 		out.FirstMismatch = &t
 	}
 	for _, c := range v.Log {
-		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Session: c.Session.String(), Positions: c.Positions, Steps: c.Steps, Mismatch: c.Mismatch})
+		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Session: c.Session.String(), Positions: c.Positions, Steps: c.Steps, Mismatch: c.Mismatch, Tolerance: c.Tolerance})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -34,20 +34,22 @@ func TestVerifyView(t *testing.T) {
 	f.mu.Lock()
 	f.verify = node.VerifyStats{Rate: 0.05, Audits: 4, Verified: 2, Positions: 70, Mismatches: 1, Inconclusive: 1,
 		Checked: 110, FirstMismatch: t0.Add(2 * time.Second), CheckedAtFirstMismatch: 110,
-		Log: []node.CheckRecord{{At: t0, Positions: 30}, {At: t0.Add(time.Second), Hop: ids[1], Checker: ids[2], Positions: 40},
+		Tolerance: 3, ToleranceMismatches: 1, MaxAgreeingDelta: 0.025,
+		Log: []node.CheckRecord{{At: t0, Positions: 30, Tolerance: true}, {At: t0.Add(time.Second), Hop: ids[1], Checker: ids[2], Positions: 40},
 			{At: t0.Add(2 * time.Second), Positions: 40, Mismatch: true}}}
 	f.mu.Unlock()
 	if _, _, body = get(t, hs.URL+"/v1/swarm/verify", ""); json.Unmarshal(body, &v) != nil {
 		t.Fatalf("bad body %s", body)
 	}
 	if v.Rate != 0.05 || v.Checks != 4 || v.Verified != 2 || v.Mismatches != 1 || v.Inconclusive != 1 ||
-		v.PositionsVerified != 70 || v.StepsChecked != 110 || v.StepsAtFirstMismatch != 110 {
+		v.PositionsVerified != 70 || v.StepsChecked != 110 || v.StepsAtFirstMismatch != 110 ||
+		v.ToleranceChecks != 3 || v.ToleranceMismatches != 1 || v.MaxAgreeingDelta != 0.025 {
 		t.Errorf("counters: %+v", v)
 	}
 	if v.FirstMismatch == nil || !v.FirstMismatch.Equal(t0.Add(2*time.Second)) {
 		t.Errorf("first mismatch %v", v.FirstMismatch)
 	}
-	if len(v.Log) != 3 || !v.Log[2].Mismatch || v.Log[0].Mismatch || v.Log[1].Positions != 40 || !v.Log[1].At.Equal(t0.Add(time.Second)) ||
+	if len(v.Log) != 3 || !v.Log[2].Mismatch || v.Log[0].Mismatch || !v.Log[0].Tolerance || v.Log[1].Tolerance || v.Log[1].Positions != 40 || !v.Log[1].At.Equal(t0.Add(time.Second)) ||
 		v.Log[1].Hop != ids[1].String() || v.Log[1].Checker != ids[2].String() {
 		t.Errorf("log %+v", v.Log)
 	}
