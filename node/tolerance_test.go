@@ -100,7 +100,16 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 	defer cancel()
 	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark night"}
 	var total VerifyStats
-	for i := 0; i < 16; i++ {
+	checked := func() (n uint64) {
+		for _, n2 := range nodes {
+			n += n2.VerifyStats().Tolerance
+		}
+		return n
+	}
+	// At least 16 generations, and more (64 at most) until a tolerance
+	// check has run: in 2 runs of 10 once, none started at any entry in
+	// the first 16 (cause not found; not seen again in 55 runs).
+	for i := 0; i < 16 || (checked() == 0 && i < 64); i++ {
 		if _, err := generate(ctx, t, nodes[i%len(nodes)], prompts[i%len(prompts)], 12); err != nil {
 			t.Fatalf("generation %d: %v", i, err)
 		}
