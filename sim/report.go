@@ -15,7 +15,7 @@ func (r Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tdecode tok/s\tgoodput tok/s\tTTFT p50 ms\tTTFT p99 ms\tTPOT p50 ms\tTPOT p99 ms\tcompleted\tfailed\tevents\t")
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", p.Policy, p.decodeTokS, p.GoodputTokS,
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", p.Policy, p.DecodeTokS, p.GoodputTokS,
 			ms(p.TTFTp50ms), ms(p.TTFTp99ms), ms(p.TPOTp50ms), ms(p.TPOTp99ms), p.Completed, p.Failed, p.events)
 	}
 	if err := tw.Flush(); err != nil {

@@ -69,6 +69,11 @@ type Workload struct {
 	PoissonRatePerS float64      `yaml:"poisson_rate_per_s"`
 	HelixStreamRate float64      `yaml:"helix_stream_rate"`
 	TestnetLoad     *TestnetLoad `yaml:"testnet_load"`
+	// Clients, when positive, caps the requests in flight (a closed
+	// loop of that many users): an arrival waits for a client to free.
+	// With an arrival rate above what a policy serves it measures the
+	// policy's capacity, as Helix's offline runs do.
+	Clients int `yaml:"clients"`
 }
 
 // TestnetLoad is a testnet scenario's load section (testnet.LoadSpec):
@@ -141,6 +146,9 @@ func ParseScenario(path string, data []byte) (*Scenario, error) {
 			return nil, fmt.Errorf("%w: %s: duration_s %g, warmup_s %g", ErrScenario, path, sc.DurationS, sc.WarmUpS)
 		case kinds(sc.Workload.PoissonRatePerS > 0, sc.Workload.HelixStreamRate > 0, sc.Workload.TestnetLoad != nil) != 1:
 			return nil, fmt.Errorf("%w: %s: workload needs exactly one of poisson_rate_per_s, helix_stream_rate and testnet_load", ErrScenario, path)
+		}
+		if sc.Workload.Clients < 0 {
+			return nil, fmt.Errorf("%w: %s: workload clients %d", ErrScenario, path, sc.Workload.Clients)
 		}
 		if l := sc.Workload.TestnetLoad; l != nil && (l.Clients <= 0 || !(l.Rate > 0) || l.Prompts <= 0 || l.PromptTokens <= 0 || l.MaxTokens <= 0) {
 			return nil, fmt.Errorf("%w: %s: testnet_load needs positive clients, rate, prompts, prompt_tokens and max_tokens", ErrScenario, path)
@@ -217,6 +225,9 @@ func (sc *Scenario) SwarmSpec() (SwarmSpec, error) {
 		}
 		spec.Requests = Poisson(sc.Workload.PoissonRatePerS, sc.DurationS, lens, sc.Seed)
 	}
+	if sc.Workload.Clients > 0 {
+		spec.Clients = sc.Workload.Clients
+	}
 	return spec, nil
 }
 
@@ -234,12 +245,15 @@ func kinds(bs ...bool) int {
 type PolicyReport struct {
 	Policy      string  `json:"policy"`
 	GoodputTokS float64 `json:"goodput_tok_s"`
-	TTFTp50ms   float64 `json:"ttft_p50_ms"`
-	TTFTp99ms   float64 `json:"ttft_p99_ms"`
-	TPOTp50ms   float64 `json:"tpot_p50_ms"`
-	TPOTp99ms   float64 `json:"tpot_p99_ms"`
-	Completed   int     `json:"completed"`
-	Failed      int     `json:"failed"`
+	// DecodeTokS counts every decoded token in the window, as Helix's
+	// simulator does, finished request or not.
+	DecodeTokS float64 `json:"decode_tok_s"`
+	TTFTp50ms  float64 `json:"ttft_p50_ms"`
+	TTFTp99ms  float64 `json:"ttft_p99_ms"`
+	TPOTp50ms  float64 `json:"tpot_p50_ms"`
+	TPOTp99ms  float64 `json:"tpot_p99_ms"`
+	Completed  int     `json:"completed"`
+	Failed     int     `json:"failed"`
 	// FailedByCause splits Failed by why (replays_exhausted,
 	// busy_too_long, no_route, not_replayed, kv_never_fits, or for
 	// Helix's replays the break itself).
@@ -259,11 +273,10 @@ type PolicyReport struct {
 	EntryQueue  *EntryQueueUse  `json:"entry_queue,omitempty"`
 	PrefixCache *PrefixCacheUse `json:"prefix_cache,omitempty"`
 
-	swarm      *SwarmResult
-	decodeTokS float64
-	events     uint64
-	series     []float64
-	bin        float64
+	swarm  *SwarmResult
+	events uint64
+	series []float64
+	bin    float64
 }
 
 // EntryQueueUse is what the entry's admission queue did: requests that
@@ -351,7 +364,7 @@ func policyReport(name string, parts []Result) PolicyReport {
 	var ttft50, ttft99, tpot50, tpot99, w float64
 	for _, r := range parts {
 		p.GoodputTokS += r.GoodputTokS
-		p.decodeTokS += r.DecodeTokS
+		p.DecodeTokS += r.DecodeTokS
 		p.Completed += r.Completed
 		p.Failed += r.Failed
 		p.FailedWithPath += r.FailedWithPath

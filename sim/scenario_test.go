@@ -54,7 +54,7 @@ func TestReportJSON(t *testing.T) {
 	if len(pols) != 2 {
 		t.Fatalf("%d policies, want 2", len(pols))
 	}
-	want := []string{"attempts_broken_by_cause", "completed", "failed", "failed_by_cause", "failed_where_path_existed",
+	want := []string{"attempts_broken_by_cause", "completed", "decode_tok_s", "failed", "failed_by_cause", "failed_where_path_existed",
 		"goodput_tok_s", "policy", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms", "use_by_gpu"}
 	for _, p := range pols {
 		pm := p.(map[string]any)
@@ -74,7 +74,7 @@ func TestReportJSON(t *testing.T) {
 		if sum != pm["failed"].(float64) {
 			t.Fatalf("%v: failed_by_cause sums to %g, failed is %g", pm["policy"], sum, pm["failed"])
 		}
-		if pm["goodput_tok_s"].(float64) <= 0 || pm["completed"].(float64) <= 0 {
+		if pm["goodput_tok_s"].(float64) <= 0 || pm["completed"].(float64) <= 0 || pm["decode_tok_s"].(float64) < pm["goodput_tok_s"].(float64) {
 			t.Fatalf("%v served nothing", pm["policy"])
 		}
 	}
@@ -108,6 +108,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		"bad load":      "name: x\nsynthetic_model: {layers: 8, dim: 16}\nduration_s: 10\nnodes: [{name: a, gpu: cpu, max_layers: 8}]\nworkload: {testnet_load: {clients: 0, rate: 1, prompts: 1, prompt_tokens: 1, max_tokens: 1}}\n",
 		"named group":   "name: x\nsynthetic_model: {layers: 8, dim: 16}\nduration_s: 10\nnodes: [{name: a, count: 2, gpu: cpu, max_layers: 8}]\nworkload: {poisson_rate_per_s: 1}\n",
 		"bad warmup":    "name: x\ndata: d\nmodel: m\nduration_s: 10\nwarmup_s: 10\nnodes: [{count: 1, gpu: t4}]\nworkload: {poisson_rate_per_s: 1}\n",
+		"bad clients":   "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4}]\nworkload: {poisson_rate_per_s: 1, clients: -1}\n",
 		"bad relayed":   "name: x\ndata: d\nmodel: m\nduration_s: 10\nnodes: [{count: 1, gpu: t4, relayed_fraction: 2}]\nworkload: {poisson_rate_per_s: 1}\n",
 	} {
 		if _, err := ParseScenario(name+".yaml", []byte(y)); !errors.Is(err, ErrScenario) {
@@ -245,5 +246,34 @@ func TestKVObjectiveOption(t *testing.T) {
 	spec.KVObjective = false
 	if got := (&world{spec: spec, policy: "strata"}).costParams().SessionTokens; got != 0 {
 		t.Errorf("option off: SessionTokens %d", got)
+	}
+}
+
+// TestClientsCapInFlight: a workload's clients cap the requests in
+// flight (a closed loop), which the same arrivals without the cap exceed.
+func TestClientsCapInFlight(t *testing.T) {
+	run := func(y string) SwarmResult {
+		t.Helper()
+		sc, err := ParseScenario(filepath.Join("..", "testdata", "sim", "tiny.yaml"), []byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := sc.SwarmSpec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := RunSwarm(context.Background(), spec, "strata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	open := run(tinySwarm)
+	capped := run(tinySwarm + "  clients: 2\n")
+	if open.PeakInFlight <= 2 {
+		t.Fatalf("without a cap at most %d requests were in flight: the test needs more", open.PeakInFlight)
+	}
+	if capped.PeakInFlight != 2 || capped.Completed == 0 {
+		t.Fatalf("clients 2: peak %d in flight, %d completed", capped.PeakInFlight, capped.Completed)
 	}
 }

@@ -160,6 +160,9 @@ type SwarmResult struct {
 	// refused, and the admitted requests' wait p50 and p99 in seconds.
 	EntryQueued, EntryRefused  int
 	EntryWaitP50, EntryWaitP99 float64
+	// PeakInFlight is the most requests in flight at once (at most the
+	// workload's clients, where it has them).
+	PeakInFlight int
 }
 
 // NodeUsage is one machine's share of a run.
@@ -1261,6 +1264,7 @@ func (w *world) arrive(q *query) {
 		return
 	}
 	w.inflight++
+	w.res.PeakInFlight = max(w.res.PeakInFlight, w.inflight)
 	q.gid = w.nextGID
 	w.nextGID++
 	if w.eq != nil {

@@ -18,6 +18,7 @@ func newSimCmd() *cobra.Command {
 		asJSON  bool
 		svgPath string
 		kvObj   bool
+		clients int
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -26,8 +27,9 @@ func newSimCmd() *cobra.Command {
 section replays Helix's (ASPLOS'25) published simulations with their own
 placements, request streams and schedulers and prints the published decode
 throughput next to ours.`,
-		Example: `  strata sim --scenario testdata/sim/helix-single24-70b.yaml
-  strata sim --scenario testdata/sim/helix-single24-70b.yaml --json --svg out.svg`,
+		Example: `  strata sim --scenario testdata/sim/helix-calibration.yaml
+  strata sim --scenario testdata/sim/single24-swarm.yaml --json --svg out.svg
+  strata sim --scenario testdata/sim/single24-capacity.yaml --clients 512`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				return fmt.Errorf("sim: give --scenario FILE")
@@ -42,6 +44,12 @@ throughput next to ours.`,
 			}
 			if kvObj {
 				sc.KVObjective = true
+			}
+			if cmd.Flags().Changed("clients") {
+				if clients <= 0 {
+					return fmt.Errorf("sim: --clients %d: want a positive count", clients)
+				}
+				sc.Workload.Clients = clients
 			}
 			rep, err := sim.Run(cmd.Context(), sc, time.Now, policy...)
 			if err != nil {
@@ -73,6 +81,7 @@ throughput next to ours.`,
 	cmd.Flags().StringArrayVar(&policy, "policy", nil, "policy to run (repeatable; default all): strata, petals, parallax, helix-published")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&kvObj, "kv-objective", false, "Strata plans with each node capped by the sessions its KV memory holds at the workload's mean length")
+	cmd.Flags().IntVar(&clients, "clients", 0, "cap the requests in flight at this many clients (a closed loop; overrides the scenario's workload clients)")
 	cmd.Flags().StringVar(&svgPath, "svg", "", "write a throughput-over-time SVG here")
 	return cmd
 }
