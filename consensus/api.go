@@ -26,6 +26,7 @@ type Consensus struct {
 	log   *zap.SugaredLogger
 	raft  *raft.Raft
 	trans *raft.NetworkTransport
+	sl    *streamLayer
 	fsm   *fsm
 	st    *stores
 	live  Liveness
@@ -145,6 +146,7 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 		return fail(fmt.Errorf("%w: %w", ErrConfig, err))
 	}
 	sl := newStreamLayer(c.h)
+	c.sl = sl
 	c.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  sl,
 		MaxPool: 3,
@@ -153,7 +155,7 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 	})
 	has, err := raft.HasExistingState(st.logs, st.stable, st.snaps)
 	if err != nil {
-		_ = c.trans.Close()
+		_ = c.closeTransport()
 		return fail(fmt.Errorf("consensus: raft state: %w", err))
 	}
 	if !has {
@@ -168,14 +170,14 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 		}
 		if len(servers) > 0 {
 			if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, c.trans, raft.Configuration{Servers: servers}); err != nil {
-				_ = c.trans.Close()
+				_ = c.closeTransport()
 				return fail(fmt.Errorf("consensus: bootstrap: %w", err))
 			}
 		}
 	}
 	r, err := raft.NewRaft(rc, c.fsm, st.logs, st.stable, st.snaps, c.trans)
 	if err != nil {
-		_ = c.trans.Close()
+		_ = c.closeTransport()
 		return fail(fmt.Errorf("consensus: start raft: %w", err))
 	}
 	c.raft = r
@@ -345,7 +347,7 @@ func (c *Consensus) Close() error {
 			errs = append(errs, err)
 		}
 		c.wg.Wait()
-		if err := c.trans.Close(); err != nil {
+		if err := c.closeTransport(); err != nil {
 			errs = append(errs, err)
 		}
 		if err := c.st.close(); err != nil {
@@ -360,6 +362,14 @@ func (c *Consensus) Close() error {
 		c.closeErr = errors.Join(errs...)
 	})
 	return c.closeErr
+}
+
+// closeTransport closes raft's transport, then waits (at most 5 s) for
+// its handlers of inbound streams, which its Close leaves running.
+func (c *Consensus) closeTransport() error {
+	err := c.trans.Close()
+	c.sl.drain(5 * time.Second)
+	return err
 }
 
 // applied runs on raft's FSM goroutine after each admitted record.

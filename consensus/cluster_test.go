@@ -547,7 +547,7 @@ func (c *Consensus) halt() {
 		c.cancel()
 		_ = c.raft.Shutdown().Error()
 		c.wg.Wait()
-		_ = c.trans.Close()
+		_ = c.closeTransport()
 		_ = c.st.close()
 		c.mu.Lock()
 		for id, ch := range c.watchers {

@@ -481,3 +481,35 @@ func TestCloseHandsOverLeadership(t *testing.T) {
 		t.Error("Close did not hand over leadership")
 	}
 }
+
+// TestCloseEndsInboundStreams: a member's Close returns only once raft's
+// handlers of the streams its peers opened to it have ended (raft's own
+// transport leaves them running, logging after the member is gone).
+func TestCloseEndsInboundStreams(t *testing.T) {
+	cl := newCluster(t)
+	a := cl.addHost(false)
+	cl.start(a)
+	b, c := cl.addHost(false), cl.addHost(false)
+	cl.start(b, WithBootstrap(a.info()))
+	cl.start(c, WithBootstrap(a.info()))
+	l, _ := cl.leader(5 * time.Second)
+	cl.waitAll("three voters", 10*time.Second, func(State) bool { return len(cl.voters(l)) == 3 })
+	f := b
+	if f == l {
+		f = c
+	}
+	open := func() int {
+		f.c().sl.mu.Lock()
+		defer f.c().sl.mu.Unlock()
+		return len(f.c().sl.accepted)
+	}
+	// The leader's replication keeps a stream to every follower.
+	cl.await("an inbound stream at the follower", 5*time.Second, func() bool { return open() > 0 })
+	if err := f.c().Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.dead.Store(true)
+	if n := open(); n != 0 {
+		t.Fatalf("%d inbound streams still open after Close", n)
+	}
+}

@@ -3,6 +3,7 @@ package consensus
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -19,24 +20,81 @@ import (
 // address is its peer ID in text form: libp2p finds the peer's multiaddrs
 // in the peerstore, and the stream is authenticated and encrypted by the
 // host's security transport.
+//
+// It also tracks the streams it accepted: raft's transport serves each in
+// a goroutine of its own that its Close does not wait for, and that logs
+// once its stream fails. drain ends them and waits, so that nothing of a
+// closed member still runs (or logs).
 type streamLayer struct {
 	h      host.Host
 	conns  chan net.Conn
 	closed chan struct{}
 	once   sync.Once
+
+	mu       sync.Mutex
+	accepted map[*streamConn]struct{} // open, not yet closed by raft
+	draining bool
+	idle     chan struct{} // closed when draining and none is open
 }
 
 func newStreamLayer(h host.Host) *streamLayer {
-	sl := &streamLayer{h: h, conns: make(chan net.Conn), closed: make(chan struct{})}
+	sl := &streamLayer{h: h, conns: make(chan net.Conn), closed: make(chan struct{}),
+		accepted: map[*streamConn]struct{}{}, idle: make(chan struct{})}
 	h.SetStreamHandler(proto.Raft, sl.handle)
 	return sl
 }
 
 func (sl *streamLayer) handle(s network.Stream) {
-	select {
-	case sl.conns <- &streamConn{Stream: s}:
-	case <-sl.closed:
+	c := &streamConn{Stream: s, sl: sl}
+	sl.mu.Lock()
+	if sl.draining {
+		sl.mu.Unlock()
 		_ = s.Reset()
+		return
+	}
+	sl.accepted[c] = struct{}{}
+	sl.mu.Unlock()
+	select {
+	case sl.conns <- c:
+	case <-sl.closed:
+		_ = c.Stream.Reset()
+		sl.forget(c)
+	}
+}
+
+// forget drops an accepted stream that is closed.
+func (sl *streamLayer) forget(c *streamConn) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if _, ok := sl.accepted[c]; !ok {
+		return
+	}
+	delete(sl.accepted, c)
+	if sl.draining && len(sl.accepted) == 0 {
+		close(sl.idle)
+	}
+}
+
+// drain resets the accepted streams still open and waits, at most
+// timeout, until raft's handlers have closed them. Call it after the
+// transport's Close.
+func (sl *streamLayer) drain(timeout time.Duration) {
+	sl.mu.Lock()
+	if !sl.draining {
+		sl.draining = true
+		if len(sl.accepted) == 0 {
+			close(sl.idle)
+		}
+		for c := range sl.accepted {
+			_ = c.Stream.Reset()
+		}
+	}
+	sl.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-sl.idle:
+	case <-t.C:
 	}
 }
 
@@ -51,7 +109,7 @@ func (sl *streamLayer) Accept() (net.Conn, error) {
 }
 
 // Close implements net.Listener: it stops accepting streams. Streams
-// already open are closed by raft's transport.
+// already open are closed by raft's transport (and drain).
 func (sl *streamLayer) Close() error {
 	sl.once.Do(func() {
 		sl.h.RemoveStreamHandler(proto.Raft)
@@ -83,9 +141,34 @@ func (sl *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (
 	return &streamConn{Stream: s}, nil
 }
 
-// streamConn is a libp2p stream as a net.Conn.
+// streamConn is a libp2p stream as a net.Conn. An accepted one (sl set)
+// tells its layer when raft closes it, and reads as ended once the layer
+// drains, so that raft's handler returns without logging a failure.
 type streamConn struct {
 	network.Stream
+	sl *streamLayer
+}
+
+func (c *streamConn) Read(b []byte) (int, error) {
+	n, err := c.Stream.Read(b)
+	if err != nil && c.sl != nil && c.sl.isDraining() {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (c *streamConn) Close() error {
+	err := c.Stream.Close()
+	if c.sl != nil {
+		c.sl.forget(c)
+	}
+	return err
+}
+
+func (sl *streamLayer) isDraining() bool {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return sl.draining
 }
 
 func (c *streamConn) LocalAddr() net.Addr  { return peerAddr(c.Conn().LocalPeer()) }
