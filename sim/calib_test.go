@@ -92,3 +92,80 @@ func TestReplayDeterministic(t *testing.T) {
 	}
 	t.Fatal("no swarm run found")
 }
+
+// TestCalibrationGeo24 replays Helix's published LLaMA-2 70B simulations
+// on its three-region cluster. Each figure is the sum of its own
+// section's runs only: geo24's offline Helix and Swarm also run in §6.7
+// on another layout, and counting those doubled §6.4's figures.
+func TestCalibrationGeo24(t *testing.T) {
+	cals, err := CalibrateHelix(helixDir, "geo24", "llama2_70b", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cals) != 7 {
+		t.Fatalf("got %d calibrations, want 7 (3 methods × 2 modes, the no-pruning ablation)", len(cals))
+	}
+	for _, c := range cals {
+		t.Logf("%-7s %-14s published %6.1f simulated %6.1f ratio %.3f parts %d (%s)", c.Mode, c.Method, c.Published, c.Simulated, c.Ratio(), len(c.Parts), c.Source)
+		want := 1
+		if c.Method == "separate" {
+			want = 3 // a100, l4, t4
+		}
+		if len(c.Parts) != want {
+			t.Errorf("%s %s: %d parts, want %d", c.Mode, c.Method, len(c.Parts), want)
+		}
+		if math.Abs(c.Ratio()-1) > 0.15 {
+			t.Errorf("%s %s: simulated %.1f tok/s, published %.1f: off by more than 15%%", c.Mode, c.Method, c.Simulated, c.Published)
+		}
+	}
+}
+
+// TestMaxflowDecodeLoad checks that a decode iteration charges one token
+// to the round-robin load of every link on its route, as Helix's
+// schedule_increment does, and nothing elsewhere.
+func TestMaxflowDecodeLoad(t *testing.T) {
+	c, typical, err := LoadHelixCluster(helixDir, "llama2_70b", "geo24/llama2_70b/helix", "A100=4;L4=8;T4=12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSim(c, nil, Window{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newMaxflow(s, typical, 0.85, 1, true)
+	s.sched = m
+	q := &query{input: 700, output: 3}
+	if !m.admit(s, q) {
+		t.Fatal("admit failed on an empty cluster")
+	}
+	before := append([]float64(nil), m.load...)
+	m.decode(s, q)
+	onRoute := map[int32]bool{}
+	for _, li := range q.route {
+		onRoute[li] = true
+	}
+	for i := range m.load {
+		want := before[i]
+		if onRoute[int32(i)] {
+			want += 1 / m.flow[i]
+		}
+		if math.Abs(m.load[i]-want) > 1e-12 {
+			t.Errorf("link %d: load %g, want %g (on route: %v)", i, m.load[i], want, onRoute[int32(i)])
+		}
+	}
+	// Through the engine: a query's decodes all reach the loads.
+	s2, _ := newSim(c, nil, Window{0, 100})
+	m2, _ := newMaxflow(s2, typical, 0.85, 1, true)
+	s2.sched = m2
+	q2 := s2.issue(700, 5, 0)
+	prompt := append([]float64(nil), m2.load...)
+	s2.run(100)
+	if !q2.done {
+		t.Fatal("query did not complete")
+	}
+	for _, li := range q2.route {
+		if got, want := m2.load[li]-prompt[li], 5/m2.flow[li]; math.Abs(got-want) > 1e-9 {
+			t.Errorf("link %d: decodes added %g to the load, want %g (5 decodes)", li, got, want)
+		}
+	}
+}

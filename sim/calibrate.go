@@ -19,7 +19,8 @@ type Calibration struct {
 func (c Calibration) Ratio() float64 { return c.Simulated / c.Published }
 
 // CalibrateHelix replays every published simulation of a setup and model
-// (every method and mode, parts summed as Helix sums them).
+// (every method and mode, the parts of one section summed as Helix sums
+// them).
 func CalibrateHelix(dir, setup, model string, seed uint64) ([]Calibration, error) {
 	runs, err := LoadHelixRuns(dir)
 	if err != nil {
@@ -36,7 +37,11 @@ func CalibrateHelix(dir, setup, model string, seed uint64) ([]Calibration, error
 		}
 		c := Calibration{Setup: setup, Model: model, Mode: p.Mode, Method: p.Method, Published: p.TokS, Source: p.Source}
 		for _, r := range runs {
-			if r.Setup != setup || r.Model != model || r.Mode != p.Mode || r.Method != p.Method {
+			// Only the parts of the published figure's own section: the
+			// same method and mode recur in other sections on other
+			// layouts (geo24 offline Helix and Swarm in §6.4 and §6.7,
+			// published separately), and summing those doubled the figure.
+			if r.Section != p.Section || r.Setup != setup || r.Model != model || r.Mode != p.Mode || r.Method != p.Method {
 				continue
 			}
 			res, err := ReplayHelix(dir, r, seed)

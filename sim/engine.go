@@ -232,6 +232,13 @@ type scheduler interface {
 	finish(s *Sim, q *query)
 }
 
+// decodeObserver is a scheduler that also hears of every decode
+// iteration the coordinator sends out (Helix's MaxFlow charges each to
+// its route's round-robin loads).
+type decodeObserver interface {
+	decode(s *Sim, q *query)
+}
+
 func newSim(c Cluster, sch scheduler, w Window) (*Sim, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -761,6 +768,9 @@ func (s *Sim) receive(it *iter) {
 	it.hop = 0
 	it.nextLayer = 0
 	it.issued = s.now
+	if d, ok := s.sched.(decodeObserver); ok {
+		d.decode(s, q)
+	}
 	s.depart(it, Source)
 }
 

@@ -11,6 +11,10 @@ import (
 // HelixRun is one simulation of Helix's artifact (a row of
 // results/sim_runs.csv): a placement, its scheduler and its workload.
 type HelixRun struct {
+	// Section is the paper's section the run belongs to ("6.4"): one
+	// setup, model, method and mode can appear in several (geo24's Helix
+	// and Swarm offline runs in §6.4, and again on §6.7's layout).
+	Section                          string
 	Setup, Model, Method, Mode, Part string
 	Scheduler                        string  // maxflow, swarm, random
 	Placement                        string  // placements/<key>
@@ -46,7 +50,8 @@ func LoadHelixRuns(dir string) ([]HelixRun, error) {
 			continue // a layout without an extracted placement
 		}
 		runs = append(runs, HelixRun{
-			Setup: r["setup"], Model: r["model"], Method: r["method"], Mode: r["mode"], Part: r["part"],
+			Section: strings.TrimPrefix(r["section"], "sec"),
+			Setup:   r["setup"], Model: r["model"], Method: r["method"], Mode: r["mode"], Part: r["part"],
 			Scheduler: r["scheduler"], Placement: p, Machines: r["machine_num_dict"],
 			Rate: f(r["online_avg_token_throughput"]), InitialQueries: int(f(r["offline_initial_queries"])),
 			FeedHWM: f(r["offline_feed_hwm"]), KVHWM: f(r["kv_expected_hwm"]), KVRatio: f(r["kv_expected_output_ratio"]),
@@ -58,6 +63,7 @@ func LoadHelixRuns(dir string) ([]HelixRun, error) {
 
 // Published is a decode throughput from Helix's results.
 type Published struct {
+	Section                    string // "6.4", as HelixRun.Section
 	Setup, Model, Mode, Method string
 	TokS                       float64
 	Source                     string
@@ -80,7 +86,7 @@ func LoadHelixPublished(dir string) ([]Published, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Published{r["setup"], r["model"], r["mode"], r["method"], v, r["source"]})
+		out = append(out, Published{r["section"], r["setup"], r["model"], r["mode"], r["method"], v, r["source"]})
 	}
 	return out, nil
 }

@@ -154,6 +154,19 @@ func (m *maxflowSched) admit(s *Sim, q *query) bool {
 	return true
 }
 
+// decode charges one token to the round-robin load of every link on the
+// query's route, as Helix's MaxFlow scheduler does for each decode
+// iteration (Helix-ASPLOS25 simulator/scheduler/global_maxflow/
+// scheduler_core.py:504-513 → schedule_increment :353-366 →
+// interleaved_weighted_round_robin.py:20-30, update_loads with workload
+// token_seq_length = 1), so later prompts balance the tokens each link
+// carries, decodes included, not only prompt tokens.
+func (m *maxflowSched) decode(_ *Sim, q *query) {
+	for _, li := range q.route {
+		m.load[li] += 1 / m.flow[li]
+	}
+}
+
 func (m *maxflowSched) hop(*Sim, *query, int) (int32, bool) { return -1, false }
 func (m *maxflowSched) observe(*Sim, *iter, int)            {}
 
