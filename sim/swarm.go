@@ -150,8 +150,8 @@ type SwarmResult struct {
 	// PlanSessionTokens is the planner's session length in Strata's
 	// replicated state at the end (0: none; Scenario.KVObjective).
 	PlanSessionTokens int
-	EventsPerSec                                float64 // wall-clock events per second of this run
-	Wall                                        time.Duration
+	EventsPerSec      float64 // wall-clock events per second of this run
+	Wall              time.Duration
 	// Nodes is each machine's use over the run, for finding a bottleneck.
 	Nodes []NodeUsage
 	// The stages' prefix cache (strata): sessions that resumed, the
