@@ -93,6 +93,10 @@ type LeaderInput struct {
 	// SwarmConfig is the leader's own swarm configuration (nil: none),
 	// appended while the state has none (swarmconfig.go).
 	SwarmConfig *SwarmConfigSet
+	// SessionTokens is the leader's own planner session length (nil:
+	// none), appended while the state has none. Plans use the state's
+	// (State.PlanParams) in place of Config.CostParams.SessionTokens.
+	SessionTokens *SessionTokensSet
 	// FetchRates are the fetch rates (bytes/s) of the members that have
 	// no model file and fetch their layers from peers
 	// (layers.RebalanceOptions.FetchRates).
@@ -244,6 +248,9 @@ func (d *decision) decide() (Action, error) {
 	// one: the founder.
 	if in.SwarmConfig != nil && !s.hasConfig {
 		return Append{Event: *in.SwarmConfig, Why: "the leader sets the swarm's configuration"}, nil
+	}
+	if in.SessionTokens != nil && !s.hasSessionTokens {
+		return Append{Event: *in.SessionTokens, Why: "the leader sets the swarm's planner session length"}, nil
 	}
 
 	// 2. Raft's configuration follows the members.
@@ -447,7 +454,7 @@ func (d *decision) fleet() (*layers.Fleet, map[string]bool, error) {
 		nodes = append(nodes, n)
 		ok[m.ID] = true
 	}
-	f, err := layers.NewFleet(d.in.Config.Model, nodes, d.in.Config.CostParams)
+	f, err := layers.NewFleet(d.in.Config.Model, nodes, d.in.State.PlanParams(d.in.Config.CostParams))
 	return f, ok, err
 }
 

@@ -79,6 +79,8 @@ func (k Kind) String() string {
 		return "ManifestPart"
 	case KindSwarmConfigSet:
 		return "SwarmConfigSet"
+	case KindSessionTokensSet:
+		return "SessionTokensSet"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -282,6 +284,8 @@ func UnmarshalRecord(b []byte) (Record, error) {
 		ev = decodeManifestPart(d)
 	case KindSwarmConfigSet:
 		ev = decodeSwarmConfigSet(d)
+	case KindSessionTokensSet:
+		ev = decodeSessionTokensSet(d)
 	default:
 		if d.Err() == nil {
 			d.Fail("unknown kind %d", kind)

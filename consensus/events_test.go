@@ -33,6 +33,7 @@ func sampleRecords(t testing.TB) []Record {
 		rec(11, ManifestPart{Fingerprint: "fp", Digest: sha256.Sum256([]byte("whole")), Index: 1, Total: 3, Bytes: []byte("part")}),
 		rec(12, SwarmConfigSet{VerifyRate: 0.05}),
 		rec(13, sampleToleranceFault(t)),
+		rec(14, SessionTokensSet{Tokens: 1000}),
 	}
 }
 
@@ -161,7 +162,9 @@ func FuzzUnmarshalState(f *testing.F) {
 	}
 	// The swarm's configuration, with and without a manifest before it.
 	for _, st := range []State{Fold(sampleRecords(f)[1], rec(9, SwarmConfigSet{VerifyRate: 0.05})),
-		Fold(sampleRecords(f)[1], rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("m")}), rec(10, SwarmConfigSet{VerifyRate: 1}))} {
+		Fold(sampleRecords(f)[1], rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("m")}), rec(10, SwarmConfigSet{VerifyRate: 1})),
+		Fold(sampleRecords(f)[1], rec(9, SessionTokensSet{Tokens: 1000})),
+		Fold(sampleRecords(f)[1], rec(9, ManifestPublished{Fingerprint: "fp", Manifest: []byte("m")}), rec(10, SwarmConfigSet{VerifyRate: 1}), rec(11, SessionTokensSet{Tokens: 0}))} {
 		b, err := st.MarshalBinary()
 		if err != nil {
 			f.Fatal(err)

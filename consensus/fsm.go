@@ -98,6 +98,9 @@ type State struct {
 	// The swarm's configuration (swarmconfig.go); hasConfig: set.
 	verifyRate float64
 	hasConfig  bool
+	// The planner's mean session length (swarmconfig.go); has: set.
+	sessionTokens    int
+	hasSessionTokens bool
 }
 
 // Fingerprint is the swarm's model fingerprint ("" before the first join).
@@ -184,6 +187,8 @@ func (s State) Apply(r Record) (State, error) {
 		err = next.manifestPart(e)
 	case SwarmConfigSet:
 		err = next.swarmConfigSet(e)
+	case SessionTokensSet:
+		err = next.sessionTokensSet(e)
 	case nil:
 		err = fmt.Errorf("%w: no event", ErrRejected)
 	default:

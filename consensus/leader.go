@@ -86,6 +86,9 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 	if c.cfg.hasVerifyRate {
 		in.SwarmConfig = &SwarmConfigSet{VerifyRate: c.cfg.verifyRate}
 	}
+	if n := c.cfg.sessionTokens; n > 0 {
+		in.SessionTokens = &SessionTokensSet{Tokens: n}
+	}
 	seen := map[string]bool{}
 	look := func(id string) {
 		if seen[id] {

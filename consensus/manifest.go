@@ -282,7 +282,7 @@ func appendManifest(b []byte, s State) []byte {
 			b = binary.AppendUvarint(b, uint64(i))
 			b = appendBytes(b, p.got[i])
 		}
-	case s.hasConfig:
+	case s.hasSections():
 		// Sections follow: an empty byte string stands for no manifest.
 		b = appendBytes(b, nil)
 	}

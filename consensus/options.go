@@ -115,6 +115,8 @@ type config struct {
 	// verifyRate is appended while the state has no rate (swarmconfig.go).
 	verifyRate    float64
 	hasVerifyRate bool
+	// sessionTokens is appended while the state has none (0: never).
+	sessionTokens int
 	caps          Capabilities
 	bootstrap     []peer.AddrInfo
 	initial       []peer.ID

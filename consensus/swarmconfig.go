@@ -2,15 +2,21 @@ package consensus
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+
+	"github.com/stratanet/strata/layers"
 )
 
 // The swarm's configuration in the replicated state: settings every
 // member follows, so that one node's flags cannot quietly differ from the
-// swarm's. Today it holds the spot-check rate (docs/trust.md). The leader
-// appends its own configured value while the state has none (the
-// founder's, in practice), and an operator may change it later through
-// the leader (SetVerifyRate).
+// swarm's. It holds the spot-check rate (docs/trust.md, SwarmConfigSet)
+// and the planner's mean session length (SessionTokensSet). Each has its
+// own event, so that each is set or not on its own, and a log written
+// before the second existed reads unchanged. The leader appends its own
+// configured values while the state has none (the founder's, in
+// practice), and an operator may change them later through the leader
+// (SetVerifyRate, SetSessionTokens).
 
 // KindSwarmConfigSet is the kind of SwarmConfigSet. It stands apart from
 // the kinds of events.go, as KindManifestPublished does.
@@ -52,20 +58,86 @@ func (s *State) swarmConfigSet(e SwarmConfigSet) error {
 	return nil
 }
 
+// KindSessionTokensSet is the kind of SessionTokensSet.
+const KindSessionTokensSet Kind = 15
+
+// MaxSessionTokens bounds SessionTokensSet.Tokens: 1Mi tokens per session
+// is beyond any context served today, and keeps the planner's arithmetic
+// far from overflow.
+const MaxSessionTokens = 1 << 20
+
+// SessionTokensSet: the swarm's planner now assumes sessions of Tokens
+// tokens on average, prompt plus output, and caps each node's rate by the
+// sessions of that length its KV memory holds
+// (layers.CostParams.SessionTokens); 0: no such cap.
+type SessionTokensSet struct {
+	Tokens int
+}
+
+// Kind implements Event.
+func (SessionTokensSet) Kind() Kind { return KindSessionTokensSet }
+
+// appendTo writes a negative count as a huge one, which decoding (and so
+// MarshalRecord) refuses.
+func (e SessionTokensSet) appendTo(b []byte) []byte {
+	return binary.AppendUvarint(b, uint64(e.Tokens))
+}
+
+func decodeSessionTokensSet(d decoder) SessionTokensSet {
+	return SessionTokensSet{Tokens: int(d.Uvarint("session tokens", MaxSessionTokens))}
+}
+
+// validSessionTokens: 0 (off) to MaxSessionTokens.
+func validSessionTokens(n int) bool { return n >= 0 && n <= MaxSessionTokens }
+
+// SessionTokens is the mean session length the swarm plans with (0: no
+// KV cap); false when none was set.
+func (s State) SessionTokens() (int, bool) { return s.sessionTokens, s.hasSessionTokens }
+
+// PlanParams is p with the swarm's session length in place of p's, when
+// the state has one: what the leader plans with.
+func (s State) PlanParams(p layers.CostParams) layers.CostParams {
+	if s.hasSessionTokens {
+		p.SessionTokens = s.sessionTokens
+	}
+	return p
+}
+
+func (s *State) sessionTokensSet(e SessionTokensSet) error {
+	switch {
+	case !validSessionTokens(e.Tokens):
+		return fmt.Errorf("%w: session tokens %d outside [0, %d]", ErrRejected, e.Tokens, MaxSessionTokens)
+	case s.hasSessionTokens && s.sessionTokens == e.Tokens:
+		return fmt.Errorf("%w: session tokens are already %d", ErrStale, e.Tokens)
+	}
+	s.sessionTokens, s.hasSessionTokens = e.Tokens, true
+	return nil
+}
+
 // Snapshot sections after the manifest: a tag byte, then the section's
 // fields; tags in increasing order, each once. A snapshot with sections
 // and no manifest holds an empty byte string where the manifest goes, so
 // that the two cannot be confused; one written before sections existed
 // ends after the manifest (or without one), and still reads.
-const sectionConfig = 1
+const (
+	sectionConfig        = 1 // the verify rate
+	sectionSessionTokens = 2
+)
+
+// hasSections: the snapshot ends with trailing sections.
+func (s State) hasSections() bool { return s.hasConfig || s.hasSessionTokens }
 
 // appendSections ends a snapshot with its trailing sections.
 func appendSections(b []byte, s State) []byte {
-	if !s.hasConfig {
-		return b
+	if s.hasConfig {
+		b = append(b, sectionConfig)
+		b = appendF64(b, s.verifyRate)
 	}
-	b = append(b, sectionConfig)
-	return appendF64(b, s.verifyRate)
+	if s.hasSessionTokens {
+		b = append(b, sectionSessionTokens)
+		b = binary.AppendUvarint(b, uint64(s.sessionTokens))
+	}
+	return b
 }
 
 // decodeSections reads the sections after the manifest.
@@ -89,6 +161,12 @@ func decodeSections(d decoder, s *State) {
 				return
 			}
 			s.verifyRate, s.hasConfig = r, true
+		case sectionSessionTokens:
+			n := int(d.Uvarint("session tokens", MaxSessionTokens))
+			if d.Err() != nil {
+				return
+			}
+			s.sessionTokens, s.hasSessionTokens = n, true
 		default:
 			d.Fail("unknown section %d", tag)
 			return
@@ -125,6 +203,47 @@ func WithVerifyRate(r float64) Option {
 			return fmt.Errorf("%w: verify rate %v outside [0, 1]", ErrConfig, r)
 		}
 		c.verifyRate, c.hasVerifyRate = r, true
+		return nil
+	}
+}
+
+// SetSessionTokens sets the mean session length (prompt plus output
+// tokens) the swarm's planner caps each node's KV memory by; 0 turns the
+// cap off. As with SetVerifyRate, only the leader appends it
+// (ErrNotLeader elsewhere), and setting the value it already has is not
+// an error. The leader plans with it from the next decision on; the map
+// changes when a rebalance or a repair says a new one pays.
+func (c *Consensus) SetSessionTokens(ctx context.Context, n int) error {
+	if !validSessionTokens(n) {
+		return fmt.Errorf("%w: session tokens %d outside [0, %d]", ErrRejected, n, MaxSessionTokens)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !c.IsLeader() {
+		return ErrNotLeader
+	}
+	if cur, ok := c.fsm.current().SessionTokens(); ok && cur == n {
+		return nil
+	}
+	if err := c.apply(SessionTokensSet{Tokens: n}); err != nil {
+		return err
+	}
+	kick(c.kickL)
+	return nil
+}
+
+// WithPlanSessionTokens is the mean session length this node gives the
+// swarm's planner while it leads one whose state has none: the founder's
+// sets the swarm's first. 0 (the default) sets none, and the leader plans
+// with its own cost parameters (WithPlanner), which by default have no KV
+// cap.
+func WithPlanSessionTokens(n int) Option {
+	return func(c *config) error {
+		if !validSessionTokens(n) {
+			return fmt.Errorf("%w: session tokens %d outside [0, %d]", ErrConfig, n, MaxSessionTokens)
+		}
+		c.sessionTokens = n
 		return nil
 	}
 }

@@ -296,6 +296,9 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			copts = append(copts, consensus.WithBootstrap(cfg.bootstrap...))
 		}
 		copts = append(copts, consensus.WithVerifyRate(cfg.swarmVerifyRate))
+		if cfg.planSessionTokens > 0 {
+			copts = append(copts, consensus.WithPlanSessionTokens(cfg.planSessionTokens))
+		}
 		c, err := consensus.New(ctx, append(copts, cfg.consOpts...)...)
 		if err != nil {
 			n.Close()

@@ -64,6 +64,7 @@ type config struct {
 	wireF16                                            bool
 	verifyRate                                         float64 // -1: the swarm's
 	swarmVerifyRate                                    float64
+	planSessionTokens                                  int // 0: none given to the swarm
 	steal                                              bool
 	noFair                                             bool
 	fairStall                                          time.Duration // tests: the stall bound (0: the default)
@@ -129,6 +130,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: verify rate %v outside [0, 1]", ErrConfig, c.verifyRate)
 	case !(c.swarmVerifyRate >= 0 && c.swarmVerifyRate <= 1):
 		return fmt.Errorf("%w: swarm verify rate %v outside [0, 1]", ErrConfig, c.swarmVerifyRate)
+	case c.planSessionTokens < 0 || c.planSessionTokens > consensus.MaxSessionTokens:
+		return fmt.Errorf("%w: plan session tokens %d outside [0, %d]", ErrConfig, c.planSessionTokens, consensus.MaxSessionTokens)
 	case c.engine != nil && c.simModel != "":
 		return fmt.Errorf("%w: an engine (WithEngine) for a simulated model", ErrConfig)
 	case len(c.region) > swarm.MaxRegionLen:
@@ -376,6 +379,16 @@ func WithVerifyRate(r float64) Option { return func(c *config) error { c.verifyR
 // Node.SetSwarmVerifyRate on the leader.
 func WithSwarmVerifyRate(r float64) Option {
 	return func(c *config) error { c.swarmVerifyRate = r; return nil }
+}
+
+// WithPlanSessionTokens is the mean session length, prompt plus output
+// tokens, this node gives the swarm's planner when it founds one: the
+// leader then caps each node's rate by the sessions of that length its KV
+// memory holds (layers.CostParams.SessionTokens). 0, the default, gives
+// none: the planner has no KV cap until an operator sets one with
+// Node.SetSwarmSessionTokens on the leader.
+func WithPlanSessionTokens(n int) Option {
+	return func(c *config) error { c.planSessionTokens = n; return nil }
 }
 
 // WithPrefixCache keeps the KV of finished sessions on each stage, in the

@@ -24,6 +24,12 @@ type SwarmSnapshot struct {
 	Members    []consensus.Member
 	Pending    consensus.Pending
 	HasPending bool
+	// The swarm's replicated configuration: the verify rate and the
+	// planner's session length, each when set (Has...).
+	VerifyRate       float64
+	HasVerifyRate    bool
+	SessionTokens    int
+	HasSessionTokens bool
 
 	// Self is what this node announces now; Hardware the device it
 	// declared or measured; Addrs its listen addresses.
@@ -73,5 +79,8 @@ func (n *Node) Swarm() SwarmSnapshot {
 	}
 	s.Members = c.Members()
 	s.Pending, s.HasPending = c.Pending()
+	st := c.State()
+	s.VerifyRate, s.HasVerifyRate = st.VerifyRate()
+	s.SessionTokens, s.HasSessionTokens = st.SessionTokens()
 	return s
 }

@@ -966,3 +966,14 @@ func (n *Node) SetSwarmVerifyRate(ctx context.Context, r float64) error {
 	}
 	return c.SetVerifyRate(ctx, r)
 }
+
+// SetSwarmSessionTokens sets the mean session length the swarm's planner
+// caps each node's KV memory by (0: no cap). Only the leader may
+// (consensus.ErrNotLeader elsewhere, ErrNotServing on a static map).
+func (n *Node) SetSwarmSessionTokens(ctx context.Context, tokens int) error {
+	c := n.cons.Load()
+	if c == nil {
+		return fmt.Errorf("%w: no consensus (static map): no swarm planner to set", ErrNotServing)
+	}
+	return c.SetSessionTokens(ctx, tokens)
+}

@@ -334,3 +334,52 @@ func TestVerifySkipsOtherEngines(t *testing.T) {
 		t.Fatal("the go nodes checked nothing")
 	}
 }
+
+// TestSwarmSessionTokens: the founder's planner session length
+// (WithPlanSessionTokens) reaches every node's view of the swarm, a
+// joiner's does not replace it, and the leader alone changes it.
+func TestSwarmSessionTokens(t *testing.T) {
+	c := newTestCluster(t)
+	founder := c.add(WithPlanSessionTokens(1000))
+	joiner := c.add(WithPlanSessionTokens(4000)) // not the founder: not the swarm's
+	c.waitServing(60*time.Second, founder.ID(), joiner.ID())
+	tokensAre := func(want int) func() bool {
+		return func() bool {
+			for _, n := range []*Node{founder, joiner} {
+				if s := n.Swarm(); !s.HasSessionTokens || s.SessionTokens != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor(t, 30*time.Second, "the founder's length at both", tokensAre(1000))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var leader *Node
+	for _, n := range []*Node{founder, joiner} {
+		if err := n.SetSwarmSessionTokens(ctx, 0); err == nil {
+			leader = n
+		} else if !errors.Is(err, consensus.ErrNotLeader) {
+			t.Fatalf("a follower's set: %v", err)
+		}
+	}
+	if leader == nil {
+		t.Fatal("no node could set the length")
+	}
+	if err := leader.SetSwarmSessionTokens(ctx, consensus.MaxSessionTokens+1); !errors.Is(err, consensus.ErrRejected) {
+		t.Fatalf("length beyond the bound: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the length off at both", tokensAre(0))
+	for _, bad := range []int{-1, consensus.MaxSessionTokens + 1} {
+		cfg := defaultConfig()
+		for _, o := range append(baseOptions(t), WithPlanSessionTokens(bad)) {
+			if err := o(&cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cfg.validate(); !errors.Is(err, ErrConfig) {
+			t.Fatalf("length %d: %v", bad, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/stratanet/strata/consensus"
@@ -55,13 +56,24 @@ func (w *world) at() time.Time { return w.epoch.Add(time.Duration(w.s.now * floa
 
 // startLeader makes the first live machine that is not relayed the
 // founding voter and leader; every machine up at the start asks to join.
-func (w *world) startLeader(init []int) {
+func (w *world) startLeader(init []int) error {
 	l := &leader{self: -1, deadSince: map[string]time.Time{}, prepared: make([]layers.Range, len(w.spec.Nodes)),
 		loadKey: make([]consensus.Load, len(w.spec.Nodes))}
-	l.cfg = consensus.LeaderConfig{Model: w.model, Planner: layers.NewPlanner(), CostParams: w.costParams(),
+	l.cfg = consensus.LeaderConfig{Model: w.model, Planner: layers.NewPlanner(), CostParams: layers.DefaultCostParams(),
 		DeadGrace: deadGrace, StableAfter: stableAfter, MaxVoters: maxVoters, Warmup: warmupTimeout,
 		LaggardPenalty: laggardPenalty, RebalanceEvery: time.Duration(w.spec.Timing.RebalanceS * float64(time.Second))}
 	w.lead = l
+	// The founder's swarm configuration is the log's first record, as
+	// the real founder's leader appends it before it plans (consensus
+	// Decide's step 1c); applied here, it takes no decision of the first
+	// round.
+	if n, ok := w.planSessionTokens(); ok {
+		next, err := l.state.Apply(consensus.Record{At: w.at(), Event: consensus.SessionTokensSet{Tokens: n}})
+		if err != nil {
+			return fmt.Errorf("sim: the founder's session length: %w", err)
+		}
+		l.state = next
+	}
 	for _, i := range init {
 		if !w.spec.Nodes[i].Relayed {
 			l.self = i
@@ -86,6 +98,7 @@ func (w *world) startLeader(init []int) {
 		}
 		w.s.schedule(&event{at: w.spec.Timing.RebalanceS, kind: evCallback, fn: tick})
 	}
+	return nil
 }
 
 func (w *world) caps(i int) consensus.Capabilities {

@@ -39,7 +39,9 @@ type Scenario struct {
 	Timing         Timing          `yaml:"timing"`
 	// KVObjective makes Strata's planner cap each node's rate by the
 	// sessions of the workload's mean length its KV memory holds
-	// (layers.CostParams.SessionTokens); `strata sim --kv-objective` sets it.
+	// (layers.CostParams.SessionTokens), given as a real founder's
+	// --plan-session-tokens is: in the replicated state (planSessionTokens).
+	// `strata sim --kv-objective` sets it.
 	KVObjective bool `yaml:"kv_objective"`
 
 	dir string // the scenario file's directory, for relative paths

@@ -214,8 +214,9 @@ func TestTestnetScenario(t *testing.T) {
 }
 
 // TestKVObjectiveOption: kv_objective reaches the spec, and only Strata's
-// planner gets the requests' mean length; the baselines keep the plain
-// cost model.
+// planner gets the requests' mean length, through the replicated state
+// as a real founder gives it (a SessionTokensSet); the baselines keep
+// the plain cost model.
 func TestKVObjectiveOption(t *testing.T) {
 	sc, err := ParseScenario(filepath.Join("..", "testdata", "sim", "tiny.yaml"), []byte(tinySwarm+"kv_objective: true\n"))
 	if err != nil {
@@ -232,20 +233,27 @@ func TestKVObjectiveOption(t *testing.T) {
 	for _, r := range spec.Requests {
 		sum += r.Input + r.Output
 	}
-	mean := float64(sum) / float64(len(spec.Requests))
+	mean := int(math.Round(float64(sum) / float64(len(spec.Requests))))
+	if mean <= 0 {
+		t.Fatalf("mean session length %d", mean)
+	}
 	for _, pol := range []string{"strata", "petals", "parallax"} {
-		got := (&world{spec: spec, policy: pol}).costParams().SessionTokens
-		want := 0
-		if pol == "strata" {
-			want = int(math.Round(mean))
-		}
-		if got != want || (pol == "strata" && got <= 0) {
-			t.Errorf("%s: SessionTokens %d, want %d", pol, got, want)
+		got, ok := (&world{spec: spec, policy: pol}).planSessionTokens()
+		if want := pol == "strata"; ok != want || (ok && got != mean) {
+			t.Errorf("%s: session tokens %d %v, want %d only for strata", pol, got, ok, mean)
 		}
 	}
-	spec.KVObjective = false
-	if got := (&world{spec: spec, policy: "strata"}).costParams().SessionTokens; got != 0 {
-		t.Errorf("option off: SessionTokens %d", got)
+	// A whole run: Strata's replicated state holds the mean at the end,
+	// and without the option none.
+	for _, on := range []bool{true, false} {
+		spec.KVObjective = on
+		res, err := RunSwarm(context.Background(), spec, "strata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{true: mean, false: 0}[on]; res.PlanSessionTokens != want || res.LeaderDecisions == 0 {
+			t.Errorf("kv_objective %v: the state's session tokens %d after %d decisions, want %d", on, res.PlanSessionTokens, res.LeaderDecisions, want)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/layers/baseline"
 	"github.com/stratanet/strata/routing"
@@ -146,8 +147,11 @@ type SwarmResult struct {
 	// LeaderStalls rounds without a quorum, LeaderErrors decisions that
 	// returned an error.
 	LeaderDecisions, LeaderStalls, LeaderErrors int
-	EventsPerSec                                float64 // wall-clock events per second of this run
-	Wall                                        time.Duration
+	// PlanSessionTokens is the planner's session length in Strata's
+	// replicated state at the end (0: none; Scenario.KVObjective).
+	PlanSessionTokens int
+	EventsPerSec      float64 // wall-clock events per second of this run
+	Wall              time.Duration
 	// Nodes is each machine's use over the run, for finding a bottleneck.
 	Nodes []NodeUsage
 	// The stages' prefix cache (strata): sessions that resumed, the
@@ -344,6 +348,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	}
 	if w.lead != nil {
 		w.res.LeaderDecisions, w.res.LeaderStalls, w.res.LeaderErrors = w.lead.Decisions, w.lead.Stalls, w.lead.Errors
+		w.res.PlanSessionTokens, _ = w.lead.state.SessionTokens()
 	}
 	for i, n := range s.nodes {
 		u := NodeUsage{ID: w.spec.Nodes[i].ID, GPU: w.gpu[i], Busy: s.stats.busy[i] / end}
@@ -500,16 +505,18 @@ func linkOf(c LinkClass) LinkSpec {
 	return LinkSpec{Bandwidth: bw, Latency: c.LatencyMS / 1e3, Jitter: c.JitterMS / 1e3}
 }
 
-// costParams is the cost model the policy plans with. With KVObjective,
-// Strata's caps each node by the sessions its KV memory holds at the
-// requests' mean length; the baselines keep the plain model their
-// policies describe.
-func (w *world) costParams() layers.CostParams {
-	p := layers.DefaultCostParams()
-	if w.policy == "strata" && w.spec.KVObjective {
-		p.SessionTokens = meanSessionTokens(w.spec.Requests)
+// planSessionTokens is the session length the swarm's founder gives
+// Strata's planner (false: none). With KVObjective, Strata's leader caps
+// each node by the sessions its KV memory holds at the requests' mean
+// length, through the replicated state as a real swarm's does
+// (strata node --plan-session-tokens); the baselines keep the plain
+// cost model their policies describe.
+func (w *world) planSessionTokens() (int, bool) {
+	if w.policy != "strata" || !w.spec.KVObjective {
+		return 0, false
 	}
-	return p
+	n := meanSessionTokens(w.spec.Requests)
+	return min(n, consensus.MaxSessionTokens), n > 0
 }
 
 // meanSessionTokens is the requests' mean prompt plus output (0: none).
@@ -531,7 +538,7 @@ func (w *world) fleet(members []int) (*layers.Fleet, error) {
 		for _, i := range members {
 			ns = append(ns, w.pnodes[i])
 		}
-		return layers.NewFleet(w.model, ns, w.costParams())
+		return layers.NewFleet(w.model, ns, layers.DefaultCostParams())
 	}
 	ids := make([]string, 0, len(members))
 	for _, i := range members {
@@ -563,8 +570,7 @@ func (w *world) start(ctx context.Context) error {
 	if w.policy == "strata" {
 		// The leader's decisions place them: joins, the first map, its
 		// warmup and commit.
-		w.startLeader(init)
-		return nil
+		return w.startLeader(init)
 	}
 	lm, err := w.plan(ctx, init)
 	if err != nil {

@@ -397,6 +397,18 @@ func (c *Client) SetSwarmVerifyRate(ctx context.Context, r float64) error {
 	return nil
 }
 
+// SetSwarmSessionTokens sets the mean session length the swarm's planner
+// caps each node's KV memory by, 0 for no cap (POST /v1/swarm/config).
+// Only the leader's API can, as with SetSwarmVerifyRate.
+func (c *Client) SetSwarmSessionTokens(ctx context.Context, n int) error {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/swarm/config", map[string]int{"plan_session_tokens": n})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // Ready reports whether the node serves and can route a full path on its
 // own view now (GET /healthz?ready=1). A node that answers "not yet" is
 // not an error; one that cannot be reached is.

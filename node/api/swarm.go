@@ -31,6 +31,9 @@ type (
 		StaticMap bool `json:"static_map"`
 		// NAT is the answering node's reachability diagnosis.
 		NAT natJSON `json:"nat"`
+		// Config is the swarm's replicated configuration (all null on a
+		// static map).
+		Config swarmConfigJSON `json:"config"`
 	}
 	natJSON struct {
 		Reachability string   `json:"reachability"` // public, private or unknown (AutoNAT's verdict)
@@ -169,6 +172,14 @@ func (s *Server) swarmView() swarmJSON {
 		if hasPending {
 			v.Pending = &pendingJSON{Map: pending.Map, Since: pending.Since, Deadline: pending.Deadline, Reason: pending.Reason,
 				Waiting: append([]string{}, pending.Waiting()...)}
+		}
+		if snap.HasVerifyRate {
+			r := snap.VerifyRate
+			v.Config.VerifyRate = &r
+		}
+		if snap.HasSessionTokens {
+			n := snap.SessionTokens
+			v.Config.PlanSessionTokens = &n
 		}
 		for _, mem := range snap.Members {
 			m := add(mem.ID)

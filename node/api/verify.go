@@ -84,20 +84,29 @@ func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
 }
 
 // swarmConfigSetter is a backend that can change the swarm's replicated
-// configuration (node.Node, on the leader).
+// verify rate (node.Node, on the leader); sessionTokensSetter one that can
+// change the planner's session length.
 type swarmConfigSetter interface {
 	SetSwarmVerifyRate(ctx context.Context, r float64) error
 }
 
-// swarmConfigJSON is the body of POST /v1/swarm/config: the settings to
-// change (absent: unchanged).
+type sessionTokensSetter interface {
+	SetSwarmSessionTokens(ctx context.Context, n int) error
+}
+
+// swarmConfigJSON is the swarm's replicated configuration: in the body
+// of POST /v1/swarm/config the settings to change (null or absent:
+// unchanged), in GET /v1/swarm's "config" those the swarm has (null:
+// none set; the planner then has no KV cap).
 type swarmConfigJSON struct {
-	VerifyRate *float64 `json:"verify_rate"`
+	VerifyRate        *float64 `json:"verify_rate"`
+	PlanSessionTokens *int     `json:"plan_session_tokens"`
 }
 
 // handleSwarmConfig changes the swarm's replicated configuration. Only
 // the leader appends it: another node answers 409 naming the leader, so
-// that the operator asks it instead.
+// that the operator asks it instead. Both settings are checked before
+// either is set; each is its own commit.
 func (s *Server) handleSwarmConfig(w http.ResponseWriter, r *http.Request) {
 	b, e := s.readBody(w, r)
 	if e != nil {
@@ -109,34 +118,51 @@ func (s *Server) handleSwarmConfig(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	if body.VerifyRate == nil {
-		writeError(w, invalid("verify_rate", "nothing to set: give verify_rate"))
+	if body.VerifyRate == nil && body.PlanSessionTokens == nil {
+		writeError(w, invalid("verify_rate", "nothing to set: give verify_rate or plan_session_tokens"))
 		return
 	}
-	if v := *body.VerifyRate; !(v >= 0 && v <= 1) {
-		writeError(w, invalid("verify_rate", "%v: must be between 0 and 1", v))
+	if v := body.VerifyRate; v != nil && !(*v >= 0 && *v <= 1) {
+		writeError(w, invalid("verify_rate", "%v: must be between 0 and 1", *v))
 		return
 	}
-	set, ok := s.b.(swarmConfigSetter)
-	if !ok {
+	if n := body.PlanSessionTokens; n != nil && (*n < 0 || *n > consensus.MaxSessionTokens) {
+		writeError(w, invalid("plan_session_tokens", "%d: must be between 0 (no KV cap) and %d", *n, consensus.MaxSessionTokens))
+		return
+	}
+	rate, rateOK := s.b.(swarmConfigSetter)
+	tokens, tokensOK := s.b.(sessionTokensSetter)
+	if (body.VerifyRate != nil && !rateOK) || (body.PlanSessionTokens != nil && !tokensOK) {
 		writeError(w, &apiError{Status: http.StatusNotImplemented, Message: "this node cannot change the swarm's configuration",
 			Type: typeServer, Code: "not_supported"})
 		return
 	}
-	if err := set.SetSwarmVerifyRate(r.Context(), *body.VerifyRate); err != nil {
-		switch {
-		case errors.Is(err, consensus.ErrNotLeader):
-			msg := "this node is not the leader: send it to the leader"
-			if l := s.b.Swarm().Leader; l != "" {
-				msg = fmt.Sprintf("this node is not the leader: send it to the leader, %s", l)
-			}
-			writeError(w, &apiError{Status: http.StatusConflict, Message: msg, Type: typeInvalid, Code: "not_leader", err: err})
-		case errors.Is(err, consensus.ErrRejected):
-			writeError(w, invalid("verify_rate", "%s", message(err)))
-		default:
-			writeError(w, fromError(err, ""))
+	if body.VerifyRate != nil {
+		if err := rate.SetSwarmVerifyRate(r.Context(), *body.VerifyRate); err != nil {
+			writeError(w, s.swarmConfigError("verify_rate", err))
+			return
 		}
-		return
 	}
-	writeJSON(w, http.StatusOK, swarmConfigJSON{VerifyRate: body.VerifyRate})
+	if body.PlanSessionTokens != nil {
+		if err := tokens.SetSwarmSessionTokens(r.Context(), *body.PlanSessionTokens); err != nil {
+			writeError(w, s.swarmConfigError("plan_session_tokens", err))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// swarmConfigError is the answer to a setting the node refused.
+func (s *Server) swarmConfigError(param string, err error) *apiError {
+	switch {
+	case errors.Is(err, consensus.ErrNotLeader):
+		msg := "this node is not the leader: send it to the leader"
+		if l := s.b.Swarm().Leader; l != "" {
+			msg = fmt.Sprintf("this node is not the leader: send it to the leader, %s", l)
+		}
+		return &apiError{Status: http.StatusConflict, Message: msg, Type: typeInvalid, Code: "not_leader", err: err}
+	case errors.Is(err, consensus.ErrRejected):
+		return invalid(param, "%s", message(err))
+	}
+	return fromError(err, "")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,71 @@ type setterBackend struct {
 func (b *setterBackend) SetSwarmVerifyRate(_ context.Context, r float64) error {
 	b.got = append(b.got, r)
 	return b.err
+}
+
+// tokensBackend can also change the planner's session length.
+type tokensBackend struct {
+	*setterBackend
+	tokens []int
+}
+
+func (b *tokensBackend) SetSwarmSessionTokens(_ context.Context, n int) error {
+	b.tokens = append(b.tokens, n)
+	return b.err
+}
+
+// TestSwarmConfigSessionTokens: POST /v1/swarm/config sets the planner's
+// session length through the node, alone or with the rate; bad values
+// are refused before either is set; a node that is not the leader
+// answers 409, one that cannot set it 501; GET /v1/swarm shows the
+// swarm's configuration, null where none is set.
+func TestSwarmConfigSessionTokens(t *testing.T) {
+	f, ids := newFakeSwarm(t)
+	tb := &tokensBackend{setterBackend: &setterBackend{fakeBackend: f}}
+	hs := fakeServer(t, tb)
+	u := hs.URL + "/v1/swarm/config"
+	if status, _, body := post(t, u, "", map[string]any{"plan_session_tokens": 1000}); status != http.StatusOK || !strings.Contains(string(body), `"plan_session_tokens":1000`) {
+		t.Fatalf("set: %d %s", status, body)
+	}
+	if status, _, body := post(t, u, "", map[string]any{"plan_session_tokens": 0, "verify_rate": 0.5}); status != http.StatusOK {
+		t.Fatalf("set both: %d %s", status, body)
+	}
+	for _, bad := range []string{`{"plan_session_tokens": -1}`, `{"plan_session_tokens": 1048577}`, `{"plan_session_tokens": 1.5}`,
+		`{"plan_session_tokens": "x"}`, `{"plan_session_tokens": 10, "verify_rate": 2}`, `{"plan_session_tokens": null}`} {
+		if status, _, body := post(t, u, "", bad); status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s", bad, status, body)
+		}
+	}
+	if !slices.Equal(tb.tokens, []int{1000, 0}) || !slices.Equal(tb.got, []float64{0.5}) {
+		t.Fatalf("set: tokens %v, rates %v", tb.tokens, tb.got)
+	}
+	tb.err = fmt.Errorf("consensus: %w", consensus.ErrNotLeader)
+	status, _, body := post(t, u, "", map[string]any{"plan_session_tokens": 10})
+	if status != http.StatusConflict || !strings.Contains(string(body), "not_leader") || !strings.Contains(string(body), ids[0].String()) {
+		t.Fatalf("not the leader: %d %s", status, body)
+	}
+	// A backend that sets only the rate cannot set the length.
+	if status, _, body = post(t, fakeServer(t, &setterBackend{fakeBackend: f}).URL+"/v1/swarm/config", "", map[string]any{"plan_session_tokens": 10}); status != http.StatusNotImplemented {
+		t.Fatalf("no setter: %d %s", status, body)
+	}
+
+	var v struct {
+		Config struct {
+			VerifyRate        *float64 `json:"verify_rate"`
+			PlanSessionTokens *int     `json:"plan_session_tokens"`
+		} `json:"config"`
+	}
+	if _, _, body = get(t, hs.URL+"/v1/swarm", ""); json.Unmarshal(body, &v) != nil || v.Config.VerifyRate != nil || v.Config.PlanSessionTokens != nil ||
+		!strings.Contains(string(body), `"config":{"verify_rate":null,"plan_session_tokens":null}`) {
+		t.Fatalf("no config: %s", body)
+	}
+	f.mu.Lock()
+	f.snap.VerifyRate, f.snap.HasVerifyRate, f.snap.SessionTokens, f.snap.HasSessionTokens = 0.05, true, 1200, true
+	f.mu.Unlock()
+	if _, _, body = get(t, hs.URL+"/v1/swarm", ""); json.Unmarshal(body, &v) != nil || v.Config.VerifyRate == nil || *v.Config.VerifyRate != 0.05 ||
+		v.Config.PlanSessionTokens == nil || *v.Config.PlanSessionTokens != 1200 {
+		t.Fatalf("config: %s", body)
+	}
 }
 
 // TestSwarmConfigEndpoint: POST /v1/swarm/config sets the swarm's rate

@@ -106,6 +106,9 @@ type Config struct {
 	// founder gives the swarm (docs/trust.md).
 	VerifyRate      float64 `yaml:"verify_rate" help:"this node's own spot-check rate, overriding the swarm's: the share of token boundaries at which its entry re-checks one hop on a second holder of its layers, 0 to 1 (0: off; -1: follow the swarm's replicated rate)"`
 	SwarmVerifyRate float64 `yaml:"swarm_verify_rate" help:"the verify rate this node commits to the swarm's replicated config when it founds the swarm, 0 to 1 (change it later with strata swarm set verify-rate)"`
+	// PlanSessionTokens is the planner's mean session length a founder
+	// gives the swarm (0: none, no KV cap).
+	PlanSessionTokens int `yaml:"plan_session_tokens" help:"the mean session length, prompt plus output tokens, this node commits to the swarm's replicated config when it founds the swarm: the leader's planner then caps each node by the sessions of that length its KV memory holds (0: none, no such cap; at most 1048576; change it later with strata swarm set plan-session-tokens)"`
 
 	// Weights from peers: ModelID joins without the file; UploadRate caps
 	// what a node with the file (or a fetched slice) sends to peers

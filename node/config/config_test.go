@@ -158,6 +158,9 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"model_id without bootstrap", "", nil, []string{"--model-id", "abc123"}, []string{"--model-id: a node without the model file learns the model from peers"}},
 		{"model_id and sim_model", "", nil, []string{"--model-id", "abc123", "--sim-model", "llama-3-8b", "--gpu", "t4"}, []string{"--model-id: give one of model, model_id and sim_model"}},
 		{"bad upload rate", "upload_rate: -1\n", nil, nil, []string{"node.yaml:1: upload_rate:", "byte count"}},
+		{"negative plan session tokens", "", nil, []string{"--plan-session-tokens", "-1"}, []string{"--plan-session-tokens: -1: must be between 0"}},
+		{"plan session tokens beyond the bound", "", map[string]string{"STRATA_PLAN_SESSION_TOKENS": "1048577"}, nil,
+			[]string{"STRATA_PLAN_SESSION_TOKENS: 1048577: must be between 0 (none) and 1048576"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
@@ -218,6 +221,13 @@ func TestValidationNamesTheField(t *testing.T) {
 		if c, err := parse(t, nil, "--model", m); err != nil || c.Model != m {
 			t.Fatalf("--model %s: %+v, %v", m, c.Model, err)
 		}
+	}
+	// The planner's session length is none unless given.
+	if c.PlanSessionTokens != 0 {
+		t.Fatalf("plan session tokens %d by default", c.PlanSessionTokens)
+	}
+	if c, err := parse(t, nil, "--plan-session-tokens", "1000"); err != nil || c.PlanSessionTokens != 1000 {
+		t.Fatalf("--plan-session-tokens 1000: %v, %v", c.PlanSessionTokens, err)
 	}
 	// A flag that does not parse is cobra's error, naming the flag.
 	if _, err := parse(t, nil, "--max-layers", "many"); err == nil || !strings.Contains(err.Error(), "--max-layers") {

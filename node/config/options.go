@@ -81,7 +81,7 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 	opts := []node.Option{node.WithLogger(log), node.WithDataDir(c.DataDir), node.WithMaxLayers(c.MaxLayers),
 		node.WithRegion(c.Region), node.WithThreads(c.Threads), node.WithMemory(int64(c.Memory)),
 		node.WithEntryQueue(c.QueueMax, c.QueueTimeout), node.WithVerifyRate(c.VerifyRate),
-		node.WithSwarmVerifyRate(c.SwarmVerifyRate),
+		node.WithSwarmVerifyRate(c.SwarmVerifyRate), node.WithPlanSessionTokens(c.PlanSessionTokens),
 		node.WithUploadRate(int64(c.UploadRate)), node.WithAdaptiveUpload(c.UploadAdaptive),
 		node.WithPrefixCache(c.PrefixCache), node.WithStealing(c.Steal), node.WithFairAdmission(c.FairAdmission)}
 	var hw layers.Hardware

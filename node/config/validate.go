@@ -13,6 +13,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine/store"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node/api"
@@ -133,6 +134,9 @@ func (c Config) validate(src map[string]*FieldError) error {
 	}
 	if !(c.SwarmVerifyRate >= 0 && c.SwarmVerifyRate <= 1) {
 		bad("swarm_verify_rate", "%v: must be between 0 and 1", c.SwarmVerifyRate)
+	}
+	if c.PlanSessionTokens < 0 || c.PlanSessionTokens > consensus.MaxSessionTokens {
+		bad("plan_session_tokens", "%d: must be between 0 (none) and %d", c.PlanSessionTokens, consensus.MaxSessionTokens)
 	}
 	switch c.Engine {
 	case "go", "ggml", "auto":

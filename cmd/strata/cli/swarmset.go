@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/spf13/cobra"
+
+	"github.com/stratanet/strata/consensus"
 )
 
 // newSwarmCmd is `strata swarm`: the swarm's replicated configuration.
@@ -37,10 +39,40 @@ append it: another node answers with the leader's peer ID.`,
 			return nil
 		},
 	}
-	fl := rate.Flags()
-	fl.StringVar(&apiURL, "api", "http://127.0.0.1:8080", "the leader's API URL")
-	fl.StringVar(&keyFile, "api-key-file", "", "file holding the API key, if the node requires one")
-	set.AddCommand(rate)
+	tokens := &cobra.Command{
+		Use:   "plan-session-tokens N",
+		Short: "set the mean session length (prompt plus output tokens) the planner caps each node's KV memory by (0: no cap)",
+		Long: `plan-session-tokens sets, in the swarm's replicated state, the mean
+session length the leader's planner assumes (POST /v1/swarm/config on the
+leader's API): each node's rate is capped by the sessions of that length its
+KV memory holds beside its layers, so that memory-bound and slow nodes get
+fewer layers. 0 turns the cap off. The leader plans with it from its next
+decision; the map changes when a rebalance or a repair says a new one pays.
+Only the leader can append it: another node answers with the leader's peer ID.`,
+		Example: `  strata swarm set plan-session-tokens 1000 --api http://127.0.0.1:8080`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.Atoi(args[0])
+			if err != nil || n < 0 || n > consensus.MaxSessionTokens {
+				return fmt.Errorf("plan session tokens %q: want a whole number from 0 (no cap) to %d", args[0], consensus.MaxSessionTokens)
+			}
+			c, err := apiClient(apiURL, keyFile)
+			if err != nil {
+				return err
+			}
+			if err := c.SetSwarmSessionTokens(cmd.Context(), n); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "swarm plan session tokens set to %d\n", n)
+			return nil
+		},
+	}
+	for _, sub := range []*cobra.Command{rate, tokens} {
+		fl := sub.Flags()
+		fl.StringVar(&apiURL, "api", "http://127.0.0.1:8080", "the leader's API URL")
+		fl.StringVar(&keyFile, "api-key-file", "", "file holding the API key, if the node requires one")
+		set.AddCommand(sub)
+	}
 	cmd.AddCommand(set)
 	return cmd
 }

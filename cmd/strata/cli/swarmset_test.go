@@ -48,3 +48,33 @@ func TestSwarmSetVerifyRate(t *testing.T) {
 		t.Fatalf("not the leader: %v", err)
 	}
 }
+
+// TestSwarmSetPlanSessionTokens: the command posts the length to the
+// node's /v1/swarm/config and refuses a bad one before any request.
+func TestSwarmSetPlanSessionTokens(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, r.Method+" "+r.URL.Path+" "+string(b))
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(b)
+	}))
+	defer srv.Close()
+	for _, n := range []string{"1000", "0"} {
+		out, err := run(t, "swarm", "set", "plan-session-tokens", n, "--api", srv.URL)
+		if err != nil || !strings.Contains(out, "set to "+n) {
+			t.Fatalf("%s: %q %v", n, out, err)
+		}
+	}
+	if len(got) != 2 || got[0] != `POST /v1/swarm/config {"plan_session_tokens":1000}` || got[1] != `POST /v1/swarm/config {"plan_session_tokens":0}` {
+		t.Fatalf("requests %q", got)
+	}
+	for _, bad := range []string{"-1", "1048577", "1.5", "x"} {
+		if _, err := run(t, "swarm", "set", "plan-session-tokens", bad, "--api", srv.URL); err == nil {
+			t.Errorf("length %s accepted", bad)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("a bad length reached the node: %q", got)
+	}
+}
