@@ -85,7 +85,27 @@ func (p *perturbStage) perturb(o *engine.Output) {
 // first is perturbed, so checkers and upstream hops are too.
 func TestToleranceHonestPerturbed(t *testing.T) {
 	noisy := perturbEngine("noisy-test", 1e-3, 0.02, false)
-	_, nodes := verifyCluster(t, 5, map[int][]Option{1: {noisy}, 2: {noisy}, 3: {noisy}, 4: {noisy}})
+	var nodes []*Node
+	for try := 0; ; try++ {
+		_, nodes = verifyCluster(t, 5, map[int][]Option{1: {noisy}, 2: {noisy}, 3: {noisy}, 4: {noisy}})
+		m := nodes[0].Committed()
+		// The go node must not serve the last range: an entry's path
+		// that ends on it has no tolerance candidate (and, fed by a
+		// perturbed hop, no exact one), and an entry on the last range
+		// ends its paths on itself, which it does not check. With the go
+		// node on the first range its own generations always have a
+		// perturbed last hop with two other holders to check it.
+		if r, ok := m.Range(nodes[0].ID().String()); ok && r.End < m.Layers {
+			break
+		}
+		if try == 19 {
+			t.Fatalf("twenty swarms with the go node on the last range (map %v)", m.Stages)
+		}
+		t.Logf("the go node serves the last range; a fresh swarm")
+		for _, n := range nodes {
+			n.Close()
+		}
+	}
 	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes[1:] {
@@ -100,16 +120,7 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 	defer cancel()
 	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark night"}
 	var total VerifyStats
-	checked := func() (n uint64) {
-		for _, n2 := range nodes {
-			n += n2.VerifyStats().Tolerance
-		}
-		return n
-	}
-	// At least 16 generations, and more (64 at most) until a tolerance
-	// check has run: in 2 runs of 10 once, none started at any entry in
-	// the first 16 (cause not found; not seen again in 55 runs).
-	for i := 0; i < 16 || (checked() == 0 && i < 64); i++ {
+	for i := range 16 {
 		if _, err := generate(ctx, t, nodes[i%len(nodes)], prompts[i%len(prompts)], 12); err != nil {
 			t.Fatalf("generation %d: %v", i, err)
 		}
