@@ -453,9 +453,10 @@ func TestNewLeaderResumesWarmup(t *testing.T) {
 		shortID(nl.h.ID()), p.Map.Epoch, took.Round(time.Millisecond))
 }
 
-// TestCloseHandsOverLeadership: a leader that closes hands leadership to
-// another voter instead of leaving the swarm to an election.
-func TestCloseHandsOverLeadership(t *testing.T) {
+// threeVoters starts a founder and two joiners and waits until all three
+// are voters; it returns the cluster, the leader and a follower.
+func threeVoters(t *testing.T) (*cluster, *testNode, *testNode) {
+	t.Helper()
 	cl := newCluster(t)
 	a := cl.addHost(false)
 	cl.start(a)
@@ -464,6 +465,23 @@ func TestCloseHandsOverLeadership(t *testing.T) {
 	cl.start(c, WithBootstrap(a.info()))
 	l, _ := cl.leader(5 * time.Second)
 	cl.waitAll("three voters", 10*time.Second, func(State) bool { return len(cl.voters(l)) == 3 })
+	return cl, l, cl.follower(l)
+}
+
+// follower is a live member other than the leader (nil: none).
+func (cl *cluster) follower(leader *testNode) *testNode {
+	for _, n := range cl.alive() {
+		if n != leader {
+			return n
+		}
+	}
+	return nil
+}
+
+// TestCloseHandsOverLeadership: a leader that closes hands leadership to
+// another voter instead of leaving the swarm to an election.
+func TestCloseHandsOverLeadership(t *testing.T) {
+	cl, l, _ := threeVoters(t)
 	start := time.Now()
 	if err := l.c().Close(); err != nil {
 		t.Fatal(err)
@@ -486,18 +504,7 @@ func TestCloseHandsOverLeadership(t *testing.T) {
 // handlers of the streams its peers opened to it have ended (raft's own
 // transport leaves them running, logging after the member is gone).
 func TestCloseEndsInboundStreams(t *testing.T) {
-	cl := newCluster(t)
-	a := cl.addHost(false)
-	cl.start(a)
-	b, c := cl.addHost(false), cl.addHost(false)
-	cl.start(b, WithBootstrap(a.info()))
-	cl.start(c, WithBootstrap(a.info()))
-	l, _ := cl.leader(5 * time.Second)
-	cl.waitAll("three voters", 10*time.Second, func(State) bool { return len(cl.voters(l)) == 3 })
-	f := b
-	if f == l {
-		f = c
-	}
+	cl, _, f := threeVoters(t)
 	open := func() int {
 		f.c().sl.mu.Lock()
 		defer f.c().sl.mu.Unlock()

@@ -153,12 +153,7 @@ func TestSetVerifyRateCluster(t *testing.T) {
 	}
 	cl.waitAll("the founder's rate at both", 30*time.Second, func(s State) bool { return rateIs(0.05)(s) && s.Len() == 2 })
 	leader, _ := cl.leader(30 * time.Second)
-	var follower *testNode
-	for _, n := range cl.all() {
-		if n != leader {
-			follower = n
-		}
-	}
+	follower := cl.follower(leader)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := follower.c().SetVerifyRate(ctx, 0.5); !errors.Is(err, ErrNotLeader) {
@@ -420,12 +415,7 @@ func TestSetSessionTokensCluster(t *testing.T) {
 	}
 	cl.waitAll("the founder's length at both", 30*time.Second, func(s State) bool { return tokensAre(1000)(s) && s.Len() == 2 })
 	leader, _ := cl.leader(30 * time.Second)
-	var follower *testNode
-	for _, n := range cl.all() {
-		if n != leader {
-			follower = n
-		}
-	}
+	follower := cl.follower(leader)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := follower.c().SetSessionTokens(ctx, 2000); !errors.Is(err, ErrNotLeader) {
