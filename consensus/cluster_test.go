@@ -382,7 +382,7 @@ func (cl *cluster) until(timeout time.Duration, cond func() bool) (time.Duration
 func (cl *cluster) leader(timeout time.Duration) (*testNode, time.Duration) {
 	cl.t.Helper()
 	var l *testNode
-	took := cl.await("a leader", timeout, func() bool {
+	took, ok := cl.until(timeout, func() bool {
 		for _, n := range cl.alive() {
 			if n.c().IsLeader() {
 				l = n
@@ -391,6 +391,18 @@ func (cl *cluster) leader(timeout time.Duration) (*testNode, time.Duration) {
 		}
 		return false
 	})
+	if !ok {
+		// What each live member's Raft thinks, to tell a slow election
+		// from one that cannot happen.
+		for _, n := range cl.alive() {
+			st := n.c().raft.Stats()
+			_, leader := n.c().raft.LeaderWithID()
+			cl.t.Logf("%s: state %s term %s leader %q last contact %s last log %s/%s commit %s applied %s config %s",
+				shortID(n.h.ID()), st["state"], st["term"], leader, st["last_contact"], st["last_log_index"], st["last_log_term"],
+				st["commit_index"], st["applied_index"], st["latest_configuration"])
+		}
+		cl.t.Fatalf("a leader: not within %v", timeout)
+	}
 	return l, took
 }
 
@@ -420,19 +432,42 @@ func (cl *cluster) waitAll(what string, timeout time.Duration, cond func(State) 
 
 // pathExists reports whether the newest committed map any live node
 // holds has a path over [0, L) through stages whose nodes are alive and
-// hold their ranges.
+// hold their ranges. The maps and the loaders are read at different
+// moments: a node that applies a newer map in between may already have
+// released what the older one needed, so a reading across a commit is
+// taken again (a node releases only after its own state shows the map).
 func (cl *cluster) pathExists() (bool, string) {
+	var ok bool
+	var why string
+	for range 100 {
+		best := cl.newestCommitted()
+		if best.Layers == 0 {
+			return false, "nothing committed"
+		}
+		ok, why = cl.pathIn(best)
+		if cl.newestCommitted().Epoch == best.Epoch {
+			break
+		}
+	}
+	return ok, why
+}
+
+// newestCommitted is the newest committed map any live node holds.
+func (cl *cluster) newestCommitted() layers.LayerMap {
 	var best layers.LayerMap
 	for _, n := range cl.alive() {
 		if m := n.c().Committed(); m.Epoch > best.Epoch {
 			best = m
 		}
 	}
-	if best.Layers == 0 {
-		return false, "nothing committed"
-	}
-	usable := layers.LayerMap{Epoch: best.Epoch, Layers: best.Layers}
-	for _, s := range best.Stages {
+	return best
+}
+
+// pathIn reports whether m has a path through live nodes that hold their
+// ranges now.
+func (cl *cluster) pathIn(m layers.LayerMap) (bool, string) {
+	usable := layers.LayerMap{Epoch: m.Epoch, Layers: m.Layers}
+	for _, s := range m.Stages {
 		for _, n := range cl.all() {
 			if n.id() == s.Node && !n.dead.Load() && n.loader.has(s.Range) {
 				usable.Stages = append(usable.Stages, s)
@@ -440,7 +475,7 @@ func (cl *cluster) pathExists() (bool, string) {
 		}
 	}
 	if !usable.Covers() {
-		return false, fmt.Sprintf("epoch %d: gaps %v among loaded live stages of %v", best.Epoch, usable.Gaps(), best.Stages)
+		return false, fmt.Sprintf("epoch %d: gaps %v among loaded live stages of %v", m.Epoch, usable.Gaps(), m.Stages)
 	}
 	return true, ""
 }
