@@ -138,12 +138,11 @@ func TestNodeFaultedEvictsAndBans(t *testing.T) {
 	}
 }
 
-// TestFaultReportOnCluster: on a real 4-member cluster, an accusation
-// whose receipt carries a signature over other bytes is refused by the
-// leader (the accuser is not believed, nothing is appended); genuine
-// evidence evicts the accused, the map is repaired without it, and its
-// rejoin is refused while the ban lasts.
-func TestFaultReportOnCluster(t *testing.T) {
+// faultCluster starts four members (three voters, an hour's ban) and
+// waits until all are placed; it returns the cluster, the leader and the
+// other three.
+func faultCluster(t *testing.T) (*cluster, *testNode, []*testNode) {
+	t.Helper()
 	cl := newCluster(t, WithBanDuration(time.Hour))
 	var ids []peer.ID
 	var boot []peer.AddrInfo
@@ -161,15 +160,25 @@ func TestFaultReportOnCluster(t *testing.T) {
 		all = append(all, id.String())
 	}
 	cl.waitAll("all joined and placed", 20*time.Second, placed(all...))
-	// The accused is not the leader (a leader is not evicted by its own
-	// log here); the accuser is another follower, so the request is
-	// forwarded.
 	var others []*testNode
 	for _, n := range cl.all() {
 		if n != leader {
 			others = append(others, n)
 		}
 	}
+	return cl, leader, others
+}
+
+// TestFaultReportOnCluster: on a real 4-member cluster, an accusation
+// whose receipt carries a signature over other bytes is refused by the
+// leader (the accuser is not believed, nothing is appended); genuine
+// evidence evicts the accused, the map is repaired without it, and its
+// rejoin is refused while the ban lasts.
+func TestFaultReportOnCluster(t *testing.T) {
+	cl, leader, others := faultCluster(t)
+	// The accused is not the leader (a leader is not evicted by its own
+	// log here); the accuser is another follower, so the request is
+	// forwarded.
 	accused, accuser, witness := others[0], others[1], leader
 	sig := func(n *testNode) signer { return signer{id: n.h.ID(), key: n.key} }
 

@@ -203,29 +203,7 @@ func sampleToleranceFault(t testing.TB) NodeFaulted {
 // refused (the accuser is not believed, nothing is appended); genuine
 // tolerance evidence evicts the accused with the shorter ban.
 func TestToleranceReportOnCluster(t *testing.T) {
-	cl := newCluster(t, WithBanDuration(time.Hour))
-	var ids []peer.ID
-	var boot []peer.AddrInfo
-	for range 4 {
-		n := cl.addHost(false)
-		ids = append(ids, n.h.ID())
-		boot = append(boot, n.info())
-	}
-	for _, n := range cl.all() {
-		cl.start(n, WithInitialVoters(ids[:3]...), WithBootstrap(boot...))
-	}
-	leader, _ := cl.leader(10 * time.Second)
-	var all []string
-	for _, id := range ids {
-		all = append(all, id.String())
-	}
-	cl.waitAll("all joined and placed", 20*time.Second, placed(all...))
-	var others []*testNode
-	for _, n := range cl.all() {
-		if n != leader {
-			others = append(others, n)
-		}
-	}
+	cl, leader, others := faultCluster(t)
 	accused, accuser, witness := others[0], others[1], leader
 	sig := func(n *testNode) signer { return signer{id: n.h.ID(), key: n.key} }
 	toks := []int32{5, 6, 7, 8}

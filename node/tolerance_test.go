@@ -3,14 +3,15 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/layers"
 )
 
 // perturbStage is a test double for a non-deterministic engine (ggml on
@@ -85,27 +86,18 @@ func (p *perturbStage) perturb(o *engine.Output) {
 // first is perturbed, so checkers and upstream hops are too.
 func TestToleranceHonestPerturbed(t *testing.T) {
 	noisy := perturbEngine("noisy-test", 1e-3, 0.02, false)
-	var nodes []*Node
-	for try := 0; ; try++ {
-		_, nodes = verifyCluster(t, 5, map[int][]Option{1: {noisy}, 2: {noisy}, 3: {noisy}, 4: {noisy}})
-		m := nodes[0].Committed()
-		// The go node must not serve the last range: an entry's path
-		// that ends on it has no tolerance candidate (and, fed by a
-		// perturbed hop, no exact one), and an entry on the last range
-		// ends its paths on itself, which it does not check. With the go
-		// node on the first range its own generations always have a
-		// perturbed last hop with two other holders to check it.
+	// The go node must not serve the last range: an entry's path that
+	// ends on it has no tolerance candidate (and, fed by a perturbed hop,
+	// no exact one), and an entry on the last range ends its paths on
+	// itself, which it does not check. With the go node on the first
+	// range its own generations always have a perturbed last hop with two
+	// other holders to check it.
+	nodes := verifyClusterWhere(t, 5, map[int][]Option{1: {noisy}, 2: {noisy}, 3: {noisy}, 4: {noisy}}, func(m layers.LayerMap, nodes []*Node) string {
 		if r, ok := m.Range(nodes[0].ID().String()); ok && r.End < m.Layers {
-			break
+			return ""
 		}
-		if try == 19 {
-			t.Fatalf("twenty swarms with the go node on the last range (map %v)", m.Stages)
-		}
-		t.Logf("the go node serves the last range; a fresh swarm")
-		for _, n := range nodes {
-			n.Close()
-		}
-	}
+		return "the go node serves the last range"
+	})
 	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes[1:] {
@@ -170,27 +162,16 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 func TestToleranceCatchesLiar(t *testing.T) {
 	const liarAt = 5
 	liarOpt := perturbEngine("liar-test", 1e-3, 0.02, true)
-	var nodes []*Node
-	for try := 0; ; try++ {
-		_, nodes = verifyCluster(t, 6, map[int][]Option{liarAt: {liarOpt}})
-		m := nodes[0].Committed()
+	nodes := verifyClusterWhere(t, 6, map[int][]Option{liarAt: {liarOpt}}, func(m layers.LayerMap, nodes []*Node) string {
 		fr, ok := m.Range(nodes[liarAt].ID().String())
 		if !ok {
 			t.Fatalf("liar not placed: %v", m.Stages)
 		}
 		if fr.End == m.Layers && len(nodes[0].holders(fr.Start, fr.End)) >= 3 {
-			break
+			return ""
 		}
-		// The planner puts the liar on either range about equally often:
-		// twenty misses in a row would happen once in a million runs.
-		if try == 19 {
-			t.Fatalf("twenty swarms where the liar's range %v was not a last one with 3 holders (map %v)", fr, m.Stages)
-		}
-		t.Logf("the liar's range %v: not a last range with 3 holders; a fresh swarm", fr)
-		for _, n := range nodes {
-			n.Close()
-		}
-	}
+		return fmt.Sprintf("the liar's range %v is not a last range with 3 holders", fr)
+	})
 	liar := nodes[liarAt]
 	lid := liar.ID().String()
 	honest := nodes[:liarAt]
@@ -247,25 +228,5 @@ func TestToleranceCatchesLiar(t *testing.T) {
 	if d := time.Until(until); d > time.Hour/consensus.ToleranceBanDivisor+time.Minute {
 		t.Fatalf("banned for %v: not the tolerance kind's shorter ban", d)
 	}
-	waitFor(t, 60*time.Second, "a map without the liar", func() bool {
-		for _, n := range honest {
-			if _, ok := n.Committed().Range(lid); ok {
-				return false
-			}
-			if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err != nil {
-				return false
-			}
-		}
-		return true
-	})
-	for i := range 4 {
-		p := prompts[i%len(prompts)]
-		got, err := generate(ctx, t, honest[i%len(honest)], p, maxTokens)
-		if err != nil {
-			t.Fatalf("after eviction, %q: %v", p, err)
-		}
-		if !slices.Equal(got, want[p]) {
-			t.Fatalf("after eviction, %q: %v, want %v", p, got, want[p])
-		}
-	}
+	servesRightWithout(ctx, t, honest, lid, prompts, want, maxTokens, 4)
 }

@@ -5,7 +5,7 @@ package node
 import (
 	"context"
 	"errors"
-	"slices"
+	"fmt"
 	"testing"
 	"time"
 
@@ -28,34 +28,22 @@ func TestVerifyEvictsFaultyNode(t *testing.T) {
 
 func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	const faultyAt = 5
-	var nodes []*Node
 	// The planner decides the map: a swarm where the faulty node's range
 	// has no third holder to settle a mismatch could never evict it, so
-	// such a draw is replaced by a fresh swarm. For a liar in what it
-	// sends, half the draws put it on the last range: twenty misses in a
-	// row would happen once in a million runs.
-	for try := 0; ; try++ {
-		_, nodes = verifyCluster(t, 6, map[int][]Option{faultyAt: {WithFaultInjection(FaultSpec{Every: 50, Mode: mode})}})
-		m := nodes[0].Committed()
+	// such a draw is replaced by a fresh swarm; a node that lies only in
+	// what it sends must send hidden states (its range may not end at the
+	// last layer), which half the draws give it.
+	nodes := verifyClusterWhere(t, 6, map[int][]Option{faultyAt: {WithFaultInjection(FaultSpec{Every: 50, Mode: mode})}}, func(m layers.LayerMap, nodes []*Node) string {
 		fr, ok := m.Range(nodes[faultyAt].ID().String())
 		if !ok {
 			t.Fatalf("faulty node not placed: %v", m.Stages)
 		}
 		h := len(nodes[0].holders(fr.Start, fr.End))
-		// A node that lies only in what it sends must send hidden
-		// states: its range may not end at the last layer.
-		sends := mode != FaultSendFlip || fr.End < m.Layers
-		if h >= 3 && sends {
-			break
+		if sends := mode != FaultSendFlip || fr.End < m.Layers; h < 3 || !sends {
+			return fmt.Sprintf("the faulty node's range %v has %d holders (sends hidden states: %v)", fr, h, sends)
 		}
-		if try == 19 {
-			t.Fatalf("twenty swarms where the faulty node's range %v had %d holders or sent no hidden states (map %v)", fr, h, m.Stages)
-		}
-		t.Logf("the faulty node's range %v has %d holders (sends hidden states: %v); a fresh swarm", fr, h, sends)
-		for _, n := range nodes {
-			n.Close()
-		}
-	}
+		return ""
+	})
 	faulty := nodes[faultyAt]
 	fid := faulty.ID().String()
 	honest := nodes[:faultyAt]
@@ -97,27 +85,7 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 		gens, detect.Round(time.Millisecond), wrongBefore, flagged)
 
 	// The leader repairs the map without it; from then on every token is right.
-	waitFor(t, 60*time.Second, "a map without the faulty node", func() bool {
-		for _, n := range honest {
-			if _, ok := n.Committed().Range(fid); ok {
-				return false
-			}
-			if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err != nil {
-				return false
-			}
-		}
-		return true
-	})
-	for i := range 8 {
-		p := prompts[i%len(prompts)]
-		got, err := generate(ctx, t, honest[i%len(honest)], p, maxTokens)
-		if err != nil {
-			t.Fatalf("after eviction, %q: %v", p, err)
-		}
-		if !slices.Equal(got, want[p]) {
-			t.Fatalf("after eviction, %q: %v, want %v", p, got, want[p])
-		}
-	}
+	servesRightWithout(ctx, t, honest, fid, prompts, want, maxTokens, 8)
 	for _, n := range honest {
 		st := n.Consensus().State()
 		if st.IsMember(fid) {
