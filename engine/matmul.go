@@ -12,6 +12,8 @@ type act struct {
 	kq      []int8    // Q8_K: values, scales and 16-element sums
 	kd      []float32
 	kbsums  []int16
+	ks32    []byte // kilExtras: Q4_K's sums of 32
+	ks16    []byte // kilExtras: Q6_K's −32 × sums of 16
 }
 
 func newAct(f []float32, n, cols int) *act { return &act{f: f[:n*cols], n: n, cols: cols} }
@@ -59,6 +61,9 @@ func (a *act) prepareOn(p *pool, w *matrix) {
 		a.quantized(p)
 	case w.qf.k:
 		a.quantizedK(p)
+		if w.il != nil {
+			a.kilExtras(w.typ)
+		}
 	default:
 		a.quantized(p)
 		if a.sums == nil {
@@ -219,6 +224,10 @@ const (
 
 // matmulPacked is matmulQ8 for the packed types, one row at a time.
 func matmulPacked(out []float32, w *matrix, x *act, r0, r1 int) {
+	if w.il != nil {
+		matmulKIL(out, w, x, r0, r1)
+		return
+	}
 	f, c := w.qf, w.cols
 	nb := c / f.block
 	rb := nb * f.bytes

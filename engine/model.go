@@ -236,12 +236,13 @@ type matrix struct {
 	q          []int8
 	d          []float32
 	raw        []byte
+	il         []byte // Q4_K/Q6_K rows interleaved by 16 (kil.go), instead of raw
 	qf         *quantFormat
 	typ        DType
 }
 
 func (m *matrix) bytes() int64 {
-	return int64(len(m.f))*4 + int64(len(m.q)) + int64(len(m.d))*4 + int64(len(m.raw))
+	return int64(len(m.f))*4 + int64(len(m.q)) + int64(len(m.d))*4 + int64(len(m.raw)) + int64(len(m.il))
 }
 
 // row dequantises row r into dst.

@@ -320,9 +320,24 @@ func Load(f *File, opts ...Option) (*Local, error) {
 			return nil, err
 		}
 	}
+	s.interleave()
 	s.info.WeightBytes = s.weightBytes()
 	s.pool = newPool(o.threads)
 	return s, nil
+}
+
+// interleave puts the matrices that only take part in products into the
+// kernels' interleaved layout (kil.go); the embedding, read a row at a
+// time, stays as it is, and so does a head tied to it.
+func (s *Local) interleave() {
+	for _, w := range s.layers {
+		for _, m := range []*matrix{w.wq, w.wk, w.wv, w.wo, w.wGate, w.wUp, w.wDown} {
+			m.interleave()
+		}
+	}
+	if s.out != nil && s.out != s.embd {
+		s.out.interleave()
+	}
 }
 
 func (s *Local) weightBytes() int64 {
@@ -690,18 +705,21 @@ func (fw *forward) attention(li int) {
 				scores[j] = float32(scores[j] * scale)
 			}
 			softmax(scores)
-			out := fw.att[r*d+hh*hd : r*d+(hh+1)*hd]
-			for i := range out {
-				out[i] = 0
-			}
-			for j, p := range scores {
-				vj := vc[j*kvd+kh*hd : j*kvd+(kh+1)*hd]
-				for i := range out {
-					out[i] += float32(p * vj[i])
-				}
-			}
+			attnAV(fw.att[r*d+hh*hd:r*d+(hh+1)*hd], vc[kh*hd:], kvd, scores)
 		}
 	})
+}
+
+// attnAVPortable is attnAV's definition: each output a sequential sum
+// over the positions of products rounded to float32.
+func attnAVPortable(out, v []float32, stride int, p []float32) {
+	clear(out)
+	for j, pj := range p {
+		vj := v[j*stride : j*stride+len(out)]
+		for i := range out {
+			out[i] += float32(pj * vj[i])
+		}
+	}
 }
 
 // rope rotates one head in place: consecutive pairs (2i, 2i+1), or NEOX

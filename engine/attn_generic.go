@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package engine
+
+func attnAV(out, v []float32, stride int, p []float32) { attnAVPortable(out, v, stride, p) }

@@ -1,0 +1,251 @@
+// Command kilgen writes engine/kil_amd64.s: the AVX-512 VNNI kernels of
+// the row-interleaved K-quant layout (engine/kil.go). The kernels are
+// fully unrolled over a super-block's sub-blocks and the tile's tokens;
+// writing them by hand would mean thousands of near-identical lines.
+//
+//	go generate ./engine   (or: go run ./engine/internal/kilgen -out engine/kil_amd64.s)
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+)
+
+// The layouts, as engine/kil.go defines them (its tests check the two
+// agree): per group of 16 rows and super-block of 256 columns.
+const (
+	q4kSc   = 2048 // 8 × 16 scales, uint8
+	q4kMin  = 2176 // 4 × 16 × (min 2j, min 2j+1), int16
+	q4kD    = 2432 // 16 × d, float32
+	q4kDmin = 2496 // 16 × dmin, float32
+	q4kGSB  = 2560
+
+	q6kQH  = 2048 // 2 × 8 × 16 × 4 high-bit bytes
+	q6kSc  = 3072 // 16 × 16 scales, int8
+	q6kD   = 3328 // 16 × d, float32
+	q6kGSB = 3392
+)
+
+type gen struct{ bytes.Buffer }
+
+func (g *gen) f(format string, a ...any) { fmt.Fprintf(&g.Buffer, "\t"+format+"\n", a...) }
+func (g *gen) label(l string)            { fmt.Fprintf(&g.Buffer, "%s:\n", l) }
+
+// Addressing of token t's activations (x), scales (xd) and per-block
+// extras (bs): a base register, the stride register and base+stride cover
+// tokens 0 to 3 with the scales 1 and 2.
+func tok(base, stride, base2 string, t int, off int) string {
+	switch t {
+	case 0:
+		return fmt.Sprintf("%d(%s)", off, base)
+	case 1:
+		return fmt.Sprintf("%d(%s)(%s*1)", off, base, stride)
+	case 2:
+		return fmt.Sprintf("%d(%s)(%s*2)", off, base, stride)
+	}
+	return fmt.Sprintf("%d(%s)(%s*2)", off, base2, stride)
+}
+
+func x(t, off int) string  { return tok("R8", "R12", "R13", t, off) }
+func xd(t, off int) string { return tok("R9", "R10", "R11", t, off) }
+func bs(t, off int) string { return tok("BX", "AX", "DX", t, off) }
+
+func z(i int) string { return fmt.Sprintf("Z%d", i) }
+
+// Registers: Z0–Z15 unpacked weights, Z16+t the token's integer sum of the
+// super-block, Z20+t its float accumulator, Z24–Z30 temporaries, Z31 the
+// 0x0f byte mask.
+const (
+	sumi = 16
+	acc  = 20
+)
+
+// prologue loads the arguments (see kil_amd64.go) and sets up the token
+// addressing and the accumulators.
+func (g *gen) prologue(name string, nt int) {
+	fmt.Fprintf(&g.Buffer, "\n// func %s(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)\n", name)
+	fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $16-64\n", name)
+	g.f("MOVQ w+0(FP), SI")
+	g.f("MOVQ nb+8(FP), CX")
+	g.f("MOVQ x+16(FP), R8")
+	g.f("MOVQ xs+24(FP), R12")
+	g.f("LEAQ (R8)(R12*1), R13")
+	g.f("MOVQ xd+32(FP), R9")
+	g.f("MOVQ CX, R10")
+	g.f("SHLQ $2, R10")
+	g.f("LEAQ (R9)(R10*1), R11")
+	g.f("MOVQ bs+40(FP), BX")
+	g.f("MOVQ CX, AX")
+	g.f("SHLQ $%d, AX", bsShift[name[4:7]])
+	g.f("LEAQ (BX)(AX*1), DX")
+	g.f("MOVL $0x0f0f0f0f, DI")
+	g.f("VPBROADCASTD DI, Z31")
+	g.f("MOVL $0x30303030, DI")
+	g.f("VPBROADCASTD DI, Z30")
+	for t := 0; t < nt; t++ {
+		g.f("VPXORD %s, %s, %s", z(acc+t), z(acc+t), z(acc+t))
+	}
+}
+
+// bsShift gives the bytes of per-block extras per super-block as a shift
+// of nb: Q4_K's 8 int16 sums of 32, Q6_K's 16 int32 (−32 × sums of 16).
+var bsShift = map[string]int{"Q4K": 4, "Q6K": 6}
+
+// epilogue stores the accumulators: token t's 16 outputs at out + t·os.
+func (g *gen) epilogue(nt int) {
+	g.f("MOVQ out+48(FP), DI")
+	g.f("MOVQ os+56(FP), R12")
+	g.f("LEAQ (DI)(R12*1), R13")
+	for t := 0; t < nt; t++ {
+		g.f("VMOVUPS %s, %s", z(acc+t), tok("DI", "R12", "R13", t, 0))
+	}
+	g.f("VZEROUPPER")
+	g.f("RET")
+}
+
+func (g *gen) advance(gsb, bsStep int, loop string) {
+	g.f("ADDQ $%d, SI", gsb)
+	g.f("ADDQ $256, R8")
+	g.f("ADDQ $256, R13")
+	g.f("ADDQ $4, R9")
+	g.f("ADDQ $4, R11")
+	g.f("ADDQ $%d, BX", bsStep)
+	g.f("ADDQ $%d, DX", bsStep)
+	g.f("DECQ CX")
+	g.f("JNZ %s", loop)
+}
+
+// q4k: per super-block, sumi = Σ_j sc_j·(Σ q·x over sub-block j) and
+// summ = Σ_j m_j·(Σ x over sub-block j), exact; then, as combineK,
+// acc += float32(float32(d·dx)·float32(sumi)) − float32(float32(dmin·dx)·float32(summ)).
+func (g *gen) q4k(nt int) {
+	name := fmt.Sprintf("gemmQ4K%d", nt)
+	g.prologue(name, nt)
+	loop := name + "blk"
+	g.label(loop)
+	for t := 0; t < nt; t++ {
+		g.f("VPXORD %s, %s, %s", z(sumi+t), z(sumi+t), z(sumi+t))
+	}
+	for gr := 0; gr < 4; gr++ {
+		// Unpack the 32-byte columns of sub-blocks 2gr (low nibbles)
+		// and 2gr+1 (high nibbles), 16 rows × 4 bytes a register.
+		for k := 0; k < 8; k++ {
+			g.f("VMOVDQU64 %d(SI), %s", gr*512+k*64, z(8+k))
+			g.f("VPANDD Z31, %s, %s", z(8+k), z(k))
+			g.f("VPSRLW $4, %s, %s", z(8+k), z(8+k))
+			g.f("VPANDD Z31, %s, %s", z(8+k), z(8+k))
+		}
+		g.f("VPMOVZXBD %d(SI), Z26", q4kSc+32*gr)
+		g.f("VPMOVZXBD %d(SI), Z27", q4kSc+32*gr+16)
+		for t := 0; t < nt; t++ {
+			g.f("VPXORD Z24, Z24, Z24")
+			g.f("VPXORD Z25, Z25, Z25")
+			for k := 0; k < 8; k++ {
+				g.f("VPDPBUSD.BCST %s, %s, Z24", x(t, 64*gr+4*k), z(k))
+				g.f("VPDPBUSD.BCST %s, %s, Z25", x(t, 64*gr+32+4*k), z(8+k))
+			}
+			g.f("VPMULLD Z26, Z24, Z24")
+			g.f("VPMULLD Z27, Z25, Z25")
+			g.f("VPADDD Z24, %s, %s", z(sumi+t), z(sumi+t))
+			g.f("VPADDD Z25, %s, %s", z(sumi+t), z(sumi+t))
+		}
+	}
+	for p := 0; p < 4; p++ {
+		g.f("VMOVDQU64 %d(SI), %s", q4kMin+64*p, z(p))
+	}
+	g.f("VMOVUPS %d(SI), Z26", q4kD)
+	g.f("VMOVUPS %d(SI), Z27", q4kDmin)
+	for t := 0; t < nt; t++ {
+		g.f("VPXORD Z24, Z24, Z24")
+		for p := 0; p < 4; p++ {
+			g.f("VPDPWSSD.BCST %s, %s, Z24", bs(t, 4*p), z(p))
+		}
+		g.f("VMULPS.BCST %s, Z26, Z28", xd(t, 0))
+		g.f("VCVTDQ2PS %s, Z29", z(sumi+t))
+		g.f("VMULPS Z29, Z28, Z28")
+		g.f("VMULPS.BCST %s, Z27, Z29", xd(t, 0))
+		g.f("VCVTDQ2PS Z24, Z30")
+		g.f("VMULPS Z30, Z29, Z29")
+		g.f("VSUBPS Z29, Z28, Z28")
+		g.f("VADDPS Z28, %s, %s", z(acc+t), z(acc+t))
+	}
+	g.advance(q4kGSB, 16, loop)
+	g.epilogue(nt)
+}
+
+// q6k: per super-block, sumi = Σ_is sc_is·(Σ q·x − 32·Σ x over sub-block
+// is), exact; then acc += float32(float32(d·dx)·float32(sumi)).
+func (g *gen) q6k(nt int) {
+	name := fmt.Sprintf("gemmQ6K%d", nt)
+	g.prologue(name, nt)
+	loop := name + "blk"
+	g.label(loop)
+	for t := 0; t < nt; t++ {
+		g.f("VPXORD %s, %s, %s", z(sumi+t), z(sumi+t), z(sumi+t))
+	}
+	for n := 0; n < 2; n++ {
+		for h := 0; h < 2; h++ {
+			// Groups of 32 glo = 4n+h (low nibbles, high bits 2h) and
+			// ghi = glo+2 (high nibbles, high bits 2h+4): glo's columns
+			// in Z8+k, ghi's in Zk.
+			glo, ghi := 4*n+h, 4*n+h+2
+			for k := 0; k < 8; k++ {
+				g.f("VMOVDQU64 %d(SI), Z24", n*1024+h*512+k*64)
+				g.f("VMOVDQU64 %d(SI), %s", q6kQH+n*512+k*64, z(k))
+				g.f("VPSLLW $%d, %s, %s", 4-2*h, z(k), z(8+k))
+				g.f("VPANDD Z30, %s, %s", z(8+k), z(8+k))
+				if h > 0 {
+					g.f("VPSRLW $%d, %s, %s", 2*h, z(k), z(k))
+				}
+				g.f("VPANDD Z30, %s, %s", z(k), z(k))
+				// Bitwise select: the low nibble from the ql bytes, the
+				// high bits from the shifted qh.
+				g.f("VPTERNLOGD $0xb8, Z24, Z31, %s", z(8+k))
+				g.f("VPSRLW $4, Z24, Z24")
+				g.f("VPTERNLOGD $0xb8, Z24, Z31, %s", z(k))
+			}
+			subs := []struct{ is, reg int }{{2 * glo, 8}, {2*glo + 1, 12}, {2 * ghi, 0}, {2*ghi + 1, 4}}
+			for i, s := range subs {
+				g.f("VPMOVSXBD %d(SI), %s", q6kSc+16*s.is, z(26+i))
+			}
+			for t := 0; t < nt; t++ {
+				for i, s := range subs {
+					tmp := z(24 + i%2)
+					g.f("VPBROADCASTD %s, %s", bs(t, 4*s.is), tmp)
+					for k := 0; k < 4; k++ {
+						g.f("VPDPBUSD.BCST %s, %s, %s", x(t, 16*s.is+4*k), z(s.reg+k), tmp)
+					}
+					g.f("VPMULLD %s, %s, %s", z(26+i), tmp, tmp)
+					g.f("VPADDD %s, %s, %s", tmp, z(sumi+t), z(sumi+t))
+				}
+			}
+		}
+	}
+	g.f("VMOVUPS %d(SI), Z26", q6kD)
+	for t := 0; t < nt; t++ {
+		g.f("VMULPS.BCST %s, Z26, Z28", xd(t, 0))
+		g.f("VCVTDQ2PS %s, Z29", z(sumi+t))
+		g.f("VMULPS Z29, Z28, Z28")
+		g.f("VADDPS Z28, %s, %s", z(acc+t), z(acc+t))
+	}
+	g.advance(q6kGSB, 64, loop)
+	g.epilogue(nt)
+}
+
+func main() {
+	out := flag.String("out", "kil_amd64.s", "output file")
+	flag.Parse()
+	var g gen
+	g.WriteString("// Code generated by engine/internal/kilgen; DO NOT EDIT.\n\n")
+	g.WriteString("#include \"textflag.h\"\n")
+	for _, nt := range []int{1, 4} {
+		g.q4k(nt)
+		g.q6k(nt)
+	}
+	if err := os.WriteFile(*out, g.Bytes(), 0o644); err != nil {
+		log.Fatal(err)
+	}
+}

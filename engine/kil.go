@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// The row-interleaved K-quant layout. Where the CPU has AVX-512 VNNI
+// (VPDPBUSD), Q4_K and Q6_K matrices are rearranged once at load so that
+// one 64-byte load holds four consecutive weights of each of 16 rows: a
+// VPDPBUSD of that register with four activation bytes broadcast adds one
+// token's products to 16 rows' sums at once. A kernel call computes 16
+// rows against 1 or 4 tokens (kil_amd64.s), unpacking each weight once for
+// all its tokens, so a prefill or a batch is a real matrix product.
+//
+// The arithmetic is the row kernels' (quant.go): per super-block an exact
+// integer sum, then the same float32 operations in the same order, blocks
+// added in order into one float32 per output. The 16 rows sit in a zmm's
+// lanes, so each lane does one output's scalar sequence: the same bits as
+// dotRowQuant, for any tile of tokens, thread split or batch.
+//
+// Layout of one group of 16 rows and one super-block (ilQ4K / ilQ6K bytes):
+//
+//	Q4_K: [4 pairs][8 columns][16 rows][4 bytes] of the packed nibbles
+//	      (low nibbles: sub-block 2p, high: 2p+1), then the 6-bit scales
+//	      [8][16] uint8, the mins [4][16][2] int16 (m 2p, m 2p+1), d [16]
+//	      and dmin [16] float32.
+//	Q6_K: [2 halves][2][8 columns][16 rows][4 bytes] of ql (low nibbles:
+//	      group of 32 4n+h, high: 4n+h+2), [2][8][16][4] of qh, the scales
+//	      [16][16] int8 and d [16] float32.
+//
+// A last group of fewer than 16 rows is padded with zero blocks, whose
+// outputs are dropped.
+const (
+	ilRows = 16
+
+	ilQ4KSc   = 2048
+	ilQ4KMin  = 2176
+	ilQ4KD    = 2432
+	ilQ4KDmin = 2496
+	ilQ4K     = 2560
+
+	ilQ6KQH = 2048
+	ilQ6KSc = 3072
+	ilQ6KD  = 3328
+	ilQ6K   = 3392
+)
+
+// ilGroupBlock is the bytes of one group's super-block in type t's
+// interleaved layout, 0 where t has none.
+func ilGroupBlock(t DType) int {
+	switch t {
+	case Q4_K:
+		return ilQ4K
+	case Q6_K:
+		return ilQ6K
+	}
+	return 0
+}
+
+// interleave rearranges m's packed rows into the interleaved layout, where
+// the CPU has the kernels for it and m's type has one. m.raw is dropped.
+func (m *matrix) interleave() {
+	gb := ilGroupBlock(m.typ)
+	if gb == 0 || !useKIL() || m.il != nil || m.raw == nil {
+		return
+	}
+	nb := m.cols / 256
+	groups := (m.rows + ilRows - 1) / ilRows
+	il := make([]byte, groups*nb*gb)
+	rb := nb * m.qf.bytes
+	for r := 0; r < m.rows; r++ {
+		g, i := r/ilRows, r%ilRows
+		for b := 0; b < nb; b++ {
+			dst := il[(g*nb+b)*gb : (g*nb+b+1)*gb]
+			blk := m.raw[r*rb+b*m.qf.bytes : r*rb+(b+1)*m.qf.bytes]
+			if m.typ == Q4_K {
+				putQ4KIL(dst, i, blk)
+			} else {
+				putQ6KIL(dst, i, blk)
+			}
+		}
+	}
+	m.il, m.raw = il, nil
+}
+
+func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) }
+
+// Both layouts put a block's packed bytes (Q4_K's 128 nibble bytes, Q6_K's
+// 128 ql and 64 qh bytes) in file order, four bytes to a 64-byte column of
+// the group: column c holds bytes 4c to 4c+3 of each of the 16 rows.
+
+// putQ4KIL writes row i's Q4_K block blk into its group's super-block dst.
+func putQ4KIL(dst []byte, i int, blk []byte) {
+	le := binary.LittleEndian
+	for c := 0; c < 32; c++ { // column c: bytes 4c…4c+3 of the 128
+		le.PutUint32(dst[c*64+4*i:], le.Uint32(blk[16+4*c:]))
+	}
+	for j := 0; j < 8; j++ {
+		sc, mn := scaleMinK4(j, blk[4:16])
+		dst[ilQ4KSc+16*j+i] = byte(sc)
+		binary.LittleEndian.PutUint16(dst[ilQ4KMin+64*(j/2)+4*i+2*(j%2):], uint16(mn))
+	}
+	putF32(dst[ilQ4KD+4*i:], half(blk))
+	putF32(dst[ilQ4KDmin+4*i:], half(blk[2:]))
+}
+
+// putQ6KIL writes row i's Q6_K block blk into its group's super-block dst.
+func putQ6KIL(dst []byte, i int, blk []byte) {
+	le := binary.LittleEndian
+	for c := 0; c < 48; c++ { // ql's 32 columns, then qh's 16
+		le.PutUint32(dst[c*64+4*i:], le.Uint32(blk[4*c:]))
+	}
+	for is := 0; is < 16; is++ {
+		dst[ilQ6KSc+16*is+i] = blk[192+is]
+	}
+	putF32(dst[ilQ6KD+4*i:], half(blk[208:]))
+}
+
+// kilExtras are the per-block activation sums the interleaved kernels
+// read beside Q8_K's values and scales: Q4_K's sums of 32 as int16
+// (its mins' term), Q6_K's −32 × sums of 16 as int32 (its −32 offset).
+func (a *act) kilExtras(t DType) []byte {
+	if t == Q4_K {
+		if a.ks32 == nil {
+			a.ks32 = make([]byte, len(a.kbsums))
+			for j := 0; j < len(a.kbsums)/2; j++ {
+				binary.LittleEndian.PutUint16(a.ks32[2*j:], uint16(a.kbsums[2*j]+a.kbsums[2*j+1]))
+			}
+		}
+		return a.ks32
+	}
+	if a.ks16 == nil {
+		a.ks16 = make([]byte, 4*len(a.kbsums))
+		for j, s := range a.kbsums {
+			binary.LittleEndian.PutUint32(a.ks16[4*j:], uint32(-32*int32(s)))
+		}
+	}
+	return a.ks16
+}
+
+// kilTokTile is the tokens a group of rows meets while its weights stay
+// in cache.
+const kilTokTile = 32
+
+// matmulKIL computes rows r0 to r1 of an interleaved matrix against every
+// activation row of x. The pool cuts matrices at multiples of 16 rows; a
+// group cut elsewhere (or the padded last one) goes through a scratch tile.
+func matmulKIL(out []float32, w *matrix, x *act, r0, r1 int) {
+	gb := ilGroupBlock(w.typ)
+	nb := w.cols / 256
+	ex := x.kilExtras(w.typ)    // made by prepareOn, before the pool's goroutines
+	exb := len(ex) / (x.n * nb) // extras' bytes per token and super-block
+	var pad [4 * ilRows]float32
+	for tt := 0; tt < x.n; tt += kilTokTile {
+		te := min(tt+kilTokTile, x.n)
+		for g := r0 / ilRows; g*ilRows < r1; g++ {
+			lo, hi := max(r0, g*ilRows), min(r1, (g+1)*ilRows)
+			whole := lo == g*ilRows && hi == (g+1)*ilRows
+			wg := w.il[g*nb*gb : (g+1)*nb*gb]
+			for t := tt; t < te; {
+				nt := 4
+				if te-t < 4 {
+					nt = 1
+				}
+				o, os := out[t*w.rows+lo:], w.rows
+				if !whole {
+					o, os = pad[:], ilRows
+				}
+				_ = o[(nt-1)*os+ilRows-1]
+				kilKernel(w.typ, nt, &wg[0], nb, &x.kq[t*w.cols], w.cols, &x.kd[t*nb], &ex[t*nb*exb], &o[0], 4*os)
+				if !whole {
+					for i := 0; i < nt; i++ {
+						copy(out[(t+i)*w.rows+lo:(t+i)*w.rows+hi], pad[i*ilRows+lo-g*ilRows:])
+					}
+				}
+				t += nt
+			}
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package engine
+
+//go:generate go run ./internal/kilgen -out kil_amd64.s
+
+// The interleaved K-quant kernels (kil_amd64.s, generated): 16 rows
+// against 1 or 4 tokens; token t's activations at x+t·xs, its scales at
+// xd+t·4nb, its extras (act.kilExtras) at bs+t·nb·(16 or 64), and its 16
+// outputs stored at out+t·os bytes.
+
+//go:noescape
+func gemmQ4K1(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
+
+//go:noescape
+func gemmQ4K4(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
+
+//go:noescape
+func gemmQ6K1(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
+
+//go:noescape
+func gemmQ6K4(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
+
+// hasVNNI: AVX512_VNNI (CPUID.(7,0):ECX bit 11) beside AVX-512BW and VL,
+// with the OS saving ZMM state.
+var hasVNNI = func() bool {
+	if !hasAVX512BW {
+		return false
+	}
+	_, _, ecx, _ := cpuid(7, 0)
+	return ecx&(1<<11) != 0
+}()
+
+// useKILKernels lets tests load matrices in the plain layout on a VNNI
+// CPU; it is never turned off otherwise.
+var useKILKernels = true
+
+// useKIL reports whether matrices loaded now take the interleaved layout.
+func useKIL() bool { return useSIMD && useKILKernels && hasVNNI }
+
+func kilKernel(t DType, nt int, w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int) {
+	switch {
+	case t == Q4_K && nt == 4:
+		gemmQ4K4(w, nb, x, xs, xd, bs, out, os)
+	case t == Q4_K:
+		gemmQ4K1(w, nb, x, xs, xd, bs, out, os)
+	case nt == 4:
+		gemmQ6K4(w, nb, x, xs, xd, bs, out, os)
+	default:
+		gemmQ6K1(w, nb, x, xs, xd, bs, out, os)
+	}
+}

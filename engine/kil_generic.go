@@ -1,0 +1,10 @@
+//go:build !amd64
+
+package engine
+
+// Without amd64's VNNI kernels no matrix takes the interleaved layout.
+func useKIL() bool { return false }
+
+func kilKernel(DType, int, *byte, int, *int8, int, *float32, *byte, *float32, int) {
+	panic("engine: interleaved kernels need amd64")
+}

@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+// TestKILMatchesRowKernels: the interleaved kernels give the portable row
+// kernels' bits for Q4_K and Q6_K, on random blocks (finite halves,
+// subnormals included) and on extreme ones, for row counts that leave a
+// partial group, 1 to 9 activation rows (the 4-token and 1-token kernels
+// and their mix), and the row slices the pool cuts (multiples of 16).
+func TestKILMatchesRowKernels(t *testing.T) {
+	if !useKIL() {
+		t.Skip("no AVX-512 VNNI: matrices keep the plain layout")
+	}
+	rng := uint64(21)
+	for _, typ := range []DType{Q4_K, Q6_K} {
+		f := quantFormats[typ]
+		for _, tc := range []struct{ rows, nb int }{{16, 1}, {7, 2}, {37, 3}, {48, 8}, {33, 11}, {64, 2}} {
+			raw := make([]byte, tc.rows*tc.nb*f.bytes)
+			for i := range raw {
+				raw[i] = byte(splitmix(&rng))
+			}
+			for b := 0; b < tc.rows*tc.nb; b++ {
+				for _, o := range halfOffsets[typ] {
+					binary.LittleEndian.PutUint16(raw[b*f.bytes+o:], uint16(splitmix(&rng))&0xbbff)
+				}
+			}
+			if tc.rows > 16 {
+				// Extremes: every bit set (largest quants, scales and
+				// mins), every bit clear, Q6_K's most negative scale.
+				for i := range raw[:tc.nb*f.bytes] {
+					raw[i] = 0xff
+					raw[tc.nb*f.bytes+i] = 0
+					raw[2*tc.nb*f.bytes+i] = byte(0x80 >> (i % 2 * 7))
+				}
+			}
+			cols := tc.nb * 256
+			for _, n := range []int{1, 2, 4, 5, 9} {
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
+				}
+				if n == 9 {
+					for i := range x[:cols] {
+						x[i] = float32(127 - 254*(i%2)) // ±127 after quantisation
+					}
+				}
+				w := &matrix{rows: tc.rows, cols: cols, raw: raw, qf: f, typ: typ}
+				want := make([]float32, n*tc.rows)
+				useSIMD = false
+				a := newAct(x, n, cols)
+				a.prepare(w)
+				matmulPacked(want, w, a, 0, tc.rows)
+				useSIMD = true
+				wi := *w
+				wi.interleave()
+				if wi.il == nil || wi.raw != nil {
+					t.Fatalf("%s: not interleaved", typ)
+				}
+				a = newAct(x, n, cols)
+				a.prepare(&wi)
+				got := make([]float32, n*tc.rows)
+				// The pool's cuts (multiples of 16) and others.
+				for _, cut := range [][2]int{{0, 5}, {5, 16}, {16, 21}, {21, 1 << 30}} {
+					if lo, hi := cut[0], min(cut[1], tc.rows); lo < hi {
+						matmulPacked(got, &wi, a, lo, hi)
+					}
+				}
+				if !sameBits(got, want) {
+					t.Fatalf("%s, %d rows, %d blocks, %d tokens:\ninterleaved %v\nportable    %v", typ, tc.rows, tc.nb, n, got, want)
+				}
+			}
+		}
+	}
+}
