@@ -1,9 +1,6 @@
 package engine
 
-import (
-	"encoding/binary"
-	"math"
-)
+import "encoding/binary"
 
 // The row-interleaved K-quant layout. Where the CPU has AVX-512 VNNI
 // (VPDPBUSD), Q4_K and Q6_K matrices are rearranged once at load so that
@@ -23,11 +20,11 @@ import (
 //
 //	Q4_K: [4 pairs][8 columns][16 rows][4 bytes] of the packed nibbles
 //	      (low nibbles: sub-block 2p, high: 2p+1), then the 6-bit scales
-//	      [8][16] uint8, the mins [4][16][2] int16 (m 2p, m 2p+1), d [16]
-//	      and dmin [16] float32.
+//	      [8][16] uint8, the mins [4][16][2] uint8 (m 2p, m 2p+1), d [16]
+//	      and dmin [16] f16: 2368 bytes for the file's 2304.
 //	Q6_K: [2 halves][2][8 columns][16 rows][4 bytes] of ql (low nibbles:
 //	      group of 32 4n+h, high: 4n+h+2), [2][8][16][4] of qh, the scales
-//	      [16][16] int8 and d [16] float32.
+//	      [16][16] int8 and d [16] f16: the file's 3360 bytes.
 //
 // A last group of fewer than 16 rows is padded with zero blocks, whose
 // outputs are dropped.
@@ -36,14 +33,14 @@ const (
 
 	ilQ4KSc   = 2048
 	ilQ4KMin  = 2176
-	ilQ4KD    = 2432
-	ilQ4KDmin = 2496
-	ilQ4K     = 2560
+	ilQ4KD    = 2304
+	ilQ4KDmin = 2336
+	ilQ4K     = 2368
 
 	ilQ6KQH = 2048
 	ilQ6KSc = 3072
 	ilQ6KD  = 3328
-	ilQ6K   = 3392
+	ilQ6K   = 3360
 )
 
 // ilGroupBlock is the bytes of one group's super-block in type t's
@@ -84,8 +81,6 @@ func (m *matrix) interleave() {
 	m.il, m.raw = il, nil
 }
 
-func putF32(b []byte, v float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) }
-
 // Both layouts put a block's packed bytes (Q4_K's 128 nibble bytes, Q6_K's
 // 128 ql and 64 qh bytes) in file order, four bytes to a 64-byte column of
 // the group: column c holds bytes 4c to 4c+3 of each of the 16 rows.
@@ -99,10 +94,10 @@ func putQ4KIL(dst []byte, i int, blk []byte) {
 	for j := 0; j < 8; j++ {
 		sc, mn := scaleMinK4(j, blk[4:16])
 		dst[ilQ4KSc+16*j+i] = byte(sc)
-		binary.LittleEndian.PutUint16(dst[ilQ4KMin+64*(j/2)+4*i+2*(j%2):], uint16(mn))
+		dst[ilQ4KMin+32*(j/2)+2*i+j%2] = byte(mn)
 	}
-	putF32(dst[ilQ4KD+4*i:], half(blk))
-	putF32(dst[ilQ4KDmin+4*i:], half(blk[2:]))
+	copy(dst[ilQ4KD+2*i:ilQ4KD+2*i+2], blk[0:2])
+	copy(dst[ilQ4KDmin+2*i:ilQ4KDmin+2*i+2], blk[2:4])
 }
 
 // putQ6KIL writes row i's Q6_K block blk into its group's super-block dst.
@@ -114,7 +109,7 @@ func putQ6KIL(dst []byte, i int, blk []byte) {
 	for is := 0; is < 16; is++ {
 		dst[ilQ6KSc+16*is+i] = blk[192+is]
 	}
-	putF32(dst[ilQ6KD+4*i:], half(blk[208:]))
+	copy(dst[ilQ6KD+2*i:ilQ6KD+2*i+2], blk[208:210])
 }
 
 // kilExtras are the per-block activation sums the interleaved kernels

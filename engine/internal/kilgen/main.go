@@ -18,15 +18,15 @@ import (
 // agree): per group of 16 rows and super-block of 256 columns.
 const (
 	q4kSc   = 2048 // 8 × 16 scales, uint8
-	q4kMin  = 2176 // 4 × 16 × (min 2j, min 2j+1), int16
-	q4kD    = 2432 // 16 × d, float32
-	q4kDmin = 2496 // 16 × dmin, float32
-	q4kGSB  = 2560
+	q4kMin  = 2176 // 4 × 16 × (min 2p, min 2p+1), uint8
+	q4kD    = 2304 // 16 × d, f16
+	q4kDmin = 2336 // 16 × dmin, f16
+	q4kGSB  = 2368
 
 	q6kQH  = 2048 // 2 × 8 × 16 × 4 high-bit bytes
 	q6kSc  = 3072 // 16 × 16 scales, int8
-	q6kD   = 3328 // 16 × d, float32
-	q6kGSB = 3392
+	q6kD   = 3328 // 16 × d, f16
+	q6kGSB = 3360
 )
 
 type gen struct{ bytes.Buffer }
@@ -154,10 +154,10 @@ func (g *gen) q4k(nt int) {
 		}
 	}
 	for p := 0; p < 4; p++ {
-		g.f("VMOVDQU64 %d(SI), %s", q4kMin+64*p, z(p))
+		g.f("VPMOVZXBW %d(SI), %s", q4kMin+32*p, z(p))
 	}
-	g.f("VMOVUPS %d(SI), Z26", q4kD)
-	g.f("VMOVUPS %d(SI), Z27", q4kDmin)
+	g.f("VCVTPH2PS %d(SI), Z26", q4kD)
+	g.f("VCVTPH2PS %d(SI), Z27", q4kDmin)
 	for t := 0; t < nt; t++ {
 		g.f("VPXORD Z24, Z24, Z24")
 		for p := 0; p < 4; p++ {
@@ -224,7 +224,7 @@ func (g *gen) q6k(nt int) {
 			}
 		}
 	}
-	g.f("VMOVUPS %d(SI), Z26", q6kD)
+	g.f("VCVTPH2PS %d(SI), Z26", q6kD)
 	for t := 0; t < nt; t++ {
 		g.f("VMULPS.BCST %s, Z26, Z28", xd(t, 0))
 		g.f("VCVTDQ2PS %s, Z29", z(sumi+t))
