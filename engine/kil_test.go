@@ -1,7 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -73,5 +77,32 @@ func TestKILMatchesRowKernels(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestKILGenerated: kil_amd64.s is what engine/internal/kilgen writes
+// (run go generate ./engine after changing the generator).
+func TestKILGenerated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the generator")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	out := filepath.Join(t.TempDir(), "kil.s")
+	if b, err := exec.Command(gobin, "run", "./internal/kilgen", "-out", out).CombinedOutput(); err != nil {
+		t.Fatalf("kilgen: %v\n%s", err, b)
+	}
+	want, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("kil_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("kil_amd64.s differs from kilgen's output: run go generate ./engine")
 	}
 }
