@@ -3,7 +3,7 @@ package engine
 //go:noescape
 func attnAV64(out *float32, v *float32, vstride int, p *float32, np int)
 
-// attnAV sets out to Σ_j p[j]·v[j·stride:][:len(out)], j in order, each
+// attnAV adds Σ_j p[j]·v[j·stride:][:len(out)] to out, j in order, each
 // output its own sequential sum (the portable loop's bits), 64 outputs a
 // kernel call where the CPU has AVX.
 func attnAV(out, v []float32, stride int, p []float32) {

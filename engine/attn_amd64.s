@@ -2,7 +2,7 @@
 
 // func attnAV64(out *float32, v *float32, vstride int, p *float32, np int)
 //
-// out[i] = Σ_j p[j]·v[j·vstride + i] for i < 64, j = 0 … np−1 in order:
+// out[i] += Σ_j p[j]·v[j·vstride + i] for i < 64, j = 0 … np−1 in order:
 // each product rounded (VMULPS), then added (VADDPS) to the running sum,
 // eight lanes of eight outputs each: the scalar loop's bits.
 TEXT ·attnAV64(SB), NOSPLIT, $0-40
@@ -11,14 +11,15 @@ TEXT ·attnAV64(SB), NOSPLIT, $0-40
 	SHLQ   $2, BX
 	MOVQ   p+24(FP), DX
 	MOVQ   np+32(FP), CX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	MOVQ   out+0(FP), DI
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	VMOVUPS 128(DI), Y4
+	VMOVUPS 160(DI), Y5
+	VMOVUPS 192(DI), Y6
+	VMOVUPS 224(DI), Y7
 	TESTQ  CX, CX
 	JZ     avdone
 
@@ -46,7 +47,6 @@ avloop:
 	JNZ          avloop
 
 avdone:
-	MOVQ    out+0(FP), DI
 	VMOVUPS Y0, (DI)
 	VMOVUPS Y1, 32(DI)
 	VMOVUPS Y2, 64(DI)

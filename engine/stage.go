@@ -675,45 +675,65 @@ func (fw *forward) layer(li int, x []float32) {
 }
 
 // attention computes, for every (row, head), softmax(q·Kᵀ/√d)·V over the
-// session's positions up to the row's own. Each (row, head) is one
-// goroutine's work, with a sequential sum over positions.
+// session's positions up to the row's own. Each (row, KV head) is one
+// goroutine's work: the heads that share the KV head go through its cache
+// together, a block of positions at a time, so each K and V row is read
+// from memory once for all of them. Every score is still one dot product
+// and every output one sequential sum over the positions, in order.
 func (fw *forward) attention(li int) {
 	h := fw.s.hp
 	d, kvd, hd := h.QDim(), h.KVDim(), h.HeadDim
 	group := h.Heads / h.KVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	units := len(fw.rows) * h.Heads
+	units := len(fw.rows) * h.KVHeads
 	work := 0
 	for _, r := range fw.rows {
 		work += (r.pos + 1) * h.Heads * hd * 2
 	}
-	fw.s.pool.forRange(units, fw.s.pool.grainFor(units, 16), work, func(lo, hi int) {
+	fw.s.pool.forRange(units, fw.s.pool.grainFor(units, 4), work, func(lo, hi int) {
 		var scores []float32
 		for u := lo; u < hi; u++ {
-			r, hh := u/h.Heads, u%h.Heads
+			r, kh := u/h.KVHeads, u%h.KVHeads
 			row := fw.rows[r]
-			kh := hh / group
-			q := fw.q[r*d+hh*hd : r*d+(hh+1)*hd]
-			kc, vc := row.sess.k[li], row.sess.v[li]
+			kc, vc := row.sess.k[li][kh*hd:], row.sess.v[li][kh*hd:]
 			np := row.pos + 1
-			if cap(scores) < np {
-				scores = make([]float32, np)
+			if cap(scores) < group*np {
+				scores = make([]float32, group*np)
 			}
-			scores = scores[:np]
-			dotStridedF32(scores, kc[kh*hd:], q, kvd)
-			for j := range scores {
-				scores[j] = float32(scores[j] * scale)
+			scores = scores[:group*np]
+			q := fw.q[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
+			out := fw.att[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
+			for p0 := 0; p0 < np; p0 += attnBlock {
+				p1 := min(p0+attnBlock, np)
+				for g := 0; g < group; g++ {
+					dotStridedF32(scores[g*np+p0:g*np+p1], kc[p0*kvd:], q[g*hd:(g+1)*hd], kvd)
+				}
 			}
-			softmax(scores)
-			attnAV(fw.att[r*d+hh*hd:r*d+(hh+1)*hd], vc[kh*hd:], kvd, scores)
+			for g := 0; g < group; g++ {
+				sg := scores[g*np : (g+1)*np]
+				for j := range sg {
+					sg[j] = float32(sg[j] * scale)
+				}
+				softmax(sg)
+			}
+			clear(out)
+			for p0 := 0; p0 < np; p0 += attnBlock {
+				p1 := min(p0+attnBlock, np)
+				for g := 0; g < group; g++ {
+					attnAV(out[g*hd:(g+1)*hd], vc[p0*kvd:], kvd, scores[g*np+p0:g*np+p1])
+				}
+			}
 		}
 	})
 }
 
-// attnAVPortable is attnAV's definition: each output a sequential sum
-// over the positions of products rounded to float32.
+// attnBlock is the positions whose K (or V) rows the heads of a group
+// meet while they are in cache: 64 rows of a 128-wide head are 32 KB.
+const attnBlock = 64
+
+// attnAVPortable is attnAV's definition: each output continues its
+// sequential sum over the positions with products rounded to float32.
 func attnAVPortable(out, v []float32, stride int, p []float32) {
-	clear(out)
 	for j, pj := range p {
 		vj := v[j*stride : j*stride+len(out)]
 		for i := range out {
