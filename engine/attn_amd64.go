@@ -16,3 +16,24 @@ func attnAV(out, v []float32, stride int, p []float32) {
 	}
 	attnAVPortable(out[i:], v[i:], stride, p)
 }
+
+//go:noescape
+func maxF32(s *float32, n int) float32
+
+//go:noescape
+func expSumF32(s *float32, n int, m float32, c *float32) float32
+
+//go:noescape
+func scaleF32(s *float32, n int, f float32)
+
+// softmax is softmaxPortable's bits, 16 values a step where the CPU has
+// AVX-512.
+func softmax(s []float32) {
+	if !useSIMD || !hasAVX512 || len(s) == 0 {
+		softmaxPortable(s)
+		return
+	}
+	m := maxF32(&s[0], len(s))
+	sum := expSumF32(&s[0], len(s), m, &expConsts[0])
+	scaleF32(&s[0], len(s), 1/sum)
+}

@@ -57,3 +57,206 @@ avdone:
 	VMOVUPS Y7, 224(DI)
 	VZEROUPPER
 	RET
+
+// Softmax's parts (see softmax in kernels.go), AVX-512.
+
+// func maxF32(s *float32, n int) float32
+//
+// The largest of s[0…n−1] (n ≥ 1), skipping NaNs as softmax's v > m does.
+TEXT ·maxF32(SB), NOSPLIT, $0-20
+	MOVQ         s+0(FP), SI
+	MOVQ         n+8(FP), CX
+	MOVL         $0xff800000, AX
+	VPBROADCASTD AX, Z0
+	CMPQ         CX, $16
+	JB           maxtail
+
+maxloop:
+	VMOVUPS (SI), Z1
+	VMAXPS  Z0, Z1, Z0 // Z0 = Z1 > Z0 ? Z1 : Z0
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	CMPQ    CX, $16
+	JAE     maxloop
+
+maxtail:
+	TESTQ   CX, CX
+	JZ      maxreduce
+	MOVL    $1, AX
+	SHLL    CX, AX
+	DECL    AX
+	KMOVW   AX, K1
+	VMOVUPS (SI), K1, Z1
+	VMAXPS  Z0, Z1, K1, Z0
+
+maxreduce:
+	VEXTRACTF64X4 $1, Z0, Y1
+	VMAXPS        Y0, Y1, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VMAXPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VMAXPS        X0, X1, X0
+	VPERMILPS     $0xb1, X0, X1
+	VMAXPS        X0, X1, X0
+	VMOVSS        X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func expSumF32(s *float32, n int, m float32, c *float32) float32
+//
+// s[i] = expf(s[i] − m) for i < n, and returns their sum in 16 strided
+// lanes (s[i] to lane i%16; a tail to lanes 0…tail−1) reduced as reduce16.
+// expf's operations in its order, each rounded to float32, the floor
+// taken in float64 as its math.Floor; c holds its constants (expConsts).
+TEXT ·expSumF32(SB), NOSPLIT, $0-36
+	MOVQ         s+0(FP), SI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS m+16(FP), Z31
+	MOVQ         c+24(FP), DX
+	VBROADCASTSS 0(DX), Z20  // log2(e)
+	VBROADCASTSS 4(DX), Z21  // ln2 hi
+	VBROADCASTSS 8(DX), Z22  // ln2 lo
+	VBROADCASTSS 12(DX), Z23 // p0
+	VBROADCASTSS 36(DX), Z24 // overflow bound
+	VBROADCASTSS 40(DX), Z25 // underflow bound
+	VBROADCASTSS 44(DX), Z26 // 0.5 (float32; widened below)
+	VCVTPS2PD    Y26, Z26
+	VBROADCASTSS 48(DX), Z27 // 1
+	VBROADCASTSS 52(DX), Z28 // +Inf
+	VPXORD       Z0, Z0, Z0  // the lanes' sums
+	MOVL         $0xffff, AX
+	KMOVW        AX, K1
+
+exploop:
+	CMPQ    CX, $16
+	JAE     expfull
+	TESTQ   CX, CX
+	JZ      expdone
+	MOVL    $1, AX
+	SHLL    CX, AX
+	DECL    AX
+	KMOVW   AX, K1
+	MOVQ    $16, CX
+
+expfull:
+	VMOVUPS.Z (SI), K1, Z1
+	VSUBPS  Z31, Z1, Z1 // x = s − m
+	// k = floor(float64(x·log2e) + 0.5), in float64.
+	VMULPS        Z20, Z1, Z2
+	VCVTPS2PD     Y2, Z3
+	VEXTRACTF64X4 $1, Z2, Y4
+	VCVTPS2PD     Y4, Z4
+	VADDPD        Z26, Z3, Z3
+	VADDPD        Z26, Z4, Z4
+	VRNDSCALEPD   $1, Z3, Z3
+	VRNDSCALEPD   $1, Z4, Z4
+	VCVTPD2PS     Z3, Y3
+	VCVTPD2PS     Z4, Y4
+	VINSERTF64X4  $1, Y4, Z3, Z3 // k
+	// r = x − k·ln2hi − k·ln2lo
+	VMULPS Z21, Z3, Z5
+	VSUBPS Z5, Z1, Z5
+	VMULPS Z22, Z3, Z6
+	VSUBPS Z6, Z5, Z5 // r
+	// p = ((((p0·r + p1)·r + p2)·r + p3)·r + p4)·r + p5
+	VMOVAPS      Z23, Z6
+	VMULPS       Z5, Z6, Z6
+	VADDPS.BCST  16(DX), Z6, Z6
+	VMULPS       Z5, Z6, Z6
+	VADDPS.BCST  20(DX), Z6, Z6
+	VMULPS       Z5, Z6, Z6
+	VADDPS.BCST  24(DX), Z6, Z6
+	VMULPS       Z5, Z6, Z6
+	VADDPS.BCST  28(DX), Z6, Z6
+	VMULPS       Z5, Z6, Z6
+	VADDPS.BCST  32(DX), Z6, Z6
+	// y = p·r² + r + 1
+	VMULPS Z5, Z5, Z7
+	VMULPS Z7, Z6, Z6
+	VADDPS Z5, Z6, Z6
+	VADDPS Z27, Z6, Z6
+	// 2^k in two factors: y·2^k (normal), y·2·2^(k−1) (k > 127),
+	// y·2^(k+126)·2^−126 (k < −126); the second factor 1 when normal.
+	VCVTTPS2DQ   Z3, Z8 // ki
+	MOVL         $127, AX
+	VPBROADCASTD AX, Z9
+	VPCMPGTD     Z9, Z8, K2 // ki > 127
+	MOVL         $-126, AX
+	VPBROADCASTD AX, Z10
+	VPCMPGTD     Z8, Z10, K3 // ki < −126
+	VMOVDQA32    Z8, Z11     // e1 = ki
+	VPXORD       Z12, Z12, Z12 // e2 = 0
+	MOVL         $1, AX
+	VPBROADCASTD AX, Z13
+	VMOVDQA32    Z13, K2, Z11  // hi: e1 = 1
+	VPSUBD       Z13, Z8, K2, Z12 // hi: e2 = ki − 1
+	MOVL         $126, AX
+	VPBROADCASTD AX, Z14
+	VPADDD       Z14, Z8, K3, Z11 // lo: e1 = ki + 126
+	VMOVDQA32    Z10, K3, Z12     // lo: e2 = −126
+	VPADDD       Z9, Z11, Z11
+	VPSLLD       $23, Z11, Z11
+	VPADDD       Z9, Z12, Z12
+	VPSLLD       $23, Z12, Z12
+	VMULPS       Z11, Z6, Z6
+	VMULPS       Z12, Z6, Z6
+	// Out of range and NaN, as expf's first cases.
+	VCMPPS    $0x1e, Z24, Z1, K4 // x > 88.72283 (ordered)
+	VMOVAPS   Z28, K4, Z6
+	VCMPPS    $0x11, Z25, Z1, K5 // x < −103.97208 (ordered)
+	VPXORD    Z15, Z15, Z15
+	VMOVAPS   Z15, K5, Z6
+	VCMPPS    $3, Z1, Z1, K6     // x unordered: NaN
+	VMOVAPS   Z1, K6, Z6
+	VMOVUPS   Z6, K1, (SI)
+	VADDPS    Z6, Z0, K1, Z0
+	ADDQ      $64, SI
+	SUBQ      $16, CX
+	JNZ       exploop
+
+expdone:
+	// reduce16: l[j]+l[j+8], then +4, +2, +1.
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X0
+	VMOVSS        X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func scaleF32(s *float32, n int, f float32)
+//
+// s[i] *= f for i < n.
+TEXT ·scaleF32(SB), NOSPLIT, $0-20
+	MOVQ         s+0(FP), SI
+	MOVQ         n+8(FP), CX
+	VBROADCASTSS f+16(FP), Z0
+	MOVL         $0xffff, AX
+	KMOVW        AX, K1
+
+scaleloop:
+	CMPQ    CX, $16
+	JAE     scalefull
+	TESTQ   CX, CX
+	JZ      scaledone
+	MOVL    $1, AX
+	SHLL    CX, AX
+	DECL    AX
+	KMOVW   AX, K1
+	MOVQ    $16, CX
+
+scalefull:
+	VMOVUPS.Z (SI), K1, Z1
+	VMULPS  Z0, Z1, Z1
+	VMOVUPS Z1, K1, (SI)
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	JNZ     scaleloop
+
+scaledone:
+	VZEROUPPER
+	RET

@@ -157,22 +157,31 @@ func rmsNorm(out, x, w []float32, eps float32) {
 	}
 }
 
-// softmax normalises s in place with a sequential sum.
-func softmax(s []float32) {
+// softmaxPortable is softmax's definition: e_i = expf(s_i − max s), their
+// sum in 16 strided lanes (e_i to lane i%16, as dotF32 places a tail)
+// reduced as reduce16, then each e_i times 1/sum. The lanes are what one
+// AVX-512 register of sums computes (softmax on amd64).
+func softmaxPortable(s []float32) {
 	m := float32(math.Inf(-1))
 	for _, v := range s {
 		if v > m {
 			m = v
 		}
 	}
-	sum := float32(0)
+	var lanes [16]float32
 	for i, v := range s {
 		e := expf(v - m)
 		s[i] = e
-		sum += e
+		lanes[i%16] += e
 	}
-	inv := 1 / sum
+	inv := 1 / reduce16(&lanes)
 	for i := range s {
 		s[i] *= inv
 	}
 }
+
+// expConsts are expf's constants as float32, in the order the softmax
+// kernel reads them.
+var expConsts = [...]float32{1.44269504088896341, 0.693359375, -2.12194440e-4,
+	1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1,
+	88.72283, -103.97208, 0.5, 1, float32(math.Inf(1))}

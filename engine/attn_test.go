@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"math"
+	"testing"
+)
+
+// TestSoftmaxSIMD: the AVX-512 softmax gives softmaxPortable's bits: every
+// length from 1 to 70 (tails of every size), scores spread over expf's
+// whole range (subnormal results, results flushed to 0, the k > 127 and
+// k < −126 branches through large spreads), ±0, ±Inf and NaN among them.
+func TestSoftmaxSIMD(t *testing.T) {
+	if !useSIMD || !hasAVX512 {
+		t.Skip("no AVX-512")
+	}
+	rng := uint64(3)
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(-1)), float32(math.NaN()), 200, -200, 88.7, -87.5, -103.9, -104}
+	for n := 1; n <= 70; n++ {
+		for trial := 0; trial < 6; trial++ {
+			s := make([]float32, n)
+			for i := range s {
+				u := float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 23) // [−1, 1)
+				s[i] = u * []float32{1, 10, 60, 120, 250, 1e-3}[trial]
+				if trial == 5 && i%7 == 3 {
+					s[i] = specials[(i/7)%len(specials)]
+				}
+			}
+			want := append([]float32(nil), s...)
+			softmaxPortable(want)
+			got := append([]float32(nil), s...)
+			softmax(got)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n %d trial %d: element %d = %v (%#x), portable %v (%#x)", n, trial, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+				}
+			}
+		}
+	}
+	// Every x of expf's domain edge, through a two-element softmax whose
+	// other element is 0, so that x − max = x.
+	for _, x := range []float32{88.72283, 88.72282, 88, 87.4, -87.33, -87.4, -100, -103.97208, -103.97, -103.98, 1e-10, -1e-10, 0.49999997, -0.49999997} {
+		for _, s := range [][]float32{{x, 0}, {0, x}} {
+			want := append([]float32(nil), s...)
+			softmaxPortable(want)
+			got := append([]float32(nil), s...)
+			softmax(got)
+			if math.Float32bits(got[0]) != math.Float32bits(want[0]) || math.Float32bits(got[1]) != math.Float32bits(want[1]) {
+				t.Fatalf("%v: %v, portable %v", s, got, want)
+			}
+		}
+	}
+}
+
+// TestExpSumMatchesExpf: the kernel's exponentials are expf's, one by one,
+// over a dense sweep of its domain and past it (x − max = x when max is
+// 0).
+func TestExpSumMatchesExpf(t *testing.T) {
+	if !useSIMD || !hasAVX512 {
+		t.Skip("no AVX-512")
+	}
+	var xs []float32
+	for x := float32(-105); x <= 89; x += 0.0137 {
+		xs = append(xs, x)
+	}
+	for b := math.Float32bits(-87); b < math.Float32bits(-87)+5000; b++ {
+		xs = append(xs, math.Float32frombits(b))
+	}
+	got := append([]float32(nil), xs...)
+	expSumF32(&got[0], len(got), 0, &expConsts[0])
+	for i, x := range xs {
+		if w := expf(x); math.Float32bits(got[i]) != math.Float32bits(w) {
+			t.Fatalf("expf(%v) = %v (%#x), kernel %v (%#x)", x, w, math.Float32bits(w), got[i], math.Float32bits(got[i]))
+		}
+	}
+}
