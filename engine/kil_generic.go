@@ -8,3 +8,5 @@ func useKIL() bool { return false }
 func kilKernel(DType, int, *byte, int, *int8, int, *float32, *byte, *float32, int) {
 	panic("engine: interleaved kernels need amd64")
 }
+
+func widenRows(dst []float32, raw []byte, t DType) { widenRow(dst, raw, t) }

@@ -181,9 +181,7 @@ func matmulHalf(out []float32, w *matrix, x *act, r0, r1 int) {
 	buf := make([]float32, rowBlock*c)
 	for r := r0; r < r1; r += rowBlock {
 		m := min(rowBlock, r1-r)
-		for i := 0; i < m; i++ {
-			widenRow(buf[i*c:(i+1)*c], w.raw[2*(r+i)*c:], w.typ)
-		}
+		widenRows(buf[:m*c], w.raw[2*r*c:], w.typ)
 		for t := 0; t < x.n; t++ {
 			dotRowsF32(out[t*w.rows+r:t*w.rows+r+m], buf[:m*c], x.f[t*c:(t+1)*c])
 		}
