@@ -65,18 +65,25 @@ func TestKernelsBitIdentical(t *testing.T) {
 }
 
 // TestForwardSIMDEqualsPortable: whole-model logits are the same bits with
-// the SIMD kernels on and off.
+// the SIMD kernels on and off (and, for the K-quants, the interleaved
+// layout or the plain one), after a prefill of 5 (a 4-token tile and a
+// 1-token one) and a decode.
 func TestForwardSIMDEqualsPortable(t *testing.T) {
 	if !useSIMD {
 		t.Skip("no SIMD kernel on this machine")
 	}
-	for _, dt := range []DType{F32, Q8_0} {
-		c := testShapes["qwen2"]
-		c.DType = dt
+	for _, tc := range []struct {
+		shape string
+		dt    DType
+		mix   string
+	}{{"qwen2", F32, ""}, {"qwen2", Q8_0, ""}, {"qwen2", F16, ""}, {"qwen2", BF16, ""},
+		{"llama-q4_k_m", Q4_K, ""}, {"llama-q4_k_m", Q6_K, ""}, {"llama-q4_k_m", F32, "q4_k_m"}} {
+		c := testShapes[tc.shape]
+		c.DType, c.Mix = tc.dt, tc.mix
 		path := genModel(t, c)
 		logits := func() []float32 {
 			p := openPipeline(t, path, []int{0, c.Layers}, 2, 16)
-			p.step(t, []int32{3, 4, 5})
+			p.step(t, []int32{3, 4, 5, 7, 9})
 			return p.step(t, []int32{6})
 		}
 		simd := logits()
@@ -84,7 +91,7 @@ func TestForwardSIMDEqualsPortable(t *testing.T) {
 		portable := logits()
 		useSIMD = true
 		if !sameBits(simd, portable) {
-			t.Fatalf("%s: SIMD and portable logits differ", dt)
+			t.Fatalf("%s %s%s: SIMD and portable logits differ", tc.shape, tc.dt, tc.mix)
 		}
 	}
 }

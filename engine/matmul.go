@@ -178,6 +178,9 @@ func matmulQ8(out []float32, w *matrix, x *act, r0, r1 int) {
 // same order, so the same bits as an F32 file of the widened values.
 func matmulHalf(out []float32, w *matrix, x *act, r0, r1 int) {
 	c := w.cols
+	if x.n == 1 && halfDecode(out, w, x.f, r0, r1) {
+		return
+	}
 	buf := make([]float32, rowBlock*c)
 	for r := r0; r < r1; r += rowBlock {
 		m := min(rowBlock, r1-r)
