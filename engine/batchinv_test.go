@@ -18,7 +18,7 @@ func TestBatchInvariance(t *testing.T) {
 		name string
 		dt   DType
 		mix  string
-	}{{"q4_k_m", 0, "q4_k_m"}, {"q4_k", Q4_K, ""}, {"q6_k", Q6_K, ""}, {"q8_0", Q8_0, ""}, {"f16", F16, ""}}
+	}{{"q4_k_m", 0, "q4_k_m"}, {"q4_k", Q4_K, ""}, {"q5_k_m", 0, "q5_k_m"}, {"q6_k", Q6_K, ""}, {"q8_0", Q8_0, ""}, {"f16", F16, ""}}
 	for _, ty := range types {
 		t.Run(ty.name, func(t *testing.T) {
 			c := base

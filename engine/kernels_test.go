@@ -77,7 +77,8 @@ func TestForwardSIMDEqualsPortable(t *testing.T) {
 		dt    DType
 		mix   string
 	}{{"qwen2", F32, ""}, {"qwen2", Q8_0, ""}, {"qwen2", F16, ""}, {"qwen2", BF16, ""},
-		{"llama-q4_k_m", Q4_K, ""}, {"llama-q4_k_m", Q6_K, ""}, {"llama-q4_k_m", F32, "q4_k_m"}} {
+		{"llama-q4_k_m", Q4_K, ""}, {"llama-q4_k_m", Q5_K, ""}, {"llama-q4_k_m", Q6_K, ""},
+		{"llama-q4_k_m", F32, "q4_k_m"}, {"llama-q4_k_m", F32, "q5_k_m"}} {
 		c := testShapes[tc.shape]
 		c.DType, c.Mix = tc.dt, tc.mix
 		path := genModel(t, c)

@@ -3,7 +3,7 @@ package engine
 import "encoding/binary"
 
 // The row-interleaved K-quant layout. Where the CPU has AVX-512 VNNI
-// (VPDPBUSD), Q4_K and Q6_K matrices are rearranged once at load so that
+// (VPDPBUSD), Q4_K, Q5_K and Q6_K matrices are rearranged once at load so that
 // one 64-byte load holds four consecutive weights of each of 16 rows: a
 // VPDPBUSD of that register with four activation bytes broadcast adds one
 // token's products to 16 rows' sums at once. A kernel call computes 16
@@ -22,6 +22,8 @@ import "encoding/binary"
 //	      (low nibbles: sub-block 2p, high: 2p+1), then the 6-bit scales
 //	      [8][16] uint8, the mins [4][16][2] uint8 (m 2p, m 2p+1), d [16]
 //	      and dmin [16] f16: 2368 bytes for the file's 2304.
+//	Q5_K: Q4_K's, with [8 columns][16 rows][4 bytes] of the fifth bits
+//	      (qh) after the nibbles: 2880 bytes for the file's 2816.
 //	Q6_K: [2 halves][2][8 columns][16 rows][4 bytes] of ql (low nibbles:
 //	      group of 32 4n+h, high: 4n+h+2), [2][8][16][4] of qh, the scales
 //	      [16][16] int8 and d [16] f16: the file's 3360 bytes.
@@ -37,6 +39,13 @@ const (
 	ilQ4KDmin = 2336
 	ilQ4K     = 2368
 
+	ilQ5KQH   = 2048
+	ilQ5KSc   = 2560
+	ilQ5KMin  = 2688
+	ilQ5KD    = 2816
+	ilQ5KDmin = 2848
+	ilQ5K     = 2880
+
 	ilQ6KQH = 2048
 	ilQ6KSc = 3072
 	ilQ6KD  = 3328
@@ -49,6 +58,8 @@ func ilGroupBlock(t DType) int {
 	switch t {
 	case Q4_K:
 		return ilQ4K
+	case Q5_K:
+		return ilQ5K
 	case Q6_K:
 		return ilQ6K
 	}
@@ -71,9 +82,12 @@ func (m *matrix) interleave() {
 		for b := 0; b < nb; b++ {
 			dst := il[(g*nb+b)*gb : (g*nb+b+1)*gb]
 			blk := m.raw[r*rb+b*m.qf.bytes : r*rb+(b+1)*m.qf.bytes]
-			if m.typ == Q4_K {
+			switch m.typ {
+			case Q4_K:
 				putQ4KIL(dst, i, blk)
-			} else {
+			case Q5_K:
+				putQ5KIL(dst, i, blk)
+			default:
 				putQ6KIL(dst, i, blk)
 			}
 		}
@@ -100,6 +114,26 @@ func putQ4KIL(dst []byte, i int, blk []byte) {
 	copy(dst[ilQ4KDmin+2*i:ilQ4KDmin+2*i+2], blk[2:4])
 }
 
+// putQ5KIL writes row i's Q5_K block blk into its group's super-block dst:
+// Q4_K's layout with the 32 fifth-bit bytes (bit j: sub-block j) after the
+// nibbles.
+func putQ5KIL(dst []byte, i int, blk []byte) {
+	le := binary.LittleEndian
+	for c := 0; c < 32; c++ {
+		le.PutUint32(dst[c*64+4*i:], le.Uint32(blk[48+4*c:]))
+	}
+	for c := 0; c < 8; c++ {
+		le.PutUint32(dst[ilQ5KQH+c*64+4*i:], le.Uint32(blk[16+4*c:]))
+	}
+	for j := 0; j < 8; j++ {
+		sc, mn := scaleMinK4(j, blk[4:16])
+		dst[ilQ5KSc+16*j+i] = byte(sc)
+		dst[ilQ5KMin+32*(j/2)+2*i+j%2] = byte(mn)
+	}
+	copy(dst[ilQ5KD+2*i:ilQ5KD+2*i+2], blk[0:2])
+	copy(dst[ilQ5KDmin+2*i:ilQ5KDmin+2*i+2], blk[2:4])
+}
+
 // putQ6KIL writes row i's Q6_K block blk into its group's super-block dst.
 func putQ6KIL(dst []byte, i int, blk []byte) {
 	le := binary.LittleEndian
@@ -113,10 +147,10 @@ func putQ6KIL(dst []byte, i int, blk []byte) {
 }
 
 // kilExtras are the per-block activation sums the interleaved kernels
-// read beside Q8_K's values and scales: Q4_K's sums of 32 as int16
-// (its mins' term), Q6_K's −32 × sums of 16 as int32 (its −32 offset).
+// read beside Q8_K's values and scales: Q4_K's and Q5_K's sums of 32 as
+// int16 (their mins' term), Q6_K's −32 × sums of 16 as int32 (its −32 offset).
 func (a *act) kilExtras(t DType) []byte {
-	if t == Q4_K {
+	if t != Q6_K {
 		if a.ks32 == nil {
 			a.ks32 = make([]byte, len(a.kbsums))
 			for j := 0; j < len(a.kbsums)/2; j++ {

@@ -14,6 +14,12 @@ func gemmQ4K1(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *floa
 func gemmQ4K4(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
 
 //go:noescape
+func gemmQ5K1(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
+
+//go:noescape
+func gemmQ5K4(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
+
+//go:noescape
 func gemmQ6K1(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
 
 //go:noescape
@@ -42,6 +48,10 @@ func kilKernel(t DType, nt int, w *byte, nb int, x *int8, xs int, xd *float32, b
 		gemmQ4K4(w, nb, x, xs, xd, bs, out, os)
 	case t == Q4_K:
 		gemmQ4K1(w, nb, x, xs, xd, bs, out, os)
+	case t == Q5_K && nt == 4:
+		gemmQ5K4(w, nb, x, xs, xd, bs, out, os)
+	case t == Q5_K:
+		gemmQ5K1(w, nb, x, xs, xd, bs, out, os)
 	case nt == 4:
 		gemmQ6K4(w, nb, x, xs, xd, bs, out, os)
 	default:

@@ -10,7 +10,7 @@ import (
 )
 
 // TestKILMatchesRowKernels: the interleaved kernels give the portable row
-// kernels' bits for Q4_K and Q6_K, on random blocks (finite halves,
+// kernels' bits for Q4_K, Q5_K and Q6_K, on random blocks (finite halves,
 // subnormals included) and on extreme ones, for row counts that leave a
 // partial group, 1 to 9 activation rows (the 4-token and 1-token kernels
 // and their mix), and the row slices the pool cuts (multiples of 16).
@@ -19,7 +19,7 @@ func TestKILMatchesRowKernels(t *testing.T) {
 		t.Skip("no AVX-512 VNNI: matrices keep the plain layout")
 	}
 	rng := uint64(21)
-	for _, typ := range []DType{Q4_K, Q6_K} {
+	for _, typ := range []DType{Q4_K, Q5_K, Q6_K} {
 		f := quantFormats[typ]
 		for _, tc := range []struct{ rows, nb int }{{16, 1}, {7, 2}, {37, 3}, {48, 8}, {33, 11}, {64, 2}} {
 			raw := make([]byte, tc.rows*tc.nb*f.bytes)
