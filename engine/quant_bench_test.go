@@ -123,13 +123,22 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 	}
 	for _, threads := range []int{1, 2} {
 		b.Run("tinyllama-1.1b/threads="+string(rune('0'+threads)), func(b *testing.B) {
+			// The interleaved layout (kil.go) where the CPU has VNNI, and
+			// the plain one with the AVX-512 and the AVX2 row kernels.
+			il, err := Open(path, WithThreads(threads))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer il.Close()
+			useKILKernels = false
 			s, err := Open(path, WithThreads(threads))
+			useKILKernels = true
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer s.Close()
 			defer func() { useAVX512 = true }()
-			step := func() time.Duration {
+			step := func(s *Local) time.Duration {
 				ss, err := s.NewSession(4)
 				if err != nil {
 					b.Fatal(err)
@@ -146,14 +155,17 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 			for i := range buf {
 				buf[i] = uint64(i)
 			}
-			step()
+			step(s)
+			step(il)
 			readBytes := membench.Read(buf, threads)
-			best := [3]time.Duration{time.Hour, time.Hour, time.Hour}
+			best := [4]time.Duration{time.Hour, time.Hour, time.Hour, time.Hour}
 			for b.Loop() {
 				for p := range 2 {
 					useAVX512 = p == 0
-					best[p] = min(best[p], step())
+					best[p] = min(best[p], step(s))
 				}
+				useAVX512 = true
+				best[3] = min(best[3], step(il))
 				t0 := time.Now()
 				membench.Read(buf, threads)
 				best[2] = min(best[2], time.Since(t0))
@@ -164,6 +176,10 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 			b.ReportMetric(float64(best[1])/float64(best[0]), "avx512/avx2")
 			b.ReportMetric(float64(wb)/best[0].Seconds()/bw, "avx512_bw_fraction")
 			b.ReportMetric(float64(wb)/best[1].Seconds()/bw, "avx2_bw_fraction")
+			if il.Info().WeightBytes != wb { // the interleaved layout in use
+				b.ReportMetric(1/best[3].Seconds(), "kil_tok/s")
+				b.ReportMetric(float64(il.Info().WeightBytes)/best[3].Seconds()/bw, "kil_bw_fraction")
+			}
 			b.ReportMetric(bw/1e9, "mem_GB/s")
 		})
 	}
