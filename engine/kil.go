@@ -26,7 +26,9 @@ import "encoding/binary"
 //	      (qh) after the nibbles: 2880 bytes for the file's 2816.
 //	Q6_K: [2 halves][2][8 columns][16 rows][4 bytes] of ql (low nibbles:
 //	      group of 32 4n+h, high: 4n+h+2), [2][8][16][4] of qh, the scales
-//	      [16][16] int8 and d [16] f16: the file's 3360 bytes.
+//	      [16][16] int8, d [16] f16 and 32 bytes of padding: 3392 bytes
+//	      for the file's 3360, a whole number of 64-byte lines (a load
+//	      across two lines costs about two).
 //
 // A last group of fewer than 16 rows is padded with zero blocks, whose
 // outputs are dropped.
@@ -49,7 +51,7 @@ const (
 	ilQ6KQH = 2048
 	ilQ6KSc = 3072
 	ilQ6KD  = 3328
-	ilQ6K   = 3360
+	ilQ6K   = 3392 // padded to whole cache lines, as the others are
 )
 
 // ilGroupBlock is the bytes of one group's super-block in type t's
@@ -69,10 +71,10 @@ func ilGroupBlock(t DType) int {
 // interleave rearranges m's packed rows into the interleaved layout, where
 // the CPU has the kernels for it and m's type has one. m.raw is dropped.
 func (m *matrix) interleave() {
-	gb := ilGroupBlock(m.typ)
-	if gb == 0 || !useKIL() || m.il != nil || m.raw == nil {
+	if !useKIL(m.typ) || m.il != nil || m.raw == nil {
 		return
 	}
+	gb := ilGroupBlock(m.typ)
 	nb := m.cols / 256
 	groups := (m.rows + ilRows - 1) / ilRows
 	il := make([]byte, groups*nb*gb)

@@ -35,12 +35,22 @@ var hasVNNI = func() bool {
 	return ecx&(1<<11) != 0
 }()
 
+// hasGFNI: GF2P8AFFINEQB (CPUID.(7,0):ECX bit 8), which the Q6_K kernels
+// unpack with.
+var hasGFNI = func() bool {
+	_, _, ecx, _ := cpuid(7, 0)
+	return ecx&(1<<8) != 0
+}()
+
 // useKILKernels lets tests load matrices in the plain layout on a VNNI
 // CPU; it is never turned off otherwise.
 var useKILKernels = true
 
-// useKIL reports whether matrices loaded now take the interleaved layout.
-func useKIL() bool { return useSIMD && useKILKernels && hasVNNI }
+// useKIL reports whether matrices of type t loaded now take the
+// interleaved layout.
+func useKIL(t DType) bool {
+	return useSIMD && useKILKernels && hasVNNI && (t != Q6_K || hasGFNI) && ilGroupBlock(t) != 0
+}
 
 func kilKernel(t DType, nt int, w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int) {
 	switch {

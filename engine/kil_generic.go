@@ -3,7 +3,7 @@
 package engine
 
 // Without amd64's VNNI kernels no matrix takes the interleaved layout.
-func useKIL() bool { return false }
+func useKIL(DType) bool { return false }
 
 func kilKernel(DType, int, *byte, int, *int8, int, *float32, *byte, *float32, int) {
 	panic("engine: interleaved kernels need amd64")
