@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package engine
+
+func q8SIMDPaths() []q8Path { return nil }
