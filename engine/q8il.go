@@ -151,15 +151,13 @@ func (a *act) packIL(lo, hi int) {
 		p := a.xil[(j*q8TokTile*nb+b*T)*q8ActBlock : (j*q8TokTile*nb+(b+1)*T)*q8ActBlock]
 		x := a.q[32*i : 32*i+32 : 32*i+32]
 		sum := int32(0)
-		for _, v := range x {
-			sum += int32(v)
+		for k := 0; k < 8; k++ {
+			c := x[4*k : 4*k+4 : 4*k+4]
+			sum += int32(c[0]) + int32(c[1]) + int32(c[2]) + int32(c[3])
+			le.PutUint32(p[8*T+4*(k*T+tt):], uint32(uint8(c[0]))|uint32(uint8(c[1]))<<8|uint32(uint8(c[2]))<<16|uint32(uint8(c[3]))<<24)
 		}
 		le.PutUint32(p[4*tt:], uint32(q8Bias*sum))
 		le.PutUint32(p[4*T+4*tt:], math.Float32bits(a.d[i]))
-		for k := 0; k < 8; k++ {
-			o := 8*T + 4*(k*T+tt)
-			p[o], p[o+1], p[o+2], p[o+3] = uint8(x[4*k]), uint8(x[4*k+1]), uint8(x[4*k+2]), uint8(x[4*k+3])
-		}
 	}
 }
 

@@ -7,9 +7,13 @@ func q8SIMDPaths() []q8Path {
 	if !useSIMD || !hasAVX2 {
 		return nil
 	}
-	ps = append(ps, q8Path{"avx2", func() func() { useVNNI = false; return func() { useVNNI = true } }})
+	ps = append(ps, q8Path{"avx2", func() func() { setVNNI(false); return func() { setVNNI(true) } }})
 	if hasVNNI {
 		ps = append(ps, q8Path{"avx512-vnni", func() func() { return func() {} }})
 	}
 	return ps
 }
+
+func hasVNNIKernel() bool { return hasVNNI }
+
+func setVNNI(on bool) { useVNNI = on }

@@ -3,3 +3,7 @@
 package engine
 
 func q8SIMDPaths() []q8Path { return nil }
+
+func hasVNNIKernel() bool { return false }
+
+func setVNNI(bool) {}
