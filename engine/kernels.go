@@ -88,6 +88,9 @@ func dotQ8(wq []int8, wd []float32, xq []int8, xd []float32) float32 {
 // activations for a Q8_0 matrix product: per block, scale max|x|/127
 // rounded to f16, values rounded to nearest (halves away from zero).
 func quantizeQ8(x []float32, q []int8, d []float32) {
+	if quantizeQ8SIMD(x, q, d) {
+		return
+	}
 	for b := range d {
 		d[b] = f16ToF32(quantizeQ8Block(x[b*32:b*32+32], q[b*32:b*32+32]))
 	}

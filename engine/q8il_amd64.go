@@ -75,3 +75,18 @@ func q8ilTile(out []float32, ostride int, q *q8il, g, groups int, a *act, t0, T 
 		q8ilAVX2(&out[t*ostride], w, wd, &a.xil[t0*nb*q8ActBlock+4*t], nb, T, groups)
 	}
 }
+
+//go:noescape
+func quantizeQ8AVX512(x *float32, q *int8, d *float32, nb int)
+
+// quantizeQ8SIMD is quantizeQ8 by quantizeQ8AVX512 where the CPU has
+// AVX-512F (same bits); false where it leaves the work to the caller.
+func quantizeQ8SIMD(x []float32, q []int8, d []float32) bool {
+	nb := len(d)
+	if !useSIMD || !hasAVX512 || nb == 0 {
+		return false
+	}
+	_, _ = x[32*nb-1], q[32*nb-1]
+	quantizeQ8AVX512(&x[0], &q[0], &d[0], nb)
+	return true
+}

@@ -335,3 +335,55 @@ func TestQ8BatchThreadInvariance(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeQ8SIMD: the SIMD activation quantiser gives the portable
+// one's values and scales, on random blocks of many magnitudes, blocks
+// whose products land on halves, zeros, subnormals, scales that overflow
+// a half, and infinities and NaNs.
+func TestQuantizeQ8SIMD(t *testing.T) {
+	rng := uint64(77)
+	const nb = 64
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()),
+		math.Float32frombits(1), 1e-39, 3e38, -3e38, 65504 * 127, 65520 * 127, 127, -127, 63.5, -63.5, 0.5, -0.5, 2.5, -2.5}
+	for trial := 0; trial < 200; trial++ {
+		x := make([]float32, nb*32)
+		for b := 0; b < nb; b++ {
+			blk := x[b*32 : b*32+32]
+			scale := float32(math.Ldexp(1, int(splitmix(&rng)%80)-60))
+			for i := range blk {
+				blk[i] = unitFloat(&rng) * scale
+			}
+			switch (trial + b) % 5 {
+			case 1: // amax 127: s = 1, so x·id is x, halves included
+				for i := range blk {
+					blk[i] = float32(int(splitmix(&rng)%255)-127) + float32(splitmix(&rng)%2)/2
+				}
+				blk[0] = 127
+			case 2:
+				for i := 0; i < 3; i++ {
+					blk[splitmix(&rng)%32] = specials[splitmix(&rng)%uint64(len(specials))]
+				}
+			case 3:
+				for i := range blk {
+					blk[i] = 0
+				}
+			}
+		}
+		q1, d1 := make([]int8, len(x)), make([]float32, nb)
+		q2, d2 := make([]int8, len(x)), make([]float32, nb)
+		useSIMD = false
+		quantizeQ8(x, q1, d1)
+		useSIMD = true
+		quantizeQ8(x, q2, d2)
+		for b := 0; b < nb; b++ {
+			if math.Float32bits(d1[b]) != math.Float32bits(d2[b]) {
+				t.Fatalf("trial %d block %d %v: scale %v, SIMD %v", trial, b, x[b*32:b*32+32], d1[b], d2[b])
+			}
+			for i := b * 32; i < b*32+32; i++ {
+				if q1[i] != q2[i] {
+					t.Fatalf("trial %d block %d value %d (%v, scale %v): %d, SIMD %d", trial, b, i%32, x[i], d1[b], q1[i], q2[i])
+				}
+			}
+		}
+	}
+}
