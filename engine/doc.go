@@ -82,7 +82,9 @@
 // scale product float32(wd·xd) and one VMULPS and VADDPS per block, as
 // the portable dotQ8 does (TestQ8KernelsMatchPortable; useVNNI switches
 // the AVX2 kernel back on; TestQ8BatchThreadInvariance checks a session's
-// logits alone, batched and at 1–3 threads). F16 and BF16 weights stay
+// logits alone, batched and at 1–3 threads). Activations are quantised
+// by AVX-512F where the CPU has it (q8quant_amd64.s, quantizeQ8's bits,
+// TestQuantizeQ8SIMD). F16 and BF16 weights stay
 // half width in memory and are widened (exactly) eight rows at a time
 // into the F32 kernel, so they give an F32 file's bits.
 //

@@ -86,7 +86,8 @@ func dotQ8(wq []int8, wd []float32, xq []int8, xd []float32) float32 {
 
 // quantizeQ8 quantises x (a whole number of 32-blocks) as ggml quantises
 // activations for a Q8_0 matrix product: per block, scale max|x|/127
-// rounded to f16, values rounded to nearest (halves away from zero).
+// rounded to f16, values rounded to nearest (halves away from zero); by
+// AVX-512F where the CPU has it (quantizeQ8SIMD), with the same bits.
 func quantizeQ8(x []float32, q []int8, d []float32) {
 	if quantizeQ8SIMD(x, q, d) {
 		return
