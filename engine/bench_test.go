@@ -103,18 +103,20 @@ func BenchmarkKernels(b *testing.B) {
 	}
 	q, d := make([]int8, n*n), make([]float32, n*n/32)
 	quantizeQ8(w, q, d)
-	xq, xd := make([]int8, n), make([]float32, n/32)
-	quantizeQ8(x, xq, xd)
-	for _, k := range []struct {
-		name string
-		f    func([]float32, []int8, []float32, []int8, []float32)
-	}{{"q8-portable", dotRowsQ8Portable}, {"q8-" + simdKernel, dotRowsQ8}} {
-		b.Run(k.name, func(b *testing.B) {
+	m := &matrix{rows: n, cols: n, q8: q8ilFromPlain(q, d, n, n)}
+	a := newAct(x, 1, n)
+	a.prepare(m)
+	for _, simd := range []bool{false, true} {
+		name := "q8-portable"
+		if simd {
+			name = "q8-" + simdKernel
+		}
+		b.Run(name, func(b *testing.B) {
+			useSIMD = simd
+			defer func() { useSIMD = true }()
 			b.SetBytes(n * n * 34 / 32)
 			for i := 0; i < b.N; i++ {
-				for r := 0; r < n; r += 4 {
-					k.f(out[r:r+4], q[r*n:(r+4)*n], d[r*n/32:(r+4)*n/32], xq, xd)
-				}
+				matmulQ8(out, m, a, 0, n)
 			}
 		})
 	}

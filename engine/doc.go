@@ -24,9 +24,11 @@
 //     SwiGLU elements, activation blocks to quantise), never along a summed
 //     dimension; the pool's goroutines claim chunks of those items at run
 //     time, so which goroutine computes an element varies, never its bits;
-//   - every sum has a fixed order: 16 strided lanes (8 for Q8_0 blocks)
-//     then a fixed tree, the same in the portable Go kernel and in the
-//     assembly one;
+//   - every sum has a fixed order: for F32, 16 strided lanes then a fixed
+//     tree; for the quantised types (Q8_0 included), each block's exact
+//     integer sum, scaled, added block by block into one float32; the
+//     same in the portable Go kernel and in the assembly one, whatever
+//     rows or tokens a kernel computes at once;
 //   - no fused multiply-add: products are rounded to float32 before they
 //     are added (float32(a*b) stops the compiler from fusing);
 //   - exp (softmax, SiLU) is our own float32 code, not the math package's,
@@ -67,12 +69,24 @@
 // # Kernels
 //
 // Matrix products use assembly on amd64 (kernels_amd64.s): AVX-512 (8 rows
-// per call) or AVX (4 rows) for F32, AVX2 for Q8_0, each following the
-// portable kernel's order, with tests that both give the same bits. Q8_0
-// weights stay quantised and meet activations quantised to Q8_0 per call,
-// as ggml does: a decode reads ~3.8× fewer bytes than F32. F16 and BF16
-// weights stay half width in memory and are widened (exactly) eight rows
-// at a time into the F32 kernel, so they give an F32 file's bits.
+// per call) or AVX (4 rows) for F32, each following the portable kernel's
+// order, with tests that both give the same bits. Q8_0 weights stay
+// quantised and meet activations quantised to Q8_0 per call, as ggml does:
+// a decode reads ~3.8× fewer bytes than F32. They are held interleaved
+// (q8il.go): 16 rows per group, each 4-byte chunk of a block as 16 rows'
+// bytes (w+128) in one 64-byte line, so that AVX-512 VNNI (VPDPBUSD
+// against 4 activation bytes broadcast, -128·Σx added back) computes 16
+// rows × up to 8 tokens per call (q8il_amd64.s), and a decode streams
+// each group's bytes once; AVX2 does 16 rows × 1 token on the same
+// layout. Both form each block's exact int32 sum, then VCVTDQ2PS, the
+// scale product float32(wd·xd) and one VMULPS and VADDPS per block, as
+// the portable dotQ8 does (TestQ8KernelsMatchPortable; useVNNI switches
+// the AVX2 kernel back on; TestQ8BatchThreadInvariance checks a session's
+// logits alone, batched and at 1–3 threads). Activations are quantised
+// by AVX-512F where the CPU has it (q8quant_amd64.s, quantizeQ8's bits,
+// TestQuantizeQ8SIMD). F16 and BF16 weights stay
+// half width in memory and are widened (exactly) eight rows at a time
+// into the F32 kernel, so they give an F32 file's bits.
 //
 // The other quantised types (quant.go: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
 // Q4_K, Q5_K, Q6_K, IQ4_XS, in llama.cpp's block layouts, so a real Q4_K_M

@@ -55,43 +55,43 @@ func reduce16(s *[16]float32) float32 {
 	return s[0] + s[1]
 }
 
-// A Q8_0 dot product works on blocks of 32: the products of int8 weights
-// and int8-quantised activations are summed exactly as integers in 8
-// groups of 4 (the groups that VPMADDUBSW+VPMADDWD or VPDPBUSD form);
-// each group's sum, as float32, times the block's scale product
-// float32(dw·dx), is added to one of 8 float lanes. The lanes are then
-// summed as a tree: l[m]+l[m+4], +2, +1.
+// A Q8_0 dot product works on blocks of 32: per block, the exact int32
+// sum of the 32 products of int8 weights and int8-quantised activations,
+// converted to float32, times the block's scale product float32(dw·dx)
+// (rounded), is added to one float32 accumulator, blocks in order (no
+// lanes, no tree), as the packed types combine blocks (dotRowQuant). An
+// integer sum is exact in any order, so a kernel can compute 16 rows
+// against several tokens at once (q8il.go) and still give these bits.
 
-// dotQ8 is the reference Q8_0 dot product of one weight row (qs, ds) with
+// dotQ8 is the reference Q8_0 dot product of one weight row (wq, wd) with
 // one quantised activation (xq, xd).
 func dotQ8(wq []int8, wd []float32, xq []int8, xd []float32) float32 {
-	var acc [8]float32
+	acc := float32(0)
 	nb := len(wd)
 	xd = xd[:nb]
 	wq = wq[:nb*32]
 	xq = xq[:nb*32]
 	for b := 0; b < nb; b++ {
-		s := float32(wd[b] * xd[b])
 		w := wq[b*32 : b*32+32 : b*32+32]
 		x := xq[b*32 : b*32+32 : b*32+32]
-		for m := 0; m < 8; m++ {
-			p := int32(w[4*m])*int32(x[4*m]) + int32(w[4*m+1])*int32(x[4*m+1]) +
-				int32(w[4*m+2])*int32(x[4*m+2]) + int32(w[4*m+3])*int32(x[4*m+3])
-			acc[m] += float32(float32(p) * s)
+		isum := int32(0)
+		for i, v := range w {
+			isum += int32(v) * int32(x[i])
 		}
+		s := float32(wd[b] * xd[b])
+		acc += float32(float32(isum) * s)
 	}
-	for m := 0; m < 4; m++ {
-		acc[m] += acc[m+4]
-	}
-	acc[0] += acc[2]
-	acc[1] += acc[3]
-	return acc[0] + acc[1]
+	return acc
 }
 
 // quantizeQ8 quantises x (a whole number of 32-blocks) as ggml quantises
 // activations for a Q8_0 matrix product: per block, scale max|x|/127
-// rounded to f16, values rounded to nearest (halves away from zero).
+// rounded to f16, values rounded to nearest (halves away from zero); by
+// AVX-512F where the CPU has it (quantizeQ8SIMD), with the same bits.
 func quantizeQ8(x []float32, q []int8, d []float32) {
+	if quantizeQ8SIMD(x, q, d) {
+		return
+	}
 	for b := range d {
 		d[b] = f16ToF32(quantizeQ8Block(x[b*32:b*32+32], q[b*32:b*32+32]))
 	}

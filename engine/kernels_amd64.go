@@ -1,14 +1,12 @@
 package engine
 
-// Assembly kernels (kernels_amd64.s): AVX for F32, AVX2 for Q8_0, used
-// when the CPU and OS support them; otherwise the portable kernels. Both
-// compute in the same order, so the choice never changes a bit.
+// Assembly kernels (kernels_amd64.s): AVX for F32 (Q8_0's are in
+// q8il_amd64.s), used when the CPU and OS support them; otherwise the
+// portable kernels. Both compute in the same order, so the choice never
+// changes a bit.
 
 //go:noescape
 func dot4F32(out *float32, w *float32, x *float32, cols, stride int)
-
-//go:noescape
-func dot4Q8(out *float32, wq *int8, wd *float32, xq *int8, xd *float32, nb int)
 
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func xgetbv0() (eax, edx uint32)
@@ -67,7 +65,10 @@ var simdKernel = func() string {
 		f32 = "avx512 (8 rows)"
 	}
 	if hasAVX2 {
-		q8 = "avx2 (4 rows)"
+		q8 = "avx2 (16 rows)"
+	}
+	if hasVNNI {
+		q8 = "avx512-vnni (16 rows × 8 tokens)"
 	}
 	return "f32 " + f32 + ", q8_0 " + q8
 }()
@@ -93,19 +94,6 @@ func dotStridedF32(out, w, x []float32, stride int) {
 	}
 	for ; i < n; i++ {
 		out[i] = dotF32(w[i*stride:i*stride+c], x)
-	}
-}
-
-func dotRowsQ8(out []float32, wq []int8, wd []float32, xq []int8, xd []float32) {
-	nb, n := len(xd), len(out)
-	i := 0
-	if useSIMD && hasAVX2 && nb > 0 && len(xq) >= nb*32 && len(wq) >= n*nb*32 && len(wd) >= n*nb {
-		for ; i+4 <= n; i += 4 {
-			dot4Q8(&out[i], &wq[i*nb*32], &wd[i*nb], &xq[0], &xd[0], nb)
-		}
-	}
-	if i < n {
-		dotRowsQ8Portable(out[i:], wq[i*nb*32:], wd[i*nb:], xq, xd)
 	}
 }
 

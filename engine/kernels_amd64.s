@@ -1,8 +1,8 @@
 #include "textflag.h"
 
 // The kernels follow the portable order in kernels.go exactly: no FMA
-// (VMULPS rounds, then VADDPS), 16 F32 lanes in two YMM registers (8 for
-// Q8_0), then the tree l[j]+l[j+8], +4, +2, +1.
+// (VMULPS rounds, then VADDPS), 16 F32 lanes in two YMM registers, then
+// the tree l[j]+l[j+8], +4, +2, +1. (Q8_0's kernels are in q8il_amd64.s.)
 
 // func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
@@ -89,67 +89,6 @@ f32loop:
 	REDUCE8(Y2, X2, X9, 4)
 	REDUCE8(Y4, X4, X10, 8)
 	REDUCE8(Y6, X6, X11, 12)
-	VZEROUPPER
-	RET
-
-// Q8ROW adds one row's block to accumulator ACC: int8 products summed in
-// groups of 4 (VPMADDUBSW of |w| and x·sign(w), then VPMADDWD with ones),
-// converted to float, times float32(wd·xd).
-#define Q8ROW(WQ, WD, ACC) \
-	VMOVDQU      (WQ)(AX*8), Y11 \
-	VPSIGNB      Y11, Y11, Y12 \
-	VPSIGNB      Y11, Y8, Y13 \
-	VPMADDUBSW   Y13, Y12, Y12 \
-	VPMADDWD     Y9, Y12, Y12 \
-	VCVTDQ2PS    Y12, Y12 \
-	VMULSS       (WD)(AX*1), X10, X14 \
-	VBROADCASTSS X14, Y14 \
-	VMULPS       Y14, Y12, Y12 \
-	VADDPS       Y12, ACC, ACC
-
-// func dot4Q8(out *float32, wq *int8, wd *float32, xq *int8, xd *float32, nb int)
-// 4 rows of nb Q8_0 blocks: weights nb*32 bytes apart, scales nb floats apart.
-// Activations must lie in [-127, 127].
-TEXT ·dot4Q8(SB), NOSPLIT, $0-48
-	MOVQ out+0(FP), DX
-	MOVQ wq+8(FP), DI
-	MOVQ wd+16(FP), R11
-	MOVQ xq+24(FP), SI
-	MOVQ xd+32(FP), R14
-	MOVQ nb+40(FP), CX
-	MOVQ CX, BX
-	SHLQ $5, BX
-	LEAQ (DI)(BX*1), R8
-	LEAQ (R8)(BX*1), R9
-	LEAQ (R9)(BX*1), R10
-	MOVQ CX, BX
-	SHLQ $2, BX
-	LEAQ (R11)(BX*1), R12
-	LEAQ (R12)(BX*1), R13
-	ADDQ R13, BX
-	VPCMPEQW Y9, Y9, Y9
-	VPSRLW   $15, Y9, Y9
-	XORQ AX, AX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-
-q8loop:
-	VMOVDQU (SI)(AX*8), Y8
-	VMOVSS  (R14)(AX*1), X10
-	Q8ROW(DI, R11, Y0)
-	Q8ROW(R8, R12, Y1)
-	Q8ROW(R9, R13, Y2)
-	Q8ROW(R10, BX, Y3)
-	ADDQ $4, AX
-	DECQ CX
-	JNZ  q8loop
-
-	REDUCE8(Y0, X0, X8, 0)
-	REDUCE8(Y1, X1, X8, 4)
-	REDUCE8(Y2, X2, X8, 8)
-	REDUCE8(Y3, X3, X8, 12)
 	VZEROUPPER
 	RET
 

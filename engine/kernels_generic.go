@@ -4,7 +4,6 @@ package engine
 
 var (
 	dotRowsF32 = dotRowsF32Portable
-	dotRowsQ8  = dotRowsQ8Portable
 	useSIMD    = false
 	hasAVX     = false
 	useAVX512  = false

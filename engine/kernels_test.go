@@ -56,7 +56,8 @@ func TestKernelsBitIdentical(t *testing.T) {
 			xq, xd := make([]int8, cols), make([]float32, nb)
 			quantizeQ8(x, xq, xd)
 			dotRowsQ8Portable(a, wq, wd, xq, xd)
-			dotRowsQ8(b, wq, wd, xq, xd)
+			m := &matrix{rows: rows, cols: cols, q8: q8ilFromPlain(wq, wd, rows, cols)}
+			matmulQ8(b, m, q8Act(xq, xd, 1, cols), 0, rows)
 			if !sameBits(a, b) {
 				t.Fatalf("q8 cols %d: portable %v, %s %v", cols, a, simdKernel, b)
 			}

@@ -25,16 +25,6 @@ func gemmQ6K1(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *floa
 //go:noescape
 func gemmQ6K4(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
 
-// hasVNNI: AVX512_VNNI (CPUID.(7,0):ECX bit 11) beside AVX-512BW and VL,
-// with the OS saving ZMM state.
-var hasVNNI = func() bool {
-	if !hasAVX512BW {
-		return false
-	}
-	_, _, ecx, _ := cpuid(7, 0)
-	return ecx&(1<<11) != 0
-}()
-
 // hasGFNI: GF2P8AFFINEQB (CPUID.(7,0):ECX bit 8), which the Q6_K kernels
 // unpack with.
 var hasGFNI = func() bool {

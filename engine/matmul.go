@@ -8,6 +8,7 @@ type act struct {
 	n, cols int
 	q       []int8
 	d       []float32
+	xil     []byte    // q, d and -128·Σq in the Q8_0 kernels' tiles (q8il.go)
 	sums    []float32 // per Q8_0 block, for the types with a min (Q4_1, Q5_1)
 	kq      []int8    // Q8_K: values, scales and 16-element sums
 	kd      []float32
@@ -22,10 +23,12 @@ func (a *act) quantized(p *pool) ([]int8, []float32) {
 	if a.q == nil {
 		a.q = make([]int8, a.n*a.cols)
 		a.d = make([]float32, a.n*a.cols/32)
+		a.xil = make([]byte, len(a.d)*q8ActBlock)
 		// Blocks are quantised independently, so they can be split.
 		nb := len(a.d)
 		p.forRange(nb, p.grainFor(nb, 32), len(a.q)*quantWork, func(lo, hi int) {
 			quantizeQ8(a.f[32*lo:32*hi], a.q[32*lo:32*hi], a.d[lo:hi])
+			a.packIL(lo, hi)
 		})
 	}
 	return a.q, a.d
@@ -137,7 +140,7 @@ const matmulChunkBytes = 1 << 20
 // matmulChunkBytes, one
 // per goroutine at the least and four at the most, so that a descheduled
 // thread's share can still be taken over. An even count keeps the packed
-// kernels' 16-row tiles whole.
+// kernels' 16-row tiles and Q8_0's 16-row groups (q8il.go) whole.
 func (p *pool) matmulGrain(blocks, size int) int {
 	n := 1
 	if p != nil {
@@ -158,17 +161,6 @@ func matmulF32(out []float32, w *matrix, x *act, r0, r1 int) {
 			xv := x.f[t*c : (t+1)*c]
 			o := out[t*w.rows+r : t*w.rows+r+m]
 			dotRowsF32(o, w.f[r*c:(r+m)*c], xv)
-		}
-	}
-}
-
-func matmulQ8(out []float32, w *matrix, x *act, r0, r1 int) {
-	c, nb := w.cols, w.cols/32
-	for r := r0; r < r1; r += rowBlock {
-		m := min(rowBlock, r1-r)
-		for t := 0; t < x.n; t++ {
-			o := out[t*w.rows+r : t*w.rows+r+m]
-			dotRowsQ8(o, w.q[r*c:(r+m)*c], w.d[r*nb:(r+m)*nb], x.q[t*c:(t+1)*c], x.d[t*nb:(t+1)*nb])
 		}
 	}
 }

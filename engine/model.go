@@ -228,21 +228,20 @@ func ReadHParams(f *File) (HParams, error) {
 }
 
 // matrix is a weight matrix of rows×cols, row-major, held as float32 (F32
-// files), as Q8_0 blocks split into int8 values and float32 scales, or as
+// files), as Q8_0 blocks interleaved 16 rows at a time (q8il.go), or as
 // the file stores it (F16, BF16 and the other quantised types).
 type matrix struct {
 	rows, cols int
 	f          []float32
-	q          []int8
-	d          []float32
+	q8         *q8il
 	raw        []byte
-	il         []byte // Q4_K/Q6_K rows interleaved by 16 (kil.go), instead of raw
+	il         []byte // K-quant rows interleaved by 16 (kil.go), instead of raw
 	qf         *quantFormat
 	typ        DType
 }
 
 func (m *matrix) bytes() int64 {
-	return int64(len(m.f))*4 + int64(len(m.q)) + int64(len(m.d))*4 + int64(len(m.raw)) + int64(len(m.il))
+	return int64(len(m.f))*4 + m.q8.bytes() + int64(len(m.raw)) + int64(len(m.il))
 }
 
 // row dequantises row r into dst.
@@ -263,13 +262,7 @@ func (m *matrix) row(r int, dst []float32) {
 		}
 		return
 	}
-	nb := m.cols / 32
-	for b := 0; b < nb; b++ {
-		d := m.d[r*nb+b]
-		for i := 0; i < 32; i++ {
-			dst[b*32+i] = float32(m.q[r*m.cols+b*32+i]) * d
-		}
-	}
+	m.q8.row(r, dst)
 }
 
 // rowsView is rows [lo, hi) of m, sharing m's memory: phi3's fused
@@ -289,9 +282,7 @@ func (m *matrix) rowsView(lo, hi int) *matrix {
 		rb := c / m.qf.block * m.qf.bytes
 		v.raw = m.raw[lo*rb : hi*rb : hi*rb]
 	default: // Q8_0
-		nb := c / 32
-		v.q = m.q[lo*c : hi*c : hi*c]
-		v.d = m.d[lo*nb : hi*nb : hi*nb]
+		v.q8 = m.q8.view(lo, hi)
 	}
 	return &v
 }
@@ -367,15 +358,7 @@ func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
 	case F16, BF16:
 		m.raw, m.typ = b, t.Type // half width in memory, widened per use
 	case Q8_0:
-		m.q = make([]int8, n)
-		m.d = make([]float32, n/32)
-		for blk := range m.d {
-			p := b[34*blk:]
-			m.d[blk] = f16ToF32(le.Uint16(p))
-			for i := 0; i < 32; i++ {
-				m.q[blk*32+i] = int8(p[2+i])
-			}
-		}
+		m.q8 = q8ilFromGGUF(b, rows, cols)
 	default:
 		m.raw, m.qf, m.typ = b, quantFormats[t.Type], t.Type
 	}

@@ -1,0 +1,19 @@
+package engine
+
+// q8SIMDPaths: the AVX2 kernel (on a CPU with VNNI, by turning useVNNI
+// off) and the AVX-512 VNNI one, where this CPU has them.
+func q8SIMDPaths() []q8Path {
+	var ps []q8Path
+	if !useSIMD || !hasAVX2 {
+		return nil
+	}
+	ps = append(ps, q8Path{"avx2", func() func() { setVNNI(false); return func() { setVNNI(true) } }})
+	if hasVNNI {
+		ps = append(ps, q8Path{"avx512-vnni", func() func() { return func() {} }})
+	}
+	return ps
+}
+
+func hasVNNIKernel() bool { return hasVNNI }
+
+func setVNNI(on bool) { useVNNI = on }
