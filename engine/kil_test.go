@@ -81,8 +81,9 @@ func TestKILMatchesRowKernels(t *testing.T) {
 	}
 }
 
-// TestKILGenerated: kil_amd64.s is what engine/internal/kilgen writes
-// (run go generate ./engine after changing the generator).
+// TestKILGenerated: kil_amd64.s and q8il_amd64.s are what
+// engine/internal/kilgen writes (run go generate ./engine after changing
+// it).
 func TestKILGenerated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the generator")
@@ -91,19 +92,22 @@ func TestKILGenerated(t *testing.T) {
 	if err != nil {
 		t.Skip("no go command")
 	}
-	out := filepath.Join(t.TempDir(), "kil.s")
-	if b, err := exec.Command(gobin, "run", "./internal/kilgen", "-out", out).CombinedOutput(); err != nil {
+	dir := t.TempDir()
+	k, q := filepath.Join(dir, "kil.s"), filepath.Join(dir, "q8.s")
+	if b, err := exec.Command(gobin, "run", "./internal/kilgen", "-out", k, "-q8", q).CombinedOutput(); err != nil {
 		t.Fatalf("kilgen: %v\n%s", err, b)
 	}
-	want, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile("kil_amd64.s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("kil_amd64.s differs from kilgen's output: run go generate ./engine")
+	for gen, file := range map[string]string{k: "kil_amd64.s", q: "q8il_amd64.s"} {
+		want, err := os.ReadFile(gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s differs from kilgen's output: run go generate ./engine", file)
+		}
 	}
 }

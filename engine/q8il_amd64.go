@@ -1,7 +1,5 @@
 package engine
 
-//go:generate sh -c "go run q8il_asm.go > q8il_amd64.s"
-
 // The Q8_0 kernels over the interleaved layout (q8il_amd64.s): AVX-512
 // VNNI, 16 rows × 1–8 tokens per call (q8ilVNNI1 … q8ilVNNI8), or AVX2, 16
 // rows × 1 token; both give q8ilPortable's bits.
