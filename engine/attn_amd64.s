@@ -102,13 +102,12 @@ maxreduce:
 	VZEROUPPER
 	RET
 
-// func expSumF32(s *float32, n int, m float32, c *float32) float32
+// func expF32(s *float32, n int, m float32, c *float32)
 //
-// s[i] = expf(s[i] − m) for i < n, and returns their sum in 16 strided
-// lanes (s[i] to lane i%16; a tail to lanes 0…tail−1) reduced as reduce16.
-// expf's operations in its order, each rounded to float32, the floor
-// taken in float64 as its math.Floor; c holds its constants (expConsts).
-TEXT ·expSumF32(SB), NOSPLIT, $0-36
+// s[i] = expf(s[i] − m) for i < n: expf's operations in its order, each
+// rounded to float32, the floor taken in float64 as its math.Floor; c
+// holds its constants (expConsts).
+TEXT ·expF32(SB), NOSPLIT, $0-32
 	MOVQ         s+0(FP), SI
 	MOVQ         n+8(FP), CX
 	VBROADCASTSS m+16(FP), Z31
@@ -123,7 +122,6 @@ TEXT ·expSumF32(SB), NOSPLIT, $0-36
 	VCVTPS2PD    Y26, Z26
 	VBROADCASTSS 48(DX), Z27 // 1
 	VBROADCASTSS 52(DX), Z28 // +Inf
-	VPXORD       Z0, Z0, Z0  // the lanes' sums
 	MOVL         $0xffff, AX
 	KMOVW        AX, K1
 
@@ -209,22 +207,11 @@ expfull:
 	VCMPPS    $3, Z1, Z1, K6     // x unordered: NaN
 	VMOVAPS   Z1, K6, Z6
 	VMOVUPS   Z6, K1, (SI)
-	VADDPS    Z6, Z0, K1, Z0
 	ADDQ      $64, SI
 	SUBQ      $16, CX
 	JNZ       exploop
 
 expdone:
-	// reduce16: l[j]+l[j+8], then +4, +2, +1.
-	VEXTRACTF64X4 $1, Z0, Y1
-	VADDPS        Y1, Y0, Y0
-	VEXTRACTF128  $1, Y0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0xb1, X0, X1
-	VADDPS        X1, X0, X0
-	VMOVSS        X0, ret+32(FP)
 	VZEROUPPER
 	RET
 

@@ -33,8 +33,8 @@
 //     are added (float32(a*b) stops the compiler from fusing);
 //   - exp (softmax, SiLU) is our own float32 code, not the math package's,
 //     whose assembly differs between CPUs; softmax sums its exponentials
-//     in 16 strided lanes then reduce16's tree, and attention's weighted
-//     sum of V is one sequential sum per output over the positions.
+//     in order, and attention's weighted sum of V is one sequential sum
+//     per output over the positions.
 //
 // # API
 //

@@ -158,9 +158,8 @@ func rmsNorm(out, x, w []float32, eps float32) {
 }
 
 // softmaxPortable is softmax's definition: e_i = expf(s_i − max s), their
-// sum in 16 strided lanes (e_i to lane i%16, as dotF32 places a tail)
-// reduced as reduce16, then each e_i times 1/sum. The lanes are what one
-// AVX-512 register of sums computes (softmax on amd64).
+// sum in order (sequential, as ggml's soft_max sums), then each e_i times
+// 1/sum.
 func softmaxPortable(s []float32) {
 	m := float32(math.Inf(-1))
 	for _, v := range s {
@@ -168,13 +167,13 @@ func softmaxPortable(s []float32) {
 			m = v
 		}
 	}
-	var lanes [16]float32
+	sum := float32(0)
 	for i, v := range s {
 		e := expf(v - m)
 		s[i] = e
-		lanes[i%16] += e
+		sum += e
 	}
-	inv := 1 / reduce16(&lanes)
+	inv := 1 / sum
 	for i := range s {
 		s[i] *= inv
 	}
