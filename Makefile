@@ -7,7 +7,7 @@ PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak \
-	test-ggml build-ggml bench-ggml build-cuda build-vulkan
+	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp
 
 all: build
 
@@ -130,6 +130,33 @@ bench-ggml:
 	cd engine/ggml && export CGO_CFLAGS="$(GGML_CFLAGS)" CGO_CXXFLAGS="$(GGML_CFLAGS)" && \
 		{ $(GO) test -run '^$$' -bench Decode -benchtime $(GGML_DECODE_STEPS) ./... && \
 		  $(GO) test -run '^$$' -bench Prefill -benchtime $(GGML_PREFILL_RUNS) ./...; } | tee $(CURDIR)/$(BIN)/bench-ggml.txt
+
+# Strata's engine against llama.cpp's own prebuilt CPU build (npm
+# node-llama-cpp 3.22.1 and @node-llama-cpp/linux-x64 3.22.1, pinned by
+# the lock file; --ignore-scripts and getLlama({build: "never"}): nothing
+# is built from source) on the same generated GGUF files in the same run:
+# decode at 1 and 2 threads, a 512-token prefill, 16 sequences decoding
+# together, as tok/s of each and the ratio, the median of BENCH_RUNS
+# alternating runs, each in its own process; the memory read bandwidth
+# beside it. Files are generated into bin/bench-models once; BENCH_SHAPES
+# tiny (TinyLlama 1.1B's shape: Q4_K_M, Q8_0, F16) and/or 8b (Llama-3-8B's:
+# Q4_K_M, Q8_0, 4.9 and 8.5 GB). Report: bin/bench-llamacpp.txt. Not part
+# of make test. (The lock file was written by npm 11.13, which records the
+# platform packages node-llama-cpp lists but never published as inert
+# entries; later npm versions omit them and then refuse their own lock.
+# --omit=optional leaves out the CUDA and Vulkan builds, which a CPU
+# comparison does not load.)
+LLAMACPP_BENCH := engine/testdata/llamacpp-bench
+BENCH_SHAPES   ?= tiny,8b
+BENCH_RUNS     ?= 3
+BENCH_FLAGS    ?=
+bench-llamacpp: build $(LLAMACPP_BENCH)/node_modules/.package-lock.json
+	$(GO) build -o $(BIN)/llamabench ./engine/internal/llamabench
+	$(BIN)/llamabench drive -shapes $(BENCH_SHAPES) -runs $(BENCH_RUNS) -models $(BIN)/bench-models \
+		-strata $(BIN)/strata -script $(LLAMACPP_BENCH)/bench.mjs -out $(BIN)/bench-llamacpp.txt $(BENCH_FLAGS)
+$(LLAMACPP_BENCH)/node_modules/.package-lock.json: $(LLAMACPP_BENCH)/package-lock.json
+	@command -v npm >/dev/null || { echo "bench-llamacpp needs node (20 or later) and npm"; exit 1; }
+	cd $(LLAMACPP_BENCH) && npm ci --omit=optional --no-audit --no-fund --ignore-scripts --loglevel=error
 
 # ggml's GPU backends are shared libraries that ggml loads at run time,
 # built with CMake from the sources inside the pinned ollama module, for

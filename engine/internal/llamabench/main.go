@@ -1,0 +1,556 @@
+// Command llamabench is `make bench-llamacpp`: it compares Strata's engine
+// with llama.cpp's own prebuilt CPU build (node-llama-cpp's, run by
+// engine/testdata/llamacpp-bench/bench.mjs) on the same GGUF files in the
+// same run, and prints a markdown table of tok/s with the ratio
+// Strata/llama.cpp.
+//
+//	llamabench drive [flags]     the whole comparison (what make runs)
+//	llamabench measure [flags]   one Strata measurement, one line of JSON
+//	llamabench membw [flags]     memory read bandwidth, one line of JSON
+//
+// Every measurement runs in a process of its own, so that one side's
+// weights (8.5 GB for a Llama-3-8B Q8_0) are freed before the other side
+// loads the file, and the runs alternate: Strata, llama.cpp, Strata,
+// llama.cpp, ...; the table shows the median of each side's runs.
+//
+// It is a benchmark, not part of the product: nothing imports it, and
+// neither make test nor CI runs it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/internal/membench"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: llamabench drive|measure|membw [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "drive":
+		err = drive(os.Args[2:])
+	case "measure":
+		err = measureCmd(os.Args[2:])
+	case "membw":
+		err = membwCmd(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q (drive, measure or membw)", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "llamabench:", err)
+		os.Exit(1)
+	}
+}
+
+// Result is one measurement, as both sides print it (bench.mjs prints the
+// same fields).
+type Result struct {
+	Engine  string  `json:"engine"`
+	Mode    string  `json:"mode"`
+	Threads int     `json:"threads"`
+	Model   string  `json:"model"`
+	Tokens  int     `json:"tokens"`
+	Seconds float64 `json:"seconds"`
+	TokS    float64 `json:"tok_s"`
+	// Strata only: the weights one token reads (engine.Info().WeightBytes).
+	WeightBytes int64 `json:"weight_bytes,omitempty"`
+	// llama.cpp only: the ggml CPU backend variant it loaded.
+	CPUVariant string `json:"cpu_variant,omitempty"`
+	// OthersLoad is set by the driver: the cores that other processes on
+	// the machine kept busy during the measurement (-1: unknown).
+	OthersLoad float64 `json:"-"`
+}
+
+// Modes, with their defaults: decode STEPS tokens after a PROMPT-token
+// prompt; prefill of TOKENS tokens; batch16: 16 sessions of a PROMPT-token
+// prompt each, then STEPS decode steps of all 16 together.
+const (
+	modeDecode  = "decode"
+	modePrefill = "prefill"
+	modeBatch16 = "batch16"
+)
+
+// tokens are n token ids valid for any vocabulary of 1,003 or more, the
+// same as bench.mjs makes, away from the special ids at the start.
+func tokens(n, salt, vocab int) []int32 {
+	m := min(vocab-3, 1000)
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(3 + (i*37+salt*101)%m)
+	}
+	return out
+}
+
+func measureCmd(args []string) error {
+	fs := flag.NewFlagSet("measure", flag.ExitOnError)
+	model := fs.String("model", "", "GGUF file")
+	threads := fs.Int("threads", 1, "engine threads (engine.WithThreads)")
+	mode := fs.String("mode", modeDecode, "decode, prefill or batch16")
+	steps := fs.Int("steps", 64, "decode: tokens timed; batch16: decode steps timed")
+	prompt := fs.Int("prompt", 16, "decode and batch16: prompt tokens per session")
+	n := fs.Int("tokens", 512, "prefill: prompt tokens")
+	fs.Parse(args)
+	r, err := measure(*model, *threads, *mode, *steps, *prompt, *n)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// measure loads the model and times one mode through engine.Local's real
+// path (Forward, ForwardBatch, greedy engine.Sample), after a warm-up
+// step; only the timed region counts.
+func measure(path string, threads int, mode string, steps, promptLen, n int) (Result, error) {
+	s, err := engine.Open(path, engine.WithThreads(threads))
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.Close()
+	info := s.Info()
+	ctx := context.Background()
+	greedy := engine.SamplingParams{}
+	r := Result{Engine: "strata", Mode: mode, Threads: info.Threads, Model: path, WeightBytes: info.WeightBytes}
+	switch mode {
+	case modeDecode:
+		ss, err := s.NewSession(promptLen + steps + 8)
+		if err != nil {
+			return r, err
+		}
+		defer ss.Close()
+		out, err := s.Forward(ctx, engine.Step{Session: ss, Tokens: tokens(promptLen, 0, info.Vocab)})
+		if err != nil {
+			return r, err
+		}
+		var t0 time.Time
+		for i := -1; i < steps; i++ { // i == -1: the warm-up step
+			if i == 0 {
+				t0 = time.Now()
+			}
+			tok := engine.Sample(out.Logits, greedy, ss.Len(), nil)
+			if out, err = s.Forward(ctx, engine.Step{Session: ss, Pos: ss.Len(), Tokens: []int32{tok}}); err != nil {
+				return r, err
+			}
+		}
+		r.Tokens, r.Seconds = steps, time.Since(t0).Seconds()
+	case modePrefill:
+		warm, err := s.NewSession(8)
+		if err != nil {
+			return r, err
+		}
+		if _, err := s.Forward(ctx, engine.Step{Session: warm, Tokens: tokens(8, 7, info.Vocab)}); err != nil {
+			return r, err
+		}
+		warm.Close()
+		ss, err := s.NewSession(n + 8)
+		if err != nil {
+			return r, err
+		}
+		defer ss.Close()
+		prompt := tokens(n, 0, info.Vocab)
+		t0 := time.Now()
+		if _, err := s.Forward(ctx, engine.Step{Session: ss, Tokens: prompt}); err != nil {
+			return r, err
+		}
+		r.Tokens, r.Seconds = n, time.Since(t0).Seconds()
+	case modeBatch16:
+		const nseq = 16
+		sess := make([]engine.Session, nseq)
+		outs := make([]engine.Output, nseq)
+		for i := range sess {
+			if sess[i], err = s.NewSession(promptLen + steps + 8); err != nil {
+				return r, err
+			}
+			defer sess[i].Close()
+			if outs[i], err = s.Forward(ctx, engine.Step{Session: sess[i], Tokens: tokens(promptLen, i+1, info.Vocab)}); err != nil {
+				return r, err
+			}
+		}
+		batch := make([]engine.Step, nseq)
+		var t0 time.Time
+		for k := -1; k < steps; k++ { // k == -1: the warm-up step
+			if k == 0 {
+				t0 = time.Now()
+			}
+			for i, ss := range sess {
+				tok := engine.Sample(outs[i].Logits, greedy, ss.Len(), nil)
+				batch[i] = engine.Step{Session: ss, Pos: ss.Len(), Tokens: []int32{tok}}
+			}
+			if outs, err = s.ForwardBatch(ctx, batch); err != nil {
+				return r, err
+			}
+		}
+		r.Tokens, r.Seconds = nseq*steps, time.Since(t0).Seconds()
+	default:
+		return r, fmt.Errorf("unknown mode %q", mode)
+	}
+	r.TokS = float64(r.Tokens) / r.Seconds
+	return r, nil
+}
+
+// BW is the memory read bandwidth of one membw run.
+type BW struct {
+	Threads     int     `json:"threads"`
+	Bytes       int     `json:"bytes"`
+	BytesPerSec float64 `json:"bytes_per_s"`
+}
+
+func membwCmd(args []string) error {
+	fs := flag.NewFlagSet("membw", flag.ExitOnError)
+	mib := fs.Int("mib", 1024, "buffer size in MiB (much bigger than the caches)")
+	threads := fs.Int("threads", 1, "threads reading at once")
+	reps := fs.Int("reps", 5, "reads of the buffer; the fastest counts")
+	fs.Parse(args)
+	buf := make([]uint64, *mib<<20/8)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	membench.Read(buf, *threads) // warm-up
+	best, n := time.Duration(1<<62), 0
+	for range *reps {
+		t0 := time.Now()
+		n = membench.Read(buf, *threads)
+		best = min(best, time.Since(t0))
+	}
+	return json.NewEncoder(os.Stdout).Encode(BW{Threads: *threads, Bytes: n, BytesPerSec: float64(n) / best.Seconds()})
+}
+
+// A benchFile is one generated model file of the comparison.
+type benchFile struct {
+	shape, dtype string
+	gen          []string // strata model gen's shape flags
+}
+
+func (f benchFile) name() string { return f.shape + "-" + f.dtype + ".gguf" }
+
+var (
+	tinyShape = []string{"--layers", "22", "--dim", "2048", "--heads", "32", "--kv-heads", "4", "--ffn", "5632", "--vocab", "32000"}
+	l3Shape   = []string{"--layers", "32", "--dim", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--vocab", "128256"}
+	shapes    = map[string][]benchFile{
+		"tiny": {{"tiny", "q4_k_m", tinyShape}, {"tiny", "q8_0", tinyShape}, {"tiny", "f16", tinyShape}},
+		"8b":   {{"llama3-8b", "q4_k_m", l3Shape}, {"llama3-8b", "q8_0", l3Shape}},
+	}
+)
+
+// A metric is one row of the table for each file.
+type metric struct {
+	label   string
+	mode    string
+	threads int
+	// steps or tokens, prompt: the mode's sizes.
+	steps, prompt int
+	tinyOnly      bool // too slow to repeat on the 8B shape
+}
+
+func metrics(decodeSteps, batchSteps, prefillTokens int) []metric {
+	return []metric{
+		{fmt.Sprintf("decode t=1 (%d tok after %d)", decodeSteps, 16), modeDecode, 1, decodeSteps, 16, false},
+		{fmt.Sprintf("decode t=2 (%d tok after %d)", decodeSteps, 16), modeDecode, 2, decodeSteps, 16, false},
+		{fmt.Sprintf("prefill %d t=2", prefillTokens), modePrefill, 2, prefillTokens, 0, false},
+		{fmt.Sprintf("prefill %d t=1", prefillTokens), modePrefill, 1, prefillTokens, 0, true},
+		{fmt.Sprintf("16 seqs t=2 (%d steps, aggregate)", batchSteps), modeBatch16, 2, batchSteps, 8, false},
+	}
+}
+
+func drive(args []string) error {
+	fs := flag.NewFlagSet("drive", flag.ExitOnError)
+	dir := fs.String("models", "bin/bench-models", "directory of the generated files (made once, reused)")
+	shapeList := fs.String("shapes", "tiny,8b", "shapes to compare: tiny (TinyLlama 1.1B's), 8b (Llama-3-8B's)")
+	runs := fs.Int("runs", 3, "alternating runs per side and metric; the median counts")
+	strata := fs.String("strata", "bin/strata", "the strata binary (model gen)")
+	node := fs.String("node", "node", "node")
+	script := fs.String("script", "engine/testdata/llamacpp-bench/bench.mjs", "llama.cpp's side")
+	out := fs.String("out", "bin/bench-llamacpp.txt", "where the report is saved as well")
+	decodeSteps := fs.Int("decode-steps", 64, "decode: tokens timed (halved on the 8B shape)")
+	batchSteps := fs.Int("batch-steps", 32, "16 sequences: decode steps timed (halved on the 8B shape)")
+	prefillTokens := fs.Int("prefill", 512, "prefill: prompt tokens")
+	only := fs.String("metrics", "", "comma-separated modes to run (decode,prefill,batch16); empty: all")
+	quiet := fs.Duration("quiet", 20*time.Second, "before each measurement, wait up to this long for the other processes on the machine to use less than a quarter of a core")
+	fs.Parse(args)
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var files []benchFile
+	for _, sh := range strings.Split(*shapeList, ",") {
+		fl, ok := shapes[strings.TrimSpace(sh)]
+		if !ok {
+			return fmt.Errorf("unknown shape %q (tiny, 8b)", sh)
+		}
+		files = append(files, fl...)
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := ensureFile(*strata, *dir, f); err != nil {
+			return err
+		}
+	}
+
+	var report bytes.Buffer
+	w := io.MultiWriter(os.Stdout, &report)
+	fmt.Fprintf(w, "# Strata vs llama.cpp (node-llama-cpp 3.22.1 prebuilt CPU), %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "runs: %d per side, alternating Strata / llama.cpp, each measurement in its own process; median shown\n\n", *runs)
+
+	type row struct {
+		file, metric  string
+		strata, llama []float64
+		weightBytes   int64
+		decode1       bool
+		bw            float64
+		others        float64
+	}
+	var rows []row
+	variant := ""
+	for _, f := range files {
+		path := filepath.Join(*dir, f.name())
+		bw, err := membw(self)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "== %s (memory read bandwidth, 1 thread: %.2f GB/s)\n", f.name(), bw/1e9)
+		for _, m := range metrics(*decodeSteps, *batchSteps, *prefillTokens) {
+			if m.tinyOnly && f.shape != "tiny" {
+				continue
+			}
+			if *only != "" && !slices.Contains(strings.Split(*only, ","), m.mode) {
+				continue
+			}
+			steps := m.steps
+			if f.shape != "tiny" && m.mode != modePrefill {
+				steps = max(1, steps/2)
+			}
+			label := m.label
+			if steps != m.steps {
+				label = strings.Replace(label, fmt.Sprint(m.steps), fmt.Sprint(steps), 1)
+			}
+			rw := row{file: f.name(), metric: label, decode1: m.mode == modeDecode && m.threads == 1, bw: bw}
+			for run := range *runs {
+				sargs := []string{"measure", "-model", path, "-threads", fmt.Sprint(m.threads), "-mode", m.mode}
+				largs := []string{*script, path, fmt.Sprint(m.threads), m.mode}
+				switch m.mode {
+				case modePrefill:
+					sargs = append(sargs, "-tokens", fmt.Sprint(steps))
+					largs = append(largs, fmt.Sprint(steps))
+				default:
+					sargs = append(sargs, "-steps", fmt.Sprint(steps), "-prompt", fmt.Sprint(m.prompt))
+					largs = append(largs, fmt.Sprint(steps), fmt.Sprint(m.prompt))
+				}
+				waitQuiet(*quiet)
+				sr, err := runJSON(self, sargs...)
+				if err != nil {
+					return fmt.Errorf("strata %s %s: %w", f.name(), label, err)
+				}
+				waitQuiet(*quiet)
+				lr, err := runJSON(*node, largs...)
+				if err != nil {
+					return fmt.Errorf("llama.cpp %s %s: %w", f.name(), label, err)
+				}
+				rw.others = max(rw.others, sr.OthersLoad, lr.OthersLoad)
+				rw.strata = append(rw.strata, sr.TokS)
+				rw.llama = append(rw.llama, lr.TokS)
+				rw.weightBytes = sr.WeightBytes
+				if lr.CPUVariant != "" {
+					variant = lr.CPUVariant
+				}
+				fmt.Fprintf(os.Stderr, "   %-36s run %d: strata %8.2f tok/s  llama.cpp %8.2f tok/s  (others' load %.2f, %.2f cores)\n",
+					label, run+1, sr.TokS, lr.TokS, sr.OthersLoad, lr.OthersLoad)
+			}
+			rows = append(rows, rw)
+		}
+	}
+
+	fmt.Fprintf(w, "llama.cpp's ggml CPU variant: %s\n\n", variant)
+	fmt.Fprintln(w, "| file | metric | Strata tok/s | llama.cpp tok/s | Strata/llama.cpp | runs: Strata; llama.cpp | others' load |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|")
+	for _, r := range rows {
+		s, l := median(r.strata), median(r.llama)
+		fmt.Fprintf(w, "| %s | %s | %.2f | %.2f | %.2f | %s; %s | %.2f |\n", r.file, r.metric, s, l, s/l, list(r.strata), list(r.llama), r.others)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "others' load: the most CPU, in cores, that processes other than the measured one used during any run of the row")
+	fmt.Fprintln(w, "(from /proc/stat; the machine has", runtime.NumCPU(), "CPUs). Above about 0.3 a row's numbers are disturbed.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| file | Strata weight bytes/token | bandwidth GB/s | Strata decode t=1 tok/s | weights read GB/s | fraction of bandwidth |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		if !r.decode1 {
+			continue
+		}
+		s := median(r.strata)
+		rate := float64(r.weightBytes) * s
+		fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.file, r.weightBytes, r.bw/1e9, s, rate/1e9, rate/r.bw)
+	}
+	if *out != "" {
+		if err := os.WriteFile(*out, report.Bytes(), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "saved to %s\n", *out)
+	}
+	return nil
+}
+
+// ensureFile generates f into dir with strata model gen unless it is there.
+func ensureFile(strata, dir string, f benchFile) error {
+	path := filepath.Join(dir, f.name())
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	tmp := filepath.Join(dir, "partial-"+f.name())
+	args := append([]string{"model", "gen", "--out", tmp, "--dtype", f.dtype}, f.gen...)
+	fmt.Fprintf(os.Stderr, "generating %s: %s %s\n", path, strata, strings.Join(args, " "))
+	cmd := exec.Command(strata, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("generating %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+func membw(self string) (float64, error) {
+	out, err := exec.Command(self, "membw").Output()
+	if err != nil {
+		return 0, fmt.Errorf("membw: %w", exitErr(err))
+	}
+	var b BW
+	if err := json.Unmarshal(out, &b); err != nil {
+		return 0, fmt.Errorf("membw: %w: %q", err, out)
+	}
+	return b.BytesPerSec, nil
+}
+
+// runJSON runs one measurement process and reads the last JSON line it
+// printed. Result.OthersLoad is the CPU that processes other than it used
+// meanwhile, in cores.
+func runJSON(name string, args ...string) (Result, error) {
+	cmd := exec.Command(name, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	busy0, t0 := cpuBusy(), time.Now()
+	out, err := cmd.Output()
+	others := -1.0
+	if busy0 >= 0 && cmd.ProcessState != nil {
+		if busy1 := cpuBusy(); busy1 >= 0 {
+			own := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+			others = max(0, (busy1-busy0-own)/time.Since(t0).Seconds())
+		}
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), exitErr(err), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var r Result
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		return r, fmt.Errorf("%s: %w: %q", name, err, out)
+	}
+	if !(r.TokS > 0) {
+		return r, fmt.Errorf("%s: no tok/s in %q", name, out)
+	}
+	r.OthersLoad = others
+	return r, nil
+}
+
+// cpuBusy is the CPU time, in seconds, that the machine has spent outside
+// idle and iowait since boot (/proc/stat), or -1 where it cannot be read.
+func cpuBusy() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return -1
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return -1
+	}
+	var busy float64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
+			continue
+		}
+		var x float64
+		fmt.Sscan(v, &x)
+		busy += x
+	}
+	return busy / 100 // USER_HZ
+}
+
+// waitQuiet waits, up to limit, until the processes of others use less
+// than 0.25 of a core over a second, and returns their load at the end.
+func waitQuiet(limit time.Duration) float64 {
+	deadline := time.Now().Add(limit)
+	for {
+		b0, t0 := cpuBusy(), time.Now()
+		time.Sleep(time.Second)
+		b1 := cpuBusy()
+		if b0 < 0 || b1 < 0 {
+			return -1
+		}
+		load := (b1 - b0) / time.Since(t0).Seconds()
+		if load < 0.25 || time.Now().After(deadline) {
+			return load
+		}
+	}
+}
+
+func exitErr(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return fmt.Errorf("%w: %s", err, ee.Stderr)
+	}
+	return err
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func list(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.1f", x)
+	}
+	return strings.Join(parts, " ")
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// smallModel writes a stories15M-shaped Q8_0 file (a 32,000-token vocab,
+// as the benchmark's token ids need more than 1,003).
+func smallModel(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "small.gguf")
+	c := engine.GenConfig{Arch: "llama", Layers: 2, Dim: 288, Heads: 6, KVHeads: 2, FFN: 768, Vocab: 32000, Seed: 1, DType: engine.Q8_0}
+	if err := engine.GenerateFile(path, c); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestMeasure runs each of Strata's modes on a small file.
+func TestMeasure(t *testing.T) {
+	path := smallModel(t)
+	for _, mode := range []string{modeDecode, modePrefill, modeBatch16} {
+		r, err := measure(path, 2, mode, 4, 4, 32)
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		want := map[string]int{modeDecode: 4, modePrefill: 32, modeBatch16: 64}[mode]
+		if r.Tokens != want || !(r.TokS > 0) || r.WeightBytes <= 0 {
+			t.Errorf("%s: %+v, want %d tokens, a rate and the weight bytes", mode, r, want)
+		}
+	}
+}
+
+// TestLlamaCppSide runs bench.mjs's three modes on the same small file
+// through node-llama-cpp's prebuilt binaries, where make bench-llamacpp
+// has installed them.
+func TestLlamaCppSide(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: make bench-llamacpp's llama.cpp side cannot run here")
+	}
+	dir := filepath.Join("..", "..", "testdata", "llamacpp-bench")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@node-llama-cpp", "linux-x64")); err != nil {
+		t.Skip("engine/testdata/llamacpp-bench/node_modules is absent: make bench-llamacpp installs it (npm ci)")
+	}
+	path := smallModel(t)
+	for _, args := range [][]string{{"decode", "4", "4"}, {"prefill", "32"}, {"batch16", "2", "4"}} {
+		r, err := runJSON(node, append([]string{filepath.Join(dir, "bench.mjs"), path, "2"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Engine != "llama.cpp" || r.Mode != args[0] || r.CPUVariant == "" {
+			t.Errorf("%v: %+v", args, r)
+		}
+	}
+}
