@@ -44,3 +44,48 @@ func halfDecode(out []float32, w *matrix, x []float32, r0, r1 int) bool {
 	}
 	return true
 }
+
+//go:noescape
+func gemm4x4F32(out *float32, os int, w *float32, ws int, x *float32, xs int, cols int)
+
+//go:noescape
+func gemm4x4F16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int)
+
+//go:noescape
+func gemm4x4BF16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int)
+
+// gemmTokTile is the activation rows a 4-row tile meets while the tile's
+// weights stay in cache: 64 rows of 2048 values are 512 KB.
+const gemmTokTile = 64
+
+// gemmTiles computes rows r0 to r4 of an F32, F16 or BF16 matrix against
+// activation rows 0 to n4 in tiles of 4 rows × 4 activation rows
+// (gemm_amd64.s), where the CPU has AVX-512 and there are such tiles, and
+// returns r4 and n4 (r0 and 0 where it did nothing): r4 − r0 and n4 are
+// the multiples of 4 below r1 − r0 and x.n.
+func gemmTiles(out []float32, w *matrix, x *act, r0, r1 int) (r4, n4 int) {
+	c := w.cols
+	r4, n4 = r0+(r1-r0)&^3, x.n&^3
+	if !useSIMD || !hasAVX512 || c%16 != 0 || r4 == r0 || n4 == 0 {
+		return r0, 0
+	}
+	_ = out[(n4-1)*w.rows+r4-1]
+	_ = x.f[n4*c-1]
+	for tt := 0; tt < n4; tt += gemmTokTile {
+		te := min(tt+gemmTokTile, n4)
+		for r := r0; r < r4; r += 4 {
+			for t := tt; t < te; t += 4 {
+				o, xt := &out[t*w.rows+r], &x.f[t*c]
+				switch {
+				case w.f != nil:
+					gemm4x4F32(o, 4*w.rows, &w.f[r*c], 4*c, xt, 4*c, c)
+				case w.typ == F16:
+					gemm4x4F16(o, 4*w.rows, &w.raw[2*r*c], 2*c, xt, 4*c, c)
+				default:
+					gemm4x4BF16(o, 4*w.rows, &w.raw[2*r*c], 2*c, xt, 4*c, c)
+				}
+			}
+		}
+	}
+	return r4, n4
+}

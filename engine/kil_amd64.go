@@ -1,6 +1,6 @@
 package engine
 
-//go:generate go run ./internal/kilgen -out kil_amd64.s -q8 q8il_amd64.s
+//go:generate go run ./internal/kilgen -out kil_amd64.s -q8 q8il_amd64.s -gemm gemm_amd64.s
 
 // The interleaved K-quant kernels (kil_amd64.s, generated): 16 rows
 // against 1 or 4 tokens; token t's activations at x+t·xs, its scales at

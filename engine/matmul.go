@@ -153,11 +153,20 @@ func (p *pool) matmulGrain(blocks, size int) int {
 // rowBlock is the rows one kernel call computes for each input row.
 const rowBlock = 8
 
+// matmulF32 computes rows r0 to r1 of F32 matrix w against every
+// activation row: in 4×4 tiles where it can (gemmTiles), the rest 8 rows
+// a call per activation row.
 func matmulF32(out []float32, w *matrix, x *act, r0, r1 int) {
+	r4, n4 := gemmTiles(out, w, x, r0, r1)
+	matmulF32Rows(out, w, x, r0, r4, n4, x.n)
+	matmulF32Rows(out, w, x, r4, r1, 0, x.n)
+}
+
+func matmulF32Rows(out []float32, w *matrix, x *act, r0, r1, t0, t1 int) {
 	c := w.cols
 	for r := r0; r < r1; r += rowBlock {
 		m := min(rowBlock, r1-r)
-		for t := 0; t < x.n; t++ {
+		for t := t0; t < t1; t++ {
 			xv := x.f[t*c : (t+1)*c]
 			o := out[t*w.rows+r : t*w.rows+r+m]
 			dotRowsF32(o, w.f[r*c:(r+m)*c], xv)
@@ -165,19 +174,29 @@ func matmulF32(out []float32, w *matrix, x *act, r0, r1 int) {
 	}
 }
 
-// matmulHalf is matmulF32 on F16 or BF16 weights, widened (exactly) a
-// block of rows at a time into a scratch buffer: the same products in the
-// same order, so the same bits as an F32 file of the widened values.
+// matmulHalf is matmulF32 on F16 or BF16 weights: the 4×4 tiles and a
+// decode's F16 kernel widen the halves (exactly) as they load them, the
+// rest goes through rows widened into a scratch buffer. The same products
+// in the same order, so the same bits as an F32 file of the widened values.
 func matmulHalf(out []float32, w *matrix, x *act, r0, r1 int) {
-	c := w.cols
 	if x.n == 1 && halfDecode(out, w, x.f, r0, r1) {
 		return
 	}
+	r4, n4 := gemmTiles(out, w, x, r0, r1)
+	matmulHalfRows(out, w, x, r0, r4, n4, x.n)
+	matmulHalfRows(out, w, x, r4, r1, 0, x.n)
+}
+
+func matmulHalfRows(out []float32, w *matrix, x *act, r0, r1, t0, t1 int) {
+	if r0 >= r1 || t0 >= t1 {
+		return
+	}
+	c := w.cols
 	buf := make([]float32, rowBlock*c)
 	for r := r0; r < r1; r += rowBlock {
 		m := min(rowBlock, r1-r)
 		widenRows(buf[:m*c], w.raw[2*r*c:], w.typ)
-		for t := 0; t < x.n; t++ {
+		for t := t0; t < t1; t++ {
 			dotRowsF32(out[t*w.rows+r:t*w.rows+r+m], buf[:m*c], x.f[t*c:(t+1)*c])
 		}
 	}

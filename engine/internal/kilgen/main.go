@@ -298,8 +298,12 @@ func (g *gen) q6k(nt int) {
 func main() {
 	out := flag.String("out", "kil_amd64.s", "the K-quant kernels' file")
 	q8 := flag.String("q8", "q8il_amd64.s", "the Q8_0 kernels' file")
+	gemm := flag.String("gemm", "gemm_amd64.s", "the F32/F16/BF16 kernels' file")
 	flag.Parse()
 	if err := os.WriteFile(*q8, []byte(q8Asm()), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(*gemm, []byte(gemmAsm()), 0o644); err != nil {
 		log.Fatal(err)
 	}
 	var g gen

@@ -127,3 +127,58 @@ func TestHalfDecode(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmTiles: the 4×4 F32/F16/BF16 tiles and the rows and activation
+// rows around them give the portable bits, for row counts and activation
+// counts that leave remainders, row slices as the pool cuts them, and
+// non-finite weights among finite ones.
+func TestGemmTiles(t *testing.T) {
+	rng := uint64(23)
+	for _, typ := range []DType{F32, F16, BF16} {
+		for _, tc := range []struct{ rows, cols, n int }{{4, 16, 4}, {13, 48, 9}, {40, 256, 70}, {7, 32, 3}} {
+			w := &matrix{rows: tc.rows, cols: tc.cols, typ: typ}
+			vals := make([]float32, tc.rows*tc.cols)
+			for i := range vals {
+				vals[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 22)
+				if i%89 == 7 {
+					vals[i] = []float32{float32(math.Inf(1)), float32(math.NaN()), 1e-40}[i%3]
+				}
+			}
+			if typ == F32 {
+				w.f = vals
+			} else {
+				w.raw = make([]byte, 2*len(vals))
+				for i, v := range vals {
+					h := f32ToF16(v)
+					if typ == BF16 {
+						h = f32ToBF16(v)
+					}
+					w.raw[2*i], w.raw[2*i+1] = byte(h), byte(h>>8)
+				}
+			}
+			x := make([]float32, tc.n*tc.cols)
+			for i := range x {
+				x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 20)
+			}
+			a := newAct(x, tc.n, tc.cols)
+			mul := func(out []float32, r0, r1 int) {
+				if typ == F32 {
+					matmulF32(out, w, a, r0, r1)
+				} else {
+					matmulHalf(out, w, a, r0, r1)
+				}
+			}
+			got := make([]float32, tc.n*tc.rows)
+			for r := 0; r < tc.rows; r += 16 {
+				mul(got, r, min(r+16, tc.rows))
+			}
+			useSIMD = false
+			want := make([]float32, tc.n*tc.rows)
+			mul(want, 0, tc.rows)
+			useSIMD = true
+			if !sameBits(got, want) {
+				t.Fatalf("%s %v: tiles %v, portable %v", typ, tc, got, want)
+			}
+		}
+	}
+}
