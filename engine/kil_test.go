@@ -81,7 +81,7 @@ func TestKILMatchesRowKernels(t *testing.T) {
 	}
 }
 
-// TestKILGenerated: kil_amd64.s and q8il_amd64.s are what
+// TestKILGenerated: kil_amd64.s, q8il_amd64.s and gemm_amd64.s are what
 // engine/internal/kilgen writes (run go generate ./engine after changing
 // it).
 func TestKILGenerated(t *testing.T) {
@@ -93,11 +93,11 @@ func TestKILGenerated(t *testing.T) {
 		t.Skip("no go command")
 	}
 	dir := t.TempDir()
-	k, q := filepath.Join(dir, "kil.s"), filepath.Join(dir, "q8.s")
-	if b, err := exec.Command(gobin, "run", "./internal/kilgen", "-out", k, "-q8", q).CombinedOutput(); err != nil {
+	k, q, g := filepath.Join(dir, "kil.s"), filepath.Join(dir, "q8.s"), filepath.Join(dir, "gemm.s")
+	if b, err := exec.Command(gobin, "run", "./internal/kilgen", "-out", k, "-q8", q, "-gemm", g).CombinedOutput(); err != nil {
 		t.Fatalf("kilgen: %v\n%s", err, b)
 	}
-	for gen, file := range map[string]string{k: "kil_amd64.s", q: "q8il_amd64.s"} {
+	for gen, file := range map[string]string{k: "kil_amd64.s", q: "q8il_amd64.s", g: "gemm_amd64.s"} {
 		want, err := os.ReadFile(gen)
 		if err != nil {
 			t.Fatal(err)

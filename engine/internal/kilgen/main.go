@@ -1,11 +1,11 @@
 // Command kilgen writes the engine's generated kernels: engine/kil_amd64.s,
 // the AVX-512 VNNI kernels of the row-interleaved K-quant layout
-// (engine/kil.go), and engine/q8il_amd64.s, those of the Q8_0 one
-// (engine/q8il.go). The kernels are unrolled over a block's parts and
+// (engine/kil.go), engine/q8il_amd64.s, those of the Q8_0 one
+// (engine/q8il.go), and engine/gemm_amd64.s, the 4×4 F32/F16/BF16 tiles. The kernels are unrolled over a block's parts and
 // the tile's tokens; writing them by hand would mean thousands of
 // near-identical lines.
 //
-//	go generate ./engine   (go run ./internal/kilgen -out kil_amd64.s -q8 q8il_amd64.s in engine/)
+//	go generate ./engine
 package main
 
 import (
