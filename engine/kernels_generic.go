@@ -2,6 +2,9 @@
 
 package engine
 
+// Without amd64's assembly every product takes the portable kernels, and
+// no matrix takes an interleaved K-quant layout: the same bits, slower.
+
 var (
 	dotRowsF32 = dotRowsF32Portable
 	useSIMD    = false
@@ -17,3 +20,26 @@ func dotStridedF32(out, w, x []float32, stride int) {
 		out[i] = dotF32(w[i*stride:i*stride+c], x)
 	}
 }
+
+func useKIL(DType) bool { return false }
+
+func kilKernel(DType, int, *byte, int, *int8, int, *float32, *byte, *float32, int) {
+	panic("engine: interleaved kernels need amd64")
+}
+
+func widenRows(dst []float32, raw []byte, t DType) { widenRow(dst, raw, t) }
+
+func halfDecode([]float32, *matrix, []float32, int, int) bool { return false }
+
+func gemmTiles(_ []float32, _ *matrix, _ *act, r0, _ int) (int, int) { return r0, 0 }
+
+func attnAV(out, v []float32, stride int, p []float32) { attnAVPortable(out, v, stride, p) }
+
+func softmax(s []float32) { softmaxPortable(s) }
+
+// q8ilTile is q8ilPortable where there are no assembly kernels.
+func q8ilTile(out []float32, ostride int, q *q8il, g, groups int, a *act, t0, T int) {
+	q8ilPortable(out, ostride, q, g, groups, a, t0, T)
+}
+
+func quantizeQ8SIMD(x []float32, q []int8, d []float32) bool { return false }

@@ -1,5 +1,9 @@
 package engine
 
+// The dense types' kernels beside dotRowsF32: F16/BF16 widening
+// (dense_amd64.s), the F16 decode kernel (dot8F16, kernels_amd64.s) and
+// the 4×4 tiles of a prefill or a batch (gemm_amd64.s, generated).
+
 //go:noescape
 func widenF16(dst *float32, src *byte, n int)
 
