@@ -10,6 +10,9 @@ var (
 	useSIMD    = false
 	hasAVX     = false
 	useAVX512  = false
+	hasAVX512  = false
+	// useKILKernels is the amd64 tests' switch; nothing reads it here.
+	useKILKernels = false
 )
 
 const simdKernel = "f32 portable Go, q8_0 portable Go"
