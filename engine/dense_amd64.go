@@ -33,6 +33,56 @@ func widenRows(dst []float32, raw []byte, t DType) {
 //go:noescape
 func dot8F16(out *float32, w *byte, x *float32, cols, stride int)
 
+//go:noescape
+func dot8F16IL(out *float32, w *byte, x *float32, cols int)
+
+// useHIL reports whether F16 matrices loaded now take hil.go's layout.
+func useHIL() bool { return useSIMD && hasAVX512 && useKILKernels }
+
+// matmulHIL computes rows r0 to r1 of an F16 matrix in hil.go's layout
+// against every activation row: each 8-row block against a tile of
+// gemmTokTile activation rows while it is in cache, 4 rows × 4 activation
+// rows a call, then the activation rows left over 8 rows a call. A block
+// that the cut or the padding splits goes through a scratch tile.
+func matmulHIL(out []float32, w *matrix, x *act, r0, r1 int) {
+	c := w.cols
+	var pad [gemmTokTile * hilRows]float32
+	// tile runs f (token t's 8 outputs at o[(t−t0)·stride:]) on each 8-row
+	// block for activation rows t0 to t1.
+	tile := func(t0, t1 int, f func(blk []byte, o []float32, stride int)) {
+		for b := r0 / hilRows; b*hilRows < r1; b++ {
+			lo, hi := max(r0, b*hilRows), min(r1, (b+1)*hilRows)
+			blk := w.il[b*hilRows*2*c : (b+1)*hilRows*2*c]
+			if lo == b*hilRows && hi == (b+1)*hilRows {
+				f(blk, out[t0*w.rows+lo:], w.rows)
+				continue
+			}
+			f(blk, pad[:], hilRows)
+			for t := t0; t < t1; t++ {
+				copy(out[t*w.rows+lo:t*w.rows+hi], pad[(t-t0)*hilRows+lo-b*hilRows:])
+			}
+		}
+	}
+	n4 := x.n &^ 3
+	for tt := 0; tt < n4; tt += gemmTokTile {
+		te := min(tt+gemmTokTile, n4)
+		tile(tt, te, func(blk []byte, o []float32, stride int) {
+			_ = o[(te-tt-1)*stride+hilRows-1]
+			for t := tt; t < te; t += 4 {
+				ot := o[(t-tt)*stride:]
+				gemm4x4F16(&ot[0], 4*stride, &blk[0], 32, &x.f[t*c], 4*c, c, 256)
+				gemm4x4F16(&ot[4], 4*stride, &blk[128], 32, &x.f[t*c], 4*c, c, 256)
+			}
+		})
+	}
+	for t := n4; t < x.n; t++ {
+		tile(t, t+1, func(blk []byte, o []float32, _ int) {
+			_ = o[hilRows-1]
+			dot8F16IL(&o[0], &blk[0], &x.f[t*c], c)
+		})
+	}
+}
+
 // halfDecode computes rows r0 to r1 of F16 matrix w against the one
 // activation row x in place, 8 rows a call, where it can (AVX-512, F16,
 // whole 16-lane steps), and reports whether it did.
@@ -50,13 +100,13 @@ func halfDecode(out []float32, w *matrix, x []float32, r0, r1 int) bool {
 }
 
 //go:noescape
-func gemm4x4F32(out *float32, os int, w *float32, ws int, x *float32, xs int, cols int)
+func gemm4x4F32(out *float32, os int, w *float32, ws int, x *float32, xs int, cols int, wstep int)
 
 //go:noescape
-func gemm4x4F16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int)
+func gemm4x4F16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)
 
 //go:noescape
-func gemm4x4BF16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int)
+func gemm4x4BF16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)
 
 // gemmTokTile is the activation rows a 4-row tile meets while the tile's
 // weights stay in cache: 64 rows of 2048 values are 512 KB.
@@ -82,11 +132,11 @@ func gemmTiles(out []float32, w *matrix, x *act, r0, r1 int) (r4, n4 int) {
 				o, xt := &out[t*w.rows+r], &x.f[t*c]
 				switch {
 				case w.f != nil:
-					gemm4x4F32(o, 4*w.rows, &w.f[r*c], 4*c, xt, 4*c, c)
+					gemm4x4F32(o, 4*w.rows, &w.f[r*c], 4*c, xt, 4*c, c, 64)
 				case w.typ == F16:
-					gemm4x4F16(o, 4*w.rows, &w.raw[2*r*c], 2*c, xt, 4*c, c)
+					gemm4x4F16(o, 4*w.rows, &w.raw[2*r*c], 2*c, xt, 4*c, c, 32)
 				default:
-					gemm4x4BF16(o, 4*w.rows, &w.raw[2*r*c], 2*c, xt, 4*c, c)
+					gemm4x4BF16(o, 4*w.rows, &w.raw[2*r*c], 2*c, xt, 4*c, c, 32)
 				}
 			}
 		}

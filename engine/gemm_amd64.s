@@ -2,8 +2,8 @@
 
 #include "textflag.h"
 
-// func gemm4x4F32(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int)
-TEXT ·gemm4x4F32(SB), NOSPLIT, $0-56
+// func gemm4x4F32(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)
+TEXT ·gemm4x4F32(SB), NOSPLIT, $0-64
 	MOVQ w+16(FP), DI
 	MOVQ ws+24(FP), DX
 	LEAQ (DI)(DX*1), R8
@@ -18,6 +18,7 @@ TEXT ·gemm4x4F32(SB), NOSPLIT, $0-56
 	SHRQ $4, CX
 	XORQ AX, AX
 	XORQ BX, BX
+	MOVQ wstep+56(FP), R14
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -76,7 +77,7 @@ gemm4x4F32loop:
 	VADDPS Z30, Z14, Z14
 	VADDPS Z31, Z15, Z15
 	ADDQ $64, AX
-	ADDQ $64, BX
+	ADDQ R14, BX
 	DECQ CX
 	JNZ gemm4x4F32loop
 	MOVQ out+0(FP), DI
@@ -233,8 +234,8 @@ gemm4x4F32loop:
 	VZEROUPPER
 	RET
 
-// func gemm4x4F16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int)
-TEXT ·gemm4x4F16(SB), NOSPLIT, $0-56
+// func gemm4x4F16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)
+TEXT ·gemm4x4F16(SB), NOSPLIT, $0-64
 	MOVQ w+16(FP), DI
 	MOVQ ws+24(FP), DX
 	LEAQ (DI)(DX*1), R8
@@ -249,6 +250,7 @@ TEXT ·gemm4x4F16(SB), NOSPLIT, $0-56
 	SHRQ $4, CX
 	XORQ AX, AX
 	XORQ BX, BX
+	MOVQ wstep+56(FP), R14
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -307,7 +309,7 @@ gemm4x4F16loop:
 	VADDPS Z30, Z14, Z14
 	VADDPS Z31, Z15, Z15
 	ADDQ $64, AX
-	ADDQ $32, BX
+	ADDQ R14, BX
 	DECQ CX
 	JNZ gemm4x4F16loop
 	MOVQ out+0(FP), DI
@@ -464,8 +466,8 @@ gemm4x4F16loop:
 	VZEROUPPER
 	RET
 
-// func gemm4x4BF16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int)
-TEXT ·gemm4x4BF16(SB), NOSPLIT, $0-56
+// func gemm4x4BF16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)
+TEXT ·gemm4x4BF16(SB), NOSPLIT, $0-64
 	MOVQ w+16(FP), DI
 	MOVQ ws+24(FP), DX
 	LEAQ (DI)(DX*1), R8
@@ -480,6 +482,7 @@ TEXT ·gemm4x4BF16(SB), NOSPLIT, $0-56
 	SHRQ $4, CX
 	XORQ AX, AX
 	XORQ BX, BX
+	MOVQ wstep+56(FP), R14
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -542,7 +545,7 @@ gemm4x4BF16loop:
 	VADDPS Z30, Z14, Z14
 	VADDPS Z31, Z15, Z15
 	ADDQ $64, AX
-	ADDQ $32, BX
+	ADDQ R14, BX
 	DECQ CX
 	JNZ gemm4x4BF16loop
 	MOVQ out+0(FP), DI

@@ -26,6 +26,10 @@ func dotStridedF32(out, w, x []float32, stride int) {
 
 func useKIL(DType) bool { return false }
 
+func useHIL() bool { return false }
+
+func matmulHIL([]float32, *matrix, *act, int, int) { panic("engine: interleaved kernels need amd64") }
+
 func kilKernel(DType, int, *byte, int, *int8, int, *float32, *byte, *float32, int) {
 	panic("engine: interleaved kernels need amd64")
 }

@@ -69,8 +69,13 @@ func ilGroupBlock(t DType) int {
 }
 
 // interleave rearranges m's packed rows into the interleaved layout, where
-// the CPU has the kernels for it and m's type has one. m.raw is dropped.
+// the CPU has the kernels for it and m's type has one (F16's is hil.go's).
+// m.raw is dropped.
 func (m *matrix) interleave() {
+	if m.typ == F16 {
+		m.interleaveF16()
+		return
+	}
 	if !useKIL(m.typ) || m.il != nil || m.raw == nil {
 		return
 	}

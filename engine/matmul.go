@@ -179,6 +179,10 @@ func matmulF32Rows(out []float32, w *matrix, x *act, r0, r1, t0, t1 int) {
 // rest goes through rows widened into a scratch buffer. The same products
 // in the same order, so the same bits as an F32 file of the widened values.
 func matmulHalf(out []float32, w *matrix, x *act, r0, r1 int) {
+	if w.il != nil {
+		matmulHIL(out, w, x, r0, r1)
+		return
+	}
 	if x.n == 1 && halfDecode(out, w, x.f, r0, r1) {
 		return
 	}

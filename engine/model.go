@@ -235,7 +235,7 @@ type matrix struct {
 	f          []float32
 	q8         *q8il
 	raw        []byte
-	il         []byte // K-quant rows interleaved by 16 (kil.go), instead of raw
+	il         []byte // K-quant rows interleaved by 16 (kil.go), F16 by 8 (hil.go), instead of raw
 	qf         *quantFormat
 	typ        DType
 }

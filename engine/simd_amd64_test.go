@@ -129,7 +129,8 @@ func TestHalfDecode(t *testing.T) {
 }
 
 // TestGemmTiles: the 4×4 F32/F16/BF16 tiles and the rows and activation
-// rows around them give the portable bits, for row counts and activation
+// rows around them give the portable bits, and so does F16 in hil.go's
+// layout, for row counts and activation
 // counts that leave remainders, row slices as the pool cuts them, and
 // non-finite weights among finite ones.
 func TestGemmTiles(t *testing.T) {
@@ -178,6 +179,26 @@ func TestGemmTiles(t *testing.T) {
 			useSIMD = true
 			if !sameBits(got, want) {
 				t.Fatalf("%s %v: tiles %v, portable %v", typ, tc, got, want)
+			}
+			if typ != F16 {
+				continue
+			}
+			// hil.go's layout, cut as the pool cuts (multiples of 16) and
+			// elsewhere, the last block padded where rows%8 ≠ 0.
+			wi := *w
+			wi.raw = append([]byte(nil), w.raw...)
+			wi.interleaveF16()
+			if wi.il == nil {
+				t.Fatal("F16 not interleaved")
+			}
+			il := make([]float32, tc.n*tc.rows)
+			for _, cut := range [][2]int{{0, 3}, {3, 16}, {16, 21}, {21, 1 << 30}} {
+				if lo, hi := cut[0], min(cut[1], tc.rows); lo < hi {
+					matmulHalf(il, &wi, a, lo, hi)
+				}
+			}
+			if !sameBits(il, want) {
+				t.Fatalf("%s %v interleaved: %v, portable %v", typ, tc, il, want)
 			}
 		}
 	}

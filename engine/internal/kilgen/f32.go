@@ -25,14 +25,15 @@ func gemmAsm() string {
 }
 
 // gemm4x4 writes gemm4x4<typ>(out *float32, os int, w *byte, ws int,
-// x *float32, xs int, cols int): out[t·os + 4r] (bytes) = row r · token t
-// for r, t < 4; rows ws bytes apart, tokens xs bytes apart; cols a
-// positive multiple of 16. Z(4r+t) holds output (r, t)'s lanes, Z16+t
+// x *float32, xs int, cols int, wstep int): out[t·os + 4r] (bytes) = row
+// r · token t for r, t < 4; rows ws bytes apart, tokens xs bytes apart,
+// a row's next 16 values wstep bytes on (the row's own 16 values' bytes,
+// or more where rows are interleaved); cols a positive multiple of 16. Z(4r+t) holds output (r, t)'s lanes, Z16+t
 // token t's values, Z20+r row r's, Z24–Z31 the products.
 func (g *gen) gemm4x4(typ string) {
 	name := "gemm4x4" + typ
-	fmt.Fprintf(&g.Buffer, "\n// func %s(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int)\n", name)
-	fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $0-56\n", name)
+	fmt.Fprintf(&g.Buffer, "\n// func %s(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)\n", name)
+	fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $0-64\n", name)
 	g.f("MOVQ w+16(FP), DI")
 	g.f("MOVQ ws+24(FP), DX")
 	g.f("LEAQ (DI)(DX*1), R8")
@@ -47,6 +48,7 @@ func (g *gen) gemm4x4(typ string) {
 	g.f("SHRQ $4, CX")
 	g.f("XORQ AX, AX") // activations' offset
 	g.f("XORQ BX, BX") // weights' offset
+	g.f("MOVQ wstep+56(FP), R14")
 	for i := 0; i < 16; i++ {
 		g.f("VPXORD %s, %s, %s", z(i), z(i), z(i))
 	}
@@ -80,11 +82,7 @@ func (g *gen) gemm4x4(typ string) {
 		}
 	}
 	g.f("ADDQ $64, AX")
-	if typ == "F32" {
-		g.f("ADDQ $64, BX")
-	} else {
-		g.f("ADDQ $32, BX")
-	}
+	g.f("ADDQ R14, BX")
 	g.f("DECQ CX")
 	g.f("JNZ %s", loop)
 	// reduce16 per output: l[j]+l[j+8], +4, +2, +1.
