@@ -281,6 +281,7 @@ func drive(args []string) error {
 	batchSteps := fs.Int("batch-steps", 32, "16 sequences: decode steps timed (halved on the 8B shape)")
 	prefillTokens := fs.Int("prefill", 512, "prefill: prompt tokens")
 	only := fs.String("metrics", "", "comma-separated modes to run (decode,prefill,batch16); empty: all")
+	dtypes := fs.String("dtypes", "", "comma-separated weight types of the shapes' files to run (q4_k_m,q8_0,f16); empty: all")
 	quiet := fs.Duration("quiet", 20*time.Second, "before each measurement, wait up to this long for the other processes on the machine to use less than a quarter of a core")
 	fs.Parse(args)
 
@@ -294,7 +295,11 @@ func drive(args []string) error {
 		if !ok {
 			return fmt.Errorf("unknown shape %q (tiny, 8b)", sh)
 		}
-		files = append(files, fl...)
+		for _, f := range fl {
+			if *dtypes == "" || slices.Contains(strings.Split(*dtypes, ","), f.dtype) {
+				files = append(files, f)
+			}
+		}
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
