@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"testing"
 )
 
@@ -101,7 +100,7 @@ func sessionLogits(t *testing.T, path string, threads int, prompt, decode []int3
 		}
 	}
 	if len(out) == 0 {
-		panic(fmt.Sprint("no steps"))
+		t.Fatal("no steps")
 	}
 	return out
 }
