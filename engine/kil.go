@@ -35,18 +35,12 @@ import "encoding/binary"
 const (
 	ilRows = 16
 
-	ilQ4KSc   = 2048
-	ilQ4KMin  = 2176
-	ilQ4KD    = 2304
-	ilQ4KDmin = 2336
-	ilQ4K     = 2368
+	ilQ4KSc = 2048 // then the mins at +128, d at +256, dmin at +288
+	ilQ4K   = 2368
 
-	ilQ5KQH   = 2048
-	ilQ5KSc   = 2560
-	ilQ5KMin  = 2688
-	ilQ5KD    = 2816
-	ilQ5KDmin = 2848
-	ilQ5K     = 2880
+	ilQ5KQH = 2048
+	ilQ5KSc = 2560 // as Q4_K's
+	ilQ5K   = 2880
 
 	ilQ6KQH = 2048
 	ilQ6KSc = 3072
@@ -102,51 +96,48 @@ func (m *matrix) interleave() {
 	m.il, m.raw = il, nil
 }
 
-// Both layouts put a block's packed bytes (Q4_K's 128 nibble bytes, Q6_K's
-// 128 ql and 64 qh bytes) in file order, four bytes to a 64-byte column of
-// the group: column c holds bytes 4c to 4c+3 of each of the 16 rows.
+// The layouts put a block's packed bytes (Q4_K's 128 nibble bytes, Q5_K's
+// 128 nibble and 32 fifth-bit bytes, Q6_K's 128 ql and 64 qh bytes) in
+// file order, four bytes to a 64-byte column of the group: column c holds
+// bytes 4c to 4c+3 of each of the 16 rows.
+func putColumns(dst []byte, i int, src []byte) {
+	le := binary.LittleEndian
+	for c := 0; c < len(src)/4; c++ {
+		le.PutUint32(dst[c*64+4*i:], le.Uint32(src[4*c:]))
+	}
+}
+
+// putScalesK4 writes row i's Q4_K/Q5_K scales, mins, d and dmin (block
+// blk) at dst, where both layouts have them after the quants: the scales
+// [8][16], the mins [4][16][2] at 128, d [16] at 256, dmin [16] at 288.
+func putScalesK4(dst []byte, i int, blk []byte) {
+	for j := 0; j < 8; j++ {
+		sc, mn := scaleMinK4(j, blk[4:16])
+		dst[16*j+i] = byte(sc)
+		dst[128+32*(j/2)+2*i+j%2] = byte(mn)
+	}
+	copy(dst[256+2*i:256+2*i+2], blk[0:2])
+	copy(dst[288+2*i:288+2*i+2], blk[2:4])
+}
 
 // putQ4KIL writes row i's Q4_K block blk into its group's super-block dst.
 func putQ4KIL(dst []byte, i int, blk []byte) {
-	le := binary.LittleEndian
-	for c := 0; c < 32; c++ { // column c: bytes 4c…4c+3 of the 128
-		le.PutUint32(dst[c*64+4*i:], le.Uint32(blk[16+4*c:]))
-	}
-	for j := 0; j < 8; j++ {
-		sc, mn := scaleMinK4(j, blk[4:16])
-		dst[ilQ4KSc+16*j+i] = byte(sc)
-		dst[ilQ4KMin+32*(j/2)+2*i+j%2] = byte(mn)
-	}
-	copy(dst[ilQ4KD+2*i:ilQ4KD+2*i+2], blk[0:2])
-	copy(dst[ilQ4KDmin+2*i:ilQ4KDmin+2*i+2], blk[2:4])
+	putColumns(dst, i, blk[16:144])
+	putScalesK4(dst[ilQ4KSc:], i, blk)
 }
 
 // putQ5KIL writes row i's Q5_K block blk into its group's super-block dst:
 // Q4_K's layout with the 32 fifth-bit bytes (bit j: sub-block j) after the
 // nibbles.
 func putQ5KIL(dst []byte, i int, blk []byte) {
-	le := binary.LittleEndian
-	for c := 0; c < 32; c++ {
-		le.PutUint32(dst[c*64+4*i:], le.Uint32(blk[48+4*c:]))
-	}
-	for c := 0; c < 8; c++ {
-		le.PutUint32(dst[ilQ5KQH+c*64+4*i:], le.Uint32(blk[16+4*c:]))
-	}
-	for j := 0; j < 8; j++ {
-		sc, mn := scaleMinK4(j, blk[4:16])
-		dst[ilQ5KSc+16*j+i] = byte(sc)
-		dst[ilQ5KMin+32*(j/2)+2*i+j%2] = byte(mn)
-	}
-	copy(dst[ilQ5KD+2*i:ilQ5KD+2*i+2], blk[0:2])
-	copy(dst[ilQ5KDmin+2*i:ilQ5KDmin+2*i+2], blk[2:4])
+	putColumns(dst, i, blk[48:176])
+	putColumns(dst[ilQ5KQH:], i, blk[16:48])
+	putScalesK4(dst[ilQ5KSc:], i, blk)
 }
 
 // putQ6KIL writes row i's Q6_K block blk into its group's super-block dst.
 func putQ6KIL(dst []byte, i int, blk []byte) {
-	le := binary.LittleEndian
-	for c := 0; c < 48; c++ { // ql's 32 columns, then qh's 16
-		le.PutUint32(dst[c*64+4*i:], le.Uint32(blk[4*c:]))
-	}
+	putColumns(dst, i, blk[:192]) // ql's 32 columns, then qh's 16
 	for is := 0; is < 16; is++ {
 		dst[ilQ6KSc+16*is+i] = blk[192+is]
 	}
