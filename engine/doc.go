@@ -89,8 +89,10 @@
 // TestQuantizeQ8SIMD). F16 and BF16 weights stay
 // half width in memory and are widened (exactly; VCVTPH2PS, or a shift
 // for bfloat16, 16 values at a time) eight rows at a time into the F32
-// kernel, so they give an F32 file's bits; a decode of F16 widens as it
-// loads (dot8F16) instead.
+// kernel, so they give an F32 file's bits; with 4 or more input rows
+// they go 4 rows × 4 input rows a call (gemm_amd64.s), widened as loaded.
+// On AVX-512, F16 matrices are held 8 rows × 16 values interleaved
+// (hil.go), so that a decode (dot8F16IL) reads one stream of bytes.
 //
 // The other quantised types (quant.go: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
 // Q4_K, Q5_K, Q6_K, IQ4_XS, in llama.cpp's block layouts, so a real Q4_K_M
