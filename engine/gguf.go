@@ -576,7 +576,7 @@ func (f *File) ReadTensor(t *TensorInfo, p []byte) error {
 
 // readTensorBytes reads a tensor's data by offset.
 func (f *File) readTensorBytes(t *TensorInfo) ([]byte, error) {
-	b := weightBytes(int(t.Size))
+	b := allocWeights(int(t.Size))
 	if err := f.readAt(t, b, 0); err != nil {
 		return nil, fmt.Errorf("%w: tensor %q: reading %d bytes at %d: %v", ErrCorrupt, t.Name, t.Size, t.Offset, err)
 	}

@@ -18,7 +18,7 @@ func (m *matrix) interleaveF16() {
 	}
 	c := m.cols
 	blocks := (m.rows + hilRows - 1) / hilRows
-	il := weightBytes(blocks * hilRows * 2 * c)
+	il := allocWeights(blocks * hilRows * 2 * c)
 	for r := 0; r < m.rows; r++ {
 		src := m.raw[2*r*c : 2*(r+1)*c]
 		dst := il[(r/hilRows)*hilRows*2*c+(r%hilRows)*32:]

@@ -2,11 +2,11 @@ package engine
 
 import "syscall"
 
-// weightBytes allocates n bytes for weights that a decode streams whole,
+// allocWeights allocates n bytes for weights that a decode streams whole,
 // asking the kernel for transparent huge pages (where it grants them on
 // request, as with THP's "madvise" setting): with 4 KiB pages a stream of
 // several rows at once walks the page tables every few lines.
-func weightBytes(n int) []byte {
+func allocWeights(n int) []byte {
 	b := make([]byte, n)
 	if n >= 4<<20 {
 		_ = syscall.Madvise(b, syscall.MADV_HUGEPAGE) // advice only

@@ -2,5 +2,5 @@
 
 package engine
 
-// weightBytes allocates n bytes for weights (see huge_linux.go).
-func weightBytes(n int) []byte { return make([]byte, n) }
+// allocWeights allocates n bytes for weights (see huge_linux.go).
+func allocWeights(n int) []byte { return make([]byte, n) }

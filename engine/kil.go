@@ -76,7 +76,7 @@ func (m *matrix) interleave() {
 	gb := ilGroupBlock(m.typ)
 	nb := m.cols / 256
 	groups := (m.rows + ilRows - 1) / ilRows
-	il := weightBytes(groups * nb * gb)
+	il := allocWeights(groups * nb * gb)
 	rb := nb * m.qf.bytes
 	for r := 0; r < m.rows; r++ {
 		g, i := r/ilRows, r%ilRows

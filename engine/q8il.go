@@ -40,7 +40,7 @@ const (
 
 func newQ8IL(rows, cols int) *q8il {
 	nb, groups := cols/32, (rows+q8Group-1)/q8Group
-	q := &q8il{w: weightBytes(groups * nb * q8BlockBytes), d: make([]float32, groups*nb*q8Group), rows: rows, nb: nb}
+	q := &q8il{w: allocWeights(groups * nb * q8BlockBytes), d: make([]float32, groups*nb*q8Group), rows: rows, nb: nb}
 	if pad := groups*q8Group - rows; pad > 0 {
 		for i := range q.w[(groups-1)*nb*q8BlockBytes:] {
 			q.w[(groups-1)*nb*q8BlockBytes+i] = q8Pad
