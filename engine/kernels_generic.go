@@ -10,7 +10,6 @@ var (
 	useSIMD    = false
 	hasAVX     = false
 	useAVX512  = false
-	hasAVX512  = false
 	// useKILKernels is the amd64 tests' switch; nothing reads it here.
 	useKILKernels = false
 )

@@ -42,7 +42,6 @@ const (
 	ilQ5KSc = 2560 // as Q4_K's
 	ilQ5K   = 2880
 
-	ilQ6KQH = 2048
 	ilQ6KSc = 3072
 	ilQ6KD  = 3328
 	ilQ6K   = 3392 // padded to whole cache lines, as the others are

@@ -32,8 +32,9 @@ var hasGFNI = func() bool {
 	return ecx&(1<<8) != 0
 }()
 
-// useKILKernels lets tests load matrices in the plain layout on a VNNI
-// CPU; it is never turned off otherwise.
+// useKILKernels lets tests and benchmarks load K-quant and F16 matrices
+// in the plain layout (kil.go, hil.go) on a CPU that has the interleaved
+// kernels; it is never turned off otherwise.
 var useKILKernels = true
 
 // useKIL reports whether matrices of type t loaded now take the
