@@ -26,10 +26,14 @@ type Consensus struct {
 	log   *zap.SugaredLogger
 	raft  *raft.Raft
 	trans *raft.NetworkTransport
-	sl    *streamLayer
-	fsm   *fsm
-	st    *stores
-	live  Liveness
+	prog  *progressTransport // trans, recording what followers acknowledged
+	// cfScan finds the latest configuration's index in the log (the
+	// leader loop's, and Close's once the loop stopped).
+	cfScan configScan
+	sl     *streamLayer
+	fsm    *fsm
+	st     *stores
+	live   Liveness
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -48,7 +52,13 @@ type Consensus struct {
 	handedOver bool // Close transferred leadership (for tests)
 	closeErr   error
 
-	lead      LeaderState // owned by the leader loop
+	// stepMu is held by the leader loop while it decides and acts, and
+	// by Close when it stops the loop (closing), so that no
+	// configuration change is in flight while Close hands over.
+	stepMu  sync.Mutex
+	closing bool
+
+	lead      LeaderState // owned by the leader loop (under stepMu)
 	published time.Time   // the leader loop's last map notice
 }
 
@@ -153,6 +163,8 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 		Timeout: max(2*cfg.heartbeat, time.Second),
 		Logger:  hlog.Named("transport"),
 	})
+	c.prog = newProgressTransport(c.trans, func() { kick(c.kickL) })
+	c.prog.fault = cfg.raftFault
 	has, err := raft.HasExistingState(st.logs, st.stable, st.snaps)
 	if err != nil {
 		_ = c.closeTransport()
@@ -175,7 +187,7 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 			}
 		}
 	}
-	r, err := raft.NewRaft(rc, c.fsm, st.logs, st.stable, st.snaps, c.trans)
+	r, err := raft.NewRaft(rc, c.fsm, st.logs, st.stable, st.snaps, c.prog)
 	if err != nil {
 		_ = c.closeTransport()
 		return fail(fmt.Errorf("consensus: start raft: %w", err))
@@ -302,10 +314,9 @@ func (c *Consensus) Leave(ctx context.Context) error {
 		return c.Close()
 	}
 	if err == nil {
-		self := c.id.String()
 		t := time.NewTicker(c.cfg.tick)
 		defer t.Stop()
-		for err == nil && c.State().IsMember(self) && c.inConfig(c.id) {
+		for err == nil && !c.departed() {
 			select {
 			case <-ctx.Done():
 				err = ctx.Err()
@@ -325,12 +336,35 @@ func (c *Consensus) Leave(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the member: a leader first hands leadership to another
-// voter, then Raft shuts down and the stores close. The member stays in
-// the swarm's state until it is removed as dead (or left with Leave).
+// departed reports whether a leaving member may close: it is no longer a
+// member or a Raft server, or it is drained (the committed map has
+// nothing on it) and no longer votes, so that closing takes nothing from
+// the map or from the quorum. The last case matters because the member
+// may never hear of its NodeLeft and removal: hashicorp/raft stops
+// replicating to a removed server at once, and its last round to it can
+// be lost when it races the removal.
+func (c *Consensus) departed() bool {
+	s, self := c.State(), c.id.String()
+	m, member := s.Member(self)
+	if !member || !c.inConfig(c.id) {
+		return true
+	}
+	_, placed := s.Committed().Range(self)
+	return m.Draining && !placed && !c.IsLeader() && !c.isVoter(c.id)
+}
+
+// Close stops the member: a leader first waits until every live voter
+// holds the latest configuration (at most the RPC timeout), then hands
+// leadership to another voter; then Raft shuts down and the stores
+// close. The member stays in the swarm's state until it is removed as
+// dead (or left with Leave).
 func (c *Consensus) Close() error {
 	c.closeOnce.Do(func() {
+		c.stepMu.Lock()
+		c.closing = true // the leader loop acts no more
+		c.stepMu.Unlock()
 		if c.IsLeader() {
+			c.awaitSettled(c.cfg.rpcTimeout)
 			f := c.raft.LeadershipTransfer()
 			err := f.Error()
 			if err != nil && !errors.Is(err, raft.ErrNotLeader) {

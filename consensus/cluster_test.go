@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -231,7 +232,7 @@ func (cl *cluster) start(n *testNode, extra ...Option) {
 	caps := testCaps(t)
 	opts := []Option{
 		WithHost(n.h),
-		WithLogger(cl.log.Named(shortID(n.h.ID())), hclog.Off),
+		WithLogger(cl.log.Named(shortID(n.h.ID())), raftTestLevel()),
 		WithModel(testModel(t), testFingerprint),
 		WithCapabilities(caps),
 		WithRaftTimeouts(testHeartbeat, testElection),
@@ -627,4 +628,11 @@ func (cl *cluster) voters(n *testNode) []string {
 		}
 	}
 	return out
+}
+
+func raftTestLevel() hclog.Level {
+	if os.Getenv("STRATA_RAFT_DEBUG") != "" {
+		return hclog.Debug
+	}
+	return hclog.Off
 }

@@ -42,6 +42,9 @@ import (
 type RaftServer struct {
 	ID    string
 	Voter bool // false: a non-voter
+	// Lagging: the server has not acknowledged the latest configuration
+	// to this leader (never the leader itself).
+	Lagging bool
 }
 
 // LeaderConfig is the policy a leader decides by.
@@ -235,7 +238,7 @@ func (d *decision) decide() (Action, error) {
 			return Append{Event: in.Join, Why: "the leader joins"}, nil
 		}
 		if d.otherVoters() {
-			return TransferLeadership{}, nil
+			return d.handOver(), nil
 		}
 		// The only voter: nobody else can lead; it goes on as one leaving.
 	}
@@ -267,7 +270,7 @@ func (d *decision) decide() (Action, error) {
 		if sv.ID == self || s.IsMember(sv.ID) {
 			continue
 		}
-		if _, left := d.st.departed[sv.ID]; left || d.deadFor(sv.ID) >= grace {
+		if _, left := d.st.departed[sv.ID]; (left || d.deadFor(sv.ID) >= grace) && (!sv.Voter || d.settled("", sv.ID)) {
 			return RemoveServer{ID: sv.ID}, nil
 		}
 	}
@@ -308,12 +311,12 @@ func (d *decision) decide() (Action, error) {
 	me, _ := s.Member(self)
 	want := chooseVoters(cands, self, me.Draining, in.Config.MaxVoters)
 	for _, id := range want {
-		if !servers[id] {
+		if !servers[id] && d.settled(id, "") {
 			return AddVoter{ID: id}, nil
 		}
 	}
 	for _, sv := range in.Servers {
-		if sv.Voter && sv.ID != self && !contains(want, sv.ID) {
+		if sv.Voter && sv.ID != self && !contains(want, sv.ID) && d.settled("", sv.ID) {
 			return Demote{ID: sv.ID}, nil
 		}
 	}
@@ -336,7 +339,7 @@ func (d *decision) decide() (Action, error) {
 			continue
 		}
 		if m.ID == self && d.otherVoters() {
-			return TransferLeadership{}, nil
+			return d.handOver(), nil
 		}
 		d.st.departed[m.ID] = now
 		return Append{Event: NodeLeft{Node: m.ID, Reason: LeftGracefully}, Why: "drained"}, nil
@@ -353,6 +356,34 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// settled reports whether every live voter of the configuration that a
+// change would make (adding voter add, or dropping drop; "" for none)
+// holds the latest configuration, the leader aside. Voter changes and
+// handovers wait for it: hashicorp/raft refuses its vote to a candidate
+// that is not a voter in the refusing server's latest configuration, so
+// a voter that missed the candidate's promotion, once the leader is
+// gone, blocks every election that needs it, for good. Waiting makes
+// each change start from a configuration every voter holds. Voters dead
+// past the grace period are not waited for: they are being replaced.
+func (d *decision) settled(add, drop string) bool {
+	for _, sv := range d.in.Servers {
+		voter := (sv.Voter || sv.ID == add) && sv.ID != drop
+		if voter && sv.Lagging && sv.ID != d.in.Self && d.deadFor(sv.ID) < d.in.Config.DeadGrace {
+			return false
+		}
+	}
+	return true
+}
+
+// handOver is TransferLeadership once the voters hold the latest
+// configuration (settled), and nothing until then.
+func (d *decision) handOver() Action {
+	if !d.settled("", "") {
+		return nil
+	}
+	return TransferLeadership{}
 }
 
 func (d *decision) otherVoters() bool {

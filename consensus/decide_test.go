@@ -81,7 +81,7 @@ func runScript(t *testing.T, path string) {
 	var out strings.Builder
 	for i, c := range cmds {
 		if c.at < 0 { // a comment between commands
-			if i > 0 {
+			if i > 0 && cmds[i-1].at >= 0 {
 				out.WriteString("\n")
 			}
 			out.WriteString(c.line + "\n")
@@ -170,6 +170,17 @@ func (w *world) do(line string) string {
 		for _, a := range args {
 			id, kind, _ := strings.Cut(a, ":")
 			w.in.Servers = append(w.in.Servers, RaftServer{ID: id, Voter: kind != "nonvoter"})
+		}
+		return ""
+	case "lagging", "acked":
+		// lagging IDS: the servers have not acknowledged the latest
+		// configuration; acked IDS: now they have.
+		for _, id := range args {
+			i := slices.IndexFunc(w.in.Servers, func(s RaftServer) bool { return s.ID == id })
+			if i < 0 {
+				return w.fail("no server %s", id)
+			}
+			w.in.Servers[i].Lagging = cmd == "lagging"
 		}
 		return ""
 	case "dead":
@@ -449,11 +460,14 @@ func (w *world) describeState() string {
 	out = append(out, "members: "+strings.Join(ms, " "))
 	var sv []string
 	for _, x := range w.in.Servers {
-		if x.Voter {
-			sv = append(sv, x.ID)
-		} else {
-			sv = append(sv, x.ID+":nonvoter")
+		d := x.ID
+		if !x.Voter {
+			d += ":nonvoter"
 		}
+		if x.Lagging {
+			d += "(lagging)"
+		}
+		sv = append(sv, d)
 	}
 	out = append(out, "servers: "+strings.Join(sv, " "))
 	out = append(out, "committed: "+describeMap(s.Committed()))

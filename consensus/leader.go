@@ -27,30 +27,70 @@ func (c *Consensus) leaderLoop() {
 		case <-t.C:
 		case <-c.kickL:
 		}
-		if !c.IsLeader() {
-			c.lead = LeaderState{}
-			continue
+		if !c.leadOnce() {
+			return
 		}
-		if c.lead.since.IsZero() {
-			c.lead = NewLeaderState(time.Now())
-			c.log.Infow("leading", "term", c.raft.CurrentTerm())
+	}
+}
+
+// leadOnce is one wake of the leader loop; false once Close stopped it.
+func (c *Consensus) leadOnce() bool {
+	c.stepMu.Lock()
+	defer c.stepMu.Unlock()
+	if c.closing {
+		return false
+	}
+	if !c.IsLeader() {
+		c.lead = LeaderState{}
+		return true
+	}
+	if c.lead.since.IsZero() {
+		c.lead = NewLeaderState(time.Now())
+		c.log.Infow("leading", "term", c.raft.CurrentTerm())
+	}
+	if r := c.cfg.republish; r > 0 && time.Since(c.published) >= r {
+		if m := c.fsm.current().Committed(); m.Layers > 0 {
+			c.publish(m)
 		}
-		if r := c.cfg.republish; r > 0 && time.Since(c.published) >= r {
-			if m := c.fsm.current().Committed(); m.Layers > 0 {
-				c.publish(m)
+	}
+	for range 32 {
+		acted, err := c.leaderStep(time.Now())
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.log.Infow("leader step", "error", err)
 			}
+			break
 		}
-		for range 32 {
-			acted, err := c.leaderStep(time.Now())
-			if err != nil {
-				if c.ctx.Err() == nil {
-					c.log.Infow("leader step", "error", err)
-				}
-				break
-			}
-			if !acted {
-				break
-			}
+		if !acted {
+			break
+		}
+	}
+	return true
+}
+
+// awaitSettled waits, at most for timeout, until every live voter holds
+// the latest configuration (decision.settled), so that a handover cannot
+// strand a voter that would refuse the new leader its vote. It runs in
+// Close, once the leader loop has stopped.
+func (c *Consensus) awaitSettled(timeout time.Duration) {
+	t := time.NewTicker(c.cfg.tick)
+	defer t.Stop()
+	deadline := time.After(timeout)
+	for {
+		in, err := c.leaderInput(time.Now())
+		if err != nil || !c.IsLeader() {
+			return
+		}
+		d := decision{in: &in, st: c.lead}
+		if d.settled("", "") {
+			return
+		}
+		select {
+		case <-deadline:
+			c.log.Warnw("closing while a voter lacks the latest configuration", "waited", timeout)
+			return
+		case <-t.C:
+		case <-c.kickL:
 		}
 	}
 }
@@ -58,8 +98,13 @@ func (c *Consensus) leaderLoop() {
 // leaderInput gathers what Decide reads: the state, Raft's
 // configuration, liveness and speeds as plain data.
 func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
+	term := c.raft.CurrentTerm()
 	cf := c.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
+		return LeaderInput{}, err
+	}
+	cfIndex, err := c.cfScan.latest(c.st.logs, term)
+	if err != nil {
 		return LeaderInput{}, err
 	}
 	in := LeaderInput{
@@ -118,7 +163,8 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 		}
 	}
 	for _, sv := range cf.Configuration().Servers {
-		in.Servers = append(in.Servers, RaftServer{ID: string(sv.ID), Voter: sv.Suffrage == raft.Voter})
+		lag := sv.ID != raft.ServerID(in.Self) && !c.cfg.ignoreLag && c.prog.matched(term, sv.ID) < cfIndex
+		in.Servers = append(in.Servers, RaftServer{ID: string(sv.ID), Voter: sv.Suffrage == raft.Voter, Lagging: lag})
 		look(string(sv.ID))
 	}
 	for _, m := range in.State.Members() {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/stratanet/strata/layers"
@@ -145,6 +146,12 @@ type config struct {
 
 	caller    Caller // nil: the built-in handler and caller on the host
 	republish time.Duration
+
+	// Tests only: raftFault loses Raft requests (progressTransport), and ignoreLag
+	// turns off the wait for voters to hold the latest configuration, to
+	// show what it prevents (progress.go).
+	raftFault func(id raft.ServerID, req any) error
+	ignoreLag bool
 }
 
 func defaultConfig() config {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -213,6 +214,20 @@ func (c *Consensus) inConfig(p peer.ID) bool {
 	for _, s := range f.Configuration().Servers {
 		if string(s.ID) == p.String() {
 			return true
+		}
+	}
+	return false
+}
+
+// isVoter reports whether p votes in this member's latest configuration.
+func (c *Consensus) isVoter(p peer.ID) bool {
+	f := c.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == p.String() {
+			return s.Suffrage == raft.Voter
 		}
 	}
 	return false

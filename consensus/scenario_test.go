@@ -308,6 +308,7 @@ func TestMakeBeforeBreak(t *testing.T) {
 		t.Fatalf("leave: %v", err)
 	}
 	cancel()
+	leader.dead.Store(true) // closed: it need not have heard of its NodeLeft
 	t.Logf("leader %s left gracefully in %v", shortID(leader.h.ID()), time.Since(start).Round(time.Millisecond))
 	check("graceful leave")
 	cl.waitAll("leaver gone", 5*time.Second, func(s State) bool { return !s.IsMember(leader.id()) })
@@ -315,6 +316,7 @@ func TestMakeBeforeBreak(t *testing.T) {
 
 	// It rejoins.
 	start = time.Now()
+	leader.dead.Store(false)
 	cl.start(leader, WithBootstrap(others[0].info(), others[1].info()))
 	cl.waitAll("rejoined and placed", 10*time.Second, placed(a.id(), b.id(), c.id()))
 	t.Logf("rejoined and placed in %v", time.Since(start).Round(time.Millisecond))
