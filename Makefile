@@ -7,7 +7,7 @@ PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak \
-	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp
+	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp handovers
 
 all: build
 
@@ -92,6 +92,20 @@ lint: $(TOOLS)/staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(TOOLS)/staticcheck $(PKGS)
+
+# The leader-liveness harness (issue 35): HANDOVERS clean leader shutdowns
+# (plain, right after a promotion a voter has not received, and after the
+# promotion of a lagging member) beside a busy loop on every core, each
+# followed by a new leader within the election timeout; then the same
+# sequences with the fix off, which must leave the swarm leaderless.
+HANDOVERS ?= 1000
+handovers:
+	@burn=; for i in $$(seq $$(nproc)); do (while :; do :; done) & burn="$$burn $$!"; done; \
+	trap 'kill $$burn' EXIT; \
+	mkdir -p $(BIN); STRATA_HANDOVERS=$(HANDOVERS) $(GO) test -count=1 -timeout 120m -v \
+		-run 'TestHandovers|TestStuckElectionWithoutFix' ./consensus >$(BIN)/handovers.txt 2>&1; rc=$$?; \
+	grep -E '^(---|ok|FAIL|PASS)|handovers elected|handover_test.go:[0-9]+: (no leader|run [0-9]+ .*(past|no leader))' $(BIN)/handovers.txt \
+		| grep -v -- '--- PASS: TestHandovers/'; echo "full log: $(BIN)/handovers.txt"; exit $$rc
 
 # Benchmarks of the functional core; BENCHTIME trades precision for time.
 # ./node/... includes BenchmarkPrefixCacheChat: a 4-turn chat through a
