@@ -2,10 +2,14 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/node"
@@ -70,6 +74,57 @@ func TestStories260KSwarm(t *testing.T) {
 		t.Fatalf("a chat request to a model without a chat template: %+v, %v", chat, err)
 	}
 	t.Logf("via %v: %q; a chat request in the built-in format gave %q", whole.Paths, whole.Text, chat.Text)
+}
+
+// TestDashboardPlainCompletion: the dashboard of a node serving
+// stories260K (no chat template) says that its chat box does plain
+// completion, and a text sent from the page goes to /v1/completions,
+// streamed, and shows with its continuation. (The page sends no
+// temperature, so the text is sampled, not the published greedy one.)
+func TestDashboardPlainCompletion(t *testing.T) {
+	bin := chromiumPath()
+	if bin == "" {
+		t.Skip("no Chromium found (looked for chromium, chromium-browser, google-chrome; or set STRATA_CHROMIUM)")
+	}
+	c := startCluster(t, 1, node.WithModelFile("../../testdata/models/stories260K.gguf"), node.WithMaxLayers(5))
+	defer c.close()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("no-proxy-server", true), chromedp.UserDataDir(t.TempDir()))
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer acancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	defer tcancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(c.urls[0]+"/"), chromedp.WaitVisible(chromedp.ID("chat-mode"))); err != nil {
+		t.Fatalf("the page does not show the plain-completion note: %v", err)
+	}
+	const prompt = "Once upon a time"
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.ID("chat-max"), "24"),
+		chromedp.SendKeys(chromedp.ID("chat-input"), prompt),
+		chromedp.Click(chromedp.ID("chat-send")),
+		chromedp.WaitVisible(chromedp.CSS(`.msg.assistant[data-done="true"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[struct{ Error, Text string }](`(() => { const m = document.querySelector(".msg.assistant");
+	  return {Error: m.dataset.error || "", Text: m.firstChild.textContent}; })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Error != "" || !strings.HasPrefix(got.Text, prompt) || len(got.Text) <= len(prompt) {
+		t.Fatalf("the page's completion: %+v", got)
+	}
+	status, _, body := get(t, c.urls[0]+"/v1/swarm/activity", "")
+	var act activityJSON
+	if err := json.Unmarshal(body, &act); status != http.StatusOK || err != nil {
+		t.Fatalf("activity: %d %s: %v", status, body, err)
+	}
+	if len(act.Requests) != 1 || act.Requests[0].Endpoint != "completions" || !act.Requests[0].Stream || act.Requests[0].Status != "ok" {
+		t.Fatalf("the page's requests: %s", body)
+	}
+	t.Logf("page: %q", got.Text)
 }
 
 // publishedStories is llama2.c's published greedy sample of stories260K
