@@ -14,11 +14,15 @@ all: build
 build:
 	$(GO) build -o $(BIN)/strata ./cmd/strata
 
-# The main job: a three-node swarm on loopback, on a generated model,
-# answering a chat completion (checked against a single-process run) and
-# left running; `make stop` stops it.
+# The main job: a three-node swarm on loopback serving the shipped trained
+# model (testdata/models/stories260K.gguf), continuing "Once upon a time"
+# through /v1/completions (checked against a single-process run and
+# llama2.c's published sample) and left running; `make stop` stops it.
+# DEMO_MODEL=random: a generated random-weight Q4_K_M model instead
+# (bin/demo-q4_k_m.gguf, once), answering a chat completion.
+DEMO_MODEL ?= testdata/models/stories260K.gguf
 run: build
-	BIN=$(BIN)/strata RUN=$(BIN)/run MODEL=$(BIN)/demo-q4_k_m.gguf bash testnet/demo.sh
+	BIN=$(BIN)/strata RUN=$(BIN)/run MODEL=$(DEMO_MODEL) RANDOM_MODEL=$(BIN)/demo-q4_k_m.gguf bash testnet/demo.sh
 
 stop:
 	bash testnet/down.sh $(BIN)/run

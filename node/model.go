@@ -18,6 +18,12 @@ type ModelInfo struct {
 	Vocab       int
 	Context     int // positions a session may hold
 	Simulated   bool
+	// ChatTemplate: the file carries its own chat template
+	// (tokenizer.chat_template). Without one a chat request is rendered
+	// in the engine's built-in format, which a model not tuned for chat
+	// (a base model such as stories260K) never saw: clients then offer
+	// plain completion. A simulated model has none.
+	ChatTemplate bool
 }
 
 // model opens the layers of the node's model: a GGUF file, or a
@@ -68,7 +74,8 @@ func openModel(path, simName string, simHW layers.Hardware, threads int) (*model
 			return nil, fmt.Errorf("%w: model %s: %w", ErrConfig, path, err)
 		}
 		return &model{path: path, spec: spec, tok: tok, hash: ModelHash(fp), threads: threads,
-			info: ModelInfo{Name: hp.Name, Fingerprint: fp, Layers: hp.Layers, Hidden: hp.Dim, Vocab: hp.Vocab, Context: hp.Context}}, nil
+			info: ModelInfo{Name: hp.Name, Fingerprint: fp, Layers: hp.Layers, Hidden: hp.Dim, Vocab: hp.Vocab, Context: hp.Context,
+				ChatTemplate: tok.HasChatTemplate()}}, nil
 	case simName != "":
 		spec, err := layers.Model(simName)
 		if err != nil {

@@ -18,8 +18,8 @@ import (
 )
 
 // The Go client of the API, as `strata chat` and `strata status` use it:
-// only what they need (the models, chat completions streamed or whole,
-// the swarm view and readiness). Any OpenAI client works against the
+// only what they need (the models, chat and plain completions streamed or
+// whole, the swarm view and readiness). Any OpenAI client works against the
 // server as well.
 
 // APIError is an error response of the server, or an error event that
@@ -157,19 +157,51 @@ func responseError(resp *http.Response) error {
 	return e
 }
 
-// Models lists the served models' IDs.
-func (c *Client) Models(ctx context.Context) ([]string, error) {
+// ModelEntry is a served model as /v1/models lists it: what a client
+// needs to choose how to ask it.
+type ModelEntry struct {
+	ID        string `json:"id"`
+	Simulated bool   `json:"simulated"`
+	// ChatTemplate: the model's file has its own chat template; nil when
+	// the server does not say (a node from before the field).
+	ChatTemplate *bool `json:"chat_template"`
+}
+
+// PlainCompletion reports whether the model is to be asked with plain
+// completion rather than chat: a real model whose file has no chat
+// template is not tuned for chat (stories260K, a base model), and the
+// built-in format the server would render a chat in is text it never
+// saw. A simulated model's text means nothing either way and it stands
+// for a chat model, so it stays with chat, as does a model of a server
+// that does not say.
+func (m ModelEntry) PlainCompletion() bool {
+	return m.ChatTemplate != nil && !*m.ChatTemplate && !m.Simulated
+}
+
+// ModelEntries lists the served models.
+func (c *Client) ModelEntries(ctx context.Context) ([]ModelEntry, error) {
 	resp, err := c.do(ctx, http.MethodGet, "/v1/models", nil)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var l modelList
+	var l struct {
+		Data []ModelEntry `json:"data"`
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
 		return nil, fmt.Errorf("api client: models: %w", err)
 	}
-	ids := make([]string, len(l.Data))
-	for i, m := range l.Data {
+	return l.Data, nil
+}
+
+// Models lists the served models' IDs.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	l, err := c.ModelEntries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(l))
+	for i, m := range l {
 		ids[i] = m.ID
 	}
 	return ids, nil
@@ -212,6 +244,29 @@ func (r ChatRequest) body() map[string]any {
 	return body
 }
 
+// CompletionRequest is a plain completion (/v1/completions): the model
+// continues Prompt. Nil fields take the server's defaults.
+type CompletionRequest struct {
+	Model       string
+	Prompt      string
+	MaxTokens   int // 0: the server's default
+	Temperature *float64
+	TopP        *float64
+	Seed        *int64
+	Stop        []string
+	Profile     string // the scheduling profile ("": the node's default)
+}
+
+// body is the request's JSON body: a chat's sampling fields, with a
+// prompt in place of the messages.
+func (r CompletionRequest) body() map[string]any {
+	body := ChatRequest{Model: r.Model, MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: r.TopP, Seed: r.Seed,
+		Stop: r.Stop, Profile: r.Profile}.body()
+	delete(body, "messages")
+	body["prompt"] = r.Prompt
+	return body
+}
+
 // FirstModel is the first model the server lists, for a client that
 // names none.
 func (c *Client) FirstModel(ctx context.Context) (string, error) {
@@ -238,11 +293,22 @@ type ChatResult struct {
 // event returns it as an *APIError; one that ends without "[DONE]" is an
 // error too.
 func (c *Client) ChatStream(ctx context.Context, r ChatRequest, onText func(string) error) (ChatResult, error) {
-	body := r.body()
+	return c.stream(ctx, "/v1/chat/completions", r.body(), onText)
+}
+
+// CompleteStream runs a streaming plain completion, calling onText with
+// each piece of the continuation as it arrives, as ChatStream does.
+func (c *Client) CompleteStream(ctx context.Context, r CompletionRequest, onText func(string) error) (ChatResult, error) {
+	return c.stream(ctx, "/v1/completions", r.body(), onText)
+}
+
+// stream runs a streaming generation at path: a chat's chunks carry
+// their text in delta.content, a completion's in text.
+func (c *Client) stream(ctx context.Context, path string, body map[string]any, onText func(string) error) (ChatResult, error) {
 	body["stream"] = true
 	body["stream_options"] = map[string]any{"include_usage": true}
 	var res ChatResult
-	resp, err := c.do(ctx, http.MethodPost, "/v1/chat/completions", body)
+	resp, err := c.do(ctx, http.MethodPost, path, body)
 	if err != nil {
 		return res, err
 	}
@@ -266,6 +332,7 @@ func (c *Client) ChatStream(ctx context.Context, r ChatRequest, onText func(stri
 				Delta struct {
 					Content *string `json:"content"`
 				} `json:"delta"`
+				Text         *string `json:"text"`
 				FinishReason *string `json:"finish_reason"`
 			} `json:"choices"`
 			Usage *usageJSON `json:"usage"`
@@ -293,10 +360,14 @@ func (c *Client) ChatStream(ctx context.Context, r ChatRequest, onText func(stri
 			if ch.FinishReason != nil {
 				res.FinishReason = *ch.FinishReason
 			}
-			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
-				text.WriteString(*ch.Delta.Content)
+			piece := ch.Delta.Content
+			if piece == nil {
+				piece = ch.Text
+			}
+			if piece != nil && *piece != "" {
+				text.WriteString(*piece)
 				if onText != nil {
-					if err := onText(*ch.Delta.Content); err != nil {
+					if err := onText(*piece); err != nil {
 						return res, err
 					}
 				}
@@ -313,8 +384,8 @@ func (c *Client) ChatStream(ctx context.Context, r ChatRequest, onText func(stri
 	return res, errors.New("api client: the stream ended without [DONE]")
 }
 
-// ChatReply is a whole (not streamed) chat completion, with how it went
-// through the swarm.
+// ChatReply is a whole (not streamed) chat or plain completion, with how
+// it went through the swarm.
 type ChatReply struct {
 	ChatResult
 	Paths   []string      // the pipeline paths used, in order (more than one after a replay)
@@ -324,27 +395,44 @@ type ChatReply struct {
 
 // Chat runs one chat completion and returns it whole.
 func (c *Client) Chat(ctx context.Context, r ChatRequest) (ChatReply, error) {
+	return c.whole(ctx, "/v1/chat/completions", r.body())
+}
+
+// Complete runs one plain completion and returns the continuation whole.
+func (c *Client) Complete(ctx context.Context, r CompletionRequest) (ChatReply, error) {
+	return c.whole(ctx, "/v1/completions", r.body())
+}
+
+// whole runs a generation at path without streaming: a chat's choice
+// carries its text in message.content, a completion's in text.
+func (c *Client) whole(ctx context.Context, path string, body map[string]any) (ChatReply, error) {
 	var out ChatReply
-	resp, err := c.do(ctx, http.MethodPost, "/v1/chat/completions", r.body())
+	resp, err := c.do(ctx, http.MethodPost, path, body)
 	if err != nil {
 		return out, err
 	}
 	defer resp.Body.Close()
 	var cr struct {
 		Choices []struct {
-			Message      chatMsgJSON `json:"message"`
-			FinishReason *string     `json:"finish_reason"`
+			Message      *chatMsgJSON `json:"message"`
+			Text         *string      `json:"text"`
+			FinishReason *string      `json:"finish_reason"`
 		} `json:"choices"`
 		Usage  *usageJSON  `json:"usage"`
 		Strata *strataJSON `json:"strata"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&cr); err != nil {
-		return out, fmt.Errorf("api client: chat: %w", err)
+		return out, fmt.Errorf("api client: %s: %w", path, err)
 	}
 	if len(cr.Choices) == 0 {
-		return out, errors.New("api client: chat: a reply without choices")
+		return out, fmt.Errorf("api client: %s: a reply without choices", path)
 	}
-	out.Text = cr.Choices[0].Message.Content
+	switch ch := cr.Choices[0]; {
+	case ch.Message != nil:
+		out.Text = ch.Message.Content
+	case ch.Text != nil:
+		out.Text = *ch.Text
+	}
 	if f := cr.Choices[0].FinishReason; f != nil {
 		out.FinishReason = *f
 	}

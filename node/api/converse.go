@@ -24,10 +24,17 @@ type ConverseOptions struct {
 	// Prompt is written before each line read ("" for none, as when
 	// stdin is not a terminal).
 	Prompt string
+	// Completion: each line is a prompt of its own for plain completion
+	// (/v1/completions), for a model with no chat template (see
+	// ModelEntry.PlainCompletion); the line is written back with its
+	// continuation so that the text reads whole. There is no history,
+	// and System is not used.
+	Completion bool
 }
 
 // Converse reads user turns, one per line, from in and streams each
-// reply to out as it arrives, keeping the conversation's history. Lines
+// reply to out as it arrives, keeping the conversation's history (or,
+// with o.Completion, streams each line's continuation). Lines
 // "/reset" (forget the history) and "/quit" are commands. A turn that
 // fails is reported on out and left out of the history, so that the
 // next line starts from where the conversation stood; Converse goes on
@@ -67,7 +74,17 @@ func Converse(ctx context.Context, c *Client, o ConverseOptions, in io.Reader, o
 			return nil
 		case "/reset":
 			reset()
-			fmt.Fprintln(out, "(history cleared)")
+			if o.Completion {
+				fmt.Fprintln(out, "(plain completion keeps no history)")
+			} else {
+				fmt.Fprintln(out, "(history cleared)")
+			}
+			continue
+		}
+		if o.Completion {
+			if err := complete(ctx, c, o, line, out); err != nil {
+				return err
+			}
 			continue
 		}
 		turn := append(history, engine.Message{Role: "user", Content: line})
@@ -88,4 +105,28 @@ func Converse(ctx context.Context, c *Client, o ConverseOptions, in io.Reader, o
 		}
 		history = append(turn, engine.Message{Role: "assistant", Content: res.Text})
 	}
+}
+
+// complete streams the continuation of prompt after the prompt itself.
+// A failed completion is reported on out; only ctx's end or a failed
+// write of out ends the conversation.
+func complete(ctx context.Context, c *Client, o ConverseOptions, prompt string, out io.Writer) error {
+	if _, err := io.WriteString(out, prompt); err != nil {
+		return err
+	}
+	_, err := c.CompleteStream(ctx, CompletionRequest{Model: o.Model, Prompt: prompt, MaxTokens: o.MaxTokens,
+		Temperature: o.Temperature, Seed: o.Seed, Profile: o.Profile}, func(s string) error {
+		_, err := io.WriteString(out, s)
+		return err
+	})
+	if _, werr := io.WriteString(out, "\n"); werr != nil {
+		return werr
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		fmt.Fprintf(out, "error: %v\n", err)
+	}
+	return nil
 }

@@ -27,7 +27,8 @@
 // engine computing each node's layers), the
 // requests this node took with their paths drawn over the coverage, the
 // swarm's events, and a chat box that streams through
-// /v1/chat/completions. It is fed by one stream per page,
+// /v1/chat/completions, or through /v1/completions for a model without a
+// chat template. It is fed by one stream per page,
 // GET /v1/swarm/events (text/event-stream): "swarm" events carry the
 // /v1/swarm view when it changes, at most every 500 ms; "event" events
 // (joined, left, liveness, state, epoch, pending, leader) come from one
@@ -37,6 +38,15 @@
 // and only it, also takes the key as ?key= (compared in constant time);
 // such a URL can land in logs, so put the node behind TLS where that
 // matters.
+//
+// # Models without a chat template
+//
+// GET /v1/models (and the view's "model") says "chat_template": whether
+// the model's file has its own. A chat request to a model without one is
+// served in the engine's built-in format (Llama-2's [INST] for a
+// SentencePiece vocabulary), which a base model such as stories260K never
+// saw; so the client's callers (strata chat) and the dashboard send plain
+// completions to such a model instead (ModelEntry.PlainCompletion).
 //
 // # Scheduling profiles
 //

@@ -32,6 +32,11 @@ type (
 		Context     int    `json:"context_length"`
 		Simulated   bool   `json:"simulated"`
 		Fingerprint string `json:"fingerprint"`
+		// ChatTemplate: the model's file has its own chat template. A
+		// chat request to a model without one is still served, in the
+		// engine's built-in format; clients (strata chat, the
+		// dashboard) use /v1/completions instead.
+		ChatTemplate bool `json:"chat_template"`
 	}
 	modelList struct {
 		Object string      `json:"object"`
@@ -84,7 +89,7 @@ type (
 func (s *Server) modelJSON() modelJSON {
 	in := s.b.Model()
 	return modelJSON{ID: in.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "strata",
-		Layers: in.Layers, Context: in.Context, Simulated: in.Simulated, Fingerprint: in.Fingerprint}
+		Layers: in.Layers, Context: in.Context, Simulated: in.Simulated, Fingerprint: in.Fingerprint, ChatTemplate: in.ChatTemplate}
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {

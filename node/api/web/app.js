@@ -20,6 +20,10 @@
     es: null,
     key: localStorage.getItem(KEY) || "",
     history: [], // chat messages
+    // The model has no chat template (and is not simulated): the box
+    // sends plain completions, as strata chat does, since the built-in
+    // chat format is text such a base model never saw.
+    plain: false,
     stats: { renders: 0, lastRenderMs: 0, swarmMessages: 0 },
     stopped: false,
   };
@@ -75,6 +79,12 @@
   function renderHeader(v) {
     $("model").textContent = v.model.id + " · " + v.model.layers + " layers";
     $("sim-badge").hidden = !v.model.simulated;
+    const plain = v.model.chat_template === false && !v.model.simulated;
+    if (plain !== state.plain) {
+      state.plain = plain;
+      $("chat-mode").hidden = !plain;
+      $("chat-input").placeholder = plain ? "Begin a text for the model to continue, such as: Once upon a time" : "Say something to the swarm…";
+    }
     const alive = v.members.filter((m) => m.member && m.liveness !== "dead").length;
     $("summary").textContent =
       "node " + short(v.node) + " · epoch " + v.epoch + " · leader " + (v.leader ? short(v.leader) : "none") +
@@ -410,7 +420,10 @@
 
   async function send(text) {
     const model = state.view ? state.view.model.id : "";
-    state.history.push({ role: "user", content: text });
+    // Plain completion: the text alone is the prompt, shown again with
+    // its continuation; no history.
+    const plain = state.plain;
+    if (!plain) state.history.push({ role: "user", content: text });
     addMsg("user", text);
     const out = addMsg("assistant", "");
     const body = document.createElement("span");
@@ -423,10 +436,12 @@
     let ttft = null;
     try {
       const max = parseInt($("chat-max").value, 10) || 48;
-      const resp = await fetch("/v1/chat/completions", {
+      const req = plain ? { model, prompt: text, stream: true, max_tokens: max }
+        : { model, messages: state.history, stream: true, max_tokens: max };
+      const resp = await fetch(plain ? "/v1/completions" : "/v1/chat/completions", {
         method: "POST",
         headers: Object.assign({ "Content-Type": "application/json" }, authHeaders()),
-        body: JSON.stringify({ model, messages: state.history, stream: true, max_tokens: max }),
+        body: JSON.stringify(req),
       });
       if (!resp.ok) {
         let msg = resp.status + " " + resp.statusText;
@@ -450,12 +465,13 @@
             if (data === "[DONE]") { ended = true; continue; }
             const chunk = JSON.parse(data);
             if (chunk.error) throw new Error(chunk.error.message);
-            const d = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
-            if (d && d.content) {
+            const ch = chunk.choices && chunk.choices[0];
+            const piece = ch && (plain ? ch.text : ch.delta && ch.delta.content);
+            if (piece) {
               if (ttft === null) ttft = performance.now() - t0;
-              answer += d.content;
+              answer += piece;
               deltas++;
-              body.textContent = answer;
+              body.textContent = (plain ? text : "") + answer;
               out.dataset.deltas = String(deltas);
               $("chat-log").scrollTop = $("chat-log").scrollHeight;
             }
@@ -463,13 +479,13 @@
         }
       }
       if (!ended) throw new Error("the stream ended without [DONE]");
-      state.history.push({ role: "assistant", content: answer });
+      if (!plain) state.history.push({ role: "assistant", content: answer });
       const meta = document.createElement("span");
       meta.className = "meta";
       meta.textContent = `${deltas} deltas · first after ${fmt(ttft, 0)} ms · ${fmt((performance.now() - t0) / 1000, 2)} s`;
       out.appendChild(meta);
     } catch (err) {
-      state.history.pop(); // a failed turn stays out of the history
+      if (!plain) state.history.pop(); // a failed turn stays out of the history
       out.classList.add("error");
       out.dataset.error = String(err.message || err);
       body.textContent = (answer ? answer + "\n" : "") + "error: " + (err.message || err);
