@@ -34,18 +34,31 @@ testnet: build
 	BIN=$(BIN)/strata bash testnet/up.sh $(N)
 
 # Every scenario of testdata/testnet through `strata testnet run`, reports
-# under bin/soak/. A scenario that needs network namespaces is skipped,
-# saying why, where there is no root (exit status 3).
+# under bin/soak/. Each runs on the binary it needs: a scenario with a
+# lying node (fault:) on a -tags faultinject build, one with ggml nodes
+# (engine: ggml) on bin/strata-ggml, which needs cgo and a C compiler;
+# where that cannot be built the scenario is skipped, saying why. So is a
+# scenario that needs network namespaces where there is no root (exit
+# status 3). SOAK=GLOB picks scenarios by name.
+SOAK ?= *
 soak: build debs
 	@mkdir -p $(BIN)/soak; fail=0; \
-	for f in testdata/testnet/*.yaml; do \
+	$(GO) build -tags faultinject -o $(BIN)/strata-fi ./cmd/strata || exit 1; \
+	ggml=; $(MAKE) --no-print-directory build-ggml >$(BIN)/soak/build-ggml.log 2>&1 || \
+		ggml="bin/strata-ggml did not build (cgo and a C compiler needed; see $(BIN)/soak/build-ggml.log)"; \
+	for f in testdata/testnet/$(SOAK).yaml; do \
 		name=$$(basename $$f .yaml); echo "== $$name"; \
-		rm -rf $(BIN)/soak/$$name; \
-		$(BIN)/strata testnet run $$f --bin $(BIN)/strata --run-dir $(BIN)/soak/$$name --report $(BIN)/soak/$$name.md; \
+		rm -rf $(BIN)/soak/$$name; bin=$(BIN)/strata; \
+		if grep -q '^ *- {.*fault:' $$f; then bin=$(BIN)/strata-fi; fi; \
+		if grep -q 'engine: ggml' $$f; then \
+			if [ -n "$$ggml" ]; then echo "== $$name: SKIPPED ($$ggml)"; continue; fi; \
+			bin=$(BIN)/strata-ggml; \
+		fi; \
+		$$bin testnet run $$f --bin $$bin --run-dir $(BIN)/soak/$$name --report $(BIN)/soak/$$name.md; \
 		rc=$$?; \
 		if [ $$rc -eq 3 ]; then echo "== $$name: SKIPPED (its network cannot run here: see above)"; \
 		elif [ $$rc -ne 0 ]; then echo "== $$name: FAILED"; fail=1; \
-		else echo "== $$name: passed"; fi; \
+		else echo "== $$name: passed ($$(basename $$bin))"; fi; \
 	done; exit $$fail
 
 # The placement planner against the baselines on a bundled scenario.

@@ -14,6 +14,18 @@
 // non-voter, so every member reads the committed and pending maps
 // locally.
 //
+// Voter changes never strand an election. hashicorp/raft refuses its
+// vote to a candidate that is not a voter in the refusing server's
+// latest configuration, so a voter that missed a promotion, once the
+// leader is gone, can block every election for good. The leader
+// therefore learns from its transport what each follower acknowledged
+// (progress.go), and Decide changes voters, or hands leadership over,
+// only once every live voter of the resulting configuration holds the
+// latest one (RaftServer.Lagging); Close waits for the same before it
+// transfers leadership. The harness in handover_test.go drives both
+// sequences that led there and shows the swarm stuck without the wait;
+// `make handovers` runs it 1,000 times under CPU load.
+//
 // The leader carries out the placement policy of package layers: on a
 // join, a leave, or when a rebalance pays, it plans, appends MapProposed,
 // waits while the nodes with moves load their new ranges next to their
