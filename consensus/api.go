@@ -355,8 +355,7 @@ func (c *Consensus) departed() bool {
 
 // Close stops the member: a leader first waits until every live voter
 // holds the latest configuration (at most the RPC timeout), then hands
-// leadership to another voter; then Raft shuts down and the stores
-// close. The member stays in the swarm's state until it is removed as
+// leadership over (handOver); then Raft shuts down and the stores close. The member stays in the swarm's state until it is removed as
 // dead (or left with Leave).
 func (c *Consensus) Close() error {
 	c.closeOnce.Do(func() {
@@ -365,12 +364,7 @@ func (c *Consensus) Close() error {
 		c.stepMu.Unlock()
 		if c.IsLeader() {
 			c.awaitSettled(c.cfg.rpcTimeout)
-			f := c.raft.LeadershipTransfer()
-			err := f.Error()
-			if err != nil && !errors.Is(err, raft.ErrNotLeader) {
-				c.log.Debugw("leadership transfer", "error", err)
-			}
-			c.handedOver = err == nil
+			c.handedOver = c.handOver()
 		}
 		c.cancel()
 		if c.cfg.caller == nil {
@@ -396,6 +390,32 @@ func (c *Consensus) Close() error {
 		c.closeErr = errors.Join(errs...)
 	})
 	return c.closeErr
+}
+
+// handOver gives leadership up as the others can take it: by a transfer
+// to another voter or, where the others alone would be no majority (two
+// voters, as between two promotions), by demoting itself first, so that
+// the other voter's own election wins. A transfer alone would leave that
+// voter leading a configuration whose majority needs the closed member.
+func (c *Consensus) handOver() bool {
+	voters := 0
+	for _, s := range c.raft.GetConfiguration().Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	if voters == 2 && c.isVoter(c.id) {
+		if err := c.raft.DemoteVoter(raft.ServerID(c.id.String()), 0, c.cfg.rpcTimeout).Error(); err != nil {
+			c.log.Debugw("demoting itself", "error", err)
+			return false
+		}
+		return true
+	}
+	err := c.raft.LeadershipTransfer().Error()
+	if err != nil && !errors.Is(err, raft.ErrNotLeader) {
+		c.log.Debugw("leadership transfer", "error", err)
+	}
+	return err == nil
 }
 
 // closeTransport closes raft's transport, then waits (at most 5 s) for
