@@ -49,7 +49,7 @@ type Consensus struct {
 	leaving    atomic.Bool
 	joinErr    atomic.Pointer[error] // a join refused for good
 	closeOnce  sync.Once
-	handedOver bool // Close transferred leadership (for tests)
+	handedOver bool // Close handed leadership over (for tests)
 	closeErr   error
 
 	// stepMu is held by the leader loop while it decides and acts, and
@@ -355,8 +355,9 @@ func (c *Consensus) departed() bool {
 
 // Close stops the member: a leader first waits until every live voter
 // holds the latest configuration (at most the RPC timeout), then hands
-// leadership over (handOver); then Raft shuts down and the stores close. The member stays in the swarm's state until it is removed as
-// dead (or left with Leave).
+// leadership over (handOver); then Raft shuts down and the stores close.
+// The member stays in the swarm's state until it is removed as dead (or
+// left with Leave).
 func (c *Consensus) Close() error {
 	c.closeOnce.Do(func() {
 		c.stepMu.Lock()
