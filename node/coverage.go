@@ -1,11 +1,15 @@
 package node
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/engine/store"
 	"github.com/stratanet/strata/layers"
@@ -137,4 +141,33 @@ func (n *Node) uncoveredMap(m layers.LayerMap) error {
 		return nil
 	}
 	return &retryAfter{err: &uncoveredError{sf: sf, gaps: kept.Gaps()}, after: uncoveredRetry}
+}
+
+// watchCoverage logs, once per change, that the swarm cannot serve for
+// want of nodes (ErrUncovered, with the layers no node holds and what to
+// do), and that it has enough again: a user watching a node's log sees
+// why it waits, where nothing else would say so.
+func (n *Node) watchCoverage(ctx context.Context, every time.Duration) {
+	t := n.cfg.clock.NewTicker(every)
+	defer t.Stop()
+	last := ""
+	for {
+		why := ""
+		if err := n.Ready(); errors.Is(err, ErrUncovered) {
+			why = strings.TrimPrefix(err.Error(), "node: ")
+		}
+		switch {
+		case why == last:
+		case why != "":
+			n.log.Warn("the swarm cannot serve yet", zap.String("why", why))
+		default:
+			n.log.Info("the swarm's nodes can hold every layer now")
+		}
+		last = why
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+	}
 }

@@ -308,8 +308,9 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		n.cons.Store(c)
 	}
 	if cfg.static == nil {
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go func() { defer n.wg.Done(); n.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
+		go func() { defer n.wg.Done(); n.watchCoverage(n.ctx, max(2*cfg.statusEvery, time.Second)) }()
 	}
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.ann.loop(n.ctx) }()

@@ -201,7 +201,11 @@ func (s *Server) swarmView() swarmJSON {
 		}
 	}
 	for _, st := range committed.Stages {
-		add(st.Node).Member = true // a static map's nodes are its members
+		m := add(st.Node)
+		// A static map's nodes are its members; a node of a committed
+		// map that is no member any more left the swarm (its layers wait
+		// for a repair).
+		m.Member = m.Member || snap.Static
 	}
 	for _, id := range v.Voters {
 		add(id).Voter = true

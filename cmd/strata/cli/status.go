@@ -40,7 +40,8 @@ type swarmView struct {
 		RelayRate    float64  `json:"relay_rate_mb_per_s"`
 		RelayedMB    float64  `json:"relayed_mb"`
 	} `json:"nat"`
-	Members []memberView `json:"members"`
+	Members   []memberView `json:"members"`
+	StaticMap bool         `json:"static_map"`
 	// Routable: the node can route a full path; NotReady says why not
 	// (absent from a node too old to say).
 	Routable bool   `json:"routable"`
@@ -205,6 +206,12 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 		cover := "covers every layer"
 		if !m.Covers() {
 			cover = "DOES NOT cover every layer"
+		} else if gaps := leftGaps(m, v.Members); len(gaps) > 0 {
+			gs := make([]string, len(gaps))
+			for i, g := range gaps {
+				gs[i] = g.String()
+			}
+			cover = "covers every layer, but only nodes that left the swarm hold " + strings.Join(gs, ", ")
 		}
 		fmt.Fprintf(w, "model %s (%s), %d layers; epoch %d, leader %s; the map %s\n", v.Model.ID, kind, m.Layers, m.Epoch, leader, cover)
 	}
@@ -212,8 +219,10 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 		fmt.Fprintf(w, "  not serving: %s\n", v.NotReady)
 	}
 	byID := map[string]int{}
+	anyMember := false // false: a node too old to say who is a member
 	for i, mem := range v.Members {
 		byID[mem.ID] = i
+		anyMember = anyMember || mem.Member
 	}
 	stages := slices.Clone(m.Stages)
 	slices.SortFunc(stages, func(a, b layers.Stage) int {
@@ -226,6 +235,9 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 		var extra []string
 		if i, ok := byID[st.Node]; ok {
 			extra = memberExtras(v.Members[i])
+			if !v.Members[i].Member && anyMember && !v.StaticMap {
+				extra = append(extra, "left the swarm")
+			}
 		}
 		if v.Leader != nil && st.Node == *v.Leader {
 			extra = append(extra, "leader")
@@ -259,6 +271,28 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 		}
 	}
 	printReachability(w, v, name)
+}
+
+// leftGaps are the layers of m that only nodes no longer members hold
+// (as the members list says; none when it names no member at all, as a
+// node too old to say does).
+func leftGaps(m layers.LayerMap, members []memberView) []layers.Range {
+	member := map[string]bool{}
+	for _, mem := range members {
+		if mem.Member {
+			member[mem.ID] = true
+		}
+	}
+	if len(member) == 0 {
+		return nil
+	}
+	kept := m
+	for _, id := range m.Nodes() {
+		if !member[id] {
+			kept = kept.Without(id)
+		}
+	}
+	return kept.Gaps()
 }
 
 // memberExtras is what status says of a member after its layers: its
