@@ -20,8 +20,11 @@ import (
 // repaired) waits here, first in first out, instead of being refused. It
 // is admitted when capacity frees: a hop's report shows room, a session
 // of this entry ends, the map or a peer's liveness changes. It is refused
-// (ErrNoCapacity, with a Retry-After) only when its deadline passes or the
-// queue is at its bound.
+// (ErrNoCapacity, with a Retry-After) only when its deadline passes, saying
+// what it waited for, or the queue is at its bound. A request whose route
+// fails for a reason no wait mends (ErrUncovered: the members cannot hold
+// every layer) is refused at once, and so is a queued one when its turn
+// meets that reason.
 //
 // Admission counts KV as FastDeploy does, in blocks: ceil(prompt/block)
 // for the prompt plus the blocks reserved for the output, here all of it
