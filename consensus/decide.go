@@ -475,7 +475,7 @@ func (d *decision) fleet() (*layers.Fleet, map[string]bool, error) {
 	var nodes []layers.Node
 	ok := map[string]bool{}
 	for _, m := range d.in.State.Members() {
-		if m.Draining || d.in.Now.Before(m.LaggardUntil) || d.deadFor(m.ID) > 0 {
+		if !placeable(m, d.in.Now) || d.deadFor(m.ID) > 0 {
 			continue
 		}
 		n := layers.Node{ID: m.ID, Hardware: m.Caps.Hardware, Region: m.Caps.Region, MaxLayers: m.Caps.MaxLayers}

@@ -354,7 +354,9 @@ func ReadFile(r io.ReaderAt, size int64) (*File, error) {
 		return nil, err
 	}
 	if magic != ggufMagic {
-		return nil, fmt.Errorf("%w: not a GGUF file (magic %#08x)", ErrCorrupt, magic)
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], magic)
+		return nil, fmt.Errorf("%w: not a GGUF file (its magic is %q, not \"GGUF\")", ErrCorrupt, b[:])
 	}
 	hr.what = "version"
 	f := &File{readers: []io.ReaderAt{r}, Size: size, kv: map[string]int{}, tensors: map[string]int{}, Alignment: ggufDefaultAlign}

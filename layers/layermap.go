@@ -304,12 +304,18 @@ func (m *LayerMap) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// UnmarshalJSON decodes and validates a map.
+// UnmarshalJSON decodes and validates a map. The zero map (no layers,
+// no stages, epoch 0: what a node with no map committed yet reports)
+// decodes to the zero LayerMap, as it encodes.
 func (m *LayerMap) UnmarshalJSON(b []byte) error {
 	type plain LayerMap
 	var p plain
 	if err := json.Unmarshal(b, &p); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadMap, err)
+	}
+	if p.Layers == 0 && p.Epoch == 0 && len(p.Stages) == 0 {
+		*m = LayerMap{}
+		return nil
 	}
 	out, err := NewLayerMap(p.Layers, p.Epoch, p.Stages...)
 	if err != nil {

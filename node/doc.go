@@ -52,7 +52,11 @@
 //     path: with greedy or seeded sampling the caller gets exactly the
 //     tokens of a run without the failure. With no path at all, in-flight
 //     generations wait for the leader's repair (WithRepairWait) and new
-//     requests are refused at once with ErrNoCapacity.
+//     requests wait in the queue. When the members cannot hold every
+//     layer between them (no map committed, or the only holders of some
+//     layers left; coverage.go), no map or repair can come until more
+//     nodes join: both are refused at once with ErrUncovered (and
+//     ErrNoCapacity), naming the layers no node holds.
 //   - The path finder (pathFinder, view.go) builds the routing view from
 //     the committed map, the peer table and the members' capabilities, and
 //     asks the router; no routing decision is made here.

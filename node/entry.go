@@ -552,8 +552,12 @@ func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
 					ErrNoCapacity, len(g.hard))
 			}
 		}
+		if errors.Is(err, ErrUncovered) {
+			// No repair can come until more nodes join.
+			return routing.Path{}, fmt.Errorf("%w: %w", ErrSessionLost, err)
+		}
 		if !errors.Is(err, routing.ErrNoPath) || e.cfg.clock.Now().After(deadline) {
-			return routing.Path{}, fmt.Errorf("%w: no path within %v: %w", ErrSessionLost, e.cfg.repairWait, errors.Join(ErrNoCapacity, err))
+			return routing.Path{}, fmt.Errorf("%w: %w: no repair within %v: %w", ErrSessionLost, ErrNoCapacity, e.cfg.repairWait, err)
 		}
 		if !waited {
 			e.cfg.log.Warn("no path; waiting for a repair", zap.Duration("up_to", e.cfg.repairWait))

@@ -10,6 +10,7 @@ import (
 //
 //	ErrBadRequest     400   ErrUnknownModel 404
 //	ErrPromptTooLong  413   ErrNoCapacity   503 (Retry-After: RetryAfter(err))
+//	ErrUncovered      503, with ErrNoCapacity: layers no node can hold
 //	ErrSessionLost    a stream that cannot continue (an error event)
 //	ErrClosed         503   ErrBadFrame     peer input only, never a caller's
 var (
@@ -27,6 +28,12 @@ var (
 	// until their deadline, or at once when the queue is full; in-flight
 	// ones after waiting for a repair.
 	ErrNoCapacity = errors.New("node: no capacity")
+	// ErrUncovered: no map is committed and the members a plan may place
+	// cannot hold every layer between them (too few nodes, each capped by
+	// its memory or --max-layers): no path can exist until more nodes
+	// join, so a request is refused at once rather than queued. It comes
+	// with ErrNoCapacity (503), naming the layers served by no node.
+	ErrUncovered = errors.New("node: no path")
 	// ErrQueueFull: the entry's admission queue is at its bound; it comes
 	// wrapped with ErrNoCapacity (503).
 	ErrQueueFull = errors.New("node: admission queue full")

@@ -54,7 +54,7 @@ func openModel(path, simName string, simHW layers.Hardware, threads int) (*model
 	case path != "":
 		f, fh, err := engine.OpenFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("%w: model %s: %w", ErrConfig, path, err)
+			return nil, fmt.Errorf("%w: model %w", ErrConfig, err) // it names the file
 		}
 		defer fh.Close()
 		hp, err := engine.ReadHParams(f)

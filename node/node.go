@@ -209,6 +209,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc.entry = n.entry
 	n.ann.changed = n.entry.capacityChanged
 	n.ann.queue = func() (int, time.Duration) { return n.entry.adm.queued(cfg.clock.Now()) }
+	n.paths.noMap, n.paths.uncovered = n.noMap, n.uncoveredMap
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
 		if st == nil {
@@ -307,8 +308,9 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		n.cons.Store(c)
 	}
 	if cfg.static == nil {
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go func() { defer n.wg.Done(); n.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
+		go func() { defer n.wg.Done(); n.watchCoverage(n.ctx, max(2*cfg.statusEvery, time.Second)) }()
 	}
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.ann.loop(n.ctx) }()
@@ -414,12 +416,16 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 }
 
 // Ready reports whether this node can route a full path now: nil, or an
-// error wrapping ErrNoCapacity (for a health check).
+// error wrapping ErrNoCapacity that says why not (for a health check),
+// ErrUncovered among them when no path can exist until more nodes join.
 func (n *Node) Ready() error {
 	if n.ctx.Err() != nil {
 		return ErrClosed
 	}
 	if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err != nil {
+		if errors.Is(err, ErrNoCapacity) {
+			return err
+		}
 		return fmt.Errorf("%w: %w", ErrNoCapacity, err)
 	}
 	return nil

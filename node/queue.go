@@ -20,8 +20,11 @@ import (
 // repaired) waits here, first in first out, instead of being refused. It
 // is admitted when capacity frees: a hop's report shows room, a session
 // of this entry ends, the map or a peer's liveness changes. It is refused
-// (ErrNoCapacity, with a Retry-After) only when its deadline passes or the
-// queue is at its bound.
+// (ErrNoCapacity, with a Retry-After) only when its deadline passes, saying
+// what it waited for, or the queue is at its bound. A request whose route
+// fails for a reason no wait mends (ErrUncovered: the members cannot hold
+// every layer) is refused at once, and so is a queued one when its turn
+// meets that reason.
 //
 // Admission counts KV as FastDeploy does, in blocks: ceil(prompt/block)
 // for the prompt plus the blocks reserved for the output, here all of it
@@ -93,6 +96,9 @@ type waiter struct {
 	deadline time.Time
 	noHold   bool
 	held     bool // fair admission held it back at least once
+	// why is the last reason it could not be admitted (nil: never
+	// tried, behind the head); a.mu guards it.
+	why error
 }
 
 // admission is the queue's answer to a waiter.
@@ -210,7 +216,7 @@ func (e *entry) tryFairLocked(w *waiter, now time.Time) (adm admission, wake tim
 }
 
 // errNoRoom: a path exists, but none has KV room for the request now.
-var errNoRoom = errors.New("no path has KV room")
+var errNoRoom = errors.New("no path has KV room now (the swarm is busy)")
 
 // tryLocked routes w and reserves its KV on the path's hops, or says why
 // it cannot now. A path whose hop lacks room is tried again without that
@@ -228,7 +234,7 @@ func (e *entry) tryLocked(w *waiter) (admission, error) {
 		path, err := e.route(q)
 		if err != nil {
 			if len(avoid) > 0 && errors.Is(err, routing.ErrNoPath) {
-				return admission{}, fmt.Errorf("%w: hop(s) %v full", errNoRoom, len(avoid))
+				return admission{}, fmt.Errorf("%w: %d hop(s) full", errNoRoom, len(avoid))
 			}
 			return admission{}, err
 		}
@@ -319,6 +325,7 @@ func (e *entry) admitLoop() {
 			w := a.q[0]
 			adm, at, err := e.tryFairLocked(w, now)
 			if err != nil && waitable(err) {
+				w.why = err
 				wake = at
 				break
 			}
@@ -382,6 +389,7 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 			a.mu.Unlock()
 			return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (the request asked not to queue)", ErrNoCapacity, err), after: time.Second}
 		}
+		w.why = err
 	}
 	if timeout < 0 {
 		n := len(a.q)
@@ -407,20 +415,24 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 	timer := e.cfg.clock.NewTimer(timeout)
 	defer timer.Stop()
 	var why error
+	timedOut := false
 	select {
 	case adm := <-w.done:
 		a.waits.observe(e.cfg.clock.Since(now))
 		return adm.path, adm.resv, adm.stolen, adm.err
 	case <-timer.Chan():
-		why = &retryAfter{err: fmt.Errorf("%w: %w: queued %v with no path with KV room", ErrNoCapacity, ErrQueueTimeout, timeout),
-			after: e.retryHint(e.cfg.clock.Now())}
-		a.refusedN.Add(1)
+		timedOut = true
 	case <-ctx.Done():
 		why = ctx.Err()
 	case <-e.ctx.Done():
 		why = ErrClosed
 	}
 	a.mu.Lock()
+	if timedOut {
+		why = &retryAfter{err: fmt.Errorf("%w: %w: queued %v: %s", ErrNoCapacity, ErrQueueTimeout, timeout, a.whyLocked(w)),
+			after: e.retryHintLocked(e.cfg.clock.Now())}
+		a.refusedN.Add(1)
+	}
 	if i := slices.Index(a.q, w); i >= 0 {
 		a.q = slices.Delete(a.q, i, i+1)
 		a.mu.Unlock()
@@ -446,8 +458,36 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 // queue has waited (the queue drains at about that pace), within [1 s,
 // the queue timeout].
 func (e *entry) retryHint(now time.Time) time.Duration {
-	_, oldest := e.adm.queued(now)
+	e.adm.mu.Lock()
+	defer e.adm.mu.Unlock()
+	return e.retryHintLocked(now)
+}
+
+// retryHintLocked is retryHint with a.mu held.
+func (e *entry) retryHintLocked(now time.Time) time.Duration {
+	var oldest time.Duration
+	if q := e.adm.q; len(q) > 0 {
+		oldest = now.Sub(q[0].since)
+	}
 	return min(max(oldest.Round(time.Second), time.Second), max(e.cfg.queueTimeout, time.Second))
+}
+
+// whyLocked says why w is still waiting: the last reason it could not be
+// admitted, or, never tried behind the head, the head's. a.mu is held.
+func (a *admitter) whyLocked(w *waiter) string {
+	why := w.why
+	ahead := slices.Index(a.q, w)
+	if why == nil && ahead > 0 {
+		why = a.q[0].why
+	}
+	text := "no path with KV room"
+	if why != nil {
+		text = why.Error()
+	}
+	if ahead > 0 {
+		return fmt.Sprintf("%d earlier request(s) ahead of it; the first waits: %s", ahead, text)
+	}
+	return text
 }
 
 // waitBounds are the queue wait histogram's upper bounds, in seconds.

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -114,7 +115,8 @@ func TestQueueDeadline(t *testing.T) {
 	noGen(t, out)
 	r.clock.Advance(time.Millisecond)
 	g := recvGen(t, out)
-	if !errors.Is(g.err, ErrNoCapacity) || !errors.Is(g.err, ErrQueueTimeout) || RetryAfter(g.err) < time.Second {
+	if !errors.Is(g.err, ErrNoCapacity) || !errors.Is(g.err, ErrQueueTimeout) || RetryAfter(g.err) < time.Second ||
+		!strings.Contains(g.err.Error(), "queued 5s: no path has KV room now (the swarm is busy)") {
 		t.Fatalf("err %v, retry after %v", g.err, RetryAfter(g.err))
 	}
 	r.waitQueued(0)

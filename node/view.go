@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -35,18 +36,21 @@ func phaseOf(s swarm.State) routing.Phase {
 // heartbeats are late but whose connection is up stays routable: its
 // figures are stale, which the router charges for, but refusing it would
 // turn a loaded machine or a gossip hiccup into refused requests. A peer
-// whose connection closed, or that is dead, is not routed to.
+// whose connection closed, or that is dead, is not routed to. Nor is a
+// hint we are not connected to: a peer that died is forgotten and may
+// come back as a hint (its address in the map or the members), and
+// routing to it would fail every attempt at the dial.
 func healthOf(p swarm.Peer) routing.Health {
 	switch p.Liveness {
-	case swarm.Suspect:
+	case swarm.Suspect, swarm.Hint:
 		if p.Connected {
-			return routing.Alive
+			return routing.Alive // a hint we are connected to and have not heard from yet
 		}
 		return routing.Suspect
 	case swarm.Dead:
 		return routing.Dead
 	}
-	return routing.Alive // alive, or a hint we are connected to and have not heard from yet
+	return routing.Alive
 }
 
 // pathFinder routes for the entry: it builds the routing view of the
@@ -65,6 +69,11 @@ type pathFinder struct {
 	suspectFor time.Duration
 	suspects   sync.Map        // peer.ID → time.Time of the last failure seen
 	selfKV     func() kvReport // this node's own KV report
+	// noMap says why there is no committed map (Node.noMap); nil: the
+	// plain reason. uncovered is the refusal for a committed map with no
+	// path whose holders left for good (Node.uncoveredMap); nil: none.
+	noMap     func() error
+	uncovered func(layers.LayerMap) error
 }
 
 // kv is what node last reported of its KV cache: its latest heartbeat's
@@ -163,8 +172,9 @@ type routeReq struct {
 }
 
 // route picks a path on the committed map with the request's profile. It
-// fails with an error wrapping routing.ErrNoPath when none exists, or
-// routing.ErrUnknownProfile when the profile does not.
+// fails with an error wrapping routing.ErrNoPath when none exists now,
+// ErrUncovered when none can until more nodes join (coverage.go), or
+// routing.ErrUnknownProfile when the profile does not exist.
 func (f *pathFinder) route(q routeReq) (routing.Path, error) {
 	pol, err := f.profiles.For(q.profile)
 	if err != nil {
@@ -172,12 +182,20 @@ func (f *pathFinder) route(q routeReq) (routing.Path, error) {
 	}
 	m := f.committed()
 	if m.Layers == 0 {
-		return routing.Path{}, fmt.Errorf("%w: no committed map yet", routing.ErrNoPath)
+		if f.noMap != nil {
+			return routing.Path{}, f.noMap()
+		}
+		return routing.Path{}, fmt.Errorf("%w: no layer map committed yet", routing.ErrNoPath)
 	}
 	now := time.Now()
 	p, err := pol.Route(m, f.view(m, now), routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
 		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid, Prefix: q.prefix}, now)
 	if err != nil {
+		if f.uncovered != nil && errors.Is(err, routing.ErrNoPath) {
+			if u := f.uncovered(m); u != nil {
+				return p, u
+			}
+		}
 		return p, err
 	}
 	if err := p.Validate(m.Layers); err != nil {

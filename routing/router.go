@@ -460,12 +460,28 @@ func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) er
 	return nil
 }
 
+// dropText says why a stage was left out, from the reason the router
+// noted: a filter's name, or its own word.
+func dropText(reason string) string {
+	switch reason {
+	case "live":
+		return "not alive (filter live)"
+	case "phase":
+		return "joining or draining (filter phase)"
+	case "kv":
+		return "too little free KV cache (filter kv)"
+	case "not in view", "avoided", "unscorable":
+		return reason
+	}
+	return "dropped by filter " + reason
+}
+
 // noHolder explains why layer l has no eligible holder.
 func (r *Router) noHolder(s *scratch, m *layers.LayerMap, l int) error {
 	var why []string
 	for k, st := range m.Stages {
 		if st.Contains(l) {
-			why = append(why, st.Node+": "+s.reason[k])
+			why = append(why, st.Node+": "+dropText(s.reason[k]))
 		}
 	}
 	if len(why) == 0 {

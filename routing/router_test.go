@@ -209,7 +209,7 @@ func TestNoPathIsAClearError(t *testing.T) {
 	if !errors.Is(err, ErrNoPath) {
 		t.Fatalf("err = %v, want ErrNoPath", err)
 	}
-	for _, want := range []string{"layer 40", "b: live", "c: phase", "epoch 1"} {
+	for _, want := range []string{"layer 40", "b: not alive (filter live)", "c: joining or draining (filter phase)", "epoch 1"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -469,7 +469,7 @@ func TestKVCapacity(t *testing.T) {
 		t.Fatalf("only holder short of KV: %v", err)
 	}
 	strict := newRouter(t, WithFilters(LiveFilter{}, PhaseFilter{}, KVFilter{}))
-	if _, err := strict.Route(m, v, req, testNow); !errors.Is(err, ErrNoPath) || !strings.Contains(err.Error(), "a: kv") {
+	if _, err := strict.Route(m, v, req, testNow); !errors.Is(err, ErrNoPath) || !strings.Contains(err.Error(), "a: too little free KV cache (filter kv)") {
 		t.Fatalf("KV filter: %v", err)
 	}
 }

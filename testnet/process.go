@@ -360,18 +360,25 @@ func waitReady(ctx context.Context, p *proc) error {
 	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	why := ""
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		ok, _ := p.client.Ready(rctx)
+		w, err := p.client.NotReady(rctx)
 		cancel()
-		if ok {
+		if err == nil && w == "" {
 			return nil
+		}
+		if err == nil {
+			why = w
 		}
 		if p.crashed() {
 			return fmt.Errorf("node %s exited; see %s", p.spec.Name, p.log)
 		}
 		select {
 		case <-ctx.Done():
+			if why != "" {
+				return fmt.Errorf("node %s not ready: %w (it said: %s)", p.spec.Name, ctx.Err(), why)
+			}
 			return fmt.Errorf("node %s not ready: %w", p.spec.Name, ctx.Err())
 		case <-tick.C:
 		}

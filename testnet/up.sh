@@ -139,12 +139,23 @@ echo "founder n1: $boot"
 for i in $(seq 1 $((N - 1))); do start "$i" --bootstrap "$boot"; done
 
 # Ready once every node's API says the committed map covers every layer.
+# A swarm whose nodes cannot hold every layer between them (the node says
+# "served by no node") is given up on after 10 s of saying so: every node
+# has started, and no map can come.
 echo "waiting (up to $TIMEOUT s) for the swarm to serve ..."
 deadline=$((SECONDS + TIMEOUT))
 for i in $(seq 0 $((N - 1))); do
-	until "$BIN" status --api "http://127.0.0.1:$((API_PORT + i))" --wait 1s >/dev/null 2>&1; do
+	uncovered=
+	until why=$("$BIN" status --api "http://127.0.0.1:$((API_PORT + i))" --wait 1s 2>&1 >/dev/null); do
 		alive
-		[ "$SECONDS" -lt "$deadline" ] || { echo "node n$((i + 1)) not ready within $TIMEOUT s" >&2; exit 1; }
+		why=${why#strata: the swarm did not serve within 1s: }
+		if [[ $why == *"served by no node"* ]]; then
+			uncovered=${uncovered:-$SECONDS}
+			[ $((SECONDS - uncovered)) -lt 10 ] || { echo "node n$((i + 1)) cannot serve: $why" >&2; exit 1; }
+		else
+			uncovered=
+		fi
+		[ "$SECONDS" -lt "$deadline" ] || { echo "node n$((i + 1)) not ready within $TIMEOUT s: $why" >&2; exit 1; }
 	done
 done
 url="http://127.0.0.1:$API_PORT"

@@ -136,8 +136,12 @@ func responseError(resp *http.Response) error {
 			Param   *string `json:"param"`
 			Code    *string `json:"code"`
 		} `json:"error"`
+		// A health check's answer: its status and why it is not ready.
+		Status   string `json:"status"`
+		NotReady string `json:"not_ready"`
 	}
-	if json.Unmarshal(b, &eb) == nil && eb.Error.Message != "" {
+	switch {
+	case json.Unmarshal(b, &eb) == nil && eb.Error.Message != "":
 		e.Message, e.Type = eb.Error.Message, eb.Error.Type
 		if eb.Error.Param != nil {
 			e.Param = *eb.Error.Param
@@ -145,7 +149,12 @@ func responseError(resp *http.Response) error {
 		if eb.Error.Code != nil {
 			e.Code = *eb.Error.Code
 		}
-	} else {
+	case eb.Status != "":
+		e.Code, e.Message = eb.Status, eb.NotReady
+		if e.Message == "" {
+			e.Message = "the node is " + eb.Status // draining, closing
+		}
+	default:
 		e.Message = strings.TrimSpace(string(b))
 		if e.Message == "" {
 			e.Message = http.StatusText(resp.StatusCode)
@@ -501,14 +510,23 @@ func (c *Client) SetSwarmSessionTokens(ctx context.Context, n int) error {
 // own view now (GET /healthz?ready=1). A node that answers "not yet" is
 // not an error; one that cannot be reached is.
 func (c *Client) Ready(ctx context.Context) (bool, error) {
+	why, err := c.NotReady(ctx)
+	return err == nil && why == "", err
+}
+
+// NotReady is why the node cannot serve now, as GET /healthz?ready=1
+// says (no map committed yet and the layers no node can hold, a layer
+// without a live holder, draining, ...), or "" when it can. A node that
+// cannot be reached is an error.
+func (c *Client) NotReady(ctx context.Context) (string, error) {
 	resp, err := c.do(ctx, http.MethodGet, "/healthz?ready=1", nil)
 	if err != nil {
 		var ae *APIError
 		if errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable {
-			return false, nil
+			return ae.Message, nil
 		}
-		return false, err
+		return "", err
 	}
 	resp.Body.Close()
-	return true, nil
+	return "", nil
 }

@@ -62,10 +62,16 @@
 // (FIFO) for up to its "queue_timeout" in seconds (body field, or the
 // header X-Strata-Queue-Timeout; 0 means do not wait; default the node's
 // --queue-timeout, 30 s) and is answered 503 no_capacity with Retry-After
-// only when that passes or the queue is full (--queue-max). An answered
-// request's X-Strata-Queue-Wait header says how long it waited, in
-// seconds. /healthz?ready=1 answers 200 only once this node can route a
-// full path.
+// only when that passes or the queue is full (--queue-max), the message
+// saying what it waited for. A swarm whose members cannot hold every
+// layer between them (node.ErrUncovered: no map committed, or the only
+// holders of some layers left) has no path to wait for: a request is
+// answered 503 layers_uncovered at once, naming the layers no node holds
+// and what the swarm waits for. A request's X-Strata-Queue-Wait header,
+// answered or refused, says how long it waited, in seconds.
+// /healthz?ready=1 answers 200 only once this node can route a full path,
+// and says why not in "not_ready" (as GET /v1/swarm does in "routable"
+// and "not_ready").
 //
 // # Errors
 //
@@ -81,6 +87,7 @@
 //	413     invalid_request_error  context_length_exceeded  prompt + max_tokens beyond the model's context
 //	413     invalid_request_error  request_too_large        the body is over the server's cap
 //	503     server_error           no_capacity              no path with room within the queue timeout, or the queue is full (Retry-After)
+//	503     server_error           layers_uncovered         at once: the nodes cannot hold every layer; more must join (Retry-After)
 //	503     server_error           session_lost             a generation could not continue (Retry-After)
 //	503     server_error           draining / shutting_down this node is leaving (Retry-After)
 //	500     server_error           internal_error           anything else

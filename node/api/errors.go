@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/stratanet/strata/node"
@@ -82,14 +82,14 @@ func invalid(param, format string, args ...any) *apiError {
 		err: fmt.Errorf("%w: %s", ErrInvalidRequest, msg)}
 }
 
-// message is an error's text without the package prefixes that mean
-// nothing to an API user.
+// prefixes are the package prefixes of sentinel errors that mean nothing
+// to an API user, at the start of the text or of a wrapped part.
+var prefixes = regexp.MustCompile(`(^|: )(?:node|api): `)
+
+// message is an error's text without those prefixes ("a node: ..." in
+// the middle of a sentence stays).
 func message(err error) string {
-	s := err.Error()
-	for _, p := range []string{"node: ", "api: "} {
-		s = strings.ReplaceAll(s, p, "")
-	}
-	return s
+	return prefixes.ReplaceAllString(err.Error(), "$1")
 }
 
 // fromError maps an error of the node (or of the server) to a response,
@@ -121,6 +121,11 @@ func fromError(err error, param string) *apiError {
 	// more specific code goes first.
 	case errors.Is(err, node.ErrSessionLost):
 		e.Status, e.Type, e.Code = http.StatusServiceUnavailable, typeServer, "session_lost"
+		e.RetryAfter = max(node.RetryAfter(err), time.Second)
+	// No path can exist until more nodes join: its own code, so that a
+	// client tells it from a busy swarm.
+	case errors.Is(err, node.ErrUncovered):
+		e.Status, e.Type, e.Code = http.StatusServiceUnavailable, typeServer, "layers_uncovered"
 		e.RetryAfter = max(node.RetryAfter(err), time.Second)
 	case errors.Is(err, node.ErrNoCapacity):
 		e.Status, e.Type, e.Code = http.StatusServiceUnavailable, typeServer, "no_capacity"

@@ -279,18 +279,22 @@ func TestStreamErrorWhenSessionLost(t *testing.T) {
 
 	status, hdr, body := post(t, c.urls[entry]+"/v1/chat/completions", "", map[string]any{
 		"messages": []map[string]string{{"role": "user", "content": "Hello"}}, "max_tokens": 4})
-	// Refused (no_capacity) once the entry has seen the death; routed to
-	// the dead holder and lost (session_lost) if it has not yet, which a
-	// loaded machine can delay past the stream's end. Both are a 503 the
-	// client retries.
-	if e := errorOf(t, body); status != http.StatusServiceUnavailable || (str(e.Code) != "no_capacity" && str(e.Code) != "session_lost") || hdr.Get("Retry-After") == "" {
+	// Refused once the entry has seen the death: no_capacity while the
+	// victim is a dead member, layers_uncovered at once once it left (the
+	// survivor cannot hold its layers); routed to the dead holder and lost
+	// (session_lost) if the entry has not seen it yet, which a loaded
+	// machine can delay past the stream's end. All are a 503 the client
+	// retries.
+	if e := errorOf(t, body); status != http.StatusServiceUnavailable ||
+		(str(e.Code) != "no_capacity" && str(e.Code) != "session_lost" && str(e.Code) != "layers_uncovered") || hdr.Get("Retry-After") == "" {
 		t.Fatalf("with no full path: %d %s (Retry-After %q)", status, body, hdr.Get("Retry-After"))
 	}
 	// The whole request was sent beside the stream, so it is either lost
 	// with its session or, when its routing came after the kill, refused:
 	// both are a 503 with Retry-After, never a success or a hang.
 	w := <-whole
-	if e := errorOf(t, w.body); w.status != http.StatusServiceUnavailable || (str(e.Code) != "session_lost" && str(e.Code) != "no_capacity") || w.hdr.Get("Retry-After") == "" {
+	if e := errorOf(t, w.body); w.status != http.StatusServiceUnavailable ||
+		(str(e.Code) != "session_lost" && str(e.Code) != "no_capacity" && str(e.Code) != "layers_uncovered") || w.hdr.Get("Retry-After") == "" {
 		t.Fatalf("a whole request sent beside the stream: %d %s", w.status, w.body)
 	}
 }

@@ -199,6 +199,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	}
 	st, err := s.b.Generate(ctx, g.req)
 	if err != nil {
+		// A refusal says how long it waited in the queue too (0 for one
+		// refused at once, such as layers no node can hold).
+		w.Header().Set(QueueWaitHeader, strconv.FormatFloat(time.Since(start).Seconds(), 'f', 3, 64))
 		e := fromError(s.why(err), param)
 		c.code = e.Code
 		c.record(node.Result{})

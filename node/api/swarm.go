@@ -27,6 +27,12 @@ type (
 		Committed layers.LayerMap `json:"committed"`
 		Pending   *pendingJSON    `json:"pending"`
 		Members   []memberJSON    `json:"members"`
+		// Routable: the answering node can route a full path now; when
+		// not, NotReady says why (as /healthz?ready=1 does): no map
+		// committed yet and the layers no node can hold, a layer without
+		// a live holder, ...
+		Routable bool   `json:"routable"`
+		NotReady string `json:"not_ready,omitempty"`
 		// StaticMap: the node runs on a fixed map, without consensus.
 		StaticMap bool `json:"static_map"`
 		// NAT is the answering node's reachability diagnosis.
@@ -157,6 +163,10 @@ func (s *Server) swarmView() swarmJSON {
 		return m
 	}
 	snap := s.b.Swarm()
+	v.Routable = snap.RouteErr == nil
+	if snap.RouteErr != nil {
+		v.NotReady = message(snap.RouteErr)
+	}
 	pending, hasPending := snap.Pending, snap.HasPending
 	if snap.Static {
 		v.StaticMap = true
@@ -191,7 +201,11 @@ func (s *Server) swarmView() swarmJSON {
 		}
 	}
 	for _, st := range committed.Stages {
-		add(st.Node).Member = true // a static map's nodes are its members
+		m := add(st.Node)
+		// A static map's nodes are its members; a node of a committed
+		// map that is no member any more left the swarm (its layers wait
+		// for a repair).
+		m.Member = m.Member || snap.Static
 	}
 	for _, id := range v.Voters {
 		add(id).Voter = true
@@ -324,7 +338,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		h.Status, status = "not_ready", http.StatusServiceUnavailable
 		h.NotReady = "the committed map does not cover every layer"
 		if snap.RouteErr != nil {
-			h.NotReady = snap.RouteErr.Error()
+			h.NotReady = message(snap.RouteErr)
 		}
 	}
 	if status != http.StatusOK {

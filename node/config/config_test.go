@@ -138,7 +138,7 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"file syntax", "region: x\napi: [\n", nil, nil, []string{"node.yaml:2: did not find expected node content"}},
 		{"duplicate key", "api: a:1\napi: b:2\n", nil, nil, []string{"node.yaml:2: api given twice"}},
 		{"model and sim_model", "model: /nonexistent.gguf\n", nil, []string{"--sim-model", "llama-3-8b", "--gpu", "t4"},
-			[]string{"--sim-model: give one of model and sim_model", "node.yaml:1: model: stat /nonexistent.gguf"}},
+			[]string{"--sim-model: give one of model and sim_model", "node.yaml:1: model: /nonexistent.gguf: no such file; give a GGUF file, a model store name"}},
 		{"sim_model without gpu", "", map[string]string{"STRATA_SIM_MODEL": "llama-3-8b"}, nil, []string{"STRATA_SIM_MODEL: a simulated model needs a device"}},
 		{"unknown sim model", "sim_model: gpt-5\ngpu: t4\n", nil, nil, []string{"node.yaml:1: sim_model:"}},
 		{"unknown gpu", "", nil, []string{"--sim-model", "llama-3-8b", "--gpu", "abacus"}, []string{"--gpu:", "abacus"}},

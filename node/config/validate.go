@@ -100,7 +100,10 @@ func (c Config) validate(src map[string]*FieldError) error {
 		// A model reference (store name, hf://…, URL) that is no file is
 		// resolved by the command through the model store, not here.
 		if fi, err := os.Stat(c.Model); err != nil {
-			if _, rerr := store.ParseRef(c.Model); rerr != nil || !errors.Is(err, fs.ErrNotExist) {
+			switch _, rerr := store.ParseRef(c.Model); {
+			case rerr != nil && errors.Is(err, fs.ErrNotExist):
+				bad("model", "%s: no such file; give a GGUF file, a model store name (strata model list) or an hf://… or https://… reference", c.Model)
+			case rerr != nil || !errors.Is(err, fs.ErrNotExist):
 				bad("model", "%v", err)
 			}
 		} else if fi.IsDir() {

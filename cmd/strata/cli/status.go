@@ -22,6 +22,7 @@ type swarmView struct {
 	Model struct {
 		ID        string `json:"id"`
 		Simulated bool   `json:"simulated"`
+		Layers    int    `json:"layers"`
 	} `json:"model"`
 	Leader    *string         `json:"leader"`
 	Committed layers.LayerMap `json:"committed"`
@@ -39,13 +40,19 @@ type swarmView struct {
 		RelayRate    float64  `json:"relay_rate_mb_per_s"`
 		RelayedMB    float64  `json:"relayed_mb"`
 	} `json:"nat"`
-	Members []memberView `json:"members"`
+	Members   []memberView `json:"members"`
+	StaticMap bool         `json:"static_map"`
+	// Routable: the node can route a full path; NotReady says why not
+	// (absent from a node too old to say).
+	Routable bool   `json:"routable"`
+	NotReady string `json:"not_ready"`
 }
 
 // memberView is one member of swarmView.
 type memberView struct {
 	ID           string  `json:"id"`
 	Self         bool    `json:"self"`
+	Member       bool    `json:"member"`
 	Link         string  `json:"link"`
 	Voter        bool    `json:"voter"`
 	State        string  `json:"state"`
@@ -54,7 +61,8 @@ type memberView struct {
 	LinkMBs      float64 `json:"link_mb_per_s"`
 	Engine       string  `json:"engine"`
 	Capabilities *struct {
-		Hardware layers.Hardware
+		Hardware  layers.Hardware
+		MaxLayers int
 	} `json:"capabilities"`
 	Load *struct {
 		QueueDepth     int `json:"queue_depth"`
@@ -78,8 +86,10 @@ func newStatusCmd() *cobra.Command {
 		Short: "print a swarm's committed layer map and members, as one node's API sees them",
 		Long: `status asks one node's API for its view of the swarm (GET /v1/swarm) and
 prints the model, the epoch, the leader and one line per stage of the
-committed map: the node, its layers, its device, its state and its queue.
-With --wait it first waits until the node can route a full path (its map
+committed map: the node, its layers, its device, its state and its queue,
+then the members the map does not place. A node that cannot route a full
+path says why: with no map committed yet, which layers no node can hold
+and what the swarm waits for. With --wait it first waits until the node can route a full path (its map
 covers every layer and its hops are heard from and serve). --name ID=NAME shows a peer ID as NAME (testnet/up.sh uses n1..nN).`,
 		Example: `  strata status --api http://127.0.0.1:8080
   strata status --api http://127.0.0.1:5001 --wait 60s`,
@@ -131,20 +141,27 @@ func waitReady(ctx context.Context, c *api.Client, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var last error
+	why := ""
 	for {
 		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		ok, err := c.Ready(rctx)
+		w, err := c.NotReady(rctx)
 		rcancel()
-		if ok {
+		if err == nil && w == "" {
 			return nil
 		}
-		if err != nil {
+		switch {
+		case err == nil:
+			why, last = w, nil
+		case ctx.Err() == nil: // not the wait's own end
 			last = err
 		}
 		select {
 		case <-ctx.Done():
 			if last != nil {
 				return fmt.Errorf("the swarm did not serve within %v: %w", limit, last)
+			}
+			if why != "" {
+				return fmt.Errorf("the swarm did not serve within %v: %s", limit, why)
 			}
 			return fmt.Errorf("the swarm did not serve within %v: it cannot route a full path yet", limit)
 		case <-time.After(200 * time.Millisecond):
@@ -183,14 +200,29 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 		leader = name(*v.Leader)
 	}
 	m := v.Committed
-	cover := "covers every layer"
-	if !m.Covers() {
-		cover = "DOES NOT cover every layer"
+	if m.Layers == 0 {
+		fmt.Fprintf(w, "model %s (%s), %d layers; no layer map committed yet; leader %s\n", v.Model.ID, kind, v.Model.Layers, leader)
+	} else {
+		cover := "covers every layer"
+		if !m.Covers() {
+			cover = "DOES NOT cover every layer"
+		} else if gaps := leftGaps(m, v.Members); len(gaps) > 0 {
+			gs := make([]string, len(gaps))
+			for i, g := range gaps {
+				gs[i] = g.String()
+			}
+			cover = "covers every layer, but only nodes that left the swarm hold " + strings.Join(gs, ", ")
+		}
+		fmt.Fprintf(w, "model %s (%s), %d layers; epoch %d, leader %s; the map %s\n", v.Model.ID, kind, m.Layers, m.Epoch, leader, cover)
 	}
-	fmt.Fprintf(w, "model %s (%s), %d layers; epoch %d, leader %s; the map %s\n", v.Model.ID, kind, m.Layers, m.Epoch, leader, cover)
+	if !v.Routable && v.NotReady != "" {
+		fmt.Fprintf(w, "  not serving: %s\n", v.NotReady)
+	}
 	byID := map[string]int{}
+	anyMember := false // false: a node too old to say who is a member
 	for i, mem := range v.Members {
 		byID[mem.ID] = i
+		anyMember = anyMember || mem.Member
 	}
 	stages := slices.Clone(m.Stages)
 	slices.SortFunc(stages, func(a, b layers.Stage) int {
@@ -202,37 +234,31 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 	for _, st := range stages {
 		var extra []string
 		if i, ok := byID[st.Node]; ok {
-			mem := v.Members[i]
-			if mem.Capabilities != nil && mem.Capabilities.Hardware.Name != "" {
-				extra = append(extra, mem.Capabilities.Hardware.Name)
-			}
-			if mem.Engine != "" {
-				// Only the go engine is bit-reproducible across hosts.
-				extra = append(extra, "engine "+mem.Engine)
-			}
-			if mem.State != "" {
-				extra = append(extra, mem.State)
-			}
-			if mem.Liveness != "" && mem.Liveness != "alive" && mem.Liveness != "self" {
-				extra = append(extra, mem.Liveness)
-			}
-			if mem.Load != nil {
-				extra = append(extra, fmt.Sprintf("queue %d, %d sessions", mem.Load.QueueDepth, mem.Load.ActiveSessions))
-			}
-			if mem.Voter {
-				extra = append(extra, "voter")
-			}
-			switch {
-			case mem.Link != "" && mem.Link != "direct":
-				extra = append(extra, mem.Link)
-			case mem.Relayed:
-				extra = append(extra, "relayed")
+			extra = memberExtras(v.Members[i])
+			if !v.Members[i].Member && anyMember && !v.StaticMap {
+				extra = append(extra, "left the swarm")
 			}
 		}
 		if v.Leader != nil && st.Node == *v.Leader {
 			extra = append(extra, "leader")
 		}
 		line := fmt.Sprintf("  %-8s layers [%d,%d)  %s", name(st.Node), st.Start, st.End, strings.Join(extra, ", "))
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+	// Members the map does not place (all of them while no map is
+	// committed), with what each may hold.
+	for _, mem := range v.Members {
+		if _, placed := m.Range(mem.ID); placed || !mem.Member {
+			continue
+		}
+		extra := memberExtras(mem)
+		if c := mem.Capabilities; c != nil && c.MaxLayers > 0 {
+			extra = append(extra, fmt.Sprintf("max %d layers", c.MaxLayers))
+		}
+		if v.Leader != nil && mem.ID == *v.Leader {
+			extra = append(extra, "leader")
+		}
+		line := fmt.Sprintf("  %-8s no layers      %s", name(mem.ID), strings.Join(extra, ", "))
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
 	}
 	if p := v.Pending; p != nil {
@@ -245,6 +271,60 @@ func printStatus(w io.Writer, v swarmView, name func(string) string) {
 		}
 	}
 	printReachability(w, v, name)
+}
+
+// leftGaps are the layers of m that only nodes no longer members hold
+// (as the members list says; none when it names no member at all, as a
+// node too old to say does).
+func leftGaps(m layers.LayerMap, members []memberView) []layers.Range {
+	member := map[string]bool{}
+	for _, mem := range members {
+		if mem.Member {
+			member[mem.ID] = true
+		}
+	}
+	if len(member) == 0 {
+		return nil
+	}
+	kept := m
+	for _, id := range m.Nodes() {
+		if !member[id] {
+			kept = kept.Without(id)
+		}
+	}
+	return kept.Gaps()
+}
+
+// memberExtras is what status says of a member after its layers: its
+// device, engine, state, liveness, load, vote and link.
+func memberExtras(mem memberView) []string {
+	var extra []string
+	if mem.Capabilities != nil && mem.Capabilities.Hardware.Name != "" {
+		extra = append(extra, mem.Capabilities.Hardware.Name)
+	}
+	if mem.Engine != "" {
+		// Only the go engine is bit-reproducible across hosts.
+		extra = append(extra, "engine "+mem.Engine)
+	}
+	if mem.State != "" {
+		extra = append(extra, mem.State)
+	}
+	if mem.Liveness != "" && mem.Liveness != "alive" && mem.Liveness != "self" {
+		extra = append(extra, mem.Liveness)
+	}
+	if mem.Load != nil {
+		extra = append(extra, fmt.Sprintf("queue %d, %d sessions", mem.Load.QueueDepth, mem.Load.ActiveSessions))
+	}
+	if mem.Voter {
+		extra = append(extra, "voter")
+	}
+	switch {
+	case mem.Link != "" && mem.Link != "direct":
+		extra = append(extra, mem.Link)
+	case mem.Relayed:
+		extra = append(extra, "relayed")
+	}
+	return extra
 }
 
 // printReachability prints the answering node's reachability, the

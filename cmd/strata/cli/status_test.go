@@ -96,3 +96,49 @@ func TestPrintFetchProgress(t *testing.T) {
 		t.Fatalf("a member without a fetch printed one:\n%s", out.String())
 	}
 }
+
+// TestPrintStatusNoMap: a swarm with no map committed yet, as GET
+// /v1/swarm reports it (a zero map), prints its model, why it does not
+// serve and its members with what each may hold, rather than failing to
+// decode the map.
+func TestPrintStatusNoMap(t *testing.T) {
+	const why = "no path: layers [3,5) are served by no node; the swarm waits for more nodes (1 node, max 3 layers each; the model has 5)"
+	var v swarmView
+	if err := json.Unmarshal([]byte(`{"node":"`+idA+`","model":{"id":"llama","layers":5},"leader":"`+idA+`",
+		"committed":{"epoch":0,"layers":0,"stages":[]},"routable":false,"not_ready":"`+why+`",
+		"members":[{"id":"`+idA+`","self":true,"member":true,"voter":true,"state":"joining","liveness":"self",
+		"capabilities":{"Hardware":{"name":"cpu"},"MaxLayers":3}}]}`), &v); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	printStatus(&out, v, peerNamer(map[string]string{idA: "n1"}))
+	for _, want := range []string{"model llama (real engine), 5 layers; no layer map committed yet; leader n1\n",
+		"  not serving: " + why + "\n", "  n1       no layers      cpu, joining, voter, max 3 layers, leader\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestPrintStatusHoldersLeft: a committed map whose only holder of some
+// layers left the swarm says so, though the map itself covers them.
+func TestPrintStatusHoldersLeft(t *testing.T) {
+	leader := idA
+	v := swarmView{Leader: &leader}
+	v.Model.ID = "m"
+	m, err := layers.NewLayerMap(8, 2, layers.Stage{Node: idB, Range: layers.Range{Start: 4, End: 8}},
+		layers.Stage{Node: idA, Range: layers.Range{Start: 0, End: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Committed = m
+	v.Members = []memberView{{ID: idA, Member: true, Self: true}, {ID: idB, Liveness: "dead"}}
+	var out bytes.Buffer
+	printStatus(&out, v, peerNamer(map[string]string{idA: "n1", idB: "n2"}))
+	for _, want := range []string{"the map covers every layer, but only nodes that left the swarm hold [4,8)\n",
+		"n2       layers [4,8)  dead, left the swarm"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}
