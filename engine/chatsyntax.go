@@ -106,7 +106,7 @@ func (t *Tokenizer) ChatSyntax() ChatSyntax {
 		// '{"name": "' + name + '", "parameters": ' + arguments | tojson.
 		s.Tools = ToolsLlama3
 	}
-	if strings.Contains(src, "</think>") {
+	if strings.Contains(src, "<think>") || strings.Contains(src, "</think>") {
 		s.Reasoning = ReasoningThink
 		s.ThinkingOpen = t.promptOpensThinking()
 	}
