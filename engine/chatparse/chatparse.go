@@ -515,8 +515,10 @@ func (p *Parser) llamaJSON(final bool) bool {
 		}
 		return false
 	}
+	// No marker sets this call apart from an answer that is a JSON
+	// object with a "name": it must have its arguments too.
 	name, args, ok := jsonCall(p.buf[:n], "parameters", "arguments")
-	if !ok {
+	if !ok || !hasKey(p.buf[:n], "parameters", "arguments") {
 		return p.fail(p.buf[:n], n)
 	}
 	p.call("", name, args)
@@ -593,6 +595,24 @@ func jsonCall(text string, keys ...string) (name, args string, ok bool) {
 		break
 	}
 	return name, args, true
+}
+
+// hasKey reports whether the JSON object text has one of keys (at its
+// top level, or in its "function" object).
+func hasKey(text string, keys ...string) bool {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal([]byte(text), &obj) != nil {
+		return false
+	}
+	for _, k := range keys {
+		if _, ok := obj[k]; ok {
+			return true
+		}
+	}
+	if fn, ok := obj["function"]; ok {
+		return hasKey(string(fn), keys...)
+	}
+	return false
 }
 
 // jsonEnd is the length of the JSON object or array s begins with: done

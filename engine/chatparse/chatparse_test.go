@@ -511,6 +511,7 @@ func TestHandWritten(t *testing.T) {
 			[]Call{call("", "a", `{}`), call("", "b", `{"x": [1, "}"]}`)}},
 		{"llama builtin", llama, true, `<|python_tag|>brave_search.call(query="x")`, `brave_search.call(query="x")`, "", nil},
 		{"llama stringified", llama, true, `{"name": "a", "parameters": "{\"k\": 1}"}`, "", "", []Call{call("", "a", `{"k": 1}`)}},
+		{"llama json answer", llama, true, `{"name": "Bob", "age": 3}`, `{"name": "Bob", "age": 3}`, "", nil},
 		{"llama cut off", llama, true, `{"name": "a", "parameters": {"k"`, `{"name": "a", "parameters": {"k"`, "", nil},
 		{"hermes bad json", hermes, true, "<tool_call>\n{not json}\n</tool_call> ok", "<tool_call>\n{not json}\n</tool_call> ok", "", nil},
 		{"hermes unclosed", hermes, true, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}", "", "", []Call{call("", "f", `{}`)}},
@@ -576,4 +577,41 @@ func TestHoldBack(t *testing.T) {
 			t.Fatalf("%s: %d of %d bytes shown", syn.Tools, shown, len(text))
 		}
 	}
+}
+
+// FuzzParse: on any output, in any syntax, streaming in pieces gives the
+// whole parse, and every call has a name and JSON arguments.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"<think>\nhm\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"]}}\n</tool_call>",
+		`[TOOL_CALLS][{"name": "f", "arguments": {}, "id": "abcdefghi"}]`, `[TOOL_CALLS]f[ARGS]{"a": 1}`,
+		"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+		`<|python_tag|>{"name": "f", "parameters": {}}; {"name": "g", "parameters": {"x": "y"}}`, "plain <tool_ [TOOL_ <｜ {",
+	} {
+		f.Add(s, uint8(3), uint8(0))
+	}
+	syntaxes := []engine.ChatSyntax{
+		{Tools: engine.ToolsHermes, Reasoning: engine.ReasoningThink},
+		{Tools: engine.ToolsMistral},
+		{Tools: engine.ToolsDeepSeek, Reasoning: engine.ReasoningThink, ThinkingOpen: true},
+		{Tools: engine.ToolsLlama3},
+		{Reasoning: engine.ReasoningThink},
+	}
+	f.Fuzz(func(t *testing.T, out string, step, which uint8) {
+		syn := syntaxes[int(which)%len(syntaxes)]
+		whole := Parse(syn, true, out)
+		n := int(step%16) + 1
+		var parts []string
+		for i := 0; i < len(out); i += n {
+			parts = append(parts, out[i:min(i+n, len(out))])
+		}
+		if got := streamParse(New(syn, true), parts); !sameResult(got, whole) {
+			t.Fatalf("%q in pieces of %d: %+v; whole %+v", out, n, got, whole)
+		}
+		for _, c := range whole.Calls {
+			if c.Name == "" || !json.Valid([]byte(c.Arguments)) {
+				t.Fatalf("%q: call %+v", out, c)
+			}
+		}
+	})
 }
