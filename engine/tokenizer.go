@@ -704,7 +704,14 @@ func (t *Tokenizer) ChatPrompt(msgs []Message) string {
 // with it.
 // tools, when not nil, is the JSON array of tools offered to the template.
 func (t *Tokenizer) EncodeChat(msgs []Message, tools json.RawMessage) ([]int32, error) {
-	r := ChatRequest{Messages: chatMessages(msgs), AddGenerationPrompt: true, Now: time.Now().UTC()}
+	return t.EncodeChatVars(msgs, tools, nil)
+}
+
+// EncodeChatVars is EncodeChat with more template variables (a request's
+// chat_template_kwargs, such as Qwen3's enable_thinking); the variables
+// the renderer sets itself (messages, tools, bos_token...) win over them.
+func (t *Tokenizer) EncodeChatVars(msgs []Message, tools json.RawMessage, vars map[string]any) ([]int32, error) {
+	r := ChatRequest{Messages: chatMessages(msgs), AddGenerationPrompt: true, Extra: vars, Now: time.Now().UTC()}
 	if len(tools) > 0 && string(tools) != "null" {
 		v, err := orderedJSON(tools)
 		if err != nil {

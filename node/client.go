@@ -31,6 +31,13 @@ type Request struct {
 	// Tools is the JSON array of tools offered to the chat template (nil:
 	// none).
 	Tools json.RawMessage
+	// ChatVars are more variables for the chat template (OpenAI-style
+	// servers' chat_template_kwargs, such as enable_thinking).
+	ChatVars map[string]any
+	// Keep names control tokens whose text the output keeps (a chat
+	// template's tool-call markers, for the parser that reads them back;
+	// see engine.ChatSyntax.Keep). Other control tokens print nothing.
+	Keep []string
 	// Tokens is a tokenized prompt.
 	Tokens []int32
 	// MaxTokens caps the generated tokens (0: the node's default, never
@@ -189,10 +196,19 @@ type textState struct {
 	full    []byte
 	emitted int
 	maxStop int
+	keep    map[int32]bool // control tokens printed as their text
 }
 
-func newTextState(tok *engine.Tokenizer, stop []string) *textState {
+func newTextState(tok *engine.Tokenizer, stop, keep []string) *textState {
 	t := &textState{tok: tok}
+	for _, s := range keep {
+		if id, ok := tok.SpecialID(s); ok {
+			if t.keep == nil {
+				t.keep = map[int32]bool{}
+			}
+			t.keep[id] = true
+		}
+	}
 	for _, s := range stop {
 		if s != "" {
 			t.stop = append(t.stop, s)
@@ -208,7 +224,11 @@ func (t *textState) add(id int32) (string, bool) {
 	if t.tok.IsEnd(id) {
 		return "", false
 	}
-	t.full = append(t.full, t.tok.Piece(id)...)
+	if t.keep[id] {
+		t.full = append(t.full, t.tok.Token(id)...)
+	} else {
+		t.full = append(t.full, t.tok.Piece(id)...)
+	}
 	if len(t.stop) > 0 {
 		from := max(0, t.emitted-t.maxStop+1)
 		cut := -1

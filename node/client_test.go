@@ -45,7 +45,7 @@ func TestTextStateStopAndUTF8(t *testing.T) {
 	if b3 < 0 || ba9 < 0 {
 		t.Skip("no byte tokens")
 	}
-	ts := newTextState(tok, nil)
+	ts := newTextState(tok, nil, nil)
 	if s, _ := ts.add(b3); s != "" {
 		t.Fatalf("half a character shown: %q", s)
 	}
@@ -55,7 +55,7 @@ func TestTextStateStopAndUTF8(t *testing.T) {
 
 	// A stop string split over tokens: held back, then cut.
 	ids := pieceTokens(t, tok, "a", "b", "c", "d")
-	ts = newTextState(tok, []string{"bc"})
+	ts = newTextState(tok, []string{"bc"}, nil)
 	var shown strings.Builder
 	stopped := false
 	for _, id := range ids {
@@ -70,7 +70,7 @@ func TestTextStateStopAndUTF8(t *testing.T) {
 		t.Fatalf("stop: %v, shown %q, text %q", stopped, shown.String(), ts.full)
 	}
 	// A false start is released once it cannot be a stop string.
-	ts = newTextState(tok, []string{"bd"})
+	ts = newTextState(tok, []string{"bd"}, nil)
 	shown.Reset()
 	for _, id := range ids {
 		s, stop := ts.add(id)
@@ -85,5 +85,34 @@ func TestTextStateStopAndUTF8(t *testing.T) {
 	shown.WriteString(ts.flush())
 	if shown.String() != "abcd" {
 		t.Fatalf("shown %q", shown.String())
+	}
+}
+
+// TestTextStateKeep: a control token prints nothing unless the request
+// keeps it (a tool-call marker such as Mistral's [TOOL_CALLS]), and then
+// prints its text.
+func TestTextStateKeep(t *testing.T) {
+	tok, err := engine.LoadTokenizer(testModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bos := tok.BOS()
+	if bos < 0 || tok.IsEnd(bos) || len(tok.Piece(bos)) != 0 {
+		t.Skip("the test vocabulary has no silent BOS control token")
+	}
+	ids := append([]int32{bos}, pieceTokens(t, tok, "a")...)
+	for _, c := range []struct {
+		keep []string
+		want string
+	}{{nil, "a"}, {[]string{tok.Token(bos)}, tok.Token(bos) + "a"}, {[]string{"[NOT_IN_VOCAB]"}, "a"}} {
+		ts := newTextState(tok, nil, c.keep)
+		var got strings.Builder
+		for _, id := range ids {
+			s, _ := ts.add(id)
+			got.WriteString(s)
+		}
+		if got.String() != c.want {
+			t.Errorf("keep %q: %q, want %q", c.keep, got.String(), c.want)
+		}
 	}
 }

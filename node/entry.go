@@ -286,7 +286,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 		prompt = e.cfg.model.tok.Encode(req.Prompt, true, false)
 	case len(req.Messages) > 0:
 		var err error
-		if prompt, err = e.cfg.model.tok.EncodeChat(req.Messages, req.Tools); err != nil {
+		if prompt, err = e.cfg.model.tok.EncodeChatVars(req.Messages, req.Tools, req.ChatVars); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 	default:
@@ -319,7 +319,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
-		text: newTextState(e.cfg.model.tok, req.Stop), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile,
+		text: newTextState(e.cfg.model.tok, req.Stop, req.Keep), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile,
 		stolen: req.stolen}
 	g.res.Profile = req.Profile
 	if e.profileName != nil {

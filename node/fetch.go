@@ -891,7 +891,7 @@ func openRemote(ctx context.Context, h *swarm.Host, fp, dir string, boot []peer.
 	f.shape = hp
 	return &model{spec: spec, tok: tok, hash: ModelHash(fp), threads: threads, fetch: f, manifest: f.data,
 		info: ModelInfo{Name: hp.Name, Fingerprint: fp, Layers: hp.Layers, Hidden: hp.Dim, Vocab: hp.Vocab, Context: hp.Context,
-			ChatTemplate: tok.HasChatTemplate()}}, nil
+			ChatTemplate: tok.HasChatTemplate(), ChatSyntax: tok.ChatSyntax()}}, nil
 }
 
 // header returns the file's header chunks, verified, in a sparse file of

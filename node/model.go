@@ -24,6 +24,10 @@ type ModelInfo struct {
 	// (a base model such as stories260K) never saw: clients then offer
 	// plain completion. A simulated model has none.
 	ChatTemplate bool
+	// ChatSyntax is the output syntax the chat template renders: the
+	// family's tool-call format and reasoning markers, which the API
+	// parses out of a chat's output.
+	ChatSyntax engine.ChatSyntax
 }
 
 // model opens the layers of the node's model: a GGUF file, or a
@@ -75,7 +79,7 @@ func openModel(path, simName string, simHW layers.Hardware, threads int) (*model
 		}
 		return &model{path: path, spec: spec, tok: tok, hash: ModelHash(fp), threads: threads,
 			info: ModelInfo{Name: hp.Name, Fingerprint: fp, Layers: hp.Layers, Hidden: hp.Dim, Vocab: hp.Vocab, Context: hp.Context,
-				ChatTemplate: tok.HasChatTemplate()}}, nil
+				ChatTemplate: tok.HasChatTemplate(), ChatSyntax: tok.ChatSyntax()}}, nil
 	case simName != "":
 		spec, err := layers.Model(simName)
 		if err != nil {

@@ -182,7 +182,7 @@ func TestRewindFlagsWrongTokens(t *testing.T) {
 	r := newEntryRig(t, 1)
 	e := r.e
 	x, y, z := r.peers[0], testPeer(t, 50), testPeer(t, 51)
-	g := &generation{e: e, prompt: []int32{5, 6, 7}, maxTokens: 8, text: newTextState(e.cfg.model.tok, nil),
+	g := &generation{e: e, prompt: []int32{5, 6, 7}, maxTokens: 8, text: newTextState(e.cfg.model.tok, nil, nil),
 		stream: &Stream{deltas: make(chan Delta, 16), done: make(chan struct{})}}
 	ctx := context.Background()
 	deliver := func(ids ...int32) error {

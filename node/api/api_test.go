@@ -69,7 +69,7 @@ func completion(t *testing.T, url string, body map[string]any) responseJSON {
 
 func textOf(r responseJSON) string {
 	if m := r.Choices[0].Message; m != nil {
-		return m.Content
+		return *m.Content
 	}
 	return *r.Choices[0].Text
 }
@@ -332,10 +332,12 @@ func TestKeepAlive(t *testing.T) {
 	t.Logf("%d keep-alive comments in a 200-token stream at a 1 ms interval", comments)
 }
 
-// TestChatToolsReachTemplate: a chat with tools, an assistant tool call and
-// a tool result is accepted, and its prompt is what the model's chat
-// template renders for those messages and tools (engine.EncodeChat).
-func TestChatToolsReachTemplate(t *testing.T) {
+// TestChatToolsRefusedWithoutSyntax: the shared model's template (Llama
+// 2's format) has no tool-call syntax, so tools get a 400 naming the
+// field rather than being silently ignored; with tool_choice "none" the
+// chat is served without them, and a past assistant tool call and tool
+// result still render through the template.
+func TestChatToolsRefusedWithoutSyntax(t *testing.T) {
 	c := shared.get(t)
 	tools := `[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]`
 	call := engine.ToolCall{ID: "call_1", Type: "function"}
@@ -345,16 +347,27 @@ func TestChatToolsReachTemplate(t *testing.T) {
 		{Role: "assistant", ToolCalls: []engine.ToolCall{call}},
 		{Role: "tool", ToolCallID: "call_1", Name: "get_weather", Content: `{"temperature": 21}`},
 	}
-	r := completion(t, c.urls[0]+"/v1/chat/completions", map[string]any{"messages": msgs, "tools": json.RawMessage(tools), "max_tokens": 2, "temperature": 0})
+	url := c.urls[0] + "/v1/chat/completions"
+	for _, stream := range []bool{false, true} {
+		status, _, body := post(t, url, "", map[string]any{"messages": msgs, "tools": json.RawMessage(tools), "max_tokens": 2, "stream": stream})
+		e := errorOf(t, body)
+		if status != http.StatusBadRequest || str(e.Param) != "tools" || !strings.Contains(e.Message, "tool-call syntax") {
+			t.Fatalf("stream %v: %d %s; want a 400 naming tools", stream, status, body)
+		}
+	}
+	r := completion(t, url, map[string]any{"messages": msgs, "tools": json.RawMessage(tools), "tool_choice": "none", "max_tokens": 2, "temperature": 0})
 	tok, err := engine.LoadTokenizer(modelPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := tok.EncodeChat(msgs, json.RawMessage(tools))
+	want, err := tok.EncodeChat(msgs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := r.Usage.(*usageJSON).PromptTokens; got != len(want) {
 		t.Errorf("prompt of %d tokens, want the template's %d", got, len(want))
+	}
+	if m := r.Choices[0].Message; m.ToolCalls != nil || m.ReasoningContent != nil || *r.Choices[0].FinishReason == FinishToolCalls {
+		t.Errorf("a model without syntax answered %+v", m)
 	}
 }

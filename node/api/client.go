@@ -437,8 +437,8 @@ func (c *Client) whole(ctx context.Context, path string, body map[string]any) (C
 		return out, fmt.Errorf("api client: %s: a reply without choices", path)
 	}
 	switch ch := cr.Choices[0]; {
-	case ch.Message != nil:
-		out.Text = ch.Message.Content
+	case ch.Message != nil && ch.Message.Content != nil:
+		out.Text = *ch.Message.Content
 	case ch.Text != nil:
 		out.Text = *ch.Text
 	}

@@ -23,7 +23,9 @@ import (
 // node.Request. Unknown fields are ignored, as OpenAI's clients send
 // fields that servers may not know; known fields that would change the
 // answer in a way this server cannot honour (n > 1, logprobs, echo,
-// tools) are refused rather than silently ignored.
+// a tool_choice that needs constrained decoding, tools for a model whose
+// template has no tool-call syntax) are refused rather than silently
+// ignored.
 
 // Limits on what a request may carry, beyond the body cap: bounds that
 // keep a hostile request from costing more than its bytes.
@@ -43,6 +45,9 @@ type genRequest struct {
 	// tokenIDs: the answer carries each choice's sampled token IDs
 	// (return_token_ids, vLLM's extension).
 	tokenIDs bool
+	// tools: the chat offers tools the model may call (tool_choice auto),
+	// so tool calls are parsed out of its output.
+	tools bool
 }
 
 // samplingBody holds the fields both endpoints share.
@@ -88,10 +93,15 @@ type chatBody struct {
 	Messages            []chatMessage   `json:"messages"`
 	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
 	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
 	Functions           json.RawMessage `json:"functions"`
 	ResponseFormat      *struct {
 		Type string `json:"type"`
 	} `json:"response_format"`
+
+	// ChatTemplateKwargs are more variables for the chat template, as
+	// vLLM's and llama.cpp's servers take them (Qwen3's enable_thinking).
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 }
 
 type chatMessage struct {
@@ -284,10 +294,13 @@ func decodeChat(b []byte) (genRequest, *apiError) {
 		msgs[i] = engine.Message{Role: m.Role, Content: text, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
 	}
 	g.req.Messages = msgs
-	// The model's chat template renders the tools; parsing tool calls out
-	// of the output is not done.
-	if !isNull(body.Tools) {
-		g.req.Tools = body.Tools
+	// The model's chat template renders the tools; the server parses the
+	// calls out of the output in the template's syntax (see chatParser).
+	if e := decodeTools(body.Tools, body.ToolChoice, &g); e != nil {
+		return g, e
+	}
+	if e := decodeTemplateKwargs(body.ChatTemplateKwargs, &g.req); e != nil {
+		return g, e
 	}
 	return g, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/stratanet/strata/engine/chatparse"
 	"github.com/stratanet/strata/node"
 )
 
@@ -54,12 +55,17 @@ type (
 		TTFTMs  float64  `json:"ttft_ms"`
 	}
 	chatMsgJSON struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
+		Role string `json:"role"`
+		// Content is null in an answer that only calls tools.
+		Content          *string        `json:"content"`
+		ReasoningContent *string        `json:"reasoning_content,omitempty"`
+		ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
 	}
 	deltaJSON struct {
-		Role    string  `json:"role,omitempty"`
-		Content *string `json:"content,omitempty"`
+		Role             string         `json:"role,omitempty"`
+		Content          *string        `json:"content,omitempty"`
+		ReasoningContent *string        `json:"reasoning_content,omitempty"`
+		ToolCalls        []toolCallJSON `json:"tool_calls,omitempty"`
 	}
 	choiceJSON struct {
 		Index        int          `json:"index"`
@@ -183,6 +189,13 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 		}
 		g.req.QueueTimeout = d
 	}
+	var parser *chatparse.Parser
+	if g.chat {
+		var e *apiError
+		if parser, e = chatParser(s.b.Model(), &g); e != nil {
+			return e
+		}
+	}
 	if err := s.begin(); err != nil {
 		return fromError(err, param)
 	}
@@ -193,7 +206,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()
 	start := time.Now()
-	c := &call{s: s, endpoint: endpoint, g: g, id: newID("cmpl-"), created: time.Now().Unix(), model: s.b.Model(), start: start}
+	c := &call{s: s, endpoint: endpoint, g: g, id: newID("cmpl-"), created: time.Now().Unix(), model: s.b.Model(), start: start, parser: parser}
 	if g.chat {
 		c.id = newID("chatcmpl-")
 	}
@@ -276,6 +289,10 @@ type call struct {
 	start    time.Time
 	last     time.Time // the latest token
 	code     string    // the error code it ended with; "" for none
+	// parser reads tool calls and reasoning out of a chat's output (nil:
+	// the output is all content).
+	parser *chatparse.Parser
+	calls  int // tool calls streamed
 }
 
 // observe times a delta's tokens.
@@ -347,9 +364,16 @@ func (c *call) whole(w http.ResponseWriter, st *node.Stream, param string) *apiE
 	if c.g.tokenIDs {
 		choice.TokenIDs = res.Tokens
 	}
-	if c.g.chat {
-		choice.Message = &chatMsgJSON{Role: "assistant", Content: res.Text}
-	} else {
+	switch {
+	case c.parser != nil:
+		var a answer
+		a.add(c.parser.Feed(res.Text))
+		a.add(c.parser.End())
+		choice.Message = a.message()
+		finish = finishOf(finish, len(a.calls))
+	case c.g.chat:
+		choice.Message = &chatMsgJSON{Role: "assistant", Content: &res.Text}
+	default:
 		choice.Text = &res.Text
 	}
 	out := c.envelope(false, choice)
@@ -462,9 +486,13 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Strea
 		if c.g.tokenIDs {
 			ch.TokenIDs = it.d.Tokens
 		}
-		if c.g.chat {
+		switch {
+		case c.parser != nil:
+			c.parsed(out, chunk, ch, c.parser.Feed(text))
+			continue
+		case c.g.chat:
 			ch.Delta = &deltaJSON{Content: &text}
-		} else {
+		default:
 			ch.Text = &text
 		}
 		out.data(chunk(ch))
@@ -484,6 +512,10 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Strea
 	}
 	c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
 	finish := res.FinishReason
+	if c.parser != nil {
+		c.parsed(out, chunk, choiceJSON{}, c.parser.End())
+		finish = finishOf(finish, c.calls)
+	}
 	last := choiceJSON{FinishReason: &finish}
 	if c.g.chat {
 		last.Delta = &deltaJSON{}
@@ -499,6 +531,25 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Strea
 		out.data(u)
 	}
 	out.raw("data: [DONE]\n\n")
+}
+
+// parsed streams parser events as chat deltas, a chunk each; ch carries
+// the token IDs of the delta that gave them, on the first chunk (or an
+// empty one when the events are none).
+func (c *call) parsed(out *sse, chunk func(choiceJSON) responseJSON, ch choiceJSON, evs []chatparse.Event) {
+	ds := deltas(evs)
+	if len(ds) == 0 && len(ch.TokenIDs) > 0 {
+		empty := ""
+		ds = append(ds, &deltaJSON{Content: &empty})
+	}
+	for _, d := range ds {
+		ch.Delta = d
+		if len(d.ToolCalls) > 0 && d.ToolCalls[0].ID != "" {
+			c.calls++
+		}
+		out.data(chunk(ch))
+		ch.TokenIDs = nil
+	}
 }
 
 // fail ends a started stream with an error event: a data line holding

@@ -3,11 +3,18 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/chatparse"
+	"github.com/stratanet/strata/node"
 )
 
 // TestOfficialOpenAIClient drives the shared 3-node swarm with the
@@ -76,5 +83,99 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	}
 	if got.WrongKey["status"] != float64(401) || got.WrongKey["auth"] != true || got.RightKeyModels != 1 {
 		t.Errorf("wrong key: %v, right key listed %d models", got.WrongKey, got.RightKeyModels)
+	}
+}
+
+// TestOpenAIClientToolCalls: the official openai client reads the
+// server's tool calls, whole and streamed: the stream's deltas, written
+// by the server's own code from a Qwen3 output as Qwen3's template
+// renders a turn (qwen3Output), accumulate in the client's stream helper
+// (which refuses a call missing its id, type, name or arguments) into
+// the same calls as the whole answer's.
+func TestOpenAIClientToolCalls(t *testing.T) {
+	dir, _ := filepath.Abs("testdata/openai-client")
+	nodeBin, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("no node.js on this machine: the openai client check needs it")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); err != nil {
+		t.Skipf("the openai npm package is not installed: run make test (it runs npm ci in %s)", dir)
+	}
+	syn := engine.ChatSyntax{Tools: engine.ToolsHermes, Reasoning: engine.ReasoningThink}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Stream bool `json:"stream"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		c := &call{g: genRequest{chat: true, stream: body.Stream}, id: "chatcmpl-fixture", created: 1, model: node.ModelInfo{Name: "fixture"},
+			parser: chatparse.New(syn, true)}
+		if !body.Stream {
+			var a answer
+			a.add(c.parser.Feed(qwen3Output))
+			a.add(c.parser.End())
+			finish := finishOf(node.FinishStop, len(a.calls))
+			out := c.envelope(false, choiceJSON{Message: a.message(), FinishReason: &finish})
+			out.Usage = &usageJSON{PromptTokens: 1, CompletionTokens: 1, TotalTokens: 2}
+			writeJSON(w, http.StatusOK, out)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		out := &sse{w: w, rc: http.NewResponseController(w)}
+		chunk := func(ch choiceJSON) responseJSON { return c.envelope(true, ch) }
+		empty := ""
+		out.data(chunk(choiceJSON{Delta: &deltaJSON{Role: "assistant", Content: &empty}}))
+		for i := 0; i < len(qwen3Output); i += 5 {
+			c.parsed(out, chunk, choiceJSON{}, c.parser.Feed(qwen3Output[i:min(i+5, len(qwen3Output))]))
+		}
+		c.parsed(out, chunk, choiceJSON{}, c.parser.End())
+		finish := finishOf(node.FinishStop, c.calls)
+		out.data(chunk(choiceJSON{Delta: &deltaJSON{}, FinishReason: &finish}))
+		out.raw("data: [DONE]\n\n")
+	}))
+	defer hs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodeBin, "tools.mjs", hs.URL+"/v1")
+	cmd.Dir = dir
+	outb, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("openai client: %v\n%s", err, stderr)
+	}
+	type msg struct {
+		Message struct {
+			Content          *string `json:"content"`
+			ReasoningContent *string `json:"reasoning_content"`
+			ToolCalls        []struct {
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"message"`
+		Finish    string `json:"finish"`
+		Reasoning string `json:"reasoning"`
+	}
+	var got struct{ Whole, Streamed msg }
+	if err := json.Unmarshal(outb, &got); err != nil {
+		t.Fatalf("client output %q: %v", outb, err)
+	}
+	t.Logf("openai client saw: %s", outb)
+	wantReasoning := "The user wants the weather and the time.\nI will call both tools.\n"
+	for _, m := range []msg{got.Whole, got.Streamed} {
+		calls := m.Message.ToolCalls
+		if m.Finish != "tool_calls" || len(calls) != 2 || calls[0].Function.Name != "get_weather" || calls[1].Function.Name != "get_time" ||
+			calls[0].Function.Arguments != `{"city": "Paris", "unit": "celsius"}` || calls[1].Function.Arguments != `{"city": "Tōkyō \"東京\""}` ||
+			calls[0].Type != "function" || !strings.HasPrefix(calls[0].ID, "call_") {
+			t.Errorf("calls %+v, finish %q", calls, m.Finish)
+		}
+	}
+	if r := got.Whole.Message.ReasoningContent; r == nil || *r != wantReasoning || got.Streamed.Reasoning != wantReasoning {
+		t.Errorf("reasoning: whole %v, streamed %q", r, got.Streamed.Reasoning)
 	}
 }
