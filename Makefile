@@ -7,7 +7,7 @@ PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak \
-	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp handovers
+	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp handovers fuzz-long
 
 all: build
 
@@ -216,6 +216,22 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 		done; \
 	done
+
+# Every fuzz target for FUZZ_EXECS executions (10^6: issue 35's budget),
+# one at a time; a table of targets, executions and verdicts at the end
+# (bin/fuzz/summary.txt, logs beside it). A failing input stays in its
+# package's testdata/fuzz/ for the fix, as Go writes it.
+FUZZ_EXECS ?= 1000000
+fuzz-long:
+	@mkdir -p $(BIN)/fuzz; : >$(BIN)/fuzz/summary.txt; fail=0; \
+	for pkg in $$($(GO) list ./...); do \
+		for fn in $$($(GO) test -list 'Fuzz.*' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+			log=$(BIN)/fuzz/$$(basename $$pkg)-$$fn.log; start=$$(date +%s); \
+			$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_EXECS)x $$pkg >$$log 2>&1; rc=$$?; \
+			if [ $$rc -eq 0 ]; then verdict="ok, $(FUZZ_EXECS) execs"; else verdict="FAILED (see $$log)"; fail=1; fi; \
+			line="$$pkg $$fn: $$verdict in $$(( $$(date +%s) - start )) s"; echo "$$line"; echo "$$line" >>$(BIN)/fuzz/summary.txt; \
+		done; \
+	done; exit $$fail
 
 clean:
 	rm -rf $(BIN)
