@@ -346,11 +346,12 @@ func (c *Consensus) Leave(ctx context.Context) error {
 func (c *Consensus) departed() bool {
 	s, self := c.State(), c.id.String()
 	m, member := s.Member(self)
-	if !member || !c.inConfig(c.id) {
+	server, voter := c.suffrage(c.id)
+	if !member || !server {
 		return true
 	}
 	_, placed := s.Committed().Range(self)
-	return m.Draining && !placed && !c.IsLeader() && !c.isVoter(c.id)
+	return m.Draining && !placed && !c.IsLeader() && !voter
 }
 
 // Close stops the member: a leader first waits until every live voter

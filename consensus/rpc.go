@@ -207,30 +207,28 @@ func (c *Consensus) submit(ctx context.Context, origin string, ev Event, hops ui
 
 // inConfig reports whether p is a server in the latest Raft configuration.
 func (c *Consensus) inConfig(p peer.ID) bool {
-	f := c.raft.GetConfiguration()
-	if f.Error() != nil {
-		return false
-	}
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == p.String() {
-			return true
-		}
-	}
-	return false
+	in, _ := c.suffrage(p)
+	return in
 }
 
 // isVoter reports whether p votes in this member's latest configuration.
 func (c *Consensus) isVoter(p peer.ID) bool {
+	_, voter := c.suffrage(p)
+	return voter
+}
+
+// suffrage is p's place in this member's latest configuration.
+func (c *Consensus) suffrage(p peer.ID) (in, voter bool) {
 	f := c.raft.GetConfiguration()
 	if f.Error() != nil {
-		return false
+		return false, false
 	}
 	for _, s := range f.Configuration().Servers {
 		if string(s.ID) == p.String() {
-			return s.Suffrage == raft.Voter
+			return true, s.Suffrage == raft.Voter
 		}
 	}
-	return false
+	return false, false
 }
 
 // call sends one control request to p and returns its answer.

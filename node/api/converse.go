@@ -82,51 +82,51 @@ func Converse(ctx context.Context, c *Client, o ConverseOptions, in io.Reader, o
 			continue
 		}
 		if o.Completion {
-			if err := complete(ctx, c, o, line, out); err != nil {
+			if _, err := io.WriteString(out, line); err != nil {
+				return err
+			}
+			if _, err := streamAnswer(ctx, out, func(write func(string) error) (string, error) {
+				_, err := c.CompleteStream(ctx, CompletionRequest{Model: o.Model, Prompt: line, MaxTokens: o.MaxTokens,
+					Temperature: o.Temperature, Seed: o.Seed, Profile: o.Profile}, write)
+				return "", err
+			}); err != nil {
 				return err
 			}
 			continue
 		}
 		turn := append(history, engine.Message{Role: "user", Content: line})
-		res, err := c.ChatStream(ctx, ChatRequest{Model: o.Model, Messages: turn, MaxTokens: o.MaxTokens,
-			Temperature: o.Temperature, Seed: o.Seed, Profile: o.Profile}, func(s string) error {
-			_, err := io.WriteString(out, s)
-			return err
+		text, err := streamAnswer(ctx, out, func(write func(string) error) (string, error) {
+			res, err := c.ChatStream(ctx, ChatRequest{Model: o.Model, Messages: turn, MaxTokens: o.MaxTokens,
+				Temperature: o.Temperature, Seed: o.Seed, Profile: o.Profile}, write)
+			return res.Text, err
 		})
-		if _, werr := io.WriteString(out, "\n"); werr != nil {
-			return werr
-		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			fmt.Fprintf(out, "error: %v\n", err)
-			continue
+			return err
 		}
-		history = append(turn, engine.Message{Role: "assistant", Content: res.Text})
+		if text != nil {
+			history = append(turn, engine.Message{Role: "assistant", Content: *text})
+		}
 	}
 }
 
-// complete streams the continuation of prompt after the prompt itself.
-// A failed completion is reported on out; only ctx's end or a failed
-// write of out ends the conversation.
-func complete(ctx context.Context, c *Client, o ConverseOptions, prompt string, out io.Writer) error {
-	if _, err := io.WriteString(out, prompt); err != nil {
-		return err
-	}
-	_, err := c.CompleteStream(ctx, CompletionRequest{Model: o.Model, Prompt: prompt, MaxTokens: o.MaxTokens,
-		Temperature: o.Temperature, Seed: o.Seed, Profile: o.Profile}, func(s string) error {
+// streamAnswer streams one answer to out through send and ends it with a
+// newline. A failed answer is reported on out and gives a nil text; only
+// ctx's end or a failed write of out ends the conversation (err). In
+// plain completion the continuation follows the prompt the caller wrote.
+func streamAnswer(ctx context.Context, out io.Writer, send func(write func(string) error) (string, error)) (*string, error) {
+	text, err := send(func(s string) error {
 		_, err := io.WriteString(out, s)
 		return err
 	})
 	if _, werr := io.WriteString(out, "\n"); werr != nil {
-		return werr
+		return nil, werr
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		fmt.Fprintf(out, "error: %v\n", err)
+		return nil, nil
 	}
-	return nil
+	return &text, nil
 }
