@@ -19,7 +19,7 @@ import (
 //
 //	u8  version (1)
 //	u8  kind (1 step, 2 token, 3 error, 4 close, 5 audit, 6 receipt,
-//	          7 upstream audit)
+//	          7 upstream audit, 8 token with log-probabilities)
 //	[16] session ID
 //
 // then, by kind:
@@ -37,6 +37,7 @@ import (
 //	       if open: u32 session capacity in positions, u64 model hash,
 //	           f32 temperature, u32 top-k, f32 top-p, u32 min-keep,
 //	           u64 seed, f32 repeat penalty, u32 repeat window
+//	       if log-probabilities: u8 top count (0..MaxTopLogProbs)
 //	       if skip: u32 positions skipped (1..n-1)
 //	       if signed: u32 the sender's first layer (below the receiver's),
 //	           [32] the sender's input chain, u8 len (1..), bytes the
@@ -46,6 +47,12 @@ import (
 //	           (n − skip) × columns values (one row per input token
 //	           after the skipped ones)
 //	token: u32 position of the sampled token, i32 token
+//	token with log-probabilities (the answer to a session opened with
+//	       them; a node that never asks never sees one): u32 position,
+//	       i32 token, f32 the token's log-probability, u8 n
+//	       (0..MaxTopLogProbs), n × (i32 token, f32 log-probability), the
+//	       most likely first (every log-probability ≤ 0 and not NaN;
+//	       -Inf allowed)
 //	error: u8 code, u8 len, bytes peer ID at fault (may be empty),
 //	       u16 len, bytes message (UTF-8, at most MaxErrorText)
 //	close: nothing
@@ -68,6 +75,8 @@ const (
 	// MaxErrorText bounds an error message's text.
 	MaxErrorText = 1024
 	maxPeerIDLen = 64
+	// MaxTopLogProbs bounds the alternatives a token frame carries.
+	MaxTopLogProbs = engine.MaxTopLogProbs
 )
 
 // Kind is a message type on the activation protocol.
@@ -86,6 +95,8 @@ const (
 	// KindUpAudit asks a hop for the receipt its upstream hop signed
 	// over the frames it sent (FrameSig).
 	KindUpAudit Kind = 7
+	// KindTokenLP is a token with its log-probabilities (Token.LP).
+	KindTokenLP Kind = 8
 )
 
 func (k Kind) String() string {
@@ -104,6 +115,8 @@ func (k Kind) String() string {
 		return "receipt"
 	case KindUpAudit:
 		return "upstream audit"
+	case KindTokenLP:
+		return "token with log-probabilities"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -152,6 +165,11 @@ type Open struct {
 	// Cold forbids resuming from a prefix cache: the entry's retry after
 	// a hop answered CodePrefixMiss.
 	Cold bool
+	// LogProbs asks the last hop for each token's log-probability and
+	// its TopLogProbs (0..MaxTopLogProbs) most likely alternatives
+	// (engine.LogProbs), returned in the token frames.
+	LogProbs    bool
+	TopLogProbs int
 }
 
 // Step is one step of one session, as one hop receives it.
@@ -208,6 +226,16 @@ type Token struct {
 	Session SessionID
 	Pos     int // the position the token occupies
 	Token   int32
+	// LP: the token's log-probabilities, for a session opened with
+	// Open.LogProbs; nil otherwise.
+	LP *TokenLP
+}
+
+// TokenLP is a sampled token's log-probability and the most likely
+// tokens at its position (engine.LogProbs of the last hop's logits).
+type TokenLP struct {
+	LogProb float32
+	Top     []engine.TokenLogProb
 }
 
 // ErrorCode says why a hop failed a step.
@@ -322,6 +350,7 @@ const (
 	flagCold   = 1 << 4
 	flagSigned = 1 << 5
 	flagLogits = 1 << 6
+	flagLP     = 1 << 7
 )
 
 // Encode appends the encoding of m to b.
@@ -330,12 +359,28 @@ func Encode(b []byte, m Message) ([]byte, error) {
 	case *Step:
 		return encodeStep(b, m)
 	case *Token:
-		b = header(b, KindToken, m.Session)
+		k := KindToken
+		if m.LP != nil {
+			k = KindTokenLP
+		}
+		b = header(b, k, m.Session)
 		if m.Pos < 0 || m.Pos > math.MaxUint32 {
 			return nil, fmt.Errorf("%w: token position %d", ErrBadFrame, m.Pos)
 		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(m.Pos))
-		return binary.LittleEndian.AppendUint32(b, uint32(m.Token)), nil
+		b = binary.LittleEndian.AppendUint32(b, uint32(m.Token))
+		if lp := m.LP; lp != nil {
+			if err := checkLP(lp); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+			}
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(lp.LogProb))
+			b = append(b, byte(len(lp.Top)))
+			for _, t := range lp.Top {
+				b = binary.LittleEndian.AppendUint32(b, uint32(t.Token))
+				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(t.LogProb))
+			}
+		}
+		return b, nil
 	case *ErrorMsg:
 		if m.Code == 0 || m.Code > maxCode {
 			return nil, fmt.Errorf("%w: error code %d", ErrBadFrame, m.Code)
@@ -378,6 +423,22 @@ func Encode(b []byte, m Message) ([]byte, error) {
 	return nil, fmt.Errorf("%w: unknown message %T", ErrBadFrame, m)
 }
 
+// checkLP refuses log-probabilities no log-softmax gives: NaN or
+// positive values, more than MaxTopLogProbs alternatives, negative
+// token IDs, alternatives out of order.
+func checkLP(lp *TokenLP) error {
+	bad := func(v float32) bool { return v != v || v > 0 }
+	if bad(lp.LogProb) || len(lp.Top) > MaxTopLogProbs {
+		return fmt.Errorf("log-probability %v with %d alternatives (at most %d)", lp.LogProb, len(lp.Top), MaxTopLogProbs)
+	}
+	for i, t := range lp.Top {
+		if bad(t.LogProb) || t.Token < 0 || i > 0 && t.LogProb > lp.Top[i-1].LogProb {
+			return fmt.Errorf("alternative %d: token %d, log-probability %v", i, t.Token, t.LogProb)
+		}
+	}
+	return nil
+}
+
 func header(b []byte, k Kind, s SessionID) []byte {
 	b = append(b, wireVersion, byte(k))
 	return append(b, s[:]...)
@@ -406,6 +467,8 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d hidden values for %d tokens of %d columns", ErrBadFrame, len(m.Hidden), n-m.Skip, m.Cols)
 	case m.Logits && (m.Open == nil || !m.Check):
 		return nil, fmt.Errorf("%w: logits asked of a step that opens no check session", ErrBadFrame)
+	case m.Open != nil && (m.Open.TopLogProbs < 0 || m.Open.TopLogProbs > MaxTopLogProbs || m.Open.TopLogProbs > 0 && !m.Open.LogProbs):
+		return nil, fmt.Errorf("%w: %d top log-probabilities", ErrBadFrame, m.Open.TopLogProbs)
 	case m.Sig != nil && (m.Hidden == nil || m.Sig.From < 0 || m.Sig.From >= m.Hops[0].From ||
 		len(m.Sig.Sig) == 0 || len(m.Sig.Sig) > maxFrameSig):
 		return nil, fmt.Errorf("%w: frame signature from layer %d of %d bytes", ErrBadFrame, m.Sig.From, len(m.Sig.Sig))
@@ -440,6 +503,9 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	if m.Logits {
 		flags |= flagLogits
 	}
+	if m.Open != nil && m.Open.LogProbs {
+		flags |= flagLP
+	}
 	b = append(b, flags)
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.Pos))
 	var err error
@@ -472,6 +538,9 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		b = binary.LittleEndian.AppendUint64(b, sp.Seed)
 		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(sp.RepeatPenalty))
 		b = binary.LittleEndian.AppendUint32(b, uint32(sp.RepeatLastN))
+		if o.LogProbs {
+			b = append(b, byte(o.TopLogProbs))
+		}
 	}
 	if m.Skip != 0 {
 		b = binary.LittleEndian.AppendUint32(b, uint32(m.Skip))
@@ -520,10 +589,13 @@ func Decode(frame []byte) (Message, error) {
 	switch k {
 	case KindStep:
 		m = decodeStep(d, sid)
-	case KindToken:
+	case KindToken, KindTokenLP:
 		t := &Token{Session: sid}
 		t.Pos = int(d.U32("position"))
 		t.Token = int32(d.U32("token"))
+		if k == KindTokenLP {
+			t.LP = decodeLP(d)
+		}
 		m = t
 	case KindError:
 		e := &ErrorMsg{Session: sid}
@@ -571,11 +643,34 @@ func Decode(frame []byte) (Message, error) {
 	return m, nil
 }
 
+// decodeLP reads a token frame's log-probabilities.
+func decodeLP(d *codec.Reader) *TokenLP {
+	lp := &TokenLP{LogProb: d.F32("log-probability")}
+	n := int(d.U8("alternatives"))
+	if d.Err() == nil && (n > MaxTopLogProbs || 8*n != d.Len()) {
+		d.Fail("%d alternatives (at most %d) in %d bytes", n, MaxTopLogProbs, d.Len())
+	}
+	if d.Err() != nil {
+		return nil
+	}
+	if n > 0 {
+		lp.Top = make([]engine.TokenLogProb, n)
+	}
+	for i := range lp.Top {
+		lp.Top[i].Token = int32(d.U32("alternative"))
+		lp.Top[i].LogProb = d.F32("alternative's log-probability")
+	}
+	if err := checkLP(lp); err != nil && d.Err() == nil {
+		d.Fail("%v", err)
+	}
+	return lp
+}
+
 func decodeStep(d *codec.Reader, sid SessionID) *Step {
 	s := &Step{Session: sid}
 	flags := d.U8("flags")
-	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold|flagSigned|flagLogits) != 0 ||
-		flags&flagOpen == 0 && flags&(flagSkip|flagCold) != 0 ||
+	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold|flagSigned|flagLogits|flagLP) != 0 ||
+		flags&flagOpen == 0 && flags&(flagSkip|flagCold|flagLP) != 0 ||
 		flags&flagHidden == 0 && flags&flagSigned != 0 ||
 		flags&flagLogits != 0 && flags&(flagOpen|flagCheck) != flagOpen|flagCheck) {
 		d.Fail("flags %#x", flags)
@@ -613,6 +708,13 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 		o.Sampling.RepeatLastN = int(d.U32("repeat window"))
 		if d.Err() == nil && o.MaxTokens == 0 {
 			d.Fail("zero capacity")
+		}
+		if flags&flagLP != 0 {
+			o.LogProbs = true
+			o.TopLogProbs = int(d.U8("top log-probabilities"))
+			if d.Err() == nil && o.TopLogProbs > MaxTopLogProbs {
+				d.Fail("%d top log-probabilities (at most %d)", o.TopLogProbs, MaxTopLogProbs)
+			}
 		}
 		o.Cold = flags&flagCold != 0
 		s.Open = o

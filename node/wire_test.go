@@ -2,9 +2,12 @@ package node
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -61,6 +64,122 @@ func sampleMessages(t testing.TB) []Message {
 			Positions: 12, InChain: [32]byte{1}, OutLast: [32]byte{3}, Sig: bytes.Repeat([]byte{7}, 64),
 			Logits: &consensus.Logits{Engine: "ggml-CUDA0", Tokens: [32]byte{4}, MaxAbs: 9,
 				Top: []consensus.TopLogit{{ID: 17, Logit: 9}, {ID: 3, Logit: 2.5}}}}},
+	}
+}
+
+// lpMessages are the frames of a session with log-probabilities: its
+// open step and its tokens (with alternatives, with none, with -Inf).
+func lpMessages(t testing.TB) []Message {
+	a, b := testPeer(t, 1), testPeer(t, 2)
+	sid := SessionID{9, 8, 7}
+	inf := float32(math.Inf(-1))
+	return []Message{
+		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 0, 8}}, Pos: 0, Tokens: []int32{1, 2, 3},
+			Open: &Open{MaxTokens: 40, Model: ModelHash("m"), Sampling: engine.SamplingParams{Temperature: 0.7, Seed: 3},
+				LogProbs: true, TopLogProbs: 5}},
+		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 0, 8}}, Pos: 0, Tokens: []int32{1}, Skip: 0,
+			Open: &Open{MaxTokens: 4, Model: ModelHash("m"), LogProbs: true}},
+		&Token{Session: sid, Pos: 3, Token: 42, LP: &TokenLP{LogProb: -0.25,
+			Top: []engine.TokenLogProb{{Token: 42, LogProb: -0.25}, {Token: 7, LogProb: -2}, {Token: 1, LogProb: inf}}}},
+		&Token{Session: sid, Pos: 4, Token: 0, LP: &TokenLP{LogProb: inf}},
+	}
+}
+
+func TestWireLogProbs(t *testing.T) {
+	for _, m := range lpMessages(t) {
+		b := mustEncode(t, m)
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("%+v: %v", m, err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v", got, m)
+		}
+		for i := 0; i < len(b); i++ {
+			if _, err := Decode(b[:i]); !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("cut at %d of %d: %v", i, len(b), err)
+			}
+		}
+		if _, err := Decode(append(b, 0)); !errors.Is(err, ErrBadFrame) {
+			t.Fatalf("a trailing byte: %v", err)
+		}
+	}
+	// A token without log-probabilities keeps version 1's bytes: nodes
+	// that never ask see no change.
+	if b := mustEncode(t, &Token{Session: SessionID{1}, Pos: 17, Token: 42}); len(b) != 18+8 || Kind(b[1]) != KindToken {
+		t.Fatalf("plain token frame changed: %x", b)
+	}
+	tok := mustEncode(t, lpMessages(t)[2])
+	const nAt = 18 + 4 + 4 + 4 // header, position, token, log-probability
+	forged := map[string][]byte{
+		// 21 alternatives, with the bytes for them: past the bound.
+		"oversized": func() []byte {
+			b := slices.Clone(tok[:nAt])
+			b = append(b, MaxTopLogProbs+1)
+			for i := range MaxTopLogProbs + 1 {
+				b = binary.LittleEndian.AppendUint32(b, uint32(i))
+				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(-float32(i)))
+			}
+			return b
+		}(),
+		"count beyond the bytes": func() []byte { b := slices.Clone(tok); b[nAt] = 4; return b }(),
+		"count short of the bytes": func() []byte { b := slices.Clone(tok); b[nAt] = 2; return b }(),
+		"NaN": func() []byte {
+			b := slices.Clone(tok)
+			binary.LittleEndian.PutUint32(b[nAt-4:], math.Float32bits(float32(math.NaN())))
+			return b
+		}(),
+		"positive": func() []byte {
+			b := slices.Clone(tok)
+			binary.LittleEndian.PutUint32(b[nAt-4:], math.Float32bits(0.5))
+			return b
+		}(),
+		"out of order": func() []byte {
+			b := slices.Clone(tok)
+			binary.LittleEndian.PutUint32(b[nAt+1+8+4:], math.Float32bits(-0.1))
+			return b
+		}(),
+		"negative alternative": func() []byte {
+			b := slices.Clone(tok)
+			binary.LittleEndian.PutUint32(b[nAt+1:], math.MaxUint32)
+			return b
+		}(),
+		// The open step's flag belongs to open steps, and its count to 20.
+		"log-probabilities without open": func() []byte { b := mustEncode(t, sampleMessages(t)[1]); b[18] |= flagLP; return b }(),
+		"top count": func() []byte {
+			m := lpMessages(t)[0].(*Step)
+			b := mustEncode(t, m)
+			// The count follows the open parameters, before the tokens.
+			at := len(b) - 4 - 4*len(m.Tokens) - 1
+			if b[at] != 5 {
+				t.Fatalf("top count not at %d", at)
+			}
+			b[at] = MaxTopLogProbs + 1
+			return b
+		}(),
+	}
+	for name, b := range forged {
+		if _, err := Decode(b); !errors.Is(err, ErrBadFrame) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := Decode(forged["oversized"]); err == nil || !strings.Contains(err.Error(), "21 alternatives (at most 20)") {
+		t.Errorf("the oversized frame's error does not say why: %v", err)
+	}
+	many := make([]engine.TokenLogProb, MaxTopLogProbs+1)
+	for _, m := range []Message{
+		&Token{LP: &TokenLP{LogProb: float32(math.NaN())}},
+		&Token{LP: &TokenLP{LogProb: 1}},
+		&Token{LP: &TokenLP{Top: many}},
+		&Token{LP: &TokenLP{Top: []engine.TokenLogProb{{Token: 1, LogProb: -2}, {Token: 2, LogProb: -1}}}},
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 0, 1}}, Tokens: []int32{1},
+			Open: &Open{MaxTokens: 4, LogProbs: true, TopLogProbs: MaxTopLogProbs + 1}},
+		&Step{Session: SessionID{}, Entry: testPeer(t, 1), Hops: []Hop{{testPeer(t, 2), 0, 1}}, Tokens: []int32{1},
+			Open: &Open{MaxTokens: 4, TopLogProbs: 3}},
+	} {
+		if _, err := Encode(nil, m); !errors.Is(err, ErrBadFrame) {
+			t.Errorf("encoded %+v: %v", m, err)
+		}
 	}
 }
 
@@ -172,7 +291,7 @@ func TestWireRejects(t *testing.T) {
 // FuzzDecode: no input panics the decoder, it allocates in proportion to
 // its input, and whatever decodes encodes back to the same bytes.
 func FuzzDecode(f *testing.F) {
-	for _, m := range sampleMessages(f) {
+	for _, m := range append(sampleMessages(f), lpMessages(f)...) {
 		b, err := Encode(nil, m)
 		if err != nil {
 			f.Fatal(err)
