@@ -122,7 +122,7 @@ func TestWireLogProbs(t *testing.T) {
 			}
 			return b
 		}(),
-		"count beyond the bytes": func() []byte { b := slices.Clone(tok); b[nAt] = 4; return b }(),
+		"count beyond the bytes":   func() []byte { b := slices.Clone(tok); b[nAt] = 4; return b }(),
 		"count short of the bytes": func() []byte { b := slices.Clone(tok); b[nAt] = 2; return b }(),
 		"NaN": func() []byte {
 			b := slices.Clone(tok)
