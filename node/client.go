@@ -51,6 +51,15 @@ type Request struct {
 	// Stop ends the generation before the first occurrence of any of
 	// these strings in the output text (which then excludes it).
 	Stop []string
+	// LogProbs asks for each sampled token's log-probability and for the
+	// TopLogProbs (0..MaxTopLogProbs) most likely tokens at its position,
+	// in Delta.LogProbs and Result.LogProbs. They are of the model's own
+	// distribution: the log-softmax of the raw logits the token was drawn
+	// from, before the repetition penalty, temperature, top-k and top-p
+	// (engine.LogProbs), computed by the last hop beside the sampler.
+	// TopLogProbs without LogProbs is a bad request.
+	LogProbs    bool
+	TopLogProbs int
 	// Profile names the scheduling profile that routes the request (""
 	// is the configured default). An unknown name is ErrBadRequest
 	// wrapping routing.ErrUnknownProfile.
@@ -81,6 +90,30 @@ type Delta struct {
 	// characters only, and nothing that may turn out to begin a stop
 	// string (held back until it is known not to). It may be empty.
 	Text string
+	// LogProbs holds, for each of Tokens, its log-probabilities when the
+	// request asked for them (Request.LogProbs); nil otherwise.
+	LogProbs []TokenLogProbs
+}
+
+// LogProb is a token, its text and its log-probability (-Inf for a
+// token the model gives no probability).
+type LogProb struct {
+	Token int32
+	// Text is the token's bytes as the output prints them (possibly part
+	// of a UTF-8 character); a control token's, which prints nothing,
+	// is its own text (such as "<|eot_id|>").
+	Text    []byte
+	LogProb float32
+}
+
+// TokenLogProbs are a sampled token's log-probability and the most
+// likely tokens at its position, most likely first (lower ID first on
+// ties).
+type TokenLogProbs struct {
+	Token   int32
+	Text    []byte // as LogProb.Text
+	LogProb float32
+	Top     []LogProb
 }
 
 // Usage counts tokens, as OpenAI reports them.
@@ -92,9 +125,12 @@ type Usage struct {
 
 // Result is a finished generation.
 type Result struct {
-	Text         string  // the output text, stop string excluded
-	Tokens       []int32 // every sampled token, end token included
-	FinishReason string  // FinishStop or FinishLength
+	Text   string  // the output text, stop string excluded
+	Tokens []int32 // every sampled token, end token included
+	// LogProbs holds, for each of Tokens, its log-probabilities when the
+	// request asked for them; nil otherwise.
+	LogProbs     []TokenLogProbs
+	FinishReason string // FinishStop or FinishLength
 	Usage        Usage
 	// Replays counts the times a hop failed and the generation went on
 	// on a new path; ReplayLatency holds, for each, the time from noticing

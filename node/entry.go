@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -280,6 +281,9 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	if err := validateSampling(req.Sampling); err != nil {
 		return nil, err
 	}
+	if req.TopLogProbs < 0 || req.TopLogProbs > MaxTopLogProbs || req.TopLogProbs > 0 && !req.LogProbs {
+		return nil, fmt.Errorf("%w: %d top log-probabilities (0 to %d, and only with log-probabilities)", ErrBadRequest, req.TopLogProbs, MaxTopLogProbs)
+	}
 	var prompt []int32
 	switch {
 	case req.Prompt != "":
@@ -320,7 +324,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
 		text: newTextState(e.cfg.model.tok, req.Stop, req.Keep), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile,
-		stolen: req.stolen}
+		stolen: req.stolen, lp: req.LogProbs, topLP: req.TopLogProbs}
 	g.res.Profile = req.Profile
 	if e.profileName != nil {
 		g.res.Profile = e.profileName(req.Profile)
@@ -419,6 +423,11 @@ type generation struct {
 	// stolen: handed over by a loaded entry; admitted ahead of this
 	// entry's queue, never held or queued (steal.go).
 	stolen bool
+	// lp: the request wants log-probabilities (Request.LogProbs), with
+	// topLP alternatives; lps holds them for out, one per token.
+	lp    bool
+	topLP int
+	lps   []TokenLogProbs
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
@@ -576,6 +585,9 @@ func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
 func (g *generation) result() Result {
 	r := g.res
 	r.Tokens = slices.Clone(g.out)
+	if g.lp {
+		r.LogProbs = slices.Clone(g.lps[:len(g.out)])
+	}
 	r.Text = string(g.text.full)
 	r.Usage = Usage{PromptTokens: len(g.prompt), CompletionTokens: len(g.out), TotalTokens: len(g.prompt) + len(g.out)}
 	r.Total = g.e.cfg.clock.Since(g.start)
@@ -605,7 +617,8 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	g.used(hops)
 	all := append(slices.Clone(g.prompt), g.out...)
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: all,
-		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp, Cold: g.cold}}
+		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp, Cold: g.cold,
+			LogProbs: g.lp, TopLogProbs: g.topLP}}
 	timer := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
 	defer timer.Stop()
 	for {
@@ -666,12 +679,16 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 					return attemptEnd{blame: []peer.ID{ev.from}, reason: fmt.Sprintf("token for position %d, want %d", ev.tok.Pos, len(g.prompt)+len(g.out))}, nil
 				case ev.tok.Token < 0 || int(ev.tok.Token) >= e.cfg.model.info.Vocab:
 					return attemptEnd{blame: []peer.ID{ev.from}, reason: fmt.Sprintf("token %d outside the vocabulary", ev.tok.Token)}, nil
+				case g.lp:
+					if why := g.checkLP(ev.tok.LP); why != "" {
+						return attemptEnd{blame: []peer.ID{ev.from}, reason: why}, nil
+					}
 				}
 				tok = ev.tok
 			}
 		}
 		e.work.served(hops, len(step.Tokens))
-		finished, err := g.deliver(ctx, tok.Token)
+		finished, err := g.deliver(ctx, tok.Token, tok.LP)
 		if err != nil || finished {
 			return attemptEnd{done: err == nil}, err
 		}
@@ -692,9 +709,48 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	}
 }
 
-// deliver hands one token to the caller and reports whether the
-// generation is over.
-func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
+// checkLP says what is wrong with a token's log-probabilities for this
+// generation ("" when nothing): the decoder checked their form, this
+// their count and IDs.
+func (g *generation) checkLP(lp *TokenLP) string {
+	vocab := g.e.cfg.model.info.Vocab
+	switch {
+	case lp == nil:
+		return "a token without the log-probabilities asked for"
+	case len(lp.Top) != min(g.topLP, vocab):
+		return fmt.Sprintf("%d top log-probabilities, asked for %d", len(lp.Top), g.topLP)
+	}
+	for _, t := range lp.Top {
+		if int(t.Token) >= vocab {
+			return fmt.Sprintf("top log-probability of token %d, outside the vocabulary", t.Token)
+		}
+	}
+	return ""
+}
+
+// logProbs turns a token frame's log-probabilities into the caller's.
+func (g *generation) logProbs(id int32, lp *TokenLP) TokenLogProbs {
+	tok := g.e.cfg.model.tok
+	text := func(id int32) []byte {
+		if b := tok.Piece(id); len(b) > 0 {
+			return b
+		}
+		return []byte(tok.Token(id))
+	}
+	out := TokenLogProbs{Token: id, Text: text(id), LogProb: lp.LogProb}
+	if len(lp.Top) > 0 {
+		out.Top = make([]LogProb, len(lp.Top))
+		for i, t := range lp.Top {
+			out.Top[i] = LogProb{Token: t.Token, Text: text(t.Token), LogProb: t.LogProb}
+		}
+	}
+	return out
+}
+
+// deliver hands one token (with its log-probabilities, when asked: lp
+// is nil otherwise) to the caller and reports whether the generation is
+// over.
+func (g *generation) deliver(ctx context.Context, id int32, lp *TokenLP) (bool, error) {
 	e := g.e
 	now := e.cfg.clock.Now()
 	if len(g.out) == 0 {
@@ -720,6 +776,18 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 		return false, nil
 	}
 	g.out = append(g.out, id)
+	var lps []TokenLogProbs
+	if g.lp {
+		// lps stays as long as out: a rewind (verify.go) keeps those of
+		// the tokens it redoes, which come back the same.
+		g.lps = g.lps[:len(g.out)-1]
+		if lp != nil {
+			g.lps = append(g.lps, g.logProbs(id, lp))
+		} else {
+			g.lps = append(g.lps, TokenLogProbs{Token: id, LogProb: float32(math.NaN())})
+		}
+		lps = g.lps[len(g.out)-1:]
+	}
 	e.counters.tokens.Add(1)
 	text, stopped := g.text.add(id)
 	switch {
@@ -732,7 +800,7 @@ func (g *generation) deliver(ctx context.Context, id int32) (bool, error) {
 		text += g.text.flush()
 	}
 	select {
-	case g.stream.deltas <- Delta{Tokens: []int32{id}, Text: text}:
+	case g.stream.deltas <- Delta{Tokens: []int32{id}, Text: text, LogProbs: lps}:
 	case <-ctx.Done():
 		return false, ctx.Err()
 	case <-e.ctx.Done():

@@ -142,6 +142,11 @@ type hopSession struct {
 	chain  chains // what this hop took and gave, for receipts (verify.go)
 	check  bool   // a check session
 	logits bool   // its receipt carries the last logits row's summary (Step.Logits)
+	// lp: the last hop returns each token's log-probabilities with its
+	// top alternatives (Open.LogProbs, Open.TopLogProbs); the work is
+	// done only for sessions that ask.
+	lp    bool
+	topLP int
 	// up is the receipt the upstream hop signed over its last frame
 	// (sigframe.go); zero until a signed frame arrives.
 	up consensus.Receipt
@@ -480,7 +485,7 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	h := m.Hops[0]
 	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
 		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check,
-		logits: m.Check && m.Logits || s.cfg.tolerant}
+		logits: m.Check && m.Logits || s.cfg.tolerant, lp: m.Open.LogProbs, topLP: m.Open.TopLogProbs}
 	// Resume from the prefix cache: the first hop from its longest match
 	// (leaving one position to compute), a later hop from where the one
 	// before it resumed, which it must hold too. A live session over the
@@ -803,7 +808,14 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 		}
 		if last {
 			tok := engine.Sample(w.logits, hs.sp, hs.pos, hs.hist)
-			s.out.token(hs.entry, &Token{Session: m.Session, Pos: hs.pos, Token: tok})
+			t := &Token{Session: m.Session, Pos: hs.pos, Token: tok}
+			if hs.lp {
+				// Of the same logits row Sample drew from, before any
+				// penalty or temperature (engine.LogProbs).
+				lp, top := engine.LogProbs(w.logits, tok, hs.topLP)
+				t.LP = &TokenLP{LogProb: lp, Top: top}
+			}
+			s.out.token(hs.entry, t)
 			continue
 		}
 		var sig *FrameSig

@@ -144,11 +144,12 @@ type stolen struct {
 }
 
 // takeHead removes the queue's head for a thief if it waited at least
-// min, and returns it; nil when there is none.
+// min, and returns it; nil when there is none. A head that wants
+// log-probabilities stays: the steal protocol's token frames carry none.
 func (a *admitter) takeHead(now time.Time, min time.Duration) *waiter {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.q) == 0 || a.q[0].g == nil || now.Sub(a.q[0].since) < min {
+	if len(a.q) == 0 || a.q[0].g == nil || a.q[0].g.lp || now.Sub(a.q[0].since) < min {
 		return nil
 	}
 	w := a.q[0]
@@ -232,7 +233,7 @@ func (g *generation) runStolen(ctx context.Context, st *stolen) (done bool, err 
 		}
 		switch {
 		case rerr == nil && m.Kind == stealToken:
-			fin, err := g.deliver(ctx, m.Token)
+			fin, err := g.deliver(ctx, m.Token, nil) // never one with log-probabilities (takeHead)
 			if err != nil || fin {
 				return true, err
 			}

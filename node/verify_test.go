@@ -187,7 +187,7 @@ func TestRewindFlagsWrongTokens(t *testing.T) {
 	ctx := context.Background()
 	deliver := func(ids ...int32) error {
 		for _, id := range ids {
-			if _, err := g.deliver(ctx, id); err != nil {
+			if _, err := g.deliver(ctx, id, nil); err != nil {
 				return err
 			}
 		}
