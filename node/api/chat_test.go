@@ -138,16 +138,17 @@ func TestToolCallShapes(t *testing.T) {
 			// Streamed, a few bytes at a time, through call.parsed.
 			rec := httptest.NewRecorder()
 			out := &sse{w: rec, rc: http.NewResponseController(rec)}
-			cl := &call{g: genRequest{chat: true, stream: true}, parser: chatparse.New(c.syn, true)}
+			cl := &call{g: genRequest{chat: true, stream: true}}
+			cs := &choiceState{parser: chatparse.New(c.syn, true)}
 			chunk := func(ch choiceJSON) responseJSON {
 				return responseJSON{Object: "chat.completion.chunk", Choices: []choiceJSON{ch}}
 			}
 			for i := 0; i < len(c.output); i += 3 {
-				cl.parsed(out, chunk, choiceJSON{}, cl.parser.Feed(c.output[i:min(i+3, len(c.output))]))
+				cl.parsed(out, chunk, cs, choiceJSON{}, cs.parser.Feed(c.output[i:min(i+3, len(c.output))]))
 			}
-			cl.parsed(out, chunk, choiceJSON{}, cl.parser.End())
-			if cl.calls != 2 || finishOf("stop", cl.calls) != "tool_calls" {
-				t.Fatalf("%d calls streamed", cl.calls)
+			cl.parsed(out, chunk, cs, choiceJSON{}, cs.parser.End())
+			if cs.calls != 2 || finishOf("stop", cs.calls) != "tool_calls" {
+				t.Fatalf("%d calls streamed", cs.calls)
 			}
 			var reasoning, content strings.Builder
 			args := map[int]string{}

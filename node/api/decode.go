@@ -22,7 +22,7 @@ import (
 // string or a list; content as a string or text parts), into one
 // node.Request. Unknown fields are ignored, as OpenAI's clients send
 // fields that servers may not know; known fields that would change the
-// answer in a way this server cannot honour (n > 1, logprobs, echo,
+// answer in a way this server cannot honour (n past maxChoices, echo,
 // a tool_choice that needs constrained decoding, tools for a model whose
 // template has no tool-call syntax) are refused rather than silently
 // ignored.
@@ -34,6 +34,12 @@ const (
 	maxStopLen     = 256
 	maxMessages    = 4096
 	maxTemperature = 2
+	// maxChoices bounds n: each choice is a generation of its own.
+	maxChoices = 8
+	// maxChatTopLogprobs and maxCompletionLogprobs are OpenAI's bounds
+	// on chat's top_logprobs and the legacy completions' logprobs.
+	maxChatTopLogprobs    = 20
+	maxCompletionLogprobs = 5
 )
 
 // genRequest is a decoded generation request.
@@ -48,6 +54,13 @@ type genRequest struct {
 	// tools: the chat offers tools the model may call (tool_choice auto),
 	// so tool calls are parsed out of its output.
 	tools bool
+	// n is the number of choices (1..maxChoices), each a generation of
+	// its own with seed engine.ChoiceSeed(seed, index).
+	n int
+	// logprobs: the answer carries each token's log-probability and
+	// req.TopLogProbs alternatives (chat's logprobs and top_logprobs,
+	// the legacy completions' logprobs N).
+	logprobs bool
 }
 
 // samplingBody holds the fields both endpoints share.
@@ -92,6 +105,7 @@ type chatBody struct {
 	samplingBody
 	Messages            []chatMessage   `json:"messages"`
 	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+	TopLogprobs         *int64          `json:"top_logprobs"`
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	Functions           json.RawMessage `json:"functions"`
@@ -190,6 +204,13 @@ func decodeCompletion(b []byte) (genRequest, *apiError) {
 	case body.Suffix != nil && *body.Suffix != "":
 		return g, invalid("suffix", "suffix is not supported")
 	}
+	if !isNull(body.Logprobs) && !bytes.Equal(bytes.TrimSpace(body.Logprobs), []byte("false")) {
+		var k int64
+		if err := json.Unmarshal(body.Logprobs, &k); err != nil || k < 0 || k > maxCompletionLogprobs {
+			return g, invalid("logprobs", "logprobs must be an integer from 0 to %d (got %s)", maxCompletionLogprobs, bytes.TrimSpace(body.Logprobs))
+		}
+		g.logprobs, g.req.LogProbs, g.req.TopLogProbs = true, true, int(k)
+	}
 	if e := decodePrompt(body.Prompt, &g.req); e != nil {
 		return g, e
 	}
@@ -214,7 +235,7 @@ func decodePrompt(raw json.RawMessage, req *node.Request) *apiError {
 	var ss []string
 	if err := json.Unmarshal(raw, &ss); err == nil {
 		if len(ss) != 1 {
-			return invalid("prompt", "a list of %d prompts: give one (n and batches are 1 here)", len(ss))
+			return invalid("prompt", "a list of %d prompts: give one (one prompt per request)", len(ss))
 		}
 		if ss[0] == "" {
 			return invalid("prompt", "prompt is empty")
@@ -262,6 +283,22 @@ func decodeChat(b []byte) (genRequest, *apiError) {
 	}
 	if body.MaxCompletionTokens != nil && *body.MaxCompletionTokens < 1 {
 		return g, invalid("max_completion_tokens", "max_completion_tokens must be at least 1 (got %d)", *body.MaxCompletionTokens)
+	}
+	if !isNull(body.Logprobs) {
+		var on bool
+		if err := json.Unmarshal(body.Logprobs, &on); err != nil {
+			return g, invalid("logprobs", "logprobs must be a boolean (got %s)", bytes.TrimSpace(body.Logprobs))
+		}
+		g.logprobs, g.req.LogProbs = on, on
+	}
+	if k := body.TopLogprobs; k != nil {
+		switch {
+		case *k < 0 || *k > maxChatTopLogprobs:
+			return g, invalid("top_logprobs", "top_logprobs must be an integer from 0 to %d (got %d)", maxChatTopLogprobs, *k)
+		case !g.logprobs:
+			return g, invalid("top_logprobs", "top_logprobs needs logprobs: true")
+		}
+		g.req.TopLogProbs = int(*k)
 	}
 	switch {
 	case !isNull(body.Tools) && !bytes.HasPrefix(bytes.TrimSpace(body.Tools), []byte("[")):
@@ -337,11 +374,12 @@ func decodeContent(raw json.RawMessage, param string) (string, *apiError) {
 func (s *samplingBody) apply(g *genRequest, maxTok *int64) *apiError {
 	req := &g.req
 	req.Model = s.Model
-	switch {
-	case s.N != nil && *s.N != 1:
-		return invalid("n", "n must be 1 (got %d): one choice per request", *s.N)
-	case !isNull(s.Logprobs) && !bytes.Equal(bytes.TrimSpace(s.Logprobs), []byte("false")):
-		return invalid("logprobs", "logprobs are not supported")
+	g.n = 1
+	if s.N != nil {
+		if *s.N < 1 || *s.N > maxChoices {
+			return invalid("n", "n must be from 1 to %d (got %d)", maxChoices, *s.N)
+		}
+		g.n = int(*s.N)
 	}
 	if s.Profile != nil {
 		if e := checkProfile(*s.Profile); e != nil {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -189,11 +190,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 		}
 		g.req.QueueTimeout = d
 	}
-	var parser *chatparse.Parser
+	// One parser per choice: they read separate outputs.
+	parsers := make([]*chatparse.Parser, g.n)
 	if g.chat {
-		var e *apiError
-		if parser, e = chatParser(s.b.Model(), &g); e != nil {
-			return e
+		for i := range parsers {
+			var e *apiError
+			if parsers[i], e = chatParser(s.b.Model(), &g); e != nil {
+				return e
+			}
 		}
 	}
 	if err := s.begin(); err != nil {
@@ -206,11 +210,12 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()
 	start := time.Now()
-	c := &call{s: s, endpoint: endpoint, g: g, id: newID("cmpl-"), created: time.Now().Unix(), model: s.b.Model(), start: start, parser: parser}
+	c := &call{s: s, endpoint: endpoint, g: g, id: newID("cmpl-"), created: time.Now().Unix(), model: s.b.Model(), start: start,
+		parsers: parsers}
 	if g.chat {
 		c.id = newID("chatcmpl-")
 	}
-	st, err := s.b.Generate(ctx, g.req)
+	st, err := s.b.Generate(ctx, c.choiceReq(0))
 	if err != nil {
 		// A refusal says how long it waited in the queue too (0 for one
 		// refused at once, such as layers no node can hold).
@@ -223,21 +228,25 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	// Generate returns once the request is admitted: its time is the
 	// wait in the entry's queue (and the tokenizing, which is small).
 	w.Header().Set(QueueWaitHeader, strconv.FormatFloat(time.Since(start).Seconds(), 'f', 3, 64))
-	// Deferred first so that it runs after Close: Result then returns at
-	// once, even for a generation whose client went away.
+	c.add(0, st)
+	// Deferred first so that it runs after the Closes: Result then
+	// returns at once, even for a generation whose client went away.
+	defer func() { c.record(c.results()) }()
 	defer func() {
-		res, _ := st.Result()
-		c.record(res)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, cs := range c.choices {
+			cs.st.Close()
+		}
 	}()
-	defer st.Close()
 	if !g.stream {
-		e := c.whole(w, st, param)
+		e := c.whole(ctx, w, param)
 		if e != nil {
 			c.code = e.Code
 		}
 		return e
 	}
-	c.stream(ctx, w, st, param)
+	c.stream(ctx, w, param)
 	return nil
 }
 
@@ -289,10 +298,13 @@ type call struct {
 	start    time.Time
 	last     time.Time // the latest token
 	code     string    // the error code it ended with; "" for none
-	// parser reads tool calls and reasoning out of a chat's output (nil:
-	// the output is all content).
-	parser *chatparse.Parser
-	calls  int // tool calls streamed
+	// parsers read tool calls and reasoning out of each choice's output
+	// (nil: the output is all content).
+	parsers []*chatparse.Parser
+	// choices are the generations started, by index (the later ones
+	// start once the first has its prefill done: choices.go).
+	mu      sync.Mutex
+	choices []*choiceState
 }
 
 // observe times a delta's tokens.
@@ -342,47 +354,6 @@ func usageOf(u node.Usage) *usageJSON {
 	return &usageJSON{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
 }
 
-// whole answers a non-streaming request.
-func (c *call) whole(w http.ResponseWriter, st *node.Stream, param string) *apiError {
-	for {
-		d, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fromError(c.s.why(err), param)
-		}
-		c.observe(d)
-	}
-	res, err := st.Result()
-	if err != nil {
-		return fromError(c.s.why(err), param)
-	}
-	c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
-	finish := res.FinishReason
-	choice := choiceJSON{Index: 0, FinishReason: &finish}
-	if c.g.tokenIDs {
-		choice.TokenIDs = res.Tokens
-	}
-	switch {
-	case c.parser != nil:
-		var a answer
-		a.add(c.parser.Feed(res.Text))
-		a.add(c.parser.End())
-		choice.Message = a.message()
-		finish = finishOf(finish, len(a.calls))
-	case c.g.chat:
-		choice.Message = &chatMsgJSON{Role: "assistant", Content: &res.Text}
-	default:
-		choice.Text = &res.Text
-	}
-	out := c.envelope(false, choice)
-	out.Usage = usageOf(res.Usage)
-	out.Strata = &strataJSON{Replays: res.Replays, Paths: res.Paths, TTFTMs: float64(res.TTFT.Microseconds()) / 1000}
-	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
 // sse writes server-sent events and flushes each.
 type sse struct {
 	w   http.ResponseWriter
@@ -408,147 +379,22 @@ func (e *sse) raw(s string) {
 	}
 }
 
-type recvd struct {
-	d   node.Delta
-	err error
-}
-
-// stream answers a streaming request: a chunk per delta with text, a
-// last chunk with the finish reason, the usage chunk if asked, and
-// "data: [DONE]". A generation that fails after the headers ends the
-// stream with an error event and no [DONE].
-func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Stream, param string) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
-	out := &sse{w: w, rc: http.NewResponseController(w)}
-	var usageNull any
-	if c.g.includeUsage {
-		usageNull = json.RawMessage("null")
-	}
-	chunk := func(ch choiceJSON) responseJSON {
-		r := c.envelope(true, ch)
-		r.Usage = usageNull
-		return r
-	}
-	if c.g.chat {
-		empty := ""
-		out.data(chunk(choiceJSON{Delta: &deltaJSON{Role: "assistant", Content: &empty}}))
-	} else {
-		out.raw(": stream open\n\n") // headers out now, before the first token
-	}
-
-	// Recv blocks; a pump lets the loop also send keep-alives.
-	items := make(chan recvd)
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			d, err := st.Recv()
-			select {
-			case items <- recvd{d, err}:
-			case <-done:
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	keep := time.NewTicker(c.s.o.keepAlive)
-	defer keep.Stop()
-	for out.err == nil {
-		var it recvd
-		select {
-		case it = <-items:
-		case <-keep.C:
-			out.raw(": keep-alive\n\n")
-			continue
-		}
-		if it.err != nil && !errors.Is(it.err, io.EOF) {
-			c.fail(out, fromError(c.s.why(it.err), param))
-			return
-		}
-		if it.err != nil { // io.EOF: the end
-			break
-		}
-		c.observe(it.d)
-		// A delta with no text yet (part of a character, or held back
-		// for a stop string) has a chunk only when token IDs are asked.
-		if it.d.Text == "" && (!c.g.tokenIDs || len(it.d.Tokens) == 0) {
-			continue
-		}
-		text := it.d.Text
-		ch := choiceJSON{}
-		if c.g.tokenIDs {
-			ch.TokenIDs = it.d.Tokens
-		}
-		switch {
-		case c.parser != nil:
-			c.parsed(out, chunk, ch, c.parser.Feed(text))
-			continue
-		case c.g.chat:
-			ch.Delta = &deltaJSON{Content: &text}
-		default:
-			ch.Text = &text
-		}
-		out.data(chunk(ch))
-	}
-	if out.err != nil {
-		c.s.log.Debug("stream write failed; the client went away", zap.Error(out.err), zap.NamedError("ctx", ctx.Err()))
-		c.code = "client_closed_request"
-		if r, ok := w.(*recorder); ok {
-			r.status = statusClientClosed
-		}
-		return
-	}
-	res, err := st.Result()
-	if err != nil {
-		c.fail(out, fromError(c.s.why(err), param))
-		return
-	}
-	c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
-	finish := res.FinishReason
-	if c.parser != nil {
-		c.parsed(out, chunk, choiceJSON{}, c.parser.End())
-		finish = finishOf(finish, c.calls)
-	}
-	last := choiceJSON{FinishReason: &finish}
-	if c.g.chat {
-		last.Delta = &deltaJSON{}
-	} else {
-		empty := ""
-		last.Text = &empty
-	}
-	out.data(chunk(last))
-	if c.g.includeUsage {
-		u := c.envelope(true)
-		u.Choices = []choiceJSON{}
-		u.Usage = usageOf(res.Usage)
-		out.data(u)
-	}
-	out.raw("data: [DONE]\n\n")
-}
-
 // parsed streams parser events as chat deltas, a chunk each; ch carries
-// the token IDs of the delta that gave them, on the first chunk (or an
-// empty one when the events are none).
-func (c *call) parsed(out *sse, chunk func(choiceJSON) responseJSON, ch choiceJSON, evs []chatparse.Event) {
+// the token IDs and log-probabilities of the delta that gave them, on the
+// first chunk (or an empty one when the events are none).
+func (c *call) parsed(out *sse, chunk func(choiceJSON) responseJSON, cs *choiceState, ch choiceJSON, evs []chatparse.Event) {
 	ds := deltas(evs)
-	if len(ds) == 0 && len(ch.TokenIDs) > 0 {
+	if len(ds) == 0 && (len(ch.TokenIDs) > 0 || ch.Logprobs != nil) {
 		empty := ""
 		ds = append(ds, &deltaJSON{Content: &empty})
 	}
 	for _, d := range ds {
 		ch.Delta = d
 		if len(d.ToolCalls) > 0 && d.ToolCalls[0].ID != "" {
-			c.calls++
+			cs.calls++
 		}
 		out.data(chunk(ch))
-		ch.TokenIDs = nil
+		ch.TokenIDs, ch.Logprobs = nil, nil
 	}
 }
 

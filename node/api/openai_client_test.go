@@ -107,12 +107,12 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 			Stream bool `json:"stream"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&body)
-		c := &call{g: genRequest{chat: true, stream: body.Stream}, id: "chatcmpl-fixture", created: 1, model: node.ModelInfo{Name: "fixture"},
-			parser: chatparse.New(syn, true)}
+		c := &call{g: genRequest{chat: true, stream: body.Stream}, id: "chatcmpl-fixture", created: 1, model: node.ModelInfo{Name: "fixture"}}
+		cs := &choiceState{parser: chatparse.New(syn, true)}
 		if !body.Stream {
 			var a answer
-			a.add(c.parser.Feed(qwen3Output))
-			a.add(c.parser.End())
+			a.add(cs.parser.Feed(qwen3Output))
+			a.add(cs.parser.End())
 			finish := finishOf(node.FinishStop, len(a.calls))
 			out := c.envelope(false, choiceJSON{Message: a.message(), FinishReason: &finish})
 			out.Usage = &usageJSON{PromptTokens: 1, CompletionTokens: 1, TotalTokens: 2}
@@ -125,10 +125,10 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 		empty := ""
 		out.data(chunk(choiceJSON{Delta: &deltaJSON{Role: "assistant", Content: &empty}}))
 		for i := 0; i < len(qwen3Output); i += 5 {
-			c.parsed(out, chunk, choiceJSON{}, c.parser.Feed(qwen3Output[i:min(i+5, len(qwen3Output))]))
+			c.parsed(out, chunk, cs, choiceJSON{}, cs.parser.Feed(qwen3Output[i:min(i+5, len(qwen3Output))]))
 		}
-		c.parsed(out, chunk, choiceJSON{}, c.parser.End())
-		finish := finishOf(node.FinishStop, c.calls)
+		c.parsed(out, chunk, cs, choiceJSON{}, cs.parser.End())
+		finish := finishOf(node.FinishStop, cs.calls)
 		out.data(chunk(choiceJSON{Delta: &deltaJSON{}, FinishReason: &finish}))
 		out.raw("data: [DONE]\n\n")
 	}))
