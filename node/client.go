@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -64,6 +65,14 @@ type Request struct {
 	// is the configured default). An unknown name is ErrBadRequest
 	// wrapping routing.ErrUnknownProfile.
 	Profile string
+	// Follow, when set, is a running generation whose path this one
+	// takes while that path is usable (every hop alive, serving its
+	// layers on the committed map, with KV room, and not avoided);
+	// otherwise it routes as usual. The choices of a request with n > 1
+	// follow the first, so that their prefills resume the prompt's KV
+	// from its hop sessions instead of recomputing it (a later hop that
+	// does not hold what the first resumed costs a cold retry).
+	Follow *Stream
 	// QueueTimeout is how long the request may wait in the entry's
 	// admission queue for a path with KV room: 0 for the node's default
 	// (WithEntryQueue), negative not to wait at all.
@@ -159,6 +168,9 @@ type PathScore struct {
 
 // Stream is a running generation.
 type Stream struct {
+	// path is the path of its current attempt (nil before the first, or
+	// for a stolen request): what Request.Follow takes.
+	path   atomic.Pointer[routing.Path]
 	deltas chan Delta
 	done   chan struct{}
 	cancel context.CancelFunc

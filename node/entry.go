@@ -325,6 +325,9 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
 		text: newTextState(e.cfg.model.tok, req.Stop, req.Keep), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile,
 		stolen: req.stolen, lp: req.LogProbs, topLP: req.TopLogProbs}
+	if req.Follow != nil {
+		g.pin = req.Follow.path.Load()
+	}
 	g.res.Profile = req.Profile
 	if e.profileName != nil {
 		g.res.Profile = e.profileName(req.Profile)
@@ -428,11 +431,14 @@ type generation struct {
 	lp    bool
 	topLP int
 	lps   []TokenLogProbs
+	// pin is the path of the generation it follows (Request.Follow),
+	// taken while usable; nil: routed as usual.
+	pin *routing.Path
 }
 
 func (g *generation) routeReq(avoid []string) routeReq {
 	return routeReq{prompt: len(g.prompt), max: g.maxTokens, seed: g.seed + uint64(len(g.res.Paths)), avoid: avoid,
-		profile: g.profile, prefix: routing.BlockHashes(append(slices.Clone(g.prompt), g.out...), prefixBlock)}
+		profile: g.profile, prefix: routing.BlockHashes(append(slices.Clone(g.prompt), g.out...), prefixBlock), pin: g.pin}
 }
 
 // attemptEnd says how an attempt ended.
@@ -603,6 +609,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		return attemptEnd{reason: err.Error()}, nil
 	}
 	g.res.Paths = append(g.res.Paths, path.String())
+	g.stream.path.Store(&path)
 	g.res.Scores = append(g.res.Scores, PathScore{Cost: path.Cost, Terms: path.Terms})
 	sid := newSessionID()
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}

@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -167,8 +168,9 @@ type routeReq struct {
 	prompt, max int
 	seed        uint64
 	avoid       []string
-	profile     string   // "" is the default profile
-	prefix      []uint64 // block hashes of the tokens so far, for prefix affinity
+	profile     string        // "" is the default profile
+	prefix      []uint64      // block hashes of the tokens so far, for prefix affinity
+	pin         *routing.Path // taken while usable (Request.Follow); nil: none
 }
 
 // route picks a path on the committed map with the request's profile. It
@@ -188,7 +190,11 @@ func (f *pathFinder) route(q routeReq) (routing.Path, error) {
 		return routing.Path{}, fmt.Errorf("%w: no layer map committed yet", routing.ErrNoPath)
 	}
 	now := time.Now()
-	p, err := pol.Route(m, f.view(m, now), routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
+	v := f.view(m, now)
+	if q.pin != nil && pinUsable(m, v, *q.pin, q.avoid) {
+		return *q.pin, nil
+	}
+	p, err := pol.Route(m, v, routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
 		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid, Prefix: q.prefix}, now)
 	if err != nil {
 		if f.uncovered != nil && errors.Is(err, routing.ErrNoPath) {
@@ -202,6 +208,33 @@ func (f *pathFinder) route(q routeReq) (routing.Path, error) {
 		return p, fmt.Errorf("%w: %w", routing.ErrNoPath, err)
 	}
 	return p, nil
+}
+
+// pinUsable reports whether path p still serves on map m and view v:
+// each hop's node alive, serving or warming, not avoided, and holding
+// the hop's layers on m.
+func pinUsable(m layers.LayerMap, v *routing.View, p routing.Path, avoid []string) bool {
+	if len(p.Hops) == 0 || p.Validate(m.Layers) != nil {
+		return false
+	}
+	for _, h := range p.Hops {
+		st, ok := v.Node(h.Node)
+		if !ok || st.Health != routing.Alive || (st.Phase != routing.Serving && st.Phase != routing.Warming) ||
+			slices.Contains(avoid, h.Node) {
+			return false
+		}
+		held := false
+		for _, s := range m.Stages {
+			if s.Node == h.Node && s.Range.Start <= h.From && h.To <= s.Range.End {
+				held = true
+				break
+			}
+		}
+		if !held {
+			return false
+		}
+	}
+	return true
 }
 
 // hopsOf turns a path into the hops a step carries.

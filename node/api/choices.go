@@ -43,10 +43,17 @@ type choiceState struct {
 	offset int                  // the legacy text_offset: characters of the tokens before
 }
 
-// choiceReq is the node request of choice i.
+// choiceReq is the node request of choice i: its own seed and, for the
+// later choices, the first's path (Request.Follow), so that they resume
+// the prompt from its hops.
 func (c *call) choiceReq(i int) node.Request {
 	req := c.g.req
 	req.Sampling.Seed = engine.ChoiceSeed(req.Sampling.Seed, i)
+	if i > 0 {
+		c.mu.Lock()
+		req.Follow = c.choices[0].st
+		c.mu.Unlock()
+	}
 	return req
 }
 
@@ -302,12 +309,10 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, param string) 
 				c.fail(out, fromError(c.s.why(err), param))
 				return
 			}
-			if cs.index == 0 {
-				usage = res.Usage
-			} else {
-				usage.CompletionTokens += res.Usage.CompletionTokens
-				usage.TotalTokens += res.Usage.CompletionTokens
-			}
+			// The choices end in any order; the prompt counts once.
+			usage.PromptTokens = res.Usage.PromptTokens
+			usage.CompletionTokens += res.Usage.CompletionTokens
+			usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 			c.finish(out, chunk, cs, res)
 			continue
 		}
@@ -420,7 +425,7 @@ func (o orderedLPJSON) MarshalJSON() ([]byte, error) {
 	b := []byte{'{'}
 	seen := make(map[string]bool, len(o))
 	for _, t := range o {
-		k := string(t.Text)
+		k := tokenText(t.Text)
 		if seen[k] {
 			continue
 		}
@@ -448,6 +453,22 @@ func jsonLP(v float32) float32 {
 	return v
 }
 
+// tokenText is a token's text as the logprobs' token fields show it: its
+// bytes when they are UTF-8, and otherwise (part of a character) as
+// OpenAI writes such a token, "bytes:" and each byte as \xHH; the bytes
+// fields carry the bytes themselves either way.
+func tokenText(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	const hex = "0123456789abcdef"
+	out := []byte("bytes:")
+	for _, c := range b {
+		out = append(out, '\\', 'x', hex[c>>4], hex[c&15])
+	}
+	return string(out)
+}
+
 func bytesOf(b []byte) []int {
 	out := make([]int, len(b))
 	for i, c := range b {
@@ -463,10 +484,10 @@ func (c *call) logprobsJSON(lps []node.TokenLogProbs, offset *int) any {
 	if c.g.chat {
 		out := chatLogprobsJSON{Content: make([]tokenLogprobJSON, len(lps))}
 		for i, lp := range lps {
-			t := tokenLogprobJSON{Token: string(lp.Text), Logprob: jsonLP(lp.LogProb), Bytes: bytesOf(lp.Text),
+			t := tokenLogprobJSON{Token: tokenText(lp.Text), Logprob: jsonLP(lp.LogProb), Bytes: bytesOf(lp.Text),
 				TopLogprobs: make([]topLogprobJSON, len(lp.Top))}
 			for j, a := range lp.Top {
-				t.TopLogprobs[j] = topLogprobJSON{Token: string(a.Text), Logprob: jsonLP(a.LogProb), Bytes: bytesOf(a.Text)}
+				t.TopLogprobs[j] = topLogprobJSON{Token: tokenText(a.Text), Logprob: jsonLP(a.LogProb), Bytes: bytesOf(a.Text)}
 			}
 			out.Content[i] = t
 		}
@@ -475,7 +496,7 @@ func (c *call) logprobsJSON(lps []node.TokenLogProbs, offset *int) any {
 	out := completionLogprobsJSON{Tokens: make([]string, len(lps)), TokenLogprobs: make([]float32, len(lps)),
 		TopLogprobs: make([]orderedLPJSON, len(lps)), TextOffset: make([]int, len(lps))}
 	for i, lp := range lps {
-		out.Tokens[i] = string(lp.Text)
+		out.Tokens[i] = tokenText(lp.Text)
 		out.TokenLogprobs[i] = jsonLP(lp.LogProb)
 		// OpenAI's legacy top_logprobs always holds the sampled token:
 		// up to logprobs + 1 entries.
