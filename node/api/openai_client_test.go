@@ -63,6 +63,15 @@ func TestOfficialOpenAIClient(t *testing.T) {
 		WrongKey        map[string]any
 		RightKeyModels  int
 		CompletionUsage map[string]int
+		ChatLogprobs    *struct {
+			Content []tokenLPOut     `json:"content"`
+			Refusal *json.RawMessage `json:"refusal"`
+		}
+		ChatLogprobsUsage map[string]int
+		StreamedLogprobs  []tokenLPOut
+		NIndices          []int
+		NUsage            map[string]int
+		LegacyLogprobs    *legacyLPOut
 	}
 	if err := json.Unmarshal(outb, &got); err != nil {
 		t.Fatalf("client output %q: %v", outb, err)
@@ -84,6 +93,34 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	if got.WrongKey["status"] != float64(401) || got.WrongKey["auth"] != true || got.RightKeyModels != 1 {
 		t.Errorf("wrong key: %v, right key listed %d models", got.WrongKey, got.RightKeyModels)
 	}
+	// logprobs as the client reads them: one entry per token, each with
+	// its bytes and three alternatives, the chosen (greedy) first.
+	if lp := got.ChatLogprobs; lp == nil || len(lp.Content) == 0 || len(lp.Content) != got.ChatLogprobsUsage["completion_tokens"] {
+		t.Errorf("chat logprobs %+v, usage %v", got.ChatLogprobs, got.ChatLogprobsUsage)
+	} else {
+		for i, c := range lp.Content {
+			if len(c.TopLogprobs) != 3 || c.TopLogprobs[0].Logprob != c.Logprob || c.Logprob > 0 || len(c.Bytes) == 0 && c.Token != "" {
+				t.Errorf("chat logprobs token %d: %+v", i, c)
+			}
+		}
+		if len(got.StreamedLogprobs) != len(lp.Content) {
+			t.Errorf("streamed %d logprobs, whole %d", len(got.StreamedLogprobs), len(lp.Content))
+		}
+		for i := range got.StreamedLogprobs {
+			if got.StreamedLogprobs[i].Logprob != lp.Content[i].Logprob || got.StreamedLogprobs[i].Token != lp.Content[i].Token {
+				t.Errorf("streamed logprob %d: %+v, whole %+v", i, got.StreamedLogprobs[i], lp.Content[i])
+			}
+		}
+	}
+	if len(got.NIndices) != 2 || got.NIndices[0] != 0 || got.NIndices[1] != 1 || got.NUsage["completion_tokens"] < 2 {
+		t.Errorf("n = 2: indices %v, usage %v", got.NIndices, got.NUsage)
+	}
+	if l := got.LegacyLogprobs; l == nil || len(l.Tokens) == 0 || len(l.TokenLogprobs) != len(l.Tokens) || len(l.TopLogprobs) != len(l.Tokens) ||
+		len(l.TextOffset) != len(l.Tokens) {
+		t.Errorf("legacy logprobs %+v", got.LegacyLogprobs)
+	}
+	t.Logf("openai client read logprobs of %d tokens (first %+v), n=2 indices %v, legacy %d tokens",
+		len(got.StreamedLogprobs), got.ChatLogprobs.Content[0], got.NIndices, len(got.LegacyLogprobs.Tokens))
 }
 
 // TestOpenAIClientToolCalls: the official openai client reads the

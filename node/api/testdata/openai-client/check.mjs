@@ -30,6 +30,21 @@ for await (const chunk of stream) {
 out.streamed = streamed;
 out.chunks = chunks;
 
+// Log-probabilities, whole and streamed, and n = 2, as the client types them.
+const lp = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3 });
+out.chatLogprobs = lp.choices[0].logprobs;
+out.chatLogprobsUsage = lp.usage;
+const lpStream = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3, stream: true });
+out.streamedLogprobs = [];
+for await (const chunk of lpStream) {
+  for (const c of chunk.choices) out.streamedLogprobs.push(...(c.logprobs?.content ?? []));
+}
+const two = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 1, seed: 3, n: 2 });
+out.nIndices = two.choices.map((c) => c.index);
+out.nUsage = two.usage;
+const legacy = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 6, temperature: 0, logprobs: 2 });
+out.legacyLogprobs = legacy.choices[0].logprobs;
+
 try {
   await client.chat.completions.create({ model: "no-such-model", messages, max_tokens: 4 });
   out.unknownModel = "no error";
