@@ -50,6 +50,11 @@ func checkDecoded(t *testing.T, data []byte, g genRequest, e *apiError) {
 		t.Fatalf("%q: %d stops", data, len(r.Stop))
 	case g.includeUsage && !g.stream:
 		t.Fatalf("%q: usage chunk without a stream", data)
+	case g.n < 1 || g.n > maxChoices:
+		t.Fatalf("%q: n %d", data, g.n)
+	case g.logprobs != r.LogProbs || r.TopLogProbs < 0 || r.TopLogProbs > maxChatTopLogprobs ||
+		!g.chat && r.TopLogProbs > maxCompletionLogprobs || r.TopLogProbs > 0 && !r.LogProbs:
+		t.Fatalf("%q: logprobs %v, top %d", data, r.LogProbs, r.TopLogProbs)
 	}
 	for _, s := range r.Stop {
 		if s == "" || len(s) > maxStopLen {
@@ -80,6 +85,12 @@ var fuzzSeeds = []string{
 	`{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}`,
 	`{"prompt":"x","max_tokens":-1}`,
 	`{"prompt":"x","n":2}`,
+	`{"prompt":"x","n":9,"logprobs":5}`,
+	`{"prompt":"x","logprobs":6}`,
+	`{"prompt":"x","logprobs":true}`,
+	`{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":20,"n":8,"stream":true}`,
+	`{"messages":[{"role":"user","content":"x"}],"logprobs":false,"top_logprobs":2}`,
+	`{"messages":[{"role":"user","content":"x"}],"logprobs":1,"top_logprobs":21,"n":0}`,
 	`{"prompt":["a","b"]}`,
 	`{"prompt":[-1, 4294967296]}`,
 	`{"messages":[]}`,
