@@ -18,7 +18,11 @@
 //     against the model). The node runs its layers in the session's KV
 //     cache and forwards the output to the next hop; the last hop samples
 //     (the draw for position p is a function of the seed and p) and sends
-//     the token straight to the entry. The wire format is in wire.go.
+//     the token straight to the entry; for a session opened with
+//     log-probabilities (Open.LogProbs) it sends with it engine.LogProbs
+//     of the same logits row (the raw logits' log-softmax, and up to 20
+//     alternatives) in a token frame of kind 8. The wire format is in
+//     wire.go.
 //     What it sends goes through the outbox (outbox.go): one FIFO queue
 //     and one sender goroutine per peer, bounded, joined on Close, so
 //     frames to a peer leave in the order they were produced.

@@ -16,6 +16,49 @@
 // layers, pick peers or touch sessions on its own. Everything about where a token is
 // computed belongs to package node and, below it, layers and routing.
 //
+// # Log-probabilities and n
+//
+// /v1/chat/completions takes "logprobs": true and "top_logprobs" (0..20,
+// only with logprobs) and answers each choice's
+// "logprobs": {"content": [{token, logprob, bytes, top_logprobs:
+// [{token, logprob, bytes}]}], "refusal": null}, one entry per sampled
+// token; /v1/completions takes "logprobs": N (0..5) and answers OpenAI's
+// legacy {tokens, token_logprobs, top_logprobs, text_offset}, where each
+// top_logprobs object holds the N most likely tokens and the sampled one
+// (so up to N+1 keys; a text two tokens share keeps the likelier).
+// Streamed, each chunk carries the entries of the tokens it carries the
+// text of; a token whose text is held back (part of a character, or what
+// may begin a stop string) has its entry in the next chunk of its choice
+// (at the latest the finish chunk). Every sampled token has an entry, the
+// end token included (as token_ids and usage count them).
+//
+// A log-probability is of the model's own distribution at that position:
+// the log-softmax of the raw logits the token was drawn from, before the
+// repetition penalty, temperature, top-k and top-p (as OpenAI's and
+// vLLM's default), so a token drawn at temperature 0.7 has the same
+// logprob as at 1. They are computed on the last hop, beside the sampler,
+// by engine.LogProbs (float64 sums in index order: a pure function of the
+// logits, which the engine makes the same bits in any batch), and travel
+// to the entry in the token frame (node's wire kind 8); only a request
+// that asks pays for them. top_logprobs are sorted, most likely first,
+// lower token ID first on ties; under greedy sampling the chosen token is
+// the first. A token with no probability (a -Inf logit) reads -9999, as
+// OpenAI writes it. A token's "token" is its text, or, when its bytes are
+// not whole UTF-8 (part of a character), "bytes:" and the bytes as \xHH,
+// as OpenAI writes such a token; "bytes" always holds the bytes.
+// text_offset counts the characters of the tokens before it.
+//
+// "n" (1..8) asks for n choices, each a generation of its own with its own
+// draw: choice i samples with seed engine.ChoiceSeed(seed, i) (choice 0
+// keeps the request's seed), so a request with that seed and n = 1 gives
+// choice i again. The first choice starts alone; the others start after
+// its first token and take its path (node.Request.Follow), so their
+// prefill resumes the prompt's KV from its hops (the prefix cache counts
+// live sessions) instead of recomputing it. Streamed, the choices'
+// chunks interleave as their tokens come, each naming its "index", each
+// choice with its own finish chunk. usage.completion_tokens sums over the
+// choices; the prompt counts once.
+//
 // # Dashboard
 //
 // GET / serves a page (web/, embedded with go:embed; plain HTML, JS and
@@ -78,7 +121,7 @@
 // Every error is OpenAI's JSON, {"error":{"message","type","param","code"}}:
 //
 //	status  type                   code                     when
-//	400     invalid_request_error  invalid_request          malformed JSON, a bad field, n > 1, ...
+//	400     invalid_request_error  invalid_request          malformed JSON, a bad field, n outside 1..8, top_logprobs outside 0..20, ...
 //	400     invalid_request_error  unknown_profile          the request names a scheduling profile the node lacks
 //	401     invalid_request_error  invalid_api_key          the API key is set and the request lacks it
 //	404     invalid_request_error  model_not_found          the request names a model the swarm does not serve
