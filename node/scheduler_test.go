@@ -232,3 +232,29 @@ func TestSchedulerExpiresIdleSessions(t *testing.T) {
 		t.Fatalf("step after expiry: %s %+v", got.kind, got.m)
 	}
 }
+
+// TestSchedulerLogProbs: the last hop of a session opened with
+// log-probabilities sends them with each token, engine.LogProbs of the
+// row it sampled from; a session that did not ask gets none (no work).
+func TestSchedulerLogProbs(t *testing.T) {
+	r := newSchedRig(t, 0, 32, 40<<30)
+	hops := []Hop{{Peer: schedSelf, From: 0, To: 32}}
+	in := r.open(SessionID{1}, hops, []int32{1, 2, 3}, 64)
+	in.m.Open.LogProbs, in.m.Open.TopLogProbs = true, 4
+	r.deliver(in)
+	tok := r.out.take(t).m.(*Token)
+	if tok.LP == nil || len(tok.LP.Top) != 4 || tok.LP.LogProb > 0 || tok.LP.Top[0].Token != tok.Token || tok.LP.Top[0].LogProb != tok.LP.LogProb {
+		t.Fatalf("greedy token %d with log-probabilities %+v", tok.Token, tok.LP)
+	}
+	if _, err := Encode(nil, tok); err != nil {
+		t.Fatalf("the frame does not encode: %v", err)
+	}
+	r.deliver(r.next(SessionID{1}, hops, 3, tok.Token))
+	if tok := r.out.take(t).m.(*Token); tok.LP == nil || tok.Pos != 4 {
+		t.Fatalf("the next token %+v", tok)
+	}
+	r.deliver(r.open(SessionID{2}, hops, []int32{1, 2, 3}, 64))
+	if tok := r.out.take(t).m.(*Token); tok.LP != nil {
+		t.Fatalf("log-probabilities %+v unasked", tok.LP)
+	}
+}
