@@ -285,7 +285,7 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, param string) 
 			pump(it.i, it.st)
 			continue
 		}
-		if !rest {
+		if !rest && it.err == nil {
 			// The first choice's first token: its prefill is done.
 			rest = true
 			go c.startRest(ctx, func(i int, st *node.Stream, err error) bool {
