@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"reflect"
 	"slices"
@@ -401,7 +403,11 @@ func TestChoices(t *testing.T) {
 	const seed = 1234
 	// A prompt of several 16-token blocks, so that there is a prefix to
 	// share.
-	prompt := strings.Repeat("The swarm shares the prompt between the choices. ", 4)
+	// Prompts of this run alone, from their first block: with -count=2
+	// the caches hold the last run's, which a first hop would resume
+	// where a later hop of another path may not (a cold retry).
+	nonce := func() string { return fmt.Sprintf("%016x. ", rand.Uint64()) }
+	prompt := nonce() + strings.Repeat("The swarm shares the prompt between the choices. ", 4)
 	for _, ep := range []struct {
 		path string
 		body map[string]any
@@ -445,7 +451,7 @@ func TestChoices(t *testing.T) {
 		for k, v := range req {
 			one[k] = v
 		}
-		fresh := strings.Repeat("Every choice is its own generation here. ", 4)
+		fresh := nonce() + strings.Repeat("Every choice is its own generation here. ", 4)
 		if ep.path == "/v1/completions" {
 			one["prompt"] = fresh
 		} else {
@@ -457,15 +463,16 @@ func TestChoices(t *testing.T) {
 		reused1 := prefixPositions(c) - before
 		t.Logf("%s: prompt %d tokens; positions resumed from prefix caches: n=2 %d, n=1 %d; paths %v", ep.path,
 			a.Usage.PromptTokens, reused, reused1, a.Strata.Paths)
-		// Each choice on one path (no retry), the same for both: the
-		// second resumes the prompt's whole blocks on every hop.
-		if len(a.Strata.Paths) != 2 || a.Strata.Paths[0] != a.Strata.Paths[1] {
-			t.Errorf("%s: the choices took paths %v", ep.path, a.Strata.Paths)
-		} else if hops := uint64(strings.Count(a.Strata.Paths[0], "→") + 1); reused < hops*uint64((a.Usage.PromptTokens-1)/16*16) {
-			t.Errorf("%s: both choices on %s, but the second resumed only %d positions of a %d-token prompt", ep.path,
-				a.Strata.Paths[0], reused, a.Usage.PromptTokens)
+		// The second choice follows the first's path and resumes the
+		// prompt's whole blocks on every hop. (A first choice may need a
+		// cold retry of its own: a first hop resumes a chat template's
+		// opening that another session left, which a later hop of this
+		// path may lack; the follower takes the path it retried on.)
+		last := a.Strata.Paths[len(a.Strata.Paths)-1]
+		if hops := uint64(strings.Count(last, "→") + 1); reused < hops*uint64((a.Usage.PromptTokens-1)/16*16) {
+			t.Errorf("%s: the second choice on %s resumed only %d positions of a %d-token prompt", ep.path,
+				last, reused, a.Usage.PromptTokens)
 		}
-
 		// Streamed: the same choices, interleaved by index.
 		sr := withStream(req, true)
 		sr["stream_options"] = map[string]any{"include_usage": true}
