@@ -58,7 +58,10 @@ type Request struct {
 	// distribution: the log-softmax of the raw logits the token was drawn
 	// from, before the repetition penalty, temperature, top-k and top-p
 	// (engine.LogProbs), computed by the last hop beside the sampler.
-	// TopLogProbs without LogProbs is a bad request.
+	// TopLogProbs without LogProbs is a bad request. Such a request is
+	// never handed to another entry (the steal protocol carries no
+	// log-probabilities), and every hop of its path must know the open
+	// step's log-probability flag (an older node refuses the frame).
 	LogProbs    bool
 	TopLogProbs int
 	// Profile names the scheduling profile that routes the request (""
