@@ -164,3 +164,19 @@ func FuzzDecodeSteal(f *testing.F) {
 		}
 	})
 }
+
+// TestTakeHeadKeepsLogProbs: a head that wants log-probabilities stays
+// with its entry (the steal protocol's token frames carry none); others
+// are taken.
+func TestTakeHeadKeepsLogProbs(t *testing.T) {
+	a := newAdmitter()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a.q = []*waiter{{g: &generation{lp: true}, since: t0}}
+	if w := a.takeHead(t0.Add(time.Second), 0); w != nil {
+		t.Fatal("a head with log-probabilities was handed over")
+	}
+	a.q[0].g.lp = false
+	if w := a.takeHead(t0.Add(time.Second), 0); w == nil {
+		t.Fatal("a plain head was kept")
+	}
+}
