@@ -46,7 +46,9 @@
 // OpenAI writes it. A token's "token" is its text, or, when its bytes are
 // not whole UTF-8 (part of a character), "bytes:" and the bytes as \xHH,
 // as OpenAI writes such a token; "bytes" always holds the bytes.
-// text_offset counts the characters of the tokens before it.
+// text_offset counts the characters (code points; an invalid byte
+// counts one) of the completion's tokens before it, from 0: the prompt is
+// not counted, as vLLM does without echo.
 //
 // "n" (1..8) asks for n choices, each a generation of its own with its own
 // draw: choice i samples with seed engine.ChoiceSeed(seed, i) (choice 0
