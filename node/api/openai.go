@@ -190,7 +190,9 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 		}
 		g.req.QueueTimeout = d
 	}
-	// One parser per choice: they read separate outputs.
+	// One parser per choice: they read separate outputs. A decoder that
+	// does not set n (an endpoint without choices) means one.
+	g.n = max(g.n, 1)
 	parsers := make([]*chatparse.Parser, g.n)
 	if g.chat {
 		for i := range parsers {
