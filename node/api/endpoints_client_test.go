@@ -90,9 +90,9 @@ func templatedModel(dir, name, tpl string) (string, error) {
 	return path, engine.GenerateFile(path, gc)
 }
 
-// nodeScript runs a check script of testdata/DIR with node and returns
-// its output; it skips where node or the client package is missing.
-func nodeScript(t *testing.T, dir, pkg, script string, args ...string) []byte {
+// needClient skips the test where node or the client package of
+// testdata/DIR is missing; it returns node's path.
+func needClient(t *testing.T, dir, pkg string) string {
 	t.Helper()
 	abs, _ := filepath.Abs(filepath.Join("testdata", dir))
 	nodeBin, err := exec.LookPath("node")
@@ -102,6 +102,15 @@ func nodeScript(t *testing.T, dir, pkg, script string, args ...string) []byte {
 	if _, err := os.Stat(filepath.Join(abs, "node_modules", pkg, "package.json")); err != nil {
 		t.Skipf("the %s npm package is not installed: run make npm-deps (it runs npm ci in %s)", pkg, abs)
 	}
+	return nodeBin
+}
+
+// nodeScript runs a check script of testdata/DIR with node and returns
+// its output; it skips where node or the client package is missing.
+func nodeScript(t *testing.T, dir, pkg, script string, args ...string) []byte {
+	t.Helper()
+	nodeBin := needClient(t, dir, pkg)
+	abs, _ := filepath.Abs(filepath.Join("testdata", dir))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, nodeBin, append([]string{script}, args...)...)
@@ -162,6 +171,7 @@ func weatherPrompt(t *testing.T, tok *engine.Tokenizer, callID string) int {
 // renders it; the refusals are 400s naming their field; and the client
 // reads a thought and two calls the server parsed.
 func TestOfficialOpenAIClientResponses(t *testing.T) {
+	needClient(t, "openai-client", "openai")
 	c := shared.get(t)
 	tc, tok := getToolsSwarm(t)
 	fx := qwen3Fixture(t)
@@ -289,6 +299,7 @@ func TestOfficialOpenAIClientResponses(t *testing.T) {
 // error classes; the key goes as x-api-key; and the client reads a
 // thought and two tool_use blocks the server parsed.
 func TestOfficialAnthropicClient(t *testing.T) {
+	needClient(t, "anthropic-client", "@anthropic-ai/sdk")
 	c := shared.get(t)
 	tc, tok := getToolsSwarm(t)
 	fx := qwen3Fixture(t)
