@@ -48,6 +48,9 @@ type genRequest struct {
 	// tools: the chat offers tools the model may call (tool_choice auto),
 	// so tool calls are parsed out of its output.
 	tools bool
+	// shape writes the answer of an API other than OpenAI's chat and
+	// completions (/v1/responses, /v1/messages); nil for those two.
+	shape shape
 }
 
 // samplingBody holds the fields both endpoints share.

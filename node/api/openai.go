@@ -148,6 +148,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 
 // generate serves a generation endpoint.
 func (s *Server) generate(endpoint string, decode func([]byte) (genRequest, *apiError)) http.HandlerFunc {
+	writeErr := errorWriter(endpoint)
 	return func(w http.ResponseWriter, r *http.Request) {
 		b, e := s.readBody(w, r)
 		if e == nil {
@@ -160,7 +161,7 @@ func (s *Server) generate(endpoint string, decode func([]byte) (genRequest, *api
 			if e.Status >= 500 {
 				s.log.Warn("api request failed", zap.String("endpoint", endpoint), zap.Int("status", e.Status), zap.Error(e.err))
 			}
-			writeError(w, e)
+			writeErr(w, e)
 		}
 	}
 }
@@ -169,7 +170,10 @@ func (s *Server) generate(endpoint string, decode func([]byte) (genRequest, *api
 // send when nothing was sent yet.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g genRequest) *apiError {
 	param := "prompt"
-	if g.chat {
+	switch {
+	case g.shape != nil:
+		param = g.shape.param()
+	case g.chat:
 		param = "messages"
 	}
 	if g.req.Profile == "" {
@@ -207,7 +211,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	defer context.AfterFunc(s.ctx, cancel)()
 	start := time.Now()
 	c := &call{s: s, endpoint: endpoint, g: g, id: newID("cmpl-"), created: time.Now().Unix(), model: s.b.Model(), start: start, parser: parser}
-	if g.chat {
+	switch {
+	case g.shape != nil:
+		c.id = newID(g.shape.idPrefix())
+	case g.chat:
 		c.id = newID("chatcmpl-")
 	}
 	st, err := s.b.Generate(ctx, g.req)
@@ -223,6 +230,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	// Generate returns once the request is admitted: its time is the
 	// wait in the entry's queue (and the tokenizing, which is small).
 	w.Header().Set(QueueWaitHeader, strconv.FormatFloat(time.Since(start).Seconds(), 'f', 3, 64))
+	c.prompt = st.PromptTokens()
 	// Deferred first so that it runs after Close: Result then returns at
 	// once, even for a generation whose client went away.
 	defer func() {
@@ -293,6 +301,27 @@ type call struct {
 	// the output is all content).
 	parser *chatparse.Parser
 	calls  int // tool calls streamed
+	prompt int // the prompt's tokens
+}
+
+// feed is the parsed events of a piece of output text: the parser's, or
+// the text as content when there is no parser.
+func (c *call) feed(text string) []chatparse.Event {
+	if c.parser != nil {
+		return c.parser.Feed(text)
+	}
+	if text == "" {
+		return nil
+	}
+	return []chatparse.Event{{Kind: chatparse.Content, Text: text}}
+}
+
+// flush is the parsed events the end of the output releases.
+func (c *call) flush() []chatparse.Event {
+	if c.parser != nil {
+		return c.parser.End()
+	}
+	return nil
 }
 
 // observe times a delta's tokens.
@@ -359,6 +388,10 @@ func (c *call) whole(w http.ResponseWriter, st *node.Stream, param string) *apiE
 		return fromError(c.s.why(err), param)
 	}
 	c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
+	if c.g.shape != nil {
+		c.g.shape.whole(w, c, res, append(c.feed(res.Text), c.flush()...))
+		return nil
+	}
 	finish := res.FinishReason
 	choice := choiceJSON{Index: 0, FinishReason: &finish}
 	if c.g.tokenIDs {
@@ -434,10 +467,13 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Strea
 		r.Usage = usageNull
 		return r
 	}
-	if c.g.chat {
+	switch {
+	case c.g.shape != nil:
+		c.g.shape.open(out, c)
+	case c.g.chat:
 		empty := ""
 		out.data(chunk(choiceJSON{Delta: &deltaJSON{Role: "assistant", Content: &empty}}))
-	} else {
+	default:
 		out.raw(": stream open\n\n") // headers out now, before the first token
 	}
 
@@ -482,6 +518,10 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Strea
 			continue
 		}
 		text := it.d.Text
+		if c.g.shape != nil {
+			c.g.shape.events(out, c, c.feed(text))
+			continue
+		}
 		ch := choiceJSON{}
 		if c.g.tokenIDs {
 			ch.TokenIDs = it.d.Tokens
@@ -511,6 +551,11 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, st *node.Strea
 		return
 	}
 	c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
+	if c.g.shape != nil {
+		c.g.shape.events(out, c, c.flush())
+		c.g.shape.close(out, c, res)
+		return
+	}
 	finish := res.FinishReason
 	if c.parser != nil {
 		c.parsed(out, chunk, choiceJSON{}, c.parser.End())
@@ -565,5 +610,20 @@ func (c *call) fail(out *sse, e *apiError) {
 		return
 	}
 	c.s.log.Warn("stream ended with an error", zap.String("id", c.id), zap.String("code", e.Code), zap.Error(e.err))
+	if c.g.shape != nil {
+		c.g.shape.fail(out, c, e)
+		return
+	}
 	out.data(e.body())
+}
+
+// named writes a named server-sent event (an "event:" line before the
+// data), as the Responses and Anthropic streams name theirs.
+func (e *sse) named(name string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		e.err = err
+		return
+	}
+	e.raw("event: " + name + "\ndata: " + string(b) + "\n\n")
 }
