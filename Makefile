@@ -67,8 +67,9 @@ plan: build
 
 # The engine's independent reference (ggml through the ollama module, cgo)
 # lives in a nested module so that the main module does not depend on it.
-OPENAI_CLIENT := node/api/testdata/openai-client
-HF_ORACLE     := engine/testdata/hf-oracle
+OPENAI_CLIENT    := node/api/testdata/openai-client
+ANTHROPIC_CLIENT := node/api/testdata/anthropic-client
+HF_ORACLE        := engine/testdata/hf-oracle
 
 test: npm-deps debs
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
@@ -89,12 +90,17 @@ debs:
 		echo "apt-get install$$missing failed: the tests that need them will skip"; \
 	else echo "$$missing not found and not installable here (needs root and apt-get): the tests that need them will skip"; fi
 
-# The official openai npm client, pinned by its lock file, for the API's
-# compatibility test (which skips, saying why, where npm is missing).
-npm-deps: $(OPENAI_CLIENT)/node_modules/openai/package.json $(HF_ORACLE)/node_modules/.package-lock.json
+# The official openai and Anthropic npm clients, pinned by their lock
+# files, for the API's compatibility tests (which skip, saying why, where
+# npm is missing).
+npm-deps: $(OPENAI_CLIENT)/node_modules/openai/package.json $(ANTHROPIC_CLIENT)/node_modules/@anthropic-ai/sdk/package.json \
+	$(HF_ORACLE)/node_modules/.package-lock.json
 $(OPENAI_CLIENT)/node_modules/openai/package.json: $(OPENAI_CLIENT)/package-lock.json
 	@if command -v npm >/dev/null; then cd $(OPENAI_CLIENT) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; \
 	else echo "npm not found: the openai client test will skip"; fi
+$(ANTHROPIC_CLIENT)/node_modules/@anthropic-ai/sdk/package.json: $(ANTHROPIC_CLIENT)/package-lock.json
+	@if command -v npm >/dev/null; then cd $(ANTHROPIC_CLIENT) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; \
+	else echo "npm not found: the Anthropic client test will skip"; fi
 
 # Hugging Face's tokenizers (transformers.js fork) with real tokenizer.json
 # files and @huggingface/jinja: the tokenizer and chat-template oracles.

@@ -143,6 +143,9 @@ type Result struct {
 	// request asked for them; nil otherwise.
 	LogProbs     []TokenLogProbs
 	FinishReason string // FinishStop or FinishLength
+	// StopSequence is the stop string (of Request.Stop) that ended the
+	// output; "" when an end token or MaxTokens did.
+	StopSequence string
 	Usage        Usage
 	// Replays counts the times a hop failed and the generation went on
 	// on a new path; ReplayLatency holds, for each, the time from noticing
@@ -177,9 +180,14 @@ type Stream struct {
 	deltas chan Delta
 	done   chan struct{}
 	cancel context.CancelFunc
+	prompt int
 	res    Result
 	err    error
 }
+
+// PromptTokens is the length of the tokenized prompt, known once
+// Generate returns (Result's Usage says it again at the end).
+func (s *Stream) PromptTokens() int { return s.prompt }
 
 // Recv returns the next delta. After the last it returns io.EOF, or the
 // error that ended the generation (ErrSessionLost, the context's error,
@@ -248,6 +256,7 @@ type textState struct {
 	emitted int
 	maxStop int
 	keep    map[int32]bool // control tokens printed as their text
+	matched string         // the stop string that ended the output
 }
 
 func newTextState(tok *engine.Tokenizer, stop, keep []string) *textState {
@@ -282,14 +291,15 @@ func (t *textState) add(id int32) (string, bool) {
 	}
 	if len(t.stop) > 0 {
 		from := max(0, t.emitted-t.maxStop+1)
-		cut := -1
+		cut, matched := -1, ""
 		for _, s := range t.stop {
 			if i := bytes.Index(t.full[from:], []byte(s)); i >= 0 && (cut < 0 || from+i < cut) {
-				cut = from + i
+				cut, matched = from+i, s
 			}
 		}
 		if cut >= 0 {
 			t.full = t.full[:cut]
+			t.matched = matched
 			return t.flush(), true
 		}
 	}

@@ -66,8 +66,18 @@ func TestTextStateStopAndUTF8(t *testing.T) {
 			break
 		}
 	}
-	if !stopped || shown.String() != "a" || string(ts.full) != "a" {
-		t.Fatalf("stop: %v, shown %q, text %q", stopped, shown.String(), ts.full)
+	if !stopped || shown.String() != "a" || string(ts.full) != "a" || ts.matched != "bc" {
+		t.Fatalf("stop: %v, shown %q, text %q, matched %q", stopped, shown.String(), ts.full, ts.matched)
+	}
+	// Of two stop strings, the one that occurs first is the one matched.
+	ts = newTextState(tok, []string{"cd", "bc"}, nil)
+	for _, id := range ids {
+		if _, stop := ts.add(id); stop {
+			break
+		}
+	}
+	if string(ts.full) != "a" || ts.matched != "bc" {
+		t.Fatalf("two stops: text %q, matched %q", ts.full, ts.matched)
 	}
 	// A false start is released once it cannot be a stop string.
 	ts = newTextState(tok, []string{"bd"}, nil)

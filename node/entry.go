@@ -359,7 +359,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 	e.counters.requests.Add(1)
 	gctx, cancel := context.WithCancel(ctx)
-	s := &Stream{deltas: make(chan Delta, 16), done: make(chan struct{}), cancel: cancel}
+	s := &Stream{deltas: make(chan Delta, 16), done: make(chan struct{}), cancel: cancel, prompt: len(prompt)}
 	g.stream = s
 	e.wg.Add(1)
 	go func() {
@@ -595,6 +595,7 @@ func (g *generation) result() Result {
 		r.LogProbs = slices.Clone(g.lps[:len(g.out)])
 	}
 	r.Text = string(g.text.full)
+	r.StopSequence = g.text.matched
 	r.Usage = Usage{PromptTokens: len(g.prompt), CompletionTokens: len(g.out), TotalTokens: len(g.prompt) + len(g.out)}
 	r.Total = g.e.cfg.clock.Since(g.start)
 	return r

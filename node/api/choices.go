@@ -150,6 +150,16 @@ func (c *call) whole(ctx context.Context, w http.ResponseWriter, param string) *
 		outs[0].res, outs[0].err = first.st.Result()
 	}()
 	wg.Wait()
+	if c.g.shape != nil {
+		// A shape's endpoint has one choice, and no log-probabilities.
+		if outs[0].err != nil {
+			return fromError(c.s.why(outs[0].err), param)
+		}
+		res := outs[0].res
+		c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
+		c.g.shape.whole(w, c, res, append(c.feed(res.Text), c.flush()...))
+		return nil
+	}
 	var usage node.Usage
 	var strata strataJSON
 	choices := make([]choiceJSON, n)
@@ -232,12 +242,15 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, param string) 
 		r.Usage = usageNull
 		return r
 	}
-	if c.g.chat {
+	switch {
+	case c.g.shape != nil:
+		c.g.shape.open(out, c)
+	case c.g.chat:
 		for i := range c.g.n {
 			empty := ""
 			out.data(chunk(choiceJSON{Index: i, Delta: &deltaJSON{Role: "assistant", Content: &empty}}))
 		}
-	} else {
+	default:
 		out.raw(": stream open\n\n") // headers out now, before the first token
 	}
 
@@ -309,6 +322,13 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, param string) 
 				c.fail(out, fromError(c.s.why(err), param))
 				return
 			}
+			if c.g.shape != nil {
+				// A shape's stream has one choice: this is its end.
+				c.s.m.observeTokens(res.Usage.PromptTokens, res.Usage.CompletionTokens)
+				c.g.shape.events(out, c, c.flush())
+				c.g.shape.close(out, c, res)
+				return
+			}
 			// The choices end in any order; the prompt counts once.
 			usage.PromptTokens = res.Usage.PromptTokens
 			usage.CompletionTokens += res.Usage.CompletionTokens
@@ -327,6 +347,10 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, param string) 
 			continue
 		}
 		text := it.d.Text
+		if c.g.shape != nil {
+			c.g.shape.events(out, c, c.feed(text))
+			continue
+		}
 		ch := choiceJSON{Index: cs.index}
 		if c.g.tokenIDs {
 			ch.TokenIDs = it.d.Tokens

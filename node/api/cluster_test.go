@@ -53,6 +53,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	shared.close()
+	toolsSwarm.c.close()
 	os.RemoveAll(modelDir)
 	os.Exit(code)
 }

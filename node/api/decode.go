@@ -61,6 +61,9 @@ type genRequest struct {
 	// req.TopLogProbs alternatives (chat's logprobs and top_logprobs,
 	// the legacy completions' logprobs N).
 	logprobs bool
+	// shape writes the answer of an API other than OpenAI's chat and
+	// completions (/v1/responses, /v1/messages); nil for those two.
+	shape shape
 }
 
 // samplingBody holds the fields both endpoints share.

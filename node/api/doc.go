@@ -1,9 +1,10 @@
 // Package api is a node's HTTP face: the OpenAI-compatible endpoints
-// (GET /v1/models, POST /v1/completions, POST /v1/chat/completions, with
-// server-sent-event streaming), the swarm view (GET /v1/swarm), the
+// (GET /v1/models, POST /v1/completions, POST /v1/chat/completions,
+// POST /v1/responses, with server-sent-event streaming), Anthropic's
+// Messages API (POST /v1/messages), the swarm view (GET /v1/swarm), the
 // health check (GET /healthz) and Prometheus metrics (GET /metrics), an
-// optional bearer API key, the dashboard, and the Go client that
-// `strata chat` uses.
+// optional API key, the dashboard, and the Go client that `strata chat`
+// uses.
 //
 // It owns request decoding and validation (OpenAI field names, ranges and
 // error JSON), the mapping of the node's sentinel errors to HTTP statuses,
@@ -93,6 +94,65 @@
 // saw; so the client's callers (strata chat) and the dashboard send plain
 // completions to such a model instead (ModelEntry.PlainCompletion).
 //
+// # Responses and Messages
+//
+// POST /v1/responses (OpenAI's Responses API, responses.go) and POST
+// /v1/messages (Anthropic's Messages API, messages.go) are translations
+// onto the chat path: each decodes into the same request as a chat
+// completion (messages for the model's chat template, tools, sampling)
+// and runs through the same generation, output parser, keep-alives,
+// metrics (endpoint labels "responses" and "messages") and dashboard
+// record; only the answer's wire shape differs (shape.go). The parsed
+// output becomes blocks in order (a run of reasoning, a run of text, one
+// block per tool call), which a whole answer lists and a stream sends as
+// they open, grow and close, so that the two agree.
+//
+// /v1/responses takes input as a string or a list of items: messages
+// (user, assistant, system, developer; content a string or input_text /
+// output_text parts), function_call and function_call_output items (a
+// tool round trip), reasoning items (dropped, as templates drop past
+// thoughts); instructions (a system message, merged with a leading
+// system or developer message), flat function tools, tool_choice auto
+// or none, max_output_tokens, temperature, top_p, stream, and
+// reasoning.effort "none" (enable_thinking false for templates that read
+// it; other efforts change nothing). The answer's output has a reasoning
+// item for a parsed thought, a message with output_text, and a
+// function_call item per call; a generation cut by max_output_tokens is
+// status "incomplete" (incomplete_details.reason "max_output_tokens").
+// The stream sends OpenAI's typed events, numbered by sequence_number,
+// from response.created and response.in_progress to response.completed,
+// which carries the final response whatever its status (as vLLM's
+// does; the openai client's stream helper takes its final response from
+// it); an error after the start is an "error" event. Nothing is stored:
+// store is accepted (the answer says "store": false), and
+// previous_response_id, conversation, item_reference items, background,
+// stored prompts, built-in tools (web_search, file_search, ...), images
+// and files, a named or required tool_choice, text formats other than
+// text, truncation "auto" and logprobs are 400s naming the field.
+//
+// /v1/messages takes model, max_tokens (required), system (a string or
+// text blocks), messages with content as a string or blocks (text;
+// tool_use in an assistant turn; tool_result, a string or text blocks,
+// in a user turn; thinking blocks dropped), tools {name, description,
+// input_schema}, tool_choice auto or none, stop_sequences, temperature,
+// top_p, top_k, stream, and thinking {"type": "disabled"}
+// (enable_thinking false). The answer's content has a thinking block for
+// a parsed thought (its signature empty), text blocks, and a tool_use
+// block per call (its input the call's arguments); stop_reason is
+// end_turn, max_tokens, stop_sequence (with stop_sequence, the string
+// that matched) or tool_use. The stream sends Anthropic's named events:
+// message_start (usage.input_tokens known), ping, content_block_start /
+// content_block_delta (text_delta, thinking_delta, input_json_delta) /
+// content_block_stop per block, message_delta (stop_reason, usage) and
+// message_stop. Images and documents, server tools (versioned types such
+// as web_search_20250305), mcp_servers, a last assistant message (a
+// prefill: the answer is always a new turn), and tool_choice "any" or a
+// named tool (they need constrained decoding, as chat's "required" does)
+// are 400s. Its errors, before a stream or as a stream's "error" event,
+// are Anthropic's JSON, {"type": "error", "error": {"type", "message"}},
+// with the status the table below gives (503s as overloaded_error); the
+// key may come as x-api-key, which every endpoint takes beside Bearer.
+//
 // # Scheduling profiles
 //
 // A generation request picks the node's scheduling profile (see
@@ -120,7 +180,8 @@
 //
 // # Errors
 //
-// Every error is OpenAI's JSON, {"error":{"message","type","param","code"}}:
+// Every error is OpenAI's JSON, {"error":{"message","type","param","code"}}
+// (but /v1/messages's, in Anthropic's shape, above):
 //
 //	status  type                   code                     when
 //	400     invalid_request_error  invalid_request          malformed JSON, a bad field, n outside 1..8, top_logprobs outside 0..20, ...

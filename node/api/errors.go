@@ -149,8 +149,22 @@ func retryAfterHeader(d time.Duration) string {
 	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
 }
 
-// writeError sends e as the whole response.
+// errorWriter is how an endpoint's errors are written: Anthropic's
+// shape for /v1/messages, OpenAI's for the rest.
+func errorWriter(endpoint string) func(http.ResponseWriter, *apiError) {
+	if endpoint == endpointMessages {
+		return writeAnthropicError
+	}
+	return writeError
+}
+
+// writeError sends e as the whole response, in OpenAI's shape.
 func writeError(w http.ResponseWriter, e *apiError) {
+	writeErrorBody(w, e, e.body())
+}
+
+// writeErrorBody sends e's status and headers with body as the JSON.
+func writeErrorBody(w http.ResponseWriter, e *apiError, body any) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.RetryAfter > 0 {
@@ -167,6 +181,6 @@ func writeError(w http.ResponseWriter, e *apiError) {
 		return
 	}
 	w.WriteHeader(e.Status)
-	b, _ := json.Marshal(e.body())
+	b, _ := json.Marshal(body)
 	_, _ = w.Write(append(b, '\n'))
 }

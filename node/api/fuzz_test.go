@@ -63,7 +63,7 @@ func checkDecoded(t *testing.T, data []byte, g genRequest, e *apiError) {
 	}
 	for _, m := range r.Messages {
 		switch m.Role {
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		default:
 			t.Fatalf("%q: role %q", data, m.Role)
 		}
@@ -122,6 +122,42 @@ func FuzzDecodeChat(f *testing.F) {
 		g, e := decodeChat(data)
 		if e == nil && !g.chat {
 			t.Fatalf("%q: a chat decoded as a completion", data)
+		}
+		checkDecoded(t, data, g, e)
+	})
+}
+
+// Seeds of the Responses and Messages bodies, beside the shared ones.
+var endpointSeeds = []string{
+	`{"model":"m","input":"hi","instructions":"be brief","max_output_tokens":8,"temperature":0,"stream":true}`,
+	`{"input":[{"role":"developer","content":"d"},{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"r"}],"tools":[{"type":"function","name":"f","parameters":{}}]}`,
+	`{"input":[{"type":"item_reference","id":"x"}],"previous_response_id":"r"}`,
+	`{"model":"m","max_tokens":8,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"hi"}],"stop_sequences":["x"],"top_k":3}`,
+	`{"max_tokens":8,"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"r"}]}]}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"auto"}}`,
+	`{"max_tokens":8,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`,
+}
+
+func FuzzDecodeResponses(f *testing.F) {
+	for _, s := range append(fuzzSeeds, endpointSeeds...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, e := decodeResponses(data)
+		if e == nil && (!g.chat || g.shape == nil) {
+			t.Fatalf("%q: decoded without its shape", data)
+		}
+		checkDecoded(t, data, g, e)
+	})
+}
+
+func FuzzDecodeMessages(f *testing.F) {
+	for _, s := range append(fuzzSeeds, endpointSeeds...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, e := decodeMessages(data)
+		if e == nil && (!g.chat || g.shape == nil) {
+			t.Fatalf("%q: decoded without its shape", data)
 		}
 		checkDecoded(t, data, g, e)
 	})

@@ -149,6 +149,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 
 // generate serves a generation endpoint.
 func (s *Server) generate(endpoint string, decode func([]byte) (genRequest, *apiError)) http.HandlerFunc {
+	writeErr := errorWriter(endpoint)
 	return func(w http.ResponseWriter, r *http.Request) {
 		b, e := s.readBody(w, r)
 		if e == nil {
@@ -161,7 +162,7 @@ func (s *Server) generate(endpoint string, decode func([]byte) (genRequest, *api
 			if e.Status >= 500 {
 				s.log.Warn("api request failed", zap.String("endpoint", endpoint), zap.Int("status", e.Status), zap.Error(e.err))
 			}
-			writeError(w, e)
+			writeErr(w, e)
 		}
 	}
 }
@@ -170,7 +171,10 @@ func (s *Server) generate(endpoint string, decode func([]byte) (genRequest, *api
 // send when nothing was sent yet.
 func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g genRequest) *apiError {
 	param := "prompt"
-	if g.chat {
+	switch {
+	case g.shape != nil:
+		param = g.shape.param()
+	case g.chat:
 		param = "messages"
 	}
 	if g.req.Profile == "" {
@@ -214,7 +218,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	start := time.Now()
 	c := &call{s: s, endpoint: endpoint, g: g, id: newID("cmpl-"), created: time.Now().Unix(), model: s.b.Model(), start: start,
 		parsers: parsers}
-	if g.chat {
+	switch {
+	case g.shape != nil:
+		c.id = newID(g.shape.idPrefix())
+	case g.chat:
 		c.id = newID("chatcmpl-")
 	}
 	st, err := s.b.Generate(ctx, c.choiceReq(0))
@@ -231,6 +238,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	// wait in the entry's queue (and the tokenizing, which is small).
 	w.Header().Set(QueueWaitHeader, strconv.FormatFloat(time.Since(start).Seconds(), 'f', 3, 64))
 	c.add(0, st)
+	c.prompt = st.PromptTokens()
 	// Deferred first so that it runs after the Closes: Result then
 	// returns at once, even for a generation whose client went away.
 	defer func() { c.record(c.results()) }()
@@ -303,10 +311,42 @@ type call struct {
 	// parsers read tool calls and reasoning out of each choice's output
 	// (nil: the output is all content).
 	parsers []*chatparse.Parser
+	prompt  int // the prompt's tokens
 	// choices are the generations started, by index (the later ones
 	// start once the first has its prefill done: choices.go).
 	mu      sync.Mutex
 	choices []*choiceState
+}
+
+// feed is the parsed events of a piece of the first choice's output
+// text: its parser's, or the text as content when there is no parser.
+// The shapes' endpoints (shape.go) have one choice.
+func (c *call) feed(text string) []chatparse.Event {
+	if p := c.parser(); p != nil {
+		return p.Feed(text)
+	}
+	if text == "" {
+		return nil
+	}
+	return []chatparse.Event{{Kind: chatparse.Content, Text: text}}
+}
+
+// flush is the parsed events the end of the first choice's output
+// releases.
+func (c *call) flush() []chatparse.Event {
+	if p := c.parser(); p != nil {
+		return p.End()
+	}
+	return nil
+}
+
+// parser is the first choice's parser (choices[0].parser, read from
+// parsers, which do not change while the choices start); nil for none.
+func (c *call) parser() *chatparse.Parser {
+	if len(c.parsers) == 0 {
+		return nil
+	}
+	return c.parsers[0]
 }
 
 // observe times a delta's tokens.
@@ -413,5 +453,20 @@ func (c *call) fail(out *sse, e *apiError) {
 		return
 	}
 	c.s.log.Warn("stream ended with an error", zap.String("id", c.id), zap.String("code", e.Code), zap.Error(e.err))
+	if c.g.shape != nil {
+		c.g.shape.fail(out, c, e)
+		return
+	}
 	out.data(e.body())
+}
+
+// named writes a named server-sent event (an "event:" line before the
+// data), as the Responses and Anthropic streams name theirs.
+func (e *sse) named(name string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		e.err = err
+		return
+	}
+	e.raw("event: " + name + "\ndata: " + string(b) + "\n\n")
 }

@@ -60,8 +60,9 @@ func WithLogger(l *zap.Logger) Option {
 	}
 }
 
-// WithAPIKey requires "Authorization: Bearer key" on every endpoint but
-// /healthz. An empty key means none.
+// WithAPIKey requires "Authorization: Bearer key" (or "x-api-key: key",
+// as Anthropic's clients send it) on every endpoint but /healthz and the
+// dashboard's page. An empty key means none.
 func WithAPIKey(key string) Option {
 	return func(o *options) error {
 		if key == "" {
@@ -388,6 +389,8 @@ func (s *Server) routes() http.Handler {
 	handle("/v1/models/{id...}", "model", true, s.handleModel, http.MethodGet)
 	handle("/v1/completions", "completions", true, s.generate("completions", decodeCompletion), http.MethodPost)
 	handle("/v1/chat/completions", "chat_completions", true, s.generate("chat_completions", decodeChat), http.MethodPost)
+	handle("/v1/responses", endpointResponses, true, s.generate(endpointResponses, decodeResponses), http.MethodPost)
+	handle("/v1/messages", endpointMessages, true, s.generate(endpointMessages, decodeMessages), http.MethodPost)
 	handle("/v1/swarm", "swarm", true, s.handleSwarm, http.MethodGet)
 	handle("/v1/swarm/events", "swarm_events", true, s.handleEvents, http.MethodGet)
 	handle("/v1/swarm/activity", "swarm_activity", true, s.handleActivity, http.MethodGet)
@@ -429,8 +432,9 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // wrap adds what every endpoint shares: panic containment (one bad
 // request must not take the node down), the method check, the API key,
-// and the request counter.
+// and the request counter. Its errors take the endpoint's shape.
 func (s *Server) wrap(endpoint string, auth bool, methods []string, h http.HandlerFunc) http.Handler {
+	writeErr := errorWriter(endpoint)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.handlers.Add(1)
 		defer s.handlers.Done()
@@ -442,7 +446,7 @@ func (s *Server) wrap(endpoint string, auth bool, methods []string, h http.Handl
 				}
 				s.log.Error("api handler panic", zap.String("endpoint", endpoint), zap.Any("panic", p), zap.Stack("stack"))
 				if rec.status == 0 {
-					writeError(rec, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error",
+					writeErr(rec, &apiError{Status: http.StatusInternalServerError, Type: typeServer, Code: "internal_error",
 						Message: "internal error"})
 				}
 			}
@@ -453,13 +457,13 @@ func (s *Server) wrap(endpoint string, auth bool, methods []string, h http.Handl
 		}()
 		if len(methods) > 0 && !allowed(r.Method, methods) {
 			rec.Header().Set("Allow", strings.Join(methods, ", "))
-			writeError(rec, &apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalid, Code: "method_not_allowed",
+			writeErr(rec, &apiError{Status: http.StatusMethodNotAllowed, Type: typeInvalid, Code: "method_not_allowed",
 				Message: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
 			return
 		}
 		if auth && s.o.key != nil && !s.authorized(r) && (endpoint != "swarm_events" || !s.queryAuthorized(r)) {
-			writeError(rec, &apiError{Status: http.StatusUnauthorized, Type: typeInvalid, Code: "invalid_api_key",
-				Message: "missing or wrong API key: send Authorization: Bearer <key>", err: ErrUnauthorized})
+			writeErr(rec, &apiError{Status: http.StatusUnauthorized, Type: typeInvalid, Code: "invalid_api_key",
+				Message: "missing or wrong API key: send Authorization: Bearer <key> (or x-api-key: <key>)", err: ErrUnauthorized})
 			return
 		}
 		h(rec, r)
@@ -475,13 +479,22 @@ func allowed(m string, methods []string) bool {
 	return false
 }
 
-// authorized compares the bearer token with the key in constant time.
+// authorized compares the bearer token, or the x-api-key header that
+// Anthropic's clients send, with the key in constant time.
 func (s *Server) authorized(r *http.Request) bool {
+	if k := r.Header.Get("X-Api-Key"); k != "" && s.keyIs(k) {
+		return true
+	}
 	h := r.Header.Get("Authorization")
 	const prefix = "bearer "
 	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 		return false
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
+	return s.keyIs(h[len(prefix):])
+}
+
+// keyIs compares a presented key with the server's as digests.
+func (s *Server) keyIs(k string) bool {
+	sum := sha256.Sum256([]byte(strings.TrimSpace(k)))
 	return subtle.ConstantTimeCompare(sum[:], s.o.key) == 1
 }
