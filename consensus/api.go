@@ -354,9 +354,10 @@ func (c *Consensus) departed() bool {
 	return m.Draining && !placed && !c.IsLeader() && !voter
 }
 
-// Close stops the member: a leader first waits until every live voter
-// holds the latest configuration (at most the RPC timeout), then hands
-// leadership over (handOver); then Raft shuts down and the stores close.
+// Close stops the member: a leader first hands leadership over once
+// every live voter holds the latest configuration, and waits for the
+// next leader (closeAsLeader, at most the RPC timeout); then Raft shuts
+// down and the stores close.
 // The member stays in the swarm's state until it is removed as dead (or
 // left with Leave).
 func (c *Consensus) Close() error {
@@ -365,8 +366,7 @@ func (c *Consensus) Close() error {
 		c.closing = true // the leader loop acts no more
 		c.stepMu.Unlock()
 		if c.IsLeader() {
-			c.awaitSettled(c.cfg.rpcTimeout)
-			c.handedOver = c.handOver()
+			c.handedOver = c.closeAsLeader(c.cfg.rpcTimeout)
 		}
 		c.cancel()
 		if c.cfg.caller == nil {

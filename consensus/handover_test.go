@@ -344,7 +344,7 @@ func handovers(t *testing.T) int {
 func TestHandovers(t *testing.T) {
 	runs := handovers(t)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 35))
-	var worst, worstTransfer, worstTwo time.Duration
+	var worst, worstTransfer, worstTwo, worstClose time.Duration
 	var elected []time.Duration
 	demoted := 0
 	for i := range runs {
@@ -385,6 +385,7 @@ func TestHandovers(t *testing.T) {
 				t.Errorf("run %d (kind %d, heal %v, two voters %v): a leader %v after Close returned, past %v", i, kind, heal, two, took, bound)
 			}
 			worst = max(worst, took)
+			worstClose = max(worstClose, closed)
 			elected = append(elected, took)
 			if two {
 				demoted++
@@ -404,6 +405,6 @@ func TestHandovers(t *testing.T) {
 		p99 = elected[len(elected)*99/100]
 	}
 	t.Logf("%d/%d handovers elected a leader; after Close returned: p99 %v, slowest %v (election timeout %v); "+
-		"%d by transfer (slowest %v), %d by a two-voter leader's demotion (slowest %v)",
-		len(elected), runs, p99, worst, testElection, len(elected)-demoted, worstTransfer, demoted, worstTwo)
+		"%d by transfer (slowest %v), %d by a two-voter leader's demotion (slowest %v); the slowest Close took %v",
+		len(elected), runs, p99, worst, testElection, len(elected)-demoted, worstTransfer, demoted, worstTwo, worstClose)
 }

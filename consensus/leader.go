@@ -68,27 +68,42 @@ func (c *Consensus) leadOnce() bool {
 	return true
 }
 
-// awaitSettled waits, at most for timeout, until every live voter holds
-// the latest configuration (decision.settled), so that a handover cannot
-// strand a voter that would refuse the new leader its vote. It runs in
-// Close, once the leader loop has stopped.
-func (c *Consensus) awaitSettled(timeout time.Duration) {
+// closeAsLeader hands leadership over for Close, within timeout. While
+// it leads, it waits until every live voter holds the latest
+// configuration (decision.settled), so that no voter is left that would
+// refuse the new leader its vote, then hands over (handOver). It may
+// lose leadership meanwhile (a leader that misses its lease on a loaded
+// machine steps down): then it stays up, voting and standing in
+// elections, until some member leads, since a lagging voter catches up
+// only from a leader. After a handover it waits for the next leader too,
+// so that its own vote counts in that election. It reports whether it
+// handed over or another member leads; the loop has stopped by then.
+func (c *Consensus) closeAsLeader(timeout time.Duration) bool {
 	t := time.NewTicker(c.cfg.tick)
 	defer t.Stop()
 	deadline := time.After(timeout)
+	handed := false
 	for {
-		in, err := c.leaderInput(time.Now())
-		if err != nil || !c.IsLeader() {
-			return
+		if c.IsLeader() && !handed {
+			in, err := c.leaderInput(time.Now())
+			d := decision{in: &in, st: c.lead}
+			if err == nil && d.settled("", "") {
+				if !c.handOver() {
+					return false
+				}
+				handed = true
+			}
 		}
-		d := decision{in: &in, st: c.lead}
-		if d.settled("", "") {
-			return
+		if _, id := c.raft.LeaderWithID(); id != "" && id != raft.ServerID(c.id.String()) {
+			return true
 		}
 		select {
 		case <-deadline:
-			c.log.Warnw("closing while a voter lacks the latest configuration", "waited", timeout)
-			return
+			if c.IsLeader() && !handed {
+				c.log.Warnw("closing while a voter lacks the latest configuration", "waited", timeout)
+				return c.handOver()
+			}
+			return handed
 		case <-t.C:
 		case <-c.kickL:
 		}
