@@ -46,11 +46,12 @@ type Consensus struct {
 	nextW    int
 	book     addrBook
 
-	leaving    atomic.Bool
-	joinErr    atomic.Pointer[error] // a join refused for good
-	closeOnce  sync.Once
-	handedOver bool // Close handed leadership over (for tests)
-	closeErr   error
+	leaving   atomic.Bool
+	joinErr   atomic.Pointer[error] // a join refused for good
+	closeOnce sync.Once
+	// For tests: Close began as the leader, and handed leadership over.
+	closedLeading, handedOver bool
+	closeErr                  error
 
 	// stepMu is held by the leader loop while it decides and acts, and
 	// by Close when it stops the loop (closing), so that no
@@ -366,6 +367,7 @@ func (c *Consensus) Close() error {
 		c.closing = true // the leader loop acts no more
 		c.stepMu.Unlock()
 		if c.IsLeader() {
+			c.closedLeading = true
 			c.handedOver = c.closeAsLeader(c.cfg.rpcTimeout)
 		}
 		c.cancel()

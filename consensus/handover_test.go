@@ -367,7 +367,9 @@ func TestHandovers(t *testing.T) {
 			if !ok {
 				t.Fatalf("run %d (kind %d, heal %v): no leader %v after the leader closed%s", i, kind, heal, stuckWait, raftDump(cl))
 			}
-			if !a.c().handedOver {
+			// On a loaded machine the leader can lose its lease before
+			// Close: then another member leads already.
+			if a.c().closedLeading && !a.c().handedOver {
 				t.Errorf("run %d: Close did not hand over leadership", i)
 			}
 			// The requirement: a leader within the election timeout of
