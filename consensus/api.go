@@ -355,10 +355,10 @@ func (c *Consensus) departed() bool {
 	return m.Draining && !placed && !c.IsLeader() && !voter
 }
 
-// Close stops the member: a leader first hands leadership over once
-// every live voter holds the latest configuration, and waits for the
-// next leader (closeAsLeader, at most the RPC timeout); then Raft shuts
-// down and the stores close.
+// Close stops the member: a voter first makes sure another member leads
+// (closeAsVoter, at most the RPC timeout): a leader hands leadership
+// over once every live voter holds the latest configuration; then Raft
+// shuts down and the stores close.
 // The member stays in the swarm's state until it is removed as dead (or
 // left with Leave).
 func (c *Consensus) Close() error {
@@ -366,9 +366,15 @@ func (c *Consensus) Close() error {
 		c.stepMu.Lock()
 		c.closing = true // the leader loop acts no more
 		c.stepMu.Unlock()
-		if c.IsLeader() {
-			c.closedLeading = true
-			c.handedOver = c.closeAsLeader(c.cfg.rpcTimeout)
+		c.closedLeading = c.IsLeader()
+		if c.isVoter(c.id) {
+			// A follower waits no longer than an election or two takes,
+			// so that a swarm shutting down whole does not wait long.
+			wait := c.cfg.rpcTimeout
+			if !c.closedLeading {
+				wait = min(wait, 4*c.cfg.election)
+			}
+			c.handedOver = c.closeAsVoter(wait)
 		}
 		c.cancel()
 		if c.cfg.caller == nil {

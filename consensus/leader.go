@@ -68,17 +68,17 @@ func (c *Consensus) leadOnce() bool {
 	return true
 }
 
-// closeAsLeader hands leadership over for Close, within timeout. While
-// it leads, it waits until every live voter holds the latest
-// configuration (decision.settled), so that no voter is left that would
-// refuse the new leader its vote, then hands over (handOver). It may
-// lose leadership meanwhile (a leader that misses its lease on a loaded
-// machine steps down): then it stays up, voting and standing in
-// elections, until some member leads, since a lagging voter catches up
-// only from a leader. After a handover it waits for the next leader too,
-// so that its own vote counts in that election. It reports whether it
-// handed over or another member leads; the loop has stopped by then.
-func (c *Consensus) closeAsLeader(timeout time.Duration) bool {
+// closeAsVoter lets a voter close without stranding the swarm, within
+// timeout. While it leads, it waits until every live voter holds the
+// latest configuration (decision.settled), so that no voter is left that
+// would refuse the new leader its vote, then hands over (handOver). Then,
+// or if it does not lead, it stays up, voting and standing in elections,
+// until another member leads: a leader that missed its lease on a loaded
+// machine may be the only member that can still win (a lagging voter
+// catches up only from a leader), and after a handover its own vote may
+// be needed. It reports whether it handed over or another member leads;
+// the leader loop has stopped by then.
+func (c *Consensus) closeAsVoter(timeout time.Duration) bool {
 	t := time.NewTicker(c.cfg.tick)
 	defer t.Stop()
 	deadline := time.After(timeout)
