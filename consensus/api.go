@@ -475,11 +475,11 @@ func (c *Consensus) apply(ev Event) error {
 		return err
 	}
 	f := c.raft.Apply(b, c.cfg.rpcTimeout)
-	if err := f.Error(); err != nil {
+	if err := c.wait(f); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return fmt.Errorf("%w: %w", ErrNotLeader, err)
 		}
-		if errors.Is(err, raft.ErrRaftShutdown) {
+		if errors.Is(err, raft.ErrRaftShutdown) || errors.Is(err, ErrClosed) {
 			return ErrClosed
 		}
 		return fmt.Errorf("consensus: append %s: %w", ev.Kind(), err)
@@ -489,6 +489,26 @@ func (c *Consensus) apply(ev Event) error {
 	}
 	c.log.Debugw("appended", "event", ev.Kind(), "index", f.Index())
 	return nil
+}
+
+// wait returns f's error, or ErrClosed once the member is closing.
+// hashicorp/raft does not answer every future when it shuts down: an
+// entry that committed but was not yet applied is dropped with its
+// future (the FSM goroutine returns without draining its queue;
+// hashicorp/raft#498). A leader loop that waited on such a future alone
+// would never end, and a crash (halt: cancel, then Raft's shutdown)
+// that waits for the loops would hang with it. Should f never be
+// answered, the goroutine that waits on it stays blocked: one per
+// future lost at shutdown.
+func (c *Consensus) wait(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
 }
 
 // noLoad is the loader of a node with nothing to load.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -163,10 +164,12 @@ type cluster struct {
 	speeds sync.Map // peer.ID → float64
 	opts   []Option
 	log    *zap.Logger
+	stalls *stallMeter // how long this process could not run
 }
 
 func newCluster(t testing.TB, opts ...Option) *cluster {
-	cl := &cluster{t: t, opts: opts}
+	cl := &cluster{t: t, opts: opts, stalls: newStallMeter()}
+	t.Cleanup(cl.stalls.stop)
 	if testing.Verbose() {
 		cl.log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	} else {
@@ -297,7 +300,8 @@ func (cl *cluster) alive() []*testNode {
 }
 
 // await waits until cond holds and fails past timeout (generous: no
-// latency bound); it returns how long it took.
+// latency bound; time the process was stalled does not count); it
+// returns how long it took.
 func (cl *cluster) await(what string, timeout time.Duration, cond func() bool) time.Duration {
 	cl.t.Helper()
 	took, ok := cl.until(timeout, cond)
@@ -310,7 +314,10 @@ func (cl *cluster) await(what string, timeout time.Duration, cond func() bool) t
 // until waits until cond holds or timeout passes, looking again whenever
 // a live node's state changes (Watch) or its Raft role or leader changes
 // (an observer). Nodes started meanwhile are watched from the next
-// change on; a backstop tick covers what neither announces.
+// change on; a backstop tick covers what neither announces. The timeout
+// counts only the time the process could run: a wait is for the
+// cluster's progress, and a stall (stallMeter) holds up every member
+// alike, for seconds at times on a loaded machine.
 func (cl *cluster) until(timeout time.Duration, cond func() bool) (time.Duration, bool) {
 	start := time.Now()
 	wake := make(chan struct{}, 1)
@@ -364,7 +371,8 @@ func (cl *cluster) until(timeout time.Duration, cond func() bool) (time.Duration
 	}
 	backstop := time.NewTicker(100 * time.Millisecond)
 	defer backstop.Stop()
-	deadline := time.After(timeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
 		watch()
 		if cond() {
@@ -373,7 +381,13 @@ func (cl *cluster) until(timeout time.Duration, cond func() bool) (time.Duration
 		select {
 		case <-wake:
 		case <-backstop.C:
-		case <-deadline:
+		case <-deadline.C:
+			now := time.Now()
+			ran := now.Sub(start) - cl.stalls.in(start, now).total()
+			if ran < timeout {
+				deadline.Reset(timeout - ran)
+				continue
+			}
 			return time.Since(start), cond()
 		}
 	}
@@ -393,18 +407,57 @@ func (cl *cluster) leader(timeout time.Duration) (*testNode, time.Duration) {
 		return false
 	})
 	if !ok {
-		// What each live member's Raft thinks, to tell a slow election
-		// from one that cannot happen.
-		for _, n := range cl.alive() {
-			st := n.c().raft.Stats()
-			_, leader := n.c().raft.LeaderWithID()
-			cl.t.Logf("%s: state %s term %s leader %q last contact %s last log %s/%s commit %s applied %s config %s",
-				shortID(n.h.ID()), st["state"], st["term"], leader, st["last_contact"], st["last_log_index"], st["last_log_term"],
-				st["commit_index"], st["applied_index"], st["latest_configuration"])
-		}
+		cl.dumpRaft()
 		cl.t.Fatalf("a leader: not within %v", timeout)
 	}
 	return l, took
+}
+
+// dumpRaft logs what each live member's Raft thinks, to tell a slow
+// election from one that cannot happen.
+func (cl *cluster) dumpRaft() {
+	cl.t.Helper()
+	for _, n := range cl.alive() {
+		st := n.c().raft.Stats()
+		_, leader := n.c().raft.LeaderWithID()
+		cl.t.Logf("%s: state %s term %s leader %q last contact %s last log %s/%s commit %s applied %s config %s",
+			shortID(n.h.ID()), st["state"], st["term"], leader, st["last_contact"], st["last_log_index"], st["last_log_term"],
+			st["commit_index"], st["applied_index"], st["latest_configuration"])
+	}
+}
+
+// currentLeader waits for a leader among the live nodes and returns the
+// one of the latest term: a deposed leader may not know it yet.
+func (cl *cluster) currentLeader(timeout time.Duration) *testNode {
+	cl.t.Helper()
+	l, _ := cl.leader(timeout)
+	for _, n := range cl.alive() {
+		if n.c().IsLeader() && n.c().raft.CurrentTerm() > l.c().raft.CurrentTerm() {
+			l = n
+		}
+	}
+	return l
+}
+
+// leaderAfter waits for a live leader of a term later than term: one
+// elected after the leader of term was killed.
+func (cl *cluster) leaderAfter(term uint64, timeout time.Duration) *testNode {
+	cl.t.Helper()
+	var l *testNode
+	_, ok := cl.until(timeout, func() bool {
+		for _, n := range cl.alive() {
+			if n.c().IsLeader() && n.c().raft.CurrentTerm() > term {
+				l = n
+				return true
+			}
+		}
+		return false
+	})
+	if !ok {
+		cl.dumpRaft()
+		cl.t.Fatalf("a leader of a term after %d: not within %v", term, timeout)
+	}
+	return l
 }
 
 // waitAll waits until cond holds on every live node's state.
@@ -509,9 +562,12 @@ func TestElectionAndFailover(t *testing.T) {
 	}
 	leader, _ := cl.leader(5 * time.Second)
 	elected := time.Since(start)
-	t.Logf("5 members: leader %s elected %v after start (raft timeouts %v)", shortID(leader.h.ID()), elected.Round(time.Millisecond), testElection)
-	if elected > 3*time.Second {
-		t.Errorf("election took %v, bound 3s", elected)
+	stalled := cl.stalls.in(start, start.Add(elected))
+	bound := electionBound(2*testHeartbeat, stalled)
+	t.Logf("5 members: leader %s elected %v after start, term %d (raft timeouts %v; bound %v: %s)", shortID(leader.h.ID()),
+		elected.Round(time.Millisecond), leader.c().raft.CurrentTerm(), testElection, bound.Round(time.Millisecond), stalled.describe(start))
+	if elected > bound {
+		t.Errorf("election took %v, bound %v (%s)", elected, bound, stalled.describe(start))
 	}
 	all := make([]string, len(ids))
 	for i, id := range ids {
@@ -519,7 +575,6 @@ func TestElectionAndFailover(t *testing.T) {
 	}
 	took := cl.waitAll("all joined and placed", 10*time.Second, placed(all...))
 	t.Logf("all 5 joined, first map planned, loaded and committed everywhere in %v", took.Round(time.Millisecond))
-	want := leader.c().Committed()
 
 	servers, err := leader.c().Servers()
 	if err != nil {
@@ -535,13 +590,26 @@ func TestElectionAndFailover(t *testing.T) {
 		t.Errorf("%d voters, want 5", voters)
 	}
 
+	// Kill the leader of now. A stall longer than the heartbeat timeout
+	// elects another (the followers' timers find the leader silent), and
+	// killing a former leader times no failover at all: that happened in
+	// 9-17% of runs beside a CPU burner, as "failovers" of 1 ms.
+	if l := cl.currentLeader(5 * time.Second); l != leader {
+		t.Logf("leadership moved from %s to %s since the first election", shortID(leader.h.ID()), shortID(l.h.ID()))
+		leader = l
+	}
+	term := leader.c().raft.CurrentTerm()
+	want := leader.c().Committed()
 	killed := time.Now()
 	leader.kill()
-	next, _ := cl.leader(5 * time.Second)
+	next := cl.leaderAfter(term, 5*time.Second)
 	failover := time.Since(killed)
-	t.Logf("leader killed: %s leads after %v", shortID(next.h.ID()), failover.Round(time.Millisecond))
-	if failover > 3*time.Second {
-		t.Errorf("failover took %v, bound 3s", failover)
+	stalled = cl.stalls.in(killed, killed.Add(failover))
+	bound = electionBound(3*testHeartbeat, stalled)
+	t.Logf("leader killed: %s leads after %v, term %d after %d (bound %v: %s)", shortID(next.h.ID()),
+		failover.Round(time.Millisecond), next.c().raft.CurrentTerm(), term, bound.Round(time.Millisecond), stalled.describe(killed))
+	if failover > bound {
+		t.Errorf("failover took %v, bound %v (%s)", failover, bound, stalled.describe(killed))
 	}
 	if got := next.c().Committed(); !got.Equal(want) {
 		t.Fatalf("committed map lost: had %v, new leader has %v", want, got)
@@ -635,4 +703,73 @@ func raftTestLevel() hclog.Level {
 		return hclog.Debug
 	}
 	return hclog.Off
+}
+
+// TestFailoverPastSilentLeader: a dead leader whose address still
+// answers TCP but never the handshake, as a host that vanished behind a
+// NAT or a firewall does, holds every dial to it for the transport's
+// whole timeout (1 s). Raft asks each voter for its vote on a goroutine
+// of its own, so the live ones elect a leader as fast as when the dead
+// one's port refuses at once (measured: the same 0.3 s median).
+func TestFailoverPastSilentLeader(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int32
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			mu.Lock()
+			conns = append(conns, c) // held open, silent
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	hole := ma.StringCast(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ln.Addr().(*net.TCPAddr).Port))
+
+	cl := newCluster(t)
+	var ids []peer.ID
+	var boot []peer.AddrInfo
+	for range 5 {
+		n := cl.addHost(false)
+		ids = append(ids, n.h.ID())
+		boot = append(boot, n.info())
+	}
+	for _, n := range cl.all() {
+		cl.start(n, WithInitialVoters(ids...), WithBootstrap(boot...))
+	}
+	cl.leader(5 * time.Second)
+	leader := cl.currentLeader(5 * time.Second)
+	term := leader.c().raft.CurrentTerm()
+	for _, n := range cl.alive() {
+		if n != leader {
+			n.h.Peerstore().ClearAddrs(leader.h.ID())
+			n.h.Peerstore().AddAddr(leader.h.ID(), hole, time.Hour)
+		}
+	}
+	killed := time.Now()
+	leader.kill()
+	next := cl.leaderAfter(term, 5*time.Second)
+	failover := time.Since(killed)
+	stalled := cl.stalls.in(killed, killed.Add(failover))
+	bound := electionBound(3*testHeartbeat, stalled)
+	t.Logf("silent leader killed: %s leads after %v, term %d after %d, %d dials held by the dead address (bound %v: %s)", shortID(next.h.ID()),
+		failover.Round(time.Millisecond), next.c().raft.CurrentTerm(), term, dials.Load(), bound.Round(time.Millisecond), stalled.describe(killed))
+	if failover > bound {
+		t.Errorf("failover took %v, bound %v (%s)", failover, bound, stalled.describe(killed))
+	}
 }

@@ -211,19 +211,19 @@ func (c *Consensus) execute(a Action, before State) (bool, error) {
 		return c.executeAppend(a, before)
 	case AddNonvoter:
 		c.log.Infow("adding non-voter", "peer", a.ID)
-		return true, configChange(c.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.ID), 0, rt))
+		return true, c.configChange(c.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.ID), 0, rt))
 	case AddVoter:
 		c.log.Infow("promoting voter", "peer", a.ID)
-		return true, configChange(c.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.ID), 0, rt))
+		return true, c.configChange(c.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.ID), 0, rt))
 	case RemoveServer:
 		c.log.Infow("removing server", "peer", a.ID)
-		return true, configChange(c.raft.RemoveServer(raft.ServerID(a.ID), 0, rt))
+		return true, c.configChange(c.raft.RemoveServer(raft.ServerID(a.ID), 0, rt))
 	case Demote:
 		c.log.Infow("demoting voter", "peer", a.ID)
-		return true, configChange(c.raft.DemoteVoter(raft.ServerID(a.ID), 0, rt))
+		return true, c.configChange(c.raft.DemoteVoter(raft.ServerID(a.ID), 0, rt))
 	case TransferLeadership:
 		c.log.Infow("drained: handing over leadership")
-		if err := c.raft.LeadershipTransfer().Error(); err != nil {
+		if err := c.wait(c.raft.LeadershipTransfer()); err != nil {
 			return false, fmt.Errorf("leadership transfer: %w", err)
 		}
 		return false, nil // no longer the leader: stop deciding
@@ -255,8 +255,10 @@ func (c *Consensus) executeAppend(a Append, before State) (bool, error) {
 	return err == nil, err
 }
 
-func configChange(f raft.IndexFuture) error {
-	if err := f.Error(); err != nil {
+// configChange waits for a configuration change (wait: at most until
+// the member closes).
+func (c *Consensus) configChange(f raft.IndexFuture) error {
+	if err := c.wait(f); err != nil {
 		return fmt.Errorf("raft configuration change: %w", err)
 	}
 	return nil
