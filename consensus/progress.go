@@ -43,10 +43,8 @@ func newProgressTransport(t *raft.NetworkTransport, advanced func()) *progressTr
 
 // AppendEntries implements raft.Transport and records a success.
 func (t *progressTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	if t.fault != nil {
-		if err := t.fault(id, args); err != nil {
-			return err
-		}
+	if err := t.lost(id, args); err != nil {
+		return err
 	}
 	if err := t.NetworkTransport.AppendEntries(id, target, args, resp); err != nil {
 		return err
@@ -79,22 +77,26 @@ func (t *progressTransport) AppendEntries(id raft.ServerID, target raft.ServerAd
 
 // RequestVote implements raft.Transport.
 func (t *progressTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if t.fault != nil {
-		if err := t.fault(id, args); err != nil {
-			return err
-		}
+	if err := t.lost(id, args); err != nil {
+		return err
 	}
 	return t.NetworkTransport.RequestVote(id, target, args, resp)
 }
 
 // RequestPreVote implements raft.WithPreVote.
 func (t *progressTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if t.fault != nil {
-		if err := t.fault(id, args); err != nil {
-			return err
-		}
+	if err := t.lost(id, args); err != nil {
+		return err
 	}
 	return t.NetworkTransport.RequestPreVote(id, target, args, resp)
+}
+
+// lost is the test fault for a request to id (nil: sent).
+func (t *progressTransport) lost(id raft.ServerID, req any) error {
+	if t.fault == nil {
+		return nil
+	}
+	return t.fault(id, req)
 }
 
 // AppendEntriesPipeline implements raft.Transport: no pipelining, so that

@@ -301,35 +301,18 @@ func messagesResult(raw json.RawMessage, param string) (string, *apiError) {
 // text_editor, web_search, ...: a versioned type) would need the server
 // to run it: refused.
 func messagesTools(raw json.RawMessage) (json.RawMessage, *apiError) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	var tools []json.RawMessage
-	if err := json.Unmarshal(raw, &tools); err != nil {
-		return nil, invalid("tools", `tools must be an array of {"name": ..., "description": ..., "input_schema": {...}}`)
-	}
-	if len(tools) > maxTools {
-		return nil, invalid("tools", "%d tools: at most %d", len(tools), maxTools)
-	}
-	out := make([]chatTool, len(tools))
-	for i, t := range tools {
-		param := fmt.Sprintf("tools[%d]", i)
+	return toolsToChat(raw, `{"name": ..., "description": ..., "input_schema": {...}}`, func(t json.RawMessage, param string) (chatToolFn, *apiError) {
 		var tool messagesTool
 		switch err := json.Unmarshal(t, &tool); {
 		case err != nil:
-			return nil, invalid(param, "%s must be an object", param)
+			return chatToolFn{}, invalid(param, "%s must be an object", param)
 		case tool.Type != "" && tool.Type != "custom":
-			return nil, invalid(param+".type", "%s.type %q is not supported: server tools need the server to run them, and this one runs only the model; define the tool with name, description and input_schema", param, tool.Type)
+			return chatToolFn{}, invalid(param+".type", "%s.type %q is not supported: server tools need the server to run them, and this one runs only the model; define the tool with name, description and input_schema", param, tool.Type)
 		case tool.Name == "":
-			return nil, invalid(param+".name", "%s.name is required", param)
+			return chatToolFn{}, invalid(param+".name", "%s.name is required", param)
 		}
-		out[i] = chatTool{Type: "function", Function: chatToolFn{Name: tool.Name, Description: tool.Description, Parameters: tool.InputSchema}}
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil, invalid("tools", "tools: %v", err)
-	}
-	return b, nil
+		return chatToolFn{Name: tool.Name, Description: tool.Description, Parameters: tool.InputSchema}, nil
+	})
 }
 
 // messagesToolChoice maps tool_choice to chat's. "any" and a named tool

@@ -309,37 +309,20 @@ func leadingSystem(msgs []engine.Message) []engine.Message {
 // built-in tool (web_search, file_search, ...) would need the server to
 // run it: refused.
 func responsesTools(raw json.RawMessage) (json.RawMessage, *apiError) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	var tools []json.RawMessage
-	if err := json.Unmarshal(raw, &tools); err != nil {
-		return nil, invalid("tools", `tools must be an array of {"type": "function", "name": ..., "parameters": {...}}`)
-	}
-	if len(tools) > maxTools {
-		return nil, invalid("tools", "%d tools: at most %d", len(tools), maxTools)
-	}
-	out := make([]chatTool, len(tools))
-	for i, t := range tools {
-		param := fmt.Sprintf("tools[%d]", i)
+	return toolsToChat(raw, `{"type": "function", "name": ..., "parameters": {...}}`, func(t json.RawMessage, param string) (chatToolFn, *apiError) {
 		var tool responsesTool
 		switch err := json.Unmarshal(t, &tool); {
 		case err != nil:
-			return nil, invalid(param, "%s must be an object", param)
+			return chatToolFn{}, invalid(param, "%s must be an object", param)
 		case tool.Type == "":
-			return nil, invalid(param+".type", "%s.type is required", param)
+			return chatToolFn{}, invalid(param+".type", "%s.type is required", param)
 		case tool.Type != "function":
-			return nil, invalid(param+".type", "%s.type %q is not supported: built-in tools need the server to run them, and this one runs only the model; offer function tools", param, tool.Type)
+			return chatToolFn{}, invalid(param+".type", "%s.type %q is not supported: built-in tools need the server to run them, and this one runs only the model; offer function tools", param, tool.Type)
 		case tool.Name == "":
-			return nil, invalid(param+".name", "%s.name is required (the Responses API's function tools are flat: {\"type\": \"function\", \"name\": ...})", param)
+			return chatToolFn{}, invalid(param+".name", "%s.name is required (the Responses API's function tools are flat: {\"type\": \"function\", \"name\": ...})", param)
 		}
-		out[i] = chatTool{Type: "function", Function: chatToolFn{Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}}
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil, invalid("tools", "tools: %v", err)
-	}
-	return b, nil
+		return chatToolFn{Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}, nil
+	})
 }
 
 // responsesToolChoice turns tool_choice into chat's: the same strings,

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -168,4 +170,33 @@ func (bs *blocks) closeOpen() {
 		bs.sink.opened(i, b)
 	}
 	bs.sink.closed(i, b)
+}
+
+// toolsToChat turns another API's tools array into chat's: the array
+// and its bound here, each tool (tools[i]) through one; item names the
+// API's tool shape for the error.
+func toolsToChat(raw json.RawMessage, item string, one func(t json.RawMessage, param string) (chatToolFn, *apiError)) (json.RawMessage, *apiError) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var tools []json.RawMessage
+	if err := json.Unmarshal(raw, &tools); err != nil {
+		return nil, invalid("tools", "tools must be an array of %s", item)
+	}
+	if len(tools) > maxTools {
+		return nil, invalid("tools", "%d tools: at most %d", len(tools), maxTools)
+	}
+	out := make([]chatTool, len(tools))
+	for i, t := range tools {
+		fn, e := one(t, fmt.Sprintf("tools[%d]", i))
+		if e != nil {
+			return nil, e
+		}
+		out[i] = chatTool{Type: "function", Function: fn}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, invalid("tools", "tools: %v", err)
+	}
+	return b, nil
 }
