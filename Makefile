@@ -6,7 +6,7 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak \
+.PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust \
 	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp handovers fuzz-long
 
 all: build
@@ -129,6 +129,14 @@ handovers:
 		-run 'TestHandovers|TestStuckElectionWithoutFix' ./consensus >$(BIN)/handovers.txt 2>&1; rc=$$?; \
 	grep -E '^(---|ok|FAIL|PASS)|handovers elected|handover_test.go:[0-9]+: (no leader|run [0-9]+ .*(past|no leader))' $(BIN)/handovers.txt \
 		| grep -v -- '--- PASS: TestHandovers/'; echo "full log: $(BIN)/handovers.txt"; exit $$rc
+
+# The API under resource exhaustion (issue 35) at full size: 10,000 idle
+# connections from 40 addresses, 1,000 slowloris clients, 1,000 concurrent
+# streams, each while other clients are served (make test runs them small).
+# Figures: bin/exhaust.txt.
+exhaust:
+	@mkdir -p $(BIN)
+	STRATA_EXHAUST=1 $(GO) test -count=1 -v -run 'TestExhaust' ./node/api 2>&1 | tee $(BIN)/exhaust.txt | grep -E '^(---|ok|FAIL|PASS)|exhaust_test.go'
 
 # Benchmarks of the functional core; BENCHTIME trades precision for time.
 # ./node/... includes BenchmarkPrefixCacheChat: a 4-turn chat through a

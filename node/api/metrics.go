@@ -42,6 +42,7 @@ type metrics struct {
 	perToken     *prometheus.HistogramVec // endpoint
 	inFlight     prometheus.Gauge
 	streamErrors *prometheus.CounterVec // code
+	connsRefused prometheus.Counter
 
 	leader *leaderWatch
 }
@@ -65,7 +66,9 @@ func newMetrics(b Backend) *metrics {
 	m.streamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "api",
 		Name: "stream_errors_total", Help: "Streams that had started and ended with an error event, by error code."},
 		[]string{"code"})
-	m.reg.MustRegister(m.requests, m.tokens, m.ttft, m.perToken, m.inFlight, m.streamErrors,
+	m.connsRefused = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "api",
+		Name: "connections_refused_total", Help: "Connections closed at accept: over the server's or one address's connection limit."})
+	m.reg.MustRegister(m.requests, m.tokens, m.ttft, m.perToken, m.inFlight, m.streamErrors, m.connsRefused,
 		&nodeCollector{b: b, leader: m.leader},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

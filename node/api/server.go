@@ -45,6 +45,8 @@ type options struct {
 	readTimeout  time.Duration
 	idleTimeout  time.Duration
 	readHdrTmout time.Duration
+	maxConns     int
+	maxConnsIP   int
 }
 
 // Option configures New.
@@ -148,6 +150,34 @@ func WithAbortGrace(d time.Duration) Option {
 	return func(o *options) error { o.abortGrace = max(d, 0); return nil }
 }
 
+// WithReadHeaderTimeout closes a connection whose request headers do not
+// arrive within d (default 10 s): a slowloris client, or one that connects
+// and sends nothing, holds a connection no longer than that.
+func WithReadHeaderTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("api: read header timeout %v: must be positive", d)
+		}
+		o.readHdrTmout = d
+		return nil
+	}
+}
+
+// WithConnectionLimits caps the connections the server holds open: max
+// in all and perIP from one address (defaults DefaultMaxConns and
+// DefaultMaxConnsPerIP). One over either is closed as soon as it is
+// accepted, so that memory stays bounded however many connections a
+// client opens, and one client cannot take every slot.
+func WithConnectionLimits(max, perIP int) Option {
+	return func(o *options) error {
+		if max <= 0 || perIP <= 0 {
+			return fmt.Errorf("api: connection limits %d, %d per address: must be positive", max, perIP)
+		}
+		o.maxConns, o.maxConnsIP = max, perIP
+		return nil
+	}
+}
+
 // Server serves the API of one node.
 type Server struct {
 	b       Backend
@@ -188,7 +218,8 @@ func New(b Backend, opts ...Option) (*Server, error) {
 	}
 	o := options{log: zap.NewNop(), maxBody: DefaultMaxBodyBytes, keepAlive: DefaultKeepAlive,
 		leaderPoll: DefaultLeaderPoll, abortGrace: DefaultAbortGrace,
-		readTimeout: time.Minute, idleTimeout: 2 * time.Minute, readHdrTmout: 10 * time.Second}
+		readTimeout: time.Minute, idleTimeout: 2 * time.Minute, readHdrTmout: 10 * time.Second,
+		maxConns: DefaultMaxConns, maxConnsIP: DefaultMaxConnsPerIP}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -246,7 +277,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.srv = append(s.srv, hs)
 	s.mu.Unlock()
 	s.log.Info("api listening", zap.Stringer("addr", ln.Addr()))
-	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := hs.Serve(newLimitListener(ln, s.o.maxConns, s.o.maxConnsIP, s.m.connsRefused)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
