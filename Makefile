@@ -6,7 +6,7 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust \
+.PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
 	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp handovers fuzz-long
 
 all: build
@@ -129,6 +129,20 @@ handovers:
 		-run 'TestHandovers|TestStuckElectionWithoutFix' ./consensus >$(BIN)/handovers.txt 2>&1; rc=$$?; \
 	grep -E '^(---|ok|FAIL|PASS)|handovers elected|handover_test.go:[0-9]+: (no leader|run [0-9]+ .*(past|no leader))' $(BIN)/handovers.txt \
 		| grep -v -- '--- PASS: TestHandovers/'; echo "full log: $(BIN)/handovers.txt"; exit $$rc
+
+# Flaky-test hunt (issue 35): make test's main suite FLAKE_RUNS times, each
+# with a fresh shuffle seed, beside a busy loop on every core; every failed
+# test is listed with its run's seed (rerun one with go test -shuffle SEED).
+# Logs and the summary: bin/flakehunt/.
+FLAKE_RUNS ?= 10
+flakehunt: npm-deps debs
+	@burn=; for i in $$(seq $$(nproc)); do (while :; do :; done) & burn="$$burn $$!"; done; \
+	trap 'kill $$burn' EXIT; rm -rf $(BIN)/flakehunt; mkdir -p $(BIN)/flakehunt; fails=0; \
+	for i in $$(seq $(FLAKE_RUNS)); do \
+		seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); log=$(BIN)/flakehunt/run-$$i.txt; \
+		$(GO) test -count=1 -shuffle=$$seed -timeout $(TEST_TIMEOUT) $(PKGS) >$$log 2>&1 && r=ok || { r=FAIL; fails=$$((fails+1)); }; \
+		echo "run $$i seed $$seed: $$r $$(grep -E '^--- FAIL' $$log | awk '{print $$3}' | tr '\n' ' ')" | tee -a $(BIN)/flakehunt/summary.txt; \
+	done; echo "$$fails of $(FLAKE_RUNS) runs failed" | tee -a $(BIN)/flakehunt/summary.txt; test $$fails -eq 0
 
 # The API under resource exhaustion (issue 35) at full size: 10,000 idle
 # connections from 40 addresses, 1,000 slowloris clients, 1,000 concurrent
