@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/layers"
 )
 
 // replayBound is the longest a replay may take on loopback, from the
@@ -164,23 +166,29 @@ func TestFailoverKillMiddleHop(t *testing.T) {
 // TestHungHopTimeout: a hop that swallows frames but keeps its heartbeats
 // (a hung process, not a dead one) is caught by the step timeout; the
 // generation replays elsewhere and ends with the exact output.
+//
+// The entry's timeouts run on a fake clock that only the test moves, so
+// an honest step is never timed out however starved the machine is (on
+// the wall clock, a 1 s timeout once saw an honest step take over 1 s and
+// 16 replays in a row time out), and the hung step is timed out exactly
+// when the clock passes its timeout.
 func TestHungHopTimeout(t *testing.T) {
-	// 2 s, not 1: on a starved 2-core machine an honest step once took
-	// over 1 s, and 16 replays in a row timed out (CI, load ~6).
-	const timeout = 2 * time.Second
-	c := newTestCluster(t, WithMaxLayers(4), WithStepTimeout(timeout))
-	var ids []peer.ID
-	for range 4 {
-		ids = append(ids, c.add().ID())
+	const timeout = time.Second
+	// A static map with a second holder of the hung hop's range, so that
+	// the replay has somewhere to go whichever holder the path took.
+	dirs, ids := staticIDs(t, 3)
+	m, err := layers.NewLayerMap(8, 1, layers.Stage{Node: ids[0].String(), Range: layers.Range{Start: 0, End: 4}},
+		layers.Stage{Node: ids[1].String(), Range: layers.Range{Start: 4, End: 8}},
+		layers.Stage{Node: ids[2].String(), Range: layers.Range{Start: 4, End: 8}})
+	if err != nil {
+		t.Fatal(err)
 	}
+	c := newTestCluster(t, WithStaticMap(m), WithStepTimeout(timeout))
+	clock := clockwork.NewFakeClockAt(time.Now())
+	entry := c.add(WithDataDir(dirs[0]), WithClock(clock))
+	c.add(WithDataDir(dirs[1]))
+	c.add(WithDataDir(dirs[2]))
 	c.waitServing(30*time.Second, ids...)
-	m := c.all()[0].Committed()
-	var entry *Node
-	for _, n := range c.all() {
-		if r, _ := m.Range(n.ID().String()); r.Start == 0 && entry == nil {
-			entry = n
-		}
-	}
 	const prompt, maxTokens = "The quick brown fox", 32
 	sp := engine.SamplingParams{Temperature: 0.9, Seed: 77}
 	want := reference(t, prompt, maxTokens, sp)
@@ -216,8 +224,25 @@ func TestHungHopTimeout(t *testing.T) {
 	if hung == nil {
 		t.Fatal("no other hop on the running path")
 	}
-	hung.Host().HandleActivations(func(peer.ID, []byte) error { return nil })
+	swallowed := make(chan struct{})
+	var once sync.Once
+	hung.Host().HandleActivations(func(peer.ID, []byte) error {
+		once.Do(func() { close(swallowed) })
+		return nil
+	})
+	// The entry sets a step's timer before it sends the step, so once the
+	// hung hop has swallowed one, moving the entry's clock by the timeout
+	// times it out.
+	select {
+	case <-swallowed:
+	case <-ctx.Done():
+		t.Fatal("the hung hop received no step")
+	}
+	if r := entry.Metrics().Replays; r != 0 {
+		t.Fatalf("%d replays before the clock moved", r)
+	}
 	hungAt := time.Now()
+	clock.Advance(timeout)
 	for {
 		d, err := s.Recv()
 		if errors.Is(err, io.EOF) {
@@ -232,8 +257,10 @@ func TestHungHopTimeout(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("after a hung hop:\n swarm %v\nsingle %v", got, want)
 	}
-	if res.Replays == 0 || res.ReplayLatency[0] > timeout+replayBound {
-		t.Fatalf("%d replays, latency %v", res.Replays, res.ReplayLatency)
+	// Exactly one replay: the hung step's. The clock did not move again,
+	// so no honest step could time out.
+	if res.Replays != 1 {
+		t.Fatalf("%d replays (%v), want 1", res.Replays, res.Paths)
 	}
 	t.Logf("hung hop %s: replayed after the %v step timeout; hang → finish %v, paths %v", shortID(hung.ID()), timeout,
 		time.Since(hungAt).Round(time.Millisecond), res.Paths)
