@@ -17,11 +17,6 @@ import (
 	"github.com/stratanet/strata/layers"
 )
 
-// replayBound is the longest a replay may take on loopback, from the
-// kill to the next token: the peer table notices the closed connection
-// at once, so this is a margin for two loaded cores, not an estimate.
-const replayBound = 2 * time.Second
-
 type genRun struct {
 	prompt string
 	sp     engine.SamplingParams
@@ -71,8 +66,14 @@ func (g *genRun) timeOf(i int) (time.Time, bool) {
 // TestFailoverKillMiddleHop runs 8 generations through 3-hop paths and
 // hard-closes a middle hop half-way: every generation completes with
 // exactly the tokens of a run without the failure.
+//
+// The step timeout is far beyond the test's deadline, so a generation
+// can only recover because the peer table declared the killed hop down
+// (its connections closed); no wall-clock bound is needed for that, and
+// the kill → next token latency is reported, not bounded (it measures
+// the machine's load as much as the failover).
 func TestFailoverKillMiddleHop(t *testing.T) {
-	c := newTestCluster(t, WithMaxLayers(3))
+	c := newTestCluster(t, WithMaxLayers(3), WithStepTimeout(10*time.Minute))
 	var ids []peer.ID
 	for range 6 {
 		ids = append(ids, c.add().ID())
@@ -156,9 +157,6 @@ func TestFailoverKillMiddleHop(t *testing.T) {
 		t.Fatal("no two sessions' steps ever shared an engine batch")
 	}
 	t.Logf("%d steps ran in batches of two or more", batched)
-	if worst > replayBound {
-		t.Fatalf("replay latency %v above the %v bound", worst, replayBound)
-	}
 	t.Logf("all %d generations match the single-process run; %d replays; worst replay latency (kill → next token) %v",
 		len(runs), replays, worst.Round(time.Microsecond))
 }
