@@ -357,16 +357,26 @@ func (s *Host) refreshConn(id peer.ID) {
 
 // sweep applies the liveness deadlines and refreshes connection facts
 // (a hole punch adds a direct connection without a connectedness event).
+//
+// A tick that comes more than a period late means the process stalled;
+// the stall is credited to every live peer's silence (PeerTable.stalled).
 func (s *Host) sweep(ctx context.Context) {
-	t := s.cfg.clock.NewTicker(max(s.cfg.hbInterval/5, 5*time.Millisecond))
+	every := max(s.cfg.hbInterval/5, 5*time.Millisecond)
+	t := s.cfg.clock.NewTicker(every)
 	defer t.Stop()
 	n := 0
+	last := s.cfg.clock.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.Chan():
 		}
+		now := s.cfg.clock.Now()
+		if late := now.Sub(last) - every; late > every {
+			s.table.stalled(late)
+		}
+		last = now
 		if n++; n%5 == 0 {
 			for _, p := range s.table.Snapshot() {
 				s.refreshConn(p.ID)

@@ -135,6 +135,10 @@ type entry struct {
 	lostAt      time.Time // when the last connection closed; zero while connected
 	touched     time.Time // first hint, or last connection activity
 	lastTS      time.Time // timestamp of the latest accepted heartbeat
+	// stalled is how long this process was stalled (its sweeps late)
+	// since HeardAt: silence it could not have heard through, which the
+	// deadlines do not count.
+	stalled time.Duration
 }
 
 // PeerTable is the local view of the swarm's peers. It takes facts
@@ -326,6 +330,7 @@ func (t *PeerTable) heard(hb *Heartbeat) bool {
 	e.lastTS = hb.Timestamp
 	e.Heartbeat = hb
 	e.HeardAt = now
+	e.stalled = 0
 	t.bump()
 	t.setLiveness(e, Alive, now)
 	return true
@@ -434,6 +439,21 @@ func (t *PeerTable) reject(id peer.ID, why rejectReason) {
 	r.add(why)
 }
 
+// stalled records that this process stopped for d (the sweep ran that
+// much late): a stalled process reads no heartbeats, and after it they
+// wait in its queues, so the stall is not counted as any peer's silence.
+// A loaded machine (a VM stalled for seconds, a long GC pause) would
+// otherwise declare every connected peer dead at once when it resumes.
+func (t *PeerTable) stalled(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.peers {
+		if e.Liveness == Alive || e.Liveness == Suspect {
+			e.stalled += d
+		}
+	}
+}
+
 // sweep applies the deadlines: late peers become suspect, then dead, and
 // dead peers and stale hints are forgotten.
 func (t *PeerTable) sweep() {
@@ -449,7 +469,7 @@ func (t *PeerTable) sweep() {
 	for id, e := range t.peers {
 		switch e.Liveness {
 		case Alive, Suspect:
-			silent := now.Sub(e.HeardAt)
+			silent := now.Sub(e.HeardAt) - e.stalled
 			lost := !e.Connected && !e.lostAt.IsZero() && e.HeardAt.Before(e.lostAt) &&
 				now.Sub(e.lostAt) >= c.connGrace
 			switch {

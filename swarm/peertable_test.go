@@ -59,6 +59,37 @@ func TestPeerTableSilence(t *testing.T) {
 	}
 }
 
+// TestPeerTableStalled: time this process spent stalled does not count as
+// a peer's silence; silence after the stall still does.
+func TestPeerTableStalled(t *testing.T) {
+	tab, clk := newTestTable(t)
+	id := testPeerID(t)
+	tab.heard(clk.beat(id))
+	clk.advance(2100 * time.Millisecond)
+	tab.stalled(1900 * time.Millisecond)
+	tab.sweep()
+	if got := liveness(t, tab, id); got != Alive {
+		t.Fatalf("2.1 s after its heartbeat, 1.9 s of it stalled: %v", got)
+	}
+	clk.advance(1600 * time.Millisecond)
+	tab.sweep()
+	if got := liveness(t, tab, id); got != Suspect {
+		t.Fatalf("1.8 s of silence out of a stall: %v", got)
+	}
+	clk.advance(500 * time.Millisecond)
+	tab.sweep()
+	if got := liveness(t, tab, id); got != Dead {
+		t.Fatalf("2.3 s of silence out of a stall: %v", got)
+	}
+	// A heartbeat clears the credit: the next silence counts in full.
+	tab.heard(clk.beat(id))
+	clk.advance(2100 * time.Millisecond)
+	tab.sweep()
+	if got := liveness(t, tab, id); got != Dead {
+		t.Fatalf("2.1 s of silence after a fresh heartbeat: %v", got)
+	}
+}
+
 // TestPeerTableStaleHints: discovery that keeps naming a dead peer (its
 // DHT records outlive it) neither keeps its hint alive nor brings it back
 // right after it was forgotten; a heartbeat does.
