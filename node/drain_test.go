@@ -24,9 +24,8 @@ func TestDrainMovesSessionsWithoutFailure(t *testing.T) {
 	// heartbeats were 0.55–1.06 s old when it fired (their publishers
 	// were starved, not this sweeper: its stalls are credited, see
 	// swarm.PeerTable.stalled): 6 of 15 runs failed, 4 of 15 with the
-	// stall credit. So this test takes
-	// the product's default 2 s verdict. (The failover tests keep the
-	// fast one.)
+	// stall credit. So this test takes the product's default 2 s
+	// verdict. (The failover tests keep the fast one.)
 	c := newTestCluster(t, WithMaxLayers(3), WithSwarmOptions(swarm.WithLiveness(3*testHeartbeat, 2*time.Second, 2*testHeartbeat)))
 	var ids []peer.ID
 	for range 6 {
