@@ -1,7 +1,6 @@
 package docs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -228,16 +227,27 @@ func makeTargets(makefile string) map[string]bool {
 	return out
 }
 
-// checkMakeTargets returns one error per `make X` in text (code included)
+// checkMakeTargets returns one error per `make X` in text's code (inline
+// code spans and fenced blocks; prose such as "make target" is English)
 // whose X is not a target of the Makefile.
 func checkMakeTargets(text, makefile string) []error {
 	targets := makeTargets(makefile)
 	var errs []error
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for n := 1; sc.Scan(); n++ {
-		for _, m := range makeUse.FindAllStringSubmatch(sc.Text(), -1) {
-			if !targets[m[2]] {
-				errs = append(errs, fmt.Errorf("%w: README.md:%d: make %s: no such target in the Makefile", errDocs, n, m[2]))
+	in := false
+	for n, l := range strings.Split(text, "\n") {
+		if fence.MatchString(l) {
+			in = !in
+			continue
+		}
+		code := []string{l}
+		if !in {
+			code = inlineCode.FindAllString(l, -1)
+		}
+		for _, c := range code {
+			for _, m := range makeUse.FindAllStringSubmatch(c, -1) {
+				if !targets[m[2]] {
+					errs = append(errs, fmt.Errorf("%w: README.md:%d: make %s: no such target in the Makefile", errDocs, n+1, m[2]))
+				}
 			}
 		}
 	}
@@ -310,7 +320,8 @@ func TestCheckersFind(t *testing.T) {
 			"`[in code](docs/gone.md)`\n" +
 			"```\n[in a fence](docs/gone.md)\n```\n" +
 			"[web](https://example.org/x)\n" +
-			"make run and make bench-nothing\n")},
+			"`make run` and `make bench-nothing`; make target is prose\n" +
+			"```sh\nSIM=x make testnet N=8 && make nothing-either\n```\n")},
 		"docs/a.md": {Data: []byte("# A\n\n## The planner's map\n\n[up](../README.md#top) [img](pic.png)\n")},
 		"docs/pic.png": {Data: []byte{0}},
 	}
@@ -342,10 +353,11 @@ func TestCheckersFind(t *testing.T) {
 		t.Errorf("../shared findings: %v, want one on README.md:6", errs)
 	}
 	mk := ".PHONY: run\nrun: build\n\tgo run .\nBENCH ?= x\nbench:\n"
-	if errs := checkMakeTargets(string(fsys["README.md"].Data), mk); len(errs) != 1 || !strings.Contains(errs[0].Error(), "make bench-nothing") {
-		t.Errorf("make findings: %v, want one naming bench-nothing", errs)
+	errs = checkMakeTargets(string(fsys["README.md"].Data), mk+"testnet: build\n")
+	if len(errs) != 2 || !strings.Contains(errs[0].Error(), "make bench-nothing") || !strings.Contains(errs[1].Error(), "make nothing-either") {
+		t.Errorf("make findings: %v, want bench-nothing and nothing-either", errs)
 	}
-	if errs := checkMakeTargets("SIM=x make testnet N=8; make stop", "testnet stop: build\n"); len(errs) != 0 {
+	if errs := checkMakeTargets("`SIM=x make testnet N=8`; `make stop`", "testnet stop: build\n"); len(errs) != 0 {
 		t.Errorf("make findings on good text: %v", errs)
 	}
 }
