@@ -322,7 +322,7 @@ func TestCheckersFind(t *testing.T) {
 			"[web](https://example.org/x)\n" +
 			"`make run` and `make bench-nothing`; make target is prose\n" +
 			"```sh\nSIM=x make testnet N=8 && make nothing-either\n```\n")},
-		"docs/a.md": {Data: []byte("# A\n\n## The planner's map\n\n[up](../README.md#top) [img](pic.png)\n")},
+		"docs/a.md":    {Data: []byte("# A\n\n## The planner's map\n\n[up](../README.md#top) [img](pic.png)\n")},
 		"docs/pic.png": {Data: []byte{0}},
 	}
 	docs, err := documents(fsys)
@@ -364,7 +364,7 @@ func TestCheckersFind(t *testing.T) {
 
 func TestSlug(t *testing.T) {
 	for h, want := range map[string]string{
-		"Getting models (`strata model pull`)": "getting-models-strata-model-pull",
+		"Getting models (`strata model pull`)":      "getting-models-strata-model-pull",
 		"The ggml backend (GPU nodes, in progress)": "the-ggml-backend-gpu-nodes-in-progress",
 		"Trust: spot checks and eviction":           "trust-spot-checks-and-eviction",
 		"Non-deterministic engines (GPU)":           "non-deterministic-engines-gpu",
