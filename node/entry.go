@@ -175,6 +175,10 @@ type entryDeps struct {
 	// profileName resolves a request's profile ("" the default) to the
 	// name of the one that routes it; nil: as given.
 	profileName func(string) string
+	// routed tells routing that path's hops now hold the prefix of block
+	// hashes prefix: a generation through them finished, and its close
+	// leaves their positions in their prefix caches. nil: not told.
+	routed func(path routing.Path, prefix []uint64)
 }
 
 // entry is the entry role: it starts generations, drives each on a
@@ -698,6 +702,11 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		e.work.served(hops, len(step.Tokens))
 		finished, err := g.deliver(ctx, tok.Token, tok.LP)
 		if err != nil || finished {
+			if err == nil && e.routed != nil {
+				// Every position fed, the last token not: what the hops hold.
+				fed := append(slices.Clone(g.prompt), g.out[:len(g.out)-1]...)
+				e.routed(path, routing.BlockHashes(fed, prefixBlock))
+			}
 			return attemptEnd{done: err == nil}, err
 		}
 		if len(g.out) > len(g.sent) && e.shouldAudit() {
