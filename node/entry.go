@@ -66,6 +66,19 @@ func (r *registry) remove(sid SessionID) {
 	r.mu.Unlock()
 }
 
+// busy returns the peers an attempt in flight goes through.
+func (r *registry) busy() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for _, a := range r.gens {
+		for _, h := range a.hops {
+			out[h.Peer.String()] = true
+		}
+	}
+	return out
+}
+
 func (r *registry) get(sid SessionID) *attemptReg {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -445,6 +458,12 @@ func (g *generation) routeReq(avoid []string) routeReq {
 		profile: g.profile, prefix: routing.BlockHashes(append(slices.Clone(g.prompt), g.out...), prefixBlock), pin: g.pin}
 }
 
+// routeNow routes q with what is in flight now.
+func (e *entry) routeNow(q routeReq) (routing.Path, error) {
+	q.busy = e.reg.busy()
+	return e.route(q)
+}
+
 // attemptEnd says how an attempt ended.
 type attemptEnd struct {
 	done   bool
@@ -553,11 +572,11 @@ func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
 	deadline := e.cfg.clock.Now().Add(e.cfg.repairWait)
 	waited := false
 	for {
-		p, err := e.route(g.routeReq(g.avoid))
+		p, err := e.routeNow(g.routeReq(g.avoid))
 		if err != nil && len(g.avoid) > len(g.hard) {
 			// Peers we gave up on may be back; the view still leaves out
 			// the ones the peer table holds suspect or dead.
-			p, err = e.route(g.routeReq(g.hard))
+			p, err = e.routeNow(g.routeReq(g.hard))
 		}
 		if err == nil {
 			if waited {

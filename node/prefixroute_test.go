@@ -228,3 +228,49 @@ func TestSharedBlocksOfChains(t *testing.T) {
 		}
 	}
 }
+
+// TestStickUsable: a path holding the request's prefix takes it only
+// while it serves, none of its hops carries another of this entry's
+// generations, and none has sessions waiting for KV memory or too little
+// free for this one.
+func TestStickUsable(t *testing.T) {
+	m, err := layers.NewLayerMap(8, 1,
+		layers.Stage{Node: "a", Range: layers.Range{Start: 0, End: 4}},
+		layers.Stage{Node: "b", Range: layers.Range{Start: 4, End: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := routing.Path{Hops: []routing.Hop{{Node: "a", From: 0, To: 4}, {Node: "b", From: 4, To: 8}}}
+	view := func(change func(*routing.NodeState)) *routing.View {
+		v := routing.NewView()
+		for _, n := range []string{"a", "b"} {
+			ns := routing.NodeState{ID: n, Health: routing.Alive, Phase: routing.Serving, FreeKV: 1000}
+			if n == "b" && change != nil {
+				change(&ns)
+			}
+			v.Set(ns)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*routing.NodeState)
+		busy   map[string]bool
+		avoid  []string
+		want   bool
+	}{
+		{name: "idle", want: true},
+		{name: "free KV unknown", change: func(n *routing.NodeState) { n.FreeKV = -1 }, want: true},
+		{name: "another generation in flight through b", busy: map[string]bool{"b": true}},
+		{name: "another generation in flight elsewhere", busy: map[string]bool{"c": true}, want: true},
+		{name: "a session waiting for memory on b", change: func(n *routing.NodeState) { n.QueueDepth = 1 }},
+		{name: "too little free KV on b", change: func(n *routing.NodeState) { n.FreeKV = 99 }},
+		{name: "b suspect", change: func(n *routing.NodeState) { n.Health = routing.Suspect }},
+		{name: "b draining", change: func(n *routing.NodeState) { n.Phase = routing.Draining }},
+		{name: "b avoided", avoid: []string{"b"}},
+	} {
+		if got := stickUsable(m, view(tc.change), p, tc.avoid, tc.busy, 100); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

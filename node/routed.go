@@ -14,8 +14,8 @@ import (
 // every hop of the path holds from then on (in the session until its
 // close arrives, then in its prefix cache). A request that continues one
 // (the same prompt again, a chat's next turn) goes the same way while
-// that path serves and has no session waiting, whatever the router's
-// estimates say: right after a generation they are at their least
+// that path serves, idle of this entry's other generations and with no
+// session waiting (stickUsable), whatever the router's estimates say: right after a generation they are at their least
 // reliable. Gossip says what a hop holds one heartbeat late; the path's
 // first hop looks slowest, its measured layer latency having just taken
 // the prefill in; and the seeded pick among near-equal paths sent about
@@ -117,16 +117,17 @@ func (r *routedPrefixes) pick(prefix []uint64, v *routing.View, now time.Time, o
 }
 
 // stickUsable reports whether a path that holds a request's prefix may
-// take it: usable as a pin is (pinUsable), and no hop has sessions
-// waiting for KV memory or too little free for this one; past that a
-// cold path serves sooner, and caches the prefix too.
-func stickUsable(m layers.LayerMap, v *routing.View, p routing.Path, avoid []string, tokens int) bool {
+// take it: usable as a pin is (pinUsable), no hop busy with another of
+// this entry's generations, and none with sessions waiting for KV memory
+// or too little free for this one. Past that the router decides: a cold
+// path may serve sooner, and then caches the prefix too.
+func stickUsable(m layers.LayerMap, v *routing.View, p routing.Path, avoid []string, busy map[string]bool, tokens int) bool {
 	if !pinUsable(m, v, p, avoid) {
 		return false
 	}
 	for _, h := range p.Hops {
 		ns, _ := v.Node(h.Node)
-		if ns.QueueDepth > 0 || ns.FreeKV >= 0 && ns.FreeKV < tokens {
+		if busy[h.Node] || ns.QueueDepth > 0 || ns.FreeKV >= 0 && ns.FreeKV < tokens {
 			return false
 		}
 	}

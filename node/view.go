@@ -182,6 +182,11 @@ type routeReq struct {
 	profile     string        // "" is the default profile
 	prefix      []uint64      // block hashes of the tokens so far, for prefix affinity
 	pin         *routing.Path // taken while usable (Request.Follow); nil: none
+	// busy: the peers this entry has a generation in flight through. A
+	// path that holds the request's prefix is not kept to (routed.go)
+	// while one of its hops is busy: a prefix many requests share (a
+	// system prompt) must not pile them all onto one path.
+	busy map[string]bool
 }
 
 // route picks a path on the committed map with the request's profile. It
@@ -207,7 +212,7 @@ func (f *pathFinder) route(q routeReq) (routing.Path, error) {
 	}
 	if f.routed != nil && q.pin == nil {
 		if p, _, ok := f.routed.pick(q.prefix, v, now, func(p routing.Path) bool {
-			return stickUsable(m, v, p, q.avoid, q.prompt+q.max)
+			return stickUsable(m, v, p, q.avoid, q.busy, q.prompt+q.max)
 		}); ok {
 			return p, nil
 		}
