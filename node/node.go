@@ -190,7 +190,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			return nil
 		},
 		// Long enough for the hops' heartbeats to carry what this entry
-		// routed through them, which then replaces the record.
+		// routed through them; past it a record lasts while they do.
 		routed: newRoutedPrefixes(routedHeartbeats * h.HeartbeatInterval())}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,

@@ -15,11 +15,12 @@ import (
 // close arrives, then in its prefix cache). A request that continues one
 // (the same prompt again, a chat's next turn) goes the same way while
 // that path serves, idle of this entry's other generations and with no
-// session waiting (stickUsable), whatever the router's estimates say: right after a generation they are at their least
-// reliable. Gossip says what a hop holds one heartbeat late; the path's
-// first hop looks slowest, its measured layer latency having just taken
-// the prefill in; and the seeded pick among near-equal paths sent about
-// half of such requests to a copy that holds nothing (issue 32).
+// session waiting (stickUsable), whatever the router's estimates say:
+// right after a generation they are at their least reliable. Gossip says
+// what a hop holds one heartbeat late; the path's first hop looks
+// slowest, its measured layer latency having just taken the prefill in;
+// and the seeded pick among near-equal paths sent about half of such
+// requests to a copy that holds nothing (issue 32).
 //
 // A record is kept for ttl, then for as long as every hop's gossiped
 // summary still holds its blocks: an eviction ends it.
