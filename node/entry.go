@@ -66,6 +66,19 @@ func (r *registry) remove(sid SessionID) {
 	r.mu.Unlock()
 }
 
+// busy returns the peers an attempt in flight goes through.
+func (r *registry) busy() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for _, a := range r.gens {
+		for _, h := range a.hops {
+			out[h.Peer.String()] = true
+		}
+	}
+	return out
+}
+
 func (r *registry) get(sid SessionID) *attemptReg {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -175,6 +188,10 @@ type entryDeps struct {
 	// profileName resolves a request's profile ("" the default) to the
 	// name of the one that routes it; nil: as given.
 	profileName func(string) string
+	// routed tells routing that path's hops now hold the prefix of block
+	// hashes prefix: a generation through them finished, and its close
+	// leaves their positions in their prefix caches. nil: not told.
+	routed func(path routing.Path, prefix []uint64)
 }
 
 // entry is the entry role: it starts generations, drives each on a
@@ -441,6 +458,12 @@ func (g *generation) routeReq(avoid []string) routeReq {
 		profile: g.profile, prefix: routing.BlockHashes(append(slices.Clone(g.prompt), g.out...), prefixBlock), pin: g.pin}
 }
 
+// routeNow routes q with what is in flight now.
+func (e *entry) routeNow(q routeReq) (routing.Path, error) {
+	q.busy = e.reg.busy()
+	return e.route(q)
+}
+
 // attemptEnd says how an attempt ended.
 type attemptEnd struct {
 	done   bool
@@ -549,11 +572,11 @@ func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
 	deadline := e.cfg.clock.Now().Add(e.cfg.repairWait)
 	waited := false
 	for {
-		p, err := e.route(g.routeReq(g.avoid))
+		p, err := e.routeNow(g.routeReq(g.avoid))
 		if err != nil && len(g.avoid) > len(g.hard) {
 			// Peers we gave up on may be back; the view still leaves out
 			// the ones the peer table holds suspect or dead.
-			p, err = e.route(g.routeReq(g.hard))
+			p, err = e.routeNow(g.routeReq(g.hard))
 		}
 		if err == nil {
 			if waited {
@@ -698,6 +721,11 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 		e.work.served(hops, len(step.Tokens))
 		finished, err := g.deliver(ctx, tok.Token, tok.LP)
 		if err != nil || finished {
+			if err == nil && e.routed != nil {
+				// Every position fed, the last token not: what the hops hold.
+				fed := append(slices.Clone(g.prompt), g.out[:len(g.out)-1]...)
+				e.routed(path, routing.BlockHashes(fed, prefixBlock))
+			}
 			return attemptEnd{done: err == nil}, err
 		}
 		if len(g.out) > len(g.sent) && e.shouldAudit() {

@@ -188,14 +188,17 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 				return c.Members()
 			}
 			return nil
-		}}
+		},
+		// Long enough for the hops' heartbeats to carry what this entry
+		// routed through them; past it a record lasts while they do.
+		routed: newRoutedPrefixes(routedHeartbeats * h.HeartbeatInterval())}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,
 		signedFrames: !cfg.unsignedFrames && !cfg.wireF16,
 		maxFrame:     swarm.DefaultMaxActFrame, queueMax: cfg.entryQueueMax, queueTimeout: cfg.entryQueueTimeout,
 		verifyRate: cfg.verifyRate, fair: newFairConfig(!cfg.noFair, h.HeartbeatInterval(), cfg.fairStall),
 		clock: cfg.clock, log: n.log},
-		entryDeps{route: n.paths.route, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
+		entryDeps{route: n.paths.route, routed: n.paths.noteRouted, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
 			holders: n.holders, isReproducible: n.reproducible, report: n.reportFault, swarmRate: n.swarmVerifyRate,
 			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.HeartbeatInterval()) },

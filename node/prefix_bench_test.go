@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,4 +137,84 @@ func BenchmarkPrefixCacheChat(b *testing.B) {
 		b.ReportMetric(float64(prefill[true][i])/float64(b.N), fmt.Sprintf("turn%d_prefill_cache", i+1))
 		b.ReportMetric(float64(prefill[false][i])/float64(b.N), fmt.Sprintf("turn%d_prefill_nocache", i+1))
 	}
+}
+
+// BenchmarkPrefixRightAfter (issue 32): the same 900-token prompt sent 5
+// times back to back through a 3-node swarm on loopback (12 layers 256
+// wide; layers [6,12) held twice, so two equal paths share the first
+// hop), a fresh prompt per iteration. Reported: the share of requests 2–5
+// that resumed from the prefix cache on every hop without a replay, and
+// their mean TTFT against the cold first's; the first iteration's TTFTs
+// are logged.
+func BenchmarkPrefixRightAfter(b *testing.B) {
+	c := engine.DefaultGenConfig()
+	c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, c.Seed = 12, 256, 8, 4, 768, 512, 17
+	model := filepath.Join(b.TempDir(), "m12.gguf")
+	if err := engine.GenerateFile(model, c); err != nil {
+		b.Fatal(err)
+	}
+	dirs, ids := staticIDs(b, 3)
+	m, err := layers.NewLayerMap(12, 1,
+		layers.Stage{Node: ids[0].String(), Range: layers.Range{Start: 0, End: 6}},
+		layers.Stage{Node: ids[1].String(), Range: layers.Range{Start: 6, End: 12}},
+		layers.Stage{Node: ids[2].String(), Range: layers.Range{Start: 6, End: 12}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl := newTestCluster(b, WithStaticMap(m), WithLogger(nil), WithModelFile(model),
+		WithStepTimeout(60*time.Second), WithSwarmOptions(swarm.WithLiveness(10*time.Second, 30*time.Second, 30*time.Second)))
+	var nodes []*Node
+	for i := range 3 {
+		nodes = append(nodes, cl.add(WithDataDir(dirs[i])))
+	}
+	cl.waitServing(20*time.Second, ids...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	reused := func() uint64 {
+		var n uint64
+		for _, nd := range nodes {
+			st, err := nd.svc.sched.sync(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += st.PrefixTokens
+		}
+		return n
+	}
+	rng := rand.New(rand.NewPCG(9, 32))
+	const prompt, repeats = 900, 5
+	var hits, warm int
+	var coldT, warmT time.Duration
+	b.ResetTimer()
+	for it := range b.N {
+		p := randomTokens(rng, prompt, 512)
+		var seq []string
+		for i := range repeats {
+			before := reused()
+			res, err := nodes[0].Complete(ctx, Request{Tokens: p, MaxTokens: 8})
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Two hops, each resuming every whole block but the last
+			// position's.
+			hit := len(res.Paths) == 1 && reused()-before == 2*(prompt-1)/prefixBlock*prefixBlock
+			seq = append(seq, fmt.Sprintf("%v (hit %v)", res.TTFT.Round(time.Millisecond), hit))
+			if i == 0 {
+				coldT += res.TTFT
+				continue
+			}
+			warm++
+			warmT += res.TTFT
+			if hit {
+				hits++
+			}
+		}
+		if it == 0 {
+			b.Logf("TTFTs: %s", strings.Join(seq, ", "))
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(hits)/float64(warm), "hit_share")
+	b.ReportMetric(float64(coldT.Microseconds())/1e3/float64(b.N), "cold_ttft_ms")
+	b.ReportMetric(float64(warmT.Microseconds())/1e3/float64(warm), "repeat_ttft_ms")
 }

@@ -17,7 +17,7 @@ import (
 
 // prefixBlock is the cache's unit in tokens, the block routing hashes
 // (routing.BlockHashes) with: every node must use the same.
-const prefixBlock = 16
+const prefixBlock = routing.PrefixBlock
 
 // maxSummaryBits bounds the summary a heartbeat carries
 // (swarm.MaxPrefixLen bytes).

@@ -231,7 +231,7 @@ func (e *entry) tryLocked(w *waiter) (admission, error) {
 	for range 8 {
 		q := w.req
 		q.avoid = append(slices.Clone(q.avoid), avoid...)
-		path, err := e.route(q)
+		path, err := e.routeNow(q)
 		if err != nil {
 			if len(avoid) > 0 && errors.Is(err, routing.ErrNoPath) {
 				return admission{}, fmt.Errorf("%w: %d hop(s) full", errNoRoom, len(avoid))

@@ -486,41 +486,16 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
 		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check,
 		logits: m.Check && m.Logits || s.cfg.tolerant, lp: m.Open.LogProbs, topLP: m.Open.TopLogProbs}
-	// Resume from the prefix cache: the first hop from its longest match
-	// (leaving one position to compute), a later hop from where the one
-	// before it resumed, which it must hold too. A live session over the
-	// same layers counts as cached: the previous turn's, whose close may
-	// reach this hop after the next turn's first step, or another
-	// conversation's with the same opening.
-	var src []engine.Session // per layer from srcFrom
-	var srcMarks []chainMark // its receipt chains' states (verify.go)
-	srcFrom := 0
+	var r resume
 	if s.cache != nil && !m.Open.Cold {
-		limit := len(m.Tokens) - 1
-		if h.From > 0 {
-			limit = m.Skip
-		}
-		e, n := s.cache.lookup(h.From, h.To, m.Tokens, limit)
-		if e != nil {
-			src, srcMarks, srcFrom = e.sess, e.marks, e.from
-		}
-		for _, o := range s.sessions {
-			if o.key.from != h.From || o.to != h.To { // the same range only, as lookup
-				continue
-			}
-			if k := sharedBlocks(o.hist, m.Tokens, limit); k > n {
-				n, src, srcMarks, srcFrom = k, o.sess, o.chain.marks, o.key.from
-			}
-		}
-		// The receipt chains go on from the source's, as a cold run's.
-		if c, ok := chainsAt(srcMarks, n); ok && (h.From == 0 || n == m.Skip) {
-			hs.pos, hs.chain = n, c
-		}
+		r = resumePoint(s.cache, s.sessions, h, m.Tokens, m.Skip)
+		hs.pos, hs.chain = r.n, r.chain
 	}
 	if h.From > 0 && hs.pos != m.Skip {
 		s.reject(in, CodePrefixMiss, "", "session %s resumed %d positions this hop does not hold", m.Session, m.Skip)
 		return false
 	}
+	src, srcFrom := r.src, r.from
 	for l := h.From; l < h.To; l++ {
 		var es engine.Session
 		var err error
@@ -553,6 +528,52 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 		s.cache.trim(s.freeBytes()) // the cache lives in what sessions leave
 	}
 	return true
+}
+
+// resume is where a session opening on a hop starts: n positions copied
+// from src (one session per layer from layer from), with the receipt
+// chains as a cold run's stand there. n == 0: computed from the start.
+type resume struct {
+	n     int
+	src   []engine.Session
+	from  int
+	chain chains
+}
+
+// resumePoint decides where a session over hop h opening with tokens
+// resumes: the first hop from its longest match, in the prefix cache or
+// in a live session over the same layers (leaving one position to
+// compute); a later hop exactly where the first hop resumed (skip), which
+// it must hold too, or not at all (the caller refuses the step: its
+// hidden states start at skip). A live session counts as cached: the
+// previous turn's, whose close may reach this hop after the next turn's
+// first step, or another conversation's with the same opening. It reads
+// cache and live and changes nothing but the cache's LRU clock.
+func resumePoint(cache *prefixCache, live map[hopKey]*hopSession, h Hop, tokens []int32, skip int) resume {
+	limit := len(tokens) - 1
+	if h.From > 0 {
+		limit = skip
+	}
+	var src []engine.Session
+	var marks []chainMark // the source's receipt chains' states (verify.go)
+	srcFrom := 0
+	e, n := cache.lookup(h.From, h.To, tokens, limit)
+	if e != nil {
+		src, marks, srcFrom = e.sess, e.marks, e.from
+	}
+	for _, o := range live {
+		if o.key.from != h.From || o.to != h.To { // the same range only, as lookup
+			continue
+		}
+		if k := sharedBlocks(o.hist, tokens, limit); k > n {
+			n, src, marks, srcFrom = k, o.sess, o.chain.marks, o.key.from
+		}
+	}
+	// The receipt chains go on from the source's, as a cold run's.
+	if c, ok := chainsAt(marks, n); ok && n > 0 && (h.From == 0 || n == skip) {
+		return resume{n: n, src: src, from: srcFrom, chain: c}
+	}
+	return resume{chain: newChains()}
 }
 
 // admitWaiting opens waiting sessions, first come first served, while

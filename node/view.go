@@ -75,6 +75,17 @@ type pathFinder struct {
 	// path whose holders left for good (Node.uncoveredMap); nil: none.
 	noMap     func() error
 	uncovered func(layers.LayerMap) error
+	// routed is what this entry sent through which paths lately
+	// (routed.go); nil: none kept.
+	routed *routedPrefixes
+}
+
+// noteRouted records that path's hops now hold the prefix of block
+// hashes prefix (a generation through them finished).
+func (f *pathFinder) noteRouted(path routing.Path, prefix []uint64) {
+	if f.routed != nil {
+		f.routed.note(path, prefix, time.Now())
+	}
 }
 
 // kv is what node last reported of its KV cache: its latest heartbeat's
@@ -171,6 +182,11 @@ type routeReq struct {
 	profile     string        // "" is the default profile
 	prefix      []uint64      // block hashes of the tokens so far, for prefix affinity
 	pin         *routing.Path // taken while usable (Request.Follow); nil: none
+	// busy: the peers this entry has a generation in flight through. A
+	// path that holds the request's prefix is not kept to (routed.go)
+	// while one of its hops is busy: a prefix many requests share (a
+	// system prompt) must not pile them all onto one path.
+	busy map[string]bool
 }
 
 // route picks a path on the committed map with the request's profile. It
@@ -193,6 +209,13 @@ func (f *pathFinder) route(q routeReq) (routing.Path, error) {
 	v := f.view(m, now)
 	if q.pin != nil && pinUsable(m, v, *q.pin, q.avoid) {
 		return *q.pin, nil
+	}
+	if f.routed != nil && q.pin == nil {
+		if p, _, ok := f.routed.pick(q.prefix, v, now, func(p routing.Path) bool {
+			return stickUsable(m, v, p, q.avoid, q.busy, q.prompt+q.max)
+		}); ok {
+			return p, nil
+		}
 	}
 	p, err := pol.Route(m, v, routing.Request{Entry: f.self.String(), PromptTokens: q.prompt,
 		MaxTokens: q.max, Seed: q.seed, Avoid: q.avoid, Prefix: q.prefix}, now)

@@ -42,8 +42,11 @@ type Request struct {
 	// Avoid lists nodes this request must not use, such as the hop that
 	// just failed it.
 	Avoid []string
-	// Prefix is the prompt's block hash chain (BlockHashes), for the
-	// prefix-affinity scorer; nil when the entry did not compute it.
+	// Prefix is the prompt's block hash chain (BlockHashes in blocks of
+	// PrefixBlock): a node whose summary (NodeState.Prefixes) holds its
+	// first blocks is estimated to prefill only the rest, and the
+	// prefix-affinity scorer reads it too. Nil when the entry did not
+	// compute it.
 	Prefix []uint64
 }
 
@@ -111,6 +114,10 @@ type Estimate struct {
 	MaxBatch int // the node's batch slots; beyond them sessions take turns
 	KVShort  bool
 
+	// Cached is the prompt positions the node's prefix cache is expected
+	// to hold (Request.Prefix against NodeState.Prefixes): its prefill
+	// computes only the rest.
+	Cached int
 	// LayerTime is one layer's work for this request at the node's current
 	// batch; LoadedTime the same with the queue ahead of it served too.
 	LayerTime, LoadedTime float64

@@ -20,6 +20,10 @@ const (
 	summaryProbes      = 3
 )
 
+// PrefixBlock is the block, in tokens, that prefix caches keep and
+// Request.Prefix hashes by: every node must use the same.
+const PrefixBlock = 16
+
 // BlockHashes is the hash chain of a token sequence in blocks of
 // blockSize: hash i covers tokens [0, (i+1)·blockSize), so two sequences
 // share hash i exactly when they share that whole prefix (barring

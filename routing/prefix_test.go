@@ -243,3 +243,73 @@ func TestPrefixHerding(t *testing.T) {
 		}
 	})
 }
+
+// TestRouteResumesCachedPrefix: over two equal first hops, the default
+// router sends a request to the one whose summary holds its prefix, for
+// every seed: a resumed prefix is a prefill not estimated. Without the
+// summary the seeded pick spreads over both (the miss of issue 32).
+func TestRouteResumesCachedPrefix(t *testing.T) {
+	m := mustMap(t, 80, stage("front0", 0, 40), stage("front1", 0, 40), stage("back", 40, 80))
+	v := NewView(fresh(t, "entry", "h100"), fresh(t, "front0", "rtx4090"), fresh(t, "front1", "rtx4090"), fresh(t, "back", "rtx4090"))
+	for _, n := range []string{"front0", "front1", "back"} {
+		v.SetRTT("entry", n, 0.001)
+	}
+	v.SetRTT("front0", "back", 0.001)
+	v.SetRTT("front1", "back", 0.001)
+	r := newRouter(t)
+	prompt := seq(100, 900)
+	req := Request{Entry: "entry", PromptTokens: len(prompt), MaxTokens: 8, Prefix: BlockHashes(prompt, PrefixBlock)}
+	firsts := func(v *View) map[string]int {
+		got := map[string]int{}
+		for seed := range 64 {
+			req.Seed = uint64(seed)
+			p, err := r.Route(m, v, req, testNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[p.Hops[0].Node]++
+		}
+		return got
+	}
+	if got := firsts(v); got["front0"] == 0 || got["front1"] == 0 {
+		t.Fatalf("nothing cached: first hops %v, want both used", got)
+	}
+	holds := NewPrefixSummary(DefaultSummaryBits)
+	holds.Add(req.Prefix...)
+	for _, n := range []string{"front1", "back"} {
+		v.Update(n, func(s *NodeState) { s.Prefixes = holds })
+	}
+	if got := firsts(v); got["front1"] != 64 {
+		t.Fatalf("front1 and back hold the prefix: first hops %v, want front1 for all 64 seeds", got)
+	}
+	// Half the prefix held: still the better path, and the estimate says
+	// how much it resumes.
+	half := NewPrefixSummary(DefaultSummaryBits)
+	half.Add(req.Prefix[:len(req.Prefix)/2]...)
+	var e Estimate
+	st := stage("front1", 0, 40)
+	n := fresh(t, "front1", "rtx4090")
+	n.Prefixes = half
+	q := r.reqInfo(req, v, testNow)
+	r.estimate(&e, &n, st, &q, false)
+	if want := len(req.Prefix) / 2 * PrefixBlock; e.Cached != want {
+		t.Fatalf("half the blocks held: cached %d, want %d", e.Cached, want)
+	}
+	cold := n
+	cold.Prefixes = nil
+	var c Estimate
+	r.estimate(&c, &cold, st, &q, false)
+	if !(e.LayerTime < c.LayerTime) || c.Cached != 0 {
+		t.Fatalf("half cached: layer time %g, cold %g (cached %d)", e.LayerTime, c.LayerTime, c.Cached)
+	}
+	// Never the whole prompt: the last position is always computed.
+	all := NewPrefixSummary(DefaultSummaryBits)
+	all.Add(BlockHashes(seq(100, 64), PrefixBlock)...)
+	short := Request{Entry: "entry", PromptTokens: 64, MaxTokens: 8, Prefix: BlockHashes(seq(100, 64), PrefixBlock)}
+	q = r.reqInfo(short, v, testNow)
+	n.Prefixes = all
+	r.estimate(&e, &n, st, &q, false)
+	if e.Cached != 63 {
+		t.Fatalf("a 64-token prompt whose 4 blocks are held: cached %d, want 63", e.Cached)
+	}
+}

@@ -210,7 +210,16 @@ func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo
 			e.Measured = true
 		}
 	}
-	p := float64(max(q.prompt, 1))
+	// A prefix the node's cache holds is resumed, not recomputed: the
+	// prefill is the rest of the prompt, at least one position (the
+	// scheduler always computes the last). Without this every path
+	// looked the same to a request whose prefix one of them holds, and
+	// the seeded pick among near-best paths sent it elsewhere as often
+	// as not (issue 32).
+	if len(q.req.Prefix) > 0 && n.Prefixes != nil {
+		e.Cached = min(n.Prefixes.Match(q.req.Prefix)*PrefixBlock, max(q.prompt-1, 0))
+	}
+	p := float64(max(q.prompt-e.Cached, 1))
 	pre := max((r.wBytes+p*r.kvTok)/h.MemBandwidth, p*q.fPre/(h.TFLOPS*1e12))
 	sat := func(b int) float64 {
 		if batchCap <= 0 || b <= batchCap {
