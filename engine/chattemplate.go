@@ -486,7 +486,12 @@ func jsonField(obj any, key string) any {
 // content, and OpenAI's tool fields where set, the arguments of a tool
 // call parsed into an object (as Hugging Face's templates expect; kept as
 // text when they are not JSON).
-func chatMessages(msgs []Message) []any {
+//
+// With asSent, the calls keep OpenAI's form: arguments as the JSON text
+// and, for an assistant message with calls and no text, a null content.
+// DeepSeek V3's template needs that: it renders an assistant's calls
+// only when its content is none, and concatenates the arguments as text.
+func chatMessages(msgs []Message, asSent bool) []any {
 	out := make([]any, len(msgs))
 	for i, m := range msgs {
 		d := &exec.Dict{}
@@ -494,12 +499,16 @@ func chatMessages(msgs []Message) []any {
 			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
 		}
 		add("role", m.Role)
-		add("content", m.Content)
+		if asSent && m.Content == "" && len(m.ToolCalls) > 0 {
+			add("content", nil)
+		} else {
+			add("content", m.Content)
+		}
 		if len(m.ToolCalls) > 0 {
-			calls := make([]any, len(m.ToolCalls))
+			calls := make(jinjaList, len(m.ToolCalls))
 			for j, c := range m.ToolCalls {
 				var args any = c.Function.Arguments
-				if v, err := orderedJSON([]byte(c.Function.Arguments)); err == nil {
+				if v, err := orderedJSON([]byte(c.Function.Arguments)); err == nil && !asSent {
 					args = v
 				}
 				fn := &exec.Dict{Pairs: []*exec.Pair{{Key: exec.AsValue("name"), Value: exec.AsValue(c.Function.Name)}, {Key: exec.AsValue("arguments"), Value: exec.AsValue(args)}}}
