@@ -301,25 +301,9 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	if req.TopLogProbs < 0 || req.TopLogProbs > MaxTopLogProbs || req.TopLogProbs > 0 && !req.LogProbs {
 		return nil, fmt.Errorf("%w: %d top log-probabilities (0 to %d, and only with log-probabilities)", ErrBadRequest, req.TopLogProbs, MaxTopLogProbs)
 	}
-	var prompt []int32
-	switch {
-	case req.Prompt != "":
-		prompt = e.cfg.model.tok.Encode(req.Prompt, true, false)
-	case len(req.Messages) > 0:
-		var err error
-		if prompt, err = e.cfg.model.tok.EncodeChatVars(req.Messages, req.Tools, req.ChatVars); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
-		}
-	default:
-		prompt = slices.Clone(req.Tokens)
-		for _, t := range prompt {
-			if t < 0 || int(t) >= in.Vocab {
-				return nil, fmt.Errorf("%w: token %d outside the vocabulary of %d", ErrBadRequest, t, in.Vocab)
-			}
-		}
-	}
-	if len(prompt) == 0 {
-		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadRequest)
+	prompt, err := e.cfg.model.prompt(req)
+	if err != nil {
+		return nil, err
 	}
 	maxTok := req.MaxTokens
 	if maxTok == 0 {

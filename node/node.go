@@ -395,6 +395,13 @@ func (n *Node) Consensus() *consensus.Consensus { return n.cons.Load() }
 // Model describes the model the node serves.
 func (n *Node) Model() ModelInfo { return n.model.info }
 
+// CountTokens is the length of req's prompt as Generate would tokenize
+// it, without generating (Anthropic's count_tokens).
+func (n *Node) CountTokens(req Request) (int, error) {
+	p, err := n.model.prompt(req)
+	return len(p), err
+}
+
 // Committed is the map the entry routes on: the static map, or the
 // latest committed one this node knows of (its replica, or a newer map
 // notice from the leader).

@@ -339,6 +339,11 @@ func TestOfficialAnthropicClient(t *testing.T) {
 			Thinking        string
 			Inputs          []json.RawMessage
 		}
+		Count struct {
+			Plain, Tools struct {
+				InputTokens int `json:"input_tokens"`
+			}
+		}
 	}
 	if err := json.Unmarshal(outb, &got); err != nil {
 		t.Fatalf("client output %q: %v", outb, err)
@@ -379,6 +384,10 @@ func TestOfficialAnthropicClient(t *testing.T) {
 	tw, ts := got.Tools.Whole, got.Tools.Streamed
 	if tw.Usage.InputTokens != want || ts.Usage.InputTokens != want || tw.summary() != ts.summary() || str(tw.StopReason) != str(ts.StopReason) || tw.Usage.OutputTokens == 0 {
 		t.Errorf("tool round trip: whole %+v, streamed %+v; the template renders %d tokens", tw, ts, want)
+	}
+
+	if got.Count.Plain.InputTokens != w.Usage.InputTokens || got.Count.Tools.InputTokens != want {
+		t.Errorf("count_tokens %+v; the messages took %d and %d input tokens", got.Count, w.Usage.InputTokens, want)
 	}
 
 	wantFixture := "thinking:" + qwen3Reasoning + ` | tool_use:get_weather:{"city":"Paris","unit":"celsius"} | tool_use:get_time:{"city":"Tōkyō \"東京\""}`

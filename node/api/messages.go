@@ -21,7 +21,10 @@ import (
 // stop reasons, and its stream Anthropic's named events. Errors take
 // Anthropic's shape, {"type": "error", "error": {"type", "message"}}.
 
-const endpointMessages = "messages"
+const (
+	endpointMessages    = "messages"
+	endpointCountTokens = "messages_count_tokens"
+)
 
 type messagesBody struct {
 	Model         string          `json:"model"`
@@ -74,12 +77,20 @@ type messagesTool struct {
 }
 
 // decodeMessages decodes a POST /v1/messages body.
-func decodeMessages(b []byte) (genRequest, *apiError) {
+func decodeMessages(b []byte) (genRequest, *apiError) { return decodeMessagesBody(b, false) }
+
+// decodeMessagesBody decodes a Messages API body; counting (a
+// count_tokens body) needs no max_tokens.
+func decodeMessagesBody(b []byte, counting bool) (genRequest, *apiError) {
 	var body messagesBody
 	if e := decodeBytes(b, &body); e != nil {
 		return genRequest{}, e
 	}
 	g := genRequest{chat: true}
+	if counting && body.MaxTokens == nil {
+		one := int64(1)
+		body.MaxTokens = &one
+	}
 	switch {
 	case body.MaxTokens == nil:
 		return g, invalid("max_tokens", "max_tokens is required")
@@ -550,6 +561,32 @@ func anthropicBody(e *apiError) anthropicError {
 
 // writeAnthropicError sends e as the whole response, in Anthropic's
 // shape.
+// A prompt over the context is Anthropic's 400 ("prompt is too long"),
+// where OpenAI's endpoints answer 413.
 func writeAnthropicError(w http.ResponseWriter, e *apiError) {
+	if e.Code == "context_length_exceeded" {
+		c := *e
+		c.Status = http.StatusBadRequest
+		e = &c
+	}
 	writeErrorBody(w, e, anthropicBody(e))
+}
+
+// handleCountTokens serves POST /v1/messages/count_tokens: the prompt
+// tokens a Messages request would take (system, messages and tools
+// rendered by the model's chat template), {"input_tokens": n}.
+func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	b, e := s.readBody(w, r)
+	if e == nil {
+		var g genRequest
+		if g, e = decodeMessagesBody(b, true); e == nil {
+			n, err := s.b.CountTokens(g.req)
+			if err == nil {
+				writeJSON(w, http.StatusOK, map[string]int{"input_tokens": n})
+				return
+			}
+			e = fromError(err, "messages")
+		}
+	}
+	writeAnthropicError(w, e)
 }

@@ -94,4 +94,11 @@ fstream.on("inputJson", (_partial, snapshot) => { inputs.push(snapshot); });
 const fs = await fstream.finalMessage();
 out.fixture = { whole: fw, streamed: fs, thinking, inputs };
 
+// count_tokens: the input tokens of the same requests, without max_tokens.
+const { max_tokens: _drop, ...toolCount } = toolParams;
+out.count = {
+  plain: await client.messages.countTokens({ model, system: params.system, messages: params.messages }),
+  tools: await tc.messages.countTokens(toolCount),
+};
+
 console.log(JSON.stringify(out));
