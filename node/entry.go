@@ -17,6 +17,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -321,8 +322,18 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 		return nil, fmt.Errorf("%w: a prefill of %d positions takes %d bytes, above the %d-byte activation frame limit",
 			ErrPromptTooLong, len(prompt)+maxTok, frame, e.cfg.maxFrame)
 	}
+	var gram []byte
+	if req.Grammar != nil {
+		gram = req.Grammar.Encode()
+		if len(gram) > MaxGrammar {
+			return nil, fmt.Errorf("%w: %w: a grammar of %d bytes (at most %d)", ErrBadRequest, grammar.ErrTooLarge, len(gram), MaxGrammar)
+		}
+		if _, _, err := grammar.CompileCached(gram); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	}
 	rnd := newSessionID()
-	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
+	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling, grammar: gram,
 		text: newTextState(e.cfg.model.tok, req.Stop, req.Keep), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile,
 		stolen: req.stolen, lp: req.LogProbs, topLP: req.TopLogProbs}
 	if req.Follow != nil {
@@ -406,6 +417,7 @@ type generation struct {
 	prompt    []int32
 	maxTokens int
 	sp        engine.SamplingParams
+	grammar   []byte // Open.Grammar: the spec's wire form (nil: free)
 	text      *textState
 	stream    *Stream
 	seed      uint64 // for the router's choice among near-best paths
@@ -626,7 +638,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	all := append(slices.Clone(g.prompt), g.out...)
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: all,
 		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp, Cold: g.cold,
-			LogProbs: g.lp, TopLogProbs: g.topLP}}
+			LogProbs: g.lp, TopLogProbs: g.topLP, Grammar: g.grammar, GrammarFrom: len(g.prompt)}}
 	timer := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
 	defer timer.Stop()
 	for {

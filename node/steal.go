@@ -149,7 +149,7 @@ type stolen struct {
 func (a *admitter) takeHead(now time.Time, min time.Duration) *waiter {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.q) == 0 || a.q[0].g == nil || a.q[0].g.lp || now.Sub(a.q[0].since) < min {
+	if len(a.q) == 0 || a.q[0].g == nil || a.q[0].g.lp || a.q[0].g.grammar != nil || now.Sub(a.q[0].since) < min {
 		return nil
 	}
 	w := a.q[0]
