@@ -546,3 +546,8 @@ func (m *Matcher) Accept(v *Vocab, id int32) error {
 	}
 	return nil
 }
+
+// Clone is an independent copy of the matcher's state.
+func (m *Matcher) Clone() *Matcher {
+	return &Matcher{g: m.g, frames: slices.Clone(m.frames), stacks: slices.Clone(m.stacks)}
+}
