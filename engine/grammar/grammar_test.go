@@ -99,7 +99,7 @@ func TestSchemaRefused(t *testing.T) {
 		{`{"$ref": "#/$defs/missing"}`, "does not resolve"},
 		{`{"type": "frob"}`, "frob"},
 		{`{"type": "string", "maxLength": 1000000}`, "maxLength"},
-		{`{"type": "object", "properties": {"a": {"type": "integer", "minimum": 3}}}`, "properties.a.minimum"},
+		{`{"type": "object", "properties": {"a": {"type": "number", "minimum": 3}}}`, "properties.a.minimum"},
 		{`{"type": "object", "properties": {"a": {}}, "required": ["b"]}`, "required"},
 		{`false`, "false"},
 		{`{"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}`, "left recursion"},

@@ -218,7 +218,7 @@ func (c *schemaCompiler) compileObject(s *obj, path string, depth int) (int32, e
 	}
 	for _, k := range []string{"allOf", "not", "if", "then", "else", "pattern", "format", "patternProperties",
 		"propertyNames", "dependentRequired", "dependentSchemas", "minProperties", "maxProperties", "uniqueItems",
-		"contains", "prefixItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+		"contains", "prefixItems", "multipleOf",
 		"unevaluatedProperties", "unevaluatedItems"} {
 		if _, ok := s.m[k]; ok {
 			return 0, schemaError(path+"."+k, "%s is not supported", k)
@@ -267,9 +267,22 @@ func (c *schemaCompiler) compileObject(s *obj, path string, depth int) (int32, e
 			}
 			r = c.stringRule(lo, hi)
 		case "number":
+			for _, k := range []string{"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} {
+				if _, ok := s.m[k]; ok {
+					return 0, schemaError(path+"."+k, "%s on a number is not supported (on an integer it is)", k)
+				}
+			}
 			r = c.numRule()
 		case "integer":
-			r = c.intRule()
+			lo, hi, bounded, err := intBounds(s, path)
+			if err != nil {
+				return 0, err
+			}
+			if bounded {
+				r = c.intRange(lo, hi)
+			} else {
+				r = c.intRule()
+			}
 		case "boolean":
 			r = c.b.rule(seq(c.b.lit("true")), seq(c.b.lit("false")))
 		case "null":
