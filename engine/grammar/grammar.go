@@ -15,9 +15,12 @@ package grammar
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
+	"sync"
 )
 
 // ErrUnsupported is a schema or spec the grammar cannot express.
@@ -65,7 +68,21 @@ type Grammar struct {
 	// closure[p] are the stacks (relative paths) an element position
 	// expands to: precomputed so that advancing never walks rules.
 	closure [][]path
+	// masks caches masks by vocabulary and state (stateKey): a state
+	// recurs within a document (every character of a string) and across
+	// documents of the same grammar.
+	mu    sync.Mutex
+	masks map[maskKey][]uint64
 }
+
+type maskKey struct {
+	v     *Vocab
+	state string
+}
+
+// maxMasks bounds a grammar's mask cache (each mask is a bit per token:
+// 4 KB for 32000 tokens); past it, the cache starts over.
+const maxMasks = 2048
 
 // path is one way position p expands: the positions pushed (bottom
 // first; the last one is a byte element), or, with end set, that p can
@@ -430,12 +447,31 @@ func (m *Matcher) compact() {
 // so that tokens sharing a prefix share its work, and the end tokens.
 // Build it once per model.
 type Vocab struct {
-	n      int
-	bytes  [][]byte
-	order  []int32 // non-empty tokens, by their bytes
-	lcp    []int32 // common prefix with the token before in order
-	ends   []int32
+	n     int
+	bytes [][]byte
+	ends  []int32
+	// Tokens by kind, each sorted by bytes with the common prefix with
+	// the one before (so that tokens sharing a prefix share its work):
+	// plain ones are printable ASCII but the quote and the backslash
+	// (most of a vocabulary, and what a JSON string's body is made of),
+	// others the rest.
+	plain, other tokenList
+	maxPlain     int // the longest plain token
+}
+
+type tokenList struct {
+	order  []int32
+	lcp    []int32
 	maxLen int
+}
+
+func isPlain(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // NewVocab indexes token bytes (an empty one is never allowed: it would
@@ -444,22 +480,35 @@ type Vocab struct {
 func NewVocab(pieces [][]byte, ends []int32) *Vocab {
 	v := &Vocab{n: len(pieces), bytes: pieces, ends: ends}
 	for id, p := range pieces {
-		if len(p) > 0 && !slices.Contains(ends, int32(id)) {
-			v.order = append(v.order, int32(id))
-			v.maxLen = max(v.maxLen, len(p))
+		switch {
+		case len(p) == 0 || slices.Contains(ends, int32(id)):
+		case isPlain(p):
+			v.plain.order = append(v.plain.order, int32(id))
+			v.maxPlain = max(v.maxPlain, len(p))
+		default:
+			v.other.order = append(v.other.order, int32(id))
 		}
 	}
-	slices.SortFunc(v.order, func(a, b int32) int { return bytes.Compare(pieces[a], pieces[b]) })
-	v.lcp = make([]int32, len(v.order))
-	for i := 1; i < len(v.order); i++ {
-		a, b := pieces[v.order[i-1]], pieces[v.order[i]]
+	v.plain.sort(pieces)
+	v.other.sort(pieces)
+	return v
+}
+
+func (l *tokenList) sort(pieces [][]byte) {
+	slices.SortFunc(l.order, func(a, b int32) int { return bytes.Compare(pieces[a], pieces[b]) })
+	l.lcp = make([]int32, len(l.order))
+	for i, id := range l.order {
+		l.maxLen = max(l.maxLen, len(pieces[id]))
+		if i == 0 {
+			continue
+		}
+		a, b := pieces[l.order[i-1]], pieces[id]
 		n := 0
 		for n < len(a) && n < len(b) && a[n] == b[n] {
 			n++
 		}
-		v.lcp[i] = int32(n)
+		l.lcp[i] = int32(n)
 	}
-	return v
 }
 
 // Size is the number of tokens.
@@ -476,9 +525,93 @@ func (v *Vocab) Bytes(id int32) []byte {
 // IsEnd reports whether id ends a generation.
 func (v *Vocab) IsEnd(id int32) bool { return slices.Contains(v.ends, id) }
 
-// Mask sets in allowed (a bitset of v.Size() bits, cleared first) the
-// tokens that may come next, and returns how many there are.
+// Mask sets in allowed (a bitset of v.Size() bits) the tokens that may
+// come next, and returns how many there are. A state seen before (with
+// this vocabulary) answers from the grammar's cache.
 func (m *Matcher) Mask(v *Vocab, allowed []uint64) int {
+	key := maskKey{v, m.stateKey(m.stacks)}
+	m.g.mu.Lock()
+	cached, ok := m.g.masks[key]
+	m.g.mu.Unlock()
+	if ok {
+		copy(allowed, cached)
+		return popcount(allowed)
+	}
+	n := m.mask(v, allowed)
+	m.g.mu.Lock()
+	if m.g.masks == nil || len(m.g.masks) >= maxMasks {
+		m.g.masks = map[maskKey][]uint64{}
+	}
+	m.g.masks[key] = slices.Clone(allowed)
+	m.g.mu.Unlock()
+	return n
+}
+
+func popcount(b []uint64) int {
+	n := 0
+	for _, w := range b {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// stateKey is a canonical form of a set of stacks: each stack's
+// positions top to bottom, the stacks sorted, so that equal states built
+// from different frames have equal keys.
+func (m *Matcher) stateKey(stacks []int32) string {
+	keys := make([]string, 0, len(stacks))
+	var b []byte
+	for _, s := range stacks {
+		b = b[:0]
+		for f := s; f >= 0; f = m.frames[f].next {
+			b = binary.LittleEndian.AppendUint32(b, uint32(m.frames[f].pos))
+		}
+		keys = append(keys, string(b))
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	var out []byte
+	for _, k := range keys {
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(k)))
+		out = append(out, k...)
+	}
+	return string(out)
+}
+
+// plainChain follows the state through plain bytes while every plain
+// byte leads to the same state (as inside a string): chain[k] is the
+// state after any k plain bytes. fixed: the state after one more is the
+// same as after k (an unbounded string), so every longer run is alive;
+// dead: the chain ends because no plain byte continues it, so longer
+// runs are refused. Otherwise the plain bytes diverge at len(chain)-1.
+func (m *Matcher) plainChain(maxLen int) (chain [][]int32, fixed, dead bool) {
+	cur := m.stacks
+	chain = append(chain, cur)
+	curKey := m.stateKey(cur)
+	for len(chain) <= maxLen {
+		next := m.step(nil, cur, 'a')
+		nextKey := m.stateKey(next)
+		for c := byte(0x20); c <= 0x7e; c++ {
+			if c == 'a' || c == '"' || c == '\\' {
+				continue
+			}
+			if m.stateKey(m.step(nil, cur, c)) != nextKey {
+				return chain, false, false
+			}
+		}
+		if len(next) == 0 {
+			return chain, false, true
+		}
+		if nextKey == curKey {
+			return chain, true, false
+		}
+		chain = append(chain, next)
+		cur, curKey = next, nextKey
+	}
+	return chain, false, false
+}
+
+func (m *Matcher) mask(v *Vocab, allowed []uint64) int {
 	clear(allowed)
 	n := 0
 	if m.Done() {
@@ -489,27 +622,48 @@ func (m *Matcher) Mask(v *Vocab, allowed []uint64) int {
 	}
 	mark := len(m.frames)
 	defer func() { m.frames = m.frames[:mark] }()
+	// Plain tokens by the chain where it decides them, one by one:
+	// allowed when the chain is alive at their length.
+	chain, fixed, dead := m.plainChain(v.maxPlain)
+	if fixed || dead || len(chain) > v.maxPlain {
+		for _, id := range v.plain.order {
+			if k := len(v.bytes[id]); k < len(chain) || fixed && len(chain[len(chain)-1]) > 0 {
+				allowed[id>>6] |= 1 << (id & 63)
+				n++
+			}
+		}
+	} else {
+		n += m.walk(v, &v.plain, allowed)
+	}
+	return n + m.walk(v, &v.other, allowed)
+}
+
+// walk sets the tokens of l that the state allows, walking them in
+// order so that a shared prefix is stepped once.
+func (m *Matcher) walk(v *Vocab, l *tokenList, allowed []uint64) int {
+	n := 0
+	mark := len(m.frames)
 	// Level d holds the stacks after the current token's first d bytes:
 	// buf[start[d]:start[d+1]], built with frames up to fmark[d].
 	buf := append(m.buf[:0], m.stacks...)
-	start := append(make([]int, 0, v.maxLen+2), 0, len(buf))
-	fmark := append(make([]int, 0, v.maxLen+2), mark)
+	start := append(make([]int, 0, l.maxLen+2), 0, len(buf))
+	fmark := append(make([]int, 0, l.maxLen+2), mark)
 	dead := 1 << 30 // the depth at which the current prefix has no stacks
-	for i, id := range v.order {
+	for i, id := range l.order {
 		b := v.bytes[id]
-		l := int(v.lcp[i])
-		if dead <= l {
+		lc := int(l.lcp[i])
+		if dead <= lc {
 			continue
 		}
 		dead = 1 << 30
-		if depth := len(start) - 2; depth > l {
-			start = start[:l+2]
-			fmark = fmark[:l+1]
-			buf = buf[:start[l+1]]
-			m.frames = m.frames[:fmark[l]]
+		if depth := len(start) - 2; depth > lc {
+			start = start[:lc+2]
+			fmark = fmark[:lc+1]
+			buf = buf[:start[lc+1]]
+			m.frames = m.frames[:fmark[lc]]
 		}
 		ok := true
-		for d := l; d < len(b); d++ {
+		for d := lc; d < len(b); d++ {
 			cur := buf[start[d]:start[d+1]]
 			buf = m.step(buf, cur, b[d])
 			fmark = append(fmark, len(m.frames))
@@ -525,6 +679,7 @@ func (m *Matcher) Mask(v *Vocab, allowed []uint64) int {
 		}
 	}
 	m.buf = buf[:0]
+	m.frames = m.frames[:mark]
 	return n
 }
 
