@@ -137,7 +137,7 @@ func TestMaskMatchesAdvance(t *testing.T) {
 	g := mustCompile(t, personSchema)
 	rng := rand.New(rand.NewPCG(1, 2))
 	allowed := make([]uint64, (v.Size()+63)/64)
-	for walk := 0; walk < 20; walk++ {
+	for walk := 0; walk < 8; walk++ {
 		m := g.NewMatcher()
 		var doc []byte
 		for step := 0; step < 200; step++ {

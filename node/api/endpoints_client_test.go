@@ -341,7 +341,7 @@ func TestOfficialAnthropicClient(t *testing.T) {
 				Input      json.RawMessage
 			}
 		}
-		Fixture                  struct {
+		Fixture struct {
 			Whole, Streamed messageOut
 			Thinking        string
 			Inputs          []json.RawMessage

@@ -33,7 +33,7 @@ func TestStructuredOutputsOfficialClient(t *testing.T) {
 			Status, Text  string
 			Valid, Parsed bool
 		}
-		JSONObject struct{ Content, Finish string }
+		JSONObject  struct{ Content, Finish string }
 		Unsupported struct {
 			Status         int
 			Param, Message string
