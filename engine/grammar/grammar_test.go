@@ -217,3 +217,43 @@ func TestWalksAreValid(t *testing.T) {
 		t.Fatalf("only %d of 300 walks ended", done)
 	}
 }
+
+// TestMaskSpanningTokens: tokens that cross grammar boundaries (a
+// string's end, a key, a colon and the next value's start; a partial
+// escape; half a UTF-8 character) are allowed exactly when their whole
+// bytes fit; the end token only once the document is complete.
+func TestMaskSpanningTokens(t *testing.T) {
+	g := mustCompile(t, personSchema)
+	for _, tc := range []struct {
+		prefix string
+		yes    []string
+		no     []string
+		end    bool
+	}{
+		{`{"name":"An`, []string{`n","age":`, `n","age":-`, `\u00`, "\xc3", `n`, `nnn`}, []string{`n"}`, `nnnnn`, `n","ag":`, `\x`, "\xc0", `n","age":00`}, false},
+		{`{"name":"Ann","age":4`, []string{`2,"tags":[`, `2 , "tags" : [ ] ,`}, []string{`2.5`, `2,"kind":`}, false},
+		{`{"name":"A","age":1,"tags":[],"kind":null,"score":1`, []string{`}`, `.5e-3}`, `} `, `}` + "\n"}, []string{`}}`, `,}`}, false},
+		{`{"name":"A","age":1,"tags":[],"kind":null,"score":1}`, []string{` `, "\n\t"}, []string{`x`, `}`}, true},
+	} {
+		words := append(append([]string{}, tc.yes...), tc.no...)
+		pieces := make([][]byte, len(words)+1)
+		for i, w := range words {
+			pieces[i] = []byte(w)
+		}
+		v := NewVocab(pieces, []int32{int32(len(words))})
+		m := g.NewMatcher()
+		if err := m.Advance([]byte(tc.prefix)); err != nil {
+			t.Fatalf("%q: %v", tc.prefix, err)
+		}
+		allowed := make([]uint64, 1)
+		m.Mask(v, allowed)
+		for i, w := range words {
+			if in := allowed[0]&(1<<i) != 0; in != (i < len(tc.yes)) {
+				t.Errorf("after %q: %q allowed %v", tc.prefix, w, in)
+			}
+		}
+		if in := allowed[0]&(1<<len(words)) != 0; in != tc.end {
+			t.Errorf("after %q: the end allowed %v", tc.prefix, in)
+		}
+	}
+}
