@@ -130,9 +130,10 @@ func TestForcedCallSyntax(t *testing.T) {
 	}
 }
 
-// TestFormatSpecs: each endpoint's structured-output field becomes the
-// grammar of its schema; the answer of a model that opens its thought in
-// the prompt closes it first.
+// TestFormatSpecs: each endpoint's structured-output field (chat's
+// response_format, the Responses API's text.format, Anthropic's
+// output_format) becomes the grammar of its schema; the answer of a
+// model that opens its thought in the prompt closes it first.
 func TestFormatSpecs(t *testing.T) {
 	schema := `{"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": false}`
 	for _, c := range []struct {
@@ -144,6 +145,7 @@ func TestFormatSpecs(t *testing.T) {
 		{decodeChat, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}`, `{"type": "object"}`},
 		{decodeResponses, `{"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": ` + schema + `}}}`, schema},
 		{decodeResponses, `{"input": "hi", "text": {"format": {"type": "json_object"}}}`, `{"type": "object"}`},
+		{decodeMessages, `{"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "output_format": {"type": "json_schema", "schema": ` + schema + `}}`, schema},
 	} {
 		g, e := c.decode([]byte(c.body))
 		if e != nil {

@@ -136,7 +136,7 @@
 // tool_use in an assistant turn; tool_result, a string or text blocks,
 // in a user turn; thinking blocks dropped), tools {name, description,
 // input_schema}, tool_choice (auto, none, any, or a named tool),
-// stop_sequences, temperature,
+// output_format (json_schema), stop_sequences, temperature,
 // top_p, top_k, stream, and thinking {"type": "disabled"}
 // (enable_thinking false). The answer's content has a thinking block for
 // a parsed thought (its signature empty), text blocks, and a tool_use
@@ -156,7 +156,7 @@
 // # Constrained decoding
 //
 // response_format (chat: json_object, or json_schema with its schema),
-// text.format (responses) and a tool_choice that forces a call (chat's
+// text.format (responses), output_format (messages) and a tool_choice that forces a call (chat's
 // "required" or a named function, the Responses API's alike, Anthropic's
 // "any" or a named tool) become a grammar.Spec on the request
 // (constrain.go): the last hop of the path masks every token that

@@ -38,6 +38,9 @@ type messagesBody struct {
 	Thinking      *struct {
 		Type string `json:"type"`
 	} `json:"thinking"`
+	// OutputFormat is Anthropic's structured outputs: {"type":
+	// "json_schema", "schema": {...}}.
+	OutputFormat json.RawMessage `json:"output_format"`
 
 	// Refused: they need the server to run tools.
 	MCPServers json.RawMessage `json:"mcp_servers"`
@@ -116,6 +119,9 @@ func decodeMessages(b []byte) (genRequest, *apiError) {
 		msgs = append([]engine.Message{{Role: "system", Content: system}}, msgs...)
 	}
 	g.req.Messages = msgs
+	if g.cons.schema, e = decodeFormat(body.OutputFormat, "output_format", true); e != nil {
+		return g, e
+	}
 	tools, e := messagesTools(body.Tools)
 	if e != nil {
 		return g, e
