@@ -107,9 +107,9 @@ func BenchmarkMask(b *testing.B) {
 		// A state's first mask: the cache cleared each time.
 		b.Run(tc.name+"/uncached", func(b *testing.B) {
 			for b.Loop() {
-				g.mu.Lock()
-				g.masks = nil
-				g.mu.Unlock()
+				masks.Lock()
+				masks.m = nil
+				masks.Unlock()
 				m.Mask(v, allowed)
 			}
 		})

@@ -68,21 +68,26 @@ type Grammar struct {
 	// closure[p] are the stacks (relative paths) an element position
 	// expands to: precomputed so that advancing never walks rules.
 	closure [][]path
-	// masks caches masks by vocabulary and state (stateKey): a state
-	// recurs within a document (every character of a string) and across
-	// documents of the same grammar.
-	mu    sync.Mutex
-	masks map[maskKey][]uint64
+}
+
+// masks caches masks by grammar, vocabulary and state (stateKey): a
+// state recurs within a document (every character of a string) and
+// across documents of the same grammar (CompileCached shares it).
+var masks struct {
+	sync.Mutex
+	m     map[maskKey][]uint64
+	bytes int
 }
 
 type maskKey struct {
+	g     *Grammar
 	v     *Vocab
 	state string
 }
 
-// maxMasks bounds a grammar's mask cache (each mask is a bit per token:
-// 4 KB for 32000 tokens); past it, the cache starts over.
-const maxMasks = 2048
+// maxMaskBytes bounds the mask cache (a mask is a bit per token: 4 KB
+// for 32000 tokens); past it, the cache starts over.
+const maxMaskBytes = 64 << 20
 
 // path is one way position p expands: the positions pushed (bottom
 // first; the last one is a byte element), or, with end set, that p can
@@ -529,21 +534,23 @@ func (v *Vocab) IsEnd(id int32) bool { return slices.Contains(v.ends, id) }
 // come next, and returns how many there are. A state seen before (with
 // this vocabulary) answers from the grammar's cache.
 func (m *Matcher) Mask(v *Vocab, allowed []uint64) int {
-	key := maskKey{v, m.stateKey(m.stacks)}
-	m.g.mu.Lock()
-	cached, ok := m.g.masks[key]
-	m.g.mu.Unlock()
+	key := maskKey{m.g, v, m.stateKey(m.stacks)}
+	masks.Lock()
+	cached, ok := masks.m[key]
+	masks.Unlock()
 	if ok {
 		copy(allowed, cached)
 		return popcount(allowed)
 	}
 	n := m.mask(v, allowed)
-	m.g.mu.Lock()
-	if m.g.masks == nil || len(m.g.masks) >= maxMasks {
-		m.g.masks = map[maskKey][]uint64{}
+	size := 8*len(allowed) + len(key.state)
+	masks.Lock()
+	if masks.m == nil || masks.bytes+size > maxMaskBytes {
+		masks.m, masks.bytes = map[maskKey][]uint64{}, 0
 	}
-	m.g.masks[key] = slices.Clone(allowed)
-	m.g.mu.Unlock()
+	masks.m[key] = slices.Clone(allowed)
+	masks.bytes += size
+	masks.Unlock()
 	return n
 }
 

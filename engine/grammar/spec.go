@@ -104,11 +104,16 @@ func CheckSchema(raw json.RawMessage) error {
 // across generations.
 var cache struct {
 	sync.Mutex
-	m map[string]*Grammar
+	m     map[string]*Grammar
+	elems int
 }
 
-// maxCached bounds the cache; past it, it starts over.
-const maxCached = 256
+// maxCached and maxCachedElems bound the cache; past them, it starts
+// over.
+const (
+	maxCached      = 256
+	maxCachedElems = 4 * maxElems
+)
 
 // CompileCached is Compile through a cache keyed by the spec's wire form.
 func CompileCached(wire []byte) (*Grammar, *Spec, error) {
@@ -126,10 +131,11 @@ func CompileCached(wire []byte) (*Grammar, *Spec, error) {
 		return nil, nil, err
 	}
 	cache.Lock()
-	if cache.m == nil || len(cache.m) >= maxCached {
-		cache.m = map[string]*Grammar{}
+	if cache.m == nil || len(cache.m) >= maxCached || cache.elems+len(g.elems) > maxCachedElems {
+		cache.m, cache.elems = map[string]*Grammar{}, 0
 	}
 	cache.m[string(wire)] = g
+	cache.elems += len(g.elems)
 	cache.Unlock()
 	return g, s, nil
 }
