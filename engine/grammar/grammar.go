@@ -296,6 +296,8 @@ type Matcher struct {
 	stacks []int32
 	// scratch for Mask.
 	buf []int32
+	// ambiguous: a step passed maxStacks.
+	ambiguous bool
 }
 
 type frame struct {
@@ -376,8 +378,20 @@ func (m *Matcher) step(out, from []int32, c byte) []int32 {
 		}
 		out = m.expandAt(out, base, f.next, f.pos+1)
 	}
+	if len(out)-base > maxStacks {
+		m.ambiguous = true
+		return out[:base]
+	}
 	return out
 }
+
+// maxStacks bounds the parses alive at once: an ambiguous grammar (an
+// anyOf of many schemas that agree for long) would cost its work times
+// that many on every byte of every token. Past it the matcher refuses,
+// with ErrTooLarge.
+const maxStacks = 256
+
+var errAmbiguous = fmt.Errorf("%w: over %d parses alive at once (an anyOf of schemas too alike)", ErrTooLarge, maxStacks)
 
 // Done reports whether the bytes so far are a complete document.
 func (m *Matcher) Done() bool {
@@ -406,10 +420,14 @@ func (m *Matcher) Advance(b []byte) error {
 	mark := len(m.frames)
 	cur := m.stacks
 	var next []int32
+	m.ambiguous = false
 	for i, c := range b {
 		next = m.step(nil, cur, c)
 		if len(next) == 0 {
 			m.frames = m.frames[:mark]
+			if m.ambiguous {
+				return errAmbiguous
+			}
 			return fmt.Errorf("%w: byte %q at offset %d", ErrRejected, c, i)
 		}
 		cur = next
@@ -542,7 +560,11 @@ func (m *Matcher) Mask(v *Vocab, allowed []uint64) int {
 		copy(allowed, cached)
 		return popcount(allowed)
 	}
+	m.ambiguous = false
 	n := m.mask(v, allowed)
+	if m.ambiguous {
+		return n // not cached: Apply refuses it
+	}
 	size := 8*len(allowed) + len(key.state)
 	masks.Lock()
 	if masks.m == nil || masks.bytes+size > maxMaskBytes {

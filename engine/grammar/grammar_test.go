@@ -3,6 +3,7 @@ package grammar
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -255,5 +256,54 @@ func TestMaskSpanningTokens(t *testing.T) {
 		if in := allowed[0]&(1<<len(words)) != 0; in != tc.end {
 			t.Errorf("after %q: the end allowed %v", tc.prefix, in)
 		}
+	}
+}
+
+// TestAmbiguousRefused: an anyOf of many schemas that agree for long
+// would multiply the matcher's work; past maxStacks parses it refuses
+// (ErrTooLarge) rather than stall the node that samples.
+func TestAmbiguousRefused(t *testing.T) {
+	var alts []string
+	for i := range maxStacks + 10 {
+		alts = append(alts, fmt.Sprintf(`{"type": "object", "properties": {"a": {"type": "string"}, "b": {"const": %d}}, "required": ["a", "b"]}`, i))
+	}
+	g := mustCompile(t, `{"anyOf": [`+strings.Join(alts, ",")+`]}`)
+	if err := g.NewMatcher().Advance([]byte(`{"a":"x`)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("advance: %v", err)
+	}
+	v, _ := testVocab()
+	if _, err := NewConstraint(g, v).Apply(make([]float32, v.Size())); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("apply: %v", err)
+	}
+	// An enum of as many values is one parse (a trie of its texts).
+	var vals []string
+	for i := range 2 * maxStacks {
+		vals = append(vals, fmt.Sprintf(`"v%d"`, i))
+	}
+	g = mustCompile(t, `{"enum": [`+strings.Join(vals, ",")+`, "v", ""]}`)
+	for _, doc := range []string{`"v511"`, `"v"`, `""`, `"v0"`} {
+		if !matches(t, g, doc) {
+			t.Fatalf("%s refused", doc)
+		}
+	}
+	if matches(t, g, `"v512"`) || matches(t, g, `"w"`) {
+		t.Fatal("a value outside the enum matched")
+	}
+	// So are many tools' calls, which share their syntax's opening.
+	var calls []Call
+	for i := range 2 * maxStacks {
+		calls = append(calls, Call{Prefix: fmt.Sprintf(`<tool_call>{"name": "f%d", "arguments": `, i), Schema: json.RawMessage(`{"type": "object"}`), Suffix: "}</tool_call>"})
+	}
+	gc, err := Compile(&Spec{Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !matches(t, gc, `<tool_call>{"name": "f300", "arguments": {"x":1}}</tool_call>`) || matches(t, gc, `<tool_call>{"name": "f600", "arguments": {}}</tool_call>`) {
+		t.Fatal("calls")
+	}
+	// Fewer alternatives are fine.
+	g = mustCompile(t, `{"anyOf": [`+strings.Join(alts[:20], ",")+`]}`)
+	if err := g.NewMatcher().Advance([]byte(`{"a":"x","b":19}`)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,6 +3,7 @@ package grammar
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -331,16 +332,39 @@ func bounds(s *obj, minKey, maxKey, path string) (int, int, error) {
 
 // literals is a rule matching each value's JSON text.
 func (c *schemaCompiler) literals(vals []any, path string) (int32, error) {
-	var opts [][]item
-	seen := map[string]bool{}
+	var texts []string
 	for _, v := range vals {
-		text := string(appendJSON(nil, v))
-		if !seen[text] {
-			seen[text] = true
-			opts = append(opts, seq(c.b.lit(text)))
-		}
+		texts = append(texts, string(appendJSON(nil, v)))
 	}
-	return c.b.rule(opts...), nil
+	slices.Sort(texts)
+	return c.trie(slices.Compact(texts)), nil
+}
+
+// trie matches any of the sorted, distinct texts, deterministically:
+// one alternative per first byte, then the texts that share it, so that
+// an enum of many values is one parse, not one per value.
+func (c *schemaCompiler) trie(texts []string) int32 {
+	var alts [][]item
+	for i := 0; i < len(texts); {
+		if texts[i] == "" {
+			alts = append(alts, seq())
+			i++
+			continue
+		}
+		j := i
+		var rest []string
+		for j < len(texts) && texts[j] != "" && texts[j][0] == texts[i][0] {
+			rest = append(rest, texts[j][1:])
+			j++
+		}
+		if len(rest) == 1 {
+			alts = append(alts, seq(set(texts[i][:1]), c.b.lit(rest[0])))
+		} else {
+			alts = append(alts, seq(set(texts[i][:1]), ref(c.trie(rest))))
+		}
+		i = j
+	}
+	return c.b.rule(alts...)
 }
 
 // compileRef resolves a local reference: "#", "#/$defs/NAME" or

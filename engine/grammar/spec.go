@@ -3,6 +3,8 @@ package grammar
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -60,17 +62,49 @@ func Compile(s *Spec) (*Grammar, error) {
 		ws := v.wsItem()
 		return b.finish(b.rule(seq(ws, ref(v.root), ws)))
 	case len(s.Calls) > 0:
-		var alts [][]item
+		// The calls' prefixes as a trie (they share the syntax's opening
+		// and differ at the name), so that many tools are one parse until
+		// the name tells them apart.
+		var tails []tail
 		for i, c := range s.Calls {
 			v, err := compileSchema(b, c.Schema)
 			if err != nil {
 				return nil, fmt.Errorf("call %d: %w", i, err)
 			}
-			alts = append(alts, seq(b.lit(c.Prefix), ref(v.root), b.lit(c.Suffix)))
+			tails = append(tails, tail{c.Prefix, seq(ref(v.root), b.lit(c.Suffix))})
 		}
-		return b.finish(b.rule(alts...))
+		slices.SortStableFunc(tails, func(x, y tail) int { return strings.Compare(x.text, y.text) })
+		return b.finish(b.trieTails(tails))
 	}
 	return nil, fmt.Errorf("%w: an empty spec", ErrUnsupported)
+}
+
+// tail is a text and what follows it.
+type tail struct {
+	text  string
+	items []item
+}
+
+// trieTails matches any text (sorted) followed by its items, one
+// alternative per first byte.
+func (b *builder) trieTails(ts []tail) int32 {
+	var alts [][]item
+	for i := 0; i < len(ts); {
+		if ts[i].text == "" {
+			alts = append(alts, ts[i].items)
+			i++
+			continue
+		}
+		j := i
+		var rest []tail
+		for j < len(ts) && ts[j].text != "" && ts[j].text[0] == ts[i].text[0] {
+			rest = append(rest, tail{ts[j].text[1:], ts[j].items})
+			j++
+		}
+		alts = append(alts, seq(set(ts[i].text[:1]), ref(b.trieTails(rest))))
+		i = j
+	}
+	return b.rule(alts...)
 }
 
 // compiled is a schema's rule.

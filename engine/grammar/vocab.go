@@ -78,7 +78,11 @@ func (c *Constraint) Apply(logits []float32) ([]float32, error) {
 	if len(logits) != c.v.Size() {
 		return nil, fmt.Errorf("%w: %d logits for a vocabulary of %d", ErrRejected, len(logits), c.v.Size())
 	}
-	if c.m.Mask(c.v, c.allowed) == 0 {
+	n := c.m.Mask(c.v, c.allowed)
+	switch {
+	case c.m.ambiguous:
+		return nil, errAmbiguous
+	case n == 0:
 		return nil, fmt.Errorf("%w: no token of the vocabulary continues the document", ErrRejected)
 	}
 	if cap(c.work) < len(logits) {
