@@ -143,6 +143,7 @@ func TestFormatSpecs(t *testing.T) {
 	}{
 		{decodeChat, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": ` + schema + `}}}`, schema},
 		{decodeChat, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}`, `{"type": "object"}`},
+		{decodeCompletion, `{"prompt": "hi", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": ` + schema + `}}}`, schema},
 		{decodeResponses, `{"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": ` + schema + `}}}`, schema},
 		{decodeResponses, `{"input": "hi", "text": {"format": {"type": "json_object"}}}`, `{"type": "object"}`},
 		{decodeMessages, `{"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "output_format": {"type": "json_schema", "schema": ` + schema + `}}`, schema},
@@ -151,13 +152,18 @@ func TestFormatSpecs(t *testing.T) {
 		if e != nil {
 			t.Fatalf("%s: %s", c.body, e.Message)
 		}
-		if _, e := chatParser(node.ModelInfo{Name: "m"}, &g); e != nil {
-			t.Fatal(e.Message)
+		if g.chat {
+			if _, e := chatParser(node.ModelInfo{Name: "m"}, &g); e != nil {
+				t.Fatal(e.Message)
+			}
 		}
 		if g.req.Grammar == nil || string(g.req.Grammar.Schema) != c.want {
 			t.Fatalf("%s: grammar %+v", c.body, g.req.Grammar)
 		}
 		open := engine.ChatSyntax{Reasoning: engine.ReasoningThink, ThinkingOpen: true}
+		if !g.chat {
+			continue
+		}
 		if _, e := chatParser(node.ModelInfo{Name: "m", ChatTemplate: true, ChatSyntax: open}, &g); e != nil {
 			t.Fatal(e.Message)
 		}

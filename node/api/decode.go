@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/node"
 )
 
@@ -102,6 +103,9 @@ type samplingBody struct {
 type completionBody struct {
 	samplingBody
 	Prompt json.RawMessage `json:"prompt"`
+	// ResponseFormat is vLLM's extension of the legacy endpoint, in
+	// chat's shape.
+	ResponseFormat json.RawMessage `json:"response_format"`
 	Echo   *bool           `json:"echo"`
 	BestOf *int64          `json:"best_of"`
 	Suffix *string         `json:"suffix"`
@@ -217,6 +221,13 @@ func decodeCompletion(b []byte) (genRequest, *apiError) {
 	}
 	if e := decodePrompt(body.Prompt, &g.req); e != nil {
 		return g, e
+	}
+	schema, e := decodeFormat(body.ResponseFormat, "response_format", false)
+	if e != nil {
+		return g, e
+	}
+	if schema != nil {
+		g.req.Grammar = &grammar.Spec{Schema: schema}
 	}
 	return g, nil
 }
