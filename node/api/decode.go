@@ -106,9 +106,9 @@ type completionBody struct {
 	// ResponseFormat is vLLM's extension of the legacy endpoint, in
 	// chat's shape.
 	ResponseFormat json.RawMessage `json:"response_format"`
-	Echo   *bool           `json:"echo"`
-	BestOf *int64          `json:"best_of"`
-	Suffix *string         `json:"suffix"`
+	Echo           *bool           `json:"echo"`
+	BestOf         *int64          `json:"best_of"`
+	Suffix         *string         `json:"suffix"`
 }
 
 type chatBody struct {
