@@ -142,7 +142,7 @@ func BenchmarkConstrainedToken(b *testing.B) {
 	prompt := tok.Encode("Describe an item as JSON:", true, false)
 	const perMode = 48
 	ctx := context.Background()
-	var free, cons, over time.Duration
+	var free, cons, over, freeSample time.Duration
 	var nFree, nCons, docs int
 	// A free and a constrained generation in lockstep, token by token,
 	// so that both see the same load on a shared machine.
@@ -181,6 +181,8 @@ func BenchmarkConstrainedToken(b *testing.B) {
 				b.Fatal(err)
 			}
 			over += time.Since(t0)
+		} else {
+			freeSample += time.Since(t0)
 		}
 		x.hist = append(x.hist, id)
 		if x.logits, err = x.s.Step(ctx, []int32{id}); err != nil {
@@ -220,5 +222,6 @@ func BenchmarkConstrainedToken(b *testing.B) {
 	b.ReportMetric(cpt/fpt, "ratio")
 	// The constrained token's sampling (mask, sample, accept).
 	b.ReportMetric(float64(over.Microseconds())/1e3/float64(nCons), "mask+sample-ms/token")
+	b.ReportMetric(float64(freeSample.Microseconds())/1e3/float64(nFree), "sample-ms/token")
 	b.Logf("vocabulary: %s; %d documents completed", name, docs)
 }
