@@ -29,8 +29,6 @@ type schemaCompiler struct {
 	b    *builder
 	root *obj
 	refs map[string]int32 // $ref → its rule, for recursion
-	// shared rules
-	ws, str, num, integer, anyValue, anyObject int32
 }
 
 // Annotations carry no constraint.
@@ -39,19 +37,23 @@ var annotations = map[string]bool{"title": true, "description": true, "default":
 	"$defs": true, "definitions": true, "strict": true}
 
 func newSchemaCompiler(b *builder, root *obj) *schemaCompiler {
-	c := &schemaCompiler{b: b, root: root, refs: map[string]int32{},
-		str: -1, num: -1, integer: -1, anyValue: -1, anyObject: -1}
-	// ws: up to maxWS of space, tab, newline.
-	c.ws = b.upTo(set(" \t\n"), maxWS).rule
+	c := &schemaCompiler{b: b, root: root, refs: map[string]int32{}}
+	if b.ws < 0 {
+		// ws: up to maxWS of space, tab, newline.
+		b.ws = b.upTo(set(" \t\n"), maxWS).rule
+	}
 	return c
 }
 
-func (c *schemaCompiler) wsItem() item { return ref(c.ws) }
+func (c *schemaCompiler) wsItem() item { return ref(c.b.ws) }
 
 // strChar is one JSON string character: any UTF-8 character but the
 // quote, the backslash and controls, or an escape.
 func (c *schemaCompiler) strChar() item {
 	b := c.b
+	if b.char >= 0 {
+		return ref(b.char)
+	}
 	hex := func() item {
 		var h class
 		h.add('0', '9')
@@ -79,18 +81,19 @@ func (c *schemaCompiler) strChar() item {
 		seq(cls(0xf1, 0xf3), cont, cont, cont),
 		seq(set("\xf4"), cls(0x80, 0x8f), cont, cont),
 	)
+	b.char = r
 	return ref(r)
 }
 
 // stringRule is a JSON string of lo..hi characters (hi < 0: any).
 func (c *schemaCompiler) stringRule(lo, hi int) int32 {
-	if lo == 0 && hi < 0 && c.str >= 0 {
-		return c.str
+	if lo == 0 && hi < 0 && c.b.str >= 0 {
+		return c.b.str
 	}
 	q := set(`"`)
 	r := c.b.rule(seq(q, c.b.repeat(c.strChar(), lo, hi), q))
 	if lo == 0 && hi < 0 {
-		c.str = r
+		c.b.str = r
 	}
 	return r
 }
@@ -99,44 +102,44 @@ func (c *schemaCompiler) digits(lo, hi int) item { return c.b.repeat(cls('0', '9
 
 // intRule: -?(0|[1-9][0-9]{0,18}).
 func (c *schemaCompiler) intRule() int32 {
-	if c.integer < 0 {
+	if c.b.integer < 0 {
 		b := c.b
 		mag := b.rule(seq(set("0")), seq(cls('1', '9'), c.digits(0, maxIntDigits-1)))
-		c.integer = b.rule(seq(ref(mag)), seq(set("-"), ref(mag)))
+		c.b.integer = b.rule(seq(ref(mag)), seq(set("-"), ref(mag)))
 	}
-	return c.integer
+	return c.b.integer
 }
 
 // numRule: an integer, then an optional fraction and exponent.
 func (c *schemaCompiler) numRule() int32 {
-	if c.num < 0 {
+	if c.b.num < 0 {
 		b := c.b
 		frac := b.rule(seq(set("."), c.digits(1, maxFracDigits)), seq())
 		exp := b.rule(seq(set("eE"), ref(b.rule(seq(set("+-")), seq())), c.digits(1, maxExpDigits)), seq())
-		c.num = b.rule(seq(ref(c.intRule()), ref(frac), ref(exp)))
+		c.b.num = b.rule(seq(ref(c.intRule()), ref(frac), ref(exp)))
 	}
-	return c.num
+	return c.b.num
 }
 
 // anyValueRule is any JSON value.
 func (c *schemaCompiler) anyValueRule() int32 {
-	if c.anyValue >= 0 {
-		return c.anyValue
+	if c.b.anyValue >= 0 {
+		return c.b.anyValue
 	}
 	b := c.b
-	c.anyValue = b.newRule()
-	c.anyObject = b.newRule()
+	c.b.anyValue = b.newRule()
+	c.b.anyObject = b.newRule()
 	arr := b.newRule()
 	ws := c.wsItem()
-	v := ref(c.anyValue)
-	b.define(c.anyValue, seq(ref(c.anyObject)), seq(ref(arr)), seq(ref(c.stringRule(0, -1))), seq(ref(c.numRule())),
+	v := ref(c.b.anyValue)
+	b.define(c.b.anyValue, seq(ref(c.b.anyObject)), seq(ref(arr)), seq(ref(c.stringRule(0, -1))), seq(ref(c.numRule())),
 		seq(b.lit("true")), seq(b.lit("false")), seq(b.lit("null")))
 	member := b.rule(seq(ref(c.stringRule(0, -1)), ws, set(":"), ws, v))
 	moreMembers := b.star(ref(b.rule(seq(ws, set(","), ws, ref(member)))))
-	b.define(c.anyObject, seq(set("{"), ws, set("}")), seq(set("{"), ws, ref(member), moreMembers, ws, set("}")))
+	b.define(c.b.anyObject, seq(set("{"), ws, set("}")), seq(set("{"), ws, ref(member), moreMembers, ws, set("}")))
 	moreValues := b.star(ref(b.rule(seq(ws, set(","), ws, v))))
 	b.define(arr, seq(set("["), ws, set("]")), seq(set("["), ws, v, moreValues, ws, set("]")))
-	return c.anyValue
+	return c.b.anyValue
 }
 
 // schemaError names where in the schema a problem is.
@@ -446,7 +449,7 @@ func (c *schemaCompiler) objectRule(s *obj, path string, depth int) (int32, erro
 				return b.rule(seq(set("{"), ws, set("}"))), nil
 			}
 			c.anyValueRule()
-			return c.anyObject, nil
+			return c.b.anyObject, nil
 		case *obj:
 			val, err := c.compile(ap, path+".additionalProperties", depth+1)
 			if err != nil {
