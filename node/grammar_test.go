@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +115,65 @@ func TestGenerateConstrained(t *testing.T) {
 	bad := &grammar.Spec{Schema: json.RawMessage(`{"type": "string", "pattern": "a"}`)}
 	if _, err := n.Generate(ctx, Request{Prompt: "x", Grammar: bad}); !errors.Is(err, ErrBadRequest) || !errors.Is(err, grammar.ErrUnsupported) {
 		t.Fatalf("unsupported schema: %v", err)
+	}
+	// A grammar too ambiguous to sample with: the last hop says so
+	// (CodeGrammar), the entry's own matcher agrees, and the request is
+	// a bad request, not a failure replayed on other hops.
+	var alts []string
+	for i := range 300 {
+		alts = append(alts, fmt.Sprintf(`{"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"const": %d}}, "required": ["a", "b"]}`, i))
+	}
+	amb := &grammar.Spec{Schema: json.RawMessage(`{"anyOf": [` + strings.Join(alts, ",") + `]}`)}
+	res, err := n.Complete(ctx, Request{Prompt: "x", MaxTokens: 8, Grammar: amb})
+	if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "parses alive") || res.Replays != 0 {
+		t.Fatalf("an ambiguous grammar: %v (%d replays)", err, res.Replays)
+	}
+}
+
+// TestGramCheck: the entry refuses a token the grammar does not allow
+// (a last hop that lies or errs is blamed), an end token before the
+// document is complete, and follows a rewound output.
+func TestGramCheck(t *testing.T) {
+	tok, err := engine.LoadTokenizer(testModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := grammar.CompileCached(gramSpec.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := &generation{gramG: g, gramV: grammar.TokenizerVocab(tok, nil)}
+	enc := func(s string) []int32 { return tok.Encode(s, false, false) }
+	piece := func(s string) int32 { // the token whose bytes are s
+		for id := range int32(tok.Vocab()) {
+			if string(tok.Piece(id)) == s {
+				return id
+			}
+		}
+		t.Fatalf("no token %q", s)
+		return -1
+	}
+	for _, id := range enc(`{"name": "ab", "n": 1`) {
+		if why := gen.gramCheck(id); why != "" {
+			t.Fatalf("token %d: %s", id, why)
+		}
+		gen.out = append(gen.out, id)
+	}
+	if why := gen.gramCheck(piece("}")); why == "" {
+		t.Fatal("a closing brace before the required members passed")
+	}
+	if why := gen.gramCheck(tok.EOS()); why == "" {
+		t.Fatal("an end token before the document is complete passed")
+	}
+	k := 1 // a rewind to just after "{"
+	for strings.TrimSpace(tok.Decode(gen.out[:k])) != "{" {
+		k++
+	}
+	gen.out = gen.out[:k]
+	if why := gen.gramCheck(piece(`"`)); why != "" || gen.gramLen != k+1 {
+		t.Fatalf("after a rewind: %q, %d consumed", why, gen.gramLen)
+	}
+	if why := gen.gramStuck(); why != "" {
+		t.Fatalf("stuck: %s", why)
 	}
 }

@@ -828,7 +828,7 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			if hs.gram != nil {
 				var err error
 				if logits, err = s.constrain(hs, w.logits); err != nil {
-					s.out.fail(hs.entry, &ErrorMsg{Session: m.Session, Code: CodeBadFrame, Text: err.Error()})
+					s.out.fail(hs.entry, &ErrorMsg{Session: m.Session, Code: CodeGrammar, Text: err.Error()})
 					s.drop(hs, false)
 					continue
 				}
@@ -865,7 +865,7 @@ func (s *scheduler) constraint(o *Open) (*grammar.Constraint, ErrorCode, error) 
 	}
 	g, spec, err := grammar.CompileCached(o.Grammar)
 	if err != nil {
-		return nil, CodeBadFrame, fmt.Errorf("grammar: %w", err)
+		return nil, CodeGrammar, fmt.Errorf("grammar: %w", err)
 	}
 	return grammar.NewConstraint(g, grammar.TokenizerVocab(s.cfg.tok, spec.Keep)), 0, nil
 }

@@ -286,7 +286,11 @@ const (
 	// CodePrefixMiss: the previous hop resumed a prefix from its cache
 	// that this hop no longer holds; the entry retries cold.
 	CodePrefixMiss ErrorCode = 10
-	maxCode                  = CodePrefixMiss
+	// CodeGrammar: the session's grammar cannot go on (too ambiguous, or
+	// no token of the vocabulary continues it): the request's fault,
+	// which the entry checks with its own matcher before it believes it.
+	CodeGrammar ErrorCode = 11
+	maxCode               = CodeGrammar
 )
 
 func (c ErrorCode) String() string {
@@ -311,6 +315,8 @@ func (c ErrorCode) String() string {
 		return "duplicate session"
 	case CodePrefixMiss:
 		return "prefix cache miss"
+	case CodeGrammar:
+		return "grammar"
 	}
 	return fmt.Sprintf("code(%d)", uint8(c))
 }
