@@ -2,7 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stratanet/strata/engine"
@@ -170,5 +173,33 @@ func TestFormatSpecs(t *testing.T) {
 		if s := g.req.Grammar; len(s.Calls) != 1 || s.Calls[0].Prefix != "</think>\n\n" || string(s.Calls[0].Schema) != c.want {
 			t.Fatalf("thinking open: %+v", s)
 		}
+	}
+}
+
+// TestConstrainedRefusalsSwarm: on a real swarm, a schema too ambiguous
+// to sample with is a 400 once the last hop and the entry agree, and a
+// forced call on a model without tool syntax is a 400 naming tools.
+func TestConstrainedRefusalsSwarm(t *testing.T) {
+	c := shared.get(t)
+	var alts []string
+	for i := range 300 {
+		alts = append(alts, fmt.Sprintf(`{"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"const": %d}}, "required": ["a", "b"]}`, i))
+	}
+	var schema any
+	if err := json.Unmarshal([]byte(`{"anyOf": [`+strings.Join(alts, ",")+`]}`), &schema); err != nil {
+		t.Fatal(err)
+	}
+	status, _, body := post(t, c.urls[0]+"/v1/chat/completions", "", map[string]any{"max_tokens": 8,
+		"messages":        []map[string]string{{"role": "user", "content": "hi"}},
+		"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "x", "schema": schema}}})
+	if e := errorOf(t, body); status != http.StatusBadRequest || !strings.Contains(e.Message, "parses alive") {
+		t.Fatalf("ambiguous: %d %s", status, body)
+	}
+	status, _, body = post(t, c.urls[0]+"/v1/chat/completions", "", map[string]any{"max_tokens": 8,
+		"messages":    []map[string]string{{"role": "user", "content": "hi"}},
+		"tools":       []any{map[string]any{"type": "function", "function": map[string]any{"name": "f"}}},
+		"tool_choice": "required"})
+	if e := errorOf(t, body); status != http.StatusBadRequest || e.Param == nil || *e.Param != "tools" {
+		t.Fatalf("no tool syntax: %d %s", status, body)
 	}
 }
