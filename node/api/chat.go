@@ -112,7 +112,7 @@ func decodeTools(raw, choice json.RawMessage, g *genRequest) *apiError {
 	}
 	g.req.Tools = raw
 	g.tools = true
-	if g.cons.force {
+	if g.cons.force || g.cons.schema != nil {
 		g.cons.tools = toolSchemas(raw)
 	}
 	return nil

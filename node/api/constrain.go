@@ -136,37 +136,41 @@ func callSyntax(syn engine.ChatSyntax, name string) (prefix, suffix string, ok b
 
 // spec builds the grammar of c for a model whose output syntax is syn
 // (thinking: the output begins inside an open thought, which the
-// document must close first); nil when c asks nothing.
+// document must close first); nil when c asks nothing. A format with
+// tools offered (tool_choice auto) allows the document or a call, as
+// OpenAI's models answer in the format or call a tool.
 func (c *constraint) spec(syn engine.ChatSyntax, thinking bool, keep []string) (*grammar.Spec, *apiError) {
 	lead := ""
 	if thinking {
 		lead = "</think>\n\n"
 	}
-	switch {
-	case c.force:
-		var calls []grammar.Call
-		for i, t := range c.tools {
-			if c.name != "" && t.name != c.name {
-				continue
-			}
-			pre, suf, ok := callSyntax(syn, t.name)
-			if !ok {
-				return nil, invalid("tool_choice", "tool_choice forces a call, but the model has no tool-call syntax this server can write (%s)", syn.Family())
-			}
-			if err := grammar.CheckSchema(t.params); err != nil {
-				return nil, invalid(fmt.Sprintf("tools[%d]", i), "tools[%d] (%q): its parameters cannot be enforced: %v", i, t.name, schemaWhy(err))
-			}
-			calls = append(calls, grammar.Call{Prefix: lead + pre, Schema: t.params, Suffix: suf})
-		}
-		if len(calls) == 0 {
-			return nil, invalid("tool_choice", "tool_choice names %q, which is not among the tools", c.name)
-		}
-		return &grammar.Spec{Calls: calls, Keep: keep}, nil
-	case c.schema != nil:
-		if lead != "" {
-			return &grammar.Spec{Calls: []grammar.Call{{Prefix: lead, Schema: c.schema}}, Keep: keep}, nil
-		}
-		return &grammar.Spec{Schema: c.schema, Keep: keep}, nil
+	if !c.force && c.schema == nil {
+		return nil, nil
 	}
-	return nil, nil
+	// The calls the answer may be: the forced ones, or with a format and
+	// tools offered (tool_choice auto), any, beside the document.
+	var calls []grammar.Call
+	for i, t := range c.tools {
+		if c.name != "" && t.name != c.name {
+			continue
+		}
+		pre, suf, ok := callSyntax(syn, t.name)
+		if !ok {
+			return nil, invalid("tool_choice", "the answer must be a call, but the model has no tool-call syntax this server can write (%s)", syn.Family())
+		}
+		if err := grammar.CheckSchema(t.params); err != nil {
+			return nil, invalid(fmt.Sprintf("tools[%d]", i), "tools[%d] (%q): its parameters cannot be enforced: %v", i, t.name, schemaWhy(err))
+		}
+		calls = append(calls, grammar.Call{Prefix: lead + pre, Schema: t.params, Suffix: suf})
+	}
+	switch {
+	case c.force && len(calls) == 0:
+		return nil, invalid("tool_choice", "tool_choice names %q, which is not among the tools", c.name)
+	case c.force:
+		return &grammar.Spec{Calls: calls, Keep: keep}, nil
+	case lead != "" || len(calls) > 0:
+		calls = append(calls, grammar.Call{Prefix: lead, Schema: c.schema})
+		return &grammar.Spec{Calls: calls, Keep: keep}, nil
+	}
+	return &grammar.Spec{Schema: c.schema, Keep: keep}, nil
 }

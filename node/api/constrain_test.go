@@ -174,6 +174,35 @@ func TestFormatSpecs(t *testing.T) {
 			t.Fatalf("thinking open: %+v", s)
 		}
 	}
+	// A format with tools offered (auto): the answer is the document or a
+	// call, each read back as the parser reads it.
+	g, e := decodeChat([]byte(`{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": ` + schema + `}},
+		"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"z": {"type": "null"}}, "required": ["z"]}}}]}`))
+	if e != nil {
+		t.Fatal(e.Message)
+	}
+	syn := engine.ChatSyntax{Tools: engine.ToolsHermes}
+	if _, e := chatParser(node.ModelInfo{Name: "m", ChatTemplate: true, ChatSyntax: syn}, &g); e != nil {
+		t.Fatal(e.Message)
+	}
+	gr, err := grammar.Compile(g.req.Grammar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := gr.NewMatcher()
+	if m.Advance([]byte(`{"a": true}`)) != nil || !m.Done() {
+		t.Fatal("the document is refused")
+	}
+	call := "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"z\": null}}\n</tool_call>"
+	if m := gr.NewMatcher(); m.Advance([]byte(call)) != nil || !m.Done() {
+		t.Fatal("the call is refused")
+	}
+	if res := chatparse.Parse(syn, true, call); len(res.Calls) != 1 || res.Calls[0].Name != "f" {
+		t.Fatalf("parsed %+v", res)
+	}
+	if m := gr.NewMatcher(); m.Advance([]byte(`hello`)) == nil {
+		t.Fatal("free text passed")
+	}
 }
 
 // TestConstrainedRefusalsSwarm: on a real swarm, a schema too ambiguous
