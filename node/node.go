@@ -171,7 +171,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}, n.log.Named("upload"))
 		batchDone = n.upload.batch
 	}
-	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
+	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget, tok: m.tok,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
 		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
 		fault: cfg.fault, batchDone: batchDone, signFrames: !cfg.unsignedFrames, wireF16: cfg.wireF16,

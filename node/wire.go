@@ -19,7 +19,8 @@ import (
 //
 //	u8  version (1)
 //	u8  kind (1 step, 2 token, 3 error, 4 close, 5 audit, 6 receipt,
-//	          7 upstream audit, 8 token with log-probabilities)
+//	          7 upstream audit, 8 token with log-probabilities, 9 step
+//	          with a grammar)
 //	[16] session ID
 //
 // then, by kind:
@@ -38,6 +39,9 @@ import (
 //	           f32 temperature, u32 top-k, f32 top-p, u32 min-keep,
 //	           u64 seed, f32 repeat penalty, u32 repeat window
 //	       if log-probabilities: u8 top count (0..MaxTopLogProbs)
+//	       if a step with a grammar (kind 9, only with open): u32 the
+//	           first constrained position, u32 len (1..MaxGrammar), bytes
+//	           the grammar.Spec's wire form
 //	       if skip: u32 positions skipped (1..n-1)
 //	       if signed: u32 the sender's first layer (below the receiver's),
 //	           [32] the sender's input chain, u8 len (1..), bytes the
@@ -97,7 +101,15 @@ const (
 	KindUpAudit Kind = 7
 	// KindTokenLP is a token with its log-probabilities (Token.LP).
 	KindTokenLP Kind = 8
+	// KindStepGrammar is a step whose open carries a grammar
+	// (Open.Grammar): a kind of its own, so that a node that cannot
+	// constrain its sampling refuses the frame instead of sampling
+	// freely.
+	KindStepGrammar Kind = 9
 )
+
+// MaxGrammar bounds a grammar spec's bytes on the wire.
+const MaxGrammar = 1 << 20
 
 func (k Kind) String() string {
 	switch k {
@@ -117,6 +129,8 @@ func (k Kind) String() string {
 		return "upstream audit"
 	case KindTokenLP:
 		return "token with log-probabilities"
+	case KindStepGrammar:
+		return "step with a grammar"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -170,6 +184,13 @@ type Open struct {
 	// (engine.LogProbs), returned in the token frames.
 	LogProbs    bool
 	TopLogProbs int
+	// Grammar, when set, constrains the last hop's sampling: the wire
+	// form of a grammar.Spec, whose document starts at position
+	// GrammarFrom (the prompt's end); the last hop feeds the tokens from
+	// there to its matcher, replays included, and masks what the
+	// grammar does not allow next.
+	Grammar     []byte
+	GrammarFrom int
 }
 
 // Step is one step of one session, as one hop receives it.
@@ -265,7 +286,11 @@ const (
 	// CodePrefixMiss: the previous hop resumed a prefix from its cache
 	// that this hop no longer holds; the entry retries cold.
 	CodePrefixMiss ErrorCode = 10
-	maxCode                  = CodePrefixMiss
+	// CodeGrammar: the session's grammar cannot go on (too ambiguous, or
+	// no token of the vocabulary continues it): the request's fault,
+	// which the entry checks with its own matcher before it believes it.
+	CodeGrammar ErrorCode = 11
+	maxCode               = CodeGrammar
 )
 
 func (c ErrorCode) String() string {
@@ -290,6 +315,8 @@ func (c ErrorCode) String() string {
 		return "duplicate session"
 	case CodePrefixMiss:
 		return "prefix cache miss"
+	case CodeGrammar:
+		return "grammar"
 	}
 	return fmt.Sprintf("code(%d)", uint8(c))
 }
@@ -480,7 +507,14 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	if m.Hidden != nil && dt.size() == 0 {
 		return nil, fmt.Errorf("%w: dtype %d", ErrBadFrame, dt)
 	}
-	b = header(b, KindStep, m.Session)
+	kind := KindStep
+	if m.Open != nil && m.Open.Grammar != nil {
+		if len(m.Open.Grammar) == 0 || len(m.Open.Grammar) > MaxGrammar || m.Open.GrammarFrom < 0 || m.Open.GrammarFrom > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: a grammar of %d bytes from position %d", ErrBadFrame, len(m.Open.Grammar), m.Open.GrammarFrom)
+		}
+		kind = KindStepGrammar
+	}
+	b = header(b, kind, m.Session)
 	flags := byte(0)
 	if m.Open != nil {
 		flags |= flagOpen
@@ -541,6 +575,11 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		if o.LogProbs {
 			b = append(b, byte(o.TopLogProbs))
 		}
+		if kind == KindStepGrammar {
+			b = binary.LittleEndian.AppendUint32(b, uint32(o.GrammarFrom))
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(o.Grammar)))
+			b = append(b, o.Grammar...)
+		}
 	}
 	if m.Skip != 0 {
 		b = binary.LittleEndian.AppendUint32(b, uint32(m.Skip))
@@ -587,8 +626,8 @@ func Decode(frame []byte) (Message, error) {
 	}
 	var m Message
 	switch k {
-	case KindStep:
-		m = decodeStep(d, sid)
+	case KindStep, KindStepGrammar:
+		m = decodeStep(d, sid, k == KindStepGrammar)
 	case KindToken, KindTokenLP:
 		t := &Token{Session: sid}
 		t.Pos = int(d.U32("position"))
@@ -666,9 +705,12 @@ func decodeLP(d *codec.Reader) *TokenLP {
 	return lp
 }
 
-func decodeStep(d *codec.Reader, sid SessionID) *Step {
+func decodeStep(d *codec.Reader, sid SessionID, gram bool) *Step {
 	s := &Step{Session: sid}
 	flags := d.U8("flags")
+	if d.Err() == nil && gram && flags&flagOpen == 0 {
+		d.Fail("a grammar on a step that opens nothing")
+	}
 	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold|flagSigned|flagLogits|flagLP) != 0 ||
 		flags&flagOpen == 0 && flags&(flagSkip|flagCold|flagLP) != 0 ||
 		flags&flagHidden == 0 && flags&flagSigned != 0 ||
@@ -714,6 +756,16 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 			o.TopLogProbs = int(d.U8("top log-probabilities"))
 			if d.Err() == nil && o.TopLogProbs > MaxTopLogProbs {
 				d.Fail("%d top log-probabilities (at most %d)", o.TopLogProbs, MaxTopLogProbs)
+			}
+		}
+		if gram {
+			o.GrammarFrom = int(d.U32("grammar start"))
+			n := int(d.U32("grammar length"))
+			if d.Err() == nil && (n == 0 || n > MaxGrammar || n > d.Len()) {
+				d.Fail("a grammar of %d bytes in %d", n, d.Len())
+			}
+			if d.Err() == nil {
+				o.Grammar = slices.Clone(d.Take(n, "grammar"))
 			}
 		}
 		o.Cold = flags&flagCold != 0

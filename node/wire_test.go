@@ -44,6 +44,11 @@ func sampleMessages(t testing.TB) []Message {
 		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 0, 8}}, Pos: 0, Tokens: []int32{1, 2, 3},
 			Open: &Open{MaxTokens: 40, Model: ModelHash("m"), Cold: true}},
 		&Token{Session: sid, Pos: 17, Token: 42},
+		// A constrained session (grammar.Spec), with log-probabilities
+		// and a resumed prefill beside it.
+		&Step{Session: sid, Entry: a, Hops: []Hop{{c, 4, 8}}, Pos: 0, Tokens: []int32{1, 2, 3}, Skip: 1,
+			Open: &Open{MaxTokens: 40, Model: ModelHash("m"), LogProbs: true, TopLogProbs: 2,
+				Grammar: []byte(`{"schema":{"type":"object"}}`), GrammarFrom: 2}, Hidden: []float32{1, 2, 3, 4}, Cols: 2, DType: DTypeF32},
 		&ErrorMsg{Session: sid, Code: CodeUnreachable, Peer: c, Text: "gone"},
 		&ErrorMsg{Session: sid, Code: CodeBusy},
 		&Close{Session: sid},
@@ -179,6 +184,35 @@ func TestWireLogProbs(t *testing.T) {
 	} {
 		if _, err := Encode(nil, m); !errors.Is(err, ErrBadFrame) {
 			t.Errorf("encoded %+v: %v", m, err)
+		}
+	}
+}
+
+// TestWireGrammar: a step with a grammar is a kind of its own (an older
+// node refuses it rather than sampling freely); one without keeps the
+// step's bytes; a grammar without an open, an empty one or one past
+// MaxGrammar is refused.
+func TestWireGrammar(t *testing.T) {
+	a, b := testPeer(t, 1), testPeer(t, 2)
+	open := func() *Open { return &Open{MaxTokens: 8, Model: ModelHash("m")} }
+	plain := mustEncode(t, &Step{Session: SessionID{1}, Entry: a, Hops: []Hop{{b, 0, 8}}, Tokens: []int32{1}, Open: open()})
+	o := open()
+	o.Grammar, o.GrammarFrom = []byte(`{"schema":true}`), 1
+	gram := mustEncode(t, &Step{Session: SessionID{1}, Entry: a, Hops: []Hop{{b, 0, 8}}, Tokens: []int32{1}, Open: o})
+	if Kind(plain[1]) != KindStep || Kind(gram[1]) != KindStepGrammar || len(gram) != len(plain)+8+len(o.Grammar) {
+		t.Fatalf("kinds %d, %d; %d and %d bytes", plain[1], gram[1], len(plain), len(gram))
+	}
+	// The grammar kind on a step that opens nothing.
+	mid := mustEncode(t, &Step{Session: SessionID{1}, Entry: a, Hops: []Hop{{b, 0, 8}}, Pos: 3, Tokens: []int32{1}})
+	mid[1] = byte(KindStepGrammar)
+	if _, err := Decode(mid); !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("a grammar kind without an open: %v", err)
+	}
+	for _, g := range [][]byte{{}, make([]byte, MaxGrammar+1)} {
+		o := open()
+		o.Grammar = g
+		if _, err := Encode(nil, &Step{Session: SessionID{1}, Entry: a, Hops: []Hop{{b, 0, 8}}, Tokens: []int32{1}, Open: o}); !errors.Is(err, ErrBadFrame) {
+			t.Fatalf("a grammar of %d bytes: %v", len(g), err)
 		}
 	}
 }

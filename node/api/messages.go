@@ -41,6 +41,9 @@ type messagesBody struct {
 	Thinking      *struct {
 		Type string `json:"type"`
 	} `json:"thinking"`
+	// OutputFormat is Anthropic's structured outputs: {"type":
+	// "json_schema", "schema": {...}}.
+	OutputFormat json.RawMessage `json:"output_format"`
 
 	// Refused: they need the server to run tools.
 	MCPServers json.RawMessage `json:"mcp_servers"`
@@ -127,6 +130,9 @@ func decodeMessagesBody(b []byte, counting bool) (genRequest, *apiError) {
 		msgs = append([]engine.Message{{Role: "system", Content: system}}, msgs...)
 	}
 	g.req.Messages = msgs
+	if g.cons.schema, e = decodeFormat(body.OutputFormat, "output_format", true); e != nil {
+		return g, e
+	}
 	tools, e := messagesTools(body.Tools)
 	if e != nil {
 		return g, e
@@ -326,9 +332,8 @@ func messagesTools(raw json.RawMessage) (json.RawMessage, *apiError) {
 	})
 }
 
-// messagesToolChoice maps tool_choice to chat's. "any" and a named tool
-// need decoding constrained to a call, as chat's "required" and named
-// function do: refused alike.
+// messagesToolChoice maps tool_choice to chat's: "any" is "required", a
+// named tool a named function (both constrain the output to a call).
 func messagesToolChoice(raw json.RawMessage) (json.RawMessage, *apiError) {
 	if isNull(raw) {
 		return nil, nil
@@ -344,9 +349,13 @@ func messagesToolChoice(raw json.RawMessage) (json.RawMessage, *apiError) {
 	case "auto", "none":
 		return json.RawMessage(`"` + tc.Type + `"`), nil
 	case "any":
-		return nil, invalid("tool_choice", `tool_choice {"type": "any"} needs constrained decoding, which this server does not do yet: use {"type": "auto"}`)
+		return json.RawMessage(`"required"`), nil
 	case "tool":
-		return nil, invalid("tool_choice", `tool_choice naming a tool (%q) needs constrained decoding, which this server does not do yet: use {"type": "auto"}`, tc.Name)
+		if tc.Name == "" {
+			return nil, invalid("tool_choice", `tool_choice {"type": "tool"} needs the tool's name`)
+		}
+		b, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}})
+		return b, nil
 	}
 	return nil, invalid("tool_choice", `tool_choice type %q is not one of "auto", "none", "any", "tool"`, tc.Type)
 }
