@@ -60,7 +60,9 @@ type sendFault interface {
 
 // signing reports whether this hop signs what it sends and requires
 // signed frames from others.
-func (s *scheduler) signing() bool { return s.signFrames.Load() && s.cfg.sign != nil && !s.cfg.wireLossy }
+func (s *scheduler) signing() bool {
+	return s.signFrames.Load() && s.cfg.sign != nil && !s.cfg.wireLossy
+}
 
 // signFrame signs hs's receipt as of now over what it sends: its output
 // chain, or a lie's.
