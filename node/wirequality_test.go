@@ -103,7 +103,6 @@ type wireQuality struct {
 	positions, agree int
 	maxAbs           float64 // the largest logit difference
 	relRMS           float64 // RMS of the differences over RMS of the f32 logits, worst position
-	marginLost       int     // disagreements: positions whose f32 top-2 margin was below maxAbs
 }
 
 func measureWire(t *testing.T, path string, cuts []int, dt DType, prompts []string, gen int) wireQuality {
@@ -166,7 +165,8 @@ func TestWireQuality(t *testing.T) {
 		bar        bool
 	}
 	models := []model{{"stories260K (trained)", filepath.Join("..", "testdata", "models", "stories260K.gguf"), true}}
-	if os.Getenv("STRATA_WIRE_QUALITY") == "all" {
+	all := os.Getenv("STRATA_WIRE_QUALITY") == "all"
+	if all {
 		models = append(models, model{"random llama 8L (generated vocab)", testModel(t), false})
 		for _, name := range []string{"llama2", "qwen3"} {
 			if p := hfRandomModel(t, name); p != "" {
@@ -175,7 +175,7 @@ func TestWireQuality(t *testing.T) {
 		}
 	}
 	var tab strings.Builder
-	fmt.Fprintf(&tab, "\n%-36s %-5s %6s %9s %10s %9s\n", "model", "wire", "pos", "agree", "max|Δlogit|", "relRMS")
+	fmt.Fprintf(&tab, "\n%-36s %-11s %-5s %6s %9s %10s %9s\n", "model", "boundaries", "wire", "pos", "agree", "max|Δlogit|", "relRMS")
 	for _, m := range models {
 		gen := 48
 		if m.bar {
@@ -187,22 +187,30 @@ func TestWireQuality(t *testing.T) {
 		}
 		L := f.Stages[0].Info().Layers
 		f.Close()
-		var cuts []int
-		for i := 0; i <= L; i++ {
-			cuts = append(cuts, i)
+		// After every layer (the most a path can cross), and, for the
+		// full table, one in the middle (a two-hop path).
+		every := []int{0}
+		for i := 1; i <= L; i++ {
+			every = append(every, i)
 		}
-		for _, dt := range []DType{DTypeF32, DTypeF16, DTypeQ8} {
-			q := measureWire(t, m.path, cuts, dt, wirePrompts, gen)
-			share := float64(q.agree) / float64(q.positions)
-			fmt.Fprintf(&tab, "%-36s %-5s %6d %8.2f%% %10.4g %9.3g\n", m.name, dt, q.positions, 100*share, q.maxAbs, q.relRMS)
-			if dt == DTypeF32 && (q.agree != q.positions || q.maxAbs != 0) {
-				t.Errorf("%s: f32 stages differ from themselves", m.name)
-			}
-			if dt != DTypeF32 && q.maxAbs == 0 {
-				t.Errorf("%s: %s changed no logit: the round trip is not applied", m.name, dt)
-			}
-			if m.bar && dt != DTypeF32 && share < 0.99 {
-				t.Errorf("%s: %s agrees on %.2f%% of next tokens, below the 99%% bar", m.name, dt, 100*share)
+		cutsets := [][]int{every}
+		if all {
+			cutsets = append(cutsets, []int{0, L / 2, L})
+		}
+		for _, cuts := range cutsets {
+			for _, dt := range []DType{DTypeF32, DTypeF16, DTypeQ8} {
+				q := measureWire(t, m.path, cuts, dt, wirePrompts, gen)
+				share := float64(q.agree) / float64(q.positions)
+				fmt.Fprintf(&tab, "%-36s %-11d %-5s %6d %8.2f%% %10.4g %9.3g\n", m.name, len(cuts)-2, dt, q.positions, 100*share, q.maxAbs, q.relRMS)
+				if dt == DTypeF32 && (q.agree != q.positions || q.maxAbs != 0) {
+					t.Errorf("%s: f32 stages differ from themselves", m.name)
+				}
+				if dt != DTypeF32 && q.maxAbs == 0 {
+					t.Errorf("%s: %s changed no logit: the round trip is not applied", m.name, dt)
+				}
+				if m.bar && dt != DTypeF32 && share < 0.99 {
+					t.Errorf("%s, %d boundaries: %s agrees on %.2f%% of next tokens, below the 99%% bar", m.name, len(cuts)-2, dt, 100*share)
+				}
 			}
 		}
 	}
