@@ -164,7 +164,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 				return row.Bandwidth
 			}
 			return 0
-		}},
+		}, log: n.log},
 		counters: &n.counters, clock: cfg.clock, log: n.log}
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	var batchDone func(time.Duration, int, int)

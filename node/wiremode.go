@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/zap"
 )
 
 // WireMode is how a node sends hidden states to its next hops.
@@ -62,6 +63,7 @@ type wirePicker struct {
 	// bandwidth is the measured bytes/s of the link to a peer; 0 when
 	// unmeasured (swarm probes only relayed links, bwprobe.go).
 	bandwidth func(peer.ID) float64
+	log       *zap.Logger // nil: no log
 
 	mu   sync.Mutex
 	last map[peer.ID]DType // WireAuto's latest choice per peer
@@ -90,8 +92,12 @@ func (w *wirePicker) pick(p peer.ID) DType {
 	if w.last == nil {
 		w.last = make(map[peer.ID]DType)
 	}
-	d := autoDType(bw, w.last[p])
+	prev := w.last[p]
+	d := autoDType(bw, prev)
 	w.last[p] = d
+	if d != prev && w.log != nil {
+		w.log.Info("wire dtype of a link", zap.Stringer("peer", p), zap.Stringer("dtype", d), zap.Float64("measured_mbit_s", bw*8/1e6))
+	}
 	return d
 }
 
