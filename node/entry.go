@@ -137,7 +137,7 @@ type entryConfig struct {
 	model                        *model // info, tokenizer and hash; no layers are opened here
 	stepTimeout, repairWait      time.Duration
 	maxReplays, defaultMaxTokens int
-	wireF16                      bool
+	wire                         WireMode
 	signedFrames                 bool          // hops sign their frames: audits take frame receipts (sigframe.go)
 	maxFrame                     int           // the largest activation frame peers accept
 	queueMax                     int           // requests the admission queue holds
@@ -315,11 +315,14 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 	// A replay's prefill carries everything but the last token in one
 	// frame (prefill is not chunked).
-	elem := 4
-	if e.cfg.wireF16 {
-		elem = 2
+	dt := DTypeF32 // WireAuto may pick it
+	switch e.cfg.wire {
+	case WireF16:
+		dt = DTypeF16
+	case WireQ8:
+		dt = DTypeQ8
 	}
-	if frame := (len(prompt) + maxTok) * (in.Hidden*elem + 4); frame+64<<10 > e.cfg.maxFrame {
+	if frame := (len(prompt) + maxTok) * (int(dt.rowBytes(in.Hidden)) + 4); frame+64<<10 > e.cfg.maxFrame {
 		return nil, fmt.Errorf("%w: a prefill of %d positions takes %d bytes, above the %d-byte activation frame limit",
 			ErrPromptTooLong, len(prompt)+maxTok, frame, e.cfg.maxFrame)
 	}

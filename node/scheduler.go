@@ -55,8 +55,10 @@ type schedConfig struct {
 	// signFrames: sign the hidden states this hop sends and require
 	// signed ones (sigframe.go); the initial value of scheduler.signFrames.
 	signFrames bool
-	// wireF16: hidden states leave as float16, which are not signed.
-	wireF16 bool
+	// wireLossy: every frame of hidden states leaves as f16 or q8, which
+	// are not signed (a node on WireAuto signs the frames that go as
+	// float32).
+	wireLossy bool
 	// badFrame counts a refused frame against its sender (nil: none).
 	badFrame func(peer.ID)
 	// fault corrupts outputs: the test-only fault injector (nil in

@@ -47,9 +47,12 @@ import (
 //	           [32] the sender's input chain, u8 len (1..), bytes the
 //	           sender's signature (FrameSig)
 //	       u32 n (1..MaxStepTokens), n × i32  the step's input tokens
-//	       if hidden: u8 dtype (1 f32, 2 f16), u32 columns, then
-//	           (n − skip) × columns values (one row per input token
-//	           after the skipped ones)
+//	       if hidden: u8 dtype (1 f32, 2 f16, 3 q8), u32 columns, then
+//	           (n − skip) rows (one per input token after the skipped
+//	           ones) of columns values each; a q8 row is
+//	           ⌈columns/32⌉ blocks, each f32 scale (finite, ≥ 0) then
+//	           up to 32 i8 values in −127..127 (the last block holds the
+//	           remainder), value = scale × i8 (see q8.go)
 //	token: u32 position of the sampled token, i32 token
 //	token with log-probabilities (the answer to a session opened with
 //	       them; a node that never asks never sees one): u32 position,
@@ -142,14 +145,33 @@ type DType uint8
 const (
 	DTypeF32 DType = 1
 	DTypeF16 DType = 2
+	// DTypeQ8 is 8-bit block quantization (q8.go): about 1.1 bytes per
+	// value.
+	DTypeQ8 DType = 3
 )
 
-func (d DType) size() int {
+func (d DType) String() string {
+	switch d {
+	case 0, DTypeF32:
+		return "f32"
+	case DTypeF16:
+		return "f16"
+	case DTypeQ8:
+		return "q8"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// rowBytes is the bytes one row of cols values takes as d; 0 for an
+// unknown dtype.
+func (d DType) rowBytes(cols int) uint64 {
 	switch d {
 	case DTypeF32:
-		return 4
+		return 4 * uint64(cols)
 	case DTypeF16:
-		return 2
+		return 2 * uint64(cols)
+	case DTypeQ8:
+		return q8RowBytes(cols)
 	}
 	return 0
 }
@@ -504,8 +526,13 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	if dt == 0 {
 		dt = DTypeF32
 	}
-	if m.Hidden != nil && dt.size() == 0 {
+	if m.Hidden != nil && dt.rowBytes(1) == 0 {
 		return nil, fmt.Errorf("%w: dtype %d", ErrBadFrame, dt)
+	}
+	if m.Hidden != nil && dt == DTypeQ8 {
+		if err := q8Check(m.Hidden); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+		}
 	}
 	kind := KindStep
 	if m.Open != nil && m.Open.Grammar != nil {
@@ -605,6 +632,10 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		case DTypeF16:
 			for _, v := range m.Hidden {
 				b = binary.LittleEndian.AppendUint16(b, engine.F32ToF16(v))
+			}
+		case DTypeQ8:
+			for r := 0; r < len(m.Hidden); r += m.Cols {
+				b = q8AppendRow(b, m.Hidden[r:r+m.Cols])
 			}
 		}
 	}
@@ -802,13 +833,13 @@ func decodeStep(d *codec.Reader, sid SessionID, gram bool) *Step {
 	if flags&flagHidden != 0 {
 		s.DType = DType(d.U8("dtype"))
 		s.Cols = int(d.U32("columns"))
-		size := s.DType.size()
-		if d.Err() == nil && size == 0 {
+		rb := s.DType.rowBytes(s.Cols)
+		if d.Err() == nil && s.DType.rowBytes(1) == 0 {
 			d.Fail("dtype %d", s.DType)
 		}
 		rows := n - s.Skip
-		if d.Err() == nil && (s.Cols == 0 || uint64(s.Cols)*uint64(rows)*uint64(size) != uint64(d.Len())) {
-			d.Fail("%d bytes of hidden states for %d × %d %d-byte values", d.Len(), rows, s.Cols, size)
+		if d.Err() == nil && (s.Cols == 0 || rb*uint64(rows) != uint64(d.Len())) {
+			d.Fail("%d bytes of hidden states for %d rows of %d %s values", d.Len(), rows, s.Cols, s.DType)
 		}
 		if d.Err() != nil {
 			return nil
@@ -823,6 +854,13 @@ func decodeStep(d *codec.Reader, sid SessionID, gram bool) *Step {
 		case DTypeF16:
 			for i := range s.Hidden {
 				s.Hidden[i] = engine.F16ToF32(binary.LittleEndian.Uint16(raw[2*i:]))
+			}
+		case DTypeQ8:
+			for r := 0; r < rows; r++ {
+				if err := q8DecodeRow(s.Hidden[r*s.Cols:(r+1)*s.Cols], raw[uint64(r)*rb:uint64(r+1)*rb]); err != nil {
+					d.Fail("row %d: %v", r, err)
+					return nil
+				}
 			}
 		}
 	}
