@@ -46,25 +46,12 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: Node oracle and large vocabularies")
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found: the @huggingface/jinja oracle cannot run")
-	}
-	if _, err := os.Stat(filepath.Join(hfOracle, "node_modules/@huggingface/jinja")); err != nil {
-		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
-	}
 	files, _ := filepath.Glob("testdata/chat/*.json")
 	sort.Strings(files)
 	if len(files) == 0 {
 		t.Fatal("no cases in testdata/chat")
 	}
-	type job struct {
-		Template string          `json:"template"`
-		Case     json.RawMessage `json:"case"`
-		BOS      string          `json:"bos_token"`
-		EOS      string          `json:"eos_token"`
-	}
-	var jobs []job
+	var jobs []hfJob
 	var toks []*Tokenizer
 	var names []string
 	for _, v := range chatTemplateFiles {
@@ -84,29 +71,12 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			jobs = append(jobs, job{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
+			jobs = append(jobs, hfJob{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
 			toks = append(toks, tok)
 			names = append(names, name+"/"+filepath.Base(f))
 		}
 	}
-	in, _ := json.Marshal(jobs)
-	cmd := exec.Command(node, "render.mjs")
-	cmd.Dir = hfOracle
-	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("oracle: %v\n%s", err, stderr.String())
-	}
-	var want []struct {
-		Text  *string `json:"text"`
-		Error *string `json:"error"`
-	}
-	if err := json.Unmarshal(out, &want); err != nil || len(want) != len(jobs) {
-		t.Fatalf("oracle output (%d of %d): %v", len(want), len(jobs), err)
-	}
+	want := renderHF(t, jobs)
 	rendered, raised := 0, 0
 	for i, j := range jobs {
 		r, err := ParseChatRequest(j.Case)
@@ -251,10 +221,6 @@ func TestToolHistoryMatchesHFJinja(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: Node oracle and large vocabularies")
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found: the @huggingface/jinja oracle cannot run")
-	}
 	msgs := []Message{
 		{Role: "user", Content: "Weather in Paris?"},
 		{Role: "assistant", ToolCalls: []ToolCall{{ID: "call_1", Type: "function"}}},
@@ -275,13 +241,7 @@ func TestToolHistoryMatchesHFJinja(t *testing.T) {
 		})
 		return string(c)
 	}
-	type job struct {
-		Template string          `json:"template"`
-		Case     json.RawMessage `json:"case"`
-		BOS      string          `json:"bos_token"`
-		EOS      string          `json:"eos_token"`
-	}
-	var jobs []job
+	var jobs []hfJob
 	var toks []*Tokenizer
 	llama, err := os.ReadFile("testdata/chat/templates/meta-llama-Llama-3.1-8B-Instruct.jinja")
 	if err != nil {
@@ -296,25 +256,10 @@ func TestToolHistoryMatchesHFJinja(t *testing.T) {
 		if name == "deepseek_v3" {
 			c = call(`{"city": "Paris"}`, nil)
 		}
-		jobs = append(jobs, job{tok.chat.src, json.RawMessage(c), tok.specialText(tok.bos), tok.specialText(tok.eos)})
+		jobs = append(jobs, hfJob{tok.chat.src, json.RawMessage(c), tok.specialText(tok.bos), tok.specialText(tok.eos)})
 		toks = append(toks, tok)
 	}
-	in, _ := json.Marshal(jobs)
-	cmd := exec.Command(node, "render.mjs")
-	cmd.Dir = hfOracle
-	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
-	cmd.Stdin = bytes.NewReader(in)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("oracle: %v", err)
-	}
-	var want []struct {
-		Text  *string `json:"text"`
-		Error *string `json:"error"`
-	}
-	if err := json.Unmarshal(out, &want); err != nil || len(want) != len(jobs) {
-		t.Fatalf("oracle output: %v", err)
-	}
+	want := renderHF(t, jobs)
 	for i, tok := range toks {
 		r, err := tok.chatRequest(msgs, tools, nil)
 		if err != nil {
@@ -328,4 +273,48 @@ func TestToolHistoryMatchesHFJinja(t *testing.T) {
 			t.Errorf("%d: the call is not shown: %q", i, got)
 		}
 	}
+}
+
+// hfJob is one rendering for @huggingface/jinja (render.mjs).
+type hfJob struct {
+	Template string          `json:"template"`
+	Case     json.RawMessage `json:"case"`
+	BOS      string          `json:"bos_token"`
+	EOS      string          `json:"eos_token"`
+}
+
+// hfRendering is what @huggingface/jinja made of an hfJob: its text, or
+// the message the template raised.
+type hfRendering struct {
+	Text  *string `json:"text"`
+	Error *string `json:"error"`
+}
+
+// renderHF runs jobs through @huggingface/jinja, skipping the test where
+// node or the oracle's packages are missing.
+func renderHF(t *testing.T, jobs []hfJob) []hfRendering {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: the @huggingface/jinja oracle cannot run")
+	}
+	if _, err := os.Stat(filepath.Join(hfOracle, "node_modules/@huggingface/jinja")); err != nil {
+		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+	}
+	in, _ := json.Marshal(jobs)
+	cmd := exec.Command(node, "render.mjs")
+	cmd.Dir = hfOracle
+	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("oracle: %v\n%s", err, stderr.String())
+	}
+	var want []hfRendering
+	if err := json.Unmarshal(out, &want); err != nil || len(want) != len(jobs) {
+		t.Fatalf("oracle output (%d of %d): %v", len(want), len(jobs), err)
+	}
+	return want
 }
