@@ -84,14 +84,15 @@ func (c *Consensus) closeAsVoter(timeout time.Duration) bool {
 	deadline := time.After(timeout)
 	handed := false
 	for {
+		// A handover that fails (on a loaded machine a transfer's target
+		// can miss its deadline, or the lease lapses meanwhile) is tried
+		// again at the next tick while this member leads; if it leads no
+		// more, it waits for the member that does.
 		if c.IsLeader() && !handed {
 			in, err := c.leaderInput(time.Now())
 			d := decision{in: &in, st: c.lead}
 			if err == nil && d.settled("", "") {
-				if !c.handOver() {
-					return false
-				}
-				handed = true
+				handed = c.handOver()
 			}
 		}
 		if _, id := c.raft.LeaderWithID(); id != "" && id != raft.ServerID(c.id.String()) {
