@@ -63,6 +63,13 @@ type Report struct {
 	// the scenario lies or sets a verify rate.
 	Trust *TrustReport `json:"trust,omitempty"`
 
+	// History is the committed-map history checker's verdict (nil when
+	// it could not run: HistoryErr says why); Nemesis the nemesis
+	// section.
+	History    *HistoryVerdict `json:"history,omitempty"`
+	HistoryErr string          `json:"history_error,omitempty"`
+	Nemesis    *NemesisReport  `json:"nemesis,omitempty"`
+
 	Results []result `json:"results"`
 }
 
@@ -476,6 +483,14 @@ func (rep *Report) Markdown() string {
 	}
 	if rep.Trust != nil {
 		rep.Trust.markdown(&b)
+	}
+	if rep.Nemesis != nil {
+		rep.Nemesis.markdown(&b)
+	} else if h := rep.History; h != nil {
+		fmt.Fprintf(&b, "\nCommitted maps: linearizable %v (Porcupine %s), %d maps, %d lives.\n", h.Linearizable, h.Porcupine, h.Maps, h.Lives)
+	}
+	if rep.HistoryErr != "" {
+		fmt.Fprintf(&b, "\nHistory checker: %s\n", rep.HistoryErr)
 	}
 	if rep.Pass {
 		b.WriteString("\nResult: PASS\n")

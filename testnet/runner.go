@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
 )
@@ -75,6 +77,11 @@ type sample struct {
 	// Healthy: it covers every layer on nodes the runner has not stopped.
 	Healthy bool
 	Stages  []string // "name[start,end)"
+	// For the history checker: the node's process life, the map's hash,
+	// and when the poll was sent and answered.
+	Life         int
+	Hash         string
+	Call, Return time.Time
 }
 
 // eventRun is what happened at one event.
@@ -248,6 +255,14 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	r.mu.Unlock()
 	rep = buildReport(sc, results, refs, evs, samples, loadEnd, crashed, verify)
 	rep.RunDir, rep.Network = o.runDir, sc.Network.Mode
+	r.checkHistory(rep, samples)
+	if sc.Nemesis != nil {
+		rep.Nemesis = nemesisReport(sc.Nemesis, evs, rep)
+		rep.Nemesis.History = rep.History
+		rep.Nemesis.Requests = checkRequests(rep.Results, refs, faultWindows(evs, rep, loadEnd))
+	}
+	rep.Violations = append(rep.Violations, checkNemesis(sc.Expect, rep)...)
+	rep.Pass = len(rep.Violations) == 0
 	rep.Reachability = reach
 	for _, nr := range reach {
 		rep.Stolen += nr.Stolen
@@ -605,8 +620,14 @@ func (r *run) poll(ctx context.Context) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		call := time.Now()
 		if v, p, err := r.swarm(ctx); err == nil {
-			s := sample{At: time.Since(r.t0), Node: p.spec.Name, Epoch: v.Committed.Epoch, Covers: v.Committed.Covers()}
+			ret := time.Now()
+			p.mu.Lock()
+			life := p.starts
+			p.mu.Unlock()
+			s := sample{At: time.Since(r.t0), Node: p.spec.Name, Epoch: v.Committed.Epoch, Covers: v.Committed.Covers(),
+				Life: life, Hash: consensus.MapHash(v.Committed), Call: call, Return: ret}
 			if v.Leader != nil {
 				s.Leader = r.nameOf(*v.Leader)
 			}
@@ -636,6 +657,7 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 	var (
 		out     []*eventRun
 		stopped []*proc // stopped by an event and not restarted, latest last
+		paused  []*proc // paused by an event and not resumed, latest last
 	)
 	for _, e := range r.sc.Events {
 		t := time.NewTimer(time.Until(r.t0.Add(e.At)))
@@ -745,6 +767,52 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 				return r.o.net.Partition(groups)
 			case ActHeal:
 				return r.o.net.Heal()
+			case ActPause:
+				p := r.c.byName(e.Node)
+				if e.Pick != "" {
+					name, err := r.chooseRole(ctx, e.Pick)
+					if err != nil {
+						return err
+					}
+					p, ev.Node = r.c.byName(name), name
+				}
+				// No new requests to a paused entry, as a load balancer's
+				// health check would see; those in flight wait for it.
+				r.setReady(p, false)
+				if err := r.c.pause(p, true); err != nil {
+					r.setReady(p, true)
+					return err
+				}
+				paused = append(paused, p)
+				return nil
+			case ActResume:
+				if len(paused) == 0 {
+					return errors.New("no paused node to resume")
+				}
+				p := paused[len(paused)-1]
+				paused = paused[:len(paused)-1]
+				ev.Node = p.spec.Name
+				if err := r.c.pause(p, false); err != nil {
+					return err
+				}
+				go func() {
+					rctx, cancel := context.WithTimeout(ctx, r.sc.ReadyTimeout)
+					defer cancel()
+					if waitReady(rctx, p) == nil {
+						r.setReady(p, true)
+					}
+				}()
+				return nil
+			case ActDegrade, ActRestore:
+				d, ok := r.o.net.(degrader)
+				if !ok {
+					return fmt.Errorf("%s: %w", e.Action, ErrUnsupported)
+				}
+				i := r.c.byName(e.Node).i
+				if e.Action == ActRestore {
+					return d.Restore(i)
+				}
+				return d.Degrade(i, e.Delay, e.Loss)
 			}
 			return fmt.Errorf("unknown action %q", e.Action)
 		}()
@@ -758,6 +826,41 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 		out = append(out, ev)
 	}
 	return out
+}
+
+// degrader is a network that can make one node's links lossy or slow.
+type degrader interface {
+	Degrade(i int, delay time.Duration, loss float64) error
+	Restore(i int) error
+}
+
+// chooseRole picks a running node by its role: PickLeader the Raft
+// leader, PickHop the first stage holder in scenario order that does not
+// lead (the leader when it is the only holder).
+func (r *run) chooseRole(ctx context.Context, pick string) (string, error) {
+	v, _, err := r.swarm(ctx)
+	if err != nil {
+		return "", fmt.Errorf("pick %s: %w", pick, err)
+	}
+	leader := ""
+	if v.Leader != nil {
+		leader = r.nameOf(*v.Leader)
+	}
+	if pick == PickLeader {
+		if leader == "" {
+			return "", errors.New("pick leader: no leader known")
+		}
+		return leader, nil
+	}
+	for _, p := range r.c.procs {
+		if _, holds := v.Committed.Range(p.peerID); holds && p.running() && p.spec.Name != leader {
+			return p.spec.Name, nil
+		}
+	}
+	if leader != "" {
+		return leader, nil
+	}
+	return "", fmt.Errorf("pick hop: no stage holder in map epoch %d", v.Committed.Epoch)
 }
 
 // choose picks a running node by its place in the committed map:
@@ -796,3 +899,39 @@ func (r *run) choose(ctx context.Context, pick string) (string, error) {
 
 // drainWait bounds the wait for a leaving node to exit.
 const drainWait = 2 * time.Minute
+
+// checkHistory parses every node's applied-map lines, adds the polls as
+// reads, and runs the history checker.
+func (r *run) checkHistory(rep *Report, samples []sample) {
+	var ops []MapOp
+	for _, p := range r.c.procs {
+		p.mu.Lock()
+		starts := slices.Clone(p.startedAt)
+		p.mu.Unlock()
+		if len(starts) == 0 {
+			continue
+		}
+		got, err := parseNodeLog(p.log, p.spec.Name, starts)
+		if err != nil {
+			rep.HistoryErr = err.Error()
+			return
+		}
+		ops = append(ops, got...)
+	}
+	applied := len(ops)
+	for _, s := range samples {
+		if s.Epoch > 0 && s.Life > 0 {
+			ops = append(ops, MapOp{Node: s.Node, Life: s.Life, Kind: OpRead, Epoch: s.Epoch, Hash: s.Hash, Call: s.Call, Return: s.Return})
+		}
+	}
+	if applied == 0 {
+		rep.HistoryErr = ErrNoHistory.Error()
+		return
+	}
+	v := CheckHistory(ops, historyTimeout)
+	rep.History = &v
+	r.logf("history: linearizable %v (porcupine %s), %d maps, %d lives, %d applies, %d reads", v.Linearizable, v.Porcupine, v.Maps, v.Lives, v.Applies, v.Reads)
+}
+
+// historyTimeout bounds Porcupine's search.
+const historyTimeout = 2 * time.Minute
