@@ -156,3 +156,32 @@ func TestCheckRequests(t *testing.T) {
 		t.Fatalf("a clean run flagged: %+v", v)
 	}
 }
+
+// TestNemesisFiles: the shipped nemesis scenarios parse, and the full
+// one draws at least 50 faults of every kind in its 10 minutes.
+func TestNemesisFiles(t *testing.T) {
+	for _, f := range []string{"nemesis.yaml", "nemesis-short.yaml"} {
+		sc, err := LoadScenario("../testdata/testnet/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds := map[string]int{}
+		faults := 0
+		for _, e := range sc.Events {
+			if e.Fault != "" && !faultEnd(e.Action) {
+				faults++
+				kinds[e.Fault]++
+			}
+		}
+		if f != "nemesis.yaml" {
+			if faults < 5 {
+				t.Errorf("%s: %d faults", f, faults)
+			}
+			continue
+		}
+		if sc.Duration < 10*time.Minute || faults < 50 || len(kinds) != len(FaultKinds) {
+			t.Errorf("%s: %v, %d faults %v: want 10 minutes, at least 50, every kind", f, sc.Duration, faults, kinds)
+		}
+		t.Logf("%s: %d faults %v", f, faults, kinds)
+	}
+}

@@ -115,6 +115,7 @@ type EventReport struct {
 	AtS     float64 `json:"at_s"`
 	Action  string  `json:"action"`
 	Node    string  `json:"node,omitempty"`
+	Fault   string  `json:"fault,omitempty"` // the nemesis fault it starts or undoes
 	Err     string  `json:"error,omitempty"`
 	ExitedS float64 `json:"exited_s,omitempty"` // leave: when the process exited
 	MapS    float64 `json:"map_s"`
@@ -275,7 +276,14 @@ func buildReport(sc *Scenario, results []result, refs []RefAnswer, events []even
 		if i+1 < len(events) {
 			until = events[i+1].At
 		}
-		er := EventReport{AtS: secs(e.At), Action: e.Action, Node: e.Node, Err: e.Err, MapS: -1, RequestS: -1, RecoveryS: -1, RepairedS: -1}
+		er := EventReport{AtS: secs(e.At), Action: e.Action, Node: e.Node, Fault: e.Fault, Err: e.Err, MapS: -1, RequestS: -1, RecoveryS: -1, RepairedS: -1}
+		if e.Action == ActPartition && e.Node == "" {
+			var sides []string
+			for _, g := range e.Groups {
+				sides = append(sides, strings.Join(g, " "))
+			}
+			er.Node = strings.Join(sides, " | ")
+		}
 		if e.Action == ActKill || e.Action == ActLeave || e.Action == ActKillLeader {
 			for _, s := range samples {
 				if s.At >= e.At && s.At < until && !slices.ContainsFunc(s.Stages, func(st string) bool { return strings.HasPrefix(st, e.Node+"[") }) {
@@ -420,7 +428,11 @@ func (rep *Report) Markdown() string {
 			} else if !e.Recovered {
 				rec = "NOT RECOVERED"
 			}
-			fmt.Fprintf(&b, "| %.1f | %s | %s | %s | %s | %s | %s |\n", e.AtS, e.Action, e.Node, fmtS(e.MapS), fmtS(e.RequestS), rec, fmtS(e.RepairedS))
+			act := e.Action
+			if e.Fault != "" && e.Fault != e.Action {
+				act += " (" + e.Fault + ")"
+			}
+			fmt.Fprintf(&b, "| %.1f | %s | %s | %s | %s | %s | %s |\n", e.AtS, act, e.Node, fmtS(e.MapS), fmtS(e.RequestS), rec, fmtS(e.RepairedS))
 		}
 		b.WriteString("\n")
 		joins := false

@@ -720,14 +720,10 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 					p, ev.Node = r.c.byName(name), name
 				}
 				if e.Action == ActKillLeader {
-					v, _, err := r.swarm(ctx)
+					name, err := r.chooseRole(ctx, PickLeader)
 					if err != nil {
 						return fmt.Errorf("find the leader: %w", err)
 					}
-					if v.Leader == nil {
-						return errors.New("no leader known")
-					}
-					name := r.nameOf(*v.Leader)
 					if p = r.c.byName(name); p == nil {
 						return fmt.Errorf("the leader %s is not one of this run's nodes", name)
 					}
@@ -821,7 +817,14 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 			r.logf("%s %s: FAILED: %v", e.Action, ev.Node, err)
 		} else {
 			ev.Done = time.Since(r.t0)
-			r.logf("%s %s", e.Action, ev.Node)
+			what := ev.Node
+			if e.Action == ActPartition {
+				what = fmt.Sprint(e.Groups)
+			}
+			if e.Fault != "" {
+				what += " (" + e.Fault + ")"
+			}
+			r.logf("%s %s", e.Action, what)
 		}
 		out = append(out, ev)
 	}
@@ -845,6 +848,17 @@ func (r *run) chooseRole(ctx context.Context, pick string) (string, error) {
 	leader := ""
 	if v.Leader != nil {
 		leader = r.nameOf(*v.Leader)
+	}
+	// Between two leaders: wait a little for the next one.
+	for wait := time.Now().Add(5 * time.Second); pick == PickLeader && leader == "" && time.Now().Before(wait); {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if v, _, err := r.swarm(ctx); err == nil && v.Leader != nil {
+			leader = r.nameOf(*v.Leader)
+		}
 	}
 	if pick == PickLeader {
 		if leader == "" {
