@@ -72,10 +72,10 @@ type delayer struct {
 	region map[netip.Addr]string // a node address's region
 	stats  delayStats
 
-	mu    sync.Mutex
-	rnd   *rand.Rand
-	held  heldQueue
-	last  map[[2]netip.Addr]time.Time // per host pair: when its latest packet leaves
+	mu   sync.Mutex
+	rnd  *rand.Rand
+	held heldQueue
+	last map[[2]netip.Addr]time.Time // per host pair: when its latest packet leaves
 	// extra degrades one host's packets, both ways (a nemesis fault).
 	extra map[netip.Addr]pathSpec
 	seq   uint64

@@ -219,12 +219,16 @@ func CheckHistory(ops []MapOp, timeout time.Duration) HistoryVerdict {
 	// One map per epoch, one record per index, everywhere.
 	byEpoch := map[uint64]MapOp{}
 	byIndex := map[uint64]MapOp{}
+	seen := map[mapEntry]bool{} // conflicts reported, once per map
 	for _, o := range ops {
 		if o.Epoch == 0 {
 			continue // nothing committed yet (a restore of an empty state)
 		}
 		if first, ok := byEpoch[o.Epoch]; ok && first.Hash != o.Hash {
-			bad("epoch %d has two maps: %s (%s) and %s (%s)", o.Epoch, first.Hash, first.life(), o.Hash, o.life())
+			if e := (mapEntry{o.Epoch, o.Hash}); !seen[e] {
+				seen[e] = true
+				bad("epoch %d has two maps: %s (%s %s) and %s (%s %s)", o.Epoch, first.Hash, first.life(), first.Kind, o.Hash, o.life(), o.Kind)
+			}
 		} else if !ok && o.Kind != OpRead {
 			byEpoch[o.Epoch] = o
 		}
@@ -420,8 +424,8 @@ func mapLogHash(state any) uint64 {
 }
 
 var mapLogModel = porcupine.Model{
-	Init: func() any { return mapLogState{cur: map[string]int{}, read: map[string]int{}} },
-	Step: mapLogStep,
+	Init:  func() any { return mapLogState{cur: map[string]int{}, read: map[string]int{}} },
+	Step:  mapLogStep,
 	Equal: mapLogEqual,
 	Hash:  mapLogHash,
 	DescribeOperation: func(input, _ any) string {
