@@ -218,10 +218,36 @@ type NemesisReport struct {
 	// During counts faults during which the swarm routed around the
 	// fault: a healthy map and a request that started after the fault
 	// began and succeeded before it was undone.
-	During  int             `json:"served_during"`
-	History *HistoryVerdict `json:"history,omitempty"`
+	During int `json:"served_during"`
+	// Skipped counts faults not carried out because their target did not
+	// exist (no leader known for 5 s).
+	Skipped int `json:"skipped"`
+	// LeaderlessMaxS is the longest stretch in which the polled node
+	// knew no leader, and LeaderlessS all such stretches together.
+	LeaderlessMaxS float64         `json:"leaderless_max_s"`
+	LeaderlessS    float64         `json:"leaderless_s"`
+	History        *HistoryVerdict `json:"history,omitempty"`
 	// Requests is the request checker's verdict.
 	Requests RequestVerdict `json:"requests"`
+}
+
+// leaderless sums the stretches of polls that knew no leader, each from
+// its first such poll until the next poll that knew one (or the last).
+func leaderless(samples []sample) (total, longest time.Duration) {
+	var from time.Duration = -1
+	for i, s := range samples {
+		end := s.Leader != "" || i == len(samples)-1
+		if s.Leader == "" && from < 0 {
+			from = s.At
+		}
+		if end && from >= 0 {
+			d := s.At - from
+			total += d
+			longest = max(longest, d)
+			from = -1
+		}
+	}
+	return total, longest
 }
 
 // nemesisReport counts the faults and their recoveries from the report's
@@ -234,6 +260,12 @@ func nemesisReport(n *NemesisSpec, evs []eventRun, rep *Report) *NemesisReport {
 			continue
 		}
 		er := rep.Events[i]
+		if e.Skipped != "" {
+			if !faultEnd(e.Action) {
+				nr.Skipped++
+			}
+			continue
+		}
 		if !faultEnd(e.Action) {
 			nr.Faults++
 			nr.ByKind[e.Fault]++
@@ -256,7 +288,7 @@ func nemesisReport(n *NemesisSpec, evs []eventRun, rep *Report) *NemesisReport {
 }
 
 func (nr *NemesisReport) markdown(b *strings.Builder) {
-	fmt.Fprintf(b, "\n### Nemesis (seed %d)\n\n%d faults:", nr.Seed, nr.Faults)
+	fmt.Fprintf(b, "\n### Nemesis (seed %d)\n\n%d faults carried out (%d skipped: no leader known):", nr.Seed, nr.Faults, nr.Skipped)
 	for _, k := range FaultKinds {
 		if c := nr.ByKind[k]; c > 0 {
 			fmt.Fprintf(b, " %s %d,", k, c)
@@ -270,6 +302,7 @@ func (nr *NemesisReport) markdown(b *strings.Builder) {
 	fmt.Fprintf(b, ". The swarm served through %d of them (a healthy map and a request started during the fault answered before it ended). "+
 		"Recovery after a fault was undone: p50 %.1f s, max %.1f s; %d did not recover before the next fault.\n\n",
 		nr.During, nr.RecoveryP50S, nr.RecoveryMaxS, nr.Unrecovered)
+	fmt.Fprintf(b, "The polled node knew no leader for %.1f s in all, %.1f s at the longest.\n\n", nr.LeaderlessS, nr.LeaderlessMaxS)
 	if h := nr.History; h != nil {
 		verdict := "LINEARIZABLE"
 		if !h.Linearizable {
@@ -319,7 +352,7 @@ type window struct{ from, to time.Duration }
 func faultWindows(evs []eventRun, rep *Report, end time.Duration) []window {
 	var out []window
 	for i, e := range evs {
-		if e.Fault == "" || faultEnd(e.Action) {
+		if e.Fault == "" || faultEnd(e.Action) || e.Skipped != "" {
 			continue
 		}
 		w := window{from: e.At, to: end}

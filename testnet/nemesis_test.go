@@ -185,3 +185,34 @@ func TestNemesisFiles(t *testing.T) {
 		t.Logf("%s: %d faults %v", f, faults, kinds)
 	}
 }
+
+func TestLeaderless(t *testing.T) {
+	at := func(s float64, leader string) sample {
+		return sample{At: time.Duration(s * float64(time.Second)), Leader: leader}
+	}
+	total, longest := leaderless([]sample{at(0, "n1"), at(1, ""), at(2, ""), at(4, "n2"), at(5, ""), at(6, "n2"), at(7, ""), at(7.5, "")})
+	if total != 4500*time.Millisecond || longest != 3*time.Second {
+		t.Fatalf("total %v longest %v, want 4.5s and 3s", total, longest)
+	}
+}
+
+// A fault skipped for want of a target counts neither as a fault nor in
+// the windows that excuse failures.
+func TestSkippedFault(t *testing.T) {
+	s := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+	evs := []eventRun{
+		{EventSpec: EventSpec{Action: ActPause, Fault: FaultPauseLeader}, At: s(10), Skipped: "no leader"},
+		{EventSpec: EventSpec{Action: ActResume, Fault: FaultPauseLeader}, At: s(15), Skipped: "its fault was skipped"},
+		{EventSpec: EventSpec{Action: ActKill, Fault: FaultKill}, At: s(20)},
+		{EventSpec: EventSpec{Action: ActRejoin, Fault: FaultKill}, At: s(25)},
+	}
+	rep := &Report{Events: []EventReport{{}, {}, {Recovered: true, RecoveryS: 1}, {Recovered: true, RecoveryS: 2}}}
+	nr := nemesisReport(&NemesisSpec{Seed: 1}, evs, rep)
+	if nr.Faults != 1 || nr.Skipped != 1 || nr.ByKind[FaultKill] != 1 || nr.During != 1 || nr.RecoveryMaxS != 2 {
+		t.Fatalf("report %+v", nr)
+	}
+	w := faultWindows(evs, rep, s(60))
+	if len(w) != 1 || w[0].from != s(20) || w[0].to != s(27) {
+		t.Fatalf("windows %+v, want one from 20 s to the recovery at 27 s", w)
+	}
+}

@@ -116,6 +116,7 @@ type EventReport struct {
 	Action  string  `json:"action"`
 	Node    string  `json:"node,omitempty"`
 	Fault   string  `json:"fault,omitempty"` // the nemesis fault it starts or undoes
+	Skipped string  `json:"skipped,omitempty"`
 	Err     string  `json:"error,omitempty"`
 	ExitedS float64 `json:"exited_s,omitempty"` // leave: when the process exited
 	MapS    float64 `json:"map_s"`
@@ -276,7 +277,8 @@ func buildReport(sc *Scenario, results []result, refs []RefAnswer, events []even
 		if i+1 < len(events) {
 			until = events[i+1].At
 		}
-		er := EventReport{AtS: secs(e.At), Action: e.Action, Node: e.Node, Fault: e.Fault, Err: e.Err, MapS: -1, RequestS: -1, RecoveryS: -1, RepairedS: -1}
+		er := EventReport{AtS: secs(e.At), Action: e.Action, Node: e.Node, Fault: e.Fault, Err: e.Err, Skipped: e.Skipped,
+			MapS: -1, RequestS: -1, RecoveryS: -1, RepairedS: -1}
 		if e.Action == ActPartition && e.Node == "" {
 			var sides []string
 			for _, g := range e.Groups {
@@ -309,7 +311,7 @@ func buildReport(sc *Scenario, results []result, refs []RefAnswer, events []even
 				}
 			}
 		}
-		if e.Err == "" {
+		if e.Err == "" && e.Skipped == "" {
 			mapAt, reqAt, ok := recovery(e.At, e.Done, until, samples, results)
 			if mapAt >= 0 {
 				er.MapS = secs(mapAt)
@@ -372,6 +374,7 @@ func check(sc *Scenario, rep *Report) []string {
 	for _, e := range rep.Events {
 		name := fmt.Sprintf("%s %s at %.1fs", e.Action, e.Node, e.AtS)
 		switch {
+		case e.Skipped != "":
 		case e.Err != "":
 			v = append(v, fmt.Sprintf("%s could not be carried out: %s", name, e.Err))
 		case x.Recovered != nil && *x.Recovered && !e.Recovered:
@@ -425,6 +428,8 @@ func (rep *Report) Markdown() string {
 			rec := fmtS(e.RecoveryS)
 			if e.Err != "" {
 				rec = "error: " + e.Err
+			} else if e.Skipped != "" {
+				rec = "skipped: " + e.Skipped
 			} else if !e.Recovered {
 				rec = "NOT RECOVERED"
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -87,10 +88,13 @@ type sample struct {
 // eventRun is what happened at one event.
 type eventRun struct {
 	EventSpec
-	Node   string        // the node acted on (kill_leader: the leader found)
-	At     time.Duration // when it was carried out, since the load began
-	Err    string        // it could not be carried out
-	Exited time.Duration // leave: when the process exited (0: not seen)
+	Node string        // the node acted on (kill_leader: the leader found)
+	At   time.Duration // when it was carried out, since the load began
+	Err  string        // it could not be carried out
+	// Skipped: a nemesis fault whose target did not exist (no leader
+	// known), or the undoing of such a fault; not a failure of the run.
+	Skipped string
+	Exited  time.Duration // leave: when the process exited (0: not seen)
 	// Done is when the action took effect (a pick polls the map first);
 	// a map polled before it says nothing about the recovery.
 	Done time.Duration
@@ -106,7 +110,8 @@ type run struct {
 	mu      sync.Mutex
 	samples []sample
 	ready   map[*proc]bool
-	next    int // round robin over entry nodes
+	next    int        // round robin over entry nodes
+	rng     *rand.Rand // run-time picks (a hop to pause), under mu
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -165,7 +170,11 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 			o.net = NewLoopback()
 		}
 	}
-	r := &run{sc: sc, o: o, hc: &http.Client{}, ready: map[*proc]bool{}}
+	var seed uint64
+	if sc.Nemesis != nil {
+		seed = sc.Nemesis.Seed
+	}
+	r := &run{sc: sc, o: o, hc: &http.Client{}, ready: map[*proc]bool{}, rng: rand.New(rand.NewPCG(seed, 0x686f70))}
 	r.logf("run directory %s", o.runDir)
 
 	// The model and the reference answers, before any node competes for
@@ -258,6 +267,8 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	r.checkHistory(rep, samples)
 	if sc.Nemesis != nil {
 		rep.Nemesis = nemesisReport(sc.Nemesis, evs, rep)
+		total, longest := leaderless(samples)
+		rep.Nemesis.LeaderlessS, rep.Nemesis.LeaderlessMaxS = secs(total), secs(longest)
 		rep.Nemesis.History = rep.History
 		rep.Nemesis.Requests = checkRequests(rep.Results, refs, faultWindows(evs, rep, loadEnd))
 	}
@@ -658,6 +669,7 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 		out     []*eventRun
 		stopped []*proc // stopped by an event and not restarted, latest last
 		paused  []*proc // paused by an event and not resumed, latest last
+		skipEnd bool    // the last nemesis fault was skipped: skip its undoing
 	)
 	for _, e := range r.sc.Events {
 		t := time.NewTimer(time.Until(r.t0.Add(e.At)))
@@ -668,6 +680,13 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 		case <-t.C:
 		}
 		ev := &eventRun{EventSpec: e, Node: e.Node, At: time.Since(r.t0)}
+		if e.Fault != "" && faultEnd(e.Action) && skipEnd {
+			skipEnd = false
+			ev.Skipped = "its fault was skipped"
+			r.logf("%s (%s): skipped, its fault was skipped", e.Action, e.Fault)
+			out = append(out, ev)
+			continue
+		}
 		err := func() error {
 			switch e.Action {
 			case ActJoin, ActRejoin:
@@ -812,10 +831,14 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 			}
 			return fmt.Errorf("unknown action %q", e.Action)
 		}()
-		if err != nil {
+		switch {
+		case err != nil && e.Fault != "" && !faultEnd(e.Action) && errors.Is(err, errNoTarget):
+			ev.Skipped, skipEnd = err.Error(), true
+			r.logf("%s (%s): skipped: %v", e.Action, e.Fault, err)
+		case err != nil:
 			ev.Err = err.Error()
 			r.logf("%s %s: FAILED: %v", e.Action, ev.Node, err)
-		} else {
+		default:
 			ev.Done = time.Since(r.t0)
 			what := ev.Node
 			if e.Action == ActPartition {
@@ -831,6 +854,10 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 	return out
 }
 
+// errNoTarget: the node an event picks by its role does not exist now
+// (no leader known); a nemesis skips such a fault.
+var errNoTarget = errors.New("no node in that role")
+
 // degrader is a network that can make one node's links lossy or slow.
 type degrader interface {
 	Degrade(i int, delay time.Duration, loss float64) error
@@ -838,8 +865,8 @@ type degrader interface {
 }
 
 // chooseRole picks a running node by its role: PickLeader the Raft
-// leader, PickHop the first stage holder in scenario order that does not
-// lead (the leader when it is the only holder).
+// leader, PickHop one of the stage holders that do not lead (the leader
+// when it is the only holder).
 func (r *run) chooseRole(ctx context.Context, pick string) (string, error) {
 	v, _, err := r.swarm(ctx)
 	if err != nil {
@@ -862,14 +889,22 @@ func (r *run) chooseRole(ctx context.Context, pick string) (string, error) {
 	}
 	if pick == PickLeader {
 		if leader == "" {
-			return "", errors.New("pick leader: no leader known")
+			return "", fmt.Errorf("pick leader: %w: no leader known for 5 s", errNoTarget)
 		}
 		return leader, nil
 	}
+	var hops []string
 	for _, p := range r.c.procs {
 		if _, holds := v.Committed.Range(p.peerID); holds && p.running() && p.spec.Name != leader {
-			return p.spec.Name, nil
+			hops = append(hops, p.spec.Name)
 		}
+	}
+	if len(hops) > 0 {
+		// Drawn from the run's own seeded generator: the same run picks
+		// the same hops while the swarm's maps are the same.
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return hops[r.rng.IntN(len(hops))], nil
 	}
 	if leader != "" {
 		return leader, nil
