@@ -149,8 +149,12 @@ func (s *configScan) latest(logs raft.LogStore, term uint64) (uint64, error) {
 	if first > 0 && s.next < first {
 		s.next, s.index = first, max(s.index, first-1)
 	}
-	var l raft.Log
 	for i := max(s.next, 1); i <= last; i++ {
+		// A fresh Log each time: a cached entry's Data is the cache's
+		// own slice, and the bolt store decodes the next, uncached entry
+		// into whatever Data it is given, which would overwrite the
+		// cached entry (TestConfigScanKeepsTheCache).
+		var l raft.Log
 		if err := logs.GetLog(i, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
 				continue // compacted meanwhile
