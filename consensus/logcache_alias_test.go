@@ -12,14 +12,16 @@ import (
 // TestConfigScanKeepsTheCache: raft's LogCache hands out its own Data
 // slices (GetLog copies the Log, not the bytes), and the bolt store
 // decodes into the Log it is given, reusing its Data's array when it is
-// large enough. A scan that read a cached entry and then an uncached one
-// into the same raft.Log wrote the second entry's bytes over the cached
-// first: a configuration entry became a command's bytes, which the
-// leader then sent to a lagging follower, whose Raft panicked decoding
-// it ("failed to decode configuration: msgpack decode error"), at once
-// and at every restart (the nemesis found it: docs/nemesis.md). Here
-// entry 4 reaches bolt without the cache, as when appends evict a slot
-// in the middle of a scan.
+// large enough. LogCache.StoreLogs writes to bolt before it fills its
+// slots, so a scan that reads LastIndex in between finds the newest
+// entry uncached. configScan read every entry into one raft.Log: after a
+// cached configuration entry, the uncached command entry after it was
+// decoded over the configuration's bytes in the cache, which the leader
+// then sent to lagging followers, whose Raft panicked decoding it
+// ("failed to decode configuration: msgpack decode error"), at once and
+// at every restart: the nemesis found it, four of five nodes down at one
+// heal (docs/nemesis.md). Here entry 4 reaches bolt without the cache,
+// as in that window.
 func TestConfigScanKeepsTheCache(t *testing.T) {
 	db, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), "raft.db")})
 	if err != nil {

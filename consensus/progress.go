@@ -151,9 +151,10 @@ func (s *configScan) latest(logs raft.LogStore, term uint64) (uint64, error) {
 	}
 	for i := max(s.next, 1); i <= last; i++ {
 		// A fresh Log each time: a cached entry's Data is the cache's
-		// own slice, and the bolt store decodes the next, uncached entry
-		// into whatever Data it is given, which would overwrite the
-		// cached entry (TestConfigScanKeepsTheCache).
+		// own slice, and the bolt store decodes the next entry, uncached
+		// while LogCache.StoreLogs is between bolt and its slots, into
+		// whatever Data it is given: it would overwrite the cached entry,
+		// which the leader then sends (TestConfigScanKeepsTheCache).
 		var l raft.Log
 		if err := logs.GetLog(i, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
