@@ -214,7 +214,13 @@ func CheckHistory(ops []MapOp, timeout time.Duration) HistoryVerdict {
 		}
 	}
 	v.Lives = len(lives)
-	bad := func(format string, args ...any) { v.Violations = append(v.Violations, fmt.Sprintf(format, args...)) }
+	said := map[string]bool{}
+	bad := func(format string, args ...any) {
+		if msg := fmt.Sprintf(format, args...); !said[msg] {
+			said[msg] = true
+			v.Violations = append(v.Violations, msg)
+		}
+	}
 
 	// One map per epoch, one record per index, everywhere.
 	byEpoch := map[uint64]MapOp{}
