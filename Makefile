@@ -7,7 +7,8 @@ PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
-	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp handovers fuzz-long
+	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp handovers fuzz-long \
+	nemesis nemesis-broken
 
 all: build
 
@@ -60,6 +61,29 @@ soak: build debs
 		elif [ $$rc -ne 0 ]; then echo "== $$name: FAILED"; fail=1; \
 		else echo "== $$name: passed ($$(basename $$bin))"; fi; \
 	done; exit $$fail
+
+# The nemesis (docs/nemesis.md; needs root): testdata/testnet/nemesis.yaml,
+# 10 minutes of seeded faults under streaming load (about 12 minutes in
+# all), or NEMESIS=short for nemesis-short.yaml (2 minutes). It fails
+# unless the committed maps form one linearizable history and no request
+# is wrong, duplicated or lost. Report under bin/nemesis/.
+# nemesis-broken runs the short one on a faultinject build that reuses
+# map epochs (STRATA_FAULT_EPOCH=reuse) and passes only if the checker
+# catches it.
+NEMESIS ?=
+NEMESIS_FILE = testdata/testnet/nemesis$(if $(NEMESIS),-$(NEMESIS)).yaml
+nemesis: build
+	@mkdir -p $(BIN)/nemesis; name=$$(basename $(NEMESIS_FILE) .yaml); rm -rf $(BIN)/nemesis/$$name; \
+	$(BIN)/strata testnet run $(NEMESIS_FILE) --bin $(BIN)/strata --run-dir $(BIN)/nemesis/$$name --report $(BIN)/nemesis/$$name.md
+
+nemesis-broken:
+	$(GO) build -tags faultinject -o $(BIN)/strata-fi ./cmd/strata
+	@mkdir -p $(BIN)/nemesis; rm -rf $(BIN)/nemesis/broken; \
+	STRATA_FAULT_EPOCH=reuse $(BIN)/strata-fi testnet run testdata/testnet/nemesis-short.yaml --bin $(BIN)/strata-fi \
+		--run-dir $(BIN)/nemesis/broken --report $(BIN)/nemesis/broken.md; rc=$$?; \
+	if [ $$rc -eq 1 ] && grep -q 'NOT LINEARIZABLE' $(BIN)/nemesis/broken.md; then \
+		echo "== nemesis-broken: the checker caught the broken build"; \
+	else echo "== nemesis-broken: NOT CAUGHT (exit $$rc)"; exit 1; fi
 
 # The placement planner against the baselines on a bundled scenario.
 plan: build

@@ -438,10 +438,16 @@ func (c *Consensus) closeTransport() error {
 
 // applied runs on raft's FSM goroutine after each admitted record.
 func (c *Consensus) applied(idx uint64, r Record, s State) {
+	if _, ok := r.Event.(MapCommitted); ok {
+		c.logMapApplied(idx, s.Committed())
+	}
 	c.notify(Change{Index: idx, Record: r, State: s})
 }
 
-func (c *Consensus) restored(s State) { c.notify(Change{State: s}) }
+func (c *Consensus) restored(s State) {
+	c.logMapRestored(s)
+	c.notify(Change{State: s})
+}
 
 func (c *Consensus) notify(ch Change) {
 	c.mu.Lock()

@@ -677,7 +677,7 @@ func (d *decision) stepwise(f *layers.Fleet, committed, target layers.LayerMap, 
 
 // propose appends MapProposed for target as the next epoch.
 func (d *decision) propose(committed, target layers.LayerMap, reason string) (Action, error) {
-	target.Epoch = committed.Epoch + 1
+	target.Epoch = nextEpoch(committed.Epoch)
 	if committed.Layers != 0 && target.SameStages(committed) {
 		return nil, nil
 	}

@@ -280,7 +280,7 @@ func (s *State) mapProposed(at time.Time, e MapProposed) error {
 	if err := m.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
-	if want := s.committed.Epoch + 1; m.Epoch != want {
+	if want := nextEpoch(s.committed.Epoch); m.Epoch != want {
 		return fmt.Errorf("%w: proposal of epoch %d, want %d", ErrRejected, m.Epoch, want)
 	}
 	if s.committed.Layers != 0 && m.Layers != s.committed.Layers {

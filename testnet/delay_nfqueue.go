@@ -72,10 +72,12 @@ type delayer struct {
 	region map[netip.Addr]string // a node address's region
 	stats  delayStats
 
-	mu    sync.Mutex
-	rnd   *rand.Rand
-	held  heldQueue
-	last  map[[2]netip.Addr]time.Time // per host pair: when its latest packet leaves
+	mu   sync.Mutex
+	rnd  *rand.Rand
+	held heldQueue
+	last map[[2]netip.Addr]time.Time // per host pair: when its latest packet leaves
+	// extra degrades one host's packets, both ways (a nemesis fault).
+	extra map[netip.Addr]pathSpec
 	seq   uint64
 	wake  chan struct{}
 	nlSeq atomic.Uint32
@@ -275,6 +277,14 @@ func (d *delayer) packet(now time.Time, attrs []byte) {
 	dst, _ := netip.AddrFromSlice(payload[16:20])
 	d.mu.Lock()
 	delay, drop := d.model.decide(d.region[src], d.region[dst], d.rnd)
+	for _, a := range [2]netip.Addr{src, dst} {
+		if x, ok := d.extra[a]; ok && !drop {
+			if x.Loss > 0 && d.rnd.Float64() < x.Loss {
+				drop = true
+			}
+			delay += x.OneWay
+		}
+	}
 	if drop {
 		d.mu.Unlock()
 		d.stats.Dropped.Add(1)
@@ -364,4 +374,19 @@ func (p *heldQueue) Pop() any {
 	x := old[len(old)-1]
 	*p = old[:len(old)-1]
 	return x
+}
+
+// degrade adds delay and loss to every packet from or to addr (a zero
+// spec undoes it).
+func (d *delayer) degrade(addr netip.Addr, p pathSpec) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p == (pathSpec{}) {
+		delete(d.extra, addr)
+		return
+	}
+	if d.extra == nil {
+		d.extra = map[netip.Addr]pathSpec{}
+	}
+	d.extra[addr] = p
 }

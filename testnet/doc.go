@@ -44,6 +44,18 @@
 // retries and their causes, TTFT and per-token p50 and p99, throughput
 // over time, recovery per event and the map epochs seen.
 //
+// A scenario's nemesis section (nemesis.go) adds faults drawn from a
+// seeded generator, one at a time and each undone after a few seconds:
+// partitions (majority/minority, or two sides bridged by one node),
+// SIGSTOP of the leader or of a hop, packet loss or delay on one node
+// (the namespace network's delayer), kill -9 and rejoin. Every run also
+// checks the committed maps' history (history.go): each node logs every
+// map it applies (consensus.LogMapApplied), and the runner proves from
+// those lines and its polls that they form one linearizable history,
+// directly and with Porcupine. The nemesis report adds fault counts by
+// kind, recovery times and a request checker's verdict (no answer wrong,
+// duplicated or lost; no failure outside a fault). See docs/nemesis.md.
+//
 // The package touches nothing outside what it made: the processes it
 // started (each in its own process group, all killed when a run ends,
 // fails or is interrupted), the run directory, and the network it set up.

@@ -604,6 +604,24 @@ func (n *Namespaces) Heal() error {
 	return nil
 }
 
+// Degrade drops a share loss of node i's packets, to and from it, and
+// delays the rest by delay, until Restore.
+func (n *Namespaces) Degrade(i int, delay time.Duration, loss float64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || n.delayer == nil || i < 0 || i >= len(n.nodes) {
+		return fmt.Errorf("degrade: no node %d on a set-up network", i)
+	}
+	if loss < 0 || loss >= 1 || delay < 0 {
+		return fmt.Errorf("degrade: loss %v outside [0, 1) or negative delay %v", loss, delay)
+	}
+	n.delayer.degrade(n.nodes[i].pub, pathSpec{OneWay: delay, Loss: loss})
+	return nil
+}
+
+// Restore undoes Degrade of node i.
+func (n *Namespaces) Restore(i int) error { return n.Degrade(i, 0, 0) }
+
 // DelayStats are the delayer's counts of packets queued, dropped and
 // released so far.
 func (n *Namespaces) DelayStats() (queued, dropped, accepted int64) {

@@ -40,6 +40,10 @@ type proc struct {
 	peerID  string
 	addr    string // full multiaddr with /p2p/ID
 	starts  int
+	// startedAt[k] is when life k+1 (the k+1-th start) began: the
+	// history checker's lower bound on its first operation.
+	startedAt []time.Time
+	paused    bool // SIGSTOPped by the runner, not yet resumed
 }
 
 // cluster starts and stops the node processes of one run.
@@ -212,12 +216,14 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	// Its own process group, so that a kill reaches any wrapper's child too.
 	cmd.SysProcAttr.Setpgid = true
 	orphanGuard(cmd.SysProcAttr)
+	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.spec.Name, err)
 	}
 	exited := make(chan struct{})
 	p.mu.Lock()
-	p.cmd, p.exited, p.exitErr, p.stopped, p.starts = cmd, exited, nil, false, p.starts+1
+	p.cmd, p.exited, p.exitErr, p.stopped, p.starts, p.paused = cmd, exited, nil, false, p.starts+1, false
+	p.startedAt = append(p.startedAt, began)
 	p.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
@@ -289,6 +295,28 @@ func (c *cluster) signal(p *proc, sig syscall.Signal) error {
 	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signal %s: %w", p.spec.Name, err)
 	}
+	return nil
+}
+
+// pause stops p's process group with SIGSTOP, or resumes it with
+// SIGCONT; unlike signal, p stays running to the runner.
+func (c *cluster) pause(p *proc, stop bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || p.cmd == nil {
+		return fmt.Errorf("node %s is not running", p.spec.Name)
+	}
+	if p.paused == stop {
+		return fmt.Errorf("node %s: paused is already %v", p.spec.Name, stop)
+	}
+	sig := syscall.SIGCONT
+	if stop {
+		sig = syscall.SIGSTOP
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("%v %s: %w", sig, p.spec.Name, err)
+	}
+	p.paused = stop
 	return nil
 }
 

@@ -63,6 +63,13 @@ type Report struct {
 	// the scenario lies or sets a verify rate.
 	Trust *TrustReport `json:"trust,omitempty"`
 
+	// History is the committed-map history checker's verdict (nil when
+	// it could not run: HistoryErr says why); Nemesis the nemesis
+	// section.
+	History    *HistoryVerdict `json:"history,omitempty"`
+	HistoryErr string          `json:"history_error,omitempty"`
+	Nemesis    *NemesisReport  `json:"nemesis,omitempty"`
+
 	Results []result `json:"results"`
 }
 
@@ -108,6 +115,8 @@ type EventReport struct {
 	AtS     float64 `json:"at_s"`
 	Action  string  `json:"action"`
 	Node    string  `json:"node,omitempty"`
+	Fault   string  `json:"fault,omitempty"` // the nemesis fault it starts or undoes
+	Skipped string  `json:"skipped,omitempty"`
 	Err     string  `json:"error,omitempty"`
 	ExitedS float64 `json:"exited_s,omitempty"` // leave: when the process exited
 	MapS    float64 `json:"map_s"`
@@ -268,7 +277,15 @@ func buildReport(sc *Scenario, results []result, refs []RefAnswer, events []even
 		if i+1 < len(events) {
 			until = events[i+1].At
 		}
-		er := EventReport{AtS: secs(e.At), Action: e.Action, Node: e.Node, Err: e.Err, MapS: -1, RequestS: -1, RecoveryS: -1, RepairedS: -1}
+		er := EventReport{AtS: secs(e.At), Action: e.Action, Node: e.Node, Fault: e.Fault, Err: e.Err, Skipped: e.Skipped,
+			MapS: -1, RequestS: -1, RecoveryS: -1, RepairedS: -1}
+		if e.Action == ActPartition && e.Node == "" {
+			var sides []string
+			for _, g := range e.Groups {
+				sides = append(sides, strings.Join(g, " "))
+			}
+			er.Node = strings.Join(sides, " | ")
+		}
 		if e.Action == ActKill || e.Action == ActLeave || e.Action == ActKillLeader {
 			for _, s := range samples {
 				if s.At >= e.At && s.At < until && !slices.ContainsFunc(s.Stages, func(st string) bool { return strings.HasPrefix(st, e.Node+"[") }) {
@@ -294,7 +311,7 @@ func buildReport(sc *Scenario, results []result, refs []RefAnswer, events []even
 				}
 			}
 		}
-		if e.Err == "" {
+		if e.Err == "" && e.Skipped == "" {
 			mapAt, reqAt, ok := recovery(e.At, e.Done, until, samples, results)
 			if mapAt >= 0 {
 				er.MapS = secs(mapAt)
@@ -357,6 +374,7 @@ func check(sc *Scenario, rep *Report) []string {
 	for _, e := range rep.Events {
 		name := fmt.Sprintf("%s %s at %.1fs", e.Action, e.Node, e.AtS)
 		switch {
+		case e.Skipped != "":
 		case e.Err != "":
 			v = append(v, fmt.Sprintf("%s could not be carried out: %s", name, e.Err))
 		case x.Recovered != nil && *x.Recovered && !e.Recovered:
@@ -410,10 +428,16 @@ func (rep *Report) Markdown() string {
 			rec := fmtS(e.RecoveryS)
 			if e.Err != "" {
 				rec = "error: " + e.Err
+			} else if e.Skipped != "" {
+				rec = "skipped: " + e.Skipped
 			} else if !e.Recovered {
 				rec = "NOT RECOVERED"
 			}
-			fmt.Fprintf(&b, "| %.1f | %s | %s | %s | %s | %s | %s |\n", e.AtS, e.Action, e.Node, fmtS(e.MapS), fmtS(e.RequestS), rec, fmtS(e.RepairedS))
+			act := e.Action
+			if e.Fault != "" && e.Fault != e.Action {
+				act += " (" + e.Fault + ")"
+			}
+			fmt.Fprintf(&b, "| %.1f | %s | %s | %s | %s | %s | %s |\n", e.AtS, act, e.Node, fmtS(e.MapS), fmtS(e.RequestS), rec, fmtS(e.RepairedS))
 		}
 		b.WriteString("\n")
 		joins := false
@@ -476,6 +500,14 @@ func (rep *Report) Markdown() string {
 	}
 	if rep.Trust != nil {
 		rep.Trust.markdown(&b)
+	}
+	if rep.Nemesis != nil {
+		rep.Nemesis.markdown(&b)
+	} else if h := rep.History; h != nil {
+		fmt.Fprintf(&b, "\nCommitted maps: linearizable %v (Porcupine %s), %d maps, %d lives.\n", h.Linearizable, h.Porcupine, h.Maps, h.Lives)
+	}
+	if rep.HistoryErr != "" {
+		fmt.Fprintf(&b, "\nHistory checker: %s\n", rep.HistoryErr)
 	}
 	if rep.Pass {
 		b.WriteString("\nResult: PASS\n")

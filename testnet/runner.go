@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
 )
@@ -75,15 +78,23 @@ type sample struct {
 	// Healthy: it covers every layer on nodes the runner has not stopped.
 	Healthy bool
 	Stages  []string // "name[start,end)"
+	// For the history checker: the node's process life, the map's hash,
+	// and when the poll was sent and answered.
+	Life         int
+	Hash         string
+	Call, Return time.Time
 }
 
 // eventRun is what happened at one event.
 type eventRun struct {
 	EventSpec
-	Node   string        // the node acted on (kill_leader: the leader found)
-	At     time.Duration // when it was carried out, since the load began
-	Err    string        // it could not be carried out
-	Exited time.Duration // leave: when the process exited (0: not seen)
+	Node string        // the node acted on (kill_leader: the leader found)
+	At   time.Duration // when it was carried out, since the load began
+	Err  string        // it could not be carried out
+	// Skipped: a nemesis fault whose target did not exist (no leader
+	// known), or the undoing of such a fault; not a failure of the run.
+	Skipped string
+	Exited  time.Duration // leave: when the process exited (0: not seen)
 	// Done is when the action took effect (a pick polls the map first);
 	// a map polled before it says nothing about the recovery.
 	Done time.Duration
@@ -99,7 +110,8 @@ type run struct {
 	mu      sync.Mutex
 	samples []sample
 	ready   map[*proc]bool
-	next    int // round robin over entry nodes
+	next    int        // round robin over entry nodes
+	rng     *rand.Rand // run-time picks (a hop to pause), under mu
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -158,7 +170,11 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 			o.net = NewLoopback()
 		}
 	}
-	r := &run{sc: sc, o: o, hc: &http.Client{}, ready: map[*proc]bool{}}
+	var seed uint64
+	if sc.Nemesis != nil {
+		seed = sc.Nemesis.Seed
+	}
+	r := &run{sc: sc, o: o, hc: &http.Client{}, ready: map[*proc]bool{}, rng: rand.New(rand.NewPCG(seed, 0x686f70))}
 	r.logf("run directory %s", o.runDir)
 
 	// The model and the reference answers, before any node competes for
@@ -248,6 +264,16 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	r.mu.Unlock()
 	rep = buildReport(sc, results, refs, evs, samples, loadEnd, crashed, verify)
 	rep.RunDir, rep.Network = o.runDir, sc.Network.Mode
+	r.checkHistory(rep, samples)
+	if sc.Nemesis != nil {
+		rep.Nemesis = nemesisReport(sc.Nemesis, evs, rep)
+		total, longest := leaderless(samples)
+		rep.Nemesis.LeaderlessS, rep.Nemesis.LeaderlessMaxS = secs(total), secs(longest)
+		rep.Nemesis.History = rep.History
+		rep.Nemesis.Requests = checkRequests(rep.Results, refs, faultWindows(evs, rep, loadEnd))
+	}
+	rep.Violations = append(rep.Violations, checkNemesis(sc.Expect, rep)...)
+	rep.Pass = len(rep.Violations) == 0
 	rep.Reachability = reach
 	for _, nr := range reach {
 		rep.Stolen += nr.Stolen
@@ -605,8 +631,14 @@ func (r *run) poll(ctx context.Context) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		call := time.Now()
 		if v, p, err := r.swarm(ctx); err == nil {
-			s := sample{At: time.Since(r.t0), Node: p.spec.Name, Epoch: v.Committed.Epoch, Covers: v.Committed.Covers()}
+			ret := time.Now()
+			p.mu.Lock()
+			life := p.starts
+			p.mu.Unlock()
+			s := sample{At: time.Since(r.t0), Node: p.spec.Name, Epoch: v.Committed.Epoch, Covers: v.Committed.Covers(),
+				Life: life, Hash: consensus.MapHash(v.Committed), Call: call, Return: ret}
 			if v.Leader != nil {
 				s.Leader = r.nameOf(*v.Leader)
 			}
@@ -636,6 +668,8 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 	var (
 		out     []*eventRun
 		stopped []*proc // stopped by an event and not restarted, latest last
+		paused  []*proc // paused by an event and not resumed, latest last
+		skipEnd bool    // the last nemesis fault was skipped: skip its undoing
 	)
 	for _, e := range r.sc.Events {
 		t := time.NewTimer(time.Until(r.t0.Add(e.At)))
@@ -646,6 +680,13 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 		case <-t.C:
 		}
 		ev := &eventRun{EventSpec: e, Node: e.Node, At: time.Since(r.t0)}
+		if e.Fault != "" && faultEnd(e.Action) && skipEnd {
+			skipEnd = false
+			ev.Skipped = "its fault was skipped"
+			r.logf("%s (%s): skipped, its fault was skipped", e.Action, e.Fault)
+			out = append(out, ev)
+			continue
+		}
 		err := func() error {
 			switch e.Action {
 			case ActJoin, ActRejoin:
@@ -698,14 +739,10 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 					p, ev.Node = r.c.byName(name), name
 				}
 				if e.Action == ActKillLeader {
-					v, _, err := r.swarm(ctx)
+					name, err := r.chooseRole(ctx, PickLeader)
 					if err != nil {
 						return fmt.Errorf("find the leader: %w", err)
 					}
-					if v.Leader == nil {
-						return errors.New("no leader known")
-					}
-					name := r.nameOf(*v.Leader)
 					if p = r.c.byName(name); p == nil {
 						return fmt.Errorf("the leader %s is not one of this run's nodes", name)
 					}
@@ -745,19 +782,134 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 				return r.o.net.Partition(groups)
 			case ActHeal:
 				return r.o.net.Heal()
+			case ActPause:
+				p := r.c.byName(e.Node)
+				if e.Pick != "" {
+					name, err := r.chooseRole(ctx, e.Pick)
+					if err != nil {
+						return err
+					}
+					p, ev.Node = r.c.byName(name), name
+				}
+				// No new requests to a paused entry, as a load balancer's
+				// health check would see; those in flight wait for it.
+				r.setReady(p, false)
+				if err := r.c.pause(p, true); err != nil {
+					r.setReady(p, true)
+					return err
+				}
+				paused = append(paused, p)
+				return nil
+			case ActResume:
+				if len(paused) == 0 {
+					return errors.New("no paused node to resume")
+				}
+				p := paused[len(paused)-1]
+				paused = paused[:len(paused)-1]
+				ev.Node = p.spec.Name
+				if err := r.c.pause(p, false); err != nil {
+					return err
+				}
+				go func() {
+					rctx, cancel := context.WithTimeout(ctx, r.sc.ReadyTimeout)
+					defer cancel()
+					if waitReady(rctx, p) == nil {
+						r.setReady(p, true)
+					}
+				}()
+				return nil
+			case ActDegrade, ActRestore:
+				d, ok := r.o.net.(degrader)
+				if !ok {
+					return fmt.Errorf("%s: %w", e.Action, ErrUnsupported)
+				}
+				i := r.c.byName(e.Node).i
+				if e.Action == ActRestore {
+					return d.Restore(i)
+				}
+				return d.Degrade(i, e.Delay, e.Loss)
 			}
 			return fmt.Errorf("unknown action %q", e.Action)
 		}()
-		if err != nil {
+		switch {
+		case err != nil && e.Fault != "" && !faultEnd(e.Action) && errors.Is(err, errNoTarget):
+			ev.Skipped, skipEnd = err.Error(), true
+			r.logf("%s (%s): skipped: %v", e.Action, e.Fault, err)
+		case err != nil:
 			ev.Err = err.Error()
 			r.logf("%s %s: FAILED: %v", e.Action, ev.Node, err)
-		} else {
+		default:
 			ev.Done = time.Since(r.t0)
-			r.logf("%s %s", e.Action, ev.Node)
+			what := ev.Node
+			if e.Action == ActPartition {
+				what = fmt.Sprint(e.Groups)
+			}
+			if e.Fault != "" {
+				what += " (" + e.Fault + ")"
+			}
+			r.logf("%s %s", e.Action, what)
 		}
 		out = append(out, ev)
 	}
 	return out
+}
+
+// errNoTarget: the node an event picks by its role does not exist now
+// (no leader known); a nemesis skips such a fault.
+var errNoTarget = errors.New("no node in that role")
+
+// degrader is a network that can make one node's links lossy or slow.
+type degrader interface {
+	Degrade(i int, delay time.Duration, loss float64) error
+	Restore(i int) error
+}
+
+// chooseRole picks a running node by its role: PickLeader the Raft
+// leader, PickHop one of the stage holders that do not lead (the leader
+// when it is the only holder).
+func (r *run) chooseRole(ctx context.Context, pick string) (string, error) {
+	v, _, err := r.swarm(ctx)
+	if err != nil {
+		return "", fmt.Errorf("pick %s: %w", pick, err)
+	}
+	leader := ""
+	if v.Leader != nil {
+		leader = r.nameOf(*v.Leader)
+	}
+	// Between two leaders: wait a little for the next one.
+	for wait := time.Now().Add(5 * time.Second); pick == PickLeader && leader == "" && time.Now().Before(wait); {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if v, _, err := r.swarm(ctx); err == nil && v.Leader != nil {
+			leader = r.nameOf(*v.Leader)
+		}
+	}
+	if pick == PickLeader {
+		if leader == "" {
+			return "", fmt.Errorf("pick leader: %w: no leader known for 5 s", errNoTarget)
+		}
+		return leader, nil
+	}
+	var hops []string
+	for _, p := range r.c.procs {
+		if _, holds := v.Committed.Range(p.peerID); holds && p.running() && p.spec.Name != leader {
+			hops = append(hops, p.spec.Name)
+		}
+	}
+	if len(hops) > 0 {
+		// Drawn from the run's own seeded generator: the same run picks
+		// the same hops while the swarm's maps are the same.
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return hops[r.rng.IntN(len(hops))], nil
+	}
+	if leader != "" {
+		return leader, nil
+	}
+	return "", fmt.Errorf("pick hop: no stage holder in map epoch %d", v.Committed.Epoch)
 }
 
 // choose picks a running node by its place in the committed map:
@@ -796,3 +948,39 @@ func (r *run) choose(ctx context.Context, pick string) (string, error) {
 
 // drainWait bounds the wait for a leaving node to exit.
 const drainWait = 2 * time.Minute
+
+// checkHistory parses every node's applied-map lines, adds the polls as
+// reads, and runs the history checker.
+func (r *run) checkHistory(rep *Report, samples []sample) {
+	var ops []MapOp
+	for _, p := range r.c.procs {
+		p.mu.Lock()
+		starts := slices.Clone(p.startedAt)
+		p.mu.Unlock()
+		if len(starts) == 0 {
+			continue
+		}
+		got, err := parseNodeLog(p.log, p.spec.Name, starts)
+		if err != nil {
+			rep.HistoryErr = err.Error()
+			return
+		}
+		ops = append(ops, got...)
+	}
+	applied := len(ops)
+	for _, s := range samples {
+		if s.Epoch > 0 && s.Life > 0 {
+			ops = append(ops, MapOp{Node: s.Node, Life: s.Life, Kind: OpRead, Epoch: s.Epoch, Hash: s.Hash, Call: s.Call, Return: s.Return})
+		}
+	}
+	if applied == 0 {
+		rep.HistoryErr = ErrNoHistory.Error()
+		return
+	}
+	v := CheckHistory(ops, historyTimeout)
+	rep.History = &v
+	r.logf("history: linearizable %v (porcupine %s), %d maps, %d lives, %d applies, %d reads", v.Linearizable, v.Porcupine, v.Maps, v.Lives, v.Applies, v.Reads)
+}
+
+// historyTimeout bounds Porcupine's search.
+const historyTimeout = 2 * time.Minute

@@ -2,10 +2,12 @@ package testnet
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -25,6 +27,9 @@ type Scenario struct {
 	Nodes       []NodeSpec  `yaml:"nodes"`
 	Load        LoadSpec    `yaml:"load"`
 	Events      []EventSpec `yaml:"events"`
+	// Nemesis draws faults from a seeded generator (nemesis.go); they
+	// join Events.
+	Nemesis *NemesisSpec `yaml:"nemesis"`
 	// VerifyRate is the swarm's spot-check rate, replicated: the founder
 	// commits it (--swarm-verify-rate), and every entry without its own
 	// verify_rate follows it (nil: the founder's default).
@@ -152,12 +157,20 @@ const (
 	ActRejoin     = "rejoin"      // restart a stopped node with its data dir
 	ActPartition  = "partition"   // cut traffic between groups of nodes
 	ActHeal       = "heal"        // undo the partition
+	ActPause      = "pause"       // SIGSTOP a node
+	ActResume     = "resume"      // SIGCONT the node paused most recently
+	ActDegrade    = "degrade"     // drop (Loss) or delay (Delay) a node's packets
+	ActRestore    = "restore"     // undo a node's degrade
 )
 
 // Picks of EventSpec.Pick.
 const (
 	PickRedundant = "redundant"
 	PickSole      = "sole"
+	// PickLeader (pause) is the Raft leader, PickHop a stage holder that
+	// does not lead.
+	PickLeader = "leader"
+	PickHop    = "hop"
 )
 
 // EventSpec is one event of the timeline.
@@ -174,6 +187,12 @@ type EventSpec struct {
 	Pick string `yaml:"pick"`
 	// Groups are the partition's sides, by node name.
 	Groups [][]string `yaml:"groups"`
+	// Loss and Delay are a degrade's share of packets dropped and extra
+	// one-way delay, to and from the node.
+	Loss  float64       `yaml:"loss"`
+	Delay time.Duration `yaml:"delay"`
+	// Fault is the nemesis fault kind this event starts or undoes.
+	Fault string `yaml:"fault"`
 }
 
 // Expect is what the run must show; a nil field is not checked.
@@ -212,6 +231,11 @@ type Expect struct {
 	// MaxWrongTokensAfterEviction bounds the delivered tokens that differ
 	// from the oracle's and reached the client after the last eviction.
 	MaxWrongTokensAfterEviction *int `yaml:"max_wrong_tokens_after_eviction"`
+	// Linearizable: the committed maps form one linearizable history
+	// (history.go). CleanRequests: no request was wrong, duplicated or
+	// lost, and none failed outside a nemesis fault (nemesis.go).
+	Linearizable  *bool `yaml:"linearizable"`
+	CleanRequests *bool `yaml:"clean_requests"`
 }
 
 // ErrScenario wraps every validation error; the message names the field.
@@ -243,6 +267,19 @@ func ParseScenario(b []byte) (*Scenario, error) {
 		return nil, fmt.Errorf("%w: %w", ErrScenario, err)
 	}
 	s.defaults()
+	if n := s.Nemesis; n != nil {
+		if err := n.validate(s.Network.Mode); err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, nd := range s.Nodes {
+			if !nd.Late {
+				names = append(names, nd.Name)
+			}
+		}
+		s.Events = append(s.Events, NemesisEvents(*n, names, s.Duration)...)
+		slices.SortStableFunc(s.Events, func(a, b EventSpec) int { return cmp.Compare(a.At, b.At) })
+	}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -250,6 +287,9 @@ func ParseScenario(b []byte) (*Scenario, error) {
 }
 
 func (s *Scenario) defaults() {
+	if s.Nemesis != nil {
+		s.Nemesis.defaults()
+	}
 	if s.Network.Mode == "" {
 		s.Network.Mode = ModeLoopback
 	}
@@ -439,7 +479,17 @@ func (s *Scenario) Validate() error {
 		switch e.Action {
 		case ActJoin, ActKill, ActLeave:
 			needNode = true
-		case ActRejoin, ActKillLeader:
+		case ActRejoin, ActKillLeader, ActResume:
+		case ActPause:
+			needNode = true
+		case ActDegrade, ActRestore:
+			needNode = true
+			if s.Network.Mode != ModeNamespaces {
+				return bad(f+".action", "%s needs network.mode %s", e.Action, ModeNamespaces)
+			}
+			if e.Action == ActDegrade && (e.Loss < 0 || e.Loss >= 1 || e.Delay < 0 || (e.Loss == 0 && e.Delay == 0)) {
+				return bad(f, "degrade needs loss in (0, 1) or a positive delay")
+			}
 		case ActPartition:
 			if s.Network.Mode != ModeNamespaces {
 				return bad(f+".action", "partition needs network.mode %s", ModeNamespaces)
@@ -459,12 +509,14 @@ func (s *Scenario) Validate() error {
 				return bad(f+".action", "heal needs network.mode %s", ModeNamespaces)
 			}
 		default:
-			return bad(f+".action", "%q is not one of join, kill, leave, kill_leader, rejoin, partition, heal", e.Action)
+			return bad(f+".action", "%q is not one of join, kill, leave, kill_leader, rejoin, partition, heal, pause, resume, degrade, restore", e.Action)
 		}
 		switch {
-		case e.Pick != "" && e.Action != ActKill && e.Action != ActLeave:
-			return bad(f+".pick", "only kill and leave pick their node")
-		case e.Pick != "" && e.Pick != PickRedundant && e.Pick != PickSole:
+		case e.Pick != "" && e.Action != ActKill && e.Action != ActLeave && e.Action != ActPause:
+			return bad(f+".pick", "only kill, leave and pause pick their node")
+		case e.Action == ActPause && e.Pick != "" && e.Pick != PickLeader && e.Pick != PickHop:
+			return bad(f+".pick", "%q: a pause picks %s or %s", e.Pick, PickLeader, PickHop)
+		case e.Action != ActPause && e.Pick != "" && e.Pick != PickRedundant && e.Pick != PickSole:
 			return bad(f+".pick", "%q is neither %s nor %s", e.Pick, PickRedundant, PickSole)
 		case e.Pick != "" && e.Node != "":
 			return bad(f+".pick", "give node or pick, not both")
