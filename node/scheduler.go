@@ -61,7 +61,10 @@ type schedConfig struct {
 	// release builds and by default).
 	fault outputFault
 	// tolerant: this node's engine is not bit-reproducible, so its
-	// last-layer receipts always carry their logits (a tolerance check).
+	// last-layer receipts always carry their logits and its receipts name
+	// its engine (a tolerance check). The last hop of a session (not of a
+	// check session unless asked) carries its logits whatever its engine:
+	// a tolerance check of a hop before it compares them (midAudit).
 	tolerant bool
 	engine   string // the engine's label, which tolerance receipts name
 	// batchDone hears of each engine batch: its wall time, the layers it
@@ -485,7 +488,7 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	h := m.Hops[0]
 	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
 		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check,
-		logits: m.Check && m.Logits || s.cfg.tolerant, lp: m.Open.LogProbs, topLP: m.Open.TopLogProbs}
+		logits: !m.Check || m.Logits || s.cfg.tolerant, lp: m.Open.LogProbs, topLP: m.Open.TopLogProbs}
 	var r resume
 	if s.cache != nil && !m.Open.Cold {
 		r = resumePoint(s.cache, s.sessions, h, m.Tokens, m.Skip)
