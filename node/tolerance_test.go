@@ -30,7 +30,7 @@ type perturbStage struct {
 	// values in reverse order), as a lying hop before the last would.
 	lieHidden bool
 	mu        sync.Mutex
-	rng            *rand.Rand
+	rng       *rand.Rand
 }
 
 func perturbEngine(name string, hidden, logits float32, lie bool) Option {

@@ -347,9 +347,9 @@ func TestVerifyRateReplicated(t *testing.T) {
 // bit-reproducible go engine (its heartbeats name it) takes no part in an
 // exact check, as the hop, the checker or upstream of either: ggml's last
 // bits differ between a session and a cold check of it, which would read
-// as a lie. It is checked only by tolerance on its logits, and only as a
-// last hop (mid-pipeline it stays unchecked). The go nodes still check
-// each other. (The engine here is the go engine under another name, so
+// as a lie. It is checked only by tolerance on logits, wherever it sits
+// (before the last hop, on the last hop's logits after it). The go nodes
+// still check each other. (The engine here is the go engine under another name, so
 // that only the name can keep it out.)
 func TestVerifySkipsOtherEngines(t *testing.T) {
 	other := WithEngine(Engine{Name: "other-test", Open: openGo})
@@ -372,11 +372,6 @@ func TestVerifySkipsOtherEngines(t *testing.T) {
 			}
 			if c.Tolerance && c.Hop != odd {
 				t.Fatalf("a tolerance check of %s, a go node", c.Hop)
-			}
-			if m := nodes[0].Committed(); c.Tolerance {
-				if r, _ := m.Range(odd.String()); r.End != m.Layers {
-					t.Fatalf("a tolerance check of %s mid-pipeline (%v)", c.Hop, r)
-				}
 			}
 		}
 		if s.Mismatches != 0 || s.Reported != 0 {
