@@ -152,6 +152,12 @@ type outputFault interface {
 	corrupt(w *work, last bool)
 }
 
+// engineFault makes a node sign another engine label than its own (the
+// fault injector's, test builds only).
+type engineFault interface {
+	receiptEngine(label string) string
+}
+
 // receiptOf is hs's receipt as of now, signed.
 func (s *scheduler) receiptOf(hs *hopSession) (*ReceiptMsg, bool) {
 	if s.cfg.sign == nil || hs.pos == 0 {
@@ -169,6 +175,9 @@ func (s *scheduler) receiptOf(hs *hopSession) (*ReceiptMsg, bool) {
 		// Signed, so that a tolerance verdict may accuse this node where it
 		// carries no logits (a hop before the last), and never a go node.
 		r.Engine = s.cfg.engine
+	}
+	if f, ok := s.cfg.fault.(engineFault); ok {
+		r.Engine = f.receiptEngine(r.Engine)
 	}
 	if err := s.cfg.sign(&r); err != nil {
 		s.cfg.log.Warn("cannot sign a receipt", zap.Error(err))
@@ -1150,6 +1159,12 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 	if !slices.ContainsFunc(hops[:i], func(h Hop) bool { return !e.reproducible(h.Peer) }) && ra.InChain != rv.InChain {
 		return unresolved("the upstream fed them differently")
 	}
+	if ra.Engine == "" || ra.Engine == engine.EngineGo {
+		// X's signed receipt claims the go engine, whatever its heartbeat
+		// says: no tolerance verdict may accuse it, but it is held to an
+		// exact check by go holders fed the same input.
+		return g.midExact(ctx, x, ra, rv, alts, v, run, unresolved)
+	}
 	for _, p := range alts[v+1:] {
 		rw, tw, err := run(p)
 		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
@@ -1176,4 +1191,40 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 		break
 	}
 	return unresolved("no third holder settled it")
+}
+
+// midExact settles a mid-path check whose hop X signed a receipt (ra,
+// from a check session) that names no engine other than go: it is held to
+// an exact comparison with go holders fed the same input (rv, the first
+// checker's, then third holders), and exact evidence accuses it (the
+// whole ban). Without a go checker fed the same input nothing is proven.
+func (g *generation) midExact(ctx context.Context, x Hop, ra, rv consensus.Receipt, alts []peer.ID, v int,
+	run func(peer.ID) (consensus.Receipt, consensus.Receipt, error), unresolved func(string) *attemptEnd) *attemptEnd {
+	e := g.e
+	isGo := func(r consensus.Receipt) bool { return (r.Engine == "" || r.Engine == engine.EngineGo) && e.reproducible(r.Signer) }
+	if !isGo(rv) || !rv.SameInput(ra) {
+		return unresolved("the hop claims the go engine and no go checker was fed its input")
+	}
+	if ra.SameOutput(rv) {
+		return unresolved("the hop agrees exactly in a check, not in its session")
+	}
+	for _, p := range alts[v+1:] {
+		if !e.reproducible(p) {
+			continue
+		}
+		rw, _, err := run(p)
+		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
+			return nil
+		}
+		if err != nil || !isGo(rw) || !rw.SameInput(ra) {
+			continue
+		}
+		if rw.SameOutput(rv) {
+			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{ra, rv, rw}})
+			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
+				reason: fmt.Sprintf("hop %s, claiming the go engine, failed an exact check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
+		}
+		break
+	}
+	return unresolved("no go third holder settled it exactly")
 }

@@ -286,3 +286,70 @@ func testSendLiar(t *testing.T, signed bool) {
 		return
 	}
 }
+
+// TestVerifyMidPathOtherEngine: a hop before the last whose heartbeats
+// name another engine, and which negates its hidden rows, is caught by a
+// mid-path check whatever label its receipts sign (static map: the entry
+// has no layers; the liar and two go nodes hold [0,4), one go node
+// [4,8), so every check is of a [0,4) hop through the same last hop).
+// Signing its engine, it is accused by tolerance evidence of the
+// mid-path kind (three runs' tails from the last hop); signing as go
+// (FaultSpec.SignGo), which no tolerance verdict may accuse, it is held
+// to an exact check by the go holders and accused by exact evidence.
+// Either evidence passes the leader's check (Evidence.Check).
+func TestVerifyMidPathOtherEngine(t *testing.T) {
+	for _, signGo := range []bool{false, true} {
+		name := "signs-its-engine"
+		if signGo {
+			name = "signs-go"
+		}
+		t.Run(name, func(t *testing.T) { testMidPathOtherEngine(t, signGo) })
+	}
+}
+
+func testMidPathOtherEngine(t *testing.T, signGo bool) {
+	dirs, ids := staticIDs(t, 5)
+	stage := func(i, from, to int) layers.Stage {
+		return layers.Stage{Node: ids[i].String(), Range: layers.Range{Start: from, End: to}}
+	}
+	m, err := layers.NewLayerMap(8, 1, stage(1, 0, 4), stage(2, 0, 4), stage(3, 0, 4), stage(4, 4, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCluster(t, WithStaticMap(m), WithVerifyRate(1))
+	var nodes []*Node
+	for i := range ids {
+		extra := []Option{WithDataDir(dirs[i])}
+		if i == 1 {
+			extra = append(extra, WithEngine(Engine{Name: "other-test", Open: openGo}),
+				WithFaultInjection(FaultSpec{Every: 1, Mode: FaultNegate, SignGo: signGo}))
+		}
+		nodes = append(nodes, c.add(extra...))
+	}
+	c.waitServing(30*time.Second, ids[1:]...)
+	entry, liar := nodes[0], nodes[1]
+	waitFor(t, 30*time.Second, "the liar's heartbeat naming its engine", func() bool { return !entry.reproducible(liar.ID()) })
+	reports := make(chan consensus.Evidence, 16)
+	entry.entry.report = func(_ context.Context, ev consensus.Evidence) error {
+		reports <- ev
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for i := 0; len(reports) == 0; i++ {
+		if ctx.Err() != nil {
+			t.Fatalf("no report after %d generations: %+v", i, entry.VerifyStats())
+		}
+		_, _ = generate(ctx, t, entry, "Once upon a time", 8)
+	}
+	ev := <-reports
+	accused, err := ev.Check()
+	if err != nil || accused != liar.ID() {
+		t.Fatalf("evidence accuses %s (%v), want the liar %s", accused, err, liar.ID())
+	}
+	if signGo != !ev.Tolerance || (ev.Tolerance && len(ev.Tails) != 3) {
+		t.Fatalf("signing as go %v: evidence of the tolerance kind %v with %d tails", signGo, ev.Tolerance, len(ev.Tails))
+	}
+	t.Logf("accused by %s evidence; tolerance checks %d", map[bool]string{true: "mid-path tolerance", false: "exact"}[ev.Tolerance],
+		entry.VerifyStats().Tolerance)
+}
