@@ -1201,7 +1201,9 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 func (g *generation) midExact(ctx context.Context, x Hop, ra, rv consensus.Receipt, alts []peer.ID, v int,
 	run func(peer.ID) (consensus.Receipt, consensus.Receipt, error), unresolved func(string) *attemptEnd) *attemptEnd {
 	e := g.e
-	isGo := func(r consensus.Receipt) bool { return (r.Engine == "" || r.Engine == engine.EngineGo) && e.reproducible(r.Signer) }
+	isGo := func(r consensus.Receipt) bool {
+		return (r.Engine == "" || r.Engine == engine.EngineGo) && e.reproducible(r.Signer)
+	}
 	if !isGo(rv) || !rv.SameInput(ra) {
 		return unresolved("the hop claims the go engine and no go checker was fed its input")
 	}
