@@ -178,6 +178,9 @@ func (s *scheduler) receiptOf(hs *hopSession) (*ReceiptMsg, bool) {
 	}
 	if f, ok := s.cfg.fault.(engineFault); ok {
 		r.Engine = f.receiptEngine(r.Engine)
+		if r.Logits != nil {
+			r.Logits.Engine = f.receiptEngine(r.Logits.Engine)
+		}
 	}
 	if err := s.cfg.sign(&r); err != nil {
 		s.cfg.log.Warn("cannot sign a receipt", zap.Error(err))
@@ -579,6 +582,18 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 	steps := max(rx.Positions-len(g.prompt), 0) + 1
 	alts := g.tolCheckers(hops, i)
 	rand.Shuffle(len(alts), func(a, b int) { alts[a], alts[b] = alts[b], alts[a] })
+	// Go checkers first: they add no noise of their own, and only they can
+	// hold a hop that signs as go to an exact check (exactSettle).
+	slices.SortStableFunc(alts, func(a, b peer.ID) int {
+		ra, rb := e.reproducible(a), e.reproducible(b)
+		switch {
+		case ra == rb:
+			return 0
+		case ra:
+			return -1
+		}
+		return 1
+	})
 	run := func(p peer.ID) (consensus.Receipt, error) {
 		rs, err := e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg, true)
 		if err != nil {
@@ -605,6 +620,15 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 	e.vc.toleranceSeen(rel, true)
 	e.cfg.log.Warn("tolerance check: logits differ; asking a third holder", zap.Stringer("hop", x.Peer),
 		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rx.Positions))
+	if eng := rx.Logits.Engine; eng == "" || eng == engine.EngineGo {
+		// X signs as go whatever its heartbeat says: held to exact checks.
+		return g.exactSettle(ctx, x, rx, rv, alts, v, run, func(why string) *attemptEnd {
+			e.vc.unresolved.Add(1)
+			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
+				reason: fmt.Sprintf("hop %s and checker %s disagree on the logits of layers [%d, %d): %s",
+					shortID(x.Peer), shortID(alts[v]), x.From, x.To, why)}
+		})
+	}
 	for _, p := range alts[v+1:] {
 		rw, err := run(p)
 		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
@@ -1163,7 +1187,10 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 		// X's signed receipt claims the go engine, whatever its heartbeat
 		// says: no tolerance verdict may accuse it, but it is held to an
 		// exact check by go holders fed the same input.
-		return g.midExact(ctx, x, ra, rv, alts, v, run, unresolved)
+		return g.exactSettle(ctx, x, ra, rv, alts, v, func(p peer.ID) (consensus.Receipt, error) {
+			rm, _, err := run(p)
+			return rm, err
+		}, unresolved)
 	}
 	for _, p := range alts[v+1:] {
 		rw, tw, err := run(p)
@@ -1193,13 +1220,14 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 	return unresolved("no third holder settled it")
 }
 
-// midExact settles a mid-path check whose hop X signed a receipt (ra,
-// from a check session) that names no engine other than go: it is held to
-// an exact comparison with go holders fed the same input (rv, the first
-// checker's, then third holders), and exact evidence accuses it (the
-// whole ban). Without a go checker fed the same input nothing is proven.
-func (g *generation) midExact(ctx context.Context, x Hop, ra, rv consensus.Receipt, alts []peer.ID, v int,
-	run func(peer.ID) (consensus.Receipt, consensus.Receipt, error), unresolved func(string) *attemptEnd) *attemptEnd {
+// exactSettle settles a tolerance check whose hop X signed a receipt (ra)
+// that names no engine other than go: no tolerance verdict may accuse
+// it, so it is held to an exact comparison with go holders fed the same
+// input (rv, the first checker's, then third holders run by run), and
+// exact evidence accuses it (the whole ban). Without a go checker fed the
+// same input nothing is proven.
+func (g *generation) exactSettle(ctx context.Context, x Hop, ra, rv consensus.Receipt, alts []peer.ID, v int,
+	run func(peer.ID) (consensus.Receipt, error), unresolved func(string) *attemptEnd) *attemptEnd {
 	e := g.e
 	isGo := func(r consensus.Receipt) bool {
 		return (r.Engine == "" || r.Engine == engine.EngineGo) && e.reproducible(r.Signer)
@@ -1214,7 +1242,7 @@ func (g *generation) midExact(ctx context.Context, x Hop, ra, rv consensus.Recei
 		if !e.reproducible(p) {
 			continue
 		}
-		rw, _, err := run(p)
+		rw, err := run(p)
 		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
 			return nil
 		}

@@ -287,32 +287,36 @@ func testSendLiar(t *testing.T, signed bool) {
 	}
 }
 
-// TestVerifyMidPathOtherEngine: a hop before the last whose heartbeats
-// name another engine, and which negates its hidden rows, is caught by a
-// mid-path check whatever label its receipts sign (static map: the entry
-// has no layers; the liar and two go nodes hold [0,4), one go node
-// [4,8), so every check is of a [0,4) hop through the same last hop).
-// Signing its engine, it is accused by tolerance evidence of the
-// mid-path kind (three runs' tails from the last hop); signing as go
-// (FaultSpec.SignGo), which no tolerance verdict may accuse, it is held
-// to an exact check by the go holders and accused by exact evidence.
-// Either evidence passes the leader's check (Evidence.Check).
-func TestVerifyMidPathOtherEngine(t *testing.T) {
-	for _, signGo := range []bool{false, true} {
-		name := "signs-its-engine"
-		if signGo {
-			name = "signs-go"
+// TestVerifyOtherEngineLiar: a hop whose heartbeats name another engine,
+// and which negates its outputs (hidden rows before the last hop, the
+// logits on it), is caught wherever it sits and whatever label its
+// receipts sign (static map: the entry has no layers; the liar and two go
+// nodes hold one range, one go node the other). Before the last hop,
+// signing its engine, it is accused by tolerance evidence of the mid-path
+// kind (three runs' tails from the last hop); on the last hop by the
+// last-hop kind. Signing as go (FaultSpec.SignGo), which no tolerance
+// verdict may accuse, it is held to an exact check by the go holders and
+// accused by exact evidence. Every evidence passes the leader's check
+// (Evidence.Check).
+func TestVerifyOtherEngineLiar(t *testing.T) {
+	for _, last := range []bool{false, true} {
+		for _, signGo := range []bool{false, true} {
+			name := map[bool]string{false: "mid", true: "last"}[last] + "/" + map[bool]string{false: "signs-its-engine", true: "signs-go"}[signGo]
+			t.Run(name, func(t *testing.T) { testOtherEngineLiar(t, last, signGo) })
 		}
-		t.Run(name, func(t *testing.T) { testMidPathOtherEngine(t, signGo) })
 	}
 }
 
-func testMidPathOtherEngine(t *testing.T, signGo bool) {
+func testOtherEngineLiar(t *testing.T, last, signGo bool) {
 	dirs, ids := staticIDs(t, 5)
 	stage := func(i, from, to int) layers.Stage {
 		return layers.Stage{Node: ids[i].String(), Range: layers.Range{Start: from, End: to}}
 	}
-	m, err := layers.NewLayerMap(8, 1, stage(1, 0, 4), stage(2, 0, 4), stage(3, 0, 4), stage(4, 4, 8))
+	lo, hi := 0, 4 // the liar's range and its two go peers'
+	if last {
+		lo, hi = 4, 8
+	}
+	m, err := layers.NewLayerMap(8, 1, stage(1, lo, hi), stage(2, lo, hi), stage(3, lo, hi), stage(4, 4-lo, 12-hi))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,9 +351,9 @@ func testMidPathOtherEngine(t *testing.T, signGo bool) {
 	if err != nil || accused != liar.ID() {
 		t.Fatalf("evidence accuses %s (%v), want the liar %s", accused, err, liar.ID())
 	}
-	if signGo != !ev.Tolerance || (ev.Tolerance && len(ev.Tails) != 3) {
+	if wantTails := 3 * map[bool]int{false: 1}[last || signGo]; signGo != !ev.Tolerance || len(ev.Tails) != wantTails {
 		t.Fatalf("signing as go %v: evidence of the tolerance kind %v with %d tails", signGo, ev.Tolerance, len(ev.Tails))
 	}
-	t.Logf("accused by %s evidence; tolerance checks %d", map[bool]string{true: "mid-path tolerance", false: "exact"}[ev.Tolerance],
+	t.Logf("accused by evidence of the tolerance kind %v (%d tails); tolerance checks %d", ev.Tolerance, len(ev.Tails),
 		entry.VerifyStats().Tolerance)
 }
