@@ -708,6 +708,17 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			continue
 		}
 		if err := s.checkFrame(in, hs); err != nil {
+			if in.m.Open != nil && in.m.Skip > 0 && key.from > 0 {
+				// This hop resumed from its prefix cache, whose input chain
+				// may be over other rows than the sender's (an upstream on
+				// another engine, or one since evicted, fed it): not the
+				// sender's fault; the entry replays cold.
+				s.cfg.log.Debug("a resumed session's first frame does not verify; replay cold", zap.Stringer("peer", in.from),
+					zap.Stringer("session", in.m.Session), zap.Error(err))
+				s.reject(in, CodePrefixMiss, "", "session %s: the frame does not continue the %d positions this hop resumed: %v",
+					in.m.Session, in.m.Skip, err)
+				continue
+			}
 			// The sender's fault, like a corrupt frame: refused before
 			// anything is computed, and reported against it.
 			if s.cfg.badFrame != nil {
