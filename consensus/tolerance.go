@@ -19,7 +19,9 @@ import (
 // proof: evidence of this kind evicts for a shorter time than an exact
 // proof (the leader's ban divided by ToleranceBanDivisor), and it is
 // never accepted against a node whose own receipt names the go engine,
-// which stays under exact checks only.
+// which stays under exact checks only. A hop before the last has no
+// logits: evidence against it (Evidence.Tails, checkToleranceMid) compares
+// the last hop's logits after it and after two other holders.
 
 // LogitsTop is the number of (token, logit) pairs a receipt carries: the
 // highest ones. Sixteen is where sampling's mass lies for any sane

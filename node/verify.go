@@ -254,8 +254,9 @@ type CheckRecord struct {
 	// (a fault injector's "1 output in N" counts these).
 	Steps    int
 	Mismatch bool
-	// Tolerance: a check of a last hop on another engine by its logits,
-	// not its hashes; it covers the last position only.
+	// Tolerance: a check of a hop on another engine by logits (its own
+	// on the last hop, the last hop's after it otherwise), not hashes; it
+	// covers the last position only.
 	Tolerance bool
 }
 
@@ -973,7 +974,8 @@ func receiptSigner(key crypto.PrivKey) func(*consensus.Receipt) error {
 // reproducible reports whether p computes on the bit-reproducible
 // pure-Go engine: this node by its own engine, a peer by its latest
 // heartbeat (which names any other engine). A peer not heard yet is not
-// taken for one.
+// taken for one: it is checked by tolerance from its first step (and, if
+// it then signs as go, exactly: exactSettle) until its heartbeat says go.
 func (n *Node) reproducible(p peer.ID) bool {
 	if p == n.self {
 		return n.ann.engine == ""
