@@ -219,8 +219,8 @@ type VerifyStats struct {
 	Mismatches   uint64 // checks whose outputs differed
 	Reported     uint64 // faults reported to the leader and accepted
 	Unresolved   uint64 // mismatches no third holder could settle
-	// Tolerance counts the conclusive tolerance checks (of last hops on
-	// other engines, by their logits), ToleranceMismatches those beyond
+	// Tolerance counts the conclusive tolerance checks (of hops on other
+	// engines, by logits), ToleranceMismatches those beyond
 	// consensus.LogitsTolerance, and MaxAgreeingDelta the largest relative
 	// difference (max |Δlogit| / max |logit|) among the agreeing ones.
 	Tolerance           uint64
