@@ -354,6 +354,19 @@ func TestVerifyRateReplicated(t *testing.T) {
 func TestVerifySkipsOtherEngines(t *testing.T) {
 	other := WithEngine(Engine{Name: "other-test", Open: openGo})
 	_, nodes := verifyCluster(t, 4, map[int][]Option{1: {other}})
+	// A node not heard yet counts as not bit-reproducible (checked by
+	// tolerance): wait for every heartbeat, so that the go nodes are
+	// checked exactly only.
+	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
+		for _, n := range nodes {
+			for _, o := range nodes {
+				if n != o && n.reproducible(o.ID()) != (o != nodes[1]) {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	for i, p := range []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark night"} {
