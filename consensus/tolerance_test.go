@@ -364,3 +364,13 @@ func TestToleranceMidEvidence(t *testing.T) {
 		t.Fatalf("a logits section after the engine: %v, want ErrBadEvent", err)
 	}
 }
+
+// BenchmarkSummarizeLogits: what a last hop spends per step keeping its
+// logits summary (every session's last hop does, for mid-path checks),
+// on a 32,000-entry row (a Llama-2-sized vocabulary).
+func BenchmarkSummarizeLogits(b *testing.B) {
+	lg := row(32000, 17, 0.01)
+	for b.Loop() {
+		SummarizeLogits(lg, LogitsTop)
+	}
+}
