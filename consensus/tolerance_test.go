@@ -197,6 +197,25 @@ func sampleToleranceFault(t testing.TB) NodeFaulted {
 	return NodeFaulted{Node: s[0].id.String(), Accuser: s[1].id.String(), Until: t0.Add(time.Hour), Evidence: toleranceEvidence(t, s)}
 }
 
+// sampleMidToleranceFault is a mid-path tolerance NodeFaulted (tails,
+// an engine label) from fixed keys.
+func sampleMidToleranceFault(t testing.TB) NodeFaulted {
+	var s [4]signer
+	for i := range s {
+		k, _, err := crypto.GenerateEd25519Key(bytes.NewReader(bytes.Repeat([]byte{byte(i + 21)}, 64)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := peer.IDFromPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s[i] = signer{id, k}
+	}
+	return NodeFaulted{Node: s[0].id.String(), Accuser: s[1].id.String(), Until: t0.Add(time.Hour),
+		Evidence: midEvidence(t, [3]signer{s[0], s[1], s[2]}, s[3], "ggml-test")}
+}
+
 // TestToleranceReportOnCluster: on a real 4-member cluster the leader
 // re-checks the numbers of tolerance evidence: logits within the
 // tolerance, sent straight to the leader as a NodeFaulted request, are
