@@ -149,8 +149,13 @@ func (s *configScan) latest(logs raft.LogStore, term uint64) (uint64, error) {
 	if first > 0 && s.next < first {
 		s.next, s.index = first, max(s.index, first-1)
 	}
-	var l raft.Log
 	for i := max(s.next, 1); i <= last; i++ {
+		// A fresh Log each time: a cached entry's Data is the cache's
+		// own slice, and the bolt store decodes the next entry, uncached
+		// while LogCache.StoreLogs is between bolt and its slots, into
+		// whatever Data it is given: it would overwrite the cached entry,
+		// which the leader then sends (TestConfigScanKeepsTheCache).
+		var l raft.Log
 		if err := logs.GetLog(i, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
 				continue // compacted meanwhile

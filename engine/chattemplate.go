@@ -219,6 +219,13 @@ var chatEnvironment = func() *exec.Environment {
 	if err := env.Filters.Replace("tojson", filterToJSON); err != nil {
 		panic(err)
 	}
+	for _, name := range listFilters {
+		if f, ok := env.Filters.Get(name); ok {
+			if err := env.Filters.Replace(name, returnJinjaList(f)); err != nil {
+				panic(err)
+			}
+		}
+	}
 	env.Methods.Dict = orderedDictMethods(env.Methods.Dict)
 	return &env
 }()
@@ -334,6 +341,8 @@ func writePyJSON(b *strings.Builder, v any, pad, nl string) error {
 			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(x[k])})
 		}
 		return writePyJSON(b, d, pad, nl)
+	case jinjaList:
+		return writePyJSON(b, []any(x), pad, nl)
 	case []any:
 		sep := open('[', len(x))
 		for i, e := range x {
@@ -413,13 +422,52 @@ func toJinja(v any) any {
 		}
 		return d
 	case []any:
-		out := make([]any, len(x))
+		out := make(jinjaList, len(x))
 		for i, e := range x {
 			out[i] = toJinja(e)
 		}
 		return out
 	}
 	return v
+}
+
+// jinjaList is a template's list whose negative indices reach its first
+// item: gonja v2.9.1 finds nothing at l[-n] when n is l's length (it
+// tests len > -n), so in a one-message chat Mistral Nemo's
+// `message == user_messages[-1]` was false and its template never showed
+// the tools. Lists the server passes in, and those the list-making
+// filters return (listFilters), are jinjaLists; a list sliced in the
+// template (messages[1:]) is gonja's own until a filter makes it one.
+type jinjaList []any
+
+// GetItem implements exec.ItemGetter, which gonja asks before its own
+// indexing.
+func (l jinjaList) GetItem(key any) (*exec.Value, bool) {
+	i, ok := key.(int)
+	if !ok {
+		return exec.AsValue(nil), false
+	}
+	if i < 0 {
+		i += len(l)
+	}
+	if i < 0 || i >= len(l) {
+		return exec.AsValue(nil), false
+	}
+	return exec.ToValue(l[i]), true
+}
+
+// listFilters are the filters that make lists; chatEnvironment wraps
+// them to return jinjaLists.
+var listFilters = []string{"list", "selectattr", "rejectattr", "select", "reject", "map", "sort", "reverse", "unique", "batch", "slice"}
+
+func returnJinjaList(f exec.FilterFunction) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+		out := f(e, in, params)
+		if l, ok := out.Interface().([]any); ok {
+			return exec.AsValue(jinjaList(l))
+		}
+		return out
+	}
 }
 
 // jsonField is the value of key in a JSON object of either kind (nil when
@@ -438,7 +486,12 @@ func jsonField(obj any, key string) any {
 // content, and OpenAI's tool fields where set, the arguments of a tool
 // call parsed into an object (as Hugging Face's templates expect; kept as
 // text when they are not JSON).
-func chatMessages(msgs []Message) []any {
+//
+// With asSent, the calls keep OpenAI's form: arguments as the JSON text
+// and, for an assistant message with calls and no text, a null content.
+// DeepSeek V3's template needs that: it renders an assistant's calls
+// only when its content is none, and concatenates the arguments as text.
+func chatMessages(msgs []Message, asSent bool) []any {
 	out := make([]any, len(msgs))
 	for i, m := range msgs {
 		d := &exec.Dict{}
@@ -446,12 +499,16 @@ func chatMessages(msgs []Message) []any {
 			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
 		}
 		add("role", m.Role)
-		add("content", m.Content)
+		if asSent && m.Content == "" && len(m.ToolCalls) > 0 {
+			add("content", nil)
+		} else {
+			add("content", m.Content)
+		}
 		if len(m.ToolCalls) > 0 {
-			calls := make([]any, len(m.ToolCalls))
+			calls := make(jinjaList, len(m.ToolCalls))
 			for j, c := range m.ToolCalls {
 				var args any = c.Function.Arguments
-				if v, err := orderedJSON([]byte(c.Function.Arguments)); err == nil {
+				if v, err := orderedJSON([]byte(c.Function.Arguments)); err == nil && !asSent {
 					args = v
 				}
 				fn := &exec.Dict{Pairs: []*exec.Pair{{Key: exec.AsValue("name"), Value: exec.AsValue(c.Function.Name)}, {Key: exec.AsValue("arguments"), Value: exec.AsValue(args)}}}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // chatTemplateFiles are the templates checked: each vocabulary's own file
@@ -45,25 +46,12 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: Node oracle and large vocabularies")
 	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found: the @huggingface/jinja oracle cannot run")
-	}
-	if _, err := os.Stat(filepath.Join(hfOracle, "node_modules/@huggingface/jinja")); err != nil {
-		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
-	}
 	files, _ := filepath.Glob("testdata/chat/*.json")
 	sort.Strings(files)
 	if len(files) == 0 {
 		t.Fatal("no cases in testdata/chat")
 	}
-	type job struct {
-		Template string          `json:"template"`
-		Case     json.RawMessage `json:"case"`
-		BOS      string          `json:"bos_token"`
-		EOS      string          `json:"eos_token"`
-	}
-	var jobs []job
+	var jobs []hfJob
 	var toks []*Tokenizer
 	var names []string
 	for _, v := range chatTemplateFiles {
@@ -83,29 +71,12 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			jobs = append(jobs, job{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
+			jobs = append(jobs, hfJob{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
 			toks = append(toks, tok)
 			names = append(names, name+"/"+filepath.Base(f))
 		}
 	}
-	in, _ := json.Marshal(jobs)
-	cmd := exec.Command(node, "render.mjs")
-	cmd.Dir = hfOracle
-	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("oracle: %v\n%s", err, stderr.String())
-	}
-	var want []struct {
-		Text  *string `json:"text"`
-		Error *string `json:"error"`
-	}
-	if err := json.Unmarshal(out, &want); err != nil || len(want) != len(jobs) {
-		t.Fatalf("oracle output (%d of %d): %v", len(want), len(jobs), err)
-	}
+	want := renderHF(t, jobs)
 	rendered, raised := 0, 0
 	for i, j := range jobs {
 		r, err := ParseChatRequest(j.Case)
@@ -237,4 +208,113 @@ func TestRenderChatConcurrent(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestToolHistoryMatchesHFJinja: a chat with a past tool call, as the API
+// receives it (OpenAI's messages: arguments as JSON text, the calling
+// turn's content empty), renders through each family's own template as
+// @huggingface/jinja renders what a Hugging Face user passes that
+// template: arguments as an object and the content as sent, except for
+// DeepSeek V3, whose template needs OpenAI's form (a null content, the
+// arguments as text) to show the call at all.
+func TestToolHistoryMatchesHFJinja(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: Node oracle and large vocabularies")
+	}
+	msgs := []Message{
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", ToolCalls: []ToolCall{{ID: "call_1", Type: "function"}}},
+		{Role: "tool", ToolCallID: "call_1", Name: "get_weather", Content: `{"temperature": 21}`},
+	}
+	msgs[1].ToolCalls[0].Function.Name = "get_weather"
+	msgs[1].ToolCalls[0].Function.Arguments = `{"city": "Paris"}`
+	tools := json.RawMessage(`[{"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]`)
+	call := func(args any, content any) string {
+		c, _ := json.Marshal(map[string]any{
+			"messages": []any{
+				map[string]any{"role": "user", "content": "Weather in Paris?"},
+				map[string]any{"role": "assistant", "content": content, "tool_calls": []any{map[string]any{"id": "call_1", "type": "function",
+					"function": map[string]any{"name": "get_weather", "arguments": args}}}},
+				map[string]any{"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": `{"temperature": 21}`},
+			},
+			"tools": json.RawMessage(tools), "add_generation_prompt": true, "extra": map[string]any{}, "now": "2024-07-26",
+		})
+		return string(c)
+	}
+	var jobs []hfJob
+	var toks []*Tokenizer
+	llama, err := os.ReadFile("testdata/chat/templates/meta-llama-Llama-3.1-8B-Instruct.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"deepseek_v3", "qwen3", "llama3_1"} {
+		tok := hfTestTokenizer(t, name)
+		if name == "llama3_1" { // the package's template predates tools
+			tok = hfTestTokenizerWith(t, name, string(llama))
+		}
+		c := call(map[string]any{"city": "Paris"}, "")
+		if name == "deepseek_v3" {
+			c = call(`{"city": "Paris"}`, nil)
+		}
+		jobs = append(jobs, hfJob{tok.chat.src, json.RawMessage(c), tok.specialText(tok.bos), tok.specialText(tok.eos)})
+		toks = append(toks, tok)
+	}
+	want := renderHF(t, jobs)
+	for i, tok := range toks {
+		r, err := tok.chatRequest(msgs, tools, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Now = time.Date(2024, 7, 26, 0, 0, 0, 0, time.UTC)
+		got, err := tok.RenderChat(r)
+		if w := want[i]; w.Text == nil || err != nil || got != *w.Text {
+			t.Errorf("%d: got %q (%v)\nwant %v", i, got, err, w)
+		} else if !strings.Contains(got, "get_weather") || !strings.Contains(got, "Paris") {
+			t.Errorf("%d: the call is not shown: %q", i, got)
+		}
+	}
+}
+
+// hfJob is one rendering for @huggingface/jinja (render.mjs).
+type hfJob struct {
+	Template string          `json:"template"`
+	Case     json.RawMessage `json:"case"`
+	BOS      string          `json:"bos_token"`
+	EOS      string          `json:"eos_token"`
+}
+
+// hfRendering is what @huggingface/jinja made of an hfJob: its text, or
+// the message the template raised.
+type hfRendering struct {
+	Text  *string `json:"text"`
+	Error *string `json:"error"`
+}
+
+// renderHF runs jobs through @huggingface/jinja, skipping the test where
+// node or the oracle's packages are missing.
+func renderHF(t *testing.T, jobs []hfJob) []hfRendering {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: the @huggingface/jinja oracle cannot run")
+	}
+	if _, err := os.Stat(filepath.Join(hfOracle, "node_modules/@huggingface/jinja")); err != nil {
+		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+	}
+	in, _ := json.Marshal(jobs)
+	cmd := exec.Command(node, "render.mjs")
+	cmd.Dir = hfOracle
+	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("oracle: %v\n%s", err, stderr.String())
+	}
+	var want []hfRendering
+	if err := json.Unmarshal(out, &want); err != nil || len(want) != len(jobs) {
+		t.Fatalf("oracle output (%d of %d): %v", len(want), len(jobs), err)
+	}
+	return want
 }

@@ -197,7 +197,7 @@ func TestPhi3Chat(t *testing.T) {
 	}
 	msgs := []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hello world"}}
 	want := "<|system|>\nbe brief<|end|>\n<|user|>\nhello world<|end|>\n<|assistant|>\n"
-	got, err := tok.RenderChat(ChatRequest{Messages: chatMessages(msgs), AddGenerationPrompt: true})
+	got, err := tok.RenderChat(ChatRequest{Messages: chatMessages(msgs, false), AddGenerationPrompt: true})
 	if err != nil || got != want {
 		t.Fatalf("template: %q, %v; want %q", got, err, want)
 	}
@@ -212,10 +212,10 @@ func TestPhi3Chat(t *testing.T) {
 	realTok := *tok
 	realTok.chat = &chatTemplate{src: string(real)}
 	for _, r := range []ChatRequest{
-		{Messages: chatMessages(msgs), AddGenerationPrompt: true},
-		{Messages: chatMessages(append(msgs, Message{Role: "assistant", Content: "hi"}, Message{Role: "user", Content: "again"})), AddGenerationPrompt: true},
-		{Messages: chatMessages(append(msgs, Message{Role: "assistant", Content: "hi"}))},
-		{Messages: chatMessages([]Message{{Role: "system", Content: ""}, {Role: "user", Content: "x"}}), AddGenerationPrompt: true},
+		{Messages: chatMessages(msgs, false), AddGenerationPrompt: true},
+		{Messages: chatMessages(append(msgs, Message{Role: "assistant", Content: "hi"}, Message{Role: "user", Content: "again"}), false), AddGenerationPrompt: true},
+		{Messages: chatMessages(append(msgs, Message{Role: "assistant", Content: "hi"}), false)},
+		{Messages: chatMessages([]Message{{Role: "system", Content: ""}, {Role: "user", Content: "x"}}, false), AddGenerationPrompt: true},
 	} {
 		a, errA := tok.RenderChat(r)
 		b, errB := realTok.RenderChat(r)

@@ -711,22 +711,32 @@ func (t *Tokenizer) EncodeChat(msgs []Message, tools json.RawMessage) ([]int32, 
 // chat_template_kwargs, such as Qwen3's enable_thinking); the variables
 // the renderer sets itself (messages, tools, bos_token...) win over them.
 func (t *Tokenizer) EncodeChatVars(msgs []Message, tools json.RawMessage, vars map[string]any) ([]int32, error) {
-	r := ChatRequest{Messages: chatMessages(msgs), AddGenerationPrompt: true, Extra: vars, Now: time.Now().UTC()}
-	if len(tools) > 0 && string(tools) != "null" {
-		v, err := orderedJSON(tools)
-		if err != nil {
-			return nil, err
-		}
-		var ok bool
-		if r.Tools, ok = v.([]any); !ok {
-			return nil, fmt.Errorf("%w: tools must be a JSON array", ErrInput)
-		}
+	r, err := t.chatRequest(msgs, tools, vars)
+	if err != nil {
+		return nil, err
 	}
 	prompt, err := t.RenderChat(r)
 	if err != nil {
 		return nil, err
 	}
 	return t.Encode(prompt, t.bos < 0 || !strings.HasPrefix(prompt, t.tokens[t.bos]), true), nil
+}
+
+// chatRequest is what EncodeChatVars renders.
+func (t *Tokenizer) chatRequest(msgs []Message, tools json.RawMessage, vars map[string]any) (ChatRequest, error) {
+	asSent := t.HasChatTemplate() && strings.Contains(t.chat.src, toolMarkers[ToolsDeepSeek][0])
+	r := ChatRequest{Messages: chatMessages(msgs, asSent), AddGenerationPrompt: true, Extra: vars, Now: time.Now().UTC()}
+	if len(tools) > 0 && string(tools) != "null" {
+		v, err := orderedJSON(tools)
+		if err != nil {
+			return ChatRequest{}, err
+		}
+		var ok bool
+		if r.Tools, ok = v.([]any); !ok {
+			return ChatRequest{}, fmt.Errorf("%w: tools must be a JSON array", ErrInput)
+		}
+	}
+	return r, nil
 }
 
 // SimTokenizer is the tokenizer of a simulated model of vocab tokens: the

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -64,6 +65,14 @@ type Request struct {
 	// step's log-probability flag (an older node refuses the frame).
 	LogProbs    bool
 	TopLogProbs int
+	// Grammar, when set, constrains the output to its language (a JSON
+	// document valid against a schema, or a tool call): the last hop
+	// masks every token that cannot continue it, and allows an end token
+	// only once it is complete. A spec the grammar cannot express is
+	// ErrBadRequest wrapping grammar.ErrUnsupported. Every hop of the
+	// path must know the grammar step (an older node refuses the
+	// frame); such a request is never handed to another entry.
+	Grammar *grammar.Spec
 	// Profile names the scheduling profile that routes the request (""
 	// is the configured default). An unknown name is ErrBadRequest
 	// wrapping routing.ErrUnknownProfile.

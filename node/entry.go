@@ -17,6 +17,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -136,7 +137,7 @@ type entryConfig struct {
 	model                        *model // info, tokenizer and hash; no layers are opened here
 	stepTimeout, repairWait      time.Duration
 	maxReplays, defaultMaxTokens int
-	wireF16                      bool
+	wire                         WireMode
 	signedFrames                 bool          // hops sign their frames: audits take frame receipts (sigframe.go)
 	maxFrame                     int           // the largest activation frame peers accept
 	queueMax                     int           // requests the admission queue holds
@@ -301,25 +302,9 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	if req.TopLogProbs < 0 || req.TopLogProbs > MaxTopLogProbs || req.TopLogProbs > 0 && !req.LogProbs {
 		return nil, fmt.Errorf("%w: %d top log-probabilities (0 to %d, and only with log-probabilities)", ErrBadRequest, req.TopLogProbs, MaxTopLogProbs)
 	}
-	var prompt []int32
-	switch {
-	case req.Prompt != "":
-		prompt = e.cfg.model.tok.Encode(req.Prompt, true, false)
-	case len(req.Messages) > 0:
-		var err error
-		if prompt, err = e.cfg.model.tok.EncodeChatVars(req.Messages, req.Tools, req.ChatVars); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
-		}
-	default:
-		prompt = slices.Clone(req.Tokens)
-		for _, t := range prompt {
-			if t < 0 || int(t) >= in.Vocab {
-				return nil, fmt.Errorf("%w: token %d outside the vocabulary of %d", ErrBadRequest, t, in.Vocab)
-			}
-		}
-	}
-	if len(prompt) == 0 {
-		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadRequest)
+	prompt, err := e.cfg.model.prompt(req)
+	if err != nil {
+		return nil, err
 	}
 	maxTok := req.MaxTokens
 	if maxTok == 0 {
@@ -330,16 +315,34 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 	// A replay's prefill carries everything but the last token in one
 	// frame (prefill is not chunked).
-	elem := 4
-	if e.cfg.wireF16 {
-		elem = 2
+	dt := DTypeF32 // WireAuto may pick it
+	switch e.cfg.wire {
+	case WireF16:
+		dt = DTypeF16
+	case WireQ8:
+		dt = DTypeQ8
 	}
-	if frame := (len(prompt) + maxTok) * (in.Hidden*elem + 4); frame+64<<10 > e.cfg.maxFrame {
+	if frame := (len(prompt) + maxTok) * (int(dt.rowBytes(in.Hidden)) + 4); frame+64<<10 > e.cfg.maxFrame {
 		return nil, fmt.Errorf("%w: a prefill of %d positions takes %d bytes, above the %d-byte activation frame limit",
 			ErrPromptTooLong, len(prompt)+maxTok, frame, e.cfg.maxFrame)
 	}
+	var gram []byte
+	var gramG *grammar.Grammar
+	var gramV *grammar.Vocab
+	if req.Grammar != nil {
+		gram = req.Grammar.Encode()
+		if len(gram) > MaxGrammar {
+			return nil, fmt.Errorf("%w: %w: a grammar of %d bytes (at most %d)", ErrBadRequest, grammar.ErrTooLarge, len(gram), MaxGrammar)
+		}
+		var spec *grammar.Spec
+		var err error
+		if gramG, spec, err = grammar.CompileCached(gram); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		gramV = grammar.TokenizerVocab(e.cfg.model.tok, spec.Keep)
+	}
 	rnd := newSessionID()
-	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling,
+	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling, grammar: gram, gramG: gramG, gramV: gramV,
 		text: newTextState(e.cfg.model.tok, req.Stop, req.Keep), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile,
 		stolen: req.stolen, lp: req.LogProbs, topLP: req.TopLogProbs}
 	if req.Follow != nil {
@@ -423,16 +426,24 @@ type generation struct {
 	prompt    []int32
 	maxTokens int
 	sp        engine.SamplingParams
-	text      *textState
-	stream    *Stream
-	seed      uint64 // for the router's choice among near-best paths
-	profile   string // the scheduling profile, "" for the default
-	out       []int32
-	avoid     []string // peers this generation gave up on
-	hard      []string // peers that can never hold it (no KV memory)
-	res       Result
-	start     time.Time
-	failedAt  time.Time // when the last failure was noticed, until the next token
+	grammar   []byte // Open.Grammar: the spec's wire form (nil: free)
+	// The grammar as the entry checks the last hop's tokens with it:
+	// gramM has consumed gramLen tokens of out (rebuilt when out is
+	// rewound).
+	gramG    *grammar.Grammar
+	gramV    *grammar.Vocab
+	gramM    *grammar.Constraint
+	gramLen  int
+	text     *textState
+	stream   *Stream
+	seed     uint64 // for the router's choice among near-best paths
+	profile  string // the scheduling profile, "" for the default
+	out      []int32
+	avoid    []string // peers this generation gave up on
+	hard     []string // peers that can never hold it (no KV memory)
+	res      Result
+	start    time.Time
+	failedAt time.Time // when the last failure was noticed, until the next token
 	// safe counts, per peer that served an attempt, the leading tokens
 	// of out that depend on no unverified output of it; sent holds what
 	// was delivered before a rewind (verify.go).
@@ -649,7 +660,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	all := append(slices.Clone(g.prompt), g.out...)
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: all,
 		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp, Cold: g.cold,
-			LogProbs: g.lp, TopLogProbs: g.topLP}}
+			LogProbs: g.lp, TopLogProbs: g.topLP, Grammar: g.grammar, GrammarFrom: len(g.prompt)}}
 	timer := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
 	defer timer.Stop()
 	for {
@@ -704,6 +715,12 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 						end.kind = endNoKV
 					case CodePrefixMiss:
 						end.kind, end.blame = endPrefixMiss, nil
+					case CodeGrammar:
+						// Believed only if the entry's own matcher agrees;
+						// otherwise the hop is blamed like any failure.
+						if why := g.gramStuck(); why != "" {
+							return attemptEnd{}, fmt.Errorf("%w: %s", ErrBadRequest, why)
+						}
 					}
 					return end, nil
 				case ev.tok.Pos != len(g.prompt)+len(g.out):
@@ -714,6 +731,9 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 					if why := g.checkLP(ev.tok.LP); why != "" {
 						return attemptEnd{blame: []peer.ID{ev.from}, reason: why}, nil
 					}
+				}
+				if why := g.gramCheck(ev.tok.Token); why != "" {
+					return attemptEnd{blame: []peer.ID{ev.from}, reason: why}, nil
 				}
 				tok = ev.tok
 			}
@@ -748,6 +768,55 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 // checkLP says what is wrong with a token's log-probabilities for this
 // generation ("" when nothing): the decoder checked their form, this
 // their count and IDs.
+// gramSync brings the entry's matcher to out (from the start after a
+// rewind); "" when out fits the grammar.
+func (g *generation) gramSync() string {
+	if g.gramM != nil && g.gramLen == len(g.out) {
+		return ""
+	}
+	g.gramM, g.gramLen = grammar.NewConstraint(g.gramG, g.gramV), 0
+	for _, t := range g.out {
+		if err := g.gramM.Accept(t); err != nil {
+			g.gramM = nil
+			return err.Error()
+		}
+		g.gramLen++
+	}
+	return ""
+}
+
+// gramCheck checks a token the last hop sampled for a constrained
+// generation: the grammar must allow it after out ("" when it does).
+func (g *generation) gramCheck(id int32) string {
+	if g.gramG == nil {
+		return ""
+	}
+	if why := g.gramSync(); why != "" {
+		return why
+	}
+	if err := g.gramM.Accept(id); err != nil {
+		g.gramM = nil
+		return fmt.Sprintf("a token the grammar does not allow: %v", err)
+	}
+	g.gramLen++
+	return ""
+}
+
+// gramStuck says why the grammar cannot go on after out, as the entry's
+// own matcher finds it ("" when it can: a hop that said otherwise lied).
+func (g *generation) gramStuck() string {
+	if g.gramG == nil {
+		return ""
+	}
+	if why := g.gramSync(); why != "" {
+		return why
+	}
+	if _, err := g.gramM.Apply(make([]float32, g.gramV.Size())); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
 func (g *generation) checkLP(lp *TokenLP) string {
 	vocab := g.e.cfg.model.info.Vocab
 	switch {

@@ -14,12 +14,14 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/layers"
 )
 
 type genRun struct {
 	prompt string
 	sp     engine.SamplingParams
+	gram   *grammar.Spec // constrained (nil: free)
 	entry  *Node
 	stream *Stream
 	want   []int32
@@ -65,7 +67,9 @@ func (g *genRun) timeOf(i int) (time.Time, bool) {
 
 // TestFailoverKillMiddleHop runs 8 generations through 3-hop paths and
 // hard-closes a middle hop half-way: every generation completes with
-// exactly the tokens of a run without the failure.
+// exactly the tokens of a run without the failure, the constrained ones
+// (a grammar whose last hop replays the output into its matcher)
+// included.
 //
 // The step timeout is far beyond the test's deadline, so a generation
 // can only recover because the peer table declared the killed hop down
@@ -89,10 +93,18 @@ func TestFailoverKillMiddleHop(t *testing.T) {
 		if i%2 == 1 {
 			sp = engine.SamplingParams{Temperature: 0.8, TopP: 0.9, Seed: uint64(100 + i)}
 		}
-		runs = append(runs, &genRun{prompt: prompts[i%len(prompts)], sp: sp, entry: entries[i%len(entries)]})
+		r := &genRun{prompt: prompts[i%len(prompts)], sp: sp, entry: entries[i%len(entries)]}
+		if i%4 >= 2 {
+			r.gram = gramSpec
+		}
+		runs = append(runs, r)
 	}
 	for _, r := range runs {
-		r.want = reference(t, r.prompt, maxTokens, r.sp)
+		if r.gram != nil {
+			r.want = referenceConstrained(t, r.prompt, maxTokens, r.sp, r.gram)
+		} else {
+			r.want = reference(t, r.prompt, maxTokens, r.sp)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -314,7 +326,7 @@ func startRuns(ctx context.Context, t *testing.T, runs []*genRun, maxTokens int)
 	t.Helper()
 	var wg sync.WaitGroup
 	for _, r := range runs {
-		s, err := r.entry.Generate(ctx, Request{Prompt: r.prompt, MaxTokens: maxTokens, Sampling: r.sp})
+		s, err := r.entry.Generate(ctx, Request{Prompt: r.prompt, MaxTokens: maxTokens, Sampling: r.sp, Grammar: r.gram})
 		if err != nil {
 			t.Fatal(err)
 		}

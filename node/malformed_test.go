@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"slices"
 	"testing"
@@ -176,7 +177,13 @@ func TestMalformedFrames(t *testing.T) {
 	r.expect(t, CodeBadFrame, "unknown dtype")
 	r.send(t, b.ID(), good[:len(good)-10])
 	r.expect(t, CodeBadFrame, "truncated")
-	if n := b.counters.badFramesFrom(self); n < 2 {
+	// A q8 frame whose first block has a negative scale.
+	forged := mustEncode(t, &Step{Session: newSessionID(), Open: open, Entry: self, Hops: hops, Tokens: []int32{1}, Hidden: hid(1, dim),
+		Cols: dim, DType: DTypeQ8})
+	binary.LittleEndian.PutUint32(forged[len(forged)-int(q8RowBytes(dim)):], math.Float32bits(-1))
+	r.send(t, b.ID(), forged)
+	r.expect(t, CodeBadFrame, "forged q8 scale")
+	if n := b.counters.badFramesFrom(self); n < 3 {
 		t.Fatalf("%d undecodable frames counted", n)
 	}
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
@@ -49,6 +50,32 @@ type model struct {
 	manifest []byte
 	// fetch: the node holds no file and fetches slices from peers.
 	fetch *fetchState
+}
+
+// prompt is req's prompt as tokens: its text, its chat rendered by the
+// model's template, or its token IDs.
+func (m *model) prompt(req Request) ([]int32, error) {
+	var prompt []int32
+	switch {
+	case req.Prompt != "":
+		prompt = m.tok.Encode(req.Prompt, true, false)
+	case len(req.Messages) > 0:
+		var err error
+		if prompt, err = m.tok.EncodeChatVars(req.Messages, req.Tools, req.ChatVars); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+	default:
+		prompt = slices.Clone(req.Tokens)
+		for _, t := range prompt {
+			if t < 0 || int(t) >= m.info.Vocab {
+				return nil, fmt.Errorf("%w: token %d outside the vocabulary of %d", ErrBadRequest, t, m.info.Vocab)
+			}
+		}
+	}
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadRequest)
+	}
+	return prompt, nil
 }
 
 func openModel(path, simName string, simHW layers.Hardware, threads int) (*model, error) {

@@ -158,7 +158,13 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 
 	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, self: h.ID()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, wireF16: cfg.wireF16, acts: h,
+	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, acts: h,
+		wire: &wirePicker{mode: cfg.wire, bandwidth: func(p peer.ID) float64 {
+			if row, ok := h.Peers().Get(p); ok {
+				return row.Bandwidth
+			}
+			return 0
+		}, log: n.log},
 		counters: &n.counters, clock: cfg.clock, log: n.log}
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	var batchDone func(time.Duration, int, int)
@@ -171,10 +177,10 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}, n.log.Named("upload"))
 		batchDone = n.upload.batch
 	}
-	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget,
+	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget, tok: m.tok,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
 		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
-		fault: cfg.fault, batchDone: batchDone, signFrames: !cfg.unsignedFrames, wireF16: cfg.wireF16,
+		fault: cfg.fault, batchDone: batchDone, signFrames: !cfg.unsignedFrames, wireLossy: cfg.wire == WireF16 || cfg.wire == WireQ8,
 		badFrame: func(p peer.ID) { n.counters.badFrame(p) }, tolerant: m.engineName() != engine.EngineGo && m.engineName() != engine.EngineSim,
 		engine: m.engineName()}, n.svc.out)
 	n.ann = &announcer{self: n.self, layers: m.info.Layers, hw: hw, region: cfg.region, static: cfg.static, cons: &n.cons,
@@ -193,8 +199,8 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		// routed through them; past it a record lasts while they do.
 		routed: newRoutedPrefixes(routedHeartbeats * h.HeartbeatInterval())}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
-		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wireF16: cfg.wireF16,
-		signedFrames: !cfg.unsignedFrames && !cfg.wireF16,
+		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wire: cfg.wire,
+		signedFrames: !cfg.unsignedFrames && !cfg.wire.lossy(),
 		maxFrame:     swarm.DefaultMaxActFrame, queueMax: cfg.entryQueueMax, queueTimeout: cfg.entryQueueTimeout,
 		verifyRate: cfg.verifyRate, fair: newFairConfig(!cfg.noFair, h.HeartbeatInterval(), cfg.fairStall),
 		clock: cfg.clock, log: n.log},
@@ -394,6 +400,13 @@ func (n *Node) Consensus() *consensus.Consensus { return n.cons.Load() }
 
 // Model describes the model the node serves.
 func (n *Node) Model() ModelInfo { return n.model.info }
+
+// CountTokens is the length of req's prompt as Generate would tokenize
+// it, without generating (Anthropic's count_tokens).
+func (n *Node) CountTokens(req Request) (int, error) {
+	p, err := n.model.prompt(req)
+	return len(p), err
+}
 
 // Committed is the map the entry routes on: the static map, or the
 // latest committed one this node knows of (its replica, or a newer map

@@ -61,7 +61,7 @@ type config struct {
 	maxBatch, maxQueue, maxReplays, defaultMaxTokens   int
 	entryQueueMax                                      int
 	entryQueueTimeout                                  time.Duration
-	wireF16                                            bool
+	wire                                               WireMode
 	verifyRate                                         float64 // -1: the swarm's
 	swarmVerifyRate                                    float64
 	planSessionTokens                                  int // 0: none given to the swarm
@@ -337,9 +337,28 @@ func WithSuspectFor(d time.Duration) Option {
 }
 
 // WithWireF16 sends hidden states as float16 (half the bytes; the
-// tokens then differ slightly from a single-process run). Default
-// float32, which keeps every split bit-identical.
-func WithWireF16(on bool) Option { return func(c *config) error { c.wireF16 = on; return nil } }
+// tokens then differ slightly from a single-process run): WithWire(WireF16),
+// or WithWire(WireF32) when off.
+func WithWireF16(on bool) Option {
+	if on {
+		return WithWire(WireF16)
+	}
+	return WithWire(WireF32)
+}
+
+// WithWire sets how this node sends hidden states to its next hops
+// (wiremode.go): WireF32 (the default, which keeps every split
+// bit-identical with a single-process run), WireF16, WireQ8, or WireAuto,
+// which picks per next hop from the link's measured bandwidth.
+func WithWire(m WireMode) Option {
+	return func(c *config) error {
+		if _, err := ParseWire(string(m)); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		c.wire = m
+		return nil
+	}
+}
 
 // WithStealing turns work stealing between entries on or off (default
 // off): with it, this entry, when it has spare path capacity, takes

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
 )
@@ -53,8 +55,10 @@ type schedConfig struct {
 	// signFrames: sign the hidden states this hop sends and require
 	// signed ones (sigframe.go); the initial value of scheduler.signFrames.
 	signFrames bool
-	// wireF16: hidden states leave as float16, which are not signed.
-	wireF16 bool
+	// wireLossy: every frame of hidden states leaves as f16 or q8, which
+	// are not signed (a node on WireAuto signs the frames that go as
+	// float32).
+	wireLossy bool
 	// badFrame counts a refused frame against its sender (nil: none).
 	badFrame func(peer.ID)
 	// fault corrupts outputs: the test-only fault injector (nil in
@@ -67,6 +71,9 @@ type schedConfig struct {
 	// a tolerance check of a hop before it compares them (midAudit).
 	tolerant bool
 	engine   string // the engine's label, which tolerance receipts name
+	// tok is the model's tokenizer, which a last hop's grammar reads the
+	// tokens' bytes from (nil: constrained sessions are refused).
+	tok *engine.Tokenizer
 	// batchDone hears of each engine batch: its wall time, the layers it
 	// ran and its tokens (the adaptive upload limit, upload.go); nil: none.
 	batchDone func(elapsed time.Duration, layers, tokens int)
@@ -153,6 +160,10 @@ type hopSession struct {
 	// up is the receipt the upstream hop signed over its last frame
 	// (sigframe.go); zero until a signed frame arrives.
 	up consensus.Receipt
+	// gram constrains a last hop's sampling (Open.Grammar): it has
+	// consumed the tokens at positions gramFrom..gramFed.
+	gram              *grammar.Constraint
+	gramFrom, gramFed int
 }
 
 // schedStatus is the loop's published summary, for heartbeats, routing
@@ -489,6 +500,14 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
 		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check,
 		logits: !m.Check || m.Logits || s.cfg.tolerant, lp: m.Open.LogProbs, topLP: m.Open.TopLogProbs}
+	if m.Open.Grammar != nil && h.To == s.cfg.model.Layers && !m.Check {
+		c, code, err := s.constraint(m.Open)
+		if err != nil {
+			s.reject(in, code, "", "%v", err)
+			return false
+		}
+		hs.gram, hs.gramFrom, hs.gramFed = c, m.Open.GrammarFrom, m.Open.GrammarFrom
+	}
 	var r resume
 	if s.cache != nil && !m.Open.Cold {
 		r = resumePoint(s.cache, s.sessions, h, m.Tokens, m.Skip)
@@ -842,7 +861,16 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			continue
 		}
 		if last {
-			tok := engine.Sample(w.logits, hs.sp, hs.pos, hs.hist)
+			logits := w.logits
+			if hs.gram != nil {
+				var err error
+				if logits, err = s.constrain(hs, w.logits); err != nil {
+					s.out.fail(hs.entry, &ErrorMsg{Session: m.Session, Code: CodeGrammar, Text: err.Error()})
+					s.drop(hs, false)
+					continue
+				}
+			}
+			tok := engine.Sample(logits, hs.sp, hs.pos, hs.hist)
 			t := &Token{Session: m.Session, Pos: hs.pos, Token: tok}
 			if hs.lp {
 				// Of the same logits row Sample drew from, before any
@@ -865,6 +893,32 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: sent, Cols: s.cfg.model.Hidden, Check: hs.check,
 			Logits: m.Logits && m.Open != nil, Sig: sig})
 	}
+}
+
+// constraint starts an open's grammar, with the code of its refusal.
+func (s *scheduler) constraint(o *Open) (*grammar.Constraint, ErrorCode, error) {
+	if s.cfg.tok == nil {
+		return nil, CodeNotServing, errors.New("this node has no tokenizer to constrain sampling with")
+	}
+	g, spec, err := grammar.CompileCached(o.Grammar)
+	if err != nil {
+		return nil, CodeGrammar, fmt.Errorf("grammar: %w", err)
+	}
+	return grammar.NewConstraint(g, grammar.TokenizerVocab(s.cfg.tok, spec.Keep)), 0, nil
+}
+
+// constrain feeds the grammar the tokens it has not seen (a step's, a
+// replay's whole output) and returns the logits with what it does not
+// allow next masked: a pure function of the tokens, so any last hop of
+// any attempt draws the same token.
+func (s *scheduler) constrain(hs *hopSession, logits []float32) ([]float32, error) {
+	for p := max(hs.gramFed, hs.gramFrom); p < hs.pos && p < len(hs.hist); p++ {
+		if err := hs.gram.Accept(hs.hist[p]); err != nil {
+			return nil, fmt.Errorf("grammar: position %d: %w", p, err)
+		}
+		hs.gramFed = p + 1
+	}
+	return hs.gram.Apply(logits)
 }
 
 func (s *scheduler) publish() {

@@ -21,7 +21,7 @@ type stageService struct {
 	ctx      context.Context // the node's: ends with Close
 	self     peer.ID
 	info     ModelInfo
-	wireF16  bool
+	wire     *wirePicker // the dtype of the hidden states sent to each peer
 	acts     actSender
 	entry    tokenSink
 	counters *counters
@@ -185,8 +185,15 @@ func (n *stageService) send(ctx context.Context, to peer.ID, m Message) error {
 		}
 		return nil
 	}
-	if s, ok := m.(*Step); ok && s.Hidden != nil && n.wireF16 {
-		s.DType = DTypeF16
+	if s, ok := m.(*Step); ok && s.Hidden != nil {
+		// Rounded rows are not what the sender's chains cover: they go
+		// unsigned, as f16 always has (sigframe.go). A row q8 cannot
+		// carry (NaN, infinities) goes as float32, as a f32 link would.
+		if dt := n.wire.pick(to); dt != DTypeF32 && (dt != DTypeQ8 || q8Check(s.Hidden) == nil) {
+			c := *s
+			c.DType, c.Sig = dt, nil
+			m = &c
+		}
 	}
 	b, err := Encode(make([]byte, 0, frameSize(m)), m)
 	if err != nil {

@@ -60,7 +60,9 @@ type sendFault interface {
 
 // signing reports whether this hop signs what it sends and requires
 // signed frames from others.
-func (s *scheduler) signing() bool { return s.signFrames.Load() && s.cfg.sign != nil && !s.cfg.wireF16 }
+func (s *scheduler) signing() bool {
+	return s.signFrames.Load() && s.cfg.sign != nil && !s.cfg.wireLossy
+}
 
 // signFrame signs hs's receipt as of now over what it sends: its output
 // chain, or a lie's.
@@ -85,7 +87,7 @@ func (s *scheduler) signFrame(hs *hopSession, lie *sentLie) *FrameSig {
 func (s *scheduler) checkFrame(in *stepIn, hs *hopSession) error {
 	m := in.m
 	if m.Sig == nil {
-		if m.Hidden != nil && m.DType != DTypeF16 && in.from != s.cfg.self && s.signing() {
+		if m.Hidden != nil && (m.DType == 0 || m.DType == DTypeF32) && in.from != s.cfg.self && s.signing() {
 			return ErrUnsignedFrame
 		}
 		return nil

@@ -145,11 +145,12 @@ type stolen struct {
 
 // takeHead removes the queue's head for a thief if it waited at least
 // min, and returns it; nil when there is none. A head that wants
-// log-probabilities stays: the steal protocol's token frames carry none.
+// log-probabilities stays: the steal protocol's token frames carry none;
+// so does a constrained one: its handover carries no grammar.
 func (a *admitter) takeHead(now time.Time, min time.Duration) *waiter {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.q) == 0 || a.q[0].g == nil || a.q[0].g.lp || now.Sub(a.q[0].since) < min {
+	if len(a.q) == 0 || a.q[0].g == nil || a.q[0].g.lp || a.q[0].g.grammar != nil || now.Sub(a.q[0].since) < min {
 		return nil
 	}
 	w := a.q[0]

@@ -19,7 +19,8 @@ import (
 //
 //	u8  version (1)
 //	u8  kind (1 step, 2 token, 3 error, 4 close, 5 audit, 6 receipt,
-//	          7 upstream audit, 8 token with log-probabilities)
+//	          7 upstream audit, 8 token with log-probabilities, 9 step
+//	          with a grammar)
 //	[16] session ID
 //
 // then, by kind:
@@ -38,14 +39,20 @@ import (
 //	           f32 temperature, u32 top-k, f32 top-p, u32 min-keep,
 //	           u64 seed, f32 repeat penalty, u32 repeat window
 //	       if log-probabilities: u8 top count (0..MaxTopLogProbs)
+//	       if a step with a grammar (kind 9, only with open): u32 the
+//	           first constrained position, u32 len (1..MaxGrammar), bytes
+//	           the grammar.Spec's wire form
 //	       if skip: u32 positions skipped (1..n-1)
 //	       if signed: u32 the sender's first layer (below the receiver's),
 //	           [32] the sender's input chain, u8 len (1..), bytes the
 //	           sender's signature (FrameSig)
 //	       u32 n (1..MaxStepTokens), n × i32  the step's input tokens
-//	       if hidden: u8 dtype (1 f32, 2 f16), u32 columns, then
-//	           (n − skip) × columns values (one row per input token
-//	           after the skipped ones)
+//	       if hidden: u8 dtype (1 f32, 2 f16, 3 q8), u32 columns, then
+//	           (n − skip) rows (one per input token after the skipped
+//	           ones) of columns values each; a q8 row is
+//	           ⌈columns/32⌉ blocks, each f32 scale (finite, ≥ 0) then
+//	           up to 32 i8 values in −127..127 (the last block holds the
+//	           remainder), value = scale × i8 (see q8.go)
 //	token: u32 position of the sampled token, i32 token
 //	token with log-probabilities (the answer to a session opened with
 //	       them; a node that never asks never sees one): u32 position,
@@ -97,7 +104,15 @@ const (
 	KindUpAudit Kind = 7
 	// KindTokenLP is a token with its log-probabilities (Token.LP).
 	KindTokenLP Kind = 8
+	// KindStepGrammar is a step whose open carries a grammar
+	// (Open.Grammar): a kind of its own, so that a node that cannot
+	// constrain its sampling refuses the frame instead of sampling
+	// freely.
+	KindStepGrammar Kind = 9
 )
+
+// MaxGrammar bounds a grammar spec's bytes on the wire.
+const MaxGrammar = 1 << 20
 
 func (k Kind) String() string {
 	switch k {
@@ -117,6 +132,8 @@ func (k Kind) String() string {
 		return "upstream audit"
 	case KindTokenLP:
 		return "token with log-probabilities"
+	case KindStepGrammar:
+		return "step with a grammar"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -128,14 +145,33 @@ type DType uint8
 const (
 	DTypeF32 DType = 1
 	DTypeF16 DType = 2
+	// DTypeQ8 is 8-bit block quantization (q8.go): about 1.1 bytes per
+	// value.
+	DTypeQ8 DType = 3
 )
 
-func (d DType) size() int {
+func (d DType) String() string {
+	switch d {
+	case 0, DTypeF32:
+		return "f32"
+	case DTypeF16:
+		return "f16"
+	case DTypeQ8:
+		return "q8"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// rowBytes is the bytes one row of cols values takes as d; 0 for an
+// unknown dtype.
+func (d DType) rowBytes(cols int) uint64 {
 	switch d {
 	case DTypeF32:
-		return 4
+		return 4 * uint64(cols)
 	case DTypeF16:
-		return 2
+		return 2 * uint64(cols)
+	case DTypeQ8:
+		return q8RowBytes(cols)
 	}
 	return 0
 }
@@ -170,6 +206,13 @@ type Open struct {
 	// (engine.LogProbs), returned in the token frames.
 	LogProbs    bool
 	TopLogProbs int
+	// Grammar, when set, constrains the last hop's sampling: the wire
+	// form of a grammar.Spec, whose document starts at position
+	// GrammarFrom (the prompt's end); the last hop feeds the tokens from
+	// there to its matcher, replays included, and masks what the
+	// grammar does not allow next.
+	Grammar     []byte
+	GrammarFrom int
 }
 
 // Step is one step of one session, as one hop receives it.
@@ -265,7 +308,11 @@ const (
 	// CodePrefixMiss: the previous hop resumed a prefix from its cache
 	// that this hop no longer holds; the entry retries cold.
 	CodePrefixMiss ErrorCode = 10
-	maxCode                  = CodePrefixMiss
+	// CodeGrammar: the session's grammar cannot go on (too ambiguous, or
+	// no token of the vocabulary continues it): the request's fault,
+	// which the entry checks with its own matcher before it believes it.
+	CodeGrammar ErrorCode = 11
+	maxCode               = CodeGrammar
 )
 
 func (c ErrorCode) String() string {
@@ -290,6 +337,8 @@ func (c ErrorCode) String() string {
 		return "duplicate session"
 	case CodePrefixMiss:
 		return "prefix cache miss"
+	case CodeGrammar:
+		return "grammar"
 	}
 	return fmt.Sprintf("code(%d)", uint8(c))
 }
@@ -477,10 +526,22 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 	if dt == 0 {
 		dt = DTypeF32
 	}
-	if m.Hidden != nil && dt.size() == 0 {
+	if m.Hidden != nil && dt.rowBytes(1) == 0 {
 		return nil, fmt.Errorf("%w: dtype %d", ErrBadFrame, dt)
 	}
-	b = header(b, KindStep, m.Session)
+	if m.Hidden != nil && dt == DTypeQ8 {
+		if err := q8Check(m.Hidden); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+		}
+	}
+	kind := KindStep
+	if m.Open != nil && m.Open.Grammar != nil {
+		if len(m.Open.Grammar) == 0 || len(m.Open.Grammar) > MaxGrammar || m.Open.GrammarFrom < 0 || m.Open.GrammarFrom > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: a grammar of %d bytes from position %d", ErrBadFrame, len(m.Open.Grammar), m.Open.GrammarFrom)
+		}
+		kind = KindStepGrammar
+	}
+	b = header(b, kind, m.Session)
 	flags := byte(0)
 	if m.Open != nil {
 		flags |= flagOpen
@@ -541,6 +602,11 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 		if o.LogProbs {
 			b = append(b, byte(o.TopLogProbs))
 		}
+		if kind == KindStepGrammar {
+			b = binary.LittleEndian.AppendUint32(b, uint32(o.GrammarFrom))
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(o.Grammar)))
+			b = append(b, o.Grammar...)
+		}
 	}
 	if m.Skip != 0 {
 		b = binary.LittleEndian.AppendUint32(b, uint32(m.Skip))
@@ -567,6 +633,10 @@ func encodeStep(b []byte, m *Step) ([]byte, error) {
 			for _, v := range m.Hidden {
 				b = binary.LittleEndian.AppendUint16(b, engine.F32ToF16(v))
 			}
+		case DTypeQ8:
+			for r := 0; r < len(m.Hidden); r += m.Cols {
+				b = q8AppendRow(b, m.Hidden[r:r+m.Cols])
+			}
 		}
 	}
 	return b, nil
@@ -587,8 +657,8 @@ func Decode(frame []byte) (Message, error) {
 	}
 	var m Message
 	switch k {
-	case KindStep:
-		m = decodeStep(d, sid)
+	case KindStep, KindStepGrammar:
+		m = decodeStep(d, sid, k == KindStepGrammar)
 	case KindToken, KindTokenLP:
 		t := &Token{Session: sid}
 		t.Pos = int(d.U32("position"))
@@ -666,9 +736,12 @@ func decodeLP(d *codec.Reader) *TokenLP {
 	return lp
 }
 
-func decodeStep(d *codec.Reader, sid SessionID) *Step {
+func decodeStep(d *codec.Reader, sid SessionID, gram bool) *Step {
 	s := &Step{Session: sid}
 	flags := d.U8("flags")
+	if d.Err() == nil && gram && flags&flagOpen == 0 {
+		d.Fail("a grammar on a step that opens nothing")
+	}
 	if d.Err() == nil && (flags&^(flagOpen|flagHidden|flagCheck|flagSkip|flagCold|flagSigned|flagLogits|flagLP) != 0 ||
 		flags&flagOpen == 0 && flags&(flagSkip|flagCold|flagLP) != 0 ||
 		flags&flagHidden == 0 && flags&flagSigned != 0 ||
@@ -716,6 +789,16 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 				d.Fail("%d top log-probabilities (at most %d)", o.TopLogProbs, MaxTopLogProbs)
 			}
 		}
+		if gram {
+			o.GrammarFrom = int(d.U32("grammar start"))
+			n := int(d.U32("grammar length"))
+			if d.Err() == nil && (n == 0 || n > MaxGrammar || n > d.Len()) {
+				d.Fail("a grammar of %d bytes in %d", n, d.Len())
+			}
+			if d.Err() == nil {
+				o.Grammar = slices.Clone(d.Take(n, "grammar"))
+			}
+		}
 		o.Cold = flags&flagCold != 0
 		s.Open = o
 	}
@@ -750,13 +833,13 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 	if flags&flagHidden != 0 {
 		s.DType = DType(d.U8("dtype"))
 		s.Cols = int(d.U32("columns"))
-		size := s.DType.size()
-		if d.Err() == nil && size == 0 {
+		rb := s.DType.rowBytes(s.Cols)
+		if d.Err() == nil && s.DType.rowBytes(1) == 0 {
 			d.Fail("dtype %d", s.DType)
 		}
 		rows := n - s.Skip
-		if d.Err() == nil && (s.Cols == 0 || uint64(s.Cols)*uint64(rows)*uint64(size) != uint64(d.Len())) {
-			d.Fail("%d bytes of hidden states for %d × %d %d-byte values", d.Len(), rows, s.Cols, size)
+		if d.Err() == nil && (s.Cols == 0 || rb*uint64(rows) != uint64(d.Len())) {
+			d.Fail("%d bytes of hidden states for %d rows of %d %s values", d.Len(), rows, s.Cols, s.DType)
 		}
 		if d.Err() != nil {
 			return nil
@@ -771,6 +854,13 @@ func decodeStep(d *codec.Reader, sid SessionID) *Step {
 		case DTypeF16:
 			for i := range s.Hidden {
 				s.Hidden[i] = engine.F16ToF32(binary.LittleEndian.Uint16(raw[2*i:]))
+			}
+		case DTypeQ8:
+			for r := 0; r < rows; r++ {
+				if err := q8DecodeRow(s.Hidden[r*s.Cols:(r+1)*s.Cols], raw[uint64(r)*rb:uint64(r+1)*rb]); err != nil {
+					d.Fail("row %d: %v", r, err)
+					return nil
+				}
 			}
 		}
 	}

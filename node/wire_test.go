@@ -44,6 +44,11 @@ func sampleMessages(t testing.TB) []Message {
 		&Step{Session: sid, Entry: a, Hops: []Hop{{b, 0, 8}}, Pos: 0, Tokens: []int32{1, 2, 3},
 			Open: &Open{MaxTokens: 40, Model: ModelHash("m"), Cold: true}},
 		&Token{Session: sid, Pos: 17, Token: 42},
+		// A constrained session (grammar.Spec), with log-probabilities
+		// and a resumed prefill beside it.
+		&Step{Session: sid, Entry: a, Hops: []Hop{{c, 4, 8}}, Pos: 0, Tokens: []int32{1, 2, 3}, Skip: 1,
+			Open: &Open{MaxTokens: 40, Model: ModelHash("m"), LogProbs: true, TopLogProbs: 2,
+				Grammar: []byte(`{"schema":{"type":"object"}}`), GrammarFrom: 2}, Hidden: []float32{1, 2, 3, 4}, Cols: 2, DType: DTypeF32},
 		&ErrorMsg{Session: sid, Code: CodeUnreachable, Peer: c, Text: "gone"},
 		&ErrorMsg{Session: sid, Code: CodeBusy},
 		&Close{Session: sid},
@@ -183,6 +188,35 @@ func TestWireLogProbs(t *testing.T) {
 	}
 }
 
+// TestWireGrammar: a step with a grammar is a kind of its own (an older
+// node refuses it rather than sampling freely); one without keeps the
+// step's bytes; a grammar without an open, an empty one or one past
+// MaxGrammar is refused.
+func TestWireGrammar(t *testing.T) {
+	a, b := testPeer(t, 1), testPeer(t, 2)
+	open := func() *Open { return &Open{MaxTokens: 8, Model: ModelHash("m")} }
+	plain := mustEncode(t, &Step{Session: SessionID{1}, Entry: a, Hops: []Hop{{b, 0, 8}}, Tokens: []int32{1}, Open: open()})
+	o := open()
+	o.Grammar, o.GrammarFrom = []byte(`{"schema":true}`), 1
+	gram := mustEncode(t, &Step{Session: SessionID{1}, Entry: a, Hops: []Hop{{b, 0, 8}}, Tokens: []int32{1}, Open: o})
+	if Kind(plain[1]) != KindStep || Kind(gram[1]) != KindStepGrammar || len(gram) != len(plain)+8+len(o.Grammar) {
+		t.Fatalf("kinds %d, %d; %d and %d bytes", plain[1], gram[1], len(plain), len(gram))
+	}
+	// The grammar kind on a step that opens nothing.
+	mid := mustEncode(t, &Step{Session: SessionID{1}, Entry: a, Hops: []Hop{{b, 0, 8}}, Pos: 3, Tokens: []int32{1}})
+	mid[1] = byte(KindStepGrammar)
+	if _, err := Decode(mid); !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("a grammar kind without an open: %v", err)
+	}
+	for _, g := range [][]byte{{}, make([]byte, MaxGrammar+1)} {
+		o := open()
+		o.Grammar = g
+		if _, err := Encode(nil, &Step{Session: SessionID{1}, Entry: a, Hops: []Hop{{b, 0, 8}}, Tokens: []int32{1}, Open: o}); !errors.Is(err, ErrBadFrame) {
+			t.Fatalf("a grammar of %d bytes: %v", len(g), err)
+		}
+	}
+}
+
 func TestWireRoundTrip(t *testing.T) {
 	for _, m := range sampleMessages(t) {
 		b, err := Encode(nil, m)
@@ -291,7 +325,7 @@ func TestWireRejects(t *testing.T) {
 // FuzzDecode: no input panics the decoder, it allocates in proportion to
 // its input, and whatever decodes encodes back to the same bytes.
 func FuzzDecode(f *testing.F) {
-	for _, m := range append(sampleMessages(f), lpMessages(f)...) {
+	for _, m := range append(append(sampleMessages(f), lpMessages(f)...), q8Sample(f)) {
 		b, err := Encode(nil, m)
 		if err != nil {
 			f.Fatal(err)
@@ -306,7 +340,8 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if s, ok := m.(*Step); ok && 4*len(s.Hidden)+4*len(s.Tokens) > 2*len(b)+64 {
+		// A q8 value is a byte: 4 bytes decoded per byte received.
+		if s, ok := m.(*Step); ok && 4*len(s.Hidden)+4*len(s.Tokens) > 2*len(b)+64 && (s.DType != DTypeQ8 || len(s.Hidden) > len(b)) {
 			t.Fatalf("decoded %d values from %d bytes", len(s.Hidden)+len(s.Tokens), len(b))
 		}
 		out, err := Encode(nil, m)
@@ -315,6 +350,18 @@ func FuzzDecode(f *testing.F) {
 		}
 		if s, ok := m.(*Step); ok && s.DType == DTypeF16 {
 			return // NaN payloads need not survive a half round trip
+		}
+		if s, ok := m.(*Step); ok && s.DType == DTypeQ8 {
+			// A forged block need not be what an encoder writes (a scale
+			// above max/127, say), but it re-encodes to a frame of the
+			// same shape that decodes.
+			if len(out) != len(b) {
+				t.Fatalf("q8 re-encoding is %d bytes, not %d", len(out), len(b))
+			}
+			if _, err := Decode(out); err != nil {
+				t.Fatalf("q8 re-encoding does not decode: %v", err)
+			}
+			return
 		}
 		if !bytes.Equal(out, b) {
 			t.Fatalf("re-encoding differs:\n in %x\nout %x", b, out)

@@ -169,6 +169,9 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	if p.spec.Engine != "" {
 		args = append(args, "--engine", p.spec.Engine)
 	}
+	if p.spec.Wire != "" {
+		args = append(args, "--wire", p.spec.Wire)
+	}
 	if f := p.spec.FairAdmission; f != nil {
 		args = append(args, "--fair-admission="+strconv.FormatBool(*f))
 	}

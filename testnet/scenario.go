@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/node/config"
 )
 
@@ -84,6 +85,10 @@ type NodeSpec struct {
 	// FairAdmission: nil leaves the node's default (on); false turns
 	// swarm-wide oldest-first admission off (--fair-admission=false).
 	FairAdmission *bool `yaml:"fair_admission"`
+	// Wire is how the node sends hidden states to its next hops (--wire:
+	// f32, f16, q8 or auto; "": the node's default, f32). Outputs on f16
+	// or q8 may differ from the reference: set expect.mismatched.
+	Wire string `yaml:"wire"`
 }
 
 // LoadSpec is the client load: requests arrive as a Poisson process at
@@ -359,6 +364,9 @@ func (s *Scenario) Validate() error {
 		}
 		if err := validateTrust(f, n); err != nil {
 			return err
+		}
+		if _, err := node.ParseWire(n.Wire); err != nil {
+			return bad(f+".wire", "%v", err)
 		}
 		switch n.Engine {
 		case "", "go", "ggml", "auto":

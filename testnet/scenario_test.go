@@ -66,6 +66,7 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{"max_tokens: 8}|max_tokens: 8, hot: zz, hot_share: 0.9}", "load.hot"},
 		{"- {name: a, max_layers: 2}|- {name: a, max_layers: 2, memory: lots}", "nodes[0].memory"},
 		{"- {name: a, max_layers: 2}|- {name: a, max_layers: 2, engine: cuda}", "nodes[0].engine"},
+		{"- {name: a, max_layers: 2}|- {name: a, max_layers: 2, wire: int4}", "nodes[0].wire"},
 		{"max_tokens: 8}|max_tokens: 8, hot: a, hot_share: 1.5}", "load.hot_share"},
 		{"max_tokens: 8}|max_tokens: 8, hot_share: 0.5}", "load.hot_share"},
 		{"max_tokens: 8}|max_tokens: 8, phases: [{for: 0s, rate: 2}]}", "load.phases[0]"},

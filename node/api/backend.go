@@ -21,6 +21,9 @@ type Backend interface {
 	ID() peer.ID
 	// Model describes the served model.
 	Model() node.ModelInfo
+	// CountTokens is the length of req's prompt, tokenized as Generate
+	// would.
+	CountTokens(req node.Request) (int, error)
 	// Held is the range of layers the node has loaded.
 	Held() layers.Range
 	// Committed is the map the node routes on.

@@ -42,6 +42,12 @@ func (f *fakeBackend) Generate(_ context.Context, req node.Request) (*node.Strea
 	return nil, f.genErr
 }
 func (f *fakeBackend) ID() peer.ID { return f.id }
+func (f *fakeBackend) CountTokens(req node.Request) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastReq = req
+	return len(req.Messages), f.genErr
+}
 func (f *fakeBackend) Model() node.ModelInfo {
 	return node.ModelInfo{Name: "fake-model", Fingerprint: "sha256:fake", Layers: 8, Hidden: 64, Vocab: 512, Context: 1024}
 }

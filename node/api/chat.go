@@ -45,9 +45,9 @@ var templateReserved = map[string]bool{"messages": true, "tools": true, "add_gen
 
 // decodeTools checks tools and tool_choice. Calls are parsed for "auto"
 // (the default); "none" offers no tools at all (the template renders none
-// and nothing is parsed). "required" and a named function need decoding
-// constrained to a call, which the server does not do: they are refused
-// rather than honoured loosely.
+// and nothing is parsed). "required" and a named function constrain the
+// output to one call (of any tool, or of the named one) in the model's
+// syntax, with arguments valid against the tool's parameters (g.cons).
 func decodeTools(raw, choice json.RawMessage, g *genRequest) *apiError {
 	var tools []json.RawMessage
 	if !isNull(raw) {
@@ -85,25 +85,36 @@ func decodeTools(raw, choice json.RawMessage, g *genRequest) *apiError {
 					Name string `json:"name"`
 				} `json:"function"`
 			}
-			if json.Unmarshal(choice, &named) != nil || named.Function.Name == "" {
+			if json.Unmarshal(choice, &named) != nil || named.Function.Name == "" || named.Type != "function" {
 				return invalid("tool_choice", `tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`)
 			}
-			return invalid("tool_choice", "tool_choice naming a function (%q) needs constrained decoding, which this server does not do yet: use \"auto\"", named.Function.Name)
+			mode, g.cons.force, g.cons.name = "named", true, named.Function.Name
+			s = mode
 		}
 		switch s {
+		case "named":
 		case "none", "auto":
 			mode = s
 		case "required":
-			return invalid("tool_choice", `tool_choice "required" needs constrained decoding, which this server does not do yet: use "auto"`)
+			mode, g.cons.force = s, true
 		default:
 			return invalid("tool_choice", `tool_choice %q is not one of "none", "auto", "required"`, s)
 		}
+	}
+	if g.cons.force && len(tools) == 0 {
+		return invalid("tool_choice", "tool_choice %s forces a call, but no tools are offered", mode)
+	}
+	if g.cons.force && g.cons.schema != nil {
+		return invalid("response_format", "response_format with tool_choice %s: the answer is a call, so its format cannot apply; send one or the other", mode)
 	}
 	if len(tools) == 0 || mode == "none" {
 		return nil
 	}
 	g.req.Tools = raw
 	g.tools = true
+	if g.cons.force || g.cons.schema != nil {
+		g.cons.tools = toolSchemas(raw)
+	}
 	return nil
 }
 
@@ -169,10 +180,16 @@ func chatParser(in node.ModelInfo, g *genRequest) (*chatparse.Parser, *apiError)
 		syn.ThinkingOpen = false
 	}
 	p := chatparse.New(syn, g.tools)
-	if !p.Active() {
-		return nil, nil
+	if p.Active() {
+		g.req.Keep = p.Keep()
+	} else {
+		p = nil
 	}
-	g.req.Keep = p.Keep()
+	spec, e := g.cons.spec(syn, syn.ThinkingOpen, g.req.Keep)
+	if e != nil {
+		return nil, e
+	}
+	g.req.Grammar = spec
 	return p, nil
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,7 +222,29 @@ func TestDashboardBrowser(t *testing.T) {
 	c := startCluster(t, 3)
 	defer c.close()
 	t.Logf("3-node swarm ready in %v", time.Since(start).Round(time.Millisecond))
-	base := c.urls[0]
+	// The page talks to the node through a proxy that holds a streamed
+	// chat answer after its first text until the test has seen the page
+	// draw it: that the answer is drawn while it streams is then a fact
+	// the test arranges, not a race with the browser it hopes to win.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseAll()
+	target, err := url.Parse(c.urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1
+	proxy.ModifyResponse = func(r *http.Response) error {
+		if r.Request.URL.Path == "/v1/chat/completions" && r.Header.Get("Content-Type") == "text/event-stream" {
+			r.Body = &holdAfterFirstText{ReadCloser: r.Body, release: release}
+		}
+		return nil
+	}
+	ps := httptest.NewServer(proxy)
+	defer ps.Close()
+	base := ps.URL
 	shots := t.TempDir()
 	if d := os.Getenv("STRATA_SCREENSHOT_DIR"); d != "" {
 		shots = d // kept after the test, e.g. as CI artifacts
@@ -377,15 +402,19 @@ func TestDashboardBrowser(t *testing.T) {
 		Deltas            int
 	}
 	var chat chatState
-	sawPartial := false
 	const readChat = `(() => { const m = [...document.querySelectorAll(".msg.assistant")].pop();
 	  return m ? {Done: m.dataset.done, Error: m.dataset.error || "", Text: m.firstChild.textContent, Deltas: +m.dataset.deltas} : {Done: ""}; })()`
+	// The proxy holds the stream after its first event: the page must
+	// show that much before the rest comes.
+	waitFor("the first delta drawn while the stream is held", 60*time.Second, func() (bool, error) {
+		var err error
+		chat, err = chromedp.Run(ctx, chromedp.Evaluate[chatState](readChat))
+		return chat.Done == "false" && chat.Text != "", err
+	})
+	releaseAll()
 	waitFor("the streamed answer", 60*time.Second, func() (bool, error) {
 		var err error
 		chat, err = chromedp.Run(ctx, chromedp.Evaluate[chatState](readChat))
-		if chat.Done == "false" && chat.Text != "" {
-			sawPartial = true // text on the page before the stream ended
-		}
 		return chat.Done == "true", err
 	})
 	if chat.Error != "" || chat.Text == "" || chat.Deltas < 2 {
@@ -395,12 +424,10 @@ func TestDashboardBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A short answer's few deltas can arrive in one browser task and be
-	// drawn at once; a long one streamed onto the page takes several.
-	if shown < 2 && chat.Deltas >= 10 {
+	if shown < 2 {
 		t.Fatalf("the answer was drawn in %d step(s) for %d deltas: not streamed onto the page", shown, chat.Deltas)
 	}
-	t.Logf("chat answer: %d deltas, drawn in %d steps (polled mid-stream: %v): %q", chat.Deltas, shown, sawPartial, chat.Text)
+	t.Logf("chat answer: %d deltas, drawn in %d steps (the first while the rest was held): %q", chat.Deltas, shown, chat.Text)
 
 	// Its request, with a path over the coverage view.
 	type reqState struct {
@@ -578,5 +605,44 @@ func TestDashboardRequestScores(t *testing.T) {
 	}
 	if !strings.Contains(string(body), `"unit":{"latency":`) {
 		t.Fatalf("activity lacks the unit scores: %s", body)
+	}
+}
+
+// holdAfterFirstText passes a server-sent event stream through up to the
+// end of its first event with text (a chat stream's first chunk carries
+// only the role), then waits for release before the rest.
+type holdAfterFirstText struct {
+	io.ReadCloser
+	release <-chan struct{}
+	seen    []byte // what was passed, until that event's end
+	held    bool
+}
+
+func (h *holdAfterFirstText) Read(p []byte) (int, error) {
+	if h.held {
+		<-h.release
+		return h.ReadCloser.Read(p)
+	}
+	n, err := h.ReadCloser.Read(p)
+	before := len(h.seen)
+	h.seen = append(h.seen, p[:n]...)
+	for start := 0; ; {
+		i := bytes.Index(h.seen[start:], []byte("\n\n"))
+		if i < 0 {
+			return n, err
+		}
+		end := start + i + 2
+		if ev := h.seen[start:end]; bytes.Contains(ev, []byte(`"content":"`)) && !bytes.Contains(ev, []byte(`"content":""`)) {
+			// Pass up to this event's end; the rest waits.
+			keep := max(end-before, 0)
+			rest := append([]byte(nil), p[keep:n]...)
+			h.held = true
+			h.ReadCloser = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(rest), h.ReadCloser), h.ReadCloser}
+			return keep, nil
+		}
+		start = end
 	}
 }

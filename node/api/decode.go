@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/node"
 )
 
@@ -23,7 +24,7 @@ import (
 // node.Request. Unknown fields are ignored, as OpenAI's clients send
 // fields that servers may not know; known fields that would change the
 // answer in a way this server cannot honour (n past maxChoices, echo,
-// a tool_choice that needs constrained decoding, tools for a model whose
+// a schema the grammar cannot enforce, tools for a model whose
 // template has no tool-call syntax) are refused rather than silently
 // ignored.
 
@@ -64,6 +65,9 @@ type genRequest struct {
 	// shape writes the answer of an API other than OpenAI's chat and
 	// completions (/v1/responses, /v1/messages); nil for those two.
 	shape shape
+	// cons is what the output must be (response_format, a forced tool
+	// call): chatParser turns it into req.Grammar for the model's syntax.
+	cons constraint
 }
 
 // samplingBody holds the fields both endpoints share.
@@ -99,9 +103,12 @@ type samplingBody struct {
 type completionBody struct {
 	samplingBody
 	Prompt json.RawMessage `json:"prompt"`
-	Echo   *bool           `json:"echo"`
-	BestOf *int64          `json:"best_of"`
-	Suffix *string         `json:"suffix"`
+	// ResponseFormat is vLLM's extension of the legacy endpoint, in
+	// chat's shape.
+	ResponseFormat json.RawMessage `json:"response_format"`
+	Echo           *bool           `json:"echo"`
+	BestOf         *int64          `json:"best_of"`
+	Suffix         *string         `json:"suffix"`
 }
 
 type chatBody struct {
@@ -112,9 +119,7 @@ type chatBody struct {
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	Functions           json.RawMessage `json:"functions"`
-	ResponseFormat      *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
+	ResponseFormat      json.RawMessage `json:"response_format"`
 
 	// ChatTemplateKwargs are more variables for the chat template, as
 	// vLLM's and llama.cpp's servers take them (Qwen3's enable_thinking).
@@ -217,6 +222,13 @@ func decodeCompletion(b []byte) (genRequest, *apiError) {
 	if e := decodePrompt(body.Prompt, &g.req); e != nil {
 		return g, e
 	}
+	schema, e := decodeFormat(body.ResponseFormat, "response_format", false)
+	if e != nil {
+		return g, e
+	}
+	if schema != nil {
+		g.req.Grammar = &grammar.Spec{Schema: schema}
+	}
 	return g, nil
 }
 
@@ -308,8 +320,6 @@ func decodeChat(b []byte) (genRequest, *apiError) {
 		return g, invalid("tools", "tools must be an array")
 	case !isNull(body.Functions) && !bytes.Equal(bytes.TrimSpace(body.Functions), []byte("[]")):
 		return g, invalid("functions", "functions are not supported")
-	case body.ResponseFormat != nil && body.ResponseFormat.Type != "" && body.ResponseFormat.Type != "text":
-		return g, invalid("response_format", "response_format %q is not supported (only text)", body.ResponseFormat.Type)
 	case len(body.Messages) == 0:
 		return g, invalid("messages", "messages is required and must not be empty")
 	case len(body.Messages) > maxMessages:
@@ -334,6 +344,11 @@ func decodeChat(b []byte) (genRequest, *apiError) {
 		msgs[i] = engine.Message{Role: m.Role, Content: text, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID, Name: m.Name}
 	}
 	g.req.Messages = msgs
+	schema, e := decodeFormat(body.ResponseFormat, "response_format", false)
+	if e != nil {
+		return g, e
+	}
+	g.cons.schema = schema
 	// The model's chat template renders the tools; the server parses the
 	// calls out of the output in the template's syntax (see chatParser).
 	if e := decodeTools(body.Tools, body.ToolChoice, &g); e != nil {

@@ -112,8 +112,9 @@
 // output_text parts), function_call and function_call_output items (a
 // tool round trip), reasoning items (dropped, as templates drop past
 // thoughts); instructions (a system message, merged with a leading
-// system or developer message), flat function tools, tool_choice auto
-// or none, max_output_tokens, temperature, top_p, stream, and
+// system or developer message), flat function tools, tool_choice (auto,
+// none, required, or a named function), text.format (text, json_object,
+// json_schema; see Constrained decoding), max_output_tokens, temperature, top_p, stream, and
 // reasoning.effort "none" (enable_thinking false for templates that read
 // it; other efforts change nothing). The answer's output has a reasoning
 // item for a parsed thought, a message with output_text, and a
@@ -127,14 +128,15 @@
 // store is accepted (the answer says "store": false), and
 // previous_response_id, conversation, item_reference items, background,
 // stored prompts, built-in tools (web_search, file_search, ...), images
-// and files, a named or required tool_choice, text formats other than
-// text, truncation "auto" and logprobs are 400s naming the field.
+// and files, a schema the grammar cannot enforce, truncation "auto" and
+// logprobs are 400s naming the field.
 //
 // /v1/messages takes model, max_tokens (required), system (a string or
 // text blocks), messages with content as a string or blocks (text;
 // tool_use in an assistant turn; tool_result, a string or text blocks,
 // in a user turn; thinking blocks dropped), tools {name, description,
-// input_schema}, tool_choice auto or none, stop_sequences, temperature,
+// input_schema}, tool_choice (auto, none, any, or a named tool),
+// output_format (json_schema), stop_sequences, temperature,
 // top_p, top_k, stream, and thinking {"type": "disabled"}
 // (enable_thinking false). The answer's content has a thinking block for
 // a parsed thought (its signature empty), text blocks, and a tool_use
@@ -146,12 +148,26 @@
 // content_block_stop per block, message_delta (stop_reason, usage) and
 // message_stop. Images and documents, server tools (versioned types such
 // as web_search_20250305), mcp_servers, a last assistant message (a
-// prefill: the answer is always a new turn), and tool_choice "any" or a
-// named tool (they need constrained decoding, as chat's "required" does)
-// are 400s. Its errors, before a stream or as a stream's "error" event,
+// prefill: the answer is always a new turn) are 400s. Its errors, before a stream or as a stream's "error" event,
 // are Anthropic's JSON, {"type": "error", "error": {"type", "message"}},
 // with the status the table below gives (503s as overloaded_error); the
 // key may come as x-api-key, which every endpoint takes beside Bearer.
+//
+// # Constrained decoding
+//
+// response_format (chat: json_object, or json_schema with its schema),
+// text.format (responses), output_format (messages) and a tool_choice that forces a call (chat's
+// "required" or a named function, the Responses API's alike, Anthropic's
+// "any" or a named tool) become a grammar.Spec on the request
+// (constrain.go): the last hop of the path masks every token that
+// cannot continue the document, and allows an end token only once it is
+// complete. A forced call is written in the model family's tool-call
+// syntax (Hermes, Llama 3 JSON, Mistral, DeepSeek) with arguments valid
+// against the tool's parameters, so the family's parser reads it back as
+// a call; a family without one is a 400 naming tools. Schema keywords the
+// grammar cannot enforce (pattern, format, allOf, oneOf of several, not,
+// if/then/else, number bounds, ...) are 400s naming the field. docs/api.md
+// lists what each endpoint takes.
 //
 // # Scheduling profiles
 //

@@ -334,10 +334,22 @@ func TestOfficialAnthropicClient(t *testing.T) {
 		Image, AnyTool, WrongKey failure
 		RightKey                 struct{ Type, Stop string }
 		Tools                    struct{ Whole, Streamed messageOut }
-		Fixture                  struct {
+		Forced                   []struct {
+			Choice, Stop string
+			Content      []struct {
+				Type, Name string
+				Input      json.RawMessage
+			}
+		}
+		Fixture struct {
 			Whole, Streamed messageOut
 			Thinking        string
 			Inputs          []json.RawMessage
+		}
+		Count struct {
+			Plain, Tools struct {
+				InputTokens int `json:"input_tokens"`
+			}
 		}
 	}
 	if err := json.Unmarshal(outb, &got); err != nil {
@@ -365,7 +377,7 @@ func TestOfficialAnthropicClient(t *testing.T) {
 		f.Body.Error.Type != "invalid_request_error" || !strings.Contains(f.Body.Error.Message, `"image" is not supported`) {
 		t.Errorf("image: %+v", f)
 	}
-	if f := got.AnyTool; f.Status != http.StatusBadRequest || !f.BadRequest || !strings.Contains(f.Body.Error.Message, "constrained decoding") {
+	if f := got.AnyTool; f.Status != http.StatusBadRequest || !f.BadRequest || !strings.Contains(f.Body.Error.Message, "tools are not supported") {
 		t.Errorf("tool_choice any: %+v", f)
 	}
 	if f := got.WrongKey; f.Status != http.StatusUnauthorized || !f.Auth || f.Body.Error.Type != "authentication_error" {
@@ -379,6 +391,31 @@ func TestOfficialAnthropicClient(t *testing.T) {
 	tw, ts := got.Tools.Whole, got.Tools.Streamed
 	if tw.Usage.InputTokens != want || ts.Usage.InputTokens != want || tw.summary() != ts.summary() || str(tw.StopReason) != str(ts.StopReason) || tw.Usage.OutputTokens == 0 {
 		t.Errorf("tool round trip: whole %+v, streamed %+v; the template renders %d tokens", tw, ts, want)
+	}
+
+	if got.Count.Plain.InputTokens != w.Usage.InputTokens || got.Count.Tools.InputTokens != want {
+		t.Errorf("count_tokens %+v; the messages took %d and %d input tokens", got.Count, w.Usage.InputTokens, want)
+	}
+
+	// Forced calls: one tool_use (the named one), its input of the
+	// tool's schema: unit c or f and days an integer 1..7, or zone utc
+	// or cet; nothing else.
+	if len(got.Forced) != 2 {
+		t.Fatalf("forced calls: %+v", got.Forced)
+	}
+	for _, f := range got.Forced {
+		var in map[string]any
+		ok := f.Stop == "tool_use" && len(f.Content) == 1 && f.Content[0].Type == "tool_use" && json.Unmarshal(f.Content[0].Input, &in) == nil
+		if ok && f.Content[0].Name == "get_forecast" {
+			days, isNum := in["days"].(float64)
+			ok = (in["unit"] == "c" || in["unit"] == "f") && isNum && days == float64(int(days)) && days >= 1 && days <= 7 && len(in) == 2
+		} else if ok {
+			ok = f.Choice == "any" && f.Content[0].Name == "get_time" && (in["zone"] == "utc" || in["zone"] == "cet") && len(in) == 1
+		}
+		t.Logf("tool_choice %s: %s %+v", f.Choice, f.Stop, f.Content)
+		if !ok {
+			t.Errorf("tool_choice %s: %+v", f.Choice, f)
+		}
 	}
 
 	wantFixture := "thinking:" + qwen3Reasoning + ` | tool_use:get_weather:{"city":"Paris","unit":"celsius"} | tool_use:get_time:{"city":"Tōkyō \"東京\""}`

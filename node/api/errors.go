@@ -152,7 +152,7 @@ func retryAfterHeader(d time.Duration) string {
 // errorWriter is how an endpoint's errors are written: Anthropic's
 // shape for /v1/messages, OpenAI's for the rest.
 func errorWriter(endpoint string) func(http.ResponseWriter, *apiError) {
-	if endpoint == endpointMessages {
+	if endpoint == endpointMessages || endpoint == endpointCountTokens {
 		return writeAnthropicError
 	}
 	return writeError

@@ -21,7 +21,10 @@ import (
 // stop reasons, and its stream Anthropic's named events. Errors take
 // Anthropic's shape, {"type": "error", "error": {"type", "message"}}.
 
-const endpointMessages = "messages"
+const (
+	endpointMessages    = "messages"
+	endpointCountTokens = "messages_count_tokens"
+)
 
 type messagesBody struct {
 	Model         string          `json:"model"`
@@ -38,6 +41,9 @@ type messagesBody struct {
 	Thinking      *struct {
 		Type string `json:"type"`
 	} `json:"thinking"`
+	// OutputFormat is Anthropic's structured outputs: {"type":
+	// "json_schema", "schema": {...}}.
+	OutputFormat json.RawMessage `json:"output_format"`
 
 	// Refused: they need the server to run tools.
 	MCPServers json.RawMessage `json:"mcp_servers"`
@@ -74,12 +80,20 @@ type messagesTool struct {
 }
 
 // decodeMessages decodes a POST /v1/messages body.
-func decodeMessages(b []byte) (genRequest, *apiError) {
+func decodeMessages(b []byte) (genRequest, *apiError) { return decodeMessagesBody(b, false) }
+
+// decodeMessagesBody decodes a Messages API body; counting (a
+// count_tokens body) needs no max_tokens.
+func decodeMessagesBody(b []byte, counting bool) (genRequest, *apiError) {
 	var body messagesBody
 	if e := decodeBytes(b, &body); e != nil {
 		return genRequest{}, e
 	}
 	g := genRequest{chat: true}
+	if counting && body.MaxTokens == nil {
+		one := int64(1)
+		body.MaxTokens = &one
+	}
 	switch {
 	case body.MaxTokens == nil:
 		return g, invalid("max_tokens", "max_tokens is required")
@@ -116,6 +130,9 @@ func decodeMessages(b []byte) (genRequest, *apiError) {
 		msgs = append([]engine.Message{{Role: "system", Content: system}}, msgs...)
 	}
 	g.req.Messages = msgs
+	if g.cons.schema, e = decodeFormat(body.OutputFormat, "output_format", true); e != nil {
+		return g, e
+	}
 	tools, e := messagesTools(body.Tools)
 	if e != nil {
 		return g, e
@@ -315,9 +332,8 @@ func messagesTools(raw json.RawMessage) (json.RawMessage, *apiError) {
 	})
 }
 
-// messagesToolChoice maps tool_choice to chat's. "any" and a named tool
-// need decoding constrained to a call, as chat's "required" and named
-// function do: refused alike.
+// messagesToolChoice maps tool_choice to chat's: "any" is "required", a
+// named tool a named function (both constrain the output to a call).
 func messagesToolChoice(raw json.RawMessage) (json.RawMessage, *apiError) {
 	if isNull(raw) {
 		return nil, nil
@@ -333,9 +349,13 @@ func messagesToolChoice(raw json.RawMessage) (json.RawMessage, *apiError) {
 	case "auto", "none":
 		return json.RawMessage(`"` + tc.Type + `"`), nil
 	case "any":
-		return nil, invalid("tool_choice", `tool_choice {"type": "any"} needs constrained decoding, which this server does not do yet: use {"type": "auto"}`)
+		return json.RawMessage(`"required"`), nil
 	case "tool":
-		return nil, invalid("tool_choice", `tool_choice naming a tool (%q) needs constrained decoding, which this server does not do yet: use {"type": "auto"}`, tc.Name)
+		if tc.Name == "" {
+			return nil, invalid("tool_choice", `tool_choice {"type": "tool"} needs the tool's name`)
+		}
+		b, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": tc.Name}})
+		return b, nil
 	}
 	return nil, invalid("tool_choice", `tool_choice type %q is not one of "auto", "none", "any", "tool"`, tc.Type)
 }
@@ -550,6 +570,32 @@ func anthropicBody(e *apiError) anthropicError {
 
 // writeAnthropicError sends e as the whole response, in Anthropic's
 // shape.
+// A prompt over the context is Anthropic's 400 ("prompt is too long"),
+// where OpenAI's endpoints answer 413.
 func writeAnthropicError(w http.ResponseWriter, e *apiError) {
+	if e.Code == "context_length_exceeded" {
+		c := *e
+		c.Status = http.StatusBadRequest
+		e = &c
+	}
 	writeErrorBody(w, e, anthropicBody(e))
+}
+
+// handleCountTokens serves POST /v1/messages/count_tokens: the prompt
+// tokens a Messages request would take (system, messages and tools
+// rendered by the model's chat template), {"input_tokens": n}.
+func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	b, e := s.readBody(w, r)
+	if e == nil {
+		var g genRequest
+		if g, e = decodeMessagesBody(b, true); e == nil {
+			n, err := s.b.CountTokens(g.req)
+			if err == nil {
+				writeJSON(w, http.StatusOK, map[string]int{"input_tokens": n})
+				return
+			}
+			e = fromError(err, "messages")
+		}
+	}
+	writeAnthropicError(w, e)
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -67,8 +68,8 @@ func TestDecodeMessages(t *testing.T) {
 		{name: "a prefill", body: `{"max_tokens": 8, "messages": [` + user + `, {"role": "assistant", "content": "Once"}]}`, param: "messages[1].role"},
 		{name: "server tool", body: `{"max_tokens": 8, "tools": [{"type": "web_search_20250305", "name": "web_search"}], "messages": [` + user + `]}`, param: "tools[0].type"},
 		{name: "tool without name", body: `{"max_tokens": 8, "tools": [{"input_schema": {}}], "messages": [` + user + `]}`, param: "tools[0].name"},
-		{name: "any", body: `{"max_tokens": 8, "tools": [` + weather + `], "tool_choice": {"type": "any"}, "messages": [` + user + `]}`, param: "tool_choice"},
-		{name: "a named tool", body: `{"max_tokens": 8, "tools": [` + weather + `], "tool_choice": {"type": "tool", "name": "get_weather"}, "messages": [` + user + `]}`, param: "tool_choice"},
+		{name: "any without tools", body: `{"max_tokens": 8, "tool_choice": {"type": "any"}, "messages": [` + user + `]}`, param: "tool_choice"},
+		{name: "a tool without its name", body: `{"max_tokens": 8, "tools": [` + weather + `], "tool_choice": {"type": "tool"}, "messages": [` + user + `]}`, param: "tool_choice"},
 		{name: "stop_sequences not strings", body: `{"max_tokens": 8, "stop_sequences": [1], "messages": [` + user + `]}`, param: "stop_sequences"},
 		{name: "mcp servers", body: `{"max_tokens": 8, "mcp_servers": [{"type": "url", "url": "x", "name": "n"}], "messages": [` + user + `]}`, param: "mcp_servers"},
 		{name: "top_p", body: `{"max_tokens": 8, "top_p": 2, "messages": [` + user + `]}`, param: "top_p"},
@@ -377,5 +378,47 @@ func TestMessagesErrors(t *testing.T) {
 	code, body = send(http.MethodPost, "/v1/responses", `{"input": "hi"}`, "x-api-key", "k")
 	if e := errorOf(t, body); code != http.StatusServiceUnavailable || str(e.Code) != "no_capacity" {
 		t.Errorf("responses: %d %s", code, body)
+	}
+}
+
+// TestCountTokensAndLongPrompt: /v1/messages/count_tokens answers
+// {"input_tokens": n} from the backend's count (no max_tokens needed)
+// and its errors in Anthropic's shape; a prompt over the context is
+// Anthropic's 400 on both endpoints, where OpenAI's answer 413.
+func TestCountTokensAndLongPrompt(t *testing.T) {
+	f := &fakeBackend{}
+	s, err := New(f, WithLogger(testLog()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() { hs.Close(); s.Close() }()
+	send := func(path, body string) (int, []byte) {
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+path, strings.NewReader(body))
+		code, _, b := do(t, req)
+		return code, b
+	}
+	body := `{"model": "fake-model", "system": "Be brief.", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "again"}]}`
+	code, b := send("/v1/messages/count_tokens", body)
+	var n struct {
+		InputTokens int `json:"input_tokens"`
+	}
+	// The fake counts messages: the system message and the three.
+	if err := json.Unmarshal(b, &n); err != nil || code != http.StatusOK || n.InputTokens != 4 {
+		t.Errorf("count_tokens: %d %s", code, b)
+	}
+	if code, b := send("/v1/messages/count_tokens", `{"messages": []}`); code != http.StatusBadRequest || anthropicErrorOf(t, b).Type != "invalid_request_error" {
+		t.Errorf("count_tokens of no messages: %d %s", code, b)
+	}
+	f.mu.Lock()
+	f.genErr = fmt.Errorf("%w: 9000 prompt tokens + 1 to generate > 1024", node.ErrPromptTooLong)
+	f.mu.Unlock()
+	for _, path := range []string{"/v1/messages/count_tokens", "/v1/messages"} {
+		if code, b := send(path, strings.Replace(body, "{", `{"max_tokens": 8, `, 1)); code != http.StatusBadRequest || anthropicErrorOf(t, b).Type != "invalid_request_error" {
+			t.Errorf("%s, prompt too long: %d %s", path, code, b)
+		}
+	}
+	if code, b := send("/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}]}`); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("chat, prompt too long: %d %s", code, b)
 	}
 }

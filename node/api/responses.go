@@ -40,9 +40,7 @@ type responsesBody struct {
 		Effort *string `json:"effort"`
 	} `json:"reasoning"`
 	Text *struct {
-		Format *struct {
-			Type string `json:"type"`
-		} `json:"format"`
+		Format json.RawMessage `json:"format"`
 	} `json:"text"`
 	ParallelToolCalls *bool             `json:"parallel_tool_calls"`
 	Metadata          map[string]string `json:"metadata"`
@@ -115,8 +113,6 @@ func decodeResponses(b []byte) (genRequest, *apiError) {
 		return g, invalid("prompt", "prompt (a stored prompt template) is not supported: send instructions and input")
 	case body.MaxOutputTokens != nil && *body.MaxOutputTokens < 1:
 		return g, invalid("max_output_tokens", "max_output_tokens must be at least 1 (got %d)", *body.MaxOutputTokens)
-	case body.Text != nil && body.Text.Format != nil && body.Text.Format.Type != "" && body.Text.Format.Type != "text":
-		return g, invalid("text.format", "text.format %q is not supported (only text)", body.Text.Format.Type)
 	case body.Truncation != nil && *body.Truncation != "disabled":
 		return g, invalid("truncation", "truncation %q is not supported (only disabled: a conversation over the context is a 413)", *body.Truncation)
 	case body.TopLogprobs != nil && *body.TopLogprobs != 0:
@@ -140,6 +136,11 @@ func decodeResponses(b []byte) (genRequest, *apiError) {
 		msgs = append([]engine.Message{{Role: "system", Content: *body.Instructions}}, msgs...)
 	}
 	g.req.Messages = leadingSystem(msgs)
+	if body.Text != nil {
+		if g.cons.schema, e = decodeFormat(body.Text.Format, "text.format", true); e != nil {
+			return g, e
+		}
+	}
 	tools, e := responsesTools(body.Tools)
 	if e != nil {
 		return g, e
@@ -326,8 +327,7 @@ func responsesTools(raw json.RawMessage) (json.RawMessage, *apiError) {
 }
 
 // responsesToolChoice turns tool_choice into chat's: the same strings,
-// and a named function in chat's nested shape (which decodeTools
-// refuses, as it needs constrained decoding).
+// and a named function in chat's nested shape.
 func responsesToolChoice(raw json.RawMessage) (json.RawMessage, *apiError) {
 	if isNull(raw) {
 		return nil, nil
@@ -344,7 +344,7 @@ func responsesToolChoice(raw json.RawMessage) (json.RawMessage, *apiError) {
 		return nil, invalid("tool_choice", `tool_choice must be "none", "auto", "required" or {"type": "function", "name": ...}`)
 	}
 	if named.Type != "function" || named.Name == "" {
-		return nil, invalid("tool_choice", "tool_choice of type %q is not supported: use \"auto\" or \"none\"", named.Type)
+		return nil, invalid("tool_choice", "tool_choice of type %q is not supported: use \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}", named.Type)
 	}
 	b, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": named.Name}})
 	return b, nil
@@ -391,9 +391,7 @@ type (
 		Summary *string `json:"summary"`
 	}
 	textParamJSON struct {
-		Format struct {
-			Type string `json:"type"`
-		} `json:"format"`
+		Format json.RawMessage `json:"format"`
 	}
 	responsesUsage struct {
 		InputTokens        int `json:"input_tokens"`
@@ -473,7 +471,10 @@ func newResponsesShape(body *responsesBody) *responsesShape {
 	if body.TopP != nil {
 		e.TopP = *body.TopP
 	}
-	e.Text.Format.Type = "text"
+	e.Text.Format = json.RawMessage(`{"type":"text"}`)
+	if body.Text != nil && !isNull(body.Text.Format) {
+		e.Text.Format = body.Text.Format
+	}
 	e.ToolChoice, e.Tools = json.RawMessage(`"auto"`), json.RawMessage(`[]`)
 	if !isNull(body.ToolChoice) {
 		e.ToolChoice = body.ToolChoice

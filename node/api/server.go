@@ -422,6 +422,7 @@ func (s *Server) routes() http.Handler {
 	handle("/v1/chat/completions", "chat_completions", true, s.generate("chat_completions", decodeChat), http.MethodPost)
 	handle("/v1/responses", endpointResponses, true, s.generate(endpointResponses, decodeResponses), http.MethodPost)
 	handle("/v1/messages", endpointMessages, true, s.generate(endpointMessages, decodeMessages), http.MethodPost)
+	handle("/v1/messages/count_tokens", endpointCountTokens, true, s.handleCountTokens, http.MethodPost)
 	handle("/v1/swarm", "swarm", true, s.handleSwarm, http.MethodGet)
 	handle("/v1/swarm/events", "swarm_events", true, s.handleEvents, http.MethodGet)
 	handle("/v1/swarm/activity", "swarm_activity", true, s.handleActivity, http.MethodGet)

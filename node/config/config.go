@@ -126,7 +126,9 @@ type Config struct {
 	QueueMax      int           `yaml:"queue_max" help:"requests this entry's queue holds; past it a request gets 503 at once"`
 	Steal         bool          `yaml:"steal" help:"steal requests queued at a loaded peer's entry when this node's entry has spare path capacity; the tokens go back to the client through that entry"`
 	FairAdmission bool          `yaml:"fair_admission" help:"swarm-wide oldest-first admission: hold this entry's queued and new requests while a peer entry's queue head, by the load table, was queued earlier"`
-	PrefixCache   bool          `yaml:"prefix_cache" help:"keep finished sessions' KV in the memory sessions leave free, so that a chat's next turn resumes from it (outputs unchanged)"`
+	// Wire is how hidden states travel to this node's next hops.
+	Wire        string `yaml:"wire" help:"hidden states sent to next hops as f32 (bit-identical with one process), f16, q8 (8-bit blocks, 3.6x smaller than f32), or auto: per link from its measured bandwidth (q8 under 100 Mbit/s, f16 under 1 Gbit/s, f32 above or unmeasured); see docs/internet.md"`
+	PrefixCache bool   `yaml:"prefix_cache" help:"keep finished sessions' KV in the memory sessions leave free, so that a chat's next turn resumes from it (outputs unchanged)"`
 
 	// The HTTP API.
 	API        string   `yaml:"api" help:"HTTP API address, host:port (\"none\": no API)"`
@@ -163,6 +165,7 @@ func Default() Config {
 		VerifyRate:      -1,
 		SwarmVerifyRate: node.DefaultVerifyRate,
 		PrefixCache:     true,
+		Wire:            string(node.WireF32),
 		UploadAdaptive:  true,
 		FairAdmission:   true,
 	}

@@ -149,6 +149,8 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"empty api key file", "", nil, []string{"--api-key-file", emptyKey}, []string{"--api-key-file:", "is empty"}},
 		{"bad log level", "log_level: loud\n", nil, nil, []string{"node.yaml:1: log_level: \"loud\""}},
 		{"long region", "", nil, []string{"--region", strings.Repeat("x", 40)}, []string{"--region: 40 bytes"}},
+		{"unknown wire", "", nil, []string{"--wire", "int4"}, []string{"--wire: node: unknown wire mode \"int4\""}},
+		{"wire in the file", "wire: q9\n", nil, nil, []string{"wire: node: unknown wire mode"}},
 		{"zero heartbeat", "heartbeat: 0s\n", nil, nil, []string{"node.yaml:1: heartbeat: 0s: must be positive"}},
 		{"bad scheduler config", "", nil, []string{"--scheduler-config", badSched},
 			[]string{"--scheduler-config:", "profiles[0].scorers[0].weight"}},

@@ -83,7 +83,7 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 		node.WithEntryQueue(c.QueueMax, c.QueueTimeout), node.WithVerifyRate(c.VerifyRate),
 		node.WithSwarmVerifyRate(c.SwarmVerifyRate), node.WithPlanSessionTokens(c.PlanSessionTokens),
 		node.WithUploadRate(int64(c.UploadRate)), node.WithAdaptiveUpload(c.UploadAdaptive),
-		node.WithPrefixCache(c.PrefixCache), node.WithStealing(c.Steal), node.WithFairAdmission(c.FairAdmission)}
+		node.WithPrefixCache(c.PrefixCache), node.WithWire(node.WireMode(c.Wire)), node.WithStealing(c.Steal), node.WithFairAdmission(c.FairAdmission)}
 	var hw layers.Hardware
 	if c.GPU != "" {
 		var err error

@@ -16,6 +16,7 @@ import (
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine/store"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/node/api"
 	"github.com/stratanet/strata/swarm"
 )
@@ -154,6 +155,9 @@ func (c Config) validate(src map[string]*FieldError) error {
 	}
 	if c.Threads < 0 {
 		bad("threads", "%d: must not be negative", c.Threads)
+	}
+	if _, err := node.ParseWire(c.Wire); err != nil {
+		bad("wire", "%v", err)
 	}
 	if len(c.Region) > swarm.MaxRegionLen {
 		bad("region", "%d bytes: at most %d", len(c.Region), swarm.MaxRegionLen)

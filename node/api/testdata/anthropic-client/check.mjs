@@ -81,6 +81,20 @@ const tw = await tc.messages.create(toolParams);
 const ts = await tc.messages.stream(toolParams).finalMessage();
 out.tools = { whole: tw, streamed: ts };
 
+// Forced calls: tool_choice any and a named tool constrain the answer to
+// one call whose input follows the tool's input_schema.
+const forecast = { name: "get_forecast", description: "The forecast",
+  input_schema: { type: "object", properties: { unit: { type: "string", enum: ["c", "f"] }, days: { type: "integer", minimum: 1, maximum: 7 } },
+    required: ["unit", "days"], additionalProperties: false } };
+const clock = { name: "get_time", description: "The time",
+  input_schema: { type: "object", properties: { zone: { type: "string", enum: ["utc", "cet"] } }, required: ["zone"], additionalProperties: false } };
+out.forced = [];
+for (const choice of [{ type: "any" }, { type: "tool", name: "get_forecast" }]) {
+  const m = await tc.messages.create({ model: toolsModel, max_tokens: 200, temperature: 1, tools: [clock, forecast], tool_choice: choice,
+    messages: [{ role: "user", content: "The forecast for Paris?" }] });
+  out.forced.push({ choice: choice.type, stop: m.stop_reason, content: m.content });
+}
+
 // The server's writer of parsed calls and thoughts, read by the SDK.
 const fc = new Anthropic({ baseURL: fixtureBase, apiKey: "unused", maxRetries: 0 });
 const fixtureParams = { model: "fixture", max_tokens: 64, messages: [{ role: "user", content: "Weather and time in Paris and Tokyo?" }],
@@ -93,5 +107,12 @@ fstream.on("thinking", (delta) => { thinking += delta; });
 fstream.on("inputJson", (_partial, snapshot) => { inputs.push(snapshot); });
 const fs = await fstream.finalMessage();
 out.fixture = { whole: fw, streamed: fs, thinking, inputs };
+
+// count_tokens: the input tokens of the same requests, without max_tokens.
+const { max_tokens: _drop, ...toolCount } = toolParams;
+out.count = {
+  plain: await client.messages.countTokens({ model, system: params.system, messages: params.messages }),
+  tools: await tc.messages.countTokens(toolCount),
+};
 
 console.log(JSON.stringify(out));
