@@ -34,6 +34,7 @@ func sampleRecords(t testing.TB) []Record {
 		rec(12, SwarmConfigSet{VerifyRate: 0.05}),
 		rec(13, sampleToleranceFault(t)),
 		rec(14, SessionTokensSet{Tokens: 1000}),
+		rec(15, sampleMidToleranceFault(t)),
 	}
 }
 

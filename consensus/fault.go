@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -61,6 +62,10 @@ type Receipt struct {
 	// Logits, on a last stage's receipt when asked for (tolerance.go):
 	// the last logits row summarised, signed with the rest. Nil otherwise.
 	Logits *Logits
+	// Engine, on a receipt of a node whose engine is not bit-reproducible,
+	// names it (signed): what lets a tolerance verdict accuse a hop that
+	// carries no logits (tolerance.go, the mid-path kind). "" otherwise.
+	Engine string
 	Sig    []byte
 }
 
@@ -81,6 +86,10 @@ func (r Receipt) signedBytes() []byte {
 		// the very bytes it signed before they existed.
 		b = append(b, 1)
 		b = appendLogits(b, r.Logits)
+	}
+	if r.Engine != "" {
+		b = append(b, 2)
+		b = appendStr(b, r.Engine)
 	}
 	return b
 }
@@ -149,6 +158,13 @@ func (r Receipt) MarshalBinary() ([]byte, error) {
 		b = append(b, 1)
 		b = appendLogits(b, r.Logits)
 	}
+	if r.Engine != "" {
+		if len(r.Engine) > maxEngineLen || !utf8.ValidString(r.Engine) {
+			return nil, fmt.Errorf("%w: receipt engine label of %d bytes", ErrBadEvent, len(r.Engine))
+		}
+		b = append(b, 2)
+		b = appendStr(b, r.Engine)
+	}
 	if len(b) > MaxReceiptSize {
 		return nil, fmt.Errorf("%w: receipt of %d bytes", ErrBadEvent, len(b))
 	}
@@ -191,11 +207,23 @@ func (d decoder) receipt() Receipt {
 	copy(r.OutChain[:], d.Take(32, "output chain"))
 	copy(r.OutLast[:], d.Take(32, "last output"))
 	r.Sig = bytes.Clone(d.bytes("signature", 512))
-	if d.Err() == nil && d.Len() > 0 {
-		if tag := d.U8("receipt section"); tag != 1 && d.Err() == nil {
+	// Optional sections, in order: 1 logits, 2 engine label.
+	last := uint8(0)
+	for d.Err() == nil && d.Len() > 0 {
+		tag := d.U8("receipt section")
+		switch {
+		case d.Err() != nil:
+		case tag <= last || tag > 2:
 			d.Fail("receipt section %d", tag)
+		case tag == 1:
+			r.Logits = d.logits()
+		case tag == 2:
+			r.Engine = d.str("engine", maxEngineLen)
+			if d.Err() == nil && (r.Engine == "" || !utf8.ValidString(r.Engine)) {
+				d.Fail("receipt engine label %q", r.Engine)
+			}
 		}
-		r.Logits = d.logits()
+		last = tag
 	}
 	if d.Err() == nil && (r.To <= r.From || r.Positions == 0) {
 		d.Fail("receipt range [%d, %d) over %d positions", r.From, r.To, r.Positions)
@@ -213,10 +241,18 @@ func (d decoder) receipt() Receipt {
 // Tolerance marks evidence of the tolerance kind (tolerance.go): the
 // receipts' logits, not their hashes, disagree beyond LogitsTolerance;
 // a judgement that bans for a shorter time.
+//
+// Tails, on tolerance evidence against a hop that is not the last one
+// (the mid-path kind), holds for each of the three Receipts the last
+// hop's logits receipt of the same check session: Receipts are then the
+// three holders' receipts of the checked layers, run in turn between the
+// same upstream and downstream hops, and the logits compared are the
+// tails'. Nil otherwise.
 type Evidence struct {
 	Receipts  [3]Receipt
 	Chain     []Receipt
 	Tolerance bool
+	Tails     []Receipt
 }
 
 // MaxChain bounds the earlier links of a chained witness.
@@ -226,8 +262,14 @@ const MaxChain = 3
 // function of the evidence (signatures included), so every member that
 // folds a NodeFaulted record reaches the same verdict.
 func (e Evidence) Check() (peer.ID, error) {
+	if e.Tolerance && e.Tails != nil {
+		return e.checkToleranceMid()
+	}
 	if e.Tolerance {
 		return e.checkTolerance()
+	}
+	if e.Tails != nil {
+		return "", fmt.Errorf("%w: tails on exact evidence", ErrBadEvidence)
 	}
 	rs := e.Receipts
 	if len(e.Chain) > MaxChain {
@@ -310,10 +352,18 @@ func (e NodeFaulted) appendTo(b []byte) []byte {
 		// Tolerance evidence has no chain: its count field says the kind,
 		// and exact evidence encodes as before.
 		n = evidenceTolerance
+		if e.Evidence.Tails != nil {
+			n = evidenceToleranceMid
+		}
 	}
 	b = binary.AppendUvarint(b, n)
 	for _, r := range e.Evidence.Chain {
 		b = appendReceipt(b, r)
+	}
+	if n == evidenceToleranceMid {
+		for _, r := range e.Evidence.Tails {
+			b = appendReceipt(b, r)
+		}
 	}
 	return b
 }
@@ -321,6 +371,11 @@ func (e NodeFaulted) appendTo(b []byte) []byte {
 // evidenceTolerance, in the witness chain's count field, marks evidence
 // of the tolerance kind (which has no chain).
 const evidenceTolerance = 64
+
+// evidenceToleranceMid marks tolerance evidence against a hop before the
+// last (three tail receipts follow). Nodes older than it refuse the
+// record as a witness chain too long, rather than misread it.
+const evidenceToleranceMid = 65
 
 func decodeNodeFaulted(d decoder) NodeFaulted {
 	e := NodeFaulted{Node: d.id("node"), Accuser: d.id("accuser")}
@@ -341,8 +396,16 @@ func decodeNodeFaulted(d decoder) NodeFaulted {
 			return e
 		}
 	}
-	n := d.Uvarint("witness chain", evidenceTolerance)
+	n := d.Uvarint("witness chain", evidenceToleranceMid)
 	switch {
+	case n == evidenceToleranceMid:
+		e.Evidence.Tolerance, n = true, 0
+		e.Evidence.Tails = make([]Receipt, 3)
+		for i := range e.Evidence.Tails {
+			if !receipt(&e.Evidence.Tails[i]) {
+				return e
+			}
+		}
 	case n == evidenceTolerance:
 		e.Evidence.Tolerance, n = true, 0
 	case n > MaxChain && d.Err() == nil:

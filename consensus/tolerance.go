@@ -19,7 +19,9 @@ import (
 // proof: evidence of this kind evicts for a shorter time than an exact
 // proof (the leader's ban divided by ToleranceBanDivisor), and it is
 // never accepted against a node whose own receipt names the go engine,
-// which stays under exact checks only.
+// which stays under exact checks only. A hop before the last has no
+// logits: evidence against it (Evidence.Tails, checkToleranceMid) compares
+// the last hop's logits after it and after two other holders.
 
 // LogitsTop is the number of (token, logit) pairs a receipt carries: the
 // highest ones. Sixteen is where sampling's mass lies for any sane
@@ -268,4 +270,62 @@ func (e Evidence) checkTolerance() (peer.ID, error) {
 		return "", fmt.Errorf("%w: the accused's logits agree with a witness's within the tolerance", ErrBadEvidence)
 	}
 	return rs[0].Signer, nil
+}
+
+// checkToleranceMid verifies tolerance evidence against a hop before the
+// last (Evidence.Tails) and returns the accused. Receipts are three
+// distinct holders' receipts of the same layers over the same positions,
+// each from its own check session; Tails[k] is the last hop's receipt of
+// Receipts[k]'s session (the same session ID and positions), with its
+// logits. The tails are one signer's, a fourth node: the same downstream
+// computed all three runs, so what differs between them is the checked
+// hop. Where the last hop follows the checked one directly, its input
+// chain must be the checked hop's output chain. The witnesses' tails
+// agree within LogitsTolerance, the accused's with neither, and the
+// accused's own signed receipt names an engine other than go.
+func (e Evidence) checkToleranceMid() (peer.ID, error) {
+	rs, ts := e.Receipts, e.Tails
+	if len(e.Chain) != 0 || len(ts) != len(rs) {
+		return "", fmt.Errorf("%w: mid-path tolerance evidence takes three tails and no chain (%d, %d)", ErrBadEvidence, len(ts), len(e.Chain))
+	}
+	a := rs[0]
+	for i, r := range rs {
+		for _, o := range rs[:i] {
+			if o.Signer == r.Signer {
+				return "", fmt.Errorf("%w: %s signs twice; the accused and the witnesses must be distinct", ErrBadEvidence, r.Signer)
+			}
+		}
+		if err := r.Verify(); err != nil {
+			return "", fmt.Errorf("receipt %d: %w", i, err)
+		}
+		if r.Model != a.Model || r.From != a.From || r.To != a.To || r.Positions != a.Positions {
+			return "", fmt.Errorf("%w: receipt %d covers other work than the accused's", ErrBadEvidence, i)
+		}
+		t := ts[i]
+		if err := t.Verify(); err != nil {
+			return "", fmt.Errorf("tail %d: %w", i, err)
+		}
+		if t.Signer != ts[0].Signer || slices.ContainsFunc(rs[:], func(o Receipt) bool { return o.Signer == t.Signer }) {
+			return "", fmt.Errorf("%w: tail %d: the tails must be one fourth node's", ErrBadEvidence, i)
+		}
+		if t.Logits == nil || t.Session != r.Session || t.Positions != r.Positions || t.Model != r.Model || t.From < r.To {
+			return "", fmt.Errorf("%w: tail %d is not the last hop of receipt %d's session", ErrBadEvidence, i, i)
+		}
+		if t.From != ts[0].From || t.To != ts[0].To || t.Logits.Tokens != ts[0].Logits.Tokens {
+			return "", fmt.Errorf("%w: tail %d covers other work than the accused's tail", ErrBadEvidence, i)
+		}
+		if t.From == r.To && t.InChain != r.OutChain {
+			return "", fmt.Errorf("%w: tail %d was not fed what receipt %d's signer emitted", ErrBadEvidence, i, i)
+		}
+	}
+	if eng := a.Engine; eng == reproducibleEngine || eng == "" {
+		return "", fmt.Errorf("%w: the accused computes on the go engine: only an exact check may accuse it", ErrBadEvidence)
+	}
+	if !ts[1].Logits.Agrees(ts[2].Logits, LogitsTolerance) {
+		return "", fmt.Errorf("%w: the witnesses' logits disagree with each other", ErrBadEvidence)
+	}
+	if ts[0].Logits.Agrees(ts[1].Logits, LogitsTolerance) || ts[0].Logits.Agrees(ts[2].Logits, LogitsTolerance) {
+		return "", fmt.Errorf("%w: the accused's logits agree with a witness's within the tolerance", ErrBadEvidence)
+	}
+	return a.Signer, nil
 }

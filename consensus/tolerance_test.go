@@ -197,6 +197,25 @@ func sampleToleranceFault(t testing.TB) NodeFaulted {
 	return NodeFaulted{Node: s[0].id.String(), Accuser: s[1].id.String(), Until: t0.Add(time.Hour), Evidence: toleranceEvidence(t, s)}
 }
 
+// sampleMidToleranceFault is a mid-path tolerance NodeFaulted (tails,
+// an engine label) from fixed keys.
+func sampleMidToleranceFault(t testing.TB) NodeFaulted {
+	var s [4]signer
+	for i := range s {
+		k, _, err := crypto.GenerateEd25519Key(bytes.NewReader(bytes.Repeat([]byte{byte(i + 21)}, 64)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := peer.IDFromPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s[i] = signer{id, k}
+	}
+	return NodeFaulted{Node: s[0].id.String(), Accuser: s[1].id.String(), Until: t0.Add(time.Hour),
+		Evidence: midEvidence(t, [3]signer{s[0], s[1], s[2]}, s[3], "ggml-test")}
+}
+
 // TestToleranceReportOnCluster: on a real 4-member cluster the leader
 // re-checks the numbers of tolerance evidence: logits within the
 // tolerance, sent straight to the leader as a NodeFaulted request, are
@@ -239,5 +258,138 @@ func TestToleranceReportOnCluster(t *testing.T) {
 	until, _ := leader.c().State().Banned(accused.id(), time.Now())
 	if d := until.Sub(start); d > time.Hour/ToleranceBanDivisor+30*time.Second || d <= 0 {
 		t.Fatalf("tolerance ban of %v, want about %v", d, time.Hour/ToleranceBanDivisor)
+	}
+}
+
+// midEvidence: s[0..2] ran layers [2, 4) in three check sessions, each
+// followed directly by tail's last stage [4, 8); the accused's run
+// moved the logits.
+func midEvidence(t testing.TB, s [3]signer, tail signer, engine string) Evidence {
+	t.Helper()
+	toks := []int32{5, 6, 7, 8}
+	ev := Evidence{Tolerance: true, Tails: make([]Receipt, 3)}
+	for k := range s {
+		r := Receipt{Signer: s[k].id, Model: 7, From: 2, To: 4, Positions: len(toks), Session: [16]byte{byte(k + 1)},
+			InChain: sha256.Sum256([]byte("in")), OutChain: sha256.Sum256([]byte{byte(k)}), OutLast: sha256.Sum256([]byte{byte(k), 1})}
+		if k == 0 {
+			r.Engine = engine
+		}
+		if err := r.Sign(s[k].key); err != nil {
+			t.Fatal(err)
+		}
+		ev.Receipts[k] = r
+		lg := row(1000, 17, 0.01*float32(k))
+		if k == 0 {
+			lg[40] = 20
+		}
+		tr := tail.tolReceipt(t, "go", toks, lg)
+		tr.Session, tr.InChain = r.Session, r.OutChain
+		if err := tr.Sign(tail.key); err != nil {
+			t.Fatal(err)
+		}
+		ev.Tails[k] = tr
+	}
+	return ev
+}
+
+// TestToleranceMidEvidence: tolerance evidence against a hop before the
+// last, where the compared logits are a fourth node's (the same last hop
+// after each of the three holders): valid evidence accuses the odd hop
+// and round-trips in a record; evidence against a hop whose signed
+// receipt names the go engine or none, tails from other sessions or
+// signers, tails fed other rows, or numbers within the tolerance is
+// refused with ErrBadEvidence.
+func TestToleranceMidEvidence(t *testing.T) {
+	s := [3]signer{newSigner(t), newSigner(t), newSigner(t)}
+	tail := newSigner(t)
+	good := midEvidence(t, s, tail, "ggml-test")
+	if got, err := good.Check(); err != nil || got != s[0].id {
+		t.Fatalf("valid mid-path evidence: accused %v, %v", got, err)
+	}
+	mod := func(f func(*Evidence)) Evidence {
+		e := good
+		e.Tails = append([]Receipt(nil), good.Tails...)
+		f(&e)
+		return e
+	}
+	resign := func(r *Receipt, k signer) {
+		if err := r.Sign(k.key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := map[string]Evidence{
+		"accused names go":   midEvidence(t, s, tail, "go"),
+		"accused names none": midEvidence(t, s, tail, ""),
+		"tail of another session": mod(func(e *Evidence) {
+			e.Tails[1].Session = [16]byte{9}
+			resign(&e.Tails[1], tail)
+		}),
+		"tail fed other rows": mod(func(e *Evidence) {
+			e.Tails[0].InChain = sha256.Sum256([]byte("other"))
+			resign(&e.Tails[0], tail)
+		}),
+		"tails of two signers": mod(func(e *Evidence) {
+			e.Tails[2].Signer = s[2].id
+			resign(&e.Tails[2], s[2])
+		}),
+		"accused within tolerance": mod(func(e *Evidence) {
+			e.Tails[0] = e.Tails[2]
+			e.Tails[0].Session, e.Tails[0].InChain = e.Receipts[0].Session, e.Receipts[0].OutChain
+			resign(&e.Tails[0], tail)
+		}),
+		"two tails":  mod(func(e *Evidence) { e.Tails = e.Tails[:2] }),
+		"exact kind": mod(func(e *Evidence) { e.Tolerance = false }),
+		"tail changed after signing": mod(func(e *Evidence) {
+			l := *e.Tails[1].Logits
+			l.MaxAbs *= 2
+			e.Tails[1].Logits = &l
+		}),
+	}
+	for name, ev := range cases {
+		if _, err := ev.Check(); !errors.Is(err, ErrBadEvidence) {
+			t.Errorf("%s: %v, want ErrBadEvidence", name, err)
+		}
+	}
+	f := NodeFaulted{Node: s[0].id.String(), Accuser: s[1].id.String(), Until: t0.Add(time.Hour), Evidence: good}
+	raw, err := MarshalRecord(rec(3, f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := UnmarshalRecord(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := back.Event.(NodeFaulted).Evidence
+	if !ev.Tolerance || len(ev.Tails) != 3 || ev.Receipts[0].Engine != "ggml-test" {
+		t.Fatalf("decoded evidence lost its kind, tails or engine: %+v", ev)
+	}
+	if got, err := ev.Check(); err != nil || got != s[0].id {
+		t.Fatalf("decoded mid-path evidence: %v, %v", got, err)
+	}
+	// A receipt with an engine label and logits round-trips; a section out
+	// of order is refused.
+	r := good.Tails[0]
+	r.Engine = "ggml-test"
+	resign(&r, tail)
+	rb, err := r.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back2 Receipt
+	if err := back2.UnmarshalBinary(rb); err != nil || back2.Engine != r.Engine || back2.Logits == nil || back2.Verify() != nil {
+		t.Fatalf("receipt with logits and engine: %v %+v", err, back2)
+	}
+	if err := back2.UnmarshalBinary(append(rb, 1)); !errors.Is(err, ErrBadEvent) {
+		t.Fatalf("a logits section after the engine: %v, want ErrBadEvent", err)
+	}
+}
+
+// BenchmarkSummarizeLogits: what a last hop spends per step keeping its
+// logits summary (every session's last hop does, for mid-path checks),
+// on a 32,000-entry row (a Llama-2-sized vocabulary).
+func BenchmarkSummarizeLogits(b *testing.B) {
+	lg := row(32000, 17, 0.01)
+	for b.Loop() {
+		SummarizeLogits(lg, LogitsTop)
 	}
 }

@@ -43,6 +43,11 @@ type FaultSpec struct {
 	Every int // corrupt one output in Every (1: all)
 	Mode  FaultMode
 	Delay time.Duration // FaultSlow
+	// SignGo: the node's receipts name no engine (they claim the go
+	// engine) whatever engine its heartbeats name: a liar that announces
+	// another engine to escape exact checks and signs as go to escape a
+	// tolerance verdict.
+	SignGo bool
 }
 
 // WithFaultInjection makes the node corrupt its outputs (test builds).
@@ -100,6 +105,13 @@ func (j *injector) lieSent(w *work, hs *hopSession) *sentLie {
 	lie := &sentLie{rows: rows}
 	sh.Sum(lie.chain[:0])
 	return lie
+}
+
+func (j *injector) receiptEngine(label string) string {
+	if j.spec.SignGo {
+		return ""
+	}
+	return label
 }
 
 func (j *injector) corrupt(w *work, last bool) {

@@ -65,7 +65,10 @@ type schedConfig struct {
 	// release builds and by default).
 	fault outputFault
 	// tolerant: this node's engine is not bit-reproducible, so its
-	// last-layer receipts always carry their logits (a tolerance check).
+	// last-layer receipts always carry their logits and its receipts name
+	// its engine (a tolerance check). The last hop of a session (not of a
+	// check session unless asked) carries its logits whatever its engine:
+	// a tolerance check of a hop before it compares them (midAudit).
 	tolerant bool
 	engine   string // the engine's label, which tolerance receipts name
 	// tok is the model's tokenizer, which a last hop's grammar reads the
@@ -496,7 +499,7 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	h := m.Hops[0]
 	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
 		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check,
-		logits: m.Check && m.Logits || s.cfg.tolerant, lp: m.Open.LogProbs, topLP: m.Open.TopLogProbs}
+		logits: !m.Check || m.Logits || s.cfg.tolerant, lp: m.Open.LogProbs, topLP: m.Open.TopLogProbs}
 	if m.Open.Grammar != nil && h.To == s.cfg.model.Layers && !m.Check {
 		c, code, err := s.constraint(m.Open)
 		if err != nil {
@@ -724,6 +727,17 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			continue
 		}
 		if err := s.checkFrame(in, hs); err != nil {
+			if in.m.Open != nil && in.m.Skip > 0 && key.from > 0 {
+				// This hop resumed from its prefix cache, whose input chain
+				// may be over other rows than the sender's (an upstream on
+				// another engine, or one since evicted, fed it): not the
+				// sender's fault; the entry replays cold.
+				s.cfg.log.Debug("a resumed session's first frame does not verify; replay cold", zap.Stringer("peer", in.from),
+					zap.Stringer("session", in.m.Session), zap.Error(err))
+				s.reject(in, CodePrefixMiss, "", "session %s: the frame does not continue the %d positions this hop resumed: %v",
+					in.m.Session, in.m.Skip, err)
+				continue
+			}
 			// The sender's fault, like a corrupt frame: refused before
 			// anything is computed, and reported against it.
 			if s.cfg.badFrame != nil {

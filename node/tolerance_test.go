@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -25,17 +26,25 @@ type perturbStage struct {
 	engine.Stage
 	hidden, logits float32
 	lie            bool
-	mu             sync.Mutex
-	rng            *rand.Rand
+	// lieHidden: the node also returns other hidden rows (each row's
+	// values in reverse order), as a lying hop before the last would.
+	lieHidden bool
+	mu        sync.Mutex
+	rng       *rand.Rand
 }
 
 func perturbEngine(name string, hidden, logits float32, lie bool) Option {
+	return perturbEngineWith(name, hidden, logits, lie, false)
+}
+
+// perturbEngineWith is perturbEngine that may also lie on hidden rows.
+func perturbEngineWith(name string, hidden, logits float32, lie, lieHidden bool) Option {
 	return WithEngine(Engine{Name: name, Open: func(path string, lo, hi, threads int) (engine.Stage, error) {
 		st, err := openGo(path, lo, hi, threads)
 		if err != nil {
 			return nil, err
 		}
-		return &perturbStage{Stage: st, hidden: hidden, logits: logits, lie: lie,
+		return &perturbStage{Stage: st, hidden: hidden, logits: logits, lie: lie, lieHidden: lieHidden,
 			rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}, nil
 	}})
 }
@@ -65,6 +74,11 @@ func (p *perturbStage) perturb(o *engine.Output) {
 	for i := range o.Hidden {
 		o.Hidden[i] *= 1 + p.hidden*u()
 	}
+	if d := p.Info().Hidden; p.lieHidden && d > 0 {
+		for r := 0; r+d <= len(o.Hidden); r += d {
+			slices.Reverse(o.Hidden[r : r+d])
+		}
+	}
 	if len(o.Logits) == 0 {
 		return
 	}
@@ -78,12 +92,15 @@ func (p *perturbStage) perturb(o *engine.Output) {
 	}
 }
 
-// TestToleranceHonestPerturbed: last hops on a non-deterministic engine
+// TestToleranceHonestPerturbed: nodes on a non-deterministic engine
 // (the go engine's outputs plus noise: 1e-3 relative on hidden rows, ±2%
 // of max |logit| on logits, several times ggml's measured error is not
 // needed to pass) are checked by tolerance at every token boundary, and
 // none is ever faulted; no exact check involves them. Every node but the
-// first is perturbed, so checkers and upstream hops are too.
+// first is perturbed, so checkers and upstream hops are too. Hops before
+// the last are checked too where routes cross them (midAudit; the routes
+// may all take the go node there, so TestToleranceHonestMidPath is the
+// test that they are).
 func TestToleranceHonestPerturbed(t *testing.T) {
 	noisy := perturbEngine("noisy-test", 1e-3, 0.02, false)
 	// The go node must not serve the last range: an entry's path that
@@ -122,6 +139,7 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 		noisyIDs[n.ID().String()] = true
 	}
 	m := nodes[0].Committed()
+	midChecks := 0
 	for _, n := range nodes {
 		s := n.VerifyStats()
 		total.Tolerance += s.Tolerance
@@ -135,12 +153,12 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 				t.Fatalf("an exact check of %s by %s: a node on another engine took part", c.Hop, c.Checker)
 			}
 			if r, _ := m.Range(c.Hop.String()); c.Tolerance && r.End != m.Layers {
-				t.Fatalf("a tolerance check of %s, range %v, not a last hop", c.Hop, r)
+				midChecks++
 			}
 		}
 	}
-	t.Logf("tolerance checks: %d, beyond the tolerance: %d, largest agreeing max|Δ|/max|logit|: %.4f (tolerance %.2f); unresolved %d, reported %d",
-		total.Tolerance, total.ToleranceMismatches, total.MaxAgreeingDelta, consensus.LogitsTolerance, total.Unresolved, total.Reported)
+	t.Logf("tolerance checks: %d (%d of hops before the last), beyond the tolerance: %d, largest agreeing max|Δ|/max|logit|: %.4f (tolerance %.2f); unresolved %d, reported %d",
+		total.Tolerance, midChecks, total.ToleranceMismatches, total.MaxAgreeingDelta, consensus.LogitsTolerance, total.Unresolved, total.Reported)
 	if total.Tolerance == 0 {
 		t.Fatalf("no tolerance check ran (map %v)", m.Stages)
 	}
@@ -225,6 +243,158 @@ func TestToleranceCatchesLiar(t *testing.T) {
 		t.Fatalf("evicted without a tolerance report: reported %d, mismatches %d", reported, mism)
 	}
 	// The tolerance kind bans for an hour / 24, not the hour of a proof.
+	// The shorter ban is the tolerance kind's; the liar holds no last
+	// layer, so its receipts carry no logits, and only the mid-path kind
+	// (consensus.Evidence.Tails) can have accused it.
+	if d := time.Until(until); d > time.Hour/consensus.ToleranceBanDivisor+time.Minute {
+		t.Fatalf("banned for %v: not the tolerance kind's shorter ban", d)
+	}
+	servesRightWithout(ctx, t, honest, lid, prompts, want, maxTokens, 4)
+}
+
+// TestToleranceHonestMidPath: in a swarm where every node is perturbed
+// (as TestToleranceHonestPerturbed's), every hop before the last that is
+// not the entry is a candidate for a mid-path tolerance check at every
+// token boundary; over 16 generations such checks run and none accuses an
+// honest node.
+func TestToleranceHonestMidPath(t *testing.T) {
+	noisy := perturbEngine("noisy-test", 1e-3, 0.02, false)
+	extra := map[int][]Option{}
+	for i := range 5 {
+		extra[i] = []Option{noisy}
+	}
+	_, nodes := verifyCluster(t, 5, extra)
+	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
+		for _, n := range nodes {
+			for _, o := range nodes {
+				if n != o && n.reproducible(o.ID()) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
+	defer cancel()
+	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark night"}
+	start := time.Now()
+	for i := range 16 {
+		if _, err := generate(ctx, t, nodes[i%len(nodes)], prompts[i%len(prompts)], 12); err != nil {
+			t.Fatalf("generation %d: %v", i, err)
+		}
+	}
+	took := time.Since(start)
+	m := nodes[0].Committed()
+	var total VerifyStats
+	mid := 0
+	for _, n := range nodes {
+		s := n.VerifyStats()
+		total.Tolerance += s.Tolerance
+		total.ToleranceMismatches += s.ToleranceMismatches
+		total.Reported += s.Reported
+		total.Unresolved += s.Unresolved
+		total.Audits += s.Audits
+		total.MaxAgreeingDelta = max(total.MaxAgreeingDelta, s.MaxAgreeingDelta)
+		for _, c := range s.Log {
+			if !c.Tolerance {
+				t.Fatalf("an exact check of %s by %s in a swarm of perturbed nodes", c.Hop, c.Checker)
+			}
+			if r, _ := m.Range(c.Hop.String()); r.End != m.Layers {
+				mid++
+			}
+		}
+	}
+	t.Logf("16 generations in %v; checks started %d, tolerance checks %d (%d of hops before the last), beyond the tolerance %d, largest agreeing %.4f; unresolved %d, reported %d",
+		took.Round(time.Millisecond), total.Audits, total.Tolerance, mid, total.ToleranceMismatches, total.MaxAgreeingDelta, total.Unresolved, total.Reported)
+	if mid == 0 {
+		t.Fatalf("no tolerance check of a hop before the last ran (map %v)", m.Stages)
+	}
+	if total.ToleranceMismatches != 0 || total.Reported != 0 || total.Unresolved != 0 {
+		t.Fatalf("an honest perturbed swarm had mismatches: %+v", total)
+	}
+	for _, n := range nodes {
+		if st := n.Consensus().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
+			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
+		}
+	}
+}
+
+// TestToleranceCatchesMidLiar: a node that claims a non-go engine and
+// returns other hidden rows (each row reversed) from a range before the
+// last is found by a tolerance check of the last hop's logits through the
+// same downstream with a second holder in its place; a third holder
+// sides with the checker, the leader takes the mid-path tolerance
+// evidence and evicts it with the shorter ban, and the generations after
+// that are the single-process run's. Before this check such a node was
+// never checked, nor were the go hops after it.
+func TestToleranceCatchesMidLiar(t *testing.T) {
+	const liarAt = 5
+	liarOpt := perturbEngineWith("liar-test", 1e-3, 0.02, false, true)
+	nodes := verifyClusterWhere(t, 6, map[int][]Option{liarAt: {liarOpt}}, func(m layers.LayerMap, nodes []*Node) string {
+		fr, ok := m.Range(nodes[liarAt].ID().String())
+		if !ok {
+			t.Fatalf("liar not placed: %v", m.Stages)
+		}
+		if fr.End < m.Layers && len(nodes[0].holders(fr.Start, fr.End)) >= 3 {
+			return ""
+		}
+		return fmt.Sprintf("the liar's range %v is not one before the last with 3 holders", fr)
+	})
+	liar := nodes[liarAt]
+	lid := liar.ID().String()
+	honest := nodes[:liarAt]
+	waitFor(t, 60*time.Second, "heartbeats naming the liar's engine", func() bool {
+		for _, n := range honest {
+			if n.reproducible(liar.ID()) {
+				return false
+			}
+		}
+		return true
+	})
+	const maxTokens = 12
+	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark and stormy night"}
+	want := map[string][]int32{}
+	for _, p := range prompts {
+		want[p] = reference(t, p, maxTokens, engineGreedy())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
+	defer cancel()
+	banned := func() (time.Time, bool) { return honest[0].Consensus().State().Banned(lid, time.Now()) }
+	start := time.Now()
+	gens, flagged := 0, 0
+	for i := 0; ; i++ {
+		if _, ok := banned(); ok {
+			break
+		}
+		if ctx.Err() != nil {
+			s := honest[0].VerifyStats()
+			s.Log = nil
+			t.Fatalf("not evicted after %d generations: %+v", gens, s)
+		}
+		_, err := generate(ctx, t, honest[i%len(honest)], prompts[i%len(prompts)], maxTokens)
+		gens++
+		switch {
+		case errors.Is(err, ErrWrongTokens):
+			flagged++
+		case err != nil:
+			t.Logf("generation %d: %v", i, err)
+		}
+	}
+	until, _ := banned()
+	var reported, mism uint64
+	for _, n := range honest {
+		s := n.VerifyStats()
+		reported += s.Reported
+		mism += s.ToleranceMismatches
+	}
+	t.Logf("mid-path liar evicted after %d generations, %v; tolerance mismatches %d, reports accepted %d, generations flagged %d, banned until now+%v",
+		gens, time.Since(start).Round(time.Millisecond), mism, reported, flagged, time.Until(until).Round(time.Second))
+	if reported == 0 || mism == 0 {
+		t.Fatalf("evicted without a tolerance report: reported %d, mismatches %d", reported, mism)
+	}
+	// The shorter ban is the tolerance kind's; the liar holds no last
+	// layer, so its receipts carry no logits, and only the mid-path kind
+	// (consensus.Evidence.Tails) can have accused it.
 	if d := time.Until(until); d > time.Hour/consensus.ToleranceBanDivisor+time.Minute {
 		t.Fatalf("banned for %v: not the tolerance kind's shorter ban", d)
 	}

@@ -45,7 +45,9 @@ import (
 // A last hop on an engine that is not bit-reproducible (ggml) is checked
 // by tolerance instead (tolAudit): its receipt carries a signed summary
 // of its last logits row, compared with a checker's within
-// consensus.LogitsTolerance. Such nodes mid-pipeline stay unchecked.
+// consensus.LogitsTolerance. Such a node before the last hop is checked
+// by tolerance too (midAudit): the last hop's logits after it are
+// compared with those after a second holder of its layers.
 
 // ErrWrongTokens: tokens already delivered were computed by a node later
 // proven faulty, and the replay without it produced different ones.
@@ -150,6 +152,12 @@ type outputFault interface {
 	corrupt(w *work, last bool)
 }
 
+// engineFault makes a node sign another engine label than its own (the
+// fault injector's, test builds only).
+type engineFault interface {
+	receiptEngine(label string) string
+}
+
 // receiptOf is hs's receipt as of now, signed.
 func (s *scheduler) receiptOf(hs *hopSession) (*ReceiptMsg, bool) {
 	if s.cfg.sign == nil || hs.pos == 0 {
@@ -162,6 +170,17 @@ func (s *scheduler) receiptOf(hs *hopSession) (*ReceiptMsg, bool) {
 	if hs.logits && hs.to == s.cfg.model.Layers && len(hs.chain.top) > 0 && len(hs.hist) == hs.pos {
 		r.Logits = &consensus.Logits{Engine: s.cfg.engine, Tokens: consensus.TokenHash(hs.hist), MaxAbs: hs.chain.maxAbs,
 			Top: slices.Clone(hs.chain.top)}
+	}
+	if s.cfg.tolerant {
+		// Signed, so that a tolerance verdict may accuse this node where it
+		// carries no logits (a hop before the last), and never a go node.
+		r.Engine = s.cfg.engine
+	}
+	if f, ok := s.cfg.fault.(engineFault); ok {
+		r.Engine = f.receiptEngine(r.Engine)
+		if r.Logits != nil {
+			r.Logits.Engine = f.receiptEngine(r.Logits.Engine)
+		}
 	}
 	if err := s.cfg.sign(&r); err != nil {
 		s.cfg.log.Warn("cannot sign a receipt", zap.Error(err))
@@ -200,8 +219,8 @@ type VerifyStats struct {
 	Mismatches   uint64 // checks whose outputs differed
 	Reported     uint64 // faults reported to the leader and accepted
 	Unresolved   uint64 // mismatches no third holder could settle
-	// Tolerance counts the conclusive tolerance checks (of last hops on
-	// other engines, by their logits), ToleranceMismatches those beyond
+	// Tolerance counts the conclusive tolerance checks (of hops on other
+	// engines, by logits), ToleranceMismatches those beyond
 	// consensus.LogitsTolerance, and MaxAgreeingDelta the largest relative
 	// difference (max |Δlogit| / max |logit|) among the agreeing ones.
 	Tolerance           uint64
@@ -235,8 +254,9 @@ type CheckRecord struct {
 	// (a fault injector's "1 output in N" counts these).
 	Steps    int
 	Mismatch bool
-	// Tolerance: a check of a last hop on another engine by its logits,
-	// not its hashes; it covers the last position only.
+	// Tolerance: a check of a hop on another engine by logits (its own
+	// on the last hop, the last hop's after it otherwise), not hashes; it
+	// covers the last position only.
 	Tolerance bool
 }
 
@@ -412,6 +432,18 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	} else {
 		cand = append(cand, tol)
 	}
+	// A hop before the last on another engine (or one not heard yet) is
+	// checked by tolerance too, on the last hop's logits through the same
+	// downstream (midAudit): an engine label opts no hop out of checks.
+	var mid []int
+	if hops[len(hops)-1].To == e.cfg.model.info.Layers {
+		for i, h := range hops[:len(hops)-1] {
+			if h.Peer != e.cfg.self && !e.reproducible(h.Peer) && len(g.midCheckers(hops, i)) > 0 {
+				mid = append(mid, i)
+			}
+		}
+	}
+	cand = append(cand, mid...)
 	if len(cand) == 0 {
 		return nil
 	}
@@ -419,6 +451,9 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	i := pickAudit(hops, cand, e.work.unverified, rand.IntN)
 	if i == tol {
 		return g.tolAudit(ctx, sid, areg, i)
+	}
+	if slices.Contains(mid, i) {
+		return g.midAudit(ctx, sid, areg, i)
 	}
 	x := hops[i]
 	rx, err := e.askSent(ctx, sid, hops, i, areg)
@@ -548,6 +583,18 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 	steps := max(rx.Positions-len(g.prompt), 0) + 1
 	alts := g.tolCheckers(hops, i)
 	rand.Shuffle(len(alts), func(a, b int) { alts[a], alts[b] = alts[b], alts[a] })
+	// Go checkers first: they add no noise of their own, and only they can
+	// hold a hop that signs as go to an exact check (exactSettle).
+	slices.SortStableFunc(alts, func(a, b peer.ID) int {
+		ra, rb := e.reproducible(a), e.reproducible(b)
+		switch {
+		case ra == rb:
+			return 0
+		case ra:
+			return -1
+		}
+		return 1
+	})
 	run := func(p peer.ID) (consensus.Receipt, error) {
 		rs, err := e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg, true)
 		if err != nil {
@@ -574,6 +621,15 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 	e.vc.toleranceSeen(rel, true)
 	e.cfg.log.Warn("tolerance check: logits differ; asking a third holder", zap.Stringer("hop", x.Peer),
 		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rx.Positions))
+	if eng := rx.Logits.Engine; eng == "" || eng == engine.EngineGo {
+		// X signs as go whatever its heartbeat says: held to exact checks.
+		return g.exactSettle(ctx, x, rx, rv, alts, v, run, func(why string) *attemptEnd {
+			e.vc.unresolved.Add(1)
+			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
+				reason: fmt.Sprintf("hop %s and checker %s disagree on the logits of layers [%d, %d): %s",
+					shortID(x.Peer), shortID(alts[v]), x.From, x.To, why)}
+		})
+	}
 	for _, p := range alts[v+1:] {
 		rw, err := run(p)
 		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
@@ -729,23 +785,17 @@ func (e *entry) askVia(ctx context.Context, sid SessionID, h Hop, via peer.ID, a
 	}
 }
 
-// checkRun runs a check session: tokens through the upstream hops and
-// the links (one holder of the checked layers, or a chain that covers
-// them), and returns the links' receipts when they cover the same input
-// as want's. The last link answers at once; the others are asked after.
-// Like askReceipt, it gives way to an event of the session's attempt.
-//
-// With tol (a tolerance check of a last hop, one link), the last link is
-// asked for its logits, and what must match is the token history, not
-// the input chain: the upstream hops may be on engines whose rows differ
-// in the last bits between the session and the check.
-func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []Hop, tokens []int32, want consensus.Receipt,
-	areg *attemptReg, tol bool) ([]consensus.Receipt, error) {
+// checkSession runs one check session of tokens through hops, whose last
+// hop answers with its receipt (with its logits summary when logits);
+// the hops in ask, which still hold the session then, are asked for
+// theirs after. It returns ask's receipts, then the last hop's. Like
+// askReceipt, it gives way to an event of the session's attempt.
+func (e *entry) checkSession(ctx context.Context, g *generation, hops, ask []Hop, tokens []int32, areg *attemptReg,
+	logits bool) ([]consensus.Receipt, error) {
 	sid := newSessionID()
-	hops := append(slices.Clone(upstream), links...)
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
 	e.checks.add(sid, reg)
-	last := links[len(links)-1]
+	last := hops[len(hops)-1]
 	ch, done := e.rcpt.wait(receiptKey{sid, last.From}, last.Peer, "")
 	defer func() {
 		done()
@@ -755,7 +805,7 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 		}
 	}()
 	// Cold: the checker computes every position, whatever it caches.
-	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Tokens: tokens, Check: true, Logits: tol,
+	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Tokens: tokens, Check: true, Logits: logits,
 		Open: &Open{MaxTokens: len(tokens), Model: e.cfg.model.hash, Sampling: g.sp, Cold: true}}
 	if err := e.send(ctx, hops[0].Peer, step); err != nil {
 		return nil, fmt.Errorf("%w: %w", errInconclusive, err)
@@ -781,8 +831,8 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 	case <-e.ctx.Done():
 		return nil, ErrClosed
 	}
-	out := make([]consensus.Receipt, 0, len(links))
-	for _, l := range links[:len(links)-1] {
+	out := make([]consensus.Receipt, 0, len(ask)+1)
+	for _, l := range ask {
 		// The earlier links still hold the check session: ask them.
 		rl, err := e.askReceipt(ctx, sid, l, areg)
 		if err != nil {
@@ -790,7 +840,26 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 		}
 		out = append(out, rl)
 	}
-	out = append(out, r)
+	return append(out, r), nil
+}
+
+// checkRun runs a check session: tokens through the upstream hops and
+// the links (one holder of the checked layers, or a chain that covers
+// them), and returns the links' receipts when they cover the same input
+// as want's. The last link answers at once; the others are asked after.
+// Like askReceipt, it gives way to an event of the session's attempt.
+//
+// With tol (a tolerance check of a last hop, one link), the last link is
+// asked for its logits, and what must match is the token history, not
+// the input chain: the upstream hops may be on engines whose rows differ
+// in the last bits between the session and the check.
+func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []Hop, tokens []int32, want consensus.Receipt,
+	areg *attemptReg, tol bool) ([]consensus.Receipt, error) {
+	out, err := e.checkSession(ctx, g, append(slices.Clone(upstream), links...), links[:len(links)-1], tokens, areg, tol)
+	if err != nil {
+		return nil, err
+	}
+	r := out[len(out)-1]
 	first := out[0]
 	if tol {
 		if r.Model != want.Model || r.From != want.From || r.To != want.To || r.Positions != want.Positions ||
@@ -905,7 +974,8 @@ func receiptSigner(key crypto.PrivKey) func(*consensus.Receipt) error {
 // reproducible reports whether p computes on the bit-reproducible
 // pure-Go engine: this node by its own engine, a peer by its latest
 // heartbeat (which names any other engine). A peer not heard yet is not
-// taken for one.
+// taken for one: it is checked by tolerance from its first step (and, if
+// it then signs as go, exactly: exactSettle) until its heartbeat says go.
 func (n *Node) reproducible(p peer.ID) bool {
 	if p == n.self {
 		return n.ann.engine == ""
@@ -976,4 +1046,217 @@ func (n *Node) SetSwarmSessionTokens(ctx context.Context, tokens int) error {
 		return fmt.Errorf("%w: no consensus (static map): no swarm planner to set", ErrNotServing)
 	}
 	return c.SetSessionTokens(ctx, tokens)
+}
+
+// midCheckers are the holders that can stand in for hop i (not the last)
+// in a mid-path tolerance check: they serve its layers and are neither
+// it, its neighbours (hops must alternate), the last hop (whose logits
+// are compared, so it must be a fourth node) nor avoided. Go nodes come
+// first, each group shuffled: a bit-reproducible checker adds no noise
+// of its own.
+func (g *generation) midCheckers(hops []Hop, i int) []peer.ID {
+	h := hops[i]
+	var goes, others []peer.ID
+	for _, p := range g.e.holders(h.From, h.To) {
+		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || hops[i+1].Peer == p || hops[len(hops)-1].Peer == p ||
+			slices.Contains(g.avoid, p.String()) {
+			continue
+		}
+		if g.e.reproducible(p) {
+			goes = append(goes, p)
+		} else {
+			others = append(others, p)
+		}
+	}
+	for _, s := range [][]peer.ID{goes, others} {
+		rand.Shuffle(len(s), func(a, b int) { s[a], s[b] = s[b], s[a] })
+	}
+	return append(goes, others...)
+}
+
+// midRun runs a check session of tokens through hops with p in place of
+// hop i, the last hop answering with its logits summary, and returns p's
+// receipt of hop i's layers and the last hop's. want is the session's
+// last-hop receipt the answer must be comparable with.
+func (e *entry) midRun(ctx context.Context, g *generation, hops []Hop, i int, p peer.ID, tokens []int32, want consensus.Receipt,
+	areg *attemptReg) (consensus.Receipt, consensus.Receipt, error) {
+	path := slices.Clone(hops)
+	path[i].Peer = p
+	rs, err := e.checkSession(ctx, g, path, path[i:i+1], tokens, areg, true)
+	if err != nil {
+		return consensus.Receipt{}, consensus.Receipt{}, err
+	}
+	rm, rt := rs[0], rs[1]
+	if rt.Model != want.Model || rt.From != want.From || rt.To != want.To || rt.Positions != want.Positions ||
+		rt.Logits == nil || rt.Logits.Tokens != want.Logits.Tokens {
+		return rm, rt, fmt.Errorf("%w: the last hop's logits are missing or follow other tokens", errInconclusive)
+	}
+	if rm.From != hops[i].From || rm.To != hops[i].To || rm.Positions != want.Positions {
+		return rm, rt, fmt.Errorf("%w: the stand-in's receipt covers other work", errInconclusive)
+	}
+	return rm, rt, nil
+}
+
+// midAudit checks hop i, before the last and on an engine that is not
+// bit-reproducible (or not heard yet), by tolerance. Its hidden rows
+// cannot be compared, so their effect is: the session's last hop's
+// logits (computed after X) are compared with those of a check session
+// through the same upstream and downstream hops with a second holder W in
+// X's place. Agreement passes X. On a disagreement the entry runs the
+// check session through X too, so that all three runs are of one kind
+// (the evidence the leader gets is of check sessions), and then through
+// a third holder; the odd one out is reported with tolerance evidence of
+// the mid-path kind (consensus.Evidence.Tails), never a go node. If X
+// agrees in the check but not in the session, it (or a hop around it)
+// behaved otherwise there: unresolved, the attempt replays avoiding X,
+// nobody is reported.
+func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptReg, i int) *attemptEnd {
+	e := g.e
+	hops := areg.hops
+	x, l := hops[i], hops[len(hops)-1]
+	rl, err := e.askReceipt(ctx, sid, l, areg)
+	if err != nil {
+		e.vc.inconclusive.Add(1)
+		e.cfg.log.Debug("mid-path tolerance check: no receipt from the last hop", zap.Stringer("hop", l.Peer), zap.Error(err))
+		return nil
+	}
+	all := append(slices.Clone(g.prompt), g.out...)
+	if rl.Logits == nil || rl.Positions > len(all) || rl.From != l.From || rl.To != l.To ||
+		rl.Logits.Tokens != consensus.TokenHash(all[:rl.Positions]) {
+		e.vc.inconclusive.Add(1)
+		return nil
+	}
+	tokens := all[:rl.Positions]
+	steps := max(rl.Positions-len(g.prompt), 0) + 1
+	tol := consensus.LogitsTolerance
+	run := func(p peer.ID) (consensus.Receipt, consensus.Receipt, error) {
+		return e.midRun(ctx, g, hops, i, p, tokens, rl, areg)
+	}
+	alts := g.midCheckers(hops, i)
+	v := -1
+	var rv, tv consensus.Receipt
+	for k, p := range alts {
+		if rv, tv, err = run(p); err == nil {
+			v = k
+			break
+		}
+		if ctx.Err() != nil {
+			return &attemptEnd{}
+		}
+		if errors.Is(err, errAttemptFailing) {
+			return nil
+		}
+	}
+	if v < 0 {
+		e.vc.inconclusive.Add(1)
+		e.cfg.log.Debug("mid-path tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
+		return nil
+	}
+	rel, _ := rl.Logits.Compare(tv.Logits, tol)
+	if rl.Logits.Agrees(tv.Logits, tol) {
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, false, true)
+		e.vc.toleranceSeen(rel, false)
+		e.work.passed(x.Peer)
+		return nil
+	}
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, true, true)
+	e.vc.toleranceSeen(rel, true)
+	e.cfg.log.Warn("mid-path tolerance check: logits differ; checking the hop and a third holder", zap.Stringer("hop", x.Peer),
+		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rl.Positions))
+	unresolved := func(why string) *attemptEnd {
+		e.vc.unresolved.Add(1)
+		return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
+			reason: fmt.Sprintf("hop %s and checker %s disagree on the logits after layers [%d, %d): %s",
+				shortID(x.Peer), shortID(alts[v]), x.From, x.To, why)}
+	}
+	ra, ta, err := run(x.Peer)
+	switch {
+	case errors.Is(err, errAttemptFailing) || ctx.Err() != nil:
+		return nil
+	case err != nil:
+		return unresolved("the hop did not answer a check")
+	case ta.Logits.Agrees(tv.Logits, tol):
+		e.vc.unresolved.Add(1)
+		return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
+			reason: fmt.Sprintf("the logits after hop %s differ in its session, not in a check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
+	}
+	// Bit-reproducible upstream hops must feed every run alike; otherwise
+	// the difference may be theirs.
+	if !slices.ContainsFunc(hops[:i], func(h Hop) bool { return !e.reproducible(h.Peer) }) && ra.InChain != rv.InChain {
+		return unresolved("the upstream fed them differently")
+	}
+	if ra.Engine == "" || ra.Engine == engine.EngineGo {
+		// X's signed receipt claims the go engine, whatever its heartbeat
+		// says: no tolerance verdict may accuse it, but it is held to an
+		// exact check by go holders fed the same input.
+		return g.exactSettle(ctx, x, ra, rv, alts, v, func(p peer.ID) (consensus.Receipt, error) {
+			rm, _, err := run(p)
+			return rm, err
+		}, unresolved)
+	}
+	for _, p := range alts[v+1:] {
+		rw, tw, err := run(p)
+		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			continue
+		}
+		wv, wx := tw.Logits.Agrees(tv.Logits, tol), tw.Logits.Agrees(ta.Logits, tol)
+		switch {
+		case wv && !wx:
+			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{ra, rv, rw}, Tails: []consensus.Receipt{ta, tv, tw}, Tolerance: true})
+			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
+				reason: fmt.Sprintf("hop %s failed a tolerance check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
+		case wx && !wv:
+			// The checker was off in its check; a go checker is never
+			// accused by a tolerance verdict (the leader would refuse it).
+			if rv.Engine != "" && rv.Engine != engine.EngineGo {
+				e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, ra, rw}, Tails: []consensus.Receipt{tv, ta, tw}, Tolerance: true})
+			}
+			e.work.passed(x.Peer)
+			return nil
+		}
+		break
+	}
+	return unresolved("no third holder settled it")
+}
+
+// exactSettle settles a tolerance check whose hop X signed a receipt (ra)
+// that names no engine other than go: no tolerance verdict may accuse
+// it, so it is held to an exact comparison with go holders fed the same
+// input (rv, the first checker's, then third holders run by run), and
+// exact evidence accuses it (the whole ban). Without a go checker fed the
+// same input nothing is proven.
+func (g *generation) exactSettle(ctx context.Context, x Hop, ra, rv consensus.Receipt, alts []peer.ID, v int,
+	run func(peer.ID) (consensus.Receipt, error), unresolved func(string) *attemptEnd) *attemptEnd {
+	e := g.e
+	isGo := func(r consensus.Receipt) bool {
+		return (r.Engine == "" || r.Engine == engine.EngineGo) && e.reproducible(r.Signer)
+	}
+	if !isGo(rv) || !rv.SameInput(ra) {
+		return unresolved("the hop claims the go engine and no go checker was fed its input")
+	}
+	if ra.SameOutput(rv) {
+		return unresolved("the hop agrees exactly in a check, not in its session")
+	}
+	for _, p := range alts[v+1:] {
+		if !e.reproducible(p) {
+			continue
+		}
+		rw, err := run(p)
+		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
+			return nil
+		}
+		if err != nil || !isGo(rw) || !rw.SameInput(ra) {
+			continue
+		}
+		if rw.SameOutput(rv) {
+			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{ra, rv, rw}})
+			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
+				reason: fmt.Sprintf("hop %s, claiming the go engine, failed an exact check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
+		}
+		break
+	}
+	return unresolved("no go third holder settled it exactly")
 }

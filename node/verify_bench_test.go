@@ -16,7 +16,20 @@ import (
 // of 32 tokens per round; each iteration runs one round at each verify
 // rate, 0, 1%, 5% and 100%, on the same swarm. Reported: tokens per
 // second at each rate and the ratio to rate 0.
-func BenchmarkVerifyRate(b *testing.B) {
+func BenchmarkVerifyRate(b *testing.B) { benchVerifyRate(b, nil) }
+
+// BenchmarkVerifyRateMidPath: the same with the two holders of [0,4) on
+// another engine (the go engine under another name, so that the outputs
+// still agree): every check is then a tolerance check of the first hop,
+// a hop before the last (midAudit: a check session through the whole
+// path with the other holder in its place), where before such a hop was
+// never checked.
+func BenchmarkVerifyRateMidPath(b *testing.B) {
+	other := WithEngine(Engine{Name: "other-test", Open: openGo})
+	benchVerifyRate(b, map[int][]Option{1: {other}, 2: {other}})
+}
+
+func benchVerifyRate(b *testing.B, extra map[int][]Option) {
 	dirs, ids := staticIDs(b, 6)
 	var stages []layers.Stage
 	for i, id := range ids[1:] {
@@ -33,10 +46,18 @@ func BenchmarkVerifyRate(b *testing.B) {
 	c := newTestCluster(b, WithStaticMap(m), WithLogger(nil))
 	var nodes []*Node
 	for i := range ids {
-		nodes = append(nodes, c.add(WithDataDir(dirs[i])))
+		nodes = append(nodes, c.add(append([]Option{WithDataDir(dirs[i])}, extra[i]...)...))
 	}
 	c.waitServing(20*time.Second, ids[1:]...)
 	entry := nodes[0]
+	waitFor(b, 20*time.Second, "heartbeats naming the engines", func() bool {
+		for i, n := range nodes {
+			if entry.reproducible(n.ID()) == (len(extra[i]) > 0) {
+				return false
+			}
+		}
+		return true
+	})
 	ctx := context.Background()
 	const streams, perGen = 4, 32
 	// Warm the streams, the sessions' memory and the caches first: the
@@ -85,8 +106,11 @@ func BenchmarkVerifyRate(b *testing.B) {
 		i++
 	}
 	after := entry.VerifyStats()
-	if after.Mismatches != before.Mismatches {
+	if after.Mismatches != before.Mismatches || after.Unresolved != before.Unresolved {
 		b.Fatalf("mismatches on an honest swarm: %+v", after)
+	}
+	if extra != nil && after.Tolerance == before.Tolerance {
+		b.Fatalf("no tolerance check of the hops on the other engine: %+v", after)
 	}
 	base := float64(tokens[0]) / spent[0].Seconds()
 	for j, rate := range rates {
@@ -97,4 +121,5 @@ func BenchmarkVerifyRate(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(after.Verified-before.Verified), "checks")
+	b.ReportMetric(float64(after.Tolerance-before.Tolerance), "tol_checks")
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
 )
@@ -285,4 +287,86 @@ func testSendLiar(t *testing.T, signed bool) {
 			i+1, injected(), shortID(accused), rx.Positions, entry.VerifyStats())
 		return
 	}
+}
+
+// TestVerifyOtherEngineLiar: a hop whose heartbeats name another engine,
+// and which negates its outputs (hidden rows before the last hop, the
+// logits on it), is caught wherever it sits and whatever label its
+// receipts sign (static map: the entry has no layers; the liar and two go
+// nodes hold one range, one go node the other). Before the last hop,
+// signing its engine, it is accused by tolerance evidence of the mid-path
+// kind (three runs' tails from the last hop); on the last hop by the
+// last-hop kind. Signing as go (FaultSpec.SignGo), which no tolerance
+// verdict may accuse, it is held to an exact check by the go holders and
+// accused by exact evidence. A go node the entry has not heard yet
+// ("unheard": counted as not bit-reproducible until its first heartbeat)
+// is checked from its first step the same way, and accused by exact
+// evidence. Every evidence passes the leader's check (Evidence.Check).
+func TestVerifyOtherEngineLiar(t *testing.T) {
+	for _, last := range []bool{false, true} {
+		for _, label := range []string{"signs-its-engine", "signs-go", "unheard"} {
+			name := map[bool]string{false: "mid", true: "last"}[last] + "/" + label
+			t.Run(name, func(t *testing.T) { testOtherEngineLiar(t, last, label) })
+		}
+	}
+}
+
+func testOtherEngineLiar(t *testing.T, last bool, label string) {
+	dirs, ids := staticIDs(t, 5)
+	stage := func(i, from, to int) layers.Stage {
+		return layers.Stage{Node: ids[i].String(), Range: layers.Range{Start: from, End: to}}
+	}
+	lo, hi := 0, 4 // the liar's range and its two go peers'
+	if last {
+		lo, hi = 4, 8
+	}
+	m, err := layers.NewLayerMap(8, 1, stage(1, lo, hi), stage(2, lo, hi), stage(3, lo, hi), stage(4, 4-lo, 12-hi))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCluster(t, WithStaticMap(m), WithVerifyRate(1))
+	var nodes []*Node
+	for i := range ids {
+		extra := []Option{WithDataDir(dirs[i])}
+		if i == 1 {
+			extra = append(extra, WithFaultInjection(FaultSpec{Every: 1, Mode: FaultNegate, SignGo: label == "signs-go"}))
+			if label != "unheard" {
+				extra = append(extra, WithEngine(Engine{Name: "other-test", Open: openGo}))
+			}
+		}
+		nodes = append(nodes, c.add(extra...))
+	}
+	c.waitServing(30*time.Second, ids[1:]...)
+	entry, liar := nodes[0], nodes[1]
+	if label == "unheard" {
+		// As before the liar's first heartbeat: set before any generation
+		// starts, so the entry's goroutines see it.
+		entry.entry.isReproducible = func(p peer.ID) bool { return p != liar.ID() && entry.reproducible(p) }
+	} else {
+		waitFor(t, 30*time.Second, "the liar's heartbeat naming its engine", func() bool { return !entry.reproducible(liar.ID()) })
+	}
+	reports := make(chan consensus.Evidence, 16)
+	entry.entry.report = func(_ context.Context, ev consensus.Evidence) error {
+		reports <- ev
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for i := 0; len(reports) == 0; i++ {
+		if ctx.Err() != nil {
+			t.Fatalf("no report after %d generations: %+v", i, entry.VerifyStats())
+		}
+		_, _ = generate(ctx, t, entry, "Once upon a time", 8)
+	}
+	ev := <-reports
+	accused, err := ev.Check()
+	if err != nil || accused != liar.ID() {
+		t.Fatalf("evidence accuses %s (%v), want the liar %s", accused, err, liar.ID())
+	}
+	exact := label != "signs-its-engine"
+	if wantTails := 3 * map[bool]int{false: 1}[last || exact]; exact != !ev.Tolerance || len(ev.Tails) != wantTails {
+		t.Fatalf("%s: evidence of the tolerance kind %v with %d tails", label, ev.Tolerance, len(ev.Tails))
+	}
+	t.Logf("accused by evidence of the tolerance kind %v (%d tails); tolerance checks %d", ev.Tolerance, len(ev.Tails),
+		entry.VerifyStats().Tolerance)
 }
