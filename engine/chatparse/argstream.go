@@ -132,14 +132,14 @@ func newArgScanner() *argScanner {
 
 // Number states.
 const (
-	numSign = iota // after "-"
-	numZero        // a leading 0
-	numInt         // integer digits
-	numDot         // after "."
-	numFrac        // fraction digits
-	numE           // after "e"
-	numESign       // after the exponent's sign
-	numExp         // exponent digits
+	numSign  = iota // after "-"
+	numZero         // a leading 0
+	numInt          // integer digits
+	numDot          // after "."
+	numFrac         // fraction digits
+	numE            // after "e"
+	numESign        // after the exponent's sign
+	numExp          // exponent digits
 )
 
 // feed scans text (the arguments so far, from their "{") past the n

@@ -720,11 +720,11 @@ func TestArgumentDeltas(t *testing.T) {
 	fed := ""
 	// What has been sent when each prefix has been fed, byte by byte.
 	want := map[string]string{
-		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {`:           `{`,
-		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Pa`: `{"city": "Pa`,
-		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00e`: `{"city": "Par`,
-		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00eds ` + "\xc3": `{"city": "Par\u00eds `,
-		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00eds é", "days": [1, 2.`: `{"city": "Par\u00eds é", "days": [1, 2`,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {`:                                                      `{`,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Pa`:                                           `{"city": "Pa`,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00e`:                                     `{"city": "Par`,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00eds ` + "\xc3":                         `{"city": "Par\u00eds `,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00eds é", "days": [1, 2.`:                `{"city": "Par\u00eds é", "days": [1, 2`,
 		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00eds é", "days": [1, 2.5e-1], "ok": tr`: `{"city": "Par\u00eds é", "days": [1, 2.5e-1]`,
 	}
 	seen := 0
