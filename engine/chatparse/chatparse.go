@@ -9,8 +9,10 @@
 // longest marker's length), and whitespace where the output may start a
 // call or a thought; a tool call is returned whole once its text is
 // complete and parses, so a malformed call comes back as content rather
-// than as a call that breaks its client. Parse runs the same parser over
-// a whole output, so a streamed answer and a whole one agree.
+// than as a call that breaks its client. With WithArgumentDeltas a
+// Hermes call instead opens once its name is read and streams its
+// arguments (argstream.go). Parse runs the same parser over a whole
+// output, so a streamed answer and a whole one agree.
 package chatparse
 
 import (
