@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -15,6 +16,7 @@ import (
 // of the AI SDK's tool loop.
 type agentRun struct {
 	Text, Deltas string
+	InputDeltas  map[string][]string
 	Requests     []struct {
 		URL  string
 		Body struct {
@@ -59,7 +61,8 @@ type agentRun struct {
 // schema the SDK sent (checked here, not by the SDK); the tool's result
 // goes back in the next request, and that request's prompt is exactly
 // the template's rendering of the conversation with the result in it
-// (usage.prompt_tokens against engine's EncodeChatVars).
+// (usage.prompt_tokens against engine's EncodeChatVars); streamed, each
+// call's input reaches the SDK in pieces (tool-input-delta parts).
 func TestAISDKAgent(t *testing.T) {
 	needClient(t, "ai-sdk-client", "ai")
 	needClient(t, "ai-sdk-client", "@ai-sdk/openai-compatible")
@@ -79,6 +82,19 @@ func TestAISDKAgent(t *testing.T) {
 			if len(w.Steps[i].ToolCalls) == 1 && len(s.Steps[i].ToolCalls) == 1 &&
 				string(w.Steps[i].ToolCalls[0].Input) != string(s.Steps[i].ToolCalls[0].Input) {
 				t.Errorf("step %d: generateText called with %s, streamText with %s", i, w.Steps[i].ToolCalls[0].Input, s.Steps[i].ToolCalls[0].Input)
+			}
+		}
+		// The server streamed each call's arguments in pieces, which the
+		// SDK put together into the input it called the tool with.
+		for i := range 2 {
+			if len(s.Steps[i].ToolCalls) != 1 {
+				continue
+			}
+			call := s.Steps[i].ToolCalls[0]
+			frags := s.InputDeltas[call.ToolCallID]
+			t.Logf("streamText step %d: %s's input came in %d deltas", i, call.ToolName, len(frags))
+			if len(frags) < 2 || !jsonEqual(strings.Join(frags, ""), string(call.Input)) {
+				t.Errorf("streamText step %d: input deltas %q; input %s", i, frags, call.Input)
 			}
 		}
 		if w.Text != s.Text || s.Deltas != s.Text {

@@ -3,7 +3,8 @@
 // step 0 forces get_weather, step 1 forces convert (toolChoice
 // {type: "tool"}), step 2 asks for text (toolChoice "none"). The tools'
 // execute functions run here; the SDK sends their results back. A fetch
-// wrapper keeps each request body the SDK sent.
+// wrapper keeps each request body the SDK sent; a streamed run keeps
+// each call's tool-input-delta parts (its arguments as they streamed).
 // Usage: node agent.mjs BASE_URL. Prints one JSON object.
 import { generateText, streamText, stepCountIs, tool } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
@@ -52,10 +53,13 @@ async function run(streamed) {
     }),
   };
   let steps, text, deltas = "";
+  const inputDeltas = {}; // streamed: the tool-input-delta parts of each call
+
   if (streamed) {
     const r = streamText({ ...opts, onError: ({ error }) => { throw error; } });
     for await (const part of r.fullStream) {
       if (part.type === "text-delta") deltas += part.text;
+      if (part.type === "tool-input-delta") (inputDeltas[part.id] ??= []).push(part.delta);
       if (part.type === "error") throw part.error;
     }
     steps = await r.steps;
@@ -68,6 +72,7 @@ async function run(streamed) {
   return {
     text,
     deltas,
+    inputDeltas,
     requests,
     steps: steps.map((s) => ({
       finishReason: s.finishReason,
