@@ -93,6 +93,7 @@ plan: build
 # lives in a nested module so that the main module does not depend on it.
 OPENAI_CLIENT    := node/api/testdata/openai-client
 ANTHROPIC_CLIENT := node/api/testdata/anthropic-client
+AI_SDK_CLIENT    := node/api/testdata/ai-sdk-client
 HF_ORACLE        := engine/testdata/hf-oracle
 
 test: npm-deps debs
@@ -114,10 +115,11 @@ debs:
 		echo "apt-get install$$missing failed: the tests that need them will skip"; \
 	else echo "$$missing not found and not installable here (needs root and apt-get): the tests that need them will skip"; fi
 
-# The official openai and Anthropic npm clients, pinned by their lock
+# The official openai and Anthropic npm clients and the Vercel AI SDK, pinned by their lock
 # files, for the API's compatibility tests (which skip, saying why, where
 # npm is missing).
 npm-deps: $(OPENAI_CLIENT)/node_modules/openai/package.json $(ANTHROPIC_CLIENT)/node_modules/@anthropic-ai/sdk/package.json \
+	$(AI_SDK_CLIENT)/node_modules/ai/package.json \
 	$(HF_ORACLE)/node_modules/.package-lock.json
 $(OPENAI_CLIENT)/node_modules/openai/package.json: $(OPENAI_CLIENT)/package-lock.json
 	@if command -v npm >/dev/null; then cd $(OPENAI_CLIENT) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; \
@@ -125,6 +127,11 @@ $(OPENAI_CLIENT)/node_modules/openai/package.json: $(OPENAI_CLIENT)/package-lock
 $(ANTHROPIC_CLIENT)/node_modules/@anthropic-ai/sdk/package.json: $(ANTHROPIC_CLIENT)/package-lock.json
 	@if command -v npm >/dev/null; then cd $(ANTHROPIC_CLIENT) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; \
 	else echo "npm not found: the Anthropic client test will skip"; fi
+# The Vercel AI SDK (ai, @ai-sdk/openai-compatible): an agent framework's
+# tool loop against the node (TestAISDKAgent).
+$(AI_SDK_CLIENT)/node_modules/ai/package.json: $(AI_SDK_CLIENT)/package-lock.json
+	@if command -v npm >/dev/null; then cd $(AI_SDK_CLIENT) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error; \
+	else echo "npm not found: the AI SDK agent test will skip"; fi
 
 # Hugging Face's tokenizers (transformers.js fork) with real tokenizer.json
 # files and @huggingface/jinja: the tokenizer and chat-template oracles.

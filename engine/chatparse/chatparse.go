@@ -9,8 +9,10 @@
 // longest marker's length), and whitespace where the output may start a
 // call or a thought; a tool call is returned whole once its text is
 // complete and parses, so a malformed call comes back as content rather
-// than as a call that breaks its client. Parse runs the same parser over
-// a whole output, so a streamed answer and a whole one agree.
+// than as a call that breaks its client. With WithArgumentDeltas a
+// Hermes call instead opens once its name is read and streams its
+// arguments (argstream.go). Parse runs the same parser over a whole
+// output, so a streamed answer and a whole one agree.
 package chatparse
 
 import (
@@ -29,6 +31,11 @@ const (
 	Content   Kind = iota // answer text
 	Reasoning             // thinking text (reasoning_content)
 	ToolCall              // one whole tool call
+	// CallStart opens a call whose arguments stream (WithArgumentDeltas):
+	// Call has its Index and Name, no Arguments yet.
+	CallStart
+	// CallArgs is a fragment of the open call's arguments, in Text.
+	CallArgs
 )
 
 // Call is one tool call.
@@ -47,7 +54,10 @@ type Call struct {
 type Event struct {
 	Kind Kind
 	Text string // Content and Reasoning
-	Call Call   // ToolCall
+	Call Call   // ToolCall, CallStart (Index and Name), CallArgs (Index)
+	// Sent is how many bytes of a ToolCall's Arguments its CallArgs
+	// fragments carried already; 0 when it had no CallStart.
+	Sent int
 }
 
 // Result is a whole output, parsed.
@@ -112,13 +122,28 @@ type Parser struct {
 	buf   string
 	calls int
 	out   []Event
+	// deltas: stream arguments (WithArgumentDeltas); arg is the call
+	// whose arguments are streaming.
+	deltas bool
+	arg    *argCall
+}
+
+// argCall is a call whose arguments stream.
+type argCall struct {
+	name string
+	text string // the arguments scanned so far, from their "{"
+	sent int    // bytes of text sent as CallArgs
+	scan *argScanner
 }
 
 // New returns a parser for output in syntax s. tools: parse tool calls
 // (the request offered tools and lets the model call them); reasoning is
 // parsed whenever the syntax has it.
-func New(s engine.ChatSyntax, tools bool) *Parser {
+func New(s engine.ChatSyntax, tools bool, opts ...Option) *Parser {
 	p := &Parser{syn: s, think: s.Reasoning == engine.ReasoningThink, lead: true}
+	for _, o := range opts {
+		o(p)
+	}
 	if tools {
 		p.tools = s.Tools
 	}
@@ -170,12 +195,15 @@ func (p *Parser) Feed(text string) []Event {
 // End takes the end of the output and returns the rest.
 func (p *Parser) End() []Event {
 	p.run(true)
+	if p.arg != nil {
+		p.endArgs(len(p.buf))
+	}
 	return p.take()
 }
 
 // Parse parses a whole output.
-func Parse(s engine.ChatSyntax, tools bool, text string) Result {
-	p := New(s, tools)
+func Parse(s engine.ChatSyntax, tools bool, text string, opts ...Option) Result {
+	p := New(s, tools, opts...)
 	var r Result
 	var content, reasoning strings.Builder
 	for _, e := range append(p.Feed(text), p.End()...) {
@@ -348,6 +376,21 @@ func (p *Parser) fail(text string, n int) bool {
 // hermes: a <tool_call> block's JSON, up to </tool_call> (or the end of
 // the output, where a model may stop without closing it).
 func (p *Parser) hermes(final bool) bool {
+	if p.deltas {
+		if p.arg != nil {
+			return p.streamArgs(final)
+		}
+		close := strings.Contains(p.buf, hermesClose)
+		switch name, at, m := argsHeader(p.buf); {
+		case m == startMatch:
+			p.arg = &argCall{name: name, text: "{", scan: newArgScanner()}
+			p.out = append(p.out, Event{Kind: CallStart, Call: Call{Index: p.calls, Name: name}})
+			p.buf = p.buf[at+1:]
+			return true
+		case m == startPartial && !close && !final:
+			return false
+		}
+	}
 	i := strings.Index(p.buf, hermesClose)
 	switch {
 	case i >= 0:
@@ -363,6 +406,51 @@ func (p *Parser) hermes(final bool) bool {
 	}
 	p.call("", name, args)
 	return p.to(stContent, end, true)
+}
+
+// streamArgs scans the open call's arguments and sends what can be
+// closed into JSON; once they end, the call ends at </tool_call> (or the
+// end of the output), whatever stands between dropped.
+func (p *Parser) streamArgs(final bool) bool {
+	a := p.arg
+	if a.scan.mode != jDone && a.scan.mode != jBad {
+		text := a.text + p.buf
+		a.scan.feed(text)
+		p.buf = text[a.scan.n:]
+		a.text = text[:a.scan.n]
+		if a.scan.safe > a.sent {
+			p.out = append(p.out, Event{Kind: CallArgs, Call: Call{Index: p.calls}, Text: a.text[a.sent:a.scan.safe]})
+			a.sent = a.scan.safe
+		}
+		if a.scan.mode != jDone && a.scan.mode != jBad {
+			return false
+		}
+	}
+	i := strings.Index(p.buf, hermesClose)
+	switch {
+	case i >= 0:
+		p.endArgs(i + len(hermesClose))
+		return true
+	case final:
+		p.endArgs(len(p.buf))
+		return true
+	}
+	return false
+}
+
+// endArgs ends the open call, dropping n bytes of the output: its
+// arguments are the object when it closed, else the last closable
+// prefix, closed.
+func (p *Parser) endArgs(n int) {
+	a := p.arg
+	args := a.text
+	if a.scan.mode != jDone {
+		args = a.text[:a.scan.safe] + a.scan.heal
+	}
+	p.arg = nil
+	p.out = append(p.out, Event{Kind: ToolCall, Call: Call{Index: p.calls, Name: a.name, Arguments: args}, Sent: a.sent})
+	p.calls++
+	p.to(stContent, n, true)
 }
 
 // mistral: after [TOOL_CALLS], a JSON array of calls, or name[ARGS]{...}

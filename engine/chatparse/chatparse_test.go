@@ -313,6 +313,13 @@ func TestFamiliesFromTemplates(t *testing.T) {
 			whole := Parse(syn, true, out)
 			checkResult(t, "whole", whole, c)
 			checkSplits(t, syn, out, whole, tok)
+			if syn.Tools == engine.ToolsHermes {
+				// Well-formed calls parse the same with streamed arguments.
+				if got := Parse(syn, true, out, WithArgumentDeltas()); !sameResult(got, whole) {
+					t.Errorf("with argument deltas: %+v; without %+v", got, whole)
+				}
+				checkDeltas(t, syn, out)
+			}
 		})
 	}
 	checkRenderOracle(t, oracleJobs)
@@ -584,6 +591,7 @@ func TestHoldBack(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"<think>\nhm\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"]}}\n</tool_call>",
+		"<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"\\u00e9\\n\", \"n\": -1.5e+3, \"l\": [true, null, {}]}}</tool_call>",
 		`[TOOL_CALLS][{"name": "f", "arguments": {}, "id": "abcdefghi"}]`, `[TOOL_CALLS]f[ARGS]{"a": 1}`,
 		"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
 		`<|python_tag|>{"name": "f", "parameters": {}}; {"name": "g", "parameters": {"x": "y"}}`, "plain <tool_ [TOOL_ <｜ {",
@@ -613,5 +621,170 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("%q: call %+v", out, c)
 			}
 		}
+		if got, err := deltaParse(syn, parts); err != nil || !sameResult(got, Parse(syn, true, out, WithArgumentDeltas())) {
+			t.Fatalf("%q in pieces of %d with argument deltas: %+v (%v)", out, n, got, err)
+		} else {
+			for _, c := range got.Calls {
+				if c.Name == "" || !json.Valid([]byte(c.Arguments)) {
+					t.Fatalf("%q with argument deltas: call %+v", out, c)
+				}
+			}
+		}
 	})
+}
+
+// deltaParse feeds parts to a parser with argument deltas and rebuilds
+// each call from its CallStart and CallArgs as a streaming client does;
+// an error: the events disagree with the calls they end in.
+func deltaParse(syn engine.ChatSyntax, parts []string) (Result, error) {
+	p := New(syn, true, WithArgumentDeltas())
+	var r Result
+	var content, reasoning strings.Builder
+	open := map[int]*Call{}
+	sent := map[int]string{}
+	var err error
+	add := func(evs []Event) {
+		for _, e := range evs {
+			switch e.Kind {
+			case Content:
+				content.WriteString(e.Text)
+			case Reasoning:
+				reasoning.WriteString(e.Text)
+			case CallStart:
+				c := e.Call
+				open[c.Index] = &c
+			case CallArgs:
+				if open[e.Call.Index] == nil {
+					err = fmt.Errorf("arguments %q for call %d, which is not open", e.Text, e.Call.Index)
+				}
+				sent[e.Call.Index] += e.Text
+			case ToolCall:
+				c, s := e.Call, sent[e.Call.Index]
+				if o := open[c.Index]; o != nil && (o.Name != c.Name || e.Sent != len(s) || !strings.HasPrefix(c.Arguments, s)) ||
+					o == nil && (e.Sent != 0 || s != "") {
+					err = fmt.Errorf("call %+v (sent %d) after start %+v and fragments %q", c, e.Sent, o, s)
+				}
+				delete(open, c.Index)
+				r.Calls = append(r.Calls, c)
+			}
+		}
+	}
+	for _, s := range parts {
+		add(p.Feed(s))
+	}
+	add(p.End())
+	if len(open) > 0 && err == nil {
+		err = fmt.Errorf("calls left open: %+v", open)
+	}
+	r.Content, r.Reasoning = content.String(), reasoning.String()
+	return r, err
+}
+
+// checkDeltas: with argument deltas, out parses the same fed byte by
+// byte and at every single cut as whole, and the fragments rebuild the
+// calls.
+func checkDeltas(t *testing.T, syn engine.ChatSyntax, out string) {
+	t.Helper()
+	whole := Parse(syn, true, out, WithArgumentDeltas())
+	bytesSplit := make([]string, len(out))
+	for i := range len(out) {
+		bytesSplit[i] = out[i : i+1]
+	}
+	splits := [][]string{bytesSplit}
+	for i := 1; i < len(out); i++ {
+		splits = append(splits, []string{out[:i], out[i:]})
+	}
+	for _, parts := range splits {
+		got, err := deltaParse(syn, parts)
+		if err != nil || !sameResult(got, whole) {
+			t.Fatalf("%q in %d pieces: %+v (%v); whole %+v", out, len(parts), got, err, whole)
+		}
+	}
+	for _, c := range whole.Calls {
+		if !json.Valid([]byte(c.Arguments)) {
+			t.Fatalf("%q: call %+v", out, c)
+		}
+	}
+}
+
+// TestArgumentDeltas: a Hermes call's arguments stream as the model
+// writes them, each fragment closable into JSON; a call cut off or
+// broken inside its arguments is still a call, its arguments closed at
+// the last point that allows it.
+func TestArgumentDeltas(t *testing.T) {
+	hermes := engine.ChatSyntax{Tools: engine.ToolsHermes, Reasoning: engine.ReasoningThink}
+	call := `<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00eds é", "days": [1, 2.5e-1], "ok": true}}` + "\n</tool_call>"
+	p := New(hermes, true, WithArgumentDeltas())
+	var frags []string
+	var starts []Call
+	fed := ""
+	// What has been sent when each prefix has been fed, byte by byte.
+	want := map[string]string{
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {`:                                                      `{`,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Pa`:                                           `{"city": "Pa`,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00e`:                                     `{"city": "Par`,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00eds ` + "\xc3":                         `{"city": "Par\u00eds `,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00eds é", "days": [1, 2.`:                `{"city": "Par\u00eds é", "days": [1, 2`,
+		`<tool_call>` + "\n" + `{"name": "get_weather", "arguments": {"city": "Par\u00eds é", "days": [1, 2.5e-1], "ok": tr`: `{"city": "Par\u00eds é", "days": [1, 2.5e-1]`,
+	}
+	seen := 0
+	var end []Event
+	for i := range len(call) {
+		fed += call[i : i+1]
+		for _, e := range p.Feed(call[i : i+1]) {
+			switch e.Kind {
+			case CallStart:
+				starts = append(starts, e.Call)
+			case CallArgs:
+				frags = append(frags, e.Text)
+			case ToolCall:
+				if fed != call {
+					t.Fatalf("the call ended at %q", fed)
+				}
+				end = append(end, e)
+			}
+		}
+		if w, ok := want[fed]; ok {
+			seen++
+			if got := strings.Join(frags, ""); got != w {
+				t.Errorf("after %q: sent %q, want %q", fed, got, w)
+			}
+		}
+	}
+	if seen != len(want) || len(starts) != 1 || starts[0].Name != "get_weather" || len(frags) < 10 {
+		t.Fatalf("checked %d of %d prefixes; starts %+v; %d fragments", seen, len(want), starts, len(frags))
+	}
+	end = append(end, p.End()...)
+	wantArgs := `{"city": "Par\u00eds é", "days": [1, 2.5e-1], "ok": true}`
+	if len(end) != 1 || end[0].Kind != ToolCall || end[0].Call.Arguments != wantArgs || strings.Join(frags, "")+wantArgs[end[0].Sent:] != wantArgs {
+		t.Fatalf("end %+v; fragments %q", end, frags)
+	}
+
+	c := func(name, args string) []Call { return []Call{{Name: name, Arguments: args}} }
+	for _, tc := range []struct {
+		name, out, content string
+		calls              []Call
+	}{
+		{"well-formed", call + " Done.", "Done.", c("get_weather", wantArgs)},
+		{"cut in a string", `<tool_call>{"name": "f", "arguments": {"city": "Pa`, "", c("f", `{"city": "Pa"}`)},
+		{"cut after a key", `<tool_call>{"name": "f", "arguments": {"a": [1, {"b"`, "", c("f", `{"a": [1, {}]}`)},
+		{"cut in a number", `<tool_call>{"name": "f", "arguments": {"a": 1.`, "", c("f", `{"a": 1}`)},
+		{"cut in an escape", `<tool_call>{"name": "f", "arguments": {"a": "x\u00`, "", c("f", `{"a": "x"}`)},
+		{"bad json", `<tool_call>{"name": "f", "arguments": {"a": tru}}</tool_call>after`, "after", c("f", `{}`)},
+		{"junk after", `<tool_call>{"name": "f", "arguments": {"a": 1}, oops</tool_call>`, "", c("f", `{"a": 1}`)},
+		{"no closing brace", `<tool_call>{"name": "f", "arguments": {"a": 1}</tool_call>`, "", c("f", `{"a": 1}`)},
+		{"parameters", `<tool_call>{"name": "f", "parameters": {}}</tool_call>`, "", c("f", `{}`)},
+		{"arguments first: whole", `<tool_call>{"arguments": {"a": 1}, "name": "f"}</tool_call>`, "", c("f", `{"a": 1}`)},
+		{"not a header: content", "<tool_call>\n{not json}\n</tool_call> ok", "<tool_call>\n{not json}\n</tool_call> ok", nil},
+		{"two calls", `<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {"x": "}"}}</tool_call>`, "",
+			[]Call{{Name: "a", Arguments: `{}`}, {Index: 1, Name: "b", Arguments: `{"x": "}"}`}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Parse(hermes, true, tc.out, WithArgumentDeltas())
+			if got.Content != tc.content || !slices.Equal(got.Calls, tc.calls) {
+				t.Fatalf("%q:\n got  %+v\n want content %q calls %+v", tc.out, got, tc.content, tc.calls)
+			}
+			checkDeltas(t, hermes, tc.out)
+		})
+	}
 }

@@ -179,7 +179,9 @@ func chatParser(in node.ModelInfo, g *genRequest) (*chatparse.Parser, *apiError)
 		// (or opens none), so the output is all answer.
 		syn.ThinkingOpen = false
 	}
-	p := chatparse.New(syn, g.tools)
+	// Streamed arguments for every answer, whole or streamed, so that
+	// the two read the same calls (a call whose head is read stays one).
+	p := chatparse.New(syn, g.tools, chatparse.WithArgumentDeltas())
 	if p.Active() {
 		g.req.Keep = p.Keep()
 	} else {
@@ -246,10 +248,17 @@ func finishOf(reason string, calls int) string {
 
 // deltas are the stream deltas of events, in order: text as content or
 // reasoning_content, and each call as OpenAI streams one (a first delta
-// with its index, id, type, name and empty arguments, then one with its
-// arguments).
-func deltas(evs []chatparse.Event) []*deltaJSON {
+// with its index, id, type, name and empty arguments, then ones with its
+// arguments: fragments as the model writes them where the parser
+// streams them, then the rest). open holds the IDs of the calls started
+// and not yet ended, by index.
+func deltas(evs []chatparse.Event, open map[int]string) []*deltaJSON {
 	var out []*deltaJSON
+	args := func(i int, s string) {
+		if s != "" {
+			out = append(out, &deltaJSON{ToolCalls: []toolCallJSON{{Index: &i, Function: toolCallFnJSON{Arguments: s}}}})
+		}
+	}
 	for _, e := range evs {
 		text := e.Text
 		switch e.Kind {
@@ -257,14 +266,27 @@ func deltas(evs []chatparse.Event) []*deltaJSON {
 			out = append(out, &deltaJSON{Content: &text})
 		case chatparse.Reasoning:
 			out = append(out, &deltaJSON{ReasoningContent: &text})
-		case chatparse.ToolCall:
+		case chatparse.CallStart:
 			i := e.Call.Index
 			c := callJSON(e.Call)
 			c.Index = &i
-			args := c.Function.Arguments
+			open[i] = c.ID
+			out = append(out, &deltaJSON{ToolCalls: []toolCallJSON{c}})
+		case chatparse.CallArgs:
+			args(e.Call.Index, e.Text)
+		case chatparse.ToolCall:
+			i := e.Call.Index
+			if _, started := open[i]; started {
+				delete(open, i)
+				args(i, e.Call.Arguments[e.Sent:])
+				continue
+			}
+			c := callJSON(e.Call)
+			c.Index = &i
 			c.Function.Arguments = ""
-			out = append(out, &deltaJSON{ToolCalls: []toolCallJSON{c}},
-				&deltaJSON{ToolCalls: []toolCallJSON{{Index: &i, Function: toolCallFnJSON{Arguments: args}}}})
+			out = append(out, &deltaJSON{ToolCalls: []toolCallJSON{c}})
+			// A call with empty arguments still gets its arguments delta.
+			out = append(out, &deltaJSON{ToolCalls: []toolCallJSON{{Index: &i, Function: toolCallFnJSON{Arguments: e.Call.Arguments}}}})
 		}
 	}
 	return out

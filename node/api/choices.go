@@ -39,6 +39,7 @@ type choiceState struct {
 	st     *node.Stream
 	parser *chatparse.Parser
 	calls  int                  // tool calls streamed
+	open   map[int]string       // IDs of calls whose arguments are streaming, by index
 	lp     []node.TokenLogProbs // streamed log-probabilities not sent yet
 	offset int                  // the legacy text_offset: characters of the tokens before
 }

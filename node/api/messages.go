@@ -519,16 +519,23 @@ func (m *messagesShape) opened(i int, b *block) {
 
 func (m *messagesShape) grew(i int, b *block, text string) {
 	delta := map[string]any{"type": "text_delta", "text": text}
-	if b.kind == chatparse.Reasoning {
+	switch b.kind {
+	case chatparse.Reasoning:
 		delta = map[string]any{"type": "thinking_delta", "thinking": text}
+	case chatparse.ToolCall:
+		delta = map[string]any{"type": "input_json_delta", "partial_json": text}
 	}
 	m.out.named("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": delta})
 }
 
 func (m *messagesShape) closed(i int, b *block) {
 	if b.kind == chatparse.ToolCall {
-		m.out.named("content_block_delta", map[string]any{"type": "content_block_delta", "index": i,
-			"delta": map[string]any{"type": "input_json_delta", "partial_json": string(toolInput(b.call.Arguments))}})
+		// Streamed arguments are an object, which toolInput leaves as it
+		// is, so the rest follows what went out.
+		if rest := string(toolInput(b.call.Arguments))[b.sent:]; rest != "" {
+			m.out.named("content_block_delta", map[string]any{"type": "content_block_delta", "index": i,
+				"delta": map[string]any{"type": "input_json_delta", "partial_json": rest}})
+		}
 	}
 	m.out.named("content_block_stop", map[string]any{"type": "content_block_stop", "index": i})
 }

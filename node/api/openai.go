@@ -425,7 +425,10 @@ func (e *sse) raw(s string) {
 // the token IDs and log-probabilities of the delta that gave them, on the
 // first chunk (or an empty one when the events are none).
 func (c *call) parsed(out *sse, chunk func(choiceJSON) responseJSON, cs *choiceState, ch choiceJSON, evs []chatparse.Event) {
-	ds := deltas(evs)
+	if cs.open == nil {
+		cs.open = map[int]string{}
+	}
+	ds := deltas(evs, cs.open)
 	if len(ds) == 0 && (len(ch.TokenIDs) > 0 || ch.Logprobs != nil) {
 		empty := ""
 		ds = append(ds, &deltaJSON{Content: &empty})

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 		}
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		c := &call{g: genRequest{chat: true, stream: body.Stream}, id: "chatcmpl-fixture", created: 1, model: node.ModelInfo{Name: "fixture"}}
-		cs := &choiceState{parser: chatparse.New(syn, true)}
+		cs := &choiceState{parser: chatparse.New(syn, true, chatparse.WithArgumentDeltas())}
 		if !body.Stream {
 			var a answer
 			a.add(cs.parser.Feed(qwen3Output))
@@ -195,8 +196,9 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 				} `json:"function"`
 			} `json:"tool_calls"`
 		} `json:"message"`
-		Finish    string `json:"finish"`
-		Reasoning string `json:"reasoning"`
+		Finish    string              `json:"finish"`
+		Reasoning string              `json:"reasoning"`
+		ArgDeltas map[string][]string `json:"argDeltas"`
 	}
 	var got struct{ Whole, Streamed msg }
 	if err := json.Unmarshal(outb, &got); err != nil {
@@ -210,6 +212,14 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 			calls[0].Function.Arguments != `{"city": "Paris", "unit": "celsius"}` || calls[1].Function.Arguments != `{"city": "Tōkyō \"東京\""}` ||
 			calls[0].Type != "function" || !strings.HasPrefix(calls[0].ID, "call_") {
 			t.Errorf("calls %+v, finish %q", calls, m.Finish)
+		}
+	}
+	// The arguments streamed as the model wrote them (5 bytes a delta
+	// here), in fragments that add up to the call's.
+	for i, call := range got.Streamed.Message.ToolCalls {
+		frags := got.Streamed.ArgDeltas[strconv.Itoa(i)]
+		if len(frags) < 4 || strings.Join(frags, "") != call.Function.Arguments {
+			t.Errorf("call %d: argument deltas %q; arguments %q", i, frags, call.Function.Arguments)
 		}
 	}
 	if r := got.Whole.Message.ReasoningContent; r == nil || *r != wantReasoning || got.Streamed.Reasoning != wantReasoning {

@@ -598,6 +598,10 @@ func (r *responsesShape) opened(i int, b *block) {
 }
 
 func (r *responsesShape) grew(i int, b *block, text string) {
+	if b.kind == chatparse.ToolCall {
+		r.emit("response.function_call_arguments.delta", map[string]any{"item_id": b.id, "output_index": i, "delta": text})
+		return
+	}
 	typ := "response.output_text.delta"
 	f := map[string]any{"item_id": b.id, "output_index": i, "content_index": 0, "delta": text}
 	if b.kind == chatparse.Reasoning {
@@ -611,7 +615,9 @@ func (r *responsesShape) grew(i int, b *block, text string) {
 func (r *responsesShape) closed(i int, b *block) {
 	switch b.kind {
 	case chatparse.ToolCall:
-		r.emit("response.function_call_arguments.delta", map[string]any{"item_id": b.id, "output_index": i, "delta": b.call.Arguments})
+		if rest := b.call.Arguments[b.sent:]; rest != "" {
+			r.emit("response.function_call_arguments.delta", map[string]any{"item_id": b.id, "output_index": i, "delta": rest})
+		}
 		r.emit("response.function_call_arguments.done", map[string]any{"item_id": b.id, "output_index": i, "name": b.call.Name,
 			"arguments": b.call.Arguments})
 	case chatparse.Reasoning:

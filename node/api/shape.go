@@ -64,6 +64,10 @@ type block struct {
 	// callID names the call: the model's own ID when its syntax carries
 	// one (Mistral's), else one made here.
 	callID string
+	// streaming: the call opened before its arguments were whole
+	// (chatparse.CallStart); sent is how many bytes of them went out.
+	streaming bool
+	sent      int
 }
 
 // blockSink hears of blocks as they open, grow and close: a stream's
@@ -104,7 +108,27 @@ func (bs *blocks) add(evs []chatparse.Event) {
 			if bs.sink != nil {
 				bs.sink.grew(len(bs.list)-1, b, e.Text)
 			}
+		case chatparse.CallStart:
+			b := bs.start(chatparse.ToolCall)
+			b.call, b.callID, b.streaming = e.Call, e.Call.ID, true
+			if b.callID == "" {
+				b.callID = newID(bs.callPrefix)
+			}
+			if bs.sink != nil {
+				bs.sink.opened(len(bs.list)-1, b)
+			}
+		case chatparse.CallArgs:
+			b := bs.last()
+			b.sent += len(e.Text)
+			if bs.sink != nil {
+				bs.sink.grew(len(bs.list)-1, b, e.Text)
+			}
 		case chatparse.ToolCall:
+			if bs.open && bs.last().streaming {
+				bs.last().call = e.Call
+				bs.closeOpen()
+				continue
+			}
 			b := bs.start(chatparse.ToolCall)
 			b.call, b.callID = e.Call, e.Call.ID
 			if b.callID == "" {
@@ -166,7 +190,7 @@ func (bs *blocks) closeOpen() {
 	}
 	i := len(bs.list) - 1
 	b := bs.list[i]
-	if b.kind == chatparse.ToolCall {
+	if b.kind == chatparse.ToolCall && !b.streaming {
 		bs.sink.opened(i, b)
 	}
 	bs.sink.closed(i, b)

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -14,7 +15,9 @@ import (
 // judges them; json_object gives an object; a schema the grammar cannot
 // enforce is a 400 naming response_format; forced tool calls (required,
 // named; chat and responses) on a model with Hermes syntax call the
-// right tool with arguments ajv finds valid.
+// right tool with arguments ajv finds valid; a forced call cut off by
+// max_tokens is the same call, whole and streamed, its arguments closed
+// into JSON.
 func TestStructuredOutputsOfficialClient(t *testing.T) {
 	needClient(t, "openai-client", "ajv")
 	needClient(t, "openai-client", "zod")
@@ -45,6 +48,14 @@ func TestStructuredOutputsOfficialClient(t *testing.T) {
 				Name, Arguments string
 				Valid           bool
 			}
+		}
+		Cut struct {
+			Whole, Streamed struct {
+				Finish  string
+				Content *string
+				Calls   []struct{ Name, Arguments string }
+			}
+			Deltas int
 		}
 		ResponsesTool struct {
 			Status string
@@ -83,6 +94,15 @@ func TestStructuredOutputsOfficialClient(t *testing.T) {
 			tl.Content != nil && *tl.Content != "" {
 			t.Errorf("tool_choice %s (%s): %+v", tl.Choice, tl.Want, tl)
 		}
+	}
+	// A forced call cut off by max_tokens stays a call, with arguments
+	// closed into JSON at the last point that allowed it, the same whole
+	// and streamed (in several deltas).
+	cw, cs := got.Cut.Whole, got.Cut.Streamed
+	t.Logf("cut-off call: whole %q; streamed in %d argument deltas %q", cw.Calls, got.Cut.Deltas, cs.Calls)
+	if cw.Finish != "length" || len(cw.Calls) != 1 || cw.Calls[0].Name != "get_forecast" || !json.Valid([]byte(cw.Calls[0].Arguments)) ||
+		cw.Content != nil && *cw.Content != "" || !reflect.DeepEqual(cw, cs) || got.Cut.Deltas < 2 {
+		t.Errorf("cut-off call: whole %+v, streamed %+v in %d deltas", cw, cs, got.Cut.Deltas)
 	}
 	if r := got.ResponsesTool; r.Status != "completed" || len(r.Calls) != 1 || r.Calls[0].Name != "get_forecast" || !r.Calls[0].Valid {
 		t.Errorf("responses named function: %+v", r)

@@ -94,10 +94,11 @@ const fixtureParams = { model: "fixture", input: "Weather and time in Paris and 
 const fw = await fc.responses.create(fixtureParams);
 const fstream = fc.responses.stream(fixtureParams);
 let args = "";
+let argDeltas = 0;
 let reasoning = "";
-fstream.on("response.function_call_arguments.delta", (e) => { args += e.delta; });
+fstream.on("response.function_call_arguments.delta", (e) => { args += e.delta; argDeltas++; });
 fstream.on("response.reasoning_text.delta", (e) => { reasoning += e.delta; });
 const fs = await fstream.finalResponse();
-out.fixture = { whole: fw.output, streamed: fs.output, args, reasoning, status: fs.status };
+out.fixture = { whole: fw.output, streamed: fs.output, args, argDeltas, reasoning, status: fs.status };
 
 console.log(JSON.stringify(out));

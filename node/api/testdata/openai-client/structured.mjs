@@ -101,6 +101,24 @@ for (const [i, choice] of [["required", "required"], ["named", { type: "function
     calls: calls.map((k) => ({ name: k.function.name, arguments: k.function.arguments,
       valid: byName[k.function.name] ? byName[k.function.name](JSON.parse(k.function.arguments)) : false })) });
 }
+// A forced call cut off by max_tokens, whole and through the client's
+// stream helper: still a call, its arguments closed into JSON, the same
+// both ways (the same seed samples the same tokens).
+// (Not strict: the stream helper refuses to parse a strict call cut
+// off, as OpenAI's own.)
+const cutParams = { model: toolsModel, messages: [{ role: "user", content: "Weather in Paris?" }],
+  tools: tools.map((k) => ({ ...k, function: { ...k.function, strict: false } })),
+  tool_choice: { type: "function", function: { name: "get_forecast" } }, max_tokens: 110, temperature: 1, seed: 5 };
+const cutWhole = (await tc.chat.completions.create(cutParams)).choices[0];
+const cutStream = tc.chat.completions.stream({ ...cutParams, stream: true });
+let cutDeltas = 0;
+for await (const chunk of cutStream) {
+  for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) if (d.function?.arguments) cutDeltas++;
+}
+const cutStreamed = (await cutStream.finalChatCompletion()).choices[0];
+const cutOf = (c) => ({ finish: c.finish_reason, content: c.message.content ?? null,
+  calls: (c.message.tool_calls ?? []).map((k) => ({ name: k.function.name, arguments: k.function.arguments })) });
+out.cut = { whole: cutOf(cutWhole), streamed: cutOf(cutStreamed), deltas: cutDeltas };
 // The Responses API's named function.
 const rt = await tc.responses.create({ model: toolsModel, input: "Weather in Paris?", max_output_tokens: 200, temperature: 1,
   tools: [{ type: "function", name: "get_forecast", parameters: pick, strict: true }], tool_choice: { type: "function", name: "get_forecast" } });

@@ -1,6 +1,7 @@
 // Reads a chat answer with tool calls through the official openai client,
 // whole and streamed (the client's own stream helper accumulates the
-// deltas and refuses a call missing its id, type, name or arguments).
+// deltas and refuses a call missing its id, type, name or arguments);
+// argDeltas are the streamed argument fragments of each call.
 // Usage: node tools.mjs BASE_URL. Prints one JSON object.
 import OpenAI from "openai";
 
@@ -17,11 +18,15 @@ const params = {
 const whole = await client.chat.completions.create(params);
 const stream = client.chat.completions.stream({ ...params, stream: true });
 let reasoning = "";
+const argDeltas = {}; // by call index: the argument fragments, as they came
 for await (const chunk of stream) {
   reasoning += chunk.choices[0]?.delta?.reasoning_content ?? "";
+  for (const tc of chunk.choices[0]?.delta?.tool_calls ?? []) {
+    if (tc.function?.arguments) (argDeltas[tc.index] ??= []).push(tc.function.arguments);
+  }
 }
 const final = await stream.finalChatCompletion();
 console.log(JSON.stringify({
   whole: { message: whole.choices[0].message, finish: whole.choices[0].finish_reason },
-  streamed: { message: final.choices[0].message, finish: final.choices[0].finish_reason, reasoning },
+  streamed: { message: final.choices[0].message, finish: final.choices[0].finish_reason, reasoning, argDeltas },
 }));
