@@ -20,6 +20,9 @@ type Report struct {
 	RunDir   string  `json:"run_dir"`
 	Nodes    int     `json:"nodes"`
 	LoadS    float64 `json:"load_s"` // from the start of the load to its last request's end
+	// Capacity: what the swarm served before the timed load, when the
+	// scenario measures it (load.capacity), and the rates then offered.
+	Capacity *CapacityReport `json:"capacity,omitempty"`
 
 	Requests     int `json:"requests"`
 	OK           int `json:"ok"`
@@ -405,6 +408,10 @@ func (rep *Report) Markdown() string {
 	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d (%d) | %d | %.0f ms | %.0f ms | %.1f ms | %.1f ms |\n\n",
 		rep.Requests, rep.OK, rep.Failed, rep.EntryRetried, rep.Retried, rep.Retries, rep.Mismatched,
 		rep.TTFT.P50Ms, rep.TTFT.P99Ms, rep.PerToken.P50Ms, rep.PerToken.P99Ms)
+	if c := rep.Capacity; c != nil {
+		fmt.Fprintf(&b, "Capacity, measured before the load: %.1f requests/s (%d requests, %d failed, %d differing from the reference); offered per phase: %.1f requests/s.\n\n",
+			c.RPS, c.Requests, c.Failed, c.Mismatched, c.Offered)
+	}
 	if len(rep.Entries) > 1 || rep.QueueWait.P99Ms > 0 {
 		fmt.Fprintf(&b, "Goodput %.1f tokens/s; %d request(s) stolen. Queue wait (admission at the entry) by entry:\n\n", rep.GoodputTokensPerS, rep.Stolen)
 		b.WriteString("| entry | requests | ok | failed | tokens | queue wait p50 | queue wait p99 | TTFT p50 | TTFT p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")

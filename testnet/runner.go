@@ -221,6 +221,28 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 		return nil, err
 	}
 
+	var capacity *CapacityReport
+	if c := sc.Load.Capacity; c != nil {
+		r.logf("measuring the swarm's capacity: %d clients for %v", c.Clients, c.For)
+		cl := &load{spec: sc.Load, model: modelID, prompts: prompts, hc: r.hc, pick: r.pick, named: r.named, retry: clientRetry}
+		res, rps := cl.measureCapacity(ctx, *c)
+		capacity = &CapacityReport{RPS: rps, Requests: len(res)}
+		for _, x := range res {
+			switch {
+			case !x.OK:
+				capacity.Failed++
+			case x.Text != refs[x.Prompt].Text:
+				capacity.Mismatched++
+			}
+		}
+		if rps <= 0 {
+			return nil, fmt.Errorf("testnet: capacity: no request completed in %v", c.For)
+		}
+		sc.Load.Phases = slices.Clone(sc.Load.Phases)
+		capacity.Offered = sc.Load.offer(rps)
+		r.logf("capacity %.1f requests/s; offering %v", rps, capacity.Offered)
+	}
+
 	// The clock starts: load, polling and events.
 	r.t0 = time.Now()
 	end := r.t0.Add(sc.Duration)
@@ -263,6 +285,13 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	}
 	r.mu.Unlock()
 	rep = buildReport(sc, results, refs, evs, samples, loadEnd, crashed, verify)
+	if capacity != nil {
+		rep.Capacity = capacity
+		if capacity.Mismatched > 0 {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("capacity measurement: %d outputs differ from the reference", capacity.Mismatched))
+		}
+	}
+	rep.Violations = append(rep.Violations, checkOverload(sc, rep)...)
 	rep.RunDir, rep.Network = o.runDir, sc.Network.Mode
 	r.checkHistory(rep, samples)
 	if sc.Nemesis != nil {

@@ -125,12 +125,17 @@ type LoadSpec struct {
 	// QueueTimeout is each request's queue_timeout (0: the node's
 	// default).
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
+	// Capacity, when set, is measured before the timed load (see
+	// CapacitySpec); phases may then give their rate as a multiple of it.
+	Capacity *CapacitySpec `yaml:"capacity"`
 }
 
-// PhaseSpec is one phase of the load: Rate requests per second for For.
+// PhaseSpec is one phase of the load: Rate requests per second for For,
+// or Times the measured capacity (load.capacity).
 type PhaseSpec struct {
-	For  time.Duration `yaml:"for"`
-	Rate float64       `yaml:"rate"`
+	For   time.Duration `yaml:"for"`
+	Rate  float64       `yaml:"rate"`
+	Times float64       `yaml:"times"`
 }
 
 // rateAt is the arrival rate at t since the load began.
@@ -236,6 +241,10 @@ type Expect struct {
 	// lost, and none failed outside a nemesis fault (nemesis.go).
 	Linearizable  *bool `yaml:"linearizable"`
 	CleanRequests *bool `yaml:"clean_requests"`
+	// Overloaded: the load did overload the swarm: the hot entry (any
+	// entry without one) queued, its p99 queue wait at least MinWait
+	// (capacity.go).
+	Overloaded *bool `yaml:"overloaded"`
 }
 
 // ErrScenario wraps every validation error; the message names the field.
@@ -458,9 +467,15 @@ func (s *Scenario) Validate() error {
 		return bad("load.hot_share", "needs load.hot")
 	}
 	for i, p := range l.Phases {
-		if p.For <= 0 || p.Rate <= 0 {
-			return bad(fmt.Sprintf("load.phases[%d]", i), "for and rate must be positive")
+		switch {
+		case p.For <= 0 || p.Rate < 0 || p.Times < 0 || (p.Rate > 0) == (p.Times > 0):
+			return bad(fmt.Sprintf("load.phases[%d]", i), "for must be positive, and one of rate and times")
+		case p.Times > 0 && l.Capacity == nil:
+			return bad(fmt.Sprintf("load.phases[%d].times", i), "needs load.capacity, the measurement it multiplies")
 		}
+	}
+	if c := l.Capacity; c != nil && (c.For < 2*time.Second || c.Clients < 1) {
+		return bad("load.capacity", "for at least 2s and at least 1 client")
 	}
 	if s.Duration <= 0 {
 		return bad("duration", "must be positive, such as 30s")

@@ -70,6 +70,9 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{"max_tokens: 8}|max_tokens: 8, hot: a, hot_share: 1.5}", "load.hot_share"},
 		{"max_tokens: 8}|max_tokens: 8, hot_share: 0.5}", "load.hot_share"},
 		{"max_tokens: 8}|max_tokens: 8, phases: [{for: 0s, rate: 2}]}", "load.phases[0]"},
+		{"max_tokens: 8}|max_tokens: 8, phases: [{for: 5s, rate: 2, times: 2}]}", "load.phases[0]"},
+		{"max_tokens: 8}|max_tokens: 8, phases: [{for: 5s, times: 2}]}", "load.phases[0].times"},
+		{"max_tokens: 8}|max_tokens: 8, capacity: {for: 1s, clients: 4}}", "load.capacity"},
 		{"max_recovery: 10s}|max_recovery: 10s, max_wait_ratio: 1.5}", "expect.max_wait_ratio"},
 	} {
 		old, repl, _ := strings.Cut(c.edit, "|")
