@@ -77,7 +77,7 @@ func runSeqs(t *testing.T, stages []engine.Stage, prompts, decode [][]int32, bat
 		return all
 	}
 	for j := range prompts {
-		all[j] = append(all[j], step([]int{j}, prompts[j : j+1])[0])
+		all[j] = append(all[j], step([]int{j}, prompts[j:j+1])[0])
 		for d := range decode[j] {
 			all[j] = append(all[j], step([]int{j}, [][]int32{decode[j][d : d+1]})[0])
 		}

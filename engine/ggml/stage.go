@@ -215,11 +215,11 @@ type Stage struct {
 	steps   uint64            // steps computed, for graph eviction
 	// repacked counts the matrices held in ggml's CPU_REPACK layout.
 	repacked int
-	embd    tensor // first stage (and a tied head)
-	onorm   tensor // last stage
-	head    tensor // last stage
-	layers  []layer
-	closed  bool
+	embd     tensor // first stage (and a tied head)
+	onorm    tensor // last stage
+	head     tensor // last stage
+	layers   []layer
+	closed   bool
 }
 
 var _ engine.Stage = (*Stage)(nil)
