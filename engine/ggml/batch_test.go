@@ -181,3 +181,35 @@ func TestBatchRejects(t *testing.T) {
 		t.Errorf("after a good batch: %d, %d positions, want 2, 1", a.Len(), b.Len())
 	}
 }
+
+// TestGraphReuse: decode steps of one shape (the same sessions, one row
+// each, within one kvPad of cache) run the graph built for the first of
+// them, batched or not; closing a session frees the graphs that use it.
+func TestGraphReuse(t *testing.T) {
+	path := gen(t, "llama-gqa", shapes["llama-gqa"], engine.F32)
+	s := open(t, path, WithThreads(1))
+	ctx := context.Background()
+	a, _ := s.NewSession(32)
+	b, _ := s.NewSession(32)
+	defer b.Close()
+	if _, err := s.ForwardBatch(ctx, []engine.Step{{Session: a, Tokens: prompt}, {Session: b, Tokens: prompt[:3]}}); err != nil {
+		t.Fatal(err)
+	}
+	built := s.builds
+	for i := range 6 {
+		if _, err := s.Forward(ctx, engine.Step{Session: a, Pos: a.Len(), Tokens: []int32{int32(i)}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ForwardBatch(ctx, []engine.Step{{Session: a, Pos: a.Len(), Tokens: []int32{1}}, {Session: b, Pos: b.Len(), Tokens: []int32{2}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.builds != built+2 {
+		t.Errorf("12 decode steps of 2 shapes built %d graphs, want 2", s.builds-built)
+	}
+	n := len(s.graphs)
+	a.Close()
+	if n != 3 || len(s.graphs) != 0 {
+		t.Errorf("%d graphs kept, %d after closing a session; want 3 (the prefill, 2 decodes), then none (all use it)", n, len(s.graphs))
+	}
+}

@@ -213,6 +213,7 @@ type Stage struct {
 	graphs  map[string]*graph // built once per shape, reused
 	nextID  uint64            // session ids, for graph keys
 	steps   uint64            // steps computed, for graph eviction
+	builds  int               // graphs built (a test checks reuse)
 	// repacked counts the matrices held in ggml's CPU_REPACK layout.
 	repacked int
 	embd     tensor // first stage (and a tied head)
@@ -744,6 +745,7 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 		return nil, fmt.Errorf("%w: cannot allocate a step's graph", ErrGGML)
 	}
 	g := &graph{ctx: c, gf: C.ggml_new_graph_custom(c, C.size_t(nodes), false)}
+	s.builds++
 	R := C.int64_t(rows)
 	var x tensor
 	if s.info.First() {
@@ -815,7 +817,10 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 				C.size_t(hd*f4), C.size_t(hd*pt.p.cap*f4), 0) // [hd, kvLen, nkv]
 			vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(hd), C.int64_t(nkv),
 				C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*hd*f4), 0) // [kvLen, hd, nkv]
-			kq := C.ggml_mul_mat(c, kAll, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [kvLen, n, nh]
+			// Q made contiguous so that ggml may take llamafile's sgemm
+			// (which wants a contiguous right operand) for K·Q.
+			qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
+			kq := C.ggml_mul_mat(c, kAll, qp)                       // [kvLen, n, nh]
 			kq = C.ggml_soft_max_ext(c, kq, g.masks[j], scale, 0)
 			kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
 			o := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), n)
