@@ -209,7 +209,7 @@ func TestGraphReuse(t *testing.T) {
 	}
 	n := len(s.graphs)
 	a.Close()
-	if n != 3 || len(s.graphs) != 0 {
-		t.Errorf("%d graphs kept, %d after closing a session; want 3 (the prefill, 2 decodes), then none (all use it)", n, len(s.graphs))
+	if n != 2 || len(s.graphs) != 0 {
+		t.Errorf("%d graphs kept, %d after closing a session; want 2 (the decodes; prefills are not kept), then none (both use it)", n, len(s.graphs))
 	}
 }

@@ -668,13 +668,11 @@ func (s *Stage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine
 // kvPad is the granularity of the cache length a graph attends over.
 const kvPad = 256
 
-// maxGraphs bounds the graphs a stage keeps for reuse (each holds its own
-// intermediate memory); graphs of more than maxReuseRows rows (prefills)
-// are built for one use, in memory shared with the other such graphs.
-const (
-	maxGraphs    = 8
-	maxReuseRows = 64
-)
+// maxGraphs bounds the decode graphs a stage keeps for reuse (each holds
+// its own intermediate memory, small for one row per session). Graphs with
+// a prefill in them, whose shapes seldom repeat, are built for one use, in
+// memory shared with the other such graphs.
+const maxGraphs = 32
 
 // A part is one step of a batch: n rows of session p from position pos,
 // rows row0.. of the batch, attending over the first kvLen positions of
@@ -850,7 +848,7 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 }
 
 // graphFor returns the graph of parts' shape, allocated: a kept one, or a
-// new one (kept when it is small).
+// new one (kept when it decodes one row per session).
 func (s *Stage) graphFor(parts []part, rows int) (*graph, error) {
 	key := graphKey(parts)
 	s.steps++
@@ -864,7 +862,7 @@ func (s *Stage) graphFor(parts []part, rows int) (*graph, error) {
 	}
 	g.key = key
 	galloc := s.galloc
-	if rows <= maxReuseRows {
+	if rows == len(parts) { // decode steps only
 		if g.galloc = C.ggml_gallocr_new(C.ggml_backend_get_default_buffer_type(s.backend)); g.galloc == nil {
 			g.free()
 			return nil, fmt.Errorf("%w: cannot make a graph allocator", ErrGGML)
