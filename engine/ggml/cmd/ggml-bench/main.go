@@ -40,28 +40,29 @@ func main() {
 	n := fs.Int("tokens", 512, "prefill: prompt tokens")
 	noRepack := fs.Bool("no-repack", false, "keep the weights in ggml's plain layout")
 	fs.Parse(os.Args[2:])
-	if err := measure(*model, *threads, *mode, *steps, *prompt, *n, *noRepack); err != nil {
+	r, err := measure(*model, *threads, *mode, *steps, *prompt, *n, *noRepack)
+	if err == nil {
+		err = json.NewEncoder(os.Stdout).Encode(r)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "ggml-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func measure(path string, threads int, mode string, steps, prompt, n int, noRepack bool) error {
+func measure(path string, threads int, mode string, steps, prompt, n int, noRepack bool) (benchrun.Result, error) {
 	opts := []ggml.Option{ggml.WithDevice(ggml.CPU), ggml.WithThreads(threads)}
 	if noRepack {
 		opts = append(opts, ggml.WithoutRepack())
 	}
 	s, err := ggml.Open(path, opts...)
 	if err != nil {
-		return err
+		return benchrun.Result{}, err
 	}
 	defer s.Close()
 	r, err := benchrun.Run(s, path, mode, steps, prompt, n)
-	if err != nil {
-		return err
-	}
 	r.CPUVariant = variant(s.Repacked())
-	return json.NewEncoder(os.Stdout).Encode(r)
+	return r, err
 }
 
 // features prints the kernels ggml's CPU backend was built with, and
