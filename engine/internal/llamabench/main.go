@@ -249,6 +249,7 @@ func drive(args []string) error {
 	type row struct {
 		file, metric string
 		rates        [][]float64 // per side, per run
+		loads        [][]float64 // others' load during each of those runs
 		weightBytes  int64       // the pure-Go engine's
 		decode1      bool
 		bw           float64
@@ -282,7 +283,7 @@ func drive(args []string) error {
 				label = strings.Replace(label, fmt.Sprint(m.steps), fmt.Sprint(steps), 1)
 			}
 			rw := row{file: f.name(), metric: label, decode1: m.mode == modeDecode && m.threads == 1, bw: bw,
-				rates: make([][]float64, len(sides))}
+				rates: make([][]float64, len(sides)), loads: make([][]float64, len(sides))}
 			for run := range *runs {
 				var line strings.Builder
 				for i, sd := range sides {
@@ -293,6 +294,7 @@ func drive(args []string) error {
 					}
 					rw.others = max(rw.others, r.OthersLoad)
 					rw.rates[i] = append(rw.rates[i], r.TokS)
+					rw.loads[i] = append(rw.loads[i], r.OthersLoad)
 					if sd.name == "Strata" {
 						rw.weightBytes = r.WeightBytes
 					}
@@ -334,13 +336,14 @@ func drive(args []string) error {
 		}
 		var runsCol []string
 		for i, sd := range sides {
-			runsCol = append(runsCol, sd.name+": "+list(r.rates[i]))
+			runsCol = append(runsCol, sd.name+": "+listLoads(r.rates[i], r.loads[i]))
 		}
 		fmt.Fprintf(w, " %s | %.2f |\n", strings.Join(runsCol, "; "), r.others)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "others' load: the most CPU, in cores, that processes other than the measured one used during any run of the row")
 	fmt.Fprintln(w, "(from /proc/stat; the machine has", runtime.NumCPU(), "CPUs). Above about 0.3 a row's numbers are disturbed.")
+	fmt.Fprintln(w, "runs: each run's tok/s @ others' load during it.")
 	if *goSide {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
@@ -488,10 +491,11 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func list(v []float64) string {
+// listLoads is each run's rate with others' load during it: 99.9@0.02.
+func listLoads(v, load []float64) string {
 	parts := make([]string, len(v))
 	for i, x := range v {
-		parts[i] = fmt.Sprintf("%.1f", x)
+		parts[i] = fmt.Sprintf("%.1f@%.2f", x, load[i])
 	}
 	return strings.Join(parts, " ")
 }
