@@ -7,7 +7,7 @@ PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
-	test-ggml build-ggml bench-ggml build-cuda build-vulkan bench-llamacpp handovers fuzz-long \
+	test-ggml build-ggml bench-ggml bench-ggml-llamacpp build-cuda build-vulkan bench-llamacpp handovers fuzz-long \
 	nemesis nemesis-broken
 
 all: build
@@ -205,20 +205,30 @@ test-ggml:
 # bin/strata-ggml: strata with the ggml engine (strata node --engine
 # ggml|auto); it needs cgo and a C toolchain. GPU backends come from
 # make build-cuda / build-vulkan (--ggml-lib-dir); macOS has Metal built in.
+# ollama's cgo build of ggml's CPU backend targets baseline x86-64 (SSE2)
+# and leaves out its repacked weight layouts; GGML_CFLAGS build it for this
+# CPU (AVX2/AVX-512/VNNI kernels, as llama.cpp's zen4/icelake/haswell
+# variants have) with GGML_USE_CPU_REPACK (the interleaved Q4_0/Q4_K/IQ4_NL
+# layouts llama.cpp uses on the CPU). The binaries then need this CPU (or
+# one with its instruction sets): GGML_CFLAGS=-O3 builds portable ones.
+# bin/ggml-bench is the ggml engine's side of bench-ggml-llamacpp; its
+# features subcommand prints what the build's kernels are.
+GGML_CFLAGS ?= -O3 -march=native -DGGML_USE_CPU_REPACK
+GGML_ENV     = CGO_CFLAGS="$(GGML_CFLAGS)" CGO_CXXFLAGS="$(GGML_CFLAGS)"
 build-ggml:
 	@mkdir -p $(BIN)
-	cd engine/ggml && $(GO) build ./... && $(GO) vet ./... && $(GO) build -o $(CURDIR)/$(BIN)/strata-ggml ./cmd/strata
-	@test ! -x $(TOOLS)/staticcheck || (cd engine/ggml && $(TOOLS)/staticcheck ./...)
+	cd engine/ggml && export $(GGML_ENV) && $(GO) build ./... && $(GO) vet ./... && \
+		$(GO) build -o $(CURDIR)/$(BIN)/strata-ggml ./cmd/strata && $(GO) build -o $(CURDIR)/$(BIN)/ggml-bench ./cmd/ggml-bench
+	@$(BIN)/ggml-bench features
+	@test ! -x $(TOOLS)/staticcheck || (cd engine/ggml && export $(GGML_ENV) && $(TOOLS)/staticcheck ./...)
 # Decode and 512-token prefill tok/s of the ggml backend and of the
 # pure-Go engine on the same files, at 1 and 2 threads, with the ratio
-# go/ggml. ollama's cgo build of ggml targets baseline x86-64 (SSE2); here
-# it is built for this CPU.
+# go/ggml, ggml built as build-ggml builds it.
 GGML_DECODE_STEPS  ?= 32x
 GGML_PREFILL_RUNS  ?= 2x
-GGML_CFLAGS        ?= -O3 -march=native
 bench-ggml:
 	@mkdir -p $(BIN)
-	cd engine/ggml && export CGO_CFLAGS="$(GGML_CFLAGS)" CGO_CXXFLAGS="$(GGML_CFLAGS)" && \
+	cd engine/ggml && export $(GGML_ENV) && \
 		{ $(GO) test -run '^$$' -bench Decode -benchtime $(GGML_DECODE_STEPS) ./... && \
 		  $(GO) test -run '^$$' -bench Prefill -benchtime $(GGML_PREFILL_RUNS) ./...; } | tee $(CURDIR)/$(BIN)/bench-ggml.txt
 
@@ -245,6 +255,16 @@ bench-llamacpp: build $(LLAMACPP_BENCH)/node_modules/.package-lock.json
 	$(GO) build -o $(BIN)/llamabench ./engine/internal/llamabench
 	$(BIN)/llamabench drive -shapes $(BENCH_SHAPES) -runs $(BENCH_RUNS) -models $(BIN)/bench-models \
 		-strata $(BIN)/strata -script $(LLAMACPP_BENCH)/bench.mjs -out $(BIN)/bench-llamacpp.txt $(BENCH_FLAGS)
+# The ggml engine (built as build-ggml builds it) against llama.cpp's
+# prebuilt CPU build in the same run, as bench-llamacpp measures them: a
+# TinyLlama-shaped Q4_K_M file, decode and a 512-token prefill at 2
+# threads, the median of BENCH_RUNS alternating runs, with others' load.
+# BENCH_FLAGS=-go adds the pure-Go engine. Report: bin/bench-ggml-llamacpp.txt.
+bench-ggml-llamacpp: build build-ggml $(LLAMACPP_BENCH)/node_modules/.package-lock.json
+	$(GO) build -o $(BIN)/llamabench ./engine/internal/llamabench
+	$(BIN)/llamabench drive -shapes tiny -dtypes q4_k_m -metrics decode,prefill -threads 2 -runs $(BENCH_RUNS) \
+		-go=false -ggml $(BIN)/ggml-bench -models $(BIN)/bench-models -strata $(BIN)/strata \
+		-script $(LLAMACPP_BENCH)/bench.mjs -out $(BIN)/bench-ggml-llamacpp.txt $(BENCH_FLAGS)
 $(LLAMACPP_BENCH)/node_modules/.package-lock.json: $(LLAMACPP_BENCH)/package-lock.json
 	@command -v npm >/dev/null || { echo "bench-llamacpp needs node (20 or later) and npm"; exit 1; }
 	cd $(LLAMACPP_BENCH) && npm ci --omit=optional --no-audit --no-fund --ignore-scripts --loglevel=error

@@ -12,6 +12,22 @@ extern ggml_backend_dev_t ggml_backend_dev_by_type(int type);
 extern const char * ggml_backend_dev_name(ggml_backend_dev_t device);
 extern void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total);
 extern void ggml_backend_load_all_from_path(const char * dir_path);
+
+// ggml_backend_get_features: the CPU backend's compiled-in features
+// (AVX2=1, AVX512=1, REPACK=1...), through its registry.
+typedef struct ggml_backend_reg * ggml_backend_reg_t;
+struct feature { const char * name; const char * value; };
+extern ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
+extern void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);
+static struct feature * cpu_features(void) {
+	ggml_backend_dev_t dev = ggml_backend_dev_by_type(DEVT_CPU);
+	if (dev == NULL) return NULL;
+	typedef struct feature * (*features_fn)(ggml_backend_reg_t);
+	ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+	features_fn fn = (features_fn) ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features");
+	return fn == NULL ? NULL : fn(reg);
+}
+static struct feature * feature_at(struct feature * f, int i) { return &f[i]; }
 */
 import "C"
 
@@ -51,6 +67,26 @@ func LoadLibDir(dir string) {
 	cdir := C.CString(dir)
 	defer C.free(unsafe.Pointer(cdir))
 	C.ggml_backend_load_all_from_path(cdir)
+}
+
+// CPUFeatures lists what ggml's CPU backend was compiled with, as ggml
+// reports it: the SIMD kernels (SSE3, AVX, AVX2, AVX512, AVX512_VNNI...)
+// and REPACK, the repacked weight layouts. ollama's cgo build compiles one
+// baseline x86-64 variant unless CGO_CFLAGS say otherwise (make build-ggml
+// builds for the host); this is how to check what a binary has.
+func CPUFeatures() map[string]string {
+	out := map[string]string{}
+	f := C.cpu_features()
+	if f == nil {
+		return out
+	}
+	for i := C.int(0); ; i++ {
+		e := C.feature_at(f, i)
+		if e.name == nil {
+			return out
+		}
+		out[C.GoString(e.name)] = C.GoString(e.value)
+	}
 }
 
 // Probe reports the device a stage opened WithDevice(d) would compute on

@@ -35,3 +35,24 @@ func TestProbe(t *testing.T) {
 		t.Fatalf("an unknown device: %v", err)
 	}
 }
+
+// TestRepack: a Q4_K_M file's Q4_K matrices go to ggml's CPU_REPACK
+// layout exactly where this build has it (REPACK) and kernels for it
+// (AVX2, or NEON's dot products), and no matrix does with WithoutRepack;
+// TestQuantizedAgreesWithEngine checks the logits either way.
+func TestRepack(t *testing.T) {
+	fs := CPUFeatures()
+	if len(fs) == 0 {
+		t.Fatal("ggml reports no CPU features")
+	}
+	t.Logf("ggml CPU features: %v", fs)
+	path := genMix(t, "llama-gqa", kShapes["llama-gqa"], "q4_k_m")
+	s := open(t, path, WithDevice(CPU))
+	want := fs["REPACK"] == "1" && (fs["AVX2"] == "1" || fs["DOTPROD"] == "1" || fs["MATMUL_INT8"] == "1")
+	if got := s.Repacked() > 0; got != want {
+		t.Errorf("%d matrices repacked; want some: %v", s.Repacked(), want)
+	}
+	if n := open(t, path, WithDevice(CPU), WithoutRepack()).Repacked(); n != 0 {
+		t.Errorf("WithoutRepack: %d matrices repacked", n)
+	}
+}

@@ -17,6 +17,18 @@
 //
 // A stage reads only its own tensors, by offset, from the file.
 //
+// A step is one ggml graph over the stage's whole layer range: hidden
+// states cross to the host only at its input and output, and the KV cache
+// stays in the backend's memory. ForwardBatch puts several sessions' steps
+// in one graph (each weight read once for all rows; each session attends
+// over its own cache). Positions are graph inputs (rotary positions,
+// cache rows written with set_rows, causal masks over a cache length
+// rounded up to 256), so a decode graph is built once per shape and reused
+// step after step. On the CPU, matrices of the types ggml repacks (Q4_0,
+// Q4_K, IQ4_NL) go to its CPU_REPACK buffer where ggml was built with
+// GGML_USE_CPU_REPACK, as llama.cpp does; make build-ggml builds ggml
+// that way, and for the host's instruction sets (see CPUFeatures).
+//
 // It is a nested module so that the main module and its default build
 // stay pure Go, needing no C toolchain and no dependency on ollama. Build
 // and test it with `make test-ggml` (or `cd engine/ggml && go test ./...`);

@@ -6,6 +6,7 @@ package ggml
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 // The ggml declarations used, as in ggml.h and ggml-cpu.h of the ggml that
 // the pinned ollama module vendors (its Go package compiles and links
@@ -14,7 +15,7 @@ struct ggml_context;
 struct ggml_tensor;
 struct ggml_cgraph;
 struct ggml_init_params { size_t mem_size; void * mem_buffer; bool no_alloc; };
-enum { T_F32 = 0, T_I32 = 26 };
+enum { T_F32 = 0, T_I32 = 26, T_I64 = 27 };
 extern struct ggml_context * ggml_init(struct ggml_init_params params);
 extern void ggml_free(struct ggml_context * ctx);
 extern size_t ggml_tensor_overhead(void);
@@ -71,6 +72,40 @@ extern bool ggml_gallocr_alloc_graph(ggml_gallocr_t galloc, struct ggml_cgraph *
 extern bool ggml_backend_is_cpu(ggml_backend_t backend);
 extern void ggml_backend_cpu_set_n_threads(ggml_backend_t backend_cpu, int n_threads);
 
+typedef struct ggml_backend_device * ggml_backend_dev_t;
+typedef struct ggml_backend_reg * ggml_backend_reg_t;
+extern ggml_backend_dev_t ggml_backend_get_device(ggml_backend_t backend);
+extern ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
+extern void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);
+extern const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
+extern ggml_backend_buffer_t ggml_backend_alloc_ctx_tensors_from_buft(struct ggml_context * ctx, ggml_backend_buffer_type_t buft);
+extern void ggml_backend_buffer_clear(ggml_backend_buffer_t buffer, uint8_t value);
+extern struct ggml_tensor * ggml_set_rows(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, struct ggml_tensor * c);
+extern struct ggml_tensor * ggml_reshape_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1);
+extern struct ggml_tensor * ggml_concat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, int dim);
+extern struct ggml_tensor * ggml_view_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
+extern int ggml_cpu_has_avx2(void);
+extern int ggml_cpu_has_avx512(void);
+extern int ggml_cpu_has_neon(void);
+extern int ggml_cpu_has_dotprod(void);
+extern int ggml_cpu_has_matmul_int8(void);
+
+// cpu_repack_buft is the CPU device's CPU_REPACK buffer type: ggml lists
+// it among the device's extra buffer types where ggml-cpu was compiled
+// with GGML_USE_CPU_REPACK (make build-ggml does); NULL otherwise.
+static ggml_backend_buffer_type_t cpu_repack_buft(ggml_backend_t backend) {
+	ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+	if (dev == NULL) return NULL;
+	typedef ggml_backend_buffer_type_t * (*extra_fn)(ggml_backend_dev_t);
+	extra_fn fn = (extra_fn) ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
+	if (fn == NULL) return NULL;
+	for (ggml_backend_buffer_type_t * b = fn(dev); b != NULL && *b != NULL; b++) {
+		const char * name = ggml_backend_buft_name(*b);
+		if (name != NULL && strcmp(name, "CPU_REPACK") == 0) return *b;
+	}
+	return NULL;
+}
+
 static struct ggml_context * new_ctx(size_t size, bool no_alloc) {
 	struct ggml_init_params p = { size, NULL, no_alloc };
 	return ggml_init(p);
@@ -84,6 +119,8 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -107,6 +144,7 @@ type options struct {
 	threads  int
 	device   Device
 	libDir   string
+	noRepack bool
 }
 
 // Device chooses where a stage computes.
@@ -148,6 +186,10 @@ func WithRange(lo, hi int) Option {
 // Unlike engine.Local, results may differ in the last bits across counts.
 func WithThreads(n int) Option { return func(o *options) { o.threads = n } }
 
+// WithoutRepack keeps every weight in ggml's plain layout on the CPU, as
+// builds without GGML_USE_CPU_REPACK do (for comparisons; slower).
+func WithoutRepack() Option { return func(o *options) { o.noRepack = true } }
+
 type layer struct {
 	attnNorm, ffnNorm tensor
 	wq, wk, wv, wo    tensor
@@ -166,11 +208,19 @@ type Stage struct {
 	galloc  C.ggml_gallocr_t // a step's graph memory, reused across steps
 	weights *C.struct_ggml_context
 	wbuf    C.ggml_backend_buffer_t
-	embd    tensor // first stage (and a tied head)
-	onorm   tensor // last stage
-	head    tensor // last stage
-	layers  []layer
-	closed  bool
+	packed  *C.struct_ggml_context // weights held repacked (CPU_REPACK), or nil
+	pbuf    C.ggml_backend_buffer_t
+	graphs  map[string]*graph // built once per shape, reused
+	nextID  uint64            // session ids, for graph keys
+	steps   uint64            // steps computed, for graph eviction
+	builds  int               // graphs built (a test checks reuse)
+	// repacked counts the matrices held in ggml's CPU_REPACK layout.
+	repacked int
+	embd     tensor // first stage (and a tied head)
+	onorm    tensor // last stage
+	head     tensor // last stage
+	layers   []layer
+	closed   bool
 }
 
 var _ engine.Stage = (*Stage)(nil)
@@ -226,10 +276,13 @@ func load(f *engine.File, o options) (*Stage, error) {
 		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
 
 	// The names this stage needs, with their expected ggml shapes.
+	// mat marks the weights that only a matrix product reads (which the
+	// CPU may hold repacked for its kernels).
 	type want struct {
 		name string
 		ne   []uint64
 		dst  *tensor
+		mat  bool
 	}
 	var ws []want
 	add := func(name string, dst *tensor, ne ...int) {
@@ -237,7 +290,11 @@ func load(f *engine.File, o options) (*Stage, error) {
 		for i, n := range ne {
 			u[i] = uint64(n)
 		}
-		ws = append(ws, want{name, u, dst})
+		ws = append(ws, want{name, u, dst, false})
+	}
+	addMat := func(name string, dst *tensor, ne ...int) {
+		add(name, dst, ne...)
+		ws[len(ws)-1].mat = true
 	}
 	d, kv, qd := hp.Dim, hp.KVDim(), hp.QDim()
 	if s.info.First() {
@@ -249,14 +306,14 @@ func load(f *engine.File, o options) (*Stage, error) {
 		w.index = o.lo + i
 		p := fmt.Sprintf("blk.%d.", w.index)
 		add(p+"attn_norm.weight", &w.attnNorm, d)
-		add(p+"attn_q.weight", &w.wq, d, qd)
-		add(p+"attn_k.weight", &w.wk, d, kv)
-		add(p+"attn_v.weight", &w.wv, d, kv)
-		add(p+"attn_output.weight", &w.wo, qd, d)
+		addMat(p+"attn_q.weight", &w.wq, d, qd)
+		addMat(p+"attn_k.weight", &w.wk, d, kv)
+		addMat(p+"attn_v.weight", &w.wv, d, kv)
+		addMat(p+"attn_output.weight", &w.wo, qd, d)
 		add(p+"ffn_norm.weight", &w.ffnNorm, d)
-		add(p+"ffn_gate.weight", &w.wGate, d, hp.FFN)
-		add(p+"ffn_up.weight", &w.wUp, d, hp.FFN)
-		add(p+"ffn_down.weight", &w.wDown, hp.FFN, d)
+		addMat(p+"ffn_gate.weight", &w.wGate, d, hp.FFN)
+		addMat(p+"ffn_up.weight", &w.wUp, d, hp.FFN)
+		addMat(p+"ffn_down.weight", &w.wDown, hp.FFN, d)
 		if hp.QKVBias {
 			add(p+"attn_q.bias", &w.bq, qd)
 			add(p+"attn_k.bias", &w.bk, kv)
@@ -270,9 +327,9 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if s.info.Last() {
 		add("output_norm.weight", &s.onorm, d)
 		if _, ok := f.Tensor("output.weight"); ok {
-			add("output.weight", &s.head, d, hp.Vocab)
+			addMat("output.weight", &s.head, d, hp.Vocab)
 		} else if s.embd == nil {
-			add("token_embd.weight", &s.head, d, hp.Vocab) // tied head
+			addMat("token_embd.weight", &s.head, d, hp.Vocab) // tied head
 		}
 	}
 
@@ -301,10 +358,17 @@ func load(f *engine.File, o options) (*Stage, error) {
 		return nil, err
 	}
 	s.info.Engine = "ggml-" + s.Device()
-	// The context holds the tensors' metadata; their data goes to one
-	// buffer of the backend's device.
-	s.weights = C.new_ctx(C.size_t(uintptr(len(ws))*(uintptr(C.ggml_tensor_overhead())+64)+1<<16), true)
-	if s.weights == nil {
+	// The contexts hold the tensors' metadata; their data goes to the
+	// backend's device: on the CPU, the matrices its repacking kernels
+	// take go to ggml's CPU_REPACK buffer (where this build has one), which
+	// rearranges them as they are set, as llama.cpp does; the rest to one
+	// plain buffer.
+	packBuft := C.ggml_backend_buffer_type_t(nil)
+	if bool(C.ggml_backend_is_cpu(s.backend)) && !o.noRepack {
+		packBuft = C.cpu_repack_buft(s.backend)
+	}
+	meta := C.size_t(uintptr(len(ws))*(uintptr(C.ggml_tensor_overhead())+64) + 1<<16)
+	if s.weights = C.new_ctx(meta, true); s.weights == nil {
 		s.free()
 		return nil, fmt.Errorf("%w: cannot allocate a context", ErrGGML)
 	}
@@ -315,7 +379,18 @@ func load(f *engine.File, o options) (*Stage, error) {
 		for j, n := range t.Dims {
 			ne[j] = C.int64_t(n)
 		}
-		ct := C.ggml_new_tensor(s.weights, C.int(t.Type), C.int(len(ne)), &ne[0])
+		into := s.weights
+		if packBuft != nil && w.mat && repackable(t.Type, t.Dims) {
+			if s.packed == nil {
+				if s.packed = C.new_ctx(meta, true); s.packed == nil {
+					s.free()
+					return nil, fmt.Errorf("%w: cannot allocate a context", ErrGGML)
+				}
+			}
+			into = s.packed
+			s.repacked++
+		}
+		ct := C.ggml_new_tensor(into, C.int(t.Type), C.int(len(ne)), &ne[0])
 		if ct == nil || int64(C.ggml_nbytes(ct)) != t.Size {
 			s.free()
 			return nil, fmt.Errorf("%w: tensor %q: ggml's size differs from the file's %d bytes", engine.ErrCorrupt, t.Name, t.Size)
@@ -326,6 +401,12 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if s.wbuf = C.ggml_backend_alloc_ctx_tensors(s.weights, s.backend); s.wbuf == nil {
 		s.free()
 		return nil, fmt.Errorf("%w: cannot allocate %d bytes of weights on %s", ErrGGML, total, s.Device())
+	}
+	if s.packed != nil {
+		if s.pbuf = C.ggml_backend_alloc_ctx_tensors_from_buft(s.packed, packBuft); s.pbuf == nil {
+			s.free()
+			return nil, fmt.Errorf("%w: cannot allocate %d bytes of repacked weights on %s", ErrGGML, total, s.Device())
+		}
 	}
 	buf := make([]byte, biggest)
 	for i, w := range ws {
@@ -383,9 +464,18 @@ func (s *Stage) Device() string {
 }
 
 func (s *Stage) free() {
+	s.dropGraphs(nil)
 	if s.wbuf != nil {
 		C.ggml_backend_buffer_free(s.wbuf)
 		s.wbuf = nil
+	}
+	if s.pbuf != nil {
+		C.ggml_backend_buffer_free(s.pbuf)
+		s.pbuf = nil
+	}
+	if s.packed != nil {
+		C.ggml_free(s.packed)
+		s.packed = nil
 	}
 	if s.weights != nil {
 		C.ggml_free(s.weights)
@@ -400,6 +490,10 @@ func (s *Stage) free() {
 		s.backend = nil
 	}
 }
+
+// Repacked is how many weight matrices the stage holds in ggml's
+// CPU_REPACK layout (0 off the CPU, or where ggml was built without it).
+func (s *Stage) Repacked() int { return s.repacked }
 
 // Info describes the stage.
 func (s *Stage) Info() engine.Info { return s.info }
@@ -420,6 +514,7 @@ func (s *Stage) Close() error {
 // both as contiguous rows.
 type session struct {
 	stage  *Stage
+	id     uint64
 	ctx    *C.struct_ggml_context
 	buf    C.ggml_backend_buffer_t
 	k, v   []tensor
@@ -440,6 +535,7 @@ func (p *session) Truncate(n int) error {
 func (p *session) Close() error {
 	p.stage.mu.Lock()
 	defer p.stage.mu.Unlock()
+	p.stage.dropGraphs(p)
 	p.free()
 	return nil
 }
@@ -481,108 +577,210 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 		return nil, fmt.Errorf("%w: cannot allocate a KV cache of %d bytes on %s", ErrGGML,
 			int64(maxTokens)*s.info.KVBytesPerToken, s.Device())
 	}
+	// Attention reads cache rows past the session's end, masked: they
+	// must hold numbers (0·NaN would not vanish).
+	C.ggml_backend_buffer_clear(p.buf, 0)
+	s.nextID++
+	p.id = s.nextID
 	return p, nil
-}
-
-// ForwardBatch runs the steps one after the other (ggml gains nothing
-// from stacking distinct sessions' rows here). A failing step stops the
-// batch; the steps before it have advanced their sessions.
-func (s *Stage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine.Output, error) {
-	outs := make([]engine.Output, len(steps))
-	for i, st := range steps {
-		o, err := s.Forward(ctx, st)
-		if err != nil {
-			return nil, err
-		}
-		outs[i] = o
-	}
-	return outs, nil
 }
 
 // Forward runs one step: the stage's layers over n new positions.
 func (s *Stage) Forward(ctx context.Context, step engine.Step) (engine.Output, error) {
-	if err := ctx.Err(); err != nil {
+	outs, err := s.ForwardBatch(ctx, []engine.Step{step})
+	if err != nil {
 		return engine.Output{}, err
 	}
-	p, ok := step.Session.(*session)
-	if !ok || p.stage != s {
-		return engine.Output{}, fmt.Errorf("%w: not a session of this stage", engine.ErrSession)
+	return outs[0], nil
+}
+
+// ForwardBatch runs steps of distinct sessions as one graph: the rows of
+// all steps go through each weight matrix together (read once for all),
+// and each session's rows attend over its own cache. Unlike engine.Local,
+// a session's result in a batch is not bit-identical to its result alone
+// (ggml picks its kernels, and their summation order, by the row count);
+// it agrees within ggml's rounding (see TestBatchMatchesAlone). An invalid
+// step fails the batch before any session advances.
+func (s *Stage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine.Output, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(steps) == 0 {
+		return nil, nil
 	}
 	d := s.hp.Dim
-	n := step.N(d)
-	switch {
-	case s.info.First() != (step.Tokens != nil) || (step.Tokens == nil) == (step.Hidden == nil):
-		return engine.Output{}, fmt.Errorf("%w: a first stage takes tokens, the others hidden states", engine.ErrInput)
-	case n == 0 || (step.Hidden != nil && len(step.Hidden) != n*d):
-		return engine.Output{}, fmt.Errorf("%w: %d values for a hidden size of %d", engine.ErrInput, len(step.Hidden), d)
-	case step.Pos != p.n:
-		return engine.Output{}, fmt.Errorf("%w: step at %d, session holds %d", engine.ErrPosition, step.Pos, p.n)
-	case p.n+n > p.cap:
-		return engine.Output{}, fmt.Errorf("%w: %d + %d positions, %d reserved", engine.ErrContextFull, p.n, n, p.cap)
-	}
-	for _, t := range step.Tokens {
-		if t < 0 || int(t) >= s.hp.Vocab {
-			return engine.Output{}, fmt.Errorf("%w: token %d outside a vocabulary of %d", engine.ErrInput, t, s.hp.Vocab)
+	parts := make([]part, len(steps))
+	rows := 0
+	for i, step := range steps {
+		p, ok := step.Session.(*session)
+		if !ok || p.stage != s {
+			return nil, fmt.Errorf("%w: step %d: not a session of this stage", engine.ErrSession, i)
 		}
+		n := step.N(d)
+		switch {
+		case s.info.First() != (step.Tokens != nil) || (step.Tokens == nil) == (step.Hidden == nil):
+			return nil, fmt.Errorf("%w: step %d: a first stage takes tokens, the others hidden states", engine.ErrInput, i)
+		case n == 0 || (step.Hidden != nil && len(step.Hidden) != n*d):
+			return nil, fmt.Errorf("%w: step %d: %d values for a hidden size of %d", engine.ErrInput, i, len(step.Hidden), d)
+		}
+		for _, t := range step.Tokens {
+			if t < 0 || int(t) >= s.hp.Vocab {
+				return nil, fmt.Errorf("%w: step %d: token %d outside a vocabulary of %d", engine.ErrInput, i, t, s.hp.Vocab)
+			}
+		}
+		parts[i] = part{p: p, n: n, row0: rows}
+		rows += n
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return engine.Output{}, engine.ErrClosed
+		return nil, engine.ErrClosed
 	}
-	if p.ctx == nil {
-		return engine.Output{}, fmt.Errorf("%w: session closed", engine.ErrSession)
+	seen := make(map[*session]bool, len(parts))
+	for i := range parts {
+		pt := &parts[i]
+		switch p := pt.p; {
+		case p.ctx == nil:
+			return nil, fmt.Errorf("%w: step %d: session closed", engine.ErrSession, i)
+		case seen[p]:
+			return nil, fmt.Errorf("%w: step %d: session twice in one batch", engine.ErrSession, i)
+		case steps[i].Pos != p.n:
+			return nil, fmt.Errorf("%w: step %d at %d, session holds %d", engine.ErrPosition, i, steps[i].Pos, p.n)
+		case p.n+pt.n > p.cap:
+			return nil, fmt.Errorf("%w: step %d: %d + %d positions, %d reserved", engine.ErrContextFull, i, p.n, pt.n, p.cap)
+		}
+		seen[pt.p] = true
+		pt.pos = pt.p.n
+		// Attention reads the cache up to a multiple of kvPad (the rest
+		// masked), so that the same graph serves kvPad decode steps.
+		pt.kvLen = min(pt.p.cap, (pt.pos+pt.n+kvPad-1)/kvPad*kvPad)
 	}
-	out, err := s.compute(p, step, n)
+	outs, err := s.compute(parts, steps, rows)
 	if err != nil {
-		return engine.Output{}, err
+		return nil, err
 	}
-	p.n += n
-	return out, nil
+	for _, pt := range parts {
+		pt.p.n += pt.n
+	}
+	return outs, nil
 }
 
-func (s *Stage) compute(p *session, step engine.Step, n int) (engine.Output, error) {
+// kvPad is the granularity of the cache length a graph attends over.
+const kvPad = 256
+
+// maxGraphs bounds the decode graphs a stage keeps for reuse (each holds
+// its own intermediate memory, small for one row per session). Graphs with
+// a prefill in them, whose shapes seldom repeat, are built for one use, in
+// memory shared with the other such graphs.
+const maxGraphs = 32
+
+// A part is one step of a batch: n rows of session p from position pos,
+// rows row0.. of the batch, attending over the first kvLen positions of
+// its cache.
+type part struct {
+	p                   *session
+	pos, n, row0, kvLen int
+}
+
+// graph is the ggml graph of one step shape: which sessions, their row
+// counts and cache lengths. Positions are inputs (the rotary positions, the
+// cache rows written, the causal masks), so that the graph serves every
+// step of that shape unchanged: on a GPU backend, the same graph each step.
+type graph struct {
+	key       string
+	ctx       *C.struct_ggml_context
+	gf        *C.struct_ggml_cgraph
+	galloc    C.ggml_gallocr_t // its own intermediate memory (nil: the stage's)
+	input     tensor           // tokens (I32 [rows]) or hidden states (F32 [dim, rows])
+	positions tensor           // I32 [rows]
+	vIdx      []tensor         // per part: I64, where each new V value goes in the transposed cache
+	masks     []tensor         // per part: F32 [kvLen, n], 0 or -inf
+	outRows   tensor           // last stage: I32, the last row of each part
+	out       tensor
+	sessions  []*session
+	used      uint64 // for eviction: the step it last served
+}
+
+func (g *graph) free() {
+	if g.galloc != nil {
+		C.ggml_gallocr_free(g.galloc)
+		g.galloc = nil
+	}
+	if g.ctx != nil {
+		C.ggml_free(g.ctx)
+		g.ctx = nil
+	}
+}
+
+// dropGraphs frees the kept graphs that use session p (all where p is nil).
+func (s *Stage) dropGraphs(p *session) {
+	for k, g := range s.graphs {
+		if p == nil || slices.Contains(g.sessions, p) {
+			g.free()
+			delete(s.graphs, k)
+		}
+	}
+}
+
+func graphKey(parts []part) string {
+	var b strings.Builder
+	for _, pt := range parts {
+		fmt.Fprintf(&b, "%d:%d:%d;", pt.p.id, pt.n, pt.kvLen)
+	}
+	return b.String()
+}
+
+// build makes the graph of parts' shape.
+func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	h := s.hp
-	pos, total := p.n, p.n+n
 	hd, nkv, nh := h.HeadDim, h.KVHeads, h.Heads
-	nodes := 64*len(s.layers) + 64
-	// The context holds the graph's metadata only; the allocator places
+	nodes := (48+16*len(parts))*len(s.layers) + 64
+	// The context holds the graph's metadata only; an allocator places
 	// its tensors in the backend's memory.
 	size := uintptr(nodes)*(uintptr(C.ggml_tensor_overhead())+64) + uintptr(C.ggml_graph_overhead_custom(C.size_t(nodes), false))
 	c := C.new_ctx(C.size_t(size), true)
 	if c == nil {
-		return engine.Output{}, fmt.Errorf("%w: cannot allocate a step's graph", ErrGGML)
+		return nil, fmt.Errorf("%w: cannot allocate a step's graph", ErrGGML)
 	}
-	defer C.ggml_free(c)
-	gf := C.ggml_new_graph_custom(c, C.size_t(nodes), false)
-
-	var x, input tensor
-	if step.Tokens != nil {
-		input = C.ggml_new_tensor_1d(c, C.T_I32, C.int64_t(n))
-		C.ggml_set_input(input)
-		x = C.ggml_get_rows(c, s.embd, input)
+	g := &graph{ctx: c, gf: C.ggml_new_graph_custom(c, C.size_t(nodes), false)}
+	s.builds++
+	R := C.int64_t(rows)
+	var x tensor
+	if s.info.First() {
+		g.input = C.ggml_new_tensor_1d(c, C.T_I32, R)
+		x = C.ggml_get_rows(c, s.embd, g.input)
 	} else {
-		input = C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(h.Dim), C.int64_t(n))
-		C.ggml_set_input(input)
-		x = input
+		g.input = C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(h.Dim), R)
+		x = g.input
 	}
-	positions := C.ggml_new_tensor_1d(c, C.T_I32, C.int64_t(n))
-	C.ggml_set_input(positions)
+	C.ggml_set_input(g.input)
+	g.positions = C.ggml_new_tensor_1d(c, C.T_I32, R)
+	C.ggml_set_input(g.positions)
+	for _, pt := range parts {
+		vi := C.ggml_new_tensor_1d(c, C.T_I64, C.int64_t(pt.n*hd*nkv))
+		m := C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(pt.kvLen), C.int64_t(pt.n))
+		C.ggml_set_input(vi)
+		C.ggml_set_input(m)
+		g.vIdx = append(g.vIdx, vi)
+		g.masks = append(g.masks, m)
+		g.sessions = append(g.sessions, pt.p)
+	}
 	mode := C.int(0)
 	if h.NeoxRope {
 		mode = 2
 	}
 	const f4 = 4
 	eps := C.float(h.NormEps)
-	// rope rotates each head of t ([heads*hd, n]), after qwen3's per-head
-	// RMSNorm (rms_norm works along ne0, one head's hd values, and the
-	// [hd] weight broadcasts over heads and rows), as engine does.
+	scale := C.float(1 / math.Sqrt(float64(hd)))
+	// rope rotates each head of t ([heads*hd, rows]), after qwen3's
+	// per-head RMSNorm (rms_norm works along ne0, one head's hd values,
+	// and the [hd] weight broadcasts over heads and rows), as engine does.
 	rope := func(t tensor, heads int, norm tensor) tensor {
-		t = C.ggml_reshape_3d(c, t, C.int64_t(hd), C.int64_t(heads), C.int64_t(n))
+		t = C.ggml_reshape_3d(c, t, C.int64_t(hd), C.int64_t(heads), R)
 		if norm != nil {
 			t = C.ggml_mul(c, C.ggml_rms_norm(c, t, eps), norm)
 		}
-		return C.ggml_rope_ext(c, t, positions, nil, C.int(hd), mode, 0, C.float(h.RopeBase), 1, 0, 1, 32, 1)
+		return C.ggml_rope_ext(c, t, g.positions, nil, C.int(hd), mode, 0, C.float(h.RopeBase), 1, 0, 1, 32, 1)
 	}
 	for i := range s.layers {
 		w := &s.layers[i]
@@ -595,64 +793,195 @@ func (s *Stage) compute(p *session, step engine.Step, n int) (engine.Output, err
 			k = C.ggml_add(c, k, w.bk)
 			v = C.ggml_add(c, v, w.bv)
 		}
-		q, k = rope(q, nh, w.qNorm), rope(k, nkv, w.kNorm)
-		v = C.ggml_reshape_3d(c, v, C.int64_t(hd), C.int64_t(nkv), C.int64_t(n))
-		// Store the new positions in the cache before attention reads it:
-		// ggml computes nodes in the order they enter the graph.
-		kDst := C.ggml_view_3d(c, p.k[i], C.int64_t(hd), C.int64_t(n), C.int64_t(nkv),
-			C.size_t(hd*f4), C.size_t(hd*p.cap*f4), C.size_t(pos*hd*f4))
-		C.ggml_build_forward_expand(gf, C.ggml_cpy(c, C.ggml_permute(c, k, 0, 2, 1, 3), kDst))
-		vDst := C.ggml_view_3d(c, p.v[i], C.int64_t(n), C.int64_t(hd), C.int64_t(nkv),
-			C.size_t(p.cap*f4), C.size_t(p.cap*hd*f4), C.size_t(pos*f4))
-		C.ggml_build_forward_expand(gf, C.ggml_cpy(c, C.ggml_permute(c, v, 1, 2, 0, 3), vDst))
-
-		kAll := C.ggml_cont(c, C.ggml_view_3d(c, p.k[i], C.int64_t(hd), C.int64_t(total), C.int64_t(nkv),
-			C.size_t(hd*f4), C.size_t(hd*p.cap*f4), 0)) // [hd, total, nkv]
-		vAll := C.ggml_cont(c, C.ggml_view_3d(c, p.v[i], C.int64_t(total), C.int64_t(hd), C.int64_t(nkv),
-			C.size_t(p.cap*f4), C.size_t(p.cap*hd*f4), 0)) // [total, hd, nkv]
-		qp := C.ggml_cont(c, C.ggml_permute(c, q, 0, 2, 1, 3)) // [hd, n, nh]
-		kq := C.ggml_mul_mat(c, kAll, qp)                      // [total, n, nh]
-		kq = C.ggml_diag_mask_inf(c, C.ggml_scale(c, kq, C.float(1/math.Sqrt(float64(hd)))), C.int(pos))
-		kq = C.ggml_soft_max_ext(c, kq, nil, 1, 0)
-		kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
-		cur = C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), C.int64_t(n))
-		x = C.ggml_add(c, C.ggml_mul_mat(c, w.wo, cur), x)
+		q, k = rope(q, nh, w.qNorm), rope(k, nkv, w.kNorm) // [hd, heads, rows], contiguous
+		var att tensor
+		for j, pt := range parts {
+			n, r0 := C.int64_t(pt.n), C.size_t(pt.row0)
+			qj := C.ggml_view_3d(c, q, C.int64_t(hd), C.int64_t(nh), n, C.size_t(hd*f4), C.size_t(hd*nh*f4), r0*C.size_t(hd*nh*f4))
+			kj := C.ggml_view_3d(c, k, C.int64_t(hd), C.int64_t(nkv), n, C.size_t(hd*f4), C.size_t(hd*nkv*f4), r0*C.size_t(hd*nkv*f4))
+			vj := C.ggml_view_2d(c, v, 1, n*C.int64_t(hd*nkv), f4, r0*C.size_t(hd*nkv*f4))
+			// The new rows go into the cache first (K as rows of
+			// [hd, cap, kvHeads] at their positions; V, transposed, value by
+			// value at vIdx), and attention reads views of what that wrote,
+			// so that ggml orders the writes before the reads.
+			kIdx := C.ggml_view_1d(c, g.positions, n, r0*f4)
+			kSet := C.ggml_set_rows(c, pt.p.k[i], C.ggml_permute(c, kj, 0, 2, 1, 3), kIdx)
+			vFlat := C.ggml_reshape_2d(c, pt.p.v[i], 1, C.int64_t(pt.p.cap*hd*nkv))
+			vSet := C.ggml_set_rows(c, vFlat, vj, g.vIdx[j])
+			C.ggml_build_forward_expand(g.gf, kSet)
+			C.ggml_build_forward_expand(g.gf, vSet)
+			kv := C.int64_t(pt.kvLen)
+			kAll := C.ggml_view_3d(c, kSet, C.int64_t(hd), kv, C.int64_t(nkv),
+				C.size_t(hd*f4), C.size_t(hd*pt.p.cap*f4), 0) // [hd, kvLen, nkv]
+			vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(hd), C.int64_t(nkv),
+				C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*hd*f4), 0) // [kvLen, hd, nkv]
+			// Q made contiguous so that ggml may take llamafile's sgemm
+			// (which wants a contiguous right operand) for K·Q.
+			qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
+			kq := C.ggml_mul_mat(c, kAll, qp)                       // [kvLen, n, nh]
+			kq = C.ggml_soft_max_ext(c, kq, g.masks[j], scale, 0)
+			kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
+			o := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), n)
+			if att == nil {
+				att = o
+			} else {
+				att = C.ggml_concat(c, att, o, 1)
+			}
+		}
+		x = C.ggml_add(c, C.ggml_mul_mat(c, w.wo, att), x)
 		cur = C.ggml_mul(c, C.ggml_rms_norm(c, x, eps), w.ffnNorm)
 		gate := C.ggml_silu(c, C.ggml_mul_mat(c, w.wGate, cur))
 		up := C.ggml_mul_mat(c, w.wUp, cur)
 		x = C.ggml_add(c, C.ggml_mul_mat(c, w.wDown, C.ggml_mul(c, gate, up)), x)
 	}
-	last := s.info.Last()
-	if last {
-		x = C.ggml_view_1d(c, x, C.int64_t(h.Dim), C.size_t((n-1)*h.Dim*f4))
+	if s.info.Last() {
+		g.outRows = C.ggml_new_tensor_1d(c, C.T_I32, C.int64_t(len(parts)))
+		C.ggml_set_input(g.outRows)
+		x = C.ggml_get_rows(c, x, g.outRows) // [dim, parts]
 		x = C.ggml_mul(c, C.ggml_rms_norm(c, x, eps), s.onorm)
-		x = C.ggml_mul_mat(c, s.head, x) // [vocab, 1]
+		x = C.ggml_mul_mat(c, s.head, x) // [vocab, parts]
 	}
 	C.ggml_set_output(x)
-	C.ggml_build_forward_expand(gf, x)
-	if !C.ggml_gallocr_alloc_graph(s.galloc, gf) {
-		return engine.Output{}, fmt.Errorf("%w: cannot allocate a step's graph on %s", ErrGGML, s.Device())
+	C.ggml_build_forward_expand(g.gf, x)
+	g.out = x
+	return g, nil
+}
+
+// graphFor returns the graph of parts' shape, allocated: a kept one, or a
+// new one (kept when it decodes one row per session).
+func (s *Stage) graphFor(parts []part, rows int) (*graph, error) {
+	key := graphKey(parts)
+	s.steps++
+	if g := s.graphs[key]; g != nil {
+		g.used = s.steps
+		return g, nil
 	}
-	if step.Tokens != nil {
-		C.ggml_backend_tensor_set(input, unsafe.Pointer(&step.Tokens[0]), 0, C.size_t(4*n))
+	g, err := s.build(parts, rows)
+	if err != nil {
+		return nil, err
+	}
+	g.key = key
+	galloc := s.galloc
+	if rows == len(parts) { // decode steps only
+		if g.galloc = C.ggml_gallocr_new(C.ggml_backend_get_default_buffer_type(s.backend)); g.galloc == nil {
+			g.free()
+			return nil, fmt.Errorf("%w: cannot make a graph allocator", ErrGGML)
+		}
+		galloc = g.galloc
+	}
+	if !C.ggml_gallocr_alloc_graph(galloc, g.gf) {
+		g.free()
+		return nil, fmt.Errorf("%w: cannot allocate a step's graph on %s", ErrGGML, s.Device())
+	}
+	if g.galloc != nil {
+		if len(s.graphs) >= maxGraphs {
+			var old *graph
+			for _, o := range s.graphs {
+				if old == nil || o.used < old.used {
+					old = o
+				}
+			}
+			old.free()
+			delete(s.graphs, old.key)
+		}
+		if s.graphs == nil {
+			s.graphs = map[string]*graph{}
+		}
+		g.used = s.steps
+		s.graphs[key] = g
+	}
+	return g, nil
+}
+
+func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.Output, error) {
+	h := s.hp
+	g, err := s.graphFor(parts, rows)
+	if err != nil {
+		return nil, err
+	}
+	if g.galloc == nil {
+		defer g.free() // built for this step only
+	}
+	hd, nkv := h.HeadDim, h.KVHeads
+	if s.info.First() {
+		toks := make([]int32, 0, rows)
+		for _, st := range steps {
+			toks = append(toks, st.Tokens...)
+		}
+		C.ggml_backend_tensor_set(g.input, unsafe.Pointer(&toks[0]), 0, C.size_t(4*rows))
 	} else {
-		C.ggml_backend_tensor_set(input, unsafe.Pointer(&step.Hidden[0]), 0, C.size_t(4*n*h.Dim))
+		for i, st := range steps {
+			C.ggml_backend_tensor_set(g.input, unsafe.Pointer(&st.Hidden[0]), C.size_t(4*h.Dim*parts[i].row0), C.size_t(4*len(st.Hidden)))
+		}
 	}
-	ps := make([]int32, n)
-	for i := range ps {
-		ps[i] = int32(pos + i)
+	ps := make([]int32, 0, rows)
+	var last []int32
+	for j, pt := range parts {
+		for t := range pt.n {
+			ps = append(ps, int32(pt.pos+t))
+		}
+		last = append(last, int32(pt.row0+pt.n-1))
+		// V value e (of hd·kvHeads) of new row t goes to position pos+t of
+		// channel e in the transposed cache [cap, hd, kvHeads].
+		vi := make([]int64, pt.n*hd*nkv)
+		for t := range pt.n {
+			for e := range hd * nkv {
+				vi[t*hd*nkv+e] = int64(pt.pos+t) + int64(pt.p.cap)*int64(e)
+			}
+		}
+		C.ggml_backend_tensor_set(g.vIdx[j], unsafe.Pointer(&vi[0]), 0, C.size_t(8*len(vi)))
+		// Row t sees positions 0..pos+t; the rest of the kvLen read is
+		// masked (stale or zero rows past the session's end included).
+		m := make([]float32, pt.n*pt.kvLen)
+		inf := float32(math.Inf(-1))
+		for t := range pt.n {
+			row := m[t*pt.kvLen : (t+1)*pt.kvLen]
+			for c := pt.pos + t + 1; c < pt.kvLen; c++ {
+				row[c] = inf
+			}
+		}
+		C.ggml_backend_tensor_set(g.masks[j], unsafe.Pointer(&m[0]), 0, C.size_t(4*len(m)))
 	}
-	C.ggml_backend_tensor_set(positions, unsafe.Pointer(&ps[0]), 0, C.size_t(4*n))
-	if rc := C.ggml_backend_graph_compute(s.backend, gf); rc != 0 {
-		return engine.Output{}, fmt.Errorf("%w: graph compute returned status %d", ErrGGML, int(rc))
+	C.ggml_backend_tensor_set(g.positions, unsafe.Pointer(&ps[0]), 0, C.size_t(4*rows))
+	if g.outRows != nil {
+		C.ggml_backend_tensor_set(g.outRows, unsafe.Pointer(&last[0]), 0, C.size_t(4*len(last)))
 	}
-	out := make([]float32, n*h.Dim)
-	if last {
-		out = make([]float32, h.Vocab)
+	if rc := C.ggml_backend_graph_compute(s.backend, g.gf); rc != 0 {
+		return nil, fmt.Errorf("%w: graph compute returned status %d", ErrGGML, int(rc))
 	}
-	C.ggml_backend_tensor_get(x, unsafe.Pointer(&out[0]), 0, C.size_t(4*len(out)))
-	if last {
-		return engine.Output{Logits: out}, nil
+	outs := make([]engine.Output, len(parts))
+	if s.info.Last() {
+		all := make([]float32, len(parts)*h.Vocab)
+		C.ggml_backend_tensor_get(g.out, unsafe.Pointer(&all[0]), 0, C.size_t(4*len(all)))
+		for i := range parts {
+			outs[i].Logits = all[i*h.Vocab : (i+1)*h.Vocab : (i+1)*h.Vocab]
+		}
+		return outs, nil
 	}
-	return engine.Output{Hidden: out}, nil
+	all := make([]float32, rows*h.Dim)
+	C.ggml_backend_tensor_get(g.out, unsafe.Pointer(&all[0]), 0, C.size_t(4*len(all)))
+	for i, pt := range parts {
+		outs[i].Hidden = all[pt.row0*h.Dim : (pt.row0+pt.n)*h.Dim : (pt.row0+pt.n)*h.Dim]
+	}
+	return outs, nil
+}
+
+// repackable reports whether ggml's CPU_REPACK buffer holds a matrix of
+// type t and dims in a layout of its own on this CPU (the conditions of
+// repack.cpp's ggml_repack_get_optimal_repack_type, which a tensor set
+// there must meet: it has no fallback).
+func repackable(t engine.DType, dims []uint64) bool {
+	if len(dims) != 2 || dims[1]%8 != 0 || dims[0]%8 != 0 {
+		return false
+	}
+	avx2, arm := C.ggml_cpu_has_avx2() != 0, C.ggml_cpu_has_neon() != 0
+	switch t {
+	case engine.Q4_0, engine.Q4_K:
+		return avx2 || arm && (C.ggml_cpu_has_matmul_int8() != 0 || C.ggml_cpu_has_dotprod() != 0)
+	case engine.IQ4_NL:
+		return avx2 || arm && C.ggml_cpu_has_dotprod() != 0
+	case engine.Q2_K:
+		return C.ggml_cpu_has_avx512() != 0
+	}
+	return false
 }

@@ -19,7 +19,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -34,6 +33,7 @@ import (
 	"time"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/internal/benchrun"
 	"github.com/stratanet/strata/engine/internal/membench"
 )
 
@@ -59,44 +59,14 @@ func main() {
 	}
 }
 
-// Result is one measurement, as both sides print it (bench.mjs prints the
-// same fields).
-type Result struct {
-	Engine  string  `json:"engine"`
-	Mode    string  `json:"mode"`
-	Threads int     `json:"threads"`
-	Model   string  `json:"model"`
-	Tokens  int     `json:"tokens"`
-	Seconds float64 `json:"seconds"`
-	TokS    float64 `json:"tok_s"`
-	// Strata only: the weights one token reads (engine.Info().WeightBytes).
-	WeightBytes int64 `json:"weight_bytes,omitempty"`
-	// llama.cpp only: the ggml CPU backend variant it loaded.
-	CPUVariant string `json:"cpu_variant,omitempty"`
-	// OthersLoad is set by the driver: the cores that other processes on
-	// the machine kept busy during the measurement (-1: unknown).
-	OthersLoad float64 `json:"-"`
-}
+// Result is one measurement, as both sides print it.
+type Result = benchrun.Result
 
-// Modes, with their defaults: decode STEPS tokens after a PROMPT-token
-// prompt; prefill of TOKENS tokens; batch16: 16 sessions of a PROMPT-token
-// prompt each, then STEPS decode steps of all 16 together.
 const (
-	modeDecode  = "decode"
-	modePrefill = "prefill"
-	modeBatch16 = "batch16"
+	modeDecode  = benchrun.Decode
+	modePrefill = benchrun.Prefill
+	modeBatch16 = benchrun.Batch16
 )
-
-// tokens are n token ids valid for any vocabulary of 1,003 or more, the
-// same as bench.mjs makes, away from the special ids at the start.
-func tokens(n, salt, vocab int) []int32 {
-	m := min(vocab-3, 1000)
-	out := make([]int32, n)
-	for i := range out {
-		out[i] = int32(3 + (i*37+salt*101)%m)
-	}
-	return out
-}
 
 func measureCmd(args []string) error {
 	fs := flag.NewFlagSet("measure", flag.ExitOnError)
@@ -114,94 +84,16 @@ func measureCmd(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
-// measure loads the model and times one mode through engine.Local's real
-// path (Forward, ForwardBatch, greedy engine.Sample), after a warm-up
-// step; only the timed region counts.
+// measure loads the model into engine.Local and times one mode.
 func measure(path string, threads int, mode string, steps, promptLen, n int) (Result, error) {
 	s, err := engine.Open(path, engine.WithThreads(threads))
 	if err != nil {
 		return Result{}, err
 	}
 	defer s.Close()
-	info := s.Info()
-	ctx := context.Background()
-	greedy := engine.SamplingParams{}
-	r := Result{Engine: "strata", Mode: mode, Threads: info.Threads, Model: path, WeightBytes: info.WeightBytes}
-	switch mode {
-	case modeDecode:
-		ss, err := s.NewSession(promptLen + steps + 8)
-		if err != nil {
-			return r, err
-		}
-		defer ss.Close()
-		out, err := s.Forward(ctx, engine.Step{Session: ss, Tokens: tokens(promptLen, 0, info.Vocab)})
-		if err != nil {
-			return r, err
-		}
-		var t0 time.Time
-		for i := -1; i < steps; i++ { // i == -1: the warm-up step
-			if i == 0 {
-				t0 = time.Now()
-			}
-			tok := engine.Sample(out.Logits, greedy, ss.Len(), nil)
-			if out, err = s.Forward(ctx, engine.Step{Session: ss, Pos: ss.Len(), Tokens: []int32{tok}}); err != nil {
-				return r, err
-			}
-		}
-		r.Tokens, r.Seconds = steps, time.Since(t0).Seconds()
-	case modePrefill:
-		warm, err := s.NewSession(8)
-		if err != nil {
-			return r, err
-		}
-		if _, err := s.Forward(ctx, engine.Step{Session: warm, Tokens: tokens(8, 7, info.Vocab)}); err != nil {
-			return r, err
-		}
-		warm.Close()
-		ss, err := s.NewSession(n + 8)
-		if err != nil {
-			return r, err
-		}
-		defer ss.Close()
-		prompt := tokens(n, 0, info.Vocab)
-		t0 := time.Now()
-		if _, err := s.Forward(ctx, engine.Step{Session: ss, Tokens: prompt}); err != nil {
-			return r, err
-		}
-		r.Tokens, r.Seconds = n, time.Since(t0).Seconds()
-	case modeBatch16:
-		const nseq = 16
-		sess := make([]engine.Session, nseq)
-		outs := make([]engine.Output, nseq)
-		for i := range sess {
-			if sess[i], err = s.NewSession(promptLen + steps + 8); err != nil {
-				return r, err
-			}
-			defer sess[i].Close()
-			if outs[i], err = s.Forward(ctx, engine.Step{Session: sess[i], Tokens: tokens(promptLen, i+1, info.Vocab)}); err != nil {
-				return r, err
-			}
-		}
-		batch := make([]engine.Step, nseq)
-		var t0 time.Time
-		for k := -1; k < steps; k++ { // k == -1: the warm-up step
-			if k == 0 {
-				t0 = time.Now()
-			}
-			for i, ss := range sess {
-				tok := engine.Sample(outs[i].Logits, greedy, ss.Len(), nil)
-				batch[i] = engine.Step{Session: ss, Pos: ss.Len(), Tokens: []int32{tok}}
-			}
-			if outs, err = s.ForwardBatch(ctx, batch); err != nil {
-				return r, err
-			}
-		}
-		r.Tokens, r.Seconds = nseq*steps, time.Since(t0).Seconds()
-	default:
-		return r, fmt.Errorf("unknown mode %q", mode)
-	}
-	r.TokS = float64(r.Tokens) / r.Seconds
-	return r, nil
+	r, err := benchrun.Run(s, path, mode, steps, promptLen, n)
+	r.Engine = "strata"
+	return r, err
 }
 
 // BW is the memory read bandwidth of one membw run.
@@ -282,6 +174,9 @@ func drive(args []string) error {
 	prefillTokens := fs.Int("prefill", 512, "prefill: prompt tokens")
 	only := fs.String("metrics", "", "comma-separated modes to run (decode,prefill,batch16); empty: all")
 	dtypes := fs.String("dtypes", "", "comma-separated weight types of the shapes' files to run (q4_k_m,q8_0,f16); empty: all")
+	ggmlBin := fs.String("ggml", "", "engine/ggml's ggml-bench binary: also measure the ggml engine (make bench-ggml-llamacpp builds it)")
+	goSide := fs.Bool("go", true, "measure the pure-Go engine")
+	threadList := fs.String("threads", "", "comma-separated thread counts of the metrics to run (1,2); empty: all")
 	quiet := fs.Duration("quiet", 20*time.Second, "before each measurement, wait up to this long for the other processes on the machine to use less than a quarter of a core")
 	fs.Parse(args)
 
@@ -314,18 +209,54 @@ func drive(args []string) error {
 	w := io.MultiWriter(os.Stdout, &report)
 	fmt.Fprintf(w, "# Strata vs llama.cpp (node-llama-cpp 3.22.1 prebuilt CPU), %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(w, "runs: %d per side, alternating Strata / llama.cpp, each measurement in its own process; median shown\n\n", *runs)
+	fmt.Fprintf(w, "runs: %d per side, the sides alternating, each measurement in its own process; median shown\n\n", *runs)
+
+	// sides are the engines measured, in the order each run alternates them.
+	type side struct {
+		name string
+		run  func(mode string, threads int, path string, steps, prompt int) (Result, error)
+	}
+	var sides []side
+	strataArgs := func(mode string, threads int, path string, steps, prompt int) []string {
+		args := []string{"measure", "-model", path, "-threads", fmt.Sprint(threads), "-mode", mode}
+		if mode == modePrefill {
+			return append(args, "-tokens", fmt.Sprint(steps))
+		}
+		return append(args, "-steps", fmt.Sprint(steps), "-prompt", fmt.Sprint(prompt))
+	}
+	if *goSide {
+		sides = append(sides, side{"Strata", func(mode string, threads int, path string, steps, prompt int) (Result, error) {
+			return runJSON(self, strataArgs(mode, threads, path, steps, prompt)...)
+		}})
+	}
+	if *ggmlBin != "" {
+		sides = append(sides, side{"ggml engine", func(mode string, threads int, path string, steps, prompt int) (Result, error) {
+			return runJSON(*ggmlBin, strataArgs(mode, threads, path, steps, prompt)...)
+		}})
+	}
+	if len(sides) == 0 {
+		return errors.New("nothing to compare with llama.cpp: -go=false and no -ggml")
+	}
+	sides = append(sides, side{"llama.cpp", func(mode string, threads int, path string, steps, prompt int) (Result, error) {
+		args := []string{*script, path, fmt.Sprint(threads), mode, fmt.Sprint(steps)}
+		if mode != modePrefill {
+			args = append(args, fmt.Sprint(prompt))
+		}
+		return runJSON(*node, args...)
+	}})
+	llama := len(sides) - 1
 
 	type row struct {
-		file, metric  string
-		strata, llama []float64
-		weightBytes   int64
-		decode1       bool
-		bw            float64
-		others        float64
+		file, metric string
+		rates        [][]float64 // per side, per run
+		loads        [][]float64 // others' load during each of those runs
+		weightBytes  int64       // the pure-Go engine's
+		decode1      bool
+		bw           float64
+		others       float64
 	}
 	var rows []row
-	variant := ""
+	variants := make([]string, len(sides))
 	for _, f := range files {
 		path := filepath.Join(*dir, f.name())
 		bw, err := membw(self)
@@ -340,6 +271,9 @@ func drive(args []string) error {
 			if *only != "" && !slices.Contains(strings.Split(*only, ","), m.mode) {
 				continue
 			}
+			if *threadList != "" && !slices.Contains(strings.Split(*threadList, ","), fmt.Sprint(m.threads)) {
+				continue
+			}
 			steps := m.steps
 			if f.shape != "tiny" && m.mode != modePrefill {
 				steps = max(1, steps/2)
@@ -348,64 +282,82 @@ func drive(args []string) error {
 			if steps != m.steps {
 				label = strings.Replace(label, fmt.Sprint(m.steps), fmt.Sprint(steps), 1)
 			}
-			rw := row{file: f.name(), metric: label, decode1: m.mode == modeDecode && m.threads == 1, bw: bw}
+			rw := row{file: f.name(), metric: label, decode1: m.mode == modeDecode && m.threads == 1, bw: bw,
+				rates: make([][]float64, len(sides)), loads: make([][]float64, len(sides))}
 			for run := range *runs {
-				sargs := []string{"measure", "-model", path, "-threads", fmt.Sprint(m.threads), "-mode", m.mode}
-				largs := []string{*script, path, fmt.Sprint(m.threads), m.mode}
-				switch m.mode {
-				case modePrefill:
-					sargs = append(sargs, "-tokens", fmt.Sprint(steps))
-					largs = append(largs, fmt.Sprint(steps))
-				default:
-					sargs = append(sargs, "-steps", fmt.Sprint(steps), "-prompt", fmt.Sprint(m.prompt))
-					largs = append(largs, fmt.Sprint(steps), fmt.Sprint(m.prompt))
+				var line strings.Builder
+				for i, sd := range sides {
+					waitQuiet(*quiet)
+					r, err := sd.run(m.mode, m.threads, path, steps, m.prompt)
+					if err != nil {
+						return fmt.Errorf("%s %s %s: %w", sd.name, f.name(), label, err)
+					}
+					rw.others = max(rw.others, r.OthersLoad)
+					rw.rates[i] = append(rw.rates[i], r.TokS)
+					rw.loads[i] = append(rw.loads[i], r.OthersLoad)
+					if sd.name == "Strata" {
+						rw.weightBytes = r.WeightBytes
+					}
+					if r.CPUVariant != "" {
+						variants[i] = r.CPUVariant
+					}
+					fmt.Fprintf(&line, "  %s %8.2f tok/s (others' load %.2f)", sd.name, r.TokS, r.OthersLoad)
 				}
-				waitQuiet(*quiet)
-				sr, err := runJSON(self, sargs...)
-				if err != nil {
-					return fmt.Errorf("strata %s %s: %w", f.name(), label, err)
-				}
-				waitQuiet(*quiet)
-				lr, err := runJSON(*node, largs...)
-				if err != nil {
-					return fmt.Errorf("llama.cpp %s %s: %w", f.name(), label, err)
-				}
-				rw.others = max(rw.others, sr.OthersLoad, lr.OthersLoad)
-				rw.strata = append(rw.strata, sr.TokS)
-				rw.llama = append(rw.llama, lr.TokS)
-				rw.weightBytes = sr.WeightBytes
-				if lr.CPUVariant != "" {
-					variant = lr.CPUVariant
-				}
-				fmt.Fprintf(os.Stderr, "   %-36s run %d: strata %8.2f tok/s  llama.cpp %8.2f tok/s  (others' load %.2f, %.2f cores)\n",
-					label, run+1, sr.TokS, lr.TokS, sr.OthersLoad, lr.OthersLoad)
+				fmt.Fprintf(os.Stderr, "   %-36s run %d:%s\n", label, run+1, line.String())
 			}
 			rows = append(rows, rw)
 		}
 	}
 
-	fmt.Fprintf(w, "llama.cpp's ggml CPU variant: %s\n\n", variant)
-	fmt.Fprintln(w, "| file | metric | Strata tok/s | llama.cpp tok/s | Strata/llama.cpp | runs: Strata; llama.cpp | others' load |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|")
+	for i, sd := range sides {
+		if variants[i] != "" {
+			fmt.Fprintf(w, "%s's ggml CPU kernels: %s\n", sd.name, variants[i])
+		}
+	}
+	fmt.Fprintln(w)
+	head, rule := "| file | metric |", "|---|---|"
+	for _, sd := range sides {
+		head += " " + sd.name + " tok/s |"
+		rule += "---:|"
+	}
+	for _, sd := range sides[:llama] {
+		head += " " + sd.name + "/llama.cpp |"
+		rule += "---:|"
+	}
+	fmt.Fprintln(w, head+" runs |"+" others' load |")
+	fmt.Fprintln(w, rule+"---|---:|")
 	for _, r := range rows {
-		s, l := median(r.strata), median(r.llama)
-		fmt.Fprintf(w, "| %s | %s | %.2f | %.2f | %.2f | %s; %s | %.2f |\n", r.file, r.metric, s, l, s/l, list(r.strata), list(r.llama), r.others)
+		fmt.Fprintf(w, "| %s | %s |", r.file, r.metric)
+		for i := range sides {
+			fmt.Fprintf(w, " %.2f |", median(r.rates[i]))
+		}
+		for i := range sides[:llama] {
+			fmt.Fprintf(w, " %.2f |", median(r.rates[i])/median(r.rates[llama]))
+		}
+		var runsCol []string
+		for i, sd := range sides {
+			runsCol = append(runsCol, sd.name+": "+listLoads(r.rates[i], r.loads[i]))
+		}
+		fmt.Fprintf(w, " %s | %.2f |\n", strings.Join(runsCol, "; "), r.others)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "others' load: the most CPU, in cores, that processes other than the measured one used during any run of the row")
 	fmt.Fprintln(w, "(from /proc/stat; the machine has", runtime.NumCPU(), "CPUs). Above about 0.3 a row's numbers are disturbed.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| file | Strata weight bytes/token | bandwidth GB/s | Strata decode t=1 tok/s | weights read GB/s | fraction of bandwidth |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
-	for _, r := range rows {
-		if !r.decode1 {
-			continue
+	fmt.Fprintln(w, "runs: each run's tok/s @ others' load during it.")
+	if *goSide {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| file | Strata weight bytes/token | bandwidth GB/s | Strata decode t=1 tok/s | weights read GB/s | fraction of bandwidth |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+		for _, r := range rows {
+			if !r.decode1 {
+				continue
+			}
+			s := median(r.rates[0])
+			rate := float64(r.weightBytes) * s
+			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.file, r.weightBytes, r.bw/1e9, s, rate/1e9, rate/r.bw)
 		}
-		s := median(r.strata)
-		rate := float64(r.weightBytes) * s
-		fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.file, r.weightBytes, r.bw/1e9, s, rate/1e9, rate/r.bw)
 	}
 	if *out != "" {
 		if err := os.WriteFile(*out, report.Bytes(), 0o644); err != nil {
@@ -539,10 +491,11 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func list(v []float64) string {
+// listLoads is each run's rate with others' load during it: 99.9@0.02.
+func listLoads(v, load []float64) string {
 	parts := make([]string, len(v))
 	for i, x := range v {
-		parts[i] = fmt.Sprintf("%.1f", x)
+		parts[i] = fmt.Sprintf("%.1f@%.2f", x, load[i])
 	}
 	return strings.Join(parts, " ")
 }

@@ -16,6 +16,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,7 +34,11 @@ func main() {
 	compare := flag.Bool("compare", true, "compare the prompt's logits with the pure-Go engine's")
 	ref := flag.Bool("ref", false, "also measure both engines' distance from the file's weights dequantized to F32 "+
 		"(written to a temporary file as large as the model in F32), and the bound that gives")
+	noRepack := flag.Bool("no-repack", false, "keep the weights in ggml's plain layout (no CPU_REPACK)")
 	flag.Parse()
+	if *noRepack {
+		extra = append(extra, ggml.WithoutRepack())
+	}
 	if err := run(*model, *device, *libDir, *threads, *promptLen, *decode, *compare, *ref); err != nil {
 		fmt.Fprintln(os.Stderr, "ggml-check:", err)
 		os.Exit(1)
@@ -41,6 +46,9 @@ func main() {
 }
 
 var errUsage = errors.New("usage")
+
+// extra are Open's options from flags that run does not take.
+var extra []ggml.Option
 
 func run(model, device, libDir string, threads, promptLen, decode int, compare, ref bool) error {
 	if model == "" || promptLen <= 0 || decode < 0 {
@@ -51,7 +59,7 @@ func run(model, device, libDir string, threads, promptLen, decode int, compare, 
 	if !ok {
 		return fmt.Errorf("%w: -device %q (auto, cpu or gpu)", errUsage, device)
 	}
-	opts := []ggml.Option{ggml.WithDevice(d), ggml.WithThreads(threads)}
+	opts := append([]ggml.Option{ggml.WithDevice(d), ggml.WithThreads(threads)}, extra...)
 	if libDir != "" {
 		opts = append(opts, ggml.WithLibDir(libDir))
 	}
@@ -61,8 +69,9 @@ func run(model, device, libDir string, threads, promptLen, decode int, compare, 
 	}
 	defer s.Close()
 	in := s.Info()
-	fmt.Printf("%s (%s, %d layers) on %s: %.1f MiB of weights\n", in.Name, in.Arch, in.Layers, s.Device(),
-		float64(in.WeightBytes)/(1<<20))
+	fmt.Printf("%s (%s, %d layers) on %s: %.1f MiB of weights, %d matrices repacked\n", in.Name, in.Arch, in.Layers, s.Device(),
+		float64(in.WeightBytes)/(1<<20), s.Repacked())
+	fmt.Printf("ggml CPU features: %s\n", features())
 	prompt := make([]int32, promptLen)
 	for i := range prompt {
 		prompt[i] = int32((i*7919 + 1) % in.Vocab)
@@ -200,6 +209,16 @@ func writeDequantized(path, out string) error {
 		return err
 	}
 	return fo.Close()
+}
+
+// features is ggml.CPUFeatures as NAME=VALUE, sorted.
+func features() string {
+	var fs []string
+	for k, v := range ggml.CPUFeatures() {
+		fs = append(fs, k+"="+v)
+	}
+	slices.Sort(fs)
+	return strings.Join(fs, " ")
 }
 
 func argmax(x []float32) int32 {

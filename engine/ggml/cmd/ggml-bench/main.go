@@ -1,0 +1,114 @@
+// Command ggml-bench is the ggml engine's side of make bench-llamacpp
+// (engine/internal/llamabench drive -ggml BIN): one measurement of one
+// GGUF file on ggml's CPU device, timed as the pure-Go and llama.cpp sides
+// are (engine/internal/benchrun), printed as one line of JSON.
+//
+//	ggml-bench measure -model FILE -threads 2 -mode decode|prefill|batch16 [-steps N] [-prompt N] [-tokens N]
+//
+// Build it as make build-ggml builds bin/strata-ggml (for this CPU, with
+// ggml's repacked weight layouts), or the figures are a baseline x86-64
+// build's: its JSON names the kernels ggml has (cpu_variant).
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/stratanet/strata/engine/ggml"
+	"github.com/stratanet/strata/engine/internal/benchrun"
+)
+
+func main() {
+	if len(os.Args) == 2 && os.Args[1] == "features" {
+		features()
+		return
+	}
+	if len(os.Args) < 2 || os.Args[1] != "measure" {
+		fmt.Fprintln(os.Stderr, "usage: ggml-bench measure [flags] | ggml-bench features")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet("measure", flag.ExitOnError)
+	model := fs.String("model", "", "GGUF file")
+	threads := fs.Int("threads", 1, "ggml CPU threads")
+	mode := fs.String("mode", benchrun.Decode, "decode, prefill or batch16")
+	steps := fs.Int("steps", 64, "decode: tokens timed; batch16: decode steps timed")
+	prompt := fs.Int("prompt", 16, "decode and batch16: prompt tokens per session")
+	n := fs.Int("tokens", 512, "prefill: prompt tokens")
+	noRepack := fs.Bool("no-repack", false, "keep the weights in ggml's plain layout")
+	fs.Parse(os.Args[2:])
+	r, err := measure(*model, *threads, *mode, *steps, *prompt, *n, *noRepack)
+	if err == nil {
+		err = json.NewEncoder(os.Stdout).Encode(r)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ggml-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func measure(path string, threads int, mode string, steps, prompt, n int, noRepack bool) (benchrun.Result, error) {
+	opts := []ggml.Option{ggml.WithDevice(ggml.CPU), ggml.WithThreads(threads)}
+	if noRepack {
+		opts = append(opts, ggml.WithoutRepack())
+	}
+	s, err := ggml.Open(path, opts...)
+	if err != nil {
+		return benchrun.Result{}, err
+	}
+	defer s.Close()
+	r, err := benchrun.Run(s, path, mode, steps, prompt, n)
+	r.CPUVariant = variant(s.Repacked())
+	return r, err
+}
+
+// features prints the kernels ggml's CPU backend was built with, and
+// warns of the instruction sets this CPU has (by /proc/cpuinfo) that the
+// build leaves unused.
+func features() {
+	fs := ggml.CPUFeatures()
+	var all []string
+	for k, v := range fs {
+		all = append(all, k+"="+v)
+	}
+	slices.Sort(all)
+	fmt.Printf("ggml CPU kernels: %s\n", strings.Join(all, " "))
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return
+	}
+	var flags []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+			flags = strings.Fields(v)
+			break
+		}
+	}
+	for _, f := range [][2]string{{"avx2", "AVX2"}, {"avx512f", "AVX512"}, {"avx512_vnni", "AVX512_VNNI"}, {"avx_vnni", "AVX_VNNI"}} {
+		if slices.Contains(flags, f[0]) && fs[f[1]] != "1" {
+			fmt.Fprintf(os.Stderr, "ggml-bench: this CPU has %s but this ggml build has no %s kernels (see GGML_CFLAGS in the Makefile)\n", f[0], f[1])
+		}
+	}
+	if fs["REPACK"] != "1" {
+		fmt.Fprintln(os.Stderr, "ggml-bench: this ggml build has no repacked weight layouts (GGML_USE_CPU_REPACK)")
+	}
+}
+
+// variant names the kernels this build of ggml has: its SIMD features
+// and whether weights were repacked.
+func variant(repacked int) string {
+	var fs []string
+	for k, v := range ggml.CPUFeatures() {
+		if v == "1" && k != "REPACK" {
+			fs = append(fs, strings.ToLower(k))
+		}
+	}
+	slices.Sort(fs)
+	if repacked > 0 {
+		fs = append(fs, fmt.Sprintf("repacked(%d)", repacked))
+	}
+	return strings.Join(fs, ",")
+}
