@@ -416,14 +416,14 @@ func (c *Consensus) handOver() bool {
 	}
 	if voters == 2 && c.isVoter(c.id) {
 		if err := c.raft.DemoteVoter(raft.ServerID(c.id.String()), 0, c.cfg.rpcTimeout).Error(); err != nil {
-			c.log.Debugw("demoting itself", "error", err)
+			c.log.Infow("demoting itself failed", "error", err)
 			return false
 		}
 		return true
 	}
 	err := c.raft.LeadershipTransfer().Error()
 	if err != nil && !errors.Is(err, raft.ErrNotLeader) {
-		c.log.Debugw("leadership transfer", "error", err)
+		c.log.Infow("leadership transfer failed", "error", err)
 	}
 	return err == nil
 }

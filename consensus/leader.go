@@ -83,16 +83,21 @@ func (c *Consensus) closeAsVoter(timeout time.Duration) bool {
 	defer t.Stop()
 	deadline := time.After(timeout)
 	handed := false
+	var tried time.Time
 	for {
-		// A handover that fails (on a loaded machine a transfer's target
-		// can miss its deadline, or the lease lapses meanwhile) is tried
-		// again at the next tick while this member leads; if it leads no
-		// more, it waits for the member that does.
-		if c.IsLeader() && !handed {
+		// While this member leads it hands over, again an election
+		// timeout after each try: on a loaded machine a transfer can fail
+		// (its target misses the deadline), or succeed and the closing
+		// member, still voting and standing, be elected again (seen: a
+		// "successful" transfer, then this member leading at the next
+		// term until the deadline). If it leads no more, it waits for
+		// the member that does.
+		if c.IsLeader() && time.Since(tried) >= c.cfg.election {
 			in, err := c.leaderInput(time.Now())
 			d := decision{in: &in, st: c.lead}
 			if err == nil && d.settled("", "") {
-				handed = c.handOver()
+				tried = time.Now()
+				handed = c.handOver() || handed
 			}
 		}
 		if _, id := c.raft.LeaderWithID(); id != "" && id != raft.ServerID(c.id.String()) {
@@ -100,10 +105,21 @@ func (c *Consensus) closeAsVoter(timeout time.Duration) bool {
 		}
 		select {
 		case <-deadline:
-			if c.IsLeader() && !handed {
-				c.log.Warnw("closing while a voter lacks the latest configuration", "waited", timeout)
+			if c.IsLeader() {
+				var lagging []string
+				if in, err := c.leaderInput(time.Now()); err == nil {
+					for _, sv := range in.Servers {
+						if sv.Lagging {
+							lagging = append(lagging, sv.ID)
+						}
+					}
+				}
+				c.log.Warnw("closing while leading: a voter lacks the latest configuration, or every handover failed",
+					"waited", timeout, "lagging", lagging, "handed_over", handed, "term", c.raft.CurrentTerm())
 				return c.handOver()
 			}
+			_, leader := c.raft.LeaderWithID()
+			c.log.Warnw("closing with no other member leading", "waited", timeout, "handed_over", handed, "leader", leader, "term", c.raft.CurrentTerm())
 			return handed
 		case <-t.C:
 		case <-c.kickL:
