@@ -193,6 +193,18 @@ func familyCases() []familyCase {
 			assistant: deepSeekV3, thoughtPrefix: "Two lookups: weather, then time.\n</think>\n\n", wantReasoning: "Two lookups: weather, then time.", wantCalls: both},
 		{name: "deepseek-r1/think-and-answer", vocab: "deepseek_v3", template: r1Template, tools: engine.ToolsDeepSeek, reasoning: engine.ReasoningThink, thinkingOpen: true,
 			assistant: `{"role": "assistant", "content": "Paris."}`, thoughtPrefix: "France's capital.\n</think>\n\n", wantReasoning: "France's capital.", wantContent: "Paris."},
+		// gpt-oss renders one call per assistant message (tool_calls[0]),
+		// its thinking from "thinking" (or the content) on the analysis
+		// channel; the turn ends at <|call|> or <|return|>.
+		{name: "gpt-oss/think-and-call", vocab: "gptoss", template: fileTemplate("openai-gpt-oss-120b.jinja"), tools: engine.ToolsHarmony, reasoning: engine.ReasoningHarmony,
+			assistant:     `{"role": "assistant", "content": "", "thinking": ` + jsonString(qwenThink) + `, "tool_calls": [` + callParis + `]}`,
+			wantReasoning: qwenThink, wantCalls: one},
+		{name: "gpt-oss/content-as-analysis-and-call", vocab: "gptoss", template: fileTemplate("openai-gpt-oss-120b.jinja"), tools: engine.ToolsHarmony, reasoning: engine.ReasoningHarmony,
+			assistant:     `{"role": "assistant", "content": "Let me look <that> up.", "tool_calls": [` + callTokyo + `]}`,
+			wantReasoning: "Let me look <that> up.", wantCalls: [][2]string{{"get_time", argsTokyo}}},
+		{name: "gpt-oss/think-and-answer", vocab: "gptoss", template: fileTemplate("openai-gpt-oss-120b.jinja"), tools: engine.ToolsHarmony, reasoning: engine.ReasoningHarmony,
+			assistant:     `{"role": "assistant", "thinking": "2 and 2 make 4.", "content": "The answer is **4**; <|end is text."}`,
+			wantReasoning: "2 and 2 make 4.", wantContent: "The answer is **4**; <|end is text."},
 	}
 }
 
