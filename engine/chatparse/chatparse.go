@@ -117,7 +117,7 @@ type Parser struct {
 	think   bool
 	harmony bool       // the output is harmony's messages (gpt-oss)
 	hm      harmonyMsg // the header of the message being read
-	markers []string // the markers that leave content
+	markers []string   // the markers that leave content
 	st      state
 	// lead: at a place where leading whitespace is dropped (the start of
 	// the output, of a thought, of the answer after a thought or a call).
