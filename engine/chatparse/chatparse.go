@@ -117,6 +117,7 @@ type Parser struct {
 	think   bool
 	harmony bool       // the output is harmony's messages (gpt-oss)
 	hm      harmonyMsg // the header of the message being read
+	hmSkip  bool       // the text begins with a header that did not parse
 	markers []string   // the markers that leave content
 	st      state
 	// lead: at a place where leading whitespace is dropped (the start of

@@ -507,6 +507,7 @@ func TestHandWritten(t *testing.T) {
 	hermes := engine.ChatSyntax{Tools: engine.ToolsHermes, Reasoning: engine.ReasoningThink}
 	deepseek := engine.ChatSyntax{Tools: engine.ToolsDeepSeek}
 	r1 := engine.ChatSyntax{Tools: engine.ToolsDeepSeek, Reasoning: engine.ReasoningThink, ThinkingOpen: true}
+	harmony := engine.ChatSyntax{Tools: engine.ToolsHarmony, Reasoning: engine.ReasoningHarmony}
 	call := func(id, name, args string) Call { return Call{ID: id, Name: name, Arguments: args} }
 	for _, c := range []struct {
 		name      string
@@ -544,6 +545,18 @@ func TestHandWritten(t *testing.T) {
 			"<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\n```<｜tool▁call▁end｜>", "", nil},
 		{"r1 no close", r1, true, "Hmm, let me think", "", "Hmm, let me think", nil},
 		{"r1 writes the tag", r1, true, "<think>\nA</think>B", "B", "A", nil},
+		// Harmony as OpenAI's docs write a call: the recipient after the
+		// channel, <|constrain|> before the type; and several messages.
+		{"harmony docs form", harmony, true, "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>", "", "Need weather.",
+			[]Call{call("", "get_weather", `{"city":"Paris"}`)}},
+		{"harmony preamble and two calls", harmony, true, "<|channel|>commentary<|message|>Checking both.<|end|><|start|>assistant to=functions.a<|channel|>commentary json<|message|>{}<|call|><|start|>assistant to=functions.b<|channel|>commentary json<|message|> {\"x\": 1}\n<|call|>", "Checking both.", "",
+			[]Call{call("", "a", `{}`), call("", "b", `{"x": 1}`)}},
+		{"harmony bad args", harmony, true, "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{not json<|call|>", "{not json", "", nil},
+		{"harmony no tools", harmony, false, "<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>", "{}", "x", nil},
+		{"harmony no header", harmony, true, "Just text <|channel|>final<|message|>answer", "Just text answer", "", nil},
+		{"harmony bad header", harmony, true, "<|channel|>final <|end|>tail", "<|channel|>final tail", "", nil},
+		{"harmony cut off", harmony, true, "<|channel|>analysis<|message|>hmm", "", "hmm", nil},
+		{"harmony final", harmony, true, "<|channel|>final<|message|> Paris. <|return|>", " Paris. ", "", nil},
 		{"plain", engine.ChatSyntax{}, true, " as is \n", " as is \n", "", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {

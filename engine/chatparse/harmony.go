@@ -63,10 +63,12 @@ func (p *Parser) harmonyHead(final bool) bool {
 		if !final && len(p.buf) < maxHeader && headerPrefix(p.buf) {
 			return false
 		}
+		p.hmSkip = true
 		return p.to(stHarmonyText, 0, false)
 	}
 	m, ok := parseHeader(p.buf[:i])
 	if !ok {
+		p.hmSkip = true
 		return p.to(stHarmonyText, 0, false)
 	}
 	p.hm = m
@@ -170,13 +172,13 @@ func (p *Parser) harmonyBody(final bool) bool {
 // <|channel|>; the end markers are dropped.
 func (p *Parser) harmonyText(final bool) bool {
 	at, which := -1, ""
+	skip := p.hmSkip
+	p.hmSkip = false
 	for _, m := range []string{hmStart, hmChannel, hmEnd, hmCall, hmReturn} {
 		// A header that did not parse starts the text: look past it.
 		from := 0
-		if m == hmStart || m == hmChannel {
-			if strings.HasPrefix(p.buf, m) {
-				from = len(m)
-			}
+		if skip && (m == hmStart || m == hmChannel) && strings.HasPrefix(p.buf, m) {
+			from = len(m)
 		}
 		if i := strings.Index(p.buf[from:], m); i >= 0 && (at < 0 || from+i < at) {
 			at, which = from+i, m
