@@ -318,6 +318,11 @@ func TestFamiliesFromTemplates(t *testing.T) {
 			if syn.Tools != c.tools || syn.Reasoning != c.reasoning || syn.ThinkingOpen != c.thinkingOpen {
 				t.Fatalf("syntax %+v; want tools %q reasoning %q open %v", syn, c.tools, c.reasoning, c.thinkingOpen)
 			}
+			if harmony := []string{"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>"}; c.tools == engine.ToolsHarmony &&
+				(!slices.Equal(syn.Keep, harmony) || !slices.Equal(New(syn, false).Keep(), harmony)) {
+				// The thinking needs the markers as much as the calls do.
+				t.Fatalf("keep %q (without tools %q); want %q, control tokens of gpt-oss's vocabulary", syn.Keep, New(syn, false).Keep(), harmony)
+			}
 			prompt, full := renderTurn(t, tok, c.assistant)
 			oracleJobs = append(oracleJobs, oracleJob{name: c.name, tok: tok, template: tpl, assistant: c.assistant, full: full})
 			out := modelOutput(t, tok, c, prompt, full)
