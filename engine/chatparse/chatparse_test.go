@@ -625,6 +625,8 @@ func FuzzParse(f *testing.F) {
 		`[TOOL_CALLS][{"name": "f", "arguments": {}, "id": "abcdefghi"}]`, `[TOOL_CALLS]f[ARGS]{"a": 1}`,
 		"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
 		`<|python_tag|>{"name": "f", "parameters": {}}; {"name": "g", "parameters": {"x": "y"}}`, "plain <tool_ [TOOL_ <｜ {",
+		"<|channel|>analysis<|message|>hm<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{\"a\": 1}<|call|>",
+		"<|channel|>commentary to=functions.g <|constrain|>json<|message|>{}<|call|><|start|>assistant<|channel|>final<|message|>ok<|return|>",
 	} {
 		f.Add(s, uint8(3), uint8(0))
 	}
@@ -634,6 +636,7 @@ func FuzzParse(f *testing.F) {
 		{Tools: engine.ToolsDeepSeek, Reasoning: engine.ReasoningThink, ThinkingOpen: true},
 		{Tools: engine.ToolsLlama3},
 		{Reasoning: engine.ReasoningThink},
+		{Tools: engine.ToolsHarmony, Reasoning: engine.ReasoningHarmony},
 	}
 	f.Fuzz(func(t *testing.T, out string, step, which uint8) {
 		syn := syntaxes[int(which)%len(syntaxes)]

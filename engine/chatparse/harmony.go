@@ -37,8 +37,8 @@ const maxHeader = 512
 var hmEnds = []string{hmEnd, hmCall, hmReturn, hmStart}
 
 // hmHeaderStarts are how a header may begin, after the <|start|> (which
-// harmonyHead drops): the role, a recipient, or the channel.
-var hmHeaderStarts = []string{hmChannel, "assistant", "to=", hmConstrain}
+// harmonyHead drops): the role, a recipient, the channel, or nothing.
+var hmHeaderStarts = []string{hmChannel, "assistant", "to=", hmConstrain, hmMessage}
 
 // harmonyMsg is the header of the message whose body is being read.
 type harmonyMsg struct {
