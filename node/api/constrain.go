@@ -132,8 +132,10 @@ func callSyntax(syn engine.ChatSyntax, name string) (prefix, suffix string, ok b
 			"\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>", true
 	case engine.ToolsHarmony:
 		// As OpenAI's harmony docs write a call: the recipient after the
-		// channel, the arguments' type after <|constrain|>.
-		return "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>", "<|call|>", true
+		// channel, the arguments' type after <|constrain|>. No suffix:
+		// <|call|> is an end token, which the grammar allows once the
+		// arguments close, and which prints nothing.
+		return "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>", "", true
 	}
 	return "", "", false
 }
