@@ -28,6 +28,11 @@ const (
 	// <｜tool▁calls▁begin｜> and <｜tool▁calls▁end｜>, each
 	// <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>.
 	ToolsDeepSeek ToolSyntax = "deepseek-v3"
+	// ToolsHarmony: gpt-oss (OpenAI's harmony format) writes each call as
+	// a message to its recipient on the commentary channel:
+	// <|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{...}<|call|>
+	// (the recipient may also follow the channel's name).
+	ToolsHarmony ToolSyntax = "harmony"
 )
 
 // ReasoningSyntax names how a model family sets its thinking apart from
@@ -40,6 +45,9 @@ const (
 	// ReasoningThink: <think>...</think> before the answer (Qwen3, QwQ,
 	// DeepSeek-R1 and its distillations).
 	ReasoningThink ReasoningSyntax = "think"
+	// ReasoningHarmony: gpt-oss thinks in messages on the analysis
+	// channel and answers on the final one (OpenAI's harmony format).
+	ReasoningHarmony ReasoningSyntax = "harmony"
 )
 
 // ChatSyntax is what a model's chat template says about the shape of the
@@ -82,7 +90,12 @@ var toolMarkers = map[ToolSyntax][]string{
 	ToolsHermes:   {"<tool_call>", "</tool_call>"},
 	ToolsMistral:  {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"},
 	ToolsDeepSeek: {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"},
+	ToolsHarmony:  harmonyMarkers,
 }
+
+// harmonyMarkers are the control tokens of a harmony message: the parser
+// needs them for the reasoning as much as for the calls.
+var harmonyMarkers = []string{"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>"}
 
 // ChatSyntax reads the output syntax of the file's chat template: the
 // tool-call format the template renders for an assistant's tool_calls,
@@ -95,6 +108,10 @@ func (t *Tokenizer) ChatSyntax() ChatSyntax {
 	src := t.chat.src
 	var s ChatSyntax
 	switch {
+	case strings.Contains(src, "<|channel|>"):
+		// Harmony's messages carry both the thinking (the analysis
+		// channel) and the calls (to=functions.NAME).
+		s.Tools, s.Reasoning = ToolsHarmony, ReasoningHarmony
 	case strings.Contains(src, "<tool_call>"):
 		s.Tools = ToolsHermes
 	case strings.Contains(src, "<｜tool▁calls▁begin｜>"):
@@ -106,7 +123,7 @@ func (t *Tokenizer) ChatSyntax() ChatSyntax {
 		// '{"name": "' + name + '", "parameters": ' + arguments | tojson.
 		s.Tools = ToolsLlama3
 	}
-	if strings.Contains(src, "<think>") || strings.Contains(src, "</think>") {
+	if s.Reasoning == ReasoningNone && (strings.Contains(src, "<think>") || strings.Contains(src, "</think>")) {
 		s.Reasoning = ReasoningThink
 		s.ThinkingOpen = t.promptOpensThinking()
 	}

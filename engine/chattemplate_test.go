@@ -36,6 +36,7 @@ var chatTemplateFiles = []struct{ vocab, template string }{
 	{"llama2", "templates/mistralai-Mixtral-8x7B-Instruct-v0.1.jinja"},
 	{"gemma3", "templates/google-gemma-7b-it.jinja"},
 	{"gemma3", "templates/google-gemma-2-2b-it.jinja"},
+	{"gptoss", "templates/openai-gpt-oss-120b.jinja"},
 }
 
 // TestChatTemplateMatchesHFJinja renders every case of testdata/chat with

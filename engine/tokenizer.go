@@ -191,6 +191,21 @@ func newTokenizer(v *vocab, spacePrefix bool) (*Tokenizer, error) {
 		}
 	}
 	t.phiChat = phi == 3
+	if _, ok := t.SpecialID("<|channel|>"); ok {
+		// Harmony (gpt-oss): <|end|> ends one message of the turn (the
+		// thinking, say), not the turn; the turn ends at <|return|> or at
+		// a call's <|call|>, as llama.cpp's end-of-generation set has it.
+		for _, id := range t.specials {
+			switch t.tokens[id] {
+			case "<|end|>":
+				if id != t.eos {
+					delete(t.ends, id)
+				}
+			case "<|return|>", "<|call|>":
+				t.ends[id] = true
+			}
+		}
+	}
 	sort.SliceStable(t.specials, func(a, b int) bool { return len(t.tokens[t.specials[a]]) > len(t.tokens[t.specials[b]]) })
 	if t.model == "gpt2" {
 		t.ranks = make(map[string]int, len(v.merges))

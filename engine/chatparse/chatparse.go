@@ -104,6 +104,10 @@ const (
 	stDeepSeek               // inside DeepSeek's calls
 	stLlamaTag               // after <|python_tag|>
 	stLlamaJSON              // a Llama JSON call
+
+	stHarmonyHead // a harmony message's header (harmony.go)
+	stHarmonyBody // a harmony message's body
+	stHarmonyText // text outside harmony's messages
 )
 
 // Parser parses one output.
@@ -111,7 +115,10 @@ type Parser struct {
 	syn     engine.ChatSyntax
 	tools   engine.ToolSyntax // ToolsNone: calls are not parsed
 	think   bool
-	markers []string // the markers that leave content
+	harmony bool       // the output is harmony's messages (gpt-oss)
+	hm      harmonyMsg // the header of the message being read
+	hmSkip  bool       // the text begins with a header that did not parse
+	markers []string   // the markers that leave content
 	st      state
 	// lead: at a place where leading whitespace is dropped (the start of
 	// the output, of a thought, of the answer after a thought or a call).
@@ -157,9 +164,12 @@ func New(s engine.ChatSyntax, tools bool, opts ...Option) *Parser {
 	case engine.ToolsLlama3:
 		p.markers = []string{pythonTag}
 	}
-	if p.think {
+	switch {
+	case s.Reasoning == engine.ReasoningHarmony || p.tools == engine.ToolsHarmony:
+		p.harmony, p.st = true, stHarmonyHead
+	case p.think:
 		p.st = stBegin
-	} else {
+	default:
 		p.st = stContent
 	}
 	p.lead = p.Active() // an inactive parser passes the text as it is
@@ -168,12 +178,12 @@ func New(s engine.ChatSyntax, tools bool, opts ...Option) *Parser {
 
 // Active reports whether the parser changes anything: whether the syntax
 // has reasoning, or tool calls that are parsed.
-func (p *Parser) Active() bool { return p.think || p.tools != engine.ToolsNone }
+func (p *Parser) Active() bool { return p.think || p.harmony || p.tools != engine.ToolsNone }
 
 // Keep are the control-token markers the output must keep for this
 // parser (engine.ChatSyntax.Keep, when tool calls are parsed).
 func (p *Parser) Keep() []string {
-	if p.tools == engine.ToolsNone {
+	if p.tools == engine.ToolsNone && !p.harmony {
 		var keep []string
 		for _, k := range p.syn.Keep {
 			if k == thinkOpen || k == thinkClose {
@@ -285,6 +295,12 @@ func (p *Parser) run(final bool) {
 			more = p.llamaTag(final)
 		case stLlamaJSON:
 			more = p.llamaJSON(final)
+		case stHarmonyHead:
+			more = p.harmonyHead(final)
+		case stHarmonyBody:
+			more = p.harmonyBody(final)
+		case stHarmonyText:
+			more = p.harmonyText(final)
 		}
 		if !more || (final && p.buf == "") {
 			return

@@ -193,6 +193,18 @@ func familyCases() []familyCase {
 			assistant: deepSeekV3, thoughtPrefix: "Two lookups: weather, then time.\n</think>\n\n", wantReasoning: "Two lookups: weather, then time.", wantCalls: both},
 		{name: "deepseek-r1/think-and-answer", vocab: "deepseek_v3", template: r1Template, tools: engine.ToolsDeepSeek, reasoning: engine.ReasoningThink, thinkingOpen: true,
 			assistant: `{"role": "assistant", "content": "Paris."}`, thoughtPrefix: "France's capital.\n</think>\n\n", wantReasoning: "France's capital.", wantContent: "Paris."},
+		// gpt-oss renders one call per assistant message (tool_calls[0]),
+		// its thinking from "thinking" (or the content) on the analysis
+		// channel; the turn ends at <|call|> or <|return|>.
+		{name: "gpt-oss/think-and-call", vocab: "gptoss", template: fileTemplate("openai-gpt-oss-120b.jinja"), tools: engine.ToolsHarmony, reasoning: engine.ReasoningHarmony,
+			assistant:     `{"role": "assistant", "content": "", "thinking": ` + jsonString(qwenThink) + `, "tool_calls": [` + callParis + `]}`,
+			wantReasoning: qwenThink, wantCalls: one},
+		{name: "gpt-oss/content-as-analysis-and-call", vocab: "gptoss", template: fileTemplate("openai-gpt-oss-120b.jinja"), tools: engine.ToolsHarmony, reasoning: engine.ReasoningHarmony,
+			assistant:     `{"role": "assistant", "content": "Let me look <that> up.", "tool_calls": [` + callTokyo + `]}`,
+			wantReasoning: "Let me look <that> up.", wantCalls: [][2]string{{"get_time", argsTokyo}}},
+		{name: "gpt-oss/think-and-answer", vocab: "gptoss", template: fileTemplate("openai-gpt-oss-120b.jinja"), tools: engine.ToolsHarmony, reasoning: engine.ReasoningHarmony,
+			assistant:     `{"role": "assistant", "thinking": "2 and 2 make 4.", "content": "The answer is **4**; <|end is text."}`,
+			wantReasoning: "2 and 2 make 4.", wantContent: "The answer is **4**; <|end is text."},
 	}
 }
 
@@ -305,6 +317,11 @@ func TestFamiliesFromTemplates(t *testing.T) {
 			syn := tok.ChatSyntax()
 			if syn.Tools != c.tools || syn.Reasoning != c.reasoning || syn.ThinkingOpen != c.thinkingOpen {
 				t.Fatalf("syntax %+v; want tools %q reasoning %q open %v", syn, c.tools, c.reasoning, c.thinkingOpen)
+			}
+			if harmony := []string{"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>"}; c.tools == engine.ToolsHarmony &&
+				(!slices.Equal(syn.Keep, harmony) || !slices.Equal(New(syn, false).Keep(), harmony)) {
+				// The thinking needs the markers as much as the calls do.
+				t.Fatalf("keep %q (without tools %q); want %q, control tokens of gpt-oss's vocabulary", syn.Keep, New(syn, false).Keep(), harmony)
 			}
 			prompt, full := renderTurn(t, tok, c.assistant)
 			oracleJobs = append(oracleJobs, oracleJob{name: c.name, tok: tok, template: tpl, assistant: c.assistant, full: full})
@@ -495,6 +512,7 @@ func TestHandWritten(t *testing.T) {
 	hermes := engine.ChatSyntax{Tools: engine.ToolsHermes, Reasoning: engine.ReasoningThink}
 	deepseek := engine.ChatSyntax{Tools: engine.ToolsDeepSeek}
 	r1 := engine.ChatSyntax{Tools: engine.ToolsDeepSeek, Reasoning: engine.ReasoningThink, ThinkingOpen: true}
+	harmony := engine.ChatSyntax{Tools: engine.ToolsHarmony, Reasoning: engine.ReasoningHarmony}
 	call := func(id, name, args string) Call { return Call{ID: id, Name: name, Arguments: args} }
 	for _, c := range []struct {
 		name      string
@@ -532,6 +550,18 @@ func TestHandWritten(t *testing.T) {
 			"<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\n```<｜tool▁call▁end｜>", "", nil},
 		{"r1 no close", r1, true, "Hmm, let me think", "", "Hmm, let me think", nil},
 		{"r1 writes the tag", r1, true, "<think>\nA</think>B", "B", "A", nil},
+		// Harmony as OpenAI's docs write a call: the recipient after the
+		// channel, <|constrain|> before the type; and several messages.
+		{"harmony docs form", harmony, true, "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>", "", "Need weather.",
+			[]Call{call("", "get_weather", `{"city":"Paris"}`)}},
+		{"harmony preamble and two calls", harmony, true, "<|channel|>commentary<|message|>Checking both.<|end|><|start|>assistant to=functions.a<|channel|>commentary json<|message|>{}<|call|><|start|>assistant to=functions.b<|channel|>commentary json<|message|> {\"x\": 1}\n<|call|>", "Checking both.", "",
+			[]Call{call("", "a", `{}`), call("", "b", `{"x": 1}`)}},
+		{"harmony bad args", harmony, true, "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{not json<|call|>", "{not json", "", nil},
+		{"harmony no tools", harmony, false, "<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>", "{}", "x", nil},
+		{"harmony no header", harmony, true, "Just text <|channel|>final<|message|>answer", "Just text answer", "", nil},
+		{"harmony bad header", harmony, true, "<|channel|>final <|end|>tail", "<|channel|>final tail", "", nil},
+		{"harmony cut off", harmony, true, "<|channel|>analysis<|message|>hmm", "", "hmm", nil},
+		{"harmony final", harmony, true, "<|channel|>final<|message|> Paris. <|return|>", " Paris. ", "", nil},
 		{"plain", engine.ChatSyntax{}, true, " as is \n", " as is \n", "", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -595,6 +625,8 @@ func FuzzParse(f *testing.F) {
 		`[TOOL_CALLS][{"name": "f", "arguments": {}, "id": "abcdefghi"}]`, `[TOOL_CALLS]f[ARGS]{"a": 1}`,
 		"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
 		`<|python_tag|>{"name": "f", "parameters": {}}; {"name": "g", "parameters": {"x": "y"}}`, "plain <tool_ [TOOL_ <｜ {",
+		"<|channel|>analysis<|message|>hm<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{\"a\": 1}<|call|>",
+		"<|channel|>commentary to=functions.g <|constrain|>json<|message|>{}<|call|><|start|>assistant<|channel|>final<|message|>ok<|return|>",
 	} {
 		f.Add(s, uint8(3), uint8(0))
 	}
@@ -604,6 +636,7 @@ func FuzzParse(f *testing.F) {
 		{Tools: engine.ToolsDeepSeek, Reasoning: engine.ReasoningThink, ThinkingOpen: true},
 		{Tools: engine.ToolsLlama3},
 		{Reasoning: engine.ReasoningThink},
+		{Tools: engine.ToolsHarmony, Reasoning: engine.ReasoningHarmony},
 	}
 	f.Fuzz(func(t *testing.T, out string, step, which uint8) {
 		syn := syntaxes[int(which)%len(syntaxes)]

@@ -71,6 +71,9 @@ func TestDecodeToolFields(t *testing.T) {
 const (
 	qwen3Output    = "<think>\nThe user wants the weather and the time.\nI will call both tools.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"city\": \"Tōkyō \\\"東京\\\"\"}}\n</tool_call>"
 	deepseekOutput = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"unit\": \"celsius\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{\"city\": \"Tōkyō \\\"東京\\\"\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+	// harmonyOutput: gpt-oss's thought and two calls, the recipient
+	// once in the role and once after the channel.
+	harmonyOutput = "<|channel|>analysis<|message|>The user wants the weather and the time.\nI will call both tools.\n<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Paris\", \"unit\": \"celsius\"}<|call|><|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"city\": \"Tōkyō \\\"東京\\\"\"}<|call|>"
 )
 
 // sseChunk is a chat chunk as OpenAI's clients read it.
@@ -106,6 +109,7 @@ func TestToolCallShapes(t *testing.T) {
 	}{
 		{"qwen3", engine.ChatSyntax{Tools: engine.ToolsHermes, Reasoning: engine.ReasoningThink}, qwen3Output, "The user wants the weather and the time.\nI will call both tools.\n"},
 		{"deepseek-v3", engine.ChatSyntax{Tools: engine.ToolsDeepSeek}, deepseekOutput, ""},
+		{"gpt-oss", engine.ChatSyntax{Tools: engine.ToolsHarmony, Reasoning: engine.ReasoningHarmony}, harmonyOutput, "The user wants the weather and the time.\nI will call both tools.\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			wantArgs := []string{`{"city": "Paris", "unit": "celsius"}`, `{"city": "Tōkyō \"東京\""}`}

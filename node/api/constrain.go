@@ -130,6 +130,12 @@ func callSyntax(syn engine.ChatSyntax, name string) (prefix, suffix string, ok b
 	case engine.ToolsDeepSeek:
 		return "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n",
 			"\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>", true
+	case engine.ToolsHarmony:
+		// As OpenAI's harmony docs write a call: the recipient after the
+		// channel, the arguments' type after <|constrain|>. No suffix:
+		// <|call|> is an end token, which the grammar allows once the
+		// arguments close, and which prints nothing.
+		return "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>", "", true
 	}
 	return "", "", false
 }
@@ -143,6 +149,12 @@ func (c *constraint) spec(syn engine.ChatSyntax, thinking bool, keep []string) (
 	lead := ""
 	if thinking {
 		lead = "</think>\n\n"
+	}
+	// docLead opens the document: harmony's answer is a message on the
+	// final channel, which its parser reads as content.
+	docLead := lead
+	if syn.Reasoning == engine.ReasoningHarmony {
+		docLead = "<|channel|>final<|message|>"
 	}
 	if !c.force && c.schema == nil {
 		return nil, nil
@@ -168,8 +180,8 @@ func (c *constraint) spec(syn engine.ChatSyntax, thinking bool, keep []string) (
 		return nil, invalid("tool_choice", "tool_choice names %q, which is not among the tools", c.name)
 	case c.force:
 		return &grammar.Spec{Calls: calls, Keep: keep}, nil
-	case lead != "" || len(calls) > 0:
-		calls = append(calls, grammar.Call{Prefix: lead, Schema: c.schema})
+	case docLead != "" || len(calls) > 0:
+		calls = append(calls, grammar.Call{Prefix: docLead, Schema: c.schema})
 		return &grammar.Spec{Calls: calls, Keep: keep}, nil
 	}
 	return &grammar.Spec{Schema: c.schema, Keep: keep}, nil

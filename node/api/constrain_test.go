@@ -75,6 +75,7 @@ func TestForcedCallSyntax(t *testing.T) {
 		{Tools: engine.ToolsMistral, Keep: []string{"[TOOL_CALLS]", "[ARGS]"}},
 		{Tools: engine.ToolsDeepSeek},
 		{Tools: engine.ToolsDeepSeek, Reasoning: engine.ReasoningThink, ThinkingOpen: true},
+		{Tools: engine.ToolsHarmony, Reasoning: engine.ReasoningHarmony, Keep: []string{"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>"}},
 	} {
 		for _, choice := range []string{`"required"`, `{"type": "function", "function": {"name": "get_weather"}}`} {
 			body := `{"messages": [{"role": "user", "content": "hi"}], "tools": ` + tools + `, "tool_choice": ` + choice + `}`
@@ -202,6 +203,29 @@ func TestFormatSpecs(t *testing.T) {
 	}
 	if m := gr.NewMatcher(); m.Advance([]byte(`hello`)) == nil {
 		t.Fatal("free text passed")
+	}
+	// Harmony (gpt-oss): the document is a message on the final channel,
+	// read back as the answer.
+	hs := engine.ChatSyntax{Tools: engine.ToolsHarmony, Reasoning: engine.ReasoningHarmony, Keep: []string{"<|channel|>", "<|message|>"}}
+	g, e = decodeChat([]byte(`{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": ` + schema + `}}}`))
+	if e != nil {
+		t.Fatal(e.Message)
+	}
+	if _, e := chatParser(node.ModelInfo{Name: "m", ChatTemplate: true, ChatSyntax: hs}, &g); e != nil {
+		t.Fatal(e.Message)
+	}
+	if gr, err = grammar.Compile(g.req.Grammar); err != nil {
+		t.Fatal(err)
+	}
+	doc := "<|channel|>final<|message|>{\"a\": true}"
+	if m := gr.NewMatcher(); m.Advance([]byte(doc)) != nil || !m.Done() {
+		t.Fatal("harmony: the final message is refused")
+	}
+	if m := gr.NewMatcher(); m.Advance([]byte(`{"a": true}`)) == nil && m.Done() {
+		t.Fatal("harmony: a document outside the final channel passed")
+	}
+	if res := chatparse.Parse(hs, true, doc); res.Content != `{"a": true}` || len(res.Calls) != 0 || res.Reasoning != "" {
+		t.Fatalf("harmony: parsed %+v", res)
 	}
 }
 
