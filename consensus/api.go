@@ -317,6 +317,7 @@ func (c *Consensus) Leave(ctx context.Context) error {
 	if err == nil {
 		t := time.NewTicker(c.cfg.tick)
 		defer t.Stop()
+		asked := time.Now()
 		for err == nil && !c.departed() {
 			select {
 			case <-ctx.Done():
@@ -325,6 +326,20 @@ func (c *Consensus) Leave(ctx context.Context) error {
 				err = ErrClosed
 			case <-t.C:
 			case <-c.kickM:
+			}
+			// The leader may remove this server before it hears that the
+			// drain's map and its NodeLeft committed (hashicorp/raft stops
+			// replicating to a removed server at once): then its own
+			// state never says it left. So it asks again now and then;
+			// once it has left, the leader answers that it is no member.
+			if err == nil && time.Since(asked) >= 2*c.cfg.election {
+				asked = time.Now()
+				actx, cancel := context.WithTimeout(ctx, c.cfg.rpcTimeout)
+				left := errors.Is(c.request(actx, NodeDraining{Node: c.id.String()}), ErrUnknownMember)
+				cancel()
+				if left {
+					break
+				}
 			}
 		}
 	}
