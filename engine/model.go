@@ -62,7 +62,21 @@ func (h HParams) Spec(bytesPerParam float64) (layers.ModelSpec, error) {
 		Heads: h.Heads, KVHeads: h.KVHeads, FFN: h.FFN, Vocab: h.Vocab, BytesPerParam: bytesPerParam, KVBytes: 4})
 }
 
-var supportedArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true, "phi3": true}
+// uintKey reads the integer metadata key, def where the file lacks it
+// (def < 0: the key is required).
+func uintKey(f *File, key string, def int) (int, error) {
+	n, err := f.Uint(key)
+	if err != nil {
+		if _, present := f.Get(key); present || def < 0 {
+			return 0, err
+		}
+		n = uint64(def)
+	}
+	if n > 1<<31 {
+		return 0, fmt.Errorf("%w: key %q = %d is too large", ErrCorrupt, key, n)
+	}
+	return int(n), nil
+}
 
 // ReadHParams reads and checks the hyper-parameters of f.
 func ReadHParams(f *File) (HParams, error) {
@@ -75,10 +89,11 @@ func ReadHParams(f *File) (HParams, error) {
 	if err != nil {
 		return HParams{}, err
 	}
-	if !supportedArchs[arch] {
-		return HParams{}, fmt.Errorf("%w: %q (supported: llama, qwen2, qwen3, phi3)", ErrUnsupportedArch, arch)
+	ad, err := Architecture(arch)
+	if err != nil {
+		return HParams{}, err
 	}
-	h := HParams{Arch: arch, NeoxRope: arch != "llama", QKVBias: arch == "qwen2", QKNorm: arch == "qwen3"}
+	h := HParams{Arch: arch}
 	if n, err := f.Uint(arch + ".expert_count"); err == nil && n > 0 {
 		return HParams{}, fmt.Errorf("%w: %s with %d experts (mixture of experts is not supported)", ErrUnsupportedArch, arch, n)
 	}
@@ -87,18 +102,11 @@ func ReadHParams(f *File) (HParams, error) {
 	}
 	h.Name, _ = f.String("general.name")
 	geti := func(key string, dst *int, def int) error {
-		n, err := f.Uint(arch + "." + key)
-		if err != nil {
-			if _, present := f.Get(arch + "." + key); present || def < 0 {
-				return err
-			}
-			n = uint64(def)
+		n, err := uintKey(f, arch+"."+key, def)
+		if err == nil {
+			*dst = n
 		}
-		if n > 1<<31 {
-			return fmt.Errorf("%w: key %q = %d is too large", ErrCorrupt, arch+"."+key, n)
-		}
-		*dst = int(n)
-		return nil
+		return err
 	}
 	getf := func(key string, dst *float32, def float64) error {
 		v, err := f.Float(arch + "." + key)
@@ -175,27 +183,9 @@ func ReadHParams(f *File) (HParams, error) {
 		return HParams{}, fmt.Errorf("%w: %s with partial RoPE (rope.dimension_count %d, head size %d)", ErrUnsupportedArch, arch, rd, h.HeadDim)
 	}
 	_, h.RopeFactors = f.Tensor("rope_freqs.weight")
-	if arch == "phi3" {
-		// phi3's graph sizes Q and the attention output by the embedding.
-		if h.QDim() != h.Dim {
-			return HParams{}, fmt.Errorf("%w: phi3 with head size %d × %d heads ≠ embedding %d", ErrUnsupportedArch, h.HeadDim, h.Heads, h.Dim)
-		}
-		_, short := f.Tensor("rope_factors_short.weight")
-		_, long := f.Tensor("rope_factors_long.weight")
-		if short != long {
-			return HParams{}, fmt.Errorf("%w: phi3 with only one of rope_factors_short.weight and rope_factors_long.weight", ErrCorrupt)
-		}
-		h.LongRoPE = short
-		if err := geti("attention.sliding_window", &h.SlidingWindow, 0); err != nil {
+	if ad.Read != nil {
+		if err := ad.Read(f, &h); err != nil {
 			return HParams{}, err
-		}
-		if h.LongRoPE {
-			if err := geti("rope.scaling.original_context_length", &h.Context, h.Context); err != nil {
-				return HParams{}, err
-			}
-			if h.Context <= 0 || h.Context > h.TrainContext {
-				return bad("rope.scaling.original_context_length", h.Context)
-			}
 		}
 	}
 	emb, ok := f.Tensor("token_embd.weight")
@@ -336,6 +326,42 @@ func (l *loader) matrix(name string, rows, cols int) (*matrix, error) {
 		return nil, err
 	}
 	return l.load(t, rows, cols)
+}
+
+// weights loads the tensors specs name (each after prefix) as Layer.Weights
+// holds them: vectors as []float32, matrices as *matrix (the parts of a
+// fused one as views of its rows).
+func (l *loader) weights(prefix string, specs []TensorSpec) (map[string]Weight, error) {
+	plan, err := Plan(l.f, prefix, specs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Weight, len(specs))
+	for _, t := range plan {
+		switch len(t.Dims) {
+		case 1:
+			v, err := l.vector(t.Name, t.Dims[0])
+			if err != nil {
+				return nil, err
+			}
+			out[t.Parts[0].Name] = v
+		case 2:
+			m, err := l.matrix(t.Name, t.Dims[1], t.Dims[0])
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range t.Parts {
+				if p.Lo == 0 && p.Hi == m.rows {
+					out[p.Name] = m
+				} else {
+					out[p.Name] = m.rowsView(p.Lo, p.Hi)
+				}
+			}
+		default:
+			return nil, fmt.Errorf("%w: tensor %q of %d dimensions on the Go engine", ErrUnsupportedArch, t.Name, len(t.Dims))
+		}
+	}
+	return out, nil
 }
 
 func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {

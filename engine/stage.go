@@ -133,25 +133,21 @@ func buildOptions(opts []Option) options {
 	return o
 }
 
-type layerWeights struct {
-	attnNorm, ffnNorm []float32
-	wq, wk, wv, wo    *matrix
-	bq, bk, bv        []float32
-	qNorm, kNorm      []float32 // per-head RMSNorm weights (qwen3)
-	wGate, wUp, wDown *matrix
-}
-
 // Local is a stage that really computes its layers.
 type Local struct {
 	mu     sync.Mutex
 	info   Info
 	hp     HParams
+	arch   *Arch
 	embd   *matrix
-	layers []layerWeights
-	onorm  []float32
-	out    *matrix
-	rope   []float32 // RoPE's inverse frequencies, HeadDim/2
-	tok    *Tokenizer
+	layers []Layer // Weights: *matrix for matrices, []float32 for vectors
+	// globals are the architecture's tensors outside the layers (RoPE
+	// factors), as layers hold theirs.
+	globals map[string]Weight
+	freqs   map[Rope][]float32 // RoPE's frequencies per variant in use
+	onorm   []float32
+	out     *matrix
+	tok     *Tokenizer
 	pool   *pool
 	closed bool
 }
@@ -224,86 +220,29 @@ func Load(f *File, opts ...Option) (*Local, error) {
 	s.info = Info{Engine: EngineGo, Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
 		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
-	l := &loader{f: f}
-	d, kv, qd := hp.Dim, hp.KVDim(), hp.QDim()
-	var factors []float32
-	switch {
-	case hp.LongRoPE:
-		// The short factors: sessions stay within the original context
-		// (see NewSession), where llama.cpp uses them too.
-		if factors, err = l.vector("rope_factors_short.weight", hp.HeadDim/2); err != nil {
-			return nil, err
-		}
-		if _, err = l.vector("rope_factors_long.weight", hp.HeadDim/2); err != nil {
-			return nil, err
-		}
-	case hp.RopeFactors:
-		if factors, err = l.vector("rope_freqs.weight", hp.HeadDim/2); err != nil {
-			return nil, err
-		}
+	if s.arch, err = Architecture(hp.Arch); err != nil {
+		return nil, err
 	}
-	s.rope = ropeFreqs(hp.RopeBase, hp.HeadDim, factors)
+	l := &loader{f: f}
+	d := hp.Dim
+	var globals []TensorSpec
+	if s.arch.Globals != nil {
+		globals = s.arch.Globals(&s.hp)
+	}
+	if s.globals, err = l.weights("", globals); err != nil {
+		return nil, err
+	}
 	if s.info.First() {
 		if s.embd, err = l.matrix("token_embd.weight", hp.Vocab, d); err != nil {
 			return nil, err
 		}
 	}
 	for i := o.lo; i < o.hi; i++ {
-		p := fmt.Sprintf("blk.%d.", i)
-		var w layerWeights
-		steps := []func() error{
-			func() (e error) { w.attnNorm, e = l.vector(p+"attn_norm.weight", d); return },
-			func() (e error) { w.wo, e = l.matrix(p+"attn_output.weight", d, qd); return },
-			func() (e error) { w.ffnNorm, e = l.vector(p+"ffn_norm.weight", d); return },
-			func() (e error) { w.wDown, e = l.matrix(p+"ffn_down.weight", d, hp.FFN); return },
+		w, err := l.weights(LayerPrefix(i), s.arch.Tensors(&s.hp, i))
+		if err != nil {
+			return nil, err
 		}
-		if _, fused := f.Tensor(p + "attn_qkv.weight"); fused {
-			// phi3: Q, K and V rows in one tensor, in that order.
-			steps = append(steps, func() error {
-				m, e := l.matrix(p+"attn_qkv.weight", qd+2*kv, d)
-				if e == nil {
-					w.wq, w.wk, w.wv = m.rowsView(0, qd), m.rowsView(qd, qd+kv), m.rowsView(qd+kv, qd+2*kv)
-				}
-				return e
-			})
-		} else {
-			steps = append(steps,
-				func() (e error) { w.wq, e = l.matrix(p+"attn_q.weight", qd, d); return },
-				func() (e error) { w.wk, e = l.matrix(p+"attn_k.weight", kv, d); return },
-				func() (e error) { w.wv, e = l.matrix(p+"attn_v.weight", kv, d); return })
-		}
-		if hp.Arch == "phi3" {
-			// phi3: ffn_up holds the gate's rows, then the up rows
-			// (llama.cpp's LLM_FFN_SWIGLU on one tensor).
-			steps = append(steps, func() error {
-				m, e := l.matrix(p+"ffn_up.weight", 2*hp.FFN, d)
-				if e == nil {
-					w.wGate, w.wUp = m.rowsView(0, hp.FFN), m.rowsView(hp.FFN, 2*hp.FFN)
-				}
-				return e
-			})
-		} else {
-			steps = append(steps,
-				func() (e error) { w.wGate, e = l.matrix(p+"ffn_gate.weight", hp.FFN, d); return },
-				func() (e error) { w.wUp, e = l.matrix(p+"ffn_up.weight", hp.FFN, d); return })
-		}
-		if hp.QKVBias {
-			steps = append(steps,
-				func() (e error) { w.bq, e = l.vector(p+"attn_q.bias", qd); return },
-				func() (e error) { w.bk, e = l.vector(p+"attn_k.bias", kv); return },
-				func() (e error) { w.bv, e = l.vector(p+"attn_v.bias", kv); return })
-		}
-		if hp.QKNorm {
-			steps = append(steps,
-				func() (e error) { w.qNorm, e = l.vector(p+"attn_q_norm.weight", hp.HeadDim); return },
-				func() (e error) { w.kNorm, e = l.vector(p+"attn_k_norm.weight", hp.HeadDim); return })
-		}
-		for _, step := range steps {
-			if err := step(); err != nil {
-				return nil, err
-			}
-		}
-		s.layers = append(s.layers, w)
+		s.layers = append(s.layers, Layer{Index: i, HP: &s.hp, Weights: w})
 	}
 	if s.info.Last() {
 		if s.onorm, err = l.vector("output_norm.weight", d); err != nil {
@@ -330,9 +269,11 @@ func Load(f *File, opts ...Option) (*Local, error) {
 // kernels' interleaved layout (kil.go); the embedding, read a row at a
 // time, stays as it is, and so does a head tied to it.
 func (s *Local) interleave() {
-	for _, w := range s.layers {
-		for _, m := range []*matrix{w.wq, w.wk, w.wv, w.wo, w.wGate, w.wUp, w.wDown} {
-			m.interleave()
+	for _, l := range s.layers {
+		for _, w := range l.Weights {
+			if m, ok := w.(*matrix); ok {
+				m.interleave()
+			}
 		}
 	}
 	if s.out != nil && s.out != s.embd {
@@ -349,11 +290,15 @@ func (s *Local) weightBytes() int64 {
 		n += s.out.bytes()
 	}
 	n += int64(len(s.onorm)) * 4
-	for _, w := range s.layers {
-		for _, m := range []*matrix{w.wq, w.wk, w.wv, w.wo, w.wGate, w.wUp, w.wDown} {
-			n += m.bytes()
+	for _, l := range s.layers {
+		for _, w := range l.Weights {
+			switch w := w.(type) {
+			case *matrix:
+				n += w.bytes()
+			case []float32:
+				n += int64(len(w)) * 4
+			}
 		}
-		n += int64(len(w.attnNorm)+len(w.ffnNorm)+len(w.bq)+len(w.bk)+len(w.bv)) * 4
 	}
 	return n
 }
@@ -521,12 +466,15 @@ func (s *Local) ForwardBatch(ctx context.Context, steps []Step) ([]Output, error
 			r += len(st.Hidden) / d
 		}
 	}
-	fw := newForward(s, rows)
+	fw := &forward{s: s, rows: rows}
+	xt := &goTensor{f: x, w: d}
 	for li := range s.layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		fw.layer(li, x)
+		if err := fw.layer(li, xt); err != nil {
+			return nil, err
+		}
 	}
 	outs := make([]Output, len(steps))
 	if s.info.Last() {
@@ -570,40 +518,15 @@ type rowRef struct {
 	pos  int
 }
 
-// forward holds the scratch of one ForwardBatch call.
+// forward holds the scratch of one ForwardBatch call; it is the Go
+// engine's Ops (ops.go).
 type forward struct {
-	s                *Local
-	rows             []rowRef
-	xb, q, k, v, att []float32
-	gate, up         []float32
-	cos, sin         []float32 // per row, HeadDim/2 each
-}
-
-func newForward(s *Local, rows []rowRef) *forward {
-	h := s.hp
-	n := len(rows)
-	fw := &forward{s: s, rows: rows,
-		xb: make([]float32, n*h.Dim), q: make([]float32, n*h.QDim()), att: make([]float32, n*h.QDim()),
-		k: make([]float32, n*h.KVDim()), v: make([]float32, n*h.KVDim()),
-		gate: make([]float32, n*h.FFN), up: make([]float32, n*h.FFN)}
-	half := h.HeadDim / 2
-	fw.cos = make([]float32, n*half)
-	fw.sin = make([]float32, n*half)
-	for r, row := range rows {
-		for i, f := range s.rope {
-			// pos·f is exact in float64 (24-bit × ≤24-bit), so only
-			// Sincos rounds.
-			sn, cs := math.Sincos(float64(row.pos) * float64(f))
-			fw.cos[r*half+i] = float32(cs)
-			fw.sin[r*half+i] = float32(sn)
-			if m := h.RopeAttnFactor; m != 1 && m != 0 {
-				// As ggml's rope: cos and sin scaled after rounding.
-				fw.cos[r*half+i] *= m
-				fw.sin[r*half+i] *= m
-			}
-		}
-	}
-	return fw
+	s     *Local
+	rows  []rowRef
+	li    int // the layer being computed
+	arena arena
+	trigs map[Rope][2][]float32 // per RoPE variant: cos, sin per row
+	err   error
 }
 
 // ropeFreqs are base^(-2i/d), divided by the file's frequency factors where
@@ -621,57 +544,18 @@ func ropeFreqs(base float32, d int, factors []float32) []float32 {
 	return out
 }
 
-func (fw *forward) layer(li int, x []float32) {
-	s, h, w := fw.s, fw.s.hp, &fw.s.layers[li]
-	n, d, kvd, qd, hd := len(fw.rows), h.Dim, h.KVDim(), h.QDim(), h.HeadDim
-	for r := 0; r < n; r++ {
-		rmsNorm(fw.xb[r*d:(r+1)*d], x[r*d:(r+1)*d], w.attnNorm, h.NormEps)
+// layer runs the architecture's block of layer li over x, in place.
+func (fw *forward) layer(li int, x *goTensor) error {
+	fw.li = li
+	fw.arena.reset()
+	out := fw.s.arch.Block(fw, &fw.s.layers[li], x)
+	if fw.err != nil {
+		return fw.err
 	}
-	a := newAct(fw.xb, n, d)
-	s.matmuls(a, product{fw.q, w.wq}, product{fw.k, w.wk}, product{fw.v, w.wv})
-	if w.bq != nil {
-		for r := 0; r < n; r++ {
-			addTo(fw.q[r*qd:(r+1)*qd], w.bq)
-			addTo(fw.k[r*kvd:(r+1)*kvd], w.bk)
-			addTo(fw.v[r*kvd:(r+1)*kvd], w.bv)
-		}
+	if y := fw.t(out); y != x {
+		copy(x.f, y.f) // a block whose last op was not x's own
 	}
-	half := hd / 2
-	for r, row := range fw.rows {
-		cs, sn := fw.cos[r*half:(r+1)*half], fw.sin[r*half:(r+1)*half]
-		for hh := 0; hh < h.Heads; hh++ {
-			q := fw.q[r*qd+hh*hd : r*qd+(hh+1)*hd]
-			if w.qNorm != nil {
-				rmsNorm(q, q, w.qNorm, h.NormEps)
-			}
-			rope(q, cs, sn, h.NeoxRope)
-		}
-		for hh := 0; hh < h.KVHeads; hh++ {
-			k := fw.k[r*kvd+hh*hd : r*kvd+(hh+1)*hd]
-			if w.kNorm != nil {
-				rmsNorm(k, k, w.kNorm, h.NormEps)
-			}
-			rope(k, cs, sn, h.NeoxRope)
-		}
-		copy(row.sess.k[li][row.pos*kvd:(row.pos+1)*kvd], fw.k[r*kvd:(r+1)*kvd])
-		copy(row.sess.v[li][row.pos*kvd:(row.pos+1)*kvd], fw.v[r*kvd:(r+1)*kvd])
-	}
-	fw.attention(li)
-	o := fw.xb // reuse: the normed input is no longer needed
-	s.matmul(o, w.wo, newAct(fw.att, n, qd))
-	addTo(x, o)
-	for r := 0; r < n; r++ {
-		rmsNorm(fw.xb[r*d:(r+1)*d], x[r*d:(r+1)*d], w.ffnNorm, h.NormEps)
-	}
-	a = newAct(fw.xb, n, d)
-	s.matmuls(a, product{fw.gate, w.wGate}, product{fw.up, w.wUp})
-	// Element by element: each value's bits are its own, so the split is
-	// free, and a decode step's one row is split too.
-	s.pool.forRange(n*h.FFN, 1024, n*h.FFN*8, func(lo, hi int) {
-		siluMul(fw.gate[lo:hi], fw.up[lo:hi])
-	})
-	s.matmul(o, w.wDown, newAct(fw.gate, n, h.FFN))
-	addTo(x, o)
+	return nil
 }
 
 // attention computes, for every (row, head), softmax(q·Kᵀ/√d)·V over the
@@ -680,20 +564,22 @@ func (fw *forward) layer(li int, x []float32) {
 // together, a block of positions at a time, so each K and V row is read
 // from memory once for all of them. Every score is still one dot product
 // and every output one sequential sum over the positions, in order.
-func (fw *forward) attention(li int) {
-	h := fw.s.hp
-	d, kvd, hd := h.QDim(), h.KVDim(), h.HeadDim
-	group := h.Heads / h.KVHeads
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	units := len(fw.rows) * h.KVHeads
+func (fw *forward) attention(li int, qs, att []float32, a Attn) {
+	d, kvd, hd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim, a.HeadDim
+	group := a.Heads / a.KVHeads
+	scale := a.Scale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(hd)))
+	}
+	units := len(fw.rows) * a.KVHeads
 	work := 0
 	for _, r := range fw.rows {
-		work += (r.pos + 1) * h.Heads * hd * 2
+		work += (r.pos + 1) * a.Heads * hd * 2
 	}
 	fw.s.pool.forRange(units, fw.s.pool.grainFor(units, 4), work, func(lo, hi int) {
 		var scores []float32
 		for u := lo; u < hi; u++ {
-			r, kh := u/h.KVHeads, u%h.KVHeads
+			r, kh := u/a.KVHeads, u%a.KVHeads
 			row := fw.rows[r]
 			kc, vc := row.sess.k[li][kh*hd:], row.sess.v[li][kh*hd:]
 			np := row.pos + 1
@@ -701,8 +587,8 @@ func (fw *forward) attention(li int) {
 				scores = make([]float32, group*np)
 			}
 			scores = scores[:group*np]
-			q := fw.q[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
-			out := fw.att[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
+			q := qs[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
+			out := att[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
 			for p0 := 0; p0 < np; p0 += attnBlock {
 				p1 := min(p0+attnBlock, np)
 				for g := 0; g < group; g++ {

@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// This file is the seam between an architecture and the engines that run
+// it. An architecture (arch_*.go) is written once, as an Arch: the tensors
+// each layer holds and a Block that computes one layer against Ops. Each
+// engine implements Ops with its own kernels: Local with this package's
+// bit-reproducible ones over the whole batch of rows at once (ops.go), the
+// ggml engine (engine/ggml) as nodes of one ggml graph. See
+// docs/architectures.md.
+
+// Tensor is an engine's handle on an activation: every row of a step, each
+// row a vector of some width. Blocks only pass Tensors between Ops.
+type Tensor any
+
+// Weight is an engine's handle on a loaded weight (a vector or a matrix),
+// as Layer.W returns it; nil stands for an absent optional tensor.
+type Weight any
+
+// Ops are the operations a Block is written against. Each works on all
+// rows of the step at once. An op may reuse the storage of its first
+// Tensor argument (Add, AddBias, Rope and SwiGLU do, on the Go engine): a block must
+// not use a Tensor again after passing it there.
+//
+// Ops do not return errors: an engine that cannot do an op (or a variant
+// of one) records the failure, the step fails with it, and what the op
+// returned is not looked at.
+type Ops interface {
+	// RMSNorm normalises each run of len(w) values (a whole row, or one
+	// head where w is a head wide, as qwen3's Q/K norms) to unit root mean
+	// square, plus eps, then multiplies it by w.
+	RMSNorm(x Tensor, w Weight, eps float32) Tensor
+	// Linear is x·Wᵀ: each row of x times each row of the matrix W.
+	Linear(x Tensor, w Weight) Tensor
+	// Linears is Linear of one input with several matrices (Q, K and V;
+	// gate and up), which an engine may compute together.
+	Linears(x Tensor, ws ...Weight) []Tensor
+	// AddBias adds the vector b to each row of x.
+	AddBias(x Tensor, b Weight) Tensor
+	// Rope rotates each head of x (rows of heads × r.Dims values) by its
+	// row's position.
+	Rope(x Tensor, r Rope) Tensor
+	// Attention writes k and v (rows of KVHeads × HeadDim) into the
+	// session's cache at the rows' positions and returns, for every row
+	// and head, softmax(q·Kᵀ·scale)·V over the positions up to the row's
+	// own (heads share KV heads in groups, in order).
+	Attention(q, k, v Tensor, a Attn) Tensor
+	// SwiGLU is silu(gate)·up, element by element.
+	SwiGLU(gate, up Tensor) Tensor
+	// Add is a + b, element by element (the residual stream).
+	Add(a, b Tensor) Tensor
+
+	// The operations below are declared for issue 33's families; no
+	// engine implements them yet (a step that uses one fails with
+	// ErrUnsupportedArch).
+
+	// GELU is gelu(x) (tanh approximation, as ggml's), element by element.
+	GELU(x Tensor) Tensor
+	// Scale multiplies every value of x by s (gemma's embedding scaling).
+	Scale(x Tensor, s float32) Tensor
+	// MoE is a mixture-of-experts FFN: each row goes through the TopK
+	// experts its router scores highest, their outputs weighed.
+	MoE(x Tensor, m MoE) Tensor
+}
+
+// Rope is one RoPE variant. It is comparable, so that an engine can keep
+// its cos/sin tables per variant.
+type Rope struct {
+	Dims int // values rotated per head: the head size
+	// Neox rotates pairs (i, i+Dims/2); otherwise consecutive pairs
+	// (2i, 2i+1), as GGUF stores llama's Q and K.
+	Neox bool
+	Base float32 // frequencies are Base^(-2i/Dims)
+	// Factors names a global tensor (Arch.Globals) of Dims/2 divisors of
+	// the frequencies (llama 3.1's rope_freqs, phi3's LongRoPE factors);
+	// "" for none.
+	Factors string
+	// AttnFactor scales cos and sin (LongRoPE's attention factor); 0 or 1
+	// for none.
+	AttnFactor float32
+}
+
+// Attn is one attention variant.
+type Attn struct {
+	Heads, KVHeads, HeadDim int
+	// Scale multiplies the scores; 0 is 1/√HeadDim.
+	Scale float32
+
+	// Declared for issue 33's families; engines refuse non-zero values.
+
+	// Window is a sliding window: a row attends to its last Window
+	// positions only (0: all).
+	Window int
+	// Sinks names a layer tensor of per-head attention-sink logits, which
+	// join each head's softmax without a value ("" for none).
+	Sinks string
+	// SoftCap turns each score s into SoftCap·tanh(s/SoftCap) (0: none).
+	SoftCap float32
+}
+
+// MoE is a mixture-of-experts FFN (declared for issue 33; not implemented).
+type MoE struct {
+	Router         Weight // [experts × dim]
+	Gate, Up, Down Weight // experts as 3-D tensors [experts × rows × cols]
+	TopK           int
+	// NormTopK renormalises the chosen experts' weights to sum to 1.
+	NormTopK bool
+	// GELU uses gelu(gate)·up instead of silu(gate)·up.
+	GELU bool
+}
+
+// TensorSpec is a tensor an architecture reads from the file.
+type TensorSpec struct {
+	// Name is the file's name, without "blk.N." for a layer's tensor.
+	Name string
+	// Dims are GGUF's dims, fastest first: {n} for a vector, {cols, rows}
+	// for a matrix.
+	Dims []int
+	// Optional tensors may be absent (Layer.W is then nil).
+	Optional bool
+	// Fused names a tensor that may hold this one's rows instead, after
+	// those of the specs before it that name the same tensor (phi3's
+	// attn_qkv holds Q, K and V; its ffn_up holds gate then up). The file
+	// is read fused where it has that tensor with all the parts' rows.
+	Fused string
+}
+
+// Arch is one architecture's definition: what it reads and how one layer
+// computes. Adding an architecture is adding one (see docs/architectures.md).
+type Arch struct {
+	Name string
+	// Read sets what the architecture adds to the common hyper-parameters
+	// (flags, its own keys and checks); nil for nothing.
+	Read func(f *File, h *HParams) error
+	// Globals are tensors outside the layers that the blocks refer to
+	// (RoPE factors), loaded by every stage; nil for none.
+	Globals func(h *HParams) []TensorSpec
+	// Tensors are the weights of one layer.
+	Tensors func(h *HParams, layer int) []TensorSpec
+	// Block computes one layer: the residual stream x in, x out.
+	Block func(o Ops, l *Layer, x Tensor) Tensor
+}
+
+// Layer is what a Block sees of its layer.
+type Layer struct {
+	Index int
+	HP    *HParams
+	// Weights holds the engine's handles by TensorSpec.Name.
+	Weights map[string]Weight
+}
+
+// W is the layer's weight of that name, nil where the file has none.
+func (l *Layer) W(name string) Weight { return l.Weights[name] }
+
+var archs = map[string]*Arch{}
+
+// register adds an architecture; each arch_*.go calls it once.
+func register(a *Arch) {
+	if archs[a.Name] != nil {
+		panic("engine: architecture " + a.Name + " registered twice")
+	}
+	archs[a.Name] = a
+}
+
+// Architecture is the definition of the named architecture.
+func Architecture(name string) (*Arch, error) {
+	a := archs[name]
+	if a == nil {
+		return nil, fmt.Errorf("%w: %q (supported: %s)", ErrUnsupportedArch, name, strings.Join(Architectures(), ", "))
+	}
+	return a, nil
+}
+
+// Architectures are the names of the architectures the engines run, sorted.
+func Architectures() []string {
+	var out []string
+	for n := range archs {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TensorLoad is one tensor of the file that an engine reads, and the
+// weights it holds: one part covering all its rows, or the parts of a
+// fused tensor.
+type TensorLoad struct {
+	Name  string // in the file
+	Dims  []int  // expected GGUF dims
+	Parts []TensorPart
+}
+
+// TensorPart is the weight Name, rows [Lo, Hi) of its tensor.
+type TensorPart struct {
+	Name   string
+	Lo, Hi int
+}
+
+// Plan resolves specs against f: which tensors to read (prefix, "blk.N."
+// or "", before each name) and which weights each holds. Absent optional
+// tensors are left out; an absent required one is ErrCorrupt.
+func Plan(f *File, prefix string, specs []TensorSpec) ([]TensorLoad, error) {
+	var out []TensorLoad
+	for i := 0; i < len(specs); {
+		sp := specs[i]
+		if sp.Fused != "" {
+			// The run of specs that may share this fused tensor.
+			j, rows := i, 0
+			for j < len(specs) && specs[j].Fused == sp.Fused {
+				rows += specs[j].Dims[1]
+				j++
+			}
+			if t, ok := f.Tensor(prefix + sp.Fused); ok && len(t.Dims) == 2 && t.Dims[1] == uint64(rows) {
+				ld := TensorLoad{Name: prefix + sp.Fused, Dims: []int{sp.Dims[0], rows}}
+				lo := 0
+				for _, p := range specs[i:j] {
+					ld.Parts = append(ld.Parts, TensorPart{Name: p.Name, Lo: lo, Hi: lo + p.Dims[1]})
+					lo += p.Dims[1]
+				}
+				out = append(out, ld)
+				i = j
+				continue
+			}
+		}
+		i++
+		if _, ok := f.Tensor(prefix + sp.Name); !ok {
+			if sp.Optional {
+				continue
+			}
+			return nil, fmt.Errorf("%w: missing tensor %q", ErrCorrupt, prefix+sp.Name)
+		}
+		rows := 1
+		if len(sp.Dims) > 1 {
+			rows = sp.Dims[1]
+		}
+		out = append(out, TensorLoad{Name: prefix + sp.Name, Dims: sp.Dims, Parts: []TensorPart{{Name: sp.Name, Lo: 0, Hi: rows}}})
+	}
+	return out, nil
+}
+
+// LayerPrefix is the file's prefix of layer i's tensors.
+func LayerPrefix(i int) string { return fmt.Sprintf("blk.%d.", i) }

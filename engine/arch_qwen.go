@@ -1,0 +1,34 @@
+package engine
+
+// qwen2: llama's block with biases on Q, K and V and NEOX RoPE.
+// qwen3: llama's block with per-head RMSNorms of Q and K before NEOX RoPE,
+// and a head size of its own (attention.key_length).
+func init() {
+	register(&Arch{
+		Name:    "qwen2",
+		Read:    func(_ *File, h *HParams) error { h.NeoxRope, h.QKVBias = true, true; return nil },
+		Globals: ropeFreqsGlobal,
+		Tensors: func(h *HParams, _ int) []TensorSpec {
+			return append(llamaTensors(h),
+				TensorSpec{Name: "attn_q.bias", Dims: []int{h.QDim()}},
+				TensorSpec{Name: "attn_k.bias", Dims: []int{h.KVDim()}},
+				TensorSpec{Name: "attn_v.bias", Dims: []int{h.KVDim()}})
+		},
+		Block: func(o Ops, l *Layer, x Tensor) Tensor {
+			return preNormBlock(o, l, x, standardRope(l.HP))
+		},
+	})
+	register(&Arch{
+		Name:    "qwen3",
+		Read:    func(_ *File, h *HParams) error { h.NeoxRope, h.QKNorm = true, true; return nil },
+		Globals: ropeFreqsGlobal,
+		Tensors: func(h *HParams, _ int) []TensorSpec {
+			return append(llamaTensors(h),
+				TensorSpec{Name: "attn_q_norm.weight", Dims: []int{h.HeadDim}},
+				TensorSpec{Name: "attn_k_norm.weight", Dims: []int{h.HeadDim}})
+		},
+		Block: func(o Ops, l *Layer, x Tensor) Tensor {
+			return preNormBlock(o, l, x, standardRope(l.HP))
+		},
+	})
+}

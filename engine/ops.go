@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+)
+
+// The Go engine's Ops: each op runs this package's kernels over all rows
+// of the step at once (so an op costs one interface call per layer, not
+// per value), with the summation orders the package doc sets out. The
+// block's intermediate tensors come from an arena that every layer reuses
+// (the same ops in the same order, so the same sizes), and the residual
+// stream is added to in place.
+
+// goTensor is an activation: rows of w values, row-major.
+type goTensor struct {
+	f []float32
+	w int
+}
+
+// arena hands out the tensors of one layer, reused by the next.
+type arena struct {
+	bufs [][]float32
+	ts   []*goTensor
+	n    int
+}
+
+func (a *arena) reset() { a.n = 0 }
+
+func (a *arena) tensor(rows, w int) *goTensor {
+	n := rows * w
+	if a.n == len(a.bufs) {
+		a.bufs = append(a.bufs, nil)
+		a.ts = append(a.ts, &goTensor{})
+	}
+	if cap(a.bufs[a.n]) < n {
+		a.bufs[a.n] = make([]float32, n)
+	}
+	t := a.ts[a.n]
+	t.f, t.w = a.bufs[a.n][:n:n], w
+	a.n++
+	return t
+}
+
+var _ Ops = (*forward)(nil)
+
+// fail records the first op the engine cannot do; the step returns it.
+func (fw *forward) fail(err error) {
+	if fw.err == nil {
+		fw.err = err
+	}
+}
+
+func (fw *forward) t(x Tensor) *goTensor { return x.(*goTensor) }
+
+func (fw *forward) RMSNorm(x Tensor, w Weight, eps float32) Tensor {
+	xt, wv := fw.t(x), w.([]float32)
+	out := fw.arena.tensor(len(fw.rows), xt.w)
+	if xt.w%len(wv) != 0 {
+		fw.fail(fmt.Errorf("%w: RMSNorm of rows of %d by a weight of %d", ErrShape, xt.w, len(wv)))
+		return out
+	}
+	for i := 0; i < len(xt.f); i += len(wv) {
+		rmsNorm(out.f[i:i+len(wv)], xt.f[i:i+len(wv)], wv, eps)
+	}
+	return out
+}
+
+func (fw *forward) Linear(x Tensor, w Weight) Tensor {
+	xt, m := fw.t(x), w.(*matrix)
+	out := fw.arena.tensor(len(fw.rows), m.rows)
+	fw.s.matmul(out.f, m, newAct(xt.f, len(fw.rows), xt.w))
+	return out
+}
+
+func (fw *forward) Linears(x Tensor, ws ...Weight) []Tensor {
+	xt := fw.t(x)
+	ps := make([]product, len(ws))
+	outs := make([]Tensor, len(ws))
+	for i, w := range ws {
+		m := w.(*matrix)
+		t := fw.arena.tensor(len(fw.rows), m.rows)
+		ps[i], outs[i] = product{t.f, m}, t
+	}
+	fw.s.matmuls(newAct(xt.f, len(fw.rows), xt.w), ps...)
+	return outs
+}
+
+func (fw *forward) AddBias(x Tensor, b Weight) Tensor {
+	xt, bv := fw.t(x), b.([]float32)
+	for r := range fw.rows {
+		addTo(xt.f[r*xt.w:(r+1)*xt.w], bv)
+	}
+	return xt
+}
+
+func (fw *forward) Rope(x Tensor, r Rope) Tensor {
+	xt := fw.t(x)
+	cos, sin := fw.trig(r)
+	hd, half := r.Dims, r.Dims/2
+	for row := range fw.rows {
+		cs, sn := cos[row*half:(row+1)*half], sin[row*half:(row+1)*half]
+		for h := row * xt.w; h < (row+1)*xt.w; h += hd {
+			rope(xt.f[h:h+hd], cs, sn, r.Neox)
+		}
+	}
+	return xt
+}
+
+// trig is RoPE's cos and sin for each row's position, HeadDim/2 each,
+// computed once per step and variant.
+func (fw *forward) trig(r Rope) (cos, sin []float32) {
+	if t, ok := fw.trigs[r]; ok {
+		return t[0], t[1]
+	}
+	freqs := fw.s.ropeFreqs(r)
+	half := r.Dims / 2
+	cos, sin = make([]float32, len(fw.rows)*half), make([]float32, len(fw.rows)*half)
+	for i, row := range fw.rows {
+		for j, f := range freqs {
+			// pos·f is exact in float64 (24-bit × ≤24-bit), so only
+			// Sincos rounds.
+			sn, cs := math.Sincos(float64(row.pos) * float64(f))
+			cos[i*half+j] = float32(cs)
+			sin[i*half+j] = float32(sn)
+			if m := r.AttnFactor; m != 1 && m != 0 {
+				// As ggml's rope: cos and sin scaled after rounding.
+				cos[i*half+j] *= m
+				sin[i*half+j] *= m
+			}
+		}
+	}
+	if fw.trigs == nil {
+		fw.trigs = map[Rope][2][]float32{}
+	}
+	fw.trigs[r] = [2][]float32{cos, sin}
+	return cos, sin
+}
+
+// ropeFreqs are the variant's frequencies, kept for the stage's life.
+func (s *Local) ropeFreqs(r Rope) []float32 {
+	if f, ok := s.freqs[r]; ok {
+		return f
+	}
+	var factors []float32
+	if r.Factors != "" {
+		factors = s.globals[r.Factors].([]float32)
+	}
+	f := ropeFreqs(r.Base, r.Dims, factors)
+	if s.freqs == nil {
+		s.freqs = map[Rope][]float32{}
+	}
+	s.freqs[r] = f
+	return f
+}
+
+func (fw *forward) Attention(q, k, v Tensor, a Attn) Tensor {
+	qt, kt, vt := fw.t(q), fw.t(k), fw.t(v)
+	out := fw.arena.tensor(len(fw.rows), qt.w)
+	if a.Window != 0 || a.Sinks != "" || a.SoftCap != 0 {
+		fw.fail(fmt.Errorf("%w: sliding-window, sink or soft-capped attention on the Go engine", ErrUnsupportedArch))
+		return out
+	}
+	kvd := a.KVHeads * a.HeadDim
+	for r, row := range fw.rows {
+		copy(row.sess.k[fw.li][row.pos*kvd:(row.pos+1)*kvd], kt.f[r*kvd:(r+1)*kvd])
+		copy(row.sess.v[fw.li][row.pos*kvd:(row.pos+1)*kvd], vt.f[r*kvd:(r+1)*kvd])
+	}
+	fw.attention(fw.li, qt.f, out.f, a)
+	return out
+}
+
+func (fw *forward) SwiGLU(gate, up Tensor) Tensor {
+	g, u := fw.t(gate), fw.t(up)
+	// Element by element: each value's bits are its own, so the split is
+	// free, and a decode step's one row is split too.
+	n := len(g.f)
+	fw.s.pool.forRange(n, 1024, n*8, func(lo, hi int) {
+		siluMul(g.f[lo:hi], u.f[lo:hi])
+	})
+	return g
+}
+
+func (fw *forward) Add(a, b Tensor) Tensor {
+	at := fw.t(a)
+	addTo(at.f, fw.t(b).f)
+	return at
+}
+
+func (fw *forward) GELU(x Tensor) Tensor {
+	fw.fail(fmt.Errorf("%w: GELU on the Go engine", ErrUnsupportedArch))
+	return x
+}
+
+func (fw *forward) Scale(x Tensor, _ float32) Tensor {
+	fw.fail(fmt.Errorf("%w: Scale on the Go engine", ErrUnsupportedArch))
+	return x
+}
+
+func (fw *forward) MoE(x Tensor, _ MoE) Tensor {
+	fw.fail(fmt.Errorf("%w: mixture of experts on the Go engine", ErrUnsupportedArch))
+	return x
+}
