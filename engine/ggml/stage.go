@@ -190,13 +190,12 @@ func WithThreads(n int) Option { return func(o *options) { o.threads = n } }
 // builds without GGML_USE_CPU_REPACK do (for comparisons; slower).
 func WithoutRepack() Option { return func(o *options) { o.noRepack = true } }
 
-type layer struct {
-	attnNorm, ffnNorm tensor
-	wq, wk, wv, wo    tensor
-	bq, bk, bv        tensor
-	qNorm, kNorm      tensor // per-head RMSNorm weights (qwen3)
-	wGate, wUp, wDown tensor
-	index             int
+// gweight is a loaded weight (Layer.Weights holds them): rows [lo, hi)
+// of t, which has rows rows of ne0 values (a vector is one row).
+type gweight struct {
+	t            tensor
+	ne0          int
+	lo, hi, rows int
 }
 
 // Stage is an engine.Stage computed by ggml on one of its devices.
@@ -219,7 +218,9 @@ type Stage struct {
 	embd     tensor // first stage (and a tied head)
 	onorm    tensor // last stage
 	head     tensor // last stage
-	layers   []layer
+	arch     *engine.Arch
+	layers   []engine.Layer // Weights: *gweight
+	globals  map[string]engine.Weight
 	closed   bool
 }
 
@@ -252,13 +253,9 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The block below is llama's, with qwen2's biases and qwen3's per-head
-	// Q/K norms; anything else engine reads would be computed wrongly here.
-	switch {
-	case hp.Arch != "llama" && hp.Arch != "qwen2" && hp.Arch != "qwen3":
-		return nil, fmt.Errorf("%w: %s on the ggml backend (it runs llama, qwen2 and qwen3)", engine.ErrUnsupportedArch, hp.Arch)
-	case hp.RopeFactors || hp.LongRoPE:
-		return nil, fmt.Errorf("%w: RoPE frequency factors on the ggml backend", engine.ErrUnsupportedArch)
+	arch, err := engine.Architecture(hp.Arch)
+	if err != nil {
+		return nil, err
 	}
 	if !o.hasRange {
 		o.lo, o.hi = 0, hp.Layers
@@ -270,7 +267,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stage{hp: hp}
+	s := &Stage{hp: hp, arch: arch}
 	s.info = engine.Info{Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
 		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
@@ -278,11 +275,15 @@ func load(f *engine.File, o options) (*Stage, error) {
 	// The names this stage needs, with their expected ggml shapes.
 	// mat marks the weights that only a matrix product reads (which the
 	// CPU may hold repacked for its kernels).
+	// An architecture's tensor sets into, for each of its parts, a
+	// *gweight.
 	type want struct {
-		name string
-		ne   []uint64
-		dst  *tensor
-		mat  bool
+		name  string
+		ne    []uint64
+		dst   *tensor
+		mat   bool
+		parts []engine.TensorPart
+		into  map[string]engine.Weight
 	}
 	var ws []want
 	add := func(name string, dst *tensor, ne ...int) {
@@ -290,39 +291,43 @@ func load(f *engine.File, o options) (*Stage, error) {
 		for i, n := range ne {
 			u[i] = uint64(n)
 		}
-		ws = append(ws, want{name, u, dst, false})
+		ws = append(ws, want{name: name, ne: u, dst: dst})
 	}
 	addMat := func(name string, dst *tensor, ne ...int) {
 		add(name, dst, ne...)
 		ws[len(ws)-1].mat = true
 	}
-	d, kv, qd := hp.Dim, hp.KVDim(), hp.QDim()
+	d := hp.Dim
 	if s.info.First() {
 		add("token_embd.weight", &s.embd, d, hp.Vocab)
 	}
-	s.layers = make([]layer, o.hi-o.lo)
-	for i := range s.layers {
-		w := &s.layers[i]
-		w.index = o.lo + i
-		p := fmt.Sprintf("blk.%d.", w.index)
-		add(p+"attn_norm.weight", &w.attnNorm, d)
-		addMat(p+"attn_q.weight", &w.wq, d, qd)
-		addMat(p+"attn_k.weight", &w.wk, d, kv)
-		addMat(p+"attn_v.weight", &w.wv, d, kv)
-		addMat(p+"attn_output.weight", &w.wo, qd, d)
-		add(p+"ffn_norm.weight", &w.ffnNorm, d)
-		addMat(p+"ffn_gate.weight", &w.wGate, d, hp.FFN)
-		addMat(p+"ffn_up.weight", &w.wUp, d, hp.FFN)
-		addMat(p+"ffn_down.weight", &w.wDown, hp.FFN, d)
-		if hp.QKVBias {
-			add(p+"attn_q.bias", &w.bq, qd)
-			add(p+"attn_k.bias", &w.bk, kv)
-			add(p+"attn_v.bias", &w.bv, kv)
+	// plan adds the architecture's tensors, each after prefix.
+	plan := func(prefix string, specs []engine.TensorSpec) (map[string]engine.Weight, error) {
+		loads, err := engine.Plan(f, prefix, specs)
+		if err != nil {
+			return nil, err
 		}
-		if hp.QKNorm {
-			add(p+"attn_q_norm.weight", &w.qNorm, hp.HeadDim)
-			add(p+"attn_k_norm.weight", &w.kNorm, hp.HeadDim)
+		into := map[string]engine.Weight{}
+		for _, t := range loads {
+			add(t.Name, nil, t.Dims...)
+			w := &ws[len(ws)-1]
+			w.mat, w.parts, w.into = len(t.Dims) == 2, t.Parts, into
 		}
+		return into, nil
+	}
+	var globals []engine.TensorSpec
+	if arch.Globals != nil {
+		globals = arch.Globals(&s.hp)
+	}
+	if s.globals, err = plan("", globals); err != nil {
+		return nil, err
+	}
+	for i := o.lo; i < o.hi; i++ {
+		w, err := plan(engine.LayerPrefix(i), arch.Tensors(&s.hp, i))
+		if err != nil {
+			return nil, err
+		}
+		s.layers = append(s.layers, engine.Layer{Index: i, HP: &s.hp, Weights: w})
 	}
 	if s.info.Last() {
 		add("output_norm.weight", &s.onorm, d)
@@ -395,7 +400,16 @@ func load(f *engine.File, o options) (*Stage, error) {
 			s.free()
 			return nil, fmt.Errorf("%w: tensor %q: ggml's size differs from the file's %d bytes", engine.ErrCorrupt, t.Name, t.Size)
 		}
-		*w.dst = ct
+		if w.dst != nil {
+			*w.dst = ct
+		}
+		rows := 1
+		if len(w.ne) > 1 {
+			rows = int(w.ne[1])
+		}
+		for _, p := range w.parts {
+			w.into[p.Name] = &gweight{t: ct, ne0: int(w.ne[0]), lo: p.Lo, hi: p.Hi, rows: rows}
+		}
 		biggest = max(biggest, t.Size)
 	}
 	if s.wbuf = C.ggml_backend_alloc_ctx_tensors(s.weights, s.backend); s.wbuf == nil {
@@ -416,7 +430,13 @@ func load(f *engine.File, o options) (*Stage, error) {
 			s.free()
 			return nil, err
 		}
-		C.ggml_backend_tensor_set(*w.dst, unsafe.Pointer(&b[0]), 0, C.size_t(t.Size))
+		var ct tensor
+		if w.dst != nil {
+			ct = *w.dst
+		} else {
+			ct = w.into[w.parts[0].Name].(*gweight).t
+		}
+		C.ggml_backend_tensor_set(ct, unsafe.Pointer(&b[0]), 0, C.size_t(t.Size))
 		s.info.WeightBytes += t.Size
 	}
 	if s.info.Last() && s.head == nil {
@@ -555,6 +575,10 @@ func (p *session) free() {
 func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 	if maxTokens <= 0 {
 		return nil, fmt.Errorf("%w: %d positions", engine.ErrSession, maxTokens)
+	}
+	if s.hp.LongRoPE && maxTokens > s.hp.Context {
+		return nil, fmt.Errorf("%w: %d positions > the original context %d: the long RoPE factors (rope_factors_long.weight) are not supported",
+			engine.ErrContextFull, maxTokens, s.hp.Context)
 	}
 	hd, nkv := s.hp.HeadDim, s.hp.KVHeads
 	n := len(s.layers)
@@ -733,8 +757,8 @@ func graphKey(parts []part) string {
 // build makes the graph of parts' shape.
 func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	h := s.hp
-	hd, nkv, nh := h.HeadDim, h.KVHeads, h.Heads
-	nodes := (48+16*len(parts))*len(s.layers) + 64
+	hd, nkv := h.HeadDim, h.KVHeads
+	nodes := (96+16*len(parts))*len(s.layers) + 64
 	// The context holds the graph's metadata only; an allocator places
 	// its tensors in the backend's memory.
 	size := uintptr(nodes)*(uintptr(C.ggml_tensor_overhead())+64) + uintptr(C.ggml_graph_overhead_custom(C.size_t(nodes), false))
@@ -765,80 +789,22 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 		g.masks = append(g.masks, m)
 		g.sessions = append(g.sessions, pt.p)
 	}
-	mode := C.int(0)
-	if h.NeoxRope {
-		mode = 2
-	}
-	const f4 = 4
-	eps := C.float(h.NormEps)
-	scale := C.float(1 / math.Sqrt(float64(hd)))
-	// rope rotates each head of t ([heads*hd, rows]), after qwen3's
-	// per-head RMSNorm (rms_norm works along ne0, one head's hd values,
-	// and the [hd] weight broadcasts over heads and rows), as engine does.
-	rope := func(t tensor, heads int, norm tensor) tensor {
-		t = C.ggml_reshape_3d(c, t, C.int64_t(hd), C.int64_t(heads), R)
-		if norm != nil {
-			t = C.ggml_mul(c, C.ggml_rms_norm(c, t, eps), norm)
-		}
-		return C.ggml_rope_ext(c, t, g.positions, nil, C.int(hd), mode, 0, C.float(h.RopeBase), 1, 0, 1, 32, 1)
-	}
+	o := &ops{s: s, c: c, g: g, parts: parts, rows: rows}
+	xt := &act{t: x, w: h.Dim}
 	for i := range s.layers {
-		w := &s.layers[i]
-		cur := C.ggml_mul(c, C.ggml_rms_norm(c, x, eps), w.attnNorm)
-		q := C.ggml_mul_mat(c, w.wq, cur)
-		k := C.ggml_mul_mat(c, w.wk, cur)
-		v := C.ggml_mul_mat(c, w.wv, cur)
-		if h.QKVBias {
-			q = C.ggml_add(c, q, w.bq)
-			k = C.ggml_add(c, k, w.bk)
-			v = C.ggml_add(c, v, w.bv)
-		}
-		q, k = rope(q, nh, w.qNorm), rope(k, nkv, w.kNorm) // [hd, heads, rows], contiguous
-		var att tensor
-		for j, pt := range parts {
-			n, r0 := C.int64_t(pt.n), C.size_t(pt.row0)
-			qj := C.ggml_view_3d(c, q, C.int64_t(hd), C.int64_t(nh), n, C.size_t(hd*f4), C.size_t(hd*nh*f4), r0*C.size_t(hd*nh*f4))
-			kj := C.ggml_view_3d(c, k, C.int64_t(hd), C.int64_t(nkv), n, C.size_t(hd*f4), C.size_t(hd*nkv*f4), r0*C.size_t(hd*nkv*f4))
-			vj := C.ggml_view_2d(c, v, 1, n*C.int64_t(hd*nkv), f4, r0*C.size_t(hd*nkv*f4))
-			// The new rows go into the cache first (K as rows of
-			// [hd, cap, kvHeads] at their positions; V, transposed, value by
-			// value at vIdx), and attention reads views of what that wrote,
-			// so that ggml orders the writes before the reads.
-			kIdx := C.ggml_view_1d(c, g.positions, n, r0*f4)
-			kSet := C.ggml_set_rows(c, pt.p.k[i], C.ggml_permute(c, kj, 0, 2, 1, 3), kIdx)
-			vFlat := C.ggml_reshape_2d(c, pt.p.v[i], 1, C.int64_t(pt.p.cap*hd*nkv))
-			vSet := C.ggml_set_rows(c, vFlat, vj, g.vIdx[j])
-			C.ggml_build_forward_expand(g.gf, kSet)
-			C.ggml_build_forward_expand(g.gf, vSet)
-			kv := C.int64_t(pt.kvLen)
-			kAll := C.ggml_view_3d(c, kSet, C.int64_t(hd), kv, C.int64_t(nkv),
-				C.size_t(hd*f4), C.size_t(hd*pt.p.cap*f4), 0) // [hd, kvLen, nkv]
-			vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(hd), C.int64_t(nkv),
-				C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*hd*f4), 0) // [kvLen, hd, nkv]
-			// Q made contiguous so that ggml may take llamafile's sgemm
-			// (which wants a contiguous right operand) for K·Q.
-			qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
-			kq := C.ggml_mul_mat(c, kAll, qp)                       // [kvLen, n, nh]
-			kq = C.ggml_soft_max_ext(c, kq, g.masks[j], scale, 0)
-			kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
-			o := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), n)
-			if att == nil {
-				att = o
-			} else {
-				att = C.ggml_concat(c, att, o, 1)
-			}
-		}
-		x = C.ggml_add(c, C.ggml_mul_mat(c, w.wo, att), x)
-		cur = C.ggml_mul(c, C.ggml_rms_norm(c, x, eps), w.ffnNorm)
-		gate := C.ggml_silu(c, C.ggml_mul_mat(c, w.wGate, cur))
-		up := C.ggml_mul_mat(c, w.wUp, cur)
-		x = C.ggml_add(c, C.ggml_mul_mat(c, w.wDown, C.ggml_mul(c, gate, up)), x)
+		o.li = i
+		xt = s.arch.Block(o, &s.layers[i], xt).(*act)
 	}
+	if o.err != nil {
+		g.free()
+		return nil, o.err
+	}
+	x = xt.t
 	if s.info.Last() {
 		g.outRows = C.ggml_new_tensor_1d(c, C.T_I32, C.int64_t(len(parts)))
 		C.ggml_set_input(g.outRows)
 		x = C.ggml_get_rows(c, x, g.outRows) // [dim, parts]
-		x = C.ggml_mul(c, C.ggml_rms_norm(c, x, eps), s.onorm)
+		x = C.ggml_mul(c, C.ggml_rms_norm(c, x, C.float(h.NormEps)), s.onorm)
 		x = C.ggml_mul_mat(c, s.head, x) // [vocab, parts]
 	}
 	C.ggml_set_output(x)
@@ -984,4 +950,179 @@ func repackable(t engine.DType, dims []uint64) bool {
 		return C.ggml_cpu_has_avx512() != 0
 	}
 	return false
+}
+
+// act is an activation of the graph: [w, rows], contiguous.
+type act struct {
+	t tensor
+	w int
+}
+
+// ops is the ggml engine's engine.Ops: each op adds nodes to the step's
+// graph.
+type ops struct {
+	s     *Stage
+	c     *C.struct_ggml_context
+	g     *graph
+	parts []part
+	rows  int
+	li    int // the layer being built, an index into s.layers
+	err   error
+}
+
+var _ engine.Ops = (*ops)(nil)
+
+func (o *ops) fail(err error) {
+	if o.err == nil {
+		o.err = err
+	}
+}
+
+func (o *ops) R() C.int64_t { return C.int64_t(o.rows) }
+
+func (o *ops) RMSNorm(x engine.Tensor, w engine.Weight, eps float32) engine.Tensor {
+	xt, gw := x.(*act), w.(*gweight)
+	n := gw.ne0
+	if xt.w == n {
+		return &act{C.ggml_mul(o.c, C.ggml_rms_norm(o.c, xt.t, C.float(eps)), gw.t), n}
+	}
+	if xt.w%n != 0 {
+		o.fail(fmt.Errorf("%w: RMSNorm of rows of %d by a weight of %d", engine.ErrShape, xt.w, n))
+		return xt
+	}
+	// Runs of n values (qwen3's heads): rms_norm works along ne0, and the
+	// weight broadcasts over the runs.
+	t := C.ggml_reshape_2d(o.c, xt.t, C.int64_t(n), C.int64_t(xt.w/n)*o.R())
+	t = C.ggml_mul(o.c, C.ggml_rms_norm(o.c, t, C.float(eps)), gw.t)
+	return &act{C.ggml_reshape_2d(o.c, t, C.int64_t(xt.w), o.R()), xt.w}
+}
+
+func (o *ops) Linear(x engine.Tensor, w engine.Weight) engine.Tensor {
+	return o.Linears(x, w)[0]
+}
+
+// Linears multiplies by each fused tensor once and views each part's rows
+// of the product (made contiguous for the ops that reshape them).
+func (o *ops) Linears(x engine.Tensor, ws ...engine.Weight) []engine.Tensor {
+	xt := x.(*act)
+	done := map[tensor]tensor{}
+	out := make([]engine.Tensor, len(ws))
+	for i, w := range ws {
+		gw := w.(*gweight)
+		y, ok := done[gw.t]
+		if !ok {
+			y = C.ggml_mul_mat(o.c, gw.t, xt.t)
+			done[gw.t] = y
+		}
+		if gw.lo == 0 && gw.hi == gw.rows {
+			out[i] = &act{y, gw.rows}
+			continue
+		}
+		n := gw.hi - gw.lo
+		v := C.ggml_view_2d(o.c, y, C.int64_t(n), o.R(), C.size_t(4*gw.rows), C.size_t(4*gw.lo))
+		out[i] = &act{C.ggml_cont(o.c, v), n}
+	}
+	return out
+}
+
+func (o *ops) AddBias(x engine.Tensor, b engine.Weight) engine.Tensor {
+	xt := x.(*act)
+	return &act{C.ggml_add(o.c, xt.t, b.(*gweight).t), xt.w}
+}
+
+func (o *ops) Rope(x engine.Tensor, r engine.Rope) engine.Tensor {
+	xt := x.(*act)
+	var factors tensor
+	if r.Factors != "" {
+		factors = o.s.globals[r.Factors].(*gweight).t
+	}
+	mode := C.int(0)
+	if r.Neox {
+		mode = 2 // GGML_ROPE_TYPE_NEOX
+	}
+	af := r.AttnFactor
+	if af == 0 {
+		af = 1
+	}
+	t := C.ggml_reshape_3d(o.c, xt.t, C.int64_t(r.Dims), C.int64_t(xt.w/r.Dims), o.R())
+	t = C.ggml_rope_ext(o.c, t, o.g.positions, factors, C.int(r.Dims), mode, 0, C.float(r.Base), 1, 0, C.float(af), 32, 1)
+	return &act{C.ggml_reshape_2d(o.c, t, C.int64_t(xt.w), o.R()), xt.w}
+}
+
+// Attention writes each part's new K and V rows into its session's cache
+// and attends over the cache, part by part.
+func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
+	c, g := o.c, o.g
+	if a.Window != 0 || a.Sinks != "" || a.SoftCap != 0 {
+		o.fail(fmt.Errorf("%w: sliding-window, sink or soft-capped attention on the ggml backend", engine.ErrUnsupportedArch))
+		return q
+	}
+	const f4 = 4
+	hd, nh, nkv := a.HeadDim, a.Heads, a.KVHeads
+	scale := a.Scale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(hd)))
+	}
+	qa, ka, va := q.(*act).t, k.(*act).t, v.(*act).t
+	var att tensor
+	for j, pt := range o.parts {
+		n, r0 := C.int64_t(pt.n), C.size_t(pt.row0)
+		kc, vc := pt.p.k[o.li], pt.p.v[o.li]
+		qj := C.ggml_view_3d(c, qa, C.int64_t(hd), C.int64_t(nh), n, C.size_t(hd*f4), C.size_t(hd*nh*f4), r0*C.size_t(hd*nh*f4))
+		kj := C.ggml_view_3d(c, ka, C.int64_t(hd), C.int64_t(nkv), n, C.size_t(hd*f4), C.size_t(hd*nkv*f4), r0*C.size_t(hd*nkv*f4))
+		vj := C.ggml_view_2d(c, va, 1, n*C.int64_t(hd*nkv), f4, r0*C.size_t(hd*nkv*f4))
+		// The new rows go into the cache first (K as rows of
+		// [hd, cap, kvHeads] at their positions; V, transposed, value by
+		// value at vIdx), and attention reads views of what that wrote,
+		// so that ggml orders the writes before the reads.
+		kIdx := C.ggml_view_1d(c, g.positions, n, r0*f4)
+		kSet := C.ggml_set_rows(c, kc, C.ggml_permute(c, kj, 0, 2, 1, 3), kIdx)
+		vFlat := C.ggml_reshape_2d(c, vc, 1, C.int64_t(pt.p.cap*hd*nkv))
+		vSet := C.ggml_set_rows(c, vFlat, vj, g.vIdx[j])
+		C.ggml_build_forward_expand(g.gf, kSet)
+		C.ggml_build_forward_expand(g.gf, vSet)
+		kv := C.int64_t(pt.kvLen)
+		kAll := C.ggml_view_3d(c, kSet, C.int64_t(hd), kv, C.int64_t(nkv),
+			C.size_t(hd*f4), C.size_t(hd*pt.p.cap*f4), 0) // [hd, kvLen, nkv]
+		vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(hd), C.int64_t(nkv),
+			C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*hd*f4), 0) // [kvLen, hd, nkv]
+		// Q made contiguous so that ggml may take llamafile's sgemm
+		// (which wants a contiguous right operand) for K·Q.
+		qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
+		kq := C.ggml_mul_mat(c, kAll, qp)                       // [kvLen, n, nh]
+		kq = C.ggml_soft_max_ext(c, kq, g.masks[j], C.float(scale), 0)
+		kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
+		out := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), n)
+		if att == nil {
+			att = out
+		} else {
+			att = C.ggml_concat(c, att, out, 1)
+		}
+	}
+	return &act{att, hd * nh}
+}
+
+func (o *ops) SwiGLU(gate, up engine.Tensor) engine.Tensor {
+	gt := gate.(*act)
+	return &act{C.ggml_mul(o.c, C.ggml_silu(o.c, gt.t), up.(*act).t), gt.w}
+}
+
+func (o *ops) Add(a, b engine.Tensor) engine.Tensor {
+	at := a.(*act)
+	return &act{C.ggml_add(o.c, at.t, b.(*act).t), at.w}
+}
+
+func (o *ops) GELU(x engine.Tensor) engine.Tensor {
+	o.fail(fmt.Errorf("%w: GELU on the ggml backend", engine.ErrUnsupportedArch))
+	return x
+}
+
+func (o *ops) Scale(x engine.Tensor, _ float32) engine.Tensor {
+	o.fail(fmt.Errorf("%w: Scale on the ggml backend", engine.ErrUnsupportedArch))
+	return x
+}
+
+func (o *ops) MoE(x engine.Tensor, _ engine.MoE) engine.Tensor {
+	o.fail(fmt.Errorf("%w: mixture of experts on the ggml backend", engine.ErrUnsupportedArch))
+	return x
 }

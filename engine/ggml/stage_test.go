@@ -24,6 +24,13 @@ var shapes = map[string]engine.GenConfig{
 	// wide on a 128-wide model.
 	"qwen3": {Arch: "qwen3", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 48, FFN: 256, Vocab: 650, Seed: 15,
 		RopeBase: 1e6, NormEps: 1e-6},
+	// Llama 3.1's rope_freqs.weight.
+	"llama3.1": {Arch: "llama", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, FFN: 320, Vocab: 600, Seed: 16, RopeBase: 500000,
+		NormEps: 1e-5, RopeFreqs: true},
+	// Fused attn_qkv and gate+up, LongRoPE's short factors and attention
+	// factor.
+	"phi3": {Arch: "phi3", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 600, Seed: 17, NormEps: 1e-5,
+		LongRoPE: true},
 }
 
 // kShapes are 256 wide (and FFN a multiple of 256), so that a Q4_K_M file
@@ -33,6 +40,10 @@ var kShapes = map[string]engine.GenConfig{
 	"qwen2":     {Arch: "qwen2", Layers: 3, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 700, Seed: 23, RopeBase: 1e6, NormEps: 1e-6},
 	"qwen3": {Arch: "qwen3", Layers: 3, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 128, FFN: 512, Vocab: 650, Seed: 25,
 		RopeBase: 1e6, NormEps: 1e-6},
+	"llama3.1": {Arch: "llama", Layers: 3, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 600, Seed: 26, RopeBase: 500000,
+		NormEps: 1e-5, RopeFreqs: true},
+	"phi3": {Arch: "phi3", Layers: 3, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 600, Seed: 27, NormEps: 1e-5,
+		LongRoPE: true},
 }
 
 // limits are the relative distances (max |Δ| over max |logit|) allowed
@@ -342,13 +353,12 @@ func TestBadInput(t *testing.T) {
 	if _, err := Open(path, WithRange(1, 5)); !errors.Is(err, engine.ErrRange) {
 		t.Errorf("range beyond the model: %v, want ErrRange", err)
 	}
-	// What the block does not compute is refused, not computed wrongly.
-	phi3 := engine.GenConfig{Arch: "phi3", Layers: 1, Dim: 64, Heads: 4, FFN: 128, Vocab: 600, Seed: 3}
-	ropeFreqs := engine.GenConfig{Arch: "llama", Layers: 1, Dim: 64, Heads: 4, FFN: 128, Vocab: 512, Seed: 3, RopeFreqs: true}
-	for name, c := range map[string]engine.GenConfig{"phi3": phi3, "rope-freqs": ropeFreqs} {
-		if _, err := Open(gen(t, name, c, engine.F32)); !errors.Is(err, engine.ErrUnsupportedArch) {
-			t.Errorf("%s: %v, want ErrUnsupportedArch", name, err)
-		}
+	// LongRoPE's short factors hold within the original context only; a
+	// longer session is refused, as engine.Local refuses it.
+	phi3 := shapes["phi3"]
+	ps := open(t, gen(t, "phi3", phi3, engine.F32))
+	if _, err := ps.NewSession(ps.Info().Context + 1); !errors.Is(err, engine.ErrContextFull) {
+		t.Errorf("phi3 session past the original context: %v, want ErrContextFull", err)
 	}
 	// This build registers no GPU device (Metal is built in on Apple
 	// silicon only), so asking for one is a clear error, not a crash.
