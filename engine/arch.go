@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // This file is the seam between an architecture and the engines that run
@@ -157,10 +158,17 @@ type Layer struct {
 // W is the layer's weight of that name, nil where the file has none.
 func (l *Layer) W(name string) Weight { return l.Weights[name] }
 
-var archs = map[string]*Arch{}
+var (
+	archMu sync.RWMutex
+	archs  = map[string]*Arch{}
+)
 
-// register adds an architecture; each arch_*.go calls it once.
-func register(a *Arch) {
+// Register adds an architecture, under a.Name (general.architecture);
+// each arch_*.go registers its own from init. It panics on a name
+// registered before.
+func Register(a *Arch) {
+	archMu.Lock()
+	defer archMu.Unlock()
 	if archs[a.Name] != nil {
 		panic("engine: architecture " + a.Name + " registered twice")
 	}
@@ -169,7 +177,9 @@ func register(a *Arch) {
 
 // Architecture is the definition of the named architecture.
 func Architecture(name string) (*Arch, error) {
+	archMu.RLock()
 	a := archs[name]
+	archMu.RUnlock()
 	if a == nil {
 		return nil, fmt.Errorf("%w: %q (supported: %s)", ErrUnsupportedArch, name, strings.Join(Architectures(), ", "))
 	}
@@ -178,6 +188,8 @@ func Architecture(name string) (*Arch, error) {
 
 // Architectures are the names of the architectures the engines run, sorted.
 func Architectures() []string {
+	archMu.RLock()
+	defer archMu.RUnlock()
 	var out []string
 	for n := range archs {
 		out = append(out, n)

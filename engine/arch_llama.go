@@ -3,7 +3,7 @@ package engine
 // llama: the pre-norm block that qwen2, qwen3 and phi3 share too (they
 // differ in their tensors and RoPE, not in how a layer computes).
 func init() {
-	register(&Arch{
+	Register(&Arch{
 		Name:    "llama",
 		Globals: ropeFreqsGlobal,
 		Tensors: func(h *HParams, _ int) []TensorSpec { return llamaTensors(h) },

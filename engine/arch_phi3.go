@@ -6,7 +6,7 @@ import "fmt"
 // ffn_up holds gate then up, llama.cpp's LLM_FFN_SWIGLU on one tensor),
 // NEOX RoPE, and LongRoPE in the 128k models and Phi-3.5 mini.
 func init() {
-	register(&Arch{
+	Register(&Arch{
 		Name: "phi3",
 		Read: readPhi3,
 		Globals: func(h *HParams) []TensorSpec {
@@ -59,12 +59,12 @@ func readPhi3(f *File, h *HParams) error {
 	}
 	h.LongRoPE = short
 	var err error
-	if h.SlidingWindow, err = uintKey(f, "phi3.attention.sliding_window", 0); err != nil {
+	if h.SlidingWindow, err = uintKey(f, h.Arch+".attention.sliding_window", 0); err != nil {
 		return err
 	}
 	if h.LongRoPE {
 		// The engine serves the original context (see HParams.LongRoPE).
-		key := "phi3.rope.scaling.original_context_length"
+		key := h.Arch + ".rope.scaling.original_context_length"
 		n, err := uintKey(f, key, h.Context)
 		if err != nil {
 			return err

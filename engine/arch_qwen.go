@@ -4,7 +4,7 @@ package engine
 // qwen3: llama's block with per-head RMSNorms of Q and K before NEOX RoPE,
 // and a head size of its own (attention.key_length).
 func init() {
-	register(&Arch{
+	Register(&Arch{
 		Name:    "qwen2",
 		Read:    func(_ *File, h *HParams) error { h.NeoxRope, h.QKVBias = true, true; return nil },
 		Globals: ropeFreqsGlobal,
@@ -18,7 +18,7 @@ func init() {
 			return preNormBlock(o, l, x, standardRope(l.HP))
 		},
 	})
-	register(&Arch{
+	Register(&Arch{
 		Name:    "qwen3",
 		Read:    func(_ *File, h *HParams) error { h.NeoxRope, h.QKNorm = true, true; return nil },
 		Globals: ropeFreqsGlobal,
