@@ -148,8 +148,8 @@ type Local struct {
 	onorm   []float32
 	out     *matrix
 	tok     *Tokenizer
-	pool   *pool
-	closed bool
+	pool    *pool
+	closed  bool
 }
 
 // Open loads the stage of the GGUF model at path given by the options
