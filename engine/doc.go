@@ -36,6 +36,22 @@
 //     in order, and attention's weighted sum of V is one sequential sum
 //     per output over the positions.
 //
+// # Architectures
+//
+// Each architecture is one Arch (arch.go; arch_llama.go, arch_qwen.go,
+// arch_phi3.go), registered under its general.architecture name: a Read
+// hook for its own metadata, the global and per-layer tensors it reads
+// (TensorSpec: dims, optional, fused), and a Block that computes one layer
+// against Ops (RMSNorm, Linear(s), AddBias, Rope, Attention, SwiGLU, Add).
+// Local implements Ops with this package's kernels over the whole batch
+// of rows (ops.go), keeping the rules above; engine/ggml implements them
+// as graph nodes. To add an architecture, add one arch_NAME.go whose init
+// calls Register, and nothing else; an op neither engine has is added to
+// Ops and to both engines. Ops that issue 33's families will need (MoE,
+// GELU, Scale; sliding-window, sink and soft-capped attention) are
+// declared and fail the step with ErrUnsupportedArch. See
+// docs/architectures.md.
+//
 // # API
 //
 // Open(path, WithRange(lo, hi), WithThreads(n)) loads a *Local stage;

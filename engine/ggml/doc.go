@@ -1,6 +1,9 @@
 // Package ggml is a second engine backend: an engine.Stage that runs a
-// layer range of a llama, qwen2 or qwen3 GGUF through ggml (as vendored by
-// the pinned ollama module and compiled with cgo). Weights, KV caches and each
+// layer range of a GGUF of any architecture package engine defines (llama
+// with or without rope_freqs, qwen2, qwen3, phi3) through ggml (as vendored
+// by the pinned ollama module and compiled with cgo). It builds each
+// layer from the architecture's engine.Arch block, implementing engine.Ops
+// as graph nodes, so an architecture is written once for both engines. Weights, KV caches and each
 // step's graph live in a ggml backend's buffers, so the same code runs on
 // any device ggml has; this build registers the CPU device, and GPU
 // devices come from backend libraries loaded with WithLibDir (untested: no
