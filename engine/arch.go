@@ -224,6 +224,9 @@ func Plan(f *File, prefix string, specs []TensorSpec) ([]TensorLoad, error) {
 			// The run of specs that may share this fused tensor.
 			j, rows := i, 0
 			for j < len(specs) && specs[j].Fused == sp.Fused {
+				if len(specs[j].Dims) != 2 {
+					return nil, fmt.Errorf("%w: %q: only matrices are fused, not dims %v", ErrShape, prefix+specs[j].Name, specs[j].Dims)
+				}
 				rows += specs[j].Dims[1]
 				j++
 			}
