@@ -275,7 +275,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		w.view = routing.NewView()
 		// The real entry's admission queue and the stages' prefix cache
 		// (node/queue.go, node/prefixcache.go); Petals' and Parallax's
-		// clients and servers have neither (ANCHORS.md).
+		// clients and servers have neither (docs/baselines.md).
 		w.eq = newEntryQueue(N)
 		s.prefix = true
 		s.onPrompt = func(q *query) {
@@ -1203,7 +1203,7 @@ func (w *world) lost(q *query) {
 	}
 	if w.policy == "parallax" ||
 		// Petals' replay fails once the session has generated tokens (a
-		// position assertion since v2.0, ANCHORS.md).
+		// position assertion since v2.0, docs/baselines.md).
 		w.policy == "petals" && q.prior+q.decodes > 0 {
 		w.failFor(q, FailNotReplayed)
 		return
