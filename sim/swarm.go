@@ -133,6 +133,10 @@ type SwarmSpec struct {
 	// Now, when set, times the run on the wall clock (events/s); the
 	// simulation itself never reads a clock.
 	Now func() time.Time
+	// ParallaxMaxStates bounds the Parallax allocator's search
+	// (baseline.ParallaxMaxStates; 0: its default), so that a test can
+	// reach its state budget quickly.
+	ParallaxMaxStates int
 }
 
 // SwarmResult is one policy's run on a swarm.
@@ -629,7 +633,11 @@ func (w *world) plan(ctx context.Context, members []int) (layers.LayerMap, error
 	case "petals":
 		return baseline.NewPetals(baseline.PetalsSeed(w.spec.Seed)).Plan(ctx, f)
 	case "parallax":
-		return baseline.NewParallax().Plan(ctx, f)
+		var opts []baseline.ParallaxOption
+		if w.spec.ParallaxMaxStates > 0 {
+			opts = append(opts, baseline.ParallaxMaxStates(w.spec.ParallaxMaxStates))
+		}
+		return baseline.NewParallax(opts...).Plan(ctx, f)
 	}
 	return layers.LayerMap{}, fmt.Errorf("%w: policy %q (known: %s)", ErrScenario, w.policy, strings.Join(Policies, ", "))
 }
