@@ -218,3 +218,29 @@ func nodesLike(h Hardware, n int) []Node {
 	}
 	return out
 }
+
+// The planner's profile charges a MoE layer for its active experts'
+// FLOPs: the same shape with every expert active is compute-bound and
+// far slower at the batch the profile picks.
+func TestProfileChargesActiveExperts(t *testing.T) {
+	m, _ := Model("deepseek-v3:q4_k_m")
+	h := m.HyperParams
+	h.ActiveExperts = h.Experts
+	all, err := NewModelSpec(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.LayerWeightBytes() != m.LayerWeightBytes() {
+		t.Fatalf("same experts, different memory: %v vs %v", all.LayerWeightBytes(), m.LayerWeightBytes())
+	}
+	hw, _ := Device("rtx4090")
+	n := Node{ID: "a", Hardware: hw}
+	p, pAll := NewProfile(m, n, DefaultCostParams()), NewProfile(all, n, DefaultCostParams())
+	if p.MaxLayers != pAll.MaxLayers || p.MaxLayers == 0 {
+		t.Fatalf("capacity %d vs %d", p.MaxLayers, pAll.MaxLayers)
+	}
+	k := p.MaxLayers
+	if r := p.TPS(k, 0) / pAll.TPS(k, 0); r < 3 {
+		t.Errorf("8 of 256 experts active: %.1f tok/s, all active: %.1f tok/s (ratio %.2f, want > 3)", p.TPS(k, 0), pAll.TPS(k, 0), r)
+	}
+}
