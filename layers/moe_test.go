@@ -244,3 +244,44 @@ func TestProfileChargesActiveExperts(t *testing.T) {
 		t.Errorf("8 of 256 experts active: %.1f tok/s, all active: %.1f tok/s (ratio %.2f, want > 3)", p.TPS(k, 0), pAll.TPS(k, 0), r)
 	}
 }
+
+// FuzzModelSpecMoE: any shape is ErrBadSpec or has finite, positive
+// sizes, in which a batch reads no more than the layer holds, more tokens
+// never read less, and tokens touch between k and E experts.
+func FuzzModelSpecMoE(f *testing.F) {
+	f.Add(uint8(61), uint16(7168), uint8(128), uint8(128), uint16(18432), uint16(256), uint8(8), uint16(2048), uint8(1), uint8(3), uint16(512), uint16(1536), uint8(64), uint8(128), uint16(64))
+	f.Add(uint8(94), uint16(4096), uint8(64), uint8(4), uint16(12288), uint16(128), uint8(8), uint16(1536), uint8(0), uint8(0), uint16(0), uint16(0), uint8(0), uint8(0), uint16(7))
+	f.Add(uint8(2), uint16(64), uint8(4), uint8(0), uint16(128), uint16(0), uint8(0), uint16(0), uint8(0), uint8(0), uint16(0), uint16(0), uint8(0), uint8(0), uint16(1))
+	f.Fuzz(func(t *testing.T, layers uint8, hidden uint16, heads, kvHeads uint8, ffn, experts uint16, active uint8, expertFFN uint16,
+		shared, dense uint8, kvr, qr uint16, rope, vdim uint8, b uint16) {
+		m, err := NewModelSpec(HyperParams{Name: "fuzz", Layers: int(layers), Hidden: int(hidden), Heads: int(heads),
+			KVHeads: int(kvHeads), FFN: int(ffn), Vocab: 1000, Experts: int(experts), ActiveExperts: int(active),
+			ExpertFFN: int(expertFFN), SharedExperts: int(shared), DenseLayers: int(dense), KVLoRARank: int(kvr),
+			QLoRARank: int(qr), RopeHeadDim: int(rope), VHeadDim: int(vdim), BytesPerParam: 0.6})
+		if err != nil {
+			if !errors.Is(err, ErrBadSpec) {
+				t.Fatalf("error without ErrBadSpec: %v", err)
+			}
+			return
+		}
+		w := m.LayerWeightBytes()
+		for _, v := range []float64{w, m.KVBytesPerToken(), m.FLOPsPerToken(int(b)), m.TotalParams(), m.ActiveParams()} {
+			if !(v > 0) || math.IsInf(v, 0) {
+				t.Fatalf("size %v in %+v", v, m.HyperParams)
+			}
+		}
+		if m.ActiveParams() > m.TotalParams()*(1+1e-9) {
+			t.Fatalf("active %v above total %v", m.ActiveParams(), m.TotalParams())
+		}
+		r1, rb, rb1 := m.LayerReadBytesBatch(int(b)), m.LayerReadBytesBatch(int(b)+1), m.LayerReadBytesBatch(1)
+		if rb > w*(1+1e-9) || rb1 > r1*(1+1e-9) || r1 > rb*(1+1e-9) {
+			t.Fatalf("reads: b=%d %v, b+1 %v, b=1 %v, layer %v", b, r1, rb, rb1, w)
+		}
+		if m.MoE() && b > 0 {
+			te := m.TouchedExperts(int(b))
+			if te < float64(m.ActiveExperts)*(1-1e-9) || te > float64(m.Experts)*(1+1e-9) {
+				t.Fatalf("TouchedExperts(%d) = %v, k %d, E %d", b, te, m.ActiveExperts, m.Experts)
+			}
+		}
+	})
+}

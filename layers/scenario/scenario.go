@@ -222,6 +222,14 @@ func build(source string, f File) (*Scenario, error) {
 		} else if g.MemoryGiB == 0 || g.MemBandwidthGBs == 0 || g.TFLOPS == 0 {
 			return nil, bad(g.line, field("device"), "missing: name a device or declare memory_gib, mem_bandwidth_gbs and tflops")
 		}
+		if hw.Name == "" {
+			// A declared device is named by its group, so that reports
+			// (per-kind needs) can tell it apart.
+			hw.Name = g.ID
+			if hw.Name == "" {
+				hw.Name = fmt.Sprintf("group%d", gi)
+			}
+		}
 		if g.MemoryGiB != 0 {
 			hw.MemoryBytes = g.MemoryGiB * layers.GiB
 		}
