@@ -235,3 +235,26 @@ func TestRealVocabularyModel(t *testing.T) {
 		t.Errorf("generate --chat: %v", err)
 	}
 }
+
+// TestPlanShowsVolunteersNeeded: plan says how many machines of each kind
+// a mixture of experts needs (Qwen3-30B-A3B at Q4_K_M: 18.3 GB, 0.374 GB
+// a layer and 4.2 MB of cache for one 2,048-token session, so 90% of
+// 9.9 GiB holds 25 of its 48 layers, 24 beside an end: two machines).
+func TestPlanShowsVolunteersNeeded(t *testing.T) {
+	sc := filepath.Join(t.TempDir(), "moe.yaml")
+	body := "name: moe\nmodel: qwen3-30b-a3b:q4_k_m\nnodes:\n" +
+		"  - {device: rtx4090, count: 2}\n  - {id: small, memory_gib: 9.9, mem_bandwidth_gbs: 500, tflops: 50, count: 3}\n"
+	if err := os.WriteFile(sc, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "plan", "--scenario", sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"3.0B parameters active per token", "fewest nodes to hold it once: 1 of these",
+		"rtx4090      have    2   48 layers each  need 1 alone", "small        have    3   25 layers each  need 2 alone"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
+	}
+}
