@@ -214,31 +214,32 @@ func chosen(s []int32, e int32) bool {
 // every product is one row's dot product, as a dense matmul computes it,
 // so a row's bits do not depend on its batch or the thread count.
 func (fw *forward) moeFFN(w *moeWeights, x []float32) {
-	s, h := fw.s, fw.s.hp
+	s, h, sc := fw.s, fw.s.hp, &fw.moe
 	n, d, ne, k, ff := len(fw.rows), h.Dim, h.Experts, h.ExpertsUsed, h.ExpertFFN
-	logits := make([]float32, n*ne)
+	logits := grow(&sc.logits, n*ne)
 	s.matmul(logits, w.router, newAct(fw.xb, n, d))
-	sel, wt := make([]int32, n*k), make([]float32, n*k)
+	sel, wt := grow(&sc.sel, n*k), grow(&sc.wt, n*k)
 	route(logits, n, ne, k, sel, wt)
 
 	// Slots: the (row, rank) pairs grouped by expert, rows in order.
-	count := make([]int, ne+1)
+	count := grow(&sc.count, ne+1)
+	clear(count)
 	for _, e := range sel {
 		count[e+1]++
 	}
 	for e := 1; e <= ne; e++ {
 		count[e] += count[e-1] // count[e] is now expert e's first slot
 	}
-	next := append([]int(nil), count[:ne]...)
-	slot := make([]int, n*k)
-	xe := make([]float32, n*k*d)
+	next := append(grow(&sc.next, ne)[:0], count[:ne]...)
+	slot := grow(&sc.slot, n*k)
+	xe := grow(&sc.xe, n*k*d)
 	for i, e := range sel {
 		slot[i] = next[e]
 		next[e]++
 		r := i / k
 		copy(xe[slot[i]*d:(slot[i]+1)*d], fw.xb[r*d:(r+1)*d])
 	}
-	gate, up, out := make([]float32, n*k*ff), make([]float32, n*k*ff), make([]float32, n*k*d)
+	gate, up, out := grow(&sc.gate, n*k*ff), grow(&sc.up, n*k*ff), grow(&sc.out, n*k*d)
 	var sets []actProducts
 	for e := 0; e < ne; e++ {
 		lo, hi := count[e], count[e+1]
@@ -262,7 +263,7 @@ func (fw *forward) moeFFN(w *moeWeights, x []float32) {
 	}
 	s.matmulSets(sets)
 	// Weigh each expert's output, add them in rank order, then the residual.
-	acc := make([]float32, d)
+	acc := grow(&sc.acc, d)
 	for r := 0; r < n; r++ {
 		for j := 0; j < k; j++ {
 			o, wj := out[slot[r*k+j]*d:(slot[r*k+j]+1)*d], wt[r*k+j]
@@ -283,12 +284,18 @@ func (fw *forward) moeFFN(w *moeWeights, x []float32) {
 	}
 }
 
-// bytes is the weight bytes of one MoE layer's router and experts
-// in memory.
-func (w *moeWeights) bytes() int64 {
-	n := int64(0)
-	for _, m := range w.matrices() {
-		n += m.bytes()
+// moeScratch is moeFFN's scratch, kept across one step's layers.
+type moeScratch struct {
+	logits, wt, xe, gate, up, out, acc []float32
+	sel                                []int32
+	count, next, slot                  []int
+}
+
+// grow returns *s resized to n, reallocating only to grow it.
+func grow[T any](s *[]T, n int) []T {
+	if cap(*s) < n {
+		*s = make([]T, n)
 	}
-	return n
+	*s = (*s)[:n]
+	return *s
 }

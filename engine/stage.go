@@ -590,6 +590,7 @@ type forward struct {
 	xb, q, k, v, att []float32
 	gate, up         []float32
 	cos, sin         []float32 // per row, HeadDim/2 each
+	moe              moeScratch
 }
 
 func newForward(s *Local, rows []rowRef) *forward {
