@@ -289,3 +289,44 @@ func TestMoEErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMoESlice: a slice file of a qwen3moe model's middle layers (as a
+// node fetches one) computes the full file's hidden states bit for bit.
+func TestMoESlice(t *testing.T) {
+	c := testShapes["qwen3moe"]
+	c.Mix = "q4_k_m"
+	c.Dim, c.ExpertFFN = 256, 256
+	path := genModel(t, c)
+	full, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := full.Info().Fingerprint
+	full.Close()
+	middle := func(name string) bool { return strings.HasPrefix(name, "blk.1.") || strings.HasPrefix(name, "blk.2.") }
+	out := writeSlice(t, path, middle, KV{SliceKeyFingerprint, fp}, KV{SliceKeyLo, uint32(1)}, KV{SliceKeyHi, uint32(3)})
+	in := make([]float32, 5*c.Dim)
+	for i := range in {
+		in[i] = float32(i%11)/4 - 1
+	}
+	var got [][]float32
+	for _, open := range []func() (*Local, error){
+		func() (*Local, error) { return Open(out, WithThreads(2)) },
+		func() (*Local, error) { return Open(path, WithRange(1, 3), WithThreads(1)) },
+	} {
+		s, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, _ := s.NewSession(8)
+		o, err := s.Forward(t.Context(), Step{Session: ss, Hidden: in})
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, o.Hidden)
+	}
+	if !sameBits(got[0], got[1]) {
+		t.Fatal("the slice's hidden states differ from the full file's")
+	}
+}
