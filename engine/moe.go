@@ -262,33 +262,36 @@ func (fw *forward) moeFFN(w *moeWeights, x []float32) {
 		sets = append(sets, actProducts{newAct(gate[lo*ff:hi*ff], hi-lo, ff), []product{{out[lo*d : hi*d], w.down[e]}}})
 	}
 	s.matmulSets(sets)
-	// Weigh each expert's output, add them in rank order, then the residual.
-	acc := grow(&sc.acc, d)
-	for r := 0; r < n; r++ {
-		for j := 0; j < k; j++ {
-			o, wj := out[slot[r*k+j]*d:(slot[r*k+j]+1)*d], wt[r*k+j]
-			if j == 0 {
-				for i := range acc {
-					acc[i] = o[i] * wj
+	// Weigh each expert's output, add them in rank order, then the
+	// residual; rows are independent, so they split freely.
+	s.pool.forRange(n, s.pool.grainFor(n, 16), n*k*d, func(r0, r1 int) {
+		acc := make([]float32, d)
+		for r := r0; r < r1; r++ {
+			for j := 0; j < k; j++ {
+				o, wj := out[slot[r*k+j]*d:(slot[r*k+j]+1)*d], wt[r*k+j]
+				if j == 0 {
+					for i := range acc {
+						acc[i] = o[i] * wj
+					}
+					continue
 				}
-				continue
+				for i := range acc {
+					acc[i] += float32(o[i] * wj)
+				}
 			}
-			for i := range acc {
-				acc[i] += float32(o[i] * wj)
+			xr := x[r*d : (r+1)*d]
+			for i := range xr {
+				xr[i] += acc[i]
 			}
 		}
-		xr := x[r*d : (r+1)*d]
-		for i := range xr {
-			xr[i] += acc[i]
-		}
-	}
+	})
 }
 
 // moeScratch is moeFFN's scratch, kept across one step's layers.
 type moeScratch struct {
-	logits, wt, xe, gate, up, out, acc []float32
-	sel                                []int32
-	count, next, slot                  []int
+	logits, wt, xe, gate, up, out []float32
+	sel                           []int32
+	count, next, slot             []int
 }
 
 // grow returns *s resized to n, reallocating only to grow it.
