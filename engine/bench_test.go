@@ -181,9 +181,10 @@ var moeBenchShapes = []struct {
 }
 
 // BenchmarkMoEDecode reports single-session decode tokens/s of the MoE
-// shape and its dense equivalent at 1 and 2 threads, and a batch of 16
+// shape and its dense equivalent at 1 and 2 threads, a batch of 16
 // sessions decoding together (batch=16: tokens/s of all 16), where
-// experts shared between the sessions are read once a step.
+// experts shared between the sessions are read once a step, and a
+// 128-token prefill (prompt tokens/s).
 func BenchmarkMoEDecode(b *testing.B) {
 	for _, sh := range moeBenchShapes {
 		b.Run(sh.name, func(b *testing.B) {
@@ -195,6 +196,7 @@ func BenchmarkMoEDecode(b *testing.B) {
 				b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) { benchDecode(b, path, threads) })
 			}
 			b.Run("batch=16/threads=2", func(b *testing.B) { benchDecodeBatch(b, path, 2, 16) })
+			b.Run("prefill=128/threads=2", func(b *testing.B) { benchPrefill(b, path, 2, 128) })
 		})
 	}
 }
@@ -235,6 +237,33 @@ func benchDecodeBatch(b *testing.B, path string, threads, n int) {
 		}
 		for i := range steps {
 			steps[i].Tokens = []int32{Sample(outs[i].Logits, SamplingParams{}, 0, nil)}
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/time.Since(start).Seconds(), "tok/s")
+	if cpu := cpuSeconds() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(b.N*n)/cpu, "tok/cpu-s")
+	}
+}
+
+// benchPrefill runs an n-token prefill into a fresh session per
+// iteration and reports prompt tokens/s.
+func benchPrefill(b *testing.B, path string, threads, n int) {
+	s, err := Open(path, WithThreads(threads))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	prompt := make([]int32, n)
+	for i := range prompt {
+		prompt[i] = int32(i*37%1000 + 3)
+	}
+	ss, _ := s.NewSession(n)
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuSeconds()
+	for it := 0; it < b.N; it++ {
+		ss.Truncate(0)
+		if _, err := s.Forward(context.Background(), Step{Session: ss, Tokens: prompt}); err != nil {
+			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.N*n)/time.Since(start).Seconds(), "tok/s")
