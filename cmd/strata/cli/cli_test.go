@@ -106,7 +106,21 @@ func TestModelInspect(t *testing.T) {
 			t.Errorf("inspect output of a phi3 file lacks %q:\n%s", want, out)
 		}
 	}
-	// The same file claiming mixture-of-experts.
+	// A qwen3moe file: its experts, and what a token reads of each layer.
+	qmoe := dir + "/qwen3moe.gguf"
+	if _, err := run(t, "model", "gen", "--arch", "qwen3moe", "--experts", "16", "--experts-used", "4", "--expert-ffn", "256",
+		"--out", qmoe, "--dtype", "q4_k_m", "--dim", "256", "--ffn", "768", "--heads", "4", "--layers", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = run(t, "model", "inspect", qmoe); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"architecture qwen3moe", "16 experts, 4 active per token, 0 shared, each 256 wide", "(4 of 16 experts)", "runs on this build: yes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output of a qwen3moe file lacks %q:\n%s", want, out)
+		}
+	}
+	// The dense file claiming 8 experts, without saying how many a token uses.
 	f, fh, err := engine.OpenFile(good)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +152,7 @@ func TestModelInspect(t *testing.T) {
 	if !strings.Contains(out, "runs on this build: no") || !strings.Contains(out, "8 experts") {
 		t.Errorf("inspect of a MoE file:\n%s", out)
 	}
-	if _, err := engine.Open(moe); err == nil || !errors.Is(err, engine.ErrUnsupportedArch) {
+	if _, err := engine.Open(moe); err == nil || !errors.Is(err, engine.ErrCorrupt) {
 		t.Errorf("opening a MoE file: %v", err)
 	}
 }
