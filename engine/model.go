@@ -70,8 +70,14 @@ func (h HParams) QDim() int { return h.Heads * h.HeadDim }
 // Spec returns the hyper-parameters as package layers models them, for
 // weights of the given bytes per parameter.
 func (h HParams) Spec(bytesPerParam float64) (layers.ModelSpec, error) {
-	return layers.NewModelSpec(layers.HyperParams{Name: h.Name, Layers: h.Layers, Hidden: h.Dim,
-		Heads: h.Heads, KVHeads: h.KVHeads, FFN: h.FFN, Vocab: h.Vocab, BytesPerParam: bytesPerParam, KVBytes: 4})
+	hp := layers.HyperParams{Name: h.Name, Layers: h.Layers, Hidden: h.Dim, Heads: h.Heads, KVHeads: h.KVHeads,
+		HeadDim: h.HeadDim, FFN: h.FFN, Vocab: h.Vocab, BytesPerParam: bytesPerParam, KVBytes: 4}
+	if h.MoE() {
+		// Memory counts every expert, compute the used ones (package layers).
+		hp.Experts, hp.ActiveExperts, hp.ExpertFFN = h.Experts, h.ExpertsUsed, h.ExpertFFN
+		hp.SharedExperts, hp.DenseLayers = h.SharedExperts, h.LeadingDense
+	}
+	return layers.NewModelSpec(hp)
 }
 
 var supportedArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true, "phi3": true, "qwen3moe": true}

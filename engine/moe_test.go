@@ -147,6 +147,16 @@ func TestMoEGenerateTypes(t *testing.T) {
 				t.Errorf("%s: read experts %d/%d of width %d, wrote %d/%d of %d", name, hp.ExpertsUsed, hp.Experts, hp.ExpertFFN,
 					c.ExpertsUsed, c.Experts, 256)
 			}
+			// Placement sees every expert's bytes and the used ones' compute.
+			spec, err := hp.Spec(4)
+			if err != nil {
+				t.Fatalf("%s: Spec: %v", name, err)
+			}
+			dense := 3 * float64(hp.Dim) * float64(hp.ExpertFFN)
+			if got := spec.LayerParams() - spec.ActiveLayerParams(); got < float64(hp.Experts-hp.ExpertsUsed)*dense*0.99 {
+				t.Errorf("%s: Spec counts %.0f parameters a layer beyond the active ones; %d unused experts hold %.0f",
+					name, got, hp.Experts-hp.ExpertsUsed, float64(hp.Experts-hp.ExpertsUsed)*dense)
+			}
 			ss, _ := s.NewSession(8)
 			out, err := s.Forward(t.Context(), Step{Session: ss, Tokens: []int32{1, 2, 3}})
 			if err != nil {
