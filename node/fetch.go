@@ -957,10 +957,18 @@ func (f *fetchState) header(ctx context.Context) (*os.File, error) {
 func (f *fetchState) standIn(threads int) (*model, error) {
 	hp := f.shape
 	c := engine.DefaultGenConfig()
-	if hp.Arch == "llama" || hp.Arch == "qwen2" || hp.Arch == "qwen3" || hp.Arch == "phi3" {
+	if hp.Arch == "llama" || hp.Arch == "qwen2" || hp.Arch == "qwen3" || hp.Arch == "phi3" || hp.Arch == "qwen3moe" {
 		c.Arch = hp.Arch
 	}
 	c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN = 2, hp.Dim, hp.Heads, hp.KVHeads, hp.FFN
+	if hp.HeadDim != hp.Dim/hp.Heads {
+		c.HeadDim = hp.HeadDim
+	}
+	if hp.MoE() {
+		// A token's compute is its used experts'; twice that many experts
+		// keep the file small while routing still spreads.
+		c.Experts, c.ExpertsUsed, c.ExpertFFN = min(hp.Experts, 2*hp.ExpertsUsed), hp.ExpertsUsed, hp.ExpertFFN
+	}
 	path := fpFile(f.dir, f.man.Fingerprint, "-standin.gguf")
 	if _, err := os.Stat(path); err != nil {
 		tmp := path + ".tmp"
