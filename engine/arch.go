@@ -56,6 +56,11 @@ type Ops interface {
 	// Add is a + b, element by element (the residual stream).
 	Add(a, b Tensor) Tensor
 
+	// MoE is a mixture-of-experts FFN: each row goes through the TopK
+	// experts its router scores highest, their outputs weighed (Go engine:
+	// moe.go; the ggml backend refuses files with experts).
+	MoE(x Tensor, m MoE) Tensor
+
 	// The operations below are declared for issue 33's families; no
 	// engine implements them yet (a step that uses one fails with
 	// ErrUnsupportedArch).
@@ -64,9 +69,6 @@ type Ops interface {
 	GELU(x Tensor) Tensor
 	// Scale multiplies every value of x by s (gemma's embedding scaling).
 	Scale(x Tensor, s float32) Tensor
-	// MoE is a mixture-of-experts FFN: each row goes through the TopK
-	// experts its router scores highest, their outputs weighed.
-	MoE(x Tensor, m MoE) Tensor
 }
 
 // Rope is one RoPE variant. It is comparable, so that an engine can keep
@@ -104,14 +106,15 @@ type Attn struct {
 	SoftCap float32
 }
 
-// MoE is a mixture-of-experts FFN (declared for issue 33; not implemented).
+// MoE is a mixture-of-experts FFN with a softmax router.
 type MoE struct {
 	Router         Weight // [experts × dim]
 	Gate, Up, Down Weight // experts as 3-D tensors [experts × rows × cols]
 	TopK           int
-	// NormTopK renormalises the chosen experts' weights to sum to 1.
+	// NormTopK renormalises the chosen experts' weights to sum to 1 (the
+	// Go engine runs only this, as qwen3moe and Mixtral need).
 	NormTopK bool
-	// GELU uses gelu(gate)·up instead of silu(gate)·up.
+	// GELU uses gelu(gate)·up instead of silu(gate)·up (not implemented).
 	GELU bool
 }
 
@@ -145,6 +148,10 @@ type Arch struct {
 	Tensors func(h *HParams, layer int) []TensorSpec
 	// Block computes one layer: the residual stream x in, x out.
 	Block func(o Ops, l *Layer, x Tensor) Tensor
+	// Experts: the architecture's FFN may be a mixture of experts
+	// (<arch>.expert_count > 0; HParams.Experts and the like are then
+	// read). Files of the others with experts are refused.
+	Experts bool
 }
 
 // Layer is what a Block sees of its layer.

@@ -1,7 +1,8 @@
 package engine
 
-// llama: the pre-norm block that qwen2, qwen3 and phi3 share too (they
-// differ in their tensors and RoPE, not in how a layer computes).
+// llama: the pre-norm block that qwen2, qwen3, qwen3moe and phi3 share
+// too (they differ in their tensors and RoPE, not in how a layer
+// computes). A llama file with experts is Mixtral's layout.
 func init() {
 	Register(&Arch{
 		Name:    "llama",
@@ -10,23 +11,29 @@ func init() {
 		Block: func(o Ops, l *Layer, x Tensor) Tensor {
 			return preNormBlock(o, l, x, standardRope(l.HP))
 		},
+		Experts: true,
 	})
 }
 
-// llamaTensors are one llama layer's weights.
+// llamaTensors are one llama layer's weights: attention, then a SwiGLU
+// FFN or (a file with experts) a mixture of experts.
 func llamaTensors(h *HParams) []TensorSpec {
 	d, qd, kv := h.Dim, h.QDim(), h.KVDim()
-	return []TensorSpec{
+	ts := []TensorSpec{
 		{Name: "attn_norm.weight", Dims: []int{d}},
 		{Name: "attn_q.weight", Dims: []int{d, qd}},
 		{Name: "attn_k.weight", Dims: []int{d, kv}},
 		{Name: "attn_v.weight", Dims: []int{d, kv}},
 		{Name: "attn_output.weight", Dims: []int{qd, d}},
 		{Name: "ffn_norm.weight", Dims: []int{d}},
-		{Name: "ffn_gate.weight", Dims: []int{d, h.FFN}},
-		{Name: "ffn_up.weight", Dims: []int{d, h.FFN}},
-		{Name: "ffn_down.weight", Dims: []int{h.FFN, d}},
 	}
+	if h.MoE() {
+		return append(ts, moeTensors(h)...)
+	}
+	return append(ts,
+		TensorSpec{Name: "ffn_gate.weight", Dims: []int{d, h.FFN}},
+		TensorSpec{Name: "ffn_up.weight", Dims: []int{d, h.FFN}},
+		TensorSpec{Name: "ffn_down.weight", Dims: []int{h.FFN, d}})
 }
 
 // ropeFreqsGlobal is rope_freqs.weight, which Llama 3.1 and later files
@@ -48,9 +55,10 @@ func standardRope(h *HParams) Rope {
 	return r
 }
 
-// preNormBlock is x + attention(norm(x)), then x + SwiGLU FFN(norm(x)),
-// with Q/K/V biases (qwen2) and per-head Q/K norms (qwen3) where the layer
-// has them.
+// preNormBlock is x + attention(norm(x)), then x + FFN(norm(x)), with
+// Q/K/V biases (qwen2) and per-head Q/K norms (qwen3) where the layer has
+// them; the FFN is SwiGLU, or a mixture of SwiGLU experts where the layer
+// has a router.
 func preNormBlock(o Ops, l *Layer, x Tensor, rope Rope) Tensor {
 	h := l.HP
 	cur := o.RMSNorm(x, l.W("attn_norm.weight"), h.NormEps)
@@ -66,6 +74,10 @@ func preNormBlock(o Ops, l *Layer, x Tensor, rope Rope) Tensor {
 	att := o.Attention(q, k, v, Attn{Heads: h.Heads, KVHeads: h.KVHeads, HeadDim: h.HeadDim})
 	x = o.Add(x, o.Linear(att, l.W("attn_output.weight")))
 	cur = o.RMSNorm(x, l.W("ffn_norm.weight"), h.NormEps)
+	if r := l.W("ffn_gate_inp.weight"); r != nil {
+		return o.Add(x, o.MoE(cur, MoE{Router: r, Gate: l.W("ffn_gate_exps.weight"), Up: l.W("ffn_up_exps.weight"),
+			Down: l.W("ffn_down_exps.weight"), TopK: h.ExpertsUsed, NormTopK: true}))
+	}
 	gu := o.Linears(cur, l.W("ffn_gate.weight"), l.W("ffn_up.weight"))
 	return o.Add(x, o.Linear(o.SwiGLU(gu[0], gu[1]), l.W("ffn_down.weight")))
 }

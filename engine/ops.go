@@ -196,8 +196,3 @@ func (fw *forward) Scale(x Tensor, _ float32) Tensor {
 	fw.fail(fmt.Errorf("%w: Scale on the Go engine", ErrUnsupportedArch))
 	return x
 }
-
-func (fw *forward) MoE(x Tensor, _ MoE) Tensor {
-	fw.fail(fmt.Errorf("%w: mixture of experts on the Go engine", ErrUnsupportedArch))
-	return x
-}

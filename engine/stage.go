@@ -271,8 +271,13 @@ func Load(f *File, opts ...Option) (*Local, error) {
 func (s *Local) interleave() {
 	for _, l := range s.layers {
 		for _, w := range l.Weights {
-			if m, ok := w.(*matrix); ok {
-				m.interleave()
+			switch w := w.(type) {
+			case *matrix:
+				w.interleave()
+			case []*matrix: // experts
+				for _, m := range w {
+					m.interleave()
+				}
 			}
 		}
 	}
@@ -295,6 +300,10 @@ func (s *Local) weightBytes() int64 {
 			switch w := w.(type) {
 			case *matrix:
 				n += w.bytes()
+			case []*matrix:
+				for _, m := range w {
+					n += m.bytes()
+				}
 			case []float32:
 				n += int64(len(w)) * 4
 			}
@@ -526,6 +535,7 @@ type forward struct {
 	li    int // the layer being computed
 	arena arena
 	trigs map[Rope][2][]float32 // per RoPE variant: cos, sin per row
+	moe   *moeScratch
 	err   error
 }
 

@@ -253,6 +253,11 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if hp.MoE() {
+		// Ops.MoE has no graph yet: refused here rather than at the first
+		// step.
+		return nil, fmt.Errorf("%w: %s with %d experts on the ggml backend (mixture of experts runs on the go engine)", engine.ErrUnsupportedArch, hp.Arch, hp.Experts)
+	}
 	arch, err := engine.Architecture(hp.Arch)
 	if err != nil {
 		return nil, err
