@@ -42,13 +42,14 @@
 // arch_phi3.go), registered under its general.architecture name: a Read
 // hook for its own metadata, the global and per-layer tensors it reads
 // (TensorSpec: dims, optional, fused), and a Block that computes one layer
-// against Ops (RMSNorm, Linear(s), AddBias, Rope, Attention, SwiGLU, Add).
+// against Ops (RMSNorm, Linear(s), AddBias, Rope, Attention, SwiGLU, MoE,
+// Add).
 // Local implements Ops with this package's kernels over the whole batch
 // of rows (ops.go), keeping the rules above; engine/ggml implements them
 // as graph nodes. To add an architecture, add one arch_NAME.go whose init
 // calls Register, and nothing else; an op neither engine has is added to
-// Ops and to both engines. Ops that issue 33's families will need (MoE,
-// GELU, Scale; sliding-window, sink and soft-capped attention) are
+// Ops and to both engines. Ops that issue 33's families will need (GELU,
+// Scale; sliding-window, sink and soft-capped attention; MoE on ggml) are
 // declared and fail the step with ErrUnsupportedArch. See
 // docs/architectures.md.
 //

@@ -1,10 +1,11 @@
 // Package ggml is a second engine backend: an engine.Stage that runs a
 // layer range of a GGUF of any architecture package engine defines (llama
-// with or without rope_freqs, qwen2, qwen3, phi3) through ggml (as vendored
-// by the pinned ollama module and compiled with cgo). It builds each
-// layer from the architecture's engine.Arch block, implementing engine.Ops
-// as graph nodes, so an architecture is written once for both engines. Weights, KV caches and each
-// step's graph live in a ggml backend's buffers, so the same code runs on
+// with or without rope_freqs, qwen2, qwen3, phi3; not yet files with
+// experts) through ggml (as vendored by the pinned ollama module and
+// compiled with cgo). It builds each layer from the architecture's
+// engine.Arch block, implementing engine.Ops as graph nodes, so that an
+// architecture is written once for both engines. Weights, KV caches and
+// each step's graph live in a ggml backend's buffers, so the same code runs on
 // any device ggml has; this build registers the CPU device, and GPU
 // devices come from backend libraries loaded with WithLibDir (untested: no
 // GPU here).
