@@ -26,7 +26,10 @@ type GenConfig struct {
 	Seed     uint64
 	DType    DType // type of the 2-D weights; norms and biases stay F32
 	// Mix, "q4_k_m" or "q5_k_m", picks each 2-D weight's type as
-	// llama.cpp does for those file types (DType is then ignored).
+	// llama.cpp does for those file types (DType is then ignored);
+	// "mxfp4_moe" writes the FFN weights in MXFP4 and the rest in Q8_0,
+	// as llama.cpp's MXFP4_MOE does with a MoE model's experts (our dense
+	// FFN standing in for them).
 	Mix  string
 	Tied bool // no output.weight: the head reuses token_embd
 	// HeadDim, when set, is a head size other than Dim/Heads, written as
@@ -103,8 +106,8 @@ func (c GenConfig) validate() error {
 		return bad("ffn", c.FFN)
 	case c.Vocab < minVocab:
 		return bad("vocab", c.Vocab)
-	case c.Mix != "" && c.Mix != "q4_k_m" && c.Mix != "q5_k_m":
-		return fmt.Errorf("%w: generate mix %q (want q4_k_m or q5_k_m)", ErrUnsupportedType, c.Mix)
+	case c.Mix != "" && c.Mix != "q4_k_m" && c.Mix != "q5_k_m" && c.Mix != "mxfp4_moe":
+		return fmt.Errorf("%w: generate mix %q (want q4_k_m, q5_k_m or mxfp4_moe)", ErrUnsupportedType, c.Mix)
 	case c.Mix == "" && !c.DType.Supported():
 		return fmt.Errorf("%w: generate %s", ErrUnsupportedType, c.DType)
 	case c.Mix != "" && (c.Dim%32 != 0 || c.FFN%32 != 0):
@@ -209,7 +212,7 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 	a := c.Arch
 	fileType := fileTypes[c.DType]
 	if c.Mix != "" {
-		fileType = map[string]uint32{"q4_k_m": 15, "q5_k_m": 17}[c.Mix]
+		fileType = map[string]uint32{"q4_k_m": 15, "q5_k_m": 17, "mxfp4_moe": 38}[c.Mix]
 	}
 	ctxLen := c.Context
 	if c.LongRoPE {
@@ -421,7 +424,7 @@ func encodeRow(dst []byte, row []float32, t DType) []byte {
 // fileTypes is general.file_type (llama.cpp's llama_ftype) for a file of
 // one weight type.
 var fileTypes = map[DType]uint32{F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0: 8, Q5_1: 9,
-	Q4_K: 14, Q5_K: 16, Q6_K: 18, IQ4_NL: 25, IQ4_XS: 30, BF16: 32}
+	Q4_K: 14, Q5_K: 16, Q6_K: 18, IQ4_NL: 25, IQ4_XS: 30, BF16: 32, MXFP4: 38}
 
 // mixType is a weight's type in a Q4_K_M or Q5_K_M file, after llama.cpp's
 // llama_tensor_get_type: the head in Q6_K; attn_v and ffn_down in Q6_K on
@@ -430,6 +433,12 @@ var fileTypes = map[DType]uint32{F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0
 // rest in the base K type; and rows that are not whole
 // 256-blocks fall back to Q5_0/Q5_1 (base) or Q8_0 (Q6_K).
 func mixType(mix, name string, layers, cols int) DType {
+	if mix == "mxfp4_moe" {
+		if strings.HasPrefix(name, "blk.") && strings.Contains(name, ".ffn_") {
+			return MXFP4
+		}
+		return Q8_0
+	}
 	base := Q4_K
 	if mix == "q5_k_m" {
 		base = Q5_K

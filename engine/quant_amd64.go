@@ -82,6 +82,11 @@ func dotQ5_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32
 //go:noescape
 func dotIQ4NLRow(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
 
+// dotMXFP4Row takes e8m0HalfTable as tab.
+//
+//go:noescape
+func dotMXFP4Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
 // rowKernel computes one packed row's dot products with activation rows t0
 // to t1 into out[t*stride].
 type rowKernel = func(out []float32, stride int, row []byte, x *act, t0, t1, cols int)
@@ -96,6 +101,7 @@ var avx2RowKernels = map[DType]rowKernel{
 	Q5_0:   row32Kernel(dotQ5_0Row, 22),
 	Q5_1:   row32Kernel(dotQ5_1Row, 24),
 	IQ4_NL: row32Kernel(dotIQ4NLRow, 18),
+	MXFP4:  row32KernelTab(dotMXFP4Row, 17, &e8m0HalfTable[0]),
 }
 
 // avx512RowKernels replace avx2RowKernels where the CPU has AVX-512BW.
@@ -182,6 +188,11 @@ func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, ta
 
 // row32Kernel adapts a 32-element row kernel to activation rows t0 to t1.
 func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int) rowKernel {
+	return row32KernelTab(dot, blockBytes, &f16Table[0])
+}
+
+// row32KernelTab is row32Kernel with the kernel's scale table tab.
+func row32KernelTab(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int, tab *float32) rowKernel {
 	return func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 		nb := cols / 32
 		if nb == 0 {
@@ -194,7 +205,7 @@ func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, ta
 			if x.sums != nil {
 				ms = x.sums[t*nb : (t+1)*nb]
 			}
-			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &ms[0], nb, &f16Table[0])
+			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &ms[0], nb, tab)
 		}
 	}
 }

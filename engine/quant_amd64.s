@@ -505,6 +505,32 @@ iq4nlloop:
 	D32COMBINE
 	ROW32NEXT(18, iq4nlloop)
 
+// mxfp4Grid is kvaluesMXFP4, E2M1 doubled, as VPSHUFB's table.
+DATA mxfp4Grid<>+0(SB)/8, $0x0c08060403020100
+DATA mxfp4Grid<>+8(SB)/8, $0xf4f8fafcfdfeff00
+GLOBL mxfp4Grid<>(SB), RODATA|NOPTR, $16
+
+// func dotMXFP4Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+// As dotIQ4NLRow on MXFP4's grid; the scale is the E8M0 byte at 0(SI),
+// halved through tab (e8m0HalfTable).
+TEXT ·dotMXFP4Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	VBROADCASTI128 mxfp4Grid<>(SB), Y13
+
+mxfp4loop:
+	NIBBLES32(1, Y1)
+	VPSHUFB Y1, Y13, Y1
+	VMOVDQU (DI), Y3
+	SIGNEDDOT(Y1, Y3)
+	BLOCKSUM
+	MOVBLZX    (SI), AX
+	VMOVSS     (R11)(AX*4), X3
+	VMULSS     (R9), X3, X3
+	VCVTSI2SSL DX, X4, X4
+	VMULSS     X4, X3, X3
+	VADDSS     X3, X10, X10
+	ROW32NEXT(17, mxfp4loop)
+
 // func dotQ5_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
 TEXT ·dotQ5_0Row(SB), NOSPLIT, $0-52
 	ROW32PROLOGUE

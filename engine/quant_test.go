@@ -132,7 +132,10 @@ func TestQuantizeRoundTrip(t *testing.T) {
 	// negative level has no positive twin, as in ggml); a wrong layout
 	// gives errors near 1.
 	limit := map[DType]float64{Q4_0: 0.13, Q4_1: 0.07, Q5_0: 0.065, Q5_1: 0.035, IQ4_NL: 0.12,
-		Q4_K: 0.07, Q5_K: 0.035, Q6_K: 0.035, IQ4_XS: 0.13}
+		Q4_K: 0.07, Q5_K: 0.035, Q6_K: 0.035, IQ4_XS: 0.13,
+		// MXFP4's scale leaves values in [6, 8)·2^(e−1) to clip to 6·2^(e-1),
+		// as ggml's does: up to a quarter of max|x|.
+		MXFP4: 0.26}
 	for typ, lim := range limit {
 		var raw []byte
 		raw = encodeRow(raw, x, typ)
@@ -269,6 +272,7 @@ func TestHalfWidthBitsAndMemory(t *testing.T) {
 var halfOffsets = map[DType][]int{
 	Q4_0: {0}, Q4_1: {0, 2}, Q5_0: {0}, Q5_1: {0, 2}, IQ4_NL: {0},
 	Q4_K: {0, 2}, Q5_K: {0, 2}, Q6_K: {208}, IQ4_XS: {0},
+	MXFP4: {}, // its E8M0 scale byte has no non-finite values
 }
 
 // TestPackedKernelsRandomBlocks: the SIMD row kernels give the portable

@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"math"
+	"testing"
+)
+
+// TestMXFP4Scale: the E8M0 half-scale is 2^(e−128) for every byte, the
+// two smallest as subnormals (OCP MX v1.0: E8M0 is 2^(e−127); ggml halves
+// it because its E2M1 grid is doubled).
+func TestMXFP4Scale(t *testing.T) {
+	for e := 0; e < 256; e++ {
+		want := float32(math.Ldexp(1, e-128))
+		if got := e8m0Half(byte(e)); got != want || e8m0HalfTable[e] != want {
+			t.Fatalf("e8m0Half(%d) = %g (table %g), want %g", e, got, e8m0HalfTable[e], want)
+		}
+	}
+}
+
+// TestMXFP4Block: a block whose values are E2M1 values times a power of
+// two (OCP MX v1.0's FP4: ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}) round-trips
+// exactly, its exponent is the one that puts max|x| in [4, 8) grid steps,
+// and the nibbles are in ggml's order (value j low, j+16 high).
+func TestMXFP4Block(t *testing.T) {
+	e2m1 := []float32{0, 0.5, 1, 1.5, 2, 3, 4, 6}
+	x := make([]float32, 32)
+	for i := range x {
+		v := e2m1[i%8] * 0.25 // scale 2^-2: E8M0 byte 125
+		if i >= 16 {
+			v = -v
+		}
+		x[i] = v
+	}
+	b := quantizeBlock(nil, x, MXFP4)
+	if len(b) != 17 {
+		t.Fatalf("block of %d bytes, want 17", len(b))
+	}
+	// max|x| = 1.5 = 6·2^-2: floor(log2 1.5) − 2 + 127 = 125.
+	if b[0] != 125 {
+		t.Errorf("exponent byte %d, want 125", b[0])
+	}
+	// x[1] = 0.125 = E2M1 0.5 (index 1), x[17] = -0.125 (index 9).
+	if b[2] != 1|9<<4 {
+		t.Errorf("byte 1 of the quants %#x, want %#x", b[2], 1|9<<4)
+	}
+	got, err := Dequantize(MXFP4, b, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range x {
+		if got[i] != x[i] {
+			t.Fatalf("value %d: %g, want %g", i, got[i], x[i])
+		}
+	}
+	// An all-zero block has exponent byte 0 and unpacks to zeros.
+	z := quantizeBlock(nil, make([]float32, 32), MXFP4)
+	if z[0] != 0 {
+		t.Errorf("zero block: exponent byte %d", z[0])
+	}
+	if _, err := Dequantize(MXFP4, b[:16], 32); err == nil {
+		t.Error("16 bytes read as a 17-byte block")
+	}
+}
