@@ -93,6 +93,39 @@ func Dequantize(t DType, raw []byte, n int) ([]float32, error) {
 	return out, nil
 }
 
+// Quantize packs x in type t with the engine's own quantizers (those
+// `strata model gen` writes with): F32, F16, BF16, Q8_0 and every packed
+// type. len(x) must be a whole number of t's blocks.
+func Quantize(t DType, x []float32) ([]byte, error) {
+	if !t.Supported() {
+		return nil, fmt.Errorf("%w: quantize to %s", ErrUnsupportedType, t)
+	}
+	if _, ok := rowBytes(t, uint64(len(x))); !ok {
+		return nil, fmt.Errorf("%w: %d values are not whole %s blocks", ErrShape, len(x), t)
+	}
+	return encodeRow(nil, x, t), nil
+}
+
+// DotRow is the engine's dot product of one packed row w (len(x) values
+// of type t) with x, x quantised as a matrix product quantises its
+// activations, computed by the kernel a decode step uses: what checks
+// against other implementations need.
+func DotRow(t DType, w []byte, x []float32) (float32, error) {
+	f := quantFormats[t]
+	if f == nil {
+		return 0, fmt.Errorf("%w: DotRow on %s (packed types only)", ErrUnsupportedType, t)
+	}
+	if need, ok := rowBytes(t, uint64(len(x))); !ok || uint64(len(w)) != need || len(x) == 0 {
+		return 0, fmt.Errorf("%w: %d values of %s in %d bytes", ErrShape, len(x), t, len(w))
+	}
+	m := &matrix{rows: 1, cols: len(x), raw: w, qf: f, typ: t}
+	a := newAct(x, 1, len(x))
+	a.prepare(m)
+	out := make([]float32, 1)
+	matmulPacked(out, m, a, 0, 1)
+	return out[0], nil
+}
+
 // --- 32-element formats, against Q8_0 activations ---
 
 func dequantQ4_0(dst []float32, b []byte) {

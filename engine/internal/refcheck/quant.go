@@ -21,6 +21,28 @@ extern size_t ggml_quantize_chunk(int type, const float * src, void * dst, int64
 static void to_float(int type, const void * x, float * y, int64_t k) {
 	ggml_get_type_traits(type)->to_float(x, y, k);
 }
+
+// As in ggml-cpu.h.
+struct ggml_type_traits_cpu {
+	void (*from_float)(const float * x, void * y, int64_t k);
+	void (*vec_dot)(int n, float * s, size_t bs, const void * x, size_t bx, const void * y, size_t by, int nrc);
+	int vec_dot_type;
+	int64_t nrows;
+};
+extern const struct ggml_type_traits_cpu * ggml_get_type_traits_cpu(int type);
+extern void ggml_cpu_init(void);
+
+// vec_dot is ggml-cpu's dot product of one row x of type with the
+// activations y, quantised first to the type's vec_dot_type into ybuf
+// (as a matrix product does).
+static float vec_dot(int type, int n, const void * x, const float * y, void * ybuf) {
+	ggml_cpu_init();
+	const struct ggml_type_traits_cpu * t = ggml_get_type_traits_cpu(type);
+	ggml_get_type_traits_cpu(t->vec_dot_type)->from_float(y, ybuf, n);
+	float s;
+	t->vec_dot(n, &s, 0, x, 0, ybuf, 0, 1);
+	return s;
+}
 */
 import "C"
 
@@ -54,6 +76,13 @@ func ggmlDequantize(t engine.DType, raw []byte, n int) []float32 {
 	out := make([]float32, n)
 	C.to_float(C.int(t), unsafe.Pointer(&raw[0]), (*C.float)(unsafe.Pointer(&out[0])), C.int64_t(n))
 	return out
+}
+
+// ggmlVecDot is ggml-cpu's dot product of the packed row w (cols values
+// of type t) with x, x quantised as ggml's matrix product quantises it.
+func ggmlVecDot(t engine.DType, w []byte, x []float32) float32 {
+	buf := make([]byte, 2*len(x)+64) // room for any vec_dot_type (Q8_0: 34 bytes per 32)
+	return float32(C.vec_dot(C.int(t), C.int(len(x)), unsafe.Pointer(&w[0]), (*C.float)(unsafe.Pointer(&x[0])), unsafe.Pointer(&buf[0])))
 }
 
 // quantizeModel rewrites the F32 model at src twice: every 2-D weight
