@@ -43,6 +43,14 @@ type GenConfig struct {
 	// have them: Context becomes rope.scaling.original_context_length and
 	// context_length is 32 times it.
 	LongRoPE bool
+	// RopeScaling, "linear" or "yarn" (llama, qwen2 and qwen3), writes
+	// rope.scaling.type, rope.scaling.factor (RopeScalingFactor) and
+	// rope.scaling.original_context_length (RopeOrigContext; 0: Context
+	// divided by the factor), as converted Qwen2.5/Qwen3 files with YaRN
+	// have them.
+	RopeScaling       string
+	RopeScalingFactor float32
+	RopeOrigContext   int
 	// Tokenizer, when set, is the tokenizer metadata to write instead of
 	// the generated vocabulary (see HFTokenizerKVs); Vocab must be its
 	// number of tokens.
@@ -96,6 +104,14 @@ func (c GenConfig) validate() error {
 		return bad("rope-freqs", "only for llama")
 	case c.LongRoPE && c.Arch != "phi3":
 		return bad("long-rope", "only for phi3")
+	case c.RopeScaling != "" && c.RopeScaling != "linear" && c.RopeScaling != "yarn":
+		return bad("rope-scaling (want linear or yarn)", c.RopeScaling)
+	case c.RopeScaling != "" && (c.Arch == "phi3" || c.RopeFreqs):
+		return bad("rope-scaling", "not with phi3 or rope-freqs")
+	case c.RopeScaling != "" && (!(c.RopeScalingFactor > 0) || math.IsInf(float64(c.RopeScalingFactor), 0)):
+		return bad("rope-scaling-factor", c.RopeScalingFactor)
+	case c.RopeOrigContext < 0:
+		return bad("rope-orig-ctx", c.RopeOrigContext)
 	case c.Arch == "phi3" && c.HeadDim*c.Heads != c.Dim:
 		return bad("head-dim (phi3 needs heads × head size = dim)", c.HeadDim)
 	case c.Arch == "phi3" && c.Tokenizer == nil && c.Vocab < minVocab+len(phi3Specials):
@@ -252,6 +268,14 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 			kvs = append(kvs, KV{a + ".rope.scaling.attn_factor",
 				float32(math.Sqrt(1 + math.Log(float64(ctxLen)/float64(c.Context))/math.Log(float64(c.Context))))})
 		}
+	}
+	if c.RopeScaling != "" {
+		orig := c.RopeOrigContext
+		if orig == 0 {
+			orig = max(1, int(float32(c.Context)/c.RopeScalingFactor))
+		}
+		kvs = append(kvs, KV{a + ".rope.scaling.type", c.RopeScaling}, KV{a + ".rope.scaling.factor", c.RopeScalingFactor},
+			KV{a + ".rope.scaling.original_context_length", uint32(orig)})
 	}
 	if c.Tokenizer != nil {
 		kvs = append(kvs, c.Tokenizer...)

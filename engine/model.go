@@ -42,6 +42,17 @@ type HParams struct {
 	// RopeAttnFactor scales RoPE's cos and sin (rope.scaling.attn_factor,
 	// which LongRoPE files set); 1 when absent.
 	RopeAttnFactor float32
+	// RopeScaling is the RoPE scaling applied (rope.scaling.type): "" for
+	// none, "linear" or "yarn". RopeFreqScale is 1/rope.scaling.factor (1
+	// without scaling) and RopeOrigContext YaRN's original context
+	// (rope.scaling.original_context_length; context_length without).
+	RopeScaling     string
+	RopeFreqScale   float32
+	RopeOrigContext int
+	// YaRN's parameters: llama.cpp's rope.scaling.yarn_* keys where the
+	// file has them, else its defaults (ext_factor 1 for yarn and 0 for
+	// linear, attn_factor 1, beta_fast 32, beta_slow 1, log multiplier 0).
+	YarnExtFactor, YarnAttnFactor, YarnBetaFast, YarnBetaSlow, YarnLogMul float32
 	// SlidingWindow is phi3's attention.sliding_window as the file declares it.
 	// It is not applied: llama.cpp disables Phi-3's sliding window too
 	// (ggml-org/llama.cpp#13676), so full attention matches its output.
@@ -81,9 +92,6 @@ func ReadHParams(f *File) (HParams, error) {
 	h := HParams{Arch: arch, NeoxRope: arch != "llama", QKVBias: arch == "qwen2", QKNorm: arch == "qwen3"}
 	if n, err := f.Uint(arch + ".expert_count"); err == nil && n > 0 {
 		return HParams{}, fmt.Errorf("%w: %s with %d experts (mixture of experts is not supported)", ErrUnsupportedArch, arch, n)
-	}
-	if t, err := f.String(arch + ".rope.scaling.type"); err == nil && t != "none" && t != "" {
-		return HParams{}, fmt.Errorf("%w: %s with RoPE scaling %q", ErrUnsupportedArch, arch, t)
 	}
 	h.Name, _ = f.String("general.name")
 	geti := func(key string, dst *int, def int) error {
@@ -150,6 +158,9 @@ func ReadHParams(f *File) (HParams, error) {
 		return bad("rope.scaling.attn_factor", h.RopeAttnFactor)
 	}
 	h.TrainContext = h.Context
+	if err := readRopeScaling(f, &h); err != nil {
+		return HParams{}, err
+	}
 	hd := 0
 	if h.Dim%h.Heads == 0 {
 		hd = h.Dim / h.Heads
@@ -427,4 +438,157 @@ func ReadModelSpec(path string) (layers.ModelSpec, error) {
 	}
 	defer fh.Close()
 	return f.ModelSpec()
+}
+
+// readRopeScaling reads rope.scaling.* into h as llama.cpp reads them
+// (llama_model::load_hparams, llama_context's cparams): a missing type with
+// a factor is linear scaling, as in llama.cpp; YaRN's keys default as there.
+func readRopeScaling(f *File, h *HParams) error {
+	arch := h.Arch
+	key := func(k string) string { return arch + ".rope.scaling." + k }
+	bad := func(k string, v any) error { return fmt.Errorf("%w: key %q = %v", ErrCorrupt, key(k), v) }
+	typ := ""
+	if _, present := f.Get(key("type")); present {
+		t, err := f.String(key("type"))
+		if err != nil {
+			return err
+		}
+		typ = t
+	}
+	factor := float32(0)
+	for _, k := range []string{key("factor"), arch + ".rope.scale_linear"} {
+		if _, present := f.Get(k); present {
+			v, err := f.Float(k)
+			if err != nil {
+				return err
+			}
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("%w: key %q = %v", ErrCorrupt, k, v)
+			}
+			factor = float32(v)
+			break
+		}
+	}
+	switch typ {
+	case "none":
+		typ = ""
+	case "":
+		if factor != 0 && factor != 1 {
+			typ = "linear"
+		}
+	case "linear", "yarn":
+	default:
+		return fmt.Errorf("%w: %s with RoPE scaling %q (supported: none, linear, yarn)", ErrUnsupportedArch, arch, typ)
+	}
+	h.RopeScaling, h.RopeFreqScale, h.RopeOrigContext = typ, 1, h.TrainContext
+	if typ != "" && factor != 0 {
+		h.RopeFreqScale = 1 / factor
+	}
+	getf := func(k string, dst *float32, def float32) error {
+		*dst = def
+		if _, present := f.Get(key(k)); !present {
+			return nil
+		}
+		v, err := f.Float(key(k))
+		if err != nil {
+			return err
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > 1e6 {
+			return bad(k, v)
+		}
+		*dst = float32(v)
+		return nil
+	}
+	ext := float32(0)
+	if typ == "yarn" {
+		ext = 1
+	}
+	for _, e := range []error{
+		getf("yarn_ext_factor", &h.YarnExtFactor, ext),
+		getf("yarn_attn_factor", &h.YarnAttnFactor, 1),
+		getf("yarn_beta_fast", &h.YarnBetaFast, 32),
+		getf("yarn_beta_slow", &h.YarnBetaSlow, 1),
+		getf("yarn_log_multiplier", &h.YarnLogMul, 0),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	if typ == "" {
+		return nil
+	}
+	if _, present := f.Get(key("original_context_length")); present {
+		n, err := f.Uint(key("original_context_length"))
+		if err != nil {
+			return err
+		}
+		if n == 0 || n > 1<<31 {
+			return bad("original_context_length", n)
+		}
+		h.RopeOrigContext = int(n)
+	}
+	if h.YarnExtFactor < 0 {
+		return bad("yarn_ext_factor", h.YarnExtFactor)
+	}
+	return nil
+}
+
+// ropeMScale is the factor RoPE's cos and sin are scaled by after rounding:
+// rope.scaling.attn_factor, and with YaRN its magnitude correction, each
+// float32 step as llama.cpp's cparams and ggml's rope_yarn take it.
+func (h HParams) ropeMScale() float32 {
+	attn := h.YarnAttnFactor
+	if h.RopeScaling == "" {
+		attn = 1
+	}
+	if h.RopeScaling != "" && h.YarnExtFactor != 0 {
+		factor := 1 / h.RopeFreqScale
+		mscale := func(scale, m float32) float32 {
+			if scale <= 1 {
+				return 1
+			}
+			return float32(float32(0.1*m)*logf(scale)) + 1
+		}
+		if h.YarnLogMul != 0 {
+			attn = mscale(factor, 1) / mscale(factor, h.YarnLogMul)
+		} else {
+			attn = mscale(factor, 1)
+		}
+		// llama.cpp cancels the correction that ggml's rope applies below.
+		attn *= 1 / (1 + float32(0.1*logf(factor)))
+	}
+	attn *= h.RopeAttnFactor
+	if h.RopeScaling != "" && h.YarnExtFactor != 0 {
+		attn *= 1 + float32(0.1*logf(1/h.RopeFreqScale))
+	}
+	return attn
+}
+
+// logf is C's logf: the natural log rounded to float32.
+func logf(x float32) float32 { return float32(math.Log(float64(x))) }
+
+// scaleRope applies linear or YaRN scaling to RoPE's inverse frequencies
+// (ropeFreqs' base^(-2i/d)/factor): θ = pos·f·(s·(1−r) + r), s the frequency
+// scale and r YaRN's ramp times ext_factor, which is ggml's rope_yarn
+// theta_interp·(1−r) + theta_extrap·r; the ramp's corner dimensions are
+// ggml_rope_yarn_corr_dims', in float32 as there.
+func scaleRope(h HParams, freqs []float32) {
+	if h.RopeScaling == "" {
+		return
+	}
+	d := float32(h.HeadDim)
+	corr := func(beta float32) float32 {
+		return d * logf(float32(h.RopeOrigContext)/float32(beta*2*float32(math.Pi))) / float32(2*logf(h.RopeBase))
+	}
+	low := max(0, float32(math.Floor(float64(corr(h.YarnBetaFast)))))
+	high := min(d-1, float32(math.Ceil(float64(corr(h.YarnBetaSlow)))))
+	s := float64(h.RopeFreqScale)
+	for i, f := range freqs {
+		r := 0.0
+		if h.YarnExtFactor != 0 {
+			y := (float32(i) - low) / max(0.001, high-low)
+			r = float64(float32((1 - min(1, max(0, y))) * h.YarnExtFactor))
+		}
+		freqs[i] = float32(float64(f) * (s*(1-r) + r))
+	}
 }

@@ -243,6 +243,7 @@ func Load(f *File, opts ...Option) (*Local, error) {
 		}
 	}
 	s.rope = ropeFreqs(hp.RopeBase, hp.HeadDim, factors)
+	scaleRope(hp, s.rope)
 	if s.info.First() {
 		if s.embd, err = l.matrix("token_embd.weight", hp.Vocab, d); err != nil {
 			return nil, err
@@ -589,6 +590,7 @@ func newForward(s *Local, rows []rowRef) *forward {
 	half := h.HeadDim / 2
 	fw.cos = make([]float32, n*half)
 	fw.sin = make([]float32, n*half)
+	m := h.ropeMScale()
 	for r, row := range rows {
 		for i, f := range s.rope {
 			// pos·f is exact in float64 (24-bit × ≤24-bit), so only
@@ -596,7 +598,7 @@ func newForward(s *Local, rows []rowRef) *forward {
 			sn, cs := math.Sincos(float64(row.pos) * float64(f))
 			fw.cos[r*half+i] = float32(cs)
 			fw.sin[r*half+i] = float32(sn)
-			if m := h.RopeAttnFactor; m != 1 && m != 0 {
+			if m != 1 && m != 0 {
 				// As ggml's rope: cos and sin scaled after rounding.
 				fw.cos[r*half+i] *= m
 				fw.sin[r*half+i] *= m

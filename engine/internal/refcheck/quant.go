@@ -88,8 +88,8 @@ func ggmlVecDot(t engine.DType, w []byte, x []float32) float32 {
 // quantizeModel rewrites the F32 model at src twice: every 2-D weight
 // quantised by ggml to the type pick chooses for it (or left F32), and the
 // same quantised weights dequantised back to F32 by ggml, the tight
-// reference for a quantised forward pass.
-func quantizeModel(src, quantPath, dequantPath string, pick func(name string, cols int) engine.DType) error {
+// reference for a quantised forward pass. Keys in extra are added to both.
+func quantizeModel(src, quantPath, dequantPath string, pick func(name string, cols int) engine.DType, extra ...engine.KV) error {
 	f, fh, err := engine.OpenFile(src)
 	if err != nil {
 		return err
@@ -119,10 +119,11 @@ func quantizeModel(src, quantPath, dequantPath string, pick func(name string, co
 		qts = append(qts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: typ, Data: writeBytes(q)})
 		dts = append(dts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: engine.F32, Data: writeBytes(f32Bytes(deq))})
 	}
-	if err := writeFile(quantPath, f.KV, qts); err != nil {
+	kvs := append(append([]engine.KV(nil), f.KV...), extra...)
+	if err := writeFile(quantPath, kvs, qts); err != nil {
 		return err
 	}
-	return writeFile(dequantPath, f.KV, dts)
+	return writeFile(dequantPath, kvs, dts)
 }
 
 func writeBytes(b []byte) func(io.Writer) error {
