@@ -15,6 +15,29 @@ type act struct {
 	kbsums  []int16
 	ks32    []byte // kilExtras: Q4_K's sums of 32
 	ks16    []byte // kilExtras: Q6_K's −32 × sums of 16
+	mxs4    []int32   // mxfp4Extras: per Q8_0 block 12·Σq, four times over
+	mxd4    []float32 // mxfp4Extras: per Q8_0 block its scale, four times over
+}
+
+// mxfp4Extras lays out, for MXFP4's four-row decode kernel, each
+// activation block's 12·Σq (its grid is biased by 12 to be unsigned) and
+// scale four times over, one row of activations, one zero block more.
+func (a *act) mxfp4Extras() {
+	if a.mxs4 != nil || a.n != 1 {
+		return
+	}
+	nb := len(a.d)
+	a.mxs4 = make([]int32, 4*nb+4)
+	a.mxd4 = make([]float32, 4*nb+4)
+	for b := 0; b < nb; b++ {
+		s := int32(0)
+		for _, v := range a.q[32*b : 32*b+32] {
+			s += int32(v)
+		}
+		for r := 0; r < 4; r++ {
+			a.mxs4[4*b+r], a.mxd4[4*b+r] = 12*s, a.d[b]
+		}
+	}
 }
 
 func newAct(f []float32, n, cols int) *act { return &act{f: f[:n*cols], n: n, cols: cols} }
@@ -71,6 +94,9 @@ func (a *act) prepareOn(p *pool, w *matrix) {
 		a.quantized(p)
 		if a.sums == nil {
 			a.sums = q8Sums(a.q, a.d)
+		}
+		if w.typ == MXFP4 && a.n == 1 && packedRowsKernel(MXFP4) != nil {
+			a.mxfp4Extras()
 		}
 	}
 }

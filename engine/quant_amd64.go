@@ -141,9 +141,53 @@ func packedRowsKernel(t DType) func(out []float32, rows []byte, x *act, cols int
 }
 
 // avx512RowsKernels are built once: packedRowsKernel runs per matrix call.
-var avx512RowsKernels = map[DType]func(out []float32, rows []byte, x *act, cols int){
-	Q4_K: kRowsKernel(dotQ4KRows512, 144),
-	Q6_K: kRowsKernel(dotQ6KRows512, 210),
+// MXFP4's needs VBMI and VNNI besides.
+var avx512RowsKernels = func() map[DType]func(out []float32, rows []byte, x *act, cols int) {
+	m := map[DType]func(out []float32, rows []byte, x *act, cols int){
+		Q4_K: kRowsKernel(dotQ4KRows512, 144),
+		Q6_K: kRowsKernel(dotQ6KRows512, 210),
+	}
+	if hasVNNI && hasVBMI {
+		m[MXFP4] = mxfp4Rows
+	}
+	return m
+}()
+
+// hasVBMI: AVX512_VBMI (CPUID.(EAX=7,ECX=0):ECX bit 1), for VPERMB and
+// VPERMT2B, with AVX-512BW.
+var hasVBMI = func() bool {
+	if !hasAVX512BW {
+		return false
+	}
+	_, _, ecx, _ := cpuid(7, 0)
+	return ecx&(1<<1) != 0
+}()
+
+// dotMXFP4Rows512 computes rows (a multiple of 4) consecutive MXFP4 rows
+// against one activation row; xs4 and xd4 are act.mxfp4Extras'.
+//
+//go:noescape
+func dotMXFP4Rows512(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
+
+// mxfp4Rows is MXFP4's many-row decode kernel: four rows at a time by
+// dotMXFP4Rows512, the last one to three by the AVX2 row kernel (the same
+// bits).
+func mxfp4Rows(out []float32, rows []byte, x *act, cols int) {
+	nb := cols / 32
+	if nb == 0 || len(out) == 0 {
+		return
+	}
+	rb := nb * 17
+	_ = rows[len(out)*rb-1]
+	xq, xd := x.q[:cols], x.d[:nb]
+	n4 := len(out) &^ 3
+	if n4 > 0 {
+		xs4, xd4 := x.mxs4[:4*nb+4], x.mxd4[:4*nb+4]
+		dotMXFP4Rows512(&rows[0], rb, &xq[0], &xs4[0], &xd4[0], nb, n4, &out[0])
+	}
+	for r := n4; r < len(out); r++ {
+		out[r] = dotMXFP4Row(&rows[r*rb], &xq[0], &xd[0], &xd[0], nb, &e8m0HalfTable[0])
+	}
 }
 
 // kRowsKernel adapts a many-row kernel to a matrix slice.

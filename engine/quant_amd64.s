@@ -1270,3 +1270,170 @@ DATA q4kMinDup<>+8(SB)/8, $0x0f0f0e0e0d0d0c0c
 DATA q4kMinDup<>+16(SB)/8, $0x0b0b0a0a09090808
 DATA q4kMinDup<>+24(SB)/8, $0x0f0f0e0e0d0d0c0c
 GLOBL q4kMinDup<>(SB), RODATA|NOPTR, $32
+
+// MXFP4 on AVX-512 (VBMI, VNNI): four rows at a time, two blocks per zmm.
+// Each row's block pair (34 bytes, a masked load) is spread by VPERMB into
+// [A's 16 quant bytes twice, B's twice], low nibbles kept in the first and
+// third 128-bit lanes, high ones in the others, and looked up in the grid
+// biased by 12 (0…24, unsigned for VPDPBUSD) against the pair's 64
+// activations; 12·Σx per block (xs4) is taken off after the four rows'
+// sums are reduced together. Each lane of the float part is one row: the
+// scale float32(d·dx) by VSCALEFPS (dx·2^(e−128), rounded once, as the
+// product with the exact power of two is), times float32(sumi), added
+// into that row's sum (X16), block A before B: the portable kernel's
+// operations row by row, so its bits.
+
+// mxfp4Nib is VPERMB's index: lanes 0 and 1 bytes 1…16 (block A's
+// quants), lanes 2 and 3 bytes 18…33 (B's).
+DATA mxfp4Nib<>+0(SB)/8, $0x0807060504030201
+DATA mxfp4Nib<>+8(SB)/8, $0x100f0e0d0c0b0a09
+DATA mxfp4Nib<>+16(SB)/8, $0x0807060504030201
+DATA mxfp4Nib<>+24(SB)/8, $0x100f0e0d0c0b0a09
+DATA mxfp4Nib<>+32(SB)/8, $0x1918171615141312
+DATA mxfp4Nib<>+40(SB)/8, $0x21201f1e1d1c1b1a
+DATA mxfp4Nib<>+48(SB)/8, $0x1918171615141312
+DATA mxfp4Nib<>+56(SB)/8, $0x21201f1e1d1c1b1a
+GLOBL mxfp4Nib<>(SB), RODATA|NOPTR, $64
+
+// mxfp4Shift: 16-bit shift counts, 0 in lanes 0 and 2, 4 in lanes 1 and 3.
+DATA mxfp4Shift<>+0(SB)/8, $0
+DATA mxfp4Shift<>+8(SB)/8, $0
+DATA mxfp4Shift<>+16(SB)/8, $0x0004000400040004
+DATA mxfp4Shift<>+24(SB)/8, $0x0004000400040004
+DATA mxfp4Shift<>+32(SB)/8, $0
+DATA mxfp4Shift<>+40(SB)/8, $0
+DATA mxfp4Shift<>+48(SB)/8, $0x0004000400040004
+DATA mxfp4Shift<>+56(SB)/8, $0x0004000400040004
+GLOBL mxfp4Shift<>(SB), RODATA|NOPTR, $64
+
+// mxfp4GridBiased is kvaluesMXFP4 + 12.
+DATA mxfp4GridBiased<>+0(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4GridBiased<>+8(SB)/8, $0x00040608090a0b0c
+GLOBL mxfp4GridBiased<>(SB), RODATA|NOPTR, $16
+
+// mxfp4E1 gathers two rows' scale bytes (0 and 17 of each, the second row
+// in the second table) as bytes 0, 1 (block A) and 4, 5 (block B);
+// mxfp4E2 merges two such results as [A r0…r3, B r0…r3].
+DATA mxfp4E1<>+0(SB)/8, $0x0000511100004000
+GLOBL mxfp4E1<>(SB), RODATA|NOPTR, $64
+DATA mxfp4E2<>+0(SB)/8, $0x4544050441400100
+GLOBL mxfp4E2<>(SB), RODATA|NOPTR, $64
+
+// MXROW: one row's block pair at ADDR (load mask KW) against the pair's
+// activations in Z24: raw bytes into ZR, the biased quants' dot products
+// with the activations in ZD's 16 int32 lanes (A in the low 256 bits).
+#define MXROW(ADDR, KW, ZR, ZQ, ZD) \
+	VMOVDQU8.Z ADDR, KW, ZR \
+	VPERMB     ZR, Z31, ZQ \
+	VPSRLVW    Z30, ZQ, ZQ \
+	VPANDD     Z29, ZQ, ZQ \
+	VPSHUFB    ZQ, Z28, ZQ \
+	VPXORD     ZD, ZD, ZD \
+	VPDPBUSD   Z24, ZQ, ZD
+
+// MXCOMBINE reduces Z0…Z3 (rows 0…3) to [A r0…r3, B r0…r3] in Y6, takes
+// off 12·Σx (xs4 at R10), and leaves float32(d·dx)·float32(sumi) in Y5
+// (scales from the raw pairs in Z8…Z11, dx4 at R9).
+#define MXCOMBINE \
+	VPUNPCKLDQ    Z1, Z0, Z4 \
+	VPUNPCKHDQ    Z1, Z0, Z5 \
+	VPADDD        Z5, Z4, Z4 \
+	VPUNPCKLDQ    Z3, Z2, Z5 \
+	VPUNPCKHDQ    Z3, Z2, Z6 \
+	VPADDD        Z6, Z5, Z5 \
+	VPUNPCKLQDQ   Z5, Z4, Z6 \
+	VPUNPCKHQDQ   Z5, Z4, Z7 \
+	VPADDD        Z7, Z6, Z6 \
+	VSHUFI32X4    $0xb1, Z6, Z6, Z7 \
+	VPADDD        Z7, Z6, Z6 \
+	VSHUFI32X4    $0x08, Z6, Z6, Z6 \
+	VPSUBD        (R10), Y6, Y6 \
+	VCVTDQ2PS     Y6, Y6 \
+	VPERMT2B      Z9, Z27, Z8 \
+	VPERMT2B      Z11, Z27, Z10 \
+	VPERMT2B      Z10, Z26, Z8 \
+	VPMOVZXBD     X8, Y8 \
+	VPSUBD        Y25, Y8, Y8 \
+	VCVTDQ2PS     Y8, Y8 \
+	VMOVUPS       (R9), Y5 \
+	VSCALEFPS     Y8, Y5, Y5 \
+	VMULPS        Y6, Y5, Y5
+
+// func dotMXFP4Rows512(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
+// rows (a multiple of 4) consecutive MXFP4 rows, rowBytes apart, against
+// one activation row x of nb blocks, into out[0…rows-1]. xs4 and xd4 hold
+// each block's 12·Σx and dx four times over, and one block more (read,
+// unused, after an odd last block).
+TEXT ·dotMXFP4Rows512(SB), NOSPLIT, $0-64
+	MOVQ q+0(FP), R11
+	MOVQ rowBytes+8(FP), BX
+	LEAQ (BX)(BX*2), DX
+	MOVQ out+56(FP), R12
+	MOVQ rows+48(FP), R13
+	VMOVDQU64 mxfp4Nib<>(SB), Z31
+	VMOVDQU64 mxfp4Shift<>(SB), Z30
+	MOVL         $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z29
+	VBROADCASTI32X4 mxfp4GridBiased<>(SB), Z28
+	VMOVDQU64 mxfp4E1<>(SB), Z27
+	VMOVDQU64 mxfp4E2<>(SB), Z26
+	MOVL         $128, AX
+	VPBROADCASTD AX, Y25
+	MOVQ $0x3ffffffff, AX
+	KMOVQ AX, K1
+	MOVQ $0x1ffff, AX
+	KMOVQ AX, K2
+	MOVL $0xffffffff, AX
+	KMOVQ AX, K3
+
+mxgroup:
+	MOVQ   R11, SI
+	MOVQ   x+16(FP), DI
+	MOVQ   xs4+24(FP), R10
+	MOVQ   xd4+32(FP), R9
+	MOVQ   nb+40(FP), CX
+	VPXORD X16, X16, X16
+	SHRQ   $1, CX
+	JZ     mxtail
+
+mxpair:
+	PREFETCHT0 PFD(SI)
+	PREFETCHT0 PFD(SI)(BX*1)
+	PREFETCHT0 PFD(SI)(BX*2)
+	PREFETCHT0 PFD(SI)(DX*1)
+	VMOVDQU64 (DI), Z24
+	MXROW((SI), K1, Z8, Z12, Z0)
+	MXROW((SI)(BX*1), K1, Z9, Z13, Z1)
+	MXROW((SI)(BX*2), K1, Z10, Z14, Z2)
+	MXROW((SI)(DX*1), K1, Z11, Z15, Z3)
+	MXCOMBINE
+	VADDPS       X5, X16, X16
+	VEXTRACTF128 $1, Y5, X5
+	VADDPS       X5, X16, X16
+	ADDQ $34, SI
+	ADDQ $64, DI
+	ADDQ $32, R10
+	ADDQ $32, R9
+	DECQ CX
+	JNZ  mxpair
+
+mxtail:
+	MOVQ  nb+40(FP), AX
+	TESTQ $1, AX
+	JZ    mxdone
+	VMOVDQU8.Z (DI), K3, Z24
+	MXROW((SI), K2, Z8, Z12, Z0)
+	MXROW((SI)(BX*1), K2, Z9, Z13, Z1)
+	MXROW((SI)(BX*2), K2, Z10, Z14, Z2)
+	MXROW((SI)(DX*1), K2, Z11, Z15, Z3)
+	MXCOMBINE
+	VADDPS X5, X16, X16
+
+mxdone:
+	VMOVUPS X16, (R12)
+	ADDQ    $16, R12
+	LEAQ    (R11)(BX*4), R11
+	SUBQ    $4, R13
+	JNZ     mxgroup
+	VZEROUPPER
+	RET

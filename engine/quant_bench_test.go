@@ -187,7 +187,8 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 
 // BenchmarkMXFP4MatVec is one decode-sized MXFP4 matrix-vector product at
 // 1 thread (rows of 2880, gpt-oss's width; 50 MB of blocks, past any
-// cache), with activation quantisation, against a read of as many bytes
+// cache), with activation quantisation, by the SIMD kernel (…/avx2: the
+// AVX2 one where the CPU has the AVX-512 one) and the portable one, against a read of as many bytes
 // from a buffer of that size in the same run, alternating, each one's
 // fastest run kept (the least disturbed on a loaded machine). It reports
 // the product's weight bytes per second and their fraction of the read's.
@@ -209,10 +210,13 @@ func BenchmarkMXFP4MatVec(b *testing.B) {
 		buf[i] = uint64(i)
 	}
 	paths := []string{"simd", "portable"}
+	if packedRowsKernel(MXFP4) != nil {
+		paths = []string{"simd", "avx2", "portable"}
+	}
 	for _, path := range paths {
 		b.Run(path, func(b *testing.B) {
-			useSIMD = path == "simd"
-			defer func() { useSIMD = true }()
+			useSIMD, useAVX512 = path != "portable", path == "simd"
+			defer func() { useSIMD, useAVX512 = true, true }()
 			readBytes := membench.Read(buf, 1)
 			best := [2]time.Duration{time.Hour, time.Hour}
 			for b.Loop() {

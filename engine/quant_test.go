@@ -401,13 +401,13 @@ func simdAndPortable(w *matrix, x []float32, n int) (simd, portable []float32) {
 	return simd, portable
 }
 
-// TestPackedRowsKernelSlices: the many-row decode kernels (Q4_K and Q6_K
-// on AVX-512) give the portable bits on any slice of rows, as the worker
-// pool cuts a matrix, one row, an odd count or the rest, with an odd and
-// an even block count.
+// TestPackedRowsKernelSlices: the many-row decode kernels (Q4_K, Q6_K and
+// MXFP4 on AVX-512) give the portable bits on any slice of rows, as the
+// worker pool cuts a matrix, one row, an odd count or the rest, with an
+// odd and an even block count.
 func TestPackedRowsKernelSlices(t *testing.T) {
 	rng := uint64(9)
-	for _, typ := range []DType{Q4_K, Q6_K} {
+	for _, typ := range []DType{Q4_K, Q6_K, MXFP4} {
 		f := quantFormats[typ]
 		for _, nb := range []int{3, 4} {
 			cols, rows := nb*f.block, 37
