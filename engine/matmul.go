@@ -13,8 +13,8 @@ type act struct {
 	kq      []int8    // Q8_K: values, scales and 16-element sums
 	kd      []float32
 	kbsums  []int16
-	ks32    []byte // kilExtras: Q4_K's sums of 32
-	ks16    []byte // kilExtras: Q6_K's −32 × sums of 16
+	ks32    []byte    // kilExtras: Q4_K's sums of 32
+	ks16    []byte    // kilExtras: Q6_K's −32 × sums of 16
 	mxs4    []int32   // mxfp4Extras: per Q8_0 block 12·Σq, four times over
 	mxd4    []float32 // mxfp4Extras: per Q8_0 block its scale, four times over
 }
