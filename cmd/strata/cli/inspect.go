@@ -52,6 +52,13 @@ func inspectModel(w io.Writer, f *engine.File) {
 			fmt.Fprintf(w, "  LongRoPE: short factors, attention factor %g; context capped at the original %d of %d trained (long factors not supported)\n",
 				hp.RopeAttnFactor, hp.Context, hp.TrainContext)
 		}
+		if hp.RopeScaling != "" {
+			fmt.Fprintf(w, "  RoPE scaling %s: factor %g, original context %d", hp.RopeScaling, 1/hp.RopeFreqScale, hp.RopeOrigContext)
+			if hp.RopeScaling == "yarn" {
+				fmt.Fprintf(w, ", ext_factor %g, beta_fast %g, beta_slow %g", hp.YarnExtFactor, hp.YarnBetaFast, hp.YarnBetaSlow)
+			}
+			fmt.Fprintln(w)
+		}
 		if hp.SlidingWindow > 0 {
 			fmt.Fprintf(w, "  sliding window %d declared, not applied (full attention; llama.cpp runs phi3 without it too)\n", hp.SlidingWindow)
 		}
