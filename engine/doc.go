@@ -95,7 +95,7 @@
 // (hil.go), so that a decode (dot8F16IL) reads one stream of bytes.
 //
 // The other quantised types (quant.go: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
-// Q4_K, Q5_K, Q6_K, IQ4_XS, in llama.cpp's block layouts, so a real Q4_K_M
+// Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4, in llama.cpp's block layouts, so a real Q4_K_M
 // or Q5_K_M file with its row-length fallbacks loads) stay packed in
 // memory. Each product quantises its activations once, to Q8_0 (Q4_1 and
 // Q5_1 also take each block's d·Σq rounded to f16, as ggml's Q8_1 does) or
@@ -130,6 +130,12 @@
 // and its two products in one VMULPS), so the bits are too; the tests run
 // on both paths (useAVX512 switches the AVX2 one back on), and
 // TestPackedKernelsExtremes adds the largest sums and non-finite halves.
+// MXFP4's decode kernel there (with VBMI and VNNI) takes four rows a call,
+// two blocks of each per zmm (VPERMB spreads a block pair's nibbles, the
+// grid biased by 12 for VPDPBUSD and 12·Σx taken off), and keeps one row
+// per float lane, each lane the portable operations in order (the scale
+// by VSCALEFPS, the exact power of two's product rounded once); it
+// prefetches the next four rows as one stream (BenchmarkMXFP4MatVec).
 // The other packed types use AVX2 on such a CPU. BenchmarkPackedKernelPaths
 // and BenchmarkDecodeKernelPaths compare the two paths.
 //

@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"bytes"
+	"context"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -59,5 +62,50 @@ func TestMXFP4Block(t *testing.T) {
 	}
 	if _, err := Dequantize(MXFP4, b[:16], 32); err == nil {
 		t.Error("16 bytes read as a 17-byte block")
+	}
+}
+
+// TestGenMXFP4MoE: the mxfp4_moe mix writes the FFN weights in MXFP4 and
+// the rest in Q8_0 (llama.cpp's MXFP4_MOE file type, 38), and the file
+// runs with finite logits.
+func TestGenMXFP4MoE(t *testing.T) {
+	c := GenConfig{Arch: "llama", Layers: 2, Dim: 64, Heads: 2, FFN: 96, Vocab: 300, Mix: "mxfp4_moe"}
+	b := ropeScalingFile(t, c)
+	f, err := ReadFile(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ft, _ := f.Uint("general.file_type"); ft != 38 {
+		t.Errorf("file_type %d, want 38", ft)
+	}
+	for _, ti := range f.Tensors {
+		want := F32
+		switch {
+		case strings.Contains(ti.Name, ".ffn_") && len(ti.Dims) == 2:
+			want = MXFP4
+		case len(ti.Dims) == 2:
+			want = Q8_0
+		}
+		if ti.Type != want {
+			t.Errorf("%s: %s, want %s", ti.Name, ti.Type, want)
+		}
+	}
+	s, err := openBytes(t, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := s.NewSession(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	out, err := s.Forward(context.Background(), Step{Session: ss, Tokens: []int32{1, 2, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range out.Logits {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("logit %d is %v", i, v)
+		}
 	}
 }

@@ -156,3 +156,4 @@ func TestGenRopeScaling(t *testing.T) {
 		}
 	}
 }
+
