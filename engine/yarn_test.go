@@ -156,4 +156,3 @@ func TestGenRopeScaling(t *testing.T) {
 		}
 	}
 }
-
