@@ -181,6 +181,9 @@ func mxfp4Rows(out []float32, rows []byte, x *act, cols int) {
 	_ = rows[len(out)*rb-1]
 	xq, xd := x.q[:cols], x.d[:nb]
 	n4 := len(out) &^ 3
+	if x.mxs4 == nil {
+		n4 = 0 // not prepared for it (prepareOn): the row kernel alone
+	}
 	if n4 > 0 {
 		xs4, xd4 := x.mxs4[:4*nb+4], x.mxd4[:4*nb+4]
 		dotMXFP4Rows512(&rows[0], rb, &xq[0], &xs4[0], &xd4[0], nb, n4, &out[0])
