@@ -533,15 +533,18 @@ func readRopeScaling(f *File, h *HParams) error {
 	return nil
 }
 
-// ropeMScale is the factor RoPE's cos and sin are scaled by after rounding:
-// rope.scaling.attn_factor, and with YaRN its magnitude correction, each
-// float32 step as llama.cpp's cparams and ggml's rope_yarn take it.
-func (h HParams) ropeMScale() float32 {
-	attn := h.YarnAttnFactor
+// RopeExt is what llama.cpp gives ggml_rope_ext for this model: the
+// original context, frequency scale, YaRN's ext_factor, the attention
+// factor (its cparams.yarn_attn_factor: with YaRN, the magnitude
+// correction divided by the one ggml's rope applies itself, times
+// rope.scaling.attn_factor), beta_fast and beta_slow; each float32 step
+// as llama_context computes it.
+func (h HParams) RopeExt() (origCtx int, freqScale, extFactor, attnFactor, betaFast, betaSlow float32) {
 	if h.RopeScaling == "" {
-		attn = 1
+		return h.Context, 1, 0, h.RopeAttnFactor, 32, 1
 	}
-	if h.RopeScaling != "" && h.YarnExtFactor != 0 {
+	attn := h.YarnAttnFactor
+	if h.YarnExtFactor != 0 {
 		factor := 1 / h.RopeFreqScale
 		mscale := func(scale, m float32) float32 {
 			if scale <= 1 {
@@ -554,12 +557,18 @@ func (h HParams) ropeMScale() float32 {
 		} else {
 			attn = mscale(factor, 1)
 		}
-		// llama.cpp cancels the correction that ggml's rope applies below.
 		attn *= 1 / (1 + float32(0.1*logf(factor)))
 	}
-	attn *= h.RopeAttnFactor
-	if h.RopeScaling != "" && h.YarnExtFactor != 0 {
-		attn *= 1 + float32(0.1*logf(1/h.RopeFreqScale))
+	return h.RopeOrigContext, h.RopeFreqScale, h.YarnExtFactor, attn * h.RopeAttnFactor, h.YarnBetaFast, h.YarnBetaSlow
+}
+
+// ropeMScale is the factor RoPE's cos and sin are scaled by after
+// rounding: RopeExt's attention factor, times 1 + 0.1·ln(1/freq_scale)
+// where YaRN's ext_factor is not 0, as ggml's rope_yarn takes it.
+func (h HParams) ropeMScale() float32 {
+	_, fs, ext, attn, _, _ := h.RopeExt()
+	if ext != 0 {
+		attn *= 1 + float32(0.1*logf(1/fs))
 	}
 	return attn
 }

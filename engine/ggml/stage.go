@@ -259,8 +259,6 @@ func load(f *engine.File, o options) (*Stage, error) {
 		return nil, fmt.Errorf("%w: %s on the ggml backend (it runs llama, qwen2 and qwen3)", engine.ErrUnsupportedArch, hp.Arch)
 	case hp.RopeFactors || hp.LongRoPE:
 		return nil, fmt.Errorf("%w: RoPE frequency factors on the ggml backend", engine.ErrUnsupportedArch)
-	case hp.RopeScaling != "":
-		return nil, fmt.Errorf("%w: %s RoPE scaling on the ggml backend", engine.ErrUnsupportedArch, hp.RopeScaling)
 	}
 	if !o.hasRange {
 		o.lo, o.hi = 0, hp.Layers
@@ -777,12 +775,15 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	// rope rotates each head of t ([heads*hd, rows]), after qwen3's
 	// per-head RMSNorm (rms_norm works along ne0, one head's hd values,
 	// and the [hd] weight broadcasts over heads and rows), as engine does.
+	// Linear or YaRN scaling as llama.cpp gives it to ggml (engine reads it).
+	ropeCtx, ropeScale, ropeExt, ropeAttn, ropeFast, ropeSlow := h.RopeExt()
 	rope := func(t tensor, heads int, norm tensor) tensor {
 		t = C.ggml_reshape_3d(c, t, C.int64_t(hd), C.int64_t(heads), R)
 		if norm != nil {
 			t = C.ggml_mul(c, C.ggml_rms_norm(c, t, eps), norm)
 		}
-		return C.ggml_rope_ext(c, t, g.positions, nil, C.int(hd), mode, 0, C.float(h.RopeBase), 1, 0, 1, 32, 1)
+		return C.ggml_rope_ext(c, t, g.positions, nil, C.int(hd), mode, C.int(ropeCtx), C.float(h.RopeBase),
+			C.float(ropeScale), C.float(ropeExt), C.float(ropeAttn), C.float(ropeFast), C.float(ropeSlow))
 	}
 	for i := range s.layers {
 		w := &s.layers[i]
