@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/swarm/chunks"
 )
 
@@ -22,7 +21,7 @@ func syntheticManifest(t testing.TB, n int) []byte {
 		ChunkSize: chunks.MinChunkSize, Layers: layers}
 	per := (m.FileSize - m.DataOffset) / layers
 	for i := range layers {
-		m.Tensors = append(m.Tensors, chunks.Tensor{Name: fmt.Sprintf("blk.%d.ffn_up.weight", i), Type: engine.DType(0),
+		m.Tensors = append(m.Tensors, chunks.Tensor{Name: fmt.Sprintf("blk.%d.ffn_up.weight", i), Type: 0,
 			Dims: []uint64{uint64(per / 4)}, Offset: m.DataOffset + int64(i)*per, Size: per})
 	}
 	for i := range n {

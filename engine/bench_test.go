@@ -165,3 +165,109 @@ func BenchmarkBatchedDecode(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "tok/s")
 }
+
+// moeBenchShapes: two layers of Qwen3-30B-A3B's shape (128 experts of
+// 768, 8 a token, 32 heads of 128, 4 KV heads) in Q4_K_M, a 4096-token
+// vocabulary so that the layers dominate, and the same attention with a
+// dense FFN of the 8 active experts' width (6144) to compare against.
+var moeBenchShapes = []struct {
+	name string
+	c    GenConfig
+}{
+	{"qwen3-30b-a3b-2layers", GenConfig{Arch: "qwen3moe", Layers: 2, Dim: 2048, Heads: 32, KVHeads: 4, HeadDim: 128, FFN: 6144,
+		Vocab: 4096, Seed: 1, Mix: "q4_k_m", Experts: 128, ExpertsUsed: 8, ExpertFFN: 768}},
+	{"qwen3-dense-active-2layers", GenConfig{Arch: "qwen3", Layers: 2, Dim: 2048, Heads: 32, KVHeads: 4, HeadDim: 128, FFN: 6144,
+		Vocab: 4096, Seed: 1, Mix: "q4_k_m"}},
+}
+
+// BenchmarkMoEDecode reports single-session decode tokens/s of the MoE
+// shape and its dense equivalent at 1 and 2 threads, a batch of 16
+// sessions decoding together (batch=16: tokens/s of all 16), where
+// experts shared between the sessions are read once a step, and a
+// 128-token prefill (prompt tokens/s).
+func BenchmarkMoEDecode(b *testing.B) {
+	for _, sh := range moeBenchShapes {
+		b.Run(sh.name, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "m.gguf")
+			if err := GenerateFile(path, sh.c); err != nil {
+				b.Fatal(err)
+			}
+			for _, threads := range []int{1, 2} {
+				b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) { benchDecode(b, path, threads) })
+			}
+			b.Run("batch=16/threads=2", func(b *testing.B) { benchDecodeBatch(b, path, 2, 16) })
+			b.Run("prefill=128/threads=2", func(b *testing.B) { benchPrefill(b, path, 2, 128) })
+		})
+	}
+}
+
+// benchDecodeBatch decodes n sessions a step together after a 16-token
+// prefill each, and reports tokens/s over all of them.
+func benchDecodeBatch(b *testing.B, path string, threads, n int) {
+	s, err := Open(path, WithThreads(threads))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	steps := make([]Step, n)
+	for i := range steps {
+		ss, _ := s.NewSession(256)
+		prompt := make([]int32, 16)
+		for j := range prompt {
+			prompt[j] = int32((i*131+j*37)%1000 + 3)
+		}
+		if _, err := s.Forward(ctx, Step{Session: ss, Tokens: prompt}); err != nil {
+			b.Fatal(err)
+		}
+		steps[i] = Step{Session: ss, Tokens: []int32{int32(5 + i)}}
+	}
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuSeconds()
+	for it := 0; it < b.N; it++ {
+		for i := range steps {
+			if steps[i].Session.Len() >= 128 {
+				steps[i].Session.Truncate(16)
+			}
+			steps[i].Pos = steps[i].Session.Len()
+		}
+		outs, err := s.ForwardBatch(ctx, steps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range steps {
+			steps[i].Tokens = []int32{Sample(outs[i].Logits, SamplingParams{}, 0, nil)}
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/time.Since(start).Seconds(), "tok/s")
+	if cpu := cpuSeconds() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(b.N*n)/cpu, "tok/cpu-s")
+	}
+}
+
+// benchPrefill runs an n-token prefill into a fresh session per
+// iteration and reports prompt tokens/s.
+func benchPrefill(b *testing.B, path string, threads, n int) {
+	s, err := Open(path, WithThreads(threads))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	prompt := make([]int32, n)
+	for i := range prompt {
+		prompt[i] = int32(i*37%1000 + 3)
+	}
+	ss, _ := s.NewSession(n)
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuSeconds()
+	for it := 0; it < b.N; it++ {
+		ss.Truncate(0)
+		if _, err := s.Forward(context.Background(), Step{Session: ss, Tokens: prompt}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/time.Since(start).Seconds(), "tok/s")
+	if cpu := cpuSeconds() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(b.N*n)/cpu, "tok/cpu-s")
+	}
+}

@@ -35,6 +35,11 @@ var testShapes = map[string]GenConfig{
 	// the row-length fallbacks to Q5_1 and Q8_0.
 	"llama-q4_k_m": {Arch: "llama", Layers: 4, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 320, Seed: 10, Mix: "q4_k_m"},
 	"qwen2-q5_k_m": {Arch: "qwen2", Layers: 4, Dim: 128, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 300, Seed: 11, Mix: "q5_k_m"},
+	// Mixtures of experts (moe.go): qwen3moe, 2 of 8 experts of width 32
+	// beside a declared dense width; Mixtral-style llama, 2 of 4.
+	"qwen3moe": {Arch: "qwen3moe", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 192, Vocab: 300, Seed: 17,
+		Experts: 8, ExpertsUsed: 2, ExpertFFN: 32},
+	"mixtral": {Arch: "llama", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, FFN: 64, Vocab: 300, Seed: 18, Experts: 4, ExpertsUsed: 2},
 }
 
 // TestPackedTypesDeterministic: for every packed type, a two-stage run at

@@ -12,7 +12,7 @@ import (
 
 // GenConfig is the shape of a random-weight model.
 type GenConfig struct {
-	Arch     string // "llama", "qwen2", "qwen3" or "phi3"
+	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe" or "phi3"
 	Name     string // general.name; default "strata-random-<arch>"
 	Layers   int
 	Dim      int // embedding length
@@ -55,6 +55,10 @@ type GenConfig struct {
 	// the generated vocabulary (see HFTokenizerKVs); Vocab must be its
 	// number of tokens.
 	Tokenizer []KV
+	// Experts > 0 writes a mixture of experts (qwen3moe, or llama as
+	// Mixtral): ExpertsUsed of Experts experts per token, each ExpertFFN
+	// wide (llama: FFN); see gen_moe.go.
+	Experts, ExpertsUsed, ExpertFFN int
 }
 
 // DefaultGenConfig is a tiny llama that tests run in milliseconds.
@@ -94,8 +98,8 @@ func (c GenConfig) withDefaults() GenConfig {
 func (c GenConfig) validate() error {
 	bad := func(f string, v any) error { return fmt.Errorf("%w: generate %s: %s = %v", ErrShape, c.Arch, f, v) }
 	switch {
-	case c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "qwen3" && c.Arch != "phi3":
-		return fmt.Errorf("%w: %q (want llama, qwen2, qwen3 or phi3)", ErrUnsupportedArch, c.Arch)
+	case c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "qwen3" && c.Arch != "qwen3moe" && c.Arch != "phi3":
+		return fmt.Errorf("%w: %q (want llama, qwen2, qwen3, qwen3moe or phi3)", ErrUnsupportedArch, c.Arch)
 	case c.Layers <= 0:
 		return bad("layers", c.Layers)
 	case c.Heads <= 0 || c.Dim <= 0 || c.HeadDim <= 0 || c.HeadDim%2 != 0:
@@ -131,7 +135,7 @@ func (c GenConfig) validate() error {
 	case c.Mix == "" && (c.Dim%dtypes[c.DType].block != 0 || c.FFN%dtypes[c.DType].block != 0):
 		return bad(fmt.Sprintf("dim/ffn (%s needs multiples of %d)", c.DType, dtypes[c.DType].block), fmt.Sprintf("%d/%d", c.Dim, c.FFN))
 	}
-	return nil
+	return c.validateMoE()
 }
 
 // GenerateFile writes a random-weight model to path.
@@ -277,6 +281,7 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		kvs = append(kvs, KV{a + ".rope.scaling.type", c.RopeScaling}, KV{a + ".rope.scaling.factor", c.RopeScalingFactor},
 			KV{a + ".rope.scaling.original_context_length", uint32(orig)})
 	}
+	kvs = append(kvs, c.moeKVs()...)
 	if c.Tokenizer != nil {
 		kvs = append(kvs, c.Tokenizer...)
 	} else {
@@ -291,9 +296,16 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 	mat := func(name string, cols, rows uint64, scale float32) {
 		t := c.DType
 		if c.Mix != "" {
-			t = mixType(c.Mix, name, c.Layers, int(cols))
+			t = mixType(c.Mix, name, c.Layers, int(cols), c.Experts)
 		}
 		ts = append(ts, randTensor(name, []uint64{cols, rows}, t, c.Seed, scale, 0))
+	}
+	mat3 := func(name string, cols, rows, n uint64, scale float32) {
+		t := c.DType
+		if c.Mix != "" {
+			t = mixType(c.Mix, name, c.Layers, int(cols), c.Experts)
+		}
+		ts = append(ts, randTensor(name, []uint64{cols, rows, n}, t, c.Seed, scale, 0))
 	}
 	vec := func(name string, n uint64, scale, bias float32) {
 		ts = append(ts, randTensor(name, []uint64{n}, F32, c.Seed, scale, bias))
@@ -326,7 +338,7 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 			mat(p+"attn_k.weight", d, uint64(kvDim), s)
 			mat(p+"attn_v.weight", d, uint64(kvDim), s)
 		}
-		if a == "qwen3" {
+		if a == "qwen3" || a == "qwen3moe" {
 			vec(p+"attn_q_norm.weight", uint64(headDim), 0.2, 1)
 			vec(p+"attn_k_norm.weight", uint64(headDim), 0.2, 1)
 		}
@@ -337,6 +349,10 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		}
 		mat(p+"attn_output.weight", uint64(qDim), d, s)
 		vec(p+"ffn_norm.weight", d, 0.2, 1)
+		if c.Experts > 0 {
+			c.moeTensors(p, func(t WriteTensor) { ts = append(ts, t) }, mat3)
+			continue
+		}
 		if a == "phi3" {
 			mat(p+"ffn_up.weight", d, 2*f, s) // gate rows, then up rows
 		} else {
@@ -456,9 +472,13 @@ var fileTypes = map[DType]uint32{F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0
 // (use_more_bits), phi3's fused attn_qkv one K type up (Q5_K, Q6_K), the
 // rest in the base K type; and rows that are not whole
 // 256-blocks fall back to Q5_0/Q5_1 (base) or Q8_0 (Q6_K).
-func mixType(mix, name string, layers, cols int) DType {
+// In a file with 8 experts (Mixtral), attn_v and attn_k are Q8_0 and a
+// Q4_K_M file's attn_output Q5_K; ffn_down_exps follows ffn_down's rule.
+// mxfp4_moe is llama.cpp's MXFP4_MOE: the experts in MXFP4, the rest in
+// Q8_0; in a file without experts, the FFN weights stand in for them.
+func mixType(mix, name string, layers, cols, experts int) DType {
 	if mix == "mxfp4_moe" {
-		if strings.HasPrefix(name, "blk.") && strings.Contains(name, ".ffn_") {
+		if strings.HasPrefix(name, "blk.") && (strings.Contains(name, "_exps.") || experts == 0 && strings.Contains(name, ".ffn_")) {
 			return MXFP4
 		}
 		return Q8_0
@@ -478,7 +498,11 @@ func mixType(mix, name string, layers, cols int) DType {
 		if mix == "q5_k_m" {
 			t = Q6_K
 		}
-	case strings.Contains(name, "attn_v.weight") || strings.Contains(name, "ffn_down.weight"):
+	case experts == 8 && (strings.Contains(name, "attn_v.weight") || strings.Contains(name, "attn_k.weight")):
+		t = Q8_0
+	case experts == 8 && mix == "q4_k_m" && strings.Contains(name, "attn_output.weight"):
+		t = Q5_K
+	case strings.Contains(name, "attn_v.weight") || strings.Contains(name, "ffn_down"):
 		if _, err := fmt.Sscanf(name, "blk.%d.", &l); err == nil &&
 			(l < layers/8 || l >= 7*layers/8 || (l-layers/8)%3 == 2) {
 			t = Q6_K

@@ -120,24 +120,40 @@ type product struct {
 // Each chunk is rows of one matrix, so every output is still computed as
 // matmul alone computes it.
 func (s *Local) matmuls(x *act, ps ...product) {
+	s.matmulSets([]actProducts{{x, ps}})
+}
+
+// actProducts are products of one batch of activations.
+type actProducts struct {
+	x  *act
+	ps []product
+}
+
+// matmulSets is matmuls over several batches of activations at once (a
+// mixture of experts' experts, each with its own rows) in one pool loop.
+func (s *Local) matmulSets(sets []actProducts) {
 	type chunk struct {
-		p      int
+		set, p int
 		lo, hi int // 8-row blocks
 	}
 	var chunks []chunk
 	work := 0
-	for i, p := range ps {
-		x.prepareOn(s.pool, p.w)
-		blocks := (p.w.rows + rowBlock - 1) / rowBlock
-		grain := s.pool.matmulGrain(blocks, int(p.w.bytes())*x.n)
-		for lo := 0; lo < blocks; lo += grain {
-			chunks = append(chunks, chunk{i, lo, min(lo+grain, blocks)})
+	for si, set := range sets {
+		x := set.x
+		for i, p := range set.ps {
+			x.prepareOn(s.pool, p.w)
+			blocks := (p.w.rows + rowBlock - 1) / rowBlock
+			grain := s.pool.matmulGrain(blocks, int(p.w.bytes())*x.n)
+			for lo := 0; lo < blocks; lo += grain {
+				chunks = append(chunks, chunk{si, i, lo, min(lo+grain, blocks)})
+			}
+			work += p.w.rows * p.w.cols * x.n
 		}
-		work += p.w.rows * p.w.cols * x.n
 	}
 	s.pool.forRange(len(chunks), 1, work, func(lo, hi int) {
 		for _, c := range chunks[lo:hi] {
-			out, w := ps[c.p].out, ps[c.p].w
+			x := sets[c.set].x
+			out, w := sets[c.set].ps[c.p].out, sets[c.set].ps[c.p].w
 			r0, r1 := c.lo*rowBlock, min(c.hi*rowBlock, w.rows)
 			switch {
 			case w.f != nil:

@@ -57,7 +57,19 @@ type HParams struct {
 	// It is not applied: llama.cpp disables Phi-3's sliding window too
 	// (ggml-org/llama.cpp#13676), so full attention matches its output.
 	SlidingWindow int
+	// Experts > 0 makes every layer's FFN a mixture of experts (qwen3moe,
+	// and llama files with experts, as Mixtral's): a router picks
+	// ExpertsUsed of Experts SwiGLU experts of width ExpertFFN per token
+	// (moe.go). FFN is then feed_forward_length as the file declares it.
+	Experts, ExpertsUsed, ExpertFFN int
+	// SharedExperts (of width SharedFFN) and LeadingDense layers are read
+	// for the families that have them (deepseek2, qwen2moe), so that such
+	// files are refused by name; no supported architecture runs them yet.
+	SharedExperts, SharedFFN, LeadingDense int
 }
+
+// MoE reports whether the model's FFNs are mixtures of experts.
+func (h HParams) MoE() bool { return h.Experts > 0 }
 
 // KVDim is the width of one token's K (or V) in one layer.
 func (h HParams) KVDim() int { return h.KVHeads * h.HeadDim }
@@ -69,11 +81,17 @@ func (h HParams) QDim() int { return h.Heads * h.HeadDim }
 // Spec returns the hyper-parameters as package layers models them, for
 // weights of the given bytes per parameter.
 func (h HParams) Spec(bytesPerParam float64) (layers.ModelSpec, error) {
-	return layers.NewModelSpec(layers.HyperParams{Name: h.Name, Layers: h.Layers, Hidden: h.Dim,
-		Heads: h.Heads, KVHeads: h.KVHeads, FFN: h.FFN, Vocab: h.Vocab, BytesPerParam: bytesPerParam, KVBytes: 4})
+	hp := layers.HyperParams{Name: h.Name, Layers: h.Layers, Hidden: h.Dim, Heads: h.Heads, KVHeads: h.KVHeads,
+		HeadDim: h.HeadDim, FFN: h.FFN, Vocab: h.Vocab, BytesPerParam: bytesPerParam, KVBytes: 4}
+	if h.MoE() {
+		// Memory counts every expert, compute the used ones (package layers).
+		hp.Experts, hp.ActiveExperts, hp.ExpertFFN = h.Experts, h.ExpertsUsed, h.ExpertFFN
+		hp.SharedExperts, hp.DenseLayers = h.SharedExperts, h.LeadingDense
+	}
+	return layers.NewModelSpec(hp)
 }
 
-var supportedArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true, "phi3": true}
+var supportedArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true, "phi3": true, "qwen3moe": true}
 
 // ReadHParams reads and checks the hyper-parameters of f.
 func ReadHParams(f *File) (HParams, error) {
@@ -87,12 +105,9 @@ func ReadHParams(f *File) (HParams, error) {
 		return HParams{}, err
 	}
 	if !supportedArchs[arch] {
-		return HParams{}, fmt.Errorf("%w: %q (supported: llama, qwen2, qwen3, phi3)", ErrUnsupportedArch, arch)
+		return HParams{}, fmt.Errorf("%w: %q (supported: llama, qwen2, qwen3, qwen3moe, phi3)", ErrUnsupportedArch, arch)
 	}
-	h := HParams{Arch: arch, NeoxRope: arch != "llama", QKVBias: arch == "qwen2", QKNorm: arch == "qwen3"}
-	if n, err := f.Uint(arch + ".expert_count"); err == nil && n > 0 {
-		return HParams{}, fmt.Errorf("%w: %s with %d experts (mixture of experts is not supported)", ErrUnsupportedArch, arch, n)
-	}
+	h := HParams{Arch: arch, NeoxRope: arch != "llama", QKVBias: arch == "qwen2", QKNorm: arch == "qwen3" || arch == "qwen3moe"}
 	h.Name, _ = f.String("general.name")
 	geti := func(key string, dst *int, def int) error {
 		n, err := f.Uint(arch + "." + key)
@@ -119,11 +134,24 @@ func ReadHParams(f *File) (HParams, error) {
 		*dst = float32(v)
 		return nil
 	}
+	if err := geti("expert_count", &h.Experts, 0); err != nil {
+		return HParams{}, err
+	}
+	ffnDef := -1
+	if h.MoE() {
+		// qwen3moe files may leave the dense width out.
+		if err := geti("expert_feed_forward_length", &h.ExpertFFN, 0); err != nil {
+			return HParams{}, err
+		}
+		if h.ExpertFFN > 0 {
+			ffnDef = h.ExpertFFN
+		}
+	}
 	for _, e := range []error{
 		geti("block_count", &h.Layers, -1),
 		geti("embedding_length", &h.Dim, -1),
 		geti("attention.head_count", &h.Heads, -1),
-		geti("feed_forward_length", &h.FFN, -1),
+		geti("feed_forward_length", &h.FFN, ffnDef),
 		geti("context_length", &h.Context, 2048),
 		getf("rope.freq_base", &h.RopeBase, 10000),
 		getf("attention.layer_norm_rms_epsilon", &h.NormEps, 1e-5),
@@ -156,6 +184,9 @@ func ReadHParams(f *File) (HParams, error) {
 		return bad("attention.layer_norm_rms_epsilon", h.NormEps)
 	case !(h.RopeAttnFactor > 0) || h.RopeAttnFactor > 1e3:
 		return bad("rope.scaling.attn_factor", h.RopeAttnFactor)
+	}
+	if err := readExperts(f, &h, geti); err != nil {
+		return HParams{}, err
 	}
 	h.TrainContext = h.Context
 	if err := readRopeScaling(f, &h); err != nil {
@@ -354,6 +385,12 @@ func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
 	if err != nil {
 		return nil, err
 	}
+	return matrixFromBytes(t, b, rows, cols)
+}
+
+// matrixFromBytes is the rows×cols matrix stored in b as tensor t stores
+// it (b may be one expert's part of a 3-D tensor).
+func matrixFromBytes(t *TensorInfo, b []byte, rows, cols int) (*matrix, error) {
 	m := &matrix{rows: rows, cols: cols}
 	n := rows * cols
 	if i, ok := dtypes[t.Type]; !ok || cols%i.block != 0 {

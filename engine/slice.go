@@ -4,7 +4,7 @@ import "fmt"
 
 // A slice is a GGUF file that holds only some layers of a model: the full
 // file's metadata and tensor table entries for layers [lo, hi) (and the
-// embedding or head where that range needs them), as swarm/chunks writes
+// embedding or head where that range needs them), as engine/slicefile writes
 // it from chunks fetched from peers. These keys mark it. A stage opened
 // from a slice reports the full model's fingerprint, so that it joins the
 // swarm of that model, and may only load a range inside the slice's.

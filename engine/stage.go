@@ -139,6 +139,7 @@ type layerWeights struct {
 	bq, bk, bv        []float32
 	qNorm, kNorm      []float32 // per-head RMSNorm weights (qwen3)
 	wGate, wUp, wDown *matrix
+	moe               *moeWeights // instead of wGate, wUp and wDown (moe.go)
 }
 
 // Local is a stage that really computes its layers.
@@ -256,7 +257,6 @@ func Load(f *File, opts ...Option) (*Local, error) {
 			func() (e error) { w.attnNorm, e = l.vector(p+"attn_norm.weight", d); return },
 			func() (e error) { w.wo, e = l.matrix(p+"attn_output.weight", d, qd); return },
 			func() (e error) { w.ffnNorm, e = l.vector(p+"ffn_norm.weight", d); return },
-			func() (e error) { w.wDown, e = l.matrix(p+"ffn_down.weight", d, hp.FFN); return },
 		}
 		if _, fused := f.Tensor(p + "attn_qkv.weight"); fused {
 			// phi3: Q, K and V rows in one tensor, in that order.
@@ -273,7 +273,10 @@ func Load(f *File, opts ...Option) (*Local, error) {
 				func() (e error) { w.wk, e = l.matrix(p+"attn_k.weight", kv, d); return },
 				func() (e error) { w.wv, e = l.matrix(p+"attn_v.weight", kv, d); return })
 		}
-		if hp.Arch == "phi3" {
+		switch {
+		case hp.MoE():
+			steps = append(steps, func() (e error) { w.moe, e = l.loadMoE(p, hp); return })
+		case hp.Arch == "phi3":
 			// phi3: ffn_up holds the gate's rows, then the up rows
 			// (llama.cpp's LLM_FFN_SWIGLU on one tensor).
 			steps = append(steps, func() error {
@@ -282,11 +285,12 @@ func Load(f *File, opts ...Option) (*Local, error) {
 					w.wGate, w.wUp = m.rowsView(0, hp.FFN), m.rowsView(hp.FFN, 2*hp.FFN)
 				}
 				return e
-			})
-		} else {
+			}, func() (e error) { w.wDown, e = l.matrix(p+"ffn_down.weight", d, hp.FFN); return })
+		default:
 			steps = append(steps,
 				func() (e error) { w.wGate, e = l.matrix(p+"ffn_gate.weight", hp.FFN, d); return },
-				func() (e error) { w.wUp, e = l.matrix(p+"ffn_up.weight", hp.FFN, d); return })
+				func() (e error) { w.wUp, e = l.matrix(p+"ffn_up.weight", hp.FFN, d); return },
+				func() (e error) { w.wDown, e = l.matrix(p+"ffn_down.weight", d, hp.FFN); return })
 		}
 		if hp.QKVBias {
 			steps = append(steps,
@@ -332,7 +336,7 @@ func Load(f *File, opts ...Option) (*Local, error) {
 // time, stays as it is, and so does a head tied to it.
 func (s *Local) interleave() {
 	for _, w := range s.layers {
-		for _, m := range []*matrix{w.wq, w.wk, w.wv, w.wo, w.wGate, w.wUp, w.wDown} {
+		for _, m := range w.matrices() {
 			m.interleave()
 		}
 	}
@@ -351,12 +355,21 @@ func (s *Local) weightBytes() int64 {
 	}
 	n += int64(len(s.onorm)) * 4
 	for _, w := range s.layers {
-		for _, m := range []*matrix{w.wq, w.wk, w.wv, w.wo, w.wGate, w.wUp, w.wDown} {
+		for _, m := range w.matrices() {
 			n += m.bytes()
 		}
 		n += int64(len(w.attnNorm)+len(w.ffnNorm)+len(w.bq)+len(w.bk)+len(w.bv)) * 4
 	}
 	return n
+}
+
+// matrices are the layer's weight matrices.
+func (w *layerWeights) matrices() []*matrix {
+	ms := []*matrix{w.wq, w.wk, w.wv, w.wo}
+	if w.moe != nil {
+		return append(ms, w.moe.matrices()...)
+	}
+	return append(ms, w.wGate, w.wUp, w.wDown)
 }
 
 // Info describes the stage.
@@ -578,6 +591,7 @@ type forward struct {
 	xb, q, k, v, att []float32
 	gate, up         []float32
 	cos, sin         []float32 // per row, HeadDim/2 each
+	moe              moeScratch
 }
 
 func newForward(s *Local, rows []rowRef) *forward {
@@ -586,7 +600,10 @@ func newForward(s *Local, rows []rowRef) *forward {
 	fw := &forward{s: s, rows: rows,
 		xb: make([]float32, n*h.Dim), q: make([]float32, n*h.QDim()), att: make([]float32, n*h.QDim()),
 		k: make([]float32, n*h.KVDim()), v: make([]float32, n*h.KVDim()),
-		gate: make([]float32, n*h.FFN), up: make([]float32, n*h.FFN)}
+	}
+	if !h.MoE() {
+		fw.gate, fw.up = make([]float32, n*h.FFN), make([]float32, n*h.FFN)
+	}
 	half := h.HeadDim / 2
 	fw.cos = make([]float32, n*half)
 	fw.sin = make([]float32, n*half)
@@ -664,6 +681,10 @@ func (fw *forward) layer(li int, x []float32) {
 	addTo(x, o)
 	for r := 0; r < n; r++ {
 		rmsNorm(fw.xb[r*d:(r+1)*d], x[r*d:(r+1)*d], w.ffnNorm, h.NormEps)
+	}
+	if w.moe != nil {
+		fw.moeFFN(w.moe, x)
+		return
 	}
 	a = newAct(fw.xb, n, d)
 	s.matmuls(a, product{fw.gate, w.wGate}, product{fw.up, w.wUp})

@@ -119,22 +119,26 @@ func (m ModelSpec) endBytes(e Ends) float64 {
 // DecodeLayerTime is the time one decode step of batch b takes in one layer
 // when each sequence holds ctx tokens of context: a roofline over the bytes
 // read (weights once per step, each sequence's KV cache) and the FLOPs.
+// A mixture of experts reads only the experts the batch touches
+// (ModelSpec.LayerReadBytesBatch), so its step grows with b even when
+// memory-bound.
 func DecodeLayerTime(m ModelSpec, h Hardware, b, ctx int) float64 {
 	if b < 1 {
 		b = 1
 	}
-	bytes := m.LayerReadBytes() + float64(b)*float64(ctx)*m.KVBytesPerToken()
+	bytes := m.LayerReadBytesBatch(b) + float64(b)*float64(ctx)*m.KVBytesPerToken()
 	return math.Max(bytes/h.MemBandwidth, float64(b)*m.FLOPsPerToken(ctx)/h.FLOPS())
 }
 
 // PrefillLayerTime is the time a prompt of n tokens takes in one layer: the
-// weights are read once, and the work is n tokens at half the prompt's
-// length of context on average.
+// weights (of a mixture of experts, the experts its tokens touch) are read
+// once, and the work is n tokens at half the prompt's length of context on
+// average.
 func PrefillLayerTime(m ModelSpec, h Hardware, n int) float64 {
 	if n < 1 {
 		n = 1
 	}
-	bytes := m.LayerReadBytes() + float64(n)*m.KVBytesPerToken()
+	bytes := m.LayerReadBytesBatch(n) + float64(n)*m.KVBytesPerToken()
 	return math.Max(bytes/h.MemBandwidth, float64(n)*m.FLOPsPerToken(n/2)/h.FLOPS())
 }
 

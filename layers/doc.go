@@ -34,6 +34,20 @@
 // The batch is capped at CostParams.MaxBatch (256 by default), so k·tps(k)
 // is flat for small k and falls once memory, not the cap, sets the batch.
 //
+// Mixtures of experts: a layer's memory W counts every expert (routed and
+// shared) and its router; F counts the active and shared experts only;
+// and a step of b tokens reads, besides attention and the shared experts,
+// only the routed experts its tokens touch, E·(1−(1−k/E)^b) of E in
+// expectation under uniform routing (ModelSpec.LayerReadBytesBatch), so
+// t(b) grows with b even while memory-bound. Multi-head latent attention
+// caches kv_lora_rank + rope dim elements per token and layer. The
+// planner takes every layer to cost the same, the largest: a model whose
+// first layers are dense (DeepSeek-V3: 3 of 61, each a twentieth of an
+// MoE layer) is planned as if they were MoE layers, which never
+// overcommits memory and overstates DeepSeek-V3's weights by about 5%;
+// ModelSpec.LayerParamsAt and TotalParams are exact. Fleet.Needs gives
+// the fewest nodes of each kind that hold the model.
+//
 // Links: a node that passes activations on sends (and receives) one hidden
 // state per token, so its declared network bandwidth caps its rate at
 // bandwidth ÷ activation bytes. That is a node capacity, so the flow below

@@ -64,6 +64,10 @@ var devices = map[string]Hardware{
 	"rtx4090": {Name: "rtx4090", MemoryBytes: 24 * GiB, MemBandwidth: 1008 * GB, TFLOPS: 165.2},
 	// NVIDIA Ampere GA102 whitepaper (RTX 3090): 24 GB, 936 GB/s, 71 TFLOPS.
 	"rtx3090": {Name: "rtx3090", MemoryBytes: 24 * GiB, MemBandwidth: 936 * GB, TFLOPS: 71},
+	// NVIDIA RTX A6000 datasheet: 48 GB GDDR6, 768 GB/s; its 309.7 TFLOPS
+	// tensor figure is with sparsity, so 154.8 dense FP16 (a workstation
+	// part: FP32 accumulate at the full rate).
+	"a6000": {Name: "a6000", MemoryBytes: 48 * GiB, MemBandwidth: 768 * GB, TFLOPS: 154.8},
 	// NVIDIA RTX 4070 spec page: 12 GB GDDR6X, 504 GB/s; Ada whitepaper rate
 	// per tensor core and clock gives 58.3 TFLOPS with FP32 accumulate.
 	"rtx4070": {Name: "rtx4070", MemoryBytes: 12 * GiB, MemBandwidth: 504 * GB, TFLOPS: 58.3},

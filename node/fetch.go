@@ -21,6 +21,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/slicefile"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
@@ -382,7 +383,7 @@ func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chun
 		}
 	}
 	start := time.Now()
-	m, err := chunks.BuildFile(path, chunks.WithChunkSize(chunkSize))
+	m, err := slicefile.BuildManifest(path, chunks.WithChunkSize(chunkSize))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -594,7 +595,7 @@ func (f *fetchState) holders(ctx context.Context) []peer.ID {
 // serveSlice serves the chunks of the slice at path from now on, in place
 // of the last one.
 func (f *fetchState) serveSlice(path string) {
-	sl, err := chunks.OpenSlice(f.man, path)
+	sl, err := slicefile.OpenSlice(f.man, path)
 	if err != nil {
 		f.log.Warn("fetch: slice not served to peers", zap.String("file", path), zap.Error(err))
 		return
@@ -744,7 +745,7 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, er
 			f.use(path, -1)
 		}
 	}()
-	switch err := chunks.CheckSlice(f.man, r.Start, r.End, path); {
+	switch err := slicefile.CheckSlice(f.man, r.Start, r.End, path); {
 	case err == nil:
 		f.serveSlice(path)
 		return path, nil // fetched before (a restart)
@@ -780,7 +781,7 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, er
 	}
 	// A node moved to a new range has the chunks the two ranges share.
 	f.mu.Lock() // prune holds it: the old slices stay while they are read
-	reused, err := chunks.ReuseSlices(f.man, r.Start, r.End, path, f.oldSlices(r))
+	reused, err := slicefile.ReuseSlices(f.man, r.Start, r.End, path, f.oldSlices(r))
 	f.mu.Unlock()
 	if err != nil {
 		f.log.Warn("fetch: chunks of older slices not reused", zap.Error(err))
@@ -798,7 +799,7 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, er
 		f.total.Store(total)
 		f.noteProgress()
 	}))
-	res, err := chunks.FetchSlice(ctx, fe, r.Start, r.End, holders, path)
+	res, err := slicefile.FetchSlice(ctx, fe, r.Start, r.End, holders, path)
 	f.fetched.Add(res.Bytes)
 	if err != nil {
 		return "", fmt.Errorf("fetch of %v: %w", r, err)
@@ -956,10 +957,18 @@ func (f *fetchState) header(ctx context.Context) (*os.File, error) {
 func (f *fetchState) standIn(threads int) (*model, error) {
 	hp := f.shape
 	c := engine.DefaultGenConfig()
-	if hp.Arch == "llama" || hp.Arch == "qwen2" || hp.Arch == "qwen3" || hp.Arch == "phi3" {
+	if hp.Arch == "llama" || hp.Arch == "qwen2" || hp.Arch == "qwen3" || hp.Arch == "phi3" || hp.Arch == "qwen3moe" {
 		c.Arch = hp.Arch
 	}
 	c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN = 2, hp.Dim, hp.Heads, hp.KVHeads, hp.FFN
+	if hp.HeadDim != hp.Dim/hp.Heads {
+		c.HeadDim = hp.HeadDim
+	}
+	if hp.MoE() {
+		// A token's compute is its used experts'; twice that many experts
+		// keep the file small while routing still spreads.
+		c.Experts, c.ExpertsUsed, c.ExpertFFN = min(hp.Experts, 2*hp.ExpertsUsed), hp.ExpertsUsed, hp.ExpertFFN
+	}
 	path := fpFile(f.dir, f.man.Fingerprint, "-standin.gguf")
 	if _, err := os.Stat(path); err != nil {
 		tmp := path + ".tmp"

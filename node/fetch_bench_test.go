@@ -22,6 +22,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/slicefile"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
 )
@@ -101,7 +102,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	if n.upload == nil {
 		b.Fatal("no adaptive upload limit")
 	}
-	man, err := chunks.BuildFile(path, chunks.WithChunkSize(chunks.MinChunkSize))
+	man, err := slicefile.BuildManifest(path, chunks.WithChunkSize(chunks.MinChunkSize))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -375,7 +376,7 @@ func TestFetchHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	man, err := chunks.BuildFile(model, chunks.WithChunkSize(chunks.MinChunkSize))
+	man, err := slicefile.BuildManifest(model, chunks.WithChunkSize(chunks.MinChunkSize))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/slicefile"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
@@ -40,7 +41,7 @@ func withChunkReader(wrap func(io.ReaderAt) io.ReaderAt) Option {
 
 // testManifest is the manifest of the test model at the test chunk size.
 func testManifest(t testing.TB) *chunks.Manifest {
-	m, err := chunks.BuildFile(testModel(t), chunks.WithChunkSize(chunks.MinChunkSize))
+	m, err := slicefile.BuildManifest(testModel(t), chunks.WithChunkSize(chunks.MinChunkSize))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/consensus"
-	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
 )
@@ -27,7 +26,7 @@ func bigChunkManifest(t *testing.T, fp string, n int) []byte {
 		ChunkSize: chunks.MinChunkSize, Layers: 2}
 	per := (m.FileSize - m.DataOffset) / 2
 	for i := range 2 {
-		m.Tensors = append(m.Tensors, chunks.Tensor{Name: fmt.Sprintf("blk.%d.ffn_up.weight", i), Type: engine.DType(0),
+		m.Tensors = append(m.Tensors, chunks.Tensor{Name: fmt.Sprintf("blk.%d.ffn_up.weight", i), Type: 0,
 			Dims: []uint64{uint64(per / 4)}, Offset: m.DataOffset + int64(i)*per, Size: per})
 	}
 	for i := range n {

@@ -112,11 +112,21 @@ func (r *Router) Config() Config { return r.cfg }
 // Model returns the model the router routes.
 func (r *Router) Model() layers.ModelSpec { return r.model }
 
+// weights is the weight bytes a step of b tokens reads in one layer: the
+// whole layer for a dense model, the experts b tokens touch for a mixture
+// of experts (layers.ModelSpec.LayerReadBytesBatch).
+func (r *Router) weights(b int) float64 {
+	if !r.model.MoE() {
+		return r.wBytes
+	}
+	return r.model.LayerReadBytesBatch(b)
+}
+
 // dec is one decode step of batch b in one layer: the same roofline as
 // layers.DecodeLayerTime, with the model's constants hoisted out of the
 // per-node loop.
 func (r *Router) dec(h *layers.Hardware, b int) float64 {
-	bytes := r.wBytes + float64(b)*float64(r.ctx)*r.kvTok
+	bytes := r.weights(b) + float64(b)*float64(r.ctx)*r.kvTok
 	return max(bytes/h.MemBandwidth, float64(b)*r.fDec/(h.TFLOPS*1e12))
 }
 
@@ -220,7 +230,7 @@ func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo
 		e.Cached = min(n.Prefixes.Match(q.req.Prefix)*PrefixBlock, max(q.prompt-1, 0))
 	}
 	p := float64(max(q.prompt-e.Cached, 1))
-	pre := max((r.wBytes+p*r.kvTok)/h.MemBandwidth, p*q.fPre/(h.TFLOPS*1e12))
+	pre := max((r.weights(int(p))+p*r.kvTok)/h.MemBandwidth, p*q.fPre/(h.TFLOPS*1e12))
 	sat := func(b int) float64 {
 		if batchCap <= 0 || b <= batchCap {
 			return 1

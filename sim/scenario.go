@@ -29,14 +29,18 @@ type Scenario struct {
 	Model string `yaml:"model"`
 	// SyntheticModel replaces data and model: a testnet-like model.
 	SyntheticModel *SyntheticModel `yaml:"synthetic_model"`
-	DurationS      float64         `yaml:"duration_s"`
-	WarmUpS        float64         `yaml:"warmup_s"`
-	StartS         float64         `yaml:"start_s"`
-	Nodes          []NodeGroup     `yaml:"nodes"`
-	Network        Network         `yaml:"network"`
-	Workload       Workload        `yaml:"workload"`
-	Churn          Churn           `yaml:"churn"`
-	Timing         Timing          `yaml:"timing"`
+	// ModelledModel replaces model: a layers built-in model on layers'
+	// device table, its layer times from the cost model (modelled, not
+	// measured). Data still gives the workload's lengths.
+	ModelledModel *ModelledModel `yaml:"modelled_model"`
+	DurationS     float64        `yaml:"duration_s"`
+	WarmUpS       float64        `yaml:"warmup_s"`
+	StartS        float64        `yaml:"start_s"`
+	Nodes         []NodeGroup    `yaml:"nodes"`
+	Network       Network        `yaml:"network"`
+	Workload      Workload       `yaml:"workload"`
+	Churn         Churn          `yaml:"churn"`
+	Timing        Timing         `yaml:"timing"`
 	// KVObjective makes Strata's planner cap each node's rate by the
 	// sessions of the workload's mean length its KV memory holds
 	// (layers.CostParams.SessionTokens), given as a real founder's
@@ -142,8 +146,10 @@ func ParseScenario(path string, data []byte) (*Scenario, error) {
 	}
 	if len(sc.Nodes) > 0 {
 		switch {
-		case (sc.Data == "" || sc.Model == "") && sc.SyntheticModel == nil:
-			return nil, fmt.Errorf("%w: %s: a swarm needs data and model, or synthetic_model", ErrScenario, path)
+		case (sc.Data == "" || sc.Model == "") && sc.SyntheticModel == nil && sc.ModelledModel == nil:
+			return nil, fmt.Errorf("%w: %s: a swarm needs data and model, synthetic_model or modelled_model", ErrScenario, path)
+		case sc.ModelledModel != nil && (sc.SyntheticModel != nil || sc.Model != ""):
+			return nil, fmt.Errorf("%w: %s: modelled_model replaces model and synthetic_model", ErrScenario, path)
 		case !(sc.DurationS > 0) || sc.WarmUpS < 0 || sc.WarmUpS >= sc.DurationS || sc.StartS < 0:
 			return nil, fmt.Errorf("%w: %s: duration_s %g, warmup_s %g", ErrScenario, path, sc.DurationS, sc.WarmUpS)
 		case kinds(sc.Workload.PoissonRatePerS > 0, sc.Workload.HelixStreamRate > 0, sc.Workload.TestnetLoad != nil) != 1:
@@ -183,7 +189,7 @@ func (sc *Scenario) path(p string) string {
 // SwarmSpec builds the swarm run the scenario describes.
 func (sc *Scenario) SwarmSpec() (SwarmSpec, error) {
 	dir := sc.path(sc.Data)
-	spec := SwarmSpec{Dir: dir, Model: sc.Model, Synthetic: sc.SyntheticModel, Net: sc.Network, Timing: sc.Timing, Churn: sc.Churn,
+	spec := SwarmSpec{Dir: dir, Model: sc.Model, Synthetic: sc.SyntheticModel, Modelled: sc.ModelledModel, Net: sc.Network, Timing: sc.Timing, Churn: sc.Churn,
 		Duration: sc.DurationS, WarmUpS: sc.WarmUpS, StartS: sc.StartS, Seed: sc.Seed, KVObjective: sc.KVObjective}
 	for gi, g := range sc.Nodes {
 		if g.HelixCluster != "" {

@@ -110,6 +110,9 @@ type SwarmSpec struct {
 	// Synthetic, when set, replaces Dir and Model: a testnet-like model
 	// with a fixed layer time.
 	Synthetic *SyntheticModel
+	// Modelled, when set, replaces Model: a layers built-in model whose
+	// layer times come from the cost model (ModelledModel).
+	Modelled *ModelledModel
 	// Clients, when positive, caps the requests in flight: an arrival
 	// waits for a free client, as the testnet's load does.
 	Clients  int
@@ -130,6 +133,10 @@ type SwarmSpec struct {
 	// Now, when set, times the run on the wall clock (events/s); the
 	// simulation itself never reads a clock.
 	Now func() time.Time
+	// ParallaxMaxStates bounds the Parallax allocator's search
+	// (baseline.ParallaxMaxStates; 0: its default), so that a test can
+	// reach its state budget quickly.
+	ParallaxMaxStates int
 }
 
 // SwarmResult is one policy's run on a swarm.
@@ -275,7 +282,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		w.view = routing.NewView()
 		// The real entry's admission queue and the stages' prefix cache
 		// (node/queue.go, node/prefixcache.go); Petals' and Parallax's
-		// clients and servers have neither (ANCHORS.md).
+		// clients and servers have neither (docs/baselines.md).
 		w.eq = newEntryQueue(N)
 		s.prefix = true
 		s.onPrompt = func(q *query) {
@@ -385,6 +392,14 @@ func (w *world) machines() (Cluster, error) {
 		}
 		wire, timer = sm.wire(), sm.timer()
 		w.capTab["cpu"], w.kvTab["cpu"] = []Caps{sm.caps()}, []int64{1 << 40}
+	} else if mm := spec.Modelled; mm != nil {
+		if err := mm.validate(); err != nil {
+			return Cluster{}, err
+		}
+		if w.model, err = mm.spec(); err != nil {
+			return Cluster{}, err
+		}
+		wire = mm.wire(w.model)
 	} else {
 		if w.model, err = plannerModel(spec.Model); err != nil {
 			return Cluster{}, err
@@ -410,6 +425,17 @@ func (w *world) machines() (Cluster, error) {
 				return Cluster{}, fmt.Errorf("%w: node %q of a synthetic model needs gpu cpu and max_layers", ErrScenario, n.ID)
 			}
 			t, h, ml = timer, cpuHardware, min(n.MaxLayers, w.model.Layers)
+		} else if mm := spec.Modelled; mm != nil {
+			if h, ml, err = modelledMachine(w.model, gpu, w.uplink(i)); err != nil {
+				return Cluster{}, fmt.Errorf("node %q: %w", n.ID, err)
+			}
+			if _, ok := w.capTab[gpu]; !ok {
+				w.capTab[gpu], w.kvTab[gpu] = mm.tables(w.model, h, ml)
+			}
+			t = newRooflineTimer(w.model, h, mm.context())
+			if n.MaxLayers > 0 {
+				ml = min(ml, n.MaxLayers)
+			}
 		} else {
 			p, ok := profiles[gpu]
 			if !ok {
@@ -465,6 +491,17 @@ func (w *world) loadTables(gpu string) error {
 		w.kvTab[gpu] = append(w.kvTab[gpu], kv)
 	}
 	return nil
+}
+
+// uplink is the bandwidth of node i's own links in its region (a relayed
+// node's, through its relay): what the planner is told its link carries.
+func (w *world) uplink(i int) float64 {
+	net := w.spec.Net
+	cls := net.InRegion
+	if w.spec.Nodes[i].Relayed {
+		cls = worse(cls, net.Relay)
+	}
+	return cls.Bandwidth
 }
 
 // link is the network model: entry links, relays, regions.
@@ -596,7 +633,11 @@ func (w *world) plan(ctx context.Context, members []int) (layers.LayerMap, error
 	case "petals":
 		return baseline.NewPetals(baseline.PetalsSeed(w.spec.Seed)).Plan(ctx, f)
 	case "parallax":
-		return baseline.NewParallax().Plan(ctx, f)
+		var opts []baseline.ParallaxOption
+		if w.spec.ParallaxMaxStates > 0 {
+			opts = append(opts, baseline.ParallaxMaxStates(w.spec.ParallaxMaxStates))
+		}
+		return baseline.NewParallax(opts...).Plan(ctx, f)
 	}
 	return layers.LayerMap{}, fmt.Errorf("%w: policy %q (known: %s)", ErrScenario, w.policy, strings.Join(Policies, ", "))
 }
@@ -1203,7 +1244,7 @@ func (w *world) lost(q *query) {
 	}
 	if w.policy == "parallax" ||
 		// Petals' replay fails once the session has generated tokens (a
-		// position assertion since v2.0, ANCHORS.md).
+		// position assertion since v2.0, docs/baselines.md).
 		w.policy == "petals" && q.prior+q.decodes > 0 {
 		w.failFor(q, FailNotReplayed)
 		return

@@ -322,6 +322,10 @@ func (r *run) model() (args []string, path string, err error) {
 	}
 	c := engine.DefaultGenConfig()
 	c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Seed = m.Layers, m.Dim, m.Heads, m.KVHeads, m.FFN, m.Seed
+	c.Experts, c.ExpertsUsed, c.ExpertFFN = m.Experts, m.ExpertsUsed, m.ExpertFFN
+	if m.Arch != "" {
+		c.Arch = m.Arch
+	}
 	path = filepath.Join(r.o.runDir, "model.gguf")
 	if err := engine.GenerateFile(path, c); err != nil {
 		return nil, "", fmt.Errorf("testnet: model: %w", err)

@@ -44,11 +44,16 @@ func TestMain(m *testing.M) {
 // request must succeed (requests that met the gap succeed through the
 // client's retries) with the single-process engine's tokens, and every
 // event must recover.
-func TestChurn3(t *testing.T) {
+func TestChurn3(t *testing.T) { churn3(t, "../testdata/testnet/churn-3.yaml") }
+
+// TestChurn3MoE is TestChurn3 on a qwen3moe model (churn-3-moe.yaml).
+func TestChurn3MoE(t *testing.T) { churn3(t, "../testdata/testnet/churn-3-moe.yaml") }
+
+func churn3(t *testing.T, path string) {
 	if testing.Short() {
 		t.Skip("starts real nodes for about 35 s")
 	}
-	sc, err := LoadScenario("../testdata/testnet/churn-3.yaml")
+	sc, err := LoadScenario(path)
 	if err != nil {
 		t.Fatal(err)
 	}

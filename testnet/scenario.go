@@ -46,13 +46,20 @@ type Scenario struct {
 // runner generates with the engine's generator (Layers, Dim, Seed), or a
 // built-in one SIMULATED (SimModel, with a GPU on every node).
 type ModelSpec struct {
-	Layers   int    `yaml:"layers"`
-	Dim      int    `yaml:"dim"`
-	Heads    int    `yaml:"heads"`    // 4
-	KVHeads  int    `yaml:"kv_heads"` // 2
-	FFN      int    `yaml:"ffn"`      // 5/2 of Dim
-	Seed     uint64 `yaml:"seed"`
-	SimModel string `yaml:"sim_model"`
+	Layers  int    `yaml:"layers"`
+	Dim     int    `yaml:"dim"`
+	Heads   int    `yaml:"heads"`    // 4
+	KVHeads int    `yaml:"kv_heads"` // 2
+	FFN     int    `yaml:"ffn"`      // 5/2 of Dim
+	Seed    uint64 `yaml:"seed"`
+	// Arch is the generated model's architecture (llama); Experts > 0
+	// makes it a mixture of experts, ExpertsUsed a token, each ExpertFFN
+	// wide (qwen3moe; llama's experts are FFN wide).
+	Arch        string `yaml:"arch"`
+	Experts     int    `yaml:"experts"`
+	ExpertsUsed int    `yaml:"experts_used"`
+	ExpertFFN   int    `yaml:"expert_ffn"`
+	SimModel    string `yaml:"sim_model"`
 	// Threads is each node's engine goroutines (1).
 	Threads int `yaml:"threads"`
 }

@@ -259,6 +259,8 @@ func load(f *engine.File, o options) (*Stage, error) {
 		return nil, fmt.Errorf("%w: %s on the ggml backend (it runs llama, qwen2 and qwen3)", engine.ErrUnsupportedArch, hp.Arch)
 	case hp.RopeFactors || hp.LongRoPE:
 		return nil, fmt.Errorf("%w: RoPE frequency factors on the ggml backend", engine.ErrUnsupportedArch)
+	case hp.MoE():
+		return nil, fmt.Errorf("%w: %s with %d experts on the ggml backend (mixture of experts runs on the go engine)", engine.ErrUnsupportedArch, hp.Arch, hp.Experts)
 	}
 	if !o.hasRange {
 		o.lo, o.hi = 0, hp.Layers

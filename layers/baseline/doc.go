@@ -1,8 +1,8 @@
 // Package baseline reimplements the placement policies of the systems
 // Strata must beat, Petals and Parallax, so that one quality measure
 // (layers.Fleet.Flow) scores them and our planner side by side. They
-// follow the descriptions in shared/ANCHORS.md, not our planner's code and
-// not the projects' code; where ANCHORS.md is silent we took the project's
+// follow the descriptions in docs/baselines.md, not our planner's code and
+// not the projects' code; where that page is silent we took the project's
 // published default and say so below.
 //
 // Both policies implement Policy. They are pure and deterministic: no I/O,
@@ -51,7 +51,7 @@
 //
 // Rebalancing. Rounds of checks replace the random 0–120 s timers: every
 // server checks once a round, in the join order, or in a fresh seeded
-// shuffle each round with PetalsSeed. A check follows ANCHORS.md:
+// shuffle each round with PetalsSeed. A check follows docs/baselines.md:
 //  1. remove itself with weight 1+ε (ε = 10⁻³, PetalsEpsilon); if that
 //     leaves one of its blocks unserved, stay;
 //  2. find its best new start; if it is the current one, stay;
@@ -76,7 +76,7 @@
 // Capacity. A node holds at most
 // ⌊(memory · 0.65 − end bytes) / layer bytes⌋ layers (ParallaxCapacity),
 // where the end bytes are the embedding for a first stage and the head
-// for a last one. Strata nodes have one GPU, so ANCHORS.md's GPU count is
+// for a last one. Strata nodes have one GPU, so the GPU count of docs/baselines.md is
 // 1. The node's MaxLayers caps it.
 //
 // TFLOPS (decision). Parallax's detection knows a few GPUs (A100 80/40 GB,
@@ -112,7 +112,7 @@
 //
 // The map is the union of the pipelines' stages; nodes in no pipeline
 // serve nothing. Parallax's code goes on to place such left-over nodes
-// with its dynamic join; ANCHORS.md does not describe that step and the
+// with its dynamic join; docs/baselines.md does not describe that step and the
 // baseline does not take it.
 //
 // Budget. The search is exponential in the worst case. It looks at the

@@ -25,7 +25,7 @@ func TestWaterFillByHand(t *testing.T) {
 		{"capped", []int{5, 6, 4}, []float64{100, 50, 25}, 12, []int{5, 5, 2}},
 		// Equal fractions: the earlier stage gets the layer.
 		{"tie", []int{10, 10}, []float64{1, 1}, 5, []int{3, 2}},
-		// ANCHORS.md: with Parallax's table an A100 (312) gets about 3×
+		// docs/baselines.md: with Parallax's table an A100 (312) gets about 3×
 		// the layers of an RTX 5090 (104.8): λ = 32/416.8, targets 23.95
 		// and 8.05, floors 23 and 8, the last layer to .95.
 		{"a100 vs 5090", []int{128, 100}, []float64{312, 104.8}, 32, []int{24, 8}},

@@ -40,13 +40,21 @@ type StagesSummary struct {
 
 // Report is every policy's result on one scenario.
 type Report struct {
-	Scenario string   `json:"scenario"`
-	Model    string   `json:"model"`
-	Nodes    int      `json:"nodes"`
-	UB       float64  `json:"ub_tps"`
-	UB2      float64  `json:"ub2_tps"`
-	MaxTPS   float64  `json:"max_node_tps"` // maxᵢ tpsᵢ(k*ᵢ)
-	Results  []Result `json:"results"`
+	Scenario string  `json:"scenario"`
+	Model    string  `json:"model"`
+	Nodes    int     `json:"nodes"`
+	UB       float64 `json:"ub_tps"`
+	UB2      float64 `json:"ub2_tps"`
+	MaxTPS   float64 `json:"max_node_tps"` // maxᵢ tpsᵢ(k*ᵢ)
+	// Needs is, per hardware kind, the fewest nodes of that kind alone
+	// that hold the model once; MinNodes the fewest of this fleet.
+	Needs    []layers.KindNeed `json:"needs"`
+	MinNodes int               `json:"min_nodes"`
+	// WeightBytes is the model's weights (every expert), ActiveParams
+	// the parameters one token uses.
+	WeightBytes  float64  `json:"weight_bytes"`
+	ActiveParams float64  `json:"active_params"`
+	Results      []Result `json:"results"`
 }
 
 // Result returns the named policy's result.
@@ -85,7 +93,9 @@ func Run(ctx context.Context, sc *Scenario, o Options) (Report, error) {
 	if o.BaselineBudget <= 0 {
 		o.BaselineBudget = 60 * time.Second
 	}
-	rep := Report{Scenario: sc.File.Name, Model: sc.Model.Name, Nodes: f.Len(), UB: f.UB(), UB2: f.UB2()}
+	rep := Report{Scenario: sc.File.Name, Model: sc.Model.Name, Nodes: f.Len(), UB: f.UB(), UB2: f.UB2(),
+		Needs: f.Needs(), MinNodes: f.MinNodes(), WeightBytes: sc.Model.TotalParams() * sc.Model.BytesPerParam,
+		ActiveParams: sc.Model.ActiveParams()}
 	for _, p := range f.Profiles {
 		rep.MaxTPS = math.Max(rep.MaxTPS, p.TPS(p.BestK(), 0))
 	}

@@ -54,6 +54,15 @@ type HyperYAML struct {
 	Experts       int     `yaml:"experts"`
 	ActiveExperts int     `yaml:"active_experts"`
 	BytesPerParam float64 `yaml:"bytes_per_param"`
+	// Mixture-of-experts and latent-attention shape (layers.HyperParams).
+	HeadDim       int `yaml:"head_dim"`
+	ExpertFFN     int `yaml:"expert_ffn"`
+	SharedExperts int `yaml:"shared_experts"`
+	DenseLayers   int `yaml:"dense_layers"`
+	KVLoRARank    int `yaml:"kv_lora_rank"`
+	QLoRARank     int `yaml:"q_lora_rank"`
+	RopeHeadDim   int `yaml:"rope_head_dim"`
+	VHeadDim      int `yaml:"v_head_dim"`
 }
 
 // UnmarshalYAML accepts a name or a mapping.
@@ -161,7 +170,9 @@ func build(source string, f File) (*Scenario, error) {
 		h := f.Model.Hyper
 		sc.Model, err = layers.NewModelSpec(layers.HyperParams{Name: h.Name, Layers: h.Layers, Hidden: h.Hidden,
 			Heads: h.Heads, KVHeads: h.KVHeads, FFN: h.FFN, Vocab: h.Vocab, Experts: h.Experts,
-			ActiveExperts: h.ActiveExperts, BytesPerParam: h.BytesPerParam})
+			ActiveExperts: h.ActiveExperts, BytesPerParam: h.BytesPerParam, HeadDim: h.HeadDim,
+			ExpertFFN: h.ExpertFFN, SharedExperts: h.SharedExperts, DenseLayers: h.DenseLayers,
+			KVLoRARank: h.KVLoRARank, QLoRARank: h.QLoRARank, RopeHeadDim: h.RopeHeadDim, VHeadDim: h.VHeadDim})
 	case f.Model.Builtin != "":
 		sc.Model, err = layers.Model(f.Model.Builtin)
 	default:
@@ -210,6 +221,14 @@ func build(source string, f File) (*Scenario, error) {
 			hw.Name = g.Device
 		} else if g.MemoryGiB == 0 || g.MemBandwidthGBs == 0 || g.TFLOPS == 0 {
 			return nil, bad(g.line, field("device"), "missing: name a device or declare memory_gib, mem_bandwidth_gbs and tflops")
+		}
+		if hw.Name == "" {
+			// A declared device is named by its group, so that reports
+			// (per-kind needs) can tell it apart.
+			hw.Name = g.ID
+			if hw.Name == "" {
+				hw.Name = fmt.Sprintf("group%d", gi)
+			}
 		}
 		if g.MemoryGiB != 0 {
 			hw.MemoryBytes = g.MemoryGiB * layers.GiB

@@ -16,7 +16,19 @@ import (
 // the model through another part), through the API; its output equals
 // what `strata generate` prints on one process from the single file.
 func TestQ4KMSwarm(t *testing.T) {
-	gc := engine.GenConfig{Arch: "llama", Layers: 8, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 512, Seed: 21, Mix: "q4_k_m"}
+	swarmMatchesSingleProcess(t, engine.GenConfig{Arch: "llama", Layers: 8, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 512, Seed: 21, Mix: "q4_k_m"})
+}
+
+// TestMoESwarm is TestQ4KMSwarm on a mixture of experts: a Q4_K_M qwen3moe
+// file, 3 of 8 experts a token, its layers split between the nodes.
+func TestMoESwarm(t *testing.T) {
+	swarmMatchesSingleProcess(t, engine.GenConfig{Arch: "qwen3moe", Layers: 8, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 768,
+		Vocab: 512, Seed: 22, Mix: "q4_k_m", Experts: 8, ExpertsUsed: 3, ExpertFFN: 256})
+}
+
+// swarmMatchesSingleProcess runs the model gc as one file and split on a
+// 3-node swarm through the API and checks it against one process.
+func swarmMatchesSingleProcess(t *testing.T, gc engine.GenConfig) {
 	dir := t.TempDir()
 	single, err := engine.GenerateFiles(filepath.Join(dir, "q4km.gguf"), gc, engine.FileLayout{})
 	if err != nil {

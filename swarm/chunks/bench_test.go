@@ -1,6 +1,7 @@
 package chunks
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"io"
@@ -11,39 +12,31 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/stratanet/strata/engine"
 )
 
 // benchPayload is the tensor data of the benchmark's file.
 const benchPayload = 64 << 20
 
-// benchFile writes a GGUF of one 64 MiB tensor of varied bytes.
+// benchFile writes a file of a small header and one 64 MiB tensor of
+// varied bytes.
 func benchFile(b *testing.B) (string, *Manifest) {
 	b.Helper()
-	path := filepath.Join(b.TempDir(), "bench.gguf")
-	fh, err := os.Create(path)
-	if err != nil {
+	path := filepath.Join(b.TempDir(), "bench.bin")
+	const header = 4096
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i*7 + i>>8)
+	}
+	data := make([]byte, 0, header+benchPayload)
+	data = append(data, buf[:header]...)
+	for range benchPayload / len(buf) {
+		data = append(data, buf...)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	kvs := []engine.KV{{Key: "general.architecture", Value: "llama"}, {Key: "llama.block_count", Value: uint32(1)}}
-	ts := []engine.WriteTensor{{Name: "blk.0.ffn_up.weight", Dims: []uint64{4096, benchPayload / 4 / 4096}, Type: engine.F32,
-		Data: func(w io.Writer) error {
-			buf := make([]byte, 1<<20)
-			for i := range buf {
-				buf[i] = byte(i*7 + i>>8)
-			}
-			for range benchPayload / len(buf) {
-				if _, err := w.Write(buf); err != nil {
-					return err
-				}
-			}
-			return nil
-		}}}
-	if err := engine.WriteGGUF(fh, kvs, ts); err != nil {
-		b.Fatal(err)
-	}
-	fh.Close()
-	m, err := BuildFile(path)
+	m, err := Build(bytes.NewReader(data), Layout{Fingerprint: "bench", FileSize: int64(len(data)), DataOffset: header, Layers: 1,
+		Tensors: []Tensor{{Name: "blk.0.ffn_up.weight", Dims: []uint64{4096, benchPayload / 4 / 4096}, Offset: header, Size: benchPayload}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,6 +23,7 @@ var (
 	ErrRange = errors.New("chunks: bad layer range")
 	// ErrClosed: the server or fetcher is closed.
 	ErrClosed = errors.New("chunks: closed")
-	// ErrSlice: a slice file on disk is not the one asked for.
+	// ErrSlice: a slice file on disk is not the one asked for, or not one
+	// of the manifest's model.
 	ErrSlice = errors.New("chunks: slice file mismatch")
 )

@@ -72,6 +72,9 @@ func NewFetcher(h host.Host, m *Manifest, opts ...FetchOption) *Fetcher {
 	return f
 }
 
+// Manifest is the manifest the fetcher checks chunks against.
+func (f *Fetcher) Manifest() *Manifest { return f.m }
+
 // Result is what a fetch did.
 type Result struct {
 	Chunks int   // chunks delivered

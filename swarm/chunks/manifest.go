@@ -1,9 +1,3 @@
-// Package chunks moves model weights between peers: a Manifest describes a
-// GGUF file as fixed-size chunks with a SHA-256 each, a Server serves the
-// chunks of files it holds on /strata/chunk/1, a Fetcher gets chunks from
-// several holders in parallel and checks each against the manifest, and
-// FetchSlice turns the chunks of a layer range into a local GGUF slice
-// that the engine loads like the full file.
 package chunks
 
 import (
@@ -12,12 +6,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/internal/codec"
 )
 
@@ -40,11 +32,12 @@ const (
 
 var manifestMagic = [4]byte{'S', 'C', 'M', 1}
 
-// Tensor is one tensor of the file: its name, type, ggml dims and the
-// absolute byte range of its data.
+// Tensor is one tensor of the file: its name, type, dims and the
+// absolute byte range of its data. Type and Dims are the file format's,
+// carried and compared but never interpreted here.
 type Tensor struct {
 	Name   string
-	Type   engine.DType
+	Type   uint32
 	Dims   []uint64
 	Offset int64
 	Size   int64
@@ -71,6 +64,22 @@ type Manifest struct {
 	Hashes  [][sha256.Size]byte
 }
 
+// Layout is what a manifest says of a file besides its chunks: the
+// engine reads it from the file's header (engine/slicefile), and this
+// package takes it as given.
+type Layout struct {
+	// Fingerprint names the model the file holds (engine's
+	// File.Fingerprint).
+	Fingerprint string
+	FileSize    int64
+	// DataOffset is where the tensor data starts; bytes before it are the
+	// header.
+	DataOffset int64
+	// Layers is the model's block count.
+	Layers  int
+	Tensors []Tensor
+}
+
 // BuildOption configures Build.
 type BuildOption func(*buildConfig)
 
@@ -79,27 +88,9 @@ type buildConfig struct{ chunkSize int64 }
 // WithChunkSize sets the chunk size (default DefaultChunkSize).
 func WithChunkSize(n int64) BuildOption { return func(c *buildConfig) { c.chunkSize = n } }
 
-// BuildFile builds the manifest of the GGUF file at path.
-func BuildFile(path string, opts ...BuildOption) (*Manifest, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
-	m, err := Build(fh, st.Size(), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
-}
-
-// Build reads the whole file behind r (size bytes) once, hashing every
-// chunk.
-func Build(r io.ReaderAt, size int64, opts ...BuildOption) (*Manifest, error) {
+// Build reads the file behind r, whose layout l describes, once, hashing
+// every chunk, and checks that l describes one consistent file.
+func Build(r io.ReaderAt, l Layout, opts ...BuildOption) (*Manifest, error) {
 	c := buildConfig{chunkSize: DefaultChunkSize}
 	for _, o := range opts {
 		o(&c)
@@ -107,36 +98,24 @@ func Build(r io.ReaderAt, size int64, opts ...BuildOption) (*Manifest, error) {
 	if c.chunkSize < MinChunkSize || c.chunkSize > MaxChunkSize {
 		return nil, fmt.Errorf("%w: chunk size %d outside [%d, %d]", ErrManifest, c.chunkSize, MinChunkSize, MaxChunkSize)
 	}
-	f, err := engine.ReadFile(r, size)
-	if err != nil {
-		return nil, err
-	}
-	fp, err := f.Fingerprint()
-	if err != nil {
-		return nil, err
-	}
-	arch, err := f.String("general.architecture")
-	if err != nil {
-		return nil, err
-	}
-	layers, err := f.Uint(arch + ".block_count")
-	if err != nil {
-		return nil, err
-	}
-	m := &Manifest{Fingerprint: fp, FileSize: size, DataOffset: f.DataOffset, ChunkSize: c.chunkSize, Layers: int(layers)}
-	for _, t := range f.Tensors {
+	m := &Manifest{Fingerprint: l.Fingerprint, FileSize: l.FileSize, DataOffset: l.DataOffset, ChunkSize: c.chunkSize, Layers: l.Layers}
+	for _, t := range l.Tensors {
 		if t.Size <= 0 {
-			return nil, fmt.Errorf("%w: tensor %q of type %s has no known size", ErrManifest, t.Name, t.Type)
+			return nil, fmt.Errorf("%w: tensor %q of type %d has no known size", ErrManifest, t.Name, t.Type)
 		}
-		m.Tensors = append(m.Tensors, Tensor{Name: t.Name, Type: t.Type, Dims: slices.Clone(t.Dims), Offset: t.Offset, Size: t.Size})
+		t.Dims = slices.Clone(t.Dims)
+		m.Tensors = append(m.Tensors, t)
 	}
-	buf := make([]byte, c.chunkSize)
-	for i := 0; i < m.NumChunks(); i++ {
-		off, n := m.ChunkRange(i)
-		if _, err := r.ReadAt(buf[:n], off); err != nil {
-			return nil, fmt.Errorf("chunk %d: %w", i, err)
+	// A file of no bytes has no chunks to hash; validate refuses it.
+	if m.FileSize > 0 {
+		buf := make([]byte, c.chunkSize)
+		for i := 0; i < m.NumChunks(); i++ {
+			off, n := m.ChunkRange(i)
+			if _, err := r.ReadAt(buf[:n], off); err != nil {
+				return nil, fmt.Errorf("chunk %d: %w", i, err)
+			}
+			m.Hashes = append(m.Hashes, sha256.Sum256(buf[:n]))
 		}
-		m.Hashes = append(m.Hashes, sha256.Sum256(buf[:n]))
 	}
 	if err := m.validate(); err != nil {
 		return nil, err
@@ -337,7 +316,7 @@ func (m *Manifest) UnmarshalBinary(b []byte) error {
 	for i := uint64(0); i < nt && r.Err() == nil; i++ {
 		var t Tensor
 		t.Name = str("tensor name", maxName)
-		t.Type = engine.DType(r.Uvarint("tensor type", 1<<31))
+		t.Type = uint32(r.Uvarint("tensor type", 1<<31))
 		nd := r.U8("dims count")
 		if r.Err() == nil && (nd == 0 || nd > 4) {
 			r.Fail("tensor %q has %d dims", t.Name, nd)

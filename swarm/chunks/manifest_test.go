@@ -3,14 +3,14 @@ package chunks
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
+	"slices"
 	"testing"
-
-	"github.com/stratanet/strata/engine"
 )
 
 func TestManifestRoundTrip(t *testing.T) {
-	path, m := genModel(t, sixLayers())
+	path, m := sixLayers(t)
 	if m.NumChunks() < 40 {
 		t.Fatalf("%d chunks: the test model should span many", m.NumChunks())
 	}
@@ -48,7 +48,9 @@ func TestManifestRoundTrip(t *testing.T) {
 		}
 	}
 	// Another chunk size is another manifest of the same model.
-	m2, err := BuildFile(path, WithChunkSize(2*testChunk))
+	l := Layout{Fingerprint: m.Fingerprint, FileSize: m.FileSize, DataOffset: m.DataOffset, Layers: m.Layers, Tensors: m.Tensors}
+	r := bytes.NewReader(data)
+	m2, err := Build(r, l, WithChunkSize(2*testChunk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,15 +59,37 @@ func TestManifestRoundTrip(t *testing.T) {
 	if m2.Fingerprint != m.Fingerprint || id1 == id2 {
 		t.Fatal("chunk size should change the manifest's ID and not the fingerprint")
 	}
-	if _, err := BuildFile(path, WithChunkSize(MinChunkSize-1)); !errors.Is(err, ErrManifest) {
+	if _, err := Build(r, l, WithChunkSize(MinChunkSize-1)); !errors.Is(err, ErrManifest) {
 		t.Fatalf("tiny chunk size: %v", err)
+	}
+	// A layout that is not the file's, or not one file's, is refused.
+	long := l
+	long.FileSize++
+	if _, err := Build(r, long, WithChunkSize(testChunk)); !errors.Is(err, io.EOF) {
+		t.Fatalf("layout longer than the file: %v", err)
+	}
+	for name, edit := range map[string]func(*Layout){
+		"no size":        func(l *Layout) { l.Tensors[3].Size = 0 },
+		"past the end":   func(l *Layout) { l.Tensors[len(l.Tensors)-1].Size += 32; l.FileSize -= 32 },
+		"no layers":      func(l *Layout) { l.Layers = 0 },
+		"block 6 of 6":   func(l *Layout) { l.Layers = 5 },
+		"duplicate":      func(l *Layout) { l.Tensors[2].Name = l.Tensors[1].Name },
+		"in header":      func(l *Layout) { l.Tensors[0].Offset = l.DataOffset - 32 },
+		"no fingerprint": func(l *Layout) { l.Fingerprint = "" },
+	} {
+		bad := l
+		bad.Tensors = slices.Clone(l.Tensors)
+		edit(&bad)
+		if _, err := Build(r, bad, WithChunkSize(testChunk)); !errors.Is(err, ErrManifest) {
+			t.Fatalf("%s: %v", name, err)
+		}
 	}
 }
 
 // Every prefix of a manifest and every single-byte change either fails
 // with ErrManifest or decodes to a valid manifest: never a panic.
 func TestManifestCorrupt(t *testing.T) {
-	_, m := genModel(t, engine.GenConfig{Arch: "llama", Layers: 2, Dim: 64, Heads: 4, FFN: 128, Vocab: 300, Seed: 1, DType: engine.F32})
+	_, m := synthModel(t, 2, false)
 	b, err := m.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -107,9 +131,7 @@ func TestManifestCorrupt(t *testing.T) {
 // no chunk that covers neither.
 func TestChunksFor(t *testing.T) {
 	for _, tied := range []bool{false, true} {
-		c := sixLayers()
-		c.Tied = tied
-		_, m := genModel(t, c)
+		_, m := synthModel(t, 6, tied)
 		for _, r := range [][2]int{{0, 6}, {0, 1}, {0, 2}, {2, 4}, {3, 4}, {4, 6}, {5, 6}} {
 			lo, hi := r[0], r[1]
 			ts, err := m.TensorsFor(lo, hi)
@@ -180,10 +202,10 @@ func blockName(l int) string { return "blk." + string(rune('0'+l)) + ".attn_q.we
 func FuzzManifest(f *testing.F) {
 	m := &Manifest{Fingerprint: "fp", FileSize: 3*MinChunkSize + 5, DataOffset: 96, ChunkSize: MinChunkSize, Layers: 2,
 		Tensors: []Tensor{
-			{Name: "token_embd.weight", Type: engine.F32, Dims: []uint64{8, 4}, Offset: 96, Size: 128},
-			{Name: "blk.0.attn_q.weight", Type: engine.F32, Dims: []uint64{8, 8}, Offset: 224, Size: 256},
-			{Name: "blk.1.attn_q.weight", Type: engine.Q8_0, Dims: []uint64{32, 2}, Offset: 512, Size: 68},
-			{Name: "output.weight", Type: engine.F32, Dims: []uint64{8, 4}, Offset: 1024, Size: 128},
+			{Name: "token_embd.weight", Type: 0, Dims: []uint64{8, 4}, Offset: 96, Size: 128},
+			{Name: "blk.0.attn_q.weight", Type: 0, Dims: []uint64{8, 8}, Offset: 224, Size: 256},
+			{Name: "blk.1.attn_q.weight", Type: 8, Dims: []uint64{32, 2}, Offset: 512, Size: 68},
+			{Name: "output.weight", Type: 0, Dims: []uint64{8, 4}, Offset: 1024, Size: 128},
 		},
 		Hashes: make([][32]byte, 4)}
 	b, err := m.MarshalBinary()

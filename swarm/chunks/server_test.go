@@ -64,7 +64,7 @@ func drained(s network.Stream) (gotData bool, err error) {
 }
 
 func TestServerRequests(t *testing.T) {
-	path, m := genModel(t, sixLayers())
+	path, m := sixLayers(t)
 	file, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestServerRequests(t *testing.T) {
 // A peer gets at most the bound of streams; one more is answered busy,
 // and a slot freed is a stream served again.
 func TestServerStreamsPerPeer(t *testing.T) {
-	path, m := genModel(t, sixLayers())
+	path, m := sixLayers(t)
 	srv := newHost(t)
 	s := NewServer(srv, WithStreamsPerPeer(2))
 	defer s.Close()
@@ -172,7 +172,7 @@ func TestServerStreamsPerPeer(t *testing.T) {
 // A host whose resource manager grants the chunk service less memory than
 // a chunk answers busy, and a fetch from it fails with ErrUnavailable.
 func TestServerResourceManager(t *testing.T) {
-	path, m := genModel(t, sixLayers())
+	path, m := sixLayers(t)
 	limits := rcmgr.DefaultLimits
 	libp2p.SetDefaultServiceLimits(&limits)
 	limits.AddServiceLimit(ServiceName, rcmgr.BaseLimit{Streams: 64, StreamsInbound: 64, StreamsOutbound: 64, Memory: testChunk / 2}, rcmgr.BaseLimitIncrease{})
@@ -226,7 +226,7 @@ func FuzzRequest(f *testing.F) {
 // at least as long as their bytes at the limit (less the limiter's burst).
 // Only a lower bound on time is asserted, which load cannot break.
 func TestServerUploadRate(t *testing.T) {
-	path, m := genModel(t, sixLayers())
+	path, m := sixLayers(t)
 	const limit = 1 << 20 // 1 MiB/s
 	srv := newHost(t)
 	s := NewServer(srv, WithUploadRate(limit))
@@ -286,7 +286,7 @@ func (r readSignal) ReadAt(p []byte, off int64) (int, error) {
 // resumes; then the fetch completes and Sent counts every byte. Pausing
 // an unlimited server takes effect too (it writes in pieces then).
 func TestServerPause(t *testing.T) {
-	path, m := genModel(t, sixLayers())
+	path, m := sixLayers(t)
 	fh, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)

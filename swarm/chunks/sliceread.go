@@ -4,22 +4,21 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"github.com/stratanet/strata/engine"
 )
 
-// SliceReader reads the chunks of the full file that a GGUF slice (see
-// FetchSlice) holds: a node that holds only a slice serves them, and a
-// node moved to another range reuses them. The slice's tensors sit at
-// other offsets than in the full file, so a chunk inside the tensor data
-// is put back together from the slice's tensors and zeros for the padding
-// between them. The chunks that also hold bytes the slice lacks (the
-// header's, and those at the ends of its runs of tensors) FetchSlice keeps
-// whole in a sparse side file (path+EdgesSuffix). A chunk is handed out
-// only when its hash is the manifest's.
+// SliceReader reads the chunks of the full file that a slice holds (a
+// file with some of the full file's tensors at other offsets, such as
+// engine/slicefile writes): a node that holds only a slice serves them,
+// and a node moved to another range reuses them. A chunk inside the
+// tensor data is put back together from the slice's tensors and zeros for
+// the padding between them. The chunks that also hold bytes the slice
+// lacks (the header's, and those at the ends of its runs of tensors) sit
+// whole in a sparse side file (path+EdgesSuffix, see WriteEdges). A chunk
+// is handed out only when its hash is the manifest's.
 type SliceReader struct {
 	m      *Manifest
-	slice  *os.File
+	slice  io.ReaderAt
+	closer io.Closer
 	edges  *os.File // nil: none
 	held   []heldTensor
 	has    []bool
@@ -28,117 +27,35 @@ type SliceReader struct {
 	path   string
 }
 
-// EdgesSuffix names the side file of a slice that holds, at their offsets
-// in the full file (sparse), the chunks the slice cannot rebuild.
-const EdgesSuffix = ".edges"
-
-// edgeChunks is the chunks of need that the tensors of [lo, hi) cannot
-// rebuild: those with header bytes or bytes of another tensor.
-func edgeChunks(m *Manifest, lo, hi int, need []int) ([]bool, error) {
-	ts, err := m.TensorsFor(lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	in := map[string]bool{}
-	for _, t := range ts {
-		in[t.Name] = true
-	}
-	out := make([]bool, m.NumChunks())
-	for _, i := range need {
-		out[i] = true
-	}
-	rebuild := make([]bool, m.NumChunks())
-	for i := range rebuild {
-		rebuild[i] = true
-	}
-	lack := func(off, end int64) {
-		for i := off / m.ChunkSize; i*m.ChunkSize < end && int(i) < len(rebuild); i++ {
-			rebuild[i] = false
-		}
-	}
-	lack(0, m.DataOffset)
-	for _, t := range m.Tensors {
-		if !in[t.Name] {
-			lack(t.Offset, t.End())
-		}
-	}
-	for i := range out {
-		out[i] = out[i] && !rebuild[i]
-	}
-	return out, nil
-}
-
-// writeEdges writes the edge chunks of [lo, hi), read from part, into
-// path+EdgesSuffix.
-func writeEdges(m *Manifest, lo, hi int, part io.ReaderAt, path string) error {
-	need, err := m.ChunksFor(lo, hi)
-	if err != nil {
-		return err
-	}
-	edge, err := edgeChunks(m, lo, hi, need)
-	if err != nil {
-		return err
-	}
-	tmp := path + EdgesSuffix + ".tmp"
-	out, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
-	err = out.Truncate(m.FileSize)
-	buf := make([]byte, m.ChunkSize)
-	for i, ok := range edge {
-		if !ok || err != nil {
-			continue
-		}
-		off, n := m.ChunkRange(i)
-		if _, err = part.ReadAt(buf[:n], off); err == nil {
-			_, err = out.WriteAt(buf[:n], off)
-		}
-	}
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp, path+EdgesSuffix)
-}
-
 // heldTensor is a tensor of the slice: where it is in the full file and
 // where in the slice.
 type heldTensor struct{ off, size, sliceOff int64 }
 
-// OpenSlice opens the slice at path of m's model, and its edges file when
-// there is one (without, the slice offers only the chunks inside its
-// tensor data). Close closes them.
-func OpenSlice(m *Manifest, path string) (*SliceReader, error) {
-	f, fh, err := engine.OpenFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSlice, err)
+// Held is a tensor that a slice file holds, as the file's opener found
+// it: its name, type and size (which must be the manifest's), and where
+// its data starts in the slice file.
+type Held struct {
+	Name   string
+	Type   uint32
+	Size   int64
+	Offset int64
+}
+
+// NewSliceReader reads the chunks of m's file that the slice at path
+// holds: layers [lo, hi) of m's model, whose tensors held are read from
+// r. It opens path+EdgesSuffix when there is one (without, the slice
+// offers only the chunks inside its tensor data). Close closes r, when it
+// is an io.Closer, and the edges file; on an error r is left open.
+func NewSliceReader(m *Manifest, lo, hi int, r io.ReaderAt, held []Held, path string) (*SliceReader, error) {
+	if lo < 0 || hi > m.Layers || lo >= hi {
+		return nil, fmt.Errorf("%w: %s is layers [%d, %d) of a %d-layer model", ErrSlice, path, lo, hi, m.Layers)
 	}
-	lo, hi, fp, ok, err := f.SliceRange()
-	switch {
-	case err != nil:
-		err = fmt.Errorf("%w: %w", ErrSlice, err)
-	case !ok:
-		err = fmt.Errorf("%w: %s is not a slice", ErrSlice, path)
-	case fp != m.Fingerprint:
-		err = fmt.Errorf("%w: %s is a slice of model %.16s, not %.16s", ErrSlice, path, fp, m.Fingerprint)
-	}
-	if err != nil {
-		fh.Close()
-		return nil, err
-	}
-	s := &SliceReader{m: m, slice: fh, has: make([]bool, m.NumChunks()), edge: make([]bool, m.NumChunks()), lo: lo, hi: hi, path: path}
+	s := &SliceReader{m: m, slice: r, has: make([]bool, m.NumChunks()), edge: make([]bool, m.NumChunks()), lo: lo, hi: hi, path: path}
+	s.closer, _ = r.(io.Closer)
 	in := map[string]bool{}
-	for _, g := range f.Tensors {
+	for _, g := range held {
 		t, ok := m.Tensor(g.Name)
 		if !ok || t.Size != g.Size || t.Type != g.Type {
-			fh.Close()
 			return nil, fmt.Errorf("%w: %s: tensor %q is not the model's", ErrSlice, path, g.Name)
 		}
 		in[t.Name] = true
@@ -241,52 +158,11 @@ func (s *SliceReader) Close() error {
 	if s.edges != nil {
 		s.edges.Close()
 	}
-	return s.slice.Close()
+	if s.closer != nil {
+		return s.closer.Close()
+	}
+	return nil
 }
 
-// ReuseSlices copies into path+PartSuffix, where FetchSlice of [lo, hi)
-// finds them, the chunks of that range that the slices at olds hold, and
-// returns their bytes: a node moved to a new range fetches only the
-// difference. A slice that does not open is skipped.
-func ReuseSlices(m *Manifest, lo, hi int, path string, olds []string) (int64, error) {
-	need, err := m.ChunksFor(lo, hi)
-	if err != nil {
-		return 0, err
-	}
-	var srcs []*SliceReader
-	for _, o := range olds {
-		if sl, err := OpenSlice(m, o); err == nil {
-			defer sl.Close()
-			srcs = append(srcs, sl)
-		}
-	}
-	if len(srcs) == 0 {
-		return 0, nil
-	}
-	part, err := os.OpenFile(path+PartSuffix, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return 0, err
-	}
-	defer part.Close()
-	if err := part.Truncate(m.FileSize); err != nil {
-		return 0, err
-	}
-	var n int64
-	buf := make([]byte, m.ChunkSize)
-	for _, i := range need {
-		off, l := m.ChunkRange(i)
-		if _, err := part.ReadAt(buf[:l], off); err == nil && m.Verify(i, buf[:l]) {
-			continue // there already (a fetch cut short)
-		}
-		for _, sl := range srcs {
-			if sl.ReadChunk(i, buf[:l]) == nil {
-				if _, err := part.WriteAt(buf[:l], off); err != nil {
-					return n, err
-				}
-				n += l
-				break
-			}
-		}
-	}
-	return n, part.Sync()
-}
+// Manifest is the manifest the slice's chunks are checked against.
+func (s *SliceReader) Manifest() *Manifest { return s.m }

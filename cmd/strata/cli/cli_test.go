@@ -106,7 +106,21 @@ func TestModelInspect(t *testing.T) {
 			t.Errorf("inspect output of a phi3 file lacks %q:\n%s", want, out)
 		}
 	}
-	// The same file claiming mixture-of-experts.
+	// A qwen3moe file: its experts, and what a token reads of each layer.
+	qmoe := dir + "/qwen3moe.gguf"
+	if _, err := run(t, "model", "gen", "--arch", "qwen3moe", "--experts", "16", "--experts-used", "4", "--expert-ffn", "256",
+		"--out", qmoe, "--dtype", "q4_k_m", "--dim", "256", "--ffn", "768", "--heads", "4", "--layers", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = run(t, "model", "inspect", qmoe); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"architecture qwen3moe", "16 experts, 4 active per token, 0 shared, each 256 wide", "(4 of 16 experts)", "runs on this build: yes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output of a qwen3moe file lacks %q:\n%s", want, out)
+		}
+	}
+	// The dense file claiming 8 experts, without saying how many a token uses.
 	f, fh, err := engine.OpenFile(good)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +152,7 @@ func TestModelInspect(t *testing.T) {
 	if !strings.Contains(out, "runs on this build: no") || !strings.Contains(out, "8 experts") {
 		t.Errorf("inspect of a MoE file:\n%s", out)
 	}
-	if _, err := engine.Open(moe); err == nil || !errors.Is(err, engine.ErrUnsupportedArch) {
+	if _, err := engine.Open(moe); err == nil || !errors.Is(err, engine.ErrCorrupt) {
 		t.Errorf("opening a MoE file: %v", err)
 	}
 }
@@ -233,5 +247,28 @@ func TestRealVocabularyModel(t *testing.T) {
 	}
 	if _, err := run(t, "generate", "--model", model, "--chat", "--prompt", "Hi", "--max-tokens", "2"); err != nil {
 		t.Errorf("generate --chat: %v", err)
+	}
+}
+
+// TestPlanShowsVolunteersNeeded: plan says how many machines of each kind
+// a mixture of experts needs (Qwen3-30B-A3B at Q4_K_M: 18.3 GB, 0.374 GB
+// a layer and 4.2 MB of cache for one 2,048-token session, so 90% of
+// 9.9 GiB holds 25 of its 48 layers, 24 beside an end: two machines).
+func TestPlanShowsVolunteersNeeded(t *testing.T) {
+	sc := filepath.Join(t.TempDir(), "moe.yaml")
+	body := "name: moe\nmodel: qwen3-30b-a3b:q4_k_m\nnodes:\n" +
+		"  - {device: rtx4090, count: 2}\n  - {id: small, memory_gib: 9.9, mem_bandwidth_gbs: 500, tflops: 50, count: 3}\n"
+	if err := os.WriteFile(sc, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "plan", "--scenario", sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"3.0B parameters active per token", "fewest nodes to hold it once: 1 of these",
+		"rtx4090      have    2   48 layers each  need 1 alone", "small        have    3   25 layers each  need 2 alone"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out)
+		}
 	}
 }

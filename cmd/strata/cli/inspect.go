@@ -59,14 +59,24 @@ func inspectModel(w io.Writer, f *engine.File) {
 			}
 			fmt.Fprintln(w)
 		}
+		if hp.MoE() {
+			fmt.Fprintf(w, "  mixture of experts: %d experts, %d active per token, %d shared, each %d wide\n",
+				hp.Experts, hp.ExpertsUsed, hp.SharedExperts, hp.ExpertFFN)
+		}
 		if hp.SlidingWindow > 0 {
 			fmt.Fprintf(w, "  sliding window %d declared, not applied (full attention; llama.cpp runs phi3 without it too)\n", hp.SlidingWindow)
 		}
+	} else if n, err := f.Uint(arch + ".expert_count"); err == nil && n > 0 {
+		// A mixture of experts this build refuses: its shape all the same.
+		used, _ := f.Uint(arch + ".expert_used_count")
+		shared, _ := f.Uint(arch + ".expert_shared_count")
+		fmt.Fprintf(w, "  mixture of experts: %d experts, %d active per token, %d shared\n", n, used, shared)
 	}
 
 	type agg struct{ count, bytes int64 }
 	types := map[engine.DType]*agg{}
 	perLayer := map[int]int64{}
+	var experts int64 // bytes of the layers' expert tensors (ffn_*_exps)
 	var other int64
 	var unsupported []string
 	for _, t := range f.Tensors {
@@ -80,6 +90,9 @@ func inspectModel(w io.Writer, f *engine.File) {
 		var l int
 		if _, err := fmt.Sscanf(t.Name, "blk.%d.", &l); err == nil {
 			perLayer[l] += t.Size
+			if strings.Contains(t.Name, "_exps.") {
+				experts += t.Size
+			}
 		} else {
 			other += t.Size
 		}
@@ -105,6 +118,16 @@ func inspectModel(w io.Writer, f *engine.File) {
 			hi = max(hi, b)
 		}
 		fmt.Fprintf(w, "bytes per layer: %d to %d (%d layers); outside the layers (embedding, head, norms): %d\n", lo, hi, len(perLayer), other)
+		if hpErr == nil && hp.MoE() {
+			var all int64
+			for _, b := range perLayer {
+				all += b
+			}
+			// A token reads the attention, the router and its experts.
+			active := (all - experts + experts*int64(hp.ExpertsUsed)/int64(hp.Experts)) / int64(len(perLayer))
+			fmt.Fprintf(w, "  experts: %d bytes per layer on average, of which a token reads %d (%d of %d experts)\n",
+				all/int64(len(perLayer)), active, hp.ExpertsUsed, hp.Experts)
+		}
 	}
 	model, _ := f.String("tokenizer.ggml.model")
 	pre, _ := f.String("tokenizer.ggml.pre")

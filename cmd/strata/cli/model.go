@@ -69,14 +69,25 @@ func newModelGenCmd() *cobra.Command {
 			if len(paths) > 1 {
 				names = fmt.Sprintf("%s … %s (%d parts)", paths[0], filepath.Base(paths[len(paths)-1]), len(paths))
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, %d bytes\n",
-				names, c.Arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, dtype, size)
+			moe := ""
+			if c.Experts > 0 {
+				ef := c.ExpertFFN
+				if ef == 0 {
+					ef = c.FFN
+				}
+				moe = fmt.Sprintf(", %d of %d experts of width %d", c.ExpertsUsed, c.Experts, ef)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %d layers, dim %d, %d/%d heads, ffn %d%s, vocab %d, %s, %d bytes\n",
+				names, c.Arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, moe, c.Vocab, dtype, size)
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "output file")
-	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama, qwen2, qwen3 or phi3")
+	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama, qwen2, qwen3, qwen3moe or phi3")
+	f.IntVar(&c.Experts, "experts", 0, "mixture of experts (qwen3moe, or llama as Mixtral): experts per layer (0: a dense FFN)")
+	f.IntVar(&c.ExpertsUsed, "experts-used", 0, "experts each token uses (with --experts)")
+	f.IntVar(&c.ExpertFFN, "expert-ffn", 0, "qwen3moe: each expert's feed-forward width (0: --ffn); llama's experts are --ffn wide")
 	f.IntVar(&c.HeadDim, "head-dim", 0, "head size (0: dim/heads; qwen3 files often set another)")
 	f.BoolVar(&c.RopeFreqs, "rope-freqs", false, "llama: write rope_freqs.weight with Llama 3.1's RoPE scaling")
 	f.BoolVar(&c.LongRoPE, "long-rope", false, "phi3: write LongRoPE factors as Phi-3.5 mini has them (--ctx is then the original context, 32× it the trained one)")

@@ -86,6 +86,7 @@ per-token latency and the planning time.`,
 
 func printReport(w io.Writer, rep scenario.Report, maps bool) {
 	fmt.Fprintf(w, "== %s: %s on %d nodes   UB %.0f tok/s   UB2 %.0f tok/s\n", rep.Scenario, rep.Model, rep.Nodes, rep.UB, rep.UB2)
+	printNeeds(w, rep)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tstatus\tflow tok/s\tflow/UB\tflow/UB2\tlatency ms\tstages\tlayers/stage\thops\trepl\tplan time\t")
 	for _, r := range rep.Results {
@@ -114,6 +115,25 @@ func printReport(w io.Writer, rep scenario.Report, maps bool) {
 		drawMap(w, r)
 	}
 	fmt.Fprintln(w)
+}
+
+// printNeeds says how many volunteers the model needs: per kind alone,
+// and of this fleet.
+func printNeeds(w io.Writer, rep scenario.Report) {
+	fmt.Fprintf(w, "   weights %.1f GB, %.1fB parameters active per token; fewest nodes to hold it once: ",
+		rep.WeightBytes/1e9, rep.ActiveParams/1e9)
+	if rep.MinNodes > 0 {
+		fmt.Fprintf(w, "%d of these\n", rep.MinNodes)
+	} else {
+		fmt.Fprintln(w, "more than these")
+	}
+	for _, n := range rep.Needs {
+		need := "cannot hold a layer"
+		if n.Min > 0 {
+			need = fmt.Sprintf("%d alone", n.Min)
+		}
+		fmt.Fprintf(w, "     %-12s have %4d  %3d layers each  need %s\n", n.Kind, n.Have, n.Layers, need)
+	}
 }
 
 // drawMap prints one line per stage: node, range, and a bar over the layers.

@@ -46,6 +46,15 @@ extern struct ggml_tensor * ggml_silu(struct ggml_context * ctx, struct ggml_ten
 extern struct ggml_tensor * ggml_swiglu(struct ggml_context * ctx, struct ggml_tensor * a);
 extern struct ggml_tensor * ggml_view_3d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2,
 	size_t nb1, size_t nb2, size_t offset);
+extern struct ggml_tensor * ggml_view_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
+extern struct ggml_tensor * ggml_reshape_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1);
+extern struct ggml_tensor * ggml_mul_mat_id(struct ggml_context * ctx, struct ggml_tensor * as, struct ggml_tensor * b, struct ggml_tensor * ids);
+extern struct ggml_tensor * ggml_soft_max(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_argsort_top_k(struct ggml_context * ctx, struct ggml_tensor * a, int k);
+extern struct ggml_tensor * ggml_sum_rows(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
+extern struct ggml_tensor * ggml_div(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+extern struct ggml_tensor * ggml_swiglu_split(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 extern int64_t gguf_find_key(const struct gguf_context * ctx, const char * key);
 extern float gguf_get_val_f32(const struct gguf_context * ctx, int64_t key_id);
 extern uint32_t gguf_get_val_u32(const struct gguf_context * ctx, int64_t key_id);
@@ -60,15 +69,42 @@ static struct ggml_tensor * W(struct ggml_context * m, const char * fmt, int l) 
 	return ggml_get_tensor(m, name);
 }
 
+// ref_moe is llama.cpp's build_moe_ffn as qwen3moe and llama (Mixtral)
+// call it: softmax router, the top k by ggml_argsort_top_k, their
+// probabilities normalised to sum 1 (sum_rows, clamp, div), up and gate
+// through ggml_mul_mat_id, swiglu, down, each expert's output weighed and
+// the k added in rank order. cur is [n_embd, n].
+static struct ggml_tensor * ref_moe(struct ggml_context * c, struct ggml_context * m, int l, struct ggml_tensor * cur,
+		int n_embd, int n, int n_expert, int k) {
+	struct ggml_tensor * logits = ggml_mul_mat(c, W(m, "blk.%d.ffn_gate_inp.weight", l), cur); // [n_expert, n]
+	struct ggml_tensor * probs = ggml_soft_max(c, logits);
+	struct ggml_tensor * sel = ggml_argsort_top_k(c, probs, k); // [k, n]
+	struct ggml_tensor * w = ggml_get_rows(c, ggml_reshape_3d(c, probs, 1, n_expert, n), sel); // [1, k, n]
+	w = ggml_reshape_2d(c, w, k, n);
+	struct ggml_tensor * sum = ggml_clamp(c, ggml_sum_rows(c, w), 6.103515625e-5f, INFINITY);
+	w = ggml_reshape_3d(c, ggml_div(c, w, sum), 1, k, n);
+	cur = ggml_reshape_3d(c, cur, n_embd, 1, n);
+	struct ggml_tensor * up = ggml_mul_mat_id(c, W(m, "blk.%d.ffn_up_exps.weight", l), cur, sel);     // [ff, k, n]
+	struct ggml_tensor * gate = ggml_mul_mat_id(c, W(m, "blk.%d.ffn_gate_exps.weight", l), cur, sel); // [ff, k, n]
+	struct ggml_tensor * ex = ggml_mul_mat_id(c, W(m, "blk.%d.ffn_down_exps.weight", l), ggml_swiglu_split(c, gate, up), sel); // [n_embd, k, n]
+	ex = ggml_mul(c, ex, w);
+	size_t row = sizeof(float) * (size_t)n_embd;
+	struct ggml_tensor * out = ggml_view_2d(c, ex, n_embd, n, row * k, 0);
+	for (int i = 1; i < k; i++) out = ggml_add(c, out, ggml_view_2d(c, ex, n_embd, n, row * k, row * i));
+	if (k == 1) out = ggml_cont(c, out);
+	return out;
+}
+
 // ref_forward runs a llama-family model (loaded in m) the way llama.cpp's
 // llama and qwen2 graphs do (RoPE mode 0 for llama, NEOX for qwen2; Q/K/V
 // biases on qwen2) over n tokens at positions 0..n-1 and writes the last
 // position's logits to out. It returns 0 on success.
+// With n_expert > 0 (qwen3moe, Mixtral) the FFN is ref_moe's.
 // phi3 follows llama.cpp's phi3 graph instead: Q, K and V are views of one
 // attn_qkv product, RoPE takes rope_factors_short and attn_factor, Q is
 // scaled before Q·K, and ffn_up's product goes through ggml_swiglu.
 static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, int neox, int bias, int qknorm, int phi3, int n_layer,
-		int n_head, int n_kv, int hd, float eps, float base, const float * rp, float * out, int n_vocab, int n_threads) {
+		int n_head, int n_kv, int hd, float eps, float base, const float * rp, int n_embd, int n_expert, int n_expert_used, float * out, int n_vocab, int n_threads) {
 	// rp: ref_rope_params' freq_scale, ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig.
 	float freq_scale = rp[0], ext_factor = rp[1], attn_factor = rp[2], beta_fast = rp[3], beta_slow = rp[4];
 	int n_ctx_orig = (int)rp[5];
@@ -121,6 +157,10 @@ static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, i
 		cur = ggml_cont_2d(c, ggml_permute(c, kqv, 0, 2, 1, 3), hd * n_head, n);
 		x = ggml_add(c, ggml_mul_mat(c, W(m, "blk.%d.attn_output.weight", l), cur), x);
 		cur = ggml_mul(c, ggml_rms_norm(c, x, eps), W(m, "blk.%d.ffn_norm.weight", l));
+		if (n_expert > 0) {
+			x = ggml_add(c, ref_moe(c, m, l, cur, n_embd, n, n_expert, n_expert_used), x);
+			continue;
+		}
 		struct ggml_tensor * act;
 		if (phi3) { // gate rows then up rows: silu(first half) · second half
 			act = ggml_swiglu(c, ggml_mul_mat(c, W(m, "blk.%d.ffn_up.weight", l), cur));
@@ -235,7 +275,7 @@ func (g *ggmlModel) logits(tokens []int32, threads int) ([]float32, error) {
 	switch c.Arch {
 	case "qwen2":
 		neox, bias = 1, 1
-	case "qwen3":
+	case "qwen3", "qwen3moe":
 		neox, qknorm = 1, 1
 	case "phi3":
 		neox, phi3 = 1, 1
@@ -250,7 +290,7 @@ func (g *ggmlModel) logits(tokens []int32, threads int) ([]float32, error) {
 	}
 	rc := C.ref_forward(g.m, (*C.int32_t)(unsafe.Pointer(&tokens[0])), C.int(len(tokens)), C.int(neox), C.int(bias), C.int(qknorm), C.int(phi3),
 		C.int(c.Layers), C.int(c.Heads), C.int(c.KVHeads), C.int(hd), C.float(c.NormEps), C.float(c.RopeBase), &rp[0],
-		(*C.float)(unsafe.Pointer(&out[0])), C.int(c.Vocab), C.int(threads))
+		C.int(c.Dim), C.int(c.Experts), C.int(c.ExpertsUsed), (*C.float)(unsafe.Pointer(&out[0])), C.int(c.Vocab), C.int(threads))
 	if rc != 0 {
 		return nil, fmt.Errorf("ggml: code %d", rc)
 	}

@@ -53,6 +53,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"unsafe"
 
 	"github.com/stratanet/strata/engine"
@@ -108,12 +109,14 @@ func quantizeModel(src, quantPath, dequantPath string, pick func(name string, co
 			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 		}
 		typ := engine.F32
-		if len(ti.Dims) == 2 {
+		// Matrices and 3-D expert tensors; llama-quantize leaves the
+		// MoE router (ffn_gate_inp) F32.
+		if len(ti.Dims) >= 2 && !strings.Contains(ti.Name, "ffn_gate_inp") {
 			typ = pick(ti.Name, int(ti.Dims[0]))
 		}
 		q, deq := raw, vals
 		if typ != engine.F32 {
-			q = ggmlQuantize(typ, vals, int(ti.Dims[1]), int(ti.Dims[0]))
+			q = ggmlQuantize(typ, vals, n/int(ti.Dims[0]), int(ti.Dims[0]))
 			deq = ggmlDequantize(typ, q, n)
 		}
 		qts = append(qts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: typ, Data: writeBytes(q)})
