@@ -65,47 +65,71 @@ func TestMXFP4Block(t *testing.T) {
 	}
 }
 
-// TestGenMXFP4MoE: the mxfp4_moe mix writes the FFN weights in MXFP4 and
-// the rest in Q8_0 (llama.cpp's MXFP4_MOE file type, 38), and the file
-// runs with finite logits.
+// TestGenMXFP4MoE: the mxfp4_moe mix writes the FFN weights (a MoE
+// file's experts) in MXFP4 and the rest in Q8_0 (llama.cpp's MXFP4_MOE
+// file type, 38), and the file runs: a prompt's last logits are finite and
+// the same bits whether the prompt goes in at once (the row kernels) or a
+// token a step (the decode kernels, four rows a call on AVX-512).
 func TestGenMXFP4MoE(t *testing.T) {
-	c := GenConfig{Arch: "llama", Layers: 2, Dim: 64, Heads: 2, FFN: 96, Vocab: 300, Mix: "mxfp4_moe"}
-	b := ropeScalingFile(t, c)
-	f, err := ReadFile(bytes.NewReader(b), int64(len(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ft, _ := f.Uint("general.file_type"); ft != 38 {
-		t.Errorf("file_type %d, want 38", ft)
-	}
-	for _, ti := range f.Tensors {
-		want := F32
-		switch {
-		case strings.Contains(ti.Name, ".ffn_") && len(ti.Dims) == 2:
-			want = MXFP4
-		case len(ti.Dims) == 2:
-			want = Q8_0
-		}
-		if ti.Type != want {
-			t.Errorf("%s: %s, want %s", ti.Name, ti.Type, want)
-		}
-	}
-	s, err := openBytes(t, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss, err := s.NewSession(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	out, err := s.Forward(context.Background(), Step{Session: ss, Tokens: []int32{1, 2, 3}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, v := range out.Logits {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			t.Fatalf("logit %d is %v", i, v)
-		}
+	for name, c := range map[string]GenConfig{
+		"llama":    {Arch: "llama", Layers: 2, Dim: 64, Heads: 2, FFN: 96, Vocab: 300, Mix: "mxfp4_moe"},
+		"qwen3moe": {Arch: "qwen3moe", Layers: 2, Dim: 64, Heads: 2, FFN: 96, Vocab: 300, Mix: "mxfp4_moe", Experts: 4, ExpertsUsed: 2, ExpertFFN: 96},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := ropeScalingFile(t, c)
+			f, err := ReadFile(bytes.NewReader(b), int64(len(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ft, _ := f.Uint("general.file_type"); ft != 38 {
+				t.Errorf("file_type %d, want 38", ft)
+			}
+			for _, ti := range f.Tensors {
+				want := F32
+				switch {
+				case strings.Contains(ti.Name, "ffn_gate_inp"):
+				case strings.Contains(ti.Name, ".ffn_") && len(ti.Dims) >= 2:
+					want = MXFP4
+				case len(ti.Dims) >= 2:
+					want = Q8_0
+				}
+				if ti.Type != want {
+					t.Errorf("%s: %s, want %s", ti.Name, ti.Type, want)
+				}
+			}
+			s, err := openBytes(t, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompt := []int32{1, 2, 3, 40, 7}
+			whole, err := s.NewSession(8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer whole.Close()
+			want, err := s.Forward(context.Background(), Step{Session: whole, Tokens: prompt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			steps, err := s.NewSession(8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer steps.Close()
+			var got Output
+			for i, tok := range prompt {
+				if got, err = s.Forward(context.Background(), Step{Session: steps, Tokens: []int32{tok}, Pos: i}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, v := range want.Logits {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					t.Fatalf("logit %d is %v", i, v)
+				}
+			}
+			if !sameBits(got.Logits, want.Logits) {
+				t.Errorf("token by token %v…, whole prompt %v…", got.Logits[:4], want.Logits[:4])
+			}
+		})
 	}
 }
