@@ -1306,10 +1306,18 @@ DATA mxfp4Shift<>+48(SB)/8, $0x0004000400040004
 DATA mxfp4Shift<>+56(SB)/8, $0x0004000400040004
 GLOBL mxfp4Shift<>(SB), RODATA|NOPTR, $64
 
-// mxfp4GridBiased is kvaluesMXFP4 + 12.
+// mxfp4GridBiased is kvaluesMXFP4 + 12, four times over: VPERMB reads
+// an index's low 6 bits, so a nibble with garbage in bits 4 and 5 (a
+// shifted word's) still finds its value.
 DATA mxfp4GridBiased<>+0(SB)/8, $0x181412100f0e0d0c
 DATA mxfp4GridBiased<>+8(SB)/8, $0x00040608090a0b0c
-GLOBL mxfp4GridBiased<>(SB), RODATA|NOPTR, $16
+DATA mxfp4GridBiased<>+16(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4GridBiased<>+24(SB)/8, $0x00040608090a0b0c
+DATA mxfp4GridBiased<>+32(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4GridBiased<>+40(SB)/8, $0x00040608090a0b0c
+DATA mxfp4GridBiased<>+48(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4GridBiased<>+56(SB)/8, $0x00040608090a0b0c
+GLOBL mxfp4GridBiased<>(SB), RODATA|NOPTR, $64
 
 // mxfp4E1 gathers two rows' scale bytes (0 and 17 of each, the second row
 // in the second table) as bytes 0, 1 (block A) and 4, 5 (block B);
@@ -1326,8 +1334,7 @@ GLOBL mxfp4E2<>(SB), RODATA|NOPTR, $64
 	VMOVDQU8.Z ADDR, KW, ZR \
 	VPERMB     ZR, Z31, ZQ \
 	VPSRLVW    Z30, ZQ, ZQ \
-	VPANDD     Z29, ZQ, ZQ \
-	VPSHUFB    ZQ, Z28, ZQ \
+	VPERMB     Z28, ZQ, ZQ \
 	VPXORD     ZD, ZD, ZD \
 	VPDPBUSD   Z24, ZQ, ZD
 
@@ -1372,9 +1379,7 @@ TEXT ·dotMXFP4Rows512(SB), NOSPLIT, $0-64
 	MOVQ rows+48(FP), R13
 	VMOVDQU64 mxfp4Nib<>(SB), Z31
 	VMOVDQU64 mxfp4Shift<>(SB), Z30
-	MOVL         $0x0f0f0f0f, AX
-	VPBROADCASTD AX, Z29
-	VBROADCASTI32X4 mxfp4GridBiased<>(SB), Z28
+	VMOVDQU64 mxfp4GridBiased<>(SB), Z28
 	VMOVDQU64 mxfp4E1<>(SB), Z27
 	VMOVDQU64 mxfp4E2<>(SB), Z26
 	MOVL         $128, AX
