@@ -130,7 +130,8 @@
 // and its two products in one VMULPS), so the bits are too; the tests run
 // on both paths (useAVX512 switches the AVX2 one back on), and
 // TestPackedKernelsExtremes adds the largest sums and non-finite halves.
-// MXFP4's decode kernel there (with VBMI and VNNI) takes four rows a call,
+// MXFP4's kernel there (with VBMI and VNNI; decode, and a prefill's tiles
+// an input row at a time) takes four rows a call,
 // two blocks of each per zmm (VPERMB spreads a block pair's nibbles, the
 // grid biased by 12 for VPDPBUSD and 12·Σx taken off), and keeps one row
 // per float lane, each lane the portable operations in order (the scale

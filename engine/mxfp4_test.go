@@ -68,8 +68,8 @@ func TestMXFP4Block(t *testing.T) {
 // TestGenMXFP4MoE: the mxfp4_moe mix writes the FFN weights (a MoE
 // file's experts) in MXFP4 and the rest in Q8_0 (llama.cpp's MXFP4_MOE
 // file type, 38), and the file runs: a prompt's last logits are finite and
-// the same bits whether the prompt goes in at once (the row kernels) or a
-// token a step (the decode kernels, four rows a call on AVX-512).
+// the same bits whether the prompt goes in at once or a token a step (the
+// decode path: packedRowsKernel).
 func TestGenMXFP4MoE(t *testing.T) {
 	for name, c := range map[string]GenConfig{
 		"llama":    {Arch: "llama", Layers: 2, Dim: 64, Heads: 2, FFN: 96, Vocab: 300, Mix: "mxfp4_moe"},

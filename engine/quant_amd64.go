@@ -169,23 +169,38 @@ var hasVBMI = func() bool {
 //go:noescape
 func dotMXFP4Rows512(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
 
-// mxfp4Rows is MXFP4's many-row decode kernel: four rows at a time by
-// dotMXFP4Rows512, the last one to three by the AVX2 row kernel (the same
-// bits).
-func mxfp4Rows(out []float32, rows []byte, x *act, cols int) {
+// mxfp4Rows is MXFP4's many-row decode kernel: mxfp4RowsTok on the one
+// activation row.
+func mxfp4Rows(out []float32, rows []byte, x *act, cols int) { mxfp4RowsTok(out, rows, x, 0, cols) }
+
+// packedTokRowsKernel returns a kernel computing rows of a packed matrix
+// slice against activation row t, or nil: MXFP4's with AVX-512, which a
+// prefill uses too.
+func packedTokRowsKernel(t DType) func(out []float32, rows []byte, x *act, t, cols int) {
+	if t != MXFP4 || packedRowsKernel(MXFP4) == nil {
+		return nil
+	}
+	return mxfp4RowsTok
+}
+
+// mxfp4RowsTok computes MXFP4 rows against activation row t: four rows at
+// a time by dotMXFP4Rows512, the last one to three by the AVX2 row kernel
+// (the same bits).
+func mxfp4RowsTok(out []float32, rows []byte, x *act, t, cols int) {
 	nb := cols / 32
 	if nb == 0 || len(out) == 0 {
 		return
 	}
 	rb := nb * 17
 	_ = rows[len(out)*rb-1]
-	xq, xd := x.q[:cols], x.d[:nb]
+	xq, xd := x.q[t*cols:(t+1)*cols], x.d[t*nb:(t+1)*nb]
 	n4 := len(out) &^ 3
 	if x.mxs4 == nil {
 		n4 = 0 // not prepared for it (prepareOn): the row kernel alone
 	}
 	if n4 > 0 {
-		xs4, xd4 := x.mxs4[:4*nb+4], x.mxd4[:4*nb+4]
+		st := mxfp4Stride(cols)
+		xs4, xd4 := x.mxs4[t*st:(t+1)*st], x.mxd4[t*st:(t+1)*st]
 		dotMXFP4Rows512(&rows[0], rb, &xq[0], &xs4[0], &xd4[0], nb, n4, &out[0])
 	}
 	for r := n4; r < len(out); r++ {
