@@ -575,7 +575,8 @@ func readRopeScaling(f *File, h *HParams) error {
 // factor (its cparams.yarn_attn_factor: with YaRN, the magnitude
 // correction divided by the one ggml's rope applies itself, times
 // rope.scaling.attn_factor), beta_fast and beta_slow; each float32 step
-// as llama_context computes it.
+// as llama_context computes it. (llama.cpp divides deepseek2's
+// yarn_log_multiplier by 0.1 as it loads it; no architecture here has it.)
 func (h HParams) RopeExt() (origCtx int, freqScale, extFactor, attnFactor, betaFast, betaSlow float32) {
 	if h.RopeScaling == "" {
 		return h.Context, 1, 0, h.RopeAttnFactor, 32, 1
