@@ -136,7 +136,9 @@
 // grid biased by 12 for VPDPBUSD and 12·Σx taken off), and keeps one row
 // per float lane, each lane the portable operations in order (the scale
 // by VSCALEFPS, the exact power of two's product rounded once); it
-// prefetches the next four rows as one stream (BenchmarkMXFP4MatVec).
+// prefetches the next four rows as one stream (BenchmarkMXFP4MatVec). Its
+// AVX2 twin (dotMXFP4Rows4) does the same a block at a time, for CPUs
+// without those.
 // The other packed types use AVX2 on such a CPU. BenchmarkPackedKernelPaths
 // and BenchmarkDecodeKernelPaths compare the two paths.
 //

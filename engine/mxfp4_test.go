@@ -133,3 +133,42 @@ func TestGenMXFP4MoE(t *testing.T) {
 		})
 	}
 }
+
+// TestMXFP4KernelsSmallScales: the SIMD kernels give the portable bits on
+// rows whose every exponent byte is 0, 1 or 2 (the subnormal scales
+// 2^-128 and 2^-127, and the smallest normal one), where no larger block
+// hides an error in them, for 1 to 5 blocks and 1 or 3 activation rows.
+func TestMXFP4KernelsSmallScales(t *testing.T) {
+	forEachPackedPath(t, func(t *testing.T) {
+		rng := uint64(17)
+		f := quantFormats[MXFP4]
+		for nb := 1; nb <= 5; nb++ {
+			cols, rows := 32*nb, 9
+			raw := make([]byte, rows*nb*17)
+			for i := range raw {
+				raw[i] = byte(splitmix(&rng))
+			}
+			for b := 0; b < rows*nb; b++ {
+				raw[17*b] = byte(b % 3)
+			}
+			for _, n := range []int{1, 3} {
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 10)
+				}
+				w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: MXFP4}
+				fast, slow := simdAndPortable(w, x, n)
+				if !sameBits(fast, slow) {
+					t.Fatalf("%d blocks, %d activation rows: SIMD %v, portable %v", nb, n, fast, slow)
+				}
+				nonzero := false
+				for _, v := range slow {
+					nonzero = nonzero || v != 0
+				}
+				if !nonzero {
+					t.Fatalf("%d blocks: all zero", nb)
+				}
+			}
+		}
+	})
+}

@@ -134,6 +134,9 @@ func packedRowKernel(t DType) rowKernel {
 // call and constant loads cost about a tenth of a 2048-wide Q4_K row. Its
 // sums are the row kernel's, so its bits too.
 func packedRowsKernel(t DType) func(out []float32, rows []byte, x *act, cols int) {
+	if t == MXFP4 && useSIMD && hasAVX2 {
+		return mxfp4Rows // its AVX2 four-row kernel where AVX-512's is not
+	}
 	if !useSIMD || !hasAVX2 || !hasF16C || !hasAVX512BW || !useAVX512 {
 		return nil
 	}
@@ -169,6 +172,11 @@ var hasVBMI = func() bool {
 //go:noescape
 func dotMXFP4Rows512(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
 
+// dotMXFP4Rows4 is dotMXFP4Rows512 on AVX2 (the same arguments and bits).
+//
+//go:noescape
+func dotMXFP4Rows4(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
+
 // mxfp4Rows is MXFP4's many-row decode kernel: mxfp4RowsTok on the one
 // activation row.
 func mxfp4Rows(out []float32, rows []byte, x *act, cols int) { mxfp4RowsTok(out, rows, x, 0, cols) }
@@ -201,7 +209,11 @@ func mxfp4RowsTok(out []float32, rows []byte, x *act, t, cols int) {
 	if n4 > 0 {
 		st := mxfp4Stride(cols)
 		xs4, xd4 := x.mxs4[t*st:(t+1)*st], x.mxd4[t*st:(t+1)*st]
-		dotMXFP4Rows512(&rows[0], rb, &xq[0], &xs4[0], &xd4[0], nb, n4, &out[0])
+		if hasVNNI && hasVBMI && hasAVX512BW && useAVX512 {
+			dotMXFP4Rows512(&rows[0], rb, &xq[0], &xs4[0], &xd4[0], nb, n4, &out[0])
+		} else {
+			dotMXFP4Rows4(&rows[0], rb, &xq[0], &xs4[0], &xd4[0], nb, n4, &out[0])
+		}
 	}
 	for r := n4; r < len(out); r++ {
 		out[r] = dotMXFP4Row(&rows[r*rb], &xq[0], &xd[0], &xd[0], nb, &e8m0HalfTable[0])

@@ -1446,3 +1446,95 @@ mxdone:
 	JNZ     mxgroup
 	VZEROUPPER
 	RET
+
+// A4ROW: one row's MXFP4 block (quants at QADDR) against its 32
+// activations in Y8: the biased grid values' 8 int32 pair-of-pair sums in
+// YD. Uses Y1, Y2.
+#define A4ROW(QADDR, YD) \
+	VMOVDQU     QADDR, X1 \
+	VPSRLW      $4, X1, X2 \
+	VINSERTI128 $1, X2, Y1, Y1 \
+	VPAND       Y15, Y1, Y1 \
+	VPSHUFB     Y1, Y14, Y1 \
+	VPMADDUBSW  Y8, Y1, Y1 \
+	VPMADDWD    Y13, Y1, YD
+
+// func dotMXFP4Rows4(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
+// dotMXFP4Rows512 on AVX2: four rows a block, one row per float lane of
+// X10, the grid biased by 12 for VPMADDUBSW and 12·Σx (xs4) taken off; the
+// scales 2^(e−128) built from the four exponent bytes as e8m0Half builds
+// them ((e−1)<<23, or 0x200000<<e below 2), times dx rounded once.
+TEXT ·dotMXFP4Rows4(SB), NOSPLIT, $0-64
+	MOVQ q+0(FP), R11
+	MOVQ rowBytes+8(FP), BX
+	LEAQ (BX)(BX*2), DX
+	MOVQ out+56(FP), R12
+	MOVQ rows+48(FP), R13
+	NIBMASK
+	VBROADCASTI128 mxfp4GridBiased<>(SB), Y14
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0xff, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, X12
+	MOVL         $1, AX
+	VMOVD        AX, X11
+	VPBROADCASTD X11, X11
+	MOVL         $0x00200000, AX
+	VMOVD        AX, X9
+	VPBROADCASTD X9, X9
+
+a4group:
+	MOVQ   R11, SI
+	MOVQ   x+16(FP), DI
+	MOVQ   xs4+24(FP), R10
+	MOVQ   xd4+32(FP), R9
+	MOVQ   nb+40(FP), CX
+	LEAQ   (R11)(BX*4), R14
+	VXORPS X10, X10, X10
+
+a4loop:
+	// As dotMXFP4Rows512, the next four rows as one stream (2 lines a
+	// block: more than its 68 bytes).
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $128, R14
+	VMOVDQU (DI), Y8
+	A4ROW(1(SI), Y0)
+	A4ROW(1(SI)(BX*1), Y3)
+	A4ROW(1(SI)(BX*2), Y4)
+	A4ROW(1(SI)(DX*1), Y5)
+	VPHADDD      Y3, Y0, Y0
+	VPHADDD      Y5, Y4, Y4
+	VPHADDD      Y4, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD       X1, X0, X0
+	VPSUBD       (R10), X0, X0
+	VCVTDQ2PS    X0, X0
+	VMOVD        (SI), X4
+	VPINSRD      $1, (SI)(BX*1), X4, X4
+	VPINSRD      $2, (SI)(BX*2), X4, X4
+	VPINSRD      $3, (SI)(DX*1), X4, X4
+	VPAND        X12, X4, X4
+	VPSUBD       X11, X4, X5
+	VPSLLD       $23, X5, X5
+	VPSLLVD      X4, X9, X6
+	VPCMPGTD     X11, X4, X7
+	VBLENDVPS    X7, X5, X6, X5
+	VMULPS       (R9), X5, X5
+	VMULPS       X0, X5, X5
+	VADDPS       X5, X10, X10
+	ADDQ $17, SI
+	ADDQ $32, DI
+	ADDQ $16, R10
+	ADDQ $16, R9
+	DECQ CX
+	JNZ  a4loop
+	VMOVUPS X10, (R12)
+	ADDQ    $16, R12
+	LEAQ    (R11)(BX*4), R11
+	SUBQ    $4, R13
+	JNZ     a4group
+	VZEROUPPER
+	RET
