@@ -1,0 +1,118 @@
+package refcheck
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// TestGemma3RunsInOllama: ollama's own gemma3 loads a file from
+// engine.GenerateGemma3 (llama.cpp's keys and tensor names, no vision
+// tensors) and runs it: finite logits, one per token of the vocabulary,
+// bitwise equal across two loads, and they move with the input. A sliding
+// window shorter than the prompt changes the logits, so ollama reads the
+// window from the file and its local layers use it.
+func TestGemma3RunsInOllama(t *testing.T) {
+	dir := t.TempDir()
+	// Six layers: five local (sliding-window) layers and one global one.
+	c := engine.Gemma3Config{Layers: 6, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 600, Seed: 31, SlidingWindow: 4}
+	path := filepath.Join(dir, "gemma3.gguf")
+	if err := engine.GenerateGemma3File(path, c); err != nil {
+		t.Fatal(err)
+	}
+	a, err := ollamaLogits(path, ollamaTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != c.Vocab {
+		t.Fatalf("ollama returned %d logits, want %d", len(a), c.Vocab)
+	}
+	scale := 0.0
+	for i, x := range a {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			t.Fatalf("logit %d is %g", i, x)
+		}
+		scale = math.Max(scale, math.Abs(float64(x)))
+	}
+	b, err := ollamaLogits(path, ollamaTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			t.Fatalf("logit %d: %g, then %g on a second run", i, a[i], b[i])
+		}
+	}
+	other := append([]int32{}, ollamaTokens...)
+	other[len(other)-1] = 499
+	o, err := ollamaLogits(path, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := c
+	wide.SlidingWindow = 512
+	widePath := filepath.Join(dir, "gemma3-wide.gguf")
+	if err := engine.GenerateGemma3File(widePath, wide); err != nil {
+		t.Fatal(err)
+	}
+	w, err := ollamaLogits(widePath, ollamaTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dTok, dWin := relDist(o, a), relDist(w, a)
+	t.Logf("gemma3: max |logit| %.3g; another last token moves them %.3g, a 512 window instead of 4 %.3g relative", scale, dTok, dWin)
+	if !(dTok > 1e-3) {
+		t.Errorf("another last token moved the logits only %.3g relative", dTok)
+	}
+	if !(dWin > 1e-3) {
+		t.Errorf("the sliding window moved the logits only %.3g relative: ollama did not use it", dWin)
+	}
+}
+
+// TestGemma3FileReadByGGML: ggml's own gguf reader parses the generated
+// file, with every tensor llama.cpp's gemma3 loader needs and no others.
+func TestGemma3FileReadByGGML(t *testing.T) {
+	c := engine.Gemma3Config{Layers: 2, Dim: 64, Heads: 2, KVHeads: 1, HeadDim: 32, FFN: 128, Vocab: 300, Seed: 32}
+	path := filepath.Join(t.TempDir(), "gemma3.gguf")
+	if err := engine.GenerateGemma3File(path, c); err != nil {
+		t.Fatal(err)
+	}
+	f, err := readGGUF(path, "gemma3.attention.sliding_window", "gemma3.block_count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv := f.KV["gemma3.attention.sliding_window"]; kv.Type != 4 || kv.Value != 512 { // GGUF_TYPE_UINT32
+		t.Errorf("sliding_window: %+v, want a uint32 512 (the default)", kv)
+	}
+	want := map[string]bool{"token_embd.weight": true, "output_norm.weight": true}
+	for l := range c.Layers {
+		for _, n := range []string{"attn_norm", "attn_q", "attn_k", "attn_v", "attn_q_norm", "attn_k_norm", "attn_output",
+			"post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"} {
+			want[fmt.Sprintf("blk.%d.%s.weight", l, n)] = true
+		}
+	}
+	for _, ti := range f.Tensors {
+		if !want[ti.Name] {
+			t.Errorf("unexpected tensor %s", ti.Name)
+		}
+		delete(want, ti.Name)
+	}
+	for n := range want {
+		t.Errorf("missing tensor %s", n)
+	}
+	// Deterministic: the same config gives the same bytes.
+	again := filepath.Join(t.TempDir(), "again.gguf")
+	if err := engine.GenerateGemma3File(again, c); err != nil {
+		t.Fatal(err)
+	}
+	x, _ := os.ReadFile(path)
+	y, _ := os.ReadFile(again)
+	if !bytes.Equal(x, y) {
+		t.Error("two files from one config differ")
+	}
+}
