@@ -11,18 +11,28 @@ import (
 	_ "github.com/ollama/ollama/model/models" // registers ollama's architectures
 )
 
-// errNoLogits is returned when ollama's forward pass yields no logits.
-var errNoLogits = errors.New("ollama: forward pass returned no logits")
+var (
+	// errNoLogits is returned when ollama's forward pass yields no logits.
+	errNoLogits = errors.New("ollama: forward pass returned no logits")
+	// errOllamaPanic wraps a panic inside ollama: its loaders leave a
+	// tensor the file lacks nil and its forward pass then dereferences it.
+	errOllamaPanic = errors.New("ollama: panic")
+)
 
 // ollamaLogits is the last position's logits of tokens at positions
 // 0..n-1, computed by ollama's own implementation of the file's
 // architecture (its model package, as its runner drives it) on ggml's CPU
 // device, with an F32 KV cache so that the cache rounds nothing.
-func ollamaLogits(path string, tokens []int32) ([]float32, error) {
+func ollamaLogits(path string, tokens []int32) (logits []float32, err error) {
 	if len(tokens) == 0 {
 		return nil, errors.New("ollama: no tokens")
 	}
-	m, err := model.New(path, ml.BackendParams{AllocMemory: true, NumThreads: 1})
+	defer func() {
+		if r := recover(); r != nil {
+			logits, err = nil, fmt.Errorf("%w: %s: %v", errOllamaPanic, path, r)
+		}
+	}()
+	m, err := model.New(path, ml.BackendParams{AllocMemory: true, NumThreads: 1, FlashAttention: ml.FlashAttentionDisabled})
 	if err != nil {
 		return nil, fmt.Errorf("ollama: %s: %w", path, err)
 	}

@@ -1,6 +1,7 @@
 package refcheck
 
 import (
+	"errors"
 	"log/slog"
 	"math"
 	"os"
@@ -135,5 +136,41 @@ func TestOllamaLogitsDependOnInput(t *testing.T) {
 	}
 	if _, err := ollamaLogits(filepath.Join(t.TempDir(), "absent.gguf"), []int32{1}); err == nil {
 		t.Error("absent file: no error")
+	}
+}
+
+// TestOllamaLogitsMissingTensor: a file without a tensor ollama's loader
+// wants is an error from ollamaLogits, not a crash of the test binary.
+func TestOllamaLogitsMissingTensor(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "m.gguf")
+	if err := engine.GenerateFile(src, shapes["llama-gqa"]); err != nil {
+		t.Fatal(err)
+	}
+	f, fh, err := engine.OpenFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	var ts []engine.WriteTensor
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		if ti.Name == "blk.1.attn_norm.weight" {
+			continue
+		}
+		raw := make([]byte, ti.Size)
+		if err := f.ReadTensor(ti, raw); err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Data: writeBytes(raw)})
+	}
+	bad := filepath.Join(dir, "bad.gguf")
+	if err := writeFile(bad, f.KV, ts); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ollamaLogits(bad, ollamaTokens)
+	t.Logf("without blk.1.attn_norm.weight: %v", err)
+	if !errors.Is(err, errOllamaPanic) {
+		t.Errorf("got %v, want an error wrapping errOllamaPanic", err)
 	}
 }
