@@ -5,6 +5,12 @@
 // ggml's own gguf reader also parses the files the engine writes, split
 // parts and general.alignment included (TestSplitPartsReadByGGML).
 //
+// A second oracle is ollama's own implementation of each architecture
+// (its model package, run in-process on ggml's CPU device by
+// ollamaLogits): the engine matches it on llama, qwen2 and qwen3, and
+// ollama's gemma3 is checked against a raw ggml gemma3 graph after
+// llama.cpp's. docs/refcheck.md has the details and the disagreements.
+//
 // It is a nested module so that the main module never depends on ollama.
 // Run it with `cd engine/internal/refcheck && go test ./...` (make test
 // does). The first build compiles llama.cpp, which takes a while.
