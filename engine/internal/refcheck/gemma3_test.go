@@ -158,3 +158,39 @@ func TestGemma3OllamaMatchesGGMLGraph(t *testing.T) {
 		}
 	}
 }
+
+// TestGemma3QuantizedOllama measures, for the engine's future gemma3, the
+// bound the quantized refcheck rule will set: ollama's quantized forward
+// on ggml-quantized Q8_0 and Q4_K_M gemma3 files, from ollama's forward on
+// the same weights dequantised to F32. Each must be finite and non-zero
+// (the file really was quantized).
+func TestGemma3QuantizedOllama(t *testing.T) {
+	dir := t.TempDir()
+	c := engine.Gemma3Config{Layers: 6, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 512, Vocab: 512, Seed: 34, SlidingWindow: 8}
+	src := filepath.Join(dir, "gemma3.gguf")
+	if err := engine.GenerateGemma3File(src, c); err != nil {
+		t.Fatal(err)
+	}
+	for name, pick := range map[string]func(string, int) engine.DType{
+		"q8_0":   func(string, int) engine.DType { return engine.Q8_0 },
+		"q4_k_m": q4KM,
+	} {
+		qp, dp := filepath.Join(dir, name+".gguf"), filepath.Join(dir, name+"-deq.gguf")
+		if err := quantizeModel(src, qp, dp, pick); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := ollamaLogits(dp, ollamaTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := ollamaLogits(qp, ollamaTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := relDist(q, ref)
+		t.Logf("gemma3 %s: ollama quantized %.4g from ollama's dequantized-F32 reference", name, d)
+		if !(d > 0) || math.IsInf(d, 0) || math.IsNaN(d) {
+			t.Errorf("%s: distance %g", name, d)
+		}
+	}
+}
