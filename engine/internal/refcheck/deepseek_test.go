@@ -10,10 +10,11 @@ import (
 	"github.com/stratanet/strata/engine"
 )
 
-// deepseek2Shape is a tiny DeepSeek-V2-Lite-like attention (no Q LoRA),
-// every layer dense.
+// deepseek2Shape is a tiny DeepSeek-V2/V3-like attention (Q and KV
+// LoRA), every layer dense. llama.cpp takes a Q LoRA for every layer count
+// but 26 and 27 (its "lite" models).
 type deepseek2Shape struct {
-	layers, dim, heads, nope, rope, kvLora, vHead, ffn int
+	layers, dim, heads, nope, rope, qLora, kvLora, vHead, ffn int
 }
 
 // writeDeepSeek2 writes a deepseek2 file with random weights (the same for
@@ -35,7 +36,7 @@ func writeDeepSeek2(path string, s deepseek2Shape, tokenizer []engine.KV, vocab 
 		{Key: a + "embedding_length", Value: u(s.dim)},
 		{Key: a + "feed_forward_length", Value: u(s.ffn)},
 		{Key: a + "attention.head_count", Value: u(s.heads)},
-		{Key: a + "attention.q_lora_rank", Value: u(0)},
+		{Key: a + "attention.q_lora_rank", Value: u(s.qLora)},
 		{Key: a + "attention.kv_lora_rank", Value: u(s.kvLora)},
 		{Key: a + "attention.layer_norm_rms_epsilon", Value: float32(1e-6)},
 		{Key: a + "rope.dimension_count", Value: u(s.rope)},
@@ -43,6 +44,10 @@ func writeDeepSeek2(path string, s deepseek2Shape, tokenizer []engine.KV, vocab 
 		{Key: a + "rope.scaling.factor", Value: float32(1)},
 		{Key: a + "expert_count", Value: u(0)},
 		{Key: a + "expert_used_count", Value: u(0)},
+		// llama.cpp requires these even when every layer is dense.
+		{Key: a + "expert_feed_forward_length", Value: u(s.ffn)},
+		{Key: a + "expert_shared_count", Value: u(1)},
+		{Key: a + "expert_weights_scale", Value: float32(1)},
 	}
 	if mla {
 		kl := s.kvLora + s.rope
@@ -86,7 +91,9 @@ func writeDeepSeek2(path string, s deepseek2Shape, tokenizer []engine.KV, vocab 
 	for l := range s.layers {
 		p := fmt.Sprintf("blk.%d.", l)
 		add(p+"attn_norm.weight", norm(s.dim), d)
-		add(p+"attn_q.weight", rnd(s.dim*s.heads*int(qk), s.dim), d, h*qk)
+		add(p+"attn_q_a.weight", rnd(s.dim*s.qLora, s.dim), d, uint64(s.qLora))
+		add(p+"attn_q_a_norm.weight", norm(s.qLora), uint64(s.qLora))
+		add(p+"attn_q_b.weight", rnd(s.qLora*s.heads*int(qk), s.qLora), uint64(s.qLora), h*qk)
 		add(p+"attn_kv_a_mqa.weight", rnd(s.dim*(s.kvLora+s.rope), s.dim), d, uint64(s.kvLora+s.rope))
 		add(p+"attn_kv_a_norm.weight", norm(s.kvLora), uint64(s.kvLora))
 		// kv_b: rows h·(nope+v)+i, nope rows (K) then v rows (V) per head.
@@ -151,7 +158,7 @@ func TestDeepSeek2MLAScaleOllama(t *testing.T) {
 		}
 	}
 	fh.Close()
-	s := deepseek2Shape{layers: 2, dim: 64, heads: 4, nope: 16, rope: 16, kvLora: 32, vHead: 16, ffn: 128}
+	s := deepseek2Shape{layers: 2, dim: 64, heads: 4, nope: 16, rope: 16, qLora: 48, kvLora: 32, vHead: 16, ffn: 128}
 	run := func(name string, mla bool, keyLength int) []float32 {
 		path := filepath.Join(dir, name+".gguf")
 		if err := writeDeepSeek2(path, s, tok, vocab, mla, keyLength); err != nil {
