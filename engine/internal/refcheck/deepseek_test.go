@@ -140,24 +140,7 @@ func writeDeepSeek2(path string, s deepseek2Shape, tokenizer []engine.KV, vocab 
 func TestDeepSeek2MLAScaleOllama(t *testing.T) {
 	dir := t.TempDir()
 	const vocab = 600
-	src := filepath.Join(dir, "vocab.gguf")
-	if err := engine.GenerateFile(src, engine.GenConfig{Arch: "qwen2", Layers: 1, Dim: 64, Heads: 2, FFN: 64, Vocab: vocab, Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	f, fh, err := engine.OpenFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tok []engine.KV
-	for _, kv := range f.KV {
-		if strings.HasPrefix(kv.Key, "tokenizer.") {
-			if kv.Key == "tokenizer.ggml.pre" {
-				kv.Value = "deepseek-v3" // ollama's deepseek2 takes no other
-			}
-			tok = append(tok, kv)
-		}
-	}
-	fh.Close()
+	tok := deepseekTokenizer(t, dir, vocab)
 	s := deepseek2Shape{layers: 2, dim: 64, heads: 4, nope: 16, rope: 16, qLora: 48, kvLora: 32, vHead: 16, ffn: 128}
 	run := func(name string, mla bool, keyLength int) []float32 {
 		path := filepath.Join(dir, name+".gguf")
@@ -182,4 +165,29 @@ func TestDeepSeek2MLAScaleOllama(t *testing.T) {
 	if !(dLlama > 1e-3) {
 		t.Errorf("ollama's MLA path on llama.cpp's key_length is only %.3g from its non-MLA path: the scale disagreement is gone; update docs/refcheck.md", dLlama)
 	}
+}
+
+// deepseekTokenizer is a generated BPE vocabulary's tokenizer metadata with
+// the pre-tokenizer ollama's deepseek2 insists on.
+func deepseekTokenizer(t *testing.T, dir string, vocab int) []engine.KV {
+	t.Helper()
+	src := filepath.Join(dir, "vocab.gguf")
+	if err := engine.GenerateFile(src, engine.GenConfig{Arch: "qwen2", Layers: 1, Dim: 64, Heads: 2, FFN: 64, Vocab: vocab, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	f, fh, err := engine.OpenFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	var tok []engine.KV
+	for _, kv := range f.KV {
+		if strings.HasPrefix(kv.Key, "tokenizer.") {
+			if kv.Key == "tokenizer.ggml.pre" {
+				kv.Value = "deepseek-v3" // ollama's deepseek2 takes no other
+			}
+			tok = append(tok, kv)
+		}
+	}
+	return tok
 }
