@@ -86,7 +86,7 @@ func qwen3MoEFromDense(src, dst string, experts, used int, scale func(e int) flo
 // qwen3, which the engine matches within 1e-4): that holds only if the
 // routed weights are renormalised to sum to 1 and the expert tensors are
 // laid out as written. With experts scaled differently the logits move
-// and stay deterministic.
+// and stay deterministic. llama.cpp's own qwen3moe must agree on both.
 func TestQwen3MoEInOllama(t *testing.T) {
 	dir := t.TempDir()
 	c := engine.GenConfig{Arch: "qwen3", Layers: 2, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 192, Vocab: 600, Seed: 41}
@@ -129,5 +129,17 @@ func TestQwen3MoEInOllama(t *testing.T) {
 	}
 	if d := relDist(m1, m2); d != 0 {
 		t.Errorf("two runs differ by %.3g", d)
+	}
+	// llama.cpp's own qwen3moe on the same files.
+	for name, f := range map[string][]float32{same: got, mixed: m1} {
+		lc, err := llamacppLogits(name, ollamaTokens, c.Vocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := relDist(f, lc)
+		t.Logf("%s: ollama %.3g relative from llama.cpp", filepath.Base(name), d)
+		if !(d <= 1e-5) {
+			t.Errorf("%s: ollama's qwen3moe is %.3g from llama.cpp's (limit 1e-5)", filepath.Base(name), d)
+		}
 	}
 }
