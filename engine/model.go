@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/stratanet/strata/layers"
 )
@@ -49,9 +50,10 @@ type HParams struct {
 	RopeScaling     string
 	RopeFreqScale   float32
 	RopeOrigContext int
-	// YaRN's parameters: llama.cpp's rope.scaling.yarn_* keys where the
-	// file has them, else its defaults (ext_factor 1 for yarn and 0 for
-	// linear, attn_factor 1, beta_fast 32, beta_slow 1, log multiplier 0).
+	// YaRN's parameters: llama.cpp's rope.scaling.yarn_* keys where it
+	// reads them (yarnKeys: for none of the architectures run here), else
+	// its defaults (ext_factor 1 for yarn and 0 for linear, attn_factor 1,
+	// beta_fast 32, beta_slow 1, log multiplier 0).
 	YarnExtFactor, YarnAttnFactor, YarnBetaFast, YarnBetaSlow, YarnLogMul float32
 	// SlidingWindow is phi3's attention.sliding_window as the file declares it.
 	// It is not applied: llama.cpp disables Phi-3's sliding window too
@@ -477,6 +479,15 @@ func ReadModelSpec(path string) (layers.ModelSpec, error) {
 	return f.ModelSpec()
 }
 
+// yarnKeys are the rope.scaling.yarn_* keys llama.cpp reads, by
+// architecture (llama_model::load_hparams): none for those the engine runs,
+// whose files' yarn_* keys llama.cpp ignores, and so does the engine.
+var yarnKeys = map[string][]string{
+	"grok":      {"yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"},
+	"deepseek2": {"yarn_log_multiplier"},
+	"mistral3":  {"yarn_beta_fast", "yarn_beta_slow", "yarn_log_multiplier"},
+}
+
 // readRopeScaling reads rope.scaling.* into h as llama.cpp reads them
 // (llama_model::load_hparams, llama_context's cparams): a missing type with
 // a factor is linear scaling, as in llama.cpp; YaRN's keys default as there.
@@ -523,6 +534,9 @@ func readRopeScaling(f *File, h *HParams) error {
 	}
 	getf := func(k string, dst *float32, def float32) error {
 		*dst = def
+		if !slices.Contains(yarnKeys[arch], k) {
+			return nil // llama.cpp does not read it for arch
+		}
 		if _, present := f.Get(key(k)); !present {
 			return nil
 		}
@@ -551,6 +565,9 @@ func readRopeScaling(f *File, h *HParams) error {
 			return e
 		}
 	}
+	if arch == "deepseek2" {
+		h.YarnLogMul /= 0.1 // as llama.cpp undoes its converter's factor
+	}
 	if typ == "" {
 		return nil
 	}
@@ -575,8 +592,7 @@ func readRopeScaling(f *File, h *HParams) error {
 // factor (its cparams.yarn_attn_factor: with YaRN, the magnitude
 // correction divided by the one ggml's rope applies itself, times
 // rope.scaling.attn_factor), beta_fast and beta_slow; each float32 step
-// as llama_context computes it. (llama.cpp divides deepseek2's
-// yarn_log_multiplier by 0.1 as it loads it; no architecture here has it.)
+// as llama_context computes it.
 func (h HParams) RopeExt() (origCtx int, freqScale, extFactor, attnFactor, betaFast, betaSlow float32) {
 	if h.RopeScaling == "" {
 		return h.Context, 1, 0, h.RopeAttnFactor, 32, 1
@@ -591,7 +607,11 @@ func (h HParams) RopeExt() (origCtx int, freqScale, extFactor, attnFactor, betaF
 			return float32(float32(0.1*m)*logf(scale)) + 1
 		}
 		if h.YarnLogMul != 0 {
-			attn = mscale(factor, 1) / mscale(factor, h.YarnLogMul)
+			m := float32(1)
+			if h.Arch == "deepseek2" && h.YarnLogMul != 1 {
+				m = h.YarnLogMul // llama.cpp's special case for it
+			}
+			attn = mscale(factor, m) / mscale(factor, h.YarnLogMul)
 		} else {
 			attn = mscale(factor, 1)
 		}

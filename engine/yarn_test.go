@@ -96,14 +96,51 @@ func TestRopeScalingHParams(t *testing.T) {
 		{KV{"qwen3.rope.scaling.factor", float32(-2)}, ErrCorrupt, "rope.scaling.factor"},
 		{KV{"qwen3.rope.scaling.factor", float32(math.NaN())}, ErrCorrupt, "rope.scaling.factor"},
 		{KV{"qwen3.rope.scaling.original_context_length", uint32(0)}, ErrCorrupt, "original_context_length"},
-		{KV{"qwen3.rope.scaling.yarn_beta_fast", float32(math.Inf(1))}, ErrCorrupt, "yarn_beta_fast"},
-		{KV{"qwen3.rope.scaling.yarn_ext_factor", float32(-1)}, ErrCorrupt, "yarn_ext_factor"},
-		{KV{"qwen3.rope.scaling.yarn_attn_factor", "x"}, nil, "yarn_attn_factor"},
 	} {
 		_, err := readHParamsBytes(t, ropeScalingFile(t, c, tc.kv))
 		if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("%s = %v: %v", tc.kv.Key, tc.kv.Value, err)
 		}
+	}
+
+	// llama.cpp reads no yarn_* key for qwen3 (nor llama, qwen2, phi3,
+	// qwen3moe): they are ignored, even bad ones.
+	h, err = readHParamsBytes(t, ropeScalingFile(t, c, KV{"qwen3.rope.scaling.yarn_beta_fast", float32(math.Inf(1))},
+		KV{"qwen3.rope.scaling.yarn_ext_factor", float32(0.5)}, KV{"qwen3.rope.scaling.yarn_attn_factor", "x"},
+		KV{"qwen3.rope.scaling.yarn_log_multiplier", float32(0.1)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.YarnExtFactor != 1 || h.YarnAttnFactor != 1 || h.YarnBetaFast != 32 || h.YarnBetaSlow != 1 || h.YarnLogMul != 0 {
+		t.Errorf("qwen3 took yarn_* keys: %+v", h)
+	}
+
+	// Where llama.cpp reads them (deepseek2: the log multiplier, undone
+	// from its converter's 0.1), they are read and checked.
+	b := ropeScalingFile(t, c, KV{"deepseek2.rope.scaling.type", "yarn"}, KV{"deepseek2.rope.scaling.factor", float32(40)},
+		KV{"deepseek2.rope.scaling.yarn_log_multiplier", float32(0.0707)}, KV{"deepseek2.rope.scaling.yarn_beta_fast", float32(99)})
+	f, err := ReadFile(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := HParams{Arch: "deepseek2", TrainContext: 163840, RopeAttnFactor: 1}
+	if err := readRopeScaling(f, &ds); err != nil {
+		t.Fatal(err)
+	}
+	if ds.RopeScaling != "yarn" || ds.RopeFreqScale != 1/float32(40) || math.Abs(float64(ds.YarnLogMul)-0.707) > 1e-6 || ds.YarnBetaFast != 32 {
+		t.Errorf("deepseek2: %+v", ds)
+	}
+	// DeepSeek-V2's mscale = mscale_all_dim: llama.cpp's attention factor
+	// is then 1 over its cancellation, so cos and sin are not scaled.
+	if m := ds.ropeMScale(); math.Abs(float64(m)-1) > 1e-6 {
+		t.Errorf("deepseek2 mscale %v, want 1", m)
+	}
+	bad := ropeScalingFile(t, c, KV{"deepseek2.rope.scaling.type", "yarn"}, KV{"deepseek2.rope.scaling.yarn_log_multiplier", float32(math.NaN())})
+	if f, err = ReadFile(bytes.NewReader(bad), int64(len(bad))); err != nil {
+		t.Fatal(err)
+	}
+	if err := readRopeScaling(f, &HParams{Arch: "deepseek2", TrainContext: 4096}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "yarn_log_multiplier") {
+		t.Errorf("NaN log multiplier: %v", err)
 	}
 }
 

@@ -198,7 +198,7 @@ static float key_f32(struct gguf_context * g, const char * arch, const char * ke
 // ref_rope_params fills rp (see ref_forward) from the file's keys as
 // llama.cpp does: llama_model::load_hparams (a missing type is "linear",
 // freq_scale 1/factor, n_ctx_orig_yarn the original context or
-// context_length, YaRN's keys with their defaults) and llama_context's
+// context_length, YaRN's parameters their defaults) and llama_context's
 // cparams (ext_factor 1 for yarn, the attention factor's mscale and its
 // cancellation of ggml's own, times rope.scaling.attn_factor).
 static void ref_rope_params(struct gguf_context * g, const char * arch, float * rp) {
@@ -214,9 +214,9 @@ static void ref_rope_params(struct gguf_context * g, const char * arch, float * 
 	uint32_t n_ctx_orig = gguf_get_val_u32(g, gguf_find_key(g, k));
 	snprintf(k, sizeof k, "%s.rope.scaling.original_context_length", arch);
 	if ((id = gguf_find_key(g, k)) >= 0) n_ctx_orig = gguf_get_val_u32(g, id);
-	float ext_factor = key_f32(g, arch, "rope.scaling.yarn_ext_factor", -1.0f);
-	float attn_factor = key_f32(g, arch, "rope.scaling.yarn_attn_factor", 1.0f);
-	float log_mul = key_f32(g, arch, "rope.scaling.yarn_log_multiplier", 0.0f);
+	// llama.cpp reads the rope.scaling.yarn_* keys for grok, deepseek2 and
+	// mistral3 only, none of which this graph builds: their defaults.
+	float ext_factor = -1.0f, attn_factor = 1.0f, log_mul = 0.0f;
 	if (ext_factor < 0.0f) ext_factor = yarn ? 1.0f : 0.0f;
 	if (ext_factor != 0) {
 		float f = 1.0f / freq_scale;
@@ -226,8 +226,8 @@ static void ref_rope_params(struct gguf_context * g, const char * arch, float * 
 	}
 	attn_factor *= key_f32(g, arch, "rope.scaling.attn_factor", 1.0f);
 	rp[0] = freq_scale; rp[1] = ext_factor; rp[2] = attn_factor;
-	rp[3] = key_f32(g, arch, "rope.scaling.yarn_beta_fast", 32.0f);
-	rp[4] = key_f32(g, arch, "rope.scaling.yarn_beta_slow", 1.0f);
+	rp[3] = 32.0f;
+	rp[4] = 1.0f;
 	rp[5] = (float)n_ctx_orig;
 }
 
