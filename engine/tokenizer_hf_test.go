@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // hfOracle is the npm project with Hugging Face's tokenizers (the
@@ -21,7 +23,7 @@ const hfOracle = "testdata/hf-oracle"
 // (same tokenizer model as Llama 2: BPE with byte fallback, ▁ prefix);
 // "qwen3" is Qwen3's, whose tokenizer Qwen2.5 shares (same vocabulary,
 // merges, pre-tokenizer and NFC).
-var hfVocabs = []string{"llama2", "llama3", "llama3_1", "qwen3", "gemma3"}
+var hfVocabs = []string{"llama2", "llama3", "llama3_1", "qwen3", "gemma3", "gptoss", "deepseek_v3"}
 
 // tokenizerCorpus is the tricky text the tokenizers must split as HF does.
 // All of it is valid UTF-8: the oracle, like the API, receives JSON, where
@@ -41,13 +43,23 @@ var tokenizerCorpus = []string{
 	"...!!!???", "------", "====\n\n====", "  leading and trailing  ", "MixedCASE camelCase snake_case kebab-case",
 	"١٢٣٤٥ ²³ ½ Ⅻ ๓๔", "x\u2028y\u2029z\u0085w", "\ufeffBOM", "\u3000全角スペース", "a \t\n \n\n  b", "'ll've 'RE 'Ve",
 	"\ufffd truncated", "$ 1,000,000.00 €100 ¥5", "0x1F 0b1010 1e10 ١٢3", "Ünïcödé ÅNGSTRÖM straße İstanbul",
+	// Case and mark boundaries, contractions and slashes as o200k's and
+	// DeepSeek V3's pre-tokenizers split them.
+	"HTTPServer getHTTPResponse XMLHttpRequest iPhone McDONALD's", "THEY'D'VE we'Re It'S", "\u0301A \u0301a a\u0301B",
+	"ǅungla ǈ ʰello Dʰ ゝゞ", "a//b\n/c /// \\/", "path/to/file.go:12:3", ".Net x.yz (abc) [a]b {c}d @user #tag",
+	"x  \u2003y \u00a0 z", "日本語とEnglishの混在テキスト123", "ﾊﾝｶｸ ｶﾀｶﾅ", "Ⅷ ⅷ ①② ²",
 }
 
 // TestTokenizerMatchesHF builds GGUFs that carry the real vocabularies of
-// Llama 2/Mistral, Llama 3, Llama 3.1 and Qwen3 (random tiny weights) and
-// checks that our tokenizer gives Hugging Face's IDs for every corpus
-// string, special-token text parsed as special and no BOS/EOS, as
-// add_special_tokens=false does. The oracle runs in Node at test time.
+// Llama 2/Mistral, Llama 3, Llama 3.1, Qwen3, Gemma 3, gpt-oss and
+// DeepSeek V3 (random tiny weights) as llama.cpp's convert script would
+// write them, and checks that our tokenizer gives Hugging Face's IDs for
+// every corpus string: special-token text parsed as special, without and
+// with the special tokens the model adds (add_special_tokens false and
+// true); for the byte-level BPE vocabularies, that our pre-tokenizer cuts
+// the text into HF's pieces; and for gpt-oss, that with special-token
+// text spelled out as text the IDs are tiktoken's o200k_base. The oracles
+// run in Node at test time.
 func TestTokenizerMatchesHF(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: Node oracle and large vocabularies")
@@ -56,11 +68,13 @@ func TestTokenizerMatchesHF(t *testing.T) {
 	if err != nil {
 		t.Skip("node not found: the Hugging Face tokenizer oracle cannot run")
 	}
-	if _, err := os.Stat(filepath.Join(hfOracle, "node_modules/@lenml/tokenizers")); err != nil {
-		t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+	for _, p := range []string{"@lenml/tokenizers", "js-tiktoken"} {
+		if _, err := os.Stat(filepath.Join(hfOracle, "node_modules", p)); err != nil {
+			t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+		}
 	}
 	corpus, _ := json.Marshal(tokenizerCorpus)
-	cmd := exec.Command(node, append([]string{"encode.mjs"}, hfVocabs...)...)
+	cmd := exec.Command(node, append([]string{"encode.mjs", "o200k_base"}, hfVocabs...)...)
 	cmd.Dir = hfOracle
 	cmd.Stdin = bytes.NewReader(corpus)
 	var stderr bytes.Buffer
@@ -69,22 +83,77 @@ func TestTokenizerMatchesHF(t *testing.T) {
 	if err != nil {
 		t.Fatalf("oracle: %v\n%s", err, stderr.String())
 	}
-	var want map[string][][]int32
+	var want map[string]struct {
+		IDs    [][]int32  `json:"ids"`
+		BOS    [][]int32  `json:"bos"`
+		Pieces [][]string `json:"pieces"`
+	}
 	if err := json.Unmarshal(out, &want); err != nil {
 		t.Fatalf("oracle output: %v", err)
 	}
 	for _, name := range hfVocabs {
 		t.Run(name, func(t *testing.T) {
 			tok := hfTestTokenizer(t, name)
-			bad := 0
+			w := want[name]
+			if len(w.IDs) != len(tokenizerCorpus) || len(w.BOS) != len(tokenizerCorpus) || len(w.Pieces) != len(tokenizerCorpus) {
+				t.Fatalf("oracle gave %d/%d/%d answers for %d strings", len(w.IDs), len(w.BOS), len(w.Pieces), len(tokenizerCorpus))
+			}
+			bad, badBOS, badPieces := 0, 0, 0
 			for i, s := range tokenizerCorpus {
-				got := tok.Encode(s, false, true)
-				if !equalIDs(got, want[name][i]) {
+				if got := tok.Encode(s, false, true); !equalIDs(got, w.IDs[i]) {
 					bad++
-					t.Errorf("%q:\n got  %v\n want %v", s, got, want[name][i])
+					t.Errorf("%q:\n got  %v\n want %v", s, got, w.IDs[i])
+				}
+				wantBOS := w.BOS[i]
+				if name == "deepseek_v3" {
+					// transformers.js keeps tokenizer.json's post-processor,
+					// which adds nothing; Python's LlamaTokenizerFast rebuilds
+					// it from tokenizer_config.json's add_bos_token (true), and
+					// llama.cpp's GGUF carries that flag: BOS first.
+					wantBOS = append([]int32{tok.BOS()}, wantBOS...)
+				}
+				if name == "llama3" {
+					// The first Llama 3 release's post-processor adds no
+					// BOS, so HF adds none; llama.cpp adds it for this
+					// pre-tokenizer, and so do we (TestHFEndTokens).
+					wantBOS = append([]int32{tok.BOS()}, wantBOS...)
+				}
+				if got := tok.Encode(s, true, true); !equalIDs(got, wantBOS) {
+					badBOS++
+					t.Errorf("%q with special tokens:\n got  %v\n want %v", s, got, wantBOS)
+				}
+				if tok.model != "gpt2" {
+					continue
+				}
+				text := s
+				if tok.nfc {
+					text = norm.NFC.String(s)
+				}
+				var got []string
+				for _, p := range tok.split(text) {
+					got = append(got, bytesToBPE([]byte(p)))
+				}
+				if !slices.Equal(got, w.Pieces[i]) {
+					badPieces++
+					t.Errorf("%q pre-tokenized:\n got  %q\n want %q", s, got, w.Pieces[i])
 				}
 			}
-			t.Logf("%s: %d/%d strings match", name, len(tokenizerCorpus)-bad, len(tokenizerCorpus))
+			n := len(tokenizerCorpus)
+			t.Logf("%s: %d/%d strings match, %d/%d with special tokens added", name, n-bad, n, n-badBOS, n)
+			if tok.model == "gpt2" {
+				t.Logf("%s: %d/%d strings pre-tokenized alike", name, n-badPieces, n)
+			}
+			if name != "gptoss" {
+				return
+			}
+			bad = 0
+			for i, s := range tokenizerCorpus {
+				if got := tok.Encode(s, false, false); !equalIDs(got, want["o200k_base"].IDs[i]) {
+					bad++
+					t.Errorf("%q as text:\n got  %v\n tiktoken %v", s, got, want["o200k_base"].IDs[i])
+				}
+			}
+			t.Logf("gptoss: %d/%d strings as text match tiktoken's o200k_base", n-bad, n)
 		})
 	}
 }
