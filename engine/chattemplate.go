@@ -398,6 +398,9 @@ func orderedJSON(data []byte) (any, error) {
 				dict.Pairs = append(dict.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(e)})
 			}
 			_, err := d.Token()
+			if len(dict.Pairs) == 0 {
+				return emptyObject(), err
+			}
 			return dict, err
 		case json.Number:
 			if i, err := x.Int64(); err == nil {
@@ -416,6 +419,9 @@ func orderedJSON(data []byte) (any, error) {
 func toJinja(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
+		if len(x) == 0 {
+			return emptyObject()
+		}
 		d := &exec.Dict{Pairs: []*exec.Pair{}}
 		for _, k := range slices.Sorted(maps.Keys(x)) {
 			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(toJinja(x[k]))})
@@ -430,6 +436,12 @@ func toJinja(v any) any {
 	}
 	return v
 }
+
+// emptyObject is {} as templates see it: a Go map, which gonja (v2.9.1)
+// finds false as Jinja does, where it finds every *exec.Dict true. gpt-oss's
+// template tests `tool.parameters.properties` to write a tool without
+// parameters as "() => any".
+func emptyObject() map[string]any { return map[string]any{} }
 
 // jinjaList is a template's list whose negative indices reach its first
 // item: gonja v2.9.1 finds nothing at l[-n] when n is l's length (it

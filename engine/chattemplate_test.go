@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ var chatTemplateFiles = []struct{ vocab, template string }{
 	{"llama3_1", ""},
 	{"qwen3", ""},
 	{"gemma3", ""},
+	{"deepseek_v3", ""},
 	{"qwen3", "date.jinja"},
 	{"qwen3", "cond.jinja"},
 	{"qwen3", "templates/Qwen-Qwen2.5-7B-Instruct.jinja"},
@@ -37,6 +39,16 @@ var chatTemplateFiles = []struct{ vocab, template string }{
 	{"gemma3", "templates/google-gemma-7b-it.jinja"},
 	{"gemma3", "templates/google-gemma-2-2b-it.jinja"},
 	{"gptoss", "templates/openai-gpt-oss-120b.jinja"},
+}
+
+// chatTemplateOnly are cases with more variables that only one template
+// gets: gpt-oss's builtin_tools, which Llama 3.1's template reads too,
+// through a reject filter that @huggingface/jinja 0.5.11 lacks.
+var chatTemplateOnly = map[string][]struct {
+	file  string
+	extra map[string]any
+}{
+	"openai-gpt-oss-120b": {{"harmony-tools.json", map[string]any{"builtin_tools": []any{"browser", "python"}}}},
 }
 
 // TestChatTemplateMatchesHFJinja renders every case of testdata/chat with
@@ -75,6 +87,21 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 			jobs = append(jobs, hfJob{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
 			toks = append(toks, tok)
 			names = append(names, name+"/"+filepath.Base(f))
+		}
+		for _, x := range chatTemplateOnly[name] {
+			c, err := os.ReadFile(filepath.Join("testdata/chat", x.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(c, &m); err != nil {
+				t.Fatal(err)
+			}
+			maps.Copy(m["extra"].(map[string]any), x.extra)
+			c, _ = json.Marshal(m)
+			jobs = append(jobs, hfJob{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
+			toks = append(toks, tok)
+			names = append(names, name+"/"+x.file+"+extra")
 		}
 	}
 	want := renderHF(t, jobs)

@@ -739,7 +739,13 @@ func (t *Tokenizer) EncodeChatVars(msgs []Message, tools json.RawMessage, vars m
 	if err != nil {
 		return nil, err
 	}
-	return t.Encode(prompt, t.bos < 0 || !strings.HasPrefix(prompt, t.tokens[t.bos]), true), nil
+	return t.encodePrompt(prompt), nil
+}
+
+// encodePrompt tokenizes a rendered chat prompt: special-token text
+// parsed, BOS added when the model wants it unless the template wrote it.
+func (t *Tokenizer) encodePrompt(prompt string) []int32 {
+	return t.Encode(prompt, t.bos < 0 || !strings.HasPrefix(prompt, t.tokens[t.bos]), true)
 }
 
 // chatRequest is what EncodeChatVars renders.

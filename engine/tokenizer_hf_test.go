@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -83,11 +84,7 @@ func TestTokenizerMatchesHF(t *testing.T) {
 	if err != nil {
 		t.Fatalf("oracle: %v\n%s", err, stderr.String())
 	}
-	var want map[string]struct {
-		IDs    [][]int32  `json:"ids"`
-		BOS    [][]int32  `json:"bos"`
-		Pieces [][]string `json:"pieces"`
-	}
+	var want map[string]hfOutput
 	if err := json.Unmarshal(out, &want); err != nil {
 		t.Fatalf("oracle output: %v", err)
 	}
@@ -252,4 +249,118 @@ func TestHFEndTokens(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestChatPromptTokensMatchHF: for gpt-oss, Gemma 3, Qwen3 (whose files
+// Qwen3-MoE shares) and DeepSeek V3, every chat case renders through the
+// family's real template as @huggingface/jinja renders it, and the prompt
+// EncodeChat would feed the model has the IDs that Hugging Face's
+// apply_chat_template(tokenize=True) gives: the rendered text encoded
+// with special tokens parsed and none added.
+func TestChatPromptTokensMatchHF(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: Node oracle and large vocabularies")
+	}
+	files, _ := filepath.Glob("testdata/chat/*.json")
+	sort.Strings(files)
+	families := []struct{ vocab, template string }{
+		{"gptoss", "templates/openai-gpt-oss-120b.jinja"}, {"gemma3", ""}, {"qwen3", ""}, {"deepseek_v3", ""},
+	}
+	var jobs []hfJob
+	var toks []*Tokenizer
+	var names []string
+	for _, f := range families {
+		tok := hfTestTokenizer(t, f.vocab)
+		if f.template != "" {
+			src, err := os.ReadFile(filepath.Join("testdata/chat", f.template))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok = hfTestTokenizerWith(t, f.vocab, string(src))
+		}
+		for _, file := range files {
+			c, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs = append(jobs, hfJob{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
+			toks = append(toks, tok)
+			names = append(names, f.vocab+"/"+filepath.Base(file))
+		}
+	}
+	texts := renderHF(t, jobs)
+	prompts := map[string][]string{}
+	var which []int // the jobs HF rendered, in prompts' order per vocabulary
+	for i, w := range texts {
+		if w.Text == nil {
+			continue
+		}
+		v, _, _ := strings.Cut(names[i], "/")
+		prompts[v] = append(prompts[v], *w.Text)
+		which = append(which, i)
+	}
+	want := hfEncode(t, prompts)
+	next := map[string]int{}
+	checked := map[string]int{}
+	for _, i := range which {
+		v, _, _ := strings.Cut(names[i], "/")
+		k := next[v]
+		next[v]++
+		r, err := ParseChatRequest(jobs[i].Case)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := toks[i].RenderChat(r)
+		if err != nil || got != *texts[i].Text {
+			t.Errorf("%s: rendered %q (%v)\nwant %q", names[i], got, err, *texts[i].Text)
+			continue
+		}
+		if ids := toks[i].encodePrompt(got); !equalIDs(ids, want[v].IDs[k]) {
+			t.Errorf("%s: prompt tokens\n got  %v\n want %v", names[i], ids, want[v].IDs[k])
+			continue
+		}
+		checked[v]++
+	}
+	for _, f := range families {
+		t.Logf("%s: %d of %d chat cases rendered and tokenized as HF does (HF's template refused the rest)", f.vocab, checked[f.vocab], len(files))
+		if checked[f.vocab] == 0 {
+			t.Errorf("%s: no chat case rendered", f.vocab)
+		}
+	}
+}
+
+// hfOutput is what encode.mjs prints for one vocabulary.
+type hfOutput struct {
+	IDs    [][]int32  `json:"ids"`
+	BOS    [][]int32  `json:"bos"`
+	Pieces [][]string `json:"pieces"`
+}
+
+// hfEncode runs encode.mjs on each vocabulary's own strings.
+func hfEncode(t *testing.T, texts map[string][]string) map[string]hfOutput {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: the Hugging Face tokenizer oracle cannot run")
+	}
+	in, _ := json.Marshal(texts)
+	cmd := exec.Command(node, "encode.mjs")
+	cmd.Dir = hfOracle
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("oracle: %v\n%s", err, stderr.String())
+	}
+	var got map[string]hfOutput
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("oracle output: %v", err)
+	}
+	for v, ss := range texts {
+		if len(got[v].IDs) != len(ss) {
+			t.Fatalf("oracle gave %d answers for %d %s strings", len(got[v].IDs), len(ss), v)
+		}
+	}
+	return got
 }

@@ -6,12 +6,16 @@
 // a vocabulary without a pre-tokenizer). The name "o200k_base" is
 // tiktoken's o200k_base (js-tiktoken) instead, every string encoded as
 // ordinary text: {"ids": [...]}.
+// With no names on the command line, stdin is instead {"vocab": [strings],
+// ...}: each vocabulary encodes its own strings.
 // Output: {"vocab": {"ids": [[...], ...], "bos": [...], "pieces": [...]}, ...}.
 import { readFileSync } from "node:fs";
 
-const corpus = JSON.parse(readFileSync(0, "utf8"));
+const input = JSON.parse(readFileSync(0, "utf8"));
+const names = Array.isArray(input) ? process.argv.slice(2) : Object.keys(input);
 const out = {};
-for (const name of process.argv.slice(2)) {
+for (const name of names) {
+  const corpus = Array.isArray(input) ? input : input[name];
   if (name === "o200k_base") {
     const { Tiktoken } = await import("js-tiktoken/lite");
     const { default: ranks } = await import("js-tiktoken/ranks/o200k_base");
