@@ -69,14 +69,18 @@ func (t *Tokenizer) RenderChat(r ChatRequest) (string, error) {
 	}
 	c := t.chat
 	c.once.Do(func() {
-		c.tpl, c.err = parseChatTemplate(c.src)
+		src := c.src
+		if s, ok := keepMidLineSpace(src); ok {
+			src = s
+		}
+		c.tpl, c.err = parseChatTemplate(src)
 		if c.err == nil {
 			return
 		}
 		// Only a template gonja refuses is rewritten (see hoistConditionals);
 		// if that fails too, the original error is the one to report.
-		if src, ok := hoistConditionals(c.src); ok && src != c.src {
-			if tpl, err := parseChatTemplate(src); err == nil {
+		if h, ok := hoistConditionals(src); ok && h != src {
+			if tpl, err := parseChatTemplate(h); err == nil {
 				c.tpl, c.err = tpl, nil
 			}
 		}

@@ -18,7 +18,8 @@ import (
 // template (template ""), and templates of testdata/chat/templates set on
 // a vocabulary of the same family (see its PROVENANCE.md), plus date.jinja
 // (strftime_now, trim/lstrip of blocks, raise_exception on a role) and
-// cond.jinja (conditionals in brackets, see hoistConditionals). Gemma
+// cond.jinja (conditionals in brackets, see hoistConditionals) and
+// space.jinja (whitespace between tags on a line, see keepMidLineSpace). Gemma
 // 3's own template has a conditional inside parentheses, which gonja
 // parses only once hoistConditionals has rewritten it.
 var chatTemplateFiles = []struct{ vocab, template string }{
@@ -29,6 +30,7 @@ var chatTemplateFiles = []struct{ vocab, template string }{
 	{"deepseek_v3", ""},
 	{"qwen3", "date.jinja"},
 	{"qwen3", "cond.jinja"},
+	{"qwen3", "space.jinja"},
 	{"qwen3", "templates/Qwen-Qwen2.5-7B-Instruct.jinja"},
 	{"llama3_1", "templates/meta-llama-Llama-3.1-8B-Instruct.jinja"},
 	{"llama3", "templates/meta-llama-Llama-3.2-3B-Instruct.jinja"},
