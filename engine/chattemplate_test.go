@@ -348,3 +348,56 @@ func renderHF(t *testing.T, jobs []hfJob) []hfRendering {
 	}
 	return want
 }
+
+// TestToJSONMatchesPython: tojson writes what Hugging Face's (Python's
+// json.dumps with ensure_ascii=False, compact and indented) writes for
+// the same JSON, floats and Unicode line separators included; the
+// oracle is the machine's python3.
+func TestToJSONMatchesPython(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not found: the json.dumps oracle cannot run")
+	}
+	docs := []string{
+		`{"s": "a\u2028b\u2029c<>&'\"\\\u0000\u001f\u007f\b\f é😀\ud7ff\ue000", "k": ["", " ", "\\u2028"]}`,
+		`[1.5, 0.1, 2.0, -0.0, 100, 1e21, 1e16, 1e15, 1234567.5, 0.0001, 0.00001, 1e-7, 123456789012345678.0, -3.25e-10, 5e300, 1.7976931348623157e308]`,
+		`{"a": {}, "b": [], "c": [{}], "d": null, "e": true, "f": false, "g": {"h": [1, {"i": "j"}]}}`,
+	}
+	prog := `import json, sys
+for line in sys.stdin:
+    v = json.loads(line)
+    print(json.dumps(json.dumps(v, ensure_ascii=False)), json.dumps(json.dumps(v, ensure_ascii=False, indent=2)))`
+	cmd := exec.Command(py, "-c", prog)
+	cmd.Stdin = strings.NewReader(strings.Join(docs, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(docs) {
+		t.Fatalf("python3 gave %d lines for %d documents", len(lines), len(docs))
+	}
+	for i, doc := range docs {
+		var want [2]string
+		d := json.NewDecoder(strings.NewReader(lines[i]))
+		if err := d.Decode(&want[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Decode(&want[1]); err != nil {
+			t.Fatal(err)
+		}
+		v, err := orderedJSON([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, pad := range []string{"", "  "} {
+			var b strings.Builder
+			if err := writePyJSON(&b, v, pad, "\n"); err != nil {
+				t.Fatal(err)
+			}
+			if b.String() != want[j] {
+				t.Errorf("%s (indent %q):\n got  %s\n want %s", doc, pad, b.String(), want[j])
+			}
+		}
+	}
+}
