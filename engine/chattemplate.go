@@ -232,7 +232,11 @@ var chatEnvironment = func() *exec.Environment {
 			}
 		}
 	}
+	if err := env.Filters.Replace("trim", filterTrim); err != nil {
+		panic(err)
+	}
 	env.Methods.Dict = orderedDictMethods(env.Methods.Dict)
+	env.Methods.Str = pyStrMethods(env.Methods.Str)
 	return &env
 }()
 

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -66,9 +69,9 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no cases in testdata/chat")
 	}
-	var jobs []hfJob
-	var toks []*Tokenizer
-	var names []string
+	var jobs, rjobs []hfJob
+	var toks, rtoks []*Tokenizer
+	var names, rnames []string
 	for _, v := range chatTemplateFiles {
 		tok, name := hfTestTokenizer(t, v.vocab), v.vocab
 		if v.template != "" {
@@ -90,6 +93,11 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 			toks = append(toks, tok)
 			names = append(names, name+"/"+filepath.Base(f))
 		}
+		for k, c := range randomChats(40, 2) {
+			rjobs = append(rjobs, hfJob{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
+			rtoks = append(rtoks, tok)
+			rnames = append(rnames, fmt.Sprintf("%s/random-%d %s", name, k, c))
+		}
 		for _, x := range chatTemplateOnly[name] {
 			c, err := os.ReadFile(filepath.Join("testdata/chat", x.file))
 			if err != nil {
@@ -106,32 +114,101 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 			names = append(names, name+"/"+x.file+"+extra")
 		}
 	}
-	want := renderHF(t, jobs)
-	rendered, raised := 0, 0
-	for i, j := range jobs {
-		r, err := ParseChatRequest(j.Case)
-		if err != nil {
-			t.Fatal(names[i], err)
+	// The random chats go to Jinja2 only: @huggingface/jinja's strip,
+	// lstrip and rstrip ignore their argument (Qwen3's
+	// content.lstrip('\n') loses a leading space).
+	all, allToks, allNames := append(slices.Clone(jobs), rjobs...), append(slices.Clone(toks), rtoks...), append(slices.Clone(names), rnames...)
+	oracles := []struct {
+		name  string
+		jobs  []hfJob
+		toks  []*Tokenizer
+		names []string
+		want  []hfRendering
+	}{{"@huggingface/jinja", jobs, toks, names, renderHF(t, jobs)}, {"jinja2", all, allToks, allNames, renderPy(t, all)}}
+	for _, o := range oracles {
+		if o.want == nil {
+			continue
 		}
-		got, err := toks[i].RenderChat(r)
-		switch w := want[i]; {
-		case w.Error != nil:
-			if !errors.Is(err, ErrChatRejected) || err.Error() != ErrChatRejected.Error()+": "+*w.Error {
-				t.Errorf("%s: HF refuses with %q; we: %q, %v", names[i], *w.Error, got, err)
+		jobs, toks, names := o.jobs, o.toks, o.names
+		rendered, raised := 0, 0
+		for i, j := range jobs {
+			r, err := ParseChatRequest(j.Case)
+			if err != nil {
+				t.Fatal(names[i], err)
 			}
-			raised++
-		case err != nil:
-			t.Errorf("%s: %v; HF renders %q", names[i], err, *w.Text)
-		case got != *w.Text:
-			t.Errorf("%s:\n got  %q\n want %q", names[i], got, *w.Text)
-		default:
-			rendered++
+			got, err := toks[i].RenderChat(r)
+			if msg := renderingDiffers(got, err, o.want[i]); msg != "" {
+				t.Errorf("%s, %s: %s", o.name, names[i], msg)
+			} else if err != nil {
+				raised++
+			} else {
+				rendered++
+			}
+		}
+		t.Logf("%s: %d prompts byte-identical, %d refusals alike, of %d", o.name, rendered, raised, len(jobs))
+		if raised == 0 {
+			t.Errorf("%s: no case made a template raise", o.name)
 		}
 	}
-	t.Logf("%d prompts byte-identical, %d refusals alike, of %d", rendered, raised, len(jobs))
-	if raised == 0 {
-		t.Error("no case made a template raise")
+}
+
+// renderingDiffers says how our rendering (got, err) differs from an
+// oracle's: "" when the text is the same, or when both refuse with the
+// same raise_exception message.
+func renderingDiffers(got string, err error, w hfRendering) string {
+	switch {
+	case w.Error != nil:
+		if !errors.Is(err, ErrChatRejected) || err.Error() != ErrChatRejected.Error()+": "+*w.Error {
+			return fmt.Sprintf("the oracle refuses with %q; we: %q, %v", *w.Error, got, err)
+		}
+	case err != nil:
+		return fmt.Sprintf("%v; the oracle renders %q", err, *w.Text)
+	case got != *w.Text:
+		return fmt.Sprintf("\n got  %q\n want %q", got, *w.Text)
 	}
+	return ""
+}
+
+// randomChats are n chat cases drawn from seed: one to six messages of
+// any role, with contents of edge text, tool calls, reasoning_content and
+// thinking, tools or none, generation prompt or none, enable_thinking and
+// reasoning_effort or none.
+func randomChats(n int, seed int64) [][]byte {
+	r := rand.New(rand.NewSource(seed))
+	texts := []string{"", " ", "hi", "  padded  ", "line\nbreak", "\n\nlead", "<think>\nx\n</think>\n\ny", "{\"a\": 1}", "日本語",
+		"tab\t", "<|im_end|>", "a {{ b }} %}", "\u2028", "😀", "\x1c sep"}
+	roles := []string{"user", "user", "assistant", "assistant", "system", "tool", "developer"}
+	tools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "f", "description": "d",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"type": "number", "description": "X"},
+			"y": map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}, "required": []any{"x"}}}}}
+	out := make([][]byte, n)
+	for i := range out {
+		var msgs []any
+		for range 1 + r.Intn(6) {
+			m := map[string]any{"role": roles[r.Intn(len(roles))], "content": texts[r.Intn(len(texts))]}
+			if m["role"] == "assistant" && r.Intn(3) == 0 {
+				m["tool_calls"] = []any{map[string]any{"id": "c1", "type": "function",
+					"function": map[string]any{"name": "f", "arguments": map[string]any{"x": 2.5, "y": []any{"a"}}}}}
+				if r.Intn(2) == 0 {
+					m["content"] = ""
+				}
+			}
+			if m["role"] == "assistant" && r.Intn(2) == 0 {
+				m["reasoning_content"] = texts[r.Intn(len(texts))]
+				m["thinking"] = texts[r.Intn(len(texts))]
+			}
+			msgs = append(msgs, m)
+		}
+		c := map[string]any{"messages": msgs, "add_generation_prompt": r.Intn(2) == 0, "extra": map[string]any{}, "now": "2024-07-26"}
+		if r.Intn(2) == 0 {
+			c["tools"] = tools
+		}
+		if r.Intn(3) == 0 {
+			c["extra"] = map[string]any{"enable_thinking": r.Intn(2) == 0, "reasoning_effort": "low"}
+		}
+		out[i], _ = json.Marshal(c)
+	}
+	return out
 }
 
 // TestEncodeChatTools: a chat as the API receives it (OpenAI messages with
@@ -320,6 +397,37 @@ type hfRendering struct {
 	Error *string `json:"error"`
 }
 
+// renderPy runs jobs through Python's Jinja2 as transformers'
+// apply_chat_template sets it up (render.py); nil, said in the log, where
+// python3 or its jinja2 is missing.
+func renderPy(t *testing.T, jobs []hfJob) []hfRendering {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err == nil {
+		err = exec.Command(py, "-c", "import jinja2").Run()
+	}
+	if err != nil {
+		t.Logf("python3 with jinja2 not found (%v): the Jinja2 oracle does not run", err)
+		return nil
+	}
+	in, _ := json.Marshal(jobs)
+	cmd := exec.Command(py, "render.py")
+	cmd.Dir = hfOracle
+	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("render.py: %v\n%s", err, stderr.String())
+	}
+	var want []hfRendering
+	if err := json.Unmarshal(out, &want); err != nil || len(want) != len(jobs) {
+		t.Fatalf("render.py output (%d of %d): %v", len(want), len(jobs), err)
+	}
+	return want
+}
+
 // renderHF runs jobs through @huggingface/jinja, skipping the test where
 // node or the oracle's packages are missing.
 func renderHF(t *testing.T, jobs []hfJob) []hfRendering {
@@ -399,5 +507,33 @@ for line in sys.stdin:
 				t.Errorf("%s (indent %q):\n got  %s\n want %s", doc, pad, b.String(), want[j])
 			}
 		}
+	}
+}
+
+// TestStringMethodsMatchJinja2: strip, lstrip, rstrip, split and trim,
+// with and without their argument, as Python's Jinja2 runs them (the
+// Python oracle only: @huggingface/jinja ignores the argument).
+func TestStringMethodsMatchJinja2(t *testing.T) {
+	tok := testTokenizer(t, "qwen2", 512)
+	tok.chat = &chatTemplate{src: `{% for m in messages %}{% set s = m.content %}` +
+		`[{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s.strip(none) }}|{{ s.strip('\n ') }}|{{ s.lstrip('é a') }}|` +
+		`{{ s.rstrip('3 ') }}|{{ s | trim }}|{{ s | trim('\n') }}|{{ s.split() | tojson }}|{{ s.split(none, 1) | tojson }}|{{ s.split(' ') | tojson }}]` +
+		"\n{% endfor %}"}
+	var msgs []any
+	for _, s := range []string{"", " ", "\u2028\x1c 32é ab 23 \u3000\x85", "\n\n  x\t\ny \n", "é a é", "a  b   c", "\u00a0nbsp\u00a0", "33 3"} {
+		msgs = append(msgs, map[string]any{"role": "user", "content": s})
+	}
+	c, _ := json.Marshal(map[string]any{"messages": msgs})
+	want := renderPy(t, []hfJob{{tok.chat.src, c, "", ""}})
+	if want == nil {
+		t.Skip("no Jinja2 oracle")
+	}
+	r, err := ParseChatRequest(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tok.RenderChat(r)
+	if msg := renderingDiffers(got, err, want[0]); msg != "" {
+		t.Error(msg)
 	}
 }
