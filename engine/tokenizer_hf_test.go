@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -340,9 +341,9 @@ func TestChatPromptTokensMatchHF(t *testing.T) {
 	families := []struct{ vocab, template string }{
 		{"gptoss", "templates/openai-gpt-oss-120b.jinja"}, {"gemma3", ""}, {"qwen3", ""}, {"deepseek_v3", ""},
 	}
-	var jobs []hfJob
-	var toks []*Tokenizer
-	var names []string
+	var jobs, rjobs []hfJob
+	var toks, rtoks []*Tokenizer
+	var names, rnames []string
 	for _, f := range families {
 		tok := hfTestTokenizer(t, f.vocab)
 		if f.template != "" {
@@ -361,12 +362,26 @@ func TestChatPromptTokensMatchHF(t *testing.T) {
 			toks = append(toks, tok)
 			names = append(names, f.vocab+"/"+filepath.Base(file))
 		}
+		for k, c := range randomChats(40, 3) {
+			rjobs = append(rjobs, hfJob{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
+			rtoks = append(rtoks, tok)
+			rnames = append(rnames, fmt.Sprintf("%s/random-%d %s", f.vocab, k, c))
+		}
 	}
+	// The chat cases are rendered by @huggingface/jinja, random chats by
+	// Jinja2 (see TestChatTemplateMatchesHFJinja), where python3 has it.
 	texts := renderHF(t, jobs)
+	if rtexts := renderPy(t, rjobs); rtexts != nil {
+		jobs, toks, names = append(jobs, rjobs...), append(toks, rtoks...), append(names, rnames...)
+		texts = append(texts, rtexts...)
+	}
 	prompts := map[string][]string{}
 	var which []int // the jobs HF rendered, in prompts' order per vocabulary
+	refused := map[string]int{}
 	for i, w := range texts {
 		if w.Text == nil {
+			v, _, _ := strings.Cut(names[i], "/")
+			refused[v]++
 			continue
 		}
 		v, _, _ := strings.Cut(names[i], "/")
@@ -396,7 +411,8 @@ func TestChatPromptTokensMatchHF(t *testing.T) {
 		checked[v]++
 	}
 	for _, f := range families {
-		t.Logf("%s: %d of %d chat cases rendered and tokenized as HF does (HF's template refused the rest)", f.vocab, checked[f.vocab], len(files))
+		t.Logf("%s: %d of %d chats (the %d cases, 40 random) rendered and tokenized as HF does (HF's template refused the rest)",
+			f.vocab, checked[f.vocab], next[f.vocab]+refused[f.vocab], len(files))
 		if checked[f.vocab] == 0 {
 			t.Errorf("%s: no chat case rendered", f.vocab)
 		}
