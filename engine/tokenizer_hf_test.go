@@ -99,8 +99,8 @@ func TestTokenizerMatchesHF(t *testing.T) {
 				t.Logf("%s: %d/%d corpus strings pre-tokenized as transformers.js does", name, n-bad["pieces"], n)
 			}
 			// JavaScript's \s (transformers.js's regexes) takes U+FEFF and
-			// not U+0085; Oniguruma's (Rust tokenizers') and llama.cpp's
-			// take U+0085 and not U+FEFF, and so do we.
+			// not U+0085; Rust tokenizers' and llama.cpp's take U+0085 and
+			// not U+FEFF (Unicode White_Space), and so do we.
 			jsSpace := 0
 			bad = hfCompare(t, tok, name, random, r, func(s string) bool {
 				if strings.ContainsAny(s, "\u0085\ufeff") {

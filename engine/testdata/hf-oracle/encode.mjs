@@ -6,8 +6,8 @@
 // a vocabulary without a pre-tokenizer); and "rust_ids" and "rust_bos",
 // the same two from Hugging Face's Rust tokenizers library (0.22.2, the
 // Node binding @anush008/tokenizers) on the same tokenizer.json, whose
-// regexes are Oniguruma's where transformers.js's are JavaScript's (their
-// \s differs on U+0085 and U+FEFF). The name "o200k_base" is
+// regexes' \s is Unicode White_Space where transformers.js's is
+// JavaScript's (they differ on U+0085 and U+FEFF). The name "o200k_base" is
 // tiktoken's o200k_base (js-tiktoken) instead, every string encoded as
 // ordinary text: {"ids": [...]}.
 // With no names on the command line, stdin is instead {"vocab": [strings],
