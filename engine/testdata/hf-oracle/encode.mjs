@@ -4,8 +4,8 @@
 // add_special_tokens=false, "bos" with add_special_tokens=true, and
 // "pieces", the pre-tokenizer's pieces of the normalized string (null for
 // a vocabulary without a pre-tokenizer); and "rust_ids" and "rust_bos",
-// the same two from Hugging Face's Rust tokenizers library (0.22.2, the
-// Node binding @anush008/tokenizers) on the same tokenizer.json, whose
+// the same two from Hugging Face's Rust tokenizers library (0.22.x, as
+// its Node binding @anush008/tokenizers asks) on the same tokenizer.json, whose
 // regexes' \s is Unicode White_Space where transformers.js's is
 // JavaScript's (they differ on U+0085 and U+FEFF). The name "o200k_base" is
 // tiktoken's o200k_base (js-tiktoken) instead, every string encoded as
