@@ -57,7 +57,8 @@
 // SentencePiece ("llama": score-ordered merges, byte fallback, optional
 // space prefix) or byte-level BPE ("gpt2") with the pre-tokenizer named by
 // tokenizer.ggml.pre (llama-bpe, qwen2 with NFC first, default/gpt2,
-// smollm; an unknown name warns and uses gpt2's). Generation ends at EOS,
+// smollm, deepseek-llm, deepseek-v3, gpt-4o; an unknown name warns and
+// uses gpt2's). Generation ends at EOS,
 // the eot/eom ids and the turn-ending specials. RenderChat renders the
 // file's own tokenizer.chat_template with gonja as Hugging Face's
 // apply_chat_template does (trim_blocks, lstrip_blocks, Python-style
