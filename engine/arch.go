@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -83,9 +84,61 @@ type Rope struct {
 	// the frequencies (llama 3.1's rope_freqs, phi3's LongRoPE factors);
 	// "" for none.
 	Factors string
-	// AttnFactor scales cos and sin (LongRoPE's attention factor); 0 or 1
+	// AttnFactor scales cos and sin (LongRoPE's attention factor, times
+	// YaRN's correction as llama.cpp passes it; HParams.RopeExt); 0 or 1
 	// for none.
 	AttnFactor float32
+	// Linear or YaRN scaling, as ggml_rope_ext takes it: FreqScale (0 or
+	// 1: none), YaRN's ExtFactor (0: none) and its ramp between BetaFast
+	// and BetaSlow over OrigContext.
+	OrigContext                              int
+	FreqScale, ExtFactor, BetaFast, BetaSlow float32
+}
+
+// freqScale is FreqScale, 1 where unset.
+func (r Rope) freqScale() float32 {
+	if r.FreqScale == 0 {
+		return 1
+	}
+	return r.FreqScale
+}
+
+// mscale is the factor cos and sin are scaled by after rounding:
+// AttnFactor, times 1 + 0.1·ln(1/FreqScale) where YaRN's ExtFactor is not
+// 0, as ggml's rope_yarn takes it.
+func (r Rope) mscale() float32 {
+	m := r.AttnFactor
+	if r.ExtFactor != 0 {
+		m *= 1 + float32(0.1*logf(1/r.freqScale()))
+	}
+	return m
+}
+
+// scale applies linear or YaRN scaling to RoPE's inverse frequencies
+// (ropeFreqs' base^(-2i/d)/factor): θ = pos·f·(s·(1−r) + r), s the
+// frequency scale and r YaRN's ramp times ExtFactor, which is ggml's
+// rope_yarn theta_interp·(1−r) + theta_extrap·r; the ramp's corner
+// dimensions are ggml_rope_yarn_corr_dims', in float32 as there.
+func (r Rope) scale(freqs []float32) {
+	s32 := r.freqScale()
+	if s32 == 1 && r.ExtFactor == 0 {
+		return // f·1, the same bits
+	}
+	d := float32(r.Dims)
+	corr := func(beta float32) float32 {
+		return d * logf(float32(r.OrigContext)/float32(beta*2*float32(math.Pi))) / float32(2*logf(r.Base))
+	}
+	low := max(0, float32(math.Floor(float64(corr(r.BetaFast)))))
+	high := min(d-1, float32(math.Ceil(float64(corr(r.BetaSlow)))))
+	s := float64(s32)
+	for i, f := range freqs {
+		ramp := 0.0
+		if r.ExtFactor != 0 {
+			y := (float32(i) - low) / max(0.001, high-low)
+			ramp = float64(float32((1 - min(1, max(0, y))) * r.ExtFactor))
+		}
+		freqs[i] = float32(float64(f) * (s*(1-ramp) + ramp))
+	}
 }
 
 // Attn is one attention variant.

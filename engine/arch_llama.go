@@ -46,9 +46,12 @@ func ropeFreqsGlobal(h *HParams) []TensorSpec {
 }
 
 // standardRope is RoPE over whole heads at the file's base, divided by
-// rope_freqs.weight where the file has it.
+// rope_freqs.weight where the file has it, with the file's linear or YaRN
+// scaling (rope.scaling.*).
 func standardRope(h *HParams) Rope {
-	r := Rope{Dims: h.HeadDim, Neox: h.NeoxRope, Base: h.RopeBase, AttnFactor: h.RopeAttnFactor}
+	ctx, fs, ext, attn, fast, slow := h.RopeExt()
+	r := Rope{Dims: h.HeadDim, Neox: h.NeoxRope, Base: h.RopeBase, AttnFactor: attn,
+		OrigContext: ctx, FreqScale: fs, ExtFactor: ext, BetaFast: fast, BetaSlow: slow}
 	if h.RopeFactors {
 		r.Factors = "rope_freqs.weight"
 	}

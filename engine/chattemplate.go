@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -69,14 +71,18 @@ func (t *Tokenizer) RenderChat(r ChatRequest) (string, error) {
 	}
 	c := t.chat
 	c.once.Do(func() {
-		c.tpl, c.err = parseChatTemplate(c.src)
+		src := c.src
+		if s, ok := keepMidLineSpace(src); ok {
+			src = s
+		}
+		c.tpl, c.err = parseChatTemplate(src)
 		if c.err == nil {
 			return
 		}
 		// Only a template gonja refuses is rewritten (see hoistConditionals);
 		// if that fails too, the original error is the one to report.
-		if src, ok := hoistConditionals(c.src); ok && src != c.src {
-			if tpl, err := parseChatTemplate(src); err == nil {
+		if h, ok := hoistConditionals(src); ok && h != src {
+			if tpl, err := parseChatTemplate(h); err == nil {
 				c.tpl, c.err = tpl, nil
 			}
 		}
@@ -226,7 +232,11 @@ var chatEnvironment = func() *exec.Environment {
 			}
 		}
 	}
+	if err := env.Filters.Replace("trim", filterTrim); err != nil {
+		panic(err)
+	}
 	env.Methods.Dict = orderedDictMethods(env.Methods.Dict)
+	env.Methods.Str = pyStrMethods(env.Methods.Str)
 	return &env
 }()
 
@@ -311,14 +321,12 @@ func writePyJSON(b *strings.Builder, v any, pad, nl string) error {
 	case bool:
 		b.WriteString(map[bool]string{true: "true", false: "false"}[x])
 	case string:
-		var sb strings.Builder
-		e2 := json.NewEncoder(&sb)
-		e2.SetEscapeHTML(false)
-		if err := e2.Encode(x); err != nil {
-			return err
-		}
-		b.WriteString(strings.TrimSuffix(sb.String(), "\n"))
-	case int, int64, int32, float32, float64, json.Number:
+		writePyString(b, x)
+	case float64:
+		b.WriteString(pyFloat(x))
+	case float32:
+		b.WriteString(pyFloat(float64(x)))
+	case int, int64, int32, json.Number:
 		fmt.Fprint(b, x)
 	case *exec.Dict:
 		sep := open('{', len(x.Pairs))
@@ -360,6 +368,76 @@ func writePyJSON(b *strings.Builder, v any, pad, nl string) error {
 	return nil
 }
 
+// writePyString writes s as a JSON string as Python's json.dumps with
+// ensure_ascii=False does: only quotes, backslashes and control
+// characters escaped (U+2028 and U+2029 stay as they are, where Go's
+// encoder escapes them).
+func writePyString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		default:
+			if r < 0x20 {
+				fmt.Fprintf(b, `\u%04x`, r)
+			} else {
+				b.WriteRune(r) // invalid UTF-8 becomes U+FFFD
+			}
+		}
+	}
+	b.WriteByte('"')
+}
+
+// pyFloat is Python's repr of a float, which json.dumps writes: the
+// shortest digits that read back the same, in positional form with at
+// least one decimal ("2.0", "1500000.5") unless the exponent is below -4
+// or above 15 ("1e-05", "1e+16").
+func pyFloat(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	e := strconv.FormatFloat(f, 'e', -1, 64) // [-]d[.ddd]e±XX
+	mant, exps, _ := strings.Cut(e, "e")
+	exp, _ := strconv.Atoi(exps)
+	sign := ""
+	if strings.HasPrefix(mant, "-") {
+		sign, mant = "-", mant[1:]
+	}
+	digits := strings.Replace(mant, ".", "", 1)
+	if exp < -4 || exp >= 16 {
+		if exp < 0 {
+			return fmt.Sprintf("%s%se-%02d", sign, mant, -exp)
+		}
+		return fmt.Sprintf("%s%se+%02d", sign, mant, exp)
+	}
+	point := exp + 1 // digits before the decimal point
+	switch {
+	case point <= 0:
+		return sign + "0." + strings.Repeat("0", -point) + digits
+	case point >= len(digits):
+		return sign + digits + strings.Repeat("0", point-len(digits)) + ".0"
+	}
+	return sign + digits[:point] + "." + digits[point:]
+}
+
 // orderedJSON decodes JSON keeping the order of object keys (as *exec.Dict)
 // and whole numbers as int, as Python's json.loads does.
 func orderedJSON(data []byte) (any, error) {
@@ -398,6 +476,9 @@ func orderedJSON(data []byte) (any, error) {
 				dict.Pairs = append(dict.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(e)})
 			}
 			_, err := d.Token()
+			if len(dict.Pairs) == 0 {
+				return emptyObject(), err
+			}
 			return dict, err
 		case json.Number:
 			if i, err := x.Int64(); err == nil {
@@ -416,6 +497,9 @@ func orderedJSON(data []byte) (any, error) {
 func toJinja(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
+		if len(x) == 0 {
+			return emptyObject()
+		}
 		d := &exec.Dict{Pairs: []*exec.Pair{}}
 		for _, k := range slices.Sorted(maps.Keys(x)) {
 			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(toJinja(x[k]))})
@@ -430,6 +514,12 @@ func toJinja(v any) any {
 	}
 	return v
 }
+
+// emptyObject is {} as templates see it: a Go map, which gonja (v2.9.1)
+// finds false as Jinja does, where it finds every *exec.Dict true. gpt-oss's
+// template tests `tool.parameters.properties` to write a tool without
+// parameters as "() => any".
+func emptyObject() map[string]any { return map[string]any{} }
 
 // jinjaList is a template's list whose negative indices reach its first
 // item: gonja v2.9.1 finds nothing at l[-n] when n is l's length (it

@@ -244,3 +244,59 @@ func topLevelCond(e string) bool {
 func isIdentStart(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
+
+// keepMidLineSpace marks with `+` each {% or {# tag that has only spaces
+// and tabs between it and the tag before it on the same line, so that
+// lstrip_blocks keeps them. Jinja strips the whitespace before a block
+// only from the start of a line; gonja (v2.9.1) strips a whitespace-only
+// run between two tags too, so `{{ a }} {% if b %}` lost its space. It
+// reports false when it cannot follow the template's tags; then the
+// template is used as it is.
+func keepMidLineSpace(src string) (string, bool) {
+	var out strings.Builder
+	afterTag := false // the text at i follows a tag's closer
+	for i := 0; i < len(src); {
+		j := strings.IndexByte(src[i:], '{')
+		if j < 0 || i+j+1 >= len(src) {
+			out.WriteString(src[i:])
+			break
+		}
+		j += i
+		kind := src[j+1]
+		if kind != '{' && kind != '%' && kind != '#' {
+			out.WriteString(src[i : j+1])
+			i, afterTag = j+1, false
+			continue
+		}
+		data := src[i:j]
+		out.WriteString(data)
+		closer := map[byte]string{'{': "}}", '%': "%}", '#': "#}"}[kind]
+		var end int
+		if kind == '#' {
+			if end = strings.Index(src[j+2:], "#}"); end >= 0 {
+				end += j + 4
+			}
+		} else {
+			end = tagEnd(src, j+2, closer)
+		}
+		if end < 0 {
+			return "", false
+		}
+		control := j+2 < len(src) && (src[j+2] == '-' || src[j+2] == '+')
+		if kind != '{' && afterTag && data != "" && strings.Trim(data, " \t") == "" && !control {
+			out.WriteString(src[j:j+2] + "+" + src[j+2:end])
+		} else {
+			out.WriteString(src[j:end])
+		}
+		i, afterTag = end, true
+		if f := strings.Fields(strings.Trim(src[j+2:end-2], "-+")); kind == '%' && len(f) > 0 && f[0] == "raw" {
+			loc := rawEnd.FindStringIndex(src[end:])
+			if loc == nil {
+				return "", false
+			}
+			out.WriteString(src[end : end+loc[1]])
+			i = end + loc[1]
+		}
+	}
+	return out.String(), true
+}

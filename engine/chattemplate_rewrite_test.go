@@ -76,3 +76,32 @@ func FuzzHoistConditionals(f *testing.F) {
 		}
 	})
 }
+
+// TestKeepMidLineSpace: a {% or {# tag with only spaces or tabs between it
+// and the tag before it gets `+`; one at the start of a line or of the
+// template, after text, with its own control, or inside a string or a
+// raw block does not.
+func TestKeepMidLineSpace(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{{ a }} {% if b %}x{% endif %}`, `{{ a }} {%+ if b %}x{% endif %}`},
+		{"{% if a %}x{% endif %}\t {# c #}", "{% if a %}x{% endif %}\t {#+ c #}"},
+		{`{# c #} {% if a %}{% endif %}`, `{# c #} {%+ if a %}{% endif %}`},
+		{"  {% if a %}{% endif %}\n  {% if b %}{% endif %}", "  {% if a %}{% endif %}\n  {% if b %}{% endif %}"},
+		{`{{ a }} x {% if b %}{% endif %}`, `{{ a }} x {% if b %}{% endif %}`},
+		{`{{ a }} {%- if b %}{% endif %} {%+ if c %}{% endif %}`, `{{ a }} {%- if b %}{% endif %} {%+ if c %}{% endif %}`},
+		{`{{ a }} {{ b }}`, `{{ a }} {{ b }}`},
+		{`{{ '}} {% x' }} {% if a %}{% endif %}`, `{{ '}} {% x' }} {%+ if a %}{% endif %}`},
+		{`{% raw %}}} {% if %}{% endraw %} {% if a %}{% endif %}`, `{% raw %}}} {% if %}{% endraw %} {%+ if a %}{% endif %}`},
+		{`{ {% if a %}{% endif %}`, `{ {% if a %}{% endif %}`},
+	} {
+		got, ok := keepMidLineSpace(c.in)
+		if !ok || got != c.want {
+			t.Errorf("%q:\n got  %q (%v)\n want %q", c.in, got, ok, c.want)
+		}
+	}
+	for _, in := range []string{`{{ a`, `{% if a`, `{# c`, `{% raw %}x`} {
+		if _, ok := keepMidLineSpace(in); ok {
+			t.Errorf("%q: rewritten, want refused", in)
+		}
+	}
+}

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -17,7 +21,8 @@ import (
 // template (template ""), and templates of testdata/chat/templates set on
 // a vocabulary of the same family (see its PROVENANCE.md), plus date.jinja
 // (strftime_now, trim/lstrip of blocks, raise_exception on a role) and
-// cond.jinja (conditionals in brackets, see hoistConditionals). Gemma
+// cond.jinja (conditionals in brackets, see hoistConditionals) and
+// space.jinja (whitespace between tags on a line, see keepMidLineSpace). Gemma
 // 3's own template has a conditional inside parentheses, which gonja
 // parses only once hoistConditionals has rewritten it.
 var chatTemplateFiles = []struct{ vocab, template string }{
@@ -25,8 +30,10 @@ var chatTemplateFiles = []struct{ vocab, template string }{
 	{"llama3_1", ""},
 	{"qwen3", ""},
 	{"gemma3", ""},
+	{"deepseek_v3", ""},
 	{"qwen3", "date.jinja"},
 	{"qwen3", "cond.jinja"},
+	{"qwen3", "space.jinja"},
 	{"qwen3", "templates/Qwen-Qwen2.5-7B-Instruct.jinja"},
 	{"llama3_1", "templates/meta-llama-Llama-3.1-8B-Instruct.jinja"},
 	{"llama3", "templates/meta-llama-Llama-3.2-3B-Instruct.jinja"},
@@ -37,6 +44,16 @@ var chatTemplateFiles = []struct{ vocab, template string }{
 	{"gemma3", "templates/google-gemma-7b-it.jinja"},
 	{"gemma3", "templates/google-gemma-2-2b-it.jinja"},
 	{"gptoss", "templates/openai-gpt-oss-120b.jinja"},
+}
+
+// chatTemplateOnly are cases with more variables that only one template
+// gets: gpt-oss's builtin_tools, which Llama 3.1's template reads too,
+// through a reject filter that @huggingface/jinja 0.5.11 lacks.
+var chatTemplateOnly = map[string][]struct {
+	file  string
+	extra map[string]any
+}{
+	"openai-gpt-oss-120b": {{"harmony-tools.json", map[string]any{"builtin_tools": []any{"browser", "python"}}}},
 }
 
 // TestChatTemplateMatchesHFJinja renders every case of testdata/chat with
@@ -52,9 +69,9 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no cases in testdata/chat")
 	}
-	var jobs []hfJob
-	var toks []*Tokenizer
-	var names []string
+	var jobs, rjobs []hfJob
+	var toks, rtoks []*Tokenizer
+	var names, rnames []string
 	for _, v := range chatTemplateFiles {
 		tok, name := hfTestTokenizer(t, v.vocab), v.vocab
 		if v.template != "" {
@@ -76,33 +93,122 @@ func TestChatTemplateMatchesHFJinja(t *testing.T) {
 			toks = append(toks, tok)
 			names = append(names, name+"/"+filepath.Base(f))
 		}
-	}
-	want := renderHF(t, jobs)
-	rendered, raised := 0, 0
-	for i, j := range jobs {
-		r, err := ParseChatRequest(j.Case)
-		if err != nil {
-			t.Fatal(names[i], err)
+		for k, c := range randomChats(40, 2) {
+			rjobs = append(rjobs, hfJob{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
+			rtoks = append(rtoks, tok)
+			rnames = append(rnames, fmt.Sprintf("%s/random-%d %s", name, k, c))
 		}
-		got, err := toks[i].RenderChat(r)
-		switch w := want[i]; {
-		case w.Error != nil:
-			if !errors.Is(err, ErrChatRejected) || err.Error() != ErrChatRejected.Error()+": "+*w.Error {
-				t.Errorf("%s: HF refuses with %q; we: %q, %v", names[i], *w.Error, got, err)
+		for _, x := range chatTemplateOnly[name] {
+			c, err := os.ReadFile(filepath.Join("testdata/chat", x.file))
+			if err != nil {
+				t.Fatal(err)
 			}
-			raised++
-		case err != nil:
-			t.Errorf("%s: %v; HF renders %q", names[i], err, *w.Text)
-		case got != *w.Text:
-			t.Errorf("%s:\n got  %q\n want %q", names[i], got, *w.Text)
-		default:
-			rendered++
+			var m map[string]any
+			if err := json.Unmarshal(c, &m); err != nil {
+				t.Fatal(err)
+			}
+			maps.Copy(m["extra"].(map[string]any), x.extra)
+			c, _ = json.Marshal(m)
+			jobs = append(jobs, hfJob{tok.chat.src, c, tok.specialText(tok.bos), tok.specialText(tok.eos)})
+			toks = append(toks, tok)
+			names = append(names, name+"/"+x.file+"+extra")
 		}
 	}
-	t.Logf("%d prompts byte-identical, %d refusals alike, of %d", rendered, raised, len(jobs))
-	if raised == 0 {
-		t.Error("no case made a template raise")
+	// The random chats go to Jinja2 only: @huggingface/jinja's strip,
+	// lstrip and rstrip ignore their argument (Qwen3's
+	// content.lstrip('\n') loses a leading space).
+	all, allToks, allNames := append(slices.Clone(jobs), rjobs...), append(slices.Clone(toks), rtoks...), append(slices.Clone(names), rnames...)
+	oracles := []struct {
+		name  string
+		jobs  []hfJob
+		toks  []*Tokenizer
+		names []string
+		want  []hfRendering
+	}{{"@huggingface/jinja", jobs, toks, names, renderHF(t, jobs)}, {"jinja2", all, allToks, allNames, renderPy(t, all)}}
+	for _, o := range oracles {
+		if o.want == nil {
+			continue
+		}
+		jobs, toks, names := o.jobs, o.toks, o.names
+		rendered, raised := 0, 0
+		for i, j := range jobs {
+			r, err := ParseChatRequest(j.Case)
+			if err != nil {
+				t.Fatal(names[i], err)
+			}
+			got, err := toks[i].RenderChat(r)
+			if msg := renderingDiffers(got, err, o.want[i]); msg != "" {
+				t.Errorf("%s, %s: %s", o.name, names[i], msg)
+			} else if err != nil {
+				raised++
+			} else {
+				rendered++
+			}
+		}
+		t.Logf("%s: %d prompts byte-identical, %d refusals alike, of %d", o.name, rendered, raised, len(jobs))
+		if raised == 0 {
+			t.Errorf("%s: no case made a template raise", o.name)
+		}
 	}
+}
+
+// renderingDiffers says how our rendering (got, err) differs from an
+// oracle's: "" when the text is the same, or when both refuse with the
+// same raise_exception message.
+func renderingDiffers(got string, err error, w hfRendering) string {
+	switch {
+	case w.Error != nil:
+		if !errors.Is(err, ErrChatRejected) || err.Error() != ErrChatRejected.Error()+": "+*w.Error {
+			return fmt.Sprintf("the oracle refuses with %q; we: %q, %v", *w.Error, got, err)
+		}
+	case err != nil:
+		return fmt.Sprintf("%v; the oracle renders %q", err, *w.Text)
+	case got != *w.Text:
+		return fmt.Sprintf("\n got  %q\n want %q", got, *w.Text)
+	}
+	return ""
+}
+
+// randomChats are n chat cases drawn from seed: one to six messages of
+// any role, with contents of edge text, tool calls, reasoning_content and
+// thinking, tools or none, generation prompt or none, enable_thinking and
+// reasoning_effort or none.
+func randomChats(n int, seed int64) [][]byte {
+	r := rand.New(rand.NewSource(seed))
+	texts := []string{"", " ", "hi", "  padded  ", "line\nbreak", "\n\nlead", "<think>\nx\n</think>\n\ny", "{\"a\": 1}", "日本語",
+		"tab\t", "<|im_end|>", "a {{ b }} %}", "\u2028", "😀", "\x1c sep"}
+	roles := []string{"user", "user", "assistant", "assistant", "system", "tool", "developer"}
+	tools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "f", "description": "d",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"type": "number", "description": "X"},
+			"y": map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}, "required": []any{"x"}}}}}
+	out := make([][]byte, n)
+	for i := range out {
+		var msgs []any
+		for range 1 + r.Intn(6) {
+			m := map[string]any{"role": roles[r.Intn(len(roles))], "content": texts[r.Intn(len(texts))]}
+			if m["role"] == "assistant" && r.Intn(3) == 0 {
+				m["tool_calls"] = []any{map[string]any{"id": "c1", "type": "function",
+					"function": map[string]any{"name": "f", "arguments": map[string]any{"x": 2.5, "y": []any{"a"}}}}}
+				if r.Intn(2) == 0 {
+					m["content"] = ""
+				}
+			}
+			if m["role"] == "assistant" && r.Intn(2) == 0 {
+				m["reasoning_content"] = texts[r.Intn(len(texts))]
+				m["thinking"] = texts[r.Intn(len(texts))]
+			}
+			msgs = append(msgs, m)
+		}
+		c := map[string]any{"messages": msgs, "add_generation_prompt": r.Intn(2) == 0, "extra": map[string]any{}, "now": "2024-07-26"}
+		if r.Intn(2) == 0 {
+			c["tools"] = tools
+		}
+		if r.Intn(3) == 0 {
+			c["extra"] = map[string]any{"enable_thinking": r.Intn(2) == 0, "reasoning_effort": "low"}
+		}
+		out[i], _ = json.Marshal(c)
+	}
+	return out
 }
 
 // TestEncodeChatTools: a chat as the API receives it (OpenAI messages with
@@ -291,6 +397,37 @@ type hfRendering struct {
 	Error *string `json:"error"`
 }
 
+// renderPy runs jobs through Python's Jinja2 as transformers'
+// apply_chat_template sets it up (render.py); nil, said in the log, where
+// python3 or its jinja2 is missing.
+func renderPy(t *testing.T, jobs []hfJob) []hfRendering {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err == nil {
+		err = exec.Command(py, "-c", "import jinja2").Run()
+	}
+	if err != nil {
+		t.Logf("python3 with jinja2 not found (%v): the Jinja2 oracle does not run", err)
+		return nil
+	}
+	in, _ := json.Marshal(jobs)
+	cmd := exec.Command(py, "render.py")
+	cmd.Dir = hfOracle
+	cmd.Env = append(os.Environ(), "TZ=UTC", "LC_ALL=C")
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("render.py: %v\n%s", err, stderr.String())
+	}
+	var want []hfRendering
+	if err := json.Unmarshal(out, &want); err != nil || len(want) != len(jobs) {
+		t.Fatalf("render.py output (%d of %d): %v", len(want), len(jobs), err)
+	}
+	return want
+}
+
 // renderHF runs jobs through @huggingface/jinja, skipping the test where
 // node or the oracle's packages are missing.
 func renderHF(t *testing.T, jobs []hfJob) []hfRendering {
@@ -318,4 +455,85 @@ func renderHF(t *testing.T, jobs []hfJob) []hfRendering {
 		t.Fatalf("oracle output (%d of %d): %v", len(want), len(jobs), err)
 	}
 	return want
+}
+
+// TestToJSONMatchesPython: tojson writes what Hugging Face's (Python's
+// json.dumps with ensure_ascii=False, compact and indented) writes for
+// the same JSON, floats and Unicode line separators included; the
+// oracle is the machine's python3.
+func TestToJSONMatchesPython(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not found: the json.dumps oracle cannot run")
+	}
+	docs := []string{
+		`{"s": "a\u2028b\u2029c<>&'\"\\\u0000\u001f\u007f\b\f é😀\ud7ff\ue000", "k": ["", " ", "\\u2028"]}`,
+		`[1.5, 0.1, 2.0, -0.0, 100, 1e21, 1e16, 1e15, 1234567.5, 0.0001, 0.00001, 1e-7, 123456789012345678.0, -3.25e-10, 5e300, 1.7976931348623157e308]`,
+		`{"a": {}, "b": [], "c": [{}], "d": null, "e": true, "f": false, "g": {"h": [1, {"i": "j"}]}}`,
+	}
+	prog := `import json, sys
+for line in sys.stdin:
+    v = json.loads(line)
+    print(json.dumps(json.dumps(v, ensure_ascii=False)), json.dumps(json.dumps(v, ensure_ascii=False, indent=2)))`
+	cmd := exec.Command(py, "-c", prog)
+	cmd.Stdin = strings.NewReader(strings.Join(docs, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(docs) {
+		t.Fatalf("python3 gave %d lines for %d documents", len(lines), len(docs))
+	}
+	for i, doc := range docs {
+		var want [2]string
+		d := json.NewDecoder(strings.NewReader(lines[i]))
+		if err := d.Decode(&want[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Decode(&want[1]); err != nil {
+			t.Fatal(err)
+		}
+		v, err := orderedJSON([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, pad := range []string{"", "  "} {
+			var b strings.Builder
+			if err := writePyJSON(&b, v, pad, "\n"); err != nil {
+				t.Fatal(err)
+			}
+			if b.String() != want[j] {
+				t.Errorf("%s (indent %q):\n got  %s\n want %s", doc, pad, b.String(), want[j])
+			}
+		}
+	}
+}
+
+// TestStringMethodsMatchJinja2: strip, lstrip, rstrip, split and trim,
+// with and without their argument, as Python's Jinja2 runs them (the
+// Python oracle only: @huggingface/jinja ignores the argument).
+func TestStringMethodsMatchJinja2(t *testing.T) {
+	tok := testTokenizer(t, "qwen2", 512)
+	tok.chat = &chatTemplate{src: `{% for m in messages %}{% set s = m.content %}` +
+		`[{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s.strip(none) }}|{{ s.strip('\n ') }}|{{ s.lstrip('é a') }}|` +
+		`{{ s.rstrip('3 ') }}|{{ s | trim }}|{{ s | trim('\n') }}|{{ s.split() | tojson }}|{{ s.split(none, 1) | tojson }}|{{ s.split(' ') | tojson }}]` +
+		"\n{% endfor %}"}
+	var msgs []any
+	for _, s := range []string{"", " ", "\u2028\x1c 32é ab 23 \u3000\x85", "\n\n  x\t\ny \n", "é a é", "a  b   c", "\u00a0nbsp\u00a0", "33 3"} {
+		msgs = append(msgs, map[string]any{"role": "user", "content": s})
+	}
+	c, _ := json.Marshal(map[string]any{"messages": msgs})
+	want := renderPy(t, []hfJob{{tok.chat.src, c, "", ""}})
+	if want == nil {
+		t.Skip("no Jinja2 oracle")
+	}
+	r, err := ParseChatRequest(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tok.RenderChat(r)
+	if msg := renderingDiffers(got, err, want[0]); msg != "" {
+		t.Error(msg)
+	}
 }

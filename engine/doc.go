@@ -74,7 +74,8 @@
 // SentencePiece ("llama": score-ordered merges, byte fallback, optional
 // space prefix) or byte-level BPE ("gpt2") with the pre-tokenizer named by
 // tokenizer.ggml.pre (llama-bpe, qwen2 with NFC first, default/gpt2,
-// smollm; an unknown name warns and uses gpt2's). Generation ends at EOS,
+// smollm, deepseek-llm, deepseek-v3, gpt-4o; an unknown name warns and
+// uses gpt2's). Generation ends at EOS,
 // the eot/eom ids and the turn-ending specials. RenderChat renders the
 // file's own tokenizer.chat_template with gonja as Hugging Face's
 // apply_chat_template does (trim_blocks, lstrip_blocks, Python-style
@@ -112,7 +113,7 @@
 // (hil.go), so that a decode (dot8F16IL) reads one stream of bytes.
 //
 // The other quantised types (quant.go: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
-// Q4_K, Q5_K, Q6_K, IQ4_XS, in llama.cpp's block layouts, so a real Q4_K_M
+// Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4, in llama.cpp's block layouts, so a real Q4_K_M
 // or Q5_K_M file with its row-length fallbacks loads) stay packed in
 // memory. Each product quantises its activations once, to Q8_0 (Q4_1 and
 // Q5_1 also take each block's d·Σq rounded to f16, as ggml's Q8_1 does) or
@@ -147,6 +148,15 @@
 // and its two products in one VMULPS), so the bits are too; the tests run
 // on both paths (useAVX512 switches the AVX2 one back on), and
 // TestPackedKernelsExtremes adds the largest sums and non-finite halves.
+// MXFP4's kernel there (with VBMI and VNNI; decode, and a prefill's tiles
+// an input row at a time) takes four rows a call,
+// two blocks of each per zmm (VPERMB spreads a block pair's nibbles, the
+// grid biased by 12 for VPDPBUSD and 12·Σx taken off), and keeps one row
+// per float lane, each lane the portable operations in order (the scale
+// by VSCALEFPS, the exact power of two's product rounded once); it
+// prefetches the next four rows as one stream (BenchmarkMXFP4MatVec). Its
+// AVX2 twin (dotMXFP4Rows4) does the same a block at a time, for CPUs
+// without those.
 // The other packed types use AVX2 on such a CPU. BenchmarkPackedKernelPaths
 // and BenchmarkDecodeKernelPaths compare the two paths.
 //

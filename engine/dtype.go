@@ -80,7 +80,7 @@ func (t DType) Supported() bool {
 // supportedNames lists the types the engine computes with, for errors.
 func supportedNames() string {
 	s := "f32, f16, bf16, q8_0"
-	for _, t := range []DType{Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS} {
+	for _, t := range []DType{Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4} {
 		s += ", " + t.String()
 	}
 	return s

@@ -26,7 +26,10 @@ type GenConfig struct {
 	Seed     uint64
 	DType    DType // type of the 2-D weights; norms and biases stay F32
 	// Mix, "q4_k_m" or "q5_k_m", picks each 2-D weight's type as
-	// llama.cpp does for those file types (DType is then ignored).
+	// llama.cpp does for those file types (DType is then ignored);
+	// "mxfp4_moe" writes the FFN weights in MXFP4 and the rest in Q8_0,
+	// as llama.cpp's MXFP4_MOE does with a MoE model's experts (our dense
+	// FFN standing in for them).
 	Mix  string
 	Tied bool // no output.weight: the head reuses token_embd
 	// HeadDim, when set, is a head size other than Dim/Heads, written as
@@ -40,6 +43,14 @@ type GenConfig struct {
 	// have them: Context becomes rope.scaling.original_context_length and
 	// context_length is 32 times it.
 	LongRoPE bool
+	// RopeScaling, "linear" or "yarn" (llama, qwen2 and qwen3), writes
+	// rope.scaling.type, rope.scaling.factor (RopeScalingFactor) and
+	// rope.scaling.original_context_length (RopeOrigContext; 0: Context
+	// divided by the factor), as converted Qwen2.5/Qwen3 files with YaRN
+	// have them.
+	RopeScaling       string
+	RopeScalingFactor float32
+	RopeOrigContext   int
 	// Tokenizer, when set, is the tokenizer metadata to write instead of
 	// the generated vocabulary (see HFTokenizerKVs); Vocab must be its
 	// number of tokens.
@@ -97,6 +108,14 @@ func (c GenConfig) validate() error {
 		return bad("rope-freqs", "only for llama")
 	case c.LongRoPE && c.Arch != "phi3":
 		return bad("long-rope", "only for phi3")
+	case c.RopeScaling != "" && c.RopeScaling != "linear" && c.RopeScaling != "yarn":
+		return bad("rope-scaling (want linear or yarn)", c.RopeScaling)
+	case c.RopeScaling != "" && (c.Arch == "phi3" || c.RopeFreqs):
+		return bad("rope-scaling", "not with phi3 or rope-freqs")
+	case c.RopeScaling != "" && (!(c.RopeScalingFactor > 0) || math.IsInf(float64(c.RopeScalingFactor), 0)):
+		return bad("rope-scaling-factor", c.RopeScalingFactor)
+	case c.RopeOrigContext < 0:
+		return bad("rope-orig-ctx", c.RopeOrigContext)
 	case c.Arch == "phi3" && c.HeadDim*c.Heads != c.Dim:
 		return bad("head-dim (phi3 needs heads × head size = dim)", c.HeadDim)
 	case c.Arch == "phi3" && c.Tokenizer == nil && c.Vocab < minVocab+len(phi3Specials):
@@ -107,8 +126,8 @@ func (c GenConfig) validate() error {
 		return bad("ffn", c.FFN)
 	case c.Vocab < minVocab:
 		return bad("vocab", c.Vocab)
-	case c.Mix != "" && c.Mix != "q4_k_m" && c.Mix != "q5_k_m":
-		return fmt.Errorf("%w: generate mix %q (want q4_k_m or q5_k_m)", ErrUnsupportedType, c.Mix)
+	case c.Mix != "" && c.Mix != "q4_k_m" && c.Mix != "q5_k_m" && c.Mix != "mxfp4_moe":
+		return fmt.Errorf("%w: generate mix %q (want q4_k_m, q5_k_m or mxfp4_moe)", ErrUnsupportedType, c.Mix)
 	case c.Mix == "" && !c.DType.Supported():
 		return fmt.Errorf("%w: generate %s", ErrUnsupportedType, c.DType)
 	case c.Mix != "" && (c.Dim%32 != 0 || c.FFN%32 != 0):
@@ -213,7 +232,7 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 	a := c.Arch
 	fileType := fileTypes[c.DType]
 	if c.Mix != "" {
-		fileType = map[string]uint32{"q4_k_m": 15, "q5_k_m": 17}[c.Mix]
+		fileType = map[string]uint32{"q4_k_m": 15, "q5_k_m": 17, "mxfp4_moe": 38}[c.Mix]
 	}
 	ctxLen := c.Context
 	if c.LongRoPE {
@@ -253,6 +272,14 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 			kvs = append(kvs, KV{a + ".rope.scaling.attn_factor",
 				float32(math.Sqrt(1 + math.Log(float64(ctxLen)/float64(c.Context))/math.Log(float64(c.Context))))})
 		}
+	}
+	if c.RopeScaling != "" {
+		orig := c.RopeOrigContext
+		if orig == 0 {
+			orig = max(1, int(float32(c.Context)/c.RopeScalingFactor))
+		}
+		kvs = append(kvs, KV{a + ".rope.scaling.type", c.RopeScaling}, KV{a + ".rope.scaling.factor", c.RopeScalingFactor},
+			KV{a + ".rope.scaling.original_context_length", uint32(orig)})
 	}
 	kvs = append(kvs, c.moeKVs()...)
 	if c.Tokenizer != nil {
@@ -437,7 +464,7 @@ func encodeRow(dst []byte, row []float32, t DType) []byte {
 // fileTypes is general.file_type (llama.cpp's llama_ftype) for a file of
 // one weight type.
 var fileTypes = map[DType]uint32{F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0: 8, Q5_1: 9,
-	Q4_K: 14, Q5_K: 16, Q6_K: 18, IQ4_NL: 25, IQ4_XS: 30, BF16: 32}
+	Q4_K: 14, Q5_K: 16, Q6_K: 18, IQ4_NL: 25, IQ4_XS: 30, BF16: 32, MXFP4: 38}
 
 // mixType is a weight's type in a Q4_K_M or Q5_K_M file, after llama.cpp's
 // llama_tensor_get_type: the head in Q6_K; attn_v and ffn_down in Q6_K on
@@ -447,7 +474,15 @@ var fileTypes = map[DType]uint32{F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0
 // 256-blocks fall back to Q5_0/Q5_1 (base) or Q8_0 (Q6_K).
 // In a file with 8 experts (Mixtral), attn_v and attn_k are Q8_0 and a
 // Q4_K_M file's attn_output Q5_K; ffn_down_exps follows ffn_down's rule.
+// mxfp4_moe is llama.cpp's MXFP4_MOE: the experts in MXFP4, the rest in
+// Q8_0; in a file without experts, the FFN weights stand in for them.
 func mixType(mix, name string, layers, cols, experts int) DType {
+	if mix == "mxfp4_moe" {
+		if strings.HasPrefix(name, "blk.") && (strings.Contains(name, "_exps.") || experts == 0 && strings.Contains(name, ".ffn_")) {
+			return MXFP4
+		}
+		return Q8_0
+	}
 	base := Q4_K
 	if mix == "q5_k_m" {
 		base = Q5_K

@@ -289,10 +289,10 @@ func TestCorruptFiles(t *testing.T) {
 		t.Errorf("wrong shape: %v", err)
 	}
 	q4 := modify(editTensor("blk.1.attn_q.weight", func(w *WriteTensor) {
-		w.Type = MXFP4 // a type the engine does not compute with
-		w.Data = func(w io.Writer) error { _, err := w.Write(make([]byte, 32*17)); return err }
+		w.Type = Q8_1 // a type the engine does not compute with
+		w.Data = func(w io.Writer) error { _, err := w.Write(make([]byte, 32*36)); return err }
 	}))
-	if err := open(q4); !errors.Is(err, ErrUnsupportedType) || !strings.Contains(err.Error(), "mxfp4") || !strings.Contains(err.Error(), "blk.1.attn_q.weight") {
+	if err := open(q4); !errors.Is(err, ErrUnsupportedType) || !strings.Contains(err.Error(), "q8_1") || !strings.Contains(err.Error(), "blk.1.attn_q.weight") {
 		t.Errorf("unsupported type: %v", err)
 	}
 	// A type ggml does not have: the file reads, the load is refused.

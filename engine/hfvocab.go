@@ -25,8 +25,9 @@ func HFTokenizerKVs(tokenizerJSON, configJSON []byte) ([]KV, int, error) {
 			Content string `json:"content"`
 			Special bool   `json:"special"`
 		} `json:"added_tokens"`
-		Normalizer   json.RawMessage `json:"normalizer"`
-		PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+		Normalizer    json.RawMessage `json:"normalizer"`
+		PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+		PostProcessor *hfProcessor    `json:"post_processor"`
 	}
 	if err := json.Unmarshal(tokenizerJSON, &tj); err != nil {
 		return nil, 0, fmt.Errorf("%w: tokenizer.json: %v", ErrCorrupt, err)
@@ -74,11 +75,7 @@ func HFTokenizerKVs(tokenizerJSON, configJSON []byte) ([]KV, int, error) {
 		}
 	}
 	id := func(key string) int {
-		v := cfg[key]
-		if m, ok := v.(map[string]any); ok { // {"content": "<s>", ...}
-			v = m["content"]
-		}
-		s, _ := v.(string)
+		s := tokenText(cfg[key])
 		for i, t := range tokens {
 			if s != "" && t == s {
 				return i
@@ -87,6 +84,7 @@ func HFTokenizerKVs(tokenizerJSON, configJSON []byte) ([]KV, int, error) {
 		return -1
 	}
 	kvs := []KV{}
+	pre := "default"
 	if spm {
 		// SentencePiece merges the pair whose result scores best: score a
 		// piece by minus the rank of the merge that makes it.
@@ -104,8 +102,11 @@ func HFTokenizerKVs(tokenizerJSON, configJSON []byte) ([]KV, int, error) {
 			KV{"tokenizer.ggml.tokens", tokens}, KV{"tokenizer.ggml.scores", scores},
 			KV{"tokenizer.ggml.add_space_prefix", strings.Contains(string(tj.Normalizer), `"Prepend"`)})
 	} else {
-		pre := "default"
 		switch p := string(tj.PreTokenizer); {
+		case strings.Contains(p, `[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]`):
+			pre = "gpt-4o"
+		case strings.Contains(p, `[\\p{L}\\p{M}]+`) && strings.Contains(p, `\\p{N}{1,3}`):
+			pre = "deepseek-v3"
 		case strings.Contains(p, `\\p{N}{1,3}`):
 			pre = "llama-bpe"
 		case strings.Contains(p, `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|`):
@@ -120,13 +121,35 @@ func HFTokenizerKVs(tokenizerJSON, configJSON []byte) ([]KV, int, error) {
 			kvs = append(kvs, KV{"tokenizer.ggml." + k.gguf + "_token_id", uint32(i)})
 		}
 	}
-	for _, k := range []string{"add_bos_token", "add_eos_token"} {
-		b, ok := cfg[k].(bool)
-		if !ok && k == "add_bos_token" {
-			// Llama 3's config leaves it out; its post-processor adds BOS.
-			b, ok = id("bos_token") >= 0, true
+	// As llama.cpp's convert script: the post-processor's template says
+	// whether BOS and EOS are added, and tokenizer_config.json's flags
+	// override it (LlamaTokenizerFast rebuilds its template from them).
+	add := map[string]bool{}
+	if pp := tj.PostProcessor; pp != nil {
+		for _, p := range append(pp.Processors, *pp) {
+			if p.Type != "TemplateProcessing" || len(p.Single) < 2 {
+				continue
+			}
+			if first := p.Single[0].SpecialToken.ID; first != "" {
+				add["add_bos_token"] = first == tokenText(cfg["bos_token"])
+			}
+			if last := p.Single[len(p.Single)-1].SpecialToken.ID; last != "" {
+				add["add_eos_token"] = last == tokenText(cfg["eos_token"])
+			}
 		}
-		if ok {
+	}
+	for _, k := range []string{"add_bos_token", "add_eos_token"} {
+		if b, ok := cfg[k].(bool); ok {
+			add[k] = b
+		}
+	}
+	if _, ok := add["add_bos_token"]; !ok && pre == "llama-bpe" && id("bos_token") >= 0 {
+		// The first Llama 3 release says neither; llama.cpp adds BOS for
+		// its pre-tokenizer all the same: write that down.
+		add["add_bos_token"] = true
+	}
+	for _, k := range []string{"add_bos_token", "add_eos_token"} {
+		if b, ok := add[k]; ok {
 			kvs = append(kvs, KV{"tokenizer.ggml." + k, b})
 		}
 	}
@@ -134,6 +157,27 @@ func HFTokenizerKVs(tokenizerJSON, configJSON []byte) ([]KV, int, error) {
 		kvs = append(kvs, KV{"tokenizer.chat_template", t})
 	}
 	return kvs, n, nil
+}
+
+// hfProcessor is a tokenizer.json post-processor: a TemplateProcessing,
+// another kind, or a Sequence of them.
+type hfProcessor struct {
+	Type   string `json:"type"`
+	Single []struct {
+		SpecialToken struct {
+			ID string `json:"id"`
+		} `json:"SpecialToken"`
+	} `json:"single"`
+	Processors []hfProcessor `json:"processors"`
+}
+
+// tokenText is a tokenizer_config.json token: "<s>" or {"content": "<s>", ...}.
+func tokenText(v any) string {
+	if m, ok := v.(map[string]any); ok {
+		v = m["content"]
+	}
+	s, _ := v.(string)
+	return s
 }
 
 // hfMerges reads merges in either form tokenizer.json uses: "a b" strings

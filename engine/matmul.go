@@ -13,9 +13,38 @@ type act struct {
 	kq      []int8    // Q8_K: values, scales and 16-element sums
 	kd      []float32
 	kbsums  []int16
-	ks32    []byte // kilExtras: Q4_K's sums of 32
-	ks16    []byte // kilExtras: Q6_K's −32 × sums of 16
+	ks32    []byte    // kilExtras: Q4_K's sums of 32
+	ks16    []byte    // kilExtras: Q6_K's −32 × sums of 16
+	mxs4    []int32   // mxfp4Extras: per Q8_0 block 12·Σq, four times over
+	mxd4    []float32 // mxfp4Extras: per Q8_0 block its scale, four times over
 }
+
+// mxfp4Extras lays out, for MXFP4's four-row kernel, each activation
+// block's 12·Σq (its grid is biased by 12 to be unsigned) and scale four
+// times over, per activation row its blocks and one zero block more
+// (mxfp4Stride values a row).
+func (a *act) mxfp4Extras() {
+	if a.mxs4 != nil {
+		return
+	}
+	nb := len(a.d)
+	a.mxs4 = make([]int32, a.n*mxfp4Stride(a.cols))
+	a.mxd4 = make([]float32, a.n*mxfp4Stride(a.cols))
+	per := a.cols / 32
+	for b := 0; b < nb; b++ {
+		s := int32(0)
+		for _, v := range a.q[32*b : 32*b+32] {
+			s += int32(v)
+		}
+		o := b/per*mxfp4Stride(a.cols) + 4*(b%per)
+		for r := 0; r < 4; r++ {
+			a.mxs4[o+r], a.mxd4[o+r] = 12*s, a.d[b]
+		}
+	}
+}
+
+// mxfp4Stride is mxfp4Extras' values per activation row of cols.
+func mxfp4Stride(cols int) int { return 4*(cols/32) + 4 }
 
 func newAct(f []float32, n, cols int) *act { return &act{f: f[:n*cols], n: n, cols: cols} }
 
@@ -71,6 +100,9 @@ func (a *act) prepareOn(p *pool, w *matrix) {
 		a.quantized(p)
 		if a.sums == nil {
 			a.sums = q8Sums(a.q, a.d)
+		}
+		if w.typ == MXFP4 && packedRowsKernel(MXFP4) != nil {
+			a.mxfp4Extras()
 		}
 	}
 }
@@ -266,6 +298,16 @@ func matmulPacked(out []float32, w *matrix, x *act, r0, r1 int) {
 	if rk := packedRowsKernel(w.typ); rk != nil && x.n == 1 && r1 > r0 {
 		// Decode: one activation row, so no tiling to do.
 		rk(out[r0:r1], w.raw[r0*rb:r1*rb], x, c)
+		return
+	}
+	if tk := packedTokRowsKernel(w.typ); tk != nil && x.mxs4 != nil {
+		// MXFP4's four-row kernel, a tile's rows against each input row.
+		for rt := r0; rt < r1; rt += packedRowTile {
+			re := min(rt+packedRowTile, r1)
+			for t := 0; t < x.n; t++ {
+				tk(out[t*w.rows+rt:t*w.rows+re], w.raw[rt*rb:re*rb], x, t, c)
+			}
+		}
 		return
 	}
 	fast := packedRowKernel(w.typ)

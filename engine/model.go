@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/stratanet/strata/layers"
 )
@@ -42,6 +43,18 @@ type HParams struct {
 	// RopeAttnFactor scales RoPE's cos and sin (rope.scaling.attn_factor,
 	// which LongRoPE files set); 1 when absent.
 	RopeAttnFactor float32
+	// RopeScaling is the RoPE scaling applied (rope.scaling.type): "" for
+	// none, "linear" or "yarn". RopeFreqScale is 1/rope.scaling.factor (1
+	// without scaling) and RopeOrigContext YaRN's original context
+	// (rope.scaling.original_context_length; context_length without).
+	RopeScaling     string
+	RopeFreqScale   float32
+	RopeOrigContext int
+	// YaRN's parameters: llama.cpp's rope.scaling.yarn_* keys where it
+	// reads them (yarnKeys: for none of the architectures run here), else
+	// its defaults (ext_factor 1 for yarn and 0 for linear, attn_factor 1,
+	// beta_fast 32, beta_slow 1, log multiplier 0).
+	YarnExtFactor, YarnAttnFactor, YarnBetaFast, YarnBetaSlow, YarnLogMul float32
 	// SlidingWindow is phi3's attention.sliding_window as the file declares it.
 	// It is not applied: llama.cpp disables Phi-3's sliding window too
 	// (ggml-org/llama.cpp#13676), so full attention matches its output.
@@ -112,9 +125,6 @@ func ReadHParams(f *File) (HParams, error) {
 		return HParams{}, err
 	}
 	h := HParams{Arch: arch}
-	if t, err := f.String(arch + ".rope.scaling.type"); err == nil && t != "none" && t != "" {
-		return HParams{}, fmt.Errorf("%w: %s with RoPE scaling %q", ErrUnsupportedArch, arch, t)
-	}
 	h.Name, _ = f.String("general.name")
 	geti := func(key string, dst *int, def int) error {
 		n, err := uintKey(f, arch+"."+key, def)
@@ -189,6 +199,9 @@ func ReadHParams(f *File) (HParams, error) {
 		return HParams{}, err
 	}
 	h.TrainContext = h.Context
+	if err := readRopeScaling(f, &h); err != nil {
+		return HParams{}, err
+	}
 	hd := 0
 	if h.Dim%h.Heads == 0 {
 		hd = h.Dim / h.Heads
@@ -497,3 +510,155 @@ func ReadModelSpec(path string) (layers.ModelSpec, error) {
 	defer fh.Close()
 	return f.ModelSpec()
 }
+
+// yarnKeys are the rope.scaling.yarn_* keys llama.cpp reads, by
+// architecture (llama_model::load_hparams): none for those the engine runs,
+// whose files' yarn_* keys llama.cpp ignores, and so does the engine.
+var yarnKeys = map[string][]string{
+	"grok":      {"yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"},
+	"deepseek2": {"yarn_log_multiplier"},
+	"mistral3":  {"yarn_beta_fast", "yarn_beta_slow", "yarn_log_multiplier"},
+}
+
+// readRopeScaling reads rope.scaling.* into h as llama.cpp reads them
+// (llama_model::load_hparams, llama_context's cparams): a missing type with
+// a factor is linear scaling, as in llama.cpp; YaRN's keys default as there.
+func readRopeScaling(f *File, h *HParams) error {
+	arch := h.Arch
+	key := func(k string) string { return arch + ".rope.scaling." + k }
+	bad := func(k string, v any) error { return fmt.Errorf("%w: key %q = %v", ErrCorrupt, key(k), v) }
+	typ := ""
+	if _, present := f.Get(key("type")); present {
+		t, err := f.String(key("type"))
+		if err != nil {
+			return err
+		}
+		typ = t
+	}
+	factor := float32(0)
+	for _, k := range []string{key("factor"), arch + ".rope.scale_linear"} {
+		if _, present := f.Get(k); present {
+			v, err := f.Float(k)
+			if err != nil {
+				return err
+			}
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return fmt.Errorf("%w: key %q = %v", ErrCorrupt, k, v)
+			}
+			factor = float32(v)
+			break
+		}
+	}
+	switch typ {
+	case "none":
+		typ = ""
+	case "":
+		if factor != 0 && factor != 1 {
+			typ = "linear"
+		}
+	case "linear", "yarn":
+	default:
+		return fmt.Errorf("%w: %s with RoPE scaling %q (supported: none, linear, yarn)", ErrUnsupportedArch, arch, typ)
+	}
+	h.RopeScaling, h.RopeFreqScale, h.RopeOrigContext = typ, 1, h.TrainContext
+	if typ != "" && factor != 0 {
+		h.RopeFreqScale = 1 / factor
+	}
+	getf := func(k string, dst *float32, def float32) error {
+		*dst = def
+		if !slices.Contains(yarnKeys[arch], k) {
+			return nil // llama.cpp does not read it for arch
+		}
+		if _, present := f.Get(key(k)); !present {
+			return nil
+		}
+		v, err := f.Float(key(k))
+		if err != nil {
+			return err
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > 1e6 {
+			return bad(k, v)
+		}
+		*dst = float32(v)
+		return nil
+	}
+	ext := float32(0)
+	if typ == "yarn" {
+		ext = 1
+	}
+	for _, e := range []error{
+		getf("yarn_ext_factor", &h.YarnExtFactor, ext),
+		getf("yarn_attn_factor", &h.YarnAttnFactor, 1),
+		getf("yarn_beta_fast", &h.YarnBetaFast, 32),
+		getf("yarn_beta_slow", &h.YarnBetaSlow, 1),
+		getf("yarn_log_multiplier", &h.YarnLogMul, 0),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	if arch == "deepseek2" {
+		h.YarnLogMul /= 0.1 // as llama.cpp undoes its converter's factor
+	}
+	if typ == "" {
+		return nil
+	}
+	if _, present := f.Get(key("original_context_length")); present {
+		n, err := f.Uint(key("original_context_length"))
+		if err != nil {
+			return err
+		}
+		if n == 0 || n > 1<<31 {
+			return bad("original_context_length", n)
+		}
+		h.RopeOrigContext = int(n)
+	}
+	if h.YarnExtFactor < 0 {
+		return bad("yarn_ext_factor", h.YarnExtFactor)
+	}
+	return nil
+}
+
+// RopeExt is what llama.cpp gives ggml_rope_ext for this model: the
+// original context, frequency scale, YaRN's ext_factor, the attention
+// factor (its cparams.yarn_attn_factor: with YaRN, the magnitude
+// correction divided by the one ggml's rope applies itself, times
+// rope.scaling.attn_factor), beta_fast and beta_slow; each float32 step
+// as llama_context computes it.
+func (h HParams) RopeExt() (origCtx int, freqScale, extFactor, attnFactor, betaFast, betaSlow float32) {
+	if h.RopeScaling == "" {
+		return h.Context, 1, 0, h.RopeAttnFactor, 32, 1
+	}
+	attn := h.YarnAttnFactor
+	if h.YarnExtFactor != 0 {
+		factor := 1 / h.RopeFreqScale
+		mscale := func(scale, m float32) float32 {
+			if scale <= 1 {
+				return 1
+			}
+			return float32(float32(0.1*m)*logf(scale)) + 1
+		}
+		if h.YarnLogMul != 0 {
+			m := float32(1)
+			if h.Arch == "deepseek2" && h.YarnLogMul != 1 {
+				m = h.YarnLogMul // llama.cpp's special case for it
+			}
+			attn = mscale(factor, m) / mscale(factor, h.YarnLogMul)
+		} else {
+			attn = mscale(factor, 1)
+		}
+		attn *= 1 / (1 + float32(0.1*logf(factor)))
+	}
+	return h.RopeOrigContext, h.RopeFreqScale, h.YarnExtFactor, attn * h.RopeAttnFactor, h.YarnBetaFast, h.YarnBetaSlow
+}
+
+// ropeMScale is the factor RoPE's cos and sin are scaled by after
+// rounding (Rope.mscale of the model's standard RoPE).
+func (h HParams) ropeMScale() float32 { return standardRope(&h).mscale() }
+
+// logf is C's logf: the natural log rounded to float32.
+func logf(x float32) float32 { return float32(math.Log(float64(x))) }
+
+// scaleRope applies the model's linear or YaRN scaling to RoPE's inverse
+// frequencies (Rope.scale of its standard RoPE).
+func scaleRope(h HParams, freqs []float32) { standardRope(&h).scale(freqs) }

@@ -114,6 +114,7 @@ func (fw *forward) trig(r Rope) (cos, sin []float32) {
 		return t[0], t[1]
 	}
 	freqs := fw.s.ropeFreqs(r)
+	m := r.mscale()
 	half := r.Dims / 2
 	cos, sin = make([]float32, len(fw.rows)*half), make([]float32, len(fw.rows)*half)
 	for i, row := range fw.rows {
@@ -123,7 +124,7 @@ func (fw *forward) trig(r Rope) (cos, sin []float32) {
 			sn, cs := math.Sincos(float64(row.pos) * float64(f))
 			cos[i*half+j] = float32(cs)
 			sin[i*half+j] = float32(sn)
-			if m := r.AttnFactor; m != 1 && m != 0 {
+			if m != 1 && m != 0 {
 				// As ggml's rope: cos and sin scaled after rounding.
 				cos[i*half+j] *= m
 				sin[i*half+j] *= m
@@ -147,6 +148,7 @@ func (s *Local) ropeFreqs(r Rope) []float32 {
 		factors = s.globals[r.Factors].([]float32)
 	}
 	f := ropeFreqs(r.Base, r.Dims, factors)
+	r.scale(f)
 	if s.freqs == nil {
 		s.freqs = map[Rope][]float32{}
 	}

@@ -43,6 +43,7 @@ var quantFormats = map[DType]*quantFormat{
 	Q5_K:   {256, 176, true, dequantQ5K, dotQ5K},
 	Q6_K:   {256, 210, true, dequantQ6K, dotQ6K},
 	IQ4_XS: {256, 136, true, dequantIQ4XS, dotIQ4XS},
+	MXFP4:  {32, 17, false, dequantMXFP4, dotMXFP4},
 }
 
 // kvaluesIQ4NL is the non-linear 4-bit grid of IQ4_NL and IQ4_XS.
@@ -90,6 +91,39 @@ func Dequantize(t DType, raw []byte, n int) ([]float32, error) {
 		}
 	}
 	return out, nil
+}
+
+// Quantize packs x in type t with the engine's own quantizers (those
+// `strata model gen` writes with): F32, F16, BF16, Q8_0 and every packed
+// type. len(x) must be a whole number of t's blocks.
+func Quantize(t DType, x []float32) ([]byte, error) {
+	if !t.Supported() {
+		return nil, fmt.Errorf("%w: quantize to %s", ErrUnsupportedType, t)
+	}
+	if _, ok := rowBytes(t, uint64(len(x))); !ok {
+		return nil, fmt.Errorf("%w: %d values are not whole %s blocks", ErrShape, len(x), t)
+	}
+	return encodeRow(nil, x, t), nil
+}
+
+// DotRow is the engine's dot product of one packed row w (len(x) values
+// of type t) with x, x quantised as a matrix product quantises its
+// activations, computed by the kernel a decode step uses: what checks
+// against other implementations need.
+func DotRow(t DType, w []byte, x []float32) (float32, error) {
+	f := quantFormats[t]
+	if f == nil {
+		return 0, fmt.Errorf("%w: DotRow on %s (packed types only)", ErrUnsupportedType, t)
+	}
+	if need, ok := rowBytes(t, uint64(len(x))); !ok || uint64(len(w)) != need || len(x) == 0 {
+		return 0, fmt.Errorf("%w: %d values of %s in %d bytes", ErrShape, len(x), t, len(w))
+	}
+	m := &matrix{rows: 1, cols: len(x), raw: w, qf: f, typ: t}
+	a := newAct(x, 1, len(x))
+	a.prepare(m)
+	out := make([]float32, 1)
+	matmulPacked(out, m, a, 0, 1)
+	return out[0], nil
 }
 
 // --- 32-element formats, against Q8_0 activations ---
@@ -191,6 +225,49 @@ func dotIQ4NL(b []byte, x []int8, _ []int16, _ float32, dx float32) float32 {
 		s += int32(kvaluesIQ4NL[qs[j]&0xf])*int32(x[j]) + int32(kvaluesIQ4NL[qs[j]>>4])*int32(x[j+16])
 	}
 	return float32(float32(half(b)*dx) * float32(s))
+}
+
+// MXFP4 (the OCP microscaling FP4 of gpt-oss's experts): per 32 values an
+// E8M0 exponent byte and 16 bytes of E2M1 nibbles, low nibbles the first
+// 16 values. ggml keeps the E2M1 values doubled as integers (kvaluesMXFP4)
+// and halves the scale instead (e8m0Half), so that a block's dot product
+// with Q8_0 activations is an integer sum, like IQ4_NL's.
+var kvaluesMXFP4 = [16]int8{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+
+// e8m0Half is 2^(e−128): half the E8M0 scale e, as ggml's
+// GGML_E8M0_TO_FP32_HALF computes it (subnormal for e < 2).
+func e8m0Half(e byte) float32 {
+	if e < 2 {
+		return math.Float32frombits(0x00200000 << e)
+	}
+	return math.Float32frombits(uint32(e-1) << 23)
+}
+
+// e8m0HalfTable is e8m0Half of every byte, for the SIMD kernels.
+var e8m0HalfTable = func() *[256]float32 {
+	var t [256]float32
+	for i := range t {
+		t[i] = e8m0Half(byte(i))
+	}
+	return &t
+}()
+
+func dequantMXFP4(dst []float32, b []byte) {
+	d, qs := e8m0Half(b[0]), b[1:17]
+	for j := 0; j < 16; j++ {
+		dst[j] = float32(kvaluesMXFP4[qs[j]&0xf]) * d
+		dst[j+16] = float32(kvaluesMXFP4[qs[j]>>4]) * d
+	}
+}
+
+func dotMXFP4(b []byte, x []int8, _ []int16, _ float32, dx float32) float32 {
+	qs := b[1:17:17]
+	x = x[:32:32]
+	s := int32(0)
+	for j := 0; j < 16; j++ {
+		s += int32(kvaluesMXFP4[qs[j]&0xf])*int32(x[j]) + int32(kvaluesMXFP4[qs[j]>>4])*int32(x[j+16])
+	}
+	return float32(float32(e8m0Half(b[0])*dx) * float32(s))
 }
 
 // --- 256-element formats, against Q8_K activations ---

@@ -82,6 +82,11 @@ func dotQ5_1Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32
 //go:noescape
 func dotIQ4NLRow(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
 
+// dotMXFP4Row takes e8m0HalfTable as tab.
+//
+//go:noescape
+func dotMXFP4Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+
 // rowKernel computes one packed row's dot products with activation rows t0
 // to t1 into out[t*stride].
 type rowKernel = func(out []float32, stride int, row []byte, x *act, t0, t1, cols int)
@@ -96,6 +101,7 @@ var avx2RowKernels = map[DType]rowKernel{
 	Q5_0:   row32Kernel(dotQ5_0Row, 22),
 	Q5_1:   row32Kernel(dotQ5_1Row, 24),
 	IQ4_NL: row32Kernel(dotIQ4NLRow, 18),
+	MXFP4:  row32KernelTab(dotMXFP4Row, 17, &e8m0HalfTable[0]),
 }
 
 // avx512RowKernels replace avx2RowKernels where the CPU has AVX-512BW.
@@ -128,6 +134,9 @@ func packedRowKernel(t DType) rowKernel {
 // call and constant loads cost about a tenth of a 2048-wide Q4_K row. Its
 // sums are the row kernel's, so its bits too.
 func packedRowsKernel(t DType) func(out []float32, rows []byte, x *act, cols int) {
+	if t == MXFP4 && useSIMD && hasAVX2 {
+		return mxfp4Rows // its AVX2 four-row kernel where AVX-512's is not
+	}
 	if !useSIMD || !hasAVX2 || !hasF16C || !hasAVX512BW || !useAVX512 {
 		return nil
 	}
@@ -135,9 +144,80 @@ func packedRowsKernel(t DType) func(out []float32, rows []byte, x *act, cols int
 }
 
 // avx512RowsKernels are built once: packedRowsKernel runs per matrix call.
-var avx512RowsKernels = map[DType]func(out []float32, rows []byte, x *act, cols int){
-	Q4_K: kRowsKernel(dotQ4KRows512, 144),
-	Q6_K: kRowsKernel(dotQ6KRows512, 210),
+// MXFP4's needs VBMI and VNNI besides.
+var avx512RowsKernels = func() map[DType]func(out []float32, rows []byte, x *act, cols int) {
+	m := map[DType]func(out []float32, rows []byte, x *act, cols int){
+		Q4_K: kRowsKernel(dotQ4KRows512, 144),
+		Q6_K: kRowsKernel(dotQ6KRows512, 210),
+	}
+	if hasVNNI && hasVBMI {
+		m[MXFP4] = mxfp4Rows
+	}
+	return m
+}()
+
+// hasVBMI: AVX512_VBMI (CPUID.(EAX=7,ECX=0):ECX bit 1), for VPERMB and
+// VPERMT2B, with AVX-512BW.
+var hasVBMI = func() bool {
+	if !hasAVX512BW {
+		return false
+	}
+	_, _, ecx, _ := cpuid(7, 0)
+	return ecx&(1<<1) != 0
+}()
+
+// dotMXFP4Rows512 computes rows (a multiple of 4) consecutive MXFP4 rows
+// against one activation row; xs4 and xd4 are act.mxfp4Extras'.
+//
+//go:noescape
+func dotMXFP4Rows512(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
+
+// dotMXFP4Rows4 is dotMXFP4Rows512 on AVX2 (the same arguments and bits).
+//
+//go:noescape
+func dotMXFP4Rows4(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
+
+// mxfp4Rows is MXFP4's many-row decode kernel: mxfp4RowsTok on the one
+// activation row.
+func mxfp4Rows(out []float32, rows []byte, x *act, cols int) { mxfp4RowsTok(out, rows, x, 0, cols) }
+
+// packedTokRowsKernel returns a kernel computing rows of a packed matrix
+// slice against activation row t, or nil: MXFP4's with AVX-512, which a
+// prefill uses too.
+func packedTokRowsKernel(t DType) func(out []float32, rows []byte, x *act, t, cols int) {
+	if t != MXFP4 || packedRowsKernel(MXFP4) == nil {
+		return nil
+	}
+	return mxfp4RowsTok
+}
+
+// mxfp4RowsTok computes MXFP4 rows against activation row t: four rows at
+// a time by dotMXFP4Rows512, the last one to three by the AVX2 row kernel
+// (the same bits).
+func mxfp4RowsTok(out []float32, rows []byte, x *act, t, cols int) {
+	nb := cols / 32
+	if nb == 0 || len(out) == 0 {
+		return
+	}
+	rb := nb * 17
+	_ = rows[len(out)*rb-1]
+	xq, xd := x.q[t*cols:(t+1)*cols], x.d[t*nb:(t+1)*nb]
+	n4 := len(out) &^ 3
+	if x.mxs4 == nil {
+		n4 = 0 // not prepared for it (prepareOn): the row kernel alone
+	}
+	if n4 > 0 {
+		st := mxfp4Stride(cols)
+		xs4, xd4 := x.mxs4[t*st:(t+1)*st], x.mxd4[t*st:(t+1)*st]
+		if hasVNNI && hasVBMI && hasAVX512BW && useAVX512 {
+			dotMXFP4Rows512(&rows[0], rb, &xq[0], &xs4[0], &xd4[0], nb, n4, &out[0])
+		} else {
+			dotMXFP4Rows4(&rows[0], rb, &xq[0], &xs4[0], &xd4[0], nb, n4, &out[0])
+		}
+	}
+	for r := n4; r < len(out); r++ {
+		out[r] = dotMXFP4Row(&rows[r*rb], &xq[0], &xd[0], &xd[0], nb, &e8m0HalfTable[0])
+	}
 }
 
 // kRowsKernel adapts a many-row kernel to a matrix slice.
@@ -182,6 +262,11 @@ func kRowKernel(dot func(q *byte, x *int8, xd *float32, bsums *int16, nb int, ta
 
 // row32Kernel adapts a 32-element row kernel to activation rows t0 to t1.
 func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int) rowKernel {
+	return row32KernelTab(dot, blockBytes, &f16Table[0])
+}
+
+// row32KernelTab is row32Kernel with the kernel's scale table tab.
+func row32KernelTab(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32, blockBytes int, tab *float32) rowKernel {
 	return func(out []float32, stride int, row []byte, x *act, t0, t1, cols int) {
 		nb := cols / 32
 		if nb == 0 {
@@ -194,7 +279,7 @@ func row32Kernel(dot func(q *byte, x *int8, xd *float32, ms *float32, nb int, ta
 			if x.sums != nil {
 				ms = x.sums[t*nb : (t+1)*nb]
 			}
-			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &ms[0], nb, &f16Table[0])
+			out[t*stride] = dot(&row[0], &xq[0], &xd[0], &ms[0], nb, tab)
 		}
 	}
 }

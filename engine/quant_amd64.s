@@ -505,6 +505,32 @@ iq4nlloop:
 	D32COMBINE
 	ROW32NEXT(18, iq4nlloop)
 
+// mxfp4Grid is kvaluesMXFP4, E2M1 doubled, as VPSHUFB's table.
+DATA mxfp4Grid<>+0(SB)/8, $0x0c08060403020100
+DATA mxfp4Grid<>+8(SB)/8, $0xf4f8fafcfdfeff00
+GLOBL mxfp4Grid<>(SB), RODATA|NOPTR, $16
+
+// func dotMXFP4Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
+// As dotIQ4NLRow on MXFP4's grid; the scale is the E8M0 byte at 0(SI),
+// halved through tab (e8m0HalfTable).
+TEXT ·dotMXFP4Row(SB), NOSPLIT, $0-52
+	ROW32PROLOGUE
+	VBROADCASTI128 mxfp4Grid<>(SB), Y13
+
+mxfp4loop:
+	NIBBLES32(1, Y1)
+	VPSHUFB Y1, Y13, Y1
+	VMOVDQU (DI), Y3
+	SIGNEDDOT(Y1, Y3)
+	BLOCKSUM
+	MOVBLZX    (SI), AX
+	VMOVSS     (R11)(AX*4), X3
+	VMULSS     (R9), X3, X3
+	VCVTSI2SSL DX, X4, X4
+	VMULSS     X4, X3, X3
+	VADDSS     X3, X10, X10
+	ROW32NEXT(17, mxfp4loop)
+
 // func dotQ5_0Row(q *byte, x *int8, xd *float32, ms *float32, nb int, tab *float32) float32
 TEXT ·dotQ5_0Row(SB), NOSPLIT, $0-52
 	ROW32PROLOGUE
@@ -1244,3 +1270,271 @@ DATA q4kMinDup<>+8(SB)/8, $0x0f0f0e0e0d0d0c0c
 DATA q4kMinDup<>+16(SB)/8, $0x0b0b0a0a09090808
 DATA q4kMinDup<>+24(SB)/8, $0x0f0f0e0e0d0d0c0c
 GLOBL q4kMinDup<>(SB), RODATA|NOPTR, $32
+
+// MXFP4 on AVX-512 (VBMI, VNNI): four rows at a time, two blocks per zmm.
+// Each row's block pair (34 bytes, a masked load) is spread by VPERMB into
+// [A's 16 quant bytes twice, B's twice], low nibbles kept in the first and
+// third 128-bit lanes, high ones in the others, and looked up in the grid
+// biased by 12 (0…24, unsigned for VPDPBUSD) against the pair's 64
+// activations; 12·Σx per block (xs4) is taken off after the four rows'
+// sums are reduced together. Each lane of the float part is one row: the
+// scale float32(d·dx) by VSCALEFPS (dx·2^(e−128), rounded once, as the
+// product with the exact power of two is), times float32(sumi), added
+// into that row's sum (X16), block A before B: the portable kernel's
+// operations row by row, so its bits.
+
+// mxfp4Nib is VPERMB's index: lanes 0 and 1 bytes 1…16 (block A's
+// quants), lanes 2 and 3 bytes 18…33 (B's).
+DATA mxfp4Nib<>+0(SB)/8, $0x0807060504030201
+DATA mxfp4Nib<>+8(SB)/8, $0x100f0e0d0c0b0a09
+DATA mxfp4Nib<>+16(SB)/8, $0x0807060504030201
+DATA mxfp4Nib<>+24(SB)/8, $0x100f0e0d0c0b0a09
+DATA mxfp4Nib<>+32(SB)/8, $0x1918171615141312
+DATA mxfp4Nib<>+40(SB)/8, $0x21201f1e1d1c1b1a
+DATA mxfp4Nib<>+48(SB)/8, $0x1918171615141312
+DATA mxfp4Nib<>+56(SB)/8, $0x21201f1e1d1c1b1a
+GLOBL mxfp4Nib<>(SB), RODATA|NOPTR, $64
+
+// mxfp4Shift: 16-bit shift counts, 0 in lanes 0 and 2, 4 in lanes 1 and 3.
+DATA mxfp4Shift<>+0(SB)/8, $0
+DATA mxfp4Shift<>+8(SB)/8, $0
+DATA mxfp4Shift<>+16(SB)/8, $0x0004000400040004
+DATA mxfp4Shift<>+24(SB)/8, $0x0004000400040004
+DATA mxfp4Shift<>+32(SB)/8, $0
+DATA mxfp4Shift<>+40(SB)/8, $0
+DATA mxfp4Shift<>+48(SB)/8, $0x0004000400040004
+DATA mxfp4Shift<>+56(SB)/8, $0x0004000400040004
+GLOBL mxfp4Shift<>(SB), RODATA|NOPTR, $64
+
+// mxfp4GridBiased is kvaluesMXFP4 + 12, four times over: VPERMB reads
+// an index's low 6 bits, so a nibble with garbage in bits 4 and 5 (a
+// shifted word's) still finds its value.
+DATA mxfp4GridBiased<>+0(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4GridBiased<>+8(SB)/8, $0x00040608090a0b0c
+DATA mxfp4GridBiased<>+16(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4GridBiased<>+24(SB)/8, $0x00040608090a0b0c
+DATA mxfp4GridBiased<>+32(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4GridBiased<>+40(SB)/8, $0x00040608090a0b0c
+DATA mxfp4GridBiased<>+48(SB)/8, $0x181412100f0e0d0c
+DATA mxfp4GridBiased<>+56(SB)/8, $0x00040608090a0b0c
+GLOBL mxfp4GridBiased<>(SB), RODATA|NOPTR, $64
+
+// mxfp4E1 gathers two rows' scale bytes (0 and 17 of each, the second row
+// in the second table) as bytes 0, 1 (block A) and 4, 5 (block B);
+// mxfp4E2 merges two such results as [A r0…r3, B r0…r3].
+DATA mxfp4E1<>+0(SB)/8, $0x0000511100004000
+GLOBL mxfp4E1<>(SB), RODATA|NOPTR, $64
+DATA mxfp4E2<>+0(SB)/8, $0x4544050441400100
+GLOBL mxfp4E2<>(SB), RODATA|NOPTR, $64
+
+// MXROW: one row's block pair at ADDR (load mask KW) against the pair's
+// activations in Z24: raw bytes into ZR, the biased quants' dot products
+// with the activations in ZD's 16 int32 lanes (A in the low 256 bits).
+#define MXROW(ADDR, KW, ZR, ZQ, ZD) \
+	VMOVDQU8.Z ADDR, KW, ZR \
+	VPERMB     ZR, Z31, ZQ \
+	VPSRLVW    Z30, ZQ, ZQ \
+	VPERMB     Z28, ZQ, ZQ \
+	VPXORD     ZD, ZD, ZD \
+	VPDPBUSD   Z24, ZQ, ZD
+
+// MXCOMBINE reduces Z0…Z3 (rows 0…3) to [A r0…r3, B r0…r3] in Y6, takes
+// off 12·Σx (xs4 at R10), and leaves float32(d·dx)·float32(sumi) in Y5
+// (scales from the raw pairs in Z8…Z11, dx4 at R9).
+#define MXCOMBINE \
+	VPUNPCKLDQ    Z1, Z0, Z4 \
+	VPUNPCKHDQ    Z1, Z0, Z5 \
+	VPADDD        Z5, Z4, Z4 \
+	VPUNPCKLDQ    Z3, Z2, Z5 \
+	VPUNPCKHDQ    Z3, Z2, Z6 \
+	VPADDD        Z6, Z5, Z5 \
+	VPUNPCKLQDQ   Z5, Z4, Z6 \
+	VPUNPCKHQDQ   Z5, Z4, Z7 \
+	VPADDD        Z7, Z6, Z6 \
+	VSHUFI32X4    $0xb1, Z6, Z6, Z7 \
+	VPADDD        Z7, Z6, Z6 \
+	VSHUFI32X4    $0x08, Z6, Z6, Z6 \
+	VPSUBD        (R10), Y6, Y6 \
+	VCVTDQ2PS     Y6, Y6 \
+	VPERMT2B      Z9, Z27, Z8 \
+	VPERMT2B      Z11, Z27, Z10 \
+	VPERMT2B      Z10, Z26, Z8 \
+	VPMOVZXBD     X8, Y8 \
+	VPSUBD        Y25, Y8, Y8 \
+	VCVTDQ2PS     Y8, Y8 \
+	VMOVUPS       (R9), Y5 \
+	VSCALEFPS     Y8, Y5, Y5 \
+	VMULPS        Y6, Y5, Y5
+
+// func dotMXFP4Rows512(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
+// rows (a multiple of 4) consecutive MXFP4 rows, rowBytes apart, against
+// one activation row x of nb blocks, into out[0…rows-1]. xs4 and xd4 hold
+// each block's 12·Σx and dx four times over, and one block more (read,
+// unused, after an odd last block).
+TEXT ·dotMXFP4Rows512(SB), NOSPLIT, $0-64
+	MOVQ q+0(FP), R11
+	MOVQ rowBytes+8(FP), BX
+	LEAQ (BX)(BX*2), DX
+	MOVQ out+56(FP), R12
+	MOVQ rows+48(FP), R13
+	VMOVDQU64 mxfp4Nib<>(SB), Z31
+	VMOVDQU64 mxfp4Shift<>(SB), Z30
+	VMOVDQU64 mxfp4GridBiased<>(SB), Z28
+	VMOVDQU64 mxfp4E1<>(SB), Z27
+	VMOVDQU64 mxfp4E2<>(SB), Z26
+	MOVL         $128, AX
+	VPBROADCASTD AX, Y25
+	MOVQ $0x3ffffffff, AX
+	KMOVQ AX, K1
+	MOVQ $0x1ffff, AX
+	KMOVQ AX, K2
+	MOVL $0xffffffff, AX
+	KMOVQ AX, K3
+
+mxgroup:
+	MOVQ   R11, SI
+	LEAQ   (R11)(BX*4), R14
+	MOVQ   x+16(FP), DI
+	MOVQ   xs4+24(FP), R10
+	MOVQ   xd4+32(FP), R9
+	MOVQ   nb+40(FP), CX
+	VPXORD X16, X16, X16
+	SHRQ   $1, CX
+	JZ     mxtail
+
+mxpair:
+	// The four rows are four short streams, which the hardware
+	// prefetchers follow poorly; the next group's rows are prefetched as
+	// one (3 lines a pair: more than its 136 bytes a pair).
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	PREFETCHT0 128(R14)
+	ADDQ       $192, R14
+	VMOVDQU64 (DI), Z24
+	MXROW((SI), K1, Z8, Z12, Z0)
+	MXROW((SI)(BX*1), K1, Z9, Z13, Z1)
+	MXROW((SI)(BX*2), K1, Z10, Z14, Z2)
+	MXROW((SI)(DX*1), K1, Z11, Z15, Z3)
+	MXCOMBINE
+	VADDPS       X5, X16, X16
+	VEXTRACTF128 $1, Y5, X5
+	VADDPS       X5, X16, X16
+	ADDQ $34, SI
+	ADDQ $64, DI
+	ADDQ $32, R10
+	ADDQ $32, R9
+	DECQ CX
+	JNZ  mxpair
+
+mxtail:
+	MOVQ  nb+40(FP), AX
+	TESTQ $1, AX
+	JZ    mxdone
+	VMOVDQU8.Z (DI), K3, Z24
+	MXROW((SI), K2, Z8, Z12, Z0)
+	MXROW((SI)(BX*1), K2, Z9, Z13, Z1)
+	MXROW((SI)(BX*2), K2, Z10, Z14, Z2)
+	MXROW((SI)(DX*1), K2, Z11, Z15, Z3)
+	MXCOMBINE
+	VADDPS X5, X16, X16
+
+mxdone:
+	VMOVUPS X16, (R12)
+	ADDQ    $16, R12
+	LEAQ    (R11)(BX*4), R11
+	SUBQ    $4, R13
+	JNZ     mxgroup
+	VZEROUPPER
+	RET
+
+// A4ROW: one row's MXFP4 block (quants at QADDR) against its 32
+// activations in Y8: the biased grid values' 8 int32 pair-of-pair sums in
+// YD. Uses Y1, Y2.
+#define A4ROW(QADDR, YD) \
+	VMOVDQU     QADDR, X1 \
+	VPSRLW      $4, X1, X2 \
+	VINSERTI128 $1, X2, Y1, Y1 \
+	VPAND       Y15, Y1, Y1 \
+	VPSHUFB     Y1, Y14, Y1 \
+	VPMADDUBSW  Y8, Y1, Y1 \
+	VPMADDWD    Y13, Y1, YD
+
+// func dotMXFP4Rows4(q *byte, rowBytes int, x *int8, xs4 *int32, xd4 *float32, nb int, rows int, out *float32)
+// dotMXFP4Rows512 on AVX2: four rows a block, one row per float lane of
+// X10, the grid biased by 12 for VPMADDUBSW and 12·Σx (xs4) taken off; the
+// scales 2^(e−128) built from the four exponent bytes as e8m0Half builds
+// them ((e−1)<<23, or 0x200000<<e below 2), times dx rounded once.
+TEXT ·dotMXFP4Rows4(SB), NOSPLIT, $0-64
+	MOVQ q+0(FP), R11
+	MOVQ rowBytes+8(FP), BX
+	LEAQ (BX)(BX*2), DX
+	MOVQ out+56(FP), R12
+	MOVQ rows+48(FP), R13
+	NIBMASK
+	VBROADCASTI128 mxfp4GridBiased<>(SB), Y14
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL         $0xff, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, X12
+	MOVL         $1, AX
+	VMOVD        AX, X11
+	VPBROADCASTD X11, X11
+	MOVL         $0x00200000, AX
+	VMOVD        AX, X9
+	VPBROADCASTD X9, X9
+
+a4group:
+	MOVQ   R11, SI
+	MOVQ   x+16(FP), DI
+	MOVQ   xs4+24(FP), R10
+	MOVQ   xd4+32(FP), R9
+	MOVQ   nb+40(FP), CX
+	LEAQ   (R11)(BX*4), R14
+	VXORPS X10, X10, X10
+
+a4loop:
+	// As dotMXFP4Rows512, the next four rows as one stream (2 lines a
+	// block: more than its 68 bytes).
+	PREFETCHT0 (R14)
+	PREFETCHT0 64(R14)
+	ADDQ       $128, R14
+	VMOVDQU (DI), Y8
+	A4ROW(1(SI), Y0)
+	A4ROW(1(SI)(BX*1), Y3)
+	A4ROW(1(SI)(BX*2), Y4)
+	A4ROW(1(SI)(DX*1), Y5)
+	VPHADDD      Y3, Y0, Y0
+	VPHADDD      Y5, Y4, Y4
+	VPHADDD      Y4, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD       X1, X0, X0
+	VPSUBD       (R10), X0, X0
+	VCVTDQ2PS    X0, X0
+	VMOVD        (SI), X4
+	VPINSRD      $1, (SI)(BX*1), X4, X4
+	VPINSRD      $2, (SI)(BX*2), X4, X4
+	VPINSRD      $3, (SI)(DX*1), X4, X4
+	VPAND        X12, X4, X4
+	VPSUBD       X11, X4, X5
+	VPSLLD       $23, X5, X5
+	VPSLLVD      X4, X9, X6
+	VPCMPGTD     X11, X4, X7
+	VBLENDVPS    X7, X5, X6, X5
+	VMULPS       (R9), X5, X5
+	VMULPS       X0, X5, X5
+	VADDPS       X5, X10, X10
+	ADDQ $17, SI
+	ADDQ $32, DI
+	ADDQ $16, R10
+	ADDQ $16, R9
+	DECQ CX
+	JNZ  a4loop
+	VMOVUPS X10, (R12)
+	ADDQ    $16, R12
+	LEAQ    (R11)(BX*4), R11
+	SUBQ    $4, R13
+	JNZ     a4group
+	VZEROUPPER
+	RET

@@ -184,3 +184,56 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMXFP4MatVec is one decode-sized MXFP4 matrix-vector product at
+// 1 thread (rows of 2880, gpt-oss's width; 67 MB of blocks, twice a
+// 32 MB L3), with activation quantisation, by the SIMD kernel (…/avx2: the
+// AVX2 one where the CPU has the AVX-512 one) and the portable one, against a read of as many bytes
+// from a buffer of that size in the same run, alternating, each one's
+// fastest run kept (the least disturbed on a loaded machine). It reports
+// the product's weight bytes per second and their fraction of the read's.
+func BenchmarkMXFP4MatVec(b *testing.B) {
+	const rows, cols = 43520, 2880
+	src := make([]float32, cols)
+	s := uint64(3)
+	for i := range src {
+		src[i] = float32(int64(splitmix(&s)>>40)-1<<23) / (1 << 23)
+	}
+	row := encodeRow(nil, src, MXFP4)
+	raw := make([]byte, 0, rows*len(row))
+	for r := 0; r < rows; r++ {
+		raw = append(raw, row...)
+	}
+	w := &matrix{rows: rows, cols: cols, raw: raw, qf: quantFormats[MXFP4], typ: MXFP4}
+	out := make([]float32, rows)
+	buf := make([]uint64, len(raw)/8)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	paths := []string{"simd", "portable"}
+	if packedRowsKernel(MXFP4) != nil {
+		paths = []string{"simd", "avx2", "portable"}
+	}
+	for _, path := range paths {
+		b.Run(path, func(b *testing.B) {
+			useSIMD, useAVX512 = path != "portable", path == "simd"
+			defer func() { useSIMD, useAVX512 = true, true }()
+			readBytes := membench.Read(buf, 1)
+			best := [2]time.Duration{time.Hour, time.Hour}
+			for b.Loop() {
+				t0 := time.Now()
+				a := newAct(src, 1, cols)
+				a.prepare(w)
+				matmulPacked(out, w, a, 0, rows)
+				best[0] = min(best[0], time.Since(t0))
+				t0 = time.Now()
+				membench.Read(buf, 1)
+				best[1] = min(best[1], time.Since(t0))
+			}
+			bw := float64(readBytes) / best[1].Seconds()
+			b.ReportMetric(float64(len(raw))/best[0].Seconds()/1e6, "weight_MB/s")
+			b.ReportMetric(bw/1e6, "read_MB/s")
+			b.ReportMetric(float64(len(raw))/best[0].Seconds()/bw, "bw_fraction")
+		})
+	}
+}

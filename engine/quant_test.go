@@ -93,11 +93,13 @@ func TestPackedDot(t *testing.T) {
 		}
 		out := make([]float32, rows)
 		matmulPacked(out, w, a, 0, rows)
+		// prepare sums every Q8_0 type's activations; only these read them.
+		withMin := v.typ == Q4_1 || v.typ == Q5_1
 		for r := 0; r < rows; r++ {
 			ref, mag := 0.0, 0.0
 			for i := 0; i < cols; i++ {
 				w := float64(v.want[r*cols+i])
-				if a.sums != nil {
+				if withMin {
 					// The min's term uses the f16-rounded block sum, as
 					// ggml's Q8_1 does: take it out of w and add it below.
 					w -= float64(half(v.raw[(r*cols+i)/32*f.bytes+2:]))
@@ -105,7 +107,7 @@ func TestPackedDot(t *testing.T) {
 				ref += w * xs[i]
 				mag += math.Abs(w * xs[i])
 			}
-			if a.sums != nil {
+			if withMin {
 				for b := 0; b < cols/32; b++ {
 					t := float64(half(v.raw[(r*cols/32+b)*f.bytes+2:])) * float64(a.sums[b])
 					ref += t
@@ -132,7 +134,10 @@ func TestQuantizeRoundTrip(t *testing.T) {
 	// negative level has no positive twin, as in ggml); a wrong layout
 	// gives errors near 1.
 	limit := map[DType]float64{Q4_0: 0.13, Q4_1: 0.07, Q5_0: 0.065, Q5_1: 0.035, IQ4_NL: 0.12,
-		Q4_K: 0.07, Q5_K: 0.035, Q6_K: 0.035, IQ4_XS: 0.13}
+		Q4_K: 0.07, Q5_K: 0.035, Q6_K: 0.035, IQ4_XS: 0.13,
+		// MXFP4's scale leaves values in [6, 8)·2^(e−1) to clip to 6·2^(e-1),
+		// as ggml's does: up to a quarter of max|x|.
+		MXFP4: 0.26}
 	for typ, lim := range limit {
 		var raw []byte
 		raw = encodeRow(raw, x, typ)
@@ -269,6 +274,7 @@ func TestHalfWidthBitsAndMemory(t *testing.T) {
 var halfOffsets = map[DType][]int{
 	Q4_0: {0}, Q4_1: {0, 2}, Q5_0: {0}, Q5_1: {0, 2}, IQ4_NL: {0},
 	Q4_K: {0, 2}, Q5_K: {0, 2}, Q6_K: {208}, IQ4_XS: {0},
+	MXFP4: {}, // its E8M0 scale byte has no non-finite values
 }
 
 // TestPackedKernelsRandomBlocks: the SIMD row kernels give the portable
@@ -395,13 +401,13 @@ func simdAndPortable(w *matrix, x []float32, n int) (simd, portable []float32) {
 	return simd, portable
 }
 
-// TestPackedRowsKernelSlices: the many-row decode kernels (Q4_K and Q6_K
-// on AVX-512) give the portable bits on any slice of rows, as the worker
-// pool cuts a matrix, one row, an odd count or the rest, with an odd and
-// an even block count.
+// TestPackedRowsKernelSlices: the many-row decode kernels (Q4_K, Q6_K and
+// MXFP4 on AVX-512) give the portable bits on any slice of rows, as the
+// worker pool cuts a matrix, one row, an odd count or the rest, with an
+// odd and an even block count.
 func TestPackedRowsKernelSlices(t *testing.T) {
 	rng := uint64(9)
-	for _, typ := range []DType{Q4_K, Q6_K} {
+	for _, typ := range []DType{Q4_K, Q6_K, MXFP4} {
 		f := quantFormats[typ]
 		for _, nb := range []int{3, 4} {
 			cols, rows := nb*f.block, 37

@@ -37,6 +37,8 @@ func quantizeBlock(dst []byte, x []float32, t DType) []byte {
 		return quantQ6K(dst, x)
 	case IQ4_XS:
 		return quantIQ4XS(dst, x)
+	case MXFP4:
+		return quantMXFP4(dst, x)
 	}
 	panic("quantizeBlock: " + t.String())
 }
@@ -262,4 +264,52 @@ func quantIQ4XS(dst []byte, x []float32) []byte {
 		}
 	}
 	return dst
+}
+
+// quantMXFP4 writes one MXFP4 block as ggml's quantize_row_mxfp4_ref does,
+// bit for bit: the exponent floor(log2f(max|x|)) − 2 (so that the largest
+// value, ±6 in E2M1 = ±12 doubled, covers max|x|), and each value the grid
+// point nearest to it, the first of equals.
+func quantMXFP4(dst []byte, x []float32) []byte {
+	amax := float32(0)
+	for _, v := range x[:32] {
+		// As ggml compares, a NaN never becomes the max.
+		if a := abs32(v); amax < a {
+			amax = a
+		}
+	}
+	e := byte(0)
+	if amax > 0 {
+		e = mxfp4Exponent(amax)
+	}
+	d := e8m0Half(e)
+	dst = append(dst, e)
+	for j := 0; j < 16; j++ {
+		dst = append(dst, nearestMXFP4(x[j], d)|nearestMXFP4(x[j+16], d)<<4)
+	}
+	return dst
+}
+
+// mxfp4Exponent is ggml's (uint8_t)(floorf(log2f(amax)) − 2 + 127). log2f
+// is correctly rounded to float32 here (the float64 log rounded), so a
+// value just under a power of two whose log rounds up to the power's
+// exponent takes that exponent, as in C. Out of range (amax below 2^-125,
+// where C's conversion is undefined), x86's truncation to int32 and then
+// to the low byte is what ggml's build does, so we do the same.
+func mxfp4Exponent(amax float32) byte {
+	l := float32(math.Log2(float64(amax)))
+	v := float32(math.Floor(float64(l))) - 2 + 127
+	return byte(int32(v))
+}
+
+// nearestMXFP4 is ggml's best_index_mxfp4: the first grid index of least
+// |k·d − v| (k·d is exact: a small integer times a power of two).
+func nearestMXFP4(v, d float32) byte {
+	best, bi := abs32(float32(float32(kvaluesMXFP4[0])*d)-v), 0
+	for i := 1; i < 16; i++ {
+		if e := abs32(float32(float32(kvaluesMXFP4[i])*d) - v); e < best {
+			best, bi = e, i
+		}
+	}
+	return byte(bi)
 }

@@ -171,7 +171,9 @@ func newTokenizer(v *vocab, spacePrefix bool) (*Tokenizer, error) {
 			t.split = preSplitters["default"]
 		}
 		t.nfc = v.pre == "qwen2"
-		t.ignoreMerges = v.pre == "llama-bpe"
+		// o200k's tokenizer.json asks for it too, as tiktoken does (a piece
+		// that is a token is that token); llama.cpp's gpt-4o does not.
+		t.ignoreMerges = v.pre == "llama-bpe" || v.pre == "gpt-4o"
 	}
 	// Generation ends at EOS and, as in llama.cpp, at the control tokens
 	// that end a turn or a tool call in the families' templates.
@@ -453,6 +455,9 @@ var preSplitters = map[string]func(string) []string{
 	"smollm": func(s string) []string { return gpt2Split(s, true) },
 	// DeepSeek LLM's sequence of splits (tokenizer_seq.go).
 	"deepseek-llm": func(s string) []string { return seqSplit(deepseekLLM, s) },
+	// DeepSeek V3's and o200k's (tokenizer_seq.go).
+	"deepseek-v3": deepseekV3Split,
+	"gpt-4o":      func(s string) []string { return lookaheadSplit(nil, o200k, s) },
 }
 
 // Character classes as the regexes of Hugging Face tokenizers see them.
@@ -734,7 +739,13 @@ func (t *Tokenizer) EncodeChatVars(msgs []Message, tools json.RawMessage, vars m
 	if err != nil {
 		return nil, err
 	}
-	return t.Encode(prompt, t.bos < 0 || !strings.HasPrefix(prompt, t.tokens[t.bos]), true), nil
+	return t.encodePrompt(prompt), nil
+}
+
+// encodePrompt tokenizes a rendered chat prompt: special-token text
+// parsed, BOS added when the model wants it unless the template wrote it.
+func (t *Tokenizer) encodePrompt(prompt string) []int32 {
+	return t.Encode(prompt, t.bos < 0 || !strings.HasPrefix(prompt, t.tokens[t.bos]), true)
 }
 
 // chatRequest is what EncodeChatVars renders.

@@ -1,6 +1,9 @@
 package engine
 
-import "regexp"
+import (
+	"regexp"
+	"unicode/utf8"
+)
 
 // whiteSpace is \s as Hugging Face's regexes (Oniguruma) and llama.cpp's
 // see it: Unicode White_Space, where Go's \s is ASCII only.
@@ -71,4 +74,90 @@ func seqSplit(res []*regexp.Regexp, s string) []string {
 		pieces = next
 	}
 	return pieces
+}
+
+// o200k is the pre-tokenizer of o200k (gpt-oss, GPT-4o; llama.cpp's
+// "gpt-4o"), its one regex with \s+(?!\S) left to lookaheadSplit: words
+// that split camel case apart (an upper-case run, then lower case, marks
+// and other letters joining either side), each with one leading
+// non-letter and a contraction; digits in threes; punctuation runs with
+// newlines and slashes after them; whitespace. The contractions are
+// ASCII-case-insensitive, as the JavaScript form of the regex (the
+// oracle's) and llama.cpp's have them.
+var o200k = regexp.MustCompile(
+	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+` + contractionsCI + `?` +
+		`|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*` + contractionsCI + `?` +
+		`|\p{N}{1,3}` +
+		`| ?[^` + whiteSpace + `\p{L}\p{N}]+[\r\n/]*` +
+		`|[` + whiteSpace + `]*[\r\n]+` +
+		`|[` + whiteSpace + `]+`)
+
+// contractionsCI is (?i:'s|'t|'re|'ve|'m|'ll|'d) with ASCII case only.
+const contractionsCI = `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])`
+
+// deepseekV3 is DeepSeek V3's pre-tokenizer (llama.cpp's "deepseek-v3"):
+// digits in threes, then runs of CJK ideographs and kana, then, in what is
+// left, one regex (its \s+(?!\S) left to lookaheadSplit): an ASCII
+// punctuation mark with the ASCII letters after it, letters and marks
+// with one leading other character, punctuation and symbol runs with
+// newlines after them, whitespace.
+var (
+	deepseekV3 = []*regexp.Regexp{
+		regexp.MustCompile(`\p{N}{1,3}`),
+		regexp.MustCompile(`[\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+`),
+	}
+	deepseekV3Words = regexp.MustCompile("[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+" +
+		`|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+` +
+		`| ?[\p{P}\p{S}]+[\r\n]*` +
+		`|[` + whiteSpace + `]*[\r\n]+` +
+		`|[` + whiteSpace + `]+`)
+)
+
+func deepseekV3Split(s string) []string {
+	var out []string
+	for _, p := range seqSplit(deepseekV3, s) {
+		out = lookaheadSplit(out, deepseekV3Words, p)
+	}
+	return out
+}
+
+// lookaheadSplit appends to out the matches of re in s and the text
+// between them. re's last alternative is a whitespace run standing for
+// the \s+(?!\S)|\s+ that ends these tokenizers' regexes (Go's regexp has
+// no lookahead): a run of two or more without CR or LF that a non-space
+// follows gives its last character back to the next piece, as a
+// backtracking engine does. Earlier alternatives match no such run: the
+// ones before it need a letter, digit, punctuation or newline.
+func lookaheadSplit(out []string, re *regexp.Regexp, s string) []string {
+	i := 0
+	for i < len(s) {
+		loc := re.FindStringIndex(s[i:])
+		if loc == nil || loc[1] == loc[0] {
+			break
+		}
+		a, b := i+loc[0], i+loc[1]
+		if a > i {
+			out = append(out, s[i:a])
+		}
+		if run := s[a:b]; b < len(s) && utf8.RuneCountInString(run) > 1 && isSpaceRun(run) {
+			_, n := utf8.DecodeLastRuneInString(run)
+			b -= n
+		}
+		out = append(out, s[a:b])
+		i = b
+	}
+	if i < len(s) {
+		out = append(out, s[i:])
+	}
+	return out
+}
+
+// isSpaceRun: s is whitespace with neither CR nor LF.
+func isSpaceRun(s string) bool {
+	for _, r := range s {
+		if !isS(r) || isNL(r) {
+			return false
+		}
+	}
+	return true
 }

@@ -140,7 +140,8 @@ func FuzzTokenizer(f *testing.F) {
 }
 
 // TestGPT2Splits checks the default and smollm pre-tokenizers, which no
-// oracle file here covers, against their llama.cpp regexes worked by hand.
+// oracle file here covers, against their llama.cpp regexes worked by hand,
+// and others against the pieces Hugging Face's tokenizer gave.
 func TestGPT2Splits(t *testing.T) {
 	cases := []struct {
 		pre, in string
@@ -161,10 +162,42 @@ func TestGPT2Splits(t *testing.T) {
 		{"deepseek-llm", "x  = f(y);\r\n\tÉté 2024ab", []string{"x", " ", " =", " f", "(", "y", ");", "\r", "\n", "\tÉ", "t", "é", " ", "2024", "ab"}},
 		{"deepseek-llm", "a\u3000b  ", []string{"a", "\u3000", "b", "  "}},
 		{"deepseek-llm", "세계 ü!?", []string{"세계", " ü", "!?"}},
+		// o200k and DeepSeek V3, as Hugging Face's tokenizer (the
+		// transformers.js fork in testdata/hf-oracle) cuts them, so that
+		// they are checked where Node is missing too: camel case splits
+		// after an upper-case run; a combining mark (not a letter, so the
+		// one leading non-letter) stands alone before an upper-case
+		// letter; slashes trail punctuation; digits go in threes.
+		{"gpt-4o", "getHTTPResponse they'd'VE  x\n\n y", []string{"get", "HTTPResponse", " they'd", "'VE", " ", " x", "\n\n", " y"}},
+		{"gpt-4o", "\u0301A a//b\n/c हिन्दी 12345", []string{"\u0301", "A", " a", "//", "b", "\n", "/c", " हिन्दी", " ", "123", "45"}},
+		{"deepseek-v3", "x.yz (abc) 日本語とEnglish12345  \n z", []string{"x", ".yz", " (", "abc", ")", " ", "日本語と", "English", "123", "45", "  \n", " z"}},
+		{"deepseek-v3", "Hello  world\t!", []string{"Hello", " ", " world", "\t", "!"}},
 	}
 	for _, c := range cases {
 		if got := preSplitters[c.pre](c.in); strings.Join(got, "|") != strings.Join(c.want, "|") {
 			t.Errorf("%s(%q) = %q, want %q", c.pre, c.in, got, c.want)
 		}
 	}
+}
+
+// FuzzPreSplitters: every pre-tokenizer cuts any text, valid UTF-8 or
+// not, into non-empty pieces that put together give the text back.
+func FuzzPreSplitters(f *testing.F) {
+	for _, s := range roundTripTexts {
+		f.Add(s)
+	}
+	f.Add("getHTTPResponse they'd'VE  x\n\n y\u0301A a//b\n/c 12345 \u3000\u2028 \xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		for name, split := range preSplitters {
+			pieces := split(s)
+			for _, p := range pieces {
+				if p == "" {
+					t.Fatalf("%s(%q): an empty piece in %q", name, s, pieces)
+				}
+			}
+			if got := strings.Join(pieces, ""); got != s {
+				t.Fatalf("%s(%q): pieces %q join to %q", name, s, pieces, got)
+			}
+		}
+	})
 }

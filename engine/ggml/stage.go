@@ -1045,12 +1045,16 @@ func (o *ops) Rope(x engine.Tensor, r engine.Rope) engine.Tensor {
 	if r.Neox {
 		mode = 2 // GGML_ROPE_TYPE_NEOX
 	}
-	af := r.AttnFactor
-	if af == 0 {
-		af = 1
+	// Unset values as engine.Rope reads them.
+	or1 := func(v, def float32) C.float {
+		if v == 0 {
+			return C.float(def)
+		}
+		return C.float(v)
 	}
 	t := C.ggml_reshape_3d(o.c, xt.t, C.int64_t(r.Dims), C.int64_t(xt.w/r.Dims), o.R())
-	t = C.ggml_rope_ext(o.c, t, o.g.positions, factors, C.int(r.Dims), mode, 0, C.float(r.Base), 1, 0, C.float(af), 32, 1)
+	t = C.ggml_rope_ext(o.c, t, o.g.positions, factors, C.int(r.Dims), mode, C.int(r.OrigContext), C.float(r.Base),
+		or1(r.FreqScale, 1), C.float(r.ExtFactor), or1(r.AttnFactor, 1), or1(r.BetaFast, 32), or1(r.BetaSlow, 1))
 	return &act{C.ggml_reshape_2d(o.c, t, C.int64_t(xt.w), o.R()), xt.w}
 }
 

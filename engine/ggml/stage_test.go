@@ -31,6 +31,9 @@ var shapes = map[string]engine.GenConfig{
 	// factor.
 	"phi3": {Arch: "phi3", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 600, Seed: 17, NormEps: 1e-5,
 		LongRoPE: true},
+	// YaRN with an original context shorter than the positions run.
+	"qwen3-yarn": {Arch: "qwen3", Layers: 2, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 48, FFN: 256, Vocab: 650, Seed: 16,
+		RopeBase: 1e6, NormEps: 1e-6, Context: 64, RopeScaling: "yarn", RopeScalingFactor: 4, RopeOrigContext: 8},
 }
 
 // kShapes are 256 wide (and FFN a multiple of 256), so that a Q4_K_M file

@@ -52,6 +52,13 @@ func inspectModel(w io.Writer, f *engine.File) {
 			fmt.Fprintf(w, "  LongRoPE: short factors, attention factor %g; context capped at the original %d of %d trained (long factors not supported)\n",
 				hp.RopeAttnFactor, hp.Context, hp.TrainContext)
 		}
+		if hp.RopeScaling != "" {
+			fmt.Fprintf(w, "  RoPE scaling %s: factor %g, original context %d", hp.RopeScaling, 1/hp.RopeFreqScale, hp.RopeOrigContext)
+			if hp.RopeScaling == "yarn" {
+				fmt.Fprintf(w, ", ext_factor %g, beta_fast %g, beta_slow %g", hp.YarnExtFactor, hp.YarnBetaFast, hp.YarnBetaSlow)
+			}
+			fmt.Fprintln(w)
+		}
 		if hp.MoE() {
 			fmt.Fprintf(w, "  mixture of experts: %d experts, %d active per token, %d shared, each %d wide\n",
 				hp.Experts, hp.ExpertsUsed, hp.SharedExperts, hp.ExpertFFN)

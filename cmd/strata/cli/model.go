@@ -31,7 +31,7 @@ func newModelGenCmd() *cobra.Command {
 			if out == "" {
 				return fmt.Errorf("--out is required")
 			}
-			if dtype == "q4_k_m" || dtype == "q5_k_m" {
+			if dtype == "q4_k_m" || dtype == "q5_k_m" || dtype == "mxfp4_moe" {
 				c.Mix = dtype
 			} else {
 				t, err := engine.ParseDType(dtype)
@@ -91,6 +91,9 @@ func newModelGenCmd() *cobra.Command {
 	f.IntVar(&c.HeadDim, "head-dim", 0, "head size (0: dim/heads; qwen3 files often set another)")
 	f.BoolVar(&c.RopeFreqs, "rope-freqs", false, "llama: write rope_freqs.weight with Llama 3.1's RoPE scaling")
 	f.BoolVar(&c.LongRoPE, "long-rope", false, "phi3: write LongRoPE factors as Phi-3.5 mini has them (--ctx is then the original context, 32× it the trained one)")
+	f.StringVar(&c.RopeScaling, "rope-scaling", "", "llama, qwen2, qwen3: RoPE scaling to write, linear or yarn (with --rope-scaling-factor and --rope-orig-ctx; --ctx is the scaled context)")
+	f.Float32Var(&c.RopeScalingFactor, "rope-scaling-factor", 4, "rope.scaling.factor for --rope-scaling")
+	f.IntVar(&c.RopeOrigContext, "rope-orig-ctx", 0, "rope.scaling.original_context_length for --rope-scaling (0: --ctx / factor)")
 	f.IntVar(&c.Layers, "layers", c.Layers, "transformer layers")
 	f.IntVar(&c.Dim, "dim", c.Dim, "embedding width")
 	f.IntVar(&c.Heads, "heads", c.Heads, "attention heads")
@@ -103,7 +106,7 @@ func newModelGenCmd() *cobra.Command {
 	f.Float32Var(&c.NormEps, "norm-eps", 0, "RMSNorm epsilon (0: 1e-5 for llama and phi3, 1e-6 for qwen2 and qwen3)")
 	f.StringVar(&c.Name, "name", "", "general.name (default strata-random-<arch>)")
 	f.BoolVar(&c.Tied, "tied", false, "no output.weight: the head reuses the token embedding")
-	f.StringVar(&dtype, "dtype", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k, iq4_xs, or a mix as llama.cpp quantizes files: q4_k_m, q5_k_m")
+	f.StringVar(&dtype, "dtype", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k, q5_k, q6_k, iq4_xs, mxfp4, or a mix as llama.cpp quantizes files: q4_k_m, q5_k_m, mxfp4_moe (FFN weights in mxfp4, the rest q8_0)")
 	f.IntVar(&layout.SplitMaxTensors, "split-max-tensors", 0, "write a split model, as llama-gguf-split --split-max-tensors N does: parts OUT-00001-of-0000K.gguf (OUT without .gguf) of at most N tensors each")
 	f.Var(alignmentFlag{&layout.Alignment}, "alignment", "general.alignment: the tensor data alignment in bytes, a power of two (GGUF's default 32)")
 	f.StringVar(&hfDir, "hf-tokenizer", "", "directory with a Hugging Face tokenizer.json (and tokenizer_config.json): use its vocabulary, special tokens and chat template instead of the generated ones (--vocab is then its size)")

@@ -57,6 +57,8 @@ extern struct ggml_tensor * ggml_div(struct ggml_context * ctx, struct ggml_tens
 extern struct ggml_tensor * ggml_swiglu_split(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 extern int64_t gguf_find_key(const struct gguf_context * ctx, const char * key);
 extern float gguf_get_val_f32(const struct gguf_context * ctx, int64_t key_id);
+extern uint32_t gguf_get_val_u32(const struct gguf_context * ctx, int64_t key_id);
+extern const char * gguf_get_val_str(const struct gguf_context * ctx, int64_t key_id);
 extern struct ggml_cgraph * ggml_new_graph(struct ggml_context * ctx);
 extern void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
 extern int ggml_graph_compute_with_ctx(struct ggml_context * ctx, struct ggml_cgraph * cgraph, int n_threads);
@@ -102,7 +104,10 @@ static struct ggml_tensor * ref_moe(struct ggml_context * c, struct ggml_context
 // attn_qkv product, RoPE takes rope_factors_short and attn_factor, Q is
 // scaled before Q·K, and ffn_up's product goes through ggml_swiglu.
 static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, int neox, int bias, int qknorm, int phi3, int n_layer,
-		int n_head, int n_kv, int hd, float eps, float base, float attn_factor, int n_embd, int n_expert, int n_expert_used, float * out, int n_vocab, int n_threads) {
+		int n_head, int n_kv, int hd, float eps, float base, const float * rp, int n_embd, int n_expert, int n_expert_used, float * out, int n_vocab, int n_threads) {
+	// rp: ref_rope_params' freq_scale, ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig.
+	float freq_scale = rp[0], ext_factor = rp[1], attn_factor = rp[2], beta_fast = rp[3], beta_slow = rp[4];
+	int n_ctx_orig = (int)rp[5];
 	struct ggml_init_params ip = { 512u << 20, NULL, false };
 	struct ggml_context * c = ggml_init(ip);
 	struct ggml_tensor * tok = ggml_new_tensor_1d(c, T_I32, n);
@@ -138,8 +143,8 @@ static int ref_forward(struct ggml_context * m, const int32_t * tokens, int n, i
 			q = ggml_mul(c, ggml_rms_norm(c, q, eps), W(m, "blk.%d.attn_q_norm.weight", l));
 			k = ggml_mul(c, ggml_rms_norm(c, k, eps), W(m, "blk.%d.attn_k_norm.weight", l));
 		}
-		q = ggml_rope_ext(c, q, pos, factors, hd, mode, 0, base, 1, 0, attn_factor, 32, 1);
-		k = ggml_rope_ext(c, k, pos, factors, hd, mode, 0, base, 1, 0, attn_factor, 32, 1);
+		q = ggml_rope_ext(c, q, pos, factors, hd, mode, n_ctx_orig, base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow);
+		k = ggml_rope_ext(c, k, pos, factors, hd, mode, n_ctx_orig, base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow);
 		float s = kq_scale;
 		if (phi3) { q = ggml_scale(c, q, kq_scale); s = 1.0f; }
 		struct ggml_tensor * qp = ggml_cont(c, ggml_permute(c, q, 0, 2, 1, 3)); // [hd, n, n_head]
@@ -183,10 +188,47 @@ static struct gguf_context * ref_load(const char * path, struct ggml_context ** 
 	return gguf_init_from_file(path, gp);
 }
 
-// ref_attn_factor is the file's rope.scaling.attn_factor for arch, 1 without.
-static float ref_attn_factor(struct gguf_context * g, const char * key) {
-	int64_t id = gguf_find_key(g, key);
-	return id < 0 ? 1.0f : gguf_get_val_f32(g, id);
+static float key_f32(struct gguf_context * g, const char * arch, const char * key, float def) {
+	char k[256];
+	snprintf(k, sizeof k, "%s.%s", arch, key);
+	int64_t id = gguf_find_key(g, k);
+	return id < 0 ? def : gguf_get_val_f32(g, id);
+}
+
+// ref_rope_params fills rp (see ref_forward) from the file's keys as
+// llama.cpp does: llama_model::load_hparams (a missing type is "linear",
+// freq_scale 1/factor, n_ctx_orig_yarn the original context or
+// context_length, YaRN's parameters their defaults) and llama_context's
+// cparams (ext_factor 1 for yarn, the attention factor's mscale and its
+// cancellation of ggml's own, times rope.scaling.attn_factor).
+static void ref_rope_params(struct gguf_context * g, const char * arch, float * rp) {
+	char k[256];
+	snprintf(k, sizeof k, "%s.rope.scaling.type", arch);
+	int64_t id = gguf_find_key(g, k);
+	const char * type = id < 0 ? "linear" : gguf_get_val_str(g, id);
+	float factor = key_f32(g, arch, "rope.scaling.factor", 0.0f);
+	float freq_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
+	int none = strcmp(type, "none") == 0, yarn = strcmp(type, "yarn") == 0;
+	if (none) freq_scale = 1.0f;
+	snprintf(k, sizeof k, "%s.context_length", arch);
+	uint32_t n_ctx_orig = gguf_get_val_u32(g, gguf_find_key(g, k));
+	snprintf(k, sizeof k, "%s.rope.scaling.original_context_length", arch);
+	if ((id = gguf_find_key(g, k)) >= 0) n_ctx_orig = gguf_get_val_u32(g, id);
+	// llama.cpp reads the rope.scaling.yarn_* keys for grok, deepseek2 and
+	// mistral3 only, none of which this graph builds: their defaults.
+	float ext_factor = -1.0f, attn_factor = 1.0f, log_mul = 0.0f;
+	if (ext_factor < 0.0f) ext_factor = yarn ? 1.0f : 0.0f;
+	if (ext_factor != 0) {
+		float f = 1.0f / freq_scale;
+		#define MSCALE(s, m) ((s) <= 1.0f ? 1.0f : (0.1f * (m) * logf(s) + 1.0f))
+		attn_factor = log_mul != 0.0f ? MSCALE(f, 1.0f) / MSCALE(f, log_mul) : MSCALE(f, 1.0f);
+		attn_factor *= 1.0f / (1.0f + 0.1f * logf(f));
+	}
+	attn_factor *= key_f32(g, arch, "rope.scaling.attn_factor", 1.0f);
+	rp[0] = freq_scale; rp[1] = ext_factor; rp[2] = attn_factor;
+	rp[3] = 32.0f;
+	rp[4] = 1.0f;
+	rp[5] = (float)n_ctx_orig;
 }
 
 static void ref_free(struct gguf_context * g, struct ggml_context * m) {
@@ -238,15 +280,16 @@ func (g *ggmlModel) logits(tokens []int32, threads int) ([]float32, error) {
 	case "phi3":
 		neox, phi3 = 1, 1
 	}
-	key := C.CString(c.Arch + ".rope.scaling.attn_factor")
-	defer C.free(unsafe.Pointer(key))
-	attnFactor := C.ref_attn_factor(g.g, key)
+	arch := C.CString(c.Arch)
+	defer C.free(unsafe.Pointer(arch))
+	var rp [6]C.float
+	C.ref_rope_params(g.g, arch, &rp[0])
 	hd := c.HeadDim
 	if hd == 0 {
 		hd = c.Dim / c.Heads
 	}
 	rc := C.ref_forward(g.m, (*C.int32_t)(unsafe.Pointer(&tokens[0])), C.int(len(tokens)), C.int(neox), C.int(bias), C.int(qknorm), C.int(phi3),
-		C.int(c.Layers), C.int(c.Heads), C.int(c.KVHeads), C.int(hd), C.float(c.NormEps), C.float(c.RopeBase), attnFactor,
+		C.int(c.Layers), C.int(c.Heads), C.int(c.KVHeads), C.int(hd), C.float(c.NormEps), C.float(c.RopeBase), &rp[0],
 		C.int(c.Dim), C.int(c.Experts), C.int(c.ExpertsUsed), (*C.float)(unsafe.Pointer(&out[0])), C.int(c.Vocab), C.int(threads))
 	if rc != 0 {
 		return nil, fmt.Errorf("ggml: code %d", rc)

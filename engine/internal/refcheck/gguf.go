@@ -21,6 +21,7 @@ extern int64_t gguf_find_key(const struct gguf_context * ctx, const char * key);
 extern int gguf_get_kv_type(const struct gguf_context * ctx, int64_t key_id);
 extern uint16_t gguf_get_val_u16(const struct gguf_context * ctx, int64_t key_id);
 extern int32_t gguf_get_val_i32(const struct gguf_context * ctx, int64_t key_id);
+extern uint32_t gguf_get_val_u32(const struct gguf_context * ctx, int64_t key_id);
 extern int64_t gguf_get_n_tensors(const struct gguf_context * ctx);
 extern size_t gguf_get_tensor_offset(const struct gguf_context * ctx, int64_t tensor_id);
 extern const char * gguf_get_tensor_name(const struct gguf_context * ctx, int64_t tensor_id);
@@ -36,7 +37,7 @@ import (
 )
 
 // ggufKV is one integer metadata value as ggml's gguf reader sees it: its
-// GGUF type and value (only the uint16 and int32 types are read).
+// GGUF type and value (only the uint16, int32 and uint32 types are read).
 type ggufKV struct {
 	Type  int
 	Value int64
@@ -82,6 +83,8 @@ func readGGUF(path string, keys ...string) (*ggufFile, error) {
 		switch kv.Type {
 		case 2: // GGUF_TYPE_UINT16
 			kv.Value = int64(C.gguf_get_val_u16(g, id))
+		case 4: // GGUF_TYPE_UINT32
+			kv.Value = int64(C.gguf_get_val_u32(g, id))
 		case 5: // GGUF_TYPE_INT32
 			kv.Value = int64(C.gguf_get_val_i32(g, id))
 		}

@@ -63,8 +63,8 @@ func q4KMMoE(experts int) func(string, int) engine.DType {
 	}
 }
 
-// TestMoEQuantizedLogits: experts quantised by ggml to Q8_0 and to a
-// Q4_K_M mix, the router left F32 as llama-quantize leaves it. As
+// TestMoEQuantizedLogits: experts quantised by ggml to Q8_0, to a Q4_K_M
+// mix and to MXFP4 (the rest Q8_0), the router left F32 as llama-quantize leaves it. As
 // TestQuantizedLogits, the engine must be about as close to ggml's F32
 // graph on the dequantised weights as ggml's own quantised kernels are.
 func TestMoEQuantizedLogits(t *testing.T) {
@@ -84,6 +84,13 @@ func TestMoEQuantizedLogits(t *testing.T) {
 		mixes := map[string]func(string, int) engine.DType{
 			"q8_0":   func(string, int) engine.DType { return engine.Q8_0 },
 			"q4_k_m": q4KMMoE(c.Experts),
+			// llama.cpp's MXFP4_MOE (gpt-oss's files): experts MXFP4, the rest Q8_0.
+			"mxfp4_moe": func(name string, _ int) engine.DType {
+				if strings.Contains(name, "_exps.") {
+					return engine.MXFP4
+				}
+				return engine.Q8_0
+			},
 		}
 		for mname, pick := range mixes {
 			t.Run(sname+"/"+mname, func(t *testing.T) {

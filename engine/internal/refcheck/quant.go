@@ -21,6 +21,28 @@ extern size_t ggml_quantize_chunk(int type, const float * src, void * dst, int64
 static void to_float(int type, const void * x, float * y, int64_t k) {
 	ggml_get_type_traits(type)->to_float(x, y, k);
 }
+
+// As in ggml-cpu.h.
+struct ggml_type_traits_cpu {
+	void (*from_float)(const float * x, void * y, int64_t k);
+	void (*vec_dot)(int n, float * s, size_t bs, const void * x, size_t bx, const void * y, size_t by, int nrc);
+	int vec_dot_type;
+	int64_t nrows;
+};
+extern const struct ggml_type_traits_cpu * ggml_get_type_traits_cpu(int type);
+extern void ggml_cpu_init(void);
+
+// vec_dot is ggml-cpu's dot product of one row x of type with the
+// activations y, quantised first to the type's vec_dot_type into ybuf
+// (as a matrix product does).
+static float vec_dot(int type, int n, const void * x, const float * y, void * ybuf) {
+	ggml_cpu_init();
+	const struct ggml_type_traits_cpu * t = ggml_get_type_traits_cpu(type);
+	ggml_get_type_traits_cpu(t->vec_dot_type)->from_float(y, ybuf, n);
+	float s;
+	t->vec_dot(n, &s, 0, x, 0, ybuf, 0, 1);
+	return s;
+}
 */
 import "C"
 
@@ -57,11 +79,18 @@ func ggmlDequantize(t engine.DType, raw []byte, n int) []float32 {
 	return out
 }
 
+// ggmlVecDot is ggml-cpu's dot product of the packed row w (cols values
+// of type t) with x, x quantised as ggml's matrix product quantises it.
+func ggmlVecDot(t engine.DType, w []byte, x []float32) float32 {
+	buf := make([]byte, 2*len(x)+64) // room for any vec_dot_type (Q8_0: 34 bytes per 32)
+	return float32(C.vec_dot(C.int(t), C.int(len(x)), unsafe.Pointer(&w[0]), (*C.float)(unsafe.Pointer(&x[0])), unsafe.Pointer(&buf[0])))
+}
+
 // quantizeModel rewrites the F32 model at src twice: every 2-D weight
 // quantised by ggml to the type pick chooses for it (or left F32), and the
 // same quantised weights dequantised back to F32 by ggml, the tight
-// reference for a quantised forward pass.
-func quantizeModel(src, quantPath, dequantPath string, pick func(name string, cols int) engine.DType) error {
+// reference for a quantised forward pass. Keys in extra are added to both.
+func quantizeModel(src, quantPath, dequantPath string, pick func(name string, cols int) engine.DType, extra ...engine.KV) error {
 	f, fh, err := engine.OpenFile(src)
 	if err != nil {
 		return err
@@ -93,10 +122,11 @@ func quantizeModel(src, quantPath, dequantPath string, pick func(name string, co
 		qts = append(qts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: typ, Data: writeBytes(q)})
 		dts = append(dts, engine.WriteTensor{Name: ti.Name, Dims: ti.Dims, Type: engine.F32, Data: writeBytes(f32Bytes(deq))})
 	}
-	if err := writeFile(quantPath, f.KV, qts); err != nil {
+	kvs := append(append([]engine.KV(nil), f.KV...), extra...)
+	if err := writeFile(quantPath, kvs, qts); err != nil {
 		return err
 	}
-	return writeFile(dequantPath, f.KV, dts)
+	return writeFile(dequantPath, kvs, dts)
 }
 
 func writeBytes(b []byte) func(io.Writer) error {

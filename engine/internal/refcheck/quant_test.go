@@ -13,7 +13,7 @@ import (
 
 // packedTypes are the quantised weight types the engine computes with.
 var packedTypes = []engine.DType{engine.Q4_0, engine.Q4_1, engine.Q5_0, engine.Q5_1, engine.Q8_0,
-	engine.IQ4_NL, engine.Q4_K, engine.Q5_K, engine.Q6_K, engine.IQ4_XS}
+	engine.IQ4_NL, engine.Q4_K, engine.Q5_K, engine.Q6_K, engine.IQ4_XS, engine.MXFP4}
 
 func randomValues(n int, seed uint64) []float32 {
 	x := make([]float32, n)
