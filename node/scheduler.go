@@ -410,7 +410,11 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 				continue
 			}
 			// A range stage takes its layers over from what held them;
-			// sessions on the old stages finish there.
+			// sessions on the old stages finish there. Cached prefixes
+			// over those layers are of the old stages.
+			if s.cache != nil {
+				s.cache.dropLayers(func(l int) bool { return l >= sp.lo && l < sp.hi })
+			}
 			s.spans[sp] = struct{}{}
 			for l := sp.lo; l < sp.hi; l++ {
 				if old := s.slots[l]; old != nil {
