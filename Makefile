@@ -293,7 +293,7 @@ build-vulkan:
 # x86-64-v3, i.e. AVX2, with the repacked layouts: BUNDLE_CFLAGS), the
 # pinned ggml sources for the CUDA backend's CMake build, and the scripts.
 # It fails over 64 MiB. gpu-check-dry rehearses the check here on the CPU
-# device (every step but the CUDA build).
+# device (every step but the CUDA build); report in bin/gpu-check/.
 BUNDLE_CFLAGS ?= -O3 -march=x86-64-v3 -DGGML_USE_CPU_REPACK
 GPU_BUNDLE    := $(BIN)/gpu-bundle
 gpu-bundle:
@@ -310,7 +310,7 @@ gpu-bundle:
 	@size=$$(stat -c %s $(BIN)/gpu-bundle.tar.gz); \
 		echo "$(BIN)/gpu-bundle.tar.gz: $$size bytes ($$((size >> 20)) MiB of the 64 MiB allowed)"; test $$size -le $$((64 << 20))
 gpu-check-dry: gpu-bundle
-	bash $(GPU_BUNDLE)/gpu-check.sh --dry-run
+	OUT=$(BIN)/gpu-check bash $(GPU_BUNDLE)/gpu-check.sh --dry-run
 
 # Short fuzzing of every decoder and planner input; FUZZTIME per target.
 FUZZTIME ?= 20s

@@ -30,9 +30,10 @@
 # 8B's unless SHAPE=8b, as 8B on 2 CPU cores would take far longer than
 # the check's 9 minutes.
 #
-# Environment: OUT (work directory, default ./gpu-check-out), CUDA_ARCH
+# Environment: OUT (work directory: ./gpu-check-out; bin/gpu-check in the
+# repository), CUDA_ARCH
 # (native), SHAPE (8b; tiny in --dry-run), THREADS (CPU threads: 2 in
-# --dry-run, else all), STEPS (decode tokens timed, 64), PORT (first
+# --dry-run, else all), STEPS (decode steps timed: 64, 16 in --dry-run), PORT (first
 # libp2p port of the pipeline's nodes, 4701), KEEP=1 keeps the model files.
 set -euo pipefail
 
@@ -59,11 +60,13 @@ done
 STRATA=$BINDIR/strata-ggml
 BENCH=$BINDIR/ggml-bench
 CHECK=$BINDIR/ggml-check
+# In the repository, bin/gpu-check (ignored by git); in the bundle, ./gpu-check-out.
+if [ -z "${OUT:-}" ] && [ -f "$HERE/../go.mod" ]; then OUT=$HERE/../bin/gpu-check; fi
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 CUDA_ARCH=${CUDA_ARCH:-native}
-STEPS=${STEPS:-64}
+if [ -n "$DRY" ]; then STEPS=${STEPS:-16}; else STEPS=${STEPS:-64}; fi
 if [ -n "$DRY" ]; then THREADS=${THREADS:-2}; else THREADS=${THREADS:-$(nproc)}; fi
 PORT=${PORT:-4701}
 if [ -n "$DRY" ]; then SHAPE=${SHAPE:-tiny}; else SHAPE=${SHAPE:-8b}; fi
@@ -76,6 +79,8 @@ die() { say "gpu-check: FAILED: $*"; exit 1; }
 step() { say; say "== $* ($((SECONDS - T0)) s in)"; }
 # json FIELD <<<'{...}': a number or string field of one line of JSON.
 json() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^,\"}]*\).*/\1/p"; }
+# num X: X with two decimals.
+num() { awk -v x="$1" 'BEGIN { printf "%.2f", x }'; }
 
 rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
@@ -188,13 +193,13 @@ measure() { # mode extra-args...: prints tok_s
 }
 step "4. decode, batch 1 and 16 ($STEPS steps)"
 line=$(measure decode -steps "$STEPS" -prompt 16) || die "decode"
-D1=$(json tok_s <<<"$line")
+D1=$(num "$(json tok_s <<<"$line")")
 WB=$(json weight_bytes <<<"$line")
 ENG=$(json engine <<<"$line")
 [ "$DEVICE" = cpu ] || [ "$ENG" != ggml-CPU ] || die "the stage ran on ggml's CPU device: libggml-cuda did not load from $LIBDIR"
 say "$ENG decode batch 1: $D1 tok/s; $WB bytes of weights"
 line=$(measure batch16 -steps "$STEPS" -prompt 16) || die "batch16"
-D16=$(json tok_s <<<"$line")
+D16=$(num "$(json tok_s <<<"$line")")
 say "$ENG decode batch 16: $D16 tok/s in aggregate"
 # A decode step reads every weight once (batch 16: once for 16 tokens).
 eff() { awk -v t="$1" -v w="$WB" -v b="$BW" -v k="$2" 'BEGIN { g = t / k * w / 1e9; printf "%.1f GB/s of weights read, %.0f%% of %s GB/s", g, 100 * g / b, b }'; }
@@ -203,7 +208,7 @@ row "decode batch 16, aggregate" "$D16 tok/s ($(eff "$D16" 16))"
 
 step "5. prefill, 512 tokens"
 line=$(measure prefill -tokens 512) || die "prefill"
-P=$(json tok_s <<<"$line")
+P=$(num "$(json tok_s <<<"$line")")
 say "$ENG prefill 512: $P tok/s"
 row "prefill 512 tokens" "$P tok/s"
 
