@@ -317,15 +317,6 @@ func (s *scheduler) submit(ctx context.Context, m inboxMsg) error {
 	}
 }
 
-// held returns which layers are loaded and not being released.
-func (s *scheduler) held(ctx context.Context) ([]bool, error) {
-	st, err := s.sync(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return st.Held, nil
-}
-
 // sync returns the loop's status as of now: everything submitted before
 // the call has been handled, and the status it returns is published.
 func (s *scheduler) sync(ctx context.Context) (*schedStatus, error) {
