@@ -304,7 +304,8 @@ gpu-bundle:
 		done
 	mv $(GPU_BUNDLE)/bin/strata $(GPU_BUNDLE)/bin/strata-ggml
 	src=$(ollama-src) && cp $$src/CMakeLists.txt $(GPU_BUNDLE)/ggml-src/ && cp $$src/LICENSE $(GPU_BUNDLE)/ggml-src/LICENSE.ollama && \
-		cp -r $$src/ml/backend/ggml/ggml $(GPU_BUNDLE)/ggml-src/ml/backend/ggml/ && chmod -R u+w $(GPU_BUNDLE)/ggml-src
+		cp -r $$src/ml/backend/ggml/ggml $(GPU_BUNDLE)/ggml-src/ml/backend/ggml/ && chmod -R u+w $(GPU_BUNDLE)/ggml-src && \
+		find $(GPU_BUNDLE)/ggml-src -name '*.go' -delete # CMake needs none; under bin/ they would join go build ./...
 	cp testnet/gpu-check.sh testnet/up.sh testnet/down.sh $(GPU_BUNDLE)/
 	tar -C $(BIN) -czf $(BIN)/gpu-bundle.tar.gz gpu-bundle
 	@size=$$(stat -c %s $(BIN)/gpu-bundle.tar.gz); \
