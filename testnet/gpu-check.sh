@@ -236,6 +236,12 @@ pipeline() { # nodes port: prints the decode tok/s of one completion
 		TIMEOUT=${NODE_TIMEOUT:-240} NODE_ARGS="${nodeargs[*]}" THREADS=$THREADS bash "$HERE/up.sh" "$n" \
 		>"$run.log" 2>&1 || { tail -n 20 "$run.log" >&2; bash "$HERE/down.sh" "$run" >/dev/null 2>&1 || true; return 1; }
 	api=http://127.0.0.1:$((port + 100))
+	# Off the dry run every node must compute on the GPU, not ggml's CPU device.
+	if [ -z "$DRY" ] && grep -q '"engine": "ggml-CPU"' "$run"/n*.log; then
+		echo "a node took ggml's CPU device (see $run/n*.log)" >&2
+		bash "$HERE/down.sh" "$run" >/dev/null 2>&1 || true
+		return 1
+	fi
 	# A warm-up request, then the timed one.
 	"$STRATA" chat --api "$api" --mode completion --temperature 0 --max-tokens 8 --message "Once upon a time" >/dev/null 2>>"$run.log" &&
 		out=$("$STRATA" chat --api "$api" --mode completion --temperature 0 --max-tokens "$STEPS" --message "Once upon a time" 2>>"$run.log")
