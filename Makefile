@@ -8,7 +8,7 @@ TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
 	test-ggml build-ggml bench-ggml bench-ggml-llamacpp build-cuda build-vulkan bench-llamacpp handovers fuzz-long \
-	nemesis nemesis-broken
+	nemesis nemesis-broken gpu-bundle gpu-check-dry
 
 all: build
 
@@ -285,6 +285,33 @@ build-vulkan:
 	@command -v cmake >/dev/null && command -v glslc >/dev/null || { echo "build-vulkan needs cmake and glslc (the Vulkan SDK)"; exit 1; }
 	cmake -S $(ollama-src) -B $(GPU_BUILD)/vulkan -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(GPU_BUILD)/vulkan --target ggml-vulkan -j $$(nproc)
+
+# The GPU check (issue 31; testnet/gpu-check.sh, docs/ggml.md "GPU node").
+# gpu-bundle writes bin/gpu-bundle.tar.gz, all that a Linux host with an
+# NVIDIA GPU, nvcc and CMake but no Go and no network needs: strata-ggml,
+# ggml-bench and ggml-check (cgo, stripped; ggml's CPU kernels for
+# x86-64-v3, i.e. AVX2, with the repacked layouts: BUNDLE_CFLAGS), the
+# pinned ggml sources for the CUDA backend's CMake build, and the scripts.
+# It fails over 64 MiB. gpu-check-dry rehearses the check here on the CPU
+# device (every step but the CUDA build); report in bin/gpu-check/.
+BUNDLE_CFLAGS ?= -O3 -march=x86-64-v3 -DGGML_USE_CPU_REPACK
+GPU_BUNDLE    := $(BIN)/gpu-bundle
+gpu-bundle:
+	@rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)/bin $(GPU_BUNDLE)/ggml-src/ml/backend/ggml
+	cd engine/ggml && export CGO_CFLAGS="$(BUNDLE_CFLAGS)" CGO_CXXFLAGS="$(BUNDLE_CFLAGS)" && \
+		for c in strata ggml-bench ggml-check; do \
+			$(GO) build -trimpath -ldflags="-s -w" -o $(CURDIR)/$(GPU_BUNDLE)/bin/$$c ./cmd/$$c || exit 1; \
+		done
+	mv $(GPU_BUNDLE)/bin/strata $(GPU_BUNDLE)/bin/strata-ggml
+	src=$(ollama-src) && cp $$src/CMakeLists.txt $(GPU_BUNDLE)/ggml-src/ && cp $$src/LICENSE $(GPU_BUNDLE)/ggml-src/LICENSE.ollama && \
+		cp -r $$src/ml/backend/ggml/ggml $(GPU_BUNDLE)/ggml-src/ml/backend/ggml/ && chmod -R u+w $(GPU_BUNDLE)/ggml-src && \
+		find $(GPU_BUNDLE)/ggml-src -name '*.go' -delete # CMake needs none; under bin/ they would join go build ./...
+	cp testnet/gpu-check.sh testnet/up.sh testnet/down.sh $(GPU_BUNDLE)/
+	tar -C $(BIN) -czf $(BIN)/gpu-bundle.tar.gz gpu-bundle
+	@size=$$(stat -c %s $(BIN)/gpu-bundle.tar.gz); \
+		echo "$(BIN)/gpu-bundle.tar.gz: $$size bytes ($$((size >> 20)) MiB of the 64 MiB allowed)"; test $$size -le $$((64 << 20))
+gpu-check-dry: gpu-bundle
+	OUT=$(BIN)/gpu-check bash $(GPU_BUNDLE)/gpu-check.sh --dry-run
 
 # Short fuzzing of every decoder and planner input; FUZZTIME per target.
 FUZZTIME ?= 20s

@@ -24,6 +24,13 @@ type Engine struct {
 	// VRAM), which the node declares in place of its host's; 0: the
 	// host's. WithMemory still caps it.
 	Memory int64
+	// Ranges: Open's stages can run part of their range on their own
+	// weights (a method Sub(lo, hi int) (engine.Stage, error), as
+	// engine/ggml's Stage has), so the node loads its whole range as one
+	// stage, which such an engine runs as one graph, and a hop over part
+	// of it runs through a view. Otherwise the node opens a stage per
+	// layer.
+	Ranges bool
 }
 
 // WithEngine computes the node's layers with e instead of the pure-Go

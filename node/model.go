@@ -153,3 +153,31 @@ func (m *model) openFrom(path string, l int) (engine.Stage, error) {
 	}
 	return engine.Open(path, engine.WithRange(l, l+1), engine.WithThreads(m.threads))
 }
+
+// rangeStages: the node loads its range as one stage rather than a stage
+// per layer. An engine that can (Engine.Ranges: ggml) does: it runs a
+// stage's range as one graph with the KV cache in device memory, so a
+// hop's hidden states cross to the host only at its ends (per layer, on
+// a GPU, each token would make a round trip per layer). The pure-Go
+// engine stays per layer: its prefix cache copies sessions per layer
+// (engine.PrefixStage), and a stage per layer costs it nothing, as it
+// computes on the host anyway.
+func (m *model) rangeStages() bool { return m.eng != nil && m.eng.Ranges && !m.info.Simulated }
+
+// openRange loads layers [lo, hi) as one stage from the file (or slice)
+// at path: a hop over part of it runs through a view (engine/ggml's
+// Stage.Sub).
+func (m *model) openRange(path string, lo, hi int) (engine.Stage, error) {
+	if lo < 0 || hi > m.info.Layers || lo >= hi {
+		return nil, fmt.Errorf("%w: layers [%d, %d) of %d", ErrNotServing, lo, hi, m.info.Layers)
+	}
+	st, err := m.eng.Open(path, lo, hi, m.threads)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := st.(subStage); !ok && hi-lo > 1 {
+		st.Close()
+		return nil, fmt.Errorf("%w: engine %s cannot run part of a range stage", ErrConfig, m.eng.Name)
+	}
+	return st, nil
+}

@@ -49,7 +49,7 @@ func newRealChain(t *testing.T, cuts []int, cache bool) *realChain {
 		s := newScheduler(schedConfig{self: h.Peer, model: m.info, hash: m.hash, memBudget: 1 << 30, maxBatch: 8, maxQueue: 4,
 			idleTimeout: time.Minute, queueTimeout: 10 * time.Second, prefixCache: cache, log: zap.NewNop()}, out)
 		r := &schedRig{s: s, out: out, info: m.info, t0: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-		r.deliver(loadIn{stages: stages, done: make(chan struct{})})
+		r.deliver(loadIn{spans: layerSpans(stages), done: make(chan struct{})})
 		t.Cleanup(s.shutdown)
 		c.rigs = append(c.rigs, r)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -104,10 +105,10 @@ type (
 		from peer.ID
 		sid  SessionID
 	}
-	// loadIn hands freshly opened layers to the loop.
+	// loadIn hands freshly opened stages to the loop.
 	loadIn struct {
-		stages map[int]engine.Stage
-		done   chan struct{}
+		spans []*span
+		done  chan struct{}
 	}
 	// releaseIn marks every layer outside keep for release once idle.
 	releaseIn struct {
@@ -124,11 +125,75 @@ type (
 	}
 )
 
+// A span is one engine stage over layers [lo, hi): one layer of the
+// pure-Go engine, or the whole range a node with another engine loads
+// (node/model.go openRange). A hop over part of a span runs through a
+// view of it (subStage), on the same weights.
+type span struct {
+	st     engine.Stage
+	info   engine.Info
+	lo, hi int
+	refs   int // sessions on it or its views
+	layers int // slots that point at it
+	views  map[[2]int]engine.Stage
+}
+
+// subStage is a stage that can run part of its range on its own weights
+// (engine/ggml's Stage.Sub).
+type subStage interface {
+	Sub(lo, hi int) (engine.Stage, error)
+}
+
+func newSpan(st engine.Stage) *span {
+	in := st.Info()
+	return &span{st: st, info: in, lo: in.Lo, hi: in.Hi}
+}
+
+// kvPerLayer is the KV bytes per position of one of the span's layers.
+func (sp *span) kvPerLayer() int64 { return sp.info.KVBytesPerToken / int64(sp.hi-sp.lo) }
+
+// stage is the stage that runs [lo, hi) of the span: itself, or a view.
+func (sp *span) stage(lo, hi int) (engine.Stage, error) {
+	if lo == sp.lo && hi == sp.hi {
+		return sp.st, nil
+	}
+	if v := sp.views[[2]int{lo, hi}]; v != nil {
+		return v, nil
+	}
+	ss, ok := sp.st.(subStage)
+	if !ok {
+		return nil, fmt.Errorf("%w: the stage over [%d, %d) cannot run [%d, %d) alone", engine.ErrRange, sp.lo, sp.hi, lo, hi)
+	}
+	v, err := ss.Sub(lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	if sp.views == nil {
+		sp.views = map[[2]int]engine.Stage{}
+	}
+	sp.views[[2]int{lo, hi}] = v
+	return v, nil
+}
+
+// close closes the views, then the stage.
+func (sp *span) close() {
+	for _, v := range sp.views {
+		v.Close()
+	}
+	sp.views = nil
+	sp.st.Close()
+}
+
 type layerSlot struct {
-	st        engine.Stage
-	info      engine.Info
-	refs      int
+	sp        *span
 	releasing bool
+}
+
+// seg is the part of a hop that one stage runs: layers [lo, hi) of span sp.
+type seg struct {
+	sp     *span
+	st     engine.Stage
+	lo, hi int
 }
 
 type hopKey struct {
@@ -141,8 +206,9 @@ type hopSession struct {
 	key    hopKey
 	entry  peer.ID
 	to     int
-	rest   []Hop // the hops after this one
-	sess   []engine.Session
+	rest   []Hop            // the hops after this one
+	segs   []seg            // the stages its layers run on, in order
+	sess   []engine.Session // one per seg
 	cap    int
 	pos    int
 	bytes  int64
@@ -169,8 +235,10 @@ type hopSession struct {
 // schedStatus is the loop's published summary, for heartbeats, routing
 // of the node's own entry role, and tests.
 type schedStatus struct {
-	Held         []bool // layers loaded and not being released
-	Loaded       int    // layers loaded, releasing ones included
+	Held []bool // layers loaded and not being released
+	// Spans are the ranges of the stages that hold the held layers.
+	Spans        []layers.Range
+	Loaded       int // layers loaded, releasing ones included
 	Sessions     int
 	Queue        int
 	KVBudget     int64 // bytes left for KV after weights
@@ -203,6 +271,7 @@ type scheduler struct {
 
 	// Owned by the loop.
 	slots    []*layerSlot
+	spans    map[*span]struct{} // every open stage, replaced ones that sessions still use included
 	sessions map[hopKey]*hopSession
 	waiting  []*stepIn
 	deferred []*stepIn
@@ -227,7 +296,7 @@ func newScheduler(cfg schedConfig, out outbox) *scheduler {
 		cfg.clock = clockwork.NewRealClock()
 	}
 	s := &scheduler{cfg: cfg, out: out, in: make(chan inboxMsg, 1024), done: make(chan struct{}),
-		slots: make([]*layerSlot, cfg.model.Layers), sessions: map[hopKey]*hopSession{}}
+		slots: make([]*layerSlot, cfg.model.Layers), spans: map[*span]struct{}{}, sessions: map[hopKey]*hopSession{}}
 	if cfg.prefixCache {
 		s.cache = &prefixCache{}
 	}
@@ -246,15 +315,6 @@ func (s *scheduler) submit(ctx context.Context, m inboxMsg) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// held returns which layers are loaded and not being released.
-func (s *scheduler) held(ctx context.Context) ([]bool, error) {
-	st, err := s.sync(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return st.Held, nil
 }
 
 // sync returns the loop's status as of now: everything submitted before
@@ -320,12 +380,11 @@ func (s *scheduler) shutdown() {
 		}
 	}
 	s.sessions = nil
-	for i, sl := range s.slots {
-		if sl != nil {
-			sl.st.Close()
-			s.slots[i] = nil
-		}
+	for sp := range s.spans {
+		sp.close()
 	}
+	s.spans = nil
+	clear(s.slots)
 }
 
 func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
@@ -335,13 +394,27 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 	case closeIn:
 		s.onClose(m, ready)
 	case loadIn:
-		for l, st := range m.stages {
-			if sl := s.slots[l]; sl != nil {
+		for _, sp := range m.spans {
+			if sl := s.slots[sp.lo]; sl != nil && sp.hi-sp.lo == 1 && sl.sp.hi-sl.sp.lo == 1 {
 				sl.releasing = false
-				st.Close() // already held: keep the one sessions use
+				sp.close() // already held: keep the one sessions use
 				continue
 			}
-			s.slots[l] = &layerSlot{st: st, info: st.Info()}
+			// A range stage takes its layers over from what held them;
+			// sessions on the old stages finish there. Cached prefixes
+			// over those layers are of the old stages.
+			if s.cache != nil {
+				s.cache.dropLayers(func(l int) bool { return l >= sp.lo && l < sp.hi })
+			}
+			s.spans[sp] = struct{}{}
+			for l := sp.lo; l < sp.hi; l++ {
+				if old := s.slots[l]; old != nil {
+					old.sp.layers--
+					s.maybeClose(old.sp)
+				}
+				s.slots[l] = &layerSlot{sp: sp}
+				sp.layers++
+			}
 		}
 		// Published before the warmer hears it is done: it announces
 		// the node's status next, from this.
@@ -380,13 +453,33 @@ func (s *scheduler) heldLayers() []bool {
 	return h
 }
 
-// maybeFree closes a released layer once no session uses it.
+// maybeFree lets a released layer go once no session uses its stage;
+// the stage closes when it holds no layer and no session.
 func (s *scheduler) maybeFree(l int) {
-	if sl := s.slots[l]; sl != nil && sl.releasing && sl.refs == 0 {
-		sl.st.Close()
+	if sl := s.slots[l]; sl != nil && sl.releasing && sl.sp.refs == 0 {
 		s.slots[l] = nil
+		sl.sp.layers--
 		s.cfg.log.Info("layer released", zap.Int("layer", l))
+		s.maybeClose(sl.sp)
 	}
+}
+
+func (s *scheduler) maybeClose(sp *span) {
+	if sp.layers == 0 && sp.refs == 0 {
+		sp.close()
+		delete(s.spans, sp)
+	}
+}
+
+// unref drops a session's hold on sp, and what that leaves unused.
+func (s *scheduler) unref(sp *span) {
+	sp.refs--
+	for l := sp.lo; l < sp.hi; l++ {
+		if sl := s.slots[l]; sl != nil && sl.sp == sp {
+			s.maybeFree(l)
+		}
+	}
+	s.maybeClose(sp)
 }
 
 func (s *scheduler) reject(in *stepIn, code ErrorCode, at peer.ID, format string, args ...any) {
@@ -400,10 +493,8 @@ func (s *scheduler) reject(in *stepIn, code ErrorCode, at peer.ID, format string
 
 func (s *scheduler) weightBytes() int64 {
 	var w int64
-	for _, sl := range s.slots {
-		if sl != nil {
-			w += sl.info.WeightBytes
-		}
+	for sp := range s.spans {
+		w += sp.info.WeightBytes
 	}
 	return w
 }
@@ -488,7 +579,7 @@ func (s *scheduler) need(h Hop, capacity int) (int64, bool) {
 		if sl == nil || sl.releasing {
 			return 0, false
 		}
-		per += sl.info.KVBytesPerToken
+		per += sl.sp.kvPerLayer()
 	}
 	return per * int64(capacity), true
 }
@@ -517,27 +608,43 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 		s.reject(in, CodePrefixMiss, "", "session %s resumed %d positions this hop does not hold", m.Session, m.Skip)
 		return false
 	}
+	for l := h.From; l < h.To; {
+		sp := s.slots[l].sp
+		g := seg{sp: sp, lo: l, hi: min(sp.hi, h.To)}
+		var err error
+		if g.st, err = sp.stage(g.lo, g.hi); err != nil {
+			s.unopen(hs)
+			s.reject(in, CodeInternal, "", "open session at layers [%d, %d): %v", g.lo, g.hi, err)
+			return false
+		}
+		hs.segs = append(hs.segs, g)
+		sp.refs++
+		l = g.hi
+	}
+	// A resumed source holds one session per layer (the pure-Go engine's
+	// stages, the only ones that resume a prefix).
 	src, srcFrom := r.src, r.from
-	for l := h.From; l < h.To; l++ {
+	if hs.pos > 0 && len(hs.segs) != h.To-h.From {
+		s.unopen(hs)
+		s.reject(in, CodeInternal, "", "open session: %v", fmt.Errorf("%w: a range stage cannot resume a prefix", engine.ErrSession))
+		return false
+	}
+	for _, g := range hs.segs {
 		var es engine.Session
 		var err error
-		if ps, ok := s.slots[l].st.(engine.PrefixStage); ok && hs.pos > 0 {
-			es, err = ps.NewSessionFrom(src[l-srcFrom], hs.pos, hs.cap)
+		if ps, ok := g.st.(engine.PrefixStage); ok && hs.pos > 0 {
+			es, err = ps.NewSessionFrom(src[g.lo-srcFrom], hs.pos, hs.cap)
 		} else if hs.pos > 0 {
 			err = fmt.Errorf("%w: the stage cannot resume a prefix", engine.ErrSession)
 		} else {
-			es, err = s.slots[l].st.NewSession(hs.cap)
+			es, err = g.st.NewSession(hs.cap)
 		}
 		if err != nil {
-			for i, e := range hs.sess {
-				e.Close()
-				s.slots[h.From+i].refs--
-			}
-			s.reject(in, CodeInternal, "", "open session at layer %d: %v", l, err)
+			s.unopen(hs)
+			s.reject(in, CodeInternal, "", "open session at layers [%d, %d): %v", g.lo, g.hi, err)
 			return false
 		}
 		hs.sess = append(hs.sess, es)
-		s.slots[l].refs++
 	}
 	s.sessions[hs.key] = hs
 	s.kvUsed += need
@@ -550,6 +657,17 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 		s.cache.trim(s.freeBytes()) // the cache lives in what sessions leave
 	}
 	return true
+}
+
+// unopen undoes a failed open: its sessions and its hold on the stages.
+func (s *scheduler) unopen(hs *hopSession) {
+	for _, e := range hs.sess {
+		e.Close()
+	}
+	for _, g := range hs.segs {
+		s.unref(g.sp)
+	}
+	hs.sess, hs.segs = nil, nil
 }
 
 // resume is where a session opening on a hop starts: n positions copied
@@ -648,13 +766,14 @@ func (s *scheduler) drop(hs *hopSession, keep bool) {
 		return
 	}
 	delete(s.sessions, hs.key)
-	if keep && s.cache != nil && len(hs.hist) == hs.pos {
+	// The cache keeps one session per layer (see open).
+	if keep && s.cache != nil && len(hs.hist) == hs.pos && len(hs.segs) == hs.to-hs.key.from {
 		stages := make([]engine.Stage, 0, len(hs.sess))
 		var per int64
-		for l := hs.key.from; l < hs.to; l++ {
-			if sl := s.slots[l]; sl != nil && !sl.releasing {
-				stages = append(stages, sl.st)
-				per += sl.info.KVBytesPerToken
+		for _, g := range hs.segs {
+			if sl := s.slots[g.lo]; sl != nil && !sl.releasing && sl.sp == g.sp {
+				stages = append(stages, g.st)
+				per += g.sp.kvPerLayer()
 			}
 		}
 		if len(stages) == len(hs.sess) {
@@ -665,12 +784,11 @@ func (s *scheduler) drop(hs *hopSession, keep bool) {
 	for _, es := range hs.sess {
 		es.Close()
 	}
-	for l := hs.key.from; l < hs.to; l++ {
-		if sl := s.slots[l]; sl != nil {
-			sl.refs--
-			s.maybeFree(l)
-		}
+	hs.sess = nil
+	for _, g := range hs.segs {
+		s.unref(g.sp)
 	}
+	hs.segs = nil
 	s.kvUsed -= hs.bytes
 	if s.cache != nil {
 		s.cache.trim(s.freeBytes())
@@ -701,7 +819,16 @@ type work struct {
 	hs     *hopSession
 	x      []float32 // hidden states between layers
 	logits []float32
+	seg    int // the next of hs.segs to run
 	failed bool
+}
+
+// layerNames names layers [lo, hi) in an error.
+func layerNames(lo, hi int) string {
+	if hi == lo+1 {
+		return fmt.Sprintf("layer %d", lo)
+	}
+	return fmt.Sprintf("layers [%d, %d)", lo, hi)
 }
 
 // execute runs the ready steps as one batch, layer by layer.
@@ -757,50 +884,68 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 	start := time.Now()
 	steps := make([]engine.Step, 0, len(ws))
 	idx := make([]*work, 0, len(ws))
-	for l := lo; l < hi; l++ {
-		steps, idx = steps[:0], idx[:0]
+	// Stage by stage from the lowest layer: the steps whose next
+	// segment starts at layer at run together, one ForwardBatch per
+	// stage (a layer of the pure-Go engine, a range stage or its view).
+	for {
+		at := -1
 		for _, w := range ws {
-			if w.failed || l < w.hs.key.from || l >= w.hs.to {
-				continue
+			if !w.failed && w.seg < len(w.hs.segs) && (at < 0 || w.hs.segs[w.seg].lo < at) {
+				at = w.hs.segs[w.seg].lo
 			}
-			st := engine.Step{Session: w.hs.sess[l-w.hs.key.from], Pos: w.hs.pos}
-			if l == 0 {
-				// Past what the session resumed from the prefix cache.
-				st.Tokens = w.in.m.Tokens[w.hs.pos-w.in.m.Pos:]
-			} else {
-				st.Hidden = w.x
+		}
+		if at < 0 {
+			break
+		}
+		var stages []engine.Stage
+		for _, w := range ws {
+			if !w.failed && w.seg < len(w.hs.segs) && w.hs.segs[w.seg].lo == at && !slices.Contains(stages, w.hs.segs[w.seg].st) {
+				stages = append(stages, w.hs.segs[w.seg].st)
 			}
-			steps = append(steps, st)
-			idx = append(idx, w)
 		}
-		if len(steps) == 0 {
-			continue
-		}
-		stage := s.slots[l].st
-		outs, err := stage.ForwardBatch(ctx, steps)
-		if err != nil {
-			// Find the culprit: one step at a time. ForwardBatch checks
-			// every step before it computes, so a refused batch changed
-			// nothing.
-			outs = make([]engine.Output, len(steps))
-			for i := range steps {
-				o, err := stage.Forward(ctx, steps[i])
-				if err != nil {
-					idx[i].failed = true
-					s.reject(idx[i].in, CodeInternal, "", "layer %d: %v", l, err)
+		for _, stage := range stages {
+			steps, idx = steps[:0], idx[:0]
+			for _, w := range ws {
+				if w.failed || w.seg >= len(w.hs.segs) || w.hs.segs[w.seg].lo != at || w.hs.segs[w.seg].st != stage {
 					continue
 				}
-				outs[i] = o
+				st := engine.Step{Session: w.hs.sess[w.seg], Pos: w.hs.pos}
+				if at == 0 {
+					// Past what the session resumed from the prefix cache.
+					st.Tokens = w.in.m.Tokens[w.hs.pos-w.in.m.Pos:]
+				} else {
+					st.Hidden = w.x
+				}
+				steps = append(steps, st)
+				idx = append(idx, w)
 			}
-		}
-		for i, w := range idx {
-			if w.failed {
-				continue
+			in := stage.Info()
+			outs, err := stage.ForwardBatch(ctx, steps)
+			if err != nil {
+				// Find the culprit: one step at a time. ForwardBatch checks
+				// every step before it computes, so a refused batch changed
+				// nothing.
+				outs = make([]engine.Output, len(steps))
+				for i := range steps {
+					o, err := stage.Forward(ctx, steps[i])
+					if err != nil {
+						idx[i].failed = true
+						s.reject(idx[i].in, CodeInternal, "", "%s: %v", layerNames(in.Lo, in.Hi), err)
+						continue
+					}
+					outs[i] = o
+				}
 			}
-			if outs[i].Logits != nil {
-				w.logits = outs[i].Logits
-			} else {
-				w.x = outs[i].Hidden
+			for i, w := range idx {
+				w.seg++
+				if w.failed {
+					continue
+				}
+				if outs[i].Logits != nil {
+					w.logits = outs[i].Logits
+				} else {
+					w.x = outs[i].Hidden
+				}
 			}
 		}
 	}
@@ -935,7 +1080,12 @@ func (s *scheduler) publish() {
 		if sl != nil {
 			st.Loaded++
 			if st.Held[l] {
-				per += sl.info.KVBytesPerToken
+				per += sl.sp.kvPerLayer()
+				if n := len(st.Spans); n > 0 && st.Spans[n-1].End == l && s.slots[l-1].sp == sl.sp {
+					st.Spans[n-1].End++
+				} else {
+					st.Spans = append(st.Spans, layers.Range{Start: l, End: l + 1})
+				}
 			}
 		}
 	}

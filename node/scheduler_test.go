@@ -81,7 +81,7 @@ func newSchedRig(t *testing.T, lo, hi int, memBudget int64) *schedRig {
 	s := newScheduler(schedConfig{self: schedSelf, model: info, hash: ModelHash(info.Fingerprint), memBudget: memBudget,
 		maxBatch: 8, maxQueue: 1, idleTimeout: time.Minute, queueTimeout: 10 * time.Second, log: zap.NewNop()}, out)
 	r := &schedRig{s: s, out: out, info: info, t0: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	r.deliver(loadIn{stages: stages, done: make(chan struct{})})
+	r.deliver(loadIn{spans: layerSpans(stages), done: make(chan struct{})})
 	t.Cleanup(s.shutdown)
 	return r
 }
@@ -257,4 +257,13 @@ func TestSchedulerLogProbs(t *testing.T) {
 	if tok := r.out.take(t).m.(*Token); tok.LP != nil {
 		t.Fatalf("log-probabilities %+v unasked", tok.LP)
 	}
+}
+
+// layerSpans makes a span of each one-layer stage, as the warmer does.
+func layerSpans(stages map[int]engine.Stage) []*span {
+	var spans []*span
+	for _, st := range stages {
+		spans = append(spans, newSpan(st))
+	}
+	return spans
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -15,8 +16,10 @@ import (
 
 // warmer is the node's consensus.StageLoader. Load opens the layers of
 // a proposed range that the node does not hold yet, one engine stage per
-// layer, off the scheduler's goroutine, while the node keeps serving what
-// it holds; the scheduler then takes them in. Release marks the layers
+// layer (or, on a non-Go engine, the whole range as one stage unless one
+// stage holds exactly that range already: model.rangeStages), off the
+// scheduler's goroutine, while the node keeps serving what it holds; the
+// scheduler then takes them in. Release marks the layers
 // outside the committed range; each is closed once no session uses it.
 type warmer struct {
 	model     *model
@@ -38,9 +41,13 @@ func (n *warmer) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 	if n.maxLayers > 0 && r.Len() > n.maxLayers {
 		return fmt.Errorf("%w: range %v is more than the %d layers this node offers", ErrConfig, r, n.maxLayers)
 	}
-	held, err := n.sched.held(ctx)
+	st, err := n.sched.sync(ctx)
 	if err != nil {
 		return err
+	}
+	held := st.Held
+	if n.model.rangeStages() {
+		return n.loadRange(ctx, epoch, r, st)
 	}
 	var todo []int
 	keep := 0
@@ -66,10 +73,10 @@ func (n *warmer) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 	start := time.Now()
 	n.log.Info("warmup: loading", zap.Uint64("epoch", epoch), zap.Stringer("range", r), zap.Int("to_load", len(todo)),
 		zap.Int("already_held", r.Len()-len(todo)))
-	stages := map[int]engine.Stage{}
+	var spans []*span
 	fail := func(err error) error {
-		for _, st := range stages {
-			st.Close()
+		for _, sp := range spans {
+			sp.close()
 		}
 		return err
 	}
@@ -100,14 +107,22 @@ func (n *warmer) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 		if err != nil {
 			return fail(fmt.Errorf("warmup: layer %d: %w", l, err))
 		}
-		stages[l] = st
+		spans = append(spans, newSpan(st))
 		bytes += st.Info().WeightBytes
 		n.log.Info("warmup: layer loaded", zap.Int("layer", l), zap.String("progress", fmt.Sprintf("%d/%d", i+1, len(todo))),
 			zap.Int64("bytes", bytes), zap.Duration("elapsed", time.Since(start).Round(time.Millisecond)))
 	}
+	return n.handIn(ctx, epoch, r, spans, start)
+}
+
+// handIn gives the loaded stages to the scheduler.
+func (n *warmer) handIn(ctx context.Context, epoch uint64, r layers.Range, spans []*span, start time.Time) error {
 	done := make(chan struct{})
-	if err := n.sched.submit(ctx, loadIn{stages: stages, done: done}); err != nil {
-		return fail(err)
+	if err := n.sched.submit(ctx, loadIn{spans: spans, done: done}); err != nil {
+		for _, sp := range spans {
+			sp.close()
+		}
+		return err
 	}
 	select {
 	case <-done:
@@ -116,6 +131,60 @@ func (n *warmer) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 	}
 	n.log.Info("warmup: ready", zap.Uint64("epoch", epoch), zap.Stringer("range", r), zap.Duration("took", time.Since(start).Round(time.Millisecond)))
 	return nil
+}
+
+// loadRange loads range r as one stage, unless one holds exactly r
+// already. The stages that hold r's layers now keep serving meanwhile,
+// and the sessions on them finish there after the switch; until they
+// are released, the layers of both are in memory.
+func (n *warmer) loadRange(ctx context.Context, epoch uint64, r layers.Range, st *schedStatus) error {
+	if slices.Contains(st.Spans, r) {
+		return nil // held already (a restore after a commit, say)
+	}
+	keep := 0
+	for _, h := range st.Held {
+		if h {
+			keep++
+		}
+	}
+	if c := n.maxLayers; c > 0 && keep+r.Len() > c {
+		n.log.Warn("warmup: serving and loading more layers than this node offers until the commit",
+			zap.Int("serving", keep), zap.Stringer("loading", r), zap.Int("max_layers", c))
+	}
+	n.loading.Add(1)
+	defer n.loading.Add(-1)
+	n.publish()
+	defer n.publish()
+	start := time.Now()
+	n.log.Info("warmup: loading as one stage", zap.Uint64("epoch", epoch), zap.Stringer("range", r), zap.Int("held", keep))
+	path := n.model.path
+	if f := n.model.fetch; f != nil {
+		p, err := f.slice(ctx, r)
+		if err != nil {
+			return fmt.Errorf("warmup: %w", err)
+		}
+		defer f.use(p, -1)
+		path = p
+	}
+	if d := n.loadDelay; d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	stage, err := n.model.openRange(path, r.Start, r.End)
+	if err != nil {
+		return fmt.Errorf("warmup: layers %v: %w", r, err)
+	}
+	if err := ctx.Err(); err != nil {
+		stage.Close()
+		n.log.Info("warmup: cancelled", zap.Uint64("epoch", epoch), zap.Stringer("range", r))
+		return err
+	}
+	n.log.Info("warmup: range loaded", zap.Stringer("range", r), zap.Int64("bytes", stage.Info().WeightBytes),
+		zap.Duration("elapsed", time.Since(start).Round(time.Millisecond)))
+	return n.handIn(ctx, epoch, r, []*span{newSpan(stage)}, start)
 }
 
 // Release keeps only range keep from the map of epoch on; other layers

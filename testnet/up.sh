@@ -15,7 +15,8 @@
 # port, PORT+500), LAYERS (8), DIM (128), MODEL (an existing GGUF file to
 # serve instead of generating one; LAYERS must be its layer count),
 # MAX_LAYERS, SIM, GPUS, TIMEOUT (seconds to wait for the swarm to serve,
-# 120). It needs nothing but bash and the strata binary. Everything binds to
+# 120), THREADS (each real-engine node's, 1), NODE_ARGS (more `strata node`
+# flags for every node, e.g. "--engine ggml"). It needs nothing but bash and the strata binary. Everything binds to
 # 127.0.0.1; logs, data dirs and the pids file live under the run directory.
 set -euo pipefail
 
@@ -99,7 +100,7 @@ else
 		MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
 		echo "model: $MODEL ($LAYERS layers), real engine; at most $MAX_LAYERS layers per node"
 	fi
-	model_args=(--model "$MODEL" --threads 1)
+	model_args=(--model "$MODEL" --threads "${THREADS:-1}")
 fi
 read -r -a gpus <<<"$GPUS"
 
@@ -108,6 +109,7 @@ start() { # index [extra args...]
 	shift
 	local args=("${model_args[@]}")
 	[ -z "$SIM" ] || args+=(--gpu "${gpus[$((i % ${#gpus[@]}))]}")
+	[ -z "${NODE_ARGS:-}" ] || { read -r -a extra <<<"$NODE_ARGS"; args+=("${extra[@]}"); }
 	# stdin from /dev/null: the node outlives this script.
 	"$BIN" node --data-dir "$RUN/$name" --listen "/ip4/127.0.0.1/tcp/$((PORT + i))" \
 		--api "127.0.0.1:$((API_PORT + i))" --max-layers "$MAX_LAYERS" --log-peers 0 "${args[@]}" "$@" \

@@ -47,13 +47,17 @@ func TestMixedSwarm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every stage the ggml node opens must be a ggml one.
-	var opened atomic.Int32
+	// Every stage the ggml node opens must be a ggml one; it loads its
+	// range as one (Ranges), as bin/strata-ggml's nodes do.
+	var opened, ranges atomic.Int32
 	open := ggml.Opener(ggml.CPU)
-	eng := node.Engine{Name: dev.Engine(), Open: func(path string, lo, hi, threads int) (engine.Stage, error) {
+	eng := node.Engine{Name: dev.Engine(), Ranges: true, Open: func(path string, lo, hi, threads int) (engine.Stage, error) {
 		st, err := open(path, lo, hi, threads)
 		if err == nil {
 			opened.Add(1)
+			if hi-lo > 1 {
+				ranges.Add(1)
+			}
 			if got := st.Info().Engine; got != dev.Engine() {
 				t.Errorf("a stage of engine %q, want %q", got, dev.Engine())
 			}
@@ -192,9 +196,9 @@ func TestMixedSwarm(t *testing.T) {
 			t.Fatalf("paths %v: want two hops", out.Strata.Paths)
 		}
 	}
-	// One layer measured, and the two it serves.
-	if n := opened.Load(); n < 3 {
-		t.Fatalf("the ggml node opened %d ggml stages", n)
+	// One layer measured, and the two it serves as one stage.
+	if n, r := opened.Load(), ranges.Load(); n != 2 || r != 1 {
+		t.Fatalf("the ggml node opened %d ggml stages, %d over its range", n, r)
 	}
 	t.Logf("%d tokens through go and %s hops equal the single-process go run's; closest greedy call: logit gap %.3g",
 		len(refTokens), eng.Name, minGap)

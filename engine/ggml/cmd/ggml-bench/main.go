@@ -4,6 +4,11 @@
 // are (engine/internal/benchrun), printed as one line of JSON.
 //
 //	ggml-bench measure -model FILE -threads 2 -mode decode|prefill|batch16 [-steps N] [-prompt N] [-tokens N]
+//	           [-device cpu|gpu|auto] [-lib-dir DIR]
+//	ggml-bench membw [-mib N] [-runs N]
+//
+// membw prints the host's memory bandwidth as one copy of a buffer
+// measures it (testnet/gpu-check.sh's yardstick on the CPU device).
 //
 // Build it as make build-ggml builds bin/strata-ggml (for this CPU, with
 // ggml's repacked weight layouts), or the figures are a baseline x86-64
@@ -14,9 +19,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/stratanet/strata/engine/ggml"
 	"github.com/stratanet/strata/engine/internal/benchrun"
@@ -27,8 +34,12 @@ func main() {
 		features()
 		return
 	}
+	if len(os.Args) >= 2 && os.Args[1] == "membw" {
+		membw(os.Args[2:])
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "measure" {
-		fmt.Fprintln(os.Stderr, "usage: ggml-bench measure [flags] | ggml-bench features")
+		fmt.Fprintln(os.Stderr, "usage: ggml-bench measure [flags] | ggml-bench membw [flags] | ggml-bench features")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("measure", flag.ExitOnError)
@@ -39,8 +50,16 @@ func main() {
 	prompt := fs.Int("prompt", 16, "decode and batch16: prompt tokens per session")
 	n := fs.Int("tokens", 512, "prefill: prompt tokens")
 	noRepack := fs.Bool("no-repack", false, "keep the weights in ggml's plain layout")
+	device := fs.String("device", "cpu", "cpu, gpu or auto (a GPU where one is, else the CPU)")
+	libDir := fs.String("lib-dir", "", "directory of ggml backend libraries (libggml-cuda.so...), loaded first")
 	fs.Parse(os.Args[2:])
-	r, err := measure(*model, *threads, *mode, *steps, *prompt, *n, *noRepack)
+	d, ok := map[string]ggml.Device{"auto": ggml.Auto, "cpu": ggml.CPU, "gpu": ggml.GPU}[*device]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "ggml-bench: -device %q: cpu, gpu or auto\n", *device)
+		os.Exit(2)
+	}
+	ggml.LoadLibDir(*libDir)
+	r, err := measure(*model, *threads, d, *mode, *steps, *prompt, *n, *noRepack)
 	if err == nil {
 		err = json.NewEncoder(os.Stdout).Encode(r)
 	}
@@ -50,8 +69,8 @@ func main() {
 	}
 }
 
-func measure(path string, threads int, mode string, steps, prompt, n int, noRepack bool) (benchrun.Result, error) {
-	opts := []ggml.Option{ggml.WithDevice(ggml.CPU), ggml.WithThreads(threads)}
+func measure(path string, threads int, d ggml.Device, mode string, steps, prompt, n int, noRepack bool) (benchrun.Result, error) {
+	opts := []ggml.Option{ggml.WithDevice(d), ggml.WithThreads(threads)}
 	if noRepack {
 		opts = append(opts, ggml.WithoutRepack())
 	}
@@ -63,6 +82,32 @@ func measure(path string, threads int, mode string, steps, prompt, n int, noRepa
 	r, err := benchrun.Run(s, path, mode, steps, prompt, n)
 	r.CPUVariant = variant(s.Repacked())
 	return r, err
+}
+
+// membw measures the host's memory bandwidth: the best of runs copies of
+// a mib-MiB buffer into another, counting the bytes read and written.
+func membw(args []string) {
+	fs := flag.NewFlagSet("membw", flag.ExitOnError)
+	mib := fs.Int("mib", 1024, "buffer size in MiB (well beyond the caches)")
+	runs := fs.Int("runs", 5, "copies; the fastest counts")
+	fs.Parse(args)
+	if *mib <= 0 || *runs <= 0 {
+		fmt.Fprintln(os.Stderr, "ggml-bench: membw: -mib and -runs must be positive")
+		os.Exit(2)
+	}
+	src, dst := make([]byte, *mib<<20), make([]byte, *mib<<20)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src) // fault the pages in before timing
+	best := time.Duration(math.MaxInt64)
+	for range *runs {
+		start := time.Now()
+		copy(dst, src)
+		best = min(best, time.Since(start))
+	}
+	gbs := 2 * float64(len(src)) / best.Seconds() / 1e9
+	fmt.Printf("{\"bytes\": %d, \"seconds\": %.6f, \"gb_s\": %.2f}\n", 2*len(src), best.Seconds(), gbs)
 }
 
 // features prints the kernels ggml's CPU backend was built with, and

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/engine/ggml"
 	"github.com/stratanet/strata/engine/internal/benchrun"
 )
 
@@ -17,7 +18,7 @@ func TestMeasure(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []string{benchrun.Decode, benchrun.Prefill, benchrun.Batch16} {
-		r, err := measure(path, 2, mode, 4, 4, 32, false)
+		r, err := measure(path, 2, ggml.CPU, mode, 4, 4, 32, false)
 		if err != nil {
 			t.Fatalf("%s: %v", mode, err)
 		}

@@ -26,7 +26,7 @@ func start(libDir string) (node.Engine, error) {
 	if err != nil {
 		return node.Engine{}, err
 	}
-	return node.Engine{Name: d.Engine(), Open: ggml.Opener(ggml.Auto), Memory: d.Memory}, nil
+	return node.Engine{Name: d.Engine(), Open: ggml.Opener(ggml.Auto), Memory: d.Memory, Ranges: true}, nil
 }
 
 func hasGPU(libDir string) bool {
