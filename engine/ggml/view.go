@@ -35,7 +35,8 @@ func (s *Stage) Sub(lo, hi int) (engine.Stage, error) {
 	if lo < s.info.Lo || hi > s.info.Hi || lo >= hi {
 		return nil, fmt.Errorf("%w: [%d, %d) of a stage over [%d, %d)", engine.ErrRange, lo, hi, s.info.Lo, s.info.Hi)
 	}
-	v := &Stage{hp: s.hp, info: s.info, backend: s.backend, layers: s.layers[lo-s.info.Lo : hi-s.info.Lo]}
+	v := &Stage{hp: s.hp, info: s.info, backend: s.backend, arch: s.arch, globals: s.globals,
+		layers: s.layers[lo-s.info.Lo : hi-s.info.Lo]}
 	v.info.Lo, v.info.Hi = lo, hi
 	v.info.WeightBytes = 0
 	v.info.KVBytesPerToken = int64(hi-lo) * 2 * int64(s.hp.KVDim()) * 4
