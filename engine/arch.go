@@ -26,8 +26,8 @@ type Weight any
 
 // Ops are the operations a Block is written against. Each works on all
 // rows of the step at once. An op may reuse the storage of its first
-// Tensor argument (Add, AddBias, Rope and SwiGLU do, on the Go engine): a block must
-// not use a Tensor again after passing it there.
+// Tensor argument (Add, AddBias, Rope and SwiGLU do, on the Go engine): a
+// block must not use a Tensor again after passing it there.
 //
 // Ops do not return errors: an engine that cannot do an op (or a variant
 // of one) records the failure, the step fails with it, and what the op
