@@ -101,6 +101,7 @@ test: npm-deps debs
 	$(GO) test -tags faultinject -timeout $(TEST_TIMEOUT) -run 'Verify|Rewind|Audit|Fault' ./node
 	cd engine/internal/refcheck && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 	cd engine/ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
+	cd cmd/strata-ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
 # Debian packages the tests use: chromium (the dashboard's browser test,
 # driven by chromedp) and iptables (the namespace network's NAT, partitions
@@ -202,6 +203,7 @@ bench:
 # backend (as the refcheck module does; the build cache shares it).
 test-ggml:
 	cd engine/ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
+	cd cmd/strata-ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 # bin/strata-ggml: strata with the ggml engine (strata node --engine
 # ggml|auto); it needs cgo and a C toolchain. GPU backends come from
 # make build-cuda / build-vulkan (--ggml-lib-dir); macOS has Metal built in.
@@ -218,9 +220,11 @@ GGML_ENV     = CGO_CFLAGS="$(GGML_CFLAGS)" CGO_CXXFLAGS="$(GGML_CFLAGS)"
 build-ggml:
 	@mkdir -p $(BIN)
 	cd engine/ggml && export $(GGML_ENV) && $(GO) build ./... && $(GO) vet ./... && \
-		$(GO) build -o $(CURDIR)/$(BIN)/strata-ggml ./cmd/strata && $(GO) build -o $(CURDIR)/$(BIN)/ggml-bench ./cmd/ggml-bench
+		$(GO) build -o $(CURDIR)/$(BIN)/ggml-bench ./cmd/ggml-bench
+	cd cmd/strata-ggml && export $(GGML_ENV) && $(GO) vet ./... && $(GO) build -o $(CURDIR)/$(BIN)/strata-ggml .
 	@$(BIN)/ggml-bench features
 	@test ! -x $(TOOLS)/staticcheck || (cd engine/ggml && export $(GGML_ENV) && $(TOOLS)/staticcheck ./...)
+	@test ! -x $(TOOLS)/staticcheck || (cd cmd/strata-ggml && export $(GGML_ENV) && $(TOOLS)/staticcheck ./...)
 # Decode and 512-token prefill tok/s of the ggml backend and of the
 # pure-Go engine on the same files, at 1 and 2 threads, with the ratio
 # go/ggml, ggml built as build-ggml builds it.
@@ -299,10 +303,11 @@ GPU_BUNDLE    := $(BIN)/gpu-bundle
 gpu-bundle:
 	@rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)/bin $(GPU_BUNDLE)/ggml-src/ml/backend/ggml
 	cd engine/ggml && export CGO_CFLAGS="$(BUNDLE_CFLAGS)" CGO_CXXFLAGS="$(BUNDLE_CFLAGS)" && \
-		for c in strata ggml-bench ggml-check; do \
+		for c in ggml-bench ggml-check; do \
 			$(GO) build -trimpath -ldflags="-s -w" -o $(CURDIR)/$(GPU_BUNDLE)/bin/$$c ./cmd/$$c || exit 1; \
 		done
-	mv $(GPU_BUNDLE)/bin/strata $(GPU_BUNDLE)/bin/strata-ggml
+	cd cmd/strata-ggml && export CGO_CFLAGS="$(BUNDLE_CFLAGS)" CGO_CXXFLAGS="$(BUNDLE_CFLAGS)" && \
+		$(GO) build -trimpath -ldflags="-s -w" -o $(CURDIR)/$(GPU_BUNDLE)/bin/strata-ggml .
 	src=$(ollama-src) && cp $$src/CMakeLists.txt $(GPU_BUNDLE)/ggml-src/ && cp $$src/LICENSE $(GPU_BUNDLE)/ggml-src/LICENSE.ollama && \
 		cp -r $$src/ml/backend/ggml/ggml $(GPU_BUNDLE)/ggml-src/ml/backend/ggml/ && chmod -R u+w $(GPU_BUNDLE)/ggml-src && \
 		find $(GPU_BUNDLE)/ggml-src -name '*.go' -delete # CMake needs none; under bin/ they would join go build ./...

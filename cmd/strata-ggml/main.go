@@ -1,10 +1,11 @@
-// Command strata is the strata command line with the ggml engine:
+// Command strata-ggml is the strata command line with the ggml engine:
 // `strata node --engine ggml|auto` computes the node's layers through
 // ggml, on a GPU where ggml finds one (CUDA, Vulkan or ROCm libraries
 // from --ggml-lib-dir, as make build-cuda writes them; Metal built in on
 // macOS), else on ggml's CPU device. Build it with make build-ggml
 // (bin/strata-ggml); it needs cgo and a C toolchain, which the default,
-// pure-Go strata does not.
+// pure-Go strata does not. It is its own module, so that the main module
+// never depends on ollama and engine/ggml never imports the CLI or node.
 package main
 
 import (
