@@ -169,6 +169,23 @@ type MoE struct {
 	NormTopK bool
 	// GELU uses gelu(gate)·up instead of silu(gate)·up (not implemented).
 	GELU bool
+
+	// gpt-oss's variant (llama.cpp's SOFTMAX_WEIGHT gating and
+	// SWIGLU_OAI_MOE experts):
+
+	// RouterBias is added to the router's logits; nil for none.
+	RouterBias Weight // [experts]
+	// GateBias, UpBias and DownBias are the experts' biases, one row per
+	// expert; nil for none.
+	GateBias, UpBias, DownBias Weight // [experts × rows]
+	// WeighChosen picks the TopK experts by their logits and weighs them by
+	// a softmax over those TopK logits only (NormTopK is then unused).
+	WeighChosen bool
+	// OAI uses gpt-oss's clamped activation instead of silu(gate)·up:
+	// g·σ(OAIAlpha·g)·(u+1), g = min(gate, OAILimit) and u = up clamped to
+	// ±OAILimit.
+	OAI                bool
+	OAIAlpha, OAILimit float32
 }
 
 // TensorSpec is a tensor an architecture reads from the file.

@@ -19,7 +19,7 @@ func TestRoute(t *testing.T) {
 		5, -1, 5, 5, // three-way tie: 0, 2
 	}
 	sel, wt := make([]int32, 4), make([]float32, 4)
-	route(logits, 2, 4, 2, sel, wt)
+	route(logits, 2, 4, 2, sel, wt, false)
 	if fmt.Sprint(sel) != "[1 3 0 2]" {
 		t.Errorf("selected %v, want [1 3 0 2]", sel)
 	}
@@ -32,7 +32,7 @@ func TestRoute(t *testing.T) {
 	// far below; the chosen two renormalise to 1/4 and 3/4.
 	logits = []float32{0, 1.0986123, -30}
 	sel, wt = make([]int32, 2), make([]float32, 2)
-	route(logits, 1, 3, 2, sel, wt)
+	route(logits, 1, 3, 2, sel, wt, false)
 	if sel[0] != 1 || sel[1] != 0 {
 		t.Errorf("selected %v, want [1 0]", sel)
 	}
@@ -109,7 +109,7 @@ func TestMoERoutesSpread(t *testing.T) {
 			logits := make([]float32, len(tokens)*c.Experts)
 			s.matmul(logits, w.W("ffn_gate_inp.weight").(*matrix), newAct(xb, len(tokens), c.Dim))
 			sel, wt := make([]int32, len(tokens)*c.ExpertsUsed), make([]float32, len(tokens)*c.ExpertsUsed)
-			route(logits, len(tokens), c.Experts, c.ExpertsUsed, sel, wt)
+			route(logits, len(tokens), c.Experts, c.ExpertsUsed, sel, wt, false)
 			used := map[int32]bool{}
 			for _, e := range sel {
 				used[e] = true

@@ -159,16 +159,25 @@ func (s *Local) ropeFreqs(r Rope) []float32 {
 func (fw *forward) Attention(q, k, v Tensor, a Attn) Tensor {
 	qt, kt, vt := fw.t(q), fw.t(k), fw.t(v)
 	out := fw.arena.tensor(len(fw.rows), qt.w)
-	if a.Window != 0 || a.Sinks != "" || a.SoftCap != 0 {
-		fw.fail(fmt.Errorf("%w: sliding-window, sink or soft-capped attention on the Go engine", ErrUnsupportedArch))
+	if a.Window != 0 || a.SoftCap != 0 {
+		fw.fail(fmt.Errorf("%w: sliding-window or soft-capped attention on the Go engine", ErrUnsupportedArch))
 		return out
+	}
+	var sinks []float32
+	if a.Sinks != "" {
+		w, ok := fw.s.layers[fw.li].W(a.Sinks).([]float32)
+		if !ok || len(w) != a.Heads {
+			fw.fail(fmt.Errorf("%w: attention sinks %q: want a vector of %d heads", ErrShape, a.Sinks, a.Heads))
+			return out
+		}
+		sinks = w
 	}
 	kvd := a.KVHeads * a.HeadDim
 	for r, row := range fw.rows {
 		copy(row.sess.k[fw.li][row.pos*kvd:(row.pos+1)*kvd], kt.f[r*kvd:(r+1)*kvd])
 		copy(row.sess.v[fw.li][row.pos*kvd:(row.pos+1)*kvd], vt.f[r*kvd:(r+1)*kvd])
 	}
-	fw.attention(fw.li, qt.f, out.f, a)
+	fw.attention(fw.li, qt.f, out.f, a, sinks)
 	return out
 }
 

@@ -574,7 +574,10 @@ func (fw *forward) layer(li int, x *goTensor) error {
 // together, a block of positions at a time, so each K and V row is read
 // from memory once for all of them. Every score is still one dot product
 // and every output one sequential sum over the positions, in order.
-func (fw *forward) attention(li int, qs, att []float32, a Attn) {
+//
+// sinks, where not nil, are each head's sink logit, which joins its
+// softmax's denominator (Attn.Sinks).
+func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32) {
 	d, kvd, hd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim, a.HeadDim
 	group := a.Heads / a.KVHeads
 	scale := a.Scale
@@ -610,7 +613,11 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn) {
 				for j := range sg {
 					sg[j] = float32(sg[j] * scale)
 				}
-				softmax(sg)
+				if sinks != nil {
+					softmaxSink(sg, sinks[kh*group+g])
+				} else {
+					softmax(sg)
+				}
 			}
 			clear(out)
 			for p0 := 0; p0 < np; p0 += attnBlock {
