@@ -26,7 +26,7 @@ type Weight any
 
 // Ops are the operations a Block is written against. Each works on all
 // rows of the step at once. An op may reuse the storage of its first
-// Tensor argument (Add, AddBias, Rope and SwiGLU do, on the Go engine): a
+// Tensor argument (Add, AddBias, Rope, SwiGLU, GELU and Scale do, on the Go engine): a
 // block must not use a Tensor again after passing it there.
 //
 // Ops do not return errors: an engine that cannot do an op (or a variant
@@ -62,12 +62,11 @@ type Ops interface {
 	// moe.go; the ggml backend refuses files with experts).
 	MoE(x Tensor, m MoE) Tensor
 
-	// The operations below are declared for issue 33's families; no
-	// engine implements them yet (a step that uses one fails with
-	// ErrUnsupportedArch).
+	// The operations below are issue 33's families' (gemma).
 
-	// GELU is gelu(x) (tanh approximation, as ggml's), element by element.
-	GELU(x Tensor) Tensor
+	// GELU is gelu(gate)·up, element by element (tanh approximation, as
+	// ggml's CPU computes it: gemma's gated FFN).
+	GELU(gate, up Tensor) Tensor
 	// Scale multiplies every value of x by s (gemma's embedding scaling).
 	Scale(x Tensor, s float32) Tensor
 }
@@ -147,15 +146,16 @@ type Attn struct {
 	// Scale multiplies the scores; 0 is 1/√HeadDim.
 	Scale float32
 
-	// Declared for issue 33's families; engines refuse non-zero values.
-
 	// Window is a sliding window: a row attends to its last Window
-	// positions only (0: all).
+	// positions only, itself included (0: all); key p0 is masked for
+	// query p1 where p1−p0 ≥ Window, as llama.cpp's SWA mask.
 	Window int
 	// Sinks names a layer tensor of per-head attention-sink logits, which
-	// join each head's softmax without a value ("" for none).
+	// join each head's softmax without a value ("" for none; not yet
+	// implemented: engines fail the step).
 	Sinks string
-	// SoftCap turns each score s into SoftCap·tanh(s/SoftCap) (0: none).
+	// SoftCap turns each raw score s (before Scale) into
+	// SoftCap·tanh(s/SoftCap) (0: none), as llama.cpp's gemma2.
 	SoftCap float32
 }
 

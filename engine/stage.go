@@ -584,18 +584,30 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32)
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(hd)))
 	}
+	// first is the first position a row at pos sees: with a sliding
+	// window, key p0 is masked for query p1 where p1−p0 ≥ Window (as
+	// llama.cpp's SWA mask).
+	first := func(pos int) int {
+		if a.Window > 0 {
+			return max(0, pos-a.Window+1)
+		}
+		return 0
+	}
 	units := len(fw.rows) * a.KVHeads
 	work := 0
 	for _, r := range fw.rows {
-		work += (r.pos + 1) * a.Heads * hd * 2
+		work += (r.pos + 1 - first(r.pos)) * a.Heads * hd * 2
 	}
 	fw.s.pool.forRange(units, fw.s.pool.grainFor(units, 4), work, func(lo, hi int) {
 		var scores []float32
 		for u := lo; u < hi; u++ {
 			r, kh := u/a.KVHeads, u%a.KVHeads
 			row := fw.rows[r]
-			kc, vc := row.sess.k[li][kh*hd:], row.sess.v[li][kh*hd:]
-			np := row.pos + 1
+			p := first(row.pos)
+			// The cache from the first position seen: scores index
+			// positions from there.
+			kc, vc := row.sess.k[li][p*kvd+kh*hd:], row.sess.v[li][p*kvd+kh*hd:]
+			np := row.pos + 1 - p
 			if cap(scores) < group*np {
 				scores = make([]float32, group*np)
 			}
@@ -610,6 +622,9 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32)
 			}
 			for g := 0; g < group; g++ {
 				sg := scores[g*np : (g+1)*np]
+				if a.SoftCap != 0 {
+					softCap(sg, a.SoftCap)
+				}
 				for j := range sg {
 					sg[j] = float32(sg[j] * scale)
 				}
@@ -628,6 +643,16 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32)
 			}
 		}
 	})
+}
+
+// softCap turns each score s into c·tanh(s·(1/c)) in place, as ggml's
+// scale, tanh, scale nodes do (llama.cpp's attention and final logit
+// soft-capping), each step rounded to float32.
+func softCap(s []float32, c float32) {
+	inv := 1 / c
+	for i, x := range s {
+		s[i] = float32(c * float32(math.Tanh(float64(float32(x*inv)))))
+	}
 }
 
 // attnBlock is the positions whose K (or V) rows the heads of a group

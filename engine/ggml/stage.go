@@ -44,6 +44,8 @@ extern struct ggml_tensor * ggml_scale(struct ggml_context * ctx, struct ggml_te
 extern struct ggml_tensor * ggml_diag_mask_inf(struct ggml_context * ctx, struct ggml_tensor * a, int n_past);
 extern struct ggml_tensor * ggml_soft_max_ext(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * mask, float scale, float max_bias);
 extern struct ggml_tensor * ggml_silu(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_gelu(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_tanh(struct ggml_context * ctx, struct ggml_tensor * a);
 extern struct ggml_cgraph * ggml_new_graph_custom(struct ggml_context * ctx, size_t size, bool grads);
 extern void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
 extern void ggml_set_input(struct ggml_tensor * tensor);
@@ -724,6 +726,9 @@ type graph struct {
 	positions tensor           // I32 [rows]
 	vIdx      []tensor         // per part: I64, where each new V value goes in the transposed cache
 	masks     []tensor         // per part: F32 [kvLen, n], 0 or -inf
+	// winMasks are the sliding-window masks, per window, per part (made
+	// as the layers that use them are built).
+	winMasks map[int][]tensor
 	outRows   tensor           // last stage: I32, the last row of each part
 	out       tensor
 	sessions  []*session
@@ -903,15 +908,12 @@ func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.O
 		C.ggml_backend_tensor_set(g.vIdx[j], unsafe.Pointer(&vi[0]), 0, C.size_t(8*len(vi)))
 		// Row t sees positions 0..pos+t; the rest of the kvLen read is
 		// masked (stale or zero rows past the session's end included).
-		m := make([]float32, pt.n*pt.kvLen)
-		inf := float32(math.Inf(-1))
-		for t := range pt.n {
-			row := m[t*pt.kvLen : (t+1)*pt.kvLen]
-			for c := pt.pos + t + 1; c < pt.kvLen; c++ {
-				row[c] = inf
-			}
-		}
+		m := attnMask(pt, 0)
 		C.ggml_backend_tensor_set(g.masks[j], unsafe.Pointer(&m[0]), 0, C.size_t(4*len(m)))
+		for w, ms := range g.winMasks {
+			m := attnMask(pt, w)
+			C.ggml_backend_tensor_set(ms[j], unsafe.Pointer(&m[0]), 0, C.size_t(4*len(m)))
+		}
 	}
 	C.ggml_backend_tensor_set(g.positions, unsafe.Pointer(&ps[0]), 0, C.size_t(4*rows))
 	if g.outRows != nil {
@@ -955,6 +957,25 @@ func repackable(t engine.DType, dims []uint64) bool {
 		return C.ggml_cpu_has_avx512() != 0
 	}
 	return false
+}
+
+// attnMask is part pt's mask, [kvLen, n]: row t (at position pos+t) sees
+// positions up to its own, and with a sliding window (w > 0) only those
+// less than w before it (key p0 is masked for query p1 where p1−p0 ≥ w,
+// as llama.cpp's SWA mask).
+func attnMask(pt part, w int) []float32 {
+	m := make([]float32, pt.n*pt.kvLen)
+	inf := float32(math.Inf(-1))
+	for t := range pt.n {
+		row := m[t*pt.kvLen : (t+1)*pt.kvLen]
+		p := pt.pos + t
+		for c := range row {
+			if c > p || (w > 0 && p-c >= w) {
+				row[c] = inf
+			}
+		}
+	}
+	return m
 }
 
 // act is an activation of the graph: [w, rows], contiguous.
@@ -1058,13 +1079,40 @@ func (o *ops) Rope(x engine.Tensor, r engine.Rope) engine.Tensor {
 	return &act{C.ggml_reshape_2d(o.c, t, C.int64_t(xt.w), o.R()), xt.w}
 }
 
+// windowMasks are the graph's input masks of window w, one per part,
+// made on first use.
+func (g *graph) windowMasks(c *C.struct_ggml_context, w int, parts []part) []tensor {
+	if ms, ok := g.winMasks[w]; ok {
+		return ms
+	}
+	var ms []tensor
+	for _, pt := range parts {
+		m := C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(pt.kvLen), C.int64_t(pt.n))
+		C.ggml_set_input(m)
+		ms = append(ms, m)
+	}
+	if g.winMasks == nil {
+		g.winMasks = map[int][]tensor{}
+	}
+	g.winMasks[w] = ms
+	return ms
+}
+
 // Attention writes each part's new K and V rows into its session's cache
 // and attends over the cache, part by part.
 func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 	c, g := o.c, o.g
-	if a.Window != 0 || a.Sinks != "" || a.SoftCap != 0 {
-		o.fail(fmt.Errorf("%w: sliding-window, sink or soft-capped attention on the ggml backend", engine.ErrUnsupportedArch))
+	if a.Sinks != "" {
+		o.fail(fmt.Errorf("%w: attention sinks on the ggml backend", engine.ErrUnsupportedArch))
 		return q
+	}
+	if a.Window < 0 {
+		o.fail(fmt.Errorf("%w: attention window %d", engine.ErrShape, a.Window))
+		return q
+	}
+	masks := g.masks
+	if a.Window > 0 {
+		masks = g.windowMasks(c, a.Window, o.parts)
 	}
 	const f4 = 4
 	hd, nh, nkv := a.HeadDim, a.Heads, a.KVHeads
@@ -1099,7 +1147,12 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 		// (which wants a contiguous right operand) for K·Q.
 		qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
 		kq := C.ggml_mul_mat(c, kAll, qp)                       // [kvLen, n, nh]
-		kq = C.ggml_soft_max_ext(c, kq, g.masks[j], C.float(scale), 0)
+		if a.SoftCap != 0 {
+			// As llama.cpp: the raw scores capped, then scaled in the
+			// softmax.
+			kq = C.ggml_scale(c, C.ggml_tanh(c, C.ggml_scale(c, kq, C.float(1/a.SoftCap))), C.float(a.SoftCap))
+		}
+		kq = C.ggml_soft_max_ext(c, kq, masks[j], C.float(scale), 0)
 		kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
 		out := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), n)
 		if att == nil {
@@ -1121,14 +1174,14 @@ func (o *ops) Add(a, b engine.Tensor) engine.Tensor {
 	return &act{C.ggml_add(o.c, at.t, b.(*act).t), at.w}
 }
 
-func (o *ops) GELU(x engine.Tensor) engine.Tensor {
-	o.fail(fmt.Errorf("%w: GELU on the ggml backend", engine.ErrUnsupportedArch))
-	return x
+func (o *ops) GELU(gate, up engine.Tensor) engine.Tensor {
+	gt := gate.(*act)
+	return &act{C.ggml_mul(o.c, C.ggml_gelu(o.c, gt.t), up.(*act).t), gt.w}
 }
 
-func (o *ops) Scale(x engine.Tensor, _ float32) engine.Tensor {
-	o.fail(fmt.Errorf("%w: Scale on the ggml backend", engine.ErrUnsupportedArch))
-	return x
+func (o *ops) Scale(x engine.Tensor, s float32) engine.Tensor {
+	xt := x.(*act)
+	return &act{C.ggml_scale(o.c, xt.t, C.float(s)), xt.w}
 }
 
 func (o *ops) MoE(x engine.Tensor, _ engine.MoE) engine.Tensor {
