@@ -1,0 +1,125 @@
+package refcheck
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// gptossTokenizer is the generated files' vocabulary (deepseek's BPE
+// tokens under qwen2's pre-tokenizer, as TestGptOssOllamaLlamaCpp).
+func gptossTokenizer(t *testing.T, vocab int) []engine.KV {
+	var tok []engine.KV
+	for _, kv := range deepseekTokenizer(t, t.TempDir(), vocab) {
+		if kv.Key == "tokenizer.ggml.pre" {
+			kv.Value = "qwen2"
+		}
+		tok = append(tok, kv)
+	}
+	return tok
+}
+
+// TestGptOssLogitsMatchLlamaCpp: on F32 weights the Go engine's gpt-oss
+// (sinks, biases, the OAI router and activation, YaRN, the window on even
+// layers) gives llama.cpp's logits within 1e-4 relative, with a window
+// that covers the prompt and with one of 4 over 16 tokens; with a
+// covering window ollama's gptoss is a second oracle.
+func TestGptOssLogitsMatchLlamaCpp(t *testing.T) {
+	const vocab = 600
+	tok := gptossTokenizer(t, vocab)
+	dir := t.TempDir()
+	for _, s := range []gptossShape{
+		{layers: 2, dim: 64, heads: 4, kvHeads: 2, headDim: 16, experts: 4, used: 2, ffn: 64, window: 128, yarn: true},
+		{layers: 3, dim: 64, heads: 4, kvHeads: 2, headDim: 16, experts: 4, used: 2, ffn: 64, window: 4, yarn: true},
+		{layers: 2, dim: 64, heads: 8, kvHeads: 2, headDim: 16, experts: 8, used: 4, ffn: 32, window: 5},
+	} {
+		name := fmt.Sprintf("gptoss-l%d-w%d-yarn%v", s.layers, s.window, s.yarn)
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, name+".gguf")
+			if err := writeGptOss(path, s, tok, vocab, 61); err != nil {
+				t.Fatal(err)
+			}
+			ref, err := llamacppLogits(path, ollamaTokens, vocab)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := engineLogits(t, path, ollamaTokens)
+			d := relDist(got, ref)
+			t.Logf("%s: engine %.3g relative from llama.cpp", name, d)
+			if !(d <= 1e-4) {
+				t.Errorf("engine is %.3g from llama.cpp (limit 1e-4)", d)
+			}
+			if s.window < len(ollamaTokens) {
+				return
+			}
+			o, err := ollamaLogits(path, ollamaTokens)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d = relDist(got, o)
+			t.Logf("%s: engine %.3g relative from ollama", name, d)
+			if !(d <= 1e-4) {
+				t.Errorf("engine is %.3g from ollama (limit 1e-4)", d)
+			}
+		})
+	}
+}
+
+// TestGptOssQuantizedLogits: weights quantized by ggml to Q8_0, a Q4_K_M
+// mix and MXFP4_MOE (experts MXFP4, the rest Q8_0), the router and all
+// biases left F32 as llama-quantize leaves them. As TestMoEQuantizedLogits,
+// the engine must be about as close to llama.cpp on the dequantized
+// weights (F32) as llama.cpp's own quantized kernels are.
+func TestGptOssQuantizedLogits(t *testing.T) {
+	const vocab = 600
+	tok := gptossTokenizer(t, vocab)
+	dir := t.TempDir()
+	s := gptossShape{layers: 2, dim: 256, heads: 4, kvHeads: 2, headDim: 64, experts: 4, used: 2, ffn: 256, window: 128, yarn: true}
+	src := filepath.Join(dir, "gptoss-256.gguf")
+	if err := writeGptOss(src, s, tok, vocab, 62); err != nil {
+		t.Fatal(err)
+	}
+	weights := func(pick func(string, int) engine.DType) func(string, int) engine.DType {
+		return func(name string, cols int) engine.DType {
+			if strings.HasSuffix(name, ".bias") {
+				return engine.F32
+			}
+			return pick(name, cols)
+		}
+	}
+	mixes := map[string]func(string, int) engine.DType{
+		"q8_0":   func(string, int) engine.DType { return engine.Q8_0 },
+		"q4_k_m": q4KMMoE(s.experts),
+		"mxfp4_moe": func(name string, _ int) engine.DType {
+			if strings.Contains(name, "_exps.") {
+				return engine.MXFP4
+			}
+			return engine.Q8_0
+		},
+	}
+	for mname, pick := range mixes {
+		t.Run(mname, func(t *testing.T) {
+			qp, dp := filepath.Join(dir, mname+".gguf"), filepath.Join(dir, mname+"-deq.gguf")
+			if err := quantizeModel(src, qp, dp, weights(pick)); err != nil {
+				t.Fatal(err)
+			}
+			ref, err := llamacppLogits(dp, ollamaTokens, vocab)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lq, err := llamacppLogits(qp, ollamaTokens, vocab)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours := engineLogits(t, qp, ollamaTokens)
+			dOurs, dRef := relDist(ours, ref), relDist(lq, ref)
+			t.Logf("gpt-oss %s: engine %.3g, llama.cpp quantized %.3g from the dequantized-F32 reference", mname, dOurs, dRef)
+			if dOurs > max(1.25*dRef, 1e-4) {
+				t.Errorf("engine is %.3g from the reference, llama.cpp's quantized kernels %.3g", dOurs, dRef)
+			}
+		})
+	}
+}
