@@ -40,6 +40,12 @@ var testShapes = map[string]GenConfig{
 	"qwen3moe": {Arch: "qwen3moe", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 192, Vocab: 300, Seed: 17,
 		Experts: 8, ExpertsUsed: 2, ExpertFFN: 32},
 	"mixtral": {Arch: "llama", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, FFN: 64, Vocab: 300, Seed: 18, Experts: 4, ExpertsUsed: 2},
+	// gpt-oss: sinks, biases, its router and activation, YaRN as the
+	// released models have it, and a window of 4 on layers 0 and 2, which
+	// the prompts outgrow.
+	"gpt-oss": {Arch: "gpt-oss", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 64, Vocab: 300, Seed: 19,
+		Experts: 4, ExpertsUsed: 2, SlidingWindow: 4, Context: 131072, RopeBase: 150000,
+		RopeScaling: "yarn", RopeScalingFactor: 32, RopeOrigContext: 4096},
 }
 
 // TestPackedTypesDeterministic: for every packed type, a two-stage run at
