@@ -151,8 +151,8 @@ type Attn struct {
 	// query p1 where p1−p0 ≥ Window, as llama.cpp's SWA mask.
 	Window int
 	// Sinks names a layer tensor of per-head attention-sink logits, which
-	// join each head's softmax without a value ("" for none; not yet
-	// implemented: engines fail the step).
+	// join each head's softmax without a value ("" for none; the ggml
+	// backend fails the step).
 	Sinks string
 	// SoftCap turns each raw score s (before Scale) into
 	// SoftCap·tanh(s/SoftCap) (0: none), as llama.cpp's gemma2.
