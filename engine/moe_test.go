@@ -39,6 +39,18 @@ func TestRoute(t *testing.T) {
 	if d := float64(wt[0]) - 0.75; d > 1e-6 || d < -1e-6 || float64(wt[1])-0.25 > 1e-6 || float64(wt[1])-0.25 < -1e-6 {
 		t.Errorf("weights %v, want [0.75 0.25]", wt)
 	}
+	// gpt-oss: chosen by logit, weighed by a softmax of the chosen logits
+	// only: (ln 3, 0) of (0, ln 3, −30, −1) give 3/4 and 1/4 whatever the
+	// others are.
+	logits = []float32{0, 1.0986123, -30, -1}
+	sel, wt = make([]int32, 2), make([]float32, 2)
+	route(logits, 1, 4, 2, sel, wt, true)
+	if sel[0] != 1 || sel[1] != 0 {
+		t.Errorf("weighChosen: selected %v, want [1 0]", sel)
+	}
+	if d := float64(wt[0]) - 0.75; d > 1e-6 || d < -1e-6 || float64(wt[1])-0.25 > 1e-6 || float64(wt[1])-0.25 < -1e-6 {
+		t.Errorf("weighChosen: weights %v, want [0.75 0.25]", wt)
+	}
 }
 
 // TestMoEBatchInvariance: a MoE session's logits are the same bits alone,
@@ -48,6 +60,10 @@ func TestMoEBatchInvariance(t *testing.T) {
 	qwen := GenConfig{Arch: "qwen3moe", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 768, Vocab: 300, Seed: 51,
 		Experts: 8, ExpertsUsed: 3, ExpertFFN: 256}
 	mixtral := GenConfig{Arch: "llama", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 300, Seed: 52, Experts: 8, ExpertsUsed: 2}
+	// gpt-oss: biased experts and router, its gating and activation, a
+	// window of 4 the prompt outgrows.
+	gptoss := GenConfig{Arch: "gpt-oss", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 300, Seed: 53,
+		Experts: 8, ExpertsUsed: 2, SlidingWindow: 4}
 	cases := []struct {
 		name string
 		c    GenConfig
@@ -56,6 +72,7 @@ func TestMoEBatchInvariance(t *testing.T) {
 	}{
 		{"qwen3moe-q4_k_m", qwen, F32, "q4_k_m"}, {"qwen3moe-q8_0", qwen, Q8_0, ""}, {"qwen3moe-f16", qwen, F16, ""},
 		{"mixtral-q4_k_m", mixtral, F32, "q4_k_m"}, {"mixtral-f32", mixtral, F32, ""},
+		{"gpt-oss-mxfp4_moe", gptoss, F32, "mxfp4_moe"}, {"gpt-oss-q8_0", gptoss, Q8_0, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
