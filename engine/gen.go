@@ -78,14 +78,18 @@ func (c GenConfig) withDefaults() GenConfig {
 		c.Context = 2048
 	}
 	if c.RopeBase == 0 {
-		c.RopeBase = 10000
-		if c.Arch != "llama" && c.Arch != "phi3" {
+		switch c.Arch {
+		case "llama", "phi3":
+			c.RopeBase = 10000
+		case "gpt-oss":
+			c.RopeBase = 150000 // as gpt-oss-20b and -120b
+		default:
 			c.RopeBase = 1000000
 		}
 	}
 	if c.NormEps == 0 {
 		c.NormEps = 1e-5
-		if c.Arch != "llama" && c.Arch != "phi3" {
+		if c.Arch != "llama" && c.Arch != "phi3" && c.Arch != "gpt-oss" {
 			c.NormEps = 1e-6
 		}
 	}
