@@ -268,6 +268,16 @@ func TestMoEErrors(t *testing.T) {
 	qwen := genModel(t, testShapes["qwen3moe"])
 	mixtral := genModel(t, testShapes["mixtral"])
 	dense := genModel(t, testShapes["qwen3"])
+	oss := genModel(t, testShapes["gpt-oss"])
+	drop := func(suffix string) func(string) string {
+		return func(n string) string {
+			if strings.HasSuffix(n, suffix) {
+				return ""
+			}
+			return n
+		}
+	}
+	keep := func(k []KV) []KV { return k }
 	cases := []struct {
 		name   string
 		path   string
@@ -294,6 +304,11 @@ func TestMoEErrors(t *testing.T) {
 			return strings.Replace(n, "ffn_gate_exps.weight", "ffn_gate.0.weight", 1)
 		}, ErrUnsupportedArch, "one tensor per expert"},
 		{"wrong expert width", qwen, setKV("qwen3moe.expert_feed_forward_length", uint32(64)), nil, ErrShape, "ffn_gate_exps.weight"},
+		{"gpt-oss without experts", oss, setKV("gpt-oss.expert_count", nil), nil, ErrCorrupt, "without gpt-oss.expert_count"},
+		{"gpt-oss without a window", oss, setKV("gpt-oss.attention.sliding_window", nil), nil, ErrCorrupt, "sliding_window"},
+		{"gpt-oss window 0", oss, setKV("gpt-oss.attention.sliding_window", uint32(0)), nil, ErrCorrupt, "sliding_window"},
+		{"gpt-oss without sinks", oss, keep, drop("attn_sinks.weight"), ErrCorrupt, "attn_sinks.weight"},
+		{"gpt-oss without expert biases", oss, keep, drop("ffn_down_exps.bias"), ErrCorrupt, "ffn_down_exps.bias"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,6 +325,9 @@ func TestMoEErrors(t *testing.T) {
 		{Arch: "llama", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, Experts: 4, ExpertsUsed: 5},                // used > count
 		{Arch: "llama", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, Experts: 4, ExpertsUsed: 2, ExpertFFN: 32}, // llama width
 		{Arch: "qwen3moe", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, Experts: 4, ExpertsUsed: 2, ExpertFFN: 48, DType: Q8_0},
+		{Arch: "gpt-oss", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300},                                                // no experts
+		{Arch: "llama", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, SlidingWindow: 8},                                // window off gpt-oss
+		{Arch: "gpt-oss", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, Experts: 4, ExpertsUsed: 2, SlidingWindow: -1}, // window < 0
 	} {
 		if err := Generate(io.Discard, c); !errors.Is(err, ErrShape) {
 			t.Errorf("Generate(%+v): %v, want ErrShape", c, err)
