@@ -35,6 +35,9 @@ func TestGptOssLogitsMatchLlamaCpp(t *testing.T) {
 		{layers: 2, dim: 64, heads: 4, kvHeads: 2, headDim: 16, experts: 4, used: 2, ffn: 64, window: 128, yarn: true},
 		{layers: 3, dim: 64, heads: 4, kvHeads: 2, headDim: 16, experts: 4, used: 2, ffn: 64, window: 4, yarn: true},
 		{layers: 2, dim: 64, heads: 8, kvHeads: 2, headDim: 16, experts: 8, used: 4, ffn: 32, window: 5},
+		// gpt-oss-20b's attention shape (width 2880, 64 heads of 64, 8 KV
+		// heads), its experts narrowed.
+		{layers: 2, dim: 2880, heads: 64, kvHeads: 8, headDim: 64, experts: 4, used: 2, ffn: 128, window: 8, yarn: true},
 	} {
 		name := fmt.Sprintf("gptoss-l%d-w%d-yarn%v", s.layers, s.window, s.yarn)
 		t.Run(name, func(t *testing.T) {
@@ -77,10 +80,11 @@ func TestGptOssQuantizedLogits(t *testing.T) {
 	const vocab = 600
 	tok := gptossTokenizer(t, vocab)
 	dir := t.TempDir()
-	s := gptossShape{layers: 2, dim: 256, heads: 4, kvHeads: 2, headDim: 64, experts: 4, used: 2, ffn: 256, window: 128, yarn: true}
-	src := filepath.Join(dir, "gptoss-256.gguf")
-	if err := writeGptOss(src, s, tok, vocab, 62); err != nil {
-		t.Fatal(err)
+	shapes := map[string]gptossShape{
+		"256": {layers: 2, dim: 256, heads: 4, kvHeads: 2, headDim: 64, experts: 4, used: 2, ffn: 256, window: 128, yarn: true},
+		// gpt-oss-20b's width, 2880: rows that are not whole 256-blocks,
+		// so Q4_K_M falls back as llama.cpp's does, and 90 MXFP4 blocks.
+		"2880": {layers: 2, dim: 2880, heads: 8, kvHeads: 2, headDim: 64, experts: 4, used: 2, ffn: 128, window: 8, yarn: true},
 	}
 	weights := func(pick func(string, int) engine.DType) func(string, int) engine.DType {
 		return func(name string, cols int) engine.DType {
@@ -90,37 +94,43 @@ func TestGptOssQuantizedLogits(t *testing.T) {
 			return pick(name, cols)
 		}
 	}
-	mixes := map[string]func(string, int) engine.DType{
-		"q8_0":   func(string, int) engine.DType { return engine.Q8_0 },
-		"q4_k_m": q4KMMoE(s.experts),
-		"mxfp4_moe": func(name string, _ int) engine.DType {
-			if strings.Contains(name, "_exps.") {
-				return engine.MXFP4
-			}
-			return engine.Q8_0
-		},
-	}
-	for mname, pick := range mixes {
-		t.Run(mname, func(t *testing.T) {
-			qp, dp := filepath.Join(dir, mname+".gguf"), filepath.Join(dir, mname+"-deq.gguf")
-			if err := quantizeModel(src, qp, dp, weights(pick)); err != nil {
-				t.Fatal(err)
-			}
-			ref, err := llamacppLogits(dp, ollamaTokens, vocab)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lq, err := llamacppLogits(qp, ollamaTokens, vocab)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ours := engineLogits(t, qp, ollamaTokens)
-			dOurs, dRef := relDist(ours, ref), relDist(lq, ref)
-			t.Logf("gpt-oss %s: engine %.3g, llama.cpp quantized %.3g from the dequantized-F32 reference", mname, dOurs, dRef)
-			if dOurs > max(1.25*dRef, 1e-4) {
-				t.Errorf("engine is %.3g from the reference, llama.cpp's quantized kernels %.3g", dOurs, dRef)
-			}
-		})
+	for sname, s := range shapes {
+		src := filepath.Join(dir, "gptoss-"+sname+".gguf")
+		if err := writeGptOss(src, s, tok, vocab, 62); err != nil {
+			t.Fatal(err)
+		}
+		mixes := map[string]func(string, int) engine.DType{
+			"q8_0":   func(string, int) engine.DType { return engine.Q8_0 },
+			"q4_k_m": q4KMMoE(s.experts),
+			"mxfp4_moe": func(name string, _ int) engine.DType {
+				if strings.Contains(name, "_exps.") {
+					return engine.MXFP4
+				}
+				return engine.Q8_0
+			},
+		}
+		for mname, pick := range mixes {
+			t.Run(sname+"/"+mname, func(t *testing.T) {
+				qp, dp := filepath.Join(dir, sname+"-"+mname+".gguf"), filepath.Join(dir, sname+"-"+mname+"-deq.gguf")
+				if err := quantizeModel(src, qp, dp, weights(pick)); err != nil {
+					t.Fatal(err)
+				}
+				ref, err := llamacppLogits(dp, ollamaTokens, vocab)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lq, err := llamacppLogits(qp, ollamaTokens, vocab)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ours := engineLogits(t, qp, ollamaTokens)
+				dOurs, dRef := relDist(ours, ref), relDist(lq, ref)
+				t.Logf("gpt-oss %s %s: engine %.3g, llama.cpp quantized %.3g from the dequantized-F32 reference", sname, mname, dOurs, dRef)
+				if dOurs > max(1.25*dRef, 1e-4) {
+					t.Errorf("engine is %.3g from the reference, llama.cpp's quantized kernels %.3g", dOurs, dRef)
+				}
+			})
+		}
 	}
 }
 
