@@ -729,10 +729,10 @@ type graph struct {
 	// winMasks are the sliding-window masks, per window, per part (made
 	// as the layers that use them are built).
 	winMasks map[int][]tensor
-	outRows   tensor           // last stage: I32, the last row of each part
-	out       tensor
-	sessions  []*session
-	used      uint64 // for eviction: the step it last served
+	outRows  tensor // last stage: I32, the last row of each part
+	out      tensor
+	sessions []*session
+	used     uint64 // for eviction: the step it last served
 }
 
 func (g *graph) free() {
@@ -816,6 +816,9 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 		x = C.ggml_get_rows(c, x, g.outRows) // [dim, parts]
 		x = C.ggml_mul(c, C.ggml_rms_norm(c, x, C.float(h.NormEps)), s.onorm)
 		x = C.ggml_mul_mat(c, s.head, x) // [vocab, parts]
+		if sc := h.FinalSoftCap; sc != 0 {
+			x = C.ggml_scale(c, C.ggml_tanh(c, C.ggml_scale(c, x, C.float(1/sc))), C.float(sc))
+		}
 	}
 	C.ggml_set_output(x)
 	C.ggml_build_forward_expand(g.gf, x)
