@@ -12,7 +12,7 @@ import (
 
 // GenConfig is the shape of a random-weight model.
 type GenConfig struct {
-	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe" or "phi3"
+	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma3" or "gemma2"
 	Name     string // general.name; default "strata-random-<arch>"
 	Layers   int
 	Dim      int // embedding length
@@ -59,6 +59,8 @@ type GenConfig struct {
 	// Mixtral): ExpertsUsed of Experts experts per token, each ExpertFFN
 	// wide (llama: FFN); see gen_moe.go.
 	Experts, ExpertsUsed, ExpertFFN int
+	// SlidingWindow (gemma3, gemma2) is the local layers' window; 0: 512.
+	SlidingWindow int
 }
 
 // DefaultGenConfig is a tiny llama that tests run in milliseconds.
@@ -222,6 +224,13 @@ func Generate(w io.Writer, c GenConfig) error {
 
 // genParts is the metadata and tensors of a generated model.
 func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
+	if c.Arch == "gemma3" || c.Arch == "gemma2" {
+		gc, err := c.gemmaConfig()
+		if err != nil {
+			return nil, nil, err
+		}
+		return gemmaParts(gc)
+	}
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, nil, err
