@@ -108,3 +108,29 @@ func engineDecodeLogits(t *testing.T, path string, tokens []int32, n int) []floa
 	}
 	return out.Logits
 }
+
+// TestGemma2EngineLlamaCpp: the engine's gemma2 (F32: alternating sliding
+// windows, attention and final logit soft-capping, no Q/K norms) against
+// llama.cpp itself, as a prefill and as a prefill then decode steps. The
+// bound is TestGemma3EngineLlamaCpp's (ggml's F16 GELU table).
+func TestGemma2EngineLlamaCpp(t *testing.T) {
+	const bound = 1.0 / 4096
+	for _, window := range []int{4, 512} {
+		c := engine.GenConfig{Arch: "gemma2", Layers: 4, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 600, Seed: 41, SlidingWindow: window}
+		path := filepath.Join(t.TempDir(), "gemma2.gguf")
+		if err := engine.GenerateFile(path, c); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := llamacppLogits(path, ollamaTokens, c.Vocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := engineLogits(t, path, ollamaTokens)
+		steps := engineDecodeLogits(t, path, ollamaTokens, 10)
+		dWhole, dSteps := relDist(whole, ref), relDist(steps, ref)
+		t.Logf("gemma2 window %d: engine %.3g (prefill), %.3g (prefill 10, then decode) relative from llama.cpp", window, dWhole, dSteps)
+		if !(dWhole <= bound) || !(dSteps <= bound) {
+			t.Errorf("window %d: engine deviates from llama.cpp by %.3g / %.3g relative (limit %.3g)", window, dWhole, dSteps, bound)
+		}
+	}
+}
