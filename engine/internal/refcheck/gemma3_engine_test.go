@@ -134,3 +134,49 @@ func TestGemma2EngineLlamaCpp(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmaQuantizedLlamaCpp: on gemma files whose weights ggml's quantizer
+// wrote (Q8_0, and llama.cpp's Q4_K_M mix), the engine is about as close
+// to llama.cpp on the same weights dequantized to F32 as llama.cpp's own
+// quantized kernels are (TestQuantizedLogits' rule: 1.25× theirs).
+func TestGemmaQuantizedLlamaCpp(t *testing.T) {
+	dir := t.TempDir()
+	shapes := map[string]engine.GenConfig{
+		"gemma3": {Arch: "gemma3", Layers: 6, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 512, Vocab: 512, Seed: 42, SlidingWindow: 4},
+		"gemma2": {Arch: "gemma2", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 512, Vocab: 512, Seed: 43, SlidingWindow: 4},
+	}
+	for sname, c := range shapes {
+		src := filepath.Join(dir, sname+".gguf")
+		if err := engine.GenerateFile(src, c); err != nil {
+			t.Fatal(err)
+		}
+		for name, pick := range map[string]func(string, int) engine.DType{
+			"q8_0":   func(string, int) engine.DType { return engine.Q8_0 },
+			"q4_k_m": q4KM,
+		} {
+			t.Run(sname+"/"+name, func(t *testing.T) {
+				qp, dp := filepath.Join(dir, sname+"-"+name+".gguf"), filepath.Join(dir, sname+"-"+name+"-deq.gguf")
+				if err := quantizeModel(src, qp, dp, pick); err != nil {
+					t.Fatal(err)
+				}
+				ref, err := llamacppLogits(dp, ollamaTokens, c.Vocab)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lq, err := llamacppLogits(qp, ollamaTokens, c.Vocab)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ours := engineLogits(t, qp, ollamaTokens)
+				dOurs, dLlama := relDist(ours, ref), relDist(lq, ref)
+				t.Logf("%s %s: engine %.3g, llama.cpp quantized %.3g from llama.cpp on the dequantized-F32 weights", sname, name, dOurs, dLlama)
+				if !(dLlama > 0) {
+					t.Fatalf("llama.cpp's quantized logits equal its F32 ones: the file was not quantized")
+				}
+				if !(dOurs <= max(1.25*dLlama, 1e-4)) {
+					t.Errorf("engine is %.3g from the reference, llama.cpp's quantized kernels %.3g", dOurs, dLlama)
+				}
+			})
+		}
+	}
+}
