@@ -59,8 +59,9 @@ func TestGemma3EngineLlamaCpp(t *testing.T) {
 }
 
 // TestGemma3EngineFinalSoftcap: with final_logit_softcapping set, the
-// engine matches our raw ggml graph (after llama.cpp's gemma3) that caps
-// the logits; without the cap the same file's logits differ.
+// engine matches llama.cpp itself and our raw ggml graph (after
+// llama.cpp's gemma3) that caps the logits; without the cap the graph's
+// logits differ.
 func TestGemma3EngineFinalSoftcap(t *testing.T) {
 	c := engine.Gemma3Config{Layers: 6, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 600, Seed: 36, SlidingWindow: 4, Softcap: 2}
 	path := filepath.Join(t.TempDir(), "gemma3-cap.gguf")
@@ -78,8 +79,15 @@ func TestGemma3EngineFinalSoftcap(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := engineLogits(t, path, ollamaTokens)
-	d, dOff := relDist(got, capped), relDist(uncapped, capped)
-	t.Logf("gemma3 soft cap 2: engine %.3g from the capped graph; the uncapped graph %.3g", d, dOff)
+	ref, err := llamacppLogits(path, ollamaTokens, c.Vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, dOff, dLlama := relDist(got, capped), relDist(uncapped, capped), relDist(got, ref)
+	t.Logf("gemma3 soft cap 2: engine %.3g from the capped graph, %.3g from llama.cpp; the uncapped graph %.3g", d, dLlama, dOff)
+	if !(dLlama <= 1.0/4096) {
+		t.Errorf("engine deviates from llama.cpp by %.3g relative (limit %.3g, as TestGemma3EngineLlamaCpp)", dLlama, 1.0/4096)
+	}
 	if !(d <= 1e-4) {
 		t.Errorf("engine deviates from the capped graph by %.3g relative (limit 1e-4)", d)
 	}
