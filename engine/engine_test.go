@@ -46,6 +46,10 @@ var testShapes = map[string]GenConfig{
 	"gpt-oss": {Arch: "gpt-oss", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 64, Vocab: 300, Seed: 19,
 		Experts: 4, ExpertsUsed: 2, SlidingWindow: 4, Context: 131072, RopeBase: 150000,
 		RopeScaling: "yarn", RopeScalingFactor: 32, RopeOrigContext: 4096},
+	// gemma3: five local layers (a window of 5, shorter than the runs)
+	// and a global one; gemma2: alternating windows and soft caps.
+	"gemma3": {Arch: "gemma3", Layers: 6, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 128, Vocab: 300, Seed: 19, SlidingWindow: 5},
+	"gemma2": {Arch: "gemma2", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 128, Vocab: 300, Seed: 20, SlidingWindow: 5},
 }
 
 // TestPackedTypesDeterministic: for every packed type, a two-stage run at

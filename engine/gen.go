@@ -12,7 +12,7 @@ import (
 
 // GenConfig is the shape of a random-weight model.
 type GenConfig struct {
-	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe", "phi3" or "gpt-oss"
+	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma3", "gemma2" or "gpt-oss"
 	Name     string // general.name; default "strata-random-<arch>"
 	Layers   int
 	Dim      int // embedding length
@@ -59,8 +59,9 @@ type GenConfig struct {
 	// Mixtral): ExpertsUsed of Experts experts per token, each ExpertFFN
 	// wide (llama: FFN); see gen_moe.go.
 	Experts, ExpertsUsed, ExpertFFN int
-	// SlidingWindow (gpt-oss) is attention.sliding_window, the window of
-	// its even layers; 0: 128, as the released models.
+	// SlidingWindow is attention.sliding_window: gemma3's and gemma2's
+	// local layers' window (0: 512); gpt-oss's even layers' (0: 128, as
+	// the released models).
 	SlidingWindow int
 }
 
@@ -109,9 +110,9 @@ func (c GenConfig) validate() error {
 	bad := func(f string, v any) error { return fmt.Errorf("%w: generate %s: %s = %v", ErrShape, c.Arch, f, v) }
 	switch {
 	case c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "qwen3" && c.Arch != "qwen3moe" && c.Arch != "phi3" && c.Arch != "gpt-oss":
-		return fmt.Errorf("%w: %q (want llama, qwen2, qwen3, qwen3moe, phi3 or gpt-oss)", ErrUnsupportedArch, c.Arch)
+		return fmt.Errorf("%w: %q (want llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma2 or gpt-oss)", ErrUnsupportedArch, c.Arch)
 	case c.SlidingWindow < 0 || c.SlidingWindow > 0 && c.Arch != "gpt-oss":
-		return bad("sliding-window (gpt-oss only, > 0)", c.SlidingWindow)
+		return bad("sliding-window (gemma3, gemma2 and gpt-oss only, > 0)", c.SlidingWindow)
 	case c.Layers <= 0:
 		return bad("layers", c.Layers)
 	case c.Heads <= 0 || c.Dim <= 0 || c.HeadDim <= 0 || c.HeadDim%2 != 0:
@@ -234,6 +235,13 @@ func Generate(w io.Writer, c GenConfig) error {
 
 // genParts is the metadata and tensors of a generated model.
 func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
+	if c.Arch == "gemma3" || c.Arch == "gemma2" {
+		gc, err := c.gemmaConfig()
+		if err != nil {
+			return nil, nil, err
+		}
+		return gemmaParts(gc)
+	}
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, nil, err

@@ -496,6 +496,9 @@ func (s *Local) ForwardBatch(ctx context.Context, steps []Step) ([]Output, error
 		}
 		logits := make([]float32, len(steps)*s.hp.Vocab)
 		s.matmul(logits, s.out, newAct(last, len(steps), d))
+		if c := s.hp.FinalSoftCap; c != 0 {
+			softCap(logits, c)
+		}
 		for i := range outs {
 			outs[i].Logits = logits[i*s.hp.Vocab : (i+1)*s.hp.Vocab : (i+1)*s.hp.Vocab]
 		}

@@ -90,10 +90,13 @@ func TestRegisteredArch(t *testing.T) {
 // advance.
 func TestUnsupportedOps(t *testing.T) {
 	llama, _ := engine.Architecture("llama")
-	name := "strata-test-ggml-gelu"
+	name := "strata-test-ggml-sinks"
 	registerOnce(&engine.Arch{Name: name, Globals: llama.Globals, Tensors: llama.Tensors,
 		Block: func(o engine.Ops, l *engine.Layer, x engine.Tensor) engine.Tensor {
-			return o.Add(x, o.GELU(o.RMSNorm(x, l.W("attn_norm.weight"), l.HP.NormEps)))
+			h := l.HP
+			qkv := o.Linears(x, l.W("attn_q.weight"), l.W("attn_k.weight"), l.W("attn_v.weight"))
+			a := engine.Attn{Heads: h.Heads, KVHeads: h.KVHeads, HeadDim: h.HeadDim, Sinks: "attn_sinks.weight"}
+			return o.Add(x, o.Linear(o.Attention(qkv[0], qkv[1], qkv[2], a), l.W("attn_output.weight")))
 		}})
 	s := open(t, renamedArch(t, gen(t, "llama-gqa", shapes["llama-gqa"], engine.F32), name))
 	ss, err := s.NewSession(8)
@@ -102,7 +105,7 @@ func TestUnsupportedOps(t *testing.T) {
 	}
 	defer ss.Close()
 	if _, err := s.Forward(context.Background(), engine.Step{Session: ss, Tokens: []int32{1, 2}}); !errors.Is(err, engine.ErrUnsupportedArch) {
-		t.Errorf("GELU: %v, want ErrUnsupportedArch", err)
+		t.Errorf("attention sinks: %v, want ErrUnsupportedArch", err)
 	}
 	if ss.Len() != 0 {
 		t.Errorf("session holds %d positions after a failed step", ss.Len())

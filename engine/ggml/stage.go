@@ -725,14 +725,15 @@ type graph struct {
 	input     tensor           // tokens (I32 [rows]) or hidden states (F32 [dim, rows])
 	positions tensor           // I32 [rows]
 	vIdx      []tensor         // per part: I64, where each new V value goes in the transposed cache
-	masks     []tensor         // per part: F32 [kvLen, n], 0 or -inf
-	// winMasks are the sliding-window masks, per window, per part (made
-	// as the layers that use them are built).
-	winMasks map[int][]tensor
-	outRows   tensor           // last stage: I32, the last row of each part
-	out       tensor
-	sessions  []*session
-	used      uint64 // for eviction: the step it last served
+	// masks are per window (0: none), per part: F32 [kvLen, n], 0 or
+	// -inf; made as the layers that use them are built, so that each is
+	// in the graph (a stage of gemma's local layers only has no causal
+	// mask).
+	masks    map[int][]tensor
+	outRows  tensor // last stage: I32, the last row of each part
+	out      tensor
+	sessions []*session
+	used     uint64 // for eviction: the step it last served
 }
 
 func (g *graph) free() {
@@ -792,11 +793,8 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	C.ggml_set_input(g.positions)
 	for _, pt := range parts {
 		vi := C.ggml_new_tensor_1d(c, C.T_I64, C.int64_t(pt.n*hd*nkv))
-		m := C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(pt.kvLen), C.int64_t(pt.n))
 		C.ggml_set_input(vi)
-		C.ggml_set_input(m)
 		g.vIdx = append(g.vIdx, vi)
-		g.masks = append(g.masks, m)
 		g.sessions = append(g.sessions, pt.p)
 	}
 	o := &ops{s: s, c: c, g: g, parts: parts, rows: rows}
@@ -816,6 +814,9 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 		x = C.ggml_get_rows(c, x, g.outRows) // [dim, parts]
 		x = C.ggml_mul(c, C.ggml_rms_norm(c, x, C.float(h.NormEps)), s.onorm)
 		x = C.ggml_mul_mat(c, s.head, x) // [vocab, parts]
+		if sc := h.FinalSoftCap; sc != 0 {
+			x = C.ggml_scale(c, C.ggml_tanh(c, C.ggml_scale(c, x, C.float(1/sc))), C.float(sc))
+		}
 	}
 	C.ggml_set_output(x)
 	C.ggml_build_forward_expand(g.gf, x)
@@ -908,9 +909,7 @@ func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.O
 		C.ggml_backend_tensor_set(g.vIdx[j], unsafe.Pointer(&vi[0]), 0, C.size_t(8*len(vi)))
 		// Row t sees positions 0..pos+t; the rest of the kvLen read is
 		// masked (stale or zero rows past the session's end included).
-		m := attnMask(pt, 0)
-		C.ggml_backend_tensor_set(g.masks[j], unsafe.Pointer(&m[0]), 0, C.size_t(4*len(m)))
-		for w, ms := range g.winMasks {
+		for w, ms := range g.masks {
 			m := attnMask(pt, w)
 			C.ggml_backend_tensor_set(ms[j], unsafe.Pointer(&m[0]), 0, C.size_t(4*len(m)))
 		}
@@ -1079,10 +1078,10 @@ func (o *ops) Rope(x engine.Tensor, r engine.Rope) engine.Tensor {
 	return &act{C.ggml_reshape_2d(o.c, t, C.int64_t(xt.w), o.R()), xt.w}
 }
 
-// windowMasks are the graph's input masks of window w, one per part,
-// made on first use.
+// windowMasks are the graph's input masks of window w (0: causal only),
+// one per part, made on first use.
 func (g *graph) windowMasks(c *C.struct_ggml_context, w int, parts []part) []tensor {
-	if ms, ok := g.winMasks[w]; ok {
+	if ms, ok := g.masks[w]; ok {
 		return ms
 	}
 	var ms []tensor
@@ -1091,10 +1090,10 @@ func (g *graph) windowMasks(c *C.struct_ggml_context, w int, parts []part) []ten
 		C.ggml_set_input(m)
 		ms = append(ms, m)
 	}
-	if g.winMasks == nil {
-		g.winMasks = map[int][]tensor{}
+	if g.masks == nil {
+		g.masks = map[int][]tensor{}
 	}
-	g.winMasks[w] = ms
+	g.masks[w] = ms
 	return ms
 }
 
@@ -1110,10 +1109,7 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 		o.fail(fmt.Errorf("%w: attention window %d", engine.ErrShape, a.Window))
 		return q
 	}
-	masks := g.masks
-	if a.Window > 0 {
-		masks = g.windowMasks(c, a.Window, o.parts)
-	}
+	masks := g.windowMasks(c, a.Window, o.parts)
 	const f4 = 4
 	hd, nh, nkv := a.HeadDim, a.Heads, a.KVHeads
 	scale := a.Scale

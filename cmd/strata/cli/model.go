@@ -84,7 +84,8 @@ func newModelGenCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "output file")
-	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama, qwen2, qwen3, qwen3moe, phi3 or gpt-oss (needs --experts)")
+	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma2 or gpt-oss (needs --experts)")
+	f.IntVar(&c.SlidingWindow, "sliding-window", 0, "gemma3, gemma2: the local layers' attention window (0: 512); gpt-oss: its even layers' window (0: 128)")
 	f.IntVar(&c.Experts, "experts", 0, "mixture of experts (qwen3moe, gpt-oss, or llama as Mixtral): experts per layer (0: a dense FFN)")
 	f.IntVar(&c.ExpertsUsed, "experts-used", 0, "experts each token uses (with --experts)")
 	f.IntVar(&c.ExpertFFN, "expert-ffn", 0, "qwen3moe, gpt-oss: each expert's feed-forward width (0: --ffn); llama's experts are --ffn wide")
