@@ -86,6 +86,16 @@ extern struct ggml_tensor * ggml_set_rows(struct ggml_context * ctx, struct ggml
 extern struct ggml_tensor * ggml_reshape_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1);
 extern struct ggml_tensor * ggml_concat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, int dim);
 extern struct ggml_tensor * ggml_view_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
+extern struct ggml_tensor * ggml_soft_max(struct ggml_context * ctx, struct ggml_tensor * a);
+extern void ggml_soft_max_add_sinks(struct ggml_tensor * a, struct ggml_tensor * sinks);
+extern struct ggml_tensor * ggml_argsort_top_k(struct ggml_context * ctx, struct ggml_tensor * a, int k);
+extern struct ggml_tensor * ggml_sum_rows(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
+extern struct ggml_tensor * ggml_div(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+extern struct ggml_tensor * ggml_mul_mat_id(struct ggml_context * ctx, struct ggml_tensor * as, struct ggml_tensor * b, struct ggml_tensor * ids);
+extern struct ggml_tensor * ggml_add_id(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, struct ggml_tensor * ids);
+extern struct ggml_tensor * ggml_swiglu_split(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+extern struct ggml_tensor * ggml_swiglu_oai(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, float alpha, float limit);
 extern int ggml_cpu_has_avx2(void);
 extern int ggml_cpu_has_avx512(void);
 extern int ggml_cpu_has_neon(void);
@@ -254,11 +264,6 @@ func load(f *engine.File, o options) (*Stage, error) {
 	hp, err := engine.ReadHParams(f)
 	if err != nil {
 		return nil, err
-	}
-	if hp.MoE() {
-		// Ops.MoE has no graph yet: refused here rather than at the first
-		// step.
-		return nil, fmt.Errorf("%w: %s with %d experts on the ggml backend (mixture of experts runs on the go engine)", engine.ErrUnsupportedArch, hp.Arch, hp.Experts)
 	}
 	arch, err := engine.Architecture(hp.Arch)
 	if err != nil {
@@ -1101,9 +1106,14 @@ func (g *graph) windowMasks(c *C.struct_ggml_context, w int, parts []part) []ten
 // and attends over the cache, part by part.
 func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 	c, g := o.c, o.g
+	var sinks tensor
 	if a.Sinks != "" {
-		o.fail(fmt.Errorf("%w: attention sinks on the ggml backend", engine.ErrUnsupportedArch))
-		return q
+		w, ok := o.s.layers[o.li].W(a.Sinks).(*gweight)
+		if !ok || w.ne0 != a.Heads || w.rows != 1 {
+			o.fail(fmt.Errorf("%w: attention sinks %q: want a vector of %d heads", engine.ErrShape, a.Sinks, a.Heads))
+			return q
+		}
+		sinks = w.t
 	}
 	if a.Window < 0 {
 		o.fail(fmt.Errorf("%w: attention window %d", engine.ErrShape, a.Window))
@@ -1149,6 +1159,10 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 			kq = C.ggml_scale(c, C.ggml_tanh(c, C.ggml_scale(c, kq, C.float(1/a.SoftCap))), C.float(a.SoftCap))
 		}
 		kq = C.ggml_soft_max_ext(c, kq, masks[j], C.float(scale), 0)
+		if sinks != nil {
+			// Each head's sink joins its softmax's denominator.
+			C.ggml_soft_max_add_sinks(kq, sinks)
+		}
 		kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
 		out := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), n)
 		if att == nil {
@@ -1180,7 +1194,64 @@ func (o *ops) Scale(x engine.Tensor, s float32) engine.Tensor {
 	return &act{C.ggml_scale(o.c, xt.t, C.float(s)), xt.w}
 }
 
-func (o *ops) MoE(x engine.Tensor, _ engine.MoE) engine.Tensor {
-	o.fail(fmt.Errorf("%w: mixture of experts on the ggml backend", engine.ErrUnsupportedArch))
-	return x
+// MoE is llama.cpp's build_moe_ffn: the router's top k experts by
+// mul_mat_id, their outputs weighed and added in rank order. Softmax
+// gating with renormalised weights (qwen3moe, Mixtral) and SiLU experts,
+// or gpt-oss's: biases, a softmax over the chosen logits, SwiGLU-OAI.
+func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
+	c, xt := o.c, x.(*act)
+	if m.GELU || !(m.NormTopK || m.WeighChosen) {
+		o.fail(fmt.Errorf("%w: a mixture of experts without renormalised weights, or of GELU experts, on the ggml backend", engine.ErrUnsupportedArch))
+		return x
+	}
+	rw := m.Router.(*gweight)
+	router := rw.t
+	ne, k, n, d := C.int64_t(rw.rows), C.int64_t(m.TopK), o.R(), C.int64_t(xt.w)
+	logits := C.ggml_mul_mat(c, router, xt.t) // [experts, n]
+	if m.RouterBias != nil {
+		logits = C.ggml_add(c, logits, m.RouterBias.(*gweight).t)
+	}
+	probs := logits
+	if !m.WeighChosen {
+		probs = C.ggml_soft_max(c, logits)
+	}
+	sel := C.ggml_argsort_top_k(c, probs, C.int(m.TopK))                // [k, n]
+	w := C.ggml_get_rows(c, C.ggml_reshape_3d(c, probs, 1, ne, n), sel) // [1, k, n]
+	w2 := C.ggml_reshape_2d(c, w, k, n)
+	if m.WeighChosen {
+		w2 = C.ggml_soft_max(c, w2)
+	} else {
+		sum := C.ggml_clamp(c, C.ggml_sum_rows(c, w2), C.float(minWeightSum), C.float(math.Inf(1)))
+		w2 = C.ggml_div(c, w2, sum)
+	}
+	w = C.ggml_reshape_3d(c, w2, 1, k, n)
+	cur := C.ggml_reshape_3d(c, xt.t, d, 1, n)
+	expert := func(wt, b engine.Weight, in tensor) tensor {
+		y := C.ggml_mul_mat_id(c, wt.(*gweight).t, in, sel)
+		if b != nil {
+			y = C.ggml_add_id(c, y, b.(*gweight).t, sel)
+		}
+		return y
+	}
+	up := expert(m.Up, m.UpBias, cur)       // [ff, k, n]
+	gate := expert(m.Gate, m.GateBias, cur) // [ff, k, n]
+	var a tensor
+	if m.OAI {
+		a = C.ggml_swiglu_oai(c, gate, up, C.float(m.OAIAlpha), C.float(m.OAILimit))
+	} else {
+		a = C.ggml_swiglu_split(c, gate, up)
+	}
+	ex := C.ggml_mul(c, expert(m.Down, m.DownBias, a), w) // [d, k, n]
+	// The experts added in rank order, as llama.cpp's chain of adds.
+	// ex is contiguous: a row's k outputs are 4·d bytes apart, rows 4·d·k.
+	nb1, nb2 := C.size_t(4*d), C.size_t(4*d*k)
+	out := C.ggml_view_2d(c, ex, d, n, nb2, 0)
+	for i := C.size_t(1); i < C.size_t(k); i++ {
+		out = C.ggml_add(c, out, C.ggml_view_2d(c, ex, d, n, nb2, i*nb1))
+	}
+	return &act{C.ggml_cont(c, out), xt.w}
 }
+
+// minWeightSum is llama.cpp's clamp of the chosen weights' sum before
+// renormalising them (the smallest normal half).
+const minWeightSum = 6.103515625e-5

@@ -41,6 +41,14 @@ var shapes = map[string]engine.GenConfig{
 	// Alternating windows, attention and final logit soft caps.
 	"gemma2": {Arch: "gemma2", Layers: 2, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 600, Seed: 19,
 		SlidingWindow: 4},
+	// Mixtures of experts (mul_mat_id): qwen3moe, Mixtral-style llama,
+	// and gpt-oss (sinks, biases, its gating and activation, YaRN, a
+	// window of 4 on the even layers).
+	"qwen3moe": {Arch: "qwen3moe", Layers: 2, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 384, Vocab: 600, Seed: 20,
+		Experts: 8, ExpertsUsed: 3, ExpertFFN: 64},
+	"mixtral": {Arch: "llama", Layers: 2, Dim: 128, Heads: 4, KVHeads: 2, FFN: 128, Vocab: 600, Seed: 21, Experts: 4, ExpertsUsed: 2},
+	"gpt-oss": {Arch: "gpt-oss", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 128, Vocab: 600, Seed: 22,
+		Experts: 4, ExpertsUsed: 2, SlidingWindow: 4, Context: 131072, RopeScaling: "yarn", RopeScalingFactor: 32, RopeOrigContext: 4096},
 }
 
 // kShapes are 256 wide (and FFN a multiple of 256), so that a Q4_K_M file
@@ -56,6 +64,8 @@ var kShapes = map[string]engine.GenConfig{
 		LongRoPE: true},
 	"gemma3": {Arch: "gemma3", Layers: 6, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 512, Vocab: 600, Seed: 28,
 		SlidingWindow: 4},
+	"gpt-oss": {Arch: "gpt-oss", Layers: 3, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 600, Seed: 29,
+		Experts: 4, ExpertsUsed: 2, SlidingWindow: 4, Context: 131072, RopeScaling: "yarn", RopeScalingFactor: 32, RopeOrigContext: 4096},
 }
 
 // limits are the relative distances (max |Δ| over max |logit|) allowed
@@ -271,6 +281,9 @@ func TestQuantizedAgreesWithEngine(t *testing.T) {
 	for name, c := range kShapes {
 		cases = append(cases, tc{name, "Q4_K_M", func(t *testing.T) string { return genMix(t, name, c, "q4_k_m") }, c.Layers})
 	}
+	// gpt-oss's own files: experts MXFP4, the rest Q8_0.
+	oss := kShapes["gpt-oss"]
+	cases = append(cases, tc{"gpt-oss", "MXFP4_MOE", func(t *testing.T) string { return genMix(t, "gpt-oss", oss, "mxfp4_moe") }, oss.Layers})
 	for _, c := range cases {
 		t.Run(c.name+"/"+c.kind, func(t *testing.T) {
 			path := c.path(t)
