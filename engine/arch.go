@@ -59,7 +59,7 @@ type Ops interface {
 
 	// MoE is a mixture-of-experts FFN: each row goes through the TopK
 	// experts its router scores highest, their outputs weighed (Go engine:
-	// moe.go; the ggml backend refuses files with experts).
+	// moe.go; ggml: mul_mat_id).
 	MoE(x Tensor, m MoE) Tensor
 
 	// The operations below are issue 33's families' (gemma).
@@ -151,8 +151,7 @@ type Attn struct {
 	// query p1 where p1−p0 ≥ Window, as llama.cpp's SWA mask.
 	Window int
 	// Sinks names a layer tensor of per-head attention-sink logits, which
-	// join each head's softmax without a value ("" for none; the ggml
-	// backend fails the step).
+	// join each head's softmax without a value ("" for none).
 	Sinks string
 	// SoftCap turns each raw score s (before Scale) into
 	// SoftCap·tanh(s/SoftCap) (0: none), as llama.cpp's gemma2.
