@@ -26,7 +26,7 @@ type Weight any
 
 // Ops are the operations a Block is written against. Each works on all
 // rows of the step at once. An op may reuse the storage of its first
-// Tensor argument (Add, AddBias, Rope and SwiGLU do, on the Go engine): a
+// Tensor argument (Add, AddBias, Rope, SwiGLU, GELU and Scale do, on the Go engine): a
 // block must not use a Tensor again after passing it there.
 //
 // Ops do not return errors: an engine that cannot do an op (or a variant
@@ -59,15 +59,14 @@ type Ops interface {
 
 	// MoE is a mixture-of-experts FFN: each row goes through the TopK
 	// experts its router scores highest, their outputs weighed (Go engine:
-	// moe.go; the ggml backend refuses files with experts).
+	// moe.go; ggml: mul_mat_id).
 	MoE(x Tensor, m MoE) Tensor
 
-	// The operations below are declared for issue 33's families; no
-	// engine implements them yet (a step that uses one fails with
-	// ErrUnsupportedArch).
+	// The operations below are issue 33's families' (gemma).
 
-	// GELU is gelu(x) (tanh approximation, as ggml's), element by element.
-	GELU(x Tensor) Tensor
+	// GELU is gelu(gate)·up, element by element (tanh approximation, as
+	// ggml's CPU computes it: gemma's gated FFN).
+	GELU(gate, up Tensor) Tensor
 	// Scale multiplies every value of x by s (gemma's embedding scaling).
 	Scale(x Tensor, s float32) Tensor
 }
@@ -147,15 +146,15 @@ type Attn struct {
 	// Scale multiplies the scores; 0 is 1/√HeadDim.
 	Scale float32
 
-	// Declared for issue 33's families; engines refuse non-zero values.
-
 	// Window is a sliding window: a row attends to its last Window
-	// positions only (0: all).
+	// positions only, itself included (0: all); key p0 is masked for
+	// query p1 where p1−p0 ≥ Window, as llama.cpp's SWA mask.
 	Window int
 	// Sinks names a layer tensor of per-head attention-sink logits, which
 	// join each head's softmax without a value ("" for none).
 	Sinks string
-	// SoftCap turns each score s into SoftCap·tanh(s/SoftCap) (0: none).
+	// SoftCap turns each raw score s (before Scale) into
+	// SoftCap·tanh(s/SoftCap) (0: none), as llama.cpp's gemma2.
 	SoftCap float32
 }
 
@@ -169,6 +168,23 @@ type MoE struct {
 	NormTopK bool
 	// GELU uses gelu(gate)·up instead of silu(gate)·up (not implemented).
 	GELU bool
+
+	// gpt-oss's variant (llama.cpp's SOFTMAX_WEIGHT gating and
+	// SWIGLU_OAI_MOE experts):
+
+	// RouterBias is added to the router's logits; nil for none.
+	RouterBias Weight // [experts]
+	// GateBias, UpBias and DownBias are the experts' biases, one row per
+	// expert; nil for none.
+	GateBias, UpBias, DownBias Weight // [experts × rows]
+	// WeighChosen picks the TopK experts by their logits and weighs them by
+	// a softmax over those TopK logits only (NormTopK is then unused).
+	WeighChosen bool
+	// OAI uses gpt-oss's clamped activation instead of silu(gate)·up:
+	// g·σ(OAIAlpha·g)·(u+1), g = min(gate, OAILimit) and u = up clamped to
+	// ±OAILimit.
+	OAI                bool
+	OAIAlpha, OAILimit float32
 }
 
 // TensorSpec is a tensor an architecture reads from the file.

@@ -44,3 +44,19 @@ func softmax(s []float32) {
 	}
 	scaleF32(&s[0], len(s), 1/sum)
 }
+
+// softmaxSink is softmaxSinkPortable's bits, as softmax is softmaxPortable's.
+func softmaxSink(s []float32, sink float32) {
+	if !useSIMD || !hasAVX512 || len(s) == 0 {
+		softmaxSinkPortable(s, sink)
+		return
+	}
+	m := max(maxF32(&s[0], len(s)), sink)
+	expF32(&s[0], len(s), m, &expConsts[0])
+	sum := float32(0)
+	for _, e := range s {
+		sum += e
+	}
+	sum += expf(sink - m)
+	scaleF32(&s[0], len(s), 1/sum)
+}

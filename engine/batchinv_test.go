@@ -17,11 +17,21 @@ func TestBatchInvariance(t *testing.T) {
 		name string
 		dt   DType
 		mix  string
-	}{{"q4_k_m", 0, "q4_k_m"}, {"q4_k", Q4_K, ""}, {"q5_k_m", 0, "q5_k_m"}, {"q6_k", Q6_K, ""}, {"q8_0", Q8_0, ""}, {"f16", F16, ""}}
+		arch string // "": base's llama
+	}{{"q4_k_m", 0, "q4_k_m", ""}, {"q4_k", Q4_K, "", ""}, {"q5_k_m", 0, "q5_k_m", ""}, {"q6_k", Q6_K, "", ""}, {"q8_0", Q8_0, "", ""}, {"f16", F16, "", ""},
+		// gemma: sliding windows shorter than the prompt, GELU's table,
+		// gemma2's soft caps.
+		{"gemma3-q4_k_m", 0, "q4_k_m", "gemma3"}, {"gemma3-f32", F32, "", "gemma3"}, {"gemma2-q8_0", Q8_0, "", "gemma2"}}
 	for _, ty := range types {
 		t.Run(ty.name, func(t *testing.T) {
 			c := base
 			c.DType, c.Mix = ty.dt, ty.mix
+			if ty.arch != "" {
+				c.Arch, c.SlidingWindow = ty.arch, 3
+				if ty.arch == "gemma3" {
+					c.Layers = 6 // five local layers, then a global one
+				}
+			}
 			if ty.mix != "" {
 				c.DType = F32
 			}

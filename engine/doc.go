@@ -42,15 +42,15 @@
 // arch_phi3.go), registered under its general.architecture name: a Read
 // hook for its own metadata, the global and per-layer tensors it reads
 // (TensorSpec: dims, optional, fused), and a Block that computes one layer
-// against Ops (RMSNorm, Linear(s), AddBias, Rope, Attention, SwiGLU, MoE,
-// Add).
+// against Ops (RMSNorm, Linear(s), AddBias, Rope, Attention, SwiGLU, GELU,
+// Scale, MoE, Add).
 // Local implements Ops with this package's kernels over the whole batch
 // of rows (ops.go), keeping the rules above; engine/ggml implements them
 // as graph nodes. To add an architecture, add one arch_NAME.go whose init
 // calls Register, and nothing else; an op neither engine has is added to
-// Ops and to both engines. Ops that issue 33's families will need (GELU,
-// Scale; sliding-window, sink and soft-capped attention; MoE on ggml) are
-// declared and fail the step with ErrUnsupportedArch. See
+// Ops and to both engines. Ops declared for issue 33's families but not
+// yet implemented (attention sinks; MoE on ggml) fail the step with
+// ErrUnsupportedArch. See
 // docs/architectures.md.
 //
 // # API

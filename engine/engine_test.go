@@ -40,6 +40,16 @@ var testShapes = map[string]GenConfig{
 	"qwen3moe": {Arch: "qwen3moe", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 192, Vocab: 300, Seed: 17,
 		Experts: 8, ExpertsUsed: 2, ExpertFFN: 32},
 	"mixtral": {Arch: "llama", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, FFN: 64, Vocab: 300, Seed: 18, Experts: 4, ExpertsUsed: 2},
+	// gpt-oss: sinks, biases, its router and activation, YaRN as the
+	// released models have it, and a window of 4 on layers 0 and 2, which
+	// the prompts outgrow.
+	"gpt-oss": {Arch: "gpt-oss", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 64, Vocab: 300, Seed: 19,
+		Experts: 4, ExpertsUsed: 2, SlidingWindow: 4, Context: 131072, RopeBase: 150000,
+		RopeScaling: "yarn", RopeScalingFactor: 32, RopeOrigContext: 4096},
+	// gemma3: five local layers (a window of 5, shorter than the runs)
+	// and a global one; gemma2: alternating windows and soft caps.
+	"gemma3": {Arch: "gemma3", Layers: 6, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 128, Vocab: 300, Seed: 19, SlidingWindow: 5},
+	"gemma2": {Arch: "gemma2", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 128, Vocab: 300, Seed: 20, SlidingWindow: 5},
 }
 
 // TestPackedTypesDeterministic: for every packed type, a two-stage run at

@@ -12,7 +12,7 @@ import (
 
 // GenConfig is the shape of a random-weight model.
 type GenConfig struct {
-	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe" or "phi3"
+	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma3", "gemma2" or "gpt-oss"
 	Name     string // general.name; default "strata-random-<arch>"
 	Layers   int
 	Dim      int // embedding length
@@ -59,6 +59,10 @@ type GenConfig struct {
 	// Mixtral): ExpertsUsed of Experts experts per token, each ExpertFFN
 	// wide (llama: FFN); see gen_moe.go.
 	Experts, ExpertsUsed, ExpertFFN int
+	// SlidingWindow is attention.sliding_window: gemma3's and gemma2's
+	// local layers' window (0: 512); gpt-oss's even layers' (0: 128, as
+	// the released models).
+	SlidingWindow int
 }
 
 // DefaultGenConfig is a tiny llama that tests run in milliseconds.
@@ -75,16 +79,23 @@ func (c GenConfig) withDefaults() GenConfig {
 		c.Context = 2048
 	}
 	if c.RopeBase == 0 {
-		c.RopeBase = 10000
-		if c.Arch != "llama" && c.Arch != "phi3" {
+		switch c.Arch {
+		case "llama", "phi3":
+			c.RopeBase = 10000
+		case "gpt-oss":
+			c.RopeBase = 150000 // as gpt-oss-20b and -120b
+		default:
 			c.RopeBase = 1000000
 		}
 	}
 	if c.NormEps == 0 {
 		c.NormEps = 1e-5
-		if c.Arch != "llama" && c.Arch != "phi3" {
+		if c.Arch != "llama" && c.Arch != "phi3" && c.Arch != "gpt-oss" {
 			c.NormEps = 1e-6
 		}
+	}
+	if c.Arch == "gpt-oss" && c.SlidingWindow == 0 {
+		c.SlidingWindow = 128
 	}
 	if c.HeadDim == 0 && c.Heads > 0 {
 		c.HeadDim = c.Dim / c.Heads
@@ -98,8 +109,10 @@ func (c GenConfig) withDefaults() GenConfig {
 func (c GenConfig) validate() error {
 	bad := func(f string, v any) error { return fmt.Errorf("%w: generate %s: %s = %v", ErrShape, c.Arch, f, v) }
 	switch {
-	case c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "qwen3" && c.Arch != "qwen3moe" && c.Arch != "phi3":
-		return fmt.Errorf("%w: %q (want llama, qwen2, qwen3, qwen3moe or phi3)", ErrUnsupportedArch, c.Arch)
+	case c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "qwen3" && c.Arch != "qwen3moe" && c.Arch != "phi3" && c.Arch != "gpt-oss":
+		return fmt.Errorf("%w: %q (want llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma2 or gpt-oss)", ErrUnsupportedArch, c.Arch)
+	case c.SlidingWindow < 0 || c.SlidingWindow > 0 && c.Arch != "gpt-oss":
+		return bad("sliding-window (gemma3, gemma2 and gpt-oss only, > 0)", c.SlidingWindow)
 	case c.Layers <= 0:
 		return bad("layers", c.Layers)
 	case c.Heads <= 0 || c.Dim <= 0 || c.HeadDim <= 0 || c.HeadDim%2 != 0:
@@ -222,6 +235,13 @@ func Generate(w io.Writer, c GenConfig) error {
 
 // genParts is the metadata and tensors of a generated model.
 func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
+	if c.Arch == "gemma3" || c.Arch == "gemma2" {
+		gc, err := c.gemmaConfig()
+		if err != nil {
+			return nil, nil, err
+		}
+		return gemmaParts(gc)
+	}
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, nil, err
@@ -280,6 +300,9 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 		}
 		kvs = append(kvs, KV{a + ".rope.scaling.type", c.RopeScaling}, KV{a + ".rope.scaling.factor", c.RopeScalingFactor},
 			KV{a + ".rope.scaling.original_context_length", uint32(orig)})
+	}
+	if a == "gpt-oss" {
+		kvs = append(kvs, KV{a + ".attention.sliding_window", uint32(c.SlidingWindow)})
 	}
 	kvs = append(kvs, c.moeKVs()...)
 	if c.Tokenizer != nil {
@@ -342,12 +365,16 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 			vec(p+"attn_q_norm.weight", uint64(headDim), 0.2, 1)
 			vec(p+"attn_k_norm.weight", uint64(headDim), 0.2, 1)
 		}
-		if a == "qwen2" {
+		if a == "qwen2" || a == "gpt-oss" {
 			vec(p+"attn_q.bias", uint64(qDim), 0.1, 0)
 			vec(p+"attn_k.bias", uint64(kvDim), 0.1, 0)
 			vec(p+"attn_v.bias", uint64(kvDim), 0.1, 0)
 		}
 		mat(p+"attn_output.weight", uint64(qDim), d, s)
+		if a == "gpt-oss" {
+			c.gptossTensors(p, func(t WriteTensor) { ts = append(ts, t) }, mat3)
+			continue
+		}
 		vec(p+"ffn_norm.weight", d, 0.2, 1)
 		if c.Experts > 0 {
 			c.moeTensors(p, func(t WriteTensor) { ts = append(ts, t) }, mat3)

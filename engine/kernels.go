@@ -179,6 +179,29 @@ func softmaxPortable(s []float32) {
 	}
 }
 
+// softmaxSinkPortable is a softmax whose denominator holds one more term,
+// exp(sink), that takes no value (gpt-oss's attention sinks): the max
+// counts the sink too, as ggml's soft_max with sinks does.
+func softmaxSinkPortable(s []float32, sink float32) {
+	m := sink
+	for _, v := range s {
+		if v > m {
+			m = v
+		}
+	}
+	sum := float32(0)
+	for i, v := range s {
+		e := expf(v - m)
+		s[i] = e
+		sum += e
+	}
+	sum += expf(sink - m)
+	inv := 1 / sum
+	for i := range s {
+		s[i] *= inv
+	}
+}
+
 // expConsts are expf's constants as float32, in the order the softmax
 // kernel reads them.
 var expConsts = [...]float32{1.44269504088896341, 0.693359375, -2.12194440e-4,

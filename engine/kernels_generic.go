@@ -43,6 +43,8 @@ func attnAV(out, v []float32, stride int, p []float32) { attnAVPortable(out, v, 
 
 func softmax(s []float32) { softmaxPortable(s) }
 
+func softmaxSink(s []float32, sink float32) { softmaxSinkPortable(s, sink) }
+
 // q8ilTile is q8ilPortable where there are no assembly kernels.
 func q8ilTile(out []float32, ostride int, q *q8il, g, groups int, a *act, t0, T int) {
 	q8ilPortable(out, ostride, q, g, groups, a, t0, T)

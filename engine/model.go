@@ -55,10 +55,18 @@ type HParams struct {
 	// its defaults (ext_factor 1 for yarn and 0 for linear, attn_factor 1,
 	// beta_fast 32, beta_slow 1, log multiplier 0).
 	YarnExtFactor, YarnAttnFactor, YarnBetaFast, YarnBetaSlow, YarnLogMul float32
-	// SlidingWindow is phi3's attention.sliding_window as the file declares it.
-	// It is not applied: llama.cpp disables Phi-3's sliding window too
+	// SlidingWindow is attention.sliding_window as the file declares it.
+	// gemma2 and gemma3 apply it on their local layers; phi3's is not
+	// applied: llama.cpp disables Phi-3's sliding window too
 	// (ggml-org/llama.cpp#13676), so full attention matches its output.
 	SlidingWindow int
+	// AttnSoftCap and FinalSoftCap are gemma2's attention and final logit
+	// soft-capping (c·tanh(s/c); 0: none). Both engines apply FinalSoftCap
+	// to the logits.
+	AttnSoftCap, FinalSoftCap float32
+	// QueryScale multiplies Q after RoPE (gemma's query_pre_attn_scalar,
+	// as llama.cpp derives it); 0 where the architecture does not use it.
+	QueryScale float32
 	// Experts > 0 makes every layer's FFN a mixture of experts (qwen3moe,
 	// and llama files with experts, as Mixtral's): a router picks
 	// ExpertsUsed of Experts SwiGLU experts of width ExpertFFN per token

@@ -64,7 +64,8 @@ func readExperts(f *File, h *HParams, moe bool, geti func(key string, dst *int, 
 	if err := geti("expert_gating_func", &gating, gatingSoftmax); err != nil {
 		return err
 	}
-	if gating != gatingSoftmax {
+	// llama.cpp runs gpt-oss with its own gating whatever the key says.
+	if gating != gatingSoftmax && a != "gpt-oss" {
 		return fmt.Errorf("%w: %s with expert gating function %d (only softmax, 1, is supported)", ErrUnsupportedArch, a, gating)
 	}
 	switch {
@@ -128,20 +129,65 @@ func moeTensors(h *HParams) []TensorSpec {
 type moeWeights struct {
 	router         *matrix   // Experts × Dim
 	gate, up, down []*matrix // per expert: ExpertFFN × Dim, ExpertFFN × Dim, Dim × ExpertFFN
+	// gpt-oss: biases (nil for none), its gating and activation (MoE).
+	routerB            []float32
+	gateB, upB, downB  *matrix // Experts × rows
+	weighChosen, oai   bool
+	oaiAlpha, oaiLimit float32
 }
 
 // MoE is the Go engine's mixture of experts: a softmax router, the TopK
-// experts renormalised, SwiGLU experts (moeFFN).
+// experts renormalised, SwiGLU experts; or gpt-oss's: biases, the TopK
+// logits' softmax, clamped SwiGLU-OAI experts (moeFFN).
 func (fw *forward) MoE(x Tensor, m MoE) Tensor {
 	xt := fw.t(x)
 	out := fw.arena.tensor(len(fw.rows), xt.w)
-	if !m.NormTopK || m.GELU {
+	if !(m.NormTopK || m.WeighChosen) || m.GELU {
 		fw.fail(fmt.Errorf("%w: a mixture of experts without renormalised weights, or of GELU experts, on the Go engine", ErrUnsupportedArch))
 		return out
 	}
-	w := &moeWeights{router: m.Router.(*matrix), gate: m.Gate.([]*matrix), up: m.Up.([]*matrix), down: m.Down.([]*matrix)}
+	w := &moeWeights{router: m.Router.(*matrix), gate: m.Gate.([]*matrix), up: m.Up.([]*matrix), down: m.Down.([]*matrix),
+		weighChosen: m.WeighChosen, oai: m.OAI, oaiAlpha: m.OAIAlpha, oaiLimit: m.OAILimit}
+	ne := w.router.rows
+	if m.RouterBias != nil {
+		w.routerB = m.RouterBias.([]float32)
+		if len(w.routerB) != ne {
+			fw.fail(fmt.Errorf("%w: router bias of %d for %d experts", ErrShape, len(w.routerB), ne))
+			return out
+		}
+	}
+	for _, b := range []struct {
+		dst  **matrix
+		src  Weight
+		want int
+	}{{&w.gateB, m.GateBias, w.gate[0].rows}, {&w.upB, m.UpBias, w.up[0].rows}, {&w.downB, m.DownBias, w.down[0].rows}} {
+		if b.src == nil {
+			continue
+		}
+		bm := b.src.(*matrix)
+		if bm.rows != ne || bm.cols != b.want {
+			fw.fail(fmt.Errorf("%w: expert bias of %d×%d for %d experts of %d rows", ErrShape, bm.rows, bm.cols, ne, b.want))
+			return out
+		}
+		*b.dst = bm
+	}
 	fw.moeFFN(w, m.TopK, xt.f, out.f)
 	return out
+}
+
+// addExpertBias adds expert e's row of the bias b to each of the n rows
+// of x (b's width each); a bias that is not F32 is widened row by row.
+func addExpertBias(x []float32, b *matrix, e int, buf []float32) {
+	var row []float32
+	if b.f != nil {
+		row = b.f[e*b.cols : (e+1)*b.cols]
+	} else {
+		row = buf[:b.cols]
+		b.row(e, row)
+	}
+	for i := 0; i < len(x); i += b.cols {
+		addTo(x[i:i+b.cols], row)
+	}
 }
 
 // experts loads a 3-D tensor of n experts' rows×cols matrices (GGUF dims
@@ -172,10 +218,15 @@ func (l *loader) experts(name string, n, rows, cols int) ([]*matrix, error) {
 // route picks each row's experts from its router logits (n × Experts,
 // turned into probabilities in place): sel[r*k+j] is row r's rank-j expert
 // and wt[r*k+j] its normalised weight.
-func route(logits []float32, n, experts, k int, sel []int32, wt []float32) {
+//
+// With weighChosen (gpt-oss), the experts are chosen by their logits and
+// weighed by a softmax over the chosen logits only, in rank order.
+func route(logits []float32, n, experts, k int, sel []int32, wt []float32, weighChosen bool) {
 	for r := 0; r < n; r++ {
 		p := logits[r*experts : (r+1)*experts]
-		softmax(p)
+		if !weighChosen {
+			softmax(p)
+		}
 		s, w := sel[r*k:(r+1)*k], wt[r*k:(r+1)*k]
 		for j := range s {
 			// The most probable expert not yet chosen; ties go to the
@@ -191,6 +242,10 @@ func route(logits []float32, n, experts, k int, sel []int32, wt []float32) {
 				}
 			}
 			s[j], w[j] = best, p[best]
+		}
+		if weighChosen {
+			softmax(w)
+			continue
 		}
 		// ggml_sum_rows sums in double; then ggml_clamp and ggml_div.
 		sum := 0.0
@@ -230,8 +285,13 @@ func (fw *forward) moeFFN(w *moeWeights, k int, xb, res []float32) {
 	n, d, ne, ff := len(fw.rows), w.router.cols, w.router.rows, w.gate[0].rows
 	logits := grow(&sc.logits, n*ne)
 	s.matmul(logits, w.router, newAct(xb, n, d))
+	if w.routerB != nil {
+		for r := 0; r < n; r++ {
+			addTo(logits[r*ne:(r+1)*ne], w.routerB)
+		}
+	}
 	sel, wt := grow(&sc.sel, n*k), grow(&sc.wt, n*k)
-	route(logits, n, ne, k, sel, wt)
+	route(logits, n, ne, k, sel, wt, w.weighChosen)
 
 	// Slots: the (row, rank) pairs grouped by expert, rows in order.
 	count := grow(&sc.count, ne+1)
@@ -262,7 +322,26 @@ func (fw *forward) moeFFN(w *moeWeights, k int, xb, res []float32) {
 			[]product{{gate[lo*ff : hi*ff], w.gate[e]}, {up[lo*ff : hi*ff], w.up[e]}}})
 	}
 	s.matmulSets(sets)
+	if w.gateB != nil || w.upB != nil {
+		buf := grow(&sc.bias, max(ff, d))
+		for e := 0; e < ne; e++ {
+			lo, hi := count[e], count[e+1]
+			if lo == hi {
+				continue
+			}
+			if w.gateB != nil {
+				addExpertBias(gate[lo*ff:hi*ff], w.gateB, e, buf)
+			}
+			if w.upB != nil {
+				addExpertBias(up[lo*ff:hi*ff], w.upB, e, buf)
+			}
+		}
+	}
 	s.pool.forRange(len(gate), 1024, len(gate)*8, func(lo, hi int) {
+		if w.oai {
+			swigluOAI(gate[lo:hi], up[lo:hi], w.oaiAlpha, w.oaiLimit)
+			return
+		}
 		siluMul(gate[lo:hi], up[lo:hi])
 	})
 	sets = sets[:0]
@@ -274,6 +353,14 @@ func (fw *forward) moeFFN(w *moeWeights, k int, xb, res []float32) {
 		sets = append(sets, actProducts{newAct(gate[lo*ff:hi*ff], hi-lo, ff), []product{{out[lo*d : hi*d], w.down[e]}}})
 	}
 	s.matmulSets(sets)
+	if w.downB != nil {
+		buf := grow(&sc.bias, max(ff, d))
+		for e := 0; e < ne; e++ {
+			if lo, hi := count[e], count[e+1]; lo < hi {
+				addExpertBias(out[lo*d:hi*d], w.downB, e, buf)
+			}
+		}
+	}
 	// Weigh each expert's output and add them in rank order (the block
 	// adds the residual); rows are independent, so they split freely.
 	s.pool.forRange(n, s.pool.grainFor(n, 16), n*k*d, func(r0, r1 int) {
@@ -297,9 +384,9 @@ func (fw *forward) moeFFN(w *moeWeights, k int, xb, res []float32) {
 
 // moeScratch is moeFFN's scratch, kept across one step's layers.
 type moeScratch struct {
-	logits, wt, xe, gate, up, out []float32
-	sel                           []int32
-	count, next, slot             []int
+	logits, wt, xe, gate, up, out, bias []float32
+	sel                                 []int32
+	count, next, slot                   []int
 }
 
 // grow returns *s resized to n, reallocating only to grow it.
@@ -309,4 +396,17 @@ func grow[T any](s *[]T, n int) []T {
 	}
 	*s = (*s)[:n]
 	return *s
+}
+
+// swigluOAI is gpt-oss's expert activation, as ggml's swiglu_oai computes
+// it in float32: x = min(g, limit), y = up clamped to ±limit, then
+// x/(1+e^(α·(−x)))·(y+1), written over g.
+func swigluOAI(g, u []float32, alpha, limit float32) {
+	u = u[:len(g)]
+	for i, v := range g {
+		x := min(v, limit)
+		y := min(max(u[i], -limit), limit)
+		o := x / (1 + expf(float32(alpha*(-x))))
+		g[i] = o * (y + 1)
+	}
 }

@@ -19,7 +19,7 @@ func TestRoute(t *testing.T) {
 		5, -1, 5, 5, // three-way tie: 0, 2
 	}
 	sel, wt := make([]int32, 4), make([]float32, 4)
-	route(logits, 2, 4, 2, sel, wt)
+	route(logits, 2, 4, 2, sel, wt, false)
 	if fmt.Sprint(sel) != "[1 3 0 2]" {
 		t.Errorf("selected %v, want [1 3 0 2]", sel)
 	}
@@ -32,12 +32,24 @@ func TestRoute(t *testing.T) {
 	// far below; the chosen two renormalise to 1/4 and 3/4.
 	logits = []float32{0, 1.0986123, -30}
 	sel, wt = make([]int32, 2), make([]float32, 2)
-	route(logits, 1, 3, 2, sel, wt)
+	route(logits, 1, 3, 2, sel, wt, false)
 	if sel[0] != 1 || sel[1] != 0 {
 		t.Errorf("selected %v, want [1 0]", sel)
 	}
 	if d := float64(wt[0]) - 0.75; d > 1e-6 || d < -1e-6 || float64(wt[1])-0.25 > 1e-6 || float64(wt[1])-0.25 < -1e-6 {
 		t.Errorf("weights %v, want [0.75 0.25]", wt)
+	}
+	// gpt-oss: chosen by logit, weighed by a softmax of the chosen logits
+	// only: (ln 3, 0) of (0, ln 3, −30, −1) give 3/4 and 1/4 whatever the
+	// others are.
+	logits = []float32{0, 1.0986123, -30, -1}
+	sel, wt = make([]int32, 2), make([]float32, 2)
+	route(logits, 1, 4, 2, sel, wt, true)
+	if sel[0] != 1 || sel[1] != 0 {
+		t.Errorf("weighChosen: selected %v, want [1 0]", sel)
+	}
+	if d := float64(wt[0]) - 0.75; d > 1e-6 || d < -1e-6 || float64(wt[1])-0.25 > 1e-6 || float64(wt[1])-0.25 < -1e-6 {
+		t.Errorf("weighChosen: weights %v, want [0.75 0.25]", wt)
 	}
 }
 
@@ -48,6 +60,10 @@ func TestMoEBatchInvariance(t *testing.T) {
 	qwen := GenConfig{Arch: "qwen3moe", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 768, Vocab: 300, Seed: 51,
 		Experts: 8, ExpertsUsed: 3, ExpertFFN: 256}
 	mixtral := GenConfig{Arch: "llama", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 300, Seed: 52, Experts: 8, ExpertsUsed: 2}
+	// gpt-oss: biased experts and router, its gating and activation, a
+	// window of 4 the prompt outgrows.
+	gptoss := GenConfig{Arch: "gpt-oss", Layers: 2, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 300, Seed: 53,
+		Experts: 8, ExpertsUsed: 2, SlidingWindow: 4}
 	cases := []struct {
 		name string
 		c    GenConfig
@@ -56,6 +72,7 @@ func TestMoEBatchInvariance(t *testing.T) {
 	}{
 		{"qwen3moe-q4_k_m", qwen, F32, "q4_k_m"}, {"qwen3moe-q8_0", qwen, Q8_0, ""}, {"qwen3moe-f16", qwen, F16, ""},
 		{"mixtral-q4_k_m", mixtral, F32, "q4_k_m"}, {"mixtral-f32", mixtral, F32, ""},
+		{"gpt-oss-mxfp4_moe", gptoss, F32, "mxfp4_moe"}, {"gpt-oss-q8_0", gptoss, Q8_0, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,7 +126,7 @@ func TestMoERoutesSpread(t *testing.T) {
 			logits := make([]float32, len(tokens)*c.Experts)
 			s.matmul(logits, w.W("ffn_gate_inp.weight").(*matrix), newAct(xb, len(tokens), c.Dim))
 			sel, wt := make([]int32, len(tokens)*c.ExpertsUsed), make([]float32, len(tokens)*c.ExpertsUsed)
-			route(logits, len(tokens), c.Experts, c.ExpertsUsed, sel, wt)
+			route(logits, len(tokens), c.Experts, c.ExpertsUsed, sel, wt, false)
 			used := map[int32]bool{}
 			for _, e := range sel {
 				used[e] = true
@@ -251,6 +268,16 @@ func TestMoEErrors(t *testing.T) {
 	qwen := genModel(t, testShapes["qwen3moe"])
 	mixtral := genModel(t, testShapes["mixtral"])
 	dense := genModel(t, testShapes["qwen3"])
+	oss := genModel(t, testShapes["gpt-oss"])
+	drop := func(suffix string) func(string) string {
+		return func(n string) string {
+			if strings.HasSuffix(n, suffix) {
+				return ""
+			}
+			return n
+		}
+	}
+	keep := func(k []KV) []KV { return k }
 	cases := []struct {
 		name   string
 		path   string
@@ -277,6 +304,11 @@ func TestMoEErrors(t *testing.T) {
 			return strings.Replace(n, "ffn_gate_exps.weight", "ffn_gate.0.weight", 1)
 		}, ErrUnsupportedArch, "one tensor per expert"},
 		{"wrong expert width", qwen, setKV("qwen3moe.expert_feed_forward_length", uint32(64)), nil, ErrShape, "ffn_gate_exps.weight"},
+		{"gpt-oss without experts", oss, setKV("gpt-oss.expert_count", nil), nil, ErrCorrupt, "without gpt-oss.expert_count"},
+		{"gpt-oss without a window", oss, setKV("gpt-oss.attention.sliding_window", nil), nil, ErrCorrupt, "sliding_window"},
+		{"gpt-oss window 0", oss, setKV("gpt-oss.attention.sliding_window", uint32(0)), nil, ErrCorrupt, "sliding_window"},
+		{"gpt-oss without sinks", oss, keep, drop("attn_sinks.weight"), ErrCorrupt, "attn_sinks.weight"},
+		{"gpt-oss without expert biases", oss, keep, drop("ffn_down_exps.bias"), ErrCorrupt, "ffn_down_exps.bias"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -293,6 +325,9 @@ func TestMoEErrors(t *testing.T) {
 		{Arch: "llama", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, Experts: 4, ExpertsUsed: 5},                // used > count
 		{Arch: "llama", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, Experts: 4, ExpertsUsed: 2, ExpertFFN: 32}, // llama width
 		{Arch: "qwen3moe", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, Experts: 4, ExpertsUsed: 2, ExpertFFN: 48, DType: Q8_0},
+		{Arch: "gpt-oss", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300},                                                // no experts
+		{Arch: "llama", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, SlidingWindow: 8},                                // window off gpt-oss
+		{Arch: "gpt-oss", Layers: 1, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, Experts: 4, ExpertsUsed: 2, SlidingWindow: -1}, // window < 0
 	} {
 		if err := Generate(io.Discard, c); !errors.Is(err, ErrShape) {
 			t.Errorf("Generate(%+v): %v, want ErrShape", c, err)

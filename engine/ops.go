@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"sync"
 )
 
 // The Go engine's Ops: each op runs this package's kernels over all rows
@@ -159,16 +160,25 @@ func (s *Local) ropeFreqs(r Rope) []float32 {
 func (fw *forward) Attention(q, k, v Tensor, a Attn) Tensor {
 	qt, kt, vt := fw.t(q), fw.t(k), fw.t(v)
 	out := fw.arena.tensor(len(fw.rows), qt.w)
-	if a.Window != 0 || a.Sinks != "" || a.SoftCap != 0 {
-		fw.fail(fmt.Errorf("%w: sliding-window, sink or soft-capped attention on the Go engine", ErrUnsupportedArch))
+	if a.Window < 0 {
+		fw.fail(fmt.Errorf("%w: attention window %d", ErrShape, a.Window))
 		return out
+	}
+	var sinks []float32
+	if a.Sinks != "" {
+		w, ok := fw.s.layers[fw.li].W(a.Sinks).([]float32)
+		if !ok || len(w) != a.Heads {
+			fw.fail(fmt.Errorf("%w: attention sinks %q: want a vector of %d heads", ErrShape, a.Sinks, a.Heads))
+			return out
+		}
+		sinks = w
 	}
 	kvd := a.KVHeads * a.HeadDim
 	for r, row := range fw.rows {
 		copy(row.sess.k[fw.li][row.pos*kvd:(row.pos+1)*kvd], kt.f[r*kvd:(r+1)*kvd])
 		copy(row.sess.v[fw.li][row.pos*kvd:(row.pos+1)*kvd], vt.f[r*kvd:(r+1)*kvd])
 	}
-	fw.attention(fw.li, qt.f, out.f, a)
+	fw.attention(fw.li, qt.f, out.f, a, sinks)
 	return out
 }
 
@@ -189,12 +199,66 @@ func (fw *forward) Add(a, b Tensor) Tensor {
 	return at
 }
 
-func (fw *forward) GELU(x Tensor) Tensor {
-	fw.fail(fmt.Errorf("%w: GELU on the Go engine", ErrUnsupportedArch))
-	return x
+func (fw *forward) GELU(gate, up Tensor) Tensor {
+	g, u := fw.t(gate), fw.t(up)
+	tab := geluTable()
+	// Element by element, as SwiGLU: the split is free.
+	n := len(g.f)
+	fw.s.pool.forRange(n, 1024, n*8, func(lo, hi int) {
+		geluMul(g.f[lo:hi], u.f[lo:hi], tab)
+	})
+	return g
 }
 
-func (fw *forward) Scale(x Tensor, _ float32) Tensor {
-	fw.fail(fmt.Errorf("%w: Scale on the Go engine", ErrUnsupportedArch))
-	return x
+func (fw *forward) Scale(x Tensor, s float32) Tensor {
+	xt := fw.t(x)
+	for i, v := range xt.f {
+		xt.f[i] = float32(v * s)
+	}
+	return xt
+}
+
+// geluMul sets g[i] to gelu(g[i])·u[i] the way ggml's CPU GELU computes
+// it (ggml_vec_gelu_f32 with GGML_GELU_FP16, which llama.cpp's gemma
+// graphs run): 0 at or below −10, x at or above 10, and otherwise x
+// rounded to F16 and looked up in a table of F16 values. An exact F32
+// GELU lands about 5e-4 from ggml's logits; the table lands on them.
+func geluMul(g, u []float32, tab *[1 << 16]float32) {
+	for i, x := range g {
+		var y float32
+		switch {
+		case x <= -10:
+			y = 0
+		case x >= 10:
+			y = x
+		default:
+			y = tab[f32ToF16(x)]
+		}
+		g[i] = float32(y * u[i])
+	}
+}
+
+var (
+	geluOnce sync.Once
+	geluTab  *[1 << 16]float32
+)
+
+// geluTable is ggml's table: for every F16 value h, the tanh GELU of h in
+// float32 arithmetic (as ggml_gelu_f32 evaluates it), rounded to F16,
+// here kept widened to F32.
+func geluTable() *[1 << 16]float32 {
+	geluOnce.Do(func() {
+		const a, c = float32(0.044715), float32(0.79788456080286535587989211986876)
+		t := new([1 << 16]float32)
+		for i := range t {
+			x := f16ToF32(uint16(i))
+			// 0.5f*x*(1.0f + tanhf(SQRT_2_OVER_PI*x*(1.0f + GELU_COEF_A*x*x))),
+			// left to right, each step rounded to float32.
+			in := float32(float32(c*x) * float32(1+float32(float32(a*x)*x)))
+			th := float32(math.Tanh(float64(in)))
+			t[i] = f16ToF32(f32ToF16(float32(float32(0.5*x) * float32(1+th))))
+		}
+		geluTab = t
+	})
+	return geluTab
 }

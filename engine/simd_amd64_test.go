@@ -51,6 +51,63 @@ func TestSoftmaxSIMD(t *testing.T) {
 	}
 }
 
+// TestSoftmaxSinkSIMD: the AVX-512 sink softmax gives
+// softmaxSinkPortable's bits, for sinks below, inside and above the
+// scores' range (the max is then the sink's).
+func TestSoftmaxSinkSIMD(t *testing.T) {
+	if !useSIMD || !hasAVX512 {
+		t.Skip("no AVX-512")
+	}
+	rng := uint64(5)
+	for n := 1; n <= 70; n++ {
+		for _, spread := range []float32{1, 10, 120} {
+			s := make([]float32, n)
+			for i := range s {
+				s[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 23) * spread
+			}
+			for _, sink := range []float32{-2 * spread, 0, 0.5 * spread, 2 * spread, -200} {
+				want := append([]float32(nil), s...)
+				softmaxSinkPortable(want, sink)
+				got := append([]float32(nil), s...)
+				softmaxSink(got, sink)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("n %d sink %v: element %d = %v, portable %v", n, sink, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSoftmaxSinkDefinition: the sink's share is what the values lose:
+// the outputs sum to 1 − e^sink/Σ (float64 reference), and a sink of −Inf
+// is the plain softmax, bit for bit.
+func TestSoftmaxSinkDefinition(t *testing.T) {
+	s := []float32{0.5, -1, 2, 0}
+	sink := float32(1.5)
+	got := append([]float32(nil), s...)
+	softmaxSinkPortable(got, sink)
+	den := math.Exp(float64(sink))
+	for _, v := range s {
+		den += math.Exp(float64(v))
+	}
+	for i, v := range s {
+		if want := math.Exp(float64(v)) / den; math.Abs(float64(got[i])-want) > 1e-6 {
+			t.Errorf("element %d: %v, want %v", i, got[i], want)
+		}
+	}
+	plain := append([]float32(nil), s...)
+	softmaxPortable(plain)
+	inf := append([]float32(nil), s...)
+	softmaxSinkPortable(inf, float32(math.Inf(-1)))
+	for i := range plain {
+		if math.Float32bits(plain[i]) != math.Float32bits(inf[i]) {
+			t.Errorf("sink −Inf: element %d = %v, softmax %v", i, inf[i], plain[i])
+		}
+	}
+}
+
 // TestExpMatchesExpf: the kernel's exponentials are expf's, one by one,
 // over a dense sweep of its domain and past it (x − max = x when max is
 // 0).

@@ -496,6 +496,9 @@ func (s *Local) ForwardBatch(ctx context.Context, steps []Step) ([]Output, error
 		}
 		logits := make([]float32, len(steps)*s.hp.Vocab)
 		s.matmul(logits, s.out, newAct(last, len(steps), d))
+		if c := s.hp.FinalSoftCap; c != 0 {
+			softCap(logits, c)
+		}
 		for i := range outs {
 			outs[i].Logits = logits[i*s.hp.Vocab : (i+1)*s.hp.Vocab : (i+1)*s.hp.Vocab]
 		}
@@ -574,25 +577,40 @@ func (fw *forward) layer(li int, x *goTensor) error {
 // together, a block of positions at a time, so each K and V row is read
 // from memory once for all of them. Every score is still one dot product
 // and every output one sequential sum over the positions, in order.
-func (fw *forward) attention(li int, qs, att []float32, a Attn) {
+//
+// sinks, where not nil, are each head's sink logit, which joins its
+// softmax's denominator (Attn.Sinks).
+func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32) {
 	d, kvd, hd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim, a.HeadDim
 	group := a.Heads / a.KVHeads
 	scale := a.Scale
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(hd)))
 	}
+	// first is the first position a row at pos sees: with a sliding
+	// window, key p0 is masked for query p1 where p1−p0 ≥ Window (as
+	// llama.cpp's SWA mask).
+	first := func(pos int) int {
+		if a.Window > 0 {
+			return max(0, pos-a.Window+1)
+		}
+		return 0
+	}
 	units := len(fw.rows) * a.KVHeads
 	work := 0
 	for _, r := range fw.rows {
-		work += (r.pos + 1) * a.Heads * hd * 2
+		work += (r.pos + 1 - first(r.pos)) * a.Heads * hd * 2
 	}
 	fw.s.pool.forRange(units, fw.s.pool.grainFor(units, 4), work, func(lo, hi int) {
 		var scores []float32
 		for u := lo; u < hi; u++ {
 			r, kh := u/a.KVHeads, u%a.KVHeads
 			row := fw.rows[r]
-			kc, vc := row.sess.k[li][kh*hd:], row.sess.v[li][kh*hd:]
-			np := row.pos + 1
+			p := first(row.pos)
+			// The cache from the first position seen: scores index
+			// positions from there.
+			kc, vc := row.sess.k[li][p*kvd+kh*hd:], row.sess.v[li][p*kvd+kh*hd:]
+			np := row.pos + 1 - p
 			if cap(scores) < group*np {
 				scores = make([]float32, group*np)
 			}
@@ -607,10 +625,17 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn) {
 			}
 			for g := 0; g < group; g++ {
 				sg := scores[g*np : (g+1)*np]
+				if a.SoftCap != 0 {
+					softCap(sg, a.SoftCap)
+				}
 				for j := range sg {
 					sg[j] = float32(sg[j] * scale)
 				}
-				softmax(sg)
+				if sinks != nil {
+					softmaxSink(sg, sinks[kh*group+g])
+				} else {
+					softmax(sg)
+				}
 			}
 			clear(out)
 			for p0 := 0; p0 < np; p0 += attnBlock {
@@ -621,6 +646,16 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn) {
 			}
 		}
 	})
+}
+
+// softCap turns each score s into c·tanh(s·(1/c)) in place, as ggml's
+// scale, tanh, scale nodes do (llama.cpp's attention and final logit
+// soft-capping), each step rounded to float32.
+func softCap(s []float32, c float32) {
+	inv := 1 / c
+	for i, x := range s {
+		s[i] = float32(c * float32(math.Tanh(float64(float32(x*inv)))))
+	}
 }
 
 // attnBlock is the positions whose K (or V) rows the heads of a group

@@ -1,7 +1,7 @@
 // Package ggml is a second engine backend: an engine.Stage that runs a
 // layer range of a GGUF of any architecture package engine defines (llama
-// with or without rope_freqs, qwen2, qwen3, phi3; not yet files with
-// experts) through ggml (as vendored by the pinned ollama module and
+// with or without rope_freqs or experts, qwen2, qwen3, qwen3moe, phi3,
+// gpt-oss, and the others it registers) through ggml (as vendored by the pinned ollama module and
 // compiled with cgo). It builds each layer from the architecture's
 // engine.Arch block, implementing engine.Ops as graph nodes, so that an
 // architecture is written once for both engines. Weights, KV caches and

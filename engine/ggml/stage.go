@@ -44,6 +44,8 @@ extern struct ggml_tensor * ggml_scale(struct ggml_context * ctx, struct ggml_te
 extern struct ggml_tensor * ggml_diag_mask_inf(struct ggml_context * ctx, struct ggml_tensor * a, int n_past);
 extern struct ggml_tensor * ggml_soft_max_ext(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * mask, float scale, float max_bias);
 extern struct ggml_tensor * ggml_silu(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_gelu(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_tanh(struct ggml_context * ctx, struct ggml_tensor * a);
 extern struct ggml_cgraph * ggml_new_graph_custom(struct ggml_context * ctx, size_t size, bool grads);
 extern void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_tensor * tensor);
 extern void ggml_set_input(struct ggml_tensor * tensor);
@@ -84,6 +86,16 @@ extern struct ggml_tensor * ggml_set_rows(struct ggml_context * ctx, struct ggml
 extern struct ggml_tensor * ggml_reshape_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1);
 extern struct ggml_tensor * ggml_concat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, int dim);
 extern struct ggml_tensor * ggml_view_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
+extern struct ggml_tensor * ggml_soft_max(struct ggml_context * ctx, struct ggml_tensor * a);
+extern void ggml_soft_max_add_sinks(struct ggml_tensor * a, struct ggml_tensor * sinks);
+extern struct ggml_tensor * ggml_argsort_top_k(struct ggml_context * ctx, struct ggml_tensor * a, int k);
+extern struct ggml_tensor * ggml_sum_rows(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);
+extern struct ggml_tensor * ggml_div(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+extern struct ggml_tensor * ggml_mul_mat_id(struct ggml_context * ctx, struct ggml_tensor * as, struct ggml_tensor * b, struct ggml_tensor * ids);
+extern struct ggml_tensor * ggml_add_id(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, struct ggml_tensor * ids);
+extern struct ggml_tensor * ggml_swiglu_split(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
+extern struct ggml_tensor * ggml_swiglu_oai(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, float alpha, float limit);
 extern int ggml_cpu_has_avx2(void);
 extern int ggml_cpu_has_avx512(void);
 extern int ggml_cpu_has_neon(void);
@@ -252,11 +264,6 @@ func load(f *engine.File, o options) (*Stage, error) {
 	hp, err := engine.ReadHParams(f)
 	if err != nil {
 		return nil, err
-	}
-	if hp.MoE() {
-		// Ops.MoE has no graph yet: refused here rather than at the first
-		// step.
-		return nil, fmt.Errorf("%w: %s with %d experts on the ggml backend (mixture of experts runs on the go engine)", engine.ErrUnsupportedArch, hp.Arch, hp.Experts)
 	}
 	arch, err := engine.Architecture(hp.Arch)
 	if err != nil {
@@ -723,11 +730,15 @@ type graph struct {
 	input     tensor           // tokens (I32 [rows]) or hidden states (F32 [dim, rows])
 	positions tensor           // I32 [rows]
 	vIdx      []tensor         // per part: I64, where each new V value goes in the transposed cache
-	masks     []tensor         // per part: F32 [kvLen, n], 0 or -inf
-	outRows   tensor           // last stage: I32, the last row of each part
-	out       tensor
-	sessions  []*session
-	used      uint64 // for eviction: the step it last served
+	// masks are per window (0: none), per part: F32 [kvLen, n], 0 or
+	// -inf; made as the layers that use them are built, so that each is
+	// in the graph (a stage of gemma's local layers only has no causal
+	// mask).
+	masks    map[int][]tensor
+	outRows  tensor // last stage: I32, the last row of each part
+	out      tensor
+	sessions []*session
+	used     uint64 // for eviction: the step it last served
 }
 
 func (g *graph) free() {
@@ -787,11 +798,8 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	C.ggml_set_input(g.positions)
 	for _, pt := range parts {
 		vi := C.ggml_new_tensor_1d(c, C.T_I64, C.int64_t(pt.n*hd*nkv))
-		m := C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(pt.kvLen), C.int64_t(pt.n))
 		C.ggml_set_input(vi)
-		C.ggml_set_input(m)
 		g.vIdx = append(g.vIdx, vi)
-		g.masks = append(g.masks, m)
 		g.sessions = append(g.sessions, pt.p)
 	}
 	o := &ops{s: s, c: c, g: g, parts: parts, rows: rows}
@@ -811,6 +819,9 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 		x = C.ggml_get_rows(c, x, g.outRows) // [dim, parts]
 		x = C.ggml_mul(c, C.ggml_rms_norm(c, x, C.float(h.NormEps)), s.onorm)
 		x = C.ggml_mul_mat(c, s.head, x) // [vocab, parts]
+		if sc := h.FinalSoftCap; sc != 0 {
+			x = C.ggml_scale(c, C.ggml_tanh(c, C.ggml_scale(c, x, C.float(1/sc))), C.float(sc))
+		}
 	}
 	C.ggml_set_output(x)
 	C.ggml_build_forward_expand(g.gf, x)
@@ -903,15 +914,10 @@ func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.O
 		C.ggml_backend_tensor_set(g.vIdx[j], unsafe.Pointer(&vi[0]), 0, C.size_t(8*len(vi)))
 		// Row t sees positions 0..pos+t; the rest of the kvLen read is
 		// masked (stale or zero rows past the session's end included).
-		m := make([]float32, pt.n*pt.kvLen)
-		inf := float32(math.Inf(-1))
-		for t := range pt.n {
-			row := m[t*pt.kvLen : (t+1)*pt.kvLen]
-			for c := pt.pos + t + 1; c < pt.kvLen; c++ {
-				row[c] = inf
-			}
+		for w, ms := range g.masks {
+			m := attnMask(pt, w)
+			C.ggml_backend_tensor_set(ms[j], unsafe.Pointer(&m[0]), 0, C.size_t(4*len(m)))
 		}
-		C.ggml_backend_tensor_set(g.masks[j], unsafe.Pointer(&m[0]), 0, C.size_t(4*len(m)))
 	}
 	C.ggml_backend_tensor_set(g.positions, unsafe.Pointer(&ps[0]), 0, C.size_t(4*rows))
 	if g.outRows != nil {
@@ -955,6 +961,25 @@ func repackable(t engine.DType, dims []uint64) bool {
 		return C.ggml_cpu_has_avx512() != 0
 	}
 	return false
+}
+
+// attnMask is part pt's mask, [kvLen, n]: row t (at position pos+t) sees
+// positions up to its own, and with a sliding window (w > 0) only those
+// less than w before it (key p0 is masked for query p1 where p1−p0 ≥ w,
+// as llama.cpp's SWA mask).
+func attnMask(pt part, w int) []float32 {
+	m := make([]float32, pt.n*pt.kvLen)
+	inf := float32(math.Inf(-1))
+	for t := range pt.n {
+		row := m[t*pt.kvLen : (t+1)*pt.kvLen]
+		p := pt.pos + t
+		for c := range row {
+			if c > p || (w > 0 && p-c >= w) {
+				row[c] = inf
+			}
+		}
+	}
+	return m
 }
 
 // act is an activation of the graph: [w, rows], contiguous.
@@ -1058,14 +1083,43 @@ func (o *ops) Rope(x engine.Tensor, r engine.Rope) engine.Tensor {
 	return &act{C.ggml_reshape_2d(o.c, t, C.int64_t(xt.w), o.R()), xt.w}
 }
 
+// windowMasks are the graph's input masks of window w (0: causal only),
+// one per part, made on first use.
+func (g *graph) windowMasks(c *C.struct_ggml_context, w int, parts []part) []tensor {
+	if ms, ok := g.masks[w]; ok {
+		return ms
+	}
+	var ms []tensor
+	for _, pt := range parts {
+		m := C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(pt.kvLen), C.int64_t(pt.n))
+		C.ggml_set_input(m)
+		ms = append(ms, m)
+	}
+	if g.masks == nil {
+		g.masks = map[int][]tensor{}
+	}
+	g.masks[w] = ms
+	return ms
+}
+
 // Attention writes each part's new K and V rows into its session's cache
 // and attends over the cache, part by part.
 func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 	c, g := o.c, o.g
-	if a.Window != 0 || a.Sinks != "" || a.SoftCap != 0 {
-		o.fail(fmt.Errorf("%w: sliding-window, sink or soft-capped attention on the ggml backend", engine.ErrUnsupportedArch))
+	var sinks tensor
+	if a.Sinks != "" {
+		w, ok := o.s.layers[o.li].W(a.Sinks).(*gweight)
+		if !ok || w.ne0 != a.Heads || w.rows != 1 {
+			o.fail(fmt.Errorf("%w: attention sinks %q: want a vector of %d heads", engine.ErrShape, a.Sinks, a.Heads))
+			return q
+		}
+		sinks = w.t
+	}
+	if a.Window < 0 {
+		o.fail(fmt.Errorf("%w: attention window %d", engine.ErrShape, a.Window))
 		return q
 	}
+	masks := g.windowMasks(c, a.Window, o.parts)
 	const f4 = 4
 	hd, nh, nkv := a.HeadDim, a.Heads, a.KVHeads
 	scale := a.Scale
@@ -1099,7 +1153,16 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 		// (which wants a contiguous right operand) for K·Q.
 		qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
 		kq := C.ggml_mul_mat(c, kAll, qp)                       // [kvLen, n, nh]
-		kq = C.ggml_soft_max_ext(c, kq, g.masks[j], C.float(scale), 0)
+		if a.SoftCap != 0 {
+			// As llama.cpp: the raw scores capped, then scaled in the
+			// softmax.
+			kq = C.ggml_scale(c, C.ggml_tanh(c, C.ggml_scale(c, kq, C.float(1/a.SoftCap))), C.float(a.SoftCap))
+		}
+		kq = C.ggml_soft_max_ext(c, kq, masks[j], C.float(scale), 0)
+		if sinks != nil {
+			// Each head's sink joins its softmax's denominator.
+			C.ggml_soft_max_add_sinks(kq, sinks)
+		}
 		kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
 		out := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), n)
 		if att == nil {
@@ -1121,17 +1184,74 @@ func (o *ops) Add(a, b engine.Tensor) engine.Tensor {
 	return &act{C.ggml_add(o.c, at.t, b.(*act).t), at.w}
 }
 
-func (o *ops) GELU(x engine.Tensor) engine.Tensor {
-	o.fail(fmt.Errorf("%w: GELU on the ggml backend", engine.ErrUnsupportedArch))
-	return x
+func (o *ops) GELU(gate, up engine.Tensor) engine.Tensor {
+	gt := gate.(*act)
+	return &act{C.ggml_mul(o.c, C.ggml_gelu(o.c, gt.t), up.(*act).t), gt.w}
 }
 
-func (o *ops) Scale(x engine.Tensor, _ float32) engine.Tensor {
-	o.fail(fmt.Errorf("%w: Scale on the ggml backend", engine.ErrUnsupportedArch))
-	return x
+func (o *ops) Scale(x engine.Tensor, s float32) engine.Tensor {
+	xt := x.(*act)
+	return &act{C.ggml_scale(o.c, xt.t, C.float(s)), xt.w}
 }
 
-func (o *ops) MoE(x engine.Tensor, _ engine.MoE) engine.Tensor {
-	o.fail(fmt.Errorf("%w: mixture of experts on the ggml backend", engine.ErrUnsupportedArch))
-	return x
+// MoE is llama.cpp's build_moe_ffn: the router's top k experts by
+// mul_mat_id, their outputs weighed and added in rank order. Softmax
+// gating with renormalised weights (qwen3moe, Mixtral) and SiLU experts,
+// or gpt-oss's: biases, a softmax over the chosen logits, SwiGLU-OAI.
+func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
+	c, xt := o.c, x.(*act)
+	if m.GELU || !(m.NormTopK || m.WeighChosen) {
+		o.fail(fmt.Errorf("%w: a mixture of experts without renormalised weights, or of GELU experts, on the ggml backend", engine.ErrUnsupportedArch))
+		return x
+	}
+	rw := m.Router.(*gweight)
+	router := rw.t
+	ne, k, n, d := C.int64_t(rw.rows), C.int64_t(m.TopK), o.R(), C.int64_t(xt.w)
+	logits := C.ggml_mul_mat(c, router, xt.t) // [experts, n]
+	if m.RouterBias != nil {
+		logits = C.ggml_add(c, logits, m.RouterBias.(*gweight).t)
+	}
+	probs := logits
+	if !m.WeighChosen {
+		probs = C.ggml_soft_max(c, logits)
+	}
+	sel := C.ggml_argsort_top_k(c, probs, C.int(m.TopK))                // [k, n]
+	w := C.ggml_get_rows(c, C.ggml_reshape_3d(c, probs, 1, ne, n), sel) // [1, k, n]
+	w2 := C.ggml_reshape_2d(c, w, k, n)
+	if m.WeighChosen {
+		w2 = C.ggml_soft_max(c, w2)
+	} else {
+		sum := C.ggml_clamp(c, C.ggml_sum_rows(c, w2), C.float(minWeightSum), C.float(math.Inf(1)))
+		w2 = C.ggml_div(c, w2, sum)
+	}
+	w = C.ggml_reshape_3d(c, w2, 1, k, n)
+	cur := C.ggml_reshape_3d(c, xt.t, d, 1, n)
+	expert := func(wt, b engine.Weight, in tensor) tensor {
+		y := C.ggml_mul_mat_id(c, wt.(*gweight).t, in, sel)
+		if b != nil {
+			y = C.ggml_add_id(c, y, b.(*gweight).t, sel)
+		}
+		return y
+	}
+	up := expert(m.Up, m.UpBias, cur)       // [ff, k, n]
+	gate := expert(m.Gate, m.GateBias, cur) // [ff, k, n]
+	var a tensor
+	if m.OAI {
+		a = C.ggml_swiglu_oai(c, gate, up, C.float(m.OAIAlpha), C.float(m.OAILimit))
+	} else {
+		a = C.ggml_swiglu_split(c, gate, up)
+	}
+	ex := C.ggml_mul(c, expert(m.Down, m.DownBias, a), w) // [d, k, n]
+	// The experts added in rank order, as llama.cpp's chain of adds.
+	// ex is contiguous: a row's k outputs are 4·d bytes apart, rows 4·d·k.
+	nb1, nb2 := C.size_t(4*d), C.size_t(4*d*k)
+	out := C.ggml_view_2d(c, ex, d, n, nb2, 0)
+	for i := C.size_t(1); i < C.size_t(k); i++ {
+		out = C.ggml_add(c, out, C.ggml_view_2d(c, ex, d, n, nb2, i*nb1))
+	}
+	return &act{C.ggml_cont(c, out), xt.w}
 }
+
+// minWeightSum is llama.cpp's clamp of the chosen weights' sum before
+// renormalising them (the smallest normal half).
+const minWeightSum = 6.103515625e-5

@@ -26,6 +26,22 @@ func TestMoESwarm(t *testing.T) {
 		Vocab: 512, Seed: 22, Mix: "q4_k_m", Experts: 8, ExpertsUsed: 3, ExpertFFN: 256})
 }
 
+// TestGptOssSwarm is TestQ4KMSwarm on gpt-oss: sinks, biases, its router
+// and activation, YaRN, and a window of 8 on the even layers that the
+// generation outgrows.
+func TestGptOssSwarm(t *testing.T) {
+	swarmMatchesSingleProcess(t, engine.GenConfig{Arch: "gpt-oss", Layers: 8, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256,
+		Vocab: 512, Seed: 23, Mix: "q4_k_m", Experts: 8, ExpertsUsed: 2, SlidingWindow: 8, Context: 131072, RopeBase: 150000,
+		RopeScaling: "yarn", RopeScalingFactor: 32, RopeOrigContext: 4096})
+}
+
+// TestGemma3Swarm is TestQ4KMSwarm on gemma3: a Q4_K_M file whose local
+// layers' window (8) is shorter than the prompt and completion.
+func TestGemma3Swarm(t *testing.T) {
+	swarmMatchesSingleProcess(t, engine.GenConfig{Arch: "gemma3", Layers: 6, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 512,
+		Vocab: 512, Seed: 23, Mix: "q4_k_m", SlidingWindow: 8})
+}
+
 // swarmMatchesSingleProcess runs the model gc as one file and split on a
 // 3-node swarm through the API and checks it against one process.
 func swarmMatchesSingleProcess(t *testing.T, gc engine.GenConfig) {

@@ -63,7 +63,10 @@ func inspectModel(w io.Writer, f *engine.File) {
 			fmt.Fprintf(w, "  mixture of experts: %d experts, %d active per token, %d shared, each %d wide\n",
 				hp.Experts, hp.ExpertsUsed, hp.SharedExperts, hp.ExpertFFN)
 		}
-		if hp.SlidingWindow > 0 {
+		switch {
+		case hp.SlidingWindow > 0 && hp.Arch == "gpt-oss":
+			fmt.Fprintf(w, "  sliding window %d on layers 0, 2, 4, …; attention sinks on every layer\n", hp.SlidingWindow)
+		case hp.SlidingWindow > 0:
 			fmt.Fprintf(w, "  sliding window %d declared, not applied (full attention; llama.cpp runs phi3 without it too)\n", hp.SlidingWindow)
 		}
 	} else if n, err := f.Uint(arch + ".expert_count"); err == nil && n > 0 {
