@@ -63,7 +63,14 @@ func inspectModel(w io.Writer, f *engine.File) {
 			fmt.Fprintf(w, "  mixture of experts: %d experts, %d active per token, %d shared, each %d wide\n",
 				hp.Experts, hp.ExpertsUsed, hp.SharedExperts, hp.ExpertFFN)
 		}
-		if hp.SlidingWindow > 0 {
+		switch {
+		case hp.SlidingWindow > 0 && (hp.Arch == "gemma3" || hp.Arch == "gemma2"):
+			fmt.Fprintf(w, "  sliding window %d on the local layers", hp.SlidingWindow)
+			if hp.AttnSoftCap != 0 || hp.FinalSoftCap != 0 {
+				fmt.Fprintf(w, "; soft caps: attention %g, final logits %g", hp.AttnSoftCap, hp.FinalSoftCap)
+			}
+			fmt.Fprintln(w)
+		case hp.SlidingWindow > 0:
 			fmt.Fprintf(w, "  sliding window %d declared, not applied (full attention; llama.cpp runs phi3 without it too)\n", hp.SlidingWindow)
 		}
 	} else if n, err := f.Uint(arch + ".expert_count"); err == nil && n > 0 {
