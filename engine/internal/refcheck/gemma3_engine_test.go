@@ -188,3 +188,41 @@ func TestGemmaQuantizedLlamaCpp(t *testing.T) {
 		}
 	}
 }
+
+// TestGemma3EngineExactGELU: with GELU by its formula in both (the engine
+// WithExactGELU, our raw graph after llama.cpp's with exactGELU), the
+// engine's gemma3 is within 1e-5 of the graph on every case of
+// TestGemma3EngineLlamaCpp: everything but ggml's GELU table agrees at
+// the other families' level, so the looser bound there is the table's
+// alone.
+func TestGemma3EngineExactGELU(t *testing.T) {
+	dir := t.TempDir()
+	for _, seed := range []uint64{33, 35, 37, 38} {
+		for _, window := range []int{4, 512} {
+			c := engine.Gemma3Config{Layers: 6, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 600, Seed: seed, SlidingWindow: window}
+			path := filepath.Join(dir, fmt.Sprintf("gemma3-s%d-w%d.gguf", seed, window))
+			if err := engine.GenerateGemma3File(path, c); err != nil {
+				t.Fatal(err)
+			}
+			exact, err := ggmlGemma3Logits(path, c, ollamaTokens, gemma3Opts{keep: window, exactGELU: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := engine.Open(path, engine.WithExactGELU())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ss, _ := s.NewSession(64)
+			out, err := s.Forward(context.Background(), engine.Step{Session: ss, Tokens: ollamaTokens})
+			s.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := relDist(out.Logits, exact)
+			t.Logf("seed %d window %d: engine with exact GELU %.3g from the exact-GELU graph", seed, window, d)
+			if !(d <= 1e-5) {
+				t.Errorf("seed %d window %d: %.3g relative (limit 1e-5)", seed, window, d)
+			}
+		}
+	}
+}
