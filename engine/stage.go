@@ -157,9 +157,9 @@ type Local struct {
 	out     *matrix
 	// exactGELU: GELU by its formula, not ggml's CPU table (WithExactGELU).
 	exactGELU bool
-	tok     *Tokenizer
-	pool    *pool
-	closed  bool
+	tok       *Tokenizer
+	pool      *pool
+	closed    bool
 }
 
 // Open loads the stage of the GGUF model at path given by the options
