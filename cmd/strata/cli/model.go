@@ -92,7 +92,7 @@ func newModelGenCmd() *cobra.Command {
 	f.IntVar(&c.HeadDim, "head-dim", 0, "head size (0: dim/heads; qwen3 files often set another)")
 	f.BoolVar(&c.RopeFreqs, "rope-freqs", false, "llama: write rope_freqs.weight with Llama 3.1's RoPE scaling")
 	f.BoolVar(&c.LongRoPE, "long-rope", false, "phi3: write LongRoPE factors as Phi-3.5 mini has them (--ctx is then the original context, 32× it the trained one)")
-	f.StringVar(&c.RopeScaling, "rope-scaling", "", "llama, qwen2, qwen3: RoPE scaling to write, linear or yarn (with --rope-scaling-factor and --rope-orig-ctx; --ctx is the scaled context)")
+	f.StringVar(&c.RopeScaling, "rope-scaling", "", "llama, qwen2, qwen3: RoPE scaling to write, linear or yarn (gemma3, gemma2: linear) (with --rope-scaling-factor and --rope-orig-ctx; --ctx is the scaled context)")
 	f.Float32Var(&c.RopeScalingFactor, "rope-scaling-factor", 4, "rope.scaling.factor for --rope-scaling")
 	f.IntVar(&c.RopeOrigContext, "rope-orig-ctx", 0, "rope.scaling.original_context_length for --rope-scaling (0: --ctx / factor)")
 	f.IntVar(&c.Layers, "layers", c.Layers, "transformer layers")

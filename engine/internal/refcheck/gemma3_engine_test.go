@@ -240,3 +240,35 @@ func TestGemma3EngineExactGELU(t *testing.T) {
 		}
 	}
 }
+
+// TestGemma3LinearScalingLlamaCpp: a gemma3 file with linear RoPE scaling
+// (factor 8, as Gemma 3 4B–27B ship) matches llama.cpp, which scales the
+// global layers' RoPE only (scaling the local layers too put the engine
+// 0.498 from llama.cpp when tried), and the factor moves llama.cpp's
+// logits.
+func TestGemma3LinearScalingLlamaCpp(t *testing.T) {
+	const bound = 1.0 / 4096
+	dir := t.TempDir()
+	var logits [2][]float32
+	for i, factor := range []float32{0, 8} {
+		c := engine.Gemma3Config{Layers: 6, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 600, Seed: 44, SlidingWindow: 4, LinearScaling: factor}
+		path := filepath.Join(dir, fmt.Sprintf("gemma3-f%g.gguf", factor))
+		if err := engine.GenerateGemma3File(path, c); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := llamacppLogits(path, ollamaTokens, c.Vocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits[i] = ref
+		got := engineLogits(t, path, ollamaTokens)
+		d := relDist(got, ref)
+		t.Logf("linear scaling %g: engine %.3g from llama.cpp", factor, d)
+		if !(d <= bound) {
+			t.Errorf("linear scaling %g: engine %.3g from llama.cpp (limit %.3g)", factor, d, bound)
+		}
+	}
+	if d := relDist(logits[1], logits[0]); !(d > 1e-3) {
+		t.Errorf("factor 8 moved llama.cpp's logits only %.3g", d)
+	}
+}
