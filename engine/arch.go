@@ -26,8 +26,8 @@ type Weight any
 
 // Ops are the operations a Block is written against. Each works on all
 // rows of the step at once. An op may reuse the storage of its first
-// Tensor argument (Add, AddBias, Rope, SwiGLU, GELU and Scale do, on the Go engine): a
-// block must not use a Tensor again after passing it there.
+// Tensor argument (Add, AddBias, Rope, SwiGLU, GELU and Scale do, on the
+// Go engine): a block must not use a Tensor again after passing it there.
 //
 // Ops do not return errors: an engine that cannot do an op (or a variant
 // of one) records the failure, the step fails with it, and what the op
@@ -62,10 +62,9 @@ type Ops interface {
 	// moe.go; ggml: mul_mat_id).
 	MoE(x Tensor, m MoE) Tensor
 
-	// The operations below are issue 33's families' (gemma).
-
-	// GELU is gelu(gate)·up, element by element (tanh approximation, as
-	// ggml's CPU computes it: gemma's gated FFN).
+	// GELU is gelu(gate)·up, element by element (gemma's gated FFN): the
+	// tanh approximation as ggml's CPU computes it, through an F16 table
+	// (engine.WithExactGELU: the formula, as ggml's GPU kernels).
 	GELU(gate, up Tensor) Tensor
 	// Scale multiplies every value of x by s (gemma's embedding scaling).
 	Scale(x Tensor, s float32) Tensor

@@ -36,6 +36,10 @@ type Gemma3Config struct {
 	// Mix, "q4_k_m" or "q5_k_m", picks each 2-D weight's type as
 	// GenConfig.Mix does (DType is then ignored).
 	Mix string
+	// LinearScaling, when > 0, writes rope.scaling.type linear and this
+	// factor, as Gemma 3 4B, 12B and 27B have (factor 8): llama.cpp
+	// applies it to the global layers only.
+	LinearScaling float32
 }
 
 func (c Gemma3Config) withDefaults() Gemma3Config {
@@ -90,6 +94,8 @@ func (c Gemma3Config) validate() error {
 		return bad("vocab", c.Vocab)
 	case c.SlidingWindow < 0:
 		return bad("sliding-window", c.SlidingWindow)
+	case c.LinearScaling < 0 || math.IsInf(float64(c.LinearScaling), 0) || math.IsNaN(float64(c.LinearScaling)):
+		return bad("linear-scaling", c.LinearScaling)
 	case c.Mix == "" && !c.DType.Supported():
 		return fmt.Errorf("%w: generate gemma3 %s", ErrUnsupportedType, c.DType)
 	case c.Mix == "" && c.Dim%dtypes[c.DType].block != 0 || c.FFN%dtypes[c.DType].block != 0 || c.HeadDim*c.Heads%dtypes[c.DType].block != 0:
@@ -155,6 +161,9 @@ func gemmaParts(c Gemma3Config) ([]KV, []WriteTensor, error) {
 	if a == "gemma2" {
 		kvs = append(kvs, KV{a + ".attn_logit_softcapping", float32(50)})
 	}
+	if c.LinearScaling > 0 {
+		kvs = append(kvs, KV{a + ".rope.scaling.type", "linear"}, KV{a + ".rope.scaling.factor", c.LinearScaling})
+	}
 	if c.Softcap != 0 {
 		kvs = append(kvs, KV{a + ".final_logit_softcapping", c.Softcap})
 	}
@@ -203,13 +212,20 @@ func gemmaParts(c Gemma3Config) ([]KV, []WriteTensor, error) {
 // gemmaConfig is c as a Gemma3Config (GenConfig with Arch gemma3 or
 // gemma2). Fields Gemma files do not have must be unset.
 func (c GenConfig) gemmaConfig() (Gemma3Config, error) {
-	if c.Tied || c.RopeFreqs || c.LongRoPE || c.RopeScaling != "" || c.Tokenizer != nil || c.Experts != 0 {
-		return Gemma3Config{}, fmt.Errorf("%w: generate %s: tied, rope-freqs, long-rope, rope-scaling, a tokenizer and experts are not for gemma (its head is always tied)", ErrShape, c.Arch)
+	if c.Tied || c.RopeFreqs || c.LongRoPE || (c.RopeScaling != "" && c.RopeScaling != "linear") || c.Tokenizer != nil || c.Experts != 0 {
+		return Gemma3Config{}, fmt.Errorf("%w: generate %s: tied, rope-freqs, long-rope, rope-scaling other than linear, a tokenizer and experts are not for gemma (its head is always tied)", ErrShape, c.Arch)
+	}
+	scaling := float32(0)
+	if c.RopeScaling == "linear" {
+		scaling = c.RopeScalingFactor
+		if !(scaling > 0) {
+			return Gemma3Config{}, fmt.Errorf("%w: generate %s: rope-scaling-factor %v", ErrShape, c.Arch, scaling)
+		}
 	}
 	if c.HeadDim == 0 && c.Heads > 0 {
 		c.HeadDim = c.Dim / c.Heads // as for the other architectures
 	}
 	return Gemma3Config{Arch: c.Arch, Name: c.Name, Layers: c.Layers, Dim: c.Dim, Heads: c.Heads, KVHeads: c.KVHeads,
 		HeadDim: c.HeadDim, FFN: c.FFN, Vocab: c.Vocab, Context: c.Context, SlidingWindow: c.SlidingWindow,
-		RopeBase: c.RopeBase, NormEps: c.NormEps, Seed: c.Seed, DType: c.DType, Mix: c.Mix}, nil
+		RopeBase: c.RopeBase, NormEps: c.NormEps, Seed: c.Seed, DType: c.DType, Mix: c.Mix, LinearScaling: scaling}, nil
 }

@@ -201,7 +201,10 @@ func (fw *forward) Add(a, b Tensor) Tensor {
 
 func (fw *forward) GELU(gate, up Tensor) Tensor {
 	g, u := fw.t(gate), fw.t(up)
-	tab := geluTable()
+	var tab *[1 << 16]float32
+	if !fw.s.exactGELU {
+		tab = geluTable()
+	}
 	// Element by element, as SwiGLU: the split is free.
 	n := len(g.f)
 	fw.s.pool.forRange(n, 1024, n*8, func(lo, hi int) {
@@ -222,8 +225,15 @@ func (fw *forward) Scale(x Tensor, s float32) Tensor {
 // it (ggml_vec_gelu_f32 with GGML_GELU_FP16, which llama.cpp's gemma
 // graphs run): 0 at or below −10, x at or above 10, and otherwise x
 // rounded to F16 and looked up in a table of F16 values. An exact F32
-// GELU lands about 5e-4 from ggml's logits; the table lands on them.
+// GELU lands about 5e-4 from ggml's logits; the table lands on them. With
+// tab nil, GELU is geluF32 (WithExactGELU).
 func geluMul(g, u []float32, tab *[1 << 16]float32) {
+	if tab == nil {
+		for i, x := range g {
+			g[i] = float32(geluF32(x) * u[i])
+		}
+		return
+	}
 	for i, x := range g {
 		var y float32
 		switch {
@@ -248,17 +258,21 @@ var (
 // here kept widened to F32.
 func geluTable() *[1 << 16]float32 {
 	geluOnce.Do(func() {
-		const a, c = float32(0.044715), float32(0.79788456080286535587989211986876)
 		t := new([1 << 16]float32)
 		for i := range t {
-			x := f16ToF32(uint16(i))
-			// 0.5f*x*(1.0f + tanhf(SQRT_2_OVER_PI*x*(1.0f + GELU_COEF_A*x*x))),
-			// left to right, each step rounded to float32.
-			in := float32(float32(c*x) * float32(1+float32(float32(a*x)*x)))
-			th := float32(math.Tanh(float64(in)))
-			t[i] = f16ToF32(f32ToF16(float32(float32(0.5*x) * float32(1+th))))
+			t[i] = f16ToF32(f32ToF16(geluF32(f16ToF32(uint16(i)))))
 		}
 		geluTab = t
 	})
 	return geluTab
+}
+
+// geluF32 is ggml's ggml_gelu_f32,
+// 0.5f*x*(1.0f + tanhf(SQRT_2_OVER_PI*x*(1.0f + GELU_COEF_A*x*x))),
+// left to right, each step rounded to float32.
+func geluF32(x float32) float32 {
+	const a, c = float32(0.044715), float32(0.79788456080286535587989211986876)
+	in := float32(float32(c*x) * float32(1+float32(float32(a*x)*x)))
+	th := float32(math.Tanh(float64(in)))
+	return float32(float32(0.5*x) * float32(1+th))
 }

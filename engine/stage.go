@@ -111,6 +111,8 @@ type options struct {
 	hasRange bool
 	threads  int
 	simSleep func(context.Context, time.Duration) error
+	// exactGELU: see WithExactGELU.
+	exactGELU bool
 }
 
 // WithRange loads layers [lo, hi) only (default: all).
@@ -121,6 +123,12 @@ func WithRange(lo, hi int) Option {
 // WithThreads sets the goroutines a step uses (default: GOMAXPROCS).
 // Results are bit-identical at any count.
 func WithThreads(n int) Option { return func(o *options) { o.threads = n } }
+
+// WithExactGELU computes GELU by its tanh formula in float32 (as ggml's
+// GPU kernels do) instead of the F16 table ggml's CPU uses (the default,
+// which llama.cpp's CPU output needs). Results stay bit-identical at any
+// batch size and thread count either way.
+func WithExactGELU() Option { return func(o *options) { o.exactGELU = true } }
 
 func buildOptions(opts []Option) options {
 	o := options{}
@@ -147,9 +155,11 @@ type Local struct {
 	freqs   map[Rope][]float32 // RoPE's frequencies per variant in use
 	onorm   []float32
 	out     *matrix
-	tok     *Tokenizer
-	pool    *pool
-	closed  bool
+	// exactGELU: GELU by its formula, not ggml's CPU table (WithExactGELU).
+	exactGELU bool
+	tok       *Tokenizer
+	pool      *pool
+	closed    bool
 }
 
 // Open loads the stage of the GGUF model at path given by the options
@@ -262,6 +272,7 @@ func Load(f *File, opts ...Option) (*Local, error) {
 	s.interleave()
 	s.info.WeightBytes = s.weightBytes()
 	s.pool = newPool(o.threads)
+	s.exactGELU = o.exactGELU
 	return s, nil
 }
 

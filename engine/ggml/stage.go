@@ -774,7 +774,9 @@ func graphKey(parts []part) string {
 func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	h := s.hp
 	hd, nkv := h.HeadDim, h.KVHeads
-	nodes := (96+16*len(parts))*len(s.layers) + 64
+	// Per layer: its ops, and per part attention's views, cache writes
+	// and products (gemma2's soft cap adds 3).
+	nodes := (96+24*len(parts))*len(s.layers) + 64
 	// The context holds the graph's metadata only; an allocator places
 	// its tensors in the backend's memory.
 	size := uintptr(nodes)*(uintptr(C.ggml_tensor_overhead())+64) + uintptr(C.ggml_graph_overhead_custom(C.size_t(nodes), false))

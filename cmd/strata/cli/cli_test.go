@@ -120,6 +120,20 @@ func TestModelInspect(t *testing.T) {
 			t.Errorf("inspect output of a qwen3moe file lacks %q:\n%s", want, out)
 		}
 	}
+	// A gemma3 file in Q4_K_M: its window applied on the local layers.
+	gemma := dir + "/gemma3.gguf"
+	if _, err := run(t, "model", "gen", "--arch", "gemma3", "--sliding-window", "8", "--out", gemma, "--dtype", "q4_k_m",
+		"--dim", "256", "--ffn", "512", "--heads", "4", "--layers", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = run(t, "model", "inspect", gemma); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"architecture gemma3", "sliding window 8 on the local layers", "q4_k ", "runs on this build: yes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output of a gemma3 file lacks %q:\n%s", want, out)
+		}
+	}
 	// The dense file claiming 8 experts, without saying how many a token uses.
 	f, fh, err := engine.OpenFile(good)
 	if err != nil {

@@ -66,6 +66,12 @@ func inspectModel(w io.Writer, f *engine.File) {
 		switch {
 		case hp.SlidingWindow > 0 && hp.Arch == "gpt-oss":
 			fmt.Fprintf(w, "  sliding window %d on layers 0, 2, 4, …; attention sinks on every layer\n", hp.SlidingWindow)
+		case hp.SlidingWindow > 0 && (hp.Arch == "gemma3" || hp.Arch == "gemma2"):
+			fmt.Fprintf(w, "  sliding window %d on the local layers", hp.SlidingWindow)
+			if hp.AttnSoftCap != 0 || hp.FinalSoftCap != 0 {
+				fmt.Fprintf(w, "; soft caps: attention %g, final logits %g", hp.AttnSoftCap, hp.FinalSoftCap)
+			}
+			fmt.Fprintln(w)
 		case hp.SlidingWindow > 0:
 			fmt.Fprintf(w, "  sliding window %d declared, not applied (full attention; llama.cpp runs phi3 without it too)\n", hp.SlidingWindow)
 		}

@@ -159,7 +159,7 @@ func TestGemma3OllamaMatchesGGMLGraph(t *testing.T) {
 	}
 }
 
-// TestGemma3QuantizedOllama measures, for the engine's future gemma3, the
+// TestGemma3QuantizedOllama measures, for the engine's gemma3, the
 // bound the quantized refcheck rule will set: ollama's quantized forward
 // on ggml-quantized Q8_0 and Q4_K_M gemma3 files, from ollama's forward on
 // the same weights dequantised to F32. Each must be finite and non-zero
