@@ -121,8 +121,6 @@ func (c GenConfig) validate() error {
 		return bad("rope-freqs", "only for llama")
 	case c.LongRoPE && c.Arch != "phi3":
 		return bad("long-rope", "only for phi3")
-	case c.SlidingWindow != 0:
-		return bad("sliding-window", "only for gemma3 and gemma2")
 	case c.RopeScaling != "" && c.RopeScaling != "linear" && c.RopeScaling != "yarn":
 		return bad("rope-scaling (want linear or yarn)", c.RopeScaling)
 	case c.RopeScaling != "" && (c.Arch == "phi3" || c.RopeFreqs):
