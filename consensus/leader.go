@@ -166,6 +166,7 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 	if n := c.cfg.sessionTokens; n > 0 {
 		in.SessionTokens = &SessionTokensSet{Tokens: n}
 	}
+	in.Stewards = c.foundingStewards(in.State, now)
 	seen := map[string]bool{}
 	look := func(id string) {
 		if seen[id] {
