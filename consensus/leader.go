@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -330,6 +331,13 @@ func (c *Consensus) leaderRequest(_ context.Context, ev Event) error {
 		return err
 	case NodeFaulted:
 		return c.faultReport(e)
+	case StewardsSet:
+		if e.Seq == s.StewardSeq() && slices.Equal(e.Stewards, s.Stewards()) {
+			return nil // appended already: a retried request
+		}
+		err := c.apply(e) // the fold checks the signature
+		kick(c.kickL)
+		return err
 	}
 	return fmt.Errorf("%w: %s is not a request", ErrForbidden, ev.Kind())
 }

@@ -181,6 +181,8 @@ func (c *Consensus) serveRequest(ctx context.Context, from peer.ID, req []byte) 
 		about = e.Node
 	case NodeFaulted:
 		about = e.Accuser // a member accuses another in its own name
+	case StewardsSet:
+		about = e.Signer // the founder or a steward, for its own signature
 	default:
 		return fmt.Errorf("%w: %s is not a request", ErrForbidden, r.Event.Kind())
 	}

@@ -339,6 +339,34 @@ func WithStewards(ids ...string) Option {
 	}
 }
 
+// ensureStewards has a founder that does not lead ask the leader to
+// append its steward set: leadership may have moved before the founder
+// appended it, and only the founder can sign the first set. One request
+// at a time (each ends within its timeout, so one per that period).
+func (c *Consensus) ensureStewards(s State, ms *memberState) {
+	if len(c.cfg.stewards) == 0 || s.HasStewards() || c.IsLeader() || c.leaving.Load() {
+		return
+	}
+	every := 4 * c.cfg.rpcTimeout
+	if now := time.Now(); now.Sub(ms.stewardsAt) < every {
+		return
+	}
+	e := c.foundingStewards(s, time.Now())
+	if e == nil {
+		return
+	}
+	ms.stewardsAt = time.Now()
+	c.wg.Add(1) // the member loop holds the group open: Add is safe
+	go func() {
+		defer c.wg.Done()
+		ctx, cancel := context.WithTimeout(c.ctx, every)
+		defer cancel()
+		if err := c.request(ctx, *e); err != nil && c.ctx.Err() == nil {
+			c.log.Debugw("steward set request", "error", err)
+		}
+	}()
+}
+
 // foundingStewards is the founder's steward set for the leader's input:
 // signed for the state as it is, and only when the fold would admit it
 // (this node is the founder and the swarm has no set), so that the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/swarm"
@@ -96,4 +97,99 @@ func TestStewardsFoundedByFlag(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// BenchmarkSybilSwarm is issue 36's Sybil acceptance at the node level:
+// three stewards found a swarm (the founder signs them in), twenty more
+// nodes join naming themselves stewards in their own flags, and requests
+// go through entries in turn, Sybils included. None of the twenty ever
+// votes and no request fails. It runs 23 real
+// nodes, so it lives behind make bench, not make test; it reports the
+// failed requests and the voters that are no stewards (both 0 when it
+// passes).
+func BenchmarkSybilSwarm(b *testing.B) {
+	const sybils = 20
+	// Quiet: a benchmark's log is cut after a few lines, which would hide
+	// the failure.
+	c := newTestCluster(b, WithLogger(zap.NewNop()))
+	var stewardIDs []string
+	var dirs []string
+	for range 3 {
+		dir := b.TempDir()
+		sk, err := swarm.LoadOrCreateIdentity(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		id, err := peer.IDFromPrivateKey(sk)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dirs, stewardIDs = append(dirs, dir), append(stewardIDs, id.String())
+	}
+	slices.Sort(stewardIDs)
+	var nodes []*Node
+	for i, dir := range dirs {
+		o := []Option{WithDataDir(dir)}
+		if i == 0 {
+			o = append(o, WithStewards(stewardIDs...))
+		}
+		nodes = append(nodes, c.add(o...))
+	}
+	for range sybils {
+		dir := b.TempDir()
+		sk, err := swarm.LoadOrCreateIdentity(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		id, _ := peer.IDFromPrivateKey(sk)
+		nodes = append(nodes, c.add(WithDataDir(dir), WithStewards(id.String())))
+	}
+	var ids []peer.ID
+	for _, n := range nodes {
+		ids = append(ids, n.ID())
+	}
+	c.waitServing(5*time.Minute, ids...)
+	nonStewardVoters := func() int {
+		bad := 0
+		for _, n := range nodes {
+			for _, v := range n.Swarm().Voters {
+				if !slices.Contains(stewardIDs, v.String()) {
+					bad++
+				}
+			}
+		}
+		return bad
+	}
+	waitFor(b, time.Minute, "the stewards everywhere", func() bool {
+		for _, n := range nodes {
+			if !slices.Equal(n.Swarm().Stewards, stewardIDs) {
+				return false
+			}
+		}
+		return true
+	})
+	const prompt, maxTokens = "Sybils serve but never vote", 4
+	want := reference(b, prompt, maxTokens, engineGreedy())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	i, failed, bad := 0, 0, 0
+	for b.Loop() {
+		entry := nodes[i%len(nodes)]
+		i++
+		res, err := entry.Complete(ctx, Request{Prompt: prompt, MaxTokens: maxTokens})
+		if err == nil && !slices.Equal(res.Tokens, want) {
+			err = errMismatch
+		}
+		if err != nil {
+			failed++
+			b.Logf("request %d through %s: %v", i, entry.ID(), err)
+		}
+		bad = max(bad, nonStewardVoters())
+	}
+	b.ReportMetric(float64(failed), "failed")
+	b.ReportMetric(float64(bad), "nonsteward-voters")
+	b.ReportMetric(float64(i), "requests")
+	if failed > 0 || bad > 0 {
+		b.Fatalf("%d of %d requests failed; %d voters are no stewards", failed, i, bad)
+	}
 }
