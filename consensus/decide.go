@@ -247,6 +247,11 @@ func (d *decision) decide() (Action, error) {
 		}
 		// The only voter: nobody else can lead; it goes on as one leaving.
 	}
+	// 1a. The founder names the stewards first of all: the first set is
+	// the senior member's to sign (stewards.go).
+	if in.Stewards != nil && !s.HasStewards() && s.IsMember(self) {
+		return Append{Event: *in.Stewards, Why: "the founder names the swarm's stewards"}, nil
+	}
 	// 1b. The swarm learns its model's manifest from a leader that holds
 	// the file: the founder, unless it had none.
 	if a := d.publishManifest(); a != nil {
@@ -259,9 +264,6 @@ func (d *decision) decide() (Action, error) {
 	}
 	if in.SessionTokens != nil && !s.hasSessionTokens {
 		return Append{Event: *in.SessionTokens, Why: "the leader sets the swarm's planner session length"}, nil
-	}
-	if in.Stewards != nil && !s.HasStewards() {
-		return Append{Event: *in.Stewards, Why: "the founder names the swarm's stewards"}, nil
 	}
 
 	// 2. Raft's configuration follows the members.

@@ -310,6 +310,18 @@ func (c *Consensus) leaderRequest(_ context.Context, ev Event) error {
 	s := c.fsm.current()
 	switch e := ev.(type) {
 	case NodeJoined:
+		// The founder's join is the swarm's first record, and its steward
+		// set (if it names one) comes before anyone else's join: the first
+		// set is the senior member's to sign (stewards.go), and a stranger
+		// whose request arrived first would otherwise be it.
+		if self := c.id.String(); e.Node != self {
+			if s.Len() == 0 {
+				return fmt.Errorf("%w: the founder has not joined yet", ErrNoLeader)
+			}
+			if c.foundingStewards(s, time.Now()) != nil {
+				return fmt.Errorf("%w: the founder has not named its stewards yet", ErrNoLeader)
+			}
+		}
 		if m, ok := s.Member(e.Node); ok && !m.Draining && sameJoin(m, e) {
 			return nil
 		}

@@ -291,7 +291,7 @@ func (c *Consensus) callStream(ctx context.Context, p peer.ID, req []byte) ([]by
 // retryable reports whether a request may succeed if sent again later.
 func retryable(err error) bool {
 	for _, final := range []error{ErrFingerprint, ErrForbidden, ErrBadEvent, ErrRejected, ErrStale, ErrUnknownMember, ErrClosed,
-		ErrBanned, ErrBadEvidence} {
+		ErrBanned, ErrBadEvidence, ErrBadStewards} {
 		if errors.Is(err, final) {
 			return false
 		}

@@ -135,6 +135,16 @@ func BenchmarkSybilSwarm(b *testing.B) {
 		}
 		nodes = append(nodes, c.add(o...))
 	}
+	// Sybils start at once, racing the founding (see
+	// consensus.TestStewardsFoundingRace), and bootstrap through the
+	// stewards alone, as strangers would,
+	// rather than dialling every node (c.add's way): 23 nodes dialling
+	// each other on two loaded cores timed out in the harness, not in
+	// what is measured.
+	var boot []peer.AddrInfo
+	for _, n := range nodes {
+		boot = append(boot, n.Host().AddrInfo())
+	}
 	for range sybils {
 		dir := b.TempDir()
 		sk, err := swarm.LoadOrCreateIdentity(dir)
@@ -142,7 +152,7 @@ func BenchmarkSybilSwarm(b *testing.B) {
 			b.Fatal(err)
 		}
 		id, _ := peer.IDFromPrivateKey(sk)
-		nodes = append(nodes, c.add(WithDataDir(dir), WithStewards(id.String())))
+		nodes = append(nodes, c.addVia(boot, WithDataDir(dir), WithStewards(id.String())))
 	}
 	var ids []peer.ID
 	for _, n := range nodes {
@@ -160,14 +170,15 @@ func BenchmarkSybilSwarm(b *testing.B) {
 		}
 		return bad
 	}
-	waitFor(b, time.Minute, "the stewards everywhere", func() bool {
+	stewardsEverywhere := func() bool {
 		for _, n := range nodes {
 			if !slices.Equal(n.Swarm().Stewards, stewardIDs) {
 				return false
 			}
 		}
 		return true
-	})
+	}
+	waitFor(b, time.Minute, "the stewards everywhere", stewardsEverywhere)
 	const prompt, maxTokens = "Sybils serve but never vote", 4
 	want := reference(b, prompt, maxTokens, engineGreedy())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -192,4 +203,21 @@ func BenchmarkSybilSwarm(b *testing.B) {
 	if failed > 0 || bad > 0 {
 		b.Fatalf("%d of %d requests failed; %d voters are no stewards", failed, i, bad)
 	}
+}
+
+// addVia starts a node that bootstraps through boot only.
+func (c *testCluster) addVia(boot []peer.AddrInfo, opts ...Option) *Node {
+	t := c.t
+	t.Helper()
+	o := append(append(baseOptions(t), c.base...), WithBootstrap(boot...))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := New(ctx, append(o, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
+	return n
 }
