@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -100,6 +101,10 @@ type LeaderInput struct {
 	// none), appended while the state has none. Plans use the state's
 	// (State.PlanParams) in place of Config.CostParams.SessionTokens.
 	SessionTokens *SessionTokensSet
+	// Stewards is the founder's signed steward set (nil: none), appended
+	// while the state has none (stewards.go). The leader loop offers it
+	// only when the fold admits it.
+	Stewards *StewardsSet
 	// FetchRates are the fetch rates (bytes/s) of the members that have
 	// no model file and fetch their layers from peers
 	// (layers.RebalanceOptions.FetchRates).
@@ -242,6 +247,11 @@ func (d *decision) decide() (Action, error) {
 		}
 		// The only voter: nobody else can lead; it goes on as one leaving.
 	}
+	// 1a. The founder names the stewards first of all: the first set is
+	// the senior member's to sign (stewards.go).
+	if in.Stewards != nil && !s.HasStewards() && s.IsMember(self) {
+		return Append{Event: *in.Stewards, Why: "the founder names the swarm's stewards"}, nil
+	}
 	// 1b. The swarm learns its model's manifest from a leader that holds
 	// the file: the founder, unless it had none.
 	if a := d.publishManifest(); a != nil {
@@ -303,13 +313,18 @@ func (d *decision) decide() (Action, error) {
 		} else {
 			vc.Eligible = vc.Voter // an initial voter that has not joined yet
 		}
+		// With stewards, only they vote: a Sybil crowd cannot elect.
+		vc.Eligible = vc.Eligible && s.mayVote(sv.ID)
 		if dead := d.deadFor(sv.ID); (vc.Voter && dead >= grace) || (!vc.Voter && dead > 0) {
 			vc.Eligible = false
 		}
 		cands = append(cands, vc)
 	}
 	me, _ := s.Member(self)
-	want := chooseVoters(cands, self, me.Draining, in.Config.MaxVoters)
+	// A leader that is no steward steps aside once a steward can vote; while
+	// none can, it stays the one voter, since someone must lead.
+	stepAside := !s.mayVote(self) && slices.ContainsFunc(cands, func(c voterCand) bool { return c.ID != self && c.Eligible })
+	want := chooseVoters(cands, self, me.Draining || stepAside, in.Config.MaxVoters)
 	for _, id := range want {
 		if !servers[id] && d.settled(id, "") {
 			return AddVoter{ID: id}, nil
@@ -318,6 +333,11 @@ func (d *decision) decide() (Action, error) {
 	for _, sv := range in.Servers {
 		if sv.Voter && sv.ID != self && !contains(want, sv.ID) && d.settled("", sv.ID) {
 			return Demote{ID: sv.ID}, nil
+		}
+	}
+	if stepAside && d.votersAre(want) {
+		if a := d.handOver(); a != nil {
+			return a, nil
 		}
 	}
 
@@ -384,6 +404,22 @@ func (d *decision) handOver() Action {
 		return nil
 	}
 	return TransferLeadership{}
+}
+
+// votersAre reports whether the voters other than the leader are want,
+// all of them: a handover then goes to one of want.
+func (d *decision) votersAre(want []string) bool {
+	n := 0
+	for _, sv := range d.in.Servers {
+		if !sv.Voter || sv.ID == d.in.Self {
+			continue
+		}
+		if !contains(want, sv.ID) {
+			return false
+		}
+		n++
+	}
+	return n == len(want) && n > 0
 }
 
 func (d *decision) otherVoters() bool {

@@ -211,6 +211,13 @@ func (w *world) do(line string) string {
 		return ""
 	case "join":
 		return w.joins(args)
+	case "stewards":
+		// stewards IDS: the state's steward set is IDS. Set directly:
+		// script IDs are no peer IDs, and the signature is the fold's
+		// business (stewards_test.go), not the leader's policy.
+		ids := slices.Sorted(slices.Values(args))
+		w.in.State.stewards, w.in.State.stewardSeq = ids, w.in.State.stewardSeq+1
+		return ""
 	case "drain":
 		return w.appendEvent(NodeDraining{Node: args[0]})
 	case "leave":
@@ -470,6 +477,9 @@ func (w *world) describeState() string {
 		sv = append(sv, d)
 	}
 	out = append(out, "servers: "+strings.Join(sv, " "))
+	if s.HasStewards() {
+		out = append(out, "stewards: "+strings.Join(s.Stewards(), " "))
+	}
 	out = append(out, "committed: "+describeMap(s.Committed()))
 	if p, ok := s.Pending(); ok {
 		out = append(out, fmt.Sprintf("pending: %s waiting %v", describeMap(p.Map), p.Waiting()))

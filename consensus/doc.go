@@ -12,7 +12,10 @@
 // A bounded set of voters (3, or 5 once there are enough stable, directly
 // reachable members) runs the elections; every other member is a Raft
 // non-voter, so every member reads the committed and pending maps
-// locally.
+// locally. Once the founder signed a steward set into the state
+// (StewardsSet, stewards.go), only stewards are voters: a crowd of Sybil
+// members cannot elect a leader or write the map. Every member checks
+// the set's signature when it folds it.
 //
 // Voter changes never strand an election. hashicorp/raft refuses its
 // vote to a candidate that is not a voter in the refusing server's

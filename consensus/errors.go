@@ -48,7 +48,7 @@ var (
 var errCodes = []error{
 	nil, ErrRemote, ErrFingerprint, ErrBadEvent, ErrRejected, ErrStale,
 	ErrUnknownMember, ErrNotLeader, ErrNoLeader, ErrForbidden, ErrClosed,
-	ErrBanned, ErrBadEvidence,
+	ErrBanned, ErrBadEvidence, ErrBadStewards,
 }
 
 func errCode(err error) uint8 {

@@ -81,6 +81,8 @@ func (k Kind) String() string {
 		return "SwarmConfigSet"
 	case KindSessionTokensSet:
 		return "SessionTokensSet"
+	case KindStewardsSet:
+		return "StewardsSet"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -286,6 +288,8 @@ func UnmarshalRecord(b []byte) (Record, error) {
 		ev = decodeSwarmConfigSet(d)
 	case KindSessionTokensSet:
 		ev = decodeSessionTokensSet(d)
+	case KindStewardsSet:
+		ev = decodeStewardsSet(d)
 	default:
 		if d.Err() == nil {
 			d.Fail("unknown kind %d", kind)

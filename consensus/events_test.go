@@ -35,7 +35,14 @@ func sampleRecords(t testing.TB) []Record {
 		rec(13, sampleToleranceFault(t)),
 		rec(14, SessionTokensSet{Tokens: 1000}),
 		rec(15, sampleMidToleranceFault(t)),
+		rec(16, sampleStewards(t)),
 	}
+}
+
+// sampleStewards is a founder's signed steward set (stewards_test.go).
+func sampleStewards(t testing.TB) StewardsSet {
+	s, keys, ids := stewardSwarm(t, 3, "fp", 1)
+	return mustSign(t, s, ids[:2], keys[0])
 }
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -171,6 +178,25 @@ func FuzzUnmarshalState(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(b)
+	}
+	// Stewards, alone and after the other sections.
+	{
+		s, keys, ids := stewardSwarm(f, 3, "fp", 1)
+		for _, st := range []State{s, Fold(sampleRecords(f)[1], rec(9, SwarmConfigSet{VerifyRate: 1}))} {
+			if st.Len() == 1 {
+				st, _ = st.Apply(rec(10, NodeJoined{Node: ids[0], Caps: testCaps(f), Fingerprint: "fp"}))
+				st, _ = st.Apply(rec(11, NodeLeft{Node: "b", Reason: LeftDead}))
+			}
+			st, err := st.Apply(rec(12, mustSign(f, st, ids, keys[0])))
+			if err != nil {
+				f.Fatal(err)
+			}
+			b, err := st.MarshalBinary()
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(b)
+		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s State

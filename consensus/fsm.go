@@ -101,6 +101,11 @@ type State struct {
 	// The planner's mean session length (swarmconfig.go); has: set.
 	sessionTokens    int
 	hasSessionTokens bool
+	// The stewards (stewards.go); stewardSeq 0: none. swarmID is the
+	// swarm the set was signed for.
+	stewards   []string
+	stewardSeq uint64
+	swarmID    [32]byte
 }
 
 // Fingerprint is the swarm's model fingerprint ("" before the first join).
@@ -189,6 +194,8 @@ func (s State) Apply(r Record) (State, error) {
 		err = next.swarmConfigSet(e)
 	case SessionTokensSet:
 		err = next.sessionTokensSet(e)
+	case StewardsSet:
+		err = next.stewardsSet(e)
 	case nil:
 		err = fmt.Errorf("%w: no event", ErrRejected)
 	default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -166,6 +167,7 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 	if n := c.cfg.sessionTokens; n > 0 {
 		in.SessionTokens = &SessionTokensSet{Tokens: n}
 	}
+	in.Stewards = c.foundingStewards(in.State, now)
 	seen := map[string]bool{}
 	look := func(id string) {
 		if seen[id] {
@@ -308,6 +310,18 @@ func (c *Consensus) leaderRequest(_ context.Context, ev Event) error {
 	s := c.fsm.current()
 	switch e := ev.(type) {
 	case NodeJoined:
+		// The founder's join is the swarm's first record, and its steward
+		// set (if it names one) comes before anyone else's join: the first
+		// set is the senior member's to sign (stewards.go), and a stranger
+		// whose request arrived first would otherwise be it.
+		if self := c.id.String(); e.Node != self {
+			if s.Len() == 0 {
+				return fmt.Errorf("%w: the founder has not joined yet", ErrNoLeader)
+			}
+			if c.foundingStewards(s, time.Now()) != nil {
+				return fmt.Errorf("%w: the founder has not named its stewards yet", ErrNoLeader)
+			}
+		}
 		if m, ok := s.Member(e.Node); ok && !m.Draining && sameJoin(m, e) {
 			return nil
 		}
@@ -329,6 +343,13 @@ func (c *Consensus) leaderRequest(_ context.Context, ev Event) error {
 		return err
 	case NodeFaulted:
 		return c.faultReport(e)
+	case StewardsSet:
+		if e.Seq == s.StewardSeq() && slices.Equal(e.Stewards, s.Stewards()) {
+			return nil // appended already: a retried request
+		}
+		err := c.apply(e) // the fold checks the signature
+		kick(c.kickL)
+		return err
 	}
 	return fmt.Errorf("%w: %s is not a request", ErrForbidden, ev.Kind())
 }

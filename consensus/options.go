@@ -118,9 +118,11 @@ type config struct {
 	hasVerifyRate bool
 	// sessionTokens is appended while the state has none (0: never).
 	sessionTokens int
-	caps          Capabilities
-	bootstrap     []peer.AddrInfo
-	initial       []peer.ID
+	// stewards are signed into the state by the founder (stewards.go).
+	stewards  []string
+	caps      Capabilities
+	bootstrap []peer.AddrInfo
+	initial   []peer.ID
 
 	heartbeat, election time.Duration
 	tick                time.Duration

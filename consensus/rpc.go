@@ -181,6 +181,8 @@ func (c *Consensus) serveRequest(ctx context.Context, from peer.ID, req []byte) 
 		about = e.Node
 	case NodeFaulted:
 		about = e.Accuser // a member accuses another in its own name
+	case StewardsSet:
+		about = e.Signer // the founder or a steward, for its own signature
 	default:
 		return fmt.Errorf("%w: %s is not a request", ErrForbidden, r.Event.Kind())
 	}
@@ -289,7 +291,7 @@ func (c *Consensus) callStream(ctx context.Context, p peer.ID, req []byte) ([]by
 // retryable reports whether a request may succeed if sent again later.
 func retryable(err error) bool {
 	for _, final := range []error{ErrFingerprint, ErrForbidden, ErrBadEvent, ErrRejected, ErrStale, ErrUnknownMember, ErrClosed,
-		ErrBanned, ErrBadEvidence} {
+		ErrBanned, ErrBadEvidence, ErrBadStewards} {
 		if errors.Is(err, final) {
 			return false
 		}

@@ -122,10 +122,11 @@ func (s *State) sessionTokensSet(e SessionTokensSet) error {
 const (
 	sectionConfig        = 1 // the verify rate
 	sectionSessionTokens = 2
+	sectionStewards      = 3 // stewards.go
 )
 
 // hasSections: the snapshot ends with trailing sections.
-func (s State) hasSections() bool { return s.hasConfig || s.hasSessionTokens }
+func (s State) hasSections() bool { return s.hasConfig || s.hasSessionTokens || s.HasStewards() }
 
 // appendSections ends a snapshot with its trailing sections.
 func appendSections(b []byte, s State) []byte {
@@ -136,6 +137,10 @@ func appendSections(b []byte, s State) []byte {
 	if s.hasSessionTokens {
 		b = append(b, sectionSessionTokens)
 		b = binary.AppendUvarint(b, uint64(s.sessionTokens))
+	}
+	if s.HasStewards() {
+		b = append(b, sectionStewards)
+		b = appendStewardsSection(b, s)
 	}
 	return b
 }
@@ -167,6 +172,8 @@ func decodeSections(d decoder, s *State) {
 				return
 			}
 			s.sessionTokens, s.hasSessionTokens = n, true
+		case sectionStewards:
+			decodeStewardsSection(d, s)
 		default:
 			d.Fail("unknown section %d", tag)
 			return

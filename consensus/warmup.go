@@ -29,6 +29,9 @@ type memberState struct {
 	restore  context.CancelFunc // the load of the committed range (see warmup)
 	addrs    map[string][]string
 	voters   map[peer.ID]bool // protected in the connection manager
+	// stewardsAt: when this founder last asked the leader to append its
+	// steward set (stewards.go).
+	stewardsAt time.Time
 }
 
 func (c *Consensus) memberLoop() {
@@ -61,6 +64,7 @@ func (c *Consensus) memberLoop() {
 		c.syncAddrs(s, ms)
 		c.protectVoters(ms)
 		c.ensureJoined(s, ms, joined)
+		c.ensureStewards(s, ms)
 		c.warmup(s, ms)
 	}
 }

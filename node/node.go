@@ -309,6 +309,9 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		if cfg.planSessionTokens > 0 {
 			copts = append(copts, consensus.WithPlanSessionTokens(cfg.planSessionTokens))
 		}
+		if len(cfg.stewards) > 0 {
+			copts = append(copts, consensus.WithStewards(cfg.stewards...))
+		}
 		c, err := consensus.New(ctx, append(copts, cfg.consOpts...)...)
 		if err != nil {
 			n.Close()

@@ -65,6 +65,7 @@ type config struct {
 	verifyRate                                         float64 // -1: the swarm's
 	swarmVerifyRate                                    float64
 	planSessionTokens                                  int // 0: none given to the swarm
+	stewards                                           []string
 	steal                                              bool
 	noFair                                             bool
 	fairStall                                          time.Duration // tests: the stall bound (0: the default)
@@ -408,6 +409,14 @@ func WithSwarmVerifyRate(r float64) Option {
 // Node.SetSwarmSessionTokens on the leader.
 func WithPlanSessionTokens(n int) Option {
 	return func(c *config) error { c.planSessionTokens = n; return nil }
+}
+
+// WithStewards are the peer IDs this node, when it founds the swarm,
+// signs into the replicated state as its stewards, the only nodes that
+// vote (consensus.WithStewards). None, the default: anyone stable may
+// vote, as before stewards.
+func WithStewards(ids ...string) Option {
+	return func(c *config) error { c.stewards = append([]string(nil), ids...); return nil }
 }
 
 // WithPrefixCache keeps the KV of finished sessions on each stage, in the

@@ -30,6 +30,9 @@ type SwarmSnapshot struct {
 	HasVerifyRate    bool
 	SessionTokens    int
 	HasSessionTokens bool
+	// Stewards are the swarm's stewards, the only voters (none: anyone
+	// stable may vote).
+	Stewards []string
 
 	// Self is what this node announces now; Hardware the device it
 	// declared or measured; Addrs its listen addresses.
@@ -82,5 +85,6 @@ func (n *Node) Swarm() SwarmSnapshot {
 	st := c.State()
 	s.VerifyRate, s.HasVerifyRate = st.VerifyRate()
 	s.SessionTokens, s.HasSessionTokens = st.SessionTokens()
+	s.Stewards = st.Stewards()
 	return s
 }

@@ -1048,6 +1048,18 @@ func (n *Node) SetSwarmSessionTokens(ctx context.Context, tokens int) error {
 	return c.SetSessionTokens(ctx, tokens)
 }
 
+// SetSwarmStewards makes ids the swarm's stewards, the only nodes that
+// vote, signed with this node's host key. Only the leader may
+// (consensus.ErrNotLeader elsewhere), and the swarm admits it only from
+// its founder (the first set) or a steward (consensus.ErrBadStewards).
+func (n *Node) SetSwarmStewards(ctx context.Context, ids []string) error {
+	c := n.cons.Load()
+	if c == nil {
+		return fmt.Errorf("%w: no consensus (static map): no voters to choose", ErrNotServing)
+	}
+	return c.SetStewards(ctx, ids)
+}
+
 // midCheckers are the holders that can stand in for hop i (not the last)
 // in a mid-path tolerance check: they serve its layers and are neither
 // it, its neighbours (hops must alternate), the last hop (whose logits

@@ -506,6 +506,19 @@ func (c *Client) SetSwarmSessionTokens(ctx context.Context, n int) error {
 	return nil
 }
 
+// SetSwarmStewards makes ids the swarm's stewards (POST
+// /v1/swarm/config), signed by the leader's host key: only the leader's
+// API can, and only when the leader is the swarm's founder (the first
+// set) or a steward.
+func (c *Client) SetSwarmStewards(ctx context.Context, ids []string) error {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/swarm/config", map[string][]string{"stewards": ids})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // Ready reports whether the node serves and can route a full path on its
 // own view now (GET /healthz?ready=1). A node that answers "not yet" is
 // not an error; one that cannot be reached is.

@@ -191,6 +191,7 @@ func (s *Server) swarmView() swarmJSON {
 			n := snap.SessionTokens
 			v.Config.PlanSessionTokens = &n
 		}
+		v.Config.Stewards = snap.Stewards
 		for _, mem := range snap.Members {
 			m := add(mem.ID)
 			m.Member = true

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/stratanet/strata/consensus"
 )
 
@@ -94,6 +96,12 @@ type sessionTokensSetter interface {
 	SetSwarmSessionTokens(ctx context.Context, n int) error
 }
 
+// stewardsSetter is a backend that can sign a new steward set (node.Node,
+// on the leader, when it is the founder or a steward).
+type stewardsSetter interface {
+	SetSwarmStewards(ctx context.Context, ids []string) error
+}
+
 // swarmConfigJSON is the swarm's replicated configuration: in the body
 // of POST /v1/swarm/config the settings to change (null or absent:
 // unchanged), in GET /v1/swarm's "config" those the swarm has (null:
@@ -101,6 +109,9 @@ type sessionTokensSetter interface {
 type swarmConfigJSON struct {
 	VerifyRate        *float64 `json:"verify_rate"`
 	PlanSessionTokens *int     `json:"plan_session_tokens"`
+	// Stewards: the swarm's stewards (consensus/stewards.go); omitted
+	// when it has none, or when a POST leaves them unchanged.
+	Stewards []string `json:"stewards,omitempty"`
 }
 
 // handleSwarmConfig changes the swarm's replicated configuration. Only
@@ -118,9 +129,21 @@ func (s *Server) handleSwarmConfig(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	if body.VerifyRate == nil && body.PlanSessionTokens == nil {
-		writeError(w, invalid("verify_rate", "nothing to set: give verify_rate or plan_session_tokens"))
+	if body.VerifyRate == nil && body.PlanSessionTokens == nil && body.Stewards == nil {
+		writeError(w, invalid("verify_rate", "nothing to set: give verify_rate, plan_session_tokens or stewards"))
 		return
+	}
+	if ids := body.Stewards; ids != nil {
+		if len(ids) == 0 || len(ids) > consensus.MaxStewards {
+			writeError(w, invalid("stewards", "%d stewards: give 1 to %d peer IDs", len(ids), consensus.MaxStewards))
+			return
+		}
+		for _, id := range ids {
+			if _, err := peer.Decode(id); err != nil {
+				writeError(w, invalid("stewards", "%q is not a peer ID", id))
+				return
+			}
+		}
 	}
 	if v := body.VerifyRate; v != nil && !(*v >= 0 && *v <= 1) {
 		writeError(w, invalid("verify_rate", "%v: must be between 0 and 1", *v))
@@ -132,7 +155,8 @@ func (s *Server) handleSwarmConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	rate, rateOK := s.b.(swarmConfigSetter)
 	tokens, tokensOK := s.b.(sessionTokensSetter)
-	if (body.VerifyRate != nil && !rateOK) || (body.PlanSessionTokens != nil && !tokensOK) {
+	stewards, stewardsOK := s.b.(stewardsSetter)
+	if (body.VerifyRate != nil && !rateOK) || (body.PlanSessionTokens != nil && !tokensOK) || (body.Stewards != nil && !stewardsOK) {
 		writeError(w, &apiError{Status: http.StatusNotImplemented, Message: "this node cannot change the swarm's configuration",
 			Type: typeServer, Code: "not_supported"})
 		return
@@ -149,6 +173,12 @@ func (s *Server) handleSwarmConfig(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if body.Stewards != nil {
+		if err := stewards.SetSwarmStewards(r.Context(), body.Stewards); err != nil {
+			writeError(w, s.swarmConfigError("stewards", err))
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, body)
 }
 
@@ -161,6 +191,8 @@ func (s *Server) swarmConfigError(param string, err error) *apiError {
 			msg = fmt.Sprintf("this node is not the leader: send it to the leader, %s", l)
 		}
 		return &apiError{Status: http.StatusConflict, Message: msg, Type: typeInvalid, Code: "not_leader", err: err}
+	case errors.Is(err, consensus.ErrBadStewards):
+		return &apiError{Status: http.StatusForbidden, Message: message(err), Type: typeInvalid, Code: "not_steward", Param: param, err: err}
 	case errors.Is(err, consensus.ErrRejected):
 		return invalid(param, "%s", message(err))
 	}

@@ -79,6 +79,63 @@ func (b *tokensBackend) SetSwarmSessionTokens(_ context.Context, n int) error {
 	return b.err
 }
 
+// stewardsBackend can also sign a steward set.
+type stewardsBackend struct {
+	*tokensBackend
+	stewards [][]string
+}
+
+func (b *stewardsBackend) SetSwarmStewards(_ context.Context, ids []string) error {
+	b.stewards = append(b.stewards, ids)
+	return b.err
+}
+
+// TestSwarmConfigStewards: POST /v1/swarm/config passes a steward list
+// to the node; a list that is empty or names a non-ID is refused before
+// it, a node that is not the leader answers 409, one whose key may not
+// sign the set 403, one that cannot set it 501; GET /v1/swarm lists the
+// swarm's stewards.
+func TestSwarmConfigStewards(t *testing.T) {
+	f, ids := newFakeSwarm(t)
+	sb := &stewardsBackend{tokensBackend: &tokensBackend{setterBackend: &setterBackend{fakeBackend: f}}}
+	hs := fakeServer(t, sb)
+	u := hs.URL + "/v1/swarm/config"
+	list := []string{ids[0].String(), ids[1].String()}
+	if status, _, body := post(t, u, "", map[string]any{"stewards": list}); status != http.StatusOK {
+		t.Fatalf("set: %d %s", status, body)
+	}
+	for _, bad := range []string{`{"stewards": []}`, `{"stewards": ["alice"]}`, `{"stewards": "x"}`, `{"stewards": [1]}`} {
+		if status, _, body := post(t, u, "", bad); status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s", bad, status, body)
+		}
+	}
+	if len(sb.stewards) != 1 || !slices.Equal(sb.stewards[0], list) {
+		t.Fatalf("set: %v", sb.stewards)
+	}
+	sb.err = fmt.Errorf("consensus: %w", consensus.ErrNotLeader)
+	if status, _, body := post(t, u, "", map[string]any{"stewards": list}); status != http.StatusConflict || !strings.Contains(string(body), "not_leader") {
+		t.Fatalf("not the leader: %d %s", status, body)
+	}
+	sb.err = fmt.Errorf("%w: x is no steward", consensus.ErrBadStewards)
+	if status, _, body := post(t, u, "", map[string]any{"stewards": list}); status != http.StatusForbidden || !strings.Contains(string(body), "not_steward") {
+		t.Fatalf("not a steward: %d %s", status, body)
+	}
+	if status, _, body := post(t, fakeServer(t, sb.tokensBackend).URL+"/v1/swarm/config", "", map[string]any{"stewards": list}); status != http.StatusNotImplemented {
+		t.Fatalf("no setter: %d %s", status, body)
+	}
+	f.mu.Lock()
+	f.snap.Stewards = list
+	f.mu.Unlock()
+	var v struct {
+		Config struct {
+			Stewards []string `json:"stewards"`
+		} `json:"config"`
+	}
+	if _, _, body := get(t, hs.URL+"/v1/swarm", ""); json.Unmarshal(body, &v) != nil || !slices.Equal(v.Config.Stewards, list) {
+		t.Fatalf("stewards in the view: %s", body)
+	}
+}
+
 // TestSwarmConfigSessionTokens: POST /v1/swarm/config sets the planner's
 // session length through the node, alone or with the rate; bad values
 // are refused before either is set; a node that is not the leader

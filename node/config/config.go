@@ -109,6 +109,9 @@ type Config struct {
 	// PlanSessionTokens is the planner's mean session length a founder
 	// gives the swarm (0: none, no KV cap).
 	PlanSessionTokens int `yaml:"plan_session_tokens" help:"the mean session length, prompt plus output tokens, this node commits to the swarm's replicated config when it founds the swarm: the leader's planner then caps each node by the sessions of that length its KV memory holds (0: none, no such cap; at most 1048576; change it later with strata swarm set plan-session-tokens)"`
+	// Stewards are the peer IDs a founder signs into the swarm as its
+	// only voters (consensus/stewards.go, docs/internet.md).
+	Stewards []string `yaml:"stewards" help:"peer IDs this node, founding the swarm, signs into its replicated state as stewards: then only stewards vote in Raft, and other nodes serve layers and route as non-voters (docs/internet.md); ignored on a node that did not found the swarm"`
 
 	// Weights from peers: ModelID joins without the file; UploadRate caps
 	// what a node with the file (or a fetched slice) sends to peers

@@ -148,6 +148,7 @@ func TestValidationNamesTheField(t *testing.T) {
 		{"missing swarm key", "swarm_key: /nonexistent/swarm.key\n", nil, nil, []string{"node.yaml:1: swarm_key:"}},
 		{"empty api key file", "", nil, []string{"--api-key-file", emptyKey}, []string{"--api-key-file:", "is empty"}},
 		{"bad log level", "log_level: loud\n", nil, nil, []string{"node.yaml:1: log_level: \"loud\""}},
+		{"steward not a peer ID", "", nil, []string{"--stewards", "alice"}, []string{"--stewards: \"alice\": not a peer ID"}},
 		{"long region", "", nil, []string{"--region", strings.Repeat("x", 40)}, []string{"--region: 40 bytes"}},
 		{"unknown wire", "", nil, []string{"--wire", "int4"}, []string{"--wire: node: unknown wire mode \"int4\""}},
 		{"wire in the file", "wire: q9\n", nil, nil, []string{"wire: node: unknown wire mode"}},
@@ -230,6 +231,14 @@ func TestValidationNamesTheField(t *testing.T) {
 	}
 	if c, err := parse(t, nil, "--plan-session-tokens", "1000"); err != nil || c.PlanSessionTokens != 1000 {
 		t.Fatalf("--plan-session-tokens 1000: %v, %v", c.PlanSessionTokens, err)
+	}
+	// Stewards: none unless given; a list of peer IDs.
+	if len(c.Stewards) != 0 {
+		t.Fatalf("stewards %v by default", c.Stewards)
+	}
+	ids := []string{"12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq", "12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5"}
+	if c, err := parse(t, nil, "--stewards", strings.Join(ids, ",")); err != nil || !reflect.DeepEqual(c.Stewards, ids) {
+		t.Fatalf("--stewards: %v, %v", c.Stewards, err)
 	}
 	// A flag that does not parse is cobra's error, naming the flag.
 	if _, err := parse(t, nil, "--max-layers", "many"); err == nil || !strings.Contains(err.Error(), "--max-layers") {

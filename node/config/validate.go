@@ -139,6 +139,16 @@ func (c Config) validate(src map[string]*FieldError) error {
 	if !(c.SwarmVerifyRate >= 0 && c.SwarmVerifyRate <= 1) {
 		bad("swarm_verify_rate", "%v: must be between 0 and 1", c.SwarmVerifyRate)
 	}
+	if len(c.Stewards) > consensus.MaxStewards {
+		bad("stewards", "%d: at most %d", len(c.Stewards), consensus.MaxStewards)
+	}
+	for _, id := range c.Stewards {
+		if p, err := peer.Decode(id); err != nil {
+			bad("stewards", "%q: not a peer ID: %v", id, err)
+		} else if _, err := p.ExtractPublicKey(); err != nil {
+			bad("stewards", "%q: its key is not in the ID (use Ed25519 host keys): %v", id, err)
+		}
+	}
 	if c.PlanSessionTokens < 0 || c.PlanSessionTokens > consensus.MaxSessionTokens {
 		bad("plan_session_tokens", "%d: must be between 0 (none) and %d", c.PlanSessionTokens, consensus.MaxSessionTokens)
 	}

@@ -3,7 +3,9 @@ package cli
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/spf13/cobra"
 
 	"github.com/stratanet/strata/consensus"
@@ -67,7 +69,48 @@ Only the leader can append it: another node answers with the leader's peer ID.`,
 			return nil
 		},
 	}
-	for _, sub := range []*cobra.Command{rate, tokens} {
+	stewards := &cobra.Command{
+		Use:   "stewards ID[,ID...]",
+		Short: "set the swarm's stewards, the only nodes that vote in its Raft (peer IDs)",
+		Long: `stewards signs a new steward set with the leader's host key and appends it
+to the swarm's replicated state (POST /v1/swarm/config on the leader's API).
+Once a swarm has stewards only they vote; every other member serves layers
+and routes requests as a non-voter, so a crowd of Sybil nodes cannot take
+the layer map (docs/internet.md). The swarm admits the first set only from
+its founder and later ones only from a current steward, and every member
+checks the signature. Only the leader can append it: another node answers
+with the leader's peer ID. The founder usually names them at start instead,
+with strata node --stewards.`,
+		Example: `  strata swarm set stewards 12D3KooWA...,12D3KooWB...,12D3KooWC... --api http://127.0.0.1:8080`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var ids []string
+			for _, a := range args {
+				for _, id := range strings.Split(a, ",") {
+					if id = strings.TrimSpace(id); id == "" {
+						continue
+					}
+					if _, err := peer.Decode(id); err != nil {
+						return fmt.Errorf("steward %q: not a peer ID: %w", id, err)
+					}
+					ids = append(ids, id)
+				}
+			}
+			if len(ids) == 0 || len(ids) > consensus.MaxStewards {
+				return fmt.Errorf("%d stewards: give 1 to %d peer IDs", len(ids), consensus.MaxStewards)
+			}
+			c, err := apiClient(apiURL, keyFile)
+			if err != nil {
+				return err
+			}
+			if err := c.SetSwarmStewards(cmd.Context(), ids); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "swarm stewards set to %s\n", strings.Join(ids, ","))
+			return nil
+		},
+	}
+	for _, sub := range []*cobra.Command{rate, tokens, stewards} {
 		fl := sub.Flags()
 		fl.StringVar(&apiURL, "api", "http://127.0.0.1:8080", "the leader's API URL")
 		fl.StringVar(&keyFile, "api-key-file", "", "file holding the API key, if the node requires one")

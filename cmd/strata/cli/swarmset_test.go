@@ -78,3 +78,37 @@ func TestSwarmSetPlanSessionTokens(t *testing.T) {
 		t.Fatalf("a bad length reached the node: %q", got)
 	}
 }
+
+// TestSwarmSetStewards: the command posts the peer IDs (comma- or
+// space-separated) to the node's /v1/swarm/config and refuses a non-ID
+// before any request.
+func TestSwarmSetStewards(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, r.Method+" "+r.URL.Path+" "+string(b))
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(b)
+	}))
+	defer srv.Close()
+	a, b := "12D3KooWJWoaqZhDaoEFshF7Rh1bpY9ohihFhzcW6d69Lr2NASuq", "12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5"
+	out, err := run(t, "swarm", "set", "stewards", a+","+b, "--api", srv.URL)
+	if err != nil || !strings.Contains(out, "stewards set to "+a+","+b) {
+		t.Fatalf("%q %v", out, err)
+	}
+	if _, err := run(t, "swarm", "set", "stewards", a, b, "--api", srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	want := `POST /v1/swarm/config {"stewards":["` + a + `","` + b + `"]}`
+	if len(got) != 2 || got[0] != want || got[1] != want {
+		t.Fatalf("requests %q", got)
+	}
+	for _, bad := range [][]string{{"alice"}, {a + ",x"}, {","}} {
+		if _, err := run(t, append(append([]string{"swarm", "set", "stewards"}, bad...), "--api", srv.URL)...); err == nil {
+			t.Errorf("stewards %q accepted", bad)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("a bad list reached the node: %q", got)
+	}
+}
