@@ -13,6 +13,7 @@ import (
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/swarm/chunks"
+	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
 // stages runs tokens through stages in turn, twice (a prefill and one
@@ -82,7 +83,7 @@ func holder(t *testing.T, m *chunks.Manifest, path string, wrap func(*os.File) i
 	ReadAt([]byte, int64) (int, error)
 }) host.Host {
 	t.Helper()
-	h := newHost(t)
+	h := chunkstest.NewHost(t)
 	s := chunks.NewServer(h)
 	t.Cleanup(func() { s.Close() })
 	if wrap == nil {
@@ -132,9 +133,9 @@ func TestFetchSliceBitIdentical(t *testing.T) {
 		}
 		path, m := genModel(t, c)
 		a, b := holder(t, m, path, nil), holder(t, m, path, nil)
-		me := newHost(t)
-		connect(t, me, a)
-		connect(t, me, b)
+		me := chunkstest.NewHost(t)
+		chunkstest.Connect(t, me, a)
+		chunkstest.Connect(t, me, b)
 		f := chunks.NewFetcher(me, m)
 		dir := t.TempDir()
 		cuts := []int{0, 2, 5, 6}
@@ -201,8 +202,8 @@ func TestFetchSliceBitIdentical(t *testing.T) {
 func TestFetchSliceResume(t *testing.T) {
 	path, m := genModel(t, sixLayers())
 	a := holder(t, m, path, nil)
-	me := newHost(t)
-	connect(t, me, a)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, a)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	need, _ := m.ChunksFor(1, 5)
@@ -238,24 +239,24 @@ func TestFetchSliceResume(t *testing.T) {
 // logits are the full file's bit for bit.
 func TestFetchSlicePastLiar(t *testing.T) {
 	path, m := genModel(t, sixLayers())
-	gate := newGate()
-	t.Cleanup(gate.open)
+	gate := chunkstest.NewGate()
+	t.Cleanup(gate.Open)
 	honest := holder(t, m, path, func(fh *os.File) interface {
 		ReadAt([]byte, int64) (int, error)
 	} {
-		return gatedReader{r: fh, gate: gate.c()}
+		return chunkstest.Gated{R: fh, Gate: gate.C()}
 	})
 	liar := holder(t, m, path, func(fh *os.File) interface {
 		ReadAt([]byte, int64) (int, error)
 	} {
-		return lyingReader{r: fh}
+		return chunkstest.Lying{R: fh}
 	})
-	me := newHost(t)
-	connect(t, me, honest)
-	connect(t, me, liar)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, honest)
+	chunkstest.Connect(t, me, liar)
 	f := chunks.NewFetcher(me, m, chunks.WithOnDrop(func(p peer.ID, err error) {
 		if p == liar.ID() {
-			gate.open()
+			gate.Open()
 		}
 	}))
 	out := filepath.Join(t.TempDir(), "slice.gguf")
@@ -280,10 +281,10 @@ func TestFetchOnlyLiar(t *testing.T) {
 	liar := holder(t, m, path, func(fh *os.File) interface {
 		ReadAt([]byte, int64) (int, error)
 	} {
-		return lyingReader{r: fh}
+		return chunkstest.Lying{R: fh}
 	})
-	me := newHost(t)
-	connect(t, me, liar)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, liar)
 	out := filepath.Join(t.TempDir(), "slice.gguf")
 	_, err := FetchSlice(context.Background(), chunks.NewFetcher(me, m), 0, 2, []peer.ID{liar.ID()}, out)
 	if !errors.Is(err, chunks.ErrNoHolders) || !errors.Is(err, chunks.ErrBadChunk) {

@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/swarm/chunks"
+	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
 // updateGolden rewrites the golden files from what the code makes now:
@@ -56,8 +57,8 @@ func TestGoldenStories(t *testing.T) {
 	checkGolden(t, "stories260K-65536.manifest", b)
 
 	a := holder(t, m, stories, nil)
-	me := newHost(t)
-	connect(t, me, a)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, a)
 	f := chunks.NewFetcher(me, m)
 	dir := t.TempDir()
 	var sums strings.Builder

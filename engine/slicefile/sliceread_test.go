@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/swarm/chunks"
+	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
 // A node that holds only a slice serves that slice's chunks: a joiner
@@ -21,8 +22,8 @@ import (
 func TestFetchFromSliceHolder(t *testing.T) {
 	path, m := genModel(t, sixLayers())
 	a := holder(t, m, path, nil)
-	b := newHost(t)
-	connect(t, b, a)
+	b := chunkstest.NewHost(t)
+	chunkstest.Connect(t, b, a)
 	dir := t.TempDir()
 	bSlice := filepath.Join(dir, "b-0-3.gguf")
 	if _, err := FetchSlice(context.Background(), chunks.NewFetcher(b, m), 0, 3, []peer.ID{a.ID()}, bSlice); err != nil {
@@ -54,8 +55,8 @@ func TestFetchFromSliceHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := newHost(t)
-	connect(t, c, b)
+	c := chunkstest.NewHost(t)
+	chunkstest.Connect(t, c, b)
 	f := chunks.NewFetcher(c, m)
 	for _, r := range [][2]int{{0, 3}, {1, 2}} {
 		out := filepath.Join(dir, "c.gguf")
@@ -78,7 +79,7 @@ func TestFetchFromSliceHolder(t *testing.T) {
 	if !errors.Is(err, chunks.ErrNoHolders) || len(res.Dropped) != 0 {
 		t.Fatalf("range beyond the slice from its holder alone: %v, dropped %v", err, res.Dropped)
 	}
-	connect(t, c, a)
+	chunkstest.Connect(t, c, a)
 	res, err = FetchSlice(context.Background(), f, 2, 5, []peer.ID{b.ID(), a.ID()}, out)
 	if err != nil || len(res.Dropped) != 0 {
 		t.Fatalf("range beyond the slice with the file's holder: %v, dropped %v", err, res.Dropped)
@@ -93,8 +94,8 @@ func TestFetchFromSliceHolder(t *testing.T) {
 func TestReuseSlices(t *testing.T) {
 	path, m := genModel(t, sixLayers())
 	a := holder(t, m, path, nil)
-	me := newHost(t)
-	connect(t, me, a)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, a)
 	f := chunks.NewFetcher(me, m)
 	dir := t.TempDir()
 	old := filepath.Join(dir, "0-3.gguf")

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
 // benchPayload is the tensor data of the benchmark's file.
@@ -55,13 +57,13 @@ func BenchmarkChunkTransfer(b *testing.B) {
 	for i := range all {
 		all[i] = i
 	}
-	srv, me := newHost(b), newHost(b)
+	srv, me := chunkstest.NewHost(b), chunkstest.NewHost(b)
 	s := NewServer(srv)
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		b.Fatal(err)
 	}
-	connect(b, me, srv)
+	chunkstest.Connect(b, me, srv)
 	f := NewFetcher(me, m)
 	viaChunks := func() {
 		res, err := f.Fetch(context.Background(), all, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })

@@ -14,6 +14,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
 // holder serves a file (or a reader over it) from a new host, and the
@@ -22,7 +24,7 @@ func holder(t *testing.T, m *Manifest, path string, wrap func(*os.File) interfac
 	ReadAt([]byte, int64) (int, error)
 }) host.Host {
 	t.Helper()
-	h := newHost(t)
+	h := chunkstest.NewHost(t)
 	s := NewServer(h)
 	t.Cleanup(func() { s.Close() })
 	if wrap == nil {
@@ -72,9 +74,9 @@ func TestFetchPart(t *testing.T) {
 	for _, tied := range []bool{false, true} {
 		path, m := synthModel(t, 6, tied)
 		a, b := holder(t, m, path, nil), holder(t, m, path, nil)
-		me := newHost(t)
-		connect(t, me, a)
-		connect(t, me, b)
+		me := chunkstest.NewHost(t)
+		chunkstest.Connect(t, me, a)
+		chunkstest.Connect(t, me, b)
 		f := NewFetcher(me, m)
 		dir := t.TempDir()
 		for _, r := range [][2]int{{0, 2}, {2, 5}, {5, 6}} {
@@ -105,8 +107,8 @@ func TestFetchPart(t *testing.T) {
 func TestFetchPartResume(t *testing.T) {
 	path, m := sixLayers(t)
 	a := holder(t, m, path, nil)
-	me := newHost(t)
-	connect(t, me, a)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, a)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	need, _ := m.ChunksFor(1, 5)
@@ -154,23 +156,23 @@ func stallHandler(t *testing.T, h host.Host) {
 // honest holder.
 func TestFetchLiarAndStaller(t *testing.T) {
 	path, m := sixLayers(t)
-	gate := newGate()
-	t.Cleanup(gate.open)
+	gate := chunkstest.NewGate()
+	t.Cleanup(gate.Open)
 	honest := holder(t, m, path, func(fh *os.File) interface {
 		ReadAt([]byte, int64) (int, error)
 	} {
-		return gatedReader{r: fh, gate: gate.c()}
+		return chunkstest.Gated{R: fh, Gate: gate.C()}
 	})
 	liar := holder(t, m, path, func(fh *os.File) interface {
 		ReadAt([]byte, int64) (int, error)
 	} {
-		return lyingReader{r: fh}
+		return chunkstest.Lying{R: fh}
 	})
-	staller := newHost(t)
+	staller := chunkstest.NewHost(t)
 	stallHandler(t, staller)
-	me := newHost(t)
+	me := chunkstest.NewHost(t)
 	for _, h := range []host.Host{honest, liar, staller} {
-		connect(t, me, h)
+		chunkstest.Connect(t, me, h)
 	}
 	var mu sync.Mutex
 	reported := map[peer.ID]error{}
@@ -179,7 +181,7 @@ func TestFetchLiarAndStaller(t *testing.T) {
 		reported[p] = err
 		mu.Unlock()
 		if p == liar.ID() {
-			gate.open()
+			gate.Open()
 		}
 	}))
 	need, _ := m.ChunksFor(2, 4)
@@ -209,10 +211,10 @@ func TestFetchOnlyLiar(t *testing.T) {
 	liar := holder(t, m, path, func(fh *os.File) interface {
 		ReadAt([]byte, int64) (int, error)
 	} {
-		return lyingReader{r: fh}
+		return chunkstest.Lying{R: fh}
 	})
-	me := newHost(t)
-	connect(t, me, liar)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, liar)
 	need, _ := m.ChunksFor(0, 2)
 	part := filepath.Join(t.TempDir(), "slice"+PartSuffix)
 	_, err := FetchPart(context.Background(), NewFetcher(me, m), need, []peer.ID{liar.ID()}, part)
@@ -230,7 +232,7 @@ func TestFetchOnlyLiar(t *testing.T) {
 
 func TestFetchArgs(t *testing.T) {
 	_, m := sixLayers(t)
-	me := newHost(t)
+	me := chunkstest.NewHost(t)
 	f := NewFetcher(me, m)
 	nop := func(int, []byte) error { return nil }
 	if _, err := f.Fetch(context.Background(), []int{0, m.NumChunks()}, nil, nop); !errors.Is(err, ErrRange) {

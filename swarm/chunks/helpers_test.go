@@ -2,23 +2,13 @@ package chunks
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/stratanet/strata/swarm"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 )
 
 // testChunk is the smallest chunk size, so that tiny models span many
@@ -85,63 +75,3 @@ func synthModel(t testing.TB, layers int, tied bool) (string, *Manifest) {
 
 // sixLayers is the synthetic model most tests use.
 func sixLayers(t testing.TB) (string, *Manifest) { return synthModel(t, 6, false) }
-
-// newHost is a swarm host on loopback, closed at the end of the test.
-func newHost(t testing.TB) host.Host {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	h, err := swarm.New(ctx,
-		swarm.WithListenAddrs("/ip4/127.0.0.1/tcp/0"),
-		swarm.WithReachability(swarm.ReachabilityPublic),
-		swarm.WithNATPortMap(false),
-		swarm.WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h.Libp2p()
-}
-
-// connect dials b from a.
-func connect(t testing.TB, a, b host.Host) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := a.Connect(ctx, peer.AddrInfo{ID: b.ID(), Addrs: b.Addrs()}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// lyingReader flips one byte of every read: a holder whose file is
-// corrupt, or who lies.
-type lyingReader struct{ r io.ReaderAt }
-
-func (l lyingReader) ReadAt(p []byte, off int64) (int, error) {
-	n, err := l.r.ReadAt(p, off)
-	if n > 0 {
-		p[n/2] ^= 0x40
-	}
-	return n, err
-}
-
-// gatedReader holds every read until the gate opens.
-type gatedReader struct {
-	r    io.ReaderAt
-	gate <-chan struct{}
-}
-
-func (g gatedReader) ReadAt(p []byte, off int64) (int, error) {
-	<-g.gate
-	return g.r.ReadAt(p, off)
-}
-
-// onceCloser closes a channel once.
-type onceCloser struct {
-	once sync.Once
-	ch   chan struct{}
-}
-
-func newGate() *onceCloser               { return &onceCloser{ch: make(chan struct{})} }
-func (o *onceCloser) open()              { o.once.Do(func() { close(o.ch) }) }
-func (o *onceCloser) c() <-chan struct{} { return o.ch }

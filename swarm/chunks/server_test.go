@@ -16,6 +16,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+
+	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
 func openChunkStream(t *testing.T, from, to host.Host) network.Stream {
@@ -69,7 +71,7 @@ func TestServerRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newHost(t)
+	srv := chunkstest.NewHost(t)
 	s := NewServer(srv)
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
@@ -81,8 +83,8 @@ func TestServerRequests(t *testing.T) {
 	if err := s.ServeFile(m, short); !errors.Is(err, ErrManifest) {
 		t.Fatalf("short file served: %v", err)
 	}
-	me := newHost(t)
-	connect(t, me, srv)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, srv)
 
 	st := openChunkStream(t, me, srv)
 	for _, i := range []int{0, 7, m.NumChunks() - 1} {
@@ -129,14 +131,14 @@ func TestServerRequests(t *testing.T) {
 // and a slot freed is a stream served again.
 func TestServerStreamsPerPeer(t *testing.T) {
 	path, m := sixLayers(t)
-	srv := newHost(t)
+	srv := chunkstest.NewHost(t)
 	s := NewServer(srv, WithStreamsPerPeer(2))
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
 	}
-	me := newHost(t)
-	connect(t, me, srv)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, srv)
 	a, b := openChunkStream(t, me, srv), openChunkStream(t, me, srv)
 	for _, st := range []network.Stream{a, b} {
 		if code, _ := request(t, st, m.Fingerprint, 0); code != statusOK {
@@ -190,8 +192,8 @@ func TestServerResourceManager(t *testing.T) {
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
 	}
-	me := newHost(t)
-	connect(t, me, srv)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, srv)
 	if code, _ := request(t, openChunkStream(t, me, srv), m.Fingerprint, 0); code != statusBusy {
 		t.Fatalf("status %d, want busy", code)
 	}
@@ -228,15 +230,15 @@ func FuzzRequest(f *testing.F) {
 func TestServerUploadRate(t *testing.T) {
 	path, m := sixLayers(t)
 	const limit = 1 << 20 // 1 MiB/s
-	srv := newHost(t)
+	srv := chunkstest.NewHost(t)
 	s := NewServer(srv, WithUploadRate(limit))
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
 	}
-	a, b := newHost(t), newHost(t)
-	connect(t, a, srv)
-	connect(t, b, srv)
+	a, b := chunkstest.NewHost(t), chunkstest.NewHost(t)
+	chunkstest.Connect(t, a, srv)
+	chunkstest.Connect(t, b, srv)
 	chunks := make([]int, 12) // 12 × 64 KiB per fetcher, 1.5 MiB in all
 	for i := range chunks {
 		chunks[i] = i + 10
@@ -292,14 +294,14 @@ func TestServerPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	srv, cli := newHost(t), newHost(t)
+	srv, cli := chunkstest.NewHost(t), chunkstest.NewHost(t)
 	s := NewServer(srv)
 	defer s.Close()
 	read := make(chan struct{}, 1)
 	if err := s.ServeReaderAt(m, readSignal{r: fh, read: read}); err != nil {
 		t.Fatal(err)
 	}
-	connect(t, cli, srv)
+	chunkstest.Connect(t, cli, srv)
 	want := []int{3, 4, 5}
 	s.SetPaused(true)
 	s.SetPaused(true) // twice is once

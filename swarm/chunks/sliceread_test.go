@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
 // synthSlice writes at out a slice of layers [lo, hi) of the file at
@@ -67,8 +69,8 @@ func TestSliceReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := holder(t, m, path, nil)
-	b := newHost(t)
-	connect(t, b, a)
+	b := chunkstest.NewHost(t)
+	chunkstest.Connect(t, b, a)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "0-3.slice")
 	need, _ := m.ChunksFor(0, 3)
@@ -168,8 +170,8 @@ func TestSliceReader(t *testing.T) {
 	if err := srv.ServeSlice(sl); err != nil {
 		t.Fatal(err)
 	}
-	c := newHost(t)
-	connect(t, c, b)
+	c := chunkstest.NewHost(t)
+	chunkstest.Connect(t, c, b)
 	f := NewFetcher(c, m)
 	for _, r := range [][2]int{{0, 3}, {1, 2}} {
 		cs, _ := m.ChunksFor(r[0], r[1])
@@ -187,7 +189,7 @@ func TestSliceReader(t *testing.T) {
 	if !errors.Is(err, ErrNoHolders) || len(res.Dropped) != 0 {
 		t.Fatalf("range beyond the slice from its holder alone: %v, dropped %v", err, res.Dropped)
 	}
-	connect(t, c, a)
+	chunkstest.Connect(t, c, a)
 	res, err = FetchPart(context.Background(), f, cs, []peer.ID{b.ID(), a.ID()}, cpart)
 	if err != nil || len(res.Dropped) != 0 {
 		t.Fatalf("range beyond the slice with the file's holder: %v, dropped %v", err, res.Dropped)
@@ -200,8 +202,8 @@ func TestSliceReader(t *testing.T) {
 func TestReuseChunks(t *testing.T) {
 	path, m := sixLayers(t)
 	a := holder(t, m, path, nil)
-	me := newHost(t)
-	connect(t, me, a)
+	me := chunkstest.NewHost(t)
+	chunkstest.Connect(t, me, a)
 	f := NewFetcher(me, m)
 	dir := t.TempDir()
 	old := filepath.Join(dir, "0-3.slice")
