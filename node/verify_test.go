@@ -86,6 +86,24 @@ func servesRightWithout(ctx context.Context, t *testing.T, honest []*Node, id st
 	}
 }
 
+// waitEngines waits until every node has heard every other's heartbeat,
+// which names its engine: a node not heard yet counts as not
+// bit-reproducible (checked by tolerance only, against heard holders).
+// exact says which nodes run a bit-reproducible engine.
+func waitEngines(t *testing.T, nodes []*Node, exact func(*Node) bool) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
+		for _, n := range nodes {
+			for _, o := range nodes {
+				if n != o && n.reproducible(o.ID()) != exact(o) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
 // generate runs one greedy generation and returns its tokens and error.
 func generate(ctx context.Context, t *testing.T, entry *Node, prompt string, maxTokens int) ([]int32, error) {
 	t.Helper()
@@ -116,14 +134,29 @@ func recvAll(s *Stream) ([]int32, error) {
 // spot-checked, the checks pass, nobody is reported, and the tokens are
 // the single-process run's; on ten fresh swarms (the issue's "never
 // across 10 runs").
+// A swarm whose routed paths have no hop that a second holder covers
+// (seen: the map [4,8) [0,3) [3,6) [6,8) [0,4), every entry routing
+// [0,4)→[4,8)) starts no check and proves nothing either way; it is
+// logged, and most swarms must have checked.
 func TestVerifyHonestSwarm(t *testing.T) {
+	checked := 0
 	for i := range 10 {
-		t.Run(fmt.Sprintf("swarm-%d", i), testVerifyHonest)
+		t.Run(fmt.Sprintf("swarm-%d", i), func(t *testing.T) {
+			if testVerifyHonest(t) {
+				checked++
+			}
+		})
+	}
+	if checked < 5 {
+		t.Fatalf("only %d of 10 swarms routed a path that could be checked", checked)
 	}
 }
 
-func testVerifyHonest(t *testing.T) {
+// testVerifyHonest reports whether the swarm started a spot check.
+func testVerifyHonest(t *testing.T) bool {
 	_, nodes := verifyCluster(t, 5, nil)
+	// Until an entry hears a hop's heartbeat it cannot check it exactly.
+	waitEngines(t, nodes, func(*Node) bool { return true })
 	const maxTokens = 12
 	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground"}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -149,7 +182,9 @@ func testVerifyHonest(t *testing.T) {
 		total.Unresolved += s.Unresolved
 	}
 	t.Logf("spot checks: %+v", total)
-	if total.Verified == 0 {
+	if total.Audits == 0 {
+		t.Logf("no routed path had a hop with a second holder (map %v): nothing to check", nodes[0].Committed().Stages)
+	} else if total.Verified == 0 {
 		t.Fatalf("no spot check passed: %+v", total)
 	}
 	if total.Mismatches != 0 || total.Reported != 0 || total.Unresolved != 0 {
@@ -172,6 +207,7 @@ func testVerifyHonest(t *testing.T) {
 			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
 		}
 	}
+	return total.Audits > 0
 }
 
 // TestRewindFlagsWrongTokens: after a fault, the generation goes back to
@@ -354,19 +390,8 @@ func TestVerifyRateReplicated(t *testing.T) {
 func TestVerifySkipsOtherEngines(t *testing.T) {
 	other := WithEngine(Engine{Name: "other-test", Open: openGo})
 	_, nodes := verifyCluster(t, 4, map[int][]Option{1: {other}})
-	// A node not heard yet counts as not bit-reproducible (checked by
-	// tolerance): wait for every heartbeat, so that the go nodes are
-	// checked exactly only.
-	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
-		for _, n := range nodes {
-			for _, o := range nodes {
-				if n != o && n.reproducible(o.ID()) != (o != nodes[1]) {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	// The go nodes are then checked exactly only.
+	waitEngines(t, nodes, func(o *Node) bool { return o != nodes[1] })
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	for i, p := range []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark night"} {
