@@ -127,6 +127,9 @@ func membwCmd(args []string) error {
 type benchFile struct {
 	shape, dtype string
 	gen          []string // strata model gen's shape flags
+	// decodeOnly: only the decode rows; the other modes would take
+	// minutes a run on a 30B-parameter file and 2 cores.
+	decodeOnly bool
 }
 
 func (f benchFile) name() string { return f.shape + "-" + f.dtype + ".gguf" }
@@ -134,9 +137,15 @@ func (f benchFile) name() string { return f.shape + "-" + f.dtype + ".gguf" }
 var (
 	tinyShape = []string{"--layers", "22", "--dim", "2048", "--heads", "32", "--kv-heads", "4", "--ffn", "5632", "--vocab", "32000"}
 	l3Shape   = []string{"--layers", "32", "--dim", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--vocab", "128256"}
-	shapes    = map[string][]benchFile{
-		"tiny": {{"tiny", "q4_k_m", tinyShape}, {"tiny", "q8_0", tinyShape}, {"tiny", "f16", tinyShape}},
-		"8b":   {{"llama3-8b", "q4_k_m", l3Shape}, {"llama3-8b", "q8_0", l3Shape}},
+	// Qwen3-30B-A3B's config.json: 48 layers, hidden 2048, 32 heads of 128
+	// (so Q is 4096 wide), 4 KV heads, 128 experts of 768, 8 a token,
+	// intermediate_size 6144 (written as feed_forward_length only).
+	moeShape = []string{"--arch", "qwen3moe", "--layers", "48", "--dim", "2048", "--heads", "32", "--kv-heads", "4", "--head-dim", "128",
+		"--experts", "128", "--experts-used", "8", "--expert-ffn", "768", "--ffn", "6144", "--vocab", "151936"}
+	shapes = map[string][]benchFile{
+		"tiny":          {{"tiny", "q4_k_m", tinyShape, false}, {"tiny", "q8_0", tinyShape, false}, {"tiny", "f16", tinyShape, false}},
+		"8b":            {{"llama3-8b", "q4_k_m", l3Shape, false}, {"llama3-8b", "q8_0", l3Shape, false}},
+		"qwen3-30b-a3b": {{"qwen3-30b-a3b", "q4_k_m", moeShape, true}},
 	}
 )
 
@@ -163,7 +172,8 @@ func metrics(decodeSteps, batchSteps, prefillTokens int) []metric {
 func drive(args []string) error {
 	fs := flag.NewFlagSet("drive", flag.ExitOnError)
 	dir := fs.String("models", "bin/bench-models", "directory of the generated files (made once, reused)")
-	shapeList := fs.String("shapes", "tiny,8b", "shapes to compare: tiny (TinyLlama 1.1B's), 8b (Llama-3-8B's)")
+	shapeList := fs.String("shapes", "tiny,8b", "shapes to compare: tiny (TinyLlama 1.1B's), 8b (Llama-3-8B's), qwen3-30b-a3b (Qwen3-30B-A3B's, decode only)")
+	layers := fs.Int("layers", 0, "if > 0, the shapes' files get this many of their layers (the same per-layer shape; the file is named NofML)")
 	runs := fs.Int("runs", 3, "alternating runs per side and metric; the median counts")
 	strata := fs.String("strata", "bin/strata", "the strata binary (model gen)")
 	node := fs.String("node", "node", "node")
@@ -188,10 +198,16 @@ func drive(args []string) error {
 	for _, sh := range strings.Split(*shapeList, ",") {
 		fl, ok := shapes[strings.TrimSpace(sh)]
 		if !ok {
-			return fmt.Errorf("unknown shape %q (tiny, 8b)", sh)
+			return fmt.Errorf("unknown shape %q (tiny, 8b, qwen3-30b-a3b)", sh)
 		}
 		for _, f := range fl {
 			if *dtypes == "" || slices.Contains(strings.Split(*dtypes, ","), f.dtype) {
+				if *layers > 0 {
+					var err error
+					if f, err = withLayers(f, *layers); err != nil {
+						return err
+					}
+				}
 				files = append(files, f)
 			}
 		}
@@ -265,7 +281,7 @@ func drive(args []string) error {
 		}
 		fmt.Fprintf(os.Stderr, "== %s (memory read bandwidth, 1 thread: %.2f GB/s)\n", f.name(), bw/1e9)
 		for _, m := range metrics(*decodeSteps, *batchSteps, *prefillTokens) {
-			if m.tinyOnly && f.shape != "tiny" {
+			if m.tinyOnly && f.shape != "tiny" || f.decodeOnly && m.mode != modeDecode {
 				continue
 			}
 			if *only != "" && !slices.Contains(strings.Split(*only, ","), m.mode) {
@@ -366,6 +382,26 @@ func drive(args []string) error {
 		fmt.Fprintf(os.Stderr, "saved to %s\n", *out)
 	}
 	return nil
+}
+
+// withLayers gives f n of its layers, named "SHAPE-NofML": the same
+// per-layer shape, where the whole file would not fit in memory.
+func withLayers(f benchFile, n int) (benchFile, error) {
+	i := slices.Index(f.gen, "--layers")
+	if i < 0 || i+1 >= len(f.gen) {
+		return f, fmt.Errorf("shape %s has no --layers", f.shape)
+	}
+	var full int
+	if _, err := fmt.Sscan(f.gen[i+1], &full); err != nil || n > full {
+		return f, fmt.Errorf("-layers %d: shape %s has %s layers", n, f.shape, f.gen[i+1])
+	}
+	if n == full {
+		return f, nil
+	}
+	f.gen = slices.Clone(f.gen)
+	f.gen[i+1] = fmt.Sprint(n)
+	f.shape = fmt.Sprintf("%s-%dof%dL", f.shape, n, full)
+	return f, nil
 }
 
 // ensureFile generates f into dir with strata model gen unless it is there.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stratanet/strata/engine"
@@ -57,5 +58,36 @@ func TestLlamaCppSide(t *testing.T) {
 		if r.Engine != "llama.cpp" || r.Mode != args[0] || r.CPUVariant == "" {
 			t.Errorf("%v: %+v", args, r)
 		}
+	}
+}
+
+// TestWithLayers checks the fewer-layers fallback of a shape: the layer
+// count changes, nothing else, and the file name says so.
+func TestWithLayers(t *testing.T) {
+	full := shapes["qwen3-30b-a3b"][0]
+	f, err := withLayers(full, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.name() != "qwen3-30b-a3b-12of48L-q4_k_m.gguf" {
+		t.Errorf("name %q", f.name())
+	}
+	for i, a := range f.gen {
+		want := full.gen[i]
+		if i > 0 && f.gen[i-1] == "--layers" {
+			want = "12"
+		}
+		if a != want {
+			t.Errorf("flag %d: %q, want %q", i, a, want)
+		}
+	}
+	if full.gen[slices.Index(full.gen, "--layers")+1] != "48" {
+		t.Error("withLayers changed the shape's own flags")
+	}
+	if g, err := withLayers(full, 48); err != nil || g.name() != full.name() {
+		t.Errorf("all 48 layers: %q, %v", g.name(), err)
+	}
+	if _, err := withLayers(full, 49); err == nil {
+		t.Error("49 of 48 layers: no error")
 	}
 }
