@@ -364,6 +364,7 @@ func drive(args []string) error {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
 		fmt.Fprintln(w)
+		moeNote := false
 		fmt.Fprintln(w, "| file | Strata weight bytes/token | bandwidth GB/s | Strata decode t=1 tok/s | weights read GB/s | fraction of bandwidth |")
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 		for _, r := range rows {
@@ -371,8 +372,20 @@ func drive(args []string) error {
 				continue
 			}
 			s := median(r.rates[0])
-			rate := float64(r.weightBytes) * s
-			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.file, r.weightBytes, r.bw/1e9, s, rate/1e9, rate/r.bw)
+			wb := r.weightBytes
+			if tb, moe, err := tokenBytes(filepath.Join(*dir, r.file)); err != nil {
+				return err
+			} else if moe {
+				// Experts: a token reads its experts' share, not all the
+				// weights the stage holds.
+				wb, moeNote = tb, true
+			}
+			rate := float64(wb) * s
+			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.file, wb, r.bw/1e9, s, rate/1e9, rate/r.bw)
+		}
+		if moeNote {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "On a mixture-of-experts file the weight bytes are the file's bytes a token reads: every tensor but the experts, and expert_used_count/expert_count of those.")
 		}
 	}
 	if *out != "" {
@@ -402,6 +415,32 @@ func withLayers(f benchFile, n int) (benchFile, error) {
 	f.gen[i+1] = fmt.Sprint(n)
 	f.shape = fmt.Sprintf("%s-%dof%dL", f.shape, n, full)
 	return f, nil
+}
+
+// tokenBytes is, for a mixture-of-experts file, the bytes of its tensors
+// that one token reads: all but the experts, and the chosen experts' share
+// of those (as strata model inspect counts them); moe is false otherwise.
+func tokenBytes(path string) (n int64, moe bool, err error) {
+	f, fh, err := engine.OpenFile(path)
+	if err != nil {
+		return 0, false, err
+	}
+	defer fh.Close()
+	hp, err := engine.ReadHParams(f)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w", path, err)
+	}
+	if !hp.MoE() {
+		return 0, false, nil
+	}
+	var all, experts int64
+	for _, t := range f.Tensors {
+		all += t.Size
+		if strings.Contains(t.Name, "_exps.") {
+			experts += t.Size
+		}
+	}
+	return all - experts + experts*int64(hp.ExpertsUsed)/int64(hp.Experts), true, nil
 }
 
 // ensureFile generates f into dir with strata model gen unless it is there.

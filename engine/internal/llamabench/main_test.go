@@ -91,3 +91,32 @@ func TestWithLayers(t *testing.T) {
 		t.Error("49 of 48 layers: no error")
 	}
 }
+
+// TestTokenBytes checks the bytes a token reads of an F32 qwen3moe file
+// against its shape: all of it but (experts−used) experts' three F32
+// matrices in each layer; a dense file is not MoE.
+func TestTokenBytes(t *testing.T) {
+	const layers, dim, experts, used, effn = 2, 64, 8, 2, 32
+	path := filepath.Join(t.TempDir(), "moe.gguf")
+	c := engine.GenConfig{Arch: "qwen3moe", Layers: layers, Dim: dim, Heads: 4, KVHeads: 2, FFN: 96, Vocab: 512, Seed: 1, DType: engine.F32,
+		Experts: experts, ExpertsUsed: used, ExpertFFN: effn}
+	if err := engine.GenerateFile(path, c); err != nil {
+		t.Fatal(err)
+	}
+	f, fh, err := engine.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all int64
+	for _, tn := range f.Tensors {
+		all += tn.Size
+	}
+	fh.Close()
+	got, moe, err := tokenBytes(path)
+	if want := all - layers*(experts-used)*3*dim*effn*4; err != nil || !moe || got != want {
+		t.Errorf("tokenBytes = %d, %v, %v; want %d, true, nil", got, moe, err, want)
+	}
+	if _, moe, err := tokenBytes(smallModel(t)); err != nil || moe {
+		t.Errorf("dense file: moe %v, %v", moe, err)
+	}
+}
