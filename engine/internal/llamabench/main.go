@@ -30,6 +30,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/stratanet/strata/engine"
@@ -266,6 +267,7 @@ func drive(args []string) error {
 		file, metric string
 		rates        [][]float64 // per side, per run
 		loads        [][]float64 // others' load during each of those runs
+		peakRSS      []int64     // per side, the most of its runs
 		weightBytes  int64       // the pure-Go engine's
 		decode1      bool
 		bw           float64
@@ -299,7 +301,7 @@ func drive(args []string) error {
 				label = strings.Replace(label, fmt.Sprint(m.steps), fmt.Sprint(steps), 1)
 			}
 			rw := row{file: f.name(), metric: label, decode1: m.mode == modeDecode && m.threads == 1, bw: bw,
-				rates: make([][]float64, len(sides)), loads: make([][]float64, len(sides))}
+				rates: make([][]float64, len(sides)), loads: make([][]float64, len(sides)), peakRSS: make([]int64, len(sides))}
 			for run := range *runs {
 				var line strings.Builder
 				for i, sd := range sides {
@@ -311,13 +313,14 @@ func drive(args []string) error {
 					rw.others = max(rw.others, r.OthersLoad)
 					rw.rates[i] = append(rw.rates[i], r.TokS)
 					rw.loads[i] = append(rw.loads[i], r.OthersLoad)
+					rw.peakRSS[i] = max(rw.peakRSS[i], r.PeakRSS)
 					if sd.name == "Strata" {
 						rw.weightBytes = r.WeightBytes
 					}
 					if r.CPUVariant != "" {
 						variants[i] = r.CPUVariant
 					}
-					fmt.Fprintf(&line, "  %s %8.2f tok/s (others' load %.2f)", sd.name, r.TokS, r.OthersLoad)
+					fmt.Fprintf(&line, "  %s %8.2f tok/s (others' load %.2f, peak RSS %.2f GB)", sd.name, r.TokS, r.OthersLoad, float64(r.PeakRSS)/1e9)
 				}
 				fmt.Fprintf(os.Stderr, "   %-36s run %d:%s\n", label, run+1, line.String())
 			}
@@ -360,6 +363,16 @@ func drive(args []string) error {
 	fmt.Fprintln(w, "others' load: the most CPU, in cores, that processes other than the measured one used during any run of the row")
 	fmt.Fprintln(w, "(from /proc/stat; the machine has", runtime.NumCPU(), "CPUs). Above about 0.3 a row's numbers are disturbed.")
 	fmt.Fprintln(w, "runs: each run's tok/s @ others' load during it.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Peak resident memory of the measuring processes (ru_maxrss, the most of a row's runs), GB:")
+	fmt.Fprintln(w)
+	for _, r := range rows {
+		var parts []string
+		for i, sd := range sides {
+			parts = append(parts, fmt.Sprintf("%s %.2f", sd.name, float64(r.peakRSS[i])/1e9))
+		}
+		fmt.Fprintf(w, "- %s, %s: %s\n", r.file, r.metric, strings.Join(parts, ", "))
+	}
 	if *goSide {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
@@ -501,6 +514,9 @@ func runJSON(name string, args ...string) (Result, error) {
 		return r, fmt.Errorf("%s: no tok/s in %q", name, out)
 	}
 	r.OthersLoad = others
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.PeakRSS = ru.Maxrss << 10 // KiB on Linux
+	}
 	return r, nil
 }
 
