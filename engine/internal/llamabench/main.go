@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -78,11 +79,39 @@ func measureCmd(args []string) error {
 	prompt := fs.Int("prompt", 16, "decode and batch16: prompt tokens per session")
 	n := fs.Int("tokens", 512, "prefill: prompt tokens")
 	fs.Parse(args)
+	// Loading converts the weights into new buffers, and at GOGC's default
+	// the garbage of a big file's load is collected late: a 5 GB
+	// qwen3moe file peaked at 8.9 GB resident, 5.6 GB under a limit. A
+	// soft limit a little under the memory available lets a file that
+	// fits load; it does not slow the timed region, which allocates
+	// little. GOMEMLIMIT, when set, wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		if avail := memAvailable(); avail > 0 {
+			debug.SetMemoryLimit(avail / 10 * 9)
+		}
+	}
 	r, err := measure(*model, *threads, *mode, *steps, *prompt, *n)
 	if err != nil {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// memAvailable is /proc/meminfo's MemAvailable in bytes, or 0.
+func memAvailable() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			var kb int64
+			if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }
 
 // measure loads the model into engine.Local and times one mode.

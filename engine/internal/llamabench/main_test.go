@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/stratanet/strata/engine"
@@ -118,5 +119,18 @@ func TestTokenBytes(t *testing.T) {
 	}
 	if _, moe, err := tokenBytes(smallModel(t)); err != nil || moe {
 		t.Errorf("dense file: moe %v, %v", moe, err)
+	}
+}
+
+// TestMemAvailable checks /proc/meminfo's reading against sysinfo(2)'s
+// total: more than nothing, no more than all.
+func TestMemAvailable(t *testing.T) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		t.Skip("no sysinfo:", err)
+	}
+	total := int64(si.Totalram) * int64(si.Unit)
+	if a := memAvailable(); a <= 0 || a > total {
+		t.Errorf("MemAvailable %d bytes, total %d", a, total)
 	}
 }
