@@ -245,7 +245,11 @@ bench-ggml:
 # alternating runs, each in its own process; the memory read bandwidth
 # beside it. Files are generated into bin/bench-models once; BENCH_SHAPES
 # tiny (TinyLlama 1.1B's shape: Q4_K_M, Q8_0, F16) and/or 8b (Llama-3-8B's:
-# Q4_K_M, Q8_0, 4.9 and 8.5 GB). Report: bin/bench-llamacpp.txt. Not part
+# Q4_K_M, Q8_0, 4.9 and 8.5 GB) and/or qwen3-30b-a3b (Qwen3-30B-A3B's
+# mixture of experts, Q4_K_M, decode only, 18.6 GB; each side peaks near
+# 21 GB, so GOMEMLIMIT=20GiB on 24 GB; BENCH_FLAGS="-layers 12" makes it
+# 12 of its 48 layers where memory is short, see docs/moe.md).
+# Report: bin/bench-llamacpp.txt. Not part
 # of make test. (The lock file was written by npm 11.13, which records the
 # platform packages node-llama-cpp lists but never published as inert
 # entries; later npm versions omit them and then refuse their own lock.

@@ -32,6 +32,9 @@ type Result struct {
 	// OthersLoad is set by the driver: the cores that other processes on
 	// the machine kept busy during the measurement (-1: unknown).
 	OthersLoad float64 `json:"-"`
+	// PeakRSS is set by the driver: the measuring process's peak resident
+	// memory in bytes (getrusage's ru_maxrss), the weights loaded included.
+	PeakRSS int64 `json:"-"`
 }
 
 // Modes, with their defaults: decode STEPS tokens after a PROMPT-token

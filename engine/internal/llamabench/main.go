@@ -28,8 +28,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/stratanet/strata/engine"
@@ -77,11 +79,39 @@ func measureCmd(args []string) error {
 	prompt := fs.Int("prompt", 16, "decode and batch16: prompt tokens per session")
 	n := fs.Int("tokens", 512, "prefill: prompt tokens")
 	fs.Parse(args)
+	// Loading converts the weights into new buffers, and at GOGC's default
+	// the garbage of a big file's load is collected late: a 5 GB
+	// qwen3moe file peaked at 8.9 GB resident, 5.6 GB under a limit. A
+	// soft limit a little under the memory available lets a file that
+	// fits load; it does not slow the timed region, which allocates
+	// little. GOMEMLIMIT, when set, wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		if avail := memAvailable(); avail > 0 {
+			debug.SetMemoryLimit(avail / 10 * 9)
+		}
+	}
 	r, err := measure(*model, *threads, *mode, *steps, *prompt, *n)
 	if err != nil {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// memAvailable is /proc/meminfo's MemAvailable in bytes, or 0.
+func memAvailable() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			var kb int64
+			if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }
 
 // measure loads the model into engine.Local and times one mode.
@@ -127,6 +157,9 @@ func membwCmd(args []string) error {
 type benchFile struct {
 	shape, dtype string
 	gen          []string // strata model gen's shape flags
+	// decodeOnly: only the decode rows; the other modes would take
+	// minutes a run on a 30B-parameter file and 2 cores.
+	decodeOnly bool
 }
 
 func (f benchFile) name() string { return f.shape + "-" + f.dtype + ".gguf" }
@@ -134,9 +167,15 @@ func (f benchFile) name() string { return f.shape + "-" + f.dtype + ".gguf" }
 var (
 	tinyShape = []string{"--layers", "22", "--dim", "2048", "--heads", "32", "--kv-heads", "4", "--ffn", "5632", "--vocab", "32000"}
 	l3Shape   = []string{"--layers", "32", "--dim", "4096", "--heads", "32", "--kv-heads", "8", "--ffn", "14336", "--vocab", "128256"}
-	shapes    = map[string][]benchFile{
-		"tiny": {{"tiny", "q4_k_m", tinyShape}, {"tiny", "q8_0", tinyShape}, {"tiny", "f16", tinyShape}},
-		"8b":   {{"llama3-8b", "q4_k_m", l3Shape}, {"llama3-8b", "q8_0", l3Shape}},
+	// Qwen3-30B-A3B's config.json: 48 layers, hidden 2048, 32 heads of 128
+	// (so Q is 4096 wide), 4 KV heads, 128 experts of 768, 8 a token,
+	// intermediate_size 6144 (written as feed_forward_length only).
+	moeShape = []string{"--arch", "qwen3moe", "--layers", "48", "--dim", "2048", "--heads", "32", "--kv-heads", "4", "--head-dim", "128",
+		"--experts", "128", "--experts-used", "8", "--expert-ffn", "768", "--ffn", "6144", "--vocab", "151936"}
+	shapes = map[string][]benchFile{
+		"tiny":          {{"tiny", "q4_k_m", tinyShape, false}, {"tiny", "q8_0", tinyShape, false}, {"tiny", "f16", tinyShape, false}},
+		"8b":            {{"llama3-8b", "q4_k_m", l3Shape, false}, {"llama3-8b", "q8_0", l3Shape, false}},
+		"qwen3-30b-a3b": {{"qwen3-30b-a3b", "q4_k_m", moeShape, true}},
 	}
 )
 
@@ -163,7 +202,8 @@ func metrics(decodeSteps, batchSteps, prefillTokens int) []metric {
 func drive(args []string) error {
 	fs := flag.NewFlagSet("drive", flag.ExitOnError)
 	dir := fs.String("models", "bin/bench-models", "directory of the generated files (made once, reused)")
-	shapeList := fs.String("shapes", "tiny,8b", "shapes to compare: tiny (TinyLlama 1.1B's), 8b (Llama-3-8B's)")
+	shapeList := fs.String("shapes", "tiny,8b", "shapes to compare: tiny (TinyLlama 1.1B's), 8b (Llama-3-8B's), qwen3-30b-a3b (Qwen3-30B-A3B's, decode only)")
+	layers := fs.Int("layers", 0, "if > 0, the shapes' files get this many of their layers (the same per-layer shape; the file is named NofML)")
 	runs := fs.Int("runs", 3, "alternating runs per side and metric; the median counts")
 	strata := fs.String("strata", "bin/strata", "the strata binary (model gen)")
 	node := fs.String("node", "node", "node")
@@ -188,10 +228,16 @@ func drive(args []string) error {
 	for _, sh := range strings.Split(*shapeList, ",") {
 		fl, ok := shapes[strings.TrimSpace(sh)]
 		if !ok {
-			return fmt.Errorf("unknown shape %q (tiny, 8b)", sh)
+			return fmt.Errorf("unknown shape %q (tiny, 8b, qwen3-30b-a3b)", sh)
 		}
 		for _, f := range fl {
 			if *dtypes == "" || slices.Contains(strings.Split(*dtypes, ","), f.dtype) {
+				if *layers > 0 {
+					var err error
+					if f, err = withLayers(f, *layers); err != nil {
+						return err
+					}
+				}
 				files = append(files, f)
 			}
 		}
@@ -250,6 +296,7 @@ func drive(args []string) error {
 		file, metric string
 		rates        [][]float64 // per side, per run
 		loads        [][]float64 // others' load during each of those runs
+		peakRSS      []int64     // per side, the most of its runs
 		weightBytes  int64       // the pure-Go engine's
 		decode1      bool
 		bw           float64
@@ -265,7 +312,7 @@ func drive(args []string) error {
 		}
 		fmt.Fprintf(os.Stderr, "== %s (memory read bandwidth, 1 thread: %.2f GB/s)\n", f.name(), bw/1e9)
 		for _, m := range metrics(*decodeSteps, *batchSteps, *prefillTokens) {
-			if m.tinyOnly && f.shape != "tiny" {
+			if m.tinyOnly && f.shape != "tiny" || f.decodeOnly && m.mode != modeDecode {
 				continue
 			}
 			if *only != "" && !slices.Contains(strings.Split(*only, ","), m.mode) {
@@ -283,7 +330,7 @@ func drive(args []string) error {
 				label = strings.Replace(label, fmt.Sprint(m.steps), fmt.Sprint(steps), 1)
 			}
 			rw := row{file: f.name(), metric: label, decode1: m.mode == modeDecode && m.threads == 1, bw: bw,
-				rates: make([][]float64, len(sides)), loads: make([][]float64, len(sides))}
+				rates: make([][]float64, len(sides)), loads: make([][]float64, len(sides)), peakRSS: make([]int64, len(sides))}
 			for run := range *runs {
 				var line strings.Builder
 				for i, sd := range sides {
@@ -295,13 +342,14 @@ func drive(args []string) error {
 					rw.others = max(rw.others, r.OthersLoad)
 					rw.rates[i] = append(rw.rates[i], r.TokS)
 					rw.loads[i] = append(rw.loads[i], r.OthersLoad)
+					rw.peakRSS[i] = max(rw.peakRSS[i], r.PeakRSS)
 					if sd.name == "Strata" {
 						rw.weightBytes = r.WeightBytes
 					}
 					if r.CPUVariant != "" {
 						variants[i] = r.CPUVariant
 					}
-					fmt.Fprintf(&line, "  %s %8.2f tok/s (others' load %.2f)", sd.name, r.TokS, r.OthersLoad)
+					fmt.Fprintf(&line, "  %s %8.2f tok/s (others' load %.2f, peak RSS %.2f GB)", sd.name, r.TokS, r.OthersLoad, float64(r.PeakRSS)/1e9)
 				}
 				fmt.Fprintf(os.Stderr, "   %-36s run %d:%s\n", label, run+1, line.String())
 			}
@@ -344,10 +392,21 @@ func drive(args []string) error {
 	fmt.Fprintln(w, "others' load: the most CPU, in cores, that processes other than the measured one used during any run of the row")
 	fmt.Fprintln(w, "(from /proc/stat; the machine has", runtime.NumCPU(), "CPUs). Above about 0.3 a row's numbers are disturbed.")
 	fmt.Fprintln(w, "runs: each run's tok/s @ others' load during it.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Peak resident memory of the measuring processes (ru_maxrss, the most of a row's runs), GB:")
+	fmt.Fprintln(w)
+	for _, r := range rows {
+		var parts []string
+		for i, sd := range sides {
+			parts = append(parts, fmt.Sprintf("%s %.2f", sd.name, float64(r.peakRSS[i])/1e9))
+		}
+		fmt.Fprintf(w, "- %s, %s: %s\n", r.file, r.metric, strings.Join(parts, ", "))
+	}
 	if *goSide {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
 		fmt.Fprintln(w)
+		moeNote := false
 		fmt.Fprintln(w, "| file | Strata weight bytes/token | bandwidth GB/s | Strata decode t=1 tok/s | weights read GB/s | fraction of bandwidth |")
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 		for _, r := range rows {
@@ -355,8 +414,20 @@ func drive(args []string) error {
 				continue
 			}
 			s := median(r.rates[0])
-			rate := float64(r.weightBytes) * s
-			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.file, r.weightBytes, r.bw/1e9, s, rate/1e9, rate/r.bw)
+			wb := r.weightBytes
+			if tb, moe, err := tokenBytes(filepath.Join(*dir, r.file)); err != nil {
+				return err
+			} else if moe {
+				// Experts: a token reads its experts' share, not all the
+				// weights the stage holds.
+				wb, moeNote = tb, true
+			}
+			rate := float64(wb) * s
+			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.file, wb, r.bw/1e9, s, rate/1e9, rate/r.bw)
+		}
+		if moeNote {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "On a mixture-of-experts file the weight bytes are the file's bytes a token reads: every tensor but the experts, and expert_used_count/expert_count of those.")
 		}
 	}
 	if *out != "" {
@@ -366,6 +437,52 @@ func drive(args []string) error {
 		fmt.Fprintf(os.Stderr, "saved to %s\n", *out)
 	}
 	return nil
+}
+
+// withLayers gives f n of its layers, named "SHAPE-NofML": the same
+// per-layer shape, where the whole file would not fit in memory.
+func withLayers(f benchFile, n int) (benchFile, error) {
+	i := slices.Index(f.gen, "--layers")
+	if i < 0 || i+1 >= len(f.gen) {
+		return f, fmt.Errorf("shape %s has no --layers", f.shape)
+	}
+	var full int
+	if _, err := fmt.Sscan(f.gen[i+1], &full); err != nil || n > full {
+		return f, fmt.Errorf("-layers %d: shape %s has %s layers", n, f.shape, f.gen[i+1])
+	}
+	if n == full {
+		return f, nil
+	}
+	f.gen = slices.Clone(f.gen)
+	f.gen[i+1] = fmt.Sprint(n)
+	f.shape = fmt.Sprintf("%s-%dof%dL", f.shape, n, full)
+	return f, nil
+}
+
+// tokenBytes is, for a mixture-of-experts file, the bytes of its tensors
+// that one token reads: all but the experts, and the chosen experts' share
+// of those (as strata model inspect counts them); moe is false otherwise.
+func tokenBytes(path string) (n int64, moe bool, err error) {
+	f, fh, err := engine.OpenFile(path)
+	if err != nil {
+		return 0, false, err
+	}
+	defer fh.Close()
+	hp, err := engine.ReadHParams(f)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w", path, err)
+	}
+	if !hp.MoE() {
+		return 0, false, nil
+	}
+	var all, experts int64
+	for _, t := range f.Tensors {
+		all += t.Size
+		if strings.Contains(t.Name, "_exps.") {
+			experts += t.Size
+		}
+	}
+	return all - experts + experts*int64(hp.ExpertsUsed)/int64(hp.Experts), true, nil
 }
 
 // ensureFile generates f into dir with strata model gen unless it is there.
@@ -426,6 +543,9 @@ func runJSON(name string, args ...string) (Result, error) {
 		return r, fmt.Errorf("%s: no tok/s in %q", name, out)
 	}
 	r.OthersLoad = others
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.PeakRSS = ru.Maxrss << 10 // KiB on Linux
+	}
 	return r, nil
 }
 

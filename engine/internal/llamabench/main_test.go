@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/stratanet/strata/engine"
@@ -57,5 +59,78 @@ func TestLlamaCppSide(t *testing.T) {
 		if r.Engine != "llama.cpp" || r.Mode != args[0] || r.CPUVariant == "" {
 			t.Errorf("%v: %+v", args, r)
 		}
+	}
+}
+
+// TestWithLayers checks the fewer-layers fallback of a shape: the layer
+// count changes, nothing else, and the file name says so.
+func TestWithLayers(t *testing.T) {
+	full := shapes["qwen3-30b-a3b"][0]
+	f, err := withLayers(full, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.name() != "qwen3-30b-a3b-12of48L-q4_k_m.gguf" {
+		t.Errorf("name %q", f.name())
+	}
+	for i, a := range f.gen {
+		want := full.gen[i]
+		if i > 0 && f.gen[i-1] == "--layers" {
+			want = "12"
+		}
+		if a != want {
+			t.Errorf("flag %d: %q, want %q", i, a, want)
+		}
+	}
+	if full.gen[slices.Index(full.gen, "--layers")+1] != "48" {
+		t.Error("withLayers changed the shape's own flags")
+	}
+	if g, err := withLayers(full, 48); err != nil || g.name() != full.name() {
+		t.Errorf("all 48 layers: %q, %v", g.name(), err)
+	}
+	if _, err := withLayers(full, 49); err == nil {
+		t.Error("49 of 48 layers: no error")
+	}
+}
+
+// TestTokenBytes checks the bytes a token reads of an F32 qwen3moe file
+// against its shape: all of it but (experts−used) experts' three F32
+// matrices in each layer; a dense file is not MoE.
+func TestTokenBytes(t *testing.T) {
+	const layers, dim, experts, used, effn = 2, 64, 8, 2, 32
+	path := filepath.Join(t.TempDir(), "moe.gguf")
+	c := engine.GenConfig{Arch: "qwen3moe", Layers: layers, Dim: dim, Heads: 4, KVHeads: 2, FFN: 96, Vocab: 512, Seed: 1, DType: engine.F32,
+		Experts: experts, ExpertsUsed: used, ExpertFFN: effn}
+	if err := engine.GenerateFile(path, c); err != nil {
+		t.Fatal(err)
+	}
+	f, fh, err := engine.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all int64
+	for _, tn := range f.Tensors {
+		all += tn.Size
+	}
+	fh.Close()
+	got, moe, err := tokenBytes(path)
+	if want := all - layers*(experts-used)*3*dim*effn*4; err != nil || !moe || got != want {
+		t.Errorf("tokenBytes = %d, %v, %v; want %d, true, nil", got, moe, err, want)
+	}
+	if _, moe, err := tokenBytes(smallModel(t)); err != nil || moe {
+		t.Errorf("dense file: moe %v, %v", moe, err)
+	}
+}
+
+// TestMemAvailable checks /proc/meminfo's reading against sysinfo(2)'s
+// total: more than nothing, no more than all.
+func TestMemAvailable(t *testing.T) {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		t.Skip("no sysinfo:", err)
+	}
+	total := int64(si.Totalram) * int64(si.Unit)
+	if a := memAvailable(); a <= 0 || a > total {
+		t.Errorf("MemAvailable %d bytes, total %d", a, total)
 	}
 }
