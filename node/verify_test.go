@@ -135,9 +135,10 @@ func recvAll(s *Stream) ([]int32, error) {
 // the single-process run's; on ten fresh swarms (the issue's "never
 // across 10 runs").
 // A swarm whose routed paths have no hop that a second holder covers
-// (seen: the map [4,8) [0,3) [3,6) [6,8) [0,4), every entry routing
-// [0,4)→[4,8)) starts no check and proves nothing either way; it is
-// logged, and most swarms must have checked.
+// starts no check and proves nothing either way; it is logged, and most
+// swarms must have checked. (Seen once, 0 audits, on the map [4,8) [0,3)
+// [3,6) [6,8) [0,4): its two-hop path [0,4)→[4,8) has no single second
+// holder for either hop; the routes taken were not recorded.)
 func TestVerifyHonestSwarm(t *testing.T) {
 	checked := 0
 	for i := range 10 {
