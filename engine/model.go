@@ -73,9 +73,24 @@ type HParams struct {
 	// (moe.go). FFN is then feed_forward_length as the file declares it.
 	Experts, ExpertsUsed, ExpertFFN int
 	// SharedExperts (of width SharedFFN) and LeadingDense layers are read
-	// for the families that have them (deepseek2, qwen2moe), so that such
-	// files are refused by name; no supported architecture runs them yet.
+	// for the families that have them (deepseek2, qwen2moe); only
+	// deepseek2 runs them (Arch.DeepSeekMoE), the others are refused.
 	SharedExperts, SharedFFN, LeadingDense int
+	// deepseek2's routing: ExpertGating is expert_gating_func (1 softmax,
+	// 2 sigmoid); ExpertGroups and GroupsUsed its group-limited top-k
+	// (0: none); ExpertWeightsNorm renormalises the chosen weights and
+	// ExpertWeightsScale multiplies them.
+	ExpertGating, ExpertGroups, GroupsUsed int
+	ExpertWeightsNorm                      bool
+	ExpertWeightsScale                     float32
+	// deepseek2's multi-head latent attention (arch_deepseek2.go): the
+	// ranks of the Q and KV projections (QLoraRank 0: a plain attn_q, as
+	// llama.cpp's 26- and 27-layer "lite" models), a head's RoPE and
+	// non-RoPE parts of Q·K, its V width, and MLA: the file splits kv_b
+	// into attn_k_b and attn_v_b, which the engines run absorbed (HeadDim
+	// is then KVLoraRank+RopeDims over KVHeads 1, and V is the latent).
+	QLoraRank, KVLoraRank, RopeDims, NopeDims, VHeadDim int
+	MLA                                                 bool
 }
 
 // MoE reports whether the model's FFNs are mixtures of experts.
@@ -83,6 +98,19 @@ func (h HParams) MoE() bool { return h.Experts > 0 }
 
 // KVDim is the width of one token's K (or V) in one layer.
 func (h HParams) KVDim() int { return h.KVHeads * h.HeadDim }
+
+// CacheDims are the widths of what one layer caches per token: K and V,
+// both KVDim, except for deepseek2: with MLA, the latent and its RoPE
+// part only (K; V is K's latent part, v 0); without, V's own width.
+func (h HParams) CacheDims() (k, v int) {
+	switch {
+	case h.Arch != "deepseek2":
+		return h.KVDim(), h.KVDim()
+	case h.MLA:
+		return h.KVDim(), 0
+	}
+	return h.KVDim(), h.KVHeads * h.VHeadDim
+}
 
 // QDim is the width of one token's Q (and attention output) in one layer:
 // Dim, unless the file sets a head size of its own (qwen3's key_length).
@@ -203,7 +231,7 @@ func ReadHParams(f *File) (HParams, error) {
 	case !(h.RopeAttnFactor > 0) || h.RopeAttnFactor > 1e3:
 		return bad("rope.scaling.attn_factor", h.RopeAttnFactor)
 	}
-	if err := readExperts(f, &h, ad.Experts, geti); err != nil {
+	if err := readExperts(f, &h, ad, geti); err != nil {
 		return HParams{}, err
 	}
 	h.TrainContext = h.Context
@@ -224,15 +252,18 @@ func ReadHParams(f *File) (HParams, error) {
 	switch {
 	case h.HeadDim <= 0 || h.HeadDim%2 != 0 || h.HeadDim > 1<<14:
 		return bad("attention.key_length", h.HeadDim)
-	case vl != h.HeadDim:
+	case vl != h.HeadDim && !ad.OwnHeads:
 		return HParams{}, fmt.Errorf("%w: %s with value length %d ≠ key length %d", ErrUnsupportedArch, arch, vl, h.HeadDim)
 	}
 	rd := h.HeadDim
 	if err := geti("rope.dimension_count", &rd, h.HeadDim); err != nil {
 		return HParams{}, err
 	}
-	if rd != h.HeadDim {
+	if rd != h.HeadDim && !ad.OwnHeads {
 		return HParams{}, fmt.Errorf("%w: %s with partial RoPE (rope.dimension_count %d, head size %d)", ErrUnsupportedArch, arch, rd, h.HeadDim)
+	}
+	if ad.OwnHeads {
+		h.VHeadDim, h.RopeDims = vl, rd
 	}
 	_, h.RopeFactors = f.Tensor("rope_freqs.weight")
 	if ad.Read != nil {

@@ -227,9 +227,10 @@ func Load(f *File, opts ...Option) (*Local, error) {
 		return nil, fmt.Errorf("%w: %d tokenizer tokens for %d embedding rows", ErrShape, tok.Vocab(), hp.Vocab)
 	}
 	s := &Local{hp: hp, tok: tok}
+	kd, vd := hp.CacheDims()
 	s.info = Info{Engine: EngineGo, Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
-		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
+		KVBytesPerToken: int64(o.hi-o.lo) * int64(kd+vd) * 4}
 	if s.arch, err = Architecture(hp.Arch); err != nil {
 		return nil, err
 	}
@@ -393,11 +394,11 @@ func (s *Local) NewSession(maxTokens int) (Session, error) {
 		return nil, fmt.Errorf("%w: %d positions > the original context %d: the long RoPE factors (rope_factors_long.weight) are not supported",
 			ErrContextFull, maxTokens, s.hp.Context)
 	}
-	kv := s.hp.KVDim()
+	kd, vd := s.hp.CacheDims()
 	ss := &kvSession{st: s, positions: positions{mu: &s.mu, cap: maxTokens}}
 	for range s.layers {
-		ss.k = append(ss.k, make([]float32, maxTokens*kv))
-		ss.v = append(ss.v, make([]float32, maxTokens*kv))
+		ss.k = append(ss.k, make([]float32, maxTokens*kd))
+		ss.v = append(ss.v, make([]float32, maxTokens*vd))
 	}
 	return ss, nil
 }
@@ -591,8 +592,15 @@ func (fw *forward) layer(li int, x *goTensor) error {
 //
 // sinks, where not nil, are each head's sink logit, which joins its
 // softmax's denominator (Attn.Sinks).
-func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32) {
+//
+// vInK: V is the last vDim values of each K head (Attn.VDim).
+func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32, vInK bool) {
 	d, kvd, hd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim, a.HeadDim
+	vd := a.vDim()
+	dv, vs := a.Heads*vd, a.KVHeads*vd // output width; V cache stride
+	if vInK {
+		vs = kvd
+	}
 	group := a.Heads / a.KVHeads
 	scale := a.Scale
 	if scale == 0 {
@@ -620,14 +628,20 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32)
 			p := first(row.pos)
 			// The cache from the first position seen: scores index
 			// positions from there.
-			kc, vc := row.sess.k[li][p*kvd+kh*hd:], row.sess.v[li][p*kvd+kh*hd:]
+			kc := row.sess.k[li][p*kvd+kh*hd:]
+			var vc []float32
+			if vInK {
+				vc = row.sess.k[li][p*kvd+kh*hd+hd-vd:]
+			} else {
+				vc = row.sess.v[li][p*vs+kh*vd:]
+			}
 			np := row.pos + 1 - p
 			if cap(scores) < group*np {
 				scores = make([]float32, group*np)
 			}
 			scores = scores[:group*np]
 			q := qs[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
-			out := att[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
+			out := att[r*dv+kh*group*vd : r*dv+(kh+1)*group*vd]
 			for p0 := 0; p0 < np; p0 += attnBlock {
 				p1 := min(p0+attnBlock, np)
 				for g := 0; g < group; g++ {
@@ -652,7 +666,7 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32)
 			for p0 := 0; p0 < np; p0 += attnBlock {
 				p1 := min(p0+attnBlock, np)
 				for g := 0; g < group; g++ {
-					attnAV(out[g*hd:(g+1)*hd], vc[p0*kvd:], kvd, scores[g*np+p0:g*np+p1])
+					attnAV(out[g*vd:(g+1)*vd], vc[p0*vs:], vs, scores[g*np+p0:g*np+p1])
 				}
 			}
 		}

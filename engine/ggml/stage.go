@@ -269,6 +269,9 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if hp.Arch == "deepseek2" {
+		return nil, fmt.Errorf("%w: deepseek2 on the ggml backend (its latent attention and routing run on the Go engine only)", engine.ErrUnsupportedArch)
+	}
 	if !o.hasRange {
 		o.lo, o.hi = 0, hp.Layers
 	}
@@ -1121,6 +1124,10 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 		o.fail(fmt.Errorf("%w: attention window %d", engine.ErrShape, a.Window))
 		return q
 	}
+	if v == nil || (a.VDim != 0 && a.VDim != a.HeadDim) {
+		o.fail(fmt.Errorf("%w: attention with V heads of %d, K heads of %d, on the ggml backend", engine.ErrUnsupportedArch, a.VDim, a.HeadDim))
+		return q
+	}
 	masks := g.windowMasks(c, a.Window, o.parts)
 	const f4 = 4
 	hd, nh, nkv := a.HeadDim, a.Heads, a.KVHeads
@@ -1202,7 +1209,7 @@ func (o *ops) Scale(x engine.Tensor, s float32) engine.Tensor {
 // or gpt-oss's: biases, a softmax over the chosen logits, SwiGLU-OAI.
 func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
 	c, xt := o.c, x.(*act)
-	if m.GELU || !(m.NormTopK || m.WeighChosen) {
+	if m.GELU || !(m.NormTopK || m.WeighChosen) || m.DeepSeek {
 		o.fail(fmt.Errorf("%w: a mixture of experts without renormalised weights, or of GELU experts, on the ggml backend", engine.ErrUnsupportedArch))
 		return x
 	}
@@ -1252,6 +1259,23 @@ func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
 		out = C.ggml_add(c, out, C.ggml_view_2d(c, ex, d, n, nb2, i*nb1))
 	}
 	return &act{C.ggml_cont(c, out), xt.w}
+}
+
+// Slice, Concat and HeadLinear are deepseek2's, which this backend
+// refuses at load; a block that uses them anyway fails its step.
+func (o *ops) Slice(x engine.Tensor, every, lo, hi int) engine.Tensor {
+	o.fail(fmt.Errorf("%w: Slice on the ggml backend", engine.ErrUnsupportedArch))
+	return x
+}
+
+func (o *ops) Concat(a, b engine.Tensor, aw, bw int) engine.Tensor {
+	o.fail(fmt.Errorf("%w: Concat on the ggml backend", engine.ErrUnsupportedArch))
+	return a
+}
+
+func (o *ops) HeadLinear(x engine.Tensor, w engine.Weight) engine.Tensor {
+	o.fail(fmt.Errorf("%w: HeadLinear on the ggml backend", engine.ErrUnsupportedArch))
+	return x
 }
 
 // minWeightSum is llama.cpp's clamp of the chosen weights' sum before
