@@ -409,8 +409,8 @@ func (fw *forward) moeFFN(w *moeWeights, k int, xb, res []float32) {
 // moeScratch is moeFFN's scratch, kept across one step's layers.
 type moeScratch struct {
 	logits, wt, xe, gate, up, out, bias, choice []float32
-	sel                                 []int32
-	count, next, slot                   []int
+	sel                                         []int32
+	count, next, slot                           []int
 }
 
 // grow returns *s resized to n, reallocating only to grow it.
