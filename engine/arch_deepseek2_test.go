@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"strings"
 	"testing"
 )
 
@@ -55,6 +57,90 @@ func TestDeepSeek2BatchInvariance(t *testing.T) {
 				if !sameBits(alone[1+i], stepwise[len(prompt)+i]) {
 					t.Fatalf("decode %d: logits differ after a token-by-token prefill", i)
 				}
+			}
+		})
+	}
+}
+
+// TestDeepSeek2Split: stages cut inside the leading dense layers and the
+// expert layers give the whole model's bits, prefill and decode.
+func TestDeepSeek2Split(t *testing.T) {
+	for _, mix := range []string{"", "q4_k_m"} {
+		c := deepseek2Test()
+		c.Mix = mix
+		path := genModel(t, c)
+		prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6}
+		whole := openPipeline(t, path, []int{0, 4}, 1, 32)
+		split := openPipeline(t, path, []int{0, 1, 3, 4}, 2, 32)
+		if !sameBits(whole.step(t, prompt), split.step(t, prompt)) {
+			t.Fatalf("mix %q: split logits differ", mix)
+		}
+		for _, tok := range []int32{7, 8} {
+			if !sameBits(whole.step(t, []int32{tok}), split.step(t, []int32{tok})) {
+				t.Fatalf("mix %q: split decode logits differ", mix)
+			}
+		}
+	}
+}
+
+// TestDeepSeek2Cache: with MLA a layer caches the latent and the RoPE
+// part of K only (kv_lora_rank + RoPE dims per token); with attn_kv_b,
+// every head's K and V.
+func TestDeepSeek2Cache(t *testing.T) {
+	c := deepseek2Test()
+	s, err := Open(genModel(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	hp := s.Info().HParams
+	if want := int64(c.Layers) * int64(64+16) * 4; s.Info().KVBytesPerToken != want {
+		t.Errorf("MLA: %d KV bytes per token, want %d (4 layers × (64 latent + 16 RoPE) × 4)", s.Info().KVBytesPerToken, want)
+	}
+	if !hp.MLA || hp.KVLoraRank != 64 || hp.RopeDims != 16 || hp.NopeDims != 32 || hp.VHeadDim != 32 || hp.QLoraRank != 64 {
+		t.Errorf("MLA hyper-parameters %+v", hp)
+	}
+	if hp.ExpertGroups != 4 || hp.GroupsUsed != 2 || hp.ExpertGating != gatingSigmoid || !hp.ExpertWeightsNorm ||
+		hp.ExpertWeightsScale != 2.5 || hp.SharedExperts != 1 || hp.LeadingDense != 1 {
+		t.Errorf("routing hyper-parameters %+v", hp)
+	}
+	c.DeepSeek2.KVB = true
+	s2, err := Open(genModel(t, c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if want := int64(c.Layers) * int64(4*(32+16)+4*32) * 4; s2.Info().KVBytesPerToken != want {
+		t.Errorf("kv_b: %d KV bytes per token, want %d", s2.Info().KVBytesPerToken, want)
+	}
+}
+
+// TestDeepSeek2Errors: files llama.cpp would refuse, or that this engine
+// does not run, are refused with the reason.
+func TestDeepSeek2Errors(t *testing.T) {
+	base := deepseek2Test()
+	path := genModel(t, base)
+	for name, tc := range map[string]struct {
+		edit func([]KV) []KV
+		want error
+		msg  string
+	}{
+		"groups not dividing": {setKV("deepseek2.expert_group_count", uint32(3)), ErrCorrupt, "groups"},
+		"all groups used":     {setKV("deepseek2.expert_group_used_count", uint32(4)), ErrCorrupt, "expert_group_used_count"},
+		"gating 3":            {setKV("deepseek2.expert_gating_func", uint32(3)), ErrUnsupportedArch, "gating"},
+		"no weights scale":    {setKV("deepseek2.expert_weights_scale", nil), ErrCorrupt, "expert_weights_scale"},
+		"no kv lora":          {setKV("deepseek2.attention.kv_lora_rank", nil), ErrCorrupt, "kv_lora_rank"},
+		"no shared experts":   {setKV("deepseek2.expert_shared_count", uint32(0)), ErrCorrupt, "expert_shared_count"},
+		"mla key length":      {setKV("deepseek2.attention.key_length", uint32(70)), ErrShape, "key_length"},
+		"temperature scale":   {setKV("deepseek2.attention.temperature_scale", float32(0.1)), ErrUnsupportedArch, "temperature"},
+		"norm not bool":       {setKV("deepseek2.expert_weights_norm", uint32(1)), ErrCorrupt, "expert_weights_norm"},
+		"rope over head":      {setKV("deepseek2.rope.dimension_count", uint32(48)), ErrShape, "non-RoPE"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			bad := rewriteModel(t, path, tc.edit, nil)
+			_, err := Open(bad)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("got %v, want %v mentioning %q", err, tc.want, tc.msg)
 			}
 		})
 	}
