@@ -88,8 +88,8 @@ func (c GenConfig) validateDeepSeek2() error {
 		return bad("rope-scaling (deepseek2: yarn)", c.RopeScaling)
 	case c.RopeScaling != "" && !(c.RopeScalingFactor > 1):
 		return bad("rope-scaling-factor", c.RopeScalingFactor)
-	case c.Tied || c.RopeFreqs || c.LongRoPE || c.SlidingWindow != 0 || c.KVHeads != c.Heads:
-		return bad("tied/rope-freqs/long-rope/sliding-window/kv-heads", "not for deepseek2")
+	case c.Tied || c.RopeFreqs || c.LongRoPE || c.SlidingWindow != 0:
+		return bad("tied/rope-freqs/long-rope/sliding-window", "not for deepseek2")
 	}
 	for _, w := range []struct {
 		name string
@@ -129,7 +129,8 @@ func (c GenConfig) validateDeepSeek2() error {
 	return nil
 }
 
-// deepseek2Parts is a generated deepseek2 model, with the keys and tensor
+// deepseek2Parts is a generated deepseek2 model (KVHeads is not used: the
+// layout sets head_count_kv), with the keys and tensor
 // names llama.cpp's converter writes (DeepseekV2Model; MLA: attn_k_b and
 // attn_v_b, key_length = kv_lora_rank + RoPE dims over one KV head).
 func deepseek2Parts(c GenConfig) ([]KV, []WriteTensor, error) {
