@@ -99,6 +99,18 @@ func (h HParams) MoE() bool { return h.Experts > 0 }
 // KVDim is the width of one token's K (or V) in one layer.
 func (h HParams) KVDim() int { return h.KVHeads * h.HeadDim }
 
+// VHead is the width of one V head as an engine that caches V apart
+// from K holds it: HeadDim, or deepseek2's (with MLA, the latent).
+func (h HParams) VHead() int {
+	switch {
+	case h.Arch != "deepseek2":
+		return h.HeadDim
+	case h.MLA:
+		return h.KVLoraRank
+	}
+	return h.VHeadDim
+}
+
 // CacheDims are the widths of what one layer caches per token: K and V,
 // both KVDim, except for deepseek2: with MLA, the latent and its RoPE
 // part only (K; V is K's latent part, v 0); without, V's own width.

@@ -96,6 +96,10 @@ extern struct ggml_tensor * ggml_mul_mat_id(struct ggml_context * ctx, struct gg
 extern struct ggml_tensor * ggml_add_id(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, struct ggml_tensor * ids);
 extern struct ggml_tensor * ggml_swiglu_split(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 extern struct ggml_tensor * ggml_swiglu_oai(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, float alpha, float limit);
+extern struct ggml_tensor * ggml_sigmoid(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_fill(struct ggml_context * ctx, struct ggml_tensor * a, float c);
+extern struct ggml_tensor * ggml_repeat_4d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
+extern struct ggml_tensor * ggml_reshape_4d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
 extern int ggml_cpu_has_avx2(void);
 extern int ggml_cpu_has_avx512(void);
 extern int ggml_cpu_has_neon(void);
@@ -269,9 +273,6 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	if hp.Arch == "deepseek2" {
-		return nil, fmt.Errorf("%w: deepseek2 on the ggml backend (its latent attention and routing run on the Go engine only)", engine.ErrUnsupportedArch)
-	}
 	if !o.hasRange {
 		o.lo, o.hi = 0, hp.Layers
 	}
@@ -285,7 +286,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 	s := &Stage{hp: hp, arch: arch}
 	s.info = engine.Info{Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
-		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
+		KVBytesPerToken: int64(o.hi-o.lo) * int64(hp.KVDim()+hp.KVHeads*hp.VHead()) * 4}
 
 	// The names this stage needs, with their expected ggml shapes.
 	// mat marks the weights that only a matrix product reads (which the
@@ -595,7 +596,7 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 		return nil, fmt.Errorf("%w: %d positions > the original context %d: the long RoPE factors (rope_factors_long.weight) are not supported",
 			engine.ErrContextFull, maxTokens, s.hp.Context)
 	}
-	hd, nkv := s.hp.HeadDim, s.hp.KVHeads
+	hd, vd, nkv := s.hp.HeadDim, s.hp.VHead(), s.hp.KVHeads
 	n := len(s.layers)
 	size := uintptr(2*n)*(uintptr(C.ggml_tensor_overhead())+64) + 1<<16
 	p := &session{stage: s, cap: maxTokens}
@@ -609,7 +610,7 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 	}
 	for range s.layers {
 		p.k = append(p.k, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(hd), C.int64_t(maxTokens), C.int64_t(nkv)))
-		p.v = append(p.v, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(maxTokens), C.int64_t(hd), C.int64_t(nkv)))
+		p.v = append(p.v, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(maxTokens), C.int64_t(vd), C.int64_t(nkv)))
 	}
 	if p.buf = C.ggml_backend_alloc_ctx_tensors(p.ctx, s.backend); p.buf == nil {
 		p.free()
@@ -776,10 +777,10 @@ func graphKey(parts []part) string {
 // build makes the graph of parts' shape.
 func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	h := s.hp
-	hd, nkv := h.HeadDim, h.KVHeads
+	vd, nkv := h.VHead(), h.KVHeads
 	// Per layer: its ops, and per part attention's views, cache writes
 	// and products (gemma2's soft cap adds 3).
-	nodes := (96+24*len(parts))*len(s.layers) + 64
+	nodes := (160+24*len(parts))*len(s.layers) + 64
 	// The context holds the graph's metadata only; an allocator places
 	// its tensors in the backend's memory.
 	size := uintptr(nodes)*(uintptr(C.ggml_tensor_overhead())+64) + uintptr(C.ggml_graph_overhead_custom(C.size_t(nodes), false))
@@ -802,7 +803,7 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	g.positions = C.ggml_new_tensor_1d(c, C.T_I32, R)
 	C.ggml_set_input(g.positions)
 	for _, pt := range parts {
-		vi := C.ggml_new_tensor_1d(c, C.T_I64, C.int64_t(pt.n*hd*nkv))
+		vi := C.ggml_new_tensor_1d(c, C.T_I64, C.int64_t(pt.n*vd*nkv))
 		C.ggml_set_input(vi)
 		g.vIdx = append(g.vIdx, vi)
 		g.sessions = append(g.sessions, pt.p)
@@ -889,7 +890,7 @@ func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.O
 	if g.galloc == nil {
 		defer g.free() // built for this step only
 	}
-	hd, nkv := h.HeadDim, h.KVHeads
+	vd, nkv := h.VHead(), h.KVHeads
 	if s.info.First() {
 		toks := make([]int32, 0, rows)
 		for _, st := range steps {
@@ -908,12 +909,12 @@ func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.O
 			ps = append(ps, int32(pt.pos+t))
 		}
 		last = append(last, int32(pt.row0+pt.n-1))
-		// V value e (of hd·kvHeads) of new row t goes to position pos+t of
-		// channel e in the transposed cache [cap, hd, kvHeads].
-		vi := make([]int64, pt.n*hd*nkv)
+		// V value e (of vd·kvHeads) of new row t goes to position pos+t of
+		// channel e in the transposed cache [cap, vd, kvHeads].
+		vi := make([]int64, pt.n*vd*nkv)
 		for t := range pt.n {
-			for e := range hd * nkv {
-				vi[t*hd*nkv+e] = int64(pt.pos+t) + int64(pt.p.cap)*int64(e)
+			for e := range vd * nkv {
+				vi[t*vd*nkv+e] = int64(pt.pos+t) + int64(pt.p.cap)*int64(e)
 			}
 		}
 		C.ggml_backend_tensor_set(g.vIdx[j], unsafe.Pointer(&vi[0]), 0, C.size_t(8*len(vi)))
@@ -1124,40 +1125,58 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 		o.fail(fmt.Errorf("%w: attention window %d", engine.ErrShape, a.Window))
 		return q
 	}
-	if v == nil || (a.VDim != 0 && a.VDim != a.HeadDim) {
-		o.fail(fmt.Errorf("%w: attention with V heads of %d, K heads of %d, on the ggml backend", engine.ErrUnsupportedArch, a.VDim, a.HeadDim))
-		return q
-	}
 	masks := g.windowMasks(c, a.Window, o.parts)
 	const f4 = 4
 	hd, nh, nkv := a.HeadDim, a.Heads, a.KVHeads
+	vd := a.VDim
+	if vd == 0 {
+		vd = hd
+	}
 	scale := a.Scale
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(hd)))
 	}
-	qa, ka, va := q.(*act).t, k.(*act).t, v.(*act).t
+	qa, ka := q.(*act).t, k.(*act).t
+	switch {
+	case v == nil && vd > hd:
+		o.fail(fmt.Errorf("%w: attention V heads of %d in K heads of %d", engine.ErrShape, vd, hd))
+		return q
+	case vd != o.s.hp.VHead():
+		// The session's V cache is VHead wide.
+		o.fail(fmt.Errorf("%w: attention V heads of %d; the cache holds %d", engine.ErrShape, vd, o.s.hp.VHead()))
+		return q
+	}
+	var va tensor
+	if v != nil {
+		va = v.(*act).t
+	} else {
+		// V is the last vd values of each K head (deepseek2's latent):
+		// cached apart, as the transposed V cache wants it.
+		va = C.ggml_cont_2d(c, C.ggml_view_3d(c, ka, C.int64_t(vd), C.int64_t(nkv), o.R(), C.size_t(hd*f4), C.size_t(hd*nkv*f4), C.size_t((hd-vd)*f4)),
+			C.int64_t(vd*nkv), o.R())
+	}
 	var att tensor
 	for j, pt := range o.parts {
 		n, r0 := C.int64_t(pt.n), C.size_t(pt.row0)
 		kc, vc := pt.p.k[o.li], pt.p.v[o.li]
 		qj := C.ggml_view_3d(c, qa, C.int64_t(hd), C.int64_t(nh), n, C.size_t(hd*f4), C.size_t(hd*nh*f4), r0*C.size_t(hd*nh*f4))
 		kj := C.ggml_view_3d(c, ka, C.int64_t(hd), C.int64_t(nkv), n, C.size_t(hd*f4), C.size_t(hd*nkv*f4), r0*C.size_t(hd*nkv*f4))
-		vj := C.ggml_view_2d(c, va, 1, n*C.int64_t(hd*nkv), f4, r0*C.size_t(hd*nkv*f4))
+		vj := C.ggml_view_2d(c, va, 1, n*C.int64_t(vd*nkv), f4, r0*C.size_t(vd*nkv*f4))
 		// The new rows go into the cache first (K as rows of
 		// [hd, cap, kvHeads] at their positions; V, transposed, value by
 		// value at vIdx), and attention reads views of what that wrote,
 		// so that ggml orders the writes before the reads.
 		kIdx := C.ggml_view_1d(c, g.positions, n, r0*f4)
 		kSet := C.ggml_set_rows(c, kc, C.ggml_permute(c, kj, 0, 2, 1, 3), kIdx)
-		vFlat := C.ggml_reshape_2d(c, vc, 1, C.int64_t(pt.p.cap*hd*nkv))
+		vFlat := C.ggml_reshape_2d(c, vc, 1, C.int64_t(pt.p.cap*vd*nkv))
 		vSet := C.ggml_set_rows(c, vFlat, vj, g.vIdx[j])
 		C.ggml_build_forward_expand(g.gf, kSet)
 		C.ggml_build_forward_expand(g.gf, vSet)
 		kv := C.int64_t(pt.kvLen)
 		kAll := C.ggml_view_3d(c, kSet, C.int64_t(hd), kv, C.int64_t(nkv),
 			C.size_t(hd*f4), C.size_t(hd*pt.p.cap*f4), 0) // [hd, kvLen, nkv]
-		vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(hd), C.int64_t(nkv),
-			C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*hd*f4), 0) // [kvLen, hd, nkv]
+		vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(vd), C.int64_t(nkv),
+			C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*vd*f4), 0) // [kvLen, vd, nkv]
 		// Q made contiguous so that ggml may take llamafile's sgemm
 		// (which wants a contiguous right operand) for K·Q.
 		qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
@@ -1172,15 +1191,15 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 			// Each head's sink joins its softmax's denominator.
 			C.ggml_soft_max_add_sinks(kq, sinks)
 		}
-		kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
-		out := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), n)
+		kqv := C.ggml_mul_mat(c, vAll, kq) // [vd, n, nh]
+		out := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(vd*nh), n)
 		if att == nil {
 			att = out
 		} else {
 			att = C.ggml_concat(c, att, out, 1)
 		}
 	}
-	return &act{att, hd * nh}
+	return &act{att, vd * nh}
 }
 
 func (o *ops) SwiGLU(gate, up engine.Tensor) engine.Tensor {
@@ -1209,7 +1228,7 @@ func (o *ops) Scale(x engine.Tensor, s float32) engine.Tensor {
 // or gpt-oss's: biases, a softmax over the chosen logits, SwiGLU-OAI.
 func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
 	c, xt := o.c, x.(*act)
-	if m.GELU || !(m.NormTopK || m.WeighChosen) || m.DeepSeek {
+	if m.GELU || !(m.NormTopK || m.WeighChosen || m.DeepSeek) || m.Sigmoid && !m.DeepSeek {
 		o.fail(fmt.Errorf("%w: a mixture of experts without renormalised weights, or of GELU experts, on the ggml backend", engine.ErrUnsupportedArch))
 		return x
 	}
@@ -1221,17 +1240,32 @@ func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
 		logits = C.ggml_add(c, logits, m.RouterBias.(*gweight).t)
 	}
 	probs := logits
-	if !m.WeighChosen {
+	switch {
+	case m.Sigmoid:
+		probs = C.ggml_sigmoid(c, logits)
+	case !m.WeighChosen:
 		probs = C.ggml_soft_max(c, logits)
 	}
-	sel := C.ggml_argsort_top_k(c, probs, C.int(m.TopK))                // [k, n]
+	choose := probs
+	if m.DeepSeek {
+		var err error
+		if choose, err = o.deepseekChoice(probs, m, int(ne)); err != nil {
+			o.fail(err)
+			return x
+		}
+	}
+	sel := C.ggml_argsort_top_k(c, choose, C.int(m.TopK))               // [k, n]
 	w := C.ggml_get_rows(c, C.ggml_reshape_3d(c, probs, 1, ne, n), sel) // [1, k, n]
 	w2 := C.ggml_reshape_2d(c, w, k, n)
-	if m.WeighChosen {
+	switch {
+	case m.WeighChosen:
 		w2 = C.ggml_soft_max(c, w2)
-	} else {
+	case m.NormTopK:
 		sum := C.ggml_clamp(c, C.ggml_sum_rows(c, w2), C.float(minWeightSum), C.float(math.Inf(1)))
 		w2 = C.ggml_div(c, w2, sum)
+	}
+	if m.DeepSeek {
+		w2 = C.ggml_scale(c, w2, C.float(m.WeightScale))
 	}
 	w = C.ggml_reshape_3d(c, w2, 1, k, n)
 	cur := C.ggml_reshape_3d(c, xt.t, d, 1, n)
@@ -1261,21 +1295,88 @@ func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
 	return &act{C.ggml_cont(c, out), xt.w}
 }
 
-// Slice, Concat and HeadLinear are deepseek2's, which this backend
-// refuses at load; a block that uses them anyway fails its step.
+// Slice views each head's values [lo, hi), made contiguous.
 func (o *ops) Slice(x engine.Tensor, every, lo, hi int) engine.Tensor {
-	o.fail(fmt.Errorf("%w: Slice on the ggml backend", engine.ErrUnsupportedArch))
-	return x
+	xt := x.(*act)
+	if every <= 0 || lo < 0 || hi <= lo || hi > every || xt.w%every != 0 {
+		o.fail(fmt.Errorf("%w: slice [%d, %d) of each %d of rows of %d", engine.ErrShape, lo, hi, every, xt.w))
+		return x
+	}
+	n, w := xt.w/every, hi-lo
+	v := C.ggml_view_3d(o.c, xt.t, C.int64_t(w), C.int64_t(n), o.R(), C.size_t(4*every), C.size_t(4*xt.w), C.size_t(4*lo))
+	return &act{C.ggml_cont_2d(o.c, v, C.int64_t(n*w), o.R()), n * w}
 }
 
+// Concat is ggml_concat along each head, the one-headed input repeated
+// for every head first (as llama.cpp's non-MLA K).
 func (o *ops) Concat(a, b engine.Tensor, aw, bw int) engine.Tensor {
-	o.fail(fmt.Errorf("%w: Concat on the ggml backend", engine.ErrUnsupportedArch))
-	return a
+	at, bt := a.(*act), b.(*act)
+	if aw <= 0 || bw <= 0 || at.w%aw != 0 || bt.w%bw != 0 {
+		o.fail(fmt.Errorf("%w: concat of rows of %d and %d by heads of %d and %d", engine.ErrShape, at.w, bt.w, aw, bw))
+		return a
+	}
+	na, nb := at.w/aw, bt.w/bw
+	n := max(na, nb)
+	if na != nb && min(na, nb) != 1 {
+		o.fail(fmt.Errorf("%w: concat of %d heads and %d heads", engine.ErrShape, na, nb))
+		return a
+	}
+	a3 := C.ggml_reshape_3d(o.c, at.t, C.int64_t(aw), C.int64_t(na), o.R())
+	b3 := C.ggml_reshape_3d(o.c, bt.t, C.int64_t(bw), C.int64_t(nb), o.R())
+	if na < n {
+		a3 = C.ggml_repeat_4d(o.c, a3, C.int64_t(aw), C.int64_t(n), o.R(), 1)
+	}
+	if nb < n {
+		b3 = C.ggml_repeat_4d(o.c, b3, C.int64_t(bw), C.int64_t(n), o.R(), 1)
+	}
+	cat := C.ggml_concat(o.c, a3, b3, 0)
+	return &act{C.ggml_reshape_2d(o.c, cat, C.int64_t(n*(aw+bw)), o.R()), n * (aw + bw)}
 }
 
+// HeadLinear is one ggml_mul_mat of the 3-D weight by x's heads, as
+// llama.cpp's deepseek2 multiplies by attn_k_b and attn_v_b.
 func (o *ops) HeadLinear(x engine.Tensor, w engine.Weight) engine.Tensor {
-	o.fail(fmt.Errorf("%w: HeadLinear on the ggml backend", engine.ErrUnsupportedArch))
-	return x
+	xt, gw := x.(*act), w.(*gweight)
+	cols, rows := gw.ne0, gw.rows
+	if cols <= 0 || xt.w%cols != 0 {
+		o.fail(fmt.Errorf("%w: per-head product of rows of %d by heads of %d", engine.ErrShape, xt.w, cols))
+		return x
+	}
+	nh := xt.w / cols
+	x3 := C.ggml_permute(o.c, C.ggml_reshape_3d(o.c, xt.t, C.int64_t(cols), C.int64_t(nh), o.R()), 0, 2, 1, 3) // [cols, n, nh]
+	y := C.ggml_mul_mat(o.c, gw.t, x3)                                                                          // [rows, n, nh]
+	return &act{C.ggml_cont_2d(o.c, C.ggml_permute(o.c, y, 0, 2, 1, 3), C.int64_t(nh*rows), o.R()), nh * rows}
+}
+
+// deepseekChoice is what deepseek2's experts are chosen by (llama.cpp's
+// build_moe_ffn): the probabilities plus exp_probs_b, and with expert
+// groups, the groups outside the GroupsUsed whose two best sum highest
+// masked to −∞.
+func (o *ops) deepseekChoice(probs tensor, m engine.MoE, ne int) (tensor, error) {
+	c, n := o.c, o.R()
+	choose := probs
+	if m.SelectBias != nil {
+		b := m.SelectBias.(*gweight)
+		if b.ne0 != ne || b.rows != 1 {
+			return nil, fmt.Errorf("%w: expert selection bias of %d for %d experts", engine.ErrShape, b.ne0, ne)
+		}
+		choose = C.ggml_add(c, probs, b.t)
+	}
+	if m.Groups <= 1 {
+		return choose, nil
+	}
+	if ne%m.Groups != 0 || ne/m.Groups < 2 || m.GroupsUsed <= 0 || m.GroupsUsed >= m.Groups {
+		return nil, fmt.Errorf("%w: %d experts in %d groups, %d used", engine.ErrShape, ne, m.Groups, m.GroupsUsed)
+	}
+	per, ng := C.int64_t(ne/m.Groups), C.int64_t(m.Groups)
+	groups := C.ggml_reshape_3d(c, choose, per, ng, n)                                             // [per, groups, n]
+	best := C.ggml_argsort_top_k(c, groups, 2)                                                     // [2, groups, n]
+	scores := C.ggml_get_rows(c, C.ggml_reshape_4d(c, groups, 1, per, ng, n), best)                // [1, 2, groups, n]
+	scores = C.ggml_reshape_2d(c, C.ggml_sum_rows(c, C.ggml_reshape_3d(c, scores, 2, ng, n)), ng, n) // [groups, n]
+	kept := C.ggml_argsort_top_k(c, scores, C.int(m.GroupsUsed))                                   // [used, n]
+	keep := C.ggml_get_rows(c, groups, kept)                                                       // [per, used, n]
+	masked := C.ggml_set_rows(c, C.ggml_fill(c, groups, C.float(math.Inf(-1))), keep, kept)
+	return C.ggml_reshape_2d(c, masked, C.int64_t(ne), n), nil
 }
 
 // minWeightSum is llama.cpp's clamp of the chosen weights' sum before
