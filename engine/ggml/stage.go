@@ -1344,7 +1344,7 @@ func (o *ops) HeadLinear(x engine.Tensor, w engine.Weight) engine.Tensor {
 	}
 	nh := xt.w / cols
 	x3 := C.ggml_permute(o.c, C.ggml_reshape_3d(o.c, xt.t, C.int64_t(cols), C.int64_t(nh), o.R()), 0, 2, 1, 3) // [cols, n, nh]
-	y := C.ggml_mul_mat(o.c, gw.t, x3)                                                                          // [rows, n, nh]
+	y := C.ggml_mul_mat(o.c, gw.t, x3)                                                                         // [rows, n, nh]
 	return &act{C.ggml_cont_2d(o.c, C.ggml_permute(o.c, y, 0, 2, 1, 3), C.int64_t(nh*rows), o.R()), nh * rows}
 }
 
@@ -1369,12 +1369,12 @@ func (o *ops) deepseekChoice(probs tensor, m engine.MoE, ne int) (tensor, error)
 		return nil, fmt.Errorf("%w: %d experts in %d groups, %d used", engine.ErrShape, ne, m.Groups, m.GroupsUsed)
 	}
 	per, ng := C.int64_t(ne/m.Groups), C.int64_t(m.Groups)
-	groups := C.ggml_reshape_3d(c, choose, per, ng, n)                                             // [per, groups, n]
-	best := C.ggml_argsort_top_k(c, groups, 2)                                                     // [2, groups, n]
-	scores := C.ggml_get_rows(c, C.ggml_reshape_4d(c, groups, 1, per, ng, n), best)                // [1, 2, groups, n]
+	groups := C.ggml_reshape_3d(c, choose, per, ng, n)                                               // [per, groups, n]
+	best := C.ggml_argsort_top_k(c, groups, 2)                                                       // [2, groups, n]
+	scores := C.ggml_get_rows(c, C.ggml_reshape_4d(c, groups, 1, per, ng, n), best)                  // [1, 2, groups, n]
 	scores = C.ggml_reshape_2d(c, C.ggml_sum_rows(c, C.ggml_reshape_3d(c, scores, 2, ng, n)), ng, n) // [groups, n]
-	kept := C.ggml_argsort_top_k(c, scores, C.int(m.GroupsUsed))                                   // [used, n]
-	keep := C.ggml_get_rows(c, groups, kept)                                                       // [per, used, n]
+	kept := C.ggml_argsort_top_k(c, scores, C.int(m.GroupsUsed))                                     // [used, n]
+	keep := C.ggml_get_rows(c, groups, kept)                                                         // [per, used, n]
 	masked := C.ggml_set_rows(c, C.ggml_fill(c, groups, C.float(math.Inf(-1))), keep, kept)
 	return C.ggml_reshape_2d(c, masked, C.int64_t(ne), n), nil
 }
