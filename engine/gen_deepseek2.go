@@ -10,7 +10,10 @@ import (
 // leading dense layers, then experts with shared experts and sigmoid,
 // group-limited routing. Zero fields take the defaults in brackets.
 type DeepSeek2Gen struct {
-	QLoraRank  int // attention.q_lora_rank [Dim/2]
+	// QLoraRank is attention.q_lora_rank [Dim/2]; with 26 or 27 layers,
+	// which llama.cpp reads as DeepSeek-V2-Lite's shape, Q is one plain
+	// attn_q and the key is not written.
+	QLoraRank  int
 	KVLoraRank int // attention.kv_lora_rank [64]
 	RopeDims   int // a head's RoPE part, rope.dimension_count [16]
 	// A head's Q·K size is GenConfig.HeadDim [32 + RopeDims]; NopeDims is
@@ -72,8 +75,8 @@ func (c GenConfig) validateDeepSeek2() error {
 		block = dtypes[c.DType].block
 	}
 	switch {
-	case c.Layers <= 0 || c.Layers == 26 || c.Layers == 27:
-		return bad("layers (llama.cpp reads 26 and 27 as lite models without a Q LoRA)", c.Layers)
+	case c.Layers <= 0:
+		return bad("layers", c.Layers)
 	case c.Heads <= 0 || c.Dim <= 0 || c.FFN <= 0 || c.Vocab < minVocab:
 		return bad("dim/heads/ffn/vocab", fmt.Sprintf("%d/%d/%d/%d", c.Dim, c.Heads, c.FFN, c.Vocab))
 	case g.RopeDims <= 0 || g.RopeDims%2 != 0 || nope <= 0:
@@ -162,11 +165,14 @@ func deepseek2Parts(c GenConfig) ([]KV, []WriteTensor, error) {
 		{a + ".rope.freq_base", c.RopeBase},
 		{a + ".rope.dimension_count", u(r)},
 		{a + ".attention.layer_norm_rms_epsilon", c.NormEps},
-		{a + ".attention.q_lora_rank", u(g.QLoraRank)},
 		{a + ".attention.kv_lora_rank", u(kvl)},
 		{a + ".leading_dense_block_count", u(g.LeadingDense)},
 		{a + ".vocab_size", u(c.Vocab)},
 		{"strata.generator.seed", c.Seed},
+	}
+	lite := c.Layers == 26 || c.Layers == 27
+	if !lite {
+		kvs = append(kvs, KV{a + ".attention.q_lora_rank", u(g.QLoraRank)})
 	}
 	if g.KVB {
 		kvs = append(kvs, KV{a + ".attention.head_count_kv", u(nh)},
@@ -230,9 +236,13 @@ func deepseek2Parts(c GenConfig) ([]KV, []WriteTensor, error) {
 	for l := range c.Layers {
 		p := fmt.Sprintf("blk.%d.", l)
 		f32(p+"attn_norm.weight", 0.2, 1, d)
-		mat(p+"attn_q_a.weight", is(c.Dim), d, U(g.QLoraRank))
-		f32(p+"attn_q_a_norm.weight", 0.2, 1, U(g.QLoraRank))
-		mat(p+"attn_q_b.weight", is(g.QLoraRank), U(g.QLoraRank), U(nh*c.HeadDim))
+		if lite {
+			mat(p+"attn_q.weight", is(c.Dim), d, U(nh*c.HeadDim))
+		} else {
+			mat(p+"attn_q_a.weight", is(c.Dim), d, U(g.QLoraRank))
+			f32(p+"attn_q_a_norm.weight", 0.2, 1, U(g.QLoraRank))
+			mat(p+"attn_q_b.weight", is(g.QLoraRank), U(g.QLoraRank), U(nh*c.HeadDim))
+		}
 		mat(p+"attn_kv_a_mqa.weight", is(c.Dim), d, U(kvl+r))
 		f32(p+"attn_kv_a_norm.weight", 0.2, 1, U(kvl))
 		if g.KVB {

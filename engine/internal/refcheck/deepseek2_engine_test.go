@@ -13,7 +13,7 @@ import (
 // are kept, 3 used, a shared expert, sigmoid gating with exp_probs_b,
 // renormalised weights scaled by 2.5; the older attn_kv_b layout; a
 // DeepSeek-V2-like softmax router without renormalisation; YaRN with
-// the log multiplier V3's files carry.
+// the log multiplier V3's files carry; V2-Lite's plain Q projection.
 func deepseek2Shapes() map[string]engine.GenConfig {
 	base := engine.GenConfig{Arch: "deepseek2", Layers: 4, Dim: 128, Heads: 4, FFN: 256, Vocab: 600, Seed: 71,
 		Experts: 8, ExpertsUsed: 3, ExpertFFN: 64, DeepSeek2: engine.DeepSeek2Gen{ExpertGroups: 4, GroupsUsed: 2}}
@@ -23,7 +23,10 @@ func deepseek2Shapes() map[string]engine.GenConfig {
 	v2.DeepSeek2 = engine.DeepSeek2Gen{Softmax: true, WeightsScale: 1.5, SharedExperts: 2}
 	yarn := base
 	yarn.RopeScaling, yarn.RopeScalingFactor, yarn.Context = "yarn", 40, 4096
-	return map[string]engine.GenConfig{"mla": base, "kv_b": kvb, "softmax": v2, "yarn": yarn}
+	// 26 layers: llama.cpp's DeepSeek-V2-Lite shape, a plain attn_q.
+	lite := base
+	lite.Layers, lite.Dim, lite.FFN, lite.ExpertFFN = 26, 64, 64, 32
+	return map[string]engine.GenConfig{"mla": base, "kv_b": kvb, "softmax": v2, "yarn": yarn, "lite": lite}
 }
 
 // TestDeepSeek2LogitsMatchLlamaCpp: on F32 weights, the engine's deepseek2
