@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -141,6 +142,30 @@ func TestDeepSeek2Errors(t *testing.T) {
 			_, err := Open(bad)
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
 				t.Errorf("got %v, want %v mentioning %q", err, tc.want, tc.msg)
+			}
+		})
+	}
+}
+
+// TestDeepSeek2GenErrors: shapes llama.cpp would refuse, or that the
+// file's types cannot hold, are refused by the generator.
+func TestDeepSeek2GenErrors(t *testing.T) {
+	for name, edit := range map[string]func(*GenConfig){
+		"groups not dividing":  func(c *GenConfig) { c.DeepSeek2.ExpertGroups = 3 },
+		"all groups used":      func(c *GenConfig) { c.DeepSeek2.GroupsUsed = 4 },
+		"groups used alone":    func(c *GenConfig) { c.DeepSeek2.ExpertGroups, c.DeepSeek2.GroupsUsed = 0, 2 },
+		"all layers dense":     func(c *GenConfig) { c.DeepSeek2.LeadingDense = 4 },
+		"no non-RoPE part":     func(c *GenConfig) { c.HeadDim = 16 },
+		"nope not a block":     func(c *GenConfig) { c.HeadDim, c.DType = 40, Q8_0 },
+		"mix for experts only": func(c *GenConfig) { c.Mix = "mxfp4_moe" },
+		"linear scaling":       func(c *GenConfig) { c.RopeScaling, c.RopeScalingFactor = "linear", 4 },
+		"tied":                 func(c *GenConfig) { c.Tied = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := deepseek2Test()
+			edit(&c)
+			if err := Generate(io.Discard, c); !errors.Is(err, ErrShape) && !errors.Is(err, ErrUnsupportedType) {
+				t.Errorf("got %v, want ErrShape or ErrUnsupportedType", err)
 			}
 		})
 	}

@@ -77,8 +77,13 @@ func newModelGenCmd() *cobra.Command {
 				}
 				moe = fmt.Sprintf(", %d of %d experts of width %d", c.ExpertsUsed, c.Experts, ef)
 			}
+			kvHeads := c.KVHeads
+			if c.Arch == "deepseek2" {
+				// The layout sets it: one latent head, or every head with kv_b.
+				kvHeads = map[bool]int{true: c.Heads, false: 1}[c.DeepSeek2.KVB]
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %d layers, dim %d, %d/%d heads, ffn %d%s, vocab %d, %s, %d bytes\n",
-				names, c.Arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, moe, c.Vocab, dtype, size)
+				names, c.Arch, c.Layers, c.Dim, c.Heads, kvHeads, c.FFN, moe, c.Vocab, dtype, size)
 			return nil
 		},
 	}
