@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"io"
+	"math"
 	"strings"
 	"testing"
 )
@@ -168,5 +169,45 @@ func TestDeepSeek2GenErrors(t *testing.T) {
 				t.Errorf("got %v, want ErrShape or ErrUnsupportedType", err)
 			}
 		})
+	}
+}
+
+// TestDeepSeek2Spec: the placement model of an MLA deepseek2 file
+// counts each layer's parameters as the file holds them (but for
+// exp_probs_b's one per expert, which package layers leaves out) and
+// MLA's cache as the Go engine holds it.
+func TestDeepSeek2Spec(t *testing.T) {
+	c := deepseek2Test()
+	path := genModel(t, c)
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f, fh, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	spec, err := f.ModelSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !spec.MLA() {
+		t.Fatal("the spec of an MLA file is not MLA")
+	}
+	for l := range c.Layers {
+		file := 0.0
+		for _, ti := range f.Tensors {
+			if strings.HasPrefix(ti.Name, LayerPrefix(l)) {
+				file += float64(ti.Elements())
+			}
+		}
+		if got := spec.LayerParamsAt(l); math.Abs(got-file) > float64(c.Experts) {
+			t.Errorf("layer %d: the spec counts %v parameters, the file holds %v", l, got, file)
+		}
+	}
+	if got, want := spec.KVBytesPerToken()*float64(c.Layers), float64(s.Info().KVBytesPerToken); got != want {
+		t.Errorf("MLA: spec %v KV bytes per token, engine %v", got, want)
 	}
 }

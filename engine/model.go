@@ -138,6 +138,15 @@ func (h HParams) Spec(bytesPerParam float64) (layers.ModelSpec, error) {
 		hp.Experts, hp.ActiveExperts, hp.ExpertFFN = h.Experts, h.ExpertsUsed, h.ExpertFFN
 		hp.SharedExperts, hp.DenseLayers = h.SharedExperts, h.LeadingDense
 	}
+	if h.Arch == "deepseek2" {
+		// Package layers counts MLA's weights and its cache (the latent
+		// and the RoPE part, as the Go engine holds it); a kv_b file's
+		// engines cache every head's K and V.
+		hp.KVHeads, hp.HeadDim = h.Heads, h.NopeDims+h.RopeDims
+		if h.MLA {
+			hp.HeadDim, hp.VHeadDim, hp.KVLoRARank, hp.RopeHeadDim, hp.QLoRARank = h.NopeDims, h.VHeadDim, h.KVLoraRank, h.RopeDims, h.QLoraRank
+		}
+	}
 	return layers.NewModelSpec(hp)
 }
 
