@@ -101,6 +101,9 @@ func readDeepSeek2(f *File, h *HParams) error {
 		return fmt.Errorf("%w: %s with attn_kv_b and %d KV heads of %d heads", ErrShape, a, h.KVHeads, h.Heads)
 	case h.LeadingDense > h.Layers:
 		return bad("leading_dense_block_count", h.LeadingDense)
+	case !h.MoE() && h.LeadingDense < h.Layers:
+		// llama.cpp throws "n_expert must be > 0" for the layers after.
+		return fmt.Errorf("%w: %s without experts and %d of %d layers dense (leading_dense_block_count must then be block_count)", ErrCorrupt, a, h.LeadingDense, h.Layers)
 	}
 	return nil
 }

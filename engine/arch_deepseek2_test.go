@@ -27,6 +27,8 @@ func TestDeepSeek2BatchInvariance(t *testing.T) {
 	v2.DeepSeek2 = DeepSeek2Gen{Softmax: true, WeightsScale: 1}
 	yarn := deepseek2Test()
 	yarn.RopeScaling, yarn.RopeScalingFactor = "yarn", 40
+	dense := deepseek2Test()
+	dense.Experts, dense.ExpertsUsed, dense.DeepSeek2 = 0, 0, DeepSeek2Gen{}
 	cases := []struct {
 		name string
 		c    GenConfig
@@ -34,7 +36,7 @@ func TestDeepSeek2BatchInvariance(t *testing.T) {
 		mix  string
 	}{
 		{"mla-f32", deepseek2Test(), F32, ""}, {"mla-q8_0", deepseek2Test(), Q8_0, ""}, {"mla-q4_k_m", deepseek2Test(), F32, "q4_k_m"},
-		{"kv_b-f32", kvb, F32, ""}, {"softmax-f32", v2, F32, ""}, {"yarn-f32", yarn, F32, ""},
+		{"kv_b-f32", kvb, F32, ""}, {"softmax-f32", v2, F32, ""}, {"yarn-f32", yarn, F32, ""}, {"dense-f32", dense, F32, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,6 +139,9 @@ func TestDeepSeek2Errors(t *testing.T) {
 		"temperature scale":   {setKV("deepseek2.attention.temperature_scale", float32(0.1)), ErrUnsupportedArch, "temperature"},
 		"norm not bool":       {setKV("deepseek2.expert_weights_norm", uint32(1)), ErrCorrupt, "expert_weights_norm"},
 		"rope over head":      {setKV("deepseek2.rope.dimension_count", uint32(48)), ErrShape, "non-RoPE"},
+		"expert layers, no experts": {func(kvs []KV) []KV {
+			return setKV("deepseek2.expert_count", uint32(0))(setKV("deepseek2.expert_used_count", uint32(0))(kvs))
+		}, ErrCorrupt, "leading_dense_block_count must"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			bad := rewriteModel(t, path, tc.edit, nil)

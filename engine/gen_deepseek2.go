@@ -19,7 +19,7 @@ type DeepSeek2Gen struct {
 	// A head's Q·K size is GenConfig.HeadDim [32 + RopeDims]; NopeDims is
 	// HeadDim − RopeDims.
 	VHeadDim      int // a head's V size [32]
-	LeadingDense  int // leading_dense_block_count [1]
+	LeadingDense  int // leading_dense_block_count [1; every layer without experts]
 	SharedExperts int // expert_shared_count [1]
 	// ExpertGroups and GroupsUsed: group-limited routing [0: none].
 	ExpertGroups, GroupsUsed int
@@ -49,7 +49,10 @@ func (c GenConfig) deepseek2Defaults() GenConfig {
 	if g.VHeadDim == 0 {
 		g.VHeadDim = 32
 	}
-	if g.LeadingDense == 0 && c.Experts > 0 {
+	switch {
+	case c.Experts == 0:
+		g.LeadingDense = c.Layers // llama.cpp's deepseek2 needs experts after the dense layers
+	case g.LeadingDense == 0:
 		g.LeadingDense = 1
 	}
 	if g.SharedExperts == 0 && c.Experts > 0 {
