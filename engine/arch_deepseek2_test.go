@@ -29,6 +29,9 @@ func TestDeepSeek2BatchInvariance(t *testing.T) {
 	yarn.RopeScaling, yarn.RopeScalingFactor = "yarn", 40
 	dense := deepseek2Test()
 	dense.Experts, dense.ExpertsUsed, dense.DeepSeek2 = 0, 0, DeepSeek2Gen{}
+	// 24 heads on the one latent KV head: attention units of 16 and 8.
+	wide := deepseek2Test()
+	wide.Heads = 24
 	cases := []struct {
 		name string
 		c    GenConfig
@@ -37,6 +40,7 @@ func TestDeepSeek2BatchInvariance(t *testing.T) {
 	}{
 		{"mla-f32", deepseek2Test(), F32, ""}, {"mla-q8_0", deepseek2Test(), Q8_0, ""}, {"mla-q4_k_m", deepseek2Test(), F32, "q4_k_m"},
 		{"kv_b-f32", kvb, F32, ""}, {"softmax-f32", v2, F32, ""}, {"yarn-f32", yarn, F32, ""}, {"dense-f32", dense, F32, ""},
+		{"24-heads-f32", wide, F32, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -615,7 +615,13 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32,
 		}
 		return 0
 	}
-	units := len(fw.rows) * a.KVHeads
+	// A unit is a row's KV head and up to unitHeads of the heads that
+	// share it: deepseek2's absorbed attention has all its heads on one
+	// KV head, and a decode step would otherwise be one goroutine's. Each
+	// head's scores and sums are its own, so the split leaves the bits.
+	hpu := min(group, unitHeads)
+	nsub := (group + hpu - 1) / hpu
+	units := len(fw.rows) * a.KVHeads * nsub
 	work := 0
 	for _, r := range fw.rows {
 		work += (r.pos + 1 - first(r.pos)) * a.Heads * hd * 2
@@ -623,7 +629,9 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32,
 	fw.s.pool.forRange(units, fw.s.pool.grainFor(units, 4), work, func(lo, hi int) {
 		var scores []float32
 		for u := lo; u < hi; u++ {
-			r, kh := u/a.KVHeads, u%a.KVHeads
+			r, kh, sub := u/(a.KVHeads*nsub), u/nsub%a.KVHeads, u%nsub
+			g0 := kh*group + sub*hpu // the unit's first head
+			gn := min(hpu, group-sub*hpu)
 			row := fw.rows[r]
 			p := first(row.pos)
 			// The cache from the first position seen: scores index
@@ -636,19 +644,19 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32,
 				vc = row.sess.v[li][p*vs+kh*vd:]
 			}
 			np := row.pos + 1 - p
-			if cap(scores) < group*np {
-				scores = make([]float32, group*np)
+			if cap(scores) < gn*np {
+				scores = make([]float32, gn*np)
 			}
-			scores = scores[:group*np]
-			q := qs[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
-			out := att[r*dv+kh*group*vd : r*dv+(kh+1)*group*vd]
+			scores = scores[:gn*np]
+			q := qs[r*d+g0*hd : r*d+(g0+gn)*hd]
+			out := att[r*dv+g0*vd : r*dv+(g0+gn)*vd]
 			for p0 := 0; p0 < np; p0 += attnBlock {
 				p1 := min(p0+attnBlock, np)
-				for g := 0; g < group; g++ {
+				for g := 0; g < gn; g++ {
 					dotStridedF32(scores[g*np+p0:g*np+p1], kc[p0*kvd:], q[g*hd:(g+1)*hd], kvd)
 				}
 			}
-			for g := 0; g < group; g++ {
+			for g := 0; g < gn; g++ {
 				sg := scores[g*np : (g+1)*np]
 				if a.SoftCap != 0 {
 					softCap(sg, a.SoftCap)
@@ -657,7 +665,7 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32,
 					sg[j] = float32(sg[j] * scale)
 				}
 				if sinks != nil {
-					softmaxSink(sg, sinks[kh*group+g])
+					softmaxSink(sg, sinks[g0+g])
 				} else {
 					softmax(sg)
 				}
@@ -665,13 +673,17 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32,
 			clear(out)
 			for p0 := 0; p0 < np; p0 += attnBlock {
 				p1 := min(p0+attnBlock, np)
-				for g := 0; g < group; g++ {
+				for g := 0; g < gn; g++ {
 					attnAV(out[g*vd:(g+1)*vd], vc[p0*vs:], vs, scores[g*np+p0:g*np+p1])
 				}
 			}
 		}
 	})
 }
+
+// unitHeads is the most heads one attention unit takes (more share a KV
+// head only in deepseek2's absorbed attention).
+const unitHeads = 16
 
 // softCap turns each score s into c·tanh(s·(1/c)) in place, as ggml's
 // scale, tanh, scale nodes do (llama.cpp's attention and final logit

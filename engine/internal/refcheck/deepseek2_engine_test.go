@@ -26,7 +26,11 @@ func deepseek2Shapes() map[string]engine.GenConfig {
 	// 26 layers: llama.cpp's DeepSeek-V2-Lite shape, a plain attn_q.
 	lite := base
 	lite.Layers, lite.Dim, lite.FFN, lite.ExpertFFN = 26, 64, 64, 32
-	return map[string]engine.GenConfig{"mla": base, "kv_b": kvb, "softmax": v2, "yarn": yarn, "lite": lite}
+	// 24 heads on MLA's one KV head: the Go engine's attention units of
+	// 16 heads and 8.
+	wide := base
+	wide.Heads = 24
+	return map[string]engine.GenConfig{"mla": base, "kv_b": kvb, "softmax": v2, "yarn": yarn, "lite": lite, "24-heads": wide}
 }
 
 // TestDeepSeek2LogitsMatchLlamaCpp: on F32 weights, the engine's deepseek2
