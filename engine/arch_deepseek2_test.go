@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -218,5 +219,47 @@ func TestDeepSeek2Spec(t *testing.T) {
 	}
 	if got, want := spec.KVBytesPerToken()*float64(c.Layers), float64(s.Info().KVBytesPerToken); got != want {
 		t.Errorf("MLA: spec %v KV bytes per token, engine %v", got, want)
+	}
+}
+
+// TestDeepSeekRoute: sigmoid probabilities, the bias choosing only, the
+// groups scored by their two best, weights renormalised and scaled;
+// worked by hand.
+func TestDeepSeekRoute(t *testing.T) {
+	// Logits 0: every probability σ(0) = 1/2. With the bias the choice
+	// values are 0.6, 0.5 | 0.5, 0.8: group 1 scores 1.3 over group 0's
+	// 1.1 and is the one kept.
+	bias := []float32{0.1, 0, 0, 0.3}
+	for _, tc := range []struct {
+		groups, used int
+		want         string
+	}{{2, 1, "[3 2]"}, {0, 0, "[3 0]"}} {
+		d := &dsRouting{sigmoid: true, bias: bias, norm: true, scale: 2, groups: tc.groups, used: tc.used}
+		if err := d.check(4, 2); err != nil {
+			t.Fatal(err)
+		}
+		sel, wt := make([]int32, 2), make([]float32, 2)
+		d.route(make([]float32, 4), 1, 4, 2, sel, wt, make([]float32, 4+tc.groups))
+		if fmt.Sprint(sel) != tc.want {
+			t.Errorf("%d groups: selected %v, want %s", tc.groups, sel, tc.want)
+		}
+		// The unbiased 1/2 and 1/2, renormalised to halves, times 2.
+		if wt[0] != 1 || wt[1] != 1 {
+			t.Errorf("%d groups: weights %v, want [1 1]", tc.groups, wt)
+		}
+	}
+	// Unnormalised softmax weights (DeepSeek-V2): softmax of (ln 3, 0, 0,
+	// 0) is (1/2, 1/6, 1/6, 1/6); the top 2 keep 1/2 and 1/6 (ties to the
+	// lower index), times 1.5.
+	d := &dsRouting{scale: 1.5}
+	sel, wt := make([]int32, 2), make([]float32, 2)
+	d.route([]float32{1.0986123, 0, 0, 0}, 1, 4, 2, sel, wt, make([]float32, 4))
+	if fmt.Sprint(sel) != "[0 1]" || math.Abs(float64(wt[0])-0.75) > 1e-6 || math.Abs(float64(wt[1])-0.25) > 1e-6 {
+		t.Errorf("softmax: selected %v weights %v, want [0 1] and [0.75 0.25]", sel, wt)
+	}
+	for _, bad := range []*dsRouting{{scale: 1, groups: 3, used: 1}, {scale: 1, groups: 2, used: 2}, {scale: 0}, {scale: 1, bias: []float32{1}}} {
+		if err := bad.check(4, 2); !errors.Is(err, ErrShape) {
+			t.Errorf("%+v: %v, want ErrShape", bad, err)
+		}
 	}
 }

@@ -141,7 +141,7 @@ type moeWeights struct {
 	gateB, upB, downB  *matrix // Experts × rows
 	weighChosen, oai   bool
 	oaiAlpha, oaiLimit float32
-	// deepseek2: its routing (routeDeepSeek); nil for the others.
+	// deepseek2: its routing (dsRouting.route); nil for the others.
 	ds *dsRouting
 }
 
