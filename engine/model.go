@@ -51,7 +51,8 @@ type HParams struct {
 	RopeFreqScale   float32
 	RopeOrigContext int
 	// YaRN's parameters: llama.cpp's rope.scaling.yarn_* keys where it
-	// reads them (yarnKeys: for none of the architectures run here), else
+	// reads them (yarnKeys: of the architectures run here, deepseek2's
+	// log multiplier), else
 	// its defaults (ext_factor 1 for yarn and 0 for linear, attn_factor 1,
 	// beta_fast 32, beta_slow 1, log multiplier 0).
 	YarnExtFactor, YarnAttnFactor, YarnBetaFast, YarnBetaSlow, YarnLogMul float32
@@ -572,8 +573,9 @@ func ReadModelSpec(path string) (layers.ModelSpec, error) {
 }
 
 // yarnKeys are the rope.scaling.yarn_* keys llama.cpp reads, by
-// architecture (llama_model::load_hparams): none for those the engine runs,
-// whose files' yarn_* keys llama.cpp ignores, and so does the engine.
+// architecture (llama_model::load_hparams): of those the engines run, only
+// deepseek2's log multiplier; the others' yarn_* keys llama.cpp ignores, and
+// so does the engine.
 var yarnKeys = map[string][]string{
 	"grok":      {"yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"},
 	"deepseek2": {"yarn_log_multiplier"},
