@@ -52,9 +52,8 @@ type HParams struct {
 	RopeOrigContext int
 	// YaRN's parameters: llama.cpp's rope.scaling.yarn_* keys where it
 	// reads them (yarnKeys: of the architectures run here, deepseek2's
-	// log multiplier), else
-	// its defaults (ext_factor 1 for yarn and 0 for linear, attn_factor 1,
-	// beta_fast 32, beta_slow 1, log multiplier 0).
+	// log multiplier), else its defaults (ext_factor 1 for yarn and 0 for
+	// linear, attn_factor 1, beta_fast 32, beta_slow 1, log multiplier 0).
 	YarnExtFactor, YarnAttnFactor, YarnBetaFast, YarnBetaSlow, YarnLogMul float32
 	// SlidingWindow is attention.sliding_window as the file declares it.
 	// gemma2 and gemma3 apply it on their local layers; phi3's is not
