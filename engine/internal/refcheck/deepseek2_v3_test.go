@@ -37,23 +37,31 @@ func TestDeepSeek2V3AttentionShape(t *testing.T) {
 
 // TestDeepSeek2V3RoutingShape: DeepSeek-V3's routing shape (256 experts
 // in 8 groups, 4 kept, 8 used a token, one shared expert, sigmoid with
-// exp_probs_b, renormalised, scale 2.5) on narrow experts: the engine
-// against llama.cpp, F32, within 1e-4.
+// exp_probs_b, renormalised, scale 2.5) and Kimi-K2's (384 experts, no
+// groups, 8 used, scale 2.827) on narrow experts: the engine against
+// llama.cpp, F32, within 1e-4.
 func TestDeepSeek2V3RoutingShape(t *testing.T) {
-	c := engine.GenConfig{Arch: "deepseek2", Layers: 3, Dim: 128, Heads: 4, FFN: 256, Vocab: 600, Seed: 73,
-		Experts: 256, ExpertsUsed: 8, ExpertFFN: 32, DeepSeek2: engine.DeepSeek2Gen{ExpertGroups: 8, GroupsUsed: 4}}
-	path := filepath.Join(t.TempDir(), "v3moe.gguf")
-	if err := engine.GenerateFile(path, c); err != nil {
-		t.Fatal(err)
-	}
-	ref, err := llamacppLogits(path, ollamaTokens, c.Vocab)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := engineLogits(t, path, ollamaTokens)
-	d := relDist(got, ref)
-	t.Logf("deepseek2, DeepSeek-V3's routing shape: engine %.3g relative from llama.cpp", d)
-	if !(d <= 1e-4) {
-		t.Errorf("engine deviates from llama.cpp by %.3g relative (limit 1e-4)", d)
+	for name, c := range map[string]engine.GenConfig{
+		"deepseek-v3": {Arch: "deepseek2", Layers: 3, Dim: 128, Heads: 4, FFN: 256, Vocab: 600, Seed: 73,
+			Experts: 256, ExpertsUsed: 8, ExpertFFN: 32, DeepSeek2: engine.DeepSeek2Gen{ExpertGroups: 8, GroupsUsed: 4}},
+		"kimi-k2": {Arch: "deepseek2", Layers: 3, Dim: 128, Heads: 4, FFN: 256, Vocab: 600, Seed: 74,
+			Experts: 384, ExpertsUsed: 8, ExpertFFN: 32, DeepSeek2: engine.DeepSeek2Gen{WeightsScale: 2.827}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), name+".gguf")
+			if err := engine.GenerateFile(path, c); err != nil {
+				t.Fatal(err)
+			}
+			ref, err := llamacppLogits(path, ollamaTokens, c.Vocab)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := engineLogits(t, path, ollamaTokens)
+			d := relDist(got, ref)
+			t.Logf("deepseek2, %s's routing shape: engine %.3g relative from llama.cpp", name, d)
+			if !(d <= 1e-4) {
+				t.Errorf("engine deviates from llama.cpp by %.3g relative (limit 1e-4)", d)
+			}
+		})
 	}
 }
