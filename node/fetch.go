@@ -969,6 +969,18 @@ func (f *fetchState) standIn(threads int) (*model, error) {
 		// keep the file small while routing still spreads.
 		c.Experts, c.ExpertsUsed, c.ExpertFFN = min(hp.Experts, 2*hp.ExpertsUsed), hp.ExpertsUsed, hp.ExpertFFN
 	}
+	if hp.Arch == "deepseek2" {
+		// Its own layer: latent attention of the model's ranks, and (the
+		// measured layer, 1, being past the one leading dense layer) its
+		// experts with their shared ones; routing without groups.
+		c.Arch, c.HeadDim = "deepseek2", hp.NopeDims+hp.RopeDims
+		c.DeepSeek2 = engine.DeepSeek2Gen{QLoraRank: hp.QLoraRank, KVLoraRank: hp.KVLoraRank, RopeDims: hp.RopeDims,
+			VHeadDim: hp.VHeadDim, SharedExperts: hp.SharedExperts, KVB: !hp.MLA, Softmax: hp.ExpertGating != 2,
+			WeightsScale: hp.ExpertWeightsScale}
+		if hp.MoE() {
+			c.DeepSeek2.LeadingDense = 1
+		}
+	}
 	path := fpFile(f.dir, f.man.Fingerprint, "-standin.gguf")
 	if _, err := os.Stat(path); err != nil {
 		tmp := path + ".tmp"
