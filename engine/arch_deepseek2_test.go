@@ -263,3 +263,43 @@ func TestDeepSeekRoute(t *testing.T) {
 		}
 	}
 }
+
+// TestDeepSeek2Slice: a slice file of layers [1, 3) (what a node fetches)
+// gives the full file's hidden states for that range, bit for bit.
+func TestDeepSeek2Slice(t *testing.T) {
+	c := deepseek2Test()
+	c.Mix = "q4_k_m"
+	path := genModel(t, c)
+	full, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := full.Info().Fingerprint
+	full.Close()
+	middle := func(name string) bool { return strings.HasPrefix(name, "blk.1.") || strings.HasPrefix(name, "blk.2.") }
+	out := writeSlice(t, path, middle, KV{SliceKeyFingerprint, fp}, KV{SliceKeyLo, uint32(1)}, KV{SliceKeyHi, uint32(3)})
+	in := make([]float32, 5*c.Dim)
+	for i := range in {
+		in[i] = float32(i%11)/4 - 1
+	}
+	var got [][]float32
+	for _, open := range []func() (*Local, error){
+		func() (*Local, error) { return Open(out, WithThreads(2)) },
+		func() (*Local, error) { return Open(path, WithRange(1, 3), WithThreads(1)) },
+	} {
+		s, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, _ := s.NewSession(8)
+		o, err := s.Forward(t.Context(), Step{Session: ss, Hidden: in})
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, o.Hidden)
+	}
+	if !sameBits(got[0], got[1]) {
+		t.Fatal("the slice's hidden states differ from the full file's")
+	}
+}
