@@ -66,7 +66,7 @@ type config struct {
 	swarmVerifyRate                                    float64
 	planSessionTokens                                  int // 0: none given to the swarm
 	stewards                                           []string
-	founding    bool // found a public swarm rather than find it by name
+	founding                                           bool // found a public swarm rather than find it by name
 	steal                                              bool
 	noFair                                             bool
 	fairStall                                          time.Duration // tests: the stall bound (0: the default)
