@@ -27,6 +27,10 @@ const DefaultPublicRefresh = time.Hour
 // fallback that need not be asked often.
 const publicFindSettled = 10 * time.Minute
 
+// publicJoinRetry is the wait between lookups until the first member is
+// found.
+const publicJoinRetry = 250 * time.Millisecond
+
 // DefaultPublicBootstrap are the public Amino DHT's well-known bootstrap
 // peers (go-libp2p-kad-dht's list), as multiaddrs.
 func DefaultPublicBootstrap() []string {
@@ -148,9 +152,15 @@ func (d *publicDisc) find(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if n > 0 || len(d.h.table.Live()) == 0 {
+		switch {
+		case d.foundNone():
+			// Joining: the first lookups fail at once while the DHT
+			// client dials its bootstrap peers, and a joiner waits on
+			// this one.
+			wait = min(base, publicJoinRetry)
+		case n > 0 || len(d.h.table.Live()) == 0:
 			wait = base
-		} else {
+		default:
 			wait = min(2*wait, publicFindSettled)
 		}
 		select {
@@ -181,6 +191,12 @@ func (d *publicDisc) findOnce(ctx context.Context) int {
 		d.dial(ai)
 	}
 	return fresh
+}
+
+func (d *publicDisc) foundNone() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.members) == 0
 }
 
 func (d *publicDisc) connected(id peer.ID) {
