@@ -75,6 +75,13 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		return nil, err
 	}
 	log := cfg.log.Named("swarm")
+	if len(cfg.bootstrapDNS) > 0 {
+		ais, err := resolveBootstrapLists(ctx, cfg.resolver, cfg.bootstrapDNS)
+		if err != nil {
+			return nil, err
+		}
+		cfg.bootstrap = append(cfg.bootstrap, ais...)
+	}
 
 	sk, err := identity(cfg.dataDir)
 	if err != nil {
@@ -114,6 +121,9 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		libp2p.SwarmOpts(swarm.WithDialRanker(s.dialRanker)),
 		libp2p.AddrsFactory(s.addrsFactory),
 		libp2p.UserAgent("strata"),
+	}
+	if cfg.resolver != nil {
+		lopts = append(lopts, libp2p.MultiaddrResolver(swarm.ResolverFromMaDNS{Resolver: cfg.resolver}))
 	}
 	if cfg.psk != nil {
 		lopts = append(lopts, libp2p.PrivateNetwork(cfg.psk))
