@@ -156,6 +156,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	sub, err := h.EventBus().Subscribe([]any{
 		new(event.EvtPeerConnectednessChanged),
 		new(event.EvtLocalReachabilityChanged),
+		new(event.EvtPeerIdentificationCompleted),
 	})
 	if err != nil {
 		return fail(fmt.Errorf("event bus: %w", err))
@@ -353,6 +354,8 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 				if e.Connectedness == network.NotConnected {
 					s.acts.drop(e.Peer, true)
 				}
+			case event.EvtPeerIdentificationCompleted:
+				s.refreshConn(e.Peer) // it may turn out no Strata peer
 			case event.EvtLocalReachabilityChanged:
 				if s.cfg.reachability() == ReachabilityAuto {
 					s.relays.private.Store(e.Reachability == network.ReachabilityPrivate)
@@ -364,9 +367,23 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 	}
 }
 
+// stranger reports whether id identified itself as a host that speaks
+// no Strata: a node of the public DHT met while providing or looking up
+// (hundreds of them on the real Amino DHT). Such a peer gets no row in
+// the peer table, so that it is not pinged, asked for a relay slot or
+// shown as a peer. A peer not identified yet is no stranger.
+func (s *Host) stranger(id peer.ID) bool {
+	protos, err := s.h.Peerstore().GetProtocols(id)
+	return err == nil && len(protos) > 0 && !slices.Contains(protos, ProtocolCtl)
+}
+
 // refreshConn tells the peer table whether we are connected to id and
 // whether only through relays.
 func (s *Host) refreshConn(id peer.ID) {
+	if s.stranger(id) {
+		s.table.dropStranger(id)
+		return
+	}
 	conns := s.h.Network().ConnsToPeer(id)
 	relayed := len(conns) > 0
 	for _, c := range conns {
