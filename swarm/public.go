@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -57,6 +58,9 @@ type publicDisc struct {
 	start     chan struct{} // closed by startAdvertise
 	startOnce sync.Once
 
+	waiting atomic.Int32  // FindSwarm calls waiting
+	findNow chan struct{} // a FindSwarm began: look up now
+
 	mu      sync.Mutex
 	dialing map[peer.ID]bool
 	members map[peer.ID]bool // providers we connected to
@@ -83,6 +87,7 @@ func newPublicDisc(h *Host) (*publicDisc, error) {
 		key:     PublicRendezvous(h.cfg.swarmName, fp),
 		index:   SwarmIndexKey(),
 		kick:    make(chan struct{}, 1),
+		findNow: make(chan struct{}, 1),
 		start:   make(chan struct{}),
 		dialing: map[peer.ID]bool{},
 		members: map[peer.ID]bool{},
@@ -99,7 +104,7 @@ func (d *publicDisc) readvertise() {
 	}
 }
 
-// advertise provides the rendezvous and index keys once startAdvertise
+// advertise provides the rendezvous and index keys once AdvertisePublic
 // was called, retrying failures with backoff and refreshing after
 // success.
 func (d *publicDisc) advertise(ctx context.Context) {
@@ -110,6 +115,7 @@ func (d *publicDisc) advertise(ctx context.Context) {
 	}
 	c := d.h.cfg
 	wait := c.advertiseMin
+	fails := 0
 	for {
 		var next time.Duration
 		pctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -122,12 +128,17 @@ func (d *publicDisc) advertise(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			d.h.log.Debug("public provide failed", zap.Stringer("key", d.key), zap.Duration("retry", wait), zap.Error(err))
+			fails++
+			log := d.h.log.Debug
+			if fails == 5 { // once: joiners by name cannot find this member
+				log = d.h.log.Warn
+			}
+			log("public provide failed", zap.Stringer("key", d.key), zap.Int("tries", fails), zap.Duration("retry", wait), zap.Error(err))
 			next = wait
 			wait = min(2*wait, c.advertiseMax)
 		} else {
 			d.h.log.Info("provided the public rendezvous", zap.String("swarm", c.swarmName), zap.Stringer("key", d.key))
-			wait = c.advertiseMin
+			wait, fails = c.advertiseMin, 0
 			next = c.publicRefresh
 		}
 		next += time.Duration(rand.Int64N(int64(next/10) + 1))
@@ -140,8 +151,10 @@ func (d *publicDisc) advertise(ctx context.Context) {
 	}
 }
 
-// find looks the rendezvous up and dials the providers: often while the
-// host has no live peer, rarely once it has (see publicFindSettled).
+// find looks the rendezvous up and dials the providers: every 250 ms
+// while FindSwarm waits for a first member, then backing off from the
+// find interval to a minute while the host has no live peer (a lone
+// founder) and to publicFindSettled once it has.
 func (d *publicDisc) find(ctx context.Context) {
 	base := d.h.cfg.findInterval
 	wait := base
@@ -153,19 +166,22 @@ func (d *publicDisc) find(ctx context.Context) {
 			return
 		}
 		switch {
-		case d.foundNone():
+		case d.waiting.Load() > 0 && d.foundNone():
 			// Joining: the first lookups fail at once while the DHT
-			// client dials its bootstrap peers, and a joiner waits on
-			// this one.
+			// client dials its bootstrap peers, and the join waits on
+			// them.
 			wait = min(base, publicJoinRetry)
-		case n > 0 || len(d.h.table.Live()) == 0:
+		case n > 0:
 			wait = base
+		case len(d.h.table.Live()) == 0:
+			wait = min(2*wait, max(base, time.Minute))
 		default:
 			wait = min(2*wait, publicFindSettled)
 		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-d.findNow:
 		case <-time.After(wait):
 		}
 	}
@@ -278,6 +294,12 @@ func (s *Host) AdvertisePublic() {
 func (s *Host) FindSwarm(ctx context.Context) ([]peer.AddrInfo, error) {
 	if s.pub == nil {
 		return nil, fmt.Errorf("%w: no public DHT to find the swarm on (WithPublicDHT)", ErrConfig)
+	}
+	s.pub.waiting.Add(1)
+	defer s.pub.waiting.Add(-1)
+	select {
+	case s.pub.findNow <- struct{}{}:
+	default:
 	}
 	for {
 		s.pub.mu.Lock()
