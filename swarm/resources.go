@@ -6,6 +6,7 @@ import (
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/network"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // newResourceManager starts from go-libp2p's scaled defaults (which bound
@@ -35,5 +36,39 @@ func newResourceManager(actStreams int) (network.ResourceManager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resource manager: %w", err)
 	}
-	return rm, nil
+	return relayedConns{rm}, nil
+}
+
+// circuitEndpoint stands for a relayed connection's endpoint in the
+// per-IP accounting. It is a loopback address, which go-libp2p exempts
+// from its per-IP limits: an endpoint without an IP would share one rate
+// bucket among all relayed connections, which is what this avoids.
+// (TestRelayedConnsSkipPerIPLimits holds go-libp2p to that.)
+var circuitEndpoint = ma.StringCast("/ip4/127.0.0.1/p2p-circuit")
+
+// relayedConns keeps relayed connections out of the resource manager's
+// per-IP connection limits (8 at a time, 0.2 new a second after a burst
+// of 16). A relayed connection's endpoint carries the relay's IP, shared
+// by every peer relayed through it, so those limits throttled all of a
+// NAT'd node's relayed links together: in the public-swarm testnet a
+// node behind a symmetric NAT, relayed to most peers through one relay,
+// had its circuit dials refused ("rate limit exceeded") and requests
+// stalled. The relay limits circuits per peer itself, and the other
+// limits (streams, memory, connections in all) still apply.
+type relayedConns struct{ network.ResourceManager }
+
+func (r relayedConns) OpenConnection(dir network.Direction, usefd bool, endpoint ma.Multiaddr) (network.ConnManagementScope, error) {
+	if endpoint != nil && IsRelayAddr(endpoint) {
+		endpoint = circuitEndpoint
+	}
+	return r.ResourceManager.OpenConnection(dir, usefd, endpoint)
+}
+
+// GetConnLimit passes on the limit libp2p checks the connection
+// manager's watermarks against.
+func (r relayedConns) GetConnLimit() int {
+	if l, ok := r.ResourceManager.(interface{ GetConnLimit() int }); ok {
+		return l.GetConnLimit()
+	}
+	return 0
 }
