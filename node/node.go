@@ -218,6 +218,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc.entry = n.entry
 	n.ann.changed = n.entry.capacityChanged
 	n.ann.queue = func() (int, time.Duration) { return n.entry.adm.queued(cfg.clock.Now()) }
+	n.ann.tokens = n.counters.tokens.Load
 	n.paths.noMap, n.paths.uncovered = n.noMap, n.uncoveredMap
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
