@@ -219,6 +219,13 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.ann.changed = n.entry.capacityChanged
 	n.ann.queue = func() (int, time.Duration) { return n.entry.adm.queued(cfg.clock.Now()) }
 	n.ann.tokens = n.counters.tokens.Load
+	h.SetSnapshotSource(func() swarm.SnapshotInfo {
+		info := swarm.SnapshotInfo{ModelName: m.info.Name, Fingerprint: m.info.Fingerprint, Layers: m.info.Layers}
+		if cm := n.ann.committed(); cm.Layers > 0 {
+			info.Map, _ = cm.MarshalBinary() // nil on error: the observer falls back on heartbeats
+		}
+		return info
+	})
 	n.paths.noMap, n.paths.uncovered = n.noMap, n.uncoveredMap
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
