@@ -517,3 +517,10 @@ func (n *Node) Kill() {
 		n.log.Info("node killed")
 	})
 }
+
+// RendezvousKey is the DHT key under which the members of swarm name
+// serving the model of fingerprint fp advertise themselves: what an
+// observer (strata monitor) looks up to find them.
+func RendezvousKey(name, fp string) string {
+	return swarm.Rendezvous(name, modelScope(ModelInfo{Fingerprint: fp}))
+}

@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/spf13/cobra"
+
+	"github.com/stratanet/strata/monitor"
+	"github.com/stratanet/strata/node"
+	"github.com/stratanet/strata/swarm"
+)
+
+func newMonitorCmd() *cobra.Command {
+	var (
+		bootstrap      []string
+		swarms         []string
+		model, keyFile string
+		logLevel       string
+		listen         string
+		once, asJSON   bool
+		every, timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "monitor",
+		Short: "a read-only health monitor of the swarms it can see (a table, or a web page)",
+		Long: `monitor finds swarm members (the --bootstrap peers, and through the DHT the
+members of each --swarm serving --model), asks each for its signed snapshot
+(its latest heartbeats, the layer map it routes on, its links) and shows,
+per swarm: the model, layer coverage and redundancy, the nodes with their
+reachability (direct, hole-punched, relayed) and the tokens/s their signed
+heartbeats' counters show. It joins no Raft, sends no heartbeats and serves
+no layers; members it cannot dial (behind NAT, reachable through relays
+only) are asked through a member connected to them, and their answer is
+still signed by them. A node whose answer does not verify is listed as
+unverified and counts in no figure.
+
+With --once it crawls once and prints a table (--json: the report as
+/api/swarms serves it). Otherwise it serves a page at --listen (and
+/api/swarms) and crawls every --every.`,
+		Example: `  strata monitor --once --bootstrap /ip4/198.51.100.7/tcp/4001/p2p/12D3KooW...
+  strata monitor --listen 127.0.0.1:8090 --bootstrap /ip4/198.51.100.7/tcp/4001/p2p/12D3KooW... --swarm lab --model sha256:...`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(bootstrap) == 0 {
+				return fmt.Errorf("%w: give --bootstrap: the address of a swarm member or of a DHT peer to start from", monitor.ErrConfig)
+			}
+			log, err := node.NewLogger(logLevel, false)
+			if err != nil {
+				return fmt.Errorf("%w: --log-level: %w", monitor.ErrConfig, err)
+			}
+			opts := []monitor.Option{monitor.WithLogger(log), monitor.WithLimits(1024, timeout, 8)}
+			for _, a := range bootstrap {
+				ai, err := peer.AddrInfoFromString(a)
+				if err != nil {
+					return fmt.Errorf("bootstrap %q: %w", a, err)
+				}
+				opts = append(opts, monitor.WithBootstrap(*ai))
+			}
+			for _, s := range swarms {
+				opts = append(opts, monitor.WithKeys(node.RendezvousKey(s, model)))
+			}
+			if keyFile != "" {
+				psk, err := swarm.LoadSwarmKey(keyFile)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, monitor.WithSwarmKey(psk))
+			}
+			ctx := cmd.Context()
+			sctx, cancel := context.WithTimeout(ctx, timeout)
+			m, err := monitor.New(sctx, opts...)
+			cancel()
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			svc := monitor.NewService(m)
+			if once {
+				rep, err := svc.Refresh(ctx)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					enc.SetIndent("", "  ")
+					return enc.Encode(rep)
+				}
+				return monitor.WriteText(cmd.OutOrStdout(), rep.Swarms)
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("monitor: listen: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "monitor page at http://%s/ (report at /api/swarms)\n", ln.Addr())
+			srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			go svc.Run(ctx, every)
+			go func() {
+				<-ctx.Done()
+				srv.Close()
+			}()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&bootstrap, "bootstrap", nil, "full multiaddr (with /p2p/ID) of a swarm member or DHT peer to start from (repeatable)")
+	fl.StringSliceVar(&swarms, "swarm", nil, "swarm name whose members to look up in the DHT (repeatable; with --model)")
+	fl.StringVar(&model, "model", "", "the model fingerprint the --swarm members serve (scopes their rendezvous key)")
+	fl.StringVar(&keyFile, "swarm-key", "", "pre-shared key file of a private swarm (connects only; joins nothing)")
+	fl.StringVar(&listen, "listen", "127.0.0.1:8090", "address of the web page and /api/swarms")
+	fl.BoolVar(&once, "once", false, "crawl once, print a table and exit")
+	fl.BoolVar(&asJSON, "json", false, "with --once: print the report as JSON")
+	fl.DurationVar(&every, "every", 30*time.Second, "time between crawls while serving the page")
+	fl.StringVar(&logLevel, "log-level", "warn", "log level (debug, info, warn, error)")
+	fl.DurationVar(&timeout, "timeout", 10*time.Second, "time to wait for each peer")
+	return cmd
+}
