@@ -214,7 +214,8 @@ func describe(n *Node, s *swarm.Snapshot, reported []swarm.Link, dialled bool) {
 	n.Links = map[string]int{}
 	punched := slices.Contains(reported, swarm.LinkHolePunched)
 	for _, p := range s.Peers {
-		if p.Link != swarm.LinkNone {
+		// Members only: a hint is anyone connected (this monitor too).
+		if p.Link != swarm.LinkNone && (p.Liveness == swarm.Alive || p.Liveness == swarm.Suspect) {
 			n.Links[string(p.Link)]++
 			punched = punched || p.Link == swarm.LinkHolePunched
 		}

@@ -59,7 +59,7 @@ func TestAggregate(t *testing.T) {
 		swarm.LinkReport{Peer: b, Link: swarm.LinkDirect}, swarm.LinkReport{Peer: e, Link: swarm.LinkRelayed})
 	sa.Map = mb
 	sb := snap(b, "lab", 8, 4, 8, swarm.StateServing, "private", swarm.FlagRelayed, 0, 0,
-		swarm.LinkReport{Peer: c, Link: swarm.LinkHolePunched})
+		swarm.LinkReport{Peer: c, Link: swarm.LinkHolePunched, Liveness: swarm.Alive})
 	sc := snap(c, "lab", 8, 2, 8, swarm.StateServing, "private", swarm.FlagRelayed, 10, 20)
 	sd := snap(d, "lab", 8, 0, 8, swarm.StateServing, "public", 0, 0, 5000) // forged
 	sf := snap(f, "lab", 8, 0, 8, swarm.StateJoining, "unknown", 0, 0, 0)   // dialled, not serving
@@ -108,6 +108,14 @@ func TestAggregate(t *testing.T) {
 	}
 	// Only b reports the punched link to c, and c's own links are none:
 	// the peer's report is what makes c hole-punched; without it, relayed.
+	for _, n := range lab.Nodes {
+		if n.ID == b.String() && n.Links[string(swarm.LinkHolePunched)] != 1 {
+			t.Errorf("b's links %v", n.Links)
+		}
+		if n.ID == a.String() && len(n.Links) != 0 {
+			t.Errorf("a's links %v: its peers are hints", n.Links)
+		}
+	}
 	sb.Peers = nil
 	for _, n := range Aggregate(obs)[0].Nodes {
 		if n.ID == c.String() && n.Reachability != ReachRelayed {

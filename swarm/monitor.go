@@ -2,11 +2,13 @@ package swarm
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -437,8 +439,13 @@ func (s *Host) Snapshot(nonce [SnapshotNonceLen]byte) *Snapshot {
 			break
 		}
 		r := LinkReport{Peer: p.ID, Link: p.Link, Liveness: p.Liveness}
-		for _, a := range p.Addrs {
-			if len(r.Addrs) < MaxSnapshotAddrs && len(a.Bytes()) <= maxAddrLen {
+		// The table's addresses come from discovery; identify's, in the
+		// peerstore, cover peers met otherwise. Direct ones first: an
+		// observer cannot use a relay's.
+		addrs := append(slices.Clone(p.Addrs), s.h.Peerstore().Addrs(p.ID)...)
+		slices.SortStableFunc(addrs, func(a, b ma.Multiaddr) int { return cmp.Compare(btoi(IsRelayAddr(a)), btoi(IsRelayAddr(b))) })
+		for _, a := range addrs {
+			if len(r.Addrs) < MaxSnapshotAddrs && len(a.Bytes()) <= maxAddrLen && !slices.ContainsFunc(r.Addrs, a.Equal) {
 				r.Addrs = append(r.Addrs, a)
 			}
 		}
@@ -559,4 +566,11 @@ func FetchSnapshot(ctx context.Context, h host.Host, via, target peer.ID, nonce 
 		want = via
 	}
 	return VerifySnapshot(resp[1:], want, nonce)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
