@@ -66,6 +66,7 @@ type config struct {
 	swarmVerifyRate                                    float64
 	planSessionTokens                                  int // 0: none given to the swarm
 	stewards                                           []string
+	founding                                           bool // found a public swarm rather than find it by name
 	steal                                              bool
 	noFair                                             bool
 	fairStall                                          time.Duration // tests: the stall bound (0: the default)
@@ -417,6 +418,16 @@ func WithPlanSessionTokens(n int) Option {
 // vote, as before stewards.
 func WithStewards(ids ...string) Option {
 	return func(c *config) error { c.stewards = append([]string(nil), ids...); return nil }
+}
+
+// WithFounding makes a node of a public swarm (swarm.WithPublicDHT) with
+// no bootstrap peers found the swarm. Without it such a node joins by
+// name: it waits, within New's ctx, until the public DHT leads it to a
+// member, and joins through the members it found as through bootstrap
+// peers. A node that is no public swarm's founds without bootstrap peers
+// either way, as before public swarms.
+func WithFounding(on bool) Option {
+	return func(c *config) error { c.founding = on; return nil }
 }
 
 // WithPrefixCache keeps the KV of finished sessions on each stage, in the

@@ -40,6 +40,7 @@ type Host struct {
 
 	gossip *gossip
 	disc   *discoverer // nil with discovery off
+	pub    *publicDisc // nil without WithPublicDHT
 	relays *relayKeeper
 	nat    *natState
 	// relayMeter paces and counts relayed bytes; nil unless relaying.
@@ -171,6 +172,11 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 			return fail(err)
 		}
 	}
+	if cfg.publicBoot != nil {
+		if s.pub, err = newPublicDisc(s); err != nil {
+			return fail(err)
+		}
+	}
 	if cfg.psk != nil {
 		log.Info("private swarm: swarm key set, TCP only (go-libp2p runs no QUIC with a pre-shared key); " +
 			"behind NAT, hole punching then has TCP alone, which fewer NATs let through than QUIC")
@@ -189,6 +195,10 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	if s.disc != nil {
 		s.goLoop(s.disc.advertise)
 		s.goLoop(s.disc.find)
+	}
+	if s.pub != nil {
+		s.goLoop(s.pub.advertise)
+		s.goLoop(s.pub.find)
 	}
 	log.Info("host started", zap.Stringer("id", h.ID()), zap.Strings("addrs", addrStrings(s.Addrs())))
 	return s, nil
@@ -310,6 +320,9 @@ func (s *Host) addrsFactory(addrs []ma.Multiaddr) []ma.Multiaddr {
 func (s *Host) addrsChanged() {
 	if s.disc != nil {
 		s.disc.readvertise()
+	}
+	if s.pub != nil {
+		s.pub.readvertise()
 	}
 }
 
@@ -458,6 +471,9 @@ func (s *Host) Close() error {
 		var errs []error
 		if s.disc != nil {
 			errs = append(errs, s.disc.close())
+		}
+		if s.pub != nil {
+			errs = append(errs, s.pub.close())
 		}
 		if s.h != nil {
 			errs = append(errs, s.h.Close())

@@ -56,8 +56,10 @@ type Report struct {
 	Crashed    []string      `json:"crashed,omitempty"` // nodes that exited on their own
 	// Reachability is each running node's diagnosis at the end of the
 	// load: AutoNAT's verdict, its relays, and how it links to each peer.
-	Reachability []NodeReach    `json:"reachability,omitempty"`
-	Errors       map[string]int `json:"errors,omitempty"` // failed requests' errors, counted
+	Reachability []NodeReach `json:"reachability,omitempty"`
+	// Joins are a public swarm's joins by name (public.go).
+	Joins  []JoinReport   `json:"joins,omitempty"`
+	Errors map[string]int `json:"errors,omitempty"` // failed requests' errors, counted
 
 	Pass       bool     `json:"pass"`
 	Violations []string `json:"violations,omitempty"`
@@ -505,6 +507,7 @@ func (rep *Report) Markdown() string {
 			fmt.Fprintf(&b, "| %s | %s | %s | %.1f MB | %s |\n", n.Node, reach, strings.Join(n.Relays, " "), n.RelayedMB, strings.Join(links, ", "))
 		}
 	}
+	joinsMarkdown(&b, rep.Joins)
 	if rep.Trust != nil {
 		rep.Trust.markdown(&b)
 	}

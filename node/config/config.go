@@ -76,13 +76,18 @@ import (
 // flag's usage.
 type Config struct {
 	// Swarm.
-	DataDir      string        `yaml:"data_dir" help:"directory for the node's identity key, Raft state and measured capabilities"`
-	Listen       []string      `yaml:"listen" help:"listen multiaddrs (QUIC ones are dropped under a swarm key); \"none\": reachable only through relays"`
-	Bootstrap    []string      `yaml:"bootstrap" help:"full multiaddrs (with /p2p/ID) of peers to join through; none founds a swarm"`
-	SwarmKey     string        `yaml:"swarm_key" help:"pre-shared swarm key file for a private swarm (see strata swarm-key gen)"`
-	Relay        bool          `yaml:"relay" help:"act as a circuit relay for unreachable peers when publicly reachable"`
-	RelayRate    ByteSize      `yaml:"relay_rate" help:"bytes per second a relay carries for others, all circuits together, such as 25MiB (0: no cap)"`
-	Swarm        string        `yaml:"swarm" help:"swarm name: scopes gossip topics and the rendezvous key"`
+	DataDir   string   `yaml:"data_dir" help:"directory for the node's identity key, Raft state and measured capabilities"`
+	Listen    []string `yaml:"listen" help:"listen multiaddrs (QUIC ones are dropped under a swarm key); \"none\": reachable only through relays"`
+	Bootstrap []string `yaml:"bootstrap" help:"full multiaddrs (with /p2p/ID) of peers to join through; none founds a swarm"`
+	SwarmKey  string   `yaml:"swarm_key" help:"pre-shared swarm key file for a private swarm (see strata swarm-key gen)"`
+	Relay     bool     `yaml:"relay" help:"act as a circuit relay for unreachable peers when publicly reachable"`
+	RelayRate ByteSize `yaml:"relay_rate" help:"bytes per second a relay carries for others, all circuits together, such as 25MiB (0: no cap)"`
+	Swarm     string   `yaml:"swarm" help:"swarm name: scopes gossip topics and the rendezvous key; a name of its own (not default) without a swarm key makes the swarm public, found by name through the public DHT (docs/internet.md)"`
+	// DHTBootstrap are the public (Amino) DHT's bootstrap peers a public
+	// swarm is found through; Found founds a public swarm instead of
+	// looking it up.
+	DHTBootstrap []string      `yaml:"dht_bootstrap" help:"bootstrap peers of the public (Amino) DHT that a public swarm (--swarm NAME, no swarm key) is found by name through: full multiaddrs with /p2p/ID, /dnsaddr/... included (default: the public network's well-known ones; \"none\": no public DHT)"`
+	Found        bool          `yaml:"found" help:"found the public swarm --swarm NAME instead of finding it by name on the public DHT (a node without bootstrap; with Raft state in data_dir a node resumes either way)"`
 	Reachability string        `yaml:"reachability" help:"auto (AutoNAT decides), public (serve as relay) or private (reserve relay slots)"`
 	NATPortMap   bool          `yaml:"nat_portmap" help:"ask the router for a port mapping (UPnP / NAT-PMP)"`
 	Heartbeat    time.Duration `yaml:"heartbeat" help:"heartbeat interval"`
@@ -156,6 +161,7 @@ func Default() Config {
 		Relay:           true,
 		RelayRate:       swarm.DefaultRelayRate,
 		Swarm:           swarm.DefaultSwarmName,
+		DHTBootstrap:    swarm.DefaultPublicBootstrap(),
 		Reachability:    "auto",
 		Heartbeat:       swarm.DefaultHeartbeatInterval,
 		QueueTimeout:    node.DefaultQueueTimeout,
@@ -184,6 +190,13 @@ func defaultDataDir() string {
 // ServesModel reports whether the node serves a model; without one it
 // runs the networking only.
 func (c Config) ServesModel() bool { return c.Model != "" || c.SimModel != "" || c.ModelID != "" }
+
+// PublicSwarm reports whether the node's swarm is public, found by name
+// through the public DHT: a name of its own, no swarm key, and a public
+// DHT to use.
+func (c Config) PublicSwarm() bool {
+	return c.Swarm != swarm.DefaultSwarmName && c.SwarmKey == "" && !(len(c.DHTBootstrap) == 1 && c.DHTBootstrap[0] == "none") && len(c.DHTBootstrap) > 0
+}
 
 // APIEnabled reports whether the node serves the HTTP API.
 func (c Config) APIEnabled() bool { return c.API != "" && c.API != "none" }

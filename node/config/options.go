@@ -52,6 +52,17 @@ func (c Config) networkOptions() ([]swarm.Option, error) {
 	} else {
 		opts = append(opts, swarm.WithListenAddrs(c.Listen...))
 	}
+	if c.PublicSwarm() {
+		boot := make([]peer.AddrInfo, 0, len(c.DHTBootstrap))
+		for _, a := range c.DHTBootstrap {
+			ai, err := peer.AddrInfoFromString(a)
+			if err != nil {
+				return nil, &FieldError{Key: "dht_bootstrap", Msg: fmt.Sprintf("%q: %v", a, err)}
+			}
+			boot = append(boot, *ai)
+		}
+		opts = append(opts, swarm.WithPublicDHT(boot...))
+	}
 	if c.SwarmKey != "" {
 		psk, err := swarm.LoadSwarmKey(c.SwarmKey)
 		if err != nil {
@@ -82,7 +93,7 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 		node.WithRegion(c.Region), node.WithThreads(c.Threads), node.WithMemory(int64(c.Memory)),
 		node.WithEntryQueue(c.QueueMax, c.QueueTimeout), node.WithVerifyRate(c.VerifyRate),
 		node.WithSwarmVerifyRate(c.SwarmVerifyRate), node.WithPlanSessionTokens(c.PlanSessionTokens),
-		node.WithStewards(c.Stewards...),
+		node.WithStewards(c.Stewards...), node.WithFounding(c.Found),
 		node.WithUploadRate(int64(c.UploadRate)), node.WithAdaptiveUpload(c.UploadAdaptive),
 		node.WithPrefixCache(c.PrefixCache), node.WithWire(node.WireMode(c.Wire)), node.WithStealing(c.Steal), node.WithFairAdmission(c.FairAdmission)}
 	var hw layers.Hardware
