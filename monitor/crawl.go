@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ipfs/go-cid"
 	"github.com/libp2p/go-libp2p"
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/discovery"
@@ -45,13 +46,17 @@ type Finder interface {
 type config struct {
 	bootstrap []peer.AddrInfo
 	keys      []string
-	psk       pnet.PSK
-	finder    Finder
-	noDHT     bool
-	log       *zap.Logger
-	maxPeers  int
-	timeout   time.Duration
-	parallel  int
+	// The public (Amino) DHT: its bootstrap peers, and the public swarms
+	// (name, model fingerprint) looked up beside the index.
+	publicBoot   []peer.AddrInfo
+	publicSwarms [][2]string
+	psk          pnet.PSK
+	finder       Finder
+	noDHT        bool
+	log          *zap.Logger
+	maxPeers     int
+	timeout      time.Duration
+	parallel     int
 }
 
 // Option configures a Monitor.
@@ -80,6 +85,27 @@ func WithSwarmKey(psk pnet.PSK) Option {
 		c.psk = psk
 		return nil
 	}
+}
+
+// WithPublicDHT finds the members of public swarms on the public
+// (Amino) DHT through its bootstrap peers: the providers of
+// swarm.SwarmIndexKey, which every member of every public swarm provides,
+// and of the rendezvous of each WithPublicSwarm.
+func WithPublicDHT(peers ...peer.AddrInfo) Option {
+	return func(c *config) error {
+		if len(peers) == 0 {
+			return fmt.Errorf("public DHT without bootstrap peers: %w", ErrConfig)
+		}
+		c.publicBoot = append(c.publicBoot, peers...)
+		return nil
+	}
+}
+
+// WithPublicSwarm also looks up the public swarm name serving the model
+// of fingerprint fp (swarm.PublicRendezvous), for members the index
+// misses.
+func WithPublicSwarm(name, fp string) Option {
+	return func(c *config) error { c.publicSwarms = append(c.publicSwarms, [2]string{name, fp}); return nil }
 }
 
 // WithFinder replaces the DHT lookup of keys.
@@ -119,6 +145,8 @@ type Monitor struct {
 	h      host.Host
 	dht    *dht.IpfsDHT
 	finder Finder
+	// public is the Amino DHT client (nil without WithPublicDHT).
+	public *dht.IpfsDHT
 }
 
 // New starts a monitor; ctx bounds its start (the DHT's first refresh).
@@ -146,7 +174,7 @@ func New(ctx context.Context, opts ...Option) (*Monitor, error) {
 		return nil, fmt.Errorf("monitor host: %w", err)
 	}
 	m := &Monitor{cfg: cfg, log: cfg.log.Named("monitor"), h: h, finder: cfg.finder}
-	for _, ai := range cfg.bootstrap {
+	for _, ai := range append(slices.Clone(cfg.bootstrap), cfg.publicBoot...) {
 		cctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		if err := h.Connect(cctx, ai); err != nil {
 			m.log.Warn("bootstrap peer unreachable", zap.Stringer("peer", ai.ID), zap.Error(err))
@@ -165,7 +193,52 @@ func New(ctx context.Context, opts ...Option) (*Monitor, error) {
 		m.dht = d
 		m.finder = dhtFinder{d: d, rd: drouting.NewRoutingDiscovery(d)}
 	}
+	if len(cfg.publicBoot) > 0 {
+		// The public network's DHT protocol, beside Strata's own.
+		d, err := dht.New(h, dht.Mode(dht.ModeClient), dht.BootstrapPeers(cfg.publicBoot...))
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("public dht: %w", err)
+		}
+		m.public = d
+	}
 	return m, nil
+}
+
+// publicSeeds are the providers of the index and of the public swarms'
+// rendezvous on the public DHT.
+func (m *Monitor) publicSeeds(ctx context.Context) ([]peer.AddrInfo, error) {
+	if err := ensureTable(ctx, m.public); err != nil {
+		return nil, err
+	}
+	keys := []cid.Cid{swarm.SwarmIndexKey()}
+	for _, ps := range m.cfg.publicSwarms {
+		keys = append(keys, swarm.PublicRendezvous(ps[0], ps[1]))
+	}
+	var out []peer.AddrInfo
+	for _, k := range keys {
+		for ai := range m.public.FindProvidersAsync(ctx, k, m.cfg.maxPeers) {
+			out = append(out, ai)
+		}
+	}
+	return out, ctx.Err()
+}
+
+// ensureTable refreshes d's routing table when it is empty: it fills as
+// the bootstrap peers identify, and a lookup before that finds nothing.
+func ensureTable(ctx context.Context, d *dht.IpfsDHT) error {
+	if d.RoutingTable().Size() > 0 {
+		return nil
+	}
+	select {
+	case err := <-d.RefreshRoutingTable():
+		if err != nil {
+			return fmt.Errorf("dht refresh: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Close stops the monitor.
@@ -173,6 +246,9 @@ func (m *Monitor) Close() error {
 	var errs []error
 	if m.dht != nil {
 		errs = append(errs, m.dht.Close())
+	}
+	if m.public != nil {
+		errs = append(errs, m.public.Close())
 	}
 	errs = append(errs, m.h.Close())
 	return errors.Join(errs...)
@@ -187,17 +263,8 @@ type dhtFinder struct {
 }
 
 func (f dhtFinder) FindPeers(ctx context.Context, key string) ([]peer.AddrInfo, error) {
-	if f.d.RoutingTable().Size() == 0 {
-		// The routing table fills as the bootstrap peers identify; a
-		// refresh makes it now.
-		select {
-		case err := <-f.d.RefreshRoutingTable():
-			if err != nil {
-				return nil, fmt.Errorf("dht refresh: %w", err)
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if err := ensureTable(ctx, f.d); err != nil {
+		return nil, err
 	}
 	ch, err := f.rd.FindPeers(ctx, key, discovery.Limit(256))
 	if err != nil {
@@ -275,6 +342,17 @@ func (m *Monitor) Crawl(ctx context.Context) ([]Observation, error) {
 			for _, ai := range found {
 				add(ai.ID, ai.Addrs, "")
 			}
+		}
+	}
+	if m.public != nil {
+		fctx, cancel := context.WithTimeout(ctx, 3*m.cfg.timeout)
+		found, err := m.publicSeeds(fctx)
+		cancel()
+		if err != nil {
+			findErrs = append(findErrs, fmt.Errorf("public DHT: %w", err))
+		}
+		for _, ai := range found {
+			add(ai.ID, ai.Addrs, "")
 		}
 	}
 	if len(peers) == 0 {
