@@ -230,3 +230,22 @@ func TestMonitorProtocol(t *testing.T) {
 		t.Fatalf("forward to a stranger: %v", err)
 	}
 }
+
+func FuzzMonitorRequest(f *testing.F) {
+	f.Add(encodeMonitorRequest([SnapshotNonceLen]byte{1}, ""))
+	f.Add(encodeMonitorRequest([SnapshotNonceLen]byte{2}, testPeerID(f)))
+	f.Add([]byte{1})
+	f.Add([]byte{2, 0})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		nonce, target, err := decodeMonitorRequest(in)
+		if err != nil {
+			if !errors.Is(err, ErrSnapshotSchema) {
+				t.Fatalf("unexpected error %v", err)
+			}
+			return
+		}
+		if out := encodeMonitorRequest(nonce, target); !bytes.Equal(out, in) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", in, out)
+		}
+	})
+}
