@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -419,7 +420,7 @@ func (m *Monitor) Crawl(ctx context.Context) ([]Observation, error) {
 // relaysFor is the members that answered, verified, and report a link
 // to id: those that can forward a request to it.
 func (m *Monitor) relaysFor(peers map[peer.ID]*entry, id peer.ID) []peer.ID {
-	var out []peer.ID
+	var out, relayed []peer.ID
 	for _, by := range peers[id].seenBy {
 		e := peers[by]
 		if e == nil || !e.obs.Verified || e.obs.Via != "" {
@@ -428,10 +429,25 @@ func (m *Monitor) relaysFor(peers map[peer.ID]*entry, id peer.ID) []peer.ID {
 		for _, p := range e.obs.Snapshot.Peers {
 			if p.Peer == id && p.Link != swarm.LinkNone {
 				out = append(out, by)
+				if p.Link == swarm.LinkRelayed {
+					relayed = append(relayed, by)
+				}
 			}
 		}
 	}
+	// Members with a direct link first: a relay's circuit is slow and
+	// capped.
+	slices.SortStableFunc(out, func(a, b peer.ID) int {
+		return cmp.Compare(btoi(slices.Contains(relayed, a)), btoi(slices.Contains(relayed, b)))
+	})
 	return out
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // askAll asks the direct peers themselves and the forward peers through

@@ -486,7 +486,8 @@ func (s *Host) serveMonitor(st network.Stream) {
 			break
 		}
 		resp = append([]byte{monitorOK}, signed...)
-	case s.h.Network().Connectedness(target) != network.Connected:
+	case !slices.Contains([]network.Connectedness{network.Connected, network.Limited}, s.h.Network().Connectedness(target)):
+		// Limited: through a relay only, which the forward may use.
 		resp = monitorError(fmt.Errorf("not connected to %s", target))
 	default:
 		ctx, cancel := context.WithTimeout(s.ctx, monitorTimeout)

@@ -225,6 +225,26 @@ func TestMonitorProtocol(t *testing.T) {
 	if cs.Node != c.ID() || len(cs.Heartbeats) == 0 || !cs.Heartbeats[len(cs.Heartbeats)-1].Relayed() {
 		t.Fatalf("relayed host's snapshot: %+v", cs)
 	}
+	// A member whose only link to c runs through the relay forwards over
+	// that circuit (a limited connection; DCUtR may have made it direct by
+	// the time the request goes: either way the forward must work).
+	a := newTestHost(t, fast, WithDiscovery(false), bootstrapOf(relay))
+	waitMemberAt(t, relay, a)
+	if err := a.Connect(ctx, c.AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a's link to c relayed", func() bool {
+		p, ok := a.Peers().Get(c.ID())
+		return ok && p.Link == LinkRelayed
+	})
+	if err := obs.Connect(ctx, a.AddrInfo()); err != nil {
+		t.Fatal(err)
+	}
+	rand.Read(nonce[:])
+	if cs, err := FetchSnapshot(ctx, obs, a.ID(), c.ID(), nonce); err != nil || cs.Node != c.ID() {
+		t.Fatalf("forward over a relayed link: %v", err)
+	}
+
 	// A peer the relay is not connected to is refused, not dialled.
 	if _, err := FetchSnapshot(ctx, obs, relay.ID(), testPeerID(t), nonce); !errors.Is(err, ErrRemote) {
 		t.Fatalf("forward to a stranger: %v", err)
