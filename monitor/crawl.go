@@ -175,13 +175,6 @@ func New(ctx context.Context, opts ...Option) (*Monitor, error) {
 		return nil, fmt.Errorf("monitor host: %w", err)
 	}
 	m := &Monitor{cfg: cfg, log: cfg.log.Named("monitor"), h: h, finder: cfg.finder}
-	for _, ai := range append(slices.Clone(cfg.bootstrap), cfg.publicBoot...) {
-		cctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-		if err := h.Connect(cctx, ai); err != nil {
-			m.log.Warn("bootstrap peer unreachable", zap.Stringer("peer", ai.ID), zap.Error(err))
-		}
-		cancel()
-	}
 	if m.finder == nil && !cfg.noDHT {
 		// Client mode: the monitor answers no DHT queries and stores no
 		// records; it only looks up.
@@ -202,6 +195,15 @@ func New(ctx context.Context, opts ...Option) (*Monitor, error) {
 			return nil, fmt.Errorf("public dht: %w", err)
 		}
 		m.public = d
+	}
+	// After the DHTs exist: they add a server to their routing tables
+	// when identify, after the connection, says it speaks their protocol.
+	for _, ai := range append(slices.Clone(cfg.bootstrap), cfg.publicBoot...) {
+		cctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+		if err := h.Connect(cctx, ai); err != nil {
+			m.log.Warn("bootstrap peer unreachable", zap.Stringer("peer", ai.ID), zap.Error(err))
+		}
+		cancel()
 	}
 	return m, nil
 }
@@ -228,18 +230,22 @@ func (m *Monitor) publicSeeds(ctx context.Context) ([]peer.AddrInfo, error) {
 // ensureTable refreshes d's routing table when it is empty: it fills as
 // the bootstrap peers identify, and a lookup before that finds nothing.
 func ensureTable(ctx context.Context, d *dht.IpfsDHT) error {
-	if d.RoutingTable().Size() > 0 {
-		return nil
-	}
-	select {
-	case err := <-d.RefreshRoutingTable():
-		if err != nil {
-			return fmt.Errorf("dht refresh: %w", err)
+	// The table fills as identify finishes with the bootstrap peers,
+	// after the connections: wait for it, refreshing now and then (a
+	// refresh also redials the bootstrap peers of an empty table).
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for n := 0; d.RoutingTable().Size() == 0; n++ {
+		if n%20 == 19 {
+			d.RefreshRoutingTable()
 		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("no DHT server in the routing table: %w", ctx.Err())
+		}
 	}
+	return nil
 }
 
 // Close stops the monitor.

@@ -3,7 +3,9 @@ package testnet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -83,6 +85,10 @@ func (r *run) monitor(ctx context.Context, reach []NodeReach) *MonitorReport {
 	defer cancel()
 	out, err := r.c.net.Command(mctx, first.i, r.o.bin, args...).Output()
 	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
 		mr.Err = fmt.Sprintf("strata monitor: %v", err)
 		mr.Violations = append(mr.Violations, "monitor: "+mr.Err)
 		return mr
