@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,4 +88,61 @@ func TestMonitorCommand(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
 	}
+
+	// Serving: the page's address is the first line out; /api/swarms
+	// answers with the first crawl's report, and the command ends with
+	// its context.
+	sctx, stop := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		root := NewRoot()
+		root.SetOut(pw)
+		root.SetErr(io.Discard)
+		root.SetArgs([]string{"monitor", "--listen", "127.0.0.1:0", "--every", "200ms", "--bootstrap", addrs[0].String()})
+		done <- root.ExecuteContext(sctx)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, pr) //nolint:errcheck // drain the rest
+	f := strings.Fields(line)
+	if len(f) < 4 || !strings.HasPrefix(f[3], "http://") {
+		t.Fatalf("first line %q", line)
+	}
+	base := strings.TrimSuffix(f[3], "/")
+	for {
+		rep, err := getJSON(ctx, base+"/api/swarms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Crawls > 0 && len(rep.Swarms) == 1 && rep.Swarms[0].Verified == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the served report never listed the node: %+v", rep)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("the command ended with %v", err)
+	}
+}
+
+func getJSON(ctx context.Context, url string) (monitor.Report, error) {
+	var rep monitor.Report
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return rep, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return rep, err
+	}
+	defer resp.Body.Close()
+	return rep, json.NewDecoder(resp.Body).Decode(&rep)
 }
