@@ -107,6 +107,8 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	// With the peers of any bootstrap list the host resolved.
+	cfg.bootstrap = h.Bootstrap()
 	if h.PublicDiscovery() && len(cfg.bootstrap) == 0 && !cfg.founding {
 		// Joining by name: the members the public DHT leads to are this
 		// node's bootstrap peers, for consensus and for fetching.

@@ -14,8 +14,10 @@ import (
 
 // TestJoinPublicSwarmByName: three stand-in public DHT servers; a founder
 // of the public swarm "pub-node" (WithFounding), then two nodes with no
-// bootstrap peer that find it by name, join through consensus, get
-// layers and serve a request whose tokens match a single-process run.
+// bootstrap peer and a third without even the model file (its
+// fingerprint only) that find it by name, join through consensus, get
+// (or fetch) layers and serve a request whose tokens match a
+// single-process run.
 // A node looking for a swarm nobody founded gives up at its ctx and says
 // how to found it.
 func TestJoinPublicSwarmByName(t *testing.T) {
@@ -47,13 +49,19 @@ func TestJoinPublicSwarmByName(t *testing.T) {
 		c.mu.Unlock()
 		return n
 	}
-	founder := start(public("pub-node"), WithFounding(true), WithMaxLayers(4))
+	founder := start(public("pub-node"), WithFounding(true), WithMaxLayers(4), WithDataDir(t.TempDir()))
 	began := time.Now()
 	a := start(public("pub-node"), WithMaxLayers(4))
 	b := start(public("pub-node"), WithMaxLayers(4))
-	t.Logf("two nodes found the swarm by name in %v", time.Since(began))
-	c.waitServing(30*time.Second, founder.ID(), a.ID(), b.ID())
-	for _, n := range []*Node{a, b} {
+	// No file, only the fingerprint: the key is found by it, and the
+	// layers are fetched from the members found.
+	f := start(public("pub-node"), byModelID(t, t.TempDir()), WithMaxLayers(2))
+	t.Logf("three nodes found the swarm by name in %v", time.Since(began))
+	c.waitServing(60*time.Second, founder.ID(), a.ID(), b.ID(), f.ID())
+	if p := f.FetchProgress(); p.Fetched == 0 {
+		t.Fatalf("the node without the file serves having fetched nothing: %+v", p)
+	}
+	for _, n := range []*Node{a, b, f} {
 		if !n.Consensus().State().IsMember(n.ID().String()) {
 			t.Fatalf("%s serves but is no member", n.ID())
 		}

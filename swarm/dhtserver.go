@@ -43,6 +43,13 @@ func NewDHTServer(ctx context.Context, opts ...Option) (*DHTServer, error) {
 	if cfg.psk != nil {
 		return nil, fmt.Errorf("a DHT server for the public network takes no swarm key: %w", ErrConfig)
 	}
+	if len(cfg.bootstrapDNS) > 0 {
+		ais, err := resolveBootstrapLists(ctx, cfg.resolver, cfg.bootstrapDNS)
+		if err != nil {
+			return nil, err
+		}
+		cfg.bootstrap = append(cfg.bootstrap, ais...)
+	}
 	sk, err := identity(cfg.dataDir)
 	if err != nil {
 		return nil, err

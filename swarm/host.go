@@ -82,6 +82,13 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		return nil, err
 	}
 	log := cfg.log.Named("swarm")
+	if len(cfg.bootstrapDNS) > 0 {
+		ais, err := resolveBootstrapLists(ctx, cfg.resolver, cfg.bootstrapDNS)
+		if err != nil {
+			return nil, err
+		}
+		cfg.bootstrap = append(cfg.bootstrap, ais...)
+	}
 
 	sk, err := identity(cfg.dataDir)
 	if err != nil {
@@ -122,6 +129,9 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		libp2p.AddrsFactory(s.addrsFactory),
 		libp2p.UserAgent("strata"),
 	}
+	if cfg.resolver != nil {
+		lopts = append(lopts, libp2p.MultiaddrResolver(swarm.ResolverFromMaDNS{Resolver: cfg.resolver}))
+	}
 	if cfg.psk != nil {
 		lopts = append(lopts, libp2p.PrivateNetwork(cfg.psk))
 	} else {
@@ -153,6 +163,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	sub, err := h.EventBus().Subscribe([]any{
 		new(event.EvtPeerConnectednessChanged),
 		new(event.EvtLocalReachabilityChanged),
+		new(event.EvtPeerIdentificationCompleted),
 	})
 	if err != nil {
 		return fail(fmt.Errorf("event bus: %w", err))
@@ -351,6 +362,8 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 				if e.Connectedness == network.NotConnected {
 					s.acts.drop(e.Peer, true)
 				}
+			case event.EvtPeerIdentificationCompleted:
+				s.refreshConn(e.Peer) // it may turn out no Strata peer
 			case event.EvtLocalReachabilityChanged:
 				if s.cfg.reachability() == ReachabilityAuto {
 					s.relays.private.Store(e.Reachability == network.ReachabilityPrivate)
@@ -362,9 +375,23 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 	}
 }
 
+// stranger reports whether id identified itself as a host that speaks
+// no Strata: a node of the public DHT met while providing or looking up
+// (hundreds of them on the real Amino DHT). Such a peer gets no row in
+// the peer table, so that it is not pinged, asked for a relay slot or
+// shown as a peer. A peer not identified yet is no stranger.
+func (s *Host) stranger(id peer.ID) bool {
+	protos, err := s.h.Peerstore().GetProtocols(id)
+	return err == nil && len(protos) > 0 && !slices.Contains(protos, ProtocolCtl)
+}
+
 // refreshConn tells the peer table whether we are connected to id and
 // whether only through relays.
 func (s *Host) refreshConn(id peer.ID) {
+	if s.stranger(id) {
+		s.table.dropStranger(id)
+		return
+	}
 	conns := s.h.Network().ConnsToPeer(id)
 	relayed := len(conns) > 0
 	for _, c := range conns {

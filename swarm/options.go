@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
 	ma "github.com/multiformats/go-multiaddr"
+	madns "github.com/multiformats/go-multiaddr-dns"
 	"go.uber.org/zap"
 )
 
@@ -47,24 +48,28 @@ const (
 )
 
 type config struct {
-	log        *zap.Logger
-	clock      clockwork.Clock
-	dataDir    string
-	listen     []string
-	noListen   bool
-	bootstrap  []peer.AddrInfo
-	psk        pnet.PSK
-	swarmName  string
-	model      string
-	relay      bool    // act as a relay when public
-	relayLimit bool    // keep the stock relay limits (128 KiB, 2 min per circuit)
-	relayRate  float64 // bytes/s relayed for others, all circuits; 0: no cap
-	reach      Reachability
-	staticRel  []peer.AddrInfo
-	holePunch  bool
-	portMap    bool
-	discovery  bool
-	dhtMode    bool // true: server mode
+	log       *zap.Logger
+	clock     clockwork.Clock
+	dataDir   string
+	listen    []string
+	noListen  bool
+	bootstrap []peer.AddrInfo
+	// bootstrapDNS are published bootstrap lists (/dnsaddr/NAME with no
+	// peer ID) that New resolves into bootstrap peers with resolver.
+	bootstrapDNS []ma.Multiaddr
+	resolver     *madns.Resolver
+	psk          pnet.PSK
+	swarmName    string
+	model        string
+	relay        bool    // act as a relay when public
+	relayLimit   bool    // keep the stock relay limits (128 KiB, 2 min per circuit)
+	relayRate    float64 // bytes/s relayed for others, all circuits; 0: no cap
+	reach        Reachability
+	staticRel    []peer.AddrInfo
+	holePunch    bool
+	portMap      bool
+	discovery    bool
+	dhtMode      bool // true: server mode
 	// publicBoot: the public (Amino) DHT's bootstrap peers; nil: no
 	// public DHT. publicRefresh: how often the records are provided again.
 	publicBoot    []peer.AddrInfo
@@ -210,16 +215,46 @@ func WithNoListen() Option {
 }
 
 // WithBootstrap sets the peers to connect to at start: full multiaddrs
-// with a /p2p/ component.
+// with a /p2p/ component (/dnsaddr/NAME/p2p/ID included, resolved as it
+// is dialled), or a list a swarm publishes in DNS, /dnsaddr/NAME without
+// a peer ID, which New resolves (the TXT records of _dnsaddr.NAME, as
+// libp2p's bootstrap lists) into the peers it names.
 func WithBootstrap(addrs ...string) Option {
 	return func(c *config) error {
 		for _, s := range addrs {
+			if IsBootstrapList(s) {
+				c.bootstrapDNS = append(c.bootstrapDNS, ma.StringCast(s))
+				continue
+			}
 			ai, err := peer.AddrInfoFromString(s)
 			if err != nil {
 				return fmt.Errorf("bootstrap address %q: %w: %w", s, ErrConfig, err)
 			}
 			c.bootstrap = append(c.bootstrap, *ai)
 		}
+		return nil
+	}
+}
+
+// IsBootstrapList reports whether s names a published bootstrap list: a
+// /dnsaddr/NAME multiaddr with no peer ID.
+func IsBootstrapList(s string) bool {
+	m, err := ma.NewMultiaddr(s)
+	if err != nil || len(m) != 1 {
+		return false
+	}
+	return m[0].Protocol().Code == ma.P_DNSADDR
+}
+
+// WithDNSResolver resolves /dnsaddr and other DNS multiaddrs, bootstrap
+// lists and dials alike, with r (default madns.DefaultResolver, the
+// system's resolver).
+func WithDNSResolver(r *madns.Resolver) Option {
+	return func(c *config) error {
+		if r == nil {
+			return fmt.Errorf("nil DNS resolver: %w", ErrConfig)
+		}
+		c.resolver = r
 		return nil
 	}
 }

@@ -490,6 +490,19 @@ func (t *PeerTable) sweep() {
 	}
 }
 
+// dropStranger removes the row of a peer that turned out to speak no
+// Strata, unless it ever sent a heartbeat.
+func (t *PeerTable) dropStranger(id peer.ID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.peers[id]
+	if e == nil || !e.HeardAt.IsZero() {
+		return
+	}
+	delete(t.peers, id)
+	t.emit(Event{Peer: id, From: e.Liveness, Forgotten: true, At: t.now()})
+}
+
 func (t *PeerTable) forget(id peer.ID, e *entry, now time.Time) {
 	delete(t.peers, id)
 	t.buried[id] = now.Add(t.cfg.hintTTL)

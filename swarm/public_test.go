@@ -34,8 +34,9 @@ func newDHTServers(t testing.TB, n int) []peer.AddrInfo {
 // swarm "pub" that provides its rendezvous, decoys (another swarm name,
 // the same name with another model, a member that never advertised), and
 // a joiner with no bootstrap address that finds the founder by name
-// alone, within a deadline, and hears its heartbeats; the index key lists
-// every advertised member of every public swarm.
+// alone, within a deadline, and hears its heartbeats; the DHT servers stay
+// out of the peer tables; the index key lists every advertised member of
+// every public swarm.
 func TestJoinByName(t *testing.T) {
 	servers := newDHTServers(t, 3)
 	public := func(name, fp string) []Option {
@@ -72,6 +73,24 @@ func TestJoinByName(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "founder's heartbeats at the joiner", func() bool { return livePeers(joiner)[founder.ID()] })
 	t.Logf("joined by name in %v (found the founder in %v)", time.Since(start), took)
+
+	// The DHT servers speak no Strata: connected, yet no row in the peer
+	// tables (nothing pings them or asks them for relay slots).
+	waitFor(t, 10*time.Second, "DHT servers connected but out of the peer tables", func() bool {
+		for _, h := range []*Host{founder, joiner} {
+			conns := 0
+			for _, s := range servers {
+				if _, ok := h.Peers().Get(s.ID); ok {
+					return false
+				}
+				conns += len(h.Libp2p().Network().ConnsToPeer(s.ID))
+			}
+			if conns == 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	// The index: every advertised member of every public swarm, and no one else.
 	want := map[peer.ID]bool{founder.ID(): true, otherName.ID(): true, otherModel.ID(): true}

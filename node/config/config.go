@@ -78,7 +78,7 @@ type Config struct {
 	// Swarm.
 	DataDir   string   `yaml:"data_dir" help:"directory for the node's identity key, Raft state and measured capabilities"`
 	Listen    []string `yaml:"listen" help:"listen multiaddrs (QUIC ones are dropped under a swarm key); \"none\": reachable only through relays"`
-	Bootstrap []string `yaml:"bootstrap" help:"full multiaddrs (with /p2p/ID) of peers to join through; none founds a swarm"`
+	Bootstrap []string `yaml:"bootstrap" help:"full multiaddrs (with /p2p/ID) of peers to join through, or a list a swarm publishes in DNS (/dnsaddr/NAME: the dnsaddr TXT records of _dnsaddr.NAME); none founds a swarm (a public one is found by name)"`
 	SwarmKey  string   `yaml:"swarm_key" help:"pre-shared swarm key file for a private swarm (see strata swarm-key gen)"`
 	Relay     bool     `yaml:"relay" help:"act as a circuit relay for unreachable peers when publicly reachable"`
 	RelayRate ByteSize `yaml:"relay_rate" help:"bytes per second a relay carries for others, all circuits together, such as 25MiB (0: no cap)"`

@@ -135,6 +135,13 @@ func TestPublicSwarm(t *testing.T) {
 			t.Errorf("%v: public %v (%v)", args, c.PublicSwarm(), err)
 		}
 	}
+	// A published bootstrap list is a bootstrap entry of its own.
+	if c, err := parse(t, nil, "--bootstrap", "/dnsaddr/boot.example.org"); err != nil || len(c.Bootstrap) != 1 {
+		t.Fatalf("bootstrap list: %v", err)
+	}
+	if _, err := parse(t, nil, "--bootstrap", "/dns4/boot.example.org/tcp/4001"); err == nil || !strings.Contains(err.Error(), "nor a published list") {
+		t.Fatalf("a DNS address without a peer ID: %v", err)
+	}
 	own := "/ip4/10.0.0.1/tcp/4001/p2p/12D3KooWCUshCLdHLH88dYyM4vSDLZZTWP12PR1EB2m16XLobCC5"
 	c, err = parse(t, map[string]string{"STRATA_DHT_BOOTSTRAP": own}, "--swarm", "pub", "--found")
 	if err != nil || !c.Found || !slices.Equal(c.DHTBootstrap, []string{own}) {

@@ -128,7 +128,12 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 		opts = append(opts, node.WithSchedulerConfig(sc))
 	}
 	boot := make([]peer.AddrInfo, 0, len(c.Bootstrap))
+	var lists []string
 	for _, a := range c.Bootstrap {
+		if swarm.IsBootstrapList(a) {
+			lists = append(lists, a) // resolved by the host at start
+			continue
+		}
 		ai, err := peer.AddrInfoFromString(a)
 		if err != nil {
 			return nil, &FieldError{Key: "bootstrap", Msg: fmt.Sprintf("%q: %v", a, err)}
@@ -138,6 +143,9 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 	sopts, err := c.networkOptions()
 	if err != nil {
 		return nil, err
+	}
+	if len(lists) > 0 {
+		sopts = append(sopts, swarm.WithBootstrap(lists...))
 	}
 	return append(opts, node.WithBootstrap(boot...), node.WithSwarmOptions(sopts...)), nil
 }

@@ -60,8 +60,11 @@ func (c Config) validate(src map[string]*FieldError) error {
 		}
 	}
 	for _, a := range c.Bootstrap {
+		if swarm.IsBootstrapList(a) {
+			continue
+		}
 		if _, err := peer.AddrInfoFromString(a); err != nil {
-			bad("bootstrap", "%q is not a full multiaddr with /p2p/ID: %v", a, err)
+			bad("bootstrap", "%q is not a full multiaddr with /p2p/ID, nor a published list /dnsaddr/NAME: %v", a, err)
 		}
 	}
 	if !(len(c.DHTBootstrap) == 1 && c.DHTBootstrap[0] == "none") {
