@@ -62,6 +62,9 @@ With --once it crawls once and prints a table (--json: the report as
 			} else if public {
 				dhtBoot = swarm.DefaultPublicBootstrap()
 			}
+			if len(swarms) > 0 && model == "" {
+				return fmt.Errorf("%w: --swarm needs --model, the fingerprint of the model the swarm serves (its rendezvous key is derived from both)", monitor.ErrConfig)
+			}
 			if len(bootstrap) == 0 && !public {
 				return fmt.Errorf("%w: give --public (the public DHT's swarms), --dht-bootstrap, or --bootstrap (a member or Strata DHT peer) to start from", monitor.ErrConfig)
 			}

@@ -25,8 +25,10 @@ import (
 // table says the same; with no starting point the command says what to
 // give.
 func TestMonitorCommand(t *testing.T) {
-	if _, err := run(t, "monitor", "--once"); !errors.Is(err, monitor.ErrConfig) {
-		t.Fatalf("no starting point: %v", err)
+	for _, args := range [][]string{{"--once"}, {"--once", "--public", "--swarm", "lab"}, {"--once", "--bootstrap", "/ip4/1.2.3.4/tcp/1"}} {
+		if _, err := run(t, append([]string{"monitor"}, args...)...); !errors.Is(err, monitor.ErrConfig) {
+			t.Errorf("monitor %v: %v, want ErrConfig", args, err)
+		}
 	}
 	model := filepath.Join(t.TempDir(), "m.gguf")
 	if _, err := run(t, "model", "gen", "--out", model, "--layers", "4", "--seed", "5"); err != nil {
