@@ -237,6 +237,14 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc.entry = n.entry
 	n.ann.changed = n.entry.capacityChanged
 	n.ann.queue = func() (int, time.Duration) { return n.entry.adm.queued(cfg.clock.Now()) }
+	n.ann.tokens = n.counters.tokens.Load
+	h.SetSnapshotSource(func() swarm.SnapshotInfo {
+		info := swarm.SnapshotInfo{ModelName: m.info.Name, Fingerprint: m.info.Fingerprint, Layers: m.info.Layers}
+		if cm := n.ann.committed(); cm.Layers > 0 {
+			info.Map, _ = cm.MarshalBinary() // nil on error: the observer falls back on heartbeats
+		}
+		return info
+	})
 	n.paths.noMap, n.paths.uncovered = n.noMap, n.uncoveredMap
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
@@ -549,4 +557,11 @@ func (n *Node) Kill() {
 		n.svc.out.close()
 		n.log.Info("node killed")
 	})
+}
+
+// RendezvousKey is the DHT key under which the members of swarm name
+// serving the model of fingerprint fp advertise themselves: what an
+// observer (strata monitor) looks up to find them.
+func RendezvousKey(name, fp string) string {
+	return swarm.Rendezvous(name, modelScope(ModelInfo{Fingerprint: fp}))
 }

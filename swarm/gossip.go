@@ -193,11 +193,16 @@ func (g *gossip) heartbeat() *Heartbeat {
 }
 
 func (g *gossip) publishHeartbeat(ctx context.Context) error {
-	data, err := g.heartbeat().MarshalBinary()
+	hb := g.heartbeat()
+	data, err := hb.MarshalBinary()
 	if err != nil {
 		return err
 	}
-	return g.hb.Publish(ctx, data)
+	if err := g.hb.Publish(ctx, data); err != nil {
+		return err
+	}
+	g.h.keepHeartbeat(hb)
+	return nil
 }
 
 // PublishMapNotice gossips a map notice (an encoded LayerMap event; the

@@ -60,6 +60,7 @@ const (
 	sectionQueue    uint8 = 2
 	sectionFetch    uint8 = 3
 	sectionEngine   uint8 = 4
+	sectionServed   uint8 = 5
 )
 
 // Flags in a heartbeat.
@@ -113,6 +114,11 @@ type Status struct {
 	// section, so that a swarm of pure-Go nodes gossips what it did
 	// before engines were named.
 	Engine string
+	// TokensServed is the tokens this node delivered to callers as an
+	// entry, and StepsRun the steps it ran on its layers, both since it
+	// started: counters, so that an observer with two heartbeats of a
+	// node (the monitor) derives its throughput from signed data alone.
+	TokensServed, StepsRun uint64
 }
 
 // Heartbeat is one gossiped liveness and load report. Version 1 encodes,
@@ -141,6 +147,8 @@ type Status struct {
 //	       0 <= done <= all, all > 0); only while a fetch is in progress
 //	tag 4: engine: the label of a backend other than the pure-Go
 //	       engine (Status.Engine, UTF-8, 1..MaxEngineLen bytes)
+//	tag 5: served: u64 tokens delivered as an entry, u64 steps run on
+//	       the node's layers, both since start (16 bytes; not both zero)
 //
 // Nothing else may follow. Sections leave older heartbeats decodable and
 // let fields be added without reordering the fixed part.
@@ -235,6 +243,12 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		b = append(b, sectionEngine)
 		b = binary.BigEndian.AppendUint16(b, uint16(len(hb.Engine)))
 		b = append(b, hb.Engine...)
+	}
+	if hb.TokensServed != 0 || hb.StepsRun != 0 {
+		b = append(b, sectionServed)
+		b = binary.BigEndian.AppendUint16(b, 16)
+		b = binary.BigEndian.AppendUint64(b, hb.TokensServed)
+		b = binary.BigEndian.AppendUint64(b, hb.StepsRun)
 	}
 	if len(b) > MaxHeartbeatSize {
 		return nil, fmt.Errorf("%d bytes: %w", len(b), ErrHeartbeatSize)
@@ -341,6 +355,13 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 			d.Fail("engine %q", body)
 		case tag == sectionEngine:
 			hb.Engine = string(body)
+		case tag == sectionServed && n != 16:
+			d.Fail("served section of %d bytes (want 16)", n)
+		case tag == sectionServed:
+			hb.TokensServed, hb.StepsRun = binary.BigEndian.Uint64(body), binary.BigEndian.Uint64(body[8:])
+			if hb.TokensServed == 0 && hb.StepsRun == 0 {
+				d.Fail("an empty served section (none is sent)")
+			}
 		default:
 			d.Fail("unknown section %d", tag)
 		}

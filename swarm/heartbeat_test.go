@@ -217,6 +217,10 @@ func FuzzHeartbeatDecoder(f *testing.F) {
 	engined, _ := hb.MarshalBinary()
 	f.Add(engined)
 	hb.Engine = ""
+	hb.TokensServed, hb.StepsRun = 1234, 98765
+	served, _ := hb.MarshalBinary()
+	f.Add(served)
+	hb.TokensServed, hb.StepsRun = 0, 0
 	f.Add(append(bytes.Clone(plain), 2, 0, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)) // an empty queue section
 	f.Add([]byte{1})
 	f.Add([]byte{1, 64})
@@ -325,5 +329,44 @@ func TestHeartbeatEngineSection(t *testing.T) {
 	hb.Engine = string(bytes.Repeat([]byte("g"), MaxEngineLen+1))
 	if _, err := hb.MarshalBinary(); !errors.Is(err, ErrHeartbeatSchema) {
 		t.Fatalf("an over-long engine encoded: %v", err)
+	}
+}
+
+// The served section carries the two counters, goes out only while one
+// is non-zero, and is checked: 16 bytes, not both zero.
+func TestHeartbeatServedSection(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	plain, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb.TokensServed, hb.StepsRun = 0, 1<<40
+	data, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != len(plain)+3+16 || !bytes.Equal(data[:len(plain)], plain) {
+		t.Fatalf("%d bytes with the served section, %d without", len(data), len(plain))
+	}
+	got, err := DecodeHeartbeat(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.TokensServed != 0 || got.StepsRun != 1<<40 {
+		t.Fatalf("served %d steps %d", got.TokensServed, got.StepsRun)
+	}
+	section := func(body []byte) []byte {
+		b := append(bytes.Clone(plain), sectionServed)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(body)))
+		return append(b, body...)
+	}
+	for name, b := range map[string][]byte{
+		"zero":  section(make([]byte, 16)),
+		"short": section(make([]byte, 8)),
+		"long":  section(append(make([]byte, 16), 1)),
+	} {
+		if _, err := DecodeHeartbeat(b); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

@@ -53,6 +53,13 @@ type Host struct {
 	actHandler atomic.Pointer[ActHandler]
 	ctlHandler atomic.Pointer[CtlHandler]
 
+	// The monitor protocol (monitor.go): what the node adds to its
+	// snapshots, its own latest heartbeats, and the requests in service.
+	snapSource atomic.Pointer[func() SnapshotInfo]
+	beatsMu    sync.Mutex
+	beats      []*Heartbeat
+	monitorSem chan struct{}
+
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -101,7 +108,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	}
 
 	hctx, cancel := context.WithCancel(context.Background())
-	s := &Host{cfg: cfg, log: log, ctx: hctx, cancel: cancel}
+	s := &Host{cfg: cfg, log: log, ctx: hctx, cancel: cancel, monitorSem: make(chan struct{}, maxMonitorServing)}
 	// Before libp2p.New: identify may call addrsFactory, which reads it,
 	// while New is still returning.
 	s.relays = newRelayKeeper(s)
@@ -169,6 +176,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	h.SetStreamHandler(ProtocolAct, s.serveAct)
 	h.SetStreamHandler(ProtocolCtl, s.serveCtl)
 	h.SetStreamHandler(ProtocolBW, s.serveBW)
+	h.SetStreamHandler(ProtocolMonitor, s.serveMonitor)
 
 	if cfg.discovery {
 		if s.disc, err = newDiscoverer(s); err != nil {

@@ -58,8 +58,11 @@ type Report struct {
 	// load: AutoNAT's verdict, its relays, and how it links to each peer.
 	Reachability []NodeReach `json:"reachability,omitempty"`
 	// Joins are a public swarm's joins by name (public.go).
-	Joins  []JoinReport   `json:"joins,omitempty"`
-	Errors map[string]int `json:"errors,omitempty"` // failed requests' errors, counted
+	Joins []JoinReport `json:"joins,omitempty"`
+	// Monitor is strata monitor's view at the end of the load, checked
+	// (scenarios with monitor: true).
+	Monitor *MonitorReport `json:"monitor,omitempty"`
+	Errors  map[string]int `json:"errors,omitempty"` // failed requests' errors, counted
 
 	Pass       bool     `json:"pass"`
 	Violations []string `json:"violations,omitempty"`
@@ -508,6 +511,9 @@ func (rep *Report) Markdown() string {
 		}
 	}
 	joinsMarkdown(&b, rep.Joins)
+	if rep.Monitor != nil {
+		rep.Monitor.markdown(&b)
+	}
 	if rep.Trust != nil {
 		rep.Trust.markdown(&b)
 	}

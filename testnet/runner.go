@@ -301,6 +301,10 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	loadEnd := time.Since(r.t0)
 	r.logf("load done: %d requests", len(results))
 	reach := r.reachability(ctx)
+	var mon *MonitorReport
+	if sc.Monitor {
+		mon = r.monitor(ctx, reach)
+	}
 	verify := r.verifyStats(ctx)
 	r.joinCancel()
 	r.joinWG.Wait()
@@ -343,6 +347,10 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 		rep.Nemesis.Requests = checkRequests(rep.Results, refs, faultWindows(evs, rep, loadEnd))
 	}
 	rep.Violations = append(rep.Violations, checkNemesis(sc.Expect, rep)...)
+	if mon != nil {
+		rep.Monitor = mon
+		rep.Violations = append(rep.Violations, mon.Violations...)
+	}
 	rep.Pass = len(rep.Violations) == 0
 	rep.Reachability = reach
 	for _, nr := range reach {

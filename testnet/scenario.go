@@ -42,6 +42,9 @@ type Scenario struct {
 	// ReadyTimeout bounds the wait for the initial nodes to serve (60s).
 	ReadyTimeout time.Duration `yaml:"ready_timeout"`
 	Expect       Expect        `yaml:"expect"`
+	// Monitor runs strata monitor at the end of the load and holds its
+	// report to the nodes' own views (monitor.go).
+	Monitor bool `yaml:"monitor"`
 }
 
 // ModelSpec is the model every node serves: a random-weight model the
