@@ -376,7 +376,7 @@ func TestHeartbeatVouchesSection(t *testing.T) {
 		"count short": section(2, Vouch{Peer: p, Checks: 1}),
 		"count long":  section(1, Vouch{Peer: p, Checks: 1}, Vouch{Peer: q, Checks: 1}),
 		"bad peer":    section(1, Vouch{Peer: "not a peer", Checks: 1}),
-		"too many":    section(MaxVouches+1),
+		"too many":    section(MaxVouches + 1),
 	} {
 		if _, err := DecodeHeartbeat(b); !errors.Is(err, ErrHeartbeatSchema) {
 			t.Errorf("%s: %v", name, err)
