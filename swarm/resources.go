@@ -25,10 +25,10 @@ type PeerStreamLimit struct {
 // (64 inbound streams and up). The chunk server answers more than 4 of a
 // peer's streams "busy" itself, and its memory allows one of the largest
 // chunks (chunks.MaxChunkSize) in flight; a bandwidth probe is one stream
-// at a time.
+// a minute.
 var PeerStreamLimits = []PeerStreamLimit{
 	{Protocol: proto.Chunk, Inbound: 16, Memory: 64 << 20},
-	{Protocol: proto.BW, Inbound: 2, Memory: 1 << 20},
+	{Protocol: proto.BW, Inbound: 4, Memory: 1 << 20},
 }
 
 // newResourceManager starts from go-libp2p's scaled defaults (which bound
@@ -59,7 +59,8 @@ func newResourceManager(actStreams int) (network.ResourceManager, error) {
 
 	for _, pl := range PeerStreamLimits {
 		limits.AddProtocolPeerLimit(pl.Protocol,
-			rcmgr.BaseLimit{Streams: 2 * pl.Inbound, StreamsInbound: pl.Inbound, StreamsOutbound: pl.Inbound, Memory: pl.Memory},
+			// Streams we open are ours to bound; the limit is on the peer's.
+			rcmgr.BaseLimit{Streams: pl.Inbound + 64, StreamsInbound: pl.Inbound, StreamsOutbound: 64, Memory: pl.Memory},
 			rcmgr.BaseLimitIncrease{})
 	}
 

@@ -43,7 +43,29 @@ func New(perSec float64, burst, maxPeers int) *Limiter {
 
 // Allow reports whether p may go on at now, and takes a token if so.
 func (l *Limiter) Allow(p peer.ID, now time.Time) bool {
+	if l.bucket(p, now).AllowN(now, 1) {
+		return true
+	}
+	l.denied.Add(1)
+	return false
+}
+
+// Reserve takes p's next token and returns how long after now p must
+// wait for it (0: none): a caller that paces rather than refuses waits
+// that long, so a flooding peer queues behind its own bucket only.
+// A wait counts as denied.
+func (l *Limiter) Reserve(p peer.ID, now time.Time) time.Duration {
+	d := l.bucket(p, now).ReserveN(now, 1).DelayFrom(now)
+	if d > 0 {
+		l.denied.Add(1)
+	}
+	return d
+}
+
+// bucket is p's bucket, made if need be.
+func (l *Limiter) bucket(p peer.ID, now time.Time) *rate.Limiter {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	b := l.peers[p]
 	if b == nil {
 		if len(l.peers) >= l.max && l.refilled(l.swept, now) {
@@ -61,12 +83,7 @@ func (l *Limiter) Allow(p peer.ID, now time.Time) bool {
 			b = l.overflow
 		}
 	}
-	l.mu.Unlock()
-	if b.AllowN(now, 1) {
-		return true
-	}
-	l.denied.Add(1)
-	return false
+	return b
 }
 
 // refilled reports whether a bucket emptied at then is full by now.
@@ -77,7 +94,7 @@ func (l *Limiter) refilled(then, now time.Time) bool {
 	return now.Sub(then).Seconds()*float64(l.lim) >= float64(l.burst)
 }
 
-// Denied is how many times Allow said no.
+// Denied is how many times Allow said no or Reserve made a peer wait.
 func (l *Limiter) Denied() uint64 { return l.denied.Load() }
 
 // Len is how many peers' buckets are remembered.

@@ -65,3 +65,22 @@ func TestLimiterBoundedMemory(t *testing.T) {
 		t.Fatal("a new peer got more than its burst")
 	}
 }
+
+// Reserve paces: a flooding peer's n-th request past its burst waits
+// (n − burst)/rate, while another peer waits for nothing.
+func TestLimiterReserve(t *testing.T) {
+	l := New(10, 2, 16)
+	var last time.Duration
+	for range 12 {
+		last = l.Reserve("flood", t0)
+	}
+	if want := time.Second; last != want {
+		t.Fatalf("12th request at once waits %v, want %v", last, want)
+	}
+	if d := l.Reserve("calm", t0); d != 0 {
+		t.Fatalf("calm peer waits %v", d)
+	}
+	if l.Denied() != 10 {
+		t.Fatalf("denied %d, want 10", l.Denied())
+	}
+}
