@@ -128,3 +128,9 @@ func vouchesOf(v Vouches) []Vouch {
 		return e1 != nil || e2 != nil
 	})
 }
+
+// Trust is the placement trust this member would plan with as leader:
+// the replicated stewards and the vouches it has heard (WithVouches).
+func (c *Consensus) Trust() layers.Trust {
+	return c.fsm.current().Trust(vouchesOf(c.cfg.vouches), c.cfg.trustChecks)
+}

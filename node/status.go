@@ -42,6 +42,9 @@ type announcer struct {
 	// fetch is the node's fetch of weights in progress (fetch.go); nil:
 	// it holds the file.
 	fetch func() (done, total int64)
+	// vouches are the entry's counts of checks others passed, for the
+	// heartbeats (vouch.go); nil until wired.
+	vouches func() []swarm.Vouch
 
 	notice   atomic.Pointer[layers.LayerMap]
 	loading  atomic.Int32 // warmups in progress
@@ -144,6 +147,9 @@ func (a *announcer) publish() {
 	}
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))
+	}
+	if a.vouches != nil {
+		a.host.SetVouches(a.vouches())
 	}
 	if a.changed != nil {
 		a.changed()
