@@ -2,9 +2,6 @@ package consensus
 
 import (
 	"fmt"
-	"slices"
-
-	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/layers"
 )
@@ -115,18 +112,13 @@ func (s State) Trust(vouches []Vouch, k int) layers.Trust {
 	return t
 }
 
-// vouchesOf reads the leader's vouches, dropping those whose IDs are no
-// peer IDs (they could name no member).
+// vouchesOf reads the leader's vouches (none without a source). IDs
+// that name no member are dropped by VerifiedChecks.
 func vouchesOf(v Vouches) []Vouch {
 	if v == nil {
 		return nil
 	}
-	vs := v.Vouches()
-	return slices.DeleteFunc(vs, func(x Vouch) bool {
-		_, e1 := peer.Decode(x.Checker)
-		_, e2 := peer.Decode(x.Subject)
-		return e1 != nil || e2 != nil
-	})
+	return v.Vouches()
 }
 
 // Trust is the placement trust this member would plan with as leader:
