@@ -409,7 +409,8 @@ func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chun
 
 // serveChunks starts the chunk server of a node that holds the file.
 func (n *Node) serveChunks(man *chunks.Manifest) error {
-	n.chunks = chunks.NewServer(n.host.Libp2p(), chunks.WithUploadRate(n.cfg.uploadRate))
+	n.chunks = chunks.NewServer(n.host.Libp2p(), chunks.WithUploadRate(n.cfg.uploadRate),
+		chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	if n.cfg.chunkReader == nil {
 		return n.chunks.ServeFile(man, n.model.path)
 	}
@@ -607,7 +608,8 @@ func (f *fetchState) serveSlice(path string) {
 		return
 	}
 	if f.srv == nil {
-		f.srv = chunks.NewServer(f.host.Libp2p(), chunks.WithUploadRate(f.uploadRate))
+		f.srv = chunks.NewServer(f.host.Libp2p(), chunks.WithUploadRate(f.uploadRate),
+			chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	}
 	if err := f.srv.ServeSlice(sl); err != nil {
 		sl.Close()

@@ -45,6 +45,9 @@ type announcer struct {
 	// tokens is the count of tokens delivered to callers (the
 	// heartbeats' served counter); nil until wired.
 	tokens func() uint64
+	// vouches are the entry's counts of checks others passed, for the
+	// heartbeats (vouch.go); nil until wired.
+	vouches func() []swarm.Vouch
 
 	notice   atomic.Pointer[layers.LayerMap]
 	loading  atomic.Int32 // warmups in progress
@@ -150,6 +153,9 @@ func (a *announcer) publish() {
 	}
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))
+	}
+	if a.vouches != nil {
+		a.host.SetVouches(a.vouches())
 	}
 	if a.changed != nil {
 		a.changed()

@@ -49,6 +49,8 @@ type Host struct {
 
 	statusMu sync.Mutex
 	status   Status
+	vouches  []Vouch // SetVouches; under statusMu
+	vouchAt  int     // the next heartbeat's first vouch
 
 	actHandler atomic.Pointer[ActHandler]
 	ctlHandler atomic.Pointer[CtlHandler]

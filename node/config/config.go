@@ -117,6 +117,9 @@ type Config struct {
 	// Stewards are the peer IDs a founder signs into the swarm as its
 	// only voters (consensus/stewards.go, docs/internet.md).
 	Stewards []string `yaml:"stewards" help:"peer IDs this node, founding the swarm, signs into its replicated state as stewards: then only stewards vote in Raft, and other nodes serve layers and route as non-voters (docs/internet.md); ignored on a node that did not found the swarm"`
+	// TrustChecks is K: the spot checks after which a member counts
+	// fully in placement, when this node leads a swarm with stewards.
+	TrustChecks int `yaml:"trust_checks" help:"in a swarm with stewards, the spot checks a member must pass (counted by stewards; others' count at most half) before its capacity counts fully in placement and it may hold layers alone, when this node leads (0: the default, 8; docs/internet.md)"`
 
 	// Weights from peers: ModelID joins without the file; UploadRate caps
 	// what a node with the file (or a fetched slice) sends to peers

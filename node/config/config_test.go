@@ -275,6 +275,16 @@ func TestValidationNamesTheField(t *testing.T) {
 	if c, err := parse(t, nil, "--plan-session-tokens", "1000"); err != nil || c.PlanSessionTokens != 1000 {
 		t.Fatalf("--plan-session-tokens 1000: %v, %v", c.PlanSessionTokens, err)
 	}
+	// Trust checks: the default unless given; never negative.
+	if c.TrustChecks != 0 {
+		t.Fatalf("trust checks %d by default", c.TrustChecks)
+	}
+	if c, err := parse(t, nil, "--trust-checks", "4"); err != nil || c.TrustChecks != 4 {
+		t.Fatalf("--trust-checks 4: %v, %v", c.TrustChecks, err)
+	}
+	if _, err := parse(t, nil, "--trust-checks", "-1"); err == nil {
+		t.Fatal("--trust-checks -1 accepted")
+	}
 	// Stewards: none unless given; a list of peer IDs.
 	if len(c.Stewards) != 0 {
 		t.Fatalf("stewards %v by default", c.Stewards)

@@ -93,7 +93,7 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 		node.WithRegion(c.Region), node.WithThreads(c.Threads), node.WithMemory(int64(c.Memory)),
 		node.WithEntryQueue(c.QueueMax, c.QueueTimeout), node.WithVerifyRate(c.VerifyRate),
 		node.WithSwarmVerifyRate(c.SwarmVerifyRate), node.WithPlanSessionTokens(c.PlanSessionTokens),
-		node.WithStewards(c.Stewards...), node.WithFounding(c.Found),
+		node.WithStewards(c.Stewards...), node.WithFounding(c.Found), node.WithTrustChecks(c.TrustChecks),
 		node.WithUploadRate(int64(c.UploadRate)), node.WithAdaptiveUpload(c.UploadAdaptive),
 		node.WithPrefixCache(c.PrefixCache), node.WithWire(node.WireMode(c.Wire)), node.WithStealing(c.Steal), node.WithFairAdmission(c.FairAdmission)}
 	var hw layers.Hardware

@@ -165,6 +165,9 @@ func (c Config) validate(src map[string]*FieldError) error {
 			bad("stewards", "%q: its key is not in the ID (use Ed25519 host keys): %v", id, err)
 		}
 	}
+	if c.TrustChecks < 0 || c.TrustChecks > 1<<20 {
+		bad("trust_checks", "%d: must be between 0 (the default) and %d", c.TrustChecks, 1<<20)
+	}
 	if c.PlanSessionTokens < 0 || c.PlanSessionTokens > consensus.MaxSessionTokens {
 		bad("plan_session_tokens", "%d: must be between 0 (none) and %d", c.PlanSessionTokens, consensus.MaxSessionTokens)
 	}
