@@ -108,6 +108,11 @@ func (a *Admission[T]) Pop() {
 	}
 }
 
+// Any reports whether a waiting session satisfies f.
+func (a *Admission[T]) Any(f func(T) bool) bool {
+	return slices.ContainsFunc(a.waiting, func(w Waiter[T]) bool { return f(w.V) })
+}
+
 // Remove takes every waiting session for which gone holds off the queue
 // and returns them, in order.
 func (a *Admission[T]) Remove(gone func(T) bool) []T {

@@ -16,8 +16,9 @@ type Cache[P any] struct {
 	entries []*entry[P]
 	cost    int64
 	clock   uint64 // LRU clock
-	// Hits counts the sessions resumed, Reused the blocks they did not
-	// recompute, Evicted the entries trimmed for room.
+	// Hits counts the sessions resumed, Reused what they did not
+	// recompute (in the caller's unit: positions, blocks), Evicted the
+	// entries trimmed for room.
 	Hits, Reused, Evicted uint64
 }
 
@@ -168,10 +169,10 @@ func (c *Cache[P]) Each(f func(from, to int, hashes []uint64, v P)) {
 }
 
 // Resumed counts a session resumed from the cache (or a live session)
-// over blocks blocks.
-func (c *Cache[P]) Resumed(blocks int) {
+// that did not recompute n (Reused's unit).
+func (c *Cache[P]) Resumed(n int) {
 	c.Hits++
-	c.Reused += uint64(blocks)
+	c.Reused += uint64(n)
 }
 
 // Limit is how many whole blocks of block positions a session opening
