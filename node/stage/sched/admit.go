@@ -64,23 +64,36 @@ func (a *Admission[T]) Waiting() int { return len(a.waiting) }
 // Waited counts the sessions that ever queued.
 func (a *Admission[T]) Waited() uint64 { return a.waited }
 
-// Offer decides a session that needs need bytes, with room bytes for KV:
-// it opens if nothing waits and it fits, else it queues (kept, with at)
-// while the queue has room. NoKV before Busy: a session that can never
-// fit is told so, not to retry.
-func (a *Admission[T]) Offer(v T, need, room int64, at time.Time) Verdict {
-	if need > room {
+// Admit decides a session that needs need, on a hop with room for KV of
+// which used is taken, waiting sessions queued and room in the queue for
+// maxQueue: it opens if nothing waits and it fits, else it queues while
+// the queue has room. NoKV before Busy: a session that can never fit is
+// told so, not to retry.
+func Admit(need, used, room int64, waiting, maxQueue int) Verdict {
+	switch {
+	case need > room:
 		return NoKV
+	case waiting == 0 && Fits(need, used, room):
+		return Open
+	case waiting >= maxQueue:
+		return Busy
 	}
-	if len(a.waiting) > 0 || need > room-a.used {
-		if len(a.waiting) >= a.MaxQueue {
-			return Busy
-		}
+	return Queue
+}
+
+// Fits reports whether a session needing need opens now, with used of
+// room taken: the head of the queue opens when it does.
+func Fits(need, used, room int64) bool { return need <= room-used }
+
+// Offer decides a session that needs need bytes, with room bytes for KV
+// (Admit); one told to queue is kept, with at.
+func (a *Admission[T]) Offer(v T, need, room int64, at time.Time) Verdict {
+	verdict := Admit(need, a.used, room, len(a.waiting), a.MaxQueue)
+	if verdict == Queue {
 		a.waiting = append(a.waiting, Waiter[T]{V: v, Need: need, At: at})
 		a.waited++
-		return Queue
 	}
-	return Open
+	return verdict
 }
 
 // Reserve counts an opened session's KV; Release gives it back.
@@ -98,7 +111,7 @@ func (a *Admission[T]) Head() (Waiter[T], bool) {
 }
 
 // Fits reports whether a session needing need opens now.
-func (a *Admission[T]) Fits(need, room int64) bool { return need <= room-a.used }
+func (a *Admission[T]) Fits(need, room int64) bool { return Fits(need, a.used, room) }
 
 // Pop takes the head off the queue (it opens, or can no longer be served).
 func (a *Admission[T]) Pop() {
