@@ -57,8 +57,6 @@ typedef struct ggml_backend * ggml_backend_t;
 typedef struct ggml_backend_buffer * ggml_backend_buffer_t;
 typedef struct ggml_backend_buffer_type * ggml_backend_buffer_type_t;
 typedef struct ggml_gallocr * ggml_gallocr_t;
-enum { DEV_CPU = 0, DEV_GPU = 1, DEV_IGPU = 2 };
-extern ggml_backend_t ggml_backend_init_by_type(int type, const char * params);
 extern void ggml_backend_load_all_from_path(const char * dir_path);
 extern const char * ggml_backend_name(ggml_backend_t backend);
 extern void ggml_backend_free(ggml_backend_t backend);
@@ -77,6 +75,7 @@ extern void ggml_backend_cpu_set_n_threads(ggml_backend_t backend_cpu, int n_thr
 typedef struct ggml_backend_device * ggml_backend_dev_t;
 typedef struct ggml_backend_reg * ggml_backend_reg_t;
 extern ggml_backend_dev_t ggml_backend_get_device(ggml_backend_t backend);
+extern ggml_backend_t ggml_backend_dev_init(ggml_backend_dev_t device, const char * params);
 extern ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
 extern void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);
 extern const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
@@ -374,7 +373,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err := s.initBackend(o); err != nil {
 		return nil, err
 	}
-	s.info.Engine = "ggml-" + s.Device()
+	s.info.Engine = deviceInfo(C.ggml_backend_get_device(s.backend)).Engine()
 	// The contexts hold the tensors' metadata; their data goes to the
 	// backend's device: on the CPU, the matrices its repacking kernels
 	// take go to ggml's CPU_REPACK buffer (where this build has one), which
@@ -459,20 +458,9 @@ func load(f *engine.File, o options) (*Stage, error) {
 
 // initBackend starts the chosen device's backend and its graph allocator.
 func (s *Stage) initBackend(o options) error {
-	if o.libDir != "" {
-		dir := C.CString(o.libDir)
-		C.ggml_backend_load_all_from_path(dir)
-		C.free(unsafe.Pointer(dir))
-	}
-	switch o.device {
-	case Auto:
-		if s.backend = C.ggml_backend_init_by_type(C.DEV_GPU, nil); s.backend == nil {
-			s.backend = C.ggml_backend_init_by_type(C.DEV_CPU, nil)
-		}
-	case CPU:
-		s.backend = C.ggml_backend_init_by_type(C.DEV_CPU, nil)
-	case GPU:
-		s.backend = C.ggml_backend_init_by_type(C.DEV_GPU, nil)
+	LoadLibDir(o.libDir) // once per directory: each load registers its devices again
+	if dev := pick(o.device); dev != nil {
+		s.backend = C.ggml_backend_dev_init(dev, nil)
 	}
 	if s.backend == nil {
 		return fmt.Errorf("%w: no %s device", ErrGGML, o.device)

@@ -1,0 +1,223 @@
+package ggml
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stratanet/strata/engine"
+)
+
+// VulkanLibEnv names the directory holding libggml-vulkan.so (make
+// build-vulkan writes bin/ggml-gpu/vulkan/lib/ollama); make test-vulkan
+// sets it. Without it the Vulkan tests skip.
+const VulkanLibEnv = "STRATA_VULKAN_LIB_DIR"
+
+// vulkanDevice loads ggml-vulkan from $STRATA_VULKAN_LIB_DIR and returns
+// the device a GPU stage then computes on, or skips where it is not set.
+func vulkanDevice(t *testing.T) DeviceInfo {
+	t.Helper()
+	dir := os.Getenv(VulkanLibEnv)
+	if dir == "" {
+		t.Skipf("%s not set: make test-vulkan builds ggml-vulkan and runs this on Mesa's lavapipe", VulkanLibEnv)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "libggml-vulkan.so")); err != nil {
+		t.Fatalf("%s=%s: %v (make build-vulkan)", VulkanLibEnv, dir, err)
+	}
+	// ggml-vulkan leaves out CPU-type devices such as lavapipe unless
+	// they are selected; it reads this when the library loads.
+	if os.Getenv("GGML_VK_VISIBLE_DEVICES") == "" {
+		os.Setenv("GGML_VK_VISIBLE_DEVICES", "0")
+	}
+	LoadLibDir(dir)
+	d, err := Probe(GPU)
+	if err != nil {
+		t.Fatalf("no GPU device after loading %s: %v", dir, err)
+	}
+	if !strings.HasPrefix(d.Name, "Vulkan") {
+		t.Fatalf("the GPU device is %+v, want a Vulkan one", d)
+	}
+	return d
+}
+
+// TestVulkanDevice: with ggml-vulkan loaded, the GPU device is Vulkan's,
+// Auto takes it, it reports its memory and name, and a stage opened on it
+// computes there and says so.
+func TestVulkanDevice(t *testing.T) {
+	d := vulkanDevice(t)
+	t.Logf("device %+v, engine label %q", d, d.Engine())
+	if auto, err := Probe(Auto); err != nil || auto != d {
+		t.Fatalf("Auto: %+v, %v; want %+v", auto, err, d)
+	}
+	if d.Memory <= 0 || d.Description == "" {
+		t.Fatalf("device %+v: want its memory and description", d)
+	}
+	path := gen(t, "llama-tied", shapes["llama-tied"], engine.F32)
+	s := open(t, path, WithDevice(GPU))
+	if s.Device() != d.Name || s.Info().Engine != d.Engine() {
+		t.Fatalf("stage on %q labelled %q; want %q, %q", s.Device(), s.Info().Engine, d.Name, d.Engine())
+	}
+}
+
+// vulkanShapes are the F32 files run on the Vulkan device: one of each
+// attention and RoPE variant the CPU tests cover that lavapipe runs in
+// seconds.
+var vulkanShapes = []string{"llama-gqa", "llama-tied", "qwen2", "qwen3", "llama3.1", "phi3"}
+
+// TestVulkanAgreesWithEngine: on F32 files the Vulkan stage's logits after
+// a prefill and each decode step are within 1e-4 (relative) of
+// engine.Local's, alone and as the first stage of a Vulkan→Go pipeline,
+// as on ggml's CPU device (TestAgreesWithEngine).
+func TestVulkanAgreesWithEngine(t *testing.T) {
+	vulkanDevice(t)
+	decode := []int32{50, 51, 300, 2}
+	limit := limits[engine.F32]
+	for _, name := range vulkanShapes {
+		c := shapes[name]
+		t.Run(name, func(t *testing.T) {
+			path := gen(t, name, c, engine.F32)
+			want := run(t, []engine.Stage{openLocal(t, path)}, decode)
+			got := run(t, []engine.Stage{open(t, path, WithDevice(GPU))}, decode)
+			split := run(t, []engine.Stage{open(t, path, WithDevice(GPU), WithRange(0, 1)), openLocal(t, path, engine.WithRange(1, c.Layers))}, decode)
+			worst := 0.0
+			for i := range want {
+				d, ds := relDist(want[i], got[i]), relDist(want[i], split[i])
+				worst = math.Max(worst, math.Max(d, ds))
+				if !(d <= limit && ds <= limit) {
+					t.Errorf("step %d: relative distance %.3g / %.3g from engine.Local, limit %.3g", i, d, ds, limit)
+				}
+			}
+			t.Logf("F32: largest distance from engine.Local %.3g (limit %.3g)", worst, limit)
+		})
+	}
+}
+
+// TestVulkanQuantizedAgreesWithEngine: on Q8_0 and Q4_K_M files the
+// Vulkan stage is bounded by the dequantized-F32 oracle, as on the CPU
+// device (TestQuantizedAgreesWithEngine), with one difference: ggml-vulkan
+// built without integer dot products (glslc here lacks
+// GL_EXT_integer_dot_product) multiplies dequantized weights by F32 (or
+// F16) activations instead of quantizing them, so it may land nearer the
+// reference than engine.Local does. The engines' distance is then bounded
+// by the two distances from the reference added, dRef + dGo, and dRef
+// must still be within 2·dGo, so that a fault cannot loosen the bound.
+func TestVulkanQuantizedAgreesWithEngine(t *testing.T) {
+	vulkanDevice(t)
+	decode := []int32{50, 51, 300, 2}
+	type tc struct {
+		name, kind string
+		path       func(t *testing.T) string
+		layers     int
+	}
+	cases := []tc{
+		{"llama-gqa", "Q8_0", func(t *testing.T) string { return gen(t, "llama-gqa", shapes["llama-gqa"], engine.Q8_0) }, shapes["llama-gqa"].Layers},
+		{"qwen3", "Q8_0", func(t *testing.T) string { return gen(t, "qwen3", shapes["qwen3"], engine.Q8_0) }, shapes["qwen3"].Layers},
+		{"llama-gqa", "Q4_K_M", func(t *testing.T) string { return genMix(t, "llama-gqa", kShapes["llama-gqa"], "q4_k_m") }, kShapes["llama-gqa"].Layers},
+		{"qwen3", "Q4_K_M", func(t *testing.T) string { return genMix(t, "qwen3", kShapes["qwen3"], "q4_k_m") }, kShapes["qwen3"].Layers},
+	}
+	for _, c := range cases {
+		t.Run(c.name+"/"+c.kind, func(t *testing.T) {
+			path := c.path(t)
+			refPath := dequantized(t, path)
+			ref := run(t, []engine.Stage{openLocal(t, refPath)}, decode)
+			refV := run(t, []engine.Stage{open(t, refPath, WithDevice(GPU))}, decode)
+			want := run(t, []engine.Stage{openLocal(t, path)}, decode)
+			got := run(t, []engine.Stage{open(t, path, WithDevice(GPU))}, decode)
+			split := run(t, []engine.Stage{open(t, path, WithDevice(GPU), WithRange(0, 1)), openLocal(t, path, engine.WithRange(1, c.layers))}, decode)
+			dRef, dGo := 0.0, 0.0
+			for i := range ref {
+				if d := relDist(ref[i], refV[i]); !(d <= limits[engine.F32]) {
+					t.Fatalf("step %d: Vulkan on the dequantized F32 file is %.3g from engine.Local, limit %.3g", i, d, limits[engine.F32])
+				}
+				dRef = math.Max(dRef, relDist(ref[i], got[i]))
+				dGo = math.Max(dGo, relDist(ref[i], want[i]))
+			}
+			if !(dRef <= 2*dGo) {
+				t.Errorf("Vulkan is %.3g from the dequantized-F32 reference, engine %.3g: more than twice", dRef, dGo)
+			}
+			bound := math.Max(dRef+dGo, 1e-3)
+			worst := 0.0
+			for i := range want {
+				d, ds := relDist(want[i], got[i]), relDist(want[i], split[i])
+				worst = math.Max(worst, math.Max(d, ds))
+				if !(d <= bound && ds <= bound) {
+					t.Errorf("step %d: relative distance %.3g / %.3g from engine.Local, bound %.3g", i, d, ds, bound)
+				}
+			}
+			t.Logf("%s: from the dequantized-F32 reference: Vulkan %.3g, engine %.3g; from engine.Local %.3g, bound %.3g",
+				c.kind, dRef, dGo, worst, bound)
+		})
+	}
+}
+
+// storiesModel is the trained model the repository ships (llama2.c's
+// stories260K).
+const storiesModel = "../../testdata/models/stories260K.gguf"
+
+// TestVulkanStories: on stories260K, a trained model (not random
+// weights), the Vulkan stage's logits over a prompt and a greedy decode
+// of 16 tokens are within 1e-4 of engine.Local's at every step, and the
+// greedy tokens are the same.
+func TestVulkanStories(t *testing.T) {
+	vulkanDevice(t)
+	if _, err := os.Stat(storiesModel); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := engine.LoadTokenizer(storiesModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode("Once upon a time", true, false)
+	want := greedy(t, openLocal(t, storiesModel), ids, 16)
+	got := greedy(t, open(t, storiesModel, WithDevice(GPU)), ids, 16)
+	worst := 0.0
+	for i := range want.logits {
+		d := relDist(want.logits[i], got.logits[i])
+		worst = math.Max(worst, d)
+		if !(d <= limits[engine.F32]) {
+			t.Errorf("step %d: relative distance %.3g from engine.Local, limit %.3g", i, d, limits[engine.F32])
+		}
+	}
+	if !slices.Equal(want.tokens, got.tokens) {
+		t.Fatalf("greedy tokens %v on Vulkan, %v on engine.Local", got.tokens, want.tokens)
+	}
+	t.Logf("stories260K: %d greedy tokens equal (%q); largest logits distance %.3g", len(got.tokens), tok.Decode(got.tokens), worst)
+}
+
+type greedyRun struct {
+	tokens []int32
+	logits [][]float32
+}
+
+// greedy prefills ids and then decodes n tokens greedily through one
+// stage holding the whole model, feeding each step's argmax back.
+func greedy(t *testing.T, s engine.Stage, ids []int32, n int) greedyRun {
+	t.Helper()
+	se, err := s.NewSession(len(ids) + n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer se.Close()
+	var r greedyRun
+	step, pos := ids, 0
+	for len(r.tokens) < n {
+		out, err := s.Forward(t.Context(), engine.Step{Session: se, Tokens: step, Pos: pos})
+		if err != nil {
+			t.Fatalf("at %d: %v", pos, err)
+		}
+		pos += len(step)
+		r.logits = append(r.logits, out.Logits)
+		best := 0
+		for i, v := range out.Logits {
+			if v > out.Logits[best] {
+				best = i
+			}
+		}
+		r.tokens = append(r.tokens, int32(best))
+		step = []int32{int32(best)}
+	}
+	return r
+}
