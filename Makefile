@@ -336,6 +336,8 @@ VULKAN_DEVICE ?= 0
 test-vulkan: build-vulkan
 	cd engine/ggml && GGML_VK_VISIBLE_DEVICES=$(VULKAN_DEVICE) STRATA_VULKAN_LIB_DIR=$(VULKAN_LIB_DIR) \
 		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 -v -run 'Vulkan' .
+	cd cmd/strata-ggml && GGML_VK_VISIBLE_DEVICES=$(VULKAN_DEVICE) STRATA_VULKAN_LIB_DIR=$(VULKAN_LIB_DIR) \
+		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 -v -run 'TestStart' .
 
 # The GPU check (issue 31; testnet/gpu-check.sh, docs/ggml.md "GPU node").
 # gpu-bundle writes bin/gpu-bundle.tar.gz, all that a Linux host with an
