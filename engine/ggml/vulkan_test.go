@@ -67,14 +67,29 @@ func TestVulkanDevice(t *testing.T) {
 // seconds.
 var vulkanShapes = []string{"llama-gqa", "llama-tied", "qwen2", "qwen3", "llama3.1", "phi3"}
 
+// vulkanLimit is the relative distance allowed between the Vulkan
+// device's logits and engine.Local's on the same F32 weights. On a device
+// with F16 arithmetic (lavapipe has it) ggml-vulkan's matrix-matrix
+// kernels stage both operands in F16 shared memory even for F32 weights
+// (vulkan-shaders-gen: FLOAT_TYPE float16_t), so a prefill rounds weights
+// and activations to F16 as ggml's CPU F16 path rounds activations: held
+// to that path's limit, 1e-3 (measured here: ≤ 7.6e-4). With
+// GGML_VK_DISABLE_F16 set (make test-vulkan runs both ways) every kernel
+// is F32 and the CPU device's F32 limit holds (measured ≤ 7.3e-7).
+func vulkanLimit() (float64, string) {
+	if os.Getenv("GGML_VK_DISABLE_F16") != "" {
+		return limits[engine.F32], "F32 kernels (GGML_VK_DISABLE_F16)"
+	}
+	return limits[engine.F16], "F16 shared memory in matrix-matrix kernels"
+}
+
 // TestVulkanAgreesWithEngine: on F32 files the Vulkan stage's logits after
-// a prefill and each decode step are within 1e-4 (relative) of
-// engine.Local's, alone and as the first stage of a Vulkan→Go pipeline,
-// as on ggml's CPU device (TestAgreesWithEngine).
+// a prefill and each decode step are within vulkanLimit of engine.Local's,
+// alone and as the first stage of a Vulkan→Go pipeline.
 func TestVulkanAgreesWithEngine(t *testing.T) {
 	vulkanDevice(t)
 	decode := []int32{50, 51, 300, 2}
-	limit := limits[engine.F32]
+	limit, mode := vulkanLimit()
 	for _, name := range vulkanShapes {
 		c := shapes[name]
 		t.Run(name, func(t *testing.T) {
@@ -90,22 +105,24 @@ func TestVulkanAgreesWithEngine(t *testing.T) {
 					t.Errorf("step %d: relative distance %.3g / %.3g from engine.Local, limit %.3g", i, d, ds, limit)
 				}
 			}
-			t.Logf("F32: largest distance from engine.Local %.3g (limit %.3g)", worst, limit)
+			t.Logf("F32, %s: largest distance from engine.Local %.3g (limit %.3g)", mode, worst, limit)
 		})
 	}
 }
 
 // TestVulkanQuantizedAgreesWithEngine: on Q8_0 and Q4_K_M files the
-// Vulkan stage is bounded by the dequantized-F32 oracle, as on the CPU
-// device (TestQuantizedAgreesWithEngine), with one difference: ggml-vulkan
-// built without integer dot products (glslc here lacks
-// GL_EXT_integer_dot_product) multiplies dequantized weights by F32 (or
-// F16) activations instead of quantizing them, so it may land nearer the
-// reference than engine.Local does. The engines' distance is then bounded
-// by the two distances from the reference added, dRef + dGo, and dRef
-// must still be within 2·dGo, so that a fault cannot loosen the bound.
+// oracle is the file's weights dequantized to F32 run through
+// engine.Local (ref), as on the CPU device (TestQuantizedAgreesWithEngine).
+// ggml-vulkan here has no integer dot products (Debian 12's glslc lacks
+// GL_EXT_integer_dot_product), so it multiplies the dequantized weights by
+// unquantized activations: it must land within vulkanLimit of ref, on the
+// quantized file as on the dequantized one. engine.Local quantizes the
+// activations (to Q8_0 or Q8_K) and lands dGo from ref; the two engines,
+// alone and as a Vulkan→Go pipeline, are then held to the CPU test's form
+// of bound, max(2·d, 1e-3), d the larger distance from ref.
 func TestVulkanQuantizedAgreesWithEngine(t *testing.T) {
 	vulkanDevice(t)
+	limit, mode := vulkanLimit()
 	decode := []int32{50, 51, 300, 2}
 	type tc struct {
 		name, kind string
@@ -127,18 +144,17 @@ func TestVulkanQuantizedAgreesWithEngine(t *testing.T) {
 			want := run(t, []engine.Stage{openLocal(t, path)}, decode)
 			got := run(t, []engine.Stage{open(t, path, WithDevice(GPU))}, decode)
 			split := run(t, []engine.Stage{open(t, path, WithDevice(GPU), WithRange(0, 1)), openLocal(t, path, engine.WithRange(1, c.layers))}, decode)
-			dRef, dGo := 0.0, 0.0
+			dVk, dGo := 0.0, 0.0
 			for i := range ref {
-				if d := relDist(ref[i], refV[i]); !(d <= limits[engine.F32]) {
-					t.Fatalf("step %d: Vulkan on the dequantized F32 file is %.3g from engine.Local, limit %.3g", i, d, limits[engine.F32])
+				dF, dQ := relDist(ref[i], refV[i]), relDist(ref[i], got[i])
+				if !(dF <= limit && dQ <= limit) {
+					t.Errorf("step %d: Vulkan is %.3g (dequantized F32 file) / %.3g (%s file) from the dequantized-F32 reference, limit %.3g",
+						i, dF, dQ, c.kind, limit)
 				}
-				dRef = math.Max(dRef, relDist(ref[i], got[i]))
+				dVk = math.Max(dVk, dQ)
 				dGo = math.Max(dGo, relDist(ref[i], want[i]))
 			}
-			if !(dRef <= 2*dGo) {
-				t.Errorf("Vulkan is %.3g from the dequantized-F32 reference, engine %.3g: more than twice", dRef, dGo)
-			}
-			bound := math.Max(dRef+dGo, 1e-3)
+			bound := math.Max(2*math.Max(dVk, dGo), 1e-3)
 			worst := 0.0
 			for i := range want {
 				d, ds := relDist(want[i], got[i]), relDist(want[i], split[i])
@@ -147,8 +163,8 @@ func TestVulkanQuantizedAgreesWithEngine(t *testing.T) {
 					t.Errorf("step %d: relative distance %.3g / %.3g from engine.Local, bound %.3g", i, d, ds, bound)
 				}
 			}
-			t.Logf("%s: from the dequantized-F32 reference: Vulkan %.3g, engine %.3g; from engine.Local %.3g, bound %.3g",
-				c.kind, dRef, dGo, worst, bound)
+			t.Logf("%s, %s: from the dequantized-F32 reference: Vulkan %.3g (limit %.3g), engine %.3g; from engine.Local %.3g, bound %.3g",
+				c.kind, mode, dVk, limit, dGo, worst, bound)
 		})
 	}
 }
@@ -159,8 +175,8 @@ const storiesModel = "../../testdata/models/stories260K.gguf"
 
 // TestVulkanStories: on stories260K, a trained model (not random
 // weights), the Vulkan stage's logits over a prompt and a greedy decode
-// of 16 tokens are within 1e-4 of engine.Local's at every step, and the
-// greedy tokens are the same.
+// of 16 tokens are within vulkanLimit of engine.Local's at every step,
+// and the greedy tokens are the same.
 func TestVulkanStories(t *testing.T) {
 	vulkanDevice(t)
 	if _, err := os.Stat(storiesModel); err != nil {
@@ -170,6 +186,7 @@ func TestVulkanStories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	limit, mode := vulkanLimit()
 	ids := tok.Encode("Once upon a time", true, false)
 	want := greedy(t, openLocal(t, storiesModel), ids, 16)
 	got := greedy(t, open(t, storiesModel, WithDevice(GPU)), ids, 16)
@@ -177,14 +194,15 @@ func TestVulkanStories(t *testing.T) {
 	for i := range want.logits {
 		d := relDist(want.logits[i], got.logits[i])
 		worst = math.Max(worst, d)
-		if !(d <= limits[engine.F32]) {
-			t.Errorf("step %d: relative distance %.3g from engine.Local, limit %.3g", i, d, limits[engine.F32])
+		if !(d <= limit) {
+			t.Errorf("step %d: relative distance %.3g from engine.Local, limit %.3g", i, d, limit)
 		}
 	}
 	if !slices.Equal(want.tokens, got.tokens) {
 		t.Fatalf("greedy tokens %v on Vulkan, %v on engine.Local", got.tokens, want.tokens)
 	}
-	t.Logf("stories260K: %d greedy tokens equal (%q); largest logits distance %.3g", len(got.tokens), tok.Decode(got.tokens), worst)
+	t.Logf("stories260K, %s: %d greedy tokens equal (%q); largest logits distance %.3g (limit %.3g)",
+		mode, len(got.tokens), tok.Decode(got.tokens), worst, limit)
 }
 
 type greedyRun struct {
