@@ -76,6 +76,7 @@ typedef struct ggml_backend_device * ggml_backend_dev_t;
 typedef struct ggml_backend_reg * ggml_backend_reg_t;
 extern ggml_backend_dev_t ggml_backend_get_device(ggml_backend_t backend);
 extern ggml_backend_t ggml_backend_dev_init(ggml_backend_dev_t device, const char * params);
+extern const char * ggml_backend_dev_name(ggml_backend_dev_t device);
 extern ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
 extern void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);
 extern const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
@@ -211,7 +212,9 @@ type gweight struct {
 
 // Stage is an engine.Stage computed by ggml on one of its devices.
 type Stage struct {
-	mu      sync.Mutex
+	// mu guards the stage; stages on one GPU share their device's
+	// (deviceLock), so that no two of them use it from two threads at once.
+	mu      *sync.Mutex
 	info    engine.Info
 	hp      engine.HParams
 	backend C.ggml_backend_t
@@ -236,6 +239,19 @@ type Stage struct {
 }
 
 var _ engine.Stage = (*Stage)(nil)
+
+// deviceLocks holds one mutex per GPU device (by ggml's name): the stages
+// on a device take turns with it, from loading to closing. ggml-vulkan
+// crashes when contexts on one device compute from two threads at once
+// (llama.cpp issues 7575 and 11371, still seen in llama.cpp's CI in June
+// 2025); a node's stages on one GPU (its range, its measurement) take
+// turns, as a GPU runs one graph at a time anyway.
+var deviceLocks sync.Map // name → *sync.Mutex
+
+func deviceLock(name string) *sync.Mutex {
+	mu, _ := deviceLocks.LoadOrStore(name, new(sync.Mutex))
+	return mu.(*sync.Mutex)
+}
 
 // Open loads the stage's tensors (and only those) from the GGUF at path.
 func Open(path string, opts ...Option) (*Stage, error) {
@@ -278,7 +294,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stage{hp: hp, arch: arch}
+	s := &Stage{hp: hp, arch: arch, mu: new(sync.Mutex)}
 	s.info = engine.Info{Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
 		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
@@ -370,6 +386,16 @@ func load(f *engine.File, o options) (*Stage, error) {
 		infos = append(infos, t)
 		total += t.Size
 	}
+	LoadLibDir(o.libDir) // once per directory: each load registers its devices again
+	if d := pick(o.device); d != nil {
+		if name := C.GoString(C.ggml_backend_dev_name(d)); name != "CPU" {
+			// Its backend starts and its weights go to the device under
+			// the device's lock too.
+			s.mu = deviceLock(name)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+		}
+	}
 	if err := s.initBackend(o); err != nil {
 		return nil, err
 	}
@@ -458,7 +484,6 @@ func load(f *engine.File, o options) (*Stage, error) {
 
 // initBackend starts the chosen device's backend and its graph allocator.
 func (s *Stage) initBackend(o options) error {
-	LoadLibDir(o.libDir) // once per directory: each load registers its devices again
 	if dev := pick(o.device); dev != nil {
 		s.backend = C.ggml_backend_dev_init(dev, nil)
 	}

@@ -239,3 +239,41 @@ func greedy(t *testing.T, s engine.Stage, ids []int32, n int) greedyRun {
 	}
 	return r
 }
+
+// TestVulkanBatchMatchesAlone: sessions decoding together in one graph on
+// the Vulkan device, through one stage and through two, get the logits
+// each gets alone there, within vulkanLimit (ggml picks its kernels by
+// row count, so a batch may round otherwise).
+func TestVulkanBatchMatchesAlone(t *testing.T) {
+	vulkanDevice(t)
+	limit, mode := vulkanLimit()
+	prompts := [][]int32{prompt, {5, 6, 7}, {300, 2, 9, 11, 13, 1, 0}, {42}}
+	decode := [][]int32{{50, 51, 300}, {8, 9, 10}, {4, 3, 2}, {1, 1, 7}}
+	for _, name := range []string{"llama-gqa", "qwen3"} {
+		c := shapes[name]
+		t.Run(name, func(t *testing.T) {
+			path := gen(t, name, c, engine.F32)
+			alone := runSeqs(t, []engine.Stage{open(t, path, WithDevice(GPU))}, prompts, decode, false)
+			for _, layout := range []struct {
+				name   string
+				stages []engine.Stage
+			}{
+				{"one stage", []engine.Stage{open(t, path, WithDevice(GPU))}},
+				{"two stages", []engine.Stage{open(t, path, WithDevice(GPU), WithRange(0, 1)), open(t, path, WithDevice(GPU), WithRange(1, c.Layers))}},
+			} {
+				got := runSeqs(t, layout.stages, prompts, decode, true)
+				worst := 0.0
+				for j := range alone {
+					for i := range alone[j] {
+						d := relDist(alone[j][i], got[j][i])
+						worst = math.Max(worst, d)
+						if !(d <= limit) {
+							t.Errorf("%s: sequence %d step %d: batched logits %.3g from alone, limit %.3g", layout.name, j, i, d, limit)
+						}
+					}
+				}
+				t.Logf("%s, %s: batched vs alone, largest relative distance %.3g (limit %.3g)", layout.name, mode, worst, limit)
+			}
+		})
+	}
+}
