@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -276,4 +277,78 @@ func TestVulkanBatchMatchesAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVulkanThreads: a stage's calls coming from several OS threads in
+// turn, as a node's goroutines make them, give the results the same calls
+// give from one thread. Before Stage ran a GPU's calls on one thread
+// (deviceThread), this aborted the process within a few steps on
+// lavapipe (glibc: "double free or corruption").
+func TestVulkanThreads(t *testing.T) {
+	vulkanDevice(t)
+	path := gen(t, "llama-gqa", shapes["llama-gqa"], engine.F32)
+	// Three goroutines locked to their threads take the calls in turn.
+	var workers []chan func()
+	for range 3 {
+		ch := make(chan func())
+		workers = append(workers, ch)
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for f := range ch {
+				f()
+			}
+		}()
+	}
+	defer func() {
+		for _, ch := range workers {
+			close(ch)
+		}
+	}()
+	calls := 0
+	spread := func(f func()) {
+		done := make(chan struct{})
+		workers[calls%len(workers)] <- func() { defer close(done); f() }
+		calls++
+		<-done
+	}
+	direct := func(f func()) { f() }
+	// rounds opens a stage of the first layer and runs three sessions one
+	// after another (a prefill and decode steps each, then Close), making
+	// every call through on; it returns each step's hidden states.
+	rounds := func(on func(func())) [][]float32 {
+		var s *Stage
+		on(func() { s = open(t, path, WithDevice(GPU), WithRange(0, 1)) })
+		var out [][]float32
+		for r := range 3 {
+			var se engine.Session
+			var err error
+			on(func() { se, err = s.NewSession(32) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			step := engine.Step{Session: se, Tokens: prompt}
+			for i := range 8 {
+				var o engine.Output
+				on(func() { o, err = s.Forward(t.Context(), step) })
+				if err != nil {
+					t.Fatalf("round %d step %d: %v", r, i, err)
+				}
+				out = append(out, o.Hidden)
+				step = engine.Step{Session: se, Tokens: []int32{int32(10*r + i)}, Pos: step.Pos + len(step.Tokens)}
+			}
+			on(func() { err = se.Close() })
+		}
+		on(func() { s.Close() })
+		return out
+	}
+	want := rounds(direct)
+	got := rounds(spread)
+	limit, _ := vulkanLimit()
+	for i := range want {
+		if d := relDist(want[i], got[i]); !(d <= limit) {
+			t.Errorf("step %d: hidden states %.3g apart from several threads and from one", i, d)
+		}
+	}
+	t.Logf("%d steps over %d calls from %d threads in turn agree with one thread's", len(want), calls, len(workers))
 }
