@@ -214,6 +214,7 @@ type gweight struct {
 type Stage struct {
 	mu      sync.Mutex    // guards a CPU stage; see locked
 	dev     *deviceThread // a GPU stage's device thread, or nil
+	parent  *Stage        // a view's (Sub), whose closing closes it too
 	info    engine.Info
 	hp      engine.HParams
 	backend C.ggml_backend_t
@@ -662,7 +663,7 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 // reserve allocates session p's cache (size: its context's metadata).
 func (s *Stage) reserve(p *session, size uintptr) error {
 	hd, nkv, maxTokens := s.hp.HeadDim, s.hp.KVHeads, p.cap
-	if s.closed {
+	if s.closed || (s.parent != nil && s.parent.closed) {
 		return engine.ErrClosed
 	}
 	if p.ctx = C.new_ctx(C.size_t(size), true); p.ctx == nil {
@@ -739,7 +740,7 @@ func (s *Stage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine
 
 // forward runs a checked batch, the stage held (locked).
 func (s *Stage) forward(parts []part, steps []engine.Step, rows int) ([]engine.Output, error) {
-	if s.closed {
+	if s.closed || (s.parent != nil && s.parent.closed) {
 		return nil, engine.ErrClosed
 	}
 	seen := make(map[*session]bool, len(parts))

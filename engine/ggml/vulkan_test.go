@@ -1,6 +1,7 @@
 package ggml
 
 import (
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -373,4 +374,38 @@ func TestVulkanThreads(t *testing.T) {
 		}
 	}
 	t.Logf("%d steps over %d calls from %d threads in turn agree with one thread's", len(want), calls, len(workers))
+}
+
+// TestVulkanSub: views of a Vulkan stage (Sub) compute what Vulkan stages
+// opened over the same layers do, and a view refuses work once its
+// stage is closed.
+func TestVulkanSub(t *testing.T) {
+	vulkanDevice(t)
+	c := shapes["llama-gqa"]
+	c.Layers = 4
+	path := gen(t, "llama-gqa", c, engine.F32)
+	decode := []int32{8, 9, 10}
+	ref := run(t, []engine.Stage{open(t, path, WithDevice(GPU), WithRange(0, 1)), open(t, path, WithDevice(GPU), WithRange(1, 3)),
+		open(t, path, WithDevice(GPU), WithRange(3, 4))}, decode)
+	whole := open(t, path, WithDevice(GPU))
+	var views []engine.Stage
+	for _, r := range [][2]int{{0, 1}, {1, 3}, {3, 4}} {
+		v, err := whole.Sub(r[0], r[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.Close()
+		views = append(views, v)
+	}
+	got := run(t, views, decode)
+	limit, _ := vulkanLimit()
+	for i := range ref {
+		if d := relDist(ref[i], got[i]); !(d <= limit) {
+			t.Errorf("step %d: views differ from split stages by %.3g relative", i, d)
+		}
+	}
+	whole.Close()
+	if _, err := views[1].NewSession(8); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("a view of a closed stage: %v, want ErrClosed", err)
+	}
 }
