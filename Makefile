@@ -280,8 +280,8 @@ $(LLAMACPP_BENCH)/node_modules/.package-lock.json: $(LLAMACPP_BENCH)/package-loc
 # ggml's GPU backends are shared libraries that ggml loads at run time,
 # built with CMake from the sources inside the pinned ollama module, for
 # one architecture by default (a full CUDA build takes about an hour on 2
-# cores); engine/ggml loads them with WithLibDir. Untested here: this
-# machine has neither nvcc nor cmake, nor a GPU.
+# cores); engine/ggml loads them with WithLibDir. build-cuda is untested here:
+# this machine has no nvcc and no GPU (build-vulkan runs here on lavapipe).
 CUDA_ARCH ?= native
 GPU_BUILD := $(CURDIR)/$(BIN)/ggml-gpu
 ollama-src = $$(cd engine/ggml && $(GO) mod download -json github.com/ollama/ollama | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
