@@ -349,7 +349,7 @@ test-vulkan-run:
 	set -o pipefail; cd engine/ggml && \
 	for f16 in off on; do \
 		echo "== Vulkan tests, F16 kernels $$f16"; \
-		env $(VULKAN_TEST_ENV) $$([ $$f16 = off ] && echo GGML_VK_DISABLE_F16=1) \
+		env -u GGML_VK_DISABLE_F16 $(VULKAN_TEST_ENV) $$([ $$f16 = off ] && echo GGML_VK_DISABLE_F16=1) \
 			$(GO) test -timeout $(TEST_TIMEOUT) -count=1 -v -run 'Vulkan' . 2>&1 | grep -v 'get_device_memory called' || exit 1; \
 	done
 	set -o pipefail; cd cmd/strata-ggml && env $(VULKAN_TEST_ENV) \

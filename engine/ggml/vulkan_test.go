@@ -79,10 +79,17 @@ var vulkanShapes = []string{"llama-gqa", "llama-tied", "qwen2", "qwen3", "llama3
 // GGML_VK_DISABLE_F16 set (make test-vulkan runs both ways) every kernel
 // is F32 and the CPU device's F32 limit holds (measured ≤ 7.3e-7).
 func vulkanLimit() (float64, string) {
-	if os.Getenv("GGML_VK_DISABLE_F16") != "" {
+	if f32Kernels() {
 		return limits[engine.F32], "F32 kernels (GGML_VK_DISABLE_F16)"
 	}
 	return limits[engine.F16], "F16 shared memory in matrix-matrix kernels"
+}
+
+// f32Kernels says whether ggml-vulkan runs F32 kernels only: it reads
+// GGML_VK_DISABLE_F16 as set, whatever its value.
+func f32Kernels() bool {
+	_, set := os.LookupEnv("GGML_VK_DISABLE_F16")
+	return set
 }
 
 // TestVulkanAgreesWithEngine: on F32 files the Vulkan stage's logits after
@@ -149,7 +156,7 @@ func TestVulkanQuantizedAgreesWithEngine(t *testing.T) {
 			want := run(t, []engine.Stage{openLocal(t, path)}, decode)
 			got := run(t, []engine.Stage{open(t, path, WithDevice(GPU))}, decode)
 			split := run(t, []engine.Stage{open(t, path, WithDevice(GPU), WithRange(0, 1)), openLocal(t, path, engine.WithRange(1, c.layers))}, decode)
-			f32 := os.Getenv("GGML_VK_DISABLE_F16") != ""
+			f32 := f32Kernels()
 			dVk, dGo := 0.0, 0.0
 			for i := range ref {
 				dF, dQ := relDist(ref[i], refV[i]), relDist(ref[i], got[i])
@@ -264,7 +271,7 @@ func TestVulkanBatchMatchesAlone(t *testing.T) {
 	vulkanDevice(t)
 	limit, mode := vulkanLimit()
 	bound := limit
-	if os.Getenv("GGML_VK_DISABLE_F16") == "" {
+	if !f32Kernels() {
 		bound = 2 * limit
 	}
 	prompts := [][]int32{prompt, {5, 6, 7}, {300, 2, 9, 11, 13, 1, 0}, {42}}
