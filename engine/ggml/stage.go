@@ -57,8 +57,6 @@ typedef struct ggml_backend * ggml_backend_t;
 typedef struct ggml_backend_buffer * ggml_backend_buffer_t;
 typedef struct ggml_backend_buffer_type * ggml_backend_buffer_type_t;
 typedef struct ggml_gallocr * ggml_gallocr_t;
-enum { DEV_CPU = 0, DEV_GPU = 1, DEV_IGPU = 2 };
-extern ggml_backend_t ggml_backend_init_by_type(int type, const char * params);
 extern void ggml_backend_load_all_from_path(const char * dir_path);
 extern const char * ggml_backend_name(ggml_backend_t backend);
 extern void ggml_backend_free(ggml_backend_t backend);
@@ -77,6 +75,8 @@ extern void ggml_backend_cpu_set_n_threads(ggml_backend_t backend_cpu, int n_thr
 typedef struct ggml_backend_device * ggml_backend_dev_t;
 typedef struct ggml_backend_reg * ggml_backend_reg_t;
 extern ggml_backend_dev_t ggml_backend_get_device(ggml_backend_t backend);
+extern ggml_backend_t ggml_backend_dev_init(ggml_backend_dev_t device, const char * params);
+extern const char * ggml_backend_dev_name(ggml_backend_dev_t device);
 extern ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
 extern void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);
 extern const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
@@ -216,7 +216,9 @@ type gweight struct {
 
 // Stage is an engine.Stage computed by ggml on one of its devices.
 type Stage struct {
-	mu      sync.Mutex
+	mu      sync.Mutex    // guards a CPU stage; see locked
+	dev     *deviceThread // a GPU stage's device thread, or nil
+	parent  *Stage        // a view's (Sub), whose closing closes it too
 	info    engine.Info
 	hp      engine.HParams
 	backend C.ggml_backend_t
@@ -226,9 +228,12 @@ type Stage struct {
 	packed  *C.struct_ggml_context // weights held repacked (CPU_REPACK), or nil
 	pbuf    C.ggml_backend_buffer_t
 	graphs  map[string]*graph // built once per shape, reused
-	nextID  uint64            // session ids, for graph keys
-	steps   uint64            // steps computed, for graph eviction
-	builds  int               // graphs built (a test checks reuse)
+	// dropped are a GPU stage's graphs dropped since its last step: freed
+	// after the next one (see dropGraphs).
+	dropped []*graph
+	nextID  uint64 // session ids, for graph keys
+	steps   uint64 // steps computed, for graph eviction
+	builds  int    // graphs built (a test checks reuse)
 	// repacked counts the matrices held in ggml's CPU_REPACK layout.
 	repacked int
 	embd     tensor // first stage (and a tied head)
@@ -241,6 +246,57 @@ type Stage struct {
 }
 
 var _ engine.Stage = (*Stage)(nil)
+
+// deviceThread runs every call on a GPU device (loading, sessions,
+// steps, freeing) on one OS thread, one call at a time. ggml-vulkan on
+// Mesa's lavapipe corrupted the heap (glibc "double free or corruption"
+// in a lavapipe thread) when one stage's steps came from several threads
+// in turn, each waiting for the last (TestVulkanThreads); on one thread it
+// does not. ggml-vulkan is not safe either with contexts on one device
+// computing from two threads at once (llama.cpp issues 7575 and 11371).
+// A GPU runs one graph at a time anyway.
+type deviceThread struct{ calls chan func() }
+
+var deviceThreads sync.Map // ggml's device name → *deviceThread
+
+func deviceThreadFor(name string) *deviceThread {
+	if d, ok := deviceThreads.Load(name); ok {
+		return d.(*deviceThread)
+	}
+	d := &deviceThread{calls: make(chan func())}
+	if old, loaded := deviceThreads.LoadOrStore(name, d); loaded {
+		return old.(*deviceThread)
+	}
+	go func() {
+		runtime.LockOSThread() // for the process's life: the device's one thread
+		for f := range d.calls {
+			f()
+		}
+	}()
+	return d
+}
+
+// do runs f on the device's thread and waits for it.
+func (d *deviceThread) do(f func()) {
+	done := make(chan struct{})
+	d.calls <- func() {
+		defer close(done)
+		f()
+	}
+	<-done
+}
+
+// locked runs f with the stage to itself: on its device's thread for a
+// GPU stage, under its mutex on the CPU.
+func (s *Stage) locked(f func()) {
+	if s.dev != nil {
+		s.dev.do(f)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+}
 
 // Open loads the stage's tensors (and only those) from the GGUF at path.
 func Open(path string, opts ...Option) (*Stage, error) {
@@ -257,10 +313,23 @@ func Open(path string, opts ...Option) (*Stage, error) {
 		return nil, err
 	}
 	defer fh.Close()
-	s, err := load(f, o)
+	LoadLibDir(o.libDir) // once per directory: each load registers its devices again
+	var dev *deviceThread
+	if d := pick(o.device); d != nil {
+		if name := C.GoString(C.ggml_backend_dev_name(d)); name != "CPU" {
+			dev = deviceThreadFor(name)
+		}
+	}
+	var s *Stage
+	if dev != nil {
+		dev.do(func() { s, err = load(f, o) })
+	} else {
+		s, err = load(f, o)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	s.dev = dev
 	return s, nil
 }
 
@@ -378,7 +447,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err := s.initBackend(o); err != nil {
 		return nil, err
 	}
-	s.info.Engine = "ggml-" + s.Device()
+	s.info.Engine = deviceInfo(C.ggml_backend_get_device(s.backend)).Engine()
 	// The contexts hold the tensors' metadata; their data goes to the
 	// backend's device: on the CPU, the matrices its repacking kernels
 	// take go to ggml's CPU_REPACK buffer (where this build has one), which
@@ -463,20 +532,8 @@ func load(f *engine.File, o options) (*Stage, error) {
 
 // initBackend starts the chosen device's backend and its graph allocator.
 func (s *Stage) initBackend(o options) error {
-	if o.libDir != "" {
-		dir := C.CString(o.libDir)
-		C.ggml_backend_load_all_from_path(dir)
-		C.free(unsafe.Pointer(dir))
-	}
-	switch o.device {
-	case Auto:
-		if s.backend = C.ggml_backend_init_by_type(C.DEV_GPU, nil); s.backend == nil {
-			s.backend = C.ggml_backend_init_by_type(C.DEV_CPU, nil)
-		}
-	case CPU:
-		s.backend = C.ggml_backend_init_by_type(C.DEV_CPU, nil)
-	case GPU:
-		s.backend = C.ggml_backend_init_by_type(C.DEV_GPU, nil)
+	if dev := pick(o.device); dev != nil {
+		s.backend = C.ggml_backend_dev_init(dev, nil)
 	}
 	if s.backend == nil {
 		return fmt.Errorf("%w: no %s device", ErrGGML, o.device)
@@ -536,12 +593,12 @@ func (s *Stage) Info() engine.Info { return s.info }
 
 // Close frees the weights. Sessions must be closed first.
 func (s *Stage) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		s.free()
-	}
+	s.locked(func() {
+		if !s.closed {
+			s.closed = true
+			s.free()
+		}
+	})
 	return nil
 }
 
@@ -569,10 +626,10 @@ func (p *session) Truncate(n int) error {
 }
 
 func (p *session) Close() error {
-	p.stage.mu.Lock()
-	defer p.stage.mu.Unlock()
-	p.stage.dropGraphs(p)
-	p.free()
+	p.stage.locked(func() {
+		p.stage.dropGraphs(p)
+		p.free()
+	})
 	return nil
 }
 
@@ -596,17 +653,25 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 		return nil, fmt.Errorf("%w: %d positions > the original context %d: the long RoPE factors (rope_factors_long.weight) are not supported",
 			engine.ErrContextFull, maxTokens, s.hp.Context)
 	}
-	hd, vd, nkv := s.hp.HeadDim, s.hp.VHead(), s.hp.KVHeads
 	n := len(s.layers)
 	size := uintptr(2*n)*(uintptr(C.ggml_tensor_overhead())+64) + 1<<16
 	p := &session{stage: s, cap: maxTokens}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, engine.ErrClosed
+	var err error
+	s.locked(func() { err = s.reserve(p, size) })
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// reserve allocates session p's cache (size: its context's metadata).
+func (s *Stage) reserve(p *session, size uintptr) error {
+	hd, vd, nkv, maxTokens := s.hp.HeadDim, s.hp.VHead(), s.hp.KVHeads, p.cap
+	if s.closed || (s.parent != nil && s.parent.closed) {
+		return engine.ErrClosed
 	}
 	if p.ctx = C.new_ctx(C.size_t(size), true); p.ctx == nil {
-		return nil, fmt.Errorf("%w: cannot allocate a context", ErrGGML)
+		return fmt.Errorf("%w: cannot allocate a context", ErrGGML)
 	}
 	for range s.layers {
 		p.k = append(p.k, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(hd), C.int64_t(maxTokens), C.int64_t(nkv)))
@@ -614,7 +679,7 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 	}
 	if p.buf = C.ggml_backend_alloc_ctx_tensors(p.ctx, s.backend); p.buf == nil {
 		p.free()
-		return nil, fmt.Errorf("%w: cannot allocate a KV cache of %d bytes on %s", ErrGGML,
+		return fmt.Errorf("%w: cannot allocate a KV cache of %d bytes on %s", ErrGGML,
 			int64(maxTokens)*s.info.KVBytesPerToken, s.Device())
 	}
 	// Attention reads cache rows past the session's end, masked: they
@@ -622,7 +687,7 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 	C.ggml_backend_buffer_clear(p.buf, 0)
 	s.nextID++
 	p.id = s.nextID
-	return p, nil
+	return nil
 }
 
 // Forward runs one step: the stage's layers over n new positions.
@@ -671,9 +736,15 @@ func (s *Stage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine
 		parts[i] = part{p: p, n: n, row0: rows}
 		rows += n
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	var outs []engine.Output
+	var err error
+	s.locked(func() { outs, err = s.forward(parts, steps, rows) })
+	return outs, err
+}
+
+// forward runs a checked batch, the stage held (locked).
+func (s *Stage) forward(parts []part, steps []engine.Step, rows int) ([]engine.Output, error) {
+	if s.closed || (s.parent != nil && s.parent.closed) {
 		return nil, engine.ErrClosed
 	}
 	seen := make(map[*session]bool, len(parts))
@@ -695,7 +766,12 @@ func (s *Stage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine
 		// masked), so that the same graph serves kvPad decode steps.
 		pt.kvLen = min(pt.p.cap, (pt.pos+pt.n+kvPad-1)/kvPad*kvPad)
 	}
+	dropped := s.dropped
+	s.dropped = nil
 	outs, err := s.compute(parts, steps, rows)
+	for _, g := range dropped {
+		g.free()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -757,12 +833,28 @@ func (g *graph) free() {
 }
 
 // dropGraphs frees the kept graphs that use session p (all where p is nil).
+//
+// On a GPU a dropped graph's memory is freed only after the stage's next
+// step (or when it closes): freeing it between steps made ggml-vulkan on
+// lavapipe compute the next step wrong and corrupt the heap (glibc
+// "double free or corruption" in a lavapipe thread), in TestVulkanMixedSwarm
+// when a session closed and another began.
 func (s *Stage) dropGraphs(p *session) {
 	for k, g := range s.graphs {
 		if p == nil || slices.Contains(g.sessions, p) {
-			g.free()
+			if s.dev != nil && p != nil {
+				s.dropped = append(s.dropped, g)
+			} else {
+				g.free()
+			}
 			delete(s.graphs, k)
 		}
+	}
+	if p == nil {
+		for _, g := range s.dropped {
+			g.free()
+		}
+		s.dropped = nil
 	}
 }
 
