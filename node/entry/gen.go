@@ -435,3 +435,30 @@ func (r *Replay) Ended(cfg Config, now time.Time, e End, progress bool) Decision
 	}
 	return Decision{Counted: true, Failure: true}
 }
+
+// A generation that a thief took (steal hand-over) runs on the thief's
+// attempts, not this entry's: its tokens and the break of its stream
+// reach the generation through these, between attempts.
+
+// ThiefToken: the thief delivered tok. It ends a recovery like a token
+// of an attempt of this entry's.
+func (g *Gen) ThiefToken(now time.Time, tok int32) Deliver {
+	d := Deliver{Token: tok}
+	if !g.FailedAt.IsZero() {
+		d.Recovered, d.Latency = true, now.Sub(g.FailedAt)
+		g.FailedAt = time.Time{}
+	}
+	return d
+}
+
+// ThiefBroke: the thief's stream broke and the request comes back to
+// this entry's queue. After tokens were delivered (progress) the next
+// run is a replay of a failure noticed now, and ThiefBroke says so.
+func (g *Gen) ThiefBroke(now time.Time, progress bool) bool {
+	if !progress {
+		return false
+	}
+	g.FailedAt = now
+	g.Replays++
+	return true
+}

@@ -2,6 +2,7 @@ package entry
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,8 @@ import (
 //	delivered [finished] [audit] [draining=HOPS]
 //	checked pass|fault=PEER|fail=PEER [draining=HOPS]
 //	state                              the replay state
+//	thief-token TOK                    a thief delivered a token
+//	thief-broke [progress]             the thief's stream broke
 func TestGenScripts(t *testing.T) {
 	runScripts(t, "gen", func(t *testing.T) func(string, []string) string {
 		d := &genDriver{t: t, now: scriptT0,
@@ -63,6 +66,17 @@ func (d *genDriver) do(cmd string, in []string) string {
 		r := d.g.Replay
 		return fmt.Sprintf("replays=%d busy=%d busy-since=%s avoid=%s hard=%s cold=%v failed-at=%s",
 			r.Replays, r.Busy, rel(r.BusySince), fmtList(r.Avoid), fmtList(r.Hard), r.Cold, rel(d.g.FailedAt))
+	case "thief-token":
+		tok, err := strconv.Atoi(a.words[0])
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		return fmtEffect(d.g.ThiefToken(d.now, int32(tok)))
+	case "thief-broke":
+		if d.g.ThiefBroke(d.now, a.flag("progress")) {
+			return "replay"
+		}
+		return "handed back"
 	case "start":
 		ev = Start{Hops: strings.Split(a.words[0], ","), Pos: a.int("pos", 0)}
 	case "token":
