@@ -90,7 +90,7 @@ type admitter struct {
 	mu    sync.Mutex
 	q     []*waiter
 	led   *ecore.Ledger[any] // the reservations
-	kick  chan struct{} // buffered 1: something worth another look happened
+	kick  chan struct{}      // buffered 1: something worth another look happened
 	waits waitHist
 	// queuedN counts requests that had to wait; refusedN those refused
 	// (deadline or bound).
