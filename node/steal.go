@@ -235,7 +235,7 @@ func (g *generation) runStolen(ctx context.Context, st *stolen) (done bool, err 
 		}
 		switch {
 		case rerr == nil && m.Kind == stealToken:
-			fin, err := g.deliver(ctx, m.Token, nil) // never one with log-probabilities (takeHead)
+			fin, err := g.deliver(ctx, g.gen.ThiefToken(e.cfg.clock.Now(), m.Token), nil) // never one with log-probabilities (takeHead)
 			if err != nil || fin {
 				return true, err
 			}
@@ -251,9 +251,7 @@ func (g *generation) runStolen(ctx context.Context, st *stolen) (done bool, err 
 			}
 			e.cfg.log.Info("stolen request returned", zap.String("thief", shortID(st.from)), zap.Int("tokens", len(g.out)),
 				zap.String("reason", why))
-			if len(g.out) > 0 {
-				g.failedAt = e.cfg.clock.Now()
-				g.res.Replays++
+			if g.gen.ThiefBroke(e.cfg.clock.Now(), len(g.out) > 0) {
 				e.counters.replays.Add(1)
 			}
 			return false, nil

@@ -667,7 +667,7 @@ func (g *generation) tolCheckers(hops []Hop, i int) []peer.ID {
 	h := hops[i]
 	var out []peer.ID
 	for _, p := range g.e.holders(h.From, h.To) {
-		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.avoid, p.String()) {
+		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.gen.Avoid, p.String()) {
 			continue
 		}
 		out = append(out, p)
@@ -741,7 +741,7 @@ func (g *generation) checkers(hops []Hop, i int) []peer.ID {
 	h := hops[i]
 	var out []peer.ID
 	for _, p := range g.e.holders(h.From, h.To) {
-		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.avoid, p.String()) || !g.e.reproducible(p) {
+		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.gen.Avoid, p.String()) || !g.e.reproducible(p) {
 			continue
 		}
 		out = append(out, p)
@@ -893,7 +893,7 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 func (g *generation) chainWitness(hops []Hop, i int, checker peer.ID) []Hop {
 	h := hops[i]
 	bad := func(p peer.ID) bool {
-		return p == h.Peer || p == checker || slices.Contains(g.avoid, p.String()) || !g.e.reproducible(p)
+		return p == h.Peer || p == checker || slices.Contains(g.gen.Avoid, p.String()) || !g.e.reproducible(p)
 	}
 	for c := h.From + 1; c < h.To; c++ {
 		for _, p1 := range g.e.holders(h.From, c) {
@@ -1071,7 +1071,7 @@ func (g *generation) midCheckers(hops []Hop, i int) []peer.ID {
 	var goes, others []peer.ID
 	for _, p := range g.e.holders(h.From, h.To) {
 		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || hops[i+1].Peer == p || hops[len(hops)-1].Peer == p ||
-			slices.Contains(g.avoid, p.String()) {
+			slices.Contains(g.gen.Avoid, p.String()) {
 			continue
 		}
 		if g.e.reproducible(p) {

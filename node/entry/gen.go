@@ -179,10 +179,12 @@ type Close struct{ End End }
 // Rewind the tokens that depend on Peer's unverified output.
 type Rewind struct{ Peer string }
 
-// Backoff: wait Delay before routing again (Retry-th busy answer).
+// Backoff: wait Delay before routing again (the Retry-th busy answer,
+// End).
 type Backoff struct {
 	Delay time.Duration
 	Retry int
+	End   End
 }
 
 // Reroute: find a path that avoids Avoid (or, when none, only Hard),
@@ -363,7 +365,7 @@ func (g *Gen) end(now time.Time, e End) []Effect {
 		g.phase = over
 		return append(out, Fail{Why: d.Fail, Replays: g.Replays, Failure: d.Failure, End: e})
 	case d.Backoff > 0:
-		out = append(out, Backoff{Delay: d.Backoff, Retry: g.Busy})
+		out = append(out, Backoff{Delay: d.Backoff, Retry: g.Busy, End: e})
 	}
 	g.phase, g.pending = idle, d.Counted
 	return append(out, Reroute{Avoid: slices.Clone(g.Avoid), Hard: slices.Clone(g.Hard), Cold: g.Cold, Failure: d.Failure, End: e})
