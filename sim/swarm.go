@@ -13,6 +13,7 @@ import (
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/layers/baseline"
+	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -281,7 +282,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		}
 		w.view = routing.NewView()
 		// The real entry's admission queue and the stages' prefix cache
-		// (node/queue.go, node/prefixcache.go); Petals' and Parallax's
+		// (node/entry, node/prefixcache.go); Petals' and Parallax's
 		// clients and servers have neither (docs/baselines.md).
 		w.eq = newEntryQueue(N)
 		s.prefix = true
@@ -1227,12 +1228,9 @@ const (
 )
 
 // lost is the client's reaction to a query a failure or a refusal broke.
-// Strata's follows node/entry.go: a busy hop (admission FIFO full, or the
-// queue timeout) is backed off from and retried without spending a
-// replay, within the repair wait from the first busy answer; a draining
-// hop (a move) is left at once, counted as a replay but not checked
-// against the cap; anything else is a replay, up to the cap. Every blamed
-// hop is avoided by later routes while another path exists.
+// Strata's is the entry's own decision (node/entry's Replay.Ended, see
+// replayDecision). Every blamed hop is avoided by later routes while
+// another path exists.
 func (w *world) lost(q *query) {
 	s := w.s
 	// The client saw which hop failed: Petals clients ban it for a while.
@@ -1249,43 +1247,12 @@ func (w *world) lost(q *query) {
 		w.failFor(q, FailNotReplayed)
 		return
 	}
-	c := q.cause
 	delay, counted, wait := 0.05, true, w.spec.Timing.ClientTimeoutS
 	if w.policy == "strata" {
 		wait = repairWait
-		if q.decodes > 0 || !c.busy() {
-			q.busy = 0 // as node/entry.go: the wait bounds one run of refusals
-		}
-		switch {
-		case c.busy():
-			if q.busy == 0 {
-				q.busySince = s.now
-			}
-			q.busy++
-			if s.now-q.busySince > repairWait {
-				w.failFor(q, FailBusyTooLong)
-				return
-			}
-			delay = min(0.01*float64(int(1)<<min(q.busy, 7)), 1)
-			counted = false
-		case c == causeMoved:
-		case c == causePrefixMiss:
-			// Not a failure: the entry replays at once, cold, and the
-			// hop is not blamed (node/entry.go's endPrefixMiss).
-			delay, counted = 0, false
-			q.cold, q.blame = true, -1
-		case q.retries >= maxReplays:
-			w.failFor(q, FailReplaysExhausted)
+		var ok bool
+		if delay, counted, ok = w.replayDecision(q); !ok {
 			return
-		}
-		if q.blame >= 0 {
-			id := w.spec.Nodes[q.blame].ID
-			if c == causeNoKV && !containsStr(q.hard, id) {
-				q.hard = append(q.hard, id)
-			}
-			if !containsStr(q.avoid, id) {
-				q.avoid = append(q.avoid, id)
-			}
 		}
 	} else if q.retries >= maxReplays {
 		w.failFor(q, FailReplaysExhausted)
@@ -1304,6 +1271,53 @@ func (w *world) lost(q *query) {
 	s.schedule(&event{at: s.now + delay, kind: evCallback, fn: func() { w.issueRetry(nq, arrival, s.now, wait) }})
 }
 
+// replayDecision folds q's broken attempt into its replay state with
+// the entry's rule (node/entry's Replay.Ended): how long to wait before
+// routing again, whether the replay counts, and false when q was given
+// up (failed here). A busy hop is backed off from without spending a
+// replay, within the repair wait from the first busy answer of a run; a
+// prefix miss replays at once, cold, blaming nobody; a draining hop is
+// left, counted but not against the cap; anything else is a replay, up
+// to the cap. The sim's own latency of a reroute stays 50 ms.
+func (w *world) replayDecision(q *query) (delay float64, counted, ok bool) {
+	s := w.s
+	c := q.cause
+	end := ecore.End{Kind: ecore.EndFailure}
+	switch {
+	case c.busy():
+		end.Kind = ecore.EndBusy
+	case c == causeMoved:
+		end.Kind = ecore.EndMove
+	case c == causePrefixMiss:
+		end.Kind = ecore.EndPrefixMiss
+	case c == causeNoKV:
+		end.Kind = ecore.EndNoKV
+	}
+	if q.blame >= 0 && end.Kind != ecore.EndPrefixMiss {
+		end.Blame = []string{w.spec.Nodes[q.blame].ID}
+	}
+	at := func(t float64) time.Time { return w.epoch.Add(time.Duration(t * float64(time.Second))) }
+	r := ecore.Replay{Replays: q.retries, Busy: q.busy, BusySince: at(q.busySince), Avoid: q.avoid, Hard: q.hard, Cold: q.cold}
+	d := r.Ended(ecore.Config{MaxReplays: maxReplays, RepairWait: time.Duration(repairWait * float64(time.Second))}, at(s.now), end, q.decodes > 0)
+	q.busy, q.busySince, q.avoid, q.hard, q.cold = r.Busy, r.BusySince.Sub(w.epoch).Seconds(), r.Avoid, r.Hard, r.Cold
+	switch d.Fail {
+	case ecore.FailBusy:
+		w.failFor(q, FailBusyTooLong)
+		return 0, false, false
+	case ecore.FailReplays:
+		w.failFor(q, FailReplaysExhausted)
+		return 0, false, false
+	}
+	switch {
+	case d.Backoff > 0:
+		return d.Backoff.Seconds(), false, true
+	case end.Kind == ecore.EndPrefixMiss:
+		q.blame = -1
+		return 0, false, true
+	}
+	return 0.05, d.Counted, true
+}
+
 // arrive starts a request, or queues it for a free client.
 func (w *world) arrive(q *query) {
 	if w.spec.Clients > 0 && w.inflight >= w.spec.Clients {
@@ -1315,7 +1329,7 @@ func (w *world) arrive(q *query) {
 	q.gid = w.nextGID
 	w.nextGID++
 	if w.eq != nil {
-		// The entry queues it for a path with KV room (node/queue.go).
+		// The entry queues it for a path with KV room (node/entry.TryAdmit).
 		q.id = w.s.nextID
 		w.s.nextID++
 		q.arrival = w.s.now
