@@ -34,93 +34,6 @@ import (
 // run without the failure: the draw for each position is a function of
 // the seed and the position only.
 
-// event is what reaches a generation's driver.
-type event struct {
-	sid  SessionID
-	tok  *Token
-	err  *ErrorMsg
-	from peer.ID
-	down peer.ID // a peer of the path failed
-	why  string
-}
-
-// attemptReg is one attempt's entry in the registry.
-type attemptReg struct {
-	hops   []Hop
-	events chan event
-}
-
-// registry routes tokens and errors to the attempt they belong to.
-type registry struct {
-	mu   sync.Mutex
-	gens map[SessionID]*attemptReg
-}
-
-func (r *registry) add(sid SessionID, a *attemptReg) {
-	r.mu.Lock()
-	r.gens[sid] = a
-	r.mu.Unlock()
-}
-
-func (r *registry) remove(sid SessionID) {
-	r.mu.Lock()
-	delete(r.gens, sid)
-	r.mu.Unlock()
-}
-
-// busy returns the peers an attempt in flight goes through.
-func (r *registry) busy() map[string]bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string]bool{}
-	for _, a := range r.gens {
-		for _, h := range a.hops {
-			out[h.Peer.String()] = true
-		}
-	}
-	return out
-}
-
-func (r *registry) get(sid SessionID) *attemptReg {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.gens[sid]
-}
-
-func (a *attemptReg) post(ev event) {
-	select {
-	case a.events <- ev:
-	default: // the driver has what it needs to fail the attempt
-	}
-}
-
-func (a *attemptReg) uses(p peer.ID) bool {
-	for _, h := range a.hops {
-		if h.Peer == p {
-			return true
-		}
-	}
-	return false
-}
-
-// onToken accepts a token only from the attempt's last hop.
-func (r *registry) onToken(from peer.ID, t *Token) {
-	a := r.get(t.Session)
-	if a == nil || a.hops[len(a.hops)-1].Peer != from {
-		return // a stale attempt's, or forged
-	}
-	a.post(event{sid: t.Session, tok: t, from: from})
-}
-
-// onError accepts an error from any hop of the attempt.
-func (r *registry) onError(from peer.ID, e *ErrorMsg) {
-	a := r.get(e.Session)
-	if a == nil || !a.uses(from) {
-		return
-	}
-	a.post(event{sid: e.Session, err: e, from: from})
-}
-
 // Timings of the entry's waits that are not configured.
 const (
 	repairPoll = 50 * time.Millisecond // how often a generation with no path looks again
@@ -627,7 +540,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) ([]ecore.Ef
 	pending := g.gen.Step(e.cfg.clock.Now(), ecore.Start{Hops: names, Pos: len(g.prompt) + len(g.out)})
 	hops, err := hopsOf(path)
 	if err != nil {
-		g.counted(pending)
+		countReplays(e.counters, pending)
 		return g.gen.Step(e.cfg.clock.Now(), ecore.Rejected{Reason: err.Error()}), nil
 	}
 	g.res.Paths = append(g.res.Paths, path.String())
@@ -667,7 +580,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) ([]ecore.Ef
 		case ecore.Close, ecore.Done:
 			return append([]ecore.Effect{ef}, pending...), nil
 		case ecore.Send:
-			g.counted([]ecore.Effect{ef})
+			countReplays(e.counters, []ecore.Effect{ef})
 			step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: len(g.prompt) + len(g.out) - 1}
 			if ef.Prefill {
 				step = &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: append(slices.Clone(g.prompt), g.out...),
@@ -741,11 +654,11 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) ([]ecore.Ef
 	}
 }
 
-// counted counts the replays among effs.
-func (g *generation) counted(effs []ecore.Effect) {
+// countReplays counts the replays among effs.
+func countReplays(c *counters, effs []ecore.Effect) {
 	for _, ef := range effs {
 		if s, ok := ef.(ecore.Send); ok && s.Replay {
-			g.e.counters.replays.Add(1)
+			c.replays.Add(1)
 		}
 	}
 }
@@ -815,93 +728,6 @@ func peerStrings(ps []peer.ID) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = p.String()
-	}
-	return out
-}
-
-// checkLP says what is wrong with a token's log-probabilities for this
-// generation ("" when nothing): the decoder checked their form, this
-// their count and IDs.
-// gramSync brings the entry's matcher to out (from the start after a
-// rewind); "" when out fits the grammar.
-func (g *generation) gramSync() string {
-	if g.gramM != nil && g.gramLen == len(g.out) {
-		return ""
-	}
-	g.gramM, g.gramLen = grammar.NewConstraint(g.gramG, g.gramV), 0
-	for _, t := range g.out {
-		if err := g.gramM.Accept(t); err != nil {
-			g.gramM = nil
-			return err.Error()
-		}
-		g.gramLen++
-	}
-	return ""
-}
-
-// gramCheck checks a token the last hop sampled for a constrained
-// generation: the grammar must allow it after out ("" when it does).
-func (g *generation) gramCheck(id int32) string {
-	if g.gramG == nil {
-		return ""
-	}
-	if why := g.gramSync(); why != "" {
-		return why
-	}
-	if err := g.gramM.Accept(id); err != nil {
-		g.gramM = nil
-		return fmt.Sprintf("a token the grammar does not allow: %v", err)
-	}
-	g.gramLen++
-	return ""
-}
-
-// gramStuck says why the grammar cannot go on after out, as the entry's
-// own matcher finds it ("" when it can: a hop that said otherwise lied).
-func (g *generation) gramStuck() string {
-	if g.gramG == nil {
-		return ""
-	}
-	if why := g.gramSync(); why != "" {
-		return why
-	}
-	if _, err := g.gramM.Apply(make([]float32, g.gramV.Size())); err != nil {
-		return err.Error()
-	}
-	return ""
-}
-
-func (g *generation) checkLP(lp *TokenLP) string {
-	vocab := g.e.cfg.model.info.Vocab
-	switch {
-	case lp == nil:
-		return "a token without the log-probabilities asked for"
-	case len(lp.Top) != min(g.topLP, vocab):
-		return fmt.Sprintf("%d top log-probabilities, asked for %d", len(lp.Top), g.topLP)
-	}
-	for _, t := range lp.Top {
-		if int(t.Token) >= vocab {
-			return fmt.Sprintf("top log-probability of token %d, outside the vocabulary", t.Token)
-		}
-	}
-	return ""
-}
-
-// logProbs turns a token frame's log-probabilities into the caller's.
-func (g *generation) logProbs(id int32, lp *TokenLP) TokenLogProbs {
-	tok := g.e.cfg.model.tok
-	text := func(id int32) []byte {
-		if b := tok.Piece(id); len(b) > 0 {
-			return b
-		}
-		return []byte(tok.Token(id))
-	}
-	out := TokenLogProbs{Token: id, Text: text(id), LogProb: lp.LogProb}
-	if len(lp.Top) > 0 {
-		out.Top = make([]LogProb, len(lp.Top))
-		for i, t := range lp.Top {
-			out.Top[i] = LogProb{Token: t.Token, Text: text(t.Token), LogProb: t.LogProb}
-		}
 	}
 	return out
 }

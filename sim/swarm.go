@@ -1367,15 +1367,6 @@ func (w *world) failFor(q *query, why string) {
 	}
 }
 
-func containsStr(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
-}
-
 // issueRetry starts a new or replayed query, waiting for a route while
 // the client's wait allows: a fresh request's client retries every
 // second (the entry answers Retry-After: 1), a replay polls as the
