@@ -142,9 +142,10 @@ func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
 	}
 	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}, adm: newAdmitter(),
 		checks: registry{gens: map[SessionID]*attemptReg{}}}
+	e.adm.e = e
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.wg.Add(1)
-	go func() { defer e.wg.Done(); e.admitLoop() }()
+	go func() { defer e.wg.Done(); e.adm.admitLoop() }()
 	return e
 }
 
@@ -270,7 +271,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	if wait == 0 {
 		wait = e.cfg.queueTimeout
 	}
-	first := e.admitAt(ctx, g, wait, false)
+	first := e.adm.admitAt(ctx, g, wait, false)
 	resv, err := first.resv, first.err
 	g.resv = resv
 	if errors.Is(err, routing.ErrUnknownProfile) {
@@ -325,7 +326,7 @@ func (g *generation) runAdmitted(ctx context.Context, adm admission, wait time.D
 		if done {
 			return g.result(), err
 		}
-		adm = e.admitAt(ctx, g, wait, true)
+		adm = e.adm.admitAt(ctx, g, wait, true)
 		g.resv = adm.resv
 		if adm.err != nil {
 			return g.result(), fmt.Errorf("%w: after a thief gave the request back: %w", ErrSessionLost, adm.err)

@@ -96,7 +96,8 @@ func peerHeads(t *swarm.PeerTable, self peer.ID, beat time.Duration) []peerHead 
 // olderPeerLocked reports whether w must be held back for an older peer
 // head, and when to look again (zero: nothing to wake for): node/entry's
 // FairHold on the load table. a.mu is held.
-func (e *entry) olderPeerLocked(w *waiter, now time.Time) (hold bool, wake time.Time) {
+func (a *admitter) olderPeerLocked(w *waiter, now time.Time) (hold bool, wake time.Time) {
+	e := a.e
 	if !e.cfg.fair.On || e.heads == nil || w.noHold || w.deadline.IsZero() {
 		return false, time.Time{}
 	}

@@ -87,6 +87,7 @@ type admission struct {
 
 // admitter is the entry's queue and its reservations.
 type admitter struct {
+	e     *entry // its routes, reports, load table and clock
 	mu    sync.Mutex
 	q     []*waiter
 	led   *ecore.Ledger[any] // the reservations
@@ -159,12 +160,13 @@ func (a *admitter) unreserveLocked(rs []*reservation) { a.led.Release(rs) }
 // tryFairLocked is tryLocked under fair admission: a head that fits is
 // held back (errHeld, its reservations given back) while an older peer
 // head waits; wake is when to look again. a.mu is held.
-func (e *entry) tryFairLocked(w *waiter, now time.Time) (adm admission, wake time.Time, err error) {
-	adm, err = e.tryLocked(w)
+func (a *admitter) tryFairLocked(w *waiter, now time.Time) (adm admission, wake time.Time, err error) {
+	e := a.e
+	adm, err = a.tryLocked(w)
 	if err != nil {
 		return adm, time.Time{}, err
 	}
-	hold, wake := e.olderPeerLocked(w, now)
+	hold, wake := a.olderPeerLocked(w, now)
 	if !hold {
 		return adm, time.Time{}, nil
 	}
@@ -182,8 +184,8 @@ var errNoRoom = ecore.ErrNoRoom
 // tryLocked routes w and reserves its KV on the path's hops, or says why
 // it cannot now (node/entry's TryAdmit: a path whose hop lacks room is
 // tried again without that hop). a.mu is held.
-func (e *entry) tryLocked(w *waiter) (admission, error) {
-	a := e.adm
+func (a *admitter) tryLocked(w *waiter) (admission, error) {
+	e := a.e
 	if a.hold.Load() {
 		return admission{}, errNoRoom
 	}
@@ -226,8 +228,8 @@ func waitable(err error) bool { return ecore.Waitable(err) }
 // one that fair admission holds back, which is looked at again on the
 // next change or when the hold can end (a peer row turning stale, the
 // stall bound, the head's own deadline), whichever comes first.
-func (e *entry) admitLoop() {
-	a := e.adm
+func (a *admitter) admitLoop() {
+	e := a.e
 	for {
 		var changed <-chan struct{}
 		if e.changed != nil {
@@ -240,7 +242,7 @@ func (e *entry) admitLoop() {
 		n := ecore.Pump(a.q, func(w *waiter) error {
 			var at time.Time
 			var err error
-			adm, at, err = e.tryFairLocked(w, now)
+			adm, at, err = a.tryFairLocked(w, now)
 			if err != nil && waitable(err) {
 				w.why, wake = err, at
 			}
@@ -277,13 +279,14 @@ func (e *entry) admitLoop() {
 // (steal.go). The reservations it returns are given back with release
 // when the generation ends. head puts g at the head of the queue (a
 // request that a thief gave back), ahead of those that came after it.
-func (e *entry) admitAt(ctx context.Context, g *generation, timeout time.Duration, head bool) admission {
-	path, resv, st, err := e.admitW(ctx, g, timeout, head)
+func (a *admitter) admitAt(ctx context.Context, g *generation, timeout time.Duration, head bool) admission {
+	e := a.e
+	path, resv, st, err := e.adm.admitW(ctx, g, timeout, head)
 	return admission{path: path, resv: resv, stolen: st, err: err}
 }
 
-func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration, head bool) (routing.Path, []*reservation, *stolen, error) {
-	a := e.adm
+func (a *admitter) admitW(ctx context.Context, g *generation, timeout time.Duration, head bool) (routing.Path, []*reservation, *stolen, error) {
+	e := a.e
 	now := e.cfg.clock.Now()
 	w := &waiter{req: g.routeReq(nil), g: g, need: kvBlocks(len(g.prompt)+len(g.out), g.maxTokens-len(g.out)) * kvBlock, since: now,
 		done: make(chan admission, 1), deadline: now.Add(timeout),
@@ -294,7 +297,7 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 	if len(a.q) == 0 || head || g.stolen {
 		// Nobody ahead: admit at once when it fits, and no older request
 		// waits at a peer entry.
-		adm, _, err := e.tryFairLocked(w, now)
+		adm, _, err := a.tryFairLocked(w, now)
 		if err == nil || !waitable(err) {
 			a.mu.Unlock()
 			if err == nil {
@@ -312,13 +315,13 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 		n := len(a.q)
 		a.mu.Unlock()
 		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %d request(s) queued ahead (the request asked not to queue)", ErrNoCapacity, n),
-			after: e.retryHint(now)}
+			after: a.retryHint(now)}
 	}
 	if !head && len(a.q) >= e.cfg.queueMax {
 		n := len(a.q)
 		a.mu.Unlock()
 		a.refusedN.Add(1)
-		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (%d waiting)", ErrNoCapacity, ErrQueueFull, n), after: e.retryHint(now)}
+		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (%d waiting)", ErrNoCapacity, ErrQueueFull, n), after: a.retryHint(now)}
 	}
 	if head {
 		a.q = slices.Insert(a.q, 0, w)
@@ -347,7 +350,7 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 	a.mu.Lock()
 	if timedOut {
 		why = &retryAfter{err: fmt.Errorf("%w: %w: queued %v: %s", ErrNoCapacity, ErrQueueTimeout, timeout, a.whyLocked(w)),
-			after: e.retryHintLocked(e.cfg.clock.Now())}
+			after: a.retryHintLocked(e.cfg.clock.Now())}
 		a.refusedN.Add(1)
 	}
 	if i := slices.Index(a.q, w); i >= 0 {
@@ -374,14 +377,16 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 // retryHint is the Retry-After of a refusal: how long the head of the
 // queue has waited (the queue drains at about that pace), within [1 s,
 // the queue timeout].
-func (e *entry) retryHint(now time.Time) time.Duration {
+func (a *admitter) retryHint(now time.Time) time.Duration {
+	e := a.e
 	e.adm.mu.Lock()
 	defer e.adm.mu.Unlock()
-	return e.retryHintLocked(now)
+	return a.retryHintLocked(now)
 }
 
 // retryHintLocked is retryHint with a.mu held.
-func (e *entry) retryHintLocked(now time.Time) time.Duration {
+func (a *admitter) retryHintLocked(now time.Time) time.Duration {
+	e := a.e
 	var oldest time.Duration
 	if q := e.adm.q; len(q) > 0 {
 		oldest = now.Sub(q[0].since)

@@ -348,7 +348,7 @@ func (e *entry) spare() (ok bool, ours time.Time) {
 		ours = a.q[0].since
 	}
 	w := &waiter{req: routeReq{prompt: stealProbe, max: stealProbe}, need: kvBlocks(stealProbe, stealProbe) * kvBlock}
-	adm, err := e.tryLocked(w)
+	adm, err := e.adm.tryLocked(w)
 	if err != nil {
 		return false, time.Time{}
 	}
