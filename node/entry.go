@@ -475,12 +475,7 @@ func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
 	deadline := e.cfg.clock.Now().Add(e.cfg.repairWait)
 	waited := false
 	for {
-		p, err := e.routeNow(g.routeReq(g.gen.Avoid))
-		if err != nil && len(g.gen.Avoid) > len(g.gen.Hard) {
-			// Peers we gave up on may be back; the view still leaves out
-			// the ones the peer table holds suspect or dead.
-			p, err = e.routeNow(g.routeReq(g.gen.Hard))
-		}
+		p, err := ecore.Route(g.gen.Replay, func(avoid []string) (routing.Path, error) { return e.routeNow(g.routeReq(avoid)) })
 		if err == nil {
 			if waited {
 				e.cfg.log.Info("path found after waiting", zap.Duration("waited", e.cfg.clock.Since(g.gen.FailedAt)))

@@ -78,7 +78,7 @@ func (eq *entryQueue) release(rs []*kvResv) { eq.led.Release(rs) }
 func (w *world) tryAdmit(q *query) ([]routing.Hop, bool) {
 	eq := w.eq
 	route := func(avoid []string) ([]routing.Hop, []string, error) {
-		hops, ok := w.routeAvoid(q, append(slices.Clone(q.avoid), avoid...), false)
+		hops, ok := w.routeAvoid(q, append(slices.Clone(q.avoid), avoid...))
 		if !ok {
 			return nil, nil, routing.ErrNoPath
 		}

@@ -1089,9 +1089,20 @@ func (w *world) setRoute(q *query, hops []routing.Hop) {
 // route is the policy's path for q: Strata's avoids q's given-up hops,
 // or where that finds none, as the entry's reroute does, only the hops
 // it can never fit.
-func (w *world) route(q *query) ([]routing.Hop, bool) { return w.routeAvoid(q, q.avoid, true) }
+func (w *world) route(q *query) ([]routing.Hop, bool) {
+	if w.policy != "strata" {
+		return w.routeAvoid(q, q.avoid)
+	}
+	hops, err := ecore.Route(ecore.Replay{Avoid: q.avoid, Hard: q.hard}, func(avoid []string) ([]routing.Hop, error) {
+		if hops, ok := w.routeAvoid(q, avoid); ok {
+			return hops, nil
+		}
+		return nil, routing.ErrNoPath
+	})
+	return hops, err == nil
+}
 
-func (w *world) routeAvoid(q *query, avoid []string, fallback bool) ([]routing.Hop, bool) {
+func (w *world) routeAvoid(q *query, avoid []string) ([]routing.Hop, bool) {
 	m := w.servingMap()
 	if !w.covered {
 		return nil, false
@@ -1101,12 +1112,6 @@ func (w *world) routeAvoid(q *query, avoid []string, fallback bool) ([]routing.H
 		now := w.epoch.Add(time.Duration(w.s.now * float64(time.Second)))
 		req := routing.Request{PromptTokens: q.input, MaxTokens: q.output, Seed: uint64(q.id), Avoid: avoid}
 		p, err := w.router.Route(m, w.view, req, now)
-		if err != nil && fallback && len(avoid) > len(q.hard) {
-			// Hops given up on may serve again; as the entry does, fall
-			// back to avoiding only those the session can never fit.
-			req.Avoid = q.hard
-			p, err = w.router.Route(m, w.view, req, now)
-		}
 		if err != nil {
 			return nil, false
 		}

@@ -464,3 +464,15 @@ func (g *Gen) ThiefBroke(now time.Time, progress bool) bool {
 	g.Replays++
 	return true
 }
+
+// Route routes a replay: with every peer given up on left out, or, when
+// that finds no path, only those that can never hold it (peers given up
+// on may serve again; the router still leaves out the ones it holds
+// suspect or dead).
+func Route[P any](r Replay, route func(avoid []string) (P, error)) (P, error) {
+	p, err := route(r.Avoid)
+	if err != nil && len(r.Avoid) > len(r.Hard) {
+		p, err = route(r.Hard)
+	}
+	return p, err
+}

@@ -2,10 +2,13 @@ package entry
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stratanet/strata/routing"
 )
 
 // TestGenScripts runs testdata/gen: a generation's attempts, driven by
@@ -25,6 +28,7 @@ import (
 //	state                              the replay state
 //	thief-token TOK                    a thief delivered a token
 //	thief-broke [progress]             the thief's stream broke
+//	route PATHS...                     route a replay on the router's paths
 func TestGenScripts(t *testing.T) {
 	runScripts(t, "gen", func(t *testing.T) func(string, []string) string {
 		d := &genDriver{t: t, now: scriptT0,
@@ -77,6 +81,20 @@ func (d *genDriver) do(cmd string, in []string) string {
 			return "replay"
 		}
 		return "handed back"
+	case "route":
+		// The paths the router has, best first; it leaves out avoided peers.
+		p, err := Route(d.g.Replay, func(avoid []string) (string, error) {
+			for _, w := range a.words {
+				if !slices.ContainsFunc(strings.Split(w, ","), func(n string) bool { return slices.Contains(avoid, n) }) {
+					return w, nil
+				}
+			}
+			return "", routing.ErrNoPath
+		})
+		if err != nil {
+			return "no path: " + err.Error()
+		}
+		return "path " + p
 	case "start":
 		ev = Start{Hops: strings.Split(a.words[0], ","), Pos: a.int("pos", 0)}
 	case "token":
