@@ -21,6 +21,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
+	ecore "github.com/stratanet/strata/node/entry"
 )
 
 // Spot checks (see docs/trust.md). Every hop keeps, per session, two
@@ -393,8 +394,7 @@ func (e *entry) verifyRate() float64 {
 
 // shouldAudit draws whether this token boundary gets a spot check.
 func (e *entry) shouldAudit() bool {
-	r := e.verifyRate()
-	return r > 0 && e.holders != nil && (r >= 1 || rand.Float64() < r)
+	return ecore.ShouldAudit(e.verifyRate(), e.holders != nil, rand.Float64())
 }
 
 // errInconclusive: a check that proves nothing either way;

@@ -29,6 +29,7 @@ import (
 //	thief-token TOK                    a thief delivered a token
 //	thief-broke [progress]             the thief's stream broke
 //	route PATHS...                     route a replay on the router's paths
+//	should-audit rate= draw= [no-checkers]
 func TestGenScripts(t *testing.T) {
 	runScripts(t, "gen", func(t *testing.T) func(string, []string) string {
 		d := &genDriver{t: t, now: scriptT0,
@@ -81,6 +82,12 @@ func (d *genDriver) do(cmd string, in []string) string {
 			return "replay"
 		}
 		return "handed back"
+	case "should-audit":
+		var rate, draw float64
+		if _, err := fmt.Sscanf(a.str("rate")+" "+a.str("draw"), "%g %g", &rate, &draw); err != nil {
+			d.t.Fatal(err)
+		}
+		return fmt.Sprint(ShouldAudit(rate, !a.flag("no-checkers"), draw))
 	case "route":
 		// The paths the router has, best first; it leaves out avoided peers.
 		p, err := Route(d.g.Replay, func(avoid []string) (string, error) {
