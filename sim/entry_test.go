@@ -3,7 +3,7 @@ package sim
 import "testing"
 
 // TestEntryReplayRules checks the client's reaction to a broken attempt
-// against node/entry.go's: busy answers spend no replay but end the
+// against the entry's (node/entry's Replay.Ended, which lost calls): busy answers spend no replay but end the
 // request after the repair wait; a hop that died spends one, up to the
 // cap; a move is replayed even past the cap.
 func TestEntryReplayRules(t *testing.T) {
