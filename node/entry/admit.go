@@ -114,10 +114,14 @@ func (l *Ledger[M]) Reserve(node string, need int) *Reservation[M] {
 
 // Opened re-bases reservations once their session is open on every hop
 // (its first token came back): mark(node) is the report current now,
-// and the second newer one counts the session.
+// and the second newer one counts the session. A reservation already
+// opened keeps its base: a replay's first token (a new session on the
+// same admission) does not hold it for two more reports.
 func (l *Ledger[M]) Opened(rs []*Reservation[M], mark func(node string) M) {
 	for _, r := range rs {
-		r.opened, r.mark, r.hasNext = true, mark(r.Node), false
+		if !r.opened {
+			r.opened, r.mark = true, mark(r.Node)
+		}
 	}
 }
 
