@@ -2,6 +2,7 @@ package sim
 
 import (
 	"slices"
+	"time"
 
 	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/routing"
@@ -60,7 +61,7 @@ func newEntryQueue(nodes int) *entryQueue {
 // report records a heartbeat of node i.
 func (eq *entryQueue) report(i int, r kvRep) { eq.rep[i] = r }
 
-// reportOf is node i's last report as node/entry reads it.
+// reportOf is node i's last report in node/entry's form.
 func (eq *entryQueue) reportOf(i int) ecore.Report[int] {
 	return ecore.Report[int]{Free: eq.rep[i].free, Sessions: eq.rep[i].sessions, Mark: eq.beat}
 }
@@ -160,4 +161,51 @@ func (w *world) admitLoop() {
 		w.launch(wt.q, hops)
 	})
 	eq.q = eq.q[n:]
+}
+
+// replayDecision folds q's broken attempt into its replay state with
+// the entry's rule (node/entry's Replay.Ended): how long to wait before
+// routing again, whether the replay counts, and false when q was given
+// up (failed here). A busy hop is backed off from without spending a
+// replay, within the repair wait from the first busy answer of a run; a
+// prefix miss replays at once, cold, blaming nobody; a draining hop is
+// left, counted but not against the cap; anything else is a replay, up
+// to the cap. The sim's own latency of a reroute stays 50 ms.
+func (w *world) replayDecision(q *query) (delay float64, counted, ok bool) {
+	s := w.s
+	c := q.cause
+	end := ecore.End{Kind: ecore.EndFailure}
+	switch {
+	case c.busy():
+		end.Kind = ecore.EndBusy
+	case c == causeMoved:
+		end.Kind = ecore.EndMove
+	case c == causePrefixMiss:
+		end.Kind = ecore.EndPrefixMiss
+	case c == causeNoKV:
+		end.Kind = ecore.EndNoKV
+	}
+	if q.blame >= 0 && end.Kind != ecore.EndPrefixMiss {
+		end.Blame = []string{w.spec.Nodes[q.blame].ID}
+	}
+	at := func(t float64) time.Time { return w.epoch.Add(time.Duration(t * float64(time.Second))) }
+	r := ecore.Replay{Replays: q.retries, Busy: q.busy, BusySince: at(q.busySince), Avoid: q.avoid, Hard: q.hard, Cold: q.cold}
+	d := r.Ended(ecore.Config{MaxReplays: maxReplays, RepairWait: time.Duration(repairWait * float64(time.Second))}, at(s.now), end, q.decodes > 0)
+	q.busy, q.busySince, q.avoid, q.hard, q.cold = r.Busy, r.BusySince.Sub(w.epoch).Seconds(), r.Avoid, r.Hard, r.Cold
+	switch d.Fail {
+	case ecore.FailBusy:
+		w.failFor(q, FailBusyTooLong)
+		return 0, false, false
+	case ecore.FailReplays:
+		w.failFor(q, FailReplaysExhausted)
+		return 0, false, false
+	}
+	switch {
+	case d.Backoff > 0:
+		return d.Backoff.Seconds(), false, true
+	case end.Kind == ecore.EndPrefixMiss:
+		q.blame = -1
+		return 0, false, true
+	}
+	return 0.05, d.Counted, true
 }

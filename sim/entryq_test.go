@@ -5,10 +5,10 @@ import (
 	"testing"
 )
 
-// TestEntryQueueRoom checks the sim's reports as node/entry's ledger
-// reads them: heartbeat rounds mark them, so that a reservation counts
-// until the second round a look sees after its session opened (the
-// ledger's own rules are node/entry's scripts, testdata/admit).
+// TestEntryQueueRoom checks the sim's reports in node/entry's ledger:
+// heartbeat rounds mark them, so that a reservation counts until the
+// second round a look sees after its session opened (the ledger's own
+// rules are node/entry's scripts, testdata/admit).
 func TestEntryQueueRoom(t *testing.T) {
 	eq := newEntryQueue(2)
 	fits := func(need int) bool { return eq.led.Fits("n0", eq.reportOf(0), need) }
