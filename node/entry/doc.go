@@ -5,10 +5,13 @@
 // which request the admission queue admits, holds back for a peer entry
 // or hands to a thief.
 //
-// It owns the rules: replay, reroute, back-off and give-up (Gen), the KV
-// ledger of admission and its routing with full hops left out (Ledger,
-// TryAdmit), the queue's head-first admission (Pump), fair holds
-// (FairHold) and the choice of a steal victim (OldestPeerHead).
+// It owns the rules: replay, reroute, back-off and give-up (Gen, its
+// Replay state, Route), which token boundaries are spot-checked
+// (ShouldAudit), the KV ledger of admission and its routing with full
+// hops left out (Ledger, TryAdmit), the queue's head-first admission
+// (Pump), fair holds (FairHold) and stealing (PickVictim, Stealable,
+// StealMinWait, OldestPeerHead). Its scripted tests are in testdata
+// (gen, admit; go test -rewrite writes their expected outputs anew).
 //
 // It must not touch the network, an engine, a clock, goroutines or
 // randomness: time and every draw are inputs, so that the same events
