@@ -294,35 +294,37 @@ func (a *admitter) admitW(ctx context.Context, g *generation, timeout time.Durat
 		// once already), are not held for peers.
 		noHold: timeout < 0 || head || g.stolen}
 	a.mu.Lock()
-	if len(a.q) == 0 || head || g.stolen {
-		// Nobody ahead: admit at once when it fits, and no older request
-		// waits at a peer entry.
-		adm, _, err := a.tryFairLocked(w, now)
-		if err == nil || !waitable(err) {
-			a.mu.Unlock()
-			if err == nil {
-				a.waits.observe(0)
-			}
-			return adm.path, adm.resv, nil, err
+	// node/entry's Arrive: at once when nobody waits ahead (and, with
+	// fair admission, no older request waits at a peer entry), else queued.
+	var adm admission
+	v, err := ecore.Arrive(ecore.Arrival{Queued: len(a.q), Bound: e.cfg.queueMax, Jump: g.stolen, Head: head, Wait: timeout >= 0},
+		func() error {
+			var err error
+			adm, _, err = a.tryFairLocked(w, now)
+			return err
+		})
+	switch v {
+	case ecore.Admitted, ecore.Refused:
+		a.mu.Unlock()
+		if err == nil {
+			a.waits.observe(0)
 		}
-		if timeout < 0 {
-			a.mu.Unlock()
-			return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (the request asked not to queue)", ErrNoCapacity, err), after: time.Second}
-		}
-		w.why = err
-	}
-	if timeout < 0 {
+		return adm.path, adm.resv, nil, err
+	case ecore.NoWait:
 		n := len(a.q)
 		a.mu.Unlock()
+		if err != nil {
+			return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (the request asked not to queue)", ErrNoCapacity, err), after: time.Second}
+		}
 		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %d request(s) queued ahead (the request asked not to queue)", ErrNoCapacity, n),
 			after: a.retryHint(now)}
-	}
-	if !head && len(a.q) >= e.cfg.queueMax {
+	case ecore.Full:
 		n := len(a.q)
 		a.mu.Unlock()
 		a.refusedN.Add(1)
 		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (%d waiting)", ErrNoCapacity, ErrQueueFull, n), after: a.retryHint(now)}
 	}
+	w.why = err
 	if head {
 		a.q = slices.Insert(a.q, 0, w)
 	} else {
@@ -362,7 +364,7 @@ func (a *admitter) admitW(ctx context.Context, g *generation, timeout time.Durat
 	a.mu.Unlock()
 	// Admitted just as it gave up: the admission stands only for a
 	// caller still waiting; otherwise its reservations go back.
-	adm := <-w.done
+	adm = <-w.done
 	if ctx.Err() != nil || e.ctx.Err() != nil {
 		a.release(adm.resv)
 		if adm.stolen != nil {

@@ -98,18 +98,25 @@ func (w *world) tryAdmit(q *query) ([]routing.Hop, bool) {
 	return hops, true
 }
 
-// enter hands a new request to the admission queue: admitted at once
-// when nobody waits and a path has room, else queued until its deadline.
+// enter hands a new request to the admission queue (node/entry's
+// Arrive): admitted at once when nobody waits and a path has room, else
+// queued until its deadline, or refused at the queue's bound.
 func (w *world) enter(q *query) {
 	eq, s := w.eq, w.s
-	if len(eq.q) == 0 {
-		if hops, ok := w.tryAdmit(q); ok {
-			eq.waits = append(eq.waits, 0)
-			w.launch(q, hops)
-			return
+	var hops []routing.Hop
+	v, _ := ecore.Arrive(ecore.Arrival{Queued: len(eq.q), Bound: entryQueueMax, Wait: true}, func() error {
+		var ok bool
+		if hops, ok = w.tryAdmit(q); !ok {
+			return ecore.ErrNoRoom
 		}
-	}
-	if len(eq.q) >= entryQueueMax {
+		return nil
+	})
+	switch v {
+	case ecore.Admitted:
+		eq.waits = append(eq.waits, 0)
+		w.launch(q, hops)
+		return
+	case ecore.Full:
 		eq.refused++
 		w.failFor(q, FailQueueRefused)
 		return

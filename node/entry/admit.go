@@ -225,3 +225,48 @@ func Pump[W any](q []W, try func(W) error, admit func(W, error)) int {
 	}
 	return n
 }
+
+// Arrival is a new request at the queue.
+type Arrival struct {
+	Queued int  // requests waiting ahead
+	Bound  int  // the most the queue holds
+	Jump   bool // tried at once even behind others (handed over by a thief, or given back)
+	Head   bool // goes back to the head (a thief gave it back): never refused for the bound
+	Wait   bool // it may wait (it did not ask not to queue)
+}
+
+// Verdict is what the queue does with an arrival.
+type Verdict uint8
+
+// The verdicts.
+const (
+	Admitted Verdict = iota // it goes now
+	Refused                 // it never can: the error says why
+	NoWait                  // it cannot go now and asked not to queue
+	Full                    // the queue is at its bound
+	Queued                  // it waits its turn
+)
+
+// Arrive decides an arrival's fate. One with nobody ahead of it (or one
+// that jumps) is tried at once (try: nil when it goes, a Waitable error
+// when it must wait, any other when it never can); one that cannot go
+// now waits, unless it asked not to or the queue is full. The error is
+// try's, nil when it was not tried.
+func Arrive(a Arrival, try func() error) (Verdict, error) {
+	var err error
+	if a.Queued == 0 || a.Jump || a.Head {
+		if err = try(); err == nil {
+			return Admitted, nil
+		}
+		if !Waitable(err) {
+			return Refused, err
+		}
+	}
+	switch {
+	case !a.Wait:
+		return NoWait, err
+	case !a.Head && a.Queued >= a.Bound:
+		return Full, err
+	}
+	return Queued, err
+}

@@ -19,6 +19,7 @@ import (
 //	unknown NODE                   a node that reports nothing
 //	admit REQ need=                TryAdmit at once
 //	enqueue REQ need= [deadline=] [nohold]
+//	arrive REQ need= [bound=] [jump] [head] [nowait]
 //	pump                           admit from the head (fair when on)
 //	opened REQ                     its first token: re-base its reservations
 //	release REQ                    it ended
@@ -136,6 +137,29 @@ func (d *admitDriver) do(cmd string, in []string) string {
 			noHold: a.flag("nohold")}
 		d.q = append(d.q, r)
 		return fmt.Sprintf("queue: %d", len(d.q))
+	case "arrive":
+		r := &admitReq{name: a.words[0], need: a.int("need", 0), since: d.now, deadline: d.now.Add(a.dur("deadline", 30*time.Second)),
+			noHold: a.flag("nohold") || a.flag("jump") || a.flag("head") || a.flag("nowait")}
+		var path []string
+		v, err := Arrive(Arrival{Queued: len(d.q), Bound: a.int("bound", 1024), Jump: a.flag("jump"), Head: a.flag("head"), Wait: !a.flag("nowait")},
+			func() error {
+				var err error
+				path, err = d.admit(r)
+				return err
+			})
+		switch v {
+		case Admitted:
+			return d.admitted(r, path)
+		case Queued:
+			if a.flag("head") {
+				d.q = slices.Insert(d.q, 0, r)
+			} else {
+				d.q = append(d.q, r)
+			}
+			r.lastError = err
+			return fmt.Sprintf("%s queued (tried: %v); queue: %d", r.name, err, len(d.q))
+		}
+		return fmt.Sprintf("%s %s (tried: %v)", r.name, map[Verdict]string{Refused: "refused", NoWait: "not queued", Full: "refused: queue full"}[v], err)
 	case "pump":
 		var out []string
 		n := Pump(d.q, func(r *admitReq) error {
