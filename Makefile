@@ -7,7 +7,7 @@ PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
-	test-ggml build-ggml bench-ggml bench-ggml-llamacpp build-cuda build-vulkan bench-llamacpp handovers fuzz-long \
+	test-ggml build-ggml bench-ggml bench-ggml-llamacpp build-cuda build-vulkan debs-vulkan test-vulkan test-vulkan-run bench-llamacpp handovers fuzz-long \
 	nemesis nemesis-broken gpu-bundle gpu-check-dry
 
 all: build
@@ -280,8 +280,8 @@ $(LLAMACPP_BENCH)/node_modules/.package-lock.json: $(LLAMACPP_BENCH)/package-loc
 # ggml's GPU backends are shared libraries that ggml loads at run time,
 # built with CMake from the sources inside the pinned ollama module, for
 # one architecture by default (a full CUDA build takes about an hour on 2
-# cores); engine/ggml loads them with WithLibDir. Untested here: this
-# machine has neither nvcc nor cmake, nor a GPU.
+# cores); engine/ggml loads them with WithLibDir. build-cuda is untested here:
+# this machine has no nvcc and no GPU (build-vulkan runs here on lavapipe).
 CUDA_ARCH ?= native
 GPU_BUILD := $(CURDIR)/$(BIN)/ggml-gpu
 ollama-src = $$(cd engine/ggml && $(GO) mod download -json github.com/ollama/ollama | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
@@ -289,10 +289,71 @@ build-cuda:
 	@command -v cmake >/dev/null && command -v nvcc >/dev/null || { echo "build-cuda needs cmake and nvcc (the CUDA toolkit)"; exit 1; }
 	cmake -S $(ollama-src) -B $(GPU_BUILD)/cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCH)
 	cmake --build $(GPU_BUILD)/cuda --target ggml-cuda -j $$(nproc)
-build-vulkan:
-	@command -v cmake >/dev/null && command -v glslc >/dev/null || { echo "build-vulkan needs cmake and glslc (the Vulkan SDK)"; exit 1; }
-	cmake -S $(ollama-src) -B $(GPU_BUILD)/vulkan -DCMAKE_BUILD_TYPE=Release
-	cmake --build $(GPU_BUILD)/vulkan --target ggml-vulkan -j $$(nproc)
+# build-vulkan (docs/ggml.md "Vulkan on lavapipe"): ggml-vulkan from the
+# same pinned sources. Debian 12's Vulkan-Hpp (1.3.239) is too old for
+# ggml-vulkan.cpp, so the headers come from Debian 13's libvulkan-dev
+# (pinned URL and sha256), unpacked under bin/ and never installed; the
+# library links the system's libvulkan1 loader. ollama's vendored ggml lacks
+# vulkan-shaders/feature-tests/, so glslc goes through
+# engine/ggml/vulkan/glslc, which supplies those tests (else every shader
+# extension is taken as supported and Debian's glslc fails on them).
+# Debian packages: cmake, glslc, libvulkan1 and mesa-vulkan-drivers
+# (lavapipe, the CPU Vulkan device test-vulkan runs on): debs-vulkan.
+VULKAN_DEV_DEB    := libvulkan-dev_1.4.309.0-1_amd64.deb
+VULKAN_DEV_URL    := http://deb.debian.org/debian/pool/main/v/vulkan-loader/$(VULKAN_DEV_DEB)
+VULKAN_DEV_SHA256 := 8d329d465e16168afff58b1bd0dd6db46aac2cc3f56054a481b25a04e90b345a
+VULKAN_SDK_DIR    := $(CURDIR)/$(BIN)/vulkan-headers
+VULKAN_LOADER     ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libvulkan.so.1 /usr/lib/libvulkan.so.1 /usr/lib64/libvulkan.so.1))
+VULKAN_LIB_DIR    := $(GPU_BUILD)/vulkan/lib/ollama
+DEBS_VULKAN       := cmake glslc libvulkan1 mesa-vulkan-drivers
+debs-vulkan:
+	@missing=; for p in $(DEBS_VULKAN); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		{ apt-get install -y --no-install-recommends $$missing >/dev/null 2>&1 || \
+		  { apt-get update >/dev/null && apt-get install -y --no-install-recommends $$missing >/dev/null; }; } || \
+		{ echo "apt-get install$$missing failed: build-vulkan cannot run"; exit 1; }; \
+	else echo "$$missing not installed and not installable here (needs root and apt-get): build-vulkan cannot run"; exit 1; fi
+$(VULKAN_SDK_DIR)/usr/include/vulkan/vulkan.hpp:
+	@command -v curl >/dev/null && command -v dpkg-deb >/dev/null || { echo "build-vulkan needs curl and dpkg-deb for the Vulkan headers"; exit 1; }
+	@mkdir -p $(VULKAN_SDK_DIR)
+	curl -sSfL -o $(VULKAN_SDK_DIR)/$(VULKAN_DEV_DEB) $(VULKAN_DEV_URL)
+	echo "$(VULKAN_DEV_SHA256)  $(VULKAN_SDK_DIR)/$(VULKAN_DEV_DEB)" | sha256sum -c --quiet || { rm -f $(VULKAN_SDK_DIR)/$(VULKAN_DEV_DEB); exit 1; }
+	dpkg-deb -x $(VULKAN_SDK_DIR)/$(VULKAN_DEV_DEB) $(VULKAN_SDK_DIR)
+	@touch $@
+build-vulkan: debs-vulkan $(VULKAN_SDK_DIR)/usr/include/vulkan/vulkan.hpp
+	@test -n "$(VULKAN_LOADER)" || { echo "build-vulkan: no libvulkan.so.1 (Debian's libvulkan1)"; exit 1; }
+	nice -n 19 cmake -S $(ollama-src) -B $(GPU_BUILD)/vulkan -DCMAKE_BUILD_TYPE=Release \
+		-DVulkan_INCLUDE_DIR=$(VULKAN_SDK_DIR)/usr/include -DVulkan_LIBRARY=$(VULKAN_LOADER) \
+		-DVulkan_GLSLC_EXECUTABLE=$(CURDIR)/engine/ggml/vulkan/glslc
+	nice -n 19 cmake --build $(GPU_BUILD)/vulkan --target ggml-vulkan -j $$(nproc)
+	@ls -l $(VULKAN_LIB_DIR)/libggml-vulkan.so $(VULKAN_LIB_DIR)/libggml-base.so
+# test-vulkan: engine/ggml's Vulkan tests (vulkan_test.go, TestVulkanMixedSwarm)
+# and strata-ggml's TestStart on the first Vulkan device, Mesa's lavapipe
+# here (a CPU-type device, which ggml-vulkan uses only when
+# GGML_VK_VISIBLE_DEVICES selects it), twice: with ggml-vulkan's F32
+# kernels only (GGML_VK_DISABLE_F16: the CPU device's 1e-4 bound) and as a
+# GPU runs it (F16 staging in matrix-matrix kernels: the F16 bound).
+# ggml-vulkan's debug lines (every memory query) are filtered out. Not
+# part of make test: see docs/ggml.md "Vulkan on lavapipe" for its cost.
+VULKAN_DEVICE   ?= 0
+VULKAN_TEST_ENV  = GGML_VK_VISIBLE_DEVICES=$(VULKAN_DEVICE) STRATA_VULKAN_LIB_DIR=$(VULKAN_LIB_DIR)
+# Where the Debian packages cannot be had (no root, no apt-get) it skips,
+# saying why; a build or test failure fails it.
+test-vulkan: SHELL := /bin/bash
+test-vulkan:
+	@$(MAKE) --no-print-directory debs-vulkan || { echo "== test-vulkan: SKIPPED (the packages above are missing)"; exit 0; }; \
+		$(MAKE) --no-print-directory build-vulkan && $(MAKE) --no-print-directory test-vulkan-run
+test-vulkan-run: SHELL := /bin/bash
+test-vulkan-run:
+	set -o pipefail; cd engine/ggml && \
+	for f16 in off on; do \
+		echo "== Vulkan tests, F16 kernels $$f16"; \
+		env -u GGML_VK_DISABLE_F16 $(VULKAN_TEST_ENV) $$([ $$f16 = off ] && echo GGML_VK_DISABLE_F16=1) \
+			$(GO) test -timeout $(TEST_TIMEOUT) -count=1 -v -run 'Vulkan' . 2>&1 | grep -v 'get_device_memory called' || exit 1; \
+	done
+	set -o pipefail; cd cmd/strata-ggml && env $(VULKAN_TEST_ENV) \
+		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 -v -run 'TestStart' . 2>&1 | grep -v 'get_device_memory called'
 
 # The GPU check (issue 31; testnet/gpu-check.sh, docs/ggml.md "GPU node").
 # gpu-bundle writes bin/gpu-bundle.tar.gz, all that a Linux host with an

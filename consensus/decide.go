@@ -68,6 +68,10 @@ type LeaderConfig struct {
 	// (0: never).
 	RebalanceEvery time.Duration
 	RebalanceOpts  layers.RebalanceOptions
+	// TrustChecks is K, the verified checks after which a member counts
+	// fully in placement, in a swarm with stewards (0:
+	// DefaultTrustChecks); trust.go.
+	TrustChecks int
 }
 
 // LeaderInput is everything one decision reads.
@@ -109,6 +113,11 @@ type LeaderInput struct {
 	// no model file and fetch their layers from peers
 	// (layers.RebalanceOptions.FetchRates).
 	FetchRates map[string]float64
+	// Vouches are the members' counts of spot checks they saw others
+	// pass (trust.go): in a swarm with stewards, a member's weight in
+	// placement grows with them, and no layer is left to members short
+	// of TrustChecks alone while those that have them can hold the model.
+	Vouches []Vouch
 }
 
 // LeaderState is what a leader remembers between decisions within one
@@ -191,6 +200,12 @@ func (TransferLeadership) String() string { return "transfer leadership" }
 type decision struct {
 	in *LeaderInput
 	st LeaderState
+	// The fleet a plan may place, computed once a decision (fleet).
+	f         *layers.Fleet
+	placeable map[string]bool
+	fErr      error
+	fDone     bool
+	trust     layers.Trust
 }
 
 // Decide is the leader's policy: given the input and the memory of this
@@ -468,6 +483,7 @@ func (d *decision) repairPending(p Pending) Action {
 		}
 		target = next
 	}
+	target = d.vouch(target)
 	target.Epoch = p.Map.Epoch
 	committed := s.Committed()
 	if !target.Covers() || (committed.Layers != 0 && target.SameStages(committed)) {
@@ -508,6 +524,11 @@ func (d *decision) tendWarmup(p Pending) Action {
 // fleet is the members a plan may place: not draining, not laggards, not
 // dead, with their measured speeds.
 func (d *decision) fleet() (*layers.Fleet, map[string]bool, error) {
+	if d.fDone {
+		return d.f, d.placeable, d.fErr
+	}
+	d.fDone = true
+	d.trust = d.in.State.Trust(d.in.Vouches, d.in.Config.TrustChecks)
 	var nodes []layers.Node
 	ok := map[string]bool{}
 	for _, m := range d.in.State.Members() {
@@ -521,8 +542,26 @@ func (d *decision) fleet() (*layers.Fleet, map[string]bool, error) {
 		nodes = append(nodes, n)
 		ok[m.ID] = true
 	}
-	f, err := layers.NewFleet(d.in.Config.Model, nodes, d.in.State.PlanParams(d.in.Config.CostParams))
-	return f, ok, err
+	// A member's modelled capacity counts by its verified work.
+	nodes = d.trust.Weigh(nodes)
+	d.f, d.fErr = layers.NewFleet(d.in.Config.Model, nodes, d.in.State.PlanParams(d.in.Config.CostParams))
+	d.placeable = ok
+	return d.f, d.placeable, d.fErr
+}
+
+// vouch gives every layer of target a verified holder when the verified
+// members can hold the model (layers.Planner.Vouch); target as it is
+// otherwise, and in a swarm without stewards.
+func (d *decision) vouch(target layers.LayerMap) layers.LayerMap {
+	f, _, err := d.fleet()
+	if err != nil || d.trust.Full <= 0 || target.Layers != f.Model.Layers {
+		return target
+	}
+	out, _, err := d.in.Config.Planner.Vouch(f, target, d.trust)
+	if err != nil {
+		return target
+	}
+	return out
 }
 
 // plan proposes the next map, if there is one to propose.
@@ -687,6 +726,7 @@ func allPlaceable(m layers.LayerMap, placeable map[string]bool) bool {
 // reloading it and no node holds more than it can while it warms up. It
 // proposes the first step and remembers the goal for the next ones.
 func (d *decision) stepwise(f *layers.Fleet, committed, target layers.LayerMap, reason string) (Action, error) {
+	target = d.vouch(target)
 	steps, err := layers.OrderMoves(f, committed, layers.Diff(f.Model, committed, target))
 	if err != nil {
 		a, perr := d.propose(committed, target, reason)
@@ -713,6 +753,7 @@ func (d *decision) stepwise(f *layers.Fleet, committed, target layers.LayerMap, 
 
 // propose appends MapProposed for target as the next epoch.
 func (d *decision) propose(committed, target layers.LayerMap, reason string) (Action, error) {
+	target = d.vouch(target)
 	target.Epoch = nextEpoch(committed.Epoch)
 	if committed.Layers != 0 && target.SameStages(committed) {
 		return nil, nil

@@ -218,6 +218,19 @@ func (w *world) do(line string) string {
 		ids := slices.Sorted(slices.Values(args))
 		w.in.State.stewards, w.in.State.stewardSeq = ids, w.in.State.stewardSeq+1
 		return ""
+	case "vouch":
+		// vouch CHECKER SUBJECT N: CHECKER's heartbeats say it saw N spot
+		// checks of SUBJECT's work agree (replacing what it said before).
+		n, err := strconv.Atoi(args[2])
+		if err != nil {
+			return w.fail("%v", err)
+		}
+		w.in.Vouches = slices.DeleteFunc(w.in.Vouches, func(v Vouch) bool { return v.Checker == args[0] && v.Subject == args[1] })
+		w.in.Vouches = append(w.in.Vouches, Vouch{Checker: args[0], Subject: args[1], Checks: n})
+		return ""
+	case "trust":
+		// trust: each member's verified checks and placement weight.
+		return w.describeTrust()
 	case "drain":
 		return w.appendEvent(NodeDraining{Node: args[0]})
 	case "leave":
@@ -241,12 +254,16 @@ func (w *world) do(line string) string {
 func (w *world) config(args []string) string {
 	for _, a := range args {
 		k, v, _ := strings.Cut(a, "=")
-		if k == "voters" {
+		if k == "voters" || k == "trust" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
 				return w.fail("%v", err)
 			}
-			w.in.Config.MaxVoters = n
+			if k == "voters" {
+				w.in.Config.MaxVoters = n
+			} else {
+				w.in.Config.TrustChecks = n
+			}
 			continue
 		}
 		d, err := time.ParseDuration(v)
@@ -486,6 +503,21 @@ func (w *world) describeState() string {
 	}
 	if m := s.Manifest(); m != nil {
 		out = append(out, fmt.Sprintf("manifest: %q", m))
+	}
+	return strings.Join(out, "\n")
+}
+
+func (w *world) describeTrust() string {
+	tr := w.in.State.Trust(w.in.Vouches, w.in.Config.TrustChecks)
+	var out []string
+	for _, m := range w.in.State.Members() {
+		out = append(out, fmt.Sprintf("%s: checks %d weight %.3f", m.ID, tr.Checks[m.ID], tr.Weight(m.ID)))
+	}
+	if p, ok := w.in.State.Pending(); ok {
+		out = append(out, fmt.Sprintf("pending unvouched: %v", tr.Unvouched(p.Map)))
+	}
+	if c := w.in.State.Committed(); c.Layers > 0 {
+		out = append(out, fmt.Sprintf("committed unvouched: %v", tr.Unvouched(c)))
 	}
 	return strings.Join(out, "\n")
 }

@@ -152,7 +152,11 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 			DeadGrace: c.cfg.deadGrace, StableAfter: c.cfg.stableAfter, MaxVoters: c.cfg.maxVoters,
 			Warmup: c.cfg.warmup, LaggardPenalty: c.cfg.laggardPenalty,
 			RebalanceEvery: c.cfg.rebalanceEvery, RebalanceOpts: c.cfg.rebalanceOpts,
+			TrustChecks: c.cfg.trustChecks,
 		},
+	}
+	if in.State.HasStewards() {
+		in.Vouches = vouchesOf(c.cfg.vouches)
 	}
 	if _, banned := in.State.Banned(in.Self, now); !in.State.IsMember(in.Self) && !banned {
 		in.Join = c.joinEvent()

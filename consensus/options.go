@@ -143,6 +143,9 @@ type config struct {
 	publisher Publisher
 	speeds    Speeds
 	fetch     FetchRates
+	// vouches and trustChecks weigh members by verified work (trust.go).
+	vouches     Vouches
+	trustChecks int
 
 	banFor time.Duration // how long a faulted node stays banned
 

@@ -68,6 +68,19 @@ type Ops interface {
 	GELU(gate, up Tensor) Tensor
 	// Scale multiplies every value of x by s (gemma's embedding scaling).
 	Scale(x Tensor, s float32) Tensor
+
+	// Slice keeps values [lo, hi) of each run of every values (one head
+	// of a row): deepseek2's split of Q and of its KV projection.
+	Slice(x Tensor, every, lo, hi int) Tensor
+	// Concat joins, per head, aw values of a then bw values of b; the
+	// one that has a single head per row is repeated for every head of
+	// the other (deepseek2's shared RoPE part of K).
+	Concat(a, b Tensor, aw, bw int) Tensor
+	// HeadLinear multiplies each head of x by its own matrix: w is a 3-D
+	// weight of heads × rows × cols (GGUF dims [cols, rows, heads]), x
+	// rows of heads × cols; the result rows of heads × rows (deepseek2's
+	// attn_k_b and attn_v_b).
+	HeadLinear(x Tensor, w Weight) Tensor
 }
 
 // Rope is one RoPE variant. It is comparable, so that an engine can keep
@@ -155,6 +168,19 @@ type Attn struct {
 	// SoftCap turns each raw score s (before Scale) into
 	// SoftCap·tanh(s/SoftCap) (0: none), as llama.cpp's gemma2.
 	SoftCap float32
+	// VDim is the width of a V head where it differs from HeadDim (0:
+	// HeadDim). With v nil, V is the last VDim values of each K head
+	// (deepseek2's absorbed MLA, whose V is the latent K holds): only K
+	// is cached.
+	VDim int
+}
+
+// vDim is the width of a V head.
+func (a Attn) vDim() int {
+	if a.VDim == 0 {
+		return a.HeadDim
+	}
+	return a.VDim
 }
 
 // MoE is a mixture-of-experts FFN with a softmax router.
@@ -184,6 +210,23 @@ type MoE struct {
 	// ±OAILimit.
 	OAI                bool
 	OAIAlpha, OAILimit float32
+
+	// deepseek2's variant (llama.cpp's build_moe_ffn as its graph calls
+	// it): DeepSeek set, the chosen weights are renormalised only where
+	// NormTopK is set, then multiplied by WeightScale.
+	DeepSeek bool
+	// Sigmoid turns the logits into probabilities by a sigmoid each
+	// (expert_gating_func 2) instead of a softmax.
+	Sigmoid bool
+	// SelectBias (exp_probs_b) is added to the probabilities to choose
+	// the experts only; the weights are the unbiased probabilities. nil
+	// for none.
+	SelectBias Weight // [experts]
+	// Groups > 1 limits the choice to the GroupsUsed groups (of
+	// Experts/Groups consecutive experts) whose two best probabilities
+	// sum highest.
+	Groups, GroupsUsed int
+	WeightScale        float32
 }
 
 // TensorSpec is a tensor an architecture reads from the file.
@@ -220,6 +263,14 @@ type Arch struct {
 	// (<arch>.expert_count > 0; HParams.Experts and the like are then
 	// read). Files of the others with experts are refused.
 	Experts bool
+	// DeepSeekMoE: its experts may come with shared experts, leading
+	// dense layers, sigmoid gating, group-limited routing and a selection
+	// bias (deepseek2), which are read and checked for it.
+	DeepSeekMoE bool
+	// OwnHeads: Read sets the head sizes itself (deepseek2's MLA), so a
+	// value length or a RoPE width other than the key length is not
+	// refused before it (HParams.VHeadDim and RopeDims hold them).
+	OwnHeads bool
 }
 
 // Layer is what a Block sees of its layer.

@@ -178,6 +178,13 @@ var moeBenchShapes = []struct {
 		Vocab: 4096, Seed: 1, Mix: "q4_k_m", Experts: 128, ExpertsUsed: 8, ExpertFFN: 768}},
 	{"qwen3-dense-active-2layers", GenConfig{Arch: "qwen3", Layers: 2, Dim: 2048, Heads: 32, KVHeads: 4, HeadDim: 128, FFN: 6144,
 		Vocab: 4096, Seed: 1, Mix: "q4_k_m"}},
+	// deepseek2: DeepSeek-V2-Lite's layers (16 heads of 128 + 64 RoPE, V
+	// 128, kv_lora 512; its dense first layer of 10944; 64 experts of 1408,
+	// 6 a token, 2 shared, softmax routing), with a Q LoRA of 1536 (V2-Lite
+	// has none, which llama.cpp reads only at 26 or 27 layers).
+	{"deepseek-v2-lite-2layers", GenConfig{Arch: "deepseek2", Layers: 2, Dim: 2048, Heads: 16, HeadDim: 192, FFN: 10944,
+		Vocab: 4096, Seed: 1, Mix: "q4_k_m", Experts: 64, ExpertsUsed: 6, ExpertFFN: 1408,
+		DeepSeek2: DeepSeek2Gen{QLoraRank: 1536, KVLoraRank: 512, RopeDims: 64, VHeadDim: 128, SharedExperts: 2, Softmax: true, WeightsScale: 1}}},
 }
 
 // BenchmarkMoEDecode reports single-session decode tokens/s of the MoE

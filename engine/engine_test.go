@@ -50,6 +50,12 @@ var testShapes = map[string]GenConfig{
 	// and a global one; gemma2: alternating windows and soft caps.
 	"gemma3": {Arch: "gemma3", Layers: 6, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 128, Vocab: 300, Seed: 19, SlidingWindow: 5},
 	"gemma2": {Arch: "gemma2", Layers: 4, Dim: 64, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 128, Vocab: 300, Seed: 20, SlidingWindow: 5},
+	// deepseek2: latent attention (the cache holds the latent), a leading
+	// dense layer, 8 experts in 4 groups, 2 kept, sigmoid routing with
+	// exp_probs_b, a shared expert, YaRN.
+	"deepseek2": {Arch: "deepseek2", Layers: 4, Dim: 64, Heads: 4, FFN: 64, Vocab: 300, Seed: 21, Experts: 8, ExpertsUsed: 3,
+		ExpertFFN: 32, Context: 4096, RopeScaling: "yarn", RopeScalingFactor: 40,
+		DeepSeek2: DeepSeek2Gen{QLoraRank: 32, KVLoraRank: 32, ExpertGroups: 4, GroupsUsed: 2}},
 }
 
 // TestPackedTypesDeterministic: for every packed type, a two-stage run at

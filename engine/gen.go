@@ -12,7 +12,7 @@ import (
 
 // GenConfig is the shape of a random-weight model.
 type GenConfig struct {
-	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma3", "gemma2" or "gpt-oss"
+	Arch     string // "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma3", "gemma2", "gpt-oss" or "deepseek2"
 	Name     string // general.name; default "strata-random-<arch>"
 	Layers   int
 	Dim      int // embedding length
@@ -63,6 +63,8 @@ type GenConfig struct {
 	// local layers' window (0: 512); gpt-oss's even layers' (0: 128, as
 	// the released models).
 	SlidingWindow int
+	// DeepSeek2 shapes a deepseek2 model (gen_deepseek2.go).
+	DeepSeek2 DeepSeek2Gen
 }
 
 // DefaultGenConfig is a tiny llama that tests run in milliseconds.
@@ -241,6 +243,9 @@ func genParts(c GenConfig) ([]KV, []WriteTensor, error) {
 			return nil, nil, err
 		}
 		return gemmaParts(gc)
+	}
+	if c.Arch == "deepseek2" {
+		return deepseek2Parts(c)
 	}
 	c = c.withDefaults()
 	if err := c.validate(); err != nil {

@@ -51,9 +51,9 @@ type HParams struct {
 	RopeFreqScale   float32
 	RopeOrigContext int
 	// YaRN's parameters: llama.cpp's rope.scaling.yarn_* keys where it
-	// reads them (yarnKeys: for none of the architectures run here), else
-	// its defaults (ext_factor 1 for yarn and 0 for linear, attn_factor 1,
-	// beta_fast 32, beta_slow 1, log multiplier 0).
+	// reads them (yarnKeys: of the architectures run here, deepseek2's
+	// log multiplier), else its defaults (ext_factor 1 for yarn and 0 for
+	// linear, attn_factor 1, beta_fast 32, beta_slow 1, log multiplier 0).
 	YarnExtFactor, YarnAttnFactor, YarnBetaFast, YarnBetaSlow, YarnLogMul float32
 	// SlidingWindow is attention.sliding_window as the file declares it.
 	// gemma2 and gemma3 apply it on their local layers; phi3's is not
@@ -73,9 +73,24 @@ type HParams struct {
 	// (moe.go). FFN is then feed_forward_length as the file declares it.
 	Experts, ExpertsUsed, ExpertFFN int
 	// SharedExperts (of width SharedFFN) and LeadingDense layers are read
-	// for the families that have them (deepseek2, qwen2moe), so that such
-	// files are refused by name; no supported architecture runs them yet.
+	// for the families that have them (deepseek2, qwen2moe); only
+	// deepseek2 runs them (Arch.DeepSeekMoE), the others are refused.
 	SharedExperts, SharedFFN, LeadingDense int
+	// deepseek2's routing: ExpertGating is expert_gating_func (1 softmax,
+	// 2 sigmoid); ExpertGroups and GroupsUsed its group-limited top-k
+	// (0: none); ExpertWeightsNorm renormalises the chosen weights and
+	// ExpertWeightsScale multiplies them.
+	ExpertGating, ExpertGroups, GroupsUsed int
+	ExpertWeightsNorm                      bool
+	ExpertWeightsScale                     float32
+	// deepseek2's multi-head latent attention (arch_deepseek2.go): the
+	// ranks of the Q and KV projections (QLoraRank 0: a plain attn_q, as
+	// llama.cpp's 26- and 27-layer "lite" models), a head's RoPE and
+	// non-RoPE parts of Q·K, its V width, and MLA: the file splits kv_b
+	// into attn_k_b and attn_v_b, which the engines run absorbed (HeadDim
+	// is then KVLoraRank+RopeDims over KVHeads 1, and V is the latent).
+	QLoraRank, KVLoraRank, RopeDims, NopeDims, VHeadDim int
+	MLA                                                 bool
 }
 
 // MoE reports whether the model's FFNs are mixtures of experts.
@@ -83,6 +98,31 @@ func (h HParams) MoE() bool { return h.Experts > 0 }
 
 // KVDim is the width of one token's K (or V) in one layer.
 func (h HParams) KVDim() int { return h.KVHeads * h.HeadDim }
+
+// VHead is the width of one V head as an engine that caches V apart
+// from K holds it: HeadDim, or deepseek2's (with MLA, the latent).
+func (h HParams) VHead() int {
+	switch {
+	case h.Arch != "deepseek2":
+		return h.HeadDim
+	case h.MLA:
+		return h.KVLoraRank
+	}
+	return h.VHeadDim
+}
+
+// CacheDims are the widths of what one layer caches per token: K and V,
+// both KVDim, except for deepseek2: with MLA, the latent and its RoPE
+// part only (K; V is K's latent part, v 0); without, V's own width.
+func (h HParams) CacheDims() (k, v int) {
+	switch {
+	case h.Arch != "deepseek2":
+		return h.KVDim(), h.KVDim()
+	case h.MLA:
+		return h.KVDim(), 0
+	}
+	return h.KVDim(), h.KVHeads * h.VHeadDim
+}
 
 // QDim is the width of one token's Q (and attention output) in one layer:
 // Dim, unless the file sets a head size of its own (qwen3's key_length).
@@ -97,6 +137,15 @@ func (h HParams) Spec(bytesPerParam float64) (layers.ModelSpec, error) {
 		// Memory counts every expert, compute the used ones (package layers).
 		hp.Experts, hp.ActiveExperts, hp.ExpertFFN = h.Experts, h.ExpertsUsed, h.ExpertFFN
 		hp.SharedExperts, hp.DenseLayers = h.SharedExperts, h.LeadingDense
+	}
+	if h.Arch == "deepseek2" {
+		// Package layers counts MLA's weights and its cache (the latent
+		// and the RoPE part, as the Go engine holds it); a kv_b file's
+		// engines cache every head's K and V.
+		hp.KVHeads, hp.HeadDim = h.Heads, h.NopeDims+h.RopeDims
+		if h.MLA {
+			hp.HeadDim, hp.VHeadDim, hp.KVLoRARank, hp.RopeHeadDim, hp.QLoRARank = h.NopeDims, h.VHeadDim, h.KVLoraRank, h.RopeDims, h.QLoraRank
+		}
 	}
 	return layers.NewModelSpec(hp)
 }
@@ -203,7 +252,7 @@ func ReadHParams(f *File) (HParams, error) {
 	case !(h.RopeAttnFactor > 0) || h.RopeAttnFactor > 1e3:
 		return bad("rope.scaling.attn_factor", h.RopeAttnFactor)
 	}
-	if err := readExperts(f, &h, ad.Experts, geti); err != nil {
+	if err := readExperts(f, &h, ad, geti); err != nil {
 		return HParams{}, err
 	}
 	h.TrainContext = h.Context
@@ -224,15 +273,18 @@ func ReadHParams(f *File) (HParams, error) {
 	switch {
 	case h.HeadDim <= 0 || h.HeadDim%2 != 0 || h.HeadDim > 1<<14:
 		return bad("attention.key_length", h.HeadDim)
-	case vl != h.HeadDim:
+	case vl != h.HeadDim && !ad.OwnHeads:
 		return HParams{}, fmt.Errorf("%w: %s with value length %d ≠ key length %d", ErrUnsupportedArch, arch, vl, h.HeadDim)
 	}
 	rd := h.HeadDim
 	if err := geti("rope.dimension_count", &rd, h.HeadDim); err != nil {
 		return HParams{}, err
 	}
-	if rd != h.HeadDim {
+	if rd != h.HeadDim && !ad.OwnHeads {
 		return HParams{}, fmt.Errorf("%w: %s with partial RoPE (rope.dimension_count %d, head size %d)", ErrUnsupportedArch, arch, rd, h.HeadDim)
+	}
+	if ad.OwnHeads {
+		h.VHeadDim, h.RopeDims = vl, rd
 	}
 	_, h.RopeFactors = f.Tensor("rope_freqs.weight")
 	if ad.Read != nil {
@@ -520,8 +572,9 @@ func ReadModelSpec(path string) (layers.ModelSpec, error) {
 }
 
 // yarnKeys are the rope.scaling.yarn_* keys llama.cpp reads, by
-// architecture (llama_model::load_hparams): none for those the engine runs,
-// whose files' yarn_* keys llama.cpp ignores, and so does the engine.
+// architecture (llama_model::load_hparams): of those the engines run, only
+// deepseek2's log multiplier; the others' yarn_* keys llama.cpp ignores, and
+// so does the engine.
 var yarnKeys = map[string][]string{
 	"grok":      {"yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"},
 	"deepseek2": {"yarn_log_multiplier"},

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -16,9 +17,13 @@ import (
 // maxExperts is llama.cpp's LLAMA_MAX_EXPERTS.
 const maxExperts = 512
 
-// gatingSoftmax is llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX, the
-// value of <arch>.expert_gating_func for a softmax router.
-const gatingSoftmax = 1
+// gatingSoftmax and gatingSigmoid are llama.cpp's
+// LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX and _SIGMOID, the values of
+// <arch>.expert_gating_func for a softmax and a sigmoid router.
+const (
+	gatingSoftmax = 1
+	gatingSigmoid = 2
+)
 
 // minWeightSum is ggml_clamp's lower bound on the chosen probabilities'
 // sum in build_moe_ffn: the smallest normal half.
@@ -27,8 +32,8 @@ const minWeightSum = 6.103515625e-5
 // readExperts reads the mixture-of-experts keys beyond expert_count (read
 // already into h.Experts) and checks them; h.FFN is read. moe says whether
 // the architecture's definition runs experts (Arch.Experts).
-func readExperts(f *File, h *HParams, moe bool, geti func(key string, dst *int, def int) error) error {
-	a := h.Arch
+func readExperts(f *File, h *HParams, ad *Arch, geti func(key string, dst *int, def int) error) error {
+	a, moe := h.Arch, ad.Experts
 	for _, e := range []error{
 		geti("expert_shared_count", &h.SharedExperts, 0),
 		geti("expert_shared_feed_forward_length", &h.SharedFFN, 0),
@@ -46,6 +51,8 @@ func readExperts(f *File, h *HParams, moe bool, geti func(key string, dst *int, 
 		return fmt.Errorf("%w: %s with %d experts (mixture of experts runs for %s)", ErrUnsupportedArch, a, h.Experts, strings.Join(expertArchs(), " and "))
 	case h.Experts > maxExperts:
 		return fmt.Errorf("%w: key %q = %d (at most %d)", ErrCorrupt, a+".expert_count", h.Experts, maxExperts)
+	case ad.DeepSeekMoE:
+		return readDeepSeekExperts(f, h, geti)
 	case h.SharedExperts > 0:
 		return fmt.Errorf("%w: %s with %d experts and %d shared experts (shared experts are not supported)", ErrUnsupportedArch, a, h.Experts, h.SharedExperts)
 	case h.LeadingDense > 0:
@@ -134,6 +141,8 @@ type moeWeights struct {
 	gateB, upB, downB  *matrix // Experts × rows
 	weighChosen, oai   bool
 	oaiAlpha, oaiLimit float32
+	// deepseek2: its routing (dsRouting.route); nil for the others.
+	ds *dsRouting
 }
 
 // MoE is the Go engine's mixture of experts: a softmax router, the TopK
@@ -142,13 +151,24 @@ type moeWeights struct {
 func (fw *forward) MoE(x Tensor, m MoE) Tensor {
 	xt := fw.t(x)
 	out := fw.arena.tensor(len(fw.rows), xt.w)
-	if !(m.NormTopK || m.WeighChosen) || m.GELU {
+	if !(m.NormTopK || m.WeighChosen || m.DeepSeek) || m.GELU {
 		fw.fail(fmt.Errorf("%w: a mixture of experts without renormalised weights, or of GELU experts, on the Go engine", ErrUnsupportedArch))
 		return out
 	}
 	w := &moeWeights{router: m.Router.(*matrix), gate: m.Gate.([]*matrix), up: m.Up.([]*matrix), down: m.Down.([]*matrix),
 		weighChosen: m.WeighChosen, oai: m.OAI, oaiAlpha: m.OAIAlpha, oaiLimit: m.OAILimit}
 	ne := w.router.rows
+	if m.DeepSeek {
+		ds := &dsRouting{sigmoid: m.Sigmoid, norm: m.NormTopK, scale: m.WeightScale, groups: m.Groups, used: m.GroupsUsed}
+		if m.SelectBias != nil {
+			ds.bias = m.SelectBias.([]float32)
+		}
+		if err := ds.check(ne, m.TopK); err != nil {
+			fw.fail(err)
+			return out
+		}
+		w.ds = ds
+	}
 	if m.RouterBias != nil {
 		w.routerB = m.RouterBias.([]float32)
 		if len(w.routerB) != ne {
@@ -291,7 +311,11 @@ func (fw *forward) moeFFN(w *moeWeights, k int, xb, res []float32) {
 		}
 	}
 	sel, wt := grow(&sc.sel, n*k), grow(&sc.wt, n*k)
-	route(logits, n, ne, k, sel, wt, w.weighChosen)
+	if w.ds != nil {
+		w.ds.route(logits, n, ne, k, sel, wt, grow(&sc.choice, ne+w.ds.groups))
+	} else {
+		route(logits, n, ne, k, sel, wt, w.weighChosen)
+	}
 
 	// Slots: the (row, rank) pairs grouped by expert, rows in order.
 	count := grow(&sc.count, ne+1)
@@ -384,9 +408,9 @@ func (fw *forward) moeFFN(w *moeWeights, k int, xb, res []float32) {
 
 // moeScratch is moeFFN's scratch, kept across one step's layers.
 type moeScratch struct {
-	logits, wt, xe, gate, up, out, bias []float32
-	sel                                 []int32
-	count, next, slot                   []int
+	logits, wt, xe, gate, up, out, bias, choice []float32
+	sel                                         []int32
+	count, next, slot                           []int
 }
 
 // grow returns *s resized to n, reallocating only to grow it.
@@ -408,5 +432,123 @@ func swigluOAI(g, u []float32, alpha, limit float32) {
 		y := min(max(u[i], -limit), limit)
 		o := x / (1 + expf(float32(alpha*(-x))))
 		g[i] = o * (y + 1)
+	}
+}
+
+// dsRouting is deepseek2's routing, as llama.cpp's build_moe_ffn computes
+// it for that graph (MoE.DeepSeek).
+type dsRouting struct {
+	sigmoid      bool
+	bias         []float32 // selection only; nil for none
+	norm         bool
+	scale        float32
+	groups, used int
+}
+
+func (d *dsRouting) check(ne, k int) error {
+	switch {
+	case d.bias != nil && len(d.bias) != ne:
+		return fmt.Errorf("%w: expert selection bias of %d for %d experts", ErrShape, len(d.bias), ne)
+	case d.groups > 1 && (ne%d.groups != 0 || ne/d.groups < 2 || d.used <= 0 || d.used >= d.groups):
+		return fmt.Errorf("%w: %d experts in %d groups, %d used", ErrShape, ne, d.groups, d.used)
+	case k <= 0 || k > ne:
+		return fmt.Errorf("%w: %d of %d experts", ErrShape, k, ne)
+	case !(d.scale > 0):
+		return fmt.Errorf("%w: expert weights scale %v", ErrShape, d.scale)
+	}
+	return nil
+}
+
+// route turns each row's logits into probabilities in place (sigmoid or
+// softmax), chooses k experts by the probabilities plus the selection
+// bias (first keeping the used groups whose two best sum highest), and
+// weighs them by their unbiased probabilities, renormalised where norm is
+// set, times scale. Ties go to the lower index, as route's. choice is
+// scratch of experts + groups values.
+func (d *dsRouting) route(logits []float32, n, ne, k int, sel []int32, wt, choice []float32) {
+	c, gs := choice[:ne], choice[ne:ne+d.groups]
+	ninf := float32(math.Inf(-1))
+	kept := make([]bool, d.groups)
+	for r := 0; r < n; r++ {
+		p := logits[r*ne : (r+1)*ne]
+		if d.sigmoid {
+			for i, v := range p {
+				// ggml's sigmoid: 1/(1+expf(-x)), expf correctly rounded
+				// as glibc's.
+				p[i] = 1 / (1 + float32(math.Exp(float64(-v))))
+			}
+		} else {
+			softmax(p)
+		}
+		copy(c, p)
+		if d.bias != nil {
+			for i := range c {
+				c[i] += d.bias[i]
+			}
+		}
+		if d.groups > 1 {
+			per := ne / d.groups
+			for g := range gs {
+				b0, b1 := ninf, ninf
+				for _, v := range c[g*per : (g+1)*per] {
+					if v > b0 {
+						b0, b1 = v, b0
+					} else if v > b1 {
+						b1 = v
+					}
+				}
+				gs[g] = b0 + b1
+			}
+			// Keep the used groups with the highest scores (ties: the
+			// lower index), mask the others' experts.
+			clear(kept)
+			for range d.used {
+				best := -1
+				for g, v := range gs {
+					if !kept[g] && (best < 0 || v > gs[best]) {
+						best = g
+					}
+				}
+				kept[best] = true
+			}
+			for g, keep := range kept {
+				if !keep {
+					for i := g * per; i < (g+1)*per; i++ {
+						c[i] = ninf
+					}
+				}
+			}
+		}
+		s, w := sel[r*k:(r+1)*k], wt[r*k:(r+1)*k]
+		for j := range s {
+			best := int32(-1)
+			for e, v := range c {
+				if chosen(s[:j], int32(e)) {
+					continue
+				}
+				if best < 0 || v > c[best] {
+					best = int32(e)
+				}
+			}
+			s[j], w[j] = best, p[best]
+		}
+		if d.norm {
+			sum := 0.0
+			for _, v := range w {
+				sum += float64(v)
+			}
+			ws := float32(sum)
+			if ws < minWeightSum {
+				ws = minWeightSum
+			}
+			for j := range w {
+				w[j] /= ws
+			}
+		}
+		if d.scale != 1 {
+			for j := range w {
+				w[j] *= d.scale
+			}
+		}
 	}
 }

@@ -158,11 +158,30 @@ func (s *Local) ropeFreqs(r Rope) []float32 {
 }
 
 func (fw *forward) Attention(q, k, v Tensor, a Attn) Tensor {
-	qt, kt, vt := fw.t(q), fw.t(k), fw.t(v)
-	out := fw.arena.tensor(len(fw.rows), qt.w)
-	if a.Window < 0 {
+	qt, kt := fw.t(q), fw.t(k)
+	vd := a.vDim()
+	out := fw.arena.tensor(len(fw.rows), a.Heads*vd)
+	kvd, vvd := a.KVHeads*a.HeadDim, a.KVHeads*vd
+	if v == nil {
+		vvd = 0 // V is in K
+	}
+	switch {
+	case a.Window < 0:
 		fw.fail(fmt.Errorf("%w: attention window %d", ErrShape, a.Window))
 		return out
+	case a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 || qt.w != a.Heads*a.HeadDim || kt.w != kvd:
+		fw.fail(fmt.Errorf("%w: attention of Q %d, K %d wide for %d heads, %d KV heads of %d", ErrShape, qt.w, kt.w, a.Heads, a.KVHeads, a.HeadDim))
+		return out
+	case v == nil && vd > a.HeadDim, v != nil && fw.t(v).w != vvd:
+		fw.fail(fmt.Errorf("%w: attention V heads of %d with K heads of %d", ErrShape, vd, a.HeadDim))
+		return out
+	}
+	if len(fw.rows) > 0 {
+		s := fw.rows[0].sess
+		if len(s.k[fw.li]) != s.cap*kvd || len(s.v[fw.li]) != s.cap*vvd {
+			fw.fail(fmt.Errorf("%w: attention caches K %d and V %d wide; the session holds %d and %d", ErrShape, kvd, vvd, len(s.k[fw.li])/s.cap, len(s.v[fw.li])/s.cap))
+			return out
+		}
 	}
 	var sinks []float32
 	if a.Sinks != "" {
@@ -173,12 +192,14 @@ func (fw *forward) Attention(q, k, v Tensor, a Attn) Tensor {
 		}
 		sinks = w
 	}
-	kvd := a.KVHeads * a.HeadDim
 	for r, row := range fw.rows {
 		copy(row.sess.k[fw.li][row.pos*kvd:(row.pos+1)*kvd], kt.f[r*kvd:(r+1)*kvd])
-		copy(row.sess.v[fw.li][row.pos*kvd:(row.pos+1)*kvd], vt.f[r*kvd:(r+1)*kvd])
+		if v != nil {
+			vt := fw.t(v)
+			copy(row.sess.v[fw.li][row.pos*vvd:(row.pos+1)*vvd], vt.f[r*vvd:(r+1)*vvd])
+		}
 	}
-	fw.attention(fw.li, qt.f, out.f, a, sinks)
+	fw.attention(fw.li, qt.f, out.f, a, sinks, v == nil)
 	return out
 }
 
@@ -275,4 +296,73 @@ func geluF32(x float32) float32 {
 	in := float32(float32(c*x) * float32(1+float32(float32(a*x)*x)))
 	th := float32(math.Tanh(float64(in)))
 	return float32(float32(0.5*x) * float32(1+th))
+}
+
+func (fw *forward) Slice(x Tensor, every, lo, hi int) Tensor {
+	xt := fw.t(x)
+	if every <= 0 || lo < 0 || hi <= lo || hi > every || xt.w%every != 0 {
+		fw.fail(fmt.Errorf("%w: slice [%d, %d) of each %d of rows of %d", ErrShape, lo, hi, every, xt.w))
+		return fw.arena.tensor(len(fw.rows), max(hi-lo, 1))
+	}
+	n, w := xt.w/every, hi-lo
+	out := fw.arena.tensor(len(fw.rows), n*w)
+	for i := range len(fw.rows) * n {
+		copy(out.f[i*w:(i+1)*w], xt.f[i*every+lo:i*every+hi])
+	}
+	return out
+}
+
+func (fw *forward) Concat(a, b Tensor, aw, bw int) Tensor {
+	at, bt := fw.t(a), fw.t(b)
+	if aw <= 0 || bw <= 0 || at.w%aw != 0 || bt.w%bw != 0 {
+		fw.fail(fmt.Errorf("%w: concat of rows of %d and %d by heads of %d and %d", ErrShape, at.w, bt.w, aw, bw))
+		return fw.arena.tensor(len(fw.rows), aw+bw)
+	}
+	na, nb := at.w/aw, bt.w/bw
+	n := max(na, nb)
+	if na != nb && min(na, nb) != 1 {
+		fw.fail(fmt.Errorf("%w: concat of %d heads and %d heads", ErrShape, na, nb))
+		return fw.arena.tensor(len(fw.rows), aw+bw)
+	}
+	w := aw + bw
+	out := fw.arena.tensor(len(fw.rows), n*w)
+	for r := range fw.rows {
+		for h := range n {
+			ha, hb := min(h, na-1), min(h, nb-1)
+			o := out.f[(r*n+h)*w:]
+			copy(o[:aw], at.f[(r*na+ha)*aw:(r*na+ha+1)*aw])
+			copy(o[aw:w], bt.f[(r*nb+hb)*bw:(r*nb+hb+1)*bw])
+		}
+	}
+	return out
+}
+
+// HeadLinear gathers each head's rows, multiplies them by its matrix as a
+// dense product does (so a row's bits do not depend on the batch), and
+// puts the results back in head order.
+func (fw *forward) HeadLinear(x Tensor, w Weight) Tensor {
+	xt := fw.t(x)
+	ms, ok := w.([]*matrix)
+	if !ok || len(ms) == 0 || xt.w != len(ms)*ms[0].cols {
+		fw.fail(fmt.Errorf("%w: per-head product of rows of %d", ErrShape, xt.w))
+		return xt
+	}
+	n, nh, cols, rows := len(fw.rows), len(ms), ms[0].cols, ms[0].rows
+	in := fw.arena.tensor(n, nh*cols)
+	res := fw.arena.tensor(n, nh*rows)
+	sets := make([]actProducts, nh)
+	for h, m := range ms {
+		for r := range n {
+			copy(in.f[(h*n+r)*cols:(h*n+r+1)*cols], xt.f[(r*nh+h)*cols:(r*nh+h+1)*cols])
+		}
+		sets[h] = actProducts{newAct(in.f[h*n*cols:(h+1)*n*cols], n, cols), []product{{res.f[h*n*rows : (h+1)*n*rows], m}}}
+	}
+	fw.s.matmulSets(sets)
+	out := fw.arena.tensor(n, nh*rows)
+	for h := range nh {
+		for r := range n {
+			copy(out.f[(r*nh+h)*rows:(r*nh+h+1)*rows], res.f[(h*n+r)*rows:(h*n+r+1)*rows])
+		}
+	}
+	return out
 }

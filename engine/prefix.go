@@ -42,10 +42,10 @@ func (s *Local) NewSessionFrom(src Session, n, maxTokens int) (Session, error) {
 		to.closed, to.k, to.v = true, nil, nil
 		return nil, err
 	}
-	kv := s.hp.KVDim()
+	kd, vd := s.hp.CacheDims()
 	for l := range to.k {
-		copy(to.k[l], from.k[l][:n*kv])
-		copy(to.v[l], from.v[l][:n*kv])
+		copy(to.k[l], from.k[l][:n*kd])
+		copy(to.v[l], from.v[l][:n*vd])
 	}
 	to.n = n
 	return to, nil

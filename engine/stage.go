@@ -227,9 +227,10 @@ func Load(f *File, opts ...Option) (*Local, error) {
 		return nil, fmt.Errorf("%w: %d tokenizer tokens for %d embedding rows", ErrShape, tok.Vocab(), hp.Vocab)
 	}
 	s := &Local{hp: hp, tok: tok}
+	kd, vd := hp.CacheDims()
 	s.info = Info{Engine: EngineGo, Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
-		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
+		KVBytesPerToken: int64(o.hi-o.lo) * int64(kd+vd) * 4}
 	if s.arch, err = Architecture(hp.Arch); err != nil {
 		return nil, err
 	}
@@ -393,11 +394,11 @@ func (s *Local) NewSession(maxTokens int) (Session, error) {
 		return nil, fmt.Errorf("%w: %d positions > the original context %d: the long RoPE factors (rope_factors_long.weight) are not supported",
 			ErrContextFull, maxTokens, s.hp.Context)
 	}
-	kv := s.hp.KVDim()
+	kd, vd := s.hp.CacheDims()
 	ss := &kvSession{st: s, positions: positions{mu: &s.mu, cap: maxTokens}}
 	for range s.layers {
-		ss.k = append(ss.k, make([]float32, maxTokens*kv))
-		ss.v = append(ss.v, make([]float32, maxTokens*kv))
+		ss.k = append(ss.k, make([]float32, maxTokens*kd))
+		ss.v = append(ss.v, make([]float32, maxTokens*vd))
 	}
 	return ss, nil
 }
@@ -591,8 +592,15 @@ func (fw *forward) layer(li int, x *goTensor) error {
 //
 // sinks, where not nil, are each head's sink logit, which joins its
 // softmax's denominator (Attn.Sinks).
-func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32) {
+//
+// vInK: V is the last vDim values of each K head (Attn.VDim).
+func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32, vInK bool) {
 	d, kvd, hd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim, a.HeadDim
+	vd := a.vDim()
+	dv, vs := a.Heads*vd, a.KVHeads*vd // output width; V cache stride
+	if vInK {
+		vs = kvd
+	}
 	group := a.Heads / a.KVHeads
 	scale := a.Scale
 	if scale == 0 {
@@ -607,7 +615,13 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32)
 		}
 		return 0
 	}
-	units := len(fw.rows) * a.KVHeads
+	// A unit is a row's KV head and up to unitHeads of the heads that
+	// share it: deepseek2's absorbed attention has all its heads on one
+	// KV head, and a decode step would otherwise be one goroutine's. Each
+	// head's scores and sums are its own, so the split leaves the bits.
+	hpu := min(group, unitHeads)
+	nsub := (group + hpu - 1) / hpu
+	units := len(fw.rows) * a.KVHeads * nsub
 	work := 0
 	for _, r := range fw.rows {
 		work += (r.pos + 1 - first(r.pos)) * a.Heads * hd * 2
@@ -615,26 +629,34 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32)
 	fw.s.pool.forRange(units, fw.s.pool.grainFor(units, 4), work, func(lo, hi int) {
 		var scores []float32
 		for u := lo; u < hi; u++ {
-			r, kh := u/a.KVHeads, u%a.KVHeads
+			r, kh, sub := u/(a.KVHeads*nsub), u/nsub%a.KVHeads, u%nsub
+			g0 := kh*group + sub*hpu // the unit's first head
+			gn := min(hpu, group-sub*hpu)
 			row := fw.rows[r]
 			p := first(row.pos)
 			// The cache from the first position seen: scores index
 			// positions from there.
-			kc, vc := row.sess.k[li][p*kvd+kh*hd:], row.sess.v[li][p*kvd+kh*hd:]
-			np := row.pos + 1 - p
-			if cap(scores) < group*np {
-				scores = make([]float32, group*np)
+			kc := row.sess.k[li][p*kvd+kh*hd:]
+			var vc []float32
+			if vInK {
+				vc = row.sess.k[li][p*kvd+kh*hd+hd-vd:]
+			} else {
+				vc = row.sess.v[li][p*vs+kh*vd:]
 			}
-			scores = scores[:group*np]
-			q := qs[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
-			out := att[r*d+kh*group*hd : r*d+(kh+1)*group*hd]
+			np := row.pos + 1 - p
+			if cap(scores) < gn*np {
+				scores = make([]float32, gn*np)
+			}
+			scores = scores[:gn*np]
+			q := qs[r*d+g0*hd : r*d+(g0+gn)*hd]
+			out := att[r*dv+g0*vd : r*dv+(g0+gn)*vd]
 			for p0 := 0; p0 < np; p0 += attnBlock {
 				p1 := min(p0+attnBlock, np)
-				for g := 0; g < group; g++ {
+				for g := 0; g < gn; g++ {
 					dotStridedF32(scores[g*np+p0:g*np+p1], kc[p0*kvd:], q[g*hd:(g+1)*hd], kvd)
 				}
 			}
-			for g := 0; g < group; g++ {
+			for g := 0; g < gn; g++ {
 				sg := scores[g*np : (g+1)*np]
 				if a.SoftCap != 0 {
 					softCap(sg, a.SoftCap)
@@ -643,7 +665,7 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32)
 					sg[j] = float32(sg[j] * scale)
 				}
 				if sinks != nil {
-					softmaxSink(sg, sinks[kh*group+g])
+					softmaxSink(sg, sinks[g0+g])
 				} else {
 					softmax(sg)
 				}
@@ -651,13 +673,17 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32)
 			clear(out)
 			for p0 := 0; p0 < np; p0 += attnBlock {
 				p1 := min(p0+attnBlock, np)
-				for g := 0; g < group; g++ {
-					attnAV(out[g*hd:(g+1)*hd], vc[p0*kvd:], kvd, scores[g*np+p0:g*np+p1])
+				for g := 0; g < gn; g++ {
+					attnAV(out[g*vd:(g+1)*vd], vc[p0*vs:], vs, scores[g*np+p0:g*np+p1])
 				}
 			}
 		}
 	})
 }
+
+// unitHeads is the most heads one attention unit takes (more share a KV
+// head only in deepseek2's absorbed attention).
+const unitHeads = 16
 
 // softCap turns each score s into c·tanh(s·(1/c)) in place, as ggml's
 // scale, tanh, scale nodes do (llama.cpp's attention and final logit

@@ -409,7 +409,8 @@ func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chun
 
 // serveChunks starts the chunk server of a node that holds the file.
 func (n *Node) serveChunks(man *chunks.Manifest) error {
-	n.chunks = chunks.NewServer(n.host.Libp2p(), chunks.WithUploadRate(n.cfg.uploadRate))
+	n.chunks = chunks.NewServer(n.host.Libp2p(), chunks.WithUploadRate(n.cfg.uploadRate),
+		chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	if n.cfg.chunkReader == nil {
 		return n.chunks.ServeFile(man, n.model.path)
 	}
@@ -607,7 +608,8 @@ func (f *fetchState) serveSlice(path string) {
 		return
 	}
 	if f.srv == nil {
-		f.srv = chunks.NewServer(f.host.Libp2p(), chunks.WithUploadRate(f.uploadRate))
+		f.srv = chunks.NewServer(f.host.Libp2p(), chunks.WithUploadRate(f.uploadRate),
+			chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	}
 	if err := f.srv.ServeSlice(sl); err != nil {
 		sl.Close()
@@ -968,6 +970,18 @@ func (f *fetchState) standIn(threads int) (*model, error) {
 		// A token's compute is its used experts'; twice that many experts
 		// keep the file small while routing still spreads.
 		c.Experts, c.ExpertsUsed, c.ExpertFFN = min(hp.Experts, 2*hp.ExpertsUsed), hp.ExpertsUsed, hp.ExpertFFN
+	}
+	if hp.Arch == "deepseek2" {
+		// Its own layer: latent attention of the model's ranks, and (the
+		// measured layer, 1, being past the one leading dense layer) its
+		// experts with their shared ones; routing without groups.
+		c.Arch, c.HeadDim = "deepseek2", hp.NopeDims+hp.RopeDims
+		c.DeepSeek2 = engine.DeepSeek2Gen{QLoraRank: hp.QLoraRank, KVLoraRank: hp.KVLoraRank, RopeDims: hp.RopeDims,
+			VHeadDim: hp.VHeadDim, SharedExperts: hp.SharedExperts, KVB: !hp.MLA, Softmax: hp.ExpertGating != 2,
+			WeightsScale: hp.ExpertWeightsScale}
+		if hp.MoE() {
+			c.DeepSeek2.LeadingDense = 1
+		}
 	}
 	path := fpFile(f.dir, f.man.Fingerprint, "-standin.gguf")
 	if _, err := os.Stat(path); err != nil {

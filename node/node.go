@@ -96,7 +96,7 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		scope = m.info
 	}
 
-	sopts := []swarm.Option{swarm.WithLogger(log.Named("swarm")), swarm.WithModel(modelScope(scope))}
+	sopts := []swarm.Option{swarm.WithLogger(log.Named("swarm")), swarm.WithModel(modelScope(scope)), swarm.WithModelFingerprint(scope.Fingerprint)}
 	if cfg.dataDir != "" {
 		sopts = append(sopts, swarm.WithDataDir(cfg.dataDir))
 	}
@@ -106,6 +106,25 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	h, err := swarm.New(ctx, append(sopts, cfg.swarmOpts...)...)
 	if err != nil {
 		return nil, err
+	}
+	// With the peers of any bootstrap list the host resolved.
+	cfg.bootstrap = h.Bootstrap()
+	if h.PublicDiscovery() && len(cfg.bootstrap) == 0 && !cfg.founding {
+		// Joining by name: the members the public DHT leads to are this
+		// node's bootstrap peers, for consensus and for fetching.
+		began := time.Now()
+		log.Info("looking for the swarm by name on the public DHT", zap.Stringer("key", h.PublicRendezvousKey()))
+		found, err := h.FindSwarm(ctx)
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("%w: %w (to found the swarm instead, start with --found)", ErrConfig, err)
+		}
+		ids := make([]string, len(found))
+		for i, ai := range found {
+			ids[i] = shortID(ai.ID)
+		}
+		log.Info("found the swarm by name", zap.Strings("members", ids), zap.Duration("took", time.Since(began)))
+		cfg.bootstrap = found
 	}
 	n, err := start(ctx, cfg, h, m)
 	if err != nil {
@@ -218,6 +237,15 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc.entry = n.entry
 	n.ann.changed = n.entry.capacityChanged
 	n.ann.queue = func() (int, time.Duration) { return n.entry.adm.queued(cfg.clock.Now()) }
+	n.ann.tokens = n.counters.tokens.Load
+	h.SetSnapshotSource(func() swarm.SnapshotInfo {
+		info := swarm.SnapshotInfo{ModelName: m.info.Name, Fingerprint: m.info.Fingerprint, Layers: m.info.Layers}
+		if cm := n.ann.committed(); cm.Layers > 0 {
+			info.Map, _ = cm.MarshalBinary() // nil on error: the observer falls back on heartbeats
+		}
+		return info
+	})
+	n.ann.vouches = n.entry.work.vouches
 	n.paths.noMap, n.paths.uncovered = n.noMap, n.uncoveredMap
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
@@ -276,6 +304,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.ann.publish()
 
 	if cfg.static != nil {
+		h.AdvertisePublic() // a static map has no join to wait for
 		if r, ok := cfg.static.Range(n.self.String()); ok {
 			if err := n.warm.Load(ctx, cfg.static.Epoch, r); err != nil {
 				n.Close()
@@ -288,6 +317,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
 			consensus.WithFetchRates(&n.rates),
+			consensus.WithVouches(consensus.VouchFunc(n.leaderVouches), cfg.trustChecks),
 			consensus.WithCapabilities(consensus.Capabilities{Hardware: hw, Region: cfg.region, MaxLayers: cfg.maxLayers}),
 			consensus.WithStageLoader(n.warm),
 			consensus.WithPublisher(h, consensus.DefaultRepublish),
@@ -318,6 +348,10 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			return n, err
 		}
 		n.cons.Store(c)
+		if h.PublicDiscovery() {
+			n.wg.Add(1)
+			go func() { defer n.wg.Done(); n.advertiseWhenMember(n.ctx, c) }()
+		}
 	}
 	if cfg.static == nil {
 		n.wg.Add(2)
@@ -331,6 +365,23 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		zap.Int("layers", m.info.Layers), zap.String("hardware", hw.Name), zap.Int("max_layers", cfg.maxLayers),
 		zap.Int64("memory", int64(hw.MemoryBytes)), zap.Bool("static_map", cfg.static != nil))
 	return n, nil
+}
+
+// advertiseWhenMember starts providing the public rendezvous once this
+// node is a member of the swarm, so that joiners by name are led to
+// members, which can take their join, rather than to other joiners.
+func (n *Node) advertiseWhenMember(ctx context.Context, c *consensus.Consensus) {
+	changes, stop := c.Watch(4)
+	defer stop()
+	for !c.State().IsMember(n.self.String()) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		}
+	}
+	n.log.Info("member of the public swarm: providing its rendezvous")
+	n.host.AdvertisePublic()
 }
 
 // nodeHardware is what the node declares: the simulated device, a
@@ -508,4 +559,11 @@ func (n *Node) Kill() {
 		n.svc.out.close()
 		n.log.Info("node killed")
 	})
+}
+
+// RendezvousKey is the DHT key under which the members of swarm name
+// serving the model of fingerprint fp advertise themselves: what an
+// observer (strata monitor) looks up to find them.
+func RendezvousKey(name, fp string) string {
+	return swarm.Rendezvous(name, modelScope(ModelInfo{Fingerprint: fp}))
 }

@@ -65,7 +65,9 @@ type config struct {
 	verifyRate                                         float64 // -1: the swarm's
 	swarmVerifyRate                                    float64
 	planSessionTokens                                  int // 0: none given to the swarm
+	trustChecks                                        int // 0: consensus.DefaultTrustChecks
 	stewards                                           []string
+	founding                                           bool // found a public swarm rather than find it by name
 	steal                                              bool
 	noFair                                             bool
 	fairStall                                          time.Duration // tests: the stall bound (0: the default)
@@ -417,6 +419,30 @@ func WithPlanSessionTokens(n int) Option {
 // vote, as before stewards.
 func WithStewards(ids ...string) Option {
 	return func(c *config) error { c.stewards = append([]string(nil), ids...); return nil }
+}
+
+// WithFounding makes a node of a public swarm (swarm.WithPublicDHT) with
+// no bootstrap peers found the swarm. Without it such a node joins by
+// name: it waits, within New's ctx, until the public DHT leads it to a
+// member, and joins through the members it found as through bootstrap
+// peers. A node that is no public swarm's founds without bootstrap peers
+// either way, as before public swarms.
+func WithFounding(on bool) Option {
+	return func(c *config) error { c.founding = on; return nil }
+}
+
+// WithTrustChecks is K, the spot checks by stewards (and, at most K/2 of
+// them, by other members) after which a member's capacity counts fully in
+// placement when this node leads a swarm with stewards (consensus.
+// WithVouches). 0, the default: consensus.DefaultTrustChecks.
+func WithTrustChecks(k int) Option {
+	return func(c *config) error {
+		if k < 0 {
+			return fmt.Errorf("%w: trust checks %d", ErrConfig, k)
+		}
+		c.trustChecks = k
+		return nil
+	}
 }
 
 // WithPrefixCache keeps the KV of finished sessions on each stage, in the

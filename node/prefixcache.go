@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/node/stage/sched"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -13,7 +14,8 @@ import (
 // whole history) resumes there instead of recomputing them. It lives in
 // the memory admission leaves free: it never counts against a session's
 // admission, and is trimmed, least recently used first, whenever sessions
-// need the room. The scheduler's loop owns it; nothing here locks.
+// need the room. The scheduler's loop owns it; nothing here locks. The
+// rules are node/stage/sched's Cache, which the simulator runs too.
 
 // prefixBlock is the cache's unit in tokens, the block routing hashes
 // (routing.BlockHashes) with: every node must use the same.
@@ -31,41 +33,28 @@ type prefixEntry struct {
 	sess     []engine.Session
 	marks    []chainMark // the receipt chains' states per block (verify.go)
 	bytes    int64
-	used     uint64 // LRU clock
 }
 
+// prefixCache is the hop's cache: the decisions (what is held, what a
+// lookup finds, what goes for room) are node/stage/sched's; this keeps
+// the KV sessions and receipt chain states they are about, and the
+// summary heartbeats carry.
 type prefixCache struct {
-	entries []*prefixEntry
-	bytes   int64
-	clock   uint64
+	c       sched.Cache[*prefixEntry]
 	summary *routing.PrefixSummary // rebuilt on change; nil when empty
-	hits    uint64                 // sessions resumed from the cache
-	reused  uint64                 // positions they did not recompute
-	evicted uint64
 }
 
 // lookup finds the entry over layers [from, to) that shares the most
-// whole leading blocks with tokens, at most limit positions, and how many
-// positions it shares. Only the same range will do, though a wider one
-// holds the KV: its receipt chains hash the inputs and outputs of its own
-// range, and a session resumed with them would sign chains that no cold
-// run of [from, to) gives, so an honest hop would fail its spot checks.
+// whole leading blocks with tokens, at most limit blocks, and how many
+// blocks it shares. Only the same range will do (sched.Cache.Lookup).
 func (c *prefixCache) lookup(from, to int, tokens []int32, limit int) (*prefixEntry, int) {
-	var best *prefixEntry
-	bestN := 0
-	for _, e := range c.entries {
-		if e.from != from || e.to != to {
-			continue
-		}
-		if n := sharedBlocks(e.tokens, tokens, limit); n > bestN {
-			best, bestN = e, n
-		}
+	n := min(limit, len(tokens)/prefixBlock)
+	e, k := c.c.Lookup(from, to, routing.BlockHashes(tokens[:n*prefixBlock], prefixBlock), n)
+	if e == nil {
+		return nil, 0
 	}
-	if best != nil {
-		c.clock++
-		best.used = c.clock
-	}
-	return best, bestN
+	// Hashes may collide; the KV is of these exact tokens or not used.
+	return e, sharedBlocks(e.tokens, tokens, k*prefixBlock) / prefixBlock
 }
 
 // sharedBlocks is how many positions a and b share in whole leading
@@ -93,25 +82,11 @@ func (c *prefixCache) add(from, to int, tokens []int32, marks []chainMark, sess 
 		return
 	}
 	tokens = tokens[:n]
-	for i := 0; i < len(c.entries); i++ {
-		e := c.entries[i]
-		if e.from != from || e.to != to {
-			continue
-		}
-		switch {
-		case len(e.tokens) >= n && slices.Equal(e.tokens[:n], tokens):
-			c.clock++
-			e.used = c.clock
-			return // already held
-		case len(e.tokens) < n && slices.Equal(e.tokens, tokens[:len(e.tokens)]):
-			c.remove(i)
-			i--
-		}
+	hashes := routing.BlockHashes(tokens, prefixBlock)
+	if c.c.Holds(from, to, hashes) || len(marks) < n/prefixBlock {
+		return // already held, or no receipt chains to resume with
 	}
-	if len(marks) < n/prefixBlock {
-		return // no receipt chains to resume with
-	}
-	e := &prefixEntry{from: from, to: to, tokens: slices.Clone(tokens), hashes: routing.BlockHashes(tokens, prefixBlock),
+	e := &prefixEntry{from: from, to: to, tokens: slices.Clone(tokens), hashes: hashes,
 		marks: slices.Clone(marks[:n/prefixBlock]), bytes: perToken * int64(n)}
 	for i, es := range sess {
 		ps, ok := stages[i].(engine.PrefixStage)
@@ -127,81 +102,65 @@ func (c *prefixCache) add(from, to int, tokens []int32, marks []chainMark, sess 
 		}
 		e.sess = append(e.sess, cp)
 	}
-	c.clock++
-	e.used = c.clock
-	c.entries = append(c.entries, e)
-	c.bytes += e.bytes
+	c.put(e)
+}
+
+// put caches e, closing the entries it extends.
+func (c *prefixCache) put(e *prefixEntry) {
+	for _, d := range c.c.Add(e.from, e.to, e.hashes, e.bytes, e) {
+		d.close()
+	}
 	c.changed()
 }
 
 func (e *prefixEntry) close() {
 	for _, es := range e.sess {
-		es.Close()
+		if es != nil { // a test's stand-in
+			es.Close()
+		}
 	}
 	e.sess = nil
-}
-
-func (c *prefixCache) remove(i int) {
-	e := c.entries[i]
-	e.close()
-	c.bytes -= e.bytes
-	c.entries = slices.Delete(c.entries, i, i+1)
-	c.changed()
 }
 
 // trim evicts least recently used entries until the cache takes at most
 // room bytes.
 func (c *prefixCache) trim(room int64) {
-	for c.bytes > max(room, 0) && len(c.entries) > 0 {
-		lru := 0
-		for i, e := range c.entries {
-			if e.used < c.entries[lru].used {
-				lru = i
-			}
-		}
-		c.remove(lru)
-		c.evicted++
-	}
+	c.closeAll(c.c.Trim(room))
 }
 
 // dropLayers evicts every entry over a layer for which gone is true.
 func (c *prefixCache) dropLayers(gone func(l int) bool) {
-	for i := 0; i < len(c.entries); i++ {
-		e := c.entries[i]
-		for l := e.from; l < e.to; l++ {
-			if gone(l) {
-				c.remove(i)
-				i--
-				break
-			}
-		}
-	}
+	c.closeAll(c.c.DropLayers(gone))
 }
 
 func (c *prefixCache) close() {
-	for _, e := range c.entries {
+	for _, e := range c.c.Clear() {
 		e.close()
 	}
-	c.entries, c.bytes = nil, 0
 	c.changed()
+}
+
+func (c *prefixCache) closeAll(es []*prefixEntry) {
+	for _, e := range es {
+		e.close()
+	}
+	if len(es) > 0 {
+		c.changed()
+	}
 }
 
 // changed rebuilds the summary the heartbeat carries: a new one each time,
 // since views may share the last.
 func (c *prefixCache) changed() {
-	if len(c.entries) == 0 {
+	if c.c.Len() == 0 {
 		c.summary = nil
 		return
 	}
 	// About 16 bits per block (a few percent false positives at 3
 	// probes), within what a heartbeat carries.
 	n := 0
-	for _, e := range c.entries {
-		n += len(e.hashes)
-	}
+	c.c.Each(func(_, _ int, hashes []uint64, _ *prefixEntry) { n += len(hashes) })
 	s := routing.NewPrefixSummary(min(max(routing.DefaultSummaryBits, 16*n), maxSummaryBits))
-	for _, e := range c.entries {
-		s.Add(e.hashes...)
-	}
+	c.c.Each(func(_, _ int, hashes []uint64, _ *prefixEntry) { s.Add(hashes...) })
 	c.summary = s
 }

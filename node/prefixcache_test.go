@@ -225,8 +225,8 @@ func TestPrefixCacheResumesBitIdentical(t *testing.T) {
 				t.Fatalf("cold retry %v, want %v", got, want)
 			}
 			for i, r := range warm.rigs {
-				if st := r.s.status.Load(); st.Sessions != 0 || r.s.kvUsed != 0 {
-					t.Fatalf("hop %d holds %d sessions, %d bytes after all closed", i, st.Sessions, r.s.kvUsed)
+				if st := r.s.status.Load(); st.Sessions != 0 || r.s.adm.Used() != 0 {
+					t.Fatalf("hop %d holds %d sessions, %d bytes after all closed", i, st.Sessions, r.s.adm.Used())
 				}
 			}
 		})
@@ -328,8 +328,8 @@ func TestPrefixCacheYieldsToAdmission(t *testing.T) {
 	}
 	r.deliver(closeIn{from: schedEntry, sid: SessionID{1}})
 	st := r.s.status.Load()
-	if st.PrefixEntries != 1 || st.PrefixBytes != per*3*prefixBlock || r.s.kvUsed != 0 {
-		t.Fatalf("after close: %d entries of %d bytes (want %d), %d KV bytes used", st.PrefixEntries, st.PrefixBytes, per*3*prefixBlock, r.s.kvUsed)
+	if st.PrefixEntries != 1 || st.PrefixBytes != per*3*prefixBlock || r.s.adm.Used() != 0 {
+		t.Fatalf("after close: %d entries of %d bytes (want %d), %d KV bytes used", st.PrefixEntries, st.PrefixBytes, per*3*prefixBlock, r.s.adm.Used())
 	}
 	if st.FreeKV != 1024 {
 		t.Fatalf("free KV %d tokens with the cache, want 1024: the cache is not counted", st.FreeKV)
@@ -556,10 +556,9 @@ func TestPrefixSummarySize(t *testing.T) {
 	for range 40 {
 		toks := randomTokens(rng, 20*prefixBlock, 1000)
 		e := &prefixEntry{from: 0, to: 1, tokens: toks, hashes: routing.BlockHashes(toks, prefixBlock)}
-		c.entries = append(c.entries, e)
+		c.put(e)
 		all = append(all, e.hashes)
 	}
-	c.changed()
 	b, err := c.summary.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -572,8 +571,8 @@ func TestPrefixSummarySize(t *testing.T) {
 			t.Fatal("a cached block is missing from the summary")
 		}
 	}
-	c.entries = c.entries[:1]
-	c.changed()
+	c.close()
+	c.put(&prefixEntry{from: 0, to: 1, hashes: all[0]})
 	if c.summary.Bits() != routing.DefaultSummaryBits {
 		t.Fatalf("20 blocks: %d bits", c.summary.Bits())
 	}

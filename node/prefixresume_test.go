@@ -84,7 +84,10 @@ func TestResumePoint(t *testing.T) {
 		}()}, hop: first, tokens: base},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &prefixCache{entries: tc.entries}
+			c := &prefixCache{}
+			for _, e := range tc.entries {
+				c.put(e)
+			}
 			live := map[hopKey]*hopSession{}
 			for _, hs := range tc.live {
 				live[hs.key] = hs

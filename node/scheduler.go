@@ -16,6 +16,7 @@ import (
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/stage/sched"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -273,15 +274,15 @@ type scheduler struct {
 	slots    []*layerSlot
 	spans    map[*span]struct{} // every open stage, replaced ones that sessions still use included
 	sessions map[hopKey]*hopSession
-	waiting  []*stepIn
+	// adm admits sessions by KV memory and holds those waiting for it
+	// (sched.Admission: the rules, which the simulator runs too).
+	adm      sched.Admission[*stepIn]
 	deferred []*stepIn
-	kvUsed   int64
 	ewma     float64 // seconds per layer of a batch, prefills included
 	steps    uint64
 	batches  uint64
 	batched  uint64
 	rejected uint64
-	waited   uint64
 	cache    *prefixCache // nil: no prefix cache
 }
 
@@ -296,7 +297,8 @@ func newScheduler(cfg schedConfig, out outbox) *scheduler {
 		cfg.clock = clockwork.NewRealClock()
 	}
 	s := &scheduler{cfg: cfg, out: out, in: make(chan inboxMsg, 1024), done: make(chan struct{}),
-		slots: make([]*layerSlot, cfg.model.Layers), spans: map[*span]struct{}{}, sessions: map[hopKey]*hopSession{}}
+		slots: make([]*layerSlot, cfg.model.Layers), spans: map[*span]struct{}{}, sessions: map[hopKey]*hopSession{},
+		adm: sched.Admission[*stepIn]{MaxQueue: cfg.maxQueue}}
 	if cfg.prefixCache {
 		s.cache = &prefixCache{}
 	}
@@ -499,7 +501,10 @@ func (s *scheduler) weightBytes() int64 {
 	return w
 }
 
-func (s *scheduler) freeBytes() int64 { return s.cfg.memBudget - s.weightBytes() - s.kvUsed }
+// room is the memory for KV: what the weights leave.
+func (s *scheduler) room() int64 { return s.cfg.memBudget - s.weightBytes() }
+
+func (s *scheduler) freeBytes() int64 { return s.adm.Free(s.room()) }
 
 func (s *scheduler) onStep(in *stepIn, ready *[]*stepIn) {
 	m := in.m
@@ -509,11 +514,9 @@ func (s *scheduler) onStep(in *stepIn, ready *[]*stepIn) {
 		hs := s.sessions[key]
 		switch {
 		case hs == nil:
-			for _, w := range s.waiting {
-				if w.m.Session == m.Session && w.m.Hops[0].From == h.From {
-					s.reject(in, CodeBadFrame, "", "step for session %s before it was admitted", m.Session)
-					return
-				}
+			if s.adm.Any(func(w *stepIn) bool { return w.m.Session == m.Session && w.m.Hops[0].From == h.From }) {
+				s.reject(in, CodeBadFrame, "", "step for session %s before it was admitted", m.Session)
+				return
 			}
 			s.reject(in, CodeUnknownSession, "", "no session %s at layer %d", m.Session, h.From)
 		case hs.entry != m.Entry || hs.to != h.To || !sameHops(hs.rest, m.Hops[1:]):
@@ -549,21 +552,15 @@ func (s *scheduler) onStep(in *stepIn, ready *[]*stepIn) {
 		s.reject(in, CodeNotServing, "", "layers [%d, %d) are not served here", h.From, h.To)
 		return
 	}
-	if need > s.cfg.memBudget-s.weightBytes() {
+	switch s.adm.Offer(in, need, s.room(), in.at) {
+	case sched.NoKV:
 		s.reject(in, CodeNoKV, "", "session of %d positions needs %d bytes of KV cache, more than this node has", m.Open.MaxTokens, need)
-		return
-	}
-	if len(s.waiting) > 0 || need > s.freeBytes() {
-		if len(s.waiting) >= s.cfg.maxQueue {
-			s.reject(in, CodeBusy, "", "admission queue full (%d waiting)", len(s.waiting))
-			return
+	case sched.Busy:
+		s.reject(in, CodeBusy, "", "admission queue full (%d waiting)", s.adm.Waiting())
+	case sched.Open:
+		if s.open(in, need) {
+			*ready = append(*ready, in)
 		}
-		s.waiting = append(s.waiting, in)
-		s.waited++
-		return
-	}
-	if s.open(in, need) {
-		*ready = append(*ready, in)
 	}
 }
 
@@ -647,10 +644,9 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 		hs.sess = append(hs.sess, es)
 	}
 	s.sessions[hs.key] = hs
-	s.kvUsed += need
+	s.adm.Reserve(need)
 	if hs.pos > 0 {
-		s.cache.hits++
-		s.cache.reused += uint64(hs.pos)
+		s.cache.c.Resumed(hs.pos)
 		hs.hist = append(hs.hist, m.Tokens[:hs.pos]...)
 	}
 	if s.cache != nil {
@@ -681,56 +677,67 @@ type resume struct {
 }
 
 // resumePoint decides where a session over hop h opening with tokens
-// resumes: the first hop from its longest match, in the prefix cache or
-// in a live session over the same layers (leaving one position to
-// compute); a later hop exactly where the first hop resumed (skip), which
-// it must hold too, or not at all (the caller refuses the step: its
-// hidden states start at skip). A live session counts as cached: the
-// previous turn's, whose close may reach this hop after the next turn's
-// first step, or another conversation's with the same opening. It reads
-// cache and live and changes nothing but the cache's LRU clock.
+// resumes (sched.Resume): the first hop from its longest match, in the
+// prefix cache or in a live session over the same layers (leaving one
+// position to compute); a later hop exactly where the first hop resumed
+// (skip), which it must hold too, or not at all (the caller refuses the
+// step: its hidden states start at skip). A live session counts as
+// cached: the previous turn's, whose close may reach this hop after the
+// next turn's first step, or another conversation's with the same
+// opening. It reads cache and live and changes nothing but the cache's
+// LRU clock.
 func resumePoint(cache *prefixCache, live map[hopKey]*hopSession, h Hop, tokens []int32, skip int) resume {
-	limit := len(tokens) - 1
-	if h.From > 0 {
-		limit = skip
+	first := h.From == 0
+	limit := sched.Limit(first, len(tokens), skip, prefixBlock)
+	type source struct {
+		sess  []engine.Session
+		marks []chainMark // the source's receipt chains' states (verify.go)
 	}
-	var src []engine.Session
-	var marks []chainMark // the source's receipt chains' states (verify.go)
-	srcFrom := 0
-	e, n := cache.lookup(h.From, h.To, tokens, limit)
-	if e != nil {
-		src, marks, srcFrom = e.sess, e.marks, e.from
+	var srcs []source
+	var ms []sched.Match
+	if e, n := cache.lookup(h.From, h.To, tokens, limit); e != nil {
+		srcs = append(srcs, source{e.sess, e.marks})
+		ms = append(ms, sched.Match{Blocks: n, Chains: len(e.marks)})
 	}
 	for _, o := range live {
 		if o.key.from != h.From || o.to != h.To { // the same range only, as lookup
 			continue
 		}
-		if k := sharedBlocks(o.hist, tokens, limit); k > n {
-			n, src, marks, srcFrom = k, o.sess, o.chain.marks, o.key.from
-		}
+		srcs = append(srcs, source{o.sess, o.chain.marks})
+		ms = append(ms, sched.Match{Blocks: sharedBlocks(o.hist, tokens, limit*prefixBlock) / prefixBlock, Chains: len(o.chain.marks)})
+	}
+	i, blocks, _ := sched.Resume(first, limit, skip/prefixBlock, ms)
+	if i < 0 {
+		return resume{chain: newChains()}
 	}
 	// The receipt chains go on from the source's, as a cold run's.
-	if c, ok := chainsAt(marks, n); ok && n > 0 && (h.From == 0 || n == skip) {
-		return resume{n: n, src: src, from: srcFrom, chain: c}
+	n := blocks * prefixBlock
+	c, ok := chainsAt(srcs[i].marks, n)
+	if !ok {
+		return resume{chain: newChains()}
 	}
-	return resume{chain: newChains()}
+	return resume{n: n, src: srcs[i].sess, from: h.From, chain: c}
 }
 
 // admitWaiting opens waiting sessions, first come first served, while
 // memory allows.
 func (s *scheduler) admitWaiting(ready *[]*stepIn) {
-	for len(s.waiting) > 0 {
-		in := s.waiting[0]
+	for {
+		w, ok := s.adm.Head()
+		if !ok {
+			return
+		}
+		in := w.V
 		need, ok := s.need(in.m.Hops[0], in.m.Open.MaxTokens)
 		if !ok {
-			s.waiting = s.waiting[1:]
+			s.adm.Pop()
 			s.reject(in, CodeNotServing, "", "layers [%d, %d) were released", in.m.Hops[0].From, in.m.Hops[0].To)
 			continue
 		}
-		if need > s.freeBytes() {
+		if !s.adm.Fits(need, s.room()) {
 			return
 		}
-		s.waiting = s.waiting[1:]
+		s.adm.Pop()
 		if s.open(in, need) {
 			*ready = append(*ready, in)
 		}
@@ -743,13 +750,7 @@ func (s *scheduler) onClose(c closeIn, ready *[]*stepIn) {
 			s.drop(hs, true)
 		}
 	}
-	kept := s.waiting[:0]
-	for _, w := range s.waiting {
-		if w.m.Session != c.sid || w.m.Entry != c.from {
-			kept = append(kept, w)
-		}
-	}
-	s.waiting = kept
+	s.adm.Remove(func(w *stepIn) bool { return w.m.Session == c.sid && w.m.Entry == c.from })
 	kr := (*ready)[:0]
 	for _, w := range *ready {
 		if w.m.Session != c.sid || w.m.Entry != c.from {
@@ -789,7 +790,7 @@ func (s *scheduler) drop(hs *hopSession, keep bool) {
 		s.unref(g.sp)
 	}
 	hs.segs = nil
-	s.kvUsed -= hs.bytes
+	s.adm.Release(hs.bytes)
 	if s.cache != nil {
 		s.cache.trim(s.freeBytes())
 	}
@@ -797,20 +798,14 @@ func (s *scheduler) drop(hs *hopSession, keep bool) {
 
 func (s *scheduler) expire(now time.Time) {
 	for _, hs := range s.sessions {
-		if now.Sub(hs.last) > s.cfg.idleTimeout {
+		if sched.Stale(now, hs.last, s.cfg.idleTimeout) {
 			s.cfg.log.Debug("session expired", zap.Stringer("session", hs.key.sid), zap.Int("from", hs.key.from))
 			s.drop(hs, true)
 		}
 	}
-	kept := s.waiting[:0]
-	for _, w := range s.waiting {
-		if now.Sub(w.at) > s.cfg.queueTimeout {
-			s.reject(w, CodeBusy, "", "waited %v for KV memory", now.Sub(w.at).Round(time.Millisecond))
-			continue
-		}
-		kept = append(kept, w)
+	for _, w := range s.adm.Expire(now, s.cfg.queueTimeout) {
+		s.reject(w.V, CodeBusy, "", "waited %v for KV memory", now.Sub(w.At).Round(time.Millisecond))
 	}
-	s.waiting = kept
 }
 
 // work is one step in a batch.
@@ -834,7 +829,7 @@ func layerNames(lo, hi int) string {
 // execute runs the ready steps as one batch, layer by layer.
 func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 	var ws []*work
-	seen := map[hopKey]bool{}
+	var batch sched.Batch[hopKey]
 	lo, hi := len(s.slots), 0
 	for _, in := range ready {
 		key := hopKey{in.m.Session, in.m.Hops[0].From}
@@ -842,7 +837,7 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 		if hs == nil {
 			continue // closed meanwhile
 		}
-		if seen[key] {
+		if batch.Has(key) {
 			s.deferred = append(s.deferred, in) // a session runs once per batch
 			continue
 		}
@@ -874,7 +869,7 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 			s.reject(in, CodeBadFrame, in.from, "%v", err)
 			continue
 		}
-		seen[key] = true
+		batch.Add(key)
 		ws = append(ws, &work{in: in, hs: hs, x: in.m.Hidden})
 		lo, hi = min(lo, key.from), max(hi, hs.to)
 	}
@@ -884,68 +879,69 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 	start := time.Now()
 	steps := make([]engine.Step, 0, len(ws))
 	idx := make([]*work, 0, len(ws))
-	// Stage by stage from the lowest layer: the steps whose next
-	// segment starts at layer at run together, one ForwardBatch per
-	// stage (a layer of the pure-Go engine, a range stage or its view).
-	for {
-		at := -1
-		for _, w := range ws {
-			if !w.failed && w.seg < len(w.hs.segs) && (at < 0 || w.hs.segs[w.seg].lo < at) {
-				at = w.hs.segs[w.seg].lo
+	// Stage by stage from the lowest layer (sched.Plan): the steps whose
+	// next segment is the same stage at the same layer run together, one
+	// ForwardBatch per stage (a layer of the pure-Go engine, a range stage
+	// or its view).
+	var stages []engine.Stage
+	plan := make([][]sched.Seg, len(ws))
+	for i, w := range ws {
+		for _, g := range w.hs.segs {
+			id := slices.Index(stages, g.st)
+			if id < 0 {
+				id = len(stages)
+				stages = append(stages, g.st)
 			}
+			plan[i] = append(plan[i], sched.Seg{Lo: g.lo, Stage: id})
 		}
-		if at < 0 {
-			break
-		}
-		var stages []engine.Stage
-		for _, w := range ws {
-			if !w.failed && w.seg < len(w.hs.segs) && w.hs.segs[w.seg].lo == at && !slices.Contains(stages, w.hs.segs[w.seg].st) {
-				stages = append(stages, w.hs.segs[w.seg].st)
+	}
+	for _, grp := range sched.Plan(plan) {
+		stage := stages[grp.Stage]
+		steps, idx = steps[:0], idx[:0]
+		for _, i := range grp.Steps {
+			w := ws[i]
+			if w.failed {
+				continue
 			}
+			st := engine.Step{Session: w.hs.sess[w.seg], Pos: w.hs.pos}
+			if grp.Lo == 0 {
+				// Past what the session resumed from the prefix cache.
+				st.Tokens = w.in.m.Tokens[w.hs.pos-w.in.m.Pos:]
+			} else {
+				st.Hidden = w.x
+			}
+			steps = append(steps, st)
+			idx = append(idx, w)
 		}
-		for _, stage := range stages {
-			steps, idx = steps[:0], idx[:0]
-			for _, w := range ws {
-				if w.failed || w.seg >= len(w.hs.segs) || w.hs.segs[w.seg].lo != at || w.hs.segs[w.seg].st != stage {
+		if len(steps) == 0 {
+			continue
+		}
+		in := stage.Info()
+		outs, err := stage.ForwardBatch(ctx, steps)
+		if err != nil {
+			// Find the culprit: one step at a time. ForwardBatch checks
+			// every step before it computes, so a refused batch changed
+			// nothing.
+			outs = make([]engine.Output, len(steps))
+			for i := range steps {
+				o, err := stage.Forward(ctx, steps[i])
+				if err != nil {
+					idx[i].failed = true
+					s.reject(idx[i].in, CodeInternal, "", "%s: %v", layerNames(in.Lo, in.Hi), err)
 					continue
 				}
-				st := engine.Step{Session: w.hs.sess[w.seg], Pos: w.hs.pos}
-				if at == 0 {
-					// Past what the session resumed from the prefix cache.
-					st.Tokens = w.in.m.Tokens[w.hs.pos-w.in.m.Pos:]
-				} else {
-					st.Hidden = w.x
-				}
-				steps = append(steps, st)
-				idx = append(idx, w)
+				outs[i] = o
 			}
-			in := stage.Info()
-			outs, err := stage.ForwardBatch(ctx, steps)
-			if err != nil {
-				// Find the culprit: one step at a time. ForwardBatch checks
-				// every step before it computes, so a refused batch changed
-				// nothing.
-				outs = make([]engine.Output, len(steps))
-				for i := range steps {
-					o, err := stage.Forward(ctx, steps[i])
-					if err != nil {
-						idx[i].failed = true
-						s.reject(idx[i].in, CodeInternal, "", "%s: %v", layerNames(in.Lo, in.Hi), err)
-						continue
-					}
-					outs[i] = o
-				}
+		}
+		for i, w := range idx {
+			w.seg++
+			if w.failed {
+				continue
 			}
-			for i, w := range idx {
-				w.seg++
-				if w.failed {
-					continue
-				}
-				if outs[i].Logits != nil {
-					w.logits = outs[i].Logits
-				} else {
-					w.x = outs[i].Hidden
-				}
+			if outs[i].Logits != nil {
+				w.logits = outs[i].Logits
+			} else {
+				w.x = outs[i].Hidden
 			}
 		}
 	}
@@ -967,12 +963,7 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 	// work, so routes herded onto the fastest machines (issue 21; sim:
 	// volunteer-1000).
 	if hi > lo {
-		per := elapsed.Seconds() / float64(hi-lo)
-		if s.ewma == 0 {
-			s.ewma = per
-		} else {
-			s.ewma += 0.2 * (per - s.ewma)
-		}
+		s.ewma = sched.Latency(s.ewma, elapsed.Seconds()/float64(hi-lo))
 	}
 	now := s.cfg.clock.Now()
 	for _, w := range ws {
@@ -1067,12 +1058,12 @@ func (s *scheduler) constrain(hs *hopSession, logits []float32) ([]float32, erro
 }
 
 func (s *scheduler) publish() {
-	st := &schedStatus{Held: s.heldLayers(), Sessions: len(s.sessions), Queue: len(s.waiting),
-		KVUsed: s.kvUsed, FreeKV: -1, LayerLatency: time.Duration(s.ewma * float64(time.Second)),
-		Steps: s.steps, Batches: s.batches, BatchedSteps: s.batched, Rejected: s.rejected, Waited: s.waited}
+	st := &schedStatus{Held: s.heldLayers(), Sessions: len(s.sessions), Queue: s.adm.Waiting(),
+		KVUsed: s.adm.Used(), FreeKV: -1, LayerLatency: time.Duration(s.ewma * float64(time.Second)),
+		Steps: s.steps, Batches: s.batches, BatchedSteps: s.batched, Rejected: s.rejected, Waited: s.adm.Waited()}
 	if c := s.cache; c != nil {
-		st.PrefixHits, st.PrefixTokens, st.PrefixEntries, st.PrefixBytes = c.hits, c.reused, len(c.entries), c.bytes
-		st.PrefixEvictions, st.Prefixes = c.evicted, c.summary
+		st.PrefixHits, st.PrefixTokens, st.PrefixEntries, st.PrefixBytes = c.c.Hits, c.c.Reused, c.c.Len(), c.c.Cost()
+		st.PrefixEvictions, st.Prefixes = c.c.Evicted, c.summary
 	}
 	st.KVBudget = s.cfg.memBudget - s.weightBytes()
 	var per int64

@@ -224,8 +224,8 @@ func TestSchedulerExpiresIdleSessions(t *testing.T) {
 		t.Fatal("expired at the idle timeout, not past it")
 	}
 	r.s.expire(last.Add(r.s.cfg.idleTimeout + time.Nanosecond))
-	if len(r.s.sessions) != 0 || r.s.kvUsed != 0 {
-		t.Fatalf("%d sessions, %d KV bytes after expiry", len(r.s.sessions), r.s.kvUsed)
+	if len(r.s.sessions) != 0 || r.s.adm.Used() != 0 {
+		t.Fatalf("%d sessions, %d KV bytes after expiry", len(r.s.sessions), r.s.adm.Used())
 	}
 	r.deliver(r.next(SessionID{1}, hops, 1, tok.Token))
 	if got := r.out.take(t); got.kind != "fail" || got.m.(*ErrorMsg).Code != CodeUnknownSession {

@@ -17,6 +17,8 @@ func TestStandInKeepsShape(t *testing.T) {
 		{Arch: "qwen3moe", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 300, Seed: 1,
 			Experts: 16, ExpertsUsed: 4, ExpertFFN: 96},
 		{Arch: "qwen2", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, FFN: 256, Vocab: 300, Seed: 2},
+		{Arch: "deepseek2", Layers: 3, Dim: 128, Heads: 4, FFN: 256, Vocab: 300, Seed: 3, Experts: 16, ExpertsUsed: 4, ExpertFFN: 64,
+			DeepSeek2: engine.DeepSeek2Gen{KVLoraRank: 96, ExpertGroups: 4, GroupsUsed: 2, SharedExperts: 2}},
 	} {
 		path := filepath.Join(dir, c.Arch+".gguf")
 		if err := engine.GenerateFile(path, c); err != nil {
@@ -40,7 +42,8 @@ func TestStandInKeepsShape(t *testing.T) {
 		got := st.Info().HParams
 		st.Close()
 		if got.Arch != hp.Arch || got.Dim != hp.Dim || got.HeadDim != hp.HeadDim || got.ExpertsUsed != hp.ExpertsUsed ||
-			got.ExpertFFN != hp.ExpertFFN || got.MoE() != hp.MoE() {
+			got.ExpertFFN != hp.ExpertFFN || got.MoE() != hp.MoE() || got.KVLoraRank != hp.KVLoraRank ||
+			got.SharedExperts != hp.SharedExperts || got.MLA != hp.MLA {
 			t.Errorf("%s: stand-in %+v, model %+v", c.Arch, got, hp)
 		}
 	}

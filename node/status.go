@@ -42,6 +42,12 @@ type announcer struct {
 	// fetch is the node's fetch of weights in progress (fetch.go); nil:
 	// it holds the file.
 	fetch func() (done, total int64)
+	// tokens is the count of tokens delivered to callers (the
+	// heartbeats' served counter); nil until wired.
+	tokens func() uint64
+	// vouches are the entry's counts of checks others passed, for the
+	// heartbeats (vouch.go); nil until wired.
+	vouches func() []swarm.Vouch
 
 	notice   atomic.Pointer[layers.LayerMap]
 	loading  atomic.Int32 // warmups in progress
@@ -128,7 +134,10 @@ func (a *announcer) publish() {
 	r, _ := m.Range(a.self.String())
 	s := swarm.Status{RangeStart: r.Start, RangeEnd: r.End, Epoch: m.Epoch, State: a.phase(),
 		QueueDepth: st.Queue, ActiveSessions: st.Sessions, FreeKV: st.FreeKV, LayerLatency: st.LayerLatency, Region: a.region,
-		Engine: a.engine}
+		Engine: a.engine, StepsRun: st.Steps}
+	if a.tokens != nil {
+		s.TokensServed = a.tokens()
+	}
 	if st.Prefixes != nil {
 		if b, err := st.Prefixes.MarshalBinary(); err == nil && len(b) <= swarm.MaxPrefixLen {
 			s.Prefixes = string(b)
@@ -144,6 +153,9 @@ func (a *announcer) publish() {
 	}
 	if err := a.host.SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))
+	}
+	if a.vouches != nil {
+		a.host.SetVouches(a.vouches())
 	}
 	if a.changed != nil {
 		a.changed()

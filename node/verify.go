@@ -707,6 +707,9 @@ func pickAudit(hops []Hop, cand []int, unverified func(peer.ID) int, intn func(i
 type unverifiedWork struct {
 	mu    sync.Mutex
 	steps map[peer.ID]int
+	// checks counts the checks each peer passed, for good: what this
+	// entry vouches in its heartbeats (vouch.go).
+	checks map[peer.ID]uint32
 }
 
 // served adds n steps for every hop of a path that just produced a token.
@@ -725,6 +728,12 @@ func (w *unverifiedWork) served(hops []Hop, n int) {
 func (w *unverifiedWork) passed(p peer.ID) {
 	w.mu.Lock()
 	delete(w.steps, p)
+	if w.checks == nil {
+		w.checks = map[peer.ID]uint32{}
+	}
+	if w.checks[p] < math.MaxUint32 {
+		w.checks[p]++
+	}
 	w.mu.Unlock()
 }
 

@@ -6,11 +6,11 @@
 // It owns the event loop (a priority queue keyed by (time, seq), one
 // goroutine), the node model (per-layer FIFO queues, a batcher with the
 // caps of the machine's profile, KV accounting or, for swarms, KV
-// admission as node/scheduler.go does it), the links (bandwidth, latency,
+// admission by node/stage/sched.Admit, the stage scheduler's rule), the links (bandwidth, latency,
 // jitter, one transmission at a time), the clients (arrivals, iterations,
 // replays, measurement windows), for the strata policy the entry's
 // admission queue (entryq.go, node/entry's decisions) and the stages'
-// prefix cache (prefix.go, node/scheduler.go's), the request schedulers
+// prefix cache (prefix.go, on node/stage/sched's Cache and Resume), the request schedulers
 // of the replayed Helix runs, and the control planes of the simulated
 // policies. Placement
 // and routing decisions are not its own: it calls layers (Plan, Join,

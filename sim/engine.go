@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"github.com/stratanet/strata/node/stage/sched"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -117,11 +118,13 @@ type query struct {
 	// The prefix cache (prefix.go): gid names the request across its
 	// replays; cold turns the cache off for it after a prefix miss; skip
 	// is what this attempt resumed on its first hop; hopFrom is the layer
-	// each hop of route starts at.
+	// each hop of route starts at; hashes are the block hashes of its
+	// token sequence computed so far (blockHashes).
 	gid     int
 	cold    bool
 	skip    int
 	hopFrom []int16
+	hashes  []uint64
 	// eresv is the KV the entry's admission queue reserved (entryq.go),
 	// held until the request ends.
 	eresv  []*kvResv
@@ -170,10 +173,8 @@ type node struct {
 	legacy           int
 	rangeGen         uint32
 	held             int // layers loaded: the accepted ones and those still in use
-	// pc is the prefix cache, least recently used first (prefix.go);
-	// pcCost its size in KV units.
-	pc     []pcEntry
-	pcCost int64
+	// pc is the prefix cache (prefix.go), its costs in KV units.
+	pc sched.Cache[struct{}]
 }
 
 type link struct {
@@ -394,17 +395,16 @@ func (s *Sim) deliver(it *iter, to int) {
 	it.entry, it.stop = l, stop
 	if s.reserve && it.prompt {
 		need := int64(q.input+q.output) * int64(stop-l)
-		if len(n.wait) > 0 || n.kvUsed+need > n.KVCapacity {
-			if need > n.KVCapacity {
-				s.stats.rejected++
-				s.fail(q, causeNoKV, to)
-				return
-			}
-			if len(n.wait) >= s.maxQueue {
-				s.stats.rejected++
-				s.fail(q, causeQueueFull, to)
-				return
-			}
+		switch sched.Admit(need, n.kvUsed, n.KVCapacity, len(n.wait), s.maxQueue) {
+		case sched.NoKV:
+			s.stats.rejected++
+			s.fail(q, causeNoKV, to)
+			return
+		case sched.Busy:
+			s.stats.rejected++
+			s.fail(q, causeQueueFull, to)
+			return
+		case sched.Queue:
 			n.wait = append(n.wait, it)
 			if s.queueTimeout > 0 {
 				gen := n.gen
@@ -460,7 +460,7 @@ func (s *Sim) admitWaiting(ni int) {
 			continue
 		}
 		need := int64(it.q.input+it.q.output) * int64(it.stop-it.entry)
-		if n.kvUsed+need > n.KVCapacity {
+		if !sched.Fits(need, n.kvUsed, n.KVCapacity) {
 			return
 		}
 		n.wait = n.wait[1:]
@@ -514,7 +514,7 @@ func (s *Sim) kill(ni int, c cause) {
 	}
 	n.batch, n.wait, n.queued, n.busy, n.recv = nil, nil, 0, false, 0
 	n.kvUsed, n.active, n.legacy = 0, 0, 0
-	n.pc, n.pcCost = nil, 0 // the cache dies with the process or the range
+	n.pc = sched.Cache[struct{}]{} // the cache dies with the process or the range
 	for _, q := range lost {
 		s.fail(q, c, ni)
 	}
@@ -674,13 +674,9 @@ func (s *Sim) startBatch(ni int) {
 		n.recv = 0
 	}
 	n.busy = true
-	// As node/scheduler.go's heartbeat figure: every batch, prefills
-	// included.
-	if n.lat == 0 {
-		n.lat = t
-	} else {
-		n.lat += 0.2 * (t - n.lat)
-	}
+	// The figure a node's heartbeat reports (sched.Latency): every
+	// batch, prefills included.
+	n.lat = sched.Latency(n.lat, t)
 	s.stats.batches++
 	s.stats.busy[ni] += t
 	s.schedule(&event{at: s.now + t, kind: evBatchDone, node: int32(ni), gen: n.gen})

@@ -1,7 +1,11 @@
 package sim
 
-// The stage prefix cache as node/scheduler.go and node/prefixcache.go run
-// it, for swarm runs of the strata policy (Sim.prefix):
+import "github.com/stratanet/strata/node/stage/sched"
+
+// The stage prefix cache, for swarm runs of the strata policy
+// (Sim.prefix). Its rules are node/stage/sched's, the functions the
+// node's stage scheduler calls (Cache, Limit, Resume); this file only
+// says when a simulated session ends and opens:
 //
 //   - A session that ends on a live hop (the request completed, or its
 //     entry closed the attempt after a failure elsewhere) leaves its KV
@@ -10,22 +14,33 @@ package sim
 //     free: it is trimmed, least recently used first, whenever sessions
 //     take that room, and lost with the node or with a released layer.
 //   - A new session resumes from it on its first hop (the hop from layer
-//     0) from the longest match, leaving one position to compute; every
-//     later hop must hold the same number of positions over its layers,
-//     or it refuses the session (CodePrefixMiss) and the entry replays it
-//     cold, with no prefix cache for the rest of the request.
+//     0) from the longest match over the same layers, leaving one
+//     position to compute; every later hop must hold the same number of
+//     positions over its layers, or it refuses the session
+//     (CodePrefixMiss) and the entry replays it cold, with no prefix
+//     cache for the rest of the request.
 //
 // The simulated prompts share no tokens with each other, so only a
-// request's own earlier attempts (its group, gid) can match.
+// request's own earlier attempts (its group, gid) can match: a request's
+// block hashes are a function of its gid and the block's index.
 
-// prefixBlock is node/prefixcache.go's block size in positions.
+// prefixBlock is the cache's block size in positions
+// (routing.PrefixBlock, which every node uses).
 const prefixBlock = 16
 
-// pcEntry is one cached sequence: request group gid's first n positions
-// over layers [from, to).
-type pcEntry struct {
-	gid, from, to, n int
-	cost             int64 // n × layers, in KV units
+// blockHashes is the first n block hashes of q's token sequence, shared
+// by every attempt of its request (gid). Hash i stands for blocks 0..i,
+// as routing.BlockHashes chains them: two requests never share one.
+func (q *query) blockHashes(n int) []uint64 {
+	for i := len(q.hashes); i < n; i++ {
+		// splitmix64 of (gid, i): distinct for distinct pairs with
+		// overwhelming probability.
+		z := uint64(q.gid)<<32 ^ uint64(i) + 0x9e3779b97f4a7c15
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		q.hashes = append(q.hashes, z^z>>31)
+	}
+	return q.hashes[:n:n]
 }
 
 // cacheSession keeps what hop i of q's route computed, as a Close that
@@ -35,62 +50,26 @@ func (s *Sim) cacheSession(q *query, i int, n *node) {
 		return // its prefill never passed this hop: nothing is held
 	}
 	from, to := int(q.hopFrom[i]), int(q.hopEnd[i])
-	pos := (q.input + q.decodes) / prefixBlock * prefixBlock
-	if pos == 0 || from < n.accFirst || to > n.accEnd {
+	blocks := (q.input + q.decodes) / prefixBlock
+	if blocks == 0 || from < n.accFirst || to > n.accEnd {
 		return
 	}
-	for k := 0; k < len(n.pc); k++ {
-		e := n.pc[k]
-		if e.gid != q.gid || e.from != from || e.to != to {
-			continue
-		}
-		if e.n >= pos {
-			n.touch(k)
-			return // already held
-		}
-		n.dropEntry(k) // the new one extends it
-		k--
+	hs := q.blockHashes(blocks)
+	if n.pc.Holds(from, to, hs) {
+		return
 	}
-	e := pcEntry{gid: q.gid, from: from, to: to, n: pos, cost: int64(pos) * int64(to-from)}
-	n.pc = append(n.pc, e)
-	n.pcCost += e.cost
-}
-
-// touch makes entry k the most recently used (the slice is in use order).
-func (n *node) touch(k int) {
-	e := n.pc[k]
-	copy(n.pc[k:], n.pc[k+1:])
-	n.pc[len(n.pc)-1] = e
-}
-
-func (n *node) dropEntry(k int) {
-	n.pcCost -= n.pc[k].cost
-	n.pc = append(n.pc[:k], n.pc[k+1:]...)
+	n.pc.Add(from, to, hs, int64(blocks*prefixBlock)*int64(to-from), struct{}{})
 }
 
 // trimCache evicts least recently used entries until the cache fits the
 // memory sessions leave free.
 func (s *Sim) trimCache(n *node) {
-	room := max(n.KVCapacity-n.kvUsed, 0)
-	k := 0
-	for n.pcCost > room && k < len(n.pc) {
-		n.pcCost -= n.pc[k].cost
-		k++
-		s.stats.prefixEvicted++
-	}
-	if k > 0 {
-		n.pc = append(n.pc[:0], n.pc[k:]...)
-	}
+	s.stats.prefixEvicted += len(n.pc.Trim(n.KVCapacity - n.kvUsed))
 }
 
 // dropReleased evicts entries over layers the node no longer holds.
 func (n *node) dropReleased() {
-	for k := 0; k < len(n.pc); k++ {
-		if e := n.pc[k]; e.from < n.First || e.to > n.End {
-			n.dropEntry(k)
-			k--
-		}
-	}
+	n.pc.DropLayers(func(l int) bool { return l < n.First || l >= n.End })
 }
 
 // resume applies the cache to a session opening on node ni: the first hop
@@ -103,36 +82,21 @@ func (s *Sim) resume(ni int, it *iter) bool {
 		return true
 	}
 	n := s.nodes[ni]
-	if it.entry == 0 {
-		limit := (q.input - 1) / prefixBlock * prefixBlock
-		best, bestK := 0, -1
-		for k, e := range n.pc {
-			if e.gid == q.gid && e.from <= it.entry && e.to >= it.stop {
-				if m := min(e.n, limit); m > best {
-					best, bestK = m, k
-				}
-			}
-		}
-		if bestK >= 0 {
-			n.touch(bestK)
-			q.skip = best
-			it.tokens = q.input - best
-			s.stats.prefixHits++
-			s.stats.prefixReused += int64(best)
-		}
-		return true
+	first := it.entry == 0
+	limit := sched.Limit(first, q.input, q.skip, prefixBlock)
+	_, k := n.pc.Lookup(it.entry, it.stop, q.blockHashes(limit), limit)
+	_, blocks, miss := sched.Resume(first, limit, q.skip/prefixBlock, []sched.Match{{Blocks: k, Chains: k}})
+	if miss {
+		s.stats.prefixMisses++
+		return false
 	}
-	if q.skip == 0 {
-		return true
-	}
-	for k, e := range n.pc {
-		if e.gid == q.gid && e.from <= it.entry && e.to >= it.stop && e.n >= q.skip {
-			n.touch(k)
-			s.stats.prefixHits++
-			s.stats.prefixReused += int64(q.skip)
-			return true
+	if blocks > 0 {
+		s.stats.prefixHits++
+		s.stats.prefixReused += int64(blocks * prefixBlock)
+		if first {
+			q.skip = blocks * prefixBlock
+			it.tokens = q.input - q.skip
 		}
 	}
-	s.stats.prefixMisses++
-	return false
+	return true
 }

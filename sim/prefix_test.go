@@ -2,10 +2,11 @@ package sim
 
 import "testing"
 
-// TestPrefixResume checks the stage prefix cache against
-// node/scheduler.go's open: whole blocks, the first hop resumes leaving one
-// position to compute, a later hop must hold what the first resumed, a
-// cold request resumes nothing, and eviction is least recently used first.
+// TestPrefixResume checks how the simulator applies the stage prefix
+// cache (node/stage/sched, the node's rules): whole blocks, the first hop
+// resumes leaving one position to compute, a later hop must hold what the
+// first resumed, a cold request resumes nothing, only the same range
+// resumes, and eviction is least recently used first.
 func TestPrefixResume(t *testing.T) {
 	mk := func(first, end int, kv int64) *node {
 		return &node{NodeSpec: NodeSpec{First: first, End: end, KVCapacity: kv}, accFirst: first, accEnd: end}
@@ -16,8 +17,8 @@ func TestPrefixResume(t *testing.T) {
 	q := &query{gid: 7, input: 40, decodes: 5, hopFrom: []int16{0, 10, 0}, hopEnd: []int16{10, 20, 0}, ranLayers: []int16{10, 10, 0}}
 	s.cacheSession(q, 0, s.nodes[0])
 	s.cacheSession(q, 1, s.nodes[1])
-	if e := s.nodes[0].pc; len(e) != 1 || e[0].n != 32 || e[0].cost != 320 {
-		t.Fatalf("cached %+v, want 32 positions over 10 layers", e)
+	if c := &s.nodes[0].pc; c.Len() != 1 || c.Cost() != 320 {
+		t.Fatalf("cached %d entries costing %d, want 32 positions over 10 layers", c.Len(), c.Cost())
 	}
 	// The replay: prompt and decoded tokens, 45 positions.
 	replay := func(hop int, cold bool) (*query, *iter, bool) {
@@ -63,7 +64,13 @@ func TestPrefixResume(t *testing.T) {
 	s.resume(0, &iter{q: &query{gid: 0, input: 40}, prompt: true, tokens: 40, entry: 0, stop: 10}) // uses 0
 	n.kvUsed = 1000 - 700
 	s.trimCache(n)
-	if len(n.pc) != 2 || n.pc[0].gid != 2 || n.pc[1].gid != 0 || n.pcCost != 640 {
-		t.Fatalf("after trimming to 700: %+v, want request 1 evicted", n.pc)
+	if n.pc.Len() != 2 || n.pc.Cost() != 640 || s.stats.prefixEvicted != 1 {
+		t.Fatalf("after trimming to 700: %d entries costing %d, %d evicted; want one evicted", n.pc.Len(), n.pc.Cost(), s.stats.prefixEvicted)
+	}
+	for g, want := range []int{32, 0, 32} {
+		q := &query{gid: g, input: 40}
+		if s.resume(0, &iter{q: q, prompt: true, tokens: 40, entry: 0, stop: 10}); q.skip != want {
+			t.Fatalf("request %d resumed %d, want %d (request 1 evicted)", g, q.skip, want)
+		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
+
+	"github.com/stratanet/strata/internal/peerlimit"
 )
 
 // HeartbeatTopic is the swarm's heartbeat topic.
@@ -64,7 +66,21 @@ type gossip struct {
 	mpSub    *pubsub.Subscription
 	onMap    atomic.Pointer[MapHandler]
 	rotation int
+	// hbLimit holds each origin to heartbeatBurst heartbeats at once and
+	// heartbeatRate per interval after: an honest node sends one per
+	// interval, so only a flood is held back, and its heartbeats past
+	// the rate are ignored (not rejected: the peers that forwarded them
+	// did nothing wrong, and pubsub would score them down for it).
+	hbLimit *peerlimit.Limiter
 }
+
+// heartbeatRate is how many heartbeats an origin may send per heartbeat
+// interval (ours: the swarm's nodes run one setting), heartbeatBurst how
+// many at once: room for jitter and a restart, little for a flood.
+const (
+	heartbeatRate  = 2
+	heartbeatBurst = 5
+)
 
 func newGossip(ctx context.Context, h *Host) (*gossip, error) {
 	maxMsg := max(h.cfg.maxMapNotice, MaxHeartbeatSize) + 4096
@@ -75,7 +91,8 @@ func newGossip(ctx context.Context, h *Host) (*gossip, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gossipsub: %w", err)
 	}
-	g := &gossip{h: h, ps: ps}
+	g := &gossip{h: h, ps: ps,
+		hbLimit: peerlimit.New(heartbeatRate/h.cfg.hbInterval.Seconds(), heartbeatBurst, maxRejectPeers)}
 	hbName, mpName := HeartbeatTopic(h.cfg.swarmName), MapTopic(h.cfg.swarmName)
 	if err := ps.RegisterTopicValidator(hbName, pubsub.ValidatorEx(g.validateHeartbeat), pubsub.WithValidatorInline(true)); err != nil {
 		return nil, fmt.Errorf("heartbeat validator: %w", err)
@@ -100,6 +117,11 @@ func newGossip(ctx context.Context, h *Host) (*gossip, error) {
 
 func (g *gossip) validateHeartbeat(_ context.Context, _ peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
 	origin := msg.GetFrom()
+	// The rate first: a flood costs a map lookup, not a decode.
+	if !g.hbLimit.Allow(origin, g.h.cfg.clock.Now()) {
+		g.h.table.reject(origin, rejectRate)
+		return pubsub.ValidationIgnore
+	}
 	hb, err := CheckHeartbeat(origin, msg.Data, g.h.cfg.clock.Now(), g.h.cfg.maxSkew)
 	if err != nil {
 		why := reasonOf(err)
@@ -189,15 +211,21 @@ func (g *gossip) heartbeat() *Heartbeat {
 		samples = append(samples[g.rotation:], samples[:g.rotation]...)[:MaxRTTSamples]
 	}
 	hb.RTTs = samples
+	hb.Vouches = g.h.nextVouches()
 	return hb
 }
 
 func (g *gossip) publishHeartbeat(ctx context.Context) error {
-	data, err := g.heartbeat().MarshalBinary()
+	hb := g.heartbeat()
+	data, err := hb.MarshalBinary()
 	if err != nil {
 		return err
 	}
-	return g.hb.Publish(ctx, data)
+	if err := g.hb.Publish(ctx, data); err != nil {
+		return err
+	}
+	g.h.keepHeartbeat(hb)
+	return nil
 }
 
 // PublishMapNotice gossips a map notice (an encoded LayerMap event; the

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -25,6 +26,7 @@ const (
 	MaxRegionLen     = 32   // bytes of the region label
 	MaxEngineLen     = 32   // bytes of the engine label
 	MaxPrefixLen     = 1040 // bytes of an encoded prefix summary (8192 bits and its size)
+	MaxVouches       = 16   // vouches per heartbeat
 	maxIDLen         = 64   // bytes of an encoded peer ID
 )
 
@@ -60,6 +62,8 @@ const (
 	sectionQueue    uint8 = 2
 	sectionFetch    uint8 = 3
 	sectionEngine   uint8 = 4
+	sectionServed   uint8 = 5
+	sectionVouches  uint8 = 6
 )
 
 // Flags in a heartbeat.
@@ -113,6 +117,20 @@ type Status struct {
 	// section, so that a swarm of pure-Go nodes gossips what it did
 	// before engines were named.
 	Engine string
+	// TokensServed is the tokens this node delivered to callers as an
+	// entry, and StepsRun the steps it ran on its layers, both since it
+	// started: counters, so that an observer with two heartbeats of a
+	// node (the monitor) derives its throughput from signed data alone.
+	TokensServed, StepsRun uint64
+}
+
+// Vouch is the sender's count of spot checks of Peer's work that agreed
+// with a second holder since the sender started (it only grows): signed
+// with the sender's heartbeat, it is what the leader weighs Peer's
+// placement by (consensus/trust.go).
+type Vouch struct {
+	Peer   peer.ID
+	Checks uint32
 }
 
 // Heartbeat is one gossiped liveness and load report. Version 1 encodes,
@@ -141,6 +159,10 @@ type Status struct {
 //	       0 <= done <= all, all > 0); only while a fetch is in progress
 //	tag 4: engine: the label of a backend other than the pure-Go
 //	       engine (Status.Engine, UTF-8, 1..MaxEngineLen bytes)
+//	tag 5: served: u64 tokens delivered as an entry, u64 steps run on
+//	       the node's layers, both since start (16 bytes; not both zero)
+//	tag 6: vouches: u8 n (1..16), then n × (u8 len, bytes peer ID;
+//	       u32 checks, > 0), no peer twice (Heartbeat.Vouches)
 //
 // Nothing else may follow. Sections leave older heartbeats decodable and
 // let fields be added without reordering the fixed part.
@@ -150,6 +172,10 @@ type Heartbeat struct {
 	Flags     uint8
 	RTTs      []RTTSample
 	Timestamp time.Time
+	// Vouches are some of the sender's counts of checks it saw others
+	// pass, at most MaxVouches a heartbeat (a sender with more rotates
+	// through them).
+	Vouches []Vouch
 }
 
 // Relayed reports whether the sender says it is reachable only by relay.
@@ -185,6 +211,21 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		return nil, fmt.Errorf("fetch progress %d of %d: %w", hb.FetchDone, hb.FetchTotal, ErrHeartbeatSchema)
 	case len(hb.Engine) > MaxEngineLen || !utf8.ValidString(hb.Engine):
 		return nil, fmt.Errorf("engine %q: %w", hb.Engine, ErrHeartbeatSchema)
+	case len(hb.Vouches) > MaxVouches:
+		return nil, fmt.Errorf("%d vouches (max %d): %w", len(hb.Vouches), MaxVouches, ErrHeartbeatSchema)
+	}
+	for i, v := range hb.Vouches {
+		switch {
+		case len(v.Peer) == 0 || len(v.Peer) > maxIDLen:
+			return nil, fmt.Errorf("vouch peer ID of %d bytes: %w", len(v.Peer), ErrHeartbeatSchema)
+		case v.Checks == 0:
+			return nil, fmt.Errorf("vouch of 0 checks: %w", ErrHeartbeatSchema)
+		}
+		for _, w := range hb.Vouches[:i] {
+			if w.Peer == v.Peer {
+				return nil, fmt.Errorf("two vouches for one peer: %w", ErrHeartbeatSchema)
+			}
+		}
 	}
 	b := make([]byte, 0, 128+len(hb.RTTs)*(maxIDLen+5))
 	b = append(b, HeartbeatVersion, byte(len(id)))
@@ -235,6 +276,26 @@ func (hb *Heartbeat) MarshalBinary() ([]byte, error) {
 		b = append(b, sectionEngine)
 		b = binary.BigEndian.AppendUint16(b, uint16(len(hb.Engine)))
 		b = append(b, hb.Engine...)
+	}
+	if hb.TokensServed != 0 || hb.StepsRun != 0 {
+		b = append(b, sectionServed)
+		b = binary.BigEndian.AppendUint16(b, 16)
+		b = binary.BigEndian.AppendUint64(b, hb.TokensServed)
+		b = binary.BigEndian.AppendUint64(b, hb.StepsRun)
+	}
+	if len(hb.Vouches) > 0 {
+		n := 1
+		for _, v := range hb.Vouches {
+			n += 1 + len(v.Peer) + 4
+		}
+		b = append(b, sectionVouches)
+		b = binary.BigEndian.AppendUint16(b, uint16(n))
+		b = append(b, byte(len(hb.Vouches)))
+		for _, v := range hb.Vouches {
+			b = append(b, byte(len(v.Peer)))
+			b = append(b, v.Peer...)
+			b = binary.BigEndian.AppendUint32(b, v.Checks)
+		}
 	}
 	if len(b) > MaxHeartbeatSize {
 		return nil, fmt.Errorf("%d bytes: %w", len(b), ErrHeartbeatSize)
@@ -341,6 +402,15 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 			d.Fail("engine %q", body)
 		case tag == sectionEngine:
 			hb.Engine = string(body)
+		case tag == sectionServed && n != 16:
+			d.Fail("served section of %d bytes (want 16)", n)
+		case tag == sectionServed:
+			hb.TokensServed, hb.StepsRun = binary.BigEndian.Uint64(body), binary.BigEndian.Uint64(body[8:])
+			if hb.TokensServed == 0 && hb.StepsRun == 0 {
+				d.Fail("an empty served section (none is sent)")
+			}
+		case tag == sectionVouches:
+			hb.Vouches = decodeVouches(d, body)
 		default:
 			d.Fail("unknown section %d", tag)
 		}
@@ -351,4 +421,32 @@ func DecodeHeartbeat(data []byte) (*Heartbeat, error) {
 		return nil, d.Err()
 	}
 	return hb, nil
+}
+
+// decodeVouches decodes a vouches section's body, failing d on a bad one.
+func decodeVouches(d *codec.Reader, body []byte) []Vouch {
+	r := codec.NewReader(body, binary.BigEndian, ErrHeartbeatSchema)
+	n := int(r.U8("vouch count"))
+	if r.Err() == nil && (n == 0 || n > MaxVouches) {
+		r.Fail("%d vouches (max %d)", n, MaxVouches)
+	}
+	var out []Vouch
+	for i := 0; i < n && r.Err() == nil; i++ {
+		id := r.PeerID("vouch peer", maxIDLen, false)
+		c := r.U32("vouch checks")
+		if r.Err() != nil {
+			break
+		}
+		if c == 0 || slices.ContainsFunc(out, func(v Vouch) bool { return v.Peer == id }) {
+			r.Fail("vouch of %d checks for %s (zero or repeated)", c, id)
+			break
+		}
+		out = append(out, Vouch{Peer: id, Checks: c})
+	}
+	r.End()
+	if r.Err() != nil {
+		d.Fail("vouches: %v", r.Err())
+		return nil
+	}
+	return out
 }

@@ -217,6 +217,14 @@ func FuzzHeartbeatDecoder(f *testing.F) {
 	engined, _ := hb.MarshalBinary()
 	f.Add(engined)
 	hb.Engine = ""
+	hb.TokensServed, hb.StepsRun = 1234, 98765
+	served, _ := hb.MarshalBinary()
+	f.Add(served)
+	hb.TokensServed, hb.StepsRun = 0, 0
+	hb.Vouches = []Vouch{{Peer: hb.NodeID, Checks: 9}}
+	vouched, _ := hb.MarshalBinary()
+	f.Add(vouched)
+	hb.Vouches = nil
 	f.Add(append(bytes.Clone(plain), 2, 0, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)) // an empty queue section
 	f.Add([]byte{1})
 	f.Add([]byte{1, 64})
@@ -325,5 +333,124 @@ func TestHeartbeatEngineSection(t *testing.T) {
 	hb.Engine = string(bytes.Repeat([]byte("g"), MaxEngineLen+1))
 	if _, err := hb.MarshalBinary(); !errors.Is(err, ErrHeartbeatSchema) {
 		t.Fatalf("an over-long engine encoded: %v", err)
+	}
+}
+
+// The served section carries the two counters, goes out only while one
+// is non-zero, and is checked: 16 bytes, not both zero.
+func TestHeartbeatServedSection(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	plain, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb.TokensServed, hb.StepsRun = 0, 1<<40
+	data, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) != len(plain)+3+16 || !bytes.Equal(data[:len(plain)], plain) {
+		t.Fatalf("%d bytes with the served section, %d without", len(data), len(plain))
+	}
+	got, err := DecodeHeartbeat(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.TokensServed != 0 || got.StepsRun != 1<<40 {
+		t.Fatalf("served %d steps %d", got.TokensServed, got.StepsRun)
+	}
+	section := func(body []byte) []byte {
+		b := append(bytes.Clone(plain), sectionServed)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(body)))
+		return append(b, body...)
+	}
+	for name, b := range map[string][]byte{
+		"zero":  section(make([]byte, 16)),
+		"short": section(make([]byte, 8)),
+		"long":  section(append(make([]byte, 16), 1)),
+	} {
+		if _, err := DecodeHeartbeat(b); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// The vouches section round-trips, is absent when the node vouches for
+// nobody, and is checked: 1..MaxVouches entries, each of a valid peer ID
+// with a positive count, no peer twice. The largest heartbeat with it
+// still fits MaxHeartbeatSize.
+func TestHeartbeatVouchesSection(t *testing.T) {
+	hb := sampleHeartbeat(t)
+	hb.Engine = "ggml-CPU"
+	plain, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, q := testPeerID(t), testPeerID(t)
+	hb.Vouches = []Vouch{{Peer: p, Checks: 3}, {Peer: q, Checks: 1 << 31}}
+	data, err := hb.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data[:len(plain)], plain) || len(data) != len(plain)+3+1+2*(1+len(p)+4) {
+		t.Fatalf("%d bytes with the vouches section, %d without", len(data), len(plain))
+	}
+	got, err := DecodeHeartbeat(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Vouches, hb.Vouches) || got.Engine != hb.Engine {
+		t.Fatalf("vouches %v (engine %q), want %v", got.Vouches, got.Engine, hb.Vouches)
+	}
+	section := func(n byte, entries ...Vouch) []byte {
+		body := []byte{n}
+		for _, v := range entries {
+			body = append(body, byte(len(v.Peer)))
+			body = append(body, v.Peer...)
+			body = binary.BigEndian.AppendUint32(body, v.Checks)
+		}
+		b := append(bytes.Clone(plain), sectionVouches)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(body)))
+		return append(b, body...)
+	}
+	for name, b := range map[string][]byte{
+		"no entries":  section(0),
+		"zero checks": section(1, Vouch{Peer: p}),
+		"repeated":    section(2, Vouch{Peer: p, Checks: 1}, Vouch{Peer: p, Checks: 2}),
+		"count short": section(2, Vouch{Peer: p, Checks: 1}),
+		"count long":  section(1, Vouch{Peer: p, Checks: 1}, Vouch{Peer: q, Checks: 1}),
+		"bad peer":    section(1, Vouch{Peer: "not a peer", Checks: 1}),
+		"too many":    section(MaxVouches + 1),
+	} {
+		if _, err := DecodeHeartbeat(b); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, vs := range map[string][]Vouch{
+		"zero checks": {{Peer: p}},
+		"repeated":    {{Peer: p, Checks: 1}, {Peer: p, Checks: 1}},
+		"no peer":     {{Checks: 1}},
+		"too many":    make([]Vouch, MaxVouches+1),
+	} {
+		hb.Vouches = vs
+		if _, err := hb.MarshalBinary(); !errors.Is(err, ErrHeartbeatSchema) {
+			t.Errorf("%s encoded: %v", name, err)
+		}
+	}
+	// The largest heartbeat: every field and section at its maximum.
+	hb.Vouches = nil
+	hb.Region = string(bytes.Repeat([]byte("x"), MaxRegionLen))
+	hb.Prefixes = string(make([]byte, MaxPrefixLen))
+	hb.Engine = string(bytes.Repeat([]byte("g"), MaxEngineLen))
+	hb.EntryQueue, hb.FetchDone, hb.FetchTotal = 1, 1, 2
+	hb.TokensServed, hb.StepsRun = 1, 1
+	for range MaxRTTSamples - len(hb.RTTs) {
+		hb.RTTs = append(hb.RTTs, RTTSample{Peer: testPeerID(t), RTT: time.Hour})
+	}
+	for range MaxVouches {
+		hb.Vouches = append(hb.Vouches, Vouch{Peer: testPeerID(t), Checks: 1})
+	}
+	if data, err = hb.MarshalBinary(); err != nil || len(data) > MaxHeartbeatSize {
+		t.Fatalf("largest heartbeat: %d bytes, %v", len(data), err)
 	}
 }

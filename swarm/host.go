@@ -40,6 +40,7 @@ type Host struct {
 
 	gossip *gossip
 	disc   *discoverer // nil with discovery off
+	pub    *publicDisc // nil without WithPublicDHT
 	relays *relayKeeper
 	nat    *natState
 	// relayMeter paces and counts relayed bytes; nil unless relaying.
@@ -48,9 +49,18 @@ type Host struct {
 
 	statusMu sync.Mutex
 	status   Status
+	vouches  []Vouch // SetVouches; under statusMu
+	vouchAt  int     // the next heartbeat's first vouch
 
 	actHandler atomic.Pointer[ActHandler]
 	ctlHandler atomic.Pointer[CtlHandler]
+
+	// The monitor protocol (monitor.go): what the node adds to its
+	// snapshots, its own latest heartbeats, and the requests in service.
+	snapSource atomic.Pointer[func() SnapshotInfo]
+	beatsMu    sync.Mutex
+	beats      []*Heartbeat
+	monitorSem chan struct{}
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -74,6 +84,13 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		return nil, err
 	}
 	log := cfg.log.Named("swarm")
+	if len(cfg.bootstrapDNS) > 0 {
+		ais, err := resolveBootstrapLists(ctx, cfg.resolver, cfg.bootstrapDNS)
+		if err != nil {
+			return nil, err
+		}
+		cfg.bootstrap = append(cfg.bootstrap, ais...)
+	}
 
 	sk, err := identity(cfg.dataDir)
 	if err != nil {
@@ -93,7 +110,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	}
 
 	hctx, cancel := context.WithCancel(context.Background())
-	s := &Host{cfg: cfg, log: log, ctx: hctx, cancel: cancel}
+	s := &Host{cfg: cfg, log: log, ctx: hctx, cancel: cancel, monitorSem: make(chan struct{}, maxMonitorServing)}
 	// Before libp2p.New: identify may call addrsFactory, which reads it,
 	// while New is still returning.
 	s.relays = newRelayKeeper(s)
@@ -113,6 +130,9 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		libp2p.SwarmOpts(swarm.WithDialRanker(s.dialRanker)),
 		libp2p.AddrsFactory(s.addrsFactory),
 		libp2p.UserAgent("strata"),
+	}
+	if cfg.resolver != nil {
+		lopts = append(lopts, libp2p.MultiaddrResolver(swarm.ResolverFromMaDNS{Resolver: cfg.resolver}))
 	}
 	if cfg.psk != nil {
 		lopts = append(lopts, libp2p.PrivateNetwork(cfg.psk))
@@ -145,6 +165,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	sub, err := h.EventBus().Subscribe([]any{
 		new(event.EvtPeerConnectednessChanged),
 		new(event.EvtLocalReachabilityChanged),
+		new(event.EvtPeerIdentificationCompleted),
 	})
 	if err != nil {
 		return fail(fmt.Errorf("event bus: %w", err))
@@ -157,9 +178,15 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	h.SetStreamHandler(ProtocolAct, s.serveAct)
 	h.SetStreamHandler(ProtocolCtl, s.serveCtl)
 	h.SetStreamHandler(ProtocolBW, s.serveBW)
+	h.SetStreamHandler(ProtocolMonitor, s.serveMonitor)
 
 	if cfg.discovery {
 		if s.disc, err = newDiscoverer(s); err != nil {
+			return fail(err)
+		}
+	}
+	if cfg.publicBoot != nil {
+		if s.pub, err = newPublicDisc(s); err != nil {
 			return fail(err)
 		}
 	}
@@ -181,6 +208,10 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	if s.disc != nil {
 		s.goLoop(s.disc.advertise)
 		s.goLoop(s.disc.find)
+	}
+	if s.pub != nil {
+		s.goLoop(s.pub.advertise)
+		s.goLoop(s.pub.find)
 	}
 	log.Info("host started", zap.Stringer("id", h.ID()), zap.Strings("addrs", addrStrings(s.Addrs())))
 	return s, nil
@@ -303,6 +334,9 @@ func (s *Host) addrsChanged() {
 	if s.disc != nil {
 		s.disc.readvertise()
 	}
+	if s.pub != nil {
+		s.pub.readvertise()
+	}
 }
 
 // goLoop runs fn in a goroutine that Close waits for.
@@ -330,6 +364,8 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 				if e.Connectedness == network.NotConnected {
 					s.acts.drop(e.Peer, true)
 				}
+			case event.EvtPeerIdentificationCompleted:
+				s.refreshConn(e.Peer) // it may turn out no Strata peer
 			case event.EvtLocalReachabilityChanged:
 				if s.cfg.reachability() == ReachabilityAuto {
 					s.relays.private.Store(e.Reachability == network.ReachabilityPrivate)
@@ -341,9 +377,23 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 	}
 }
 
+// stranger reports whether id identified itself as a host that speaks
+// no Strata: a node of the public DHT met while providing or looking up
+// (hundreds of them on the real Amino DHT). Such a peer gets no row in
+// the peer table, so that it is not pinged, asked for a relay slot or
+// shown as a peer. A peer not identified yet is no stranger.
+func (s *Host) stranger(id peer.ID) bool {
+	protos, err := s.h.Peerstore().GetProtocols(id)
+	return err == nil && len(protos) > 0 && !slices.Contains(protos, ProtocolCtl)
+}
+
 // refreshConn tells the peer table whether we are connected to id and
 // whether only through relays.
 func (s *Host) refreshConn(id peer.ID) {
+	if s.stranger(id) {
+		s.table.dropStranger(id)
+		return
+	}
 	conns := s.h.Network().ConnsToPeer(id)
 	relayed := len(conns) > 0
 	for _, c := range conns {
@@ -450,6 +500,9 @@ func (s *Host) Close() error {
 		var errs []error
 		if s.disc != nil {
 			errs = append(errs, s.disc.close())
+		}
+		if s.pub != nil {
+			errs = append(errs, s.pub.close())
 		}
 		if s.h != nil {
 			errs = append(errs, s.h.Close())

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
 	ma "github.com/multiformats/go-multiaddr"
+	madns "github.com/multiformats/go-multiaddr-dns"
 	"go.uber.org/zap"
 )
 
@@ -47,24 +48,33 @@ const (
 )
 
 type config struct {
-	log        *zap.Logger
-	clock      clockwork.Clock
-	dataDir    string
-	listen     []string
-	noListen   bool
-	bootstrap  []peer.AddrInfo
-	psk        pnet.PSK
-	swarmName  string
-	model      string
-	relay      bool    // act as a relay when public
-	relayLimit bool    // keep the stock relay limits (128 KiB, 2 min per circuit)
-	relayRate  float64 // bytes/s relayed for others, all circuits; 0: no cap
-	reach      Reachability
-	staticRel  []peer.AddrInfo
-	holePunch  bool
-	portMap    bool
-	discovery  bool
-	dhtMode    bool // true: server mode
+	log       *zap.Logger
+	clock     clockwork.Clock
+	dataDir   string
+	listen    []string
+	noListen  bool
+	bootstrap []peer.AddrInfo
+	// bootstrapDNS are published bootstrap lists (/dnsaddr/NAME with no
+	// peer ID) that New resolves into bootstrap peers with resolver.
+	bootstrapDNS []ma.Multiaddr
+	resolver     *madns.Resolver
+	psk          pnet.PSK
+	swarmName    string
+	model        string
+	relay        bool    // act as a relay when public
+	relayLimit   bool    // keep the stock relay limits (128 KiB, 2 min per circuit)
+	relayRate    float64 // bytes/s relayed for others, all circuits; 0: no cap
+	reach        Reachability
+	staticRel    []peer.AddrInfo
+	holePunch    bool
+	portMap      bool
+	discovery    bool
+	dhtMode      bool // true: server mode
+	// publicBoot: the public (Amino) DHT's bootstrap peers; nil: no
+	// public DHT. publicRefresh: how often the records are provided again.
+	publicBoot    []peer.AddrInfo
+	publicRefresh time.Duration
+	fingerprint   string
 
 	hbInterval   time.Duration
 	suspectAfter time.Duration
@@ -89,26 +99,27 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		log:          zap.NewNop(),
-		clock:        clockwork.NewRealClock(),
-		swarmName:    DefaultSwarmName,
-		relay:        true,
-		relayRate:    DefaultRelayRate,
-		holePunch:    true,
-		discovery:    true,
-		dhtMode:      true,
-		hbInterval:   DefaultHeartbeatInterval,
-		forgetAfter:  DefaultForgetAfter,
-		maxSkew:      DefaultMaxClockSkew,
-		advertiseMin: time.Second,
-		advertiseMax: time.Minute,
-		maxActFrame:  DefaultMaxActFrame,
-		maxCtlFrame:  DefaultMaxCtlFrame,
-		maxMapNotice: DefaultMaxMapNotice,
-		connLow:      64,
-		connHigh:     256,
-		actStreams:   256,
-		rttPeers:     8,
+		log:           zap.NewNop(),
+		clock:         clockwork.NewRealClock(),
+		swarmName:     DefaultSwarmName,
+		relay:         true,
+		relayRate:     DefaultRelayRate,
+		holePunch:     true,
+		discovery:     true,
+		dhtMode:       true,
+		hbInterval:    DefaultHeartbeatInterval,
+		forgetAfter:   DefaultForgetAfter,
+		maxSkew:       DefaultMaxClockSkew,
+		advertiseMin:  time.Second,
+		advertiseMax:  time.Minute,
+		publicRefresh: DefaultPublicRefresh,
+		maxActFrame:   DefaultMaxActFrame,
+		maxCtlFrame:   DefaultMaxCtlFrame,
+		maxMapNotice:  DefaultMaxMapNotice,
+		connLow:       64,
+		connHigh:      256,
+		actStreams:    256,
+		rttPeers:      8,
 	}
 }
 
@@ -149,6 +160,14 @@ func (c *config) validate() error {
 		return fmt.Errorf("frame limits act %d ctl %d: %w", c.maxActFrame, c.maxCtlFrame, ErrConfig)
 	case c.swarmName == "":
 		return fmt.Errorf("empty swarm name: %w", ErrConfig)
+	case c.publicBoot != nil && c.psk != nil:
+		// A private swarm's hosts cannot reach the public network, and a
+		// record there would tell the world the swarm exists.
+		return fmt.Errorf("a private swarm (swarm key) uses no public DHT: %w", ErrConfig)
+	case c.publicBoot != nil && c.swarmName == DefaultSwarmName:
+		return fmt.Errorf("a public swarm needs a name of its own, not %q: %w", DefaultSwarmName, ErrConfig)
+	case c.publicRefresh <= 0:
+		return fmt.Errorf("public refresh %v: %w", c.publicRefresh, ErrConfig)
 	case c.connLow <= 0 || c.connHigh < c.connLow:
 		return fmt.Errorf("connection watermarks %d/%d: %w", c.connLow, c.connHigh, ErrConfig)
 	}
@@ -196,16 +215,46 @@ func WithNoListen() Option {
 }
 
 // WithBootstrap sets the peers to connect to at start: full multiaddrs
-// with a /p2p/ component.
+// with a /p2p/ component (/dnsaddr/NAME/p2p/ID included, resolved as it
+// is dialled), or a list a swarm publishes in DNS, /dnsaddr/NAME without
+// a peer ID, which New resolves (the TXT records of _dnsaddr.NAME, as
+// libp2p's bootstrap lists) into the peers it names.
 func WithBootstrap(addrs ...string) Option {
 	return func(c *config) error {
 		for _, s := range addrs {
+			if IsBootstrapList(s) {
+				c.bootstrapDNS = append(c.bootstrapDNS, ma.StringCast(s))
+				continue
+			}
 			ai, err := peer.AddrInfoFromString(s)
 			if err != nil {
 				return fmt.Errorf("bootstrap address %q: %w: %w", s, ErrConfig, err)
 			}
 			c.bootstrap = append(c.bootstrap, *ai)
 		}
+		return nil
+	}
+}
+
+// IsBootstrapList reports whether s names a published bootstrap list: a
+// /dnsaddr/NAME multiaddr with no peer ID.
+func IsBootstrapList(s string) bool {
+	m, err := ma.NewMultiaddr(s)
+	if err != nil || len(m) != 1 {
+		return false
+	}
+	return m[0].Protocol().Code == ma.P_DNSADDR
+}
+
+// WithDNSResolver resolves /dnsaddr and other DNS multiaddrs, bootstrap
+// lists and dials alike, with r (default madns.DefaultResolver, the
+// system's resolver).
+func WithDNSResolver(r *madns.Resolver) Option {
+	return func(c *config) error {
+		if r == nil {
+			return fmt.Errorf("nil DNS resolver: %w", ErrConfig)
+		}
+		c.resolver = r
 		return nil
 	}
 }
@@ -237,6 +286,36 @@ func WithSwarmName(name string) Option {
 // WithModel sets the model served, which scopes the rendezvous key.
 func WithModel(model string) Option {
 	return func(c *config) error { c.model = model; return nil }
+}
+
+// WithModelFingerprint sets the full fingerprint of the model served,
+// which the public rendezvous key is derived from (default: the model
+// scope of WithModel).
+func WithModelFingerprint(fp string) Option {
+	return func(c *config) error { c.fingerprint = fp; return nil }
+}
+
+// WithPublicDHT makes the swarm public and findable by name: the host
+// runs a client of the Amino DHT (/ipfs/kad/1.0.0) beside Strata's own,
+// bootstrapped from peers (DefaultPublicBootstrap for the public
+// network; tests pass their own), looks up PublicRendezvous(name, model
+// fingerprint) there and dials the members it finds, and, once
+// AdvertisePublic is called, provides that key and SwarmIndexKey. It
+// needs a swarm name of its own and no swarm key.
+func WithPublicDHT(peers ...peer.AddrInfo) Option {
+	return func(c *config) error {
+		if len(peers) == 0 {
+			return fmt.Errorf("public DHT without bootstrap peers: %w", ErrConfig)
+		}
+		c.publicBoot = append([]peer.AddrInfo{}, peers...)
+		return nil
+	}
+}
+
+// WithPublicRefresh sets how often the public rendezvous records are
+// provided again (default DefaultPublicRefresh).
+func WithPublicRefresh(d time.Duration) Option {
+	return func(c *config) error { c.publicRefresh = d; return nil }
 }
 
 // WithRelayService makes a publicly reachable host serve as a circuit

@@ -50,6 +50,8 @@ type Peer struct {
 	Heartbeat *Heartbeat
 	// HeardAt is the local time the latest heartbeat arrived.
 	HeardAt time.Time
+	// Heard counts the heartbeats accepted from the peer.
+	Heard uint64
 	// Connected: we hold at least one connection to the peer.
 	Connected bool
 	// Relayed: the peer is reachable only through a circuit relay: its
@@ -79,10 +81,15 @@ type Rejections struct {
 	Sender   uint64 // heartbeat whose node ID is not its signer
 	Clock    uint64 // heartbeat timestamp too far from our clock
 	Frame    uint64 // stream frame above the maximum, or malformed
+	// Rate: heartbeats past the per-peer rate, ignored (a peer that
+	// floods; gossip's duplicates never count, pubsub drops them first).
+	Rate uint64
 }
 
 // Total is the sum over reasons.
-func (r Rejections) Total() uint64 { return r.Oversize + r.Schema + r.Sender + r.Clock + r.Frame }
+func (r Rejections) Total() uint64 {
+	return r.Oversize + r.Schema + r.Sender + r.Clock + r.Frame + r.Rate
+}
 
 type rejectReason uint8
 
@@ -92,10 +99,11 @@ const (
 	rejectSender
 	rejectClock
 	rejectFrame
+	rejectRate
 )
 
 func (r rejectReason) String() string {
-	return [...]string{"oversize", "schema", "sender", "clock", "frame"}[r]
+	return [...]string{"oversize", "schema", "sender", "clock", "frame", "rate"}[r]
 }
 
 func (r *Rejections) add(why rejectReason) {
@@ -110,6 +118,8 @@ func (r *Rejections) add(why rejectReason) {
 		r.Clock++
 	case rejectFrame:
 		r.Frame++
+	case rejectRate:
+		r.Rate++
 	}
 }
 
@@ -139,6 +149,9 @@ type entry struct {
 	// since HeardAt: silence it could not have heard through, which the
 	// deadlines do not count.
 	stalled time.Duration
+	// vouches are the largest counts of checks the peer's heartbeats
+	// announced, by subject (vouch.go).
+	vouches map[peer.ID]uint32
 }
 
 // PeerTable is the local view of the swarm's peers. It takes facts
@@ -329,7 +342,9 @@ func (t *PeerTable) heard(hb *Heartbeat) bool {
 	e := t.get(hb.NodeID, now)
 	e.lastTS = hb.Timestamp
 	e.Heartbeat = hb
+	e.mergeVouches(hb.Vouches)
 	e.HeardAt = now
+	e.Heard++
 	e.stalled = 0
 	t.bump()
 	t.setLiveness(e, Alive, now)
@@ -488,6 +503,19 @@ func (t *PeerTable) sweep() {
 			}
 		}
 	}
+}
+
+// dropStranger removes the row of a peer that turned out to speak no
+// Strata, unless it ever sent a heartbeat.
+func (t *PeerTable) dropStranger(id peer.ID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.peers[id]
+	if e == nil || !e.HeardAt.IsZero() {
+		return
+	}
+	delete(t.peers, id)
+	t.emit(Event{Peer: id, From: e.Liveness, Forgotten: true, At: t.now()})
 }
 
 func (t *PeerTable) forget(id peer.ID, e *entry, now time.Time) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,12 @@ type cluster struct {
 	// swarmRate is the scenario's replicated verify rate, given to every
 	// node (the founder's is the one committed); nil: the default.
 	swarmRate *float64
+	// public: the swarm is joined by name through the DHT servers dhts
+	// (addresses dhtAddrs); the founder names stewards.
+	public   *PublicSpec
+	dhts     []*proc
+	dhtAddrs []string
+	stewards []string
 }
 
 // freePort asks the kernel for an unused TCP port on 127.0.0.1. Both
@@ -164,7 +171,9 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	if p.spec.Memory != "" {
 		args = append(args, "--memory", p.spec.Memory)
 	}
-	if b := c.bootstraps(p); len(b) > 0 {
+	if c.public != nil {
+		args = append(args, c.publicArgs(p)...)
+	} else if b := c.bootstraps(p); len(b) > 0 {
 		args = append(args, "--bootstrap", strings.Join(b, ","))
 	}
 	if p.spec.Steal {
@@ -185,6 +194,11 @@ func (c *cluster) start(ctx context.Context, p *proc) error {
 	if r := c.swarmRate; r != nil {
 		args = append(args, "--swarm-verify-rate", strconv.FormatFloat(*r, 'g', -1, 64))
 	}
+	return c.launch(ctx, p, args)
+}
+
+// launch starts bin with args as p and waits until it prints its address.
+func (c *cluster) launch(ctx context.Context, p *proc, args []string) error {
 	// Append: a restart keeps the earlier run's output for the post-mortem.
 	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
 	stdout, err := os.OpenFile(p.out, flags, 0o644)
@@ -369,7 +383,8 @@ func (p *proc) crashed() bool {
 // stopAll kills every process group this cluster started and waits for
 // them: the end of a run, a failure or a signal.
 func (c *cluster) stopAll() {
-	for _, p := range c.procs {
+	all := append(slices.Clone(c.procs), c.dhts...)
+	for _, p := range all {
 		p.mu.Lock()
 		if p.cmd != nil && p.cmd.Process != nil {
 			syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) //nolint:errcheck // ESRCH: already gone
@@ -377,7 +392,7 @@ func (c *cluster) stopAll() {
 		p.stopped = true
 		p.mu.Unlock()
 	}
-	for _, p := range c.procs {
+	for _, p := range all {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		p.waitExit(ctx) //nolint:errcheck // a process SIGKILL cannot end is beyond help
 		cancel()

@@ -56,8 +56,13 @@ type Report struct {
 	Crashed    []string      `json:"crashed,omitempty"` // nodes that exited on their own
 	// Reachability is each running node's diagnosis at the end of the
 	// load: AutoNAT's verdict, its relays, and how it links to each peer.
-	Reachability []NodeReach    `json:"reachability,omitempty"`
-	Errors       map[string]int `json:"errors,omitempty"` // failed requests' errors, counted
+	Reachability []NodeReach `json:"reachability,omitempty"`
+	// Joins are a public swarm's joins by name (public.go).
+	Joins []JoinReport `json:"joins,omitempty"`
+	// Monitor is strata monitor's view at the end of the load, checked
+	// (scenarios with monitor: true).
+	Monitor *MonitorReport `json:"monitor,omitempty"`
+	Errors  map[string]int `json:"errors,omitempty"` // failed requests' errors, counted
 
 	Pass       bool     `json:"pass"`
 	Violations []string `json:"violations,omitempty"`
@@ -504,6 +509,10 @@ func (rep *Report) Markdown() string {
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %.1f MB | %s |\n", n.Node, reach, strings.Join(n.Relays, " "), n.RelayedMB, strings.Join(links, ", "))
 		}
+	}
+	joinsMarkdown(&b, rep.Joins)
+	if rep.Monitor != nil {
+		rep.Monitor.markdown(&b)
 	}
 	if rep.Trust != nil {
 		rep.Trust.markdown(&b)

@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -112,6 +114,21 @@ type run struct {
 	ready   map[*proc]bool
 	next    int        // round robin over entry nodes
 	rng     *rand.Rand // run-time picks (a hop to pause), under mu
+	// joins are the measured joins by name of a public swarm, by
+	// watchers that joinCtx ends and joinWG waits for.
+	joins      []JoinReport
+	joinCtx    context.Context
+	joinCancel context.CancelFunc
+	joinWG     sync.WaitGroup
+}
+
+// watchJoins measures p's current start's join, in the background, when
+// the swarm is public.
+func (r *run) watchJoins(p *proc) {
+	if r.sc.Public == nil {
+		return
+	}
+	r.joinWG.Go(func() { r.watchJoin(r.joinCtx, p) })
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -176,6 +193,8 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	}
 	r := &run{sc: sc, o: o, hc: &http.Client{}, ready: map[*proc]bool{}, rng: rand.New(rand.NewPCG(seed, 0x686f70))}
 	r.logf("run directory %s", o.runDir)
+	r.joinCtx, r.joinCancel = context.WithCancel(ctx)
+	defer r.joinCancel()
 
 	// The model and the reference answers, before any node competes for
 	// the CPU.
@@ -193,6 +212,7 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 		return nil, err
 	}
 	r.c.swarmRate = sc.VerifyRate
+	r.c.public = sc.Public
 	if modelPath != "" {
 		if r.c.fetchArgs, err = fetchArgs(modelPath, sc.Model.Threads); err != nil {
 			return nil, err
@@ -201,6 +221,9 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	var places []Placement
 	for _, n := range sc.Nodes {
 		places = append(places, Placement{Name: n.Name, Region: n.Region, NAT: n.NAT, Rate: n.Rate})
+	}
+	if sc.Public != nil {
+		places = append(places, sc.Public.placements()...)
 	}
 	if err := o.net.Setup(ctx, places); err != nil {
 		o.net.Close() //nolint:errcheck // the Setup error says more
@@ -213,6 +236,15 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 		}
 	}()
 
+	if p := sc.Public; p != nil {
+		if r.c.stewards, err = r.c.stewardIDs(); err != nil {
+			return nil, fmt.Errorf("testnet: %w", err)
+		}
+		if r.c.dhtAddrs, err = r.c.startDHTServers(ctx, p.DHTServers); err != nil {
+			return nil, fmt.Errorf("testnet: public DHT: %w", err)
+		}
+		r.logf("public DHT stand-ins: %s", strings.Join(r.c.dhtAddrs, " "))
+	}
 	if err := r.startInitial(ctx); err != nil {
 		return nil, err
 	}
@@ -269,7 +301,13 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 	loadEnd := time.Since(r.t0)
 	r.logf("load done: %d requests", len(results))
 	reach := r.reachability(ctx)
+	var mon *MonitorReport
+	if sc.Monitor {
+		mon = r.monitor(ctx, reach)
+	}
 	verify := r.verifyStats(ctx)
+	r.joinCancel()
+	r.joinWG.Wait()
 
 	var crashed []string
 	for _, p := range r.c.procs {
@@ -292,6 +330,13 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 		}
 	}
 	rep.Violations = append(rep.Violations, checkOverload(sc, rep)...)
+	r.mu.Lock()
+	rep.Joins = slices.Clone(r.joins)
+	r.mu.Unlock()
+	slices.SortStableFunc(rep.Joins, func(a, b JoinReport) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Start, b.Start))
+	})
+	rep.Violations = append(rep.Violations, checkJoins(sc, rep.Joins)...)
 	rep.RunDir, rep.Network = o.runDir, sc.Network.Mode
 	r.checkHistory(rep, samples)
 	if sc.Nemesis != nil {
@@ -302,6 +347,10 @@ func Run(ctx context.Context, sc *Scenario, opts ...Option) (rep *Report, err er
 		rep.Nemesis.Requests = checkRequests(rep.Results, refs, faultWindows(evs, rep, loadEnd))
 	}
 	rep.Violations = append(rep.Violations, checkNemesis(sc.Expect, rep)...)
+	if mon != nil {
+		rep.Monitor = mon
+		rep.Violations = append(rep.Violations, mon.Violations...)
+	}
 	rep.Pass = len(rep.Violations) == 0
 	rep.Reachability = reach
 	for _, nr := range reach {
@@ -361,6 +410,7 @@ func (r *run) startInitial(ctx context.Context) error {
 		if err := r.c.start(rctx, p); err != nil {
 			return fmt.Errorf("testnet: %w", err)
 		}
+		r.watchJoins(p)
 		r.logf("started %s: %s", p.spec.Name, p.addr)
 		started = append(started, p)
 		if len(started) > 1 {
@@ -645,7 +695,7 @@ func (r *run) swarm(ctx context.Context) (swarmView, *proc, error) {
 }
 
 func (r *run) nameOf(peerID string) string {
-	for _, p := range r.c.procs {
+	for _, p := range append(slices.Clone(r.c.procs), r.c.dhts...) {
 		p.mu.Lock()
 		id := p.peerID
 		p.mu.Unlock()
@@ -753,6 +803,7 @@ func (r *run) timeline(ctx context.Context) []*eventRun {
 				if err := r.c.start(sctx, p); err != nil {
 					return err
 				}
+				r.watchJoins(p)
 				go func() {
 					rctx, cancel := context.WithTimeout(ctx, r.sc.ReadyTimeout)
 					defer cancel()

@@ -27,6 +27,8 @@ type Scenario struct {
 	Nodes       []NodeSpec  `yaml:"nodes"`
 	Load        LoadSpec    `yaml:"load"`
 	Events      []EventSpec `yaml:"events"`
+	// Public makes the swarm public, joined by name (public.go).
+	Public *PublicSpec `yaml:"public"`
 	// Nemesis draws faults from a seeded generator (nemesis.go); they
 	// join Events.
 	Nemesis *NemesisSpec `yaml:"nemesis"`
@@ -40,6 +42,9 @@ type Scenario struct {
 	// ReadyTimeout bounds the wait for the initial nodes to serve (60s).
 	ReadyTimeout time.Duration `yaml:"ready_timeout"`
 	Expect       Expect        `yaml:"expect"`
+	// Monitor runs strata monitor at the end of the load and holds its
+	// report to the nodes' own views (monitor.go).
+	Monitor bool `yaml:"monitor"`
 }
 
 // ModelSpec is the model every node serves: a random-weight model the
@@ -101,6 +106,9 @@ type NodeSpec struct {
 	// f32, f16, q8 or auto; "": the node's default, f32). Outputs on f16
 	// or q8 may differ from the reference: set expect.mismatched.
 	Wire string `yaml:"wire"`
+	// Steward: the founder of a public swarm signs this node in as a
+	// steward (--stewards), one of the only voters.
+	Steward bool `yaml:"steward"`
 }
 
 // LoadSpec is the client load: requests arrive as a Poisson process at
@@ -252,6 +260,10 @@ type Expect struct {
 	// entry without one) queued, its p99 queue wait at least MinWait
 	// (capacity.go).
 	Overloaded *bool `yaml:"overloaded"`
+	// MaxJoin bounds each start of a node of a public swarm, initial or
+	// rejoin, from the process's start until it is a member, having
+	// found the swarm by name (public.go).
+	MaxJoin time.Duration `yaml:"max_join"`
 }
 
 // ErrScenario wraps every validation error; the message names the field.
@@ -438,6 +450,19 @@ func (s *Scenario) Validate() error {
 		if !n.Late {
 			initial++
 		}
+	}
+	if p := s.Public; p != nil {
+		if err := p.validate(s, regions); err != nil {
+			return err
+		}
+	}
+	for i, n := range s.Nodes {
+		if n.Steward && s.Public == nil {
+			return bad(fmt.Sprintf("nodes[%d].steward", i), "stewards are named by a public swarm's founder: needs public")
+		}
+	}
+	if s.Expect.MaxJoin < 0 || (s.Expect.MaxJoin > 0 && s.Public == nil) {
+		return bad("expect.max_join", "bounds joins by name: positive, and needs public")
 	}
 	if s.Nodes[0].Fetch {
 		return bad("nodes[0].fetch", "the first node founds the swarm: it must hold the model file")

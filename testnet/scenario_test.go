@@ -74,6 +74,11 @@ func TestScenarioErrorsNameTheField(t *testing.T) {
 		{"max_tokens: 8}|max_tokens: 8, phases: [{for: 5s, times: 2}]}", "load.phases[0].times"},
 		{"max_tokens: 8}|max_tokens: 8, capacity: {for: 1s, clients: 4}}", "load.capacity"},
 		{"max_recovery: 10s}|max_recovery: 10s, max_wait_ratio: 1.5}", "expect.max_wait_ratio"},
+		{"name: t|name: t\npublic: {swarm: default, dht_servers: 3}", "public.swarm"},
+		{"name: t|name: t\npublic: {swarm: p, dht_servers: 0}", "public.dht_servers"},
+		{"name: t|name: t\npublic: {swarm: p, dht_servers: 3, region: eu}", "public.region"},
+		{"- {name: a, max_layers: 2}|- {name: a, max_layers: 2, steward: true}", "nodes[0].steward"},
+		{"max_recovery: 10s}|max_recovery: 10s, max_join: 30s}", "expect.max_join"},
 	} {
 		old, repl, _ := strings.Cut(c.edit, "|")
 		if !strings.Contains(goodScenario, old) {

@@ -108,6 +108,9 @@ func TestBatchMatchesAlone(t *testing.T) {
 		// Windows and soft caps per session in one graph.
 		{"gemma3/F32", shapes["gemma3"], func(t *testing.T) string { return gen(t, "gemma3", shapes["gemma3"], engine.F32) }, false},
 		{"gemma2/F32", shapes["gemma2"], func(t *testing.T) string { return gen(t, "gemma2", shapes["gemma2"], engine.F32) }, false},
+		// Latent attention (V of its own width, from K) and grouped
+		// sigmoid routing per session in one graph.
+		{"deepseek2/F32", shapes["deepseek2"], func(t *testing.T) string { return gen(t, "deepseek2", shapes["deepseek2"], engine.F32) }, false},
 		{"llama-gqa/Q8_0", shapes["llama-gqa"], func(t *testing.T) string { return gen(t, "llama-gqa", shapes["llama-gqa"], engine.Q8_0) }, true},
 		{"llama-gqa/Q4_K_M", kShapes["llama-gqa"], func(t *testing.T) string { return genMix(t, "llama-gqa", kShapes["llama-gqa"], "q4_k_m") }, true},
 	}

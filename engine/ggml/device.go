@@ -7,9 +7,10 @@ package ggml
 // ggml-backend.h: the devices ggml registered (the CPU, built in; GPUs
 // from backend libraries loaded from a directory, or Metal built in).
 typedef struct ggml_backend_device * ggml_backend_dev_t;
-enum { DEVT_CPU = 0, DEVT_GPU = 1 };
+enum { DEVT_CPU = 0, DEVT_GPU = 1, DEVT_IGPU = 2 };
 extern ggml_backend_dev_t ggml_backend_dev_by_type(int type);
 extern const char * ggml_backend_dev_name(ggml_backend_dev_t device);
+extern const char * ggml_backend_dev_description(ggml_backend_dev_t device);
 extern void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total);
 extern void ggml_backend_load_all_from_path(const char * dir_path);
 
@@ -33,6 +34,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -43,13 +45,56 @@ import (
 type DeviceInfo struct {
 	// Name is ggml's name of the device: "CPU", "CUDA0", "Metal"...
 	Name string
+	// Description is the backend's description of the device: the GPU's
+	// model ("NVIDIA H100 80GB HBM3", "llvmpipe (LLVM 15.0.6, 256 bits)"),
+	// or the CPU's.
+	Description string
 	// Memory is the device's own memory in bytes; 0 for the CPU, whose
 	// memory is the host's.
 	Memory int64
 }
 
-// Engine is the label engine.Info.Engine gives a stage on this device.
-func (d DeviceInfo) Engine() string { return "ggml-" + d.Name }
+// maxLabel is the longest engine label a heartbeat carries
+// (swarm.MaxEngineLen).
+const maxLabel = 32
+
+// Engine is the label engine.Info.Engine gives a stage on this device:
+// "ggml-CPU", or for a GPU its name and as much of its model as fits
+// the heartbeat's 32 bytes, whole words and without a parenthesised
+// detail ("ggml-Vulkan0 llvmpipe", "ggml-CUDA0 NVIDIA H100 80GB HBM3"),
+// so that status and the dashboard say which device computes.
+func (d DeviceInfo) Engine() string {
+	label := "ggml-" + d.Name
+	if d.Name == "CPU" || d.Description == "" {
+		return label
+	}
+	desc := d.Description
+	if i := strings.Index(desc, " ("); i >= 0 {
+		desc = desc[:i]
+	}
+	words := strings.Fields(desc)
+	for len(words) > 0 && len(label)+1+len(strings.Join(words, " ")) > maxLabel {
+		words = words[:len(words)-1]
+	}
+	if len(words) > 0 {
+		label += " " + strings.Join(words, " ")
+	}
+	return label
+}
+
+// deviceInfo describes dev, with its memory unless it is the CPU.
+func deviceInfo(dev C.ggml_backend_dev_t) DeviceInfo {
+	info := DeviceInfo{Name: C.GoString(C.ggml_backend_dev_name(dev))}
+	if desc := C.ggml_backend_dev_description(dev); desc != nil {
+		info.Description = C.GoString(desc)
+	}
+	if info.Name != "CPU" {
+		var free, total C.size_t
+		C.ggml_backend_dev_memory(dev, &free, &total)
+		info.Memory = int64(total)
+	}
+	return info
+}
 
 var libDirs sync.Map // dir → struct{}: loaded
 
@@ -92,27 +137,35 @@ func CPUFeatures() map[string]string {
 // Probe reports the device a stage opened WithDevice(d) would compute on
 // (load GPU libraries with LoadLibDir first).
 func Probe(d Device) (DeviceInfo, error) {
-	var dev C.ggml_backend_dev_t
-	switch d {
-	case Auto:
-		if dev = C.ggml_backend_dev_by_type(C.DEVT_GPU); dev == nil {
-			dev = C.ggml_backend_dev_by_type(C.DEVT_CPU)
-		}
-	case CPU:
-		dev = C.ggml_backend_dev_by_type(C.DEVT_CPU)
-	case GPU:
-		dev = C.ggml_backend_dev_by_type(C.DEVT_GPU)
-	}
+	dev := pick(d)
 	if dev == nil {
 		return DeviceInfo{}, fmt.Errorf("%w: no %s device", ErrGGML, d)
 	}
-	info := DeviceInfo{Name: C.GoString(C.ggml_backend_dev_name(dev))}
-	if d != CPU && info.Name != "CPU" {
-		var free, total C.size_t
-		C.ggml_backend_dev_memory(dev, &free, &total)
-		info.Memory = int64(total)
+	return deviceInfo(dev), nil
+}
+
+// pick is the device WithDevice(d) computes on, nil if there is none:
+// GPU takes a discrete GPU, else an integrated one (ggml-vulkan types an
+// APU's or a laptop's GPU IGPU); Auto takes that, else the CPU.
+func pick(d Device) C.ggml_backend_dev_t {
+	gpu := func() C.ggml_backend_dev_t {
+		if dev := C.ggml_backend_dev_by_type(C.DEVT_GPU); dev != nil {
+			return dev
+		}
+		return C.ggml_backend_dev_by_type(C.DEVT_IGPU)
 	}
-	return info, nil
+	switch d {
+	case Auto:
+		if dev := gpu(); dev != nil {
+			return dev
+		}
+		return C.ggml_backend_dev_by_type(C.DEVT_CPU)
+	case CPU:
+		return C.ggml_backend_dev_by_type(C.DEVT_CPU)
+	case GPU:
+		return gpu()
+	}
+	return nil
 }
 
 // Opener opens stages on device d, as node.Engine's Open wants them: one

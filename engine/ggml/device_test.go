@@ -56,3 +56,25 @@ func TestRepack(t *testing.T) {
 		t.Errorf("WithoutRepack: %d matrices repacked", n)
 	}
 }
+
+// TestEngineLabel: a GPU's label names its model in whole words within a
+// heartbeat's 32 bytes, without the parenthesised detail; the CPU's stays
+// "ggml-CPU".
+func TestEngineLabel(t *testing.T) {
+	for _, c := range []struct {
+		d    DeviceInfo
+		want string
+	}{
+		{DeviceInfo{Name: "CPU", Description: "AMD EPYC 9654 96-Core Processor"}, "ggml-CPU"},
+		{DeviceInfo{Name: "Vulkan0", Description: "llvmpipe (LLVM 15.0.6, 256 bits)"}, "ggml-Vulkan0 llvmpipe"},
+		{DeviceInfo{Name: "CUDA0", Description: "NVIDIA H100 80GB HBM3"}, "ggml-CUDA0 NVIDIA H100 80GB HBM3"},
+		{DeviceInfo{Name: "CUDA1", Description: "NVIDIA GeForce RTX 4090 Laptop GPU"}, "ggml-CUDA1 NVIDIA GeForce RTX"},
+		{DeviceInfo{Name: "CUDA0", Description: "Supercalifragilisticexpialidocious"}, "ggml-CUDA0"},
+		{DeviceInfo{Name: "Metal"}, "ggml-Metal"},
+	} {
+		got := c.d.Engine()
+		if got != c.want || len(got) > maxLabel {
+			t.Errorf("%+v: label %q (%d bytes), want %q", c.d, got, len(got), c.want)
+		}
+	}
+}

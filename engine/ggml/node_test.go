@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,21 +38,44 @@ import (
 // (the test checks that gap, so that a tie could not pass for a bug or a
 // bug for a tie).
 func TestMixedSwarm(t *testing.T) {
+	mixedSwarm(t, ggml.CPU)
+}
+
+// TestVulkanMixedSwarm: TestMixedSwarm with the ggml node on the Vulkan
+// device (make test-vulkan: Mesa's lavapipe), so that its layers' weights,
+// KV caches and hidden states go through device buffers and copies.
+func TestVulkanMixedSwarm(t *testing.T) {
+	dir := os.Getenv(ggml.VulkanLibEnv)
+	if dir == "" {
+		t.Skipf("%s not set: make test-vulkan builds ggml-vulkan and runs this on Mesa's lavapipe", ggml.VulkanLibEnv)
+	}
+	if os.Getenv("GGML_VK_VISIBLE_DEVICES") == "" {
+		os.Setenv("GGML_VK_VISIBLE_DEVICES", "0") // lavapipe is a CPU-type device, which ggml-vulkan leaves out unless selected
+	}
+	ggml.LoadLibDir(dir)
+	if d, err := ggml.Probe(ggml.GPU); err != nil || !strings.HasPrefix(d.Name, "Vulkan") {
+		t.Fatalf("the GPU device after loading %s: %+v, %v; want a Vulkan one", dir, d, err)
+	}
+	mixedSwarm(t, ggml.GPU)
+}
+
+// mixedSwarm runs TestMixedSwarm's swarm with the ggml node on device d.
+func mixedSwarm(t *testing.T, d ggml.Device) {
 	c := engine.DefaultGenConfig()
 	c.Layers, c.Seed = 4, 5
 	path := filepath.Join(t.TempDir(), "mixed-f32.gguf")
 	if err := engine.GenerateFile(path, c); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := ggml.Probe(ggml.CPU)
+	dev, err := ggml.Probe(d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Every stage the ggml node opens must be a ggml one; it loads its
 	// range as one (Ranges), as bin/strata-ggml's nodes do.
 	var opened, ranges atomic.Int32
-	open := ggml.Opener(ggml.CPU)
-	eng := node.Engine{Name: dev.Engine(), Ranges: true, Open: func(path string, lo, hi, threads int) (engine.Stage, error) {
+	open := ggml.Opener(d)
+	eng := node.Engine{Name: dev.Engine(), Memory: dev.Memory, Ranges: true, Open: func(path string, lo, hi, threads int) (engine.Stage, error) {
 		st, err := open(path, lo, hi, threads)
 		if err == nil {
 			opened.Add(1)

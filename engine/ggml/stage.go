@@ -57,8 +57,6 @@ typedef struct ggml_backend * ggml_backend_t;
 typedef struct ggml_backend_buffer * ggml_backend_buffer_t;
 typedef struct ggml_backend_buffer_type * ggml_backend_buffer_type_t;
 typedef struct ggml_gallocr * ggml_gallocr_t;
-enum { DEV_CPU = 0, DEV_GPU = 1, DEV_IGPU = 2 };
-extern ggml_backend_t ggml_backend_init_by_type(int type, const char * params);
 extern void ggml_backend_load_all_from_path(const char * dir_path);
 extern const char * ggml_backend_name(ggml_backend_t backend);
 extern void ggml_backend_free(ggml_backend_t backend);
@@ -77,6 +75,8 @@ extern void ggml_backend_cpu_set_n_threads(ggml_backend_t backend_cpu, int n_thr
 typedef struct ggml_backend_device * ggml_backend_dev_t;
 typedef struct ggml_backend_reg * ggml_backend_reg_t;
 extern ggml_backend_dev_t ggml_backend_get_device(ggml_backend_t backend);
+extern ggml_backend_t ggml_backend_dev_init(ggml_backend_dev_t device, const char * params);
+extern const char * ggml_backend_dev_name(ggml_backend_dev_t device);
 extern ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device);
 extern void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name);
 extern const char * ggml_backend_buft_name(ggml_backend_buffer_type_t buft);
@@ -96,6 +96,10 @@ extern struct ggml_tensor * ggml_mul_mat_id(struct ggml_context * ctx, struct gg
 extern struct ggml_tensor * ggml_add_id(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, struct ggml_tensor * ids);
 extern struct ggml_tensor * ggml_swiglu_split(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 extern struct ggml_tensor * ggml_swiglu_oai(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, float alpha, float limit);
+extern struct ggml_tensor * ggml_sigmoid(struct ggml_context * ctx, struct ggml_tensor * a);
+extern struct ggml_tensor * ggml_fill(struct ggml_context * ctx, struct ggml_tensor * a, float c);
+extern struct ggml_tensor * ggml_repeat_4d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
+extern struct ggml_tensor * ggml_reshape_4d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
 extern int ggml_cpu_has_avx2(void);
 extern int ggml_cpu_has_avx512(void);
 extern int ggml_cpu_has_neon(void);
@@ -212,7 +216,9 @@ type gweight struct {
 
 // Stage is an engine.Stage computed by ggml on one of its devices.
 type Stage struct {
-	mu      sync.Mutex
+	mu      sync.Mutex    // guards a CPU stage; see locked
+	dev     *deviceThread // a GPU stage's device thread, or nil
+	parent  *Stage        // a view's (Sub), whose closing closes it too
 	info    engine.Info
 	hp      engine.HParams
 	backend C.ggml_backend_t
@@ -222,9 +228,12 @@ type Stage struct {
 	packed  *C.struct_ggml_context // weights held repacked (CPU_REPACK), or nil
 	pbuf    C.ggml_backend_buffer_t
 	graphs  map[string]*graph // built once per shape, reused
-	nextID  uint64            // session ids, for graph keys
-	steps   uint64            // steps computed, for graph eviction
-	builds  int               // graphs built (a test checks reuse)
+	// dropped are a GPU stage's graphs dropped since its last step: freed
+	// after the next one (see dropGraphs).
+	dropped []*graph
+	nextID  uint64 // session ids, for graph keys
+	steps   uint64 // steps computed, for graph eviction
+	builds  int    // graphs built (a test checks reuse)
 	// repacked counts the matrices held in ggml's CPU_REPACK layout.
 	repacked int
 	embd     tensor // first stage (and a tied head)
@@ -237,6 +246,57 @@ type Stage struct {
 }
 
 var _ engine.Stage = (*Stage)(nil)
+
+// deviceThread runs every call on a GPU device (loading, sessions,
+// steps, freeing) on one OS thread, one call at a time. ggml-vulkan on
+// Mesa's lavapipe corrupted the heap (glibc "double free or corruption"
+// in a lavapipe thread) when one stage's steps came from several threads
+// in turn, each waiting for the last (TestVulkanThreads); on one thread it
+// does not. ggml-vulkan is not safe either with contexts on one device
+// computing from two threads at once (llama.cpp issues 7575 and 11371).
+// A GPU runs one graph at a time anyway.
+type deviceThread struct{ calls chan func() }
+
+var deviceThreads sync.Map // ggml's device name → *deviceThread
+
+func deviceThreadFor(name string) *deviceThread {
+	if d, ok := deviceThreads.Load(name); ok {
+		return d.(*deviceThread)
+	}
+	d := &deviceThread{calls: make(chan func())}
+	if old, loaded := deviceThreads.LoadOrStore(name, d); loaded {
+		return old.(*deviceThread)
+	}
+	go func() {
+		runtime.LockOSThread() // for the process's life: the device's one thread
+		for f := range d.calls {
+			f()
+		}
+	}()
+	return d
+}
+
+// do runs f on the device's thread and waits for it.
+func (d *deviceThread) do(f func()) {
+	done := make(chan struct{})
+	d.calls <- func() {
+		defer close(done)
+		f()
+	}
+	<-done
+}
+
+// locked runs f with the stage to itself: on its device's thread for a
+// GPU stage, under its mutex on the CPU.
+func (s *Stage) locked(f func()) {
+	if s.dev != nil {
+		s.dev.do(f)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+}
 
 // Open loads the stage's tensors (and only those) from the GGUF at path.
 func Open(path string, opts ...Option) (*Stage, error) {
@@ -253,10 +313,23 @@ func Open(path string, opts ...Option) (*Stage, error) {
 		return nil, err
 	}
 	defer fh.Close()
-	s, err := load(f, o)
+	LoadLibDir(o.libDir) // once per directory: each load registers its devices again
+	var dev *deviceThread
+	if d := pick(o.device); d != nil {
+		if name := C.GoString(C.ggml_backend_dev_name(d)); name != "CPU" {
+			dev = deviceThreadFor(name)
+		}
+	}
+	var s *Stage
+	if dev != nil {
+		dev.do(func() { s, err = load(f, o) })
+	} else {
+		s, err = load(f, o)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	s.dev = dev
 	return s, nil
 }
 
@@ -282,7 +355,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 	s := &Stage{hp: hp, arch: arch}
 	s.info = engine.Info{Name: hp.Name, Arch: hp.Arch, Layers: hp.Layers, Lo: o.lo, Hi: o.hi, Hidden: hp.Dim,
 		Vocab: hp.Vocab, Context: hp.Context, Fingerprint: fp, Threads: o.threads, HParams: hp,
-		KVBytesPerToken: int64(o.hi-o.lo) * 2 * int64(hp.KVDim()) * 4}
+		KVBytesPerToken: int64(o.hi-o.lo) * int64(hp.KVDim()+hp.KVHeads*hp.VHead()) * 4}
 
 	// The names this stage needs, with their expected ggml shapes.
 	// mat marks the weights that only a matrix product reads (which the
@@ -374,7 +447,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 	if err := s.initBackend(o); err != nil {
 		return nil, err
 	}
-	s.info.Engine = "ggml-" + s.Device()
+	s.info.Engine = deviceInfo(C.ggml_backend_get_device(s.backend)).Engine()
 	// The contexts hold the tensors' metadata; their data goes to the
 	// backend's device: on the CPU, the matrices its repacking kernels
 	// take go to ggml's CPU_REPACK buffer (where this build has one), which
@@ -459,20 +532,8 @@ func load(f *engine.File, o options) (*Stage, error) {
 
 // initBackend starts the chosen device's backend and its graph allocator.
 func (s *Stage) initBackend(o options) error {
-	if o.libDir != "" {
-		dir := C.CString(o.libDir)
-		C.ggml_backend_load_all_from_path(dir)
-		C.free(unsafe.Pointer(dir))
-	}
-	switch o.device {
-	case Auto:
-		if s.backend = C.ggml_backend_init_by_type(C.DEV_GPU, nil); s.backend == nil {
-			s.backend = C.ggml_backend_init_by_type(C.DEV_CPU, nil)
-		}
-	case CPU:
-		s.backend = C.ggml_backend_init_by_type(C.DEV_CPU, nil)
-	case GPU:
-		s.backend = C.ggml_backend_init_by_type(C.DEV_GPU, nil)
+	if dev := pick(o.device); dev != nil {
+		s.backend = C.ggml_backend_dev_init(dev, nil)
 	}
 	if s.backend == nil {
 		return fmt.Errorf("%w: no %s device", ErrGGML, o.device)
@@ -532,12 +593,12 @@ func (s *Stage) Info() engine.Info { return s.info }
 
 // Close frees the weights. Sessions must be closed first.
 func (s *Stage) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		s.free()
-	}
+	s.locked(func() {
+		if !s.closed {
+			s.closed = true
+			s.free()
+		}
+	})
 	return nil
 }
 
@@ -565,10 +626,10 @@ func (p *session) Truncate(n int) error {
 }
 
 func (p *session) Close() error {
-	p.stage.mu.Lock()
-	defer p.stage.mu.Unlock()
-	p.stage.dropGraphs(p)
-	p.free()
+	p.stage.locked(func() {
+		p.stage.dropGraphs(p)
+		p.free()
+	})
 	return nil
 }
 
@@ -592,25 +653,33 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 		return nil, fmt.Errorf("%w: %d positions > the original context %d: the long RoPE factors (rope_factors_long.weight) are not supported",
 			engine.ErrContextFull, maxTokens, s.hp.Context)
 	}
-	hd, nkv := s.hp.HeadDim, s.hp.KVHeads
 	n := len(s.layers)
 	size := uintptr(2*n)*(uintptr(C.ggml_tensor_overhead())+64) + 1<<16
 	p := &session{stage: s, cap: maxTokens}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, engine.ErrClosed
+	var err error
+	s.locked(func() { err = s.reserve(p, size) })
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// reserve allocates session p's cache (size: its context's metadata).
+func (s *Stage) reserve(p *session, size uintptr) error {
+	hd, vd, nkv, maxTokens := s.hp.HeadDim, s.hp.VHead(), s.hp.KVHeads, p.cap
+	if s.closed || (s.parent != nil && s.parent.closed) {
+		return engine.ErrClosed
 	}
 	if p.ctx = C.new_ctx(C.size_t(size), true); p.ctx == nil {
-		return nil, fmt.Errorf("%w: cannot allocate a context", ErrGGML)
+		return fmt.Errorf("%w: cannot allocate a context", ErrGGML)
 	}
 	for range s.layers {
 		p.k = append(p.k, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(hd), C.int64_t(maxTokens), C.int64_t(nkv)))
-		p.v = append(p.v, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(maxTokens), C.int64_t(hd), C.int64_t(nkv)))
+		p.v = append(p.v, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(maxTokens), C.int64_t(vd), C.int64_t(nkv)))
 	}
 	if p.buf = C.ggml_backend_alloc_ctx_tensors(p.ctx, s.backend); p.buf == nil {
 		p.free()
-		return nil, fmt.Errorf("%w: cannot allocate a KV cache of %d bytes on %s", ErrGGML,
+		return fmt.Errorf("%w: cannot allocate a KV cache of %d bytes on %s", ErrGGML,
 			int64(maxTokens)*s.info.KVBytesPerToken, s.Device())
 	}
 	// Attention reads cache rows past the session's end, masked: they
@@ -618,7 +687,7 @@ func (s *Stage) NewSession(maxTokens int) (engine.Session, error) {
 	C.ggml_backend_buffer_clear(p.buf, 0)
 	s.nextID++
 	p.id = s.nextID
-	return p, nil
+	return nil
 }
 
 // Forward runs one step: the stage's layers over n new positions.
@@ -667,9 +736,15 @@ func (s *Stage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine
 		parts[i] = part{p: p, n: n, row0: rows}
 		rows += n
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	var outs []engine.Output
+	var err error
+	s.locked(func() { outs, err = s.forward(parts, steps, rows) })
+	return outs, err
+}
+
+// forward runs a checked batch, the stage held (locked).
+func (s *Stage) forward(parts []part, steps []engine.Step, rows int) ([]engine.Output, error) {
+	if s.closed || (s.parent != nil && s.parent.closed) {
 		return nil, engine.ErrClosed
 	}
 	seen := make(map[*session]bool, len(parts))
@@ -691,7 +766,12 @@ func (s *Stage) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine
 		// masked), so that the same graph serves kvPad decode steps.
 		pt.kvLen = min(pt.p.cap, (pt.pos+pt.n+kvPad-1)/kvPad*kvPad)
 	}
+	dropped := s.dropped
+	s.dropped = nil
 	outs, err := s.compute(parts, steps, rows)
+	for _, g := range dropped {
+		g.free()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -753,12 +833,28 @@ func (g *graph) free() {
 }
 
 // dropGraphs frees the kept graphs that use session p (all where p is nil).
+//
+// On a GPU a dropped graph's memory is freed only after the stage's next
+// step (or when it closes): freeing it between steps made ggml-vulkan on
+// lavapipe compute the next step wrong and corrupt the heap (glibc
+// "double free or corruption" in a lavapipe thread), in TestVulkanMixedSwarm
+// when a session closed and another began.
 func (s *Stage) dropGraphs(p *session) {
 	for k, g := range s.graphs {
 		if p == nil || slices.Contains(g.sessions, p) {
-			g.free()
+			if s.dev != nil && p != nil {
+				s.dropped = append(s.dropped, g)
+			} else {
+				g.free()
+			}
 			delete(s.graphs, k)
 		}
+	}
+	if p == nil {
+		for _, g := range s.dropped {
+			g.free()
+		}
+		s.dropped = nil
 	}
 }
 
@@ -773,10 +869,10 @@ func graphKey(parts []part) string {
 // build makes the graph of parts' shape.
 func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	h := s.hp
-	hd, nkv := h.HeadDim, h.KVHeads
+	vd, nkv := h.VHead(), h.KVHeads
 	// Per layer: its ops, and per part attention's views, cache writes
 	// and products (gemma2's soft cap adds 3).
-	nodes := (96+24*len(parts))*len(s.layers) + 64
+	nodes := (160+24*len(parts))*len(s.layers) + 64
 	// The context holds the graph's metadata only; an allocator places
 	// its tensors in the backend's memory.
 	size := uintptr(nodes)*(uintptr(C.ggml_tensor_overhead())+64) + uintptr(C.ggml_graph_overhead_custom(C.size_t(nodes), false))
@@ -799,7 +895,7 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	g.positions = C.ggml_new_tensor_1d(c, C.T_I32, R)
 	C.ggml_set_input(g.positions)
 	for _, pt := range parts {
-		vi := C.ggml_new_tensor_1d(c, C.T_I64, C.int64_t(pt.n*hd*nkv))
+		vi := C.ggml_new_tensor_1d(c, C.T_I64, C.int64_t(pt.n*vd*nkv))
 		C.ggml_set_input(vi)
 		g.vIdx = append(g.vIdx, vi)
 		g.sessions = append(g.sessions, pt.p)
@@ -886,7 +982,7 @@ func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.O
 	if g.galloc == nil {
 		defer g.free() // built for this step only
 	}
-	hd, nkv := h.HeadDim, h.KVHeads
+	vd, nkv := h.VHead(), h.KVHeads
 	if s.info.First() {
 		toks := make([]int32, 0, rows)
 		for _, st := range steps {
@@ -905,12 +1001,12 @@ func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.O
 			ps = append(ps, int32(pt.pos+t))
 		}
 		last = append(last, int32(pt.row0+pt.n-1))
-		// V value e (of hd·kvHeads) of new row t goes to position pos+t of
-		// channel e in the transposed cache [cap, hd, kvHeads].
-		vi := make([]int64, pt.n*hd*nkv)
+		// V value e (of vd·kvHeads) of new row t goes to position pos+t of
+		// channel e in the transposed cache [cap, vd, kvHeads].
+		vi := make([]int64, pt.n*vd*nkv)
 		for t := range pt.n {
-			for e := range hd * nkv {
-				vi[t*hd*nkv+e] = int64(pt.pos+t) + int64(pt.p.cap)*int64(e)
+			for e := range vd * nkv {
+				vi[t*vd*nkv+e] = int64(pt.pos+t) + int64(pt.p.cap)*int64(e)
 			}
 		}
 		C.ggml_backend_tensor_set(g.vIdx[j], unsafe.Pointer(&vi[0]), 0, C.size_t(8*len(vi)))
@@ -1124,33 +1220,55 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 	masks := g.windowMasks(c, a.Window, o.parts)
 	const f4 = 4
 	hd, nh, nkv := a.HeadDim, a.Heads, a.KVHeads
+	vd := a.VDim
+	if vd == 0 {
+		vd = hd
+	}
 	scale := a.Scale
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(hd)))
 	}
-	qa, ka, va := q.(*act).t, k.(*act).t, v.(*act).t
+	qa, ka := q.(*act).t, k.(*act).t
+	switch {
+	case v == nil && vd > hd:
+		o.fail(fmt.Errorf("%w: attention V heads of %d in K heads of %d", engine.ErrShape, vd, hd))
+		return q
+	case vd != o.s.hp.VHead():
+		// The session's V cache is VHead wide.
+		o.fail(fmt.Errorf("%w: attention V heads of %d; the cache holds %d", engine.ErrShape, vd, o.s.hp.VHead()))
+		return q
+	}
+	var va tensor
+	if v != nil {
+		va = v.(*act).t
+	} else {
+		// V is the last vd values of each K head (deepseek2's latent):
+		// cached apart, as the transposed V cache wants it.
+		va = C.ggml_cont_2d(c, C.ggml_view_3d(c, ka, C.int64_t(vd), C.int64_t(nkv), o.R(), C.size_t(hd*f4), C.size_t(hd*nkv*f4), C.size_t((hd-vd)*f4)),
+			C.int64_t(vd*nkv), o.R())
+	}
 	var att tensor
 	for j, pt := range o.parts {
 		n, r0 := C.int64_t(pt.n), C.size_t(pt.row0)
 		kc, vc := pt.p.k[o.li], pt.p.v[o.li]
 		qj := C.ggml_view_3d(c, qa, C.int64_t(hd), C.int64_t(nh), n, C.size_t(hd*f4), C.size_t(hd*nh*f4), r0*C.size_t(hd*nh*f4))
 		kj := C.ggml_view_3d(c, ka, C.int64_t(hd), C.int64_t(nkv), n, C.size_t(hd*f4), C.size_t(hd*nkv*f4), r0*C.size_t(hd*nkv*f4))
-		vj := C.ggml_view_2d(c, va, 1, n*C.int64_t(hd*nkv), f4, r0*C.size_t(hd*nkv*f4))
+		vj := C.ggml_view_2d(c, va, 1, n*C.int64_t(vd*nkv), f4, r0*C.size_t(vd*nkv*f4))
 		// The new rows go into the cache first (K as rows of
 		// [hd, cap, kvHeads] at their positions; V, transposed, value by
 		// value at vIdx), and attention reads views of what that wrote,
 		// so that ggml orders the writes before the reads.
 		kIdx := C.ggml_view_1d(c, g.positions, n, r0*f4)
 		kSet := C.ggml_set_rows(c, kc, C.ggml_permute(c, kj, 0, 2, 1, 3), kIdx)
-		vFlat := C.ggml_reshape_2d(c, vc, 1, C.int64_t(pt.p.cap*hd*nkv))
+		vFlat := C.ggml_reshape_2d(c, vc, 1, C.int64_t(pt.p.cap*vd*nkv))
 		vSet := C.ggml_set_rows(c, vFlat, vj, g.vIdx[j])
 		C.ggml_build_forward_expand(g.gf, kSet)
 		C.ggml_build_forward_expand(g.gf, vSet)
 		kv := C.int64_t(pt.kvLen)
 		kAll := C.ggml_view_3d(c, kSet, C.int64_t(hd), kv, C.int64_t(nkv),
 			C.size_t(hd*f4), C.size_t(hd*pt.p.cap*f4), 0) // [hd, kvLen, nkv]
-		vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(hd), C.int64_t(nkv),
-			C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*hd*f4), 0) // [kvLen, hd, nkv]
+		vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(vd), C.int64_t(nkv),
+			C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*vd*f4), 0) // [kvLen, vd, nkv]
 		// Q made contiguous so that ggml may take llamafile's sgemm
 		// (which wants a contiguous right operand) for K·Q.
 		qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
@@ -1165,15 +1283,15 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 			// Each head's sink joins its softmax's denominator.
 			C.ggml_soft_max_add_sinks(kq, sinks)
 		}
-		kqv := C.ggml_mul_mat(c, vAll, kq) // [hd, n, nh]
-		out := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(hd*nh), n)
+		kqv := C.ggml_mul_mat(c, vAll, kq) // [vd, n, nh]
+		out := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(vd*nh), n)
 		if att == nil {
 			att = out
 		} else {
 			att = C.ggml_concat(c, att, out, 1)
 		}
 	}
-	return &act{att, hd * nh}
+	return &act{att, vd * nh}
 }
 
 func (o *ops) SwiGLU(gate, up engine.Tensor) engine.Tensor {
@@ -1202,7 +1320,7 @@ func (o *ops) Scale(x engine.Tensor, s float32) engine.Tensor {
 // or gpt-oss's: biases, a softmax over the chosen logits, SwiGLU-OAI.
 func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
 	c, xt := o.c, x.(*act)
-	if m.GELU || !(m.NormTopK || m.WeighChosen) {
+	if m.GELU || !(m.NormTopK || m.WeighChosen || m.DeepSeek) || m.Sigmoid && !m.DeepSeek {
 		o.fail(fmt.Errorf("%w: a mixture of experts without renormalised weights, or of GELU experts, on the ggml backend", engine.ErrUnsupportedArch))
 		return x
 	}
@@ -1214,17 +1332,32 @@ func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
 		logits = C.ggml_add(c, logits, m.RouterBias.(*gweight).t)
 	}
 	probs := logits
-	if !m.WeighChosen {
+	switch {
+	case m.Sigmoid:
+		probs = C.ggml_sigmoid(c, logits)
+	case !m.WeighChosen:
 		probs = C.ggml_soft_max(c, logits)
 	}
-	sel := C.ggml_argsort_top_k(c, probs, C.int(m.TopK))                // [k, n]
+	choose := probs
+	if m.DeepSeek {
+		var err error
+		if choose, err = o.deepseekChoice(probs, m, int(ne)); err != nil {
+			o.fail(err)
+			return x
+		}
+	}
+	sel := C.ggml_argsort_top_k(c, choose, C.int(m.TopK))               // [k, n]
 	w := C.ggml_get_rows(c, C.ggml_reshape_3d(c, probs, 1, ne, n), sel) // [1, k, n]
 	w2 := C.ggml_reshape_2d(c, w, k, n)
-	if m.WeighChosen {
+	switch {
+	case m.WeighChosen:
 		w2 = C.ggml_soft_max(c, w2)
-	} else {
+	case m.NormTopK:
 		sum := C.ggml_clamp(c, C.ggml_sum_rows(c, w2), C.float(minWeightSum), C.float(math.Inf(1)))
 		w2 = C.ggml_div(c, w2, sum)
+	}
+	if m.DeepSeek {
+		w2 = C.ggml_scale(c, w2, C.float(m.WeightScale))
 	}
 	w = C.ggml_reshape_3d(c, w2, 1, k, n)
 	cur := C.ggml_reshape_3d(c, xt.t, d, 1, n)
@@ -1252,6 +1385,90 @@ func (o *ops) MoE(x engine.Tensor, m engine.MoE) engine.Tensor {
 		out = C.ggml_add(c, out, C.ggml_view_2d(c, ex, d, n, nb2, i*nb1))
 	}
 	return &act{C.ggml_cont(c, out), xt.w}
+}
+
+// Slice views each head's values [lo, hi), made contiguous.
+func (o *ops) Slice(x engine.Tensor, every, lo, hi int) engine.Tensor {
+	xt := x.(*act)
+	if every <= 0 || lo < 0 || hi <= lo || hi > every || xt.w%every != 0 {
+		o.fail(fmt.Errorf("%w: slice [%d, %d) of each %d of rows of %d", engine.ErrShape, lo, hi, every, xt.w))
+		return x
+	}
+	n, w := xt.w/every, hi-lo
+	v := C.ggml_view_3d(o.c, xt.t, C.int64_t(w), C.int64_t(n), o.R(), C.size_t(4*every), C.size_t(4*xt.w), C.size_t(4*lo))
+	return &act{C.ggml_cont_2d(o.c, v, C.int64_t(n*w), o.R()), n * w}
+}
+
+// Concat is ggml_concat along each head, the one-headed input repeated
+// for every head first (as llama.cpp's non-MLA K).
+func (o *ops) Concat(a, b engine.Tensor, aw, bw int) engine.Tensor {
+	at, bt := a.(*act), b.(*act)
+	if aw <= 0 || bw <= 0 || at.w%aw != 0 || bt.w%bw != 0 {
+		o.fail(fmt.Errorf("%w: concat of rows of %d and %d by heads of %d and %d", engine.ErrShape, at.w, bt.w, aw, bw))
+		return a
+	}
+	na, nb := at.w/aw, bt.w/bw
+	n := max(na, nb)
+	if na != nb && min(na, nb) != 1 {
+		o.fail(fmt.Errorf("%w: concat of %d heads and %d heads", engine.ErrShape, na, nb))
+		return a
+	}
+	a3 := C.ggml_reshape_3d(o.c, at.t, C.int64_t(aw), C.int64_t(na), o.R())
+	b3 := C.ggml_reshape_3d(o.c, bt.t, C.int64_t(bw), C.int64_t(nb), o.R())
+	if na < n {
+		a3 = C.ggml_repeat_4d(o.c, a3, C.int64_t(aw), C.int64_t(n), o.R(), 1)
+	}
+	if nb < n {
+		b3 = C.ggml_repeat_4d(o.c, b3, C.int64_t(bw), C.int64_t(n), o.R(), 1)
+	}
+	cat := C.ggml_concat(o.c, a3, b3, 0)
+	return &act{C.ggml_reshape_2d(o.c, cat, C.int64_t(n*(aw+bw)), o.R()), n * (aw + bw)}
+}
+
+// HeadLinear is one ggml_mul_mat of the 3-D weight by x's heads, as
+// llama.cpp's deepseek2 multiplies by attn_k_b and attn_v_b.
+func (o *ops) HeadLinear(x engine.Tensor, w engine.Weight) engine.Tensor {
+	xt, gw := x.(*act), w.(*gweight)
+	cols, rows := gw.ne0, gw.rows
+	if cols <= 0 || xt.w%cols != 0 {
+		o.fail(fmt.Errorf("%w: per-head product of rows of %d by heads of %d", engine.ErrShape, xt.w, cols))
+		return x
+	}
+	nh := xt.w / cols
+	x3 := C.ggml_permute(o.c, C.ggml_reshape_3d(o.c, xt.t, C.int64_t(cols), C.int64_t(nh), o.R()), 0, 2, 1, 3) // [cols, n, nh]
+	y := C.ggml_mul_mat(o.c, gw.t, x3)                                                                         // [rows, n, nh]
+	return &act{C.ggml_cont_2d(o.c, C.ggml_permute(o.c, y, 0, 2, 1, 3), C.int64_t(nh*rows), o.R()), nh * rows}
+}
+
+// deepseekChoice is what deepseek2's experts are chosen by (llama.cpp's
+// build_moe_ffn): the probabilities plus exp_probs_b, and with expert
+// groups, the groups outside the GroupsUsed whose two best sum highest
+// masked to −∞.
+func (o *ops) deepseekChoice(probs tensor, m engine.MoE, ne int) (tensor, error) {
+	c, n := o.c, o.R()
+	choose := probs
+	if m.SelectBias != nil {
+		b := m.SelectBias.(*gweight)
+		if b.ne0 != ne || b.rows != 1 {
+			return nil, fmt.Errorf("%w: expert selection bias of %d for %d experts", engine.ErrShape, b.ne0, ne)
+		}
+		choose = C.ggml_add(c, probs, b.t)
+	}
+	if m.Groups <= 1 {
+		return choose, nil
+	}
+	if ne%m.Groups != 0 || ne/m.Groups < 2 || m.GroupsUsed <= 0 || m.GroupsUsed >= m.Groups {
+		return nil, fmt.Errorf("%w: %d experts in %d groups, %d used", engine.ErrShape, ne, m.Groups, m.GroupsUsed)
+	}
+	per, ng := C.int64_t(ne/m.Groups), C.int64_t(m.Groups)
+	groups := C.ggml_reshape_3d(c, choose, per, ng, n)                                               // [per, groups, n]
+	best := C.ggml_argsort_top_k(c, groups, 2)                                                       // [2, groups, n]
+	scores := C.ggml_get_rows(c, C.ggml_reshape_4d(c, groups, 1, per, ng, n), best)                  // [1, 2, groups, n]
+	scores = C.ggml_reshape_2d(c, C.ggml_sum_rows(c, C.ggml_reshape_3d(c, scores, 2, ng, n)), ng, n) // [groups, n]
+	kept := C.ggml_argsort_top_k(c, scores, C.int(m.GroupsUsed))                                     // [used, n]
+	keep := C.ggml_get_rows(c, groups, kept)                                                         // [per, used, n]
+	masked := C.ggml_set_rows(c, C.ggml_fill(c, groups, C.float(math.Inf(-1))), keep, kept)
+	return C.ggml_reshape_2d(c, masked, C.int64_t(ne), n), nil
 }
 
 // minWeightSum is llama.cpp's clamp of the chosen weights' sum before

@@ -49,6 +49,13 @@ var shapes = map[string]engine.GenConfig{
 	"mixtral": {Arch: "llama", Layers: 2, Dim: 128, Heads: 4, KVHeads: 2, FFN: 128, Vocab: 600, Seed: 21, Experts: 4, ExpertsUsed: 2},
 	"gpt-oss": {Arch: "gpt-oss", Layers: 3, Dim: 128, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 128, Vocab: 600, Seed: 22,
 		Experts: 4, ExpertsUsed: 2, SlidingWindow: 4, Context: 131072, RopeScaling: "yarn", RopeScalingFactor: 32, RopeOrigContext: 4096},
+	// deepseek2: latent attention absorbed (MLA) or decompressed (kv_b),
+	// a leading dense layer, experts in 4 groups of which 2 are kept,
+	// sigmoid routing with exp_probs_b, a shared expert, YaRN.
+	"deepseek2": {Arch: "deepseek2", Layers: 3, Dim: 128, Heads: 4, FFN: 256, Vocab: 600, Seed: 23, Experts: 8, ExpertsUsed: 3, ExpertFFN: 64,
+		Context: 4096, RopeScaling: "yarn", RopeScalingFactor: 40, DeepSeek2: engine.DeepSeek2Gen{ExpertGroups: 4, GroupsUsed: 2}},
+	"deepseek2-kv_b": {Arch: "deepseek2", Layers: 3, Dim: 128, Heads: 4, FFN: 256, Vocab: 600, Seed: 24, Experts: 8, ExpertsUsed: 2, ExpertFFN: 64,
+		DeepSeek2: engine.DeepSeek2Gen{KVB: true, Softmax: true, SharedExperts: 2}},
 }
 
 // kShapes are 256 wide (and FFN a multiple of 256), so that a Q4_K_M file
@@ -66,6 +73,8 @@ var kShapes = map[string]engine.GenConfig{
 		SlidingWindow: 4},
 	"gpt-oss": {Arch: "gpt-oss", Layers: 3, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 256, Vocab: 600, Seed: 29,
 		Experts: 4, ExpertsUsed: 2, SlidingWindow: 4, Context: 131072, RopeScaling: "yarn", RopeScalingFactor: 32, RopeOrigContext: 4096},
+	"deepseek2": {Arch: "deepseek2", Layers: 3, Dim: 256, Heads: 4, FFN: 512, Vocab: 600, Seed: 30, Experts: 8, ExpertsUsed: 3, ExpertFFN: 256,
+		DeepSeek2: engine.DeepSeek2Gen{QLoraRank: 256, KVLoraRank: 256, ExpertGroups: 4, GroupsUsed: 2}},
 }
 
 // limits are the relative distances (max |Δ| over max |logit|) allowed

@@ -27,16 +27,22 @@ import (
 // [lo, hi) only. Its steps and s's are serialized, as they share one
 // backend. Close the views, and their sessions, before s.
 func (s *Stage) Sub(lo, hi int) (engine.Stage, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	var v engine.Stage
+	var err error
+	s.locked(func() { v, err = s.sub(lo, hi) })
+	return v, err
+}
+
+func (s *Stage) sub(lo, hi int) (engine.Stage, error) {
 	if s.closed {
 		return nil, engine.ErrClosed
 	}
 	if lo < s.info.Lo || hi > s.info.Hi || lo >= hi {
 		return nil, fmt.Errorf("%w: [%d, %d) of a stage over [%d, %d)", engine.ErrRange, lo, hi, s.info.Lo, s.info.Hi)
 	}
+	// On a GPU the view's calls go to the same device thread as s's.
 	v := &Stage{hp: s.hp, info: s.info, backend: s.backend, arch: s.arch, globals: s.globals,
-		layers: s.layers[lo-s.info.Lo : hi-s.info.Lo]}
+		layers: s.layers[lo-s.info.Lo : hi-s.info.Lo], dev: s.dev, parent: s}
 	v.info.Lo, v.info.Hi = lo, hi
 	v.info.WeightBytes = 0
 	v.info.KVBytesPerToken = int64(hi-lo) * 2 * int64(s.hp.KVDim()) * 4
@@ -65,6 +71,9 @@ var _ engine.Stage = (*view)(nil)
 func (v *view) Info() engine.Info { return v.st.info }
 
 func (v *view) NewSession(maxTokens int) (engine.Session, error) {
+	if v.root.dev != nil { // the device thread serializes s and its views
+		return v.st.NewSession(maxTokens)
+	}
 	v.root.mu.Lock()
 	defer v.root.mu.Unlock()
 	if v.root.closed {
@@ -84,6 +93,9 @@ func (v *view) Forward(ctx context.Context, step engine.Step) (engine.Output, er
 // ForwardBatch holds the root stage's lock while it computes: ggml's
 // backends compute one graph at a time.
 func (v *view) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine.Output, error) {
+	if v.root.dev != nil { // the device thread serializes s and its views
+		return v.st.ForwardBatch(ctx, steps)
+	}
 	v.root.mu.Lock()
 	defer v.root.mu.Unlock()
 	if v.root.closed {
@@ -94,16 +106,16 @@ func (v *view) ForwardBatch(ctx context.Context, steps []engine.Step) ([]engine.
 
 func (v *view) Close() error {
 	s := v.st
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	s.dropGraphs(nil)
-	if s.galloc != nil {
-		C.ggml_gallocr_free(s.galloc)
-		s.galloc = nil
-	}
+	s.locked(func() {
+		if s.closed {
+			return
+		}
+		s.closed = true
+		s.dropGraphs(nil)
+		if s.galloc != nil {
+			C.ggml_gallocr_free(s.galloc)
+			s.galloc = nil
+		}
+	})
 	return nil
 }

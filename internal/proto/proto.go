@@ -27,6 +27,10 @@ const (
 	// and carries its tokens back (node/steal.go): one request per
 	// stream.
 	Steal protocol.ID = "/strata/steal/1"
+	// Monitor answers a read-only observer (strata monitor) with the
+	// node's signed snapshot: its latest heartbeats, the layer map it
+	// routes on and its links; one request and one response per stream.
+	Monitor protocol.ID = "/strata/monitor/1"
 	// DHTPrefix gives the DHT protocol /strata/kad/1.0.0.
 	DHTPrefix protocol.ID = "/strata"
 )

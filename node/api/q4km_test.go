@@ -35,6 +35,16 @@ func TestGptOssSwarm(t *testing.T) {
 		RopeScaling: "yarn", RopeScalingFactor: 32, RopeOrigContext: 4096})
 }
 
+// TestDeepSeek2Swarm is TestQ4KMSwarm on deepseek2: latent attention
+// (the cache holds the latent), a leading dense layer, then 8 experts in 4
+// groups, 2 kept, 3 used, sigmoid routing with exp_probs_b, a shared
+// expert, and YaRN with DeepSeek-V3's log multiplier.
+func TestDeepSeek2Swarm(t *testing.T) {
+	swarmMatchesSingleProcess(t, engine.GenConfig{Arch: "deepseek2", Layers: 8, Dim: 256, Heads: 4, FFN: 512, Vocab: 512, Seed: 24,
+		Mix: "q4_k_m", Experts: 8, ExpertsUsed: 3, ExpertFFN: 256, Context: 4096, RopeScaling: "yarn", RopeScalingFactor: 40,
+		DeepSeek2: engine.DeepSeek2Gen{QLoraRank: 256, KVLoraRank: 256, ExpertGroups: 4, GroupsUsed: 2}})
+}
+
 // TestGemma3Swarm is TestQ4KMSwarm on gemma3: a Q4_K_M file whose local
 // layers' window (8) is shorter than the prompt and completion.
 func TestGemma3Swarm(t *testing.T) {

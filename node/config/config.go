@@ -76,13 +76,18 @@ import (
 // flag's usage.
 type Config struct {
 	// Swarm.
-	DataDir      string        `yaml:"data_dir" help:"directory for the node's identity key, Raft state and measured capabilities"`
-	Listen       []string      `yaml:"listen" help:"listen multiaddrs (QUIC ones are dropped under a swarm key); \"none\": reachable only through relays"`
-	Bootstrap    []string      `yaml:"bootstrap" help:"full multiaddrs (with /p2p/ID) of peers to join through; none founds a swarm"`
-	SwarmKey     string        `yaml:"swarm_key" help:"pre-shared swarm key file for a private swarm (see strata swarm-key gen)"`
-	Relay        bool          `yaml:"relay" help:"act as a circuit relay for unreachable peers when publicly reachable"`
-	RelayRate    ByteSize      `yaml:"relay_rate" help:"bytes per second a relay carries for others, all circuits together, such as 25MiB (0: no cap)"`
-	Swarm        string        `yaml:"swarm" help:"swarm name: scopes gossip topics and the rendezvous key"`
+	DataDir   string   `yaml:"data_dir" help:"directory for the node's identity key, Raft state and measured capabilities"`
+	Listen    []string `yaml:"listen" help:"listen multiaddrs (QUIC ones are dropped under a swarm key); \"none\": reachable only through relays"`
+	Bootstrap []string `yaml:"bootstrap" help:"full multiaddrs (with /p2p/ID) of peers to join through, or a list a swarm publishes in DNS (/dnsaddr/NAME: the dnsaddr TXT records of _dnsaddr.NAME); none founds a swarm (a public one is found by name)"`
+	SwarmKey  string   `yaml:"swarm_key" help:"pre-shared swarm key file for a private swarm (see strata swarm-key gen)"`
+	Relay     bool     `yaml:"relay" help:"act as a circuit relay for unreachable peers when publicly reachable"`
+	RelayRate ByteSize `yaml:"relay_rate" help:"bytes per second a relay carries for others, all circuits together, such as 25MiB (0: no cap)"`
+	Swarm     string   `yaml:"swarm" help:"swarm name: scopes gossip topics and the rendezvous key; a name of its own (not default) without a swarm key makes the swarm public, found by name through the public DHT (docs/internet.md)"`
+	// DHTBootstrap are the public (Amino) DHT's bootstrap peers a public
+	// swarm is found through; Found founds a public swarm instead of
+	// looking it up.
+	DHTBootstrap []string      `yaml:"dht_bootstrap" help:"bootstrap peers of the public (Amino) DHT that a public swarm (--swarm NAME, no swarm key) is found by name through: full multiaddrs with /p2p/ID, /dnsaddr/... included (default: the public network's well-known ones; \"none\": no public DHT)"`
+	Found        bool          `yaml:"found" help:"found the public swarm --swarm NAME instead of finding it by name on the public DHT (a node without bootstrap; with Raft state in data_dir a node resumes either way)"`
 	Reachability string        `yaml:"reachability" help:"auto (AutoNAT decides), public (serve as relay) or private (reserve relay slots)"`
 	NATPortMap   bool          `yaml:"nat_portmap" help:"ask the router for a port mapping (UPnP / NAT-PMP)"`
 	Heartbeat    time.Duration `yaml:"heartbeat" help:"heartbeat interval"`
@@ -112,6 +117,9 @@ type Config struct {
 	// Stewards are the peer IDs a founder signs into the swarm as its
 	// only voters (consensus/stewards.go, docs/internet.md).
 	Stewards []string `yaml:"stewards" help:"peer IDs this node, founding the swarm, signs into its replicated state as stewards: then only stewards vote in Raft, and other nodes serve layers and route as non-voters (docs/internet.md); ignored on a node that did not found the swarm"`
+	// TrustChecks is K: the spot checks after which a member counts
+	// fully in placement, when this node leads a swarm with stewards.
+	TrustChecks int `yaml:"trust_checks" help:"in a swarm with stewards, the spot checks a member must pass (counted by stewards; others' count at most half) before its capacity counts fully in placement and it may hold layers alone, when this node leads (0: the default, 8; docs/internet.md)"`
 
 	// Weights from peers: ModelID joins without the file; UploadRate caps
 	// what a node with the file (or a fetched slice) sends to peers
@@ -156,6 +164,7 @@ func Default() Config {
 		Relay:           true,
 		RelayRate:       swarm.DefaultRelayRate,
 		Swarm:           swarm.DefaultSwarmName,
+		DHTBootstrap:    swarm.DefaultPublicBootstrap(),
 		Reachability:    "auto",
 		Heartbeat:       swarm.DefaultHeartbeatInterval,
 		QueueTimeout:    node.DefaultQueueTimeout,
@@ -184,6 +193,13 @@ func defaultDataDir() string {
 // ServesModel reports whether the node serves a model; without one it
 // runs the networking only.
 func (c Config) ServesModel() bool { return c.Model != "" || c.SimModel != "" || c.ModelID != "" }
+
+// PublicSwarm reports whether the node's swarm is public, found by name
+// through the public DHT: a name of its own, no swarm key, and a public
+// DHT to use.
+func (c Config) PublicSwarm() bool {
+	return c.Swarm != swarm.DefaultSwarmName && c.SwarmKey == "" && !(len(c.DHTBootstrap) == 1 && c.DHTBootstrap[0] == "none") && len(c.DHTBootstrap) > 0
+}
 
 // APIEnabled reports whether the node serves the HTTP API.
 func (c Config) APIEnabled() bool { return c.API != "" && c.API != "none" }

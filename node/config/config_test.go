@@ -19,6 +19,7 @@ import (
 
 	"github.com/stratanet/strata/node"
 	"github.com/stratanet/strata/node/api"
+	"github.com/stratanet/strata/swarm"
 )
 
 // parse binds a command as `strata node` would, parses args, and loads
@@ -112,6 +113,42 @@ log_json: true
 	}
 }
 
+// TestPublicSwarm: a swarm name of its own without a swarm key makes the
+// swarm public, with the public network's DHT bootstrap peers unless
+// dht_bootstrap says otherwise; a joiner by name may come with the model
+// ID alone.
+func TestPublicSwarm(t *testing.T) {
+	c, err := parse(t, nil)
+	if err != nil || c.PublicSwarm() {
+		t.Fatalf("defaults: public %v (%v)", c.PublicSwarm(), err)
+	}
+	if len(c.DHTBootstrap) == 0 || !slices.Equal(c.DHTBootstrap, swarm.DefaultPublicBootstrap()) {
+		t.Fatalf("default dht_bootstrap %v", c.DHTBootstrap)
+	}
+	c, err = parse(t, nil, "--swarm", "pub", "--model-id", "abc123")
+	if err != nil || !c.PublicSwarm() {
+		t.Fatalf("--swarm pub: public %v (%v)", c.PublicSwarm(), err)
+	}
+	key := writeFile(t, "swarm.key", "/key/swarm/psk/1.0.0/\n/base16/\n"+strings.Repeat("ab", 32)+"\n")
+	for _, args := range [][]string{{"--swarm", "pub", "--dht-bootstrap", "none"}, {"--swarm", "pub", "--swarm-key", key}} {
+		if c, err := parse(t, nil, args...); err != nil || c.PublicSwarm() {
+			t.Errorf("%v: public %v (%v)", args, c.PublicSwarm(), err)
+		}
+	}
+	// A published bootstrap list is a bootstrap entry of its own.
+	if c, err := parse(t, nil, "--bootstrap", "/dnsaddr/boot.example.org"); err != nil || len(c.Bootstrap) != 1 {
+		t.Fatalf("bootstrap list: %v", err)
+	}
+	if _, err := parse(t, nil, "--bootstrap", "/dns4/boot.example.org/tcp/4001"); err == nil || !strings.Contains(err.Error(), "nor a published list") {
+		t.Fatalf("a DNS address without a peer ID: %v", err)
+	}
+	own := "/ip4/10.0.0.1/tcp/4001/p2p/12D3KooWCUshCLdHLH88dYyM4vSDLZZTWP12PR1EB2m16XLobCC5"
+	c, err = parse(t, map[string]string{"STRATA_DHT_BOOTSTRAP": own}, "--swarm", "pub", "--found")
+	if err != nil || !c.Found || !slices.Equal(c.DHTBootstrap, []string{own}) {
+		t.Fatalf("own dht bootstrap: %+v (%v)", c.DHTBootstrap, err)
+	}
+}
+
 // TestValidationNamesTheField: each bad value's error names the setting
 // as its source spells it, with the file's line.
 func TestValidationNamesTheField(t *testing.T) {
@@ -159,6 +196,12 @@ func TestValidationNamesTheField(t *testing.T) {
 			[]string{"node.yaml:1: scheduler_config:", "/nonexistent/sched.yaml"}},
 		{"api port", "", nil, []string{"--api", "127.0.0.1:99999"}, []string{"--api: \"127.0.0.1:99999\": port"}},
 		{"model_id without bootstrap", "", nil, []string{"--model-id", "abc123"}, []string{"--model-id: a node without the model file learns the model from peers"}},
+		{"bad dht bootstrap", "", nil, []string{"--swarm", "pub", "--dht-bootstrap", "/ip4/127.0.0.1/tcp/4001"}, []string{"--dht-bootstrap: \"/ip4/127.0.0.1/tcp/4001\" is not a full multiaddr"}},
+		{"found with bootstrap", "", nil, []string{"--swarm", "pub", "--found", "--bootstrap", "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWCUshCLdHLH88dYyM4vSDLZZTWP12PR1EB2m16XLobCC5"},
+			[]string{"a founder joins no one"}},
+		{"found in the default swarm", "", nil, []string{"--found"}, []string{"--found: founds a public swarm: needs a swarm name of its own"}},
+		{"found without a public DHT", "", nil, []string{"--found", "--swarm", "pub", "--dht-bootstrap", "none"}, []string{"--found: founds a public swarm"}},
+		{"model_id founding a public swarm", "", nil, []string{"--model-id", "abc123", "--swarm", "pub", "--found"}, []string{"--model-id: a node without the model file learns the model from peers"}},
 		{"model_id and sim_model", "", nil, []string{"--model-id", "abc123", "--sim-model", "llama-3-8b", "--gpu", "t4"}, []string{"--model-id: give one of model, model_id and sim_model"}},
 		{"bad upload rate", "upload_rate: -1\n", nil, nil, []string{"node.yaml:1: upload_rate:", "byte count"}},
 		{"negative plan session tokens", "", nil, []string{"--plan-session-tokens", "-1"}, []string{"--plan-session-tokens: -1: must be between 0"}},
@@ -231,6 +274,16 @@ func TestValidationNamesTheField(t *testing.T) {
 	}
 	if c, err := parse(t, nil, "--plan-session-tokens", "1000"); err != nil || c.PlanSessionTokens != 1000 {
 		t.Fatalf("--plan-session-tokens 1000: %v, %v", c.PlanSessionTokens, err)
+	}
+	// Trust checks: the default unless given; never negative.
+	if c.TrustChecks != 0 {
+		t.Fatalf("trust checks %d by default", c.TrustChecks)
+	}
+	if c, err := parse(t, nil, "--trust-checks", "4"); err != nil || c.TrustChecks != 4 {
+		t.Fatalf("--trust-checks 4: %v, %v", c.TrustChecks, err)
+	}
+	if _, err := parse(t, nil, "--trust-checks", "-1"); err == nil {
+		t.Fatal("--trust-checks -1 accepted")
 	}
 	// Stewards: none unless given; a list of peer IDs.
 	if len(c.Stewards) != 0 {

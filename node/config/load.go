@@ -156,6 +156,7 @@ func Bind(cmd *cobra.Command, opts ...Option) func() (Config, error) {
 	flags := l.defaults
 	flags.Listen = append([]string(nil), flags.Listen...)
 	flags.Bootstrap = append([]string(nil), flags.Bootstrap...)
+	flags.DHTBootstrap = append([]string(nil), flags.DHTBootstrap...)
 	fs := cmd.Flags()
 	bind(fs, &flags)
 	var file string
@@ -174,6 +175,7 @@ func (l *loader) load(file string, fs *pflag.FlagSet, flags *Config) (Config, er
 	c := l.defaults
 	c.Listen = append([]string(nil), c.Listen...)
 	c.Bootstrap = append([]string(nil), c.Bootstrap...)
+	c.DHTBootstrap = append([]string(nil), c.DHTBootstrap...)
 	src := map[string]*FieldError{} // where each key that is not a default came from
 	if file != "" {
 		lines, err := readFile(file, &c)

@@ -52,6 +52,17 @@ func (c Config) networkOptions() ([]swarm.Option, error) {
 	} else {
 		opts = append(opts, swarm.WithListenAddrs(c.Listen...))
 	}
+	if c.PublicSwarm() {
+		boot := make([]peer.AddrInfo, 0, len(c.DHTBootstrap))
+		for _, a := range c.DHTBootstrap {
+			ai, err := peer.AddrInfoFromString(a)
+			if err != nil {
+				return nil, &FieldError{Key: "dht_bootstrap", Msg: fmt.Sprintf("%q: %v", a, err)}
+			}
+			boot = append(boot, *ai)
+		}
+		opts = append(opts, swarm.WithPublicDHT(boot...))
+	}
 	if c.SwarmKey != "" {
 		psk, err := swarm.LoadSwarmKey(c.SwarmKey)
 		if err != nil {
@@ -82,7 +93,7 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 		node.WithRegion(c.Region), node.WithThreads(c.Threads), node.WithMemory(int64(c.Memory)),
 		node.WithEntryQueue(c.QueueMax, c.QueueTimeout), node.WithVerifyRate(c.VerifyRate),
 		node.WithSwarmVerifyRate(c.SwarmVerifyRate), node.WithPlanSessionTokens(c.PlanSessionTokens),
-		node.WithStewards(c.Stewards...),
+		node.WithStewards(c.Stewards...), node.WithFounding(c.Found), node.WithTrustChecks(c.TrustChecks),
 		node.WithUploadRate(int64(c.UploadRate)), node.WithAdaptiveUpload(c.UploadAdaptive),
 		node.WithPrefixCache(c.PrefixCache), node.WithWire(node.WireMode(c.Wire)), node.WithStealing(c.Steal), node.WithFairAdmission(c.FairAdmission)}
 	var hw layers.Hardware
@@ -117,7 +128,12 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 		opts = append(opts, node.WithSchedulerConfig(sc))
 	}
 	boot := make([]peer.AddrInfo, 0, len(c.Bootstrap))
+	var lists []string
 	for _, a := range c.Bootstrap {
+		if swarm.IsBootstrapList(a) {
+			lists = append(lists, a) // resolved by the host at start
+			continue
+		}
 		ai, err := peer.AddrInfoFromString(a)
 		if err != nil {
 			return nil, &FieldError{Key: "bootstrap", Msg: fmt.Sprintf("%q: %v", a, err)}
@@ -127,6 +143,9 @@ func (c Config) NodeOptions(log *zap.Logger) ([]node.Option, error) {
 	sopts, err := c.networkOptions()
 	if err != nil {
 		return nil, err
+	}
+	if len(lists) > 0 {
+		sopts = append(sopts, swarm.WithBootstrap(lists...))
 	}
 	return append(opts, node.WithBootstrap(boot...), node.WithSwarmOptions(sopts...)), nil
 }

@@ -60,9 +60,25 @@ func (c Config) validate(src map[string]*FieldError) error {
 		}
 	}
 	for _, a := range c.Bootstrap {
-		if _, err := peer.AddrInfoFromString(a); err != nil {
-			bad("bootstrap", "%q is not a full multiaddr with /p2p/ID: %v", a, err)
+		if swarm.IsBootstrapList(a) {
+			continue
 		}
+		if _, err := peer.AddrInfoFromString(a); err != nil {
+			bad("bootstrap", "%q is not a full multiaddr with /p2p/ID, nor a published list /dnsaddr/NAME: %v", a, err)
+		}
+	}
+	if !(len(c.DHTBootstrap) == 1 && c.DHTBootstrap[0] == "none") {
+		for _, a := range c.DHTBootstrap {
+			if _, err := peer.AddrInfoFromString(a); err != nil {
+				bad("dht_bootstrap", "%q is not a full multiaddr with /p2p/ID (or \"none\"): %v", a, err)
+			}
+		}
+	}
+	if c.Found && len(c.Bootstrap) > 0 {
+		bad(blame("found", "bootstrap"), "a founder joins no one: give found or bootstrap, not both")
+	}
+	if c.Found && !c.PublicSwarm() {
+		bad("found", "founds a public swarm: needs a swarm name of its own (--swarm), no swarm key and a public DHT (dht_bootstrap); without those a node with no bootstrap founds anyway")
 	}
 	if c.SwarmKey != "" {
 		if _, err := swarm.LoadSwarmKey(c.SwarmKey); err != nil {
@@ -89,8 +105,8 @@ func (c Config) validate(src map[string]*FieldError) error {
 		bad("sim_model", "a simulated model needs a device: set gpu")
 	case c.ModelID != "" && (c.Model != "" || c.SimModel != ""):
 		bad("model_id", "give one of model, model_id and sim_model")
-	case c.ModelID != "" && len(c.Bootstrap) == 0:
-		bad("model_id", "a node without the model file learns the model from peers: set bootstrap")
+	case c.ModelID != "" && len(c.Bootstrap) == 0 && (!c.PublicSwarm() || c.Found):
+		bad("model_id", "a node without the model file learns the model from peers: set bootstrap, or join a public swarm by name (--swarm NAME)")
 	case len(c.ModelID) > 128 || strings.ContainsAny(c.ModelID, " /\\"):
 		bad("model_id", "%q is not a model fingerprint (strata model inspect prints it)", c.ModelID)
 	}
@@ -148,6 +164,9 @@ func (c Config) validate(src map[string]*FieldError) error {
 		} else if _, err := p.ExtractPublicKey(); err != nil {
 			bad("stewards", "%q: its key is not in the ID (use Ed25519 host keys): %v", id, err)
 		}
+	}
+	if c.TrustChecks < 0 || c.TrustChecks > 1<<20 {
+		bad("trust_checks", "%d: must be between 0 (the default) and %d", c.TrustChecks, 1<<20)
 	}
 	if c.PlanSessionTokens < 0 || c.PlanSessionTokens > consensus.MaxSessionTokens {
 		bad("plan_session_tokens", "%d: must be between 0 (none) and %d", c.PlanSessionTokens, consensus.MaxSessionTokens)

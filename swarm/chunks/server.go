@@ -15,6 +15,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
+
+	"github.com/stratanet/strata/internal/peerlimit"
 )
 
 // ServerOption configures a Server.
@@ -47,6 +49,23 @@ func WithUploadRate(bytesPerSec int64) ServerOption {
 	return func(s *Server) { s.SetUploadRate(bytesPerSec) }
 }
 
+// WithPeerRequestRate paces the requests each peer may have answered to
+// perSec a second, bursts of burst (default: no pacing): a request past
+// its peer's rate waits for its turn, so a peer that floods queues behind
+// its own bucket while others are answered at once, and an honest
+// fetcher is slowed, never refused (a "busy" answer would drop the
+// holder). Unknown and out-of-range requests count too.
+func WithPeerRequestRate(perSec float64, burst int) ServerOption {
+	return func(s *Server) {
+		if perSec > 0 {
+			s.peerRate = peerlimit.New(perSec, burst, maxPacedPeers)
+		}
+	}
+}
+
+// maxPacedPeers bounds the peers paced separately (peerlimit.Limiter).
+const maxPacedPeers = 4096
+
 // uploadPiece is the unit the rate limiter meters: small enough that the
 // limit holds over a fraction of a second, large enough to cost nothing.
 const uploadPiece = 64 << 10
@@ -67,7 +86,8 @@ type Server struct {
 	perPeerMax int
 	idle       time.Duration
 	limiter    *rate.Limiter
-	ctx        context.Context // ends at Close, to end waits on the limiter
+	peerRate   *peerlimit.Limiter // nil: requests are not paced per peer
+	ctx        context.Context    // ends at Close, to end waits on the limiter
 	cancel     context.CancelFunc
 	sent       atomic.Int64 // chunk bytes written, over the server's life
 
@@ -280,12 +300,44 @@ func (s *Server) handle(st network.Stream) {
 			st.Reset() // out of step, or forged: nothing more from this stream
 			return
 		}
+		if !s.pace(p) {
+			st.Reset()
+			return
+		}
 		st.SetWriteDeadline(time.Now().Add(s.idle))
 		if err := s.answer(st, fp, idx); err != nil {
 			st.Reset()
 			return
 		}
 	}
+}
+
+// pace waits for p's turn under WithPeerRequestRate; false when the
+// server closed meanwhile.
+func (s *Server) pace(p peer.ID) bool {
+	if s.peerRate == nil {
+		return true
+	}
+	d := s.peerRate.Reserve(p, time.Now())
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// Paced is how many requests waited for their peer's turn.
+func (s *Server) Paced() uint64 {
+	if s.peerRate == nil {
+		return 0
+	}
+	return s.peerRate.Denied()
 }
 
 // answer writes one response.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,4 +341,56 @@ func TestServerPause(t *testing.T) {
 	if got, total := s.Sent(), m.Bytes(want); got != total {
 		t.Fatalf("Sent() = %d, fetched %d", got, total)
 	}
+}
+
+// TestServerPeerRequestRate: a peer asking for chunks as fast as it can is
+// answered at its rate (its requests past the burst wait their turn, none
+// refused), while another peer is answered meanwhile.
+func TestServerPeerRequestRate(t *testing.T) {
+	const rate, burst, n = 20, 4, 60
+	path, m := sixLayers(t)
+	srv := chunkstest.NewHost(t)
+	s := NewServer(srv, WithPeerRequestRate(rate, burst))
+	defer s.Close()
+	if err := s.ServeFile(m, path); err != nil {
+		t.Fatal(err)
+	}
+	flood, calm := chunkstest.NewHost(t), chunkstest.NewHost(t)
+	chunkstest.Connect(t, flood, srv)
+	chunkstest.Connect(t, calm, srv)
+	fst, cst := openChunkStream(t, flood, srv), openChunkStream(t, calm, srv)
+
+	var served atomic.Int64
+	start := time.Now()
+	done := make(chan time.Duration, 1)
+	past := make(chan struct{}) // the flood is past its burst
+	go func() {
+		for i := range n {
+			if code, _ := request(t, fst, m.Fingerprint, i%m.NumChunks()); code != statusOK {
+				t.Errorf("flood request %d: status %d", i, code)
+			}
+			if served.Add(1) == 2*burst {
+				close(past)
+			}
+		}
+		done <- time.Since(start)
+	}()
+	<-past
+	for i := range burst {
+		if code, _ := request(t, cst, m.Fingerprint, i); code != statusOK {
+			t.Fatalf("calm request %d: status %d", i, code)
+		}
+	}
+	if got := served.Load(); got >= n {
+		t.Fatalf("the calm peer was answered only after the flood's %d requests", got)
+	}
+	took := <-done
+	// n answers need n − burst tokens past the burst: (n − burst)/rate.
+	if min := time.Duration(float64(n-burst) / rate * float64(time.Second)); took < min*99/100 {
+		t.Fatalf("%d requests answered in %v, faster than the rate allows (%v)", n, took, min)
+	}
+	if s.Paced() == 0 {
+		t.Fatal("no request paced")
+	}
+	t.Logf("flood: %d answers in %v, %d paced", n, took, s.Paced())
 }

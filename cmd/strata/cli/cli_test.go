@@ -120,6 +120,23 @@ func TestModelInspect(t *testing.T) {
 			t.Errorf("inspect output of a qwen3moe file lacks %q:\n%s", want, out)
 		}
 	}
+	// A deepseek2 file: its latent attention, cache and grouped routing.
+	ds := dir + "/deepseek2.gguf"
+	if _, err := run(t, "model", "gen", "--arch", "deepseek2", "--experts", "8", "--experts-used", "3", "--expert-ffn", "256",
+		"--expert-groups", "4", "--expert-groups-used", "2", "--shared-experts", "2", "--kv-lora-rank", "128", "--out", ds,
+		"--dtype", "q4_k_m", "--dim", "256", "--ffn", "512", "--heads", "4", "--layers", "3"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = run(t, "model", "inspect", ds); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"architecture deepseek2", "8 experts, 3 active per token, 2 shared, each 256 wide",
+		"KV LoRA rank 128", "144 values per token and layer cached", "sigmoid, 4 expert groups of 2, the best 2 kept",
+		"scaled by 2.5; 1 leading dense layers", "runs on this build: yes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output of a deepseek2 file lacks %q:\n%s", want, out)
+		}
+	}
 	// A gemma3 file in Q4_K_M: its window applied on the local layers.
 	gemma := dir + "/gemma3.gguf"
 	if _, err := run(t, "model", "gen", "--arch", "gemma3", "--sliding-window", "8", "--out", gemma, "--dtype", "q4_k_m",

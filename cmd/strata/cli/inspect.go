@@ -63,6 +63,9 @@ func inspectModel(w io.Writer, f *engine.File) {
 			fmt.Fprintf(w, "  mixture of experts: %d experts, %d active per token, %d shared, each %d wide\n",
 				hp.Experts, hp.ExpertsUsed, hp.SharedExperts, hp.ExpertFFN)
 		}
+		if hp.Arch == "deepseek2" {
+			inspectDeepSeek2(w, hp)
+		}
 		switch {
 		case hp.SlidingWindow > 0 && hp.Arch == "gpt-oss":
 			fmt.Fprintf(w, "  sliding window %d on layers 0, 2, 4, …; attention sinks on every layer\n", hp.SlidingWindow)
@@ -160,4 +163,28 @@ func inspectModel(w io.Writer, f *engine.File) {
 		return
 	}
 	fmt.Fprintf(w, "runs on this build: no: %s\n", strings.Join(why, "; "))
+}
+
+// inspectDeepSeek2 writes deepseek2's attention and routing shape.
+func inspectDeepSeek2(w io.Writer, hp engine.HParams) {
+	q := fmt.Sprintf("Q LoRA rank %d", hp.QLoraRank)
+	if hp.QLoraRank == 0 {
+		q = "plain Q projection"
+	}
+	layout, cache := "attn_kv_b (K and V decompressed and cached per head)", hp.Heads*(hp.NopeDims+hp.RopeDims+hp.VHeadDim)
+	if hp.MLA {
+		layout, cache = "attn_k_b/attn_v_b (run absorbed; the cache holds the latent and the RoPE part)", hp.KVLoraRank+hp.RopeDims
+	}
+	fmt.Fprintf(w, "  latent attention: %s, KV LoRA rank %d, head Q·K %d (%d RoPE + %d), V %d; %s: %d values per token and layer cached\n",
+		q, hp.KVLoraRank, hp.NopeDims+hp.RopeDims, hp.RopeDims, hp.NopeDims, hp.VHeadDim, layout, cache)
+	if !hp.MoE() {
+		return
+	}
+	gating := map[int]string{1: "softmax", 2: "sigmoid"}[hp.ExpertGating]
+	groups := "no expert groups"
+	if hp.ExpertGroups > 1 {
+		groups = fmt.Sprintf("%d expert groups of %d, the best %d kept", hp.ExpertGroups, hp.Experts/hp.ExpertGroups, hp.GroupsUsed)
+	}
+	fmt.Fprintf(w, "  routing: %s, %s, weights renormalised %v, scaled by %g; %d leading dense layers of ffn %d\n",
+		gating, groups, hp.ExpertWeightsNorm, hp.ExpertWeightsScale, hp.LeadingDense, hp.FFN)
 }

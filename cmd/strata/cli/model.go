@@ -77,19 +77,36 @@ func newModelGenCmd() *cobra.Command {
 				}
 				moe = fmt.Sprintf(", %d of %d experts of width %d", c.ExpertsUsed, c.Experts, ef)
 			}
+			kvHeads := c.KVHeads
+			if c.Arch == "deepseek2" {
+				// The layout sets it: one latent head, or every head with kv_b.
+				kvHeads = map[bool]int{true: c.Heads, false: 1}[c.DeepSeek2.KVB]
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %s, %d layers, dim %d, %d/%d heads, ffn %d%s, vocab %d, %s, %d bytes\n",
-				names, c.Arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, moe, c.Vocab, dtype, size)
+				names, c.Arch, c.Layers, c.Dim, c.Heads, kvHeads, c.FFN, moe, c.Vocab, dtype, size)
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "output file")
-	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma2 or gpt-oss (needs --experts)")
+	f.StringVar(&c.Arch, "arch", c.Arch, "architecture: llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma2, gpt-oss (needs --experts) or deepseek2")
 	f.IntVar(&c.SlidingWindow, "sliding-window", 0, "gemma3, gemma2: the local layers' attention window (0: 512); gpt-oss: its even layers' window (0: 128)")
-	f.IntVar(&c.Experts, "experts", 0, "mixture of experts (qwen3moe, gpt-oss, or llama as Mixtral): experts per layer (0: a dense FFN)")
+	f.IntVar(&c.Experts, "experts", 0, "mixture of experts (qwen3moe, gpt-oss, deepseek2, or llama as Mixtral): experts per layer (0: a dense FFN)")
 	f.IntVar(&c.ExpertsUsed, "experts-used", 0, "experts each token uses (with --experts)")
-	f.IntVar(&c.ExpertFFN, "expert-ffn", 0, "qwen3moe, gpt-oss: each expert's feed-forward width (0: --ffn); llama's experts are --ffn wide")
-	f.IntVar(&c.HeadDim, "head-dim", 0, "head size (0: dim/heads; qwen3 files often set another)")
+	f.IntVar(&c.ExpertFFN, "expert-ffn", 0, "qwen3moe, gpt-oss, deepseek2: each expert's feed-forward width (0: --ffn); llama's experts are --ffn wide")
+	f.IntVar(&c.HeadDim, "head-dim", 0, "head size (0: dim/heads; qwen3 files often set another; deepseek2: a head's Q·K size, 0: 32 + --rope-dims)")
+	ds := &c.DeepSeek2
+	f.IntVar(&ds.QLoraRank, "q-lora-rank", 0, "deepseek2: attention.q_lora_rank (0: dim/2)")
+	f.IntVar(&ds.KVLoraRank, "kv-lora-rank", 0, "deepseek2: attention.kv_lora_rank, the cached latent's width (0: 64)")
+	f.IntVar(&ds.RopeDims, "rope-dims", 0, "deepseek2: a head's RoPE part (0: 16)")
+	f.IntVar(&ds.VHeadDim, "v-head-dim", 0, "deepseek2: a head's V size (0: 32)")
+	f.IntVar(&ds.LeadingDense, "leading-dense", 0, "deepseek2: leading dense layers before the expert layers (0: 1)")
+	f.IntVar(&ds.SharedExperts, "shared-experts", 0, "deepseek2: shared experts per expert layer (0: 1)")
+	f.IntVar(&ds.ExpertGroups, "expert-groups", 0, "deepseek2: expert groups for group-limited routing (0: none)")
+	f.IntVar(&ds.GroupsUsed, "expert-groups-used", 0, "deepseek2: groups kept per token (with --expert-groups)")
+	f.Float32Var(&ds.WeightsScale, "expert-weights-scale", 0, "deepseek2: expert_weights_scale (0: 2.5, DeepSeek-V3's)")
+	f.BoolVar(&ds.Softmax, "softmax-routing", false, "deepseek2: DeepSeek-V2's softmax routing without renormalisation (default: V3's sigmoid with exp_probs_b)")
+	f.BoolVar(&ds.KVB, "kv-b", false, "deepseek2: the older attn_kv_b layout instead of attn_k_b/attn_v_b")
 	f.BoolVar(&c.RopeFreqs, "rope-freqs", false, "llama: write rope_freqs.weight with Llama 3.1's RoPE scaling")
 	f.BoolVar(&c.LongRoPE, "long-rope", false, "phi3: write LongRoPE factors as Phi-3.5 mini has them (--ctx is then the original context, 32× it the trained one)")
 	f.StringVar(&c.RopeScaling, "rope-scaling", "", "llama, qwen2, qwen3, gpt-oss: RoPE scaling to write, linear or yarn (gemma3, gemma2: linear) (with --rope-scaling-factor and --rope-orig-ctx; --ctx is the scaled context)")

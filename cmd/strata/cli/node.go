@@ -50,7 +50,15 @@ func newNodeCmd() *cobra.Command {
 swarm's layer map, the model's layers the leader gives it, and the
 OpenAI-compatible HTTP API (--api, 127.0.0.1:8080 by default). It prints its
 full multiaddrs (with /p2p/ID) at start; give one of them to other nodes as
---bootstrap. With no --bootstrap it founds a swarm.
+--bootstrap. With no --bootstrap it founds a swarm, except in a public swarm.
+
+A public swarm has a name of its own (--swarm NAME) and no swarm key. Its
+members provide a key derived from the name and the model's fingerprint on
+the public libp2p DHT (Amino; --dht-bootstrap names its bootstrap peers,
+the public network's by default), so that a node started with --swarm NAME
+and the model, and no --bootstrap, finds the swarm by name and joins it. The
+first node of a public swarm founds it with --found (and should name
+stewards, --stewards: docs/internet.md).
 
 --model serves a GGUF file with the real engine (a path, a name in the model
 store, or an hf://… reference pulled into it if missing; see strata model
@@ -81,7 +89,9 @@ Without a model it runs the networking only and logs its peer table.`,
   strata node --data-dir /tmp/n1 --listen /ip4/127.0.0.1/tcp/4001 --model /tmp/m.gguf --max-layers 4 --api 127.0.0.1:8081
   strata node --data-dir /tmp/n2 --listen /ip4/127.0.0.1/tcp/4002 --model /tmp/m.gguf --max-layers 4 --api 127.0.0.1:8082 \
       --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --prompt "Once upon a time"
-  strata node --sim-model llama-3-70b:q8_0 --gpu a100-80g --memory 40GiB --log-json`,
+  strata node --sim-model llama-3-70b:q8_0 --gpu a100-80g --memory 40GiB --log-json
+  strata node --swarm my-swarm --model m.gguf --found --stewards 12D3KooWA...,12D3KooWB...,12D3KooWC...
+  strata node --swarm my-swarm --model m.gguf`,
 		Args: cobra.NoArgs,
 	}
 	load := config.Bind(cmd)

@@ -27,6 +27,6 @@ func NewRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newPlanCmd(), newModelCmd(), newNodeCmd(), newSwarmKeyCmd(), newGenerateCmd(), newDebugCmd(), newChatCmd(), newStatusCmd(), newSwarmCmd(), newTestnetCmd(), newSimCmd())
+	root.AddCommand(newPlanCmd(), newModelCmd(), newNodeCmd(), newSwarmKeyCmd(), newGenerateCmd(), newDebugCmd(), newChatCmd(), newStatusCmd(), newSwarmCmd(), newTestnetCmd(), newSimCmd(), newDHTServerCmd(), newMonitorCmd())
 	return root
 }

@@ -121,6 +121,15 @@ func TestDeepSeek2LlamaCpp(t *testing.T) {
 	if d := relDist(ollamaMLA, lcMLA); !(d > 1e-3) {
 		t.Errorf("ollama's MLA path is only %.3g from llama.cpp's: the scale disagreement is gone; update docs/refcheck.md", d)
 	}
+	// The engine on both layouts of this file writer (not ours): absorbed
+	// on the MLA file, decompressed on the kv_b one.
+	for name, path := range map[string]string{"MLA": mlaPath, "kv_b": plainPath} {
+		d := relDist(engineLogits(t, path, ollamaTokens), lcMLA)
+		t.Logf("deepseek2, engine on the %s file: %.3g relative from llama.cpp's MLA", name, d)
+		if !(d <= 1e-4) {
+			t.Errorf("engine on the %s file is %.3g from llama.cpp (limit 1e-4)", name, d)
+		}
+	}
 }
 
 // TestLlamaCppLogitsErrors: bad input to the llama.cpp oracle is an error
