@@ -42,7 +42,11 @@
 //     before a load or release is reported done, and sync returns it as
 //     of everything submitted before.
 //   - The entry (entry, entry.go, client.go): Generate tokenizes, routes
-//     and drives prefill and decode. It depends on a route function, a
+//     and drives prefill and decode. Its decisions (replay, reroute,
+//     back-off, spot-check draws, admission, fair holds, steal choices)
+//     are node/entry's pure state machine and functions, which the
+//     simulator calls too; this package carries out their effects on
+//     the network, the engine and the clock. It depends on a route function, a
 //     send function, a post function for closes, a draining check and
 //     peer-down events (entryDeps), not on Node, so its unit tests
 //     (entry_test.go) run it on a fake clock with in-process fake hops.

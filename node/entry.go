@@ -18,6 +18,7 @@ import (
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/engine/grammar"
+	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -33,103 +34,14 @@ import (
 // run without the failure: the draw for each position is a function of
 // the seed and the position only.
 
-// event is what reaches a generation's driver.
-type event struct {
-	sid  SessionID
-	tok  *Token
-	err  *ErrorMsg
-	from peer.ID
-	down peer.ID // a peer of the path failed
-	why  string
-}
-
-// attemptReg is one attempt's entry in the registry.
-type attemptReg struct {
-	hops   []Hop
-	events chan event
-}
-
-// registry routes tokens and errors to the attempt they belong to.
-type registry struct {
-	mu   sync.Mutex
-	gens map[SessionID]*attemptReg
-}
-
-func (r *registry) add(sid SessionID, a *attemptReg) {
-	r.mu.Lock()
-	r.gens[sid] = a
-	r.mu.Unlock()
-}
-
-func (r *registry) remove(sid SessionID) {
-	r.mu.Lock()
-	delete(r.gens, sid)
-	r.mu.Unlock()
-}
-
-// busy returns the peers an attempt in flight goes through.
-func (r *registry) busy() map[string]bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := map[string]bool{}
-	for _, a := range r.gens {
-		for _, h := range a.hops {
-			out[h.Peer.String()] = true
-		}
-	}
-	return out
-}
-
-func (r *registry) get(sid SessionID) *attemptReg {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.gens[sid]
-}
-
-func (a *attemptReg) post(ev event) {
-	select {
-	case a.events <- ev:
-	default: // the driver has what it needs to fail the attempt
-	}
-}
-
-func (a *attemptReg) uses(p peer.ID) bool {
-	for _, h := range a.hops {
-		if h.Peer == p {
-			return true
-		}
-	}
-	return false
-}
-
-// onToken accepts a token only from the attempt's last hop.
-func (r *registry) onToken(from peer.ID, t *Token) {
-	a := r.get(t.Session)
-	if a == nil || a.hops[len(a.hops)-1].Peer != from {
-		return // a stale attempt's, or forged
-	}
-	a.post(event{sid: t.Session, tok: t, from: from})
-}
-
-// onError accepts an error from any hop of the attempt.
-func (r *registry) onError(from peer.ID, e *ErrorMsg) {
-	a := r.get(e.Session)
-	if a == nil || !a.uses(from) {
-		return
-	}
-	a.post(event{sid: e.Session, err: e, from: from})
-}
-
 // Timings of the entry's waits that are not configured.
 const (
 	repairPoll = 50 * time.Millisecond // how often a generation with no path looks again
 )
 
-// busyBackoff is the wait before the retry-th attempt on busy hops:
-// doubling from 20 ms, at most a second.
-func busyBackoff(retry int) time.Duration {
-	return min(10*time.Millisecond<<min(retry, 7), time.Second)
-}
+// busyBackoff is the wait before the retry-th attempt on busy hops
+// (node/entry's BusyBackoff).
+func busyBackoff(retry int) time.Duration { return ecore.BusyBackoff(retry) }
 
 // entryConfig is what the entry role is told at start.
 type entryConfig struct {
@@ -230,9 +142,10 @@ func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
 	}
 	e := &entry{cfg: cfg, entryDeps: deps, counters: c, reg: registry{gens: map[SessionID]*attemptReg{}}, adm: newAdmitter(),
 		checks: registry{gens: map[SessionID]*attemptReg{}}}
+	e.adm.e = e
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.wg.Add(1)
-	go func() { defer e.wg.Done(); e.admitLoop() }()
+	go func() { defer e.wg.Done(); e.adm.admitLoop() }()
 	return e
 }
 
@@ -344,7 +257,9 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	rnd := newSessionID()
 	g := &generation{e: e, prompt: prompt, maxTokens: maxTok, sp: req.Sampling, grammar: gram, gramG: gramG, gramV: gramV,
 		text: newTextState(e.cfg.model.tok, req.Stop, req.Keep), seed: binary.LittleEndian.Uint64(rnd[:8]), profile: req.Profile,
-		stolen: req.stolen, lp: req.LogProbs, topLP: req.TopLogProbs}
+		stolen: req.stolen, lp: req.LogProbs, topLP: req.TopLogProbs,
+		gen: ecore.NewGen(ecore.Config{Self: e.cfg.self.String(), MaxReplays: e.cfg.maxReplays, RepairWait: e.cfg.repairWait,
+			StepTimeout: e.cfg.stepTimeout, Vocab: in.Vocab})}
 	if req.Follow != nil {
 		g.pin = req.Follow.path.Load()
 	}
@@ -356,7 +271,7 @@ func (e *entry) generate(ctx context.Context, req Request) (*Stream, error) {
 	if wait == 0 {
 		wait = e.cfg.queueTimeout
 	}
-	first := e.admitAt(ctx, g, wait, false)
+	first := e.adm.admitAt(ctx, g, wait, false)
 	resv, err := first.resv, first.err
 	g.resv = resv
 	if errors.Is(err, routing.ErrUnknownProfile) {
@@ -411,7 +326,7 @@ func (g *generation) runAdmitted(ctx context.Context, adm admission, wait time.D
 		if done {
 			return g.result(), err
 		}
-		adm = e.admitAt(ctx, g, wait, true)
+		adm = e.adm.admitAt(ctx, g, wait, true)
 		g.resv = adm.resv
 		if adm.err != nil {
 			return g.result(), fmt.Errorf("%w: after a thief gave the request back: %w", ErrSessionLost, adm.err)
@@ -430,26 +345,25 @@ type generation struct {
 	// The grammar as the entry checks the last hop's tokens with it:
 	// gramM has consumed gramLen tokens of out (rebuilt when out is
 	// rewound).
-	gramG    *grammar.Grammar
-	gramV    *grammar.Vocab
-	gramM    *grammar.Constraint
-	gramLen  int
-	text     *textState
-	stream   *Stream
-	seed     uint64 // for the router's choice among near-best paths
-	profile  string // the scheduling profile, "" for the default
-	out      []int32
-	avoid    []string // peers this generation gave up on
-	hard     []string // peers that can never hold it (no KV memory)
-	res      Result
-	start    time.Time
-	failedAt time.Time // when the last failure was noticed, until the next token
+	gramG   *grammar.Grammar
+	gramV   *grammar.Vocab
+	gramM   *grammar.Constraint
+	gramLen int
+	text    *textState
+	stream  *Stream
+	seed    uint64 // for the router's choice among near-best paths
+	profile string // the scheduling profile, "" for the default
+	out     []int32
+	// gen decides the attempts: replays, reroutes, back-offs, the peers
+	// given up on (node/entry); this file carries its effects out.
+	gen   *ecore.Gen
+	res   Result
+	start time.Time
 	// safe counts, per peer that served an attempt, the leading tokens
 	// of out that depend on no unverified output of it; sent holds what
 	// was delivered before a rewind (verify.go).
 	safe map[peer.ID]int
 	sent []int32
-	cold bool           // a hop missed a prefix another resumed: no prefix cache from now on
 	resv []*reservation // the KV its admission reserved
 	// stolen: handed over by a loaded entry; admitted ahead of this
 	// entry's queue, never held or queued (steal.go).
@@ -475,102 +389,80 @@ func (e *entry) routeNow(q routeReq) (routing.Path, error) {
 	return e.route(q)
 }
 
-// attemptEnd says how an attempt ended.
+// attemptEnd says how an attempt ended (a spot check's verdict,
+// verify.go); node/entry's End in peer IDs.
 type attemptEnd struct {
-	done   bool
 	kind   endKind
 	blame  []peer.ID // peers to avoid on the next attempt
 	reason string
 }
 
-type endKind uint8
+func (a attemptEnd) core() ecore.End {
+	e := ecore.End{Kind: a.kind, Reason: a.reason}
+	for _, p := range a.blame {
+		e.Blame = append(e.Blame, p.String())
+	}
+	return e
+}
+
+type endKind = ecore.EndKind
 
 const (
-	endFailure    endKind = iota // a hop failed: replay elsewhere
-	endBusy                      // a hop's admission queue is full: back off
-	endNoKV                      // a hop can never hold the session: avoid it for good
-	endMove                      // a hop is draining: move the session at a token boundary
-	endFault                     // a hop failed a spot check: replay from the last verified point
-	endPrefixMiss                // hops' prefix caches disagreed: replay cold
+	endFailure = ecore.EndFailure // a hop failed: replay elsewhere
+	endFault   = ecore.EndFault   // a hop failed a spot check: replay from the last verified point
 )
 
+// run drives g's attempts from path until it ends: g.gen decides what
+// follows each attempt's end, and run carries it out.
 func (g *generation) run(ctx context.Context, path routing.Path) (Result, error) {
 	e := g.e
 	if g.start.IsZero() { // a stolen request's start stands
 		g.start = e.cfg.clock.Now()
 	}
-	var busySince time.Time
-	busy := 0
 	for {
-		produced := len(g.out)
-		end, err := g.attempt(ctx, path)
+		effs, err := g.attempt(ctx, path)
 		if err != nil {
 			return g.result(), err
 		}
-		if end.done {
-			return g.result(), nil
-		}
-		if len(g.out) > produced || end.kind != endBusy {
-			// The busy wait bounds one run of refusals, not the session:
-			// an attempt that made progress or ended otherwise starts
-			// the count again.
-			busy = 0
-		}
-		for _, p := range end.blame {
-			if p == e.cfg.self {
-				continue
+		for _, ef := range effs {
+			switch ef := ef.(type) {
+			case ecore.Done:
+				return g.result(), nil
+			case ecore.Rewind:
+				g.rewind(peerOf(ef.Peer))
+			case ecore.Fail:
+				if ef.Failure {
+					e.counters.hopFailures.Add(1)
+				}
+				if ef.Why == ecore.FailBusy {
+					return g.result(), fmt.Errorf("%w: %w: hops busy for %v", ErrSessionLost, ErrNoCapacity, e.cfg.repairWait)
+				}
+				return g.result(), fmt.Errorf("%w: %d replays, last: %s", ErrSessionLost, ef.Replays, ef.End.Reason)
+			case ecore.Backoff:
+				// Admission, not failure: wait, and try again (elsewhere
+				// if possible).
+				e.cfg.log.Debug("hop busy; backing off", zap.String("reason", ef.End.Reason), zap.Int("retry", ef.Retry))
+				select {
+				case <-ctx.Done():
+					return g.result(), ctx.Err()
+				case <-e.cfg.clock.After(ef.Delay):
+				}
+			case ecore.Reroute:
+				switch {
+				case ef.Failure:
+					e.counters.hopFailures.Add(1)
+					e.cfg.log.Info("hop failed; replaying on a new path", zap.String("reason", ef.End.Reason), zap.Strings("blame", ef.End.Blame),
+						zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
+				case ef.End.Kind == ecore.EndPrefixMiss:
+					e.cfg.log.Debug("prefix cache miss on a later hop; replaying cold", zap.String("reason", ef.End.Reason))
+				case ef.End.Kind == ecore.EndMove:
+					e.cfg.log.Info("hop draining; moving the session", zap.Strings("draining", ef.End.Blame),
+						zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
+				}
+				if path, err = g.reroute(ctx); err != nil {
+					return g.result(), err
+				}
 			}
-			if end.kind == endNoKV && !slices.Contains(g.hard, p.String()) {
-				g.hard = append(g.hard, p.String())
-			}
-			if !slices.Contains(g.avoid, p.String()) {
-				g.avoid = append(g.avoid, p.String())
-			}
-		}
-		switch end.kind {
-		case endBusy:
-			// Admission, not failure: wait with backoff, within the
-			// repair wait, and try again (elsewhere if possible).
-			if busy == 0 {
-				busySince = e.cfg.clock.Now()
-			}
-			busy++
-			if e.cfg.clock.Since(busySince) > e.cfg.repairWait {
-				return g.result(), fmt.Errorf("%w: %w: hops busy for %v", ErrSessionLost, ErrNoCapacity, e.cfg.repairWait)
-			}
-			e.cfg.log.Debug("hop busy; backing off", zap.String("reason", end.reason), zap.Int("retry", busy))
-			select {
-			case <-ctx.Done():
-				return g.result(), ctx.Err()
-			case <-e.cfg.clock.After(busyBackoff(busy)):
-			}
-		case endPrefixMiss:
-			g.cold = true
-			e.cfg.log.Debug("prefix cache miss on a later hop; replaying cold", zap.String("reason", end.reason))
-		case endMove:
-			e.cfg.log.Info("hop draining; moving the session", zap.Stringers("draining", end.blame),
-				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
-		default:
-			if end.kind == endFault {
-				g.rewind(end.blame[0])
-			}
-			e.counters.hopFailures.Add(1)
-			g.failedAt = e.cfg.clock.Now()
-			if g.res.Replays >= e.cfg.maxReplays {
-				return g.result(), fmt.Errorf("%w: %d replays, last: %s", ErrSessionLost, g.res.Replays, end.reason)
-			}
-			e.cfg.log.Info("hop failed; replaying on a new path", zap.String("reason", end.reason), zap.Stringers("blame", end.blame),
-				zap.Int("position", len(g.prompt)+len(g.out)), zap.String("path", path.String()))
-		}
-		if path, err = g.reroute(ctx); err != nil {
-			return g.result(), err
-		}
-		// A busy hop and a prefix miss (the retry is cold, once) are not
-		// failures: they do not count as replays, which Result pairs
-		// with the failure each recovered from.
-		if end.kind != endBusy && end.kind != endPrefixMiss {
-			g.res.Replays++
-			e.counters.replays.Add(1)
 		}
 	}
 }
@@ -583,22 +475,17 @@ func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
 	deadline := e.cfg.clock.Now().Add(e.cfg.repairWait)
 	waited := false
 	for {
-		p, err := e.routeNow(g.routeReq(g.avoid))
-		if err != nil && len(g.avoid) > len(g.hard) {
-			// Peers we gave up on may be back; the view still leaves out
-			// the ones the peer table holds suspect or dead.
-			p, err = e.routeNow(g.routeReq(g.hard))
-		}
+		p, err := ecore.Route(g.gen.Replay, func(avoid []string) (routing.Path, error) { return e.routeNow(g.routeReq(avoid)) })
 		if err == nil {
 			if waited {
-				e.cfg.log.Info("path found after waiting", zap.Duration("waited", e.cfg.clock.Since(g.failedAt)))
+				e.cfg.log.Info("path found after waiting", zap.Duration("waited", e.cfg.clock.Since(g.gen.FailedAt)))
 			}
 			return p, nil
 		}
-		if len(g.hard) > 0 {
+		if len(g.gen.Hard) > 0 {
 			if _, err2 := e.route(g.routeReq(nil)); err2 == nil {
 				return routing.Path{}, fmt.Errorf("%w: the session does not fit the KV memory of %d hop(s) with the only copies of some layers",
-					ErrNoCapacity, len(g.hard))
+					ErrNoCapacity, len(g.gen.Hard))
 			}
 		}
 		if errors.Is(err, ErrUncovered) {
@@ -624,6 +511,7 @@ func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
 
 func (g *generation) result() Result {
 	r := g.res
+	r.Replays = g.gen.Replays
 	r.Tokens = slices.Clone(g.out)
 	if g.lp {
 		r.LogProbs = slices.Clone(g.lps[:len(g.out)])
@@ -636,12 +524,20 @@ func (g *generation) result() Result {
 }
 
 // attempt drives one session on path until the generation ends or a hop
-// fails.
-func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd, error) {
+// fails: it feeds g.gen what happens (tokens, errors, deaths, timeouts,
+// spot checks' answers) and carries out the effects, and returns those
+// that end the attempt, for run.
+func (g *generation) attempt(ctx context.Context, path routing.Path) ([]ecore.Effect, error) {
 	e := g.e
+	names := make([]string, len(path.Hops))
+	for i, h := range path.Hops {
+		names[i] = h.Node
+	}
+	pending := g.gen.Step(e.cfg.clock.Now(), ecore.Start{Hops: names, Pos: len(g.prompt) + len(g.out)})
 	hops, err := hopsOf(path)
 	if err != nil {
-		return attemptEnd{reason: err.Error()}, nil
+		countReplays(e.counters, pending)
+		return g.gen.Step(e.cfg.clock.Now(), ecore.Rejected{Reason: err.Error()}), nil
 	}
 	g.res.Paths = append(g.res.Paths, path.String())
 	g.stream.path.Store(&path)
@@ -657,197 +553,177 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) (attemptEnd
 	}()
 	start := len(g.out)
 	g.used(hops)
-	all := append(slices.Clone(g.prompt), g.out...)
-	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: all,
-		Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp, Cold: g.cold,
-			LogProbs: g.lp, TopLogProbs: g.topLP, Grammar: g.grammar, GrammarFrom: len(g.prompt)}}
 	timer := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
 	defer timer.Stop()
+	var tok *Token // the token being delivered
+	fed := 0       // positions the last step fed
 	for {
-		// The step's time starts before its send, so that a send that
-		// hangs counts too, and a fake clock's test that saw the send
-		// knows the timer is set.
-		if !timer.Stop() {
-			select {
-			case <-timer.Chan():
-			default:
+		if len(pending) == 0 {
+			ev, t, err := g.await(ctx, reg, timer)
+			if err != nil {
+				return nil, err
 			}
-		}
-		timer.Reset(e.cfg.stepTimeout)
-		if err := e.send(ctx, hops[0].Peer, step); err != nil {
-			if ctx.Err() != nil {
-				return attemptEnd{}, ctx.Err()
+			if t != nil {
+				tok = t
 			}
-			return attemptEnd{blame: []peer.ID{hops[0].Peer}, reason: "send to the first hop: " + err.Error()}, nil
+			pending = g.gen.Step(e.cfg.clock.Now(), ev)
+			continue
 		}
-		var tok *Token
-		for tok == nil {
-			select {
-			case <-ctx.Done():
-				return attemptEnd{}, ctx.Err()
-			case <-e.ctx.Done():
-				return attemptEnd{}, ErrClosed
-			case <-timer.Chan():
-				var blame []peer.ID
-				for _, h := range hops {
-					blame = append(blame, h.Peer)
-				}
-				return attemptEnd{blame: blame, reason: fmt.Sprintf("no token within %v", e.cfg.stepTimeout)}, nil
-			case ev := <-reg.events:
-				switch {
-				case ev.down != "":
-					return attemptEnd{blame: []peer.ID{ev.down}, reason: "peer " + shortID(ev.down) + " " + ev.why}, nil
-				case ev.err != nil:
-					at := ev.from
-					if ev.err.Peer != "" {
-						at = ev.err.Peer
-					}
-					end := attemptEnd{blame: []peer.ID{at}, reason: fmt.Sprintf("%s from %s: %s", ev.err.Code, shortID(ev.from), ev.err.Text)}
-					switch ev.err.Code {
-					case CodeBusy, CodeNotServing:
-						// Not serving: the hop is still loading its range (a
-						// queued request admitted as it joins) or released it
-						// for a newer map; like a full queue, back off and
-						// route again within the repair wait instead of
-						// burning replays in a tight loop.
-						end.kind = endBusy
-					case CodeNoKV:
-						end.kind = endNoKV
-					case CodePrefixMiss:
-						end.kind, end.blame = endPrefixMiss, nil
-					case CodeGrammar:
-						// Believed only if the entry's own matcher agrees;
-						// otherwise the hop is blamed like any failure.
-						if why := g.gramStuck(); why != "" {
-							return attemptEnd{}, fmt.Errorf("%w: %s", ErrBadRequest, why)
-						}
-					}
-					return end, nil
-				case ev.tok.Pos != len(g.prompt)+len(g.out):
-					return attemptEnd{blame: []peer.ID{ev.from}, reason: fmt.Sprintf("token for position %d, want %d", ev.tok.Pos, len(g.prompt)+len(g.out))}, nil
-				case ev.tok.Token < 0 || int(ev.tok.Token) >= e.cfg.model.info.Vocab:
-					return attemptEnd{blame: []peer.ID{ev.from}, reason: fmt.Sprintf("token %d outside the vocabulary", ev.tok.Token)}, nil
-				case g.lp:
-					if why := g.checkLP(ev.tok.LP); why != "" {
-						return attemptEnd{blame: []peer.ID{ev.from}, reason: why}, nil
-					}
-				}
-				if why := g.gramCheck(ev.tok.Token); why != "" {
-					return attemptEnd{blame: []peer.ID{ev.from}, reason: why}, nil
-				}
-				tok = ev.tok
+		ef := pending[0]
+		pending = pending[1:]
+		var ev ecore.Event // what carrying ef out led to
+		switch ef := ef.(type) {
+		case ecore.Close, ecore.Done:
+			return append([]ecore.Effect{ef}, pending...), nil
+		case ecore.Send:
+			countReplays(e.counters, []ecore.Effect{ef})
+			step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: len(g.prompt) + len(g.out) - 1}
+			if ef.Prefill {
+				step = &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: 0, Tokens: append(slices.Clone(g.prompt), g.out...),
+					Open: &Open{MaxTokens: len(g.prompt) + g.maxTokens, Model: e.cfg.model.hash, Sampling: g.sp, Cold: g.gen.Cold,
+						LogProbs: g.lp, TopLogProbs: g.topLP, Grammar: g.grammar, GrammarFrom: len(g.prompt)}}
+			} else {
+				step.Tokens = []int32{g.out[len(g.out)-1]}
 			}
-		}
-		e.work.served(hops, len(step.Tokens))
-		finished, err := g.deliver(ctx, tok.Token, tok.LP)
-		if err != nil || finished {
-			if err == nil && e.routed != nil {
+			fed = len(step.Tokens)
+			// The step's time starts before its send, so that a send that
+			// hangs counts too, and a fake clock's test that saw the send
+			// knows the timer is set.
+			if !timer.Stop() {
+				select {
+				case <-timer.Chan():
+				default:
+				}
+			}
+			timer.Reset(e.cfg.stepTimeout)
+			if err := e.send(ctx, hops[0].Peer, step); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				ev = ecore.SendFailed{Reason: err.Error()}
+			}
+		case ecore.Deliver:
+			// The entry's own checks of what the token carries, then the
+			// caller.
+			last := hops[len(hops)-1].Peer.String()
+			if g.lp {
+				if why := g.checkLP(tok.LP); why != "" {
+					ev = ecore.Rejected{From: last, Reason: why}
+					break
+				}
+			}
+			if why := g.gramCheck(ef.Token); why != "" {
+				ev = ecore.Rejected{From: last, Reason: why}
+				break
+			}
+			e.work.served(hops, fed)
+			finished, err := g.deliver(ctx, ef, tok.LP)
+			if err != nil {
+				return nil, err
+			}
+			if finished && e.routed != nil {
 				// Every position fed, the last token not: what the hops hold.
 				fed := append(slices.Clone(g.prompt), g.out[:len(g.out)-1]...)
 				e.routed(path, routing.BlockHashes(fed, prefixBlock))
 			}
-			return attemptEnd{done: err == nil}, err
-		}
-		if len(g.out) > len(g.sent) && e.shouldAudit() {
+			d := ecore.Delivered{Finished: finished, Audit: !finished && len(g.out) > len(g.sent) && e.shouldAudit()}
+			if !finished && !d.Audit {
+				d.Draining = peerStrings(e.draining(hops))
+			}
+			ev = d
+		case ecore.Audit:
+			c := ecore.Checked{}
 			if end := g.audit(ctx, sid, reg, start); end != nil {
 				if ctx.Err() != nil {
-					return attemptEnd{}, ctx.Err()
+					return nil, ctx.Err()
 				}
-				return *end, nil
+				ce := end.core()
+				c.Fail = &ce
+			} else {
+				c.Draining = peerStrings(e.draining(hops))
 			}
+			ev = c
 		}
-		// A token boundary: leave hops that announced draining, so that
-		// they can go without a single step failing.
-		if d := e.draining(hops); len(d) > 0 {
-			return attemptEnd{kind: endMove, blame: d, reason: "draining"}, nil
+		if ev != nil {
+			pending = append(pending, g.gen.Step(e.cfg.clock.Now(), ev)...)
 		}
-		step = &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Pos: len(g.prompt) + len(g.out) - 1, Tokens: []int32{tok.Token}}
 	}
 }
 
-// checkLP says what is wrong with a token's log-probabilities for this
-// generation ("" when nothing): the decoder checked their form, this
-// their count and IDs.
-// gramSync brings the entry's matcher to out (from the start after a
-// rewind); "" when out fits the grammar.
-func (g *generation) gramSync() string {
-	if g.gramM != nil && g.gramLen == len(g.out) {
-		return ""
-	}
-	g.gramM, g.gramLen = grammar.NewConstraint(g.gramG, g.gramV), 0
-	for _, t := range g.out {
-		if err := g.gramM.Accept(t); err != nil {
-			g.gramM = nil
-			return err.Error()
-		}
-		g.gramLen++
-	}
-	return ""
-}
-
-// gramCheck checks a token the last hop sampled for a constrained
-// generation: the grammar must allow it after out ("" when it does).
-func (g *generation) gramCheck(id int32) string {
-	if g.gramG == nil {
-		return ""
-	}
-	if why := g.gramSync(); why != "" {
-		return why
-	}
-	if err := g.gramM.Accept(id); err != nil {
-		g.gramM = nil
-		return fmt.Sprintf("a token the grammar does not allow: %v", err)
-	}
-	g.gramLen++
-	return ""
-}
-
-// gramStuck says why the grammar cannot go on after out, as the entry's
-// own matcher finds it ("" when it can: a hop that said otherwise lied).
-func (g *generation) gramStuck() string {
-	if g.gramG == nil {
-		return ""
-	}
-	if why := g.gramSync(); why != "" {
-		return why
-	}
-	if _, err := g.gramM.Apply(make([]float32, g.gramV.Size())); err != nil {
-		return err.Error()
-	}
-	return ""
-}
-
-func (g *generation) checkLP(lp *TokenLP) string {
-	vocab := g.e.cfg.model.info.Vocab
-	switch {
-	case lp == nil:
-		return "a token without the log-probabilities asked for"
-	case len(lp.Top) != min(g.topLP, vocab):
-		return fmt.Sprintf("%d top log-probabilities, asked for %d", len(lp.Top), g.topLP)
-	}
-	for _, t := range lp.Top {
-		if int(t.Token) >= vocab {
-			return fmt.Sprintf("top log-probability of token %d, outside the vocabulary", t.Token)
+// countReplays counts the replays among effs.
+func countReplays(c *counters, effs []ecore.Effect) {
+	for _, ef := range effs {
+		if s, ok := ef.(ecore.Send); ok && s.Replay {
+			c.replays.Add(1)
 		}
 	}
-	return ""
 }
 
-// logProbs turns a token frame's log-probabilities into the caller's.
-func (g *generation) logProbs(id int32, lp *TokenLP) TokenLogProbs {
-	tok := g.e.cfg.model.tok
-	text := func(id int32) []byte {
-		if b := tok.Piece(id); len(b) > 0 {
-			return b
+// await waits for what ends a step: a token, a hop's error, a peer's
+// death, the step timeout. An error only when the generation must stop
+// (its caller went, the entry closed, a request the grammar cannot
+// serve).
+func (g *generation) await(ctx context.Context, reg *attemptReg, timer clockwork.Timer) (ecore.Event, *Token, error) {
+	e := g.e
+	select {
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-e.ctx.Done():
+		return nil, nil, ErrClosed
+	case <-timer.Chan():
+		return ecore.TimedOut{}, nil, nil
+	case ev := <-reg.events:
+		switch {
+		case ev.down != "":
+			return ecore.PeerDown{Peer: ev.down.String(), Reason: "peer " + shortID(ev.down) + " " + ev.why}, nil, nil
+		case ev.err != nil:
+			at := ev.from
+			if ev.err.Peer != "" {
+				at = ev.err.Peer
+			}
+			hf := ecore.HopFailed{At: at.String(), Reason: fmt.Sprintf("%s from %s: %s", ev.err.Code, shortID(ev.from), ev.err.Text)}
+			switch ev.err.Code {
+			case CodeBusy, CodeNotServing:
+				// Not serving: the hop is still loading its range (a
+				// queued request admitted as it joins) or released it
+				// for a newer map; like a full queue, back off and
+				// route again within the repair wait instead of
+				// burning replays in a tight loop.
+				hf.Kind = ecore.EndBusy
+			case CodeNoKV:
+				hf.Kind = ecore.EndNoKV
+			case CodePrefixMiss:
+				hf.Kind = ecore.EndPrefixMiss
+			case CodeGrammar:
+				// Believed only if the entry's own matcher agrees;
+				// otherwise the hop is blamed like any failure.
+				if why := g.gramStuck(); why != "" {
+					return nil, nil, fmt.Errorf("%w: %s", ErrBadRequest, why)
+				}
+			}
+			return hf, nil, nil
 		}
-		return []byte(tok.Token(id))
+		return ecore.TokenArrived{From: ev.from.String(), Pos: ev.tok.Pos, Token: ev.tok.Token}, ev.tok, nil
 	}
-	out := TokenLogProbs{Token: id, Text: text(id), LogProb: lp.LogProb}
-	if len(lp.Top) > 0 {
-		out.Top = make([]LogProb, len(lp.Top))
-		for i, t := range lp.Top {
-			out.Top[i] = LogProb{Token: t.Token, Text: text(t.Token), LogProb: t.LogProb}
-		}
+}
+
+// peerOf is the peer a node/entry decision names (in routing's form).
+func peerOf(s string) peer.ID {
+	p, err := peer.Decode(s)
+	if err != nil {
+		return peer.ID(s)
+	}
+	return p
+}
+
+// peerStrings names peers as routing and node/entry do.
+func peerStrings(ps []peer.ID) []string {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
 	}
 	return out
 }
@@ -855,20 +731,20 @@ func (g *generation) logProbs(id int32, lp *TokenLP) TokenLogProbs {
 // deliver hands one token (with its log-probabilities, when asked: lp
 // is nil otherwise) to the caller and reports whether the generation is
 // over.
-func (g *generation) deliver(ctx context.Context, id int32, lp *TokenLP) (bool, error) {
+func (g *generation) deliver(ctx context.Context, dv ecore.Deliver, lp *TokenLP) (bool, error) {
 	e := g.e
+	id := dv.Token
 	now := e.cfg.clock.Now()
 	if len(g.out) == 0 {
 		g.res.TTFT = now.Sub(g.start)
 		e.adm.opened(g.resv, e.kv) // the hops' next reports count the session
 	}
-	if !g.failedAt.IsZero() {
-		d := now.Sub(g.failedAt)
+	if dv.Recovered {
+		d := dv.Latency
 		g.res.ReplayLatency = append(g.res.ReplayLatency, d)
 		g.res.ReplayedAt = append(g.res.ReplayedAt, len(g.out))
 		e.counters.replayed(d)
 		e.cfg.log.Info("replay recovered", zap.Duration("replay_latency", d), zap.Int("position", len(g.prompt)+len(g.out)))
-		g.failedAt = time.Time{}
 	}
 	if n := len(g.out); n < len(g.sent) {
 		// Redoing tokens already sent after a fault: they stand if the

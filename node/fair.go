@@ -5,6 +5,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -59,27 +60,14 @@ const (
 	// heartbeat interval is deferred to for at most this many intervals.
 	DefaultFairStallBeats = 8
 	// fairMargin: a request is not held back within this of its deadline.
-	fairMargin = time.Second
+	fairMargin = ecore.FairMargin
 )
 
 // peerHead is one peer entry's queue head as the load table shows it.
-type peerHead struct {
-	id  peer.ID
-	n   int       // its queue's length
-	enq time.Time // the head's enqueue instant, on the local clock
-	// until is when the row turns stale (no heartbeat since): it is
-	// ignored from then on.
-	until time.Time
-}
+type peerHead = ecore.PeerHead
 
 // fairConfig sets fair admission; zero: off.
-type fairConfig struct {
-	on    bool
-	slack time.Duration // a peer head counts as older only by more than this
-	// step is how far a peer head's instant must move to count as
-	// progress; stall how long a head without progress is deferred to.
-	step, stall time.Duration
-}
+type fairConfig = ecore.FairConfig
 
 // newFairConfig is fair admission tuned to a heartbeat interval; stall
 // 0 is the default bound.
@@ -87,14 +75,7 @@ func newFairConfig(on bool, beat, stall time.Duration) fairConfig {
 	if stall <= 0 {
 		stall = DefaultFairStallBeats * beat
 	}
-	return fairConfig{on: on, slack: beat / 2, step: beat, stall: stall}
-}
-
-// stallRec is the first sighting of a peer head that caused a hold,
-// for the stall bound.
-type stallRec struct {
-	enq time.Time // its instant then
-	at  time.Time // when
+	return fairConfig{On: on, Slack: beat / 2, Step: beat, Stall: stall}
 }
 
 // peerHeads reads the load table: the heads of the live peers' entry
@@ -107,81 +88,19 @@ func peerHeads(t *swarm.PeerTable, self peer.ID, beat time.Duration) []peerHead 
 		if p.ID == self || hb == nil || hb.EntryQueue == 0 || p.HeardAt.IsZero() {
 			continue
 		}
-		out = append(out, peerHead{id: p.ID, n: hb.EntryQueue, enq: p.HeardAt.Add(-hb.EntryWait), until: p.HeardAt.Add(3 * beat)})
+		out = append(out, peerHead{ID: string(p.ID), N: hb.EntryQueue, Enq: p.HeardAt.Add(-hb.EntryWait), Until: p.HeardAt.Add(3 * beat)})
 	}
 	return out
 }
 
 // olderPeerLocked reports whether w must be held back for an older peer
-// head, and when to look again (zero: nothing to wake for). a.mu is held.
-func (e *entry) olderPeerLocked(w *waiter, now time.Time) (hold bool, wake time.Time) {
-	f := e.cfg.fair
-	a := e.adm
-	if !f.on || e.heads == nil || w.noHold || w.deadline.IsZero() {
+// head, and when to look again (zero: nothing to wake for): node/entry's
+// FairHold on the load table. a.mu is held.
+func (a *admitter) olderPeerLocked(w *waiter, now time.Time) (hold bool, wake time.Time) {
+	e := a.e
+	if !e.cfg.fair.On || e.heads == nil || w.noHold || w.deadline.IsZero() {
 		return false, time.Time{}
 	}
-	last := w.deadline.Add(-fairMargin)
-	if !now.Before(last) {
-		return false, time.Time{}
-	}
-	heads := e.heads()
-	seen := make(map[peer.ID]bool, len(heads))
-	ours := max(len(a.q), 1) // a new request at an empty queue counts itself
-	for _, h := range heads {
-		if h.id == e.cfg.self || !now.Before(h.until) {
-			continue
-		}
-		seen[h.id] = true
-		if h.n <= ours || !h.enq.Before(w.since.Add(-f.slack)) {
-			continue
-		}
-		r := a.stall[h.id]
-		if r == nil || h.enq.After(r.enq.Add(f.step)) {
-			r = &stallRec{enq: h.enq, at: now}
-			a.stall[h.id] = r
-		}
-		end := r.at.Add(f.stall)
-		if !now.Before(end) {
-			continue // it made no progress for the stall bound: not waited for
-		}
-		hold = true
-		wake = earliest(wake, earliest(h.until, end))
-	}
-	for id := range a.stall {
-		if !seen[id] {
-			delete(a.stall, id) // gone from the table or stale: a later head starts afresh
-		}
-	}
-	if !hold {
-		return false, time.Time{}
-	}
-	return true, earliest(wake, last)
-}
-
-// earliest is the earlier of two instants, zero meaning none.
-func earliest(a, b time.Time) time.Time {
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero() || a.Before(b):
-		return a
-	}
-	return b
-}
-
-// oldestPeerHead returns the peer whose head is the oldest by the load
-// table and older than before by the slack (a thief with a held queue
-// steals only such a head); "" when none.
-func oldestPeerHead(heads []peerHead, self peer.ID, now, before time.Time, slack time.Duration, skip func(peer.ID) bool) peer.ID {
-	var best peer.ID
-	var bestAt time.Time
-	for _, h := range heads {
-		if h.id == self || !now.Before(h.until) || !h.enq.Before(before.Add(-slack)) || skip(h.id) {
-			continue
-		}
-		if best == "" || h.enq.Before(bestAt) {
-			best, bestAt = h.id, h.enq
-		}
-	}
-	return best
+	h := ecore.Head{Since: w.since, Deadline: w.deadline, NoHold: w.noHold, Queue: len(e.adm.q)}
+	return ecore.FairHold(e.cfg.fair, string(e.cfg.self), e.heads(), e.adm.stall, h, now)
 }

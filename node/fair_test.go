@@ -66,7 +66,7 @@ func TestFairHoldsForOlderPeerHead(t *testing.T) {
 	r := newFairRig(t)
 	x := testPeer(t, 50)
 	now := r.clock.Now()
-	r.setHeads(peerHead{id: x, n: 100, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
+	r.setHeads(peerHead{ID: string(x), N: 100, Enq: now.Add(-2 * time.Second), Until: now.Add(time.Hour)})
 	s, err := r.e.generate(context.Background(), Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4, QueueTimeout: -1})
 	if err != nil {
 		t.Fatalf("a request that asked not to queue: %v", err)
@@ -83,12 +83,12 @@ func TestFairHoldsForOlderPeerHead(t *testing.T) {
 	}
 
 	// The peer's queue is now no longer than ours: it is not waited for.
-	r.setHeads(peerHead{id: x, n: 1, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
+	r.setHeads(peerHead{ID: string(x), N: 1, Enq: now.Add(-2 * time.Second), Until: now.Add(time.Hour)})
 	r.finish(recvGen(t, out), 3, 4)
 	r.finish(recvGen(t, out), 3, 4)
 	r.waitQueued(0)
 
-	r.setHeads(peerHead{id: x, n: 2, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
+	r.setHeads(peerHead{ID: string(x), N: 2, Enq: now.Add(-2 * time.Second), Until: now.Add(time.Hour)})
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4}, 2, out)
 	r.waitQueued(1)
 	noGen(t, out)
@@ -106,8 +106,8 @@ func TestFairIgnoresStaleRows(t *testing.T) {
 	r := newFairRig(t)
 	x, y := testPeer(t, 50), testPeer(t, 51)
 	now := r.clock.Now()
-	r.setHeads(peerHead{id: x, n: 100, enq: now.Add(-5 * time.Second), until: now},
-		peerHead{id: y, n: 100, enq: now.Add(-fairBeat / 4), until: now.Add(time.Hour)})
+	r.setHeads(peerHead{ID: string(x), N: 100, Enq: now.Add(-5 * time.Second), Until: now},
+		peerHead{ID: string(y), N: 100, Enq: now.Add(-fairBeat / 4), Until: now.Add(time.Hour)})
 	s, err := r.e.generate(context.Background(), Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4, QueueTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestFairIgnoresStaleRows(t *testing.T) {
 		t.Fatalf("%d held for a stale row or a head within the slack", h)
 	}
 
-	r.setHeads(peerHead{id: x, n: 100, enq: now.Add(-5 * time.Second), until: now.Add(time.Second)})
+	r.setHeads(peerHead{ID: string(x), N: 100, Enq: now.Add(-5 * time.Second), Until: now.Add(time.Second)})
 	out := make(chan queuedGen, 1)
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4, QueueTimeout: 10 * time.Second}, 0, out)
 	r.waitQueued(1)
@@ -138,7 +138,7 @@ func TestFairStallBound(t *testing.T) {
 	r := newFairRig(t)
 	x := testPeer(t, 50)
 	t0 := r.clock.Now()
-	r.setHeads(peerHead{id: x, n: 100, enq: t0.Add(-2 * time.Second), until: t0.Add(time.Hour)})
+	r.setHeads(peerHead{ID: string(x), N: 100, Enq: t0.Add(-2 * time.Second), Until: t0.Add(time.Hour)})
 	out := make(chan queuedGen, 2)
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4}, 0, out)
 	r.waitQueued(1)
@@ -153,18 +153,18 @@ func TestFairStallBound(t *testing.T) {
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4}, 1, out)
 	r.finish(recvGen(t, out), 3, 4)
 	moved := t0.Add(-2 * time.Second).Add(2 * fairBeat)
-	r.setHeads(peerHead{id: x, n: 100, enq: moved, until: t1.Add(time.Hour)})
+	r.setHeads(peerHead{ID: string(x), N: 100, Enq: moved, Until: t1.Add(time.Hour)})
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4}, 2, out)
 	r.waitQueued(1)
 	r.blockTimers(2)
 	r.clock.Advance(fairStall / 2)
 	moved = moved.Add(2 * fairBeat)
-	r.setHeads(peerHead{id: x, n: 100, enq: moved, until: t1.Add(time.Hour)})
+	r.setHeads(peerHead{ID: string(x), N: 100, Enq: moved, Until: t1.Add(time.Hour)})
 	waitFor(t, 30*time.Second, "the hold restarted by the moved head", func() bool {
 		r.e.adm.mu.Lock()
 		defer r.e.adm.mu.Unlock()
-		s := r.e.adm.stall[x]
-		return s != nil && s.enq.Equal(moved)
+		s := r.e.adm.stall[string(x)]
+		return s != nil && s.Enq.Equal(moved)
 	})
 	r.blockTimers(2)
 	r.clock.Advance(fairStall/2 + time.Millisecond) // past the first head's bound
@@ -178,7 +178,7 @@ func TestFairStallBound(t *testing.T) {
 func TestFairDeadlineBound(t *testing.T) {
 	r := newFairRig(t)
 	now := r.clock.Now()
-	r.setHeads(peerHead{id: testPeer(t, 50), n: 100, enq: now.Add(-2 * time.Second), until: now.Add(time.Hour)})
+	r.setHeads(peerHead{ID: string(testPeer(t, 50)), N: 100, Enq: now.Add(-2 * time.Second), Until: now.Add(time.Hour)})
 	out := make(chan queuedGen, 1)
 	const timeout = 3 * time.Second
 	r.generateAsync(Request{Tokens: []int32{5, 6, 7}, MaxTokens: 4, QueueTimeout: timeout}, 0, out)

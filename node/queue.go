@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,8 +9,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/libp2p/go-libp2p/core/peer"
 
+	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -26,15 +25,10 @@ import (
 // every layer) is refused at once, and so is a queued one when its turn
 // meets that reason.
 //
-// Admission counts KV as FastDeploy does, in blocks: ceil(prompt/block)
-// for the prompt plus the blocks reserved for the output, here all of it
-// (ceil(max tokens/block)), since a stage reserves a session's whole
-// capacity when it opens. A hop's room is what its last report said,
-// less what this entry admitted onto it since that report: the
-// reservation is dropped once a newer report arrives (which counts the
-// session) or the generation ends. The stage's own admission stays the
-// authority; this keeps the entry from sending work that the stages
-// would only park or refuse.
+// Admission counts KV in blocks against what each hop last reported,
+// less this entry's reservations the report does not count yet; those
+// rules are node/entry's (Ledger, TryAdmit, Pump), which the simulator
+// calls too. The stage's own admission stays the authority.
 //
 // One goroutine owns the admission decisions (admitLoop); waiters only
 // enqueue, wait on their own channel, and take themselves out on their
@@ -42,13 +36,11 @@ import (
 // either admitted once or refused once, never both.
 
 // kvBlock is the KV block size, in tokens, that admission counts in.
-const kvBlock = 16
+const kvBlock = ecore.KVBlock
 
 // kvBlocks is a session's KV need in blocks: ceil(prompt/block) +
 // ceil(output/block).
-func kvBlocks(prompt, output int) int {
-	return (prompt+kvBlock-1)/kvBlock + (output+kvBlock-1)/kvBlock
-}
+func kvBlocks(prompt, output int) int { return ecore.KVBlocks(prompt, output) }
 
 // kvReport is what a node last reported of its KV cache.
 type kvReport struct {
@@ -59,30 +51,13 @@ type kvReport struct {
 	mark any
 }
 
-// reservation is KV this entry admitted onto a node that the node's
-// report did not count yet. Until the session has opened there (the
-// first token came back) no report can count it. After, the second
-// report newer than the one current then does: the first may have been
-// on its way, written before the session opened.
-type reservation struct {
-	node   string
-	need   int  // tokens
-	opened bool // the session is open on the node
-	mark   any  // once opened: the report current then
-	next   any  // the first newer report seen, nil until then
+func (r kvReport) core() ecore.Report[any] {
+	return ecore.Report[any]{Free: r.free, Sessions: r.sessions, Mark: r.mark}
 }
 
-// countedBy reports whether rep counts r's session.
-func (r *reservation) countedBy(rep kvReport) bool {
-	switch {
-	case !r.opened || rep.mark == r.mark:
-		return false
-	case r.next == nil:
-		r.next = rep.mark
-		return false
-	}
-	return rep.mark != r.next
-}
+// reservation is KV this entry admitted onto a node that the node's
+// report did not count yet (node/entry's ledger).
+type reservation = ecore.Reservation[any]
 
 // waiter is one queued request.
 type waiter struct {
@@ -112,10 +87,11 @@ type admission struct {
 
 // admitter is the entry's queue and its reservations.
 type admitter struct {
+	e     *entry // its routes, reports, load table and clock
 	mu    sync.Mutex
 	q     []*waiter
-	resv  map[string][]*reservation
-	kick  chan struct{} // buffered 1: something worth another look happened
+	led   *ecore.Ledger[any] // the reservations
+	kick  chan struct{}      // buffered 1: something worth another look happened
 	waits waitHist
 	// queuedN counts requests that had to wait; refusedN those refused
 	// (deadline or bound).
@@ -125,12 +101,12 @@ type admitter struct {
 	hold atomic.Bool
 	// stall: per peer, the head that fair admission last deferred to
 	// (fair.go); heldN counts requests it held back at least once.
-	stall map[peer.ID]*stallRec
+	stall map[string]*ecore.StallRec
 	heldN atomic.Uint64
 }
 
 func newAdmitter() *admitter {
-	return &admitter{resv: map[string][]*reservation{}, kick: make(chan struct{}, 1), stall: map[peer.ID]*stallRec{}}
+	return &admitter{led: ecore.NewLedger[any](), kick: make(chan struct{}, 1), stall: map[string]*ecore.StallRec{}}
 }
 
 func (a *admitter) poke() {
@@ -157,14 +133,12 @@ func (a *admitter) opened(rs []*reservation, kv func(string) kvReport) {
 	if len(rs) == 0 || kv == nil {
 		return
 	}
-	marks := make([]any, len(rs))
-	for i, r := range rs {
-		marks[i] = kv(r.node).mark
+	marks := make(map[string]any, len(rs))
+	for _, r := range rs {
+		marks[r.Node] = kv(r.Node).mark
 	}
 	a.mu.Lock()
-	for i, r := range rs {
-		r.opened, r.mark = true, marks[i]
-	}
+	a.led.Opened(rs, func(node string) any { return marks[node] })
 	a.mu.Unlock()
 }
 
@@ -181,29 +155,18 @@ func (a *admitter) release(rs []*reservation) {
 
 // unreserveLocked gives back reservations: a generation's at its end, or
 // ones never used (a probe, a head held back). a.mu is held.
-func (a *admitter) unreserveLocked(rs []*reservation) {
-	for _, r := range rs {
-		l := a.resv[r.node]
-		if i := slices.Index(l, r); i >= 0 {
-			l = slices.Delete(l, i, i+1)
-		}
-		if len(l) == 0 {
-			delete(a.resv, r.node)
-		} else {
-			a.resv[r.node] = l
-		}
-	}
-}
+func (a *admitter) unreserveLocked(rs []*reservation) { a.led.Release(rs) }
 
 // tryFairLocked is tryLocked under fair admission: a head that fits is
 // held back (errHeld, its reservations given back) while an older peer
 // head waits; wake is when to look again. a.mu is held.
-func (e *entry) tryFairLocked(w *waiter, now time.Time) (adm admission, wake time.Time, err error) {
-	adm, err = e.tryLocked(w)
+func (a *admitter) tryFairLocked(w *waiter, now time.Time) (adm admission, wake time.Time, err error) {
+	e := a.e
+	adm, err = a.tryLocked(w)
 	if err != nil {
 		return adm, time.Time{}, err
 	}
-	hold, wake := e.olderPeerLocked(w, now)
+	hold, wake := a.olderPeerLocked(w, now)
 	if !hold {
 		return adm, time.Time{}, nil
 	}
@@ -216,94 +179,48 @@ func (e *entry) tryFairLocked(w *waiter, now time.Time) (adm admission, wake tim
 }
 
 // errNoRoom: a path exists, but none has KV room for the request now.
-var errNoRoom = errors.New("no path has KV room now (the swarm is busy)")
+var errNoRoom = ecore.ErrNoRoom
 
 // tryLocked routes w and reserves its KV on the path's hops, or says why
-// it cannot now. A path whose hop lacks room is tried again without that
-// hop, so that a request goes where room is rather than wait for one
-// node. a.mu is held.
-func (e *entry) tryLocked(w *waiter) (admission, error) {
-	a := e.adm
+// it cannot now (node/entry's TryAdmit: a path whose hop lacks room is
+// tried again without that hop). a.mu is held.
+func (a *admitter) tryLocked(w *waiter) (admission, error) {
+	e := a.e
 	if a.hold.Load() {
 		return admission{}, errNoRoom
 	}
-	var avoid []string
-	for range 8 {
+	route := func(avoid []string) (routing.Path, []string, error) {
 		q := w.req
 		q.avoid = append(slices.Clone(q.avoid), avoid...)
 		path, err := e.routeNow(q)
 		if err != nil {
-			if len(avoid) > 0 && errors.Is(err, routing.ErrNoPath) {
-				return admission{}, fmt.Errorf("%w: %d hop(s) full", errNoRoom, len(avoid))
-			}
-			return admission{}, err
+			return path, nil, err
 		}
-		short := ""
-		reps := make([]kvReport, len(path.Hops))
+		hops := make([]string, len(path.Hops))
 		for i, h := range path.Hops {
-			reps[i] = kvReport{free: -1}
-			if e.kv != nil {
-				reps[i] = e.kv(h.Node)
-			}
-			if !a.fitsLocked(h.Node, reps[i], w.need) {
-				short = h.Node
-				break
-			}
+			hops[i] = h.Node
 		}
-		if short == "" {
-			adm := admission{path: path}
-			for i, h := range path.Hops {
-				if reps[i].free < 0 {
-					continue
-				}
-				r := &reservation{node: h.Node, need: w.need}
-				a.resv[h.Node] = append(a.resv[h.Node], r)
-				adm.resv = append(adm.resv, r)
-			}
-			return adm, nil
+		return path, hops, nil
+	}
+	report := func(node string) ecore.Report[any] {
+		if e.kv == nil {
+			return ecore.Unknown[any]()
 		}
-		avoid = append(avoid, short)
+		return e.kv(node).core()
 	}
-	return admission{}, errNoRoom
-}
-
-// fitsLocked reports whether node has room for need tokens: its report,
-// less this entry's reservations it does not count yet. Reservations
-// that a newer report counts are dropped here. A node that
-// runs nothing is always given the request: its stage says whether it
-// can ever hold it (CodeNoKV), which a wait would not change.
-func (a *admitter) fitsLocked(node string, rep kvReport, need int) bool {
-	l := a.resv[node]
-	kept := l[:0]
-	held := 0
-	for _, r := range l {
-		if !r.countedBy(rep) {
-			kept = append(kept, r)
-			held += r.need
-		}
+	path, rs, err := ecore.TryAdmit(a.led, w.need, route, report)
+	if err != nil {
+		return admission{}, err
 	}
-	if len(kept) == 0 {
-		delete(a.resv, node)
-	} else {
-		a.resv[node] = kept
-	}
-	if rep.free < 0 {
-		return true
-	}
-	if rep.sessions == 0 && len(kept) == 0 {
-		return true
-	}
-	return rep.free-held >= need
+	return admission{path: path, resv: rs}, nil
 }
 
 // errHeld: the request fits, but fair admission holds it back for an
 // older request at a peer entry (fair.go).
-var errHeld = errors.New("held back for an older request at a peer entry")
+var errHeld = ecore.ErrHeld
 
 // waitable reports whether err leaves a request in the queue.
-func waitable(err error) bool {
-	return errors.Is(err, errNoRoom) || errors.Is(err, routing.ErrNoPath) || errors.Is(err, errHeld)
-}
+func waitable(err error) bool { return ecore.Waitable(err) }
 
 // admitLoop owns admission: whenever something changed, it admits from
 // the head of the queue while the head fits. A head that does not fit
@@ -311,8 +228,8 @@ func waitable(err error) bool {
 // one that fair admission holds back, which is looked at again on the
 // next change or when the hold can end (a peer row turning stale, the
 // stall bound, the head's own deadline), whichever comes first.
-func (e *entry) admitLoop() {
-	a := e.adm
+func (a *admitter) admitLoop() {
+	e := a.e
 	for {
 		var changed <-chan struct{}
 		if e.changed != nil {
@@ -321,18 +238,20 @@ func (e *entry) admitLoop() {
 		var wake time.Time
 		now := e.cfg.clock.Now()
 		a.mu.Lock()
-		for len(a.q) > 0 {
-			w := a.q[0]
-			adm, at, err := e.tryFairLocked(w, now)
+		var adm admission
+		n := ecore.Pump(a.q, func(w *waiter) error {
+			var at time.Time
+			var err error
+			adm, at, err = a.tryFairLocked(w, now)
 			if err != nil && waitable(err) {
-				w.why = err
-				wake = at
-				break
+				w.why, wake = err, at
 			}
+			return err
+		}, func(w *waiter, err error) {
 			adm.err = err
-			a.q = a.q[1:]
 			w.done <- adm
-		}
+		})
+		a.q = a.q[n:]
 		a.mu.Unlock()
 		var tick <-chan time.Time
 		var timer clockwork.Timer
@@ -360,13 +279,14 @@ func (e *entry) admitLoop() {
 // (steal.go). The reservations it returns are given back with release
 // when the generation ends. head puts g at the head of the queue (a
 // request that a thief gave back), ahead of those that came after it.
-func (e *entry) admitAt(ctx context.Context, g *generation, timeout time.Duration, head bool) admission {
-	path, resv, st, err := e.admitW(ctx, g, timeout, head)
+func (a *admitter) admitAt(ctx context.Context, g *generation, timeout time.Duration, head bool) admission {
+	e := a.e
+	path, resv, st, err := e.adm.admitW(ctx, g, timeout, head)
 	return admission{path: path, resv: resv, stolen: st, err: err}
 }
 
-func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration, head bool) (routing.Path, []*reservation, *stolen, error) {
-	a := e.adm
+func (a *admitter) admitW(ctx context.Context, g *generation, timeout time.Duration, head bool) (routing.Path, []*reservation, *stolen, error) {
+	e := a.e
 	now := e.cfg.clock.Now()
 	w := &waiter{req: g.routeReq(nil), g: g, need: kvBlocks(len(g.prompt)+len(g.out), g.maxTokens-len(g.out)) * kvBlock, since: now,
 		done: make(chan admission, 1), deadline: now.Add(timeout),
@@ -374,35 +294,37 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 		// once already), are not held for peers.
 		noHold: timeout < 0 || head || g.stolen}
 	a.mu.Lock()
-	if len(a.q) == 0 || head || g.stolen {
-		// Nobody ahead: admit at once when it fits, and no older request
-		// waits at a peer entry.
-		adm, _, err := e.tryFairLocked(w, now)
-		if err == nil || !waitable(err) {
-			a.mu.Unlock()
-			if err == nil {
-				a.waits.observe(0)
-			}
-			return adm.path, adm.resv, nil, err
+	// node/entry's Arrive: at once when nobody waits ahead (and, with
+	// fair admission, no older request waits at a peer entry), else queued.
+	var adm admission
+	v, err := ecore.Arrive(ecore.Arrival{Queued: len(a.q), Bound: e.cfg.queueMax, Jump: g.stolen, Head: head, Wait: timeout >= 0},
+		func() error {
+			var err error
+			adm, _, err = a.tryFairLocked(w, now)
+			return err
+		})
+	switch v {
+	case ecore.Admitted, ecore.Refused:
+		a.mu.Unlock()
+		if err == nil {
+			a.waits.observe(0)
 		}
-		if timeout < 0 {
-			a.mu.Unlock()
-			return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (the request asked not to queue)", ErrNoCapacity, err), after: time.Second}
-		}
-		w.why = err
-	}
-	if timeout < 0 {
+		return adm.path, adm.resv, nil, err
+	case ecore.NoWait:
 		n := len(a.q)
 		a.mu.Unlock()
+		if err != nil {
+			return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (the request asked not to queue)", ErrNoCapacity, err), after: time.Second}
+		}
 		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %d request(s) queued ahead (the request asked not to queue)", ErrNoCapacity, n),
-			after: e.retryHint(now)}
-	}
-	if !head && len(a.q) >= e.cfg.queueMax {
+			after: a.retryHint(now)}
+	case ecore.Full:
 		n := len(a.q)
 		a.mu.Unlock()
 		a.refusedN.Add(1)
-		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (%d waiting)", ErrNoCapacity, ErrQueueFull, n), after: e.retryHint(now)}
+		return routing.Path{}, nil, nil, &retryAfter{err: fmt.Errorf("%w: %w (%d waiting)", ErrNoCapacity, ErrQueueFull, n), after: a.retryHint(now)}
 	}
+	w.why = err
 	if head {
 		a.q = slices.Insert(a.q, 0, w)
 	} else {
@@ -430,7 +352,7 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 	a.mu.Lock()
 	if timedOut {
 		why = &retryAfter{err: fmt.Errorf("%w: %w: queued %v: %s", ErrNoCapacity, ErrQueueTimeout, timeout, a.whyLocked(w)),
-			after: e.retryHintLocked(e.cfg.clock.Now())}
+			after: a.retryHintLocked(e.cfg.clock.Now())}
 		a.refusedN.Add(1)
 	}
 	if i := slices.Index(a.q, w); i >= 0 {
@@ -442,7 +364,7 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 	a.mu.Unlock()
 	// Admitted just as it gave up: the admission stands only for a
 	// caller still waiting; otherwise its reservations go back.
-	adm := <-w.done
+	adm = <-w.done
 	if ctx.Err() != nil || e.ctx.Err() != nil {
 		a.release(adm.resv)
 		if adm.stolen != nil {
@@ -457,14 +379,16 @@ func (e *entry) admitW(ctx context.Context, g *generation, timeout time.Duration
 // retryHint is the Retry-After of a refusal: how long the head of the
 // queue has waited (the queue drains at about that pace), within [1 s,
 // the queue timeout].
-func (e *entry) retryHint(now time.Time) time.Duration {
+func (a *admitter) retryHint(now time.Time) time.Duration {
+	e := a.e
 	e.adm.mu.Lock()
 	defer e.adm.mu.Unlock()
-	return e.retryHintLocked(now)
+	return a.retryHintLocked(now)
 }
 
 // retryHintLocked is retryHint with a.mu held.
-func (e *entry) retryHintLocked(now time.Time) time.Duration {
+func (a *admitter) retryHintLocked(now time.Time) time.Duration {
+	e := a.e
 	var oldest time.Duration
 	if q := e.adm.q; len(q) > 0 {
 		oldest = now.Sub(q[0].since)

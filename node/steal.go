@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/engine"
+	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -150,7 +151,7 @@ type stolen struct {
 func (a *admitter) takeHead(now time.Time, min time.Duration) *waiter {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.q) == 0 || a.q[0].g == nil || a.q[0].g.lp || a.q[0].g.grammar != nil || now.Sub(a.q[0].since) < min {
+	if len(a.q) == 0 || a.q[0].g == nil || !ecore.Stealable(a.q[0].since, a.q[0].g.lp, a.q[0].g.grammar != nil, now, min) {
 		return nil
 	}
 	w := a.q[0]
@@ -234,7 +235,7 @@ func (g *generation) runStolen(ctx context.Context, st *stolen) (done bool, err 
 		}
 		switch {
 		case rerr == nil && m.Kind == stealToken:
-			fin, err := g.deliver(ctx, m.Token, nil) // never one with log-probabilities (takeHead)
+			fin, err := g.deliver(ctx, g.gen.ThiefToken(e.cfg.clock.Now(), m.Token), nil) // never one with log-probabilities (takeHead)
 			if err != nil || fin {
 				return true, err
 			}
@@ -250,9 +251,7 @@ func (g *generation) runStolen(ctx context.Context, st *stolen) (done bool, err 
 			}
 			e.cfg.log.Info("stolen request returned", zap.String("thief", shortID(st.from)), zap.Int("tokens", len(g.out)),
 				zap.String("reason", why))
-			if len(g.out) > 0 {
-				g.failedAt = e.cfg.clock.Now()
-				g.res.Replays++
+			if g.gen.ThiefBroke(e.cfg.clock.Now(), len(g.out) > 0) {
 				e.counters.replays.Add(1)
 			}
 			return false, nil
@@ -343,13 +342,13 @@ func (e *entry) spare() (ok bool, ours time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.q) > 0 {
-		if !e.cfg.fair.on || !a.q[0].held {
+		if !e.cfg.fair.On || !a.q[0].held {
 			return false, time.Time{}
 		}
 		ours = a.q[0].since
 	}
 	w := &waiter{req: routeReq{prompt: stealProbe, max: stealProbe}, need: kvBlocks(stealProbe, stealProbe) * kvBlock}
-	adm, err := e.tryLocked(w)
+	adm, err := e.adm.tryLocked(w)
 	if err != nil {
 		return false, time.Time{}
 	}
@@ -373,17 +372,13 @@ func (e *entry) stealLoop(peers *swarm.PeerTable, open func(context.Context, pee
 	for {
 		changed := peers.Changed()
 		for {
-			var best peer.ID
-			var bestWait time.Duration
+			var victims []ecore.Victim
 			for _, p := range peers.Live() {
-				hb := p.Heartbeat
-				if p.ID == e.cfg.self || hb == nil || hb.EntryQueue == 0 || hb.EntryWait < after || asked[p.ID] == hb {
-					continue
-				}
-				if hb.EntryWait > bestWait {
-					best, bestWait = p.ID, hb.EntryWait
+				if hb := p.Heartbeat; hb != nil {
+					victims = append(victims, ecore.Victim{ID: string(p.ID), Queue: hb.EntryQueue, Wait: hb.EntryWait, Asked: asked[p.ID] == hb})
 				}
 			}
+			best := peer.ID(ecore.PickVictim(string(e.cfg.self), victims, after))
 			if best == "" {
 				break
 			}
@@ -394,10 +389,10 @@ func (e *entry) stealLoop(peers *swarm.PeerTable, open func(context.Context, pee
 			if !ours.IsZero() {
 				best = ""
 				if e.heads != nil {
-					best = oldestPeerHead(e.heads(), e.cfg.self, e.cfg.clock.Now(), ours, e.cfg.fair.slack, func(id peer.ID) bool {
-						p, ok := peers.Get(id)
-						return !ok || p.Heartbeat == nil || p.Heartbeat.EntryWait < after || asked[id] == p.Heartbeat
-					})
+					best = peer.ID(ecore.OldestPeerHead(e.heads(), string(e.cfg.self), e.cfg.clock.Now(), ours, e.cfg.fair.Slack, func(id string) bool {
+						p, ok := peers.Get(peer.ID(id))
+						return !ok || p.Heartbeat == nil || p.Heartbeat.EntryWait < after || asked[peer.ID(id)] == p.Heartbeat
+					}))
 				}
 				if best == "" {
 					break
@@ -406,10 +401,7 @@ func (e *entry) stealLoop(peers *swarm.PeerTable, open func(context.Context, pee
 			if pp, ok := peers.Get(best); ok {
 				asked[best] = pp.Heartbeat
 			}
-			var minWait time.Duration
-			if !ours.IsZero() {
-				minWait = max(e.cfg.clock.Since(ours)+e.cfg.fair.slack, time.Nanosecond)
-			}
+			minWait := ecore.StealMinWait(ours, e.cfg.clock.Now(), e.cfg.fair.Slack)
 			if !e.steal(e.ctx, open, best, minWait) {
 				continue
 			}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
+	ecore "github.com/stratanet/strata/node/entry"
 )
 
 // Spot checks (see docs/trust.md). Every hop keeps, per session, two
@@ -393,8 +394,7 @@ func (e *entry) verifyRate() float64 {
 
 // shouldAudit draws whether this token boundary gets a spot check.
 func (e *entry) shouldAudit() bool {
-	r := e.verifyRate()
-	return r > 0 && e.holders != nil && (r >= 1 || rand.Float64() < r)
+	return ecore.ShouldAudit(e.verifyRate(), e.holders != nil, rand.Float64())
 }
 
 // errInconclusive: a check that proves nothing either way;
@@ -667,7 +667,7 @@ func (g *generation) tolCheckers(hops []Hop, i int) []peer.ID {
 	h := hops[i]
 	var out []peer.ID
 	for _, p := range g.e.holders(h.From, h.To) {
-		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.avoid, p.String()) {
+		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.gen.Avoid, p.String()) {
 			continue
 		}
 		out = append(out, p)
@@ -750,7 +750,7 @@ func (g *generation) checkers(hops []Hop, i int) []peer.ID {
 	h := hops[i]
 	var out []peer.ID
 	for _, p := range g.e.holders(h.From, h.To) {
-		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.avoid, p.String()) || !g.e.reproducible(p) {
+		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.gen.Avoid, p.String()) || !g.e.reproducible(p) {
 			continue
 		}
 		out = append(out, p)
@@ -902,7 +902,7 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 func (g *generation) chainWitness(hops []Hop, i int, checker peer.ID) []Hop {
 	h := hops[i]
 	bad := func(p peer.ID) bool {
-		return p == h.Peer || p == checker || slices.Contains(g.avoid, p.String()) || !g.e.reproducible(p)
+		return p == h.Peer || p == checker || slices.Contains(g.gen.Avoid, p.String()) || !g.e.reproducible(p)
 	}
 	for c := h.From + 1; c < h.To; c++ {
 		for _, p1 := range g.e.holders(h.From, c) {
@@ -1080,7 +1080,7 @@ func (g *generation) midCheckers(hops []Hop, i int) []peer.ID {
 	var goes, others []peer.ID
 	for _, p := range g.e.holders(h.From, h.To) {
 		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || hops[i+1].Peer == p || hops[len(hops)-1].Peer == p ||
-			slices.Contains(g.avoid, p.String()) {
+			slices.Contains(g.gen.Avoid, p.String()) {
 			continue
 		}
 		if g.e.reproducible(p) {

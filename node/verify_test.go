@@ -13,6 +13,7 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
+	ecore "github.com/stratanet/strata/node/entry"
 )
 
 // verifyCluster starts n nodes of at most 4 layers each (so every range
@@ -224,7 +225,7 @@ func TestRewindFlagsWrongTokens(t *testing.T) {
 	ctx := context.Background()
 	deliver := func(ids ...int32) error {
 		for _, id := range ids {
-			if _, err := g.deliver(ctx, id, nil); err != nil {
+			if _, err := g.deliver(ctx, ecore.Deliver{Token: id}, nil); err != nil {
 				return err
 			}
 		}

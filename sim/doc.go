@@ -9,7 +9,7 @@
 // admission by node/stage/sched.Admit, the stage scheduler's rule), the links (bandwidth, latency,
 // jitter, one transmission at a time), the clients (arrivals, iterations,
 // replays, measurement windows), for the strata policy the entry's
-// admission queue (entryq.go, node/queue.go's rules) and the stages'
+// admission queue (entryq.go, node/entry's decisions) and the stages'
 // prefix cache (prefix.go, on node/stage/sched's Cache and Resume), the request schedulers
 // of the replayed Helix runs, and the control planes of the simulated
 // policies. Placement

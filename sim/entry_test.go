@@ -2,10 +2,10 @@ package sim
 
 import "testing"
 
-// TestEntryReplayRules checks the client's reaction to a broken attempt
-// against node/entry.go's: busy answers spend no replay but end the
-// request after the repair wait; a hop that died spends one, up to the
-// cap; a move is replayed even past the cap.
+// TestEntryReplayRules checks the client's reaction to a broken attempt,
+// node/entry's Replay.Ended as lost calls it: busy answers spend no
+// replay but end the request after the repair wait; a hop that died
+// spends one, up to the cap; a move is replayed even past the cap.
 func TestEntryReplayRules(t *testing.T) {
 	newWorld := func() *world {
 		return &world{s: &Sim{}, policy: "strata", covered: true,

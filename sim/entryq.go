@@ -1,17 +1,21 @@
 package sim
 
-import "github.com/stratanet/strata/routing"
+import (
+	"slices"
+	"time"
 
-// The entry's admission queue as node/queue.go runs it, for the strata
-// policy: a new request that finds no path with KV room for it (or no
-// path at all) waits, first in first out, and is admitted when a hop's
-// report, a release or a map change makes room; it is refused when its
-// deadline passes or the queue is at its bound. A hop's room is its last
-// heartbeat's free KV less what this entry admitted onto it since: a
-// reservation counts until a report newer than the first newer one the
-// entry looked at after the session opened (its first token), or until
-// the request ends. Replays do not pass
-// through it: the real entry reroutes them directly (node/entry.go).
+	ecore "github.com/stratanet/strata/node/entry"
+	"github.com/stratanet/strata/routing"
+)
+
+// The entry's admission queue for the strata policy, on node/entry's
+// decisions (TryAdmit, the KV ledger, Pump), which the node runs too: a
+// new request that finds no path with KV room for it (or no path at
+// all) waits, first in first out, and is admitted when a hop's report, a
+// release or a map change makes room; it is refused when its deadline
+// passes or the queue is at its bound. Heartbeat rounds mark the
+// reports. Replays do not pass through it: the entry reroutes them
+// directly (node/entry's Gen).
 
 // The real entry's bounds (node.DefaultEntryQueueMax, DefaultQueueTimeout).
 const (
@@ -20,28 +24,8 @@ const (
 )
 
 // kvResv is KV the entry admitted onto a node that its reports may not
-// count yet.
-type kvResv struct {
-	node     int
-	need     int // tokens
-	opened   bool
-	openBeat int // the report current when the session opened
-	next     int // the first newer report a look saw (0: none yet)
-}
-
-// countedBy reports whether the report of beat counts r's session: one
-// newer than the first newer report a look saw, since that one may have
-// been on its way before the session opened (node/queue.go).
-func (r *kvResv) countedBy(beat int) bool {
-	switch {
-	case !r.opened || beat == r.openBeat:
-		return false
-	case r.next == 0:
-		r.next = beat
-		return false
-	}
-	return beat != r.next
-}
+// count yet: node/entry's reservation, marked by heartbeat rounds.
+type kvResv = ecore.Reservation[int]
 
 // kvRep is a node's last heartbeat figures, as the entry reads them.
 type kvRep struct {
@@ -56,9 +40,9 @@ type entryWaiter struct {
 
 type entryQueue struct {
 	q       []*entryWaiter
-	resv    map[int][]*kvResv
+	led     *ecore.Ledger[int] // the reservations, per node ID
 	rep     []kvRep
-	beat    int // reports so far
+	beat    int // heartbeat rounds so far: the reports' mark
 	pending bool
 	// queued counts requests that waited, refused those refused; waits
 	// are the admitted requests' queue times.
@@ -67,123 +51,72 @@ type entryQueue struct {
 }
 
 func newEntryQueue(nodes int) *entryQueue {
-	eq := &entryQueue{resv: map[int][]*kvResv{}, rep: make([]kvRep, nodes)}
+	eq := &entryQueue{led: ecore.NewLedger[int](), rep: make([]kvRep, nodes)}
 	for i := range eq.rep {
 		eq.rep[i].free = -1
 	}
 	return eq
 }
 
-// kvNeed is the queue's KV need in tokens: whole blocks of the prompt
-// and of the output (node/queue.go's kvBlocks × kvBlock).
-func kvNeed(prompt, output int) int {
-	return ((prompt+prefixBlock-1)/prefixBlock + (output+prefixBlock-1)/prefixBlock) * prefixBlock
-}
-
 // report records a heartbeat of node i.
 func (eq *entryQueue) report(i int, r kvRep) { eq.rep[i] = r }
 
-// fits reports whether node i has room for need tokens, dropping the
-// reservations its report now counts.
-func (eq *entryQueue) fits(i, need int) bool {
-	l := eq.resv[i]
-	kept := l[:0]
-	held := 0
-	for _, r := range l {
-		if !r.countedBy(eq.beat) {
-			kept = append(kept, r)
-			held += r.need
-		}
-	}
-	for k := len(kept); k < len(l); k++ {
-		l[k] = nil
-	}
-	if len(kept) == 0 {
-		delete(eq.resv, i)
-	} else {
-		eq.resv[i] = kept
-	}
-	rep := eq.rep[i]
-	if rep.free < 0 || rep.sessions == 0 && len(kept) == 0 {
-		return true
-	}
-	return rep.free-held >= need
+// reportOf is node i's last report in node/entry's form.
+func (eq *entryQueue) reportOf(i int) ecore.Report[int] {
+	return ecore.Report[int]{Free: eq.rep[i].free, Sessions: eq.rep[i].sessions, Mark: eq.beat}
 }
 
 // opened re-bases a request's reservations at its first token.
 func (eq *entryQueue) opened(rs []*kvResv) {
-	for _, r := range rs {
-		if !r.opened {
-			r.opened, r.openBeat = true, eq.beat
-		}
-	}
+	eq.led.Opened(rs, func(string) int { return eq.beat })
 }
 
 // release gives back a request's reservations.
-func (eq *entryQueue) release(rs []*kvResv) {
-	for _, r := range rs {
-		l := eq.resv[r.node]
-		for k, x := range l {
-			if x == r {
-				l = append(l[:k], l[k+1:]...)
-				break
-			}
-		}
-		if len(l) == 0 {
-			delete(eq.resv, r.node)
-		} else {
-			eq.resv[r.node] = l
-		}
-	}
-}
+func (eq *entryQueue) release(rs []*kvResv) { eq.led.Release(rs) }
 
-// tryAdmit routes q and reserves its KV on the path's hops; a hop short
-// of room is avoided and the route tried again, up to 8 times.
+// tryAdmit routes q and reserves its KV on the path's hops (node/entry's
+// TryAdmit: a hop short of room is avoided and the route tried again).
 func (w *world) tryAdmit(q *query) ([]routing.Hop, bool) {
 	eq := w.eq
-	need := kvNeed(q.input, q.output)
-	var avoid []string
-	for range 8 {
-		hops, ok := w.routeAvoid(q, append(append([]string(nil), q.avoid...), avoid...), false)
+	route := func(avoid []string) ([]routing.Hop, []string, error) {
+		hops, ok := w.routeAvoid(q, append(slices.Clone(q.avoid), avoid...))
 		if !ok {
-			return nil, false
+			return nil, nil, routing.ErrNoPath
 		}
-		short := ""
-		for _, h := range hops {
-			if !eq.fits(w.idx[h.Node], need) {
-				short = h.Node
-				break
-			}
+		names := make([]string, len(hops))
+		for i, h := range hops {
+			names[i] = h.Node
 		}
-		if short == "" {
-			for _, h := range hops {
-				j := w.idx[h.Node]
-				if eq.rep[j].free < 0 {
-					continue
-				}
-				r := &kvResv{node: j, need: need}
-				eq.resv[j] = append(eq.resv[j], r)
-				q.eresv = append(q.eresv, r)
-			}
-			return hops, true
-		}
-		avoid = append(avoid, short)
+		return hops, names, nil
 	}
-	return nil, false
+	hops, rs, err := ecore.TryAdmit(eq.led, ecore.KVNeed(q.input, q.output), route,
+		func(node string) ecore.Report[int] { return eq.reportOf(w.idx[node]) })
+	if err != nil {
+		return nil, false
+	}
+	q.eresv = append(q.eresv, rs...)
+	return hops, true
 }
 
-// enter hands a new request to the admission queue: admitted at once
-// when nobody waits and a path has room, else queued until its deadline.
+// enter hands a new request to the admission queue (node/entry's
+// Arrive): admitted at once when nobody waits and a path has room, else
+// queued until its deadline, or refused at the queue's bound.
 func (w *world) enter(q *query) {
 	eq, s := w.eq, w.s
-	if len(eq.q) == 0 {
-		if hops, ok := w.tryAdmit(q); ok {
-			eq.waits = append(eq.waits, 0)
-			w.launch(q, hops)
-			return
+	var hops []routing.Hop
+	v, _ := ecore.Arrive(ecore.Arrival{Queued: len(eq.q), Bound: entryQueueMax, Wait: true}, func() error {
+		var ok bool
+		if hops, ok = w.tryAdmit(q); !ok {
+			return ecore.ErrNoRoom
 		}
-	}
-	if len(eq.q) >= entryQueueMax {
+		return nil
+	})
+	switch v {
+	case ecore.Admitted:
+		eq.waits = append(eq.waits, 0)
+		w.launch(q, hops)
+		return
+	case ecore.Full:
 		eq.refused++
 		w.failFor(q, FailQueueRefused)
 		return
@@ -209,7 +142,7 @@ func (w *world) queueDeadline(wt *entryWaiter) {
 }
 
 // poke asks for another look at the queue, once, at the current time
-// (as node/queue.go's poke wakes its admission loop).
+// (the node pokes its admission loop so).
 func (w *world) poke() {
 	if w.eq == nil || w.eq.pending || len(w.eq.q) == 0 {
 		return
@@ -219,18 +152,67 @@ func (w *world) poke() {
 }
 
 // admitLoop admits from the head of the queue while the head fits; a
-// head that does not fit stays there (no overtaking).
+// head that does not fit stays there (no overtaking): node/entry's Pump.
 func (w *world) admitLoop() {
 	eq := w.eq
 	eq.pending = false
-	for len(eq.q) > 0 {
-		wt := eq.q[0]
-		hops, ok := w.tryAdmit(wt.q)
-		if !ok {
-			return
+	var hops []routing.Hop
+	n := ecore.Pump(eq.q, func(wt *entryWaiter) error {
+		var ok bool
+		if hops, ok = w.tryAdmit(wt.q); !ok {
+			return ecore.ErrNoRoom
 		}
-		eq.q = eq.q[1:]
+		return nil
+	}, func(wt *entryWaiter, _ error) {
 		eq.waits = append(eq.waits, w.s.now-wt.since)
 		w.launch(wt.q, hops)
+	})
+	eq.q = eq.q[n:]
+}
+
+// replayDecision folds q's broken attempt into its replay state with
+// the entry's rule (node/entry's Replay.Ended): how long to wait before
+// routing again, whether the replay counts, and false when q was given
+// up (failed here). A busy hop is backed off from without spending a
+// replay, within the repair wait from the first busy answer of a run; a
+// prefix miss replays at once, cold, blaming nobody; a draining hop is
+// left, counted but not against the cap; anything else is a replay, up
+// to the cap. The sim's own latency of a reroute stays 50 ms.
+func (w *world) replayDecision(q *query) (delay float64, counted, ok bool) {
+	s := w.s
+	c := q.cause
+	end := ecore.End{Kind: ecore.EndFailure}
+	switch {
+	case c.busy():
+		end.Kind = ecore.EndBusy
+	case c == causeMoved:
+		end.Kind = ecore.EndMove
+	case c == causePrefixMiss:
+		end.Kind = ecore.EndPrefixMiss
+	case c == causeNoKV:
+		end.Kind = ecore.EndNoKV
 	}
+	if q.blame >= 0 && end.Kind != ecore.EndPrefixMiss {
+		end.Blame = []string{w.spec.Nodes[q.blame].ID}
+	}
+	at := func(t float64) time.Time { return w.epoch.Add(time.Duration(t * float64(time.Second))) }
+	r := ecore.Replay{Replays: q.retries, Busy: q.busy, BusySince: at(q.busySince), Avoid: q.avoid, Hard: q.hard, Cold: q.cold}
+	d := r.Ended(ecore.Config{MaxReplays: maxReplays, RepairWait: time.Duration(repairWait * float64(time.Second))}, at(s.now), end, q.decodes > 0)
+	q.busy, q.busySince, q.avoid, q.hard, q.cold = r.Busy, r.BusySince.Sub(w.epoch).Seconds(), r.Avoid, r.Hard, r.Cold
+	switch d.Fail {
+	case ecore.FailBusy:
+		w.failFor(q, FailBusyTooLong)
+		return 0, false, false
+	case ecore.FailReplays:
+		w.failFor(q, FailReplaysExhausted)
+		return 0, false, false
+	}
+	switch {
+	case d.Backoff > 0:
+		return d.Backoff.Seconds(), false, true
+	case end.Kind == ecore.EndPrefixMiss:
+		q.blame = -1
+		return 0, false, true
+	}
+	return 0.05, d.Counted, true
 }

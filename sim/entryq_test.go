@@ -5,46 +5,39 @@ import (
 	"testing"
 )
 
-// TestEntryQueueRoom checks node/queue.go's room rule: a hop's last report
-// less the reservations it does not count yet, which it counts from the
-// second report after the session opened.
+// TestEntryQueueRoom checks the sim's reports in node/entry's ledger:
+// heartbeat rounds mark them, so that a reservation counts until the
+// second round a look sees after its session opened (the ledger's own
+// rules are node/entry's scripts, testdata/admit).
 func TestEntryQueueRoom(t *testing.T) {
-	if got := kvNeed(17, 1); got != 48 {
-		t.Fatalf("kvNeed(17, 1) = %d, want 3 blocks of 16", got)
-	}
 	eq := newEntryQueue(2)
-	if !eq.fits(0, 1<<30) {
+	fits := func(need int) bool { return eq.led.Fits("n0", eq.reportOf(0), need) }
+	if !fits(1 << 30) {
 		t.Fatal("a node with no report must be given the request (its stage decides)")
 	}
-	eq.report(0, kvRep{free: 100, sessions: 0})
-	if !eq.fits(0, 1<<30) {
-		t.Fatal("a node running nothing must be given the request (CodeNoKV is its answer)")
-	}
 	eq.report(0, kvRep{free: 100, sessions: 1})
-	if eq.fits(0, 101) || !eq.fits(0, 100) {
+	if fits(101) || !fits(100) {
 		t.Fatal("free 100: a need of 100 fits, 101 does not")
 	}
-	r := &kvResv{node: 0, need: 60}
-	eq.resv[0] = append(eq.resv[0], r)
-	if eq.fits(0, 50) || !eq.fits(0, 40) {
+	r := eq.led.Reserve("n0", 60)
+	if fits(50) || !fits(40) {
 		t.Fatal("a reservation of 60 leaves room for 40, not 50")
 	}
 	eq.opened([]*kvResv{r})
-	eq.beat += 3 // reports nobody looked at do not count
-	if eq.fits(0, 50) {
-		t.Fatal("the first report a look sees after the session opened may predate it: the reservation still counts")
+	eq.beat += 3 // rounds nobody looked at do not count
+	if fits(50) {
+		t.Fatal("the first round a look sees after the session opened may predate it: the reservation still counts")
 	}
-	if eq.fits(0, 50) {
-		t.Fatal("the same report again: the reservation still counts")
+	if fits(50) {
+		t.Fatal("the same round again: the reservation still counts")
 	}
 	eq.beat++
-	if !eq.fits(0, 50) || len(eq.resv[0]) != 0 {
-		t.Fatalf("a newer report counts the session: reservation kept %v", eq.resv[0])
+	if !fits(50) || eq.led.Held("n0") != 0 {
+		t.Fatalf("a newer round counts the session: %d tokens still held", eq.led.Held("n0"))
 	}
-	r2 := &kvResv{node: 1, need: 10}
-	eq.resv[1] = []*kvResv{r2}
+	r2 := eq.led.Reserve("n1", 10)
 	eq.release([]*kvResv{r2})
-	if len(eq.resv[1]) != 0 {
+	if eq.led.Held("n1") != 0 {
 		t.Fatal("release left the reservation")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/layers/baseline"
+	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -281,7 +282,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 		}
 		w.view = routing.NewView()
 		// The real entry's admission queue and the stages' prefix cache
-		// (node/queue.go, node/prefixcache.go); Petals' and Parallax's
+		// (node/entry, node/prefixcache.go); Petals' and Parallax's
 		// clients and servers have neither (docs/baselines.md).
 		w.eq = newEntryQueue(N)
 		s.prefix = true
@@ -1088,9 +1089,20 @@ func (w *world) setRoute(q *query, hops []routing.Hop) {
 // route is the policy's path for q: Strata's avoids q's given-up hops,
 // or where that finds none, as the entry's reroute does, only the hops
 // it can never fit.
-func (w *world) route(q *query) ([]routing.Hop, bool) { return w.routeAvoid(q, q.avoid, true) }
+func (w *world) route(q *query) ([]routing.Hop, bool) {
+	if w.policy != "strata" {
+		return w.routeAvoid(q, q.avoid)
+	}
+	hops, err := ecore.Route(ecore.Replay{Avoid: q.avoid, Hard: q.hard}, func(avoid []string) ([]routing.Hop, error) {
+		if hops, ok := w.routeAvoid(q, avoid); ok {
+			return hops, nil
+		}
+		return nil, routing.ErrNoPath
+	})
+	return hops, err == nil
+}
 
-func (w *world) routeAvoid(q *query, avoid []string, fallback bool) ([]routing.Hop, bool) {
+func (w *world) routeAvoid(q *query, avoid []string) ([]routing.Hop, bool) {
 	m := w.servingMap()
 	if !w.covered {
 		return nil, false
@@ -1100,12 +1112,6 @@ func (w *world) routeAvoid(q *query, avoid []string, fallback bool) ([]routing.H
 		now := w.epoch.Add(time.Duration(w.s.now * float64(time.Second)))
 		req := routing.Request{PromptTokens: q.input, MaxTokens: q.output, Seed: uint64(q.id), Avoid: avoid}
 		p, err := w.router.Route(m, w.view, req, now)
-		if err != nil && fallback && len(avoid) > len(q.hard) {
-			// Hops given up on may serve again; as the entry does, fall
-			// back to avoiding only those the session can never fit.
-			req.Avoid = q.hard
-			p, err = w.router.Route(m, w.view, req, now)
-		}
 		if err != nil {
 			return nil, false
 		}
@@ -1227,12 +1233,9 @@ const (
 )
 
 // lost is the client's reaction to a query a failure or a refusal broke.
-// Strata's follows node/entry.go: a busy hop (admission FIFO full, or the
-// queue timeout) is backed off from and retried without spending a
-// replay, within the repair wait from the first busy answer; a draining
-// hop (a move) is left at once, counted as a replay but not checked
-// against the cap; anything else is a replay, up to the cap. Every blamed
-// hop is avoided by later routes while another path exists.
+// Strata's is the entry's own decision (node/entry's Replay.Ended, see
+// replayDecision). Every blamed hop is avoided by later routes while
+// another path exists.
 func (w *world) lost(q *query) {
 	s := w.s
 	// The client saw which hop failed: Petals clients ban it for a while.
@@ -1249,43 +1252,12 @@ func (w *world) lost(q *query) {
 		w.failFor(q, FailNotReplayed)
 		return
 	}
-	c := q.cause
 	delay, counted, wait := 0.05, true, w.spec.Timing.ClientTimeoutS
 	if w.policy == "strata" {
 		wait = repairWait
-		if q.decodes > 0 || !c.busy() {
-			q.busy = 0 // as node/entry.go: the wait bounds one run of refusals
-		}
-		switch {
-		case c.busy():
-			if q.busy == 0 {
-				q.busySince = s.now
-			}
-			q.busy++
-			if s.now-q.busySince > repairWait {
-				w.failFor(q, FailBusyTooLong)
-				return
-			}
-			delay = min(0.01*float64(int(1)<<min(q.busy, 7)), 1)
-			counted = false
-		case c == causeMoved:
-		case c == causePrefixMiss:
-			// Not a failure: the entry replays at once, cold, and the
-			// hop is not blamed (node/entry.go's endPrefixMiss).
-			delay, counted = 0, false
-			q.cold, q.blame = true, -1
-		case q.retries >= maxReplays:
-			w.failFor(q, FailReplaysExhausted)
+		var ok bool
+		if delay, counted, ok = w.replayDecision(q); !ok {
 			return
-		}
-		if q.blame >= 0 {
-			id := w.spec.Nodes[q.blame].ID
-			if c == causeNoKV && !containsStr(q.hard, id) {
-				q.hard = append(q.hard, id)
-			}
-			if !containsStr(q.avoid, id) {
-				q.avoid = append(q.avoid, id)
-			}
 		}
 	} else if q.retries >= maxReplays {
 		w.failFor(q, FailReplaysExhausted)
@@ -1315,7 +1287,7 @@ func (w *world) arrive(q *query) {
 	q.gid = w.nextGID
 	w.nextGID++
 	if w.eq != nil {
-		// The entry queues it for a path with KV room (node/queue.go).
+		// The entry queues it for a path with KV room (node/entry.TryAdmit).
 		q.id = w.s.nextID
 		w.s.nextID++
 		q.arrival = w.s.now
@@ -1351,15 +1323,6 @@ func (w *world) failFor(q *query, why string) {
 	if w.covered {
 		s.stats.failedWithPath++
 	}
-}
-
-func containsStr(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // issueRetry starts a new or replayed query, waiting for a route while
