@@ -216,7 +216,7 @@ func drive(args []string) error {
 	dtypes := fs.String("dtypes", "", "comma-separated weight types of the shapes' files to run (q4_k_m,q8_0,f16); empty: all")
 	ggmlBin := fs.String("ggml", "", "engine/ggml's ggml-bench binary: also measure the ggml engine (make bench-ggml-llamacpp builds it)")
 	goSide := fs.Bool("go", true, "measure the pure-Go engine")
-	threadList := fs.String("threads", "", "comma-separated thread counts of the metrics to run (1,2); empty: all")
+	threadList := fs.String("threads", "", "comma-separated thread counts of the metrics to run (1,2); empty: all (given, it also runs the 1-thread prefill on the 8B shape)")
 	quiet := fs.Duration("quiet", 20*time.Second, "before each measurement, wait up to this long for the other processes on the machine to use less than a quarter of a core")
 	fs.Parse(args)
 
@@ -312,7 +312,8 @@ func drive(args []string) error {
 		}
 		fmt.Fprintf(os.Stderr, "== %s (memory read bandwidth, 1 thread: %.2f GB/s)\n", f.name(), bw/1e9)
 		for _, m := range metrics(*decodeSteps, *batchSteps, *prefillTokens) {
-			if m.tinyOnly && f.shape != "tiny" || f.decodeOnly && m.mode != modeDecode {
+			// A small-shape-only row runs on the others when -threads names it.
+			if m.tinyOnly && f.shape != "tiny" && *threadList == "" || f.decodeOnly && m.mode != modeDecode {
 				continue
 			}
 			if *only != "" && !slices.Contains(strings.Split(*only, ","), m.mode) {
