@@ -1,16 +1,14 @@
 package consensus
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stratanet/strata/internal/scripttest"
 	"github.com/stratanet/strata/layers"
 )
 
@@ -18,105 +16,15 @@ import (
 // the style of etcd's raft interaction tests: each script sets up a
 // swarm (members, Raft servers, liveness, the clock), steps the leader's
 // pure decision, and compares what it did with the expected output under
-// "----". The world a script runs in is plain data: an Append is folded
-// into the state, a configuration change edits the server list. With
-// -rewrite the expected outputs are written from what the code does now;
-// review the diff before committing it.
-
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected outputs of testdata/leader")
+// "----" (internal/scripttest; -rewrite rewrites them). The world a
+// script runs in is plain data: an Append is folded into the state, a
+// configuration change edits the server list.
 
 func TestLeaderScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/leader/*.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no scripts in testdata/leader")
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
-	}
-}
-
-// scriptCmd is one command of a script and its expected output.
-type scriptCmd struct {
-	line, want string
-	at         int // line number
-}
-
-func parseScript(t *testing.T, data string) (cmds []scriptCmd) {
-	lines := strings.Split(data, "\n")
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			// Comments before the first command stay on rewrite
-			// (leadingComments); later ones are kept in place.
-			if len(cmds) > 0 && strings.HasPrefix(l, "#") {
-				cmds = append(cmds, scriptCmd{line: l, at: -1})
-			}
-			continue
-		}
-		c := scriptCmd{line: l, at: i + 1}
-		if i+1 >= len(lines) || lines[i+1] != "----" {
-			t.Fatalf("line %d: %q is not followed by ----", i+1, l)
-		}
-		i += 2
-		var out []string
-		for ; i < len(lines) && lines[i] != ""; i++ {
-			out = append(out, lines[i])
-		}
-		c.want = strings.Join(out, "\n")
-		cmds = append(cmds, c)
-	}
-	return cmds
-}
-
-func runScript(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := parseScript(t, string(data))
-	w := newWorld(t)
-	var out strings.Builder
-	for i, c := range cmds {
-		if c.at < 0 { // a comment between commands
-			if i > 0 && cmds[i-1].at >= 0 {
-				out.WriteString("\n")
-			}
-			out.WriteString(c.line + "\n")
-			continue
-		}
-		got := w.do(c.line)
-		if i > 0 && cmds[i-1].at >= 0 {
-			out.WriteString("\n")
-		}
-		out.WriteString(c.line + "\n----\n")
-		if got != "" {
-			out.WriteString(got + "\n")
-		}
-		if !*rewrite && got != c.want {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, c.at, c.line, got, c.want)
-		}
-	}
-	if *rewrite {
-		lead := leadingComments(string(data))
-		if err := os.WriteFile(path, []byte(lead+out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// leadingComments is a script's opening comment block, kept on rewrite.
-func leadingComments(data string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(data, "\n") {
-		if !strings.HasPrefix(l, "#") && l != "" {
-			break
-		}
-		b.WriteString(l + "\n")
-	}
-	return b.String()
+	scripttest.Run(t, "testdata/leader/*.txt", func(t *testing.T) scripttest.Do {
+		w := newWorld(t)
+		return func(line string) (string, error) { return w.do(line), nil }
+	})
 }
 
 var scriptT0 = time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)

@@ -1,113 +1,32 @@
 package entry
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stratanet/strata/internal/scripttest"
 )
 
 // The entry's decisions are checked by scripts in testdata, in the style
 // of etcd raft's interaction tests and consensus/testdata/leader: each
 // script feeds events to the pure functions of this package and
-// compares what they did with the expected output under "----". With
-// -rewrite the expected outputs are written from what the code does
-// now; review the diff before committing it.
+// compares what they did with the expected output under "----"
+// (internal/scripttest; -rewrite rewrites them).
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected outputs of testdata")
-
-// scriptCmd is one command of a script and its expected output.
-type scriptCmd struct {
-	line, want string
-	at         int // line number; -1 for a comment between commands
-}
-
-func parseScript(t *testing.T, data string) (cmds []scriptCmd) {
-	t.Helper()
-	lines := strings.Split(data, "\n")
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			if len(cmds) > 0 && strings.HasPrefix(l, "#") {
-				cmds = append(cmds, scriptCmd{line: l, at: -1})
-			}
-			continue
-		}
-		c := scriptCmd{line: l, at: i + 1}
-		if i+1 >= len(lines) || lines[i+1] != "----" {
-			t.Fatalf("line %d: %q is not followed by ----", i+1, l)
-		}
-		i += 2
-		var out []string
-		for ; i < len(lines) && lines[i] != ""; i++ {
-			out = append(out, lines[i])
-		}
-		c.want = strings.Join(out, "\n")
-		cmds = append(cmds, c)
-	}
-	return cmds
-}
-
-// runScripts runs every script under dir with a fresh driver each.
+// runScripts runs every script under testdata/dir with a fresh driver
+// each, which gets a command's first word and the rest.
 func runScripts(t *testing.T, dir string, newDriver func(t *testing.T) func(cmd string, args []string) string) {
-	files, err := filepath.Glob(filepath.Join("testdata", dir, "*.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatalf("no scripts in testdata/%s", dir)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f, newDriver(t)) })
-	}
-}
-
-func runScript(t *testing.T, path string, do func(cmd string, args []string) string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := parseScript(t, string(data))
-	var out strings.Builder
-	for i, c := range cmds {
-		if i > 0 && (c.at < 0 || cmds[i-1].at >= 0) {
-			out.WriteString("\n")
+	scripttest.Run(t, filepath.Join("testdata", dir, "*.txt"), func(t *testing.T) scripttest.Do {
+		do := newDriver(t)
+		return func(line string) (string, error) {
+			f := strings.Fields(line)
+			return do(f[0], f[1:]), nil
 		}
-		if c.at < 0 {
-			out.WriteString(c.line + "\n")
-			continue
-		}
-		f := strings.Fields(c.line)
-		got := do(f[0], f[1:])
-		out.WriteString(c.line + "\n----\n")
-		if got != "" {
-			out.WriteString(got + "\n")
-		}
-		if !*rewrite && got != c.want {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, c.at, c.line, got, c.want)
-		}
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(leadingComments(string(data))+out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// leadingComments is a script's opening comment block, kept on rewrite.
-func leadingComments(data string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(data, "\n") {
-		if !strings.HasPrefix(l, "#") && l != "" {
-			break
-		}
-		b.WriteString(l + "\n")
-	}
-	return b.String()
+	})
 }
 
 // args is a command's key=value arguments and bare words.

@@ -1,16 +1,15 @@
 package sched
 
 import (
-	"flag"
 	"fmt"
 	"hash/fnv"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stratanet/strata/internal/scripttest"
 )
 
 // The scheduler's decisions are checked by scripts in testdata, in the
@@ -18,96 +17,15 @@ import (
 // KV room, admission queue, prefix cache and live sessions) with events
 // and compares what it decided with the expected output under "----".
 // Sequences are written as block labels (a,b,c: three blocks), hashed in
-// a chain as routing.BlockHashes does. With -rewrite the expected outputs
-// are written from what the code does now; review the diff before
-// committing it.
-
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected outputs of testdata/*.txt")
+// a chain as routing.BlockHashes does. The format and -rewrite are
+// internal/scripttest's.
 
 func TestScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no scripts in testdata")
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
-	}
-}
-
-type scriptCmd struct {
-	line, want string
-	at         int // line number; -1 for a comment between commands
-}
-
-func parseScript(t *testing.T, data string) (cmds []scriptCmd) {
-	lines := strings.Split(data, "\n")
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			if len(cmds) > 0 && strings.HasPrefix(l, "#") {
-				cmds = append(cmds, scriptCmd{line: l, at: -1})
-			}
-			continue
-		}
-		c := scriptCmd{line: l, at: i + 1}
-		if i+1 >= len(lines) || lines[i+1] != "----" {
-			t.Fatalf("line %d: %q is not followed by ----", i+1, l)
-		}
-		i += 2
-		var out []string
-		for ; i < len(lines) && lines[i] != ""; i++ {
-			out = append(out, lines[i])
-		}
-		c.want = strings.Join(out, "\n")
-		cmds = append(cmds, c)
-	}
-	return cmds
-}
-
-func runScript(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := parseScript(t, string(data))
-	w := &world{adm: Admission[string]{MaxQueue: 2}, live: map[string]*liveSess{}, t0: time.Unix(0, 0)}
-	w.now = w.t0
-	var out strings.Builder
-	for i, c := range cmds {
-		if i > 0 && cmds[i-1].at >= 0 {
-			out.WriteString("\n")
-		}
-		if c.at < 0 {
-			out.WriteString(c.line + "\n")
-			continue
-		}
-		got, err := w.do(c.line)
-		if err != nil {
-			t.Fatalf("%s:%d: %s: %v", path, c.at, c.line, err)
-		}
-		out.WriteString(c.line + "\n----\n")
-		if got != "" {
-			out.WriteString(got + "\n")
-		}
-		if !*rewrite && got != c.want {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, c.at, c.line, got, c.want)
-		}
-	}
-	if *rewrite {
-		var lead strings.Builder
-		for _, l := range strings.Split(string(data), "\n") {
-			if !strings.HasPrefix(l, "#") && l != "" {
-				break
-			}
-			lead.WriteString(l + "\n")
-		}
-		if err := os.WriteFile(path, []byte(lead.String()+out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scripttest.Run(t, "testdata/*.txt", func(t *testing.T) scripttest.Do {
+		w := &world{adm: Admission[string]{MaxQueue: 2}, live: map[string]*liveSess{}, t0: time.Unix(0, 0)}
+		w.now = w.t0
+		return w.do
+	})
 }
 
 // scriptBlock is the scripts' block size in positions.
