@@ -152,6 +152,9 @@ func (g *gen) q4k(nt int, q5 bool) {
 		// Unpack the 32-byte columns of sub-blocks 2gr (low nibbles)
 		// and 2gr+1 (high nibbles), 16 rows × 4 bytes a register.
 		for k := 0; k < 8; k++ {
+			if q5 {
+				g.prefetch(gsb, gr*8+k, 2)
+			}
 			if !q5 {
 				g.f("VMOVDQU64 %d(SI), %s", gr*512+k*64, z(8+k))
 				g.f("VPANDD Z31, %s, %s", z(8+k), z(k))
@@ -210,7 +213,7 @@ func (g *gen) q4k(nt int, q5 bool) {
 }
 
 // prefetchAhead is how many group super-blocks ahead prefetch reads.
-const prefetchAhead = 2
+const prefetchAhead = 4
 
 // prefetch asks for lines i·per … i·per+per−1 of the group super-block
 // prefetchAhead ahead, spread over the unpacking steps. Measured on a
