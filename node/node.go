@@ -470,14 +470,6 @@ func (n *Node) CountTokens(req Request) (int, error) {
 // notice from the leader).
 func (n *Node) Committed() layers.LayerMap { return n.ann.committed() }
 
-// Scheduler returns the entry's scheduling profiles: the effective
-// configuration (Config) and the policy of each profile.
-
-// Held returns the layers this node has loaded and serves, as a range
-// (empty when none; the loaded layers are contiguous in practice, and the
-// range spans them).
-func (n *Node) Held() layers.Range { return n.ann.held() }
-
 // Generate starts a generation and returns its stream. A request that
 // finds no path with KV room waits in the entry's queue (Request.
 // QueueTimeout, WithEntryQueue) and Generate returns once it is admitted.

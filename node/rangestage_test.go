@@ -185,8 +185,8 @@ func TestWarmRangeStage(t *testing.T) {
 	if err := b.warm.Load(ctx, 4, layers.Range{Start: 0, End: 8}); err != nil {
 		t.Fatal(err)
 	}
-	if got := spans(); !slices.Equal(got, []layers.Range{{Start: 0, End: 8}}) || ranges.Load() != 2 || b.Held() != (layers.Range{Start: 0, End: 8}) {
-		t.Fatalf("after the switch: stages %v, %d range stages opened, held %v", got, ranges.Load(), b.Held())
+	if got := spans(); !slices.Equal(got, []layers.Range{{Start: 0, End: 8}}) || ranges.Load() != 2 || b.ann.held() != (layers.Range{Start: 0, End: 8}) {
+		t.Fatalf("after the switch: stages %v, %d range stages opened, held %v", got, ranges.Load(), b.ann.held())
 	}
 	complete("after the switch")
 }
