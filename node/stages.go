@@ -154,8 +154,10 @@ func (t *stageTable) free(l int) {
 	}
 }
 
+// maybeClose closes sp once it serves no layer and no session holds
+// it, once: unref reaches it both through free and directly.
 func (t *stageTable) maybeClose(sp *span) {
-	if sp.layers == 0 && sp.refs == 0 {
+	if _, open := t.spans[sp]; open && sp.layers == 0 && sp.refs == 0 {
 		sp.close()
 		delete(t.spans, sp)
 	}
