@@ -281,33 +281,6 @@ type TokenLP struct {
 	Top     []engine.TokenLogProb
 }
 
-// Close frees a session on a hop at once.
-type Close struct {
-	Session SessionID
-}
-
-// Audit asks the hop of a session that starts at layer From for its
-// signed receipt; only the session's entry may ask.
-type Audit struct {
-	Session SessionID
-	From    int
-}
-
-// UpAudit asks the hop of a session that starts at layer From for the
-// receipt its upstream signed over the last frame it sent (FrameSig),
-// answered as a ReceiptMsg signed by the upstream; only the session's
-// entry may ask.
-type UpAudit struct {
-	Session SessionID
-	From    int
-}
-
-// ReceiptMsg carries a hop's signed receipt (verify.go) to the entry.
-type ReceiptMsg struct {
-	Session SessionID
-	Receipt consensus.Receipt
-}
-
 // Message is one of *Step, *Token, *ErrorMsg, *Close, *Audit, *ReceiptMsg,
 // *UpAudit.
 type Message interface{ kind() Kind }

@@ -4,11 +4,13 @@ import (
 	"fmt"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/consensus"
 )
 
-// What the activation protocol's frames name besides their payload (the
-// format is in wire.go): why a hop failed a step, and the model a
-// session is routed for.
+// The activation protocol's small messages (the format is in wire.go):
+// a hop's failure with its code, a close, the audits and the receipt
+// that answers them; and the model hash an open step carries.
 
 // ErrorCode says why a hop failed a step.
 type ErrorCode uint8
@@ -79,6 +81,33 @@ type ErrorMsg struct {
 	Code    ErrorCode
 	Peer    peer.ID // the peer at fault, if not the sender
 	Text    string
+}
+
+// Close frees a session on a hop at once.
+type Close struct {
+	Session SessionID
+}
+
+// Audit asks the hop of a session that starts at layer From for its
+// signed receipt; only the session's entry may ask.
+type Audit struct {
+	Session SessionID
+	From    int
+}
+
+// UpAudit asks the hop of a session that starts at layer From for the
+// receipt its upstream signed over the last frame it sent (FrameSig),
+// answered as a ReceiptMsg signed by the upstream; only the session's
+// entry may ask.
+type UpAudit struct {
+	Session SessionID
+	From    int
+}
+
+// ReceiptMsg carries a hop's signed receipt (verify.go) to the entry.
+type ReceiptMsg struct {
+	Session SessionID
+	Receipt consensus.Receipt
 }
 
 // ModelHash is the 64-bit tag of a model fingerprint that open steps
