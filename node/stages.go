@@ -124,7 +124,7 @@ func (t *stageTable) take(sp *span) {
 }
 
 // mark marks every held layer outside keep for release (and calls off
-// the release of those inside); free lets them go.
+// the release of those inside); freeReleased lets them go.
 func (t *stageTable) mark(keep layers.Range) {
 	for l, sl := range t.slots {
 		if sl != nil {
