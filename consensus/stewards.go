@@ -298,7 +298,7 @@ func (c *Consensus) SetStewards(ctx context.Context, ids []string) error {
 	if s.HasStewards() && slices.Equal(e.Stewards, s.stewards) {
 		return nil
 	}
-	if err := c.apply(e); err != nil {
+	if err := c.rn.apply(e); err != nil {
 		return err
 	}
 	kick(c.kickL)
@@ -315,7 +315,7 @@ func (c *Consensus) AppendStewards(ctx context.Context, e StewardsSet) error {
 	if !c.IsLeader() {
 		return ErrNotLeader
 	}
-	if err := c.apply(e); err != nil {
+	if err := c.rn.apply(e); err != nil {
 		return err
 	}
 	kick(c.kickL)
@@ -343,26 +343,26 @@ func WithStewards(ids ...string) Option {
 // append its steward set: leadership may have moved before the founder
 // appended it, and only the founder can sign the first set. One request
 // at a time (each ends within its timeout, so one per that period).
-func (c *Consensus) ensureStewards(s State, ms *memberState) {
-	if len(c.cfg.stewards) == 0 || s.HasStewards() || c.IsLeader() || c.leaving.Load() {
+func (m *member) ensureStewards(s State, ms *memberState) {
+	if len(m.cfg.stewards) == 0 || s.HasStewards() || m.rn.isLeader() || m.leaving.Load() {
 		return
 	}
-	every := 4 * c.cfg.rpcTimeout
+	every := 4 * m.cfg.rpcTimeout
 	if now := time.Now(); now.Sub(ms.stewardsAt) < every {
 		return
 	}
-	e := c.foundingStewards(s, time.Now())
+	e := m.foundingStewards(s, time.Now())
 	if e == nil {
 		return
 	}
 	ms.stewardsAt = time.Now()
-	c.wg.Add(1) // the member loop holds the group open: Add is safe
+	m.wg.Add(1) // the member loop holds the group open: Add is safe
 	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, every)
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.ctx, every)
 		defer cancel()
-		if err := c.request(ctx, *e); err != nil && c.ctx.Err() == nil {
-			c.log.Debugw("steward set request", "error", err)
+		if err := m.ctl.request(ctx, *e); err != nil && m.ctx.Err() == nil {
+			m.log.Debugw("steward set request", "error", err)
 		}
 	}()
 }
@@ -371,23 +371,23 @@ func (c *Consensus) ensureStewards(s State, ms *memberState) {
 // signed for the state as it is, and only when the fold would admit it
 // (this node is the founder and the swarm has no set), so that the
 // leader never appends a record every member refuses.
-func (c *Consensus) foundingStewards(s State, now time.Time) *StewardsSet {
-	if len(c.cfg.stewards) == 0 || s.HasStewards() {
+func (m *member) foundingStewards(s State, now time.Time) *StewardsSet {
+	if len(m.cfg.stewards) == 0 || s.HasStewards() {
 		return nil
 	}
-	if f, ok := s.Founder(); !ok || f.ID != c.id.String() {
+	if f, ok := s.Founder(); !ok || f.ID != m.id.String() {
 		return nil
 	}
-	key := c.h.Peerstore().PrivKey(c.id)
+	key := m.h.Peerstore().PrivKey(m.id)
 	if key == nil {
 		return nil
 	}
-	e, err := SignStewards(s, c.cfg.stewards, key)
+	e, err := SignStewards(s, m.cfg.stewards, key)
 	if err != nil {
 		return nil
 	}
 	if _, err := s.Apply(Record{At: now, Event: e}); err != nil {
-		c.log.Warnw("founding steward set refused", "err", err)
+		m.log.Warnw("founding steward set refused", "err", err)
 		return nil
 	}
 	return &e

@@ -65,7 +65,7 @@ func TestStewardsSybilCluster(t *testing.T) {
 
 	// The leader steward dies: a steward leads the next term, the dead one
 	// leaves, and still no Sybil votes.
-	term := l.c().raft.CurrentTerm()
+	term := l.c().rn.raft.CurrentTerm()
 	l.kill()
 	next := cl.leaderAfter(term, 20*time.Second)
 	if !slices.Contains(names, next.id()) {
@@ -100,7 +100,7 @@ func TestStewardsSybilCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := next.c().raft.Apply(b, 5*time.Second)
+		f := next.c().rn.raft.Apply(b, 5*time.Second)
 		if err := f.Error(); err != nil {
 			t.Fatalf("%s: raft: %v", name, err)
 		}
@@ -134,7 +134,7 @@ func TestStewardsSybilCluster(t *testing.T) {
 // its current configuration, has a voter outside allowed.
 func checkVotersInLog(t *testing.T, n *testNode, allowed []string) {
 	t.Helper()
-	logs := n.c().st.logs
+	logs := n.c().rn.st.logs
 	first, err := logs.FirstIndex()
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestStewardsFoundingRace(t *testing.T) {
 	}
 	// In the log, nobody's join but the founder's (its own request may
 	// repeat it) comes before its set.
-	logs := founder.c().st.logs
+	logs := founder.c().rn.st.logs
 	last, err := logs.LastIndex()
 	if err != nil {
 		t.Fatal(err)

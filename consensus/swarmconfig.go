@@ -198,7 +198,7 @@ func (c *Consensus) SetVerifyRate(ctx context.Context, r float64) error {
 	if cur, ok := c.fsm.current().VerifyRate(); ok && cur == r {
 		return nil
 	}
-	return c.apply(SwarmConfigSet{VerifyRate: r})
+	return c.rn.apply(SwarmConfigSet{VerifyRate: r})
 }
 
 // WithVerifyRate is the spot-check rate this node gives the swarm while
@@ -233,7 +233,7 @@ func (c *Consensus) SetSessionTokens(ctx context.Context, n int) error {
 	if cur, ok := c.fsm.current().SessionTokens(); ok && cur == n {
 		return nil
 	}
-	if err := c.apply(SessionTokensSet{Tokens: n}); err != nil {
+	if err := c.rn.apply(SessionTokensSet{Tokens: n}); err != nil {
 		return err
 	}
 	kick(c.kickL)
