@@ -27,7 +27,7 @@ import (
 // addresses, warmup, its founding stewards), and ctl (rpc.go) the
 // requests members send the leader.
 type Consensus struct {
-	*base // fields only: base has no methods to promote
+	*base  // fields only: base has no methods to promote
 	feed   *feed
 	lead   *leader
 	member *member

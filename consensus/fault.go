@@ -430,7 +430,8 @@ func (s State) Banned(node string, t time.Time) (time.Time, bool) {
 // Bans returns every ban, expired ones included, by node ID.
 func (s State) Bans() map[string]time.Time { return maps.Clone(s.bans) }
 
-func (s *State) nodeFaulted(at time.Time, e NodeFaulted) error {
+func (f fold) nodeFaulted(at time.Time, e NodeFaulted) error {
+	s := f.s
 	accused, err := e.Evidence.Check()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRejected, err)

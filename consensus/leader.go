@@ -22,7 +22,7 @@ import (
 // answers the requests members send the leader (request). It runs on
 // every member and acts only while Raft says this member leads.
 type leader struct {
-	*base  // fields only: base has no methods to promote
+	*base          // fields only: base has no methods to promote
 	member *member // this node's join and founding stewards, for the input
 
 	// stepMu is held by the loop while it decides and acts, and by Close
@@ -181,7 +181,7 @@ func (l *leader) input(now time.Time) (LeaderInput, error) {
 			TrustChecks: l.cfg.trustChecks,
 		},
 	}
-	if in.State.HasStewards() {
+	if !in.State.Stewards().Empty() {
 		in.Vouches = vouchesOf(l.cfg.vouches)
 	}
 	if _, banned := in.State.Banned(in.Self, now); !in.State.IsMember(in.Self) && !banned {
@@ -365,7 +365,7 @@ func (l *leader) request(_ context.Context, ev Event) error {
 	case NodeFaulted:
 		return l.faultReport(e)
 	case StewardsSet:
-		if e.Seq == s.StewardSeq() && slices.Equal(e.Stewards, s.Stewards()) {
+		if e.Seq == s.Stewards().Seq() && slices.Equal(e.Stewards, s.Stewards().List()) {
 			return nil // appended already: a retried request
 		}
 		err := l.rn.apply(e) // the fold checks the signature

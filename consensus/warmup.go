@@ -27,7 +27,7 @@ import (
 // voters, its loads and releases, and the steward set it signs as the
 // founder (stewards.go).
 type member struct {
-	*base // fields only: base has no methods to promote
+	*base      // fields only: base has no methods to promote
 	ctl   *ctl // requests to the leader
 
 	joinErr atomic.Pointer[error] // a join refused for good
