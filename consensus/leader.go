@@ -60,7 +60,7 @@ func (l *leader) loop() {
 	}
 }
 
-// leadOnce is one wake of the leader loop; false once Close stopped it.
+// once is one wake of the leader loop; false once Close stopped it.
 func (l *leader) once() bool {
 	l.stepMu.Lock()
 	defer l.stepMu.Unlock()
@@ -154,7 +154,7 @@ func (l *leader) closeAsVoter(timeout time.Duration) bool {
 	}
 }
 
-// leaderInput gathers what Decide reads: the state, Raft's
+// input gathers what Decide reads: the state, Raft's
 // configuration, liveness and speeds as plain data.
 func (l *leader) input(now time.Time) (LeaderInput, error) {
 	term := l.rn.raft.CurrentTerm()
@@ -237,7 +237,7 @@ func (l *leader) input(now time.Time) (LeaderInput, error) {
 	return in, nil
 }
 
-// leaderStep decides once and carries the action out. It reports whether
+// step decides once and carries the action out. It reports whether
 // it acted, so that the loop decides again at once.
 func (l *leader) step(now time.Time) (bool, error) {
 	in, err := l.input(now)
@@ -326,7 +326,7 @@ func (l *leader) publish(m layers.LayerMap) {
 	}()
 }
 
-// leaderRequest handles a member's request on the leader.
+// request handles a member's request on the leader.
 func (l *leader) request(_ context.Context, ev Event) error {
 	s := l.fsm.current()
 	switch e := ev.(type) {

@@ -108,7 +108,7 @@ func TestStewardsSetFold(t *testing.T) {
 	}
 	for i, id := range ids {
 		if s1.Stewards().Includes(id) != (i < 3) {
-			t.Fatalf("IsSteward(%d) = %v", i, s1.Stewards().Includes(id))
+			t.Fatalf("Includes(%d) = %v", i, s1.Stewards().Includes(id))
 		}
 	}
 	refuse("the same set again", s1, good, ErrStale)
