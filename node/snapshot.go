@@ -87,8 +87,8 @@ func (n *Node) Swarm() SwarmSnapshot {
 	s.Members = c.Members()
 	s.Pending, s.HasPending = c.Pending()
 	st := c.State()
-	s.VerifyRate, s.HasVerifyRate = st.VerifyRate()
-	s.SessionTokens, s.HasSessionTokens = st.SessionTokens()
-	s.Stewards = st.Stewards()
+	s.VerifyRate, s.HasVerifyRate = st.SwarmConfig().VerifyRate()
+	s.SessionTokens, s.HasSessionTokens = st.SwarmConfig().SessionTokens()
+	s.Stewards = st.Stewards().List()
 	return s
 }

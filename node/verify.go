@@ -1030,7 +1030,7 @@ func (e *entry) verifyStats() VerifyStats {
 // swarmVerifyRate is the replicated rate (false: none, or no consensus).
 func (n *Node) swarmVerifyRate() (float64, bool) {
 	if c := n.cons.Load(); c != nil {
-		return c.State().VerifyRate()
+		return c.State().SwarmConfig().VerifyRate()
 	}
 	return 0, false
 }
