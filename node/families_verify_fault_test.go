@@ -40,7 +40,7 @@ func TestVerifyEvictsFaultyDeepSeek2(t *testing.T) {
 	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark and stormy night"}
 	want := map[string][]int32{}
 	for _, p := range prompts {
-		want[p] = referenceOf(t, path, p, maxTokens)
+		want[p] = referenceOf(t, path, p, maxTokens, engineGreedy())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()

@@ -27,8 +27,8 @@ func deepSeek2Model(t testing.TB) string {
 }
 
 // referenceOf is reference on the model at path: the single-process
-// greedy run, the prompt with BOS.
-func referenceOf(t testing.TB, path, prompt string, maxTokens int) []int32 {
+// run, the prompt with BOS.
+func referenceOf(t testing.TB, path, prompt string, maxTokens int, sp engine.SamplingParams) []int32 {
 	t.Helper()
 	tok, err := engine.LoadTokenizer(path)
 	if err != nil {
@@ -45,7 +45,7 @@ func referenceOf(t testing.TB, path, prompt string, maxTokens int) []int32 {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	out, err := s.Generate(context.Background(), ids, maxTokens, engineGreedy(), tok.IsEnd, nil)
+	out, err := s.Generate(context.Background(), ids, maxTokens, sp, tok.IsEnd, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestVerifyHonestDeepSeek2(t *testing.T) {
 	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground"}
 	want := map[string][]int32{}
 	for _, p := range prompts {
-		want[p] = referenceOf(t, path, p, maxTokens)
+		want[p] = referenceOf(t, path, p, maxTokens, engineGreedy())
 	}
 	for try := range 5 {
 		checked := false
