@@ -34,7 +34,8 @@ func TestGELUTableProbe(t *testing.T) {
 // and as a prefill then decode steps. ggml's CPU GELU goes through an F16
 // table that no flag turns off (vec.h line 17 defines GGML_GELU_FP16
 // unconditionally), so this runs only on the build exactgelu.sh makes,
-// the vendored module with that line removed; elsewhere it skips.
+// the vendored module with that line removed; elsewhere it skips. The
+// engine's default, the table, must be further than the bound from it.
 func TestGemmaExactGELULlamaCpp(t *testing.T) {
 	table, err := ggmlGELUTable()
 	if err != nil {
@@ -72,6 +73,11 @@ func TestGemmaExactGELULlamaCpp(t *testing.T) {
 			c.Arch, c.Seed, c.SlidingWindow, dWhole, dSteps, dTable)
 		if !(dWhole <= bound) || !(dSteps <= bound) {
 			t.Errorf("%s seed %d window %d: engine deviates from llama.cpp by %.3g / %.3g relative (limit %.3g)", c.Arch, c.Seed, c.SlidingWindow, dWhole, dSteps, bound)
+		}
+		// The engine's default GELU, ggml's table, must miss the bound
+		// here, or the check could not tell the two GELUs apart.
+		if !(dTable > bound) {
+			t.Errorf("%s seed %d window %d: the table GELU is only %.3g from llama.cpp's exact one: the check cannot see the GELU", c.Arch, c.Seed, c.SlidingWindow, dTable)
 		}
 		worst = max(worst, dWhole, dSteps)
 	}
