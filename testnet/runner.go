@@ -369,17 +369,38 @@ func (r *run) model() (args []string, path string, err error) {
 	if m.SimModel != "" {
 		return []string{"--sim-model", m.SimModel, "--threads", fmt.Sprint(m.Threads)}, "", nil
 	}
-	c := engine.DefaultGenConfig()
-	c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Seed = m.Layers, m.Dim, m.Heads, m.KVHeads, m.FFN, m.Seed
-	c.Experts, c.ExpertsUsed, c.ExpertFFN = m.Experts, m.ExpertsUsed, m.ExpertFFN
-	if m.Arch != "" {
-		c.Arch = m.Arch
+	c, err := m.genConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("testnet: model: %w", err)
 	}
 	path = filepath.Join(r.o.runDir, "model.gguf")
 	if err := engine.GenerateFile(path, c); err != nil {
 		return nil, "", fmt.Errorf("testnet: model: %w", err)
 	}
 	return []string{"--model", path, "--threads", fmt.Sprint(m.Threads)}, path, nil
+}
+
+// genConfig is the generator's configuration of the model.
+func (m ModelSpec) genConfig() (engine.GenConfig, error) {
+	c := engine.DefaultGenConfig()
+	c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Seed = m.Layers, m.Dim, m.Heads, m.KVHeads, m.FFN, m.Seed
+	c.Experts, c.ExpertsUsed, c.ExpertFFN = m.Experts, m.ExpertsUsed, m.ExpertFFN
+	c.SlidingWindow = m.SlidingWindow
+	if m.Arch != "" {
+		c.Arch = m.Arch
+	}
+	switch m.DType {
+	case "":
+	case "q4_k_m", "q5_k_m", "mxfp4_moe":
+		c.Mix = m.DType
+	default:
+		t, err := engine.ParseDType(m.DType)
+		if err != nil {
+			return c, err
+		}
+		c.DType = t
+	}
+	return c, nil
 }
 
 // fetchArgs are the node flags of a node without the model file: the

@@ -64,7 +64,14 @@ type ModelSpec struct {
 	Experts     int    `yaml:"experts"`
 	ExpertsUsed int    `yaml:"experts_used"`
 	ExpertFFN   int    `yaml:"expert_ffn"`
-	SimModel    string `yaml:"sim_model"`
+	// DType is the weights' type as `strata model gen --dtype` takes it:
+	// f32 (the default), f16, q8_0, …, or the q4_k_m, q5_k_m and
+	// mxfp4_moe mixes.
+	DType string `yaml:"dtype"`
+	// SlidingWindow is gemma's and gpt-oss's local layers' window (0:
+	// the generator's default), so that generations can outgrow it.
+	SlidingWindow int    `yaml:"sliding_window"`
+	SimModel      string `yaml:"sim_model"`
 	// Threads is each node's engine goroutines (1).
 	Threads int `yaml:"threads"`
 }
@@ -393,6 +400,14 @@ func (s *Scenario) Validate() error {
 	}
 	if m.Threads < 0 {
 		return bad("model.threads", "negative")
+	}
+	if m.SimModel == "" {
+		if _, err := m.genConfig(); err != nil {
+			return bad("model.dtype", "%v", err)
+		}
+	}
+	if m.SlidingWindow < 0 {
+		return bad("model.sliding_window", "negative")
 	}
 	if len(s.Nodes) == 0 {
 		return bad("nodes", "no nodes")
