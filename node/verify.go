@@ -11,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	ecore "github.com/stratanet/strata/node/entry"
+	"github.com/stratanet/strata/node/trust"
 )
 
 // Spot checks (see docs/trust.md). Every hop keeps, per session, two
@@ -243,7 +245,7 @@ type VerifyStats struct {
 
 // CheckRecord is one conclusive spot check of Hop's work, compared with
 // Checker's answer: a check covers the checker's work on those positions
-// too (a lying checker is caught by the third holder).
+// too (a lying single checker is caught by a third opinion).
 type CheckRecord struct {
 	At        time.Time
 	Hop       peer.ID
@@ -259,6 +261,10 @@ type CheckRecord struct {
 	// on the last hop, the last hop's after it otherwise), not hashes; it
 	// covers the last position only.
 	Tolerance bool
+	// Links is how many nodes the checker is: 1 for a single holder, more
+	// for a chain that covers the hop's layers together (Checker is then
+	// its last link).
+	Links int
 }
 
 // maxCheckLog bounds VerifyStats.Log: a swarm with no liar checks
@@ -279,7 +285,7 @@ type verifyCounters struct {
 
 // conclusive counts a check of hop's positions against checker's that
 // agreed or, mismatch, did not, at now.
-func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions, steps int, mismatch, tol bool) {
+func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions, steps int, mismatch, tol bool, links int) {
 	if mismatch {
 		c.mismatches.Add(1)
 	} else {
@@ -294,7 +300,7 @@ func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker p
 	}
 	if len(c.log) < maxCheckLog {
 		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Steps: steps, Mismatch: mismatch,
-			Tolerance: tol})
+			Tolerance: tol, Links: links})
 	}
 	if mismatch {
 		c.firstMismatch, c.checkedAt = now, n
@@ -419,7 +425,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		if !e.reproducible(h.Peer) {
 			break
 		}
-		if h.Peer != e.cfg.self && len(g.checkers(hops, i)) > 0 {
+		if h.Peer != e.cfg.self && len(g.checkers(hops, i, 1)) > 0 {
 			cand = append(cand, i)
 		}
 	}
@@ -469,15 +475,13 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	}
 	tokens := all[:rx.Positions]
 	steps := max(rx.Positions-len(g.prompt), 0) + 1 // the prefill, then one per decode step
-	alts := g.checkers(hops, i)
-	rand.Shuffle(len(alts), func(a, b int) { alts[a], alts[b] = alts[b], alts[a] })
-	rv, v, end, err := e.firstCheck(ctx, alts, func(p peer.ID) (consensus.Receipt, error) {
-		rs, err := e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg, false)
-		if err != nil {
-			return consensus.Receipt{}, err
-		}
-		return rs[0], nil
-	})
+	// Checkers: single second holders, else chains that cover the layers
+	// together (trust.Checkers); each re-runs X's input cold.
+	alts := g.checkers(hops, i, maxCheckers)
+	run := func(links []Hop) ([]consensus.Receipt, error) {
+		return e.checkRun(ctx, g, hops[:i], links, tokens, rx, areg, false)
+	}
+	rvs, v, end, err := firstCheck(ctx, alts, run)
 	if v < 0 {
 		if end == nil && !errors.Is(err, errAttemptFailing) {
 			e.vc.inconclusive.Add(1)
@@ -485,59 +489,106 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		}
 		return end
 	}
+	ch := alts[v]
+	rv, checker := rvs[len(rvs)-1], ch[len(ch)-1].Peer
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, false)
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, false, false, len(ch))
 		e.work.passed(x.Peer)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, false)
-	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
-		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
-	// Third holders: single ones first, then a chain of two that covers
-	// the layers together (a range held by two nodes only).
-	var thirds [][]Hop
-	for _, p := range alts[v+1:] {
-		thirds = append(thirds, []Hop{{Peer: p, From: x.From, To: x.To}})
-	}
-	if ch := g.chainWitness(hops, i, alts[v]); ch != nil {
-		thirds = append(thirds, ch)
-	}
-	for _, links := range thirds {
-		rws, err := e.checkRun(ctx, g, hops[:i], links, tokens, rx, areg, false)
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, true, false, len(ch))
+	e.cfg.log.Warn("spot check mismatch; asking a third opinion", zap.Stringer("hop", x.Peer), zap.Stringer("checker", checker),
+		zap.Int("links", len(ch)), zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
+	// A third opinion: the next checkers, single holders first, that share
+	// no node with the first (a node in both would vote twice).
+	for _, links := range alts[v+1:] {
+		if sharesPeer(links, ch) {
+			continue
+		}
+		rws, err := run(links)
 		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
 			return nil // the attempt ends on its own event; nobody is blamed
 		}
 		if err != nil {
 			continue
 		}
-		rw, chain := rws[len(rws)-1], rws[:len(rws)-1]
+		rw := rws[len(rws)-1]
 		switch {
 		case rw.SameOutput(rv):
-			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rx, rv, rw}, Chain: chain})
+			e.fault(ctx, exactEvidence(rx, rvs, rws))
 			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
 				reason: fmt.Sprintf("hop %s failed a spot check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
 		case rw.SameOutput(rx):
-			// The checker lied; the session's hop was right.
-			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}, Chain: chain})
+			// The checker was wrong; the session's hop was right. A single
+			// checker is proven faulty; a chain is, as one witness, but no
+			// one link of it: its inner rows have no second opinion, so
+			// nobody is accused (docs/trust.md).
+			if len(ch) == 1 {
+				e.fault(ctx, exactEvidence(rv, []consensus.Receipt{rx}, rws))
+			} else {
+				e.cfg.log.Warn("spot check: a chained checker was outvoted; no single link of it can be blamed",
+					zap.Stringers("chain", hopPeers(ch)), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
+			}
 			e.work.passed(x.Peer)
 			g.verified(x.Peer, rx.Positions, start)
 			return nil
 		}
 		break // three answers: nothing to prove
 	}
-	// No majority: replay without either, and prove nothing.
+	// No majority: replay without the hop or any node of its checker, and
+	// prove nothing.
 	e.vc.unresolved.Add(1)
-	return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
-		reason: fmt.Sprintf("hop %s and checker %s disagree on layers [%d, %d), no third holder settled it", shortID(x.Peer),
-			shortID(alts[v]), x.From, x.To)}
+	return &attemptEnd{kind: endFault, blame: append([]peer.ID{x.Peer}, hopPeers(ch)...),
+		reason: fmt.Sprintf("hop %s and checker %s disagree on layers [%d, %d), no third opinion settled it", shortID(x.Peer),
+			chainName(ch), x.From, x.To)}
+}
+
+// exactEvidence is the evidence against accused's signer, whose two
+// witnesses (each its receipts in layer order: one for a single holder,
+// the links' for a chain) agree with each other: a single witness goes
+// first, as the evidence's format wants one there where it has one.
+func exactEvidence(accused consensus.Receipt, w1, w2 []consensus.Receipt) consensus.Evidence {
+	if len(w1) > 1 && len(w2) == 1 {
+		w1, w2 = w2, w1
+	}
+	ev := consensus.Evidence{Receipts: [3]consensus.Receipt{accused, w1[len(w1)-1], w2[len(w2)-1]}, Chain: w2[:len(w2)-1]}
+	if len(w1) > 1 {
+		ev.FirstChain = w1[:len(w1)-1]
+	}
+	return ev
+}
+
+// sharesPeer reports whether two checkers have a node in common.
+func sharesPeer(a, b []Hop) bool {
+	return slices.ContainsFunc(a, func(h Hop) bool { return slices.ContainsFunc(b, func(o Hop) bool { return o.Peer == h.Peer }) })
+}
+
+func hopPeers(hops []Hop) []peer.ID {
+	out := make([]peer.ID, len(hops))
+	for k, h := range hops {
+		out[k] = h.Peer
+	}
+	return out
+}
+
+// chainName names a checker in a reason: its nodes, in layer order.
+func chainName(links []Hop) string {
+	var b strings.Builder
+	for k, l := range links {
+		if k > 0 {
+			b.WriteString("+")
+		}
+		b.WriteString(shortID(l.Peer))
+	}
+	return b.String()
 }
 
 // firstCheck runs a check on each of alts in turn until one answers: its
 // receipt and index. v < 0 when none did: end is set when ctx ended the
 // generation; err is the last failure (errAttemptFailing: the session's
 // own path is failing, so the check says nothing of the hop).
-func (e *entry) firstCheck(ctx context.Context, alts []peer.ID, run func(peer.ID) (consensus.Receipt, error)) (rv consensus.Receipt, v int, end *attemptEnd, err error) {
+func firstCheck[T, R any](ctx context.Context, alts []T, run func(T) (R, error)) (rv R, v int, end *attemptEnd, err error) {
 	for k, p := range alts {
 		if rv, err = run(p); err == nil {
 			return rv, k, nil, nil
@@ -602,7 +653,7 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 		}
 		return rs[0], nil
 	}
-	rv, v, end, err := e.firstCheck(ctx, alts, run)
+	rv, v, end, err := firstCheck(ctx, alts, run)
 	if v < 0 {
 		if end == nil && !errors.Is(err, errAttemptFailing) {
 			e.vc.inconclusive.Add(1)
@@ -612,12 +663,12 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 	}
 	rel, _ := rx.Logits.Compare(rv.Logits, consensus.LogitsTolerance)
 	if rx.Logits.Agrees(rv.Logits, consensus.LogitsTolerance) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, true)
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, true, 1)
 		e.vc.toleranceSeen(rel, false)
 		e.work.passed(x.Peer)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, true)
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, true, 1)
 	e.vc.toleranceSeen(rel, true)
 	e.cfg.log.Warn("tolerance check: logits differ; asking a third holder", zap.Stringer("hop", x.Peer),
 		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rx.Positions))
@@ -743,17 +794,55 @@ func (w *unverifiedWork) unverified(p peer.ID) int {
 	return w.steps[p]
 }
 
-// checkers are the holders that can check hop i: they serve its layers
-// and are neither it, the hop before it (hops must alternate) nor
-// avoided by this generation.
-func (g *generation) checkers(hops []Hop, i int) []peer.ID {
+// maxCheckers bounds the checkers an exact check tries for one hop
+// (each that does not answer costs a step timeout) and among which it
+// seeks a third opinion.
+const maxCheckers = 16
+
+// checkers are the checkers of hop i, by trust.Checkers: single holders
+// of its layers, then chains of holders that cover them together, each
+// on the bit-reproducible engine, neither the hop nor avoided by this
+// generation, and the first link not the hop before it (hops must
+// alternate). The holders are shuffled first: that draws the tie-break
+// among checkers of as many links, spreading checks over them.
+func (g *generation) checkers(hops []Hop, i, limit int) [][]Hop {
 	h := hops[i]
-	var out []peer.ID
-	for _, p := range g.e.holders(h.From, h.To) {
-		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.gen.Avoid, p.String()) || !g.e.reproducible(p) {
-			continue
+	var hs []trust.Holder
+	at := map[peer.ID]int{}
+	ok := map[peer.ID]bool{}
+	for l := h.From; l < h.To; l++ {
+		for _, p := range g.e.holders(l, l+1) {
+			good, seen := ok[p]
+			if !seen {
+				good = p != h.Peer && !slices.Contains(g.gen.Avoid, p.String()) && g.e.reproducible(p)
+				ok[p] = good
+			}
+			if !good {
+				continue
+			}
+			// A committed range is one run of layers: the first run found
+			// is the holder's part of [From, To).
+			switch k, found := at[p]; {
+			case !found:
+				at[p] = len(hs)
+				hs = append(hs, trust.Holder{ID: string(p), From: l, To: l + 1})
+			case hs[k].To == l:
+				hs[k].To = l + 1
+			}
 		}
-		out = append(out, p)
+	}
+	rand.Shuffle(len(hs), func(a, b int) { hs[a], hs[b] = hs[b], hs[a] })
+	var prev string
+	if i > 0 {
+		prev = string(hops[i-1].Peer)
+	}
+	var out [][]Hop
+	for _, c := range trust.Checkers(h.From, h.To, hs, prev, consensus.MaxChain+1, limit) {
+		links := make([]Hop, len(c))
+		for k, l := range c {
+			links[k] = Hop{Peer: peer.ID(l.ID), From: l.From, To: l.To}
+		}
+		out = append(out, links)
 	}
 	return out
 }
@@ -893,30 +982,6 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 		}
 	}
 	return out, nil
-}
-
-// chainWitness finds two holders that together serve hop i's layers,
-// neither of them the hop, the checker, nor avoided, and the first not
-// the hop before (hops must alternate): a third opinion where no single
-// third holder exists. Nil when there is none.
-func (g *generation) chainWitness(hops []Hop, i int, checker peer.ID) []Hop {
-	h := hops[i]
-	bad := func(p peer.ID) bool {
-		return p == h.Peer || p == checker || slices.Contains(g.gen.Avoid, p.String()) || !g.e.reproducible(p)
-	}
-	for c := h.From + 1; c < h.To; c++ {
-		for _, p1 := range g.e.holders(h.From, c) {
-			if bad(p1) || (i > 0 && hops[i-1].Peer == p1) {
-				continue
-			}
-			for _, p2 := range g.e.holders(c, h.To) {
-				if !bad(p2) && p2 != p1 {
-					return []Hop{{Peer: p1, From: h.From, To: c}, {Peer: p2, From: c, To: h.To}}
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // fault reports proven evidence to the leader.
@@ -1175,12 +1240,12 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 	}
 	rel, _ := rl.Logits.Compare(tv.Logits, tol)
 	if rl.Logits.Agrees(tv.Logits, tol) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, false, true)
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, false, true, 1)
 		e.vc.toleranceSeen(rel, false)
 		e.work.passed(x.Peer)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, true, true)
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, true, true, 1)
 	e.vc.toleranceSeen(rel, true)
 	e.cfg.log.Warn("mid-path tolerance check: logits differ; checking the hop and a third holder", zap.Stringer("hop", x.Peer),
 		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rl.Positions))
