@@ -444,7 +444,7 @@ func testChainLiar(t *testing.T, second bool) {
 		s := entry.VerifyStats()
 		if second && accusedByChains {
 			t.Logf("evidence of two chains after %d generations; %d checks, %d mismatches, %d reported", i, s.Audits, s.Mismatches,
-				len(reports))
+				s.Reported)
 			return
 		}
 		if !second && chainMismatch() && s.Unresolved > 0 && i >= 6 {
