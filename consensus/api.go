@@ -19,21 +19,38 @@ import (
 
 // Consensus is one member's replica of the swarm's state, and, while it
 // leads, the leader loop. Reads are local and never block.
+//
+// It is the wiring and the public surface; each part owns one thing:
+// raftNode (raftnode.go) Raft and its configuration, feed (feed.go) the
+// subscriptions to the state, leader (leader.go) the leader loop that
+// carries out Decide, member (warmup.go) this node's own part (joining,
+// addresses, warmup, its founding stewards), and ctl (rpc.go) the
+// requests members send the leader.
 type Consensus struct {
-	cfg   config
-	h     host.Host
-	id    peer.ID
-	log   *zap.SugaredLogger
-	raft  *raft.Raft
-	trans *raft.NetworkTransport
-	prog  *progressTransport // trans, recording what followers acknowledged
-	// cfScan finds the latest configuration's index in the log (the
-	// leader loop's, and Close's once the loop stopped).
-	cfScan configScan
-	sl     *streamLayer
-	fsm    *fsm
-	st     *stores
-	live   Liveness
+	*base  // fields only: base has no methods to promote
+	feed   *feed
+	lead   *leader
+	member *member
+	ctl    *ctl
+
+	closeOnce sync.Once
+	// For tests: Close began as the leader, and handed leadership over.
+	closedLeading, handedOver bool
+	closeErr                  error
+}
+
+// base is what the parts of a member share: its identity and
+// configuration, the replicated state, the Raft shell and the lifetime
+// of its goroutines. It has no methods; each part embeds it for these
+// fields and owns its own state.
+type base struct {
+	cfg  config
+	h    host.Host
+	id   peer.ID
+	log  *zap.SugaredLogger
+	fsm  *fsm
+	rn   *raftNode
+	live Liveness
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -41,26 +58,7 @@ type Consensus struct {
 	kickM  chan struct{} // wakes the member loop
 	kickL  chan struct{} // wakes the leader loop
 
-	mu       sync.Mutex
-	watchers map[int]chan Change
-	nextW    int
-	book     addrBook
-
-	leaving   atomic.Bool
-	joinErr   atomic.Pointer[error] // a join refused for good
-	closeOnce sync.Once
-	// For tests: Close began as the leader, and handed leadership over.
-	closedLeading, handedOver bool
-	closeErr                  error
-
-	// stepMu is held by the leader loop while it decides and acts, and
-	// by Close when it stops the loop (closing), so that no
-	// configuration change is in flight while Close hands over.
-	stepMu  sync.Mutex
-	closing bool
-
-	lead      LeaderState // owned by the leader loop (under stepMu)
-	published time.Time   // the leader loop's last map notice
+	leaving atomic.Bool
 }
 
 // Change is one step of the replicated state, as Watch delivers it.
@@ -94,33 +92,34 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c := &Consensus{
-		cfg:      cfg,
-		h:        cfg.host,
-		id:       cfg.host.ID(),
-		log:      cfg.log.Sugar().With("node", shortID(cfg.host.ID())),
-		fsm:      newFSM(),
-		kickM:    make(chan struct{}, 1),
-		kickL:    make(chan struct{}, 1),
-		watchers: map[int]chan Change{},
+	b := &base{
+		cfg:   cfg,
+		h:     cfg.host,
+		id:    cfg.host.ID(),
+		log:   cfg.log.Sugar().With("node", shortID(cfg.host.ID())),
+		fsm:   newFSM(),
+		kickM: make(chan struct{}, 1),
+		kickL: make(chan struct{}, 1),
 	}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.live = cfg.liveness
-	if c.live == nil {
-		c.live = newConnLiveness(cfg.host)
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.live = cfg.liveness
+	if b.live == nil {
+		b.live = newConnLiveness(cfg.host)
 	}
-	if c.cfg.loader == nil {
-		c.cfg.loader = noLoad{}
+	if b.cfg.loader == nil {
+		b.cfg.loader = noLoad{}
 	}
-	c.fsm.onApply = c.applied
-	c.fsm.onReset = c.restored
+	c := &Consensus{base: b, feed: newFeed(b.log, b.kickM, b.kickL)}
+	c.fsm.onApply = c.feed.applied
+	c.fsm.onReset = c.feed.restored
 
 	hlog := newHclog(cfg.log.Named("raft").With(zap.String("node", shortID(c.id))), cfg.raftLevel)
 	st, err := openStores(cfg.dataDir, hlog)
 	if err != nil {
 		return nil, err
 	}
-	c.st = st
+	rn := &raftNode{st: st, self: c.id, fsm: c.fsm, log: c.log, timeout: cfg.rpcTimeout, ctx: c.ctx}
+	c.rn = rn
 	fail := func(err error) (*Consensus, error) {
 		c.cancel()
 		_ = st.close()
@@ -142,7 +141,10 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 			c.h.Peerstore().AddAddrs(p, parseAddrs(addrs), peerstore.PermanentAddrTTL)
 		}
 	}
-	c.book = book
+	c.ctl = &ctl{base: b}
+	c.member = &member{base: b, ctl: c.ctl, book: book}
+	c.lead = &leader{base: b, member: c.member}
+	c.ctl.lead = c.lead
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(c.id.String())
@@ -156,19 +158,18 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrConfig, err))
 	}
-	sl := newStreamLayer(c.h)
-	c.sl = sl
-	c.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  sl,
+	rn.sl = newStreamLayer(c.h)
+	rn.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  rn.sl,
 		MaxPool: 3,
 		Timeout: max(2*cfg.heartbeat, time.Second),
 		Logger:  hlog.Named("transport"),
 	})
-	c.prog = newProgressTransport(c.trans, func() { kick(c.kickL) })
-	c.prog.fault = cfg.raftFault
+	rn.prog = newProgressTransport(rn.trans, func() { kick(c.kickL) })
+	rn.prog.fault = cfg.raftFault
 	has, err := raft.HasExistingState(st.logs, st.stable, st.snaps)
 	if err != nil {
-		_ = c.closeTransport()
+		_ = rn.closeTransport()
 		return fail(fmt.Errorf("consensus: raft state: %w", err))
 	}
 	if !has {
@@ -182,24 +183,24 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 			servers = []raft.Server{{ID: rc.LocalID, Address: raft.ServerAddress(rc.LocalID)}}
 		}
 		if len(servers) > 0 {
-			if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, c.trans, raft.Configuration{Servers: servers}); err != nil {
-				_ = c.closeTransport()
+			if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, rn.trans, raft.Configuration{Servers: servers}); err != nil {
+				_ = rn.closeTransport()
 				return fail(fmt.Errorf("consensus: bootstrap: %w", err))
 			}
 		}
 	}
-	r, err := raft.NewRaft(rc, c.fsm, st.logs, st.stable, st.snaps, c.prog)
+	r, err := raft.NewRaft(rc, c.fsm, st.logs, st.stable, st.snaps, rn.prog)
 	if err != nil {
-		_ = c.closeTransport()
+		_ = rn.closeTransport()
 		return fail(fmt.Errorf("consensus: start raft: %w", err))
 	}
-	c.raft = r
+	rn.raft = r
 	if cfg.caller == nil {
-		c.h.SetStreamHandler(proto.Ctl, c.serveControl)
+		c.h.SetStreamHandler(proto.Ctl, c.ctl.serveControl)
 	}
 	c.wg.Add(2)
-	go c.memberLoop()
-	go c.leaderLoop()
+	go c.member.loop()
+	go c.lead.loop()
 	return c, nil
 }
 
@@ -227,56 +228,19 @@ func (c *Consensus) Pending() (Pending, bool) { return c.fsm.current().Pending()
 func (c *Consensus) Members() []Member { return c.fsm.current().Members() }
 
 // Leader returns the leader this member knows of.
-func (c *Consensus) Leader() (peer.ID, bool) {
-	_, id := c.raft.LeaderWithID()
-	if id == "" {
-		return "", false
-	}
-	p, err := peer.Decode(string(id))
-	return p, err == nil
-}
+func (c *Consensus) Leader() (peer.ID, bool) { return c.rn.leader() }
 
 // IsLeader reports whether this member leads.
-func (c *Consensus) IsLeader() bool { return c.raft.State() == raft.Leader }
+func (c *Consensus) IsLeader() bool { return c.rn.isLeader() }
 
 // Servers returns the latest Raft configuration: who votes, who follows.
-func (c *Consensus) Servers() ([]Server, error) {
-	f := c.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return nil, fmt.Errorf("consensus: configuration: %w", err)
-	}
-	var out []Server
-	for _, s := range f.Configuration().Servers {
-		if p, err := peer.Decode(string(s.ID)); err == nil {
-			out = append(out, Server{ID: p, Voter: s.Suffrage == raft.Voter})
-		}
-	}
-	return out, nil
-}
+func (c *Consensus) Servers() ([]Server, error) { return c.rn.servers() }
 
 // Watch delivers every change of the local state, in log order, from now
 // on. A subscriber that falls buf changes behind misses changes (each
 // Change carries the whole state, so the latest one is enough). stop
 // ends the subscription and closes the channel.
-func (c *Consensus) Watch(buf int) (changes <-chan Change, stop func()) {
-	ch := make(chan Change, max(buf, 1))
-	c.mu.Lock()
-	id := c.nextW
-	c.nextW++
-	c.watchers[id] = ch
-	c.mu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			c.mu.Lock()
-			if _, ok := c.watchers[id]; ok {
-				delete(c.watchers, id)
-				close(ch)
-			}
-			c.mu.Unlock()
-		})
-	}
-}
+func (c *Consensus) Watch(buf int) (changes <-chan Change, stop func()) { return c.feed.watch(buf) }
 
 // WaitFor blocks until cond holds on the local state, and returns that
 // state.
@@ -307,7 +271,7 @@ func (c *Consensus) WaitFor(ctx context.Context, cond func(State) bool) (State, 
 // period.
 func (c *Consensus) Leave(ctx context.Context) error {
 	c.leaving.Store(true)
-	err := c.request(ctx, NodeDraining{Node: c.id.String()})
+	err := c.ctl.request(ctx, NodeDraining{Node: c.id.String()})
 	if errors.Is(err, ErrStale) { // already draining
 		err = nil
 	}
@@ -335,7 +299,7 @@ func (c *Consensus) Leave(ctx context.Context) error {
 			if err == nil && time.Since(asked) >= 2*c.cfg.election {
 				asked = time.Now()
 				actx, cancel := context.WithTimeout(ctx, c.cfg.rpcTimeout)
-				left := errors.Is(c.request(actx, NodeDraining{Node: c.id.String()}), ErrUnknownMember)
+				left := errors.Is(c.ctl.request(actx, NodeDraining{Node: c.id.String()}), ErrUnknownMember)
 				cancel()
 				if left {
 					break
@@ -362,7 +326,7 @@ func (c *Consensus) Leave(ctx context.Context) error {
 func (c *Consensus) departed() bool {
 	s, self := c.State(), c.id.String()
 	m, member := s.Member(self)
-	server, voter := c.suffrage(c.id)
+	server, voter := c.rn.suffrage(c.id)
 	if !member || !server {
 		return true
 	}
@@ -378,158 +342,36 @@ func (c *Consensus) departed() bool {
 // left with Leave).
 func (c *Consensus) Close() error {
 	c.closeOnce.Do(func() {
-		c.stepMu.Lock()
-		c.closing = true // the leader loop acts no more
-		c.stepMu.Unlock()
+		c.lead.stop() // the leader loop acts no more
 		c.closedLeading = c.IsLeader()
-		if c.isVoter(c.id) {
+		if _, voter := c.rn.suffrage(c.id); voter {
 			// A follower waits no longer than an election or two takes,
 			// so that a swarm shutting down whole does not wait long.
 			wait := c.cfg.rpcTimeout
 			if !c.closedLeading {
 				wait = min(wait, 4*c.cfg.election)
 			}
-			c.handedOver = c.closeAsVoter(wait)
+			c.handedOver = c.lead.closeAsVoter(wait)
 		}
 		c.cancel()
 		if c.cfg.caller == nil {
 			c.h.RemoveStreamHandler(proto.Ctl)
 		}
 		var errs []error
-		if err := c.raft.Shutdown().Error(); err != nil {
+		if err := c.rn.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, err)
 		}
 		c.wg.Wait()
-		if err := c.closeTransport(); err != nil {
+		if err := c.rn.closeTransport(); err != nil {
 			errs = append(errs, err)
 		}
-		if err := c.st.close(); err != nil {
+		if err := c.rn.st.close(); err != nil {
 			errs = append(errs, err)
 		}
-		c.mu.Lock()
-		for id, ch := range c.watchers {
-			delete(c.watchers, id)
-			close(ch)
-		}
-		c.mu.Unlock()
+		c.feed.closeAll()
 		c.closeErr = errors.Join(errs...)
 	})
 	return c.closeErr
-}
-
-// handOver gives leadership up as the others can take it: by a transfer
-// to another voter or, where the others alone would be no majority (two
-// voters, as between two promotions), by demoting itself first, so that
-// the other voter's own election wins. A transfer alone would leave that
-// voter leading a configuration whose majority needs the closed member.
-func (c *Consensus) handOver() bool {
-	voters := 0
-	for _, s := range c.raft.GetConfiguration().Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters++
-		}
-	}
-	if voters == 2 && c.isVoter(c.id) {
-		if err := c.raft.DemoteVoter(raft.ServerID(c.id.String()), 0, c.cfg.rpcTimeout).Error(); err != nil {
-			c.log.Infow("demoting itself failed", "error", err)
-			return false
-		}
-		return true
-	}
-	err := c.raft.LeadershipTransfer().Error()
-	if err != nil && !errors.Is(err, raft.ErrNotLeader) {
-		c.log.Infow("leadership transfer failed", "error", err)
-	}
-	return err == nil
-}
-
-// closeTransport closes raft's transport, then waits (at most 5 s) for
-// its handlers of inbound streams, which its Close leaves running.
-func (c *Consensus) closeTransport() error {
-	err := c.trans.Close()
-	c.sl.drain(5 * time.Second)
-	return err
-}
-
-// applied runs on raft's FSM goroutine after each admitted record.
-func (c *Consensus) applied(idx uint64, r Record, s State) {
-	if _, ok := r.Event.(MapCommitted); ok {
-		c.logMapApplied(idx, s.Committed())
-	}
-	c.notify(Change{Index: idx, Record: r, State: s})
-}
-
-func (c *Consensus) restored(s State) {
-	c.logMapRestored(s)
-	c.notify(Change{State: s})
-}
-
-func (c *Consensus) notify(ch Change) {
-	c.mu.Lock()
-	for _, w := range c.watchers {
-		select {
-		case w <- ch:
-		default:
-		}
-	}
-	c.mu.Unlock()
-	kick(c.kickM)
-	kick(c.kickL)
-}
-
-func kick(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// apply appends one event as the leader and returns once it is
-// committed and folded in here, or the reason it was refused.
-func (c *Consensus) apply(ev Event) error {
-	r := Record{At: time.Now(), Event: ev}
-	if _, err := c.fsm.current().Apply(r); err != nil {
-		return err
-	}
-	b, err := MarshalRecord(r)
-	if err != nil {
-		return err
-	}
-	f := c.raft.Apply(b, c.cfg.rpcTimeout)
-	if err := c.wait(f); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return fmt.Errorf("%w: %w", ErrNotLeader, err)
-		}
-		if errors.Is(err, raft.ErrRaftShutdown) || errors.Is(err, ErrClosed) {
-			return ErrClosed
-		}
-		return fmt.Errorf("consensus: append %s: %w", ev.Kind(), err)
-	}
-	if err, ok := f.Response().(error); ok {
-		return err
-	}
-	c.log.Debugw("appended", "event", ev.Kind(), "index", f.Index())
-	return nil
-}
-
-// wait returns f's error, or ErrClosed once the member is closing.
-// hashicorp/raft does not answer every future when it shuts down: an
-// entry that committed but was not yet applied is dropped with its
-// future (the FSM goroutine returns without draining its queue;
-// hashicorp/raft#498). A leader loop that waited on such a future alone
-// would never end, and a crash (halt: cancel, then Raft's shutdown)
-// that waits for the loops would hang with it. Should f never be
-// answered, the goroutine that waits on it stays blocked: one per
-// future lost at shutdown.
-func (c *Consensus) wait(f raft.Future) error {
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return err
-	case <-c.ctx.Done():
-		return ErrClosed
-	}
 }
 
 // noLoad is the loader of a node with nothing to load.

@@ -82,7 +82,7 @@ func BenchmarkCommit3(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if err := l.c().raft.Apply(rec, time.Second).Error(); err != nil {
+		if err := l.c().rn.raft.Apply(rec, time.Second).Error(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -350,7 +350,7 @@ func (cl *cluster) until(timeout time.Duration, cond func() bool) (time.Duration
 				}
 				return false
 			})
-			c.raft.RegisterObserver(o)
+			c.rn.raft.RegisterObserver(o)
 			done := make(chan struct{})
 			go func() {
 				for {
@@ -366,7 +366,7 @@ func (cl *cluster) until(timeout time.Duration, cond func() bool) (time.Duration
 					poke()
 				}
 			}()
-			stops = append(stops, func() { c.raft.DeregisterObserver(o); stop(); close(done) })
+			stops = append(stops, func() { c.rn.raft.DeregisterObserver(o); stop(); close(done) })
 		}
 	}
 	backstop := time.NewTicker(100 * time.Millisecond)
@@ -418,8 +418,8 @@ func (cl *cluster) leader(timeout time.Duration) (*testNode, time.Duration) {
 func (cl *cluster) dumpRaft() {
 	cl.t.Helper()
 	for _, n := range cl.alive() {
-		st := n.c().raft.Stats()
-		_, leader := n.c().raft.LeaderWithID()
+		st := n.c().rn.raft.Stats()
+		_, leader := n.c().rn.raft.LeaderWithID()
 		cl.t.Logf("%s: state %s term %s leader %q last contact %s last log %s/%s commit %s applied %s config %s",
 			shortID(n.h.ID()), st["state"], st["term"], leader, st["last_contact"], st["last_log_index"], st["last_log_term"],
 			st["commit_index"], st["applied_index"], st["latest_configuration"])
@@ -432,7 +432,7 @@ func (cl *cluster) currentLeader(timeout time.Duration) *testNode {
 	cl.t.Helper()
 	l, _ := cl.leader(timeout)
 	for _, n := range cl.alive() {
-		if n.c().IsLeader() && n.c().raft.CurrentTerm() > l.c().raft.CurrentTerm() {
+		if n.c().IsLeader() && n.c().rn.raft.CurrentTerm() > l.c().rn.raft.CurrentTerm() {
 			l = n
 		}
 	}
@@ -446,7 +446,7 @@ func (cl *cluster) leaderAfter(term uint64, timeout time.Duration) *testNode {
 	var l *testNode
 	_, ok := cl.until(timeout, func() bool {
 		for _, n := range cl.alive() {
-			if n.c().IsLeader() && n.c().raft.CurrentTerm() > term {
+			if n.c().IsLeader() && n.c().rn.raft.CurrentTerm() > term {
 				l = n
 				return true
 			}
@@ -565,7 +565,7 @@ func TestElectionAndFailover(t *testing.T) {
 	stalled := cl.stalls.in(start, start.Add(elected))
 	bound := electionBound(2*testHeartbeat, stalled)
 	t.Logf("5 members: leader %s elected %v after start, term %d (raft timeouts %v; bound %v: %s)", shortID(leader.h.ID()),
-		elected.Round(time.Millisecond), leader.c().raft.CurrentTerm(), testElection, bound.Round(time.Millisecond), stalled.describe(start))
+		elected.Round(time.Millisecond), leader.c().rn.raft.CurrentTerm(), testElection, bound.Round(time.Millisecond), stalled.describe(start))
 	if elected > bound {
 		t.Errorf("election took %v, bound %v (%s)", elected, bound, stalled.describe(start))
 	}
@@ -598,7 +598,7 @@ func TestElectionAndFailover(t *testing.T) {
 		t.Logf("leadership moved from %s to %s since the first election", shortID(leader.h.ID()), shortID(l.h.ID()))
 		leader = l
 	}
-	term := leader.c().raft.CurrentTerm()
+	term := leader.c().rn.raft.CurrentTerm()
 	want := leader.c().Committed()
 	killed := time.Now()
 	leader.kill()
@@ -607,7 +607,7 @@ func TestElectionAndFailover(t *testing.T) {
 	stalled = cl.stalls.in(killed, killed.Add(failover))
 	bound = electionBound(3*testHeartbeat, stalled)
 	t.Logf("leader killed: %s leads after %v, term %d after %d (bound %v: %s)", shortID(next.h.ID()),
-		failover.Round(time.Millisecond), next.c().raft.CurrentTerm(), term, bound.Round(time.Millisecond), stalled.describe(killed))
+		failover.Round(time.Millisecond), next.c().rn.raft.CurrentTerm(), term, bound.Round(time.Millisecond), stalled.describe(killed))
 	if failover > bound {
 		t.Errorf("failover took %v, bound %v (%s)", failover, bound, stalled.describe(killed))
 	}
@@ -649,16 +649,11 @@ func TestElectionAndFailover(t *testing.T) {
 func (c *Consensus) halt() {
 	c.closeOnce.Do(func() {
 		c.cancel()
-		_ = c.raft.Shutdown().Error()
+		_ = c.rn.raft.Shutdown().Error()
 		c.wg.Wait()
-		_ = c.closeTransport()
-		_ = c.st.close()
-		c.mu.Lock()
-		for id, ch := range c.watchers {
-			delete(c.watchers, id)
-			close(ch)
-		}
-		c.mu.Unlock()
+		_ = c.rn.closeTransport()
+		_ = c.rn.st.close()
+		c.feed.closeAll()
 	})
 }
 
@@ -754,7 +749,7 @@ func TestFailoverPastSilentLeader(t *testing.T) {
 	}
 	cl.leader(5 * time.Second)
 	leader := cl.currentLeader(5 * time.Second)
-	term := leader.c().raft.CurrentTerm()
+	term := leader.c().rn.raft.CurrentTerm()
 	for _, n := range cl.alive() {
 		if n != leader {
 			n.h.Peerstore().ClearAddrs(leader.h.ID())
@@ -768,7 +763,7 @@ func TestFailoverPastSilentLeader(t *testing.T) {
 	stalled := cl.stalls.in(killed, killed.Add(failover))
 	bound := electionBound(3*testHeartbeat, stalled)
 	t.Logf("silent leader killed: %s leads after %v, term %d after %d, %d dials held by the dead address (bound %v: %s)", shortID(next.h.ID()),
-		failover.Round(time.Millisecond), next.c().raft.CurrentTerm(), term, dials.Load(), bound.Round(time.Millisecond), stalled.describe(killed))
+		failover.Round(time.Millisecond), next.c().rn.raft.CurrentTerm(), term, dials.Load(), bound.Round(time.Millisecond), stalled.describe(killed))
 	if failover > bound {
 		t.Errorf("failover took %v, bound %v (%s)", failover, bound, stalled.describe(killed))
 	}

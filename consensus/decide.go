@@ -148,54 +148,6 @@ func NewLeaderState(now time.Time) LeaderState {
 	return LeaderState{since: now, lastRebalance: now, departed: map[string]time.Time{}, benched: map[string]bool{}}
 }
 
-// Action is what a leader decision asks the loop to do: Append,
-// AddNonvoter, AddVoter, RemoveServer, Demote or TransferLeadership.
-type Action interface {
-	fmt.Stringer
-	action()
-}
-
-// Append appends an event to the replicated log.
-type Append struct {
-	Event Event
-	Why   string // words for the log; the event says the rest
-}
-
-// AddNonvoter adds a member to Raft's configuration as a non-voter.
-type AddNonvoter struct{ ID string }
-
-// AddVoter makes a server a voter.
-type AddVoter struct{ ID string }
-
-// RemoveServer removes a departed server from Raft's configuration.
-type RemoveServer struct{ ID string }
-
-// Demote makes a voter a non-voter.
-type Demote struct{ ID string }
-
-// TransferLeadership hands leadership to another voter (a drained leader
-// does, before it leaves).
-type TransferLeadership struct{}
-
-func (Append) action()             {}
-func (AddNonvoter) action()        {}
-func (AddVoter) action()           {}
-func (RemoveServer) action()       {}
-func (Demote) action()             {}
-func (TransferLeadership) action() {}
-
-func (a Append) String() string {
-	if a.Why == "" {
-		return "append " + a.Event.Kind().String()
-	}
-	return "append " + a.Event.Kind().String() + ": " + a.Why
-}
-func (a AddNonvoter) String() string      { return "add non-voter " + a.ID }
-func (a AddVoter) String() string         { return "add voter " + a.ID }
-func (a RemoveServer) String() string     { return "remove server " + a.ID }
-func (a Demote) String() string           { return "demote " + a.ID }
-func (TransferLeadership) String() string { return "transfer leadership" }
-
 // decision is one run of Decide: the input, and the state it returns.
 type decision struct {
 	in *LeaderInput
@@ -264,7 +216,7 @@ func (d *decision) decide() (Action, error) {
 	}
 	// 1a. The founder names the stewards first of all: the first set is
 	// the senior member's to sign (stewards.go).
-	if in.Stewards != nil && !s.HasStewards() && s.IsMember(self) {
+	if in.Stewards != nil && s.Stewards().Empty() && s.IsMember(self) {
 		return Append{Event: *in.Stewards, Why: "the founder names the swarm's stewards"}, nil
 	}
 	// 1b. The swarm learns its model's manifest from a leader that holds
@@ -274,10 +226,10 @@ func (d *decision) decide() (Action, error) {
 	}
 	// 1c. The swarm gets its configuration from the first leader that has
 	// one: the founder.
-	if in.SwarmConfig != nil && !s.hasConfig {
+	if in.SwarmConfig != nil && !s.config.hasRate {
 		return Append{Event: *in.SwarmConfig, Why: "the leader sets the swarm's configuration"}, nil
 	}
-	if in.SessionTokens != nil && !s.hasSessionTokens {
+	if in.SessionTokens != nil && !s.config.hasSessionTokens {
 		return Append{Event: *in.SessionTokens, Why: "the leader sets the swarm's planner session length"}, nil
 	}
 
@@ -329,7 +281,7 @@ func (d *decision) decide() (Action, error) {
 			vc.Eligible = vc.Voter // an initial voter that has not joined yet
 		}
 		// With stewards, only they vote: a Sybil crowd cannot elect.
-		vc.Eligible = vc.Eligible && s.mayVote(sv.ID)
+		vc.Eligible = vc.Eligible && s.Stewards().mayVote(sv.ID)
 		if dead := d.deadFor(sv.ID); (vc.Voter && dead >= grace) || (!vc.Voter && dead > 0) {
 			vc.Eligible = false
 		}
@@ -338,7 +290,7 @@ func (d *decision) decide() (Action, error) {
 	me, _ := s.Member(self)
 	// A leader that is no steward steps aside once a steward can vote; while
 	// none can, it stays the one voter, since someone must lead.
-	stepAside := !s.mayVote(self) && slices.ContainsFunc(cands, func(c voterCand) bool { return c.ID != self && c.Eligible })
+	stepAside := !s.Stewards().mayVote(self) && slices.ContainsFunc(cands, func(c voterCand) bool { return c.ID != self && c.Eligible })
 	want := chooseVoters(cands, self, me.Draining || stepAside, in.Config.MaxVoters)
 	for _, id := range want {
 		if !servers[id] && d.settled(id, "") {
@@ -544,7 +496,7 @@ func (d *decision) fleet() (*layers.Fleet, map[string]bool, error) {
 	}
 	// A member's modelled capacity counts by its verified work.
 	nodes = d.trust.Weigh(nodes)
-	d.f, d.fErr = layers.NewFleet(d.in.Config.Model, nodes, d.in.State.PlanParams(d.in.Config.CostParams))
+	d.f, d.fErr = layers.NewFleet(d.in.Config.Model, nodes, d.in.State.SwarmConfig().PlanParams(d.in.Config.CostParams))
 	d.placeable = ok
 	return d.f, d.placeable, d.fErr
 }

@@ -124,7 +124,7 @@ func (w *world) do(line string) string {
 		// script IDs are no peer IDs, and the signature is the fold's
 		// business (stewards_test.go), not the leader's policy.
 		ids := slices.Sorted(slices.Values(args))
-		w.in.State.stewards, w.in.State.stewardSeq = ids, w.in.State.stewardSeq+1
+		w.in.State.stewards.ids, w.in.State.stewards.seq = ids, w.in.State.stewards.seq+1
 		return ""
 	case "vouch":
 		// vouch CHECKER SUBJECT N: CHECKER's heartbeats say it saw N spot
@@ -402,8 +402,8 @@ func (w *world) describeState() string {
 		sv = append(sv, d)
 	}
 	out = append(out, "servers: "+strings.Join(sv, " "))
-	if s.HasStewards() {
-		out = append(out, "stewards: "+strings.Join(s.Stewards(), " "))
+	if !s.Stewards().Empty() {
+		out = append(out, "stewards: "+strings.Join(s.Stewards().List(), " "))
 	}
 	out = append(out, "committed: "+describeMap(s.Committed()))
 	if p, ok := s.Pending(); ok {

@@ -47,6 +47,19 @@
 // load to cancel, what to release. The scripts in testdata/leader check
 // Decide without Raft; a simulator may call both directly.
 //
+// A member (Consensus, api.go: the wiring and the public surface) is
+// made of parts that each own one thing: raftNode (raftnode.go) Raft,
+// its transport and stores, appends and the Raft configuration; feed
+// (feed.go) the subscriptions to the state and the applied-map log;
+// leader (leader.go) the leader loop that carries out Decide and the
+// requests it answers as leader; member (warmup.go) this node's own
+// part: its join, the members' addresses, its loads and releases, and
+// the steward set it signs as founder; ctl (rpc.go) the control RPC.
+// The state likewise: State is the value and its readers, fold
+// (fsm.go and each event's file) the rules by which a record changes
+// it, Stewardship and SwarmConfig the steward set and the settings it
+// holds.
+//
 // consensus never loads weights: a StageLoader, which the node provides,
 // does.
 package consensus

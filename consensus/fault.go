@@ -475,7 +475,8 @@ func (s State) Banned(node string, t time.Time) (time.Time, bool) {
 // Bans returns every ban, expired ones included, by node ID.
 func (s State) Bans() map[string]time.Time { return maps.Clone(s.bans) }
 
-func (s *State) nodeFaulted(at time.Time, e NodeFaulted) error {
+func (f fold) nodeFaulted(at time.Time, e NodeFaulted) error {
+	s := f.s
 	accused, err := e.Evidence.Check()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRejected, err)
@@ -546,29 +547,29 @@ func (d decoder) bans() map[string]time.Time {
 // faultReport handles a member's accusation on the leader: the evidence
 // is checked here before anything is appended, so forged evidence costs
 // one refusal and no log entry.
-func (c *Consensus) faultReport(e NodeFaulted) error {
+func (l *leader) faultReport(e NodeFaulted) error {
 	accused, err := e.Evidence.Check()
 	if err != nil {
-		c.log.Warnw("fault report refused", "accuser", e.Accuser, "accused", e.Node, "error", err)
+		l.log.Warnw("fault report refused", "accuser", e.Accuser, "accused", e.Node, "error", err)
 		return err
 	}
 	if accused.String() != e.Node {
 		return fmt.Errorf("%w: the evidence accuses %s, not %s", ErrBadEvidence, accused, e.Node)
 	}
 	now := time.Now()
-	if _, banned := c.fsm.current().Banned(e.Node, now); banned {
+	if _, banned := l.fsm.current().Banned(e.Node, now); banned {
 		return nil // another entry proved it first
 	}
-	ban := c.cfg.banFor
+	ban := l.cfg.banFor
 	if e.Evidence.Tolerance {
 		ban /= ToleranceBanDivisor
 	}
 	e.Until = now.Add(ban)
-	if err := c.apply(e); err != nil {
+	if err := l.rn.apply(e); err != nil {
 		return err
 	}
-	c.log.Warnw("node evicted for a fault", "node", e.Node, "accuser", e.Accuser, "until", e.Until)
-	kick(c.kickL)
+	l.log.Warnw("node evicted for a fault", "node", e.Node, "accuser", e.Accuser, "until", e.Until)
+	kick(l.kickL)
 	return nil
 }
 
@@ -581,5 +582,5 @@ func (c *Consensus) ReportFault(ctx context.Context, ev Evidence) error {
 	if err != nil {
 		return err
 	}
-	return c.request(ctx, NodeFaulted{Node: accused.String(), Accuser: c.id.String(), Evidence: ev})
+	return c.ctl.request(ctx, NodeFaulted{Node: accused.String(), Accuser: c.id.String(), Evidence: ev})
 }

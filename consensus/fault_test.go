@@ -189,7 +189,7 @@ func TestFaultReportOnCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	before := leader.c().State().Applied()
-	err := accuser.c().request(ctx, NodeFaulted{Node: accused.id(), Accuser: accuser.id(), Evidence: forged})
+	err := accuser.c().ctl.request(ctx, NodeFaulted{Node: accused.id(), Accuser: accuser.id(), Evidence: forged})
 	if !errors.Is(err, ErrBadEvidence) {
 		t.Fatalf("forged evidence: %v, want ErrBadEvidence", err)
 	}
@@ -216,7 +216,7 @@ func TestFaultReportOnCluster(t *testing.T) {
 		_, placedStill := s.Committed().Range(accused.id())
 		return banned && !s.IsMember(accused.id()) && !placedStill && placed(rest...)(s)
 	})
-	if err := accused.c().request(ctx, accused.c().joinEvent()); !errors.Is(err, ErrBanned) {
+	if err := accused.c().ctl.request(ctx, accused.c().member.joinEvent()); !errors.Is(err, ErrBanned) {
 		t.Fatalf("rejoin while banned: %v, want ErrBanned", err)
 	}
 }

@@ -95,17 +95,8 @@ type State struct {
 	last        time.Time            // At of the last record folded in
 	manifest    []byte               // the model's manifest (manifest.go); nil: none
 	parts       *manifestParts       // a manifest's parts so far, while it has none
-	// The swarm's configuration (swarmconfig.go); hasConfig: set.
-	verifyRate float64
-	hasConfig  bool
-	// The planner's mean session length (swarmconfig.go); has: set.
-	sessionTokens    int
-	hasSessionTokens bool
-	// The stewards (stewards.go); stewardSeq 0: none. swarmID is the
-	// swarm the set was signed for.
-	stewards   []string
-	stewardSeq uint64
-	swarmID    [32]byte
+	config      SwarmConfig          // the swarm's settings (swarmconfig.go)
+	stewards    Stewardship          // the steward set (stewards.go)
 }
 
 // Fingerprint is the swarm's model fingerprint ("" before the first join).
@@ -169,33 +160,34 @@ func (s State) Pending() (Pending, bool) {
 func (s State) Apply(r Record) (State, error) {
 	var err error
 	next := s
+	f := fold{s: &next}
 	switch e := r.Event.(type) {
 	case NodeJoined:
-		err = next.nodeJoined(r.At, e)
+		err = f.nodeJoined(r.At, e)
 	case NodeLeft:
-		err = next.nodeLeft(e)
+		err = f.nodeLeft(e)
 	case NodeDraining:
-		err = next.nodeDraining(e)
+		err = f.nodeDraining(e)
 	case MapProposed:
-		err = next.mapProposed(r.At, e)
+		err = f.mapProposed(r.At, e)
 	case StageReady:
-		err = next.stageReady(e)
+		err = f.stageReady(e)
 	case MapCommitted:
-		err = next.mapCommitted(e)
+		err = f.mapCommitted(e)
 	case WarmupAbandoned:
-		err = next.warmupAbandoned(e)
+		err = f.warmupAbandoned(e)
 	case NodeFaulted:
-		err = next.nodeFaulted(r.At, e)
+		err = f.nodeFaulted(r.At, e)
 	case ManifestPublished:
-		err = next.manifestPublished(e)
+		err = f.manifestPublished(e)
 	case ManifestPart:
-		err = next.manifestPart(e)
+		err = f.manifestPart(e)
 	case SwarmConfigSet:
-		err = next.swarmConfigSet(e)
+		err = f.swarmConfigSet(e)
 	case SessionTokensSet:
-		err = next.sessionTokensSet(e)
+		err = f.sessionTokensSet(e)
 	case StewardsSet:
-		err = next.stewardsSet(e)
+		err = f.stewardsSet(e)
 	case nil:
 		err = fmt.Errorf("%w: no event", ErrRejected)
 	default:
@@ -221,8 +213,15 @@ func Fold(records ...Record) State {
 	return s
 }
 
-// withMember returns the state's members map with m set, copied.
-func (s *State) setMember(m Member) {
+// fold owns the rules by which one record changes the state: a handler
+// per event, each of which checks the record against the state and
+// changes the copy s (State.Apply's next), writing no map or slice it
+// shares with the state it was copied from.
+type fold struct{ s *State }
+
+// setMember sets m in a copy of the members map.
+func (f fold) setMember(m Member) {
+	s := f.s
 	ms := maps.Clone(s.members)
 	if ms == nil {
 		ms = make(map[string]Member)
@@ -231,7 +230,8 @@ func (s *State) setMember(m Member) {
 	s.members = ms
 }
 
-func (s *State) nodeJoined(at time.Time, e NodeJoined) error {
+func (f fold) nodeJoined(at time.Time, e NodeJoined) error {
+	s := f.s
 	switch {
 	case e.Node == "" || e.Fingerprint == "":
 		return fmt.Errorf("%w: join without node or fingerprint", ErrRejected)
@@ -255,11 +255,12 @@ func (s *State) nodeJoined(at time.Time, e NodeJoined) error {
 	m.Caps, m.Addrs = e.Caps, slices.Clone(e.Addrs)
 	m.Draining, m.LaggardUntil = false, time.Time{}
 	s.fingerprint = e.Fingerprint
-	s.setMember(m)
+	f.setMember(m)
 	return nil
 }
 
-func (s *State) nodeLeft(e NodeLeft) error {
+func (f fold) nodeLeft(e NodeLeft) error {
+	s := f.s
 	if _, ok := s.members[e.Node]; !ok {
 		return fmt.Errorf("%w: %s cannot leave", ErrUnknownMember, e.Node)
 	}
@@ -269,7 +270,8 @@ func (s *State) nodeLeft(e NodeLeft) error {
 	return nil
 }
 
-func (s *State) nodeDraining(e NodeDraining) error {
+func (f fold) nodeDraining(e NodeDraining) error {
+	s := f.s
 	m, ok := s.members[e.Node]
 	if !ok {
 		return fmt.Errorf("%w: %s cannot drain", ErrUnknownMember, e.Node)
@@ -278,11 +280,12 @@ func (s *State) nodeDraining(e NodeDraining) error {
 		return fmt.Errorf("%w: %s is already draining", ErrStale, e.Node)
 	}
 	m.Draining = true
-	s.setMember(m)
+	f.setMember(m)
 	return nil
 }
 
-func (s *State) mapProposed(at time.Time, e MapProposed) error {
+func (f fold) mapProposed(at time.Time, e MapProposed) error {
+	s := f.s
 	m := e.Map
 	if err := m.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrRejected, err)
@@ -324,7 +327,8 @@ func (s *State) mapProposed(at time.Time, e MapProposed) error {
 	return nil
 }
 
-func (s *State) stageReady(e StageReady) error {
+func (f fold) stageReady(e StageReady) error {
+	s := f.s
 	p := s.pending
 	if p == nil || p.Map.Epoch != e.Epoch {
 		return fmt.Errorf("%w: ready for epoch %d, none pending", ErrStale, e.Epoch)
@@ -343,7 +347,8 @@ func (s *State) stageReady(e StageReady) error {
 	return nil
 }
 
-func (s *State) mapCommitted(e MapCommitted) error {
+func (f fold) mapCommitted(e MapCommitted) error {
+	s := f.s
 	p := s.pending
 	if p == nil || p.Map.Epoch != e.Epoch {
 		return fmt.Errorf("%w: commit of epoch %d, none pending", ErrStale, e.Epoch)
@@ -361,7 +366,8 @@ func (s *State) mapCommitted(e MapCommitted) error {
 	return nil
 }
 
-func (s *State) warmupAbandoned(e WarmupAbandoned) error {
+func (f fold) warmupAbandoned(e WarmupAbandoned) error {
+	s := f.s
 	p := s.pending
 	if p == nil || p.Map.Epoch != e.Epoch {
 		return fmt.Errorf("%w: abandon of epoch %d, none pending", ErrStale, e.Epoch)
@@ -370,7 +376,7 @@ func (s *State) warmupAbandoned(e WarmupAbandoned) error {
 	for _, id := range e.Laggards {
 		if m, ok := s.members[id]; ok && e.Until.After(m.LaggardUntil) {
 			m.LaggardUntil = e.Until
-			s.setMember(m)
+			f.setMember(m)
 		}
 	}
 	return nil

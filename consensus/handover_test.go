@@ -140,7 +140,7 @@ func handoverCluster(t *testing.T, l *lane, extra ...Option) *cluster {
 
 // configOf is a member's own latest Raft configuration: ID → voter.
 func configOf(n *testNode) map[string]bool {
-	f := n.c().raft.GetConfiguration()
+	f := n.c().rn.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}
@@ -169,7 +169,7 @@ func inConfig(n, of *testNode) bool { _, ok := configOf(n)[of.id()]; return ok }
 func raftDump(cl *cluster) string {
 	var s string
 	for _, n := range cl.alive() {
-		st := n.c().raft.Stats()
+		st := n.c().rn.raft.Stats()
 		s += fmt.Sprintf("\n  %s: %s term %s log %s commit %s config %s", shortID(n.h.ID()), st["state"], st["term"],
 			st["last_log_index"], st["commit_index"], st["latest_configuration"])
 	}

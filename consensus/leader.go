@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -17,48 +18,73 @@ import (
 // Decide has nothing to do; then it sleeps until the state changes or a
 // tick passes.
 
-func (c *Consensus) leaderLoop() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.tick)
+// leader owns the leader loop and what it remembers within a term, and
+// answers the requests members send the leader (request). It runs on
+// every member and acts only while Raft says this member leads.
+type leader struct {
+	*base          // fields only: base has no methods to promote
+	member *member // this node's join and founding stewards, for the input
+
+	// stepMu is held by the loop while it decides and acts, and by Close
+	// when it stops the loop (closing), so that no configuration change
+	// is in flight while Close hands over.
+	stepMu  sync.Mutex
+	closing bool
+
+	mem       LeaderState // owned by the loop (under stepMu)
+	published time.Time   // the loop's last map notice
+}
+
+// stop ends the loop's acting: once it returns, no step is in flight and
+// none follows.
+func (l *leader) stop() {
+	l.stepMu.Lock()
+	l.closing = true
+	l.stepMu.Unlock()
+}
+
+func (l *leader) loop() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.cfg.tick)
 	defer t.Stop()
 	for {
 		select {
-		case <-c.ctx.Done():
+		case <-l.ctx.Done():
 			return
 		case <-t.C:
-		case <-c.kickL:
+		case <-l.kickL:
 		}
-		if !c.leadOnce() {
+		if !l.once() {
 			return
 		}
 	}
 }
 
-// leadOnce is one wake of the leader loop; false once Close stopped it.
-func (c *Consensus) leadOnce() bool {
-	c.stepMu.Lock()
-	defer c.stepMu.Unlock()
-	if c.closing {
+// once is one wake of the leader loop; false once Close stopped it.
+func (l *leader) once() bool {
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
+	if l.closing {
 		return false
 	}
-	if !c.IsLeader() {
-		c.lead = LeaderState{}
+	if !l.rn.isLeader() {
+		l.mem = LeaderState{}
 		return true
 	}
-	if c.lead.since.IsZero() {
-		c.lead = NewLeaderState(time.Now())
-		c.log.Infow("leading", "term", c.raft.CurrentTerm())
+	if l.mem.since.IsZero() {
+		l.mem = NewLeaderState(time.Now())
+		l.log.Infow("leading", "term", l.rn.raft.CurrentTerm())
 	}
-	if r := c.cfg.republish; r > 0 && time.Since(c.published) >= r {
-		if m := c.fsm.current().Committed(); m.Layers > 0 {
-			c.publish(m)
+	if r := l.cfg.republish; r > 0 && time.Since(l.published) >= r {
+		if m := l.fsm.current().Committed(); m.Layers > 0 {
+			l.publish(m)
 		}
 	}
 	for range 32 {
-		acted, err := c.leaderStep(time.Now())
+		acted, err := l.step(time.Now())
 		if err != nil {
-			if c.ctx.Err() == nil {
-				c.log.Infow("leader step", "error", err)
+			if l.ctx.Err() == nil {
+				l.log.Infow("leader step", "error", err)
 			}
 			break
 		}
@@ -79,8 +105,8 @@ func (c *Consensus) leadOnce() bool {
 // catches up only from a leader), and after a handover its own vote may
 // be needed. It reports whether it handed over or another member leads;
 // the leader loop has stopped by then.
-func (c *Consensus) closeAsVoter(timeout time.Duration) bool {
-	t := time.NewTicker(c.cfg.tick)
+func (l *leader) closeAsVoter(timeout time.Duration) bool {
+	t := time.NewTicker(l.cfg.tick)
 	defer t.Stop()
 	deadline := time.After(timeout)
 	handed := false
@@ -93,85 +119,85 @@ func (c *Consensus) closeAsVoter(timeout time.Duration) bool {
 		// "successful" transfer, then this member leading at the next
 		// term until the deadline). If it leads no more, it waits for
 		// the member that does.
-		if c.IsLeader() && time.Since(tried) >= c.cfg.election {
-			in, err := c.leaderInput(time.Now())
-			d := decision{in: &in, st: c.lead}
+		if l.rn.isLeader() && time.Since(tried) >= l.cfg.election {
+			in, err := l.input(time.Now())
+			d := decision{in: &in, st: l.mem}
 			if err == nil && d.settled("", "") {
 				tried = time.Now()
-				handed = c.handOver() || handed
+				handed = l.rn.handOver() || handed
 			}
 		}
-		if _, id := c.raft.LeaderWithID(); id != "" && id != raft.ServerID(c.id.String()) {
+		if _, id := l.rn.raft.LeaderWithID(); id != "" && id != raft.ServerID(l.id.String()) {
 			return true
 		}
 		select {
 		case <-deadline:
-			if c.IsLeader() {
+			if l.rn.isLeader() {
 				var lagging []string
-				if in, err := c.leaderInput(time.Now()); err == nil {
+				if in, err := l.input(time.Now()); err == nil {
 					for _, sv := range in.Servers {
 						if sv.Lagging {
 							lagging = append(lagging, sv.ID)
 						}
 					}
 				}
-				c.log.Warnw("closing while leading: a voter lacks the latest configuration, or every handover failed",
-					"waited", timeout, "lagging", lagging, "handed_over", handed, "term", c.raft.CurrentTerm())
-				return c.handOver()
+				l.log.Warnw("closing while leading: a voter lacks the latest configuration, or every handover failed",
+					"waited", timeout, "lagging", lagging, "handed_over", handed, "term", l.rn.raft.CurrentTerm())
+				return l.rn.handOver()
 			}
-			_, leader := c.raft.LeaderWithID()
-			c.log.Warnw("closing with no other member leading", "waited", timeout, "handed_over", handed, "leader", leader, "term", c.raft.CurrentTerm())
+			_, leader := l.rn.raft.LeaderWithID()
+			l.log.Warnw("closing with no other member leading", "waited", timeout, "handed_over", handed, "leader", leader, "term", l.rn.raft.CurrentTerm())
 			return handed
 		case <-t.C:
-		case <-c.kickL:
+		case <-l.kickL:
 		}
 	}
 }
 
-// leaderInput gathers what Decide reads: the state, Raft's
+// input gathers what Decide reads: the state, Raft's
 // configuration, liveness and speeds as plain data.
-func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
-	term := c.raft.CurrentTerm()
-	cf := c.raft.GetConfiguration()
+func (l *leader) input(now time.Time) (LeaderInput, error) {
+	term := l.rn.raft.CurrentTerm()
+	cf := l.rn.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return LeaderInput{}, err
 	}
-	cfIndex, err := c.cfScan.latest(c.st.logs, term)
+	cfIndex, err := l.rn.cfScan.latest(l.rn.st.logs, term)
 	if err != nil {
 		return LeaderInput{}, err
 	}
 	in := LeaderInput{
-		Self:      c.id.String(),
-		Leaving:   c.leaving.Load(),
-		State:     c.fsm.current(),
+		Self:      l.id.String(),
+		Leaving:   l.leaving.Load(),
+		State:     l.fsm.current(),
 		DeadSince: map[string]time.Time{},
 		Speeds:    map[string]float64{},
 		Now:       now,
 		Config: LeaderConfig{
-			Model: c.cfg.model, Planner: c.cfg.planner, CostParams: c.cfg.costParams,
-			DeadGrace: c.cfg.deadGrace, StableAfter: c.cfg.stableAfter, MaxVoters: c.cfg.maxVoters,
-			Warmup: c.cfg.warmup, LaggardPenalty: c.cfg.laggardPenalty,
-			RebalanceEvery: c.cfg.rebalanceEvery, RebalanceOpts: c.cfg.rebalanceOpts,
-			TrustChecks: c.cfg.trustChecks,
+			Model: l.cfg.model, Planner: l.cfg.planner, CostParams: l.cfg.costParams,
+			DeadGrace: l.cfg.deadGrace, StableAfter: l.cfg.stableAfter, MaxVoters: l.cfg.maxVoters,
+			Warmup: l.cfg.warmup, LaggardPenalty: l.cfg.laggardPenalty,
+			RebalanceEvery: l.cfg.rebalanceEvery, RebalanceOpts: l.cfg.rebalanceOpts,
+			TrustChecks: l.cfg.trustChecks,
 		},
 	}
-	if in.State.HasStewards() {
-		in.Vouches = vouchesOf(c.cfg.vouches)
+	if !in.State.Stewards().Empty() {
+		in.Vouches = vouchesOf(l.cfg.vouches)
 	}
 	if _, banned := in.State.Banned(in.Self, now); !in.State.IsMember(in.Self) && !banned {
-		in.Join = c.joinEvent()
+		in.Join = l.member.joinEvent()
 	}
-	if len(c.cfg.manifest) > 0 {
-		in.Manifest = ManifestPublished{Fingerprint: c.cfg.fingerprint, Manifest: c.cfg.manifest}
-		in.ManifestParts = c.cfg.manifestParts
+	if len(l.cfg.manifest) > 0 {
+		in.Manifest = ManifestPublished{Fingerprint: l.cfg.fingerprint, Manifest: l.cfg.manifest}
+		in.ManifestParts = l.cfg.manifestParts
 	}
-	if c.cfg.hasVerifyRate {
-		in.SwarmConfig = &SwarmConfigSet{VerifyRate: c.cfg.verifyRate}
+	if l.cfg.hasVerifyRate {
+		in.SwarmConfig = &SwarmConfigSet{VerifyRate: l.cfg.verifyRate}
 	}
-	if n := c.cfg.sessionTokens; n > 0 {
+	if n := l.cfg.sessionTokens; n > 0 {
 		in.SessionTokens = &SessionTokensSet{Tokens: n}
 	}
-	in.Stewards = c.foundingStewards(in.State, now)
+	in.Stewards = l.member.foundingStewards(in.State, now)
 	seen := map[string]bool{}
 	look := func(id string) {
 		if seen[id] {
@@ -183,16 +209,16 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 			in.DeadSince[id] = time.Time{} // no peer: dead for ever
 			return
 		}
-		if since, dead := c.live.DeadSince(p); dead && id != in.Self {
+		if since, dead := l.live.DeadSince(p); dead && id != in.Self {
 			in.DeadSince[id] = since
 		}
-		if c.cfg.speeds != nil {
-			if v, ok := c.cfg.speeds.Speed(p); ok {
+		if l.cfg.speeds != nil {
+			if v, ok := l.cfg.speeds.Speed(p); ok {
 				in.Speeds[id] = v // the leader's own too
 			}
 		}
-		if c.cfg.fetch != nil {
-			if v, ok := c.cfg.fetch.FetchRate(p); ok && v > 0 {
+		if l.cfg.fetch != nil {
+			if v, ok := l.cfg.fetch.FetchRate(p); ok && v > 0 {
 				if in.FetchRates == nil {
 					in.FetchRates = map[string]float64{}
 				}
@@ -201,7 +227,7 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 		}
 	}
 	for _, sv := range cf.Configuration().Servers {
-		lag := sv.ID != raft.ServerID(in.Self) && !c.cfg.ignoreLag && c.prog.matched(term, sv.ID) < cfIndex
+		lag := sv.ID != raft.ServerID(in.Self) && !l.cfg.ignoreLag && l.rn.prog.matched(term, sv.ID) < cfIndex
 		in.Servers = append(in.Servers, RaftServer{ID: string(sv.ID), Voter: sv.Suffrage == raft.Voter, Lagging: lag})
 		look(string(sv.ID))
 	}
@@ -211,42 +237,42 @@ func (c *Consensus) leaderInput(now time.Time) (LeaderInput, error) {
 	return in, nil
 }
 
-// leaderStep decides once and carries the action out. It reports whether
+// step decides once and carries the action out. It reports whether
 // it acted, so that the loop decides again at once.
-func (c *Consensus) leaderStep(now time.Time) (bool, error) {
-	in, err := c.leaderInput(now)
+func (l *leader) step(now time.Time) (bool, error) {
+	in, err := l.input(now)
 	if err != nil {
 		return false, err
 	}
-	a, next, err := Decide(in, c.lead)
-	c.lead = next
+	a, next, err := Decide(in, l.mem)
+	l.mem = next
 	if err != nil || a == nil {
 		return false, err
 	}
-	return c.execute(a, in.State)
+	return l.execute(a, in.State)
 }
 
 // execute carries out one action of Decide against Raft.
-func (c *Consensus) execute(a Action, before State) (bool, error) {
-	rt := c.cfg.rpcTimeout
+func (l *leader) execute(a Action, before State) (bool, error) {
+	rt := l.cfg.rpcTimeout
 	switch a := a.(type) {
 	case Append:
-		return c.executeAppend(a, before)
+		return l.executeAppend(a, before)
 	case AddNonvoter:
-		c.log.Infow("adding non-voter", "peer", a.ID)
-		return true, c.configChange(c.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.ID), 0, rt))
+		l.log.Infow("adding non-voter", "peer", a.ID)
+		return true, l.rn.configChange(l.rn.raft.AddNonvoter(raft.ServerID(a.ID), raft.ServerAddress(a.ID), 0, rt))
 	case AddVoter:
-		c.log.Infow("promoting voter", "peer", a.ID)
-		return true, c.configChange(c.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.ID), 0, rt))
+		l.log.Infow("promoting voter", "peer", a.ID)
+		return true, l.rn.configChange(l.rn.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.ID), 0, rt))
 	case RemoveServer:
-		c.log.Infow("removing server", "peer", a.ID)
-		return true, c.configChange(c.raft.RemoveServer(raft.ServerID(a.ID), 0, rt))
+		l.log.Infow("removing server", "peer", a.ID)
+		return true, l.rn.configChange(l.rn.raft.RemoveServer(raft.ServerID(a.ID), 0, rt))
 	case Demote:
-		c.log.Infow("demoting voter", "peer", a.ID)
-		return true, c.configChange(c.raft.DemoteVoter(raft.ServerID(a.ID), 0, rt))
+		l.log.Infow("demoting voter", "peer", a.ID)
+		return true, l.rn.configChange(l.rn.raft.DemoteVoter(raft.ServerID(a.ID), 0, rt))
 	case TransferLeadership:
-		c.log.Infow("drained: handing over leadership")
-		if err := c.wait(c.raft.LeadershipTransfer()); err != nil {
+		l.log.Infow("drained: handing over leadership")
+		if err := l.rn.wait(l.rn.raft.LeadershipTransfer()); err != nil {
 			return false, fmt.Errorf("leadership transfer: %w", err)
 		}
 		return false, nil // no longer the leader: stop deciding
@@ -254,15 +280,15 @@ func (c *Consensus) execute(a Action, before State) (bool, error) {
 	return false, fmt.Errorf("consensus: unknown leader action %T", a)
 }
 
-func (c *Consensus) executeAppend(a Append, before State) (bool, error) {
+func (l *leader) executeAppend(a Append, before State) (bool, error) {
 	switch e := a.Event.(type) {
 	case MapProposed:
-		c.log.Infow("proposing", "epoch", e.Map.Epoch, "reason", e.Reason, "stages", e.Map.Stages, "note", a.Why)
+		l.log.Infow("proposing", "epoch", e.Map.Epoch, "reason", e.Reason, "stages", e.Map.Stages, "note", a.Why)
 	case MapCommitted:
 	default:
-		c.log.Infow("leader appends", "event", e.Kind(), "why", a.Why)
+		l.log.Infow("leader appends", "event", e.Kind(), "why", a.Why)
 	}
-	err := c.apply(a.Event)
+	err := l.rn.apply(a.Event)
 	switch e := a.Event.(type) {
 	case MapProposed:
 		if errors.Is(err, ErrUnknownMember) {
@@ -271,88 +297,79 @@ func (c *Consensus) executeAppend(a Append, before State) (bool, error) {
 	case MapCommitted:
 		if err == nil {
 			p, _ := before.Pending()
-			c.log.Infow("committed", "epoch", e.Epoch, "warmup", a.Why)
-			c.publish(p.Map)
+			l.log.Infow("committed", "epoch", e.Epoch, "warmup", a.Why)
+			l.publish(p.Map)
 		}
 	}
 	return err == nil, err
 }
 
-// configChange waits for a configuration change (wait: at most until
-// the member closes).
-func (c *Consensus) configChange(f raft.IndexFuture) error {
-	if err := c.wait(f); err != nil {
-		return fmt.Errorf("raft configuration change: %w", err)
-	}
-	return nil
-}
-
 // publish gossips a committed map, off the loop.
-func (c *Consensus) publish(m layers.LayerMap) {
-	if c.cfg.publisher == nil {
+func (l *leader) publish(m layers.LayerMap) {
+	if l.cfg.publisher == nil {
 		return
 	}
-	c.published = time.Now()
+	l.published = time.Now()
 	data, err := m.MarshalBinary()
 	if err != nil {
-		c.log.Warnw("map notice", "epoch", m.Epoch, "error", err)
+		l.log.Warnw("map notice", "epoch", m.Epoch, "error", err)
 		return
 	}
-	c.wg.Add(1) // the leader loop holds the group open: Add is safe
+	l.wg.Add(1) // the leader loop holds the group open: Add is safe
 	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
+		defer l.wg.Done()
+		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.rpcTimeout)
 		defer cancel()
-		if err := c.cfg.publisher.PublishMapNotice(ctx, data); err != nil && ctx.Err() == nil {
-			c.log.Warnw("map notice", "epoch", m.Epoch, "error", err)
+		if err := l.cfg.publisher.PublishMapNotice(ctx, data); err != nil && ctx.Err() == nil {
+			l.log.Warnw("map notice", "epoch", m.Epoch, "error", err)
 		}
 	}()
 }
 
-// leaderRequest handles a member's request on the leader.
-func (c *Consensus) leaderRequest(_ context.Context, ev Event) error {
-	s := c.fsm.current()
+// request handles a member's request on the leader.
+func (l *leader) request(_ context.Context, ev Event) error {
+	s := l.fsm.current()
 	switch e := ev.(type) {
 	case NodeJoined:
 		// The founder's join is the swarm's first record, and its steward
 		// set (if it names one) comes before anyone else's join: the first
 		// set is the senior member's to sign (stewards.go), and a stranger
 		// whose request arrived first would otherwise be it.
-		if self := c.id.String(); e.Node != self {
+		if self := l.id.String(); e.Node != self {
 			if s.Len() == 0 {
 				return fmt.Errorf("%w: the founder has not joined yet", ErrNoLeader)
 			}
-			if c.foundingStewards(s, time.Now()) != nil {
+			if l.member.foundingStewards(s, time.Now()) != nil {
 				return fmt.Errorf("%w: the founder has not named its stewards yet", ErrNoLeader)
 			}
 		}
 		if m, ok := s.Member(e.Node); ok && !m.Draining && sameJoin(m, e) {
 			return nil
 		}
-		if err := c.apply(e); err != nil {
+		if err := l.rn.apply(e); err != nil {
 			return err
 		}
-		kick(c.kickL)
+		kick(l.kickL)
 		return nil
 	case NodeDraining:
 		if m, ok := s.Member(e.Node); ok && m.Draining {
 			return nil
 		}
-		err := c.apply(e)
-		kick(c.kickL)
+		err := l.rn.apply(e)
+		kick(l.kickL)
 		return err
 	case StageReady:
-		err := c.apply(e)
-		kick(c.kickL)
+		err := l.rn.apply(e)
+		kick(l.kickL)
 		return err
 	case NodeFaulted:
-		return c.faultReport(e)
+		return l.faultReport(e)
 	case StewardsSet:
-		if e.Seq == s.StewardSeq() && slices.Equal(e.Stewards, s.Stewards()) {
+		if e.Seq == s.Stewards().Seq() && slices.Equal(e.Stewards, s.Stewards().List()) {
 			return nil // appended already: a retried request
 		}
-		err := c.apply(e) // the fold checks the signature
-		kick(c.kickL)
+		err := l.rn.apply(e) // the fold checks the signature
+		kick(l.kickL)
 		return err
 	}
 	return fmt.Errorf("%w: %s is not a request", ErrForbidden, ev.Kind())

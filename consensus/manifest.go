@@ -177,7 +177,8 @@ func (s State) HasManifestPart(digest [sha256.Size]byte, index int) bool {
 }
 
 // manifestBase checks what every manifest event needs: the swarm's model.
-func (s *State) manifestBase(fp string) error {
+func (f fold) manifestBase(fp string) error {
+	s := f.s
 	switch {
 	case s.fingerprint == "":
 		return fmt.Errorf("%w: manifest before the swarm has a model", ErrRejected)
@@ -187,11 +188,12 @@ func (s *State) manifestBase(fp string) error {
 	return nil
 }
 
-func (s *State) manifestPublished(e ManifestPublished) error {
+func (f fold) manifestPublished(e ManifestPublished) error {
+	s := f.s
 	if e.Fingerprint == "" || len(e.Manifest) == 0 || len(e.Manifest) > MaxManifestLen {
 		return fmt.Errorf("%w: manifest of %d bytes for %q", ErrRejected, len(e.Manifest), e.Fingerprint)
 	}
-	if err := s.manifestBase(e.Fingerprint); err != nil {
+	if err := f.manifestBase(e.Fingerprint); err != nil {
 		return err
 	}
 	switch {
@@ -208,11 +210,12 @@ func (s *State) manifestPublished(e ManifestPublished) error {
 	return nil
 }
 
-func (s *State) manifestPart(e ManifestPart) error {
+func (f fold) manifestPart(e ManifestPart) error {
+	s := f.s
 	if err := e.check(); err != nil {
 		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
-	if err := s.manifestBase(e.Fingerprint); err != nil {
+	if err := f.manifestBase(e.Fingerprint); err != nil {
 		return err
 	}
 	if s.manifest != nil {
@@ -282,7 +285,7 @@ func appendManifest(b []byte, s State) []byte {
 			b = binary.AppendUvarint(b, uint64(i))
 			b = appendBytes(b, p.got[i])
 		}
-	case s.hasSections():
+	case hasSections(s):
 		// Sections follow: an empty byte string stands for no manifest.
 		b = appendBytes(b, nil)
 	}

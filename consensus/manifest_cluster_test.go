@@ -77,7 +77,7 @@ func TestClusterManifestInParts(t *testing.T) {
 	// comes back from its data dir alone.
 	// (Raft refuses while a configuration change is being applied.)
 	var snapErr error
-	if _, ok := cl.until(30*time.Second, func() bool { snapErr = b.c().raft.Snapshot().Error(); return snapErr == nil }); !ok {
+	if _, ok := cl.until(30*time.Second, func() bool { snapErr = b.c().rn.raft.Snapshot().Error(); return snapErr == nil }); !ok {
 		t.Fatalf("b takes no snapshot: %v", snapErr)
 	}
 	b.kill()

@@ -38,14 +38,14 @@ func MapHash(m layers.LayerMap) string {
 
 // logMapApplied writes the line for a committed map folded in at Raft
 // index idx.
-func (c *Consensus) logMapApplied(idx uint64, m layers.LayerMap) {
-	c.log.Infow(LogMapApplied, "epoch", m.Epoch, "index", idx, "hash", MapHash(m),
+func (f *feed) logMapApplied(idx uint64, m layers.LayerMap) {
+	f.log.Infow(LogMapApplied, "epoch", m.Epoch, "index", idx, "hash", MapHash(m),
 		"stages", len(m.Stages), "at_us", time.Now().UnixMicro())
 }
 
 // logMapRestored writes the line for a state restored from a snapshot.
-func (c *Consensus) logMapRestored(s State) {
+func (f *feed) logMapRestored(s State) {
 	m := s.Committed()
-	c.log.Infow(LogMapRestored, "epoch", m.Epoch, "hash", MapHash(m),
+	f.log.Infow(LogMapRestored, "epoch", m.Epoch, "hash", MapHash(m),
 		"stages", len(m.Stages), "at_us", time.Now().UnixMicro())
 }

@@ -46,7 +46,7 @@ func TestMapHash(t *testing.T) {
 // hash; other records log none.
 func TestAppliedMapIsLogged(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
-	c := &Consensus{log: zap.New(core).Sugar(), watchers: map[int]chan Change{}}
+	c := newFeed(zap.New(core).Sugar(), make(chan struct{}, 1), make(chan struct{}, 1))
 	m := testMap(t, 5, 3)
 	s := State{committed: m}
 	c.applied(41, Record{Event: MapCommitted{Epoch: 5}}, s)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -134,15 +133,28 @@ func readFrame(r io.Reader, limit uint32) ([]byte, error) {
 // fits the swarm's control handler: the answer, refusals included, is
 // in the returned payload, and the error is always nil.
 func (c *Consensus) HandleControl(ctx context.Context, from peer.ID, req []byte) ([]byte, error) {
+	return c.ctl.handle(ctx, from, req), nil
+}
+
+// ctl owns the control RPC: it serves the requests peers send this
+// member (forwarding them once to the leader) and sends this member's
+// own (request), over the swarm's caller or its own streams.
+type ctl struct {
+	*base         // fields only: base has no methods to promote
+	lead  *leader // answers the requests while this member leads
+}
+
+// handle answers one request; see HandleControl.
+func (c *ctl) handle(ctx context.Context, from peer.ID, req []byte) []byte {
 	err := c.serveRequest(ctx, from, req)
 	if err != nil {
 		c.log.Debugw("control request refused", "peer", from, "error", err)
 	}
-	return encodeResponse(err), nil
+	return encodeResponse(err)
 }
 
 // serveControl is the built-in handler of proto.Ctl.
-func (c *Consensus) serveControl(s network.Stream) {
+func (c *ctl) serveControl(s network.Stream) {
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(c.cfg.rpcTimeout))
 	req, err := readFrame(s, MaxControlFrame)
@@ -153,11 +165,11 @@ func (c *Consensus) serveControl(s network.Stream) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
 	defer cancel()
-	resp, _ := c.HandleControl(ctx, s.Conn().RemotePeer(), req)
+	resp := c.handle(ctx, s.Conn().RemotePeer(), req)
 	_ = writeFrame(s, append([]byte{0}, resp...))
 }
 
-func (c *Consensus) serveRequest(ctx context.Context, from peer.ID, req []byte) error {
+func (c *ctl) serveRequest(ctx context.Context, from peer.ID, req []byte) error {
 	origin, hops, r, err := decodeRequest(req)
 	if err != nil {
 		return err
@@ -193,14 +205,14 @@ func (c *Consensus) serveRequest(ctx context.Context, from peer.ID, req []byte) 
 }
 
 // submit hands a request to the leader: itself, or forwarded once.
-func (c *Consensus) submit(ctx context.Context, origin string, ev Event, hops uint8) error {
-	if c.IsLeader() {
-		return c.leaderRequest(ctx, ev)
+func (c *ctl) submit(ctx context.Context, origin string, ev Event, hops uint8) error {
+	if c.rn.isLeader() {
+		return c.lead.request(ctx, ev)
 	}
 	if hops > 0 {
 		return ErrNotLeader
 	}
-	leader, ok := c.Leader()
+	leader, ok := c.rn.leader()
 	if !ok || leader == c.id || !c.inConfig(c.id) {
 		return ErrNoLeader
 	}
@@ -208,33 +220,13 @@ func (c *Consensus) submit(ctx context.Context, origin string, ev Event, hops ui
 }
 
 // inConfig reports whether p is a server in the latest Raft configuration.
-func (c *Consensus) inConfig(p peer.ID) bool {
-	in, _ := c.suffrage(p)
+func (c *ctl) inConfig(p peer.ID) bool {
+	in, _ := c.rn.suffrage(p)
 	return in
 }
 
-// isVoter reports whether p votes in this member's latest configuration.
-func (c *Consensus) isVoter(p peer.ID) bool {
-	_, voter := c.suffrage(p)
-	return voter
-}
-
-// suffrage is p's place in this member's latest configuration.
-func (c *Consensus) suffrage(p peer.ID) (in, voter bool) {
-	f := c.raft.GetConfiguration()
-	if f.Error() != nil {
-		return false, false
-	}
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == p.String() {
-			return true, s.Suffrage == raft.Voter
-		}
-	}
-	return false, false
-}
-
 // call sends one control request to p and returns its answer.
-func (c *Consensus) call(ctx context.Context, p peer.ID, origin string, hops uint8, ev Event) error {
+func (c *ctl) call(ctx context.Context, p peer.ID, origin string, hops uint8, ev Event) error {
 	if origin == c.id.String() {
 		origin = ""
 	}
@@ -260,7 +252,7 @@ func (c *Consensus) call(ctx context.Context, p peer.ID, origin string, hops uin
 }
 
 // callStream is the built-in control client: one stream per call.
-func (c *Consensus) callStream(ctx context.Context, p peer.ID, req []byte) ([]byte, error) {
+func (c *ctl) callStream(ctx context.Context, p peer.ID, req []byte) ([]byte, error) {
 	s, err := c.h.NewStream(ctx, p, proto.Ctl)
 	if err != nil {
 		return nil, err
@@ -302,13 +294,13 @@ func retryable(err error) bool {
 // request sends ev to the leader until it is appended, refused for good,
 // or ctx ends. It tries the leader when one is known, else the bootstrap
 // peers and the members in turn.
-func (c *Consensus) request(ctx context.Context, ev Event) error {
+func (c *ctl) request(ctx context.Context, ev Event) error {
 	var last error
 	for attempt := 0; ; attempt++ {
 		var err error
-		if c.IsLeader() {
-			err = c.leaderRequest(ctx, ev)
-		} else if leader, ok := c.Leader(); ok && leader != c.id {
+		if c.rn.isLeader() {
+			err = c.lead.request(ctx, ev)
+		} else if leader, ok := c.rn.leader(); ok && leader != c.id {
 			err = c.call(ctx, leader, "", 0, ev)
 		} else if targets := c.contacts(); len(targets) > 0 {
 			err = c.call(ctx, targets[attempt%len(targets)], "", 0, ev)
@@ -330,7 +322,7 @@ func (c *Consensus) request(ctx context.Context, ev Event) error {
 }
 
 // contacts are the peers a request may go to when no leader is known.
-func (c *Consensus) contacts() []peer.ID {
+func (c *ctl) contacts() []peer.ID {
 	var out []peer.ID
 	for _, b := range c.cfg.bootstrap {
 		if b.ID != c.id {

@@ -74,7 +74,7 @@ func TestMinorityPartitionCannotCommit(t *testing.T) {
 	}
 	cut := time.Now()
 	ghost := ghostJoin(t)
-	f := leader.c().raft.Apply(ghost, time.Second)
+	f := leader.c().rn.raft.Apply(ghost, time.Second)
 	if err := f.Error(); err == nil {
 		t.Fatal("the minority's leader committed an entry")
 	} else {
@@ -96,7 +96,7 @@ func TestMinorityPartitionCannotCommit(t *testing.T) {
 	}
 	t.Logf("majority elected %s %v after the cut", shortID(newLeader.h.ID()), time.Since(cut).Round(time.Millisecond))
 	start := time.Now()
-	if err := newLeader.c().raft.Apply(ghostJoin(t), 2*time.Second).Error(); err != nil {
+	if err := newLeader.c().rn.raft.Apply(ghostJoin(t), 2*time.Second).Error(); err != nil {
 		t.Fatalf("majority cannot commit: %v", err)
 	}
 	t.Logf("majority committed an entry in %v", time.Since(start).Round(time.Microsecond))
@@ -149,7 +149,7 @@ func TestRestartFromDataDirs(t *testing.T) {
 	cl.waitAll("the manifest replicated", 10*time.Second, func(s State) bool { return bytes.Equal(s.Manifest(), manifest) })
 	cl.converged(10 * time.Second)
 	// One snapshot on disk, the rest in the log.
-	if err := b.c().raft.Snapshot().Error(); err != nil {
+	if err := b.c().rn.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	want := a.c().Committed()
@@ -510,9 +510,9 @@ func TestCloseHandsOverLeadership(t *testing.T) {
 func TestCloseEndsInboundStreams(t *testing.T) {
 	cl, _, f := threeVoters(t)
 	open := func() int {
-		f.c().sl.mu.Lock()
-		defer f.c().sl.mu.Unlock()
-		return len(f.c().sl.accepted)
+		f.c().rn.sl.mu.Lock()
+		defer f.c().rn.sl.mu.Unlock()
+		return len(f.c().rn.sl.accepted)
 	}
 	// The leader's replication keeps a stream to every follower.
 	cl.await("an inbound stream at the follower", 5*time.Second, func() bool { return open() > 0 })

@@ -17,7 +17,7 @@ func placeable(m Member, now time.Time) bool {
 // Shortfall is how far the members of s that a plan may place at now
 // (placeable, and not dead by dead, which may be nil) fall short of
 // holding every layer of model, with the cost parameters a leader plans
-// with (s.PlanParams(params)): layers.Fleet.Shortfall of the fleet a
+// with (s.SwarmConfig().PlanParams(params)): layers.Fleet.Shortfall of the fleet a
 // leader would plan on. A swarm with no committed map that falls short
 // waits for more nodes: no leader can plan a first map.
 func Shortfall(s State, model layers.ModelSpec, params layers.CostParams, now time.Time, dead func(id string) bool) (layers.Shortfall, error) {
@@ -28,7 +28,7 @@ func Shortfall(s State, model layers.ModelSpec, params layers.CostParams, now ti
 		}
 		nodes = append(nodes, layers.Node{ID: m.ID, Hardware: m.Caps.Hardware, Region: m.Caps.Region, MaxLayers: m.Caps.MaxLayers})
 	}
-	f, err := layers.NewFleet(model, nodes, s.PlanParams(params))
+	f, err := layers.NewFleet(model, nodes, s.SwarmConfig().PlanParams(params))
 	if err != nil {
 		return layers.Shortfall{}, err
 	}

@@ -135,7 +135,7 @@ func SignStewards(s State, stewards []string, key crypto.PrivKey) (StewardsSet, 
 	}
 	ids := slices.Clone(stewards)
 	slices.Sort(ids)
-	e := StewardsSet{Seq: s.stewardSeq + 1, Stewards: slices.Compact(ids), Signer: signer.String()}
+	e := StewardsSet{Seq: s.stewards.seq + 1, Stewards: slices.Compact(ids), Signer: signer.String()}
 	if err := validStewards(e.Stewards); err != nil {
 		return StewardsSet{}, err
 	}
@@ -184,8 +184,8 @@ func (s State) Founder() (Member, bool) {
 // derived from the fingerprint and the founder (Founder) with its join
 // time, which no other swarm shares. False with no members.
 func (s State) SwarmID() ([32]byte, bool) {
-	if s.stewardSeq > 0 {
-		return s.swarmID, true
+	if s.stewards.seq > 0 {
+		return s.stewards.swarmID, true
 	}
 	f, ok := s.Founder()
 	if !ok {
@@ -198,29 +198,42 @@ func (s State) SwarmID() ([32]byte, bool) {
 	return sha256.Sum256(b), true
 }
 
-// Stewards lists the swarm's stewards, sorted; nil while it has none
-// (then voters are chosen among all stable members, as before stewards).
-func (s State) Stewards() []string { return slices.Clone(s.stewards) }
+// Stewardship is the swarm's steward set as the replicated state holds
+// it: the stewards, the set's sequence number (0: none yet) and the
+// swarm the set was signed for.
+type Stewardship struct {
+	ids     []string
+	seq     uint64
+	swarmID [32]byte
+}
 
-// HasStewards reports whether the swarm has a steward set.
-func (s State) HasStewards() bool { return s.stewardSeq > 0 }
+// Stewards is the swarm's steward set.
+func (s State) Stewards() Stewardship { return s.stewards }
 
-// StewardSeq is the sequence number of the swarm's steward set (0: none).
-func (s State) StewardSeq() uint64 { return s.stewardSeq }
+// List lists the stewards, sorted; nil while the swarm has none (then
+// voters are chosen among all stable members, as before stewards).
+func (st Stewardship) List() []string { return slices.Clone(st.ids) }
 
-// IsSteward reports whether id is a steward.
-func (s State) IsSteward(id string) bool {
-	_, ok := slices.BinarySearch(s.stewards, id)
+// Empty reports whether the swarm has no steward set.
+func (st Stewardship) Empty() bool { return st.seq == 0 }
+
+// Seq is the sequence number of the steward set (0: none).
+func (st Stewardship) Seq() uint64 { return st.seq }
+
+// Includes reports whether id is a steward.
+func (st Stewardship) Includes(id string) bool {
+	_, ok := slices.BinarySearch(st.ids, id)
 	return ok
 }
 
 // mayVote: a swarm with stewards lets only them vote; one without lets
 // anyone (the other criteria are Decide's).
-func (s State) mayVote(id string) bool { return !s.HasStewards() || s.IsSteward(id) }
+func (st Stewardship) mayVote(id string) bool { return st.Empty() || st.Includes(id) }
 
-func (s *State) stewardsSet(e StewardsSet) error {
-	if e.Seq != s.stewardSeq+1 {
-		return fmt.Errorf("%w: steward set %d, want %d", ErrStale, e.Seq, s.stewardSeq+1)
+func (f fold) stewardsSet(e StewardsSet) error {
+	s := f.s
+	if e.Seq != s.stewards.seq+1 {
+		return fmt.Errorf("%w: steward set %d, want %d", ErrStale, e.Seq, s.stewards.seq+1)
 	}
 	if err := validStewards(e.Stewards); err != nil {
 		return err
@@ -229,8 +242,8 @@ func (s *State) stewardsSet(e StewardsSet) error {
 	if !ok {
 		return fmt.Errorf("%w: steward set before any member", ErrRejected)
 	}
-	if s.HasStewards() {
-		if !s.IsSteward(e.Signer) {
+	if !s.Stewards().Empty() {
+		if !s.Stewards().Includes(e.Signer) {
 			return fmt.Errorf("%w: %s is no steward", ErrBadStewards, e.Signer)
 		}
 	} else if f, _ := s.Founder(); e.Signer != f.ID {
@@ -247,16 +260,16 @@ func (s *State) stewardsSet(e StewardsSet) error {
 	if ok, err := pub.Verify(e.signedBytes(swarm), e.Sig); err != nil || !ok {
 		return fmt.Errorf("%w: bad signature by %s", ErrBadStewards, e.Signer)
 	}
-	s.swarmID, s.stewardSeq, s.stewards = swarm, e.Seq, slices.Clone(e.Stewards)
+	s.stewards.swarmID, s.stewards.seq, s.stewards.ids = swarm, e.Seq, slices.Clone(e.Stewards)
 	return nil
 }
 
 // appendStewardsSection writes the steward section: the swarm ID, the
 // sequence number and the list.
 func appendStewardsSection(b []byte, s State) []byte {
-	b = append(b, s.swarmID[:]...)
-	b = binary.AppendUvarint(b, s.stewardSeq)
-	return appendStrs(b, s.stewards)
+	b = append(b, s.stewards.swarmID[:]...)
+	b = binary.AppendUvarint(b, s.stewards.seq)
+	return appendStrs(b, s.stewards.ids)
 }
 
 func decodeStewardsSection(d decoder, s *State) {
@@ -270,8 +283,8 @@ func decodeStewardsSection(d decoder, s *State) {
 		d.Fail("steward seq 0")
 		return
 	}
-	copy(s.swarmID[:], id)
-	s.stewardSeq, s.stewards = seq, list
+	copy(s.stewards.swarmID[:], id)
+	s.stewards.seq, s.stewards.ids = seq, list
 }
 
 // SetStewards makes ids the swarm's stewards, signed with this node's
@@ -295,10 +308,10 @@ func (c *Consensus) SetStewards(ctx context.Context, ids []string) error {
 	if err != nil {
 		return err
 	}
-	if s.HasStewards() && slices.Equal(e.Stewards, s.stewards) {
+	if !s.Stewards().Empty() && slices.Equal(e.Stewards, s.stewards.ids) {
 		return nil
 	}
-	if err := c.apply(e); err != nil {
+	if err := c.rn.apply(e); err != nil {
 		return err
 	}
 	kick(c.kickL)
@@ -315,7 +328,7 @@ func (c *Consensus) AppendStewards(ctx context.Context, e StewardsSet) error {
 	if !c.IsLeader() {
 		return ErrNotLeader
 	}
-	if err := c.apply(e); err != nil {
+	if err := c.rn.apply(e); err != nil {
 		return err
 	}
 	kick(c.kickL)
@@ -343,26 +356,26 @@ func WithStewards(ids ...string) Option {
 // append its steward set: leadership may have moved before the founder
 // appended it, and only the founder can sign the first set. One request
 // at a time (each ends within its timeout, so one per that period).
-func (c *Consensus) ensureStewards(s State, ms *memberState) {
-	if len(c.cfg.stewards) == 0 || s.HasStewards() || c.IsLeader() || c.leaving.Load() {
+func (m *member) ensureStewards(s State, ms *memberState) {
+	if len(m.cfg.stewards) == 0 || !s.Stewards().Empty() || m.rn.isLeader() || m.leaving.Load() {
 		return
 	}
-	every := 4 * c.cfg.rpcTimeout
+	every := 4 * m.cfg.rpcTimeout
 	if now := time.Now(); now.Sub(ms.stewardsAt) < every {
 		return
 	}
-	e := c.foundingStewards(s, time.Now())
+	e := m.foundingStewards(s, time.Now())
 	if e == nil {
 		return
 	}
 	ms.stewardsAt = time.Now()
-	c.wg.Add(1) // the member loop holds the group open: Add is safe
+	m.wg.Add(1) // the member loop holds the group open: Add is safe
 	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, every)
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.ctx, every)
 		defer cancel()
-		if err := c.request(ctx, *e); err != nil && c.ctx.Err() == nil {
-			c.log.Debugw("steward set request", "error", err)
+		if err := m.ctl.request(ctx, *e); err != nil && m.ctx.Err() == nil {
+			m.log.Debugw("steward set request", "error", err)
 		}
 	}()
 }
@@ -371,23 +384,23 @@ func (c *Consensus) ensureStewards(s State, ms *memberState) {
 // signed for the state as it is, and only when the fold would admit it
 // (this node is the founder and the swarm has no set), so that the
 // leader never appends a record every member refuses.
-func (c *Consensus) foundingStewards(s State, now time.Time) *StewardsSet {
-	if len(c.cfg.stewards) == 0 || s.HasStewards() {
+func (m *member) foundingStewards(s State, now time.Time) *StewardsSet {
+	if len(m.cfg.stewards) == 0 || !s.Stewards().Empty() {
 		return nil
 	}
-	if f, ok := s.Founder(); !ok || f.ID != c.id.String() {
+	if f, ok := s.Founder(); !ok || f.ID != m.id.String() {
 		return nil
 	}
-	key := c.h.Peerstore().PrivKey(c.id)
+	key := m.h.Peerstore().PrivKey(m.id)
 	if key == nil {
 		return nil
 	}
-	e, err := SignStewards(s, c.cfg.stewards, key)
+	e, err := SignStewards(s, m.cfg.stewards, key)
 	if err != nil {
 		return nil
 	}
 	if _, err := s.Apply(Record{At: now, Event: e}); err != nil {
-		c.log.Warnw("founding steward set refused", "err", err)
+		m.log.Warnw("founding steward set refused", "err", err)
 		return nil
 	}
 	return &e

@@ -38,7 +38,7 @@ func TestStewardsSybilCluster(t *testing.T) {
 	}
 	cl.leader(10 * time.Second)
 	cl.waitAll("steward set applied", 20*time.Second, func(s State) bool {
-		return slices.Equal(s.Stewards(), slices.Sorted(slices.Values(names)))
+		return slices.Equal(s.Stewards().List(), slices.Sorted(slices.Values(names)))
 	})
 
 	var sybils []*testNode
@@ -65,7 +65,7 @@ func TestStewardsSybilCluster(t *testing.T) {
 
 	// The leader steward dies: a steward leads the next term, the dead one
 	// leaves, and still no Sybil votes.
-	term := l.c().raft.CurrentTerm()
+	term := l.c().rn.raft.CurrentTerm()
 	l.kill()
 	next := cl.leaderAfter(term, 20*time.Second)
 	if !slices.Contains(names, next.id()) {
@@ -100,7 +100,7 @@ func TestStewardsSybilCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := next.c().raft.Apply(b, 5*time.Second)
+		f := next.c().rn.raft.Apply(b, 5*time.Second)
 		if err := f.Error(); err != nil {
 			t.Fatalf("%s: raft: %v", name, err)
 		}
@@ -117,8 +117,8 @@ func TestStewardsSybilCluster(t *testing.T) {
 			return true
 		})
 		for _, n := range cl.alive() {
-			if st := n.c().State(); st.StewardSeq() != 1 || !slices.Equal(st.Stewards(), slices.Sorted(slices.Values(names))) {
-				t.Fatalf("%s: member %s has stewards %v seq %d", name, shortID(n.h.ID()), st.Stewards(), st.StewardSeq())
+			if st := n.c().State(); st.Stewards().Seq() != 1 || !slices.Equal(st.Stewards().List(), slices.Sorted(slices.Values(names))) {
+				t.Fatalf("%s: member %s has stewards %v seq %d", name, shortID(n.h.ID()), st.Stewards().List(), st.Stewards().Seq())
 			}
 		}
 	}
@@ -134,7 +134,7 @@ func TestStewardsSybilCluster(t *testing.T) {
 // its current configuration, has a voter outside allowed.
 func checkVotersInLog(t *testing.T, n *testNode, allowed []string) {
 	t.Helper()
-	logs := n.c().st.logs
+	logs := n.c().rn.st.logs
 	first, err := logs.FirstIndex()
 	if err != nil {
 		t.Fatal(err)
@@ -210,17 +210,17 @@ func TestStewardsFoundingRace(t *testing.T) {
 		cl.start(n, WithBootstrap(founder.info()), WithStewards(n.id()))
 	}
 	cl.waitAll("every node a member of a swarm with stewards", 30*time.Second, func(s State) bool {
-		return s.HasStewards() && s.Len() == sybilCount+1
+		return !s.Stewards().Empty() && s.Len() == sybilCount+1
 	})
 	for _, n := range cl.alive() {
 		s := n.c().State()
-		if f, _ := s.Founder(); f.ID != founder.id() || !slices.Equal(s.Stewards(), []string{founder.id()}) {
-			t.Fatalf("%s: founder %s, stewards %v; want %s for both", shortID(n.h.ID()), f.ID, s.Stewards(), founder.id())
+		if f, _ := s.Founder(); f.ID != founder.id() || !slices.Equal(s.Stewards().List(), []string{founder.id()}) {
+			t.Fatalf("%s: founder %s, stewards %v; want %s for both", shortID(n.h.ID()), f.ID, s.Stewards().List(), founder.id())
 		}
 	}
 	// In the log, nobody's join but the founder's (its own request may
 	// repeat it) comes before its set.
-	logs := founder.c().st.logs
+	logs := founder.c().rn.st.logs
 	last, err := logs.LastIndex()
 	if err != nil {
 		t.Fatal(err)

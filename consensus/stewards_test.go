@@ -103,12 +103,12 @@ func TestStewardsSetFold(t *testing.T) {
 	refuse("steward that is no peer ID", s, notPeer, ErrRejected)
 
 	s1 := mustApply(t, s, rec(20, good))
-	if !s1.HasStewards() || !slices.Equal(s1.Stewards(), slices.Sorted(slices.Values(stewards))) || s1.StewardSeq() != 1 {
-		t.Fatalf("stewards %v seq %d", s1.Stewards(), s1.StewardSeq())
+	if s1.Stewards().Empty() || !slices.Equal(s1.Stewards().List(), slices.Sorted(slices.Values(stewards))) || s1.Stewards().Seq() != 1 {
+		t.Fatalf("stewards %v seq %d", s1.Stewards().List(), s1.Stewards().Seq())
 	}
 	for i, id := range ids {
-		if s1.IsSteward(id) != (i < 3) {
-			t.Fatalf("IsSteward(%d) = %v", i, s1.IsSteward(id))
+		if s1.Stewards().Includes(id) != (i < 3) {
+			t.Fatalf("Includes(%d) = %v", i, s1.Stewards().Includes(id))
 		}
 	}
 	refuse("the same set again", s1, good, ErrStale)
@@ -118,8 +118,8 @@ func TestStewardsSetFold(t *testing.T) {
 	refuse("change by a non-steward", s1, mustSign(t, s1, ids[:5], keys[5]), ErrBadStewards)
 	add := mustSign(t, s1, ids[:4], keys[2])
 	s2 := mustApply(t, s1, rec(21, add))
-	if !s2.IsSteward(ids[3]) || s2.StewardSeq() != 2 {
-		t.Fatalf("after the change: stewards %v seq %d", s2.Stewards(), s2.StewardSeq())
+	if !s2.Stewards().Includes(ids[3]) || s2.Stewards().Seq() != 2 {
+		t.Fatalf("after the change: stewards %v seq %d", s2.Stewards().List(), s2.Stewards().Seq())
 	}
 	refuse("the older set replayed", s2, good, ErrStale)
 	drop := mustSign(t, s2, ids[1:4], keys[1])
@@ -167,7 +167,7 @@ func TestStewardsSnapshot(t *testing.T) {
 		}
 	}
 	var back State
-	if err := back.UnmarshalBinary(plain); err != nil || back.HasStewards() {
+	if err := back.UnmarshalBinary(plain); err != nil || !back.Stewards().Empty() {
 		t.Fatalf("state without stewards: %v", err)
 	}
 }

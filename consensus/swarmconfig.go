@@ -44,17 +44,30 @@ func decodeSwarmConfigSet(d decoder) SwarmConfigSet {
 // validRate: a share in [0, 1] (NaN is not).
 func validRate(r float64) bool { return r >= 0 && r <= 1 }
 
-// VerifyRate is the swarm's spot-check rate; false when none was set.
-func (s State) VerifyRate() (float64, bool) { return s.verifyRate, s.hasConfig }
+// SwarmConfig is the swarm's configuration as the replicated state
+// holds it: each setting, and whether it was set.
+type SwarmConfig struct {
+	verifyRate       float64
+	hasRate          bool
+	sessionTokens    int
+	hasSessionTokens bool
+}
 
-func (s *State) swarmConfigSet(e SwarmConfigSet) error {
+// SwarmConfig is the swarm's configuration.
+func (s State) SwarmConfig() SwarmConfig { return s.config }
+
+// VerifyRate is the swarm's spot-check rate; false when none was set.
+func (c SwarmConfig) VerifyRate() (float64, bool) { return c.verifyRate, c.hasRate }
+
+func (f fold) swarmConfigSet(e SwarmConfigSet) error {
+	s := f.s
 	switch {
 	case !validRate(e.VerifyRate):
 		return fmt.Errorf("%w: verify rate %v outside [0, 1]", ErrRejected, e.VerifyRate)
-	case s.hasConfig && s.verifyRate == e.VerifyRate:
+	case s.config.hasRate && s.config.verifyRate == e.VerifyRate:
 		return fmt.Errorf("%w: verify rate is already %v", ErrStale, e.VerifyRate)
 	}
-	s.verifyRate, s.hasConfig = e.VerifyRate, true
+	s.config.verifyRate, s.config.hasRate = e.VerifyRate, true
 	return nil
 }
 
@@ -92,25 +105,26 @@ func validSessionTokens(n int) bool { return n >= 0 && n <= MaxSessionTokens }
 
 // SessionTokens is the mean session length the swarm plans with (0: no
 // KV cap); false when none was set.
-func (s State) SessionTokens() (int, bool) { return s.sessionTokens, s.hasSessionTokens }
+func (c SwarmConfig) SessionTokens() (int, bool) { return c.sessionTokens, c.hasSessionTokens }
 
 // PlanParams is p with the swarm's session length in place of p's, when
 // the state has one: what the leader plans with.
-func (s State) PlanParams(p layers.CostParams) layers.CostParams {
-	if s.hasSessionTokens {
-		p.SessionTokens = s.sessionTokens
+func (c SwarmConfig) PlanParams(p layers.CostParams) layers.CostParams {
+	if c.hasSessionTokens {
+		p.SessionTokens = c.sessionTokens
 	}
 	return p
 }
 
-func (s *State) sessionTokensSet(e SessionTokensSet) error {
+func (f fold) sessionTokensSet(e SessionTokensSet) error {
+	s := f.s
 	switch {
 	case !validSessionTokens(e.Tokens):
 		return fmt.Errorf("%w: session tokens %d outside [0, %d]", ErrRejected, e.Tokens, MaxSessionTokens)
-	case s.hasSessionTokens && s.sessionTokens == e.Tokens:
+	case s.config.hasSessionTokens && s.config.sessionTokens == e.Tokens:
 		return fmt.Errorf("%w: session tokens are already %d", ErrStale, e.Tokens)
 	}
-	s.sessionTokens, s.hasSessionTokens = e.Tokens, true
+	s.config.sessionTokens, s.config.hasSessionTokens = e.Tokens, true
 	return nil
 }
 
@@ -126,19 +140,21 @@ const (
 )
 
 // hasSections: the snapshot ends with trailing sections.
-func (s State) hasSections() bool { return s.hasConfig || s.hasSessionTokens || s.HasStewards() }
+func hasSections(s State) bool {
+	return s.config.hasRate || s.config.hasSessionTokens || !s.stewards.Empty()
+}
 
 // appendSections ends a snapshot with its trailing sections.
 func appendSections(b []byte, s State) []byte {
-	if s.hasConfig {
+	if s.config.hasRate {
 		b = append(b, sectionConfig)
-		b = appendF64(b, s.verifyRate)
+		b = appendF64(b, s.config.verifyRate)
 	}
-	if s.hasSessionTokens {
+	if s.config.hasSessionTokens {
 		b = append(b, sectionSessionTokens)
-		b = binary.AppendUvarint(b, uint64(s.sessionTokens))
+		b = binary.AppendUvarint(b, uint64(s.config.sessionTokens))
 	}
-	if s.HasStewards() {
+	if !s.Stewards().Empty() {
 		b = append(b, sectionStewards)
 		b = appendStewardsSection(b, s)
 	}
@@ -165,13 +181,13 @@ func decodeSections(d decoder, s *State) {
 				d.Fail("verify rate %v outside [0, 1]", r)
 				return
 			}
-			s.verifyRate, s.hasConfig = r, true
+			s.config.verifyRate, s.config.hasRate = r, true
 		case sectionSessionTokens:
 			n := int(d.Uvarint("session tokens", MaxSessionTokens))
 			if d.Err() != nil {
 				return
 			}
-			s.sessionTokens, s.hasSessionTokens = n, true
+			s.config.sessionTokens, s.config.hasSessionTokens = n, true
 		case sectionStewards:
 			decodeStewardsSection(d, s)
 		default:
@@ -195,10 +211,10 @@ func (c *Consensus) SetVerifyRate(ctx context.Context, r float64) error {
 	if !c.IsLeader() {
 		return ErrNotLeader
 	}
-	if cur, ok := c.fsm.current().VerifyRate(); ok && cur == r {
+	if cur, ok := c.fsm.current().SwarmConfig().VerifyRate(); ok && cur == r {
 		return nil
 	}
-	return c.apply(SwarmConfigSet{VerifyRate: r})
+	return c.rn.apply(SwarmConfigSet{VerifyRate: r})
 }
 
 // WithVerifyRate is the spot-check rate this node gives the swarm while
@@ -230,10 +246,10 @@ func (c *Consensus) SetSessionTokens(ctx context.Context, n int) error {
 	if !c.IsLeader() {
 		return ErrNotLeader
 	}
-	if cur, ok := c.fsm.current().SessionTokens(); ok && cur == n {
+	if cur, ok := c.fsm.current().SwarmConfig().SessionTokens(); ok && cur == n {
 		return nil
 	}
-	if err := c.apply(SessionTokensSet{Tokens: n}); err != nil {
+	if err := c.rn.apply(SessionTokensSet{Tokens: n}); err != nil {
 		return err
 	}
 	kick(c.kickL)

@@ -19,18 +19,18 @@ import (
 // codec and by the option.
 func TestSwarmConfigSet(t *testing.T) {
 	var s State
-	if _, ok := s.VerifyRate(); ok {
+	if _, ok := s.SwarmConfig().VerifyRate(); ok {
 		t.Fatal("a rate before any was set")
 	}
 	s = mustApply(t, s, rec(1, SwarmConfigSet{VerifyRate: 0.05}))
-	if r, ok := s.VerifyRate(); !ok || r != 0.05 {
+	if r, ok := s.SwarmConfig().VerifyRate(); !ok || r != 0.05 {
 		t.Fatalf("rate %v %v, want 0.05", r, ok)
 	}
 	if _, err := s.Apply(rec(2, SwarmConfigSet{VerifyRate: 0.05})); !errors.Is(err, ErrStale) {
 		t.Fatalf("the same rate again: %v", err)
 	}
 	s = mustApply(t, s, rec(2, SwarmConfigSet{VerifyRate: 0}))
-	if r, ok := s.VerifyRate(); !ok || r != 0 {
+	if r, ok := s.SwarmConfig().VerifyRate(); !ok || r != 0 {
 		t.Fatalf("rate %v %v, want 0 (checks off, but set)", r, ok)
 	}
 	for _, bad := range []float64{-0.01, 1.5, math.NaN(), math.Inf(1)} {
@@ -84,7 +84,7 @@ func TestSwarmConfigSnapshot(t *testing.T) {
 		if err := r.UnmarshalBinary(b); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		rate, ok := r.VerifyRate()
+		rate, ok := r.SwarmConfig().VerifyRate()
 		if ok != c.rate || (ok && rate != 0.05) || (r.Manifest() != nil) != c.manifest || r.Len() != 1 {
 			t.Fatalf("%s: rate %v %v, manifest %q", c.name, rate, ok, r.Manifest())
 		}
@@ -149,7 +149,7 @@ func TestSetVerifyRateCluster(t *testing.T) {
 	cl.start(a, WithVerifyRate(0.05))
 	cl.start(b, WithBootstrap(a.info()), WithVerifyRate(0.9)) // not the founder: its rate is not the swarm's
 	rateIs := func(want float64) func(State) bool {
-		return func(s State) bool { r, ok := s.VerifyRate(); return ok && r == want }
+		return func(s State) bool { r, ok := s.SwarmConfig().VerifyRate(); return ok && r == want }
 	}
 	cl.waitAll("the founder's rate at both", 30*time.Second, func(s State) bool { return rateIs(0.05)(s) && s.Len() == 2 })
 	leader, _ := cl.leader(30 * time.Second)
@@ -177,21 +177,21 @@ func TestSetVerifyRateCluster(t *testing.T) {
 // record codec and by the option.
 func TestSessionTokensSet(t *testing.T) {
 	var s State
-	if _, ok := s.SessionTokens(); ok {
+	if _, ok := s.SwarmConfig().SessionTokens(); ok {
 		t.Fatal("a session length before any was set")
 	}
 	s = mustApply(t, s, rec(1, SessionTokensSet{Tokens: 1000}))
-	if n, ok := s.SessionTokens(); !ok || n != 1000 {
+	if n, ok := s.SwarmConfig().SessionTokens(); !ok || n != 1000 {
 		t.Fatalf("session tokens %d %v, want 1000", n, ok)
 	}
-	if _, ok := s.VerifyRate(); ok {
+	if _, ok := s.SwarmConfig().VerifyRate(); ok {
 		t.Fatal("setting the session length set a verify rate")
 	}
 	if _, err := s.Apply(rec(2, SessionTokensSet{Tokens: 1000})); !errors.Is(err, ErrStale) {
 		t.Fatalf("the same length again: %v", err)
 	}
 	s = mustApply(t, s, rec(2, SessionTokensSet{Tokens: 0}))
-	if n, ok := s.SessionTokens(); !ok || n != 0 {
+	if n, ok := s.SwarmConfig().SessionTokens(); !ok || n != 0 {
 		t.Fatalf("session tokens %d %v, want 0 (off, but set)", n, ok)
 	}
 	s = mustApply(t, s, rec(3, SessionTokensSet{Tokens: MaxSessionTokens}))
@@ -263,8 +263,8 @@ func TestOldSwarmConfigReads(t *testing.T) {
 		if err := s.UnmarshalBinary(b); err != nil {
 			t.Fatalf("old snapshot: %v", err)
 		}
-		rate, ok := s.VerifyRate()
-		if _, has := s.SessionTokens(); !ok || rate != 0.05 || has || (s.Manifest() != nil) != c.manifest || !s.IsMember("a") {
+		rate, ok := s.SwarmConfig().VerifyRate()
+		if _, has := s.SwarmConfig().SessionTokens(); !ok || rate != 0.05 || has || (s.Manifest() != nil) != c.manifest || !s.IsMember("a") {
 			t.Fatalf("old snapshot read as rate %v %v, session tokens %v, manifest %q", rate, ok, has, s.Manifest())
 		}
 		if again, err := s.MarshalBinary(); err != nil || !bytes.Equal(again, b) {
@@ -301,8 +301,8 @@ func TestSessionTokensSnapshot(t *testing.T) {
 		if err := r.UnmarshalBinary(b); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		n, ok := r.SessionTokens()
-		_, rate := r.VerifyRate()
+		n, ok := r.SwarmConfig().SessionTokens()
+		_, rate := r.SwarmConfig().VerifyRate()
 		if !ok || n != 4000 || rate != c.rate || (r.Manifest() != nil) != c.manifest || r.Len() != 1 {
 			t.Fatalf("%s: tokens %d %v, rate %v, manifest %q", c.name, n, ok, rate, r.Manifest())
 		}
@@ -362,7 +362,7 @@ func kvFleetPlan(t *testing.T, founder, configured int, state *int) layers.Layer
 	for range 32 {
 		out, again := w.step()
 		if p, ok := w.in.State.Pending(); ok {
-			if n, has := w.in.State.SessionTokens(); founder > 0 && state == nil && (!has || n != founder) {
+			if n, has := w.in.State.SwarmConfig().SessionTokens(); founder > 0 && state == nil && (!has || n != founder) {
 				t.Fatalf("planned without the founder's length in the state (%d %v)", n, has)
 			}
 			return p.Map
@@ -411,7 +411,7 @@ func TestSetSessionTokensCluster(t *testing.T) {
 	cl.start(a, WithPlanSessionTokens(1000))
 	cl.start(b, WithBootstrap(a.info()), WithPlanSessionTokens(4000)) // not the founder's
 	tokensAre := func(want int) func(State) bool {
-		return func(s State) bool { n, ok := s.SessionTokens(); return ok && n == want }
+		return func(s State) bool { n, ok := s.SwarmConfig().SessionTokens(); return ok && n == want }
 	}
 	cl.waitAll("the founder's length at both", 30*time.Second, func(s State) bool { return tokensAre(1000)(s) && s.Len() == 2 })
 	leader, _ := cl.leader(30 * time.Second)
@@ -437,7 +437,7 @@ func TestSetSessionTokensCluster(t *testing.T) {
 	c := cl2.addHost(false)
 	cl2.start(c)
 	cl2.waitAll("the founder joined", 30*time.Second, func(s State) bool { return s.Len() == 1 })
-	if _, ok := c.c().State().SessionTokens(); ok {
+	if _, ok := c.c().State().SwarmConfig().SessionTokens(); ok {
 		t.Fatal("a founder without WithPlanSessionTokens set a length")
 	}
 }

@@ -235,7 +235,7 @@ func TestToleranceReportOnCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	before := leader.c().State().Applied()
-	err := accuser.c().request(ctx, NodeFaulted{Node: accused.id(), Accuser: accuser.id(), Evidence: forged})
+	err := accuser.c().ctl.request(ctx, NodeFaulted{Node: accused.id(), Accuser: accuser.id(), Evidence: forged})
 	if !errors.Is(err, ErrBadEvidence) {
 		t.Fatalf("tolerance evidence within the tolerance: %v, want ErrBadEvidence", err)
 	}

@@ -66,7 +66,7 @@ func WithVouches(v Vouches, k int) Option {
 //     other lifts any of them to k: at least k − k/2 checks by stewards
 //     are needed.
 func (s State) VerifiedChecks(vouches []Vouch, k int) map[string]int {
-	if !s.HasStewards() || k <= 0 {
+	if s.Stewards().Empty() || k <= 0 {
 		return nil
 	}
 	type pair struct{ c, s string }
@@ -80,7 +80,7 @@ func (s State) VerifiedChecks(vouches []Vouch, k int) map[string]int {
 	}
 	stew, others := map[string]int{}, map[string]int{}
 	for p, n := range best {
-		if s.IsSteward(p.c) {
+		if s.Stewards().Includes(p.c) {
 			stew[p.s] += n
 		} else {
 			others[p.s] += n
@@ -99,14 +99,14 @@ func (s State) VerifiedChecks(vouches []Vouch, k int) map[string]int {
 // Trust is the placement trust Decide plans with: the zero
 // layers.Trust (everyone counts fully) in a swarm without stewards.
 func (s State) Trust(vouches []Vouch, k int) layers.Trust {
-	if !s.HasStewards() {
+	if s.Stewards().Empty() {
 		return layers.Trust{}
 	}
 	if k <= 0 {
 		k = DefaultTrustChecks
 	}
 	t := layers.Trust{Full: k, Checks: s.VerifiedChecks(vouches, k), Trusted: map[string]bool{}}
-	for _, id := range s.Stewards() {
+	for _, id := range s.Stewards().List() {
 		t.Trusted[id] = true
 	}
 	return t

@@ -16,7 +16,7 @@ func stateWith(t *testing.T, stewards []string, ids ...string) State {
 		}
 	}
 	if len(stewards) > 0 {
-		w.in.State.stewards, w.in.State.stewardSeq = stewards, 1
+		w.in.State.stewards.ids, w.in.State.stewards.seq = stewards, 1
 	}
 	return w.in.State
 }

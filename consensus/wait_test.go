@@ -18,16 +18,16 @@ func (lostFuture) Error() error { select {} }
 // wait for the loops, end (a halt hung for 21 minutes so, after
 // TestElectionAndFailover, with the leader loop in an AddVoter).
 func TestWaitEndsWhenClosing(t *testing.T) {
-	c := &Consensus{}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &raftNode{ctx: ctx}
 	done := make(chan error, 1)
-	go func() { done <- c.wait(lostFuture{}) }()
+	go func() { done <- r.wait(lostFuture{}) }()
 	select {
 	case err := <-done:
 		t.Fatalf("wait returned %v before the member closed", err)
 	case <-time.After(20 * time.Millisecond):
 	}
-	c.cancel()
+	cancel()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrClosed) {

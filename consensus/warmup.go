@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -20,6 +21,19 @@ import (
 // reports StageReady to the leader; after a commit it has the loader
 // release what the node no longer serves.
 
+// member owns this node's own part of the swarm: the member loop, its
+// join (and a join refused for good), the members' addresses in the
+// peerstore and the address book, the protection of its connections to
+// voters, its loads and releases, and the steward set it signs as the
+// founder (stewards.go).
+type member struct {
+	*base      // fields only: base has no methods to promote
+	ctl   *ctl // requests to the leader
+
+	joinErr atomic.Pointer[error] // a join refused for good
+	book    addrBook              // the address book as last saved (the loop's)
+}
+
 type memberState struct {
 	joining  bool
 	joined   bool // a join request of this run was accepted
@@ -34,15 +48,15 @@ type memberState struct {
 	stewardsAt time.Time
 }
 
-func (c *Consensus) memberLoop() {
-	defer c.wg.Done()
-	t := time.NewTicker(c.cfg.tick)
+func (m *member) loop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.tick)
 	defer t.Stop()
 	ms := &memberState{addrs: map[string][]string{}, voters: map[peer.ID]bool{}}
 	joined := make(chan error, 1)
 	for {
 		select {
-		case <-c.ctx.Done():
+		case <-m.ctx.Done():
 			if ms.cancel != nil {
 				ms.cancel()
 			}
@@ -54,25 +68,25 @@ func (c *Consensus) memberLoop() {
 			ms.joining = false
 			ms.joined = ms.joined || err == nil
 			if err != nil && !retryable(err) {
-				c.joinErr.Store(&err)
-				c.log.Errorw("join refused", "error", err)
+				m.joinErr.Store(&err)
+				m.log.Errorw("join refused", "error", err)
 			}
 		case <-t.C:
-		case <-c.kickM:
+		case <-m.kickM:
 		}
-		s := c.fsm.current()
-		c.syncAddrs(s, ms)
-		c.protectVoters(ms)
-		c.ensureJoined(s, ms, joined)
-		c.ensureStewards(s, ms)
-		c.warmup(s, ms)
+		s := m.fsm.current()
+		m.syncAddrs(s, ms)
+		m.protectVoters(ms)
+		m.ensureJoined(s, ms, joined)
+		m.ensureStewards(s, ms)
+		m.warmup(s, ms)
 	}
 }
 
 // ensureJoined sends one join request at a time while this node is not a
 // member, unless it leaves or was refused for good.
-func (c *Consensus) ensureJoined(s State, ms *memberState, done chan<- error) {
-	if ms.joining || c.leaving.Load() || c.joinErr.Load() != nil {
+func (m *member) ensureJoined(s State, ms *memberState, done chan<- error) {
+	if ms.joining || m.leaving.Load() || m.joinErr.Load() != nil {
 		return
 	}
 	// A member that has not heard from a leader for long may have been
@@ -80,52 +94,52 @@ func (c *Consensus) ensureJoined(s State, ms *memberState, done chan<- error) {
 	// one restarted from its data dir, once: its state may be stale, the
 	// leader may have removed it meanwhile, and its addresses may have
 	// changed.
-	lost := !c.IsLeader() && time.Since(c.raft.LastContact()) > 20*c.cfg.election+c.cfg.deadGrace
-	if s.IsMember(c.id.String()) && !lost && ms.joined {
+	lost := !m.rn.isLeader() && time.Since(m.rn.raft.LastContact()) > 20*m.cfg.election+m.cfg.deadGrace
+	if s.IsMember(m.id.String()) && !lost && ms.joined {
 		return
 	}
 	ms.joining = true
-	ev := c.joinEvent()
-	c.wg.Add(1) // the member loop holds the group open: Add is safe
+	ev := m.joinEvent()
+	m.wg.Add(1) // the member loop holds the group open: Add is safe
 	go func() {
-		defer c.wg.Done()
-		ctx, cancel := context.WithTimeout(c.ctx, 4*c.cfg.rpcTimeout)
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.ctx, 4*m.cfg.rpcTimeout)
 		defer cancel()
-		err := c.request(ctx, ev)
-		if err != nil && c.ctx.Err() == nil {
-			c.log.Debugw("join request", "error", err)
+		err := m.ctl.request(ctx, ev)
+		if err != nil && m.ctx.Err() == nil {
+			m.log.Debugw("join request", "error", err)
 		}
 		done <- err
 	}()
 }
 
-func (c *Consensus) joinEvent() NodeJoined {
+func (m *member) joinEvent() NodeJoined {
 	var addrs []string
-	for _, a := range c.h.Addrs() {
+	for _, a := range m.h.Addrs() {
 		if s := a.String(); len(s) <= MaxAddrLen && len(addrs) < MaxAddrs {
 			addrs = append(addrs, s)
 		}
 	}
-	return NodeJoined{Node: c.id.String(), Caps: c.cfg.caps, Fingerprint: c.cfg.fingerprint, Addrs: addrs}
+	return NodeJoined{Node: m.id.String(), Caps: m.cfg.caps, Fingerprint: m.cfg.fingerprint, Addrs: addrs}
 }
 
 // syncAddrs puts members' addresses into the peerstore, so that any
 // member can dial any other for elections, and into the address book.
-func (c *Consensus) syncAddrs(s State, ms *memberState) {
+func (m *member) syncAddrs(s State, ms *memberState) {
 	book := addrBook{}
 	changed := false
-	for _, m := range s.Members() {
-		if m.ID == c.id.String() {
+	for _, mem := range s.Members() {
+		if mem.ID == m.id.String() {
 			continue
 		}
-		book[m.ID] = m.Addrs
-		if slices.Equal(ms.addrs[m.ID], m.Addrs) {
+		book[mem.ID] = mem.Addrs
+		if slices.Equal(ms.addrs[mem.ID], mem.Addrs) {
 			continue
 		}
 		changed = true
-		ms.addrs[m.ID] = m.Addrs
-		if p, err := peer.Decode(m.ID); err == nil {
-			c.h.Peerstore().AddAddrs(p, parseAddrs(m.Addrs), peerstore.PermanentAddrTTL)
+		ms.addrs[mem.ID] = mem.Addrs
+		if p, err := peer.Decode(mem.ID); err == nil {
+			m.h.Peerstore().AddAddrs(p, parseAddrs(mem.Addrs), peerstore.PermanentAddrTTL)
 		}
 	}
 	if !changed && len(book) == len(ms.addrs) {
@@ -138,35 +152,33 @@ func (c *Consensus) syncAddrs(s State, ms *memberState) {
 	}
 	// Keep the addresses of departed voters the book knew: the log may
 	// still name them. The book only grows by members, bounded.
-	c.mu.Lock()
-	prev := c.book
+	prev := m.book
 	next := maps.Clone(book)
-	c.book = next
-	c.mu.Unlock()
-	if err := c.st.saveAddrBook(next, prev); err != nil {
-		c.log.Warnw("address book", "error", err)
+	m.book = next
+	if err := m.rn.st.saveAddrBook(next, prev); err != nil {
+		m.log.Warnw("address book", "error", err)
 	}
 }
 
 // protectVoters keeps the connection manager from trimming connections
 // to Raft voters.
-func (c *Consensus) protectVoters(ms *memberState) {
-	servers, err := c.Servers()
+func (m *member) protectVoters(ms *memberState) {
+	servers, err := m.rn.servers()
 	if err != nil {
 		return
 	}
 	now := map[peer.ID]bool{}
 	for _, s := range servers {
-		if s.Voter && s.ID != c.id {
+		if s.Voter && s.ID != m.id {
 			now[s.ID] = true
 			if !ms.voters[s.ID] {
-				c.h.ConnManager().Protect(s.ID, proto.TagVoter)
+				m.h.ConnManager().Protect(s.ID, proto.TagVoter)
 			}
 		}
 	}
 	for id := range ms.voters {
 		if !now[id] {
-			c.h.ConnManager().Unprotect(id, proto.TagVoter)
+			m.h.ConnManager().Unprotect(id, proto.TagVoter)
 		}
 	}
 	ms.voters = now
@@ -220,20 +232,20 @@ func DecideWarmup(self string, s State, loading, released Load) WarmupStep {
 
 // warmup carries out DecideWarmup's step: it starts, cancels and reports
 // this node's loads, and releases.
-func (c *Consensus) warmup(s State, ms *memberState) {
-	step := DecideWarmup(c.id.String(), s, ms.loading, ms.released)
+func (m *member) warmup(s State, ms *memberState) {
+	step := DecideWarmup(m.id.String(), s, ms.loading, ms.released)
 	if step.Cancel {
 		ms.cancel()
 		ms.cancel = nil
 		ms.loading = Load{}
 	}
 	if want := step.Start; want != (Load{}) {
-		ctx, cancel := context.WithCancel(c.ctx)
+		ctx, cancel := context.WithCancel(m.ctx)
 		ms.loading, ms.cancel = want, cancel
-		c.wg.Add(1)
+		m.wg.Add(1)
 		go func() {
-			defer c.wg.Done()
-			c.load(ctx, want, true)
+			defer m.wg.Done()
+			m.load(ctx, want, true)
 		}()
 	}
 	rel := step.Release
@@ -241,52 +253,52 @@ func (c *Consensus) warmup(s State, ms *memberState) {
 		return
 	}
 	ms.released = rel
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.rpcTimeout)
 	defer cancel()
-	if err := c.cfg.loader.Release(ctx, rel.Epoch, rel.Range); err != nil {
-		c.log.Warnw("release", "epoch", rel.Epoch, "keep", rel.Range, "error", err)
+	if err := m.cfg.loader.Release(ctx, rel.Epoch, rel.Range); err != nil {
+		m.log.Warnw("release", "epoch", rel.Epoch, "keep", rel.Range, "error", err)
 	}
 	if ms.restore != nil {
 		ms.restore()
 		ms.restore = nil
 	}
 	if !rel.Range.Empty() {
-		rctx, rcancel := context.WithCancel(c.ctx)
+		rctx, rcancel := context.WithCancel(m.ctx)
 		ms.restore = rcancel
-		c.wg.Add(1)
+		m.wg.Add(1)
 		go func() {
-			defer c.wg.Done()
-			c.load(rctx, rel, false)
+			defer m.wg.Done()
+			m.load(rctx, rel, false)
 		}()
 	}
 }
 
 // load has the loader load k, retrying until it succeeds or ctx ends,
 // then (if ready) reports StageReady for a pending map's range.
-func (c *Consensus) load(ctx context.Context, k Load, ready bool) {
+func (m *member) load(ctx context.Context, k Load, ready bool) {
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
-		err := c.cfg.loader.Load(ctx, k.Epoch, k.Range)
+		err := m.cfg.loader.Load(ctx, k.Epoch, k.Range)
 		if err == nil {
 			break
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		c.log.Warnw("load failed; retrying", "epoch", k.Epoch, "range", k.Range, "attempt", attempt, "error", err)
+		m.log.Warnw("load failed; retrying", "epoch", k.Epoch, "range", k.Range, "attempt", attempt, "error", err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(min(time.Duration(attempt)*c.cfg.tick, 10*time.Second)):
+		case <-time.After(min(time.Duration(attempt)*m.cfg.tick, 10*time.Second)):
 		}
 	}
-	c.log.Debugw("loaded", "epoch", k.Epoch, "range", k.Range, "took", time.Since(start))
+	m.log.Debugw("loaded", "epoch", k.Epoch, "range", k.Range, "took", time.Since(start))
 	if !ready {
 		return
 	}
-	err := c.request(ctx, StageReady{Node: c.id.String(), Epoch: k.Epoch, Range: k.Range})
+	err := m.ctl.request(ctx, StageReady{Node: m.id.String(), Epoch: k.Epoch, Range: k.Range})
 	if err != nil && !errors.Is(err, ErrStale) && ctx.Err() == nil {
-		c.log.Warnw("stage ready", "epoch", k.Epoch, "error", err)
+		m.log.Warnw("stage ready", "epoch", k.Epoch, "error", err)
 	}
 }
 
@@ -294,8 +306,8 @@ func (c *Consensus) load(ctx context.Context, k Load, ready bool) {
 // for good (ErrFingerprint, ...).
 func (c *Consensus) WaitJoined(ctx context.Context) error {
 	self := c.id.String()
-	_, err := c.WaitFor(ctx, func(s State) bool { return s.IsMember(self) || c.joinErr.Load() != nil })
-	if p := c.joinErr.Load(); p != nil {
+	_, err := c.WaitFor(ctx, func(s State) bool { return s.IsMember(self) || c.member.joinErr.Load() != nil })
+	if p := c.member.joinErr.Load(); p != nil {
 		return *p
 	}
 	return err

@@ -36,10 +36,13 @@ func dot8F16(out *float32, w *byte, x *float32, cols, stride int)
 //go:noescape
 func dot8F16IL(out *float32, w *byte, x *float32, cols int)
 
-// useHIL reports whether F16 matrices loaded now take hil.go's layout.
+//go:noescape
+func dot8BF16IL(out *float32, w *byte, x *float32, cols int)
+
+// useHIL reports whether F16 and BF16 matrices loaded now take hil.go's layout.
 func useHIL() bool { return useSIMD && hasAVX512 && useKILKernels }
 
-// matmulHIL computes rows r0 to r1 of an F16 matrix in hil.go's layout
+// matmulHIL computes rows r0 to r1 of an F16 or BF16 matrix in hil.go's layout
 // against every activation row: each 8-row block against a tile of
 // gemmTokTile activation rows while it is in cache, 4 rows × 4 activation
 // rows a call, then the activation rows left over 8 rows a call. A block
@@ -63,6 +66,10 @@ func matmulHIL(out []float32, w *matrix, x *act, r0, r1 int) {
 			}
 		}
 	}
+	gemm, dot := gemm4x4F16, dot8F16IL
+	if w.typ == BF16 {
+		gemm, dot = gemm4x4BF16, dot8BF16IL
+	}
 	n4 := x.n &^ 3
 	for tt := 0; tt < n4; tt += gemmTokTile {
 		te := min(tt+gemmTokTile, n4)
@@ -70,15 +77,15 @@ func matmulHIL(out []float32, w *matrix, x *act, r0, r1 int) {
 			_ = o[(te-tt-1)*stride+hilRows-1]
 			for t := tt; t < te; t += 4 {
 				ot := o[(t-tt)*stride:]
-				gemm4x4F16(&ot[0], 4*stride, &blk[0], 32, &x.f[t*c], 4*c, c, 256)
-				gemm4x4F16(&ot[4], 4*stride, &blk[128], 32, &x.f[t*c], 4*c, c, 256)
+				gemm(&ot[0], 4*stride, &blk[0], 32, &x.f[t*c], 4*c, c, 256)
+				gemm(&ot[4], 4*stride, &blk[128], 32, &x.f[t*c], 4*c, c, 256)
 			}
 		})
 	}
 	for t := n4; t < x.n; t++ {
 		tile(t, t+1, func(blk []byte, o []float32, _ int) {
 			_ = o[hilRows-1]
-			dot8F16IL(&o[0], &blk[0], &x.f[t*c], c)
+			dot(&o[0], &blk[0], &x.f[t*c], c)
 		})
 	}
 }

@@ -289,3 +289,72 @@ f16illoop:
 	REDUCE16Z(Z7, Y7, X7, Y9, X9, 28)
 	VZEROUPPER
 	RET
+
+// func dot8BF16IL(out *float32, w *byte, x *float32, cols int)
+// dot8F16IL on BF16 rows: a bfloat16 widens exactly by a shift into the
+// top half of a float32, so the products and sums, and the bits, are an
+// F32 file's of the widened values, as dot8F16IL's are.
+TEXT ·dot8BF16IL(SB), NOSPLIT, $0-32
+	MOVQ out+0(FP), DX
+	MOVQ w+8(FP), DI
+	MOVQ x+16(FP), SI
+	MOVQ cols+24(FP), CX
+	SHRQ $4, CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+bf16illoop:
+	VMOVUPS   (SI), Z8
+	VPMOVZXWD (DI), Z16
+	VPSLLD    $16, Z16, Z16
+	VPMOVZXWD 32(DI), Z17
+	VPSLLD    $16, Z17, Z17
+	VPMOVZXWD 64(DI), Z18
+	VPSLLD    $16, Z18, Z18
+	VPMOVZXWD 96(DI), Z19
+	VPSLLD    $16, Z19, Z19
+	VPMOVZXWD 128(DI), Z20
+	VPSLLD    $16, Z20, Z20
+	VPMOVZXWD 160(DI), Z21
+	VPSLLD    $16, Z21, Z21
+	VPMOVZXWD 192(DI), Z22
+	VPSLLD    $16, Z22, Z22
+	VPMOVZXWD 224(DI), Z23
+	VPSLLD    $16, Z23, Z23
+	VMULPS    Z16, Z8, Z16
+	VMULPS    Z17, Z8, Z17
+	VMULPS    Z18, Z8, Z18
+	VMULPS    Z19, Z8, Z19
+	VMULPS    Z20, Z8, Z20
+	VMULPS    Z21, Z8, Z21
+	VMULPS    Z22, Z8, Z22
+	VMULPS    Z23, Z8, Z23
+	VADDPS    Z16, Z0, Z0
+	VADDPS    Z17, Z1, Z1
+	VADDPS    Z18, Z2, Z2
+	VADDPS    Z19, Z3, Z3
+	VADDPS    Z20, Z4, Z4
+	VADDPS    Z21, Z5, Z5
+	VADDPS    Z22, Z6, Z6
+	VADDPS    Z23, Z7, Z7
+	ADDQ      $64, SI
+	ADDQ      $256, DI
+	DECQ      CX
+	JNZ       bf16illoop
+
+	REDUCE16Z(Z0, Y0, X0, Y9, X9, 0)
+	REDUCE16Z(Z1, Y1, X1, Y9, X9, 4)
+	REDUCE16Z(Z2, Y2, X2, Y9, X9, 8)
+	REDUCE16Z(Z3, Y3, X3, Y9, X9, 12)
+	REDUCE16Z(Z4, Y4, X4, Y9, X9, 16)
+	REDUCE16Z(Z5, Y5, X5, Y9, X9, 20)
+	REDUCE16Z(Z6, Y6, X6, Y9, X9, 24)
+	REDUCE16Z(Z7, Y7, X7, Y9, X9, 28)
+	VZEROUPPER
+	RET

@@ -65,7 +65,7 @@ func ilGroupBlock(t DType) int {
 // the CPU has the kernels for it and m's type has one (F16's is hil.go's).
 // m.raw is dropped.
 func (m *matrix) interleave() {
-	if m.typ == F16 {
+	if m.typ == F16 || m.typ == BF16 {
 		m.interleaveF16()
 		return
 	}

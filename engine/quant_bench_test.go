@@ -237,3 +237,79 @@ func BenchmarkMXFP4MatVec(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeBandwidth is issue 30's bandwidth goal per weight type: a
+// decode step (one token at position 4, through every layer and the head)
+// of a TinyLlama-shaped file whose 2-D weights are all of one type, at 1
+// thread, alternating with a 1-thread read of as many bytes from a buffer
+// of that size, each one's fastest run kept (on a machine shared with other
+// work, run it under chrt -f 10). The bytes a step reads are the stage's
+// weights less the embedding table, of which a step reads one row. It
+// reports tokens/s, the read's GB/s and the step's fraction of it. Files
+// are written once under STRATA_BENCH_DIR (or the temp dir).
+func BenchmarkDecodeBandwidth(b *testing.B) {
+	dir := os.Getenv("STRATA_BENCH_DIR")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	for _, t := range []DType{Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16} {
+		b.Run(t.String(), func(b *testing.B) {
+			c := GenConfig{Arch: "llama", Layers: 22, Dim: 2048, Heads: 32, KVHeads: 4, FFN: 5632, Vocab: 32000, Seed: 1, RopeBase: 10000, NormEps: 1e-5, DType: t}
+			path := filepath.Join(dir, "strata-bench-tinyllama-bw-"+t.String()+".gguf")
+			if _, err := os.Stat(path); err != nil {
+				if err := GenerateFile(path, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			f, fh, err := OpenFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fh.Close()
+			var embd int64
+			for _, ti := range f.Tensors {
+				if ti.Name == "token_embd.weight" {
+					embd = ti.Size
+				}
+			}
+			s, err := Open(path, WithThreads(1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			read := s.Info().WeightBytes - embd + embd/int64(c.Vocab)
+			step := func() time.Duration {
+				ss, err := s.NewSession(8)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ss.Close()
+				if _, err := s.Forward(context.Background(), Step{Session: ss, Tokens: []int32{1, 2, 3, 4}}); err != nil {
+					b.Fatal(err)
+				}
+				t0 := time.Now()
+				if _, err := s.Forward(context.Background(), Step{Session: ss, Pos: 4, Tokens: []int32{42}}); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(t0)
+			}
+			buf := make([]uint64, read/8)
+			for i := range buf {
+				buf[i] = uint64(i)
+			}
+			step()
+			readBytes := membench.Read(buf, 1)
+			bestStep, bestRead := time.Hour, time.Hour
+			for b.Loop() {
+				bestStep = min(bestStep, step())
+				t0 := time.Now()
+				membench.Read(buf, 1)
+				bestRead = min(bestRead, time.Since(t0))
+			}
+			bw := float64(readBytes) / bestRead.Seconds()
+			b.ReportMetric(1/bestStep.Seconds(), "tok/s")
+			b.ReportMetric(bw/1e9, "mem_GB/s")
+			b.ReportMetric(float64(read)/bestStep.Seconds()/bw, "bw_fraction")
+		})
+	}
+}

@@ -186,8 +186,8 @@ func TestHalfDecode(t *testing.T) {
 }
 
 // TestGemmTiles: the 4×4 F32/F16/BF16 tiles and the rows and activation
-// rows around them give the portable bits, and so does F16 in hil.go's
-// layout, for row counts and activation
+// rows around them give the portable bits, and so do F16 and BF16 in
+// hil.go's layout, for row counts and activation
 // counts that leave remainders, row slices as the pool cuts them, and
 // non-finite weights among finite ones.
 func TestGemmTiles(t *testing.T) {
@@ -237,7 +237,7 @@ func TestGemmTiles(t *testing.T) {
 			if !sameBits(got, want) {
 				t.Fatalf("%s %v: tiles %v, portable %v", typ, tc, got, want)
 			}
-			if typ != F16 {
+			if typ == F32 {
 				continue
 			}
 			// hil.go's layout, cut as the pool cuts (multiples of 16) and
@@ -246,7 +246,7 @@ func TestGemmTiles(t *testing.T) {
 			wi.raw = append([]byte(nil), w.raw...)
 			wi.interleaveF16()
 			if wi.il == nil {
-				t.Fatal("F16 not interleaved")
+				t.Fatalf("%s not interleaved", typ)
 			}
 			il := make([]float32, tc.n*tc.rows)
 			for _, cut := range [][2]int{{0, 3}, {3, 16}, {16, 21}, {21, 1 << 30}} {

@@ -7,10 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
+	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine/store"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/routing"
@@ -89,10 +93,23 @@ func capsText(caps []int) string {
 	return fmt.Sprintf("%d nodes, max %s layers", len(c), strings.Join(parts, "+"))
 }
 
+// coverage knows whether the members can hold every layer: it says why
+// the path finder has no map to route on (noMap), refuses at once a
+// committed map whose holders left for good (uncoveredMap), and logs
+// when the swarm cannot serve for want of nodes (watch). It reads the
+// consensus replica, changes nothing, and knows nothing of routing.
+type coverage struct {
+	self  peer.ID
+	cons  *atomic.Pointer[consensus.Consensus] // nil inside: static map, or starting
+	ready func() error                         // Node.Ready, which watch logs the verdict of
+	clock clockwork.Clock
+	log   *zap.Logger
+}
+
 // noMap says why there is no committed map (see above).
-func (n *Node) noMap() error {
+func (v *coverage) noMap() error {
 	const none = "no layer map committed yet"
-	c := n.cons.Load()
+	c := v.cons.Load()
 	if c == nil {
 		return fmt.Errorf("%w: %s: the node is starting", routing.ErrNoPath, none)
 	}
@@ -101,7 +118,7 @@ func (n *Node) noMap() error {
 		return fmt.Errorf("%w: %s: the first map (epoch %d) is warming up, %d node(s) still loading their layers",
 			routing.ErrNoPath, none, p.Map.Epoch, len(p.Waiting()))
 	}
-	if !s.IsMember(n.self.String()) {
+	if !s.IsMember(v.self.String()) {
 		return fmt.Errorf("%w: %s: this node has not joined the swarm yet", routing.ErrNoPath, none)
 	}
 	if sf, err := c.Shortfall(); err == nil && sf.Short() {
@@ -118,8 +135,8 @@ func (n *Node) noMap() error {
 // members cannot hold every layer between them: the holders left, and no
 // repair can close the gap until more nodes join. nil otherwise (a
 // holder only dead or suspect may come back; a repair may be warming up).
-func (n *Node) uncoveredMap(m layers.LayerMap) error {
-	c := n.cons.Load()
+func (v *coverage) uncoveredMap(m layers.LayerMap) error {
+	c := v.cons.Load()
 	if c == nil || m.Layers == 0 {
 		return nil
 	}
@@ -143,25 +160,25 @@ func (n *Node) uncoveredMap(m layers.LayerMap) error {
 	return &retryAfter{err: &uncoveredError{sf: sf, gaps: kept.Gaps()}, after: uncoveredRetry}
 }
 
-// watchCoverage logs, once per change, that the swarm cannot serve for
+// watch logs, once per change, that the swarm cannot serve for
 // want of nodes (ErrUncovered, with the layers no node holds and what to
 // do), and that it has enough again: a user watching a node's log sees
 // why it waits, where nothing else would say so.
-func (n *Node) watchCoverage(ctx context.Context, every time.Duration) {
-	t := n.cfg.clock.NewTicker(every)
+func (v *coverage) watch(ctx context.Context, every time.Duration) {
+	t := v.clock.NewTicker(every)
 	defer t.Stop()
 	last := ""
 	for {
 		why := ""
-		if err := n.Ready(); errors.Is(err, ErrUncovered) {
+		if err := v.ready(); errors.Is(err, ErrUncovered) {
 			why = strings.TrimPrefix(err.Error(), "node: ")
 		}
 		switch {
 		case why == last:
 		case why != "":
-			n.log.Warn("the swarm cannot serve yet", zap.String("why", why))
+			v.log.Warn("the swarm cannot serve yet", zap.String("why", why))
 		default:
-			n.log.Info("the swarm's nodes can hold every layer now")
+			v.log.Info("the swarm's nodes can hold every layer now")
 		}
 		last = why
 		select {

@@ -30,7 +30,14 @@
 //     the KV memory and the batch slots, fed by a channel of a sealed
 //     message type (inboxMsg). It writes to an outbox interface, so its
 //     unit tests run on simulated stages with a fake (scheduler_test.go).
-//     It admits
+//     Its parts: the stage table (stageTable, stages.go) owns the engine
+//     stages and which layer each serves, and closes a stage once it
+//     serves no layer and no session, knowing nothing of sessions or KV;
+//     the batch (batch.go) checks the ready steps, runs them through the
+//     engine (runBatch, which touches no scheduler state) and hands each
+//     result on; admission, batching and resume decisions are
+//     node/stage/sched's pure functions; the prefix cache is
+//     prefixcache.go. It admits
 //     sessions by KV memory (capacity × the KV bytes of the hop's layers),
 //     keeps a bounded FIFO of sessions waiting for memory, expires idle
 //     sessions, and runs every ready step as one batch, layer by layer, so
@@ -62,9 +69,11 @@
 //     generations wait for the leader's repair (WithRepairWait) and new
 //     requests wait in the queue. When the members cannot hold every
 //     layer between them (no map committed, or the only holders of some
-//     layers left; coverage.go), no map or repair can come until more
-//     nodes join: both are refused at once with ErrUncovered (and
-//     ErrNoCapacity), naming the layers no node holds.
+//     layers left), no map or repair can come until more nodes join:
+//     both are refused at once with ErrUncovered (and ErrNoCapacity),
+//     naming the layers no node holds. The coverage unit (coverage,
+//     coverage.go) decides this from the consensus replica, which it
+//     only reads, and logs each change of verdict.
 //   - The path finder (pathFinder, view.go) builds the routing view from
 //     the committed map, the peer table and the members' capabilities, and
 //     asks the router; no routing decision is made here.

@@ -296,7 +296,7 @@ func TestReleaseAfterSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	loaded := func() int { return b.svc.sched.status.Load().Loaded }
-	if got := b.Held(); got != (layers.Range{Start: 0, End: 4}) || loaded() != 8 {
+	if got := b.ann.held(); got != (layers.Range{Start: 0, End: 4}) || loaded() != 8 {
 		t.Fatalf("after the release: serving %v, %d layers loaded", got, loaded())
 	}
 	r.send(t, b.ID(), mustEncode(t, &Step{Session: newSessionID(), Open: open, Entry: r.h.ID(), Hops: []Hop{{b.ID(), 4, 8}},
@@ -309,7 +309,7 @@ func TestReleaseAfterSessions(t *testing.T) {
 	if err := b.warm.Load(ctx, 3, layers.Range{Start: 0, End: 8}); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.Held(); got != (layers.Range{Start: 0, End: 8}) {
+	if got := b.ann.held(); got != (layers.Range{Start: 0, End: 8}) {
 		t.Fatalf("after the load: %v", got)
 	}
 }

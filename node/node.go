@@ -246,7 +246,8 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		return info
 	})
 	n.ann.vouches = n.entry.work.vouches
-	n.paths.noMap, n.paths.uncovered = n.noMap, n.uncoveredMap
+	cover := &coverage{self: n.self, cons: &n.cons, ready: n.Ready, clock: cfg.clock, log: n.log}
+	n.paths.noMap, n.paths.uncovered = cover.noMap, cover.uncoveredMap
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
 		if st == nil {
@@ -317,7 +318,9 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
 			consensus.WithFetchRates(&n.rates),
-			consensus.WithVouches(consensus.VouchFunc(n.leaderVouches), cfg.trustChecks),
+			consensus.WithVouches(consensus.VouchFunc(func() []consensus.Vouch {
+				return n.entry.work.leaderVouches(n.self, h.Peers().Attestations())
+			}), cfg.trustChecks),
 			consensus.WithCapabilities(consensus.Capabilities{Hardware: hw, Region: cfg.region, MaxLayers: cfg.maxLayers}),
 			consensus.WithStageLoader(n.warm),
 			consensus.WithPublisher(h, consensus.DefaultRepublish),
@@ -350,13 +353,13 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		n.cons.Store(c)
 		if h.PublicDiscovery() {
 			n.wg.Add(1)
-			go func() { defer n.wg.Done(); n.advertiseWhenMember(n.ctx, c) }()
+			go func() { defer n.wg.Done(); advertiseWhenMember(n.ctx, c, h, n.log) }()
 		}
 	}
 	if cfg.static == nil {
 		n.wg.Add(2)
 		go func() { defer n.wg.Done(); n.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
-		go func() { defer n.wg.Done(); n.watchCoverage(n.ctx, max(2*cfg.statusEvery, time.Second)) }()
+		go func() { defer n.wg.Done(); cover.watch(n.ctx, max(2*cfg.statusEvery, time.Second)) }()
 	}
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.ann.loop(n.ctx) }()
@@ -370,18 +373,18 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 // advertiseWhenMember starts providing the public rendezvous once this
 // node is a member of the swarm, so that joiners by name are led to
 // members, which can take their join, rather than to other joiners.
-func (n *Node) advertiseWhenMember(ctx context.Context, c *consensus.Consensus) {
+func advertiseWhenMember(ctx context.Context, c *consensus.Consensus, h *swarm.Host, log *zap.Logger) {
 	changes, stop := c.Watch(4)
 	defer stop()
-	for !c.State().IsMember(n.self.String()) {
+	for !c.State().IsMember(h.ID().String()) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-changes:
 		}
 	}
-	n.log.Info("member of the public swarm: providing its rendezvous")
-	n.host.AdvertisePublic()
+	log.Info("member of the public swarm: providing its rendezvous")
+	h.AdvertisePublic()
 }
 
 // nodeHardware is what the node declares: the simulated device, a
@@ -466,14 +469,6 @@ func (n *Node) CountTokens(req Request) (int, error) {
 // latest committed one this node knows of (its replica, or a newer map
 // notice from the leader).
 func (n *Node) Committed() layers.LayerMap { return n.ann.committed() }
-
-// Scheduler returns the entry's scheduling profiles: the effective
-// configuration (Config) and the policy of each profile.
-
-// Held returns the layers this node has loaded and serves, as a range
-// (empty when none; the loaded layers are contiguous in practice, and the
-// range spans them).
-func (n *Node) Held() layers.Range { return n.ann.held() }
 
 // Generate starts a generation and returns its stream. A request that
 // finds no path with KV room waits in the entry's queue (Request.

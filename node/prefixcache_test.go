@@ -319,8 +319,8 @@ func TestPrefixCacheYieldsToAdmission(t *testing.T) {
 	r := newSchedRig(t, 0, 32, 0)
 	r.s.cache = &prefixCache{}
 	hops := []Hop{{Peer: schedSelf, From: 0, To: 32}}
-	per, _ := r.s.need(hops[0], 1)
-	r.s.cfg.memBudget = r.s.weightBytes() + per*1024 + per/2
+	per, _ := r.s.stages.need(hops[0], 1)
+	r.s.cfg.memBudget = r.s.stages.weightBytes() + per*1024 + per/2
 	prompt := randomTokens(rand.New(rand.NewPCG(3, 4)), 3*prefixBlock+5, 1000)
 	r.deliver(r.open(SessionID{1}, hops, prompt, 1024))
 	if got := r.out.take(t); got.kind != "token" {
@@ -347,7 +347,7 @@ func TestPrefixCacheYieldsToAdmission(t *testing.T) {
 		t.Fatalf("a session shorter than a block was cached")
 	}
 	// A resumed session: hits counted, and releasing the layers drops it.
-	r.s.cfg.memBudget = r.s.weightBytes() + per*4096
+	r.s.cfg.memBudget = r.s.stages.weightBytes() + per*4096
 	r.deliver(r.open(SessionID{3}, hops, prompt, 1024))
 	r.out.take(t)
 	r.deliver(closeIn{from: schedEntry, sid: SessionID{3}})

@@ -108,7 +108,7 @@ func TestRangeStageSwitch(t *testing.T) {
 	// The switch on the second hop: layers [2, 8) as a new stage, and
 	// [0, 2) released.
 	r := c.rigs[1]
-	old := r.s.slots[3].sp
+	old := r.s.stages.slots[3].sp
 	r.deliver(loadIn{spans: []*span{open(2, 8)}, done: make(chan struct{})},
 		releaseIn{keep: layers.Range{Start: 2, End: 8}, done: make(chan struct{})})
 	st := r.s.status.Load()
@@ -128,8 +128,8 @@ func TestRangeStageSwitch(t *testing.T) {
 	c.close(s1)
 	c.close(s2)
 	st = r.s.status.Load()
-	if _, ok := r.s.spans[old]; ok || st.Loaded != 6 || r.s.weightBytes() != r.s.slots[2].sp.info.WeightBytes {
-		t.Fatalf("after the sessions: %d layers loaded, old stage open %v, weights %d", st.Loaded, ok, r.s.weightBytes())
+	if _, ok := r.s.stages.spans[old]; ok || st.Loaded != 6 || r.s.stages.weightBytes() != r.s.stages.slots[2].sp.info.WeightBytes {
+		t.Fatalf("after the sessions: %d layers loaded, old stage open %v, weights %d", st.Loaded, ok, r.s.stages.weightBytes())
 	}
 	if ranges.Load() != 3 {
 		t.Errorf("%d range stages opened, want 3", ranges.Load())
@@ -185,8 +185,8 @@ func TestWarmRangeStage(t *testing.T) {
 	if err := b.warm.Load(ctx, 4, layers.Range{Start: 0, End: 8}); err != nil {
 		t.Fatal(err)
 	}
-	if got := spans(); !slices.Equal(got, []layers.Range{{Start: 0, End: 8}}) || ranges.Load() != 2 || b.Held() != (layers.Range{Start: 0, End: 8}) {
-		t.Fatalf("after the switch: stages %v, %d range stages opened, held %v", got, ranges.Load(), b.Held())
+	if got := spans(); !slices.Equal(got, []layers.Range{{Start: 0, End: 8}}) || ranges.Load() != 2 || b.ann.held() != (layers.Range{Start: 0, End: 8}) {
+		t.Fatalf("after the switch: stages %v, %d range stages opened, held %v", got, ranges.Load(), b.ann.held())
 	}
 	complete("after the switch")
 }

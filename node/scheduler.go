@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -126,77 +125,6 @@ type (
 	}
 )
 
-// A span is one engine stage over layers [lo, hi): one layer of the
-// pure-Go engine, or the whole range a node with another engine loads
-// (node/model.go openRange). A hop over part of a span runs through a
-// view of it (subStage), on the same weights.
-type span struct {
-	st     engine.Stage
-	info   engine.Info
-	lo, hi int
-	refs   int // sessions on it or its views
-	layers int // slots that point at it
-	views  map[[2]int]engine.Stage
-}
-
-// subStage is a stage that can run part of its range on its own weights
-// (engine/ggml's Stage.Sub).
-type subStage interface {
-	Sub(lo, hi int) (engine.Stage, error)
-}
-
-func newSpan(st engine.Stage) *span {
-	in := st.Info()
-	return &span{st: st, info: in, lo: in.Lo, hi: in.Hi}
-}
-
-// kvPerLayer is the KV bytes per position of one of the span's layers.
-func (sp *span) kvPerLayer() int64 { return sp.info.KVBytesPerToken / int64(sp.hi-sp.lo) }
-
-// stage is the stage that runs [lo, hi) of the span: itself, or a view.
-func (sp *span) stage(lo, hi int) (engine.Stage, error) {
-	if lo == sp.lo && hi == sp.hi {
-		return sp.st, nil
-	}
-	if v := sp.views[[2]int{lo, hi}]; v != nil {
-		return v, nil
-	}
-	ss, ok := sp.st.(subStage)
-	if !ok {
-		return nil, fmt.Errorf("%w: the stage over [%d, %d) cannot run [%d, %d) alone", engine.ErrRange, sp.lo, sp.hi, lo, hi)
-	}
-	v, err := ss.Sub(lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	if sp.views == nil {
-		sp.views = map[[2]int]engine.Stage{}
-	}
-	sp.views[[2]int{lo, hi}] = v
-	return v, nil
-}
-
-// close closes the views, then the stage.
-func (sp *span) close() {
-	for _, v := range sp.views {
-		v.Close()
-	}
-	sp.views = nil
-	sp.st.Close()
-}
-
-type layerSlot struct {
-	sp        *span
-	releasing bool
-}
-
-// seg is the part of a hop that one stage runs: layers [lo, hi) of span sp.
-type seg struct {
-	sp     *span
-	st     engine.Stage
-	lo, hi int
-}
-
 type hopKey struct {
 	sid  SessionID
 	from int
@@ -271,8 +199,7 @@ type scheduler struct {
 	signFrames atomic.Bool
 
 	// Owned by the loop.
-	slots    []*layerSlot
-	spans    map[*span]struct{} // every open stage, replaced ones that sessions still use included
+	stages   *stageTable
 	sessions map[hopKey]*hopSession
 	// adm admits sessions by KV memory and holds those waiting for it
 	// (sched.Admission: the rules, which the simulator runs too).
@@ -297,7 +224,7 @@ func newScheduler(cfg schedConfig, out outbox) *scheduler {
 		cfg.clock = clockwork.NewRealClock()
 	}
 	s := &scheduler{cfg: cfg, out: out, in: make(chan inboxMsg, 1024), done: make(chan struct{}),
-		slots: make([]*layerSlot, cfg.model.Layers), spans: map[*span]struct{}{}, sessions: map[hopKey]*hopSession{},
+		stages: newStageTable(cfg.model.Layers, cfg.log), sessions: map[hopKey]*hopSession{},
 		adm: sched.Admission[*stepIn]{MaxQueue: cfg.maxQueue}}
 	if cfg.prefixCache {
 		s.cache = &prefixCache{}
@@ -382,11 +309,7 @@ func (s *scheduler) shutdown() {
 		}
 	}
 	s.sessions = nil
-	for sp := range s.spans {
-		sp.close()
-	}
-	s.spans = nil
-	clear(s.slots)
+	s.stages.close()
 }
 
 func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
@@ -397,44 +320,26 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 		s.onClose(m, ready)
 	case loadIn:
 		for _, sp := range m.spans {
-			if sl := s.slots[sp.lo]; sl != nil && sp.hi-sp.lo == 1 && sl.sp.hi-sl.sp.lo == 1 {
-				sl.releasing = false
-				sp.close() // already held: keep the one sessions use
+			if s.stages.keepHeld(sp) {
 				continue
 			}
-			// A range stage takes its layers over from what held them;
-			// sessions on the old stages finish there. Cached prefixes
-			// over those layers are of the old stages.
+			// A range stage takes its layers over from what held them.
+			// Cached prefixes over those layers are of the old stages.
 			if s.cache != nil {
 				s.cache.dropLayers(func(l int) bool { return l >= sp.lo && l < sp.hi })
 			}
-			s.spans[sp] = struct{}{}
-			for l := sp.lo; l < sp.hi; l++ {
-				if old := s.slots[l]; old != nil {
-					old.sp.layers--
-					s.maybeClose(old.sp)
-				}
-				s.slots[l] = &layerSlot{sp: sp}
-				sp.layers++
-			}
+			s.stages.take(sp)
 		}
 		// Published before the warmer hears it is done: it announces
 		// the node's status next, from this.
 		s.publish()
 		close(m.done)
 	case releaseIn:
-		for l, sl := range s.slots {
-			if sl == nil {
-				continue
-			}
-			sl.releasing = !m.keep.Contains(l)
-		}
+		s.stages.mark(m.keep)
 		if s.cache != nil {
-			s.cache.dropLayers(func(l int) bool { return s.slots[l] != nil && s.slots[l].releasing })
+			s.cache.dropLayers(s.stages.releasing)
 		}
-		for l := range s.slots {
-			s.maybeFree(l)
-		}
+		s.stages.freeReleased()
 		s.publish()
 		close(m.done)
 	case statusReq:
@@ -447,43 +352,6 @@ func (s *scheduler) handle(m inboxMsg, ready *[]*stepIn) {
 	}
 }
 
-func (s *scheduler) heldLayers() []bool {
-	h := make([]bool, len(s.slots))
-	for l, sl := range s.slots {
-		h[l] = sl != nil && !sl.releasing
-	}
-	return h
-}
-
-// maybeFree lets a released layer go once no session uses its stage;
-// the stage closes when it holds no layer and no session.
-func (s *scheduler) maybeFree(l int) {
-	if sl := s.slots[l]; sl != nil && sl.releasing && sl.sp.refs == 0 {
-		s.slots[l] = nil
-		sl.sp.layers--
-		s.cfg.log.Info("layer released", zap.Int("layer", l))
-		s.maybeClose(sl.sp)
-	}
-}
-
-func (s *scheduler) maybeClose(sp *span) {
-	if sp.layers == 0 && sp.refs == 0 {
-		sp.close()
-		delete(s.spans, sp)
-	}
-}
-
-// unref drops a session's hold on sp, and what that leaves unused.
-func (s *scheduler) unref(sp *span) {
-	sp.refs--
-	for l := sp.lo; l < sp.hi; l++ {
-		if sl := s.slots[l]; sl != nil && sl.sp == sp {
-			s.maybeFree(l)
-		}
-	}
-	s.maybeClose(sp)
-}
-
 func (s *scheduler) reject(in *stepIn, code ErrorCode, at peer.ID, format string, args ...any) {
 	s.rejected++
 	to := in.m.Entry
@@ -493,16 +361,8 @@ func (s *scheduler) reject(in *stepIn, code ErrorCode, at peer.ID, format string
 	s.out.fail(to, &ErrorMsg{Session: in.m.Session, Code: code, Peer: at, Text: fmt.Sprintf(format, args...)})
 }
 
-func (s *scheduler) weightBytes() int64 {
-	var w int64
-	for sp := range s.spans {
-		w += sp.info.WeightBytes
-	}
-	return w
-}
-
 // room is the memory for KV: what the weights leave.
-func (s *scheduler) room() int64 { return s.cfg.memBudget - s.weightBytes() }
+func (s *scheduler) room() int64 { return s.cfg.memBudget - s.stages.weightBytes() }
 
 func (s *scheduler) freeBytes() int64 { return s.adm.Free(s.room()) }
 
@@ -547,7 +407,7 @@ func (s *scheduler) onStep(in *stepIn, ready *[]*stepIn) {
 		s.reject(in, CodeBadFrame, "", "a session opens at position 0, not %d", m.Pos)
 		return
 	}
-	need, ok := s.need(h, m.Open.MaxTokens)
+	need, ok := s.stages.need(h, m.Open.MaxTokens)
 	if !ok {
 		s.reject(in, CodeNotServing, "", "layers [%d, %d) are not served here", h.From, h.To)
 		return
@@ -564,23 +424,6 @@ func (s *scheduler) onStep(in *stepIn, ready *[]*stepIn) {
 	}
 }
 
-// need is the KV bytes a session of capacity positions takes on layers
-// [h.From, h.To), and whether they are all held.
-func (s *scheduler) need(h Hop, capacity int) (int64, bool) {
-	if h.To > len(s.slots) {
-		return 0, false
-	}
-	var per int64
-	for l := h.From; l < h.To; l++ {
-		sl := s.slots[l]
-		if sl == nil || sl.releasing {
-			return 0, false
-		}
-		per += sl.sp.kvPerLayer()
-	}
-	return per * int64(capacity), true
-}
-
 // open creates the session's KV caches; need was checked against memory.
 func (s *scheduler) open(in *stepIn, need int64) bool {
 	m := in.m
@@ -589,7 +432,7 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check,
 		logits: !m.Check || m.Logits || s.cfg.tolerant, lp: m.Open.LogProbs, topLP: m.Open.TopLogProbs}
 	if m.Open.Grammar != nil && h.To == s.cfg.model.Layers && !m.Check {
-		c, code, err := s.constraint(m.Open)
+		c, code, err := openConstraint(s.cfg.tok, m.Open)
 		if err != nil {
 			s.reject(in, code, "", "%v", err)
 			return false
@@ -605,18 +448,10 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 		s.reject(in, CodePrefixMiss, "", "session %s resumed %d positions this hop does not hold", m.Session, m.Skip)
 		return false
 	}
-	for l := h.From; l < h.To; {
-		sp := s.slots[l].sp
-		g := seg{sp: sp, lo: l, hi: min(sp.hi, h.To)}
-		var err error
-		if g.st, err = sp.stage(g.lo, g.hi); err != nil {
-			s.unopen(hs)
-			s.reject(in, CodeInternal, "", "open session at layers [%d, %d): %v", g.lo, g.hi, err)
-			return false
-		}
-		hs.segs = append(hs.segs, g)
-		sp.refs++
-		l = g.hi
+	var err error
+	if hs.segs, err = s.stages.segs(h.From, h.To); err != nil {
+		s.reject(in, CodeInternal, "", "open session: %v", err)
+		return false
 	}
 	// A resumed source holds one session per layer (the pure-Go engine's
 	// stages, the only ones that resume a prefix).
@@ -661,7 +496,7 @@ func (s *scheduler) unopen(hs *hopSession) {
 		e.Close()
 	}
 	for _, g := range hs.segs {
-		s.unref(g.sp)
+		s.stages.unref(g.sp)
 	}
 	hs.sess, hs.segs = nil, nil
 }
@@ -728,7 +563,7 @@ func (s *scheduler) admitWaiting(ready *[]*stepIn) {
 			return
 		}
 		in := w.V
-		need, ok := s.need(in.m.Hops[0], in.m.Open.MaxTokens)
+		need, ok := s.stages.need(in.m.Hops[0], in.m.Open.MaxTokens)
 		if !ok {
 			s.adm.Pop()
 			s.reject(in, CodeNotServing, "", "layers [%d, %d) were released", in.m.Hops[0].From, in.m.Hops[0].To)
@@ -772,7 +607,7 @@ func (s *scheduler) drop(hs *hopSession, keep bool) {
 		stages := make([]engine.Stage, 0, len(hs.sess))
 		var per int64
 		for _, g := range hs.segs {
-			if sl := s.slots[g.lo]; sl != nil && !sl.releasing && sl.sp == g.sp {
+			if s.stages.serves(g) {
 				stages = append(stages, g.st)
 				per += g.sp.kvPerLayer()
 			}
@@ -787,7 +622,7 @@ func (s *scheduler) drop(hs *hopSession, keep bool) {
 	}
 	hs.sess = nil
 	for _, g := range hs.segs {
-		s.unref(g.sp)
+		s.stages.unref(g.sp)
 	}
 	hs.segs = nil
 	s.adm.Release(hs.bytes)
@@ -808,246 +643,24 @@ func (s *scheduler) expire(now time.Time) {
 	}
 }
 
-// work is one step in a batch.
-type work struct {
-	in     *stepIn
-	hs     *hopSession
-	x      []float32 // hidden states between layers
-	logits []float32
-	seg    int // the next of hs.segs to run
-	failed bool
-}
-
-// layerNames names layers [lo, hi) in an error.
-func layerNames(lo, hi int) string {
-	if hi == lo+1 {
-		return fmt.Sprintf("layer %d", lo)
-	}
-	return fmt.Sprintf("layers [%d, %d)", lo, hi)
-}
-
-// execute runs the ready steps as one batch, layer by layer.
-func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
-	var ws []*work
-	var batch sched.Batch[hopKey]
-	lo, hi := len(s.slots), 0
-	for _, in := range ready {
-		key := hopKey{in.m.Session, in.m.Hops[0].From}
-		hs := s.sessions[key]
-		if hs == nil {
-			continue // closed meanwhile
-		}
-		if batch.Has(key) {
-			s.deferred = append(s.deferred, in) // a session runs once per batch
-			continue
-		}
-		// Only an open step starts past its position (what it resumed
-		// from the prefix cache); a step deferred behind another of its
-		// session's may now be stale.
-		if off := hs.pos - in.m.Pos; off != 0 && (in.m.Open == nil || off < 0 || off >= len(in.m.Tokens)) {
-			s.reject(in, CodeBadFrame, "", "session %s: step at position %d, session holds %d", in.m.Session, in.m.Pos, hs.pos)
-			continue
-		}
-		if err := s.checkFrame(in, hs); err != nil {
-			if in.m.Open != nil && in.m.Skip > 0 && key.from > 0 {
-				// This hop resumed from its prefix cache, whose input chain
-				// may be over other rows than the sender's (an upstream on
-				// another engine, or one since evicted, fed it): not the
-				// sender's fault; the entry replays cold.
-				s.cfg.log.Debug("a resumed session's first frame does not verify; replay cold", zap.Stringer("peer", in.from),
-					zap.Stringer("session", in.m.Session), zap.Error(err))
-				s.reject(in, CodePrefixMiss, "", "session %s: the frame does not continue the %d positions this hop resumed: %v",
-					in.m.Session, in.m.Skip, err)
-				continue
-			}
-			// The sender's fault, like a corrupt frame: refused before
-			// anything is computed, and reported against it.
-			if s.cfg.badFrame != nil {
-				s.cfg.badFrame(in.from)
-			}
-			s.cfg.log.Warn("refused a frame", zap.Stringer("peer", in.from), zap.Stringer("session", in.m.Session), zap.Error(err))
-			s.reject(in, CodeBadFrame, in.from, "%v", err)
-			continue
-		}
-		batch.Add(key)
-		ws = append(ws, &work{in: in, hs: hs, x: in.m.Hidden})
-		lo, hi = min(lo, key.from), max(hi, hs.to)
-	}
-	if len(ws) == 0 {
-		return
-	}
-	start := time.Now()
-	steps := make([]engine.Step, 0, len(ws))
-	idx := make([]*work, 0, len(ws))
-	// Stage by stage from the lowest layer (sched.Plan): the steps whose
-	// next segment is the same stage at the same layer run together, one
-	// ForwardBatch per stage (a layer of the pure-Go engine, a range stage
-	// or its view).
-	var stages []engine.Stage
-	plan := make([][]sched.Seg, len(ws))
-	for i, w := range ws {
-		for _, g := range w.hs.segs {
-			id := slices.Index(stages, g.st)
-			if id < 0 {
-				id = len(stages)
-				stages = append(stages, g.st)
-			}
-			plan[i] = append(plan[i], sched.Seg{Lo: g.lo, Stage: id})
-		}
-	}
-	for _, grp := range sched.Plan(plan) {
-		stage := stages[grp.Stage]
-		steps, idx = steps[:0], idx[:0]
-		for _, i := range grp.Steps {
-			w := ws[i]
-			if w.failed {
-				continue
-			}
-			st := engine.Step{Session: w.hs.sess[w.seg], Pos: w.hs.pos}
-			if grp.Lo == 0 {
-				// Past what the session resumed from the prefix cache.
-				st.Tokens = w.in.m.Tokens[w.hs.pos-w.in.m.Pos:]
-			} else {
-				st.Hidden = w.x
-			}
-			steps = append(steps, st)
-			idx = append(idx, w)
-		}
-		if len(steps) == 0 {
-			continue
-		}
-		in := stage.Info()
-		outs, err := stage.ForwardBatch(ctx, steps)
-		if err != nil {
-			// Find the culprit: one step at a time. ForwardBatch checks
-			// every step before it computes, so a refused batch changed
-			// nothing.
-			outs = make([]engine.Output, len(steps))
-			for i := range steps {
-				o, err := stage.Forward(ctx, steps[i])
-				if err != nil {
-					idx[i].failed = true
-					s.reject(idx[i].in, CodeInternal, "", "%s: %v", layerNames(in.Lo, in.Hi), err)
-					continue
-				}
-				outs[i] = o
-			}
-		}
-		for i, w := range idx {
-			w.seg++
-			if w.failed {
-				continue
-			}
-			if outs[i].Logits != nil {
-				w.logits = outs[i].Logits
-			} else {
-				w.x = outs[i].Hidden
-			}
-		}
-	}
-	elapsed := time.Since(start)
-	if s.cfg.batchDone != nil && hi > lo {
-		tokens := 0
-		for _, w := range ws {
-			tokens += len(w.in.m.Tokens)
-		}
-		s.cfg.batchDone(elapsed, hi-lo, tokens)
-	}
-	s.batches++
-	if len(ws) > 1 {
-		s.batched += uint64(len(ws))
-	}
-	// Every batch counts, prefills included: the figure is what a step
-	// arriving now waits behind, and the router compares it with its
-	// modelled decode time to see load. Decode batches alone hid prefill
-	// work, so routes herded onto the fastest machines (issue 21; sim:
-	// volunteer-1000).
-	if hi > lo {
-		s.ewma = sched.Latency(s.ewma, elapsed.Seconds()/float64(hi-lo))
-	}
-	now := s.cfg.clock.Now()
-	for _, w := range ws {
-		hs := w.hs
-		if w.failed {
-			s.drop(hs, false) // some layers advanced, others not: unusable
-			continue
-		}
-		s.steps++
-		m := w.in.m
-		skip := hs.pos - m.Pos // positions resumed from the prefix cache
-		hs.hist = append(hs.hist, m.Tokens[skip:]...)
-		hs.pos = m.Pos + len(m.Tokens)
-		hs.last = now
-		last := hs.to == s.cfg.model.Layers
-		var lie *sentLie
-		if s.cfg.fault != nil {
-			s.cfg.fault.corrupt(w, last)
-			if f, ok := s.cfg.fault.(sendFault); ok && !last {
-				lie = f.lieSent(w, hs)
-			}
-		}
-		hs.chain.add(w.in.m, skip, w.x, w.logits, last)
-		if last && hs.logits {
-			hs.chain.top, hs.chain.maxAbs = consensus.SummarizeLogits(w.logits, consensus.LogitsTop)
-		}
-		if hs.check && len(hs.rest) == 0 {
-			// The check hop of a check session: its receipt is the answer.
-			s.sendReceipt(hs)
-			s.drop(hs, false)
-			continue
-		}
-		if last {
-			logits := w.logits
-			if hs.gram != nil {
-				var err error
-				if logits, err = s.constrain(hs, w.logits); err != nil {
-					s.out.fail(hs.entry, &ErrorMsg{Session: m.Session, Code: CodeGrammar, Text: err.Error()})
-					s.drop(hs, false)
-					continue
-				}
-			}
-			tok := engine.Sample(logits, hs.sp, hs.pos, hs.hist)
-			t := &Token{Session: m.Session, Pos: hs.pos, Token: tok}
-			if hs.lp {
-				// Of the same logits row Sample drew from, before any
-				// penalty or temperature (engine.LogProbs).
-				lp, top := engine.LogProbs(w.logits, tok, hs.topLP)
-				t.LP = &TokenLP{LogProb: lp, Top: top}
-			}
-			s.out.token(hs.entry, t)
-			continue
-		}
-		var sig *FrameSig
-		if s.signing() {
-			sig = s.signFrame(hs, lie)
-		}
-		sent := w.x
-		if lie != nil {
-			sent = lie.rows
-		}
-		s.out.forward(hs.rest[0].Peer, &Step{Session: m.Session, Open: m.Open, Entry: hs.entry, Hops: hs.rest,
-			Pos: m.Pos, Tokens: m.Tokens, Skip: skip, Hidden: sent, Cols: s.cfg.model.Hidden, Check: hs.check,
-			Logits: m.Logits && m.Open != nil, Sig: sig})
-	}
-}
-
-// constraint starts an open's grammar, with the code of its refusal.
-func (s *scheduler) constraint(o *Open) (*grammar.Constraint, ErrorCode, error) {
-	if s.cfg.tok == nil {
+// openConstraint starts an open's grammar over tok's vocabulary, with
+// the code of its refusal.
+func openConstraint(tok *engine.Tokenizer, o *Open) (*grammar.Constraint, ErrorCode, error) {
+	if tok == nil {
 		return nil, CodeNotServing, errors.New("this node has no tokenizer to constrain sampling with")
 	}
 	g, spec, err := grammar.CompileCached(o.Grammar)
 	if err != nil {
 		return nil, CodeGrammar, fmt.Errorf("grammar: %w", err)
 	}
-	return grammar.NewConstraint(g, grammar.TokenizerVocab(s.cfg.tok, spec.Keep)), 0, nil
+	return grammar.NewConstraint(g, grammar.TokenizerVocab(tok, spec.Keep)), 0, nil
 }
 
 // constrain feeds the grammar the tokens it has not seen (a step's, a
 // replay's whole output) and returns the logits with what it does not
 // allow next masked: a pure function of the tokens, so any last hop of
 // any attempt draws the same token.
-func (s *scheduler) constrain(hs *hopSession, logits []float32) ([]float32, error) {
+func (hs *hopSession) constrain(logits []float32) ([]float32, error) {
 	for p := max(hs.gramFed, hs.gramFrom); p < hs.pos && p < len(hs.hist); p++ {
 		if err := hs.gram.Accept(hs.hist[p]); err != nil {
 			return nil, fmt.Errorf("grammar: position %d: %w", p, err)
@@ -1058,29 +671,15 @@ func (s *scheduler) constrain(hs *hopSession, logits []float32) ([]float32, erro
 }
 
 func (s *scheduler) publish() {
-	st := &schedStatus{Held: s.heldLayers(), Sessions: len(s.sessions), Queue: s.adm.Waiting(),
+	st := &schedStatus{Held: s.stages.held(), Sessions: len(s.sessions), Queue: s.adm.Waiting(),
 		KVUsed: s.adm.Used(), FreeKV: -1, LayerLatency: time.Duration(s.ewma * float64(time.Second)),
 		Steps: s.steps, Batches: s.batches, BatchedSteps: s.batched, Rejected: s.rejected, Waited: s.adm.Waited()}
 	if c := s.cache; c != nil {
 		st.PrefixHits, st.PrefixTokens, st.PrefixEntries, st.PrefixBytes = c.c.Hits, c.c.Reused, c.c.Len(), c.c.Cost()
 		st.PrefixEvictions, st.Prefixes = c.c.Evicted, c.summary
 	}
-	st.KVBudget = s.cfg.memBudget - s.weightBytes()
-	var per int64
-	for l, sl := range s.slots {
-		if sl != nil {
-			st.Loaded++
-			if st.Held[l] {
-				per += sl.sp.kvPerLayer()
-				if n := len(st.Spans); n > 0 && st.Spans[n-1].End == l && s.slots[l-1].sp == sl.sp {
-					st.Spans[n-1].End++
-				} else {
-					st.Spans = append(st.Spans, layers.Range{Start: l, End: l + 1})
-				}
-			}
-		}
-	}
-	if per > 0 {
+	st.KVBudget = s.room()
+	if per := s.stages.summary(st); per > 0 {
 		st.FreeKV = max(s.freeBytes(), 0) / per
 	}
 	s.status.Store(st)

@@ -185,9 +185,9 @@ func TestSchedulerRefusals(t *testing.T) {
 func TestSchedulerQueuesForMemory(t *testing.T) {
 	r := newSchedRig(t, 0, 32, 0)
 	hops := []Hop{{Peer: schedSelf, From: 0, To: 32}}
-	per, _ := r.s.need(hops[0], 1)
+	per, _ := r.s.stages.need(hops[0], 1)
 	// Room for the weights and one session of 1024 positions.
-	r.s.cfg.memBudget = r.s.weightBytes() + per*1024 + per/2
+	r.s.cfg.memBudget = r.s.stages.weightBytes() + per*1024 + per/2
 	r.deliver(r.open(SessionID{1}, hops, []int32{1}, 1024))
 	if got := r.out.take(t); got.kind != "token" {
 		t.Fatalf("first session: %s", got.kind)

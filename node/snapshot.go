@@ -36,7 +36,11 @@ type SwarmSnapshot struct {
 
 	// Self is what this node announces now; Hardware the device it
 	// declared or measured; Addrs its listen addresses.
-	Self     swarm.Status
+	Self swarm.Status
+	// Held is the range of layers this node has loaded and serves
+	// (empty when none; the loaded layers are contiguous in practice,
+	// and the range spans them).
+	Held     layers.Range
 	Hardware layers.Hardware
 	// Scheduler is the entry's effective scheduling configuration.
 	Scheduler routing.SchedulerConfig
@@ -56,7 +60,7 @@ type SwarmSnapshot struct {
 
 // Swarm returns the node's view of the swarm now.
 func (n *Node) Swarm() SwarmSnapshot {
-	s := SwarmSnapshot{Self: n.host.Status(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.NAT(),
+	s := SwarmSnapshot{Self: n.host.Status(), Held: n.ann.held(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.NAT(),
 		Scheduler: n.paths.profiles.Config(), RouteErr: n.Ready(),
 		Fetch: n.FetchProgress()}
 	for _, p := range n.host.Peers().Snapshot() {
@@ -83,8 +87,8 @@ func (n *Node) Swarm() SwarmSnapshot {
 	s.Members = c.Members()
 	s.Pending, s.HasPending = c.Pending()
 	st := c.State()
-	s.VerifyRate, s.HasVerifyRate = st.VerifyRate()
-	s.SessionTokens, s.HasSessionTokens = st.SessionTokens()
-	s.Stewards = st.Stewards()
+	s.VerifyRate, s.HasVerifyRate = st.SwarmConfig().VerifyRate()
+	s.SessionTokens, s.HasSessionTokens = st.SwarmConfig().SessionTokens()
+	s.Stewards = st.Stewards().List()
 	return s
 }

@@ -108,7 +108,7 @@ func TestVerifiedWorkPlacement(t *testing.T) {
 	fresh := func() map[string]int {
 		out := map[string]int{}
 		for _, s := range []*Node{s1, s2} {
-			for p, n := range s.VerifiedWork() {
+			for p, n := range s.entry.work.byPeer() {
 				if p == f1.ID() || p == f2.ID() {
 					out[p.String()] += int(n)
 				}
@@ -142,7 +142,7 @@ func TestVerifiedWorkPlacement(t *testing.T) {
 		t.Fatal("no leader")
 	}
 	waitFor(t, 30*time.Second, "the stewards' checks in the leader's trust", func() bool {
-		tr := leader.Trust()
+		tr := leader.cons.Load().Trust()
 		for id, n := range want {
 			if tr.Checks[id] < n || tr.Checks[id] > n+k/2 {
 				return false
@@ -150,7 +150,7 @@ func TestVerifiedWorkPlacement(t *testing.T) {
 		}
 		return true
 	})
-	tr := leader.Trust()
+	tr := leader.cons.Load().Trust()
 	for id, n := range want {
 		if v := tr.Verified(id); v != (tr.Checks[id] >= k) || (n >= k && !v) {
 			t.Fatalf("%s: %d checks, verified %v", id, tr.Checks[id], v)

@@ -557,7 +557,7 @@ func (n *Node) reportFault(ctx context.Context, ev consensus.Evidence) error {
 // swarmVerifyRate is the replicated rate (false: none, or no consensus).
 func (n *Node) swarmVerifyRate() (float64, bool) {
 	if c := n.cons.Load(); c != nil {
-		return c.State().VerifyRate()
+		return c.State().SwarmConfig().VerifyRate()
 	}
 	return 0, false
 }

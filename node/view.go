@@ -70,9 +70,9 @@ type pathFinder struct {
 	suspectFor time.Duration
 	suspects   sync.Map        // peer.ID → time.Time of the last failure seen
 	selfKV     func() kvReport // this node's own KV report
-	// noMap says why there is no committed map (Node.noMap); nil: the
+	// noMap says why there is no committed map (coverage.noMap); nil: the
 	// plain reason. uncovered is the refusal for a committed map with no
-	// path whose holders left for good (Node.uncoveredMap); nil: none.
+	// path whose holders left for good (coverage.uncoveredMap); nil: none.
 	noMap     func() error
 	uncovered func(layers.LayerMap) error
 	// routed is what this entry sent through which paths lately

@@ -4,7 +4,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/consensus"
-	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/swarm"
 )
 
@@ -36,34 +35,24 @@ func (w *unverifiedWork) vouches() []swarm.Vouch {
 }
 
 // leaderVouches are the vouches a leader weighs placement by: every
-// peer's as its heartbeats said, and this node's own.
-func (n *Node) leaderVouches() []consensus.Vouch {
+// peer's as its heartbeats said (atts), and this entry's own, as self's.
+func (w *unverifiedWork) leaderVouches(self peer.ID, atts []swarm.Attestation) []consensus.Vouch {
 	var out []consensus.Vouch
-	for _, a := range n.host.Peers().Attestations() {
+	for _, a := range atts {
 		out = append(out, consensus.Vouch{Checker: a.Checker.String(), Subject: a.Subject.String(), Checks: int(a.Checks)})
 	}
-	for _, v := range n.entry.work.vouches() {
-		out = append(out, consensus.Vouch{Checker: n.self.String(), Subject: v.Peer.String(), Checks: int(v.Checks)})
+	for _, v := range w.vouches() {
+		out = append(out, consensus.Vouch{Checker: self.String(), Subject: v.Peer.String(), Checks: int(v.Checks)})
 	}
 	return out
 }
 
-// VerifiedWork is this entry's count of spot checks it saw each peer
-// pass: what its heartbeats vouch.
-func (n *Node) VerifiedWork() map[peer.ID]uint32 {
+// byPeer is this entry's count of spot checks it saw each peer pass:
+// what its heartbeats vouch.
+func (w *unverifiedWork) byPeer() map[peer.ID]uint32 {
 	out := map[peer.ID]uint32{}
-	for _, v := range n.entry.work.vouches() {
+	for _, v := range w.vouches() {
 		out[v.Peer] = v.Checks
 	}
 	return out
-}
-
-// Trust is the placement trust this node would plan with as leader
-// (consensus.Consensus.Trust); the zero value (everyone counts fully)
-// without consensus.
-func (n *Node) Trust() layers.Trust {
-	if c := n.cons.Load(); c != nil {
-		return c.Trust()
-	}
-	return layers.Trust{}
 }

@@ -356,7 +356,7 @@ func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, 
 	}
 	if w.lead != nil {
 		w.res.LeaderDecisions, w.res.LeaderStalls, w.res.LeaderErrors = w.lead.Decisions, w.lead.Stalls, w.lead.Errors
-		w.res.PlanSessionTokens, _ = w.lead.state.SessionTokens()
+		w.res.PlanSessionTokens, _ = w.lead.state.SwarmConfig().SessionTokens()
 	}
 	for i, n := range s.nodes {
 		u := NodeUsage{ID: w.spec.Nodes[i].ID, GPU: w.gpu[i], Busy: s.stats.busy[i] / end}

@@ -24,8 +24,6 @@ type Backend interface {
 	// CountTokens is the length of req's prompt, tokenized as Generate
 	// would.
 	CountTokens(req node.Request) (int, error)
-	// Held is the range of layers the node has loaded.
-	Held() layers.Range
 	// Committed is the map the node routes on.
 	Committed() layers.LayerMap
 	// Swarm is the node's view of the swarm now, as data: the

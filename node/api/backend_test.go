@@ -51,7 +51,6 @@ func (f *fakeBackend) CountTokens(req node.Request) (int, error) {
 func (f *fakeBackend) Model() node.ModelInfo {
 	return node.ModelInfo{Name: "fake-model", Fingerprint: "sha256:fake", Layers: 8, Hidden: 64, Vocab: 512, Context: 1024}
 }
-func (f *fakeBackend) Held() layers.Range { return layers.Range{Start: 0, End: 4} }
 func (f *fakeBackend) Committed() layers.LayerMap {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -60,7 +59,9 @@ func (f *fakeBackend) Committed() layers.LayerMap {
 func (f *fakeBackend) Swarm() node.SwarmSnapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.snap
+	s := f.snap
+	s.Held = layers.Range{Start: 0, End: 4}
+	return s
 }
 func (f *fakeBackend) Metrics() node.Metrics {
 	f.mu.Lock()

@@ -232,7 +232,6 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPrefixTokens, m.PrefixTokens)
 	counter(descPrefixEvict, m.PrefixEvictions)
 	gauge(descPrefixBytes, float64(m.PrefixBytes))
-	gauge(descHeld, float64(c.b.Held().Len()))
 	gauge(descEntryQueue, float64(m.EntryQueue))
 	gauge(descEntryOldest, m.EntryQueueOldest.Seconds())
 	counter(descEntryQueued, m.EntryQueued)
@@ -260,6 +259,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	var pending, members float64
 	leader := 0.0
 	snap := c.b.Swarm()
+	gauge(descHeld, float64(snap.Held.Len()))
 	if !snap.Static {
 		if snap.HasPending {
 			pending = float64(snap.Pending.Map.Epoch)

@@ -237,7 +237,7 @@ func (s *Server) swarmView() swarmJSON {
 	if f := snap.Fetch; f != (node.FetchProgress{}) {
 		me.Fetch = &fetchJSON{DoneBytes: f.Done, TotalBytes: f.Total, FetchedBytes: f.Fetched, HoldersDropped: f.Dropped}
 	}
-	me.Load = &loadJSON{Epoch: st.Epoch, Range: s.b.Held(), QueueDepth: st.QueueDepth, ActiveSessions: st.ActiveSessions,
+	me.Load = &loadJSON{Epoch: st.Epoch, Range: snap.Held, QueueDepth: st.QueueDepth, ActiveSessions: st.ActiveSessions,
 		FreeKV: st.FreeKV, LayerLatencyMs: ms(st.LayerLatency), Region: st.Region,
 		EntryQueue: st.EntryQueue, EntryWaitMs: ms(st.EntryWait)}
 	if m := s.b.Metrics(); m.Stolen != 0 || m.StolenFrom != 0 {
@@ -325,7 +325,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h := healthJSON{Status: "ok", Node: s.b.ID().String(), Model: s.b.Model().Name, Epoch: m.Epoch,
-		MapCovers: m.Layers > 0 && m.Covers(), Routable: snap.RouteErr == nil, LayersHeld: s.b.Held(), Peers: live, InFlight: s.InFlight()}
+		MapCovers: m.Layers > 0 && m.Covers(), Routable: snap.RouteErr == nil, LayersHeld: snap.Held, Peers: live, InFlight: s.InFlight()}
 	status := http.StatusOK
 	s.mu.Lock()
 	switch {

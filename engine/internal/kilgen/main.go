@@ -152,6 +152,9 @@ func (g *gen) q4k(nt int, q5 bool) {
 		// Unpack the 32-byte columns of sub-blocks 2gr (low nibbles)
 		// and 2gr+1 (high nibbles), 16 rows × 4 bytes a register.
 		for k := 0; k < 8; k++ {
+			if q5 {
+				g.prefetch(gsb, gr*8+k, 2, q5Ahead)
+			}
 			if !q5 {
 				g.f("VMOVDQU64 %d(SI), %s", gr*512+k*64, z(8+k))
 				g.f("VPANDD Z31, %s, %s", z(8+k), z(k))
@@ -209,18 +212,25 @@ func (g *gen) q4k(nt int, q5 bool) {
 	g.epilogue(nt)
 }
 
-// prefetchAhead is how many group super-blocks ahead prefetch reads.
-const prefetchAhead = 2
+// q5Ahead and q6Ahead are how many group super-blocks ahead the Q5_K and
+// Q6_K kernels prefetch: about 10 KB, chosen by BenchmarkDecodeBandwidth
+// (1 thread, TinyLlama's shape, tokens/s alternating 2–6 ahead; Q6_K 24.1
+// tok/s at 3 against 22.9 at 4 and 21.6 at 2; Q5_K 25.8 at 4 against 21.5
+// at 2).
+const (
+	q5Ahead = 4
+	q6Ahead = 3
+)
 
 // prefetch asks for lines i·per … i·per+per−1 of the group super-block
-// prefetchAhead ahead, spread over the unpacking steps. Measured on a
-// 92 MB matrix at one token: the Q6_K kernel read 12 GB/s without it and
-// 20 with it, the row kernel's rate; the Q4_K kernel read less with it
-// (20–22 GB/s against 27–31), so it has none.
-func (g *gen) prefetch(gsb, i, per int) {
+// ahead blocks on, spread over the unpacking steps. Measured on a 92 MB
+// matrix at one token: the Q6_K kernel read 12 GB/s without it and 20 with
+// it (2 ahead); the Q4_K kernel read less with it (20–22 GB/s against
+// 27–31), so it has none.
+func (g *gen) prefetch(gsb, i, per, ahead int) {
 	for j := 0; j < per; j++ {
 		if line := i*per + j; line*64 < gsb {
-			g.f("PREFETCHT0 %d(SI)", prefetchAhead*gsb+line*64)
+			g.f("PREFETCHT0 %d(SI)", ahead*gsb+line*64)
 		}
 	}
 }
@@ -255,7 +265,7 @@ func (g *gen) q6k(nt int) {
 			// in Z8+k, ghi's in Zk.
 			glo, ghi := 4*n+h, 4*n+h+2
 			for k := 0; k < 8; k++ {
-				g.prefetch(q6kGSB, (2*n+h)*8+k, 2)
+				g.prefetch(q6kGSB, (2*n+h)*8+k, 2, q6Ahead)
 				g.f("VMOVDQU64 %d(SI), Z24", n*1024+h*512+k*64)
 				g.f("VMOVDQU64 %d(SI), %s", q6kQH+n*512+k*64, z(k))
 				// GFNI affine maps (q6kBits): qh bits 2h, 2h+1 (glo) or
