@@ -233,10 +233,13 @@ func (d decoder) receipt() Receipt {
 
 // Evidence accuses Receipts[0]'s signer: Receipts[1] and [2], from two
 // other holders, were fed the same input and agree with each other and
-// not with it. The second witness may be a chain of holders that
-// together cover the accused's layers (when no single third holder
-// exists): Chain holds its earlier links in layer order, each fed what
-// the one before emitted, and Receipts[2] is its last.
+// not with it. Either witness may be a chain of holders that together
+// cover the accused's layers (when no single other holder exists):
+// Chain holds the second witness's earlier links in layer order, each
+// fed what the one before emitted, and Receipts[2] is its last;
+// FirstChain does the same for the first witness, whose last link is
+// Receipts[1]. Every signer, links included, is a distinct node, so two
+// witnesses outvote the accused only if they share no node.
 //
 // Tolerance marks evidence of the tolerance kind (tolerance.go): the
 // receipts' logits, not their hashes, disagree beyond LogitsTolerance;
@@ -249,10 +252,11 @@ func (d decoder) receipt() Receipt {
 // same upstream and downstream hops, and the logits compared are the
 // tails'. Nil otherwise.
 type Evidence struct {
-	Receipts  [3]Receipt
-	Chain     []Receipt
-	Tolerance bool
-	Tails     []Receipt
+	Receipts   [3]Receipt
+	Chain      []Receipt
+	FirstChain []Receipt
+	Tolerance  bool
+	Tails      []Receipt
 }
 
 // MaxChain bounds the earlier links of a chained witness.
@@ -262,6 +266,9 @@ const MaxChain = 3
 // function of the evidence (signatures included), so every member that
 // folds a NodeFaulted record reaches the same verdict.
 func (e Evidence) Check() (peer.ID, error) {
+	if e.Tolerance && len(e.FirstChain) != 0 {
+		return "", fmt.Errorf("%w: a tolerance verdict takes single witnesses", ErrBadEvidence)
+	}
 	if e.Tolerance && e.Tails != nil {
 		return e.checkToleranceMid()
 	}
@@ -272,10 +279,10 @@ func (e Evidence) Check() (peer.ID, error) {
 		return "", fmt.Errorf("%w: tails on exact evidence", ErrBadEvidence)
 	}
 	rs := e.Receipts
-	if len(e.Chain) > MaxChain {
-		return "", fmt.Errorf("%w: a witness chain of %d links", ErrBadEvidence, len(e.Chain)+1)
+	if n := max(len(e.Chain), len(e.FirstChain)); n > MaxChain {
+		return "", fmt.Errorf("%w: a witness chain of %d links", ErrBadEvidence, n+1)
 	}
-	all := append(append([]Receipt(nil), rs[:]...), e.Chain...)
+	all := append(append(append([]Receipt(nil), rs[:]...), e.Chain...), e.FirstChain...)
 	for i, r := range all {
 		for _, o := range all[:i] {
 			if o.Signer == r.Signer {
@@ -286,27 +293,11 @@ func (e Evidence) Check() (peer.ID, error) {
 			return "", fmt.Errorf("receipt %d: %w", i, err)
 		}
 	}
-	if !rs[1].SameInput(rs[0]) {
-		return "", fmt.Errorf("%w: receipt 1 covers other work than the accused's", ErrBadEvidence)
+	if err := witness(rs[0], e.FirstChain, rs[1]); err != nil {
+		return "", fmt.Errorf("the first witness: %w", err)
 	}
-	// The second witness, link by link: it starts where the accused
-	// started, on the same input, each link takes what the one before it
-	// gave, and it ends where the accused ended.
-	links := append(append([]Receipt(nil), e.Chain...), rs[2])
-	a := rs[0]
-	for k, l := range links {
-		ok := l.Model == a.Model && l.Positions == a.Positions
-		if k == 0 {
-			ok = ok && l.From == a.From && l.InChain == a.InChain
-		} else {
-			ok = ok && l.From == links[k-1].To && l.InChain == links[k-1].OutChain
-		}
-		if !ok {
-			return "", fmt.Errorf("%w: witness link %d does not continue the accused's input", ErrBadEvidence, k)
-		}
-	}
-	if rs[2].To != a.To {
-		return "", fmt.Errorf("%w: the second witness ends at layer %d, the accused at %d", ErrBadEvidence, rs[2].To, a.To)
+	if err := witness(rs[0], e.Chain, rs[2]); err != nil {
+		return "", fmt.Errorf("the second witness: %w", err)
 	}
 	if !rs[1].SameOutput(rs[2]) {
 		return "", fmt.Errorf("%w: the witnesses disagree with each other", ErrBadEvidence)
@@ -315,6 +306,29 @@ func (e Evidence) Check() (peer.ID, error) {
 		return "", fmt.Errorf("%w: the accused agrees with the witnesses", ErrBadEvidence)
 	}
 	return rs[0].Signer, nil
+}
+
+// witness checks one witness of a's work, link by link (earlier, then
+// last): it starts where the accused started, on the same input, each
+// link takes what the one before it gave, and it ends where the accused
+// ended. A single holder is a chain of one link.
+func witness(a Receipt, earlier []Receipt, last Receipt) error {
+	links := append(append([]Receipt(nil), earlier...), last)
+	for k, l := range links {
+		ok := l.Model == a.Model && l.Positions == a.Positions
+		if k == 0 {
+			ok = ok && l.From == a.From && l.InChain == a.InChain
+		} else {
+			ok = ok && l.From == links[k-1].To && l.InChain == links[k-1].OutChain
+		}
+		if !ok {
+			return fmt.Errorf("%w: link %d does not continue the accused's input", ErrBadEvidence, k)
+		}
+	}
+	if last.To != a.To {
+		return fmt.Errorf("%w: it ends at layer %d, the accused at %d", ErrBadEvidence, last.To, a.To)
+	}
+	return nil
 }
 
 // NodeFaulted: a member was proven to compute wrong answers. It is
@@ -348,6 +362,17 @@ func (e NodeFaulted) appendTo(b []byte) []byte {
 		b = appendReceipt(b, r)
 	}
 	n := uint64(len(e.Evidence.Chain))
+	if len(e.Evidence.FirstChain) > 0 && !e.Evidence.Tolerance {
+		// Two chained witnesses: both chains follow, each with its count.
+		b = binary.AppendUvarint(b, evidenceTwoChains)
+		for _, c := range [][]Receipt{e.Evidence.FirstChain, e.Evidence.Chain} {
+			b = binary.AppendUvarint(b, uint64(len(c)))
+			for _, r := range c {
+				b = appendReceipt(b, r)
+			}
+		}
+		return b
+	}
 	if e.Evidence.Tolerance {
 		// Tolerance evidence has no chain: its count field says the kind,
 		// and exact evidence encodes as before.
@@ -377,6 +402,11 @@ const evidenceTolerance = 64
 // record as a witness chain too long, rather than misread it.
 const evidenceToleranceMid = 65
 
+// evidenceTwoChains marks exact evidence whose two witnesses are both
+// chains (Evidence.FirstChain): two counted chains follow. Older nodes
+// refuse it as a witness chain too long.
+const evidenceTwoChains = 66
+
 func decodeNodeFaulted(d decoder) NodeFaulted {
 	e := NodeFaulted{Node: d.id("node"), Accuser: d.id("accuser")}
 	e.Until = d.time("until")
@@ -396,8 +426,29 @@ func decodeNodeFaulted(d decoder) NodeFaulted {
 			return e
 		}
 	}
-	n := d.Uvarint("witness chain", evidenceToleranceMid)
+	chain := func(n uint64) []Receipt {
+		var c []Receipt
+		for range n {
+			var r Receipt
+			if !receipt(&r) {
+				return c
+			}
+			c = append(c, r)
+		}
+		return c
+	}
+	n := d.Uvarint("witness chain", evidenceTwoChains)
 	switch {
+	case n == evidenceTwoChains:
+		n1 := d.Uvarint("first witness chain", MaxChain)
+		if e.Evidence.FirstChain = chain(n1); d.Err() != nil {
+			return e
+		}
+		if n1 == 0 && d.Err() == nil {
+			d.Fail("two chained witnesses with an empty first chain")
+			return e
+		}
+		n = d.Uvarint("witness chain", MaxChain)
 	case n == evidenceToleranceMid:
 		e.Evidence.Tolerance, n = true, 0
 		e.Evidence.Tails = make([]Receipt, 3)
@@ -411,13 +462,7 @@ func decodeNodeFaulted(d decoder) NodeFaulted {
 	case n > MaxChain && d.Err() == nil:
 		d.Fail("witness chain of %d links", n)
 	}
-	for range n {
-		var r Receipt
-		if !receipt(&r) {
-			return e
-		}
-		e.Evidence.Chain = append(e.Evidence.Chain, r)
-	}
+	e.Evidence.Chain = chain(n)
 	return e
 }
 

@@ -278,6 +278,62 @@ func TestEvidenceChainedWitness(t *testing.T) {
 	}
 }
 
+// TestEvidenceTwoChainedWitnesses: where the accused's layers have no
+// single other holder, both witnesses may be chains (FirstChain, Chain),
+// checked link by link alike; a node in both, a first chain that does
+// not continue the accused's input or ends short, or one on tolerance
+// evidence is refused, and the record round-trips.
+func TestEvidenceTwoChainedWitnesses(t *testing.T) {
+	liar, a, b, f, g := newSigner(t), newSigner(t), newSigner(t), newSigner(t), newSigner(t)
+	h := func(s string) [32]byte { return sha256.Sum256([]byte(s)) }
+	link := func(s signer, from, to int, in, out string) Receipt {
+		r := Receipt{Signer: s.id, Model: 7, From: from, To: to, Positions: 40, InChain: h(in), OutChain: h(out), OutLast: h(out + "last")}
+		if err := r.Sign(s.key); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// The map of issue 35 and one more chain: the liar holds [0,4), a and
+	// b split it at 3, f and g at 2.
+	good := Evidence{Receipts: [3]Receipt{link(liar, 0, 4, "in", "wrong"), link(b, 3, 4, "mid3", "right"), link(g, 2, 4, "mid2", "right")},
+		FirstChain: []Receipt{link(a, 0, 3, "in", "mid3")}, Chain: []Receipt{link(f, 0, 2, "in", "mid2")}}
+	if got, err := good.Check(); err != nil || got != liar.id {
+		t.Fatalf("two chained witnesses: accused %v, %v", got, err)
+	}
+	raw, err := MarshalRecord(rec(3, NodeFaulted{Node: liar.id.String(), Accuser: a.id.String(), Until: t0.Add(time.Hour), Evidence: good}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := UnmarshalRecord(raw)
+	if err != nil {
+		t.Fatalf("round trip: %v", err)
+	}
+	if ev := back.Event.(NodeFaulted).Evidence; len(ev.FirstChain) != 1 || len(ev.Chain) != 1 || ev.FirstChain[0].Signer != a.id ||
+		ev.Chain[0].Signer != f.id {
+		t.Fatalf("round trip lost a chain: %+v", ev)
+	} else if got, err := ev.Check(); err != nil || got != liar.id {
+		t.Fatalf("after the round trip: %v, %v", got, err)
+	}
+	cases := map[string]Evidence{
+		"a node in both":     {Receipts: good.Receipts, FirstChain: good.FirstChain, Chain: []Receipt{link(a, 0, 2, "in", "mid2")}},
+		"first chain broken": {Receipts: good.Receipts, FirstChain: []Receipt{link(a, 0, 3, "in", "other")}, Chain: good.Chain},
+		"first chain, other input": {Receipts: good.Receipts, FirstChain: []Receipt{link(a, 0, 3, "in2", "mid3")},
+			Chain: good.Chain},
+		"first witness ends short": {Receipts: [3]Receipt{good.Receipts[0], link(b, 3, 5, "mid3", "right"), good.Receipts[2]},
+			FirstChain: good.FirstChain, Chain: good.Chain},
+		"chains disagree": {Receipts: [3]Receipt{good.Receipts[0], good.Receipts[1], link(g, 2, 4, "mid2", "else")},
+			FirstChain: good.FirstChain, Chain: good.Chain},
+		"tolerance kind": {Receipts: good.Receipts, FirstChain: good.FirstChain, Tolerance: true},
+		"first chain too long": {Receipts: good.Receipts, FirstChain: []Receipt{good.FirstChain[0], good.FirstChain[0], good.FirstChain[0],
+			good.FirstChain[0]}, Chain: good.Chain},
+	}
+	for name, ev := range cases {
+		if _, err := ev.Check(); !errors.Is(err, ErrBadEvidence) {
+			t.Errorf("%s: %v, want ErrBadEvidence", name, err)
+		}
+	}
+}
+
 // TestBannedLeaderHandsOver: a leader evicted for a fault does not try
 // to rejoin (its ban refuses it) but hands leadership to another voter,
 // which repairs the map; alone, it goes on with its other work.

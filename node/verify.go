@@ -2,26 +2,19 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
-	"math"
 	"math/rand/v2"
 	"slices"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/consensus"
-	"github.com/stratanet/strata/engine"
 	ecore "github.com/stratanet/strata/node/entry"
+	"github.com/stratanet/strata/node/trust"
 )
 
 // Spot checks (see docs/trust.md). Every hop keeps, per session, two
@@ -57,326 +50,6 @@ var ErrWrongTokens = errors.New("node: tokens already sent were wrong (a faulty 
 // DefaultVerifyRate is the share of token boundaries at which an entry
 // spot-checks one hop.
 const DefaultVerifyRate = 0.01
-
-// chains is one hop session's record of what it took and gave. It keeps
-// the hashes' states at every whole block of positions, so that a session
-// resumed from a prefix (prefixcache.go) continues the very chains a cold
-// run would have: its receipts stay comparable with a check session's.
-type chains struct {
-	in, out hash.Hash
-	outLast [32]byte
-	// top and maxAbs summarise the last logits row, on a last hop whose
-	// receipts carry it (a tolerance check); nil otherwise.
-	top    []consensus.TopLogit
-	maxAbs float32
-	rows   []byte      // scratch
-	pos    int         // rows folded
-	marks  []chainMark // marks[i]: the states after (i+1)·prefixBlock rows
-}
-
-// chainMark is the chains' hash states at a block boundary.
-type chainMark struct{ in, out []byte }
-
-func newChains() chains { return chains{in: sha256.New(), out: sha256.New()} }
-
-// chainsAt continues marks' chains at position n (a whole number of
-// blocks they cover); false when they do not.
-func chainsAt(marks []chainMark, n int) (chains, bool) {
-	c := newChains()
-	if n == 0 {
-		return c, true
-	}
-	if n%prefixBlock != 0 || n/prefixBlock > len(marks) {
-		return c, false
-	}
-	m := marks[n/prefixBlock-1]
-	if c.in.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.in) != nil ||
-		c.out.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.out) != nil {
-		return c, false
-	}
-	c.pos, c.marks = n, slices.Clone(marks[:n/prefixBlock])
-	return c, true
-}
-
-// add folds one step: its input rows after the skip positions resumed
-// from a prefix, and the outputs that go out.
-func (c *chains) add(m *Step, skip int, x, logits []float32, last bool) {
-	var in []byte
-	if m.Hidden == nil {
-		for _, t := range m.Tokens[skip:] {
-			in = binary.LittleEndian.AppendUint32(in, uint32(t))
-		}
-	} else {
-		in = slices.Clone(c.floats(m.Hidden))
-	}
-	var out []byte
-	if !last {
-		out = slices.Clone(c.floats(x))
-	}
-	n := len(m.Tokens) - skip
-	if n <= 0 {
-		return
-	}
-	inRow, outRow := len(in)/n, len(out)/n
-	for done := 0; done < n; {
-		k := min(n-done, prefixBlock-c.pos%prefixBlock)
-		c.in.Write(in[done*inRow : (done+k)*inRow])
-		if !last {
-			c.out.Write(out[done*outRow : (done+k)*outRow])
-		}
-		done += k
-		c.pos += k
-		if c.pos%prefixBlock == 0 && c.pos/prefixBlock == len(c.marks)+1 {
-			mi, _ := c.in.(encoding.BinaryMarshaler).MarshalBinary()
-			mo, _ := c.out.(encoding.BinaryMarshaler).MarshalBinary()
-			c.marks = append(c.marks, chainMark{in: mi, out: mo})
-		}
-	}
-	if last {
-		c.outLast = sha256.Sum256(c.floats(logits))
-		return
-	}
-	c.outLast = sha256.Sum256(out[len(out)-outRow:])
-}
-
-func (c *chains) floats(v []float32) []byte {
-	c.rows = c.rows[:0]
-	for _, f := range v {
-		c.rows = binary.LittleEndian.AppendUint32(c.rows, math.Float32bits(f))
-	}
-	return c.rows
-}
-
-// outputFault corrupts a step's outputs: the test-only fault injector
-// (faultinject.go, build tag faultinject).
-type outputFault interface {
-	corrupt(w *work, last bool)
-}
-
-// engineFault makes a node sign another engine label than its own (the
-// fault injector's, test builds only).
-type engineFault interface {
-	receiptEngine(label string) string
-}
-
-// receiptOf is hs's receipt as of now, signed.
-func (s *scheduler) receiptOf(hs *hopSession) (*ReceiptMsg, bool) {
-	if s.cfg.sign == nil || hs.pos == 0 {
-		return nil, false
-	}
-	r := consensus.Receipt{Signer: s.cfg.self, Session: hs.key.sid, Model: s.cfg.hash, From: hs.key.from, To: hs.to,
-		Positions: hs.pos, OutLast: hs.chain.outLast}
-	hs.chain.in.Sum(r.InChain[:0])
-	hs.chain.out.Sum(r.OutChain[:0])
-	if hs.logits && hs.to == s.cfg.model.Layers && len(hs.chain.top) > 0 && len(hs.hist) == hs.pos {
-		r.Logits = &consensus.Logits{Engine: s.cfg.engine, Tokens: consensus.TokenHash(hs.hist), MaxAbs: hs.chain.maxAbs,
-			Top: slices.Clone(hs.chain.top)}
-	}
-	if s.cfg.tolerant {
-		// Signed, so that a tolerance verdict may accuse this node where it
-		// carries no logits (a hop before the last), and never a go node.
-		r.Engine = s.cfg.engine
-	}
-	if f, ok := s.cfg.fault.(engineFault); ok {
-		r.Engine = f.receiptEngine(r.Engine)
-		if r.Logits != nil {
-			r.Logits.Engine = f.receiptEngine(r.Logits.Engine)
-		}
-	}
-	if err := s.cfg.sign(&r); err != nil {
-		s.cfg.log.Warn("cannot sign a receipt", zap.Error(err))
-		return nil, false
-	}
-	return &ReceiptMsg{Session: hs.key.sid, Receipt: r}, true
-}
-
-func (s *scheduler) sendReceipt(hs *hopSession) {
-	if r, ok := s.receiptOf(hs); ok {
-		s.out.receipt(hs.entry, r)
-	}
-}
-
-// onAudit answers the session's entry, and only it, with a receipt.
-func (s *scheduler) onAudit(a auditIn) {
-	hs := s.sessions[hopKey{a.m.Session, a.m.From}]
-	if hs == nil || hs.entry != a.from {
-		s.cfg.log.Debug("audit of no session of the asker's", zap.Stringer("session", a.m.Session), zap.Stringer("from", a.from))
-		return
-	}
-	s.sendReceipt(hs)
-}
-
-// VerifyStats are an entry's spot-check counts.
-type VerifyStats struct {
-	// Rate is the share of token boundaries the entry checks now; the
-	// swarm's replicated rate is SwarmRate, when HasSwarmRate.
-	Rate         float64
-	SwarmRate    float64
-	HasSwarmRate bool
-	Audits       uint64 // spot checks started
-	Verified     uint64 // checks whose outputs agreed
-	Positions    uint64 // positions covered by the agreeing checks
-	Inconclusive uint64 // no receipt, no check answer, or other inputs
-	Mismatches   uint64 // checks whose outputs differed
-	Reported     uint64 // faults reported to the leader and accepted
-	Unresolved   uint64 // mismatches no third holder could settle
-	// Tolerance counts the conclusive tolerance checks (of hops on other
-	// engines, by logits), ToleranceMismatches those beyond
-	// consensus.LogitsTolerance, and MaxAgreeingDelta the largest relative
-	// difference (max |Δlogit| / max |logit|) among the agreeing ones.
-	Tolerance           uint64
-	ToleranceMismatches uint64
-	MaxAgreeingDelta    float64
-	// Checked is the positions covered by conclusive checks (agreeing or
-	// not): the steps verified.
-	Checked uint64
-	// FirstMismatch is when a check first found different outputs (zero:
-	// never), and CheckedAtFirstMismatch the positions Checked held then,
-	// that check's included: the steps verified until detection.
-	FirstMismatch          time.Time
-	CheckedAtFirstMismatch uint64
-	// Log is every conclusive check up to the first mismatch, in order
-	// (at most maxCheckLog): the raw record from which a swarm-wide
-	// "steps until detection" is summed over entries.
-	Log []CheckRecord
-}
-
-// CheckRecord is one conclusive spot check of Hop's work, compared with
-// Checker's answer: a check covers the checker's work on those positions
-// too (a lying checker is caught by the third holder).
-type CheckRecord struct {
-	At        time.Time
-	Hop       peer.ID
-	Checker   peer.ID
-	Session   SessionID // positions re-checked in one session are the same steps
-	Positions int
-	// Steps are the forward steps of the checked hop's work that the
-	// check covered: the prompt's prefill and each decode step after it
-	// (a fault injector's "1 output in N" counts these).
-	Steps    int
-	Mismatch bool
-	// Tolerance: a check of a hop on another engine by logits (its own
-	// on the last hop, the last hop's after it otherwise), not hashes; it
-	// covers the last position only.
-	Tolerance bool
-}
-
-// maxCheckLog bounds VerifyStats.Log: a swarm with no liar checks
-// forever, and past a few thousand checks the log says nothing new.
-const maxCheckLog = 4096
-
-type verifyCounters struct {
-	audits, verified, positions, inconclusive, mismatches, reported, unresolved, checked atomic.Uint64
-
-	mu            sync.Mutex
-	tolerance     uint64
-	tolMismatches uint64
-	maxAgreeing   float64
-	firstMismatch time.Time
-	checkedAt     uint64
-	log           []CheckRecord
-}
-
-// conclusive counts a check of hop's positions against checker's that
-// agreed or, mismatch, did not, at now.
-func (c *verifyCounters) conclusive(now time.Time, sid SessionID, hop, checker peer.ID, positions, steps int, mismatch, tol bool) {
-	if mismatch {
-		c.mismatches.Add(1)
-	} else {
-		c.verified.Add(1)
-		c.positions.Add(uint64(positions))
-	}
-	n := c.checked.Add(uint64(positions))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.firstMismatch.IsZero() {
-		return
-	}
-	if len(c.log) < maxCheckLog {
-		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Steps: steps, Mismatch: mismatch,
-			Tolerance: tol})
-	}
-	if mismatch {
-		c.firstMismatch, c.checkedAt = now, n
-	}
-}
-
-// toleranceSeen counts a conclusive tolerance check whose relative
-// difference was rel.
-func (c *verifyCounters) toleranceSeen(rel float64, mismatch bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.tolerance++
-	if mismatch {
-		c.tolMismatches++
-	} else {
-		c.maxAgreeing = max(c.maxAgreeing, rel)
-	}
-}
-
-func (c *verifyCounters) stats() VerifyStats {
-	s := VerifyStats{Audits: c.audits.Load(), Verified: c.verified.Load(), Positions: c.positions.Load(),
-		Inconclusive: c.inconclusive.Load(), Mismatches: c.mismatches.Load(), Reported: c.reported.Load(),
-		Unresolved: c.unresolved.Load(), Checked: c.checked.Load()}
-	c.mu.Lock()
-	s.FirstMismatch, s.CheckedAtFirstMismatch, s.Log = c.firstMismatch, c.checkedAt, slices.Clone(c.log)
-	s.Tolerance, s.ToleranceMismatches, s.MaxAgreeingDelta = c.tolerance, c.tolMismatches, c.maxAgreeing
-	c.mu.Unlock()
-	return s
-}
-
-// receiptKey names the receipt an entry waits for.
-type receiptKey struct {
-	sid  SessionID
-	from int
-}
-
-type receiptWait struct {
-	signer peer.ID
-	via    peer.ID // the hop that relays the signer's frame receipt (sigframe.go); "" for none
-	ch     chan consensus.Receipt
-}
-
-// receipts routes receipts to the checks waiting for them.
-type receipts struct {
-	mu    sync.Mutex
-	waits map[receiptKey]receiptWait
-}
-
-func (r *receipts) wait(k receiptKey, signer, via peer.ID) (<-chan consensus.Receipt, func()) {
-	ch := make(chan consensus.Receipt, 1)
-	r.mu.Lock()
-	if r.waits == nil {
-		r.waits = map[receiptKey]receiptWait{}
-	}
-	r.waits[k] = receiptWait{signer: signer, via: via, ch: ch}
-	r.mu.Unlock()
-	return ch, func() {
-		r.mu.Lock()
-		delete(r.waits, k)
-		r.mu.Unlock()
-	}
-}
-
-// onReceipt takes a receipt that its signer sent itself (the stream is
-// authenticated), or that the hop after it relays (a frame receipt,
-// sigframe.go), for a check that waits for that signer's.
-func (e *entry) onReceipt(from peer.ID, m *ReceiptMsg) {
-	r := m.Receipt
-	if r.Session != m.Session {
-		return
-	}
-	e.rcpt.mu.Lock()
-	w, ok := e.rcpt.waits[receiptKey{m.Session, r.From}]
-	e.rcpt.mu.Unlock()
-	if !ok || w.signer != r.Signer || (from != w.signer && (w.via == "" || from != w.via)) || r.Verify() != nil {
-		return
-	}
-	select {
-	case w.ch <- r:
-	default:
-	}
-}
 
 // verifyRate is the entry's rate now: its own when set (an explicit
 // --verify-rate), else the swarm's replicated one, else the default.
@@ -419,7 +92,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		if !e.reproducible(h.Peer) {
 			break
 		}
-		if h.Peer != e.cfg.self && len(g.checkers(hops, i)) > 0 {
+		if h.Peer != e.cfg.self && len(g.checkers(hops, i, 1)) > 0 {
 			cand = append(cand, i)
 		}
 	}
@@ -469,15 +142,13 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	}
 	tokens := all[:rx.Positions]
 	steps := max(rx.Positions-len(g.prompt), 0) + 1 // the prefill, then one per decode step
-	alts := g.checkers(hops, i)
-	rand.Shuffle(len(alts), func(a, b int) { alts[a], alts[b] = alts[b], alts[a] })
-	rv, v, end, err := e.firstCheck(ctx, alts, func(p peer.ID) (consensus.Receipt, error) {
-		rs, err := e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg, false)
-		if err != nil {
-			return consensus.Receipt{}, err
-		}
-		return rs[0], nil
-	})
+	// Checkers: single second holders, else chains that cover the layers
+	// together (trust.Checkers); each re-runs X's input cold.
+	alts := g.checkers(hops, i, maxCheckers)
+	run := func(links []Hop) ([]consensus.Receipt, error) {
+		return e.checkRun(ctx, g, hops[:i], links, tokens, rx, areg, false)
+	}
+	rvs, v, end, err := firstCheck(ctx, alts, run)
 	if v < 0 {
 		if end == nil && !errors.Is(err, errAttemptFailing) {
 			e.vc.inconclusive.Add(1)
@@ -485,59 +156,106 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 		}
 		return end
 	}
+	ch := alts[v]
+	rv, checker := rvs[len(rvs)-1], ch[len(ch)-1].Peer
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, false)
+		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, false, false, len(ch))
 		e.work.passed(x.Peer)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, false)
-	e.cfg.log.Warn("spot check mismatch; asking a third holder", zap.Stringer("hop", x.Peer), zap.Stringer("checker", alts[v]),
-		zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
-	// Third holders: single ones first, then a chain of two that covers
-	// the layers together (a range held by two nodes only).
-	var thirds [][]Hop
-	for _, p := range alts[v+1:] {
-		thirds = append(thirds, []Hop{{Peer: p, From: x.From, To: x.To}})
-	}
-	if ch := g.chainWitness(hops, i, alts[v]); ch != nil {
-		thirds = append(thirds, ch)
-	}
-	for _, links := range thirds {
-		rws, err := e.checkRun(ctx, g, hops[:i], links, tokens, rx, areg, false)
+	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, true, false, len(ch))
+	e.cfg.log.Warn("spot check mismatch; asking a third opinion", zap.Stringer("hop", x.Peer), zap.Stringer("checker", checker),
+		zap.Int("links", len(ch)), zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
+	// A third opinion: the next checkers, single holders first, that share
+	// no node with the first (a node in both would vote twice).
+	for _, links := range alts[v+1:] {
+		if sharesPeer(links, ch) {
+			continue
+		}
+		rws, err := run(links)
 		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
 			return nil // the attempt ends on its own event; nobody is blamed
 		}
 		if err != nil {
 			continue
 		}
-		rw, chain := rws[len(rws)-1], rws[:len(rws)-1]
+		rw := rws[len(rws)-1]
 		switch {
 		case rw.SameOutput(rv):
-			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rx, rv, rw}, Chain: chain})
+			e.fault(ctx, exactEvidence(rx, rvs, rws))
 			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
 				reason: fmt.Sprintf("hop %s failed a spot check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
 		case rw.SameOutput(rx):
-			// The checker lied; the session's hop was right.
-			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}, Chain: chain})
+			// The checker was wrong; the session's hop was right. A single
+			// checker is proven faulty; a chain is, as one witness, but no
+			// one link of it: its inner rows have no second opinion, so
+			// nobody is accused (docs/trust.md).
+			if len(ch) == 1 {
+				e.fault(ctx, exactEvidence(rv, []consensus.Receipt{rx}, rws))
+			} else {
+				e.cfg.log.Warn("spot check: a chained checker was outvoted; no single link of it can be blamed",
+					zap.Stringers("chain", hopPeers(ch)), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
+			}
 			e.work.passed(x.Peer)
 			g.verified(x.Peer, rx.Positions, start)
 			return nil
 		}
 		break // three answers: nothing to prove
 	}
-	// No majority: replay without either, and prove nothing.
+	// No majority: replay without the hop or any node of its checker, and
+	// prove nothing.
 	e.vc.unresolved.Add(1)
-	return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
-		reason: fmt.Sprintf("hop %s and checker %s disagree on layers [%d, %d), no third holder settled it", shortID(x.Peer),
-			shortID(alts[v]), x.From, x.To)}
+	return &attemptEnd{kind: endFault, blame: append([]peer.ID{x.Peer}, hopPeers(ch)...),
+		reason: fmt.Sprintf("hop %s and checker %s disagree on layers [%d, %d), no third opinion settled it", shortID(x.Peer),
+			chainName(ch), x.From, x.To)}
+}
+
+// exactEvidence is the evidence against accused's signer, whose two
+// witnesses (each its receipts in layer order: one for a single holder,
+// the links' for a chain) agree with each other: a single witness goes
+// first, as the evidence's format wants one there where it has one.
+func exactEvidence(accused consensus.Receipt, w1, w2 []consensus.Receipt) consensus.Evidence {
+	if len(w1) > 1 && len(w2) == 1 {
+		w1, w2 = w2, w1
+	}
+	ev := consensus.Evidence{Receipts: [3]consensus.Receipt{accused, w1[len(w1)-1], w2[len(w2)-1]}, Chain: w2[:len(w2)-1]}
+	if len(w1) > 1 {
+		ev.FirstChain = w1[:len(w1)-1]
+	}
+	return ev
+}
+
+// sharesPeer reports whether two checkers have a node in common.
+func sharesPeer(a, b []Hop) bool {
+	return slices.ContainsFunc(a, func(h Hop) bool { return slices.ContainsFunc(b, func(o Hop) bool { return o.Peer == h.Peer }) })
+}
+
+func hopPeers(hops []Hop) []peer.ID {
+	out := make([]peer.ID, len(hops))
+	for k, h := range hops {
+		out[k] = h.Peer
+	}
+	return out
+}
+
+// chainName names a checker in a reason: its nodes, in layer order.
+func chainName(links []Hop) string {
+	var b strings.Builder
+	for k, l := range links {
+		if k > 0 {
+			b.WriteString("+")
+		}
+		b.WriteString(shortID(l.Peer))
+	}
+	return b.String()
 }
 
 // firstCheck runs a check on each of alts in turn until one answers: its
 // receipt and index. v < 0 when none did: end is set when ctx ended the
 // generation; err is the last failure (errAttemptFailing: the session's
 // own path is failing, so the check says nothing of the hop).
-func (e *entry) firstCheck(ctx context.Context, alts []peer.ID, run func(peer.ID) (consensus.Receipt, error)) (rv consensus.Receipt, v int, end *attemptEnd, err error) {
+func firstCheck[T, R any](ctx context.Context, alts []T, run func(T) (R, error)) (rv R, v int, end *attemptEnd, err error) {
 	for k, p := range alts {
 		if rv, err = run(p); err == nil {
 			return rv, k, nil, nil
@@ -552,208 +270,61 @@ func (e *entry) firstCheck(ctx context.Context, alts []peer.ID, run func(peer.ID
 	return rv, -1, nil, err
 }
 
-// tolAudit checks the last hop i, on an engine that is not
-// bit-reproducible, by tolerance: its receipt carries a summary of its
-// last logits row, a holder V of its layers (any engine) computes the
-// same position from the same tokens in a check session, and the two
-// must agree within consensus.LogitsTolerance. On a disagreement a
-// third holder W settles it; if W sides with V, the receipts go to the
-// leader as tolerance evidence (a shorter ban). An agreeing check vouches
-// for the last position's logits only, not for the session's earlier
-// work, so it marks no token safe for a replay.
-func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptReg, i int) *attemptEnd {
-	e := g.e
-	hops := areg.hops
-	x := hops[i]
-	rx, err := e.askSent(ctx, sid, hops, i, areg)
-	if err != nil {
-		e.vc.inconclusive.Add(1)
-		e.cfg.log.Debug("tolerance check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
-		return nil
-	}
-	all := append(slices.Clone(g.prompt), g.out...)
-	if rx.Logits == nil || rx.Positions > len(all) || rx.From != x.From || rx.To != x.To ||
-		rx.Logits.Tokens != consensus.TokenHash(all[:rx.Positions]) {
-		// No logits, or logits of tokens this entry did not send: nothing
-		// comparable (an upstream may have altered the tokens it relayed).
-		e.vc.inconclusive.Add(1)
-		return nil
-	}
-	tokens := all[:rx.Positions]
-	steps := max(rx.Positions-len(g.prompt), 0) + 1
-	alts := g.tolCheckers(hops, i)
-	rand.Shuffle(len(alts), func(a, b int) { alts[a], alts[b] = alts[b], alts[a] })
-	// Go checkers first: they add no noise of their own, and only they can
-	// hold a hop that signs as go to an exact check (exactSettle).
-	slices.SortStableFunc(alts, func(a, b peer.ID) int {
-		ra, rb := e.reproducible(a), e.reproducible(b)
-		switch {
-		case ra == rb:
-			return 0
-		case ra:
-			return -1
-		}
-		return 1
-	})
-	run := func(p peer.ID) (consensus.Receipt, error) {
-		rs, err := e.checkRun(ctx, g, hops[:i], []Hop{{Peer: p, From: x.From, To: x.To}}, tokens, rx, areg, true)
-		if err != nil {
-			return consensus.Receipt{}, err
-		}
-		return rs[0], nil
-	}
-	rv, v, end, err := e.firstCheck(ctx, alts, run)
-	if v < 0 {
-		if end == nil && !errors.Is(err, errAttemptFailing) {
-			e.vc.inconclusive.Add(1)
-			e.cfg.log.Debug("tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
-		}
-		return end
-	}
-	rel, _ := rx.Logits.Compare(rv.Logits, consensus.LogitsTolerance)
-	if rx.Logits.Agrees(rv.Logits, consensus.LogitsTolerance) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, true)
-		e.vc.toleranceSeen(rel, false)
-		e.work.passed(x.Peer)
-		return nil
-	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, true)
-	e.vc.toleranceSeen(rel, true)
-	e.cfg.log.Warn("tolerance check: logits differ; asking a third holder", zap.Stringer("hop", x.Peer),
-		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rx.Positions))
-	if eng := rx.Logits.Engine; eng == "" || eng == engine.EngineGo {
-		// X signs as go whatever its heartbeat says: held to exact checks.
-		return g.exactSettle(ctx, x, rx, rv, alts, v, run, func(why string) *attemptEnd {
-			e.vc.unresolved.Add(1)
-			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
-				reason: fmt.Sprintf("hop %s and checker %s disagree on the logits of layers [%d, %d): %s",
-					shortID(x.Peer), shortID(alts[v]), x.From, x.To, why)}
-		})
-	}
-	for _, p := range alts[v+1:] {
-		rw, err := run(p)
-		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			continue
-		}
-		wv, wx := rw.Logits.Agrees(rv.Logits, consensus.LogitsTolerance), rw.Logits.Agrees(rx.Logits, consensus.LogitsTolerance)
-		switch {
-		case wv && !wx:
-			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rx, rv, rw}, Tolerance: true})
-			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
-				reason: fmt.Sprintf("hop %s failed a tolerance check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
-		case wx && !wv:
-			// The checker was off. A go checker is never accused by a
-			// tolerance verdict (the leader would refuse it anyway).
-			if rv.Logits.Engine != engine.EngineGo {
-				e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}, Tolerance: true})
-			}
-			e.work.passed(x.Peer)
-			return nil
-		}
-		break
-	}
-	e.vc.unresolved.Add(1)
-	return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
-		reason: fmt.Sprintf("hop %s and checker %s disagree on the logits of layers [%d, %d), no third holder settled it",
-			shortID(x.Peer), shortID(alts[v]), x.From, x.To)}
-}
-
-// tolCheckers are the holders that can check last hop i by tolerance:
-// any engine, but neither the hop, the hop before it, nor avoided.
-func (g *generation) tolCheckers(hops []Hop, i int) []peer.ID {
-	h := hops[i]
-	var out []peer.ID
-	for _, p := range g.e.holders(h.From, h.To) {
-		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.gen.Avoid, p.String()) {
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
 // reproducible: whether p's outputs can be compared bit for bit (see
 // entryDeps.isReproducible).
 func (e *entry) reproducible(p peer.ID) bool {
 	return e.isReproducible == nil || e.isReproducible(p)
 }
 
-// pickAudit chooses which of the candidate hops (indexes into hops) a
-// spot check takes: the one whose peer has the most work unverified by
-// this entry, ties drawn by intn. A uniform draw would keep checking the
-// peers that most paths cross and leave a rarely routed liar unchecked;
-// this way the peer nobody checked lately comes first. intn(n) returns a
-// number in [0, n).
-func pickAudit(hops []Hop, cand []int, unverified func(peer.ID) int, intn func(int) int) int {
-	var best []int
-	most := -1
-	for _, i := range cand {
-		switch u := unverified(hops[i].Peer); {
-		case u > most:
-			best, most = append(best[:0], i), u
-		case u == most:
-			best = append(best, i)
-		}
-	}
-	return best[intn(len(best))]
-}
+// maxCheckers bounds the checkers an exact check tries for one hop
+// (each that does not answer costs a step timeout) and among which it
+// seeks a third opinion.
+const maxCheckers = 16
 
-// unverifiedWork counts, per peer, the steps it served for this entry's
-// generations since a spot check of this entry last found its work
-// right: what a check of it now would newly cover.
-type unverifiedWork struct {
-	mu    sync.Mutex
-	steps map[peer.ID]int
-	// checks counts the checks each peer passed, for good: what this
-	// entry vouches in its heartbeats (vouch.go).
-	checks map[peer.ID]uint32
-}
-
-// served adds n steps for every hop of a path that just produced a token.
-func (w *unverifiedWork) served(hops []Hop, n int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.steps == nil {
-		w.steps = map[peer.ID]int{}
-	}
-	for _, h := range hops {
-		w.steps[h.Peer] += n
-	}
-}
-
-// passed: a check found p's work right; its count starts again.
-func (w *unverifiedWork) passed(p peer.ID) {
-	w.mu.Lock()
-	delete(w.steps, p)
-	if w.checks == nil {
-		w.checks = map[peer.ID]uint32{}
-	}
-	if w.checks[p] < math.MaxUint32 {
-		w.checks[p]++
-	}
-	w.mu.Unlock()
-}
-
-func (w *unverifiedWork) unverified(p peer.ID) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.steps[p]
-}
-
-// checkers are the holders that can check hop i: they serve its layers
-// and are neither it, the hop before it (hops must alternate) nor
-// avoided by this generation.
-func (g *generation) checkers(hops []Hop, i int) []peer.ID {
+// checkers are the checkers of hop i, by trust.Checkers: single holders
+// of its layers, then chains of holders that cover them together, each
+// on the bit-reproducible engine, neither the hop nor avoided by this
+// generation, and the first link not the hop before it (hops must
+// alternate). The holders are shuffled first: that draws the tie-break
+// among checkers of as many links, spreading checks over them.
+func (g *generation) checkers(hops []Hop, i, limit int) [][]Hop {
 	h := hops[i]
-	var out []peer.ID
-	for _, p := range g.e.holders(h.From, h.To) {
-		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || slices.Contains(g.gen.Avoid, p.String()) || !g.e.reproducible(p) {
-			continue
+	var hs []trust.Holder
+	at := map[peer.ID]int{}
+	ok := map[peer.ID]bool{}
+	for l := h.From; l < h.To; l++ {
+		for _, p := range g.e.holders(l, l+1) {
+			good, seen := ok[p]
+			if !seen {
+				good = p != h.Peer && !slices.Contains(g.gen.Avoid, p.String()) && g.e.reproducible(p)
+				ok[p] = good
+			}
+			if !good {
+				continue
+			}
+			// A committed range is one run of layers: the first run found
+			// is the holder's part of [From, To).
+			switch k, found := at[p]; {
+			case !found:
+				at[p] = len(hs)
+				hs = append(hs, trust.Holder{ID: string(p), From: l, To: l + 1})
+			case hs[k].To == l:
+				hs[k].To = l + 1
+			}
 		}
-		out = append(out, p)
+	}
+	rand.Shuffle(len(hs), func(a, b int) { hs[a], hs[b] = hs[b], hs[a] })
+	var prev string
+	if i > 0 {
+		prev = string(hops[i-1].Peer)
+	}
+	var out [][]Hop
+	for _, c := range trust.Checkers(h.From, h.To, hs, prev, consensus.MaxChain+1, limit) {
+		links := make([]Hop, len(c))
+		for k, l := range c {
+			links[k] = Hop{Peer: peer.ID(l.ID), From: l.From, To: l.To}
+		}
+		out = append(out, links)
 	}
 	return out
 }
@@ -895,30 +466,6 @@ func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []H
 	return out, nil
 }
 
-// chainWitness finds two holders that together serve hop i's layers,
-// neither of them the hop, the checker, nor avoided, and the first not
-// the hop before (hops must alternate): a third opinion where no single
-// third holder exists. Nil when there is none.
-func (g *generation) chainWitness(hops []Hop, i int, checker peer.ID) []Hop {
-	h := hops[i]
-	bad := func(p peer.ID) bool {
-		return p == h.Peer || p == checker || slices.Contains(g.gen.Avoid, p.String()) || !g.e.reproducible(p)
-	}
-	for c := h.From + 1; c < h.To; c++ {
-		for _, p1 := range g.e.holders(h.From, c) {
-			if bad(p1) || (i > 0 && hops[i-1].Peer == p1) {
-				continue
-			}
-			for _, p2 := range g.e.holders(c, h.To) {
-				if !bad(p2) && p2 != p1 {
-					return []Hop{{Peer: p1, From: h.From, To: c}, {Peer: p2, From: c, To: h.To}}
-				}
-			}
-		}
-	}
-	return nil
-}
-
 // fault reports proven evidence to the leader.
 func (e *entry) fault(ctx context.Context, ev consensus.Evidence) {
 	accused := ev.Receipts[0].Signer
@@ -972,14 +519,6 @@ func (g *generation) rewind(faulty peer.ID) {
 	}
 }
 
-// receiptSigner signs receipts with the host key; nil without one.
-func receiptSigner(key crypto.PrivKey) func(*consensus.Receipt) error {
-	if key == nil {
-		return nil
-	}
-	return func(r *consensus.Receipt) error { return r.Sign(key) }
-}
-
 // reproducible reports whether p computes on the bit-reproducible
 // pure-Go engine: this node by its own engine, a peer by its latest
 // heartbeat (which names any other engine). A peer not heard yet is not
@@ -1013,18 +552,6 @@ func (n *Node) reportFault(ctx context.Context, ev consensus.Evidence) error {
 		return fmt.Errorf("%w: no consensus (static map): cannot report a fault", ErrNotServing)
 	}
 	return c.ReportFault(ctx, ev)
-}
-
-// VerifyStats returns this node's entry spot-check counts.
-func (n *Node) VerifyStats() VerifyStats { return n.entry.verifyStats() }
-
-func (e *entry) verifyStats() VerifyStats {
-	s := e.vc.stats()
-	s.Rate = e.verifyRate()
-	if e.swarmRate != nil {
-		s.SwarmRate, s.HasSwarmRate = e.swarmRate()
-	}
-	return s
 }
 
 // swarmVerifyRate is the replicated rate (false: none, or no consensus).
@@ -1067,217 +594,4 @@ func (n *Node) SetSwarmStewards(ctx context.Context, ids []string) error {
 		return fmt.Errorf("%w: no consensus (static map): no voters to choose", ErrNotServing)
 	}
 	return c.SetStewards(ctx, ids)
-}
-
-// midCheckers are the holders that can stand in for hop i (not the last)
-// in a mid-path tolerance check: they serve its layers and are neither
-// it, its neighbours (hops must alternate), the last hop (whose logits
-// are compared, so it must be a fourth node) nor avoided. Go nodes come
-// first, each group shuffled: a bit-reproducible checker adds no noise
-// of its own.
-func (g *generation) midCheckers(hops []Hop, i int) []peer.ID {
-	h := hops[i]
-	var goes, others []peer.ID
-	for _, p := range g.e.holders(h.From, h.To) {
-		if p == h.Peer || (i > 0 && hops[i-1].Peer == p) || hops[i+1].Peer == p || hops[len(hops)-1].Peer == p ||
-			slices.Contains(g.gen.Avoid, p.String()) {
-			continue
-		}
-		if g.e.reproducible(p) {
-			goes = append(goes, p)
-		} else {
-			others = append(others, p)
-		}
-	}
-	for _, s := range [][]peer.ID{goes, others} {
-		rand.Shuffle(len(s), func(a, b int) { s[a], s[b] = s[b], s[a] })
-	}
-	return append(goes, others...)
-}
-
-// midRun runs a check session of tokens through hops with p in place of
-// hop i, the last hop answering with its logits summary, and returns p's
-// receipt of hop i's layers and the last hop's. want is the session's
-// last-hop receipt the answer must be comparable with.
-func (e *entry) midRun(ctx context.Context, g *generation, hops []Hop, i int, p peer.ID, tokens []int32, want consensus.Receipt,
-	areg *attemptReg) (consensus.Receipt, consensus.Receipt, error) {
-	path := slices.Clone(hops)
-	path[i].Peer = p
-	rs, err := e.checkSession(ctx, g, path, path[i:i+1], tokens, areg, true)
-	if err != nil {
-		return consensus.Receipt{}, consensus.Receipt{}, err
-	}
-	rm, rt := rs[0], rs[1]
-	if rt.Model != want.Model || rt.From != want.From || rt.To != want.To || rt.Positions != want.Positions ||
-		rt.Logits == nil || rt.Logits.Tokens != want.Logits.Tokens {
-		return rm, rt, fmt.Errorf("%w: the last hop's logits are missing or follow other tokens", errInconclusive)
-	}
-	if rm.From != hops[i].From || rm.To != hops[i].To || rm.Positions != want.Positions {
-		return rm, rt, fmt.Errorf("%w: the stand-in's receipt covers other work", errInconclusive)
-	}
-	return rm, rt, nil
-}
-
-// midAudit checks hop i, before the last and on an engine that is not
-// bit-reproducible (or not heard yet), by tolerance. Its hidden rows
-// cannot be compared, so their effect is: the session's last hop's
-// logits (computed after X) are compared with those of a check session
-// through the same upstream and downstream hops with a second holder W in
-// X's place. Agreement passes X. On a disagreement the entry runs the
-// check session through X too, so that all three runs are of one kind
-// (the evidence the leader gets is of check sessions), and then through
-// a third holder; the odd one out is reported with tolerance evidence of
-// the mid-path kind (consensus.Evidence.Tails), never a go node. If X
-// agrees in the check but not in the session, it (or a hop around it)
-// behaved otherwise there: unresolved, the attempt replays avoiding X,
-// nobody is reported.
-func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptReg, i int) *attemptEnd {
-	e := g.e
-	hops := areg.hops
-	x, l := hops[i], hops[len(hops)-1]
-	rl, err := e.askReceipt(ctx, sid, l, areg)
-	if err != nil {
-		e.vc.inconclusive.Add(1)
-		e.cfg.log.Debug("mid-path tolerance check: no receipt from the last hop", zap.Stringer("hop", l.Peer), zap.Error(err))
-		return nil
-	}
-	all := append(slices.Clone(g.prompt), g.out...)
-	if rl.Logits == nil || rl.Positions > len(all) || rl.From != l.From || rl.To != l.To ||
-		rl.Logits.Tokens != consensus.TokenHash(all[:rl.Positions]) {
-		e.vc.inconclusive.Add(1)
-		return nil
-	}
-	tokens := all[:rl.Positions]
-	steps := max(rl.Positions-len(g.prompt), 0) + 1
-	tol := consensus.LogitsTolerance
-	run := func(p peer.ID) (consensus.Receipt, consensus.Receipt, error) {
-		return e.midRun(ctx, g, hops, i, p, tokens, rl, areg)
-	}
-	alts := g.midCheckers(hops, i)
-	v := -1
-	var rv, tv consensus.Receipt
-	for k, p := range alts {
-		if rv, tv, err = run(p); err == nil {
-			v = k
-			break
-		}
-		if ctx.Err() != nil {
-			return &attemptEnd{}
-		}
-		if errors.Is(err, errAttemptFailing) {
-			return nil
-		}
-	}
-	if v < 0 {
-		e.vc.inconclusive.Add(1)
-		e.cfg.log.Debug("mid-path tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
-		return nil
-	}
-	rel, _ := rl.Logits.Compare(tv.Logits, tol)
-	if rl.Logits.Agrees(tv.Logits, tol) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, false, true)
-		e.vc.toleranceSeen(rel, false)
-		e.work.passed(x.Peer)
-		return nil
-	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, true, true)
-	e.vc.toleranceSeen(rel, true)
-	e.cfg.log.Warn("mid-path tolerance check: logits differ; checking the hop and a third holder", zap.Stringer("hop", x.Peer),
-		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rl.Positions))
-	unresolved := func(why string) *attemptEnd {
-		e.vc.unresolved.Add(1)
-		return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
-			reason: fmt.Sprintf("hop %s and checker %s disagree on the logits after layers [%d, %d): %s",
-				shortID(x.Peer), shortID(alts[v]), x.From, x.To, why)}
-	}
-	ra, ta, err := run(x.Peer)
-	switch {
-	case errors.Is(err, errAttemptFailing) || ctx.Err() != nil:
-		return nil
-	case err != nil:
-		return unresolved("the hop did not answer a check")
-	case ta.Logits.Agrees(tv.Logits, tol):
-		e.vc.unresolved.Add(1)
-		return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
-			reason: fmt.Sprintf("the logits after hop %s differ in its session, not in a check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
-	}
-	// Bit-reproducible upstream hops must feed every run alike; otherwise
-	// the difference may be theirs.
-	if !slices.ContainsFunc(hops[:i], func(h Hop) bool { return !e.reproducible(h.Peer) }) && ra.InChain != rv.InChain {
-		return unresolved("the upstream fed them differently")
-	}
-	if ra.Engine == "" || ra.Engine == engine.EngineGo {
-		// X's signed receipt claims the go engine, whatever its heartbeat
-		// says: no tolerance verdict may accuse it, but it is held to an
-		// exact check by go holders fed the same input.
-		return g.exactSettle(ctx, x, ra, rv, alts, v, func(p peer.ID) (consensus.Receipt, error) {
-			rm, _, err := run(p)
-			return rm, err
-		}, unresolved)
-	}
-	for _, p := range alts[v+1:] {
-		rw, tw, err := run(p)
-		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			continue
-		}
-		wv, wx := tw.Logits.Agrees(tv.Logits, tol), tw.Logits.Agrees(ta.Logits, tol)
-		switch {
-		case wv && !wx:
-			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{ra, rv, rw}, Tails: []consensus.Receipt{ta, tv, tw}, Tolerance: true})
-			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
-				reason: fmt.Sprintf("hop %s failed a tolerance check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
-		case wx && !wv:
-			// The checker was off in its check; a go checker is never
-			// accused by a tolerance verdict (the leader would refuse it).
-			if rv.Engine != "" && rv.Engine != engine.EngineGo {
-				e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, ra, rw}, Tails: []consensus.Receipt{tv, ta, tw}, Tolerance: true})
-			}
-			e.work.passed(x.Peer)
-			return nil
-		}
-		break
-	}
-	return unresolved("no third holder settled it")
-}
-
-// exactSettle settles a tolerance check whose hop X signed a receipt (ra)
-// that names no engine other than go: no tolerance verdict may accuse
-// it, so it is held to an exact comparison with go holders fed the same
-// input (rv, the first checker's, then third holders run by run), and
-// exact evidence accuses it (the whole ban). Without a go checker fed the
-// same input nothing is proven.
-func (g *generation) exactSettle(ctx context.Context, x Hop, ra, rv consensus.Receipt, alts []peer.ID, v int,
-	run func(peer.ID) (consensus.Receipt, error), unresolved func(string) *attemptEnd) *attemptEnd {
-	e := g.e
-	isGo := func(r consensus.Receipt) bool {
-		return (r.Engine == "" || r.Engine == engine.EngineGo) && e.reproducible(r.Signer)
-	}
-	if !isGo(rv) || !rv.SameInput(ra) {
-		return unresolved("the hop claims the go engine and no go checker was fed its input")
-	}
-	if ra.SameOutput(rv) {
-		return unresolved("the hop agrees exactly in a check, not in its session")
-	}
-	for _, p := range alts[v+1:] {
-		if !e.reproducible(p) {
-			continue
-		}
-		rw, err := run(p)
-		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
-			return nil
-		}
-		if err != nil || !isGo(rw) || !rw.SameInput(ra) {
-			continue
-		}
-		if rw.SameOutput(rv) {
-			e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{ra, rv, rw}})
-			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
-				reason: fmt.Sprintf("hop %s, claiming the go engine, failed an exact check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
-		}
-		break
-	}
-	return unresolved("no go third holder settled it exactly")
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -369,4 +370,102 @@ func testOtherEngineLiar(t *testing.T, last bool, label string) {
 	}
 	t.Logf("accused by evidence of the tolerance kind %v (%d tails); tolerance checks %d", ev.Tolerance, len(ev.Tails),
 		entry.VerifyStats().Tolerance)
+}
+
+// TestVerifyChainCatchesLiar: the liar holds [0,4) and no other node
+// holds all of it, so only chains can check it.
+//   - On the map of issue 35 plus two nodes that split [0,4) at 2, the
+//     chained checker ([0,3) then [3,4), or [0,2) then [2,4)) finds the
+//     mismatch, a second chain of other nodes sides with it, and the
+//     evidence (two chained witnesses) accuses the liar and passes the
+//     leader's check.
+//   - On the map of issue 35 alone, [0,3) has two holders, the liar and
+//     one honest node: the chain check finds the mismatch, but no third
+//     opinion of other nodes exists, so nothing is reported and nobody
+//     is accused; the entry says the check is unresolved.
+func TestVerifyChainCatchesLiar(t *testing.T) {
+	t.Run("evidence", func(t *testing.T) { testChainLiar(t, true) })
+	t.Run("unresolved", func(t *testing.T) { testChainLiar(t, false) })
+}
+
+func testChainLiar(t *testing.T, second bool) {
+	n := 6
+	var extra [][2]int
+	if second {
+		n, extra = 8, [][2]int{{0, 2}, {2, 4}}
+	}
+	dirs, ids := staticIDs(t, n)
+	liar := ids[5]
+	c := newTestCluster(t, WithStaticMap(issue35Map(t, ids, extra...)), WithVerifyRate(1))
+	var nodes []*Node
+	for i := range ids {
+		o := []Option{WithDataDir(dirs[i])}
+		if ids[i] == liar {
+			o = append(o, WithFaultInjection(FaultSpec{Every: 1, Mode: FaultNegate}))
+		}
+		nodes = append(nodes, c.add(o...))
+	}
+	c.waitServing(30*time.Second, ids[1:]...)
+	waitEngines(t, nodes, func(*Node) bool { return true })
+	entry := nodes[0]
+	reports := make(chan consensus.Evidence, 64)
+	entry.entry.report = func(_ context.Context, ev consensus.Evidence) error {
+		reports <- ev
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	// A chained check of the liar's hop [0,4) that found the mismatch.
+	chainMismatch := func() bool {
+		for _, r := range entry.VerifyStats().Log {
+			if r.Hop == liar && r.Mismatch && r.Links > 1 {
+				return true
+			}
+		}
+		return false
+	}
+	var accusedByChains bool
+	want := reference(t, "Once upon a time", 6, engineGreedy())
+	wrong := 0
+	for i := 0; ; i++ {
+		for len(reports) > 0 {
+			ev := <-reports
+			accused, err := ev.Check()
+			if err != nil {
+				t.Fatalf("evidence refused: %v", err)
+			}
+			if accused != liar {
+				t.Fatalf("evidence accuses %s, not the liar", shortID(accused))
+			}
+			if ev.Receipts[0].From == 0 && ev.Receipts[0].To == 4 && len(ev.FirstChain) > 0 && len(ev.Chain) > 0 {
+				accusedByChains = true
+			}
+		}
+		s := entry.VerifyStats()
+		if second && accusedByChains {
+			t.Logf("evidence of two chains after %d generations; %d checks, %d mismatches, %d reported", i, s.Audits, s.Mismatches,
+				s.Reported)
+			return
+		}
+		if !second && chainMismatch() && s.Unresolved > 0 && i >= 6 {
+			// The liar was checked and disagreed with a chain, more than
+			// once over the generations, and nobody was reported.
+			if s.Reported != 0 || len(reports) != 0 {
+				t.Fatalf("reported without a third opinion: %+v", s)
+			}
+			// Every path avoiding the liar and the chain's nodes is gone, so
+			// the replay falls back on any path, the liar's included: the
+			// tokens may be wrong (docs/trust.md). Logged, not asserted.
+			t.Logf("after %d generations: %d checks, %d mismatches, %d unresolved, nothing reported; %d generations not the single-process run's",
+				i, s.Audits, s.Mismatches, s.Unresolved, wrong)
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("after %d generations: chained mismatch %v, evidence of two chains %v: %+v", i, chainMismatch(), accusedByChains, s)
+		}
+		got, err := generate(ctx, t, entry, "Once upon a time", 6)
+		if err != nil || !slices.Equal(got, want) {
+			wrong++
+		}
+	}
 }

@@ -134,28 +134,18 @@ func recvAll(s *Stream) ([]int32, error) {
 // TestVerifyHonestSwarm: with no faulty node, every token boundary
 // spot-checked, the checks pass, nobody is reported, and the tokens are
 // the single-process run's; on ten fresh swarms (the issue's "never
-// across 10 runs").
-// A swarm whose routed paths have no hop that a second holder covers
-// starts no check and proves nothing either way; it is logged, and most
-// swarms must have checked. (Seen once, 0 audits, on the map [4,8) [0,3)
-// [3,6) [6,8) [0,4): its two-hop path [0,4)→[4,8) has no single second
-// holder for either hop; the routes taken were not recorded.)
+// across 10 runs"), each of which must run and pass a spot check. A hop
+// with no single second holder is checked by a chain of holders that
+// cover its layers together (trust.Checkers): without chains the map
+// [4,8) [0,3) [3,6) [6,8) [0,4) checked nothing on its two-hop path
+// [0,4)→[4,8) (TestVerifyChainCheck has that map).
 func TestVerifyHonestSwarm(t *testing.T) {
-	checked := 0
 	for i := range 10 {
-		t.Run(fmt.Sprintf("swarm-%d", i), func(t *testing.T) {
-			if testVerifyHonest(t) {
-				checked++
-			}
-		})
-	}
-	if checked < 5 {
-		t.Fatalf("only %d of 10 swarms routed a path that could be checked", checked)
+		t.Run(fmt.Sprintf("swarm-%d", i), testVerifyHonest)
 	}
 }
 
-// testVerifyHonest reports whether the swarm started a spot check.
-func testVerifyHonest(t *testing.T) bool {
+func testVerifyHonest(t *testing.T) {
 	_, nodes := verifyCluster(t, 5, nil)
 	// Until an entry hears a hop's heartbeat it cannot check it exactly.
 	waitEngines(t, nodes, func(*Node) bool { return true })
@@ -174,8 +164,14 @@ func testVerifyHonest(t *testing.T) bool {
 		}
 	}
 	var total VerifyStats
+	chained := 0
 	for _, n := range nodes {
 		s := n.VerifyStats()
+		for _, c := range s.Log {
+			if c.Links > 1 {
+				chained++
+			}
+		}
 		total.Audits += s.Audits
 		total.Verified += s.Verified
 		total.Mismatches += s.Mismatches
@@ -183,11 +179,9 @@ func testVerifyHonest(t *testing.T) bool {
 		total.Inconclusive += s.Inconclusive
 		total.Unresolved += s.Unresolved
 	}
-	t.Logf("spot checks: %+v", total)
-	if total.Audits == 0 {
-		t.Logf("no routed path had a hop with a second holder (map %v): nothing to check", nodes[0].Committed().Stages)
-	} else if total.Verified == 0 {
-		t.Fatalf("no spot check passed: %+v", total)
+	t.Logf("spot checks: %+v, %d of them by chained checkers", total, chained)
+	if total.Audits == 0 || total.Verified == 0 {
+		t.Fatalf("no spot check passed on the map %v: %+v", nodes[0].Committed().Stages, total)
 	}
 	if total.Mismatches != 0 || total.Reported != 0 || total.Unresolved != 0 {
 		t.Fatalf("an honest swarm had mismatches: %+v", total)
@@ -209,7 +203,89 @@ func testVerifyHonest(t *testing.T) bool {
 			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
 		}
 	}
-	return total.Audits > 0
+}
+
+// issue35Map is the map on which, before chained checkers, the path
+// [0,4)→[4,8) had no checkable hop: ids[1] [4,8), ids[2] [0,3), ids[3]
+// [3,6), ids[4] [6,8), ids[5] [0,4); ids[0] is an entry with no layers.
+// extra adds stages of ids[6:].
+func issue35Map(t *testing.T, ids []peer.ID, extra ...[2]int) layers.LayerMap {
+	t.Helper()
+	st := []layers.Stage{}
+	for k, r := range append([][2]int{{4, 8}, {0, 3}, {3, 6}, {6, 8}, {0, 4}}, extra...) {
+		st = append(st, layers.Stage{Node: ids[k+1].String(), Range: layers.Range{Start: r[0], End: r[1]}})
+	}
+	m, err := layers.NewLayerMap(8, 1, st...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestVerifyChainCheck: on the map of issue 35, where the hop [0,4) has
+// no single second holder, the entry checks it with the chain [0,3) then
+// [3,4) of two other nodes, fed the same input, and the check passes
+// bit-exactly; so does the hop [4,8), by [4,6) then [6,8). Nobody is
+// reported and every generation is the single-process run's.
+func TestVerifyChainCheck(t *testing.T) {
+	dirs, ids := staticIDs(t, 6)
+	c := newTestCluster(t, WithStaticMap(issue35Map(t, ids)), WithVerifyRate(1))
+	var nodes []*Node
+	for i := range ids {
+		nodes = append(nodes, c.add(WithDataDir(dirs[i])))
+	}
+	c.waitServing(30*time.Second, ids[1:]...)
+	waitEngines(t, nodes, func(*Node) bool { return true })
+	entry := nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground"}
+	want := map[string][]int32{}
+	for _, p := range prompts {
+		want[p] = reference(t, p, 6, engineGreedy())
+	}
+	// The chained checks of each hop of the path [0,4)→[4,8) that passed.
+	passed := func() (x, c int) {
+		for _, r := range entry.VerifyStats().Log {
+			if r.Mismatch || r.Links < 2 {
+				continue
+			}
+			switch r.Hop {
+			case ids[5]:
+				x++
+			case ids[1]:
+				c++
+			}
+		}
+		return x, c
+	}
+	for i := 0; ; i++ {
+		if x, c := passed(); x > 0 && c > 0 {
+			s := entry.VerifyStats()
+			t.Logf("after %d generations: %d chained checks of [0,4), %d of [4,8); %d checks, %d passed", i, x, c, s.Audits, s.Verified)
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no chained check of both hops of [0,4)→[4,8) in %d generations: %+v", i, entry.VerifyStats())
+		}
+		p := prompts[i%len(prompts)]
+		got, err := generate(ctx, t, entry, p, 6)
+		if err != nil || !slices.Equal(got, want[p]) {
+			t.Fatalf("%q: %v %v, want %v", p, got, err, want[p])
+		}
+	}
+	s := entry.VerifyStats()
+	if s.Mismatches != 0 || s.Reported != 0 || s.Unresolved != 0 {
+		t.Fatalf("an honest swarm had mismatches: %+v", s)
+	}
+	// The chain is the pure rule's: for [0,4) the holders of [0,3) and
+	// [3,6), in that order, split at 3.
+	for _, r := range s.Log {
+		if r.Hop == ids[5] && r.Links > 1 && (r.Links != 2 || r.Checker != ids[3]) {
+			t.Fatalf("the chained check of [0,4) ended at %s after %d links, want %s after 2", shortID(r.Checker), r.Links,
+				shortID(ids[3]))
+		}
+	}
 }
 
 // TestRewindFlagsWrongTokens: after a fault, the generation goes back to

@@ -54,9 +54,10 @@ type (
 	}
 	checkJSON struct {
 		At        time.Time `json:"at"`
-		Hop       string    `json:"hop"`     // the peer whose work was checked
-		Checker   string    `json:"checker"` // the holder it was compared with
-		Session   string    `json:"session"` // the checked session
+		Hop       string    `json:"hop"`             // the peer whose work was checked
+		Checker   string    `json:"checker"`         // the holder it was compared with (a chain's last link)
+		Links     int       `json:"links,omitempty"` // nodes in a chained checker; omitted for a single one
+		Session   string    `json:"session"`         // the checked session
 		Positions int       `json:"positions"`
 		Steps     int       `json:"steps"` // forward steps covered: the prefill and each decode step
 		Mismatch  bool      `json:"mismatch,omitempty"`
@@ -80,7 +81,7 @@ func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
 		out.FirstMismatch = &t
 	}
 	for _, c := range v.Log {
-		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Session: c.Session.String(), Positions: c.Positions, Steps: c.Steps, Mismatch: c.Mismatch, Tolerance: c.Tolerance})
+		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Session: c.Session.String(), Positions: c.Positions, Steps: c.Steps, Mismatch: c.Mismatch, Tolerance: c.Tolerance, Links: chainLinks(c.Links)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -197,4 +198,13 @@ func (s *Server) swarmConfigError(param string, err error) *apiError {
 		return invalid(param, "%s", message(err))
 	}
 	return fromError(err, "")
+}
+
+// chainLinks is a check's links for the log: 0 (omitted) for a single
+// checker.
+func chainLinks(n int) int {
+	if n > 1 {
+		return n
+	}
+	return 0
 }
