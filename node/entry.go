@@ -493,6 +493,12 @@ func (g *generation) reroute(ctx context.Context) (routing.Path, error) {
 			return routing.Path{}, fmt.Errorf("%w: %w", ErrSessionLost, err)
 		}
 		if !errors.Is(err, routing.ErrNoPath) || e.cfg.clock.Now().After(deadline) {
+			if n := len(g.gen.Disputed); n > 0 {
+				// The hop and the checkers of a failed spot check may not
+				// serve it again: one of them gave wrong rows.
+				return routing.Path{}, fmt.Errorf("%w: %w: no path avoids the %d node(s) of a failed spot check within %v: %w",
+					ErrSessionLost, ErrNoCapacity, n, e.cfg.repairWait, err)
+			}
 			return routing.Path{}, fmt.Errorf("%w: %w: no repair within %v: %w", ErrSessionLost, ErrNoCapacity, e.cfg.repairWait, err)
 		}
 		if !waited {

@@ -380,7 +380,11 @@ type Replay struct {
 	BusySince time.Time // when the run began
 	Avoid     []string  // peers given up on
 	Hard      []string  // peers that can never hold it (no KV memory), avoided for good
-	Cold      bool      // the prefix cache is off for it (after a prefix miss)
+	// Disputed are the peers of a failed spot check (the hop and its
+	// checkers), avoided for good: when the check could not tell which
+	// of them lied, a path through any of them may give wrong tokens.
+	Disputed []string
+	Cold     bool // the prefix cache is off for it (after a prefix miss)
 }
 
 // Decision is what follows an attempt's end.
@@ -411,6 +415,9 @@ func (r *Replay) Ended(cfg Config, now time.Time, e End, progress bool) Decision
 		}
 		if e.Kind == EndNoKV && !slices.Contains(r.Hard, p) {
 			r.Hard = append(r.Hard, p)
+		}
+		if e.Kind == EndFault && !slices.Contains(r.Disputed, p) {
+			r.Disputed = append(r.Disputed, p)
 		}
 		if !slices.Contains(r.Avoid, p) {
 			r.Avoid = append(r.Avoid, p)
@@ -466,13 +473,25 @@ func (g *Gen) ThiefBroke(now time.Time, progress bool) bool {
 }
 
 // Route routes a replay: with every peer given up on left out, or, when
-// that finds no path, only those that can never hold it (peers given up
-// on may serve again; the router still leaves out the ones it holds
-// suspect or dead).
+// that finds no path, only those that can never hold it or were in a
+// failed spot check (peers given up on may serve again; the router still
+// leaves out the ones it holds suspect or dead).
 func Route[P any](r Replay, route func(avoid []string) (P, error)) (P, error) {
 	p, err := route(r.Avoid)
-	if err != nil && len(r.Avoid) > len(r.Hard) {
-		p, err = route(r.Hard)
+	if keep := r.AvoidedForGood(); err != nil && len(r.Avoid) > len(keep) {
+		p, err = route(keep)
 	}
 	return p, err
+}
+
+// AvoidedForGood are the peers no later attempt of the generation may
+// use: those that can never hold it and those of a failed spot check.
+func (r Replay) AvoidedForGood() []string {
+	out := slices.Clone(r.Hard)
+	for _, p := range r.Disputed {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
