@@ -516,6 +516,11 @@ func allowed(m string, methods []string) bool {
 	return false
 }
 
+// apiKey is the sha256 of the API key: keys are compared as digests,
+// so that the comparison's time does not depend on where a guess first
+// differs, nor on its length.
+type apiKey []byte
+
 // allows compares the bearer token, or the x-api-key header that
 // Anthropic's clients send, with the key in constant time.
 func (k apiKey) allows(r *http.Request) bool {
@@ -529,11 +534,6 @@ func (k apiKey) allows(r *http.Request) bool {
 	}
 	return k.is(h[len(prefix):])
 }
-
-// apiKey is the sha256 of the API key: keys are compared as digests,
-// so that the comparison's time does not depend on where a guess first
-// differs, nor on its length.
-type apiKey []byte
 
 // is compares a presented key with k as digests.
 func (k apiKey) is(key string) bool {
