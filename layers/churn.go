@@ -33,7 +33,7 @@ func moveOf(m ModelSpec, node string, from, to Range) Move {
 		if !from.Empty() {
 			gained &^= EndsOf(from, m.Layers)
 		}
-		mv.LoadBytes += m.endBytes(gained)
+		mv.LoadBytes += gained.bytes(m)
 	}
 	return mv
 }

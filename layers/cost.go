@@ -105,7 +105,8 @@ func EndsOf(r Range, layers int) Ends {
 	return e
 }
 
-func (m ModelSpec) endBytes(e Ends) float64 {
+// bytes is the memory the embedding and head in e take for model m.
+func (e Ends) bytes(m ModelSpec) float64 {
 	b := 0.0
 	if e&EndEmbed != 0 {
 		b += m.EmbeddingBytes()
@@ -194,7 +195,7 @@ func NewProfile(m ModelSpec, n Node, p CostParams) Profile {
 	for e := Ends(0); e < 4; e++ {
 		pr.tps[e] = make([]float64, kmax+1)
 		pr.batch[e] = make([]int, kmax+1)
-		free0 := usable - m.endBytes(e)
+		free0 := usable - e.bytes(m)
 		for k := 1; k <= kmax; k++ {
 			free := free0 - float64(k)*w
 			if free < seqBytes*float64(k) {

@@ -151,7 +151,7 @@ func TestProfileCapacityRespectsMemory(t *testing.T) {
 			if k == 0 {
 				continue
 			}
-			need := float64(k)*(m.LayerWeightBytes()+2048*m.KVBytesPerToken()) + m.endBytes(e)
+			need := float64(k)*(m.LayerWeightBytes()+2048*m.KVBytesPerToken()) + e.bytes(m)
 			if need > usable {
 				t.Errorf("%s ends %d: %d layers need %.1f GB of %.1f", name, e, k, need/1e9, usable/1e9)
 			}

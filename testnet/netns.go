@@ -211,7 +211,7 @@ func (n *Namespaces) Setup(ctx context.Context, nodes []Placement) (err error) {
 	if err := n.makeHub(ctx); err != nil {
 		return err
 	}
-	n.logf("namespace network %s: hub %s, APIs on 10.213.%d.0/24", n.tag, n.ns("hub"), n.apiNet)
+	n.opts.logf("namespace network %s: hub %s, APIs on 10.213.%d.0/24", n.tag, n.ns("hub"), n.apiNet)
 	regionOf := map[netip.Addr]string{}
 	for i, p := range nodes {
 		nd, err := n.makeNode(ctx, i, p, regions[p.Region])
@@ -220,7 +220,7 @@ func (n *Namespaces) Setup(ctx context.Context, nodes []Placement) (err error) {
 		}
 		n.nodes = append(n.nodes, nd)
 		regionOf[nd.pub] = p.Region
-		n.logf("namespace network %s: %s in %s at %s (nat %q, api %s)", n.tag, p.Name, nd.ns, nd.pub, p.NAT, nd.api)
+		n.opts.logf("namespace network %s: %s in %s at %s (nat %q, api %s)", n.tag, p.Name, nd.ns, nd.pub, p.NAT, nd.api)
 	}
 	d, err := startDelayer("/run/netns/"+n.ns("hub"), nsQueue, n.model, regionOf, n.opts.seed)
 	if err != nil {
@@ -231,8 +231,6 @@ func (n *Namespaces) Setup(ctx context.Context, nodes []Placement) (err error) {
 }
 
 func (n *Namespaces) ns(name string) string { return n.tag + "-" + name }
-
-func (n *Namespaces) logf(format string, args ...any) { n.opts.logf(format, args...) }
 
 // makeHub picks a free tag, makes the hub namespace with its bridge and
 // firewall, and links the root namespace to it.
@@ -659,7 +657,7 @@ func (n *Namespaces) closeLocked() error {
 	made := slices.Clone(n.made)
 	slices.Reverse(made)
 	errs = append(errs, removeNetns(ctx, made, n.rootLink))
-	n.logf("namespace network %s: removed %d namespaces", n.tag, len(made))
+	n.opts.logf("namespace network %s: removed %d namespaces", n.tag, len(made))
 	return errors.Join(errs...)
 }
 

@@ -133,7 +133,7 @@ func mixedSwarm(t *testing.T, d ggml.Device) {
 	}
 	var urls []string
 	for _, nd := range nodes {
-		s, err := api.New(nd, api.WithLogger(zap.NewNop()))
+		s, err := api.New(api.NodeBackend(nd), api.WithLogger(zap.NewNop()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -305,7 +305,7 @@ func TestHealthz(t *testing.T) {
 // TestKeepAlive: a quiet stream gets SSE comments, which clients skip.
 func TestKeepAlive(t *testing.T) {
 	c := shared.get(t)
-	s, err := New(c.nodes[0], WithKeepAlive(time.Millisecond), WithLogger(testLog()))
+	s, err := New(NodeBackend(c.nodes[0]), WithKeepAlive(time.Millisecond), WithLogger(testLog()))
 	if err != nil {
 		t.Fatal(err)
 	}

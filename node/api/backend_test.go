@@ -35,13 +35,19 @@ type fakeBackend struct {
 	verify    node.VerifyStats
 }
 
-func (f *fakeBackend) Generate(_ context.Context, req node.Request) (*node.Stream, error) {
+func (f *fakeBackend) Generate(_ context.Context, req node.Request, _ Stream) (Stream, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastReq = req
 	return nil, f.genErr
 }
-func (f *fakeBackend) ID() peer.ID { return f.id }
+
+// The fake cannot change the swarm's configuration (verify_test.go's
+// backends can).
+func (f *fakeBackend) SetSwarmVerifyRate(context.Context, float64) error { return ErrUnsupported }
+func (f *fakeBackend) SetSwarmSessionTokens(context.Context, int) error  { return ErrUnsupported }
+func (f *fakeBackend) SetSwarmStewards(context.Context, []string) error  { return ErrUnsupported }
+func (f *fakeBackend) ID() peer.ID                                       { return f.id }
 func (f *fakeBackend) CountTokens(req node.Request) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

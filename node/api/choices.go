@@ -36,7 +36,7 @@ import (
 // choiceState is one choice's generation and what its answer needs.
 type choiceState struct {
 	index  int
-	st     *node.Stream
+	st     Stream
 	parser *chatparse.Parser
 	calls  int                  // tool calls streamed
 	open   map[int]string       // IDs of calls whose arguments are streaming, by index
@@ -44,21 +44,21 @@ type choiceState struct {
 	offset int                  // the legacy text_offset: characters of the tokens before
 }
 
-// choiceReq is the node request of choice i: its own seed and, for the
-// later choices, the first's path (Request.Follow), so that they resume
-// the prompt from its hops.
-func (c *call) choiceReq(i int) node.Request {
+// choiceReq is the node request of choice i, with its own seed, and
+// for the later choices the stream whose path it takes (the first's),
+// so that they resume the prompt from its hops.
+func (c *call) choiceReq(i int) (node.Request, Stream) {
 	req := c.g.req
 	req.Sampling.Seed = engine.ChoiceSeed(req.Sampling.Seed, i)
-	if i > 0 {
-		c.mu.Lock()
-		req.Follow = c.choices[0].st
-		c.mu.Unlock()
+	if i == 0 {
+		return req, nil
 	}
-	return req
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return req, c.choices[0].st
 }
 
-func (c *call) add(i int, st *node.Stream) *choiceState {
+func (c *call) add(i int, st Stream) *choiceState {
 	cs := &choiceState{index: i, st: st, parser: c.parsers[i]}
 	c.mu.Lock()
 	c.choices = append(c.choices, cs)
@@ -69,9 +69,10 @@ func (c *call) add(i int, st *node.Stream) *choiceState {
 // startRest starts choices 1..n−1, handing each to started (or the
 // error that refused it, after which it starts no more). It stops
 // early, closing what it started, when stop is closed.
-func (c *call) startRest(ctx context.Context, started func(i int, st *node.Stream, err error) bool) {
+func (c *call) startRest(ctx context.Context, started func(i int, st Stream, err error) bool) {
 	for i := 1; i < c.g.n; i++ {
-		st, err := c.s.b.Generate(ctx, c.choiceReq(i))
+		req, follow := c.choiceReq(i)
+		st, err := c.s.b.Generate(ctx, req, follow)
 		if !started(i, st, err) {
 			if st != nil {
 				st.Close()
@@ -131,7 +132,7 @@ func (c *call) whole(ctx context.Context, w http.ResponseWriter, param string) *
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					c.startRest(ctx, func(i int, st *node.Stream, err error) bool {
+					c.startRest(ctx, func(i int, st Stream, err error) bool {
 						outs[i].started, outs[i].err = true, err
 						if err != nil {
 							return false
@@ -218,7 +219,7 @@ type item struct {
 	i       int
 	d       node.Delta
 	err     error
-	st      *node.Stream
+	st      Stream
 	started bool
 }
 
@@ -260,7 +261,7 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, param string) 
 	items := make(chan item)
 	done := make(chan struct{})
 	defer close(done)
-	pump := func(i int, st *node.Stream) {
+	pump := func(i int, st Stream) {
 		go func() {
 			for {
 				d, err := st.Recv()
@@ -302,7 +303,7 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, param string) 
 		if !rest && it.err == nil {
 			// The first choice's first token: its prefill is done.
 			rest = true
-			go c.startRest(ctx, func(i int, st *node.Stream, err error) bool {
+			go c.startRest(ctx, func(i int, st Stream, err error) bool {
 				select {
 				case items <- item{i: i, st: st, err: err, started: true}:
 					return true

@@ -176,7 +176,7 @@ func newClusterEach(n int, each func(i int) []node.Option) (*cluster, error) {
 			c.close()
 			return nil, err
 		}
-		s, err := New(nd, WithLogger(testLog()), WithLeaderPoll(20*time.Millisecond))
+		s, err := New(NodeBackend(nd), WithLogger(testLog()), WithLeaderPoll(20*time.Millisecond))
 		if err != nil {
 			c.close()
 			return nil, err

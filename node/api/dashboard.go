@@ -184,35 +184,44 @@ func (h *hub) recentEvents() []dashEventJSON {
 	return append([]dashEventJSON{}, h.events...)
 }
 
+// dashboard serves the dashboard's event stream and activity rings from
+// the hub its watcher fills; quit closes when the server stops.
+type dashboard struct {
+	views     views
+	hub       *hub
+	quit      <-chan struct{}
+	keepAlive time.Duration
+}
+
 // watch reads the swarm view every tick until ctx ends: it turns the
 // differences into events and publishes a snapshot when the view
 // changed, at most every dashMinPush.
-func (s *Server) watch(ctx context.Context) {
+func (d *dashboard) watch(ctx context.Context) {
 	t := time.NewTicker(dashTick)
 	defer t.Stop()
 	var prev *swarmJSON
 	var lastKey []byte
 	var lastPush time.Time
 	for {
-		v := s.swarmView()
+		v := d.views.swarmView()
 		now := time.Now()
 		if prev == nil {
 			leader := "none"
 			if v.Leader != nil {
 				leader = short(*v.Leader)
 			}
-			s.hub.addEvent(dashEventJSON{Time: now, Kind: "watching", Epoch: v.Epoch,
+			d.hub.addEvent(dashEventJSON{Time: now, Kind: "watching", Epoch: v.Epoch,
 				Detail: fmt.Sprintf("dashboard watching: epoch %d, %d members, leader %s", v.Epoch, len(v.Members), leader)})
 		} else {
 			for _, e := range diffViews(prev, &v) {
 				e.Time = now
-				s.hub.addEvent(e)
+				d.hub.addEvent(e)
 			}
 		}
 		prev = &v
 		if key := viewKey(v); !bytes.Equal(key, lastKey) && now.Sub(lastPush) >= dashMinPush {
 			if b, err := json.Marshal(v); err == nil {
-				s.hub.setView(b)
+				d.hub.setView(b)
 				lastKey, lastPush = key, now
 			}
 		}
@@ -355,7 +364,7 @@ func parsePath(p string) []hopJSON {
 // handleEvents is the dashboard's stream: "swarm" events carry the view,
 // "event" events the swarm's changes, "request" events the requests this
 // node took, each with its seq (also the SSE id).
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+func (d *dashboard) handleEvents(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -363,11 +372,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	out := &sse{w: w, rc: http.NewResponseController(w)}
 	out.raw("retry: 2000\n\n")
-	keep := time.NewTicker(s.o.keepAlive)
+	keep := time.NewTicker(d.keepAlive)
 	defer keep.Stop()
 	var viewSeq, seq uint64
 	for out.err == nil {
-		view, vs, evs, reqs, next := s.hub.since(viewSeq, seq)
+		view, vs, evs, reqs, next := d.hub.since(viewSeq, seq)
 		viewSeq = vs
 		if view != nil {
 			out.raw("event: swarm\ndata: " + string(view) + "\n\n")
@@ -386,7 +395,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			out.raw(": keep-alive\n\n")
 		case <-r.Context().Done():
 			return
-		case <-s.quit:
+		case <-d.quit:
 			return
 		}
 	}
@@ -407,20 +416,20 @@ type activityJSON struct {
 }
 
 // handleActivity answers the rings as JSON, for scripts and tests.
-func (s *Server) handleActivity(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, activityJSON{Requests: s.hub.recent(), Events: s.hub.recentEvents()})
+func (d *dashboard) handleActivity(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, activityJSON{Requests: d.hub.recent(), Events: d.hub.recentEvents()})
 }
 
-// queryAuthorized accepts the key as ?key=: EventSource cannot send an
+// allowsQuery accepts the key as ?key=: EventSource cannot send an
 // Authorization header. Only the events endpoint takes it, since a URL
 // may land in logs and browser history.
-func (s *Server) queryAuthorized(r *http.Request) bool {
-	k := r.URL.Query().Get("key")
-	if k == "" {
+func (k apiKey) allowsQuery(r *http.Request) bool {
+	q := r.URL.Query().Get("key")
+	if q == "" {
 		return false
 	}
-	sum := sha256.Sum256([]byte(k))
-	return subtle.ConstantTimeCompare(sum[:], s.o.key) == 1
+	sum := sha256.Sum256([]byte(q))
+	return subtle.ConstantTimeCompare(sum[:], k) == 1
 }
 
 // webAsset is one embedded file, with its ETag.
@@ -485,11 +494,11 @@ func serveAsset(w http.ResponseWriter, r *http.Request, name string) bool {
 	return true
 }
 
-func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
+func serveIndex(w http.ResponseWriter, r *http.Request) {
 	serveAsset(w, r, "index.html")
 }
 
-func (s *Server) handleUI(w http.ResponseWriter, r *http.Request) {
+func serveUI(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("file")
 	if name == "index.html" || !serveAsset(w, r, name) {
 		notFound(w, r)

@@ -34,7 +34,7 @@ import (
 // the watcher's first event.
 func TestDashboardRoutes(t *testing.T) {
 	c := shared.get(t)
-	s, err := New(c.nodes[0], WithAPIKey("sekrit"), WithLogger(testLog()))
+	s, err := New(NodeBackend(c.nodes[0]), WithAPIKey("sekrit"), WithLogger(testLog()))
 	if err != nil {
 		t.Fatal(err)
 	}

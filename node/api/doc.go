@@ -9,11 +9,13 @@
 // It owns request decoding and validation (OpenAI field names, ranges and
 // error JSON), the mapping of the node's sentinel errors to HTTP statuses,
 // the wire shapes of responses and stream chunks, and the metrics
-// registry of its server. It talks to the node only through Backend,
-// which *node.Node satisfies and which returns data (node.SwarmSnapshot:
-// the replicated state and the peer table; the committed map; counters),
-// never the consensus replica or the swarm host, so the handlers are
-// unit-tested on a fake (backend_test.go). It must not route, place
+// registry of its server. It talks to the node only through Backend
+// (NodeBackend adapts a *node.Node), which returns data
+// (node.SwarmSnapshot: the replicated state and the peer table; the
+// committed map; counters) and generations as a Stream, never the
+// consensus replica or the swarm host, and takes the swarm's settings in
+// the contract, so the handlers, streaming included, are unit-tested on
+// a fake (backend_test.go, stream_test.go). It must not route, place
 // layers, pick peers or touch sessions on its own. Everything about where a token is
 // computed belongs to package node and, below it, layers and routing.
 //

@@ -308,7 +308,7 @@ func TestOfficialAnthropicClient(t *testing.T) {
 	tc, tok := getToolsSwarm(t)
 	fx := qwen3Fixture(t)
 	const key = "s3cret-key"
-	keyed, err := New(c.nodes[2], WithLogger(testLog()), WithAPIKey(key))
+	keyed, err := New(NodeBackend(c.nodes[2]), WithLogger(testLog()), WithAPIKey(key))
 	if err != nil {
 		t.Fatal(err)
 	}

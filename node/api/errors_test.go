@@ -127,7 +127,7 @@ func TestErrorStatuses(t *testing.T) {
 func TestAPIKey(t *testing.T) {
 	c := shared.get(t)
 	const key = "sk-strata-test-0123456789"
-	s, err := New(c.nodes[1], WithAPIKey(key), WithLogger(testLog()))
+	s, err := New(NodeBackend(c.nodes[1]), WithAPIKey(key), WithLogger(testLog()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestAPIKey(t *testing.T) {
 // returns once it has.
 func TestDrainRefusesNewKeepsRunning(t *testing.T) {
 	c := shared.get(t)
-	s, err := New(c.nodes[2], WithLogger(testLog()))
+	s, err := New(NodeBackend(c.nodes[2]), WithLogger(testLog()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestDrainRefusesNewKeepsRunning(t *testing.T) {
 // passes ends a running stream with an error event, not a silent cut.
 func TestShutdownCutsStreamsWithAnErrorEvent(t *testing.T) {
 	c := shared.get(t)
-	s, err := New(c.nodes[0], WithLogger(testLog()))
+	s, err := New(NodeBackend(c.nodes[0]), WithLogger(testLog()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func measureUse() serverUse {
 func exhaustServer(t *testing.T, hdr time.Duration, opts ...Option) (*Server, string) {
 	t.Helper()
 	c := shared.get(t)
-	s, err := New(c.nodes[0], append([]Option{WithLogger(testLog()), WithReadHeaderTimeout(hdr)}, opts...)...)
+	s, err := New(NodeBackend(c.nodes[0]), append([]Option{WithLogger(testLog()), WithReadHeaderTimeout(hdr)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -592,7 +592,7 @@ func writeAnthropicError(w http.ResponseWriter, e *apiError) {
 // tokens a Messages request would take (system, messages and tools
 // rendered by the model's chat template), {"input_tokens": n}.
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	b, e := s.readBody(w, r)
+	b, e := readBody(w, r, s.o.maxBody)
 	if e == nil {
 		var g genRequest
 		if g, e = decodeMessagesBody(b, true); e == nil {

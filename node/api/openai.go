@@ -93,18 +93,18 @@ type (
 	}
 )
 
-func (s *Server) modelJSON() modelJSON {
-	in := s.b.Model()
-	return modelJSON{ID: in.Name, Object: "model", Created: s.started.Unix(), OwnedBy: "strata",
+func (v views) modelJSON() modelJSON {
+	in := v.b.Model()
+	return modelJSON{ID: in.Name, Object: "model", Created: v.started.Unix(), OwnedBy: "strata",
 		Layers: in.Layers, Context: in.Context, Simulated: in.Simulated, Fingerprint: in.Fingerprint, ChatTemplate: in.ChatTemplate}
 }
 
-func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelJSON{s.modelJSON()}})
+func (v views) handleModels(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelJSON{v.modelJSON()}})
 }
 
-func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
-	m := s.modelJSON()
+func (v views) handleModel(w http.ResponseWriter, r *http.Request) {
+	m := v.modelJSON()
 	if id := r.PathValue("id"); id != m.ID {
 		writeError(w, fromError(fmt.Errorf("%w: %q (this swarm serves %q)", node.ErrUnknownModel, id, m.ID), ""))
 		return
@@ -129,13 +129,13 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// readBody reads a body under the server's cap: a declared length over
+// readBody reads a body under the cap maxBody: a declared length over
 // the cap is refused before a byte is read.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
-	if r.ContentLength > s.o.maxBody {
-		return nil, tooLarge(s.o.maxBody)
+func readBody(w http.ResponseWriter, r *http.Request, maxBody int64) ([]byte, *apiError) {
+	if r.ContentLength > maxBody {
+		return nil, tooLarge(maxBody)
 	}
-	body := http.MaxBytesReader(w, r.Body, s.o.maxBody)
+	body := http.MaxBytesReader(w, r.Body, maxBody)
 	b, err := io.ReadAll(body)
 	if err != nil {
 		var mb *http.MaxBytesError
@@ -151,7 +151,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiE
 func (s *Server) generate(endpoint string, decode func([]byte) (genRequest, *apiError)) http.HandlerFunc {
 	writeErr := errorWriter(endpoint)
 	return func(w http.ResponseWriter, r *http.Request) {
-		b, e := s.readBody(w, r)
+		b, e := readBody(w, r, s.o.maxBody)
 		if e == nil {
 			var g genRequest
 			if g, e = decode(b); e == nil {
@@ -224,7 +224,8 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, endpoint string, g 
 	case g.chat:
 		c.id = newID("chatcmpl-")
 	}
-	st, err := s.b.Generate(ctx, c.choiceReq(0))
+	req, follow := c.choiceReq(0)
+	st, err := s.b.Generate(ctx, req, follow)
 	if err != nil {
 		// A refusal says how long it waited in the queue too (0 for one
 		// refused at once, such as layers no node can hold).
@@ -285,7 +286,7 @@ func (c *call) record(res node.Result) {
 	case q.Tokens > 0 && c.last.After(c.start):
 		q.TokensPerS = float64(q.Tokens) / c.last.Sub(c.start).Seconds()
 	}
-	c.s.hub.addRequest(q)
+	c.s.dash.hub.addRequest(q)
 }
 
 // why tells a generation cancelled by the server's shutdown from one

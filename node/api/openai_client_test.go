@@ -32,7 +32,7 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	}
 	c := shared.get(t)
 	const key = "s3cret-key"
-	keyed, err := New(c.nodes[1], WithLogger(testLog()), WithAPIKey(key))
+	keyed, err := New(NodeBackend(c.nodes[1]), WithLogger(testLog()), WithAPIKey(key))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ const (
 
 type options struct {
 	log          *zap.Logger
-	key          []byte // sha256 of the API key; nil: no key
+	key          apiKey // nil: no key
 	maxBody      int64
 	keepAlive    time.Duration
 	leaderPoll   time.Duration
@@ -185,7 +185,6 @@ type Server struct {
 	log     *zap.Logger
 	m       *metrics
 	handler http.Handler
-	started time.Time
 
 	// ctx is the parent of every generation's context: Close and a forced
 	// Shutdown cancel it, so that streams end with an error event.
@@ -201,10 +200,14 @@ type Server struct {
 	idle     chan struct{} // closed when active drops to 0
 	handlers sync.WaitGroup
 
-	// hub feeds the dashboard's event streams; quit closes when the
-	// server stops, so that those streams, which never end on their own,
-	// do not hold a graceful shutdown to its deadline.
-	hub      *hub
+	// The handlers, by responsibility (generation stays on Server).
+	views views
+	dash  *dashboard
+	admin admin
+
+	// quit closes when the server stops, so that the dashboard's event
+	// streams, which never end on their own, do not hold a graceful
+	// shutdown to its deadline.
 	quit     chan struct{}
 	quitOnce sync.Once
 }
@@ -225,15 +228,17 @@ func New(b Backend, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{b: b, o: o, log: o.log, m: newMetrics(b), started: time.Now(), idle: make(chan struct{}),
-		hub: newHub(), quit: make(chan struct{})}
+	s := &Server{b: b, o: o, log: o.log, m: newMetrics(b), idle: make(chan struct{}), quit: make(chan struct{})}
+	s.views = views{b: b, started: time.Now()}
+	s.dash = &dashboard{views: s.views, hub: newHub(), quit: s.quit, keepAlive: o.keepAlive}
+	s.admin = admin{b: b, maxBody: o.maxBody}
 	close(s.idle)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.handler = s.routes()
 	s.bg.Add(1)
 	go func() { defer s.bg.Done(); s.m.leader.run(s.ctx, b, o.leaderPoll) }()
 	s.bg.Add(1)
-	go func() { defer s.bg.Done(); s.watch(s.ctx) }()
+	go func() { defer s.bg.Done(); s.dash.watch(s.ctx) }()
 	return s, nil
 }
 
@@ -416,23 +421,23 @@ func (s *Server) routes() http.Handler {
 	handle := func(pattern, endpoint string, auth bool, h http.HandlerFunc, methods ...string) {
 		mux.Handle(pattern, s.wrap(endpoint, auth, methods, h))
 	}
-	handle("/v1/models", "models", true, s.handleModels, http.MethodGet)
-	handle("/v1/models/{id...}", "model", true, s.handleModel, http.MethodGet)
+	handle("/v1/models", "models", true, s.views.handleModels, http.MethodGet)
+	handle("/v1/models/{id...}", "model", true, s.views.handleModel, http.MethodGet)
 	handle("/v1/completions", "completions", true, s.generate("completions", decodeCompletion), http.MethodPost)
 	handle("/v1/chat/completions", "chat_completions", true, s.generate("chat_completions", decodeChat), http.MethodPost)
 	handle("/v1/responses", endpointResponses, true, s.generate(endpointResponses, decodeResponses), http.MethodPost)
 	handle("/v1/messages", endpointMessages, true, s.generate(endpointMessages, decodeMessages), http.MethodPost)
 	handle("/v1/messages/count_tokens", endpointCountTokens, true, s.handleCountTokens, http.MethodPost)
-	handle("/v1/swarm", "swarm", true, s.handleSwarm, http.MethodGet)
-	handle("/v1/swarm/events", "swarm_events", true, s.handleEvents, http.MethodGet)
-	handle("/v1/swarm/activity", "swarm_activity", true, s.handleActivity, http.MethodGet)
-	handle("/v1/swarm/scheduler", "swarm_scheduler", true, s.handleScheduler, http.MethodGet)
-	handle("/v1/swarm/verify", "swarm_verify", true, s.handleVerify, http.MethodGet)
-	handle("/v1/swarm/config", "swarm_config", true, s.handleSwarmConfig, http.MethodPost)
+	handle("/v1/swarm", "swarm", true, s.views.handleSwarm, http.MethodGet)
+	handle("/v1/swarm/events", "swarm_events", true, s.dash.handleEvents, http.MethodGet)
+	handle("/v1/swarm/activity", "swarm_activity", true, s.dash.handleActivity, http.MethodGet)
+	handle("/v1/swarm/scheduler", "swarm_scheduler", true, s.views.handleScheduler, http.MethodGet)
+	handle("/v1/swarm/verify", "swarm_verify", true, s.admin.handleVerify, http.MethodGet)
+	handle("/v1/swarm/config", "swarm_config", true, s.admin.handleSwarmConfig, http.MethodPost)
 	// The dashboard's page and assets need no key: they hold no data, and
 	// the page asks for the key before it reads any.
-	handle("/{$}", "dashboard", false, s.handleIndex, http.MethodGet)
-	handle("/ui/{file...}", "dashboard", false, s.handleUI, http.MethodGet)
+	handle("/{$}", "dashboard", false, serveIndex, http.MethodGet)
+	handle("/ui/{file...}", "dashboard", false, serveUI, http.MethodGet)
 	handle("/metrics", "metrics", true, promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP, http.MethodGet)
 	handle("/healthz", "healthz", false, s.handleHealth, http.MethodGet)
 	handle("/", "other", true, notFound)
@@ -493,7 +498,7 @@ func (s *Server) wrap(endpoint string, auth bool, methods []string, h http.Handl
 				Message: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
 			return
 		}
-		if auth && s.o.key != nil && !s.authorized(r) && (endpoint != "swarm_events" || !s.queryAuthorized(r)) {
+		if auth && s.o.key != nil && !s.o.key.allows(r) && (endpoint != "swarm_events" || !s.o.key.allowsQuery(r)) {
 			writeErr(rec, &apiError{Status: http.StatusUnauthorized, Type: typeInvalid, Code: "invalid_api_key",
 				Message: "missing or wrong API key: send Authorization: Bearer <key> (or x-api-key: <key>)", err: ErrUnauthorized})
 			return
@@ -511,10 +516,15 @@ func allowed(m string, methods []string) bool {
 	return false
 }
 
-// authorized compares the bearer token, or the x-api-key header that
+// apiKey is the sha256 of the API key: keys are compared as digests,
+// so that the comparison's time does not depend on where a guess first
+// differs, nor on its length.
+type apiKey []byte
+
+// allows compares the bearer token, or the x-api-key header that
 // Anthropic's clients send, with the key in constant time.
-func (s *Server) authorized(r *http.Request) bool {
-	if k := r.Header.Get("X-Api-Key"); k != "" && s.keyIs(k) {
+func (k apiKey) allows(r *http.Request) bool {
+	if x := r.Header.Get("X-Api-Key"); x != "" && k.is(x) {
 		return true
 	}
 	h := r.Header.Get("Authorization")
@@ -522,11 +532,11 @@ func (s *Server) authorized(r *http.Request) bool {
 	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 		return false
 	}
-	return s.keyIs(h[len(prefix):])
+	return k.is(h[len(prefix):])
 }
 
-// keyIs compares a presented key with the server's as digests.
-func (s *Server) keyIs(k string) bool {
-	sum := sha256.Sum256([]byte(strings.TrimSpace(k)))
-	return subtle.ConstantTimeCompare(sum[:], s.o.key) == 1
+// is compares a presented key with k as digests.
+func (k apiKey) is(key string) bool {
+	sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	return subtle.ConstantTimeCompare(sum[:], k) == 1
 }

@@ -143,7 +143,14 @@ func rangePtr(m layers.LayerMap, id string) *layers.Range {
 	return nil
 }
 
-func (s *Server) swarmView() swarmJSON {
+// views serves the node's read-only views: its model, its swarm and its
+// scheduling configuration.
+type views struct {
+	b       Backend
+	started time.Time // the models' creation time
+}
+
+func (s views) swarmView() swarmJSON {
 	now := time.Now()
 	self := s.b.ID()
 	model := s.b.Model()
@@ -290,7 +297,7 @@ func (s *Server) swarmView() swarmJSON {
 	return v
 }
 
-func (s *Server) handleSwarm(w http.ResponseWriter, _ *http.Request) {
+func (s views) handleSwarm(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, s.swarmView())
 }
 
@@ -358,7 +365,7 @@ type schedulerJSON struct {
 	Pickers []string `json:"pickers"`
 }
 
-func (s *Server) handleScheduler(w http.ResponseWriter, _ *http.Request) {
+func (s views) handleScheduler(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, schedulerJSON{
 		SchedulerConfig: s.b.Swarm().Scheduler,
 		Filters:         routing.FilterPlugins(),

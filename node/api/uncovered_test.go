@@ -30,7 +30,7 @@ func TestUncoveredSwarmRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nd.Close()
-	s, err := New(nd, WithLogger(testLog()))
+	s, err := New(NodeBackend(nd), WithLogger(testLog()))
 	if err != nil {
 		t.Fatal(err)
 	}

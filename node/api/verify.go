@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -65,9 +64,16 @@ type (
 	}
 )
 
-func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
-	v := s.b.Metrics().Verify
-	out := verifyJSON{Node: s.b.ID().String(), Rate: v.Rate, Checks: v.Audits, Verified: v.Verified,
+// admin serves the operator's endpoints: the spot checks' report and
+// the swarm's replicated configuration.
+type admin struct {
+	b       Backend
+	maxBody int64
+}
+
+func (a admin) handleVerify(w http.ResponseWriter, _ *http.Request) {
+	v := a.b.Metrics().Verify
+	out := verifyJSON{Node: a.b.ID().String(), Rate: v.Rate, Checks: v.Audits, Verified: v.Verified,
 		Mismatches: v.Mismatches, Inconclusive: v.Inconclusive, Unresolved: v.Unresolved, Reported: v.Reported,
 		PositionsVerified: v.Positions, StepsChecked: v.Checked, StepsAtFirstMismatch: v.CheckedAtFirstMismatch,
 		ToleranceChecks: v.Tolerance, ToleranceMismatches: v.ToleranceMismatches, MaxAgreeingDelta: v.MaxAgreeingDelta,
@@ -86,23 +92,6 @@ func (s *Server) handleVerify(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// swarmConfigSetter is a backend that can change the swarm's replicated
-// verify rate (node.Node, on the leader); sessionTokensSetter one that can
-// change the planner's session length.
-type swarmConfigSetter interface {
-	SetSwarmVerifyRate(ctx context.Context, r float64) error
-}
-
-type sessionTokensSetter interface {
-	SetSwarmSessionTokens(ctx context.Context, n int) error
-}
-
-// stewardsSetter is a backend that can sign a new steward set (node.Node,
-// on the leader, when it is the founder or a steward).
-type stewardsSetter interface {
-	SetSwarmStewards(ctx context.Context, ids []string) error
-}
-
 // swarmConfigJSON is the swarm's replicated configuration: in the body
 // of POST /v1/swarm/config the settings to change (null or absent:
 // unchanged), in GET /v1/swarm's "config" those the swarm has (null:
@@ -117,10 +106,11 @@ type swarmConfigJSON struct {
 
 // handleSwarmConfig changes the swarm's replicated configuration. Only
 // the leader appends it: another node answers 409 naming the leader, so
-// that the operator asks it instead. Both settings are checked before
-// either is set; each is its own commit.
-func (s *Server) handleSwarmConfig(w http.ResponseWriter, r *http.Request) {
-	b, e := s.readBody(w, r)
+// that the operator asks it instead. The settings are all checked before
+// any is set; each is its own commit. A backend that cannot set one
+// answers 501 (ErrUnsupported), after setting those before it.
+func (a admin) handleSwarmConfig(w http.ResponseWriter, r *http.Request) {
+	b, e := readBody(w, r, a.maxBody)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -154,41 +144,36 @@ func (s *Server) handleSwarmConfig(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("plan_session_tokens", "%d: must be between 0 (no KV cap) and %d", *n, consensus.MaxSessionTokens))
 		return
 	}
-	rate, rateOK := s.b.(swarmConfigSetter)
-	tokens, tokensOK := s.b.(sessionTokensSetter)
-	stewards, stewardsOK := s.b.(stewardsSetter)
-	if (body.VerifyRate != nil && !rateOK) || (body.PlanSessionTokens != nil && !tokensOK) || (body.Stewards != nil && !stewardsOK) {
-		writeError(w, &apiError{Status: http.StatusNotImplemented, Message: "this node cannot change the swarm's configuration",
-			Type: typeServer, Code: "not_supported"})
-		return
-	}
 	if body.VerifyRate != nil {
-		if err := rate.SetSwarmVerifyRate(r.Context(), *body.VerifyRate); err != nil {
-			writeError(w, s.swarmConfigError("verify_rate", err))
+		if err := a.b.SetSwarmVerifyRate(r.Context(), *body.VerifyRate); err != nil {
+			writeError(w, a.configError("verify_rate", err))
 			return
 		}
 	}
 	if body.PlanSessionTokens != nil {
-		if err := tokens.SetSwarmSessionTokens(r.Context(), *body.PlanSessionTokens); err != nil {
-			writeError(w, s.swarmConfigError("plan_session_tokens", err))
+		if err := a.b.SetSwarmSessionTokens(r.Context(), *body.PlanSessionTokens); err != nil {
+			writeError(w, a.configError("plan_session_tokens", err))
 			return
 		}
 	}
 	if body.Stewards != nil {
-		if err := stewards.SetSwarmStewards(r.Context(), body.Stewards); err != nil {
-			writeError(w, s.swarmConfigError("stewards", err))
+		if err := a.b.SetSwarmStewards(r.Context(), body.Stewards); err != nil {
+			writeError(w, a.configError("stewards", err))
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, body)
 }
 
-// swarmConfigError is the answer to a setting the node refused.
-func (s *Server) swarmConfigError(param string, err error) *apiError {
+// configError is the answer to a setting the node refused.
+func (a admin) configError(param string, err error) *apiError {
 	switch {
+	case errors.Is(err, ErrUnsupported):
+		return &apiError{Status: http.StatusNotImplemented, Message: "this node cannot change the swarm's configuration",
+			Type: typeServer, Code: "not_supported", Param: param, err: err}
 	case errors.Is(err, consensus.ErrNotLeader):
 		msg := "this node is not the leader: send it to the leader"
-		if l := s.b.Swarm().Leader; l != "" {
+		if l := a.b.Swarm().Leader; l != "" {
 			msg = fmt.Sprintf("this node is not the leader: send it to the leader, %s", l)
 		}
 		return &apiError{Status: http.StatusConflict, Message: msg, Type: typeInvalid, Code: "not_leader", err: err}

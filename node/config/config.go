@@ -47,7 +47,7 @@
 //		...
 //		if cfg.APIEnabled() {
 //			aopts, err := cfg.APIOptions(log)
-//			srv, err := api.New(n, aopts...)
+//			srv, err := api.New(api.NodeBackend(n), aopts...)
 //			addr, err := srv.Start(cfg.API)
 //			...
 //		}

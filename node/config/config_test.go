@@ -352,7 +352,7 @@ log_level: warn
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := api.New(n, aopts...)
+	s, err := api.New(api.NodeBackend(n), aopts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestChatPlainCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	srv, err := api.New(n)
+	srv, err := api.New(api.NodeBackend(n))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func runServingNode(cmd *cobra.Command, log *zap.Logger, cfg config.Config, demo
 		if err != nil {
 			return err
 		}
-		if srv, err = api.New(n, aopts...); err != nil {
+		if srv, err = api.New(api.NodeBackend(n), aopts...); err != nil {
 			return err
 		}
 		defer srv.Close()
