@@ -80,7 +80,6 @@ func (b nodeBackend) Generate(ctx context.Context, req node.Request, follow Stre
 func (b nodeBackend) ID() peer.ID                               { return b.n.ID() }
 func (b nodeBackend) Model() node.ModelInfo                     { return b.n.Model() }
 func (b nodeBackend) CountTokens(req node.Request) (int, error) { return b.n.CountTokens(req) }
-func (b nodeBackend) Held() layers.Range                        { return b.n.Held() }
 func (b nodeBackend) Committed() layers.LayerMap                { return b.n.Committed() }
 func (b nodeBackend) Swarm() node.SwarmSnapshot                 { return b.n.Swarm() }
 func (b nodeBackend) Metrics() node.Metrics                     { return b.n.Metrics() }
