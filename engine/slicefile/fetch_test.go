@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
 	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
@@ -81,7 +81,7 @@ func sameBits(a, b [][]float32) bool {
 // fetcher's host connects to it.
 func holder(t *testing.T, m *chunks.Manifest, path string, wrap func(*os.File) interface {
 	ReadAt([]byte, int64) (int, error)
-}) host.Host {
+}) *swarm.Host {
 	t.Helper()
 	h := chunkstest.NewHost(t)
 	s := chunks.NewServer(h)

@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
@@ -22,7 +21,7 @@ import (
 // fetcher's host connects to it.
 func holder(t *testing.T, m *Manifest, path string, wrap func(*os.File) interface {
 	ReadAt([]byte, int64) (int, error)
-}) host.Host {
+}) *swarm.Host {
 	t.Helper()
 	h := chunkstest.NewHost(t)
 	s := NewServer(h)
@@ -137,11 +136,11 @@ func TestFetchPartResume(t *testing.T) {
 }
 
 // stallHandler reads a request and never answers: a peer that stalls.
-func stallHandler(t *testing.T, h host.Host) {
+func stallHandler(t *testing.T, h *swarm.Host) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	t.Cleanup(func() { close(done); wg.Wait() })
-	h.SetStreamHandler(Protocol, func(s network.Stream) {
+	h.Handle(Protocol, func(s *swarm.Stream) {
 		wg.Add(1)
 		defer wg.Done()
 		readRequest(s)
@@ -171,7 +170,7 @@ func TestFetchLiarAndStaller(t *testing.T) {
 	staller := chunkstest.NewHost(t)
 	stallHandler(t, staller)
 	me := chunkstest.NewHost(t)
-	for _, h := range []host.Host{honest, liar, staller} {
+	for _, h := range []*swarm.Host{honest, liar, staller} {
 		chunkstest.Connect(t, me, h)
 	}
 	var mu sync.Mutex

@@ -8,24 +8,22 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 
+	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
-func openChunkStream(t *testing.T, from, to host.Host) network.Stream {
+func openChunkStream(t *testing.T, from, to *swarm.Host) *swarm.Stream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := from.NewStream(ctx, to.ID(), Protocol)
+	s, err := from.Open(ctx, to.ID(), Protocol)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +34,7 @@ func openChunkStream(t *testing.T, from, to host.Host) network.Stream {
 
 // status sends a request and reads the status byte; for StatusOK it reads
 // the chunk too.
-func request(t *testing.T, s network.Stream, fp string, idx int) (byte, []byte) {
+func request(t *testing.T, s *swarm.Stream, fp string, idx int) (byte, []byte) {
 	t.Helper()
 	if _, err := s.Write(encodeRequest(fp, idx)); err != nil {
 		t.Fatal(err)
@@ -60,7 +58,7 @@ func request(t *testing.T, s network.Stream, fp string, idx int) (byte, []byte) 
 }
 
 // reads until the stream fails or ends, and says whether any byte came.
-func drained(s network.Stream) (gotData bool, err error) {
+func drained(s *swarm.Stream) (gotData bool, err error) {
 	var b [1]byte
 	n, err := s.Read(b[:])
 	return n > 0, err
@@ -141,7 +139,7 @@ func TestServerStreamsPerPeer(t *testing.T) {
 	me := chunkstest.NewHost(t)
 	chunkstest.Connect(t, me, srv)
 	a, b := openChunkStream(t, me, srv), openChunkStream(t, me, srv)
-	for _, st := range []network.Stream{a, b} {
+	for _, st := range []*swarm.Stream{a, b} {
 		if code, _ := request(t, st, m.Fingerprint, 0); code != statusOK {
 			t.Fatalf("status %d", code)
 		}
@@ -172,22 +170,20 @@ func TestServerStreamsPerPeer(t *testing.T) {
 	}
 }
 
-// A host whose resource manager grants the chunk service less memory than
-// a chunk answers busy, and a fetch from it fails with ErrUnavailable.
+// A host whose resource manager grants a peer's chunk streams less memory
+// than a chunk answers busy, and a fetch from it fails with
+// ErrUnavailable. (Not parallel: it lowers swarm's limit for the one host
+// made meanwhile.)
 func TestServerResourceManager(t *testing.T) {
 	path, m := sixLayers(t)
-	limits := rcmgr.DefaultLimits
-	libp2p.SetDefaultServiceLimits(&limits)
-	limits.AddServiceLimit(ServiceName, rcmgr.BaseLimit{Streams: 64, StreamsInbound: 64, StreamsOutbound: 64, Memory: testChunk / 2}, rcmgr.BaseLimitIncrease{})
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
-	if err != nil {
-		t.Fatal(err)
+	saved := slices.Clone(swarm.PeerStreamLimits)
+	for i := range swarm.PeerStreamLimits {
+		if swarm.PeerStreamLimits[i].Protocol == Protocol {
+			swarm.PeerStreamLimits[i].Memory = testChunk / 2
+		}
 	}
-	srv, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.ResourceManager(rm))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := chunkstest.NewHost(t)
+	copy(swarm.PeerStreamLimits, saved)
 	s := NewServer(srv)
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
@@ -198,7 +194,7 @@ func TestServerResourceManager(t *testing.T) {
 	if code, _ := request(t, openChunkStream(t, me, srv), m.Fingerprint, 0); code != statusBusy {
 		t.Fatalf("status %d, want busy", code)
 	}
-	_, err = NewFetcher(me, m).Fetch(context.Background(), []int{0, 1, 2}, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+	_, err := NewFetcher(me, m).Fetch(context.Background(), []int{0, 1, 2}, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
 	if !errors.Is(err, ErrNoHolders) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("fetch from a host out of memory: %v", err)
 	}
@@ -246,7 +242,7 @@ func TestServerUploadRate(t *testing.T) {
 	}
 	start := time.Now()
 	errs := make(chan error, 2)
-	for _, h := range []host.Host{a, b} {
+	for _, h := range []*swarm.Host{a, b} {
 		go func() {
 			_, err := NewFetcher(h, m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
 			errs <- err
