@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/internal/proto"
@@ -142,18 +141,18 @@ func (c *Consensus) HandleControl(ctx context.Context, from peer.ID, req []byte)
 }
 
 // serveControl is the built-in handler of proto.Ctl.
-func (c *Consensus) serveControl(s network.Stream) {
+func (c *Consensus) serveControl(s Stream) {
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(c.cfg.rpcTimeout))
 	req, err := readFrame(s, MaxControlFrame)
 	if err != nil {
-		c.log.Debugw("control request", "peer", s.Conn().RemotePeer(), "error", err)
+		c.log.Debugw("control request", "peer", s.Peer(), "error", err)
 		_ = s.Reset()
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
 	defer cancel()
-	resp, _ := c.HandleControl(ctx, s.Conn().RemotePeer(), req)
+	resp, _ := c.HandleControl(ctx, s.Peer(), req)
 	_ = writeFrame(s, append([]byte{0}, resp...))
 }
 
@@ -261,7 +260,7 @@ func (c *Consensus) call(ctx context.Context, p peer.ID, origin string, hops uin
 
 // callStream is the built-in control client: one stream per call.
 func (c *Consensus) callStream(ctx context.Context, p peer.ID, req []byte) ([]byte, error) {
-	s, err := c.h.NewStream(ctx, p, proto.Ctl)
+	s, err := c.h.Open(ctx, p, proto.Ctl)
 	if err != nil {
 		return nil, err
 	}

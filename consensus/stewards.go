@@ -286,7 +286,7 @@ func (c *Consensus) SetStewards(ctx context.Context, ids []string) error {
 	if !c.IsLeader() {
 		return ErrNotLeader
 	}
-	key := c.h.Peerstore().PrivKey(c.id)
+	key := c.h.Key()
 	if key == nil {
 		return fmt.Errorf("%w: no host key for %s", ErrBadStewards, c.id)
 	}
@@ -378,7 +378,7 @@ func (c *Consensus) foundingStewards(s State, now time.Time) *StewardsSet {
 	if f, ok := s.Founder(); !ok || f.ID != c.id.String() {
 		return nil
 	}
-	key := c.h.Peerstore().PrivKey(c.id)
+	key := c.h.Key()
 	if key == nil {
 		return nil
 	}

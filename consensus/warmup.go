@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 )
@@ -125,7 +124,7 @@ func (c *Consensus) syncAddrs(s State, ms *memberState) {
 		changed = true
 		ms.addrs[m.ID] = m.Addrs
 		if p, err := peer.Decode(m.ID); err == nil {
-			c.h.Peerstore().AddAddrs(p, parseAddrs(m.Addrs), peerstore.PermanentAddrTTL)
+			c.h.AddAddrs(p, parseAddrs(m.Addrs))
 		}
 	}
 	if !changed && len(book) == len(ms.addrs) {
@@ -160,13 +159,13 @@ func (c *Consensus) protectVoters(ms *memberState) {
 		if s.Voter && s.ID != c.id {
 			now[s.ID] = true
 			if !ms.voters[s.ID] {
-				c.h.ConnManager().Protect(s.ID, proto.TagVoter)
+				c.h.Protect(s.ID, proto.TagVoter)
 			}
 		}
 	}
 	for id := range ms.voters {
 		if !now[id] {
-			c.h.ConnManager().Unprotect(id, proto.TagVoter)
+			c.h.Unprotect(id, proto.TagVoter)
 		}
 	}
 	ms.voters = now

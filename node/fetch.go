@@ -318,7 +318,7 @@ func SwarmModel(ctx context.Context, boot []peer.AddrInfo, opts ...swarm.Option)
 	var errs []error
 	for _, b := range boot {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := h.Libp2p().Connect(cctx, b)
+		err := h.Connect(cctx, b)
 		var a manifestAnswer
 		if err == nil {
 			a, err = askManifest(cctx, h, b.ID, "")
@@ -409,7 +409,7 @@ func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chun
 
 // serveChunks starts the chunk server of a node that holds the file.
 func (n *Node) serveChunks(man *chunks.Manifest) error {
-	n.chunks = chunks.NewServer(n.host.Libp2p(), chunks.WithUploadRate(n.cfg.uploadRate),
+	n.chunks = chunks.NewServer(n.host, chunks.WithUploadRate(n.cfg.uploadRate),
 		chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	if n.cfg.chunkReader == nil {
 		return n.chunks.ServeFile(man, n.model.path)
@@ -608,7 +608,7 @@ func (f *fetchState) serveSlice(path string) {
 		return
 	}
 	if f.srv == nil {
-		f.srv = chunks.NewServer(f.host.Libp2p(), chunks.WithUploadRate(f.uploadRate),
+		f.srv = chunks.NewServer(f.host, chunks.WithUploadRate(f.uploadRate),
 			chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	}
 	if err := f.srv.ServeSlice(sl); err != nil {
@@ -647,7 +647,7 @@ func (f *fetchState) oldSlices(r layers.Range) []string {
 // fetcher gets the manifest's chunks, dropping (and counting) holders
 // that lie or stall.
 func (f *fetchState) fetcher(opts ...chunks.FetchOption) *chunks.Fetcher {
-	return chunks.NewFetcher(f.host.Libp2p(), f.man, append([]chunks.FetchOption{chunks.WithStallTimeout(f.stall),
+	return chunks.NewFetcher(f.host, f.man, append([]chunks.FetchOption{chunks.WithStallTimeout(f.stall),
 		chunks.WithOnDrop(func(p peer.ID, err error) {
 			f.dropped.Add(1)
 			f.log.Warn("fetch: holder dropped", zap.String("peer", shortID(p)), zap.Error(err))
@@ -841,7 +841,7 @@ func openRemote(ctx context.Context, h *swarm.Host, fp, dir string, boot []peer.
 			}
 			cctx, cancel := context.WithTimeout(ctx, f.stall)
 			if len(b.Addrs) > 0 {
-				_ = h.Libp2p().Connect(cctx, b)
+				_ = h.Connect(cctx, b)
 			}
 			a, err := askManifest(cctx, h, b.ID, fp)
 			cancel()

@@ -36,7 +36,7 @@ func fetchPeer(t *testing.T, boot ...*Node) *fetchState {
 	var infos []peer.AddrInfo
 	for _, b := range boot {
 		ai := b.Host().AddrInfo()
-		if err := h.Libp2p().Connect(ctx, ai); err != nil {
+		if err := h.Connect(ctx, ai); err != nil {
 			t.Fatal(err)
 		}
 		infos = append(infos, ai)

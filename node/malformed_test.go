@@ -163,7 +163,7 @@ func TestMalformedFrames(t *testing.T) {
 	}
 	// A valid session, then a step at the wrong position.
 	sid := newSessionID()
-	fs := newFrameSigner(r.h.Libp2p(), open.Model, 0) // signed hops: an unsigned frame is refused
+	fs := newFrameSigner(r.h, open.Model, 0) // signed hops: an unsigned frame is refused
 	r.send(t, b.ID(), mustEncode(t, fs.sign(t, &Step{Session: sid, Open: open, Entry: self, Hops: hops, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim})))
 	r.token(t, sid, "the valid session's first token") // b is the last hop
 	r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Entry: self, Hops: hops, Pos: 7, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
@@ -188,7 +188,7 @@ func TestMalformedFrames(t *testing.T) {
 	}
 
 	// Oversized: the length prefix alone is refused before any allocation.
-	st, err := r.h.Libp2p().NewStream(ctx, b.ID(), swarm.ProtocolAct)
+	st, err := r.h.Open(ctx, b.ID(), swarm.ProtocolAct)
 	if err != nil {
 		t.Fatal(err)
 	}

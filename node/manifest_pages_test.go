@@ -52,7 +52,7 @@ func pageHosts(t *testing.T) (server, asker *swarm.Host) {
 		t.Cleanup(func() { h.Close() })
 		hs[i] = h
 	}
-	if err := hs[1].Libp2p().Connect(ctx, hs[0].AddrInfo()); err != nil {
+	if err := hs[1].Connect(ctx, hs[0].AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 	return hs[0], hs[1]

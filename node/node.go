@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/pbnjay/memory"
 	"go.uber.org/zap"
@@ -198,7 +197,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	}
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget, tok: m.tok,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
+		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Key()),
 		fault: cfg.fault, batchDone: batchDone, signFrames: !cfg.unsignedFrames, wireLossy: cfg.wire == WireF16 || cfg.wire == WireQ8,
 		badFrame: func(p peer.ID) { n.counters.badFrame(p) }, tolerant: m.engineName() != engine.EngineGo && m.engineName() != engine.EngineSim,
 		engine: m.engineName()}, n.svc.out)
@@ -292,10 +291,13 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
 	h.HandleActivations(n.svc.onFrame)
-	h.Libp2p().SetStreamHandler(proto.Steal, n.entry.serveSteal)
+	if err := h.Handle(proto.Steal, n.entry.serveSteal); err != nil {
+		n.Close()
+		return n, err
+	}
 	if cfg.steal {
-		open := func(ctx context.Context, p peer.ID) (network.Stream, error) {
-			return h.Libp2p().NewStream(ctx, p, proto.Steal)
+		open := func(ctx context.Context, p peer.ID) (*swarm.Stream, error) {
+			return h.Open(ctx, p, proto.Steal)
 		}
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.entry.stealLoop(h.Peers(), open, DefaultStealAfter) }()
@@ -313,7 +315,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}
 	} else {
 		copts := []consensus.Option{
-			consensus.WithHost(h.Libp2p()),
+			consensus.WithHost(consNet{h}),
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
 			consensus.WithFetchRates(&n.rates),

@@ -235,10 +235,8 @@ func (l liveness) deadSince(id peer.ID) (time.Time, bool) {
 	if !ok || p.Liveness != swarm.Dead {
 		return time.Time{}, false
 	}
-	for _, c := range l.host.Libp2p().Network().ConnsToPeer(id) {
-		if c.Stat().Opened.After(p.Since) {
-			return time.Time{}, false
-		}
+	if l.host.OpenedAfter(id, p.Since) {
+		return time.Time{}, false
 	}
 	return p.Since, true
 }

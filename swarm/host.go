@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
@@ -516,9 +517,39 @@ func (s *Host) Close() error {
 // ID is the host's peer ID.
 func (s *Host) ID() peer.ID { return s.h.ID() }
 
-// Libp2p exposes the underlying host, for protocols that live elsewhere
-// (the Raft transport).
-func (s *Host) Libp2p() host.Host { return s.h }
+// Key is the host's identity key, for signing what the node answers for
+// (receipts).
+func (s *Host) Key() crypto.PrivKey { return s.h.Peerstore().PrivKey(s.h.ID()) }
+
+// AddAddrs remembers p's addresses for good (the consensus members'
+// advertised addresses).
+func (s *Host) AddAddrs(p peer.ID, addrs []ma.Multiaddr) {
+	s.h.Peerstore().AddAddrs(p, addrs, peerstore.PermanentAddrTTL)
+}
+
+// Connected reports whether a connection to p is open.
+func (s *Host) Connected(p peer.ID) bool { return s.h.Network().Connectedness(p) == network.Connected }
+
+// OpenStreams is the number of streams open with p, in both directions
+// and on every connection.
+func (s *Host) OpenStreams(p peer.ID) int {
+	n := 0
+	for _, c := range s.h.Network().ConnsToPeer(p) {
+		n += len(c.GetStreams())
+	}
+	return n
+}
+
+// OpenedAfter reports whether a connection to p that opened after t is
+// still open: a peer taken for dead that reconnected since.
+func (s *Host) OpenedAfter(p peer.ID, t time.Time) bool {
+	for _, c := range s.h.Network().ConnsToPeer(p) {
+		if c.Stat().Opened.After(t) {
+			return true
+		}
+	}
+	return false
+}
 
 // Peers is the peer table.
 func (s *Host) Peers() *PeerTable { return s.table }

@@ -81,7 +81,7 @@ func livePeers(h *Host) map[peer.ID]bool {
 func connectedTo(h *Host, others []*Host) int {
 	n := 0
 	for _, o := range others {
-		if o != h && len(h.Libp2p().Network().ConnsToPeer(o.ID())) > 0 {
+		if o != h && len(h.h.Network().ConnsToPeer(o.ID())) > 0 {
 			n++
 		}
 	}
@@ -277,7 +277,7 @@ func TestPreferTCP(t *testing.T) {
 	if err := b.Connect(ctx, a.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range b.Libp2p().Network().ConnsToPeer(a.ID()) {
+	for _, c := range b.h.Network().ConnsToPeer(a.ID()) {
 		if isQUIC(c.RemoteMultiaddr()) {
 			t.Fatalf("connection on %s, want TCP", c.RemoteMultiaddr())
 		}
@@ -297,7 +297,7 @@ func TestPreferQUICBehindNAT(t *testing.T) {
 	if err := b.Connect(ctx, a.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	conns := b.Libp2p().Network().ConnsToPeer(a.ID())
+	conns := b.h.Network().ConnsToPeer(a.ID())
 	if len(conns) == 0 || !isQUIC(conns[0].RemoteMultiaddr()) {
 		t.Fatalf("host behind NAT connected on %v, want QUIC", conns)
 	}
@@ -311,7 +311,7 @@ func TestPreferQUICBehindNAT(t *testing.T) {
 	if err := pb.Connect(ctx, pa.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range pb.Libp2p().Network().ConnsToPeer(pa.ID()) {
+	for _, c := range pb.h.Network().ConnsToPeer(pa.ID()) {
 		if isQUIC(c.RemoteMultiaddr()) {
 			t.Fatalf("QUIC connection %s under a swarm key", c.RemoteMultiaddr())
 		}
@@ -471,16 +471,16 @@ func TestActivationStream(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	if n := len(a.Libp2p().Network().ConnsToPeer(b.ID())[0].GetStreams()); n > 8 {
+	if n := len(a.h.Network().ConnsToPeer(b.ID())[0].GetStreams()); n > 8 {
 		t.Fatalf("%d streams for one neighbour: not persistent", n)
 	}
 
 	// The link breaks; the next send reopens the stream.
-	a.Libp2p().Network().ClosePeer(b.ID())
+	a.h.Network().ClosePeer(b.ID())
 	waitFor(t, 5*time.Second, "disconnect seen", func() bool {
-		return len(b.Libp2p().Network().ConnsToPeer(a.ID())) == 0
+		return len(b.h.Network().ConnsToPeer(a.ID())) == 0
 	})
-	b.Libp2p().Peerstore().AddAddrs(a.ID(), a.Libp2p().Addrs(), time.Minute)
+	b.h.Peerstore().AddAddrs(a.ID(), a.h.Addrs(), time.Minute)
 	if err := b.SendActivation(ctx, a.ID(), []byte("after")); err != nil {
 		t.Fatalf("send after the link broke: %v", err)
 	}

@@ -40,7 +40,7 @@ func TestRelayServesOnlyMembers(t *testing.T) {
 	if err := stranger.Connect(ctx, relay.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Reserve(ctx, stranger.Libp2p(), relay.AddrInfo()); err == nil {
+	if _, err := client.Reserve(ctx, stranger.h, relay.AddrInfo()); err == nil {
 		t.Fatal("the relay gave a slot to a host of another swarm")
 	} else {
 		t.Logf("stranger refused: %v", err)
@@ -51,8 +51,8 @@ func TestRelayServesOnlyMembers(t *testing.T) {
 		circuit.Addrs[i] = a.Encapsulate(mustAddr(t, "/p2p/"+relay.ID().String()+"/p2p-circuit"))
 	}
 	circuit.ID = member.ID()
-	stranger.Libp2p().Peerstore().AddAddrs(member.ID(), circuit.Addrs, time.Minute)
-	if err := stranger.Libp2p().Connect(ctx, peer.AddrInfo{ID: member.ID(), Addrs: circuit.Addrs}); err == nil {
+	stranger.h.Peerstore().AddAddrs(member.ID(), circuit.Addrs, time.Minute)
+	if err := stranger.h.Connect(ctx, peer.AddrInfo{ID: member.ID(), Addrs: circuit.Addrs}); err == nil {
 		t.Error("a host of another swarm reached a member through the relay")
 	}
 }

@@ -76,7 +76,7 @@ func TestHeartbeatFlood(t *testing.T) {
 // inbound counts the streams of protocol p that from holds open at h.
 func inbound(h *Host, from peer.ID, p protocol.ID) int {
 	n := 0
-	for _, c := range h.Libp2p().Network().ConnsToPeer(from) {
+	for _, c := range h.h.Network().ConnsToPeer(from) {
 		for _, s := range c.GetStreams() {
 			if s.Protocol() == p && s.Stat().Direction == network.DirInbound {
 				n++
@@ -101,7 +101,7 @@ func TestPeerStreamLimits(t *testing.T) {
 	a.HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return req, nil })
 	hold := make(chan struct{})
 	defer close(hold)
-	a.Libp2p().SetStreamHandler(proto.Chunk, func(s network.Stream) { <-hold; s.Reset() })
+	a.h.SetStreamHandler(proto.Chunk, func(s network.Stream) { <-hold; s.Reset() })
 
 	const ctlBound = 32 // newResourceManager's control limit per peer
 	chunkBound := PeerStreamLimits[0].Inbound
@@ -113,7 +113,7 @@ func TestPeerStreamLimits(t *testing.T) {
 	}()
 	open := func(p protocol.ID, n int) {
 		for range n {
-			s, err := flood.Libp2p().NewStream(ctx, a.ID(), p)
+			s, err := flood.h.NewStream(ctx, a.ID(), p)
 			if err != nil {
 				continue // refused: what the limit is for
 			}
@@ -137,7 +137,7 @@ func TestPeerStreamLimits(t *testing.T) {
 	if n := inbound(a, flood.ID(), proto.Chunk); n > chunkBound {
 		t.Fatalf("%d chunk streams open from one peer, bound %d", n, chunkBound)
 	}
-	err := a.Libp2p().Network().ResourceManager().ViewPeer(flood.ID(), func(s network.PeerScope) error {
+	err := a.h.Network().ResourceManager().ViewPeer(flood.ID(), func(s network.PeerScope) error {
 		st := s.Stat()
 		t.Logf("flooding peer at a: %d inbound streams, %d bytes reserved", st.NumStreamsInbound, st.Memory)
 		if st.NumStreamsInbound > ctlBound+chunkBound+8 || st.Memory > 4*DefaultMaxCtlFrame+PeerStreamLimits[0].Memory {

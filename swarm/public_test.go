@@ -83,7 +83,7 @@ func TestJoinByName(t *testing.T) {
 				if _, ok := h.Peers().Get(s.ID); ok {
 					return false
 				}
-				conns += len(h.Libp2p().Network().ConnsToPeer(s.ID))
+				conns += len(h.h.Network().ConnsToPeer(s.ID))
 			}
 			if conns == 0 {
 				return false

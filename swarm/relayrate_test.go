@@ -305,7 +305,7 @@ func TestProbeRefusesOverlong(t *testing.T) {
 	a, b := connectPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := a.Libp2p().NewStream(ctx, b.ID(), ProtocolBW)
+	st, err := a.h.NewStream(ctx, b.ID(), ProtocolBW)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestProbeRefusesOverlong(t *testing.T) {
 		t.Fatal("a probe announcing more than ProbeBytes was accepted")
 	}
 	// One that sends more than it announced is not believed.
-	st, err = a.Libp2p().NewStream(ctx, b.ID(), ProtocolBW)
+	st, err = a.h.NewStream(ctx, b.ID(), ProtocolBW)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestActivationStreamLimit(t *testing.T) {
 		}
 	}()
 	for i := range want {
-		s, err := b.Libp2p().NewStream(ctx, a.ID(), ProtocolAct)
+		s, err := b.h.NewStream(ctx, a.ID(), ProtocolAct)
 		if err != nil {
 			t.Fatalf("activation stream %d: %v", i, err)
 		}
@@ -53,7 +53,7 @@ func TestActivationStreamLimit(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "all streams open at the receiver", func() bool {
 		n := 0
-		for _, c := range a.Libp2p().Network().ConnsToPeer(b.ID()) {
+		for _, c := range a.h.Network().ConnsToPeer(b.ID()) {
 			for _, s := range c.GetStreams() {
 				if s.Protocol() == ProtocolAct {
 					n++
@@ -102,7 +102,7 @@ func TestProtect(t *testing.T) {
 	a, b := connectPair(t)
 	a.Protect(b.ID(), TagNeighbour)
 	a.Protect(b.ID(), TagVoter)
-	cm := a.Libp2p().ConnManager()
+	cm := a.h.ConnManager()
 	if !cm.IsProtected(b.ID(), TagNeighbour) || !cm.IsProtected(b.ID(), TagVoter) {
 		t.Fatal("not protected")
 	}
@@ -119,11 +119,11 @@ func TestProtect(t *testing.T) {
 	if err := b.SendActivation(ctx, a.ID(), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if !b.Libp2p().ConnManager().IsProtected(a.ID(), "") {
+	if !b.h.ConnManager().IsProtected(a.ID(), "") {
 		t.Fatal("neighbour with an open activation stream not protected")
 	}
 	b.CloseActivation(a.ID())
-	if b.Libp2p().ConnManager().IsProtected(a.ID(), "") {
+	if b.h.ConnManager().IsProtected(a.ID(), "") {
 		t.Fatal("still protected after the stream closed")
 	}
 }

@@ -186,3 +186,21 @@ func (r *Reader) Bytes16(what string, maxLen int) []byte {
 	}
 	return r.Take(n, what)
 }
+
+// Bytes8 reads a u8 length and that many bytes (aliasing the input), of
+// at most maxLen; a zero length fails unless mayBeEmpty: Writer.Bytes8's
+// mirror.
+func (r *Reader) Bytes8(what string, maxLen int, mayBeEmpty bool) []byte {
+	n := int(r.U8(what + " length"))
+	switch {
+	case r.err != nil:
+		return nil
+	case n == 0 && !mayBeEmpty:
+		r.Fail("empty %s", what)
+		return nil
+	case n > maxLen:
+		r.Fail("%s of %d bytes (max %d)", what, n, maxLen)
+		return nil
+	}
+	return r.Take(n, what)
+}

@@ -40,6 +40,7 @@ func TestWriterMatchesBinaryAndReader(t *testing.T) {
 		want = order.AppendUint16(want, 3)
 		want = append(want, "abc"...)
 		want = append(want, 0) // an empty ID
+		want = append(want, 2, 'h', 'i')
 
 		w := NewWriter([]byte{0xee}, order, errBad)
 		w.U8(7)
@@ -53,6 +54,7 @@ func TestWriterMatchesBinaryAndReader(t *testing.T) {
 		w.PeerID("id", id, 64, false)
 		w.Bytes16("text", []byte("abc"), 10)
 		w.PeerID("empty id", "", 64, true)
+		w.Bytes8("name", []byte("hi"), 8, false)
 		if w.Err() != nil || !bytes.Equal(w.Bytes(), want) || w.Len() != len(want) {
 			t.Fatalf("%v: wrote %x (%v), want %x", order, w.Bytes(), w.Err(), want)
 		}
@@ -60,7 +62,8 @@ func TestWriterMatchesBinaryAndReader(t *testing.T) {
 		r := NewReader(w.Bytes()[1:], order, errBad)
 		ok := r.U8("a") == 7 && r.U16("b") == 0x0102 && r.U32("c") == 0x03040506 && r.U64("d") == 0x0708090a0b0c0d0e &&
 			r.F32("e") == 1.5 && r.F64("f") == -2.25 && r.Uvarint("g", 1000) == 300 && r.Varint("h") == -5 &&
-			r.PeerID("id", 64, false) == id && string(r.Bytes16("text", 10)) == "abc" && r.PeerID("empty", 64, true) == ""
+			r.PeerID("id", 64, false) == id && string(r.Bytes16("text", 10)) == "abc" && r.PeerID("empty", 64, true) == "" &&
+			string(r.Bytes8("name", 8, false)) == "hi"
 		r.End()
 		if !ok || r.Err() != nil {
 			t.Fatalf("%v: read back %v (fields equal: %v)", order, r.Err(), ok)
