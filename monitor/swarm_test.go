@@ -129,7 +129,7 @@ func startSwarm(t *testing.T) *testSwarm {
 	waitUntil(t, 60*time.Second, "every node placed, serving, on one epoch", func() bool {
 		m := s.nodes[0].Committed()
 		for _, n := range s.nodes {
-			st := n.Host().Status()
+			st := n.Host().Beats().Status()
 			if _, in := m.Range(n.ID().String()); !in || st.State != swarm.StateServing || st.Epoch != m.Epoch ||
 				n.Committed().Epoch != m.Epoch {
 				return false
@@ -180,7 +180,7 @@ func TestMonitorSwarm(t *testing.T) {
 	}
 	served := uint64(len(res.Tokens))
 	waitUntil(t, 10*time.Second, "the entry's status counts its tokens", func() bool {
-		return s.nodes[0].Host().Status().TokensServed == served
+		return s.nodes[0].Host().Beats().Status().TokensServed == served
 	})
 
 	m, err := New(ctx, WithBootstrap(s.nodes[0].Host().AddrInfo()), WithoutDHT(), WithLimits(64, 5*time.Second, 4))

@@ -22,21 +22,21 @@ var _ consensus.Network = consNet{}
 func (c consNet) ID() peer.ID                                         { return c.h.ID() }
 func (c consNet) Key() crypto.PrivKey                                 { return c.h.Key() }
 func (c consNet) Addrs() []ma.Multiaddr                               { return c.h.AddrInfo().Addrs }
-func (c consNet) AddAddrs(p peer.ID, addrs []ma.Multiaddr)            { c.h.AddAddrs(p, addrs) }
-func (c consNet) Protect(p peer.ID, tag string)                       { c.h.Protect(p, tag) }
-func (c consNet) Unprotect(p peer.ID, tag string) bool                { return c.h.Unprotect(p, tag) }
-func (c consNet) Connected(p peer.ID) bool                            { return c.h.Connected(p) }
+func (c consNet) AddAddrs(p peer.ID, addrs []ma.Multiaddr)            { c.h.Discovery().AddAddrs(p, addrs) }
+func (c consNet) Protect(p peer.ID, tag string)                       { c.h.Links().Protect(p, tag) }
+func (c consNet) Unprotect(p peer.ID, tag string) bool                { return c.h.Links().Unprotect(p, tag) }
+func (c consNet) Connected(p peer.ID) bool                            { return c.h.Links().Connected(p) }
 func (c consNet) Connect(ctx context.Context, ai peer.AddrInfo) error { return c.h.Connect(ctx, ai) }
 
 func (c consNet) Handle(p protocol.ID, fn func(consensus.Stream)) error {
 	if fn == nil {
-		return c.h.Handle(p, nil)
+		return c.h.Streams().Handle(p, nil)
 	}
-	return c.h.Handle(p, func(s *swarm.Stream) { fn(s) })
+	return c.h.Streams().Handle(p, func(s *swarm.Stream) { fn(s) })
 }
 
 func (c consNet) Open(ctx context.Context, p peer.ID, proto protocol.ID) (consensus.Stream, error) {
-	s, err := c.h.Open(ctx, p, proto)
+	s, err := c.h.Streams().Open(ctx, p, proto)
 	if err != nil {
 		return nil, err // not a typed nil in an interface
 	}

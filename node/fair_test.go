@@ -231,7 +231,7 @@ func TestFairOnSwarm(t *testing.T) {
 	})
 
 	// A thief whose own head is older than A's gets nothing.
-	s, err := c.Host().Open(ctx, a.ID(), proto.Steal)
+	s, err := c.Host().Streams().Open(ctx, a.ID(), proto.Steal)
 	if err != nil {
 		t.Fatal(err)
 	}

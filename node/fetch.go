@@ -102,7 +102,7 @@ func (n *Node) answerInfo() []byte {
 }
 
 func askInfo(ctx context.Context, h *swarm.Host, p peer.ID) (nodeInfo, error) {
-	resp, err := h.Call(ctx, p, []byte(infoReqMagic))
+	resp, err := h.Streams().Call(ctx, p, []byte(infoReqMagic))
 	if err != nil {
 		return nodeInfo{}, err
 	}
@@ -234,7 +234,7 @@ type manifestAnswer struct {
 // askManifest gets the manifest of model fp ("": whatever model p serves)
 // from p, page by page when it is larger than one answer.
 func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (manifestAnswer, error) {
-	resp, err := h.Call(ctx, p, append([]byte(manifestReqMagic), fp...))
+	resp, err := h.Streams().Call(ctx, p, append([]byte(manifestReqMagic), fp...))
 	if err != nil {
 		return manifestAnswer{}, err
 	}
@@ -268,7 +268,7 @@ func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (mani
 			return a, nil
 		}
 		req := binary.AppendUvarint([]byte(manifestPageMagic), uint64(len(a.data)))
-		if resp, err = h.Call(ctx, p, append(req, fp...)); err != nil {
+		if resp, err = h.Streams().Call(ctx, p, append(req, fp...)); err != nil {
 			return manifestAnswer{}, err
 		}
 	}
@@ -409,7 +409,7 @@ func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chun
 
 // serveChunks starts the chunk server of a node that holds the file.
 func (n *Node) serveChunks(man *chunks.Manifest) error {
-	n.chunks = chunks.NewServer(n.host, chunks.WithUploadRate(n.cfg.uploadRate),
+	n.chunks = chunks.NewServer(n.host.Streams(), chunks.WithUploadRate(n.cfg.uploadRate),
 		chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	if n.cfg.chunkReader == nil {
 		return n.chunks.ServeFile(man, n.model.path)
@@ -608,7 +608,7 @@ func (f *fetchState) serveSlice(path string) {
 		return
 	}
 	if f.srv == nil {
-		f.srv = chunks.NewServer(f.host, chunks.WithUploadRate(f.uploadRate),
+		f.srv = chunks.NewServer(f.host.Streams(), chunks.WithUploadRate(f.uploadRate),
 			chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	}
 	if err := f.srv.ServeSlice(sl); err != nil {
@@ -647,7 +647,7 @@ func (f *fetchState) oldSlices(r layers.Range) []string {
 // fetcher gets the manifest's chunks, dropping (and counting) holders
 // that lie or stall.
 func (f *fetchState) fetcher(opts ...chunks.FetchOption) *chunks.Fetcher {
-	return chunks.NewFetcher(f.host, f.man, append([]chunks.FetchOption{chunks.WithStallTimeout(f.stall),
+	return chunks.NewFetcher(f.host.Streams(), f.man, append([]chunks.FetchOption{chunks.WithStallTimeout(f.stall),
 		chunks.WithOnDrop(func(p peer.ID, err error) {
 			f.dropped.Add(1)
 			f.log.Warn("fetch: holder dropped", zap.String("peer", shortID(p)), zap.Error(err))

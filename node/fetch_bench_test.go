@@ -165,7 +165,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 			if m.fetch && child != nil {
 				child.start(b)
 			} else if m.fetch {
-				f := chunks.NewFetcher(h, man)
+				f := chunks.NewFetcher(h.Streams(), man)
 				wg.Go(func() {
 					for fctx.Err() == nil {
 						f.Fetch(fctx, all, []peer.ID{n.ID()}, func(_ int, data []byte) error { //nolint:errcheck // ends with fctx
@@ -394,7 +394,7 @@ func TestFetchHelperProcess(t *testing.T) {
 	if err := h.Connect(ctx, *ai); err != nil {
 		t.Fatal(err)
 	}
-	f := chunks.NewFetcher(h, man)
+	f := chunks.NewFetcher(h.Streams(), man)
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {

@@ -57,14 +57,14 @@ func TestPeerFloods(t *testing.T) {
 	}
 	for _, p := range protos {
 		// A length far over any limit, then a little of the body.
-		st, err := r.h.Open(ctx, b.ID(), p)
+		st, err := r.h.Streams().Open(ctx, b.ID(), p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
 		_, _ = st.Write(append([]byte{0xff, 0xff, 0xff, 0xff}, make([]byte, 1024)...))
 		dropped(st, "oversized")
 		// A frame that announces 100 bytes and sends 10, then closes.
-		st, err = r.h.Open(ctx, b.ID(), p)
+		st, err = r.h.Streams().Open(ctx, b.ID(), p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
@@ -80,7 +80,7 @@ func TestPeerFloods(t *testing.T) {
 	opened := map[protocol.ID]int{}
 	for _, p := range protos {
 		for range flood {
-			st, err := r.h.Open(ctx, b.ID(), p)
+			st, err := r.h.Streams().Open(ctx, b.ID(), p)
 			if err != nil {
 				break
 			}
@@ -96,7 +96,7 @@ func TestPeerFloods(t *testing.T) {
 	// the rogue's side.
 	var peak int
 	waitFor(t, 20*time.Second, "the node settled its side of the flood", func() bool {
-		n := b.Host().OpenStreams(r.h.ID())
+		n := b.Host().Links().OpenStreams(r.h.ID())
 		settled := n == peak
 		peak = n
 		return settled

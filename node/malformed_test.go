@@ -36,7 +36,7 @@ func newRogue(t *testing.T) *rogue {
 	}
 	t.Cleanup(func() { h.Close() })
 	r := &rogue{h: h, replies: make(chan *ErrorMsg, 64), tokens: make(chan *Token, 64), receipts: make(chan *ReceiptMsg, 8)}
-	h.HandleActivations(func(_ peer.ID, frame []byte) error {
+	h.Streams().HandleActivations(func(_ peer.ID, frame []byte) error {
 		if m, err := Decode(frame); err == nil {
 			switch m := m.(type) {
 			case *ErrorMsg:
@@ -62,7 +62,7 @@ func (r *rogue) send(t *testing.T, to peer.ID, frame []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.h.SendActivation(ctx, to, frame); err != nil {
+	if err := r.h.Streams().SendActivation(ctx, to, frame); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -188,7 +188,7 @@ func TestMalformedFrames(t *testing.T) {
 	}
 
 	// Oversized: the length prefix alone is refused before any allocation.
-	st, err := r.h.Open(ctx, b.ID(), swarm.ProtocolAct)
+	st, err := r.h.Streams().Open(ctx, b.ID(), swarm.ProtocolAct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestMalformedFrames(t *testing.T) {
 	if _, err := st.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("oversized frame: stream not dropped (%v)", err)
 	}
-	waitFor(t, 5*time.Second, "the oversized frame counted", func() bool { return b.Host().Rejections(self).Frame > 0 })
+	waitFor(t, 5*time.Second, "the oversized frame counted", func() bool { return b.Host().Links().Rejections(self).Frame > 0 })
 
 	// The generation through b was never touched.
 	got, err := recvAll(s)

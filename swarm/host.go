@@ -48,6 +48,11 @@ type Host struct {
 	relayMeter *relayMeter
 	acts       *actPool
 
+	streams *Streams
+	links   *Links
+	beat    *Beats
+	disco   *Discovery
+
 	statusMu sync.Mutex
 	status   Status
 	vouches  []Vouch // SetVouches; under statusMu
@@ -117,6 +122,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	s.relays = newRelayKeeper(s)
 	s.nat = newNATState(&cfg, log)
 	s.acts = &actPool{h: s, streams: map[peer.ID]*actStream{}}
+	s.streams, s.links, s.beat, s.disco = &Streams{s}, &Links{s}, &Beats{s}, &Discovery{s}
 
 	lopts := []libp2p.Option{
 		libp2p.Identity(sk),
@@ -176,10 +182,10 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	if s.gossip, err = newGossip(hctx, s); err != nil {
 		return fail(err)
 	}
-	h.SetStreamHandler(ProtocolAct, s.serveAct)
-	h.SetStreamHandler(ProtocolCtl, s.serveCtl)
-	h.SetStreamHandler(ProtocolBW, s.serveBW)
-	h.SetStreamHandler(ProtocolMonitor, s.serveMonitor)
+	h.SetStreamHandler(ProtocolAct, s.streams.serveAct)
+	h.SetStreamHandler(ProtocolCtl, s.streams.serveCtl)
+	h.SetStreamHandler(ProtocolBW, s.links.serveBW)
+	h.SetStreamHandler(ProtocolMonitor, s.beat.serveMonitor)
 
 	if cfg.discovery {
 		if s.disc, err = newDiscoverer(s); err != nil {
@@ -195,7 +201,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		log.Info("private swarm: swarm key set, TCP only (go-libp2p runs no QUIC with a pre-shared key); " +
 			"behind NAT, hole punching then has TCP alone, which fewer NATs let through than QUIC")
 	}
-	s.connectBootstrap(ctx)
+	s.disco.connectBootstrap(ctx)
 
 	s.goLoop(s.gossip.readHeartbeats)
 	s.goLoop(s.gossip.readMaps)
@@ -205,7 +211,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		pinged: map[peer.ID]time.Time{}}).run)
 	s.goLoop(s.relays.run)
 	s.goLoop((&bwProber{h: s, last: map[peer.ID]time.Time{}}).run)
-	s.goLoop(s.keepBootstrap)
+	s.goLoop(s.disco.keepBootstrap)
 	if s.disc != nil {
 		s.goLoop(s.disc.advertise)
 		s.goLoop(s.disc.find)
@@ -372,7 +378,7 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 					s.relays.private.Store(e.Reachability == network.ReachabilityPrivate)
 				}
 				s.nat.setReachability(e.Reachability)
-				s.logNAT()
+				s.links.logNAT()
 			}
 		}
 	}
@@ -403,7 +409,7 @@ func (s *Host) refreshConn(id peer.ID) {
 		}
 	}
 	s.table.setConn(id, len(conns) > 0, relayed)
-	s.refreshLink(id, conns)
+	s.links.refreshLink(id, conns)
 }
 
 // sweep applies the liveness deadlines and refreshes connection facts
@@ -437,7 +443,8 @@ func (s *Host) sweep(ctx context.Context) {
 	}
 }
 
-func (s *Host) connectBootstrap(ctx context.Context) {
+func (dc *Discovery) connectBootstrap(ctx context.Context) {
+	s := dc.h
 	var wg sync.WaitGroup
 	for _, ai := range s.cfg.bootstrap {
 		if ai.ID == s.h.ID() {
@@ -456,7 +463,8 @@ func (s *Host) connectBootstrap(ctx context.Context) {
 
 // keepBootstrap redials bootstrap peers we lost, while we know fewer
 // than two live peers, with a backoff per peer.
-func (s *Host) keepBootstrap(ctx context.Context) {
+func (dc *Discovery) keepBootstrap(ctx context.Context) {
+	s := dc.h
 	if len(s.cfg.bootstrap) == 0 {
 		return
 	}
@@ -523,16 +531,21 @@ func (s *Host) Key() crypto.PrivKey { return s.h.Peerstore().PrivKey(s.h.ID()) }
 
 // AddAddrs remembers p's addresses for good (the consensus members'
 // advertised addresses).
-func (s *Host) AddAddrs(p peer.ID, addrs []ma.Multiaddr) {
+func (dc *Discovery) AddAddrs(p peer.ID, addrs []ma.Multiaddr) {
+	s := dc.h
 	s.h.Peerstore().AddAddrs(p, addrs, peerstore.PermanentAddrTTL)
 }
 
 // Connected reports whether a connection to p is open.
-func (s *Host) Connected(p peer.ID) bool { return s.h.Network().Connectedness(p) == network.Connected }
+func (ln *Links) Connected(p peer.ID) bool {
+	s := ln.h
+	return s.h.Network().Connectedness(p) == network.Connected
+}
 
 // OpenStreams is the number of streams open with p, in both directions
 // and on every connection.
-func (s *Host) OpenStreams(p peer.ID) int {
+func (ln *Links) OpenStreams(p peer.ID) int {
+	s := ln.h
 	n := 0
 	for _, c := range s.h.Network().ConnsToPeer(p) {
 		n += len(c.GetStreams())
@@ -542,7 +555,8 @@ func (s *Host) OpenStreams(p peer.ID) int {
 
 // OpenedAfter reports whether a connection to p that opened after t is
 // still open: a peer taken for dead that reconnected since.
-func (s *Host) OpenedAfter(p peer.ID, t time.Time) bool {
+func (ln *Links) OpenedAfter(p peer.ID, t time.Time) bool {
+	s := ln.h
 	for _, c := range s.h.Network().ConnsToPeer(p) {
 		if c.Stat().Opened.After(t) {
 			return true
@@ -556,7 +570,10 @@ func (s *Host) Peers() *PeerTable { return s.table }
 
 // HeartbeatInterval is the heartbeat period: load-table rows older than
 // a few of it are stale.
-func (s *Host) HeartbeatInterval() time.Duration { return s.cfg.hbInterval }
+func (bt *Beats) HeartbeatInterval() time.Duration {
+	s := bt.h
+	return s.cfg.hbInterval
+}
 
 // Addrs returns the host's full multiaddrs, each ending in /p2p/<id>.
 func (s *Host) Addrs() []ma.Multiaddr {
@@ -588,7 +605,8 @@ func (s *Host) Connect(ctx context.Context, ai peer.AddrInfo) error {
 // SetStatus sets what the next heartbeats announce. The values are
 // checked against the schema now, so a bad one fails here and not in the
 // heartbeat loop.
-func (s *Host) SetStatus(st Status) error {
+func (bt *Beats) SetStatus(st Status) error {
+	s := bt.h
 	probe := Heartbeat{NodeID: s.h.ID(), Status: st, Timestamp: s.cfg.clock.Now()}
 	if _, err := probe.MarshalBinary(); err != nil {
 		return fmt.Errorf("status: %w", err)
@@ -600,14 +618,16 @@ func (s *Host) SetStatus(st Status) error {
 }
 
 // Status is what the heartbeats announce.
-func (s *Host) Status() Status {
+func (bt *Beats) Status() Status {
+	s := bt.h
 	s.statusMu.Lock()
 	defer s.statusMu.Unlock()
 	return s.status
 }
 
 // relayedOnly reports whether every address we advertise is a relay's.
-func (s *Host) relayedOnly() bool {
+func (ln *Links) relayedOnly() bool {
+	s := ln.h
 	addrs := s.h.Addrs()
 	if len(addrs) == 0 {
 		return s.cfg.noListen
@@ -622,16 +642,28 @@ func (s *Host) relayedOnly() bool {
 
 // Protect keeps the connection manager from trimming connections to p
 // while tag is set (TagNeighbour, TagVoter).
-func (s *Host) Protect(p peer.ID, tag string) { s.h.ConnManager().Protect(p, tag) }
+func (ln *Links) Protect(p peer.ID, tag string) {
+	s := ln.h
+	s.h.ConnManager().Protect(p, tag)
+}
 
 // Unprotect removes tag from p.
-func (s *Host) Unprotect(p peer.ID, tag string) bool { return s.h.ConnManager().Unprotect(p, tag) }
+func (ln *Links) Unprotect(p peer.ID, tag string) bool {
+	s := ln.h
+	return s.h.ConnManager().Unprotect(p, tag)
+}
 
 // RTTMatrix returns the measured round trips for routing.
-func (s *Host) RTTMatrix() RTTMatrix { return rttMatrix(s.h.ID(), s.table.Snapshot()) }
+func (ln *Links) RTTMatrix() RTTMatrix {
+	s := ln.h
+	return rttMatrix(s.h.ID(), s.table.Snapshot())
+}
 
 // Rejections returns the rejection counts of peer p.
-func (s *Host) Rejections(p peer.ID) Rejections { return s.table.Rejections(p) }
+func (ln *Links) Rejections(p peer.ID) Rejections {
+	s := ln.h
+	return s.table.Rejections(p)
+}
 
 func addrStrings(addrs []ma.Multiaddr) []string {
 	out := make([]string, len(addrs))

@@ -391,7 +391,8 @@ func decodeMonitorRequest(data []byte) (nonce [SnapshotNonceLen]byte, target pee
 
 // SetSnapshotSource sets what the node adds to the snapshots it gives
 // observers; nil: the model and map are left empty.
-func (s *Host) SetSnapshotSource(fn func() SnapshotInfo) {
+func (bt *Beats) SetSnapshotSource(fn func() SnapshotInfo) {
+	s := bt.h
 	if fn == nil {
 		s.snapSource.Store(nil)
 		return
@@ -400,7 +401,8 @@ func (s *Host) SetSnapshotSource(fn func() SnapshotInfo) {
 }
 
 // keepHeartbeat records a heartbeat this host published.
-func (s *Host) keepHeartbeat(hb *Heartbeat) {
+func (bt *Beats) keepHeartbeat(hb *Heartbeat) {
+	s := bt.h
 	s.beatsMu.Lock()
 	defer s.beatsMu.Unlock()
 	if len(s.beats) >= hbHistory {
@@ -410,9 +412,10 @@ func (s *Host) keepHeartbeat(hb *Heartbeat) {
 }
 
 // Snapshot is what this host tells an observer that sent nonce.
-func (s *Host) Snapshot(nonce [SnapshotNonceLen]byte) *Snapshot {
+func (bt *Beats) Snapshot(nonce [SnapshotNonceLen]byte) *Snapshot {
+	s := bt.h
 	snap := &Snapshot{Node: s.h.ID(), Nonce: nonce, Time: s.cfg.clock.Now(), Swarm: s.cfg.swarmName,
-		Reachability: s.NAT().Reachability}
+		Reachability: s.links.NAT().Reachability}
 	if fn := s.snapSource.Load(); fn != nil {
 		snap.SnapshotInfo = (*fn)()
 		if len(snap.Map) > MaxSnapshotMap {
@@ -457,7 +460,8 @@ func (s *Host) Snapshot(nonce [SnapshotNonceLen]byte) *Snapshot {
 // serveMonitor answers one monitor request: this host's signed snapshot,
 // or, for a request about a peer it is connected to, that peer's answer
 // as it came.
-func (s *Host) serveMonitor(st network.Stream) {
+func (bt *Beats) serveMonitor(st network.Stream) {
+	s := bt.h
 	defer st.Close()
 	select {
 	case s.monitorSem <- struct{}{}:
@@ -479,7 +483,7 @@ func (s *Host) serveMonitor(st network.Stream) {
 		resp = monitorError(err)
 	case target == "" || target == s.h.ID():
 		sk := s.h.Peerstore().PrivKey(s.h.ID())
-		signed, err := SignSnapshot(s.Snapshot(nonce), sk)
+		signed, err := SignSnapshot(bt.Snapshot(nonce), sk)
 		if err != nil {
 			s.log.Warn("monitor snapshot", zap.Error(err))
 			resp = monitorError(err)

@@ -22,16 +22,16 @@ func TestRelayServesOnlyMembers(t *testing.T) {
 	member := newTestHost(t, fast, WithNoListen(), WithDiscovery(false), bootstrapOf(relay))
 	stranger := newTestHost(t, fast, WithNoListen(), WithDiscovery(false), WithSwarmName("other"), WithRelayService(false))
 
-	if st := stranger.NAT(); !st.Unreachable || st.Reachability != "private" || !strings.Contains(st.Advice, "UNREACHABLE") {
+	if st := stranger.links.NAT(); !st.Unreachable || st.Reachability != "private" || !strings.Contains(st.Advice, "UNREACHABLE") {
 		t.Errorf("a host that listens nowhere and holds no relay slot: %+v", st)
 	}
 	waitFor(t, 15*time.Second, "member's relay reservation", func() bool {
-		return slices.Equal(member.NAT().Relays, []peer.ID{relay.ID()})
+		return slices.Equal(member.links.NAT().Relays, []peer.ID{relay.ID()})
 	})
-	if st := member.NAT(); st.Unreachable || st.Reachability != "private" || !st.Forced || !strings.Contains(st.Advice, "relay") {
+	if st := member.links.NAT(); st.Unreachable || st.Reachability != "private" || !st.Forced || !strings.Contains(st.Advice, "relay") {
 		t.Errorf("member with a relay slot: %+v", st)
 	}
-	if st := relay.NAT(); st.Reachability != "public" || !st.RelayService || st.Unreachable {
+	if st := relay.links.NAT(); st.Reachability != "public" || !st.RelayService || st.Unreachable {
 		t.Errorf("relay: %+v", st)
 	}
 

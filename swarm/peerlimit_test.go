@@ -50,7 +50,7 @@ func TestHeartbeatFlood(t *testing.T) {
 			publish()
 			sent++
 		}
-		return a.Rejections(r.h.ID()).Rate >= 100
+		return a.links.Rejections(r.h.ID()).Rate >= 100
 	})
 	p, _ := a.Peers().Get(r.h.ID())
 	elapsed := time.Since(start)
@@ -58,7 +58,7 @@ func TestHeartbeatFlood(t *testing.T) {
 	// full burst then, and the rate over the time since.
 	got := p.Heard - before.Heard
 	bound := float64(heartbeatBurst) + heartbeatRate/iv.Seconds()*elapsed.Seconds()
-	rj := a.Rejections(r.h.ID())
+	rj := a.links.Rejections(r.h.ID())
 	t.Logf("rogue: %d sent in %v, %d accepted (bound %.1f), %d ignored over the rate", sent, elapsed, got, bound, rj.Rate)
 	if float64(got) > bound {
 		t.Fatalf("rogue's heartbeats accepted: %d, bound %.1f", got, bound)
@@ -68,8 +68,8 @@ func TestHeartbeatFlood(t *testing.T) {
 		q, ok := a.Peers().Get(b.ID())
 		return ok && q.Liveness == Alive && q.Heard > heardB.Heard
 	})
-	if n := a.Rejections(b.ID()).Total(); n != 0 {
-		t.Fatalf("honest peer has %d rejections: %+v", n, a.Rejections(b.ID()))
+	if n := a.links.Rejections(b.ID()).Total(); n != 0 {
+		t.Fatalf("honest peer has %d rejections: %+v", n, a.links.Rejections(b.ID()))
 	}
 }
 
@@ -98,7 +98,7 @@ func TestPeerStreamLimits(t *testing.T) {
 	if err := calm.Connect(ctx, a.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	a.HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return req, nil })
+	a.streams.HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return req, nil })
 	hold := make(chan struct{})
 	defer close(hold)
 	a.h.SetStreamHandler(proto.Chunk, func(s network.Stream) { <-hold; s.Reset() })
@@ -150,7 +150,7 @@ func TestPeerStreamLimits(t *testing.T) {
 	}
 	// The other peer's calls go through while the flood holds its streams.
 	for i := range 5 {
-		out, err := calm.Call(ctx, a.ID(), []byte{byte(i)})
+		out, err := calm.streams.Call(ctx, a.ID(), []byte{byte(i)})
 		if err != nil || len(out) != 1 || out[0] != byte(i) {
 			t.Fatalf("calm peer's call %d: %v %v", i, out, err)
 		}

@@ -30,7 +30,8 @@ var reserved = map[protocol.ID]bool{ProtocolAct: true, ProtocolCtl: true, Protoc
 // Handle sets the handler of protocol p (nil: remove it, so that opening
 // p here fails). A handler that panics resets its stream: no peer input
 // may take the node down.
-func (h *Host) Handle(p protocol.ID, fn StreamHandler) error {
+func (st *Streams) Handle(p protocol.ID, fn StreamHandler) error {
+	h := st.h
 	if reserved[p] {
 		return fmt.Errorf("handle %s: %w", p, ErrReserved)
 	}
@@ -57,7 +58,8 @@ func (h *Host) Handle(p protocol.ID, fn StreamHandler) error {
 
 // Open opens a stream of protocol proto to peer p, over a relayed
 // connection too. The context bounds the opening only.
-func (h *Host) Open(ctx context.Context, p peer.ID, proto protocol.ID) (*Stream, error) {
+func (st *Streams) Open(ctx context.Context, p peer.ID, proto protocol.ID) (*Stream, error) {
+	h := st.h
 	ns, err := h.h.NewStream(network.WithAllowLimitedConn(ctx, string(proto)), p, proto)
 	if err != nil {
 		return nil, fmt.Errorf("open %s to %s: %w", proto, p, err)

@@ -92,7 +92,7 @@ func (p *actPool) drop(id peer.ID, onlyDead bool) {
 	if onlyDead && a.s != nil && !a.s.Conn().IsClosed() {
 		return
 	}
-	p.h.resetAct(id, a)
+	p.h.streams.resetAct(id, a)
 	a.gone = true
 	p.mu.Lock()
 	if p.streams[id] == a {
@@ -109,14 +109,15 @@ func (p *actPool) closeAll() {
 	p.mu.Unlock()
 	for id, a := range all {
 		a.mu.Lock()
-		p.h.resetAct(id, a)
+		p.h.streams.resetAct(id, a)
 		a.gone = true
 		a.mu.Unlock()
 	}
 }
 
 // resetAct resets a's stream; a.mu must be held.
-func (h *Host) resetAct(id peer.ID, a *actStream) {
+func (st *Streams) resetAct(id peer.ID, a *actStream) {
+	h := st.h
 	if a.s != nil {
 		a.s.Reset()
 		a.s = nil
@@ -129,11 +130,12 @@ func (h *Host) resetAct(id peer.ID, a *actStream) {
 // reopened once; the frame is then sent whole on the new stream (a frame
 // cut off on the old one is discarded by the receiver). Frames to the same
 // peer go out in call order. The context bounds opening and writing.
-func (h *Host) SendActivation(ctx context.Context, to peer.ID, frame []byte) error {
+func (st *Streams) SendActivation(ctx context.Context, to peer.ID, frame []byte) error {
+	h := st.h
 	if len(frame) > h.cfg.maxActFrame {
 		return fmt.Errorf("activation to %s: %d bytes (max %d): %w", to, len(frame), h.cfg.maxActFrame, ErrFrameTooLarge)
 	}
-	a, err := h.lockAct(to)
+	a, err := st.lockAct(to)
 	if err != nil {
 		return err
 	}
@@ -160,13 +162,14 @@ func (h *Host) SendActivation(ctx context.Context, to peer.ID, frame []byte) err
 			return nil
 		}
 		h.log.Debug("activation stream failed, reopening", zap.Stringer("peer", to), zap.Error(last))
-		h.resetAct(to, a)
+		st.resetAct(to, a)
 	}
 	return fmt.Errorf("activation to %s: %w", to, last)
 }
 
 // lockAct returns the pool's live stream entry for to, locked.
-func (h *Host) lockAct(to peer.ID) (*actStream, error) {
+func (st *Streams) lockAct(to peer.ID) (*actStream, error) {
+	h := st.h
 	for {
 		a, err := h.acts.get(to)
 		if err != nil {
@@ -181,11 +184,15 @@ func (h *Host) lockAct(to peer.ID) (*actStream, error) {
 }
 
 // CloseActivation closes the activation stream to peer to, if open.
-func (h *Host) CloseActivation(to peer.ID) { h.acts.drop(to, false) }
+func (st *Streams) CloseActivation(to peer.ID) {
+	h := st.h
+	h.acts.drop(to, false)
+}
 
 // HandleActivations sets the receiver of activation frames (nil: refuse
 // the protocol's streams).
-func (h *Host) HandleActivations(fn ActHandler) {
+func (st *Streams) HandleActivations(fn ActHandler) {
+	h := st.h
 	if fn == nil {
 		h.actHandler.Store(nil)
 		return
@@ -195,7 +202,8 @@ func (h *Host) HandleActivations(fn ActHandler) {
 
 // HandleControl sets the answerer of control calls (nil: answer every
 // call with an error).
-func (h *Host) HandleControl(fn CtlHandler) {
+func (st *Streams) HandleControl(fn CtlHandler) {
+	h := st.h
 	if fn == nil {
 		h.ctlHandler.Store(nil)
 		return
@@ -203,7 +211,8 @@ func (h *Host) HandleControl(fn CtlHandler) {
 	h.ctlHandler.Store(&fn)
 }
 
-func (h *Host) serveAct(s network.Stream) {
+func (st *Streams) serveAct(s network.Stream) {
+	h := st.h
 	from := s.Conn().RemotePeer()
 	fn := h.actHandler.Load()
 	if fn == nil {
@@ -229,7 +238,7 @@ func (h *Host) serveAct(s network.Stream) {
 			s.Reset()
 			return
 		}
-		if err := h.callAct(*fn, from, frame); err != nil {
+		if err := st.callAct(*fn, from, frame); err != nil {
 			h.log.Debug("activation handler failed", zap.Stringer("peer", from), zap.Error(err))
 			s.Reset()
 			return
@@ -239,7 +248,8 @@ func (h *Host) serveAct(s network.Stream) {
 
 // callAct runs the handler and turns a panic into an error: no peer input
 // may take the node down.
-func (h *Host) callAct(fn ActHandler, from peer.ID, frame []byte) (err error) {
+func (st *Streams) callAct(fn ActHandler, from peer.ID, frame []byte) (err error) {
+	h := st.h
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("activation handler panic: %v", r)
@@ -252,7 +262,8 @@ func (h *Host) callAct(fn ActHandler, from peer.ID, frame []byte) (err error) {
 // Call sends req to peer to on the control protocol and returns the
 // response. The context's deadline (DefaultCallTimeout if it has none)
 // bounds the whole call. A handler error comes back as a *RemoteError.
-func (h *Host) Call(ctx context.Context, to peer.ID, req []byte) ([]byte, error) {
+func (st *Streams) Call(ctx context.Context, to peer.ID, req []byte) ([]byte, error) {
+	h := st.h
 	if len(req) > h.cfg.maxCtlFrame {
 		return nil, fmt.Errorf("call %s: %d bytes (max %d): %w", to, len(req), h.cfg.maxCtlFrame, ErrFrameTooLarge)
 	}
@@ -308,7 +319,8 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-func (h *Host) serveCtl(s network.Stream) {
+func (st *Streams) serveCtl(s network.Stream) {
+	h := st.h
 	from := s.Conn().RemotePeer()
 	ctx, cancel := context.WithTimeout(h.ctx, DefaultCallTimeout)
 	defer cancel()
@@ -325,7 +337,7 @@ func (h *Host) serveCtl(s network.Stream) {
 	var resp []byte
 	if fn := h.ctlHandler.Load(); fn == nil {
 		resp = append([]byte{ctlErr}, ErrNoHandler.Error()...)
-	} else if out, err := h.callCtl(ctx, *fn, from, req); err != nil {
+	} else if out, err := st.callCtl(ctx, *fn, from, req); err != nil {
 		resp = append([]byte{ctlErr}, err.Error()...)
 	} else {
 		resp = append(append(make([]byte, 0, 1+len(out)), ctlOK), out...)
@@ -338,7 +350,8 @@ func (h *Host) serveCtl(s network.Stream) {
 	s.Close()
 }
 
-func (h *Host) callCtl(ctx context.Context, fn CtlHandler, from peer.ID, req []byte) (out []byte, err error) {
+func (st *Streams) callCtl(ctx context.Context, fn CtlHandler, from peer.ID, req []byte) (out []byte, err error) {
+	h := st.h
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("control handler panic: %v", r)

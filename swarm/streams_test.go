@@ -30,7 +30,7 @@ func connectPair(t *testing.T, opts ...Option) (a, b *Host) {
 // bounded.
 func TestActivationStreamLimit(t *testing.T) {
 	a, b := connectPair(t)
-	a.HandleActivations(func(peer.ID, []byte) error { return nil })
+	a.streams.HandleActivations(func(peer.ID, []byte) error { return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const want = 200
@@ -67,7 +67,7 @@ func TestActivationStreamLimit(t *testing.T) {
 func TestMapNotices(t *testing.T) {
 	a, b := connectPair(t, WithHeartbeatInterval(100*time.Millisecond))
 	got := make(chan []byte, 16)
-	a.OnMapNotice(func(from peer.ID, data []byte) {
+	a.beat.OnMapNotice(func(from peer.ID, data []byte) {
 		if from == b.ID() {
 			got <- data
 		}
@@ -79,7 +79,7 @@ func TestMapNotices(t *testing.T) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for done := false; !done; {
-		if err := b.PublishMapNotice(ctx, notice); err != nil {
+		if err := b.beat.PublishMapNotice(ctx, notice); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -93,36 +93,36 @@ func TestMapNotices(t *testing.T) {
 			t.Fatal("map notice not delivered")
 		}
 	}
-	if err := b.PublishMapNotice(ctx, make([]byte, DefaultMaxMapNotice+1)); !errors.Is(err, ErrFrameTooLarge) {
+	if err := b.beat.PublishMapNotice(ctx, make([]byte, DefaultMaxMapNotice+1)); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("oversized notice: %v", err)
 	}
 }
 
 func TestProtect(t *testing.T) {
 	a, b := connectPair(t)
-	a.Protect(b.ID(), TagNeighbour)
-	a.Protect(b.ID(), TagVoter)
+	a.links.Protect(b.ID(), TagNeighbour)
+	a.links.Protect(b.ID(), TagVoter)
 	cm := a.h.ConnManager()
 	if !cm.IsProtected(b.ID(), TagNeighbour) || !cm.IsProtected(b.ID(), TagVoter) {
 		t.Fatal("not protected")
 	}
-	if !a.Unprotect(b.ID(), TagNeighbour) {
+	if !a.links.Unprotect(b.ID(), TagNeighbour) {
 		t.Fatal("still protected as voter, Unprotect should report true")
 	}
-	if a.Unprotect(b.ID(), TagVoter) {
+	if a.links.Unprotect(b.ID(), TagVoter) {
 		t.Fatal("no tag left, Unprotect should report false")
 	}
 	// An open activation stream protects its neighbour on its own.
-	a.HandleActivations(func(peer.ID, []byte) error { return nil })
+	a.streams.HandleActivations(func(peer.ID, []byte) error { return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := b.SendActivation(ctx, a.ID(), []byte("x")); err != nil {
+	if err := b.streams.SendActivation(ctx, a.ID(), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 	if !b.h.ConnManager().IsProtected(a.ID(), "") {
 		t.Fatal("neighbour with an open activation stream not protected")
 	}
-	b.CloseActivation(a.ID())
+	b.streams.CloseActivation(a.ID())
 	if b.h.ConnManager().IsProtected(a.ID(), "") {
 		t.Fatal("still protected after the stream closed")
 	}

@@ -26,7 +26,8 @@ type Attestation struct {
 // SetVouches sets the counts the next heartbeats carry, in rotation when
 // there are more than MaxVouches. A vouch for oneself or of 0 checks is
 // left out, a repeated peer counts once (the largest).
-func (s *Host) SetVouches(vs []Vouch) {
+func (bt *Beats) SetVouches(vs []Vouch) {
+	s := bt.h
 	best := map[peer.ID]uint32{}
 	for _, v := range vs {
 		if v.Checks > 0 && v.Peer != "" && v.Peer != s.h.ID() && len(v.Peer) <= maxIDLen {
@@ -54,7 +55,8 @@ func cmpID(a, b peer.ID) int {
 }
 
 // nextVouches is the next heartbeat's share of the vouches.
-func (s *Host) nextVouches() []Vouch {
+func (bt *Beats) nextVouches() []Vouch {
+	s := bt.h
 	s.statusMu.Lock()
 	defer s.statusMu.Unlock()
 	n := len(s.vouches)

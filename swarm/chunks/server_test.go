@@ -23,7 +23,7 @@ func openChunkStream(t *testing.T, from, to *swarm.Host) *swarm.Stream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := from.Open(ctx, to.ID(), Protocol)
+	s, err := from.Streams().Open(ctx, to.ID(), Protocol)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestServerRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := chunkstest.NewHost(t)
-	s := NewServer(srv)
+	s := NewServer(srv.Streams())
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestServerRequests(t *testing.T) {
 func TestServerStreamsPerPeer(t *testing.T) {
 	path, m := sixLayers(t)
 	srv := chunkstest.NewHost(t)
-	s := NewServer(srv, WithStreamsPerPeer(2))
+	s := NewServer(srv.Streams(), WithStreamsPerPeer(2))
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
@@ -184,7 +184,7 @@ func TestServerResourceManager(t *testing.T) {
 	}
 	srv := chunkstest.NewHost(t)
 	copy(swarm.PeerStreamLimits, saved)
-	s := NewServer(srv)
+	s := NewServer(srv.Streams())
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestServerResourceManager(t *testing.T) {
 	if code, _ := request(t, openChunkStream(t, me, srv), m.Fingerprint, 0); code != statusBusy {
 		t.Fatalf("status %d, want busy", code)
 	}
-	_, err := NewFetcher(me, m).Fetch(context.Background(), []int{0, 1, 2}, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+	_, err := NewFetcher(me.Streams(), m).Fetch(context.Background(), []int{0, 1, 2}, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
 	if !errors.Is(err, ErrNoHolders) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("fetch from a host out of memory: %v", err)
 	}
@@ -228,7 +228,7 @@ func TestServerUploadRate(t *testing.T) {
 	path, m := sixLayers(t)
 	const limit = 1 << 20 // 1 MiB/s
 	srv := chunkstest.NewHost(t)
-	s := NewServer(srv, WithUploadRate(limit))
+	s := NewServer(srv.Streams(), WithUploadRate(limit))
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestServerUploadRate(t *testing.T) {
 	errs := make(chan error, 2)
 	for _, h := range []*swarm.Host{a, b} {
 		go func() {
-			_, err := NewFetcher(h, m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+			_, err := NewFetcher(h.Streams(), m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
 			errs <- err
 		}()
 	}
@@ -262,7 +262,7 @@ func TestServerUploadRate(t *testing.T) {
 	t.Logf("%d bytes in %v at a limit of %d B/s", total, elapsed, limit)
 	// Lifted, it no longer waits on the limiter (nothing to assert on time).
 	s.SetUploadRate(0)
-	if _, err := NewFetcher(a, m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil }); err != nil {
+	if _, err := NewFetcher(a.Streams(), m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -292,7 +292,7 @@ func TestServerPause(t *testing.T) {
 	}
 	defer fh.Close()
 	srv, cli := chunkstest.NewHost(t), chunkstest.NewHost(t)
-	s := NewServer(srv)
+	s := NewServer(srv.Streams())
 	defer s.Close()
 	read := make(chan struct{}, 1)
 	if err := s.ServeReaderAt(m, readSignal{r: fh, read: read}); err != nil {
@@ -304,7 +304,7 @@ func TestServerPause(t *testing.T) {
 	s.SetPaused(true) // twice is once
 	done := make(chan error, 1)
 	go func() {
-		_, err := NewFetcher(cli, m).Fetch(context.Background(), want, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+		_, err := NewFetcher(cli.Streams(), m).Fetch(context.Background(), want, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
 		done <- err
 	}()
 	select {
@@ -346,7 +346,7 @@ func TestServerPeerRequestRate(t *testing.T) {
 	const rate, burst, n = 20, 4, 60
 	path, m := sixLayers(t)
 	srv := chunkstest.NewHost(t)
-	s := NewServer(srv, WithPeerRequestRate(rate, burst))
+	s := NewServer(srv.Streams(), WithPeerRequestRate(rate, burst))
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)

@@ -312,7 +312,7 @@ func runNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, logPeers 
 		return err
 	}
 	defer h.Close()
-	if err := h.SetStatus(swarm.Status{State: swarm.StateJoining, FreeKV: -1}); err != nil {
+	if err := h.Beats().SetStatus(swarm.Status{State: swarm.StateJoining, FreeKV: -1}); err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
