@@ -90,7 +90,7 @@ func TestJoinByModelIDFetchesRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range c.all() {
-		if got := n.Consensus().State().Manifest(); !slices.Equal(got, want) {
+		if got := n.cons.Load().State().Manifest(); !slices.Equal(got, want) {
 			t.Fatalf("%s: state manifest of %d bytes, want the file's %d", n.ID().ShortString(), len(got), len(want))
 		}
 	}
@@ -126,7 +126,7 @@ func TestJoinByModelIDFetchesRange(t *testing.T) {
 	// for; the founder, with its file, has none.
 	leader := founder
 	for _, n := range c.all() {
-		if n.Consensus().IsLeader() {
+		if n.cons.Load().IsLeader() {
 			leader = n
 		}
 	}

@@ -451,9 +451,6 @@ func (n *Node) ID() peer.ID { return n.self }
 // Host is the node's swarm host.
 func (n *Node) Host() *swarm.Host { return n.host }
 
-// Consensus is the node's consensus member (nil on a static map).
-func (n *Node) Consensus() *consensus.Consensus { return n.cons.Load() }
-
 // Model describes the model the node serves.
 func (n *Node) Model() ModelInfo { return n.model.info }
 

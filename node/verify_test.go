@@ -205,7 +205,7 @@ func testVerifyHonest(t *testing.T) bool {
 		}
 	}
 	for _, n := range nodes {
-		if st := n.Consensus().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
+		if st := n.cons.Load().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
 			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
 		}
 	}
