@@ -2,7 +2,6 @@ package consensus
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/stratanet/strata/internal/codec"
 	"github.com/stratanet/strata/internal/proto"
 )
 
@@ -104,29 +104,29 @@ func decodeResponse(b []byte) error {
 	return &RemoteError{Code: code, Msg: msg}
 }
 
+// writeFrame and readFrame are the shared framing (internal/codec, as the
+// swarm's control protocol frames), with a frame out of bounds reported
+// as ErrBadEvent.
 func writeFrame(w io.Writer, p []byte) error {
-	if len(p) > MaxControlFrame+1 {
-		return fmt.Errorf("%w: frame of %d bytes", ErrBadEvent, len(p))
+	if err := codec.WriteFrame(w, p, MaxControlFrame+1); err != nil {
+		return badFrame(err)
 	}
-	b := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(p)), uint32(len(p)))
-	_, err := w.Write(append(b, p...))
-	return err
+	return nil
 }
 
 func readFrame(r io.Reader, limit uint32) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > limit {
-		return nil, fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrBadEvent, n, limit)
-	}
-	p := make([]byte, n)
-	if _, err := io.ReadFull(r, p); err != nil {
-		return nil, err
+	p, err := codec.ReadFrame(r, int(limit))
+	if err != nil {
+		return nil, badFrame(err)
 	}
 	return p, nil
+}
+
+func badFrame(err error) error {
+	if errors.Is(err, codec.ErrFrameTooLarge) {
+		return fmt.Errorf("%w: %w", ErrBadEvent, err)
+	}
+	return err
 }
 
 // HandleControl answers one consensus control request from a peer. It
