@@ -1,6 +1,7 @@
 package chunks
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -60,13 +61,16 @@ func statusText(s byte) string {
 	return fmt.Sprintf("status %d", s)
 }
 
+// encodeRequest is one framed request (decodeRequest's mirror, through
+// internal/codec); a fingerprint out of bounds yields an empty request,
+// which the server refuses (manifests are validated before any fetch).
 func encodeRequest(fingerprint string, index int) []byte {
-	b := make([]byte, 4, 4+maxRequest)
-	b = append(b, byte(len(fingerprint)))
-	b = append(b, fingerprint...)
-	b = binary.AppendUvarint(b, uint64(index))
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
-	return b
+	w := codec.NewWriter(make([]byte, 0, maxRequest), binary.LittleEndian, ErrProtocol)
+	w.Bytes8("fingerprint", []byte(fingerprint), maxFingerprint, false)
+	w.Uvarint(uint64(index))
+	var b bytes.Buffer
+	_ = swarm.WriteFrame(&b, w.Bytes(), maxRequest)
+	return b.Bytes()
 }
 
 func decodeRequest(p []byte) (string, int, error) {
