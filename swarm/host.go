@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
@@ -46,27 +45,11 @@ type Host struct {
 	nat    *natState
 	// relayMeter paces and counts relayed bytes; nil unless relaying.
 	relayMeter *relayMeter
-	acts       *actPool
 
 	streams *Streams
 	links   *Links
 	beat    *Beats
 	disco   *Discovery
-
-	statusMu sync.Mutex
-	status   Status
-	vouches  []Vouch // SetVouches; under statusMu
-	vouchAt  int     // the next heartbeat's first vouch
-
-	actHandler atomic.Pointer[ActHandler]
-	ctlHandler atomic.Pointer[CtlHandler]
-
-	// The monitor protocol (monitor.go): what the node adds to its
-	// snapshots, its own latest heartbeats, and the requests in service.
-	snapSource atomic.Pointer[func() SnapshotInfo]
-	beatsMu    sync.Mutex
-	beats      []*Heartbeat
-	monitorSem chan struct{}
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -116,13 +99,13 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	}
 
 	hctx, cancel := context.WithCancel(context.Background())
-	s := &Host{cfg: cfg, log: log, ctx: hctx, cancel: cancel, monitorSem: make(chan struct{}, maxMonitorServing)}
+	s := &Host{cfg: cfg, log: log, ctx: hctx, cancel: cancel}
 	// Before libp2p.New: identify may call addrsFactory, which reads it,
 	// while New is still returning.
 	s.relays = newRelayKeeper(s)
 	s.nat = newNATState(&cfg, log)
-	s.acts = &actPool{h: s, streams: map[peer.ID]*actStream{}}
-	s.streams, s.links, s.beat, s.disco = &Streams{s}, &Links{s}, &Beats{s}, &Discovery{s}
+	s.streams, s.links, s.beat, s.disco = &Streams{h: s}, &Links{s}, &Beats{h: s, monitorSem: make(chan struct{}, maxMonitorServing)}, &Discovery{s}
+	s.streams.acts = &actPool{st: s.streams, streams: map[peer.ID]*actStream{}}
 
 	lopts := []libp2p.Option{
 		libp2p.Identity(sk),
@@ -369,7 +352,7 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 			case event.EvtPeerConnectednessChanged:
 				s.refreshConn(e.Peer)
 				if e.Connectedness == network.NotConnected {
-					s.acts.drop(e.Peer, true)
+					s.streams.acts.drop(e.Peer, true)
 				}
 			case event.EvtPeerIdentificationCompleted:
 				s.refreshConn(e.Peer) // it may turn out no Strata peer
@@ -505,7 +488,7 @@ func (dc *Discovery) keepBootstrap(ctx context.Context) {
 func (s *Host) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
-		s.acts.closeAll()
+		s.streams.acts.closeAll()
 		var errs []error
 		if s.disc != nil {
 			errs = append(errs, s.disc.close())
@@ -611,18 +594,17 @@ func (bt *Beats) SetStatus(st Status) error {
 	if _, err := probe.MarshalBinary(); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
-	s.statusMu.Lock()
-	s.status = st
-	s.statusMu.Unlock()
+	bt.statusMu.Lock()
+	bt.status = st
+	bt.statusMu.Unlock()
 	return nil
 }
 
 // Status is what the heartbeats announce.
 func (bt *Beats) Status() Status {
-	s := bt.h
-	s.statusMu.Lock()
-	defer s.statusMu.Unlock()
-	return s.status
+	bt.statusMu.Lock()
+	defer bt.statusMu.Unlock()
+	return bt.status
 }
 
 // relayedOnly reports whether every address we advertise is a relay's.

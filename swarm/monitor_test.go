@@ -191,9 +191,9 @@ func TestMonitorProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "two heartbeats kept", func() bool {
-		relay.beatsMu.Lock()
-		defer relay.beatsMu.Unlock()
-		return len(relay.beats) >= 2
+		relay.beat.beatsMu.Lock()
+		defer relay.beat.beatsMu.Unlock()
+		return len(relay.beat.beats) >= 2
 	})
 	var nonce [SnapshotNonceLen]byte
 	rand.Read(nonce[:])

@@ -1,6 +1,11 @@
 package swarm
 
-import "github.com/libp2p/go-libp2p/core/peer"
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
 
 // A Host is split by responsibility, as go-libp2p's core splits a host
 // into its network, peerstore and protocols: each part is a view of the
@@ -15,14 +20,35 @@ import "github.com/libp2p/go-libp2p/core/peer"
 //   - Discovery: how peers are found (bootstrap, DHT, the public
 //     rendezvous, the address book).
 
-// Streams is the host's protocols and streams.
-type Streams struct{ h *Host }
+// Streams is the host's protocols and streams. It owns the activation
+// streams and the handlers of the activation and control protocols.
+type Streams struct {
+	h          *Host
+	acts       *actPool
+	actHandler atomic.Pointer[ActHandler]
+	ctlHandler atomic.Pointer[CtlHandler]
+}
 
 // Links is the host's connections and reachability.
 type Links struct{ h *Host }
 
-// Beats is what the host announces and hears.
-type Beats struct{ h *Host }
+// Beats is what the host announces and hears. It owns the status and
+// vouches the heartbeats carry, and what the monitor protocol answers.
+type Beats struct {
+	h *Host
+
+	statusMu sync.Mutex
+	status   Status
+	vouches  []Vouch // SetVouches; under statusMu
+	vouchAt  int     // the next heartbeat's first vouch
+
+	// The monitor protocol (monitor.go): what the node adds to its
+	// snapshots, its own latest heartbeats, and the requests in service.
+	snapSource atomic.Pointer[func() SnapshotInfo]
+	beatsMu    sync.Mutex
+	beats      []*Heartbeat
+	monitorSem chan struct{}
+}
 
 // Discovery is how the host finds peers.
 type Discovery struct{ h *Host }

@@ -55,7 +55,7 @@ type actStream struct {
 
 // actPool keeps one outgoing activation stream per neighbour.
 type actPool struct {
-	h       *Host
+	st      *Streams
 	mu      sync.Mutex
 	streams map[peer.ID]*actStream
 	closed  bool
@@ -92,7 +92,7 @@ func (p *actPool) drop(id peer.ID, onlyDead bool) {
 	if onlyDead && a.s != nil && !a.s.Conn().IsClosed() {
 		return
 	}
-	p.h.streams.resetAct(id, a)
+	p.st.resetAct(id, a)
 	a.gone = true
 	p.mu.Lock()
 	if p.streams[id] == a {
@@ -109,7 +109,7 @@ func (p *actPool) closeAll() {
 	p.mu.Unlock()
 	for id, a := range all {
 		a.mu.Lock()
-		p.h.streams.resetAct(id, a)
+		p.st.resetAct(id, a)
 		a.gone = true
 		a.mu.Unlock()
 	}
@@ -169,9 +169,8 @@ func (st *Streams) SendActivation(ctx context.Context, to peer.ID, frame []byte)
 
 // lockAct returns the pool's live stream entry for to, locked.
 func (st *Streams) lockAct(to peer.ID) (*actStream, error) {
-	h := st.h
 	for {
-		a, err := h.acts.get(to)
+		a, err := st.acts.get(to)
 		if err != nil {
 			return nil, err
 		}
@@ -185,36 +184,33 @@ func (st *Streams) lockAct(to peer.ID) (*actStream, error) {
 
 // CloseActivation closes the activation stream to peer to, if open.
 func (st *Streams) CloseActivation(to peer.ID) {
-	h := st.h
-	h.acts.drop(to, false)
+	st.acts.drop(to, false)
 }
 
 // HandleActivations sets the receiver of activation frames (nil: refuse
 // the protocol's streams).
 func (st *Streams) HandleActivations(fn ActHandler) {
-	h := st.h
 	if fn == nil {
-		h.actHandler.Store(nil)
+		st.actHandler.Store(nil)
 		return
 	}
-	h.actHandler.Store(&fn)
+	st.actHandler.Store(&fn)
 }
 
 // HandleControl sets the answerer of control calls (nil: answer every
 // call with an error).
 func (st *Streams) HandleControl(fn CtlHandler) {
-	h := st.h
 	if fn == nil {
-		h.ctlHandler.Store(nil)
+		st.ctlHandler.Store(nil)
 		return
 	}
-	h.ctlHandler.Store(&fn)
+	st.ctlHandler.Store(&fn)
 }
 
 func (st *Streams) serveAct(s network.Stream) {
 	h := st.h
 	from := s.Conn().RemotePeer()
-	fn := h.actHandler.Load()
+	fn := st.actHandler.Load()
 	if fn == nil {
 		s.Reset()
 		return
@@ -234,7 +230,7 @@ func (st *Streams) serveAct(s network.Stream) {
 			}
 			return
 		}
-		if fn = h.actHandler.Load(); fn == nil {
+		if fn = st.actHandler.Load(); fn == nil {
 			s.Reset()
 			return
 		}
@@ -335,7 +331,7 @@ func (st *Streams) serveCtl(s network.Stream) {
 		return
 	}
 	var resp []byte
-	if fn := h.ctlHandler.Load(); fn == nil {
+	if fn := st.ctlHandler.Load(); fn == nil {
 		resp = append([]byte{ctlErr}, ErrNoHandler.Error()...)
 	} else if out, err := st.callCtl(ctx, *fn, from, req); err != nil {
 		resp = append([]byte{ctlErr}, err.Error()...)

@@ -39,9 +39,9 @@ func (bt *Beats) SetVouches(vs []Vouch) {
 		out = append(out, Vouch{Peer: p, Checks: n})
 	}
 	slices.SortFunc(out, func(a, b Vouch) int { return cmpID(a.Peer, b.Peer) })
-	s.statusMu.Lock()
-	s.vouches = out
-	s.statusMu.Unlock()
+	bt.statusMu.Lock()
+	bt.vouches = out
+	bt.statusMu.Unlock()
 }
 
 func cmpID(a, b peer.ID) int {
@@ -56,19 +56,18 @@ func cmpID(a, b peer.ID) int {
 
 // nextVouches is the next heartbeat's share of the vouches.
 func (bt *Beats) nextVouches() []Vouch {
-	s := bt.h
-	s.statusMu.Lock()
-	defer s.statusMu.Unlock()
-	n := len(s.vouches)
+	bt.statusMu.Lock()
+	defer bt.statusMu.Unlock()
+	n := len(bt.vouches)
 	if n <= MaxVouches {
-		return slices.Clone(s.vouches)
+		return slices.Clone(bt.vouches)
 	}
-	s.vouchAt %= n
+	bt.vouchAt %= n
 	out := make([]Vouch, 0, MaxVouches)
 	for i := range MaxVouches {
-		out = append(out, s.vouches[(s.vouchAt+i)%n])
+		out = append(out, bt.vouches[(bt.vouchAt+i)%n])
 	}
-	s.vouchAt += MaxVouches
+	bt.vouchAt += MaxVouches
 	return out
 }
 
