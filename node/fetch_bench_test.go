@@ -117,7 +117,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer h.Close()
-	if err := h.Connect(ctx, n.Host().AddrInfo()); err != nil {
+	if err := h.Connect(ctx, n.host.AddrInfo()); err != nil {
 		b.Fatal(err)
 	}
 	gen := func() int {
@@ -132,7 +132,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	}
 	var child *fetchChild
 	if separate {
-		child = startFetchChild(b, path, n.Host().AddrInfo())
+		child = startFetchChild(b, path, n.host.AddrInfo())
 		defer child.close(b)
 	}
 	type result struct{ wall, cpu, mbps float64 } // ms/token, ms/token, MB/s

@@ -202,7 +202,7 @@ func TestFetchSkipsLyingHolder(t *testing.T) {
 	liar := c.add(WithDataDir(t.TempDir()),
 		withChunkReader(func(r io.ReaderAt) io.ReaderAt { return liarReader{r: r, once: &once, lied: lied} }))
 	c.waitServing(30*time.Second, honest.ID(), liar.ID())
-	j := c.add(byModelID(t, t.TempDir()), WithBootstrap(liar.Host().AddrInfo()))
+	j := c.add(byModelID(t, t.TempDir()), WithBootstrap(liar.host.AddrInfo()))
 	c.waitServing(60*time.Second, honest.ID(), liar.ID(), j.ID())
 	select {
 	case <-lied:

@@ -31,7 +31,7 @@ func TestPeerFloods(t *testing.T) {
 	r := newRogue(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+	if err := r.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 	const prompt, maxTokens = "Once upon a time", 64
@@ -96,7 +96,7 @@ func TestPeerFloods(t *testing.T) {
 	// the rogue's side.
 	var peak int
 	waitFor(t, 20*time.Second, "the node settled its side of the flood", func() bool {
-		n := b.Host().Links().OpenStreams(r.h.ID())
+		n := b.host.Links().OpenStreams(r.h.ID())
 		settled := n == peak
 		peak = n
 		return settled

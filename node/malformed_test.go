@@ -122,7 +122,7 @@ func TestMalformedFrames(t *testing.T) {
 	r := newRogue(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+	if err := r.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -199,7 +199,7 @@ func TestMalformedFrames(t *testing.T) {
 	if _, err := st.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("oversized frame: stream not dropped (%v)", err)
 	}
-	waitFor(t, 5*time.Second, "the oversized frame counted", func() bool { return b.Host().Links().Rejections(self).Frame > 0 })
+	waitFor(t, 5*time.Second, "the oversized frame counted", func() bool { return b.host.Links().Rejections(self).Frame > 0 })
 
 	// The generation through b was never touched.
 	got, err := recvAll(s)
@@ -237,7 +237,7 @@ func TestSessionCloseAndExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, x := range []*rogue{r, other} {
-		if err := x.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+		if err := x.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -282,7 +282,7 @@ func TestReleaseAfterSessions(t *testing.T) {
 	r := newRogue(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+	if err := r.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 	open := &Open{MaxTokens: 8, Model: ModelHash(b.Model().Fingerprint)}

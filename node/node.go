@@ -448,8 +448,12 @@ func shortID(id peer.ID) string {
 // ID is the node's peer ID.
 func (n *Node) ID() peer.ID { return n.self }
 
-// Host is the node's swarm host.
-func (n *Node) Host() *swarm.Host { return n.host }
+// AddrInfo is the node's ID and addresses: what another node dials or
+// bootstraps from.
+func (n *Node) AddrInfo() peer.AddrInfo { return n.host.AddrInfo() }
+
+// Connect dials a peer.
+func (n *Node) Connect(ctx context.Context, ai peer.AddrInfo) error { return n.host.Connect(ctx, ai) }
 
 // Model describes the model the node serves.
 func (n *Node) Model() ModelInfo { return n.model.info }

@@ -29,7 +29,7 @@ func TestResumedFrameMismatchIsPrefixMiss(t *testing.T) {
 	c.waitServing(20*time.Second, ids...)
 	r := newRogue(t)
 	ctx := t.Context()
-	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+	if err := r.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 	self := r.h.ID()

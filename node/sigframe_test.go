@@ -85,7 +85,7 @@ func TestFrameSignatures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, x := range []*rogue{r, other} {
-		if err := x.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+		if err := x.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestFrameSignatures(t *testing.T) {
 	s = step(newSessionID(), 0, 1, 2)
 	ra := fa.receipt(s)
 	ra.Signer = a.ID()
-	r.send(t, b.ID(), mustEncode(t, fa.signWith(t, a.Host().Key(), ra, s)))
+	r.send(t, b.ID(), mustEncode(t, fa.signWith(t, a.host.Key(), ra, s)))
 	refused("a's signature, sent by another", ErrFrameSignature)
 	if got := b.counters.badFramesFrom(self) - bad0; got != 3 {
 		t.Fatalf("%d refused frames counted against the sender, want 3", got)

@@ -89,7 +89,7 @@ func TestStealThiefDies(t *testing.T) {
 	waitFor(t, 10*time.Second, "the request queued at A", func() bool { return a.Metrics().EntryQueue == 1 })
 
 	// A thief that breaks before its first token: the request goes back.
-	s, err := b.Host().Streams().Open(ctx, a.ID(), proto.Steal)
+	s, err := b.host.Streams().Open(ctx, a.ID(), proto.Steal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestStealThiefDies(t *testing.T) {
 	waitFor(t, 10*time.Second, "the request back in A's queue", func() bool { return a.Metrics().EntryQueue == 1 })
 
 	// A thief that sends some tokens, then dies.
-	s, err = b.Host().Streams().Open(ctx, a.ID(), proto.Steal)
+	s, err = b.host.Streams().Open(ctx, a.ID(), proto.Steal)
 	if err != nil {
 		t.Fatal(err)
 	}
