@@ -8,8 +8,10 @@ import (
 )
 
 // A Host is split by responsibility, as go-libp2p's core splits a host
-// into its network, peerstore and protocols: each part is a view of the
-// one host with its own methods, reached through an accessor.
+// into its network, peerstore and protocols: each part has its own
+// methods, reached through an accessor, and owns its own state (Streams,
+// Beats) beside the libp2p host that all of them share and none hands
+// out.
 //
 //   - Streams: the protocols and their streams (activations, control
 //     calls, and the protocols others register with Handle).
