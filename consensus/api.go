@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 	"go.uber.org/zap"
@@ -45,7 +43,7 @@ type Consensus struct {
 // fields and owns its own state.
 type base struct {
 	cfg  config
-	h    host.Host
+	h    Network
 	id   peer.ID
 	log  *zap.SugaredLogger
 	fsm  *fsm
@@ -129,7 +127,7 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 	// data dir remembers.
 	for _, b := range cfg.bootstrap {
 		if b.ID != c.id {
-			c.h.Peerstore().AddAddrs(b.ID, b.Addrs, peerstore.PermanentAddrTTL)
+			c.h.AddAddrs(b.ID, b.Addrs)
 		}
 	}
 	book, err := st.loadAddrBook()
@@ -138,7 +136,7 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 	}
 	for id, addrs := range book {
 		if p, err := peer.Decode(id); err == nil && p != c.id {
-			c.h.Peerstore().AddAddrs(p, parseAddrs(addrs), peerstore.PermanentAddrTTL)
+			c.h.AddAddrs(p, parseAddrs(addrs))
 		}
 	}
 	c.ctl = &ctl{base: b}
@@ -196,7 +194,7 @@ func New(ctx context.Context, opts ...Option) (*Consensus, error) {
 	}
 	rn.raft = r
 	if cfg.caller == nil {
-		c.h.SetStreamHandler(proto.Ctl, c.ctl.serveControl)
+		_ = c.h.Handle(proto.Ctl, c.ctl.serveControl) // a protocol of ours: never refused
 	}
 	c.wg.Add(2)
 	go c.member.loop()
@@ -355,7 +353,7 @@ func (c *Consensus) Close() error {
 		}
 		c.cancel()
 		if c.cfg.caller == nil {
-			c.h.RemoveStreamHandler(proto.Ctl)
+			_ = c.h.Handle(proto.Ctl, nil)
 		}
 		var errs []error
 		if err := c.rn.raft.Shutdown().Error(); err != nil {

@@ -234,7 +234,7 @@ func (cl *cluster) start(n *testNode, extra ...Option) {
 	t := cl.t
 	caps := testCaps(t)
 	opts := []Option{
-		WithHost(n.h),
+		WithHost(hostNet{n.h}),
 		WithLogger(cl.log.Named(shortID(n.h.ID())), raftTestLevel()),
 		WithModel(testModel(t), testFingerprint),
 		WithCapabilities(caps),

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -96,7 +94,7 @@ func cmpStr(a, b string) int {
 // the leader this tracks every member. The swarm's peer table, with
 // heartbeats, is the better source.
 type connLiveness struct {
-	h     host.Host
+	h     Network
 	mu    sync.Mutex
 	lost  map[peer.ID]time.Time // dead since
 	probe map[peer.ID]time.Time // last probe started
@@ -107,22 +105,20 @@ const (
 	probeTimeout = 2 * time.Second
 )
 
-func newConnLiveness(h host.Host) *connLiveness {
+func newConnLiveness(h Network) *connLiveness {
 	l := &connLiveness{h: h, lost: map[peer.ID]time.Time{}, probe: map[peer.ID]time.Time{}}
-	h.Network().Notify(&network.NotifyBundle{
-		ConnectedF: func(_ network.Network, c network.Conn) {
-			l.mu.Lock()
-			delete(l.lost, c.RemotePeer())
-			l.mu.Unlock()
-		},
-		DisconnectedF: func(n network.Network, c network.Conn) {
-			p := c.RemotePeer()
-			if n.Connectedness(p) == network.Connected {
-				return
+	if n, ok := h.(Notifier); ok {
+		n.Notify(func(p peer.ID, connected bool) {
+			switch {
+			case connected:
+				l.mu.Lock()
+				delete(l.lost, p)
+				l.mu.Unlock()
+			case !h.Connected(p):
+				l.markLost(p, time.Now())
 			}
-			l.markLost(p, time.Now())
-		},
-	})
+		})
+	}
 	return l
 }
 
@@ -136,7 +132,12 @@ func (l *connLiveness) markLost(p peer.ID, at time.Time) {
 
 // DeadSince implements Liveness.
 func (l *connLiveness) DeadSince(id peer.ID) (time.Time, bool) {
-	if l.h.Network().Connectedness(id) == network.Connected {
+	if l.h.Connected(id) {
+		if _, notified := l.h.(Notifier); !notified {
+			l.mu.Lock()
+			delete(l.lost, id)
+			l.mu.Unlock()
+		}
 		return time.Time{}, false
 	}
 	now := time.Now()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/stratanet/strata/layers"
 	"go.uber.org/zap"
@@ -103,7 +102,7 @@ type FetchRateFunc func(id peer.ID) (float64, bool)
 func (f FetchRateFunc) FetchRate(id peer.ID) (float64, bool) { return f(id) }
 
 type config struct {
-	host        host.Host
+	host        Network
 	log         *zap.Logger
 	raftLevel   hclog.Level
 	dataDir     string
@@ -212,8 +211,9 @@ func (c *config) validate() error {
 // Option configures New.
 type Option func(*config) error
 
-// WithHost sets the libp2p host to run on (required): the swarm's host.
-func WithHost(h host.Host) Option {
+// WithHost sets the network to run on (required): the swarm's host,
+// adapted by the node.
+func WithHost(h Network) Option {
 	return func(c *config) error { c.host = h; return nil }
 }
 

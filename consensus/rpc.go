@@ -2,15 +2,14 @@ package consensus
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/stratanet/strata/internal/codec"
 	"github.com/stratanet/strata/internal/proto"
 )
 
@@ -104,29 +103,29 @@ func decodeResponse(b []byte) error {
 	return &RemoteError{Code: code, Msg: msg}
 }
 
+// writeFrame and readFrame are the shared framing (internal/codec, as the
+// swarm's control protocol frames), with a frame out of bounds reported
+// as ErrBadEvent.
 func writeFrame(w io.Writer, p []byte) error {
-	if len(p) > MaxControlFrame+1 {
-		return fmt.Errorf("%w: frame of %d bytes", ErrBadEvent, len(p))
+	if err := codec.WriteFrame(w, p, MaxControlFrame+1); err != nil {
+		return badFrame(err)
 	}
-	b := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(p)), uint32(len(p)))
-	_, err := w.Write(append(b, p...))
-	return err
+	return nil
 }
 
 func readFrame(r io.Reader, limit uint32) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > limit {
-		return nil, fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrBadEvent, n, limit)
-	}
-	p := make([]byte, n)
-	if _, err := io.ReadFull(r, p); err != nil {
-		return nil, err
+	p, err := codec.ReadFrame(r, int(limit))
+	if err != nil {
+		return nil, badFrame(err)
 	}
 	return p, nil
+}
+
+func badFrame(err error) error {
+	if errors.Is(err, codec.ErrFrameTooLarge) {
+		return fmt.Errorf("%w: %w", ErrBadEvent, err)
+	}
+	return err
 }
 
 // HandleControl answers one consensus control request from a peer. It
@@ -154,18 +153,18 @@ func (c *ctl) handle(ctx context.Context, from peer.ID, req []byte) []byte {
 }
 
 // serveControl is the built-in handler of proto.Ctl.
-func (c *ctl) serveControl(s network.Stream) {
+func (c *ctl) serveControl(s Stream) {
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(c.cfg.rpcTimeout))
 	req, err := readFrame(s, MaxControlFrame)
 	if err != nil {
-		c.log.Debugw("control request", "peer", s.Conn().RemotePeer(), "error", err)
+		c.log.Debugw("control request", "peer", s.Peer(), "error", err)
 		_ = s.Reset()
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.rpcTimeout)
 	defer cancel()
-	resp := c.handle(ctx, s.Conn().RemotePeer(), req)
+	resp := c.handle(ctx, s.Peer(), req)
 	_ = writeFrame(s, append([]byte{0}, resp...))
 }
 
@@ -253,7 +252,7 @@ func (c *ctl) call(ctx context.Context, p peer.ID, origin string, hops uint8, ev
 
 // callStream is the built-in control client: one stream per call.
 func (c *ctl) callStream(ctx context.Context, p peer.ID, req []byte) ([]byte, error) {
-	s, err := c.h.NewStream(ctx, p, proto.Ctl)
+	s, err := c.h.Open(ctx, p, proto.Ctl)
 	if err != nil {
 		return nil, err
 	}

@@ -299,7 +299,7 @@ func (c *Consensus) SetStewards(ctx context.Context, ids []string) error {
 	if !c.IsLeader() {
 		return ErrNotLeader
 	}
-	key := c.h.Peerstore().PrivKey(c.id)
+	key := c.h.Key()
 	if key == nil {
 		return fmt.Errorf("%w: no host key for %s", ErrBadStewards, c.id)
 	}
@@ -391,7 +391,7 @@ func (m *member) foundingStewards(s State, now time.Time) *StewardsSet {
 	if f, ok := s.Founder(); !ok || f.ID != m.id.String() {
 		return nil
 	}
-	key := m.h.Peerstore().PrivKey(m.id)
+	key := m.h.Key()
 	if key == nil {
 		return nil
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/internal/proto"
@@ -26,7 +24,7 @@ import (
 // once its stream fails. drain ends them and waits, so that nothing of a
 // closed member still runs (or logs).
 type streamLayer struct {
-	h      host.Host
+	h      Network
 	conns  chan net.Conn
 	closed chan struct{}
 	once   sync.Once
@@ -37,15 +35,15 @@ type streamLayer struct {
 	idle     chan struct{} // closed when draining and none is open
 }
 
-func newStreamLayer(h host.Host) *streamLayer {
+func newStreamLayer(h Network) *streamLayer {
 	sl := &streamLayer{h: h, conns: make(chan net.Conn), closed: make(chan struct{}),
 		accepted: map[*streamConn]struct{}{}, idle: make(chan struct{})}
-	h.SetStreamHandler(proto.Raft, sl.handle)
+	_ = h.Handle(proto.Raft, sl.handle) // a protocol of ours: never refused
 	return sl
 }
 
-func (sl *streamLayer) handle(s network.Stream) {
-	c := &streamConn{Stream: s, sl: sl}
+func (sl *streamLayer) handle(s Stream) {
+	c := &streamConn{Stream: s, sl: sl, local: sl.h.ID()}
 	sl.mu.Lock()
 	if sl.draining {
 		sl.mu.Unlock()
@@ -112,7 +110,7 @@ func (sl *streamLayer) Accept() (net.Conn, error) {
 // already open are closed by raft's transport (and drain).
 func (sl *streamLayer) Close() error {
 	sl.once.Do(func() {
-		sl.h.RemoveStreamHandler(proto.Raft)
+		_ = sl.h.Handle(proto.Raft, nil)
 		close(sl.closed)
 	})
 	return nil
@@ -134,19 +132,20 @@ func (sl *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	s, err := sl.h.NewStream(ctx, id, proto.Raft)
+	s, err := sl.h.Open(ctx, id, proto.Raft)
 	if err != nil {
 		return nil, fmt.Errorf("raft dial %s: %w", id, err)
 	}
-	return &streamConn{Stream: s}, nil
+	return &streamConn{Stream: s, local: sl.h.ID()}, nil
 }
 
 // streamConn is a libp2p stream as a net.Conn. An accepted one (sl set)
 // tells its layer when raft closes it, and reads as ended once the layer
 // drains, so that raft's handler returns without logging a failure.
 type streamConn struct {
-	network.Stream
-	sl *streamLayer
+	Stream
+	sl    *streamLayer
+	local peer.ID
 }
 
 func (c *streamConn) Read(b []byte) (int, error) {
@@ -171,8 +170,8 @@ func (sl *streamLayer) isDraining() bool {
 	return sl.draining
 }
 
-func (c *streamConn) LocalAddr() net.Addr  { return peerAddr(c.Conn().LocalPeer()) }
-func (c *streamConn) RemoteAddr() net.Addr { return peerAddr(c.Conn().RemotePeer()) }
+func (c *streamConn) LocalAddr() net.Addr  { return peerAddr(c.local) }
+func (c *streamConn) RemoteAddr() net.Addr { return peerAddr(c.Peer()) }
 
 // peerAddr is a peer ID as a net.Addr.
 type peerAddr peer.ID

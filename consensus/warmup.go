@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 )
@@ -139,7 +138,7 @@ func (m *member) syncAddrs(s State, ms *memberState) {
 		changed = true
 		ms.addrs[mem.ID] = mem.Addrs
 		if p, err := peer.Decode(mem.ID); err == nil {
-			m.h.Peerstore().AddAddrs(p, parseAddrs(mem.Addrs), peerstore.PermanentAddrTTL)
+			m.h.AddAddrs(p, parseAddrs(mem.Addrs))
 		}
 	}
 	if !changed && len(book) == len(ms.addrs) {
@@ -172,13 +171,13 @@ func (m *member) protectVoters(ms *memberState) {
 		if s.Voter && s.ID != m.id {
 			now[s.ID] = true
 			if !ms.voters[s.ID] {
-				m.h.ConnManager().Protect(s.ID, proto.TagVoter)
+				m.h.Protect(s.ID, proto.TagVoter)
 			}
 		}
 	}
 	for id := range ms.voters {
 		if !now[id] {
-			m.h.ConnManager().Unprotect(id, proto.TagVoter)
+			m.h.Unprotect(id, proto.TagVoter)
 		}
 	}
 	ms.voters = now

@@ -80,7 +80,7 @@ func TestMonitorBrowser(t *testing.T) {
 	s := startSwarm(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	m, err := New(ctx, WithBootstrap(s.nodes[0].Host().AddrInfo()), WithoutDHT(), WithLimits(64, 5*time.Second, 4))
+	m, err := New(ctx, WithBootstrap(s.nodes[0].AddrInfo()), WithoutDHT(), WithLimits(64, 5*time.Second, 4))
 	if err != nil {
 		t.Fatal(err)
 	}

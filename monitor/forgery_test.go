@@ -29,7 +29,7 @@ func TestMonitorShowsForgery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer honest.Close()
-	honest.SetSnapshotSource(func() swarm.SnapshotInfo { return swarm.SnapshotInfo{ModelName: "tiny", Fingerprint: "fp", Layers: 8} })
+	honest.Beats().SetSnapshotSource(func() swarm.SnapshotInfo { return swarm.SnapshotInfo{ModelName: "tiny", Fingerprint: "fp", Layers: 8} })
 
 	forger, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"))
 	if err != nil {

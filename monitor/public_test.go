@@ -39,7 +39,7 @@ func TestMonitorPublicDHT(t *testing.T) {
 		}
 		t.Cleanup(func() { h.Close() })
 		if provide {
-			h.AdvertisePublic()
+			h.Discovery().AdvertisePublic()
 		}
 		return h
 	}

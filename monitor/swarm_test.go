@@ -107,7 +107,7 @@ func startSwarm(t *testing.T) *testSwarm {
 	for i := range 4 {
 		var extra []node.Option
 		if i > 0 {
-			extra = append(extra, node.WithBootstrap(s.nodes[0].Host().AddrInfo()))
+			extra = append(extra, node.WithBootstrap(s.nodes[0].AddrInfo()))
 		}
 		if i == 3 {
 			// Behind NAT: no listen address, so that the host
@@ -119,7 +119,7 @@ func startSwarm(t *testing.T) *testSwarm {
 			t.Fatal(err)
 		}
 		for _, p := range s.nodes {
-			if err := n.Host().Connect(ctx, p.Host().AddrInfo()); err != nil {
+			if err := n.Connect(ctx, p.AddrInfo()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -129,7 +129,7 @@ func startSwarm(t *testing.T) *testSwarm {
 	waitUntil(t, 60*time.Second, "every node placed, serving, on one epoch", func() bool {
 		m := s.nodes[0].Committed()
 		for _, n := range s.nodes {
-			st := n.Host().Status()
+			st := n.Swarm().Self
 			if _, in := m.Range(n.ID().String()); !in || st.State != swarm.StateServing || st.Epoch != m.Epoch ||
 				n.Committed().Epoch != m.Epoch {
 				return false
@@ -138,7 +138,7 @@ func startSwarm(t *testing.T) *testSwarm {
 		return true
 	})
 	waitUntil(t, 30*time.Second, "a relay reservation for the relayed node", func() bool {
-		addrs := s.relayed.Host().Addrs()
+		addrs := s.relayed.Swarm().Addrs
 		for _, a := range addrs {
 			if !swarm.IsRelayAddr(a) {
 				return false
@@ -180,10 +180,10 @@ func TestMonitorSwarm(t *testing.T) {
 	}
 	served := uint64(len(res.Tokens))
 	waitUntil(t, 10*time.Second, "the entry's status counts its tokens", func() bool {
-		return s.nodes[0].Host().Status().TokensServed == served
+		return s.nodes[0].Swarm().Self.TokensServed == served
 	})
 
-	m, err := New(ctx, WithBootstrap(s.nodes[0].Host().AddrInfo()), WithoutDHT(), WithLimits(64, 5*time.Second, 4))
+	m, err := New(ctx, WithBootstrap(s.nodes[0].AddrInfo()), WithoutDHT(), WithLimits(64, 5*time.Second, 4))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,7 +199,7 @@ func TestEntryQueueOnSwarm(t *testing.T) {
 	}()
 	waitFor(t, 10*time.Second, "the second request queued at the entry", func() bool { return a.Metrics().EntryQueue == 1 })
 	waitFor(t, 10*time.Second, "the hop hears of the entry's queue", func() bool {
-		p, ok := b.Host().Peers().Get(a.ID())
+		p, ok := b.host.Peers().Get(a.ID())
 		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 1 && p.Heartbeat.EntryWait > 0
 	})
 	if b.Metrics().Sessions != 1 {
@@ -224,7 +224,7 @@ func TestEntryQueueOnSwarm(t *testing.T) {
 		t.Fatalf("entry metrics: %d queued, %d refused, %d waits, %d queued now", ma.EntryQueued, ma.EntryRefused, ma.QueueWait.Count, ma.EntryQueue)
 	}
 	waitFor(t, 10*time.Second, "the load table empties", func() bool {
-		p, ok := b.Host().Peers().Get(a.ID())
+		p, ok := b.host.Peers().Get(a.ID())
 		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 0
 	})
 }

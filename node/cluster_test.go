@@ -127,7 +127,7 @@ func (c *testCluster) add(opts ...Option) *Node {
 	all := c.all()
 	o := append(baseOptions(t), c.base...)
 	if len(all) > 0 {
-		o = append(o, WithBootstrap(all[0].Host().AddrInfo()))
+		o = append(o, WithBootstrap(all[0].host.AddrInfo()))
 	}
 	o = append(o, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -137,7 +137,7 @@ func (c *testCluster) add(opts ...Option) *Node {
 		t.Fatal(err)
 	}
 	for _, p := range all {
-		if err := n.Host().Connect(ctx, p.Host().AddrInfo()); err != nil && p.ctx.Err() == nil {
+		if err := n.host.Connect(ctx, p.host.AddrInfo()); err != nil && p.ctx.Err() == nil {
 			t.Fatal(err)
 		}
 	}

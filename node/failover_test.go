@@ -236,7 +236,7 @@ func TestHungHopTimeout(t *testing.T) {
 	}
 	swallowed := make(chan struct{})
 	var once sync.Once
-	hung.Host().HandleActivations(func(peer.ID, []byte) error {
+	hung.host.Streams().HandleActivations(func(peer.ID, []byte) error {
 		once.Do(func() { close(swallowed) })
 		return nil
 	})

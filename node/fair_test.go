@@ -222,7 +222,7 @@ func TestFairOnSwarm(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "A's queue in B's and C's load tables", func() bool {
 		for _, n := range []*Node{b, c} {
-			p, ok := n.Host().Peers().Get(a.ID())
+			p, ok := n.host.Peers().Get(a.ID())
 			if !ok || p.Heartbeat == nil || p.Heartbeat.EntryQueue != 2 {
 				return false
 			}
@@ -231,7 +231,7 @@ func TestFairOnSwarm(t *testing.T) {
 	})
 
 	// A thief whose own head is older than A's gets nothing.
-	s, err := c.Host().Libp2p().NewStream(ctx, a.ID(), proto.Steal)
+	s, err := c.host.Streams().Open(ctx, a.ID(), proto.Steal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestFairOnSwarm(t *testing.T) {
 
 	// A's head older than B's slack (half its interval) by far.
 	waitFor(t, 10*time.Second, "A's head a second old in B's load table", func() bool {
-		p, ok := b.Host().Peers().Get(a.ID())
+		p, ok := b.host.Peers().Get(a.ID())
 		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 2 && p.Heartbeat.EntryWait >= time.Second
 	})
 	berr := make(chan error, 1)
@@ -274,10 +274,10 @@ func TestFairOnSwarm(t *testing.T) {
 	})
 	// Three more heartbeats from A, and B still holds it.
 	for range 3 {
-		p, _ := b.Host().Peers().Get(a.ID())
+		p, _ := b.host.Peers().Get(a.ID())
 		last := p.HeardAt
 		waitFor(t, 10*time.Second, "a heartbeat from A", func() bool {
-			p, _ := b.Host().Peers().Get(a.ID())
+			p, _ := b.host.Peers().Get(a.ID())
 			return p.HeardAt.After(last)
 		})
 	}
@@ -330,7 +330,7 @@ func TestFairStealsOlderHead(t *testing.T) {
 	go run(a, aerr)
 	go run(a, aerr) // a queue longer than B's will be
 	waitFor(t, 10*time.Second, "A's head a second old in B's load table", func() bool {
-		p, ok := b.Host().Peers().Get(a.ID())
+		p, ok := b.host.Peers().Get(a.ID())
 		return ok && p.Heartbeat != nil && p.Heartbeat.EntryQueue == 2 && p.Heartbeat.EntryWait >= time.Second
 	})
 	go run(b, berr)

@@ -45,7 +45,7 @@ func TestVerifyEvictsFaultyDeepSeek2(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 	evicted := func() bool {
-		_, banned := honest[0].Consensus().State().Banned(fid, time.Now())
+		_, banned := honest[0].cons.Load().State().Banned(fid, time.Now())
 		return banned
 	}
 	start := time.Now()
@@ -69,7 +69,7 @@ func TestVerifyEvictsFaultyDeepSeek2(t *testing.T) {
 	var reported uint64
 	for _, n := range honest {
 		reported += n.VerifyStats().Reported
-		if !n.Consensus().State().IsMember(fid) {
+		if !n.cons.Load().State().IsMember(fid) {
 			continue
 		}
 		t.Fatalf("the faulty node is still a member on %s", shortID(n.ID()))

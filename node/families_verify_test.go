@@ -119,7 +119,7 @@ func verifyHonestOn(t *testing.T, path string, prompts []string, want map[string
 		t.Fatalf("an honest deepseek2 swarm had mismatches: %+v", total)
 	}
 	for _, n := range nodes {
-		if st := n.Consensus().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
+		if st := n.cons.Load().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
 			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -37,269 +36,6 @@ import (
 // its data dir, which it then loads like a file. A restart finds the
 // manifest, the header and the slice on disk and fetches nothing.
 
-// manifestReqMagic starts a node control request for the manifest of
-// the model whose fingerprint follows. The answer is a flags byte (bit 0:
-// the answerer holds the whole file and serves its chunks) and the
-// encoded manifest: what a joiner learns the model from. A manifest
-// larger than manifestPage (it outgrows a control frame) is answered in
-// pages: flag bit 3 (manifestPaged) is set, a uvarint of the manifest's
-// whole length follows the flags, then its first manifestPage bytes; the
-// asker gets the rest with manifestPageMagic requests, a uvarint offset
-// then the fingerprint, answered alike from that offset.
-const (
-	manifestReqMagic  = "SMF1"
-	manifestPageMagic = "SMP1"
-	manifestPaged     = 8
-	// manifestPage is the most manifest bytes one answer carries: well
-	// inside the default control frame (swarm.DefaultMaxCtlFrame).
-	manifestPage = 1 << 20
-)
-
-// infoReqMagic starts a node control request for what it holds of the
-// model. The answer (infoLen bytes) is a flags byte (bit 0: it holds the
-// whole file and serves its chunks; bit 1: it has no file and fetches
-// from peers), the rate in bytes/s it measured on its last fetch (float64
-// bits, big-endian; 0: none yet) and the SHA-256 of the manifest it holds
-// or serves under (zero: none). Bit 2 of the flags: it serves the chunks
-// of the slice it fetched (see chunks.SliceReader); a fetcher asks it
-// first and the file's holders for what it lacks.
-const infoReqMagic = "SMI1"
-
-const (
-	holdsFile  = 1
-	fetches    = 2
-	holdsSlice = 4
-	infoLen    = 1 + 8 + sha256.Size
-)
-
-func isInfoRequest(req []byte) bool { return string(req) == infoReqMagic }
-
-// nodeInfo is one node's answer to an info request.
-type nodeInfo struct {
-	holds, fetches bool
-	slice          bool // serves the chunks of a slice
-	rate           float64
-	manifest       [sha256.Size]byte
-}
-
-func (n *Node) answerInfo() []byte {
-	b := make([]byte, infoLen)
-	switch {
-	case n.model.fetch != nil:
-		b[0] = fetches
-		if n.model.fetch.serving.Load() {
-			b[0] |= holdsSlice
-		}
-		binary.BigEndian.PutUint64(b[1:], math.Float64bits(n.model.fetch.rate()))
-	case n.chunks != nil:
-		b[0] = holdsFile
-	}
-	if n.model.manifest != nil {
-		id := sha256.Sum256(n.model.manifest)
-		copy(b[9:], id[:])
-	}
-	return b
-}
-
-func askInfo(ctx context.Context, h *swarm.Host, p peer.ID) (nodeInfo, error) {
-	resp, err := h.Call(ctx, p, []byte(infoReqMagic))
-	if err != nil {
-		return nodeInfo{}, err
-	}
-	if len(resp) != infoLen {
-		return nodeInfo{}, fmt.Errorf("%w: info answer of %d bytes", ErrBadFrame, len(resp))
-	}
-	in := nodeInfo{holds: resp[0]&holdsFile != 0, fetches: resp[0]&fetches != 0, slice: resp[0]&holdsSlice != 0,
-		rate: math.Float64frombits(binary.BigEndian.Uint64(resp[1:]))}
-	copy(in.manifest[:], resp[9:])
-	if !(in.rate >= 0) || math.IsInf(in.rate, 0) {
-		in.rate = 0
-	}
-	return in, nil
-}
-
-// fetchRates is what the leader knows of its members' fetch rates,
-// refreshed by pollRates; consensus reads it at every decision.
-type fetchRates struct {
-	mu sync.Mutex
-	m  map[peer.ID]float64
-}
-
-func (r *fetchRates) FetchRate(p peer.ID) (float64, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	v, ok := r.m[p]
-	return v, ok
-}
-
-// pollRates asks every member for its fetch rate while this node leads,
-// every interval, until ctx ends.
-func (n *Node) pollRates(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		c := n.cons.Load()
-		if c == nil || !c.IsLeader() {
-			continue
-		}
-		m := map[peer.ID]float64{}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for _, mem := range c.Members() {
-			p, err := peer.Decode(mem.ID)
-			if err != nil || p == n.self {
-				continue
-			}
-			wg.Go(func() {
-				cctx, cancel := context.WithTimeout(ctx, every)
-				defer cancel()
-				if in, err := askInfo(cctx, n.host, p); err == nil && in.fetches && in.rate > 0 {
-					mu.Lock()
-					m[p] = in.rate
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		if f := n.model.fetch; f != nil && f.rate() > 0 {
-			m[n.self] = f.rate()
-		}
-		n.rates.mu.Lock()
-		n.rates.m = m
-		n.rates.mu.Unlock()
-	}
-}
-
-func isManifestRequest(req []byte) bool {
-	return hasMagic(req, manifestReqMagic) || hasMagic(req, manifestPageMagic)
-}
-
-func hasMagic(req []byte, magic string) bool {
-	return len(req) >= len(magic) && string(req[:len(magic)]) == magic
-}
-
-// answerManifest answers a manifest request (or one for a page of it):
-// from the file this node holds, else from its replica of the swarm's
-// state. An empty fingerprint asks for the manifest of whatever model this
-// node serves (SwarmModel).
-func (n *Node) answerManifest(req []byte) ([]byte, error) {
-	var off uint64
-	rest := req[len(manifestReqMagic):]
-	if hasMagic(req, manifestPageMagic) {
-		v, k := binary.Uvarint(rest)
-		if k <= 0 {
-			return nil, fmt.Errorf("%w: manifest page request without an offset", ErrBadFrame)
-		}
-		off, rest = v, rest[k:]
-	}
-	fp := string(rest)
-	if fp != "" && fp != n.model.info.Fingerprint {
-		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, n.model.info.Fingerprint)
-	}
-	data := n.model.manifest
-	if data == nil {
-		if c := n.cons.Load(); c != nil {
-			data = c.State().Manifest()
-		}
-	}
-	if data == nil {
-		return nil, fmt.Errorf("%w: no manifest of the model here yet", ErrNotServing)
-	}
-	var flags byte
-	if n.chunks != nil {
-		flags |= holdsFile
-	}
-	if len(data) <= manifestPage && !hasMagic(req, manifestPageMagic) {
-		return append([]byte{flags}, data...), nil // as before pages
-	}
-	if off >= uint64(len(data)) {
-		return nil, fmt.Errorf("%w: manifest page at %d of a %d-byte manifest", ErrBadFrame, off, len(data))
-	}
-	page := data[off:min(uint64(len(data)), off+manifestPage)]
-	b := binary.AppendUvarint([]byte{flags | manifestPaged}, uint64(len(data)))
-	return append(b, page...), nil
-}
-
-// manifestAnswer is one peer's answer to a manifest request.
-type manifestAnswer struct {
-	holds bool
-	data  []byte
-}
-
-// askManifest gets the manifest of model fp ("": whatever model p serves)
-// from p, page by page when it is larger than one answer.
-func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (manifestAnswer, error) {
-	resp, err := h.Call(ctx, p, append([]byte(manifestReqMagic), fp...))
-	if err != nil {
-		return manifestAnswer{}, err
-	}
-	if len(resp) < 2 {
-		return manifestAnswer{}, fmt.Errorf("%w: manifest answer of %d bytes", ErrBadFrame, len(resp))
-	}
-	a := manifestAnswer{holds: resp[0]&holdsFile != 0}
-	if resp[0]&manifestPaged == 0 {
-		a.data = resp[1:]
-		return a, nil
-	}
-	var total uint64
-	for {
-		t, page, err := manifestPageOf(resp)
-		switch {
-		case err != nil:
-			return manifestAnswer{}, err
-		case a.data == nil && (t <= manifestPage || t > consensus.MaxManifestSize):
-			return manifestAnswer{}, fmt.Errorf("%w: manifest of %d bytes in pages (want %d..%d)", ErrBadFrame, t, manifestPage+1, consensus.MaxManifestSize)
-		case a.data == nil:
-			total = t
-			a.data = make([]byte, 0, total)
-		case t != total:
-			return manifestAnswer{}, fmt.Errorf("%w: manifest of %d bytes became %d between pages", ErrBadFrame, total, t)
-		}
-		if len(page) > int(total)-len(a.data) {
-			return manifestAnswer{}, fmt.Errorf("%w: manifest page of %d bytes past its end", ErrBadFrame, len(page))
-		}
-		a.data = append(a.data, page...)
-		if len(a.data) == int(total) {
-			return a, nil
-		}
-		req := binary.AppendUvarint([]byte(manifestPageMagic), uint64(len(a.data)))
-		if resp, err = h.Call(ctx, p, append(req, fp...)); err != nil {
-			return manifestAnswer{}, err
-		}
-	}
-}
-
-// manifestPageOf splits a paged manifest answer into the whole length
-// and the page.
-func manifestPageOf(resp []byte) (total uint64, page []byte, err error) {
-	if len(resp) < 2 || resp[0]&manifestPaged == 0 {
-		return 0, nil, fmt.Errorf("%w: manifest page answer of %d bytes", ErrBadFrame, len(resp))
-	}
-	total, k := binary.Uvarint(resp[1:])
-	if k <= 0 || len(resp) == 1+k {
-		return 0, nil, fmt.Errorf("%w: manifest page answer without a length or bytes", ErrBadFrame)
-	}
-	return total, resp[1+k:], nil
-}
-
-// decodeManifest decodes a manifest and checks that it is the model's
-// (fp "": any model's).
-func decodeManifest(data []byte, fp string) (*chunks.Manifest, error) {
-	var m chunks.Manifest
-	if err := m.UnmarshalBinary(data); err != nil {
-		return nil, err
-	}
-	if fp != "" && m.Fingerprint != fp {
-		return nil, fmt.Errorf("%w: manifest of model %.16s, want %.16s", ErrConfig, m.Fingerprint, fp)
-	}
-	return &m, nil
-}
-
 // SwarmModel asks the bootstrap peers, from a throwaway host, which model
 // their swarm serves, and returns its fingerprint: what a node started
 // with a model name it does not hold joins with (WithModelID). Every peer
@@ -318,7 +54,7 @@ func SwarmModel(ctx context.Context, boot []peer.AddrInfo, opts ...swarm.Option)
 	var errs []error
 	for _, b := range boot {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := h.Libp2p().Connect(cctx, b)
+		err := h.Connect(cctx, b)
 		var a manifestAnswer
 		if err == nil {
 			a, err = askManifest(cctx, h, b.ID, "")
@@ -409,7 +145,7 @@ func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chun
 
 // serveChunks starts the chunk server of a node that holds the file.
 func (n *Node) serveChunks(man *chunks.Manifest) error {
-	n.chunks = chunks.NewServer(n.host.Libp2p(), chunks.WithUploadRate(n.cfg.uploadRate),
+	n.chunks = chunks.NewServer(n.host.Streams(), chunks.WithUploadRate(n.cfg.uploadRate),
 		chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	if n.cfg.chunkReader == nil {
 		return n.chunks.ServeFile(man, n.model.path)
@@ -608,7 +344,7 @@ func (f *fetchState) serveSlice(path string) {
 		return
 	}
 	if f.srv == nil {
-		f.srv = chunks.NewServer(f.host.Libp2p(), chunks.WithUploadRate(f.uploadRate),
+		f.srv = chunks.NewServer(f.host.Streams(), chunks.WithUploadRate(f.uploadRate),
 			chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
 	}
 	if err := f.srv.ServeSlice(sl); err != nil {
@@ -647,7 +383,7 @@ func (f *fetchState) oldSlices(r layers.Range) []string {
 // fetcher gets the manifest's chunks, dropping (and counting) holders
 // that lie or stall.
 func (f *fetchState) fetcher(opts ...chunks.FetchOption) *chunks.Fetcher {
-	return chunks.NewFetcher(f.host.Libp2p(), f.man, append([]chunks.FetchOption{chunks.WithStallTimeout(f.stall),
+	return chunks.NewFetcher(f.host.Streams(), f.man, append([]chunks.FetchOption{chunks.WithStallTimeout(f.stall),
 		chunks.WithOnDrop(func(p peer.ID, err error) {
 			f.dropped.Add(1)
 			f.log.Warn("fetch: holder dropped", zap.String("peer", shortID(p)), zap.Error(err))
@@ -841,7 +577,7 @@ func openRemote(ctx context.Context, h *swarm.Host, fp, dir string, boot []peer.
 			}
 			cctx, cancel := context.WithTimeout(ctx, f.stall)
 			if len(b.Addrs) > 0 {
-				_ = h.Libp2p().Connect(cctx, b)
+				_ = h.Connect(cctx, b)
 			}
 			a, err := askManifest(cctx, h, b.ID, fp)
 			cancel()

@@ -117,7 +117,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer h.Close()
-	if err := h.Libp2p().Connect(ctx, n.Host().AddrInfo()); err != nil {
+	if err := h.Connect(ctx, n.host.AddrInfo()); err != nil {
 		b.Fatal(err)
 	}
 	gen := func() int {
@@ -132,7 +132,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	}
 	var child *fetchChild
 	if separate {
-		child = startFetchChild(b, path, n.Host().AddrInfo())
+		child = startFetchChild(b, path, n.host.AddrInfo())
 		defer child.close(b)
 	}
 	type result struct{ wall, cpu, mbps float64 } // ms/token, ms/token, MB/s
@@ -165,7 +165,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 			if m.fetch && child != nil {
 				child.start(b)
 			} else if m.fetch {
-				f := chunks.NewFetcher(h.Libp2p(), man)
+				f := chunks.NewFetcher(h.Streams(), man)
 				wg.Go(func() {
 					for fctx.Err() == nil {
 						f.Fetch(fctx, all, []peer.ID{n.ID()}, func(_ int, data []byte) error { //nolint:errcheck // ends with fctx
@@ -391,10 +391,10 @@ func TestFetchHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	if err := h.Libp2p().Connect(ctx, *ai); err != nil {
+	if err := h.Connect(ctx, *ai); err != nil {
 		t.Fatal(err)
 	}
-	f := chunks.NewFetcher(h.Libp2p(), man)
+	f := chunks.NewFetcher(h.Streams(), man)
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {

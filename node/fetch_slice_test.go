@@ -35,8 +35,8 @@ func fetchPeer(t *testing.T, boot ...*Node) *fetchState {
 	}
 	var infos []peer.AddrInfo
 	for _, b := range boot {
-		ai := b.Host().AddrInfo()
-		if err := h.Libp2p().Connect(ctx, ai); err != nil {
+		ai := b.host.AddrInfo()
+		if err := h.Connect(ctx, ai); err != nil {
 			t.Fatal(err)
 		}
 		infos = append(infos, ai)
@@ -130,7 +130,7 @@ func TestSwarmModel(t *testing.T) {
 	c.waitServing(30*time.Second, founder.ID())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fp, err := SwarmModel(ctx, []peer.AddrInfo{founder.Host().AddrInfo()})
+	fp, err := SwarmModel(ctx, []peer.AddrInfo{founder.host.AddrInfo()})
 	if err != nil || fp != founder.Model().Fingerprint || fp == "" {
 		t.Fatalf("swarm model %q, %v; the founder serves %q", fp, err, founder.Model().Fingerprint)
 	}

@@ -90,7 +90,7 @@ func TestJoinByModelIDFetchesRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range c.all() {
-		if got := n.Consensus().State().Manifest(); !slices.Equal(got, want) {
+		if got := n.cons.Load().State().Manifest(); !slices.Equal(got, want) {
 			t.Fatalf("%s: state manifest of %d bytes, want the file's %d", n.ID().ShortString(), len(got), len(want))
 		}
 	}
@@ -126,7 +126,7 @@ func TestJoinByModelIDFetchesRange(t *testing.T) {
 	// for; the founder, with its file, has none.
 	leader := founder
 	for _, n := range c.all() {
-		if n.Consensus().IsLeader() {
+		if n.cons.Load().IsLeader() {
 			leader = n
 		}
 	}
@@ -202,7 +202,7 @@ func TestFetchSkipsLyingHolder(t *testing.T) {
 	liar := c.add(WithDataDir(t.TempDir()),
 		withChunkReader(func(r io.ReaderAt) io.ReaderAt { return liarReader{r: r, once: &once, lied: lied} }))
 	c.waitServing(30*time.Second, honest.ID(), liar.ID())
-	j := c.add(byModelID(t, t.TempDir()), WithBootstrap(liar.Host().AddrInfo()))
+	j := c.add(byModelID(t, t.TempDir()), WithBootstrap(liar.host.AddrInfo()))
 	c.waitServing(60*time.Second, honest.ID(), liar.ID(), j.ID())
 	select {
 	case <-lied:

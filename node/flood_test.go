@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/internal/proto"
+	"github.com/stratanet/strata/swarm"
 )
 
 // TestPeerFloods (issue 35's resource exhaustion, peer side): a rogue
@@ -31,7 +31,7 @@ func TestPeerFloods(t *testing.T) {
 	r := newRogue(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+	if err := r.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 	const prompt, maxTokens = "Once upon a time", 64
@@ -44,7 +44,7 @@ func TestPeerFloods(t *testing.T) {
 	}
 
 	protos := []protocol.ID{proto.Act, proto.Ctl, proto.Raft, proto.Chunk, proto.BW, proto.Steal}
-	dropped := func(st network.Stream, what string) {
+	dropped := func(st *swarm.Stream, what string) {
 		t.Helper()
 		// The node answers (an error frame, at most) and closes or resets
 		// the stream; it must not wait for the rest.
@@ -57,14 +57,14 @@ func TestPeerFloods(t *testing.T) {
 	}
 	for _, p := range protos {
 		// A length far over any limit, then a little of the body.
-		st, err := r.h.Libp2p().NewStream(ctx, b.ID(), p)
+		st, err := r.h.Streams().Open(ctx, b.ID(), p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
 		_, _ = st.Write(append([]byte{0xff, 0xff, 0xff, 0xff}, make([]byte, 1024)...))
 		dropped(st, "oversized")
 		// A frame that announces 100 bytes and sends 10, then closes.
-		st, err = r.h.Libp2p().NewStream(ctx, b.ID(), p)
+		st, err = r.h.Streams().Open(ctx, b.ID(), p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
@@ -76,11 +76,11 @@ func TestPeerFloods(t *testing.T) {
 	// Streams held open: 2,000 per protocol, each with a byte written so
 	// that the node's side accepts it under the protocol's scope.
 	const flood = 2000
-	var held []network.Stream
+	var held []*swarm.Stream
 	opened := map[protocol.ID]int{}
 	for _, p := range protos {
 		for range flood {
-			st, err := r.h.Libp2p().NewStream(ctx, b.ID(), p)
+			st, err := r.h.Streams().Open(ctx, b.ID(), p)
 			if err != nil {
 				break
 			}
@@ -96,10 +96,7 @@ func TestPeerFloods(t *testing.T) {
 	// the rogue's side.
 	var peak int
 	waitFor(t, 20*time.Second, "the node settled its side of the flood", func() bool {
-		n := 0
-		for _, cn := range b.Host().Libp2p().Network().ConnsToPeer(r.h.ID()) {
-			n += len(cn.GetStreams())
-		}
+		n := b.host.Links().OpenStreams(r.h.ID())
 		settled := n == peak
 		peak = n
 		return settled

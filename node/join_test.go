@@ -35,7 +35,7 @@ func TestJoinUnderLoad(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	changes, stopWatch := a.Consensus().Watch(256)
+	changes, stopWatch := a.cons.Load().Watch(256)
 	defer stopWatch()
 
 	var mu sync.Mutex

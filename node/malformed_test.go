@@ -36,7 +36,7 @@ func newRogue(t *testing.T) *rogue {
 	}
 	t.Cleanup(func() { h.Close() })
 	r := &rogue{h: h, replies: make(chan *ErrorMsg, 64), tokens: make(chan *Token, 64), receipts: make(chan *ReceiptMsg, 8)}
-	h.HandleActivations(func(_ peer.ID, frame []byte) error {
+	h.Streams().HandleActivations(func(_ peer.ID, frame []byte) error {
 		if m, err := Decode(frame); err == nil {
 			switch m := m.(type) {
 			case *ErrorMsg:
@@ -62,7 +62,7 @@ func (r *rogue) send(t *testing.T, to peer.ID, frame []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.h.SendActivation(ctx, to, frame); err != nil {
+	if err := r.h.Streams().SendActivation(ctx, to, frame); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -122,7 +122,7 @@ func TestMalformedFrames(t *testing.T) {
 	r := newRogue(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+	if err := r.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -163,7 +163,7 @@ func TestMalformedFrames(t *testing.T) {
 	}
 	// A valid session, then a step at the wrong position.
 	sid := newSessionID()
-	fs := newFrameSigner(r.h.Libp2p(), open.Model, 0) // signed hops: an unsigned frame is refused
+	fs := newFrameSigner(r.h, open.Model, 0) // signed hops: an unsigned frame is refused
 	r.send(t, b.ID(), mustEncode(t, fs.sign(t, &Step{Session: sid, Open: open, Entry: self, Hops: hops, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim})))
 	r.token(t, sid, "the valid session's first token") // b is the last hop
 	r.send(t, b.ID(), mustEncode(t, &Step{Session: sid, Entry: self, Hops: hops, Pos: 7, Tokens: []int32{1}, Hidden: hid(1, dim), Cols: dim}))
@@ -188,7 +188,7 @@ func TestMalformedFrames(t *testing.T) {
 	}
 
 	// Oversized: the length prefix alone is refused before any allocation.
-	st, err := r.h.Libp2p().NewStream(ctx, b.ID(), swarm.ProtocolAct)
+	st, err := r.h.Streams().Open(ctx, b.ID(), swarm.ProtocolAct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestMalformedFrames(t *testing.T) {
 	if _, err := st.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("oversized frame: stream not dropped (%v)", err)
 	}
-	waitFor(t, 5*time.Second, "the oversized frame counted", func() bool { return b.Host().Rejections(self).Frame > 0 })
+	waitFor(t, 5*time.Second, "the oversized frame counted", func() bool { return b.host.Links().Rejections(self).Frame > 0 })
 
 	// The generation through b was never touched.
 	got, err := recvAll(s)
@@ -237,7 +237,7 @@ func TestSessionCloseAndExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, x := range []*rogue{r, other} {
-		if err := x.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+		if err := x.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -282,7 +282,7 @@ func TestReleaseAfterSessions(t *testing.T) {
 	r := newRogue(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+	if err := r.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 	open := &Open{MaxTokens: 8, Model: ModelHash(b.Model().Fingerprint)}

@@ -52,7 +52,7 @@ func pageHosts(t *testing.T) (server, asker *swarm.Host) {
 		t.Cleanup(func() { h.Close() })
 		hs[i] = h
 	}
-	if err := hs[1].Libp2p().Connect(ctx, hs[0].AddrInfo()); err != nil {
+	if err := hs[1].Connect(ctx, hs[0].AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 	return hs[0], hs[1]
@@ -70,7 +70,7 @@ func TestManifestPages(t *testing.T) {
 	server, asker := pageHosts(t)
 	n := &Node{model: &model{manifest: big, info: ModelInfo{Fingerprint: fp}}}
 	var calls atomic.Int32
-	server.HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) {
+	server.Streams().HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) {
 		calls.Add(1)
 		return n.answerManifest(req)
 	})
@@ -96,14 +96,14 @@ func TestManifestPages(t *testing.T) {
 
 	small := []byte("a small manifest")
 	n.model.manifest = small
-	resp, err := asker.Call(ctx, server.ID(), []byte(manifestReqMagic+fp))
+	resp, err := asker.Streams().Call(ctx, server.ID(), []byte(manifestReqMagic+fp))
 	if err != nil || resp[0]&manifestPaged != 0 || !bytes.Equal(resp[1:], small) {
 		t.Fatalf("small manifest answer %q, %v", resp, err)
 	}
 	// A page past the end is refused.
 	n.model.manifest = big
 	req := binary.AppendUvarint([]byte(manifestPageMagic), uint64(len(big)))
-	if _, err := asker.Call(ctx, server.ID(), append(req, fp...)); err == nil {
+	if _, err := asker.Streams().Call(ctx, server.ID(), append(req, fp...)); err == nil {
 		t.Fatal("a page past the end answered")
 	}
 }
@@ -132,7 +132,7 @@ func TestManifestPagesRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for name, answer := range cases {
-		server.HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return answer(req), nil })
+		server.Streams().HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return answer(req), nil })
 		if _, err := askManifest(ctx, asker, server.ID(), "fp"); !errors.Is(err, ErrBadFrame) {
 			t.Errorf("%s: %v", name, err)
 		}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/pbnjay/memory"
 	"go.uber.org/zap"
@@ -108,13 +107,13 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		return nil, err
 	}
 	// With the peers of any bootstrap list the host resolved.
-	cfg.bootstrap = h.Bootstrap()
-	if h.PublicDiscovery() && len(cfg.bootstrap) == 0 && !cfg.founding {
+	cfg.bootstrap = h.Discovery().Bootstrap()
+	if h.Discovery().PublicDiscovery() && len(cfg.bootstrap) == 0 && !cfg.founding {
 		// Joining by name: the members the public DHT leads to are this
 		// node's bootstrap peers, for consensus and for fetching.
 		began := time.Now()
-		log.Info("looking for the swarm by name on the public DHT", zap.Stringer("key", h.PublicRendezvousKey()))
-		found, err := h.FindSwarm(ctx)
+		log.Info("looking for the swarm by name on the public DHT", zap.Stringer("key", h.Discovery().PublicRendezvousKey()))
+		found, err := h.Discovery().FindSwarm(ctx)
 		if err != nil {
 			h.Close()
 			return nil, fmt.Errorf("%w: %w (to found the swarm instead, start with --found)", ErrConfig, err)
@@ -177,7 +176,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 
 	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, self: h.ID()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, acts: h,
+	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, acts: h.Streams(),
 		wire: &wirePicker{mode: cfg.wire, bandwidth: func(p peer.ID) float64 {
 			if row, ok := h.Peers().Get(p); ok {
 				return row.Bandwidth
@@ -198,7 +197,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	}
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget, tok: m.tok,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Libp2p().Peerstore().PrivKey(h.ID())),
+		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Key()),
 		fault: cfg.fault, batchDone: batchDone, signFrames: !cfg.unsignedFrames, wireLossy: cfg.wire == WireF16 || cfg.wire == WireQ8,
 		badFrame: func(p peer.ID) { n.counters.badFrame(p) }, tolerant: m.engineName() != engine.EngineGo && m.engineName() != engine.EngineSim,
 		engine: m.engineName()}, n.svc.out)
@@ -216,17 +215,17 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		},
 		// Long enough for the hops' heartbeats to carry what this entry
 		// routed through them; past it a record lasts while they do.
-		routed: newRoutedPrefixes(routedHeartbeats * h.HeartbeatInterval())}
+		routed: newRoutedPrefixes(routedHeartbeats * h.Beats().HeartbeatInterval())}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wire: cfg.wire,
 		signedFrames: !cfg.unsignedFrames && !cfg.wire.lossy(),
 		maxFrame:     swarm.DefaultMaxActFrame, queueMax: cfg.entryQueueMax, queueTimeout: cfg.entryQueueTimeout,
-		verifyRate: cfg.verifyRate, fair: newFairConfig(!cfg.noFair, h.HeartbeatInterval(), cfg.fairStall),
+		verifyRate: cfg.verifyRate, fair: newFairConfig(!cfg.noFair, h.Beats().HeartbeatInterval(), cfg.fairStall),
 		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, routed: n.paths.noteRouted, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
 			holders: n.holders, isReproducible: n.reproducible, report: n.reportFault, swarmRate: n.swarmVerifyRate,
-			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.HeartbeatInterval()) },
+			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.Beats().HeartbeatInterval()) },
 			profileName: func(p string) string {
 				if pr, err := profiles.Profile(p); err == nil {
 					return pr.Name()
@@ -238,7 +237,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.ann.changed = n.entry.capacityChanged
 	n.ann.queue = func() (int, time.Duration) { return n.entry.adm.queued(cfg.clock.Now()) }
 	n.ann.tokens = n.counters.tokens.Load
-	h.SetSnapshotSource(func() swarm.SnapshotInfo {
+	h.Beats().SetSnapshotSource(func() swarm.SnapshotInfo {
 		info := swarm.SnapshotInfo{ModelName: m.info.Name, Fingerprint: m.info.Fingerprint, Layers: m.info.Layers}
 		if cm := n.ann.committed(); cm.Layers > 0 {
 			info.Map, _ = cm.MarshalBinary() // nil on error: the observer falls back on heartbeats
@@ -277,7 +276,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		go func() { defer n.wg.Done(); n.upload.run(n.ctx) }()
 	}
 
-	h.HandleControl(func(ctx context.Context, from peer.ID, req []byte) ([]byte, error) {
+	h.Streams().HandleControl(func(ctx context.Context, from peer.ID, req []byte) ([]byte, error) {
 		if consensus.IsControlRequest(req) {
 			if c := n.cons.Load(); c != nil {
 				return c.HandleControl(ctx, from, req)
@@ -292,20 +291,23 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
-	h.HandleActivations(n.svc.onFrame)
-	h.Libp2p().SetStreamHandler(proto.Steal, n.entry.serveSteal)
+	h.Streams().HandleActivations(n.svc.onFrame)
+	if err := h.Streams().Handle(proto.Steal, n.entry.serveSteal); err != nil {
+		n.Close()
+		return n, err
+	}
 	if cfg.steal {
-		open := func(ctx context.Context, p peer.ID) (network.Stream, error) {
-			return h.Libp2p().NewStream(ctx, p, proto.Steal)
+		open := func(ctx context.Context, p peer.ID) (*swarm.Stream, error) {
+			return h.Streams().Open(ctx, p, proto.Steal)
 		}
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.entry.stealLoop(h.Peers(), open, DefaultStealAfter) }()
 	}
-	h.OnMapNotice(n.ann.onMapNotice)
+	h.Beats().OnMapNotice(n.ann.onMapNotice)
 	n.ann.publish()
 
 	if cfg.static != nil {
-		h.AdvertisePublic() // a static map has no join to wait for
+		h.Discovery().AdvertisePublic() // a static map has no join to wait for
 		if r, ok := cfg.static.Range(n.self.String()); ok {
 			if err := n.warm.Load(ctx, cfg.static.Epoch, r); err != nil {
 				n.Close()
@@ -314,7 +316,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}
 	} else {
 		copts := []consensus.Option{
-			consensus.WithHost(h.Libp2p()),
+			consensus.WithHost(consNet{h}),
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
 			consensus.WithFetchRates(&n.rates),
@@ -323,8 +325,8 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			}), cfg.trustChecks),
 			consensus.WithCapabilities(consensus.Capabilities{Hardware: hw, Region: cfg.region, MaxLayers: cfg.maxLayers}),
 			consensus.WithStageLoader(n.warm),
-			consensus.WithPublisher(h, consensus.DefaultRepublish),
-			consensus.WithControl(h),
+			consensus.WithPublisher(h.Beats(), consensus.DefaultRepublish),
+			consensus.WithControl(h.Streams()),
 			consensus.WithLiveness(consensus.LivenessFunc(liveness{h}.deadSince), consensus.DefaultDeadGrace),
 		}
 		if cfg.dataDir != "" {
@@ -351,7 +353,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			return n, err
 		}
 		n.cons.Store(c)
-		if h.PublicDiscovery() {
+		if h.Discovery().PublicDiscovery() {
 			n.wg.Add(1)
 			go func() { defer n.wg.Done(); advertiseWhenMember(n.ctx, c, h, n.log) }()
 		}
@@ -384,7 +386,7 @@ func advertiseWhenMember(ctx context.Context, c *consensus.Consensus, h *swarm.H
 		}
 	}
 	log.Info("member of the public swarm: providing its rendezvous")
-	h.AdvertisePublic()
+	h.Discovery().AdvertisePublic()
 }
 
 // nodeHardware is what the node declares: the simulated device, a
@@ -449,11 +451,12 @@ func shortID(id peer.ID) string {
 // ID is the node's peer ID.
 func (n *Node) ID() peer.ID { return n.self }
 
-// Host is the node's swarm host.
-func (n *Node) Host() *swarm.Host { return n.host }
+// AddrInfo is the node's ID and addresses: what another node dials or
+// bootstraps from.
+func (n *Node) AddrInfo() peer.AddrInfo { return n.host.AddrInfo() }
 
-// Consensus is the node's consensus member (nil on a static map).
-func (n *Node) Consensus() *consensus.Consensus { return n.cons.Load() }
+// Connect dials a peer.
+func (n *Node) Connect(ctx context.Context, ai peer.AddrInfo) error { return n.host.Connect(ctx, ai) }
 
 // Model describes the model the node serves.
 func (n *Node) Model() ModelInfo { return n.model.info }
@@ -524,7 +527,7 @@ func (n *Node) Close() error {
 		if c := n.cons.Load(); c != nil {
 			errs = append(errs, c.Close())
 		}
-		n.host.HandleActivations(nil)
+		n.host.Streams().HandleActivations(nil)
 		n.entry.stop()
 		n.cancel()
 		n.closeChunks()

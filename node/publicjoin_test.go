@@ -62,7 +62,7 @@ func TestJoinPublicSwarmByName(t *testing.T) {
 		t.Fatalf("the node without the file serves having fetched nothing: %+v", p)
 	}
 	for _, n := range []*Node{a, b, f} {
-		if !n.Consensus().State().IsMember(n.ID().String()) {
+		if !n.cons.Load().State().IsMember(n.ID().String()) {
 			t.Fatalf("%s serves but is no member", n.ID())
 		}
 	}

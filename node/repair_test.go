@@ -16,7 +16,7 @@ func TestWaitForRepair(t *testing.T) {
 	c := newTestCluster(t, WithMaxLayers(4))
 	a, b := c.add(), c.add()
 	c.waitServing(20*time.Second, a.ID(), b.ID())
-	if !a.Consensus().IsLeader() {
+	if !a.cons.Load().IsLeader() {
 		t.Fatal("the founder does not lead") // b is then a non-voter: its death leaves a quorum
 	}
 	const prompt, maxTokens = "It was a dark and stormy night", 64

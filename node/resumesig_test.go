@@ -29,7 +29,7 @@ func TestResumedFrameMismatchIsPrefixMiss(t *testing.T) {
 	c.waitServing(20*time.Second, ids...)
 	r := newRogue(t)
 	ctx := t.Context()
-	if err := r.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+	if err := r.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 	self := r.h.ID()
@@ -52,7 +52,7 @@ func TestResumedFrameMismatchIsPrefixMiss(t *testing.T) {
 	// Session 1 computes the whole prompt cold and closes: b caches its
 	// first block, with the input chain over cached's first k rows.
 	sid := newSessionID()
-	fs := newFrameSigner(r.h.Libp2p(), open.Model, 0)
+	fs := newFrameSigner(r.h, open.Model, 0)
 	r.send(t, b.ID(), mustEncode(t, fs.sign(t, &Step{Session: sid, Entry: self, Hops: hops, Tokens: prompt, Hidden: cached, Cols: dim, Open: open})))
 	r.token(t, sid, "the cold session's token")
 	r.send(t, b.ID(), mustEncode(t, &Close{Session: sid}))
@@ -64,7 +64,7 @@ func TestResumedFrameMismatchIsPrefixMiss(t *testing.T) {
 	// over first's rows (its chain covers them) and sends the rest.
 	resumed := func(first []float32) SessionID {
 		sid := newSessionID()
-		fs := newFrameSigner(r.h.Libp2p(), open.Model, 0)
+		fs := newFrameSigner(r.h, open.Model, 0)
 		fs.out.Write(rowBytes(first[:k*dim]))
 		r.send(t, b.ID(), mustEncode(t, fs.sign(t, &Step{Session: sid, Entry: self, Hops: hops, Tokens: prompt, Skip: k,
 			Hidden: first[k*dim:], Cols: dim, Open: open})))

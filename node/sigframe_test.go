@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/swarm"
 )
 
 // frameSigner signs the frames of one session as an honest hop of
@@ -30,8 +30,8 @@ type frameSigner struct {
 	out   hash.Hash
 }
 
-func newFrameSigner(h host.Host, model uint64, from int) *frameSigner {
-	return &frameSigner{key: h.Peerstore().PrivKey(h.ID()), id: h.ID(), model: model, from: from, out: sha256.New()}
+func newFrameSigner(h *swarm.Host, model uint64, from int) *frameSigner {
+	return &frameSigner{key: h.Key(), id: h.ID(), model: model, from: from, out: sha256.New()}
 }
 
 func rowBytes(v []float32) []byte {
@@ -85,7 +85,7 @@ func TestFrameSignatures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, x := range []*rogue{r, other} {
-		if err := x.h.Connect(ctx, b.Host().AddrInfo()); err != nil {
+		if err := x.h.Connect(ctx, b.host.AddrInfo()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -124,7 +124,7 @@ func TestFrameSignatures(t *testing.T) {
 	r.send(t, b.ID(), mustEncode(t, step(newSessionID(), 0, 1, 2)))
 	refused("unsigned", ErrUnsignedFrame)
 
-	fs := newFrameSigner(r.h.Libp2p(), open.Model, 0)
+	fs := newFrameSigner(r.h, open.Model, 0)
 	s := fs.sign(t, step(newSessionID(), 0, 1, 2))
 	s.Hidden[3] += 1 // signed, then changed on the way
 	r.send(t, b.ID(), mustEncode(t, s))
@@ -133,11 +133,11 @@ func TestFrameSignatures(t *testing.T) {
 	// The rogue presents a frame signed by a (the honest node): the
 	// stream says who sent it, and a's signature does not verify as
 	// the rogue's.
-	fa := newFrameSigner(r.h.Libp2p(), open.Model, 0)
+	fa := newFrameSigner(r.h, open.Model, 0)
 	s = step(newSessionID(), 0, 1, 2)
 	ra := fa.receipt(s)
 	ra.Signer = a.ID()
-	r.send(t, b.ID(), mustEncode(t, fa.signWith(t, a.Host().Libp2p().Peerstore().PrivKey(a.ID()), ra, s)))
+	r.send(t, b.ID(), mustEncode(t, fa.signWith(t, a.host.Key(), ra, s)))
 	refused("a's signature, sent by another", ErrFrameSignature)
 	if got := b.counters.badFramesFrom(self) - bad0; got != 3 {
 		t.Fatalf("%d refused frames counted against the sender, want 3", got)
@@ -146,7 +146,7 @@ func TestFrameSignatures(t *testing.T) {
 	// Signed over what it carries: computed, twice, and the receipt over
 	// both frames goes to the entry on its ask.
 	sid := newSessionID()
-	fs = newFrameSigner(r.h.Libp2p(), open.Model, 0)
+	fs = newFrameSigner(r.h, open.Model, 0)
 	r.send(t, b.ID(), mustEncode(t, fs.sign(t, step(sid, 0, 1, 2))))
 	r.token(t, sid, "the signed session's first token")
 	r.send(t, b.ID(), mustEncode(t, fs.sign(t, step(sid, 2, 3))))

@@ -60,7 +60,7 @@ type SwarmSnapshot struct {
 
 // Swarm returns the node's view of the swarm now.
 func (n *Node) Swarm() SwarmSnapshot {
-	s := SwarmSnapshot{Self: n.host.Status(), Held: n.ann.held(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.NAT(),
+	s := SwarmSnapshot{Self: n.host.Beats().Status(), Held: n.ann.held(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.Links().NAT(),
 		Scheduler: n.paths.profiles.Config(), RouteErr: n.Ready(),
 		Fetch: n.FetchProgress()}
 	for _, p := range n.host.Peers().Snapshot() {

@@ -151,11 +151,11 @@ func (a *announcer) publish() {
 			s.FetchDone, s.FetchTotal = min(done, total), total
 		}
 	}
-	if err := a.host.SetStatus(s); err != nil {
+	if err := a.host.Beats().SetStatus(s); err != nil {
 		a.log.Warn("status", zap.Error(err))
 	}
 	if a.vouches != nil {
-		a.host.SetVouches(a.vouches())
+		a.host.Beats().SetVouches(a.vouches())
 	}
 	if a.changed != nil {
 		a.changed()
@@ -235,10 +235,8 @@ func (l liveness) deadSince(id peer.ID) (time.Time, bool) {
 	if !ok || p.Liveness != swarm.Dead {
 		return time.Time{}, false
 	}
-	for _, c := range l.host.Libp2p().Network().ConnsToPeer(id) {
-		if c.Stat().Opened.After(p.Since) {
-			return time.Time{}, false
-		}
+	if l.host.Links().OpenedAfter(id, p.Since) {
+		return time.Time{}, false
 	}
 	return p.Since, true
 }

@@ -2,18 +2,13 @@ package node
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
-	"github.com/stratanet/strata/engine"
 	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/swarm"
 )
@@ -34,113 +29,13 @@ import (
 // request back at the head of the loaded entry's queue; after it, the
 // loaded entry replays from the tokens received, as for a failed path.
 
-// stealMaxFrame bounds a steal frame: a handover carries at most a
-// context's worth of token IDs in JSON.
-const stealMaxFrame = 4 << 20
-
-// Limits on a handover's fields beyond the frame bound.
-const (
-	stealMaxStops   = 16
-	stealMaxStopLen = 1024
-	stealMaxProfile = 256
-)
-
 // DefaultStealAfter is how long a peer's queue head must have waited
 // before an idle entry steals from it.
 const DefaultStealAfter = 50 * time.Millisecond
 
-// ErrBadSteal: a steal frame that is malformed or out of bounds.
-var ErrBadSteal = errors.New("bad steal frame")
-
-// Steal frame kinds.
-const (
-	stealAsk   = "ask"   // thief → victim: any work?
-	stealNone  = "none"  // victim → thief: nothing to hand over
-	stealHand  = "hand"  // victim → thief: the handover
-	stealToken = "tok"   // thief → victim: one generated token
-	stealDone  = "done"  // thief → victim: the generation ended normally
-	stealFail  = "error" // thief → victim: it could not run or finish it
-)
-
-// handover is the request a victim hands a thief.
-type handover struct {
-	Tokens    []int32               `json:"tokens"`
-	MaxTokens int                   `json:"max_tokens"`
-	Sampling  engine.SamplingParams `json:"sampling"`
-	Stop      []string              `json:"stop,omitempty"`
-	Profile   string                `json:"profile,omitempty"`
-}
-
-// stealMsg is one frame of the steal protocol.
-type stealMsg struct {
-	Kind  string    `json:"kind"`
-	Hand  *handover `json:"hand,omitempty"`
-	Token int32     `json:"token,omitempty"`
-	Err   string    `json:"err,omitempty"`
-	// MinWait (an ask's, in ns): hand over a head only if it waited at
-	// least this long. A thief with a queue of its own sends its head's
-	// wait, so that it never takes a younger request than its own.
-	MinWait time.Duration `json:"min_wait,omitempty"`
-}
-
-// decodeSteal parses and checks one frame.
-func decodeSteal(b []byte) (stealMsg, error) {
-	var m stealMsg
-	if err := json.Unmarshal(b, &m); err != nil {
-		return stealMsg{}, fmt.Errorf("%w: %w", ErrBadSteal, err)
-	}
-	if m.MinWait < 0 || (m.MinWait != 0 && m.Kind != stealAsk) {
-		return stealMsg{}, fmt.Errorf("%w: min wait %v on a %q frame", ErrBadSteal, m.MinWait, m.Kind)
-	}
-	switch m.Kind {
-	case stealAsk, stealNone, stealDone, stealFail:
-	case stealToken:
-		if m.Token < 0 {
-			return stealMsg{}, fmt.Errorf("%w: token %d", ErrBadSteal, m.Token)
-		}
-	case stealHand:
-		h := m.Hand
-		switch {
-		case h == nil:
-			return stealMsg{}, fmt.Errorf("%w: a handover without a request", ErrBadSteal)
-		case len(h.Tokens) == 0 || h.MaxTokens <= 0:
-			return stealMsg{}, fmt.Errorf("%w: %d tokens, max tokens %d", ErrBadSteal, len(h.Tokens), h.MaxTokens)
-		case len(h.Stop) > stealMaxStops || len(h.Profile) > stealMaxProfile:
-			return stealMsg{}, fmt.Errorf("%w: %d stop strings, profile of %d bytes", ErrBadSteal, len(h.Stop), len(h.Profile))
-		}
-		for _, s := range h.Stop {
-			if len(s) > stealMaxStopLen {
-				return stealMsg{}, fmt.Errorf("%w: a stop string of %d bytes", ErrBadSteal, len(s))
-			}
-		}
-		if slices.ContainsFunc(h.Tokens, func(t int32) bool { return t < 0 }) {
-			return stealMsg{}, fmt.Errorf("%w: a negative token", ErrBadSteal)
-		}
-	default:
-		return stealMsg{}, fmt.Errorf("%w: kind %q", ErrBadSteal, m.Kind)
-	}
-	return m, nil
-}
-
-func writeSteal(w io.Writer, m stealMsg) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return swarm.WriteFrame(w, b, stealMaxFrame)
-}
-
-func readSteal(r io.Reader) (stealMsg, error) {
-	b, err := swarm.ReadFrame(r, stealMaxFrame)
-	if err != nil {
-		return stealMsg{}, err
-	}
-	return decodeSteal(b)
-}
-
 // stolen is a handed-over request as its victim's generation sees it.
 type stolen struct {
-	s    network.Stream
+	s    *swarm.Stream
 	from peer.ID
 }
 
@@ -160,8 +55,8 @@ func (a *admitter) takeHead(now time.Time, min time.Duration) *waiter {
 }
 
 // serveSteal is the victim's side: it answers one thief's ask.
-func (e *entry) serveSteal(s network.Stream) {
-	from := s.Conn().RemotePeer()
+func (e *entry) serveSteal(s *swarm.Stream) {
+	from := s.Peer()
 	_ = s.SetDeadline(e.cfg.clock.Now().Add(e.cfg.stepTimeout))
 	m, err := readSteal(s)
 	if err != nil || m.Kind != stealAsk {
@@ -262,7 +157,7 @@ func (g *generation) runStolen(ctx context.Context, st *stolen) (done bool, err 
 // steal is the thief's side of one handover: it asks p for work and, if
 // handed a request, admits and drives it, streaming the tokens back.
 // It reports whether it got one.
-func (e *entry) steal(ctx context.Context, open func(context.Context, peer.ID) (network.Stream, error), p peer.ID, minWait time.Duration) bool {
+func (e *entry) steal(ctx context.Context, open func(context.Context, peer.ID) (*swarm.Stream, error), p peer.ID, minWait time.Duration) bool {
 	actx, cancel := context.WithTimeout(ctx, e.cfg.stepTimeout)
 	s, err := open(actx, p)
 	cancel()
@@ -367,7 +262,7 @@ const stealProbe = 64
 // fair admission and a queue of its own (held back), it steals only a
 // head older than its own by the slack, so that stealing and holding
 // agree on who goes first.
-func (e *entry) stealLoop(peers *swarm.PeerTable, open func(context.Context, peer.ID) (network.Stream, error), after time.Duration) {
+func (e *entry) stealLoop(peers *swarm.PeerTable, open func(context.Context, peer.ID) (*swarm.Stream, error), after time.Duration) {
 	asked := map[peer.ID]*swarm.Heartbeat{}
 	for {
 		changed := peers.Changed()

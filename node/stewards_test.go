@@ -146,7 +146,7 @@ func BenchmarkSybilSwarm(b *testing.B) {
 	// what is measured.
 	var boot []peer.AddrInfo
 	for _, n := range nodes {
-		boot = append(boot, n.Host().AddrInfo())
+		boot = append(boot, n.host.AddrInfo())
 	}
 	for range sybils {
 		dir := b.TempDir()

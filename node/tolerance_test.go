@@ -166,7 +166,7 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 		t.Fatalf("an honest perturbed swarm had mismatches: %+v", total)
 	}
 	for _, n := range nodes {
-		if st := n.Consensus().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
+		if st := n.cons.Load().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
 			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
 		}
 	}
@@ -209,7 +209,7 @@ func TestToleranceCatchesLiar(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
-	banned := func() (time.Time, bool) { return honest[0].Consensus().State().Banned(lid, time.Now()) }
+	banned := func() (time.Time, bool) { return honest[0].cons.Load().State().Banned(lid, time.Now()) }
 	start := time.Now()
 	gens, flagged := 0, 0
 	for i := 0; ; i++ {
@@ -313,7 +313,7 @@ func TestToleranceHonestMidPath(t *testing.T) {
 		t.Fatalf("an honest perturbed swarm had mismatches: %+v", total)
 	}
 	for _, n := range nodes {
-		if st := n.Consensus().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
+		if st := n.cons.Load().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
 			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
 		}
 	}
@@ -359,7 +359,7 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
-	banned := func() (time.Time, bool) { return honest[0].Consensus().State().Banned(lid, time.Now()) }
+	banned := func() (time.Time, bool) { return honest[0].cons.Load().State().Banned(lid, time.Now()) }
 	start := time.Now()
 	gens, flagged := 0, 0
 	for i := 0; ; i++ {

@@ -59,7 +59,7 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 	evicted := func() bool {
-		_, banned := honest[0].Consensus().State().Banned(fid, time.Now())
+		_, banned := honest[0].cons.Load().State().Banned(fid, time.Now())
 		return banned
 	}
 	start := time.Now()
@@ -90,7 +90,7 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	// The leader repairs the map without it; from then on every token is right.
 	servesRightWithout(ctx, t, honest, fid, prompts, want, maxTokens, 8)
 	for _, n := range honest {
-		st := n.Consensus().State()
+		st := n.cons.Load().State()
 		if st.IsMember(fid) {
 			t.Fatalf("the faulty node is a member again")
 		}

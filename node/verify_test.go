@@ -199,7 +199,7 @@ func testVerifyHonest(t *testing.T) {
 		}
 	}
 	for _, n := range nodes {
-		if st := n.Consensus().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
+		if st := n.cons.Load().State(); len(st.Bans()) != 0 || st.Len() != len(nodes) {
 			t.Fatalf("honest node evicted: %d members, bans %v", st.Len(), st.Bans())
 		}
 	}

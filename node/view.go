@@ -168,7 +168,7 @@ func (f *pathFinder) view(m layers.LayerMap, now time.Time) *routing.View {
 		}
 		v.Set(ns)
 	}
-	for _, p := range f.host.RTTMatrix().Pairs {
+	for _, p := range f.host.Links().RTTMatrix().Pairs {
 		v.SetRTT(p.A.String(), p.B.String(), p.RTT.Seconds())
 	}
 	return v

@@ -82,7 +82,7 @@ func benchLibp2p(b *testing.B, size int, pingpong bool, opts []Option) float64 {
 		b.Fatal(err)
 	}
 	got := make(chan struct{}, 1024)
-	recv.HandleActivations(func(_ peer.ID, frame []byte) error {
+	recv.streams.HandleActivations(func(_ peer.ID, frame []byte) error {
 		if len(frame) != size {
 			return errors.New("short frame")
 		}
@@ -92,7 +92,7 @@ func benchLibp2p(b *testing.B, size int, pingpong bool, opts []Option) float64 {
 	payload := make([]byte, size)
 	// Warm up: open the stream and grow the windows.
 	for range 8 {
-		if err := send.SendActivation(ctx, recv.ID(), payload); err != nil {
+		if err := send.streams.SendActivation(ctx, recv.ID(), payload); err != nil {
 			b.Fatal(err)
 		}
 		<-got
@@ -101,7 +101,7 @@ func benchLibp2p(b *testing.B, size int, pingpong bool, opts []Option) float64 {
 	b.ResetTimer()
 	if pingpong {
 		for range b.N {
-			if err := send.SendActivation(ctx, recv.ID(), payload); err != nil {
+			if err := send.streams.SendActivation(ctx, recv.ID(), payload); err != nil {
 				b.Fatal(err)
 			}
 			<-got
@@ -115,7 +115,7 @@ func benchLibp2p(b *testing.B, size int, pingpong bool, opts []Option) float64 {
 			close(done)
 		}()
 		for range b.N {
-			if err := send.SendActivation(ctx, recv.ID(), payload); err != nil {
+			if err := send.streams.SendActivation(ctx, recv.ID(), payload); err != nil {
 				b.Fatal(err)
 			}
 		}

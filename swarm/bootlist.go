@@ -46,4 +46,7 @@ func resolveBootstrapLists(ctx context.Context, r *madns.Resolver, lists []ma.Mu
 
 // Bootstrap are the host's bootstrap peers: those given, and those its
 // bootstrap lists named.
-func (s *Host) Bootstrap() []peer.AddrInfo { return append([]peer.AddrInfo(nil), s.cfg.bootstrap...) }
+func (dc *Discovery) Bootstrap() []peer.AddrInfo {
+	s := dc.h
+	return append([]peer.AddrInfo(nil), s.cfg.bootstrap...)
+}

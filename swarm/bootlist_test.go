@@ -103,11 +103,11 @@ func TestBootstrapList(t *testing.T) {
 	}
 	j := newTestHost(t, WithDNSResolver(r), WithBootstrap("/dnsaddr/boot.swarm.test"))
 	got := map[peer.ID]bool{}
-	for _, ai := range j.Bootstrap() {
+	for _, ai := range j.disco.Bootstrap() {
 		got[ai.ID] = true
 	}
 	if len(got) != 2 || !got[a.ID()] || !got[b.ID()] {
-		t.Fatalf("bootstrap peers %v, want %s and %s", j.Bootstrap(), a.ID(), b.ID())
+		t.Fatalf("bootstrap peers %v, want %s and %s", j.disco.Bootstrap(), a.ID(), b.ID())
 	}
 	waitFor(t, 10*time.Second, "heartbeats of both listed peers", func() bool {
 		l := livePeers(j)

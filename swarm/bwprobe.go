@@ -49,7 +49,8 @@ const maxBandwidth = 100e9
 
 // serveBW answers a probe. It reads the announced size, at most
 // ProbeBytes, and the figure; anything else resets the stream.
-func (s *Host) serveBW(st network.Stream) {
+func (ln *Links) serveBW(st network.Stream) {
+	s := ln.h
 	defer st.Close()
 	_ = st.SetDeadline(time.Now().Add(30 * time.Second))
 	from := st.Conn().RemotePeer()
@@ -101,7 +102,8 @@ func (s *Host) serveBW(st network.Stream) {
 // that round trip (the first byte's way there and the answer's way back),
 // is the transfer's. The result is folded into p's row (Peer.Bandwidth),
 // told to p, and returned.
-func (s *Host) ProbeBandwidth(ctx context.Context, p peer.ID) (float64, error) {
+func (ln *Links) ProbeBandwidth(ctx context.Context, p peer.ID) (float64, error) {
+	s := ln.h
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	st, err := s.h.NewStream(network.WithAllowLimitedConn(ctx, "bandwidth probe"), p, ProtocolBW)
@@ -195,7 +197,7 @@ func (b *bwProber) run(ctx context.Context) {
 		}
 		b.mu.Unlock()
 		for _, id := range due {
-			if bw, err := b.h.ProbeBandwidth(ctx, id); err != nil {
+			if bw, err := b.h.links.ProbeBandwidth(ctx, id); err != nil {
 				b.h.log.Debug("bandwidth probe", zap.Stringer("peer", id), zap.Error(err))
 			} else {
 				b.h.log.Debug("bandwidth probe", zap.Stringer("peer", id), zap.Float64("mb_per_s", bw/1e6))

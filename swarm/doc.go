@@ -29,11 +29,16 @@
 //     expiry, and a peer that comes back reuses its row.
 //   - RTT (rtt.go): libp2p ping to a rotating sample of peers, smoothed by
 //     an EWMA, gossiped in heartbeats and merged into an RTTMatrix.
-//   - Streams (frame.go, streams.go): one versioned protocol ID per
-//     purpose, length-prefixed frames whose maximum size is checked before
-//     any allocation, one persistent activation stream per neighbour
-//     (reopened on failure), and a request/response helper with deadlines
-//     for control RPCs.
+//   - Streams (frame.go, streams.go, protocols.go): one versioned protocol
+//     ID per purpose, length-prefixed frames (internal/codec) whose
+//     maximum size is checked before any allocation, one persistent
+//     activation stream per neighbour (reopened on failure), a
+//     request/response helper with deadlines for control RPCs, and
+//     Handle/Open for the protocols that live elsewhere (steal, chunks,
+//     Raft): they get a framed *Stream, never the libp2p host.
+//   - The Host's parts (parts.go): Streams, Links (connections and
+//     reachability), Beats (status, heartbeats, monitor) and Discovery,
+//     in the manner of go-libp2p's core/host and core/network.
 //   - NAT traversal (nat.go): AutoNAT, circuit relay v2 (public hosts
 //     relay unless told not to; an unreachable host reserves slots and
 //     advertises /p2p-circuit addresses), DCUtR hole punching. Links that

@@ -1,15 +1,20 @@
 package swarm
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/stratanet/strata/internal/codec"
+)
 
 // Sentinel errors. Every error that a caller may want to branch on wraps
 // one of these, so errors.Is works through any amount of context.
 var (
 	// ErrFrameTooLarge: a frame's declared length is above the maximum.
-	// Nothing of the payload was allocated or read.
-	ErrFrameTooLarge = errors.New("swarm: frame too large")
+	// Nothing of the payload was allocated or read. (The framing's own
+	// sentinel, internal/codec's.)
+	ErrFrameTooLarge = codec.ErrFrameTooLarge
 	// ErrShortFrame: the stream ended inside a frame.
-	ErrShortFrame = errors.New("swarm: truncated frame")
+	ErrShortFrame = codec.ErrShortFrame
 
 	// ErrHeartbeatSchema: a heartbeat does not decode under the schema
 	// (wrong version, bad field, trailing bytes).

@@ -9,9 +9,13 @@ import (
 	"testing"
 )
 
+// oneWrite is the payload size up to which the framing sends header and
+// payload in one write (internal/codec).
+const oneWrite = 32 << 10
+
 func TestFrameRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	payloads := [][]byte{{}, []byte("a"), bytes.Repeat([]byte{7}, smallFrame), bytes.Repeat([]byte{9}, smallFrame+1), bytes.Repeat([]byte{1}, 1<<20)}
+	payloads := [][]byte{{}, []byte("a"), bytes.Repeat([]byte{7}, oneWrite), bytes.Repeat([]byte{9}, oneWrite+1), bytes.Repeat([]byte{1}, 1<<20)}
 	for _, p := range payloads {
 		if err := WriteFrame(&buf, p, 0); err != nil {
 			t.Fatal(err)

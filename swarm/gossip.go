@@ -194,8 +194,8 @@ func (g *gossip) publishHeartbeats(ctx context.Context) {
 }
 
 func (g *gossip) heartbeat() *Heartbeat {
-	hb := &Heartbeat{NodeID: g.h.h.ID(), Status: g.h.Status(), Timestamp: g.h.cfg.clock.Now()}
-	if g.h.relayedOnly() {
+	hb := &Heartbeat{NodeID: g.h.h.ID(), Status: g.h.beat.Status(), Timestamp: g.h.cfg.clock.Now()}
+	if g.h.links.relayedOnly() {
 		hb.Flags |= FlagRelayed
 	}
 	// Rotate through the measured peers so that, with more than
@@ -211,7 +211,7 @@ func (g *gossip) heartbeat() *Heartbeat {
 		samples = append(samples[g.rotation:], samples[:g.rotation]...)[:MaxRTTSamples]
 	}
 	hb.RTTs = samples
-	hb.Vouches = g.h.nextVouches()
+	hb.Vouches = g.h.beat.nextVouches()
 	return hb
 }
 
@@ -224,7 +224,7 @@ func (g *gossip) publishHeartbeat(ctx context.Context) error {
 	if err := g.hb.Publish(ctx, data); err != nil {
 		return err
 	}
-	g.h.keepHeartbeat(hb)
+	g.h.beat.keepHeartbeat(hb)
 	return nil
 }
 
@@ -232,7 +232,8 @@ func (g *gossip) publishHeartbeat(ctx context.Context) error {
 // swarm does not look inside). Like any first message on a fresh topic
 // mesh it may reach nobody right after start, so publishers repeat
 // notices until the map is acknowledged by other means.
-func (h *Host) PublishMapNotice(ctx context.Context, data []byte) error {
+func (bt *Beats) PublishMapNotice(ctx context.Context, data []byte) error {
+	h := bt.h
 	if len(data) > h.cfg.maxMapNotice {
 		return fmt.Errorf("map notice of %d bytes (max %d): %w", len(data), h.cfg.maxMapNotice, ErrFrameTooLarge)
 	}
@@ -243,7 +244,8 @@ func (h *Host) PublishMapNotice(ctx context.Context, data []byte) error {
 }
 
 // OnMapNotice sets the receiver of other nodes' map notices.
-func (h *Host) OnMapNotice(fn MapHandler) {
+func (bt *Beats) OnMapNotice(fn MapHandler) {
+	h := bt.h
 	if fn == nil {
 		h.gossip.onMap.Store(nil)
 		return

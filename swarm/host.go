@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
@@ -17,6 +16,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/p2p/muxer/yamux"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
@@ -45,22 +45,11 @@ type Host struct {
 	nat    *natState
 	// relayMeter paces and counts relayed bytes; nil unless relaying.
 	relayMeter *relayMeter
-	acts       *actPool
 
-	statusMu sync.Mutex
-	status   Status
-	vouches  []Vouch // SetVouches; under statusMu
-	vouchAt  int     // the next heartbeat's first vouch
-
-	actHandler atomic.Pointer[ActHandler]
-	ctlHandler atomic.Pointer[CtlHandler]
-
-	// The monitor protocol (monitor.go): what the node adds to its
-	// snapshots, its own latest heartbeats, and the requests in service.
-	snapSource atomic.Pointer[func() SnapshotInfo]
-	beatsMu    sync.Mutex
-	beats      []*Heartbeat
-	monitorSem chan struct{}
+	streams *Streams
+	links   *Links
+	beat    *Beats
+	disco   *Discovery
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -110,12 +99,13 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	}
 
 	hctx, cancel := context.WithCancel(context.Background())
-	s := &Host{cfg: cfg, log: log, ctx: hctx, cancel: cancel, monitorSem: make(chan struct{}, maxMonitorServing)}
+	s := &Host{cfg: cfg, log: log, ctx: hctx, cancel: cancel}
 	// Before libp2p.New: identify may call addrsFactory, which reads it,
 	// while New is still returning.
 	s.relays = newRelayKeeper(s)
 	s.nat = newNATState(&cfg, log)
-	s.acts = &actPool{h: s, streams: map[peer.ID]*actStream{}}
+	s.streams, s.links, s.beat, s.disco = &Streams{h: s}, &Links{s}, &Beats{h: s, monitorSem: make(chan struct{}, maxMonitorServing)}, &Discovery{s}
+	s.streams.acts = &actPool{st: s.streams, streams: map[peer.ID]*actStream{}}
 
 	lopts := []libp2p.Option{
 		libp2p.Identity(sk),
@@ -175,10 +165,10 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 	if s.gossip, err = newGossip(hctx, s); err != nil {
 		return fail(err)
 	}
-	h.SetStreamHandler(ProtocolAct, s.serveAct)
-	h.SetStreamHandler(ProtocolCtl, s.serveCtl)
-	h.SetStreamHandler(ProtocolBW, s.serveBW)
-	h.SetStreamHandler(ProtocolMonitor, s.serveMonitor)
+	h.SetStreamHandler(ProtocolAct, s.streams.serveAct)
+	h.SetStreamHandler(ProtocolCtl, s.streams.serveCtl)
+	h.SetStreamHandler(ProtocolBW, s.links.serveBW)
+	h.SetStreamHandler(ProtocolMonitor, s.beat.serveMonitor)
 
 	if cfg.discovery {
 		if s.disc, err = newDiscoverer(s); err != nil {
@@ -194,7 +184,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		log.Info("private swarm: swarm key set, TCP only (go-libp2p runs no QUIC with a pre-shared key); " +
 			"behind NAT, hole punching then has TCP alone, which fewer NATs let through than QUIC")
 	}
-	s.connectBootstrap(ctx)
+	s.disco.connectBootstrap(ctx)
 
 	s.goLoop(s.gossip.readHeartbeats)
 	s.goLoop(s.gossip.readMaps)
@@ -204,7 +194,7 @@ func New(ctx context.Context, opts ...Option) (*Host, error) {
 		pinged: map[peer.ID]time.Time{}}).run)
 	s.goLoop(s.relays.run)
 	s.goLoop((&bwProber{h: s, last: map[peer.ID]time.Time{}}).run)
-	s.goLoop(s.keepBootstrap)
+	s.goLoop(s.disco.keepBootstrap)
 	if s.disc != nil {
 		s.goLoop(s.disc.advertise)
 		s.goLoop(s.disc.find)
@@ -362,7 +352,7 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 			case event.EvtPeerConnectednessChanged:
 				s.refreshConn(e.Peer)
 				if e.Connectedness == network.NotConnected {
-					s.acts.drop(e.Peer, true)
+					s.streams.acts.drop(e.Peer, true)
 				}
 			case event.EvtPeerIdentificationCompleted:
 				s.refreshConn(e.Peer) // it may turn out no Strata peer
@@ -371,7 +361,7 @@ func (s *Host) watchEvents(ctx context.Context, sub event.Subscription) {
 					s.relays.private.Store(e.Reachability == network.ReachabilityPrivate)
 				}
 				s.nat.setReachability(e.Reachability)
-				s.logNAT()
+				s.links.logNAT()
 			}
 		}
 	}
@@ -402,7 +392,7 @@ func (s *Host) refreshConn(id peer.ID) {
 		}
 	}
 	s.table.setConn(id, len(conns) > 0, relayed)
-	s.refreshLink(id, conns)
+	s.links.refreshLink(id, conns)
 }
 
 // sweep applies the liveness deadlines and refreshes connection facts
@@ -436,7 +426,8 @@ func (s *Host) sweep(ctx context.Context) {
 	}
 }
 
-func (s *Host) connectBootstrap(ctx context.Context) {
+func (dc *Discovery) connectBootstrap(ctx context.Context) {
+	s := dc.h
 	var wg sync.WaitGroup
 	for _, ai := range s.cfg.bootstrap {
 		if ai.ID == s.h.ID() {
@@ -455,7 +446,8 @@ func (s *Host) connectBootstrap(ctx context.Context) {
 
 // keepBootstrap redials bootstrap peers we lost, while we know fewer
 // than two live peers, with a backoff per peer.
-func (s *Host) keepBootstrap(ctx context.Context) {
+func (dc *Discovery) keepBootstrap(ctx context.Context) {
+	s := dc.h
 	if len(s.cfg.bootstrap) == 0 {
 		return
 	}
@@ -496,7 +488,7 @@ func (s *Host) keepBootstrap(ctx context.Context) {
 func (s *Host) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
-		s.acts.closeAll()
+		s.streams.acts.closeAll()
 		var errs []error
 		if s.disc != nil {
 			errs = append(errs, s.disc.close())
@@ -516,16 +508,55 @@ func (s *Host) Close() error {
 // ID is the host's peer ID.
 func (s *Host) ID() peer.ID { return s.h.ID() }
 
-// Libp2p exposes the underlying host, for protocols that live elsewhere
-// (the Raft transport).
-func (s *Host) Libp2p() host.Host { return s.h }
+// Key is the host's identity key, for signing what the node answers for
+// (receipts).
+func (s *Host) Key() crypto.PrivKey { return s.h.Peerstore().PrivKey(s.h.ID()) }
+
+// AddAddrs remembers p's addresses for good (the consensus members'
+// advertised addresses).
+func (dc *Discovery) AddAddrs(p peer.ID, addrs []ma.Multiaddr) {
+	s := dc.h
+	s.h.Peerstore().AddAddrs(p, addrs, peerstore.PermanentAddrTTL)
+}
+
+// Connected reports whether a connection to p is open.
+func (ln *Links) Connected(p peer.ID) bool {
+	s := ln.h
+	return s.h.Network().Connectedness(p) == network.Connected
+}
+
+// OpenStreams is the number of streams open with p, in both directions
+// and on every connection.
+func (ln *Links) OpenStreams(p peer.ID) int {
+	s := ln.h
+	n := 0
+	for _, c := range s.h.Network().ConnsToPeer(p) {
+		n += len(c.GetStreams())
+	}
+	return n
+}
+
+// OpenedAfter reports whether a connection to p that opened after t is
+// still open: a peer taken for dead that reconnected since.
+func (ln *Links) OpenedAfter(p peer.ID, t time.Time) bool {
+	s := ln.h
+	for _, c := range s.h.Network().ConnsToPeer(p) {
+		if c.Stat().Opened.After(t) {
+			return true
+		}
+	}
+	return false
+}
 
 // Peers is the peer table.
 func (s *Host) Peers() *PeerTable { return s.table }
 
 // HeartbeatInterval is the heartbeat period: load-table rows older than
 // a few of it are stale.
-func (s *Host) HeartbeatInterval() time.Duration { return s.cfg.hbInterval }
+func (bt *Beats) HeartbeatInterval() time.Duration {
+	s := bt.h
+	return s.cfg.hbInterval
+}
 
 // Addrs returns the host's full multiaddrs, each ending in /p2p/<id>.
 func (s *Host) Addrs() []ma.Multiaddr {
@@ -557,26 +588,28 @@ func (s *Host) Connect(ctx context.Context, ai peer.AddrInfo) error {
 // SetStatus sets what the next heartbeats announce. The values are
 // checked against the schema now, so a bad one fails here and not in the
 // heartbeat loop.
-func (s *Host) SetStatus(st Status) error {
+func (bt *Beats) SetStatus(st Status) error {
+	s := bt.h
 	probe := Heartbeat{NodeID: s.h.ID(), Status: st, Timestamp: s.cfg.clock.Now()}
 	if _, err := probe.MarshalBinary(); err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
-	s.statusMu.Lock()
-	s.status = st
-	s.statusMu.Unlock()
+	bt.statusMu.Lock()
+	bt.status = st
+	bt.statusMu.Unlock()
 	return nil
 }
 
 // Status is what the heartbeats announce.
-func (s *Host) Status() Status {
-	s.statusMu.Lock()
-	defer s.statusMu.Unlock()
-	return s.status
+func (bt *Beats) Status() Status {
+	bt.statusMu.Lock()
+	defer bt.statusMu.Unlock()
+	return bt.status
 }
 
 // relayedOnly reports whether every address we advertise is a relay's.
-func (s *Host) relayedOnly() bool {
+func (ln *Links) relayedOnly() bool {
+	s := ln.h
 	addrs := s.h.Addrs()
 	if len(addrs) == 0 {
 		return s.cfg.noListen
@@ -591,16 +624,28 @@ func (s *Host) relayedOnly() bool {
 
 // Protect keeps the connection manager from trimming connections to p
 // while tag is set (TagNeighbour, TagVoter).
-func (s *Host) Protect(p peer.ID, tag string) { s.h.ConnManager().Protect(p, tag) }
+func (ln *Links) Protect(p peer.ID, tag string) {
+	s := ln.h
+	s.h.ConnManager().Protect(p, tag)
+}
 
 // Unprotect removes tag from p.
-func (s *Host) Unprotect(p peer.ID, tag string) bool { return s.h.ConnManager().Unprotect(p, tag) }
+func (ln *Links) Unprotect(p peer.ID, tag string) bool {
+	s := ln.h
+	return s.h.ConnManager().Unprotect(p, tag)
+}
 
 // RTTMatrix returns the measured round trips for routing.
-func (s *Host) RTTMatrix() RTTMatrix { return rttMatrix(s.h.ID(), s.table.Snapshot()) }
+func (ln *Links) RTTMatrix() RTTMatrix {
+	s := ln.h
+	return rttMatrix(s.h.ID(), s.table.Snapshot())
+}
 
 // Rejections returns the rejection counts of peer p.
-func (s *Host) Rejections(p peer.ID) Rejections { return s.table.Rejections(p) }
+func (ln *Links) Rejections(p peer.ID) Rejections {
+	s := ln.h
+	return s.table.Rejections(p)
+}
 
 func addrStrings(addrs []ma.Multiaddr) []string {
 	out := make([]string, len(addrs))

@@ -81,7 +81,7 @@ func livePeers(h *Host) map[peer.ID]bool {
 func connectedTo(h *Host, others []*Host) int {
 	n := 0
 	for _, o := range others {
-		if o != h && len(h.Libp2p().Network().ConnsToPeer(o.ID())) > 0 {
+		if o != h && len(h.h.Network().ConnsToPeer(o.ID())) > 0 {
 			n++
 		}
 	}
@@ -128,7 +128,7 @@ func TestSwarmOfTen(t *testing.T) {
 
 	// Status travels in heartbeats.
 	st := Status{RangeStart: 0, RangeEnd: 8, Epoch: 3, State: StateServing, QueueDepth: 2, FreeKV: 1000, Region: "lab"}
-	if err := hosts[3].SetStatus(st); err != nil {
+	if err := hosts[3].beat.SetStatus(st); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "status seen by host 7", func() bool {
@@ -136,7 +136,7 @@ func TestSwarmOfTen(t *testing.T) {
 		return ok && p.Heartbeat != nil && p.Heartbeat.Status == st
 	})
 	waitFor(t, 10*time.Second, "RTT matrix with links beyond host 0's own", func() bool {
-		m := hosts[0].RTTMatrix()
+		m := hosts[0].links.RTTMatrix()
 		for _, pr := range m.Pairs {
 			if pr.A != hosts[0].ID() && pr.B != hosts[0].ID() {
 				return true
@@ -168,7 +168,7 @@ func TestSwarmOfTen(t *testing.T) {
 			if _, ok := h.Peers().Get(vid); ok {
 				return false
 			}
-			if _, ok := h.RTTMatrix().Lookup(h.ID(), vid); ok {
+			if _, ok := h.links.RTTMatrix().Lookup(h.ID(), vid); ok {
 				return false
 			}
 		}
@@ -277,7 +277,7 @@ func TestPreferTCP(t *testing.T) {
 	if err := b.Connect(ctx, a.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range b.Libp2p().Network().ConnsToPeer(a.ID()) {
+	for _, c := range b.h.Network().ConnsToPeer(a.ID()) {
 		if isQUIC(c.RemoteMultiaddr()) {
 			t.Fatalf("connection on %s, want TCP", c.RemoteMultiaddr())
 		}
@@ -297,7 +297,7 @@ func TestPreferQUICBehindNAT(t *testing.T) {
 	if err := b.Connect(ctx, a.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	conns := b.Libp2p().Network().ConnsToPeer(a.ID())
+	conns := b.h.Network().ConnsToPeer(a.ID())
 	if len(conns) == 0 || !isQUIC(conns[0].RemoteMultiaddr()) {
 		t.Fatalf("host behind NAT connected on %v, want QUIC", conns)
 	}
@@ -311,7 +311,7 @@ func TestPreferQUICBehindNAT(t *testing.T) {
 	if err := pb.Connect(ctx, pa.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range pb.Libp2p().Network().ConnsToPeer(pa.ID()) {
+	for _, c := range pb.h.Network().ConnsToPeer(pa.ID()) {
 		if isQUIC(c.RemoteMultiaddr()) {
 			t.Fatalf("QUIC connection %s under a swarm key", c.RemoteMultiaddr())
 		}
@@ -339,11 +339,11 @@ func TestRelayedHost(t *testing.T) {
 	c := newTestHost(t, fast, WithNoListen(), WithDiscovery(false), bootstrapOf(relay))
 
 	got := make(chan string, 4)
-	c.HandleActivations(func(from peer.ID, frame []byte) error {
+	c.streams.HandleActivations(func(from peer.ID, frame []byte) error {
 		got <- string(frame)
 		return nil
 	})
-	c.HandleControl(func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
+	c.streams.HandleControl(func(_ context.Context, from peer.ID, req []byte) ([]byte, error) {
 		return append([]byte("re:"), req...), nil
 	})
 
@@ -376,7 +376,7 @@ func TestRelayedHost(t *testing.T) {
 	if !p.Relayed || p.Direct || p.Link != LinkRelayed {
 		t.Fatalf("relayed host: relayed %v direct %v link %q", p.Relayed, p.Direct, p.Link)
 	}
-	if err := a.SendActivation(ctx, c.ID(), []byte("hidden states")); err != nil {
+	if err := a.streams.SendActivation(ctx, c.ID(), []byte("hidden states")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -387,7 +387,7 @@ func TestRelayedHost(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("activation not delivered through the relay")
 	}
-	resp, err := a.Call(ctx, c.ID(), []byte("ping"))
+	resp, err := a.streams.Call(ctx, c.ID(), []byte("ping"))
 	if err != nil || string(resp) != "re:ping" {
 		t.Fatalf("control call through the relay: %q, %v", resp, err)
 	}
@@ -401,10 +401,10 @@ func TestControlCalls(t *testing.T) {
 	if err := b.Connect(ctx, a.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Call(ctx, a.ID(), []byte("x")); !errors.Is(err, ErrRemote) {
+	if _, err := b.streams.Call(ctx, a.ID(), []byte("x")); !errors.Is(err, ErrRemote) {
 		t.Fatalf("call without a handler: %v", err)
 	}
-	a.HandleControl(func(ctx context.Context, from peer.ID, req []byte) ([]byte, error) {
+	a.streams.HandleControl(func(ctx context.Context, from peer.ID, req []byte) ([]byte, error) {
 		switch string(req) {
 		case "fail":
 			return nil, errors.New("no such map")
@@ -416,27 +416,27 @@ func TestControlCalls(t *testing.T) {
 		}
 		return []byte(from.String() + ":" + string(req)), nil
 	})
-	resp, err := b.Call(ctx, a.ID(), []byte("map"))
+	resp, err := b.streams.Call(ctx, a.ID(), []byte("map"))
 	if err != nil || string(resp) != b.ID().String()+":map" {
 		t.Fatalf("call: %q, %v", resp, err)
 	}
 	var re *RemoteError
-	if _, err := b.Call(ctx, a.ID(), []byte("fail")); !errors.As(err, &re) || re.Msg != "no such map" {
+	if _, err := b.streams.Call(ctx, a.ID(), []byte("fail")); !errors.As(err, &re) || re.Msg != "no such map" {
 		t.Fatalf("remote error: %v", err)
 	}
-	if _, err := b.Call(ctx, a.ID(), []byte("panic")); !errors.Is(err, ErrRemote) {
+	if _, err := b.streams.Call(ctx, a.ID(), []byte("panic")); !errors.Is(err, ErrRemote) {
 		t.Fatalf("panicking handler: %v", err)
 	}
 	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer scancel()
 	t0 := time.Now()
-	if _, err := b.Call(sctx, a.ID(), []byte("slow")); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := b.streams.Call(sctx, a.ID(), []byte("slow")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("slow call: %v", err)
 	}
 	if d := time.Since(t0); d > 2*time.Second {
 		t.Fatalf("deadline of 200ms took %v", d)
 	}
-	if _, err := b.Call(ctx, a.ID(), make([]byte, DefaultMaxCtlFrame+1)); !errors.Is(err, ErrFrameTooLarge) {
+	if _, err := b.streams.Call(ctx, a.ID(), make([]byte, DefaultMaxCtlFrame+1)); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("oversized request: %v", err)
 	}
 }
@@ -451,7 +451,7 @@ func TestActivationStream(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []string
-	a.HandleActivations(func(from peer.ID, frame []byte) error {
+	a.streams.HandleActivations(func(from peer.ID, frame []byte) error {
 		mu.Lock()
 		got = append(got, string(frame))
 		mu.Unlock()
@@ -459,7 +459,7 @@ func TestActivationStream(t *testing.T) {
 	})
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(got) }
 	for i := range 50 {
-		if err := b.SendActivation(ctx, a.ID(), fmt.Appendf(nil, "f%d", i)); err != nil {
+		if err := b.streams.SendActivation(ctx, a.ID(), fmt.Appendf(nil, "f%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -471,17 +471,17 @@ func TestActivationStream(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	if n := len(a.Libp2p().Network().ConnsToPeer(b.ID())[0].GetStreams()); n > 8 {
+	if n := len(a.h.Network().ConnsToPeer(b.ID())[0].GetStreams()); n > 8 {
 		t.Fatalf("%d streams for one neighbour: not persistent", n)
 	}
 
 	// The link breaks; the next send reopens the stream.
-	a.Libp2p().Network().ClosePeer(b.ID())
+	a.h.Network().ClosePeer(b.ID())
 	waitFor(t, 5*time.Second, "disconnect seen", func() bool {
-		return len(b.Libp2p().Network().ConnsToPeer(a.ID())) == 0
+		return len(b.h.Network().ConnsToPeer(a.ID())) == 0
 	})
-	b.Libp2p().Peerstore().AddAddrs(a.ID(), a.Libp2p().Addrs(), time.Minute)
-	if err := b.SendActivation(ctx, a.ID(), []byte("after")); err != nil {
+	b.h.Peerstore().AddAddrs(a.ID(), a.h.Addrs(), time.Minute)
+	if err := b.streams.SendActivation(ctx, a.ID(), []byte("after")); err != nil {
 		t.Fatalf("send after the link broke: %v", err)
 	}
 	waitFor(t, 5*time.Second, "frame after reopen", func() bool { return count() == 51 })

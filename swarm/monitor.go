@@ -391,29 +391,30 @@ func decodeMonitorRequest(data []byte) (nonce [SnapshotNonceLen]byte, target pee
 
 // SetSnapshotSource sets what the node adds to the snapshots it gives
 // observers; nil: the model and map are left empty.
-func (s *Host) SetSnapshotSource(fn func() SnapshotInfo) {
+func (bt *Beats) SetSnapshotSource(fn func() SnapshotInfo) {
 	if fn == nil {
-		s.snapSource.Store(nil)
+		bt.snapSource.Store(nil)
 		return
 	}
-	s.snapSource.Store(&fn)
+	bt.snapSource.Store(&fn)
 }
 
 // keepHeartbeat records a heartbeat this host published.
-func (s *Host) keepHeartbeat(hb *Heartbeat) {
-	s.beatsMu.Lock()
-	defer s.beatsMu.Unlock()
-	if len(s.beats) >= hbHistory {
-		s.beats = append(s.beats[:0], s.beats[1:]...)
+func (bt *Beats) keepHeartbeat(hb *Heartbeat) {
+	bt.beatsMu.Lock()
+	defer bt.beatsMu.Unlock()
+	if len(bt.beats) >= hbHistory {
+		bt.beats = append(bt.beats[:0], bt.beats[1:]...)
 	}
-	s.beats = append(s.beats, hb)
+	bt.beats = append(bt.beats, hb)
 }
 
 // Snapshot is what this host tells an observer that sent nonce.
-func (s *Host) Snapshot(nonce [SnapshotNonceLen]byte) *Snapshot {
+func (bt *Beats) Snapshot(nonce [SnapshotNonceLen]byte) *Snapshot {
+	s := bt.h
 	snap := &Snapshot{Node: s.h.ID(), Nonce: nonce, Time: s.cfg.clock.Now(), Swarm: s.cfg.swarmName,
-		Reachability: s.NAT().Reachability}
-	if fn := s.snapSource.Load(); fn != nil {
+		Reachability: s.links.NAT().Reachability}
+	if fn := bt.snapSource.Load(); fn != nil {
 		snap.SnapshotInfo = (*fn)()
 		if len(snap.Map) > MaxSnapshotMap {
 			snap.Map = nil
@@ -426,14 +427,14 @@ func (s *Host) Snapshot(nonce [SnapshotNonceLen]byte) *Snapshot {
 		}
 		snap.ModelName, snap.Fingerprint = clip(snap.ModelName), clip(snap.Fingerprint)
 	}
-	s.beatsMu.Lock()
-	if n := len(s.beats); n > 0 {
+	bt.beatsMu.Lock()
+	if n := len(bt.beats); n > 0 {
 		if n > 1 {
-			snap.Heartbeats = append(snap.Heartbeats, s.beats[0])
+			snap.Heartbeats = append(snap.Heartbeats, bt.beats[0])
 		}
-		snap.Heartbeats = append(snap.Heartbeats, s.beats[n-1])
+		snap.Heartbeats = append(snap.Heartbeats, bt.beats[n-1])
 	}
-	s.beatsMu.Unlock()
+	bt.beatsMu.Unlock()
 	for _, p := range s.table.Snapshot() {
 		if len(snap.Peers) == MaxSnapshotPeers {
 			break
@@ -457,11 +458,12 @@ func (s *Host) Snapshot(nonce [SnapshotNonceLen]byte) *Snapshot {
 // serveMonitor answers one monitor request: this host's signed snapshot,
 // or, for a request about a peer it is connected to, that peer's answer
 // as it came.
-func (s *Host) serveMonitor(st network.Stream) {
+func (bt *Beats) serveMonitor(st network.Stream) {
+	s := bt.h
 	defer st.Close()
 	select {
-	case s.monitorSem <- struct{}{}:
-		defer func() { <-s.monitorSem }()
+	case bt.monitorSem <- struct{}{}:
+		defer func() { <-bt.monitorSem }()
 	default:
 		st.Reset()
 		return
@@ -479,7 +481,7 @@ func (s *Host) serveMonitor(st network.Stream) {
 		resp = monitorError(err)
 	case target == "" || target == s.h.ID():
 		sk := s.h.Peerstore().PrivKey(s.h.ID())
-		signed, err := SignSnapshot(s.Snapshot(nonce), sk)
+		signed, err := SignSnapshot(bt.Snapshot(nonce), sk)
 		if err != nil {
 			s.log.Warn("monitor snapshot", zap.Error(err))
 			resp = monitorError(err)

@@ -164,7 +164,7 @@ func TestMonitorProtocol(t *testing.T) {
 	fast := WithHeartbeatInterval(100 * time.Millisecond)
 	relay := newTestHost(t, fast, WithDiscovery(false), WithModel("fp"))
 	c := newTestHost(t, fast, WithNoListen(), WithDiscovery(false), bootstrapOf(relay))
-	relay.SetSnapshotSource(func() SnapshotInfo {
+	relay.beat.SetSnapshotSource(func() SnapshotInfo {
 		return SnapshotInfo{ModelName: "tiny", Fingerprint: "sha256:fp", Layers: 8, Map: []byte("map")}
 	})
 	waitFor(t, 15*time.Second, "relayed host alive at the relay", func() bool {
@@ -191,9 +191,9 @@ func TestMonitorProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "two heartbeats kept", func() bool {
-		relay.beatsMu.Lock()
-		defer relay.beatsMu.Unlock()
-		return len(relay.beats) >= 2
+		relay.beat.beatsMu.Lock()
+		defer relay.beat.beatsMu.Unlock()
+		return len(relay.beat.beats) >= 2
 	})
 	var nonce [SnapshotNonceLen]byte
 	rand.Read(nonce[:])

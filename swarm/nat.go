@@ -158,7 +158,7 @@ func (k *relayKeeper) relayAddrs(id peer.ID) []ma.Multiaddr {
 func (k *relayKeeper) run(ctx context.Context) {
 	every := 500 * time.Millisecond
 	for {
-		k.h.logNAT()
+		k.h.links.logNAT()
 		if k.private.Load() {
 			if k.tend(ctx) {
 				every = 5 * time.Second

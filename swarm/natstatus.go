@@ -161,7 +161,8 @@ func (st *natState) forget(p peer.ID) {
 }
 
 // Punches returns the latest hole punch outcome per peer.
-func (s *Host) Punches() map[peer.ID]Punch {
+func (ln *Links) Punches() map[peer.ID]Punch {
+	s := ln.h
 	s.nat.mu.Lock()
 	defer s.nat.mu.Unlock()
 	out := make(map[peer.ID]Punch, len(s.nat.punches))
@@ -197,7 +198,8 @@ func (t *PeerTable) setLink(id peer.ID, l Link) {
 }
 
 // refreshLink recomputes the link kind of id from its connections.
-func (s *Host) refreshLink(id peer.ID, conns []network.Conn) {
+func (ln *Links) refreshLink(id peer.ID, conns []network.Conn) {
+	s := ln.h
 	l := linkOf(conns, s.nat.punched(id))
 	if l != LinkDirect && l != LinkHolePunched {
 		s.nat.forget(id)
@@ -206,7 +208,8 @@ func (s *Host) refreshLink(id peer.ID, conns []network.Conn) {
 }
 
 // NAT returns the host's reachability diagnosis.
-func (s *Host) NAT() NATStatus {
+func (ln *Links) NAT() NATStatus {
+	s := ln.h
 	s.nat.mu.Lock()
 	reach := s.nat.reach
 	s.nat.mu.Unlock()
@@ -217,10 +220,10 @@ func (s *Host) NAT() NATStatus {
 		RelayService: s.cfg.relay && reach == network.ReachabilityPublic,
 		HolePunching: s.cfg.holePunch,
 		TCPOnly:      s.cfg.psk != nil,
-		Relaying:     s.RelayStats(),
+		Relaying:     ln.RelayStats(),
 	}
 	st.Unreachable = reach == network.ReachabilityPrivate && len(st.Relays) == 0
-	st.Advice = advice(st, s.listenPorts())
+	st.Advice = advice(st, ln.listenPorts())
 	return st
 }
 
@@ -261,7 +264,8 @@ func advice(st NATStatus, ports string) string {
 
 // listenPorts names the TCP and UDP ports the host listens on, for
 // advice on port forwarding.
-func (s *Host) listenPorts() string {
+func (ln *Links) listenPorts() string {
+	s := ln.h
 	var ports []string
 	for _, a := range s.h.Network().ListenAddresses() {
 		for _, p := range []int{ma.P_TCP, ma.P_UDP} {
@@ -284,8 +288,9 @@ func (s *Host) listenPorts() string {
 
 // logNAT logs the status when its summary changed since the last log:
 // at start and at every change.
-func (s *Host) logNAT() {
-	st := s.NAT()
+func (ln *Links) logNAT() {
+	s := ln.h
+	st := ln.NAT()
 	sum := st.Summary()
 	s.nat.mu.Lock()
 	changed := sum != s.nat.logged

@@ -22,16 +22,16 @@ func TestRelayServesOnlyMembers(t *testing.T) {
 	member := newTestHost(t, fast, WithNoListen(), WithDiscovery(false), bootstrapOf(relay))
 	stranger := newTestHost(t, fast, WithNoListen(), WithDiscovery(false), WithSwarmName("other"), WithRelayService(false))
 
-	if st := stranger.NAT(); !st.Unreachable || st.Reachability != "private" || !strings.Contains(st.Advice, "UNREACHABLE") {
+	if st := stranger.links.NAT(); !st.Unreachable || st.Reachability != "private" || !strings.Contains(st.Advice, "UNREACHABLE") {
 		t.Errorf("a host that listens nowhere and holds no relay slot: %+v", st)
 	}
 	waitFor(t, 15*time.Second, "member's relay reservation", func() bool {
-		return slices.Equal(member.NAT().Relays, []peer.ID{relay.ID()})
+		return slices.Equal(member.links.NAT().Relays, []peer.ID{relay.ID()})
 	})
-	if st := member.NAT(); st.Unreachable || st.Reachability != "private" || !st.Forced || !strings.Contains(st.Advice, "relay") {
+	if st := member.links.NAT(); st.Unreachable || st.Reachability != "private" || !st.Forced || !strings.Contains(st.Advice, "relay") {
 		t.Errorf("member with a relay slot: %+v", st)
 	}
-	if st := relay.NAT(); st.Reachability != "public" || !st.RelayService || st.Unreachable {
+	if st := relay.links.NAT(); st.Reachability != "public" || !st.RelayService || st.Unreachable {
 		t.Errorf("relay: %+v", st)
 	}
 
@@ -40,7 +40,7 @@ func TestRelayServesOnlyMembers(t *testing.T) {
 	if err := stranger.Connect(ctx, relay.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Reserve(ctx, stranger.Libp2p(), relay.AddrInfo()); err == nil {
+	if _, err := client.Reserve(ctx, stranger.h, relay.AddrInfo()); err == nil {
 		t.Fatal("the relay gave a slot to a host of another swarm")
 	} else {
 		t.Logf("stranger refused: %v", err)
@@ -51,8 +51,8 @@ func TestRelayServesOnlyMembers(t *testing.T) {
 		circuit.Addrs[i] = a.Encapsulate(mustAddr(t, "/p2p/"+relay.ID().String()+"/p2p-circuit"))
 	}
 	circuit.ID = member.ID()
-	stranger.Libp2p().Peerstore().AddAddrs(member.ID(), circuit.Addrs, time.Minute)
-	if err := stranger.Libp2p().Connect(ctx, peer.AddrInfo{ID: member.ID(), Addrs: circuit.Addrs}); err == nil {
+	stranger.h.Peerstore().AddAddrs(member.ID(), circuit.Addrs, time.Minute)
+	if err := stranger.h.Connect(ctx, peer.AddrInfo{ID: member.ID(), Addrs: circuit.Addrs}); err == nil {
 		t.Error("a host of another swarm reached a member through the relay")
 	}
 }

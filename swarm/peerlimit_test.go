@@ -50,7 +50,7 @@ func TestHeartbeatFlood(t *testing.T) {
 			publish()
 			sent++
 		}
-		return a.Rejections(r.h.ID()).Rate >= 100
+		return a.links.Rejections(r.h.ID()).Rate >= 100
 	})
 	p, _ := a.Peers().Get(r.h.ID())
 	elapsed := time.Since(start)
@@ -58,7 +58,7 @@ func TestHeartbeatFlood(t *testing.T) {
 	// full burst then, and the rate over the time since.
 	got := p.Heard - before.Heard
 	bound := float64(heartbeatBurst) + heartbeatRate/iv.Seconds()*elapsed.Seconds()
-	rj := a.Rejections(r.h.ID())
+	rj := a.links.Rejections(r.h.ID())
 	t.Logf("rogue: %d sent in %v, %d accepted (bound %.1f), %d ignored over the rate", sent, elapsed, got, bound, rj.Rate)
 	if float64(got) > bound {
 		t.Fatalf("rogue's heartbeats accepted: %d, bound %.1f", got, bound)
@@ -68,15 +68,15 @@ func TestHeartbeatFlood(t *testing.T) {
 		q, ok := a.Peers().Get(b.ID())
 		return ok && q.Liveness == Alive && q.Heard > heardB.Heard
 	})
-	if n := a.Rejections(b.ID()).Total(); n != 0 {
-		t.Fatalf("honest peer has %d rejections: %+v", n, a.Rejections(b.ID()))
+	if n := a.links.Rejections(b.ID()).Total(); n != 0 {
+		t.Fatalf("honest peer has %d rejections: %+v", n, a.links.Rejections(b.ID()))
 	}
 }
 
 // inbound counts the streams of protocol p that from holds open at h.
 func inbound(h *Host, from peer.ID, p protocol.ID) int {
 	n := 0
-	for _, c := range h.Libp2p().Network().ConnsToPeer(from) {
+	for _, c := range h.h.Network().ConnsToPeer(from) {
 		for _, s := range c.GetStreams() {
 			if s.Protocol() == p && s.Stat().Direction == network.DirInbound {
 				n++
@@ -98,10 +98,10 @@ func TestPeerStreamLimits(t *testing.T) {
 	if err := calm.Connect(ctx, a.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
-	a.HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return req, nil })
+	a.streams.HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return req, nil })
 	hold := make(chan struct{})
 	defer close(hold)
-	a.Libp2p().SetStreamHandler(proto.Chunk, func(s network.Stream) { <-hold; s.Reset() })
+	a.h.SetStreamHandler(proto.Chunk, func(s network.Stream) { <-hold; s.Reset() })
 
 	const ctlBound = 32 // newResourceManager's control limit per peer
 	chunkBound := PeerStreamLimits[0].Inbound
@@ -113,7 +113,7 @@ func TestPeerStreamLimits(t *testing.T) {
 	}()
 	open := func(p protocol.ID, n int) {
 		for range n {
-			s, err := flood.Libp2p().NewStream(ctx, a.ID(), p)
+			s, err := flood.h.NewStream(ctx, a.ID(), p)
 			if err != nil {
 				continue // refused: what the limit is for
 			}
@@ -137,7 +137,7 @@ func TestPeerStreamLimits(t *testing.T) {
 	if n := inbound(a, flood.ID(), proto.Chunk); n > chunkBound {
 		t.Fatalf("%d chunk streams open from one peer, bound %d", n, chunkBound)
 	}
-	err := a.Libp2p().Network().ResourceManager().ViewPeer(flood.ID(), func(s network.PeerScope) error {
+	err := a.h.Network().ResourceManager().ViewPeer(flood.ID(), func(s network.PeerScope) error {
 		st := s.Stat()
 		t.Logf("flooding peer at a: %d inbound streams, %d bytes reserved", st.NumStreamsInbound, st.Memory)
 		if st.NumStreamsInbound > ctlBound+chunkBound+8 || st.Memory > 4*DefaultMaxCtlFrame+PeerStreamLimits[0].Memory {
@@ -150,7 +150,7 @@ func TestPeerStreamLimits(t *testing.T) {
 	}
 	// The other peer's calls go through while the flood holds its streams.
 	for i := range 5 {
-		out, err := calm.Call(ctx, a.ID(), []byte{byte(i)})
+		out, err := calm.streams.Call(ctx, a.ID(), []byte{byte(i)})
 		if err != nil || len(out) != 1 || out[0] != byte(i) {
 			t.Fatalf("calm peer's call %d: %v %v", i, out, err)
 		}

@@ -266,11 +266,15 @@ func (d *publicDisc) connectedMembers() []peer.AddrInfo {
 
 // PublicDiscovery reports whether the host finds its swarm through the
 // public DHT (WithPublicDHT).
-func (s *Host) PublicDiscovery() bool { return s.pub != nil }
+func (dc *Discovery) PublicDiscovery() bool {
+	s := dc.h
+	return s.pub != nil
+}
 
 // PublicRendezvousKey is the key the host provides and looks up on the
 // public DHT (cid.Undef without WithPublicDHT).
-func (s *Host) PublicRendezvousKey() cid.Cid {
+func (dc *Discovery) PublicRendezvousKey() cid.Cid {
+	s := dc.h
 	if s.pub == nil {
 		return cid.Undef
 	}
@@ -281,7 +285,8 @@ func (s *Host) PublicRendezvousKey() cid.Cid {
 // swarm index on the public DHT, and keeps them fresh until Close. A node
 // calls it once it is a member, so that a joiner finds members rather
 // than other joiners. It does nothing without WithPublicDHT.
-func (s *Host) AdvertisePublic() {
+func (dc *Discovery) AdvertisePublic() {
+	s := dc.h
 	if s.pub != nil {
 		s.pub.startOnce.Do(func() { close(s.pub.start) })
 	}
@@ -291,7 +296,8 @@ func (s *Host) AdvertisePublic() {
 // least one member of its swarm it is connected to, and returns those
 // connected so far: the peers a joiner by name joins through, as
 // through --bootstrap. Without WithPublicDHT it fails with ErrConfig.
-func (s *Host) FindSwarm(ctx context.Context) ([]peer.AddrInfo, error) {
+func (dc *Discovery) FindSwarm(ctx context.Context) ([]peer.AddrInfo, error) {
+	s := dc.h
 	if s.pub == nil {
 		return nil, fmt.Errorf("%w: no public DHT to find the swarm on (WithPublicDHT)", ErrConfig)
 	}

@@ -47,17 +47,17 @@ func TestJoinByName(t *testing.T) {
 	otherModel := newTestHost(t, public("pub", "fp-model-bbbb")...)
 	silent := newTestHost(t, public("pub", "fp-model-aaaa")...)
 	for _, h := range []*Host{founder, otherName, otherModel} {
-		h.AdvertisePublic()
+		h.disco.AdvertisePublic()
 	}
-	if !founder.PublicDiscovery() || !founder.PublicRendezvousKey().Equals(PublicRendezvous("pub", "fp-model-aaaa")) {
-		t.Fatalf("founder's key %v", founder.PublicRendezvousKey())
+	if !founder.disco.PublicDiscovery() || !founder.disco.PublicRendezvousKey().Equals(PublicRendezvous("pub", "fp-model-aaaa")) {
+		t.Fatalf("founder's key %v", founder.disco.PublicRendezvousKey())
 	}
 
 	start := time.Now()
 	joiner := newTestHost(t, public("pub", "fp-model-aaaa")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	found, err := joiner.FindSwarm(ctx)
+	found, err := joiner.disco.FindSwarm(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestJoinByName(t *testing.T) {
 				if _, ok := h.Peers().Get(s.ID); ok {
 					return false
 				}
-				conns += len(h.Libp2p().Network().ConnsToPeer(s.ID))
+				conns += len(h.h.Network().ConnsToPeer(s.ID))
 			}
 			if conns == 0 {
 				return false
@@ -124,7 +124,7 @@ func TestPublicDHTRefused(t *testing.T) {
 		}
 	}
 	h := newTestHost(t)
-	if _, err := h.FindSwarm(context.Background()); !errors.Is(err, ErrConfig) {
+	if _, err := h.disco.FindSwarm(context.Background()); !errors.Is(err, ErrConfig) {
 		t.Errorf("FindSwarm without a public DHT: %v", err)
 	}
 }

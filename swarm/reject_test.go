@@ -55,7 +55,7 @@ func TestRejectsBadInput(t *testing.T) {
 	a := newTestHost(t, fast, WithDiscovery(false), WithMaxFrames(1<<20, DefaultMaxCtlFrame))
 	b := newTestHost(t, fast, WithDiscovery(false), bootstrapOf(a))
 	frames := make(chan []byte, 8)
-	a.HandleActivations(func(from peer.ID, frame []byte) error {
+	a.streams.HandleActivations(func(from peer.ID, frame []byte) error {
 		frames <- bytes.Clone(frame)
 		return nil
 	})
@@ -85,7 +85,7 @@ func TestRejectsBadInput(t *testing.T) {
 		publish(sd)
 		publish(huge)
 		publish([]byte{HeartbeatVersion, 0xff, 1, 2, 3})
-		rj := a.Rejections(r.h.ID())
+		rj := a.links.Rejections(r.h.ID())
 		return rj.Sender > 0 && rj.Clock > 0 && rj.Oversize > 0 && rj.Schema > 0
 	})
 	if p, ok := a.Peers().Get(r.h.ID()); ok && p.Liveness != Hint {
@@ -105,13 +105,13 @@ func TestRejectsBadInput(t *testing.T) {
 	if _, err := s.Write(hdr[:]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "oversized frame counted", func() bool { return a.Rejections(r.h.ID()).Frame == 1 })
+	waitFor(t, 5*time.Second, "oversized frame counted", func() bool { return a.links.Rejections(r.h.ID()).Frame == 1 })
 	s.Reset()
-	t.Logf("rejections of the rogue at a: %+v", a.Rejections(r.h.ID()))
+	t.Logf("rejections of the rogue at a: %+v", a.links.Rejections(r.h.ID()))
 
 	// The host keeps serving: b's heartbeats and activations still arrive,
 	// and the rogue can still open a fresh stream.
-	if err := b.SendActivation(ctx, a.ID(), []byte("ok")); err != nil {
+	if err := b.streams.SendActivation(ctx, a.ID(), []byte("ok")); err != nil {
 		t.Fatal(err)
 	}
 	if got := <-frames; string(got) != "ok" {
@@ -133,7 +133,7 @@ func TestRejectsBadInput(t *testing.T) {
 		p, ok := a.Peers().Get(b.ID())
 		return ok && p.Liveness == Alive && p.HeardAt.After(before.HeardAt)
 	})
-	if a.Rejections(b.ID()).Total() != 0 {
-		t.Fatalf("honest peer has rejections %+v", a.Rejections(b.ID()))
+	if a.links.Rejections(b.ID()).Total() != 0 {
+		t.Fatalf("honest peer has rejections %+v", a.links.Rejections(b.ID()))
 	}
 }

@@ -83,7 +83,8 @@ type RelayStats struct {
 
 // RelayStats returns the relay counters; all zero when the host does not
 // relay.
-func (s *Host) RelayStats() RelayStats {
+func (ln *Links) RelayStats() RelayStats {
+	s := ln.h
 	m := s.relayMeter
 	if m == nil {
 		return RelayStats{}

@@ -45,11 +45,11 @@ func TestRelayRateCap(t *testing.T) {
 	const capBps = 1 << 20
 	const frame, frames = 512 << 10, 6
 	relay, a, c := relayedPair(t, WithRelayRate(capBps))
-	if st := relay.RelayStats(); st.Rate != capBps {
+	if st := relay.links.RelayStats(); st.Rate != capBps {
 		t.Fatalf("relay stats %+v, want rate %d", st, capBps)
 	}
 	got := make(chan int, frames)
-	c.HandleActivations(func(_ peer.ID, f []byte) error {
+	c.streams.HandleActivations(func(_ peer.ID, f []byte) error {
 		got <- len(f)
 		return nil
 	})
@@ -57,18 +57,18 @@ func TestRelayRateCap(t *testing.T) {
 	defer cancel()
 	// One small frame first opens the stream through the relay, so that
 	// the timed part is the payload alone.
-	if err := a.SendActivation(ctx, c.ID(), []byte("open")); err != nil {
+	if err := a.streams.SendActivation(ctx, c.ID(), []byte("open")); err != nil {
 		t.Fatal(err)
 	}
 	if n := <-got; n != 4 {
 		t.Fatalf("first frame of %d bytes", n)
 	}
-	before := relay.RelayStats().Bytes
+	before := relay.links.RelayStats().Bytes
 	payload := make([]byte, frame)
 	start := time.Now()
 	go func() {
 		for range frames {
-			if err := a.SendActivation(ctx, c.ID(), payload); err != nil {
+			if err := a.streams.SendActivation(ctx, c.ID(), payload); err != nil {
 				t.Error(err)
 				return
 			}
@@ -86,7 +86,7 @@ func TestRelayRateCap(t *testing.T) {
 	}
 	took := time.Since(start)
 	total := frame * frames
-	relayed := relay.RelayStats().Bytes - before
+	relayed := relay.links.RelayStats().Bytes - before
 	if relayed < int64(total) {
 		t.Fatalf("relay carried %d bytes of the %d sent: the frames did not go through it", relayed, total)
 	}
@@ -110,15 +110,15 @@ func TestRelayRateOption(t *testing.T) {
 		}
 	}
 	h := newTestHost(t, WithDiscovery(false), WithRelayRate(0))
-	if st := h.RelayStats(); st.Rate != 0 {
+	if st := h.links.RelayStats(); st.Rate != 0 {
 		t.Errorf("uncapped relay reports rate %v", st.Rate)
 	}
 	d := newTestHost(t, WithDiscovery(false))
-	if st := d.RelayStats(); st.Rate != DefaultRelayRate {
+	if st := d.links.RelayStats(); st.Rate != DefaultRelayRate {
 		t.Errorf("default relay rate %v, want %d", st.Rate, DefaultRelayRate)
 	}
 	off := newTestHost(t, WithDiscovery(false), WithRelayService(false))
-	if st := off.RelayStats(); st != (RelayStats{}) {
+	if st := off.links.RelayStats(); st != (RelayStats{}) {
 		t.Errorf("a host that does not relay reports %+v", st)
 	}
 }
@@ -190,7 +190,7 @@ func benchOwnServing(b *testing.B, relayRate float64) {
 	if err := relay.Connect(ctx, x.AddrInfo()); err != nil {
 		b.Fatal(err)
 	}
-	c.HandleActivations(func(peer.ID, []byte) error { return nil })
+	c.streams.HandleActivations(func(peer.ID, []byte) error { return nil })
 	g := &loadGate{}
 	g.cond = sync.NewCond(&g.mu)
 	done := make(chan struct{})
@@ -205,7 +205,7 @@ func benchOwnServing(b *testing.B, relayRate float64) {
 		defer close(done)
 		frame := make([]byte, 1<<20)
 		for g.enter(ctx) {
-			err := a.SendActivation(ctx, c.ID(), frame)
+			err := a.streams.SendActivation(ctx, c.ID(), frame)
 			g.leave()
 			if err != nil && ctx.Err() == nil {
 				b.Error(err)
@@ -215,7 +215,7 @@ func benchOwnServing(b *testing.B, relayRate float64) {
 	}()
 
 	got := make(chan struct{}, 64)
-	x.HandleActivations(func(peer.ID, []byte) error { got <- struct{}{}; return nil })
+	x.streams.HandleActivations(func(peer.ID, []byte) error { got <- struct{}{}; return nil })
 	payload := make([]byte, frame4MB)
 	send := func(n int) time.Duration {
 		start := time.Now()
@@ -227,7 +227,7 @@ func benchOwnServing(b *testing.B, relayRate float64) {
 			close(recv)
 		}()
 		for range n {
-			if err := relay.SendActivation(ctx, x.ID(), payload); err != nil {
+			if err := relay.streams.SendActivation(ctx, x.ID(), payload); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -236,7 +236,7 @@ func benchOwnServing(b *testing.B, relayRate float64) {
 	}
 	send(4) // open the stream and grow the windows
 	g.set(true)
-	waitFor(b, 30*time.Second, "relayed load flowing", func() bool { return relay.RelayStats().Bytes > 4<<20 })
+	waitFor(b, 30*time.Second, "relayed load flowing", func() bool { return relay.links.RelayStats().Bytes > 4<<20 })
 
 	const round = 5
 	var alone, loaded time.Duration
@@ -249,12 +249,12 @@ func benchOwnServing(b *testing.B, relayRate float64) {
 		g.set(false)
 		alone += send(n)
 		g.set(true)
-		from := relay.RelayStats().Bytes
-		waitFor(b, 30*time.Second, "relayed load flowing", func() bool { return relay.RelayStats().Bytes > from+1<<20 })
-		from = relay.RelayStats().Bytes
+		from := relay.links.RelayStats().Bytes
+		waitFor(b, 30*time.Second, "relayed load flowing", func() bool { return relay.links.RelayStats().Bytes > from+1<<20 })
+		from = relay.links.RelayStats().Bytes
 		b.StartTimer()
 		loaded += send(n)
-		relayed += relay.RelayStats().Bytes - from
+		relayed += relay.links.RelayStats().Bytes - from
 	}
 	b.StopTimer()
 	b.ReportMetric(alone.Seconds()/loaded.Seconds(), "x-alone")
@@ -272,12 +272,12 @@ func TestRelayedLinkMeasured(t *testing.T) {
 	relay, a, c := relayedPair(t, WithRelayRate(capBps))
 	waitFor(t, 20*time.Second, "relayed link's bandwidth probed and round trip measured", func() bool {
 		p, ok := a.Peers().Get(c.ID())
-		_, inMatrix := a.RTTMatrix().Lookup(a.ID(), c.ID())
+		_, inMatrix := a.links.RTTMatrix().Lookup(a.ID(), c.ID())
 		return ok && p.Bandwidth > 0 && p.Link == LinkRelayed && inMatrix
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	bw, err := a.ProbeBandwidth(ctx, c.ID())
+	bw, err := a.links.ProbeBandwidth(ctx, c.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestRelayedLinkMeasured(t *testing.T) {
 	if bw > 1.1*ceiling || p.Bandwidth > 1.1*ceiling {
 		t.Fatalf("relayed link measured at %.0f B/s (smoothed %.0f), above the relay's cap allows (%.0f)", bw, p.Bandwidth, ceiling)
 	}
-	direct, err := a.ProbeBandwidth(ctx, relay.ID())
+	direct, err := a.links.ProbeBandwidth(ctx, relay.ID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestProbeRefusesOverlong(t *testing.T) {
 	a, b := connectPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := a.Libp2p().NewStream(ctx, b.ID(), ProtocolBW)
+	st, err := a.h.NewStream(ctx, b.ID(), ProtocolBW)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestProbeRefusesOverlong(t *testing.T) {
 		t.Fatal("a probe announcing more than ProbeBytes was accepted")
 	}
 	// One that sends more than it announced is not believed.
-	st, err = a.Libp2p().NewStream(ctx, b.ID(), ProtocolBW)
+	st, err = a.h.NewStream(ctx, b.ID(), ProtocolBW)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestProbeRefusesOverlong(t *testing.T) {
 		t.Fatalf("a figure followed by junk was believed: %v", p.Bandwidth)
 	}
 	// A good one is measured on both ends.
-	bw, err := a.ProbeBandwidth(ctx, b.ID())
+	bw, err := a.links.ProbeBandwidth(ctx, b.ID())
 	if err != nil || !(bw > 0) {
 		t.Fatalf("probe of a direct link: %v, %v", bw, err)
 	}

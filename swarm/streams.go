@@ -55,7 +55,7 @@ type actStream struct {
 
 // actPool keeps one outgoing activation stream per neighbour.
 type actPool struct {
-	h       *Host
+	st      *Streams
 	mu      sync.Mutex
 	streams map[peer.ID]*actStream
 	closed  bool
@@ -92,7 +92,7 @@ func (p *actPool) drop(id peer.ID, onlyDead bool) {
 	if onlyDead && a.s != nil && !a.s.Conn().IsClosed() {
 		return
 	}
-	p.h.resetAct(id, a)
+	p.st.resetAct(id, a)
 	a.gone = true
 	p.mu.Lock()
 	if p.streams[id] == a {
@@ -109,14 +109,15 @@ func (p *actPool) closeAll() {
 	p.mu.Unlock()
 	for id, a := range all {
 		a.mu.Lock()
-		p.h.resetAct(id, a)
+		p.st.resetAct(id, a)
 		a.gone = true
 		a.mu.Unlock()
 	}
 }
 
 // resetAct resets a's stream; a.mu must be held.
-func (h *Host) resetAct(id peer.ID, a *actStream) {
+func (st *Streams) resetAct(id peer.ID, a *actStream) {
+	h := st.h
 	if a.s != nil {
 		a.s.Reset()
 		a.s = nil
@@ -129,11 +130,12 @@ func (h *Host) resetAct(id peer.ID, a *actStream) {
 // reopened once; the frame is then sent whole on the new stream (a frame
 // cut off on the old one is discarded by the receiver). Frames to the same
 // peer go out in call order. The context bounds opening and writing.
-func (h *Host) SendActivation(ctx context.Context, to peer.ID, frame []byte) error {
+func (st *Streams) SendActivation(ctx context.Context, to peer.ID, frame []byte) error {
+	h := st.h
 	if len(frame) > h.cfg.maxActFrame {
 		return fmt.Errorf("activation to %s: %d bytes (max %d): %w", to, len(frame), h.cfg.maxActFrame, ErrFrameTooLarge)
 	}
-	a, err := h.lockAct(to)
+	a, err := st.lockAct(to)
 	if err != nil {
 		return err
 	}
@@ -160,15 +162,15 @@ func (h *Host) SendActivation(ctx context.Context, to peer.ID, frame []byte) err
 			return nil
 		}
 		h.log.Debug("activation stream failed, reopening", zap.Stringer("peer", to), zap.Error(last))
-		h.resetAct(to, a)
+		st.resetAct(to, a)
 	}
 	return fmt.Errorf("activation to %s: %w", to, last)
 }
 
 // lockAct returns the pool's live stream entry for to, locked.
-func (h *Host) lockAct(to peer.ID) (*actStream, error) {
+func (st *Streams) lockAct(to peer.ID) (*actStream, error) {
 	for {
-		a, err := h.acts.get(to)
+		a, err := st.acts.get(to)
 		if err != nil {
 			return nil, err
 		}
@@ -181,31 +183,34 @@ func (h *Host) lockAct(to peer.ID) (*actStream, error) {
 }
 
 // CloseActivation closes the activation stream to peer to, if open.
-func (h *Host) CloseActivation(to peer.ID) { h.acts.drop(to, false) }
+func (st *Streams) CloseActivation(to peer.ID) {
+	st.acts.drop(to, false)
+}
 
 // HandleActivations sets the receiver of activation frames (nil: refuse
 // the protocol's streams).
-func (h *Host) HandleActivations(fn ActHandler) {
+func (st *Streams) HandleActivations(fn ActHandler) {
 	if fn == nil {
-		h.actHandler.Store(nil)
+		st.actHandler.Store(nil)
 		return
 	}
-	h.actHandler.Store(&fn)
+	st.actHandler.Store(&fn)
 }
 
 // HandleControl sets the answerer of control calls (nil: answer every
 // call with an error).
-func (h *Host) HandleControl(fn CtlHandler) {
+func (st *Streams) HandleControl(fn CtlHandler) {
 	if fn == nil {
-		h.ctlHandler.Store(nil)
+		st.ctlHandler.Store(nil)
 		return
 	}
-	h.ctlHandler.Store(&fn)
+	st.ctlHandler.Store(&fn)
 }
 
-func (h *Host) serveAct(s network.Stream) {
+func (st *Streams) serveAct(s network.Stream) {
+	h := st.h
 	from := s.Conn().RemotePeer()
-	fn := h.actHandler.Load()
+	fn := st.actHandler.Load()
 	if fn == nil {
 		s.Reset()
 		return
@@ -225,11 +230,11 @@ func (h *Host) serveAct(s network.Stream) {
 			}
 			return
 		}
-		if fn = h.actHandler.Load(); fn == nil {
+		if fn = st.actHandler.Load(); fn == nil {
 			s.Reset()
 			return
 		}
-		if err := h.callAct(*fn, from, frame); err != nil {
+		if err := st.callAct(*fn, from, frame); err != nil {
 			h.log.Debug("activation handler failed", zap.Stringer("peer", from), zap.Error(err))
 			s.Reset()
 			return
@@ -239,7 +244,8 @@ func (h *Host) serveAct(s network.Stream) {
 
 // callAct runs the handler and turns a panic into an error: no peer input
 // may take the node down.
-func (h *Host) callAct(fn ActHandler, from peer.ID, frame []byte) (err error) {
+func (st *Streams) callAct(fn ActHandler, from peer.ID, frame []byte) (err error) {
+	h := st.h
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("activation handler panic: %v", r)
@@ -252,7 +258,8 @@ func (h *Host) callAct(fn ActHandler, from peer.ID, frame []byte) (err error) {
 // Call sends req to peer to on the control protocol and returns the
 // response. The context's deadline (DefaultCallTimeout if it has none)
 // bounds the whole call. A handler error comes back as a *RemoteError.
-func (h *Host) Call(ctx context.Context, to peer.ID, req []byte) ([]byte, error) {
+func (st *Streams) Call(ctx context.Context, to peer.ID, req []byte) ([]byte, error) {
+	h := st.h
 	if len(req) > h.cfg.maxCtlFrame {
 		return nil, fmt.Errorf("call %s: %d bytes (max %d): %w", to, len(req), h.cfg.maxCtlFrame, ErrFrameTooLarge)
 	}
@@ -308,7 +315,8 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-func (h *Host) serveCtl(s network.Stream) {
+func (st *Streams) serveCtl(s network.Stream) {
+	h := st.h
 	from := s.Conn().RemotePeer()
 	ctx, cancel := context.WithTimeout(h.ctx, DefaultCallTimeout)
 	defer cancel()
@@ -323,9 +331,9 @@ func (h *Host) serveCtl(s network.Stream) {
 		return
 	}
 	var resp []byte
-	if fn := h.ctlHandler.Load(); fn == nil {
+	if fn := st.ctlHandler.Load(); fn == nil {
 		resp = append([]byte{ctlErr}, ErrNoHandler.Error()...)
-	} else if out, err := h.callCtl(ctx, *fn, from, req); err != nil {
+	} else if out, err := st.callCtl(ctx, *fn, from, req); err != nil {
 		resp = append([]byte{ctlErr}, err.Error()...)
 	} else {
 		resp = append(append(make([]byte, 0, 1+len(out)), ctlOK), out...)
@@ -338,7 +346,8 @@ func (h *Host) serveCtl(s network.Stream) {
 	s.Close()
 }
 
-func (h *Host) callCtl(ctx context.Context, fn CtlHandler, from peer.ID, req []byte) (out []byte, err error) {
+func (st *Streams) callCtl(ctx context.Context, fn CtlHandler, from peer.ID, req []byte) (out []byte, err error) {
+	h := st.h
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("control handler panic: %v", r)

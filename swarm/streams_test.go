@@ -30,7 +30,7 @@ func connectPair(t *testing.T, opts ...Option) (a, b *Host) {
 // bounded.
 func TestActivationStreamLimit(t *testing.T) {
 	a, b := connectPair(t)
-	a.HandleActivations(func(peer.ID, []byte) error { return nil })
+	a.streams.HandleActivations(func(peer.ID, []byte) error { return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const want = 200
@@ -41,7 +41,7 @@ func TestActivationStreamLimit(t *testing.T) {
 		}
 	}()
 	for i := range want {
-		s, err := b.Libp2p().NewStream(ctx, a.ID(), ProtocolAct)
+		s, err := b.h.NewStream(ctx, a.ID(), ProtocolAct)
 		if err != nil {
 			t.Fatalf("activation stream %d: %v", i, err)
 		}
@@ -53,7 +53,7 @@ func TestActivationStreamLimit(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "all streams open at the receiver", func() bool {
 		n := 0
-		for _, c := range a.Libp2p().Network().ConnsToPeer(b.ID()) {
+		for _, c := range a.h.Network().ConnsToPeer(b.ID()) {
 			for _, s := range c.GetStreams() {
 				if s.Protocol() == ProtocolAct {
 					n++
@@ -67,7 +67,7 @@ func TestActivationStreamLimit(t *testing.T) {
 func TestMapNotices(t *testing.T) {
 	a, b := connectPair(t, WithHeartbeatInterval(100*time.Millisecond))
 	got := make(chan []byte, 16)
-	a.OnMapNotice(func(from peer.ID, data []byte) {
+	a.beat.OnMapNotice(func(from peer.ID, data []byte) {
 		if from == b.ID() {
 			got <- data
 		}
@@ -79,7 +79,7 @@ func TestMapNotices(t *testing.T) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for done := false; !done; {
-		if err := b.PublishMapNotice(ctx, notice); err != nil {
+		if err := b.beat.PublishMapNotice(ctx, notice); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -93,37 +93,37 @@ func TestMapNotices(t *testing.T) {
 			t.Fatal("map notice not delivered")
 		}
 	}
-	if err := b.PublishMapNotice(ctx, make([]byte, DefaultMaxMapNotice+1)); !errors.Is(err, ErrFrameTooLarge) {
+	if err := b.beat.PublishMapNotice(ctx, make([]byte, DefaultMaxMapNotice+1)); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("oversized notice: %v", err)
 	}
 }
 
 func TestProtect(t *testing.T) {
 	a, b := connectPair(t)
-	a.Protect(b.ID(), TagNeighbour)
-	a.Protect(b.ID(), TagVoter)
-	cm := a.Libp2p().ConnManager()
+	a.links.Protect(b.ID(), TagNeighbour)
+	a.links.Protect(b.ID(), TagVoter)
+	cm := a.h.ConnManager()
 	if !cm.IsProtected(b.ID(), TagNeighbour) || !cm.IsProtected(b.ID(), TagVoter) {
 		t.Fatal("not protected")
 	}
-	if !a.Unprotect(b.ID(), TagNeighbour) {
+	if !a.links.Unprotect(b.ID(), TagNeighbour) {
 		t.Fatal("still protected as voter, Unprotect should report true")
 	}
-	if a.Unprotect(b.ID(), TagVoter) {
+	if a.links.Unprotect(b.ID(), TagVoter) {
 		t.Fatal("no tag left, Unprotect should report false")
 	}
 	// An open activation stream protects its neighbour on its own.
-	a.HandleActivations(func(peer.ID, []byte) error { return nil })
+	a.streams.HandleActivations(func(peer.ID, []byte) error { return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := b.SendActivation(ctx, a.ID(), []byte("x")); err != nil {
+	if err := b.streams.SendActivation(ctx, a.ID(), []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if !b.Libp2p().ConnManager().IsProtected(a.ID(), "") {
+	if !b.h.ConnManager().IsProtected(a.ID(), "") {
 		t.Fatal("neighbour with an open activation stream not protected")
 	}
-	b.CloseActivation(a.ID())
-	if b.Libp2p().ConnManager().IsProtected(a.ID(), "") {
+	b.streams.CloseActivation(a.ID())
+	if b.h.ConnManager().IsProtected(a.ID(), "") {
 		t.Fatal("still protected after the stream closed")
 	}
 }

@@ -26,7 +26,8 @@ type Attestation struct {
 // SetVouches sets the counts the next heartbeats carry, in rotation when
 // there are more than MaxVouches. A vouch for oneself or of 0 checks is
 // left out, a repeated peer counts once (the largest).
-func (s *Host) SetVouches(vs []Vouch) {
+func (bt *Beats) SetVouches(vs []Vouch) {
+	s := bt.h
 	best := map[peer.ID]uint32{}
 	for _, v := range vs {
 		if v.Checks > 0 && v.Peer != "" && v.Peer != s.h.ID() && len(v.Peer) <= maxIDLen {
@@ -38,9 +39,9 @@ func (s *Host) SetVouches(vs []Vouch) {
 		out = append(out, Vouch{Peer: p, Checks: n})
 	}
 	slices.SortFunc(out, func(a, b Vouch) int { return cmpID(a.Peer, b.Peer) })
-	s.statusMu.Lock()
-	s.vouches = out
-	s.statusMu.Unlock()
+	bt.statusMu.Lock()
+	bt.vouches = out
+	bt.statusMu.Unlock()
 }
 
 func cmpID(a, b peer.ID) int {
@@ -54,19 +55,19 @@ func cmpID(a, b peer.ID) int {
 }
 
 // nextVouches is the next heartbeat's share of the vouches.
-func (s *Host) nextVouches() []Vouch {
-	s.statusMu.Lock()
-	defer s.statusMu.Unlock()
-	n := len(s.vouches)
+func (bt *Beats) nextVouches() []Vouch {
+	bt.statusMu.Lock()
+	defer bt.statusMu.Unlock()
+	n := len(bt.vouches)
 	if n <= MaxVouches {
-		return slices.Clone(s.vouches)
+		return slices.Clone(bt.vouches)
 	}
-	s.vouchAt %= n
+	bt.vouchAt %= n
 	out := make([]Vouch, 0, MaxVouches)
 	for i := range MaxVouches {
-		out = append(out, s.vouches[(s.vouchAt+i)%n])
+		out = append(out, bt.vouches[(bt.vouchAt+i)%n])
 	}
-	s.vouchAt += MaxVouches
+	bt.vouchAt += MaxVouches
 	return out
 }
 

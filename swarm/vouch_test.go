@@ -22,7 +22,7 @@ func TestVouchesGossiped(t *testing.T) {
 		want[p] = uint32(i + 1)
 		vs = append(vs, Vouch{Peer: p, Checks: uint32(i + 1)})
 	}
-	a.SetVouches(vs)
+	a.beat.SetVouches(vs)
 	got := func() map[peer.ID]uint32 {
 		out := map[peer.ID]uint32{}
 		for _, at := range b.Peers().Attestations() {

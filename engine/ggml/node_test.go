@@ -120,7 +120,7 @@ func mixedSwarm(t *testing.T, d ggml.Device) {
 		t.Fatal(err)
 	}
 	defer goNode.Close()
-	ggNode, err := node.New(ctx, opts(node.WithEngine(eng), node.WithBootstrap(goNode.Host().AddrInfo()))...)
+	ggNode, err := node.New(ctx, opts(node.WithEngine(eng), node.WithBootstrap(goNode.AddrInfo()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
 	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
@@ -81,10 +81,10 @@ func sameBits(a, b [][]float32) bool {
 // fetcher's host connects to it.
 func holder(t *testing.T, m *chunks.Manifest, path string, wrap func(*os.File) interface {
 	ReadAt([]byte, int64) (int, error)
-}) host.Host {
+}) *swarm.Host {
 	t.Helper()
 	h := chunkstest.NewHost(t)
-	s := chunks.NewServer(h)
+	s := chunks.NewServer(h.Streams())
 	t.Cleanup(func() { s.Close() })
 	if wrap == nil {
 		if err := s.ServeFile(m, path); err != nil {
@@ -136,7 +136,7 @@ func TestFetchSliceBitIdentical(t *testing.T) {
 		me := chunkstest.NewHost(t)
 		chunkstest.Connect(t, me, a)
 		chunkstest.Connect(t, me, b)
-		f := chunks.NewFetcher(me, m)
+		f := chunks.NewFetcher(me.Streams(), m)
 		dir := t.TempDir()
 		cuts := []int{0, 2, 5, 6}
 		var sliced, full []engine.Stage
@@ -208,7 +208,7 @@ func TestFetchSliceResume(t *testing.T) {
 	defer cancel()
 	need, _ := m.ChunksFor(1, 5)
 	total := m.Bytes(need)
-	f := chunks.NewFetcher(me, m, chunks.WithProgress(func(done, _ int64) {
+	f := chunks.NewFetcher(me.Streams(), m, chunks.WithProgress(func(done, _ int64) {
 		if done > total/3 {
 			cancel()
 		}
@@ -221,7 +221,7 @@ func TestFetchSliceResume(t *testing.T) {
 	if first.Bytes <= total/3 || first.Bytes >= total {
 		t.Fatalf("first run fetched %d of %d", first.Bytes, total)
 	}
-	second, err := FetchSlice(context.Background(), chunks.NewFetcher(me, m), 1, 5, []peer.ID{a.ID()}, out)
+	second, err := FetchSlice(context.Background(), chunks.NewFetcher(me.Streams(), m), 1, 5, []peer.ID{a.ID()}, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestFetchSlicePastLiar(t *testing.T) {
 	me := chunkstest.NewHost(t)
 	chunkstest.Connect(t, me, honest)
 	chunkstest.Connect(t, me, liar)
-	f := chunks.NewFetcher(me, m, chunks.WithOnDrop(func(p peer.ID, err error) {
+	f := chunks.NewFetcher(me.Streams(), m, chunks.WithOnDrop(func(p peer.ID, err error) {
 		if p == liar.ID() {
 			gate.Open()
 		}
@@ -286,7 +286,7 @@ func TestFetchOnlyLiar(t *testing.T) {
 	me := chunkstest.NewHost(t)
 	chunkstest.Connect(t, me, liar)
 	out := filepath.Join(t.TempDir(), "slice.gguf")
-	_, err := FetchSlice(context.Background(), chunks.NewFetcher(me, m), 0, 2, []peer.ID{liar.ID()}, out)
+	_, err := FetchSlice(context.Background(), chunks.NewFetcher(me.Streams(), m), 0, 2, []peer.ID{liar.ID()}, out)
 	if !errors.Is(err, chunks.ErrNoHolders) || !errors.Is(err, chunks.ErrBadChunk) {
 		t.Fatalf("fetch from a liar: %v", err)
 	}

@@ -59,7 +59,7 @@ func TestGoldenStories(t *testing.T) {
 	a := holder(t, m, stories, nil)
 	me := chunkstest.NewHost(t)
 	chunkstest.Connect(t, me, a)
-	f := chunks.NewFetcher(me, m)
+	f := chunks.NewFetcher(me.Streams(), m)
 	dir := t.TempDir()
 	var sums strings.Builder
 	for _, r := range [][2]int{{0, 2}, {2, 4}, {4, 5}, {0, 5}} {

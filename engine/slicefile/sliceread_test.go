@@ -26,7 +26,7 @@ func TestFetchFromSliceHolder(t *testing.T) {
 	chunkstest.Connect(t, b, a)
 	dir := t.TempDir()
 	bSlice := filepath.Join(dir, "b-0-3.gguf")
-	if _, err := FetchSlice(context.Background(), chunks.NewFetcher(b, m), 0, 3, []peer.ID{a.ID()}, bSlice); err != nil {
+	if _, err := FetchSlice(context.Background(), chunks.NewFetcher(b.Streams(), m), 0, 3, []peer.ID{a.ID()}, bSlice); err != nil {
 		t.Fatal(err)
 	}
 	sl, err := OpenSlice(m, bSlice)
@@ -49,7 +49,7 @@ func TestFetchFromSliceHolder(t *testing.T) {
 	if err := sl.ReadChunk(far[len(far)-1], buf[:n]); !errors.Is(err, chunks.ErrUnavailable) {
 		t.Fatalf("chunk outside the slice: %v", err)
 	}
-	srv := chunks.NewServer(b)
+	srv := chunks.NewServer(b.Streams())
 	t.Cleanup(func() { srv.Close() })
 	if err := srv.ServeSlice(sl); err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestFetchFromSliceHolder(t *testing.T) {
 
 	c := chunkstest.NewHost(t)
 	chunkstest.Connect(t, c, b)
-	f := chunks.NewFetcher(c, m)
+	f := chunks.NewFetcher(c.Streams(), m)
 	for _, r := range [][2]int{{0, 3}, {1, 2}} {
 		out := filepath.Join(dir, "c.gguf")
 		os.Remove(out)
@@ -96,7 +96,7 @@ func TestReuseSlices(t *testing.T) {
 	a := holder(t, m, path, nil)
 	me := chunkstest.NewHost(t)
 	chunkstest.Connect(t, me, a)
-	f := chunks.NewFetcher(me, m)
+	f := chunks.NewFetcher(me.Streams(), m)
 	dir := t.TempDir()
 	old := filepath.Join(dir, "0-3.gguf")
 	if _, err := FetchSlice(context.Background(), f, 0, 3, []peer.ID{a.ID()}, old); err != nil {

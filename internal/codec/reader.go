@@ -1,8 +1,10 @@
-// Package codec is the one binary-decoding helper of the swarm's, the
+// Package codec is the binary encoding helper of the swarm's, the
 // node's and consensus's wire formats: a Reader that takes fields in order
-// from a byte slice and keeps the first failure. It owns no format; each
-// decoder keeps its byte layout, its bounds and its sentinel error, and
-// checks every count against the bytes left before it allocates.
+// from a byte slice and keeps the first failure, and a Writer that mirrors
+// it field for field. It owns no format; each codec keeps its byte layout,
+// its bounds and its sentinel error, and a decoder checks every count
+// against the bytes left before it allocates. It sits below swarm and
+// consensus, which never import each other.
 package codec
 
 import (
@@ -172,4 +174,33 @@ func (r *Reader) PeerID(what string, maxLen int, mayBeEmpty bool) peer.ID {
 		return ""
 	}
 	return id
+}
+
+// Bytes16 reads a u16 length and that many bytes (aliasing the input),
+// of at most maxLen: Writer.Bytes16's mirror.
+func (r *Reader) Bytes16(what string, maxLen int) []byte {
+	n := int(r.U16(what + " length"))
+	if r.err == nil && n > maxLen {
+		r.Fail("%s of %d bytes (max %d)", what, n, maxLen)
+		return nil
+	}
+	return r.Take(n, what)
+}
+
+// Bytes8 reads a u8 length and that many bytes (aliasing the input), of
+// at most maxLen; a zero length fails unless mayBeEmpty: Writer.Bytes8's
+// mirror.
+func (r *Reader) Bytes8(what string, maxLen int, mayBeEmpty bool) []byte {
+	n := int(r.U8(what + " length"))
+	switch {
+	case r.err != nil:
+		return nil
+	case n == 0 && !mayBeEmpty:
+		r.Fail("empty %s", what)
+		return nil
+	case n > maxLen:
+		r.Fail("%s of %d bytes (max %d)", what, n, maxLen)
+		return nil
+	}
+	return r.Take(n, what)
 }

@@ -133,7 +133,7 @@ func newClusterEach(n int, each func(i int) []node.Option) (*cluster, error) {
 	for i := range n {
 		opts := nodeOptions(each(i)...)
 		if i > 0 {
-			opts = append(opts, node.WithBootstrap(c.nodes[0].Host().AddrInfo()))
+			opts = append(opts, node.WithBootstrap(c.nodes[0].AddrInfo()))
 		}
 		nd, err := node.New(ctx, opts...)
 		if err != nil {
@@ -141,7 +141,7 @@ func newClusterEach(n int, each func(i int) []node.Option) (*cluster, error) {
 			return nil, err
 		}
 		for _, p := range c.nodes {
-			if err := nd.Host().Connect(ctx, p.Host().AddrInfo()); err != nil {
+			if err := nd.Connect(ctx, p.AddrInfo()); err != nil {
 				c.close()
 				nd.Close()
 				return nil, err

@@ -450,7 +450,7 @@ func TestDashboardBrowser(t *testing.T) {
 	// 3. A node dies: the page shows it leave and the map change. The
 	// victim is neither the page's node nor, if it can help, the leader.
 	victim := 1
-	if l, ok := c.nodes[0].Consensus().Leader(); ok && l == c.nodes[1].ID() {
+	if c.nodes[0].Swarm().Leader == c.nodes[1].ID() {
 		victim = 2
 	}
 	vid := c.nodes[victim].ID().String()

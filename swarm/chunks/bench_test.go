@@ -58,13 +58,13 @@ func BenchmarkChunkTransfer(b *testing.B) {
 		all[i] = i
 	}
 	srv, me := chunkstest.NewHost(b), chunkstest.NewHost(b)
-	s := NewServer(srv)
+	s := NewServer(srv.Streams())
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		b.Fatal(err)
 	}
 	chunkstest.Connect(b, me, srv)
-	f := NewFetcher(me, m)
+	f := NewFetcher(me.Streams(), m)
 	viaChunks := func() {
 		res, err := f.Fetch(context.Background(), all, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
 		if err != nil || res.Bytes != m.FileSize {

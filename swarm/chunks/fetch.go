@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/stratanet/strata/swarm"
 )
 
 // FetchOption configures a Fetcher.
@@ -55,7 +55,7 @@ func WithProgress(fn func(done, total int64)) FetchOption {
 
 // Fetcher gets the chunks of one manifest from the peers that hold them.
 type Fetcher struct {
-	h        host.Host
+	h        Network
 	m        *Manifest
 	streams  int
 	stall    time.Duration
@@ -64,7 +64,7 @@ type Fetcher struct {
 }
 
 // NewFetcher fetches m's chunks over h.
-func NewFetcher(h host.Host, m *Manifest, opts ...FetchOption) *Fetcher {
+func NewFetcher(h Network, m *Manifest, opts ...FetchOption) *Fetcher {
 	f := &Fetcher{h: h, m: m, streams: 2, stall: 30 * time.Second}
 	for _, o := range opts {
 		o(f)
@@ -107,7 +107,7 @@ type run struct {
 	flying  map[int]int              // chunks in flight, by index
 	res     Result
 	err     error // first sink error
-	open    map[network.Stream]struct{}
+	open    map[*swarm.Stream]struct{}
 }
 
 // Fetch gets chunks from holders in parallel and hands each, verified, to
@@ -126,7 +126,7 @@ func (f *Fetcher) Fetch(ctx context.Context, chunks []int, holders []peer.ID, si
 		}
 	}
 	r := &run{f: f, ctx: ctx, sink: sink, total: f.m.Bytes(chunks), queue: chunks, left: len(chunks),
-		workers: map[peer.ID]int{}, dropped: map[peer.ID]error{}, open: map[network.Stream]struct{}{},
+		workers: map[peer.ID]int{}, dropped: map[peer.ID]error{}, open: map[*swarm.Stream]struct{}{},
 		lacks: map[peer.ID]map[int]bool{}, flying: map[int]int{},
 		res: Result{PerPeer: map[peer.ID]int64{}, Dropped: map[peer.ID]error{}}}
 	r.cond = sync.NewCond(&r.mu)
@@ -269,7 +269,7 @@ func (r *run) done(p peer.ID, i int, n int64, sinkErr error) {
 	}
 }
 
-func (r *run) track(st network.Stream, on bool) bool {
+func (r *run) track(st *swarm.Stream, on bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if on {
@@ -285,7 +285,7 @@ func (r *run) track(st network.Stream, on bool) bool {
 
 // work fetches chunks from p on one stream until the fetch is over.
 func (r *run) work(p peer.ID) {
-	var st network.Stream
+	var st *swarm.Stream
 	defer func() {
 		if st != nil {
 			r.track(st, false)
@@ -333,10 +333,10 @@ func (r *run) work(p peer.ID) {
 	}
 }
 
-func (r *run) openStream(p peer.ID) (network.Stream, error) {
+func (r *run) openStream(p peer.ID) (*swarm.Stream, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.f.stall)
 	defer cancel()
-	st, err := r.f.h.NewStream(network.WithAllowLimitedConn(ctx, "chunks"), p, Protocol)
+	st, err := r.f.h.Open(ctx, p, Protocol)
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded && r.ctx.Err() == nil {
 			return nil, fmt.Errorf("%w: opening a stream: %w", ErrStalled, err)
@@ -359,7 +359,7 @@ var errLacks = errors.New("holder lacks the chunk")
 
 // get requests chunk i on st and reads it into data, which has the
 // chunk's length: a response of any other length is a protocol error.
-func (f *Fetcher) get(st network.Stream, i int, data []byte) error {
+func (f *Fetcher) get(st *swarm.Stream, i int, data []byte) error {
 	st.SetDeadline(time.Now().Add(f.stall))
 	if _, err := st.Write(encodeRequest(f.m.Fingerprint, i)); err != nil {
 		return streamErr(err)

@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
@@ -22,10 +21,10 @@ import (
 // fetcher's host connects to it.
 func holder(t *testing.T, m *Manifest, path string, wrap func(*os.File) interface {
 	ReadAt([]byte, int64) (int, error)
-}) host.Host {
+}) *swarm.Host {
 	t.Helper()
 	h := chunkstest.NewHost(t)
-	s := NewServer(h)
+	s := NewServer(h.Streams())
 	t.Cleanup(func() { s.Close() })
 	if wrap == nil {
 		if err := s.ServeFile(m, path); err != nil {
@@ -77,7 +76,7 @@ func TestFetchPart(t *testing.T) {
 		me := chunkstest.NewHost(t)
 		chunkstest.Connect(t, me, a)
 		chunkstest.Connect(t, me, b)
-		f := NewFetcher(me, m)
+		f := NewFetcher(me.Streams(), m)
 		dir := t.TempDir()
 		for _, r := range [][2]int{{0, 2}, {2, 5}, {5, 6}} {
 			need, err := m.ChunksFor(r[0], r[1])
@@ -113,7 +112,7 @@ func TestFetchPartResume(t *testing.T) {
 	defer cancel()
 	need, _ := m.ChunksFor(1, 5)
 	total := m.Bytes(need)
-	f := NewFetcher(me, m, WithProgress(func(done, _ int64) {
+	f := NewFetcher(me.Streams(), m, WithProgress(func(done, _ int64) {
 		if done > total/3 {
 			cancel()
 		}
@@ -126,7 +125,7 @@ func TestFetchPartResume(t *testing.T) {
 	if first.Bytes <= total/3 || first.Bytes >= total {
 		t.Fatalf("first run fetched %d of %d", first.Bytes, total)
 	}
-	second, err := FetchPart(context.Background(), NewFetcher(me, m), need, []peer.ID{a.ID()}, part)
+	second, err := FetchPart(context.Background(), NewFetcher(me.Streams(), m), need, []peer.ID{a.ID()}, part)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,11 +136,11 @@ func TestFetchPartResume(t *testing.T) {
 }
 
 // stallHandler reads a request and never answers: a peer that stalls.
-func stallHandler(t *testing.T, h host.Host) {
+func stallHandler(t *testing.T, h *swarm.Host) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	t.Cleanup(func() { close(done); wg.Wait() })
-	h.SetStreamHandler(Protocol, func(s network.Stream) {
+	h.Streams().Handle(Protocol, func(s *swarm.Stream) {
 		wg.Add(1)
 		defer wg.Done()
 		readRequest(s)
@@ -171,12 +170,12 @@ func TestFetchLiarAndStaller(t *testing.T) {
 	staller := chunkstest.NewHost(t)
 	stallHandler(t, staller)
 	me := chunkstest.NewHost(t)
-	for _, h := range []host.Host{honest, liar, staller} {
+	for _, h := range []*swarm.Host{honest, liar, staller} {
 		chunkstest.Connect(t, me, h)
 	}
 	var mu sync.Mutex
 	reported := map[peer.ID]error{}
-	f := NewFetcher(me, m, WithStallTimeout(3*time.Second), WithOnDrop(func(p peer.ID, err error) {
+	f := NewFetcher(me.Streams(), m, WithStallTimeout(3*time.Second), WithOnDrop(func(p peer.ID, err error) {
 		mu.Lock()
 		reported[p] = err
 		mu.Unlock()
@@ -217,7 +216,7 @@ func TestFetchOnlyLiar(t *testing.T) {
 	chunkstest.Connect(t, me, liar)
 	need, _ := m.ChunksFor(0, 2)
 	part := filepath.Join(t.TempDir(), "slice"+PartSuffix)
-	_, err := FetchPart(context.Background(), NewFetcher(me, m), need, []peer.ID{liar.ID()}, part)
+	_, err := FetchPart(context.Background(), NewFetcher(me.Streams(), m), need, []peer.ID{liar.ID()}, part)
 	if !errors.Is(err, ErrNoHolders) || !errors.Is(err, ErrBadChunk) {
 		t.Fatalf("fetch from a liar: %v", err)
 	}
@@ -233,7 +232,7 @@ func TestFetchOnlyLiar(t *testing.T) {
 func TestFetchArgs(t *testing.T) {
 	_, m := sixLayers(t)
 	me := chunkstest.NewHost(t)
-	f := NewFetcher(me, m)
+	f := NewFetcher(me.Streams(), m)
 	nop := func(int, []byte) error { return nil }
 	if _, err := f.Fetch(context.Background(), []int{0, m.NumChunks()}, nil, nop); !errors.Is(err, ErrRange) {
 		t.Fatalf("chunk past the end: %v", err)

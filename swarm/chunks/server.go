@@ -11,12 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 
 	"github.com/stratanet/strata/internal/peerlimit"
+	"github.com/stratanet/strata/swarm"
 )
 
 // ServerOption configures a Server.
@@ -82,7 +81,7 @@ type served struct {
 // the host's resource manager bounds what chunk uploads may hold, per
 // peer and in all.
 type Server struct {
-	h          host.Host
+	h          Network
 	perPeerMax int
 	idle       time.Duration
 	limiter    *rate.Limiter
@@ -97,22 +96,22 @@ type Server struct {
 	mu      sync.Mutex
 	files   map[string]served
 	perPeer map[peer.ID]int
-	streams map[network.Stream]struct{}
+	streams map[*swarm.Stream]struct{}
 	closed  bool
 	wg      sync.WaitGroup
 	bufs    sync.Pool
 }
 
 // NewServer registers the chunk protocol on h. Close removes it.
-func NewServer(h host.Host, opts ...ServerOption) *Server {
+func NewServer(h Network, opts ...ServerOption) *Server {
 	s := &Server{h: h, perPeerMax: 4, idle: 60 * time.Second, files: map[string]served{},
-		perPeer: map[peer.ID]int{}, streams: map[network.Stream]struct{}{},
+		perPeer: map[peer.ID]int{}, streams: map[*swarm.Stream]struct{}{},
 		limiter: rate.NewLimiter(rate.Inf, 2*uploadPiece)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
-	h.SetStreamHandler(Protocol, s.handle)
+	_ = h.Handle(Protocol, s.handle) // fails only for swarm's own protocols
 	return s
 }
 
@@ -211,7 +210,7 @@ func (s *Server) serveAs(f served) error {
 // Close stops serving: it removes the handler, resets the streams being
 // served, waits for their handlers to return and closes the files.
 func (s *Server) Close() error {
-	s.h.RemoveStreamHandler(Protocol)
+	_ = s.h.Handle(Protocol, nil)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -237,7 +236,7 @@ func (s *Server) Close() error {
 
 // enter registers a stream; it fails once the server is closed, and
 // answers busy above the per-peer bound.
-func (s *Server) enter(st network.Stream, p peer.ID) (ok, busy bool) {
+func (s *Server) enter(st *swarm.Stream, p peer.ID) (ok, busy bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -252,7 +251,7 @@ func (s *Server) enter(st network.Stream, p peer.ID) (ok, busy bool) {
 	return true, false
 }
 
-func (s *Server) leave(st network.Stream, p peer.ID, counted bool) {
+func (s *Server) leave(st *swarm.Stream, p peer.ID, counted bool) {
 	s.mu.Lock()
 	delete(s.streams, st)
 	if counted {
@@ -271,8 +270,8 @@ func (s *Server) lookup(fp string) (served, bool) {
 	return f, ok
 }
 
-func (s *Server) handle(st network.Stream) {
-	p := st.Conn().RemotePeer()
+func (s *Server) handle(st *swarm.Stream) {
+	p := st.Peer()
 	ok, busy := s.enter(st, p)
 	if !ok {
 		st.Reset()
@@ -285,7 +284,7 @@ func (s *Server) handle(st network.Stream) {
 		st.Close()
 		return
 	}
-	if err := st.Scope().SetService(ServiceName); err != nil {
+	if err := st.SetService(ServiceName); err != nil {
 		st.Reset()
 		return
 	}
@@ -341,7 +340,7 @@ func (s *Server) Paced() uint64 {
 }
 
 // answer writes one response.
-func (s *Server) answer(st network.Stream, fp string, idx int) error {
+func (s *Server) answer(st *swarm.Stream, fp string, idx int) error {
 	f, ok := s.lookup(fp)
 	switch {
 	case !ok:
@@ -350,10 +349,10 @@ func (s *Server) answer(st network.Stream, fp string, idx int) error {
 		return writeStatus(st, statusNoChunk)
 	}
 	off, n := f.m.ChunkRange(idx)
-	if err := st.Scope().ReserveMemory(int(n), network.ReservationPriorityMedium); err != nil {
+	if err := st.Reserve(int(n)); err != nil {
 		return writeStatus(st, statusBusy)
 	}
-	defer st.Scope().ReleaseMemory(int(n))
+	defer st.Release(int(n))
 	bp, _ := s.bufs.Get().(*[]byte)
 	if bp == nil || int64(cap(*bp)) < n {
 		b := make([]byte, n)

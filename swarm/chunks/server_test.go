@@ -8,24 +8,22 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 
+	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks/chunkstest"
 )
 
-func openChunkStream(t *testing.T, from, to host.Host) network.Stream {
+func openChunkStream(t *testing.T, from, to *swarm.Host) *swarm.Stream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := from.NewStream(ctx, to.ID(), Protocol)
+	s, err := from.Streams().Open(ctx, to.ID(), Protocol)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +34,7 @@ func openChunkStream(t *testing.T, from, to host.Host) network.Stream {
 
 // status sends a request and reads the status byte; for StatusOK it reads
 // the chunk too.
-func request(t *testing.T, s network.Stream, fp string, idx int) (byte, []byte) {
+func request(t *testing.T, s *swarm.Stream, fp string, idx int) (byte, []byte) {
 	t.Helper()
 	if _, err := s.Write(encodeRequest(fp, idx)); err != nil {
 		t.Fatal(err)
@@ -60,7 +58,7 @@ func request(t *testing.T, s network.Stream, fp string, idx int) (byte, []byte) 
 }
 
 // reads until the stream fails or ends, and says whether any byte came.
-func drained(s network.Stream) (gotData bool, err error) {
+func drained(s *swarm.Stream) (gotData bool, err error) {
 	var b [1]byte
 	n, err := s.Read(b[:])
 	return n > 0, err
@@ -73,7 +71,7 @@ func TestServerRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := chunkstest.NewHost(t)
-	s := NewServer(srv)
+	s := NewServer(srv.Streams())
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
@@ -133,7 +131,7 @@ func TestServerRequests(t *testing.T) {
 func TestServerStreamsPerPeer(t *testing.T) {
 	path, m := sixLayers(t)
 	srv := chunkstest.NewHost(t)
-	s := NewServer(srv, WithStreamsPerPeer(2))
+	s := NewServer(srv.Streams(), WithStreamsPerPeer(2))
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
@@ -141,7 +139,7 @@ func TestServerStreamsPerPeer(t *testing.T) {
 	me := chunkstest.NewHost(t)
 	chunkstest.Connect(t, me, srv)
 	a, b := openChunkStream(t, me, srv), openChunkStream(t, me, srv)
-	for _, st := range []network.Stream{a, b} {
+	for _, st := range []*swarm.Stream{a, b} {
 		if code, _ := request(t, st, m.Fingerprint, 0); code != statusOK {
 			t.Fatalf("status %d", code)
 		}
@@ -172,23 +170,21 @@ func TestServerStreamsPerPeer(t *testing.T) {
 	}
 }
 
-// A host whose resource manager grants the chunk service less memory than
-// a chunk answers busy, and a fetch from it fails with ErrUnavailable.
+// A host whose resource manager grants a peer's chunk streams less memory
+// than a chunk answers busy, and a fetch from it fails with
+// ErrUnavailable. (Not parallel: it lowers swarm's limit for the one host
+// made meanwhile.)
 func TestServerResourceManager(t *testing.T) {
 	path, m := sixLayers(t)
-	limits := rcmgr.DefaultLimits
-	libp2p.SetDefaultServiceLimits(&limits)
-	limits.AddServiceLimit(ServiceName, rcmgr.BaseLimit{Streams: 64, StreamsInbound: 64, StreamsOutbound: 64, Memory: testChunk / 2}, rcmgr.BaseLimitIncrease{})
-	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
-	if err != nil {
-		t.Fatal(err)
+	saved := slices.Clone(swarm.PeerStreamLimits)
+	for i := range swarm.PeerStreamLimits {
+		if swarm.PeerStreamLimits[i].Protocol == Protocol {
+			swarm.PeerStreamLimits[i].Memory = testChunk / 2
+		}
 	}
-	srv, err := libp2p.New(libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0"), libp2p.ResourceManager(rm))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	s := NewServer(srv)
+	srv := chunkstest.NewHost(t)
+	copy(swarm.PeerStreamLimits, saved)
+	s := NewServer(srv.Streams())
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
@@ -198,7 +194,7 @@ func TestServerResourceManager(t *testing.T) {
 	if code, _ := request(t, openChunkStream(t, me, srv), m.Fingerprint, 0); code != statusBusy {
 		t.Fatalf("status %d, want busy", code)
 	}
-	_, err = NewFetcher(me, m).Fetch(context.Background(), []int{0, 1, 2}, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+	_, err := NewFetcher(me.Streams(), m).Fetch(context.Background(), []int{0, 1, 2}, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
 	if !errors.Is(err, ErrNoHolders) || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("fetch from a host out of memory: %v", err)
 	}
@@ -232,7 +228,7 @@ func TestServerUploadRate(t *testing.T) {
 	path, m := sixLayers(t)
 	const limit = 1 << 20 // 1 MiB/s
 	srv := chunkstest.NewHost(t)
-	s := NewServer(srv, WithUploadRate(limit))
+	s := NewServer(srv.Streams(), WithUploadRate(limit))
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)
@@ -246,9 +242,9 @@ func TestServerUploadRate(t *testing.T) {
 	}
 	start := time.Now()
 	errs := make(chan error, 2)
-	for _, h := range []host.Host{a, b} {
+	for _, h := range []*swarm.Host{a, b} {
 		go func() {
-			_, err := NewFetcher(h, m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+			_, err := NewFetcher(h.Streams(), m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
 			errs <- err
 		}()
 	}
@@ -266,7 +262,7 @@ func TestServerUploadRate(t *testing.T) {
 	t.Logf("%d bytes in %v at a limit of %d B/s", total, elapsed, limit)
 	// Lifted, it no longer waits on the limiter (nothing to assert on time).
 	s.SetUploadRate(0)
-	if _, err := NewFetcher(a, m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil }); err != nil {
+	if _, err := NewFetcher(a.Streams(), m).Fetch(context.Background(), chunks, []peer.ID{srv.ID()}, func(int, []byte) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -296,7 +292,7 @@ func TestServerPause(t *testing.T) {
 	}
 	defer fh.Close()
 	srv, cli := chunkstest.NewHost(t), chunkstest.NewHost(t)
-	s := NewServer(srv)
+	s := NewServer(srv.Streams())
 	defer s.Close()
 	read := make(chan struct{}, 1)
 	if err := s.ServeReaderAt(m, readSignal{r: fh, read: read}); err != nil {
@@ -308,7 +304,7 @@ func TestServerPause(t *testing.T) {
 	s.SetPaused(true) // twice is once
 	done := make(chan error, 1)
 	go func() {
-		_, err := NewFetcher(cli, m).Fetch(context.Background(), want, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
+		_, err := NewFetcher(cli.Streams(), m).Fetch(context.Background(), want, []peer.ID{srv.ID()}, func(int, []byte) error { return nil })
 		done <- err
 	}()
 	select {
@@ -350,7 +346,7 @@ func TestServerPeerRequestRate(t *testing.T) {
 	const rate, burst, n = 20, 4, 60
 	path, m := sixLayers(t)
 	srv := chunkstest.NewHost(t)
-	s := NewServer(srv, WithPeerRequestRate(rate, burst))
+	s := NewServer(srv.Streams(), WithPeerRequestRate(rate, burst))
 	defer s.Close()
 	if err := s.ServeFile(m, path); err != nil {
 		t.Fatal(err)

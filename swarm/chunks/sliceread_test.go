@@ -75,7 +75,7 @@ func TestSliceReader(t *testing.T) {
 	out := filepath.Join(dir, "0-3.slice")
 	need, _ := m.ChunksFor(0, 3)
 	part := out + PartSuffix
-	if _, err := FetchPart(context.Background(), NewFetcher(b, m), need, []peer.ID{a.ID()}, part); err != nil {
+	if _, err := FetchPart(context.Background(), NewFetcher(b.Streams(), m), need, []peer.ID{a.ID()}, part); err != nil {
 		t.Fatal(err)
 	}
 	held := synthSlice(t, m, path, 0, 3, out)
@@ -165,14 +165,14 @@ func TestSliceReader(t *testing.T) {
 		t.Fatalf("chunk %d of a damaged slice: %v", ci, err)
 	}
 
-	srv := NewServer(b)
+	srv := NewServer(b.Streams())
 	t.Cleanup(func() { srv.Close() })
 	if err := srv.ServeSlice(sl); err != nil {
 		t.Fatal(err)
 	}
 	c := chunkstest.NewHost(t)
 	chunkstest.Connect(t, c, b)
-	f := NewFetcher(c, m)
+	f := NewFetcher(c.Streams(), m)
 	for _, r := range [][2]int{{0, 3}, {1, 2}} {
 		cs, _ := m.ChunksFor(r[0], r[1])
 		cpart := filepath.Join(dir, "c"+PartSuffix)
@@ -204,7 +204,7 @@ func TestReuseChunks(t *testing.T) {
 	a := holder(t, m, path, nil)
 	me := chunkstest.NewHost(t)
 	chunkstest.Connect(t, me, a)
-	f := NewFetcher(me, m)
+	f := NewFetcher(me.Streams(), m)
 	dir := t.TempDir()
 	old := filepath.Join(dir, "0-3.slice")
 	oldNeed, _ := m.ChunksFor(0, 3)

@@ -1,12 +1,18 @@
 package chunks
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+
 	"github.com/stratanet/strata/internal/codec"
 	"github.com/stratanet/strata/internal/proto"
+	"github.com/stratanet/strata/swarm"
 )
 
 // Protocol is the chunk transfer protocol. A stream carries requests and
@@ -16,6 +22,14 @@ import (
 // answers with a status byte and, for StatusOK, the chunk as one frame.
 // The client closes its side when it has no more requests.
 const Protocol = proto.Chunk
+
+// Network is what the chunk protocol needs of the swarm (a
+// *swarm.Host): its protocol table and its streams.
+type Network interface {
+	ID() peer.ID
+	Handle(p protocol.ID, fn swarm.StreamHandler) error
+	Open(ctx context.Context, p peer.ID, proto protocol.ID) (*swarm.Stream, error)
+}
 
 // ServiceName is the resource manager service that chunk streams are
 // accounted to.
@@ -47,13 +61,16 @@ func statusText(s byte) string {
 	return fmt.Sprintf("status %d", s)
 }
 
+// encodeRequest is one framed request (decodeRequest's mirror, through
+// internal/codec); a fingerprint out of bounds yields an empty request,
+// which the server refuses (manifests are validated before any fetch).
 func encodeRequest(fingerprint string, index int) []byte {
-	b := make([]byte, 4, 4+maxRequest)
-	b = append(b, byte(len(fingerprint)))
-	b = append(b, fingerprint...)
-	b = binary.AppendUvarint(b, uint64(index))
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
-	return b
+	w := codec.NewWriter(make([]byte, 0, maxRequest), binary.LittleEndian, ErrProtocol)
+	w.Bytes8("fingerprint", []byte(fingerprint), maxFingerprint, false)
+	w.Uvarint(uint64(index))
+	var b bytes.Buffer
+	_ = swarm.WriteFrame(&b, w.Bytes(), maxRequest)
+	return b.Bytes()
 }
 
 func decodeRequest(p []byte) (string, int, error) {
@@ -68,20 +85,15 @@ func decodeRequest(p []byte) (string, int, error) {
 	return fp, int(idx), r.Err()
 }
 
-// readRequest reads one request frame; io.EOF is a clean end between
-// requests.
+// readRequest reads one request frame (swarm's framing); io.EOF is a
+// clean end between requests.
 func readRequest(rd io.Reader) (string, int, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(rd, hdr[:]); err != nil {
-		return "", 0, err
+	p, err := swarm.ReadFrame(rd, maxRequest)
+	if err == io.EOF {
+		return "", 0, io.EOF
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > maxRequest {
-		return "", 0, fmt.Errorf("%w: request frame of %d bytes (max %d)", ErrProtocol, n, maxRequest)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: request: %w", ErrProtocol, err)
 	}
-	var buf [maxRequest]byte
-	if _, err := io.ReadFull(rd, buf[:n]); err != nil {
-		return "", 0, fmt.Errorf("%w: truncated request: %w", ErrProtocol, err)
-	}
-	return decodeRequest(buf[:n])
+	return decodeRequest(p)
 }

@@ -52,11 +52,11 @@ func TestDHTServerCommand(t *testing.T) {
 		return h
 	}
 	founder := host()
-	founder.AdvertisePublic()
+	founder.Discovery().AdvertisePublic()
 	joiner := host()
 	fctx, fcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer fcancel()
-	found, err := joiner.FindSwarm(fctx)
+	found, err := joiner.Discovery().FindSwarm(fctx)
 	if err != nil || len(found) != 1 || found[0].ID != founder.ID() {
 		t.Fatalf("found %v (%v), want the founder %s", found, err, founder.ID())
 	}

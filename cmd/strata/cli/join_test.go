@@ -38,7 +38,7 @@ func TestNodeJoinsByStoreName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer founder.Close()
-	ai := founder.Host().AddrInfo()
+	ai := founder.AddrInfo()
 	addrs, err := peer.AddrInfoToP2pAddrs(&ai)
 	if err != nil || len(addrs) == 0 {
 		t.Fatal(addrs, err)

@@ -46,7 +46,7 @@ func TestMonitorCommand(t *testing.T) {
 	if err := n.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ai := n.Host().AddrInfo()
+	ai := n.AddrInfo()
 	addrs, err := peer.AddrInfoToP2pAddrs(&ai)
 	if err != nil || len(addrs) == 0 {
 		t.Fatal(addrs, err)

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	ma "github.com/multiformats/go-multiaddr"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -183,7 +184,7 @@ func runServingNode(cmd *cobra.Command, log *zap.Logger, cfg config.Config, demo
 	} else {
 		fmt.Fprintf(out, "model %s, %d layers, fingerprint %s\n", info.Name, info.Layers, info.Fingerprint)
 	}
-	printed := printAddrs(out, n.Host(), "")
+	printed := printAddrs(out, n.Swarm().Addrs, "")
 	var srv *api.Server
 	if cfg.APIEnabled() {
 		aopts, err := cfg.APIOptions(log)
@@ -228,8 +229,9 @@ func runServingNode(cmd *cobra.Command, log *zap.Logger, cfg config.Config, demo
 				go promptOnce(ctx, out, log, n, demo)
 			}
 		case <-tick:
-			printed = printAddrs(out, n.Host(), printed)
-			logPeerTable(log, n.Host())
+			snap := n.Swarm()
+			printed = printAddrs(out, snap.Addrs, printed)
+			logPeerTable(log, snap.Peers)
 			m := n.Metrics()
 			log.Info("load", zap.Int("sessions", m.Sessions), zap.Int("queue", m.Queue), zap.Int64("free_kv", m.FreeKV),
 				zap.Duration("layer_latency", m.LayerLatency), zap.Uint64("requests", m.Requests), zap.Uint64("replays", m.Replays))
@@ -312,12 +314,12 @@ func runNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, logPeers 
 		return err
 	}
 	defer h.Close()
-	if err := h.SetStatus(swarm.Status{State: swarm.StateJoining, FreeKV: -1}); err != nil {
+	if err := h.Beats().SetStatus(swarm.Status{State: swarm.StateJoining, FreeKV: -1}); err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "peer ID %s\n", h.ID())
-	printed := printAddrs(out, h, "")
+	printed := printAddrs(out, h.Addrs(), "")
 
 	events, stopWatch := h.Peers().Watch(256)
 	defer stopWatch()
@@ -339,17 +341,17 @@ func runNode(ctx context.Context, cmd *cobra.Command, log *zap.Logger, logPeers 
 				log.Info("peer", zap.Stringer("peer", ev.Peer), zap.Stringer("from", ev.From), zap.Stringer("to", ev.To))
 			}
 		case <-tick:
-			printed = printAddrs(out, h, printed)
-			logPeerTable(log, h)
+			printed = printAddrs(out, h.Addrs(), printed)
+			logPeerTable(log, h.Peers().Snapshot())
 		}
 	}
 }
 
 // printAddrs prints the host's full multiaddrs when they differ from the
 // last ones printed (a relayed node gets its addresses after start).
-func printAddrs(out io.Writer, h *swarm.Host, last string) string {
+func printAddrs(out io.Writer, addrs []ma.Multiaddr, last string) string {
 	var b strings.Builder
-	for _, a := range h.Addrs() {
+	for _, a := range addrs {
 		fmt.Fprintf(&b, "listening on %s\n", a)
 	}
 	if s := b.String(); s != last {
@@ -359,9 +361,14 @@ func printAddrs(out io.Writer, h *swarm.Host, last string) string {
 	return last
 }
 
-func logPeerTable(log *zap.Logger, h *swarm.Host) {
-	peers := h.Peers().Snapshot()
-	log.Info("peer table", zap.Int("rows", len(peers)), zap.Int("alive", len(h.Peers().Live())))
+func logPeerTable(log *zap.Logger, peers []swarm.Peer) {
+	alive := 0
+	for _, p := range peers {
+		if p.Liveness == swarm.Alive {
+			alive++
+		}
+	}
+	log.Info("peer table", zap.Int("rows", len(peers)), zap.Int("alive", alive))
 	for _, p := range peers {
 		fields := []zap.Field{
 			zap.Stringer("peer", p.ID),

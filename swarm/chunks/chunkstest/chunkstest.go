@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -19,7 +17,7 @@ import (
 )
 
 // NewHost is a swarm host on loopback, closed at the end of the test.
-func NewHost(t testing.TB) host.Host {
+func NewHost(t testing.TB) *swarm.Host {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -32,15 +30,15 @@ func NewHost(t testing.TB) host.Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	return h.Libp2p()
+	return h
 }
 
 // Connect dials b from a.
-func Connect(t testing.TB, a, b host.Host) {
+func Connect(t testing.TB, a, b *swarm.Host) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := a.Connect(ctx, peer.AddrInfo{ID: b.ID(), Addrs: b.Addrs()}); err != nil {
+	if err := a.Connect(ctx, b.AddrInfo()); err != nil {
 		t.Fatal(err)
 	}
 }
