@@ -60,6 +60,7 @@ type publicDisc struct {
 	pin     peer.ID                 // the founder to join; "": any one, if only one
 	pinFrom string                  // why, for errors
 
+	provided  chan struct{} // closed at the first successful provide
 	kick      chan struct{} // re-provide now (our addresses changed)
 	start     chan struct{} // closed by startAdvertise
 	startOnce sync.Once
@@ -98,6 +99,7 @@ func newPublicDisc(h *Host) (*publicDisc, error) {
 		key:      PublicRendezvous(h.cfg.swarmName, fp),
 		index:    SwarmIndexKey(),
 		kick:     make(chan struct{}, 1),
+		provided: make(chan struct{}),
 		findNow:  make(chan struct{}, 1),
 		start:    make(chan struct{}),
 		members:  map[peer.ID]peer.ID{},
@@ -166,6 +168,11 @@ func (d *publicDisc) advertise(ctx context.Context) {
 		} else {
 			d.h.log.Info("provided the public rendezvous", zap.String("swarm", c.swarmName), zap.Stringer("key", d.key))
 			wait, fails = c.advertiseMin, 0
+			select {
+			case <-d.provided:
+			default:
+				close(d.provided)
+			}
 			next = c.publicRefresh
 		}
 		next += time.Duration(rand.Int64N(int64(next/10) + 1))
@@ -342,6 +349,15 @@ func (s *Host) AdvertisePublic() {
 	if s.pub != nil {
 		s.pub.startOnce.Do(func() { close(s.pub.start) })
 	}
+}
+
+// PublicProvided is closed once the host has provided its public
+// rendezvous the first time (nil without WithPublicDHT).
+func (s *Host) PublicProvided() <-chan struct{} {
+	if s.pub == nil {
+		return nil
+	}
+	return s.pub.provided
 }
 
 // FindSwarm waits until the public rendezvous has led the host to
