@@ -221,3 +221,45 @@ func newHostErr(ctx context.Context, opts ...Option) (*Host, error) {
 	}
 	return h, err
 }
+
+// TestSnapshotCharter: a snapshot carries its swarm's charter through the
+// signed round trip, and SnapshotFounder names the founder only when the
+// charter is signed by it for the swarm and model the snapshot names.
+func TestSnapshotCharter(t *testing.T) {
+	sk, id := testKey(t)
+	founderKey, founder := testKey(t)
+	s := sampleSnapshot(t, id)
+	if f, err := SnapshotFounder(s); f != "" || err != nil {
+		t.Fatalf("no charter: %q %v", f, err)
+	}
+	ch, err := NewCharter(s.Swarm, s.Fingerprint, founderKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Charter, err = ch.MarshalBinary(); err != nil {
+		t.Fatal(err)
+	}
+	signed, err := SignSnapshot(s, sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := VerifySnapshot(signed, id, s.Nonce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := SnapshotFounder(got); f != founder || err != nil {
+		t.Fatalf("founder %q %v, want %s", f, err, founder)
+	}
+	other, _ := NewCharter("another-swarm", s.Fingerprint, founderKey)
+	got.Charter, _ = other.MarshalBinary()
+	if f, err := SnapshotFounder(got); f != "" || !errors.Is(err, ErrBadCharter) {
+		t.Fatalf("another swarm's charter: %q %v", f, err)
+	}
+	plain, err := sampleSnapshot(t, id).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeSnapshot(append(plain, 0, 0)); !errors.Is(err, ErrSnapshotSchema) {
+		t.Fatalf("an empty charter: %v", err)
+	}
+}
