@@ -35,7 +35,7 @@ func TestMonitorPublicDHT(t *testing.T) {
 	member := func(name, fp string, provide bool, extra ...swarm.Option) *swarm.Host {
 		h, err := swarm.New(ctx, append([]swarm.Option{swarm.WithListenAddrs("/ip4/127.0.0.1/tcp/0"), swarm.WithReachability(swarm.ReachabilityPublic),
 			swarm.WithLogger(zap.NewNop()), swarm.WithSwarmName(name), swarm.WithModel(fp), swarm.WithModelFingerprint(fp),
-			swarm.WithPublicDHT(servers...), swarm.WithHeartbeatInterval(100*time.Millisecond),
+			swarm.WithPublicDHT(servers...), swarm.WithHeartbeatInterval(100 * time.Millisecond),
 			swarm.WithAdvertiseBackoff(200*time.Millisecond, 2*time.Second)}, extra...)...)
 		if err != nil {
 			t.Fatal(err)
