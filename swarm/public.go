@@ -3,6 +3,7 @@ package swarm
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,7 @@ type publicDisc struct {
 	members  map[peer.ID]peer.ID         // providers whose charter verified: their founder
 	charters map[peer.ID]*Charter        // by founder
 	rejected map[peer.ID]error           // providers without a valid charter, the latest reason
+	rivals   map[peer.ID]peer.ID         // providers of other founders than ours or the pinned one
 	started  int                         // lookups begun
 	rounds   int                         // lookups completed
 	settled  map[peer.ID][]peer.AddrInfo // byFounder when the latest lookup completed
@@ -105,6 +107,7 @@ func newPublicDisc(h *Host) (*publicDisc, error) {
 		members:  map[peer.ID]peer.ID{},
 		charters: map[peer.ID]*Charter{},
 		rejected: map[peer.ID]error{},
+		rivals:   map[peer.ID]peer.ID{},
 		changed:  make(chan struct{}),
 	}
 	if err := pd.setupCharter(); err != nil {
@@ -241,7 +244,7 @@ func (d *publicDisc) findOnce(ctx context.Context) int {
 		}
 		d.h.table.hint(ai)
 		connected := d.h.h.Network().Connectedness(ai.ID) == network.Connected
-		if connected && d.known(ai.ID) {
+		if (connected && d.known(ai.ID)) || d.rival(ai.ID) {
 			continue
 		}
 		if !connected {
@@ -273,6 +276,14 @@ func (d *publicDisc) known(p peer.ID) bool {
 	return ok
 }
 
+// rival: p is a member of another founder's swarm than ours.
+func (d *publicDisc) rival(p peer.ID) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.rivals[p]
+	return ok
+}
+
 // probe dials a provider (unless connected) and checks its charter.
 func (d *publicDisc) probe(ctx context.Context, ai peer.AddrInfo, connected bool) {
 	if !connected {
@@ -287,6 +298,21 @@ func (d *publicDisc) probe(ctx context.Context, ai peer.AddrInfo, connected bool
 		}
 	}
 	ch, err := FetchCharter(ctx, d.h.h, ai.ID, d.h.cfg.swarmName, d.fp)
+	if err == nil {
+		if want := d.founder(); want != "" && ch.Founder != want {
+			// A rival swarm's member: no connection to it, so that the two
+			// swarms' gossip, which shares the name's topics, stays apart.
+			d.h.log.Debug("public rendezvous: a member of a rival swarm", zap.Stringer("peer", ai.ID), zap.Stringer("founder", ch.Founder))
+			if !connected {
+				_ = d.h.h.Network().ClosePeer(ai.ID)
+			}
+			d.mu.Lock()
+			d.rivals[ai.ID] = ch.Founder // named in errors, never joined through
+			d.notify()
+			d.mu.Unlock()
+			return
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err != nil {
@@ -300,6 +326,15 @@ func (d *publicDisc) probe(ctx context.Context, ai peer.AddrInfo, connected bool
 	}
 	delete(d.rejected, ai.ID)
 	d.notify()
+}
+
+// founder is the founder whose members this host joins: its own swarm's
+// once it has a charter, else the pinned one ("": none yet).
+func (d *publicDisc) founder() peer.ID {
+	if c := d.charter.Load(); c != nil {
+		return c.Founder
+	}
+	return d.pin
 }
 
 // notify wakes FindSwarm; d.mu is held.
@@ -432,6 +467,12 @@ func (s *Host) FindSwarm(ctx context.Context) ([]peer.AddrInfo, error) {
 // notFound is FindSwarm's error at its deadline.
 func (d *publicDisc) notFound(by map[peer.ID][]peer.AddrInfo, err error) error {
 	name := d.h.cfg.swarmName
+	d.mu.Lock()
+	by = maps.Clone(by) // may be d.settled
+	for p, f := range d.rivals {
+		by[f] = append(by[f], peer.AddrInfo{ID: p})
+	}
+	d.mu.Unlock()
 	if d.pin != "" && len(by) > 0 {
 		return fmt.Errorf("%w: no member of swarm %q founded by %s (%s) answered; "+
 			"members of a rival swarm did, founded by %s: %w", ErrFounderMismatch, name, d.pin, d.pinFrom, founderList(by), err)
