@@ -376,20 +376,31 @@ func (d *publicDisc) adopt(ch *Charter) {
 }
 
 // learnCharter has a member that joined without the lookup (through
-// --bootstrap) take its swarm's charter from the members it is connected
-// to, so that it can serve it; false while none answered.
+// --bootstrap) take its swarm's charter from its bootstrap peers, whose
+// swarm it joined (a rival's members may be among its other peers: the
+// swarms share the name's topics), or, with none, from its live peers;
+// false while none answered.
 func (d *publicDisc) learnCharter(ctx context.Context) bool {
 	if d.charter.Load() != nil {
 		return true
 	}
-	for _, row := range d.h.table.Live() {
-		ch, err := FetchCharter(ctx, d.h.h, row.ID, d.h.cfg.swarmName, d.fp)
+	var from []peer.ID
+	for _, ai := range d.h.cfg.bootstrap {
+		from = append(from, ai.ID)
+	}
+	if len(from) == 0 {
+		for _, row := range d.h.table.Live() {
+			from = append(from, row.ID)
+		}
+	}
+	for _, p := range from {
+		ch, err := FetchCharter(ctx, d.h.h, p, d.h.cfg.swarmName, d.fp)
 		if err != nil {
-			d.h.log.Debug("no charter from a peer", zap.Stringer("peer", row.ID), zap.Error(err))
+			d.h.log.Debug("no charter from a peer", zap.Stringer("peer", p), zap.Error(err))
 			continue
 		}
 		if d.pin != "" && ch.Founder != d.pin {
-			d.h.log.Warn("a peer is in a swarm of another founder than pinned", zap.Stringer("peer", row.ID),
+			d.h.log.Warn("a peer is in a swarm of another founder than pinned", zap.Stringer("peer", p),
 				zap.Stringer("founder", ch.Founder), zap.Stringer("pinned", d.pin))
 			continue
 		}
