@@ -48,7 +48,11 @@ type Swarm struct {
 	Name        string `json:"name"`
 	Model       string `json:"model"`
 	Fingerprint string `json:"fingerprint"`
-	Layers      int    `json:"layers"`
+	// Founder is the peer ID whose signature on the swarm's charter its
+	// members carry ("": none, a swarm that is not public or predates
+	// charters). Rival swarms under one name and model are listed apart.
+	Founder string `json:"founder,omitempty"`
+	Layers  int    `json:"layers"`
 	// Coverage is over the layers that verified serving nodes announce
 	// in their heartbeats.
 	Coverage Coverage `json:"coverage"`
@@ -109,20 +113,31 @@ type Node struct {
 	Engine       string  `json:"engine,omitempty"`
 	// HeartbeatAge is how old its latest heartbeat was when it answered.
 	HeartbeatAge float64 `json:"heartbeat_age_s"`
+	// CharterError says why the swarm charter it carried did not verify
+	// (it is then listed under no founder).
+	CharterError string `json:"charter_error,omitempty"`
 }
 
 // Aggregate groups observations into swarms: by the swarm name and model
-// fingerprint verified snapshots name. A forged or failed snapshot is
+// fingerprint verified snapshots name, and the founder whose signature
+// their charter carries. A forged or failed snapshot is
 // listed under the swarm it claims, or the swarm of the members that
 // named the peer, and counts in no figure.
 func Aggregate(obs []Observation) []Swarm {
-	type key struct{ name, fp string }
+	type key struct{ name, fp, founder string }
+	keyOf := func(s *swarm.Snapshot) (key, error) {
+		f, err := swarm.SnapshotFounder(s)
+		return key{s.Swarm, s.Fingerprint, string(f)}, err
+	}
 	groups := map[key]*Swarm{}
 	group := func(k key) *Swarm {
 		if g := groups[k]; g != nil {
 			return g
 		}
 		g := &Swarm{Name: k.name, Fingerprint: k.fp}
+		if k.founder != "" {
+			g.Founder = peer.ID(k.founder).String()
+		}
 		groups[k] = g
 		return g
 	}
@@ -131,7 +146,7 @@ func Aggregate(obs []Observation) []Swarm {
 	reported := map[peer.ID][]swarm.Link{}
 	for _, o := range obs {
 		if o.Verified && o.Snapshot != nil {
-			swarmOf[o.Peer] = key{o.Snapshot.Swarm, o.Snapshot.Fingerprint}
+			swarmOf[o.Peer], _ = keyOf(o.Snapshot)
 			for _, p := range o.Snapshot.Peers {
 				if p.Link != swarm.LinkNone {
 					reported[p.Peer] = append(reported[p.Peer], p.Link)
@@ -143,9 +158,10 @@ func Aggregate(obs []Observation) []Swarm {
 	for _, o := range obs {
 		s := o.Snapshot
 		var k key
+		var charterErr error
 		switch {
 		case s != nil:
-			k = key{s.Swarm, s.Fingerprint}
+			k, charterErr = keyOf(s)
 		default:
 			found := false
 			for _, by := range o.SeenBy {
@@ -155,7 +171,7 @@ func Aggregate(obs []Observation) []Swarm {
 				}
 			}
 			if !found {
-				k = key{"?", ""}
+				k = key{"?", "", ""}
 			}
 		}
 		g := group(k)
@@ -165,6 +181,9 @@ func Aggregate(obs []Observation) []Swarm {
 		}
 		if s != nil {
 			describe(&n, s, reported[o.Peer], o.Via == "")
+		}
+		if charterErr != nil {
+			n.CharterError = charterErr.Error()
 		}
 		if n.Verified {
 			g.Verified++
@@ -202,7 +221,7 @@ func Aggregate(obs []Observation) []Swarm {
 		out = append(out, *g)
 	}
 	slices.SortFunc(out, func(a, b Swarm) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Fingerprint, b.Fingerprint))
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Fingerprint, b.Fingerprint), cmp.Compare(a.Founder, b.Founder))
 	})
 	return out
 }

@@ -121,6 +121,9 @@ func WriteText(w io.Writer, swarms []Swarm) error {
 			fmt.Fprintln(tw)
 		}
 		fmt.Fprintf(tw, "swarm %s  model %s (%s), %d layers, map epoch %d\n", s.Name, orQ(s.Model), orQ(s.Fingerprint), s.Layers, s.MapEpoch)
+		if s.Founder != "" {
+			fmt.Fprintf(tw, "founder: %s (its signature on the swarm's charter)\n", s.Founder)
+		}
 		c := s.Coverage
 		switch {
 		case s.Layers == 0:

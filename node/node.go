@@ -102,6 +102,11 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 	if len(cfg.bootstrap) > 0 {
 		sopts = append(sopts, swarm.WithBootstrapPeers(cfg.bootstrap...))
 	}
+	if cfg.founding {
+		// Signs the public swarm's charter: joiners by name tell it from
+		// a rival founded under the same name by this key.
+		sopts = append(sopts, swarm.WithFounder())
+	}
 	h, err := swarm.New(ctx, append(sopts, cfg.swarmOpts...)...)
 	if err != nil {
 		return nil, err
@@ -116,13 +121,20 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 		found, err := h.Discovery().FindSwarm(ctx)
 		if err != nil {
 			h.Close()
+			if errors.Is(err, swarm.ErrRivalFounders) || errors.Is(err, swarm.ErrFounderMismatch) {
+				return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+			}
 			return nil, fmt.Errorf("%w: %w (to found the swarm instead, start with --found)", ErrConfig, err)
 		}
 		ids := make([]string, len(found))
 		for i, ai := range found {
 			ids[i] = shortID(ai.ID)
 		}
-		log.Info("found the swarm by name", zap.Strings("members", ids), zap.Duration("took", time.Since(began)))
+		var founder string
+		if ch := h.Charter(); ch != nil {
+			founder = ch.Founder.String()
+		}
+		log.Info("found the swarm by name", zap.Strings("members", ids), zap.String("founder", founder), zap.Duration("took", time.Since(began)))
 		cfg.bootstrap = found
 	}
 	n, err := start(ctx, cfg, h, m)

@@ -106,6 +106,26 @@ type Snapshot struct {
 	Heartbeats []*Heartbeat
 	// Peers are the rows of the node's peer table.
 	Peers []LinkReport
+	// Charter is the encoded charter of the node's public swarm, signed
+	// by its founder (charter.go); nil: none. SnapshotFounder checks it.
+	Charter []byte
+}
+
+// SnapshotFounder is the founder of the public swarm s's node is in, from
+// the charter it carries, checked against the founder's signature for
+// the swarm and model the snapshot names; "" and nil without a charter.
+func SnapshotFounder(s *Snapshot) (peer.ID, error) {
+	if len(s.Charter) == 0 {
+		return "", nil
+	}
+	c, err := DecodeCharter(s.Charter)
+	if err != nil {
+		return "", err
+	}
+	if err := c.Verify(s.Swarm, s.Fingerprint); err != nil {
+		return "", err
+	}
+	return c.Founder, nil
 }
 
 var linkCodes = []Link{LinkNone, LinkDirect, LinkHolePunched, LinkRelayed}
@@ -125,6 +145,9 @@ var reachCodes = []string{"unknown", "public", "private"}
 //	u16 n (0..256), n × (u8 len, bytes peer ID; u8 link (0 none, 1 direct,
 //	    2 hole-punched, 3 relayed); u8 liveness (0..3);
 //	    u8 m (0..4), m × (u8 len, bytes multiaddr))
+//	optional: u16 len (1..MaxCharterSize), bytes  the swarm's charter
+//
+// (A snapshot without a charter ends after the peers, as before charters.)
 func (s *Snapshot) MarshalBinary() ([]byte, error) {
 	fail := func(format string, args ...any) ([]byte, error) {
 		return nil, fmt.Errorf(format+": %w", append(args, ErrSnapshotSchema)...)
@@ -196,6 +219,13 @@ func (s *Snapshot) MarshalBinary() ([]byte, error) {
 			b = append(b, byte(len(ab)))
 			b = append(b, ab...)
 		}
+	}
+	if len(s.Charter) > MaxCharterSize {
+		return fail("charter of %d bytes (max %d)", len(s.Charter), MaxCharterSize)
+	}
+	if len(s.Charter) > 0 {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(s.Charter)))
+		b = append(b, s.Charter...)
 	}
 	if len(b) > MaxSnapshotSize-1024 {
 		return fail("%d bytes", len(b))
@@ -307,6 +337,15 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 			p.Addrs = append(p.Addrs, a)
 		}
 		s.Peers = append(s.Peers, p)
+	}
+	if d.Err() == nil && d.Len() > 0 {
+		n := int(d.U16("charter length"))
+		if d.Err() == nil && (n == 0 || n > MaxCharterSize) {
+			d.Fail("charter of %d bytes", n)
+		}
+		if c := d.Take(n, "charter"); d.Err() == nil {
+			s.Charter = bytes.Clone(c)
+		}
 	}
 	d.End()
 	if d.Err() != nil {
@@ -426,6 +465,12 @@ func (bt *Beats) Snapshot(nonce [SnapshotNonceLen]byte) *Snapshot {
 			return l
 		}
 		snap.ModelName, snap.Fingerprint = clip(snap.ModelName), clip(snap.Fingerprint)
+	}
+	if c := s.Charter(); c != nil {
+		snap.Charter, _ = c.MarshalBinary() // nil on error: the monitor shows no founder
+		if snap.Fingerprint == "" {
+			snap.Fingerprint = c.Fingerprint // a host serving no model: the one its swarm is for
+		}
 	}
 	bt.beatsMu.Lock()
 	if n := len(bt.beats); n > 0 {

@@ -75,6 +75,8 @@ type config struct {
 	publicBoot    []peer.AddrInfo
 	publicRefresh time.Duration
 	fingerprint   string
+	pinFounder    peer.ID // the public swarm's founder, pinned (charter.go)
+	founder       bool    // this host founds its public swarm
 
 	hbInterval   time.Duration
 	suspectAfter time.Duration

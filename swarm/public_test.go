@@ -42,9 +42,9 @@ func TestJoinByName(t *testing.T) {
 	public := func(name, fp string) []Option {
 		return []Option{WithSwarmName(name), WithModel(fp[len(fp)-4:]), WithModelFingerprint(fp), WithPublicDHT(servers...)}
 	}
-	founder := newTestHost(t, public("pub", "fp-model-aaaa")...)
-	otherName := newTestHost(t, public("pub2", "fp-model-aaaa")...)
-	otherModel := newTestHost(t, public("pub", "fp-model-bbbb")...)
+	founder := newTestHost(t, append(public("pub", "fp-model-aaaa"), WithFounder())...)
+	otherName := newTestHost(t, append(public("pub2", "fp-model-aaaa"), WithFounder())...)
+	otherModel := newTestHost(t, append(public("pub", "fp-model-bbbb"), WithFounder())...)
 	silent := newTestHost(t, public("pub", "fp-model-aaaa")...)
 	for _, h := range []*Host{founder, otherName, otherModel} {
 		h.disco.AdvertisePublic()

@@ -31,6 +31,10 @@ const (
 	// node's signed snapshot: its latest heartbeats, the layer map it
 	// routes on and its links; one request and one response per stream.
 	Monitor protocol.ID = "/strata/monitor/1"
+	// Charter answers with the founder-signed charter of the public
+	// swarm the node is a member of (swarm/charter.go): one answer per
+	// stream, no request.
+	Charter protocol.ID = "/strata/charter/1"
 	// DHTPrefix gives the DHT protocol /strata/kad/1.0.0.
 	DHTPrefix protocol.ID = "/strata"
 )

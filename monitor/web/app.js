@@ -48,7 +48,7 @@ function nodeRow(n) {
     el("td", {}, n.via ? "via " + short(n.via) : "direct"),
     el("td", {}, rate(n.tokens_per_sec)),
     el("td", {}, n.engine || "go"),
-    el("td", {title: n.error || ""}, n.error ? n.error.slice(0, 60) : ""));
+    el("td", {title: n.error || n.charter_error || ""}, (n.error || n.charter_error || "").slice(0, 60)));
 }
 
 function swarmSection(s) {
@@ -56,7 +56,7 @@ function swarmSection(s) {
   const covText = s.layers === 0 ? "unknown (no verified member)" :
     cov.covered ? `every layer covered, redundancy ${cov.min_redundancy}–${cov.max_redundancy}` :
     `GAPS: layers ${(cov.gaps || []).map(g => `${g.start}–${g.end - 1}`).join(", ")} served by no node`;
-  const sec = el("section", {class: "swarm", "data-name": s.name, "data-model": s.model, "data-layers": s.layers,
+  const sec = el("section", {class: "swarm", "data-name": s.name, "data-model": s.model, "data-layers": s.layers, "data-founder": s.founder || "",
       "data-covered": cov.covered, "data-min": cov.min_redundancy, "data-max": cov.max_redundancy,
       "data-nodes": s.nodes.length, "data-verified": s.verified},
     el("h2", {}, `${s.name} · ${s.model || "?"}`),
@@ -66,6 +66,7 @@ function swarmSection(s) {
       el("span", {}, el("b", {}, "nodes "), `${s.verified} verified of ${s.nodes.length}`),
       el("span", {}, el("b", {}, "served "), rate(s.tokens_per_sec) + " tok/s"),
       s.map_epoch ? el("span", {}, el("b", {}, "map epoch "), s.map_epoch) : null,
+      s.founder ? el("span", {class: "founder", title: s.founder}, el("b", {}, "founder "), short(s.founder)) : null,
       el("span", {class: "fp", title: s.fingerprint}, short(s.fingerprint || ""))),
     coverageBar(cov, s.layers),
     el("div", {class: "axis"}, el("span", {}, "layer 0"), el("span", {}, `layer ${Math.max(s.layers - 1, 0)}`)));

@@ -87,6 +87,7 @@ type Config struct {
 	// swarm is found through; Found founds a public swarm instead of
 	// looking it up.
 	DHTBootstrap []string      `yaml:"dht_bootstrap" help:"bootstrap peers of the public (Amino) DHT that a public swarm (--swarm NAME, no swarm key) is found by name through: full multiaddrs with /p2p/ID, /dnsaddr/... included (default: the public network's well-known ones; \"none\": no public DHT)"`
+	SwarmFounder string        `yaml:"swarm_founder" help:"peer ID of the public swarm's founder: join only members of the swarm it founded (its signed charter), never a rival founded under the same name; without it a node joins the one founder it finds and remembers it in data_dir (docs/internet.md)"`
 	Found        bool          `yaml:"found" help:"found the public swarm --swarm NAME instead of finding it by name on the public DHT (a node without bootstrap; with Raft state in data_dir a node resumes either way)"`
 	Reachability string        `yaml:"reachability" help:"auto (AutoNAT decides), public (serve as relay) or private (reserve relay slots)"`
 	NATPortMap   bool          `yaml:"nat_portmap" help:"ask the router for a port mapping (UPnP / NAT-PMP)"`

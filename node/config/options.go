@@ -62,6 +62,13 @@ func (c Config) networkOptions() ([]swarm.Option, error) {
 			boot = append(boot, *ai)
 		}
 		opts = append(opts, swarm.WithPublicDHT(boot...))
+		if c.SwarmFounder != "" {
+			id, err := peer.Decode(c.SwarmFounder)
+			if err != nil {
+				return nil, &FieldError{Key: "swarm_founder", Msg: fmt.Sprintf("%q: %v", c.SwarmFounder, err)}
+			}
+			opts = append(opts, swarm.WithPinnedFounder(id))
+		}
 	}
 	if c.SwarmKey != "" {
 		psk, err := swarm.LoadSwarmKey(c.SwarmKey)

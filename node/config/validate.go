@@ -80,6 +80,20 @@ func (c Config) validate(src map[string]*FieldError) error {
 	if c.Found && !c.PublicSwarm() {
 		bad("found", "founds a public swarm: needs a swarm name of its own (--swarm), no swarm key and a public DHT (dht_bootstrap); without those a node with no bootstrap founds anyway")
 	}
+	if c.SwarmFounder != "" {
+		switch id, err := peer.Decode(c.SwarmFounder); {
+		case err != nil:
+			bad("swarm_founder", "%q is not a peer ID: %v", c.SwarmFounder, err)
+		case !c.PublicSwarm():
+			bad("swarm_founder", "pins a public swarm's founder: needs a swarm name of its own (--swarm), no swarm key and a public DHT (dht_bootstrap)")
+		case c.Found:
+			bad(blame("swarm_founder", "found"), "a founder is its swarm's founder: give found or swarm_founder, not both")
+		default:
+			if _, err := id.ExtractPublicKey(); err != nil {
+				bad("swarm_founder", "%s carries no public key to check the founder's signature with: %v", c.SwarmFounder, err)
+			}
+		}
+	}
 	if c.SwarmKey != "" {
 		if _, err := swarm.LoadSwarmKey(c.SwarmKey); err != nil {
 			bad("swarm_key", "%v", err)

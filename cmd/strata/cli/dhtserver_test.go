@@ -40,18 +40,18 @@ func TestDHTServerCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("address %q: %v", addr, err)
 	}
-	host := func() *swarm.Host {
+	host := func(extra ...swarm.Option) *swarm.Host {
 		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 		defer scancel()
-		h, err := swarm.New(sctx, swarm.WithListenAddrs("/ip4/127.0.0.1/tcp/0"), swarm.WithReachability(swarm.ReachabilityPublic),
-			swarm.WithSwarmName("cli-pub"), swarm.WithModelFingerprint("fp"), swarm.WithPublicDHT(*ai))
+		h, err := swarm.New(sctx, append([]swarm.Option{swarm.WithListenAddrs("/ip4/127.0.0.1/tcp/0"), swarm.WithReachability(swarm.ReachabilityPublic),
+			swarm.WithSwarmName("cli-pub"), swarm.WithModelFingerprint("fp"), swarm.WithPublicDHT(*ai)}, extra...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { h.Close() })
 		return h
 	}
-	founder := host()
+	founder := host(swarm.WithFounder()) // signs the charter a joiner checks
 	founder.Discovery().AdvertisePublic()
 	joiner := host()
 	fctx, fcancel := context.WithTimeout(ctx, 20*time.Second)

@@ -59,7 +59,11 @@ the public libp2p DHT (Amino; --dht-bootstrap names its bootstrap peers,
 the public network's by default), so that a node started with --swarm NAME
 and the model, and no --bootstrap, finds the swarm by name and joins it. The
 first node of a public swarm founds it with --found (and should name
-stewards, --stewards: docs/internet.md).
+stewards, --stewards: docs/internet.md). Its peer ID is the swarm's identity:
+--swarm-founder PEERID joins only the swarm that node founded (checked by its
+signature), never a rival founded under the same name; without it a node
+joins the one founder it finds, refuses when it finds members of several,
+and remembers the founder in --data-dir, refusing another later.
 
 --model serves a GGUF file with the real engine (a path, a name in the model
 store, or an hf://… reference pulled into it if missing; see strata model
@@ -92,7 +96,8 @@ Without a model it runs the networking only and logs its peer table.`,
       --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/12D3KooW... --prompt "Once upon a time"
   strata node --sim-model llama-3-70b:q8_0 --gpu a100-80g --memory 40GiB --log-json
   strata node --swarm my-swarm --model m.gguf --found --stewards 12D3KooWA...,12D3KooWB...,12D3KooWC...
-  strata node --swarm my-swarm --model m.gguf`,
+  strata node --swarm my-swarm --model m.gguf
+  strata node --swarm my-swarm --swarm-founder 12D3KooWF... --model m.gguf`,
 		Args: cobra.NoArgs,
 	}
 	load := config.Bind(cmd)
