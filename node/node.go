@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -43,10 +42,8 @@ type Node struct {
 	hw    layers.Hardware
 	self  peer.ID
 
-	chunks    *chunks.Server  // the file's chunks, served to peers (fetch.go); nil: none
-	chunkFile *os.File        // what chunks reads, when a test wraps it
-	rates     fetchRates      // members' fetch rates, while leading
-	upload    *uploadGovernor // the adaptive upload limit; nil: off, or nothing to serve
+	weights *weights        // chunks served to peers, info and manifest answers, fetch rates
+	upload  *uploadGovernor // the adaptive upload limit; nil: off, or nothing to serve
 
 	svc   *stageService
 	warm  *warmer
@@ -188,6 +185,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 
 	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, self: h.ID()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.weights = &weights{self: n.self, host: h, model: m, cons: &n.cons, uploadRate: cfg.uploadRate, chunkReader: cfg.chunkReader}
 	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, acts: h.Streams(),
 		wire: &wirePicker{mode: cfg.wire, bandwidth: func(p peer.ID) float64 {
 			if row, ok := h.Peers().Get(p); ok {
@@ -199,7 +197,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	var batchDone func(time.Duration, int, int)
 	if cfg.uploadAdaptive && (man != nil || m.fetch != nil) {
-		n.upload = newUploadGovernor(cfg.clock, cfg.uploadRate, n.chunkServers, func() int {
+		n.upload = newUploadGovernor(cfg.clock, cfg.uploadRate, n.weights.servers, func() int {
 			if st := n.svc.sched.status.Load(); st != nil {
 				return st.Sessions
 			}
@@ -276,7 +274,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		f.progressed = n.ann.publish
 	}
 	if man != nil {
-		if err := n.serveChunks(man); err != nil {
+		if err := n.weights.serve(man); err != nil {
 			n.Close()
 			return n, fmt.Errorf("%w: serving the model's chunks: %w", ErrConfig, err)
 		}
@@ -296,10 +294,10 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			return nil, fmt.Errorf("%w: no consensus here", ErrNotServing)
 		}
 		if isManifestRequest(req) {
-			return n.answerManifest(req)
+			return n.weights.answerManifest(req)
 		}
 		if isInfoRequest(req) {
-			return n.answerInfo(), nil
+			return n.weights.answerInfo(), nil
 		}
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
@@ -331,7 +329,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			consensus.WithHost(consNet{h}),
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
-			consensus.WithFetchRates(&n.rates),
+			consensus.WithFetchRates(&n.weights.rates),
 			consensus.WithVouches(consensus.VouchFunc(func() []consensus.Vouch {
 				return n.entry.work.leaderVouches(n.self, h.Peers().Attestations())
 			}), cfg.trustChecks),
@@ -372,7 +370,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	}
 	if cfg.static == nil {
 		n.wg.Add(2)
-		go func() { defer n.wg.Done(); n.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
+		go func() { defer n.wg.Done(); n.weights.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
 		go func() { defer n.wg.Done(); cover.watch(n.ctx, max(2*cfg.statusEvery, time.Second)) }()
 	}
 	n.wg.Add(2)
@@ -542,7 +540,7 @@ func (n *Node) Close() error {
 		n.host.Streams().HandleActivations(nil)
 		n.entry.stop()
 		n.cancel()
-		n.closeChunks()
+		n.weights.close()
 		errs = append(errs, n.host.Close())
 		n.entry.wait()
 		n.wg.Wait()
@@ -560,7 +558,7 @@ func (n *Node) Kill() {
 		n.host.Close()
 		n.entry.stop()
 		n.cancel()
-		n.closeChunks()
+		n.weights.close()
 		if c := n.cons.Load(); c != nil {
 			c.Close()
 		}
