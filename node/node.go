@@ -46,6 +46,7 @@ type Node struct {
 	upload  *uploadGovernor // the adaptive upload limit; nil: off, or nothing to serve
 
 	svc   *stageService
+	trust *swarmTrust // what the entry's spot checks learn from the swarm
 	warm  *warmer
 	ann   *announcer
 	paths *pathFinder
@@ -226,6 +227,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		// Long enough for the hops' heartbeats to carry what this entry
 		// routed through them; past it a record lasts while they do.
 		routed: newRoutedPrefixes(routedHeartbeats * h.Beats().HeartbeatInterval())}
+	n.trust = &swarmTrust{self: n.self, engine: n.ann.engine, peers: h.Peers(), committed: n.ann.committed, cons: &n.cons}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wire: cfg.wire,
 		signedFrames: !cfg.unsignedFrames && !cfg.wire.lossy(),
@@ -234,7 +236,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, routed: n.paths.noteRouted, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
-			holders: n.holders, isReproducible: n.reproducible, report: n.reportFault, swarmRate: n.swarmVerifyRate,
+			holders: n.trust.holders, isReproducible: n.trust.reproducible, report: n.trust.reportFault, swarmRate: n.trust.swarmVerifyRate,
 			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.Beats().HeartbeatInterval()) },
 			profileName: func(p string) string {
 				if pr, err := profiles.Profile(p); err == nil {

@@ -519,49 +519,6 @@ func (g *generation) rewind(faulty peer.ID) {
 	}
 }
 
-// reproducible reports whether p computes on the bit-reproducible
-// pure-Go engine: this node by its own engine, a peer by its latest
-// heartbeat (which names any other engine). A peer not heard yet is not
-// taken for one: it is checked by tolerance from its first step (and, if
-// it then signs as go, exactly: exactSettle) until its heartbeat says go.
-func (n *Node) reproducible(p peer.ID) bool {
-	if p == n.self {
-		return n.ann.engine == ""
-	}
-	pr, ok := n.host.Peers().Get(p)
-	return ok && pr.Heartbeat != nil && pr.Heartbeat.Engine == ""
-}
-
-// holders lists the peers whose committed range covers [from, to).
-func (n *Node) holders(from, to int) []peer.ID {
-	var out []peer.ID
-	for _, st := range n.Committed().Stages {
-		if st.Range.Start <= from && to <= st.Range.End {
-			if p, err := peer.Decode(st.Node); err == nil {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
-// reportFault hands evidence to the leader through consensus.
-func (n *Node) reportFault(ctx context.Context, ev consensus.Evidence) error {
-	c := n.cons.Load()
-	if c == nil {
-		return fmt.Errorf("%w: no consensus (static map): cannot report a fault", ErrNotServing)
-	}
-	return c.ReportFault(ctx, ev)
-}
-
-// swarmVerifyRate is the replicated rate (false: none, or no consensus).
-func (n *Node) swarmVerifyRate() (float64, bool) {
-	if c := n.cons.Load(); c != nil {
-		return c.State().SwarmConfig().VerifyRate()
-	}
-	return 0, false
-}
-
 // SetSwarmVerifyRate sets the swarm's replicated verify rate. Only the
 // leader may (consensus.ErrNotLeader elsewhere, ErrNotServing on a static
 // map); entries without their own rate follow it.

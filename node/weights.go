@@ -24,7 +24,7 @@ type weights struct {
 	model *model
 	cons  *atomic.Pointer[consensus.Consensus] // nil inside: a static map, or still starting
 
-	uploadRate  int64                           // bytes/s for the file's chunks (0: no limit)
+	uploadRate  int64                         // bytes/s for the file's chunks (0: no limit)
 	chunkReader func(io.ReaderAt) io.ReaderAt // a test's wrapper of the file; nil: none
 
 	chunks    *chunks.Server // the file's chunks, served to peers; nil: none
