@@ -398,7 +398,7 @@ func WithVerifyRate(r float64) Option { return func(c *config) error { c.verifyR
 // WithSwarmVerifyRate is the verify rate this node gives the swarm when
 // it founds one (the leader commits it while the replicated state has
 // none; default DefaultVerifyRate). Change it later with
-// Node.SetSwarmVerifyRate on the leader.
+// Node.SetSwarmConfig on the leader.
 func WithSwarmVerifyRate(r float64) Option {
 	return func(c *config) error { c.swarmVerifyRate = r; return nil }
 }

@@ -141,7 +141,7 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 	m := nodes[0].Committed()
 	midChecks := 0
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		total.Tolerance += s.Tolerance
 		total.ToleranceMismatches += s.ToleranceMismatches
 		total.Reported += s.Reported
@@ -217,7 +217,7 @@ func TestToleranceCatchesLiar(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil {
-			s := honest[0].VerifyStats()
+			s := honest[0].Metrics().Verify
 			s.Log = nil
 			t.Fatalf("not evicted after %d generations: %+v", gens, s)
 		}
@@ -233,7 +233,7 @@ func TestToleranceCatchesLiar(t *testing.T) {
 	until, _ := banned()
 	var reported, mism uint64
 	for _, n := range honest {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		reported += s.Reported
 		mism += s.ToleranceMismatches
 	}
@@ -288,7 +288,7 @@ func TestToleranceHonestMidPath(t *testing.T) {
 	var total VerifyStats
 	mid := 0
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		total.Tolerance += s.Tolerance
 		total.ToleranceMismatches += s.ToleranceMismatches
 		total.Reported += s.Reported
@@ -367,7 +367,7 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil {
-			s := honest[0].VerifyStats()
+			s := honest[0].Metrics().Verify
 			s.Log = nil
 			t.Fatalf("not evicted after %d generations: %+v", gens, s)
 		}
@@ -383,7 +383,7 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 	until, _ := banned()
 	var reported, mism uint64
 	for _, n := range honest {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		reported += s.Reported
 		mism += s.ToleranceMismatches
 	}

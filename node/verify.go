@@ -518,37 +518,3 @@ func (g *generation) rewind(faulty peer.ID) {
 		g.out = g.out[:min(max(s, 0), len(g.out))]
 	}
 }
-
-// SetSwarmVerifyRate sets the swarm's replicated verify rate. Only the
-// leader may (consensus.ErrNotLeader elsewhere, ErrNotServing on a static
-// map); entries without their own rate follow it.
-func (n *Node) SetSwarmVerifyRate(ctx context.Context, r float64) error {
-	c := n.cons.Load()
-	if c == nil {
-		return fmt.Errorf("%w: no consensus (static map): no swarm rate to set", ErrNotServing)
-	}
-	return c.SetVerifyRate(ctx, r)
-}
-
-// SetSwarmSessionTokens sets the mean session length the swarm's planner
-// caps each node's KV memory by (0: no cap). Only the leader may
-// (consensus.ErrNotLeader elsewhere, ErrNotServing on a static map).
-func (n *Node) SetSwarmSessionTokens(ctx context.Context, tokens int) error {
-	c := n.cons.Load()
-	if c == nil {
-		return fmt.Errorf("%w: no consensus (static map): no swarm planner to set", ErrNotServing)
-	}
-	return c.SetSessionTokens(ctx, tokens)
-}
-
-// SetSwarmStewards makes ids the swarm's stewards, the only nodes that
-// vote, signed with this node's host key. Only the leader may
-// (consensus.ErrNotLeader elsewhere), and the swarm admits it only from
-// its founder (the first set) or a steward (consensus.ErrBadStewards).
-func (n *Node) SetSwarmStewards(ctx context.Context, ids []string) error {
-	c := n.cons.Load()
-	if c == nil {
-		return fmt.Errorf("%w: no consensus (static map): no voters to choose", ErrNotServing)
-	}
-	return c.SetStewards(ctx, ids)
-}

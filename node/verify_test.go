@@ -166,7 +166,7 @@ func testVerifyHonest(t *testing.T) {
 	var total VerifyStats
 	chained := 0
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		for _, c := range s.Log {
 			if c.Links > 1 {
 				chained++
@@ -189,7 +189,7 @@ func testVerifyHonest(t *testing.T) {
 	// With no mismatch, every conclusive check is in the log and the
 	// steps checked are the positions verified.
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		sum := 0
 		for _, c := range s.Log {
 			sum += c.Positions
@@ -246,7 +246,7 @@ func TestVerifyChainCheck(t *testing.T) {
 	}
 	// The chained checks of each hop of the path [0,4)→[4,8) that passed.
 	passed := func() (x, c int) {
-		for _, r := range entry.VerifyStats().Log {
+		for _, r := range entry.Metrics().Verify.Log {
 			if r.Mismatch || r.Links < 2 {
 				continue
 			}
@@ -261,12 +261,12 @@ func TestVerifyChainCheck(t *testing.T) {
 	}
 	for i := 0; ; i++ {
 		if x, c := passed(); x > 0 && c > 0 {
-			s := entry.VerifyStats()
+			s := entry.Metrics().Verify
 			t.Logf("after %d generations: %d chained checks of [0,4), %d of [4,8); %d checks, %d passed", i, x, c, s.Audits, s.Verified)
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("no chained check of both hops of [0,4)→[4,8) in %d generations: %+v", i, entry.VerifyStats())
+			t.Fatalf("no chained check of both hops of [0,4)→[4,8) in %d generations: %+v", i, entry.Metrics().Verify)
 		}
 		p := prompts[i%len(prompts)]
 		got, err := generate(ctx, t, entry, p, 6)
@@ -274,7 +274,7 @@ func TestVerifyChainCheck(t *testing.T) {
 			t.Fatalf("%q: %v %v, want %v", p, got, err, want[p])
 		}
 	}
-	s := entry.VerifyStats()
+	s := entry.Metrics().Verify
 	if s.Mismatches != 0 || s.Reported != 0 || s.Unresolved != 0 {
 		t.Fatalf("an honest swarm had mismatches: %+v", s)
 	}
@@ -408,7 +408,7 @@ func TestVerifyRateReplicated(t *testing.T) {
 	fourth := c.add() // every range on two nodes, so every hop can be checked
 	c.waitServing(60*time.Second, founder.ID(), follower.ID(), own.ID(), fourth.ID())
 	rateIs := func(n *Node, want float64) bool {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		return s.HasSwarmRate && s.Rate == want
 	}
 	waitFor(t, 30*time.Second, "the founder's rate everywhere", func() bool {
@@ -422,14 +422,14 @@ func TestVerifyRateReplicated(t *testing.T) {
 		if got, err := generate(ctx, t, n, prompt, maxTokens); err != nil || !slices.Equal(got, want) {
 			t.Fatalf("%v %v, want %v", got, err, want)
 		}
-		if s := n.VerifyStats(); s.Audits != 0 {
+		if s := n.Metrics().Verify; s.Audits != 0 {
 			t.Fatalf("checks at rate 0: %+v", s)
 		}
 	}
 
 	var leader *Node
 	for _, n := range []*Node{founder, follower, own} {
-		if err := n.SetSwarmVerifyRate(ctx, 1); err == nil {
+		if err := n.SetSwarmConfig(ctx, SwarmChange{VerifyRate: new(float64(1))}); err == nil {
 			leader = n
 		} else if !errors.Is(err, consensus.ErrNotLeader) {
 			t.Fatalf("a follower's set: %v", err)
@@ -438,11 +438,11 @@ func TestVerifyRateReplicated(t *testing.T) {
 	if leader == nil {
 		t.Fatal("no node could set the rate")
 	}
-	if err := leader.SetSwarmVerifyRate(ctx, 2); !errors.Is(err, consensus.ErrRejected) {
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{VerifyRate: new(float64(2))}); !errors.Is(err, consensus.ErrRejected) {
 		t.Fatalf("rate 2: %v", err)
 	}
 	waitFor(t, 30*time.Second, "the new rate", func() bool {
-		s := own.VerifyStats()
+		s := own.Metrics().Verify
 		return rateIs(founder, 1) && rateIs(follower, 1) && s.SwarmRate == 1 && s.Rate == 0
 	})
 	for i := range 4 {
@@ -452,7 +452,7 @@ func TestVerifyRateReplicated(t *testing.T) {
 			}
 		}
 	}
-	if a, b, o := founder.VerifyStats(), follower.VerifyStats(), own.VerifyStats(); a.Audits == 0 || b.Audits == 0 || o.Audits != 0 {
+	if a, b, o := founder.Metrics().Verify, follower.Metrics().Verify, own.Metrics().Verify; a.Audits == 0 || b.Audits == 0 || o.Audits != 0 {
 		t.Fatalf("checks at rate 1: founder %d, follower %d; own rate 0: %d", a.Audits, b.Audits, o.Audits)
 	}
 }
@@ -480,7 +480,7 @@ func TestVerifySkipsOtherEngines(t *testing.T) {
 	odd := nodes[1].ID()
 	verified := uint64(0)
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		verified += s.Verified
 		for _, c := range s.Log {
 			if !c.Tolerance && (c.Hop == odd || c.Checker == odd) {
@@ -522,7 +522,7 @@ func TestSwarmSessionTokens(t *testing.T) {
 	defer cancel()
 	var leader *Node
 	for _, n := range []*Node{founder, joiner} {
-		if err := n.SetSwarmSessionTokens(ctx, 0); err == nil {
+		if err := n.SetSwarmConfig(ctx, SwarmChange{SessionTokens: new(0)}); err == nil {
 			leader = n
 		} else if !errors.Is(err, consensus.ErrNotLeader) {
 			t.Fatalf("a follower's set: %v", err)
@@ -531,7 +531,7 @@ func TestSwarmSessionTokens(t *testing.T) {
 	if leader == nil {
 		t.Fatal("no node could set the length")
 	}
-	if err := leader.SetSwarmSessionTokens(ctx, consensus.MaxSessionTokens+1); !errors.Is(err, consensus.ErrRejected) {
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{SessionTokens: new(consensus.MaxSessionTokens+1)}); !errors.Is(err, consensus.ErrRejected) {
 		t.Fatalf("length beyond the bound: %v", err)
 	}
 	waitFor(t, 30*time.Second, "the length off at both", tokensAre(0))
