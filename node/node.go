@@ -257,7 +257,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		return info
 	})
 	n.ann.vouches = n.entry.work.vouches
-	cover := &coverage{self: n.self, cons: &n.cons, ready: n.Ready, clock: cfg.clock, log: n.log}
+	cover := &coverage{self: n.self, cons: &n.cons, ready: func() error { return n.paths.ready(n.ctx) }, clock: cfg.clock, log: n.log}
 	n.paths.noMap, n.paths.uncovered = cover.noMap, cover.uncoveredMap
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
@@ -493,22 +493,6 @@ func (n *Node) Committed() layers.LayerMap { return n.ann.committed() }
 // ErrQueueFull) when it could not be admitted.
 func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 	return n.entry.generate(ctx, req)
-}
-
-// Ready reports whether this node can route a full path now: nil, or an
-// error wrapping ErrNoCapacity that says why not (for a health check),
-// ErrUncovered among them when no path can exist until more nodes join.
-func (n *Node) Ready() error {
-	if n.ctx.Err() != nil {
-		return ErrClosed
-	}
-	if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err != nil {
-		if errors.Is(err, ErrNoCapacity) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrNoCapacity, err)
-	}
-	return nil
 }
 
 // WaitReady blocks until this node can route a full path. Routing reads

@@ -47,9 +47,10 @@ type SwarmSnapshot struct {
 	Hardware layers.Hardware
 	// Scheduler is the entry's effective scheduling configuration.
 	Scheduler routing.SchedulerConfig
-	// RouteErr is why this node cannot route a full path now (Ready's
-	// answer), nil when it can: readiness means routable, not merely a
-	// map that covers every layer.
+	// RouteErr is why this node cannot route a full path now, nil when
+	// it can: readiness means routable, not merely a map that covers
+	// every layer. It wraps ErrNoCapacity (ErrUncovered when no path can
+	// exist until more nodes join), or is ErrClosed.
 	RouteErr error
 	Addrs    []ma.Multiaddr
 	// Peers is the peer table, this node excluded.
@@ -64,7 +65,7 @@ type SwarmSnapshot struct {
 // Swarm returns the node's view of the swarm now.
 func (n *Node) Swarm() SwarmSnapshot {
 	s := SwarmSnapshot{Self: n.host.Beats().Status(), Held: n.ann.held(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.Links().NAT(),
-		Scheduler: n.paths.profiles.Config(), RouteErr: n.Ready(),
+		Scheduler: n.paths.profiles.Config(), RouteErr: n.paths.ready(n.ctx),
 		Fetch: n.weights.progress()}
 	for _, p := range n.host.Peers().Snapshot() {
 		if p.ID != n.self {

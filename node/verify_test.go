@@ -531,7 +531,7 @@ func TestSwarmSessionTokens(t *testing.T) {
 	if leader == nil {
 		t.Fatal("no node could set the length")
 	}
-	if err := leader.SetSwarmConfig(ctx, SwarmChange{SessionTokens: new(consensus.MaxSessionTokens+1)}); !errors.Is(err, consensus.ErrRejected) {
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{SessionTokens: new(consensus.MaxSessionTokens + 1)}); !errors.Is(err, consensus.ErrRejected) {
 		t.Fatalf("length beyond the bound: %v", err)
 	}
 	waitFor(t, 30*time.Second, "the length off at both", tokensAre(0))
