@@ -535,6 +535,24 @@ func TestSwarmSessionTokens(t *testing.T) {
 		t.Fatalf("length beyond the bound: %v", err)
 	}
 	waitFor(t, 30*time.Second, "the length off at both", tokensAre(0))
+	// One change sets several fields, and stops at the first refused.
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{VerifyRate: new(0.25), SessionTokens: new(2000)}); err != nil {
+		t.Fatalf("rate and length at once: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the rate and the length at both", func() bool {
+		for _, n := range []*Node{founder, joiner} {
+			if s := n.Swarm(); !s.HasVerifyRate || s.VerifyRate != 0.25 || !s.HasSessionTokens || s.SessionTokens != 2000 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{VerifyRate: new(2.0), SessionTokens: new(3000)}); !errors.Is(err, consensus.ErrRejected) {
+		t.Fatalf("rate 2 with a length: %v", err)
+	}
+	if s := leader.Swarm(); s.SessionTokens != 2000 || s.VerifyRate != 0.25 {
+		t.Fatalf("after a refused rate: rate %v, length %d; want 0.25, 2000", s.VerifyRate, s.SessionTokens)
+	}
 	for _, bad := range []int{-1, consensus.MaxSessionTokens + 1} {
 		cfg := defaultConfig()
 		for _, o := range append(baseOptions(t), WithPlanSessionTokens(bad)) {
@@ -545,5 +563,28 @@ func TestSwarmSessionTokens(t *testing.T) {
 		if err := cfg.validate(); !errors.Is(err, ErrConfig) {
 			t.Fatalf("length %d: %v", bad, err)
 		}
+	}
+}
+
+// TestSwarmConfigStatic: a node on a static map has no replicated
+// configuration to change: each field is refused with ErrNotServing, and
+// an empty change changes nothing.
+func TestSwarmConfigStatic(t *testing.T) {
+	n := oneNode(t)
+	ctx := context.Background()
+	if err := n.SetSwarmConfig(ctx, SwarmChange{}); err != nil {
+		t.Fatalf("empty change: %v", err)
+	}
+	for name, ch := range map[string]SwarmChange{
+		"rate":     {VerifyRate: new(0.5)},
+		"length":   {SessionTokens: new(100)},
+		"stewards": {Stewards: []string{n.ID().String()}},
+	} {
+		if err := n.SetSwarmConfig(ctx, ch); !errors.Is(err, ErrNotServing) {
+			t.Errorf("%s on a static map: %v, want ErrNotServing", name, err)
+		}
+	}
+	if s := n.Swarm(); !s.Static || s.HasVerifyRate || s.HasSessionTokens || s.Stewards != nil {
+		t.Fatalf("a static node's snapshot: %+v", s)
 	}
 }
