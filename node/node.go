@@ -32,7 +32,9 @@ import (
 // the stage service with its scheduler and outbox (service.go,
 // scheduler.go, outbox.go), the entry (entry.go), the path finder
 // (view.go), the announcer of the node's own status (status.go), warmup
-// (warmup.go, consensus's StageLoader) and the liveness adapter.
+// (warmup.go, consensus's StageLoader), the liveness adapter, the
+// spot checks' view of the swarm (swarmtrust.go) and the serving of
+// weights to peers (weights.go, fetchinfo.go).
 type Node struct {
 	cfg   config
 	log   *zap.Logger

@@ -37,7 +37,8 @@ type Backend interface {
 
 	// SetSwarmVerifyRate, SetSwarmSessionTokens and SetSwarmStewards
 	// change the swarm's replicated configuration (on the leader; see
-	// node.Node.SetSwarmConfig). A backend that cannot answers ErrUnsupported.
+	// node.Node.SetSwarmConfig). A backend that cannot answers
+	// ErrUnsupported.
 	SetSwarmVerifyRate(ctx context.Context, r float64) error
 	SetSwarmSessionTokens(ctx context.Context, n int) error
 	SetSwarmStewards(ctx context.Context, ids []string) error
