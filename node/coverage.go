@@ -101,7 +101,7 @@ func capsText(caps []int) string {
 type coverage struct {
 	self  peer.ID
 	cons  *atomic.Pointer[consensus.Consensus] // nil inside: static map, or starting
-	ready func() error                         // Node.Ready, which watch logs the verdict of
+	ready func() error                         // the node's readiness (SwarmSnapshot.RouteErr), which watch logs the verdict of
 	clock clockwork.Clock
 	log   *zap.Logger
 }

@@ -46,7 +46,7 @@ func TestUncoveredRefusedAtOnce(t *testing.T) {
 		t.Fatalf("refused after %v: the 30 s queue deadline is no place to wait for nodes", took)
 	}
 	t.Logf("refused in %v: %v", took.Round(time.Millisecond), err)
-	if err := a.Ready(); !errors.Is(err, ErrUncovered) || !strings.Contains(err.Error(), "layers [3,5) are served by no node") {
+	if err := a.Swarm().RouteErr; !errors.Is(err, ErrUncovered) || !strings.Contains(err.Error(), "layers [3,5) are served by no node") {
 		t.Fatalf("ready: %v", err)
 	}
 	// Refused at once again, now that the node is surely a member.
@@ -67,7 +67,7 @@ func TestUncoveredRefusedAtOnce(t *testing.T) {
 
 	b.Kill()
 	waitFor(t, 30*time.Second, "the swarm refusing for want of nodes once b is gone", func() bool {
-		return errors.Is(a.Ready(), ErrUncovered)
+		return errors.Is(a.Swarm().RouteErr, ErrUncovered)
 	})
 	start = time.Now()
 	_, err = a.Generate(ctx, req)

@@ -75,7 +75,7 @@ func TestNoCapacityAndClose(t *testing.T) {
 	}
 	c := newTestCluster(t, WithStaticMap(m))
 	a := c.add(WithDataDir(dirs[0]))
-	if err := a.Ready(); !errors.Is(err, ErrNoCapacity) {
+	if err := a.Swarm().RouteErr; !errors.Is(err, ErrNoCapacity) {
 		t.Fatalf("ready with half the layers: %v", err)
 	}
 	_, err = a.Generate(context.Background(), Request{Prompt: "a", QueueTimeout: -1})

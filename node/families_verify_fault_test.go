@@ -29,7 +29,7 @@ func TestVerifyEvictsFaultyDeepSeek2(t *testing.T) {
 		if !ok {
 			t.Fatalf("faulty node not placed: %v", m.Stages)
 		}
-		if h := len(nodes[0].holders(fr.Start, fr.End)); h < 3 {
+		if h := len(nodes[0].trust.holders(fr.Start, fr.End)); h < 3 {
 			return fmt.Sprintf("the faulty node's range %v has %d holders", fr, h)
 		}
 		return ""
@@ -52,7 +52,7 @@ func TestVerifyEvictsFaultyDeepSeek2(t *testing.T) {
 	gens, flagged := 0, 0
 	for i := 0; !evicted(); i++ {
 		if ctx.Err() != nil {
-			t.Fatalf("not evicted after %d generations (%v): %+v", gens, time.Since(start), honest[0].VerifyStats())
+			t.Fatalf("not evicted after %d generations (%v): %+v", gens, time.Since(start), honest[0].Metrics().Verify)
 		}
 		p := prompts[i%len(prompts)]
 		_, err := generate(ctx, t, honest[i%len(honest)], p, maxTokens)
@@ -68,7 +68,7 @@ func TestVerifyEvictsFaultyDeepSeek2(t *testing.T) {
 	servesRightWithout(ctx, t, honest, fid, prompts, want, maxTokens, 8)
 	var reported uint64
 	for _, n := range honest {
-		reported += n.VerifyStats().Reported
+		reported += n.Metrics().Verify.Reported
 		if !n.cons.Load().State().IsMember(fid) {
 			continue
 		}

@@ -106,7 +106,7 @@ func verifyHonestOn(t *testing.T, path string, prompts []string, want map[string
 	}
 	var total VerifyStats
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		total.Audits += s.Audits
 		total.Verified += s.Verified
 		total.Mismatches += s.Mismatches

@@ -143,50 +143,6 @@ func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chun
 	return m, b, nil
 }
 
-// serveChunks starts the chunk server of a node that holds the file.
-func (n *Node) serveChunks(man *chunks.Manifest) error {
-	n.chunks = chunks.NewServer(n.host.Streams(), chunks.WithUploadRate(n.cfg.uploadRate),
-		chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
-	if n.cfg.chunkReader == nil {
-		return n.chunks.ServeFile(man, n.model.path)
-	}
-	fh, err := os.Open(n.model.path)
-	if err != nil {
-		return err
-	}
-	n.chunkFile = fh
-	return n.chunks.ServeReaderAt(man, n.cfg.chunkReader(fh))
-}
-
-// chunkServers are the chunk servers running now: the file's, and the
-// fetched slice's.
-func (n *Node) chunkServers() []*chunks.Server {
-	var out []*chunks.Server
-	if n.chunks != nil {
-		out = append(out, n.chunks)
-	}
-	if f := n.model.fetch; f != nil {
-		f.mu.Lock()
-		if f.srv != nil && !f.closed {
-			out = append(out, f.srv)
-		}
-		f.mu.Unlock()
-	}
-	return out
-}
-
-func (n *Node) closeChunks() {
-	if n.chunks != nil {
-		n.chunks.Close()
-	}
-	if f := n.model.fetch; f != nil {
-		f.closeServer()
-	}
-	if n.chunkFile != nil {
-		n.chunkFile.Close()
-	}
-}
-
 // fetchState is a node's fetch of weights from peers: the manifest, the
 // directory its files go to, and progress.
 type fetchState struct {
@@ -259,16 +215,6 @@ type FetchProgress struct {
 	// Dropped counts the holders dropped (a bad chunk, a stall) since it
 	// started.
 	Dropped int64
-}
-
-// FetchProgress reports the node's fetch of weights from peers (zero for
-// a node that holds the model file).
-func (n *Node) FetchProgress() FetchProgress {
-	f := n.model.fetch
-	if f == nil {
-		return FetchProgress{}
-	}
-	return FetchProgress{Done: f.done.Load(), Total: f.total.Load(), Fetched: f.fetched.Load(), Dropped: f.dropped.Load()}
 }
 
 // candidates are the peers that may hold the file: the members and the

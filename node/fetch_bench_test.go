@@ -156,8 +156,8 @@ func BenchmarkUploaderLatency(b *testing.B) {
 			m := modes[(i+j)%len(modes)]
 			n.upload.setOff(!m.adaptive)
 			if !m.adaptive {
-				n.chunks.SetPaused(false)
-				n.chunks.SetUploadRate(m.rate)
+				n.weights.chunks.SetPaused(false)
+				n.weights.chunks.SetUploadRate(m.rate)
 			}
 			fctx, stop := context.WithCancel(ctx)
 			var got atomic.Int64

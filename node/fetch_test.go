@@ -104,7 +104,7 @@ func TestJoinByModelIDFetchesRange(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := j.FetchProgress()
+		p := j.Swarm().Fetch
 		t.Logf("%s serves %v: fetched %d bytes, its range's chunks are %d of the file's %d", j.ID().ShortString(), r, p.Fetched, rb, man.FileSize)
 		// The header at start, then the range's other chunks: each
 		// chunk once.
@@ -132,11 +132,11 @@ func TestJoinByModelIDFetchesRange(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "the leader knows every joiner's fetch rate", func() bool {
 		for _, j := range joiners {
-			if r, ok := leader.rates.FetchRate(j.ID()); !ok || r <= 0 {
+			if r, ok := leader.weights.rates.FetchRate(j.ID()); !ok || r <= 0 {
 				return false
 			}
 		}
-		_, ok := leader.rates.FetchRate(founder.ID())
+		_, ok := leader.weights.rates.FetchRate(founder.ID())
 		return !ok
 	})
 
@@ -154,7 +154,7 @@ func TestJoinByModelIDFetchesRange(t *testing.T) {
 	if got, ok := again.Committed().Range(again.ID().String()); !ok || got != r {
 		t.Skipf("the map moved the restarted joiner (%v → %v): the case under test did not arise", r, got)
 	}
-	if p := again.FetchProgress(); p.Fetched != 0 {
+	if p := again.Swarm().Fetch; p.Fetched != 0 {
 		t.Fatalf("the restarted joiner fetched %d bytes", p.Fetched)
 	}
 	c.waitServing(30*time.Second, founder.ID(), joiners[0].ID(), again.ID(), joiners[2].ID())
@@ -209,7 +209,7 @@ func TestFetchSkipsLyingHolder(t *testing.T) {
 	default:
 		t.Fatal("the liar was never asked for a chunk")
 	}
-	p := j.FetchProgress()
+	p := j.Swarm().Fetch
 	if p.Dropped == 0 {
 		t.Fatal("the lying holder was not dropped")
 	}

@@ -66,20 +66,21 @@ type nodeInfo struct {
 	manifest       [sha256.Size]byte
 }
 
-func (n *Node) answerInfo() []byte {
+// answerInfo answers an info request.
+func (w *weights) answerInfo() []byte {
 	b := make([]byte, infoLen)
 	switch {
-	case n.model.fetch != nil:
+	case w.model.fetch != nil:
 		b[0] = fetches
-		if n.model.fetch.serving.Load() {
+		if w.model.fetch.serving.Load() {
 			b[0] |= holdsSlice
 		}
-		binary.BigEndian.PutUint64(b[1:], math.Float64bits(n.model.fetch.rate()))
-	case n.chunks != nil:
+		binary.BigEndian.PutUint64(b[1:], math.Float64bits(w.model.fetch.rate()))
+	case w.chunks != nil:
 		b[0] = holdsFile
 	}
-	if n.model.manifest != nil {
-		id := sha256.Sum256(n.model.manifest)
+	if w.model.manifest != nil {
+		id := sha256.Sum256(w.model.manifest)
 		copy(b[9:], id[:])
 	}
 	return b
@@ -118,7 +119,7 @@ func (r *fetchRates) FetchRate(p peer.ID) (float64, bool) {
 
 // pollRates asks every member for its fetch rate while this node leads,
 // every interval, until ctx ends.
-func (n *Node) pollRates(ctx context.Context, every time.Duration) {
+func (w *weights) pollRates(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -127,7 +128,7 @@ func (n *Node) pollRates(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		c := n.cons.Load()
+		c := w.cons.Load()
 		if c == nil || !c.IsLeader() {
 			continue
 		}
@@ -136,13 +137,13 @@ func (n *Node) pollRates(ctx context.Context, every time.Duration) {
 		var wg sync.WaitGroup
 		for _, mem := range c.Members() {
 			p, err := peer.Decode(mem.ID)
-			if err != nil || p == n.self {
+			if err != nil || p == w.self {
 				continue
 			}
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, every)
 				defer cancel()
-				if in, err := askInfo(cctx, n.host, p); err == nil && in.fetches && in.rate > 0 {
+				if in, err := askInfo(cctx, w.host, p); err == nil && in.fetches && in.rate > 0 {
 					mu.Lock()
 					m[p] = in.rate
 					mu.Unlock()
@@ -150,12 +151,12 @@ func (n *Node) pollRates(ctx context.Context, every time.Duration) {
 			})
 		}
 		wg.Wait()
-		if f := n.model.fetch; f != nil && f.rate() > 0 {
-			m[n.self] = f.rate()
+		if f := w.model.fetch; f != nil && f.rate() > 0 {
+			m[w.self] = f.rate()
 		}
-		n.rates.mu.Lock()
-		n.rates.m = m
-		n.rates.mu.Unlock()
+		w.rates.mu.Lock()
+		w.rates.m = m
+		w.rates.mu.Unlock()
 	}
 }
 
@@ -171,7 +172,7 @@ func hasMagic(req []byte, magic string) bool {
 // from the file this node holds, else from its replica of the swarm's
 // state. An empty fingerprint asks for the manifest of whatever model this
 // node serves (SwarmModel).
-func (n *Node) answerManifest(req []byte) ([]byte, error) {
+func (w *weights) answerManifest(req []byte) ([]byte, error) {
 	var off uint64
 	rest := req[len(manifestReqMagic):]
 	if hasMagic(req, manifestPageMagic) {
@@ -182,12 +183,12 @@ func (n *Node) answerManifest(req []byte) ([]byte, error) {
 		off, rest = v, rest[k:]
 	}
 	fp := string(rest)
-	if fp != "" && fp != n.model.info.Fingerprint {
-		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, n.model.info.Fingerprint)
+	if fp != "" && fp != w.model.info.Fingerprint {
+		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, w.model.info.Fingerprint)
 	}
-	data := n.model.manifest
+	data := w.model.manifest
 	if data == nil {
-		if c := n.cons.Load(); c != nil {
+		if c := w.cons.Load(); c != nil {
 			data = c.State().Manifest()
 		}
 	}
@@ -195,7 +196,7 @@ func (n *Node) answerManifest(req []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: no manifest of the model here yet", ErrNotServing)
 	}
 	var flags byte
-	if n.chunks != nil {
+	if w.chunks != nil {
 		flags |= holdsFile
 	}
 	if len(data) <= manifestPage && !hasMagic(req, manifestPageMagic) {

@@ -68,11 +68,11 @@ func TestManifestPages(t *testing.T) {
 		t.Fatalf("test manifest of %d bytes: want one above a control frame (%d)", len(big), swarm.DefaultMaxCtlFrame)
 	}
 	server, asker := pageHosts(t)
-	n := &Node{model: &model{manifest: big, info: ModelInfo{Fingerprint: fp}}}
+	w := &weights{model: &model{manifest: big, info: ModelInfo{Fingerprint: fp}}, cons: new(atomic.Pointer[consensus.Consensus])}
 	var calls atomic.Int32
 	server.Streams().HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) {
 		calls.Add(1)
-		return n.answerManifest(req)
+		return w.answerManifest(req)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -95,13 +95,13 @@ func TestManifestPages(t *testing.T) {
 	}
 
 	small := []byte("a small manifest")
-	n.model.manifest = small
+	w.model.manifest = small
 	resp, err := asker.Streams().Call(ctx, server.ID(), []byte(manifestReqMagic+fp))
 	if err != nil || resp[0]&manifestPaged != 0 || !bytes.Equal(resp[1:], small) {
 		t.Fatalf("small manifest answer %q, %v", resp, err)
 	}
 	// A page past the end is refused.
-	n.model.manifest = big
+	w.model.manifest = big
 	req := binary.AppendUvarint([]byte(manifestPageMagic), uint64(len(big)))
 	if _, err := asker.Streams().Call(ctx, server.ID(), append(req, fp...)); err == nil {
 		t.Fatal("a page past the end answered")

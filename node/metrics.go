@@ -121,7 +121,7 @@ func (n *Node) Metrics() Metrics {
 		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency
 		m.PrefixHits, m.PrefixTokens, m.PrefixEvictions, m.PrefixBytes = st.PrefixHits, st.PrefixTokens, st.PrefixEvictions, st.PrefixBytes
 	}
-	for _, s := range n.chunkServers() {
+	for _, s := range n.weights.servers() {
 		m.Uploaded += s.Sent()
 	}
 	if n.upload != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -33,7 +32,9 @@ import (
 // the stage service with its scheduler and outbox (service.go,
 // scheduler.go, outbox.go), the entry (entry.go), the path finder
 // (view.go), the announcer of the node's own status (status.go), warmup
-// (warmup.go, consensus's StageLoader) and the liveness adapter.
+// (warmup.go, consensus's StageLoader), the liveness adapter, the
+// spot checks' view of the swarm (swarmtrust.go) and the serving of
+// weights to peers (weights.go, fetchinfo.go).
 type Node struct {
 	cfg   config
 	log   *zap.Logger
@@ -43,12 +44,11 @@ type Node struct {
 	hw    layers.Hardware
 	self  peer.ID
 
-	chunks    *chunks.Server  // the file's chunks, served to peers (fetch.go); nil: none
-	chunkFile *os.File        // what chunks reads, when a test wraps it
-	rates     fetchRates      // members' fetch rates, while leading
-	upload    *uploadGovernor // the adaptive upload limit; nil: off, or nothing to serve
+	weights *weights        // chunks served to peers, info and manifest answers, fetch rates
+	upload  *uploadGovernor // the adaptive upload limit; nil: off, or nothing to serve
 
 	svc   *stageService
+	trust *swarmTrust // what the entry's spot checks learn from the swarm
 	warm  *warmer
 	ann   *announcer
 	paths *pathFinder
@@ -188,6 +188,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 
 	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, self: h.ID()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.weights = &weights{self: n.self, host: h, model: m, cons: &n.cons, uploadRate: cfg.uploadRate, chunkReader: cfg.chunkReader}
 	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, acts: h.Streams(),
 		wire: &wirePicker{mode: cfg.wire, bandwidth: func(p peer.ID) float64 {
 			if row, ok := h.Peers().Get(p); ok {
@@ -199,7 +200,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	var batchDone func(time.Duration, int, int)
 	if cfg.uploadAdaptive && (man != nil || m.fetch != nil) {
-		n.upload = newUploadGovernor(cfg.clock, cfg.uploadRate, n.chunkServers, func() int {
+		n.upload = newUploadGovernor(cfg.clock, cfg.uploadRate, n.weights.servers, func() int {
 			if st := n.svc.sched.status.Load(); st != nil {
 				return st.Sessions
 			}
@@ -228,6 +229,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		// Long enough for the hops' heartbeats to carry what this entry
 		// routed through them; past it a record lasts while they do.
 		routed: newRoutedPrefixes(routedHeartbeats * h.Beats().HeartbeatInterval())}
+	n.trust = &swarmTrust{self: n.self, engine: n.ann.engine, peers: h.Peers(), committed: n.ann.committed, cons: &n.cons}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wire: cfg.wire,
 		signedFrames: !cfg.unsignedFrames && !cfg.wire.lossy(),
@@ -236,7 +238,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, routed: n.paths.noteRouted, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
-			holders: n.holders, isReproducible: n.reproducible, report: n.reportFault, swarmRate: n.swarmVerifyRate,
+			holders: n.trust.holders, isReproducible: n.trust.reproducible, report: n.trust.reportFault, swarmRate: n.trust.swarmVerifyRate,
 			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.Beats().HeartbeatInterval()) },
 			profileName: func(p string) string {
 				if pr, err := profiles.Profile(p); err == nil {
@@ -257,7 +259,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		return info
 	})
 	n.ann.vouches = n.entry.work.vouches
-	cover := &coverage{self: n.self, cons: &n.cons, ready: n.Ready, clock: cfg.clock, log: n.log}
+	cover := &coverage{self: n.self, cons: &n.cons, ready: func() error { return n.paths.ready(n.ctx) }, clock: cfg.clock, log: n.log}
 	n.paths.noMap, n.paths.uncovered = cover.noMap, cover.uncoveredMap
 	n.paths.selfKV = func() kvReport {
 		st := n.svc.sched.status.Load()
@@ -276,7 +278,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		f.progressed = n.ann.publish
 	}
 	if man != nil {
-		if err := n.serveChunks(man); err != nil {
+		if err := n.weights.serve(man); err != nil {
 			n.Close()
 			return n, fmt.Errorf("%w: serving the model's chunks: %w", ErrConfig, err)
 		}
@@ -296,10 +298,10 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			return nil, fmt.Errorf("%w: no consensus here", ErrNotServing)
 		}
 		if isManifestRequest(req) {
-			return n.answerManifest(req)
+			return n.weights.answerManifest(req)
 		}
 		if isInfoRequest(req) {
-			return n.answerInfo(), nil
+			return n.weights.answerInfo(), nil
 		}
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
@@ -331,7 +333,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			consensus.WithHost(consNet{h}),
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
-			consensus.WithFetchRates(&n.rates),
+			consensus.WithFetchRates(&n.weights.rates),
 			consensus.WithVouches(consensus.VouchFunc(func() []consensus.Vouch {
 				return n.entry.work.leaderVouches(n.self, h.Peers().Attestations())
 			}), cfg.trustChecks),
@@ -372,7 +374,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	}
 	if cfg.static == nil {
 		n.wg.Add(2)
-		go func() { defer n.wg.Done(); n.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
+		go func() { defer n.wg.Done(); n.weights.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
 		go func() { defer n.wg.Done(); cover.watch(n.ctx, max(2*cfg.statusEvery, time.Second)) }()
 	}
 	n.wg.Add(2)
@@ -495,22 +497,6 @@ func (n *Node) Generate(ctx context.Context, req Request) (*Stream, error) {
 	return n.entry.generate(ctx, req)
 }
 
-// Ready reports whether this node can route a full path now: nil, or an
-// error wrapping ErrNoCapacity that says why not (for a health check),
-// ErrUncovered among them when no path can exist until more nodes join.
-func (n *Node) Ready() error {
-	if n.ctx.Err() != nil {
-		return ErrClosed
-	}
-	if _, err := n.paths.route(routeReq{prompt: 1, max: 1}); err != nil {
-		if errors.Is(err, ErrNoCapacity) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrNoCapacity, err)
-	}
-	return nil
-}
-
 // WaitReady blocks until this node can route a full path. Routing reads
 // the peer table and the committed map, which change without an event
 // the node could wait on as one, so it looks again every 20 ms.
@@ -542,7 +528,7 @@ func (n *Node) Close() error {
 		n.host.Streams().HandleActivations(nil)
 		n.entry.stop()
 		n.cancel()
-		n.closeChunks()
+		n.weights.close()
 		errs = append(errs, n.host.Close())
 		n.entry.wait()
 		n.wg.Wait()
@@ -560,7 +546,7 @@ func (n *Node) Kill() {
 		n.host.Close()
 		n.entry.stop()
 		n.cancel()
-		n.closeChunks()
+		n.weights.close()
 		if c := n.cons.Load(); c != nil {
 			c.Close()
 		}

@@ -398,7 +398,7 @@ func WithVerifyRate(r float64) Option { return func(c *config) error { c.verifyR
 // WithSwarmVerifyRate is the verify rate this node gives the swarm when
 // it founds one (the leader commits it while the replicated state has
 // none; default DefaultVerifyRate). Change it later with
-// Node.SetSwarmVerifyRate on the leader.
+// Node.SetSwarmConfig on the leader.
 func WithSwarmVerifyRate(r float64) Option {
 	return func(c *config) error { c.swarmVerifyRate = r; return nil }
 }
@@ -408,7 +408,7 @@ func WithSwarmVerifyRate(r float64) Option {
 // leader then caps each node's rate by the sessions of that length its KV
 // memory holds (layers.CostParams.SessionTokens). 0, the default, gives
 // none: the planner has no KV cap until an operator sets one with
-// Node.SetSwarmSessionTokens on the leader.
+// Node.SetSwarmConfig on the leader.
 func WithPlanSessionTokens(n int) Option {
 	return func(c *config) error { c.planSessionTokens = n; return nil }
 }

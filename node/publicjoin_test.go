@@ -58,7 +58,7 @@ func TestJoinPublicSwarmByName(t *testing.T) {
 	f := start(public("pub-node"), byModelID(t, t.TempDir()), WithMaxLayers(2))
 	t.Logf("three nodes found the swarm by name in %v", time.Since(began))
 	c.waitServing(60*time.Second, founder.ID(), a.ID(), b.ID(), f.ID())
-	if p := f.FetchProgress(); p.Fetched == 0 {
+	if p := f.Swarm().Fetch; p.Fetched == 0 {
 		t.Fatalf("the node without the file serves having fetched nothing: %+v", p)
 	}
 	for _, n := range []*Node{a, b, f} {

@@ -1,6 +1,9 @@
 package node
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 
@@ -44,9 +47,10 @@ type SwarmSnapshot struct {
 	Hardware layers.Hardware
 	// Scheduler is the entry's effective scheduling configuration.
 	Scheduler routing.SchedulerConfig
-	// RouteErr is why this node cannot route a full path now (Ready's
-	// answer), nil when it can: readiness means routable, not merely a
-	// map that covers every layer.
+	// RouteErr is why this node cannot route a full path now, nil when
+	// it can: readiness means routable, not merely a map that covers
+	// every layer. It wraps ErrNoCapacity (ErrUncovered when no path can
+	// exist until more nodes join), or is ErrClosed.
 	RouteErr error
 	Addrs    []ma.Multiaddr
 	// Peers is the peer table, this node excluded.
@@ -61,8 +65,8 @@ type SwarmSnapshot struct {
 // Swarm returns the node's view of the swarm now.
 func (n *Node) Swarm() SwarmSnapshot {
 	s := SwarmSnapshot{Self: n.host.Beats().Status(), Held: n.ann.held(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.Links().NAT(),
-		Scheduler: n.paths.profiles.Config(), RouteErr: n.Ready(),
-		Fetch: n.FetchProgress()}
+		Scheduler: n.paths.profiles.Config(), RouteErr: n.paths.ready(n.ctx),
+		Fetch: n.weights.progress()}
 	for _, p := range n.host.Peers().Snapshot() {
 		if p.ID != n.self {
 			s.Peers = append(s.Peers, p)
@@ -91,4 +95,53 @@ func (n *Node) Swarm() SwarmSnapshot {
 	s.SessionTokens, s.HasSessionTokens = st.SwarmConfig().SessionTokens()
 	s.Stewards = st.Stewards().List()
 	return s
+}
+
+// SwarmChange is a change to the swarm's replicated configuration: each
+// field that is set (non-nil) is changed, the rest stay as they are.
+type SwarmChange struct {
+	// VerifyRate is the swarm's verify rate; entries without their own
+	// rate follow it.
+	VerifyRate *float64
+	// SessionTokens is the mean session length the planner caps each
+	// node's KV memory by (0: no cap).
+	SessionTokens *int
+	// Stewards makes these peer IDs the swarm's stewards, the only nodes
+	// that vote, signed with this node's host key. The swarm admits it
+	// only from its founder (the first set) or a steward
+	// (consensus.ErrBadStewards).
+	Stewards []string
+}
+
+// SetSwarmConfig applies ch to the swarm's replicated configuration, its
+// fields in the order above, and stops at the first that fails. Only the
+// leader may (consensus.ErrNotLeader elsewhere, ErrNotServing on a static
+// map). A caller that must know which field failed sets one at a time.
+func (n *Node) SetSwarmConfig(ctx context.Context, ch SwarmChange) error {
+	c := n.cons.Load()
+	if ch.VerifyRate != nil {
+		if c == nil {
+			return fmt.Errorf("%w: no consensus (static map): no swarm rate to set", ErrNotServing)
+		}
+		if err := c.SetVerifyRate(ctx, *ch.VerifyRate); err != nil {
+			return err
+		}
+	}
+	if ch.SessionTokens != nil {
+		if c == nil {
+			return fmt.Errorf("%w: no consensus (static map): no swarm planner to set", ErrNotServing)
+		}
+		if err := c.SetSessionTokens(ctx, *ch.SessionTokens); err != nil {
+			return err
+		}
+	}
+	if ch.Stewards != nil {
+		if c == nil {
+			return fmt.Errorf("%w: no consensus (static map): no voters to choose", ErrNotServing)
+		}
+		if err := c.SetStewards(ctx, ch.Stewards); err != nil {
+			return err
+		}
+	}
+	return nil
 }

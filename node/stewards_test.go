@@ -74,7 +74,7 @@ func TestStewardsFoundedByFlag(t *testing.T) {
 
 	// The non-steward cannot change the set: it is not the leader, and
 	// were it, the fold would refuse its signature.
-	if err := sybil.SetSwarmStewards(ctx, []string{ids["sybil"].String()}); !errors.Is(err, consensus.ErrNotLeader) {
+	if err := sybil.SetSwarmConfig(ctx, SwarmChange{Stewards: []string{ids["sybil"].String()}}); !errors.Is(err, consensus.ErrNotLeader) {
 		t.Fatalf("the non-steward's change: %v", err)
 	}
 	var leader *Node
@@ -87,7 +87,7 @@ func TestStewardsFoundedByFlag(t *testing.T) {
 		t.Fatalf("leader %v is no steward", leader)
 	}
 	grown := slices.Sorted(slices.Values(append(slices.Clone(stewards), ids["sybil"].String())))
-	if err := leader.SetSwarmStewards(ctx, grown); err != nil {
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{Stewards: grown}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "the grown set everywhere", func() bool {

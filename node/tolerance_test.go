@@ -118,7 +118,7 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes[1:] {
-				if n != o && n.reproducible(o.ID()) {
+				if n != o && n.trust.reproducible(o.ID()) {
 					return false
 				}
 			}
@@ -141,7 +141,7 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 	m := nodes[0].Committed()
 	midChecks := 0
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		total.Tolerance += s.Tolerance
 		total.ToleranceMismatches += s.ToleranceMismatches
 		total.Reported += s.Reported
@@ -185,7 +185,7 @@ func TestToleranceCatchesLiar(t *testing.T) {
 		if !ok {
 			t.Fatalf("liar not placed: %v", m.Stages)
 		}
-		if fr.End == m.Layers && len(nodes[0].holders(fr.Start, fr.End)) >= 3 {
+		if fr.End == m.Layers && len(nodes[0].trust.holders(fr.Start, fr.End)) >= 3 {
 			return ""
 		}
 		return fmt.Sprintf("the liar's range %v is not a last range with 3 holders", fr)
@@ -195,7 +195,7 @@ func TestToleranceCatchesLiar(t *testing.T) {
 	honest := nodes[:liarAt]
 	waitFor(t, 60*time.Second, "heartbeats naming the liar's engine", func() bool {
 		for _, n := range honest {
-			if n.reproducible(liar.ID()) {
+			if n.trust.reproducible(liar.ID()) {
 				return false
 			}
 		}
@@ -217,7 +217,7 @@ func TestToleranceCatchesLiar(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil {
-			s := honest[0].VerifyStats()
+			s := honest[0].Metrics().Verify
 			s.Log = nil
 			t.Fatalf("not evicted after %d generations: %+v", gens, s)
 		}
@@ -233,7 +233,7 @@ func TestToleranceCatchesLiar(t *testing.T) {
 	until, _ := banned()
 	var reported, mism uint64
 	for _, n := range honest {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		reported += s.Reported
 		mism += s.ToleranceMismatches
 	}
@@ -267,7 +267,7 @@ func TestToleranceHonestMidPath(t *testing.T) {
 	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes {
-				if n != o && n.reproducible(o.ID()) {
+				if n != o && n.trust.reproducible(o.ID()) {
 					return false
 				}
 			}
@@ -288,7 +288,7 @@ func TestToleranceHonestMidPath(t *testing.T) {
 	var total VerifyStats
 	mid := 0
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		total.Tolerance += s.Tolerance
 		total.ToleranceMismatches += s.ToleranceMismatches
 		total.Reported += s.Reported
@@ -335,7 +335,7 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 		if !ok {
 			t.Fatalf("liar not placed: %v", m.Stages)
 		}
-		if fr.End < m.Layers && len(nodes[0].holders(fr.Start, fr.End)) >= 3 {
+		if fr.End < m.Layers && len(nodes[0].trust.holders(fr.Start, fr.End)) >= 3 {
 			return ""
 		}
 		return fmt.Sprintf("the liar's range %v is not one before the last with 3 holders", fr)
@@ -345,7 +345,7 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 	honest := nodes[:liarAt]
 	waitFor(t, 60*time.Second, "heartbeats naming the liar's engine", func() bool {
 		for _, n := range honest {
-			if n.reproducible(liar.ID()) {
+			if n.trust.reproducible(liar.ID()) {
 				return false
 			}
 		}
@@ -367,7 +367,7 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil {
-			s := honest[0].VerifyStats()
+			s := honest[0].Metrics().Verify
 			s.Log = nil
 			t.Fatalf("not evicted after %d generations: %+v", gens, s)
 		}
@@ -383,7 +383,7 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 	until, _ := banned()
 	var reported, mism uint64
 	for _, n := range honest {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		reported += s.Reported
 		mism += s.ToleranceMismatches
 	}

@@ -52,7 +52,7 @@ func benchVerifyRate(b *testing.B, extra map[int][]Option) {
 	entry := nodes[0]
 	waitFor(b, 20*time.Second, "heartbeats naming the engines", func() bool {
 		for i, n := range nodes {
-			if entry.reproducible(n.ID()) == (len(extra[i]) > 0) {
+			if entry.trust.reproducible(n.ID()) == (len(extra[i]) > 0) {
 				return false
 			}
 		}
@@ -72,7 +72,7 @@ func benchVerifyRate(b *testing.B, extra map[int][]Option) {
 	rates := []float64{0, 0.01, 0.05, 1}
 	tokens := make([]int, len(rates))
 	spent := make([]time.Duration, len(rates))
-	before := entry.VerifyStats()
+	before := entry.Metrics().Verify
 	round := func(rate float64) int {
 		entry.entry.cfg.verifyRate = rate // no generation runs between rounds
 		var wg sync.WaitGroup
@@ -105,7 +105,7 @@ func benchVerifyRate(b *testing.B, extra map[int][]Option) {
 		}
 		i++
 	}
-	after := entry.VerifyStats()
+	after := entry.Metrics().Verify
 	if after.Mismatches != before.Mismatches || after.Unresolved != before.Unresolved {
 		b.Fatalf("mismatches on an honest swarm: %+v", after)
 	}

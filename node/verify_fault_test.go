@@ -41,7 +41,7 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 		if !ok {
 			t.Fatalf("faulty node not placed: %v", m.Stages)
 		}
-		h := len(nodes[0].holders(fr.Start, fr.End))
+		h := len(nodes[0].trust.holders(fr.Start, fr.End))
 		if sends := mode != FaultSendFlip || fr.End < m.Layers; h < 3 || !sends {
 			return fmt.Sprintf("the faulty node's range %v has %d holders (sends hidden states: %v)", fr, h, sends)
 		}
@@ -66,7 +66,7 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	var gens, wrongBefore, flagged int
 	for i := 0; !evicted(); i++ {
 		if ctx.Err() != nil {
-			t.Fatalf("not evicted after %d generations (%v): %+v", gens, time.Since(start), honest[0].VerifyStats())
+			t.Fatalf("not evicted after %d generations (%v): %+v", gens, time.Since(start), honest[0].Metrics().Verify)
 		}
 		p := prompts[i%len(prompts)]
 		got, err := generate(ctx, t, honest[i%len(honest)], p, maxTokens)
@@ -105,7 +105,7 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	}
 	var total VerifyStats
 	for _, n := range honest {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		total.Audits += s.Audits
 		total.Verified += s.Verified
 		total.Mismatches += s.Mismatches
@@ -120,7 +120,7 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 	// log, which sums to the steps it had checked then.
 	found := false
 	for _, n := range honest {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		if s.FirstMismatch.IsZero() {
 			continue
 		}
@@ -175,7 +175,7 @@ func TestVerifyChainedWitness(t *testing.T) {
 	var chained bool
 	for i := 0; !chained; i++ {
 		if ctx.Err() != nil {
-			t.Fatalf("no chained evidence after %d generations: %+v", i, entry.VerifyStats())
+			t.Fatalf("no chained evidence after %d generations: %+v", i, entry.Metrics().Verify)
 		}
 		_, _ = generate(ctx, t, entry, "Once upon a time", 8)
 		for len(reports) > 0 {
@@ -190,7 +190,7 @@ func TestVerifyChainedWitness(t *testing.T) {
 			chained = chained || len(ev.Chain) > 0
 		}
 	}
-	t.Logf("spot checks: %+v", entry.VerifyStats())
+	t.Logf("spot checks: %+v", entry.Metrics().Verify)
 }
 
 // TestVerifyCatchesSendLiar: a hop that computes right, signs right
@@ -255,7 +255,7 @@ func testSendLiar(t *testing.T, signed bool) {
 			}
 			_, _ = generate(ctx, t, entry, "Once upon a time", 8)
 		}
-		st := entry.VerifyStats()
+		st := entry.Metrics().Verify
 		t.Logf("unsigned: the liar lied %d times; spot checks: %+v", injected(), st)
 		if len(reports) > 0 || st.Mismatches > 0 || st.Verified == 0 {
 			t.Fatalf("unsigned frames: %d reports, %+v; want the liar verified and nobody accused", len(reports), st)
@@ -264,7 +264,7 @@ func testSendLiar(t *testing.T, signed bool) {
 	}
 	for i := 0; ; i++ {
 		if ctx.Err() != nil {
-			t.Fatalf("no evidence after %d generations (%d lies): %+v", i, injected(), entry.VerifyStats())
+			t.Fatalf("no evidence after %d generations (%d lies): %+v", i, injected(), entry.Metrics().Verify)
 		}
 		_, _ = generate(ctx, t, entry, "Once upon a time", 8)
 		if len(reports) == 0 {
@@ -285,7 +285,7 @@ func testSendLiar(t *testing.T, signed bool) {
 			t.Fatalf("accused receipt of layers [%d, %d)", rx.From, rx.To)
 		}
 		t.Logf("evidence after %d generations (%d lies): accused %s over %d positions; spot checks %+v",
-			i+1, injected(), shortID(accused), rx.Positions, entry.VerifyStats())
+			i+1, injected(), shortID(accused), rx.Positions, entry.Metrics().Verify)
 		return
 	}
 }
@@ -342,9 +342,9 @@ func testOtherEngineLiar(t *testing.T, last bool, label string) {
 	if label == "unheard" {
 		// As before the liar's first heartbeat: set before any generation
 		// starts, so the entry's goroutines see it.
-		entry.entry.isReproducible = func(p peer.ID) bool { return p != liar.ID() && entry.reproducible(p) }
+		entry.entry.isReproducible = func(p peer.ID) bool { return p != liar.ID() && entry.trust.reproducible(p) }
 	} else {
-		waitFor(t, 30*time.Second, "the liar's heartbeat naming its engine", func() bool { return !entry.reproducible(liar.ID()) })
+		waitFor(t, 30*time.Second, "the liar's heartbeat naming its engine", func() bool { return !entry.trust.reproducible(liar.ID()) })
 	}
 	reports := make(chan consensus.Evidence, 16)
 	entry.entry.report = func(_ context.Context, ev consensus.Evidence) error {
@@ -355,7 +355,7 @@ func testOtherEngineLiar(t *testing.T, last bool, label string) {
 	defer cancel()
 	for i := 0; len(reports) == 0; i++ {
 		if ctx.Err() != nil {
-			t.Fatalf("no report after %d generations: %+v", i, entry.VerifyStats())
+			t.Fatalf("no report after %d generations: %+v", i, entry.Metrics().Verify)
 		}
 		_, _ = generate(ctx, t, entry, "Once upon a time", 8)
 	}
@@ -369,7 +369,7 @@ func testOtherEngineLiar(t *testing.T, last bool, label string) {
 		t.Fatalf("%s: evidence of the tolerance kind %v with %d tails", label, ev.Tolerance, len(ev.Tails))
 	}
 	t.Logf("accused by evidence of the tolerance kind %v (%d tails); tolerance checks %d", ev.Tolerance, len(ev.Tails),
-		entry.VerifyStats().Tolerance)
+		entry.Metrics().Verify.Tolerance)
 }
 
 // TestVerifyChainCatchesLiar: the liar holds [0,4) and no other node
@@ -419,7 +419,7 @@ func testChainLiar(t *testing.T, second bool) {
 	defer cancel()
 	// A chained check of the liar's hop [0,4) that found the mismatch.
 	chainMismatch := func() bool {
-		for _, r := range entry.VerifyStats().Log {
+		for _, r := range entry.Metrics().Verify.Log {
 			if r.Hop == liar && r.Mismatch && r.Links > 1 {
 				return true
 			}
@@ -443,7 +443,7 @@ func testChainLiar(t *testing.T, second bool) {
 				accusedByChains = true
 			}
 		}
-		s := entry.VerifyStats()
+		s := entry.Metrics().Verify
 		if second && accusedByChains {
 			t.Logf("evidence of two chains after %d generations; %d checks, %d mismatches, %d reported", i, s.Audits, s.Mismatches,
 				s.Reported)

@@ -96,7 +96,7 @@ func waitEngines(t *testing.T, nodes []*Node, exact func(*Node) bool) {
 	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes {
-				if n != o && n.reproducible(o.ID()) != exact(o) {
+				if n != o && n.trust.reproducible(o.ID()) != exact(o) {
 					return false
 				}
 			}
@@ -166,7 +166,7 @@ func testVerifyHonest(t *testing.T) {
 	var total VerifyStats
 	chained := 0
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		for _, c := range s.Log {
 			if c.Links > 1 {
 				chained++
@@ -189,7 +189,7 @@ func testVerifyHonest(t *testing.T) {
 	// With no mismatch, every conclusive check is in the log and the
 	// steps checked are the positions verified.
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		sum := 0
 		for _, c := range s.Log {
 			sum += c.Positions
@@ -246,7 +246,7 @@ func TestVerifyChainCheck(t *testing.T) {
 	}
 	// The chained checks of each hop of the path [0,4)→[4,8) that passed.
 	passed := func() (x, c int) {
-		for _, r := range entry.VerifyStats().Log {
+		for _, r := range entry.Metrics().Verify.Log {
 			if r.Mismatch || r.Links < 2 {
 				continue
 			}
@@ -261,12 +261,12 @@ func TestVerifyChainCheck(t *testing.T) {
 	}
 	for i := 0; ; i++ {
 		if x, c := passed(); x > 0 && c > 0 {
-			s := entry.VerifyStats()
+			s := entry.Metrics().Verify
 			t.Logf("after %d generations: %d chained checks of [0,4), %d of [4,8); %d checks, %d passed", i, x, c, s.Audits, s.Verified)
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("no chained check of both hops of [0,4)→[4,8) in %d generations: %+v", i, entry.VerifyStats())
+			t.Fatalf("no chained check of both hops of [0,4)→[4,8) in %d generations: %+v", i, entry.Metrics().Verify)
 		}
 		p := prompts[i%len(prompts)]
 		got, err := generate(ctx, t, entry, p, 6)
@@ -274,7 +274,7 @@ func TestVerifyChainCheck(t *testing.T) {
 			t.Fatalf("%q: %v %v, want %v", p, got, err, want[p])
 		}
 	}
-	s := entry.VerifyStats()
+	s := entry.Metrics().Verify
 	if s.Mismatches != 0 || s.Reported != 0 || s.Unresolved != 0 {
 		t.Fatalf("an honest swarm had mismatches: %+v", s)
 	}
@@ -408,7 +408,7 @@ func TestVerifyRateReplicated(t *testing.T) {
 	fourth := c.add() // every range on two nodes, so every hop can be checked
 	c.waitServing(60*time.Second, founder.ID(), follower.ID(), own.ID(), fourth.ID())
 	rateIs := func(n *Node, want float64) bool {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		return s.HasSwarmRate && s.Rate == want
 	}
 	waitFor(t, 30*time.Second, "the founder's rate everywhere", func() bool {
@@ -422,14 +422,14 @@ func TestVerifyRateReplicated(t *testing.T) {
 		if got, err := generate(ctx, t, n, prompt, maxTokens); err != nil || !slices.Equal(got, want) {
 			t.Fatalf("%v %v, want %v", got, err, want)
 		}
-		if s := n.VerifyStats(); s.Audits != 0 {
+		if s := n.Metrics().Verify; s.Audits != 0 {
 			t.Fatalf("checks at rate 0: %+v", s)
 		}
 	}
 
 	var leader *Node
 	for _, n := range []*Node{founder, follower, own} {
-		if err := n.SetSwarmVerifyRate(ctx, 1); err == nil {
+		if err := n.SetSwarmConfig(ctx, SwarmChange{VerifyRate: new(float64(1))}); err == nil {
 			leader = n
 		} else if !errors.Is(err, consensus.ErrNotLeader) {
 			t.Fatalf("a follower's set: %v", err)
@@ -438,11 +438,11 @@ func TestVerifyRateReplicated(t *testing.T) {
 	if leader == nil {
 		t.Fatal("no node could set the rate")
 	}
-	if err := leader.SetSwarmVerifyRate(ctx, 2); !errors.Is(err, consensus.ErrRejected) {
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{VerifyRate: new(float64(2))}); !errors.Is(err, consensus.ErrRejected) {
 		t.Fatalf("rate 2: %v", err)
 	}
 	waitFor(t, 30*time.Second, "the new rate", func() bool {
-		s := own.VerifyStats()
+		s := own.Metrics().Verify
 		return rateIs(founder, 1) && rateIs(follower, 1) && s.SwarmRate == 1 && s.Rate == 0
 	})
 	for i := range 4 {
@@ -452,7 +452,7 @@ func TestVerifyRateReplicated(t *testing.T) {
 			}
 		}
 	}
-	if a, b, o := founder.VerifyStats(), follower.VerifyStats(), own.VerifyStats(); a.Audits == 0 || b.Audits == 0 || o.Audits != 0 {
+	if a, b, o := founder.Metrics().Verify, follower.Metrics().Verify, own.Metrics().Verify; a.Audits == 0 || b.Audits == 0 || o.Audits != 0 {
 		t.Fatalf("checks at rate 1: founder %d, follower %d; own rate 0: %d", a.Audits, b.Audits, o.Audits)
 	}
 }
@@ -480,7 +480,7 @@ func TestVerifySkipsOtherEngines(t *testing.T) {
 	odd := nodes[1].ID()
 	verified := uint64(0)
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		verified += s.Verified
 		for _, c := range s.Log {
 			if !c.Tolerance && (c.Hop == odd || c.Checker == odd) {
@@ -522,7 +522,7 @@ func TestSwarmSessionTokens(t *testing.T) {
 	defer cancel()
 	var leader *Node
 	for _, n := range []*Node{founder, joiner} {
-		if err := n.SetSwarmSessionTokens(ctx, 0); err == nil {
+		if err := n.SetSwarmConfig(ctx, SwarmChange{SessionTokens: new(0)}); err == nil {
 			leader = n
 		} else if !errors.Is(err, consensus.ErrNotLeader) {
 			t.Fatalf("a follower's set: %v", err)
@@ -531,10 +531,28 @@ func TestSwarmSessionTokens(t *testing.T) {
 	if leader == nil {
 		t.Fatal("no node could set the length")
 	}
-	if err := leader.SetSwarmSessionTokens(ctx, consensus.MaxSessionTokens+1); !errors.Is(err, consensus.ErrRejected) {
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{SessionTokens: new(consensus.MaxSessionTokens + 1)}); !errors.Is(err, consensus.ErrRejected) {
 		t.Fatalf("length beyond the bound: %v", err)
 	}
 	waitFor(t, 30*time.Second, "the length off at both", tokensAre(0))
+	// One change sets several fields, and stops at the first refused.
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{VerifyRate: new(0.25), SessionTokens: new(2000)}); err != nil {
+		t.Fatalf("rate and length at once: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the rate and the length at both", func() bool {
+		for _, n := range []*Node{founder, joiner} {
+			if s := n.Swarm(); !s.HasVerifyRate || s.VerifyRate != 0.25 || !s.HasSessionTokens || s.SessionTokens != 2000 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := leader.SetSwarmConfig(ctx, SwarmChange{VerifyRate: new(2.0), SessionTokens: new(3000)}); !errors.Is(err, consensus.ErrRejected) {
+		t.Fatalf("rate 2 with a length: %v", err)
+	}
+	if s := leader.Swarm(); s.SessionTokens != 2000 || s.VerifyRate != 0.25 {
+		t.Fatalf("after a refused rate: rate %v, length %d; want 0.25, 2000", s.VerifyRate, s.SessionTokens)
+	}
 	for _, bad := range []int{-1, consensus.MaxSessionTokens + 1} {
 		cfg := defaultConfig()
 		for _, o := range append(baseOptions(t), WithPlanSessionTokens(bad)) {
@@ -545,5 +563,28 @@ func TestSwarmSessionTokens(t *testing.T) {
 		if err := cfg.validate(); !errors.Is(err, ErrConfig) {
 			t.Fatalf("length %d: %v", bad, err)
 		}
+	}
+}
+
+// TestSwarmConfigStatic: a node on a static map has no replicated
+// configuration to change: each field is refused with ErrNotServing, and
+// an empty change changes nothing.
+func TestSwarmConfigStatic(t *testing.T) {
+	n := oneNode(t)
+	ctx := context.Background()
+	if err := n.SetSwarmConfig(ctx, SwarmChange{}); err != nil {
+		t.Fatalf("empty change: %v", err)
+	}
+	for name, ch := range map[string]SwarmChange{
+		"rate":     {VerifyRate: new(0.5)},
+		"length":   {SessionTokens: new(100)},
+		"stewards": {Stewards: []string{n.ID().String()}},
+	} {
+		if err := n.SetSwarmConfig(ctx, ch); !errors.Is(err, ErrNotServing) {
+			t.Errorf("%s on a static map: %v, want ErrNotServing", name, err)
+		}
+	}
+	if s := n.Swarm(); !s.Static || s.HasVerifyRate || s.HasSessionTokens || s.Stewards != nil {
+		t.Fatalf("a static node's snapshot: %+v", s)
 	}
 }

@@ -136,9 +136,6 @@ func (c *verifyCounters) stats() VerifyStats {
 	return s
 }
 
-// VerifyStats returns this node's entry spot-check counts.
-func (n *Node) VerifyStats() VerifyStats { return n.entry.verifyStats() }
-
 func (e *entry) verifyStats() VerifyStats {
 	s := e.vc.stats()
 	s.Rate = e.verifyRate()

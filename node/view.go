@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -78,6 +79,23 @@ type pathFinder struct {
 	// routed is what this entry sent through which paths lately
 	// (routed.go); nil: none kept.
 	routed *routedPrefixes
+}
+
+// ready reports whether this node can route a full path now: nil, or an
+// error wrapping ErrNoCapacity that says why not (for a health check),
+// ErrUncovered among them when no path can exist until more nodes join;
+// ErrClosed once the node's life (alive) ended.
+func (f *pathFinder) ready(alive context.Context) error {
+	if alive.Err() != nil {
+		return ErrClosed
+	}
+	if _, err := f.route(routeReq{prompt: 1, max: 1}); err != nil {
+		if errors.Is(err, ErrNoCapacity) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrNoCapacity, err)
+	}
+	return nil
 }
 
 // noteRouted records that path's hops now hold the prefix of block

@@ -105,7 +105,7 @@ func TestWireQ8Swarm(t *testing.T) {
 	t.Logf("q8 tokens differ from float32's for %d of 3 prompts", differs)
 	var total VerifyStats
 	for _, n := range nodes {
-		s := n.VerifyStats()
+		s := n.Metrics().Verify
 		total.Verified += s.Verified
 		total.Mismatches += s.Mismatches
 		total.Reported += s.Reported

@@ -37,7 +37,8 @@ type Backend interface {
 
 	// SetSwarmVerifyRate, SetSwarmSessionTokens and SetSwarmStewards
 	// change the swarm's replicated configuration (on the leader; see
-	// node.Node's). A backend that cannot answers ErrUnsupported.
+	// node.Node.SetSwarmConfig). A backend that cannot answers
+	// ErrUnsupported.
 	SetSwarmVerifyRate(ctx context.Context, r float64) error
 	SetSwarmSessionTokens(ctx context.Context, n int) error
 	SetSwarmStewards(ctx context.Context, ids []string) error
@@ -85,13 +86,18 @@ func (b nodeBackend) Swarm() node.SwarmSnapshot                 { return b.n.Swa
 func (b nodeBackend) Metrics() node.Metrics                     { return b.n.Metrics() }
 
 func (b nodeBackend) SetSwarmVerifyRate(ctx context.Context, r float64) error {
-	return b.n.SetSwarmVerifyRate(ctx, r)
+	return b.n.SetSwarmConfig(ctx, node.SwarmChange{VerifyRate: &r})
 }
 
 func (b nodeBackend) SetSwarmSessionTokens(ctx context.Context, n int) error {
-	return b.n.SetSwarmSessionTokens(ctx, n)
+	return b.n.SetSwarmConfig(ctx, node.SwarmChange{SessionTokens: &n})
 }
 
+// SetSwarmStewards sends a nil ids on to consensus (which refuses an
+// empty set) as before: SwarmChange reads nil as no change.
 func (b nodeBackend) SetSwarmStewards(ctx context.Context, ids []string) error {
-	return b.n.SetSwarmStewards(ctx, ids)
+	if ids == nil {
+		ids = []string{}
+	}
+	return b.n.SetSwarmConfig(ctx, node.SwarmChange{Stewards: ids})
 }

@@ -229,7 +229,7 @@ func runServingNode(cmd *cobra.Command, log *zap.Logger, cfg config.Config, demo
 				r, _ := m.Range(n.ID().String())
 				log.Info("committed map", zap.Uint64("epoch", m.Epoch), zap.Stringer("serving", r), zap.Any("stages", m.Stages))
 			}
-			if !prompted && n.Ready() == nil {
+			if !prompted && n.Swarm().RouteErr == nil {
 				prompted = true
 				go promptOnce(ctx, out, log, n, demo)
 			}
