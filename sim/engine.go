@@ -167,8 +167,8 @@ type node struct {
 	// [accFirst, accEnd) is the range new sessions are admitted to; the
 	// node's span [First, End) also holds the layers a range change
 	// released while sessions admitted before it (legacy of them) still
-	// use them, as node/scheduler.go keeps a released layer until no
-	// session uses it. rangeGen counts range changes.
+	// use them, until sched.Unload lets them go. rangeGen counts range
+	// changes.
 	accFirst, accEnd int
 	legacy           int
 	rangeGen         uint32
@@ -583,12 +583,14 @@ func (s *Sim) respan(n *node, first, end int) {
 	}
 }
 
-// released drops a node's span to the accepted range once no session
-// admitted before its last range change is left.
+// released: a session admitted before the node's last range change
+// ended. The span drops to the accepted range when sched.Unload, the
+// stage scheduler's rule, lets the released layers go: here when no such
+// session is left (the sim counts them per node, not per layer).
 func (s *Sim) released(ni int) {
 	n := s.nodes[ni]
 	n.legacy--
-	if n.legacy > 0 {
+	if !sched.Unload(true, n.legacy) {
 		return
 	}
 	n.legacy = 0
