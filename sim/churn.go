@@ -3,7 +3,6 @@ package sim
 import (
 	"math"
 	"math/rand/v2"
-	"time"
 )
 
 // Churn: machines' processes stop and start (drawn sessions and scripted
@@ -125,5 +124,3 @@ func (w *world) nodeUp(i int) {
 		w.ro.known[i] = true
 	}
 }
-
-func (w *world) at() time.Time { return w.epoch.Add(time.Duration(w.s.now * float64(time.Second))) }

@@ -51,7 +51,7 @@ func (pa *paths) refreshView() {
 	}
 }
 
-// The world is the engine's scheduler: it routes whole paths at admission.
+// admit: paths is the engine's scheduler; it routes whole paths at admission.
 func (pa *paths) admit(s *Sim, q *query) bool {
 	hops, ok := pa.route(q)
 	if !ok {

@@ -202,6 +202,9 @@ type world struct {
 	lead *leader     // Strata's control plane: consensus.Decide; nil otherwise
 }
 
+// at is the virtual clock's time as the consensus package reads it.
+func (w *world) at() time.Time { return w.epoch.Add(time.Duration(w.s.now * float64(time.Second))) }
+
 // RunSwarm runs one policy on a swarm spec.
 func RunSwarm(ctx context.Context, spec SwarmSpec, policy string) (SwarmResult, error) {
 	spec.Timing = spec.Timing.withDefaults()
