@@ -97,6 +97,8 @@ func (pa *paths) route(q *query) ([]routing.Hop, bool) {
 	return hops, err == nil
 }
 
+// routeAvoid is the policy's path for q around the avoided nodes (false:
+// none, or the layers are not all served).
 func (pa *paths) routeAvoid(q *query, avoid []string) ([]routing.Hop, bool) {
 	m := pa.w.ro.servingMap()
 	if !pa.w.ro.covered {
@@ -217,8 +219,8 @@ func (pa *paths) pipelines() [][]routing.Hop {
 	return out
 }
 
+// The rest of the scheduler: a route is whole from admission, so there
+// is no next hop to pick, nothing to observe and nothing to release.
 func (pa *paths) hop(*Sim, *query, int) (int32, bool) { return -1, false }
-
-func (pa *paths) observe(*Sim, *iter, int) {}
-
-func (pa *paths) finish(*Sim, *query) {}
+func (pa *paths) observe(*Sim, *iter, int)            {}
+func (pa *paths) finish(*Sim, *query)                 {}

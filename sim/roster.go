@@ -28,11 +28,13 @@ type roster struct {
 	incStart  float64
 }
 
+// newRoster is the roster of n machines, none up.
 func newRoster(w *world, n int) *roster {
 	return &roster{w: w, up: make([]bool, n), known: make([]bool, n), serving: make([]bool, n),
 		rng: make([]layers.Range, n), loading: make([]uint32, n)}
 }
 
+// members are the machines the control plane counts.
 func (ro *roster) members() []int {
 	var out []int
 	for i, k := range ro.known {
@@ -203,6 +205,8 @@ func (ro *roster) changed() {
 	ro.w.eq.poke() // the entry's queue looks again
 }
 
+// servingMap is the map of what serves now, kept until the next change;
+// a new one voids the paths the baselines cached for the old one.
 func (ro *roster) servingMap() layers.LayerMap {
 	if !ro.mapDirty {
 		return ro.servMap
