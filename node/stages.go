@@ -7,6 +7,7 @@ import (
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/stage/sched"
 )
 
 // A span is one engine stage over layers [lo, hi): one layer of the
@@ -146,7 +147,7 @@ func (t *stageTable) freeReleased() {
 // free lets a released layer go once no session uses its stage; the
 // stage closes when it serves no layer and no session.
 func (t *stageTable) free(l int) {
-	if sl := t.slots[l]; sl != nil && sl.releasing && sl.sp.refs == 0 {
+	if sl := t.slots[l]; sl != nil && sched.Unload(sl.releasing, sl.sp.refs) {
 		t.slots[l] = nil
 		sl.sp.layers--
 		t.log.Info("layer released", zap.Int("layer", l))

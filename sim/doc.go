@@ -35,7 +35,13 @@
 // CalibrateHelix sets our figures next to the published ones. RunSwarm
 // runs one policy (strata, petals, parallax) on a swarm with churn: the
 // policy places the machines, routes every request and reacts to deaths
-// and joins with its own detection delays and loading rules. Strata's
-// leader decisions are the world's leader* methods, in one place so that
-// they can call the consensus package's pure decision function.
+// and joins with its own detection delays and loading rules. A swarm run
+// is a world made of parts that own their state: machines (machines.go:
+// the machines, their tables and the network model), the roster
+// (roster.go, baselines.go: who is up and serves which range, the
+// coverage), paths (paths.go: each policy's routing, the engine's
+// scheduler), clients (clients.go: arrivals, replays), the entry's queue
+// (entryq.go) and Strata's control plane (leader.go: it calls the
+// consensus package's pure decision function). world plays the churn
+// (churn.go) and keeps the result.
 package sim

@@ -1,98 +1,12 @@
 package sim
 
 import (
-	"errors"
-	"fmt"
-	"github.com/stratanet/strata/node/stage/sched"
 	"math"
 	"math/rand/v2"
 	"sort"
+
+	"github.com/stratanet/strata/node/stage/sched"
 )
-
-// ErrBadCluster reports a cluster the engine cannot run.
-var ErrBadCluster = errors.New("sim: bad cluster")
-
-// Source and Sink are the coordinator's two ends in link endpoints.
-const (
-	Source = -1
-	Sink   = -2
-)
-
-// Caps are a node's batch limits, the rules of Helix's execution policy:
-// prefill requests join while their count and summed tokens stay within
-// the caps, decode requests while their count and summed context do.
-type Caps struct {
-	PromptMaxRequests int
-	PromptMaxTokens   int
-	DecodeMaxTokens   int
-	DecodeMaxContext  int
-}
-
-// LayerTimer gives the wall time in seconds of one transformer layer for a
-// batch of prompt tokens and decode sequences.
-type LayerTimer interface {
-	LayerTime(promptTokens, decodeTokens int) float64
-}
-
-// NodeSpec is one serving node of a simulated cluster.
-type NodeSpec struct {
-	Name       string
-	GPU        string
-	First, End int // layers [First, End)
-	Timer      LayerTimer
-	Caps       Caps
-	KVCapacity int64   // token×layer units
-	NICIn      float64 // bytes/s
-	NICOut     float64 // bytes/s
-}
-
-// LinkSpec is a directed link; From and To are node indices, Source or Sink.
-type LinkSpec struct {
-	From, To  int
-	Bandwidth float64 // bytes/s
-	Latency   float64 // s
-	Jitter    float64 // s, uniform extra delay per transmission
-}
-
-// ModelWire is what a model puts on the wire.
-type ModelWire struct {
-	Layers          int
-	TokenBytes      float64 // per token on coordinator links
-	ActivationBytes float64 // per token between nodes, on top of TokenBytes
-}
-
-// Cluster is the static part of a simulation.
-type Cluster struct {
-	Model ModelWire
-	Nodes []NodeSpec
-	Links []LinkSpec
-}
-
-// Validate checks that the cluster's indices and ranges make sense.
-func (c Cluster) Validate() error {
-	if c.Model.Layers <= 0 {
-		return fmt.Errorf("%w: model has %d layers", ErrBadCluster, c.Model.Layers)
-	}
-	for i, n := range c.Nodes {
-		if n.First < 0 || n.End > c.Model.Layers || n.First >= n.End {
-			return fmt.Errorf("%w: node %s holds [%d,%d) of %d layers", ErrBadCluster, n.Name, n.First, n.End, c.Model.Layers)
-		}
-		if n.Timer == nil {
-			return fmt.Errorf("%w: node %d has no layer timer", ErrBadCluster, i)
-		}
-	}
-	for _, l := range c.Links {
-		for _, e := range []int{l.From, l.To} {
-			if e != Source && e != Sink && (e < 0 || e >= len(c.Nodes)) {
-				return fmt.Errorf("%w: link %d→%d names no node", ErrBadCluster, l.From, l.To)
-			}
-		}
-		if l.Bandwidth <= 0 || l.Latency < 0 || l.From == Sink || l.To == Source {
-			return fmt.Errorf("%w: link %d→%d: bandwidth %g, latency %g", ErrBadCluster, l.From, l.To, l.Bandwidth, l.Latency)
-		}
-	}
-	return nil
-}
 
 // query is one user request: a prompt iteration, then Output decode
 // iterations, all on the route the prompt took.
@@ -167,8 +81,8 @@ type node struct {
 	// [accFirst, accEnd) is the range new sessions are admitted to; the
 	// node's span [First, End) also holds the layers a range change
 	// released while sessions admitted before it (legacy of them) still
-	// use them, as node/scheduler.go keeps a released layer until no
-	// session uses it. rangeGen counts range changes.
+	// use them, until sched.Unload lets them go. rangeGen counts range
+	// changes.
 	accFirst, accEnd int
 	legacy           int
 	rangeGen         uint32
@@ -487,123 +401,6 @@ func (s *Sim) expireWait(ni int, it *iter, gen uint32) {
 			s.fail(it.q, causeQueueTimeout, ni)
 			return
 		}
-	}
-}
-
-// kill takes a node down: everything queued or running on it is lost,
-// for cause c.
-func (s *Sim) kill(ni int, c cause) {
-	n := s.nodes[ni]
-	if n.down {
-		return
-	}
-	n.down = true
-	n.gen++
-	var lost []*query
-	for li, q := range n.queues {
-		for _, it := range q {
-			lost = append(lost, it.q)
-		}
-		n.queues[li] = nil
-	}
-	for _, it := range n.batch {
-		lost = append(lost, it.q)
-	}
-	for _, it := range n.wait {
-		lost = append(lost, it.q)
-	}
-	n.batch, n.wait, n.queued, n.busy, n.recv = nil, nil, 0, false, 0
-	n.kvUsed, n.active, n.legacy = 0, 0, 0
-	n.pc = sched.Cache[struct{}]{} // the cache dies with the process or the range
-	for _, q := range lost {
-		s.fail(q, c, ni)
-	}
-}
-
-// revive brings a node back holding [first, end), empty: what it held
-// before is lost as moved.
-func (s *Sim) revive(ni, first, end int) {
-	s.kill(ni, causeMoved)
-	n := s.nodes[ni]
-	n.down = false
-	n.First, n.End, n.cur = first, end, first
-	n.accFirst, n.accEnd, n.held = first, end, end-first
-	n.queues = make([][]*iter, end-first)
-	n.kvUsed, n.active = 0, 0
-}
-
-// reassign gives a live node a new range without breaking its sessions,
-// as a committed map does on a real node (node/warmup.go's Release): new
-// sessions are admitted to [first, end) at once; sessions already open go
-// on, on the layers they hold, which stay loaded until the last of them
-// ends; a prompt still waiting for memory on a released layer is refused.
-func (s *Sim) reassign(ni, first, end int) {
-	n := s.nodes[ni]
-	if n.down || n.active == 0 {
-		s.revive(ni, first, end)
-		return
-	}
-	added := (end - first) - max(0, min(end, n.accEnd)-max(first, n.accFirst))
-	n.held += added
-	n.accFirst, n.accEnd = first, end
-	n.rangeGen++
-	n.legacy = n.active
-	s.respan(n, min(n.First, first), max(n.End, end))
-	keep := n.wait[:0]
-	var refused []*iter
-	for _, it := range n.wait {
-		if it.entry < first || it.stop > end {
-			refused = append(refused, it)
-		} else {
-			keep = append(keep, it)
-		}
-	}
-	n.wait = keep
-	for _, it := range refused {
-		s.stats.rejected++
-		s.fail(it.q, causeStale, ni)
-	}
-}
-
-// respan re-indexes a node's per-layer queues to the span [first, end),
-// which must hold every non-empty queue.
-func (s *Sim) respan(n *node, first, end int) {
-	if first == n.First && end == n.End {
-		return
-	}
-	qs := make([][]*iter, end-first)
-	for l := n.First; l < n.End; l++ {
-		if l >= first && l < end {
-			qs[l-first] = n.queues[l-n.First]
-		}
-	}
-	n.queues, n.First, n.End = qs, first, end
-	if n.cur < first || n.cur >= end {
-		n.cur = first
-	}
-}
-
-// released drops a node's span to the accepted range once no session
-// admitted before its last range change is left.
-func (s *Sim) released(ni int) {
-	n := s.nodes[ni]
-	n.legacy--
-	if n.legacy > 0 {
-		return
-	}
-	n.legacy = 0
-	// What is left queued on a released layer belongs to sessions that
-	// ended (their iterations are skipped when run): drop it.
-	for l := n.First; l < n.End; l++ {
-		if l < n.accFirst || l >= n.accEnd {
-			n.queued -= len(n.queues[l-n.First])
-		}
-	}
-	s.respan(n, n.accFirst, n.accEnd)
-	n.held = n.accEnd - n.accFirst
-	n.dropReleased()
-	if s.onRange != nil {
-		s.onRange(ni)
 	}
 }
 

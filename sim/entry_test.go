@@ -7,21 +7,18 @@ import "testing"
 // replay but end the request after the repair wait; a hop that died
 // spends one, up to the cap; a move is replayed even past the cap.
 func TestEntryReplayRules(t *testing.T) {
-	newWorld := func() *world {
-		return &world{s: &Sim{}, policy: "strata", covered: true,
-			spec: SwarmSpec{Nodes: []SwarmNode{{ID: "a"}, {ID: "b"}}, Timing: Timing{}.withDefaults()}}
-	}
+	newWorld := testWorld
 	// brk breaks q for cause c at node a at time now and returns the
 	// replay the client scheduled (nil: none, it failed).
 	brk := func(w *world, q *query, c cause, now float64) *query {
 		w.s.now = now
 		q.cause, q.blame = c, 0
 		n := len(w.s.events)
-		w.lost(q)
+		w.cl.lost(q)
 		if len(w.s.events) == n {
 			return nil
 		}
-		return w.lastReplay
+		return w.cl.lastReplay
 	}
 	t.Run("busy spends no replay", func(t *testing.T) {
 		w := newWorld()
@@ -69,12 +66,22 @@ func TestEntryReplayRules(t *testing.T) {
 // TestEntryPrefixMiss: a later hop's prefix miss is not a failure (no
 // replay spent, no hop blamed) and the request goes on cold.
 func TestEntryPrefixMiss(t *testing.T) {
-	w := &world{s: &Sim{}, policy: "strata", covered: true,
-		spec: SwarmSpec{Nodes: []SwarmNode{{ID: "a"}, {ID: "b"}}, Timing: Timing{}.withDefaults()}}
+	w := testWorld()
 	q := &query{retries: maxReplays, input: 40, output: 5, gid: 3, cause: causePrefixMiss, blame: 1}
-	w.lost(q)
-	nq := w.lastReplay
+	w.cl.lost(q)
+	nq := w.cl.lastReplay
 	if nq == nil || !nq.cold || nq.retries != maxReplays || len(nq.avoid) != 0 || nq.gid != 3 {
 		t.Fatalf("prefix miss at the replay cap: replay %+v, failed %v", nq, w.s.stats.failedBy)
 	}
+}
+
+// testWorld is a strata world of two nodes, a and b, with every layer
+// covered and nothing running.
+func testWorld() *world {
+	w := &world{s: &Sim{}, policy: "strata",
+		spec: SwarmSpec{Nodes: []SwarmNode{{ID: "a"}, {ID: "b"}}, Timing: Timing{}.withDefaults()}}
+	w.ro = newRoster(w, 2)
+	w.ro.covered = true
+	w.cl = &clients{w: w}
+	return w
 }

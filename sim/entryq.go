@@ -2,7 +2,6 @@ package sim
 
 import (
 	"slices"
-	"time"
 
 	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/routing"
@@ -39,6 +38,7 @@ type entryWaiter struct {
 }
 
 type entryQueue struct {
+	w       *world
 	q       []*entryWaiter
 	led     *ecore.Ledger[int] // the reservations, per node ID
 	rep     []kvRep
@@ -50,8 +50,8 @@ type entryQueue struct {
 	waits           []float64
 }
 
-func newEntryQueue(nodes int) *entryQueue {
-	eq := &entryQueue{led: ecore.NewLedger[int](), rep: make([]kvRep, nodes)}
+func newEntryQueue(w *world, nodes int) *entryQueue {
+	eq := &entryQueue{w: w, led: ecore.NewLedger[int](), rep: make([]kvRep, nodes)}
 	for i := range eq.rep {
 		eq.rep[i].free = -1
 	}
@@ -76,10 +76,9 @@ func (eq *entryQueue) release(rs []*kvResv) { eq.led.Release(rs) }
 
 // tryAdmit routes q and reserves its KV on the path's hops (node/entry's
 // TryAdmit: a hop short of room is avoided and the route tried again).
-func (w *world) tryAdmit(q *query) ([]routing.Hop, bool) {
-	eq := w.eq
+func (eq *entryQueue) tryAdmit(q *query) ([]routing.Hop, bool) {
 	route := func(avoid []string) ([]routing.Hop, []string, error) {
-		hops, ok := w.routeAvoid(q, append(slices.Clone(q.avoid), avoid...))
+		hops, ok := eq.w.pa.routeAvoid(q, append(slices.Clone(q.avoid), avoid...))
 		if !ok {
 			return nil, nil, routing.ErrNoPath
 		}
@@ -90,7 +89,7 @@ func (w *world) tryAdmit(q *query) ([]routing.Hop, bool) {
 		return hops, names, nil
 	}
 	hops, rs, err := ecore.TryAdmit(eq.led, ecore.KVNeed(q.input, q.output), route,
-		func(node string) ecore.Report[int] { return eq.reportOf(w.idx[node]) })
+		func(node string) ecore.Report[int] { return eq.reportOf(eq.w.m.idx[node]) })
 	if err != nil {
 		return nil, false
 	}
@@ -101,12 +100,12 @@ func (w *world) tryAdmit(q *query) ([]routing.Hop, bool) {
 // enter hands a new request to the admission queue (node/entry's
 // Arrive): admitted at once when nobody waits and a path has room, else
 // queued until its deadline, or refused at the queue's bound.
-func (w *world) enter(q *query) {
-	eq, s := w.eq, w.s
+func (eq *entryQueue) enter(q *query) {
+	s := eq.w.s
 	var hops []routing.Hop
 	v, _ := ecore.Arrive(ecore.Arrival{Queued: len(eq.q), Bound: entryQueueMax, Wait: true}, func() error {
 		var ok bool
-		if hops, ok = w.tryAdmit(q); !ok {
+		if hops, ok = eq.tryAdmit(q); !ok {
 			return ecore.ErrNoRoom
 		}
 		return nil
@@ -114,28 +113,27 @@ func (w *world) enter(q *query) {
 	switch v {
 	case ecore.Admitted:
 		eq.waits = append(eq.waits, 0)
-		w.launch(q, hops)
+		eq.w.cl.launch(q, hops)
 		return
 	case ecore.Full:
 		eq.refused++
-		w.failFor(q, FailQueueRefused)
+		eq.w.cl.failFor(q, FailQueueRefused)
 		return
 	}
 	wt := &entryWaiter{q: q, since: s.now}
 	eq.q = append(eq.q, wt)
 	eq.queued++
-	s.schedule(&event{at: s.now + entryQueueTimeout, kind: evCallback, fn: func() { w.queueDeadline(wt) }})
-	w.poke()
+	s.schedule(&event{at: s.now + entryQueueTimeout, kind: evCallback, fn: func() { eq.queueDeadline(wt) }})
+	eq.poke()
 }
 
-func (w *world) queueDeadline(wt *entryWaiter) {
-	eq := w.eq
+func (eq *entryQueue) queueDeadline(wt *entryWaiter) {
 	for k, x := range eq.q {
 		if x == wt {
 			eq.q = append(eq.q[:k], eq.q[k+1:]...)
 			eq.refused++
-			w.failFor(wt.q, FailQueueRefused)
-			w.poke() // the head may have changed
+			eq.w.cl.failFor(wt.q, FailQueueRefused)
+			eq.poke() // the head may have changed
 			return
 		}
 	}
@@ -143,76 +141,28 @@ func (w *world) queueDeadline(wt *entryWaiter) {
 
 // poke asks for another look at the queue, once, at the current time
 // (the node pokes its admission loop so).
-func (w *world) poke() {
-	if w.eq == nil || w.eq.pending || len(w.eq.q) == 0 {
+func (eq *entryQueue) poke() {
+	if eq == nil || eq.pending || len(eq.q) == 0 {
 		return
 	}
-	w.eq.pending = true
-	w.s.schedule(&event{at: w.s.now, kind: evCallback, fn: w.admitLoop})
+	eq.pending = true
+	eq.w.s.schedule(&event{at: eq.w.s.now, kind: evCallback, fn: eq.admitLoop})
 }
 
 // admitLoop admits from the head of the queue while the head fits; a
 // head that does not fit stays there (no overtaking): node/entry's Pump.
-func (w *world) admitLoop() {
-	eq := w.eq
+func (eq *entryQueue) admitLoop() {
 	eq.pending = false
 	var hops []routing.Hop
 	n := ecore.Pump(eq.q, func(wt *entryWaiter) error {
 		var ok bool
-		if hops, ok = w.tryAdmit(wt.q); !ok {
+		if hops, ok = eq.tryAdmit(wt.q); !ok {
 			return ecore.ErrNoRoom
 		}
 		return nil
 	}, func(wt *entryWaiter, _ error) {
-		eq.waits = append(eq.waits, w.s.now-wt.since)
-		w.launch(wt.q, hops)
+		eq.waits = append(eq.waits, eq.w.s.now-wt.since)
+		eq.w.cl.launch(wt.q, hops)
 	})
 	eq.q = eq.q[n:]
-}
-
-// replayDecision folds q's broken attempt into its replay state with
-// the entry's rule (node/entry's Replay.Ended): how long to wait before
-// routing again, whether the replay counts, and false when q was given
-// up (failed here). A busy hop is backed off from without spending a
-// replay, within the repair wait from the first busy answer of a run; a
-// prefix miss replays at once, cold, blaming nobody; a draining hop is
-// left, counted but not against the cap; anything else is a replay, up
-// to the cap. The sim's own latency of a reroute stays 50 ms.
-func (w *world) replayDecision(q *query) (delay float64, counted, ok bool) {
-	s := w.s
-	c := q.cause
-	end := ecore.End{Kind: ecore.EndFailure}
-	switch {
-	case c.busy():
-		end.Kind = ecore.EndBusy
-	case c == causeMoved:
-		end.Kind = ecore.EndMove
-	case c == causePrefixMiss:
-		end.Kind = ecore.EndPrefixMiss
-	case c == causeNoKV:
-		end.Kind = ecore.EndNoKV
-	}
-	if q.blame >= 0 && end.Kind != ecore.EndPrefixMiss {
-		end.Blame = []string{w.spec.Nodes[q.blame].ID}
-	}
-	at := func(t float64) time.Time { return w.epoch.Add(time.Duration(t * float64(time.Second))) }
-	r := ecore.Replay{Replays: q.retries, Busy: q.busy, BusySince: at(q.busySince), Avoid: q.avoid, Hard: q.hard, Cold: q.cold}
-	d := r.Ended(ecore.Config{MaxReplays: maxReplays, RepairWait: time.Duration(repairWait * float64(time.Second))}, at(s.now), end, q.decodes > 0)
-	q.busy, q.busySince, q.avoid, q.hard, q.cold = r.Busy, r.BusySince.Sub(w.epoch).Seconds(), r.Avoid, r.Hard, r.Cold
-	switch d.Fail {
-	case ecore.FailBusy:
-		w.failFor(q, FailBusyTooLong)
-		return 0, false, false
-	case ecore.FailReplays:
-		w.failFor(q, FailReplaysExhausted)
-		return 0, false, false
-	}
-	switch {
-	case d.Backoff > 0:
-		return d.Backoff.Seconds(), false, true
-	case end.Kind == ecore.EndPrefixMiss:
-		q.blame = -1
-		return 0, false, true
-	}
-	return 0.05, d.Counted, true
 }

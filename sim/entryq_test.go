@@ -10,7 +10,7 @@ import (
 // second round a look sees after its session opened (the ledger's own
 // rules are node/entry's scripts, testdata/admit).
 func TestEntryQueueRoom(t *testing.T) {
-	eq := newEntryQueue(2)
+	eq := newEntryQueue(nil, 2)
 	fits := func(need int) bool { return eq.led.Fits("n0", eq.reportOf(0), need) }
 	if !fits(1 << 30) {
 		t.Fatal("a node with no report must be given the request (its stage decides)")

@@ -34,6 +34,7 @@ const (
 
 // leader is the control plane's state in a Strata run.
 type leader struct {
+	w         *world
 	cfg       consensus.LeaderConfig
 	state     consensus.State
 	mem       consensus.LeaderState
@@ -52,30 +53,32 @@ type leader struct {
 	Decisions, Stalls, Errors int
 }
 
-func (w *world) at() time.Time { return w.epoch.Add(time.Duration(w.s.now * float64(time.Second))) }
+// newLeader is w's control plane, with no leader yet (startLeader).
+func newLeader(w *world) *leader {
+	l := &leader{w: w, self: -1, deadSince: map[string]time.Time{}, prepared: make([]layers.Range, len(w.spec.Nodes)),
+		loadKey: make([]consensus.Load, len(w.spec.Nodes))}
+	l.cfg = consensus.LeaderConfig{Model: w.m.model, Planner: layers.NewPlanner(), CostParams: layers.DefaultCostParams(),
+		DeadGrace: deadGrace, StableAfter: stableAfter, MaxVoters: maxVoters, Warmup: warmupTimeout,
+		LaggardPenalty: laggardPenalty, RebalanceEvery: time.Duration(w.spec.Timing.RebalanceS * float64(time.Second))}
+	return l
+}
 
 // startLeader makes the first live machine that is not relayed the
 // founding voter and leader; every machine up at the start asks to join.
-func (w *world) startLeader(init []int) error {
-	l := &leader{self: -1, deadSince: map[string]time.Time{}, prepared: make([]layers.Range, len(w.spec.Nodes)),
-		loadKey: make([]consensus.Load, len(w.spec.Nodes))}
-	l.cfg = consensus.LeaderConfig{Model: w.model, Planner: layers.NewPlanner(), CostParams: layers.DefaultCostParams(),
-		DeadGrace: deadGrace, StableAfter: stableAfter, MaxVoters: maxVoters, Warmup: warmupTimeout,
-		LaggardPenalty: laggardPenalty, RebalanceEvery: time.Duration(w.spec.Timing.RebalanceS * float64(time.Second))}
-	w.lead = l
+func (l *leader) startLeader(init []int) error {
 	// The founder's swarm configuration is the log's first record, as
 	// the real founder's leader appends it before it plans (consensus
 	// Decide's step 1c); applied here, it takes no decision of the first
 	// round.
-	if n, ok := w.planSessionTokens(); ok {
-		next, err := l.state.Apply(consensus.Record{At: w.at(), Event: consensus.SessionTokensSet{Tokens: n}})
+	if n, ok := planSessionTokens(l.w.spec, l.w.policy); ok {
+		next, err := l.state.Apply(consensus.Record{At: l.w.at(), Event: consensus.SessionTokensSet{Tokens: n}})
 		if err != nil {
 			return fmt.Errorf("sim: the founder's session length: %w", err)
 		}
 		l.state = next
 	}
 	for _, i := range init {
-		if !w.spec.Nodes[i].Relayed {
+		if !l.w.spec.Nodes[i].Relayed {
 			l.self = i
 			break
 		}
@@ -84,37 +87,32 @@ func (w *world) startLeader(init []int) error {
 		l.self = init[0]
 	}
 	if l.self >= 0 {
-		l.servers = []consensus.RaftServer{{ID: w.spec.Nodes[l.self].ID, Voter: true}}
-		l.mem = consensus.NewLeaderState(w.at())
+		l.servers = []consensus.RaftServer{{ID: l.w.spec.Nodes[l.self].ID, Voter: true}}
+		l.mem = consensus.NewLeaderState(l.w.at())
 	}
 	for _, i := range init {
-		w.request(consensus.NodeJoined{Node: w.spec.Nodes[i].ID, Caps: w.caps(i), Fingerprint: "sim:" + w.spec.Model}, i)
+		l.request(consensus.NodeJoined{Node: l.w.spec.Nodes[i].ID, Caps: l.w.m.caps(i), Fingerprint: "sim:" + l.w.spec.Model}, i)
 	}
 	if l.cfg.RebalanceEvery > 0 {
 		var tick func()
 		tick = func() {
-			w.kick()
-			w.s.schedule(&event{at: w.s.now + w.spec.Timing.RebalanceS, kind: evCallback, fn: tick})
+			l.kick()
+			l.w.s.schedule(&event{at: l.w.s.now + l.w.spec.Timing.RebalanceS, kind: evCallback, fn: tick})
 		}
-		w.s.schedule(&event{at: w.spec.Timing.RebalanceS, kind: evCallback, fn: tick})
+		l.w.s.schedule(&event{at: l.w.spec.Timing.RebalanceS, kind: evCallback, fn: tick})
 	}
 	return nil
 }
 
-func (w *world) caps(i int) consensus.Capabilities {
-	n := w.pnodes[i]
-	return consensus.Capabilities{Hardware: n.Hardware, Region: n.Region, MaxLayers: n.MaxLayers, Relayed: w.spec.Nodes[i].Relayed}
-}
-
 // quorum reports whether a majority of the voters is up.
-func (w *world) quorum() bool {
+func (l *leader) quorum() bool {
 	up, all := 0, 0
-	for _, sv := range w.lead.servers {
+	for _, sv := range l.servers {
 		if !sv.Voter {
 			continue
 		}
 		all++
-		if j, ok := w.idx[sv.ID]; ok && w.up[j] {
+		if j, ok := l.w.m.idx[sv.ID]; ok && l.w.ro.up[j] {
 			up++
 		}
 	}
@@ -125,36 +123,35 @@ func (w *world) quorum() bool {
 // would, and plays the members' part in it. down: no leader or no
 // quorum took it (a member asks again); otherwise ok says whether the
 // state admitted it.
-func (w *world) commit(e consensus.Event) (ok, down bool) {
-	l := w.lead
-	if l.self < 0 || !w.up[l.self] || !w.quorum() {
+func (l *leader) commit(e consensus.Event) (ok, down bool) {
+	if l.self < 0 || !l.w.ro.up[l.self] || !l.quorum() {
 		return false, true
 	}
 	before := l.state
-	next, err := l.state.Apply(consensus.Record{At: w.at(), Event: e})
+	next, err := l.state.Apply(consensus.Record{At: l.w.at(), Event: e})
 	if err != nil {
 		return false, false
 	}
 	l.state = next
 	switch e := e.(type) {
 	case consensus.NodeJoined:
-		if i, ok := w.idx[e.Node]; ok {
-			w.known[i] = true
+		if i, ok := l.w.m.idx[e.Node]; ok {
+			l.w.ro.known[i] = true
 		}
-		w.kickAt(w.s.now + stableAfter.Seconds())
+		l.kickAt(l.w.s.now + stableAfter.Seconds())
 	case consensus.NodeLeft:
-		if i, ok := w.idx[e.Node]; ok {
-			w.known[i] = false
+		if i, ok := l.w.m.idx[e.Node]; ok {
+			l.w.ro.known[i] = false
 		}
 	case consensus.MapProposed:
-		w.warmup(e)
+		l.warmup(e)
 	case consensus.MapCommitted:
-		w.cancelLoads()
-		w.switchTo(before.Committed(), next.Committed(), before.Committed().Layers == 0)
+		l.cancelLoads()
+		l.switchTo(before.Committed(), next.Committed(), before.Committed().Layers == 0)
 	case consensus.WarmupAbandoned:
-		w.cancelLoads()
+		l.cancelLoads()
 		if !e.Until.IsZero() {
-			w.kickAt(e.Until.Sub(w.epoch).Seconds())
+			l.kickAt(e.Until.Sub(l.w.epoch).Seconds())
 		}
 	}
 	return true, false
@@ -163,48 +160,47 @@ func (w *world) commit(e consensus.Event) (ok, down bool) {
 // request is a member's request to the leader (a join, a ready report):
 // the leader appends it and decides again. Without a leader the member
 // asks again at its next tick, while it is up.
-func (w *world) request(e consensus.Event, from int) {
-	ok, down := w.commit(e)
+func (l *leader) request(e consensus.Event, from int) {
+	ok, down := l.commit(e)
 	switch {
 	case ok:
-		w.kick()
+		l.kick()
 	case down:
-		w.s.schedule(&event{at: w.s.now + leaderTick.Seconds(), kind: evCallback, fn: func() {
-			if w.up[from] {
-				w.request(e, from)
+		l.w.s.schedule(&event{at: l.w.s.now + leaderTick.Seconds(), kind: evCallback, fn: func() {
+			if l.w.ro.up[from] {
+				l.request(e, from)
 			}
 		}})
 	}
 }
 
 // kick schedules a decision round now; kickAt one at t.
-func (w *world) kick() {
-	if w.lead.kicked {
+func (l *leader) kick() {
+	if l.kicked {
 		return
 	}
-	w.lead.kicked = true
-	w.s.schedule(&event{at: w.s.now, kind: evCallback, fn: w.decideRound})
+	l.kicked = true
+	l.w.s.schedule(&event{at: l.w.s.now, kind: evCallback, fn: l.decideRound})
 }
 
-func (w *world) kickAt(t float64) {
-	w.s.schedule(&event{at: t, kind: evCallback, fn: w.kick})
+func (l *leader) kickAt(t float64) {
+	l.w.s.schedule(&event{at: t, kind: evCallback, fn: l.kick})
 }
 
 // decideRound is one pass of the leader loop: up to 32 decisions, each
 // carried out at once.
-func (w *world) decideRound() {
-	l := w.lead
+func (l *leader) decideRound() {
 	l.kicked = false
-	if l.self < 0 || !w.up[l.self] {
+	if l.self < 0 || !l.w.ro.up[l.self] {
 		return
 	}
-	if !w.quorum() {
+	if !l.quorum() {
 		l.Stalls++
 		return
 	}
 	for range 32 {
-		in := consensus.LeaderInput{Self: w.spec.Nodes[l.self].ID, State: l.state, Servers: l.servers,
-			DeadSince: l.deadSince, Now: w.at(), Config: l.cfg}
+		in := consensus.LeaderInput{Self: l.w.spec.Nodes[l.self].ID, State: l.state, Servers: l.servers,
+			DeadSince: l.deadSince, Now: l.w.at(), Config: l.cfg}
 		a, mem, err := consensus.Decide(in, l.mem)
 		l.mem = mem
 		l.Decisions++
@@ -212,20 +208,19 @@ func (w *world) decideRound() {
 			l.Errors++
 			return
 		}
-		if a == nil || !w.carryOut(a) {
+		if a == nil || !l.carryOut(a) {
 			return
 		}
 	}
 	// More to do: the real loop goes on at its next tick.
-	w.kickAt(w.s.now + leaderTick.Seconds())
+	l.kickAt(l.w.s.now + leaderTick.Seconds())
 }
 
 // carryOut executes one action; false: nothing changed.
-func (w *world) carryOut(a consensus.Action) bool {
-	l := w.lead
+func (l *leader) carryOut(a consensus.Action) bool {
 	switch a := a.(type) {
 	case consensus.Append:
-		ok, _ := w.commit(a.Event)
+		ok, _ := l.commit(a.Event)
 		return ok
 	case consensus.AddNonvoter:
 		l.servers = append(l.servers, consensus.RaftServer{ID: a.ID})
@@ -260,17 +255,16 @@ func (l *leader) setVoter(id string, v bool) {
 // them while serving its old range, and reports ready. As
 // consensus.DecideWarmup says, a load of the same epoch and range goes
 // on; any other load in progress is dropped.
-func (w *world) warmup(e consensus.MapProposed) {
-	l := w.lead
+func (l *leader) warmup(e consensus.MapProposed) {
 	p, _ := l.state.Pending()
-	w.kickAt(e.Deadline.Sub(w.epoch).Seconds() + 1e-3)
-	first := w.committed.Layers == 0
+	l.kickAt(e.Deadline.Sub(l.w.epoch).Seconds() + 1e-3)
+	first := l.w.ro.committed.Layers == 0
 	for i, k := range l.loadKey {
 		if k == (consensus.Load{}) {
 			continue
 		}
-		if r, _ := e.Map.Range(w.spec.Nodes[i].ID); (k != consensus.Load{Epoch: e.Map.Epoch, Range: r}) {
-			w.loading[i]++
+		if r, _ := e.Map.Range(l.w.spec.Nodes[i].ID); (k != consensus.Load{Epoch: e.Map.Epoch, Range: r}) {
+			l.w.ro.loading[i]++
 			l.loadKey[i] = consensus.Load{}
 		}
 	}
@@ -278,107 +272,106 @@ func (w *world) warmup(e consensus.MapProposed) {
 		if !p.Loads(st.Node) || p.Ready(st.Node) {
 			continue
 		}
-		i := w.idx[st.Node]
+		i := l.w.m.idx[st.Node]
 		want := consensus.Load{Epoch: e.Map.Epoch, Range: st.Range}
-		if !w.up[i] || l.loadKey[i] == want {
+		if !l.w.ro.up[i] || l.loadKey[i] == want {
 			continue
 		}
 		have := l.prepared[i]
-		if w.serving[i] {
-			if x := w.rng[i].Intersect(st.Range); x.Len() > have.Intersect(st.Range).Len() {
+		if l.w.ro.serving[i] {
+			if x := l.w.ro.rng[i].Intersect(st.Range); x.Len() > have.Intersect(st.Range).Len() {
 				have = x
 			}
 		}
 		added := st.Range.Len() - have.Intersect(st.Range).Len()
 		if !first {
-			w.res.BytesLoaded += float64(added) * w.layerBytes()
+			l.w.res.BytesLoaded += float64(added) * l.w.m.layerBytes()
 		}
-		w.loading[i]++
+		l.w.ro.loading[i]++
 		l.loadKey[i] = want
-		gen := w.loading[i]
-		dt := float64(added) * w.layerBytes() / w.spec.Timing.DiskBytesPerS
-		w.s.schedule(&event{at: w.s.now + dt, kind: evCallback, fn: func() {
-			if w.loading[i] != gen || !w.up[i] {
+		gen := l.w.ro.loading[i]
+		dt := float64(added) * l.w.m.layerBytes() / l.w.spec.Timing.DiskBytesPerS
+		l.w.s.schedule(&event{at: l.w.s.now + dt, kind: evCallback, fn: func() {
+			if l.w.ro.loading[i] != gen || !l.w.ro.up[i] {
 				return
 			}
 			l.loadKey[i] = consensus.Load{}
 			l.prepared[i] = want.Range
-			w.request(consensus.StageReady{Node: w.spec.Nodes[i].ID, Epoch: want.Epoch, Range: want.Range}, i)
+			l.request(consensus.StageReady{Node: l.w.spec.Nodes[i].ID, Epoch: want.Epoch, Range: want.Range}, i)
 		}})
 	}
 }
 
 // cancelLoads drops every warmup load in progress (the pending map
 // committed or was abandoned).
-func (w *world) cancelLoads() {
-	for i, k := range w.lead.loadKey {
+func (l *leader) cancelLoads() {
+	for i, k := range l.loadKey {
 		if k != (consensus.Load{}) {
-			w.loading[i]++
-			w.lead.loadKey[i] = consensus.Load{}
+			l.w.ro.loading[i]++
+			l.loadKey[i] = consensus.Load{}
 		}
 	}
 }
 
 // switchTo: a map committed; every node serves its range of it.
-func (w *world) switchTo(from, to layers.LayerMap, first bool) {
-	w.committed = to
-	for i := range w.spec.Nodes {
-		id := w.spec.Nodes[i].ID
+func (l *leader) switchTo(from, to layers.LayerMap, first bool) {
+	l.w.ro.committed = to
+	for i := range l.w.spec.Nodes {
+		id := l.w.spec.Nodes[i].ID
 		r, in := to.Range(id)
 		old, was := from.Range(id)
-		if in && r == old && w.serving[i] {
+		if in && r == old && l.w.ro.serving[i] {
 			continue
 		}
 		if was && !first {
-			w.res.Moves++
+			l.w.res.Moves++
 		} else if in && !first {
-			w.res.Moves++ // a join
+			l.w.res.Moves++ // a join
 		}
 		if !in {
-			if w.serving[i] && w.up[i] {
-				w.leaveMap(i)
+			if l.w.ro.serving[i] && l.w.ro.up[i] {
+				l.w.ro.leaveMap(i)
 			}
 			continue
 		}
-		if w.up[i] {
-			w.loading[i]++
-			w.lead.prepared[i] = layers.Range{}
-			w.reassign(i, r) // a fresh node, or one still finishing sessions of a range it left
+		if l.w.ro.up[i] {
+			l.w.ro.loading[i]++
+			l.prepared[i] = layers.Range{}
+			l.w.ro.reassign(i, r) // a fresh node, or one still finishing sessions of a range it left
 		}
 	}
 }
 
 // peerDead: liveness calls the machine dead now (its dead-after window
 // passed); the leader decides, and again once the grace period is over.
-func (w *world) peerDead(i int) {
-	if w.up[i] {
+func (l *leader) peerDead(i int) {
+	if l.w.ro.up[i] {
 		return
 	}
-	w.lead.deadSince[w.spec.Nodes[i].ID] = w.at()
-	w.kick()
-	w.kickAt(w.s.now + deadGrace.Seconds())
+	l.deadSince[l.w.spec.Nodes[i].ID] = l.w.at()
+	l.kick()
+	l.kickAt(l.w.s.now + deadGrace.Seconds())
 }
 
 // leaderDied: after the election timeout a live voter leads, with a fresh
 // term's memory, if a majority of voters is up.
-func (w *world) leaderDied() {
-	w.s.schedule(&event{at: w.s.now + election.Seconds(), kind: evCallback, fn: w.elect})
+func (l *leader) leaderDied() {
+	l.w.s.schedule(&event{at: l.w.s.now + election.Seconds(), kind: evCallback, fn: l.elect})
 }
 
-func (w *world) elect() {
-	l := w.lead
-	if l.self >= 0 && w.up[l.self] {
+func (l *leader) elect() {
+	if l.self >= 0 && l.w.ro.up[l.self] {
 		return
 	}
 	l.self = -1
-	if !w.quorum() {
+	if !l.quorum() {
 		return // a voter's return elects one
 	}
 	for _, sv := range l.servers {
-		if j := w.idx[sv.ID]; sv.Voter && w.up[j] {
+		if j := l.w.m.idx[sv.ID]; sv.Voter && l.w.ro.up[j] {
 			l.self = j
-			l.mem = consensus.NewLeaderState(w.at())
-			w.kick()
+			l.mem = consensus.NewLeaderState(l.w.at())
+			l.kick()
 			return
 		}
 	}
@@ -387,23 +380,22 @@ func (w *world) elect() {
 // strataUp: a restarted machine is seen alive and asks to join (again).
 // A member whose dead peer was not yet removed reloads its committed
 // range, as a restarted node restores what the map gives it.
-func (w *world) strataUp(i int) {
-	if !w.up[i] {
+func (l *leader) strataUp(i int) {
+	if !l.w.ro.up[i] {
 		return
 	}
-	l := w.lead
-	id := w.spec.Nodes[i].ID
+	id := l.w.spec.Nodes[i].ID
 	delete(l.deadSince, id)
 	l.prepared[i] = layers.Range{} // a new process holds nothing
 	l.loadKey[i] = consensus.Load{}
-	if l.self < 0 || !w.up[l.self] {
-		w.elect()
+	if l.self < 0 || !l.w.ro.up[l.self] {
+		l.elect()
 	}
-	if r, ok := w.committed.Range(id); ok && l.state.IsMember(id) {
-		w.load(i, r, false, false)
+	if r, ok := l.w.ro.committed.Range(id); ok && l.state.IsMember(id) {
+		l.w.ro.load(i, r, false, false)
 	}
 	if !l.state.IsMember(id) {
-		w.request(consensus.NodeJoined{Node: id, Caps: w.caps(i), Fingerprint: "sim:" + w.spec.Model}, i)
+		l.request(consensus.NodeJoined{Node: id, Caps: l.w.m.caps(i), Fingerprint: "sim:" + l.w.spec.Model}, i)
 	}
-	w.kick()
+	l.kick()
 }

@@ -238,7 +238,7 @@ func TestKVObjectiveOption(t *testing.T) {
 		t.Fatalf("mean session length %d", mean)
 	}
 	for _, pol := range []string{"strata", "petals", "parallax"} {
-		got, ok := (&world{spec: spec, policy: pol}).planSessionTokens()
+		got, ok := planSessionTokens(spec, pol)
 		if want := pol == "strata"; ok != want || (ok && got != mean) {
 			t.Errorf("%s: session tokens %d %v, want %d only for strata", pol, got, ok, mean)
 		}
