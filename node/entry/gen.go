@@ -445,11 +445,12 @@ type Decision struct {
 // one and counts no replay, within the repair wait from the first of a
 // run of them. Every blamed peer but the entry itself is avoided later.
 func (r *Replay) Ended(cfg Config, now time.Time, e End, progress bool) Decision {
-	if progress || e.Kind != EndBusy {
-		r.Busy = 0
-	}
-	if progress || e.Kind != EndUnreachable {
-		r.Unreach = 0
+	// A run of busy answers or of failed dials ends with progress or
+	// another end; the two do not end each other's run, so that
+	// alternating between them cannot go on past the repair wait.
+	waiting := e.Kind == EndBusy || e.Kind == EndUnreachable
+	if progress || !waiting {
+		r.Busy, r.Unreach = 0, 0
 	}
 	for _, p := range e.Blame {
 		if p == cfg.Self {
