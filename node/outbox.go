@@ -44,6 +44,7 @@ type fifoOutbox struct {
 type outMsg struct {
 	m      Message
 	failed func(error) // nil: log the failure
+	sent   func()      // nil: nothing to do once sent
 }
 
 func newOutbox(ctx context.Context, send func(context.Context, peer.ID, Message) error, log *zap.Logger) *fifoOutbox {
@@ -53,10 +54,13 @@ func newOutbox(ctx context.Context, send func(context.Context, peer.ID, Message)
 // post queues m for to; failed, if not nil, hears why it could not be
 // sent. After close, messages are dropped.
 func (o *fifoOutbox) post(to peer.ID, m Message, failed func(error)) {
+	o.postMsg(to, outMsg{m: m, failed: failed})
+}
+
+func (o *fifoOutbox) postMsg(to peer.ID, msg outMsg) {
 	if to == "" {
 		return
 	}
-	msg := outMsg{m: m, failed: failed}
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
@@ -95,8 +99,11 @@ func (o *fifoOutbox) drain(to peer.ID) {
 		if o.ctx.Err() != nil {
 			continue
 		}
-		if err := o.send(o.ctx, to, next.m); err != nil && o.ctx.Err() == nil {
+		switch err := o.send(o.ctx, to, next.m); {
+		case err != nil && o.ctx.Err() == nil:
 			o.report(to, next, err)
+		case err == nil && next.sent != nil:
+			next.sent()
 		}
 	}
 }
@@ -150,7 +157,14 @@ var entryResend = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond
 // toEntry posts m, the try-th time, to the entry to, resending it after
 // a failure up to len(o.resend) times.
 func (o *fifoOutbox) toEntry(to peer.ID, m Message, try int) {
-	o.post(to, m, func(err error) {
+	msg := outMsg{m: m}
+	if try > 0 {
+		msg.sent = func() {
+			o.log.Info("reached the entry after resending", zap.Stringer("entry", to),
+				zap.String("message", fmt.Sprintf("%T", m)), zap.Int("resends", try))
+		}
+	}
+	msg.failed = func(err error) {
 		if try >= len(o.resend) || errors.Is(err, errQueueFull) {
 			o.log.Info("cannot reach the entry; message dropped", zap.Stringer("entry", to),
 				zap.String("message", fmt.Sprintf("%T", m)), zap.Int("tries", try+1), zap.Error(err))
@@ -162,7 +176,8 @@ func (o *fifoOutbox) toEntry(to peer.ID, m Message, try int) {
 				o.toEntry(to, m, try+1)
 			}
 		})
-	})
+	}
+	o.postMsg(to, msg)
 }
 
 func (o *fifoOutbox) token(to peer.ID, t *Token) { o.toEntry(to, t, 0) }

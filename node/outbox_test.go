@@ -204,6 +204,9 @@ func TestOutboxResendsTokenToEntry(t *testing.T) {
 	if n := logs.FilterMessage("cannot reach the entry; message dropped").Len(); n != 0 {
 		t.Fatalf("%d messages dropped", n)
 	}
+	waitFor(t, 5*time.Second, "the resend's success logged", func() bool {
+		return logs.FilterMessage("reached the entry after resending").Len() == 1
+	})
 
 	// An entry that stays unreachable gets the first send and one resend
 	// per wait, and then the message is dropped, saying so.
