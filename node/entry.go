@@ -20,6 +20,7 @@ import (
 	"github.com/stratanet/strata/engine/grammar"
 	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/routing"
+	"github.com/stratanet/strata/swarm"
 )
 
 // The entry role. Each generation runs on a goroutine of its own, which
@@ -434,14 +435,21 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 				if ef.Failure {
 					e.counters.hopFailures.Add(1)
 				}
-				if ef.Why == ecore.FailBusy {
+				switch ef.Why {
+				case ecore.FailBusy:
 					return g.result(), fmt.Errorf("%w: %w: hops busy for %v", ErrSessionLost, ErrNoCapacity, e.cfg.repairWait)
+				case ecore.FailUnreachable:
+					return g.result(), fmt.Errorf("%w: first hops unreachable for %v, last: %s", ErrSessionLost, e.cfg.repairWait, ef.End.Reason)
 				}
 				return g.result(), fmt.Errorf("%w: %d replays, last: %s", ErrSessionLost, ef.Replays, ef.End.Reason)
 			case ecore.Backoff:
 				// Admission, not failure: wait, and try again (elsewhere
 				// if possible).
-				e.cfg.log.Debug("hop busy; backing off", zap.String("reason", ef.End.Reason), zap.Int("retry", ef.Retry))
+				if ef.End.Kind == ecore.EndUnreachable {
+					e.cfg.log.Info("first hop unreachable; backing off", zap.String("reason", ef.End.Reason), zap.Int("retry", ef.Retry))
+				} else {
+					e.cfg.log.Debug("hop busy; backing off", zap.String("reason", ef.End.Reason), zap.Int("retry", ef.Retry))
+				}
 				select {
 				case <-ctx.Done():
 					return g.result(), ctx.Err()
@@ -606,7 +614,9 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) ([]ecore.Ef
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
-				ev = ecore.SendFailed{Reason: err.Error()}
+				// A dial that failed (swarm.ErrUnreachable) reached no hop:
+				// node/entry backs off instead of spending a replay.
+				ev = ecore.SendFailed{Reason: err.Error(), Unreachable: errors.Is(err, swarm.ErrUnreachable)}
 			}
 		case ecore.Deliver:
 			// The entry's own checks of what the token carries, then the

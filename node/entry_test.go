@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/stratanet/strata/routing"
+	"github.com/stratanet/strata/swarm"
 )
 
 // The entry's unit tests: the entry alone, on a fake clock, with fake
@@ -32,6 +33,7 @@ type entryRig struct {
 	mu      sync.Mutex
 	hang    map[peer.ID]bool // takes steps and never answers
 	busy    map[peer.ID]int  // answers this many opens with CodeBusy
+	unreach map[peer.ID]int  // fails this many sends as a failed dial
 	noPath  bool             // routing finds nothing
 	dead    map[peer.ID]bool // routing leaves these out
 	kvs     map[peer.ID]kvReport
@@ -57,7 +59,7 @@ func newEntryRigWith(t *testing.T, npeers int, with func(*entryConfig)) *entryRi
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &entryRig{t: t, clock: clockwork.NewFakeClock(), vocab: m.info.Vocab, hang: map[peer.ID]bool{}, busy: map[peer.ID]int{},
+	r := &entryRig{t: t, clock: clockwork.NewFakeClock(), vocab: m.info.Vocab, hang: map[peer.ID]bool{}, busy: map[peer.ID]int{}, unreach: map[peer.ID]int{},
 		sent: make(chan peer.ID, 64), closes: make(chan peer.ID, 64), seen: map[peer.ID][]Step{},
 		dead: map[peer.ID]bool{}, kvs: map[peer.ID]kvReport{}, chg: make(chan struct{})}
 	for i := range npeers {
@@ -139,6 +141,12 @@ func (r *entryRig) send(_ context.Context, to peer.ID, m Message) error {
 		return fmt.Errorf("fake hop: unexpected %T", m)
 	}
 	r.mu.Lock()
+	if r.unreach[to] > 0 {
+		r.unreach[to]--
+		r.mu.Unlock()
+		r.sent <- to
+		return fmt.Errorf("open activation stream to %s: %w: failed to dial: dial backoff", to, swarm.ErrUnreachable)
+	}
 	r.seen[to] = append(r.seen[to], *s)
 	hang := r.hang[to]
 	busy := s.Open != nil && r.busy[to] > 0
@@ -329,6 +337,46 @@ func TestEntryBusyBacksOff(t *testing.T) {
 	r.wantTokens(res, 3, 2)
 	if res.Replays != 0 || len(res.Paths) != 3 {
 		t.Fatalf("%d replays on %d paths, want 0 on 3", res.Replays, len(res.Paths))
+	}
+}
+
+// TestEntryUnreachableBacksOff: a first hop that cannot be dialled (as
+// after a relay refused a rejoined entry's circuits and go-libp2p's dial
+// backoff failed every later dial at once) is tried again after a
+// backoff on the clock, more times than the replay cap, and those tries
+// are no replays: the generation succeeds once the dial does.
+func TestEntryUnreachableBacksOff(t *testing.T) {
+	r := newEntryRig(t, 1)
+	a := r.peers[0]
+	fails := r.e.cfg.maxReplays + 2
+	r.unreach[a] = fails
+	s := r.generate(2)
+	for retry := 1; retry <= fails; retry++ {
+		if got := r.nextSend(); got != a {
+			t.Fatalf("step to %s", got)
+		}
+		r.attemptEnded(a)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatalf("retry %d: no backoff wait: %v", retry, err)
+		}
+		cancel()
+		r.clock.Advance(busyBackoff(retry) - time.Millisecond)
+		if len(r.sent) != 0 {
+			t.Fatalf("retry %d before its backoff", retry)
+		}
+		r.clock.Advance(time.Millisecond)
+	}
+	if got := r.nextSend(); got != a {
+		t.Fatalf("step to %s", got)
+	}
+	res, err := s.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.wantTokens(res, 3, 2)
+	if res.Replays != 0 || len(res.Paths) != fails+1 {
+		t.Fatalf("%d replays on %d paths, want 0 on %d", res.Replays, len(res.Paths), fails+1)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
@@ -31,6 +32,8 @@ type fifoOutbox struct {
 	send func(ctx context.Context, to peer.ID, m Message) error
 	log  *zap.Logger
 	max  int
+	// resend: the waits before each resend to an entry (entryResend).
+	resend []time.Duration
 
 	mu     sync.Mutex
 	queues map[peer.ID][]outMsg // a key is present while its sender runs
@@ -41,19 +44,23 @@ type fifoOutbox struct {
 type outMsg struct {
 	m      Message
 	failed func(error) // nil: log the failure
+	sent   func()      // nil: nothing to do once sent
 }
 
 func newOutbox(ctx context.Context, send func(context.Context, peer.ID, Message) error, log *zap.Logger) *fifoOutbox {
-	return &fifoOutbox{ctx: ctx, send: send, log: log, max: maxPeerQueue, queues: map[peer.ID][]outMsg{}}
+	return &fifoOutbox{ctx: ctx, send: send, log: log, max: maxPeerQueue, resend: entryResend, queues: map[peer.ID][]outMsg{}}
 }
 
 // post queues m for to; failed, if not nil, hears why it could not be
 // sent. After close, messages are dropped.
 func (o *fifoOutbox) post(to peer.ID, m Message, failed func(error)) {
+	o.postMsg(to, outMsg{m: m, failed: failed})
+}
+
+func (o *fifoOutbox) postMsg(to peer.ID, msg outMsg) {
 	if to == "" {
 		return
 	}
-	msg := outMsg{m: m, failed: failed}
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
@@ -92,8 +99,11 @@ func (o *fifoOutbox) drain(to peer.ID) {
 		if o.ctx.Err() != nil {
 			continue
 		}
-		if err := o.send(o.ctx, to, next.m); err != nil && o.ctx.Err() == nil {
+		switch err := o.send(o.ctx, to, next.m); {
+		case err != nil && o.ctx.Err() == nil:
 			o.report(to, next, err)
+		case err == nil && next.sent != nil:
+			next.sent()
 		}
 	}
 }
@@ -130,12 +140,48 @@ func (o *fifoOutbox) forward(to peer.ID, s *Step) {
 		case errors.Is(err, errQueueFull):
 			e.Code = CodeBusy
 		}
-		o.post(s.Entry, e, nil)
+		o.toEntry(s.Entry, e, 0)
 	})
 }
 
-func (o *fifoOutbox) token(to peer.ID, t *Token) { o.post(to, t, nil) }
+// entryResend are the waits before resending a token or an error that
+// could not be sent to the entry, which waits for it: without a resend
+// the entry hears nothing until its step timeout (20 s by default) and
+// then replays. The usual cause is passing: a dial refused by a relay
+// that has not yet heard a rejoined entry, and go-libp2p's dial backoff
+// after it, which the entry's next heartbeat clears (swarm, nat.go).
+// About 6 s in all, well inside the step timeout.
+var entryResend = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+	800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond}
 
-func (o *fifoOutbox) fail(to peer.ID, e *ErrorMsg) { o.post(to, e, nil) }
+// toEntry posts m, the try-th time, to the entry to, resending it after
+// a failure up to len(o.resend) times.
+func (o *fifoOutbox) toEntry(to peer.ID, m Message, try int) {
+	msg := outMsg{m: m}
+	if try > 0 {
+		msg.sent = func() {
+			o.log.Info("reached the entry after resending", zap.Stringer("entry", to),
+				zap.String("message", fmt.Sprintf("%T", m)), zap.Int("resends", try))
+		}
+	}
+	msg.failed = func(err error) {
+		if try >= len(o.resend) || errors.Is(err, errQueueFull) {
+			o.log.Info("cannot reach the entry; message dropped", zap.Stringer("entry", to),
+				zap.String("message", fmt.Sprintf("%T", m)), zap.Int("tries", try+1), zap.Error(err))
+			return
+		}
+		o.log.Debug("cannot reach the entry; resending", zap.Stringer("entry", to), zap.Int("try", try+1), zap.Error(err))
+		time.AfterFunc(o.resend[try], func() {
+			if o.ctx.Err() == nil {
+				o.toEntry(to, m, try+1)
+			}
+		})
+	}
+	o.postMsg(to, msg)
+}
+
+func (o *fifoOutbox) token(to peer.ID, t *Token) { o.toEntry(to, t, 0) }
+
+func (o *fifoOutbox) fail(to peer.ID, e *ErrorMsg) { o.toEntry(to, e, 0) }
 
 func (o *fifoOutbox) receipt(to peer.ID, r *ReceiptMsg) { o.post(to, r, nil) }

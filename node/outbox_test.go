@@ -5,9 +5,11 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // fakeWire records what the outbox sends; a peer in block waits on its
@@ -163,5 +165,70 @@ func TestOutboxCloseJoinsSenders(t *testing.T) {
 	}
 	if len(w.got["stuck"]) != 0 {
 		t.Fatalf("sent %d messages after cancel", len(w.got["stuck"]))
+	}
+}
+
+// TestOutboxResendsTokenToEntry: a token the last hop cannot send to the
+// entry (a dial refused or in backoff just after the entry rejoined) is
+// sent again until it goes through, instead of being dropped with the
+// entry waiting out its step timeout; and the resends are bounded.
+func TestOutboxResendsTokenToEntry(t *testing.T) {
+	w := newFakeWire()
+	w.fail["entry"] = errors.New("dial backoff")
+	ctx, cancel := context.WithCancel(context.Background())
+	core, logs := observer.New(zap.InfoLevel)
+	o := newOutbox(ctx, w.send, zap.New(core))
+	o.resend = []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond}
+	t.Cleanup(func() { cancel(); o.close() })
+
+	o.token("entry", &Token{Session: SessionID{3}, Pos: 9, Token: 42})
+	w.wait(t, 2) // the send and its first resend failed
+	w.mu.Lock()
+	delete(w.fail, "entry")
+	w.mu.Unlock()
+	for {
+		if to := <-w.sent; to != "entry" {
+			t.Fatalf("send to %s", to)
+		}
+		w.mu.Lock()
+		got := w.got["entry"]
+		w.mu.Unlock()
+		if len(got) == 0 {
+			continue // a resend that failed before the wire healed
+		}
+		if tok, ok := got[0].(*Token); len(got) != 1 || !ok || tok.Token != 42 || tok.Pos != 9 {
+			t.Fatalf("entry got %v", got)
+		}
+		break
+	}
+	if n := logs.FilterMessage("cannot reach the entry; message dropped").Len(); n != 0 {
+		t.Fatalf("%d messages dropped", n)
+	}
+	waitFor(t, 5*time.Second, "the resend's success logged", func() bool {
+		return logs.FilterMessage("reached the entry after resending").Len() == 1
+	})
+
+	// An entry that stays unreachable gets the first send and one resend
+	// per wait, and then the message is dropped, saying so.
+	w.mu.Lock()
+	w.fail["gone"] = errors.New("connection refused")
+	w.mu.Unlock()
+	o.fail("gone", &ErrorMsg{Session: SessionID{4}, Code: CodeInternal})
+	for range len(o.resend) + 1 {
+		if to := <-w.sent; to != "gone" {
+			t.Fatalf("send to %s", to)
+		}
+	}
+	waitFor(t, 5*time.Second, "the drop logged", func() bool { return logs.FilterMessage("cannot reach the entry; message dropped").Len() == 1 })
+	// Dropped: nothing was left scheduled, so the next send there is
+	// the next message posted.
+	o.post("gone", &Close{Session: SessionID{4}}, func(error) {})
+	if to := <-w.sent; to != "gone" {
+		t.Fatalf("send to %s", to)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.sent) != 0 {
+		t.Fatalf("%d more sends", len(w.sent))
 	}
 }

@@ -36,6 +36,11 @@ var (
 	// ErrProbe: a bandwidth probe failed or its answer is malformed.
 	ErrProbe = errors.New("swarm: bandwidth probe failed")
 
+	// ErrUnreachable: no connection to the peer could be made (every
+	// dial failed, or its addresses are in go-libp2p's dial backoff), so
+	// nothing was sent. It may be reachable a moment later.
+	ErrUnreachable = errors.New("swarm: peer unreachable")
+
 	// ErrClosed: the host has been closed.
 	ErrClosed = errors.New("swarm: host closed")
 	// ErrNoHandler: the remote has no handler for the protocol.

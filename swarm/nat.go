@@ -2,6 +2,7 @@ package swarm
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	lpswarm "github.com/libp2p/go-libp2p/p2p/net/swarm"
 	"github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/client"
 	circuitproto "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/proto"
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
@@ -221,6 +223,10 @@ func (k *relayKeeper) tend(ctx context.Context) bool {
 		k.mu.Unlock()
 		k.h.h.ConnManager().Protect(ai.ID, proto.TagRelay)
 		k.h.log.Info("relay reservation", zap.Stringer("relay", ai.ID), zap.Time("expires", r.Expiration))
+		// The relay took our reservation, so it now knows us as a member
+		// and opens our circuits, which it refused until now (memberACL):
+		// dials that failed through it say nothing of now.
+		k.h.clearDialBackoffs()
 		held++
 		changed = true
 	}
@@ -291,4 +297,46 @@ func (a memberACL) AllowConnect(src peer.ID, _ ma.Multiaddr, dest peer.ID) bool 
 		a.h.log.Debug("relay: circuit refused", zap.Stringer("src", src), zap.Stringer("dest", dest))
 	}
 	return ok
+}
+
+// Dial backoff. go-libp2p puts every address of a peer whose dial failed
+// in backoff (5 s and growing) and then fails each dial to it at once
+// with "dial backoff". A member behind NAT is dialled through a relay,
+// which refuses circuits from or to a peer it has not heard a heartbeat
+// of yet (memberACL): a node that has just (re)joined dials everyone
+// through the relay, is refused, and would then find every peer in
+// backoff for seconds after the relay has learnt it. So a dial failure
+// is forgotten as soon as there is news that the peer can be reached:
+// its heartbeat (it is alive and a member) or a relay's reservation for
+// us (the relay knows us now).
+
+// clearDialBackoff forgets the dial backoff of p, unless we are
+// connected to it (then no dial is needed).
+func (s *Host) clearDialBackoff(p peer.ID) {
+	if s.h.Network().Connectedness(p) == network.Connected {
+		return
+	}
+	if sw, ok := s.h.Network().(*lpswarm.Swarm); ok {
+		sw.Backoff().Clear(p)
+	}
+}
+
+// clearDialBackoffs forgets the dial backoff of every peer in the table
+// that we are not connected to.
+func (s *Host) clearDialBackoffs() {
+	if s.table == nil {
+		return
+	}
+	for _, p := range s.table.Snapshot() {
+		s.clearDialBackoff(p.ID)
+	}
+}
+
+// isDialFailure reports whether err is a failure to connect at all (every
+// address failed, is in backoff, or none is known), not one on a
+// connection that was made.
+func isDialFailure(err error) bool {
+	var de *lpswarm.DialError
+	return errors.As(err, &de) || errors.Is(err, lpswarm.ErrDialBackoff) || errors.Is(err, lpswarm.ErrNoAddresses) ||
+		errors.Is(err, lpswarm.ErrNoGoodAddresses) || errors.Is(err, lpswarm.ErrAllDialsFailed)
 }

@@ -148,6 +148,9 @@ func (st *Streams) SendActivation(ctx context.Context, to peer.ID, frame []byte)
 		if a.s == nil {
 			s, err := h.h.NewStream(network.WithAllowLimitedConn(ctx, "activation"), to, ProtocolAct)
 			if err != nil {
+				if isDialFailure(err) && ctx.Err() == nil {
+					return fmt.Errorf("open activation stream to %s: %w: %w", to, ErrUnreachable, err)
+				}
 				return fmt.Errorf("open activation stream to %s: %w", to, err)
 			}
 			a.s = s

@@ -25,9 +25,14 @@ const (
 	EndMove                      // a hop is draining: move the session at a token boundary
 	EndFault                     // a hop failed a spot check: replay from the last verified point
 	EndPrefixMiss                // hops' prefix caches disagreed: replay cold
+	// EndUnreachable: the entry could not even dial the first hop (a
+	// dial backoff, a relay that does not know it yet). The hop did no
+	// work and may be reachable in a moment: back off and route again,
+	// without spending a replay.
+	EndUnreachable
 )
 
-var endNames = [...]string{"failure", "busy", "no-kv", "move", "fault", "prefix-miss"}
+var endNames = [...]string{"failure", "busy", "no-kv", "move", "fault", "prefix-miss", "unreachable"}
 
 func (k EndKind) String() string {
 	if int(k) < len(endNames) {
@@ -53,6 +58,9 @@ const (
 	FailBusy FailKind = iota + 1
 	// FailReplays: the replay cap was reached.
 	FailReplays
+	// FailUnreachable: the first hops could not be dialled for longer
+	// than the repair wait.
+	FailUnreachable
 )
 
 // Config is what a generation's decisions depend on.
@@ -110,7 +118,12 @@ type HopFailed struct {
 }
 
 // SendFailed: the step could not be handed to the first hop.
-type SendFailed struct{ Reason string }
+// Unreachable: no connection to it could be made at all (the dial
+// failed), so it saw nothing of the step.
+type SendFailed struct {
+	Reason      string
+	Unreachable bool
+}
 
 // PeerDown: a peer of the path died or its connection closed.
 type PeerDown struct {
@@ -241,6 +254,7 @@ type Gen struct {
 	pos     int  // the next token's position
 	got     int  // tokens this attempt delivered
 	pending bool // the next Start is a counted replay
+	counted bool // this attempt's Start counted a replay
 }
 
 // NewGen returns a generation's state machine.
@@ -261,6 +275,7 @@ func (g *Gen) Step(now time.Time, ev Event) []Effect {
 			g.Replays++
 			g.pending = false
 		}
+		g.counted = replay
 		return []Effect{Send{Prefill: true, Replay: replay}}
 	case TokenArrived:
 		if g.phase != stepping {
@@ -303,7 +318,11 @@ func (g *Gen) Step(now time.Time, ev Event) []Effect {
 		if g.phase != stepping {
 			return nil
 		}
-		return g.end(now, End{Blame: []string{g.hops[0]}, Reason: "send to the first hop: " + ev.Reason})
+		end := End{Blame: []string{g.hops[0]}, Reason: "send to the first hop: " + ev.Reason}
+		if ev.Unreachable {
+			end.Kind = EndUnreachable
+		}
+		return g.end(now, end)
 	case PeerDown:
 		if g.phase != stepping && g.phase != auditing || !slices.Contains(g.hops, ev.Peer) {
 			return nil
@@ -357,17 +376,31 @@ func (g *Gen) end(now time.Time, e End) []Effect {
 	if e.Kind == EndFault && len(e.Blame) > 0 {
 		out = append(out, Rewind{Peer: e.Blame[0]})
 	}
-	if d.Failure {
+	if d.Failure || e.Kind == EndUnreachable && g.FailedAt.IsZero() {
 		g.FailedAt = now
+	}
+	counted := d.Counted
+	if e.Kind == EndUnreachable && d.Fail == 0 {
+		// A replay that never reached its first hop was no replay: take
+		// it back, and count the attempt that does reach one. After
+		// tokens, the next attempt replays them all.
+		if g.counted {
+			g.Replays--
+		}
+		counted = g.counted || g.got > 0
 	}
 	switch {
 	case d.Fail != 0:
 		g.phase = over
 		return append(out, Fail{Why: d.Fail, Replays: g.Replays, Failure: d.Failure, End: e})
 	case d.Backoff > 0:
-		out = append(out, Backoff{Delay: d.Backoff, Retry: g.Busy, End: e})
+		retry := g.Busy
+		if e.Kind == EndUnreachable {
+			retry = g.Unreach
+		}
+		out = append(out, Backoff{Delay: d.Backoff, Retry: retry, End: e})
 	}
-	g.phase, g.pending = idle, d.Counted
+	g.phase, g.pending, g.counted = idle, counted, false
 	return append(out, Reroute{Avoid: slices.Clone(g.Avoid), Hard: slices.Clone(g.Hard), Cold: g.Cold, Failure: d.Failure, End: e})
 }
 
@@ -385,6 +418,10 @@ type Replay struct {
 	// of them lied, a path through any of them may give wrong tokens.
 	Disputed []string
 	Cold     bool // the prefix cache is off for it (after a prefix miss)
+	// Unreach counts the attempts in a row whose first hop could not be
+	// dialled, since UnreachSince.
+	Unreach      int
+	UnreachSince time.Time
 }
 
 // Decision is what follows an attempt's end.
@@ -404,10 +441,16 @@ type Decision struct {
 // other end. A prefix miss replays at once, cold. Neither counts as a
 // replay. A draining hop is left at once, counted as a replay but not
 // against the cap. Anything else is a hop failure and a replay, up to
-// the cap. Every blamed peer but the entry itself is avoided later.
+// the cap. A first hop that could not be dialled backs off like a busy
+// one and counts no replay, within the repair wait from the first of a
+// run of them. Every blamed peer but the entry itself is avoided later.
 func (r *Replay) Ended(cfg Config, now time.Time, e End, progress bool) Decision {
-	if progress || e.Kind != EndBusy {
-		r.Busy = 0
+	// A run of busy answers or of failed dials ends with progress or
+	// another end; the two do not end each other's run, so that
+	// alternating between them cannot go on past the repair wait.
+	waiting := e.Kind == EndBusy || e.Kind == EndUnreachable
+	if progress || !waiting {
+		r.Busy, r.Unreach = 0, 0
 	}
 	for _, p := range e.Blame {
 		if p == cfg.Self {
@@ -436,6 +479,19 @@ func (r *Replay) Ended(cfg Config, now time.Time, e End, progress bool) Decision
 	case EndPrefixMiss:
 		r.Cold = true
 		return Decision{}
+	case EndUnreachable:
+		// Dial failures say nothing of the hops' work, and go-libp2p's
+		// dial backoff fails every dial to a peer at once for seconds
+		// after one failed: replaying at once would spend every replay
+		// in a burst. Back off as for busy hops, within the repair wait.
+		if r.Unreach == 0 {
+			r.UnreachSince = now
+		}
+		r.Unreach++
+		if now.Sub(r.UnreachSince) > cfg.RepairWait {
+			return Decision{Fail: FailUnreachable, Failure: true}
+		}
+		return Decision{Backoff: BusyBackoff(r.Unreach)}
 	case EndMove:
 		return Decision{Counted: true}
 	}

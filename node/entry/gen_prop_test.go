@@ -47,7 +47,7 @@ func TestGenInvariants(t *testing.T) {
 			case 8:
 				ev = Rejected{From: peers[rng.IntN(5)], Reason: "r"}
 			case 9:
-				ev = SendFailed{Reason: "s"}
+				ev = SendFailed{Reason: "s", Unreachable: rng.IntN(2) == 0}
 			}
 			before := g.Replays
 			effs := g.Step(now, ev)

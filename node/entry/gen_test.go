@@ -20,7 +20,7 @@ import (
 //	token from= pos= tok=              the last hop's token
 //	reject [from=] REASON...           the entry's own check refused it
 //	hop-failed at= kind= REASON...     a hop's error answer
-//	send-failed REASON...              the first hop could not be reached
+//	send-failed [unreachable] REASON... the first hop could not be reached (dialled)
 //	down PEER                          a peer of the path died
 //	timeout                            the step timeout fired
 //	delivered [finished] [audit] [draining=HOPS]
@@ -46,7 +46,7 @@ type genDriver struct {
 	now time.Time
 }
 
-var kinds = map[string]EndKind{"failure": EndFailure, "busy": EndBusy, "no-kv": EndNoKV, "move": EndMove, "fault": EndFault, "prefix-miss": EndPrefixMiss}
+var kinds = map[string]EndKind{"failure": EndFailure, "busy": EndBusy, "no-kv": EndNoKV, "move": EndMove, "fault": EndFault, "prefix-miss": EndPrefixMiss, "unreachable": EndUnreachable}
 
 func (d *genDriver) do(cmd string, in []string) string {
 	a := parseArgs(d.t, in)
@@ -69,8 +69,12 @@ func (d *genDriver) do(cmd string, in []string) string {
 		return "now " + rel(d.now)
 	case "state":
 		r := d.g.Replay
-		return fmt.Sprintf("replays=%d busy=%d busy-since=%s avoid=%s hard=%s cold=%v failed-at=%s",
+		s := fmt.Sprintf("replays=%d busy=%d busy-since=%s avoid=%s hard=%s cold=%v failed-at=%s",
 			r.Replays, r.Busy, rel(r.BusySince), fmtList(r.Avoid), fmtList(r.Hard), r.Cold, rel(d.g.FailedAt))
+		if r.Unreach > 0 {
+			s += fmt.Sprintf(" unreach=%d unreach-since=%s", r.Unreach, rel(r.UnreachSince))
+		}
+		return s
 	case "thief-token":
 		tok, err := strconv.Atoi(a.words[0])
 		if err != nil {
@@ -115,7 +119,11 @@ func (d *genDriver) do(cmd string, in []string) string {
 		}
 		ev = HopFailed{At: a.str("at"), Kind: k, Reason: strings.Join(a.words, " ")}
 	case "send-failed":
-		ev = SendFailed{Reason: strings.Join(a.words, " ")}
+		words, unreach := a.words, false
+		if len(words) > 0 && words[0] == "unreachable" {
+			words, unreach = words[1:], true
+		}
+		ev = SendFailed{Reason: strings.Join(words, " "), Unreachable: unreach}
 	case "down":
 		ev = PeerDown{Peer: a.words[0], Reason: "peer " + a.words[0] + " down"}
 	case "timeout":

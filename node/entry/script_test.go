@@ -146,7 +146,7 @@ func fmtEffect(e Effect) string {
 		}
 		return s
 	case Fail:
-		why := map[FailKind]string{FailBusy: "busy too long", FailReplays: "replays exhausted"}[e.Why]
+		why := map[FailKind]string{FailBusy: "busy too long", FailReplays: "replays exhausted", FailUnreachable: "unreachable too long"}[e.Why]
 		return fmt.Sprintf("fail: %s after %d replays (last: %s)", why, e.Replays, e.End.Reason)
 	}
 	return fmt.Sprintf("unknown effect %T", e)
