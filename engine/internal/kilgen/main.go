@@ -213,24 +213,25 @@ func (g *gen) q4k(nt int, q5 bool) {
 }
 
 // q5Ahead and q6Ahead are how many group super-blocks ahead the Q5_K and
-// Q6_K kernels prefetch: about 10 KB, chosen by BenchmarkDecodeBandwidth
-// (1 thread, TinyLlama's shape, tokens/s alternating 2–6 ahead; Q6_K 24.1
-// tok/s at 3 against 22.9 at 4 and 21.6 at 2; Q5_K 25.8 at 4 against 21.5
-// at 2).
+// Q6_K kernels prefetch, into L2 (PREFETCHT1). Chosen by
+// BenchmarkDecodeBandwidth on a quiet machine (1 thread, TinyLlama's
+// shape, alternating builds): into L1 (PREFETCHT0), Q5_K 4 ahead and Q6_K 3
+// decoded 26.8–27.0 and 23.8–24.0 tok/s; into L2, 28.9–29.3 and
+// 25.0–25.2; Q6_K 2 ahead into L2 26.1–27.2 (1: 25.9–26.1; 5: 24.4–24.6).
 const (
 	q5Ahead = 4
-	q6Ahead = 3
+	q6Ahead = 2
 )
 
 // prefetch asks for lines i·per … i·per+per−1 of the group super-block
 // ahead blocks on, spread over the unpacking steps. Measured on a 92 MB
 // matrix at one token: the Q6_K kernel read 12 GB/s without it and 20 with
-// it (2 ahead); the Q4_K kernel read less with it (20–22 GB/s against
-// 27–31), so it has none.
+// it (2 ahead, into L1); the Q4_K kernel read less with it (20–22 GB/s
+// against 27–31), so it has none.
 func (g *gen) prefetch(gsb, i, per, ahead int) {
 	for j := 0; j < per; j++ {
 		if line := i*per + j; line*64 < gsb {
-			g.f("PREFETCHT0 %d(SI)", ahead*gsb+line*64)
+			g.f("PREFETCHT1 %d(SI)", ahead*gsb+line*64)
 		}
 	}
 }
