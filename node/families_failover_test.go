@@ -14,8 +14,9 @@ import (
 )
 
 // TestFailoverKillFamilies is TestFailoverKillMiddleHop on the families
-// that had no kill test (deepseek2, a Mixtral-style llama, gemma2), each
-// in F32, Q8_0 and Q4_K_M: four generations (two greedy, two sampled)
+// beyond the dense ones (deepseek2, a Mixtral-style llama, gemma2, gemma3,
+// qwen3moe, gpt-oss), each in F32, Q8_0 and Q4_K_M, and gpt-oss in
+// MXFP4 too: four generations (two greedy, two sampled)
 // through 3-hop paths, the busiest middle hop hard-closed when every
 // generation has a quarter of its tokens; every generation replays and
 // ends with exactly the single-process run's tokens. (The kill -9 of a
@@ -31,13 +32,22 @@ func TestFailoverKillFamilies(t *testing.T) {
 			Experts: 8, ExpertsUsed: 2, ExpertFFN: 256, DeepSeek2: engine.DeepSeek2Gen{KVLoraRank: 256, ExpertGroups: 4, GroupsUsed: 2}},
 		"mixtral": {Arch: "llama", Layers: 8, Dim: 256, Heads: 8, KVHeads: 2, FFN: 256, Vocab: 512, Seed: 32, Experts: 8, ExpertsUsed: 2},
 		"gemma2":  {Arch: "gemma2", Layers: 8, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 512, Vocab: 512, Seed: 33, SlidingWindow: 8},
+		"gemma3":  {Arch: "gemma3", Layers: 8, Dim: 256, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 512, Vocab: 512, Seed: 34, SlidingWindow: 8},
+		"qwen3moe": {Arch: "qwen3moe", Layers: 8, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 512, Seed: 35,
+			Experts: 8, ExpertsUsed: 2, ExpertFFN: 256},
+		"gpt-oss": {Arch: "gpt-oss", Layers: 8, Dim: 256, Heads: 4, KVHeads: 2, FFN: 512, Vocab: 512, Seed: 36,
+			Experts: 8, ExpertsUsed: 2, ExpertFFN: 256},
 	}
 	dir := t.TempDir()
-	for _, name := range []string{"deepseek2", "mixtral", "gemma2"} {
-		for _, q := range []string{"f32", "q8_0", "q4_k_m"} {
+	for _, name := range []string{"deepseek2", "mixtral", "gemma2", "gemma3", "qwen3moe", "gpt-oss"} {
+		qs := []string{"f32", "q8_0", "q4_k_m"}
+		if name == "gpt-oss" {
+			qs = append(qs, "mxfp4_moe")
+		}
+		for _, q := range qs {
 			t.Run(name+"/"+q, func(t *testing.T) {
 				c := shapes[name]
-				if q == "q4_k_m" {
+				if q == "q4_k_m" || q == "mxfp4_moe" {
 					c.Mix = q
 				} else {
 					dt, err := engine.ParseDType(q)
@@ -106,8 +116,19 @@ func killMiddleHopOn(t *testing.T, path string) {
 		}
 		replays += r.result.Replays
 	}
-	if replays == 0 || replays < use {
-		t.Fatalf("%d replays, %d running paths used the victim: the kill interrupted nothing", replays, use)
+	// A generation within a token of its end (an early end of text) may
+	// still be listed on the victim's path, but its last step can have
+	// passed the victim already: it may have nothing to replay.
+	done := 0
+	var lens []int
+	for i, r := range runs {
+		lens = append(lens, len(r.want))
+		if before[i] >= len(r.want)-1 {
+			done++
+		}
+	}
+	if replays == 0 || replays < use-done {
+		t.Fatalf("%d replays, %d running paths used the victim (tokens at the kill %v of %v): the kill interrupted nothing", replays, use, before, lens)
 	}
 	t.Logf("all %d generations match the single-process run after %d replays", len(runs), replays)
 }
