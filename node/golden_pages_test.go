@@ -1,0 +1,109 @@
+package node
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/swarm/chunks"
+)
+
+// The manifest and info answers of the node control protocol
+// (fetchinfo.go): a small manifest in one answer, a paged manifest's two
+// pages, and the info answer of a node that holds the file. A page is a
+// mebibyte: the file keeps its first 64 bytes and the SHA-256 of all of
+// it. The requests are built by the format's comment (askManifest builds
+// them inline); the answers come from answerManifest and answerInfo.
+func TestGoldenManifestPages(t *testing.T) {
+	const fp = "sha256:golden-pages"
+	big := bigChunkManifest(t, fp, manifestPage/sha256.Size+16)
+	if len(big) <= manifestPage || len(big) > 2*manifestPage {
+		t.Fatalf("test manifest of %d bytes: want one of two pages", len(big))
+	}
+	w := &weights{model: &model{manifest: big, info: ModelInfo{Fingerprint: fp}},
+		cons: new(atomic.Pointer[consensus.Consensus]), chunks: new(chunks.Server)}
+
+	page0Req := append(binary.AppendUvarint([]byte(manifestPageMagic), 0), fp...)
+	page1Req := append(binary.AppendUvarint([]byte(manifestPageMagic), manifestPage), fp...)
+	page0, err := w.answerManifest(append([]byte(manifestReqMagic), fp...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page1, err := w.answerManifest(page1Req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := w.answerManifest(page0Req); err != nil || !bytes.Equal(again, page0) {
+		t.Fatalf("page 0 by page request differs from the first answer (%v)", err)
+	}
+	info := w.answerInfo()
+	w.model.manifest = []byte("a small manifest")
+	small, err := w.answerManifest(append([]byte(manifestReqMagic), fp...))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var out strings.Builder
+	line := func(name string, b []byte) { fmt.Fprintf(&out, "%s %s\n", name, hex.EncodeToString(b)) }
+	line("manifest-request", append([]byte(manifestReqMagic), fp...))
+	line("page-request-1", page1Req)
+	line("answer-small", small)
+	line("answer-page-0-head", page0[:64])
+	line("answer-page-0-sha256", func() []byte { h := sha256.Sum256(page0); return h[:] }())
+	line("answer-page-1-head", page1[:64])
+	line("answer-page-1-sha256", func() []byte { h := sha256.Sum256(page1); return h[:] }())
+	line("manifest-sha256", func() []byte { h := sha256.Sum256(big); return h[:] }())
+	line("info", info)
+	path := filepath.Join("testdata", "golden", "manifest_pages.txt")
+	if *rewriteGolden {
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != string(want) {
+		t.Fatalf("answers differ from %s:\n%s\nwant:\n%s", path, out.String(), want)
+	}
+
+	// The pages decode (manifestPageOf, askManifest's reader) to the
+	// whole manifest, and it is the chunk manifest it was.
+	var whole []byte
+	for i, p := range [][]byte{page0, page1} {
+		total, data, err := manifestPageOf(p)
+		if err != nil {
+			t.Fatalf("page %d: %v", i, err)
+		}
+		if p[0]&holdsFile == 0 || total != uint64(len(big)) {
+			t.Fatalf("page %d: flags %x, total %d, want holds-file and %d", i, p[0], total, len(big))
+		}
+		whole = append(whole, data...)
+	}
+	if !bytes.Equal(whole, big) {
+		t.Fatalf("pages join to %d bytes, not the %d-byte manifest", len(whole), len(big))
+	}
+	if m, err := decodeManifest(whole, fp); err != nil || m.NumChunks() != manifestPage/sha256.Size+16 {
+		t.Fatalf("joined pages: %v", err)
+	}
+	if small[0] != holdsFile || string(small[1:]) != "a small manifest" {
+		t.Fatalf("small answer %q", small)
+	}
+	// The info answer by its layout: flags, rate (f64 bits, big-endian),
+	// the manifest's SHA-256.
+	if info[0] != holdsFile || math.Float64frombits(binary.BigEndian.Uint64(info[1:9])) != 0 || !bytes.Equal(info[9:], sha256Of(big)) {
+		t.Fatalf("info answer %x", info)
+	}
+}
+
+func sha256Of(b []byte) []byte { h := sha256.Sum256(b); return h[:] }
