@@ -62,6 +62,7 @@ func TestGoldenManifestPages(t *testing.T) {
 	line("answer-page-1-head", page1[:64])
 	line("answer-page-1-sha256", func() []byte { h := sha256.Sum256(page1); return h[:] }())
 	line("manifest-sha256", func() []byte { h := sha256.Sum256(big); return h[:] }())
+	line("info-request", []byte(infoReqMagic))
 	line("info", info)
 	path := filepath.Join("testdata", "golden", "manifest_pages.txt")
 	if *rewriteGolden {
@@ -101,6 +102,9 @@ func TestGoldenManifestPages(t *testing.T) {
 	}
 	// The info answer by its layout: flags, rate (f64 bits, big-endian),
 	// the manifest's SHA-256.
+	if !isInfoRequest([]byte(infoReqMagic)) || !isManifestRequest(page1Req) {
+		t.Fatal("golden requests not recognised")
+	}
 	if info[0] != holdsFile || math.Float64frombits(binary.BigEndian.Uint64(info[1:9])) != 0 || !bytes.Equal(info[9:], sha256Of(big)) {
 		t.Fatalf("info answer %x", info)
 	}

@@ -60,7 +60,7 @@ func goldenHeartbeat(t *testing.T) *Heartbeat {
 	}
 }
 
-// goldenEncodings is each message's name and bytes, in file order.
+// goldenLine is one message's name and bytes, a line of the file.
 type goldenLine struct {
 	name string
 	b    []byte
@@ -152,10 +152,18 @@ func TestGoldenSwarmMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The fixed part alone, as heartbeats before sections were sent.
+	plain := &Heartbeat{NodeID: hb.NodeID, Status: Status{RangeStart: 0, RangeEnd: 8, Epoch: 1, State: StateWarming, FreeKV: -1},
+		Timestamp: hb.Timestamp}
+	plainBytes, err := plain.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
 	psk := bytes.Repeat([]byte{0xa5, 0x3c}, 16)
 
 	g := checkGoldenLines(t, "messages.txt", []goldenLine{
 		{"heartbeat", hbBytes},
+		{"heartbeat-plain", plainBytes},
 		{"charter", chBytes},
 		{"snapshot", snapBytes},
 		{"snapshot-signed", signed},
@@ -171,6 +179,15 @@ func TestGoldenSwarmMessages(t *testing.T) {
 	gotHB.Timestamp = gotHB.Timestamp.In(hb.Timestamp.Location())
 	if !reflect.DeepEqual(gotHB, hb) {
 		t.Fatalf("heartbeat:\n got %+v\nwant %+v", gotHB, hb)
+	}
+
+	gotPlain, err := DecodeHeartbeat(g["heartbeat-plain"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotPlain.Timestamp = gotPlain.Timestamp.In(plain.Timestamp.Location())
+	if !reflect.DeepEqual(gotPlain, plain) {
+		t.Fatalf("plain heartbeat:\n got %+v\nwant %+v", gotPlain, plain)
 	}
 
 	gotCh, err := DecodeCharter(g["charter"])
