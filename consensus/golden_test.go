@@ -2,53 +2,26 @@ package consensus
 
 import (
 	"bytes"
-	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/stratanet/strata/internal/goldentest"
 )
 
-// rewriteGolden rewrites testdata/golden from what the code encodes now:
-// only for a deliberate change of format, never to make a test pass.
-var rewriteGolden = flag.Bool("rewrite-golden", false, "rewrite testdata/golden from the current code")
-
-// checkGoldenLines compares "name hex" lines with testdata/golden/file (or
-// writes it under -rewrite-golden) and returns the file's bytes in
-// order, so that decoders are checked against the file, not the encoder.
+// checkGoldenLines is goldentest.Lines on names and their encodings: the
+// file's bytes in order.
 func checkGoldenLines(t *testing.T, file string, names []string, encs [][]byte) [][]byte {
 	t.Helper()
-	var out strings.Builder
+	lines := make([]goldentest.Line, len(encs))
 	for i, b := range encs {
-		fmt.Fprintf(&out, "%s %s\n", names[i], hex.EncodeToString(b))
+		lines[i] = goldentest.Line{Name: names[i], Bytes: b}
 	}
-	path := filepath.Join("testdata", "golden", file)
-	if *rewriteGolden {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.String() != string(want) {
-		t.Fatalf("encodings differ from %s:\n%s\nwant:\n%s", path, out.String(), want)
-	}
-	lines := strings.Split(strings.TrimSpace(string(want)), "\n")
-	if len(lines) != len(encs) {
-		t.Fatalf("%s: %d lines for %d encodings", path, len(lines), len(encs))
-	}
-	got := make([][]byte, len(lines))
-	for i, line := range lines {
-		_, h, _ := strings.Cut(line, " ")
-		if got[i], err = hex.DecodeString(h); err != nil {
-			t.Fatalf("%s line %d: %v", path, i, err)
-		}
+	var got [][]byte
+	for _, l := range goldentest.Lines(t, file, lines) {
+		got = append(got, l.Bytes)
 	}
 	return got
 }

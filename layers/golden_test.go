@@ -1,18 +1,11 @@
 package layers
 
 import (
-	"encoding/hex"
-	"flag"
-	"os"
-	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
-)
 
-// rewriteGolden rewrites testdata/golden from what the code encodes now:
-// only for a deliberate change of format, never to make a test pass.
-var rewriteGolden = flag.Bool("rewrite-golden", false, "rewrite testdata/golden from the current code")
+	"github.com/stratanet/strata/internal/goldentest"
+)
 
 // The layer map's encoding (carried in MapProposed records and monitor
 // snapshots): overlapping stages, a large epoch, a stage id of many
@@ -29,24 +22,7 @@ func TestGoldenLayerMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("testdata", "golden", "layermap.txt")
-	line := "layermap " + hex.EncodeToString(b) + "\n"
-	if *rewriteGolden {
-		if err := os.WriteFile(path, []byte(line), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if line != string(want) {
-		t.Fatalf("encoding differs from %s:\n%s\nwant:\n%s", path, line, want)
-	}
-	gb, err := hex.DecodeString(strings.TrimPrefix(strings.TrimSpace(string(want)), "layermap "))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gb := goldentest.Lines(t, "layermap.txt", []goldentest.Line{{Name: "layermap", Bytes: b}})[0].Bytes
 	var got LayerMap
 	if err := got.UnmarshalBinary(gb); err != nil {
 		t.Fatal(err)

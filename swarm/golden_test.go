@@ -2,24 +2,17 @@ package swarm
 
 import (
 	"bytes"
-	"encoding/hex"
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
-)
 
-// rewriteGolden rewrites testdata/golden from what the code encodes now:
-// only for a deliberate change of format, never to make a test pass.
-var rewriteGolden = flag.Bool("rewrite-golden", false, "rewrite testdata/golden from the current code")
+	"github.com/stratanet/strata/internal/goldentest"
+)
 
 // goldenKey is a fixed Ed25519 key: Ed25519 signs deterministically, so
 // signed messages have fixed bytes too.
@@ -61,44 +54,14 @@ func goldenHeartbeat(t *testing.T) *Heartbeat {
 }
 
 // goldenLine is one message's name and bytes, a line of the file.
-type goldenLine struct {
-	name string
-	b    []byte
-}
+type goldenLine = goldentest.Line
 
-// checkGoldenLines compares lines with testdata/golden/name (or writes it
-// under -rewrite-golden) and returns the file's bytes by name, so that
-// the decoders are checked against the file, not against the encoder.
+// checkGoldenLines is goldentest.Lines, the file's bytes by name.
 func checkGoldenLines(t *testing.T, name string, lines []goldenLine) map[string][]byte {
 	t.Helper()
-	var out strings.Builder
-	for _, l := range lines {
-		fmt.Fprintf(&out, "%s %s\n", l.name, hex.EncodeToString(l.b))
-	}
-	path := filepath.Join("testdata", "golden", name)
-	if *rewriteGolden {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.String() != string(want) {
-		t.Fatalf("encodings differ from %s:\n%s\nwant:\n%s", path, out.String(), want)
-	}
 	got := map[string][]byte{}
-	for _, line := range strings.Split(strings.TrimSpace(string(want)), "\n") {
-		n, h, ok := strings.Cut(line, " ")
-		if !ok {
-			t.Fatalf("%s: bad line %q", path, line)
-		}
-		b, err := hex.DecodeString(h)
-		if err != nil {
-			t.Fatalf("%s: %s: %v", path, n, err)
-		}
-		got[n] = b
+	for _, l := range goldentest.Lines(t, name, lines) {
+		got[l.Name] = l.Bytes
 	}
 	return got
 }
@@ -162,14 +125,14 @@ func TestGoldenSwarmMessages(t *testing.T) {
 	psk := bytes.Repeat([]byte{0xa5, 0x3c}, 16)
 
 	g := checkGoldenLines(t, "messages.txt", []goldenLine{
-		{"heartbeat", hbBytes},
-		{"heartbeat-plain", plainBytes},
-		{"charter", chBytes},
-		{"snapshot", snapBytes},
-		{"snapshot-signed", signed},
-		{"monitor-request", encodeMonitorRequest(snap.Nonce, "")},
-		{"monitor-request-target", encodeMonitorRequest(snap.Nonce, p5)},
-		{"swarm-key", EncodeSwarmKey(psk)},
+		{Name: "heartbeat", Bytes: hbBytes},
+		{Name: "heartbeat-plain", Bytes: plainBytes},
+		{Name: "charter", Bytes: chBytes},
+		{Name: "snapshot", Bytes: snapBytes},
+		{Name: "snapshot-signed", Bytes: signed},
+		{Name: "monitor-request", Bytes: encodeMonitorRequest(snap.Nonce, "")},
+		{Name: "monitor-request-target", Bytes: encodeMonitorRequest(snap.Nonce, p5)},
+		{Name: "swarm-key", Bytes: EncodeSwarmKey(psk)},
 	})
 
 	gotHB, err := DecodeHeartbeat(g["heartbeat"])
