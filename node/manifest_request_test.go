@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,4 +78,56 @@ func TestManifestRequestWire(t *testing.T) {
 			t.Errorf("request %d: %x, golden %x", i, reqs[i], w)
 		}
 	}
+}
+
+// TestManifestRequestRefused: a malformed manifest request is refused
+// with ErrBadFrame, and askManifest sends no fingerprint the answerer
+// would refuse.
+func TestManifestRequestRefused(t *testing.T) {
+	long := strings.Repeat("f", consensus.MaxFingerprintLen+1)
+	for name, req := range map[string][]byte{
+		"empty":                     nil,
+		"short magic":               []byte("SMF"),
+		"other magic":               []byte("SMI1"),
+		"page without offset":       []byte(manifestPageMagic),
+		"page offset truncated":     append([]byte(manifestPageMagic), 0x80),
+		"page offset non-canonical": append([]byte(manifestPageMagic), 0x80, 0x00),
+		"page offset oversize":      binary.AppendUvarint([]byte(manifestPageMagic), consensus.MaxManifestSize+1),
+		"fingerprint too long":      []byte(manifestReqMagic + long),
+		"page fingerprint too long": append(binary.AppendUvarint([]byte(manifestPageMagic), 5), long...),
+	} {
+		if _, _, _, err := decodeManifestRequest(req); !errors.Is(err, ErrBadFrame) {
+			t.Errorf("%s (%x): %v, want ErrBadFrame", name, req, err)
+		}
+	}
+	w := &weights{model: &model{manifest: []byte("m"), info: ModelInfo{Fingerprint: "fp"}}, cons: new(atomic.Pointer[consensus.Consensus])}
+	if _, err := w.answerManifest(append(binary.AppendUvarint([]byte(manifestPageMagic), consensus.MaxManifestSize+1), "fp"...)); !errors.Is(err, ErrBadFrame) {
+		t.Errorf("answer to an oversize offset: %v", err)
+	}
+	if _, err := askManifest(context.Background(), nil, "", long); !errors.Is(err, ErrUnknownModel) {
+		t.Errorf("ask with a fingerprint too long: %v", err)
+	}
+}
+
+// FuzzManifestRequest: the manifest request's decoder takes any bytes
+// without panicking, refuses with ErrBadFrame, and what it accepts is in
+// bounds and encodes back to the same bytes.
+func FuzzManifestRequest(f *testing.F) {
+	f.Add(encodeManifestRequest("sha256:golden-pages", false, 0))
+	f.Add(encodeManifestRequest("", true, manifestPage))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		fp, page, off, err := decodeManifestRequest(in)
+		if err != nil {
+			if !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("unexpected error %v", err)
+			}
+			return
+		}
+		if len(fp) > consensus.MaxFingerprintLen || off > consensus.MaxManifestSize || (!page && off != 0) {
+			t.Fatalf("accepted fingerprint of %d bytes, page %v at %d", len(fp), page, off)
+		}
+		if out := encodeManifestRequest(fp, page, off); !bytes.Equal(out, in) {
+			t.Fatalf("re-encoding differs:\n in %x\nout %x", in, out)
+		}
+	})
 }
