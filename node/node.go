@@ -258,7 +258,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}
 		return info
 	})
-	n.ann.vouches = n.entry.work.vouches
+	n.ann.vouches = n.entry.work.Vouches
 	cover := &coverage{self: n.self, cons: &n.cons, ready: func() error { return n.paths.ready(n.ctx) }, clock: cfg.clock, log: n.log}
 	n.paths.noMap, n.paths.uncovered = cover.noMap, cover.uncoveredMap
 	n.paths.selfKV = func() kvReport {
@@ -335,7 +335,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			consensus.WithModel(m.spec, m.info.Fingerprint),
 			consensus.WithFetchRates(&n.weights.rates),
 			consensus.WithVouches(consensus.VouchFunc(func() []consensus.Vouch {
-				return n.entry.work.leaderVouches(n.self, h.Peers().Attestations())
+				return n.entry.work.LeaderVouches(n.self, h.Peers().Attestations())
 			}), cfg.trustChecks),
 			consensus.WithCapabilities(consensus.Capabilities{Hardware: hw, Region: cfg.region, MaxLayers: cfg.maxLayers}),
 			consensus.WithStageLoader(n.warm),

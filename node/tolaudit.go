@@ -34,7 +34,7 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 	x := hops[i]
 	rx, err := e.askSent(ctx, sid, hops, i, areg)
 	if err != nil {
-		e.vc.inconclusive.Add(1)
+		e.vc.Inconclusive()
 		e.cfg.log.Debug("tolerance check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
 		return nil
 	}
@@ -43,7 +43,7 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 		rx.Logits.Tokens != consensus.TokenHash(all[:rx.Positions]) {
 		// No logits, or logits of tokens this entry did not send: nothing
 		// comparable (an upstream may have altered the tokens it relayed).
-		e.vc.inconclusive.Add(1)
+		e.vc.Inconclusive()
 		return nil
 	}
 	tokens := all[:rx.Positions]
@@ -72,26 +72,26 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 	rv, v, end, err := firstCheck(ctx, alts, run)
 	if v < 0 {
 		if end == nil && !errors.Is(err, errAttemptFailing) {
-			e.vc.inconclusive.Add(1)
+			e.vc.Inconclusive()
 			e.cfg.log.Debug("tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
 		}
 		return end
 	}
 	rel, _ := rx.Logits.Compare(rv.Logits, consensus.LogitsTolerance)
 	if rx.Logits.Agrees(rv.Logits, consensus.LogitsTolerance) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, true, 1)
-		e.vc.toleranceSeen(rel, false)
-		e.work.passed(x.Peer)
+		e.vc.Conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, false, true, 1)
+		e.vc.ToleranceSeen(rel, false)
+		e.work.Passed(x.Peer)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, true, 1)
-	e.vc.toleranceSeen(rel, true)
+	e.vc.Conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rx.Positions, steps, true, true, 1)
+	e.vc.ToleranceSeen(rel, true)
 	e.cfg.log.Warn("tolerance check: logits differ; asking a third holder", zap.Stringer("hop", x.Peer),
 		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rx.Positions))
 	if eng := rx.Logits.Engine; eng == "" || eng == engine.EngineGo {
 		// X signs as go whatever its heartbeat says: held to exact checks.
 		return g.exactSettle(ctx, x, rx, rv, alts, v, run, func(why string) *attemptEnd {
-			e.vc.unresolved.Add(1)
+			e.vc.Unresolved()
 			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
 				reason: fmt.Sprintf("hop %s and checker %s disagree on the logits of layers [%d, %d): %s",
 					shortID(x.Peer), shortID(alts[v]), x.From, x.To, why)}
@@ -117,12 +117,12 @@ func (g *generation) tolAudit(ctx context.Context, sid SessionID, areg *attemptR
 			if rv.Logits.Engine != engine.EngineGo {
 				e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, rx, rw}, Tolerance: true})
 			}
-			e.work.passed(x.Peer)
+			e.work.Passed(x.Peer)
 			return nil
 		}
 		break
 	}
-	e.vc.unresolved.Add(1)
+	e.vc.Unresolved()
 	return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
 		reason: fmt.Sprintf("hop %s and checker %s disagree on the logits of layers [%d, %d), no third holder settled it",
 			shortID(x.Peer), shortID(alts[v]), x.From, x.To)}
@@ -210,14 +210,14 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 	x, l := hops[i], hops[len(hops)-1]
 	rl, err := e.askReceipt(ctx, sid, l, areg)
 	if err != nil {
-		e.vc.inconclusive.Add(1)
+		e.vc.Inconclusive()
 		e.cfg.log.Debug("mid-path tolerance check: no receipt from the last hop", zap.Stringer("hop", l.Peer), zap.Error(err))
 		return nil
 	}
 	all := append(slices.Clone(g.prompt), g.out...)
 	if rl.Logits == nil || rl.Positions > len(all) || rl.From != l.From || rl.To != l.To ||
 		rl.Logits.Tokens != consensus.TokenHash(all[:rl.Positions]) {
-		e.vc.inconclusive.Add(1)
+		e.vc.Inconclusive()
 		return nil
 	}
 	tokens := all[:rl.Positions]
@@ -242,23 +242,23 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 		}
 	}
 	if v < 0 {
-		e.vc.inconclusive.Add(1)
+		e.vc.Inconclusive()
 		e.cfg.log.Debug("mid-path tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
 		return nil
 	}
 	rel, _ := rl.Logits.Compare(tv.Logits, tol)
 	if rl.Logits.Agrees(tv.Logits, tol) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, false, true, 1)
-		e.vc.toleranceSeen(rel, false)
-		e.work.passed(x.Peer)
+		e.vc.Conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, false, true, 1)
+		e.vc.ToleranceSeen(rel, false)
+		e.work.Passed(x.Peer)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, true, true, 1)
-	e.vc.toleranceSeen(rel, true)
+	e.vc.Conclusive(e.cfg.clock.Now(), sid, x.Peer, alts[v], rl.Positions, steps, true, true, 1)
+	e.vc.ToleranceSeen(rel, true)
 	e.cfg.log.Warn("mid-path tolerance check: logits differ; checking the hop and a third holder", zap.Stringer("hop", x.Peer),
 		zap.Stringer("checker", alts[v]), zap.Float64("rel", rel), zap.Int("positions", rl.Positions))
 	unresolved := func(why string) *attemptEnd {
-		e.vc.unresolved.Add(1)
+		e.vc.Unresolved()
 		return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer, alts[v]},
 			reason: fmt.Sprintf("hop %s and checker %s disagree on the logits after layers [%d, %d): %s",
 				shortID(x.Peer), shortID(alts[v]), x.From, x.To, why)}
@@ -270,7 +270,7 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 	case err != nil:
 		return unresolved("the hop did not answer a check")
 	case ta.Logits.Agrees(tv.Logits, tol):
-		e.vc.unresolved.Add(1)
+		e.vc.Unresolved()
 		return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
 			reason: fmt.Sprintf("the logits after hop %s differ in its session, not in a check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
 	}
@@ -308,7 +308,7 @@ func (g *generation) midAudit(ctx context.Context, sid SessionID, areg *attemptR
 			if rv.Engine != "" && rv.Engine != engine.EngineGo {
 				e.fault(ctx, consensus.Evidence{Receipts: [3]consensus.Receipt{rv, ra, rw}, Tails: []consensus.Receipt{tv, ta, tw}, Tolerance: true})
 			}
-			e.work.passed(x.Peer)
+			e.work.Passed(x.Peer)
 			return nil
 		}
 		break

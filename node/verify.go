@@ -120,8 +120,8 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	if len(cand) == 0 {
 		return nil
 	}
-	e.vc.audits.Add(1)
-	i := pickAudit(hops, cand, e.work.unverified, rand.IntN)
+	e.vc.Audit()
+	i := trust.PickAudit(hopPeers(hops), cand, e.work.Unverified, rand.IntN)
 	if i == tol {
 		return g.tolAudit(ctx, sid, areg, i)
 	}
@@ -131,13 +131,13 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	x := hops[i]
 	rx, err := e.askSent(ctx, sid, hops, i, areg)
 	if err != nil {
-		e.vc.inconclusive.Add(1)
+		e.vc.Inconclusive()
 		e.cfg.log.Debug("spot check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
 		return nil
 	}
 	all := append(slices.Clone(g.prompt), g.out...)
 	if rx.Positions > len(all) || rx.From != x.From || rx.To != x.To {
-		e.vc.inconclusive.Add(1)
+		e.vc.Inconclusive()
 		return nil
 	}
 	tokens := all[:rx.Positions]
@@ -151,7 +151,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	rvs, v, end, err := firstCheck(ctx, alts, run)
 	if v < 0 {
 		if end == nil && !errors.Is(err, errAttemptFailing) {
-			e.vc.inconclusive.Add(1)
+			e.vc.Inconclusive()
 			e.cfg.log.Debug("spot check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
 		}
 		return end
@@ -159,12 +159,12 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	ch := alts[v]
 	rv, checker := rvs[len(rvs)-1], ch[len(ch)-1].Peer
 	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, false, false, len(ch))
-		e.work.passed(x.Peer)
+		e.vc.Conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, false, false, len(ch))
+		e.work.Passed(x.Peer)
 		g.verified(x.Peer, rx.Positions, start)
 		return nil
 	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, true, false, len(ch))
+	e.vc.Conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, true, false, len(ch))
 	e.cfg.log.Warn("spot check mismatch; asking a third opinion", zap.Stringer("hop", x.Peer), zap.Stringer("checker", checker),
 		zap.Int("links", len(ch)), zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 	// A third opinion: the next checkers, single holders first, that share
@@ -197,7 +197,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 				e.cfg.log.Warn("spot check: a chained checker was outvoted; no single link of it can be blamed",
 					zap.Stringers("chain", hopPeers(ch)), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
 			}
-			e.work.passed(x.Peer)
+			e.work.Passed(x.Peer)
 			g.verified(x.Peer, rx.Positions, start)
 			return nil
 		}
@@ -205,7 +205,7 @@ func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg,
 	}
 	// No majority: replay without the hop or any node of its checker, and
 	// prove nothing.
-	e.vc.unresolved.Add(1)
+	e.vc.Unresolved()
 	return &attemptEnd{kind: endFault, blame: append([]peer.ID{x.Peer}, hopPeers(ch)...),
 		reason: fmt.Sprintf("hop %s and checker %s disagree on layers [%d, %d), no third opinion settled it", shortID(x.Peer),
 			chainName(ch), x.From, x.To)}
@@ -480,7 +480,7 @@ func (e *entry) fault(ctx context.Context, ev consensus.Evidence) {
 		e.cfg.log.Warn("fault report refused", zap.Stringer("node", accused), zap.Error(err))
 		return
 	}
-	e.vc.reported.Add(1)
+	e.vc.Reported()
 }
 
 // used notes that the attempt starting now, at len(g.out) tokens, runs

@@ -392,7 +392,7 @@ func TestAuditGivesWayToPeerDown(t *testing.T) {
 	if !slices.Equal(got, want) || res.Replays != 1 {
 		t.Fatalf("tokens %v (want %v), %d replays (want 1)", got, want, res.Replays)
 	}
-	if st := r.e.vc.stats(); st.Inconclusive == 0 || st.Mismatches != 0 {
+	if st := r.e.vc.Stats(); st.Inconclusive == 0 || st.Mismatches != 0 {
 		t.Fatalf("spot checks: %+v", st)
 	}
 }
