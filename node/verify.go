@@ -339,7 +339,7 @@ func (e *entry) askReceipt(ctx context.Context, sid SessionID, h Hop, areg *atte
 // askVia sends ask to via (to h itself when via is "") and waits for h's
 // receipt from either.
 func (e *entry) askVia(ctx context.Context, sid SessionID, h Hop, via peer.ID, ask Message, areg *attemptReg) (consensus.Receipt, error) {
-	ch, done := e.rcpt.wait(receiptKey{sid, h.From}, h.Peer, via)
+	ch, done := e.rcpt.Wait(trust.ReceiptKey{Session: sid, From: h.From}, h.Peer, via)
 	defer done()
 	to := h.Peer
 	if via != "" {
@@ -376,7 +376,7 @@ func (e *entry) checkSession(ctx context.Context, g *generation, hops, ask []Hop
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
 	e.checks.add(sid, reg)
 	last := hops[len(hops)-1]
-	ch, done := e.rcpt.wait(receiptKey{sid, last.From}, last.Peer, "")
+	ch, done := e.rcpt.Wait(trust.ReceiptKey{Session: sid, From: last.From}, last.Peer, "")
 	defer func() {
 		done()
 		e.checks.remove(sid)

@@ -96,7 +96,7 @@ func waitEngines(t *testing.T, nodes []*Node, exact func(*Node) bool) {
 	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes {
-				if n != o && n.trust.reproducible(o.ID()) != exact(o) {
+				if n != o && n.trust.Reproducible(o.ID()) != exact(o) {
 					return false
 				}
 			}
