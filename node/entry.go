@@ -124,7 +124,7 @@ type entry struct {
 	reg    registry
 	adm    *admitter
 	checks registry       // spot checks' check sessions (verify.go), apart from generations
-	rcpt   trust.Receipts       // receipts awaited by spot checks
+	rcpt   trust.Receipts // receipts awaited by spot checks
 	vc     trust.Counters // spot-check counts
 	work   trust.Work     // per peer, steps served since its last check passed
 }

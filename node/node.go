@@ -18,10 +18,10 @@ import (
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/trust"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
-	"github.com/stratanet/strata/node/trust"
 )
 
 // Node is one running Strata node: a swarm host, its consensus replica

@@ -5,8 +5,8 @@ import (
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/node/stage/sched"
-	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/node/trust"
+	"github.com/stratanet/strata/routing"
 )
 
 // The stage prefix cache. When a session ends normally its KV is kept,

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/stratanet/strata/engine"
-	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/node/trust"
+	"github.com/stratanet/strata/routing"
 )
 
 // TestResumePoint pins the stage's resume decision (resumePoint), a

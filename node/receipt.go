@@ -1,10 +1,8 @@
 package node
 
 import (
-
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
-
 )
 
 // Receipts: a hop signs its session's chains (trust.Chains) on request,

@@ -16,8 +16,8 @@ import (
 	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node/stage/sched"
-	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/node/trust"
+	"github.com/stratanet/strata/routing"
 )
 
 // The scheduler is the one goroutine that owns this node's layers, KV
@@ -146,8 +146,8 @@ type hopSession struct {
 	hist   []int32 // input tokens: the last hop samples with them, every hop caches by them
 	last   time.Time
 	chain  trust.Chains // what this hop took and gave, for receipts (verify.go)
-	check  bool   // a check session
-	logits bool   // its receipt carries the last logits row's summary (Step.Logits)
+	check  bool         // a check session
+	logits bool         // its receipt carries the last logits row's summary (Step.Logits)
 	// lp: the last hop returns each token's log-probabilities with its
 	// top alternatives (Open.LogProbs, Open.TopLogProbs); the work is
 	// done only for sessions that ask.

@@ -1,8 +1,8 @@
 package node
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/libp2p/go-libp2p/core/peer"

@@ -13,7 +13,7 @@ import (
 func TestAuditPicksMostUnverified(t *testing.T) {
 	a, b, c, d := peer.ID("a"), peer.ID("b"), peer.ID("c"), peer.ID("d")
 	hops := []peer.ID{a, b, c, d} // a path's hops' peers, in order
-	cand := []int{1, 2, 3} // a is the entry itself: never a candidate
+	cand := []int{1, 2, 3}        // a is the entry itself: never a candidate
 	var w Work
 	rnd := rand.New(rand.NewPCG(1, 2))
 
