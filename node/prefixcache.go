@@ -32,7 +32,7 @@ type prefixEntry struct {
 	tokens   []int32  // whole blocks
 	hashes   []uint64 // routing.BlockHashes of tokens
 	sess     []engine.Session
-	marks    []trust.Mark // the receipt chains' states per block (verify.go)
+	marks    []trust.Mark // the receipt chains' states per block (trust.Chains)
 	bytes    int64
 }
 

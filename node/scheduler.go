@@ -145,7 +145,7 @@ type hopSession struct {
 	sp     engine.SamplingParams
 	hist   []int32 // input tokens: the last hop samples with them, every hop caches by them
 	last   time.Time
-	chain  trust.Chains // what this hop took and gave, for receipts (verify.go)
+	chain  trust.Chains // what this hop took and gave, for receipts (trust.Chains)
 	check  bool         // a check session
 	logits bool         // its receipt carries the last logits row's summary (Step.Logits)
 	// lp: the last hop returns each token's log-probabilities with its
@@ -527,7 +527,7 @@ func resumePoint(cache *prefixCache, live map[hopKey]*hopSession, h Hop, tokens 
 	limit := sched.Limit(first, len(tokens), skip, prefixBlock)
 	type source struct {
 		sess  []engine.Session
-		marks []trust.Mark // the source's receipt chains' states (verify.go)
+		marks []trust.Mark // the source's receipt chains' states (trust.Chains)
 	}
 	var srcs []source
 	var ms []sched.Match

@@ -127,12 +127,6 @@ func wireHops(hops []trust.Hop) []Hop {
 	return out
 }
 
-// reproducible: whether p's outputs can be compared bit for bit (see
-// entryDeps.isReproducible).
-func (e *entry) reproducible(p peer.ID) bool {
-	return e.isReproducible == nil || e.isReproducible(p)
-}
-
 // askReceipt asks hop h for its receipt of the session. An event of the
 // session's attempt (a failed peer) ends the wait at once and is left
 // for the attempt.
