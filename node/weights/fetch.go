@@ -18,23 +18,12 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
-	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/engine/slicefile"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
 )
-
-// Layers from peers. A node that holds the model file builds the file's
-// manifest (cached in its data dir), serves the file's chunks on
-// /strata/chunk/1 and hands the manifest to consensus, which commits it
-// when the node leads. A node started with the model's fingerprint only
-// (node.WithModelID) asks its bootstrap peers for the manifest, fetches the
-// file's header chunks to learn the model, joins, and on each warmup
-// fetches the chunks of its range from the holders into a GGUF slice in
-// its data dir, which it then loads like a file. A restart finds the
-// manifest, the header and the slice on disk and fetches nothing.
 
 // SwarmModel asks the bootstrap peers, from a throwaway host, which model
 // their swarm serves, and returns its fingerprint: what a node started
@@ -77,79 +66,6 @@ func SwarmModel(ctx context.Context, boot []peer.AddrInfo, opts ...swarm.Option)
 		return "", fmt.Errorf("%w: no bootstrap peer told the swarm's model: %w", ErrConfig, errors.Join(errs...))
 	}
 	return fp, nil
-}
-
-// FileManifest is the manifest of the model file at path (fingerprint
-// fp) in chunks of chunkSize, read from the cache under dir when it is
-// there for the same file, else built (one read of the whole file) and
-// cached. It returns the manifest encoded too, as the swarm's state holds
-// it.
-func FileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chunks.Manifest, []byte, error) {
-	return fileManifest(path, fp, dir, chunkSize, log)
-}
-
-// fpFile names a file of the model in a directory.
-func fpFile(dir, fp, suffix string) string {
-	short := fp
-	if len(short) > 16 {
-		short = short[:16]
-	}
-	return filepath.Join(dir, short+suffix)
-}
-
-// writeAtomic writes a file through a temporary one renamed into place.
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// fileManifest is the manifest of the model file at path, read from the
-// cache in dir when it is there for the same file, else built (one read
-// of the whole file) and cached.
-func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chunks.Manifest, []byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	cache := ""
-	if dir != "" {
-		cache = fpFile(filepath.Join(dir, "models"), fp, fmt.Sprintf("-%d.manifest", chunkSize))
-		if b, err := os.ReadFile(cache); err == nil {
-			if m, err := decodeManifest(b, fp); err == nil && m.FileSize == st.Size() && m.ChunkSize == chunkSize {
-				return m, b, nil
-			}
-			log.Warn("manifest cache does not match the file; building it again", zap.String("file", cache))
-		}
-	}
-	start := time.Now()
-	m, err := slicefile.BuildManifest(path, chunks.WithChunkSize(chunkSize))
-	if err != nil {
-		return nil, nil, err
-	}
-	if m.Fingerprint != fp {
-		return nil, nil, fmt.Errorf("%w: %s changed while it was read", ErrConfig, path)
-	}
-	b, err := m.MarshalBinary()
-	if err != nil {
-		return nil, nil, err
-	}
-	log.Info("manifest built", zap.String("file", path), zap.Int("chunks", m.NumChunks()),
-		zap.Int("bytes", len(b)), zap.Duration("took", time.Since(start).Round(time.Millisecond)))
-	if len(b) > consensus.MaxManifestSize {
-		return nil, nil, fmt.Errorf("%w: the manifest of %s is %d bytes, above %d: use larger chunks", ErrConfig, path, len(b), consensus.MaxManifestSize)
-	}
-	if cache != "" {
-		if err := writeAtomic(cache, b); err != nil {
-			log.Warn("manifest cache not written", zap.Error(err))
-		}
-	}
-	return m, b, nil
 }
 
 // RemoteConfig is what a Remote needs of the node.
@@ -767,37 +683,4 @@ func (f *Remote) StandIn() (string, error) {
 		}
 	}
 	return path, nil
-}
-
-// SliceFile is a slice of a model that a node fetched, in its data dir.
-type SliceFile struct {
-	Lo, Hi int // layers [Lo, Hi)
-	Path   string
-	Size   int64
-}
-
-// Slices lists the finished slices of model fp under a node's data dir
-// (where a node that joined without the file keeps what it fetched).
-func Slices(dataDir, fp string) ([]SliceFile, error) {
-	dir := filepath.Join(dataDir, "models")
-	matches, err := filepath.Glob(fpFile(dir, fp, "-*-*.gguf"))
-	if err != nil {
-		return nil, err
-	}
-	prefix := filepath.Base(fpFile(dir, fp, ""))
-	var out []SliceFile
-	for _, p := range matches {
-		var s SliceFile
-		rest := strings.TrimPrefix(filepath.Base(p), prefix)
-		if n, err := fmt.Sscanf(rest, "-%d-%d.gguf", &s.Lo, &s.Hi); err != nil || n != 2 || fmt.Sprintf("-%d-%d.gguf", s.Lo, s.Hi) != rest {
-			continue
-		}
-		st, err := os.Stat(p)
-		if err != nil {
-			continue
-		}
-		s.Path, s.Size = p, st.Size()
-		out = append(out, s)
-	}
-	return out, nil
 }
