@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -74,24 +75,34 @@ func (s consSwarm) Manifest() []byte {
 }
 
 // weightsErr gives an error of node/weights the node's sentinel as well
-// (ErrConfig, ErrBadFrame, ErrUnknownModel, ErrNotServing), keeping its
-// text, so that callers branch on the node's errors as before.
+// (ErrConfig, ErrBadFrame, ErrUnknownModel, ErrNotServing), so that
+// callers branch on the node's errors as before, and the node's
+// sentinel's text in place of the package's: peers read these texts in
+// control answers, and operators in errors and logs, as they always did.
 func weightsErr(err error) error {
 	if err == nil {
 		return nil
 	}
 	for _, m := range [...]struct{ w, n error }{{weights.ErrConfig, ErrConfig}, {weights.ErrBadFrame, ErrBadFrame},
 		{weights.ErrUnknownModel, ErrUnknownModel}, {weights.ErrNoManifest, ErrNotServing}} {
-		if errors.Is(err, m.w) && !errors.Is(err, m.n) {
-			return &nodeErr{err: err, sentinel: m.n}
+		if errors.Is(err, m.w) {
+			return &nodeErr{err: err, from: m.w, sentinel: m.n}
 		}
 	}
 	return err
 }
 
-type nodeErr struct{ err, sentinel error }
+// nodeErr is an error of node/weights (err, wrapping from) that also
+// wraps the node's sentinel.
+type nodeErr struct{ err, from, sentinel error }
 
-func (e *nodeErr) Error() string   { return e.err.Error() }
+func (e *nodeErr) Error() string {
+	if rest, ok := strings.CutPrefix(e.err.Error(), e.from.Error()); ok {
+		return e.sentinel.Error() + rest
+	}
+	return e.err.Error()
+}
+
 func (e *nodeErr) Unwrap() []error { return []error{e.err, e.sentinel} }
 
 // openRemote opens the model the node knows by fingerprint only: the

@@ -47,7 +47,7 @@ var (
 	// not serve.
 	ErrUnknownModel = errors.New("weights: unknown model")
 	// ErrNoManifest: this node has no manifest of the model yet.
-	ErrNoManifest = errors.New("weights: no manifest here")
+	ErrNoManifest = errors.New("weights: no manifest")
 	// ErrConfig: what the caller asked cannot be: no bootstrap peers to
 	// learn the model from, a manifest that is not the model's, a model
 	// whose header does not read.
