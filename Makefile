@@ -98,7 +98,11 @@ HF_ORACLE        := engine/testdata/hf-oracle
 
 test: npm-deps debs
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
-	$(GO) test -tags faultinject -timeout $(TEST_TIMEOUT) -run 'Verify|Rewind|Audit|Fault' ./node
+	@files=$$(git ls-files '*_test.go' | xargs grep -l '^//go:build faultinject'); \
+	pkgs=$$(for f in $$files; do echo ./$$(dirname $$f); done | sort -u); \
+	tests=$$(grep -ho '^func Test[A-Za-z0-9_]*' $$files | sed 's/^func //' | paste -sd'|'); \
+	echo "$(GO) test -tags faultinject -run '^($$tests)$$' $$pkgs"; \
+	$(GO) test -tags faultinject -timeout $(TEST_TIMEOUT) -run "^($$tests)$$" $$pkgs
 	cd engine/internal/refcheck && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 	cd engine/ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 	cd cmd/strata-ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...

@@ -46,6 +46,9 @@ func TestFailoverKillFamilies(t *testing.T) {
 		}
 		for _, q := range qs {
 			t.Run(name+"/"+q, func(t *testing.T) {
+				// Each swarm mostly waits (elections, heartbeats): two at a
+				// time halve the wall time.
+				t.Parallel()
 				c := shapes[name]
 				if q == "q4_k_m" || q == "mxfp4_moe" {
 					c.Mix = q

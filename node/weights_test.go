@@ -31,7 +31,7 @@ func TestWeightsErrorsAsNodes(t *testing.T) {
 		sentinel error
 		text     string
 	}{
-		{answer("SMP1"), ErrBadFrame, "node: bad activation frame: manifest page request without an offset"},
+		{answer("SMP1"), ErrBadFrame, "node: bad activation frame: truncated manifest page offset (at byte 4)"},
 		{answer("SMF1sha256:other"), ErrUnknownModel, "node: unknown model: model sha256:other, this node serves sha256:mine"},
 		{answer("SMF1"), ErrNotServing, "node: layers not served: no manifest of the model here yet"},
 		{func() error { _, err := SwarmModel(ctx, nil); return err }(), ErrConfig,

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
+	"github.com/stratanet/strata/internal/codec"
 	"github.com/stratanet/strata/internal/proto"
 )
 
@@ -34,18 +34,105 @@ const (
 	bwAlpha    = 0.5 // weight of a new probe in the smoothed bandwidth
 )
 
-// The probe protocol: the prober writes the probe's size (u32, at most
-// ProbeBytes) and the other side answers one byte, a round trip on the
-// same path that the transfer's time is corrected by; then the prober
-// writes the bytes, the other side answers with the count it read (u64),
-// and the prober tells it the bytes per second it found (u64) and closes.
-// Only one end of a link probes (the one with the lower peer ID, see
-// bwProber), so that two probes do not share the link and each halve
-// the other's figure; the other end learns the figure from the last
-// message. All big-endian.
+// The probe protocol: the prober writes the probe's size (u32, 1 to
+// ProbeBytes) and the other side answers one byte (1), a round trip on
+// the same path that the transfer's time is corrected by; then the
+// prober writes the bytes (zeros), the other side answers with the count
+// it read (u64), and the prober tells it the bytes per second it found
+// (the f64's bits, u64) and closes. Only one end of a link probes (the
+// one with the lower peer ID, see bwProber), so that two probes do not
+// share the link and each halve the other's figure; the other end learns
+// the figure from the last message. All big-endian. Each message has an
+// encoder and a decoder below, which both ends use.
 
 // maxBandwidth bounds a reported figure (bytes/s): 100 GB/s.
 const maxBandwidth = 100e9
+
+// The probe's messages' lengths, and the ready byte.
+const (
+	probeSizeLen   = 4
+	probeReadyLen  = 1
+	probeCountLen  = 8
+	probeFigureLen = 8
+	probeReady     = 1
+)
+
+// encodeProbeSize is the prober's first message; a size out of 1 to
+// ProbeBytes encodes to nil (nothing a decoder takes).
+func encodeProbeSize(size int64) []byte {
+	w := codec.NewWriter(make([]byte, 0, probeSizeLen), binary.BigEndian, ErrProbeSchema)
+	if size <= 0 || size > ProbeBytes {
+		w.Fail("probe size %d (want 1 to %d)", size, ProbeBytes)
+	}
+	w.U32(uint32(size))
+	return w.Bytes()
+}
+
+// decodeProbeSize reads the probe's size; the answerer reads no more.
+func decodeProbeSize(b []byte) (int64, error) {
+	r := codec.NewReader(b, binary.BigEndian, ErrProbeSchema)
+	size := int64(r.U32("probe size"))
+	if r.Err() == nil && (size == 0 || size > ProbeBytes) {
+		r.Fail("probe size %d (want 1 to %d)", size, ProbeBytes)
+	}
+	r.End()
+	return size, r.Err()
+}
+
+// encodeProbeReady is the answerer's first answer.
+func encodeProbeReady() []byte { return []byte{probeReady} }
+
+func decodeProbeReady(b []byte) error {
+	r := codec.NewReader(b, binary.BigEndian, ErrProbeSchema)
+	if v := r.U8("ready"); r.Err() == nil && v != probeReady {
+		r.Fail("ready byte %d", v)
+	}
+	r.End()
+	return r.Err()
+}
+
+// encodeProbeCount is the answerer's count of the bytes it read; a count
+// out of 1 to ProbeBytes encodes to nil.
+func encodeProbeCount(n int64) []byte {
+	w := codec.NewWriter(make([]byte, 0, probeCountLen), binary.BigEndian, ErrProbeSchema)
+	if n <= 0 || n > ProbeBytes {
+		w.Fail("probe count %d (want 1 to %d)", n, ProbeBytes)
+	}
+	w.U64(uint64(n))
+	return w.Bytes()
+}
+
+// decodeProbeCount reads a count; one above ProbeBytes (a negative int64
+// included) cannot be the count of a probe.
+func decodeProbeCount(b []byte) (int64, error) {
+	r := codec.NewReader(b, binary.BigEndian, ErrProbeSchema)
+	n := r.U64("probe count")
+	if r.Err() == nil && (n == 0 || n > ProbeBytes) {
+		r.Fail("probe count %d (want 1 to %d)", n, ProbeBytes)
+	}
+	r.End()
+	return int64(n), r.Err()
+}
+
+// encodeProbeFigure is the prober's last message, the bytes per second it
+// found; the prober bounds it to (0, maxBandwidth] first.
+func encodeProbeFigure(bw float64) []byte {
+	w := codec.NewWriter(make([]byte, 0, probeFigureLen), binary.BigEndian, ErrProbeSchema)
+	w.F64(bw)
+	return w.Bytes()
+}
+
+// decodeProbeFigure reads a figure; NaN, zero, negative and figures above
+// maxBandwidth are refused, so the answerer's row never takes them.
+func decodeProbeFigure(b []byte) (float64, error) {
+	r := codec.NewReader(b, binary.BigEndian, ErrProbeSchema)
+	bw := r.F64("figure")
+	if r.Err() == nil && !(bw > 0 && bw <= maxBandwidth) {
+		r.Fail("figure %v bytes/s (want above 0, at most %v)", bw, maxBandwidth)
+	}
+	r.End()
+	return bw, r.Err()
+}
 
 // serveBW answers a probe. It reads the announced size, at most
 // ProbeBytes, and the figure; anything else resets the stream.
@@ -58,17 +145,17 @@ func (ln *Links) serveBW(st network.Stream) {
 		s.log.Debug("bandwidth probe refused", zap.Stringer("peer", from), zap.String("why", why), zap.Error(err))
 		_ = st.Reset()
 	}
-	var hdr [4]byte
-	if _, err := io.ReadFull(st, hdr[:]); err != nil {
+	var buf [8]byte
+	if _, err := io.ReadFull(st, buf[:probeSizeLen]); err != nil {
 		refuse("header", err)
 		return
 	}
-	size := int64(binary.BigEndian.Uint32(hdr[:]))
-	if size == 0 || size > ProbeBytes {
-		refuse(fmt.Sprintf("size %d", size), nil)
+	size, err := decodeProbeSize(buf[:probeSizeLen])
+	if err != nil {
+		refuse("header", err)
 		return
 	}
-	if _, err := st.Write([]byte{1}); err != nil {
+	if _, err := st.Write(encodeProbeReady()); err != nil {
 		refuse("ready", err)
 		return
 	}
@@ -77,23 +164,24 @@ func (ln *Links) serveBW(st network.Stream) {
 		refuse("payload", err)
 		return
 	}
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(n))
-	if _, err := st.Write(b[:]); err != nil {
+	if _, err := st.Write(encodeProbeCount(n)); err != nil {
 		refuse("count", err)
 		return
 	}
-	if _, err := io.ReadFull(st, b[:]); err != nil {
+	if _, err := io.ReadFull(st, buf[:probeFigureLen]); err != nil {
 		refuse("figure", err)
 		return
 	}
-	if k, _ := st.Read(hdr[:1]); k != 0 {
+	bw, err := decodeProbeFigure(buf[:probeFigureLen])
+	if err != nil {
+		refuse("figure", err)
+		return
+	}
+	if k, _ := st.Read(buf[:1]); k != 0 {
 		refuse("bytes after the figure", nil)
 		return
 	}
-	if bw := math.Float64frombits(binary.BigEndian.Uint64(b[:])); bw > 0 && bw <= maxBandwidth {
-		s.table.observeBandwidth(from, bw, bwAlpha)
-	}
+	s.table.observeBandwidth(from, bw, bwAlpha)
 }
 
 // ProbeBandwidth measures the bytes per second our link to p carries:
@@ -118,30 +206,35 @@ func (ln *Links) ProbeBandwidth(ctx context.Context, p peer.ID) (float64, error)
 		_ = st.Reset()
 		return 0, fmt.Errorf("%w: %s %s: %w", ErrProbe, what, p, err)
 	}
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], ProbeBytes)
+	hdr := encodeProbeSize(ProbeBytes)
+	var ans [8]byte
 	t0 := time.Now()
-	if _, err := st.Write(hdr[:]); err != nil {
+	if _, err := st.Write(hdr); err != nil {
 		return fail("send to", err)
 	}
-	var ready [1]byte
-	if _, err := io.ReadFull(st, ready[:]); err != nil {
+	if _, err := io.ReadFull(st, ans[:probeReadyLen]); err != nil {
 		return fail("first answer from", err)
 	}
 	start := time.Now()
 	rtt := start.Sub(t0)
+	if err := decodeProbeReady(ans[:probeReadyLen]); err != nil {
+		return fail("first answer from", err)
+	}
 	buf := make([]byte, 64<<10)
 	for sent := 0; sent < ProbeBytes; sent += len(buf) {
 		if _, err := st.Write(buf[:min(len(buf), ProbeBytes-sent)]); err != nil {
 			return fail("send to", err)
 		}
 	}
-	var b [8]byte
-	if _, err := io.ReadFull(st, b[:]); err != nil {
+	if _, err := io.ReadFull(st, ans[:probeCountLen]); err != nil {
 		return fail("answer from", err)
 	}
 	took := time.Since(start)
-	if n := binary.BigEndian.Uint64(b[:]); n != ProbeBytes {
+	n, err := decodeProbeCount(ans[:probeCountLen])
+	if err != nil {
+		return fail("answer from", err)
+	}
+	if n != ProbeBytes {
 		_ = st.Reset()
 		return 0, fmt.Errorf("%w: %s counted %d of %d bytes", ErrProbe, p, n, ProbeBytes)
 	}
@@ -149,8 +242,7 @@ func (ln *Links) ProbeBandwidth(ctx context.Context, p peer.ID) (float64, error)
 	// figure absurd: the transfer takes at least half the time.
 	xfer := max(took-rtt, took/2)
 	bw := min(float64(ProbeBytes)/xfer.Seconds(), maxBandwidth)
-	binary.BigEndian.PutUint64(b[:], math.Float64bits(bw))
-	if _, err := st.Write(b[:]); err != nil {
+	if _, err := st.Write(encodeProbeFigure(bw)); err != nil {
 		return fail("send the figure to", err)
 	}
 	if err := st.CloseWrite(); err != nil {

@@ -35,6 +35,9 @@ var (
 
 	// ErrProbe: a bandwidth probe failed or its answer is malformed.
 	ErrProbe = errors.New("swarm: bandwidth probe failed")
+	// ErrProbeSchema: a bandwidth probe message does not decode (wrong
+	// length, a size or count out of bounds, a figure that is no rate).
+	ErrProbeSchema = errors.New("swarm: bandwidth probe message malformed")
 
 	// ErrUnreachable: no connection to the peer could be made (every
 	// dial failed, or its addresses are in go-libp2p's dial backoff), so

@@ -246,7 +246,9 @@ func TestShutdownCutsStreamsWithAnErrorEvent(t *testing.T) {
 // and the stream ends with an error event (no [DONE]); a new request
 // then gets 503 with Retry-After.
 func TestStreamErrorWhenSessionLost(t *testing.T) {
-	c := startCluster(t, 2, node.WithRepairWait(time.Second))
+	// A request refused for want of a path waits in the entry's queue
+	// for its deadline first (30 s by default): 2 s here.
+	c := startCluster(t, 2, node.WithRepairWait(time.Second), node.WithEntryQueue(1024, 2*time.Second))
 	defer c.close()
 	m := c.nodes[0].Committed()
 	t.Logf("2-node swarm: %v", m.Stages)

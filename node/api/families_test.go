@@ -59,6 +59,9 @@ func TestFamiliesSwarmDTypes(t *testing.T) {
 				name = gc.Name
 			}
 			t.Run(name+"/"+q, func(t *testing.T) {
+				// Each swarm mostly waits (elections, heartbeats): two at a
+				// time halve the wall time.
+				t.Parallel()
 				c := gc
 				if q == "mxfp4_moe" {
 					c.Mix = q

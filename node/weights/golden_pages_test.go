@@ -19,8 +19,10 @@ import (
 // (info.go): a small manifest in one answer, a paged manifest's two
 // pages, and the info answer of a node that holds the file. A page is a
 // mebibyte: the file keeps its first 64 bytes and the SHA-256 of all of
-// it. The requests are built by the format's comment (askManifest builds
-// them inline); the answers come from answerManifest and answerInfo.
+// it. The requests come from encodeManifestRequest, askManifest's encoder
+// (TestManifestRequestWire checks that a real askManifest sends these
+// bytes), and decode back; the answers come from answerManifest and
+// answerInfo.
 func TestGoldenManifestPages(t *testing.T) {
 	const fp = "sha256:golden-pages"
 	big := bigChunkManifest(t, fp, manifestPage/sha256.Size+16)
@@ -29,9 +31,10 @@ func TestGoldenManifestPages(t *testing.T) {
 	}
 	w := &Server{manifest: big, fp: fp, swarm: noSwarm{}, chunks: new(chunks.Server)}
 
-	page0Req := append(binary.AppendUvarint([]byte(manifestPageMagic), 0), fp...)
-	page1Req := append(binary.AppendUvarint([]byte(manifestPageMagic), manifestPage), fp...)
-	page0, err := w.AnswerManifest(append([]byte(manifestReqMagic), fp...))
+	firstReq := encodeManifestRequest(fp, false, 0)
+	page0Req := encodeManifestRequest(fp, true, 0)
+	page1Req := encodeManifestRequest(fp, true, manifestPage)
+	page0, err := w.AnswerManifest(firstReq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,14 +47,14 @@ func TestGoldenManifestPages(t *testing.T) {
 	}
 	info := w.AnswerInfo()
 	w.manifest = []byte("a small manifest")
-	small, err := w.AnswerManifest(append([]byte(manifestReqMagic), fp...))
+	small, err := w.AnswerManifest(firstReq)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	var out strings.Builder
 	line := func(name string, b []byte) { fmt.Fprintf(&out, "%s %s\n", name, hex.EncodeToString(b)) }
-	line("manifest-request", append([]byte(manifestReqMagic), fp...))
+	line("manifest-request", firstReq)
 	line("page-request-1", page1Req)
 	line("answer-small", small)
 	line("answer-page-0-head", page0[:64])
@@ -73,6 +76,18 @@ func TestGoldenManifestPages(t *testing.T) {
 	}
 	if out.String() != string(want) {
 		t.Fatalf("answers differ from %s:\n%s\nwant:\n%s", path, out.String(), want)
+	}
+
+	// The golden requests decode to what they were encoded from.
+	g := readGoldenLines(t, "manifest_pages.txt")
+	for name, want := range map[string]struct {
+		page bool
+		off  uint64
+	}{"manifest-request": {false, 0}, "page-request-1": {true, manifestPage}} {
+		gotFP, page, off, err := decodeManifestRequest(g[name])
+		if err != nil || gotFP != fp || page != want.page || off != want.off {
+			t.Fatalf("%s: decoded %q, page %v at %d, %v; want %q, %v at %d", name, gotFP, page, off, err, fp, want.page, want.off)
+		}
 	}
 
 	// The pages decode (manifestPageOf, askManifest's reader) to the

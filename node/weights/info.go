@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/internal/codec"
 	"github.com/stratanet/strata/swarm/chunks"
 )
 
@@ -172,21 +173,56 @@ func hasMagic(req []byte, magic string) bool {
 	return len(req) >= len(magic) && string(req[:len(magic)]) == magic
 }
 
+// encodeManifestRequest is a request for the manifest of model fp ("":
+// whatever model the answerer serves): from its start (manifestReqMagic),
+// or with page the page at byte off of it (manifestPageMagic, a uvarint
+// offset). The decoder refuses a fingerprint longer than
+// consensus.MaxFingerprintLen and an offset past consensus.MaxManifestSize,
+// which askManifest never sends.
+func encodeManifestRequest(fp string, page bool, off uint64) []byte {
+	w := codec.NewWriter(make([]byte, 0, len(manifestPageMagic)+binary.MaxVarintLen64+len(fp)), binary.BigEndian, ErrBadFrame)
+	if page {
+		w.Put([]byte(manifestPageMagic))
+		w.Uvarint(off)
+	} else {
+		w.Put([]byte(manifestReqMagic))
+	}
+	w.Put([]byte(fp))
+	return w.Bytes()
+}
+
+// decodeManifestRequest is encodeManifestRequest's mirror; off is 0
+// unless page.
+func decodeManifestRequest(req []byte) (fp string, page bool, off uint64, err error) {
+	r := codec.NewReader(req, binary.BigEndian, ErrBadFrame)
+	switch magic := string(r.Take(len(manifestReqMagic), "manifest request magic")); {
+	case r.Err() != nil:
+	case magic == manifestPageMagic:
+		page = true
+		off = r.Uvarint("manifest page offset", consensus.MaxManifestSize)
+	case magic != manifestReqMagic:
+		r.Fail("manifest request magic %q", magic)
+	}
+	if n := r.Len(); r.Err() == nil && n > consensus.MaxFingerprintLen {
+		r.Fail("fingerprint of %d bytes (at most %d)", n, consensus.MaxFingerprintLen)
+	}
+	fp = string(r.Take(r.Len(), "fingerprint"))
+	r.End()
+	if err := r.Err(); err != nil {
+		return "", false, 0, err
+	}
+	return fp, page, off, nil
+}
+
 // AnswerManifest answers a manifest request (or one for a page of it):
 // from the file this node holds, else from its replica of the swarm's
 // state. An empty fingerprint asks for the manifest of whatever model this
 // node serves (SwarmModel).
 func (w *Server) AnswerManifest(req []byte) ([]byte, error) {
-	var off uint64
-	rest := req[len(manifestReqMagic):]
-	if hasMagic(req, manifestPageMagic) {
-		v, k := binary.Uvarint(rest)
-		if k <= 0 {
-			return nil, fmt.Errorf("%w: manifest page request without an offset", ErrBadFrame)
-		}
-		off, rest = v, rest[k:]
+	fp, page, off, err := decodeManifestRequest(req)
+	if err != nil {
+		return nil, err
 	}
-	fp := string(rest)
 	if fp != "" && fp != w.fp {
 		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, w.fp)
 	}
@@ -201,15 +237,15 @@ func (w *Server) AnswerManifest(req []byte) ([]byte, error) {
 	if w.chunks != nil {
 		flags |= holdsFile
 	}
-	if len(data) <= manifestPage && !hasMagic(req, manifestPageMagic) {
+	if len(data) <= manifestPage && !page {
 		return append([]byte{flags}, data...), nil // as before pages
 	}
 	if off >= uint64(len(data)) {
 		return nil, fmt.Errorf("%w: manifest page at %d of a %d-byte manifest", ErrBadFrame, off, len(data))
 	}
-	page := data[off:min(uint64(len(data)), off+manifestPage)]
+	p := data[off:min(uint64(len(data)), off+manifestPage)]
 	b := binary.AppendUvarint([]byte{flags | manifestPaged}, uint64(len(data)))
-	return append(b, page...), nil
+	return append(b, p...), nil
 }
 
 // manifestAnswer is one peer's answer to a manifest request.
@@ -221,7 +257,10 @@ type manifestAnswer struct {
 // askManifest gets the manifest of model fp ("": whatever model p serves)
 // from p, page by page when it is larger than one answer.
 func askManifest(ctx context.Context, net Network, p peer.ID, fp string) (manifestAnswer, error) {
-	resp, err := net.Call(ctx, p, append([]byte(manifestReqMagic), fp...))
+	if len(fp) > consensus.MaxFingerprintLen {
+		return manifestAnswer{}, fmt.Errorf("%w: fingerprint of %d bytes (at most %d)", ErrUnknownModel, len(fp), consensus.MaxFingerprintLen)
+	}
+	resp, err := net.Call(ctx, p, encodeManifestRequest(fp, false, 0))
 	if err != nil {
 		return manifestAnswer{}, err
 	}
@@ -254,8 +293,7 @@ func askManifest(ctx context.Context, net Network, p peer.ID, fp string) (manife
 		if len(a.data) == int(total) {
 			return a, nil
 		}
-		req := binary.AppendUvarint([]byte(manifestPageMagic), uint64(len(a.data)))
-		if resp, err = net.Call(ctx, p, append(req, fp...)); err != nil {
+		if resp, err = net.Call(ctx, p, encodeManifestRequest(fp, true, uint64(len(a.data)))); err != nil {
 			return manifestAnswer{}, err
 		}
 	}
