@@ -311,6 +311,7 @@ func TestStuckElectionWithoutFix(t *testing.T) {
 		t.Skip("watches a stuck swarm for seconds")
 	}
 	t.Run("promoted while lagging", func(t *testing.T) {
+		t.Parallel() // both only watch a stuck swarm
 		cl, a, ln := promotedWhileLagging(t, false)
 		if _, _, _, ok := newLeaderAfter(cl, a, ln, stuckWait); ok {
 			t.Fatalf("a leader was elected: the harness no longer reproduces the stuck election%s", raftDump(cl))
@@ -318,6 +319,7 @@ func TestStuckElectionWithoutFix(t *testing.T) {
 		t.Logf("no leader %v after the leader closed, as in the failure:%s", stuckWait, raftDump(cl))
 	})
 	t.Run("closed right after promotion", func(t *testing.T) {
+		t.Parallel() // both only watch a stuck swarm
 		cl, a, ln := closedAfterPromotion(t, false, -1)
 		if _, _, _, ok := newLeaderAfter(cl, a, ln, stuckWait); ok {
 			t.Fatalf("a leader was elected: the harness no longer reproduces the stuck election%s", raftDump(cl))

@@ -130,9 +130,9 @@ func (s *scheduler) execute(ctx context.Context, ready []*stepIn) {
 				lie = f.lieSent(w, hs)
 			}
 		}
-		hs.chain.add(w.in.m, skip, w.x, w.logits, last)
+		hs.chain.Add(w.in.m.Tokens, w.in.m.Hidden, skip, w.x, w.logits, last)
 		if last && hs.logits {
-			hs.chain.top, hs.chain.maxAbs = consensus.SummarizeLogits(w.logits, consensus.LogitsTop)
+			hs.chain.SetLogits(consensus.SummarizeLogits(w.logits, consensus.LogitsTop))
 		}
 		if hs.check && len(hs.rest) == 0 {
 			// The check hop of a check session: its receipt is the answer.

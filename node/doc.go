@@ -97,18 +97,24 @@
 //     interface (consSwarm) and reaches peers through the host's
 //     streams; the node routes its control requests to it and loads
 //     the slices it makes (warmup).
-//   - Spot checks (verify.go, docs/trust.md): every hop keeps SHA-256
-//     chains over the rows it took and gave per session and signs them
-//     as a receipt on request; at a share of token boundaries
-//     (WithVerifyRate) the entry re-runs the session so far as one
-//     stateless prefill on a second holder of a hop's layers, settles a
-//     mismatch with a third, and reports signed evidence to the leader,
-//     who evicts and bans the liar. Signed hops (sigframe.go): every
-//     float32 frame of hidden states carries its sender's receipt
-//     signature over the rows sent, checked on arrival, and a check takes
-//     a hop's receipt from the next hop, so evidence rests on what was
-//     sent. The fault injector that tests lie with (faultinject.go)
-//     exists only under the faultinject build tag.
+//   - Spot checks (package node/trust, docs/trust.md): every hop keeps
+//     SHA-256 chains over the rows it took and gave per session
+//     (trust.Chains) and signs them as a receipt on request (receipt.go);
+//     at a share of token boundaries (WithVerifyRate) the entry's
+//     trust.Auditor re-runs the session so far as one stateless prefill
+//     on a second holder of a hop's layers, settles a mismatch with a
+//     third, and reports signed evidence to the leader, who evicts and
+//     bans the liar. This package only carries the checks out: the check
+//     sessions and receipt requests on the network (verify.go, through
+//     trust.Attempt), the rewind past a liar's tokens, and the swarm view
+//     (trust.Swarm) wired to the peer table and the consensus replica.
+//     Signed hops (sigframe.go): every float32 frame of hidden states
+//     carries its sender's receipt signature over the rows sent
+//     (trust.Chains.FrameReceipt), checked on arrival
+//     (trust.Chains.VerifyFrame), and a check takes a hop's receipt from
+//     the next hop, so evidence rests on what was sent. The fault
+//     injector that tests lie with (faultinject.go) exists only under the
+//     faultinject build tag.
 //
 // # Time
 //

@@ -19,6 +19,7 @@ import (
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/engine/grammar"
 	ecore "github.com/stratanet/strata/node/entry"
+	"github.com/stratanet/strata/node/trust"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
 )
@@ -123,9 +124,9 @@ type entry struct {
 	reg    registry
 	adm    *admitter
 	checks registry       // spot checks' check sessions (verify.go), apart from generations
-	rcpt   receipts       // receipts awaited by spot checks
-	vc     verifyCounters // spot-check counts
-	work   unverifiedWork // per peer, steps served since its last check passed
+	rcpt   trust.Receipts // receipts awaited by spot checks
+	vc     trust.Counters // spot-check counts
+	work   trust.Work     // per peer, steps served since its last check passed
 }
 
 func newEntry(cfg entryConfig, deps entryDeps, c *counters) *entry {
@@ -584,7 +585,7 @@ func (g *generation) attempt(ctx context.Context, path routing.Path) ([]ecore.Ef
 				ev = ecore.Rejected{From: last, Reason: why}
 				break
 			}
-			e.work.served(hops, fed)
+			e.work.Served(hopPeers(hops), fed)
 			finished, err := g.deliver(ctx, ef, tok.LP)
 			if err != nil {
 				return nil, err

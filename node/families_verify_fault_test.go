@@ -29,7 +29,7 @@ func TestVerifyEvictsFaultyDeepSeek2(t *testing.T) {
 		if !ok {
 			t.Fatalf("faulty node not placed: %v", m.Stages)
 		}
-		if h := len(nodes[0].trust.holders(fr.Start, fr.End)); h < 3 {
+		if h := len(nodes[0].trust.Holders(fr.Start, fr.End)); h < 3 {
 			return fmt.Sprintf("the faulty node's range %v has %d holders", fr, h)
 		}
 		return ""

@@ -84,7 +84,7 @@ func (j *injector) lieSent(w *work, hs *hopSession) *sentLie {
 	}
 	if sh == nil {
 		// The history sent so far is what was computed: go on from it.
-		c, err := hs.chain.out.(hash.Cloner).Clone()
+		c, err := hs.chain.CloneOut()
 		if err != nil {
 			return nil
 		}

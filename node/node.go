@@ -18,6 +18,7 @@ import (
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/trust"
 	"github.com/stratanet/strata/node/weights"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
@@ -34,7 +35,7 @@ import (
 // scheduler.go, outbox.go), the entry (entry.go), the path finder
 // (view.go), the announcer of the node's own status (status.go), warmup
 // (warmup.go, consensus's StageLoader), the liveness adapter, the
-// spot checks' view of the swarm (swarmtrust.go) and the serving of
+// spot checks' view of the swarm (trust.Swarm) and the serving of
 // weights to peers (node/weights, wired in weights.go).
 type Node struct {
 	cfg   config
@@ -49,7 +50,7 @@ type Node struct {
 	upload  *weights.Governor // the adaptive upload limit; nil: off, or nothing to serve
 
 	svc   *stageService
-	trust *swarmTrust // what the entry's spot checks learn from the swarm
+	trust *trust.Swarm // what the entry's spot checks learn from the swarm
 	warm  *warmer
 	ann   *announcer
 	paths *pathFinder
@@ -212,7 +213,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	}
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget, tok: m.tok,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
-		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: receiptSigner(h.Key()),
+		clock: cfg.clock, prefixCache: !cfg.noPrefixCache, log: n.log.Named("sched"), sign: trust.Signer(h.Key()),
 		fault: cfg.fault, batchDone: batchDone, signFrames: !cfg.unsignedFrames, wireLossy: cfg.wire == WireF16 || cfg.wire == WireQ8,
 		badFrame: func(p peer.ID) { n.counters.badFrame(p) }, tolerant: m.engineName() != engine.EngineGo && m.engineName() != engine.EngineSim,
 		engine: m.engineName()}, n.svc.out)
@@ -231,7 +232,13 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		// Long enough for the hops' heartbeats to carry what this entry
 		// routed through them; past it a record lasts while they do.
 		routed: newRoutedPrefixes(routedHeartbeats * h.Beats().HeartbeatInterval())}
-	n.trust = &swarmTrust{self: n.self, engine: n.ann.engine, peers: h.Peers(), committed: n.ann.committed, cons: &n.cons}
+	n.trust = &trust.Swarm{Self: n.self, Engine: n.ann.engine, Peers: h.Peers(), Committed: n.ann.committed,
+		Replica: func() trust.Replica {
+			if c := n.cons.Load(); c != nil {
+				return c
+			}
+			return nil
+		}}
 	n.entry = newEntry(entryConfig{self: n.self, model: m, stepTimeout: cfg.stepTimeout, repairWait: cfg.repairWait,
 		maxReplays: cfg.maxReplays, defaultMaxTokens: cfg.defaultMaxTokens, wire: cfg.wire,
 		signedFrames: !cfg.unsignedFrames && !cfg.wire.lossy(),
@@ -240,7 +247,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		clock: cfg.clock, log: n.log},
 		entryDeps{route: n.paths.route, routed: n.paths.noteRouted, send: n.svc.send, draining: n.ann.drainingHops, suspect: n.paths.suspect,
 			post: func(to peer.ID, m Message) { n.svc.out.post(to, m, nil) }, kv: n.paths.kv, changed: h.Peers().Changed,
-			holders: n.trust.holders, isReproducible: n.trust.reproducible, report: n.trust.reportFault, swarmRate: n.trust.swarmVerifyRate,
+			holders: n.trust.Holders, isReproducible: n.trust.Reproducible, report: n.trust.ReportFault, swarmRate: n.trust.VerifyRate,
 			heads: func() []peerHead { return peerHeads(h.Peers(), h.ID(), h.Beats().HeartbeatInterval()) },
 			profileName: func(p string) string {
 				if pr, err := profiles.Profile(p); err == nil {
@@ -260,7 +267,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 		}
 		return info
 	})
-	n.ann.vouches = n.entry.work.vouches
+	n.ann.vouches = n.entry.work.Vouches
 	cover := &coverage{self: n.self, cons: &n.cons, ready: func() error { return n.paths.ready(n.ctx) }, clock: cfg.clock, log: n.log}
 	n.paths.noMap, n.paths.uncovered = cover.noMap, cover.uncoveredMap
 	n.paths.selfKV = func() kvReport {
@@ -335,7 +342,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			consensus.WithModel(m.spec, m.info.Fingerprint),
 			consensus.WithFetchRates(n.weights),
 			consensus.WithVouches(consensus.VouchFunc(func() []consensus.Vouch {
-				return n.entry.work.leaderVouches(n.self, h.Peers().Attestations())
+				return n.entry.work.LeaderVouches(n.self, h.Peers().Attestations())
 			}), cfg.trustChecks),
 			consensus.WithCapabilities(consensus.Capabilities{Hardware: hw, Region: cfg.region, MaxLayers: cfg.maxLayers}),
 			consensus.WithStageLoader(n.warm),

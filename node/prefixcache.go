@@ -5,6 +5,7 @@ import (
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/node/stage/sched"
+	"github.com/stratanet/strata/node/trust"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -31,7 +32,7 @@ type prefixEntry struct {
 	tokens   []int32  // whole blocks
 	hashes   []uint64 // routing.BlockHashes of tokens
 	sess     []engine.Session
-	marks    []chainMark // the receipt chains' states per block (verify.go)
+	marks    []trust.Mark // the receipt chains' states per block (trust.Chains)
 	bytes    int64
 }
 
@@ -71,7 +72,7 @@ func sharedBlocks(a, b []int32, limit int) int {
 // (tokens, one per position) over layers [from, to): sess are its
 // sessions, one per layer, which add closes. A cached sequence that the
 // new one extends is dropped; one that already covers it is kept instead.
-func (c *prefixCache) add(from, to int, tokens []int32, marks []chainMark, sess []engine.Session, stages []engine.Stage, perToken int64) {
+func (c *prefixCache) add(from, to int, tokens []int32, marks []trust.Mark, sess []engine.Session, stages []engine.Stage, perToken int64) {
 	defer func() {
 		for _, es := range sess {
 			es.Close()

@@ -171,8 +171,8 @@ func TestPrefixCacheResumesBitIdentical(t *testing.T) {
 				for i := range warm.rigs {
 					w := warm.rigs[i].s.sessions[hopKey{sid, warm.hops[i].From}]
 					c := cold.rigs[i].s.sessions[hopKey{sid, cold.hops[i].From}]
-					if w.chain.pos != c.chain.pos || !slices.Equal(w.chain.in.Sum(nil), c.chain.in.Sum(nil)) ||
-						!slices.Equal(w.chain.out.Sum(nil), c.chain.out.Sum(nil)) || w.chain.outLast != c.chain.outLast {
+					if w.chain.Pos() != c.chain.Pos() || w.chain.InChain() != c.chain.InChain() ||
+						w.chain.OutChain() != c.chain.OutChain() || w.chain.OutLast() != c.chain.OutLast() {
 						t.Fatalf("turn %d hop %d: receipt chains differ from a cold run's", turn, i)
 					}
 				}
@@ -272,8 +272,8 @@ func TestPrefixWiderRangeNotResumed(t *testing.T) {
 	if w == nil || k == nil {
 		t.Fatal("no hop session")
 	}
-	if w.chain.pos != k.chain.pos || !slices.Equal(w.chain.in.Sum(nil), k.chain.in.Sum(nil)) ||
-		!slices.Equal(w.chain.out.Sum(nil), k.chain.out.Sum(nil)) || w.chain.outLast != k.chain.outLast {
+	if w.chain.Pos() != k.chain.Pos() || w.chain.InChain() != k.chain.InChain() ||
+		w.chain.OutChain() != k.chain.OutChain() || w.chain.OutLast() != k.chain.OutLast() {
 		t.Fatal("the part's receipt chains differ from a cold run's")
 	}
 }

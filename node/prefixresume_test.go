@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stratanet/strata/engine"
+	"github.com/stratanet/strata/node/trust"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -16,10 +17,10 @@ func TestResumePoint(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 32))
 	base := randomTokens(rng, 6*prefixBlock, 512)
 	// marks are the receipt chains' states of a first hop that took toks.
-	marks := func(toks []int32) []chainMark {
-		c := newChains()
-		c.add(&Step{Tokens: toks}, 0, nil, []float32{1}, true)
-		return c.marks
+	marks := func(toks []int32) []trust.Mark {
+		c := trust.NewChains()
+		c.Add(toks, nil, 0, nil, []float32{1}, true)
+		return c.Marks()
 	}
 	// sess tags a source: resumePoint hands its sessions on untouched.
 	sess := func(tag int) []engine.Session { return make([]engine.Session, tag) }
@@ -30,7 +31,7 @@ func TestResumePoint(t *testing.T) {
 	}
 	liveHop := func(from, to, n, tag int) *hopSession {
 		toks := slices.Clone(base[:n])
-		return &hopSession{key: hopKey{SessionID{byte(tag)}, from}, to: to, hist: toks, chain: chains{marks: marks(toks)}, sess: sess(tag)}
+		return &hopSession{key: hopKey{SessionID{byte(tag)}, from}, to: to, hist: toks, chain: chainsOver(marks(toks)), sess: sess(tag)}
 	}
 	differ := func(at int) []int32 { // base with one token changed at position at
 		d := slices.Clone(base)
@@ -96,8 +97,8 @@ func TestResumePoint(t *testing.T) {
 			if r.n != tc.want {
 				t.Fatalf("resumed %d positions, want %d", r.n, tc.want)
 			}
-			if r.chain.pos != r.n || len(r.chain.marks) != r.n/prefixBlock {
-				t.Fatalf("receipt chains at %d with %d marks, for %d positions", r.chain.pos, len(r.chain.marks), r.n)
+			if r.chain.Pos() != r.n || len(r.chain.Marks()) != r.n/prefixBlock {
+				t.Fatalf("receipt chains at %d with %d marks, for %d positions", r.chain.Pos(), len(r.chain.Marks()), r.n)
 			}
 			if r.n == 0 {
 				if r.src != nil {
@@ -110,10 +111,20 @@ func TestResumePoint(t *testing.T) {
 			}
 			// A cold run's chains at n: those of a session that took the
 			// first n tokens.
-			want, _ := chainsAt(marks(tc.tokens[:r.n]), r.n)
-			if !slices.Equal(want.in.Sum(nil), r.chain.in.Sum(nil)) {
+			want, _ := trust.ChainsAt(marks(tc.tokens[:r.n]), r.n)
+			if want.InChain() != r.chain.InChain() {
 				t.Fatal("the resumed receipt chain differs from a cold run's")
 			}
 		})
 	}
+}
+
+// chainsOver are chains that hold marks (a live session's), at their last
+// whole block: all a resume reads of them.
+func chainsOver(marks []trust.Mark) trust.Chains {
+	c, ok := trust.ChainsAt(marks, len(marks)*prefixBlock)
+	if !ok {
+		panic("marks that do not restore")
+	}
+	return c
 }

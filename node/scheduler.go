@@ -16,6 +16,7 @@ import (
 	"github.com/stratanet/strata/engine/grammar"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node/stage/sched"
+	"github.com/stratanet/strata/node/trust"
 	"github.com/stratanet/strata/routing"
 )
 
@@ -144,9 +145,9 @@ type hopSession struct {
 	sp     engine.SamplingParams
 	hist   []int32 // input tokens: the last hop samples with them, every hop caches by them
 	last   time.Time
-	chain  chains // what this hop took and gave, for receipts (verify.go)
-	check  bool   // a check session
-	logits bool   // its receipt carries the last logits row's summary (Step.Logits)
+	chain  trust.Chains // what this hop took and gave, for receipts (trust.Chains)
+	check  bool         // a check session
+	logits bool         // its receipt carries the last logits row's summary (Step.Logits)
 	// lp: the last hop returns each token's log-probabilities with its
 	// top alternatives (Open.LogProbs, Open.TopLogProbs); the work is
 	// done only for sessions that ask.
@@ -429,7 +430,7 @@ func (s *scheduler) open(in *stepIn, need int64) bool {
 	m := in.m
 	h := m.Hops[0]
 	hs := &hopSession{key: hopKey{m.Session, h.From}, entry: m.Entry, to: h.To, rest: append([]Hop(nil), m.Hops[1:]...),
-		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: newChains(), check: m.Check,
+		cap: m.Open.MaxTokens, bytes: need, sp: m.Open.Sampling, last: in.at, chain: trust.NewChains(), check: m.Check,
 		logits: !m.Check || m.Logits || s.cfg.tolerant, lp: m.Open.LogProbs, topLP: m.Open.TopLogProbs}
 	if m.Open.Grammar != nil && h.To == s.cfg.model.Layers && !m.Check {
 		c, code, err := openConstraint(s.cfg.tok, m.Open)
@@ -508,7 +509,7 @@ type resume struct {
 	n     int
 	src   []engine.Session
 	from  int
-	chain chains
+	chain trust.Chains
 }
 
 // resumePoint decides where a session over hop h opening with tokens
@@ -526,7 +527,7 @@ func resumePoint(cache *prefixCache, live map[hopKey]*hopSession, h Hop, tokens 
 	limit := sched.Limit(first, len(tokens), skip, prefixBlock)
 	type source struct {
 		sess  []engine.Session
-		marks []chainMark // the source's receipt chains' states (verify.go)
+		marks []trust.Mark // the source's receipt chains' states (trust.Chains)
 	}
 	var srcs []source
 	var ms []sched.Match
@@ -538,18 +539,18 @@ func resumePoint(cache *prefixCache, live map[hopKey]*hopSession, h Hop, tokens 
 		if o.key.from != h.From || o.to != h.To { // the same range only, as lookup
 			continue
 		}
-		srcs = append(srcs, source{o.sess, o.chain.marks})
-		ms = append(ms, sched.Match{Blocks: sharedBlocks(o.hist, tokens, limit*prefixBlock) / prefixBlock, Chains: len(o.chain.marks)})
+		srcs = append(srcs, source{o.sess, o.chain.Marks()})
+		ms = append(ms, sched.Match{Blocks: sharedBlocks(o.hist, tokens, limit*prefixBlock) / prefixBlock, Chains: len(o.chain.Marks())})
 	}
 	i, blocks, _ := sched.Resume(first, limit, skip/prefixBlock, ms)
 	if i < 0 {
-		return resume{chain: newChains()}
+		return resume{chain: trust.NewChains()}
 	}
 	// The receipt chains go on from the source's, as a cold run's.
 	n := blocks * prefixBlock
-	c, ok := chainsAt(srcs[i].marks, n)
+	c, ok := trust.ChainsAt(srcs[i].marks, n)
 	if !ok {
-		return resume{chain: newChains()}
+		return resume{chain: trust.NewChains()}
 	}
 	return resume{n: n, src: srcs[i].sess, from: h.From, chain: c}
 }
@@ -613,7 +614,7 @@ func (s *scheduler) drop(hs *hopSession, keep bool) {
 			}
 		}
 		if len(stages) == len(hs.sess) {
-			s.cache.add(hs.key.from, hs.to, hs.hist, hs.chain.marks, hs.sess, stages, per)
+			s.cache.add(hs.key.from, hs.to, hs.hist, hs.chain.Marks(), hs.sess, stages, per)
 			hs.sess = nil // add closed them
 		}
 	}

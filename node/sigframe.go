@@ -2,14 +2,14 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
+	"errors"
 	"fmt"
-	"hash"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/node/trust"
 )
 
 // Signed hops (docs/trust.md). Every frame of hidden states a hop sends
@@ -67,14 +67,12 @@ func (s *scheduler) signing() bool {
 // signFrame signs hs's receipt as of now over what it sends: its output
 // chain, or a lie's.
 func (s *scheduler) signFrame(hs *hopSession, lie *sentLie) *FrameSig {
-	r := consensus.Receipt{Signer: s.cfg.self, Session: hs.key.sid, Model: s.cfg.hash, From: hs.key.from, To: hs.to,
-		Positions: hs.pos, OutLast: hs.chain.outLast}
-	hs.chain.in.Sum(r.InChain[:0])
-	hs.chain.out.Sum(r.OutChain[:0])
+	var rows []float32
+	var chain [32]byte
 	if lie != nil {
-		r.OutChain = lie.chain
-		r.OutLast = sha256.Sum256(hs.chain.floats(lie.rows[len(lie.rows)-s.cfg.model.Hidden:]))
+		rows, chain = lie.rows, lie.chain
 	}
+	r := hs.chain.FrameReceipt(s.cfg.self, hs.key.sid, s.cfg.hash, hs.key.from, hs.to, hs.pos, rows, chain, s.cfg.model.Hidden)
 	if err := s.cfg.sign(&r); err != nil {
 		s.cfg.log.Warn("cannot sign a frame", zap.Error(err))
 		return nil
@@ -97,19 +95,14 @@ func (s *scheduler) checkFrame(in *stepIn, hs *hopSession) error {
 	}
 	r := consensus.Receipt{Signer: in.from, Session: m.Session, Model: s.cfg.hash, From: m.Sig.From, To: hs.key.from,
 		Positions: m.Pos + len(m.Tokens), InChain: m.Sig.InChain, Sig: m.Sig.Sig}
-	// What this hop's input chain will be once it folds the rows: the
-	// sender's output chain, if it signed what it sent.
-	ch := hs.chain.in.(hash.Cloner)
-	c, err := ch.Clone()
+	// Checked against what this hop's input chain will be once it folds
+	// the rows: the sender's output chain, if it signed what it sent.
+	r, err := hs.chain.VerifyFrame(r, m.Hidden, m.Cols)
+	if errors.Is(err, trust.ErrSignature) {
+		return fmt.Errorf("%w: sender %s, positions %d..%d", ErrFrameSignature, shortID(in.from), m.Pos, r.Positions)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrFrameSignature, err)
-	}
-	rows := hs.chain.floats(m.Hidden)
-	c.Write(rows)
-	c.Sum(r.OutChain[:0])
-	r.OutLast = sha256.Sum256(rows[len(rows)-4*m.Cols:])
-	if r.Verify() != nil {
-		return fmt.Errorf("%w: sender %s, positions %d..%d", ErrFrameSignature, shortID(in.from), m.Pos, r.Positions)
 	}
 	hs.up = r
 	return nil

@@ -118,7 +118,7 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes[1:] {
-				if n != o && n.trust.reproducible(o.ID()) {
+				if n != o && n.trust.Reproducible(o.ID()) {
 					return false
 				}
 			}
@@ -185,7 +185,7 @@ func TestToleranceCatchesLiar(t *testing.T) {
 		if !ok {
 			t.Fatalf("liar not placed: %v", m.Stages)
 		}
-		if fr.End == m.Layers && len(nodes[0].trust.holders(fr.Start, fr.End)) >= 3 {
+		if fr.End == m.Layers && len(nodes[0].trust.Holders(fr.Start, fr.End)) >= 3 {
 			return ""
 		}
 		return fmt.Sprintf("the liar's range %v is not a last range with 3 holders", fr)
@@ -195,7 +195,7 @@ func TestToleranceCatchesLiar(t *testing.T) {
 	honest := nodes[:liarAt]
 	waitFor(t, 60*time.Second, "heartbeats naming the liar's engine", func() bool {
 		for _, n := range honest {
-			if n.trust.reproducible(liar.ID()) {
+			if n.trust.Reproducible(liar.ID()) {
 				return false
 			}
 		}
@@ -267,7 +267,7 @@ func TestToleranceHonestMidPath(t *testing.T) {
 	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes {
-				if n != o && n.trust.reproducible(o.ID()) {
+				if n != o && n.trust.Reproducible(o.ID()) {
 					return false
 				}
 			}
@@ -335,7 +335,7 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 		if !ok {
 			t.Fatalf("liar not placed: %v", m.Stages)
 		}
-		if fr.End < m.Layers && len(nodes[0].trust.holders(fr.Start, fr.End)) >= 3 {
+		if fr.End < m.Layers && len(nodes[0].trust.Holders(fr.Start, fr.End)) >= 3 {
 			return ""
 		}
 		return fmt.Sprintf("the liar's range %v is not one before the last with 3 holders", fr)
@@ -345,7 +345,7 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 	honest := nodes[:liarAt]
 	waitFor(t, 60*time.Second, "heartbeats naming the liar's engine", func() bool {
 		for _, n := range honest {
-			if n.trust.reproducible(liar.ID()) {
+			if n.trust.Reproducible(liar.ID()) {
 				return false
 			}
 		}

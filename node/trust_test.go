@@ -108,7 +108,7 @@ func TestVerifiedWorkPlacement(t *testing.T) {
 	fresh := func() map[string]int {
 		out := map[string]int{}
 		for _, s := range []*Node{s1, s2} {
-			for p, n := range s.entry.work.byPeer() {
+			for p, n := range s.entry.work.ByPeer() {
 				if p == f1.ID() || p == f2.ID() {
 					out[p.String()] += int(n)
 				}

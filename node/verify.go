@@ -6,42 +6,21 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"go.uber.org/zap"
 
 	"github.com/stratanet/strata/consensus"
 	ecore "github.com/stratanet/strata/node/entry"
 	"github.com/stratanet/strata/node/trust"
 )
 
-// Spot checks (see docs/trust.md). Every hop keeps, per session, two
-// running SHA-256 chains: over every input row it took (token IDs on the
-// first layer, hidden states after) and over every hidden row it emitted,
-// plus the hash of its last output (the logits on the last layer). The
-// engine is bit-deterministic and a prefill of n positions equals n
-// decode steps, so any holder of the same layers, fed the same inputs
-// from position 0 in one stateless prefill, must end with the same
-// chains. At a token boundary, with probability verify-rate, the entry
-// asks one hop X of the path for its signed receipt, then runs a check
-// session: the session's tokens so far through the same upstream hops
-// and a second holder V of X's layers, whose signed receipt comes back
-// instead of a token. Same input chain and same outputs: X's work so far
-// is verified. Different outputs: a third holder W breaks the tie, and
-// the three signed receipts go to the leader as evidence against the odd
-// one out (consensus.Evidence), who is evicted and banned. The session
-// replays without it from the last verified point; tokens already sent
-// are compared with the replay's, and a difference ends the generation
-// with ErrWrongTokens rather than leaving wrong text standing.
-//
-// A last hop on an engine that is not bit-reproducible (ggml) is checked
-// by tolerance instead (tolAudit): its receipt carries a signed summary
-// of its last logits row, compared with a checker's within
-// consensus.LogitsTolerance. Such a node before the last hop is checked
-// by tolerance too (midAudit): the last hop's logits after it are
-// compared with those after a second holder of its layers.
+// Spot checks (docs/trust.md): package trust decides and runs them
+// (trust.Auditor); the entry draws when to check, carries out the check
+// sessions and receipt requests on the network (auditAttempt), and
+// rewinds a generation past a proven liar's outputs. The session replays
+// without it from the last verified point; tokens already sent are
+// compared with the replay's, and a difference ends the generation with
+// ErrWrongTokens rather than leaving wrong text standing.
 
 // ErrWrongTokens: tokens already delivered were computed by a node later
 // proven faulty, and the replay without it produced different ones.
@@ -70,167 +49,68 @@ func (e *entry) shouldAudit() bool {
 	return ecore.ShouldAudit(e.verifyRate(), e.holders != nil, rand.Float64())
 }
 
-// errInconclusive: a check that proves nothing either way;
-// errAttemptFailing: one cut short because the session's attempt fails.
-var (
-	errInconclusive   = errors.New("check inconclusive")
-	errAttemptFailing = fmt.Errorf("%w: the session's attempt is failing", errInconclusive)
-)
-
-// audit spot-checks one hop of the attempt's path at a token boundary;
-// the attempt started at start tokens.
-// It returns an attempt end when the attempt must stop (a hop proven or
-// suspected faulty), nil otherwise.
+// audit spot-checks one hop of the attempt's path at a token boundary
+// (trust.Auditor); the attempt started at start tokens. It returns an
+// attempt end when the attempt must stop (a hop proven or suspected
+// faulty), nil otherwise.
 func (g *generation) audit(ctx context.Context, sid SessionID, areg *attemptReg, start int) *attemptEnd {
-	hops := areg.hops
-	e := g.e
-	// The hops with a second holder; the entry does not check itself.
-	// Only a bit-reproducible hop, fed by bit-reproducible hops, can be
-	// checked: the check session reruns its upstream cold.
-	var cand []int
-	for i, h := range hops {
-		if !e.reproducible(h.Peer) {
-			break
-		}
-		if h.Peer != e.cfg.self && len(g.checkers(hops, i, 1)) > 0 {
-			cand = append(cand, i)
-		}
-	}
-	// A last hop on another engine is checked by tolerance on its logits
-	// (tolerance.go in consensus), whatever engines feed it.
-	tol := len(hops) - 1
-	if x := hops[tol]; x.Peer == e.cfg.self || x.To != e.cfg.model.info.Layers || e.reproducible(x.Peer) ||
-		len(g.tolCheckers(hops, tol)) == 0 {
-		tol = -1
-	} else {
-		cand = append(cand, tol)
-	}
-	// A hop before the last on another engine (or one not heard yet) is
-	// checked by tolerance too, on the last hop's logits through the same
-	// downstream (midAudit): an engine label opts no hop out of checks.
-	var mid []int
-	if hops[len(hops)-1].To == e.cfg.model.info.Layers {
-		for i, h := range hops[:len(hops)-1] {
-			if h.Peer != e.cfg.self && !e.reproducible(h.Peer) && len(g.midCheckers(hops, i)) > 0 {
-				mid = append(mid, i)
-			}
-		}
-	}
-	cand = append(cand, mid...)
-	if len(cand) == 0 {
+	v := g.e.auditor().Audit(ctx, sid, &auditAttempt{g: g, sid: sid, areg: areg, start: start}, trustHops(areg.hops))
+	switch {
+	case v == nil:
 		return nil
+	case len(v.Blame) == 0:
+		return &attemptEnd{}
 	}
-	e.vc.audits.Add(1)
-	i := pickAudit(hops, cand, e.work.unverified, rand.IntN)
-	if i == tol {
-		return g.tolAudit(ctx, sid, areg, i)
-	}
-	if slices.Contains(mid, i) {
-		return g.midAudit(ctx, sid, areg, i)
-	}
-	x := hops[i]
-	rx, err := e.askSent(ctx, sid, hops, i, areg)
-	if err != nil {
-		e.vc.inconclusive.Add(1)
-		e.cfg.log.Debug("spot check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
-		return nil
-	}
-	all := append(slices.Clone(g.prompt), g.out...)
-	if rx.Positions > len(all) || rx.From != x.From || rx.To != x.To {
-		e.vc.inconclusive.Add(1)
-		return nil
-	}
-	tokens := all[:rx.Positions]
-	steps := max(rx.Positions-len(g.prompt), 0) + 1 // the prefill, then one per decode step
-	// Checkers: single second holders, else chains that cover the layers
-	// together (trust.Checkers); each re-runs X's input cold.
-	alts := g.checkers(hops, i, maxCheckers)
-	run := func(links []Hop) ([]consensus.Receipt, error) {
-		return e.checkRun(ctx, g, hops[:i], links, tokens, rx, areg, false)
-	}
-	rvs, v, end, err := firstCheck(ctx, alts, run)
-	if v < 0 {
-		if end == nil && !errors.Is(err, errAttemptFailing) {
-			e.vc.inconclusive.Add(1)
-			e.cfg.log.Debug("spot check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
-		}
-		return end
-	}
-	ch := alts[v]
-	rv, checker := rvs[len(rvs)-1], ch[len(ch)-1].Peer
-	if rv.SameOutput(rx) {
-		e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, false, false, len(ch))
-		e.work.passed(x.Peer)
-		g.verified(x.Peer, rx.Positions, start)
-		return nil
-	}
-	e.vc.conclusive(e.cfg.clock.Now(), sid, x.Peer, checker, rx.Positions, steps, true, false, len(ch))
-	e.cfg.log.Warn("spot check mismatch; asking a third opinion", zap.Stringer("hop", x.Peer), zap.Stringer("checker", checker),
-		zap.Int("links", len(ch)), zap.Int("positions", rx.Positions), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
-	// A third opinion: the next checkers, single holders first, that share
-	// no node with the first (a node in both would vote twice).
-	for _, links := range alts[v+1:] {
-		if sharesPeer(links, ch) {
-			continue
-		}
-		rws, err := run(links)
-		if errors.Is(err, errAttemptFailing) || ctx.Err() != nil {
-			return nil // the attempt ends on its own event; nobody is blamed
-		}
-		if err != nil {
-			continue
-		}
-		rw := rws[len(rws)-1]
-		switch {
-		case rw.SameOutput(rv):
-			e.fault(ctx, exactEvidence(rx, rvs, rws))
-			return &attemptEnd{kind: endFault, blame: []peer.ID{x.Peer},
-				reason: fmt.Sprintf("hop %s failed a spot check of layers [%d, %d)", shortID(x.Peer), x.From, x.To)}
-		case rw.SameOutput(rx):
-			// The checker was wrong; the session's hop was right. A single
-			// checker is proven faulty; a chain is, as one witness, but no
-			// one link of it: its inner rows have no second opinion, so
-			// nobody is accused (docs/trust.md).
-			if len(ch) == 1 {
-				e.fault(ctx, exactEvidence(rv, []consensus.Receipt{rx}, rws))
-			} else {
-				e.cfg.log.Warn("spot check: a chained checker was outvoted; no single link of it can be blamed",
-					zap.Stringers("chain", hopPeers(ch)), zap.Int("layers_from", x.From), zap.Int("layers_to", x.To))
-			}
-			e.work.passed(x.Peer)
-			g.verified(x.Peer, rx.Positions, start)
-			return nil
-		}
-		break // three answers: nothing to prove
-	}
-	// No majority: replay without the hop or any node of its checker, and
-	// prove nothing.
-	e.vc.unresolved.Add(1)
-	return &attemptEnd{kind: endFault, blame: append([]peer.ID{x.Peer}, hopPeers(ch)...),
-		reason: fmt.Sprintf("hop %s and checker %s disagree on layers [%d, %d), no third opinion settled it", shortID(x.Peer),
-			chainName(ch), x.From, x.To)}
+	return &attemptEnd{kind: endFault, blame: v.Blame, reason: v.Reason}
 }
 
-// exactEvidence is the evidence against accused's signer, whose two
-// witnesses (each its receipts in layer order: one for a single holder,
-// the links' for a chain) agree with each other: a single witness goes
-// first, as the evidence's format wants one there where it has one.
-func exactEvidence(accused consensus.Receipt, w1, w2 []consensus.Receipt) consensus.Evidence {
-	if len(w1) > 1 && len(w2) == 1 {
-		w1, w2 = w2, w1
-	}
-	ev := consensus.Evidence{Receipts: [3]consensus.Receipt{accused, w1[len(w1)-1], w2[len(w2)-1]}, Chain: w2[:len(w2)-1]}
-	if len(w1) > 1 {
-		ev.FirstChain = w1[:len(w1)-1]
-	}
-	return ev
+// auditor is the entry's spot checker, over its fields as they are now.
+func (e *entry) auditor() *trust.Auditor {
+	return &trust.Auditor{Self: e.cfg.self, Layers: e.cfg.model.info.Layers, Holders: e.holders, Reproducible: e.isReproducible,
+		Report: e.report, Counters: &e.vc, Work: &e.work, Now: e.cfg.clock.Now, Log: e.cfg.log}
 }
 
-// sharesPeer reports whether two checkers have a node in common.
-func sharesPeer(a, b []Hop) bool {
-	return slices.ContainsFunc(a, func(h Hop) bool { return slices.ContainsFunc(b, func(o Hop) bool { return o.Peer == h.Peer }) })
+// auditAttempt is what a check needs of one attempt (trust.Attempt): the
+// generation's tokens, and the check sessions and receipts it asks for
+// on the network, on the entry's clock, giving way to the attempt's
+// events.
+type auditAttempt struct {
+	g     *generation
+	sid   SessionID
+	areg  *attemptReg
+	start int
 }
 
+func (a *auditAttempt) Tokens() []int32        { return append(slices.Clone(a.g.prompt), a.g.out...) }
+func (a *auditAttempt) PromptLen() int         { return len(a.g.prompt) }
+func (a *auditAttempt) Avoided(p peer.ID) bool { return slices.Contains(a.g.gen.Avoid, p.String()) }
+func (a *auditAttempt) Verified(p peer.ID, positions int) {
+	a.g.verified(p, positions, a.start)
+}
+
+func (a *auditAttempt) AskSent(ctx context.Context, i int) (consensus.Receipt, error) {
+	return a.g.e.askSent(ctx, a.sid, a.areg.hops, i, a.areg)
+}
+
+func (a *auditAttempt) AskReceipt(ctx context.Context, h trust.Hop) (consensus.Receipt, error) {
+	return a.g.e.askReceipt(ctx, a.sid, Hop(h), a.areg)
+}
+
+func (a *auditAttempt) CheckSession(ctx context.Context, hops, ask []trust.Hop, tokens []int32, logits bool) ([]consensus.Receipt, error) {
+	return a.g.e.checkSession(ctx, a.g, wireHops(hops), wireHops(ask), tokens, a.areg, logits)
+}
+
+// trustHops and wireHops convert a path between the wire's hops and
+// package trust's (the same fields).
+func trustHops(hops []Hop) []trust.Hop {
+	out := make([]trust.Hop, len(hops))
+	for k, h := range hops {
+		out[k] = trust.Hop(h)
+	}
+	return out
+}
+
+// hopPeers are the peers of hops, in order.
 func hopPeers(hops []Hop) []peer.ID {
 	out := make([]peer.ID, len(hops))
 	for k, h := range hops {
@@ -239,92 +119,10 @@ func hopPeers(hops []Hop) []peer.ID {
 	return out
 }
 
-// chainName names a checker in a reason: its nodes, in layer order.
-func chainName(links []Hop) string {
-	var b strings.Builder
-	for k, l := range links {
-		if k > 0 {
-			b.WriteString("+")
-		}
-		b.WriteString(shortID(l.Peer))
-	}
-	return b.String()
-}
-
-// firstCheck runs a check on each of alts in turn until one answers: its
-// receipt and index. v < 0 when none did: end is set when ctx ended the
-// generation; err is the last failure (errAttemptFailing: the session's
-// own path is failing, so the check says nothing of the hop).
-func firstCheck[T, R any](ctx context.Context, alts []T, run func(T) (R, error)) (rv R, v int, end *attemptEnd, err error) {
-	for k, p := range alts {
-		if rv, err = run(p); err == nil {
-			return rv, k, nil, nil
-		}
-		if ctx.Err() != nil {
-			return rv, -1, &attemptEnd{}, err
-		}
-		if errors.Is(err, errAttemptFailing) {
-			break
-		}
-	}
-	return rv, -1, nil, err
-}
-
-// reproducible: whether p's outputs can be compared bit for bit (see
-// entryDeps.isReproducible).
-func (e *entry) reproducible(p peer.ID) bool {
-	return e.isReproducible == nil || e.isReproducible(p)
-}
-
-// maxCheckers bounds the checkers an exact check tries for one hop
-// (each that does not answer costs a step timeout) and among which it
-// seeks a third opinion.
-const maxCheckers = 16
-
-// checkers are the checkers of hop i, by trust.Checkers: single holders
-// of its layers, then chains of holders that cover them together, each
-// on the bit-reproducible engine, neither the hop nor avoided by this
-// generation, and the first link not the hop before it (hops must
-// alternate). The holders are shuffled first: that draws the tie-break
-// among checkers of as many links, spreading checks over them.
-func (g *generation) checkers(hops []Hop, i, limit int) [][]Hop {
-	h := hops[i]
-	var hs []trust.Holder
-	at := map[peer.ID]int{}
-	ok := map[peer.ID]bool{}
-	for l := h.From; l < h.To; l++ {
-		for _, p := range g.e.holders(l, l+1) {
-			good, seen := ok[p]
-			if !seen {
-				good = p != h.Peer && !slices.Contains(g.gen.Avoid, p.String()) && g.e.reproducible(p)
-				ok[p] = good
-			}
-			if !good {
-				continue
-			}
-			// A committed range is one run of layers: the first run found
-			// is the holder's part of [From, To).
-			switch k, found := at[p]; {
-			case !found:
-				at[p] = len(hs)
-				hs = append(hs, trust.Holder{ID: string(p), From: l, To: l + 1})
-			case hs[k].To == l:
-				hs[k].To = l + 1
-			}
-		}
-	}
-	rand.Shuffle(len(hs), func(a, b int) { hs[a], hs[b] = hs[b], hs[a] })
-	var prev string
-	if i > 0 {
-		prev = string(hops[i-1].Peer)
-	}
-	var out [][]Hop
-	for _, c := range trust.Checkers(h.From, h.To, hs, prev, consensus.MaxChain+1, limit) {
-		links := make([]Hop, len(c))
-		for k, l := range c {
-			links[k] = Hop{Peer: peer.ID(l.ID), From: l.From, To: l.To}
-		}
-		out = append(out, links)
+func wireHops(hops []trust.Hop) []Hop {
+	out := make([]Hop, len(hops))
+	for k, h := range hops {
+		out[k] = Hop(h)
 	}
 	return out
 }
@@ -339,7 +137,7 @@ func (e *entry) askReceipt(ctx context.Context, sid SessionID, h Hop, areg *atte
 // askVia sends ask to via (to h itself when via is "") and waits for h's
 // receipt from either.
 func (e *entry) askVia(ctx context.Context, sid SessionID, h Hop, via peer.ID, ask Message, areg *attemptReg) (consensus.Receipt, error) {
-	ch, done := e.rcpt.wait(receiptKey{sid, h.From}, h.Peer, via)
+	ch, done := e.rcpt.Wait(trust.ReceiptKey{Session: sid, From: h.From}, h.Peer, via)
 	defer done()
 	to := h.Peer
 	if via != "" {
@@ -355,9 +153,9 @@ func (e *entry) askVia(ctx context.Context, sid SessionID, h Hop, via peer.ID, a
 		return r, nil
 	case ev := <-areg.events:
 		areg.post(ev)
-		return consensus.Receipt{}, errAttemptFailing
+		return consensus.Receipt{}, trust.ErrAttemptFailing
 	case <-t.Chan():
-		return consensus.Receipt{}, fmt.Errorf("%w: no receipt within %v", errInconclusive, e.cfg.stepTimeout)
+		return consensus.Receipt{}, fmt.Errorf("%w: no receipt within %v", trust.ErrInconclusive, e.cfg.stepTimeout)
 	case <-ctx.Done():
 		return consensus.Receipt{}, ctx.Err()
 	case <-e.ctx.Done():
@@ -376,7 +174,7 @@ func (e *entry) checkSession(ctx context.Context, g *generation, hops, ask []Hop
 	reg := &attemptReg{hops: hops, events: make(chan event, 8)}
 	e.checks.add(sid, reg)
 	last := hops[len(hops)-1]
-	ch, done := e.rcpt.wait(receiptKey{sid, last.From}, last.Peer, "")
+	ch, done := e.rcpt.Wait(trust.ReceiptKey{Session: sid, From: last.From}, last.Peer, "")
 	defer func() {
 		done()
 		e.checks.remove(sid)
@@ -388,7 +186,7 @@ func (e *entry) checkSession(ctx context.Context, g *generation, hops, ask []Hop
 	step := &Step{Session: sid, Entry: e.cfg.self, Hops: hops, Tokens: tokens, Check: true, Logits: logits,
 		Open: &Open{MaxTokens: len(tokens), Model: e.cfg.model.hash, Sampling: g.sp, Cold: true}}
 	if err := e.send(ctx, hops[0].Peer, step); err != nil {
-		return nil, fmt.Errorf("%w: %w", errInconclusive, err)
+		return nil, fmt.Errorf("%w: %w", trust.ErrInconclusive, err)
 	}
 	t := e.cfg.clock.NewTimer(e.cfg.stepTimeout)
 	defer t.Stop()
@@ -400,12 +198,12 @@ func (e *entry) checkSession(ctx context.Context, g *generation, hops, ask []Hop
 		if ev.err != nil {
 			why = ev.err.Text
 		}
-		return nil, fmt.Errorf("%w: %s", errInconclusive, why)
+		return nil, fmt.Errorf("%w: %s", trust.ErrInconclusive, why)
 	case ev := <-areg.events:
 		areg.post(ev)
-		return nil, errAttemptFailing
+		return nil, trust.ErrAttemptFailing
 	case <-t.Chan():
-		return nil, fmt.Errorf("%w: no answer within %v", errInconclusive, e.cfg.stepTimeout)
+		return nil, fmt.Errorf("%w: no answer within %v", trust.ErrInconclusive, e.cfg.stepTimeout)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-e.ctx.Done():
@@ -421,66 +219,6 @@ func (e *entry) checkSession(ctx context.Context, g *generation, hops, ask []Hop
 		out = append(out, rl)
 	}
 	return append(out, r), nil
-}
-
-// checkRun runs a check session: tokens through the upstream hops and
-// the links (one holder of the checked layers, or a chain that covers
-// them), and returns the links' receipts when they cover the same input
-// as want's. The last link answers at once; the others are asked after.
-// Like askReceipt, it gives way to an event of the session's attempt.
-//
-// With tol (a tolerance check of a last hop, one link), the last link is
-// asked for its logits, and what must match is the token history, not
-// the input chain: the upstream hops may be on engines whose rows differ
-// in the last bits between the session and the check.
-func (e *entry) checkRun(ctx context.Context, g *generation, upstream, links []Hop, tokens []int32, want consensus.Receipt,
-	areg *attemptReg, tol bool) ([]consensus.Receipt, error) {
-	out, err := e.checkSession(ctx, g, append(slices.Clone(upstream), links...), links[:len(links)-1], tokens, areg, tol)
-	if err != nil {
-		return nil, err
-	}
-	r := out[len(out)-1]
-	first := out[0]
-	if tol {
-		if r.Model != want.Model || r.From != want.From || r.To != want.To || r.Positions != want.Positions ||
-			r.Logits == nil || want.Logits == nil || r.Logits.Tokens != want.Logits.Tokens {
-			return nil, fmt.Errorf("%w: the checker's logits are missing or follow other tokens", errInconclusive)
-		}
-		// Bit-reproducible upstream hops must feed the checker what they
-		// fed the hop: otherwise one of them erred in the session or in the
-		// check, and the difference would be blamed on the hop.
-		if !slices.ContainsFunc(upstream, func(h Hop) bool { return !e.reproducible(h.Peer) }) && r.InChain != want.InChain {
-			return nil, fmt.Errorf("%w: the checker was fed other input", errInconclusive)
-		}
-		return out, nil
-	}
-	if first.Model != want.Model || first.From != want.From || first.Positions != want.Positions ||
-		first.InChain != want.InChain || r.To != want.To {
-		return nil, fmt.Errorf("%w: the checker was fed other input", errInconclusive)
-	}
-	for k := 1; k < len(out); k++ {
-		if out[k].InChain != out[k-1].OutChain || out[k].Positions != want.Positions {
-			return nil, fmt.Errorf("%w: the links of a chained checker disagree on what passed between them", errInconclusive)
-		}
-	}
-	return out, nil
-}
-
-// fault reports proven evidence to the leader.
-func (e *entry) fault(ctx context.Context, ev consensus.Evidence) {
-	accused := ev.Receipts[0].Signer
-	e.cfg.log.Warn("spot check: reporting a faulty node", zap.Stringer("node", accused),
-		zap.Stringer("witness1", ev.Receipts[1].Signer), zap.Stringer("witness2", ev.Receipts[2].Signer))
-	if e.report == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := e.report(ctx, ev); err != nil {
-		e.cfg.log.Warn("fault report refused", zap.Stringer("node", accused), zap.Error(err))
-		return
-	}
-	e.vc.reported.Add(1)
 }
 
 // used notes that the attempt starting now, at len(g.out) tokens, runs

@@ -52,7 +52,7 @@ func benchVerifyRate(b *testing.B, extra map[int][]Option) {
 	entry := nodes[0]
 	waitFor(b, 20*time.Second, "heartbeats naming the engines", func() bool {
 		for i, n := range nodes {
-			if entry.trust.reproducible(n.ID()) == (len(extra[i]) > 0) {
+			if entry.trust.Reproducible(n.ID()) == (len(extra[i]) > 0) {
 				return false
 			}
 		}

@@ -41,7 +41,7 @@ func testVerifyEvicts(t *testing.T, mode FaultMode) {
 		if !ok {
 			t.Fatalf("faulty node not placed: %v", m.Stages)
 		}
-		h := len(nodes[0].trust.holders(fr.Start, fr.End))
+		h := len(nodes[0].trust.Holders(fr.Start, fr.End))
 		if sends := mode != FaultSendFlip || fr.End < m.Layers; h < 3 || !sends {
 			return fmt.Sprintf("the faulty node's range %v has %d holders (sends hidden states: %v)", fr, h, sends)
 		}
@@ -342,9 +342,9 @@ func testOtherEngineLiar(t *testing.T, last bool, label string) {
 	if label == "unheard" {
 		// As before the liar's first heartbeat: set before any generation
 		// starts, so the entry's goroutines see it.
-		entry.entry.isReproducible = func(p peer.ID) bool { return p != liar.ID() && entry.trust.reproducible(p) }
+		entry.entry.isReproducible = func(p peer.ID) bool { return p != liar.ID() && entry.trust.Reproducible(p) }
 	} else {
-		waitFor(t, 30*time.Second, "the liar's heartbeat naming its engine", func() bool { return !entry.trust.reproducible(liar.ID()) })
+		waitFor(t, 30*time.Second, "the liar's heartbeat naming its engine", func() bool { return !entry.trust.Reproducible(liar.ID()) })
 	}
 	reports := make(chan consensus.Evidence, 16)
 	entry.entry.report = func(_ context.Context, ev consensus.Evidence) error {

@@ -96,7 +96,7 @@ func waitEngines(t *testing.T, nodes []*Node, exact func(*Node) bool) {
 	waitFor(t, 60*time.Second, "heartbeats naming the engines", func() bool {
 		for _, n := range nodes {
 			for _, o := range nodes {
-				if n != o && n.trust.reproducible(o.ID()) != exact(o) {
+				if n != o && n.trust.Reproducible(o.ID()) != exact(o) {
 					return false
 				}
 			}
@@ -392,7 +392,7 @@ func TestAuditGivesWayToPeerDown(t *testing.T) {
 	if !slices.Equal(got, want) || res.Replays != 1 {
 		t.Fatalf("tokens %v (want %v), %d replays (want 1)", got, want, res.Replays)
 	}
-	if st := r.e.vc.stats(); st.Inconclusive == 0 || st.Mismatches != 0 {
+	if st := r.e.vc.Stats(); st.Inconclusive == 0 || st.Mismatches != 0 {
 		t.Fatalf("spot checks: %+v", st)
 	}
 }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/internal/codec"
+	"github.com/stratanet/strata/node/trust"
 )
 
 // The activation protocol (/strata/act/1) carries four messages in the
@@ -177,10 +177,9 @@ func (d DType) rowBytes(cols int) uint64 {
 }
 
 // SessionID names one attempt of one generation on every hop of its path.
-// A replay on a new path is a new session.
-type SessionID [16]byte
-
-func (s SessionID) String() string { return hex.EncodeToString(s[:6]) }
+// A replay on a new path is a new session. It is package trust's, whose
+// receipts and check records name it.
+type SessionID = trust.SessionID
 
 // Hop is one remaining hop of a step's path: the peer runs layers
 // [From, To).

@@ -1,10 +1,8 @@
-// Package trust is the spot check's decisions as pure functions: which
-// holders can re-run a hop's work (Checkers), so that the entry's shell
-// (package node) only carries them out. It must not touch the network,
-// an engine, a clock or randomness: every draw is an input (the order of
-// the holders it is given), so the same inputs always give the same
-// checkers. See docs/trust.md.
 package trust
+
+// Checkers: which holders can re-run a hop's work, as a pure function of
+// its inputs (every draw is the order of the holders given), so that
+// every entry picks alike from the same map.
 
 // Holder is a node that may check, with the layers [From, To) that its
 // committed range covers.

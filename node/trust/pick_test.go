@@ -1,4 +1,4 @@
-package node
+package trust
 
 import (
 	"math/rand/v2"
@@ -12,15 +12,15 @@ import (
 // passes sends the peer to the back of the queue.
 func TestAuditPicksMostUnverified(t *testing.T) {
 	a, b, c, d := peer.ID("a"), peer.ID("b"), peer.ID("c"), peer.ID("d")
-	hops := []Hop{{Peer: a, From: 0, To: 2}, {Peer: b, From: 2, To: 4}, {Peer: c, From: 4, To: 6}, {Peer: d, From: 6, To: 8}}
-	cand := []int{1, 2, 3} // a is the entry itself: never a candidate
-	var w unverifiedWork
+	hops := []peer.ID{a, b, c, d} // a path's hops' peers, in order
+	cand := []int{1, 2, 3}        // a is the entry itself: never a candidate
+	var w Work
 	rnd := rand.New(rand.NewPCG(1, 2))
 
 	// Nothing served yet: every candidate ties, and each is drawn.
 	seen := map[int]int{}
 	for range 300 {
-		seen[pickAudit(hops, cand, w.unverified, rnd.IntN)]++
+		seen[PickAudit(hops, cand, w.Unverified, rnd.IntN)]++
 	}
 	for _, i := range cand {
 		if seen[i] == 0 {
@@ -32,37 +32,37 @@ func TestAuditPicksMostUnverified(t *testing.T) {
 	}
 
 	// A path a→b→c served a prefill of 8 and two steps; d came later.
-	w.served(hops[:3], 8)
-	w.served(hops[:3], 1)
-	w.served(hops[:3], 1)
-	w.served([]Hop{hops[3]}, 4)
-	if got := w.unverified(b); got != 10 {
+	w.Served(hops[:3], 8)
+	w.Served(hops[:3], 1)
+	w.Served(hops[:3], 1)
+	w.Served(hops[3:], 4)
+	if got := w.Unverified(b); got != 10 {
 		t.Fatalf("b's unverified steps %d, want 10", got)
 	}
 	for range 50 {
-		if i := pickAudit(hops, cand, w.unverified, rnd.IntN); i != 1 && i != 2 {
-			t.Fatalf("picked hop %d (%d unverified), want b or c (10 each)", i, w.unverified(hops[i].Peer))
+		if i := PickAudit(hops, cand, w.Unverified, rnd.IntN); i != 1 && i != 2 {
+			t.Fatalf("picked hop %d (%d unverified), want b or c (10 each)", i, w.Unverified(hops[i]))
 		}
 	}
 	// b passes a check: c is now alone at the top; then c passes, and d
 	// (4) outranks b (0).
-	w.passed(b)
-	if got := w.unverified(b); got != 0 {
+	w.Passed(b)
+	if got := w.Unverified(b); got != 0 {
 		t.Fatalf("b's unverified steps %d after a passed check, want 0", got)
 	}
-	if i := pickAudit(hops, cand, w.unverified, rnd.IntN); i != 2 {
+	if i := PickAudit(hops, cand, w.Unverified, rnd.IntN); i != 2 {
 		t.Fatalf("picked hop %d, want 2 (c, 10 unverified)", i)
 	}
-	w.passed(c)
-	if i := pickAudit(hops, cand, w.unverified, rnd.IntN); i != 3 {
+	w.Passed(c)
+	if i := PickAudit(hops, cand, w.Unverified, rnd.IntN); i != 3 {
 		t.Fatalf("picked hop %d, want 3 (d, 4 unverified)", i)
 	}
 	// A peer on the path twice (two ranges) counts both hops' steps.
-	w.served([]Hop{{Peer: b, From: 0, To: 2}, {Peer: b, From: 4, To: 6}}, 3)
-	if got := w.unverified(b); got != 6 {
+	w.Served([]peer.ID{b, b}, 3)
+	if got := w.Unverified(b); got != 6 {
 		t.Fatalf("b's unverified steps %d, want 6", got)
 	}
-	if i := pickAudit(hops, cand, w.unverified, rnd.IntN); i != 1 {
+	if i := PickAudit(hops, cand, w.Unverified, rnd.IntN); i != 1 {
 		t.Fatalf("picked hop %d, want 1 (b, 6 unverified)", i)
 	}
 }
