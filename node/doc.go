@@ -88,16 +88,15 @@
 //   - Capabilities (caps.go): a simulated node declares its device; a
 //     real-engine node measures one layer at start, through its engine,
 //     cached in the data dir per engine.
-//   - The adaptive upload limit (upload.go, uploadctl.go): a node that
-//     serves the model's chunks to fetching peers times its engine
-//     batches (per layer, by batch size class) with uploads running
-//     against an EWMA baseline of batches with none, and sets the chunk
-//     servers' limit AIMD-style: halved when the median is over 1.10×
-//     the baseline, raised 1 MB/s per second otherwise; 1 MB/s floor,
-//     WithUploadRate the ceiling, no limit but that cap while it serves
-//     nothing. A stale or missing baseline is measured again by pausing
-//     uploads for at most 0.6 s (at most every 5 s). The controller
-//     (uploadControl) is pure; the governor runs it on the node's clock.
+//   - Weights (node/weights, wired in weights.go): serving the model's
+//     chunks to peers, the info and manifest answers, the fetch of a
+//     node's range from peers when it joined without the file, the
+//     members' fetch rates for the planner, and the adaptive upload
+//     limit (a Governor fed the scheduler's batches, on the node's
+//     clock). The package reads the consensus replica through a small
+//     interface (consSwarm) and reaches peers through the host's
+//     streams; the node routes its control requests to it and loads
+//     the slices it makes (warmup).
 //   - Spot checks (package node/trust, docs/trust.md): every hop keeps
 //     SHA-256 chains over the rows it took and gave per session
 //     (trust.Chains) and signs them as a receipt on request (receipt.go);

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,10 +155,12 @@ func BenchmarkUploaderLatency(b *testing.B) {
 	for i := range b.N {
 		for j := range modes {
 			m := modes[(i+j)%len(modes)]
-			n.upload.setOff(!m.adaptive)
+			n.upload.SetOff(!m.adaptive)
 			if !m.adaptive {
-				n.weights.chunks.SetPaused(false)
-				n.weights.chunks.SetUploadRate(m.rate)
+				for _, s := range n.weights.Servers() { // the file's alone
+					s.SetPaused(false)
+					s.SetUploadRate(m.rate)
+				}
 			}
 			fctx, stop := context.WithCancel(ctx)
 			var got atomic.Int64
@@ -191,7 +194,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	n.upload.setOff(false)
+	n.upload.SetOff(false)
 	fmt.Printf("uploader-latency: load average after %s\n", loadAvg())
 	idle := modes[0].res
 	for _, m := range modes {
@@ -215,7 +218,7 @@ func BenchmarkUploaderLatency(b *testing.B) {
 		}
 		fmt.Println("uploader-latency:", line)
 	}
-	limit, _, probes := n.upload.state()
+	limit, _, probes := n.upload.State()
 	fmt.Printf("uploader-latency: adaptive limit at the end %d B/s, %d probes; %d alternations of %v turns\n", limit, probes, b.N, turn)
 }
 
@@ -419,4 +422,14 @@ func TestFetchHelperProcess(t *testing.T) {
 		wg.Wait()
 		fmt.Printf("bytes %d\n", got.Load())
 	}
+}
+
+// median of xs (reordered).
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }

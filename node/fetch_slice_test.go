@@ -4,21 +4,19 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/weights"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
 )
 
-// fetchPeer is a bare host with a fetch state of the test model: the
-// fetch side of a joining node, driven range by range.
-func fetchPeer(t *testing.T, boot ...*Node) *fetchState {
+// bareHost is a host connected to the boot nodes, with no node on it.
+func bareHost(t *testing.T, boot ...*Node) (*swarm.Host, []peer.AddrInfo) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -28,11 +26,6 @@ func fetchPeer(t *testing.T, boot ...*Node) *fetchState {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	man := testManifest(t)
-	data, err := man.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var infos []peer.AddrInfo
 	for _, b := range boot {
 		ai := b.host.AddrInfo()
@@ -41,9 +34,25 @@ func fetchPeer(t *testing.T, boot ...*Node) *fetchState {
 		}
 		infos = append(infos, ai)
 	}
-	f := &fetchState{man: man, data: data, dir: t.TempDir(), host: h, self: h.ID(), boot: infos,
-		stall: 10 * time.Second, log: testLogger(t), cons: new(atomic.Pointer[consensus.Consensus])}
-	t.Cleanup(f.closeServer)
+	return h, infos
+}
+
+// fetchPeer is a bare host with a fetch of the test model: the fetch
+// side of a joining node, driven range by range.
+func fetchPeer(t *testing.T, boot ...*Node) *weights.Remote {
+	t.Helper()
+	h, infos := bareHost(t, boot...)
+	data, err := testManifest(t).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := weights.NewRemote(weights.RemoteConfig{Net: h.Streams(), Fingerprint: testManifest(t).Fingerprint, Dir: t.TempDir(),
+		Boot: infos, Stall: 10 * time.Second, RequestRate: DefaultChunkRequestRate, RequestBurst: DefaultChunkRequestBurst,
+		Log: testLogger(t)}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
 	return f
 }
 
@@ -67,11 +76,11 @@ func TestFetchFromSliceHolderAndMove(t *testing.T) {
 	// A move: [0, 2) then [1, 4).
 	mover := fetchPeer(t, founder, holder)
 	r1, r2 := layers.Range{Start: 0, End: 2}, layers.Range{Start: 1, End: 4}
-	if _, err := mover.slice(ctx, r1); err != nil {
+	if _, err := mover.Slice(ctx, r1); err != nil {
 		t.Fatal(err)
 	}
-	before := mover.fetched.Load()
-	if _, err := mover.slice(ctx, r2); err != nil {
+	before := mover.Progress().Fetched
+	if _, err := mover.Slice(ctx, r2); err != nil {
 		t.Fatal(err)
 	}
 	old, _ := man.ChunksFor(r1.Start, r1.End)
@@ -88,36 +97,36 @@ func TestFetchFromSliceHolderAndMove(t *testing.T) {
 			diff = append(diff, i)
 		}
 	}
-	got := mover.fetched.Load() - before
-	t.Logf("move %v → %v: fetched %d bytes, reused %d, the new range's chunks are %d", r1, r2, got, mover.reused.Load(), man.Bytes(need))
-	if got != man.Bytes(diff) || mover.reused.Load() != man.Bytes(shared) {
-		t.Fatalf("move fetched %d bytes (want the difference, %d) and reused %d (want %d)", got, man.Bytes(diff), mover.reused.Load(), man.Bytes(shared))
+	got := mover.Progress().Fetched - before
+	t.Logf("move %v → %v: fetched %d bytes, reused %d, the new range's chunks are %d", r1, r2, got, mover.Reused(), man.Bytes(need))
+	if got != man.Bytes(diff) || mover.Reused() != man.Bytes(shared) {
+		t.Fatalf("move fetched %d bytes (want the difference, %d) and reused %d (want %d)", got, man.Bytes(diff), mover.Reused(), man.Bytes(shared))
 	}
 
 	// The founder goes; the slice holder alone serves its range.
 	founder.Kill()
 	newcomer := fetchPeer(t, holder)
-	path, err := newcomer.slice(ctx, hr)
+	path, err := newcomer.Slice(ctx, hr)
 	if err != nil {
 		t.Fatalf("fetch of %v from the slice holder alone: %v", hr, err)
 	}
-	newcomer.use(path, -1)
+	newcomer.Release(path)
 	rb, _ := man.RangeBytes(hr.Start, hr.End)
-	if got := newcomer.fetched.Load(); got != rb {
+	if got := newcomer.Progress().Fetched; got != rb {
 		t.Fatalf("fetched %d bytes of %v, want %d", got, hr, rb)
 	}
 	mine, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs, err := os.ReadFile(holder.model.fetch.slicePath(hr))
+	theirs, err := os.ReadFile(holder.model.fetch.SlicePath(hr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(mine, theirs) {
 		t.Fatal("the slice fetched from the slice holder differs from the holder's")
 	}
-	if !newcomer.serving.Load() {
+	if !newcomer.Serving() {
 		t.Fatal("the newcomer does not serve its slice in turn")
 	}
 }

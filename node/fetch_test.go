@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -132,11 +130,11 @@ func TestJoinByModelIDFetchesRange(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "the leader knows every joiner's fetch rate", func() bool {
 		for _, j := range joiners {
-			if r, ok := leader.weights.rates.FetchRate(j.ID()); !ok || r <= 0 {
+			if r, ok := leader.weights.FetchRate(j.ID()); !ok || r <= 0 {
 				return false
 			}
 		}
-		_, ok := leader.weights.rates.FetchRate(founder.ID())
+		_, ok := leader.weights.FetchRate(founder.ID())
 		return !ok
 	})
 
@@ -240,42 +238,5 @@ func TestModelIDConfig(t *testing.T) {
 	}
 	if _, err := New(ctx, WithModelFile(testModel(t)), WithChunkSize(1)); !isConfig(err) {
 		t.Fatalf("a chunk size of 1: %v", err)
-	}
-}
-
-// TestPruneSlices: once a node serves a range, the slices of other ranges
-// go, except one a fetch or load still uses; other files stay.
-func TestPruneSlices(t *testing.T) {
-	dir := t.TempDir()
-	f := &fetchState{man: testManifest(t), dir: dir, log: testLogger(t)}
-	r := func(a, b int) layers.Range { return layers.Range{Start: a, End: b} }
-	files := map[string]bool{ // path: kept
-		f.slicePath(r(0, 4)):                        true, // kept
-		f.slicePath(r(4, 8)):                        false,
-		f.slicePath(r(2, 6)) + chunks.PartSuffix:    false,
-		f.slicePath(r(4, 8)) + chunks.EdgesSuffix:   false,
-		f.slicePath(r(0, 4)) + chunks.EdgesSuffix:   true, // the kept slice's
-		f.slicePath(r(0, 2)):                        true, // in use
-		f.slicePath(r(0, 8)) + ".tmp123":            true, // being written
-		fpFile(dir, f.man.Fingerprint, ".header"):   true,
-		fpFile(dir, f.man.Fingerprint, ".manifest"): true,
-	}
-	for p := range files {
-		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.use(f.slicePath(r(0, 2)), 1)
-	f.prune(r(0, 4))
-	for p, kept := range files {
-		_, err := os.Stat(p)
-		if kept != (err == nil) {
-			t.Errorf("%s: kept %v, want %v", filepath.Base(p), err == nil, kept)
-		}
-	}
-	f.use(f.slicePath(r(0, 2)), -1)
-	f.prune(r(0, 4))
-	if _, err := os.Stat(f.slicePath(r(0, 2))); err == nil {
-		t.Error("a slice no longer in use was kept")
 	}
 }

@@ -121,11 +121,11 @@ func (n *Node) Metrics() Metrics {
 		m.Sessions, m.Queue, m.FreeKV, m.LayerLatency = st.Sessions, st.Queue, st.FreeKV, st.LayerLatency
 		m.PrefixHits, m.PrefixTokens, m.PrefixEvictions, m.PrefixBytes = st.PrefixHits, st.PrefixTokens, st.PrefixEvictions, st.PrefixBytes
 	}
-	for _, s := range n.weights.servers() {
+	for _, s := range n.weights.Servers() {
 		m.Uploaded += s.Sent()
 	}
 	if n.upload != nil {
-		m.UploadLimit, _, m.UploadProbes = n.upload.state()
+		m.UploadLimit, _, m.UploadProbes = n.upload.State()
 	} else {
 		m.UploadLimit = n.cfg.uploadRate
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/layers"
+	"github.com/stratanet/strata/node/weights"
 )
 
 // ModelInfo describes the model a node serves.
@@ -49,7 +50,7 @@ type model struct {
 	// simulated model, or a file node that does not serve chunks).
 	manifest []byte
 	// fetch: the node holds no file and fetches slices from peers.
-	fetch *fetchState
+	fetch *weights.Remote
 }
 
 // prompt is req's prompt as tokens: its text, its chat rendered by the

@@ -19,6 +19,7 @@ import (
 	"github.com/stratanet/strata/internal/proto"
 	"github.com/stratanet/strata/layers"
 	"github.com/stratanet/strata/node/trust"
+	"github.com/stratanet/strata/node/weights"
 	"github.com/stratanet/strata/routing"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
@@ -35,7 +36,7 @@ import (
 // (view.go), the announcer of the node's own status (status.go), warmup
 // (warmup.go, consensus's StageLoader), the liveness adapter, the
 // spot checks' view of the swarm (trust.Swarm) and the serving of
-// weights to peers (weights.go, fetchinfo.go).
+// weights to peers (node/weights, wired in weights.go).
 type Node struct {
 	cfg   config
 	log   *zap.Logger
@@ -45,8 +46,8 @@ type Node struct {
 	hw    layers.Hardware
 	self  peer.ID
 
-	weights *weights        // chunks served to peers, info and manifest answers, fetch rates
-	upload  *uploadGovernor // the adaptive upload limit; nil: off, or nothing to serve
+	weights *weights.Server   // chunks served to peers, info and manifest answers, fetch rates
+	upload  *weights.Governor // the adaptive upload limit; nil: off, or nothing to serve
 
 	svc   *stageService
 	trust *trust.Swarm // what the entry's spot checks learn from the swarm
@@ -152,10 +153,9 @@ func New(ctx context.Context, opts ...Option) (*Node, error) {
 // node with a model ID only), the roles, and consensus.
 func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, error) {
 	log := cfg.log
-	var cons atomic.Pointer[consensus.Consensus]
 	if m == nil {
 		var err error
-		m, err = openRemote(ctx, h, cfg.modelID, filepath.Join(cfg.dataDir, "models"), cfg.bootstrap, cfg.threads, &cons,
+		m, err = openRemote(ctx, h, cfg.modelID, filepath.Join(cfg.dataDir, "models"), cfg.bootstrap, cfg.threads, cfg.uploadRate,
 			log.With(zap.String("node", shortID(h.ID()))))
 		if err != nil {
 			return nil, err
@@ -169,7 +169,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			size = chunks.DefaultChunkSize
 		}
 		var err error
-		if man, m.manifest, err = fileManifest(m.path, m.info.Fingerprint, cfg.dataDir, size, log); err != nil {
+		if man, m.manifest, err = weights.FileManifest(m.path, m.info.Fingerprint, cfg.dataDir, size, log); err != nil {
 			// Serving still works; only peers cannot fetch from here (a
 			// split model's parts, say: a manifest describes one file).
 			log.Warn("the model's chunks are not served to peers", zap.String("model", m.path), zap.Error(err))
@@ -189,7 +189,9 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 
 	n := &Node{cfg: cfg, log: log.With(zap.String("node", shortID(h.ID()))), host: h, model: m, hw: hw, self: h.ID()}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.weights = &weights{self: n.self, host: h, model: m, cons: &n.cons, uploadRate: cfg.uploadRate, chunkReader: cfg.chunkReader}
+	n.weights = weights.NewServer(weights.ServerConfig{Net: h.Streams(), Swarm: consSwarm{&n.cons}, Fingerprint: m.info.Fingerprint,
+		Path: m.path, Manifest: m.manifest, Remote: m.fetch, UploadRate: cfg.uploadRate, RequestRate: DefaultChunkRequestRate,
+		RequestBurst: DefaultChunkRequestBurst, ChunkReader: cfg.chunkReader})
 	n.svc = &stageService{ctx: n.ctx, self: n.self, info: m.info, acts: h.Streams(),
 		wire: &wirePicker{mode: cfg.wire, bandwidth: func(p peer.ID) float64 {
 			if row, ok := h.Peers().Get(p); ok {
@@ -201,13 +203,13 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.svc.out = newOutbox(n.ctx, n.svc.send, n.log.Named("outbox"))
 	var batchDone func(time.Duration, int, int)
 	if cfg.uploadAdaptive && (man != nil || m.fetch != nil) {
-		n.upload = newUploadGovernor(cfg.clock, cfg.uploadRate, n.weights.servers, func() int {
+		n.upload = weights.NewGovernor(cfg.clock, cfg.uploadRate, n.weights.Servers, func() int {
 			if st := n.svc.sched.status.Load(); st != nil {
 				return st.Sessions
 			}
 			return 0
 		}, n.log.Named("upload"))
-		batchDone = n.upload.batch
+		batchDone = n.upload.Batch
 	}
 	n.svc.sched = newScheduler(schedConfig{self: h.ID(), model: m.info, hash: m.hash, memBudget: budget, tok: m.tok,
 		maxBatch: cfg.maxBatch, maxQueue: cfg.maxQueue, idleTimeout: cfg.idleTimeout, queueTimeout: cfg.queueTimeout,
@@ -278,14 +280,11 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	n.warm = &warmer{model: m, sched: n.svc.sched, maxLayers: cfg.maxLayers, loadDelay: cfg.loadDelay, loading: &n.ann.loading,
 		publish: n.ann.publish, log: n.log}
 	if m.fetch != nil {
-		m.fetch.cons = &n.cons // before anything reads it: consensus starts below
-		m.fetch.uploadRate = cfg.uploadRate
-		f := m.fetch
-		n.ann.fetch = func() (int64, int64) { return f.done.Load(), f.total.Load() }
-		f.progressed = n.ann.publish
+		m.fetch.Bind(consSwarm{&n.cons}, n.ann.publish) // before anything reads it: consensus starts below
+		n.ann.fetch = func() (int64, int64) { p := m.fetch.Progress(); return p.Done, p.Total }
 	}
 	if man != nil {
-		if err := n.weights.serve(man); err != nil {
+		if err := n.weights.Serve(man); err != nil {
 			n.Close()
 			return n, fmt.Errorf("%w: serving the model's chunks: %w", ErrConfig, err)
 		}
@@ -294,7 +293,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	go func() { defer n.wg.Done(); n.svc.sched.run(n.ctx) }()
 	if n.upload != nil {
 		n.wg.Add(1)
-		go func() { defer n.wg.Done(); n.upload.run(n.ctx) }()
+		go func() { defer n.wg.Done(); n.upload.Run(n.ctx) }()
 	}
 
 	h.Streams().HandleControl(func(ctx context.Context, from peer.ID, req []byte) ([]byte, error) {
@@ -304,11 +303,12 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			}
 			return nil, fmt.Errorf("%w: no consensus here", ErrNotServing)
 		}
-		if isManifestRequest(req) {
-			return n.weights.answerManifest(req)
+		if weights.IsManifestRequest(req) {
+			resp, err := n.weights.AnswerManifest(req)
+			return resp, weightsErr(err)
 		}
-		if isInfoRequest(req) {
-			return n.weights.answerInfo(), nil
+		if weights.IsInfoRequest(req) {
+			return n.weights.AnswerInfo(), nil
 		}
 		return nil, fmt.Errorf("%w: unknown control request", ErrBadFrame)
 	})
@@ -340,7 +340,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 			consensus.WithHost(consNet{h}),
 			consensus.WithLogger(log.Named("consensus"), hclog.Warn),
 			consensus.WithModel(m.spec, m.info.Fingerprint),
-			consensus.WithFetchRates(&n.weights.rates),
+			consensus.WithFetchRates(n.weights),
 			consensus.WithVouches(consensus.VouchFunc(func() []consensus.Vouch {
 				return n.entry.work.LeaderVouches(n.self, h.Peers().Attestations())
 			}), cfg.trustChecks),
@@ -381,7 +381,7 @@ func start(ctx context.Context, cfg config, h *swarm.Host, m *model) (*Node, err
 	}
 	if cfg.static == nil {
 		n.wg.Add(2)
-		go func() { defer n.wg.Done(); n.weights.pollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
+		go func() { defer n.wg.Done(); n.weights.PollRates(n.ctx, max(4*cfg.statusEvery, time.Second)) }()
 		go func() { defer n.wg.Done(); cover.watch(n.ctx, max(2*cfg.statusEvery, time.Second)) }()
 	}
 	n.wg.Add(2)
@@ -430,7 +430,7 @@ func nodeHardware(ctx context.Context, cfg *config, m *model, log *zap.Logger) (
 			// No weights yet: measure on a generated stand-in of the
 			// model's shape.
 			var err error
-			if bench, err = m.fetch.standIn(cfg.threads); err != nil {
+			if bench, err = standIn(m.fetch, cfg.threads); err != nil {
 				return hw, err
 			}
 			bench.eng = m.eng
@@ -535,7 +535,7 @@ func (n *Node) Close() error {
 		n.host.Streams().HandleActivations(nil)
 		n.entry.stop()
 		n.cancel()
-		n.weights.close()
+		n.weights.Close()
 		errs = append(errs, n.host.Close())
 		n.entry.wait()
 		n.wg.Wait()
@@ -553,7 +553,7 @@ func (n *Node) Kill() {
 		n.host.Close()
 		n.entry.stop()
 		n.cancel()
-		n.weights.close()
+		n.weights.Close()
 		if c := n.cons.Load(); c != nil {
 			c.Close()
 		}

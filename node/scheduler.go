@@ -77,7 +77,7 @@ type schedConfig struct {
 	// tokens' bytes from (nil: constrained sessions are refused).
 	tok *engine.Tokenizer
 	// batchDone hears of each engine batch: its wall time, the layers it
-	// ran and its tokens (the adaptive upload limit, upload.go); nil: none.
+	// ran and its tokens (the adaptive upload limit, node/weights); nil: none.
 	batchDone func(elapsed time.Duration, layers, tokens int)
 }
 

@@ -66,7 +66,7 @@ type SwarmSnapshot struct {
 func (n *Node) Swarm() SwarmSnapshot {
 	s := SwarmSnapshot{Self: n.host.Beats().Status(), Held: n.ann.held(), Hardware: n.hw, Addrs: n.host.Addrs(), NAT: n.host.Links().NAT(),
 		Scheduler: n.paths.profiles.Config(), RouteErr: n.paths.ready(n.ctx),
-		Fetch: n.weights.progress()}
+		Fetch: n.weights.Progress()}
 	for _, p := range n.host.Peers().Snapshot() {
 		if p.ID != n.self {
 			s.Peers = append(s.Peers, p)

@@ -39,7 +39,7 @@ type announcer struct {
 	// queue is the entry queue's length and oldest wait (the load
 	// table's fields); nil until wired.
 	queue func() (int, time.Duration)
-	// fetch is the node's fetch of weights in progress (fetch.go); nil:
+	// fetch is the node's fetch of weights in progress (node/weights); nil:
 	// it holds the file.
 	fetch func() (done, total int64)
 	// tokens is the count of tokens delivered to callers (the

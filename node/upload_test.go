@@ -62,22 +62,23 @@ func TestUploadAdaptiveWhileServing(t *testing.T) {
 	})
 
 	// A peer fetches every chunk meanwhile.
-	f := fetchPeer(t, n)
-	all := make([]int, f.man.NumChunks())
+	h, _ := bareHost(t, n)
+	man := testManifest(t)
+	all := make([]int, man.NumChunks())
 	for i := range all {
 		all[i] = i
 	}
 	before := gens.Load()
 	var fetched atomic.Int64 // the sink runs on the fetcher's goroutines
-	if _, err := f.fetcher().Fetch(ctx, all, []peer.ID{n.ID()}, func(_ int, data []byte) error {
+	if _, err := chunks.NewFetcher(h.Streams(), man, chunks.WithStallTimeout(10*time.Second)).Fetch(ctx, all, []peer.ID{n.ID()}, func(_ int, data []byte) error {
 		fetched.Add(int64(len(data)))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	got := fetched.Load()
-	if got != f.man.FileSize {
-		t.Fatalf("fetched %d bytes of %d", got, f.man.FileSize)
+	if got != man.FileSize {
+		t.Fatalf("fetched %d bytes of %d", got, man.FileSize)
 	}
 	waitFor(t, 60*time.Second, "a generation completed after the fetch began", func() bool { return gens.Load() > before })
 	m := n.Metrics()

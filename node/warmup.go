@@ -83,11 +83,11 @@ func (n *warmer) Load(ctx context.Context, epoch uint64, r layers.Range) error {
 	open := n.model.openLayer
 	if f := n.model.fetch; f != nil {
 		// The range's tensors come from peers, into a slice file first.
-		path, err := f.slice(ctx, r)
+		path, err := f.Slice(ctx, r)
 		if err != nil {
 			return fail(fmt.Errorf("warmup: %w", err))
 		}
-		defer f.use(path, -1)
+		defer f.Release(path)
 		open = func(l int) (engine.Stage, error) { return n.model.openFrom(path, l) }
 	}
 	var bytes int64
@@ -159,11 +159,11 @@ func (n *warmer) loadRange(ctx context.Context, epoch uint64, r layers.Range, st
 	n.log.Info("warmup: loading as one stage", zap.Uint64("epoch", epoch), zap.Stringer("range", r), zap.Int("held", keep))
 	path := n.model.path
 	if f := n.model.fetch; f != nil {
-		p, err := f.slice(ctx, r)
+		p, err := f.Slice(ctx, r)
 		if err != nil {
 			return fmt.Errorf("warmup: %w", err)
 		}
-		defer f.use(p, -1)
+		defer f.Release(p)
 		path = p
 	}
 	if d := n.loadDelay; d > 0 {
@@ -202,7 +202,7 @@ func (n *warmer) Release(ctx context.Context, epoch uint64, keep layers.Range) e
 	n.log.Info("serving", zap.Uint64("epoch", epoch), zap.Stringer("range", keep))
 	n.publish()
 	if f := n.model.fetch; f != nil && !keep.Empty() {
-		f.prune(keep)
+		f.Prune(keep)
 	}
 	return nil
 }

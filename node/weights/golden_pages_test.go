@@ -1,4 +1,4 @@
-package node
+package weights
 
 import (
 	"bytes"
@@ -10,15 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
-	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/swarm/chunks"
 )
 
 // The manifest and info answers of the node control protocol
-// (fetchinfo.go): a small manifest in one answer, a paged manifest's two
+// (info.go): a small manifest in one answer, a paged manifest's two
 // pages, and the info answer of a node that holds the file. A page is a
 // mebibyte: the file keeps its first 64 bytes and the SHA-256 of all of
 // it. The requests come from encodeManifestRequest, askManifest's encoder
@@ -31,26 +29,25 @@ func TestGoldenManifestPages(t *testing.T) {
 	if len(big) <= manifestPage || len(big) > 2*manifestPage {
 		t.Fatalf("test manifest of %d bytes: want one of two pages", len(big))
 	}
-	w := &weights{model: &model{manifest: big, info: ModelInfo{Fingerprint: fp}},
-		cons: new(atomic.Pointer[consensus.Consensus]), chunks: new(chunks.Server)}
+	w := &Server{manifest: big, fp: fp, swarm: noSwarm{}, chunks: new(chunks.Server)}
 
 	firstReq := encodeManifestRequest(fp, false, 0)
 	page0Req := encodeManifestRequest(fp, true, 0)
 	page1Req := encodeManifestRequest(fp, true, manifestPage)
-	page0, err := w.answerManifest(firstReq)
+	page0, err := w.AnswerManifest(firstReq)
 	if err != nil {
 		t.Fatal(err)
 	}
-	page1, err := w.answerManifest(page1Req)
+	page1, err := w.AnswerManifest(page1Req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := w.answerManifest(page0Req); err != nil || !bytes.Equal(again, page0) {
+	if again, err := w.AnswerManifest(page0Req); err != nil || !bytes.Equal(again, page0) {
 		t.Fatalf("page 0 by page request differs from the first answer (%v)", err)
 	}
-	info := w.answerInfo()
-	w.model.manifest = []byte("a small manifest")
-	small, err := w.answerManifest(firstReq)
+	info := w.AnswerInfo()
+	w.manifest = []byte("a small manifest")
+	small, err := w.AnswerManifest(firstReq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +114,7 @@ func TestGoldenManifestPages(t *testing.T) {
 	}
 	// The info answer by its layout: flags, rate (f64 bits, big-endian),
 	// the manifest's SHA-256.
-	if !isInfoRequest([]byte(infoReqMagic)) || !isManifestRequest(page1Req) {
+	if !IsInfoRequest([]byte(infoReqMagic)) || !IsManifestRequest(page1Req) {
 		t.Fatal("golden requests not recognised")
 	}
 	if info[0] != holdsFile || math.Float64frombits(binary.BigEndian.Uint64(info[1:9])) != 0 || !bytes.Equal(info[9:], sha256Of(big)) {

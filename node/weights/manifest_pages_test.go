@@ -1,4 +1,4 @@
-package node
+package weights
 
 import (
 	"bytes"
@@ -68,15 +68,15 @@ func TestManifestPages(t *testing.T) {
 		t.Fatalf("test manifest of %d bytes: want one above a control frame (%d)", len(big), swarm.DefaultMaxCtlFrame)
 	}
 	server, asker := pageHosts(t)
-	w := &weights{model: &model{manifest: big, info: ModelInfo{Fingerprint: fp}}, cons: new(atomic.Pointer[consensus.Consensus])}
+	w := &Server{manifest: big, fp: fp, swarm: noSwarm{}}
 	var calls atomic.Int32
 	server.Streams().HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) {
 		calls.Add(1)
-		return w.answerManifest(req)
+		return w.AnswerManifest(req)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a, err := askManifest(ctx, asker, server.ID(), fp)
+	a, err := askManifest(ctx, asker.Streams(), server.ID(), fp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,18 +90,18 @@ func TestManifestPages(t *testing.T) {
 		t.Fatalf("decoded: %v", err)
 	}
 	// Any model (SwarmModel's question) is answered in pages too.
-	if a, err := askManifest(ctx, asker, server.ID(), ""); err != nil || !bytes.Equal(a.data, big) {
+	if a, err := askManifest(ctx, asker.Streams(), server.ID(), ""); err != nil || !bytes.Equal(a.data, big) {
 		t.Fatalf("paged manifest of any model: %v", err)
 	}
 
 	small := []byte("a small manifest")
-	w.model.manifest = small
+	w.manifest = small
 	resp, err := asker.Streams().Call(ctx, server.ID(), []byte(manifestReqMagic+fp))
 	if err != nil || resp[0]&manifestPaged != 0 || !bytes.Equal(resp[1:], small) {
 		t.Fatalf("small manifest answer %q, %v", resp, err)
 	}
 	// A page past the end is refused.
-	w.model.manifest = big
+	w.manifest = big
 	req := binary.AppendUvarint([]byte(manifestPageMagic), uint64(len(big)))
 	if _, err := asker.Streams().Call(ctx, server.ID(), append(req, fp...)); err == nil {
 		t.Fatal("a page past the end answered")
@@ -133,7 +133,7 @@ func TestManifestPagesRefused(t *testing.T) {
 	defer cancel()
 	for name, answer := range cases {
 		server.Streams().HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) { return answer(req), nil })
-		if _, err := askManifest(ctx, asker, server.ID(), "fp"); !errors.Is(err, ErrBadFrame) {
+		if _, err := askManifest(ctx, asker.Streams(), server.ID(), "fp"); !errors.Is(err, ErrBadFrame) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

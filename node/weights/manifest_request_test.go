@@ -1,4 +1,4 @@
-package node
+package weights
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 )
 
 // readGoldenLines is testdata/golden/name's "name hex" lines by name,
-// read only (checkGoldenFile writes the files).
+// read only (TestGoldenManifestPages writes the file).
 func readGoldenLines(t *testing.T, name string) map[string][]byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "golden", name))
@@ -49,19 +48,19 @@ func TestManifestRequestWire(t *testing.T) {
 	const fp = "sha256:golden-pages"
 	big := bigChunkManifest(t, fp, manifestPage/sha256.Size+16)
 	server, asker := pageHosts(t)
-	w := &weights{model: &model{manifest: big, info: ModelInfo{Fingerprint: fp}}, cons: new(atomic.Pointer[consensus.Consensus])}
+	w := &Server{manifest: big, fp: fp, swarm: noSwarm{}}
 	var mu sync.Mutex
 	var reqs [][]byte
 	server.Streams().HandleControl(func(_ context.Context, _ peer.ID, req []byte) ([]byte, error) {
 		mu.Lock()
 		reqs = append(reqs, bytes.Clone(req))
 		mu.Unlock()
-		return w.answerManifest(req)
+		return w.AnswerManifest(req)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, ask := range []string{fp, ""} {
-		if a, err := askManifest(ctx, asker, server.ID(), ask); err != nil || !bytes.Equal(a.data, big) {
+		if a, err := askManifest(ctx, asker.Streams(), server.ID(), ask); err != nil || !bytes.Equal(a.data, big) {
 			t.Fatalf("manifest for %q: %d bytes, %v", ask, len(a.data), err)
 		}
 	}
@@ -100,8 +99,8 @@ func TestManifestRequestRefused(t *testing.T) {
 			t.Errorf("%s (%x): %v, want ErrBadFrame", name, req, err)
 		}
 	}
-	w := &weights{model: &model{manifest: []byte("m"), info: ModelInfo{Fingerprint: "fp"}}, cons: new(atomic.Pointer[consensus.Consensus])}
-	if _, err := w.answerManifest(append(binary.AppendUvarint([]byte(manifestPageMagic), consensus.MaxManifestSize+1), "fp"...)); !errors.Is(err, ErrBadFrame) {
+	w := &Server{manifest: []byte("m"), fp: "fp", swarm: noSwarm{}}
+	if _, err := w.AnswerManifest(append(binary.AppendUvarint([]byte(manifestPageMagic), consensus.MaxManifestSize+1), "fp"...)); !errors.Is(err, ErrBadFrame) {
 		t.Errorf("answer to an oversize offset: %v", err)
 	}
 	if _, err := askManifest(context.Background(), nil, "", long); !errors.Is(err, ErrUnknownModel) {

@@ -1,4 +1,4 @@
-package node
+package weights
 
 import (
 	"path/filepath"
@@ -30,12 +30,12 @@ func TestStandInKeepsShape(t *testing.T) {
 		}
 		hp := s.Info().HParams
 		s.Close()
-		f := &fetchState{man: &chunks.Manifest{Fingerprint: c.Arch}, dir: dir, shape: hp}
-		m, err := f.standIn(1)
+		f := &Remote{man: &chunks.Manifest{Fingerprint: c.Arch}, dir: dir, shape: hp}
+		sp, err := f.StandIn()
 		if err != nil {
 			t.Fatalf("%s: %v", c.Arch, err)
 		}
-		st, err := m.openLayer(0)
+		st, err := engine.Open(sp, engine.WithRange(0, 1), engine.WithThreads(1))
 		if err != nil {
 			t.Fatalf("%s: stand-in layer: %v", c.Arch, err)
 		}

@@ -1,4 +1,4 @@
-package node
+package weights
 
 import (
 	"math"

@@ -1,4 +1,4 @@
-package node
+package weights
 
 import (
 	"context"
@@ -13,14 +13,13 @@ import (
 
 	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/internal/codec"
-	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
 )
 
 // What a node holds and how to get it, asked on the swarm's control
 // protocol: the info request (what of the model a peer holds, its fetch
 // rate) and the manifest request (the file's manifest, in pages). The
-// chunks themselves move on /strata/chunk/1 (fetch.go).
+// chunks themselves move on /strata/chunk/1 (chunks.Fetcher, fetch.go).
 
 // manifestReqMagic starts a node control request for the manifest of
 // the model whose fingerprint follows. The answer is a flags byte (bit 0:
@@ -57,7 +56,8 @@ const (
 	infoLen    = 1 + 8 + sha256.Size
 )
 
-func isInfoRequest(req []byte) bool { return string(req) == infoReqMagic }
+// IsInfoRequest is whether a control request asks what this node holds.
+func IsInfoRequest(req []byte) bool { return string(req) == infoReqMagic }
 
 // nodeInfo is one node's answer to an info request.
 type nodeInfo struct {
@@ -67,28 +67,28 @@ type nodeInfo struct {
 	manifest       [sha256.Size]byte
 }
 
-// answerInfo answers an info request.
-func (w *weights) answerInfo() []byte {
+// AnswerInfo answers an info request.
+func (w *Server) AnswerInfo() []byte {
 	b := make([]byte, infoLen)
 	switch {
-	case w.model.fetch != nil:
+	case w.remote != nil:
 		b[0] = fetches
-		if w.model.fetch.serving.Load() {
+		if w.remote.serving.Load() {
 			b[0] |= holdsSlice
 		}
-		binary.BigEndian.PutUint64(b[1:], math.Float64bits(w.model.fetch.rate()))
+		binary.BigEndian.PutUint64(b[1:], math.Float64bits(w.remote.rate()))
 	case w.chunks != nil:
 		b[0] = holdsFile
 	}
-	if w.model.manifest != nil {
-		id := sha256.Sum256(w.model.manifest)
+	if w.manifest != nil {
+		id := sha256.Sum256(w.manifest)
 		copy(b[9:], id[:])
 	}
 	return b
 }
 
-func askInfo(ctx context.Context, h *swarm.Host, p peer.ID) (nodeInfo, error) {
-	resp, err := h.Streams().Call(ctx, p, []byte(infoReqMagic))
+func askInfo(ctx context.Context, net Network, p peer.ID) (nodeInfo, error) {
+	resp, err := net.Call(ctx, p, []byte(infoReqMagic))
 	if err != nil {
 		return nodeInfo{}, err
 	}
@@ -111,16 +111,20 @@ type fetchRates struct {
 	m  map[peer.ID]float64
 }
 
-func (r *fetchRates) FetchRate(p peer.ID) (float64, bool) {
+// FetchRate is member p's last fetch rate in bytes/s, as this node
+// learnt it while leading (consensus.FetchRates).
+func (w *Server) FetchRate(p peer.ID) (float64, bool) { return w.rates.get(p) }
+
+func (r *fetchRates) get(p peer.ID) (float64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v, ok := r.m[p]
 	return v, ok
 }
 
-// pollRates asks every member for its fetch rate while this node leads,
+// PollRates asks every member for its fetch rate while this node leads,
 // every interval, until ctx ends.
-func (w *weights) pollRates(ctx context.Context, every time.Duration) {
+func (w *Server) PollRates(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -129,22 +133,20 @@ func (w *weights) pollRates(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		c := w.cons.Load()
-		if c == nil || !c.IsLeader() {
+		if !w.swarm.IsLeader() {
 			continue
 		}
 		m := map[peer.ID]float64{}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		for _, mem := range c.Members() {
-			p, err := peer.Decode(mem.ID)
-			if err != nil || p == w.self {
+		for _, p := range w.swarm.Members() {
+			if p == w.self {
 				continue
 			}
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, every)
 				defer cancel()
-				if in, err := askInfo(cctx, w.host, p); err == nil && in.fetches && in.rate > 0 {
+				if in, err := askInfo(cctx, w.net, p); err == nil && in.fetches && in.rate > 0 {
 					mu.Lock()
 					m[p] = in.rate
 					mu.Unlock()
@@ -152,7 +154,7 @@ func (w *weights) pollRates(ctx context.Context, every time.Duration) {
 			})
 		}
 		wg.Wait()
-		if f := w.model.fetch; f != nil && f.rate() > 0 {
+		if f := w.remote; f != nil && f.rate() > 0 {
 			m[w.self] = f.rate()
 		}
 		w.rates.mu.Lock()
@@ -161,7 +163,9 @@ func (w *weights) pollRates(ctx context.Context, every time.Duration) {
 	}
 }
 
-func isManifestRequest(req []byte) bool {
+// IsManifestRequest is whether a control request asks for the model's
+// manifest or a page of it.
+func IsManifestRequest(req []byte) bool {
 	return hasMagic(req, manifestReqMagic) || hasMagic(req, manifestPageMagic)
 }
 
@@ -210,26 +214,24 @@ func decodeManifestRequest(req []byte) (fp string, page bool, off uint64, err er
 	return fp, page, off, nil
 }
 
-// answerManifest answers a manifest request (or one for a page of it):
+// AnswerManifest answers a manifest request (or one for a page of it):
 // from the file this node holds, else from its replica of the swarm's
 // state. An empty fingerprint asks for the manifest of whatever model this
 // node serves (SwarmModel).
-func (w *weights) answerManifest(req []byte) ([]byte, error) {
+func (w *Server) AnswerManifest(req []byte) ([]byte, error) {
 	fp, page, off, err := decodeManifestRequest(req)
 	if err != nil {
 		return nil, err
 	}
-	if fp != "" && fp != w.model.info.Fingerprint {
-		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, w.model.info.Fingerprint)
+	if fp != "" && fp != w.fp {
+		return nil, fmt.Errorf("%w: model %.16s, this node serves %.16s", ErrUnknownModel, fp, w.fp)
 	}
-	data := w.model.manifest
+	data := w.manifest
 	if data == nil {
-		if c := w.cons.Load(); c != nil {
-			data = c.State().Manifest()
-		}
+		data = w.swarm.Manifest()
 	}
 	if data == nil {
-		return nil, fmt.Errorf("%w: no manifest of the model here yet", ErrNotServing)
+		return nil, fmt.Errorf("%w: no manifest of the model here yet", ErrNoManifest)
 	}
 	var flags byte
 	if w.chunks != nil {
@@ -254,11 +256,11 @@ type manifestAnswer struct {
 
 // askManifest gets the manifest of model fp ("": whatever model p serves)
 // from p, page by page when it is larger than one answer.
-func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (manifestAnswer, error) {
+func askManifest(ctx context.Context, net Network, p peer.ID, fp string) (manifestAnswer, error) {
 	if len(fp) > consensus.MaxFingerprintLen {
 		return manifestAnswer{}, fmt.Errorf("%w: fingerprint of %d bytes (at most %d)", ErrUnknownModel, len(fp), consensus.MaxFingerprintLen)
 	}
-	resp, err := h.Streams().Call(ctx, p, encodeManifestRequest(fp, false, 0))
+	resp, err := net.Call(ctx, p, encodeManifestRequest(fp, false, 0))
 	if err != nil {
 		return manifestAnswer{}, err
 	}
@@ -291,7 +293,7 @@ func askManifest(ctx context.Context, h *swarm.Host, p peer.ID, fp string) (mani
 		if len(a.data) == int(total) {
 			return a, nil
 		}
-		if resp, err = h.Streams().Call(ctx, p, encodeManifestRequest(fp, true, uint64(len(a.data)))); err != nil {
+		if resp, err = net.Call(ctx, p, encodeManifestRequest(fp, true, uint64(len(a.data)))); err != nil {
 			return manifestAnswer{}, err
 		}
 	}

@@ -1,4 +1,4 @@
-package node
+package weights
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 // uploadEvery is how often the adaptive upload limit decides.
 const uploadEvery = 200 * time.Millisecond
 
-// uploadGovernor runs the adaptive upload limit (uploadControl) on the
+// Governor runs the adaptive upload limit (uploadControl) on the
 // node's clock: the scheduler reports each engine batch, and every tick
 // the governor sums the bytes the chunk servers sent, asks the
 // controller, and sets the servers' limit and pause. The hard cap
-// (WithUploadRate) is the controller's ceiling.
-type uploadGovernor struct {
+// (node.WithUploadRate) is the controller's ceiling.
+type Governor struct {
 	clock    clockwork.Clock
 	every    time.Duration
 	servers  func() []*chunks.Server // those serving now (the file's, a slice's)
@@ -27,20 +27,24 @@ type uploadGovernor struct {
 	log      *zap.Logger
 
 	mu   sync.Mutex
-	off  bool             // see setOff
+	off  bool             // see SetOff
 	srvs []*chunks.Server // as of the last tick
 	ctl  *uploadControl
 	dec  uploadDecision // the last decision, for metrics
 }
 
-func newUploadGovernor(clock clockwork.Clock, hardCap int64, servers func() []*chunks.Server, sessions func() int, log *zap.Logger) *uploadGovernor {
-	return &uploadGovernor{clock: clock, every: uploadEvery, servers: servers, sessions: sessions, log: log,
+// NewGovernor is the adaptive upload limit of the chunk servers that
+// servers lists (those serving now), under hardCap bytes/s (0: none),
+// deciding on clock; sessions counts the sessions open on this node's
+// layers.
+func NewGovernor(clock clockwork.Clock, hardCap int64, servers func() []*chunks.Server, sessions func() int, log *zap.Logger) *Governor {
+	return &Governor{clock: clock, every: uploadEvery, servers: servers, sessions: sessions, log: log,
 		ctl: newUploadControl(defaultUploadParams(), hardCap), dec: uploadDecision{Limit: max(hardCap, 0)}}
 }
 
-// batch records an engine batch of the scheduler's: its wall time, the
+// Batch records an engine batch of the scheduler's: its wall time, the
 // layers it ran and its tokens. Called from the scheduler's goroutine.
-func (g *uploadGovernor) batch(elapsed time.Duration, layers, tokens int) {
+func (g *Governor) Batch(elapsed time.Duration, layers, tokens int) {
 	if layers <= 0 {
 		return
 	}
@@ -59,9 +63,9 @@ func (g *uploadGovernor) batch(elapsed time.Duration, layers, tokens int) {
 	}
 }
 
-// run decides every tick until ctx ends, then lifts any pause (the
+// Run decides every tick until ctx ends, then lifts any pause (the
 // servers are closing anyway, but a pause must not outlive the governor).
-func (g *uploadGovernor) run(ctx context.Context) {
+func (g *Governor) Run(ctx context.Context) {
 	t := g.clock.NewTicker(g.every)
 	defer t.Stop()
 	defer func() {
@@ -79,7 +83,7 @@ func (g *uploadGovernor) run(ctx context.Context) {
 	}
 }
 
-func (g *uploadGovernor) tick() {
+func (g *Governor) tick() {
 	// The server list and the counters are read before g.mu: the list
 	// takes the fetch state's lock, which a slice copy holds for long,
 	// and the scheduler's goroutine takes g.mu.
@@ -104,7 +108,7 @@ func sentBy(srvs []*chunks.Server) int64 {
 }
 
 // applyLocked sets the servers' limit and pause; g.mu held.
-func (g *uploadGovernor) applyLocked(d uploadDecision) {
+func (g *Governor) applyLocked(d uploadDecision) {
 	if d.Limit != g.dec.Limit {
 		g.log.Debug("upload limit", zap.Int64("bytes_per_s", d.Limit))
 	}
@@ -115,11 +119,11 @@ func (g *uploadGovernor) applyLocked(d uploadDecision) {
 	}
 }
 
-// setOff turns the governor off (it leaves the servers to whoever sets
+// SetOff turns the governor off (it leaves the servers to whoever sets
 // them, and hears nothing) or on again; once it returns, no decision of
 // the governor's is applied until it is on, and then its last one is at
 // once. Benchmarks compare fixed limits on the same node with it.
-func (g *uploadGovernor) setOff(off bool) {
+func (g *Governor) SetOff(off bool) {
 	srvs := g.servers()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -130,9 +134,9 @@ func (g *uploadGovernor) setOff(off bool) {
 	}
 }
 
-// state is the limit in force (0: none), whether uploads are paused, and
+// State is the limit in force (0: none), whether uploads are paused, and
 // the probes so far.
-func (g *uploadGovernor) state() (limit int64, paused bool, probes uint64) {
+func (g *Governor) State() (limit int64, paused bool, probes uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.dec.Limit, g.dec.Pause, g.ctl.probes

@@ -1,4 +1,4 @@
-package node
+package weights
 
 import (
 	"bytes"
@@ -18,7 +18,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
 
-	"github.com/stratanet/strata/consensus"
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/engine/slicefile"
 	"github.com/stratanet/strata/layers"
@@ -26,19 +25,9 @@ import (
 	"github.com/stratanet/strata/swarm/chunks"
 )
 
-// Layers from peers. A node that holds the model file builds the file's
-// manifest (cached in its data dir), serves the file's chunks on
-// /strata/chunk/1 and hands the manifest to consensus, which commits it
-// when the node leads. A node started with the model's fingerprint only
-// (WithModelID) asks its bootstrap peers for the manifest, fetches the
-// file's header chunks to learn the model, joins, and on each warmup
-// fetches the chunks of its range from the holders into a GGUF slice in
-// its data dir, which it then loads like a file. A restart finds the
-// manifest, the header and the slice on disk and fetches nothing.
-
 // SwarmModel asks the bootstrap peers, from a throwaway host, which model
 // their swarm serves, and returns its fingerprint: what a node started
-// with a model name it does not hold joins with (WithModelID). Every peer
+// with a model name it does not hold joins with (node.WithModelID). Every peer
 // that answers must name the same model.
 func SwarmModel(ctx context.Context, boot []peer.AddrInfo, opts ...swarm.Option) (string, error) {
 	if len(boot) == 0 {
@@ -57,7 +46,7 @@ func SwarmModel(ctx context.Context, boot []peer.AddrInfo, opts ...swarm.Option)
 		err := h.Connect(cctx, b)
 		var a manifestAnswer
 		if err == nil {
-			a, err = askManifest(cctx, h, b.ID, "")
+			a, err = askManifest(cctx, h.Streams(), b.ID, "")
 		}
 		cancel()
 		var m *chunks.Manifest
@@ -79,86 +68,49 @@ func SwarmModel(ctx context.Context, boot []peer.AddrInfo, opts ...swarm.Option)
 	return fp, nil
 }
 
-// fpFile names a file of the model in a directory.
-func fpFile(dir, fp, suffix string) string {
-	short := fp
-	if len(short) > 16 {
-		short = short[:16]
-	}
-	return filepath.Join(dir, short+suffix)
+// RemoteConfig is what a Remote needs of the node.
+type RemoteConfig struct {
+	Net Network // the host's streams
+	// Dial connects to a bootstrap peer (the host's Connect); nil: the
+	// peers are reached by ID alone.
+	Dial func(ctx context.Context, ai peer.AddrInfo) error
+	// Fingerprint is the model's.
+	Fingerprint string
+	// Dir is where the manifest, the header and the slices go.
+	Dir string
+	// Boot are the bootstrap peers: asked for the manifest, and
+	// candidates to hold the file.
+	Boot []peer.AddrInfo
+	// Stall is how long a holder may keep a chunk before it is dropped
+	// (0: 10 s).
+	Stall time.Duration
+	// UploadRate is the bytes/s for serving slice chunks (0: no limit);
+	// RequestRate and RequestBurst pace each peer's chunk requests.
+	UploadRate   int64
+	RequestRate  float64
+	RequestBurst int
+	Log          *zap.Logger
 }
 
-// writeAtomic writes a file through a temporary one renamed into place.
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// fileManifest is the manifest of the model file at path, read from the
-// cache in dir when it is there for the same file, else built (one read
-// of the whole file) and cached.
-func fileManifest(path, fp, dir string, chunkSize int64, log *zap.Logger) (*chunks.Manifest, []byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	cache := ""
-	if dir != "" {
-		cache = fpFile(filepath.Join(dir, "models"), fp, fmt.Sprintf("-%d.manifest", chunkSize))
-		if b, err := os.ReadFile(cache); err == nil {
-			if m, err := decodeManifest(b, fp); err == nil && m.FileSize == st.Size() && m.ChunkSize == chunkSize {
-				return m, b, nil
-			}
-			log.Warn("manifest cache does not match the file; building it again", zap.String("file", cache))
-		}
-	}
-	start := time.Now()
-	m, err := slicefile.BuildManifest(path, chunks.WithChunkSize(chunkSize))
-	if err != nil {
-		return nil, nil, err
-	}
-	if m.Fingerprint != fp {
-		return nil, nil, fmt.Errorf("%w: %s changed while it was read", ErrConfig, path)
-	}
-	b, err := m.MarshalBinary()
-	if err != nil {
-		return nil, nil, err
-	}
-	log.Info("manifest built", zap.String("file", path), zap.Int("chunks", m.NumChunks()),
-		zap.Int("bytes", len(b)), zap.Duration("took", time.Since(start).Round(time.Millisecond)))
-	if len(b) > consensus.MaxManifestSize {
-		return nil, nil, fmt.Errorf("%w: the manifest of %s is %d bytes, above %d: use larger chunks", ErrConfig, path, len(b), consensus.MaxManifestSize)
-	}
-	if cache != "" {
-		if err := writeAtomic(cache, b); err != nil {
-			log.Warn("manifest cache not written", zap.Error(err))
-		}
-	}
-	return m, b, nil
-}
-
-// fetchState is a node's fetch of weights from peers: the manifest, the
-// directory its files go to, and progress.
-type fetchState struct {
+// Remote is a node's fetch of weights from peers: the manifest, the
+// directory its files go to, and progress. It also serves the chunks of
+// the last slice it made.
+type Remote struct {
 	man   *chunks.Manifest
 	data  []byte // man encoded, as the swarm's state must hold it
 	dir   string
-	host  *swarm.Host
+	net   Network
 	self  peer.ID
 	boot  []peer.AddrInfo
-	cons  *atomic.Pointer[consensus.Consensus]
+	swarm Swarm
 	stall time.Duration
 	log   *zap.Logger
 
 	shape engine.HParams // the model's, for a stand-in to measure on
 
-	uploadRate int64 // bytes/s for serving slice chunks (0: no limit)
+	uploadRate   int64 // bytes/s for serving slice chunks (0: no limit)
+	requestRate  float64
+	requestBurst int
 
 	// progressed republishes the node's status, whose heartbeats carry
 	// the fetch's progress to every node; nil: none. Called at most every
@@ -180,11 +132,47 @@ type fetchState struct {
 	rateBits    atomic.Uint64 // bytes/s of the last fetch, as float64 bits
 }
 
-func (f *fetchState) rate() float64 { return math.Float64frombits(f.rateBits.Load()) }
+// NewRemote is a fetch of the model whose encoded manifest the caller
+// has already (OpenRemote gets it from disk or peers).
+func NewRemote(cfg RemoteConfig, manifest []byte) (*Remote, error) {
+	m, err := decodeManifest(manifest, cfg.Fingerprint)
+	if err != nil {
+		return nil, err
+	}
+	f := newRemote(cfg)
+	f.man, f.data = m, manifest
+	return f, nil
+}
+
+func newRemote(cfg RemoteConfig) *Remote {
+	stall := cfg.Stall
+	if stall <= 0 {
+		stall = 10 * time.Second
+	}
+	log := cfg.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Remote{dir: cfg.Dir, net: cfg.Net, self: cfg.Net.ID(), boot: cfg.Boot, swarm: noSwarm{}, stall: stall, log: log,
+		uploadRate: cfg.UploadRate, requestRate: cfg.RequestRate, requestBurst: cfg.RequestBurst}
+}
+
+// Bind gives the fetch the node's replica and the republisher of the
+// node's status, whose heartbeats carry the fetch's progress (nil:
+// none). The node calls it once its parts exist, before anything fetches
+// a slice: until then the bootstrap peers alone are candidates.
+func (f *Remote) Bind(sw Swarm, progressed func()) {
+	if sw == nil {
+		sw = noSwarm{}
+	}
+	f.swarm, f.progressed = sw, progressed
+}
+
+func (f *Remote) rate() float64 { return math.Float64frombits(f.rateBits.Load()) }
 
 // measured records a fetch's rate; a fetch of less than a chunk says
 // little, so it is left out.
-func (f *fetchState) measured(bytes int64, took time.Duration) {
+func (f *Remote) measured(bytes int64, took time.Duration) {
 	if bytes >= f.man.ChunkSize && took > 0 {
 		f.rateBits.Store(math.Float64bits(float64(bytes) / took.Seconds()))
 	}
@@ -194,7 +182,7 @@ func (f *fetchState) measured(bytes int64, took time.Duration) {
 const progressEvery = 250 * time.Millisecond
 
 // noteProgress republishes the status, at most every progressEvery.
-func (f *fetchState) noteProgress() {
+func (f *Remote) noteProgress() {
 	if f.progressed == nil {
 		return
 	}
@@ -205,8 +193,25 @@ func (f *fetchState) noteProgress() {
 	f.progressed()
 }
 
-// FetchProgress is a node's fetch of weights from peers.
-type FetchProgress struct {
+// Progress is the fetch's progress now.
+func (f *Remote) Progress() Progress {
+	return Progress{Done: f.done.Load(), Total: f.total.Load(), Fetched: f.fetched.Load(), Dropped: f.dropped.Load()}
+}
+
+// Reused is the bytes the node's fetches copied from its older slices
+// rather than fetch.
+func (f *Remote) Reused() int64 { return f.reused.Load() }
+
+// Serving is whether the fetch serves the chunks of a slice to peers
+// (what info answers tell).
+func (f *Remote) Serving() bool { return f.serving.Load() }
+
+// Manifest is the model's manifest, encoded as the swarm's state holds
+// it.
+func (f *Remote) Manifest() []byte { return f.data }
+
+// Progress is a node's fetch of weights from peers.
+type Progress struct {
 	// Done and Total are the bytes of the fetch in progress (Total 0:
 	// none in progress).
 	Done, Total int64
@@ -219,7 +224,7 @@ type FetchProgress struct {
 
 // candidates are the peers that may hold the file: the members and the
 // bootstrap peers.
-func (f *fetchState) candidates() []peer.ID {
+func (f *Remote) candidates() []peer.ID {
 	seen := map[peer.ID]bool{f.self: true}
 	var out []peer.ID
 	add := func(p peer.ID) {
@@ -231,12 +236,8 @@ func (f *fetchState) candidates() []peer.ID {
 	for _, b := range f.boot {
 		add(b.ID)
 	}
-	if c := f.cons.Load(); c != nil {
-		for _, m := range c.Members() {
-			if p, err := peer.Decode(m.ID); err == nil {
-				add(p)
-			}
-		}
+	for _, p := range f.swarm.Members() {
+		add(p)
 	}
 	return out
 }
@@ -244,7 +245,7 @@ func (f *fetchState) candidates() []peer.ID {
 // holders asks the candidates, in parallel, which of them serve the
 // file's chunks, or a slice's, under the same manifest. Slice holders come
 // first: they spare the file's holders, and lack the rest anyway.
-func (f *fetchState) holders(ctx context.Context) []peer.ID {
+func (f *Remote) holders(ctx context.Context) []peer.ID {
 	cands := f.candidates()
 	want := sha256.Sum256(f.data)
 	kind := make([]int, len(cands)) // 0: none, 1: a slice, 2: the file
@@ -253,7 +254,7 @@ func (f *fetchState) holders(ctx context.Context) []peer.ID {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, f.stall)
 			defer cancel()
-			in, err := askInfo(cctx, f.host, p)
+			in, err := askInfo(cctx, f.net, p)
 			switch {
 			case err != nil || in.manifest != want:
 			case in.holds:
@@ -277,7 +278,7 @@ func (f *fetchState) holders(ctx context.Context) []peer.ID {
 
 // serveSlice serves the chunks of the slice at path from now on, in place
 // of the last one.
-func (f *fetchState) serveSlice(path string) {
+func (f *Remote) serveSlice(path string) {
 	sl, err := slicefile.OpenSlice(f.man, path)
 	if err != nil {
 		f.log.Warn("fetch: slice not served to peers", zap.String("file", path), zap.Error(err))
@@ -290,8 +291,8 @@ func (f *fetchState) serveSlice(path string) {
 		return
 	}
 	if f.srv == nil {
-		f.srv = chunks.NewServer(f.host.Streams(), chunks.WithUploadRate(f.uploadRate),
-			chunks.WithPeerRequestRate(DefaultChunkRequestRate, DefaultChunkRequestBurst))
+		f.srv = chunks.NewServer(f.net, chunks.WithUploadRate(f.uploadRate),
+			chunks.WithPeerRequestRate(f.requestRate, f.requestBurst))
 	}
 	if err := f.srv.ServeSlice(sl); err != nil {
 		sl.Close()
@@ -303,7 +304,8 @@ func (f *fetchState) serveSlice(path string) {
 	f.log.Info("fetch: serving the slice's chunks to peers", zap.Int("lo", lo), zap.Int("hi", hi), zap.Int("chunks", len(sl.Chunks())))
 }
 
-func (f *fetchState) closeServer() {
+// Close stops serving the slice's chunks, for good.
+func (f *Remote) Close() {
 	f.mu.Lock()
 	srv := f.srv
 	f.closed = true
@@ -315,11 +317,11 @@ func (f *fetchState) closeServer() {
 }
 
 // oldSlices is the complete slices of other ranges on disk.
-func (f *fetchState) oldSlices(r layers.Range) []string {
+func (f *Remote) oldSlices(r layers.Range) []string {
 	matches, _ := filepath.Glob(fpFile(f.dir, f.man.Fingerprint, "-*-*.gguf"))
 	var out []string
 	for _, p := range matches {
-		if p != f.slicePath(r) {
+		if p != f.SlicePath(r) {
 			out = append(out, p)
 		}
 	}
@@ -328,8 +330,8 @@ func (f *fetchState) oldSlices(r layers.Range) []string {
 
 // fetcher gets the manifest's chunks, dropping (and counting) holders
 // that lie or stall.
-func (f *fetchState) fetcher(opts ...chunks.FetchOption) *chunks.Fetcher {
-	return chunks.NewFetcher(f.host.Streams(), f.man, append([]chunks.FetchOption{chunks.WithStallTimeout(f.stall),
+func (f *Remote) fetcher(opts ...chunks.FetchOption) *chunks.Fetcher {
+	return chunks.NewFetcher(f.net, f.man, append([]chunks.FetchOption{chunks.WithStallTimeout(f.stall),
 		chunks.WithOnDrop(func(p peer.ID, err error) {
 			f.dropped.Add(1)
 			f.log.Warn("fetch: holder dropped", zap.String("peer", shortID(p)), zap.Error(err))
@@ -337,7 +339,7 @@ func (f *fetchState) fetcher(opts ...chunks.FetchOption) *chunks.Fetcher {
 }
 
 // headerChunks is the chunks that hold the file's header.
-func (f *fetchState) headerChunks() []int {
+func (f *Remote) headerChunks() []int {
 	var out []int
 	for i := 0; int64(i)*f.man.ChunkSize < f.man.DataOffset; i++ {
 		out = append(out, i)
@@ -347,7 +349,7 @@ func (f *fetchState) headerChunks() []int {
 
 // seedPart starts the part file of a slice with the header chunks
 // fetched at start, so that they are not fetched again.
-func (f *fetchState) seedPart(part string) error {
+func (f *Remote) seedPart(part string) error {
 	if _, err := os.Stat(part); !errors.Is(err, os.ErrNotExist) {
 		return err // nil: a fetch cut short left it; FetchSlice resumes it
 	}
@@ -377,14 +379,18 @@ func (f *fetchState) seedPart(part string) error {
 	return out.Close()
 }
 
-// slicePath is where the slice of r goes.
-func (f *fetchState) slicePath(r layers.Range) string {
+// SlicePath is where the slice of r goes.
+func (f *Remote) SlicePath(r layers.Range) string {
 	return fpFile(f.dir, f.man.Fingerprint, fmt.Sprintf("-%d-%d.gguf", r.Start, r.End))
 }
 
+// Release unmarks a slice that Slice returned, once the caller loaded
+// from it: Prune may remove it from then on.
+func (f *Remote) Release(path string) { f.use(path, -1) }
+
 // use marks the slice at path in use (by +1) or no longer (by -1), so
 // that prune leaves it.
-func (f *fetchState) use(path string, by int) {
+func (f *Remote) use(path string, by int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.inUse == nil {
@@ -395,16 +401,16 @@ func (f *fetchState) use(path string, by int) {
 	}
 }
 
-// prune removes the slices (and unfinished parts) of ranges other than
+// Prune removes the slices (and unfinished parts) of ranges other than
 // keep that no fetch or load uses: once the node serves keep, a restart
 // needs only its slice. Layers loaded from a removed slice stay readable
 // (the open file outlives its name).
-func (f *fetchState) prune(keep layers.Range) {
+func (f *Remote) Prune(keep layers.Range) {
 	matches, err := filepath.Glob(fpFile(f.dir, f.man.Fingerprint, "-*-*.gguf*"))
 	if err != nil {
 		return
 	}
-	kp := f.slicePath(keep)
+	kp := f.SlicePath(keep)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range matches {
@@ -418,11 +424,11 @@ func (f *fetchState) prune(keep layers.Range) {
 	}
 }
 
-// slice makes the slice of r on disk, fetching what it lacks, and
-// returns its path, marked in use (see use): the caller unmarks it once
+// Slice makes the slice of r on disk, fetching what it lacks, and
+// returns its path, marked in use: the caller releases it (Release) once
 // it loaded from it.
-func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, err error) {
-	path = f.slicePath(r)
+func (f *Remote) Slice(ctx context.Context, r layers.Range) (path string, err error) {
+	path = f.SlicePath(r)
 	f.use(path, 1)
 	defer func() {
 		if err != nil {
@@ -439,10 +445,8 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, er
 			return "", err
 		}
 	}
-	if c := f.cons.Load(); c != nil {
-		if sm := c.State().Manifest(); sm != nil && !bytes.Equal(sm, f.data) {
-			return "", fmt.Errorf("%w: the swarm's manifest is not the one this node fetched", ErrConfig)
-		}
+	if sm := f.swarm.Manifest(); sm != nil && !bytes.Equal(sm, f.data) {
+		return "", fmt.Errorf("%w: the swarm's manifest is not the one this node fetched", ErrConfig)
 	}
 	want, err := f.man.RangeBytes(r.Start, r.End)
 	if err != nil {
@@ -497,16 +501,28 @@ func (f *fetchState) slice(ctx context.Context, r layers.Range) (path string, er
 	return path, nil
 }
 
-// openRemote opens the model the node knows by fingerprint only: it gets
+// Header is the model file's header, fetched: its GGUF metadata and
+// tensor table, read from a sparse file that holds the header's chunks.
+type Header struct {
+	File   *engine.File
+	Params engine.HParams
+	fh     *os.File
+}
+
+// Close closes the file the header reads from.
+func (h *Header) Close() error { return h.fh.Close() }
+
+// OpenRemote opens the model the node knows by fingerprint only: it gets
 // the manifest (from disk, else from the bootstrap peers) and the file's
-// header chunks (from disk, else from holders), and learns the model from
-// the header.
-func openRemote(ctx context.Context, h *swarm.Host, fp, dir string, boot []peer.AddrInfo, threads int,
-	cons *atomic.Pointer[consensus.Consensus], log *zap.Logger) (*model, error) {
+// header chunks (from disk, else from holders), and reads the model's
+// header, which the caller closes once it has learnt the model from it.
+func OpenRemote(ctx context.Context, cfg RemoteConfig) (*Remote, *Header, error) {
+	fp, dir, boot := cfg.Fingerprint, cfg.Dir, cfg.Boot
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	f := &fetchState{dir: dir, host: h, self: h.ID(), boot: boot, cons: cons, stall: 10 * time.Second, log: log}
+	f := newRemote(cfg)
+	log := f.log
 	manPath := fpFile(dir, fp, ".manifest")
 	if b, err := os.ReadFile(manPath); err == nil {
 		if m, err := decodeManifest(b, fp); err == nil {
@@ -518,14 +534,14 @@ func openRemote(ctx context.Context, h *swarm.Host, fp, dir string, boot []peer.
 	for f.man == nil {
 		var errs []error
 		for _, b := range boot {
-			if b.ID == h.ID() {
+			if b.ID == f.self {
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, f.stall)
-			if len(b.Addrs) > 0 {
-				_ = h.Connect(cctx, b)
+			if len(b.Addrs) > 0 && cfg.Dial != nil {
+				_ = cfg.Dial(cctx, b)
 			}
-			a, err := askManifest(cctx, h, b.ID, fp)
+			a, err := askManifest(cctx, f.net, b.ID, fp)
 			cancel()
 			if err == nil {
 				var m *chunks.Manifest
@@ -540,48 +556,39 @@ func openRemote(ctx context.Context, h *swarm.Host, fp, dir string, boot []peer.
 			break
 		}
 		if len(boot) == 0 {
-			return nil, fmt.Errorf("%w: a node without the model file needs bootstrap peers to learn the model from", ErrConfig)
+			return nil, nil, fmt.Errorf("%w: a node without the model file needs bootstrap peers to learn the model from", ErrConfig)
 		}
 		log.Info("fetch: waiting for a peer that knows the model's manifest", zap.Error(errors.Join(errs...)))
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: no manifest of model %.16s: %w", ErrConfig, fp, errors.Join(append(errs, ctx.Err())...))
+			return nil, nil, fmt.Errorf("%w: no manifest of model %.16s: %w", ErrConfig, fp, errors.Join(append(errs, ctx.Err())...))
 		case <-time.After(time.Second):
 		}
 	}
 	if err := writeAtomic(manPath, f.data); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hdr, err := f.header(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer hdr.Close()
 	ef, err := engine.ReadFile(hdr, f.man.FileSize)
 	if err != nil {
-		return nil, fmt.Errorf("%w: header of model %.16s: %w", ErrConfig, fp, err)
+		hdr.Close()
+		return nil, nil, fmt.Errorf("%w: header of model %.16s: %w", ErrConfig, fp, err)
 	}
 	hp, err := engine.ReadHParams(ef)
 	if err != nil {
-		return nil, fmt.Errorf("%w: model %.16s: %w", ErrConfig, fp, err)
-	}
-	spec, err := ef.ModelSpec()
-	if err != nil {
-		return nil, fmt.Errorf("%w: model %.16s: %w", ErrConfig, fp, err)
-	}
-	tok, err := engine.NewTokenizer(ef)
-	if err != nil {
-		return nil, fmt.Errorf("%w: model %.16s: %w", ErrConfig, fp, err)
+		hdr.Close()
+		return nil, nil, fmt.Errorf("%w: model %.16s: %w", ErrConfig, fp, err)
 	}
 	f.shape = hp
-	return &model{spec: spec, tok: tok, hash: ModelHash(fp), threads: threads, fetch: f, manifest: f.data,
-		info: ModelInfo{Name: hp.Name, Fingerprint: fp, Layers: hp.Layers, Hidden: hp.Dim, Vocab: hp.Vocab, Context: hp.Context,
-			ChatTemplate: tok.HasChatTemplate(), ChatSyntax: tok.ChatSyntax()}}, nil
+	return f, &Header{File: ef, Params: hp, fh: hdr}, nil
 }
 
 // header returns the file's header chunks, verified, in a sparse file of
 // the file's size: from disk, else fetched from the holders.
-func (f *fetchState) header(ctx context.Context) (*os.File, error) {
+func (f *Remote) header(ctx context.Context) (*os.File, error) {
 	path := fpFile(f.dir, f.man.Fingerprint, ".header")
 	fh, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -635,10 +642,10 @@ func (f *fetchState) header(ctx context.Context) (*os.File, error) {
 	}
 }
 
-// standIn is a generated two-layer model of the model's shape (F32, a
-// small vocabulary), on which a node without weights measures its
-// hardware.
-func (f *fetchState) standIn(threads int) (*model, error) {
+// StandIn is the path of a generated two-layer model of the model's
+// shape (F32, a small vocabulary), on which a node without weights
+// measures its hardware; made on first use, in the fetch's directory.
+func (f *Remote) StandIn() (string, error) {
 	hp := f.shape
 	c := engine.DefaultGenConfig()
 	if hp.Arch == "llama" || hp.Arch == "qwen2" || hp.Arch == "qwen3" || hp.Arch == "phi3" || hp.Arch == "qwen3moe" {
@@ -669,44 +676,11 @@ func (f *fetchState) standIn(threads int) (*model, error) {
 	if _, err := os.Stat(path); err != nil {
 		tmp := path + ".tmp"
 		if err := engine.GenerateFile(tmp, c); err != nil {
-			return nil, fmt.Errorf("%w: stand-in model to measure on: %w", ErrConfig, err)
+			return "", fmt.Errorf("%w: stand-in model to measure on: %w", ErrConfig, err)
 		}
 		if err := os.Rename(tmp, path); err != nil {
-			return nil, err
+			return "", err
 		}
 	}
-	return openModel(path, "", layers.Hardware{}, threads)
-}
-
-// SliceFile is a slice of a model that a node fetched, in its data dir.
-type SliceFile struct {
-	Lo, Hi int // layers [Lo, Hi)
-	Path   string
-	Size   int64
-}
-
-// Slices lists the finished slices of model fp under a node's data dir
-// (where a node that joined without the file keeps what it fetched).
-func Slices(dataDir, fp string) ([]SliceFile, error) {
-	dir := filepath.Join(dataDir, "models")
-	matches, err := filepath.Glob(fpFile(dir, fp, "-*-*.gguf"))
-	if err != nil {
-		return nil, err
-	}
-	prefix := filepath.Base(fpFile(dir, fp, ""))
-	var out []SliceFile
-	for _, p := range matches {
-		var s SliceFile
-		rest := strings.TrimPrefix(filepath.Base(p), prefix)
-		if n, err := fmt.Sscanf(rest, "-%d-%d.gguf", &s.Lo, &s.Hi); err != nil || n != 2 || fmt.Sprintf("-%d-%d.gguf", s.Lo, s.Hi) != rest {
-			continue
-		}
-		st, err := os.Stat(p)
-		if err != nil {
-			continue
-		}
-		s.Path, s.Size = p, st.Size()
-		out = append(out, s)
-	}
-	return out, nil
+	return path, nil
 }

@@ -1,4 +1,4 @@
-package node
+package weights
 
 import (
 	"context"
@@ -153,17 +153,17 @@ func TestUploadControlBounds(t *testing.T) {
 func TestUploadGovernorClock(t *testing.T) {
 	clk := clockwork.NewFakeClock()
 	var sessions atomic.Int64
-	g := newUploadGovernor(clk, 0, func() []*chunks.Server { return nil }, func() int { return int(sessions.Load()) }, zap.NewNop())
-	limit := func() int64 { l, _, _ := g.state(); return l }
+	g := NewGovernor(clk, 0, func() []*chunks.Server { return nil }, func() int { return int(sessions.Load()) }, zap.NewNop())
+	limit := func() int64 { l, _, _ := g.State(); return l }
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { g.run(ctx) })
+	wg.Go(func() { g.Run(ctx) })
 	defer func() { cancel(); wg.Wait() }()
 	if l := limit(); l != 0 {
 		t.Fatalf("limit %d before serving", l)
 	}
 	start := defaultUploadParams().Start
-	g.batch(8*time.Millisecond, 8, 1)
+	g.Batch(8*time.Millisecond, 8, 1)
 	if l := limit(); l != int64(start) {
 		t.Fatalf("limit %d after a batch, want %v at once", l, start)
 	}
