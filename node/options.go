@@ -37,7 +37,7 @@ type config struct {
 	dataDir    string
 	modelPath  string
 	simModel   string
-	modelID    string // fetch.go: join by fingerprint, fetch layers from peers
+	modelID    string // node/weights: join by fingerprint, fetch layers from peers
 	uploadRate int64  // chunk uploads, bytes/s (0: no limit)
 	chunkSize  int64  // of the manifest built from the file
 	noChunks   bool   // do not serve the file's chunks
@@ -74,7 +74,7 @@ type config struct {
 	fault                                              outputFault   // test-only (faultinject.go)
 	noPrefixCache                                      bool
 	unsignedFrames                                     bool // sigframe.go
-	uploadAdaptive                                     bool // limit uploads further while serving (upload.go)
+	uploadAdaptive                                     bool // limit uploads further while serving (node/weights)
 	clock                                              clockwork.Clock
 	loadDelay                                          time.Duration // tests: a pause per layer loaded
 }
