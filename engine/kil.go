@@ -22,13 +22,22 @@ import "encoding/binary"
 //	      (low nibbles: sub-block 2p, high: 2p+1), then the 6-bit scales
 //	      [8][16] uint8, the mins [4][16][2] uint8 (m 2p, m 2p+1), d [16]
 //	      and dmin [16] f16: 2368 bytes for the file's 2304.
-//	Q5_K: Q4_K's, with [8 columns][16 rows][4 bytes] of the fifth bits
-//	      (qh) after the nibbles: 2880 bytes for the file's 2816.
-//	Q6_K: [2 halves][2][8 columns][16 rows][4 bytes] of ql (low nibbles:
-//	      group of 32 4n+h, high: 4n+h+2), [2][8][16][4] of qh, the scales
-//	      [16][16] int8, d [16] f16 and 32 bytes of padding: 3392 bytes
+//	Q5_K: Q4_K's scales, mins, d and dmin first (320 bytes), then the
+//	      64-byte columns of the nibbles and of the fifth bits (qh,
+//	      [8 columns][16 rows][4 bytes]) in the order the kernel first
+//	      reads them: for each of 8 columns k, the nibbles' column k of
+//	      pair 0 and qh's column k; then pairs 1 to 3's columns. 2880
+//	      bytes for the file's 2816.
+//	Q6_K: the scales [16][16] int8, d [16] f16 and 32 bytes of padding,
+//	      then per half n the 64-byte columns in the order the kernel
+//	      first reads them: for each of 8 columns k, ql's column of
+//	      groups 4n and 4n+2 (low and high nibbles) and qh's column k of
+//	      half n; then ql's 8 columns of groups 4n+1 and 4n+3. 3392 bytes
 //	      for the file's 3360, a whole number of 64-byte lines (a load
-//	      across two lines costs about two).
+//	      across two lines costs about two). The kernel reads it front to
+//	      back, which the hardware prefetcher follows; the file's order
+//	      (ql, then qh, then scales) made it read two streams at once and
+//	      the scales ahead of both, which it did not.
 //
 // A last group of fewer than 16 rows is padded with zero blocks, whose
 // outputs are dropped.
@@ -38,12 +47,13 @@ const (
 	ilQ4KSc = 2048 // then the mins at +128, d at +256, dmin at +288
 	ilQ4K   = 2368
 
-	ilQ5KQH = 2048
-	ilQ5KSc = 2560 // as Q4_K's
+	ilQ5KSc = 0   // as Q4_K's
+	ilQ5KQ  = 320 // the quants' columns, in ilQ5KCol's order
 	ilQ5K   = 2880
 
-	ilQ6KSc = 3072
-	ilQ6KD  = 3328
+	ilQ6KSc = 0
+	ilQ6KD  = 256
+	ilQ6KQ  = 320  // the quants' columns, in ilQ6KCol's order
 	ilQ6K   = 3392 // padded to whole cache lines, as the others are
 )
 
@@ -125,18 +135,55 @@ func putQ4KIL(dst []byte, i int, blk []byte) {
 	putScalesK4(dst[ilQ4KSc:], i, blk)
 }
 
+// ilQ5KCol is the place, in 64-byte columns from ilQ5KQ, of Q5_K's
+// nibble column c (c < 32: pair c/8, column c%8) or fifth-bit column
+// c−32. engine/internal/kilgen computes the same places.
+func ilQ5KCol(c int) int {
+	switch {
+	case c >= 32:
+		return 2*(c-32) + 1
+	case c < 8:
+		return 2 * c
+	}
+	return 8 + c
+}
+
 // putQ5KIL writes row i's Q5_K block blk into its group's super-block dst:
-// Q4_K's layout with the 32 fifth-bit bytes (bit j: sub-block j) after the
-// nibbles.
+// Q4_K's scales, then the nibbles' and the 32 fifth-bit bytes' (bit j:
+// sub-block j) columns in ilQ5KCol's order.
 func putQ5KIL(dst []byte, i int, blk []byte) {
-	putColumns(dst, i, blk[48:176])
-	putColumns(dst[ilQ5KQH:], i, blk[16:48])
+	var cols [40 * 64]byte
+	putColumns(cols[:], i, blk[48:176])
+	putColumns(cols[32*64:], i, blk[16:48])
+	for c := 0; c < 40; c++ {
+		copy(dst[ilQ5KQ+64*ilQ5KCol(c)+4*i:][:4], cols[64*c+4*i:])
+	}
 	putScalesK4(dst[ilQ5KSc:], i, blk)
+}
+
+// ilQ6KCol is the place, in 64-byte columns from ilQ6KQ, of Q6_K's
+// column c of ql (c < 32: half c/16, groups c/8%2 (+2), column c%8) or of
+// qh (c ≥ 32: half (c−32)/8, column c%8). engine/internal/kilgen computes
+// the same places.
+func ilQ6KCol(c int) int {
+	if c >= 32 {
+		n, k := (c-32)/8, c%8
+		return 24*n + 2*k + 1
+	}
+	n, h, k := c/16, c/8%2, c%8
+	if h == 0 {
+		return 24*n + 2*k
+	}
+	return 24*n + 16 + k
 }
 
 // putQ6KIL writes row i's Q6_K block blk into its group's super-block dst.
 func putQ6KIL(dst []byte, i int, blk []byte) {
-	putColumns(dst, i, blk[:192]) // ql's 32 columns, then qh's 16
+	var cols [48 * 64]byte
+	putColumns(cols[:], i, blk[:192]) // ql's 32 columns, then qh's 16
+	for c := 0; c < 48; c++ {
+		copy(dst[ilQ6KQ+64*ilQ6KCol(c)+4*i:][:4], cols[64*c+4*i:])
+	}
 	for is := 0; is < 16; is++ {
 		dst[ilQ6KSc+16*is+i] = blk[192+is]
 	}

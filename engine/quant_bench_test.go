@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -311,5 +312,70 @@ func BenchmarkDecodeBandwidth(b *testing.B) {
 			b.ReportMetric(bw/1e9, "mem_GB/s")
 			b.ReportMetric(float64(read)/bestStep.Seconds()/bw, "bw_fraction")
 		})
+	}
+}
+
+// BenchmarkKILStream times the interleaved K-quant kernels (kil.go) at
+// one token on a matrix in cache (64 rows) and on one of 160 MB, which
+// streams from memory, beside a 1-thread plain read of 160 MB, each the
+// fastest of its runs, in GB/s of the layout's bytes. A kernel that keeps
+// up with memory reads the large matrix about as fast as the plain read:
+// the layouts' order and prefetch were chosen by it (kilgen).
+//
+//	go test ./engine -run '^$' -bench KILStream -benchtime 20x
+func BenchmarkKILStream(b *testing.B) {
+	buf := make([]uint64, 160<<20/8)
+	for i := range buf {
+		buf[i] = uint64(i)
+	}
+	b.Run("read", func(b *testing.B) {
+		best := time.Hour
+		for b.Loop() {
+			t0 := time.Now()
+			membench.Read(buf, 1)
+			best = min(best, time.Since(t0))
+		}
+		b.ReportMetric(float64(len(buf)*8)/best.Seconds()/1e9, "GB/s")
+	})
+	const cols = 2048
+	for _, typ := range []DType{Q4_K, Q5_K, Q6_K} {
+		if !useKIL(typ) {
+			continue
+		}
+		f := quantFormats[typ]
+		rowBytes := cols / 256 * f.bytes
+		for _, rows := range []int{64, (160 << 20) / rowBytes / ilRows * ilRows} {
+			rng := uint64(5)
+			raw := make([]byte, rows*rowBytes)
+			for i := range raw {
+				raw[i] = byte(splitmix(&rng))
+			}
+			for bl := 0; bl < rows*cols/256; bl++ {
+				for _, o := range halfOffsets[typ] {
+					raw[bl*f.bytes+o+1] = 0x3c // f16 scales near 1
+				}
+			}
+			w := &matrix{rows: rows, cols: cols, raw: raw, qf: f, typ: typ}
+			w.interleave()
+			x := make([]float32, cols)
+			for i := range x {
+				x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
+			}
+			a := newAct(x, 1, cols)
+			a.prepare(w)
+			out := make([]float32, rows)
+			reps := 64<<20/len(w.il) + 1 // a small matrix many times a run
+			b.Run(fmt.Sprintf("%s/%d", typ, rows), func(b *testing.B) {
+				best := time.Hour
+				for b.Loop() {
+					t0 := time.Now()
+					for range reps {
+						matmulKIL(out, w, a, 0, rows)
+					}
+					best = min(best, time.Since(t0)/time.Duration(reps))
+				}
+				b.ReportMetric(float64(len(w.il))/best.Seconds()/1e9, "GB/s")
+			})
+		}
 	}
 }

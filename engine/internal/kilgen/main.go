@@ -25,16 +25,16 @@ const (
 	q4kDmin = 2336 // 16 × dmin, f16
 	q4kGSB  = 2368
 
-	q5kQH   = 2048 // 8 × 16 × 4 fifth-bit bytes
-	q5kSc   = 2560
-	q5kMin  = 2688
-	q5kD    = 2816
-	q5kDmin = 2848
+	q5kSc   = 0
+	q5kMin  = 128
+	q5kD    = 256
+	q5kDmin = 288
+	q5kQ    = 320 // the nibbles' and fifth bits' columns, in the order the kernel reads them (q5kCol)
 	q5kGSB  = 2880
 
-	q6kQH  = 2048 // 2 × 8 × 16 × 4 high-bit bytes
-	q6kSc  = 3072 // 16 × 16 scales, int8
-	q6kD   = 3328 // 16 × d, f16, then 32 bytes of padding
+	q6kSc  = 0    // 16 × 16 scales, int8
+	q6kD   = 256  // 16 × d, f16, then 32 bytes of padding
+	q6kQ   = 320  // ql's and qh's columns, in the order the kernel reads them (q6kCol)
 	q6kGSB = 3392 // a whole number of cache lines: no split loads
 )
 
@@ -152,9 +152,6 @@ func (g *gen) q4k(nt int, q5 bool) {
 		// Unpack the 32-byte columns of sub-blocks 2gr (low nibbles)
 		// and 2gr+1 (high nibbles), 16 rows × 4 bytes a register.
 		for k := 0; k < 8; k++ {
-			if q5 {
-				g.prefetch(gsb, gr*8+k, 2, q5Ahead)
-			}
 			if !q5 {
 				g.f("VMOVDQU64 %d(SI), %s", gr*512+k*64, z(8+k))
 				g.f("VPANDD Z31, %s, %s", z(8+k), z(k))
@@ -164,8 +161,8 @@ func (g *gen) q4k(nt int, q5 bool) {
 			}
 			// Bit 2gr (2gr+1) of the qh bytes moved to bit 4, then a
 			// bitwise select with the nibble.
-			g.f("VMOVDQU64 %d(SI), Z24", gr*512+k*64)
-			g.f("VMOVDQU64 %d(SI), Z25", q5kQH+k*64)
+			g.f("VMOVDQU64 %d(SI), Z24", q5kQ+64*q5kCol(8*gr+k))
+			g.f("VMOVDQU64 %d(SI), Z25", q5kQ+64*q5kCol(32+k))
 			shift(g, 2*gr, "Z25", z(k))
 			g.f("VPANDD Z30, %s, %s", z(k), z(k))
 			g.f("VPTERNLOGD $0xb8, Z24, Z31, %s", z(k))
@@ -212,29 +209,15 @@ func (g *gen) q4k(nt int, q5 bool) {
 	g.epilogue(nt)
 }
 
-// q5Ahead and q6Ahead are how many group super-blocks ahead the Q5_K and
-// Q6_K kernels prefetch, into L2 (PREFETCHT1). Chosen by
-// BenchmarkDecodeBandwidth on a quiet machine (1 thread, TinyLlama's
-// shape, alternating builds): into L1 (PREFETCHT0), Q5_K 4 ahead and Q6_K 3
-// decoded 26.8–27.0 and 23.8–24.0 tok/s; into L2, 28.9–29.3 and
-// 25.0–25.2; Q6_K 2 ahead into L2 26.1–27.2 (1: 25.9–26.1; 5: 24.4–24.6).
-const (
-	q5Ahead = 4
-	q6Ahead = 2
-)
-
-// prefetch asks for lines i·per … i·per+per−1 of the group super-block
-// ahead blocks on, spread over the unpacking steps. Measured on a 92 MB
-// matrix at one token: the Q6_K kernel read 12 GB/s without it and 20 with
-// it (2 ahead, into L1); the Q4_K kernel read less with it (20–22 GB/s
-// against 27–31), so it has none.
-func (g *gen) prefetch(gsb, i, per, ahead int) {
-	for j := 0; j < per; j++ {
-		if line := i*per + j; line*64 < gsb {
-			g.f("PREFETCHT1 %d(SI)", ahead*gsb+line*64)
-		}
-	}
-}
+// No kernel prefetches in software. The Q5_K and Q6_K kernels once read
+// their layouts' two streams (the quants, then the high bits 2 KB on, and
+// the scales after both) at once, which the hardware prefetcher did not
+// follow: on a 160 MB matrix at one token (engine's BenchmarkKILStream)
+// Q6_K read 13 GB/s without PREFETCHT1 2 blocks ahead and 24 with it,
+// against a plain read's 23–29. Their layouts are now in the order the
+// kernels first read them, front to back; without prefetch the same
+// matrix reads at 26–28 GB/s (Q6_K) and 26 (Q5_K), as fast as the plain
+// read and as Q4_K's kernel, and prefetch only slows them (22–24).
 
 // shift writes src's bytes with bit b moved to bit 4 (word shifts; the
 // caller masks the bit).
@@ -247,6 +230,33 @@ func shift(g *gen, b int, src, dst string) {
 	default:
 		g.f("VMOVDQA64 %s, %s", src, dst)
 	}
+}
+
+// q5kCol is engine.ilQ5KCol: the place of the nibbles' column c (c < 32)
+// or the fifth bits' column c−32 among the layout's columns.
+func q5kCol(c int) int {
+	switch {
+	case c >= 32:
+		return 2*(c-32) + 1
+	case c < 8:
+		return 2 * c
+	}
+	return 8 + c
+}
+
+// q6kCol is engine.ilQ6KCol: the place of ql's column c (c < 32) or qh's
+// (c ≥ 32) among the layout's columns, in the order the kernel first
+// reads them.
+func q6kCol(c int) int {
+	if c >= 32 {
+		n, k := (c-32)/8, c%8
+		return 24*n + 2*k + 1
+	}
+	n, h, k := c/16, c/8%2, c%8
+	if h == 0 {
+		return 24*n + 2*k
+	}
+	return 24*n + 16 + k
 }
 
 // q6k: per super-block, sumi = Σ_is sc_is·(Σ q·x − 32·Σ x over sub-block
@@ -266,9 +276,8 @@ func (g *gen) q6k(nt int) {
 			// in Z8+k, ghi's in Zk.
 			glo, ghi := 4*n+h, 4*n+h+2
 			for k := 0; k < 8; k++ {
-				g.prefetch(q6kGSB, (2*n+h)*8+k, 2, q6Ahead)
-				g.f("VMOVDQU64 %d(SI), Z24", n*1024+h*512+k*64)
-				g.f("VMOVDQU64 %d(SI), %s", q6kQH+n*512+k*64, z(k))
+				g.f("VMOVDQU64 %d(SI), Z24", q6kQ+64*q6kCol(16*n+8*h+k))
+				g.f("VMOVDQU64 %d(SI), %s", q6kQ+64*q6kCol(32+8*n+k), z(k))
 				// GFNI affine maps (q6kBits): qh bits 2h, 2h+1 (glo) or
 				// 2h+4, 2h+5 (ghi) to bits 4 and 5, the rest 0; ql's high
 				// nibble to the low one.
