@@ -22,22 +22,23 @@ import "encoding/binary"
 //	      (low nibbles: sub-block 2p, high: 2p+1), then the 6-bit scales
 //	      [8][16] uint8, the mins [4][16][2] uint8 (m 2p, m 2p+1), d [16]
 //	      and dmin [16] f16: 2368 bytes for the file's 2304.
-//	Q5_K: Q4_K's scales, mins, d and dmin first (320 bytes), then the
-//	      64-byte columns of the nibbles and of the fifth bits (qh,
-//	      [8 columns][16 rows][4 bytes]) in the order the kernel first
-//	      reads them: for each of 8 columns k, the nibbles' column k of
-//	      pair 0 and qh's column k; then pairs 1 to 3's columns. 2880
-//	      bytes for the file's 2816.
-//	Q6_K: the scales [16][16] int8, d [16] f16 and 32 bytes of padding,
-//	      then per half n the 64-byte columns in the order the kernel
-//	      first reads them: for each of 8 columns k, ql's column of
-//	      groups 4n and 4n+2 (low and high nibbles) and qh's column k of
-//	      half n; then ql's 8 columns of groups 4n+1 and 4n+3. 3392 bytes
+//	Q5_K: Q4_K's, with the 64-byte columns of the nibbles and of the
+//	      fifth bits (qh, [8 columns][16 rows][4 bytes]) in the order the
+//	      kernel first reads them: for each of 8 columns k, the nibbles'
+//	      column k of pair 0, then qh's column k; then pairs 1 to 3's
+//	      columns. 2880 bytes for the file's 2816.
+//	Q6_K: per half n, the 64-byte columns in the order the kernel first
+//	      reads them: for each of 8 columns k, ql's column of groups 4n
+//	      and 4n+2 (low and high nibbles), then qh's column k of half n;
+//	      then ql's 8 columns of groups 4n+1 and 4n+3. Then the scales
+//	      [16][16] int8, d [16] f16 and 32 bytes of padding: 3392 bytes
 //	      for the file's 3360, a whole number of 64-byte lines (a load
-//	      across two lines costs about two). The kernel reads it front to
-//	      back, which the hardware prefetcher follows; the file's order
-//	      (ql, then qh, then scales) made it read two streams at once and
-//	      the scales ahead of both, which it did not.
+//	      across two lines costs about two).
+//
+// Q5_K's and Q6_K's kernels read their quants front to back, which the
+// hardware prefetcher follows. The file's order (the low bits, then the
+// high bits 2 KB on, read together) made them read two streams at once,
+// which it did not (see kilgen's note on prefetch).
 //
 // A last group of fewer than 16 rows is padded with zero blocks, whose
 // outputs are dropped.
@@ -47,13 +48,11 @@ const (
 	ilQ4KSc = 2048 // then the mins at +128, d at +256, dmin at +288
 	ilQ4K   = 2368
 
-	ilQ5KSc = 0   // as Q4_K's
-	ilQ5KQ  = 320 // the quants' columns, in ilQ5KCol's order
+	ilQ5KSc = 2560 // as Q4_K's; the quants' columns before, in ilQ5KCol's order
 	ilQ5K   = 2880
 
-	ilQ6KSc = 0
-	ilQ6KD  = 256
-	ilQ6KQ  = 320  // the quants' columns, in ilQ6KCol's order
+	ilQ6KSc = 3072 // the quants' columns before, in ilQ6KCol's order
+	ilQ6KD  = 3328
 	ilQ6K   = 3392 // padded to whole cache lines, as the others are
 )
 
@@ -135,7 +134,7 @@ func putQ4KIL(dst []byte, i int, blk []byte) {
 	putScalesK4(dst[ilQ4KSc:], i, blk)
 }
 
-// ilQ5KCol is the place, in 64-byte columns from ilQ5KQ, of Q5_K's
+// ilQ5KCol is the place, in 64-byte columns, of Q5_K's
 // nibble column c (c < 32: pair c/8, column c%8) or fifth-bit column
 // c−32. engine/internal/kilgen computes the same places.
 func ilQ5KCol(c int) int {
@@ -149,19 +148,19 @@ func ilQ5KCol(c int) int {
 }
 
 // putQ5KIL writes row i's Q5_K block blk into its group's super-block dst:
-// Q4_K's scales, then the nibbles' and the 32 fifth-bit bytes' (bit j:
-// sub-block j) columns in ilQ5KCol's order.
+// the nibbles' and the 32 fifth-bit bytes' (bit j: sub-block j) columns in
+// ilQ5KCol's order, then Q4_K's scales.
 func putQ5KIL(dst []byte, i int, blk []byte) {
 	var cols [40 * 64]byte
 	putColumns(cols[:], i, blk[48:176])
 	putColumns(cols[32*64:], i, blk[16:48])
 	for c := 0; c < 40; c++ {
-		copy(dst[ilQ5KQ+64*ilQ5KCol(c)+4*i:][:4], cols[64*c+4*i:])
+		copy(dst[64*ilQ5KCol(c)+4*i:][:4], cols[64*c+4*i:])
 	}
 	putScalesK4(dst[ilQ5KSc:], i, blk)
 }
 
-// ilQ6KCol is the place, in 64-byte columns from ilQ6KQ, of Q6_K's
+// ilQ6KCol is the place, in 64-byte columns, of Q6_K's
 // column c of ql (c < 32: half c/16, groups c/8%2 (+2), column c%8) or of
 // qh (c ≥ 32: half (c−32)/8, column c%8). engine/internal/kilgen computes
 // the same places.
@@ -182,7 +181,7 @@ func putQ6KIL(dst []byte, i int, blk []byte) {
 	var cols [48 * 64]byte
 	putColumns(cols[:], i, blk[:192]) // ql's 32 columns, then qh's 16
 	for c := 0; c < 48; c++ {
-		copy(dst[ilQ6KQ+64*ilQ6KCol(c)+4*i:][:4], cols[64*c+4*i:])
+		copy(dst[64*ilQ6KCol(c)+4*i:][:4], cols[64*c+4*i:])
 	}
 	for is := 0; is < 16; is++ {
 		dst[ilQ6KSc+16*is+i] = blk[192+is]

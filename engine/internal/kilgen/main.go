@@ -25,16 +25,16 @@ const (
 	q4kDmin = 2336 // 16 × dmin, f16
 	q4kGSB  = 2368
 
-	q5kSc   = 0
-	q5kMin  = 128
-	q5kD    = 256
-	q5kDmin = 288
-	q5kQ    = 320 // the nibbles' and fifth bits' columns, in the order the kernel reads them (q5kCol)
+	q5kQ    = 0 // the nibbles' and fifth bits' columns, in the order the kernel reads them (q5kCol)
+	q5kSc   = 2560
+	q5kMin  = 2688
+	q5kD    = 2816
+	q5kDmin = 2848
 	q5kGSB  = 2880
 
-	q6kSc  = 0    // 16 × 16 scales, int8
-	q6kD   = 256  // 16 × d, f16, then 32 bytes of padding
-	q6kQ   = 320  // ql's and qh's columns, in the order the kernel reads them (q6kCol)
+	q6kQ   = 0    // ql's and qh's columns, in the order the kernel reads them (q6kCol)
+	q6kSc  = 3072 // 16 × 16 scales, int8
+	q6kD   = 3328 // 16 × d, f16, then 32 bytes of padding
 	q6kGSB = 3392 // a whole number of cache lines: no split loads
 )
 
@@ -210,14 +210,16 @@ func (g *gen) q4k(nt int, q5 bool) {
 }
 
 // No kernel prefetches in software. The Q5_K and Q6_K kernels once read
-// their layouts' two streams (the quants, then the high bits 2 KB on, and
-// the scales after both) at once, which the hardware prefetcher did not
-// follow: on a 160 MB matrix at one token (engine's BenchmarkKILStream)
-// Q6_K read 13 GB/s without PREFETCHT1 2 blocks ahead and 24 with it,
-// against a plain read's 23–29. Their layouts are now in the order the
-// kernels first read them, front to back; without prefetch the same
-// matrix reads at 26–28 GB/s (Q6_K) and 26 (Q5_K), as fast as the plain
-// read and as Q4_K's kernel, and prefetch only slows them (22–24).
+// their layouts' two streams (the low bits, and the high bits 2 KB on) at
+// once, which the hardware prefetcher did not follow: on a 160 MB matrix
+// at one token (engine's BenchmarkKILStream) Q6_K read 13 GB/s without
+// PREFETCHT1 2 blocks ahead and 24 with it, against a plain read's 23–29.
+// Their layouts now hold the quants in the order the kernels first read
+// them, front to back, then the scales; without prefetch the same matrix
+// reads at 27.5–28.6 GB/s (Q6_K) and 26.6–28.3 (Q5_K), as fast as the
+// plain read and as Q4_K's kernel, and prefetch only slows them. (The
+// scales first instead: Q6_K 25.6–28, Q5_K 24–25.4; Q4_K's scales first:
+// 27 against its 29–32.)
 
 // shift writes src's bytes with bit b moved to bit 4 (word shifts; the
 // caller masks the bit).
