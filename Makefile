@@ -269,13 +269,20 @@ bench-llamacpp: build $(LLAMACPP_BENCH)/node_modules/.package-lock.json
 # threads, the median of BENCH_RUNS alternating runs, with others' load.
 # BENCH_FLAGS=-go adds the pure-Go engine. Report: bin/bench-ggml-llamacpp.txt.
 # GGML_FLAVOR=release measures bin/ggml-bench-release (build-ggml-release)
-# instead; report bin/bench-ggml-llamacpp-release.txt.
-GGML_FLAVOR ?=
-ggml-sfx     = $(if $(GGML_FLAVOR),-$(GGML_FLAVOR))
-bench-ggml-llamacpp: build build-ggml$(ggml-sfx) $(LLAMACPP_BENCH)/node_modules/.package-lock.json
+# instead, GGML_FLAVOR=both the two builds in the same run, alternated with
+# llama.cpp (so that they see the same load); report
+# bin/bench-ggml-llamacpp-$(GGML_FLAVOR).txt.
+GGML_FLAVOR   ?=
+ggml-sfx       = $(if $(GGML_FLAVOR),-$(GGML_FLAVOR))
+ggml-flavors   = $(if $(filter both,$(GGML_FLAVOR)),default release,$(or $(GGML_FLAVOR),default))
+ggml-flav-sfx  = $(if $(filter-out default,$1),-$1)
+ggml-comma    := ,
+ggml-empty    :=
+ggml-benches   = $(subst $(ggml-empty) $(ggml-empty),$(ggml-comma),$(foreach f,$(ggml-flavors),$(BIN)/ggml-bench$(call ggml-flav-sfx,$f)))
+bench-ggml-llamacpp: build $(foreach f,$(ggml-flavors),build-ggml$(call ggml-flav-sfx,$f)) $(LLAMACPP_BENCH)/node_modules/.package-lock.json
 	$(GO) build -o $(BIN)/llamabench ./engine/internal/llamabench
 	$(BIN)/llamabench drive -shapes tiny -dtypes q4_k_m -metrics decode,prefill -threads 2 -runs $(BENCH_RUNS) \
-		-go=false -ggml $(BIN)/ggml-bench$(ggml-sfx) -models $(BIN)/bench-models -strata $(BIN)/strata \
+		-go=false -ggml $(ggml-benches) -models $(BIN)/bench-models -strata $(BIN)/strata \
 		-script $(LLAMACPP_BENCH)/bench.mjs -out $(BIN)/bench-ggml-llamacpp$(ggml-sfx).txt $(BENCH_FLAGS)
 $(LLAMACPP_BENCH)/node_modules/.package-lock.json: $(LLAMACPP_BENCH)/package-lock.json
 	@command -v npm >/dev/null || { echo "bench-llamacpp needs node (20 or later) and npm"; exit 1; }
@@ -293,8 +300,8 @@ $(LLAMACPP_BENCH)/node_modules/.package-lock.json: $(LLAMACPP_BENCH)/package-loc
 # another release's bins directory (the CUDA or Vulkan package's).
 GGML_RELEASE_DIR ?= $(LLAMACPP_BENCH)/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
 GGML_RELEASE_ENV  = CGO_LDFLAGS="-L$(abspath $(GGML_RELEASE_DIR)) -Wl,-rpath,$(abspath $(GGML_RELEASE_DIR)) -l:$$reg -l:libggml-base.so"
-ggml-release-reg  = reg=$$(cd $(GGML_RELEASE_DIR) && ls libggml.v*.so libggml.so 2>/dev/null | head -1); \
-	test -n "$$reg" || { echo "no libggml.v*.so in $(GGML_RELEASE_DIR)"; exit 1; }
+ggml-release-reg  = reg=$$(cd $(GGML_RELEASE_DIR) && ls libggml.*.so libggml.so 2>/dev/null | head -1); \
+	test -n "$$reg" || { echo "no libggml.*.so (the backend registry) in $(GGML_RELEASE_DIR)"; exit 1; }
 build-ggml-release: $(LLAMACPP_BENCH)/node_modules/.package-lock.json
 	@mkdir -p $(BIN)
 	@$(ggml-release-reg); set -x; cd engine/ggml && export $(GGML_RELEASE_ENV) && \

@@ -107,7 +107,7 @@ func LoadLibDir(dir string) {
 	if dir == "" {
 		return
 	}
-	if _, done := libDirs.LoadOrStore(dir, struct{}{}); done {
+	if _, done := libDirs.LoadOrStore(libKey(dir), struct{}{}); done {
 		return
 	}
 	cdir := C.CString(dir)

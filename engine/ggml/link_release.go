@@ -84,11 +84,24 @@ func loadBackends() {
 		if dir == "" {
 			return // pick then finds no device, and Open says so
 		}
-		libDirs.Store(dir, struct{}{})
+		libDirs.Store(libKey(dir), struct{}{})
 		cdir := C.CString(dir)
 		defer C.free(unsafe.Pointer(cdir))
 		C.ggml_backend_load_all_from_path(cdir)
 	})
+}
+
+// libKey is dir as LoadLibDir remembers it: its absolute path without
+// symbolic links, so that a LoadLibDir of the release's own directory,
+// however spelt, does not register its backends a second time.
+func libKey(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	return dir
 }
 
 func isCPU(b C.ggml_backend_t) bool { return bool(C.backend_is_cpu(b)) }

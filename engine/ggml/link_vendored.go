@@ -27,6 +27,9 @@ import (
 // loadBackends has nothing to do here: the CPU backend is built in.
 func loadBackends() {}
 
+// libKey is dir as LoadLibDir remembers it.
+func libKey(dir string) string { return dir }
+
 func isCPU(b C.ggml_backend_t) bool { return bool(C.ggml_backend_is_cpu(b)) }
 
 func setThreads(b C.ggml_backend_t, n int) error {
