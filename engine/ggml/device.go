@@ -141,7 +141,7 @@ func CPUFeatures() map[string]string {
 func Probe(d Device) (DeviceInfo, error) {
 	dev := pick(d)
 	if dev == nil {
-		return DeviceInfo{}, fmt.Errorf("%w: no %s device", ErrGGML, d)
+		return DeviceInfo{}, fmt.Errorf("%w: no %s device%s", ErrGGML, d, noDeviceHint())
 	}
 	return deviceInfo(dev), nil
 }

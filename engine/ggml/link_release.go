@@ -91,6 +91,17 @@ func loadBackends() {
 	})
 }
 
+// noDeviceHint says where the CPU backend was looked for, for a "no
+// device" error: without it the release's directory lacked a CPU variant
+// that loads here (or could not be found).
+func noDeviceHint() string {
+	dir := releaseDir()
+	if dir == "" {
+		return " (the directory of the linked libggml-base.so is unknown, so no backend was loaded)"
+	}
+	return fmt.Sprintf(" (backends loaded from %s)", dir)
+}
+
 // libKey is dir as LoadLibDir remembers it: its absolute path without
 // symbolic links, so that a LoadLibDir of the release's own directory,
 // however spelt, does not register its backends a second time.

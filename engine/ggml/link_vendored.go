@@ -27,6 +27,9 @@ import (
 // loadBackends has nothing to do here: the CPU backend is built in.
 func loadBackends() {}
 
+// noDeviceHint adds nothing to a "no device" error: the CPU is built in.
+func noDeviceHint() string { return "" }
+
 // libKey is dir as LoadLibDir remembers it.
 func libKey(dir string) string { return dir }
 

@@ -407,7 +407,7 @@ func (s *Stage) initBackend(o options) error {
 		s.backend = C.ggml_backend_dev_init(dev, nil)
 	}
 	if s.backend == nil {
-		return fmt.Errorf("%w: no %s device", ErrGGML, o.device)
+		return fmt.Errorf("%w: no %s device%s", ErrGGML, o.device, noDeviceHint())
 	}
 	if isCPU(s.backend) {
 		if err := setThreads(s.backend, o.threads); err != nil {
