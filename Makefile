@@ -7,7 +7,7 @@ PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
-	test-ggml build-ggml bench-ggml bench-ggml-llamacpp build-cuda build-vulkan debs-vulkan test-vulkan test-vulkan-run bench-llamacpp handovers fuzz-long \
+	test-ggml build-ggml build-ggml-release test-ggml-release bench-ggml bench-ggml-llamacpp build-cuda build-vulkan debs-vulkan test-vulkan test-vulkan-run bench-llamacpp handovers fuzz-long \
 	nemesis nemesis-broken gpu-bundle gpu-check-dry
 
 all: build
@@ -272,14 +272,52 @@ bench-llamacpp: build $(LLAMACPP_BENCH)/node_modules/.package-lock.json
 # TinyLlama-shaped Q4_K_M file, decode and a 512-token prefill at 2
 # threads, the median of BENCH_RUNS alternating runs, with others' load.
 # BENCH_FLAGS=-go adds the pure-Go engine. Report: bin/bench-ggml-llamacpp.txt.
-bench-ggml-llamacpp: build build-ggml $(LLAMACPP_BENCH)/node_modules/.package-lock.json
+# GGML_FLAVOR=release measures bin/ggml-bench-release (build-ggml-release)
+# instead, GGML_FLAVOR=both the two builds in the same run, alternated with
+# llama.cpp (so that they see the same load); report
+# bin/bench-ggml-llamacpp-$(GGML_FLAVOR).txt.
+GGML_FLAVOR   ?=
+ggml-sfx       = $(if $(GGML_FLAVOR),-$(GGML_FLAVOR))
+ggml-flavors   = $(if $(filter both,$(GGML_FLAVOR)),default release,$(or $(GGML_FLAVOR),default))
+ggml-flav-sfx  = $(if $(filter-out default,$1),-$1)
+ggml-comma    := ,
+ggml-empty    :=
+ggml-benches   = $(subst $(ggml-empty) $(ggml-empty),$(ggml-comma),$(foreach f,$(ggml-flavors),$(BIN)/ggml-bench$(call ggml-flav-sfx,$f)))
+bench-ggml-llamacpp: build $(foreach f,$(ggml-flavors),build-ggml$(call ggml-flav-sfx,$f)) $(LLAMACPP_BENCH)/node_modules/.package-lock.json
 	$(GO) build -o $(BIN)/llamabench ./engine/internal/llamabench
 	$(BIN)/llamabench drive -shapes tiny -dtypes q4_k_m -metrics decode,prefill -threads 2 -runs $(BENCH_RUNS) \
-		-go=false -ggml $(BIN)/ggml-bench -models $(BIN)/bench-models -strata $(BIN)/strata \
-		-script $(LLAMACPP_BENCH)/bench.mjs -out $(BIN)/bench-ggml-llamacpp.txt $(BENCH_FLAGS)
+		-go=false -ggml $(ggml-benches) -models $(BIN)/bench-models -strata $(BIN)/strata \
+		-script $(LLAMACPP_BENCH)/bench.mjs -out $(BIN)/bench-ggml-llamacpp$(ggml-sfx).txt $(BENCH_FLAGS)
 $(LLAMACPP_BENCH)/node_modules/.package-lock.json: $(LLAMACPP_BENCH)/package-lock.json
 	@command -v npm >/dev/null || { echo "bench-llamacpp needs node (20 or later) and npm"; exit 1; }
 	cd $(LLAMACPP_BENCH) && npm ci --omit=optional --no-audit --no-fund --ignore-scripts --loglevel=error
+
+# The ggml engine linked against llama.cpp's own release build of ggml
+# (issue 31) instead of compiling the ollama module's copy: the prebuilt
+# shared libraries of @node-llama-cpp/linux-x64, pinned by
+# $(LLAMACPP_BENCH)'s lock file. -tags ggmlrelease links libggml-base and
+# libggml (the backend registry) with an rpath to their directory; at run
+# time the binary loads the best CPU variant beside them (zen4, icelake,
+# haswell... by ggml's score), as llama.cpp does. Nothing is compiled from
+# C sources but engine/ggml's own cgo glue. bin/ggml-bench-release; see
+# docs/ggml.md "Linking llama.cpp's release". GGML_RELEASE_DIR may name
+# another release's bins directory (the CUDA or Vulkan package's).
+GGML_RELEASE_DIR ?= $(LLAMACPP_BENCH)/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+GGML_RELEASE_ENV  = CGO_LDFLAGS="-L$(abspath $(GGML_RELEASE_DIR)) -Wl,-rpath,$(abspath $(GGML_RELEASE_DIR)) -l:$$reg -l:libggml-base.so"
+ggml-release-reg  = reg=$$(cd $(GGML_RELEASE_DIR) && ls libggml.*.so libggml.so 2>/dev/null | head -1); \
+	test -n "$$reg" || { echo "no libggml.*.so (the backend registry) in $(GGML_RELEASE_DIR)"; exit 1; }
+build-ggml-release: $(LLAMACPP_BENCH)/node_modules/.package-lock.json
+	@mkdir -p $(BIN)
+	@$(ggml-release-reg); set -x; cd engine/ggml && export $(GGML_RELEASE_ENV) && \
+		$(GO) build -tags ggmlrelease ./... && $(GO) vet -tags ggmlrelease ./... && \
+		$(GO) build -tags ggmlrelease -o $(CURDIR)/$(BIN)/ggml-bench-release ./cmd/ggml-bench
+	@$(BIN)/ggml-bench-release features
+	@test ! -x $(TOOLS)/staticcheck || { $(ggml-release-reg); cd engine/ggml && export $(GGML_RELEASE_ENV) && $(TOOLS)/staticcheck -tags ggmlrelease ./...; }
+# engine/ggml's tests on the release build (TEST_GGML=-run 'Name' picks).
+TEST_GGML ?=
+test-ggml-release: $(LLAMACPP_BENCH)/node_modules/.package-lock.json
+	@$(ggml-release-reg); cd engine/ggml && export $(GGML_RELEASE_ENV) && \
+		$(GO) test -tags ggmlrelease -timeout $(TEST_TIMEOUT) -count=1 $(TEST_GGML) .
 
 # ggml's GPU backends are shared libraries that ggml loads at run time,
 # built with CMake from the sources inside the pinned ollama module, for

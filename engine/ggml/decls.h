@@ -9,9 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-// The ggml declarations used, as in ggml.h and ggml-cpu.h of the ggml that
-// the pinned ollama module vendors (its Go package compiles and links
-// ggml; the headers are not on cgo's include path).
+// The ggml declarations used, as in ggml.h of the ggml that the pinned
+// ollama module vendors (its Go package compiles and links ggml; the
+// headers are not on cgo's include path). Each one is also as in ggml.h
+// of llama.cpp's release that a -tags ggmlrelease build links (see
+// link_release.go); ggml-cpu.h's functions, which that build does not
+// link, are declared in link_vendored.go.
 struct ggml_context;
 struct ggml_tensor;
 struct ggml_cgraph;
@@ -52,7 +55,7 @@ extern void ggml_build_forward_expand(struct ggml_cgraph * cgraph, struct ggml_t
 extern void ggml_set_input(struct ggml_tensor * tensor);
 extern void ggml_set_output(struct ggml_tensor * tensor);
 
-// ggml-backend.h, ggml-alloc.h and ggml-cpu.h: weights, caches and graphs
+// ggml-backend.h and ggml-alloc.h: weights, caches and graphs
 // live in a backend's buffers, so that the same code runs on any device.
 typedef struct ggml_backend * ggml_backend_t;
 typedef struct ggml_backend_buffer * ggml_backend_buffer_t;
@@ -70,8 +73,6 @@ extern int ggml_backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph
 extern ggml_gallocr_t ggml_gallocr_new(ggml_backend_buffer_type_t buft);
 extern void ggml_gallocr_free(ggml_gallocr_t galloc);
 extern bool ggml_gallocr_alloc_graph(ggml_gallocr_t galloc, struct ggml_cgraph * graph);
-extern bool ggml_backend_is_cpu(ggml_backend_t backend);
-extern void ggml_backend_cpu_set_n_threads(ggml_backend_t backend_cpu, int n_threads);
 
 typedef struct ggml_backend_device * ggml_backend_dev_t;
 typedef struct ggml_backend_reg * ggml_backend_reg_t;
@@ -101,11 +102,6 @@ extern struct ggml_tensor * ggml_sigmoid(struct ggml_context * ctx, struct ggml_
 extern struct ggml_tensor * ggml_fill(struct ggml_context * ctx, struct ggml_tensor * a, float c);
 extern struct ggml_tensor * ggml_repeat_4d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
 extern struct ggml_tensor * ggml_reshape_4d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
-extern int ggml_cpu_has_avx2(void);
-extern int ggml_cpu_has_avx512(void);
-extern int ggml_cpu_has_neon(void);
-extern int ggml_cpu_has_dotprod(void);
-extern int ggml_cpu_has_matmul_int8(void);
 
 // cpu_repack_buft is the CPU device's CPU_REPACK buffer type: ggml lists
 // it among the device's extra buffer types where ggml-cpu was compiled

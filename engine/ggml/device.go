@@ -103,10 +103,11 @@ var libDirs sync.Map // dir → struct{}: loaded
 // registers a library's devices again on every load. Stages opened after
 // it find its devices without WithLibDir.
 func LoadLibDir(dir string) {
+	loadBackends()
 	if dir == "" {
 		return
 	}
-	if _, done := libDirs.LoadOrStore(dir, struct{}{}); done {
+	if _, done := libDirs.LoadOrStore(libKey(dir), struct{}{}); done {
 		return
 	}
 	cdir := C.CString(dir)
@@ -120,6 +121,7 @@ func LoadLibDir(dir string) {
 // baseline x86-64 variant unless CGO_CFLAGS say otherwise (make build-ggml
 // builds for the host); this is how to check what a binary has.
 func CPUFeatures() map[string]string {
+	loadBackends()
 	out := map[string]string{}
 	f := C.cpu_features()
 	if f == nil {
@@ -139,7 +141,7 @@ func CPUFeatures() map[string]string {
 func Probe(d Device) (DeviceInfo, error) {
 	dev := pick(d)
 	if dev == nil {
-		return DeviceInfo{}, fmt.Errorf("%w: no %s device", ErrGGML, d)
+		return DeviceInfo{}, fmt.Errorf("%w: no %s device%s", ErrGGML, d, noDeviceHint())
 	}
 	return deviceInfo(dev), nil
 }
@@ -148,6 +150,7 @@ func Probe(d Device) (DeviceInfo, error) {
 // GPU takes a discrete GPU, else an integrated one (ggml-vulkan types an
 // APU's or a laptop's GPU IGPU); Auto takes that, else the CPU.
 func pick(d Device) C.ggml_backend_dev_t {
+	loadBackends()
 	gpu := func() C.ggml_backend_dev_t {
 		if dev := C.ggml_backend_dev_by_type(C.DEVT_GPU); dev != nil {
 			return dev

@@ -1,7 +1,6 @@
 package ggml
 
 /*
-#cgo LDFLAGS: -lm -lstdc++
 #include "decls.h"
 */
 import "C"
@@ -13,8 +12,6 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
-
-	_ "github.com/ollama/ollama/ml/backend/ggml/ggml/src" // compiles and links ggml
 
 	"github.com/stratanet/strata/engine"
 )
@@ -328,7 +325,7 @@ func load(f *engine.File, o options) (*Stage, error) {
 	// rearranges them as they are set, as llama.cpp does; the rest to one
 	// plain buffer.
 	packBuft := C.ggml_backend_buffer_type_t(nil)
-	if bool(C.ggml_backend_is_cpu(s.backend)) && !o.noRepack {
+	if isCPU(s.backend) && !o.noRepack {
 		packBuft = C.cpu_repack_buft(s.backend)
 	}
 	meta := C.size_t(uintptr(len(ws))*(uintptr(C.ggml_tensor_overhead())+64) + 1<<16)
@@ -410,10 +407,13 @@ func (s *Stage) initBackend(o options) error {
 		s.backend = C.ggml_backend_dev_init(dev, nil)
 	}
 	if s.backend == nil {
-		return fmt.Errorf("%w: no %s device", ErrGGML, o.device)
+		return fmt.Errorf("%w: no %s device%s", ErrGGML, o.device, noDeviceHint())
 	}
-	if C.ggml_backend_is_cpu(s.backend) {
-		C.ggml_backend_cpu_set_n_threads(s.backend, C.int(o.threads))
+	if isCPU(s.backend) {
+		if err := setThreads(s.backend, o.threads); err != nil {
+			s.free()
+			return err
+		}
 	}
 	if s.galloc = C.ggml_gallocr_new(C.ggml_backend_get_default_buffer_type(s.backend)); s.galloc == nil {
 		s.free()
@@ -565,24 +565,4 @@ func (s *Stage) forward(parts []part, steps []engine.Step, rows int) ([]engine.O
 		pt.p.n += pt.n
 	}
 	return outs, nil
-}
-
-// repackable reports whether ggml's CPU_REPACK buffer holds a matrix of
-// type t and dims in a layout of its own on this CPU (the conditions of
-// repack.cpp's ggml_repack_get_optimal_repack_type, which a tensor set
-// there must meet: it has no fallback).
-func repackable(t engine.DType, dims []uint64) bool {
-	if len(dims) != 2 || dims[1]%8 != 0 || dims[0]%8 != 0 {
-		return false
-	}
-	avx2, arm := C.ggml_cpu_has_avx2() != 0, C.ggml_cpu_has_neon() != 0
-	switch t {
-	case engine.Q4_0, engine.Q4_K:
-		return avx2 || arm && (C.ggml_cpu_has_matmul_int8() != 0 || C.ggml_cpu_has_dotprod() != 0)
-	case engine.IQ4_NL:
-		return avx2 || arm && C.ggml_cpu_has_dotprod() != 0
-	case engine.Q2_K:
-		return C.ggml_cpu_has_avx512() != 0
-	}
-	return false
 }

@@ -214,7 +214,7 @@ func drive(args []string) error {
 	prefillTokens := fs.Int("prefill", 512, "prefill: prompt tokens")
 	only := fs.String("metrics", "", "comma-separated modes to run (decode,prefill,batch16); empty: all")
 	dtypes := fs.String("dtypes", "", "comma-separated weight types of the shapes' files to run (q4_k_m,q8_0,f16); empty: all")
-	ggmlBin := fs.String("ggml", "", "engine/ggml's ggml-bench binary: also measure the ggml engine (make bench-ggml-llamacpp builds it)")
+	ggmlBin := fs.String("ggml", "", "engine/ggml's ggml-bench binary, or several comma-separated (builds of it to compare in the same run): also measure the ggml engine (make bench-ggml-llamacpp builds it)")
 	goSide := fs.Bool("go", true, "measure the pure-Go engine")
 	threadList := fs.String("threads", "", "comma-separated thread counts of the metrics to run (1,2); empty: all (given, it also runs the 1-thread prefill on the 8B shape)")
 	quiet := fs.Duration("quiet", 20*time.Second, "before each measurement, wait up to this long for the other processes on the machine to use less than a quarter of a core")
@@ -276,9 +276,16 @@ func drive(args []string) error {
 		}})
 	}
 	if *ggmlBin != "" {
-		sides = append(sides, side{"ggml engine", func(mode string, threads int, path string, steps, prompt int) (Result, error) {
-			return runJSON(*ggmlBin, strataArgs(mode, threads, path, steps, prompt)...)
-		}})
+		bins := strings.Split(*ggmlBin, ",")
+		for _, bin := range bins {
+			name := "ggml engine"
+			if len(bins) > 1 {
+				name += " (" + filepath.Base(bin) + ")"
+			}
+			sides = append(sides, side{name, func(mode string, threads int, path string, steps, prompt int) (Result, error) {
+				return runJSON(bin, strataArgs(mode, threads, path, steps, prompt)...)
+			}})
+		}
 	}
 	if len(sides) == 0 {
 		return errors.New("nothing to compare with llama.cpp: -go=false and no -ggml")
