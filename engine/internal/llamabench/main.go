@@ -479,7 +479,7 @@ func drive(args []string) error {
 		}
 		fmt.Fprintf(w, "- %s, %s: %s\n", r.file, r.metric, strings.Join(parts, ", "))
 	}
-	if *goSide {
+	if *goSide && slices.ContainsFunc(rows, func(r row) bool { return r.decode1 }) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
 		fmt.Fprintln(w)
