@@ -253,6 +253,9 @@ bench-ggml:
 # mixture of experts, Q4_K_M, decode only, 18.6 GB; each side peaks near
 # 21 GB, so GOMEMLIMIT=20GiB on 24 GB; BENCH_FLAGS="-layers 12" makes it
 # 12 of its 48 layers where memory is short, see docs/moe.md).
+# BENCH_FLAGS="-metrics ctx" measures decode at positions 2,048 and 8,192
+# instead (32 tokens after an untimed prompt of that length; -threads 1
+# keeps to one thread; minutes a run: not in the default set).
 # Report: bin/bench-llamacpp.txt. Not part
 # of make test. (The lock file was written by npm 11.13, which records the
 # platform packages node-llama-cpp lists but never published as inert

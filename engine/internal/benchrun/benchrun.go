@@ -29,6 +29,12 @@ type Result struct {
 	// The ggml CPU kernels: llama.cpp's backend variant (libggml-cpu-VARIANT.so);
 	// the ggml engine's compiled-in features.
 	CPUVariant string `json:"cpu_variant,omitempty"`
+	// The KV cache a decode ran with: the type of its keys and values
+	// ("f32", "f16", ...) and the positions it was made for.
+	KVType    string `json:"kv_type,omitempty"`
+	KVContext int    `json:"kv_context,omitempty"`
+	// FlashAttention: llama.cpp only, whether its context used flash attention.
+	FlashAttention *bool `json:"flash_attention,omitempty"`
 	// OthersLoad is set by the driver: the cores that other processes on
 	// the machine kept busy during the measurement (-1: unknown).
 	OthersLoad float64 `json:"-"`
@@ -68,7 +74,9 @@ func Run(s engine.Stage, path, mode string, steps, promptLen, n int) (Result, er
 	r := Result{Engine: info.Engine, Mode: mode, Threads: info.Threads, Model: path, WeightBytes: info.WeightBytes}
 	switch mode {
 	case Decode:
-		ss, err := s.NewSession(promptLen + steps + 8)
+		r.KVContext = promptLen + steps + 8
+		r.KVType = kvType(info)
+		ss, err := s.NewSession(r.KVContext)
 		if err != nil {
 			return r, err
 		}
@@ -141,4 +149,24 @@ func Run(s engine.Stage, path, mode string, steps, promptLen, n int) (Result, er
 	}
 	r.TokS = float64(r.Tokens) / r.Seconds
 	return r, nil
+}
+
+// kvType names the type of a stage's KV cache values from the bytes a
+// position takes (Info.KVBytesPerToken) over the values it holds, or ""
+// where the two do not divide (a cache laid out otherwise, as MLA's).
+func kvType(info engine.Info) string {
+	kd, vd := info.HParams.CacheDims()
+	vals := int64(info.Hi-info.Lo) * int64(kd+vd)
+	if vals <= 0 || info.KVBytesPerToken%vals != 0 {
+		return ""
+	}
+	switch info.KVBytesPerToken / vals {
+	case 4:
+		return "f32"
+	case 2:
+		return "f16"
+	case 1:
+		return "8-bit"
+	}
+	return ""
 }

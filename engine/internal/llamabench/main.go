@@ -181,7 +181,10 @@ var (
 
 // A metric is one row of the table for each file.
 type metric struct {
-	label   string
+	label string
+	// key names the metric for -metrics: the mode, or "ctx" for decode
+	// at a long position.
+	key     string
 	mode    string
 	threads int
 	// steps or tokens, prompt: the mode's sizes.
@@ -189,14 +192,77 @@ type metric struct {
 	tinyOnly      bool // too slow to repeat on the 8B shape
 }
 
-func metrics(decodeSteps, batchSteps, prefillTokens int) []metric {
-	return []metric{
-		{fmt.Sprintf("decode t=1 (%d tok after %d)", decodeSteps, 16), modeDecode, 1, decodeSteps, 16, false},
-		{fmt.Sprintf("decode t=2 (%d tok after %d)", decodeSteps, 16), modeDecode, 2, decodeSteps, 16, false},
-		{fmt.Sprintf("prefill %d t=2", prefillTokens), modePrefill, 2, prefillTokens, 0, false},
-		{fmt.Sprintf("prefill %d t=1", prefillTokens), modePrefill, 1, prefillTokens, 0, true},
-		{fmt.Sprintf("16 seqs t=2 (%d steps, aggregate)", batchSteps), modeBatch16, 2, batchSteps, 8, false},
+// The names -metrics takes. ctx (decode at long positions) is not in the
+// default set: filling 8,192 positions takes minutes a run on 2 cores.
+const metricCtx = "ctx"
+
+var (
+	metricNames    = []string{modeDecode, modePrefill, modeBatch16, metricCtx}
+	defaultMetrics = []string{modeDecode, modePrefill, modeBatch16}
+)
+
+func metrics(decodeSteps, batchSteps, prefillTokens, ctxSteps int, positions []int) []metric {
+	ms := []metric{
+		{fmt.Sprintf("decode t=1 (%d tok after %d)", decodeSteps, 16), modeDecode, modeDecode, 1, decodeSteps, 16, false},
+		{fmt.Sprintf("decode t=2 (%d tok after %d)", decodeSteps, 16), modeDecode, modeDecode, 2, decodeSteps, 16, false},
+		{fmt.Sprintf("prefill %d t=2", prefillTokens), modePrefill, modePrefill, 2, prefillTokens, 0, false},
+		{fmt.Sprintf("prefill %d t=1", prefillTokens), modePrefill, modePrefill, 1, prefillTokens, 0, true},
+		{fmt.Sprintf("16 seqs t=2 (%d steps, aggregate)", batchSteps), modeBatch16, modeBatch16, 2, batchSteps, 8, false},
 	}
+	// Decode after a prompt of P tokens: the same decode mode, the prompt
+	// (untimed) filling the KV cache to P first.
+	for _, threads := range []int{1, 2} {
+		for _, p := range positions {
+			ms = append(ms, metric{fmt.Sprintf("decode t=%d (%d tok after %d)", threads, ctxSteps, p), metricCtx, modeDecode, threads, ctxSteps, p, false})
+		}
+	}
+	return ms
+}
+
+// ErrFlag is a bad value of a drive flag.
+var ErrFlag = errors.New("bad flag")
+
+// parseMetrics reads -metrics: names from metricNames, or the default set
+// when empty.
+func parseMetrics(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return defaultMetrics, nil
+	}
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.Contains(metricNames, name) {
+			return nil, fmt.Errorf("%w: -metrics %q: unknown metric %q (%s)", ErrFlag, s, name, strings.Join(metricNames, ", "))
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// parsePositions reads -ctx-positions: positive token counts.
+func parsePositions(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		var p int
+		if _, err := fmt.Sscan(strings.TrimSpace(f), &p); err != nil || p <= 0 || fmt.Sprint(p) != strings.TrimSpace(f) {
+			return nil, fmt.Errorf("%w: -ctx-positions %q: %q is not a positive number of tokens", ErrFlag, s, f)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// selected says whether metric m runs on file f, given -metrics (parsed),
+// -threads (empty: all) and -shape's file kinds.
+func selected(m metric, f benchFile, only []string, threadList string) bool {
+	// A small-shape-only row runs on the others when -threads names it.
+	if m.tinyOnly && f.shape != "tiny" && threadList == "" || f.decodeOnly && m.mode != modeDecode {
+		return false
+	}
+	if !slices.Contains(only, m.key) {
+		return false
+	}
+	return threadList == "" || slices.Contains(strings.Split(threadList, ","), fmt.Sprint(m.threads))
 }
 
 func drive(args []string) error {
@@ -212,13 +278,23 @@ func drive(args []string) error {
 	decodeSteps := fs.Int("decode-steps", 64, "decode: tokens timed (halved on the 8B shape)")
 	batchSteps := fs.Int("batch-steps", 32, "16 sequences: decode steps timed (halved on the 8B shape)")
 	prefillTokens := fs.Int("prefill", 512, "prefill: prompt tokens")
-	only := fs.String("metrics", "", "comma-separated modes to run (decode,prefill,batch16); empty: all")
+	only := fs.String("metrics", "", "comma-separated metrics to run (decode,prefill,batch16,ctx); empty: decode,prefill,batch16 (ctx, decode at -ctx-positions, only when named)")
+	ctxSteps := fs.Int("ctx-steps", 32, "ctx: tokens timed after each long prompt (halved on the 8B shape)")
+	ctxPositions := fs.String("ctx-positions", "2048,8192", "ctx: the prompt lengths (positions) decode is timed at")
 	dtypes := fs.String("dtypes", "", "comma-separated weight types of the shapes' files to run (q4_k_m,q8_0,f16); empty: all")
 	ggmlBin := fs.String("ggml", "", "engine/ggml's ggml-bench binary, or several comma-separated (builds of it to compare in the same run): also measure the ggml engine (make bench-ggml-llamacpp builds it)")
 	goSide := fs.Bool("go", true, "measure the pure-Go engine")
 	threadList := fs.String("threads", "", "comma-separated thread counts of the metrics to run (1,2); empty: all (given, it also runs the 1-thread prefill on the 8B shape)")
 	quiet := fs.Duration("quiet", 20*time.Second, "before each measurement, wait up to this long for the other processes on the machine to use less than a quarter of a core")
 	fs.Parse(args)
+	onlyList, err := parseMetrics(*only)
+	if err != nil {
+		return err
+	}
+	positions, err := parsePositions(*ctxPositions)
+	if err != nil {
+		return err
+	}
 
 	self, err := os.Executable()
 	if err != nil {
@@ -299,16 +375,6 @@ func drive(args []string) error {
 	}})
 	llama := len(sides) - 1
 
-	type row struct {
-		file, metric string
-		rates        [][]float64 // per side, per run
-		loads        [][]float64 // others' load during each of those runs
-		peakRSS      []int64     // per side, the most of its runs
-		weightBytes  int64       // the pure-Go engine's
-		decode1      bool
-		bw           float64
-		others       float64
-	}
 	var rows []row
 	variants := make([]string, len(sides))
 	for _, f := range files {
@@ -318,15 +384,8 @@ func drive(args []string) error {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "== %s (memory read bandwidth, 1 thread: %.2f GB/s)\n", f.name(), bw/1e9)
-		for _, m := range metrics(*decodeSteps, *batchSteps, *prefillTokens) {
-			// A small-shape-only row runs on the others when -threads names it.
-			if m.tinyOnly && f.shape != "tiny" && *threadList == "" || f.decodeOnly && m.mode != modeDecode {
-				continue
-			}
-			if *only != "" && !slices.Contains(strings.Split(*only, ","), m.mode) {
-				continue
-			}
-			if *threadList != "" && !slices.Contains(strings.Split(*threadList, ","), fmt.Sprint(m.threads)) {
+		for _, m := range metrics(*decodeSteps, *batchSteps, *prefillTokens, *ctxSteps, positions) {
+			if !selected(m, f, onlyList, *threadList) {
 				continue
 			}
 			steps := m.steps
@@ -337,8 +396,8 @@ func drive(args []string) error {
 			if steps != m.steps {
 				label = strings.Replace(label, fmt.Sprint(m.steps), fmt.Sprint(steps), 1)
 			}
-			rw := row{file: f.name(), metric: label, decode1: m.mode == modeDecode && m.threads == 1, bw: bw,
-				rates: make([][]float64, len(sides)), loads: make([][]float64, len(sides)), peakRSS: make([]int64, len(sides))}
+			rw := row{file: f.name(), metric: label, decode1: m.key == modeDecode && m.threads == 1, ctx: m.key == metricCtx, bw: bw,
+				rates: make([][]float64, len(sides)), loads: make([][]float64, len(sides)), peakRSS: make([]int64, len(sides)), kv: make([]string, len(sides))}
 			for run := range *runs {
 				var line strings.Builder
 				for i, sd := range sides {
@@ -356,6 +415,9 @@ func drive(args []string) error {
 					}
 					if r.CPUVariant != "" {
 						variants[i] = r.CPUVariant
+					}
+					if d := kvDesc(r); d != "" {
+						rw.kv[i] = d
 					}
 					fmt.Fprintf(&line, "  %s %8.2f tok/s (others' load %.2f, peak RSS %.2f GB)", sd.name, r.TokS, r.OthersLoad, float64(r.PeakRSS)/1e9)
 				}
@@ -382,24 +444,38 @@ func drive(args []string) error {
 	}
 	fmt.Fprintln(w, head+" runs |"+" others' load |")
 	fmt.Fprintln(w, rule+"---|---:|")
+	names := make([]string, len(sides))
+	for i, sd := range sides {
+		names[i] = sd.name
+	}
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s |", r.file, r.metric)
-		for i := range sides {
-			fmt.Fprintf(w, " %.2f |", median(r.rates[i]))
-		}
-		for i := range sides[:llama] {
-			fmt.Fprintf(w, " %.2f |", median(r.rates[i])/median(r.rates[llama]))
-		}
-		var runsCol []string
-		for i, sd := range sides {
-			runsCol = append(runsCol, sd.name+": "+listLoads(r.rates[i], r.loads[i]))
-		}
-		fmt.Fprintf(w, " %s | %.2f |\n", strings.Join(runsCol, "; "), r.others)
+		fmt.Fprintln(w, tableLine(r, names))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "others' load: the most CPU, in cores, that processes other than the measured one used during any run of the row")
 	fmt.Fprintln(w, "(from /proc/stat; the machine has", runtime.NumCPU(), "CPUs). Above about 0.3 a row's numbers are disturbed.")
 	fmt.Fprintln(w, "runs: each run's tok/s @ others' load during it.")
+	// The KV caches of the long-context rows, where the sides differ most.
+	var kvLines []string
+	for _, r := range rows {
+		var parts []string
+		for i, sd := range sides {
+			if r.kv[i] != "" {
+				parts = append(parts, sd.name+" "+r.kv[i])
+			}
+		}
+		if len(parts) > 0 && r.ctx {
+			kvLines = append(kvLines, fmt.Sprintf("- %s, %s: %s", r.file, r.metric, strings.Join(parts, "; ")))
+		}
+	}
+	if len(kvLines) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "KV cache of the long-context decode rows (type, positions it holds, llama.cpp's flash attention as it resolved \"auto\"):")
+		fmt.Fprintln(w)
+		for _, l := range kvLines {
+			fmt.Fprintln(w, l)
+		}
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Peak resident memory of the measuring processes (ru_maxrss, the most of a row's runs), GB:")
 	fmt.Fprintln(w)
@@ -410,7 +486,7 @@ func drive(args []string) error {
 		}
 		fmt.Fprintf(w, "- %s, %s: %s\n", r.file, r.metric, strings.Join(parts, ", "))
 	}
-	if *goSide {
+	if *goSide && slices.ContainsFunc(rows, func(r row) bool { return r.decode1 }) {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
 		fmt.Fprintln(w)
@@ -445,6 +521,54 @@ func drive(args []string) error {
 		fmt.Fprintf(os.Stderr, "saved to %s\n", *out)
 	}
 	return nil
+}
+
+// A row is one metric of one file: each side's runs.
+type row struct {
+	file, metric string
+	rates        [][]float64 // per side, per run
+	loads        [][]float64 // others' load during each of those runs
+	peakRSS      []int64     // per side, the most of its runs
+	weightBytes  int64       // the pure-Go engine's
+	decode1      bool
+	bw           float64
+	others       float64
+	// kv: per side, the KV cache a decode ran with ("" for other modes).
+	kv  []string
+	ctx bool // a -metrics ctx row
+}
+
+// tableLine is r's line of the markdown table: each side's median tok/s
+// (sides' order; the last is llama.cpp), each other side's ratio to
+// llama.cpp's, each run's rate and load, and the most others' load.
+func tableLine(r row, sides []string) string {
+	var b strings.Builder
+	llama := len(sides) - 1
+	fmt.Fprintf(&b, "| %s | %s |", r.file, r.metric)
+	for i := range sides {
+		fmt.Fprintf(&b, " %.2f |", median(r.rates[i]))
+	}
+	for i := range sides[:llama] {
+		fmt.Fprintf(&b, " %.2f |", median(r.rates[i])/median(r.rates[llama]))
+	}
+	var runsCol []string
+	for i, name := range sides {
+		runsCol = append(runsCol, name+": "+listLoads(r.rates[i], r.loads[i]))
+	}
+	fmt.Fprintf(&b, " %s | %.2f |", strings.Join(runsCol, "; "), r.others)
+	return b.String()
+}
+
+// kvDesc describes one side's KV cache from a decode's result.
+func kvDesc(r Result) string {
+	if r.KVType == "" {
+		return ""
+	}
+	d := fmt.Sprintf("%s, %d positions", r.KVType, r.KVContext)
+	if r.FlashAttention != nil {
+		d += fmt.Sprintf(", flash attention %v", map[bool]string{true: "on", false: "off"}[*r.FlashAttention])
+	}
+	return d
 }
 
 // withLayers gives f n of its layers, named "SHAPE-NofML": the same

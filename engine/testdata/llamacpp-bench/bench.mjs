@@ -9,6 +9,10 @@
 //
 // decode: a PROMPT-token prompt, then STEPS single-token decodes (greedy,
 // generated tokens fed back, no stop at EOS); tok/s = STEPS / their time.
+// A long PROMPT (llamabench -metrics ctx: 2,048 or 8,192) measures decode
+// at that position; the context holds PROMPT + STEPS + 64 positions, its KV
+// cache of node-llama-cpp's default types (F16) and flash attention at
+// llama.cpp's "auto", both printed as llama.cpp resolved them.
 // prefill: one evaluation of TOKENS token ids in one batch; tok/s =
 // TOKENS / its time. batch16: a context with 16 sequences, each prefilled
 // with its own prompt, then all 16 decoding at once (node-llama-cpp puts
@@ -16,7 +20,7 @@
 // Only the timed region counts: model load, context creation, prompts and
 // a warm-up step are outside it.
 import {readFileSync} from "node:fs";
-import {getLlama, LlamaLogLevel} from "node-llama-cpp";
+import {getLlama, GgmlType, LlamaLogLevel} from "node-llama-cpp";
 
 const [modelPath, threadsArg, mode, arg1, arg2] = process.argv.slice(2);
 if (!modelPath || !threadsArg || !["decode", "prefill", "batch16"].includes(mode)) {
@@ -24,6 +28,7 @@ if (!modelPath || !threadsArg || !["decode", "prefill", "batch16"].includes(mode
     process.exit(2);
 }
 const threads = Number(threadsArg);
+const setupLog = [];
 
 // gpu: false and build: "never": the prebuilt CPU binaries of
 // @node-llama-cpp/linux-x64 (a zen4/icelake/haswell/... ggml CPU variant
@@ -34,7 +39,14 @@ const llama = await getLlama({
     usePrebuiltBinaries: true,
     skipDownload: true,
     progressLogs: false,
-    logLevel: LlamaLogLevel.error,
+    // info: llama.cpp's context setup says what "auto" flash attention
+    // became; those lines are kept, the rest dropped, errors printed.
+    logLevel: LlamaLogLevel.info,
+    logger: (level, message) => {
+        if (process.env.BENCH_LOG) console.error(`[${level}] ${message.trim()}`);
+        if (/flash[_ ]att/i.test(message)) setupLog.push(message.trim());
+        else if (level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) console.error(message);
+    },
     maxThreads: threads,
 });
 // useMmap: false reads the weights into memory, as engine.Open does.
@@ -91,6 +103,15 @@ if (mode === "decode") {
         result = {tokens: steps, seconds: (t1 - t0) / 1000};
         await gen.return();
     }
+    const k = GgmlType[ctx.kvCacheKeyType] ?? String(ctx.kvCacheKeyType);
+    const v = GgmlType[ctx.kvCacheValueType] ?? String(ctx.kvCacheValueType);
+    result.kv_type = (k === v ? k : `${k}/${v}`).toLowerCase();
+    result.kv_context = ctx.contextSize;
+    // llama.cpp logs "flash_attn = auto", then, resolving it, "Flash
+    // Attention enabled" (or disabled); a plain true/false is taken as set.
+    const fa = setupLog.map((l) => l.match(/Flash Attention (enabled|disabled)|flash_attn\s*=\s*(true|false|enabled|disabled)\s*$/i)).find(Boolean);
+    if (fa) result.flash_attention = /^(enabled|true)$/i.test(fa[1] ?? fa[2]);
+    else if (typeof ctx.flashAttention === "boolean") result.flash_attention = ctx.flashAttention;
 } else if (mode === "prefill") {
     const n = Number(arg1 ?? 512);
     const ctx = await model.createContext({contextSize: n + 64, batchSize: Math.max(512, n), threads, sequences: 1});
