@@ -6,7 +6,7 @@ TOOLS         := $(CURDIR)/$(BIN)/tools
 PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
-.PHONY: all build test npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
+.PHONY: all build test test-faultinject test-refcheck npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
 	test-ggml build-ggml build-ggml-release test-ggml-release bench-ggml bench-ggml-llamacpp build-cuda build-vulkan debs-vulkan test-vulkan test-vulkan-run bench-llamacpp handovers fuzz-long \
 	nemesis nemesis-broken gpu-bundle gpu-check-dry
 
@@ -96,16 +96,23 @@ ANTHROPIC_CLIENT := node/api/testdata/anthropic-client
 AI_SDK_CLIENT    := node/api/testdata/ai-sdk-client
 HF_ORACLE        := engine/testdata/hf-oracle
 
+# The main module's tests, then three independent runs side by side (each
+# one's output printed whole when it ends): the tests the faultinject tag
+# adds, the refcheck module's and the ggml modules'. Side by side they take
+# about a minute less than one after another.
 test: npm-deps debs
 	$(GO) test -timeout $(TEST_TIMEOUT) $(PKGS)
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-faultinject test-refcheck test-ggml
+# Only the tests the tag adds (found in the tagged test files): the plain
+# ones ran above.
+test-faultinject:
 	@files=$$(git ls-files '*_test.go' | xargs grep -l '^//go:build faultinject'); \
 	pkgs=$$(for f in $$files; do echo ./$$(dirname $$f); done | sort -u); \
 	tests=$$(grep -ho '^func Test[A-Za-z0-9_]*' $$files | sed 's/^func //' | paste -sd'|'); \
 	echo "$(GO) test -tags faultinject -run '^($$tests)$$' $$pkgs"; \
 	$(GO) test -tags faultinject -timeout $(TEST_TIMEOUT) -run "^($$tests)$$" $$pkgs
+test-refcheck:
 	cd engine/internal/refcheck && $(GO) test -timeout $(TEST_TIMEOUT) ./...
-	cd engine/ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
-	cd cmd/strata-ggml && $(GO) test -timeout $(TEST_TIMEOUT) ./...
 
 # Debian packages the tests use: chromium (the dashboard's browser test,
 # driven by chromedp) and iptables (the namespace network's NAT, partitions
