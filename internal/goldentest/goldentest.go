@@ -59,3 +59,24 @@ func Lines(t testing.TB, file string, lines []Line) []Line {
 	}
 	return got
 }
+
+// Read returns testdata/golden/file's lines by name, for a test that
+// checks a decoder or a real sender against a file another test writes.
+func Read(t testing.TB, file string) map[string][]byte {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", file)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string][]byte{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		name, h, ok := strings.Cut(line, " ")
+		v, err := hex.DecodeString(h)
+		if !ok || err != nil {
+			t.Fatalf("%s: bad line %q", path, line)
+		}
+		lines[name] = v
+	}
+	return lines
+}

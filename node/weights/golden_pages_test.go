@@ -4,14 +4,10 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
-	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/stratanet/strata/internal/goldentest"
 	"github.com/stratanet/strata/swarm/chunks"
 )
 
@@ -52,34 +48,25 @@ func TestGoldenManifestPages(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var out strings.Builder
-	line := func(name string, b []byte) { fmt.Fprintf(&out, "%s %s\n", name, hex.EncodeToString(b)) }
-	line("manifest-request", firstReq)
-	line("page-request-1", page1Req)
-	line("answer-small", small)
-	line("answer-page-0-head", page0[:64])
-	line("answer-page-0-sha256", func() []byte { h := sha256.Sum256(page0); return h[:] }())
-	line("answer-page-1-head", page1[:64])
-	line("answer-page-1-sha256", func() []byte { h := sha256.Sum256(page1); return h[:] }())
-	line("manifest-sha256", func() []byte { h := sha256.Sum256(big); return h[:] }())
-	line("info-request", []byte(infoReqMagic))
-	line("info", info)
-	path := filepath.Join("testdata", "golden", "manifest_pages.txt")
-	if *rewriteGolden {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.String() != string(want) {
-		t.Fatalf("answers differ from %s:\n%s\nwant:\n%s", path, out.String(), want)
-	}
+	sum := func(b []byte) []byte { h := sha256.Sum256(b); return h[:] }
+	lines := goldentest.Lines(t, "manifest_pages.txt", []goldentest.Line{
+		{Name: "manifest-request", Bytes: firstReq},
+		{Name: "page-request-1", Bytes: page1Req},
+		{Name: "answer-small", Bytes: small},
+		{Name: "answer-page-0-head", Bytes: page0[:64]},
+		{Name: "answer-page-0-sha256", Bytes: sum(page0)},
+		{Name: "answer-page-1-head", Bytes: page1[:64]},
+		{Name: "answer-page-1-sha256", Bytes: sum(page1)},
+		{Name: "manifest-sha256", Bytes: sum(big)},
+		{Name: "info-request", Bytes: []byte(infoReqMagic)},
+		{Name: "info", Bytes: info},
+	})
 
 	// The golden requests decode to what they were encoded from.
-	g := readGoldenLines(t, "manifest_pages.txt")
+	g := map[string][]byte{}
+	for _, l := range lines {
+		g[l.Name] = l.Bytes
+	}
 	for name, want := range map[string]struct {
 		page bool
 		off  uint64
@@ -117,9 +104,7 @@ func TestGoldenManifestPages(t *testing.T) {
 	if !IsInfoRequest([]byte(infoReqMagic)) || !IsManifestRequest(page1Req) {
 		t.Fatal("golden requests not recognised")
 	}
-	if info[0] != holdsFile || math.Float64frombits(binary.BigEndian.Uint64(info[1:9])) != 0 || !bytes.Equal(info[9:], sha256Of(big)) {
+	if info[0] != holdsFile || math.Float64frombits(binary.BigEndian.Uint64(info[1:9])) != 0 || !bytes.Equal(info[9:], sum(big)) {
 		t.Fatalf("info answer %x", info)
 	}
 }
-
-func sha256Of(b []byte) []byte { h := sha256.Sum256(b); return h[:] }

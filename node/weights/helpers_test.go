@@ -1,7 +1,6 @@
 package weights
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,10 +14,6 @@ import (
 	"github.com/stratanet/strata/engine/slicefile"
 	"github.com/stratanet/strata/swarm/chunks"
 )
-
-// rewriteGolden rewrites testdata/golden from what the code encodes now:
-// only for a deliberate change of format, never to make a test pass.
-var rewriteGolden = flag.Bool("rewrite-golden", false, "rewrite testdata/golden from the current code")
 
 var (
 	modelOnce sync.Once

@@ -5,10 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,27 +14,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/internal/goldentest"
 )
-
-// readGoldenLines is testdata/golden/name's "name hex" lines by name,
-// read only (TestGoldenManifestPages writes the file).
-func readGoldenLines(t *testing.T, name string) map[string][]byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "golden", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := map[string][]byte{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		k, h, ok := strings.Cut(line, " ")
-		v, err := hex.DecodeString(h)
-		if !ok || err != nil {
-			t.Fatalf("%s: bad line %q", name, line)
-		}
-		lines[k] = v
-	}
-	return lines
-}
 
 // TestManifestRequestWire: the requests a real askManifest sends over a
 // loopback control stream for a two-page manifest are the golden ones
@@ -64,7 +42,7 @@ func TestManifestRequestWire(t *testing.T) {
 			t.Fatalf("manifest for %q: %d bytes, %v", ask, len(a.data), err)
 		}
 	}
-	g := readGoldenLines(t, "manifest_pages.txt")
+	g := goldentest.Read(t, "manifest_pages.txt")
 	mu.Lock()
 	defer mu.Unlock()
 	p1 := g["page-request-1"]
