@@ -3,6 +3,7 @@ package consensus
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -437,6 +438,27 @@ func (cl *cluster) currentLeader(timeout time.Duration) *testNode {
 		}
 	}
 	return l
+}
+
+// applyAtLeader appends b to Raft at whichever member leads when it is
+// applied. Raft may elect again at any time: on a starved machine a
+// leader that misses its 75 ms lease steps down. A member that no longer
+// leads refuses at once (ErrNotLeader, nothing appended), and one that
+// loses the lead while appending cannot say whether the entry will commit
+// (ErrLeadershipLost); either way the record goes to the next leader, as
+// any Raft client's would. A record appended twice is folded twice.
+func (cl *cluster) applyAtLeader(b []byte, timeout time.Duration) raft.ApplyFuture {
+	cl.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		l := cl.currentLeader(time.Until(deadline))
+		f := l.c().rn.raft.Apply(b, 5*time.Second)
+		err := f.Error()
+		if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) || time.Now().After(deadline) {
+			return f
+		}
+		cl.t.Logf("%s: %v; appending at the next leader", shortID(l.h.ID()), err)
+	}
 }
 
 // leaderAfter waits for a live leader of a term later than term: one

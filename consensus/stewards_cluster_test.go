@@ -100,7 +100,7 @@ func TestStewardsSybilCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := next.c().rn.raft.Apply(b, 5*time.Second)
+		f := cl.applyAtLeader(b, 20*time.Second)
 		if err := f.Error(); err != nil {
 			t.Fatalf("%s: raft: %v", name, err)
 		}
