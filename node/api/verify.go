@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/stratanet/strata/consensus"
+	"github.com/stratanet/strata/node"
 )
 
 // The entry's spot checks (docs/trust.md), for operators and for the
@@ -50,6 +51,9 @@ type (
 		// Log is every conclusive check up to the first mismatch (at
 		// most a few thousand).
 		Log []checkJSON `json:"log"`
+		// Mismatched is every check whose outputs differed, the first
+		// and those after it (at most a few thousand).
+		Mismatched []checkJSON `json:"mismatched"`
 	}
 	checkJSON struct {
 		At        time.Time `json:"at"`
@@ -77,7 +81,7 @@ func (a admin) handleVerify(w http.ResponseWriter, _ *http.Request) {
 		Mismatches: v.Mismatches, Inconclusive: v.Inconclusive, Unresolved: v.Unresolved, Reported: v.Reported,
 		PositionsVerified: v.Positions, StepsChecked: v.Checked, StepsAtFirstMismatch: v.CheckedAtFirstMismatch,
 		ToleranceChecks: v.Tolerance, ToleranceMismatches: v.ToleranceMismatches, MaxAgreeingDelta: v.MaxAgreeingDelta,
-		Log: make([]checkJSON, 0, len(v.Log))}
+		Log: checksJSON(v.Log), Mismatched: checksJSON(v.Mismatched)}
 	if v.HasSwarmRate {
 		r := v.SwarmRate
 		out.SwarmRate = &r
@@ -86,10 +90,15 @@ func (a admin) handleVerify(w http.ResponseWriter, _ *http.Request) {
 		t := v.FirstMismatch
 		out.FirstMismatch = &t
 	}
-	for _, c := range v.Log {
-		out.Log = append(out.Log, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Session: c.Session.String(), Positions: c.Positions, Steps: c.Steps, Mismatch: c.Mismatch, Tolerance: c.Tolerance, Links: chainLinks(c.Links)})
-	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+func checksJSON(rs []node.CheckRecord) []checkJSON {
+	out := make([]checkJSON, 0, len(rs))
+	for _, c := range rs {
+		out = append(out, checkJSON{At: c.At, Hop: c.Hop.String(), Checker: c.Checker.String(), Session: c.Session.String(), Positions: c.Positions, Steps: c.Steps, Mismatch: c.Mismatch, Tolerance: c.Tolerance, Links: chainLinks(c.Links)})
+	}
+	return out
 }
 
 // swarmConfigJSON is the swarm's replicated configuration: in the body

@@ -27,7 +27,7 @@ func TestVerifyView(t *testing.T) {
 	if err := json.Unmarshal(body, &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Node != ids[0].String() || v.FirstMismatch != nil || v.Log == nil || len(v.Log) != 0 {
+	if v.Node != ids[0].String() || v.FirstMismatch != nil || v.Log == nil || len(v.Log) != 0 || v.Mismatched == nil || len(v.Mismatched) != 0 {
 		t.Fatalf("no checks yet: %+v", v)
 	}
 
@@ -37,7 +37,9 @@ func TestVerifyView(t *testing.T) {
 		Checked: 110, FirstMismatch: t0.Add(2 * time.Second), CheckedAtFirstMismatch: 110,
 		Tolerance: 3, ToleranceMismatches: 1, MaxAgreeingDelta: 0.025,
 		Log: []node.CheckRecord{{At: t0, Positions: 30, Tolerance: true}, {At: t0.Add(time.Second), Hop: ids[1], Checker: ids[2], Positions: 40},
-			{At: t0.Add(2 * time.Second), Positions: 40, Mismatch: true}}}
+			{At: t0.Add(2 * time.Second), Positions: 40, Mismatch: true}},
+		Mismatched: []node.CheckRecord{{At: t0.Add(2 * time.Second), Positions: 40, Mismatch: true},
+			{At: t0.Add(3 * time.Second), Hop: ids[2], Checker: ids[1], Positions: 12, Mismatch: true, Links: 2}}}
 	f.mu.Unlock()
 	if _, _, body = get(t, hs.URL+"/v1/swarm/verify", ""); json.Unmarshal(body, &v) != nil {
 		t.Fatalf("bad body %s", body)
@@ -53,6 +55,10 @@ func TestVerifyView(t *testing.T) {
 	if len(v.Log) != 3 || !v.Log[2].Mismatch || v.Log[0].Mismatch || !v.Log[0].Tolerance || v.Log[1].Tolerance || v.Log[1].Positions != 40 || !v.Log[1].At.Equal(t0.Add(time.Second)) ||
 		v.Log[1].Hop != ids[1].String() || v.Log[1].Checker != ids[2].String() {
 		t.Errorf("log %+v", v.Log)
+	}
+	if len(v.Mismatched) != 2 || !v.Mismatched[1].Mismatch || v.Mismatched[1].Hop != ids[2].String() || v.Mismatched[1].Links != 2 ||
+		!v.Mismatched[1].At.Equal(t0.Add(3*time.Second)) {
+		t.Errorf("mismatched %+v", v.Mismatched)
 	}
 }
 

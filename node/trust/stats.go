@@ -58,6 +58,10 @@ type Stats struct {
 	// (at most maxCheckLog): the raw record from which a swarm-wide
 	// "steps until detection" is summed over entries.
 	Log []CheckRecord
+	// Mismatched is every conclusive check whose outputs differed, the
+	// first and those after it, in order (at most maxCheckLog): between
+	// whom each dispute was, which Log stops short of.
+	Mismatched []CheckRecord
 }
 
 // CheckRecord is one conclusive spot check of Hop's work, compared with
@@ -100,6 +104,7 @@ type Counters struct {
 	firstMismatch time.Time
 	checkedAt     uint64
 	log           []CheckRecord
+	mismatched    []CheckRecord
 }
 
 // Audit counts a spot check started.
@@ -124,14 +129,18 @@ func (c *Counters) Conclusive(now time.Time, sid SessionID, hop, checker peer.ID
 		c.positions.Add(uint64(positions))
 	}
 	n := c.checked.Add(uint64(positions))
+	r := CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Steps: steps, Mismatch: mismatch,
+		Tolerance: tol, Links: links}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if mismatch && len(c.mismatched) < maxCheckLog {
+		c.mismatched = append(c.mismatched, r)
+	}
 	if !c.firstMismatch.IsZero() {
 		return
 	}
 	if len(c.log) < maxCheckLog {
-		c.log = append(c.log, CheckRecord{At: now, Hop: hop, Checker: checker, Session: sid, Positions: positions, Steps: steps, Mismatch: mismatch,
-			Tolerance: tol, Links: links})
+		c.log = append(c.log, r)
 	}
 	if mismatch {
 		c.firstMismatch, c.checkedAt = now, n
@@ -158,7 +167,7 @@ func (c *Counters) Stats() Stats {
 		Inconclusive: c.inconclusive.Load(), Mismatches: c.mismatches.Load(), Reported: c.reported.Load(),
 		Unresolved: c.unresolved.Load(), Checked: c.checked.Load()}
 	c.mu.Lock()
-	s.FirstMismatch, s.CheckedAtFirstMismatch, s.Log = c.firstMismatch, c.checkedAt, slices.Clone(c.log)
+	s.FirstMismatch, s.CheckedAtFirstMismatch, s.Log, s.Mismatched = c.firstMismatch, c.checkedAt, slices.Clone(c.log), slices.Clone(c.mismatched)
 	s.Tolerance, s.ToleranceMismatches, s.MaxAgreeingDelta = c.tolerance, c.tolMismatches, c.maxAgreeing
 	c.mu.Unlock()
 	return s
