@@ -19,7 +19,7 @@ struct ggml_context;
 struct ggml_tensor;
 struct ggml_cgraph;
 struct ggml_init_params { size_t mem_size; void * mem_buffer; bool no_alloc; };
-enum { T_F32 = 0, T_I32 = 26, T_I64 = 27 };
+enum { T_F32 = 0, T_F16 = 1, T_I32 = 26, T_I64 = 27 };
 extern struct ggml_context * ggml_init(struct ggml_init_params params);
 extern void ggml_free(struct ggml_context * ctx);
 extern size_t ggml_tensor_overhead(void);
@@ -90,6 +90,8 @@ extern struct ggml_tensor * ggml_concat(struct ggml_context * ctx, struct ggml_t
 extern struct ggml_tensor * ggml_view_2d(struct ggml_context * ctx, struct ggml_tensor * a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
 extern struct ggml_tensor * ggml_soft_max(struct ggml_context * ctx, struct ggml_tensor * a);
 extern void ggml_soft_max_add_sinks(struct ggml_tensor * a, struct ggml_tensor * sinks);
+extern struct ggml_tensor * ggml_flash_attn_ext(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k, struct ggml_tensor * v, struct ggml_tensor * mask, float scale, float max_bias, float logit_softcap);
+extern void ggml_flash_attn_ext_add_sinks(struct ggml_tensor * a, struct ggml_tensor * sinks);
 extern struct ggml_tensor * ggml_argsort_top_k(struct ggml_context * ctx, struct ggml_tensor * a, int k);
 extern struct ggml_tensor * ggml_sum_rows(struct ggml_context * ctx, struct ggml_tensor * a);
 extern struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float min, float max);

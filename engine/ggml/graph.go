@@ -43,11 +43,11 @@ type graph struct {
 	galloc    C.ggml_gallocr_t // its own intermediate memory (nil: the stage's)
 	input     tensor           // tokens (I32 [rows]) or hidden states (F32 [dim, rows])
 	positions tensor           // I32 [rows]
-	vIdx      []tensor         // per part: I64, where each new V value goes in the transposed cache
-	// masks are per window (0: none), per part: F32 [kvLen, n], 0 or
-	// -inf; made as the layers that use them are built, so that each is
-	// in the graph (a stage of gemma's local layers only has no causal
-	// mask).
+	vIdx      []tensor         // per part: I64, where each new V value goes in the transposed cache (none with flash attention)
+	// masks are per window (0: none), per part: [kvLen, n], 0 or -inf
+	// (F32; F16 for flash attention); made as the layers that use them
+	// are built, so that each is in the graph (a stage of gemma's local
+	// layers only has no causal mask).
 	masks    map[int][]tensor
 	outRows  tensor // last stage: I32, the last row of each part
 	out      tensor
@@ -129,9 +129,11 @@ func (s *Stage) build(parts []part, rows int) (*graph, error) {
 	g.positions = C.ggml_new_tensor_1d(c, C.T_I32, R)
 	C.ggml_set_input(g.positions)
 	for _, pt := range parts {
-		vi := C.ggml_new_tensor_1d(c, C.T_I64, C.int64_t(pt.n*vd*nkv))
-		C.ggml_set_input(vi)
-		g.vIdx = append(g.vIdx, vi)
+		if !s.flash {
+			vi := C.ggml_new_tensor_1d(c, C.T_I64, C.int64_t(pt.n*vd*nkv))
+			C.ggml_set_input(vi)
+			g.vIdx = append(g.vIdx, vi)
+		}
 		g.sessions = append(g.sessions, pt.p)
 	}
 	o := &ops{s: s, c: c, g: g, parts: parts, rows: rows}
@@ -235,19 +237,26 @@ func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.O
 			ps = append(ps, int32(pt.pos+t))
 		}
 		last = append(last, int32(pt.row0+pt.n-1))
-		// V value e (of vd·kvHeads) of new row t goes to position pos+t of
-		// channel e in the transposed cache [cap, vd, kvHeads].
-		vi := make([]int64, pt.n*vd*nkv)
-		for t := range pt.n {
-			for e := range vd * nkv {
-				vi[t*vd*nkv+e] = int64(pt.pos+t) + int64(pt.p.cap)*int64(e)
+		if !s.flash {
+			// V value e (of vd·kvHeads) of new row t goes to position
+			// pos+t of channel e in the transposed cache [cap, vd, kvHeads].
+			vi := make([]int64, pt.n*vd*nkv)
+			for t := range pt.n {
+				for e := range vd * nkv {
+					vi[t*vd*nkv+e] = int64(pt.pos+t) + int64(pt.p.cap)*int64(e)
+				}
 			}
+			C.ggml_backend_tensor_set(g.vIdx[j], unsafe.Pointer(&vi[0]), 0, C.size_t(8*len(vi)))
 		}
-		C.ggml_backend_tensor_set(g.vIdx[j], unsafe.Pointer(&vi[0]), 0, C.size_t(8*len(vi)))
 		// Row t sees positions 0..pos+t; the rest of the kvLen read is
 		// masked (stale or zero rows past the session's end included).
 		for w, ms := range g.masks {
 			m := attnMask(pt, w)
+			if s.flash {
+				h := f16Mask(m)
+				C.ggml_backend_tensor_set(ms[j], unsafe.Pointer(&h[0]), 0, C.size_t(2*len(h)))
+				continue
+			}
 			C.ggml_backend_tensor_set(ms[j], unsafe.Pointer(&m[0]), 0, C.size_t(4*len(m)))
 		}
 	}
@@ -273,6 +282,18 @@ func (s *Stage) compute(parts []part, steps []engine.Step, rows int) ([]engine.O
 		outs[i].Hidden = all[pt.row0*h.Dim : (pt.row0+pt.n)*h.Dim : (pt.row0+pt.n)*h.Dim]
 	}
 	return outs, nil
+}
+
+// f16Mask is mask m in F16, as flash_attn_ext takes it: its values are 0
+// and −∞ only, both exact.
+func f16Mask(m []float32) []uint16 {
+	h := make([]uint16, len(m))
+	for i, v := range m {
+		if math.IsInf(float64(v), -1) {
+			h[i] = 0xfc00
+		}
+	}
+	return h
 }
 
 // attnMask is part pt's mask, [kvLen, n]: row t (at position pos+t) sees

@@ -62,6 +62,11 @@ import (
 	"github.com/stratanet/strata/engine"
 )
 
+// flashDefault: on the CPU, the release's flash_attn_ext computes a
+// prefill in tiles (and a long decode split over the keys), as llama.cpp
+// runs it.
+const flashDefault = true
+
 // releaseDir is the directory of the ggml release this binary links (and
 // whose CPU backend it loads), "" if it cannot be found.
 func releaseDir() string {

@@ -24,6 +24,10 @@ import (
 	"github.com/stratanet/strata/engine"
 )
 
+// flashDefault: this ggml's flash_attn_ext walks the keys one at a time,
+// no faster on a prefill than the separate products (docs/ggml.md).
+const flashDefault = false
+
 // loadBackends has nothing to do here: the CPU backend is built in.
 func loadBackends() {}
 

@@ -115,13 +115,17 @@ func (o *ops) Rope(x engine.Tensor, r engine.Rope) engine.Tensor {
 
 // windowMasks are the graph's input masks of window w (0: causal only),
 // one per part, made on first use.
-func (g *graph) windowMasks(c *C.struct_ggml_context, w int, parts []part) []tensor {
+func (g *graph) windowMasks(c *C.struct_ggml_context, w int, parts []part, flash bool) []tensor {
 	if ms, ok := g.masks[w]; ok {
 		return ms
 	}
 	var ms []tensor
+	typ := C.int(C.T_F32)
+	if flash {
+		typ = C.T_F16
+	}
 	for _, pt := range parts {
-		m := C.ggml_new_tensor_2d(c, C.T_F32, C.int64_t(pt.kvLen), C.int64_t(pt.n))
+		m := C.ggml_new_tensor_2d(c, typ, C.int64_t(pt.kvLen), C.int64_t(pt.n))
 		C.ggml_set_input(m)
 		ms = append(ms, m)
 	}
@@ -149,7 +153,7 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 		o.fail(fmt.Errorf("%w: attention window %d", engine.ErrShape, a.Window))
 		return q
 	}
-	masks := g.windowMasks(c, a.Window, o.parts)
+	masks := g.windowMasks(c, a.Window, o.parts, o.s.flash)
 	const f4 = 4
 	hd, nh, nkv := a.HeadDim, a.Heads, a.KVHeads
 	vd := a.VDim
@@ -179,44 +183,50 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 		va = C.ggml_cont_2d(c, C.ggml_view_3d(c, ka, C.int64_t(vd), C.int64_t(nkv), o.R(), C.size_t(hd*f4), C.size_t(hd*nkv*f4), C.size_t((hd-vd)*f4)),
 			C.int64_t(vd*nkv), o.R())
 	}
+	if o.s.flash && a.SoftCap != 0 && scale != 1 {
+		// flash_attn_ext caps the scaled scores, SoftCap·tanh(s·Scale/SoftCap),
+		// the same as capping the raw ones only where Scale is 1 (gemma2's).
+		o.fail(fmt.Errorf("%w: flash attention with a soft cap and a scale of %g", engine.ErrShape, scale))
+		return q
+	}
 	var att tensor
 	for j, pt := range o.parts {
 		n, r0 := C.int64_t(pt.n), C.size_t(pt.row0)
 		kc, vc := pt.p.k[o.li], pt.p.v[o.li]
 		qj := C.ggml_view_3d(c, qa, C.int64_t(hd), C.int64_t(nh), n, C.size_t(hd*f4), C.size_t(hd*nh*f4), r0*C.size_t(hd*nh*f4))
 		kj := C.ggml_view_3d(c, ka, C.int64_t(hd), C.int64_t(nkv), n, C.size_t(hd*f4), C.size_t(hd*nkv*f4), r0*C.size_t(hd*nkv*f4))
-		vj := C.ggml_view_2d(c, va, 1, n*C.int64_t(vd*nkv), f4, r0*C.size_t(vd*nkv*f4))
-		// The new rows go into the cache first (K as rows of
-		// [hd, cap, kvHeads] at their positions; V, transposed, value by
-		// value at vIdx), and attention reads views of what that wrote,
-		// so that ggml orders the writes before the reads.
 		kIdx := C.ggml_view_1d(c, g.positions, n, r0*f4)
+		// The new rows go into the cache first (K as rows of
+		// [hd, cap, kvHeads] at their positions; V likewise, or,
+		// transposed, value by value at vIdx), and attention reads
+		// views of what that wrote, so that ggml orders the writes
+		// before the reads.
 		kSet := C.ggml_set_rows(c, kc, C.ggml_permute(c, kj, 0, 2, 1, 3), kIdx)
-		vFlat := C.ggml_reshape_2d(c, vc, 1, C.int64_t(pt.p.cap*vd*nkv))
-		vSet := C.ggml_set_rows(c, vFlat, vj, g.vIdx[j])
 		C.ggml_build_forward_expand(g.gf, kSet)
-		C.ggml_build_forward_expand(g.gf, vSet)
 		kv := C.int64_t(pt.kvLen)
 		kAll := C.ggml_view_3d(c, kSet, C.int64_t(hd), kv, C.int64_t(nkv),
 			C.size_t(hd*f4), C.size_t(hd*pt.p.cap*f4), 0) // [hd, kvLen, nkv]
-		vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(vd), C.int64_t(nkv),
-			C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*vd*f4), 0) // [kvLen, vd, nkv]
-		// Q made contiguous so that ggml may take llamafile's sgemm
-		// (which wants a contiguous right operand) for K·Q.
-		qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
-		kq := C.ggml_mul_mat(c, kAll, qp)                       // [kvLen, n, nh]
-		if a.SoftCap != 0 {
-			// As llama.cpp: the raw scores capped, then scaled in the
-			// softmax.
-			kq = C.ggml_scale(c, C.ggml_tanh(c, C.ggml_scale(c, kq, C.float(1/a.SoftCap))), C.float(a.SoftCap))
+		var out tensor
+		if o.s.flash {
+			vj := C.ggml_view_3d(c, va, C.int64_t(vd), C.int64_t(nkv), n, C.size_t(vd*f4), C.size_t(vd*nkv*f4), r0*C.size_t(vd*nkv*f4))
+			vSet := C.ggml_set_rows(c, vc, C.ggml_permute(c, vj, 0, 2, 1, 3), kIdx)
+			C.ggml_build_forward_expand(g.gf, vSet)
+			vAll := C.ggml_view_3d(c, vSet, C.int64_t(vd), kv, C.int64_t(nkv),
+				C.size_t(vd*f4), C.size_t(vd*pt.p.cap*f4), 0) // [vd, kvLen, nkv]
+			fa := C.ggml_flash_attn_ext(c, C.ggml_permute(c, qj, 0, 2, 1, 3), kAll, vAll, masks[j], C.float(scale), 0, C.float(a.SoftCap))
+			if sinks != nil {
+				C.ggml_flash_attn_ext_add_sinks(fa, sinks)
+			}
+			out = C.ggml_reshape_2d(c, fa, C.int64_t(vd*nh), n) // [vd, nh, n]
+		} else {
+			vj := C.ggml_view_2d(c, va, 1, n*C.int64_t(vd*nkv), f4, r0*C.size_t(vd*nkv*f4))
+			vFlat := C.ggml_reshape_2d(c, vc, 1, C.int64_t(pt.p.cap*vd*nkv))
+			vSet := C.ggml_set_rows(c, vFlat, vj, g.vIdx[j])
+			C.ggml_build_forward_expand(g.gf, vSet)
+			vAll := C.ggml_view_3d(c, vSet, kv, C.int64_t(vd), C.int64_t(nkv),
+				C.size_t(pt.p.cap*f4), C.size_t(pt.p.cap*vd*f4), 0) // [kvLen, vd, nkv]
+			out = attendProducts(c, qj, kAll, vAll, masks[j], sinks, scale, a.SoftCap, vd*nh, n)
 		}
-		kq = C.ggml_soft_max_ext(c, kq, masks[j], C.float(scale), 0)
-		if sinks != nil {
-			// Each head's sink joins its softmax's denominator.
-			C.ggml_soft_max_add_sinks(kq, sinks)
-		}
-		kqv := C.ggml_mul_mat(c, vAll, kq) // [vd, n, nh]
-		out := C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(vd*nh), n)
 		if att == nil {
 			att = out
 		} else {
@@ -224,6 +234,27 @@ func (o *ops) Attention(q, k, v engine.Tensor, a engine.Attn) engine.Tensor {
 		}
 	}
 	return &act{att, vd * nh}
+}
+
+// attendProducts is attention as separate products: K·Q, the masked
+// softmax (with sinks), V·P, for n query rows qj [hd, nh, n].
+func attendProducts(c *C.struct_ggml_context, qj, kAll, vAll, mask, sinks tensor, scale, softCap float32, w int, n C.int64_t) tensor {
+	// Q made contiguous so that ggml may take llamafile's sgemm (which
+	// wants a contiguous right operand) for K·Q.
+	qp := C.ggml_cont(c, C.ggml_permute(c, qj, 0, 2, 1, 3)) // [hd, n, nh]
+	kq := C.ggml_mul_mat(c, kAll, qp)                       // [kvLen, n, nh]
+	if softCap != 0 {
+		// As llama.cpp: the raw scores capped, then scaled in the
+		// softmax.
+		kq = C.ggml_scale(c, C.ggml_tanh(c, C.ggml_scale(c, kq, C.float(1/softCap))), C.float(softCap))
+	}
+	kq = C.ggml_soft_max_ext(c, kq, mask, C.float(scale), 0)
+	if sinks != nil {
+		// Each head's sink joins its softmax's denominator.
+		C.ggml_soft_max_add_sinks(kq, sinks)
+	}
+	kqv := C.ggml_mul_mat(c, vAll, kq) // [vd, n, nh]
+	return C.ggml_cont_2d(c, C.ggml_permute(c, kqv, 0, 2, 1, 3), C.int64_t(w), n)
 }
 
 func (o *ops) SwiGLU(gate, up engine.Tensor) engine.Tensor {

@@ -11,9 +11,9 @@ import (
 	"github.com/stratanet/strata/engine"
 )
 
-// session is one sequence's KV cache: per layer, K as [headDim, cap, kvHeads]
-// and V transposed as [cap, headDim, kvHeads], so that attention reads
-// both as contiguous rows.
+// session is one sequence's KV cache: per layer, K as [headDim, cap,
+// kvHeads], and V transposed as [cap, headDim, kvHeads] so that V·P reads
+// contiguous rows, or, for flash attention, as K is.
 type session struct {
 	stage  *Stage
 	id     uint64
@@ -84,7 +84,11 @@ func (s *Stage) reserve(p *session, size uintptr) error {
 	}
 	for range s.layers {
 		p.k = append(p.k, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(hd), C.int64_t(maxTokens), C.int64_t(nkv)))
-		p.v = append(p.v, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(maxTokens), C.int64_t(vd), C.int64_t(nkv)))
+		if s.flash {
+			p.v = append(p.v, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(vd), C.int64_t(maxTokens), C.int64_t(nkv)))
+		} else {
+			p.v = append(p.v, C.ggml_new_tensor_3d(p.ctx, C.T_F32, C.int64_t(maxTokens), C.int64_t(vd), C.int64_t(nkv)))
+		}
 	}
 	if p.buf = C.ggml_backend_alloc_ctx_tensors(p.ctx, s.backend); p.buf == nil {
 		p.free()

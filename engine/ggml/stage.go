@@ -32,6 +32,7 @@ type options struct {
 	device   Device
 	libDir   string
 	noRepack bool
+	flash    *bool
 }
 
 // Device chooses where a stage computes.
@@ -77,6 +78,15 @@ func WithThreads(n int) Option { return func(o *options) { o.threads = n } }
 // builds without GGML_USE_CPU_REPACK do (for comparisons; slower).
 func WithoutRepack() Option { return func(o *options) { o.noRepack = true } }
 
+// WithFlashAttention chooses how attention is computed: one fused ggml
+// flash_attn_ext over the cache (on), or K·Q, a masked softmax and V·P as
+// separate products (off). Default: on the CPU with -tags ggmlrelease,
+// whose kernel computes a prefill in tiles; off with the vendored ggml,
+// whose kernel walks the keys one at a time, and on GPUs (whether each
+// GPU backend takes flash_attn_ext over an F32 cache is untested). Either
+// way the cache is F32; only the summation order differs.
+func WithFlashAttention(on bool) Option { return func(o *options) { o.flash = &on } }
+
 // gweight is a loaded weight (Layer.Weights holds them): rows [lo, hi)
 // of t, which has rows rows of ne0 values (a vector is one row).
 type gweight struct {
@@ -111,6 +121,7 @@ type Stage struct {
 	onorm    tensor // last stage
 	head     tensor // last stage
 	arch     *engine.Arch
+	flash    bool           // attention as flash_attn_ext (WithFlashAttention)
 	layers   []engine.Layer // Weights: *gweight
 	globals  map[string]engine.Weight
 	closed   bool
@@ -409,6 +420,10 @@ func (s *Stage) initBackend(o options) error {
 	if s.backend == nil {
 		return fmt.Errorf("%w: no %s device%s", ErrGGML, o.device, noDeviceHint())
 	}
+	s.flash = flashDefault && isCPU(s.backend)
+	if o.flash != nil {
+		s.flash = *o.flash
+	}
 	if isCPU(s.backend) {
 		if err := setThreads(s.backend, o.threads); err != nil {
 			s.free()
@@ -457,6 +472,9 @@ func (s *Stage) free() {
 		s.backend = nil
 	}
 }
+
+// FlashAttention reports whether attention runs as flash_attn_ext.
+func (s *Stage) FlashAttention() bool { return s.flash }
 
 // Repacked is how many weight matrices the stage holds in ggml's
 // CPU_REPACK layout (0 off the CPU, or where ggml was built without it).

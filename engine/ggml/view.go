@@ -41,7 +41,7 @@ func (s *Stage) sub(lo, hi int) (engine.Stage, error) {
 		return nil, fmt.Errorf("%w: [%d, %d) of a stage over [%d, %d)", engine.ErrRange, lo, hi, s.info.Lo, s.info.Hi)
 	}
 	// On a GPU the view's calls go to the same device thread as s's.
-	v := &Stage{hp: s.hp, info: s.info, backend: s.backend, arch: s.arch, globals: s.globals,
+	v := &Stage{hp: s.hp, info: s.info, backend: s.backend, arch: s.arch, flash: s.flash, globals: s.globals,
 		layers: s.layers[lo-s.info.Lo : hi-s.info.Lo], dev: s.dev, parent: s}
 	v.info.Lo, v.info.Hi = lo, hi
 	v.info.WeightBytes = 0

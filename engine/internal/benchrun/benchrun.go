@@ -33,7 +33,8 @@ type Result struct {
 	// ("f32", "f16", ...) and the positions it was made for.
 	KVType    string `json:"kv_type,omitempty"`
 	KVContext int    `json:"kv_context,omitempty"`
-	// FlashAttention: llama.cpp only, whether its context used flash attention.
+	// FlashAttention: whether llama.cpp's context, or the ggml engine's
+	// stage, computed attention as flash attention.
 	FlashAttention *bool `json:"flash_attention,omitempty"`
 	// OthersLoad is set by the driver: the cores that other processes on
 	// the machine kept busy during the measurement (-1: unknown).

@@ -50,6 +50,7 @@ func main() {
 	prompt := fs.Int("prompt", 16, "decode and batch16: prompt tokens per session")
 	n := fs.Int("tokens", 512, "prefill: prompt tokens")
 	noRepack := fs.Bool("no-repack", false, "keep the weights in ggml's plain layout")
+	flash := fs.String("flash", "", "on or off: attention as ggml's flash_attn_ext or as separate products (default: the build's, ggml.WithFlashAttention)")
 	device := fs.String("device", "cpu", "cpu, gpu or auto (a GPU where one is, else the CPU)")
 	libDir := fs.String("lib-dir", "", "directory of ggml backend libraries (libggml-cuda.so...), loaded first")
 	fs.Parse(os.Args[2:])
@@ -58,8 +59,20 @@ func main() {
 		fmt.Fprintf(os.Stderr, "ggml-bench: -device %q: cpu, gpu or auto\n", *device)
 		os.Exit(2)
 	}
+	opts := []ggml.Option{ggml.WithDevice(d), ggml.WithThreads(*threads)}
+	if *noRepack {
+		opts = append(opts, ggml.WithoutRepack())
+	}
+	switch *flash {
+	case "on", "off":
+		opts = append(opts, ggml.WithFlashAttention(*flash == "on"))
+	case "":
+	default:
+		fmt.Fprintf(os.Stderr, "ggml-bench: -flash %q: on or off\n", *flash)
+		os.Exit(2)
+	}
 	ggml.LoadLibDir(*libDir)
-	r, err := measure(*model, *threads, d, *mode, *steps, *prompt, *n, *noRepack)
+	r, err := measure(*model, *mode, *steps, *prompt, *n, opts)
 	if err == nil {
 		err = json.NewEncoder(os.Stdout).Encode(r)
 	}
@@ -69,11 +82,7 @@ func main() {
 	}
 }
 
-func measure(path string, threads int, d ggml.Device, mode string, steps, prompt, n int, noRepack bool) (benchrun.Result, error) {
-	opts := []ggml.Option{ggml.WithDevice(d), ggml.WithThreads(threads)}
-	if noRepack {
-		opts = append(opts, ggml.WithoutRepack())
-	}
+func measure(path string, mode string, steps, prompt, n int, opts []ggml.Option) (benchrun.Result, error) {
 	s, err := ggml.Open(path, opts...)
 	if err != nil {
 		return benchrun.Result{}, err
@@ -81,6 +90,8 @@ func measure(path string, threads int, d ggml.Device, mode string, steps, prompt
 	defer s.Close()
 	r, err := benchrun.Run(s, path, mode, steps, prompt, n)
 	r.CPUVariant = variant(s.Repacked())
+	fa := s.FlashAttention()
+	r.FlashAttention = &fa
 	return r, err
 }
 

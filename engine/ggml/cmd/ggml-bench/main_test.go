@@ -17,14 +17,16 @@ func TestMeasure(t *testing.T) {
 	if err := engine.GenerateFile(path, c); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []string{benchrun.Decode, benchrun.Prefill, benchrun.Batch16} {
-		r, err := measure(path, 2, ggml.CPU, mode, 4, 4, 32, false)
-		if err != nil {
-			t.Fatalf("%s: %v", mode, err)
-		}
-		want := map[string]int{benchrun.Decode: 4, benchrun.Prefill: 32, benchrun.Batch16: 64}[mode]
-		if r.Tokens != want || !(r.TokS > 0) || r.Engine != "ggml-CPU" || r.CPUVariant == "" {
-			t.Errorf("%s: %+v, want %d tokens, a rate, engine ggml-CPU and its kernels", mode, r, want)
+	for _, flash := range []bool{false, true} {
+		for _, mode := range []string{benchrun.Decode, benchrun.Prefill, benchrun.Batch16} {
+			r, err := measure(path, mode, 4, 4, 32, []ggml.Option{ggml.WithDevice(ggml.CPU), ggml.WithThreads(2), ggml.WithFlashAttention(flash)})
+			if err != nil {
+				t.Fatalf("%s, flash %v: %v", mode, flash, err)
+			}
+			want := map[string]int{benchrun.Decode: 4, benchrun.Prefill: 32, benchrun.Batch16: 64}[mode]
+			if r.Tokens != want || !(r.TokS > 0) || r.Engine != "ggml-CPU" || r.CPUVariant == "" || r.FlashAttention == nil || *r.FlashAttention != flash {
+				t.Errorf("%s: %+v, want %d tokens, a rate, engine ggml-CPU, its kernels and flash attention %v", mode, r, want, flash)
+			}
 		}
 	}
 }
