@@ -29,11 +29,12 @@
 // cache rows written with set_rows, causal masks over a cache length
 // rounded up to 256), so a decode graph is built once per shape and reused
 // step after step. Attention is one flash_attn_ext over the cache where
-// the ggml linked computes it in tiles (the release build; see
-// WithFlashAttention), else K·Q, a masked softmax and V·P. On the CPU, matrices of the types ggml repacks (Q4_0,
-// Q4_K, IQ4_NL) go to its CPU_REPACK buffer where ggml was built with
-// GGML_USE_CPU_REPACK, as llama.cpp does; make build-ggml builds ggml
-// that way, and for the host's instruction sets (see CPUFeatures).
+// the ggml linked computes it in tiles (the release build's CPU; see
+// WithFlashAttention), else K·Q, a masked softmax and V·P. On the CPU,
+// matrices of the types ggml repacks (Q4_0, Q4_K, IQ4_NL) go to its
+// CPU_REPACK buffer where ggml was built with GGML_USE_CPU_REPACK, as
+// llama.cpp does; make build-ggml builds ggml that way, and for the
+// host's instruction sets (see CPUFeatures).
 //
 // It is a nested module so that the main module and its default build
 // stay pure Go, needing no C toolchain and no dependency on ollama. Build
