@@ -24,6 +24,10 @@ type event struct {
 type attemptReg struct {
 	hops   []Hop
 	events chan event
+	// inconclusive counts, per peer, the spot checks of it in this
+	// attempt that said nothing; the generation's goroutine alone
+	// touches it (trust.Attempt).
+	inconclusive map[peer.ID]int
 }
 
 // registry routes tokens and errors to the attempt they belong to.

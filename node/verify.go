@@ -88,6 +88,15 @@ func (a *auditAttempt) Verified(p peer.ID, positions int) {
 	a.g.verified(p, positions, a.start)
 }
 
+func (a *auditAttempt) Inconclusive(p peer.ID) {
+	if a.areg.inconclusive == nil {
+		a.areg.inconclusive = map[peer.ID]int{}
+	}
+	a.areg.inconclusive[p]++
+}
+
+func (a *auditAttempt) Inconclusives(p peer.ID) int { return a.areg.inconclusive[p] }
+
 func (a *auditAttempt) AskSent(ctx context.Context, i int) (consensus.Receipt, error) {
 	return a.g.e.askSent(ctx, a.sid, a.areg.hops, i, a.areg)
 }

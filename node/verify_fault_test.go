@@ -470,12 +470,20 @@ func testChainLiar(t *testing.T, second bool) {
 		if ctx.Err() != nil {
 			t.Fatalf("after %d generations: chained mismatch %v, evidence of two chains %v: %+v", i, chainMismatch(), accusedByChains, s)
 		}
-		got, err := generate(ctx, t, entry, "Once upon a time", 6)
+		st, err := entry.Generate(ctx, Request{Prompt: "Once upon a time", MaxTokens: 6, Sampling: engineGreedy()})
+		var got []int32
+		if err == nil {
+			got, err = recvAll(st)
+		}
 		switch {
 		case err != nil:
 			failed++
 		case !slices.Equal(got, want):
 			wrong++
+			res, _ := st.Result()
+			v := entry.Metrics().Verify
+			t.Logf("generation %d gave %v without an error, on %v; so far %d checks, %d passed, %d inconclusive", i, got,
+				res.Paths, v.Audits, v.Verified, v.Inconclusive)
 		}
 	}
 }

@@ -68,6 +68,13 @@ type Attempt interface {
 	// Verified records that p's outputs at positions [0, positions) of
 	// this attempt passed a check (the tokens they fed are safe from p).
 	Verified(p peer.ID, positions int)
+	// Inconclusive records that a check of p in this attempt said nothing
+	// (no receipt, no answer, other input); Inconclusives counts them.
+	// The next checks go to the attempt's other hops first: a hop whose
+	// checker was fed other input points at a hop upstream of it, which
+	// may be inconsistent on purpose to keep its own checks away.
+	Inconclusive(p peer.ID)
+	Inconclusives(p peer.ID) int
 	// AskSent asks for hop i's receipt over what it sent (from the next
 	// hop, which checked its signed frames, when there is one).
 	AskSent(ctx context.Context, i int) (consensus.Receipt, error)
@@ -163,6 +170,12 @@ func shortID(id peer.ID) string {
 	return s
 }
 
+// inconclusive counts a check of hop peer p that said nothing.
+func (c *check) inconclusive(p peer.ID) {
+	c.Counters.Inconclusive()
+	c.at.Inconclusive(p)
+}
+
 // audit spot-checks one hop of the attempt's path; see Auditor.Audit.
 func (c *check) audit(ctx context.Context) *Verdict {
 	hops := c.hops
@@ -203,7 +216,7 @@ func (c *check) audit(ctx context.Context) *Verdict {
 		return nil
 	}
 	c.Counters.Audit()
-	i := PickAudit(PeersOf(hops), cand, c.Work.Unverified, c.intn)
+	i := PickAudit(PeersOf(hops), cand, c.at.Inconclusives, c.Work.Unverified, c.intn)
 	if i == tol {
 		return c.tolAudit(ctx, i)
 	}
@@ -213,13 +226,13 @@ func (c *check) audit(ctx context.Context) *Verdict {
 	x := hops[i]
 	rx, err := c.at.AskSent(ctx, i)
 	if err != nil {
-		c.Counters.Inconclusive()
+		c.inconclusive(x.Peer)
 		c.Log.Debug("spot check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
 		return nil
 	}
 	all := c.at.Tokens()
 	if rx.Positions > len(all) || rx.From != x.From || rx.To != x.To {
-		c.Counters.Inconclusive()
+		c.inconclusive(x.Peer)
 		return nil
 	}
 	tokens := all[:rx.Positions]
@@ -233,7 +246,7 @@ func (c *check) audit(ctx context.Context) *Verdict {
 	rvs, v, end, err := firstCheck(ctx, alts, run)
 	if v < 0 {
 		if end == nil && !errors.Is(err, ErrAttemptFailing) {
-			c.Counters.Inconclusive()
+			c.inconclusive(x.Peer)
 			c.Log.Debug("spot check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
 		}
 		return end

@@ -12,7 +12,8 @@
 //     against its own input chain (VerifyFrame, ErrSignature); the
 //     router that hands an awaited receipt to its check (Receipts).
 //   - The checks (Auditor, audit.go and tolerance.go): which hop to check
-//     (PickAudit, the most unverified work first), its checkers (Checkers,
+//     (PickAudit: the fewest inconclusive checks in the attempt, then the
+//     most unverified work), its checkers (Checkers,
 //     chain.go: single holders, then chains of holders), the exact check
 //     with a third opinion, the tolerance checks of hops on engines that
 //     are not bit-reproducible (the last hop by its logits, one before it

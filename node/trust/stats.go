@@ -174,19 +174,29 @@ func (c *Counters) Stats() Stats {
 }
 
 // PickAudit chooses which of the candidate hops (indexes into peers, the
-// path's hops' peers) a spot check takes: the one whose peer has the most
-// work unverified by this entry, ties drawn by intn. A uniform draw would
-// keep checking the peers that most paths cross and leave a rarely routed
-// liar unchecked; this way the peer nobody checked lately comes first.
+// path's hops' peers) a spot check takes: among those whose checks came
+// out inconclusive in this attempt the fewest times, the one whose peer
+// has the most work unverified by this entry, ties drawn by intn.
+//   - A uniform draw would keep checking the peers that most paths cross
+//     and leave a rarely routed liar unchecked; this way the peer nobody
+//     checked lately comes first.
+//   - An inconclusive check resets nothing, so without the first rule
+//     the same hop would be drawn at every boundary. A liar that answers
+//     check sessions otherwise than its session (inconsistent on purpose)
+//     makes every check downstream of it inconclusive ("the checker was
+//     fed other input"), and when those hops had more unverified work it
+//     was never checked itself.
+//
 // intn(n) returns a number in [0, n).
-func PickAudit(peers []peer.ID, cand []int, unverified func(peer.ID) int, intn func(int) int) int {
+func PickAudit(peers []peer.ID, cand []int, inconclusive, unverified func(peer.ID) int, intn func(int) int) int {
 	var best []int
-	most := -1
+	fewest, most := -1, -1
 	for _, i := range cand {
-		switch u := unverified(peers[i]); {
-		case u > most:
-			best, most = append(best[:0], i), u
-		case u == most:
+		n, u := inconclusive(peers[i]), unverified(peers[i])
+		switch {
+		case fewest < 0 || n < fewest || n == fewest && u > most:
+			best, fewest, most = append(best[:0], i), n, u
+		case n == fewest && u == most:
 			best = append(best, i)
 		}
 	}

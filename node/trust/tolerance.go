@@ -32,7 +32,7 @@ func (c *check) tolAudit(ctx context.Context, i int) *Verdict {
 	x := hops[i]
 	rx, err := c.at.AskSent(ctx, i)
 	if err != nil {
-		c.Counters.Inconclusive()
+		c.inconclusive(x.Peer)
 		c.Log.Debug("tolerance check: no receipt", zap.Stringer("hop", x.Peer), zap.Error(err))
 		return nil
 	}
@@ -41,7 +41,7 @@ func (c *check) tolAudit(ctx context.Context, i int) *Verdict {
 		rx.Logits.Tokens != consensus.TokenHash(all[:rx.Positions]) {
 		// No logits, or logits of tokens this entry did not send: nothing
 		// comparable (an upstream may have altered the tokens it relayed).
-		c.Counters.Inconclusive()
+		c.inconclusive(x.Peer)
 		return nil
 	}
 	tokens := all[:rx.Positions]
@@ -70,7 +70,7 @@ func (c *check) tolAudit(ctx context.Context, i int) *Verdict {
 	rv, v, end, err := firstCheck(ctx, alts, run)
 	if v < 0 {
 		if end == nil && !errors.Is(err, ErrAttemptFailing) {
-			c.Counters.Inconclusive()
+			c.inconclusive(x.Peer)
 			c.Log.Debug("tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
 		}
 		return end
@@ -206,14 +206,14 @@ func (c *check) midAudit(ctx context.Context, i int) *Verdict {
 	x, l := hops[i], hops[len(hops)-1]
 	rl, err := c.at.AskReceipt(ctx, l)
 	if err != nil {
-		c.Counters.Inconclusive()
+		c.inconclusive(x.Peer)
 		c.Log.Debug("mid-path tolerance check: no receipt from the last hop", zap.Stringer("hop", l.Peer), zap.Error(err))
 		return nil
 	}
 	all := c.at.Tokens()
 	if rl.Logits == nil || rl.Positions > len(all) || rl.From != l.From || rl.To != l.To ||
 		rl.Logits.Tokens != consensus.TokenHash(all[:rl.Positions]) {
-		c.Counters.Inconclusive()
+		c.inconclusive(x.Peer)
 		return nil
 	}
 	tokens := all[:rl.Positions]
@@ -238,7 +238,7 @@ func (c *check) midAudit(ctx context.Context, i int) *Verdict {
 		}
 	}
 	if v < 0 {
-		c.Counters.Inconclusive()
+		c.inconclusive(x.Peer)
 		c.Log.Debug("mid-path tolerance check inconclusive", zap.Stringer("hop", x.Peer), zap.Error(err))
 		return nil
 	}
