@@ -60,7 +60,7 @@ func TestGGUFRoundTrip(t *testing.T) {
 	}
 	l := &loader{f: f}
 	for _, dt := range []DType{F32, F16, BF16, Q8_0} {
-		m, err := l.matrix("t."+dt.String(), 2, 32)
+		m, err := l.matrix("t."+dt.String(), 2, 32, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -384,6 +384,40 @@ func (m *matrix) rowsView(lo, hi int) *matrix {
 // loader reads the tensors a stage needs, counting the bytes.
 type loader struct {
 	f *File
+	// scratch holds the file's bytes of a layer tensor while they are
+	// laid out anew for the kernels (settle), reused from tensor to
+	// tensor: reading each into memory of its own left a stage's worth of
+	// garbage behind its load (an 8B Q4_K_M stage peaked at 9.7 GB for
+	// 4.9 GB of weights).
+	scratch []byte
+}
+
+// read reads t's bytes: into memory of their own, or, with scratch, into
+// the loader's scratch, valid until the next read.
+func (l *loader) read(t *TensorInfo, scratch bool) ([]byte, error) {
+	if !scratch {
+		return l.f.readTensorBytes(t)
+	}
+	if int64(cap(l.scratch)) < t.Size {
+		l.scratch = make([]byte, t.Size)
+	}
+	b := l.scratch[:t.Size]
+	if err := l.f.ReadTensor(t, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// settle lays a layer's matrix out for the kernels (interleave); bytes
+// it still holds as the file stores them (no interleaved layout for its
+// type on this CPU) move out of the scratch into memory of their own.
+func (l *loader) settle(m *matrix) {
+	m.interleave()
+	if m.raw != nil {
+		raw := allocWeights(len(m.raw))
+		copy(raw, m.raw)
+		m.raw = raw
+	}
 }
 
 func (l *loader) info(name string, dims ...int) (*TensorInfo, error) {
@@ -411,7 +445,7 @@ func (l *loader) vector(name string, n int) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := l.load(t, 1, n)
+	m, err := l.load(t, 1, n, true) // copied out below, or by matrixFromBytes
 	if err != nil {
 		return nil, err
 	}
@@ -423,19 +457,22 @@ func (l *loader) vector(name string, n int) ([]float32, error) {
 	return m.f, nil
 }
 
-// matrix loads a 2-D tensor of rows×cols (GGUF dims [cols, rows]).
-func (l *loader) matrix(name string, rows, cols int) (*matrix, error) {
+// matrix loads a 2-D tensor of rows×cols (GGUF dims [cols, rows]); with
+// scratch, its bytes are the loader's scratch until settled.
+func (l *loader) matrix(name string, rows, cols int, scratch bool) (*matrix, error) {
 	t, err := l.info(name, cols, rows)
 	if err != nil {
 		return nil, err
 	}
-	return l.load(t, rows, cols)
+	return l.load(t, rows, cols, scratch)
 }
 
 // weights loads the tensors specs name (each after prefix) as Layer.Weights
 // holds them: vectors as []float32, matrices as *matrix (the parts of a
-// fused one as views of its rows), 3-D expert tensors as []*matrix.
-func (l *loader) weights(prefix string, specs []TensorSpec) (map[string]Weight, error) {
+// fused one as views of its rows), 3-D expert tensors as []*matrix. With
+// layer, the matrices only take part in products: they are read through
+// the scratch and settled at once.
+func (l *loader) weights(prefix string, specs []TensorSpec, layer bool) (map[string]Weight, error) {
 	plan, err := Plan(l.f, prefix, specs)
 	if err != nil {
 		return nil, err
@@ -450,19 +487,22 @@ func (l *loader) weights(prefix string, specs []TensorSpec) (map[string]Weight, 
 			}
 			out[t.Parts[0].Name] = v
 		case 2:
-			m, err := l.matrix(t.Name, t.Dims[1], t.Dims[0])
+			m, err := l.matrix(t.Name, t.Dims[1], t.Dims[0], layer)
 			if err != nil {
 				return nil, err
 			}
 			for _, p := range t.Parts {
-				if p.Lo == 0 && p.Hi == m.rows {
-					out[p.Name] = m
-				} else {
-					out[p.Name] = m.rowsView(p.Lo, p.Hi)
+				v := m
+				if p.Lo != 0 || p.Hi != m.rows {
+					v = m.rowsView(p.Lo, p.Hi)
 				}
+				if layer {
+					l.settle(v)
+				}
+				out[p.Name] = v
 			}
 		case 3: // experts: [cols, rows, experts]
-			ms, err := l.experts(t.Name, t.Dims[2], t.Dims[1], t.Dims[0])
+			ms, err := l.experts(t.Name, t.Dims[2], t.Dims[1], t.Dims[0], layer)
 			if err != nil {
 				return nil, err
 			}
@@ -474,8 +514,8 @@ func (l *loader) weights(prefix string, specs []TensorSpec) (map[string]Weight, 
 	return out, nil
 }
 
-func (l *loader) load(t *TensorInfo, rows, cols int) (*matrix, error) {
-	b, err := l.f.readTensorBytes(t)
+func (l *loader) load(t *TensorInfo, rows, cols int, scratch bool) (*matrix, error) {
+	b, err := l.read(t, scratch)
 	if err != nil {
 		return nil, err
 	}

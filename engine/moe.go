@@ -212,13 +212,14 @@ func addExpertBias(x []float32, b *matrix, e int, buf []float32) {
 
 // experts loads a 3-D tensor of n experts' rows×cols matrices (GGUF dims
 // [cols, rows, n]) as n matrices over its bytes, read once: each expert's
-// part is converted as a dense matrix's bytes are, and no further.
-func (l *loader) experts(name string, n, rows, cols int) ([]*matrix, error) {
+// part is converted as a dense matrix's bytes are, and, with settle,
+// settled (loader.settle) out of the scratch it was read into.
+func (l *loader) experts(name string, n, rows, cols int, settle bool) ([]*matrix, error) {
 	t, err := l.info(name, cols, rows, n)
 	if err != nil {
 		return nil, err
 	}
-	b, err := l.f.readTensorBytes(t)
+	b, err := l.read(t, settle)
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +231,9 @@ func (l *loader) experts(name string, n, rows, cols int) ([]*matrix, error) {
 	for i := range ms {
 		if ms[i], err = matrixFromBytes(t, b[i*per:(i+1)*per:(i+1)*per], rows, cols); err != nil {
 			return nil, err
+		}
+		if settle {
+			l.settle(ms[i])
 		}
 	}
 	return ms, nil

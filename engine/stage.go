@@ -240,16 +240,16 @@ func Load(f *File, opts ...Option) (*Local, error) {
 	if s.arch.Globals != nil {
 		globals = s.arch.Globals(&s.hp)
 	}
-	if s.globals, err = l.weights("", globals); err != nil {
+	if s.globals, err = l.weights("", globals, false); err != nil {
 		return nil, err
 	}
 	if s.info.First() {
-		if s.embd, err = l.matrix("token_embd.weight", hp.Vocab, d); err != nil {
+		if s.embd, err = l.matrix("token_embd.weight", hp.Vocab, d, false); err != nil {
 			return nil, err
 		}
 	}
 	for i := o.lo; i < o.hi; i++ {
-		w, err := l.weights(LayerPrefix(i), s.arch.Tensors(&s.hp, i))
+		w, err := l.weights(LayerPrefix(i), s.arch.Tensors(&s.hp, i), true)
 		if err != nil {
 			return nil, err
 		}
@@ -259,43 +259,27 @@ func Load(f *File, opts ...Option) (*Local, error) {
 		if s.onorm, err = l.vector("output_norm.weight", d); err != nil {
 			return nil, err
 		}
-		if _, ok := f.Tensor("output.weight"); ok {
-			s.out, err = l.matrix("output.weight", hp.Vocab, d)
-		} else if s.embd != nil {
+		// The head takes part in products only (the kernels' layout),
+		// unless it is the embedding too, read a row at a time.
+		switch _, ok := f.Tensor("output.weight"); {
+		case ok:
+			s.out, err = l.matrix("output.weight", hp.Vocab, d, true)
+		case s.embd != nil:
 			s.out = s.embd // tied head
-		} else {
-			s.out, err = l.matrix("token_embd.weight", hp.Vocab, d)
+		default:
+			s.out, err = l.matrix("token_embd.weight", hp.Vocab, d, true)
 		}
 		if err != nil {
 			return nil, err
 		}
+		if s.out != s.embd {
+			l.settle(s.out)
+		}
 	}
-	s.interleave()
 	s.info.WeightBytes = s.weightBytes()
 	s.pool = newPool(o.threads)
 	s.exactGELU = o.exactGELU
 	return s, nil
-}
-
-// interleave puts the matrices that only take part in products into the
-// kernels' interleaved layout (kil.go); the embedding, read a row at a
-// time, stays as it is, and so does a head tied to it.
-func (s *Local) interleave() {
-	for _, l := range s.layers {
-		for _, w := range l.Weights {
-			switch w := w.(type) {
-			case *matrix:
-				w.interleave()
-			case []*matrix: // experts
-				for _, m := range w {
-					m.interleave()
-				}
-			}
-		}
-	}
-	if s.out != nil && s.out != s.embd {
-		s.out.interleave()
-	}
 }
 
 func (s *Local) weightBytes() int64 {
