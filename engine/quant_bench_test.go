@@ -337,8 +337,13 @@ func BenchmarkKILStream(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(buf)*8)/best.Seconds()/1e9, "GB/s")
 	})
-	const cols = 2048
-	for _, typ := range []DType{Q4_K, Q5_K, Q6_K} {
+	// Rows of TinyLlama's 2,048 and of an 8B model's 4,096 and 14,336
+	// (ffn_down) columns.
+	for _, c := range []struct {
+		typ  DType
+		cols int
+	}{{Q4_K, 2048}, {Q5_K, 2048}, {Q6_K, 2048}, {Q4_K, 4096}, {Q6_K, 4096}, {Q4_K, 14336}, {Q6_K, 14336}} {
+		typ, cols := c.typ, c.cols
 		if !useKIL(typ) {
 			continue
 		}
@@ -365,7 +370,7 @@ func BenchmarkKILStream(b *testing.B) {
 			a.prepare(w)
 			out := make([]float32, rows)
 			reps := 64<<20/len(w.il) + 1 // a small matrix many times a run
-			b.Run(fmt.Sprintf("%s/%d", typ, rows), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%dx%d", typ, rows, cols), func(b *testing.B) {
 				best := time.Hour
 				for b.Loop() {
 					t0 := time.Now()
