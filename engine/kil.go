@@ -1,6 +1,10 @@
 package engine
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/stratanet/strata/engine/internal/kilorder"
+)
 
 // The row-interleaved K-quant layout. Where the CPU has AVX-512 VNNI
 // (VPDPBUSD), Q4_K, Q5_K and Q6_K matrices are rearranged once at load so that
@@ -48,10 +52,10 @@ const (
 	ilQ4KSc = 2048 // then the mins at +128, d at +256, dmin at +288
 	ilQ4K   = 2368
 
-	ilQ5KSc = 2560 // as Q4_K's; the quants' columns before, in ilQ5KCol's order
+	ilQ5KSc = 2560 // as Q4_K's; the quants' columns before, in kilorder.Q5K's order
 	ilQ5K   = 2880
 
-	ilQ6KSc = 3072 // the quants' columns before, in ilQ6KCol's order
+	ilQ6KSc = 3072 // the quants' columns before, in kilorder.Q6K's order
 	ilQ6KD  = 3328
 	ilQ6K   = 3392 // padded to whole cache lines, as the others are
 )
@@ -134,46 +138,17 @@ func putQ4KIL(dst []byte, i int, blk []byte) {
 	putScalesK4(dst[ilQ4KSc:], i, blk)
 }
 
-// ilQ5KCol is the place, in 64-byte columns, of Q5_K's
-// nibble column c (c < 32: pair c/8, column c%8) or fifth-bit column
-// c−32. engine/internal/kilgen computes the same places.
-func ilQ5KCol(c int) int {
-	switch {
-	case c >= 32:
-		return 2*(c-32) + 1
-	case c < 8:
-		return 2 * c
-	}
-	return 8 + c
-}
-
 // putQ5KIL writes row i's Q5_K block blk into its group's super-block dst:
 // the nibbles' and the 32 fifth-bit bytes' (bit j: sub-block j) columns in
-// ilQ5KCol's order, then Q4_K's scales.
+// kilorder.Q5K's order, then Q4_K's scales.
 func putQ5KIL(dst []byte, i int, blk []byte) {
 	var cols [40 * 64]byte
 	putColumns(cols[:], i, blk[48:176])
 	putColumns(cols[32*64:], i, blk[16:48])
 	for c := 0; c < 40; c++ {
-		copy(dst[64*ilQ5KCol(c)+4*i:][:4], cols[64*c+4*i:])
+		copy(dst[64*kilorder.Q5K(c)+4*i:][:4], cols[64*c+4*i:])
 	}
 	putScalesK4(dst[ilQ5KSc:], i, blk)
-}
-
-// ilQ6KCol is the place, in 64-byte columns, of Q6_K's
-// column c of ql (c < 32: half c/16, groups c/8%2 (+2), column c%8) or of
-// qh (c ≥ 32: half (c−32)/8, column c%8). engine/internal/kilgen computes
-// the same places.
-func ilQ6KCol(c int) int {
-	if c >= 32 {
-		n, k := (c-32)/8, c%8
-		return 24*n + 2*k + 1
-	}
-	n, h, k := c/16, c/8%2, c%8
-	if h == 0 {
-		return 24*n + 2*k
-	}
-	return 24*n + 16 + k
 }
 
 // putQ6KIL writes row i's Q6_K block blk into its group's super-block dst.
@@ -181,7 +156,7 @@ func putQ6KIL(dst []byte, i int, blk []byte) {
 	var cols [48 * 64]byte
 	putColumns(cols[:], i, blk[:192]) // ql's 32 columns, then qh's 16
 	for c := 0; c < 48; c++ {
-		copy(dst[64*ilQ6KCol(c)+4*i:][:4], cols[64*c+4*i:])
+		copy(dst[64*kilorder.Q6K(c)+4*i:][:4], cols[64*c+4*i:])
 	}
 	for is := 0; is < 16; is++ {
 		dst[ilQ6KSc+16*is+i] = blk[192+is]

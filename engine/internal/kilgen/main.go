@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"log"
 	"os"
+
+	"github.com/stratanet/strata/engine/internal/kilorder"
 )
 
 // The layouts, as engine/kil.go defines them (its tests check the two
@@ -25,14 +27,14 @@ const (
 	q4kDmin = 2336 // 16 × dmin, f16
 	q4kGSB  = 2368
 
-	q5kQ    = 0 // the nibbles' and fifth bits' columns, in the order the kernel reads them (q5kCol)
+	q5kQ    = 0 // the nibbles' and fifth bits' columns, in the order the kernel reads them (kilorder.Q5K)
 	q5kSc   = 2560
 	q5kMin  = 2688
 	q5kD    = 2816
 	q5kDmin = 2848
 	q5kGSB  = 2880
 
-	q6kQ   = 0    // ql's and qh's columns, in the order the kernel reads them (q6kCol)
+	q6kQ   = 0    // ql's and qh's columns, in the order the kernel reads them (kilorder.Q6K)
 	q6kSc  = 3072 // 16 × 16 scales, int8
 	q6kD   = 3328 // 16 × d, f16, then 32 bytes of padding
 	q6kGSB = 3392 // a whole number of cache lines: no split loads
@@ -161,8 +163,8 @@ func (g *gen) q4k(nt int, q5 bool) {
 			}
 			// Bit 2gr (2gr+1) of the qh bytes moved to bit 4, then a
 			// bitwise select with the nibble.
-			g.f("VMOVDQU64 %d(SI), Z24", q5kQ+64*q5kCol(8*gr+k))
-			g.f("VMOVDQU64 %d(SI), Z25", q5kQ+64*q5kCol(32+k))
+			g.f("VMOVDQU64 %d(SI), Z24", q5kQ+64*kilorder.Q5K(8*gr+k))
+			g.f("VMOVDQU64 %d(SI), Z25", q5kQ+64*kilorder.Q5K(32+k))
 			shift(g, 2*gr, "Z25", z(k))
 			g.f("VPANDD Z30, %s, %s", z(k), z(k))
 			g.f("VPTERNLOGD $0xb8, Z24, Z31, %s", z(k))
@@ -234,33 +236,6 @@ func shift(g *gen, b int, src, dst string) {
 	}
 }
 
-// q5kCol is engine.ilQ5KCol: the place of the nibbles' column c (c < 32)
-// or the fifth bits' column c−32 among the layout's columns.
-func q5kCol(c int) int {
-	switch {
-	case c >= 32:
-		return 2*(c-32) + 1
-	case c < 8:
-		return 2 * c
-	}
-	return 8 + c
-}
-
-// q6kCol is engine.ilQ6KCol: the place of ql's column c (c < 32) or qh's
-// (c ≥ 32) among the layout's columns, in the order the kernel first
-// reads them.
-func q6kCol(c int) int {
-	if c >= 32 {
-		n, k := (c-32)/8, c%8
-		return 24*n + 2*k + 1
-	}
-	n, h, k := c/16, c/8%2, c%8
-	if h == 0 {
-		return 24*n + 2*k
-	}
-	return 24*n + 16 + k
-}
-
 // q6k: per super-block, sumi = Σ_is sc_is·(Σ q·x − 32·Σ x over sub-block
 // is), exact; then acc += float32(float32(d·dx)·float32(sumi)).
 func (g *gen) q6k(nt int) {
@@ -278,8 +253,8 @@ func (g *gen) q6k(nt int) {
 			// in Z8+k, ghi's in Zk.
 			glo, ghi := 4*n+h, 4*n+h+2
 			for k := 0; k < 8; k++ {
-				g.f("VMOVDQU64 %d(SI), Z24", q6kQ+64*q6kCol(16*n+8*h+k))
-				g.f("VMOVDQU64 %d(SI), %s", q6kQ+64*q6kCol(32+8*n+k), z(k))
+				g.f("VMOVDQU64 %d(SI), Z24", q6kQ+64*kilorder.Q6K(16*n+8*h+k))
+				g.f("VMOVDQU64 %d(SI), %s", q6kQ+64*kilorder.Q6K(32+8*n+k), z(k))
 				// GFNI affine maps (q6kBits): qh bits 2h, 2h+1 (glo) or
 				// 2h+4, 2h+5 (ghi) to bits 4 and 5, the rest 0; ql's high
 				// nibble to the low one.
