@@ -20,13 +20,12 @@ import (
 // (inconsistent, as node's FaultNegate liar is: it negates one row per
 // decode step in a session but one row of a check's whole prefill).
 type scriptedAttempt struct {
-	tokens    []int32
-	prompt    int
-	path      []Hop
-	liar      peer.ID
-	inconcl   map[peer.ID]int
-	verified  []peer.ID
-	checkRuns int
+	tokens   []int32
+	prompt   int
+	path     []Hop
+	liar     peer.ID
+	inconcl  map[peer.ID]int
+	verified []peer.ID
 }
 
 func (a *scriptedAttempt) output(h Hop, in [32]byte, check bool) [32]byte {
@@ -69,7 +68,6 @@ func (a *scriptedAttempt) AskSent(_ context.Context, i int) (consensus.Receipt, 
 }
 
 func (a *scriptedAttempt) CheckSession(_ context.Context, hops, ask []Hop, tokens []int32, _ bool) ([]consensus.Receipt, error) {
-	a.checkRuns++
 	rs := a.run(hops, tokens, true)
 	// ask are the links before the last, which end hops.
 	return append(slices.Clone(rs[len(hops)-1-len(ask):len(hops)-1]), rs[len(hops)-1]), nil
