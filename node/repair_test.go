@@ -36,8 +36,12 @@ func TestWaitForRepair(t *testing.T) {
 		}
 		got = append(got, d.Tokens...)
 	}
-	// The stream is not read meanwhile: the generation stops a few
-	// tokens later, until the caller reads again.
+	// The stream is not read meanwhile: once its buffer is full the
+	// generation stops at a token boundary until the caller reads
+	// again. So b dies with no step in flight, and the entry finds out
+	// when it sends the next one: when b is the first hop, by a dial
+	// that fails.
+	waitFor(t, 10*time.Second, "the stream's buffer fills", func() bool { return len(s.deltas) == cap(s.deltas) })
 	killedAt := time.Now()
 	b.Kill()
 	waitFor(t, 5*time.Second, "no path", func() bool {

@@ -443,7 +443,9 @@ type Decision struct {
 // against the cap. Anything else is a hop failure and a replay, up to
 // the cap. A first hop that could not be dialled backs off like a busy
 // one and counts no replay, within the repair wait from the first of a
-// run of them. Every blamed peer but the entry itself is avoided later.
+// run of them; one that held the session (the attempt delivered a
+// token) is a hop failure too. Every blamed peer but the entry itself is
+// avoided later.
 func (r *Replay) Ended(cfg Config, now time.Time, e End, progress bool) Decision {
 	// A run of busy answers or of failed dials ends with progress or
 	// another end; the two do not end each other's run, so that
@@ -491,7 +493,11 @@ func (r *Replay) Ended(cfg Config, now time.Time, e End, progress bool) Decision
 		if now.Sub(r.UnreachSince) > cfg.RepairWait {
 			return Decision{Fail: FailUnreachable, Failure: true}
 		}
-		return Decision{Backoff: BusyBackoff(r.Unreach)}
+		// After the attempt's first token the hop holds the session, and
+		// the entry cannot reach it: that session is lost, a hop failure
+		// (the next attempt is a counted replay), however brief the
+		// cause.
+		return Decision{Backoff: BusyBackoff(r.Unreach), Failure: progress}
 	case EndMove:
 		return Decision{Counted: true}
 	}
