@@ -158,6 +158,8 @@ lint: $(TOOLS)/staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(TOOLS)/staticcheck $(PKGS)
+	@# The cgo modules (ggml's engine and its binary) are modules of their own.
+	for m in engine/ggml cmd/strata-ggml; do (cd $$m && $(GO) vet ./... && $(TOOLS)/staticcheck ./...) || exit 1; done
 
 # The leader-liveness harness (issue 35): HANDOVERS clean leader shutdowns
 # (plain, right after a promotion a voter has not received, and after the

@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +26,8 @@ import (
 	"github.com/stratanet/strata/engine/slicefile"
 	"github.com/stratanet/strata/swarm"
 	"github.com/stratanet/strata/swarm/chunks"
+
+	"github.com/stratanet/strata/internal/stats"
 )
 
 // BenchmarkUploaderLatency: the per-token latency of a node serving the
@@ -204,16 +206,16 @@ func BenchmarkUploaderLatency(b *testing.B) {
 			wall, cpu, mbps = append(wall, r.wall), append(cpu, r.cpu), append(mbps, r.mbps)
 			xw, xc = append(xw, r.wall/idle[k].wall), append(xc, r.cpu/idle[k].cpu)
 		}
-		b.ReportMetric(median(wall)*1e6, m.name+"_ns/token")
-		b.ReportMetric(median(cpu), m.name+"_cpu_ms/token")
+		b.ReportMetric(stats.Median(wall)*1e6, m.name+"_ns/token")
+		b.ReportMetric(stats.Median(cpu), m.name+"_cpu_ms/token")
 		line := fmt.Sprintf("%-9s wall %s ms/token, cpu %s ms/token", m.name, spread(wall), spread(cpu))
 		if m.name != "idle" {
-			b.ReportMetric(median(xw), m.name+"_x_idle")
-			b.ReportMetric(median(xc), m.name+"_cpu_x_idle")
+			b.ReportMetric(stats.Median(xw), m.name+"_x_idle")
+			b.ReportMetric(stats.Median(xc), m.name+"_cpu_x_idle")
 			line += fmt.Sprintf(", x idle wall %s cpu %s", spread(xw), spread(xc))
 		}
 		if m.fetch {
-			b.ReportMetric(median(mbps), m.name+"_MB/s")
+			b.ReportMetric(stats.Median(mbps), m.name+"_MB/s")
 			line += fmt.Sprintf(", %s MB/s", spread(mbps))
 		}
 		fmt.Println("uploader-latency:", line)
@@ -228,7 +230,8 @@ func spread(xs []float64) string {
 	if len(xs) == 0 {
 		return "-"
 	}
-	med := median(xs)
+	sort.Float64s(xs)
+	med := stats.Median(xs)
 	out := fmt.Sprintf("%.3g [%.3g, %.3g]", med, xs[0], xs[len(xs)-1])
 	if lo, hi, ok := medianCI(xs); ok {
 		out += fmt.Sprintf(" (CI95 %.3g-%.3g)", lo, hi)
@@ -422,14 +425,4 @@ func TestFetchHelperProcess(t *testing.T) {
 		wg.Wait()
 		fmt.Printf("bytes %d\n", got.Load())
 	}
-}
-
-// median of xs (reordered).
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
 }

@@ -3,8 +3,9 @@ package weights
 import (
 	"math"
 	"math/bits"
-	"slices"
 	"time"
+
+	"github.com/stratanet/strata/internal/stats"
 )
 
 // uploadParams tune the adaptive upload limit (uploadControl).
@@ -187,7 +188,7 @@ func (c *uploadControl) decide(now time.Time, sent int64, sessions int) uploadDe
 		return uploadDecision{Limit: c.limit(), Pause: true}
 	}
 	if len(c.ratios) >= c.p.MinSteps {
-		med := median(c.ratios)
+		med := stats.Median(c.ratios)
 		took := now.Sub(c.decidedAt).Seconds()
 		if med > c.p.Target {
 			c.rate = c.clamp(c.rate * c.p.Cut)
@@ -203,14 +204,4 @@ func (c *uploadControl) decide(now time.Time, sent int64, sessions int) uploadDe
 func (c *uploadControl) restart(now time.Time, sent int64) {
 	c.decidedAt, c.sentAt = now, sent
 	c.ratios, c.unjudged = c.ratios[:0], 0
-}
-
-// median of xs (reordered).
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
 }

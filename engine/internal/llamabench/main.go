@@ -37,6 +37,8 @@ import (
 	"github.com/stratanet/strata/engine"
 	"github.com/stratanet/strata/engine/internal/benchrun"
 	"github.com/stratanet/strata/engine/internal/membench"
+
+	"github.com/stratanet/strata/internal/stats"
 )
 
 func main() {
@@ -497,7 +499,7 @@ func drive(args []string) error {
 			if !r.decode1 {
 				continue
 			}
-			s := median(r.rates[0])
+			s := stats.Median(r.rates[0])
 			wb := r.weightBytes
 			if tb, moe, err := tokenBytes(filepath.Join(*dir, r.file)); err != nil {
 				return err
@@ -546,10 +548,10 @@ func tableLine(r row, sides []string) string {
 	llama := len(sides) - 1
 	fmt.Fprintf(&b, "| %s | %s |", r.file, r.metric)
 	for i := range sides {
-		fmt.Fprintf(&b, " %.2f |", median(r.rates[i]))
+		fmt.Fprintf(&b, " %.2f |", stats.Median(r.rates[i]))
 	}
 	for i := range sides[:llama] {
-		fmt.Fprintf(&b, " %.2f |", median(r.rates[i])/median(r.rates[llama]))
+		fmt.Fprintf(&b, " %.2f |", stats.Median(r.rates[i])/stats.Median(r.rates[llama]))
 	}
 	var runsCol []string
 	for i, name := range sides {
@@ -729,18 +731,6 @@ func exitErr(err error) error {
 		return fmt.Errorf("%w: %s", err, ee.Stderr)
 	}
 	return err
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // listLoads is each run's rate with others' load during it: 99.9@0.02.
