@@ -178,78 +178,7 @@ func TestToleranceHonestPerturbed(t *testing.T) {
 // evicts it with the shorter ban (the cluster's hour / 24), and the
 // generations after that are the single-process run's.
 func TestToleranceCatchesLiar(t *testing.T) {
-	const liarAt = 5
-	liarOpt := perturbEngine("liar-test", 1e-3, 0.02, true)
-	nodes := verifyClusterWhere(t, 6, map[int][]Option{liarAt: {liarOpt}}, func(m layers.LayerMap, nodes []*Node) string {
-		fr, ok := m.Range(nodes[liarAt].ID().String())
-		if !ok {
-			t.Fatalf("liar not placed: %v", m.Stages)
-		}
-		if fr.End == m.Layers && len(nodes[0].trust.Holders(fr.Start, fr.End)) >= 3 {
-			return ""
-		}
-		return fmt.Sprintf("the liar's range %v is not a last range with 3 holders", fr)
-	})
-	liar := nodes[liarAt]
-	lid := liar.ID().String()
-	honest := nodes[:liarAt]
-	waitFor(t, 60*time.Second, "heartbeats naming the liar's engine", func() bool {
-		for _, n := range honest {
-			if n.trust.Reproducible(liar.ID()) {
-				return false
-			}
-		}
-		return true
-	})
-	const maxTokens = 12
-	prompts := []string{"Once upon a time", "The quick brown fox", "In a hole in the ground", "It was a dark and stormy night"}
-	want := map[string][]int32{}
-	for _, p := range prompts {
-		want[p] = reference(t, p, maxTokens, engineGreedy())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
-	defer cancel()
-	banned := func() (time.Time, bool) { return honest[0].cons.Load().State().Banned(lid, time.Now()) }
-	start := time.Now()
-	gens, flagged := 0, 0
-	for i := 0; ; i++ {
-		if _, ok := banned(); ok {
-			break
-		}
-		if ctx.Err() != nil {
-			s := honest[0].Metrics().Verify
-			s.Log = nil
-			t.Fatalf("not evicted after %d generations: %+v", gens, s)
-		}
-		_, err := generate(ctx, t, honest[i%len(honest)], prompts[i%len(prompts)], maxTokens)
-		gens++
-		switch {
-		case errors.Is(err, ErrWrongTokens):
-			flagged++
-		case err != nil:
-			t.Logf("generation %d: %v", i, err)
-		}
-	}
-	until, _ := banned()
-	var reported, mism uint64
-	for _, n := range honest {
-		s := n.Metrics().Verify
-		reported += s.Reported
-		mism += s.ToleranceMismatches
-	}
-	t.Logf("liar evicted after %d generations, %v; tolerance mismatches %d, reports accepted %d, generations flagged %d, banned until now+%v",
-		gens, time.Since(start).Round(time.Millisecond), mism, reported, flagged, time.Until(until).Round(time.Second))
-	if reported == 0 || mism == 0 {
-		t.Fatalf("evicted without a tolerance report: reported %d, mismatches %d", reported, mism)
-	}
-	// The tolerance kind bans for an hour / 24, not the hour of a proof.
-	// The shorter ban is the tolerance kind's; the liar holds no last
-	// layer, so its receipts carry no logits, and only the mid-path kind
-	// (consensus.Evidence.Tails) can have accused it.
-	if d := time.Until(until); d > time.Hour/consensus.ToleranceBanDivisor+time.Minute {
-		t.Fatalf("banned for %v: not the tolerance kind's shorter ban", d)
-	}
-	servesRightWithout(ctx, t, honest, lid, prompts, want, maxTokens, 4)
+	toleranceEvicts(t, perturbEngine("liar-test", 1e-3, 0.02, true), true)
 }
 
 // TestToleranceHonestMidPath: in a swarm where every node is perturbed
@@ -328,17 +257,32 @@ func TestToleranceHonestMidPath(t *testing.T) {
 // that are the single-process run's. Before this check such a node was
 // never checked, nor were the go hops after it.
 func TestToleranceCatchesMidLiar(t *testing.T) {
+	// The liar holds no last layer, so its receipts carry no logits: only
+	// the mid-path kind (consensus.Evidence.Tails) can accuse it.
+	toleranceEvicts(t, perturbEngineWith("liar-test", 1e-3, 0.02, false, true), false)
+}
+
+// toleranceEvicts runs a liar (liarOpt, on a node that claims another
+// engine) on a range with 3 holders, the last range (last) or one before
+// it, until the leader bans it: by a tolerance report within 240 s, with
+// the tolerance kind's shorter ban (the cluster's hour / 24, not a
+// proof's hour). The generations after that are the single-process
+// run's.
+func toleranceEvicts(t *testing.T, liarOpt Option, last bool) {
 	const liarAt = 5
-	liarOpt := perturbEngineWith("liar-test", 1e-3, 0.02, false, true)
+	where := "a last range"
+	if !last {
+		where = "one before the last"
+	}
 	nodes := verifyClusterWhere(t, 6, map[int][]Option{liarAt: {liarOpt}}, func(m layers.LayerMap, nodes []*Node) string {
 		fr, ok := m.Range(nodes[liarAt].ID().String())
 		if !ok {
 			t.Fatalf("liar not placed: %v", m.Stages)
 		}
-		if fr.End < m.Layers && len(nodes[0].trust.Holders(fr.Start, fr.End)) >= 3 {
+		if (fr.End == m.Layers) == last && len(nodes[0].trust.Holders(fr.Start, fr.End)) >= 3 {
 			return ""
 		}
-		return fmt.Sprintf("the liar's range %v is not one before the last with 3 holders", fr)
+		return fmt.Sprintf("the liar's range %v is not %s with 3 holders", fr, where)
 	})
 	liar := nodes[liarAt]
 	lid := liar.ID().String()
@@ -387,14 +331,11 @@ func TestToleranceCatchesMidLiar(t *testing.T) {
 		reported += s.Reported
 		mism += s.ToleranceMismatches
 	}
-	t.Logf("mid-path liar evicted after %d generations, %v; tolerance mismatches %d, reports accepted %d, generations flagged %d, banned until now+%v",
-		gens, time.Since(start).Round(time.Millisecond), mism, reported, flagged, time.Until(until).Round(time.Second))
+	t.Logf("liar on %s evicted after %d generations, %v; tolerance mismatches %d, reports accepted %d, generations flagged %d, banned until now+%v",
+		where, gens, time.Since(start).Round(time.Millisecond), mism, reported, flagged, time.Until(until).Round(time.Second))
 	if reported == 0 || mism == 0 {
 		t.Fatalf("evicted without a tolerance report: reported %d, mismatches %d", reported, mism)
 	}
-	// The shorter ban is the tolerance kind's; the liar holds no last
-	// layer, so its receipts carry no logits, and only the mid-path kind
-	// (consensus.Evidence.Tails) can have accused it.
 	if d := time.Until(until); d > time.Hour/consensus.ToleranceBanDivisor+time.Minute {
 		t.Fatalf("banned for %v: not the tolerance kind's shorter ban", d)
 	}
