@@ -454,6 +454,8 @@ func (g *generation) run(ctx context.Context, path routing.Path) (Result, error)
 				select {
 				case <-ctx.Done():
 					return g.result(), ctx.Err()
+				case <-e.ctx.Done():
+					return g.result(), ErrClosed
 				case <-e.cfg.clock.After(ef.Delay):
 				}
 			case ecore.Reroute:

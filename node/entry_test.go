@@ -30,20 +30,21 @@ type entryRig struct {
 	peers []peer.ID
 	vocab int
 
-	mu      sync.Mutex
-	hang    map[peer.ID]bool // takes steps and never answers
-	busy    map[peer.ID]int  // answers this many opens with CodeBusy
-	unreach map[peer.ID]int  // fails this many sends as a failed dial
-	noPath  bool             // routing finds nothing
-	dead    map[peer.ID]bool // routing leaves these out
-	kvs     map[peer.ID]kvReport
-	chg     chan struct{}      // closed by bump: routing's inputs changed
-	closed  []peer.ID          // hops told to close a session
-	suspect []peer.ID          // peers reported to routing
-	sent    chan peer.ID       // every step's first hop, as it is sent
-	closes  chan peer.ID       // every close, as it is posted (an attempt's last act)
-	seen    map[peer.ID][]Step // steps each hop took
-	heads   []peerHead         // the load table (fair admission), as setHeads left it
+	mu       sync.Mutex
+	hang     map[peer.ID]bool // takes steps and never answers
+	busy     map[peer.ID]int  // answers this many opens with CodeBusy
+	unreach  map[peer.ID]int  // fails this many sends as a failed dial
+	reachFor map[peer.ID]int  // takes this many sends, then fails every later one as a failed dial
+	noPath   bool             // routing finds nothing
+	dead     map[peer.ID]bool // routing leaves these out
+	kvs      map[peer.ID]kvReport
+	chg      chan struct{}      // closed by bump: routing's inputs changed
+	closed   []peer.ID          // hops told to close a session
+	suspect  []peer.ID          // peers reported to routing
+	sent     chan peer.ID       // every step's first hop, as it is sent
+	closes   chan peer.ID       // every close, as it is posted (an attempt's last act)
+	seen     map[peer.ID][]Step // steps each hop took
+	heads    []peerHead         // the load table (fair admission), as setHeads left it
 }
 
 func newEntryRig(t *testing.T, npeers int) *entryRig {
@@ -59,7 +60,7 @@ func newEntryRigWith(t *testing.T, npeers int, with func(*entryConfig)) *entryRi
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &entryRig{t: t, clock: clockwork.NewFakeClock(), vocab: m.info.Vocab, hang: map[peer.ID]bool{}, busy: map[peer.ID]int{}, unreach: map[peer.ID]int{},
+	r := &entryRig{t: t, clock: clockwork.NewFakeClock(), vocab: m.info.Vocab, hang: map[peer.ID]bool{}, busy: map[peer.ID]int{}, unreach: map[peer.ID]int{}, reachFor: map[peer.ID]int{},
 		sent: make(chan peer.ID, 64), closes: make(chan peer.ID, 64), seen: map[peer.ID][]Step{},
 		dead: map[peer.ID]bool{}, kvs: map[peer.ID]kvReport{}, chg: make(chan struct{})}
 	for i := range npeers {
@@ -141,6 +142,13 @@ func (r *entryRig) send(_ context.Context, to peer.ID, m Message) error {
 		return fmt.Errorf("fake hop: unexpected %T", m)
 	}
 	r.mu.Lock()
+	if n, ok := r.reachFor[to]; ok {
+		if n == 0 {
+			r.unreach[to] = 1
+		} else {
+			r.reachFor[to] = n - 1
+		}
+	}
 	if r.unreach[to] > 0 {
 		r.unreach[to]--
 		r.mu.Unlock()
@@ -377,6 +385,43 @@ func TestEntryUnreachableBacksOff(t *testing.T) {
 	r.wantTokens(res, 3, 2)
 	if res.Replays != 0 || len(res.Paths) != fails+1 {
 		t.Fatalf("%d replays on %d paths, want 0 on %d", res.Replays, len(res.Paths), fails+1)
+	}
+}
+
+// TestEntryUnreachableMidSession: a first hop that cannot be dialled
+// after it served a token of the attempt held the session, which is lost
+// with it: the entry backs off as for any failed dial, but counts a hop
+// failure, and the attempt on the next path is a replay.
+func TestEntryUnreachableMidSession(t *testing.T) {
+	r := newEntryRig(t, 2)
+	a, b := r.peers[0], r.peers[1]
+	r.reachFor[a] = 1 // the prefill
+	s := r.generate(3)
+	for range 2 {
+		if got := r.nextSend(); got != a {
+			t.Fatalf("step to %s, want %s", got, a)
+		}
+	}
+	r.attemptEnded(a)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatalf("no backoff wait: %v", err)
+	}
+	r.clock.Advance(busyBackoff(1))
+	if got := r.nextSend(); got != b {
+		t.Fatalf("replay to %s, want %s", got, b)
+	}
+	if n := r.e.counters.hopFailures.Load(); n != 1 {
+		t.Fatalf("%d hop failures counted, want 1", n)
+	}
+	res, err := s.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.wantTokens(res, 3, 3)
+	if res.Replays != 1 || len(res.Paths) != 2 {
+		t.Fatalf("%d replays on %d paths, want 1 on 2", res.Replays, len(res.Paths))
 	}
 }
 
