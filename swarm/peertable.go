@@ -328,7 +328,8 @@ func (t *PeerTable) get(id peer.ID, now time.Time) *entry {
 
 // heard records an accepted heartbeat. It reports false, changing
 // nothing, for a heartbeat no newer than the latest one accepted (a
-// reordered or replayed message).
+// reordered or replayed message) or sent before the peer's connection
+// closed (sentBeforeLoss).
 func (t *PeerTable) heard(hb *Heartbeat) bool {
 	if hb.NodeID == t.self {
 		return false
@@ -336,7 +337,7 @@ func (t *PeerTable) heard(hb *Heartbeat) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	if e := t.peers[hb.NodeID]; e != nil && !e.lastTS.IsZero() && !hb.Timestamp.After(e.lastTS) {
+	if e := t.peers[hb.NodeID]; e != nil && !e.lastTS.IsZero() && (!hb.Timestamp.After(e.lastTS) || e.sentBeforeLoss(hb.Timestamp)) {
 		return false
 	}
 	e := t.get(hb.NodeID, now)
@@ -349,6 +350,22 @@ func (t *PeerTable) heard(hb *Heartbeat) bool {
 	t.bump()
 	t.setLiveness(e, Alive, now)
 	return true
+}
+
+// sentBeforeLoss reports whether a heartbeat stamped ts, heard after
+// the peer's last connection closed and before anything else was heard
+// from it, was sent before that close: a copy the gossip mesh relayed
+// late, which says nothing of whether the peer outlived its connection
+// (a killed peer's last heartbeats would otherwise hold off its dead
+// verdict until the silence deadline). The send time is measured on the
+// peer's own clock from its latest heartbeat heard, so clock skew does
+// not enter; that heartbeat's transit only makes the copy look later,
+// which keeps the peer alive.
+func (e *entry) sentBeforeLoss(ts time.Time) bool {
+	if e.Connected || e.lostAt.IsZero() || !e.HeardAt.Before(e.lostAt) {
+		return false
+	}
+	return e.HeardAt.Add(ts.Sub(e.lastTS)).Before(e.lostAt)
 }
 
 // hint records a peer found by discovery. Discovery keeps returning a

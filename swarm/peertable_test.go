@@ -167,6 +167,51 @@ func TestPeerTableConnectionLoss(t *testing.T) {
 	}
 }
 
+// TestPeerTableLateRelayedHeartbeat: a heartbeat sent before a peer's
+// connection closed but heard after, relayed late by the mesh, does not
+// hold off the connection-loss verdict; one sent after the close does.
+func TestPeerTableLateRelayedHeartbeat(t *testing.T) {
+	tab, clk := newTestTable(t)
+	id := testPeerID(t)
+	tab.setConn(id, true, false)
+	tab.heard(clk.beat(id))
+	clk.advance(100 * time.Millisecond)
+	late := clk.beat(id) // its direct copy is cut off with the connection
+	clk.advance(50 * time.Millisecond)
+	tab.setConn(id, false, false)
+	clk.advance(100 * time.Millisecond)
+	if tab.heard(late) {
+		t.Fatal("a heartbeat sent before the connection closed was taken as a sign of life")
+	}
+	if got := liveness(t, tab, id); got != Suspect {
+		t.Fatalf("after the late copy: %v", got)
+	}
+	clk.advance(900 * time.Millisecond)
+	tab.sweep()
+	if got := liveness(t, tab, id); got != Dead {
+		t.Fatalf("connection grace over, only a late copy heard: %v", got)
+	}
+
+	// The same timing, but the copy was sent 50 ms after the close, by
+	// the peer's clock: the peer outlived its connection.
+	other := testPeerID(t)
+	tab.setConn(other, true, false)
+	tab.heard(clk.beat(other))
+	clk.advance(150 * time.Millisecond)
+	tab.setConn(other, false, false)
+	clk.advance(50 * time.Millisecond)
+	after := clk.beat(other)
+	clk.advance(50 * time.Millisecond)
+	if !tab.heard(after) {
+		t.Fatal("a heartbeat sent after the connection closed was refused")
+	}
+	clk.advance(900 * time.Millisecond)
+	tab.sweep()
+	if got := liveness(t, tab, other); got != Alive {
+		t.Fatalf("peer heard after its connection closed: %v", got)
+	}
+}
+
 func TestPeerTableComesBack(t *testing.T) {
 	tab, clk := newTestTable(t)
 	id := testPeerID(t)
