@@ -311,6 +311,28 @@ func TestEntryPeerDownReplays(t *testing.T) {
 	}
 }
 
+// retriesAfterBackoff sees n attempts on p end, and each next one sent
+// only once its backoff has passed on the clock.
+func (r *entryRig) retriesAfterBackoff(p peer.ID, n int) {
+	r.t.Helper()
+	for retry := 1; retry <= n; retry++ {
+		if got := r.nextSend(); got != p {
+			r.t.Fatalf("step to %s", got)
+		}
+		r.attemptEnded(p)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
+			r.t.Fatalf("retry %d: no backoff wait: %v", retry, err)
+		}
+		cancel()
+		r.clock.Advance(busyBackoff(retry) - time.Millisecond)
+		if len(r.sent) != 0 {
+			r.t.Fatalf("retry %d before its backoff", retry)
+		}
+		r.clock.Advance(time.Millisecond)
+	}
+}
+
 // TestEntryBusyBacksOff: a hop that refuses admission as busy is retried
 // after the backoff on the clock, not at once, and the retry is not a
 // replay.
@@ -319,22 +341,7 @@ func TestEntryBusyBacksOff(t *testing.T) {
 	a := r.peers[0]
 	r.busy[a] = 2
 	s := r.generate(2)
-	for retry := 1; retry <= 2; retry++ {
-		if got := r.nextSend(); got != a {
-			t.Fatalf("step to %s", got)
-		}
-		r.attemptEnded(a)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
-			t.Fatalf("retry %d: no backoff wait: %v", retry, err)
-		}
-		cancel()
-		r.clock.Advance(busyBackoff(retry) - time.Millisecond)
-		if len(r.sent) != 0 {
-			t.Fatalf("retry %d before its backoff", retry)
-		}
-		r.clock.Advance(time.Millisecond)
-	}
+	r.retriesAfterBackoff(a, 2)
 	if got := r.nextSend(); got != a {
 		t.Fatalf("step to %s", got)
 	}
@@ -359,22 +366,7 @@ func TestEntryUnreachableBacksOff(t *testing.T) {
 	fails := r.e.cfg.maxReplays + 2
 	r.unreach[a] = fails
 	s := r.generate(2)
-	for retry := 1; retry <= fails; retry++ {
-		if got := r.nextSend(); got != a {
-			t.Fatalf("step to %s", got)
-		}
-		r.attemptEnded(a)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
-			t.Fatalf("retry %d: no backoff wait: %v", retry, err)
-		}
-		cancel()
-		r.clock.Advance(busyBackoff(retry) - time.Millisecond)
-		if len(r.sent) != 0 {
-			t.Fatalf("retry %d before its backoff", retry)
-		}
-		r.clock.Advance(time.Millisecond)
-	}
+	r.retriesAfterBackoff(a, fails)
 	if got := r.nextSend(); got != a {
 		t.Fatalf("step to %s", got)
 	}
