@@ -128,15 +128,17 @@ func TestPrefixHitRightAfter(t *testing.T) {
 			t.Log(strings.Join(seen, "\n"))
 			t.Fatalf("round %d: the first request went %v, the next %v", round, a.Paths, b.Paths)
 		}
+		// Every hop resumes, the later ones exactly the positions the
+		// first did. A node may serve two hops of one path: the router
+		// can send layers of one node's range through the other holder
+		// and back, where the links make that cheaper (seen: a node not
+		// yet measured, costed from its declared hardware).
 		for i, n := range nodes {
-			on := strings.Contains(a.Paths[0], n.ID().String())
-			want, wantTok := uint64(0), uint64(0)
-			if on {
-				want, wantTok = 1, uint64(resumed)
-			}
+			hops := strings.Count(a.Paths[0], n.ID().String())
+			want, wantTok := uint64(hops), uint64(hops*resumed)
 			if hits1[i]-hits0[i] != want || tok1[i]-tok0[i] != wantTok {
-				t.Fatalf("round %d: node %d (on the path: %v) resumed %d sessions, %d positions; want %d, %d",
-					round, i, on, hits1[i]-hits0[i], tok1[i]-tok0[i], want, wantTok)
+				t.Fatalf("round %d: node %d (%d hops of %s) resumed %d sessions, %d positions; want %d, %d",
+					round, i, hops, a.Paths[0], hits1[i]-hits0[i], tok1[i]-tok0[i], want, wantTok)
 			}
 		}
 		if ref := reference(next, answer); !slices.Equal(b.Tokens, ref) {
