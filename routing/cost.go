@@ -1,29 +1,28 @@
 package routing
 
 import (
+	"cmp"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/stratanet/strata/layers"
 )
 
-// estimate fills e for node n serving stage st; measured says whether
-// the view holds a measured round trip of n.
-func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo, measured bool) {
-	*e = Estimate{Node: n, Range: st.Range, Steps: int(q.steps)}
-	h := n.Hardware
-	speed := n.Speed
-	batchCap := r.maxBatch
+// device is what the cost model prices n on: its hardware (its own, else
+// its fleet profile's, else the default device), its speed factor (0
+// when none was declared or measured) and its fleet profile, if it has
+// one.
+func (r *Router) device(n *NodeState) (h layers.Hardware, speed float64, p layers.Profile, inFleet bool) {
+	h, speed = n.Hardware, n.Speed
 	if r.fleet != nil {
-		if p, ok := r.fleet.Profile(n.ID); ok {
+		if p, inFleet = r.fleet.Profile(n.ID); inFleet {
 			if h.Validate() != nil {
 				h = p.Node.Hardware
 			}
 			if !(speed > 0) {
 				speed = p.Node.Speed
-			}
-			if b := p.Batch(st.Len(), layers.EndsOf(st.Range, r.model.Layers)); b > 0 {
-				batchCap = b
 			}
 		}
 	}
@@ -31,7 +30,101 @@ func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo
 		h = r.cfg.DefaultHardware
 	}
 	if !(speed > 0) || speed > 1e6 {
-		speed = 1
+		speed = 0
+	}
+	return h, speed, p, inFleet
+}
+
+// measured is n's measured layer latency as a factor on the cost model's
+// time for it on h, and whether it has one.
+func (r *Router) measured(n *NodeState, h *layers.Hardware) (float64, bool) {
+	lat := n.LayerLatency
+	if !(lat > 0 && lat < maxSeconds) {
+		return 0, false
+	}
+	m := r.dec(h, max(min(max(n.ActiveSessions, 0), maxCount), 1))
+	if !(m > 0) {
+		return 0, false
+	}
+	return min(max(lat/m, 1e-3), 1e3), true
+}
+
+// calib is the factor a device name's measured nodes run at against the
+// cost model: the median over the view's nodes of that name.
+type calib struct {
+	name string
+	corr float64
+}
+
+// calibration prices a node that has not measured itself yet like the
+// measured nodes of its device. Priced from its hardware alone, it looked
+// far faster than its measured peers whenever the model was optimistic
+// (always, on CPUs), and drew every route, detours through it included,
+// until its first heartbeat with a latency. It is built on first use, at
+// most once per route.
+type calibration struct {
+	v    *View
+	done bool
+	rows []calib // by name
+}
+
+func (c *calibration) reset(v *View) { c.v, c.done, c.rows = v, false, c.rows[:0] }
+
+// corr is the median factor of the measured nodes named name. A nil
+// calibration has none.
+func (c *calibration) corr(r *Router, name string) (float64, bool) {
+	if c == nil {
+		return 0, false
+	}
+	if !c.done {
+		c.done = true
+		for i := range c.v.nodes {
+			n := &c.v.nodes[i]
+			h, _, _, _ := r.device(n)
+			if f, ok := r.measured(n, &h); ok {
+				c.rows = append(c.rows, calib{h.Name, f})
+			}
+		}
+		slices.SortFunc(c.rows, func(a, b calib) int {
+			if a.name != b.name {
+				return strings.Compare(a.name, b.name)
+			}
+			return cmp.Compare(a.corr, b.corr)
+		})
+		// Each name's run is replaced by one row holding its median.
+		out := c.rows[:0]
+		for i := 0; i < len(c.rows); {
+			j := i
+			for j < len(c.rows) && c.rows[j].name == c.rows[i].name {
+				j++
+			}
+			k := i + (j-i)/2
+			med := c.rows[k].corr
+			if (j-i)%2 == 0 {
+				med = (c.rows[k-1].corr + med) / 2
+			}
+			out = append(out, calib{c.rows[i].name, med})
+			i = j
+		}
+		c.rows = out
+	}
+	i, ok := slices.BinarySearchFunc(c.rows, name, func(a calib, n string) int { return strings.Compare(a.name, n) })
+	if !ok {
+		return 0, false
+	}
+	return c.rows[i].corr, true
+}
+
+// estimate fills e for node n serving stage st; measured says whether
+// the view holds a measured round trip of n.
+func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo, measured bool) {
+	*e = Estimate{Node: n, Range: st.Range, Steps: int(q.steps)}
+	h, speed, prof, inFleet := r.device(n)
+	batchCap := r.maxBatch
+	if inFleet {
+		if b := prof.Batch(st.Len(), layers.EndsOf(st.Range, r.model.Layers)); b > 0 {
+			batchCap = b
+		}
 	}
 	e.Hardware = h
 	a := min(max(n.ActiveSessions, 0), maxCount)
@@ -41,12 +134,15 @@ func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo
 	// A measured layer latency calibrates the model: its ratio to the
 	// modelled time at the batch it was measured at scales every modelled
 	// time, so the load curve keeps the model's shape but the node's speed.
-	corr := 1 / speed
-	if lat := n.LayerLatency; lat > 0 && lat < maxSeconds {
-		if m := r.dec(&h, max(a, 1)); m > 0 {
-			corr = min(max(lat/m, 1e-3), 1e3)
-			e.Measured = true
-		}
+	// A node with neither a latency nor a speed of its own takes its
+	// device's measured peers' ratio.
+	corr := 1.0
+	if f, ok := r.measured(n, &h); ok {
+		corr, e.Measured = f, true
+	} else if speed > 0 {
+		corr = 1 / speed
+	} else if f, ok := q.cal.corr(r, h.Name); ok {
+		corr = f
 	}
 	// A prefix the node's cache holds is resumed, not recomputed: the
 	// prefill is the rest of the prompt, at least one position (the

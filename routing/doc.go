@@ -28,7 +28,10 @@
 // A path's cost estimates the whole request's time in seconds: the prefill
 // plus one pass per output token. A node's compute comes from the layers
 // cost model (the decode roofline, at batch = active sessions + 1), scaled
-// by the node's measured per-layer latency EWMA when it reports one. Its
+// by the node's measured per-layer latency EWMA when it reports one. A
+// node that reports none, and declares no speed, is scaled by the median
+// of its device name's measured nodes, so that a newcomer is not priced as
+// faster than the same hardware already measured. Its
 // load is the same with the queue in the batch as well; past its batch slots
 // sessions take turns, so the time grows in proportion. A crossing between
 // hops costs half a round trip per pass, the activations over each side's

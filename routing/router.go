@@ -152,6 +152,7 @@ type reqInfo struct {
 	entryZone       int32
 	noEntry         bool
 	linkW, rttScale float64 // locality weight; and weight·steps/2 for round trips
+	cal             *calibration
 }
 
 func (r *Router) reqInfo(req Request, v *View, now time.Time) reqInfo {
@@ -181,6 +182,7 @@ func (r *Router) reqInfo(req Request, v *View, now time.Time) reqInfo {
 // Stage-indexed slices describe the eligible stages in map order.
 type scratch struct {
 	est Estimate
+	cal calibration
 
 	// Per filter, then per scorer (observe.go): calls in this route, the
 	// sampled calls and their time; when the picker began.
@@ -233,7 +235,7 @@ func grow[T any](s []T, n int) []T {
 }
 
 func (r *Router) get() *scratch  { return r.pool.Get().(*scratch) }
-func (r *Router) put(s *scratch) { s.est = Estimate{}; r.pool.Put(s) }
+func (r *Router) put(s *scratch) { s.est = Estimate{}; s.cal.reset(nil); r.pool.Put(s) }
 
 // prepare filters and scores the map's stages for one request and lays out
 // everything the DP reads. It fails with ErrNoPath, naming the layer, when
@@ -241,6 +243,8 @@ func (r *Router) put(s *scratch) { s.est = Estimate{}; r.pool.Put(s) }
 func (r *Router) prepare(s *scratch, m *layers.LayerMap, v *View, q *reqInfo) error {
 	r.startObserve(s)
 	s.minLayer = math.Inf(1)
+	s.cal.reset(v)
+	q.cal = &s.cal
 	if err := m.Validate(); err != nil {
 		return fmt.Errorf("routing: %w", err)
 	}

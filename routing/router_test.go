@@ -483,6 +483,7 @@ func TestMeasuredLatency(t *testing.T) {
 	base, _ := r.Evaluate(m, v, Request{}, testNow, Path{Hops: []Hop{{"a", 0, 80}}})
 	h := mustDevice(t, "h100")
 	v.Update("a", func(n *NodeState) { n.LayerLatency = 10 * r.dec(&h, 1) })
+	v.Update("b", func(n *NodeState) { n.LayerLatency = r.dec(&h, 1) })
 	if p, _ := r.Route(m, v, Request{}, testNow); hops(p) != "b[0,80)" {
 		t.Fatalf("slow measured: %v", p)
 	}
@@ -490,13 +491,53 @@ func TestMeasuredLatency(t *testing.T) {
 	if ratio := slow.Terms.Latency / base.Terms.Latency; math.Abs(ratio-10) > 0.01 {
 		t.Fatalf("10× measured latency gives %v× compute", ratio)
 	}
-	// Garbage measurements fall back to the model.
+	// Garbage measurements fall back to the model: b's measured 1×.
 	for _, x := range []float64{math.NaN(), math.Inf(1), -1, 1e300} {
 		v.Update("a", func(n *NodeState) { n.LayerLatency = x })
 		q, err := r.Evaluate(m, v, Request{}, testNow, Path{Hops: []Hop{{"a", 0, 80}}})
 		if err != nil || q.Cost != base.Cost {
 			t.Fatalf("latency %v: cost %v (base %v) %v", x, q.Cost, base.Cost, err)
 		}
+	}
+}
+
+// A node that has measured nothing yet is priced at its device's measured
+// peers' median ratio to the model, not at the model alone: a fresh node
+// must not look faster than the same hardware already measured.
+func TestUnmeasuredTakesItsDevicesRatio(t *testing.T) {
+	r := newRouter(t, WithSlack(0))
+	h := mustDevice(t, "h100")
+	m := mustMap(t, 80, stage("a", 0, 80), stage("b", 0, 80), stage("c", 0, 80), stage("d", 0, 80), stage("e", 0, 80))
+	v := NewView(fresh(t, "a", "h100"), fresh(t, "b", "h100"), fresh(t, "c", "h100"), fresh(t, "d", "a100-80g"), fresh(t, "e", "h100"))
+	one := func(id string) Path { return Path{Hops: []Hop{{id, 0, 80}}} }
+	model, _ := r.Evaluate(m, v, Request{}, testNow, one("e"))
+	dModel, _ := r.Evaluate(m, v, Request{}, testNow, one("d"))
+	// Measured at 2×, 3× and 40×: the median is 3×.
+	for id, x := range map[string]float64{"a": 2, "b": 3, "c": 40} {
+		v.Update(id, func(n *NodeState) { n.LayerLatency = x * r.dec(&h, 1) })
+	}
+	got, _ := r.Evaluate(m, v, Request{}, testNow, one("e"))
+	if ratio := got.Terms.Latency / model.Terms.Latency; math.Abs(ratio-3) > 0.01 {
+		t.Fatalf("unmeasured h100 priced at %v× the model, want its peers' median 3×", ratio)
+	}
+	if p, _ := r.Route(m, v, Request{Avoid: []string{"d"}}, testNow); hops(p) != "a[0,80)" {
+		t.Fatalf("route %v: want the fastest h100, a", p)
+	}
+	// An even count takes the middle two's mean.
+	v.Update("c", func(n *NodeState) { n.LayerLatency = 0 })
+	got, _ = r.Evaluate(m, v, Request{}, testNow, one("e"))
+	if ratio := got.Terms.Latency / model.Terms.Latency; math.Abs(ratio-2.5) > 0.01 {
+		t.Fatalf("median of 2× and 3× gave %v×", ratio)
+	}
+	// Another device, with no measured peer, keeps the model.
+	if d, _ := r.Evaluate(m, v, Request{}, testNow, one("d")); d.Terms.Latency != dModel.Terms.Latency {
+		t.Fatalf("unmeasured a100-80g priced at %v, its model says %v", d.Terms.Latency, dModel.Terms.Latency)
+	}
+	// A declared speed is a measurement of its own and is kept.
+	v.Update("e", func(n *NodeState) { n.Speed = 2 })
+	got, _ = r.Evaluate(m, v, Request{}, testNow, one("e"))
+	if ratio := got.Terms.Latency / model.Terms.Latency; math.Abs(ratio-0.5) > 0.01 {
+		t.Fatalf("speed 2 gave %v× the model", ratio)
 	}
 }
 
