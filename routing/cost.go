@@ -11,13 +11,12 @@ import (
 )
 
 // device is what the cost model prices n on: its hardware (its own, else
-// its fleet profile's, else the default device), its speed factor (0
-// when none was declared or measured) and its fleet profile, if it has
-// one.
-func (r *Router) device(n *NodeState) (h layers.Hardware, speed float64, p layers.Profile, inFleet bool) {
+// its fleet profile's, else def), its speed factor (0 when none was
+// declared or measured) and its fleet profile, if it has one.
+func device(n *NodeState, fleet *layers.Fleet, def layers.Hardware) (h layers.Hardware, speed float64, p layers.Profile, inFleet bool) {
 	h, speed = n.Hardware, n.Speed
-	if r.fleet != nil {
-		if p, inFleet = r.fleet.Profile(n.ID); inFleet {
+	if fleet != nil {
+		if p, inFleet = fleet.Profile(n.ID); inFleet {
 			if h.Validate() != nil {
 				h = p.Node.Hardware
 			}
@@ -27,7 +26,7 @@ func (r *Router) device(n *NodeState) (h layers.Hardware, speed float64, p layer
 		}
 	}
 	if h.Validate() != nil {
-		h = r.cfg.DefaultHardware
+		h = def
 	}
 	if !(speed > 0) || speed > 1e6 {
 		speed = 0
@@ -35,15 +34,10 @@ func (r *Router) device(n *NodeState) (h layers.Hardware, speed float64, p layer
 	return h, speed, p, inFleet
 }
 
-// measured is n's measured layer latency as a factor on the cost model's
-// time for it on h, and whether it has one.
-func (r *Router) measured(n *NodeState, h *layers.Hardware) (float64, bool) {
-	lat := n.LayerLatency
-	if !(lat > 0 && lat < maxSeconds) {
-		return 0, false
-	}
-	m := r.dec(h, max(min(max(n.ActiveSessions, 0), maxCount), 1))
-	if !(m > 0) {
+// latencyRatio is a measured layer latency lat as a factor on the cost
+// model's time m for the same step, and whether lat is a measurement.
+func latencyRatio(lat, m float64) (float64, bool) {
+	if !(lat > 0 && lat < maxSeconds) || !(m > 0) {
 		return 0, false
 	}
 	return min(max(lat/m, 1e-3), 1e3), true
@@ -80,8 +74,12 @@ func (c *calibration) corr(r *Router, name string) (float64, bool) {
 		c.done = true
 		for i := range c.v.nodes {
 			n := &c.v.nodes[i]
-			h, _, _, _ := r.device(n)
-			if f, ok := r.measured(n, &h); ok {
+			if !(n.LayerLatency > 0) {
+				continue
+			}
+			h, _, _, _ := device(n, r.fleet, r.cfg.DefaultHardware)
+			a := min(max(n.ActiveSessions, 0), maxCount)
+			if f, ok := latencyRatio(n.LayerLatency, r.dec(&h, max(a, 1))); ok {
 				c.rows = append(c.rows, calib{h.Name, f})
 			}
 		}
@@ -119,7 +117,7 @@ func (c *calibration) corr(r *Router, name string) (float64, bool) {
 // the view holds a measured round trip of n.
 func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo, measured bool) {
 	*e = Estimate{Node: n, Range: st.Range, Steps: int(q.steps)}
-	h, speed, prof, inFleet := r.device(n)
+	h, speed, prof, inFleet := device(n, r.fleet, r.cfg.DefaultHardware)
 	batchCap := r.maxBatch
 	if inFleet {
 		if b := prof.Batch(st.Len(), layers.EndsOf(st.Range, r.model.Layers)); b > 0 {
@@ -137,7 +135,7 @@ func (r *Router) estimate(e *Estimate, n *NodeState, st layers.Stage, q *reqInfo
 	// A node with neither a latency nor a speed of its own takes its
 	// device's measured peers' ratio.
 	corr := 1.0
-	if f, ok := r.measured(n, &h); ok {
+	if f, ok := latencyRatio(n.LayerLatency, r.dec(&h, max(a, 1))); ok {
 		corr, e.Measured = f, true
 	} else if speed > 0 {
 		corr = 1 / speed
