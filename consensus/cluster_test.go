@@ -266,6 +266,29 @@ func (cl *cluster) start(n *testNode, extra ...Option) {
 	n.cp.Store(c)
 }
 
+// startMembers adds n members on loopback that bootstrap through each
+// other, the first voters of them Raft voters from the start, and starts
+// their consensus; it returns their IDs.
+func (cl *cluster) startMembers(n, voters int) []string {
+	var nodes []*testNode
+	var ids []peer.ID
+	var boot []peer.AddrInfo
+	for range n {
+		m := cl.addHost(false)
+		nodes = append(nodes, m)
+		ids = append(ids, m.h.ID())
+		boot = append(boot, m.info())
+	}
+	for _, m := range nodes {
+		cl.start(m, WithInitialVoters(ids[:voters]...), WithBootstrap(boot...))
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	return out
+}
+
 // c is the node's current consensus (nil before start).
 func (n *testNode) c() *Consensus { return n.cp.Load() }
 
@@ -759,16 +782,7 @@ func TestFailoverPastSilentLeader(t *testing.T) {
 	hole := ma.StringCast(fmt.Sprintf("/ip4/127.0.0.1/tcp/%d", ln.Addr().(*net.TCPAddr).Port))
 
 	cl := newCluster(t)
-	var ids []peer.ID
-	var boot []peer.AddrInfo
-	for range 5 {
-		n := cl.addHost(false)
-		ids = append(ids, n.h.ID())
-		boot = append(boot, n.info())
-	}
-	for _, n := range cl.all() {
-		cl.start(n, WithInitialVoters(ids...), WithBootstrap(boot...))
-	}
+	cl.startMembers(5, 5)
 	cl.leader(5 * time.Second)
 	leader := cl.currentLeader(5 * time.Second)
 	term := leader.c().rn.raft.CurrentTerm()

@@ -141,9 +141,7 @@ type goal struct {
 	reason string
 }
 
-// NewLeaderState is the memory of a term that starts at now. Liveness
-// counts from no earlier than now: a new leader gives everyone a grace
-// period of its own.
+// NewLeaderState is the memory of a term that starts at now.
 func NewLeaderState(now time.Time) LeaderState {
 	return LeaderState{since: now, lastRebalance: now, departed: map[string]time.Time{}, benched: map[string]bool{}}
 }
@@ -179,8 +177,14 @@ func Decide(in LeaderInput, st LeaderState) (Action, LeaderState, error) {
 	return a, d.st, err
 }
 
-// deadFor is how long a peer has been dead, counted from no earlier than
-// the start of this term.
+// deadFor is how long a peer has been dead in the leader's liveness
+// view. It counts from the verdict, not from the start of this term: the
+// view runs on every member whether it leads or not, and a swarm whose
+// leadership flapped every second or so on a loaded machine restarted
+// the grace at each new leader and removed a dead member only once a
+// term outlasted it (seen: a
+// killed voter's repair began 11 s after the kill, through six leader
+// step-downs).
 func (d *decision) deadFor(id string) time.Duration {
 	if id == d.in.Self {
 		return 0
@@ -191,8 +195,6 @@ func (d *decision) deadFor(id string) time.Duration {
 		return 0
 	case since.IsZero():
 		return time.Duration(1<<63 - 1)
-	case since.Before(d.st.since):
-		since = d.st.since
 	}
 	return max(d.in.Now.Sub(since), time.Nanosecond)
 }

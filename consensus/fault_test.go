@@ -144,21 +144,8 @@ func TestNodeFaultedEvictsAndBans(t *testing.T) {
 func faultCluster(t *testing.T) (*cluster, *testNode, []*testNode) {
 	t.Helper()
 	cl := newCluster(t, WithBanDuration(time.Hour))
-	var ids []peer.ID
-	var boot []peer.AddrInfo
-	for range 4 {
-		n := cl.addHost(false)
-		ids = append(ids, n.h.ID())
-		boot = append(boot, n.info())
-	}
-	for _, n := range cl.all() {
-		cl.start(n, WithInitialVoters(ids[:3]...), WithBootstrap(boot...))
-	}
+	all := cl.startMembers(4, 3)
 	leader, _ := cl.leader(10 * time.Second)
-	var all []string
-	for _, id := range ids {
-		all = append(all, id.String())
-	}
 	cl.waitAll("all joined and placed", 20*time.Second, placed(all...))
 	var others []*testNode
 	for _, n := range cl.all() {
@@ -368,21 +355,8 @@ func TestBannedLeaderHandsOver(t *testing.T) {
 // processes it did not, and a banned leader kept the map for good.)
 func TestFaultReportAgainstLeader(t *testing.T) {
 	cl := newCluster(t, WithBanDuration(time.Hour))
-	var ids []peer.ID
-	var boot []peer.AddrInfo
-	for range 4 {
-		n := cl.addHost(false)
-		ids = append(ids, n.h.ID())
-		boot = append(boot, n.info())
-	}
-	for _, n := range cl.all() {
-		cl.start(n, WithInitialVoters(ids[:3]...), WithBootstrap(boot...))
-	}
+	all := cl.startMembers(4, 3)
 	leader, _ := cl.leader(10 * time.Second)
-	var all []string
-	for _, id := range ids {
-		all = append(all, id.String())
-	}
 	cl.waitAll("all joined and placed", 20*time.Second, placed(all...))
 	var others []*testNode
 	var rest []string

@@ -35,16 +35,7 @@ func ghostJoin(t testing.TB) []byte {
 
 func TestMinorityPartitionCannotCommit(t *testing.T) {
 	cl := newCluster(t)
-	var ids []peer.ID
-	var boot []peer.AddrInfo
-	for range 5 {
-		n := cl.addHost(false)
-		ids = append(ids, n.h.ID())
-		boot = append(boot, n.info())
-	}
-	for _, n := range cl.all() {
-		cl.start(n, WithInitialVoters(ids...), WithBootstrap(boot...))
-	}
+	cl.startMembers(5, 5)
 	leader, _ := cl.leader(5 * time.Second)
 	cl.waitAll("all members", 10*time.Second, func(s State) bool { return s.Len() == 5 })
 

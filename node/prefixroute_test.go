@@ -131,8 +131,7 @@ func TestPrefixHitRightAfter(t *testing.T) {
 		// Every hop resumes, the later ones exactly the positions the
 		// first did. A node may serve two hops of one path: the router
 		// can send layers of one node's range through the other holder
-		// and back, where the links make that cheaper (seen: a node not
-		// yet measured, costed from its declared hardware).
+		// and back, where its measured costs make that cheaper.
 		for i, n := range nodes {
 			hops := strings.Count(a.Paths[0], n.ID().String())
 			want, wantTok := uint64(hops), uint64(hops*resumed)
