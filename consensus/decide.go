@@ -182,9 +182,8 @@ func Decide(in LeaderInput, st LeaderState) (Action, LeaderState, error) {
 // view runs on every member whether it leads or not, and a swarm whose
 // leadership flapped every second or so on a loaded machine restarted
 // the grace at each new leader and removed a dead member only once a
-// term outlasted it (seen: a
-// killed voter's repair began 11 s after the kill, through six leader
-// step-downs).
+// term outlasted it (seen: a killed voter's repair began 11 s after the
+// kill, through six leader step-downs).
 func (d *decision) deadFor(id string) time.Duration {
 	if id == d.in.Self {
 		return 0
