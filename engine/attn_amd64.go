@@ -26,6 +26,20 @@ func expF32(s *float32, n int, m float32, c *float32)
 //go:noescape
 func scaleF32(s *float32, n int, f float32)
 
+//go:noescape
+func siluMulF32(gate, up *float32, n int, c *float32)
+
+// siluMul is siluMulPortable's bits, 16 values a step where the CPU has
+// AVX-512.
+func siluMul(g, u []float32) {
+	if !useSIMD || !hasAVX512 || len(g) == 0 {
+		siluMulPortable(g, u)
+		return
+	}
+	_ = u[len(g)-1]
+	siluMulF32(&g[0], &u[0], len(g), &expConsts[0])
+}
+
 // softmax is softmaxPortable's bits: the max, the exponentials and the
 // scaling 16 values a step where the CPU has AVX-512, the sum in order.
 // (Summing in lanes instead moved one of refcheck's quantised models past

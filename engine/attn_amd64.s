@@ -102,116 +102,167 @@ maxreduce:
 	VZEROUPPER
 	RET
 
+// EXPSETUP loads expf's constants from DX (expConsts) into Z20–Z28 for
+// EXPF.
+#define EXPSETUP \
+	VBROADCASTSS 0(DX), Z20 \
+	VBROADCASTSS 4(DX), Z21 \
+	VBROADCASTSS 8(DX), Z22 \
+	VBROADCASTSS 12(DX), Z23 \
+	VBROADCASTSS 36(DX), Z24 \
+	VBROADCASTSS 40(DX), Z25 \
+	VBROADCASTSS 44(DX), Z26 \
+	VCVTPS2PD    Y26, Z26 \
+	VBROADCASTSS 48(DX), Z27 \
+	VBROADCASTSS 52(DX), Z28
+
+// EXPF sets Z6 = expf(Z1), sixteen lanes: expf's operations in its order,
+// each rounded to float32, the floor taken in float64 as its math.Floor.
+// Constants: Z20 log2(e), Z21 ln2 hi, Z22 ln2 lo, Z23 p0 (p1–p5 read from
+// DX), Z24 the overflow bound, Z25 the underflow bound, Z26 0.5 (float64),
+// Z27 1, Z28 +Inf. It clobbers AX, Z2–Z15 and K2–K6.
+//
+// k = floor(float64(x·log2e) + 0.5), in float64; r = x − k·ln2hi −
+// k·ln2lo; p = ((((p0·r + p1)·r + p2)·r + p3)·r + p4)·r + p5; y = p·r² +
+// r + 1; then 2^k in two factors: y·2^k (normal), y·2·2^(k−1) (k > 127),
+// y·2^(k+126)·2^−126 (k < −126), the second factor 1 when normal; last,
+// expf's first cases: past the bounds and NaN.
+#define EXPF \
+	VMULPS        Z20, Z1, Z2 \
+	VCVTPS2PD     Y2, Z3 \
+	VEXTRACTF64X4 $1, Z2, Y4 \
+	VCVTPS2PD     Y4, Z4 \
+	VADDPD        Z26, Z3, Z3 \
+	VADDPD        Z26, Z4, Z4 \
+	VRNDSCALEPD   $1, Z3, Z3 \
+	VRNDSCALEPD   $1, Z4, Z4 \
+	VCVTPD2PS     Z3, Y3 \
+	VCVTPD2PS     Z4, Y4 \
+	VINSERTF64X4  $1, Y4, Z3, Z3 \
+	VMULPS        Z21, Z3, Z5 \
+	VSUBPS        Z5, Z1, Z5 \
+	VMULPS        Z22, Z3, Z6 \
+	VSUBPS        Z6, Z5, Z5 \
+	VMOVAPS       Z23, Z6 \
+	VMULPS        Z5, Z6, Z6 \
+	VADDPS.BCST   16(DX), Z6, Z6 \
+	VMULPS        Z5, Z6, Z6 \
+	VADDPS.BCST   20(DX), Z6, Z6 \
+	VMULPS        Z5, Z6, Z6 \
+	VADDPS.BCST   24(DX), Z6, Z6 \
+	VMULPS        Z5, Z6, Z6 \
+	VADDPS.BCST   28(DX), Z6, Z6 \
+	VMULPS        Z5, Z6, Z6 \
+	VADDPS.BCST   32(DX), Z6, Z6 \
+	VMULPS        Z5, Z5, Z7 \
+	VMULPS        Z7, Z6, Z6 \
+	VADDPS        Z5, Z6, Z6 \
+	VADDPS        Z27, Z6, Z6 \
+	VCVTTPS2DQ    Z3, Z8 \
+	MOVL          $127, AX \
+	VPBROADCASTD  AX, Z9 \
+	VPCMPGTD      Z9, Z8, K2 \
+	MOVL          $-126, AX \
+	VPBROADCASTD  AX, Z10 \
+	VPCMPGTD      Z8, Z10, K3 \
+	VMOVDQA32     Z8, Z11 \
+	VPXORD        Z12, Z12, Z12 \
+	MOVL          $1, AX \
+	VPBROADCASTD  AX, Z13 \
+	VMOVDQA32     Z13, K2, Z11 \
+	VPSUBD        Z13, Z8, K2, Z12 \
+	MOVL          $126, AX \
+	VPBROADCASTD  AX, Z14 \
+	VPADDD        Z14, Z8, K3, Z11 \
+	VMOVDQA32     Z10, K3, Z12 \
+	VPADDD        Z9, Z11, Z11 \
+	VPSLLD        $23, Z11, Z11 \
+	VPADDD        Z9, Z12, Z12 \
+	VPSLLD        $23, Z12, Z12 \
+	VMULPS        Z11, Z6, Z6 \
+	VMULPS        Z12, Z6, Z6 \
+	VCMPPS        $0x1e, Z24, Z1, K4 \
+	VMOVAPS       Z28, K4, Z6 \
+	VCMPPS        $0x11, Z25, Z1, K5 \
+	VPXORD        Z15, Z15, Z15 \
+	VMOVAPS       Z15, K5, Z6 \
+	VCMPPS        $3, Z1, Z1, K6 \
+	VMOVAPS       Z1, K6, Z6
+
+// TAILMASK sets K1 to CX's low lanes and CX to 16 when fewer than 16 are
+// left, and jumps to DONE when none are.
+#define TAILMASK(FULL, DONE) \
+	CMPQ  CX, $16 \
+	JAE   FULL \
+	TESTQ CX, CX \
+	JZ    DONE \
+	MOVL  $1, AX \
+	SHLL  CX, AX \
+	DECL  AX \
+	KMOVW AX, K1 \
+	MOVQ  $16, CX
+
 // func expF32(s *float32, n int, m float32, c *float32)
 //
-// s[i] = expf(s[i] − m) for i < n: expf's operations in its order, each
-// rounded to float32, the floor taken in float64 as its math.Floor; c
-// holds its constants (expConsts).
+// s[i] = expf(s[i] − m) for i < n; c holds expf's constants (expConsts).
 TEXT ·expF32(SB), NOSPLIT, $0-32
 	MOVQ         s+0(FP), SI
 	MOVQ         n+8(FP), CX
 	VBROADCASTSS m+16(FP), Z31
 	MOVQ         c+24(FP), DX
-	VBROADCASTSS 0(DX), Z20  // log2(e)
-	VBROADCASTSS 4(DX), Z21  // ln2 hi
-	VBROADCASTSS 8(DX), Z22  // ln2 lo
-	VBROADCASTSS 12(DX), Z23 // p0
-	VBROADCASTSS 36(DX), Z24 // overflow bound
-	VBROADCASTSS 40(DX), Z25 // underflow bound
-	VBROADCASTSS 44(DX), Z26 // 0.5 (float32; widened below)
-	VCVTPS2PD    Y26, Z26
-	VBROADCASTSS 48(DX), Z27 // 1
-	VBROADCASTSS 52(DX), Z28 // +Inf
+	EXPSETUP
 	MOVL         $0xffff, AX
 	KMOVW        AX, K1
 
 exploop:
-	CMPQ    CX, $16
-	JAE     expfull
-	TESTQ   CX, CX
-	JZ      expdone
-	MOVL    $1, AX
-	SHLL    CX, AX
-	DECL    AX
-	KMOVW   AX, K1
-	MOVQ    $16, CX
+	TAILMASK(expfull, expdone)
 
 expfull:
 	VMOVUPS.Z (SI), K1, Z1
-	VSUBPS  Z31, Z1, Z1 // x = s − m
-	// k = floor(float64(x·log2e) + 0.5), in float64.
-	VMULPS        Z20, Z1, Z2
-	VCVTPS2PD     Y2, Z3
-	VEXTRACTF64X4 $1, Z2, Y4
-	VCVTPS2PD     Y4, Z4
-	VADDPD        Z26, Z3, Z3
-	VADDPD        Z26, Z4, Z4
-	VRNDSCALEPD   $1, Z3, Z3
-	VRNDSCALEPD   $1, Z4, Z4
-	VCVTPD2PS     Z3, Y3
-	VCVTPD2PS     Z4, Y4
-	VINSERTF64X4  $1, Y4, Z3, Z3 // k
-	// r = x − k·ln2hi − k·ln2lo
-	VMULPS Z21, Z3, Z5
-	VSUBPS Z5, Z1, Z5
-	VMULPS Z22, Z3, Z6
-	VSUBPS Z6, Z5, Z5 // r
-	// p = ((((p0·r + p1)·r + p2)·r + p3)·r + p4)·r + p5
-	VMOVAPS      Z23, Z6
-	VMULPS       Z5, Z6, Z6
-	VADDPS.BCST  16(DX), Z6, Z6
-	VMULPS       Z5, Z6, Z6
-	VADDPS.BCST  20(DX), Z6, Z6
-	VMULPS       Z5, Z6, Z6
-	VADDPS.BCST  24(DX), Z6, Z6
-	VMULPS       Z5, Z6, Z6
-	VADDPS.BCST  28(DX), Z6, Z6
-	VMULPS       Z5, Z6, Z6
-	VADDPS.BCST  32(DX), Z6, Z6
-	// y = p·r² + r + 1
-	VMULPS Z5, Z5, Z7
-	VMULPS Z7, Z6, Z6
-	VADDPS Z5, Z6, Z6
-	VADDPS Z27, Z6, Z6
-	// 2^k in two factors: y·2^k (normal), y·2·2^(k−1) (k > 127),
-	// y·2^(k+126)·2^−126 (k < −126); the second factor 1 when normal.
-	VCVTTPS2DQ   Z3, Z8 // ki
-	MOVL         $127, AX
-	VPBROADCASTD AX, Z9
-	VPCMPGTD     Z9, Z8, K2 // ki > 127
-	MOVL         $-126, AX
-	VPBROADCASTD AX, Z10
-	VPCMPGTD     Z8, Z10, K3 // ki < −126
-	VMOVDQA32    Z8, Z11     // e1 = ki
-	VPXORD       Z12, Z12, Z12 // e2 = 0
-	MOVL         $1, AX
-	VPBROADCASTD AX, Z13
-	VMOVDQA32    Z13, K2, Z11  // hi: e1 = 1
-	VPSUBD       Z13, Z8, K2, Z12 // hi: e2 = ki − 1
-	MOVL         $126, AX
-	VPBROADCASTD AX, Z14
-	VPADDD       Z14, Z8, K3, Z11 // lo: e1 = ki + 126
-	VMOVDQA32    Z10, K3, Z12     // lo: e2 = −126
-	VPADDD       Z9, Z11, Z11
-	VPSLLD       $23, Z11, Z11
-	VPADDD       Z9, Z12, Z12
-	VPSLLD       $23, Z12, Z12
-	VMULPS       Z11, Z6, Z6
-	VMULPS       Z12, Z6, Z6
-	// Out of range and NaN, as expf's first cases.
-	VCMPPS    $0x1e, Z24, Z1, K4 // x > 88.72283 (ordered)
-	VMOVAPS   Z28, K4, Z6
-	VCMPPS    $0x11, Z25, Z1, K5 // x < −103.97208 (ordered)
-	VPXORD    Z15, Z15, Z15
-	VMOVAPS   Z15, K5, Z6
-	VCMPPS    $3, Z1, Z1, K6     // x unordered: NaN
-	VMOVAPS   Z1, K6, Z6
+	VSUBPS    Z31, Z1, Z1 // x = s − m
+	EXPF
 	VMOVUPS   Z6, K1, (SI)
 	ADDQ      $64, SI
 	SUBQ      $16, CX
 	JNZ       exploop
 
 expdone:
+	VZEROUPPER
+	RET
+
+// func siluMulF32(gate, up *float32, n int, c *float32)
+//
+// gate[i] = gate[i] / (1 + expf(−gate[i])) · up[i] for i < n, siluMul's operations in
+// its order; c holds expf's constants (expConsts).
+TEXT ·siluMulF32(SB), NOSPLIT, $0-32
+	MOVQ         gate+0(FP), SI
+	MOVQ         up+8(FP), DI
+	MOVQ         n+16(FP), CX
+	MOVQ         c+24(FP), DX
+	EXPSETUP
+	MOVL         $0x80000000, AX
+	VPBROADCASTD AX, Z30 // the sign bit
+	MOVL         $0xffff, AX
+	KMOVW        AX, K1
+
+siluloop:
+	TAILMASK(silufull, siludone)
+
+silufull:
+	VMOVUPS.Z (SI), K1, Z0
+	VPXORD    Z30, Z0, Z1 // −g
+	EXPF
+	VADDPS    Z27, Z6, Z6 // 1 + expf(−g)
+	VDIVPS    Z6, Z0, Z6  // g / (1 + expf(−g))
+	VMOVUPS.Z (DI), K1, Z7
+	VMULPS    Z7, Z6, Z6
+	VMOVUPS   Z6, K1, (SI)
+	ADDQ      $64, SI
+	ADDQ      $64, DI
+	SUBQ      $16, CX
+	JNZ       siluloop
+
+siludone:
 	VZEROUPPER
 	RET
 
@@ -226,15 +277,7 @@ TEXT ·scaleF32(SB), NOSPLIT, $0-20
 	KMOVW        AX, K1
 
 scaleloop:
-	CMPQ    CX, $16
-	JAE     scalefull
-	TESTQ   CX, CX
-	JZ      scaledone
-	MOVL    $1, AX
-	SHLL    CX, AX
-	DECL    AX
-	KMOVW   AX, K1
-	MOVQ    $16, CX
+	TAILMASK(scalefull, scaledone)
 
 scalefull:
 	VMOVUPS.Z (SI), K1, Z1

@@ -133,8 +133,8 @@ func expf(x float32) float32 {
 
 func pow2(e int32) float32 { return math.Float32frombits(uint32(e+127) << 23) }
 
-// siluMul computes silu(g)·u in place in g: SwiGLU.
-func siluMul(g, u []float32) {
+// siluMulPortable computes silu(g)·u in place in g: SwiGLU.
+func siluMulPortable(g, u []float32) {
 	u = u[:len(g)]
 	for i, x := range g {
 		s := x / (1 + expf(-x))
@@ -202,8 +202,8 @@ func softmaxSinkPortable(s []float32, sink float32) {
 	}
 }
 
-// expConsts are expf's constants as float32, in the order the softmax
-// kernel reads them.
+// expConsts are expf's constants as float32, in the order the AVX-512
+// kernels read them (EXPSETUP, EXPF).
 var expConsts = [...]float32{1.44269504088896341, 0.693359375, -2.12194440e-4,
 	1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1,
 	88.72283, -103.97208, 0.5, 1, float32(math.Inf(1))}

@@ -43,6 +43,8 @@ func attnAV(out, v []float32, stride int, p []float32) { attnAVPortable(out, v, 
 
 func softmax(s []float32) { softmaxPortable(s) }
 
+func siluMul(g, u []float32) { siluMulPortable(g, u) }
+
 func softmaxSink(s []float32, sink float32) { softmaxSinkPortable(s, sink) }
 
 // q8ilTile is q8ilPortable where there are no assembly kernels.

@@ -131,6 +131,49 @@ func TestExpMatchesExpf(t *testing.T) {
 	}
 }
 
+// TestSiluMulMatchesPortable: the kernel's SwiGLU is the portable loop's,
+// value by value, over a dense sweep of the gate past expf's bounds on
+// both sides, around them bit by bit, and the special values, at lengths
+// that leave every tail.
+func TestSiluMulMatchesPortable(t *testing.T) {
+	if !useSIMD || !hasAVX512 {
+		t.Skip("no AVX-512")
+	}
+	var gs []float32
+	for x := float32(-110); x <= 110; x += 0.0137 {
+		gs = append(gs, x)
+	}
+	for _, edge := range []float32{87, 88.72283, 103.97208} {
+		for _, e := range []float32{edge, -edge} {
+			for b := math.Float32bits(e) - 2000; b < math.Float32bits(e)+2000; b++ {
+				gs = append(gs, math.Float32frombits(b))
+			}
+		}
+	}
+	inf := float32(math.Inf(1))
+	gs = append(gs, 0, float32(math.Copysign(0, -1)), inf, -inf, float32(math.NaN()),
+		math.Float32frombits(1), math.Float32frombits(0x80000001), math.MaxFloat32, -math.MaxFloat32)
+	us := make([]float32, len(gs))
+	for i := range us {
+		us[i] = float32(i%97-48) / 7
+	}
+	us[len(us)-1] = inf
+	for _, n := range []int{len(gs), len(gs) - 1, 15, 16, 17, 1} {
+		want := append([]float32(nil), gs[len(gs)-n:]...)
+		got := append([]float32(nil), want...)
+		u := us[len(us)-n:]
+		siluMulPortable(want, u)
+		siluMul(got, u)
+		for i := range want {
+			w, g := math.Float32bits(want[i]), math.Float32bits(got[i])
+			if w != g && !(want[i] != want[i] && got[i] != got[i]) {
+				x := gs[len(gs)-n+i]
+				t.Fatalf("n %d: silu(%v)·%v = %v (%#x), kernel %v (%#x)", n, x, u[i], want[i], w, got[i], g)
+			}
+		}
+	}
+}
+
 // TestWidenRows: the SIMD widening gives widenRow's values for every half
 // and every bfloat16 (a signalling NaN comes out as the same NaN, quiet).
 func TestWidenRows(t *testing.T) {
