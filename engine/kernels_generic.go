@@ -53,3 +53,5 @@ func q8ilTile(out []float32, ostride int, q *q8il, g, groups int, a *act, t0, T 
 }
 
 func quantizeQ8SIMD(x []float32, q []int8, d []float32) bool { return false }
+
+func quantizeQ8KSIMD(x []float32, q []int8, d []float32, bsums []int16) int { return 0 }

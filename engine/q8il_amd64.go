@@ -88,3 +88,18 @@ func quantizeQ8SIMD(x []float32, q []int8, d []float32) bool {
 	quantizeQ8AVX512(&x[0], &q[0], &d[0], nb)
 	return true
 }
+
+//go:noescape
+func quantizeQ8KAVX512(x *float32, q *int8, d *float32, bsums *int16, nb int) int
+
+// quantizeQ8KSIMD quantises the blocks of x to Q8_K by quantizeQ8KAVX512
+// where the CPU has AVX-512F (same bits), from the first until the first
+// it leaves to the portable form; it returns how many it did.
+func quantizeQ8KSIMD(x []float32, q []int8, d []float32, bsums []int16) int {
+	nb := len(d)
+	if !useSIMD || !hasAVX512 || nb == 0 {
+		return 0
+	}
+	_, _, _ = x[256*nb-1], q[256*nb-1], bsums[16*nb-1]
+	return quantizeQ8KAVX512(&x[0], &q[0], &d[0], &bsums[0], nb)
+}

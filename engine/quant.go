@@ -447,34 +447,43 @@ func dotIQ4XS(b []byte, x []int8, _ []int16, _ float32, dx float32) float32 {
 // quantizeQ8K quantises x (a whole number of 256-blocks) as ggml's
 // quantize_row_q8_K does: per block, scale max/−127 for the value of
 // largest magnitude, values rounded to nearest even, and 16-element sums.
+// The blocks the AVX-512 kernel leaves (quantizeQ8KSIMD) take the
+// portable form, with the same bits.
 func quantizeQ8K(x []float32, q []int8, d []float32, bsums []int16) {
-	for b := range d {
-		xb, qb := x[256*b:256*b+256], q[256*b:256*b+256]
-		amax, mx := float32(0), float32(0)
-		for _, v := range xb {
-			if a := float32(math.Abs(float64(v))); a > amax {
-				amax, mx = a, v
-			}
+	for b := 0; b < len(d); b++ {
+		b += quantizeQ8KSIMD(x[256*b:], q[256*b:], d[b:], bsums[16*b:])
+		if b < len(d) {
+			quantizeQ8KBlock(x[256*b:256*b+256], q[256*b:256*b+256], &d[b], bsums[16*b:16*b+16])
 		}
-		if amax == 0 {
-			d[b] = 0
-			clear(qb)
-			clear(bsums[16*b : 16*b+16])
-			continue
-		}
-		iscale := -127 / mx
-		for i, v := range xb {
-			qb[i] = int8(min(127, math.RoundToEven(float64(iscale*v))))
-		}
-		for j := 0; j < 16; j++ {
-			s := int16(0)
-			for _, v := range qb[16*j : 16*j+16] {
-				s += int16(v)
-			}
-			bsums[16*b+j] = s
-		}
-		d[b] = 1 / iscale
 	}
+}
+
+// quantizeQ8KBlock is quantizeQ8K's portable form for one block.
+func quantizeQ8KBlock(xb []float32, qb []int8, d *float32, bsums []int16) {
+	amax, mx := float32(0), float32(0)
+	for _, v := range xb {
+		if a := float32(math.Abs(float64(v))); a > amax {
+			amax, mx = a, v
+		}
+	}
+	if amax == 0 {
+		*d = 0
+		clear(qb)
+		clear(bsums)
+		return
+	}
+	iscale := -127 / mx
+	for i, v := range xb {
+		qb[i] = int8(min(127, math.RoundToEven(float64(iscale*v))))
+	}
+	for j := range 16 {
+		s := int16(0)
+		for _, v := range qb[16*j : 16*j+16] {
+			s += int16(v)
+		}
+		bsums[j] = s
+	}
+	*d = 1 / iscale
 }
 
 // q8Sums is, per 32-block of Q8_0-quantised activations, d·Σq rounded to

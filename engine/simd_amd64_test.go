@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -171,6 +172,107 @@ func TestSiluMulMatchesPortable(t *testing.T) {
 				t.Fatalf("n %d: silu(%v)·%v = %v (%#x), kernel %v (%#x)", n, x, u[i], want[i], w, got[i], g)
 			}
 		}
+	}
+}
+
+// TestQuantizeQ8KMatchesPortable: the kernel's Q8_K blocks are the
+// portable form's, bit for bit, over blocks of every kind it takes and
+// every kind it leaves: random scales, the largest magnitude tied between
+// signs and repeated, zeros and negative zeros, a NaN or an infinity
+// among the values, subnormals, scales that overflow −127/mx, and values
+// near float32's largest; a left block among taken ones too.
+func TestQuantizeQ8KMatchesPortable(t *testing.T) {
+	if !useSIMD || !hasAVX512 {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	var blocks [][]float32
+	for _, scale := range []float32{1, 1e-3, 3e4, 1e-30, 1e30} {
+		for range 20 {
+			b := make([]float32, 256)
+			for i := range b {
+				b[i] = float32(r.NormFloat64()) * scale
+			}
+			blocks = append(blocks, b)
+		}
+	}
+	edit := func(f func(b []float32)) {
+		b := make([]float32, 256)
+		for i := range b {
+			b[i] = float32(r.NormFloat64())
+		}
+		f(b)
+		blocks = append(blocks, b)
+	}
+	edit(func(b []float32) { b[40], b[7] = 9, -9 })
+	edit(func(b []float32) { b[7], b[40] = 9, -9 })
+	edit(func(b []float32) { b[255] = -20; b[254] = 20 })
+	edit(func(b []float32) { b[3] = float32(math.NaN()) })
+	edit(func(b []float32) { b[100] = float32(math.Inf(-1)) })
+	edit(func(b []float32) {
+		for i := range b {
+			b[i] = 0
+		}
+	})
+	edit(func(b []float32) {
+		for i := range b {
+			b[i] = float32(math.Copysign(0, -1))
+		}
+	})
+	edit(func(b []float32) {
+		for i := range b {
+			b[i] = math.Float32frombits(uint32(r.IntN(1 << 23)))
+		}
+	})
+	edit(func(b []float32) {
+		for i := range b {
+			b[i] *= 1e-37
+		}
+	})
+	edit(func(b []float32) {
+		for i := range b {
+			b[i] = float32(i%5) * 1e-38
+		}
+	})
+	edit(func(b []float32) { b[9] = math.MaxFloat32; b[10] = -math.MaxFloat32 })
+	edit(func(b []float32) {
+		for i := range b {
+			b[i] = float32(i%11 - 5)
+		}
+	})
+	x := make([]float32, 0, 256*len(blocks))
+	for _, b := range blocks {
+		x = append(x, b...)
+	}
+	nb := len(blocks)
+	for _, sub := range [][2]int{{0, nb}, {nb - 1, nb}, {nb - 12, nb}, {3, 4}} {
+		xs := x[256*sub[0] : 256*sub[1]]
+		n := sub[1] - sub[0]
+		wq, gq := make([]int8, 256*n), make([]int8, 256*n)
+		wd, gd := make([]float32, n), make([]float32, n)
+		ws, gs := make([]int16, 16*n), make([]int16, 16*n)
+		for b := range n {
+			quantizeQ8KBlock(xs[256*b:256*b+256], wq[256*b:256*b+256], &wd[b], ws[16*b:16*b+16])
+		}
+		quantizeQ8K(xs, gq, gd, gs)
+		for b := range n {
+			if math.Float32bits(wd[b]) != math.Float32bits(gd[b]) {
+				t.Fatalf("block %d: d %v, portable %v", sub[0]+b, gd[b], wd[b])
+			}
+			for i := 16 * b; i < 16*b+16; i++ {
+				if ws[i] != gs[i] {
+					t.Fatalf("block %d: sum %d = %d, portable %d", sub[0]+b, i%16, gs[i], ws[i])
+				}
+			}
+			for i := 256 * b; i < 256*b+256; i++ {
+				if wq[i] != gq[i] {
+					t.Fatalf("block %d: value %d (x %v) = %d, portable %d", sub[0]+b, i%256, xs[i], gq[i], wq[i])
+				}
+			}
+		}
+	}
+	if n := quantizeQ8KSIMD(x, make([]int8, len(x)), make([]float32, nb), make([]int16, 16*nb)); n != 103 {
+		t.Fatalf("the kernel took %d blocks; want the 103 before the one with a NaN", n)
 	}
 }
 
