@@ -234,7 +234,26 @@ func (d *decision) decide() (Action, error) {
 		return Append{Event: *in.SessionTokens, Why: "the leader sets the swarm's planner session length"}, nil
 	}
 
-	// 2. Raft's configuration follows the members.
+	// 2. Dead members leave.
+	for _, m := range s.Members() {
+		if m.ID != self && d.deadFor(m.ID) >= grace {
+			d.st.departed[m.ID] = now
+			return Append{Event: NodeLeft{Node: m.ID, Reason: LeftDead}, Why: fmt.Sprintf("dead for %v", d.deadFor(m.ID))}, nil
+		}
+	}
+
+	// 2a. A committed map that lost a holder is mended before Raft's
+	// configuration catches up: its layers are unserved until the repair
+	// commits, while removing the server and refilling the voters only
+	// restore fault tolerance, and can go on during the warmup. (On a
+	// flapping leadership each commit ahead of the repair can cost a term.)
+	if d.lostHolder() {
+		if a := d.mendFirst(); a != nil {
+			return a, nil
+		}
+	}
+
+	// 3. Raft's configuration follows the members.
 	servers := map[string]bool{} // ID: voter
 	for _, sv := range in.Servers {
 		servers[sv.ID] = sv.Voter
@@ -260,14 +279,6 @@ func (d *decision) decide() (Action, error) {
 	for id := range d.st.benched {
 		if !s.IsMember(id) {
 			delete(d.st.benched, id)
-		}
-	}
-
-	// 3. Dead members leave.
-	for _, m := range s.Members() {
-		if m.ID != self && d.deadFor(m.ID) >= grace {
-			d.st.departed[m.ID] = now
-			return Append{Event: NodeLeft{Node: m.ID, Reason: LeftDead}, Why: fmt.Sprintf("dead for %v", d.deadFor(m.ID))}, nil
 		}
 	}
 
@@ -335,6 +346,35 @@ func (d *decision) decide() (Action, error) {
 
 	// 7. Plan.
 	return d.plan()
+}
+
+// lostHolder reports whether a node of the committed map is no longer a
+// member.
+func (d *decision) lostHolder() bool {
+	s := d.in.State
+	for _, st := range s.Committed().Stages {
+		if !s.IsMember(st.Node) {
+			return true
+		}
+	}
+	return false
+}
+
+// mendFirst is the action that brings the committed map's lost layers
+// back soonest: mending or committing the pending map, or proposing the
+// repair when none is pending; nil when there is none to take now (an
+// error of the plan waits for step 7 to report it).
+func (d *decision) mendFirst() Action {
+	if p, ok := d.in.State.Pending(); ok {
+		if a := d.repairPending(p); a != nil {
+			return a
+		}
+		return d.tendWarmup(p)
+	}
+	if a, err := d.plan(); err == nil && a != nil {
+		return a
+	}
+	return nil
 }
 
 func contains(ss []string, s string) bool {
