@@ -12,6 +12,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/stratanet/strata/consensus"
@@ -61,12 +62,30 @@ func testModel(t testing.TB) string {
 	return modelPath
 }
 
+// testLogger logs everything from Info up with -v; otherwise warnings and
+// the consensus leader's actions (what it proposed, appended, committed,
+// which servers it changed), so that a failed run's log says what the
+// leader did. (A CI series run that failed waiting for a repair had only
+// warnings to go on.)
 func testLogger(t testing.TB) *zap.Logger {
 	if testing.Verbose() {
 		return zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	}
-	return zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	return zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel),
+		zaptest.WrapOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return leaderCore{c} })))
 }
+
+// leaderCore passes warnings and above, and the consensus logger's Info.
+type leaderCore struct{ zapcore.Core }
+
+func (c leaderCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Level < zap.WarnLevel && e.LoggerName != "consensus" {
+		return ce
+	}
+	return c.Core.Check(e, ce)
+}
+
+func (c leaderCore) With(fields []zapcore.Field) zapcore.Core { return leaderCore{c.Core.With(fields)} }
 
 // testCluster is a set of real nodes on 127.0.0.1.
 type testCluster struct {
