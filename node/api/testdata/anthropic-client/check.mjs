@@ -89,8 +89,10 @@ const forecast = { name: "get_forecast", description: "The forecast",
 const clock = { name: "get_time", description: "The time",
   input_schema: { type: "object", properties: { zone: { type: "string", enum: ["utc", "cet"] } }, required: ["zone"], additionalProperties: false } };
 out.forced = [];
-for (const choice of [{ type: "any" }, { type: "tool", name: "get_forecast" }]) {
-  const m = await tc.messages.create({ model: toolsModel, max_tokens: 200, temperature: 1, tools: [clock, forecast], tool_choice: choice,
+// Each with a seed (the server's extension), so that a run samples the
+// same tokens each time.
+for (const [seed, choice] of [{ type: "any" }, { type: "tool", name: "get_forecast" }].entries()) {
+  const m = await tc.messages.create({ model: toolsModel, max_tokens: 200, temperature: 1, seed, tools: [clock, forecast], tool_choice: choice,
     messages: [{ role: "user", content: "The forecast for Paris?" }] });
   out.forced.push({ choice: choice.type, stop: m.stop_reason, content: m.content });
 }

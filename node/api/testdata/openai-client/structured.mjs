@@ -60,9 +60,13 @@ for (let i = 0; i < count; i += 8) {
 chat.failures = chat.failures.slice(0, 3);
 out.chat = chat;
 
-// The Responses API's text.format, whole.
+// The Responses API's text.format, whole. Every sampled request here
+// has its own seed, so that a run samples the same tokens each time: a
+// random model without one ran a forced call past max_output_tokens
+// in 1 of 64 tries (status "incomplete"; the forced
+// calls took 119-200 of their 200 tokens).
 const resp = await client.responses.parse({ model, input: "Describe an item.", text: { format: zodTextFormat(Item, "item") },
-  max_output_tokens: 400, temperature: 1 });
+  max_output_tokens: 400, temperature: 1, seed: 0 });
 out.responses = { status: resp.status, text: resp.output_text, valid: validate(JSON.parse(resp.output_text)), parsed: resp.output_parsed != null };
 
 // json_object: any object.
@@ -120,7 +124,7 @@ const cutOf = (c) => ({ finish: c.finish_reason, content: c.message.content ?? n
   calls: (c.message.tool_calls ?? []).map((k) => ({ name: k.function.name, arguments: k.function.arguments })) });
 out.cut = { whole: cutOf(cutWhole), streamed: cutOf(cutStreamed), deltas: cutDeltas };
 // The Responses API's named function.
-const rt = await tc.responses.create({ model: toolsModel, input: "Weather in Paris?", max_output_tokens: 200, temperature: 1,
+const rt = await tc.responses.create({ model: toolsModel, input: "Weather in Paris?", max_output_tokens: 200, temperature: 1, seed: 3,
   tools: [{ type: "function", name: "get_forecast", parameters: pick, strict: true }], tool_choice: { type: "function", name: "get_forecast" } });
 const fc = rt.output.filter((o) => o.type === "function_call");
 out.responsesTool = { status: rt.status, calls: fc.map((k) => ({ name: k.name, valid: byName.get_forecast(JSON.parse(k.arguments)) })) };
