@@ -85,7 +85,25 @@ func runSeqs(t *testing.T, stages []engine.Stage, prompts, decode [][]int32, bat
 	return all
 }
 
-// TestBatchMatchesAlone: sessions stepped together through ForwardBatch
+// batchSeqs is 16 sequences for the batch tests (issue 31's batch of
+// 16; ggml picks its kernels by row count): prefills of 1 to 12 tokens,
+// each followed by 3 decode tokens (all below the test shapes' smallest
+// vocabulary, 512).
+func batchSeqs() (prompts, decode [][]int32) {
+	prompts = [][]int32{prompt, {5, 6, 7}, {300, 2, 9, 11, 13, 1, 0}, {42}}
+	decode = [][]int32{{50, 51, 300}, {8, 9, 10}, {4, 3, 2}, {1, 1, 7}}
+	for j := int32(len(prompts)); j < 16; j++ {
+		p := make([]int32, 1+j*5%9)
+		for k := range p {
+			p[k] = (j*97 + int32(k)*31 + 7) % 512
+		}
+		prompts = append(prompts, p)
+		decode = append(decode, []int32{j * 13 % 512, (j*29 + 5) % 512, (j*71 + 1) % 512})
+	}
+	return prompts, decode
+}
+
+// TestBatchMatchesAlone: 16 sessions stepped together through ForwardBatch
 // (prefills of different lengths in one graph, then decodes of all of
 // them in one graph, through one ggml stage and through two) get the
 // logits each gets alone: on F32 within ggml's F32 rounding (the limit of
@@ -94,8 +112,7 @@ func runSeqs(t *testing.T, stages []engine.Stage, prompts, decode [][]int32, bat
 // (the batch quantizes the same activations, but ggml picks other kernels
 // for more rows).
 func TestBatchMatchesAlone(t *testing.T) {
-	prompts := [][]int32{prompt, {5, 6, 7}, {300, 2, 9, 11, 13, 1, 0}, {42}}
-	decode := [][]int32{{50, 51, 300}, {8, 9, 10}, {4, 3, 2}, {1, 1, 7}}
+	prompts, decode := batchSeqs()
 	type tc struct {
 		name  string
 		c     engine.GenConfig

@@ -260,7 +260,7 @@ func greedy(t *testing.T, s engine.Stage, ids []int32, n int) greedyRun {
 	return r
 }
 
-// TestVulkanBatchMatchesAlone: sessions decoding together in one graph on
+// TestVulkanBatchMatchesAlone: 16 sessions decoding together in one graph on
 // the Vulkan device, through one stage and through two, get the logits
 // each gets alone there. ggml picks its kernels by row count, so a batch
 // may round otherwise: with F32 kernels within the F32 limit; with F16
@@ -274,8 +274,7 @@ func TestVulkanBatchMatchesAlone(t *testing.T) {
 	if !f32Kernels() {
 		bound = 2 * limit
 	}
-	prompts := [][]int32{prompt, {5, 6, 7}, {300, 2, 9, 11, 13, 1, 0}, {42}}
-	decode := [][]int32{{50, 51, 300}, {8, 9, 10}, {4, 3, 2}, {1, 1, 7}}
+	prompts, decode := batchSeqs()
 	for _, name := range []string{"llama-gqa", "qwen3"} {
 		c := shapes[name]
 		t.Run(name, func(t *testing.T) {
