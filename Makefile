@@ -7,7 +7,7 @@ PKGS          := ./...
 TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test test-faultinject test-refcheck npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
-	test-ggml build-ggml build-ggml-release test-ggml-release bench-ggml bench-ggml-llamacpp build-cuda build-vulkan debs-vulkan test-vulkan test-vulkan-run bench-llamacpp handovers fuzz-long \
+	test-ggml build-ggml build-ggml-release test-ggml-release bench-ggml bench-ggml-llamacpp build-cuda build-vulkan debs-vulkan test-vulkan test-vulkan-run test-vulkan-release test-vulkan-release-run bench-llamacpp handovers fuzz-long \
 	nemesis nemesis-broken gpu-bundle gpu-check-dry
 
 all: build
@@ -408,6 +408,38 @@ test-vulkan-run:
 	done
 	set -o pipefail; cd cmd/strata-ggml && env $(VULKAN_TEST_ENV) \
 		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 -v -run 'TestStart' . 2>&1 | grep -v 'get_device_memory called'
+
+# test-vulkan-release: the same engine/ggml Vulkan tests on llama.cpp's
+# release of ggml (-tags ggmlrelease): ggml-base, the backend registry and
+# ggml-vulkan as node-llama-cpp's linux-x64-vulkan package ships them, at
+# the version and integrity the bench's lock pins (npm pack, checked; no
+# build). build-vulkan's ggml-vulkan, compiled from ollama's sources, goes
+# wrong on lavapipe where this one does not (docs/ggml.md "Vulkan on
+# lavapipe"). Needs lavapipe (debs-vulkan), node, npm and openssl.
+VULKAN_RELEASE     := $(BIN)/vulkan-release
+VULKAN_RELEASE_DIR := $(VULKAN_RELEASE)/package/bins/linux-x64-vulkan
+vulkan-release-pkg  = node -p "require('$(CURDIR)/$(LLAMACPP_BENCH)/package-lock.json').packages['node_modules/@node-llama-cpp/linux-x64-vulkan'].$1"
+$(VULKAN_RELEASE_DIR)/libggml-vulkan.so: $(LLAMACPP_BENCH)/package-lock.json
+	@rm -rf $(VULKAN_RELEASE) && mkdir -p $(VULKAN_RELEASE)
+	cd $(VULKAN_RELEASE) && ver=$$($(call vulkan-release-pkg,version)) && want=$$($(call vulkan-release-pkg,integrity)) && \
+		tgz=$$(npm pack --silent @node-llama-cpp/linux-x64-vulkan@$$ver) && \
+		got=sha512-$$(openssl dgst -sha512 -binary $$tgz | base64 -w0) && \
+		{ [ "$$got" = "$$want" ] || { echo "$$tgz: integrity $$got, the lock has $$want"; exit 1; }; } && tar xzf $$tgz
+	@touch $@
+test-vulkan-release: SHELL := /bin/bash
+test-vulkan-release:
+	@$(MAKE) --no-print-directory debs-vulkan || { echo "== test-vulkan-release: SKIPPED (the packages above are missing)"; exit 0; }; \
+		$(MAKE) --no-print-directory $(VULKAN_RELEASE_DIR)/libggml-vulkan.so && $(MAKE) --no-print-directory test-vulkan-release-run
+test-vulkan-release-run: SHELL := /bin/bash
+test-vulkan-release-run: GGML_RELEASE_DIR := $(VULKAN_RELEASE_DIR)
+test-vulkan-release-run:
+	@$(ggml-release-reg); set -o pipefail; cd engine/ggml && export $(GGML_RELEASE_ENV) && \
+	for f16 in off on; do \
+		echo "== Vulkan tests on llama.cpp's release, F16 kernels $$f16"; \
+		env -u GGML_VK_DISABLE_F16 GGML_VK_VISIBLE_DEVICES=$(VULKAN_DEVICE) STRATA_VULKAN_LIB_DIR=$(abspath $(VULKAN_RELEASE_DIR)) \
+			$$([ $$f16 = off ] && echo GGML_VK_DISABLE_F16=1) \
+			$(GO) test -tags ggmlrelease -timeout $(TEST_TIMEOUT) -count=1 -v -run 'Vulkan' . 2>&1 | grep -v 'get_device_memory called' || exit 1; \
+	done
 
 # The GPU check (issue 31; testnet/gpu-check.sh, docs/ggml.md "GPU node").
 # gpu-bundle writes bin/gpu-bundle.tar.gz, all that a Linux host with an
