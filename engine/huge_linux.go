@@ -16,7 +16,7 @@ const hugePage = 2 << 20
 // advised whole and untouched when first written, so the buffer starts on
 // a 2 MiB boundary of a slightly longer allocation and is advised before
 // the loader writes it: advised where it happened to lie, a TinyLlama-shaped
-// Q4_K_M stage got huge pages for 408 MB of its 640, and its 2.4 MB
+// Q4_K_M stage had 408 MB of its 830 resident on huge pages, its 2.4 MB
 // matrices none. The slack (under 2 MiB a buffer) is address space the
 // engine never writes.
 func allocWeights(n int) []byte {
