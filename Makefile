@@ -8,7 +8,7 @@ TEST_TIMEOUT  ?= 15m
 
 .PHONY: all build test test-faultinject test-refcheck npm-deps debs lint bench run stop testnet plan fuzz clean soak exhaust flakehunt \
 	test-ggml build-ggml build-ggml-release test-ggml-release bench-ggml bench-ggml-llamacpp build-cuda build-vulkan debs-vulkan test-vulkan test-vulkan-run test-vulkan-release test-vulkan-release-run bench-llamacpp handovers fuzz-long \
-	nemesis nemesis-broken gpu-bundle gpu-check-dry
+	nemesis nemesis-broken gpu-bundle gpu-check-dry gpu-check-build debs-need
 
 all: build
 
@@ -361,13 +361,17 @@ VULKAN_LOADER     ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libvulkan.
 VULKAN_LIB_DIR    := $(GPU_BUILD)/vulkan/lib/ollama
 DEBS_VULKAN       := cmake glslc libvulkan1 mesa-vulkan-drivers
 debs-vulkan:
-	@missing=; for p in $(DEBS_VULKAN); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@$(MAKE) --no-print-directory debs-need DEBS_NEED="$(DEBS_VULKAN)"
+# debs-need DEBS_NEED="p ...": apt-installs those Debian packages that are
+# missing, or fails saying why it cannot.
+debs-need:
+	@missing=; for p in $(DEBS_NEED); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		{ apt-get install -y --no-install-recommends $$missing >/dev/null 2>&1 || \
 		  { apt-get update >/dev/null && apt-get install -y --no-install-recommends $$missing >/dev/null; }; } || \
-		{ echo "apt-get install$$missing failed: build-vulkan cannot run"; exit 1; }; \
-	else echo "$$missing not installed and not installable here (needs root and apt-get): build-vulkan cannot run"; exit 1; fi
+		{ echo "apt-get install$$missing failed"; exit 1; }; \
+	else echo "$$missing not installed and not installable here (needs root and apt-get)"; exit 1; fi
 $(VULKAN_SDK_DIR)/usr/include/vulkan/vulkan.hpp:
 	@command -v curl >/dev/null && command -v dpkg-deb >/dev/null || { echo "build-vulkan needs curl and dpkg-deb for the Vulkan headers"; exit 1; }
 	@mkdir -p $(VULKAN_SDK_DIR)
@@ -468,6 +472,22 @@ gpu-bundle:
 		echo "$(BIN)/gpu-bundle.tar.gz: $$size bytes ($$((size >> 20)) MiB of the 64 MiB allowed)"; test $$size -le $$((64 << 20))
 gpu-check-dry: gpu-bundle
 	OUT=$(BIN)/gpu-check bash $(GPU_BUNDLE)/gpu-check.sh --dry-run
+# gpu-check-build rehearses the check's other half here, without a GPU:
+# gpu-check.sh --build-only from the bundle builds ggml-cuda for
+# GPU_CHECK_ARCH (Hopper's sm_90 by default: with no GPU, nothing to
+# detect), compiles its bandwidth program and checks with ldd -r that
+# every symbol resolves. nvcc 12.4 and CUDA's libraries come from Debian
+# 13's non-free packages (testnet/cuda-toolkit.sh, pinned and checked,
+# unpacked under bin/cuda-toolkit, never installed; 1.3 GB fetched).
+# Needs root and apt-get for cmake, or cmake already there. Not part of
+# make test: the build alone took 22.5 min here (docs/ggml.md "GPU node").
+GPU_CHECK_ARCH ?= 90
+CUDA_TOOLKIT   := $(CURDIR)/$(BIN)/cuda-toolkit/cuda
+gpu-check-build: gpu-bundle
+	@$(MAKE) --no-print-directory debs-need DEBS_NEED=cmake
+	bash testnet/cuda-toolkit.sh $(BIN)/cuda-toolkit
+	PATH=$(CUDA_TOOLKIT)/bin:$$PATH LD_LIBRARY_PATH=$(CUDA_TOOLKIT)/lib64:$(CUDA_TOOLKIT)/driver CUDA_ARCH=$(GPU_CHECK_ARCH) \
+		OUT=$(BIN)/gpu-check-build bash $(GPU_BUNDLE)/gpu-check.sh --build-only
 
 # Short fuzzing of every decoder and planner input; FUZZTIME per target.
 FUZZTIME ?= 20s

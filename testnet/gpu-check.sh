@@ -25,6 +25,11 @@
 #      within the bound engine/ggml's tests hold quantized files to.
 # It exits non-zero if any step fails.
 #
+# --build-only runs step 1 and compiles step 2's program, checks that every
+# symbol libggml-cuda.so needs resolves (ldd -r) and that ggml-bench loads
+# it, and stops: what a machine with nvcc but no GPU can check (make
+# gpu-check-build).
+#
 # --dry-run rehearses it on the CPU device (ggml's CPU backend): every step
 # but the CUDA build; the bandwidth is the host's memory bandwidth (a
 # buffer copy), and the big file has TinyLlama's shape (1.1B) rather than
@@ -39,13 +44,16 @@
 set -euo pipefail
 
 DRY=
+BUILD_ONLY=
 for a in "$@"; do
 	case $a in
 	--dry-run) DRY=1 ;;
-	-h | --help) sed -n '2,35p' "$0"; exit 0 ;;
-	*) echo "gpu-check: unknown argument $a (--dry-run, --help)" >&2; exit 2 ;;
+	--build-only) BUILD_ONLY=1 ;;
+	-h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
+	*) echo "gpu-check: unknown argument $a (--dry-run, --build-only, --help)" >&2; exit 2 ;;
 	esac
 done
+[ -z "$DRY" ] || [ -z "$BUILD_ONLY" ] || { echo "gpu-check: --dry-run and --build-only exclude each other (the dry run skips the build)" >&2; exit 2; }
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 # In the bundle the binaries are in HERE/bin; in the repository, bin/gpu-bundle/bin.
@@ -86,7 +94,7 @@ num() { awk -v x="$1" 'BEGIN { printf "%.2f", x }'; }
 rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
 
-say "gpu-check $([ -n "$DRY" ] && echo "--dry-run (CPU device; no CUDA build)") on $(uname -n), $(date -u +%FT%TZ)"
+say "gpu-check $([ -n "$DRY" ] && echo "--dry-run (CPU device; no CUDA build)")$([ -n "$BUILD_ONLY" ] && echo "--build-only") on $(uname -n), $(date -u +%FT%TZ)"
 say "binaries: $BINDIR; work directory: $OUT"
 
 # The big file is written in the background, beside the CUDA build (it
@@ -101,7 +109,7 @@ BIG=$OUT/model-$SHAPE-q4_k_m.gguf
 SMALL=$OUT/model-small-q4_k_m.gguf
 GENPID=
 GEN0=$SECONDS
-if [ ! -s "$BIG" ]; then
+if [ -z "$BUILD_ONLY" ] && [ ! -s "$BIG" ]; then
 	"$STRATA" model gen --out "$BIG.tmp" --dtype q4_k_m --seed 31 "${shape[@]}" >"$OUT/gen.log" 2>&1 &
 	GENPID=$!
 fi
@@ -175,6 +183,30 @@ int main() {
 }
 EOF
 	nvcc -O2 -o "$OUT/d2d" "$OUT/d2d.cu" >"$OUT/d2d.log" 2>&1 || { cat "$OUT/d2d.log"; die "nvcc d2d.cu"; }
+	if [ -n "$BUILD_ONLY" ]; then
+		# Every symbol the backend needs must resolve: ggml's from the
+		# build's libggml-base.so, CUDA's from the toolkit's libraries
+		# (and the driver's, on a host without one from LD_LIBRARY_PATH).
+		ldd -r "$LIBDIR/libggml-cuda.so" >"$OUT/ldd.log" 2>&1 || { cat "$OUT/ldd.log"; die "ldd -r libggml-cuda.so"; }
+		! grep -E 'undefined symbol|not found' "$OUT/ldd.log" || die "libggml-cuda.so has unresolved symbols or libraries (see $OUT/ldd.log)"
+		say "d2d.cu compiled; every symbol of libggml-cuda.so resolves ($(grep -c '=>' "$OUT/ldd.log") libraries)"
+		row "d2d.cu, ldd -r libggml-cuda.so" "compiled; resolves"
+		# The bundle's binary must load the backend built from the bundle's
+		# sources (without a GPU it then finds no device).
+		"$STRATA" model gen --out "$SMALL" --dtype q4_k_m --seed 7 --dim 256 --heads 4 --kv-heads 2 --ffn 512 --layers 2 \
+			--vocab 1024 >"$OUT/gen.log" 2>&1 || { cat "$OUT/gen.log"; die "model gen (load check)"; }
+		"$BENCH" measure -model "$SMALL" -device gpu -lib-dir "$LIBDIR" -threads 1 -mode decode -steps 2 >"$OUT/load.log" 2>&1 || true
+		rm -f "$SMALL"
+		grep -q 'loaded CUDA backend' "$OUT/load.log" || { cat "$OUT/load.log"; die "ggml-bench did not load $LIBDIR/libggml-cuda.so"; }
+		dev=$(grep -q '"tok_s"' "$OUT/load.log" && echo "decoded on the GPU" ||
+			sed -n 's/^ggml_cuda_init: //p;s/.*ggml failed: //p' "$OUT/load.log" | sed ':a;N;$!ba;s/\n/; /g')
+		say "ggml-bench loaded libggml-cuda.so: $dev"
+		row "ggml-bench -device gpu" "loaded libggml-cuda.so; $dev"
+		say
+		say "== gpu-check --build-only: passed in $((SECONDS - T0)) s"
+		for r in "${rows[@]}"; do say "  $r"; done
+		exit 0
+	fi
 	line=$("$OUT/d2d") || die "the device-to-device copy"
 	BW=$(json gb_s <<<"$line")
 	say "device-to-device copy (read + write): $BW GB/s"
