@@ -475,8 +475,8 @@ gpu-check-dry: gpu-bundle
 # gpu-check-build rehearses the check's other half here, without a GPU:
 # gpu-check.sh --build-only from the bundle builds ggml-cuda for
 # GPU_CHECK_ARCH (Hopper's sm_90 by default: with no GPU, nothing to
-# detect), compiles its bandwidth program and checks with ldd -r that
-# every symbol resolves. nvcc 12.4 and CUDA's libraries come from Debian
+# detect), compiles its bandwidth program, checks with ldd -r that every
+# symbol resolves and that the bundle's ggml-bench loads it. nvcc 12.4 and CUDA's libraries come from Debian
 # 13's non-free packages (testnet/cuda-toolkit.sh, pinned and checked,
 # unpacked under bin/cuda-toolkit, never installed; 1.3 GB fetched).
 # Needs root and apt-get for cmake, or cmake already there. Not part of
