@@ -161,6 +161,7 @@ var (
 	descPlugin       = desc("scheduler_plugin_seconds", "Time one scheduler plugin took in one route, by profile, plugin and kind (filter, scorer, picker).", "profile", "plugin", "kind")
 	descChecks       = desc("verify_checks_total", "Spot checks this node's entry ran, by result: verified, inconclusive, mismatch (outputs differed), unresolved (no third holder settled a mismatch).", "result")
 	descFaults       = desc("verify_faults_reported_total", "Faults this node's entry proved to the leader with signed evidence.")
+	descUnchecked    = desc("verify_unchecked_total", "Token boundaries this node's entry drew for a spot check whose path had no hop that other holders could check (the placement left them unchecked).")
 	descChecked      = desc("verify_steps_checked_total", "Positions covered by this entry's conclusive spot checks (agreeing or not): the steps verified.")
 	descFirstMiss    = desc("verify_first_mismatch_timestamp_seconds", "When this entry's spot checks first found different outputs (Unix seconds; 0: never).")
 	descVerifyRate   = desc("verify_rate", "Share of token boundaries this entry spot-checks now.")
@@ -182,7 +183,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		descReplayMax, descSteps, descBatches, descBatched, descRejected, descBadFrames, descSessions, descQueue,
 		descFreeKV, descLayerLatency, descPrefixHits, descPrefixTokens, descPrefixEvict, descPrefixBytes, descHeld, descEpoch, descPending, descMembers, descPeers, descLeader, descLeaderChg,
 		descEntryQueue, descEntryOldest, descEntryQueued, descStolen, descStolenFrom, descEntryHeld, descEntryRefused, descQueueWait, descPlugin,
-		descChecks, descFaults, descChecked, descFirstMiss, descVerifyRate, descTolChecks, descTolDelta, descUploaded, descUploadLimit, descUploadProbes} {
+		descChecks, descUnchecked, descFaults, descChecked, descFirstMiss, descVerifyRate, descTolChecks, descTolDelta, descUploaded, descUploadLimit, descUploadProbes} {
 		ch <- d
 	}
 }
@@ -207,6 +208,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		{"unresolved", m.Verify.Unresolved}} {
 		ch <- prometheus.MustNewConstMetric(descChecks, prometheus.CounterValue, float64(r.n), r.result)
 	}
+	counter(descUnchecked, m.Verify.Unchecked)
 	counter(descFaults, m.Verify.Reported)
 	counter(descChecked, m.Verify.Checked)
 	first := 0.0

@@ -23,10 +23,13 @@ type (
 		// SwarmRate is the swarm's replicated rate (null: none set), which
 		// Rate follows unless the node was given its own.
 		SwarmRate *float64 `json:"swarm_rate"`
-		// Checks were started; Verified agreed; Mismatches differed;
+		// Checks were started; Unchecked boundaries were drawn for a
+		// check but their path had no hop that other holders could
+		// check; Verified agreed; Mismatches differed;
 		// Inconclusive proved nothing; Unresolved mismatches found no
 		// third holder; Reported faults the leader accepted.
 		Checks       uint64 `json:"checks"`
+		Unchecked    uint64 `json:"unchecked"`
 		Verified     uint64 `json:"verified"`
 		Mismatches   uint64 `json:"mismatches"`
 		Inconclusive uint64 `json:"inconclusive"`
@@ -77,7 +80,7 @@ type admin struct {
 
 func (a admin) handleVerify(w http.ResponseWriter, _ *http.Request) {
 	v := a.b.Metrics().Verify
-	out := verifyJSON{Node: a.b.ID().String(), Rate: v.Rate, Checks: v.Audits, Verified: v.Verified,
+	out := verifyJSON{Node: a.b.ID().String(), Rate: v.Rate, Checks: v.Audits, Unchecked: v.Unchecked, Verified: v.Verified,
 		Mismatches: v.Mismatches, Inconclusive: v.Inconclusive, Unresolved: v.Unresolved, Reported: v.Reported,
 		PositionsVerified: v.Positions, StepsChecked: v.Checked, StepsAtFirstMismatch: v.CheckedAtFirstMismatch,
 		ToleranceChecks: v.Tolerance, ToleranceMismatches: v.ToleranceMismatches, MaxAgreeingDelta: v.MaxAgreeingDelta,

@@ -172,6 +172,7 @@ func TestMetrics(t *testing.T) {
 		{"strata_replays_total", nil, 0},
 		{"strata_verify_checks_total", []string{"result", "verified"}, 0},
 		{"strata_verify_checks_total", []string{"result", "mismatch"}, 0},
+		{"strata_verify_unchecked_total", nil, 0},
 		{"strata_verify_faults_reported_total", nil, 0},
 		{"strata_verify_steps_checked_total", nil, 0},
 		{"strata_verify_first_mismatch_timestamp_seconds", nil, 0},

@@ -213,6 +213,7 @@ func (c *check) audit(ctx context.Context) *Verdict {
 	}
 	cand = append(cand, mid...)
 	if len(cand) == 0 {
+		c.Counters.Unchecked()
 		return nil
 	}
 	c.Counters.Audit()

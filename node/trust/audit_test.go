@@ -73,6 +73,41 @@ func (a *scriptedAttempt) CheckSession(_ context.Context, hops, ask []Hop, token
 	return append(slices.Clone(rs[len(hops)-1-len(ask):len(hops)-1]), rs[len(hops)-1]), nil
 }
 
+// TestAuditUnchecked: a boundary drawn on a path with no hop that other
+// holders can check (the entry's own range, then layers held once) starts
+// no check and counts as unchecked; once another node holds the last
+// hop's layers, the same draw checks it.
+func TestAuditUnchecked(t *testing.T) {
+	entry, b, c := peer.ID("entry"), peer.ID("b"), peer.ID("c")
+	held := map[peer.ID][2]int{entry: {0, 3}, b: {3, 8}}
+	holders := func(from, to int) []peer.ID {
+		var out []peer.ID
+		for _, p := range []peer.ID{entry, b, c} {
+			if r, ok := held[p]; ok && r[0] <= from && to <= r[1] {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	path := []Hop{{entry, 0, 3}, {b, 3, 8}}
+	var cnt Counters
+	au := &Auditor{Self: entry, Layers: 8, Holders: holders, Counters: &cnt, Work: &Work{}, Rand: rand.New(rand.NewPCG(1, 1))}
+	at := &scriptedAttempt{tokens: []int32{1, 2, 3, 4}, prompt: 3, path: path, inconcl: map[peer.ID]int{}}
+	if v := au.Audit(context.Background(), SessionID{}, at, path); v != nil {
+		t.Fatalf("verdict %+v with nothing to check", v)
+	}
+	if s := cnt.Stats(); s.Unchecked != 1 || s.Audits != 0 {
+		t.Fatalf("stats %+v: want one unchecked boundary, no check", s)
+	}
+	held[c] = [2]int{3, 8}
+	if v := au.Audit(context.Background(), SessionID{}, at, path); v != nil {
+		t.Fatalf("verdict %+v on honest hops", v)
+	}
+	if s := cnt.Stats(); s.Unchecked != 1 || s.Audits != 1 || s.Verified != 1 || !slices.Equal(at.verified, []peer.ID{b}) {
+		t.Fatalf("stats %+v, verified %v: want b's hop checked and verified", s, at.verified)
+	}
+}
+
 // TestAuditReachesInconsistentLiar: issue 35's map, the liar on [0,4) and
 // the path liar[0,4)→c[4,6)→d[6,8), c and d with more unverified work
 // than the liar (earlier generations went through them). Every check of

@@ -33,6 +33,10 @@ type Stats struct {
 	SwarmRate    float64
 	HasSwarmRate bool
 	Audits       uint64 // spot checks started
+	// Unchecked counts token boundaries drawn for a check whose path had
+	// no hop that other holders could check: the placement, not the
+	// rate, left them unchecked.
+	Unchecked    uint64
 	Verified     uint64 // checks whose outputs agreed
 	Positions    uint64 // positions covered by the agreeing checks
 	Inconclusive uint64 // no receipt, no check answer, or other inputs
@@ -95,7 +99,7 @@ const maxCheckLog = 4096
 // Counters are an entry's running spot-check counts; the zero value is
 // ready. Safe for concurrent use.
 type Counters struct {
-	audits, verified, positions, inconclusive, mismatches, reported, unresolved, checked atomic.Uint64
+	audits, unchecked, verified, positions, inconclusive, mismatches, reported, unresolved, checked atomic.Uint64
 
 	mu            sync.Mutex
 	tolerance     uint64
@@ -109,6 +113,9 @@ type Counters struct {
 
 // Audit counts a spot check started.
 func (c *Counters) Audit() { c.audits.Add(1) }
+
+// Unchecked counts a boundary drawn for a check with no hop to check.
+func (c *Counters) Unchecked() { c.unchecked.Add(1) }
 
 // Inconclusive counts a check that proved nothing either way.
 func (c *Counters) Inconclusive() { c.inconclusive.Add(1) }
@@ -163,7 +170,7 @@ func (c *Counters) ToleranceSeen(rel float64, mismatch bool) {
 // Stats are the counts so far (Rate and the swarm's rate left unset: the
 // entry knows them).
 func (c *Counters) Stats() Stats {
-	s := Stats{Audits: c.audits.Load(), Verified: c.verified.Load(), Positions: c.positions.Load(),
+	s := Stats{Audits: c.audits.Load(), Unchecked: c.unchecked.Load(), Verified: c.verified.Load(), Positions: c.positions.Load(),
 		Inconclusive: c.inconclusive.Load(), Mismatches: c.mismatches.Load(), Reported: c.reported.Load(),
 		Unresolved: c.unresolved.Load(), Checked: c.checked.Load()}
 	c.mu.Lock()
