@@ -315,7 +315,8 @@ $(LLAMACPP_BENCH)/node_modules/.package-lock.json: $(LLAMACPP_BENCH)/package-loc
 # docs/ggml.md "Linking llama.cpp's release". GGML_RELEASE_DIR may name
 # another release's bins directory (the CUDA or Vulkan package's).
 GGML_RELEASE_DIR ?= $(LLAMACPP_BENCH)/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
-GGML_RELEASE_ENV  = CGO_LDFLAGS="-L$(abspath $(GGML_RELEASE_DIR)) -Wl,-rpath,$(abspath $(GGML_RELEASE_DIR)) -l:$$reg -l:libggml-base.so"
+GGML_RELEASE_RPATH = $(abspath $(GGML_RELEASE_DIR))
+GGML_RELEASE_ENV  = CGO_LDFLAGS="-L$(abspath $(GGML_RELEASE_DIR)) -Wl,-rpath,$(GGML_RELEASE_RPATH) -l:$$reg -l:libggml-base.so"
 ggml-release-reg  = reg=$$(cd $(GGML_RELEASE_DIR) && ls libggml.*.so libggml.so 2>/dev/null | head -1); \
 	test -n "$$reg" || { echo "no libggml.*.so (the backend registry) in $(GGML_RELEASE_DIR)"; exit 1; }
 build-ggml-release: $(LLAMACPP_BENCH)/node_modules/.package-lock.json
@@ -448,24 +449,28 @@ test-vulkan-release-run:
 # The GPU check (issue 31; testnet/gpu-check.sh, docs/ggml.md "GPU node").
 # gpu-bundle writes bin/gpu-bundle.tar.gz, all that a Linux host with an
 # NVIDIA GPU, nvcc and CMake but no Go and no network needs: strata-ggml,
-# ggml-bench and ggml-check (cgo, stripped; ggml's CPU kernels for
-# x86-64-v3, i.e. AVX2, with the repacked layouts: BUNDLE_CFLAGS), the
-# pinned ggml sources for the CUDA backend's CMake build, and the scripts.
-# It fails over 64 MiB. gpu-check-dry rehearses the check here on the CPU
-# device (every step but the CUDA build); report in bin/gpu-check/.
-BUNDLE_CFLAGS ?= -O3 -march=x86-64-v3 -DGGML_USE_CPU_REPACK
+# ggml-bench and ggml-check linked against llama.cpp's release of ggml
+# (-tags ggmlrelease, stripped) with its prebuilt libraries in lib/ (ggml-
+# base, the backend registry, the CPU variants; an rpath of $ORIGIN/../lib),
+# that release's ggml sources (node-llama-cpp's gitRelease.bundle, the
+# commit those libraries were built from) for the CUDA backend's CMake
+# build, and the scripts. It fails over 64 MiB. gpu-check-dry rehearses
+# the check here on the CPU device (every step but the CUDA build); report
+# in bin/gpu-check/.
 GPU_BUNDLE    := $(BIN)/gpu-bundle
-gpu-bundle:
-	@rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)/bin $(GPU_BUNDLE)/ggml-src/ml/backend/ggml
-	cd engine/ggml && export CGO_CFLAGS="$(BUNDLE_CFLAGS)" CGO_CXXFLAGS="$(BUNDLE_CFLAGS)" && \
+NLC_LLAMA     := $(LLAMACPP_BENCH)/node_modules/node-llama-cpp/llama
+gpu-bundle: GGML_RELEASE_RPATH = \$$ORIGIN/../lib
+gpu-bundle: $(LLAMACPP_BENCH)/node_modules/.package-lock.json
+	@rm -rf $(GPU_BUNDLE) $(GPU_BUNDLE)-git && mkdir -p $(GPU_BUNDLE)/bin $(GPU_BUNDLE)/lib $(GPU_BUNDLE)/ggml-src
+	@$(ggml-release-reg); set -x; cd engine/ggml && export $(GGML_RELEASE_ENV) && \
 		for c in ggml-bench ggml-check; do \
-			$(GO) build -trimpath -ldflags="-s -w" -o $(CURDIR)/$(GPU_BUNDLE)/bin/$$c ./cmd/$$c || exit 1; \
-		done
-	cd cmd/strata-ggml && export CGO_CFLAGS="$(BUNDLE_CFLAGS)" CGO_CXXFLAGS="$(BUNDLE_CFLAGS)" && \
-		$(GO) build -trimpath -ldflags="-s -w" -o $(CURDIR)/$(GPU_BUNDLE)/bin/strata-ggml .
-	src=$(ollama-src) && cp $$src/CMakeLists.txt $(GPU_BUNDLE)/ggml-src/ && cp $$src/LICENSE $(GPU_BUNDLE)/ggml-src/LICENSE.ollama && \
-		cp -r $$src/ml/backend/ggml/ggml $(GPU_BUNDLE)/ggml-src/ml/backend/ggml/ && chmod -R u+w $(GPU_BUNDLE)/ggml-src && \
-		find $(GPU_BUNDLE)/ggml-src -name '*.go' -delete # CMake needs none; under bin/ they would join go build ./...
+			$(GO) build -tags ggmlrelease -trimpath -ldflags="-s -w" -o $(CURDIR)/$(GPU_BUNDLE)/bin/$$c ./cmd/$$c || exit 1; \
+		done && cd $(CURDIR)/cmd/strata-ggml && \
+		$(GO) build -tags ggmlrelease -trimpath -ldflags="-s -w" -o $(CURDIR)/$(GPU_BUNDLE)/bin/strata-ggml .
+	@$(ggml-release-reg); cd $(GGML_RELEASE_DIR) && cp libggml-base.so $$reg libggml-cpu-*.so $(CURDIR)/$(GPU_BUNDLE)/lib/
+	git clone -q --no-checkout $(NLC_LLAMA)/gitRelease.bundle $(GPU_BUNDLE)-git
+	git -C $(GPU_BUNDLE)-git archive HEAD ggml LICENSE | tar -x -C $(GPU_BUNDLE)/ggml-src
+	@rm -rf $(GPU_BUNDLE)-git
 	cp testnet/gpu-check.sh testnet/up.sh testnet/down.sh $(GPU_BUNDLE)/
 	tar -C $(BIN) -czf $(BIN)/gpu-bundle.tar.gz gpu-bundle
 	@size=$$(stat -c %s $(BIN)/gpu-bundle.tar.gz); \
@@ -473,14 +478,16 @@ gpu-bundle:
 gpu-check-dry: gpu-bundle
 	OUT=$(BIN)/gpu-check bash $(GPU_BUNDLE)/gpu-check.sh --dry-run
 # gpu-check-build rehearses the check's other half here, without a GPU:
-# gpu-check.sh --build-only from the bundle builds ggml-cuda for
-# GPU_CHECK_ARCH (Hopper's sm_90 by default: with no GPU, nothing to
-# detect), compiles its bandwidth program, checks with ldd -r that every
-# symbol resolves and that the bundle's ggml-bench loads it. nvcc 12.4 and CUDA's libraries come from Debian
-# 13's non-free packages (testnet/cuda-toolkit.sh, pinned and checked,
-# unpacked under bin/cuda-toolkit, never installed; 1.3 GB fetched).
-# Needs root and apt-get for cmake, or cmake already there. Not part of
-# make test: the build alone took 22.5 min here (docs/ggml.md "GPU node").
+# gpu-check.sh --build-only from the bundle builds ggml-cuda from the
+# release's sources for GPU_CHECK_ARCH (Hopper's sm_90 by default: with
+# no GPU, nothing to detect), compiles its bandwidth program, checks with
+# ldd -r that every symbol resolves against the release's libggml-base.so
+# and that the bundle's ggml-bench loads the library. nvcc 12.4 and
+# CUDA's libraries come from Debian 13's non-free packages
+# (testnet/cuda-toolkit.sh, pinned and checked, unpacked under
+# bin/cuda-toolkit, never installed; 1.3 GB fetched). Needs root and
+# apt-get for cmake, or cmake already there. Not part of make test: the
+# build alone took 29.5 min here (docs/ggml.md "GPU node").
 GPU_CHECK_ARCH ?= 90
 CUDA_TOOLKIT   := $(CURDIR)/$(BIN)/cuda-toolkit/cuda
 gpu-check-build: gpu-bundle

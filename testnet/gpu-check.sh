@@ -2,14 +2,18 @@
 # The GPU check (issue 31): what a Linux host with an NVIDIA GPU, CUDA's
 # compiler (nvcc) and CMake runs to measure Strata's ggml engine on its
 # GPU. It needs no Go and no network: it runs from the bundle `make
-# gpu-bundle` writes (bin/gpu-bundle.tar.gz: stripped binaries, the pinned
-# ggml sources, this script), unpacked anywhere:
+# gpu-bundle` writes (bin/gpu-bundle.tar.gz: stripped binaries linked
+# against llama.cpp's release of ggml, that release's prebuilt libraries
+# in lib/ and its ggml sources in ggml-src/, this script), unpacked
+# anywhere:
 #
 #   tar xzf gpu-bundle.tar.gz && gpu-bundle/gpu-check.sh
 #
 # Steps, each timed, then a table (and OUT/report.txt):
-#   1. builds ggml's CUDA backend (libggml-cuda.so) with CMake for this
-#      GPU's architecture only (CUDA_ARCH, default native);
+#   1. builds ggml's CUDA backend (libggml-cuda.so) from the release's
+#      sources with CMake, for this GPU's architecture only (CUDA_ARCH,
+#      default native), as a library the release's registry loads (beside
+#      the release's own libggml-base.so, which it must link by that name);
 #   2. measures the GPU's memory bandwidth by a device-to-device copy (a
 #      small CUDA program, compiled here by nvcc);
 #   3. writes an 8B-shaped Q4_K_M file (Llama-3-8B's shape, 4.9 GB; in the
@@ -64,7 +68,7 @@ done
 [ -n "$BINDIR" ] || { echo "gpu-check: no strata-ggml beside this script (bin/) nor in bin/gpu-bundle/bin: run make gpu-bundle" >&2; exit 1; }
 SRC=${SRC:-}
 for d in "$HERE/ggml-src" "$HERE/../bin/gpu-bundle/ggml-src"; do
-	[ -n "$SRC" ] || { [ -f "$d/CMakeLists.txt" ] && SRC=$(cd "$d" && pwd); } || true
+	[ -n "$SRC" ] || { [ -f "$d/ggml/CMakeLists.txt" ] && SRC=$(cd "$d" && pwd); } || true
 done
 STRATA=$BINDIR/strata-ggml
 BENCH=$BINDIR/ggml-bench
@@ -129,12 +133,26 @@ else
 	command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$REPORT" || true
 	[ -n "$SRC" ] || die "no ggml sources (ggml-src/) beside this script"
 	t=$SECONDS
-	cmake -S "$SRC" -B "$OUT/build-cuda" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+	# ggml as llama.cpp builds it, a subdirectory (llama.cpp's copy lacks
+	# the files of ggml's standalone build): a backend library for the
+	# registry to load (GGML_BACKEND_DL), whose soname references are
+	# unversioned, as the release's are.
+	mkdir -p "$OUT/ggml-cuda-src"
+	printf '%s\n' 'cmake_minimum_required(VERSION 3.14)' 'project(strata-ggml-cuda C CXX)' \
+		"add_subdirectory(\"$SRC/ggml\" ggml)" >"$OUT/ggml-cuda-src/CMakeLists.txt"
+	cmake -S "$OUT/ggml-cuda-src" -B "$OUT/build-cuda" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+		-DGGML_CUDA=ON -DGGML_BACKEND_DL=ON -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF \
+		-DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON \
 		>"$OUT/cmake-configure.log" 2>&1 || { tail -n 30 "$OUT/cmake-configure.log"; die "cmake configure (see $OUT/cmake-configure.log)"; }
 	cmake --build "$OUT/build-cuda" --target ggml-cuda -j "$(nproc)" >"$OUT/cmake-build.log" 2>&1 ||
 		{ tail -n 30 "$OUT/cmake-build.log"; die "the ggml-cuda build (see $OUT/cmake-build.log)"; }
-	LIBDIR=$OUT/build-cuda/lib/ollama
-	ls "$LIBDIR"/libggml-cuda* >/dev/null 2>&1 || die "no libggml-cuda in $LIBDIR"
+	# The backend alone in LIBDIR: the release's libggml-base.so, already
+	# loaded by the binaries, serves it (its NEEDED names that soname).
+	LIBDIR=$OUT/lib-cuda
+	mkdir -p "$LIBDIR"
+	cp "$OUT/build-cuda/bin/libggml-cuda.so" "$LIBDIR/" || die "no libggml-cuda.so in $OUT/build-cuda/bin"
+	readelf -d "$LIBDIR/libggml-cuda.so" | grep -q 'NEEDED.*\[libggml-base\.so\]' ||
+		die "libggml-cuda.so does not need libggml-base.so by that name (readelf -d): it would not share the release's"
 	say "built in $((SECONDS - t)) s: $LIBDIR"
 	row "ggml-cuda build" "$((SECONDS - t)) s on $(nproc) cores"
 fi
@@ -185,10 +203,13 @@ EOF
 	nvcc -O2 -o "$OUT/d2d" "$OUT/d2d.cu" >"$OUT/d2d.log" 2>&1 || { cat "$OUT/d2d.log"; die "nvcc d2d.cu"; }
 	if [ -n "$BUILD_ONLY" ]; then
 		# Every symbol the backend needs must resolve: ggml's from the
-		# build's libggml-base.so, CUDA's from the toolkit's libraries
-		# (and the driver's, on a host without one from LD_LIBRARY_PATH).
-		ldd -r "$LIBDIR/libggml-cuda.so" >"$OUT/ldd.log" 2>&1 || { cat "$OUT/ldd.log"; die "ldd -r libggml-cuda.so"; }
+		# release's prebuilt libggml-base.so (the bundle's lib/, as in the
+		# binaries' processes), CUDA's from the toolkit's libraries (and
+		# the driver's, on a host without one from LD_LIBRARY_PATH).
+		LD_LIBRARY_PATH="$BINDIR/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd -r "$LIBDIR/libggml-cuda.so" >"$OUT/ldd.log" 2>&1 ||
+			{ cat "$OUT/ldd.log"; die "ldd -r libggml-cuda.so"; }
 		! grep -E 'undefined symbol|not found' "$OUT/ldd.log" || die "libggml-cuda.so has unresolved symbols or libraries (see $OUT/ldd.log)"
+		grep -q "libggml-base.so => $BINDIR/../lib/" "$OUT/ldd.log" || die "ldd -r did not resolve libggml-base.so to the release's (see $OUT/ldd.log)"
 		say "d2d.cu compiled; every symbol of libggml-cuda.so resolves ($(grep -c '=>' "$OUT/ldd.log") libraries)"
 		row "d2d.cu, ldd -r libggml-cuda.so" "compiled; resolves"
 		# The bundle's binary must load the backend built from the bundle's
