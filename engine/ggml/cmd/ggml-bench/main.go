@@ -145,7 +145,7 @@ func features() {
 	}
 	for _, f := range [][2]string{{"avx2", "AVX2"}, {"avx512f", "AVX512"}, {"avx512_vnni", "AVX512_VNNI"}, {"avx_vnni", "AVX_VNNI"}} {
 		if slices.Contains(flags, f[0]) && fs[f[1]] != "1" {
-			fmt.Fprintf(os.Stderr, "ggml-bench: this CPU has %s but this ggml build has no %s kernels (see GGML_CFLAGS in the Makefile)\n", f[0], f[1])
+			fmt.Fprintf(os.Stderr, "ggml-bench: this CPU has %s but this ggml build has no %s kernels (a vendored build: see GGML_CFLAGS in the Makefile; a release build: the CPU variant ggml loaded lacks them)\n", f[0], f[1])
 		}
 	}
 	if fs["REPACK"] != "1" {
