@@ -50,6 +50,9 @@ func testModel(t testing.TB) layers.ModelSpec {
 }
 
 // gater blocks connections to and from chosen peers: a network partition.
+// Every stage of a connection checks it, so one that was being dialed or
+// upgraded when the partition began is refused too; drop closes one that
+// got past every stage before the block (see cluster.partition).
 type gater struct {
 	mu      sync.Mutex
 	blocked map[peer.ID]bool
@@ -84,7 +87,18 @@ func (g *gater) InterceptAccept(network.ConnMultiaddrs) bool      { return true 
 func (g *gater) InterceptSecured(_ network.Direction, p peer.ID, _ network.ConnMultiaddrs) bool {
 	return !g.is(p)
 }
-func (g *gater) InterceptUpgraded(network.Conn) (bool, control.DisconnectReason) { return true, 0 }
+func (g *gater) InterceptUpgraded(c network.Conn) (bool, control.DisconnectReason) {
+	return !g.is(c.RemotePeer()), 0
+}
+
+// drop closes a connection to a blocked peer as the swarm adds it. The
+// swarm announces a connection before it accepts streams on it, so none
+// can cross the partition on it.
+func (g *gater) drop(_ network.Network, c network.Conn) {
+	if g.is(c.RemotePeer()) {
+		_ = c.Close()
+	}
+}
 
 // standInLoader is the one test double: it stands in for weight loading.
 // It reports a range loaded after a delay (never, when stuck), and keeps
@@ -215,6 +229,7 @@ func (n *testNode) startHost() {
 		t.Fatal(err)
 	}
 	n.h = h
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: n.gate.drop})
 	if n.port == 0 {
 		for _, a := range h.Addrs() {
 			if p, err := a.ValueForProtocol(ma.P_TCP); err == nil {
@@ -700,6 +715,48 @@ func (c *Consensus) halt() {
 		_ = c.rn.st.close()
 		c.feed.closeAll()
 	})
+}
+
+// partition cuts every link between side a and side b, and returns once
+// no connection crosses the cut, seen from either side. From then on no
+// stream crosses it: the gater refuses new connections at every stage,
+// and drop closes any that was past them all when the cut began.
+func (cl *cluster) partition(a, b []*testNode) {
+	cl.t.Helper()
+	for _, x := range a {
+		for _, y := range b {
+			x.gate.block(y.h.ID())
+			y.gate.block(x.h.ID())
+		}
+	}
+	pairs := func(f func(x, y *testNode) bool) bool {
+		ok := true
+		for _, x := range a {
+			for _, y := range b {
+				ok = f(x, y) && f(y, x) && ok
+			}
+		}
+		return ok
+	}
+	pairs(func(x, y *testNode) bool { _ = x.h.Network().ClosePeer(y.h.ID()); return true })
+	cl.await("the partition", 5*time.Second, func() bool {
+		return pairs(func(x, y *testNode) bool { return x.h.Network().Connectedness(y.h.ID()) != network.Connected })
+	})
+}
+
+// heal lifts every partition and reconnects every pair of live members.
+func (cl *cluster) heal() {
+	live := cl.alive()
+	for _, n := range live {
+		n.gate.heal()
+	}
+	for _, x := range live {
+		for _, y := range live {
+			if x != y {
+				_ = x.h.Connect(context.Background(), y.info())
+			}
+		}
+	}
 }
 
 // converged waits until every live member holds the same state, byte for
