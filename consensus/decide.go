@@ -125,6 +125,7 @@ type LeaderInput struct {
 type LeaderState struct {
 	since         time.Time            // start of this term as leader
 	departed      map[string]time.Time // members this leader saw leave
+	joined        map[string]time.Time // members, and when this leader saw them join (noteJoins)
 	lastRebalance time.Time
 	// benched are members a rebalance took out of the map: joins leave
 	// them be, so that the two policies do not undo each other.
@@ -172,30 +173,10 @@ func Decide(in LeaderInput, st LeaderState) (Action, LeaderState, error) {
 	if st.benched == nil {
 		st.benched = map[string]bool{}
 	}
+	st.joined = noteJoins(st.joined, in.State, in.Now)
 	d := decision{in: &in, st: st}
 	a, err := d.decide()
 	return a, d.st, err
-}
-
-// deadFor is how long a peer has been dead in the leader's liveness
-// view. It counts from the verdict, not from the start of this term: the
-// view runs on every member whether it leads or not, and a swarm whose
-// leadership flapped every second or so on a loaded machine restarted
-// the grace at each new leader and removed a dead member only once a
-// term outlasted it (seen: a killed voter's repair began 11 s after the
-// kill, through six leader step-downs).
-func (d *decision) deadFor(id string) time.Duration {
-	if id == d.in.Self {
-		return 0
-	}
-	since, dead := d.in.DeadSince[id]
-	switch {
-	case !dead:
-		return 0
-	case since.IsZero():
-		return time.Duration(1<<63 - 1)
-	}
-	return max(d.in.Now.Sub(since), time.Nanosecond)
 }
 
 func (d *decision) decide() (Action, error) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	lpnet "github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -86,6 +87,53 @@ func cmpStr(a, b string) int {
 	return 0
 }
 
+// deadFor is how long a peer has been dead in the leader's liveness
+// view. It counts from the verdict, not from the start of this term: the
+// view runs on every member whether it leads or not, and a swarm whose
+// leadership flapped every second or so on a loaded machine restarted
+// the grace at each new leader and removed a dead member only once a
+// term outlasted it (seen: a killed voter's repair began 11 s after the
+// kill, through six leader step-downs).
+//
+// A join is news that the node lived then, so a member's death counts
+// from no earlier than its join, as this leader saw it (noteJoins). A
+// node that rejoined through a member that forwards its request, before
+// the leader could reach it again, had left again at once on the old
+// verdict, and joined and left at every tick until a connection came
+// (seen: 155 NodeLeft in 4.8 s on a loaded machine).
+func (d *decision) deadFor(id string) time.Duration {
+	if id == d.in.Self {
+		return 0
+	}
+	since, dead := d.in.DeadSince[id]
+	switch {
+	case !dead:
+		return 0
+	case since.IsZero():
+		return time.Duration(1<<63 - 1)
+	}
+	if t := d.st.joined[id]; t.After(since) {
+		since = t
+	}
+	return max(d.in.Now.Sub(since), time.Nanosecond)
+}
+
+// noteJoins returns when this leader first saw each member, by its own
+// clock, or the zero time for one that was a member when its term began.
+// A join record's time is no substitute: it is the clock of the leader
+// that appended it, and another's may run minutes ahead.
+func noteJoins(seen map[string]time.Time, s State, now time.Time) map[string]time.Time {
+	out := make(map[string]time.Time, s.Len())
+	for _, m := range s.Members() {
+		t, ok := seen[m.ID]
+		if !ok && seen != nil {
+			t = now
+		}
+		out[m.ID] = t
+	}
+	return out
+}
+
 // connLiveness is the default Liveness, from the host's connections: a
 // peer is alive while the host holds a connection to it. When it holds
 // none, a probe dials the peer; the peer is dead from the moment its last
@@ -151,6 +199,10 @@ func (l *connLiveness) DeadSince(id peer.ID) (time.Time, bool) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 			defer cancel()
+			// A probe asks whether the peer answers now; go-libp2p's dial
+			// backoff (5 s after a failed dial) would answer with the old
+			// failure instead, and keep a peer that is back dead for it.
+			ctx = lpnet.WithForceDirectDial(ctx, "consensus liveness probe")
 			if err := l.h.Connect(ctx, peer.AddrInfo{ID: id}); err != nil {
 				l.markLost(id, now)
 			}
