@@ -48,9 +48,9 @@ func exactSearch(f *Fleet, R int, floor float64, budget int) (*placement, bool) 
 	// Nodes with the same choices are interchangeable: of the placements
 	// that differ only by swapping two of them, visit one, where the
 	// later node's choice comes no earlier in the list than the one
-	// before it ("unused" last). The placement found is the same: visits
-	// go in lexicographic order, and sorting a run of twins' choices
-	// keeps the flow and comes no later. Swarms of like nodes (a test
+	// before it ("unused" last). The placement found is the one a visit
+	// of every permutation finds: visits go in lexicographic order, and
+	// sorting a run of twins' choices keeps the flow and comes no later. Swarms of like nodes (a test
 	// cluster, a rack of one card) otherwise spent the whole budget on
 	// permutations (6 nodes: 720 of each placement), then fell back.
 	twin := make([]bool, N) // order[d] has order[d-1]'s choices
