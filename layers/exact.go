@@ -50,9 +50,10 @@ func exactSearch(f *Fleet, R int, floor float64, budget int) (*placement, bool) 
 	// later node's choice comes no earlier in the list than the one
 	// before it ("unused" last). The placement found is the one a visit
 	// of every permutation finds: visits go in lexicographic order, and
-	// sorting a run of twins' choices keeps the flow and comes no later. Swarms of like nodes (a test
-	// cluster, a rack of one card) otherwise spent the whole budget on
-	// permutations (6 nodes: 720 of each placement), then fell back.
+	// sorting a run of twins' choices keeps the flow and comes no later.
+	// Swarms of like nodes (a test cluster, a rack of one card) otherwise
+	// spent the whole budget on permutations (6 nodes: up to 720 of each
+	// placement), then fell back to the heuristic's.
 	twin := make([]bool, N) // order[d] has order[d-1]'s choices
 	for d := 1; d < N; d++ {
 		twin[d] = slices.Equal(choices[order[d]], choices[order[d-1]])
