@@ -130,6 +130,7 @@ if [ -n "$DRY" ]; then
 else
 	command -v cmake >/dev/null || die "cmake not found"
 	command -v nvcc >/dev/null || die "nvcc (the CUDA toolkit) not found"
+	command -v readelf >/dev/null || die "readelf (binutils) not found: it checks the built library's NEEDED"
 	command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$REPORT" || true
 	[ -n "$SRC" ] || die "no ggml sources (ggml-src/) beside this script"
 	t=$SECONDS
