@@ -5,33 +5,33 @@ package engine
 // rows × 1 token; both give q8ilPortable's bits.
 
 //go:noescape
-func q8ilVNNI1(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+func q8ilVNNI1(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 
 //go:noescape
-func q8ilVNNI2(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+func q8ilVNNI2(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 
 //go:noescape
-func q8ilVNNI3(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+func q8ilVNNI3(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 
 //go:noescape
-func q8ilVNNI4(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+func q8ilVNNI4(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 
 //go:noescape
-func q8ilVNNI5(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+func q8ilVNNI5(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 
 //go:noescape
-func q8ilVNNI6(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+func q8ilVNNI6(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 
 //go:noescape
-func q8ilVNNI7(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+func q8ilVNNI7(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 
 //go:noescape
-func q8ilVNNI8(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+func q8ilVNNI8(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 
 //go:noescape
-func q8ilAVX2(out *float32, w *uint8, wd *float32, x *byte, nb int, T int, groups int)
+func q8ilAVX2(out *float32, w *uint8, wd *uint16, x *byte, nb int, T int, groups int)
 
-var q8ilVNNI = [q8TokTile + 1]func(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int){
+var q8ilVNNI = [q8TokTile + 1]func(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int){
 	nil, q8ilVNNI1, q8ilVNNI2, q8ilVNNI3, q8ilVNNI4, q8ilVNNI5, q8ilVNNI6, q8ilVNNI7, q8ilVNNI8,
 }
 
@@ -56,7 +56,7 @@ var useVNNI = true
 func q8ilTile(out []float32, ostride int, q *q8il, g, groups int, a *act, t0, T int) {
 	nb := q.nb
 	switch {
-	case !useSIMD || !hasAVX2 || nb == 0 || groups <= 0:
+	case !useSIMD || !hasAVX2 || !hasF16C || nb == 0 || groups <= 0:
 		q8ilPortable(out, ostride, q, g, groups, a, t0, T)
 		return
 	}

@@ -4,13 +4,14 @@
 
 // Q8_0 products over the interleaved layout of q8il.go: 16 weight rows
 // per group; per block 8 chunks of 64 bytes (4 bytes of each row, as
-// w+128) and 16 float32 scales; activations in 8-token tiles, per block
+// w+128) and 16 f16 scales, widened by VCVTPH2PS (exact); activations
+// in 8-token tiles, per block
 // T int32 -128·Σx, T float32 scales, then chunk k of token t at 4(kT+t).
 // Per row and token: the block's exact int32 sum, VCVTDQ2PS, times
 // float32(wd·xd) (VMULPS), added (VADDPS) into one float32 per output,
 // blocks in order: the portable kernel's operations, never FMA.
 
-// func q8ilVNNI1(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+// func q8ilVNNI1(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 // groups consecutive 16-row groups against one 1-token tile: the outputs
 // of token t are out[t*ostride : t*ostride+16] for the first group, 16 on
 // for each next one.
@@ -38,7 +39,7 @@ vnni1block:
 	VMOVDQU64 320(DI), Z5
 	VMOVDQU64 384(DI), Z6
 	VMOVDQU64 448(DI), Z7
-	VMOVUPS (R11), Z8
+	VCVTPH2PS (R11), Z8
 	VPBROADCASTD 0(SI), Z10
 	VPXORD Z11, Z11, Z11
 	VPDPBUSD.BCST 8(SI), Z0, Z10
@@ -55,7 +56,7 @@ vnni1block:
 	VMULPS Z9, Z10, Z10
 	VADDPS Z10, Z18, Z18
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ $40, SI
 	DECQ CX
 	JNZ  vnni1block
@@ -68,7 +69,7 @@ vnni1block:
 	VZEROUPPER
 	RET
 
-// func q8ilVNNI2(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+// func q8ilVNNI2(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 // groups consecutive 16-row groups against one 2-token tile: the outputs
 // of token t are out[t*ostride : t*ostride+16] for the first group, 16 on
 // for each next one.
@@ -97,7 +98,7 @@ vnni2block:
 	VMOVDQU64 320(DI), Z5
 	VMOVDQU64 384(DI), Z6
 	VMOVDQU64 448(DI), Z7
-	VMOVUPS (R11), Z8
+	VCVTPH2PS (R11), Z8
 	VPBROADCASTD 0(SI), Z10
 	VPBROADCASTD 4(SI), Z11
 	VPDPBUSD.BCST 16(SI), Z0, Z10
@@ -125,7 +126,7 @@ vnni2block:
 	VMULPS Z9, Z11, Z11
 	VADDPS Z11, Z19, Z19
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ $80, SI
 	DECQ CX
 	JNZ  vnni2block
@@ -140,7 +141,7 @@ vnni2block:
 	VZEROUPPER
 	RET
 
-// func q8ilVNNI3(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+// func q8ilVNNI3(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 // groups consecutive 16-row groups against one 3-token tile: the outputs
 // of token t are out[t*ostride : t*ostride+16] for the first group, 16 on
 // for each next one.
@@ -170,7 +171,7 @@ vnni3block:
 	VMOVDQU64 320(DI), Z5
 	VMOVDQU64 384(DI), Z6
 	VMOVDQU64 448(DI), Z7
-	VMOVUPS (R11), Z8
+	VCVTPH2PS (R11), Z8
 	VPBROADCASTD 0(SI), Z10
 	VPBROADCASTD 4(SI), Z11
 	VPBROADCASTD 8(SI), Z12
@@ -211,7 +212,7 @@ vnni3block:
 	VMULPS Z9, Z12, Z12
 	VADDPS Z12, Z20, Z20
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ $120, SI
 	DECQ CX
 	JNZ  vnni3block
@@ -228,7 +229,7 @@ vnni3block:
 	VZEROUPPER
 	RET
 
-// func q8ilVNNI4(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+// func q8ilVNNI4(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 // groups consecutive 16-row groups against one 4-token tile: the outputs
 // of token t are out[t*ostride : t*ostride+16] for the first group, 16 on
 // for each next one.
@@ -259,7 +260,7 @@ vnni4block:
 	VMOVDQU64 320(DI), Z5
 	VMOVDQU64 384(DI), Z6
 	VMOVDQU64 448(DI), Z7
-	VMOVUPS (R11), Z8
+	VCVTPH2PS (R11), Z8
 	VPBROADCASTD 0(SI), Z10
 	VPBROADCASTD 4(SI), Z11
 	VPBROADCASTD 8(SI), Z12
@@ -313,7 +314,7 @@ vnni4block:
 	VMULPS Z9, Z13, Z13
 	VADDPS Z13, Z21, Z21
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ $160, SI
 	DECQ CX
 	JNZ  vnni4block
@@ -332,7 +333,7 @@ vnni4block:
 	VZEROUPPER
 	RET
 
-// func q8ilVNNI5(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+// func q8ilVNNI5(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 // groups consecutive 16-row groups against one 5-token tile: the outputs
 // of token t are out[t*ostride : t*ostride+16] for the first group, 16 on
 // for each next one.
@@ -364,7 +365,7 @@ vnni5block:
 	VMOVDQU64 320(DI), Z5
 	VMOVDQU64 384(DI), Z6
 	VMOVDQU64 448(DI), Z7
-	VMOVUPS (R11), Z8
+	VCVTPH2PS (R11), Z8
 	VPBROADCASTD 0(SI), Z10
 	VPBROADCASTD 4(SI), Z11
 	VPBROADCASTD 8(SI), Z12
@@ -431,7 +432,7 @@ vnni5block:
 	VMULPS Z9, Z14, Z14
 	VADDPS Z14, Z22, Z22
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ $200, SI
 	DECQ CX
 	JNZ  vnni5block
@@ -452,7 +453,7 @@ vnni5block:
 	VZEROUPPER
 	RET
 
-// func q8ilVNNI6(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+// func q8ilVNNI6(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 // groups consecutive 16-row groups against one 6-token tile: the outputs
 // of token t are out[t*ostride : t*ostride+16] for the first group, 16 on
 // for each next one.
@@ -485,7 +486,7 @@ vnni6block:
 	VMOVDQU64 320(DI), Z5
 	VMOVDQU64 384(DI), Z6
 	VMOVDQU64 448(DI), Z7
-	VMOVUPS (R11), Z8
+	VCVTPH2PS (R11), Z8
 	VPBROADCASTD 0(SI), Z10
 	VPBROADCASTD 4(SI), Z11
 	VPBROADCASTD 8(SI), Z12
@@ -565,7 +566,7 @@ vnni6block:
 	VMULPS Z9, Z15, Z15
 	VADDPS Z15, Z23, Z23
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ $240, SI
 	DECQ CX
 	JNZ  vnni6block
@@ -588,7 +589,7 @@ vnni6block:
 	VZEROUPPER
 	RET
 
-// func q8ilVNNI7(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+// func q8ilVNNI7(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 // groups consecutive 16-row groups against one 7-token tile: the outputs
 // of token t are out[t*ostride : t*ostride+16] for the first group, 16 on
 // for each next one.
@@ -622,7 +623,7 @@ vnni7block:
 	VMOVDQU64 320(DI), Z5
 	VMOVDQU64 384(DI), Z6
 	VMOVDQU64 448(DI), Z7
-	VMOVUPS (R11), Z8
+	VCVTPH2PS (R11), Z8
 	VPBROADCASTD 0(SI), Z10
 	VPBROADCASTD 4(SI), Z11
 	VPBROADCASTD 8(SI), Z12
@@ -715,7 +716,7 @@ vnni7block:
 	VMULPS Z9, Z16, Z16
 	VADDPS Z16, Z24, Z24
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ $280, SI
 	DECQ CX
 	JNZ  vnni7block
@@ -740,7 +741,7 @@ vnni7block:
 	VZEROUPPER
 	RET
 
-// func q8ilVNNI8(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)
+// func q8ilVNNI8(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 // groups consecutive 16-row groups against one 8-token tile: the outputs
 // of token t are out[t*ostride : t*ostride+16] for the first group, 16 on
 // for each next one.
@@ -775,7 +776,7 @@ vnni8block:
 	VMOVDQU64 320(DI), Z5
 	VMOVDQU64 384(DI), Z6
 	VMOVDQU64 448(DI), Z7
-	VMOVUPS (R11), Z8
+	VCVTPH2PS (R11), Z8
 	VPBROADCASTD 0(SI), Z10
 	VPBROADCASTD 4(SI), Z11
 	VPBROADCASTD 8(SI), Z12
@@ -881,7 +882,7 @@ vnni8block:
 	VMULPS Z9, Z17, Z17
 	VADDPS Z17, Z25, Z25
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ $320, SI
 	DECQ CX
 	JNZ  vnni8block
@@ -908,7 +909,7 @@ vnni8block:
 	VZEROUPPER
 	RET
 
-// func q8ilAVX2(out *float32, w *uint8, wd *float32, x *byte, nb int, T int, groups int)
+// func q8ilAVX2(out *float32, w *uint8, wd *uint16, x *byte, nb int, T int, groups int)
 // One token of a T-token tile (x points at its -128·Σx slot in block 0)
 // against groups 16-row groups, out[0:16] for the first, 16 on for each
 // next one. The weights, XORed with 0x80 back to int8, meet the
@@ -1057,16 +1058,16 @@ avx2block:
 	VBROADCASTSS (SI)(R13*1), Y9
 	VCVTDQ2PS Y2, Y2
 	VCVTDQ2PS Y3, Y3
-	VMOVUPS (R11), Y10
+	VCVTPH2PS (R11), Y10
 	VMULPS Y9, Y10, Y10
 	VMULPS Y10, Y2, Y2
 	VADDPS Y2, Y0, Y0
-	VMOVUPS 32(R11), Y11
+	VCVTPH2PS 16(R11), Y11
 	VMULPS Y9, Y11, Y11
 	VMULPS Y11, Y3, Y3
 	VADDPS Y3, Y1, Y1
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ R12, SI
 	DECQ CX
 	JNZ  avx2block

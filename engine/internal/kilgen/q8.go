@@ -17,7 +17,8 @@ func q8Asm() string {
 	p("")
 	p("// Q8_0 products over the interleaved layout of q8il.go: 16 weight rows")
 	p("// per group; per block 8 chunks of 64 bytes (4 bytes of each row, as")
-	p("// w+128) and 16 float32 scales; activations in 8-token tiles, per block")
+	p("// w+128) and 16 f16 scales, widened by VCVTPH2PS (exact); activations")
+	p("// in 8-token tiles, per block")
 	p("// T int32 -128·Σx, T float32 scales, then chunk k of token t at 4(kT+t).")
 	p("// Per row and token: the block's exact int32 sum, VCVTDQ2PS, times")
 	p("// float32(wd·xd) (VMULPS), added (VADDPS) into one float32 per output,")
@@ -33,7 +34,7 @@ func q8Asm() string {
 // scales, Z9 scratch, Z10+t token t's integer sum, Z18+t its accumulator.
 func vnni(p func(string, ...any), T int) {
 	p("")
-	p("// func q8ilVNNI%d(out *float32, ostride int, w *uint8, wd *float32, x *byte, nb int, groups int)", T)
+	p("// func q8ilVNNI%d(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)", T)
 	p("// groups consecutive 16-row groups against one %d-token tile: the outputs", T)
 	p("// of token t are out[t*ostride : t*ostride+16] for the first group, 16 on")
 	p("// for each next one.")
@@ -58,7 +59,7 @@ func vnni(p func(string, ...any), T int) {
 	for k := 0; k < 8; k++ {
 		p("\tVMOVDQU64 %d(DI), Z%d", 64*k, k)
 	}
-	p("\tVMOVUPS (R11), Z8")
+	p("\tVCVTPH2PS (R11), Z8")
 	for t := 0; t < T; t++ {
 		p("\tVPBROADCASTD %d(SI), Z%d", 4*t, 10+t)
 	}
@@ -84,7 +85,7 @@ func vnni(p func(string, ...any), T int) {
 		p("\tVADDPS Z%d, Z%d, Z%d", 10+t, 18+t, 18+t)
 	}
 	p("\tADDQ $512, DI")
-	p("\tADDQ $64, R11")
+	p("\tADDQ $32, R11")
 	p("\tADDQ $%d, SI", 40*T)
 	p("\tDECQ CX")
 	p("\tJNZ  vnni%dblock", T)
@@ -108,7 +109,7 @@ func vnni(p func(string, ...any), T int) {
 // sums, Y14 int16 ones, Y15 0x80 bytes.
 func avx2(p func(string, ...any)) {
 	p(`
-// func q8ilAVX2(out *float32, w *uint8, wd *float32, x *byte, nb int, T int, groups int)
+// func q8ilAVX2(out *float32, w *uint8, wd *uint16, x *byte, nb int, T int, groups int)
 // One token of a T-token tile (x points at its -128·Σx slot in block 0)
 // against groups 16-row groups, out[0:16] for the first, 16 on for each
 // next one. The weights, XORed with 0x80 back to int8, meet the
@@ -164,16 +165,16 @@ avx2block:
 	p(`	VBROADCASTSS (SI)(R13*1), Y9
 	VCVTDQ2PS Y2, Y2
 	VCVTDQ2PS Y3, Y3
-	VMOVUPS (R11), Y10
+	VCVTPH2PS (R11), Y10
 	VMULPS Y9, Y10, Y10
 	VMULPS Y10, Y2, Y2
 	VADDPS Y2, Y0, Y0
-	VMOVUPS 32(R11), Y11
+	VCVTPH2PS 16(R11), Y11
 	VMULPS Y9, Y11, Y11
 	VMULPS Y11, Y3, Y3
 	VADDPS Y3, Y1, Y1
 	ADDQ $512, DI
-	ADDQ $64, R11
+	ADDQ $32, R11
 	ADDQ R12, SI
 	DECQ CX
 	JNZ  avx2block
