@@ -15,9 +15,9 @@ import (
 //     of the 16 rows' block b, in row order, each stored as w XOR 0x80
 //     (w+128 as a uint8);
 //   - the scales are f16 [g][b][16 rows], as the file holds them: the
-//     kernels widen them exactly (VCVTPH2PS). Held as float32 they were
-//     4 bytes a block instead of 2, and a decode, bound by memory, read
-//     5.9% more than the file's 34 bytes a block.
+//     kernels widen them exactly (VCVTPH2PS). Held as float32 they took
+//     36 bytes a block against the file's 34: 5.9% more memory, and as
+//     much more to read for a decode bound by memory.
 //
 // The dot product is dotQ8's (kernels.go): per block the exact int32 sum
 // of the 32 products, times float32(wd·xd), added in block order into one
@@ -216,9 +216,9 @@ func matmulQ8(out []float32, w *matrix, x *act, r0, r1 int) {
 func q8ilPortable(out []float32, ostride int, q *q8il, g, groups int, a *act, t0, T int) {
 	nb := q.nb
 	c := nb * 32
+	wd := make([]float32, nb*q8Group) // a group's scales, widened
 	for gg := 0; gg < groups; gg++ {
 		w := q.w[(g+gg)*nb*q8BlockBytes : (g+gg+1)*nb*q8BlockBytes]
-		wd := make([]float32, nb*q8Group)
 		for i, h := range q.d[(g+gg)*nb*q8Group : (g+gg+1)*nb*q8Group] {
 			wd[i] = f16ToF32(h)
 		}
