@@ -216,7 +216,14 @@ func matmulQ8(out []float32, w *matrix, x *act, r0, r1 int) {
 func q8ilPortable(out []float32, ostride int, q *q8il, g, groups int, a *act, t0, T int) {
 	nb := q.nb
 	c := nb * 32
-	wd := make([]float32, nb*q8Group) // a group's scales, widened
+	// A group's scales, widened: on the stack up to 512 blocks a row
+	// (16,384 columns), since a prefill calls this once per group and
+	// tile.
+	var buf [512 * q8Group]float32
+	wd := buf[:]
+	if nb*q8Group > len(buf) {
+		wd = make([]float32, nb*q8Group)
+	}
 	for gg := 0; gg < groups; gg++ {
 		w := q.w[(g+gg)*nb*q8BlockBytes : (g+gg+1)*nb*q8BlockBytes]
 		for i, h := range q.d[(g+gg)*nb*q8Group : (g+gg+1)*nb*q8Group] {

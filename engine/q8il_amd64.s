@@ -5,8 +5,8 @@
 // Q8_0 products over the interleaved layout of q8il.go: 16 weight rows
 // per group; per block 8 chunks of 64 bytes (4 bytes of each row, as
 // w+128) and 16 f16 scales, widened by VCVTPH2PS (exact); activations
-// in 8-token tiles, per block
-// T int32 -128·Σx, T float32 scales, then chunk k of token t at 4(kT+t).
+// in 8-token tiles, per block T int32 -128·Σx, T float32 scales, then
+// chunk k of token t at 4(kT+t).
 // Per row and token: the block's exact int32 sum, VCVTDQ2PS, times
 // float32(wd·xd) (VMULPS), added (VADDPS) into one float32 per output,
 // blocks in order: the portable kernel's operations, never FMA.
