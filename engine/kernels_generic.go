@@ -55,3 +55,9 @@ func q8ilTile(out []float32, ostride int, q *q8il, g, groups int, a *act, t0, T 
 func quantizeQ8SIMD(x []float32, q []int8, d []float32) bool { return false }
 
 func quantizeQ8KSIMD(x []float32, q []int8, d []float32, bsums []int16) int { return 0 }
+
+func amxQ4K() bool { return false }
+
+func gemmQ4K16AMX(*byte, int, *int8, int, *float32, *byte, *float32, int, *byte) {
+	panic("engine: no AMX kernel on this architecture")
+}

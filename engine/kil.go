@@ -186,6 +186,28 @@ func (a *act) kilExtras(t DType) []byte {
 	return a.ks16
 }
 
+// amxScratch is gemmQ4K16AMX's scratch (kilgen's amxScratch): the tile
+// configuration, a super-block's 8 B tiles of 512 bytes, two stored
+// product tiles and the 16 tokens' accumulators.
+const amxScratch = 64 + 8*512 + 2*16*64 + 16*64
+
+// amxTiles is the tile configuration gemmQ4K16AMX loads (palette 1),
+// twice over: tmm0 (tmm3) a product (16 tokens × 16 int32), tmm1 (tmm4)
+// the tokens' 32 bytes of a sub-block (16 × 32), tmm2 (tmm5) its 16 rows'
+// nibbles (8 × 64: 4 columns of 16 rows a line).
+func amxTiles(tmp []byte) {
+	clear(tmp[:64])
+	tmp[0] = 1
+	for i, t := range [][2]int{{16, 64}, {16, 32}, {8, 64}, {16, 64}, {16, 32}, {8, 64}} { // rows, bytes a row
+		tmp[16+2*i] = byte(t[1])
+		tmp[48+i] = byte(t[0])
+	}
+}
+
+// useAMX lets tests and benchmarks turn the AMX kernel off; it is never
+// turned off otherwise.
+var useAMX = true
+
 // kilTokTile is the tokens a group of rows meets while its weights stay
 // in cache.
 const kilTokTile = 32
@@ -199,6 +221,11 @@ func matmulKIL(out []float32, w *matrix, x *act, r0, r1 int) {
 	ex := x.kilExtras(w.typ)    // made by prepareOn, before the pool's goroutines
 	exb := len(ex) / (x.n * nb) // extras' bytes per token and super-block
 	var pad [4 * ilRows]float32
+	var tmp [amxScratch]byte
+	amx := w.typ == Q4_K && amxQ4K()
+	if amx {
+		amxTiles(tmp[:])
+	}
 	for tt := 0; tt < x.n; tt += kilTokTile {
 		te := min(tt+kilTokTile, x.n)
 		for g := r0 / ilRows; g*ilRows < r1; g++ {
@@ -206,6 +233,13 @@ func matmulKIL(out []float32, w *matrix, x *act, r0, r1 int) {
 			whole := lo == g*ilRows && hi == (g+1)*ilRows
 			wg := w.il[g*nb*gb : (g+1)*nb*gb]
 			for t := tt; t < te; {
+				if amx && whole && te-t >= 16 {
+					o := out[t*w.rows+lo:]
+					_ = o[15*w.rows+ilRows-1]
+					gemmQ4K16AMX(&wg[0], nb, &x.kq[t*w.cols], w.cols, &x.kd[t*nb], &ex[t*nb*exb], &o[0], 4*w.rows, &tmp[0])
+					t += 16
+					continue
+				}
 				nt := 4
 				if te-t < 4 {
 					nt = 1

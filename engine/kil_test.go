@@ -12,8 +12,9 @@ import (
 // TestKILMatchesRowKernels: the interleaved kernels give the portable row
 // kernels' bits for Q4_K, Q5_K and Q6_K, on random blocks (finite halves,
 // subnormals included) and on extreme ones, for row counts that leave a
-// partial group, 1 to 9 activation rows (the 4-token and 1-token kernels
-// and their mix), and the row slices the pool cuts (multiples of 16).
+// partial group, 1 to 35 activation rows (the 4-token and 1-token kernels
+// and their mix; 16 and more, Q4_K's AMX kernel where the CPU has it),
+// and the row slices the pool cuts (multiples of 16).
 func TestKILMatchesRowKernels(t *testing.T) {
 	rng := uint64(21)
 	for _, typ := range []DType{Q4_K, Q5_K, Q6_K} {
@@ -42,7 +43,7 @@ func TestKILMatchesRowKernels(t *testing.T) {
 				}
 			}
 			cols := tc.nb * 256
-			for _, n := range []int{1, 2, 4, 5, 9} {
+			for _, n := range []int{1, 2, 4, 5, 9, 16, 35} {
 				x := make([]float32, n*cols)
 				for i := range x {
 					x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)
