@@ -48,7 +48,7 @@ func le32(v int) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), by
 // q4kAMX writes gemmQ4K16AMX. Registers: Z0–Z15 the tokens' integer sums
 // of the super-block, Z16–Z17 unpacking, Z18–Z21 the mins, Z24–Z25 a
 // sub-block's scales and product, Z26–Z29 and Z22–Z23 the float combine,
-// Z31 the nibble mask. DI the scratch, DX 64 (the tiles' stride in it).
+// Z30 an accumulator, Z31 the nibble mask. DI the scratch, DX 64 (the tiles' stride in it).
 func (g *gen) q4kAMX() {
 	name := "gemmQ4K16AMX"
 	fmt.Fprintf(&g.Buffer, "\n// func %s(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int, tmp *byte)\n", name)
@@ -128,8 +128,10 @@ func (g *gen) q4kAMX() {
 		g.f("VCVTDQ2PS Z22, Z23")
 		g.f("VMULPS Z23, Z29, Z29")
 		g.f("VSUBPS Z29, Z28, Z28")
-		g.f("VADDPS %d(DI), Z28, Z28", amxAcc+64*m)
-		g.f("VMOVUPS Z28, %d(DI)", amxAcc+64*m)
+		// acc + term, as q4k adds (a NaN's payload follows the order).
+		g.f("VMOVUPS %d(DI), Z30", amxAcc+64*m)
+		g.f("VADDPS Z28, Z30, Z30")
+		g.f("VMOVUPS Z30, %d(DI)", amxAcc+64*m)
 		g.f("VPXORD %s, %s, %s", z(m), z(m), z(m))
 		if m < 15 {
 			g.f("ADDQ R10, R11")
