@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"sync"
 
 	"github.com/stratanet/strata/engine/internal/kilorder"
 )
@@ -186,10 +187,18 @@ func (a *act) kilExtras(t DType) []byte {
 	return a.ks16
 }
 
-// amxScratch is gemmQ4K16AMX's scratch (kilgen's amxScratch): the tile
-// configuration, a super-block's 8 B tiles of 512 bytes, two stored
-// product tiles and the 16 tokens' accumulators.
+// amxScratch is gemmQ4K16AMX's scratch, as kilgen's amx.go lays it out:
+// the tile configuration, a super-block's 8 B tiles of 512 bytes, two
+// stored product tiles and the 16 tokens' accumulators.
 const amxScratch = 64 + 8*512 + 2*16*64 + 16*64
+
+// amxScratches keeps scratches between products (a batch of 16 sessions
+// makes one a matrix and worker every step), each configured.
+var amxScratches = sync.Pool{New: func() any {
+	tmp := new([amxScratch]byte)
+	amxTiles(tmp[:])
+	return tmp
+}}
 
 // amxTiles is the tile configuration gemmQ4K16AMX loads (palette 1),
 // twice over: tmm0 (tmm3) a product (16 tokens × 16 int32), tmm1 (tmm4)
@@ -221,10 +230,10 @@ func matmulKIL(out []float32, w *matrix, x *act, r0, r1 int) {
 	ex := x.kilExtras(w.typ)    // made by prepareOn, before the pool's goroutines
 	exb := len(ex) / (x.n * nb) // extras' bytes per token and super-block
 	var pad [4 * ilRows]float32
-	var tmp [amxScratch]byte
-	amx := w.typ == Q4_K && amxQ4K()
-	if amx {
-		amxTiles(tmp[:])
+	var tmp *[amxScratch]byte
+	if w.typ == Q4_K && x.n >= 16 && amxQ4K() {
+		tmp = amxScratches.Get().(*[amxScratch]byte)
+		defer amxScratches.Put(tmp)
 	}
 	for tt := 0; tt < x.n; tt += kilTokTile {
 		te := min(tt+kilTokTile, x.n)
@@ -233,7 +242,7 @@ func matmulKIL(out []float32, w *matrix, x *act, r0, r1 int) {
 			whole := lo == g*ilRows && hi == (g+1)*ilRows
 			wg := w.il[g*nb*gb : (g+1)*nb*gb]
 			for t := tt; t < te; {
-				if amx && whole && te-t >= 16 {
+				if tmp != nil && whole && te-t >= 16 {
 					o := out[t*w.rows+lo:]
 					_ = o[15*w.rows+ilRows-1]
 					gemmQ4K16AMX(&wg[0], nb, &x.kq[t*w.cols], w.cols, &x.kd[t*nb], &ex[t*nb*exb], &o[0], 4*w.rows, &tmp[0])
