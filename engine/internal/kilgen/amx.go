@@ -16,12 +16,11 @@ import "fmt"
 // The scratch (tmp) the caller passes: the tile configuration, the
 // unpacked nibbles of one super-block's 8 sub-blocks (each a B tile of 8
 // rows of 64 bytes), two stored product tiles, and the 16 tokens' float
-// accumulators.
+// accumulators (16 × 64 bytes: engine's amxScratch ends there).
 const (
-	amxCfg = 0
 	amxB   = 64
 	amxC   = amxB + 8*512
-	amxAcc = amxC + 2*16*64 // 16 × 64 bytes: engine's amxScratch ends there
+	amxAcc = amxC + 2*16*64
 )
 
 // vex3 writes a 3-byte-VEX instruction of map 0F38 as bytes.
@@ -53,16 +52,7 @@ func (g *gen) q4kAMX() {
 	name := "gemmQ4K16AMX"
 	fmt.Fprintf(&g.Buffer, "\n// func %s(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int, tmp *byte)\n", name)
 	fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $0-72\n", name)
-	g.f("MOVQ w+0(FP), SI")
-	g.f("MOVQ nb+8(FP), CX")
-	g.f("MOVQ x+16(FP), R8")
-	g.f("MOVQ xs+24(FP), R12")
-	g.f("MOVQ xd+32(FP), R9")
-	g.f("MOVQ CX, R10")
-	g.f("SHLQ $2, R10")
-	g.f("MOVQ bs+40(FP), BX")
-	g.f("MOVQ CX, AX")
-	g.f("SHLQ $4, AX")
+	g.args(bsShift["Q4K"])
 	g.f("MOVQ tmp+64(FP), DI")
 	g.f("MOVQ $64, DX")
 	g.vex3("LDTILECFG (DI)", 0b111, 0x78, 0x49, 0x07)

@@ -79,18 +79,9 @@ const (
 func (g *gen) prologue(name string, nt int) {
 	fmt.Fprintf(&g.Buffer, "\n// func %s(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)\n", name)
 	fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $16-64\n", name)
-	g.f("MOVQ w+0(FP), SI")
-	g.f("MOVQ nb+8(FP), CX")
-	g.f("MOVQ x+16(FP), R8")
-	g.f("MOVQ xs+24(FP), R12")
+	g.args(bsShift[name[4:7]])
 	g.f("LEAQ (R8)(R12*1), R13")
-	g.f("MOVQ xd+32(FP), R9")
-	g.f("MOVQ CX, R10")
-	g.f("SHLQ $2, R10")
 	g.f("LEAQ (R9)(R10*1), R11")
-	g.f("MOVQ bs+40(FP), BX")
-	g.f("MOVQ CX, AX")
-	g.f("SHLQ $%d, AX", bsShift[name[4:7]])
 	g.f("LEAQ (BX)(AX*1), DX")
 	g.f("MOVL $0x0f0f0f0f, DI")
 	g.f("VPBROADCASTD DI, Z31")
@@ -99,6 +90,23 @@ func (g *gen) prologue(name string, nt int) {
 	for t := 0; t < nt; t++ {
 		g.f("VPXORD %s, %s, %s", z(acc+t), z(acc+t), z(acc+t))
 	}
+}
+
+// args loads the K-quant kernels' arguments: SI the weights, CX the
+// super-blocks, R8 the activations and R12 their stride, R9 the scales
+// and R10 their stride (4·nb), BX the extras and AX their stride (nb
+// shifted by bsShift).
+func (g *gen) args(bsShift int) {
+	g.f("MOVQ w+0(FP), SI")
+	g.f("MOVQ nb+8(FP), CX")
+	g.f("MOVQ x+16(FP), R8")
+	g.f("MOVQ xs+24(FP), R12")
+	g.f("MOVQ xd+32(FP), R9")
+	g.f("MOVQ CX, R10")
+	g.f("SHLQ $2, R10")
+	g.f("MOVQ bs+40(FP), BX")
+	g.f("MOVQ CX, AX")
+	g.f("SHLQ $%d, AX", bsShift)
 }
 
 // bsShift gives the bytes of per-block extras per super-block as a shift
