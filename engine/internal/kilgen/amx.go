@@ -47,7 +47,9 @@ func le32(v int) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), by
 // q4kAMX writes gemmQ4K16AMX. Registers: Z0–Z15 the tokens' integer sums
 // of the super-block, Z16–Z17 unpacking, Z18–Z21 the mins, Z24–Z25 a
 // sub-block's scales and product, Z26–Z29 and Z22–Z23 the float combine,
-// Z30 an accumulator, Z31 the nibble mask. DI the scratch, DX 64 (the tiles' stride in it).
+// Z30 an accumulator, Z31 the nibble mask. DI the scratch, DX 64 (the
+// tiles' stride in it). The accumulators stay in the scratch: the sums
+// take half the registers.
 func (g *gen) q4kAMX() {
 	name := "gemmQ4K16AMX"
 	fmt.Fprintf(&g.Buffer, "\n// func %s(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int, tmp *byte)\n", name)

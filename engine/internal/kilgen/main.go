@@ -1,7 +1,8 @@
 // Command kilgen writes the engine's generated kernels: engine/kil_amd64.s,
 // the AVX-512 VNNI kernels of the row-interleaved K-quant layout
-// (engine/kil.go), engine/q8il_amd64.s, those of the Q8_0 one
-// (engine/q8il.go), and engine/gemm_amd64.s, the 4×4 F32/F16/BF16 tiles. The kernels are unrolled over a block's parts and
+// (engine/kil.go) and Q4_K's AMX one (amx.go), engine/q8il_amd64.s, those
+// of the Q8_0 one (engine/q8il.go), and engine/gemm_amd64.s, the 4×4
+// F32/F16/BF16 tiles. The kernels are unrolled over a block's parts and
 // the tile's tokens; writing them by hand would mean thousands of
 // near-identical lines.
 //
