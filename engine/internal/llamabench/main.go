@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -80,6 +81,7 @@ func measureCmd(args []string) error {
 	steps := fs.Int("steps", 64, "decode: tokens timed; batch16: decode steps timed")
 	prompt := fs.Int("prompt", 16, "decode and batch16: prompt tokens per session")
 	n := fs.Int("tokens", 512, "prefill: prompt tokens")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run (load and timed region) to this file")
 	fs.Parse(args)
 	// Loading converts the weights into new buffers, and at GOGC's default
 	// the garbage of a big file's load is collected late: a 5 GB
@@ -91,6 +93,17 @@ func measureCmd(args []string) error {
 		if avail := memAvailable(); avail > 0 {
 			debug.SetMemoryLimit(avail / 10 * 9)
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	r, err := measure(*model, *threads, *mode, *steps, *prompt, *n)
 	if err != nil {
