@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	lpswarm "github.com/libp2p/go-libp2p/p2p/net/swarm"
 	ma "github.com/multiformats/go-multiaddr"
 )
 
@@ -29,6 +30,12 @@ func (n hostNet) Unprotect(p peer.ID, tag string) bool { return n.h.ConnManager(
 func (n hostNet) Connect(ctx context.Context, ai peer.AddrInfo) error {
 	return n.h.Connect(ctx, ai)
 }
+func (n hostNet) ClearDialBackoff(p peer.ID) {
+	if sw, ok := n.h.Network().(*lpswarm.Swarm); ok {
+		sw.Backoff().Clear(p)
+	}
+}
+
 func (n hostNet) Connected(p peer.ID) bool {
 	return n.h.Network().Connectedness(p) == network.Connected
 }

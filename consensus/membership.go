@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	lpnet "github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -202,7 +201,9 @@ func (l *connLiveness) DeadSince(id peer.ID) (time.Time, bool) {
 			// A probe asks whether the peer answers now; go-libp2p's dial
 			// backoff (5 s after a failed dial) would answer with the old
 			// failure instead, and keep a peer that is back dead for it.
-			ctx = lpnet.WithForceDirectDial(ctx, "consensus liveness probe")
+			if bc, ok := l.h.(BackoffClearer); ok {
+				bc.ClearDialBackoff(id)
+			}
 			if err := l.h.Connect(ctx, peer.AddrInfo{ID: id}); err != nil {
 				l.markLost(id, now)
 			}

@@ -44,6 +44,17 @@ type Network interface {
 	Open(ctx context.Context, p peer.ID, proto protocol.ID) (Stream, error)
 }
 
+// BackoffClearer is a Network that can forget go-libp2p's dial backoff
+// for a peer. Raft's dials and the built-in liveness probes then dial a
+// peer in backoff all the same (Raft backs off from a failing peer
+// itself). A dial forced past the backoff instead (WithForceDirectDial)
+// crashed the process when it met the host's Close: go-libp2p v0.51's
+// swarm filters a forced dial's addresses by a transport lookup that
+// returns nil once its transports are gone.
+type BackoffClearer interface {
+	ClearDialBackoff(p peer.ID)
+}
+
 // Notifier is a Network that reports connections as they open and close;
 // without it, the built-in liveness (no WithLiveness) dates a peer's loss
 // from when it first finds the peer gone.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	lpnet "github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	lpswarm "github.com/libp2p/go-libp2p/p2p/net/swarm"
 
@@ -136,14 +135,15 @@ func (sl *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	s, err := sl.h.Open(ctx, id, proto.Raft)
-	if errors.Is(err, lpswarm.ErrDialBackoff) {
+	if bc, ok := sl.h.(BackoffClearer); ok && errors.Is(err, lpswarm.ErrDialBackoff) {
 		// Raft backs off from a failing peer itself; go-libp2p's backoff
 		// also follows a dial that failed only because the two members
 		// dialled each other at once (over TCP with port reuse the two
 		// dials meet in one connection, and both handshakes fail:
 		// go-libp2p#2925). It kept two live voters apart for 5 s, and
 		// with a third voter dead the swarm had no leader.
-		s, err = sl.h.Open(lpnet.WithForceDirectDial(ctx, "raft"), id, proto.Raft)
+		bc.ClearDialBackoff(id)
+		s, err = sl.h.Open(ctx, id, proto.Raft)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("raft dial %s: %w", id, err)

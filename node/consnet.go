@@ -27,6 +27,7 @@ func (c consNet) Protect(p peer.ID, tag string)                       { c.h.Link
 func (c consNet) Unprotect(p peer.ID, tag string) bool                { return c.h.Links().Unprotect(p, tag) }
 func (c consNet) Connected(p peer.ID) bool                            { return c.h.Links().Connected(p) }
 func (c consNet) Connect(ctx context.Context, ai peer.AddrInfo) error { return c.h.Connect(ctx, ai) }
+func (c consNet) ClearDialBackoff(p peer.ID)                          { c.h.ClearDialBackoff(p) }
 
 func (c consNet) Handle(p protocol.ID, fn func(consensus.Stream)) error {
 	if fn == nil {

@@ -155,7 +155,7 @@ func (g *gossip) readHeartbeats(ctx context.Context) {
 		if hb, ok := msg.ValidatorData.(*Heartbeat); ok {
 			// Before the table: whoever sees the heartbeat there may dial
 			// the peer at once (nat.go, dial backoff).
-			g.h.clearDialBackoff(hb.NodeID)
+			g.h.ClearDialBackoff(hb.NodeID)
 			g.h.table.heard(hb)
 		}
 	}

@@ -310,9 +310,9 @@ func (a memberACL) AllowConnect(src peer.ID, _ ma.Multiaddr, dest peer.ID) bool 
 // its heartbeat (it is alive and a member) or a relay's reservation for
 // us (the relay knows us now).
 
-// clearDialBackoff forgets the dial backoff of p, unless we are
+// ClearDialBackoff forgets the dial backoff of p, unless we are
 // connected to it (then no dial is needed).
-func (s *Host) clearDialBackoff(p peer.ID) {
+func (s *Host) ClearDialBackoff(p peer.ID) {
 	if s.h.Network().Connectedness(p) == network.Connected {
 		return
 	}
@@ -328,7 +328,7 @@ func (s *Host) clearDialBackoffs() {
 		return
 	}
 	for _, p := range s.table.Snapshot() {
-		s.clearDialBackoff(p.ID)
+		s.ClearDialBackoff(p.ID)
 	}
 }
 
