@@ -113,13 +113,7 @@ func (g *gen) q4kAMX() {
 		for p := 0; p < 4; p++ {
 			g.f("VPDPWSSD.BCST %d(R13), %s, Z22", 4*p, z(18+p))
 		}
-		g.f("VMULPS.BCST (R11), Z26, Z28")
-		g.f("VCVTDQ2PS %s, Z29", z(m))
-		g.f("VMULPS Z29, Z28, Z28")
-		g.f("VMULPS.BCST (R11), Z27, Z29")
-		g.f("VCVTDQ2PS Z22, Z23")
-		g.f("VMULPS Z23, Z29, Z29")
-		g.f("VSUBPS Z29, Z28, Z28")
+		g.combineK("(R11)", z(m), "Z22", "Z23")
 		// acc + term, as q4k adds (a NaN's payload follows the order).
 		g.f("VMOVUPS %d(DI), Z30", amxAcc+64*m)
 		g.f("VADDPS Z28, Z30, Z30")

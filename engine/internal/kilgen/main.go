@@ -126,6 +126,21 @@ func (g *gen) epilogue(nt int) {
 	g.f("RET")
 }
 
+// combineK writes Z28 = float32(float32(d·dx)·float32(sumi)) −
+// float32(float32(dmin·dx)·float32(summ)), the super-block's term that
+// Q4_K's and Q5_K's kernels add to a token's accumulator (combineK in
+// engine): d in Z26, dmin in Z27, the token's scale at xd; Z29 and tmp
+// are clobbered. Every Q4_K kernel writes it here, so their bits agree.
+func (g *gen) combineK(xd, sumi, summ, tmp string) {
+	g.f("VMULPS.BCST %s, Z26, Z28", xd)
+	g.f("VCVTDQ2PS %s, Z29", sumi)
+	g.f("VMULPS Z29, Z28, Z28")
+	g.f("VMULPS.BCST %s, Z27, Z29", xd)
+	g.f("VCVTDQ2PS %s, %s", summ, tmp)
+	g.f("VMULPS %s, Z29, Z29", tmp)
+	g.f("VSUBPS Z29, Z28, Z28")
+}
+
 func (g *gen) advance(gsb, bsStep int, loop string) {
 	g.f("ADDQ $%d, SI", gsb)
 	g.f("ADDQ $256, R8")
@@ -207,13 +222,7 @@ func (g *gen) q4k(nt int, q5 bool) {
 		for p := 0; p < 4; p++ {
 			g.f("VPDPWSSD.BCST %s, %s, Z24", bs(t, 4*p), z(p))
 		}
-		g.f("VMULPS.BCST %s, Z26, Z28", xd(t, 0))
-		g.f("VCVTDQ2PS %s, Z29", z(sumi+t))
-		g.f("VMULPS Z29, Z28, Z28")
-		g.f("VMULPS.BCST %s, Z27, Z29", xd(t, 0))
-		g.f("VCVTDQ2PS Z24, Z25")
-		g.f("VMULPS Z25, Z29, Z29")
-		g.f("VSUBPS Z29, Z28, Z28")
+		g.combineK(xd(t, 0), z(sumi+t), "Z24", "Z25")
 		g.f("VADDPS Z28, %s, %s", z(acc+t), z(acc+t))
 	}
 	g.advance(gsb, 16, loop)
