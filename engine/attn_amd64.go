@@ -14,7 +14,9 @@ func attnAV(out, v []float32, stride int, p []float32) {
 			attnAV64(&out[i], &v[i], stride, &p[0], len(p))
 		}
 	}
-	attnAVPortable(out[i:], v[i:], stride, p)
+	if i < len(out) { // the portable loop walks p even for no outputs
+		attnAVPortable(out[i:], v[i:], stride, p)
+	}
 }
 
 //go:noescape
@@ -25,6 +27,16 @@ func expF32(s *float32, n int, m float32, c *float32)
 
 //go:noescape
 func scaleF32(s *float32, n int, f float32)
+
+// scale multiplies each value by f in place, 16 a step where the CPU has
+// AVX-512 (each product rounded once either way).
+func scale(s []float32, f float32) {
+	if !useSIMD || !hasAVX512 || len(s) == 0 {
+		scalePortable(s, f)
+		return
+	}
+	scaleF32(&s[0], len(s), f)
+}
 
 //go:noescape
 func siluMulF32(gate, up *float32, n int, c *float32)

@@ -43,6 +43,8 @@ func attnAV(out, v []float32, stride int, p []float32) { attnAVPortable(out, v, 
 
 func softmax(s []float32) { softmaxPortable(s) }
 
+func scale(s []float32, f float32) { scalePortable(s, f) }
+
 func siluMul(g, u []float32) { siluMulPortable(g, u) }
 
 func softmaxSink(s []float32, sink float32) { softmaxSinkPortable(s, sink) }
@@ -58,6 +60,8 @@ func quantizeQ8KSIMD(x []float32, q []int8, d []float32, bsums []int16) int { re
 
 func amxQ4K() bool { return false }
 
-func gemmQ4K16AMX(*byte, int, *int8, int, *float32, *byte, *float32, int, *byte) {
+func expandQ4KAMX(*byte, int, *byte) { panic("engine: no AMX kernel on this architecture") }
+
+func gemmQ4K16AMX(*byte, *byte, int, *int8, int, *float32, *byte, *float32, int, *byte, int) {
 	panic("engine: no AMX kernel on this architecture")
 }

@@ -188,28 +188,37 @@ func (a *act) kilExtras(t DType) []byte {
 }
 
 // amxScratch is gemmQ4K16AMX's scratch, as kilgen's amx.go lays it out:
-// the tile configuration, a super-block's 8 B tiles of 512 bytes, two
-// stored product tiles and the 16 tokens' accumulators.
-const amxScratch = 64 + 8*512 + 2*16*64 + 16*64
+// the tile configuration and two areas of a super-block's two stored
+// products (tiles of 1 KB).
+const amxScratch = 64 + 2*2048
 
-// amxScratches keeps scratches between products (a batch of 16 sessions
-// makes one a matrix and worker every step), each configured.
-var amxScratches = sync.Pool{New: func() any {
-	tmp := new([amxScratch]byte)
-	amxTiles(tmp[:])
-	return tmp
+// amxExpanded is expandQ4KAMX's bytes per super-block: 4 chunks of 64
+// columns, an H and an L tile each.
+const amxExpanded = 8 << 10
+
+// amxWork is one worker's scratch and expanded weights.
+type amxWork struct {
+	tmp [amxScratch]byte
+	e   []byte
+}
+
+// amxWorks keeps scratches between products (a batch of 16 sessions makes
+// one a matrix and worker every step), each configured.
+var amxWorks = sync.Pool{New: func() any {
+	w := new(amxWork)
+	amxTiles(w.tmp[:])
+	return w
 }}
 
-// amxTiles is the tile configuration gemmQ4K16AMX loads (palette 1),
-// twice over: tmm0 (tmm3) a product (16 tokens × 16 int32), tmm1 (tmm4)
-// the tokens' 32 bytes of a sub-block (16 × 32), tmm2 (tmm5) its 16 rows'
-// nibbles (8 × 64: 4 columns of 16 rows a line).
+// amxTiles is the tile configuration gemmQ4K16AMX loads (palette 1): all
+// eight tiles 16 lines of 64 bytes (a product's 16 tokens × 16 int32, 16
+// tokens' 64 bytes, or 64 columns of 16 rows, 4 a line).
 func amxTiles(tmp []byte) {
 	clear(tmp[:64])
 	tmp[0] = 1
-	for i, t := range [][2]int{{16, 64}, {16, 32}, {8, 64}, {16, 64}, {16, 32}, {8, 64}} { // rows, bytes a row
-		tmp[16+2*i] = byte(t[1])
-		tmp[48+i] = byte(t[0])
+	for i := 0; i < 8; i++ {
+		tmp[16+2*i] = 64
+		tmp[48+i] = 16
 	}
 }
 
@@ -229,26 +238,24 @@ func matmulKIL(out []float32, w *matrix, x *act, r0, r1 int) {
 	nb := w.cols / 256
 	ex := x.kilExtras(w.typ)    // made by prepareOn, before the pool's goroutines
 	exb := len(ex) / (x.n * nb) // extras' bytes per token and super-block
-	var pad [4 * ilRows]float32
-	var tmp *[amxScratch]byte
+	// amx: tokens [0, amx) of the whole groups went through the AMX kernels.
+	amx := 0
 	if w.typ == Q4_K && x.n >= 16 && amxQ4K() {
-		tmp = amxScratches.Get().(*[amxScratch]byte)
-		defer amxScratches.Put(tmp)
+		amx = x.n &^ 15
+		matmulAMX(out, w, x, ex, exb, r0, r1, amx)
 	}
+	var pad [4 * ilRows]float32
 	for tt := 0; tt < x.n; tt += kilTokTile {
 		te := min(tt+kilTokTile, x.n)
 		for g := r0 / ilRows; g*ilRows < r1; g++ {
 			lo, hi := max(r0, g*ilRows), min(r1, (g+1)*ilRows)
 			whole := lo == g*ilRows && hi == (g+1)*ilRows
 			wg := w.il[g*nb*gb : (g+1)*nb*gb]
-			for t := tt; t < te; {
-				if tmp != nil && whole && te-t >= 16 {
-					o := out[t*w.rows+lo:]
-					_ = o[15*w.rows+ilRows-1]
-					gemmQ4K16AMX(&wg[0], nb, &x.kq[t*w.cols], w.cols, &x.kd[t*nb], &ex[t*nb*exb], &o[0], 4*w.rows, &tmp[0])
-					t += 16
-					continue
-				}
+			t := tt
+			if whole {
+				t = max(t, amx)
+			}
+			for t < te {
 				nt := 4
 				if te-t < 4 {
 					nt = 1
@@ -266,6 +273,33 @@ func matmulKIL(out []float32, w *matrix, x *act, r0, r1 int) {
 				}
 				t += nt
 			}
+		}
+	}
+}
+
+// amxTokTile is the tokens a group's expanded weights meet before the
+// next group's are made: 128 tokens of a 5,632-column matrix are 720 KB
+// of bytes, which stay in L2 while the groups pass.
+const amxTokTile = 128
+
+// matmulAMX computes the whole groups of rows r0 to r1 against tokens 0
+// to n (a multiple of 16) with the AMX kernels.
+func matmulAMX(out []float32, w *matrix, x *act, ex []byte, exb, r0, r1, n int) {
+	gb := ilGroupBlock(w.typ)
+	nb := w.cols / 256
+	aw := amxWorks.Get().(*amxWork)
+	defer amxWorks.Put(aw)
+	if len(aw.e) < nb*amxExpanded {
+		aw.e = make([]byte, nb*amxExpanded)
+	}
+	for tt := 0; tt < n; tt += amxTokTile {
+		te := min(tt+amxTokTile, n)
+		for g := (r0 + ilRows - 1) / ilRows; (g+1)*ilRows <= r1; g++ {
+			wg := w.il[g*nb*gb : (g+1)*nb*gb]
+			expandQ4KAMX(&wg[0], nb, &aw.e[0])
+			o := out[tt*w.rows+g*ilRows:]
+			_ = o[(te-tt-1)*w.rows+ilRows-1]
+			gemmQ4K16AMX(&aw.e[0], &wg[0], nb, &x.kq[tt*w.cols], w.cols, &x.kd[tt*nb], &ex[tt*nb*exb], &o[0], 4*w.rows, &aw.tmp[0], (te-tt)/16)
 		}
 	}
 }

@@ -43,7 +43,7 @@ func TestKILMatchesRowKernels(t *testing.T) {
 				}
 			}
 			cols := tc.nb * 256
-			for _, n := range []int{1, 2, 4, 5, 9, 16, 35} {
+			for _, n := range []int{1, 2, 4, 5, 9, 16, 35, 48, 150} {
 				x := make([]float32, n*cols)
 				for i := range x {
 					x[i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 21)

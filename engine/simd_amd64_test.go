@@ -405,3 +405,32 @@ func TestGemmTiles(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleSIMD: the AVX-512 scale gives scalePortable's bits for every
+// length from 1 to 40 (tails of every size), NaN, ±Inf and subnormals among
+// the values.
+func TestScaleSIMD(t *testing.T) {
+	if !useSIMD || !hasAVX512 {
+		t.Skip("no AVX-512")
+	}
+	rng := uint64(9)
+	specials := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-40, -1e-45, float32(math.Copysign(0, -1))}
+	for n := 1; n <= 40; n++ {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = math.Float32frombits(uint32(splitmix(&rng)))
+			if i%5 == 2 {
+				s[i] = specials[i%len(specials)]
+			}
+		}
+		for _, f := range []float32{0.125, 0.0883883, 3e-39, float32(math.Inf(1))} {
+			want := append([]float32(nil), s...)
+			scalePortable(want, f)
+			got := append([]float32(nil), s...)
+			scale(got, f)
+			if !sameBits(got, want) {
+				t.Fatalf("n %d, f %v: %v, portable %v", n, f, got, want)
+			}
+		}
+	}
+}

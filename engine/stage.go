@@ -586,9 +586,9 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32,
 		vs = kvd
 	}
 	group := a.Heads / a.KVHeads
-	scale := a.Scale
-	if scale == 0 {
-		scale = float32(1 / math.Sqrt(float64(hd)))
+	sc := a.Scale
+	if sc == 0 {
+		sc = float32(1 / math.Sqrt(float64(hd)))
 	}
 	// first is the first position a row at pos sees: with a sliding
 	// window, key p0 is masked for query p1 where p1−p0 ≥ Window (as
@@ -645,9 +645,7 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32,
 				if a.SoftCap != 0 {
 					softCap(sg, a.SoftCap)
 				}
-				for j := range sg {
-					sg[j] = float32(sg[j] * scale)
-				}
+				scale(sg, sc)
 				if sinks != nil {
 					softmaxSink(sg, sinks[g0+g])
 				} else {
@@ -682,6 +680,13 @@ func softCap(s []float32, c float32) {
 // attnBlock is the positions whose K (or V) rows the heads of a group
 // meet while they are in cache: 64 rows of a 128-wide head are 32 KB.
 const attnBlock = 64
+
+// scalePortable is scale's definition.
+func scalePortable(s []float32, f float32) {
+	for i := range s {
+		s[i] = float32(s[i] * f)
+	}
+}
 
 // attnAVPortable is attnAV's definition: each output continues its
 // sequential sum over the positions with products rounded to float32.

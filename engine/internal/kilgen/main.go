@@ -337,6 +337,7 @@ func main() {
 		g.q4k(nt, true)
 		g.q6k(nt)
 	}
+	g.q4kAMXExpand()
 	g.q4kAMX()
 	if err := os.WriteFile(*out, g.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
