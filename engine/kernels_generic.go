@@ -58,10 +58,16 @@ func quantizeQ8SIMD(x []float32, q []int8, d []float32) bool { return false }
 
 func quantizeQ8KSIMD(x []float32, q []int8, d []float32, bsums []int16) int { return 0 }
 
-func amxQ4K() bool { return false }
+func useAMXFor(DType) bool { return false }
 
 func expandQ4KAMX(*byte, int, *byte) { panic("engine: no AMX kernel on this architecture") }
 
+func expandQ6KAMX(*byte, int, *byte) { panic("engine: no AMX kernel on this architecture") }
+
 func gemmQ4K16AMX(*byte, *byte, int, *int8, int, *float32, *byte, *float32, int, *byte, int) {
+	panic("engine: no AMX kernel on this architecture")
+}
+
+func gemmQ6K16AMX(*byte, *byte, int, *int8, int, *float32, *byte, *float32, int, *byte, int) {
 	panic("engine: no AMX kernel on this architecture")
 }

@@ -187,14 +187,19 @@ func (a *act) kilExtras(t DType) []byte {
 	return a.ks16
 }
 
-// amxScratch is gemmQ4K16AMX's scratch, as kilgen's amx.go lays it out:
-// the tile configuration and two areas of a super-block's two stored
-// products (tiles of 1 KB).
-const amxScratch = 64 + 2*2048
+// amxScratch is the AMX kernels' scratch, as kilgen's amx.go lays it
+// out: the tile configuration and two areas of a super-block's stored
+// products (up to 3 tiles of 1 KB).
+const amxScratch = 64 + 2*3072
 
-// amxExpanded is expandQ4KAMX's bytes per super-block: 4 chunks of 64
-// columns, an H and an L tile each.
-const amxExpanded = 8 << 10
+// amxExpanded is the expand kernels' bytes per super-block: 4 chunks of
+// 64 columns, each 2 (Q4_K) or 3 (Q6_K) tiles of 1 KB.
+func amxExpanded(t DType) int {
+	if t == Q6_K {
+		return 12 << 10
+	}
+	return 8 << 10
+}
 
 // amxWork is one worker's scratch and expanded weights.
 type amxWork struct {
@@ -240,7 +245,7 @@ func matmulKIL(out []float32, w *matrix, x *act, r0, r1 int) {
 	exb := len(ex) / (x.n * nb) // extras' bytes per token and super-block
 	// amx: tokens [0, amx) of the whole groups went through the AMX kernels.
 	amx := 0
-	if w.typ == Q4_K && x.n >= 16 && amxQ4K() {
+	if x.n >= 16 && useAMXFor(w.typ) {
 		amx = x.n &^ 15
 		matmulAMX(out, w, x, ex, exb, r0, r1, amx)
 	}
@@ -287,19 +292,23 @@ const amxTokTile = 128
 func matmulAMX(out []float32, w *matrix, x *act, ex []byte, exb, r0, r1, n int) {
 	gb := ilGroupBlock(w.typ)
 	nb := w.cols / 256
+	expand, gemm := expandQ4KAMX, gemmQ4K16AMX
+	if w.typ == Q6_K {
+		expand, gemm = expandQ6KAMX, gemmQ6K16AMX
+	}
 	aw := amxWorks.Get().(*amxWork)
 	defer amxWorks.Put(aw)
-	if len(aw.e) < nb*amxExpanded {
-		aw.e = make([]byte, nb*amxExpanded)
+	if size := nb * amxExpanded(w.typ); len(aw.e) < size {
+		aw.e = make([]byte, size)
 	}
 	for tt := 0; tt < n; tt += amxTokTile {
 		te := min(tt+amxTokTile, n)
 		for g := (r0 + ilRows - 1) / ilRows; (g+1)*ilRows <= r1; g++ {
 			wg := w.il[g*nb*gb : (g+1)*nb*gb]
-			expandQ4KAMX(&wg[0], nb, &aw.e[0])
+			expand(&wg[0], nb, &aw.e[0])
 			o := out[tt*w.rows+g*ilRows:]
 			_ = o[(te-tt-1)*w.rows+ilRows-1]
-			gemmQ4K16AMX(&aw.e[0], &wg[0], nb, &x.kq[tt*w.cols], w.cols, &x.kd[tt*nb], &ex[tt*nb*exb], &o[0], 4*w.rows, &aw.tmp[0], (te-tt)/16)
+			gemm(&aw.e[0], &wg[0], nb, &x.kq[tt*w.cols], w.cols, &x.kd[tt*nb], &ex[tt*nb*exb], &o[0], 4*w.rows, &aw.tmp[0], (te-tt)/16)
 		}
 	}
 }

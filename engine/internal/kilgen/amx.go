@@ -2,15 +2,24 @@ package main
 
 import "fmt"
 
-// The AMX kernels of the interleaved Q4_K layout: 16 rows against 16 or
-// 32 tokens. A sub-block's 6-bit scale sc is split as sc = 4h + l (h <
-// 16, l < 4), and expandQ4KAMX multiplies the nibbles q by each part once
-// per group of rows: q·h ≤ 225 and q·l ≤ 45 are bytes. So a super-block
-// is two tile products of 256 columns (TDPBSUD: the tokens' signed Q8_K
-// bytes by those unsigned bytes), H = Σ q·h·x and L = Σ q·l·x, and 4H + L
-// is Σ_j sc_j·(Σ q·x over sub-block j) exactly, the integer the VNNI
-// kernels sum. The per-super-block float combine is q4k's, operation for
-// operation, so the outputs are the same bits as gemmQ4K1's and gemmQ4K4's.
+// The AMX kernels of the interleaved Q4_K and Q6_K layouts: 16 rows
+// against 16 tokens at a time. A tile product (TDPBSUD or TDPBSSD) sums
+// the tokens' signed Q8_K bytes times weight bytes over 64 columns, so
+// the sub-blocks' scales must be in the weights' bytes: an expand kernel
+// multiplies each quant by parts of its scale, once per group of rows and
+// 128 tokens, and a super-block is a few products of 256 columns whose
+// int32 sums, shifted and added, are exactly the integer the VNNI
+// kernels sum. The per-super-block float combine is theirs, operation for
+// operation, so the outputs are the same bits as gemmQ4K1's and
+// gemmQ4K4's (gemmQ6K1's and gemmQ6K4's).
+//
+//   - Q4_K: sc = 4h + l (h < 16, l < 4); q·h ≤ 225 and q·l ≤ 45 are
+//     unsigned bytes; H = Σ q·h·x and L = Σ q·l·x; 4H + L is Σ_j sc_j·(Σ
+//     q·x over sub-block j).
+//   - Q6_K: v = q − 32 (−32…31) and the signed scale sc = d0 + 8·d1 +
+//     64·d2 with digits −3…4, so v·d is a signed byte; S0 + 8·(S1 +
+//     8·S2) is Σ_j sc_j·(Σ (q − 32)·x over sub-block j).
+//
 // (Scaling each sub-block's tile product with vector multiplies instead
 // left the tile unit idle most of the time.)
 //
@@ -18,16 +27,29 @@ import "fmt"
 // (VEX encodings from Intel's SDM, checked against the VNNI kernels by
 // engine's tests).
 
-// The scratch (tmp) the caller passes: the tile configuration, two areas
-// of stored products (a super-block's H and L tiles for each 16 tokens),
-// and the 32 tokens' float accumulators (engine's amxScratch ends there).
-// The expanded weights are a buffer of their own: per super-block 4 chunks
-// of 64 columns, each an H tile then an L tile of 16 lines × 64 bytes (a
-// line 4 columns of the 16 rows).
+// amxKind is one layout's AMX kernels.
+type amxKind struct {
+	name     string
+	sets     int // tile products per super-block and 64 columns
+	signed   bool
+	gsb      int // the layout's bytes per group and super-block
+	d        int // its 16 f16 scales' offset
+	expanded int // expanded bytes per super-block
+}
+
+var (
+	amxQ4K = amxKind{name: "Q4K", sets: 2, gsb: q4kGSB, d: q4kD, expanded: 8 << 10}
+	amxQ6K = amxKind{name: "Q6K", sets: 3, signed: true, gsb: q6kGSB, d: q6kD, expanded: 12 << 10}
+)
+
+// The scratch (tmp) the caller passes: the tile configuration and two
+// areas of a super-block's stored products (engine's amxScratch). The
+// expanded weights are a buffer of their own: per super-block 4 chunks of
+// 64 columns, each its sets' tiles of 16 lines × 64 bytes (a line 4
+// columns of the 16 rows).
 const (
 	amxC    = 64
-	amxArea = 2 * 1024
-	amxExp  = 8 * 1024 // expanded bytes per super-block
+	amxArea = 3 * 1024
 )
 
 // vex3 writes a 3-byte-VEX instruction of map 0F38 as bytes.
@@ -86,9 +108,14 @@ func (g *gen) tileZero(t int) {
 	g.vex3(fmt.Sprintf("TILEZERO tmm%d", t), 0b111, 0x7B, 0x49, 0xC0|byte(t)<<3)
 }
 
-// tdpbsud writes TDPBSUD c += a·b (a's bytes signed, b's unsigned).
-func (g *gen) tdpbsud(c, a, b int) {
-	g.vex3(fmt.Sprintf("TDPBSUD tmm%d, tmm%d, tmm%d", b, a, c), 0b111, (^byte(b)&15)<<3|0b010, 0x5E, 0xC0|byte(c)<<3|byte(a))
+// tdp writes TDPBSUD c += a·b (a's bytes signed, b's unsigned), or
+// TDPBSSD (both signed).
+func (g *gen) tdp(signed bool, c, a, b int) {
+	name, pp := "TDPBSUD", byte(0b010)
+	if signed {
+		name, pp = "TDPBSSD", 0b011
+	}
+	g.vex3(fmt.Sprintf("%s tmm%d, tmm%d, tmm%d", name, b, a, c), 0b111, (^byte(b)&15)<<3|pp, 0x5E, 0xC0|byte(c)<<3|byte(a))
 }
 
 func le32(v int) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)} }
@@ -139,30 +166,103 @@ func (g *gen) q4kAMXExpand() {
 		}
 	}
 	g.f("ADDQ $%d, SI", q4kGSB)
-	g.f("ADDQ $%d, DI", amxExp)
+	g.f("ADDQ $%d, DI", amxQ4K.expanded)
 	g.f("DECQ CX")
 	g.f("JNZ %s", loop)
 	g.f("VZEROUPPER")
 	g.f("RET")
 }
 
-// q4kAMX writes gemmQ4K16AMX: 16 rows of expanded weights (e) against nt
-// tiles of 16 tokens, one after the other (one tile configuration for
-// them all). Tiles: tmm0 (tmm1) the H (L) product, tmm2+c%2 the tokens'
-// bytes of chunk c, tmm4+c%2 (tmm6+c%2) its H (L) weights: a chunk's
-// loads need not wait for the last chunk's products. A super-block's
-// products are stored to one area while the vector unit combines the
-// last one's from the other (R15 and R10, swapped each super-block).
+// q6kAMXExpand writes expandQ6KAMX(w *byte, nb int, dst *byte): the
+// three digit tiles of a group's nb super-blocks. Column k of the groups
+// of 32 glo and ghi (q6kColumn) is line k (group 2c) or 8+k (group 2c+1)
+// of chunk c's tiles. A signed byte times a digit: VPMULLW on the even
+// bytes alone (zero-extended: the low byte of the product is right
+// whatever the sign) and on the odd bytes alone (in the high byte, the
+// low one 0), then the two merged.
+func (g *gen) q6kAMXExpand() {
+	name := "expandQ6KAMX"
+	fmt.Fprintf(&g.Buffer, "\n// func %s(w *byte, nb int, dst *byte)\n", name)
+	fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $0-24\n", name)
+	g.f("MOVQ w+0(FP), SI")
+	g.f("MOVQ nb+8(FP), CX")
+	g.f("MOVQ dst+16(FP), DI")
+	for _, c := range []struct {
+		v   uint32
+		reg string
+	}{{3, "Z27"}, {7, "Z28"}, {0x00ff00ff, "Z29"}, {0x20202020, "Z30"}, {0x0f0f0f0f, "Z31"}} {
+		g.f("MOVL $0x%08x, R11", c.v)
+		g.f("VPBROADCASTD R11, %s", c.reg)
+	}
+	loop := name + "blk"
+	g.label(loop)
+	for n := 0; n < 2; n++ {
+		for h := 0; h < 2; h++ {
+			glo, ghi := 4*n+h, 4*n+h+2
+			// Z8+3i+j: digit j of sub-block i of (2glo, 2glo+1, 2ghi,
+			// 2ghi+1), a row's in both words of its dword.
+			for i, sb := range []int{2 * glo, 2*glo + 1, 2 * ghi, 2*ghi + 1} {
+				g.f("VPMOVSXBD %d(SI), Z24", q6kSc+16*sb)
+				for j := 0; j < 3; j++ {
+					dj := "Z24" // the last digit is what is left
+					if j < 2 {
+						g.f("VPADDD Z27, Z24, Z25")
+						g.f("VPANDD Z28, Z25, Z25")
+						g.f("VPSUBD Z27, Z25, Z25")
+						g.f("VPSUBD Z25, Z24, Z24")
+						g.f("VPSRAD $3, Z24, Z24")
+						dj = "Z25"
+					}
+					g.f("VPSLLD $16, %s, Z26", dj)
+					g.f("VPSRLD $16, Z26, %s", z(8+3*i+j))
+					g.f("VPORD Z26, %s, %s", z(8+3*i+j), z(8+3*i+j))
+				}
+			}
+			for k := 0; k < 8; k++ {
+				g.q6kColumn(n, h, k, "Z1", "Z0")
+				for _, col := range []struct {
+					q, g, sub int
+				}{{1, glo, k / 4}, {0, ghi, 2 + k/4}} {
+					g.f("VPSUBB Z30, %s, Z2", z(col.q))
+					g.f("VPANDD Z29, Z2, Z3")
+					g.f("VPANDND Z2, Z29, Z4")
+					for j := 0; j < 3; j++ {
+						d := z(8 + 3*col.sub + j)
+						g.f("VPMULLW %s, Z3, Z5", d)
+						g.f("VPMULLW %s, Z4, Z6", d)
+						g.f("VPTERNLOGD $0xec, Z29, Z6, Z5") // (even & 0x00ff) | odd
+						g.f("VMOVDQU64 Z5, %d(DI)", col.g/2*3072+j*1024+(col.g%2*8+k)*64)
+					}
+				}
+			}
+		}
+	}
+	g.f("ADDQ $%d, SI", q6kGSB)
+	g.f("ADDQ $%d, DI", amxQ6K.expanded)
+	g.f("DECQ CX")
+	g.f("JNZ %s", loop)
+	g.f("VZEROUPPER")
+	g.f("RET")
+}
+
+// amxGemm writes gemmQ4K16AMX or gemmQ6K16AMX: 16 rows of expanded
+// weights (e) against nt tiles of 16 tokens, one after the other (one
+// tile configuration for them all). Tiles: tmm0+j the product of set j,
+// tmm3+c%2 the tokens' bytes of chunk c, tmm5+j its set j's weights: a
+// chunk's bytes need not wait for the last chunk's products. A
+// super-block's products are stored to one area while the vector unit
+// combines the last one's from the other (R15 and R10, swapped each
+// super-block).
 //
 // Registers: Z0–Z15 the tokens' float accumulators, R14 the expanded
-// weights, SI the layout's (its d, dmin and mins), CX the super-blocks
-// left, R8 the tokens' bytes and R12 their stride, R9 the scales and BX
-// the extras of the super-block being combined, AX their token stride
-// (4nb) and R11 a token's offset (its extras at 4·R11), DI the scratch,
-// DX 64, R13 the tiles left. Each tile starts again from the arguments,
-// its tokens 16 on.
-func (g *gen) q4kAMX() {
-	name := "gemmQ4K16AMX"
+// weights, SI the layout's (its d, and Q4_K's dmin and mins), CX the
+// super-blocks left, R8 the tokens' bytes and R12 their stride, R9 the
+// scales and BX the extras (Q4_K's) of the super-block being combined,
+// AX their token stride (4nb) and R11 a token's offset (its extras at
+// 4·R11), DI the scratch, DX 64, R13 the tiles left. Each tile starts
+// again from the arguments, its tokens 16 on.
+func (g *gen) amxGemm(k amxKind) {
+	name := "gemm" + k.name + "16AMX"
 	fmt.Fprintf(&g.Buffer, "\n// func %s(e *byte, w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int, tmp *byte, nt int)\n", name)
 	fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $0-88\n", name)
 	g.f("MOVQ tmp+72(FP), DI")
@@ -186,46 +286,66 @@ func (g *gen) q4kAMX() {
 		g.f("VPXORD %s, %s, %s", z(m), z(m), z(m))
 	}
 	products := func() {
-		g.tileZero(0)
-		g.tileZero(1)
-		for c := 0; c < 4; c++ {
-			a, bh, bl := 2+c%2, 4+c%2, 6+c%2
-			g.tileLoad(a, mem("R8", "R12", 64*c))
-			g.tileLoad(bh, mem("R14", "DX", c*2048))
-			g.tileLoad(bl, mem("R14", "DX", c*2048+1024))
-			g.tdpbsud(0, a, bh)
-			g.tdpbsud(1, a, bl)
+		for j := 0; j < k.sets; j++ {
+			g.tileZero(j)
 		}
-		g.tileStore(0, mem("R15", "DX", 0))
-		g.tileStore(1, mem("R15", "DX", 1024))
-		g.f("ADDQ $%d, R14", amxExp)
+		for c := 0; c < 4; c++ {
+			a := 3 + c%2
+			g.tileLoad(a, mem("R8", "R12", 64*c))
+			for j := 0; j < k.sets; j++ {
+				g.tileLoad(5+j, mem("R14", "DX", (c*k.sets+j)*1024))
+				g.tdp(k.signed, j, a, 5+j)
+			}
+		}
+		for j := 0; j < k.sets; j++ {
+			g.tileStore(j, mem("R15", "DX", 1024*j))
+		}
+		g.f("ADDQ $%d, R14", k.expanded)
 		g.f("ADDQ $256, R8")
 	}
 	combine := func() {
-		for p := 0; p < 4; p++ {
-			g.f("VPMOVZXBW %d(SI), %s", q4kMin+32*p, z(18+p))
+		if k == amxQ4K {
+			for p := 0; p < 4; p++ {
+				g.f("VPMOVZXBW %d(SI), %s", q4kMin+32*p, z(18+p))
+			}
+			g.f("VCVTPH2PS %d(SI), Z27", q4kDmin)
 		}
-		g.f("VCVTPH2PS %d(SI), Z26", q4kD)
-		g.f("VCVTPH2PS %d(SI), Z27", q4kDmin)
+		g.f("VCVTPH2PS %d(SI), Z26", k.d)
 		g.f("XORQ R11, R11")
 		for m := 0; m < 16; m++ {
-			g.f("VMOVDQU32 %d(R10), Z24", 64*m)
-			g.f("VPSLLD $2, Z24, Z24")
-			g.f("VPADDD %d(R10), Z24, Z24", 1024+64*m)
-			g.f("VPXORD Z22, Z22, Z22")
-			for p := 0; p < 4; p++ {
-				g.f("VPDPWSSD.BCST %d(BX)(R11*4), %s, Z22", 4*p, z(18+p))
+			// The integer: 4H + L, or S0 + 8·(S1 + 8·S2).
+			if k == amxQ4K {
+				g.f("VMOVDQU32 %d(R10), Z24", 64*m)
+				g.f("VPSLLD $2, Z24, Z24")
+				g.f("VPADDD %d(R10), Z24, Z24", 1024+64*m)
+				g.f("VPXORD Z22, Z22, Z22")
+				for p := 0; p < 4; p++ {
+					g.f("VPDPWSSD.BCST %d(BX)(R11*4), %s, Z22", 4*p, z(18+p))
+				}
+				g.combineK("(R9)(R11*1)", "Z24", "Z22", "Z23")
+			} else {
+				g.f("VMOVDQU32 %d(R10), Z24", 2048+64*m)
+				g.f("VPSLLD $3, Z24, Z24")
+				g.f("VPADDD %d(R10), Z24, Z24", 1024+64*m)
+				g.f("VPSLLD $3, Z24, Z24")
+				g.f("VPADDD %d(R10), Z24, Z24", 64*m)
+				// As q6k: float32(d·dx)·float32(sumi).
+				g.f("VMULPS.BCST (R9)(R11*1), Z26, Z28")
+				g.f("VCVTDQ2PS Z24, Z29")
+				g.f("VMULPS Z29, Z28, Z28")
 			}
-			g.combineK("(R9)(R11*1)", "Z24", "Z22", "Z23")
-			// acc + term, as q4k adds (a NaN's payload follows the order).
+			// acc + term, as the VNNI kernels add (a NaN's payload
+			// follows the order).
 			g.f("VADDPS Z28, %s, %s", z(m), z(m))
 			if m < 15 {
 				g.f("ADDQ AX, R11")
 			}
 		}
-		g.f("ADDQ $%d, SI", q4kGSB)
+		g.f("ADDQ $%d, SI", k.gsb)
 		g.f("ADDQ $4, R9")
-		g.f("ADDQ $16, BX")
+		if k == amxQ4K {
+			g.f("ADDQ $16, BX")
+		}
 	}
 	products()
 	g.f("XCHGQ R15, R10")

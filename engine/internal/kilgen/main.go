@@ -254,6 +254,21 @@ func shift(g *gen, b int, src, dst string) {
 	}
 }
 
+// q6kColumn writes column k of Q6_K's groups of 32 glo = 4n+h and ghi =
+// glo+2 (16 rows × 4 quants, each 0–63) to the registers lo and hi, with
+// Z24 a temporary and Z31 the 0x0f byte mask.
+func (g *gen) q6kColumn(n, h, k int, lo, hi string) {
+	g.f("VMOVDQU64 %d(SI), Z24", q6kQ+64*kilorder.Q6K(16*n+8*h+k))
+	g.f("VMOVDQU64 %d(SI), %s", q6kQ+64*kilorder.Q6K(32+8*n+k), hi)
+	// GFNI affine maps (q6kBits): qh bits 2h, 2h+1 (glo) or 2h+4, 2h+5
+	// (ghi) to bits 4 and 5, the rest 0; ql's high nibble to the low one.
+	g.f("VGF2P8AFFINEQB.BCST $0, q6kBits<>+%d(SB), %s, %s", 8*h, hi, lo)
+	g.f("VGF2P8AFFINEQB.BCST $0, q6kBits<>+%d(SB), %s, %s", 8*(h+2), hi, hi)
+	g.f("VPTERNLOGD $0xf8, Z24, Z31, %s", lo) // |= ql & 0x0f
+	g.f("VGF2P8AFFINEQB.BCST $0, q6kBits<>+32(SB), Z24, Z24")
+	g.f("VPORD Z24, %s, %s", hi, hi)
+}
+
 // q6k: per super-block, sumi = Σ_is sc_is·(Σ q·x − 32·Σ x over sub-block
 // is), exact; then acc += float32(float32(d·dx)·float32(sumi)).
 func (g *gen) q6k(nt int) {
@@ -271,16 +286,7 @@ func (g *gen) q6k(nt int) {
 			// in Z8+k, ghi's in Zk.
 			glo, ghi := 4*n+h, 4*n+h+2
 			for k := 0; k < 8; k++ {
-				g.f("VMOVDQU64 %d(SI), Z24", q6kQ+64*kilorder.Q6K(16*n+8*h+k))
-				g.f("VMOVDQU64 %d(SI), %s", q6kQ+64*kilorder.Q6K(32+8*n+k), z(k))
-				// GFNI affine maps (q6kBits): qh bits 2h, 2h+1 (glo) or
-				// 2h+4, 2h+5 (ghi) to bits 4 and 5, the rest 0; ql's high
-				// nibble to the low one.
-				g.f("VGF2P8AFFINEQB.BCST $0, q6kBits<>+%d(SB), %s, %s", 8*h, z(k), z(8+k))
-				g.f("VGF2P8AFFINEQB.BCST $0, q6kBits<>+%d(SB), %s, %s", 8*(h+2), z(k), z(k))
-				g.f("VPTERNLOGD $0xf8, Z24, Z31, %s", z(8+k)) // |= ql & 0x0f
-				g.f("VGF2P8AFFINEQB.BCST $0, q6kBits<>+32(SB), Z24, Z24")
-				g.f("VPORD Z24, %s, %s", z(k), z(k))
+				g.q6kColumn(n, h, k, z(8+k), z(k))
 			}
 			subs := []struct{ is, reg int }{{2 * glo, 8}, {2*glo + 1, 12}, {2 * ghi, 0}, {2*ghi + 1, 4}}
 			for i, s := range subs {
@@ -338,7 +344,9 @@ func main() {
 		g.q6k(nt)
 	}
 	g.q4kAMXExpand()
-	g.q4kAMX()
+	g.q6kAMXExpand()
+	g.amxGemm(amxQ4K)
+	g.amxGemm(amxQ6K)
 	if err := os.WriteFile(*out, g.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
