@@ -3,15 +3,22 @@ package engine
 //go:noescape
 func attnAV64(out *float32, v *float32, vstride int, p *float32, np int)
 
+//go:noescape
+func attnAV64Z(out *float32, v *float32, vstride int, p *float32, np int)
+
 // attnAV adds Σ_j p[j]·v[j·stride:][:len(out)] to out, j in order, each
 // output its own sequential sum (the portable loop's bits), 64 outputs a
-// kernel call where the CPU has AVX.
+// kernel call where the CPU has AVX (AVX-512: 16 lanes a register).
 func attnAV(out, v []float32, stride int, p []float32) {
 	i := 0
 	if useSIMD && hasAVX && len(p) > 0 {
 		_ = v[(len(p)-1)*stride+len(out)-1]
+		kernel := attnAV64
+		if hasAVX512 {
+			kernel = attnAV64Z
+		}
 		for ; i+64 <= len(out); i += 64 {
-			attnAV64(&out[i], &v[i], stride, &p[0], len(p))
+			kernel(&out[i], &v[i], stride, &p[0], len(p))
 		}
 	}
 	if i < len(out) { // the portable loop walks p even for no outputs

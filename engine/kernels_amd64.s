@@ -92,12 +92,45 @@ f32loop:
 	VZEROUPPER
 	RET
 
-// REDUCE16Z sums the 16 lanes of ZMM A (halves YA, XA) in the portable
-// order and stores the float at OFF(DX).
-#define REDUCE16Z(A, YA, XA, YT, XT, OFF) \
-	VEXTRACTF64X4 $1, A, YT \
-	VADDPS        YT, YA, YA \
-	REDUCE8(YA, XA, XT, OFF)
+// REDUCE8ROWS sums the 16 lanes of each of Z0–Z7 in the portable order
+// (reduce16), the eight rows' reductions at once, and stores the eight
+// floats at (DX). Each add keeps the lower half as its first operand:
+// s[j] += s[j+8] (two rows a register), s[j] += s[j+4] (four rows), s0 +=
+// s2 and s1 += s3, s0 + s1; row r is then in lane r%4, element r/4.
+// Z8, Z9 and Z16–Z25 are clobbered.
+#define REDUCE8ROWS \
+	VSHUFF64X2 $0x44, Z1, Z0, Z8 \
+	VSHUFF64X2 $0xee, Z1, Z0, Z9 \
+	VADDPS     Z9, Z8, Z16 \
+	VSHUFF64X2 $0x44, Z3, Z2, Z8 \
+	VSHUFF64X2 $0xee, Z3, Z2, Z9 \
+	VADDPS     Z9, Z8, Z17 \
+	VSHUFF64X2 $0x44, Z5, Z4, Z8 \
+	VSHUFF64X2 $0xee, Z5, Z4, Z9 \
+	VADDPS     Z9, Z8, Z18 \
+	VSHUFF64X2 $0x44, Z7, Z6, Z8 \
+	VSHUFF64X2 $0xee, Z7, Z6, Z9 \
+	VADDPS     Z9, Z8, Z19 \
+	VSHUFF32X4 $0x88, Z17, Z16, Z8 \
+	VSHUFF32X4 $0xdd, Z17, Z16, Z9 \
+	VADDPS     Z9, Z8, Z20 \
+	VSHUFF32X4 $0x88, Z19, Z18, Z8 \
+	VSHUFF32X4 $0xdd, Z19, Z18, Z9 \
+	VADDPS     Z9, Z8, Z21 \
+	VSHUFPS    $0x44, Z21, Z20, Z8 \
+	VSHUFPS    $0xee, Z21, Z20, Z9 \
+	VADDPS     Z9, Z8, Z22 \
+	VSHUFPS    $0x88, Z22, Z22, Z8 \
+	VSHUFPS    $0xdd, Z22, Z22, Z9 \
+	VADDPS     Z9, Z8, Z23 \
+	VPMOVZXBD  reduceRows<>(SB), Z24 \
+	VPERMPS    Z23, Z24, Z25 \
+	VMOVUPS    Y25, (DX)
+
+// reduceRows: where REDUCE8ROWS leaves row r (a float's index).
+DATA reduceRows<>+0(SB)/8, $0x0d0905010c080400
+DATA reduceRows<>+8(SB)/8, $0
+GLOBL reduceRows<>(SB), RODATA|NOPTR, $16
 
 // func dot8F32(out *float32, w *float32, x *float32, cols, stride int)
 // out[r] = w[r*stride:r*stride+cols]·x for r < 8 (AVX-512F); cols is a
@@ -149,14 +182,7 @@ f32loop8:
 	DECQ    CX
 	JNZ     f32loop8
 
-	REDUCE16Z(Z0, Y0, X0, Y9, X9, 0)
-	REDUCE16Z(Z1, Y1, X1, Y9, X9, 4)
-	REDUCE16Z(Z2, Y2, X2, Y9, X9, 8)
-	REDUCE16Z(Z3, Y3, X3, Y9, X9, 12)
-	REDUCE16Z(Z4, Y4, X4, Y9, X9, 16)
-	REDUCE16Z(Z5, Y5, X5, Y9, X9, 20)
-	REDUCE16Z(Z6, Y6, X6, Y9, X9, 24)
-	REDUCE16Z(Z7, Y7, X7, Y9, X9, 28)
+	REDUCE8ROWS
 	VZEROUPPER
 	RET
 
@@ -218,14 +244,7 @@ f16loop8:
 	DECQ      CX
 	JNZ       f16loop8
 
-	REDUCE16Z(Z0, Y0, X0, Y9, X9, 0)
-	REDUCE16Z(Z1, Y1, X1, Y9, X9, 4)
-	REDUCE16Z(Z2, Y2, X2, Y9, X9, 8)
-	REDUCE16Z(Z3, Y3, X3, Y9, X9, 12)
-	REDUCE16Z(Z4, Y4, X4, Y9, X9, 16)
-	REDUCE16Z(Z5, Y5, X5, Y9, X9, 20)
-	REDUCE16Z(Z6, Y6, X6, Y9, X9, 24)
-	REDUCE16Z(Z7, Y7, X7, Y9, X9, 28)
+	REDUCE8ROWS
 	VZEROUPPER
 	RET
 
@@ -279,14 +298,7 @@ f16illoop:
 	DECQ      CX
 	JNZ       f16illoop
 
-	REDUCE16Z(Z0, Y0, X0, Y9, X9, 0)
-	REDUCE16Z(Z1, Y1, X1, Y9, X9, 4)
-	REDUCE16Z(Z2, Y2, X2, Y9, X9, 8)
-	REDUCE16Z(Z3, Y3, X3, Y9, X9, 12)
-	REDUCE16Z(Z4, Y4, X4, Y9, X9, 16)
-	REDUCE16Z(Z5, Y5, X5, Y9, X9, 20)
-	REDUCE16Z(Z6, Y6, X6, Y9, X9, 24)
-	REDUCE16Z(Z7, Y7, X7, Y9, X9, 28)
+	REDUCE8ROWS
 	VZEROUPPER
 	RET
 
@@ -348,13 +360,6 @@ bf16illoop:
 	DECQ      CX
 	JNZ       bf16illoop
 
-	REDUCE16Z(Z0, Y0, X0, Y9, X9, 0)
-	REDUCE16Z(Z1, Y1, X1, Y9, X9, 4)
-	REDUCE16Z(Z2, Y2, X2, Y9, X9, 8)
-	REDUCE16Z(Z3, Y3, X3, Y9, X9, 12)
-	REDUCE16Z(Z4, Y4, X4, Y9, X9, 16)
-	REDUCE16Z(Z5, Y5, X5, Y9, X9, 20)
-	REDUCE16Z(Z6, Y6, X6, Y9, X9, 24)
-	REDUCE16Z(Z7, Y7, X7, Y9, X9, 28)
+	REDUCE8ROWS
 	VZEROUPPER
 	RET

@@ -434,3 +434,43 @@ func TestScaleSIMD(t *testing.T) {
 		}
 	}
 }
+
+// TestAttnAVSIMD: attention's weighted sum of V rows gives
+// attnAVPortable's bits through the AVX kernel and the AVX-512 one, for
+// head widths with and without a tail of fewer than 64 outputs.
+func TestAttnAVSIMD(t *testing.T) {
+	if !useSIMD || !hasAVX {
+		t.Skip("no AVX")
+	}
+	rng := uint64(11)
+	r := func() float32 { return float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 20) }
+	for _, width := range []int{64, 128, 100, 7} {
+		for _, np := range []int{1, 2, 9, 64} {
+			stride := width + 16
+			v := make([]float32, np*stride)
+			for i := range v {
+				v[i] = r()
+			}
+			p := make([]float32, np)
+			for i := range p {
+				p[i] = r()
+			}
+			start := make([]float32, width)
+			for i := range start {
+				start[i] = r()
+			}
+			want := append([]float32(nil), start...)
+			attnAVPortable(want, v, stride, p)
+			for _, z := range []bool{false, hasAVX512} {
+				saved := hasAVX512
+				hasAVX512 = z
+				got := append([]float32(nil), start...)
+				attnAV(got, v, stride, p)
+				hasAVX512 = saved
+				if !sameBits(got, want) {
+					t.Fatalf("width %d, %d positions, AVX-512 %v: %v, portable %v", width, np, z, got, want)
+				}
+			}
+		}
+	}
+}
