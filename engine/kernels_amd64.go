@@ -23,6 +23,12 @@ var hasF16C = func() bool {
 	return ecx&(1<<29) != 0
 }()
 
+// cpuIntel: CPUID's vendor string is GenuineIntel.
+var cpuIntel = func() bool {
+	_, b, c, d := cpuid(0, 0)
+	return b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e // "Genu" "ineI" "ntel"
+}()
+
 // useSIMD lets tests compare the kernels; it is never turned off otherwise.
 var useSIMD = true
 

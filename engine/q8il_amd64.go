@@ -28,11 +28,26 @@ func q8ilVNNI7(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int,
 //go:noescape
 func q8ilVNNI8(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
 
+// q8ilVNNI1PF is q8ilVNNI1 prefetching 4 KB ahead (kilgen's q8.go), the
+// one-token kernel on Intel CPUs.
+//
+//go:noescape
+func q8ilVNNI1PF(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
+
 //go:noescape
 func q8ilAVX2(out *float32, w *uint8, wd *uint16, x *byte, nb int, T int, groups int)
 
 var q8ilVNNI = [q8TokTile + 1]func(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int){
 	nil, q8ilVNNI1, q8ilVNNI2, q8ilVNNI3, q8ilVNNI4, q8ilVNNI5, q8ilVNNI6, q8ilVNNI7, q8ilVNNI8,
+}
+
+// A decode's Q8_0 products read weights at the speed of memory; on the
+// Intel VM software prefetch made them faster, and on AMD's EPYC it had
+// slowed the K-quant kernels (kilgen's main.go), so only Intel gets it.
+func init() {
+	if cpuIntel {
+		q8ilVNNI[1] = q8ilVNNI1PF
+	}
 }
 
 // hasVNNI: AVX512_VNNI (CPUID.(EAX=7,ECX=0):ECX bit 11) with AVX-512F,

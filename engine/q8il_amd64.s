@@ -909,6 +909,73 @@ vnni8block:
 	VZEROUPPER
 	RET
 
+// func q8ilVNNI1PF(out *float32, ostride int, w *uint8, wd *uint16, x *byte, nb int, groups int)
+// groups consecutive 16-row groups against one 1-token tile: the outputs
+// of token t are out[t*ostride : t*ostride+16] for the first group, 16 on
+// for each next one.
+TEXT ·q8ilVNNI1PF(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DX
+	MOVQ ostride+8(FP), R8
+	SHLQ $2, R8
+	MOVQ w+16(FP), DI
+	MOVQ wd+24(FP), R11
+	MOVQ x+32(FP), R9
+	MOVQ nb+40(FP), R10
+	MOVQ groups+48(FP), BX
+
+vnni1pfgroup:
+	MOVQ R9, SI
+	MOVQ R10, CX
+	VPXORD Z18, Z18, Z18
+
+vnni1pfblock:
+	PREFETCHT0 4096(DI)
+	PREFETCHT0 4160(DI)
+	PREFETCHT0 4224(DI)
+	PREFETCHT0 4288(DI)
+	PREFETCHT0 4352(DI)
+	PREFETCHT0 4416(DI)
+	PREFETCHT0 4480(DI)
+	PREFETCHT0 4544(DI)
+	PREFETCHT0 256(R11)
+	VMOVDQU64 0(DI), Z0
+	VMOVDQU64 64(DI), Z1
+	VMOVDQU64 128(DI), Z2
+	VMOVDQU64 192(DI), Z3
+	VMOVDQU64 256(DI), Z4
+	VMOVDQU64 320(DI), Z5
+	VMOVDQU64 384(DI), Z6
+	VMOVDQU64 448(DI), Z7
+	VCVTPH2PS (R11), Z8
+	VPBROADCASTD 0(SI), Z10
+	VPXORD Z11, Z11, Z11
+	VPDPBUSD.BCST 8(SI), Z0, Z10
+	VPDPBUSD.BCST 12(SI), Z1, Z11
+	VPDPBUSD.BCST 16(SI), Z2, Z10
+	VPDPBUSD.BCST 20(SI), Z3, Z11
+	VPDPBUSD.BCST 24(SI), Z4, Z10
+	VPDPBUSD.BCST 28(SI), Z5, Z11
+	VPDPBUSD.BCST 32(SI), Z6, Z10
+	VPDPBUSD.BCST 36(SI), Z7, Z11
+	VPADDD Z11, Z10, Z10
+	VCVTDQ2PS Z10, Z10
+	VMULPS.BCST 4(SI), Z8, Z9
+	VMULPS Z9, Z10, Z10
+	VADDPS Z10, Z18, Z18
+	ADDQ $512, DI
+	ADDQ $32, R11
+	ADDQ $40, SI
+	DECQ CX
+	JNZ  vnni1pfblock
+
+	MOVQ DX, R12
+	VMOVUPS Z18, (R12)
+	ADDQ $64, DX
+	DECQ BX
+	JNZ  vnni1pfgroup
+	VZEROUPPER
+	RET
+
 // func q8ilAVX2(out *float32, w *uint8, wd *uint16, x *byte, nb int, T int, groups int)
 // One token of a T-token tile (x points at its -128·Σx slot in block 0)
 // against groups 16-row groups, out[0:16] for the first, 16 on for each
