@@ -248,15 +248,17 @@ f16loop8:
 	VZEROUPPER
 	RET
 
-// func dot8F16IL(out *float32, w *byte, x *float32, cols int)
+// func dot8F16IL(out *float32, w *byte, x *float32, cols, pf int)
 // dot8F16 on 8 F16 rows interleaved by 16 columns (hil.go): each step's
-// 8 × 16 halves are 256 consecutive bytes, so the rows are one stream.
+// 8 × 16 halves are 256 consecutive bytes, so the rows are one stream,
+// prefetched pf bytes ahead (0: the step's own lines, no prefetch).
 // dot8F16's products and sums, so its bits.
-TEXT ·dot8F16IL(SB), NOSPLIT, $0-32
+TEXT ·dot8F16IL(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DX
 	MOVQ w+8(FP), DI
 	MOVQ x+16(FP), SI
 	MOVQ cols+24(FP), CX
+	MOVQ pf+32(FP), R8
 	SHRQ $4, CX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -268,7 +270,11 @@ TEXT ·dot8F16IL(SB), NOSPLIT, $0-32
 	VPXORD Z7, Z7, Z7
 
 f16illoop:
-	VMOVUPS   (SI), Z8
+	PREFETCHT0 (DI)(R8*1)
+	PREFETCHT0 64(DI)(R8*1)
+	PREFETCHT0 128(DI)(R8*1)
+	PREFETCHT0 192(DI)(R8*1)
+	VMOVUPS    (SI), Z8
 	VCVTPH2PS (DI), Z16
 	VCVTPH2PS 32(DI), Z17
 	VCVTPH2PS 64(DI), Z18
@@ -302,15 +308,16 @@ f16illoop:
 	VZEROUPPER
 	RET
 
-// func dot8BF16IL(out *float32, w *byte, x *float32, cols int)
+// func dot8BF16IL(out *float32, w *byte, x *float32, cols, pf int)
 // dot8F16IL on BF16 rows: a bfloat16 widens exactly by a shift into the
 // top half of a float32, so the products and sums, and the bits, are an
 // F32 file's of the widened values, as dot8F16IL's are.
-TEXT ·dot8BF16IL(SB), NOSPLIT, $0-32
+TEXT ·dot8BF16IL(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DX
 	MOVQ w+8(FP), DI
 	MOVQ x+16(FP), SI
 	MOVQ cols+24(FP), CX
+	MOVQ pf+32(FP), R8
 	SHRQ $4, CX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -322,7 +329,11 @@ TEXT ·dot8BF16IL(SB), NOSPLIT, $0-32
 	VPXORD Z7, Z7, Z7
 
 bf16illoop:
-	VMOVUPS   (SI), Z8
+	PREFETCHT0 (DI)(R8*1)
+	PREFETCHT0 64(DI)(R8*1)
+	PREFETCHT0 128(DI)(R8*1)
+	PREFETCHT0 192(DI)(R8*1)
+	VMOVUPS    (SI), Z8
 	VPMOVZXWD (DI), Z16
 	VPSLLD    $16, Z16, Z16
 	VPMOVZXWD 32(DI), Z17
