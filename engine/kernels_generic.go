@@ -25,6 +25,8 @@ func dotStridedF32(out, w, x []float32, stride int) {
 
 func useKIL(DType) bool { return false }
 
+var kilPrefetch = false
+
 func useHIL() bool { return false }
 
 func matmulHIL([]float32, *matrix, *act, int, int) { panic("engine: interleaved kernels need amd64") }

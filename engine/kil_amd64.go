@@ -25,6 +25,23 @@ func gemmQ6K1(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *floa
 //go:noescape
 func gemmQ6K4(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
 
+// The one-token kernels prefetching 4 KB ahead of the group's blocks.
+//
+//go:noescape
+func gemmQ4K1PF(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
+
+//go:noescape
+func gemmQ5K1PF(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
+
+//go:noescape
+func gemmQ6K1PF(w *byte, nb int, x *int8, xs int, xd *float32, bs *byte, out *float32, os int)
+
+// kilPrefetch: a one-token product takes the PF kernels. A decode reads
+// weights at the speed of memory; on the Intel VM prefetch made it faster,
+// and on AMD's EPYC it had slowed these kernels (kilgen's main.go), so
+// only Intel gets it. Tests turn it over to run both.
+var kilPrefetch = cpuIntel
+
 // hasGFNI: GF2P8AFFINEQB (CPUID.(7,0):ECX bit 8), which the Q6_K kernels
 // unpack with.
 var hasGFNI = func() bool {
@@ -47,14 +64,20 @@ func kilKernel(t DType, nt int, w *byte, nb int, x *int8, xs int, xd *float32, b
 	switch {
 	case t == Q4_K && nt == 4:
 		gemmQ4K4(w, nb, x, xs, xd, bs, out, os)
+	case t == Q4_K && kilPrefetch:
+		gemmQ4K1PF(w, nb, x, xs, xd, bs, out, os)
 	case t == Q4_K:
 		gemmQ4K1(w, nb, x, xs, xd, bs, out, os)
 	case t == Q5_K && nt == 4:
 		gemmQ5K4(w, nb, x, xs, xd, bs, out, os)
+	case t == Q5_K && kilPrefetch:
+		gemmQ5K1PF(w, nb, x, xs, xd, bs, out, os)
 	case t == Q5_K:
 		gemmQ5K1(w, nb, x, xs, xd, bs, out, os)
 	case nt == 4:
 		gemmQ6K4(w, nb, x, xs, xd, bs, out, os)
+	case kilPrefetch:
+		gemmQ6K1PF(w, nb, x, xs, xd, bs, out, os)
 	default:
 		gemmQ6K1(w, nb, x, xs, xd, bs, out, os)
 	}

@@ -13,7 +13,8 @@ import (
 // kernels' bits for Q4_K, Q5_K and Q6_K, on random blocks (finite halves,
 // subnormals included) and on extreme ones, for row counts that leave a
 // partial group, 1 to 35 activation rows (the 4-token and 1-token kernels
-// and their mix; 16 and more, Q4_K's AMX kernel where the CPU has it),
+// and their mix, the one-token kernels with and without prefetch; 16 and
+// more, the AMX kernels where the CPU has them),
 // and the row slices the pool cuts (multiples of 16).
 func TestKILMatchesRowKernels(t *testing.T) {
 	rng := uint64(21)
@@ -67,15 +68,21 @@ func TestKILMatchesRowKernels(t *testing.T) {
 				}
 				a = newAct(x, n, cols)
 				a.prepare(&wi)
-				got := make([]float32, n*tc.rows)
-				// The pool's cuts (multiples of 16) and others.
-				for _, cut := range [][2]int{{0, 5}, {5, 16}, {16, 21}, {21, 1 << 30}} {
-					if lo, hi := cut[0], min(cut[1], tc.rows); lo < hi {
-						matmulPacked(got, &wi, a, lo, hi)
+				// One token: the kernels with and without prefetch.
+				for _, pf := range []bool{kilPrefetch, !kilPrefetch} {
+					saved := kilPrefetch
+					kilPrefetch = pf
+					got := make([]float32, n*tc.rows)
+					// The pool's cuts (multiples of 16) and others.
+					for _, cut := range [][2]int{{0, 5}, {5, 16}, {16, 21}, {21, 1 << 30}} {
+						if lo, hi := cut[0], min(cut[1], tc.rows); lo < hi {
+							matmulPacked(got, &wi, a, lo, hi)
+						}
 					}
-				}
-				if !sameBits(got, want) {
-					t.Fatalf("%s, %d rows, %d blocks, %d tokens:\ninterleaved %v\nportable    %v", typ, tc.rows, tc.nb, n, got, want)
+					kilPrefetch = saved
+					if !sameBits(got, want) {
+						t.Fatalf("%s, %d rows, %d blocks, %d tokens, prefetch %v:\ninterleaved %v\nportable    %v", typ, tc.rows, tc.nb, n, pf, got, want)
+					}
 				}
 			}
 		}

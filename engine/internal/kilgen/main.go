@@ -157,12 +157,15 @@ func (g *gen) advance(gsb, bsStep int, loop string) {
 // summ = Σ_j m_j·(Σ x over sub-block j), exact; then, as combineK,
 // acc += float32(float32(d·dx)·float32(sumi)) − float32(float32(dmin·dx)·float32(summ)).
 // q5 adds Q5_K's fifth bits (bit j of qh byte l for sub-block j).
-func (g *gen) q4k(nt int, q5 bool) {
+func (g *gen) q4k(nt int, q5, pf bool) {
 	name := fmt.Sprintf("gemmQ4K%d", nt)
 	sc, mins, d, dmin, gsb := q4kSc, q4kMin, q4kD, q4kDmin, q4kGSB
 	if q5 {
 		name = fmt.Sprintf("gemmQ5K%d", nt)
 		sc, mins, d, dmin, gsb = q5kSc, q5kMin, q5kD, q5kDmin, q5kGSB
+	}
+	if pf {
+		name += "PF"
 	}
 	g.prologue(name, nt)
 	if q5 {
@@ -171,6 +174,9 @@ func (g *gen) q4k(nt int, q5 bool) {
 	}
 	loop := name + "blk"
 	g.label(loop)
+	if pf {
+		g.prefetch(gsb)
+	}
 	for t := 0; t < nt; t++ {
 		g.f("VPXORD %s, %s, %s", z(sumi+t), z(sumi+t), z(sumi+t))
 	}
@@ -229,8 +235,18 @@ func (g *gen) q4k(nt int, q5 bool) {
 	g.epilogue(nt)
 }
 
-// No kernel prefetches in software. The Q5_K and Q6_K kernels once read
-// their layouts' two streams (the low bits, and the high bits 2 KB on) at
+// prefetch writes PREFETCHT0 of each line of the group's block 4 KB
+// ahead (the one-token PF kernels, which engine takes on Intel CPUs: on
+// the Sapphire Rapids VM a TinyLlama-shaped Q4_K_M decode at 1 thread
+// was faster with them, see engine/kil_amd64.go).
+func (g *gen) prefetch(gsb int) {
+	for o := 0; o < gsb; o += 64 {
+		g.f("PREFETCHT0 %d(SI)", 4096+o)
+	}
+}
+
+// Otherwise no kernel prefetches in software. The Q5_K and Q6_K
+// kernels once read their layouts' two streams (the low bits, and the high bits 2 KB on) at
 // once, which the hardware prefetcher did not follow: on a 160 MB matrix
 // at one token (engine's BenchmarkKILStream) Q6_K read 13 GB/s without
 // PREFETCHT1 2 blocks ahead and 24 with it, against a plain read's 23–29.
@@ -271,11 +287,17 @@ func (g *gen) q6kColumn(n, h, k int, lo, hi string) {
 
 // q6k: per super-block, sumi = Σ_is sc_is·(Σ q·x − 32·Σ x over sub-block
 // is), exact; then acc += float32(float32(d·dx)·float32(sumi)).
-func (g *gen) q6k(nt int) {
+func (g *gen) q6k(nt int, pf bool) {
 	name := fmt.Sprintf("gemmQ6K%d", nt)
+	if pf {
+		name += "PF"
+	}
 	g.prologue(name, nt)
 	loop := name + "blk"
 	g.label(loop)
+	if pf {
+		g.prefetch(q6kGSB)
+	}
 	for t := 0; t < nt; t++ {
 		g.f("VPXORD %s, %s, %s", z(sumi+t), z(sumi+t), z(sumi+t))
 	}
@@ -339,10 +361,13 @@ func main() {
 	g.WriteString("DATA q6kBits<>+32(SB)/8, $0x1020408000000000\n")
 	g.WriteString("GLOBL q6kBits<>(SB), RODATA|NOPTR, $40\n")
 	for _, nt := range []int{1, 4} {
-		g.q4k(nt, false)
-		g.q4k(nt, true)
-		g.q6k(nt)
+		g.q4k(nt, false, false)
+		g.q4k(nt, true, false)
+		g.q6k(nt, false)
 	}
+	g.q4k(1, false, true)
+	g.q4k(1, true, true)
+	g.q6k(1, true)
 	g.q4kAMXExpand()
 	g.q6kAMXExpand()
 	g.amxGemm(amxQ4K)
