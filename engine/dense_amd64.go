@@ -42,8 +42,8 @@ func dot8BF16IL(out *float32, w *byte, x *float32, cols, pf int)
 // hilPrefetch is how far ahead dot8F16IL and dot8BF16IL prefetch. A
 // decode's products read weights at the speed of memory, and on the Intel
 // VM prefetching 4 KB ahead made a TinyLlama-shaped F16 decode at 1 thread
-// 3.8–4.1 → 5.5–6.1 tok/s (2 KB less, 8 and 16 KB and PREFETCHT1/T2 no
-// better). On AMD's EPYC prefetch had slowed the K-quant kernels
+// 3.8–4.1 → 5.5–6.1 tok/s (2 KB ahead was slower; 8 and 16 KB,
+// PREFETCHT1 and T2 no better). On AMD's EPYC prefetch had slowed the K-quant kernels
 // (kilgen's main.go); this one is unmeasured there, so it stays off.
 var hilPrefetch = func() int {
 	if cpuIntel {
