@@ -64,32 +64,66 @@ func siluMul(g, u []float32) {
 // (Summing in lanes instead moved one of refcheck's quantised models past
 // its bound against ggml, 0.0147 → 0.0209: activations quantised from
 // slightly other hidden states round differently.)
-func softmax(s []float32) {
-	if !useSIMD || !hasAVX512 || len(s) == 0 {
-		softmaxPortable(s)
-		return
-	}
-	m := maxF32(&s[0], len(s))
-	expF32(&s[0], len(s), m, &expConsts[0])
-	sum := float32(0)
-	for _, e := range s {
-		sum += e
-	}
-	scaleF32(&s[0], len(s), 1/sum)
-}
+func softmax(s []float32) { softmaxRows(s, len(s), nil) }
 
 // softmaxSink is softmaxSinkPortable's bits, as softmax is softmaxPortable's.
-func softmaxSink(s []float32, sink float32) {
-	if !useSIMD || !hasAVX512 || len(s) == 0 {
-		softmaxSinkPortable(s, sink)
+func softmaxSink(s []float32, sink float32) { softmaxRows(s, len(s), []float32{sink}) }
+
+// softmaxRows is softmax (sinks nil) or softmaxSink with sinks[g] on each
+// row g of n values in s. The rows' sums run side by side, each still in
+// its own order: one sum alone waits on every add.
+func softmaxRows(s []float32, n int, sinks []float32) {
+	if !useSIMD || !hasAVX512 || n == 0 {
+		softmaxRowsPortable(s, n, sinks)
 		return
 	}
-	m := max(maxF32(&s[0], len(s)), sink)
-	expF32(&s[0], len(s), m, &expConsts[0])
-	sum := float32(0)
-	for _, e := range s {
-		sum += e
+	rows := len(s) / n
+	var buf [unitHeads]float32
+	ms, sums := buf[:0], make([]float32, 0, unitHeads)
+	if rows > unitHeads {
+		ms = make([]float32, 0, rows)
 	}
-	sum += expf(sink - m)
-	scaleF32(&s[0], len(s), 1/sum)
+	for g := 0; g < rows; g++ {
+		m := maxF32(&s[g*n], n)
+		if sinks != nil {
+			m = max(m, sinks[g])
+		}
+		expF32(&s[g*n], n, m, &expConsts[0])
+		ms = append(ms, m)
+	}
+	sums = rowSums(sums, s, n)
+	for g := 0; g < rows; g++ {
+		sum := sums[g]
+		if sinks != nil {
+			sum += expf(sinks[g] - ms[g])
+		}
+		scaleF32(&s[g*n], n, 1/sum)
+	}
+}
+
+// rowSums appends the sum of each row of n values in s, each added in
+// order from the first, four rows at a time.
+func rowSums(sums, s []float32, n int) []float32 {
+	rows := len(s) / n
+	g := 0
+	for ; g+4 <= rows; g += 4 {
+		r0, r1, r2, r3 := s[g*n:(g+1)*n], s[(g+1)*n:(g+2)*n], s[(g+2)*n:(g+3)*n], s[(g+3)*n:(g+4)*n]
+		r1, r2, r3 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)]
+		var a0, a1, a2, a3 float32
+		for i, v := range r0 {
+			a0 += v
+			a1 += r1[i]
+			a2 += r2[i]
+			a3 += r3[i]
+		}
+		sums = append(sums, a0, a1, a2, a3)
+	}
+	for ; g < rows; g++ {
+		a := float32(0)
+		for _, v := range s[g*n : (g+1)*n] {
+			a += v
+		}
+		sums = append(sums, a)
+	}
+	return sums
 }

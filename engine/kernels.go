@@ -202,6 +202,18 @@ func softmaxSinkPortable(s []float32, sink float32) {
 	}
 }
 
+// softmaxRowsPortable is softmaxRows' definition: each row of n values in
+// s through softmaxPortable, or softmaxSinkPortable with sinks[g] on row g.
+func softmaxRowsPortable(s []float32, n int, sinks []float32) {
+	for g := 0; n > 0 && g < len(s)/n; g++ {
+		if sinks != nil {
+			softmaxSinkPortable(s[g*n:(g+1)*n], sinks[g])
+		} else {
+			softmaxPortable(s[g*n : (g+1)*n])
+		}
+	}
+}
+
 // expConsts are expf's constants as float32, in the order the AVX-512
 // kernels read them (EXPSETUP, EXPF).
 var expConsts = [...]float32{1.44269504088896341, 0.693359375, -2.12194440e-4,

@@ -51,6 +51,8 @@ func siluMul(g, u []float32) { siluMulPortable(g, u) }
 
 func softmaxSink(s []float32, sink float32) { softmaxSinkPortable(s, sink) }
 
+func softmaxRows(s []float32, n int, sinks []float32) { softmaxRowsPortable(s, n, sinks) }
+
 // q8ilTile is q8ilPortable where there are no assembly kernels.
 func q8ilTile(out []float32, ostride int, q *q8il, g, groups int, a *act, t0, T int) {
 	q8ilPortable(out, ostride, q, g, groups, a, t0, T)

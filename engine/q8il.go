@@ -153,18 +153,28 @@ func (q *q8il) bytes() int64 {
 func (a *act) packIL(lo, hi int) {
 	nb := a.cols / 32
 	le := binary.LittleEndian
-	for i := lo; i < hi; i++ {
-		t, b := i/nb, i%nb
+	t, b := lo/nb, lo%nb // block i's row and place in it
+	for i := lo; i < hi; i, b = i+1, b+1 {
+		if b == nb {
+			t, b = t+1, 0
+		}
 		j, tt := t/q8TokTile, t%q8TokTile
 		T := min(q8TokTile, a.n-j*q8TokTile)
 		p := a.xil[(j*q8TokTile*nb+b*T)*q8ActBlock : (j*q8TokTile*nb+(b+1)*T)*q8ActBlock]
 		x := a.q[32*i : 32*i+32 : 32*i+32]
-		sum := int32(0)
-		for k := 0; k < 8; k++ {
-			c := x[4*k : 4*k+4 : 4*k+4]
-			sum += int32(c[0]) + int32(c[1]) + int32(c[2]) + int32(c[3])
-			le.PutUint32(p[8*T+4*(k*T+tt):], uint32(uint8(c[0]))|uint32(uint8(c[1]))<<8|uint32(uint8(c[2]))<<16|uint32(uint8(c[3]))<<24)
+		// Σx eight bytes a word: each byte XOR 0x80 is x+128 unsigned,
+		// summed in 16-bit lanes (at most 8·255 each), then across them.
+		var lanes uint64
+		for k := 0; k < 4; k++ {
+			c := x[8*k : 8*k+8 : 8*k+8]
+			w := uint64(uint8(c[0])) | uint64(uint8(c[1]))<<8 | uint64(uint8(c[2]))<<16 | uint64(uint8(c[3]))<<24 |
+				uint64(uint8(c[4]))<<32 | uint64(uint8(c[5]))<<40 | uint64(uint8(c[6]))<<48 | uint64(uint8(c[7]))<<56
+			le.PutUint32(p[8*T+4*(2*k*T+tt):], uint32(w))
+			le.PutUint32(p[8*T+4*((2*k+1)*T+tt):], uint32(w>>32))
+			u := w ^ 0x8080808080808080
+			lanes += u&0x00ff00ff00ff00ff + u>>8&0x00ff00ff00ff00ff
 		}
+		sum := int32(lanes*0x0001000100010001>>48) - 32*128
 		le.PutUint32(p[4*tt:], uint32(q8Bias*sum))
 		le.PutUint32(p[4*T+4*tt:], math.Float32bits(a.d[i]))
 	}

@@ -81,6 +81,40 @@ func TestSoftmaxSinkSIMD(t *testing.T) {
 	}
 }
 
+// TestSoftmaxRowsSIMD: softmaxRows gives each row softmaxRowsPortable's
+// bits, with and without sinks, for 1 to 9 rows (groups of four and the
+// rows left over) of lengths from 1 to 70, the rows' spreads far apart so
+// that a sum taken from the wrong row shows.
+func TestSoftmaxRowsSIMD(t *testing.T) {
+	if !useSIMD || !hasAVX512 {
+		t.Skip("no AVX-512")
+	}
+	rng := uint64(9)
+	for rows := 1; rows <= 9; rows++ {
+		for _, n := range []int{1, 2, 15, 16, 17, 33, 64, 70} {
+			s := make([]float32, rows*n)
+			sinks := make([]float32, rows)
+			for g := 0; g < rows; g++ {
+				for i := 0; i < n; i++ {
+					s[g*n+i] = float32(int64(splitmix(&rng)>>40)-1<<23) / (1 << 23) * float32(1+7*g)
+				}
+				sinks[g] = float32(g) - 3
+			}
+			for _, sk := range [][]float32{nil, sinks} {
+				want := append([]float32(nil), s...)
+				softmaxRowsPortable(want, n, sk)
+				got := append([]float32(nil), s...)
+				softmaxRows(got, n, sk)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%d rows of %d, sinks %v: element %d = %v, portable %v", rows, n, sk != nil, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestSoftmaxSinkDefinition: the sink's share is what the values lose:
 // the outputs sum to 1 − e^sink/Σ (float64 reference), and a sink of −Inf
 // is the plain softmax, bit for bit.

@@ -646,11 +646,11 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32,
 					softCap(sg, a.SoftCap)
 				}
 				scale(sg, sc)
-				if sinks != nil {
-					softmaxSink(sg, sinks[g0+g])
-				} else {
-					softmax(sg)
-				}
+			}
+			if sinks != nil {
+				softmaxRows(scores, np, sinks[g0:g0+gn])
+			} else {
+				softmaxRows(scores, np, nil)
 			}
 			clear(out)
 			for p0 := 0; p0 < np; p0 += attnBlock {
