@@ -29,8 +29,11 @@
 //     integer sum, scaled, added block by block into one float32; the
 //     same in the portable Go kernel and in the assembly one, whatever
 //     rows or tokens a kernel computes at once;
-//   - no fused multiply-add: products are rounded to float32 before they
-//     are added (float32(a*b) stops the compiler from fusing);
+//   - products are rounded to float32 before they are added
+//     (float32(a*b) stops the compiler from fusing), except in an F16 or
+//     BF16 row's dot product, whose adds are fused multiply-adds, one
+//     rounding each (fma32, exact on every machine; the kernels'
+//     VFMADD231PS);
 //   - exp (softmax, SiLU) is our own float32 code, not the math package's,
 //     whose assembly differs between CPUs; softmax sums its exponentials
 //     in order, and attention's weighted sum of V is one sequential sum

@@ -9,7 +9,9 @@ import "math"
 // a tail shorter than 16 goes to lanes 0..tail-1), each adding products
 // already rounded to float32, then sums the lanes as a fixed tree:
 // l[j]+l[j+8], then +4, +2, +1. This is exactly what two 8-wide AVX
-// registers and a horizontal reduction compute, with no FMA.
+// registers and a horizontal reduction compute, with no FMA. An F16 or
+// BF16 row's dot product (its values widened exactly) is the same but for
+// its adds: fused multiply-adds, one rounding each (dotFused).
 
 // dotF32 is the reference F32 dot product.
 func dotF32(a, b []float32) float32 {
@@ -39,6 +41,18 @@ func dotF32(a, b []float32) float32 {
 	}
 	for j := 0; i < n; i, j = i+1, j+1 {
 		s[j] += float32(a[i] * b[i])
+	}
+	return reduce16(&s)
+}
+
+// dotFused is dotF32 with each product added by fma32: the F16 and BF16
+// rows' dot product, as dot4FMA, the 4×4 F16 and BF16 tiles and the F16
+// and BF16 decode kernels compute it.
+func dotFused(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s [16]float32
+	for i, v := range a {
+		s[i%16] = fma32(v, b[i], s[i%16])
 	}
 	return reduce16(&s)
 }
@@ -96,6 +110,64 @@ func quantizeQ8(x []float32, q []int8, d []float32) {
 		d[b] = f16ToF32(quantizeQ8Block(x[b*32:b*32+32], q[b*32:b*32+32]))
 	}
 }
+
+// fma32 is w·x + acc rounded once to float32 (to nearest, ties to even),
+// as the kernels' VFMADD231PS computes it, NaNs included: the first NaN
+// of x, w, acc, quieted (the multiplicands before the addend, as the
+// hardware picks). The product is exact in float64 and the sum rounded
+// once there. Only a float64 sum exactly halfway between two float32
+// values, where the exact sum was not, would round a second time the
+// wrong way; the sum's error, exact by TwoSum, says which way to go.
+func fma32(w, x, acc float32) float32 {
+	switch {
+	case x != x:
+		return quiet32(x)
+	case w != w:
+		return quiet32(w)
+	case acc != acc:
+		return quiet32(acc)
+	}
+	p := float64(w) * float64(x)
+	s := p + float64(acc)
+	f := float32(s)
+	// A float32 midpoint in the normal range is a float64 whose low 29
+	// bits are 1 and 28 zeros (infinities and NaNs are not).
+	if math.Float64bits(s)&(1<<29-1) != 1<<28 && math.Abs(s) >= 0x1p-126 {
+		return f
+	}
+	if s != s || math.IsInf(s, 0) { // an infinite operand: no rounding
+		return f
+	}
+	bv := s - p
+	e := (p - (s - bv)) + (float64(acc) - bv) // p + acc = s + e exactly
+	if e == 0 || float64(f) == s {
+		return f
+	}
+	if math.IsInf(float64(f), 0) {
+		// s is at or past the threshold to infinity, MaxFloat32 and half
+		// its ulp; exactly at it with the exact sum short of it, the
+		// sum rounds to MaxFloat32.
+		if math.Abs(s) == math.MaxFloat32+0x1p103 && (e > 0) != (s > 0) {
+			return float32(math.Copysign(math.MaxFloat32, s))
+		}
+		return f
+	}
+	toward := float32(math.Inf(1))
+	if s < float64(f) {
+		toward = float32(math.Inf(-1))
+	}
+	next := math.Nextafter32(f, toward)
+	if 2*(s-float64(f)) != float64(next)-float64(f) {
+		return f // not halfway: one rounding's result
+	}
+	if (e > 0) == (s > float64(f)) { // the exact sum is past halfway
+		return next
+	}
+	return f
+}
+
+// quiet32 is NaN v with its quiet bit set.
+func quiet32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) | 1<<22) }
 
 // expf is e^x in float32, our own so that every machine gives the same
 // bits (the math package's Exp uses FMA where the CPU has it). Cephes'

@@ -8,10 +8,23 @@ package engine
 //go:noescape
 func dot4F32(out *float32, w *float32, x *float32, cols, stride int)
 
+//go:noescape
+func dot4FMA(out *float32, w *float32, x *float32, cols, stride int)
+
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func xgetbv0() (eax, edx uint32)
 
 var hasAVX, hasAVX2, hasAVX512, hasAVX512BW = detectAVX()
+
+// hasFMA: AVX with FMA3 (CPUID.1:ECX bit 12), which dot4FMA needs for
+// fma32's single rounding (AVX-512F has it on ZMM).
+var hasFMA = func() bool {
+	if !hasAVX {
+		return false
+	}
+	_, _, ecx, _ := cpuid(1, 0)
+	return ecx&(1<<12) != 0
+}()
 
 // hasF16C: the packed kernels widen halves with VCVTPH2PS (every AVX2 CPU
 // has it; checked all the same).
@@ -81,6 +94,21 @@ var simdKernel = func() string {
 
 // dotRowsF32 writes len(out) dot products of consecutive rows of w with x.
 func dotRowsF32(out, w, x []float32) { dotStridedF32(out, w, x, len(x)) }
+
+// dotRowsHalf writes len(out) dotFused products of consecutive widened
+// F16 or BF16 rows of w with x, 4 rows a call where the CPU has FMA.
+func dotRowsHalf(out, w, x []float32) {
+	c, i := len(x), 0
+	if useSIMD && hasFMA && c > 0 && c%16 == 0 {
+		_ = w[len(out)*c-1]
+		for ; i+4 <= len(out); i += 4 {
+			dot4FMA(&out[i], &w[i*c], &x[0], c, c)
+		}
+	}
+	for ; i < len(out); i++ {
+		out[i] = dotFused(w[i*c:(i+1)*c], x)
+	}
+}
 
 // dotStridedF32 writes len(out) dot products of x with the rows of w that
 // start stride apart (attention's q·K over a KV cache).

@@ -1,8 +1,10 @@
 #include "textflag.h"
 
-// The kernels follow the portable order in kernels.go exactly: no FMA
-// (VMULPS rounds, then VADDPS), 16 F32 lanes in two YMM registers, then
-// the tree l[j]+l[j+8], +4, +2, +1. (Q8_0's kernels are in q8il_amd64.s.)
+// The kernels follow the portable order in kernels.go exactly: 16 F32
+// lanes in two YMM registers or one ZMM, then the tree l[j]+l[j+8], +4,
+// +2, +1; for F32 rows no FMA (VMULPS rounds, then VADDPS), for F16 and
+// BF16 rows and dot4FMA each product added by VFMADD231PS (fma32's one
+// rounding). (Q8_0's kernels are in q8il_amd64.s.)
 
 // func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
@@ -34,6 +36,38 @@ TEXT ·xgetbv0(SB), NOSPLIT, $0-8
 	VADDSS       XT, XA, XA \
 	VMOVSS       XA, OFF(DX)
 
+// DOT4SETUP readies dot4F32's and dot4FMA's loop from their arguments (w
+// in DI, cols in CX, stride in BX): rows at DI, R8, R9 and R10, CX steps
+// of 16 columns, AX the offset, Y0–Y7 the lanes (two registers a row)
+// zeroed.
+#define DOT4SETUP \
+	SHLQ $2, BX \
+	LEAQ (DI)(BX*1), R8 \
+	LEAQ (R8)(BX*1), R9 \
+	LEAQ (R9)(BX*1), R10 \
+	SHRQ $4, CX \
+	XORQ AX, AX \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7
+
+// DOT4DONE sums each row's two registers, then its 8 lanes (reduce16's
+// tree), and stores the four floats at (DX).
+#define DOT4DONE \
+	VADDPS Y1, Y0, Y0 \
+	VADDPS Y3, Y2, Y2 \
+	VADDPS Y5, Y4, Y4 \
+	VADDPS Y7, Y6, Y6 \
+	REDUCE8(Y0, X0, X8, 0) \
+	REDUCE8(Y2, X2, X9, 4) \
+	REDUCE8(Y4, X4, X10, 8) \
+	REDUCE8(Y6, X6, X11, 12)
+
 // func dot4F32(out *float32, w *float32, x *float32, cols, stride int)
 // out[r] = w[r*stride:r*stride+cols]·x for r < 4; cols is a positive
 // multiple of 16.
@@ -43,20 +77,7 @@ TEXT ·dot4F32(SB), NOSPLIT, $0-40
 	MOVQ x+16(FP), SI
 	MOVQ cols+24(FP), CX
 	MOVQ stride+32(FP), BX
-	SHLQ $2, BX
-	LEAQ (DI)(BX*1), R8
-	LEAQ (R8)(BX*1), R9
-	LEAQ (R9)(BX*1), R10
-	SHRQ $4, CX
-	XORQ AX, AX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	DOT4SETUP
 
 f32loop:
 	VMOVUPS (SI)(AX*1), Y8
@@ -81,14 +102,39 @@ f32loop:
 	DECQ    CX
 	JNZ     f32loop
 
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y5, Y4, Y4
-	VADDPS Y7, Y6, Y6
-	REDUCE8(Y0, X0, X8, 0)
-	REDUCE8(Y2, X2, X9, 4)
-	REDUCE8(Y4, X4, X10, 8)
-	REDUCE8(Y6, X6, X11, 12)
+	DOT4DONE
+	VZEROUPPER
+	RET
+
+// func dot4FMA(out *float32, w *float32, x *float32, cols, stride int)
+// dot4F32 with each product added by VFMADD231PS (AVX and FMA3): dotFused's
+// bits, the widened F16 and BF16 rows' dot products.
+// out[r] = w[r*stride:r*stride+cols]·x for r < 4; cols is a positive
+// multiple of 16.
+TEXT ·dot4FMA(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DX
+	MOVQ w+8(FP), DI
+	MOVQ x+16(FP), SI
+	MOVQ cols+24(FP), CX
+	MOVQ stride+32(FP), BX
+	DOT4SETUP
+
+fmaloop:
+	VMOVUPS (SI)(AX*1), Y8
+	VMOVUPS 32(SI)(AX*1), Y9
+	VFMADD231PS (DI)(AX*1), Y8, Y0
+	VFMADD231PS 32(DI)(AX*1), Y9, Y1
+	VFMADD231PS (R8)(AX*1), Y8, Y2
+	VFMADD231PS 32(R8)(AX*1), Y9, Y3
+	VFMADD231PS (R9)(AX*1), Y8, Y4
+	VFMADD231PS 32(R9)(AX*1), Y9, Y5
+	VFMADD231PS (R10)(AX*1), Y8, Y6
+	VFMADD231PS 32(R10)(AX*1), Y9, Y7
+	ADDQ    $64, AX
+	DECQ    CX
+	JNZ     fmaloop
+
+	DOT4DONE
 	VZEROUPPER
 	RET
 
@@ -188,7 +234,8 @@ f32loop8:
 
 // func dot8F16(out *float32, w *byte, x *float32, cols, stride int)
 // dot8F32 on F16 rows (stride halves apart), each half widened exactly by
-// VCVTPH2PS as it is loaded: dot8F32's products and sums, so its bits.
+// VCVTPH2PS as it is loaded and each product added by VFMADD231PS:
+// dotFused's bits.
 TEXT ·dot8F16(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DX
 	MOVQ w+8(FP), DI
@@ -224,22 +271,14 @@ f16loop8:
 	VCVTPH2PS (R12)(AX*1), Z21
 	VCVTPH2PS (R13)(AX*1), Z22
 	VCVTPH2PS (R14)(AX*1), Z23
-	VMULPS    Z16, Z8, Z16
-	VMULPS    Z17, Z8, Z17
-	VMULPS    Z18, Z8, Z18
-	VMULPS    Z19, Z8, Z19
-	VMULPS    Z20, Z8, Z20
-	VMULPS    Z21, Z8, Z21
-	VMULPS    Z22, Z8, Z22
-	VMULPS    Z23, Z8, Z23
-	VADDPS    Z16, Z0, Z0
-	VADDPS    Z17, Z1, Z1
-	VADDPS    Z18, Z2, Z2
-	VADDPS    Z19, Z3, Z3
-	VADDPS    Z20, Z4, Z4
-	VADDPS    Z21, Z5, Z5
-	VADDPS    Z22, Z6, Z6
-	VADDPS    Z23, Z7, Z7
+	VFMADD231PS Z16, Z8, Z0
+	VFMADD231PS Z17, Z8, Z1
+	VFMADD231PS Z18, Z8, Z2
+	VFMADD231PS Z19, Z8, Z3
+	VFMADD231PS Z20, Z8, Z4
+	VFMADD231PS Z21, Z8, Z5
+	VFMADD231PS Z22, Z8, Z6
+	VFMADD231PS Z23, Z8, Z7
 	ADDQ      $32, AX
 	DECQ      CX
 	JNZ       f16loop8
@@ -283,22 +322,14 @@ f16illoop:
 	VCVTPH2PS 160(DI), Z21
 	VCVTPH2PS 192(DI), Z22
 	VCVTPH2PS 224(DI), Z23
-	VMULPS    Z16, Z8, Z16
-	VMULPS    Z17, Z8, Z17
-	VMULPS    Z18, Z8, Z18
-	VMULPS    Z19, Z8, Z19
-	VMULPS    Z20, Z8, Z20
-	VMULPS    Z21, Z8, Z21
-	VMULPS    Z22, Z8, Z22
-	VMULPS    Z23, Z8, Z23
-	VADDPS    Z16, Z0, Z0
-	VADDPS    Z17, Z1, Z1
-	VADDPS    Z18, Z2, Z2
-	VADDPS    Z19, Z3, Z3
-	VADDPS    Z20, Z4, Z4
-	VADDPS    Z21, Z5, Z5
-	VADDPS    Z22, Z6, Z6
-	VADDPS    Z23, Z7, Z7
+	VFMADD231PS Z16, Z8, Z0
+	VFMADD231PS Z17, Z8, Z1
+	VFMADD231PS Z18, Z8, Z2
+	VFMADD231PS Z19, Z8, Z3
+	VFMADD231PS Z20, Z8, Z4
+	VFMADD231PS Z21, Z8, Z5
+	VFMADD231PS Z22, Z8, Z6
+	VFMADD231PS Z23, Z8, Z7
 	ADDQ      $64, SI
 	ADDQ      $256, DI
 	DECQ      CX
@@ -310,8 +341,8 @@ f16illoop:
 
 // func dot8BF16IL(out *float32, w *byte, x *float32, cols, pf int)
 // dot8F16IL on BF16 rows: a bfloat16 widens exactly by a shift into the
-// top half of a float32, so the products and sums, and the bits, are an
-// F32 file's of the widened values, as dot8F16IL's are.
+// top half of a float32, so the products and sums, and the bits, are
+// dotFused's of the widened values, as dot8F16IL's are.
 TEXT ·dot8BF16IL(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DX
 	MOVQ w+8(FP), DI
@@ -350,22 +381,14 @@ bf16illoop:
 	VPSLLD    $16, Z22, Z22
 	VPMOVZXWD 224(DI), Z23
 	VPSLLD    $16, Z23, Z23
-	VMULPS    Z16, Z8, Z16
-	VMULPS    Z17, Z8, Z17
-	VMULPS    Z18, Z8, Z18
-	VMULPS    Z19, Z8, Z19
-	VMULPS    Z20, Z8, Z20
-	VMULPS    Z21, Z8, Z21
-	VMULPS    Z22, Z8, Z22
-	VMULPS    Z23, Z8, Z23
-	VADDPS    Z16, Z0, Z0
-	VADDPS    Z17, Z1, Z1
-	VADDPS    Z18, Z2, Z2
-	VADDPS    Z19, Z3, Z3
-	VADDPS    Z20, Z4, Z4
-	VADDPS    Z21, Z5, Z5
-	VADDPS    Z22, Z6, Z6
-	VADDPS    Z23, Z7, Z7
+	VFMADD231PS Z16, Z8, Z0
+	VFMADD231PS Z17, Z8, Z1
+	VFMADD231PS Z18, Z8, Z2
+	VFMADD231PS Z19, Z8, Z3
+	VFMADD231PS Z20, Z8, Z4
+	VFMADD231PS Z21, Z8, Z5
+	VFMADD231PS Z22, Z8, Z6
+	VFMADD231PS Z23, Z8, Z7
 	ADDQ      $64, SI
 	ADDQ      $256, DI
 	DECQ      CX

@@ -9,6 +9,7 @@ var (
 	dotRowsF32 = dotRowsF32Portable
 	useSIMD    = false
 	hasAVX     = false
+	hasFMA     = false
 	useAVX512  = false
 	// useKILKernels is the amd64 tests' switch; nothing reads it here.
 	useKILKernels = false
@@ -20,6 +21,13 @@ func dotStridedF32(out, w, x []float32, stride int) {
 	c := len(x)
 	for i := range out {
 		out[i] = dotF32(w[i*stride:i*stride+c], x)
+	}
+}
+
+func dotRowsHalf(out, w, x []float32) {
+	c := len(x)
+	for i := range out {
+		out[i] = dotFused(w[i*c:(i+1)*c], x)
 	}
 }
 

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"math"
+	"math/big"
 	"testing"
 )
 
@@ -94,6 +96,62 @@ func TestForwardSIMDEqualsPortable(t *testing.T) {
 		useSIMD = true
 		if !sameBits(simd, portable) {
 			t.Fatalf("%s %s%s: SIMD and portable logits differ", tc.shape, tc.dt, tc.mix)
+		}
+	}
+}
+
+// fmaCases are (w, x, acc) triples for fma32: sums whose float64 rounding
+// lands exactly halfway between two float32 values while the exact sum
+// does not (w·x = 2^e·(1 + 2^-30), 2^30 + 1 = 13325 · 80581), in the
+// normal and the subnormal range and with every sign, near overflow,
+// exact ties, zeros, and random values over many magnitudes.
+func fmaCases() [][3]float32 {
+	const a, b = 13325, 80581
+	sc := func(v float64, e int) float32 { return float32(math.Ldexp(v, e)) }
+	var cs [][3]float32
+	for _, s := range []float32{1, -1} {
+		cs = append(cs,
+			[3]float32{sc(a, -27), s * sc(b, -27), s},            // 1 + 2^-24 + 2^-54
+			[3]float32{sc(a, -27), -s * sc(b, -27), s},           // 1 − 2^-24 − 2^-54
+			[3]float32{sc(a, -90), s * sc(b, -90), s * 0x1p-127}, // subnormal result
+			[3]float32{sc(a, -90), s * sc(b, -90), s * 0x1p-126},
+			[3]float32{sc(a, 24), s * sc(b, 23), s * math.MaxFloat32},
+			[3]float32{s * 0x1p-24, 1, 1},               // an exact tie
+			[3]float32{s * 0x1p-24, 1, 1 + 0x1p-23},     // an exact tie, to even upwards
+			[3]float32{s * 0x1p103, 1, math.MaxFloat32}, // exactly the threshold to infinity
+			[3]float32{0, s, float32(math.Copysign(0, -1))},
+			[3]float32{3, s, -3 * s},
+		)
+	}
+	rng := uint64(17)
+	for i := 0; i < 20000; i++ {
+		v := func() float32 {
+			u := unitFloat(&rng)
+			return float32(math.Ldexp(float64(u), int(splitmix(&rng)%80)-40))
+		}
+		w, x, acc := v(), v(), v()
+		if i%3 == 0 { // cancellation
+			acc = -float32(float64(w) * float64(x))
+		}
+		cs = append(cs, [3]float32{w, x, acc})
+	}
+	return cs
+}
+
+// TestFMA32Exact: fma32 is the exact w·x + acc rounded once to float32,
+// as math/big rounds it (to nearest, ties to even, subnormals and
+// overflow included).
+func TestFMA32Exact(t *testing.T) {
+	for _, c := range fmaCases() {
+		w, x, acc := c[0], c[1], c[2]
+		p := new(big.Float).SetPrec(400).Mul(big.NewFloat(float64(w)).SetPrec(400), big.NewFloat(float64(x)).SetPrec(400))
+		v := new(big.Float).SetPrec(400).Add(p, big.NewFloat(float64(acc)))
+		want, _ := v.Float32()
+		if v.Sign() == 0 { // an exact zero keeps IEEE's sign: −0 only from −0 + −0
+			want = float32(float64(w)*float64(x) + float64(acc))
+		}
+		if got := fma32(w, x, acc); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("fma32(%g, %g, %g) = %g (%#08x), exact sum rounded %g (%#08x)", w, x, acc, got, math.Float32bits(got), want, math.Float32bits(want))
 		}
 	}
 }

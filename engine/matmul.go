@@ -224,8 +224,9 @@ func matmulF32Rows(out []float32, w *matrix, x *act, r0, r1, t0, t1 int) {
 
 // matmulHalf is matmulF32 on F16 or BF16 weights: the 4×4 tiles and a
 // decode's F16 kernel widen the halves (exactly) as they load them, the
-// rest goes through rows widened into a scratch buffer. The same products
-// in the same order, so the same bits as an F32 file of the widened values.
+// rest goes through rows widened into a scratch buffer. Every output is
+// dotFused of its row's widened values: an F32 file's order, its products
+// added by fused multiply-adds.
 func matmulHalf(out []float32, w *matrix, x *act, r0, r1 int) {
 	if w.il != nil {
 		matmulHIL(out, w, x, r0, r1)
@@ -249,7 +250,7 @@ func matmulHalfRows(out []float32, w *matrix, x *act, r0, r1, t0, t1 int) {
 		m := min(rowBlock, r1-r)
 		widenRows(buf[:m*c], w.raw[2*r*c:], w.typ)
 		for t := t0; t < t1; t++ {
-			dotRowsF32(out[t*w.rows+r:t*w.rows+r+m], buf[:m*c], x.f[t*c:(t+1)*c])
+			dotRowsHalf(out[t*w.rows+r:t*w.rows+r+m], buf[:m*c], x.f[t*c:(t+1)*c])
 		}
 	}
 }

@@ -508,3 +508,41 @@ func TestAttnAVSIMD(t *testing.T) {
 		}
 	}
 }
+
+// TestFMA32Hardware: VFMADD231PS gives fma32's bits on fmaCases and on
+// NaNs of three payloads, quiet and signalling, in every operand: each
+// case is lane 0 of a 32-column row, acc then w against activations 1
+// then x, through dot4FMA against dotFused.
+func TestFMA32Hardware(t *testing.T) {
+	if !useSIMD || !hasFMA {
+		t.Skip("no FMA")
+	}
+	cs := fmaCases()
+	nan := func(payload uint32, quiet bool) float32 {
+		b := uint32(0x7f800000) | payload
+		if quiet {
+			b |= 1 << 22
+		}
+		return math.Float32frombits(b)
+	}
+	vals := []float32{1.5, nan(1, true), nan(2, false), nan(3, true) * -1}
+	for _, w := range vals {
+		for _, x := range vals {
+			for _, acc := range vals {
+				cs = append(cs, [3]float32{w, x, acc})
+			}
+		}
+	}
+	const cols = 32
+	w, x := make([]float32, 4*cols), make([]float32, cols)
+	got := make([]float32, 4)
+	for _, c := range cs {
+		w[0], w[16], x[0], x[16] = c[2], c[0], 1, c[1]
+		want := dotFused(w[:cols], x)
+		dot4FMA(&got[0], &w[0], &x[0], cols, cols)
+		if math.Float32bits(got[0]) != math.Float32bits(want) {
+			t.Fatalf("w %g x %g acc %g (%#08x %#08x %#08x): %g (%#08x), dotFused %g (%#08x)", c[0], c[1], c[2],
+				math.Float32bits(c[0]), math.Float32bits(c[1]), math.Float32bits(c[2]), got[0], math.Float32bits(got[0]), want, math.Float32bits(want))
+		}
+	}
+}

@@ -7,12 +7,13 @@ import (
 
 // gemmAsm is gemm_amd64.s: 4 weight rows × 4 tokens of F32, F16 or BF16
 // weights against F32 activations, each of the 16 outputs dotF32's 16
-// strided lanes (one zmm) and reduce16's tree, products rounded before
-// they are added (VMULPS, VADDPS; never FMA), halves widened exactly as
-// they are loaded. Four rows and four tokens a call load each weight and
-// activation vector once for four products, where dot8F32 loads the
-// activations once for eight: the kernel is bound by its multiplies and
-// adds, not its loads.
+// strided lanes (one zmm) and reduce16's tree, halves widened exactly as
+// they are loaded. F32 products are rounded before they are added
+// (VMULPS, VADDPS: dotF32), F16 and BF16 ones added by a fused
+// multiply-add (VFMADD231PS: dotFused), which halves the kernel's work.
+// Four rows and four tokens a call load each weight and activation vector
+// once for four products, where dot8F32 loads the activations once for
+// eight: the kernel is bound by its multiplies and adds, not its loads.
 func gemmAsm() string {
 	var b strings.Builder
 	g := &gen{}
@@ -29,7 +30,7 @@ func gemmAsm() string {
 // r · token t for r, t < 4; rows ws bytes apart, tokens xs bytes apart,
 // a row's next 16 values wstep bytes on (the row's own 16 values' bytes,
 // or more where rows are interleaved); cols a positive multiple of 16. Z(4r+t) holds output (r, t)'s lanes, Z16+t
-// token t's values, Z20+r row r's, Z24–Z31 the products.
+// token t's values, Z20+r row r's, Z24–Z31 F32's products.
 func (g *gen) gemm4x4(typ string) {
 	name := "gemm4x4" + typ
 	fmt.Fprintf(&g.Buffer, "\n// func %s(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)\n", name)
@@ -70,15 +71,22 @@ func (g *gen) gemm4x4(typ string) {
 			g.f("VPSLLD $16, %s, %s", z(20+r), z(20+r))
 		}
 	}
-	for half := 0; half < 2; half++ {
-		for i := 0; i < 8; i++ {
-			r, t := (8*half+i)/4, (8*half+i)%4
-			// As dot8F32: the activation times the weight.
-			g.f("VMULPS %s, %s, %s", z(20+r), z(16+t), z(24+i))
+	if typ == "F32" {
+		for half := 0; half < 2; half++ {
+			for i := 0; i < 8; i++ {
+				r, t := (8*half+i)/4, (8*half+i)%4
+				// As dot8F32: the activation times the weight.
+				g.f("VMULPS %s, %s, %s", z(20+r), z(16+t), z(24+i))
+			}
+			for i := 0; i < 8; i++ {
+				o := 8*half + i
+				g.f("VADDPS %s, %s, %s", z(24+i), z(o), z(o))
+			}
 		}
-		for i := 0; i < 8; i++ {
-			o := 8*half + i
-			g.f("VADDPS %s, %s, %s", z(24+i), z(o), z(o))
+	} else {
+		for o := 0; o < 16; o++ {
+			// As dot4FMA: the activation times the weight, plus the lane.
+			g.f("VFMADD231PS %s, %s, %s", z(20+o/4), z(16+o%4), z(o))
 		}
 	}
 	g.f("ADDQ $64, AX")
