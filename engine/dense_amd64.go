@@ -1,5 +1,7 @@
 package engine
 
+import "sync"
+
 // The dense types' kernels beside dotRowsF32: F16/BF16 widening
 // (dense_amd64.s), the F16 decode kernel (dot8F16, kernels_amd64.s) and
 // the 4×4 tiles of a prefill or a batch (gemm_amd64.s, generated).
@@ -84,10 +86,31 @@ func matmulHIL(out []float32, w *matrix, x *act, r0, r1 int) {
 		gemm, dot = gemm4x4BF16, dot8BF16IL
 	}
 	n4 := x.n &^ 3
+	var wide []float32
+	if c <= hilWidenCols && n4 >= 8 {
+		p := hilWide.Get().(*[]float32)
+		defer hilWide.Put(p)
+		if cap(*p) < hilRows*c {
+			*p = make([]float32, hilRows*c)
+		}
+		wide = (*p)[:hilRows*c]
+	}
 	for tt := 0; tt < n4; tt += gemmTokTile {
 		te := min(tt+gemmTokTile, n4)
 		tile(tt, te, func(blk []byte, o []float32, stride int) {
 			_ = o[(te-tt-1)*stride+hilRows-1]
+			if wide != nil {
+				// The block as floats, in its order: a step's 8 rows × 16
+				// values are 128 floats, rows 4 to 7 from the 64th.
+				widenRows(wide, blk, w.typ)
+				for h := 0; h < 2; h++ {
+					for t := tt; t < te; t += 4 {
+						ot := o[(t-tt)*stride:]
+						gemm4x4W(&ot[4*h], 4*stride, &wide[64*h], 64, &x.f[t*c], 4*c, c, 512)
+					}
+				}
+				return
+			}
 			for t := tt; t < te; t += 4 {
 				ot := o[(t-tt)*stride:]
 				gemm(&ot[0], 4*stride, &blk[0], 32, &x.f[t*c], 4*c, c, 256)
@@ -102,6 +125,17 @@ func matmulHIL(out []float32, w *matrix, x *act, r0, r1 int) {
 		})
 	}
 }
+
+// hilWidenCols is the most columns for which matmulHIL widens each 8-row
+// block to float32 once per tile of activation rows, so that its 4×4
+// tiles (gemm4x4W) do fused multiply-adds alone: four widened rows of 2048
+// columns (32 KB) stay in L1 while the tile's activation rows pass. Wider
+// blocks keep the widening in the tiles' loop (gemm4x4F16, gemm4x4BF16).
+// Tests set it to 0 to run those.
+var hilWidenCols = 2048
+
+// hilWide holds matmulHIL's widened blocks, one a worker at a time.
+var hilWide = sync.Pool{New: func() any { return new([]float32) }}
 
 // halfDecode computes rows r0 to r1 of F16 matrix w against the one
 // activation row x in place, 8 rows a call, where it can (AVX-512, F16,
@@ -127,6 +161,9 @@ func gemm4x4F16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols 
 
 //go:noescape
 func gemm4x4BF16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)
+
+//go:noescape
+func gemm4x4W(out *float32, os int, w *float32, ws int, x *float32, xs int, cols int, wstep int)
 
 // gemmTokTile is the activation rows a 4-row tile meets while the tile's
 // weights stay in cache: 64 rows of 2048 values are 512 KB.

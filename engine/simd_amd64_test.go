@@ -366,10 +366,11 @@ func TestHalfDecode(t *testing.T) {
 
 // TestGemmTiles: the 4×4 F32/F16/BF16 tiles and the rows and activation
 // rows around them give the portable bits, and so do F16 and BF16 in
-// hil.go's layout, for row counts and activation
-// counts that leave remainders, row slices as the pool cuts them, and
-// non-finite weights among finite ones.
+// hil.go's layout, with the blocks widened first or not, for row counts
+// and activation counts that leave remainders, row slices as the pool
+// cuts them, and non-finite weights among finite ones.
 func TestGemmTiles(t *testing.T) {
+	defer func(v int) { hilWidenCols = v }(hilWidenCols)
 	rng := uint64(23)
 	for _, typ := range []DType{F32, F16, BF16} {
 		for _, tc := range []struct{ rows, cols, n int }{{4, 16, 4}, {13, 48, 9}, {40, 256, 70}, {7, 32, 3}} {
@@ -427,14 +428,18 @@ func TestGemmTiles(t *testing.T) {
 			if wi.il == nil {
 				t.Fatalf("%s not interleaved", typ)
 			}
-			il := make([]float32, tc.n*tc.rows)
-			for _, cut := range [][2]int{{0, 3}, {3, 16}, {16, 21}, {21, 1 << 30}} {
-				if lo, hi := cut[0], min(cut[1], tc.rows); lo < hi {
-					matmulHalf(il, &wi, a, lo, hi)
+			// Widened a block at a time (gemm4x4W) and not (hilWidenCols 0).
+			for _, widen := range []int{2048, 0} {
+				hilWidenCols = widen
+				il := make([]float32, tc.n*tc.rows)
+				for _, cut := range [][2]int{{0, 3}, {3, 16}, {16, 21}, {21, 1 << 30}} {
+					if lo, hi := cut[0], min(cut[1], tc.rows); lo < hi {
+						matmulHalf(il, &wi, a, lo, hi)
+					}
 				}
-			}
-			if !sameBits(il, want) {
-				t.Fatalf("%s %v interleaved: %v, portable %v", typ, tc, il, want)
+				if !sameBits(il, want) {
+					t.Fatalf("%s %v interleaved, widening up to %d columns: %v, portable %v", typ, tc, widen, il, want)
+				}
 			}
 		}
 	}
