@@ -78,10 +78,10 @@ func softmaxRows(s []float32, n int, sinks []float32) {
 		return
 	}
 	rows := len(s) / n
-	var buf [unitHeads]float32
-	ms, sums := buf[:0], make([]float32, 0, unitHeads)
+	var buf [2 * unitHeads]float32 // the rows' maxima and sums
+	ms, sums := buf[:0:unitHeads], buf[unitHeads:unitHeads]
 	if rows > unitHeads {
-		ms = make([]float32, 0, rows)
+		ms, sums = make([]float32, 0, rows), make([]float32, 0, rows)
 	}
 	for g := 0; g < rows; g++ {
 		m := maxF32(&s[g*n], n)

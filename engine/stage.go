@@ -647,11 +647,11 @@ func (fw *forward) attention(li int, qs, att []float32, a Attn, sinks []float32,
 				}
 				scale(sg, sc)
 			}
+			var sk []float32
 			if sinks != nil {
-				softmaxRows(scores, np, sinks[g0:g0+gn])
-			} else {
-				softmaxRows(scores, np, nil)
+				sk = sinks[g0 : g0+gn]
 			}
+			softmaxRows(scores, np, sk)
 			clear(out)
 			for p0 := 0; p0 < np; p0 += attnBlock {
 				p1 := min(p0+attnBlock, np)
