@@ -94,11 +94,26 @@ func TestWireQ8Swarm(t *testing.T) {
 		if !slices.Equal(want, reference(t, p, maxTokens, engineGreedy())) {
 			differs++
 		}
-		got, err := generate(ctx, t, nodes[i%len(nodes)], p, maxTokens)
+		entry := nodes[i%len(nodes)]
+		s, err := entry.Generate(ctx, Request{Prompt: p, MaxTokens: maxTokens, Sampling: engineGreedy()})
+		if err != nil {
+			t.Fatalf("%q: %v", p, err)
+		}
+		got, err := recvAll(s)
 		if err != nil {
 			t.Fatalf("%q: %v", p, err)
 		}
 		if !slices.Equal(got, want) {
+			// Seen once in some 60 CI runs, not reproduced in 10,000
+			// requests since: what each node did, for the next time.
+			r, _ := s.Result()
+			t.Logf("entry %s; paths %v; replays %d at %v", shortID(entry.ID()), r.Paths, r.Replays, r.ReplayedAt)
+			for _, n := range nodes {
+				m := n.Metrics()
+				t.Logf("%s: steps %d, batched %d, rejected %d, prefix hits %d (%d positions), replays %d, hop failures %d, stolen %d/%d, checks %d verified, %d inconclusive",
+					shortID(n.ID()), m.Steps, m.BatchedSteps, m.Rejected, m.PrefixHits, m.PrefixTokens, m.Replays, m.HopFailures,
+					m.Stolen, m.StolenFrom, m.Verify.Verified, m.Verify.Inconclusive)
+			}
 			t.Fatalf("%q: %v, want the q8 single-process run's %v", p, got, want)
 		}
 	}
