@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -51,11 +53,67 @@ func wireReference(t *testing.T, cuts []int, dt DType, prompt string, maxTokens 
 	return nil
 }
 
+// hopRange is a hop's layers in a path as Result.Paths writes it.
+var hopRange = regexp.MustCompile(`\[(\d+),(\d+)\)`)
+
+// checkWireTokens fails t unless each of got is the token the
+// single-process run would sample there, given the prompt and the tokens
+// before it, with the hidden states crossing the cuts of one of the paths
+// the generation used (r.Paths) as dt delivers them. A path may cut the
+// model anywhere its holders' ranges allow: the router may split one
+// range between two of its holders (a hop [4,5) on one, [5,8) on the
+// other), and the tokens are then those of both cuts. A replay on a path
+// with other cuts follows that path's run from where it took over.
+func checkWireTokens(t *testing.T, dt DType, prompt string, got []int32, r Result, sp engine.SamplingParams) {
+	t.Helper()
+	path := testModel(t)
+	tok, err := engine.LoadTokenizer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(prompt, true, false)
+	var runs [][][]float32 // per distinct cut set, the logits at each position
+	var seen [][]int
+	for _, ps := range r.Paths {
+		cuts := []int{0}
+		for _, m := range hopRange.FindAllStringSubmatch(ps, -1) {
+			end, _ := strconv.Atoi(m[2])
+			cuts = append(cuts, end)
+		}
+		if len(cuts) < 2 || slices.ContainsFunc(seen, func(c []int) bool { return slices.Equal(c, cuts) }) {
+			continue
+		}
+		seen = append(seen, cuts)
+		p, err := engine.OpenPipeline(path, cuts, engine.WithThreads(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, _, err := wireRun(context.Background(), p, dt, ids, got, 0)
+		p.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, logits)
+	}
+	if len(runs) == 0 {
+		t.Fatalf("%q: no path with layers among %v", prompt, r.Paths)
+	}
+	hist := slices.Clone(ids)
+	for i, id := range got {
+		if !slices.ContainsFunc(runs, func(l [][]float32) bool { return engine.Sample(l[i], sp, len(hist), hist) == id }) {
+			t.Fatalf("%q: token %d of %v is not the %s single-process run's over the cuts %v of its paths %v",
+				prompt, i, got, dt, seen, r.Paths)
+		}
+		hist = append(hist, id)
+	}
+}
+
 // TestWireQ8Swarm: three nodes sending q8 between hops, every token
 // boundary spot-checked. The tokens are the single-process run's with the
-// same q8 round trip at the same cut (not the float32 run's), the exact
-// checks pass with no mismatch, and a generation whose last hop is
-// killed half-way replays on the other holder to the very same tokens.
+// same q8 round trip at the same cuts as the paths used (not the float32
+// run's), the exact checks pass with no mismatch, and a generation whose
+// last hop is killed half-way replays on the other holder, whose run it
+// then follows.
 func TestWireQ8Swarm(t *testing.T) {
 	q8 := []Option{WithWire(WireQ8)}
 	nodes := verifyClusterWhere(t, 3, map[int][]Option{0: q8, 1: q8, 2: q8}, func(m layers.LayerMap, nodes []*Node) string {
@@ -83,19 +141,13 @@ func TestWireQ8Swarm(t *testing.T) {
 			lasts = append(lasts, n)
 		}
 	}
-	cuts := []int{0, 4, 8}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 
 	const maxTokens = 16
 	differs := 0
 	for i, p := range []string{"Once upon a time", "The quick brown fox", "In a hole in the ground"} {
-		want := wireReference(t, cuts, DTypeQ8, p, maxTokens, engineGreedy())
-		if !slices.Equal(want, reference(t, p, maxTokens, engineGreedy())) {
-			differs++
-		}
-		entry := nodes[i%len(nodes)]
-		s, err := entry.Generate(ctx, Request{Prompt: p, MaxTokens: maxTokens, Sampling: engineGreedy()})
+		s, err := nodes[i%len(nodes)].Generate(ctx, Request{Prompt: p, MaxTokens: maxTokens, Sampling: engineGreedy()})
 		if err != nil {
 			t.Fatalf("%q: %v", p, err)
 		}
@@ -103,18 +155,11 @@ func TestWireQ8Swarm(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", p, err)
 		}
-		if !slices.Equal(got, want) {
-			// Seen once in some 60 CI runs, not reproduced in 10,000
-			// requests since: what each node did, for the next time.
-			r, _ := s.Result()
-			t.Logf("entry %s; paths %v; replays %d at %v", shortID(entry.ID()), r.Paths, r.Replays, r.ReplayedAt)
-			for _, n := range nodes {
-				m := n.Metrics()
-				t.Logf("%s: steps %d, batched %d, rejected %d, prefix hits %d (%d positions), replays %d, hop failures %d, stolen %d/%d, checks %d verified, %d inconclusive",
-					shortID(n.ID()), m.Steps, m.BatchedSteps, m.Rejected, m.PrefixHits, m.PrefixTokens, m.Replays, m.HopFailures,
-					m.Stolen, m.StolenFrom, m.Verify.Verified, m.Verify.Inconclusive)
-			}
-			t.Fatalf("%q: %v, want the q8 single-process run's %v", p, got, want)
+		r, _ := s.Result()
+		t.Logf("%q over %v", p, r.Paths)
+		checkWireTokens(t, DTypeQ8, p, got, r, engineGreedy())
+		if !slices.Equal(got, reference(t, p, maxTokens, engineGreedy())) {
+			differs++
 		}
 	}
 	t.Logf("q8 tokens differ from float32's for %d of 3 prompts", differs)
@@ -135,7 +180,8 @@ func TestWireQ8Swarm(t *testing.T) {
 	// A replay: the last hop of a running generation dies.
 	const long = 64
 	r := &genRun{prompt: "It was a dark and stormy night", sp: engineGreedy(), entry: first}
-	r.want = wireReference(t, cuts, DTypeQ8, r.prompt, long, r.sp)
+	// For its length only: its tokens depend on the cuts of its paths.
+	r.want = wireReference(t, []int{0, 4, 8}, DTypeQ8, r.prompt, long, r.sp)
 	wg := startRuns(ctx, t, []*genRun{r}, long)
 	waitFor(t, 60*time.Second, "a quarter of the generation", func() bool {
 		return int(r.count.Load()) >= min(long/4, len(r.want))
@@ -146,9 +192,7 @@ func TestWireQ8Swarm(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if !slices.Equal(r.got, r.want) {
-		t.Fatalf("after the kill: %v, want %v", r.got, r.want)
-	}
+	checkWireTokens(t, DTypeQ8, r.prompt, r.got, r.result, r.sp)
 	t.Logf("killed %s on %d running paths; %d replay(s)", shortID(victim.ID()), use, r.result.Replays)
 	if use > 0 && r.result.Replays == 0 {
 		t.Fatalf("the last hop was killed under the generation, which never replayed")
