@@ -425,3 +425,29 @@ func TestConcurrentSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestStepBytes: a decode step reads every weight but the token
+// embeddings, of which one row, unless the output matrix is the same
+// table; a stage without the embeddings reads all it holds.
+func TestStepBytes(t *testing.T) {
+	for _, tied := range []bool{false, true} {
+		c := testShapes["llama-gqa"]
+		c.Tied = tied
+		path := genModel(t, c)
+		for _, r := range [][2]int{{0, 4}, {1, 3}} {
+			s, err := Open(path, WithRange(r[0], r[1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := s.Info()
+			want := in.WeightBytes
+			if !tied && r[0] == 0 {
+				want -= int64(c.Vocab-1) * int64(c.Dim) * 4 // F32 rows
+			}
+			if in.StepBytes != want {
+				t.Errorf("tied %v, layers %v: %d step bytes of %d, want %d", tied, r, in.StepBytes, in.WeightBytes, want)
+			}
+			s.Close()
+		}
+	}
+}

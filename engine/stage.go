@@ -91,6 +91,10 @@ type Info struct {
 	Threads int
 	// WeightBytes is the memory the stage's weights take.
 	WeightBytes int64
+	// StepBytes is the weight bytes one decode step reads: WeightBytes but
+	// the token embeddings, of which it reads one row (all of them where
+	// the output matrix is the same table). 0: not known (WeightBytes).
+	StepBytes int64
 	// KVBytesPerToken is the KV cache one position takes across the
 	// stage's layers.
 	KVBytesPerToken int64
@@ -277,6 +281,10 @@ func Load(f *File, opts ...Option) (*Local, error) {
 		}
 	}
 	s.info.WeightBytes = s.weightBytes()
+	s.info.StepBytes = s.info.WeightBytes
+	if s.embd != nil && s.out != s.embd {
+		s.info.StepBytes -= s.embd.bytes() - s.embd.bytes()/int64(hp.Vocab)
+	}
 	s.pool = newPool(o.threads)
 	s.exactGELU = o.exactGELU
 	return s, nil

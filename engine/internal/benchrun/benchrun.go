@@ -7,6 +7,7 @@
 package benchrun
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -24,7 +25,7 @@ type Result struct {
 	Tokens  int     `json:"tokens"`
 	Seconds float64 `json:"seconds"`
 	TokS    float64 `json:"tok_s"`
-	// Strata only: the weights one token reads (engine.Info().WeightBytes).
+	// Strata only: the weights one token reads (engine.Info().StepBytes).
 	WeightBytes int64 `json:"weight_bytes,omitempty"`
 	// The ggml CPU kernels: llama.cpp's backend variant (libggml-cpu-VARIANT.so);
 	// the ggml engine's compiled-in features.
@@ -72,7 +73,7 @@ func Run(s engine.Stage, path, mode string, steps, promptLen, n int) (Result, er
 	info := s.Info()
 	ctx := context.Background()
 	greedy := engine.SamplingParams{}
-	r := Result{Engine: info.Engine, Mode: mode, Threads: info.Threads, Model: path, WeightBytes: info.WeightBytes}
+	r := Result{Engine: info.Engine, Mode: mode, Threads: info.Threads, Model: path, WeightBytes: cmp.Or(info.StepBytes, info.WeightBytes)}
 	switch mode {
 	case Decode:
 		r.KVContext = promptLen + steps + 8

@@ -506,7 +506,7 @@ func drive(args []string) error {
 		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
 		fmt.Fprintln(w)
 		moeNote := false
-		fmt.Fprintln(w, "| file | Strata weight bytes/token | bandwidth GB/s | Strata decode t=1 tok/s | weights read GB/s | fraction of bandwidth |")
+		fmt.Fprintln(w, "| file | Strata weight bytes read/token | bandwidth GB/s | Strata decode t=1 tok/s | weights read GB/s | fraction of bandwidth |")
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
 		for _, r := range rows {
 			if !r.decode1 {
@@ -526,7 +526,7 @@ func drive(args []string) error {
 		}
 		if moeNote {
 			fmt.Fprintln(w)
-			fmt.Fprintln(w, "On a mixture-of-experts file the weight bytes are the file's bytes a token reads: every tensor but the experts, and expert_used_count/expert_count of those.")
+			fmt.Fprintln(w, "On a mixture-of-experts file the weight bytes are the file's bytes a token reads: every tensor but the experts and the token embeddings, expert_used_count/expert_count of the experts and one row of the embeddings.")
 		}
 	}
 	if *out != "" {
@@ -622,12 +622,21 @@ func tokenBytes(path string) (n int64, moe bool, err error) {
 	if !hp.MoE() {
 		return 0, false, nil
 	}
-	var all, experts int64
+	var all, experts, embd int64
+	tied := true
 	for _, t := range f.Tensors {
 		all += t.Size
-		if strings.Contains(t.Name, "_exps.") {
+		switch {
+		case strings.Contains(t.Name, "_exps."):
 			experts += t.Size
+		case t.Name == "token_embd.weight":
+			embd = t.Size
+		case t.Name == "output.weight":
+			tied = false
 		}
+	}
+	if !tied { // a token reads one row of the embeddings (engine.Info's StepBytes)
+		all -= embd - embd/int64(hp.Vocab)
 	}
 	return all - experts + experts*int64(hp.ExpertsUsed)/int64(hp.Experts), true, nil
 }
