@@ -16,7 +16,8 @@ var Sink uint64
 // streamed an 8B file's weights on the Intel VM (their "fraction of
 // bandwidth" came out near 2): 1 GiB at 1 thread, best of 5, 8.70 GB/s
 // with 8-byte loads, 13.12 with 32-byte loads, 14.59 with the prefetch
-// too. The figure is meant as what a read can get.
+// too (unmeasured on AMD, where the prefetch may cost a little). The
+// figure is meant as what a read can get.
 func Read(buf []uint64, threads int) int {
 	sums := make([]uint64, threads)
 	var wg sync.WaitGroup
