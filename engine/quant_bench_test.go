@@ -244,8 +244,8 @@ func BenchmarkMXFP4MatVec(b *testing.B) {
 // of a TinyLlama-shaped file whose 2-D weights are all of one type, at 1
 // thread, alternating with a 1-thread read of as many bytes from a buffer
 // of that size, each one's fastest run kept (on a machine shared with other
-// work, run it under chrt -f 10). The bytes a step reads are the stage's
-// weights less the embedding table, of which a step reads one row. It
+// work, run it under chrt -f 10). The bytes a step reads are
+// engine.Info().StepBytes: the weights but one row of the embeddings. It
 // reports tokens/s, the read's GB/s and the step's fraction of it. Files
 // are written once under STRATA_BENCH_DIR (or the temp dir).
 func BenchmarkDecodeBandwidth(b *testing.B) {
@@ -262,23 +262,12 @@ func BenchmarkDecodeBandwidth(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			f, fh, err := OpenFile(path)
-			if err != nil {
-				b.Fatal(err)
-			}
-			fh.Close()
-			var embd int64
-			for _, ti := range f.Tensors {
-				if ti.Name == "token_embd.weight" {
-					embd = ti.Size
-				}
-			}
 			s, err := Open(path, WithThreads(1))
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			read := s.Info().WeightBytes - embd + embd/int64(c.Vocab)
+			read := s.Info().StepBytes
 			step := func() time.Duration {
 				ss, err := s.NewSession(8)
 				if err != nil {
