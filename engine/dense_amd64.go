@@ -60,22 +60,23 @@ func useHIL() bool { return useSIMD && hasAVX512 && useKILKernels }
 // matmulHIL computes rows r0 to r1 of an F16 or BF16 matrix in hil.go's layout
 // against every activation row: each 8-row block against a tile of
 // gemmTokTile activation rows while it is in cache, 4 rows × 4 activation
-// rows a call, then the activation rows left over 8 rows a call. A block
-// that the cut or the padding splits goes through a scratch tile.
+// rows a call (widened first where there are at least 8 such rows:
+// hilScratch.widened), then the activation rows left over 8 rows a call. A
+// block that the cut or the padding splits goes through a scratch tile.
 func matmulHIL(out []float32, w *matrix, x *act, r0, r1 int) {
 	c := w.cols
 	var pad [gemmTokTile * hilRows]float32
 	// tile runs f (token t's 8 outputs at o[(t−t0)·stride:]) on each 8-row
 	// block for activation rows t0 to t1.
-	tile := func(t0, t1 int, f func(blk []byte, o []float32, stride int)) {
+	tile := func(t0, t1 int, f func(b int, blk []byte, o []float32, stride int)) {
 		for b := r0 / hilRows; b*hilRows < r1; b++ {
 			lo, hi := max(r0, b*hilRows), min(r1, (b+1)*hilRows)
 			blk := w.il[b*hilRows*2*c : (b+1)*hilRows*2*c]
 			if lo == b*hilRows && hi == (b+1)*hilRows {
-				f(blk, out[t0*w.rows+lo:], w.rows)
+				f(b, blk, out[t0*w.rows+lo:], w.rows)
 				continue
 			}
-			f(blk, pad[:], hilRows)
+			f(b, blk, pad[:], hilRows)
 			for t := t0; t < t1; t++ {
 				copy(out[t*w.rows+lo:t*w.rows+hi], pad[(t-t0)*hilRows+lo-b*hilRows:])
 			}
@@ -86,29 +87,20 @@ func matmulHIL(out []float32, w *matrix, x *act, r0, r1 int) {
 		gemm, dot = gemm4x4BF16, dot8BF16IL
 	}
 	n4 := x.n &^ 3
-	var wide []float32
-	if c <= hilWidenCols && n4 >= 8 {
-		p := hilWide.Get().(*[]float32)
-		defer hilWide.Put(p)
-		if cap(*p) < hilRows*c {
-			*p = make([]float32, hilRows*c)
+	var sc *hilScratch
+	if kb := hilWidenCols; kb > 0 && n4 >= 8 {
+		sc = hilWide.Get().(*hilScratch)
+		defer hilWide.Put(sc)
+		if cap(sc.wide) < hilRows*kb {
+			sc.wide = make([]float32, hilRows*kb)
 		}
-		wide = (*p)[:hilRows*c]
 	}
 	for tt := 0; tt < n4; tt += gemmTokTile {
 		te := min(tt+gemmTokTile, n4)
-		tile(tt, te, func(blk []byte, o []float32, stride int) {
+		tile(tt, te, func(b int, blk []byte, o []float32, stride int) {
 			_ = o[(te-tt-1)*stride+hilRows-1]
-			if wide != nil {
-				// The block as floats, in its order: a step's 8 rows × 16
-				// values are 128 floats, rows 4 to 7 from the 64th.
-				widenRows(wide, blk, w.typ)
-				for h := 0; h < 2; h++ {
-					for t := tt; t < te; t += 4 {
-						ot := o[(t-tt)*stride:]
-						gemm4x4W(&ot[4*h], 4*stride, &wide[64*h], 64, &x.f[t*c], 4*c, c, 512)
-					}
-				}
+			if sc != nil {
+				sc.widened(w, x, b, o, stride, tt, te)
 				return
 			}
 			for t := tt; t < te; t += 4 {
@@ -119,23 +111,78 @@ func matmulHIL(out []float32, w *matrix, x *act, r0, r1 int) {
 		})
 	}
 	for t := n4; t < x.n; t++ {
-		tile(t, t+1, func(blk []byte, o []float32, _ int) {
+		tile(t, t+1, func(_ int, blk []byte, o []float32, _ int) {
 			_ = o[hilRows-1]
 			dot(&o[0], &blk[0], &x.f[t*c], c, hilPrefetch)
 		})
 	}
 }
 
-// hilWidenCols is the most columns for which matmulHIL widens each 8-row
-// block to float32 once per tile of activation rows, so that its 4×4
-// tiles (gemm4x4W) do fused multiply-adds alone: four widened rows of 2048
-// columns (32 KB) stay in L1 while the tile's activation rows pass. Wider
-// blocks keep the widening in the tiles' loop (gemm4x4F16, gemm4x4BF16).
-// Tests set it to 0 to run those.
-var hilWidenCols = 2048
+// hilWidenCols is how many columns of an 8-row block matmulHIL widens to
+// float32 at a time, once per tile of activation rows, so that its 4×4
+// tiles (gemm4x4W) do fused multiply-adds alone. Four widened rows of 1024
+// columns and four activation rows (16 KB each) stay in L1: in a probe of
+// 64 activation rows in cache (best of 200, beside other work), 1024
+// columns a block gave 55–62 GMAC/s, 768 about the same, 2048 50–56 and
+// 256 47–51, and a 5632-column matrix widened in the tiles' loop 50. A
+// multiple of 16; tests set it lower to cut small matrices into blocks, and
+// to 0 to keep the widening in the tiles' loop (gemm4x4F16, gemm4x4BF16),
+// as a batch of fewer than 8 activation rows does.
+var hilWidenCols = 1024
 
-// hilWide holds matmulHIL's widened blocks, one a worker at a time.
-var hilWide = sync.Pool{New: func() any { return new([]float32) }}
+// hilScratch is matmulHIL's widened column block and its tiles' lanes
+// between blocks: a 4×4 tile's 16 outputs × 16 lanes, for each of a token
+// tile's 4-row groups and each half of the block.
+type hilScratch struct {
+	wide []float32
+	acc  [gemmTokTile / 2][256]float32
+}
+
+// widened computes 8-row block b of F16 or BF16 matrix w in hil.go's
+// layout against activation rows t0 to t1 (a multiple of 4 apart), token
+// t's 8 outputs at o[(t−t0)·stride:]: the block as floats a column block
+// at a time, in its order (a step's 8 rows × 16 values are 128 floats,
+// rows 4 to 7 from the 64th), 4 rows × 4 activation rows a call. Each
+// tile's lanes carry from one column block to the next in sc.acc, so the
+// sums run in the same order as in one pass. The calls prefetch the
+// next column block's halves, which follow in w.il (the next 8-row block's
+// first after the last), a share each, so that its widening finds them in
+// cache: on the Intel VM that took the widening in a 1-thread F16
+// prefill's profile from 1.24 s to 0.54 s, while the tiles took 0.38 s
+// more.
+func (sc *hilScratch) widened(w *matrix, x *act, b int, o []float32, stride, t0, t1 int) {
+	c, kb := w.cols, hilWidenCols
+	blk := w.il[b*hilRows*2*c : (b+1)*hilRows*2*c]
+	calls := (t1 - t0) / 2
+	for k0 := 0; k0 < c; k0 += kb {
+		k1 := min(c, k0+kb)
+		widenRows(sc.wide[:hilRows*(k1-k0)], blk[2*hilRows*k0:2*hilRows*k1], w.typ)
+		mode := 0
+		if k0 > 0 {
+			mode |= 1 // lanes from sc.acc
+		}
+		if k1 == c {
+			mode |= 2 // reduce into o
+		}
+		next := w.il[min(len(w.il), b*hilRows*2*c+2*hilRows*k1):]
+		next = next[:min(len(next), 2*hilRows*kb)]
+		share := (len(next)/64 + calls - 1) / calls * 64
+		for h := 0; h < 2; h++ {
+			for t := t0; t < t1; t += 4 {
+				i := (t-t0)/2 + h
+				pf := next[min(len(next), i*share):min(len(next), (i+1)*share)]
+				lines, p := (len(pf)+63)/64, &blk[0]
+				if lines > 0 {
+					p = &pf[0]
+				}
+				gemm4x4W(&o[(t-t0)*stride+4*h], 4*stride, &sc.wide[64*h], 64, &x.f[t*c+k0], 4*c, k1-k0, 512, &sc.acc[i][0], mode, p, lines)
+			}
+		}
+	}
+}
+
+// hilWide holds matmulHIL's scratch, one a worker at a time.
+var hilWide = sync.Pool{New: func() any { return new(hilScratch) }}
 
 // halfDecode computes rows r0 to r1 of F16 matrix w against the one
 // activation row x in place, 8 rows a call, where it can (AVX-512, F16,
@@ -163,7 +210,7 @@ func gemm4x4F16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols 
 func gemm4x4BF16(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)
 
 //go:noescape
-func gemm4x4W(out *float32, os int, w *float32, ws int, x *float32, xs int, cols int, wstep int)
+func gemm4x4W(out *float32, os int, w *float32, ws int, x *float32, xs int, cols int, wstep int, acc *float32, mode int, pf *byte, pfn int)
 
 // gemmTokTile is the activation rows a 4-row tile meets while the tile's
 // weights stay in cache: 64 rows of 2048 values are 512 KB.

@@ -670,8 +670,8 @@ gemm4x4BF16loop:
 	VZEROUPPER
 	RET
 
-// func gemm4x4W(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)
-TEXT ·gemm4x4W(SB), NOSPLIT, $0-64
+// func gemm4x4W(out *float32, os int, w *float32, ws int, x *float32, xs int, cols int, wstep int, acc *float32, mode int, pf *byte, pfn int)
+TEXT ·gemm4x4W(SB), NOSPLIT, $0-96
 	MOVQ w+16(FP), DI
 	MOVQ ws+24(FP), DX
 	LEAQ (DI)(DX*1), R8
@@ -687,6 +687,39 @@ TEXT ·gemm4x4W(SB), NOSPLIT, $0-64
 	XORQ AX, AX
 	XORQ BX, BX
 	MOVQ wstep+56(FP), R14
+	MOVQ pf+80(FP), DX
+	MOVQ pfn+88(FP), AX
+	TESTQ AX, AX
+	JZ gemm4x4Wpfdone
+gemm4x4Wpf:
+	PREFETCHT0 (DX)
+	ADDQ $64, DX
+	DECQ AX
+	JNZ gemm4x4Wpf
+gemm4x4Wpfdone:
+	XORQ AX, AX
+	MOVQ mode+72(FP), DX
+	TESTQ $1, DX
+	JZ gemm4x4Wzero
+	MOVQ acc+64(FP), DX
+	VMOVUPS 0(DX), Z0
+	VMOVUPS 64(DX), Z1
+	VMOVUPS 128(DX), Z2
+	VMOVUPS 192(DX), Z3
+	VMOVUPS 256(DX), Z4
+	VMOVUPS 320(DX), Z5
+	VMOVUPS 384(DX), Z6
+	VMOVUPS 448(DX), Z7
+	VMOVUPS 512(DX), Z8
+	VMOVUPS 576(DX), Z9
+	VMOVUPS 640(DX), Z10
+	VMOVUPS 704(DX), Z11
+	VMOVUPS 768(DX), Z12
+	VMOVUPS 832(DX), Z13
+	VMOVUPS 896(DX), Z14
+	VMOVUPS 960(DX), Z15
+	JMP gemm4x4Wloop
+gemm4x4Wzero:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -732,6 +765,29 @@ gemm4x4Wloop:
 	ADDQ R14, BX
 	DECQ CX
 	JNZ gemm4x4Wloop
+	MOVQ mode+72(FP), DX
+	TESTQ $2, DX
+	JNZ gemm4x4Wdone
+	MOVQ acc+64(FP), DX
+	VMOVUPS Z0, 0(DX)
+	VMOVUPS Z1, 64(DX)
+	VMOVUPS Z2, 128(DX)
+	VMOVUPS Z3, 192(DX)
+	VMOVUPS Z4, 256(DX)
+	VMOVUPS Z5, 320(DX)
+	VMOVUPS Z6, 384(DX)
+	VMOVUPS Z7, 448(DX)
+	VMOVUPS Z8, 512(DX)
+	VMOVUPS Z9, 576(DX)
+	VMOVUPS Z10, 640(DX)
+	VMOVUPS Z11, 704(DX)
+	VMOVUPS Z12, 768(DX)
+	VMOVUPS Z13, 832(DX)
+	VMOVUPS Z14, 896(DX)
+	VMOVUPS Z15, 960(DX)
+	VZEROUPPER
+	RET
+gemm4x4Wdone:
 	MOVQ out+0(FP), DI
 	MOVQ os+8(FP), DX
 	LEAQ (DI)(DX*1), R8

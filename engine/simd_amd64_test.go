@@ -428,8 +428,9 @@ func TestGemmTiles(t *testing.T) {
 			if wi.il == nil {
 				t.Fatalf("%s not interleaved", typ)
 			}
-			// Widened a block at a time (gemm4x4W) and not (hilWidenCols 0).
-			for _, widen := range []int{2048, 0} {
+			// Widened a column block at a time (gemm4x4W), in one block or
+			// several, and not (hilWidenCols 0).
+			for _, widen := range []int{2048, 32, 0} {
 				hilWidenCols = widen
 				il := make([]float32, tc.n*tc.rows)
 				for _, cut := range [][2]int{{0, 3}, {3, 16}, {16, 21}, {21, 1 << 30}} {

@@ -11,7 +11,8 @@ import (
 // they are loaded. F32 products are rounded before they are added
 // (VMULPS, VADDPS: dotF32), F16 and BF16 ones added by a fused
 // multiply-add (VFMADD231PS: dotFused), which halves the kernel's work.
-// W is F16 or BF16 rows widened beforehand: float32 values, fused.
+// W is F16 or BF16 rows widened beforehand: float32 values, fused, a
+// block of columns a call, the lanes carried from block to block in acc.
 // Four rows and four tokens a call load each weight and activation vector
 // once for four products, where dot8F32 loads the activations once for
 // eight: the kernel is bound by its multiplies and adds, not its loads.
@@ -30,12 +31,21 @@ func gemmAsm() string {
 // x *float32, xs int, cols int, wstep int): out[t·os + 4r] (bytes) = row
 // r · token t for r, t < 4; rows ws bytes apart, tokens xs bytes apart,
 // a row's next 16 values wstep bytes on (the row's own 16 values' bytes,
-// or more where rows are interleaved); cols a positive multiple of 16. Z(4r+t) holds output (r, t)'s lanes, Z16+t
-// token t's values, Z20+r row r's, Z24–Z31 F32's products.
+// or more where rows are interleaved); cols a positive multiple of 16.
+// Z(4r+t) holds output (r, t)'s lanes, Z16+t token t's values, Z20+r row
+// r's, Z24–Z31 F32's products. gemm4x4W takes four arguments more (acc
+// *float32, mode int, pf *byte, pfn int): it first prefetches pfn cache
+// lines from pf, starts its lanes from acc's 16 × 16 floats where mode&1,
+// and stores them back there unreduced unless mode&2.
 func (g *gen) gemm4x4(typ string) {
 	name := "gemm4x4" + typ
-	fmt.Fprintf(&g.Buffer, "\n// func %s(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)\n", name)
-	fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $0-64\n", name)
+	if typ == "W" {
+		fmt.Fprintf(&g.Buffer, "\n// func %s(out *float32, os int, w *float32, ws int, x *float32, xs int, cols int, wstep int, acc *float32, mode int, pf *byte, pfn int)\n", name)
+		fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $0-96\n", name)
+	} else {
+		fmt.Fprintf(&g.Buffer, "\n// func %s(out *float32, os int, w *byte, ws int, x *float32, xs int, cols int, wstep int)\n", name)
+		fmt.Fprintf(&g.Buffer, "TEXT ·%s(SB), NOSPLIT, $0-64\n", name)
+	}
 	g.f("MOVQ w+16(FP), DI")
 	g.f("MOVQ ws+24(FP), DX")
 	g.f("LEAQ (DI)(DX*1), R8")
@@ -51,10 +61,36 @@ func (g *gen) gemm4x4(typ string) {
 	g.f("XORQ AX, AX") // activations' offset
 	g.f("XORQ BX, BX") // weights' offset
 	g.f("MOVQ wstep+56(FP), R14")
+	loop := name + "loop"
+	if typ == "W" {
+		// mode&1: the 16 outputs' lanes start from acc (a column block
+		// after the first), not from zero.
+		// pfn cache lines from pf on into L1: a share of the next
+		// column block's halves, which its widening then finds in cache.
+		g.f("MOVQ pf+80(FP), DX")
+		g.f("MOVQ pfn+88(FP), AX")
+		g.f("TESTQ AX, AX")
+		g.f("JZ %spfdone", name)
+		g.label(name + "pf")
+		g.f("PREFETCHT0 (DX)")
+		g.f("ADDQ $64, DX")
+		g.f("DECQ AX")
+		g.f("JNZ %spf", name)
+		g.label(name + "pfdone")
+		g.f("XORQ AX, AX")
+		g.f("MOVQ mode+72(FP), DX")
+		g.f("TESTQ $1, DX")
+		g.f("JZ %szero", name)
+		g.f("MOVQ acc+64(FP), DX")
+		for i := 0; i < 16; i++ {
+			g.f("VMOVUPS %d(DX), %s", 64*i, z(i))
+		}
+		g.f("JMP %s", loop)
+		g.label(name + "zero")
+	}
 	for i := 0; i < 16; i++ {
 		g.f("VPXORD %s, %s, %s", z(i), z(i), z(i))
 	}
-	loop := name + "loop"
 	g.label(loop)
 	xs := []string{"SI", "R11", "R12", "R13"}
 	ws := []string{"DI", "R8", "R9", "R10"}
@@ -94,6 +130,20 @@ func (g *gen) gemm4x4(typ string) {
 	g.f("ADDQ R14, BX")
 	g.f("DECQ CX")
 	g.f("JNZ %s", loop)
+	if typ == "W" {
+		// mode&2: the last column block, reduced into out; otherwise the
+		// lanes wait in acc for the next block, unrounded.
+		g.f("MOVQ mode+72(FP), DX")
+		g.f("TESTQ $2, DX")
+		g.f("JNZ %sdone", name)
+		g.f("MOVQ acc+64(FP), DX")
+		for i := 0; i < 16; i++ {
+			g.f("VMOVUPS %s, %d(DX)", z(i), 64*i)
+		}
+		g.f("VZEROUPPER")
+		g.f("RET")
+		g.label(name + "done")
+	}
 	// reduce16 per output: l[j]+l[j+8], +4, +2, +1.
 	g.f("MOVQ out+0(FP), DI")
 	g.f("MOVQ os+8(FP), DX")
