@@ -99,10 +99,7 @@ func BenchmarkQ8Decode(b *testing.B) {
 				return time.Since(t0)
 			}
 			wb := s.Info().WeightBytes
-			buf := make([]uint64, wb/8)
-			for i := range buf {
-				buf[i] = uint64(i)
-			}
+			buf := membench.Buffer(int(wb / 8))
 			step()
 			readBytes := membench.Read(buf, threads)
 			paths := 1

@@ -152,10 +152,7 @@ func BenchmarkDecodeKernelPaths(b *testing.B) {
 				return time.Since(t0)
 			}
 			wb := s.Info().WeightBytes
-			buf := make([]uint64, wb/8)
-			for i := range buf {
-				buf[i] = uint64(i)
-			}
+			buf := membench.Buffer(int(wb / 8))
 			step(s)
 			step(il)
 			readBytes := membench.Read(buf, threads)
@@ -207,10 +204,7 @@ func BenchmarkMXFP4MatVec(b *testing.B) {
 	}
 	w := &matrix{rows: rows, cols: cols, raw: raw, qf: quantFormats[MXFP4], typ: MXFP4}
 	out := make([]float32, rows)
-	buf := make([]uint64, len(raw)/8)
-	for i := range buf {
-		buf[i] = uint64(i)
-	}
+	buf := membench.Buffer(len(raw) / 8)
 	paths := []string{"simd", "portable"}
 	if packedRowsKernel(MXFP4) != nil {
 		paths = []string{"simd", "avx2", "portable"}
@@ -283,10 +277,7 @@ func BenchmarkDecodeBandwidth(b *testing.B) {
 				}
 				return time.Since(t0)
 			}
-			buf := make([]uint64, read/8)
-			for i := range buf {
-				buf[i] = uint64(i)
-			}
+			buf := membench.Buffer(int(read / 8))
 			step()
 			readBytes := membench.Read(buf, 1)
 			bestStep, bestRead := time.Hour, time.Hour
@@ -313,10 +304,7 @@ func BenchmarkDecodeBandwidth(b *testing.B) {
 //
 //	go test ./engine -run '^$' -bench KILStream -benchtime 20x
 func BenchmarkKILStream(b *testing.B) {
-	buf := make([]uint64, 160<<20/8)
-	for i := range buf {
-		buf[i] = uint64(i)
-	}
+	buf := membench.Buffer(160 << 20 / 8)
 	b.Run("read", func(b *testing.B) {
 		best := time.Hour
 		for b.Loop() {

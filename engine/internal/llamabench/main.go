@@ -154,10 +154,7 @@ func membwCmd(args []string) error {
 	threads := fs.Int("threads", 1, "threads reading at once")
 	reps := fs.Int("reps", 5, "reads of the buffer; the fastest counts")
 	fs.Parse(args)
-	buf := make([]uint64, *mib<<20/8)
-	for i := range buf {
-		buf[i] = uint64(i)
-	}
+	buf := membench.Buffer(*mib << 20 / 8)
 	membench.Read(buf, *threads) // warm-up
 	best, n := time.Duration(1<<62), 0
 	for range *reps {

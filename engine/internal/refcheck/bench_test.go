@@ -74,10 +74,7 @@ func BenchmarkDecodeVsGGML(b *testing.B) {
 					ss.Close()
 				}
 				wb := s.Info().WeightBytes
-				buf := make([]uint64, wb/8)
-				for i := range buf {
-					buf[i] = uint64(i)
-				}
+				buf := membench.Buffer(int(wb / 8))
 				step()
 				if _, err := g.logits(tok, threads); err != nil {
 					b.Fatal(err)
