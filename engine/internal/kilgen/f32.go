@@ -63,8 +63,6 @@ func (g *gen) gemm4x4(typ string) {
 	g.f("MOVQ wstep+56(FP), R14")
 	loop := name + "loop"
 	if typ == "W" {
-		// mode&1: the 16 outputs' lanes start from acc (a column block
-		// after the first), not from zero.
 		// pfn cache lines from pf on into L1: a share of the next
 		// column block's halves, which its widening then finds in cache.
 		g.f("MOVQ pf+80(FP), DX")
@@ -78,6 +76,8 @@ func (g *gen) gemm4x4(typ string) {
 		g.f("JNZ %spf", name)
 		g.label(name + "pfdone")
 		g.f("XORQ AX, AX")
+		// mode&1: the 16 outputs' lanes start from acc (a column block
+		// after the first), not from zero.
 		g.f("MOVQ mode+72(FP), DX")
 		g.f("TESTQ $1, DX")
 		g.f("JZ %szero", name)

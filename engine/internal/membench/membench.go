@@ -18,10 +18,10 @@ import (
 // 74% (median 8%), quiet; a read of ordinary pages set against weights on
 // huge ones made decode's fraction of bandwidth look that much higher.
 func Buffer(words int) []uint64 {
-	b := hugepage.Alloc(8 * words)
 	if words == 0 {
 		return nil
 	}
+	b := hugepage.Alloc(8 * words)
 	buf := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), words)
 	for i := range buf {
 		buf[i] = uint64(i)
