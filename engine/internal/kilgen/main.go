@@ -41,7 +41,12 @@ const (
 	q6kGSB = 3392 // a whole number of cache lines: no split loads
 )
 
-type gen struct{ bytes.Buffer }
+// gen writes one file's kernels. pf holds the prefetches of the block
+// being written that are still to be placed (prefetch).
+type gen struct {
+	bytes.Buffer
+	pf []string
+}
 
 func (g *gen) f(format string, a ...any) { fmt.Fprintf(&g.Buffer, "\t"+format+"\n", a...) }
 func (g *gen) label(l string)            { fmt.Fprintf(&g.Buffer, "%s:\n", l) }
@@ -142,6 +147,9 @@ func (g *gen) combineK(xd, sumi, summ, tmp string) {
 }
 
 func (g *gen) advance(gsb, bsStep int, loop string) {
+	for len(g.pf) > 0 {
+		g.pfNext()
+	}
 	g.f("ADDQ $%d, SI", gsb)
 	g.f("ADDQ $256, R8")
 	g.f("ADDQ $256, R13")
@@ -186,6 +194,7 @@ func (g *gen) q4k(nt int, q5, pf bool) {
 		for k := 0; k < 8; k++ {
 			if !q5 {
 				g.f("VMOVDQU64 %d(SI), %s", gr*512+k*64, z(8+k))
+				g.pfNext()
 				g.f("VPANDD Z31, %s, %s", z(8+k), z(k))
 				g.f("VPSRLW $4, %s, %s", z(8+k), z(8+k))
 				g.f("VPANDD Z31, %s, %s", z(8+k), z(8+k))
@@ -195,6 +204,7 @@ func (g *gen) q4k(nt int, q5, pf bool) {
 			// bitwise select with the nibble.
 			g.f("VMOVDQU64 %d(SI), Z24", q5kQ+64*kilorder.Q5K(8*gr+k))
 			g.f("VMOVDQU64 %d(SI), Z25", q5kQ+64*kilorder.Q5K(32+k))
+			g.pfNext()
 			shift(g, 2*gr, "Z25", z(k))
 			g.f("VPANDD Z30, %s, %s", z(k), z(k))
 			g.f("VPTERNLOGD $0xb8, Z24, Z31, %s", z(k))
@@ -235,13 +245,29 @@ func (g *gen) q4k(nt int, q5, pf bool) {
 	g.epilogue(nt)
 }
 
-// prefetch writes PREFETCHT0 of each line of the group's block 4 KB
+// prefetch queues PREFETCHT0 of each line of the group's block 4 KB
 // ahead (the one-token PF kernels, which engine takes on Intel CPUs: on
 // the Sapphire Rapids VM a TinyLlama-shaped Q4_K_M decode at 1 thread
-// was faster with them, see engine/kil_amd64.go).
+// was faster with them, see engine/kil_amd64.go). The block's weight
+// loads then place them one after each (pfNext), and advance the rest:
+// issued all at once at the top of the block, they had the Q4_K and Q6_K
+// kernels read a 160 MB matrix at 11.5–13.6 GB/s against 12.7–15.0 spread
+// (BenchmarkKILStream, alternating, two rounds, the Emerald Rapids VM of
+// 2026-11-30), and a decode's fraction of bandwidth was Q4_K 0.79 and
+// 0.79 against 0.91 and 0.85, Q6_K 0.80 and 0.78 against 0.85 and 0.84
+// (BenchmarkDecodeBandwidth). 2 and 8 KB ahead spread, 8 KB at once and
+// PREFETCHT1 8 KB at once were no better than 4 KB spread.
 func (g *gen) prefetch(gsb int) {
 	for o := 0; o < gsb; o += 64 {
-		g.f("PREFETCHT0 %d(SI)", 4096+o)
+		g.pf = append(g.pf, fmt.Sprintf("PREFETCHT0 %d(SI)", 4096+o))
+	}
+}
+
+// pfNext writes the next queued prefetch, if any.
+func (g *gen) pfNext() {
+	if len(g.pf) > 0 {
+		g.f("%s", g.pf[0])
+		g.pf = g.pf[1:]
 	}
 }
 
@@ -276,6 +302,7 @@ func shift(g *gen, b int, src, dst string) {
 func (g *gen) q6kColumn(n, h, k int, lo, hi string) {
 	g.f("VMOVDQU64 %d(SI), Z24", q6kQ+64*kilorder.Q6K(16*n+8*h+k))
 	g.f("VMOVDQU64 %d(SI), %s", q6kQ+64*kilorder.Q6K(32+8*n+k), hi)
+	g.pfNext()
 	// GFNI affine maps (q6kBits): qh bits 2h, 2h+1 (glo) or 2h+4, 2h+5
 	// (ghi) to bits 4 and 5, the rest 0; ql's high nibble to the low one.
 	g.f("VGF2P8AFFINEQB.BCST $0, q6kBits<>+%d(SB), %s, %s", 8*h, hi, lo)
