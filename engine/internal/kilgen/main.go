@@ -249,7 +249,8 @@ func (g *gen) q4k(nt int, q5, pf bool) {
 // ahead (the one-token PF kernels, which engine takes on Intel CPUs: on
 // the Sapphire Rapids VM a TinyLlama-shaped Q4_K_M decode at 1 thread
 // was faster with them, see engine/kil_amd64.go). The block's weight
-// loads then place them one after each (pfNext), and advance the rest:
+// loads then place them, one after each load (Q4_K) or pair of loads
+// (Q5_K, Q6_K; pfNext), and advance the rest at the block's end:
 // issued all at once at the top of the block, they had the Q4_K and Q6_K
 // kernels read a 160 MB matrix at 11.5–13.6 GB/s against 12.7–15.0 spread
 // (BenchmarkKILStream, alternating, two rounds, the Emerald Rapids VM of
