@@ -290,7 +290,8 @@ f16loop8:
 // func dot8F16IL(out *float32, w *byte, x *float32, cols, pf int)
 // dot8F16 on 8 F16 rows interleaved by 16 columns (hil.go): each step's
 // 8 × 16 halves are 256 consecutive bytes, so the rows are one stream,
-// prefetched pf bytes ahead (0: the step's own lines, no prefetch).
+// prefetched pf bytes ahead into L1 and 3·pf into L2 (0: the step's own
+// lines, no prefetch).
 // dot8F16's products and sums, so its bits.
 TEXT ·dot8F16IL(SB), NOSPLIT, $0-40
 	MOVQ out+0(FP), DX
@@ -298,6 +299,7 @@ TEXT ·dot8F16IL(SB), NOSPLIT, $0-40
 	MOVQ x+16(FP), SI
 	MOVQ cols+24(FP), CX
 	MOVQ pf+32(FP), R8
+	LEAQ (R8)(R8*2), R9
 	SHRQ $4, CX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -310,9 +312,13 @@ TEXT ·dot8F16IL(SB), NOSPLIT, $0-40
 
 f16illoop:
 	PREFETCHT0 (DI)(R8*1)
+	PREFETCHT2 (DI)(R9*1)
 	PREFETCHT0 64(DI)(R8*1)
+	PREFETCHT2 64(DI)(R9*1)
 	PREFETCHT0 128(DI)(R8*1)
+	PREFETCHT2 128(DI)(R9*1)
 	PREFETCHT0 192(DI)(R8*1)
+	PREFETCHT2 192(DI)(R9*1)
 	VMOVUPS    (SI), Z8
 	VCVTPH2PS (DI), Z16
 	VCVTPH2PS 32(DI), Z17
@@ -349,6 +355,7 @@ TEXT ·dot8BF16IL(SB), NOSPLIT, $0-40
 	MOVQ x+16(FP), SI
 	MOVQ cols+24(FP), CX
 	MOVQ pf+32(FP), R8
+	LEAQ (R8)(R8*2), R9
 	SHRQ $4, CX
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -361,9 +368,13 @@ TEXT ·dot8BF16IL(SB), NOSPLIT, $0-40
 
 bf16illoop:
 	PREFETCHT0 (DI)(R8*1)
+	PREFETCHT2 (DI)(R9*1)
 	PREFETCHT0 64(DI)(R8*1)
+	PREFETCHT2 64(DI)(R9*1)
 	PREFETCHT0 128(DI)(R8*1)
+	PREFETCHT2 128(DI)(R9*1)
 	PREFETCHT0 192(DI)(R8*1)
+	PREFETCHT2 192(DI)(R9*1)
 	VMOVUPS    (SI), Z8
 	VPMOVZXWD (DI), Z16
 	VPSLLD    $16, Z16, Z16

@@ -245,22 +245,29 @@ func (g *gen) q4k(nt int, q5, pf bool) {
 	g.epilogue(nt)
 }
 
-// prefetch queues PREFETCHT0 of each line of the group's block 4 KB
-// ahead (the one-token PF kernels, which engine takes on Intel CPUs: on
-// the Sapphire Rapids VM a TinyLlama-shaped Q4_K_M decode at 1 thread
-// was faster with them, see engine/kil_amd64.go). The block's weight
-// loads then place them, one after each load (Q4_K) or pair of loads
-// (Q5_K, Q6_K; pfNext), and advance the rest at the block's end:
-// issued all at once at the top of the block, they had the Q4_K and Q6_K
-// kernels read a 160 MB matrix at 11.5–13.6 GB/s against 12.7–15.0 spread
-// (BenchmarkKILStream, alternating, two rounds, the Emerald Rapids VM of
-// 2026-11-30), and a decode's fraction of bandwidth was Q4_K 0.79 and
-// 0.79 against 0.91 and 0.85, Q6_K 0.80 and 0.78 against 0.85 and 0.84
-// (BenchmarkDecodeBandwidth). 2 and 8 KB ahead spread, 8 KB at once and
-// PREFETCHT1 8 KB at once were no better than 4 KB spread.
+// prefetch queues, for each line of the group's block, a PREFETCHT0 4 KB
+// ahead and a PREFETCHT2 12 KB ahead (the one-token PF kernels, which
+// engine takes on Intel CPUs: on the Sapphire Rapids VM a TinyLlama-shaped
+// Q4_K_M decode at 1 thread was faster with them, see engine/kil_amd64.go).
+// The block's weight loads then place them, one after each load (Q4_K)
+// or pair of loads (Q5_K, Q6_K; pfNext), and advance the rest at the
+// block's end. On the Emerald Rapids VM, a 160 MB matrix at one token
+// (alternating, 48 passes each, average GB/s; BenchmarkKILStream's
+// matrices):
+//   - the PREFETCHT0s issued all at once at the top of the block: Q4_K
+//     and Q6_K 11.5–13.6 against 12.7–15.0 spread (2026-11-30);
+//   - T0 alone: Q4_K 13.2–13.5, Q6_K 11.9–13.3; with the T2 12 KB ahead
+//     13.7–15.6 and 13.1–15.6, where a plain read got 14.1–14.9; the T2
+//     8, 16 or 24 KB ahead did about as well, a T2 alone 12 KB ahead a
+//     little worse, T0 3, 5 or 8 KB ahead as T0 4 KB, T0 every other line
+//     or PREFETCHNTA worse (2026-12-01).
+//
+// (Why the far T2s help is a guess, there are no performance counters on
+// these VMs: they start the reads from memory early, so that the T0s find
+// their lines in L2 and hold L1's few miss buffers only briefly.)
 func (g *gen) prefetch(gsb int) {
 	for o := 0; o < gsb; o += 64 {
-		g.pf = append(g.pf, fmt.Sprintf("PREFETCHT0 %d(SI)", 4096+o))
+		g.pf = append(g.pf, fmt.Sprintf("PREFETCHT0 %d(SI)", 4096+o), fmt.Sprintf("PREFETCHT2 %d(SI)", 12288+o))
 	}
 }
 

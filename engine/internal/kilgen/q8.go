@@ -38,7 +38,10 @@ func q8Asm() string {
 // weights and scales: on the Intel Sapphire Rapids VM a TinyLlama-shaped
 // Q8_0 decode at 1 thread went from 10.4–11.8 to 12.2–13.0 tok/s with it
 // (4 runs alternating; 2 and 8 KB ahead, PREFETCHT1 and T2 no better,
-// PREFETCHNTA 4.5).
+// PREFETCHNTA 4.5). A PREFETCHT2 12 KB ahead as well, as the K-quant
+// kernels have (main.go's prefetch), took an 8B-shaped Q8_0 decode at 1
+// thread from 1.43–1.56 to 1.73–1.82 tok/s on the Emerald Rapids VM
+// (llamabench measure, 32 steps, 3 runs alternating, 2026-12-01).
 func vnni(p func(string, ...any), T int, prefetch bool) {
 	name, l := fmt.Sprintf("q8ilVNNI%d", T), fmt.Sprintf("vnni%d", T)
 	if prefetch {
@@ -70,8 +73,10 @@ func vnni(p func(string, ...any), T int, prefetch bool) {
 	if prefetch {
 		for k := 0; k < 8; k++ {
 			p("\tPREFETCHT0 %d(DI)", 4096+64*k)
+			p("\tPREFETCHT2 %d(DI)", 12288+64*k)
 		}
 		p("\tPREFETCHT0 256(R11)")
+		p("\tPREFETCHT2 768(R11)")
 	}
 	for k := 0; k < 8; k++ {
 		p("\tVMOVDQU64 %d(DI), Z%d", 64*k, k)
