@@ -141,11 +141,13 @@ func measure(path string, threads int, mode string, steps, promptLen, n int) (Re
 	return r, err
 }
 
-// BW is the memory read bandwidth of one membw run.
+// BW is the memory read bandwidth of one membw run: its fastest read, and
+// all its reads' bytes over their time.
 type BW struct {
-	Threads     int     `json:"threads"`
-	Bytes       int     `json:"bytes"`
-	BytesPerSec float64 `json:"bytes_per_s"`
+	Threads         int     `json:"threads"`
+	Bytes           int     `json:"bytes"`
+	BytesPerSec     float64 `json:"bytes_per_s"`
+	MeanBytesPerSec float64 `json:"mean_bytes_per_s"`
 }
 
 func membwCmd(args []string) error {
@@ -156,13 +158,15 @@ func membwCmd(args []string) error {
 	fs.Parse(args)
 	buf := membench.Buffer(*mib << 20 / 8)
 	membench.Read(buf, *threads) // warm-up
-	best, n := time.Duration(1<<62), 0
+	best, all, n := time.Duration(1<<62), time.Duration(0), 0
 	for range *reps {
 		t0 := time.Now()
 		n = membench.Read(buf, *threads)
-		best = min(best, time.Since(t0))
+		d := time.Since(t0)
+		best, all = min(best, d), all+d
 	}
-	return json.NewEncoder(os.Stdout).Encode(BW{Threads: *threads, Bytes: n, BytesPerSec: float64(n) / best.Seconds()})
+	return json.NewEncoder(os.Stdout).Encode(BW{Threads: *threads, Bytes: n, BytesPerSec: float64(n) / best.Seconds(),
+		MeanBytesPerSec: float64(n**reps) / all.Seconds()})
 }
 
 // A benchFile is one generated model file of the comparison.
@@ -395,7 +399,7 @@ func drive(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "== %s (memory read bandwidth, 1 thread: %.2f GB/s)\n", f.name(), bw/1e9)
+		fmt.Fprintf(os.Stderr, "== %s (memory read bandwidth, 1 thread: %.2f GB/s)\n", f.name(), bw.BytesPerSec/1e9)
 		for _, m := range metrics(*decodeSteps, *batchSteps, *prefillTokens, *ctxSteps, positions) {
 			if !selected(m, f, onlyList, *threadList) {
 				continue
@@ -408,12 +412,21 @@ func drive(args []string) error {
 			if steps != m.steps {
 				label = strings.Replace(label, fmt.Sprint(m.steps), fmt.Sprint(steps), 1)
 			}
-			rw := row{file: f.name(), metric: label, decode1: m.key == modeDecode && m.threads == 1, ctx: m.key == metricCtx, bw: bw,
+			rw := row{file: f.name(), metric: label, decode1: m.key == modeDecode && m.threads == 1, ctx: m.key == metricCtx,
 				rates: make([][]float64, len(sides)), loads: make([][]float64, len(sides)), peakRSS: make([]int64, len(sides)), kv: make([]string, len(sides))}
 			for run := range *runs {
 				var line strings.Builder
 				for i, sd := range sides {
 					waitQuiet(*quiet)
+					if rw.decode1 && sd.name == "Strata" {
+						// A read beside each run: the host's bandwidth drifts
+						// by tens of percent in an hour.
+						b, err := membw(self)
+						if err != nil {
+							return err
+						}
+						rw.reads = append(rw.reads, b)
+					}
 					r, err := sd.run(m.mode, m.threads, path, steps, m.prompt)
 					if err != nil {
 						return fmt.Errorf("%s %s %s: %w", sd.name, f.name(), label, err)
@@ -500,11 +513,13 @@ func drive(args []string) error {
 	}
 	if *goSide && slices.ContainsFunc(rows, func(r row) bool { return r.decode1 }) {
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, best of 5, measured just before each file's runs):")
+		fmt.Fprintln(w, "Decode at 1 thread against memory read bandwidth (membench.Read, 1 thread, 1 GiB buffer, 5 reads just before each of Strata's runs).")
+		fmt.Fprintln(w, "A run's fraction sets the weights it read per second, over its whole run, against its reads' bytes over their whole time (average against average),")
+		fmt.Fprintln(w, "and against the fastest of its reads; each column is the median of the runs:")
 		fmt.Fprintln(w)
 		moeNote := false
-		fmt.Fprintln(w, "| file | Strata weight bytes read/token | bandwidth GB/s | Strata decode t=1 tok/s | weights read GB/s | fraction of bandwidth |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| file | Strata weight bytes read/token | read GB/s, average | read GB/s, fastest | Strata decode t=1 tok/s | weights read GB/s | fraction of the average read | fraction of the fastest read |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 		for _, r := range rows {
 			if !r.decode1 {
 				continue
@@ -518,8 +533,14 @@ func drive(args []string) error {
 				// weights the stage holds.
 				wb, moeNote = tb, true
 			}
-			rate := float64(wb) * s
-			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %.2f |\n", r.file, wb, r.bw/1e9, s, rate/1e9, rate/r.bw)
+			var mean, best, fMean, fBest []float64
+			for i, b := range r.reads {
+				mean, best = append(mean, b.MeanBytesPerSec), append(best, b.BytesPerSec)
+				fMean = append(fMean, float64(wb)*r.rates[0][i]/b.MeanBytesPerSec)
+				fBest = append(fBest, float64(wb)*r.rates[0][i]/b.BytesPerSec)
+			}
+			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", r.file, wb, stats.Median(mean)/1e9, stats.Median(best)/1e9,
+				s, float64(wb)*s/1e9, stats.Median(fMean), stats.Median(fBest))
 		}
 		if moeNote {
 			fmt.Fprintln(w)
@@ -543,7 +564,7 @@ type row struct {
 	peakRSS      []int64     // per side, the most of its runs
 	weightBytes  int64       // the pure-Go engine's
 	decode1      bool
-	bw           float64
+	reads        []BW // decode1: a read just before each of the pure-Go engine's runs
 	others       float64
 	// kv: per side, the KV cache a decode ran with ("" for other modes).
 	kv  []string
@@ -656,16 +677,16 @@ func ensureFile(strata, dir string, f benchFile) error {
 	return os.Rename(tmp, path)
 }
 
-func membw(self string) (float64, error) {
+func membw(self string) (BW, error) {
+	var b BW
 	out, err := exec.Command(self, "membw").Output()
 	if err != nil {
-		return 0, fmt.Errorf("membw: %w", exitErr(err))
+		return b, fmt.Errorf("membw: %w", exitErr(err))
 	}
-	var b BW
 	if err := json.Unmarshal(out, &b); err != nil {
-		return 0, fmt.Errorf("membw: %w: %q", err, out)
+		return b, fmt.Errorf("membw: %w: %q", err, out)
 	}
-	return b.BytesPerSec, nil
+	return b, nil
 }
 
 // runJSON runs one measurement process and reads the last JSON line it
