@@ -256,11 +256,12 @@ func (g *gen) q4k(nt int, q5, pf bool) {
 // matrices):
 //   - the PREFETCHT0s issued all at once at the top of the block: Q4_K
 //     and Q6_K 11.5–13.6 against 12.7–15.0 spread (2026-11-30);
-//   - T0 alone: Q4_K 13.2–13.5, Q6_K 11.9–13.3; with the T2 12 KB ahead
-//     13.7–15.6 and 13.1–15.6, where a plain read got 14.1–14.9; the T2
-//     8, 16 or 24 KB ahead did about as well, a T2 alone 12 KB ahead a
-//     little worse, T0 3, 5 or 8 KB ahead as T0 4 KB, T0 every other line
-//     or PREFETCHNTA worse (2026-12-01).
+//   - T0 alone: Q4_K 11.9–13.5, Q6_K 12.3–13.3 (5 rounds); with the T2
+//     12 KB ahead 13.7–15.6 and 13.1–16.0 (7 rounds), 7–18% faster than
+//     T0 alone in each round both ran, where a plain read got 12.9–15.9;
+//     the T2 8, 16 or 24 KB ahead did about as well, a T2 alone 12 KB
+//     ahead a little worse, T0 3, 5 or 8 KB ahead as T0 4 KB, T0 every
+//     other line or PREFETCHNTA worse (2026-12-01).
 //
 // (Why the far T2s help is a guess, there are no performance counters on
 // these VMs: they start the reads from memory early, so that the T0s find

@@ -35,10 +35,11 @@ var Sink uint64
 // Read reads buf once, split in threads parts read at once, and returns
 // the bytes read. Where the CPU has AVX2 it reads 32 bytes a load and
 // prefetches each line 4 KB ahead (PREFETCHT0) and 12 KB ahead
-// (PREFETCHT2), as the engine's decode kernels do on Intel. The far
-// prefetch changed a 160 MB read by −5 to +9% (6 alternating rounds,
-// averages, the Emerald Rapids VM, 2026-12-01) where it made the kernels
-// 10–20% faster; the read has it so as not to fall short of them.
+// (PREFETCHT2), as the engine's decode kernels do on Intel. A far
+// prefetch (12 or 16 KB) changed a 160 MB read by −4 to +9% (8
+// alternating rounds, averages, the Emerald Rapids VM, 2026-12-01) where
+// it made the K-quant kernels 7–18% faster; the read has it so as not to
+// fall short of them.
 // A loop of 8-byte loads read about half as fast as the decode kernels
 // streamed an 8B file's weights on the Intel VM (their "fraction of
 // bandwidth" came out near 2): 1 GiB at 1 thread, best of 5, 8.70 GB/s
