@@ -245,30 +245,39 @@ func (g *gen) q4k(nt int, q5, pf bool) {
 	g.epilogue(nt)
 }
 
-// prefetch queues, for each line of the group's block, a PREFETCHT0 4 KB
-// ahead and a PREFETCHT2 12 KB ahead (the one-token PF kernels, which
+// How far ahead the one-token PF kernels prefetch each line: into L1
+// (PREFETCHT0) and into L2 (PREFETCHT2); the Q8_0 kernel (q8.go) too.
+const (
+	pfNear = 4096
+	pfFar  = 12288
+)
+
+// prefetch queues, for each line of the group's block, a PREFETCHT0 pfNear
+// ahead and a PREFETCHT2 pfFar ahead (the one-token PF kernels, which
 // engine takes on Intel CPUs: on the Sapphire Rapids VM a TinyLlama-shaped
 // Q4_K_M decode at 1 thread was faster with them, see engine/kil_amd64.go).
 // The block's weight loads then place them, one after each load (Q4_K)
 // or pair of loads (Q5_K, Q6_K; pfNext), and advance the rest at the
-// block's end. On the Emerald Rapids VM, a 160 MB matrix at one token
-// (alternating, 48 passes each, average GB/s; BenchmarkKILStream's
-// matrices):
+// block's end. On the Emerald Rapids VM, BenchmarkKILStream's 160 MB
+// matrices at one token, GB/s:
 //   - the PREFETCHT0s issued all at once at the top of the block: Q4_K
-//     and Q6_K 11.5–13.6 against 12.7–15.0 spread (2026-11-30);
-//   - T0 alone: Q4_K 11.9–13.5, Q6_K 12.3–13.3 (5 rounds); with the T2
+//     and Q6_K 11.5–13.6 against 12.7–15.0 spread (alternating test
+//     binaries, two rounds, 2026-11-30);
+//   - variants alternating in one process, 4 passes each a round, the
+//     round's average (2026-12-01): T0 alone Q4_K 11.9–13.5, Q6_K
+//     12.3–13.3 (5 rounds); with the T2
 //     12 KB ahead 13.7–15.6 and 13.1–16.0 (7 rounds), 7–18% faster than
 //     T0 alone in each round both ran, where a plain read got 12.9–15.9;
 //     the T2 8, 16 or 24 KB ahead did about as well, a T2 alone 12 KB
 //     ahead a little worse, T0 3, 5 or 8 KB ahead as T0 4 KB, T0 every
-//     other line or PREFETCHNTA worse (2026-12-01).
+//     other line or PREFETCHNTA worse.
 //
 // (Why the far T2s help is a guess, there are no performance counters on
 // these VMs: they start the reads from memory early, so that the T0s find
 // their lines in L2 and hold L1's few miss buffers only briefly.)
 func (g *gen) prefetch(gsb int) {
 	for o := 0; o < gsb; o += 64 {
-		g.pf = append(g.pf, fmt.Sprintf("PREFETCHT0 %d(SI)", 4096+o), fmt.Sprintf("PREFETCHT2 %d(SI)", 12288+o))
+		g.pf = append(g.pf, fmt.Sprintf("PREFETCHT0 %d(SI)", pfNear+o), fmt.Sprintf("PREFETCHT2 %d(SI)", pfFar+o))
 	}
 }
 

@@ -34,11 +34,11 @@ func q8Asm() string {
 // vnni writes q8ilVNNI<T>: Z0–Z7 the block's weight chunks, Z8 its row
 // scales, Z9 scratch, Z10+t token t's integer sum, Z18+t its accumulator.
 //
-// prefetch (q8ilVNNI1PF) adds PREFETCHT0 4 KB ahead of each block's
+// prefetch (q8ilVNNI1PF) adds PREFETCHT0 pfNear (4 KB) ahead of each block's
 // weights and scales: on the Intel Sapphire Rapids VM a TinyLlama-shaped
 // Q8_0 decode at 1 thread went from 10.4–11.8 to 12.2–13.0 tok/s with it
 // (4 runs alternating; 2 and 8 KB ahead, PREFETCHT1 and T2 no better,
-// PREFETCHNTA 4.5). A PREFETCHT2 12 KB ahead as well, as the K-quant
+// PREFETCHNTA 4.5). A PREFETCHT2 pfFar (12 KB) ahead as well, as the K-quant
 // kernels have (main.go's prefetch), took an 8B-shaped Q8_0 decode at 1
 // thread from 1.43–1.56 to 1.73–1.82 tok/s on the Emerald Rapids VM
 // (llamabench measure, 32 steps, 3 runs alternating, 2026-12-01).
@@ -72,11 +72,12 @@ func vnni(p func(string, ...any), T int, prefetch bool) {
 	p("%sblock:", l)
 	if prefetch {
 		for k := 0; k < 8; k++ {
-			p("\tPREFETCHT0 %d(DI)", 4096+64*k)
-			p("\tPREFETCHT2 %d(DI)", 12288+64*k)
+			p("\tPREFETCHT0 %d(DI)", pfNear+64*k)
+			p("\tPREFETCHT2 %d(DI)", pfFar+64*k)
 		}
-		p("\tPREFETCHT0 256(R11)")
-		p("\tPREFETCHT2 768(R11)")
+		// The scales: 32 bytes a block against the weights' 512.
+		p("\tPREFETCHT0 %d(R11)", pfNear/16)
+		p("\tPREFETCHT2 %d(R11)", pfFar/16)
 	}
 	for k := 0; k < 8; k++ {
 		p("\tVMOVDQU64 %d(DI), Z%d", 64*k, k)
